@@ -1,0 +1,213 @@
+package aggregates
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/shopspring/decimal"
+)
+
+// Type is a transaction's direction.
+type Type string
+
+// The two transaction types, case-sensitive as stored.
+const (
+	Income  Type = "INCOME"
+	Expense Type = "EXPENSE"
+)
+
+// Transaction is a valid transaction as stored in the table. Only values that
+// passed ParseTransaction are ever aggregated.
+type Transaction struct {
+	Tenant, Branch string
+	SK             string // {YYYY-MM-DD}#{id}
+	ID             string
+	Type           Type
+	Amount         decimal.Decimal
+	Category       string
+	CostCenter     string // "" when absent
+	PaymentMethod  string // "" when absent
+	CreatedAt      time.Time
+	Date           Date // UTC date of CreatedAt, equal to the SK's date
+}
+
+// Attr is one attribute of a stored item as the domain sees it: its DynamoDB
+// type tag (S, N, BOOL, M, L, B, SS, NS, BS, NULL) and, for S and N, its
+// text exactly as stored.
+type Attr struct {
+	Type  string
+	Value string
+}
+
+// Image is an item image: attribute name to attribute. Attributes of
+// non-scalar types carry only their type tag.
+type Image map[string]Attr
+
+// Reason says why an image is not a valid transaction. The values are
+// stable: they are metric labels and are stored with quarantined records.
+type Reason string
+
+// Every way an image can fail to be a valid transaction.
+const (
+	ReasonShape             Reason = "shape"             // the record or image is malformed
+	ReasonKey               Reason = "key"               // PK is not TENANT#…#BRANCH#…#TRANSACTION
+	ReasonEntityType        Reason = "entity_type"       // entityType is not "TRANSACTION"
+	ReasonSortKey           Reason = "sort_key"          // SK does not start with a real YYYY-MM-DD#
+	ReasonType              Reason = "type"              // type is not exactly INCOME or EXPENSE
+	ReasonAmountMissing     Reason = "amount_missing"    // no amount attribute
+	ReasonAmountNotNumber   Reason = "amount_not_number" // amount is not of type N (e.g. a numeric S)
+	ReasonAmountInvalid     Reason = "amount_invalid"    // amount is N but not a DynamoDB number
+	ReasonAmountNotPositive Reason = "amount_not_positive"
+	ReasonCategory          Reason = "category"       // category missing, empty or not a string
+	ReasonCostCenter        Reason = "cost_center"    // costCenter present but empty or not a string
+	ReasonPaymentMethod     Reason = "payment_method" // paymentMethod present but empty or not a string
+	ReasonCreatedAt         Reason = "created_at"     // createdAt missing or not RFC 3339
+	ReasonDateMismatch      Reason = "date_mismatch"  // createdAt's UTC date differs from the SK date
+)
+
+// InvalidError reports why an image is not a valid transaction.
+type InvalidError struct {
+	Reason Reason
+	Field  string // the offending attribute, "" when not one attribute
+	Detail string
+}
+
+func (e *InvalidError) Error() string {
+	if e.Field == "" {
+		return fmt.Sprintf("invalid transaction (%s): %s", e.Reason, e.Detail)
+	}
+	return fmt.Sprintf("invalid transaction (%s): %s: %s", e.Reason, e.Field, e.Detail)
+}
+
+func invalid(r Reason, field, format string, args ...any) *InvalidError {
+	return &InvalidError{Reason: r, Field: field, Detail: fmt.Sprintf(format, args...)}
+}
+
+// IsTransactionKey reports whether pk has the transaction partition form. It
+// is how a consumer decides, from the keys alone, whether a stream record is
+// about a transaction before it trusts the images.
+func IsTransactionKey(pk string) bool {
+	_, _, ok := ParseTransactionPK(pk)
+	return ok
+}
+
+// ParseTransaction validates a stored image against DESIGN.md's rules and
+// returns the transaction. The error is always an *InvalidError naming the
+// first rule broken.
+func ParseTransaction(img Image) (Transaction, error) {
+	pk, ok := img.str("PK")
+	if !ok {
+		return Transaction{}, invalid(ReasonKey, "PK", "missing or not a string")
+	}
+	tenant, branch, ok := ParseTransactionPK(pk)
+	if !ok {
+		return Transaction{}, invalid(ReasonKey, "PK", "%q is not TENANT#{t}#BRANCH#{b}#TRANSACTION", pk)
+	}
+	if et, _ := img.str("entityType"); et != EntityTransaction {
+		return Transaction{}, invalid(ReasonEntityType, "entityType", "%q, want %q", img["entityType"].Value, EntityTransaction)
+	}
+	sk, ok := img.str("SK")
+	if !ok || len(sk) < 11 || sk[10] != '#' {
+		return Transaction{}, invalid(ReasonSortKey, "SK", "%q does not start with YYYY-MM-DD#", sk)
+	}
+	date, err := ParseDate(sk[:10])
+	if err != nil {
+		return Transaction{}, invalid(ReasonSortKey, "SK", "%q: %v", sk, err)
+	}
+	tx := Transaction{Tenant: tenant, Branch: branch, SK: sk, ID: sk[11:], Date: date}
+	if id, ok := img.str("id"); ok {
+		tx.ID = id
+	}
+
+	typ, _ := img.str("type")
+	switch Type(typ) {
+	case Income, Expense:
+		tx.Type = Type(typ)
+	default:
+		return Transaction{}, invalid(ReasonType, "type", "%q, want INCOME or EXPENSE", img["type"].Value)
+	}
+
+	amount, present := img["amount"]
+	switch {
+	case !present:
+		return Transaction{}, invalid(ReasonAmountMissing, "amount", "missing")
+	case amount.Type != "N":
+		return Transaction{}, invalid(ReasonAmountNotNumber, "amount", "type %s, want N", amount.Type)
+	}
+	tx.Amount, err = ParseAmount(amount.Value)
+	if err != nil {
+		return Transaction{}, invalid(ReasonAmountInvalid, "amount", "%v", err)
+	}
+	if !tx.Amount.IsPositive() {
+		return Transaction{}, invalid(ReasonAmountNotPositive, "amount", "%s is not greater than 0", amount.Value)
+	}
+
+	if tx.Category, ok = img.str("category"); !ok || tx.Category == "" {
+		return Transaction{}, invalid(ReasonCategory, "category", "missing, empty or not a string")
+	}
+	if tx.CostCenter, err = optional(img, "costCenter", ReasonCostCenter); err != nil {
+		return Transaction{}, err
+	}
+	if tx.PaymentMethod, err = optional(img, "paymentMethod", ReasonPaymentMethod); err != nil {
+		return Transaction{}, err
+	}
+
+	created, ok := img.str("createdAt")
+	if !ok {
+		return Transaction{}, invalid(ReasonCreatedAt, "createdAt", "missing or not a string")
+	}
+	tx.CreatedAt, err = time.Parse(time.RFC3339Nano, created)
+	if err != nil {
+		return Transaction{}, invalid(ReasonCreatedAt, "createdAt", "%q is not RFC 3339", created)
+	}
+	tx.CreatedAt = tx.CreatedAt.UTC()
+	if d := DateOf(tx.CreatedAt); d != date {
+		return Transaction{}, invalid(ReasonDateMismatch, "createdAt", "UTC date %s differs from the sort key date %s", d, date)
+	}
+	return tx, nil
+}
+
+func optional(img Image, name string, r Reason) (string, error) {
+	a, present := img[name]
+	if !present {
+		return "", nil
+	}
+	if a.Type != "S" || a.Value == "" {
+		return "", invalid(r, name, "present but empty or not a string")
+	}
+	return a.Value, nil
+}
+
+func (img Image) str(name string) (string, bool) {
+	a, ok := img[name]
+	if !ok || a.Type != "S" {
+		return "", false
+	}
+	return a.Value, true
+}
+
+// Breakdown returns the transaction's entry name in dimension d, "" when the
+// transaction has none there (no entry is added then).
+func (t Transaction) Breakdown(d Dimension) string {
+	switch d {
+	case ByCategory:
+		return t.Category
+	case ByCostCenter:
+		return t.CostCenter
+	case ByPaymentMethod:
+		return t.PaymentMethod
+	}
+	return ""
+}
+
+// ReportKeys returns the keys of the three reports t contributes to.
+func (t Transaction) ReportKeys() [3]ReportKey {
+	var keys [3]ReportKey
+	for i, p := range t.Date.Periods() {
+		keys[i] = ReportKey{Tenant: t.Tenant, Branch: t.Branch, Period: p}
+	}
+	return keys
+}
+
+// Key returns t's item key.
+func (t Transaction) Key() Key { return Key{PK: TransactionPK(t.Tenant, t.Branch), SK: t.SK} }
