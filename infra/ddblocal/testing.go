@@ -1,0 +1,138 @@
+package ddblocal
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/ledger-dev/ledger/infra"
+)
+
+// EnvTestEndpoint names the environment variable that points tests at an
+// already running DynamoDB (Local) instead of starting one, e.g.
+// LEDGER_TEST_DYNAMODB_ENDPOINT=http://127.0.0.1:8000.
+const EnvTestEndpoint = "LEDGER_TEST_DYNAMODB_ENDPOINT"
+
+// The one instance a test binary shares. It starts on the first Endpoint
+// call, never more than once, and Main stops it.
+var shared struct {
+	installed atomic.Bool // Main is running the tests
+	once      sync.Once
+	inst      *Instance
+	endpoint  string
+	err       error
+}
+
+// Main runs a test binary's tests with a shared DynamoDB Local and exits
+// with their status. Use it as the package's TestMain:
+//
+//	func TestMain(m *testing.M) { ddblocal.Main(m) }
+//
+// The instance starts lazily, on the first Endpoint (or Config, Client,
+// NewTable) call, so a binary whose selected tests never touch DynamoDB
+// starts nothing. Main stops it after the tests; a failure to stop turns a
+// passing run into a failing one.
+func Main(m *testing.M) {
+	os.Exit(run(m))
+}
+
+func run(m *testing.M) int {
+	shared.installed.Store(true)
+	code := m.Run()
+	if shared.inst != nil {
+		if err := shared.inst.Stop(); err != nil {
+			fmt.Fprintf(os.Stderr, "ddblocal: %v\n", err)
+			if code == 0 {
+				code = 1
+			}
+		}
+	}
+	return code
+}
+
+// Endpoint returns the shared DynamoDB Local's endpoint, starting it on
+// first use, or $LEDGER_TEST_DYNAMODB_ENDPOINT when that is set. It fails
+// the test if the instance cannot be started, and if the package's
+// TestMain does not call Main (nothing would stop the instance).
+func Endpoint(t testing.TB) string {
+	t.Helper()
+	if ep := os.Getenv(EnvTestEndpoint); ep != "" {
+		return ep
+	}
+	if !shared.installed.Load() {
+		t.Fatal("ddblocal: the package's TestMain must call ddblocal.Main(m) to use the shared DynamoDB Local")
+	}
+	shared.once.Do(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*DefaultStartTimeout)
+		defer cancel()
+		start := time.Now()
+		shared.inst, shared.err = Start(ctx, Options{})
+		if shared.err == nil {
+			shared.endpoint = shared.inst.Endpoint
+			t.Logf("ddblocal: DynamoDB Local at %s started in %s", shared.endpoint, time.Since(start).Round(time.Millisecond))
+		}
+	})
+	if shared.err != nil {
+		t.Fatalf("ddblocal: %v", shared.err)
+	}
+	return shared.endpoint
+}
+
+// Config returns an AWS configuration for the shared instance (see
+// infra.LocalConfig; opts can wrap its transport).
+func Config(t testing.TB, opts ...infra.ConfigOption) aws.Config {
+	t.Helper()
+	cfg, err := infra.LocalConfig(context.Background(), Endpoint(t), opts...)
+	if err != nil {
+		t.Fatalf("ddblocal: %v", err)
+	}
+	return cfg
+}
+
+// Client returns a DynamoDB client for the shared instance.
+func Client(t testing.TB, opts ...infra.ConfigOption) *dynamodb.Client {
+	t.Helper()
+	return dynamodb.NewFromConfig(Config(t, opts...))
+}
+
+var tableSeq atomic.Int64
+
+// NewTable creates a fresh ledger table (infra.CreateTable: keys, indexes,
+// stream, TTL and the default flags item) with a name no other test in
+// any binary uses, and returns the name. Tables are not deleted: an
+// in-memory instance goes away with the binary, and on an external endpoint
+// they are left for inspection. Deleting them would not help either:
+// DynamoDB Local's stream slowdown stays after its tables are gone.
+func NewTable(t testing.TB, api infra.TableAPI) string {
+	t.Helper()
+	name := TableName(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if _, err := infra.CreateTable(ctx, api, name); err != nil {
+		t.Fatalf("ddblocal: %v", err)
+	}
+	return name
+}
+
+// TableName returns a table name unique to this call: the test's name,
+// made safe for DynamoDB, with the process id and a counter.
+func TableName(t testing.TB) string {
+	clean := strings.Map(func(r rune) rune {
+		switch {
+		case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9', r == '-', r == '.', r == '_':
+			return r
+		}
+		return '_'
+	}, t.Name())
+	if len(clean) > 200 {
+		clean = clean[:200]
+	}
+	return fmt.Sprintf("%s-%d-%d", clean, os.Getpid(), tableSeq.Add(1))
+}
