@@ -1,0 +1,81 @@
+package processor
+
+import (
+	"fmt"
+
+	"github.com/ledger-dev/ledger/aggregates"
+)
+
+// change is a record as the commit sees it: the valid transactions on each
+// side (nil for an absent or invalid image) and, when the record must be
+// quarantined, why.
+type change struct {
+	rec      *Record
+	isTxn    bool // the keys say it is a transaction item
+	old, new *aggregates.Transaction
+	invalid  *aggregates.InvalidError
+}
+
+// effective reports whether applying the change can alter any report.
+func (c *change) effective() bool { return c.old != nil || c.new != nil }
+
+// classify decides, from the keys first, whether r is about a transaction,
+// then validates its images. The delta of the change is always
+// contribution(new) − contribution(old) with an absent or invalid image
+// counted as zero: a MODIFY from a valid to an invalid image subtracts the
+// old contribution, and the later fix adds the new one back. A record is
+// quarantined when its shape is wrong or its new image is an invalid
+// transaction.
+func classify(r *Record) change {
+	c := change{rec: r}
+	pk, hasPK := stringAttr(r.Keys, attrPK)
+	if hasPK && !aggregates.IsTransactionKey(pk) {
+		return c // reports, markers, checkpoints, tenants…: not ours to fold
+	}
+	c.isTxn = true
+	shape := func(format string, args ...any) change {
+		if c.invalid == nil {
+			c.invalid = &aggregates.InvalidError{Reason: aggregates.ReasonShape, Detail: fmt.Sprintf(format, args...)}
+		}
+		return c
+	}
+	switch {
+	case r.DecodeErr != nil:
+		return shape("decode: %v", r.DecodeErr)
+	case !hasPK:
+		return shape("keys have no string PK")
+	case r.StreamViewType != "" && r.StreamViewType != "NEW_AND_OLD_IMAGES":
+		return shape("stream view type %s, want NEW_AND_OLD_IMAGES", r.StreamViewType)
+	}
+	var wantOld, wantNew bool
+	switch r.EventName {
+	case "INSERT":
+		wantNew = true
+	case "MODIFY":
+		wantOld, wantNew = true, true
+	case "REMOVE":
+		wantOld = true
+	default:
+		return shape("event name %q, want INSERT, MODIFY or REMOVE", r.EventName)
+	}
+	if wantOld && r.OldImage != nil {
+		if tx, err := aggregates.ParseTransaction(toImage(r.OldImage)); err == nil {
+			c.old = &tx
+		}
+	}
+	if wantNew && r.NewImage != nil {
+		tx, err := aggregates.ParseTransaction(toImage(r.NewImage))
+		if err == nil {
+			c.new = &tx
+		} else {
+			c.invalid = err.(*aggregates.InvalidError)
+		}
+	}
+	if wantOld && r.OldImage == nil {
+		shape("%s record without an old image", r.EventName)
+	}
+	if wantNew && r.NewImage == nil {
+		shape("%s record without a new image", r.EventName)
+	}
+	return c
+}

@@ -1,0 +1,432 @@
+package processor
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	ddbtypes "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/ledger-dev/ledger/aggregates"
+)
+
+// This file is the commit protocol: one TransactWriteItems per run, holding
+// the guard's claim and one conditional, additive update per report item.
+// docs/exactly-once.md explains why it is exact.
+
+// errGuardTaken means a run's guard condition failed: some or all of its
+// records were committed by an earlier delivery (or a lost answer).
+var errGuardTaken = errors.New("guard already claimed")
+
+// commitRuns plans changes into runs and commits them in order. It returns
+// how many leading changes are done.
+func (p *Processor) commitRuns(ctx context.Context, g Guard, changes []change, res *Result) (int, error) {
+	done := 0
+	for _, r := range planRuns(changes, p.cfg.MaxItemsPerRun, p.cfg.MaxEntriesPerItem) {
+		if err := p.quarantine(ctx, r.changes); err != nil {
+			return done, err
+		}
+		keys := r.fold.Keys()
+		if len(keys) > 0 {
+			if err := p.commitRun(ctx, g, &r, keys); err != nil {
+				return done, err
+			}
+			res.Runs++
+		}
+		// A run without effect (only ignored records, zero deltas or invalid
+		// images) commits nothing: processing it again changes nothing either.
+		now := p.now()
+		for i := range r.changes {
+			c := &r.changes[i]
+			switch {
+			case !c.isTxn:
+				res.Ignored++
+				p.metrics.Records.WithLabelValues(eventLabel(c.rec.EventName), OutcomeIgnored).Inc()
+			case c.invalid != nil:
+				res.Quarantined++
+				p.metrics.Records.WithLabelValues(eventLabel(c.rec.EventName), OutcomeQuarantined).Inc()
+			default:
+				res.Applied++
+				p.metrics.Records.WithLabelValues(eventLabel(c.rec.EventName), OutcomeApplied).Inc()
+				if t := writeTime(c); !t.IsZero() && len(keys) > 0 {
+					p.metrics.Lag.Observe(now.Sub(t).Seconds())
+				}
+			}
+		}
+		done += len(r.changes)
+	}
+	return done, nil
+}
+
+// writeTime is when the change was written: the writer's own updatedAt in the
+// new image (precise), else the stream's ApproximateCreationDateTime.
+func writeTime(c *change) time.Time {
+	if c.rec.NewImage != nil {
+		if s, ok := stringAttr(c.rec.NewImage, attrUpdatedAt); ok {
+			if t, err := time.Parse(time.RFC3339Nano, s); err == nil {
+				return t
+			}
+		}
+	}
+	return c.rec.ApproximateCreation
+}
+
+// commitRun commits one run, retrying what is retryable. It returns
+// errGuardTaken when the guard says the run (or part of it) is committed.
+func (p *Processor) commitRun(ctx context.Context, g Guard, r *run, keys []aggregates.ReportKey) error {
+	recs := r.records()
+	var lastErr error
+	for attempt := 1; attempt <= p.cfg.MaxAttempts; attempt++ {
+		if attempt > 1 {
+			if err := sleep(ctx, p.backoff(attempt-1)); err != nil {
+				return err
+			}
+		}
+		shapes, err := p.shapes.get(ctx, p, keys)
+		if err != nil {
+			return err
+		}
+		items := make([]ddbtypes.TransactWriteItem, 0, len(keys)+1)
+		items = append(items, g.claim(recs))
+		now := p.now().Format(time.RFC3339Nano)
+		for _, k := range keys {
+			u, err := p.reportUpdate(k, r.fold.Report(k), shapes[k.Key()], now)
+			if err != nil {
+				return err
+			}
+			items = append(items, ddbtypes.TransactWriteItem{Update: u})
+		}
+		p.metrics.WriteRequests.WithLabelValues("TransactWriteItems").Inc()
+		out, err := p.api.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{
+			TransactItems:          items,
+			ReturnConsumedCapacity: ddbtypes.ReturnConsumedCapacityTotal,
+		})
+		if err == nil {
+			for _, cc := range out.ConsumedCapacity {
+				p.metrics.WriteUnits.WithLabelValues("TransactWriteItems").Add(aws.ToFloat64(cc.CapacityUnits))
+			}
+			g.claimed(recs)
+			for _, k := range keys {
+				p.shapes.applied(k.Key(), shapes[k.Key()], r.fold.Report(k))
+			}
+			p.metrics.Commits.WithLabelValues("committed").Inc()
+			return nil
+		}
+		lastErr = err
+		var tce *ddbtypes.TransactionCanceledException
+		if errors.As(err, &tce) {
+			retry, err := p.cancelled(g, keys, tce)
+			if err != nil {
+				return err
+			}
+			if retry {
+				continue
+			}
+		}
+		class := classifyErr(err)
+		if class == classPermanent || class == classCanceled {
+			p.metrics.Commits.WithLabelValues("failed").Inc()
+			return fmt.Errorf("commit run of %d records: %w", len(recs), err)
+		}
+		// Outcome unknown (the write may have landed): retry; the guard in the
+		// next attempt tells whether it did.
+		p.countRetry("TransactWriteItems", class)
+	}
+	p.metrics.Commits.WithLabelValues("failed").Inc()
+	return fmt.Errorf("commit run of %d records: %d attempts: %w", len(recs), p.cfg.MaxAttempts, lastErr)
+}
+
+// cancelled interprets a cancelled commit. The guard's reason comes first:
+// when it failed, the run is (partly) committed already, whatever else
+// failed. It returns retry=true when the run should simply be tried again.
+func (p *Processor) cancelled(g Guard, keys []aggregates.ReportKey, tce *ddbtypes.TransactionCanceledException) (bool, error) {
+	reasons := tce.CancellationReasons
+	code := func(i int) string {
+		if i < len(reasons) {
+			return aws.ToString(reasons[i].Code)
+		}
+		return ""
+	}
+	if code(0) == "ConditionalCheckFailed" {
+		g.reset()
+		for _, k := range keys {
+			p.shapes.forget(k.Key())
+		}
+		p.metrics.Conflicts.WithLabelValues(ConflictDuplicate).Inc()
+		p.metrics.Commits.WithLabelValues("duplicate").Inc()
+		return false, errGuardTaken
+	}
+	var shape, conflict, throttle bool
+	for i := 1; i < len(reasons); i++ {
+		switch code(i) {
+		case "", "None":
+		case "ConditionalCheckFailed":
+			shape = true
+			if i-1 < len(keys) {
+				p.shapes.forget(keys[i-1].Key())
+			}
+		case "TransactionConflict":
+			conflict = true
+		case "ThrottlingError", "ProvisionedThroughputExceeded", "RequestLimitExceeded":
+			throttle = true
+		default:
+			p.metrics.Commits.WithLabelValues("failed").Inc()
+			return false, fmt.Errorf("commit cancelled: item %d: %s: %s", i, code(i), aws.ToString(reasons[i].Message))
+		}
+	}
+	switch code(0) {
+	case "", "None":
+	case "TransactionConflict":
+		conflict = true
+	case "ThrottlingError", "ProvisionedThroughputExceeded", "RequestLimitExceeded":
+		throttle = true
+	default:
+		p.metrics.Commits.WithLabelValues("failed").Inc()
+		return false, fmt.Errorf("commit cancelled: guard: %s: %s", code(0), aws.ToString(reasons[0].Message))
+	}
+	if shape {
+		p.metrics.Conflicts.WithLabelValues(ConflictConditionFailed).Inc()
+	}
+	if conflict {
+		p.metrics.Conflicts.WithLabelValues(ConflictTransactionConflict).Inc()
+		p.countRetry("TransactWriteItems", classServer)
+	}
+	if throttle {
+		p.countRetry("TransactWriteItems", classThrottle)
+	}
+	return true, nil
+}
+
+// Placeholders of report updates. Short names keep expressions far from
+// DynamoDB's 4 KB limit.
+var reportNames = map[string]string{
+	"#i": attrTotalIncome, "#x": attrTotalExpense, "#n": attrTransactionCount,
+	"#et": attrEntityType, "#pt": attrPeriodType, "#pv": attrPeriodValue, "#ua": attrUpdatedAt,
+	"#b0": aggregates.ByCategory.Attribute(), "#b1": aggregates.ByCostCenter.Attribute(), "#b2": aggregates.ByPaymentMethod.Attribute(),
+}
+
+const maxExpression = 4096
+
+// reportUpdate builds the additive update of one report item. Totals use
+// if_not_exists(x, 0) + d. A breakdown map the item lacks is set whole; an
+// entry the map lacks is set whole; an existing entry is incremented. Which
+// form is used follows the item's known shape, and that shape is the
+// update's condition, so a stale guess cancels the transaction instead of
+// corrupting the item.
+func (p *Processor) reportUpdate(k aggregates.ReportKey, delta *aggregates.Report, sh *shape, now string) (*ddbtypes.Update, error) {
+	names := make(map[string]string, len(reportNames)+8)
+	for n, a := range reportNames {
+		names[n] = a
+	}
+	values := map[string]ddbtypes.AttributeValue{
+		":z": intAV(0), ":et": strAV(aggregates.EntityReport), ":pt": strAV(string(k.Period.Type)),
+		":pv": strAV(k.Period.Value), ":ua": strAV(now),
+		":i": numberAV(delta.Income), ":x": numberAV(delta.Expense), ":n": intAV(delta.Count),
+	}
+	set := []string{
+		"#i = if_not_exists(#i, :z) + :i", "#x = if_not_exists(#x, :z) + :x", "#n = if_not_exists(#n, :z) + :n",
+		"#et = :et", "#pt = :pt", "#pv = :pv", "#ua = :ua",
+	}
+	var cond []string
+	nv := 0
+	value := func(v ddbtypes.AttributeValue) string {
+		nv++
+		name := ":v" + strconv.Itoa(nv)
+		values[name] = v
+		return name
+	}
+	ne := 0
+	for _, d := range aggregates.Dimensions {
+		entries := delta.Breakdowns[d]
+		if len(entries) == 0 {
+			continue
+		}
+		b := "#b" + strconv.Itoa(int(d))
+		if !sh.present[d] {
+			m := &ddbtypes.AttributeValueMemberM{Value: map[string]ddbtypes.AttributeValue{}}
+			for name, t := range entries {
+				m.Value[name] = totalsAV(t)
+			}
+			set = append(set, b+" = "+value(m))
+			cond = append(cond, "attribute_not_exists("+b+")")
+			continue
+		}
+		sorted := make([]string, 0, len(entries))
+		for name := range entries {
+			sorted = append(sorted, name)
+		}
+		sort.Strings(sorted)
+		newEntry := false
+		for _, name := range sorted {
+			t := entries[name]
+			ne++
+			e := b + ".#k" + strconv.Itoa(ne)
+			names["#k"+strconv.Itoa(ne)] = name
+			if !sh.entries[d][name] {
+				set = append(set, e+" = "+value(totalsAV(t)))
+				cond = append(cond, "attribute_not_exists("+e+")")
+				newEntry = true
+				continue
+			}
+			cond = append(cond, "attribute_exists("+e+")")
+			for _, f := range []struct {
+				ph   string
+				zero bool
+				v    ddbtypes.AttributeValue
+			}{{"#i", t.Income.IsZero(), numberAV(t.Income)}, {"#x", t.Expense.IsZero(), numberAV(t.Expense)}, {"#n", t.Count == 0, intAV(t.Count)}} {
+				if f.zero {
+					continue
+				}
+				path := e + "." + f.ph
+				set = append(set, path+" = if_not_exists("+path+", :z) + "+value(f.v))
+			}
+		}
+		if newEntry {
+			cond = append(cond, "attribute_exists("+b+")")
+		}
+	}
+	u := &ddbtypes.Update{
+		TableName:                 &p.cfg.Table,
+		Key:                       keyAV(k.Key()),
+		UpdateExpression:          aws.String("SET " + strings.Join(set, ", ")),
+		ExpressionAttributeNames:  names,
+		ExpressionAttributeValues: values,
+	}
+	if len(cond) > 0 {
+		u.ConditionExpression = aws.String(strings.Join(cond, " AND "))
+	}
+	if len(*u.UpdateExpression) > maxExpression || len(aws.ToString(u.ConditionExpression)) > maxExpression {
+		return nil, fmt.Errorf("report %s: update expression of %d bytes exceeds DynamoDB's limit", k, len(*u.UpdateExpression))
+	}
+	// Placeholders not used by this update must not be sent.
+	for n := range names {
+		if !strings.Contains(*u.UpdateExpression, n) && !strings.Contains(aws.ToString(u.ConditionExpression), n) {
+			delete(names, n)
+		}
+	}
+	return u, nil
+}
+
+// quarantine writes a quarantine item for every change that needs one. The
+// item is keyed by the record's eventID and put with attribute_not_exists,
+// so a redelivery writes nothing new.
+func (p *Processor) quarantine(ctx context.Context, changes []change) error {
+	for i := range changes {
+		c := &changes[i]
+		if c.invalid == nil {
+			continue
+		}
+		item := p.quarantineItem(c, false)
+		err := p.retry(ctx, "PutItem", func(ctx context.Context) error {
+			p.metrics.WriteRequests.WithLabelValues("PutItem").Inc()
+			_, err := p.api.PutItem(ctx, &dynamodb.PutItemInput{
+				TableName: &p.cfg.Table, Item: item, ConditionExpression: aws.String("attribute_not_exists(PK)"),
+			})
+			var ccf *ddbtypes.ConditionalCheckFailedException
+			if errors.As(err, &ccf) {
+				return nil // quarantined by an earlier delivery
+			}
+			if err != nil && classifyErr(err) == classPermanent && !isTruncated(item) {
+				item = p.quarantineItem(c, true) // too large or unencodable: keep keys and reason
+				return errRetryTruncated
+			}
+			return err
+		})
+		if err != nil {
+			return fmt.Errorf("quarantine record %s: %w", c.rec.EventID, err)
+		}
+		p.metrics.Quarantined.WithLabelValues(string(c.invalid.Reason)).Inc()
+	}
+	return nil
+}
+
+// errRetryTruncated makes retry try once more with the truncated item.
+var errRetryTruncated = &retryableError{"quarantine item rejected; retrying truncated"}
+
+type retryableError struct{ msg string }
+
+func (e *retryableError) Error() string        { return e.msg }
+func (e *retryableError) RetryableError() bool { return true }
+
+// maxQuarantineRecord bounds the raw record stored with a quarantine item,
+// well under DynamoDB's 400 KB item limit (a MODIFY carries two images).
+const maxQuarantineRecord = 64 << 10
+
+func isTruncated(item map[string]ddbtypes.AttributeValue) bool {
+	_, ok := item["truncated"]
+	return ok
+}
+
+func (p *Processor) quarantineItem(c *change, truncate bool) map[string]ddbtypes.AttributeValue {
+	now := p.now().Format(time.RFC3339Nano)
+	r := c.rec
+	item := keyAV(aggregates.QuarantineKey(r.EventID))
+	item[attrEntityType] = strAV(aggregates.EntityQuarantine)
+	item["GSI1PK"] = strAV(aggregates.QuarantineIndexPK)
+	item["GSI1SK"] = strAV(now + "#" + r.EventID)
+	item["eventID"] = strAV(r.EventID)
+	item["eventName"] = strAV(r.EventName)
+	item[attrSequenceNumber] = strAV(r.SequenceNumber)
+	item["streamArn"] = strAV(r.StreamARN)
+	item["reason"] = strAV(string(c.invalid.Reason))
+	item["detail"] = strAV(c.invalid.Error())
+	if c.invalid.Field != "" {
+		item["field"] = strAV(c.invalid.Field)
+	}
+	item["quarantinedAt"] = strAV(now)
+	raw, err := recordJSON(r)
+	if err != nil {
+		raw, truncate = fmt.Sprintf(`{"encodeError":%q}`, err.Error()), true
+	}
+	if truncate || len(raw) > maxQuarantineRecord {
+		item["truncated"] = &ddbtypes.AttributeValueMemberBOOL{Value: true}
+		item["recordBytes"] = intAV(int64(len(raw)))
+		keys, _ := json.Marshal(map[string]any{"eventID": r.EventID, "sequenceNumber": r.SequenceNumber})
+		if k, err := recordKeysJSON(r); err == nil {
+			keys = k
+		}
+		raw = string(keys)
+	}
+	item["record"] = strAV(raw)
+	return item
+}
+
+func recordJSON(r *Record) (string, error) {
+	ev, err := ToLambda(*r)
+	if err != nil {
+		return "", err
+	}
+	b, err := json.Marshal(ev)
+	return string(b), err
+}
+
+func recordKeysJSON(r *Record) ([]byte, error) {
+	short := *r
+	short.OldImage, short.NewImage = nil, nil
+	ev, err := ToLambda(short)
+	if err != nil {
+		return nil, err
+	}
+	return json.Marshal(ev)
+}
+
+// getItem reads one item with a consistent read; nil when absent.
+func (p *Processor) getItem(ctx context.Context, k aggregates.Key) (map[string]ddbtypes.AttributeValue, error) {
+	var item map[string]ddbtypes.AttributeValue
+	err := p.retry(ctx, "GetItem", func(ctx context.Context) error {
+		out, err := p.api.GetItem(ctx, &dynamodb.GetItemInput{TableName: &p.cfg.Table, Key: keyAV(k), ConsistentRead: aws.Bool(true)})
+		if err != nil {
+			return err
+		}
+		item = out.Item
+		return nil
+	})
+	return item, err
+}

@@ -1,0 +1,105 @@
+package processor_test
+
+import (
+	"context"
+	"net/http"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodbstreams"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/stretchr/testify/require"
+
+	"github.com/ledger-dev/ledger/infra"
+	"github.com/ledger-dev/ledger/infra/ddblocal"
+	"github.com/ledger-dev/ledger/processor"
+	"github.com/ledger-dev/ledger/processor/processortest"
+)
+
+func TestMain(m *testing.M) { ddblocal.Main(m) }
+
+// DynamoDB Local slows writes to tables created after its stream holds many
+// records, so the package creates all its tables before any test writes.
+const tablePoolSize = 24
+
+var (
+	poolOnce sync.Once
+	poolMu   sync.Mutex
+	pool     []string
+)
+
+func newTableName(t testing.TB) string {
+	t.Helper()
+	poolOnce.Do(func() {
+		c := ddblocal.Client(t)
+		for i := 0; i < tablePoolSize; i++ {
+			pool = append(pool, ddblocal.NewTable(t, c))
+		}
+	})
+	poolMu.Lock()
+	defer poolMu.Unlock()
+	require.NotEmpty(t, pool, "table pool exhausted: raise tablePoolSize")
+	name := pool[0]
+	pool = pool[1:]
+	return name
+}
+
+// env is one fresh table on the package's DynamoDB Local with clients.
+type env struct {
+	ddb       *dynamodb.Client
+	streams   *dynamodbstreams.Client
+	table     string
+	streamARN string
+	faults    *processortest.FaultTransport
+	faulty    *dynamodb.Client // goes through faults
+}
+
+func newEnv(t testing.TB) *env {
+	t.Helper()
+	e := &env{ddb: ddblocal.Client(t), faults: &processortest.FaultTransport{}}
+	e.table = newTableName(t)
+	e.streams = dynamodbstreams.NewFromConfig(ddblocal.Config(t))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	info, err := infra.DescribeTable(ctx, e.ddb, e.table)
+	require.NoError(t, err)
+	e.streamARN = info.StreamARN
+	require.NotEmpty(t, e.streamARN)
+	e.faulty = dynamodb.NewFromConfig(ddblocal.Config(t, infra.WithTransportWrapper(func(next http.RoundTripper) http.RoundTripper {
+		e.faults.Next = next
+		return e.faults
+	})), func(o *dynamodb.Options) { o.RetryMaxAttempts = 1 })
+	return e
+}
+
+func (e *env) processor(t testing.TB, reg prometheus.Registerer, api processor.DynamoDB) *processor.Processor {
+	t.Helper()
+	if api == nil {
+		api = e.ddb
+	}
+	p, err := processor.New(api, processor.Config{Table: e.table, BaseBackoff: time.Millisecond, MaxBackoff: 20 * time.Millisecond}, processor.NewMetrics(reg))
+	require.NoError(t, err)
+	return p
+}
+
+// records reads every record of the env's stream, in order (DynamoDB Local
+// has a single shard).
+func (e *env) records(t testing.TB) (shard string, recs []processor.Record) {
+	t.Helper()
+	shards, err := processortest.ReadAll(context.Background(), e.streams, e.streamARN, nil)
+	require.NoError(t, err)
+	require.Len(t, shards, 1, "DynamoDB Local has one shard")
+	return shards[0].ID, shards[0].Records
+}
+
+func (e *env) requireReconciled(t testing.TB) processor.ReconcileStats {
+	t.Helper()
+	diffs, stats, err := processor.Reconcile(context.Background(), e.ddb, e.table, processor.Scope{})
+	require.NoError(t, err)
+	for _, d := range diffs {
+		t.Errorf("reconcile difference: %s", d)
+	}
+	return stats
+}

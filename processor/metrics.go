@@ -1,0 +1,123 @@
+package processor
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Metric names and labels are part of ledger's interface: dashboards and
+// alarms depend on them. They are all defined here and documented in the
+// README's metrics table; the Lambda derives its Embedded Metric Format lines
+// from the same collectors.
+const namespace = "ledger"
+
+// Label values of ledger_records_total{outcome}.
+const (
+	OutcomeApplied     = "applied"     // a transaction record whose delta was committed (possibly zero)
+	OutcomeDuplicate   = "duplicate"   // already committed by an earlier delivery; skipped
+	OutcomeQuarantined = "quarantined" // a transaction record with an invalid new image or a bad shape
+	OutcomeIgnored     = "ignored"     // not a transaction item (reports, markers, checkpoints, …)
+)
+
+// Label values of ledger_aggregate_conflicts_total{reason}.
+const (
+	ConflictDuplicate           = "duplicate"            // a run's guard was already claimed: records skipped
+	ConflictConditionFailed     = "condition_failed"     // a report's shape changed under us: shapes re-read, run retried
+	ConflictTransactionConflict = "transaction_conflict" // another transaction held an item: retried with backoff
+	ConflictShortRedelivery     = "short_redelivery"     // a Lambda batch ended inside a committed run (see docs/exactly-once.md)
+)
+
+// Metrics are the processor's Prometheus collectors. Create them once per
+// process with NewMetrics and share them between processors.
+type Metrics struct {
+	IteratorAge   *prometheus.GaugeVec   // ledger_stream_iterator_age_seconds{shard}
+	Lag           prometheus.Histogram   // ledger_stream_lag_seconds
+	Records       *prometheus.CounterVec // ledger_records_total{event,outcome}
+	Conflicts     *prometheus.CounterVec // ledger_aggregate_conflicts_total{reason}
+	Retries       *prometheus.CounterVec // ledger_dynamodb_retries_total{operation,reason}
+	Throttles     *prometheus.CounterVec // ledger_dynamodb_throttles_total{operation}
+	Quarantined   *prometheus.CounterVec // ledger_quarantined_records_total{reason}
+	BatchSize     prometheus.Histogram   // ledger_batch_records
+	BatchDuration prometheus.Histogram   // ledger_batch_duration_seconds
+	Commits       *prometheus.CounterVec // ledger_commits_total{outcome}
+	WriteRequests *prometheus.CounterVec // ledger_dynamodb_write_requests_total{operation}
+	WriteUnits    *prometheus.CounterVec // ledger_dynamodb_write_units_total{operation}
+}
+
+// NewMetrics creates the collectors and registers them with reg (a fresh
+// prometheus.NewRegistry() in tests; never the global default in library
+// code). reg may be nil to create unregistered collectors.
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	m := &Metrics{
+		IteratorAge: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: namespace, Subsystem: "stream", Name: "iterator_age_seconds",
+			Help: "Age of the newest record read from each shard when it was read: how far the consumer is behind the stream.",
+		}, []string{"shard"}),
+		Lag: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Namespace: namespace, Subsystem: "stream", Name: "lag_seconds",
+			Help:    "Time from a transaction's write (its updatedAt, else the record's ApproximateCreationDateTime) to the commit of its report delta.",
+			Buckets: []float64{0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 120, 300, 900, 3600},
+		}),
+		Records: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Name: "records_total",
+			Help: "Stream records processed, by event (INSERT, MODIFY, REMOVE, UNKNOWN) and outcome (applied, duplicate, quarantined, ignored).",
+		}, []string{"event", "outcome"}),
+		Conflicts: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Subsystem: "aggregate", Name: "conflicts_total",
+			Help: "Commit conflicts by reason: duplicate (already applied, skipped), condition_failed (report shape changed), transaction_conflict (retried), short_redelivery.",
+		}, []string{"reason"}),
+		Retries: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Subsystem: "dynamodb", Name: "retries_total",
+			Help: "DynamoDB calls retried by the processor after a retryable error, by operation and reason (throttle, server, network, conflict).",
+		}, []string{"operation", "reason"}),
+		Throttles: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Subsystem: "dynamodb", Name: "throttles_total",
+			Help: "DynamoDB calls throttled, by operation.",
+		}, []string{"operation"}),
+		Quarantined: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Name: "quarantined_records_total",
+			Help: "Records written to quarantine, by validation reason.",
+		}, []string{"reason"}),
+		BatchSize: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Namespace: namespace, Name: "batch_records",
+			Help:    "Records per processed batch.",
+			Buckets: []float64{1, 10, 50, 100, 250, 500, 1000, 2500, 10000},
+		}),
+		BatchDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Namespace: namespace, Name: "batch_duration_seconds",
+			Help:    "Time to process one batch, decode to last commit.",
+			Buckets: prometheus.ExponentialBuckets(0.005, 2, 14),
+		}),
+		Commits: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Name: "commits_total",
+			Help: "Commit runs (one TransactWriteItems each), by outcome (committed, duplicate, failed).",
+		}, []string{"outcome"}),
+		WriteRequests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Subsystem: "dynamodb", Name: "write_requests_total",
+			Help: "DynamoDB write requests sent by the processor (attempts included), by operation.",
+		}, []string{"operation"}),
+		WriteUnits: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Subsystem: "dynamodb", Name: "write_units_total",
+			Help: "Write capacity units DynamoDB reported as consumed, by operation (DynamoDB Local reports transactional writes once; AWS bills and reports them twice).",
+		}, []string{"operation"}),
+	}
+	for _, ev := range []string{"INSERT", "MODIFY", "REMOVE", "UNKNOWN"} {
+		for _, o := range []string{OutcomeApplied, OutcomeDuplicate, OutcomeQuarantined, OutcomeIgnored} {
+			m.Records.WithLabelValues(ev, o)
+		}
+	}
+	for _, r := range []string{ConflictDuplicate, ConflictConditionFailed, ConflictTransactionConflict, ConflictShortRedelivery} {
+		m.Conflicts.WithLabelValues(r)
+	}
+	for _, o := range []string{"committed", "duplicate", "failed"} {
+		m.Commits.WithLabelValues(o)
+	}
+	if reg != nil {
+		reg.MustRegister(m.collectors()...)
+	}
+	return m
+}
+
+func (m *Metrics) collectors() []prometheus.Collector {
+	return []prometheus.Collector{m.IteratorAge, m.Lag, m.Records, m.Conflicts, m.Retries, m.Throttles,
+		m.Quarantined, m.BatchSize, m.BatchDuration, m.Commits, m.WriteRequests, m.WriteUnits}
+}

@@ -1,0 +1,224 @@
+// Package processor turns DynamoDB stream records into exactly-once report
+// commits: it decodes records from Lambda events or the Streams API into one
+// Record type, validates and folds them, quarantines what cannot be valid,
+// and commits each run of records in one TransactWriteItems together with a
+// guard that makes redelivery harmless. docs/exactly-once.md is the argument.
+package processor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+)
+
+// DynamoDB is the part of the DynamoDB API the processor calls.
+type DynamoDB interface {
+	GetItem(ctx context.Context, in *dynamodb.GetItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.GetItemOutput, error)
+	BatchGetItem(ctx context.Context, in *dynamodb.BatchGetItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.BatchGetItemOutput, error)
+	PutItem(ctx context.Context, in *dynamodb.PutItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.PutItemOutput, error)
+	TransactWriteItems(ctx context.Context, in *dynamodb.TransactWriteItemsInput, opts ...func(*dynamodb.Options)) (*dynamodb.TransactWriteItemsOutput, error)
+}
+
+// Config configures a Processor. Zero fields take the documented defaults.
+type Config struct {
+	// Table is the DynamoDB table holding transactions and reports. Required.
+	Table string
+	// MaxAttempts bounds the attempts of every DynamoDB call, commits
+	// included (default 10).
+	MaxAttempts int
+	// BaseBackoff and MaxBackoff shape the exponential backoff with full
+	// jitter between attempts (defaults 25ms and 3s).
+	BaseBackoff, MaxBackoff time.Duration
+	// MaxItemsPerRun bounds the report items one commit transaction updates
+	// (default and maximum 99: TransactWriteItems takes 100 actions, one is
+	// the guard).
+	MaxItemsPerRun int
+	// MaxEntriesPerItem bounds the breakdown entries one report update
+	// changes, keeping its expressions under DynamoDB's 4 KB limit (default
+	// and maximum 20).
+	MaxEntriesPerItem int
+	// MarkerTTL is how long run markers live (default 7 days; it must exceed
+	// the stream's 24-hour retention).
+	MarkerTTL time.Duration
+	// ShapeCacheSize bounds the report shapes kept in memory (default 50,000).
+	ShapeCacheSize int
+	// Now is the clock (default time.Now).
+	Now func() time.Time
+}
+
+func (c Config) withDefaults() (Config, error) {
+	if c.Table == "" {
+		return c, errors.New("processor config: table name is required")
+	}
+	def := func(v *int, d, max int) {
+		if *v <= 0 || *v > max {
+			*v = d
+		}
+	}
+	def(&c.MaxAttempts, 10, 1000)
+	def(&c.MaxItemsPerRun, 99, 99)
+	def(&c.MaxEntriesPerItem, 20, 20)
+	def(&c.ShapeCacheSize, 50000, 1<<30)
+	if c.BaseBackoff <= 0 {
+		c.BaseBackoff = 25 * time.Millisecond
+	}
+	if c.MaxBackoff <= 0 {
+		c.MaxBackoff = 3 * time.Second
+	}
+	if c.MarkerTTL <= 0 {
+		c.MarkerTTL = 7 * 24 * time.Hour
+	}
+	if c.MarkerTTL < 25*time.Hour {
+		return c, fmt.Errorf("processor config: marker TTL %s must exceed the stream's 24h retention", c.MarkerTTL)
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	return c, nil
+}
+
+// Processor applies batches of stream records to the reports exactly once.
+// It is safe for concurrent use by several goroutines, each with its own
+// Guard.
+type Processor struct {
+	api     DynamoDB
+	cfg     Config
+	metrics *Metrics
+	shapes  *shapeCache
+}
+
+// New returns a Processor writing to cfg.Table through api. metrics may be
+// nil (collectors are then created unregistered).
+func New(api DynamoDB, cfg Config, metrics *Metrics) (*Processor, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	if metrics == nil {
+		metrics = NewMetrics(nil)
+	}
+	return &Processor{api: api, cfg: cfg, metrics: metrics, shapes: newShapeCache(cfg.ShapeCacheSize)}, nil
+}
+
+func (p *Processor) now() time.Time { return p.cfg.Now().UTC() }
+
+// Metrics returns the processor's collectors.
+func (p *Processor) Metrics() *Metrics { return p.metrics }
+
+// Result says what one Process call did.
+type Result struct {
+	// Committed is how many leading records are done (applied, skipped,
+	// quarantined or ignored, and committed where they had an effect). When
+	// it is less than the batch length, the records from Committed on must be
+	// delivered again: name recs[Committed] as the first failure.
+	Committed int
+	// Per-outcome record counts.
+	Applied, Duplicates, Quarantined, Ignored int
+	// Runs is how many commit transactions landed.
+	Runs int
+}
+
+// BatchError is returned when a batch could not be committed completely. The
+// records before Index are committed; the source must redeliver from Index.
+type BatchError struct {
+	Index          int
+	EventID        string
+	SequenceNumber string
+	Err            error
+}
+
+func (e *BatchError) Error() string {
+	return fmt.Sprintf("batch not committed from record %d (event %s, sequence %s): %v", e.Index, e.EventID, e.SequenceNumber, e.Err)
+}
+
+func (e *BatchError) Unwrap() error { return e.Err }
+
+// Process applies one ordered batch of records from one shard (or one Lambda
+// event) exactly once, under the guard g. It is idempotent: processing the
+// same records again, or a batch that overlaps committed ones, changes no
+// report. Invalid transaction records are quarantined (never applied, never
+// lost) and do not stop the batch. On failure the error is a *BatchError
+// naming the first record not committed, and Result.Committed equals its
+// index.
+func (p *Processor) Process(ctx context.Context, g Guard, recs []Record) (Result, error) {
+	start := time.Now()
+	p.metrics.BatchSize.Observe(float64(len(recs)))
+	defer func() { p.metrics.BatchDuration.Observe(time.Since(start).Seconds()) }()
+
+	var res Result
+	changes := make([]change, len(recs))
+	for i := range recs {
+		changes[i] = classify(&recs[i])
+	}
+	fail := func(i int, err error) (Result, error) {
+		res.Committed = i
+		if i >= len(recs) {
+			return res, err
+		}
+		return res, &BatchError{Index: i, EventID: recs[i].EventID, SequenceNumber: recs[i].SequenceNumber, Err: err}
+	}
+
+	done := 0   // records before done are finished
+	stalls := 0 // guard conflicts in a row that skipped nothing
+	for done < len(recs) {
+		n, redeliver, err := g.committed(ctx, recs[done:])
+		if n > 0 {
+			p.count(changes[done:done+n], OutcomeDuplicate)
+			res.Duplicates += n
+			done += n
+		}
+		if err != nil {
+			return fail(done, err)
+		}
+		if redeliver {
+			res.Committed = done
+			return res, nil
+		}
+		if done == len(recs) {
+			break
+		}
+		if err := p.quarantine(ctx, changes[done:]); err != nil {
+			return fail(done, err)
+		}
+		advanced, err := p.commitRuns(ctx, g, changes[done:], &res)
+		done += advanced
+		if errors.Is(err, errGuardTaken) {
+			// Someone committed part of what we hold: re-read the guard. A
+			// guard that keeps failing without showing progress is a bug or
+			// a consumer racing us forever; give up after MaxAttempts.
+			if stalls++; advanced == 0 && n == 0 && stalls > p.cfg.MaxAttempts {
+				return fail(done, fmt.Errorf("guard conflict without progress %d times: %w", stalls, err))
+			}
+			continue
+		}
+		stalls = 0
+		if err != nil {
+			return fail(done, err)
+		}
+	}
+	res.Committed = len(recs)
+	return res, nil
+}
+
+// count adds the records of changes to ledger_records_total under outcome,
+// except for non-transaction records, which always count as ignored.
+func (p *Processor) count(changes []change, outcome string) {
+	for i := range changes {
+		o := outcome
+		if !changes[i].isTxn {
+			o = OutcomeIgnored
+		}
+		p.metrics.Records.WithLabelValues(eventLabel(changes[i].rec.EventName), o).Inc()
+	}
+}
+
+func eventLabel(name string) string {
+	switch name {
+	case "INSERT", "MODIFY", "REMOVE":
+		return name
+	}
+	return "UNKNOWN"
+}

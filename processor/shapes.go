@@ -1,0 +1,159 @@
+package processor
+
+import (
+	"context"
+	"fmt"
+	"sync"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	ddbtypes "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/ledger-dev/ledger/aggregates"
+)
+
+// shape is what a report update needs to know of its item: which breakdown
+// maps exist and which entries they hold. It is never the figures: those are
+// only ever changed additively by DynamoDB.
+type shape struct {
+	present [3]bool
+	entries [3]map[string]bool
+}
+
+// shapeCache remembers report shapes between commits so that a steady stream
+// reads nothing; a stale shape only costs a cancelled transaction (its
+// conditions fail) and a re-read. Shapes are immutable once stored.
+type shapeCache struct {
+	mu  sync.Mutex
+	m   map[aggregates.Key]*shape
+	max int
+}
+
+func newShapeCache(max int) *shapeCache { return &shapeCache{m: map[aggregates.Key]*shape{}, max: max} }
+
+func (c *shapeCache) forget(k aggregates.Key) {
+	c.mu.Lock()
+	delete(c.m, k)
+	c.mu.Unlock()
+}
+
+func (c *shapeCache) store(k aggregates.Key, s *shape) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.m) >= c.max {
+		clear(c.m) // crude but bounded: the next commits re-read what they need
+	}
+	c.m[k] = s
+}
+
+// applied records the shape of k after a committed delta.
+func (c *shapeCache) applied(k aggregates.Key, before *shape, delta *aggregates.Report) {
+	after := &shape{present: before.present}
+	for _, d := range aggregates.Dimensions {
+		if len(delta.Breakdowns[d]) == 0 {
+			after.entries[d] = before.entries[d]
+			continue
+		}
+		after.present[d] = true
+		after.entries[d] = make(map[string]bool, len(before.entries[d])+len(delta.Breakdowns[d]))
+		for n := range before.entries[d] {
+			after.entries[d][n] = true
+		}
+		for n := range delta.Breakdowns[d] {
+			after.entries[d][n] = true
+		}
+	}
+	c.store(k, after)
+}
+
+// get returns the shapes of keys, reading the ones not cached with one
+// consistent BatchGetItem per 100 keys.
+func (c *shapeCache) get(ctx context.Context, p *Processor, keys []aggregates.ReportKey) (map[aggregates.Key]*shape, error) {
+	out := make(map[aggregates.Key]*shape, len(keys))
+	var missing []aggregates.Key
+	c.mu.Lock()
+	for _, rk := range keys {
+		k := rk.Key()
+		if s, ok := c.m[k]; ok {
+			out[k] = s
+		} else {
+			missing = append(missing, k)
+		}
+	}
+	c.mu.Unlock()
+	for len(missing) > 0 {
+		n := min(len(missing), 100)
+		read, err := p.readShapes(ctx, missing[:n])
+		if err != nil {
+			return nil, err
+		}
+		for k, s := range read {
+			out[k] = s
+			c.store(k, s)
+		}
+		missing = missing[n:]
+	}
+	return out, nil
+}
+
+func (p *Processor) readShapes(ctx context.Context, keys []aggregates.Key) (map[aggregates.Key]*shape, error) {
+	req := make([]map[string]ddbtypes.AttributeValue, len(keys))
+	for i, k := range keys {
+		req[i] = keyAV(k)
+	}
+	out := make(map[aggregates.Key]*shape, len(keys))
+	for _, k := range keys {
+		out[k] = &shape{} // absent unless read back
+	}
+	pending := map[string]ddbtypes.KeysAndAttributes{p.cfg.Table: {
+		Keys:                     req,
+		ConsistentRead:           aws.Bool(true),
+		ProjectionExpression:     aws.String("#pk, #sk, #b0, #b1, #b2"),
+		ExpressionAttributeNames: map[string]string{"#pk": attrPK, "#sk": attrSK, "#b0": reportNames["#b0"], "#b1": reportNames["#b1"], "#b2": reportNames["#b2"]},
+	}}
+	for attempt := 1; len(pending) > 0; attempt++ {
+		var resp *dynamodb.BatchGetItemOutput
+		err := p.retry(ctx, "BatchGetItem", func(ctx context.Context) error {
+			var err error
+			resp, err = p.api.BatchGetItem(ctx, &dynamodb.BatchGetItemInput{RequestItems: pending})
+			return err
+		})
+		if err != nil {
+			return nil, fmt.Errorf("read report shapes: %w", err)
+		}
+		for _, item := range resp.Responses[p.cfg.Table] {
+			pk, _ := stringAttr(item, attrPK)
+			sk, _ := stringAttr(item, attrSK)
+			out[aggregates.Key{PK: pk, SK: sk}] = shapeOf(item)
+		}
+		pending = resp.UnprocessedKeys
+		if len(pending) > 0 {
+			if attempt >= p.cfg.MaxAttempts {
+				return nil, fmt.Errorf("read report shapes: keys still unprocessed after %d attempts", attempt)
+			}
+			p.countRetry("BatchGetItem", classThrottle)
+			if err := sleep(ctx, p.backoff(attempt)); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return out, nil
+}
+
+func shapeOf(item map[string]ddbtypes.AttributeValue) *shape {
+	s := &shape{}
+	for _, d := range aggregates.Dimensions {
+		v, ok := item[d.Attribute()]
+		if !ok {
+			continue
+		}
+		s.present[d] = true
+		if m, ok := v.(*ddbtypes.AttributeValueMemberM); ok {
+			s.entries[d] = make(map[string]bool, len(m.Value))
+			for n := range m.Value {
+				s.entries[d][n] = true
+			}
+		}
+	}
+	return s
+}
