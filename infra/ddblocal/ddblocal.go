@@ -169,9 +169,10 @@ func start(ctx context.Context, java, jar string, port int, opts Options) (*Inst
 	return in, nil
 }
 
-// waitReady polls the endpoint until any HTTP response comes back. An
-// unsigned GET gets a 400 from DynamoDB Local, which is enough to know it
-// is serving.
+// waitReady polls the endpoint until DynamoDB Local answers. An unsigned
+// GET gets a 400 MissingAuthenticationToken from it, which is enough to
+// know it is serving; the x-amzn-RequestId header tells it apart from
+// another server that holds the port.
 func (in *Instance) waitReady(ctx context.Context, timeout time.Duration) error {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
@@ -187,15 +188,19 @@ func (in *Instance) waitReady(ctx context.Context, timeout time.Duration) error 
 		if err == nil {
 			_, _ = io.Copy(io.Discard, resp.Body)
 			_ = resp.Body.Close()
+			if resp.Header.Get("x-amzn-RequestId") == "" {
+				return fmt.Errorf("%w: something else answers there (%s, server %q)", errPortInUse, resp.Status, resp.Header.Get("Server"))
+			}
 			return nil
+		}
+		// A JVM that failed to bind lingers for seconds before it exits:
+		// do not wait for it.
+		if msg := in.stderr.String(); strings.Contains(msg, "java.net.BindException") {
+			return fmt.Errorf("%w: %s", errPortInUse, orNothing(msg))
 		}
 		select {
 		case <-in.proc.done:
-			msg := in.stderr.String()
-			if strings.Contains(msg, "Address already in use") || strings.Contains(msg, "BindException") {
-				return fmt.Errorf("%w: %s", errPortInUse, msg)
-			}
-			return fmt.Errorf("process exited before answering: %v; stderr: %s", in.proc.err, orNothing(msg))
+			return fmt.Errorf("process exited before answering: %v; stderr: %s", in.proc.err, orNothing(in.stderr.String()))
 		case <-ctx.Done():
 			return fmt.Errorf("not answering after %s: %w; stderr: %s", timeout, ctx.Err(), orNothing(in.stderr.String()))
 		case <-tick.C:
@@ -245,6 +250,9 @@ func (in *Instance) shutdown() error {
 	// Anything left in its process group (there should be nothing) goes too.
 	return errors.Join(err, in.proc.kill())
 }
+
+// Pid is the JVM's process id, which is also its process group id.
+func (in *Instance) Pid() int { return in.proc.pid() }
 
 // Done is closed when the process has exited, for whatever reason.
 func (in *Instance) Done() <-chan struct{} { return in.proc.done }
@@ -312,11 +320,22 @@ func orDefault(d, def time.Duration) time.Duration {
 	return def
 }
 
+// orNothing prepares captured stderr for an error message: Java stack
+// frames are dropped (the exception lines say what happened), and empty
+// output says so.
 func orNothing(s string) string {
-	if s = strings.TrimSpace(s); s == "" {
+	var keep []string
+	for line := range strings.Lines(s) {
+		trimmed := strings.TrimSpace(line)
+		if trimmed == "" || strings.HasPrefix(trimmed, "at ") || (strings.HasPrefix(trimmed, "... ") && strings.HasSuffix(trimmed, " more")) {
+			continue
+		}
+		keep = append(keep, trimmed)
+	}
+	if len(keep) == 0 {
 		return "(nothing)"
 	}
-	return s
+	return strings.Join(keep, " | ")
 }
 
 // tail keeps the last max bytes written to it.

@@ -16,5 +16,6 @@ func startProcess(*exec.Cmd) (*process, error) {
 	return nil, errors.New("running DynamoDB Local is only supported on unix systems")
 }
 
+func (p *process) pid() int         { return 0 }
 func (p *process) terminate() error { return nil }
 func (p *process) kill() error      { return nil }

