@@ -74,7 +74,9 @@ func intAV(n int64) *ddbtypes.AttributeValueMemberN {
 	return &ddbtypes.AttributeValueMemberN{Value: strconv.FormatInt(n, 10)}
 }
 
-func strAV(s string) *ddbtypes.AttributeValueMemberS { return &ddbtypes.AttributeValueMemberS{Value: s} }
+func strAV(s string) *ddbtypes.AttributeValueMemberS {
+	return &ddbtypes.AttributeValueMemberS{Value: s}
+}
 
 func keyAV(k aggregates.Key) map[string]ddbtypes.AttributeValue {
 	return map[string]ddbtypes.AttributeValue{attrPK: strAV(k.PK), attrSK: strAV(k.SK)}

@@ -1,0 +1,320 @@
+package processor_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/ledger-dev/ledger/processor"
+	"github.com/ledger-dev/ledger/processor/processortest"
+)
+
+// seeds returns the seeds of the randomized tests: $LEDGER_SEEDS (comma
+// separated) or a fixed set, so CI runs several and a failure can be replayed.
+func seeds(t *testing.T) []uint64 {
+	if v := os.Getenv("LEDGER_SEEDS"); v != "" {
+		var out []uint64
+		for _, f := range strings.Split(v, ",") {
+			s, err := strconv.ParseUint(strings.TrimSpace(f), 10, 64)
+			require.NoError(t, err, "LEDGER_SEEDS")
+			out = append(out, s)
+		}
+		return out
+	}
+	if testing.Short() {
+		return []uint64{1}
+	}
+	return []uint64{1, 2, 3}
+}
+
+// chaos injects faults into the env's transport: lost answers and dropped
+// requests at random, and "crashes": after a countdown every call fails until
+// the consumer restarts, as if the process died between two DynamoDB calls.
+type chaos struct {
+	mu        sync.Mutex
+	rng       *rand.Rand
+	lose      float64 // probability a write's answer is lost after it landed
+	drop      float64 // probability a request fails before reaching DynamoDB
+	countdown int     // calls until the crash; 0 = no crash armed
+	crashed   bool
+	injected  map[string]int
+}
+
+func (c *chaos) decide(op string) processortest.Fault {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.crashed {
+		return processortest.Drop
+	}
+	if c.countdown > 0 {
+		if c.countdown--; c.countdown == 0 {
+			c.crashed = true
+			c.injected["crash"]++
+			return processortest.Drop
+		}
+	}
+	write := op == "TransactWriteItems" || op == "PutItem"
+	switch r := c.rng.Float64(); {
+	case write && r < c.lose:
+		c.injected["lose_"+op]++
+		return processortest.LoseAnswer
+	case r < c.lose+c.drop:
+		c.injected["drop"]++
+		return processortest.Drop
+	}
+	return processortest.Pass
+}
+
+// armCrash makes the process "die" after a random number of calls.
+func (c *chaos) armCrash(max int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.countdown = 1 + c.rng.IntN(max)
+	c.crashed = false
+}
+
+// restart is the process coming back: calls work again.
+func (c *chaos) restart() (crashed bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	crashed = c.crashed
+	c.crashed, c.countdown = false, 0
+	return crashed
+}
+
+func TestExactlyOnce_RandomizedDeliveryWithFaults(t *testing.T) {
+	for _, seed := range seeds(t) {
+		for _, mode := range []string{"shard", "marker"} {
+			t.Run(fmt.Sprintf("%s/seed=%d", mode, seed), func(t *testing.T) {
+				t.Parallel()
+				runRandomized(t, mode, seed)
+			})
+		}
+	}
+}
+
+func runRandomized(t *testing.T, mode string, seed uint64) {
+	ctx := context.Background()
+	e := newEnv(t)
+	rng := rand.New(rand.NewPCG(seed, 7))
+	ch := &chaos{rng: rand.New(rand.NewPCG(seed, 11)), lose: 0.08, drop: 0.04, injected: map[string]int{}}
+	e.faults.Decide = ch.decide
+	w := processortest.NewWorkload(seed)
+
+	var all []processor.Record
+	stats := map[string]int{}
+	for phase := 0; phase < 2; phase++ {
+		// Writes go on between phases; the second phase also sees the
+		// consumers' own report and marker writes come back as records.
+		require.NoError(t, w.Run(ctx, e.ddb, e.table, 1200))
+		_, recs := e.records(t)
+		fresh := recs[len(all):]
+		all = recs
+		switch mode {
+		case "shard":
+			deliverShard(t, e, rng, ch, all, len(all)-len(fresh), stats)
+		case "marker":
+			deliverMarker(t, e, rng, ch, all, len(all)-len(fresh), stats)
+		}
+	}
+
+	// Drain: a clean consumer goes over everything once more; all of it must
+	// be recognised as committed.
+	e.faults.Decide = nil
+	p := e.processor(t, nil, e.faulty)
+	var g processor.Guard = p.MarkerGuard()
+	if mode == "shard" {
+		g = p.ShardGuard(e.streamARN, shardOf(t, e))
+	}
+	if mode == "shard" {
+		res, err := p.Process(ctx, g, all)
+		require.NoError(t, err)
+		assert.Equal(t, len(all), res.Committed)
+		assert.Zero(t, res.Applied, "a full redelivery after the drain must apply nothing")
+	}
+	rs := e.requireReconciled(t)
+	assert.Equal(t, w.Live(), rs.Transactions)
+	t.Logf("seed %d %s: %d records, %d live transactions (%d invalid); workload %v; delivery %v; faults %v",
+		seed, mode, len(all), rs.Transactions, rs.Invalid, w.Counts, stats, ch.injected)
+}
+
+// batchSize draws a batch size: mostly small batches (many cuts, many
+// commits to break), sometimes large ones (many runs per batch).
+func batchSize(rng *rand.Rand) int {
+	if rng.IntN(4) == 0 {
+		return 1 + rng.IntN(400)
+	}
+	return 1 + rng.IntN(40)
+}
+
+func shardOf(t *testing.T, e *env) string {
+	shard, _ := e.records(t)
+	return shard
+}
+
+// deliverMarker plays an event source mapping in front of a standard-mode
+// Lambda: random batch sizes from its position; partial failures resume at
+// the record the handler named; whole-batch failures (crashes) retry from the
+// batch start; duplicate invocations of a delivered batch; rewinds to an
+// earlier batch start (a lost ESM checkpoint) with longer or shorter batches.
+func deliverMarker(t *testing.T, e *env, rng *rand.Rand, ch *chaos, recs []processor.Record, from int, stats map[string]int) {
+	ctx := context.Background()
+	p := e.processor(t, nil, e.faulty)
+	pos := from
+	starts := []int{}
+	if from > 0 {
+		starts = append(starts, from)
+	}
+	invoke := func(start, size int) (processor.Result, error) {
+		end := min(start+size, len(recs))
+		batch := append([]processor.Record(nil), recs[start:end]...)
+		return p.Process(ctx, p.MarkerGuard(), batch)
+	}
+	for steps := 0; pos < len(recs); steps++ {
+		require.Less(t, steps, 20000, "delivery does not progress")
+		switch r := rng.IntN(100); {
+		case r < 6 && len(starts) > 0:
+			// Duplicate invocation of an already delivered batch; its
+			// outcome is ignored by the ESM.
+			s := starts[rng.IntN(len(starts))]
+			_, _ = invoke(s, batchSize(rng))
+			stats["duplicate_invocation"]++
+			ch.restart()
+			continue
+		case r < 10 && len(starts) > 0:
+			// The ESM lost its checkpoint and rewinds to an earlier start.
+			pos = starts[rng.IntN(len(starts))]
+			stats["rewind"]++
+		case r < 16:
+			ch.armCrash(12)
+		}
+		starts = append(starts, pos)
+		size := batchSize(rng)
+		res, err := invoke(pos, size)
+		if ch.restart() {
+			// The process died mid-invocation: the ESM retries the whole
+			// batch, on a fresh process.
+			stats["crash"]++
+			p = e.processor(t, nil, e.faulty)
+			continue
+		}
+		var be *processor.BatchError
+		if err != nil && !errors.As(err, &be) {
+			require.NoError(t, err)
+		}
+		if err != nil {
+			stats["partial_failure"]++
+		} else if res.Committed < min(size, len(recs)-pos) {
+			stats["alias_redelivery"]++
+		}
+		pos += res.Committed
+	}
+}
+
+// deliverShard plays one or two pollers over the shard: random batch cuts,
+// restarts from any older position (with the origin the iterator was opened
+// at), attempts to open after the checkpoint (which the guard must refuse),
+// crashes between any two calls, and phases where two consumers read the
+// same shard concurrently.
+func deliverShard(t *testing.T, e *env, rng *rand.Rand, ch *chaos, recs []processor.Record, from int, stats map[string]int) {
+	ctx := context.Background()
+	shard := shardOf(t, e)
+	type consumer struct {
+		p   *processor.Processor
+		g   *processor.ShardGuard
+		pos int
+	}
+	open := func(pos int) *consumer {
+		p := e.processor(t, nil, e.faulty)
+		c := &consumer{p: p, g: p.ShardGuard(e.streamARN, shard), pos: pos}
+		if pos > 0 {
+			c.g.SetOrigin(recs[pos-1].SequenceNumber)
+		}
+		return c
+	}
+	checkpointIndex := func() int {
+		cp, err := e.processor(t, nil, nil).ShardGuard(e.streamARN, shard).Checkpoint(ctx)
+		require.NoError(t, err)
+		i := 0
+		for i < len(recs) && cp != "" && processor.CompareSequence(recs[i].SequenceNumber, cp) <= 0 {
+			i++
+		}
+		return i
+	}
+	c := open(from)
+	for steps := 0; ; steps++ {
+		require.Less(t, steps, 20000, "delivery does not progress")
+		if c.pos >= len(recs) {
+			break
+		}
+		switch r := rng.IntN(100); {
+		case r < 5:
+			// Restart from an older position: the trim horizon or anywhere
+			// at or before the checkpoint.
+			c = open(rng.IntN(checkpointIndex() + 1))
+			stats["restart_old"]++
+		case r < 7:
+			// Open after the checkpoint: records in between were never
+			// read; the guard must refuse to commit.
+			cp := checkpointIndex()
+			if cp+2 < len(recs) {
+				bad := open(cp + 2)
+				_, err := bad.p.Process(ctx, bad.g, recs[bad.pos:min(bad.pos+10, len(recs))])
+				require.ErrorIs(t, err, processor.ErrGap)
+				stats["gap_refused"]++
+			}
+		case r < 10:
+			// Two pollers on the shard at once, from the same checkpoint.
+			cp := checkpointIndex()
+			var wg sync.WaitGroup
+			var failures atomic.Int64
+			for i := 0; i < 2; i++ {
+				wg.Add(1)
+				go func(seed uint64) {
+					defer wg.Done()
+					lr := rand.New(rand.NewPCG(seed, 3))
+					other := open(cp)
+					for k := 0; k < 5 && other.pos < len(recs); k++ {
+						end := min(other.pos+1+lr.IntN(200), len(recs))
+						res, err := other.p.Process(ctx, other.g, recs[other.pos:end])
+						other.pos += res.Committed
+						if err != nil {
+							failures.Add(1)
+							return
+						}
+					}
+				}(rng.Uint64())
+			}
+			wg.Wait()
+			stats["concurrent_pair"]++
+			stats["concurrent_failures"] += int(failures.Load())
+			c = open(checkpointIndex())
+			continue
+		case r < 16:
+			ch.armCrash(12)
+		}
+		end := min(c.pos+batchSize(rng), len(recs))
+		res, err := c.p.Process(ctx, c.g, recs[c.pos:end])
+		if ch.restart() {
+			stats["crash"]++
+			c = open(checkpointIndex())
+			continue
+		}
+		if err != nil {
+			var be *processor.BatchError
+			require.ErrorAs(t, err, &be)
+			stats["partial_failure"]++
+		}
+		c.pos += res.Committed
+	}
+}
