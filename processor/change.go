@@ -79,3 +79,11 @@ func classify(r *Record) change {
 	}
 	return c
 }
+
+// Transactions returns the valid transactions of a record's old and new
+// images (nil for an absent or invalid image, or a record that is not about
+// a transaction): the two sides of its delta.
+func Transactions(r Record) (old, new *aggregates.Transaction) {
+	c := classify(&r)
+	return c.old, c.new
+}

@@ -326,9 +326,13 @@ func (p *Processor) quarantine(ctx context.Context, changes []change) error {
 		item := p.quarantineItem(c, false)
 		err := p.retry(ctx, "PutItem", func(ctx context.Context) error {
 			p.metrics.WriteRequests.WithLabelValues("PutItem").Inc()
-			_, err := p.api.PutItem(ctx, &dynamodb.PutItemInput{
+			out, err := p.api.PutItem(ctx, &dynamodb.PutItemInput{
 				TableName: &p.cfg.Table, Item: item, ConditionExpression: aws.String("attribute_not_exists(PK)"),
+				ReturnConsumedCapacity: ddbtypes.ReturnConsumedCapacityTotal,
 			})
+			if err == nil && out.ConsumedCapacity != nil {
+				p.metrics.WriteUnits.WithLabelValues("PutItem").Add(aws.ToFloat64(out.ConsumedCapacity.CapacityUnits))
+			}
 			var ccf *ddbtypes.ConditionalCheckFailedException
 			if errors.As(err, &ccf) {
 				return nil // quarantined by an earlier delivery
