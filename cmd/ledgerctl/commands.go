@@ -1,0 +1,169 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/config"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+
+	"github.com/ledger-dev/ledger/infra"
+	"github.com/ledger-dev/ledger/processor"
+)
+
+// environment is what every command shares: the table, the environment and
+// the output streams.
+type environment struct {
+	table          string
+	getenv         func(string) string
+	stdout, stderr io.Writer
+	client         *dynamodb.Client
+}
+
+func (e *environment) dynamo(ctx context.Context) (*dynamodb.Client, error) {
+	if e.client != nil {
+		return e.client, nil
+	}
+	var opts []func(*config.LoadOptions) error
+	if ep := e.getenv("AWS_ENDPOINT_URL"); ep != "" {
+		opts = append(opts, config.WithBaseEndpoint(ep))
+	}
+	cfg, err := infra.LoadConfig(ctx, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("aws config: %w", err)
+	}
+	e.client = dynamodb.NewFromConfig(cfg)
+	return e.client, nil
+}
+
+func (e *environment) fail(err error) int {
+	fmt.Fprintf(e.stderr, "ledgerctl: %v\n", err)
+	return exitError
+}
+
+func (e *environment) flags(name, help string) *flag.FlagSet {
+	fs := flag.NewFlagSet("ledgerctl "+name, flag.ContinueOnError)
+	fs.SetOutput(e.stderr)
+	fs.Usage = func() {
+		fmt.Fprintf(e.stderr, "usage: ledgerctl %s [flags]\n\n%s\n", name, help)
+		fs.PrintDefaults()
+	}
+	return fs
+}
+
+func (e *environment) tableCreate(ctx context.Context, args []string) int {
+	fs := e.flags("table create", "Creates the table named by LEDGER_TABLE with ledger's keys, indexes, stream\n(NEW_AND_OLD_IMAGES) and TTL, and the default flags item (writes enabled).\nAn existing table is left as it is (its TTL is enabled if off).")
+	if err := fs.Parse(args); err != nil {
+		return exitError
+	}
+	c, err := e.dynamo(ctx)
+	if err != nil {
+		return e.fail(err)
+	}
+	created, err := infra.CreateTable(ctx, c, e.table)
+	if err != nil {
+		return e.fail(err)
+	}
+	if created {
+		fmt.Fprintf(e.stdout, "table %s created\n", e.table)
+	} else {
+		fmt.Fprintf(e.stdout, "table %s already exists\n", e.table)
+	}
+	return exitOK
+}
+
+func (e *environment) tableDescribe(ctx context.Context, args []string) int {
+	fs := e.flags("table describe", "Prints the table's keys, indexes, stream and TTL, and exits 1 when they differ\nfrom ledger's definition.")
+	if err := fs.Parse(args); err != nil {
+		return exitError
+	}
+	c, err := e.dynamo(ctx)
+	if err != nil {
+		return e.fail(err)
+	}
+	info, err := infra.DescribeTable(ctx, c, e.table)
+	if err != nil {
+		return e.fail(err)
+	}
+	fmt.Fprintf(e.stdout, "%+v\n", info)
+	if err := info.Validate(); err != nil {
+		fmt.Fprintf(e.stdout, "differs from ledger's definition: %v\n", err)
+		return exitDiff
+	}
+	return exitOK
+}
+
+const reconcileHelp = `Recomputes every report of one branch (--tenant and --branch) or of the whole
+table from the transactions stored in it and prints each report whose stored
+figures differ. Exit status: 0 no difference, 1 differences found (repaired or
+not), 2 error.
+
+Safe while consumers run: without --repair it only reads (consistent reads).
+A report touched by a change still in the stream shows as a difference until
+the consumer catches up; run it again after the stream lag to confirm.
+
+With --repair it reads twice, --settle apart, and rewrites only the reports
+whose difference is the same in both reads and whose item did not change in
+between, each with a conditional write that fails if a consumer updated the
+report meanwhile (that report is skipped and counted). This is exact when no
+change of the repaired branches stays in flight longer than --settle; for a
+guaranteed repair, disable writes (flags) and let the consumers drain first.`
+
+func (e *environment) reconcile(ctx context.Context, args []string) int {
+	fs := e.flags("reconcile", reconcileHelp)
+	tenant := fs.String("tenant", "", "tenant id (with --branch; default: every branch)")
+	branch := fs.String("branch", "", "branch id (with --tenant)")
+	repair := fs.Bool("repair", false, "rewrite the reports that differ (see above)")
+	settle := fs.Duration("settle", 10*time.Second, "with --repair: time between the two reads")
+	if err := fs.Parse(args); err != nil {
+		return exitError
+	}
+	if fs.NArg() > 0 {
+		return e.fail(fmt.Errorf("reconcile: unexpected argument %q", fs.Arg(0)))
+	}
+	if (*tenant == "") != (*branch == "") {
+		return e.fail(errors.New("reconcile: give both --tenant and --branch, or neither"))
+	}
+	c, err := e.dynamo(ctx)
+	if err != nil {
+		return e.fail(err)
+	}
+	scope := processor.Scope{Tenant: *tenant, Branch: *branch}
+	diffs, stats, err := processor.Reconcile(ctx, c, e.table, scope)
+	if err != nil {
+		return e.fail(err)
+	}
+	for _, d := range diffs {
+		fmt.Fprintln(e.stdout, d)
+	}
+	fmt.Fprintf(e.stdout, "%d transactions (%d invalid), %d reports, %d differences\n",
+		stats.Transactions, stats.Invalid, stats.Reports, len(diffs))
+	if len(diffs) == 0 {
+		return exitOK
+	}
+	if !*repair {
+		return exitDiff
+	}
+	fmt.Fprintf(e.stdout, "reading again in %s before repairing…\n", *settle)
+	select {
+	case <-ctx.Done():
+		return e.fail(ctx.Err())
+	case <-time.After(*settle):
+	}
+	again, _, err := processor.Reconcile(ctx, c, e.table, scope)
+	if err != nil {
+		return e.fail(err)
+	}
+	settled := processor.Settled(diffs, again)
+	repaired, skipped, err := processor.Repair(ctx, c, e.table, settled, time.Now())
+	if err != nil {
+		return e.fail(err)
+	}
+	fmt.Fprintf(e.stdout, "repaired %d reports; %d changed during the check and were left alone; %d skipped by a concurrent update\n",
+		repaired, len(again)-len(settled), len(skipped))
+	return exitDiff
+}

@@ -1,0 +1,80 @@
+// Command ledgerctl is the operator's tool for a ledger table: create and
+// describe the table, and reconcile reports against the transactions.
+//
+// It reads the table name from LEDGER_TABLE (default "ledger") and talks to
+// DynamoDB through the standard AWS SDK environment (AWS_REGION,
+// AWS_ENDPOINT_URL, credentials), so pointing it at DynamoDB Local needs no
+// flag of its own.
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := Run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+// Exit statuses, like diff(1): 0 nothing to report, 1 differences found,
+// 2 trouble (bad usage, unreachable table, any error).
+const (
+	exitOK    = 0
+	exitDiff  = 1
+	exitError = 2
+)
+
+const usage = `usage: ledgerctl COMMAND [flags]
+
+Commands:
+  table create      create the table (keys, GSI1, GSI2, stream, TTL, default flags) if absent
+  table describe    print the table's definition and check it against ledger's
+  reconcile         recompute reports from transactions and print the differences
+
+Environment:
+  LEDGER_TABLE      table name (default "ledger")
+  AWS_REGION, AWS_ENDPOINT_URL, AWS credentials: the standard AWS SDK settings
+
+Run 'ledgerctl COMMAND -h' for a command's flags.
+`
+
+// Run runs ledgerctl with args (without the program name) and returns its
+// exit status. getenv supplies the environment.
+func Run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return exitError
+	}
+	table := getenv("LEDGER_TABLE")
+	if table == "" {
+		table = "ledger"
+	}
+	env := &environment{table: table, getenv: getenv, stdout: stdout, stderr: stderr}
+	switch args[0] {
+	case "table":
+		if len(args) < 2 {
+			fmt.Fprint(stderr, usage)
+			return exitError
+		}
+		switch args[1] {
+		case "create":
+			return env.tableCreate(ctx, args[2:])
+		case "describe":
+			return env.tableDescribe(ctx, args[2:])
+		}
+	case "reconcile":
+		return env.reconcile(ctx, args[1:])
+	case "-h", "-help", "--help", "help":
+		fmt.Fprint(stdout, usage)
+		return exitOK
+	}
+	fmt.Fprintf(stderr, "ledgerctl: unknown command %q\n\n%s", args[0], usage)
+	return exitError
+}

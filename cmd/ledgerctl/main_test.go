@@ -1,0 +1,105 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"testing"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodbstreams"
+	ddbtypes "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/ledger-dev/ledger/infra"
+	"github.com/ledger-dev/ledger/infra/ddblocal"
+	"github.com/ledger-dev/ledger/processor"
+	"github.com/ledger-dev/ledger/processor/processortest"
+)
+
+func TestMain(m *testing.M) { ddblocal.Main(m) }
+
+func run(t *testing.T, env map[string]string, args ...string) (int, string, string) {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	code := Run(context.Background(), args, func(k string) string { return env[k] }, &out, &errOut)
+	return code, out.String(), errOut.String()
+}
+
+func TestReconcile_ExitStatusLikeDiffAndRepair(t *testing.T) {
+	ctx := context.Background()
+	endpoint := ddblocal.Endpoint(t)
+	table := ddblocal.TableName(t)
+	env := map[string]string{"LEDGER_TABLE": table, "AWS_ENDPOINT_URL": endpoint}
+
+	code, out, errOut := run(t, env, "table", "create")
+	require.Equal(t, exitOK, code, errOut)
+	assert.Contains(t, out, "created")
+	code, out, _ = run(t, env, "table", "create")
+	require.Equal(t, exitOK, code)
+	assert.Contains(t, out, "already exists")
+	code, _, errOut = run(t, env, "table", "describe")
+	require.Equal(t, exitOK, code, errOut)
+
+	// Transactions, then the processor over the stream: no difference.
+	c := ddblocal.Client(t)
+	require.NoError(t, processortest.NewWorkload(5).Run(ctx, c, table, 200))
+	info, err := infra.DescribeTable(ctx, c, table)
+	require.NoError(t, err)
+	shards, err := processortest.ReadAll(ctx, dynamodbstreams.NewFromConfig(ddblocal.Config(t)), info.StreamARN, nil)
+	require.NoError(t, err)
+	p, err := processor.New(c, processor.Config{Table: table}, nil)
+	require.NoError(t, err)
+	_, err = p.Process(ctx, p.ShardGuard(info.StreamARN, shards[0].ID), shards[0].Records)
+	require.NoError(t, err)
+
+	code, out, errOut = run(t, env, "reconcile")
+	require.Equal(t, exitOK, code, out+errOut)
+	assert.Contains(t, out, " 0 differences")
+
+	// Corrupt one report: found (exit 1), repaired (exit 1), then clean.
+	_, err = c.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+		TableName:                 &table,
+		Key:                       map[string]ddbtypes.AttributeValue{"PK": &ddbtypes.AttributeValueMemberS{Value: "TENANT#acme#BRANCH#north#REPORTING"}, "SK": &ddbtypes.AttributeValueMemberS{Value: "YEARLY#2024"}},
+		UpdateExpression:          aws.String("SET totalIncome = totalIncome + :one"),
+		ExpressionAttributeValues: map[string]ddbtypes.AttributeValue{":one": &ddbtypes.AttributeValueMemberN{Value: "0.01"}},
+	})
+	require.NoError(t, err)
+	code, out, _ = run(t, env, "reconcile", "--tenant", "acme", "--branch", "north")
+	require.Equal(t, exitDiff, code, out)
+	assert.Contains(t, out, "YEARLY#2024")
+	assert.Contains(t, out, "totals: got income=")
+
+	code, out, errOut = run(t, env, "reconcile", "--repair", "--settle", "0s")
+	require.Equal(t, exitDiff, code, out+errOut)
+	assert.Contains(t, out, "repaired 1 reports")
+	code, out, _ = run(t, env, "reconcile")
+	require.Equal(t, exitOK, code, out)
+}
+
+func TestRun_ErrorsExitTwo(t *testing.T) {
+	endpoint := ddblocal.Endpoint(t)
+	tests := []struct {
+		name string
+		env  map[string]string
+		args []string
+		want string
+	}{
+		{"no command", nil, nil, "usage"},
+		{"unknown command", nil, []string{"frobnicate"}, "unknown command"},
+		{"half a scope", nil, []string{"reconcile", "--tenant", "acme"}, "both --tenant and --branch"},
+		{"bad flag", nil, []string{"reconcile", "--nope"}, "flag provided but not defined"},
+		{"missing table", map[string]string{"LEDGER_TABLE": "no-such-table", "AWS_ENDPOINT_URL": endpoint}, []string{"reconcile"}, "no-such-table"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if tt.env == nil {
+				tt.env = map[string]string{"AWS_ENDPOINT_URL": endpoint}
+			}
+			code, _, errOut := run(t, tt.env, tt.args...)
+			assert.Equal(t, exitError, code)
+			assert.Contains(t, errOut, tt.want)
+		})
+	}
+}
