@@ -48,14 +48,14 @@ staticcheck: $(STATICCHECK)
 $(STATICCHECK):
 	GOBIN=$(dir $@) $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
 
-## fmt-check: fail listing every Go file gofmt would change
+## fmt-check: fail listing every Go file of $(PKGS) that gofmt would change
 fmt-check:
-	@files=$$(gofmt -l $$(find . -name '*.go' -not -path './bin/*' -not -path '*/node_modules/*')); \
-	if [[ -n "$$files" ]]; then echo "gofmt needed on:"; echo "$$files"; exit 1; fi
+	@files=$$(gofmt -l $$($(GO) list -e -f '{{.Dir}}' $(PKGS))); \
+	if [[ -n "$$files" ]]; then echo "gofmt needed on (run make fmt):"; echo "$$files"; exit 1; fi
 
-## fmt: gofmt every Go file in place
+## fmt: gofmt the Go files of $(PKGS) in place
 fmt:
-	gofmt -w $$(find . -name '*.go' -not -path './bin/*' -not -path '*/node_modules/*')
+	gofmt -w $$($(GO) list -e -f '{{.Dir}}' $(PKGS))
 
 ## build: compile everything
 build:

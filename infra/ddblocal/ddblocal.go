@@ -54,10 +54,13 @@ type Options struct {
 	// Port to listen on; 0 picks a free one.
 	Port int
 	// DBPath is a directory for persistent data (-dbPath), created if
-	// missing; empty runs in memory (-inMemory).
+	// missing; relative to the working directory. Empty runs in memory
+	// (-inMemory).
 	DBPath string
 	// Stdout and Stderr receive the process's output; nil discards it.
-	// The last few KiB of stderr are kept either way and quoted in errors.
+	// They are written from another goroutine until the process has exited
+	// (see Instance.Done), as with exec.Cmd. The last few KiB of stderr are
+	// kept either way and quoted in errors.
 	Stdout, Stderr io.Writer
 	// StartTimeout bounds the wait for the instance to answer
 	// (default DefaultStartTimeout); ctx can cut it shorter.
@@ -106,6 +109,11 @@ func Start(ctx context.Context, opts Options) (*Instance, error) {
 		return nil, fmt.Errorf("start dynamodb local: %w", err)
 	}
 	if opts.DBPath != "" {
+		// The JVM runs in the jar's directory: a relative path would land
+		// in node_modules.
+		if opts.DBPath, err = filepath.Abs(opts.DBPath); err != nil {
+			return nil, fmt.Errorf("start dynamodb local: %w", err)
+		}
 		if err := os.MkdirAll(opts.DBPath, 0o755); err != nil {
 			return nil, fmt.Errorf("start dynamodb local: %w", err)
 		}
