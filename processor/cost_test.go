@@ -36,7 +36,7 @@ func TestWriteCost_CoalescedCommitIsFarCheaperThanPerRecord(t *testing.T) {
 	shard, recs := e.records(t)
 
 	type row struct {
-		batch                       int
+		batch                               int
 		requests, units, billed, perRecords float64
 	}
 	var rows []row
