@@ -16,9 +16,6 @@ type change struct {
 	invalid  *aggregates.InvalidError
 }
 
-// effective reports whether applying the change can alter any report.
-func (c *change) effective() bool { return c.old != nil || c.new != nil }
-
 // classify decides, from the keys first, whether r is about a transaction,
 // then validates its images. The delta of the change is always
 // contribution(new) − contribution(old) with an absent or invalid image

@@ -180,9 +180,6 @@ func (p *Processor) Process(ctx context.Context, g Guard, recs []Record) (Result
 		if done == len(recs) {
 			break
 		}
-		if err := p.quarantine(ctx, changes[done:]); err != nil {
-			return fail(done, err)
-		}
 		advanced, err := p.commitRuns(ctx, g, changes[done:], &res)
 		done += advanced
 		if errors.Is(err, errGuardTaken) {

@@ -17,6 +17,7 @@ const (
 	Pass       Fault = iota // forward, return the answer
 	Drop                    // fail without forwarding (the write never lands)
 	LoseAnswer              // forward, discard the answer, return an error (the write lands)
+	Throttle                // answer ProvisionedThroughputExceededException without forwarding
 )
 
 // ErrInjected is the error a FaultTransport returns for an injected fault.
@@ -64,6 +65,17 @@ func (f *FaultTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 			_ = req.Body.Close()
 		}
 		return nil, ErrInjected
+	case Throttle:
+		if req.Body != nil {
+			_ = req.Body.Close()
+		}
+		body := `{"__type":"com.amazonaws.dynamodb.v20120810#ProvisionedThroughputExceededException","message":"injected throttle"}`
+		return &http.Response{
+			StatusCode: http.StatusBadRequest, Status: "400 Bad Request", Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
+			Header:        http.Header{"Content-Type": []string{"application/x-amz-json-1.0"}},
+			Body:          io.NopCloser(strings.NewReader(body)),
+			ContentLength: int64(len(body)), Request: req,
+		}, nil
 	case LoseAnswer:
 		resp, err := f.Next.RoundTrip(req)
 		if err != nil {

@@ -1,0 +1,159 @@
+package processor
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+
+	ddbtypes "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/ledger-dev/ledger/aggregates"
+)
+
+func TestCompareSequence_ComparesAsNumbers(t *testing.T) {
+	tests := []struct {
+		a, b string
+		want int
+	}{
+		{"000000000000000000009", "10", -1},
+		{"10", "000000000000000000009", 1},
+		{"000000000000000000010", "10", 0},
+		{"1405400000000002063282832", "999999999999999999999", 1},
+		{"2", "10", -1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.a+"_"+tt.b, func(t *testing.T) {
+			assert.Equal(t, tt.want, CompareSequence(tt.a, tt.b))
+		})
+	}
+}
+
+func txnImage(branch, date, id, typ, amount, category string) map[string]ddbtypes.AttributeValue {
+	return map[string]ddbtypes.AttributeValue{
+		"PK": strAV(aggregates.TransactionPK("t", branch)), "SK": strAV(date + "#" + id),
+		"entityType": strAV("TRANSACTION"), "type": strAV(typ),
+		"amount": &ddbtypes.AttributeValueMemberN{Value: amount}, "category": strAV(category),
+		"createdAt": strAV(date + "T12:00:00Z"),
+	}
+}
+
+func keysOf(img map[string]ddbtypes.AttributeValue) map[string]ddbtypes.AttributeValue {
+	return map[string]ddbtypes.AttributeValue{"PK": img["PK"], "SK": img["SK"]}
+}
+
+func TestClassify(t *testing.T) {
+	valid := txnImage("b", "2024-01-02", "x", "INCOME", "5", "food")
+	invalid := txnImage("b", "2024-01-02", "x", "INCOME", "5", "")
+	report := map[string]ddbtypes.AttributeValue{"PK": strAV("TENANT#t#BRANCH#b#REPORTING"), "SK": strAV("DAILY#2024-01-02")}
+	tests := []struct {
+		name          string
+		rec           Record
+		isTxn         bool
+		old, new      bool
+		invalidReason aggregates.Reason
+	}{
+		{"insert", Record{EventName: "INSERT", Keys: keysOf(valid), NewImage: valid}, true, false, true, ""},
+		{"modify", Record{EventName: "MODIFY", Keys: keysOf(valid), OldImage: valid, NewImage: valid}, true, true, true, ""},
+		{"remove", Record{EventName: "REMOVE", Keys: keysOf(valid), OldImage: valid}, true, true, false, ""},
+		{"modify to invalid subtracts the old", Record{EventName: "MODIFY", Keys: keysOf(valid), OldImage: valid, NewImage: invalid}, true, true, false, aggregates.ReasonCategory},
+		{"fix of an invalid item adds the new, no quarantine", Record{EventName: "MODIFY", Keys: keysOf(valid), OldImage: invalid, NewImage: valid}, true, false, true, ""},
+		{"remove of an invalid item does nothing", Record{EventName: "REMOVE", Keys: keysOf(valid), OldImage: invalid}, true, false, false, ""},
+		{"report records are ignored", Record{EventName: "MODIFY", Keys: report, NewImage: report, DecodeErr: fmt.Errorf("bad {}")}, false, false, false, ""},
+		{"undecodable transaction is quarantined", Record{EventName: "INSERT", Keys: keysOf(valid), DecodeErr: fmt.Errorf("bad")}, true, false, false, aggregates.ReasonShape},
+		{"unknown event", Record{EventName: "UPSERT", Keys: keysOf(valid), NewImage: valid}, true, false, false, aggregates.ReasonShape},
+		{"insert without image", Record{EventName: "INSERT", Keys: keysOf(valid)}, true, false, false, aggregates.ReasonShape},
+		{"wrong view type", Record{EventName: "INSERT", Keys: keysOf(valid), NewImage: valid, StreamViewType: "KEYS_ONLY"}, true, false, false, aggregates.ReasonShape},
+		{"no keys", Record{EventName: "INSERT", NewImage: valid}, true, false, false, aggregates.ReasonShape},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := classify(&tt.rec)
+			assert.Equal(t, tt.isTxn, c.isTxn)
+			assert.Equal(t, tt.old, c.old != nil, "old")
+			assert.Equal(t, tt.new, c.new != nil, "new")
+			if tt.invalidReason == "" {
+				assert.Nil(t, c.invalid)
+			} else {
+				require.NotNil(t, c.invalid)
+				assert.Equal(t, tt.invalidReason, c.invalid.Reason)
+			}
+		})
+	}
+}
+
+func TestPlanRuns_CutsAtItemAndEntryLimits(t *testing.T) {
+	var changes []change
+	for i := 0; i < 60; i++ {
+		// Each record a new branch: 3 new report items per record.
+		img := txnImage(fmt.Sprintf("b%d", i), "2024-01-02", "x", "INCOME", "1", "food")
+		r := &Record{EventName: "INSERT", Keys: keysOf(img), NewImage: img}
+		changes = append(changes, classify(r))
+	}
+	runs := planRuns(changes, 99, 20)
+	require.Len(t, runs, 2)
+	assert.Len(t, runs[0].changes, 33, "33 records × 3 reports = 99 items")
+	assert.Len(t, runs[1].changes, 27)
+
+	changes = nil
+	for i := 0; i < 45; i++ {
+		// One branch and day, a new category each: the entries grow.
+		img := txnImage("b", "2024-01-02", fmt.Sprint(i), "INCOME", "1", fmt.Sprintf("cat%d", i))
+		changes = append(changes, classify(&Record{EventName: "INSERT", Keys: keysOf(img), NewImage: img}))
+	}
+	runs = planRuns(changes, 99, 20)
+	require.Len(t, runs, 3)
+	assert.Len(t, runs[0].changes, 20)
+	assert.Len(t, runs[2].changes, 5)
+	total := 0
+	for _, r := range runs {
+		total += len(r.changes)
+	}
+	assert.Equal(t, 45, total, "no record lost or split")
+}
+
+func TestReportUpdate_ShapeDecidesTheFormAndIsTheCondition(t *testing.T) {
+	p, err := New(nil, Config{Table: "t"}, nil)
+	require.NoError(t, err)
+	k := aggregates.ReportKey{Tenant: "t", Branch: "b", Period: aggregates.Period{Type: aggregates.Monthly, Value: "2024-01"}}
+	delta := &aggregates.Report{}
+	delta.Add(aggregates.Totals{Count: 1}, [3]string{"new.cat", "", ""})
+	delta.Add(aggregates.Totals{Count: 2}, [3]string{"old#cat", "cc", ""})
+
+	t.Run("missing maps are set whole, on condition they are still missing", func(t *testing.T) {
+		u, err := p.reportUpdate(k, delta, &shape{}, "now")
+		require.NoError(t, err)
+		assert.Contains(t, *u.UpdateExpression, "#b0 = :v")
+		assert.Contains(t, *u.UpdateExpression, "#b1 = :v")
+		assert.Equal(t, "attribute_not_exists(#b0) AND attribute_not_exists(#b1)", *u.ConditionExpression)
+		assert.Contains(t, *u.UpdateExpression, "#i = if_not_exists(#i, :z) + :i")
+	})
+	t.Run("existing entries are incremented, new ones set, names never inline", func(t *testing.T) {
+		sh := &shape{present: [3]bool{true, true, false}, entries: [3]map[string]bool{{"old#cat": true}, {}}}
+		u, err := p.reportUpdate(k, delta, sh, "now")
+		require.NoError(t, err)
+		expr := *u.UpdateExpression + " " + *u.ConditionExpression
+		assert.NotContains(t, expr, "old#cat")
+		assert.NotContains(t, expr, "new.cat")
+		var oldPH, newPH string
+		for ph, name := range u.ExpressionAttributeNames {
+			switch name {
+			case "old#cat":
+				oldPH = ph
+			case "new.cat":
+				newPH = ph
+			}
+		}
+		require.NotEmpty(t, oldPH)
+		require.NotEmpty(t, newPH)
+		assert.Contains(t, *u.UpdateExpression, "#b0."+oldPH+".#n = if_not_exists(#b0."+oldPH+".#n, :z) + :v")
+		assert.Contains(t, *u.UpdateExpression, "#b0."+newPH+" = :v")
+		assert.Contains(t, *u.ConditionExpression, "attribute_exists(#b0."+oldPH+")")
+		assert.Contains(t, *u.ConditionExpression, "attribute_not_exists(#b0."+newPH+")")
+		assert.Contains(t, *u.ConditionExpression, "attribute_exists(#b0)")
+		for ph := range u.ExpressionAttributeNames {
+			assert.True(t, strings.Contains(expr, ph), "unused placeholder %s would be rejected", ph)
+		}
+	})
+}
