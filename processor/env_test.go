@@ -103,3 +103,7 @@ func (e *env) requireReconciled(t testing.TB) processor.ReconcileStats {
 	}
 	return stats
 }
+
+func reconcileBranch(ctx context.Context, e *env, tenant, branch string) ([]processor.Difference, processor.ReconcileStats, error) {
+	return processor.Reconcile(ctx, e.ddb, e.table, processor.Scope{Tenant: tenant, Branch: branch})
+}
