@@ -36,6 +36,28 @@ func significantDigits(d decimal.Decimal) int {
 	return len(c)
 }
 
+// The range of a transaction amount. Reports keep sums in DynamoDB numbers
+// of at most 38 significant digits, so amounts are bounded to leave room:
+// at most 22 integer digits and 8 fraction digits make every sum of up to
+// 10^8 amounts fit exactly. An amount outside the range is a valid number
+// but not a valid transaction amount.
+const (
+	MaxAmountIntegerDigits  = 22
+	MaxAmountFractionDigits = 8
+)
+
+// CheckAmountRange reports whether d is within the transaction amount range.
+func CheckAmountRange(d decimal.Decimal) error {
+	intPart, frac, _ := strings.Cut(strings.TrimPrefix(d.String(), "-"), ".")
+	if n := len(strings.TrimLeft(intPart, "0")); n > MaxAmountIntegerDigits {
+		return fmt.Errorf("amount has %d integer digits, more than %d", n, MaxAmountIntegerDigits)
+	}
+	if len(frac) > MaxAmountFractionDigits {
+		return fmt.Errorf("amount has %d fraction digits, more than %d", len(frac), MaxAmountFractionDigits)
+	}
+	return nil
+}
+
 // FormatAmount formats d canonically for storage and comparison: no exponent,
 // no trailing fractional zeros ("1.10" → "1.1", "100" stays "100").
 func FormatAmount(d decimal.Decimal) string { return d.String() }

@@ -58,11 +58,12 @@ const (
 	ReasonAmountNotNumber   Reason = "amount_not_number" // amount is not of type N (e.g. a numeric S)
 	ReasonAmountInvalid     Reason = "amount_invalid"    // amount is N but not a DynamoDB number
 	ReasonAmountNotPositive Reason = "amount_not_positive"
-	ReasonCategory          Reason = "category"       // category missing, empty or not a string
-	ReasonCostCenter        Reason = "cost_center"    // costCenter present but empty or not a string
-	ReasonPaymentMethod     Reason = "payment_method" // paymentMethod present but empty or not a string
-	ReasonCreatedAt         Reason = "created_at"     // createdAt missing or not RFC 3339
-	ReasonDateMismatch      Reason = "date_mismatch"  // createdAt's UTC date differs from the SK date
+	ReasonAmountRange       Reason = "amount_out_of_range" // more than 22 integer or 8 fraction digits
+	ReasonCategory          Reason = "category"            // category missing, empty or not a string
+	ReasonCostCenter        Reason = "cost_center"         // costCenter present but empty or not a string
+	ReasonPaymentMethod     Reason = "payment_method"      // paymentMethod present but empty or not a string
+	ReasonCreatedAt         Reason = "created_at"          // createdAt missing or not RFC 3339
+	ReasonDateMismatch      Reason = "date_mismatch"       // createdAt's UTC date differs from the SK date
 )
 
 // InvalidError reports why an image is not a valid transaction.
@@ -140,6 +141,9 @@ func ParseTransaction(img Image) (Transaction, error) {
 	}
 	if !tx.Amount.IsPositive() {
 		return Transaction{}, invalid(ReasonAmountNotPositive, "amount", "%s is not greater than 0", amount.Value)
+	}
+	if err := CheckAmountRange(tx.Amount); err != nil {
+		return Transaction{}, invalid(ReasonAmountRange, "amount", "%s: %v", amount.Value, err)
 	}
 
 	if tx.Category, ok = img.str("category"); !ok || tx.Category == "" {

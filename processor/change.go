@@ -12,6 +12,7 @@ import (
 type change struct {
 	rec      *Record
 	isTxn    bool // the keys say it is a transaction item
+	dup      bool // repeats an earlier record of the same batch
 	old, new *aggregates.Transaction
 	invalid  *aggregates.InvalidError
 }
@@ -23,12 +24,15 @@ type change struct {
 // old contribution, and the later fix adds the new one back. A record is
 // quarantined when its shape is wrong or its new image is an invalid
 // transaction.
+
 func classify(r *Record) change {
 	c := change{rec: r}
 	pk, hasPK := stringAttr(r.Keys, attrPK)
-	if hasPK && !aggregates.IsTransactionKey(pk) {
-		return c // reports, markers, checkpoints, tenants…: not ours to fold
+	if r.Keys != nil && (!hasPK || !aggregates.IsTransactionKey(pk)) {
+		return c // reports, markers, checkpoints, tenants, other tables' items: not ours to fold
 	}
+	// A transaction, or a record whose keys are missing or unreadable: it
+	// might be one, so it is quarantined rather than dropped.
 	c.isTxn = true
 	shape := func(format string, args ...any) change {
 		if c.invalid == nil {
@@ -39,8 +43,8 @@ func classify(r *Record) change {
 	switch {
 	case r.DecodeErr != nil:
 		return shape("decode: %v", r.DecodeErr)
-	case !hasPK:
-		return shape("keys have no string PK")
+	case r.Keys == nil:
+		return shape("record has no keys")
 	case r.StreamViewType != "" && r.StreamViewType != "NEW_AND_OLD_IMAGES":
 		return shape("stream view type %s, want NEW_AND_OLD_IMAGES", r.StreamViewType)
 	}
@@ -83,4 +87,23 @@ func classify(r *Record) change {
 func Transactions(r Record) (old, new *aggregates.Transaction) {
 	c := classify(&r)
 	return c.old, c.new
+}
+
+// dedupe marks the records of a batch that repeat an earlier record of it
+// (same eventID) or come after a record with a higher sequence number: a
+// record delivered twice within one batch is applied once.
+func dedupe(changes []change) {
+	maxSeq := ""
+	seen := make(map[string]bool, len(changes))
+	for i := range changes {
+		r := changes[i].rec
+		if (r.EventID != "" && seen[r.EventID]) || (maxSeq != "" && CompareSequence(r.SequenceNumber, maxSeq) < 0) {
+			changes[i] = change{rec: r, isTxn: changes[i].isTxn, dup: true}
+			continue
+		}
+		seen[r.EventID] = true
+		if CompareSequence(r.SequenceNumber, maxSeq) > 0 {
+			maxSeq = r.SequenceNumber
+		}
+	}
 }

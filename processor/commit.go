@@ -46,6 +46,9 @@ func (p *Processor) commitRuns(ctx context.Context, g Guard, changes []change, r
 		for i := range r.changes {
 			c := &r.changes[i]
 			switch {
+			case c.dup:
+				res.Duplicates++
+				p.metrics.Records.WithLabelValues(eventLabel(c.rec.EventName), OutcomeDuplicate).Inc()
 			case !c.isTxn:
 				res.Ignored++
 				p.metrics.Records.WithLabelValues(eventLabel(c.rec.EventName), OutcomeIgnored).Inc()

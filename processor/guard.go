@@ -105,7 +105,7 @@ func (g *ShardGuard) committed(ctx context.Context, recs []Record) (int, bool, e
 }
 
 func (g *ShardGuard) claim(run []Record) ddbtypes.TransactWriteItem {
-	last := run[len(run)-1].SequenceNumber
+	last := lastSequence(run)
 	u := &ddbtypes.Update{
 		TableName:        &g.p.cfg.Table,
 		Key:              keyAV(g.key),
@@ -128,7 +128,7 @@ func (g *ShardGuard) claim(run []Record) ddbtypes.TransactWriteItem {
 }
 
 func (g *ShardGuard) claimed(run []Record) {
-	g.prev = run[len(run)-1].SequenceNumber
+	g.prev = lastSequence(run)
 	g.loaded = true
 }
 
@@ -185,7 +185,7 @@ func (g *MarkerGuard) committed(ctx context.Context, recs []Record) (int, bool, 
 }
 
 func (g *MarkerGuard) claim(run []Record) ddbtypes.TransactWriteItem {
-	item := g.p.markerItem(run[0].EventID, run[len(run)-1].SequenceNumber, len(run))
+	item := g.p.markerItem(run[0].EventID, lastSequence(run), len(run))
 	return ddbtypes.TransactWriteItem{Put: &ddbtypes.Put{
 		TableName:           &g.p.cfg.Table,
 		Item:                item,
@@ -223,3 +223,15 @@ var (
 	_ Guard = (*ShardGuard)(nil)
 	_ Guard = (*MarkerGuard)(nil)
 )
+
+// lastSequence returns the highest sequence number of run (a batch may
+// repeat an earlier record at its end).
+func lastSequence(run []Record) string {
+	last := run[0].SequenceNumber
+	for _, r := range run[1:] {
+		if CompareSequence(r.SequenceNumber, last) > 0 {
+			last = r.SequenceNumber
+		}
+	}
+	return last
+}

@@ -153,6 +153,7 @@ func (p *Processor) Process(ctx context.Context, g Guard, recs []Record) (Result
 	for i := range recs {
 		changes[i] = classify(&recs[i])
 	}
+	dedupe(changes)
 	fail := func(i int, err error) (Result, error) {
 		res.Committed = i
 		if i >= len(recs) {

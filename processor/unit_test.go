@@ -157,3 +157,23 @@ func TestReportUpdate_ShapeDecidesTheFormAndIsTheCondition(t *testing.T) {
 		}
 	})
 }
+
+func TestDedupe_RepeatsWithinABatchApplyOnce(t *testing.T) {
+	img := txnImage("b", "2024-01-02", "x", "INCOME", "5", "food")
+	rec := func(id, seq string) Record {
+		return Record{EventID: id, EventName: "INSERT", SequenceNumber: seq, Keys: keysOf(img), NewImage: img}
+	}
+	recs := []Record{rec("a", "10"), rec("b", "11"), rec("a", "10"), rec("c", "9"), rec("d", "11"), rec("e", "12")}
+	changes := make([]change, len(recs))
+	for i := range recs {
+		changes[i] = classify(&recs[i])
+	}
+	dedupe(changes)
+	var dups []bool
+	for _, c := range changes {
+		dups = append(dups, c.dup)
+	}
+	assert.Equal(t, []bool{false, false, true, true, false, false}, dups,
+		"same eventID again, or a lower sequence number, is a repeat; an equal sequence number with another eventID is not")
+	assert.Equal(t, "12", lastSequence(recs))
+}
