@@ -167,10 +167,10 @@ func (p *Processor) cancelled(g Guard, keys []aggregates.ReportKey, tce *ddbtype
 		return false, errGuardTaken
 	}
 	var shape, conflict, throttle bool
-	for i := 1; i < len(reasons); i++ {
+	for i := range reasons {
 		switch code(i) {
 		case "", "None":
-		case "ConditionalCheckFailed":
+		case "ConditionalCheckFailed": // a report's shape (the guard's was handled above)
 			shape = true
 			if i-1 < len(keys) {
 				p.shapes.forget(keys[i-1].Key())
@@ -181,18 +181,8 @@ func (p *Processor) cancelled(g Guard, keys []aggregates.ReportKey, tce *ddbtype
 			throttle = true
 		default:
 			p.metrics.Commits.WithLabelValues("failed").Inc()
-			return false, fmt.Errorf("commit cancelled: item %d: %s: %s", i, code(i), aws.ToString(reasons[i].Message))
+			return false, fmt.Errorf("commit cancelled: item %d of the transaction: %s: %s", i, code(i), aws.ToString(reasons[i].Message))
 		}
-	}
-	switch code(0) {
-	case "", "None":
-	case "TransactionConflict":
-		conflict = true
-	case "ThrottlingError", "ProvisionedThroughputExceeded", "RequestLimitExceeded":
-		throttle = true
-	default:
-		p.metrics.Commits.WithLabelValues("failed").Inc()
-		return false, fmt.Errorf("commit cancelled: guard: %s: %s", code(0), aws.ToString(reasons[0].Message))
 	}
 	if shape {
 		p.metrics.Conflicts.WithLabelValues(ConflictConditionFailed).Inc()
