@@ -19,6 +19,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/ledger-dev/ledger/aggregates"
 )
 
 // DefaultTableName is the table's name when none is configured
@@ -45,14 +47,6 @@ const (
 // StreamViewType is the view type the table's stream must have: the
 // processor folds new − old, so it needs both images.
 const StreamViewType = types.StreamViewTypeNewAndOldImages
-
-// The flags singleton written by CreateTable when it creates the table. Its
-// key is part of the table contract in DESIGN.md ("Flags (singleton)").
-const (
-	flagsPK         = "SETTINGS#APP"
-	flagsSK         = "FLAGS#V1"
-	flagsEntityType = "FLAGS"
-)
 
 // tableWaitMax bounds how long CreateTable waits for the table to become
 // ACTIVE; the caller's context can cut it shorter.
@@ -227,9 +221,9 @@ func putDefaultFlags(ctx context.Context, api TableAPI, name string, now time.Ti
 	_, err := api.PutItem(ctx, &dynamodb.PutItemInput{
 		TableName: aws.String(name),
 		Item: map[string]types.AttributeValue{
-			AttrPK:          &types.AttributeValueMemberS{Value: flagsPK},
-			AttrSK:          &types.AttributeValueMemberS{Value: flagsSK},
-			"entityType":    &types.AttributeValueMemberS{Value: flagsEntityType},
+			AttrPK:          &types.AttributeValueMemberS{Value: aggregates.FlagsKey().PK},
+			AttrSK:          &types.AttributeValueMemberS{Value: aggregates.FlagsKey().SK},
+			"entityType":    &types.AttributeValueMemberS{Value: aggregates.EntityFlags},
 			"writesEnabled": &types.AttributeValueMemberBOOL{Value: true},
 			"version":       &types.AttributeValueMemberN{Value: "1"},
 			"updatedAt":     &types.AttributeValueMemberS{Value: now.UTC().Format(time.RFC3339)},
