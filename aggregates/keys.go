@@ -16,6 +16,8 @@ import (
 //	report        TENANT#{t}#BRANCH#{b}#REPORTING         DAILY#… | MONTHLY#… | YEARLY#…
 //	flags         SETTINGS#APP                            FLAGS#V1
 //	checkpoint    STREAM#{streamId}                       SHARD#{shardId}
+//	lease         STREAM#{streamId}                       LEASE#{shardId}
+//	idempotency   IDEMPOTENCY#{tenant}#{key}              REQUEST
 //	run marker    RUN#{eventID}                           RUN
 //	quarantine    QUARANTINE#{eventID}                    RECORD
 
@@ -37,6 +39,8 @@ const (
 	EntityCheckpoint  = "CHECKPOINT"
 	EntityRunMarker   = "RUN"
 	EntityQuarantine  = "QUARANTINE"
+	EntityLease       = "LEASE"
+	EntityIdempotency = "IDEMPOTENCY"
 )
 
 // Key is an item's primary key.
@@ -131,6 +135,19 @@ func FlagsKey() Key { return Key{PK: "SETTINGS#APP", SK: "FLAGS#V1"} }
 // is the stream's identity (its ARN); shardID the shard's id.
 func CheckpointKey(streamID, shardID string) Key {
 	return Key{PK: "STREAM#" + streamID, SK: "SHARD#" + shardID}
+}
+
+// LeaseKey addresses the lease of one shard of a stream, held by at most one
+// poller at a time. It shares the checkpoint's partition, so a poller can
+// read a stream's leases and checkpoints with one Query.
+func LeaseKey(streamID, shardID string) Key {
+	return Key{PK: "STREAM#" + streamID, SK: "LEASE#" + shardID}
+}
+
+// IdempotencyKey addresses the stored response of one mutating request of a
+// tenant, keyed by its Idempotency-Key header.
+func IdempotencyKey(tenant, key string) Key {
+	return Key{PK: "IDEMPOTENCY#" + tenant + "#" + key, SK: "REQUEST"}
 }
 
 // RunMarkerKey addresses the marker of the commit run that starts with the
