@@ -2,6 +2,8 @@ package processor
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -364,7 +366,7 @@ func isTruncated(item map[string]ddbtypes.AttributeValue) bool {
 func (p *Processor) quarantineItem(c *change, truncate bool) map[string]ddbtypes.AttributeValue {
 	now := p.now().Format(time.RFC3339Nano)
 	r := c.rec
-	item := keyAV(aggregates.QuarantineKey(r.EventID))
+	item := keyAV(aggregates.QuarantineKey(quarantineID(r)))
 	item[attrEntityType] = strAV(aggregates.EntityQuarantine)
 	item["GSI1PK"] = strAV(aggregates.QuarantineIndexPK)
 	item["GSI1SK"] = strAV(now + "#" + r.EventID)
@@ -393,6 +395,21 @@ func (p *Processor) quarantineItem(c *change, truncate bool) map[string]ddbtypes
 	}
 	item["record"] = strAV(raw)
 	return item
+}
+
+// quarantineID identifies a record for its quarantine item: its eventID, or
+// for a record without one (malformed input), its sequence number, or a hash
+// of its content.
+func quarantineID(r *Record) string {
+	switch {
+	case r.EventID != "":
+		return r.EventID
+	case r.SequenceNumber != "":
+		return "seq-" + r.SequenceNumber
+	}
+	raw, _ := recordJSON(r)
+	sum := sha256.Sum256([]byte(raw + fmt.Sprint(r.DecodeErr)))
+	return "sha256-" + hex.EncodeToString(sum[:])
 }
 
 func recordJSON(r *Record) (string, error) {
