@@ -1,0 +1,267 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/ledger-dev/ledger/infra"
+	"github.com/ledger-dev/ledger/processor"
+	"github.com/ledger-dev/ledger/processor/poller"
+)
+
+// Exit statuses.
+const (
+	exitOK    = 0 // drained, or stopped by SIGTERM/SIGINT after a clean hand-off
+	exitError = 1 // refused to start (no table, no stream) or failed while running
+	exitUsage = 2 // bad flags or environment
+)
+
+// options are the command line, after environment fallbacks.
+type options struct {
+	table              string
+	metricsAddr        string
+	startPosition      poller.StartPosition
+	idleBackoff        time.Duration
+	leaseDuration      time.Duration
+	checkpointInterval time.Duration
+	discoverInterval   time.Duration
+	shutdownTimeout    time.Duration
+	owner              string
+	logFormat          string
+	logLevel           slog.Level
+	drain              bool
+}
+
+const usageHead = `usage: poller [flags]
+
+Reads the ledger table's DynamoDB stream and commits report updates exactly
+once. Run several for availability: they share the shards through leases in
+the table. Exits 0 on SIGTERM/SIGINT after committing what it holds and
+releasing its leases (within 30 s), or with --drain once every shard is read
+to its current end; 1 when it cannot start (unknown table, no stream, wrong
+stream view type) or fails; 2 on bad flags.
+
+AWS access comes from the standard SDK environment: AWS_REGION,
+AWS_ENDPOINT_URL (e.g. a DynamoDB Local), credentials.
+
+Flags (each falls back to the environment variable named, then the default):
+`
+
+// parseFlags parses args with environment fallbacks. The error is a usage
+// error; flag.ErrHelp when help was asked for.
+func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (options, error) {
+	var o options
+	fs := flag.NewFlagSet("poller", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	env := func(name, def string) string {
+		if v := strings.TrimSpace(getenv(name)); v != "" {
+			return v
+		}
+		return def
+	}
+	host, _ := os.Hostname()
+	if host == "" {
+		host = "poller"
+	}
+	var startPos, idle, lease, cpEvery, discover, shutdown, level string
+	var errs []error
+	drainDefault, err := strconv.ParseBool(env("LEDGER_DRAIN", "false"))
+	if err != nil {
+		errs = append(errs, fmt.Errorf("LEDGER_DRAIN %q: want true or false", getenv("LEDGER_DRAIN")))
+	}
+	fs.StringVar(&o.table, "table", env("LEDGER_TABLE", infra.DefaultTableName), "the ledger `TABLE` (env LEDGER_TABLE)")
+	fs.StringVar(&o.metricsAddr, "metrics-addr", env("LEDGER_METRICS_ADDR", ":9102"),
+		"`ADDR` serving /metrics, /healthz and /readyz; port 0 picks a free port, which is logged (env LEDGER_METRICS_ADDR)")
+	fs.StringVar(&startPos, "start-position", env("LEDGER_START_POSITION", string(poller.TrimHorizon)),
+		"`POSITION` of shards that have no checkpoint: TRIM_HORIZON (everything the stream holds) or LATEST (then run 'ledgerctl reconcile --repair' once caught up) (env LEDGER_START_POSITION)")
+	fs.StringVar(&idle, "idle-backoff", env("LEDGER_IDLE_BACKOFF", "1s"),
+		"longest wait (a `DURATION`, e.g. 500ms) between two empty polls of a shard (env LEDGER_IDLE_BACKOFF)")
+	fs.StringVar(&lease, "lease-duration", env("LEDGER_LEASE_DURATION", "20s"),
+		"`DURATION` a shard lease lasts without renewal; renewed every third of it, taken over by another poller after it (env LEDGER_LEASE_DURATION)")
+	fs.StringVar(&cpEvery, "checkpoint-interval", env("LEDGER_CHECKPOINT_INTERVAL", "10s"),
+		"`DURATION` between moves of a shard's checkpoint over records that had no effect (env LEDGER_CHECKPOINT_INTERVAL)")
+	fs.StringVar(&discover, "discover-interval", env("LEDGER_DISCOVER_INTERVAL", "10s"),
+		"`DURATION` between listings of the stream's shards (env LEDGER_DISCOVER_INTERVAL)")
+	fs.StringVar(&shutdown, "shutdown-timeout", env("LEDGER_SHUTDOWN_TIMEOUT", "20s"),
+		"on SIGTERM, the `DURATION` (at most 25s) the batches in hand may take to commit before they are abandoned (env LEDGER_SHUTDOWN_TIMEOUT)")
+	fs.StringVar(&o.owner, "owner", env("LEDGER_OWNER", host+"-"+strconv.Itoa(os.Getpid())),
+		"this poller's `NAME` in lease items; must be unique among live pollers (env LEDGER_OWNER; default hostname-pid)")
+	fs.StringVar(&o.logFormat, "log-format", env("LEDGER_LOG_FORMAT", "text"), "log `FORMAT` on stderr: text or json (env LEDGER_LOG_FORMAT)")
+	fs.StringVar(&level, "log-level", env("LEDGER_LOG_LEVEL", "info"), "log `LEVEL`: debug, info, warn or error (env LEDGER_LOG_LEVEL)")
+	fs.BoolVar(&o.drain, "drain", drainDefault,
+		"exit 0 once every shard is read to its current end and committed; takes over expired leases too (env LEDGER_DRAIN)")
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), usageHead)
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return o, err
+	}
+	if fs.NArg() > 0 {
+		return o, fmt.Errorf("unexpected arguments: %s", strings.Join(fs.Args(), " "))
+	}
+
+	if strings.TrimSpace(o.table) == "" {
+		errs = append(errs, errors.New("--table: must not be empty"))
+	}
+	if strings.TrimSpace(o.owner) == "" {
+		errs = append(errs, errors.New("--owner: must not be empty"))
+	}
+	if o.startPosition, err = poller.ParseStartPosition(startPos); err != nil {
+		errs = append(errs, fmt.Errorf("--start-position: %w", err))
+	}
+	durFlag := func(name, v string, dst *time.Duration, min, max time.Duration) {
+		d, err := time.ParseDuration(v)
+		switch {
+		case err != nil:
+			errs = append(errs, fmt.Errorf("--%s %q: not a duration (e.g. 500ms, 2s)", name, v))
+		case d < min || d > max:
+			errs = append(errs, fmt.Errorf("--%s %s: want between %s and %s", name, d, min, max))
+		default:
+			*dst = d
+		}
+	}
+	durFlag("idle-backoff", idle, &o.idleBackoff, 10*time.Millisecond, 5*time.Minute)
+	durFlag("lease-duration", lease, &o.leaseDuration, 300*time.Millisecond, 10*time.Minute)
+	durFlag("checkpoint-interval", cpEvery, &o.checkpointInterval, 10*time.Millisecond, time.Hour)
+	durFlag("discover-interval", discover, &o.discoverInterval, 10*time.Millisecond, time.Hour)
+	durFlag("shutdown-timeout", shutdown, &o.shutdownTimeout, time.Second, 25*time.Second)
+	switch o.logFormat {
+	case "text", "json":
+	default:
+		errs = append(errs, fmt.Errorf("--log-format %q: want text or json", o.logFormat))
+	}
+	if err := o.logLevel.UnmarshalText([]byte(level)); err != nil {
+		errs = append(errs, fmt.Errorf("--log-level %q: want debug, info, warn or error", level))
+	}
+	if _, _, err := net.SplitHostPort(o.metricsAddr); err != nil {
+		errs = append(errs, fmt.Errorf("--metrics-addr %q: want host:port (e.g. :9102, 127.0.0.1:0)", o.metricsAddr))
+	}
+	return o, errors.Join(errs...)
+}
+
+// Run runs the poller with args (without the program name) and returns its
+// exit status. getenv supplies the environment (flags fall back to it, and
+// AWS configuration is read from it where the SDK allows: see infra.LoadConfig).
+func Run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
+	o, err := parseFlags(args, getenv, stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return exitOK
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "poller: %v\n\nRun 'poller --help' for the flags.\n", err)
+		return exitUsage
+	}
+	log := newLogger(o, stderr)
+	if err := run(ctx, o, log); err != nil {
+		log.Error("poller failed", "error", err.Error())
+		return exitError
+	}
+	return exitOK
+}
+
+func newLogger(o options, w io.Writer) *slog.Logger {
+	hopts := &slog.HandlerOptions{Level: o.logLevel}
+	if o.logFormat == "json" {
+		return slog.New(slog.NewJSONHandler(w, hopts))
+	}
+	return slog.New(slog.NewTextHandler(w, hopts))
+}
+
+func run(ctx context.Context, o options, log *slog.Logger) error {
+	cfg, err := infra.LoadConfig(ctx)
+	if err != nil {
+		return err
+	}
+	db := dynamodb.NewFromConfig(cfg)
+	startCtx, cancel := context.WithTimeout(ctx, time.Minute)
+	streamARN, err := poller.ResolveStream(startCtx, db, o.table)
+	cancel()
+	if err != nil {
+		return fmt.Errorf("refusing to start: %w", err)
+	}
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	pm := processor.NewMetrics(reg)
+	proc, err := processor.New(db, processor.Config{Table: o.table}, pm)
+	if err != nil {
+		return err
+	}
+	p, err := poller.New(poller.NewStreamsClient(cfg), db, proc, poller.Config{
+		Table:              o.table,
+		StreamARN:          streamARN,
+		Owner:              o.owner,
+		StartPosition:      o.startPosition,
+		Drain:              o.drain,
+		IdleBackoff:        o.idleBackoff,
+		LeaseDuration:      o.leaseDuration,
+		CheckpointInterval: o.checkpointInterval,
+		DiscoverInterval:   o.discoverInterval,
+		ShutdownTimeout:    o.shutdownTimeout,
+		Logger:             log,
+	}, poller.NewMetrics(reg))
+	if err != nil {
+		return err
+	}
+
+	ln, err := net.Listen("tcp", o.metricsAddr)
+	if err != nil {
+		return fmt.Errorf("metrics listener: %w", err)
+	}
+	srv := &http.Server{Handler: handler(reg, p), ReadHeaderTimeout: 5 * time.Second}
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- srv.Serve(ln) }()
+	log.Info("serving metrics", "addr", ln.Addr().String(), "table", o.table, "stream", streamARN)
+
+	runErr := p.Run(ctx)
+
+	shutCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+	defer cancel()
+	_ = srv.Shutdown(shutCtx)
+	if err := <-serveErr; err != nil && !errors.Is(err, http.ErrServerClosed) {
+		runErr = errors.Join(runErr, fmt.Errorf("metrics server: %w", err))
+	}
+	if runErr == nil {
+		log.Info("poller exiting", "drain", o.drain)
+	}
+	return runErr
+}
+
+// handler serves /metrics (Prometheus text format), /healthz (the
+// coordinator is alive and reaching the table) and /readyz (shards and
+// leases are known, not shutting down).
+func handler(reg *prometheus.Registry, p *poller.Poller) http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
+		if !p.Healthy() {
+			http.Error(w, "not reaching the table", http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintln(w, "ok")
+	})
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if !p.Ready() {
+			http.Error(w, "not ready", http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintln(w, "ready")
+	})
+	return mux
+}

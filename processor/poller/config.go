@@ -1,0 +1,154 @@
+package poller
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+)
+
+// StartPosition is where the poller starts reading a shard that has no
+// checkpoint yet.
+type StartPosition string
+
+// The start positions. TrimHorizon reads everything the stream still holds;
+// Latest skips what is there when the shard is first opened (the reports
+// must then be repaired once with `ledgerctl reconcile --repair`, see
+// docs/exactly-once.md, assumption 1). Latest only applies to shards whose
+// parents the poller never read: a child of a shard it read always starts
+// at its trim horizon, or records between the two would be lost.
+const (
+	TrimHorizon StartPosition = "TRIM_HORIZON"
+	Latest      StartPosition = "LATEST"
+)
+
+// ParseStartPosition parses TRIM_HORIZON or LATEST (case-insensitive).
+func ParseStartPosition(s string) (StartPosition, error) {
+	switch StartPosition(strings.ToUpper(strings.TrimSpace(s))) {
+	case TrimHorizon:
+		return TrimHorizon, nil
+	case Latest:
+		return Latest, nil
+	}
+	return "", fmt.Errorf("start position %q: want TRIM_HORIZON or LATEST", s)
+}
+
+// Config configures a Poller. Zero fields take the documented defaults;
+// Validate says what is wrong with the rest.
+type Config struct {
+	// Table is the ledger table; its checkpoints and leases live in it.
+	// Required.
+	Table string
+	// StreamARN is the table's stream (see ResolveStream). Required.
+	StreamARN string
+	// Owner names this poller in lease items. It must be unique among the
+	// live pollers of the stream (cmd/poller uses hostname-pid). Required.
+	Owner string
+
+	// StartPosition applies to shards without a checkpoint (default
+	// TrimHorizon).
+	StartPosition StartPosition
+	// Drain makes Run return nil once every shard has been read to its
+	// current end and everything read is committed. A drain run reads every
+	// shard it can: it takes free and expired leases and asks live owners
+	// to hand theirs over.
+	Drain bool
+
+	// MaxRecords is the GetRecords limit (default and maximum 1000).
+	MaxRecords int
+	// MinReadInterval is the least time between two GetRecords calls on one
+	// shard (default 200ms: at most 5 calls per second per shard, the
+	// documented DynamoDB Streams limit).
+	MinReadInterval time.Duration
+	// IdleBackoff is the longest wait after an empty GetRecords page
+	// (default 1s). Waits start at MinReadInterval and double while pages
+	// stay empty.
+	IdleBackoff time.Duration
+	// ThrottleBackoff and MaxThrottleBackoff shape the exponential backoff
+	// with full jitter after a throttled or failed GetRecords (defaults 200ms
+	// and 5s). MaxReadFailures bounds consecutive failed reads of a shard
+	// before its reader gives the shard up (default 10; the coordinator
+	// picks it up again later).
+	ThrottleBackoff, MaxThrottleBackoff time.Duration
+	MaxReadFailures                     int
+
+	// LeaseDuration is how long a lease stays valid without renewal
+	// (default 20s). The owner renews every LeaseDuration/3; another poller
+	// takes a lease over once it has seen its counter unchanged for
+	// LeaseDuration.
+	LeaseDuration time.Duration
+	// DiscoverInterval is how often the shard list is read (default 10s;
+	// also whenever a shard ends).
+	DiscoverInterval time.Duration
+	// CheckpointInterval is how often a shard whose records had no effect
+	// (nothing committed, e.g. only the consumers' own report writes) has
+	// its checkpoint moved to the last record read (default 10s).
+	CheckpointInterval time.Duration
+	// ShutdownTimeout bounds the final commits after Run's context ends
+	// (default 20s); leases are released after them.
+	ShutdownTimeout time.Duration
+
+	// Logger receives the poller's structured logs (default slog.Default()).
+	Logger *slog.Logger
+}
+
+// withDefaults returns c with defaults applied, or an error naming every
+// invalid field.
+func (c Config) withDefaults() (Config, error) {
+	var errs []error
+	if c.Table == "" {
+		errs = append(errs, errors.New("table is required"))
+	}
+	if c.StreamARN == "" {
+		errs = append(errs, errors.New("stream ARN is required"))
+	}
+	if c.Owner == "" {
+		errs = append(errs, errors.New("owner is required"))
+	}
+	switch c.StartPosition {
+	case "":
+		c.StartPosition = TrimHorizon
+	case TrimHorizon, Latest:
+	default:
+		errs = append(errs, fmt.Errorf("start position %q: want TRIM_HORIZON or LATEST", c.StartPosition))
+	}
+	if c.MaxRecords == 0 {
+		c.MaxRecords = 1000
+	}
+	if c.MaxRecords < 1 || c.MaxRecords > 1000 {
+		errs = append(errs, fmt.Errorf("max records %d: want 1 to 1000", c.MaxRecords))
+	}
+	dur := func(name string, v *time.Duration, def, min time.Duration) {
+		if *v == 0 {
+			*v = def
+		}
+		if *v < min {
+			errs = append(errs, fmt.Errorf("%s %s: want at least %s", name, *v, min))
+		}
+	}
+	dur("min read interval", &c.MinReadInterval, 200*time.Millisecond, 0)
+	dur("idle backoff", &c.IdleBackoff, time.Second, time.Millisecond)
+	dur("throttle backoff", &c.ThrottleBackoff, 200*time.Millisecond, time.Millisecond)
+	dur("max throttle backoff", &c.MaxThrottleBackoff, 5*time.Second, c.ThrottleBackoff)
+	dur("lease duration", &c.LeaseDuration, 20*time.Second, 300*time.Millisecond)
+	dur("discover interval", &c.DiscoverInterval, 10*time.Second, 10*time.Millisecond)
+	dur("checkpoint interval", &c.CheckpointInterval, 10*time.Second, 10*time.Millisecond)
+	dur("shutdown timeout", &c.ShutdownTimeout, 20*time.Second, time.Millisecond)
+	if c.MaxReadFailures == 0 {
+		c.MaxReadFailures = 10
+	}
+	if c.MaxReadFailures < 1 {
+		errs = append(errs, fmt.Errorf("max read failures %d: want at least 1", c.MaxReadFailures))
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if len(errs) > 0 {
+		return c, fmt.Errorf("poller config: %w", errors.Join(errs...))
+	}
+	return c, nil
+}
+
+// renewInterval is how often leases are renewed and reassigned.
+func (c Config) renewInterval() time.Duration { return c.LeaseDuration / 3 }

@@ -1,0 +1,125 @@
+// Package poller is the long-running stream consumer: it reads a ledger
+// table's DynamoDB stream with the Streams API (DescribeStream,
+// GetShardIterator, GetRecords) and hands each page of records to the
+// processor, whose commits are exact under redelivery
+// (docs/exactly-once.md). Several pollers can run on one stream; they share
+// its shards through leases kept in the table.
+//
+// # Shards
+//
+// The coordinator lists the shards (DescribeStream, paginated) at start,
+// every Config.DiscoverInterval and whenever a shard ends. A shard is read
+// only once every parent it has is finished (read to its end) or no longer
+// listed (trimmed away), so a key's records are applied parents first. A
+// closed shard read to its end (GetRecords returns no next iterator) gets
+// shardFinished set on its checkpoint, and its children become readable.
+//
+// # Checkpoints
+//
+// A shard's checkpoint is processor.ShardGuard's item (aggregates.CheckpointKey),
+// moved by the compare-and-set inside every commit transaction. A reader
+// opens its iterator AFTER_SEQUENCE_NUMBER the checkpoint and declares it
+// with ShardGuard.SetOrigin, or at TRIM_HORIZON (default) or LATEST
+// (Config.StartPosition) when there is none. Records with no effect (the
+// consumers' own report writes, non-transaction items, quarantined records)
+// commit nothing, so the reader itself moves the checkpoint over them, at
+// most every Config.CheckpointInterval, at a shard's end and before it stops,
+// with a conditional UpdateItem that has the guard's semantics (from the
+// value the reader's guard holds to the last record it processed); a
+// reader whose checkpoint someone else moved changes nothing. It then
+// continues with a new guard whose origin is the new checkpoint. This keeps
+// restarts from rereading hours of report writes, and keeps an idle shard's
+// checkpoint inside the stream's 24-hour retention.
+//
+// An expired iterator (ExpiredIteratorException, 15 minutes after it was
+// issued) is reopened after the checkpoint once it has been moved up to the
+// last record processed. Records older than the retention are gone
+// (TrimmedDataAccessException): the reader counts it
+// (ledger_stream_iterator_resets_total{reason="trimmed"}), logs an error and
+// reopens at TRIM_HORIZON; records at or before the checkpoint are still
+// skipped. The trimmed records are lost to every consumer, not only to this
+// one; `ledgerctl reconcile --repair` restores the reports from the
+// transactions (assumption 2 of docs/exactly-once.md).
+//
+// # Leases
+//
+// A lease is an item per shard (aggregates.LeaseKey) with leaseOwner,
+// leaseCounter, leaseExpiry (informational) and pendingOwner. Every change
+// but a request increments the counter, and every write is conditional on
+// the counter last seen:
+//
+//   - take: a free lease (no item, or no owner), an expired one, or one that
+//     names this owner (its previous life): SET owner = me, counter + 1;
+//     condition counter = seen (or no counter yet);
+//   - renew, every LeaseDuration/3: counter + 1; condition owner = me and
+//     counter = mine. A failed condition means another poller has the lease:
+//     the reader is cancelled at once;
+//   - expiry: a poller considers a lease expired once it has seen the same
+//     counter for LeaseDuration on its own clock (as KCL does: no clock is
+//     compared across machines). The owner stops its reader at the send
+//     time of its last successful renewal + LeaseDuration, before any other
+//     poller can have seen that renewal's counter for LeaseDuration;
+//   - release (shutdown, shard finished, drain done): counter + 1, owner
+//     removed; condition owner = me and counter = mine. Leases are released
+//     only after the reader's last commit and checkpoint move;
+//   - hand-off: a poller below its share with no free lease left sets
+//     pendingOwner on a lease of the owner holding the most (condition:
+//     owner and counter as seen, no pending yet). The owner sees it at its
+//     next renewal, finishes the batch in hand, moves the checkpoint and
+//     writes owner = asker, counter + 1. A dead asker only delays the shard
+//     by one lease expiry.
+//
+// Fair share: each poller counts the owners of live leases of readable
+// shards, the pollers asking for one, and itself, and takes up to
+// ceil(shards / owners) leases. A drain run takes every lease it can and
+// asks every live owner for theirs.
+//
+// # At most two readers per shard
+//
+// Correctness does not depend on leases: every commit and every checkpoint
+// move is a compare-and-set on the shard's checkpoint, so a reader that
+// lost its lease (or never had it) can only fail its condition, re-read the
+// checkpoint, and skip what was committed. Leases keep the work from being
+// done twice. A shard has at most two readers at any instant: the lease
+// owner, and a previous owner whose lease expired or was taken while a call
+// was in flight. The previous owner cancels its reader when a renewal
+// fails or its validity ends, which happens before anyone else may take the
+// lease over, so only a request already on the wire can land afterwards;
+// and that request is harmless for the reason above.
+//
+// # Reading and call rates
+//
+// Each reader reads its shard in order, one GetRecords of up to
+// Config.MaxRecords (1,000) records at a time, and processes the page
+// (decode, fold, commit) before it reads the next, so memory is bounded by
+// one page per leased shard whatever the backlog. Calls on one shard are at
+// least Config.MinReadInterval (200 ms) apart: at most 5 GetRecords per
+// second per shard, DynamoDB Streams' documented limit, per reader (and at
+// most two readers, above). After an empty page the reader waits
+// MinReadInterval, doubling up to Config.IdleBackoff (1 s), so an idle shard
+// costs one call per second. Throttled or failed calls back off
+// exponentially from ThrottleBackoff (200 ms) to MaxThrottleBackoff (5 s)
+// with full jitter, on top of the SDK's own retries; after MaxReadFailures
+// in a row the reader gives the shard up until the next coordinator pass.
+// DescribeStream is called every DiscoverInterval (10 s) and at shard ends;
+// one consistent Query of the stream's partition per LeaseDuration/3 reads
+// every lease and checkpoint; each held lease costs one UpdateItem per
+// LeaseDuration/3.
+//
+// # Drain and shutdown
+//
+// With Config.Drain, Run returns once every listed shard is finished, or was
+// read by this run up to an empty page (its current end) with everything
+// committed, and the shard list was read again after the last shard
+// finished. When Run's context ends, readers stop after the batch in hand,
+// commit it, move their checkpoints, and the leases are released; after
+// Config.ShutdownTimeout the batches still in hand are abandoned (they are
+// redelivered to the next owner, harmlessly).
+//
+// # DynamoDB Local
+//
+// Use a Streams client from NewStreamsClient: DynamoDB Local writes empty
+// map attributes in stream images as an untagged {} that the SDK decodes
+// into the wrong value; FixEmptyMaps rewrites them to {"M":{}} before the
+// SDK sees them.
+package poller

@@ -1,0 +1,89 @@
+package poller
+
+import "github.com/prometheus/client_golang/prometheus"
+
+// The poller's own collectors, beside the processor's (processor.Metrics:
+// iterator age, lag, records, commits, retries and throttles, which the
+// poller also feeds with operation="GetRecords"). Label values are bounded.
+// Names are part of ledger's interface, like processor/metrics.go's.
+
+// Label values of ledger_poller_lease_events_total{event}.
+const (
+	LeaseAcquired  = "acquired"   // a free or new lease taken
+	LeaseTakenOver = "taken_over" // an expired lease of another owner taken
+	LeaseLost      = "lost"       // a renewal found the lease changed: another poller has it
+	LeaseExpired   = "expired"    // not renewed in time: reading stopped
+	LeaseReleased  = "released"   // given up (shutdown, shard finished, drain done)
+	LeaseHandedOff = "handed_off" // given to the poller that asked for it
+	LeaseRequested = "requested"  // asked another owner for one of its leases
+)
+
+// Label values of ledger_stream_iterator_resets_total{reason}.
+const (
+	ResetExpired = "expired" // ExpiredIteratorException: reopened after the checkpoint
+	ResetTrimmed = "trimmed" // TrimmedDataAccessException: reopened at TRIM_HORIZON; records lost
+	ResetGap     = "gap"     // the checkpoint was behind the iterator (processor.ErrGap)
+	ResetFailure = "failure" // a failed batch or read: reopened after the checkpoint
+)
+
+// Metrics are the poller's collectors.
+type Metrics struct {
+	LeasesHeld  prometheus.Gauge       // ledger_poller_leases_held
+	LeaseEvents *prometheus.CounterVec // ledger_poller_lease_events_total{event}
+	Shards      *prometheus.GaugeVec   // ledger_poller_shards{state}
+	Reads       *prometheus.CounterVec // ledger_stream_get_records_total{outcome}
+	RecordsRead prometheus.Counter     // ledger_stream_records_read_total
+	Resets      *prometheus.CounterVec // ledger_stream_iterator_resets_total{reason}
+	Checkpoints prometheus.Counter     // ledger_poller_checkpoint_moves_total
+}
+
+// NewMetrics creates the poller's collectors and registers them with reg
+// (nil: unregistered).
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	m := &Metrics{
+		LeasesHeld: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: "ledger", Subsystem: "poller", Name: "leases_held",
+			Help: "Shard leases this poller holds.",
+		}),
+		LeaseEvents: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "ledger", Subsystem: "poller", Name: "lease_events_total",
+			Help: "Lease changes by this poller: acquired, taken_over, lost, expired, released, handed_off, requested.",
+		}, []string{"event"}),
+		Shards: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: "ledger", Subsystem: "poller", Name: "shards",
+			Help: "Shards of the stream by state: open, closed (not yet read to the end), finished, waiting (parents not finished).",
+		}, []string{"state"}),
+		Reads: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "ledger", Subsystem: "stream", Name: "get_records_total",
+			Help: "GetRecords calls by outcome: records, empty, throttled, error.",
+		}, []string{"outcome"}),
+		RecordsRead: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "ledger", Subsystem: "stream", Name: "records_read_total",
+			Help: "Stream records read with GetRecords (before deduplication).",
+		}),
+		Resets: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "ledger", Subsystem: "stream", Name: "iterator_resets_total",
+			Help: "Shard iterators reopened, by reason: expired, trimmed (records lost: run ledgerctl reconcile --repair), gap, failure.",
+		}, []string{"reason"}),
+		Checkpoints: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "ledger", Subsystem: "poller", Name: "checkpoint_moves_total",
+			Help: "Checkpoints moved outside commits, over records that had no effect (and at shard ends).",
+		}),
+	}
+	for _, e := range []string{LeaseAcquired, LeaseTakenOver, LeaseLost, LeaseExpired, LeaseReleased, LeaseHandedOff, LeaseRequested} {
+		m.LeaseEvents.WithLabelValues(e)
+	}
+	for _, r := range []string{ResetExpired, ResetTrimmed, ResetGap, ResetFailure} {
+		m.Resets.WithLabelValues(r)
+	}
+	for _, o := range []string{"records", "empty", "throttled", "error"} {
+		m.Reads.WithLabelValues(o)
+	}
+	for _, s := range []string{"open", "closed", "finished", "waiting"} {
+		m.Shards.WithLabelValues(s)
+	}
+	if reg != nil {
+		reg.MustRegister(m.LeasesHeld, m.LeaseEvents, m.Shards, m.Reads, m.RecordsRead, m.Resets, m.Checkpoints)
+	}
+	return m
+}

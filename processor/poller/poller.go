@@ -1,0 +1,614 @@
+package poller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	streamtypes "github.com/aws/aws-sdk-go-v2/service/dynamodbstreams/types"
+
+	"github.com/ledger-dev/ledger/processor"
+)
+
+// Poller reads a table's stream with the DynamoDB Streams API and commits
+// every record exactly once through a processor.Processor, sharing the
+// shards with other pollers through leases in the table. See the package
+// documentation for the protocol.
+type Poller struct {
+	cfg     Config
+	streams Streams
+	store   *store
+	proc    *processor.Processor
+	pm      *processor.Metrics
+	m       *Metrics
+	log     *slog.Logger
+
+	ready   atomic.Bool
+	healthy atomic.Int64 // unix nanos of the last coordinator pass that read the table
+
+	// Coordinator state: touched by Run's goroutine only.
+	shards     []shard
+	listed     time.Time // when shards was read
+	forceList  bool
+	leases     map[string]lease
+	cps        map[string]checkpoint
+	seen       map[string]observation
+	held       map[string]*holding
+	drained    map[string]bool
+	gone       map[string]bool
+	finishedAt time.Time // when a reader last finished a shard (drain waits for a listing after it)
+	done       chan readerResult
+	stopping   bool
+}
+
+// observation is when this poller first saw a lease in its current state:
+// a lease whose counter stays unchanged for LeaseDuration has expired.
+type observation struct {
+	owner   string
+	counter int64
+	at      time.Time
+}
+
+// holding is a lease this poller holds and the reader working under it.
+type holding struct {
+	lease      lease
+	validUntil time.Time // renewal's send time + LeaseDuration
+	renewed    time.Time
+	timer      *time.Timer // cancels the reader at validUntil
+	cancel     context.CancelFunc
+	stop       chan struct{}
+	stopOnce   sync.Once
+	running    bool
+	lost       bool   // the lease is another poller's now
+	handoffTo  string // stop, then give the lease to this poller
+	retryAt    time.Time
+}
+
+func (h *holding) signalStop() { h.stopOnce.Do(func() { close(h.stop) }) }
+
+// New returns a Poller reading streams and keeping leases and checkpoints
+// in table through api; proc commits the records (its ShardGuard is the
+// checkpoint). metrics may be nil (unregistered collectors).
+func New(streams Streams, api Table, proc *processor.Processor, cfg Config, metrics *Metrics) (*Poller, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	if metrics == nil {
+		metrics = NewMetrics(nil)
+	}
+	return &Poller{
+		cfg:     cfg,
+		streams: streams,
+		store:   &store{api: api, table: cfg.Table, streamARN: cfg.StreamARN},
+		proc:    proc,
+		pm:      proc.Metrics(),
+		m:       metrics,
+		log:     cfg.Logger.With("owner", cfg.Owner),
+		seen:    map[string]observation{},
+		held:    map[string]*holding{},
+		drained: map[string]bool{},
+		gone:    map[string]bool{},
+		done:    make(chan readerResult),
+	}, nil
+}
+
+// Ready reports whether the poller has read the stream's shards and its
+// leases, and is not shutting down.
+func (p *Poller) Ready() bool { return p.ready.Load() }
+
+// Healthy reports whether the coordinator has read the table within the
+// last three lease durations (or has not started yet).
+func (p *Poller) Healthy() bool {
+	last := p.healthy.Load()
+	return last == 0 || time.Since(time.Unix(0, last)) < 3*p.cfg.LeaseDuration
+}
+
+// Run reads the stream until ctx ends, then stops reading, lets the batches
+// in hand commit (for at most ShutdownTimeout), moves the checkpoints,
+// releases its leases and returns nil. With Drain it returns nil earlier,
+// once every shard is read to its current end. It returns an error when
+// the stream no longer exists (the poller never exits on its own while it
+// does).
+func (p *Poller) Run(ctx context.Context) error {
+	p.log.Info("poller starting", "stream", p.cfg.StreamARN, "drain", p.cfg.Drain, "start_position", string(p.cfg.StartPosition),
+		"lease_duration", p.cfg.LeaseDuration.String())
+	tick := time.NewTicker(p.cfg.renewInterval())
+	defer tick.Stop()
+	p.forceList = true
+	var runErr error
+	if err := p.pass(ctx, true); err != nil {
+		runErr = err
+	}
+	for runErr == nil && ctx.Err() == nil {
+		if p.cfg.Drain && p.drainComplete() {
+			p.log.Info("drain complete: every shard is read to its current end and committed")
+			break
+		}
+		select {
+		case <-ctx.Done():
+		case <-tick.C:
+			runErr = p.pass(ctx, true)
+		case r := <-p.done:
+			p.readerDone(ctx, r)
+			runErr = p.pass(ctx, false)
+		}
+	}
+	p.shutdown(ctx)
+	return runErr
+}
+
+// drainComplete reports whether every listed shard is finished, gone, or
+// drained by this run, nothing is being read, and the shard list was read
+// after the last shard finished (so its children are known).
+func (p *Poller) drainComplete() bool {
+	if len(p.held) > 0 || p.listed.IsZero() || !p.listed.After(p.finishedAt) {
+		return false
+	}
+	for _, s := range p.shards {
+		if !p.cps[s.id].finished && !p.drained[s.id] && !p.gone[s.id] {
+			return false
+		}
+	}
+	return true
+}
+
+// pass is one round of the coordinator: renew (when renew is set), list
+// shards when due, read leases and checkpoints, take a fair share, start
+// readers.
+func (p *Poller) pass(ctx context.Context, renew bool) error {
+	if renew {
+		p.renewAll(ctx)
+	}
+	if p.forceList || time.Since(p.listed) >= p.cfg.DiscoverInterval {
+		listedAt := time.Now()
+		shards, status, err := listShards(ctx, p.streams, p.cfg.StreamARN)
+		var nf *streamtypes.ResourceNotFoundException
+		switch {
+		case errors.As(err, &nf):
+			return fmt.Errorf("stream %s no longer exists: %w", p.cfg.StreamARN, err)
+		case err != nil:
+			if ctx.Err() == nil {
+				p.log.Warn("listing shards failed; retrying at the next pass", "error", err.Error())
+			}
+			return nil
+		}
+		if status == streamtypes.StreamStatusDisabled && len(p.shards) == 0 {
+			p.log.Warn("the stream is disabled")
+		}
+		p.shards, p.listed, p.forceList = shards, listedAt, false
+	}
+	leases, cps, err := p.store.readAll(ctx)
+	if err != nil {
+		if ctx.Err() == nil {
+			p.log.Warn("reading leases failed; retrying at the next pass", "error", err.Error())
+		}
+		return nil
+	}
+	if p.cfg.StartPosition == Latest && len(cps) == 0 && len(p.shards) > 0 {
+		// A fresh start at LATEST: skip closed shards, open the others at
+		// LATEST, and remember it in the table for restarts.
+		for _, s := range p.shards {
+			if err := p.store.markStart(ctx, s.id, s.closed); err != nil && !errors.Is(err, errConditionFailed) {
+				p.log.Warn("recording the LATEST start failed", "shard", s.id, "error", err.Error())
+				return nil
+			}
+		}
+		if leases, cps, err = p.store.readAll(ctx); err != nil {
+			return nil
+		}
+	}
+	p.leases, p.cps = leases, cps
+	p.healthy.Store(time.Now().UnixNano())
+	p.observe()
+	if !p.stopping {
+		p.assign(ctx)
+		p.startReaders(ctx)
+	}
+	p.gauges()
+	p.ready.Store(!p.stopping)
+	return nil
+}
+
+// observe records lease state changes for expiry detection.
+func (p *Poller) observe() {
+	now := time.Now()
+	for id, l := range p.leases {
+		o, ok := p.seen[id]
+		if !ok || o.counter != l.counter || o.owner != l.owner {
+			p.seen[id] = observation{owner: l.owner, counter: l.counter, at: now}
+		}
+	}
+}
+
+// available reports whether this poller may take l without asking: it
+// does not exist yet, is free, belonged to this owner's previous life, or
+// has not been renewed for LeaseDuration.
+func (p *Poller) available(l lease) (ok bool, expired bool) {
+	switch {
+	case !l.exists || l.owner == "":
+		return true, false
+	case l.owner == p.cfg.Owner:
+		return true, true
+	}
+	o := p.seen[l.shard]
+	return time.Since(o.at) >= p.cfg.LeaseDuration, true
+}
+
+// eligible returns the shards that can be read now: not finished, not
+// drained by this run, and every parent finished (or no longer listed).
+func (p *Poller) eligible() []shard {
+	listed := make(map[string]bool, len(p.shards))
+	for _, s := range p.shards {
+		listed[s.id] = true
+	}
+	var out []shard
+	for _, s := range p.shards {
+		if p.cps[s.id].finished || p.drained[s.id] || p.gone[s.id] {
+			continue
+		}
+		if s.parent != "" && listed[s.parent] && !p.cps[s.parent].finished && !p.gone[s.parent] {
+			continue
+		}
+		out = append(out, s)
+	}
+	return out
+}
+
+// assign takes this poller's fair share of the eligible shards: free and
+// expired leases first; when none is left and another owner holds more
+// than its share, it asks that owner to hand one over. A drain run wants
+// every shard.
+func (p *Poller) assign(ctx context.Context) {
+	elig := p.eligible()
+	if len(elig) == 0 {
+		return
+	}
+	owners := map[string]int{p.cfg.Owner: 0}
+	asked := false
+	for _, s := range elig {
+		l, ok := p.leases[s.id]
+		if !ok {
+			continue
+		}
+		if free, _ := p.available(l); !free {
+			owners[l.owner]++
+		}
+		if l.pending != "" {
+			if _, ok := owners[l.pending]; !ok {
+				owners[l.pending] = 0
+			}
+			asked = asked || l.pending == p.cfg.Owner
+		}
+	}
+	target := (len(elig) + len(owners) - 1) / len(owners)
+	if p.cfg.Drain {
+		target = len(elig)
+	}
+	var candidates []lease
+	for _, s := range elig {
+		if _, mine := p.held[s.id]; mine {
+			continue
+		}
+		l, ok := p.leases[s.id]
+		if !ok {
+			l = lease{shard: s.id}
+		}
+		if free, _ := p.available(l); free {
+			candidates = append(candidates, l)
+		}
+	}
+	rand.Shuffle(len(candidates), func(i, j int) { candidates[i], candidates[j] = candidates[j], candidates[i] })
+	for _, l := range candidates {
+		if len(p.held) >= target || ctx.Err() != nil {
+			return
+		}
+		_, expired := p.available(l)
+		taken, err := p.store.take(ctx, l, p.cfg.Owner, p.cfg.LeaseDuration)
+		sent := time.Now()
+		if err != nil {
+			if !errors.Is(err, errConditionFailed) && ctx.Err() == nil {
+				p.log.Warn("taking lease failed", "shard", l.shard, "error", err.Error())
+			}
+			continue
+		}
+		event := LeaseAcquired
+		if expired && l.owner != p.cfg.Owner {
+			event = LeaseTakenOver
+		}
+		p.m.LeaseEvents.WithLabelValues(event).Inc()
+		p.log.Info("lease "+event, "shard", l.shard, "previous_owner", l.owner, "counter", taken.counter)
+		p.leases[l.shard] = taken
+		p.hold(taken, sent)
+	}
+	if len(p.held) >= target || (asked && !p.cfg.Drain) {
+		return
+	}
+	// No free lease left: ask the busiest owner above its share (a drain run
+	// asks every owner) to hand one over.
+	var ask []lease
+	for _, s := range elig {
+		l, ok := p.leases[s.id]
+		if !ok || l.owner == "" || l.owner == p.cfg.Owner || l.pending != "" {
+			continue
+		}
+		if p.cfg.Drain || owners[l.owner] > target {
+			ask = append(ask, l)
+		}
+	}
+	sort.SliceStable(ask, func(i, j int) bool { return owners[ask[i].owner] > owners[ask[j].owner] })
+	if !p.cfg.Drain && len(ask) > 1 {
+		ask = ask[:1]
+	}
+	for _, l := range ask {
+		if err := p.store.request(ctx, l, p.cfg.Owner); err != nil {
+			if !errors.Is(err, errConditionFailed) && ctx.Err() == nil {
+				p.log.Warn("asking for a lease failed", "shard", l.shard, "owner", l.owner, "error", err.Error())
+			}
+			continue
+		}
+		p.m.LeaseEvents.WithLabelValues(LeaseRequested).Inc()
+		p.log.Info("lease requested", "shard", l.shard, "from", l.owner)
+	}
+}
+
+// hold records a lease just taken; its reader starts in startReaders.
+func (p *Poller) hold(l lease, sent time.Time) {
+	h := &holding{lease: l, stop: make(chan struct{})}
+	p.held[l.shard] = h
+	p.validate(h, sent)
+}
+
+// validate extends h's validity to sent + LeaseDuration: the lease's new
+// counter was written by a request sent at sent, and no other poller takes
+// it over before it has seen that counter unchanged for LeaseDuration.
+func (p *Poller) validate(h *holding, sent time.Time) {
+	h.renewed = sent
+	h.validUntil = sent.Add(p.cfg.LeaseDuration)
+	if h.timer != nil {
+		h.timer.Reset(time.Until(h.validUntil))
+	}
+}
+
+// startReaders starts a reader for every held lease without one.
+func (p *Poller) startReaders(ctx context.Context) {
+	for id, h := range p.held {
+		if h.running || h.lost || h.handoffTo != "" || time.Now().Before(h.retryAt) || !time.Now().Before(h.validUntil) {
+			continue
+		}
+		sh, ok := p.shard(id)
+		if !ok {
+			continue
+		}
+		start := TrimHorizon
+		if cp := p.cps[id]; cp.seq == "" && cp.startAt == string(Latest) {
+			start = Latest
+		}
+		rctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+		h.cancel = cancel
+		h.stop = make(chan struct{})
+		h.stopOnce = sync.Once{}
+		if h.timer != nil {
+			h.timer.Stop()
+		}
+		h.timer = time.AfterFunc(time.Until(h.validUntil), cancel)
+		h.running = true
+		r := &reader{p: p, shard: sh, start: start, ctx: rctx, stop: h.stop, log: p.log.With("shard", id)}
+		go func() { p.done <- r.run() }()
+	}
+}
+
+func (p *Poller) shard(id string) (shard, bool) {
+	for _, s := range p.shards {
+		if s.id == id {
+			return s, true
+		}
+	}
+	return shard{}, false
+}
+
+// renewAll renews every held lease. A renewal that finds the lease changed
+// means another poller has it: the reader is cancelled at once. A renewal
+// that shows a hand-off request stops the reader gracefully; the lease goes
+// to the asker once the batch in hand is committed.
+func (p *Poller) renewAll(ctx context.Context) {
+	rctx := context.WithoutCancel(ctx)
+	for id, h := range p.held {
+		if h.lost {
+			continue
+		}
+		if !time.Now().Before(h.validUntil) {
+			p.expire(id, h)
+			continue
+		}
+		cctx, cancel := context.WithTimeout(rctx, p.cfg.LeaseDuration/3)
+		sent := time.Now()
+		l, err := p.store.renew(cctx, h.lease, p.cfg.LeaseDuration)
+		cancel()
+		switch {
+		case errors.Is(err, errConditionFailed):
+			h.lost = true
+			p.m.LeaseEvents.WithLabelValues(LeaseLost).Inc()
+			p.log.Warn("lease lost: another poller holds it; reader stopped", "shard", id)
+			p.drop(id, h)
+			continue
+		case err != nil:
+			p.log.Warn("renewing lease failed; will retry", "shard", id, "valid_for", time.Until(h.validUntil).Round(time.Millisecond).String(), "error", err.Error())
+			continue
+		}
+		h.lease = l
+		p.validate(h, sent)
+		if l.pending != "" && l.pending != p.cfg.Owner && !p.cfg.Drain && !p.stopping && h.handoffTo == "" {
+			h.handoffTo = l.pending
+			p.log.Info("lease hand-off requested; finishing the batch in hand", "shard", id, "to", l.pending)
+			if h.running {
+				h.signalStop()
+			} else {
+				p.release(ctx, id, h)
+			}
+		}
+	}
+}
+
+// expire stops the reader of a lease that could not be renewed in time.
+func (p *Poller) expire(id string, h *holding) {
+	h.lost = true
+	p.m.LeaseEvents.WithLabelValues(LeaseExpired).Inc()
+	p.log.Warn("lease expired before it could be renewed; reader stopped", "shard", id)
+	p.drop(id, h)
+}
+
+// drop forgets a lease that is no longer this poller's, cancelling its
+// reader; the reader's result still arrives and is ignored.
+func (p *Poller) drop(id string, h *holding) {
+	if h.cancel != nil {
+		h.cancel()
+	}
+	if h.timer != nil {
+		h.timer.Stop()
+	}
+	if !h.running {
+		delete(p.held, id)
+	}
+}
+
+// readerDone handles a reader's end.
+func (p *Poller) readerDone(ctx context.Context, r readerResult) {
+	h, ok := p.held[r.shard]
+	if !ok {
+		return
+	}
+	h.running = false
+	if h.timer != nil {
+		h.timer.Stop()
+	}
+	if h.cancel != nil {
+		h.cancel()
+	}
+	switch {
+	case h.lost:
+		delete(p.held, r.shard)
+	case r.finished:
+		p.log.Info("shard finished: read to its end", "shard", r.shard)
+		cp := p.cps[r.shard]
+		cp.finished = true
+		p.cps[r.shard] = cp
+		p.finishedAt = time.Now()
+		p.forceList = true
+		p.release(ctx, r.shard, h)
+	case r.drained:
+		p.drained[r.shard] = true
+		p.release(ctx, r.shard, h)
+	case p.stopping || h.handoffTo != "":
+		p.release(ctx, r.shard, h)
+	case errors.Is(r.err, errShardGone):
+		p.log.Warn("shard is gone from the stream", "shard", r.shard, "error", r.err.Error())
+		p.gone[r.shard] = true
+		p.forceList = true
+		p.release(ctx, r.shard, h)
+	default:
+		if r.err != nil {
+			p.log.Error("shard reader failed; restarting it after a pause", "shard", r.shard, "error", r.err.Error())
+		}
+		h.retryAt = time.Now().Add(p.cfg.renewInterval())
+	}
+}
+
+// release gives a held lease up (to the poller that asked for it, if any)
+// and forgets it. A release that fails leaves the lease to expire.
+func (p *Poller) release(ctx context.Context, id string, h *holding) {
+	delete(p.held, id)
+	if h.lost {
+		return
+	}
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	if err := p.store.release(cctx, h.lease, h.handoffTo); err != nil {
+		p.log.Warn("releasing lease failed; it will expire", "shard", id, "error", err.Error())
+		return
+	}
+	if h.handoffTo != "" {
+		p.m.LeaseEvents.WithLabelValues(LeaseHandedOff).Inc()
+		p.log.Info("lease handed_off", "shard", id, "to", h.handoffTo)
+		return
+	}
+	p.m.LeaseEvents.WithLabelValues(LeaseReleased).Inc()
+	p.log.Info("lease released", "shard", id)
+}
+
+// shutdown stops every reader gracefully, keeps renewing while they commit
+// what they hold (cancelling them after ShutdownTimeout), then releases
+// the leases.
+func (p *Poller) shutdown(ctx context.Context) {
+	p.stopping = true
+	p.ready.Store(false)
+	p.log.Info("poller stopping: committing what is in hand, then releasing leases", "leases", len(p.held))
+	for _, h := range p.held {
+		h.signalStop()
+	}
+	bg := context.WithoutCancel(ctx)
+	hard := time.NewTimer(p.cfg.ShutdownTimeout)
+	defer hard.Stop()
+	tick := time.NewTicker(p.cfg.renewInterval())
+	defer tick.Stop()
+	for p.running() > 0 {
+		select {
+		case r := <-p.done:
+			p.readerDone(bg, r)
+		case <-tick.C:
+			p.renewAll(bg)
+		case <-hard.C:
+			p.log.Warn("shutdown timeout: abandoning the batches in hand", "readers", p.running())
+			for _, h := range p.held {
+				if h.cancel != nil {
+					h.cancel()
+				}
+			}
+		}
+	}
+	for id, h := range p.held {
+		p.release(bg, id, h)
+	}
+	p.gauges()
+	p.log.Info("poller stopped")
+}
+
+func (p *Poller) running() int {
+	n := 0
+	for _, h := range p.held {
+		if h.running {
+			n++
+		}
+	}
+	return n
+}
+
+func (p *Poller) gauges() {
+	p.m.LeasesHeld.Set(float64(len(p.held)))
+	counts := map[string]int{"open": 0, "closed": 0, "finished": 0, "waiting": 0}
+	elig := map[string]bool{}
+	for _, s := range p.eligible() {
+		elig[s.id] = true
+	}
+	for _, s := range p.shards {
+		switch {
+		case p.cps[s.id].finished:
+			counts["finished"]++
+		case !elig[s.id] && !p.drained[s.id] && !p.gone[s.id]:
+			counts["waiting"]++
+		case s.closed:
+			counts["closed"]++
+		default:
+			counts["open"]++
+		}
+	}
+	for state, n := range counts {
+		p.m.Shards.WithLabelValues(state).Set(float64(n))
+	}
+}

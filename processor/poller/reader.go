@@ -1,0 +1,396 @@
+package poller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/aws/ratelimit"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodbstreams"
+	streamtypes "github.com/aws/aws-sdk-go-v2/service/dynamodbstreams/types"
+	"github.com/aws/smithy-go"
+
+	"github.com/ledger-dev/ledger/processor"
+)
+
+// readerResult is how a shard reader ended.
+type readerResult struct {
+	shard    string
+	finished bool // the shard is closed, read to its end, and marked finished
+	drained  bool // drain mode: read to the shard's current end, all committed
+	err      error
+}
+
+// errShardGone means the stream no longer has the shard (trimmed away) or
+// no longer exists.
+var errShardGone = errors.New("shard no longer exists")
+
+// reader reads one leased shard in order and hands each GetRecords page to
+// the processor before it reads the next: at most one page (≤ 1,000
+// records, ≤ 1 MB) per shard is in memory, whatever the backlog.
+type reader struct {
+	p     *Poller
+	shard shard
+	start StartPosition // where to open when the shard has no checkpoint
+	log   *slog.Logger
+	// ctx ends when the lease is lost or expires, or the shutdown's grace
+	// is over: every call, commits included, is abandoned.
+	ctx context.Context
+	// stop asks for a graceful end: finish the batch in hand, move the
+	// checkpoint, return.
+	stop <-chan struct{}
+
+	guard    *processor.ShardGuard
+	held     string  // last record fully processed (committed, or with no effect)
+	iter     *string // nil at the shard's end
+	opened   bool
+	lastRead time.Time
+	lastMove time.Time
+}
+
+func (r *reader) stopping() bool {
+	select {
+	case <-r.stop:
+		return true
+	default:
+		return r.ctx.Err() != nil
+	}
+}
+
+// wait sleeps d unless stopped or cancelled first; it reports whether the
+// reader should go on.
+func (r *reader) wait(d time.Duration) bool {
+	if d <= 0 {
+		return !r.stopping()
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-r.stop:
+		return false
+	case <-r.ctx.Done():
+		return false
+	}
+}
+
+func (r *reader) newGuard() { r.guard = r.p.proc.ShardGuard(r.p.cfg.StreamARN, r.shard.id) }
+
+// run reads the shard until its end, a stop, a drain's catch-up, the loss
+// of the lease or too many failures.
+func (r *reader) run() (res readerResult) {
+	res.shard = r.shard.id
+	cfg := &r.p.cfg
+	r.log.Info("shard reader started")
+	defer func() {
+		r.log.Info("shard reader stopped", "finished", res.finished, "drained", res.drained, "held", r.held, "error", errString(res.err))
+	}()
+	r.newGuard()
+	r.lastMove = time.Now()
+	if err := r.open(); err != nil {
+		res.err = err
+		return res
+	}
+	failures, empty := 0, 0
+	fail := func(reason string, err error) bool {
+		failures++
+		if failures > cfg.MaxReadFailures {
+			res.err = fmt.Errorf("shard %s: %d failures in a row: %w", r.shard.id, failures, err)
+			return false
+		}
+		r.log.Warn("shard read failed; backing off", "reason", reason, "failures", failures, "error", err.Error())
+		return r.wait(r.p.throttleBackoff(failures))
+	}
+	for {
+		if r.stopping() {
+			res.err = r.move(false)
+			return res
+		}
+		if r.iter == nil {
+			res.err = r.move(true)
+			res.finished = res.err == nil
+			return res
+		}
+		if !r.wait(time.Until(r.lastRead.Add(cfg.MinReadInterval))) {
+			continue
+		}
+		r.lastRead = time.Now()
+		out, err := r.p.streams.GetRecords(r.ctx, &dynamodbstreams.GetRecordsInput{ShardIterator: r.iter, Limit: aws.Int32(int32(cfg.MaxRecords))})
+		if err != nil {
+			var expired *streamtypes.ExpiredIteratorException
+			var trimmed *streamtypes.TrimmedDataAccessException
+			var notFound *streamtypes.ResourceNotFoundException
+			switch {
+			case r.ctx.Err() != nil:
+				res.err = r.ctx.Err()
+				return res
+			case errors.As(err, &expired):
+				r.p.m.Reads.WithLabelValues("error").Inc()
+				r.log.Info("shard iterator expired; reopening after the checkpoint", "held", r.held)
+				if err := r.reopen(ResetExpired, true); err != nil && !fail("reopen", err) {
+					return res
+				}
+			case errors.As(err, &trimmed):
+				r.p.m.Reads.WithLabelValues("error").Inc()
+				if err := r.trimmed(err); err != nil && !fail("reopen", err) {
+					return res
+				}
+			case errors.As(err, &notFound):
+				r.p.m.Reads.WithLabelValues("error").Inc()
+				res.err = fmt.Errorf("shard %s: %w: %w", r.shard.id, errShardGone, err)
+				return res
+			case isThrottle(err):
+				r.p.m.Reads.WithLabelValues("throttled").Inc()
+				r.p.pm.Throttles.WithLabelValues("GetRecords").Inc()
+				r.p.pm.Retries.WithLabelValues("GetRecords", "throttle").Inc()
+				if !fail("throttled", err) {
+					return res
+				}
+			default:
+				r.p.m.Reads.WithLabelValues("error").Inc()
+				r.p.pm.Retries.WithLabelValues("GetRecords", "error").Inc()
+				if !fail("error", err) {
+					return res
+				}
+				// The iterator may be what is wrong: open a new one.
+				if err := r.reopen(ResetFailure, true); err != nil && !fail("reopen", err) {
+					return res
+				}
+			}
+			continue
+		}
+		failures = 0
+		r.iter = out.NextShardIterator
+		if len(out.Records) == 0 {
+			r.p.m.Reads.WithLabelValues("empty").Inc()
+			r.p.pm.IteratorAge.WithLabelValues(r.shard.id).Set(0)
+			if r.iter == nil {
+				continue // the shard's end: handled at the top
+			}
+			if cfg.Drain {
+				res.err = r.move(false)
+				res.drained = res.err == nil
+				return res
+			}
+			if err := r.maybeMove(); err != nil {
+				res.err = err
+				return res
+			}
+			empty++
+			r.wait(r.p.idleBackoff(empty))
+			continue
+		}
+		empty = 0
+		r.p.m.Reads.WithLabelValues("records").Inc()
+		r.p.m.RecordsRead.Add(float64(len(out.Records)))
+		recs := make([]processor.Record, len(out.Records))
+		for i := range out.Records {
+			recs[i] = processor.FromStream(out.Records[i], cfg.StreamARN)
+		}
+		if t := recs[len(recs)-1].ApproximateCreation; !t.IsZero() {
+			r.p.pm.IteratorAge.WithLabelValues(r.shard.id).Set(max(0, time.Since(t).Seconds()))
+		}
+		_, err = r.p.proc.Process(r.ctx, r.guard, recs)
+		if err != nil {
+			if r.ctx.Err() != nil {
+				res.err = r.ctx.Err()
+				return res
+			}
+			if be := (*processor.BatchError)(nil); errors.As(err, &be) && be.Index > 0 {
+				r.advanceHeld(recs[be.Index-1].SequenceNumber)
+			}
+			reason := ResetFailure
+			if errors.Is(err, processor.ErrGap) {
+				reason = ResetGap
+				r.log.Warn("checkpoint is behind the iterator; reopening after it", "error", err.Error())
+			} else if !fail("process", err) {
+				return res
+			}
+			if err := r.reopen(reason, reason != ResetGap); err != nil && !fail("reopen", err) {
+				return res
+			}
+			continue
+		}
+		r.advanceHeld(recs[len(recs)-1].SequenceNumber)
+		if err := r.maybeMove(); err != nil {
+			res.err = err
+			return res
+		}
+	}
+}
+
+func (r *reader) advanceHeld(seq string) {
+	if r.held == "" || processor.CompareSequence(seq, r.held) > 0 {
+		r.held = seq
+	}
+}
+
+// open opens an iterator: after the checkpoint (declared as the guard's
+// origin), else at the shard's start position.
+func (r *reader) open() error {
+	cp, err := r.guard.Checkpoint(r.ctx)
+	if err != nil {
+		return err
+	}
+	in := &dynamodbstreams.GetShardIteratorInput{StreamArn: aws.String(r.p.cfg.StreamARN), ShardId: aws.String(r.shard.id)}
+	if cp != "" {
+		in.ShardIteratorType = streamtypes.ShardIteratorTypeAfterSequenceNumber
+		in.SequenceNumber = aws.String(cp)
+		r.guard.SetOrigin(cp)
+		r.advanceHeld(cp)
+	} else {
+		in.ShardIteratorType = streamtypes.ShardIteratorType(r.start)
+	}
+	out, err := r.p.streams.GetShardIterator(r.ctx, in)
+	var trimmed *streamtypes.TrimmedDataAccessException
+	var notFound *streamtypes.ResourceNotFoundException
+	switch {
+	case errors.As(err, &trimmed):
+		return r.trimmed(err)
+	case errors.As(err, &notFound):
+		return fmt.Errorf("shard %s: %w: %w", r.shard.id, errShardGone, err)
+	case err != nil:
+		return fmt.Errorf("open shard %s %s: %w", r.shard.id, in.ShardIteratorType, err)
+	}
+	r.iter = out.ShardIterator
+	r.opened = true
+	r.log.Debug("shard iterator opened", "type", string(in.ShardIteratorType), "after", cp)
+	return nil
+}
+
+// trimmed handles TrimmedDataAccessException: the records after the
+// checkpoint are older than the stream's retention and gone for every
+// consumer. The reader reopens at TRIM_HORIZON with a guard that has no
+// origin (the gap is accepted: there is nothing to read in it); records at
+// or before the checkpoint are still dropped by the guard. The reports are
+// then short of the lost records until `ledgerctl reconcile --repair`.
+func (r *reader) trimmed(cause error) error {
+	r.p.m.Resets.WithLabelValues(ResetTrimmed).Inc()
+	r.log.Error("stream records were trimmed before they were read: they are lost to every consumer; reopening at TRIM_HORIZON; run `ledgerctl reconcile --repair` to restore the reports",
+		"held", r.held, "error", cause.Error())
+	r.newGuard()
+	out, err := r.p.streams.GetShardIterator(r.ctx, &dynamodbstreams.GetShardIteratorInput{
+		StreamArn: aws.String(r.p.cfg.StreamARN), ShardId: aws.String(r.shard.id), ShardIteratorType: streamtypes.ShardIteratorTypeTrimHorizon,
+	})
+	if err != nil {
+		var notFound *streamtypes.ResourceNotFoundException
+		if errors.As(err, &notFound) {
+			return fmt.Errorf("shard %s: %w: %w", r.shard.id, errShardGone, err)
+		}
+		return fmt.Errorf("open shard %s at TRIM_HORIZON: %w", r.shard.id, err)
+	}
+	r.iter = out.ShardIterator
+	r.opened = true
+	return nil
+}
+
+// reopen opens a new iterator after the checkpoint, first moving the
+// checkpoint up to what is held when move is set. After a gap (the
+// checkpoint is behind where this reader's records started: someone reset
+// it) nothing is moved: the records after the checkpoint are read again.
+func (r *reader) reopen(reason string, move bool) error {
+	r.p.m.Resets.WithLabelValues(reason).Inc()
+	if move {
+		if err := r.move(false); err != nil {
+			return err
+		}
+	} else {
+		r.held = ""
+	}
+	r.newGuard()
+	return r.open()
+}
+
+func (r *reader) maybeMove() error {
+	if time.Since(r.lastMove) < r.p.cfg.CheckpointInterval {
+		return nil
+	}
+	return r.move(false)
+}
+
+// move brings the checkpoint up to the last record processed, when records
+// after the committed checkpoint had no effect and so were never committed;
+// finished also marks the shard as read to its end. The write is the
+// checkpoint's compare-and-set (from the value this reader's guard holds),
+// so a reader whose checkpoint someone else moved changes nothing and gets
+// an error. Afterwards the reader's guard starts from the new checkpoint.
+func (r *reader) move(finished bool) error {
+	r.lastMove = time.Now()
+	if !r.opened {
+		return nil
+	}
+	ctx := r.ctx
+	cp, err := r.guard.Checkpoint(ctx)
+	if err != nil {
+		return err
+	}
+	seq := r.held
+	if seq == "" || processor.CompareSequence(seq, cp) <= 0 {
+		if !finished {
+			return nil
+		}
+		seq = cp
+	}
+	if err := r.p.store.advance(ctx, r.shard.id, cp, seq, finished); err != nil {
+		return fmt.Errorf("shard %s: %w", r.shard.id, err)
+	}
+	r.p.m.Checkpoints.Inc()
+	r.newGuard()
+	if seq != "" {
+		r.guard.SetOrigin(seq)
+	}
+	return nil
+}
+
+// isThrottle reports a throttled call, or the SDK's client-side retry quota
+// running out (which only happens after repeated failures).
+func isThrottle(err error) bool {
+	var qe *ratelimit.QuotaExceededError
+	if errors.As(err, &qe) {
+		return true
+	}
+	var le *streamtypes.LimitExceededException
+	if errors.As(err, &le) {
+		return true
+	}
+	var ae smithy.APIError
+	if errors.As(err, &ae) {
+		switch ae.ErrorCode() {
+		case "ThrottlingException", "Throttling", "ProvisionedThroughputExceededException", "RequestLimitExceeded", "LimitExceededException":
+			return true
+		}
+	}
+	return false
+}
+
+// throttleBackoff is the wait after the n-th failure in a row: exponential
+// from ThrottleBackoff, capped at MaxThrottleBackoff, with full jitter.
+func (p *Poller) throttleBackoff(n int) time.Duration {
+	d := p.cfg.ThrottleBackoff << min(n-1, 20)
+	if d <= 0 || d > p.cfg.MaxThrottleBackoff {
+		d = p.cfg.MaxThrottleBackoff
+	}
+	return time.Duration(rand.Int64N(int64(d) + 1))
+}
+
+// idleBackoff is the wait after the n-th empty page in a row:
+// MinReadInterval doubling up to IdleBackoff.
+func (p *Poller) idleBackoff(n int) time.Duration {
+	d := max(p.cfg.MinReadInterval, 50*time.Millisecond) << min(n-1, 20)
+	if d <= 0 || d > p.cfg.IdleBackoff {
+		d = p.cfg.IdleBackoff
+	}
+	return d
+}
+
+func errString(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
+}

@@ -1,0 +1,105 @@
+package poller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	ddbtypes "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodbstreams"
+	streamtypes "github.com/aws/aws-sdk-go-v2/service/dynamodbstreams/types"
+
+	"github.com/ledger-dev/ledger/infra"
+	"github.com/ledger-dev/ledger/processor"
+)
+
+// Streams is the part of the DynamoDB Streams API the poller calls. Use a
+// client from NewStreamsClient: it repairs DynamoDB Local's untagged empty
+// maps before the SDK decodes them.
+type Streams interface {
+	DescribeStream(ctx context.Context, in *dynamodbstreams.DescribeStreamInput, opts ...func(*dynamodbstreams.Options)) (*dynamodbstreams.DescribeStreamOutput, error)
+	GetShardIterator(ctx context.Context, in *dynamodbstreams.GetShardIteratorInput, opts ...func(*dynamodbstreams.Options)) (*dynamodbstreams.GetShardIteratorOutput, error)
+	GetRecords(ctx context.Context, in *dynamodbstreams.GetRecordsInput, opts ...func(*dynamodbstreams.Options)) (*dynamodbstreams.GetRecordsOutput, error)
+}
+
+var _ Streams = (*dynamodbstreams.Client)(nil)
+
+// ErrNoStream is wrapped by ResolveStream's errors when the table cannot be
+// consumed: it does not exist, has no stream, or its stream does not carry
+// both images.
+var ErrNoStream = errors.New("table has no usable stream")
+
+// ResolveStream returns the ARN of the table's latest stream, checking that
+// the poller can consume it: the table exists, its stream is enabled and
+// its view type is NEW_AND_OLD_IMAGES (the processor folds new − old). Each
+// refusal wraps ErrNoStream and says what to do; other errors (network,
+// permissions) are returned wrapped as they are.
+func ResolveStream(ctx context.Context, api infra.TableAPI, table string) (string, error) {
+	info, err := infra.DescribeTable(ctx, api, table)
+	var nf *ddbtypes.ResourceNotFoundException
+	switch {
+	case errors.As(err, &nf):
+		return "", fmt.Errorf("table %q does not exist (create it with `ledgerctl table create`): %w", table, ErrNoStream)
+	case err != nil:
+		return "", err
+	case !info.StreamEnabled || info.StreamARN == "":
+		return "", fmt.Errorf("table %q has no stream; enable one with view type %s: %w", table, infra.StreamViewType, ErrNoStream)
+	case info.StreamViewType != infra.StreamViewType:
+		return "", fmt.Errorf("table %q has stream view type %s; the poller needs %s (old and new images to fold new − old): %w",
+			table, info.StreamViewType, infra.StreamViewType, ErrNoStream)
+	}
+	return info.StreamARN, nil
+}
+
+// shard is one shard of the stream as DescribeStream lists it.
+type shard struct {
+	id     string
+	parent string // "" for none
+	closed bool   // has an ending sequence number: no records will be added
+	start  string // starting sequence number, for ordering
+}
+
+// listShards reads the stream's shards, following DescribeStream's
+// pagination, ordered oldest first. gone is true when the stream no longer
+// exists.
+func listShards(ctx context.Context, api Streams, streamARN string) (shards []shard, status streamtypes.StreamStatus, err error) {
+	var start *string
+	seen := map[string]bool{}
+	for {
+		out, err := api.DescribeStream(ctx, &dynamodbstreams.DescribeStreamInput{StreamArn: aws.String(streamARN), ExclusiveStartShardId: start})
+		if err != nil {
+			return nil, "", fmt.Errorf("describe stream %s: %w", streamARN, err)
+		}
+		d := out.StreamDescription
+		if d == nil {
+			return nil, "", fmt.Errorf("describe stream %s: no stream description", streamARN)
+		}
+		status = d.StreamStatus
+		for _, s := range d.Shards {
+			id := aws.ToString(s.ShardId)
+			if id == "" || seen[id] {
+				continue
+			}
+			seen[id] = true
+			sh := shard{id: id, parent: aws.ToString(s.ParentShardId)}
+			if r := s.SequenceNumberRange; r != nil {
+				sh.closed = r.EndingSequenceNumber != nil
+				sh.start = aws.ToString(r.StartingSequenceNumber)
+			}
+			shards = append(shards, sh)
+		}
+		start = d.LastEvaluatedShardId
+		if start == nil || aws.ToString(start) == "" {
+			break
+		}
+	}
+	sort.SliceStable(shards, func(i, j int) bool {
+		if c := processor.CompareSequence(shards[i].start, shards[j].start); c != 0 {
+			return c < 0
+		}
+		return shards[i].id < shards[j].id
+	})
+	return shards, status, nil
+}
