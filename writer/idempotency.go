@@ -1,0 +1,428 @@
+package writer
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	ddbtypes "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/ledger-dev/ledger/aggregates"
+)
+
+// Idempotency, in one place.
+//
+// A mutating request may carry an Idempotency-Key (POST must). Its record,
+// IDEMPOTENCY#{tenant}#{key} / REQUEST, holds a fingerprint of the request
+// (method, path, If-Match and the body with insignificant whitespace
+// removed) and the response the request got. The record is written in the
+// same TransactWriteItems as the change, on condition that no live record
+// with the key exists (attribute_not_exists(PK) OR expiresAt < now), so
+// either both land or neither does: there is never a change without its
+// record, nor a record without its change, and no in-progress state that a
+// crash could leave behind.
+//
+// A request with a key first reads the record (consistently). A live record
+// with the same fingerprint replays its status, headers and body
+// (Idempotent-Replayed: true); another fingerprint is 422. With no record,
+// the request executes and commits; if another request with the key
+// committed meanwhile, the commit fails on the record's condition and the
+// request goes back to reading the record, finding that request's answer. A
+// commit cancelled by a transaction in progress on the same items is retried
+// a few times with jitter; a duplicate still in flight after that is 409.
+// Requests that change nothing (4xx) leave no record: executed again, they
+// give the same answer. Records live IdempotencyTTL (24 h, attribute
+// expiresAt, DynamoDB TTL); an expired record that TTL has not deleted yet
+// is treated as absent.
+
+// Attribute names of idempotency records.
+const (
+	attrFingerprint = "fingerprint"
+	attrStatus      = "status"
+	attrBody        = "body"
+	attrLocation    = "location"
+	attrETag        = "etag"
+	attrCreatedAt   = "createdAt"
+)
+
+// maxCommitAttempts bounds how often one request tries to commit when
+// transactions conflict.
+const maxCommitAttempts = 4
+
+// response is what a mutation answers when its change commits, and what its
+// idempotency record stores.
+type response struct {
+	status   int
+	body     []byte // JSON; empty for 204
+	location string
+	etag     string
+}
+
+func jsonResponse(status int, v any) response {
+	body, _ := json.Marshal(v)
+	return response{status: status, body: append(body, '\n')}
+}
+
+func (resp response) write(w http.ResponseWriter, replayed bool) {
+	h := w.Header()
+	if resp.location != "" {
+		h.Set("Location", resp.location)
+	}
+	if resp.etag != "" {
+		h.Set("ETag", resp.etag)
+	}
+	if replayed {
+		h.Set("Idempotent-Replayed", "true")
+	}
+	h.Set("Cache-Control", "no-store")
+	if len(resp.body) > 0 {
+		h.Set("Content-Type", "application/json")
+	}
+	w.WriteHeader(resp.status)
+	if len(resp.body) > 0 {
+		_, _ = w.Write(resp.body)
+	}
+}
+
+// maxIdempotencyKey bounds the Idempotency-Key header.
+const maxIdempotencyKey = 128
+
+// parseIdempotencyKey reads the Idempotency-Key header: "" when absent. The
+// value may be quoted (an RFC 8941 string, as the IETF draft has it) or
+// bare; it must be 1 to 128 ASCII letters, digits or -_.:+/= characters.
+func parseIdempotencyKey(r *http.Request) (string, *Problem) {
+	values := r.Header.Values("Idempotency-Key")
+	if len(values) == 0 {
+		return "", nil
+	}
+	bad := func(detail string) (string, *Problem) {
+		return "", fieldProblem("Idempotency-Key", detail)
+	}
+	if len(values) > 1 {
+		return bad("give the header once")
+	}
+	k := strings.TrimSpace(values[0])
+	if len(k) >= 2 && k[0] == '"' && k[len(k)-1] == '"' {
+		k = k[1 : len(k)-1]
+	}
+	if k == "" || len(k) > maxIdempotencyKey {
+		return bad(fmt.Sprintf("must be 1 to %d characters", maxIdempotencyKey))
+	}
+	for i := 0; i < len(k); i++ {
+		c := k[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.IndexByte("-_.:+/=", c) >= 0) {
+			return bad("use ASCII letters, digits and -_.:+/= only (a UUID or ULID is ideal)")
+		}
+	}
+	return k, nil
+}
+
+// fingerprint identifies a request for idempotency: the same key with
+// another fingerprint is a different request.
+func fingerprint(r *http.Request, body []byte) string {
+	h := sha256.New()
+	fmt.Fprintf(h, "%s\n%s\n%s\n", r.Method, r.URL.EscapedPath(), strings.TrimSpace(r.Header.Get("If-Match")))
+	var compact bytes.Buffer
+	if json.Compact(&compact, body) == nil {
+		h.Write(compact.Bytes())
+	} else {
+		h.Write(body)
+	}
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+// idemRecord is a stored idempotency record.
+type idemRecord struct {
+	fingerprint string
+	resp        response
+}
+
+// lookup reads the live record of key, nil when there is none.
+func (s *Server) lookup(ctx context.Context, key aggregates.Key) (*idemRecord, error) {
+	out, err := s.api.GetItem(ctx, &dynamodb.GetItemInput{TableName: &s.cfg.Table, Key: keyAV(key), ConsistentRead: aws.Bool(true)})
+	if err != nil {
+		return nil, s.dynamoError("GetItem", err)
+	}
+	if out.Item == nil {
+		return nil, nil
+	}
+	if exp, ok := intAttr(out.Item, attrExpiresAt); ok && exp < s.cfg.Now().Unix() {
+		return nil, nil
+	}
+	rec := &idemRecord{}
+	rec.fingerprint, _ = stringAttr(out.Item, attrFingerprint)
+	status, _ := intAttr(out.Item, attrStatus)
+	rec.resp.status = int(status)
+	if b, ok := stringAttr(out.Item, attrBody); ok {
+		rec.resp.body = []byte(b)
+	}
+	rec.resp.location, _ = stringAttr(out.Item, attrLocation)
+	rec.resp.etag, _ = stringAttr(out.Item, attrETag)
+	return rec, nil
+}
+
+func (s *Server) idemPut(key aggregates.Key, fp string, resp response) *ddbtypes.Put {
+	now := s.cfg.Now()
+	item := keyAV(key)
+	item[attrEntityType] = strAV(aggregates.EntityIdempotency)
+	item[attrFingerprint] = strAV(fp)
+	item[attrStatus] = intAV(int64(resp.status))
+	if len(resp.body) > 0 {
+		item[attrBody] = strAV(string(resp.body))
+	}
+	if resp.location != "" {
+		item[attrLocation] = strAV(resp.location)
+	}
+	if resp.etag != "" {
+		item[attrETag] = strAV(resp.etag)
+	}
+	item[attrCreatedAt] = strAV(now.UTC().Format(time.RFC3339Nano))
+	item[attrExpiresAt] = intAV(now.Add(s.cfg.IdempotencyTTL).Unix())
+	return &ddbtypes.Put{
+		TableName:                 &s.cfg.Table,
+		Item:                      item,
+		ConditionExpression:       aws.String("attribute_not_exists(#pk) OR #exp < :now"),
+		ExpressionAttributeNames:  map[string]string{"#pk": attrPK, "#exp": attrExpiresAt},
+		ExpressionAttributeValues: map[string]ddbtypes.AttributeValue{":now": intAV(now.Unix())},
+	}
+}
+
+// change is the one write of a transaction item a mutation makes: a Put
+// (create, update) or a Delete, each with its condition.
+type change struct {
+	op  string // create, update or delete: the metric label
+	put *ddbtypes.Put
+	del *ddbtypes.Delete
+}
+
+// mutation is one mutating request, executed by Server.mutate.
+type mutation struct {
+	tenant  string
+	idemKey string // "" without Idempotency-Key
+	fp      string
+	// prepare reads what the mutation needs and returns its change and the
+	// response it gives when the change commits, or a problem.
+	prepare func(ctx context.Context) (*change, response, *Problem, error)
+	// conditionFailed explains a change whose condition failed, given the
+	// item as it was (nil when absent): a problem to answer, or retry to
+	// prepare again.
+	conditionFailed func(ctx context.Context, old map[string]ddbtypes.AttributeValue) (p *Problem, retry bool, err error)
+}
+
+type outcome int
+
+const (
+	committed       outcome = iota
+	conditionFailed         // the change's condition failed
+	keyTaken                // a live record with the idempotency key exists
+	conflicted              // a concurrent transaction on the same items
+)
+
+// mutate executes m under its idempotency key and writes the answer.
+func (s *Server) mutate(w http.ResponseWriter, r *http.Request, m mutation) {
+	ctx := r.Context()
+	var idemKey aggregates.Key
+	if m.idemKey != "" {
+		idemKey = aggregates.IdempotencyKey(m.tenant, m.idemKey)
+	}
+	for attempt := 1; attempt <= maxCommitAttempts; attempt++ {
+		if attempt > 1 {
+			if err := sleepJitter(ctx, attempt); err != nil {
+				s.fail(w, r, err)
+				return
+			}
+		}
+		if m.idemKey != "" {
+			rec, err := s.lookup(ctx, idemKey)
+			if err != nil {
+				s.fail(w, r, err)
+				return
+			}
+			if rec != nil {
+				if rec.fingerprint != m.fp {
+					s.metrics.IdempotencyRejections.WithLabelValues("mismatch").Inc()
+					p := problem(http.StatusUnprocessableEntity, ProblemIdempotencyKeyReused,
+						"this Idempotency-Key was used for another request (method, path, If-Match or body differ); use a new key for a new request")
+					p.Field = "Idempotency-Key"
+					p.write(w)
+					return
+				}
+				s.metrics.IdempotentReplays.Inc()
+				rec.resp.write(w, true)
+				return
+			}
+		}
+		ch, resp, p, err := m.prepare(ctx)
+		if err != nil {
+			s.fail(w, r, err)
+			return
+		}
+		if p != nil {
+			p.write(w)
+			return
+		}
+		var idem *ddbtypes.Put
+		if m.idemKey != "" {
+			idem = s.idemPut(idemKey, m.fp, resp)
+		}
+		out, old, err := s.commit(ctx, ch, idem)
+		if err != nil {
+			s.fail(w, r, err)
+			return
+		}
+		switch out {
+		case committed:
+			s.metrics.Writes.WithLabelValues(ch.op).Inc()
+			resp.write(w, false)
+			return
+		case conditionFailed:
+			p, retry, err := m.conditionFailed(ctx, old)
+			if err != nil {
+				s.fail(w, r, err)
+				return
+			}
+			if !retry {
+				p.write(w)
+				return
+			}
+		case keyTaken, conflicted:
+			// Read the record again (or prepare again) on the next attempt.
+		}
+	}
+	if m.idemKey != "" {
+		s.metrics.IdempotencyRejections.WithLabelValues("in_flight").Inc()
+		p := problem(http.StatusConflict, ProblemRequestInProgress, "a request with this Idempotency-Key is being executed; retry it shortly to get its answer")
+		p.Field = "Idempotency-Key"
+		p.withHeader("Retry-After", "1").write(w)
+		return
+	}
+	problem(http.StatusConflict, ProblemConcurrentModification, "the transaction kept changing during the request; retry").
+		withHeader("Retry-After", "1").write(w)
+}
+
+// commit writes ch, with the idempotency record idem when not nil, in one
+// TransactWriteItems (a single conditional write without idem). It tells a
+// failed condition of the change (with the item as it was, when DynamoDB
+// returns it) from a taken idempotency key and from a conflict with a
+// concurrent transaction.
+func (s *Server) commit(ctx context.Context, ch *change, idem *ddbtypes.Put) (outcome, map[string]ddbtypes.AttributeValue, error) {
+	allOld := ddbtypes.ReturnValuesOnConditionCheckFailureAllOld
+	if idem == nil {
+		var err error
+		op := "PutItem"
+		if ch.put != nil {
+			_, err = s.api.PutItem(ctx, &dynamodb.PutItemInput{
+				TableName: ch.put.TableName, Item: ch.put.Item, ConditionExpression: ch.put.ConditionExpression,
+				ExpressionAttributeNames: ch.put.ExpressionAttributeNames, ExpressionAttributeValues: ch.put.ExpressionAttributeValues,
+				ReturnValuesOnConditionCheckFailure: allOld,
+			})
+		} else {
+			op = "DeleteItem"
+			_, err = s.api.DeleteItem(ctx, &dynamodb.DeleteItemInput{
+				TableName: ch.del.TableName, Key: ch.del.Key, ConditionExpression: ch.del.ConditionExpression,
+				ExpressionAttributeNames: ch.del.ExpressionAttributeNames, ExpressionAttributeValues: ch.del.ExpressionAttributeValues,
+				ReturnValuesOnConditionCheckFailure: allOld,
+			})
+		}
+		var ccf *ddbtypes.ConditionalCheckFailedException
+		var tc *ddbtypes.TransactionConflictException
+		switch {
+		case errors.As(err, &ccf):
+			s.metrics.ConditionalCheckFailures.WithLabelValues(ch.op).Inc()
+			return conditionFailed, ccf.Item, nil
+		case errors.As(err, &tc):
+			s.metrics.TransactionConflicts.Inc()
+			return conflicted, nil, nil
+		case err != nil:
+			return 0, nil, s.dynamoError(op, err)
+		}
+		return committed, nil, nil
+	}
+
+	item := ddbtypes.TransactWriteItem{Put: ch.put, Delete: ch.del}
+	if ch.put != nil {
+		ch.put.ReturnValuesOnConditionCheckFailure = allOld
+	} else {
+		ch.del.ReturnValuesOnConditionCheckFailure = allOld
+	}
+	_, err := s.api.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{
+		TransactItems: []ddbtypes.TransactWriteItem{item, {Put: idem}},
+	})
+	var tce *ddbtypes.TransactionCanceledException
+	if !errors.As(err, &tce) {
+		if err != nil {
+			return 0, nil, s.dynamoError("TransactWriteItems", err)
+		}
+		return committed, nil, nil
+	}
+	reason := func(i int) (string, map[string]ddbtypes.AttributeValue) {
+		if i < len(tce.CancellationReasons) {
+			return aws.ToString(tce.CancellationReasons[i].Code), tce.CancellationReasons[i].Item
+		}
+		return "", nil
+	}
+	changeCode, old := reason(0)
+	idemCode, _ := reason(1)
+	switch {
+	case idemCode == "ConditionalCheckFailed":
+		s.metrics.ConditionalCheckFailures.WithLabelValues("idempotency").Inc()
+		return keyTaken, nil, nil
+	case changeCode == "ConditionalCheckFailed":
+		s.metrics.ConditionalCheckFailures.WithLabelValues(ch.op).Inc()
+		return conditionFailed, old, nil
+	case changeCode == "TransactionConflict" || idemCode == "TransactionConflict":
+		s.metrics.TransactionConflicts.Inc()
+		return conflicted, nil, nil
+	}
+	return 0, nil, s.dynamoError("TransactWriteItems", err)
+}
+
+// sleepJitter waits before commit attempt n (n ≥ 2): a random 5–25 ms
+// times n-1.
+func sleepJitter(ctx context.Context, n int) error {
+	d := time.Duration(n-1) * time.Duration(5+rand.IntN(20)) * time.Millisecond
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
+// etag formats a version as a strong entity tag.
+func etag(version int64) string { return `"` + strconv.FormatInt(version, 10) + `"` }
+
+// parseIfMatch reads If-Match: present is false when the header is absent;
+// wildcard is true for "*". A version is a strong entity tag ("3") or a bare
+// number (3); weak tags and lists are refused.
+func parseIfMatch(r *http.Request) (version int64, present, wildcard bool, p *Problem) {
+	values := r.Header.Values("If-Match")
+	if len(values) == 0 {
+		return 0, false, false, nil
+	}
+	v := strings.TrimSpace(strings.Join(values, ","))
+	if v == "*" {
+		return 0, true, true, nil
+	}
+	if len(v) >= 2 && v[0] == '"' && v[len(v)-1] == '"' {
+		v = v[1 : len(v)-1]
+	}
+	n, err := strconv.ParseInt(v, 10, 64)
+	if err != nil || n < 1 || strings.HasPrefix(v, "+") {
+		return 0, true, false, fieldProblem("If-Match", `must be one version, as the ETag gives it: "3"`)
+	}
+	return n, true, false, nil
+}

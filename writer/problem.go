@@ -1,0 +1,123 @@
+package writer
+
+import (
+	"encoding/json"
+	"net/http"
+	"strconv"
+)
+
+// ProblemBase prefixes every problem type: the types are URIs (RFC 9457)
+// that resolve to their section of docs/api.md.
+const ProblemBase = "https://github.com/ledger-dev/ledger/blob/main/docs/api.md#"
+
+// The problem types the writer answers with. Their values are stable: clients
+// may switch on them. docs/api.md describes each.
+const (
+	ProblemInvalidField           = ProblemBase + "invalid-field"            // 400: a path, query, header or body field is invalid
+	ProblemInvalidJSON            = ProblemBase + "invalid-json"             // 400: the body is not one JSON object
+	ProblemUnknownField           = ProblemBase + "unknown-field"            // 400: the body has a field the resource does not have
+	ProblemInvalidCursor          = ProblemBase + "invalid-cursor"           // 400: the cursor was not issued for this listing
+	ProblemIdempotencyKeyRequired = ProblemBase + "idempotency-key-required" // 400: POST without Idempotency-Key
+	ProblemUnauthenticated        = ProblemBase + "unauthenticated"          // 401: no valid bearer token
+	ProblemForbidden              = ProblemBase + "forbidden"                // 403: the token is for another tenant
+	ProblemNotFound               = ProblemBase + "not-found"                // 404
+	ProblemMethodNotAllowed       = ProblemBase + "method-not-allowed"       // 405
+	ProblemRequestInProgress      = ProblemBase + "request-in-progress"      // 409: a request with this Idempotency-Key is in flight
+	ProblemConcurrentModification = ProblemBase + "concurrent-modification"  // 409: the item kept changing under the request
+	ProblemVersionMismatch        = ProblemBase + "version-mismatch"         // 412: If-Match names another version
+	ProblemBodyTooLarge           = ProblemBase + "body-too-large"           // 413
+	ProblemUnsupportedMediaType   = ProblemBase + "unsupported-media-type"   // 415
+	ProblemIdempotencyKeyReused   = ProblemBase + "idempotency-key-reused"   // 422: the key was used for another request
+	ProblemPreconditionRequired   = ProblemBase + "precondition-required"    // 428: PATCH without If-Match
+	ProblemInternal               = ProblemBase + "internal"                 // 500
+	ProblemWritesDisabled         = ProblemBase + "writes-disabled"          // 503: the flags say no writes
+	ProblemFlagsUnavailable       = ProblemBase + "flags-unavailable"        // 503: the flags cannot be read
+	ProblemUnavailable            = ProblemBase + "unavailable"              // 503: DynamoDB throttled or timed out
+)
+
+// Problem is an RFC 9457 problem details object, the body of every error
+// response (Content-Type application/problem+json).
+type Problem struct {
+	Type   string `json:"type"`
+	Title  string `json:"title"`
+	Status int    `json:"status"`
+	Detail string `json:"detail,omitempty"`
+	// Field names the offending input: a body field ("amount"), a path
+	// parameter ("branch"), a query parameter ("limit") or a header
+	// ("Idempotency-Key").
+	Field string `json:"field,omitempty"`
+	// CurrentVersion is the transaction's version on a version mismatch.
+	CurrentVersion *int64 `json:"currentVersion,omitempty"`
+
+	header http.Header // extra response headers (Allow, Retry-After, ETag, WWW-Authenticate)
+}
+
+var problemTitles = map[string]string{
+	ProblemInvalidField:           "Invalid field",
+	ProblemInvalidJSON:            "Invalid JSON body",
+	ProblemUnknownField:           "Unknown field",
+	ProblemInvalidCursor:          "Invalid cursor",
+	ProblemIdempotencyKeyRequired: "Idempotency-Key required",
+	ProblemUnauthenticated:        "Unauthenticated",
+	ProblemForbidden:              "Forbidden",
+	ProblemNotFound:               "Not found",
+	ProblemMethodNotAllowed:       "Method not allowed",
+	ProblemRequestInProgress:      "Request in progress",
+	ProblemConcurrentModification: "Concurrent modification",
+	ProblemVersionMismatch:        "Version mismatch",
+	ProblemBodyTooLarge:           "Body too large",
+	ProblemUnsupportedMediaType:   "Unsupported media type",
+	ProblemIdempotencyKeyReused:   "Idempotency-Key reused",
+	ProblemPreconditionRequired:   "Precondition required",
+	ProblemInternal:               "Internal error",
+	ProblemWritesDisabled:         "Writes disabled",
+	ProblemFlagsUnavailable:       "Flags unavailable",
+	ProblemUnavailable:            "Service unavailable",
+}
+
+func (p *Problem) Error() string {
+	if p.Field != "" {
+		return p.Title + ": " + p.Field + ": " + p.Detail
+	}
+	return p.Title + ": " + p.Detail
+}
+
+// problem builds a problem of type typ.
+func problem(status int, typ, detail string) *Problem {
+	return &Problem{Type: typ, Title: problemTitles[typ], Status: status, Detail: detail}
+}
+
+// fieldProblem is a 400 about one field.
+func fieldProblem(field, detail string) *Problem {
+	p := problem(http.StatusBadRequest, ProblemInvalidField, detail)
+	p.Field = field
+	return p
+}
+
+func (p *Problem) withHeader(name, value string) *Problem {
+	if p.header == nil {
+		p.header = http.Header{}
+	}
+	p.header.Set(name, value)
+	return p
+}
+
+func versionMismatch(current int64) *Problem {
+	p := problem(http.StatusPreconditionFailed, ProblemVersionMismatch,
+		"the transaction is at version "+strconv.FormatInt(current, 10)+"; fetch it and retry with If-Match set to that version")
+	p.Field = "If-Match"
+	p.CurrentVersion = &current
+	return p.withHeader("ETag", etag(current))
+}
+
+func (p *Problem) write(w http.ResponseWriter) {
+	for name, values := range p.header {
+		w.Header()[name] = values
+	}
+	body, _ := json.Marshal(p)
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(p.Status)
+	_, _ = w.Write(append(body, '\n'))
+}

@@ -1,0 +1,335 @@
+package writer
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"runtime/debug"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/smithy-go"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// DynamoDB is the part of the DynamoDB API the writer calls.
+type DynamoDB interface {
+	GetItem(ctx context.Context, in *dynamodb.GetItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.GetItemOutput, error)
+	Query(ctx context.Context, in *dynamodb.QueryInput, opts ...func(*dynamodb.Options)) (*dynamodb.QueryOutput, error)
+	PutItem(ctx context.Context, in *dynamodb.PutItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.PutItemOutput, error)
+	DeleteItem(ctx context.Context, in *dynamodb.DeleteItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.DeleteItemOutput, error)
+	UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error)
+	TransactWriteItems(ctx context.Context, in *dynamodb.TransactWriteItemsInput, opts ...func(*dynamodb.Options)) (*dynamodb.TransactWriteItemsOutput, error)
+}
+
+var _ DynamoDB = (*dynamodb.Client)(nil)
+
+// Defaults of Config.
+const (
+	DefaultFlagsTTL       = 5 * time.Second
+	DefaultRequestTimeout = 10 * time.Second
+	DefaultMaxBodyBytes   = 16 << 10
+	DefaultListLimit      = 50
+	MaxListLimit          = 200
+	DefaultIdempotencyTTL = 24 * time.Hour
+	// MinCursorKeyLength is the shortest cursor signing key accepted.
+	MinCursorKeyLength = 32
+)
+
+// Config configures a Server. Zero fields take the documented defaults.
+type Config struct {
+	// Table is the ledger table. Required.
+	Table string
+	// Auth verifies bearer tokens. Required.
+	Auth *Authenticator
+	// CursorKey signs list cursors, at least MinCursorKeyLength bytes.
+	// Servers sharing a key accept each other's cursors. Required.
+	CursorKey []byte
+	// FlagsTTL is how long the flags singleton is cached (default 5s): a
+	// change takes effect on every server within it.
+	FlagsTTL time.Duration
+	// RequestTimeout bounds the DynamoDB work of one request (default 10s).
+	RequestTimeout time.Duration
+	// MaxBodyBytes bounds request bodies (default 16 KiB).
+	MaxBodyBytes int64
+	// IdempotencyTTL is how long idempotency records live (default 24h).
+	IdempotencyTTL time.Duration
+	// Gatherer serves /metrics; nil serves no /metrics.
+	Gatherer prometheus.Gatherer
+	// Logger receives server errors (5xx) and start-up notes (default: discard).
+	Logger *slog.Logger
+	// Now is the clock (default time.Now).
+	Now func() time.Time
+	// Entropy is the random source of transaction ids (default crypto/rand).
+	Entropy io.Reader
+}
+
+func (c Config) withDefaults() (Config, error) {
+	if c.Table == "" {
+		return c, errors.New("writer config: table name is required")
+	}
+	if c.Auth == nil {
+		return c, errors.New("writer config: an authenticator is required")
+	}
+	if len(c.CursorKey) < MinCursorKeyLength {
+		return c, fmt.Errorf("writer config: the cursor key has %d bytes; it needs at least %d", len(c.CursorKey), MinCursorKeyLength)
+	}
+	if c.FlagsTTL <= 0 {
+		c.FlagsTTL = DefaultFlagsTTL
+	}
+	if c.RequestTimeout <= 0 {
+		c.RequestTimeout = DefaultRequestTimeout
+	}
+	if c.MaxBodyBytes <= 0 {
+		c.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	if c.IdempotencyTTL <= 0 {
+		c.IdempotencyTTL = DefaultIdempotencyTTL
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	if c.Entropy == nil {
+		c.Entropy = rand.Reader
+	}
+	return c, nil
+}
+
+// Server is the writer's HTTP API over the ledger table. It is an
+// http.Handler; docs/api.md describes the API.
+type Server struct {
+	cfg      Config
+	api      DynamoDB
+	metrics  *Metrics
+	flags    *flagCache
+	cursors  cursorCodec
+	mux      *http.ServeMux
+	draining atomic.Bool
+}
+
+// New returns a Server over api configured by cfg. metrics may be nil (then
+// they are kept but not registered anywhere).
+func New(api DynamoDB, cfg Config, metrics *Metrics) (*Server, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	if metrics == nil {
+		metrics = NewMetrics(nil)
+	}
+	s := &Server{cfg: cfg, api: api, metrics: metrics, cursors: cursorCodec{key: cfg.CursorKey}, mux: http.NewServeMux()}
+	s.flags = &flagCache{api: api, table: cfg.Table, ttl: cfg.FlagsTTL, errTTL: min(time.Second, cfg.FlagsTTL),
+		timeout: 2 * time.Second, now: cfg.Now, metrics: metrics}
+	s.routes()
+	return s, nil
+}
+
+// The route patterns, also the values of the route metric label.
+const (
+	routeTransactions = "/v1/tenants/{tenant}/branches/{branch}/transactions"
+	routeTransaction  = "/v1/tenants/{tenant}/branches/{branch}/transactions/{id}"
+	routeReports      = "/v1/tenants/{tenant}/branches/{branch}/reports"
+	routeReport       = "/v1/tenants/{tenant}/branches/{branch}/reports/{period}/{value}"
+	routeHealthz      = "/healthz"
+	routeReadyz       = "/readyz"
+	routeMetrics      = "/metrics"
+	routeOther        = "other"
+)
+
+func (s *Server) routes() {
+	api := func(route string, methods map[string]http.HandlerFunc) {
+		s.mux.Handle(route, s.instrument(route, s.authenticate(s.timeout(byMethod(methods)))))
+	}
+	api(routeTransactions, map[string]http.HandlerFunc{http.MethodGet: s.listTransactions, http.MethodPost: s.createTransaction})
+	api(routeTransaction, map[string]http.HandlerFunc{http.MethodGet: s.getTransaction, http.MethodPatch: s.patchTransaction, http.MethodDelete: s.deleteTransaction})
+	api(routeReports, map[string]http.HandlerFunc{http.MethodGet: s.reportRange})
+	api(routeReport, map[string]http.HandlerFunc{http.MethodGet: s.getReport})
+	s.mux.Handle(routeHealthz, s.instrument(routeHealthz, byMethod(map[string]http.HandlerFunc{http.MethodGet: s.healthz})))
+	s.mux.Handle(routeReadyz, s.instrument(routeReadyz, byMethod(map[string]http.HandlerFunc{http.MethodGet: s.readyz})))
+	if s.cfg.Gatherer != nil {
+		s.mux.Handle(routeMetrics, s.instrument(routeMetrics, promhttp.HandlerFor(s.cfg.Gatherer, promhttp.HandlerOpts{})))
+	}
+	s.mux.Handle("/", s.instrument(routeOther, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		problem(http.StatusNotFound, ProblemNotFound, "no such resource").write(w)
+	})))
+}
+
+// ServeHTTP implements http.Handler.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	defer func() {
+		if v := recover(); v != nil {
+			if v == http.ErrAbortHandler {
+				panic(v)
+			}
+			s.cfg.Logger.Error("panic serving request", "method", r.Method, "path", r.URL.Path, "panic", v, "stack", string(debug.Stack()))
+			problem(http.StatusInternalServerError, ProblemInternal, "internal error").write(w)
+		}
+	}()
+	s.mux.ServeHTTP(w, r)
+}
+
+// Drain makes /readyz answer 503 from now on, so load balancers stop
+// sending requests before the server shuts down.
+func (s *Server) Drain() { s.draining.Store(true) }
+
+// byMethod dispatches on the method, answering 405 with Allow otherwise.
+func byMethod(methods map[string]http.HandlerFunc) http.Handler {
+	allowed := make([]string, 0, len(methods))
+	for _, m := range []string{http.MethodGet, http.MethodPost, http.MethodPatch, http.MethodDelete} {
+		if methods[m] != nil {
+			allowed = append(allowed, m)
+		}
+	}
+	allow := strings.Join(allowed, ", ")
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if h := methods[r.Method]; h != nil {
+			h(w, r)
+			return
+		}
+		problem(http.StatusMethodNotAllowed, ProblemMethodNotAllowed, r.Method+" is not allowed here; allowed: "+allow).
+			withHeader("Allow", allow).write(w)
+	})
+}
+
+// statusWriter records the status code written.
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	if w.status == 0 {
+		w.status = code
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *statusWriter) Write(b []byte) (int, error) {
+	if w.status == 0 {
+		w.status = http.StatusOK
+	}
+	return w.ResponseWriter.Write(b)
+}
+
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// instrument counts and times requests under the route label.
+func (s *Server) instrument(route string, h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		s.metrics.InFlight.Inc()
+		defer s.metrics.InFlight.Dec()
+		sw := &statusWriter{ResponseWriter: w}
+		h.ServeHTTP(sw, r)
+		if sw.status == 0 {
+			sw.status = http.StatusOK
+		}
+		method := r.Method
+		switch method {
+		case http.MethodGet, http.MethodPost, http.MethodPatch, http.MethodDelete, http.MethodHead, http.MethodPut, http.MethodOptions:
+		default:
+			method = "other"
+		}
+		s.metrics.Requests.WithLabelValues(route, method, strconv.Itoa(sw.status)).Inc()
+		s.metrics.Duration.WithLabelValues(route, method).Observe(time.Since(start).Seconds())
+	})
+}
+
+type claimsKey struct{}
+
+// authenticate requires a valid bearer token whose tenant claim is the
+// path's tenant. Nothing is read before both checks pass, so a 401 or 403
+// says nothing about what exists.
+func (s *Server) authenticate(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		scheme, token, ok := strings.Cut(r.Header.Get("Authorization"), " ")
+		if !ok || !strings.EqualFold(scheme, "Bearer") || strings.TrimSpace(token) == "" {
+			s.metrics.AuthFailures.WithLabelValues("missing").Inc()
+			problem(http.StatusUnauthorized, ProblemUnauthenticated, "send Authorization: Bearer <token>").
+				withHeader("WWW-Authenticate", `Bearer realm="ledger"`).write(w)
+			return
+		}
+		claims, err := s.cfg.Auth.Authenticate(strings.TrimSpace(token))
+		if err != nil {
+			s.metrics.AuthFailures.WithLabelValues("invalid").Inc()
+			problem(http.StatusUnauthorized, ProblemUnauthenticated, "the bearer token is not valid (signature, expiry, issuer, audience or tenant claim)").
+				withHeader("WWW-Authenticate", `Bearer realm="ledger", error="invalid_token"`).write(w)
+			return
+		}
+		if claims.Tenant != r.PathValue("tenant") {
+			s.metrics.AuthFailures.WithLabelValues("tenant").Inc()
+			problem(http.StatusForbidden, ProblemForbidden, "the token does not grant access to this tenant").write(w)
+			return
+		}
+		h.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), claimsKey{}, claims)))
+	})
+}
+
+// timeout bounds the request's DynamoDB work.
+func (s *Server) timeout(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ctx, cancel := context.WithTimeout(r.Context(), s.cfg.RequestTimeout)
+		defer cancel()
+		h.ServeHTTP(w, r.WithContext(ctx))
+	})
+}
+
+// backendError is a failed DynamoDB call, classified.
+type backendError struct {
+	op    string
+	class string // throttle, timeout, other
+	err   error
+}
+
+func (e *backendError) Error() string { return "dynamodb " + e.op + ": " + e.err.Error() }
+func (e *backendError) Unwrap() error { return e.err }
+
+var throttleCodes = map[string]bool{
+	"ProvisionedThroughputExceededException": true, "ThrottlingException": true, "RequestLimitExceeded": true,
+	"Throttling": true, "TransactionInProgressException": true,
+}
+
+// dynamoError classifies and counts a failed DynamoDB call.
+func (s *Server) dynamoError(op string, err error) error {
+	class := "other"
+	var apiErr smithy.APIError
+	switch {
+	case errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled):
+		class = "timeout"
+	case errors.As(err, &apiErr) && throttleCodes[apiErr.ErrorCode()]:
+		class = "throttle"
+	}
+	s.metrics.DynamoDBErrors.WithLabelValues(op, class).Inc()
+	return &backendError{op: op, class: class, err: err}
+}
+
+// fail answers a request that failed on err: 503 for throttling and
+// timeouts (retryable), 500 otherwise. Server errors are logged.
+func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
+	var be *backendError
+	if errors.As(err, &be) && be.class != "other" {
+		if r.Context().Err() == nil || be.class == "throttle" {
+			s.cfg.Logger.Warn("dynamodb unavailable", "method", r.Method, "path", r.URL.Path, "err", err)
+		}
+		problem(http.StatusServiceUnavailable, ProblemUnavailable, "the table is busy or slow to answer; retry shortly").
+			withHeader("Retry-After", "1").write(w)
+		return
+	}
+	s.cfg.Logger.Error("request failed", "method", r.Method, "path", r.URL.Path, "err", err)
+	problem(http.StatusInternalServerError, ProblemInternal, "internal error").write(w)
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	jsonResponse(status, v).write(w, false)
+}
