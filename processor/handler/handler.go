@@ -279,7 +279,7 @@ func (h *Handler) HandleTumbling(ctx context.Context, payload []byte) (events.Dy
 }
 
 func (h *Handler) tumbling(ctx context.Context, payload []byte, inv *invocation) (events.DynamoDBTimeWindowEventResponse, error) {
-	var resp events.DynamoDBTimeWindowEventResponse
+	resp := events.DynamoDBTimeWindowEventResponse{BatchItemFailures: []events.DynamoDBBatchItemFailure{}}
 	ev, err := DecodeEvent(payload)
 	if err != nil {
 		return resp, fmt.Errorf("decode event: %w", err)
