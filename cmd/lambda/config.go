@@ -1,0 +1,121 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/ledger-dev/ledger/infra"
+	"github.com/ledger-dev/ledger/processor"
+	"github.com/ledger-dev/ledger/processor/handler"
+)
+
+// config is everything the function reads from its environment, validated.
+type config struct {
+	processor    processor.Config
+	mode         handler.Mode
+	stateLimit   int
+	margin       time.Duration
+	functionName string
+	logLevel     slog.Level
+}
+
+// The variables the function reads, with their defaults; the usage text
+// and docs/lambda.md list the same.
+const envHelp = `ledger's Lambda stream consumer reads its configuration from the environment:
+  LEDGER_TABLE                 table name (default "ledger")
+  LEDGER_LAMBDA_MODE           standard | tumbling (default standard; must match the event source mapping)
+  LEDGER_MAX_ATTEMPTS          attempts of every DynamoDB call, 1-1000 (default 10)
+  LEDGER_BASE_BACKOFF          first retry backoff, a Go duration (default 25ms)
+  LEDGER_MAX_BACKOFF           largest retry backoff (default 3s)
+  LEDGER_MAX_ITEMS_PER_RUN     report items per commit transaction, 1-99 (default 99)
+  LEDGER_MAX_ENTRIES_PER_ITEM  breakdown entries per report update, 1-20 (default 20)
+  LEDGER_MARKER_TTL            run marker lifetime, at least 25h (default 168h)
+  LEDGER_SHAPE_CACHE_SIZE      report shapes kept in memory, 1-10000000 (default 50000)
+  LEDGER_STATE_LIMIT_BYTES     tumbling mode: window state size that triggers an early commit, 1024-900000 (default 700000)
+  LEDGER_DEADLINE_MARGIN       stop committing this long before the invocation's deadline (default 2s)
+  LEDGER_LOG_LEVEL             debug | info | warn | error (default info)
+plus the standard AWS SDK environment (AWS_REGION, AWS_ENDPOINT_URL, credentials).`
+
+var tableName = regexp.MustCompile(`^[A-Za-z0-9_.-]{3,255}$`)
+
+// loadConfig reads and validates the configuration. The error lists every
+// bad variable, each with its value and what is accepted.
+func loadConfig(getenv func(string) string) (config, error) {
+	var errs []string
+	bad := func(name, value, want string) {
+		errs = append(errs, fmt.Sprintf("%s=%q: want %s", name, value, want))
+	}
+	intVar := func(name string, def, lo, hi int) int {
+		v := strings.TrimSpace(getenv(name))
+		if v == "" {
+			return def
+		}
+		n, err := strconv.Atoi(v)
+		if err != nil || n < lo || n > hi {
+			bad(name, v, fmt.Sprintf("an integer from %d to %d", lo, hi))
+			return def
+		}
+		return n
+	}
+	durVar := func(name string, def, lo, hi time.Duration) time.Duration {
+		v := strings.TrimSpace(getenv(name))
+		if v == "" {
+			return def
+		}
+		d, err := time.ParseDuration(v)
+		if err != nil || d < lo || d > hi {
+			bad(name, v, fmt.Sprintf("a duration from %s to %s (e.g. 250ms, 3s)", lo, hi))
+			return def
+		}
+		return d
+	}
+
+	c := config{functionName: getenv("AWS_LAMBDA_FUNCTION_NAME")}
+	c.processor.Table = strings.TrimSpace(getenv("LEDGER_TABLE"))
+	if c.processor.Table == "" {
+		c.processor.Table = infra.DefaultTableName
+	} else if !tableName.MatchString(c.processor.Table) {
+		bad("LEDGER_TABLE", c.processor.Table, "a DynamoDB table name (3-255 letters, digits, _ . -)")
+	}
+	switch mode := strings.TrimSpace(getenv("LEDGER_LAMBDA_MODE")); mode {
+	case "", string(handler.Standard):
+		c.mode = handler.Standard
+	case string(handler.Tumbling):
+		c.mode = handler.Tumbling
+	default:
+		bad("LEDGER_LAMBDA_MODE", mode, `"standard" or "tumbling"`)
+	}
+	c.processor.MaxAttempts = intVar("LEDGER_MAX_ATTEMPTS", 10, 1, 1000)
+	c.processor.BaseBackoff = durVar("LEDGER_BASE_BACKOFF", 25*time.Millisecond, time.Millisecond, time.Minute)
+	c.processor.MaxBackoff = durVar("LEDGER_MAX_BACKOFF", 3*time.Second, time.Millisecond, 5*time.Minute)
+	if c.processor.MaxBackoff < c.processor.BaseBackoff {
+		bad("LEDGER_MAX_BACKOFF", getenv("LEDGER_MAX_BACKOFF"), fmt.Sprintf("at least LEDGER_BASE_BACKOFF (%s)", c.processor.BaseBackoff))
+	}
+	c.processor.MaxItemsPerRun = intVar("LEDGER_MAX_ITEMS_PER_RUN", 99, 1, 99)
+	c.processor.MaxEntriesPerItem = intVar("LEDGER_MAX_ENTRIES_PER_ITEM", 20, 1, 20)
+	c.processor.MarkerTTL = durVar("LEDGER_MARKER_TTL", 7*24*time.Hour, 25*time.Hour, 365*24*time.Hour)
+	c.processor.ShapeCacheSize = intVar("LEDGER_SHAPE_CACHE_SIZE", 50000, 1, 10_000_000)
+	c.stateLimit = intVar("LEDGER_STATE_LIMIT_BYTES", handler.DefaultStateLimit, 1024, handler.MaxStateLimit)
+	c.margin = durVar("LEDGER_DEADLINE_MARGIN", handler.DefaultDeadlineMargin, 0, 5*time.Minute)
+	switch lvl := strings.ToLower(strings.TrimSpace(getenv("LEDGER_LOG_LEVEL"))); lvl {
+	case "", "info":
+		c.logLevel = slog.LevelInfo
+	case "debug":
+		c.logLevel = slog.LevelDebug
+	case "warn", "warning":
+		c.logLevel = slog.LevelWarn
+	case "error":
+		c.logLevel = slog.LevelError
+	default:
+		bad("LEDGER_LOG_LEVEL", lvl, "debug, info, warn or error")
+	}
+	if len(errs) > 0 {
+		return c, errors.New("invalid configuration: " + strings.Join(errs, "; "))
+	}
+	return c, nil
+}
