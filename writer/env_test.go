@@ -1,0 +1,242 @@
+package writer_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	ddbtypes "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/stretchr/testify/require"
+
+	"github.com/ledger-dev/ledger/infra"
+	"github.com/ledger-dev/ledger/infra/ddblocal"
+	"github.com/ledger-dev/ledger/processor/processortest"
+	"github.com/ledger-dev/ledger/writer"
+)
+
+func TestMain(m *testing.M) { ddblocal.Main(m) }
+
+const testSecret = "writer-test-secret-0123456789abcdef-0123456789"
+
+var cursorKey = []byte("writer-test-cursor-key-0123456789abcdef")
+
+// The tables this package's tests use, all created before any test writes
+// (DynamoDB Local slows writes to tables created after its stream holds many
+// records). Most tests share one table, each under tenants of its own; the
+// ones that change the flags singleton or read the stream get their own.
+var tables struct {
+	once   sync.Once
+	names  []string
+	next   atomic.Int32
+	shared string
+	err    error
+}
+
+const dedicatedTables = 8
+
+func sharedTable(t *testing.T) string {
+	initTables(t)
+	return tables.shared
+}
+
+// ownTable returns a table no other test uses.
+func ownTable(t *testing.T) string {
+	initTables(t)
+	i := int(tables.next.Add(1)) - 1
+	if i >= len(tables.names) {
+		t.Fatalf("more than %d tests want a table of their own: raise dedicatedTables", dedicatedTables)
+	}
+	return tables.names[i]
+}
+
+func initTables(t *testing.T) {
+	tables.once.Do(func() {
+		c := ddblocal.Client(t)
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		for i := 0; i <= dedicatedTables; i++ {
+			name := fmt.Sprintf("writer-%d-%d", time.Now().UnixNano(), i)
+			if _, err := infra.CreateTable(ctx, c, name); err != nil {
+				tables.err = err
+				return
+			}
+			tables.names = append(tables.names, name)
+		}
+		tables.shared, tables.names = tables.names[0], tables.names[1:]
+	})
+	require.NoError(t, tables.err)
+}
+
+var tenantSeq atomic.Int64
+
+// uniqueTenant returns a tenant id no other test uses.
+func uniqueTenant() string {
+	return fmt.Sprintf("t%d-%d", time.Now().UnixNano()%1e9, tenantSeq.Add(1))
+}
+
+// env is a writer served over real HTTP in front of DynamoDB Local.
+type env struct {
+	t      *testing.T
+	table  string
+	tenant string
+	branch string
+	token  string
+	ddb    *dynamodb.Client // straight to the table, for checks
+	calls  *processortest.FaultTransport
+	srv    *writer.Server
+	http   *httptest.Server
+	reg    *prometheus.Registry
+}
+
+type envOption func(*writer.Config)
+
+func newEnv(t *testing.T, table string, opts ...envOption) *env {
+	t.Helper()
+	calls := &processortest.FaultTransport{}
+	cfgAWS := ddblocal.Config(t, infra.WithTransportWrapper(func(next http.RoundTripper) http.RoundTripper {
+		calls.Next = next
+		return calls
+	}))
+	auth, err := writer.NewAuthenticator(writer.AuthConfig{Secret: []byte(testSecret)})
+	require.NoError(t, err)
+	reg := prometheus.NewRegistry()
+	cfg := writer.Config{Table: table, Auth: auth, CursorKey: cursorKey, Gatherer: reg, FlagsTTL: 50 * time.Millisecond}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	srv, err := writer.New(dynamodb.NewFromConfig(cfgAWS), cfg, writer.NewMetrics(reg))
+	require.NoError(t, err)
+	hs := httptest.NewServer(srv)
+	t.Cleanup(hs.Close)
+	e := &env{t: t, table: table, tenant: uniqueTenant(), branch: "north", ddb: ddblocal.Client(t), calls: calls, srv: srv, http: hs, reg: reg}
+	e.token = e.tokenFor(e.tenant)
+	return e
+}
+
+func (e *env) tokenFor(tenant string) string {
+	tok, err := writer.NewToken([]byte(testSecret), writer.TokenOptions{Tenant: tenant})
+	require.NoError(e.t, err)
+	return tok
+}
+
+func (e *env) base() string { return "/v1/tenants/" + e.tenant + "/branches/" + e.branch }
+
+// reply is an HTTP answer.
+type reply struct {
+	Status int
+	Header http.Header
+	Body   []byte
+}
+
+func (r reply) String() string { return fmt.Sprintf("%d %s", r.Status, r.Body) }
+
+func (r reply) problem(t *testing.T) writer.Problem {
+	t.Helper()
+	require.Equal(t, "application/problem+json", r.Header.Get("Content-Type"), "answer %s", r)
+	var p writer.Problem
+	require.NoError(t, json.Unmarshal(r.Body, &p))
+	require.Equal(t, r.Status, p.Status)
+	return p
+}
+
+func (r reply) transaction(t *testing.T) writer.Transaction {
+	t.Helper()
+	var tx writer.Transaction
+	require.NoError(t, json.Unmarshal(r.Body, &tx), "answer %s", r)
+	return tx
+}
+
+// req is a request to send; headers are name, value pairs.
+type req struct {
+	method, path string
+	body         any // string, []byte or a value to marshal; nil for none
+	headers      []string
+	noAuth       bool
+}
+
+func (e *env) send(rq req) reply {
+	e.t.Helper()
+	var body io.Reader
+	switch b := rq.body.(type) {
+	case nil:
+	case string:
+		body = strings.NewReader(b)
+	case []byte:
+		body = bytes.NewReader(b)
+	default:
+		raw, err := json.Marshal(b)
+		require.NoError(e.t, err)
+		body = bytes.NewReader(raw)
+	}
+	hr, err := http.NewRequest(rq.method, e.http.URL+rq.path, body)
+	require.NoError(e.t, err)
+	if !rq.noAuth {
+		hr.Header.Set("Authorization", "Bearer "+e.token)
+	}
+	if body != nil {
+		hr.Header.Set("Content-Type", "application/json")
+	}
+	for i := 0; i+1 < len(rq.headers); i += 2 {
+		if rq.headers[i+1] == "" {
+			hr.Header.Del(rq.headers[i])
+		} else {
+			hr.Header.Set(rq.headers[i], rq.headers[i+1])
+		}
+	}
+	resp, err := e.http.Client().Do(hr)
+	require.NoError(e.t, err)
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(resp.Body)
+	require.NoError(e.t, err)
+	return reply{Status: resp.StatusCode, Header: resp.Header, Body: raw}
+}
+
+var idemSeq atomic.Int64
+
+func newKey() string { return fmt.Sprintf("key-%d-%d", time.Now().UnixNano(), idemSeq.Add(1)) }
+
+// create posts a transaction with a fresh idempotency key and requires 201.
+func (e *env) create(body string) writer.Transaction {
+	e.t.Helper()
+	r := e.send(req{method: "POST", path: e.base() + "/transactions", body: body, headers: []string{"Idempotency-Key", newKey()}})
+	require.Equal(e.t, http.StatusCreated, r.Status, "answer %s", r)
+	return r.transaction(e.t)
+}
+
+// dynamoCalls is how many DynamoDB requests the server has sent so far.
+func (e *env) dynamoCalls() int {
+	n := 0
+	for _, op := range []string{"GetItem", "Query", "PutItem", "UpdateItem", "DeleteItem", "TransactWriteItems"} {
+		n += e.calls.Calls(op)
+	}
+	return n
+}
+
+// countTransactions counts the items of the env's branch partition.
+func (e *env) countTransactions(tenant, branch string) int {
+	e.t.Helper()
+	pk := "TENANT#" + tenant + "#BRANCH#" + branch + "#TRANSACTION"
+	out, err := e.ddb.Query(context.Background(), &dynamodb.QueryInput{
+		TableName: &e.table, KeyConditionExpression: ptr("PK = :pk"),
+		ExpressionAttributeValues: map[string]ddbAV{":pk": s(pk)}, ConsistentRead: ptr(true),
+	})
+	require.NoError(e.t, err)
+	return len(out.Items)
+}
+
+func ptr[T any](v T) *T { return &v }
+
+type ddbAV = ddbtypes.AttributeValue
+
+func s(v string) ddbAV { return &ddbtypes.AttributeValueMemberS{Value: v} }
