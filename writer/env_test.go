@@ -87,16 +87,17 @@ func uniqueTenant() string {
 
 // env is a writer served over real HTTP in front of DynamoDB Local.
 type env struct {
-	t      *testing.T
-	table  string
-	tenant string
-	branch string
-	token  string
-	ddb    *dynamodb.Client // straight to the table, for checks
-	calls  *processortest.FaultTransport
-	srv    *writer.Server
-	http   *httptest.Server
-	reg    *prometheus.Registry
+	t       *testing.T
+	table   string
+	tenant  string
+	branch  string
+	token   string
+	ddb     *dynamodb.Client // straight to the table, for checks
+	calls   *processortest.FaultTransport
+	srv     *writer.Server
+	http    *httptest.Server
+	reg     *prometheus.Registry
+	metrics *writer.Metrics
 }
 
 type envOption func(*writer.Config)
@@ -115,11 +116,12 @@ func newEnv(t *testing.T, table string, opts ...envOption) *env {
 	for _, o := range opts {
 		o(&cfg)
 	}
-	srv, err := writer.New(dynamodb.NewFromConfig(cfgAWS), cfg, writer.NewMetrics(reg))
+	metrics := writer.NewMetrics(reg)
+	srv, err := writer.New(dynamodb.NewFromConfig(cfgAWS), cfg, metrics)
 	require.NoError(t, err)
 	hs := httptest.NewServer(srv)
 	t.Cleanup(hs.Close)
-	e := &env{t: t, table: table, tenant: uniqueTenant(), branch: "north", ddb: ddblocal.Client(t), calls: calls, srv: srv, http: hs, reg: reg}
+	e := &env{t: t, table: table, tenant: uniqueTenant(), branch: "north", ddb: ddblocal.Client(t), calls: calls, srv: srv, http: hs, reg: reg, metrics: metrics}
 	e.token = e.tokenFor(e.tenant)
 	return e
 }

@@ -23,7 +23,9 @@ const (
 	attrExpiresAt  = "expiresAt"
 )
 
-func strAV(s string) *ddbtypes.AttributeValueMemberS { return &ddbtypes.AttributeValueMemberS{Value: s} }
+func strAV(s string) *ddbtypes.AttributeValueMemberS {
+	return &ddbtypes.AttributeValueMemberS{Value: s}
+}
 
 func intAV(n int64) *ddbtypes.AttributeValueMemberN {
 	return &ddbtypes.AttributeValueMemberN{Value: strconv.FormatInt(n, 10)}

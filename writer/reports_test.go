@@ -1,0 +1,160 @@
+package writer_test
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/shopspring/decimal"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/ledger-dev/ledger/aggregates"
+	"github.com/ledger-dev/ledger/processor"
+	"github.com/ledger-dev/ledger/writer"
+)
+
+// putReport stores a report item as the stream consumers (and reconcile's
+// repair) write it.
+func (e *env) putReport(p aggregates.Period, r *aggregates.Report, updatedAt string) {
+	e.t.Helper()
+	item := processor.EncodeReport(aggregates.ReportKey{Tenant: e.tenant, Branch: e.branch, Period: p}, r, updatedAt)
+	_, err := e.ddb.PutItem(context.Background(), &dynamodb.PutItemInput{TableName: &e.table, Item: item})
+	require.NoError(e.t, err)
+}
+
+func dec(s string) decimal.Decimal { return decimal.RequireFromString(s) }
+
+func TestReports_GetOneAndRange(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, sharedTable(t))
+	jan := &aggregates.Report{}
+	jan.Add(aggregates.Totals{Income: dec("10.10"), Count: 1}, [3]string{"food", "ops", "card"})
+	jan.Add(aggregates.Totals{Expense: dec("0.1"), Count: 1}, [3]string{"rent", "", "cash"})
+	jan.Add(aggregates.Totals{}, [3]string{"gone", "", ""}) // an entry that fell back to zero
+	feb := &aggregates.Report{}
+	feb.Add(aggregates.Totals{Income: dec("5"), Count: 1}, [3]string{"x#y café", "", ""})
+	e.putReport(aggregates.Period{Type: aggregates.Monthly, Value: "2026-01"}, jan, "2026-02-01T10:00:00.123Z")
+	e.putReport(aggregates.Period{Type: aggregates.Monthly, Value: "2026-02"}, feb, "2026-03-01T00:00:00Z")
+	e.putReport(aggregates.Period{Type: aggregates.Monthly, Value: "2026-07"}, feb, "2026-08-01T00:00:00Z")
+	e.putReport(aggregates.Period{Type: aggregates.Yearly, Value: "2026"}, jan, "2026-03-01T00:00:00Z")
+
+	r := e.send(req{method: "GET", path: e.base() + "/reports/MONTHLY/2026-01"})
+	require.Equal(t, http.StatusOK, r.Status, "answer %s", r)
+	assert.JSONEq(t, `{
+		"tenant":"`+e.tenant+`","branch":"north","periodType":"MONTHLY","periodValue":"2026-01",
+		"updatedAt":"2026-02-01T10:00:00.123Z",
+		"totalIncome":"10.1","totalExpense":"0.1","transactionCount":2,
+		"byCategory":{"food":{"totalIncome":"10.1","totalExpense":"0","transactionCount":1},
+		              "rent":{"totalIncome":"0","totalExpense":"0.1","transactionCount":1}},
+		"byCostCenter":{"ops":{"totalIncome":"10.1","totalExpense":"0","transactionCount":1}},
+		"byPaymentMethod":{"card":{"totalIncome":"10.1","totalExpense":"0","transactionCount":1},
+		                   "cash":{"totalIncome":"0","totalExpense":"0.1","transactionCount":1}}
+	}`, string(r.Body))
+	assert.Equal(t, "Sun, 01 Feb 2026 10:00:00 GMT", r.Header.Get("Last-Modified"))
+
+	r = e.send(req{method: "GET", path: e.base() + "/reports?period=MONTHLY&from=2026-01&to=2026-06"})
+	require.Equal(t, http.StatusOK, r.Status, "answer %s", r)
+	var rng writer.ReportRange
+	require.NoError(t, json.Unmarshal(r.Body, &rng))
+	require.Len(t, rng.Items, 2, "only the reports in the range, and only of that period type")
+	assert.Equal(t, "2026-01", rng.Items[0].PeriodValue)
+	assert.Equal(t, "2026-02", rng.Items[1].PeriodValue)
+	assert.Equal(t, "5", rng.Items[1].ByCategory["x#y café"].TotalIncome)
+
+	r = e.send(req{method: "GET", path: e.base() + "/reports?period=DAILY&from=2026-01-01&to=2026-01-31"})
+	require.Equal(t, http.StatusOK, r.Status)
+	assert.JSONEq(t, `{"items":[]}`, string(r.Body))
+
+	r = e.send(req{method: "GET", path: e.base() + "/reports/DAILY/2026-01-01"})
+	require.Equal(t, http.StatusNotFound, r.Status)
+	assert.Equal(t, writer.ProblemNotFound, r.problem(t).Type)
+
+	for path, field := range map[string]string{
+		"/reports/WEEKLY/2026-01":                             "period",
+		"/reports/MONTHLY/2026-13":                            "value",
+		"/reports/DAILY/2026-02-30":                           "value",
+		"/reports/YEARLY/26":                                  "value",
+		"/reports?period=MONTHLY&from=2026-06&to=2026-01":     "to",
+		"/reports?period=MONTHLY&from=2026-01":                "to",
+		"/reports?from=2026-01&to=2026-02":                    "period",
+		"/reports?period=MONTHLY&from=2026-01-01&to=2026-02":  "from",
+		"/reports?period=DAILY&from=2024-01-01&to=2025-01-02": "to",
+		"/reports?period=MONTHLY&from=2026-01&to=2026-02&x=1": "x",
+	} {
+		r := e.send(req{method: "GET", path: e.base() + path})
+		require.Equal(t, http.StatusBadRequest, r.Status, "%s: answer %s", path, r)
+		assert.Equal(t, field, r.problem(t).Field, path)
+	}
+}
+
+func TestHealth_HealthzReadyzAndDrain(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, sharedTable(t))
+	r := e.send(req{method: "GET", path: "/healthz", noAuth: true})
+	require.Equal(t, http.StatusOK, r.Status)
+	r = e.send(req{method: "GET", path: "/readyz", noAuth: true})
+	require.Equal(t, http.StatusOK, r.Status, "answer %s", r)
+	assert.JSONEq(t, `{"status":"ready","writesEnabled":true}`, string(r.Body))
+	e.srv.Drain()
+	r = e.send(req{method: "GET", path: "/readyz", noAuth: true})
+	require.Equal(t, http.StatusServiceUnavailable, r.Status)
+	r = e.send(req{method: "GET", path: "/healthz", noAuth: true})
+	require.Equal(t, http.StatusOK, r.Status, "alive while draining")
+}
+
+func TestReadyz_TableUnreachableIs503(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, sharedTable(t), func(c *writer.Config) { c.Table = "no-such-table" })
+	r := e.send(req{method: "GET", path: "/readyz", noAuth: true})
+	require.Equal(t, http.StatusServiceUnavailable, r.Status, "answer %s", r)
+}
+
+func TestMetrics_ServedWithRouteLabelsAndNoIDs(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, sharedTable(t))
+	tx := e.create(createBody)
+	e.send(req{method: "GET", path: e.base() + "/transactions/" + tx.ID})
+	e.send(req{method: "GET", path: e.base() + "/transactions/" + tx.ID, headers: []string{"If-Match", "x"}})
+	e.send(req{method: "PATCH", path: e.base() + "/transactions/" + tx.ID, body: `{"amount":"3"}`, headers: []string{"If-Match", "9"}})
+	resp, err := http.Get(e.http.URL + "/metrics")
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	text := string(raw)
+	for _, want := range []string{
+		`ledger_http_requests_total{code="201",method="POST",route="/v1/tenants/{tenant}/branches/{branch}/transactions"} 1`,
+		`ledger_http_requests_total{code="200",method="GET",route="/v1/tenants/{tenant}/branches/{branch}/transactions/{id}"} 2`,
+		`ledger_http_requests_total{code="412",method="PATCH",route="/v1/tenants/{tenant}/branches/{branch}/transactions/{id}"} 1`,
+		`ledger_http_request_duration_seconds_bucket{method="POST",route="/v1/tenants/{tenant}/branches/{branch}/transactions",le="+Inf"} 1`,
+		`ledger_writer_version_conflicts_total 1`,
+		`ledger_writer_writes_total{operation="create"} 1`,
+		`ledger_writer_flags_reads_total{outcome="ok"} 1`,
+	} {
+		assert.Contains(t, text, want)
+	}
+	assert.NotContains(t, text, e.tenant, "no tenant in any label")
+	assert.NotContains(t, text, tx.ID, "no id in any label")
+}
+
+func TestReports_FreshnessIsTheLastCommitTime(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, sharedTable(t))
+	at := time.Date(2026, 5, 1, 12, 30, 0, 0, time.UTC)
+	rep := &aggregates.Report{}
+	rep.Add(aggregates.Totals{Income: dec("1"), Count: 1}, [3]string{"a", "", ""})
+	e.putReport(aggregates.Period{Type: aggregates.Daily, Value: "2026-05-01"}, rep, at.Format(time.RFC3339Nano))
+	r := e.send(req{method: "GET", path: e.base() + "/reports/DAILY/2026-05-01"})
+	require.Equal(t, http.StatusOK, r.Status)
+	var got writer.Report
+	require.NoError(t, json.Unmarshal(r.Body, &got))
+	assert.Equal(t, "2026-05-01T12:30:00Z", got.UpdatedAt)
+	lm, err := http.ParseTime(r.Header.Get("Last-Modified"))
+	require.NoError(t, err)
+	assert.True(t, lm.Equal(at))
+}
