@@ -163,6 +163,7 @@ func (p *Poller) drainComplete() bool {
 // shards when due, read leases and checkpoints, take a fair share, start
 // readers.
 func (p *Poller) pass(ctx context.Context, renew bool) error {
+	defer p.gauges()
 	if renew {
 		p.renewAll(ctx)
 	}
@@ -177,12 +178,16 @@ func (p *Poller) pass(ctx context.Context, renew bool) error {
 			if ctx.Err() == nil {
 				p.log.Warn("listing shards failed; retrying at the next pass", "error", err.Error())
 			}
-			return nil
+			if p.listed.IsZero() {
+				return nil
+			}
+			// Go on with the shards listed before.
+		default:
+			if status == streamtypes.StreamStatusDisabled && len(p.shards) == 0 {
+				p.log.Warn("the stream is disabled")
+			}
+			p.shards, p.listed, p.forceList = shards, listedAt, false
 		}
-		if status == streamtypes.StreamStatusDisabled && len(p.shards) == 0 {
-			p.log.Warn("the stream is disabled")
-		}
-		p.shards, p.listed, p.forceList = shards, listedAt, false
 	}
 	leases, cps, err := p.store.readAll(ctx)
 	if err != nil {
@@ -211,7 +216,6 @@ func (p *Poller) pass(ctx context.Context, renew bool) error {
 		p.assign(ctx)
 		p.startReaders(ctx)
 	}
-	p.gauges()
 	p.ready.Store(!p.stopping)
 	return nil
 }

@@ -1,0 +1,355 @@
+package poller_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"log/slog"
+	"net/http"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodbstreams"
+	st "github.com/aws/aws-sdk-go-v2/service/dynamodbstreams/types"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/stretchr/testify/require"
+
+	"github.com/ledger-dev/ledger/infra"
+	"github.com/ledger-dev/ledger/infra/ddblocal"
+	"github.com/ledger-dev/ledger/processor"
+	"github.com/ledger-dev/ledger/processor/poller"
+	"github.com/ledger-dev/ledger/processor/processortest"
+)
+
+// The package's tables are all created before any test writes (DynamoDB
+// Local slows writes to tables created after its stream holds many
+// records).
+const tablePoolSize = 10
+
+var (
+	poolOnce sync.Once
+	poolMu   sync.Mutex
+	pool     []string
+)
+
+func newTableName(t testing.TB) string {
+	t.Helper()
+	poolOnce.Do(func() {
+		c := ddblocal.Client(t)
+		for i := 0; i < tablePoolSize; i++ {
+			pool = append(pool, ddblocal.NewTable(t, c))
+		}
+	})
+	poolMu.Lock()
+	defer poolMu.Unlock()
+	require.NotEmpty(t, pool, "table pool exhausted: raise tablePoolSize")
+	name := pool[0]
+	pool = pool[1:]
+	return name
+}
+
+// env is a real table on DynamoDB Local and a scripted stream in front of
+// the poller: the poller's shard logic reads the fake, its commits, leases
+// and checkpoints go to the real table.
+type env struct {
+	ddb    *dynamodb.Client
+	table  string
+	stream *fakeStream
+	rec    *recorder
+	w      *processortest.Workload
+}
+
+func newEnv(t *testing.T, seed uint64) *env {
+	t.Helper()
+	e := &env{ddb: ddblocal.Client(t), table: newTableName(t), w: processortest.NewWorkload(seed)}
+	e.stream = newFakeStream("arn:aws:dynamodb:us-east-1:000000000000:table/" + e.table + "/stream/2026-01-01T00:00:00.000")
+	e.rec = &recorder{api: e.ddb}
+	return e
+}
+
+// write runs n workload steps against the table and returns the stream
+// records they produced.
+func (e *env) write(t *testing.T, n int) []st.Record {
+	t.Helper()
+	require.NoError(t, e.w.Run(context.Background(), e.rec, e.table, n))
+	return e.rec.take()
+}
+
+// logSink collects a poller's JSON log lines.
+type logSink struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (s *logSink) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.buf.Write(p)
+}
+
+func (s *logSink) lines() []map[string]any {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []map[string]any
+	sc := bufio.NewScanner(bytes.NewReader(s.buf.Bytes()))
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		var m map[string]any
+		if json.Unmarshal(sc.Bytes(), &m) == nil {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+func (s *logSink) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.buf.String()
+}
+
+// testPoller is one poller instance of a test.
+type testPoller struct {
+	*poller.Poller
+	reg  *prometheus.Registry
+	pm   *processor.Metrics
+	m    *poller.Metrics
+	logs *logSink
+}
+
+// fastConfig shortens every interval so tests run in seconds.
+func fastConfig(table, arn, owner string) poller.Config {
+	return poller.Config{
+		Table: table, StreamARN: arn, Owner: owner,
+		MinReadInterval: time.Millisecond, IdleBackoff: 20 * time.Millisecond,
+		ThrottleBackoff: time.Millisecond, MaxThrottleBackoff: 10 * time.Millisecond,
+		LeaseDuration: 1500 * time.Millisecond, DiscoverInterval: 100 * time.Millisecond,
+		CheckpointInterval: 100 * time.Millisecond, ShutdownTimeout: 10 * time.Second,
+	}
+}
+
+func (e *env) poller(t *testing.T, owner string, streams poller.Streams, api *dynamodb.Client, mutate func(*poller.Config)) *testPoller {
+	t.Helper()
+	if streams == nil {
+		streams = e.stream.client(owner)
+	}
+	if api == nil {
+		api = e.ddb
+	}
+	tp := &testPoller{reg: prometheus.NewRegistry(), logs: &logSink{}}
+	tp.pm = processor.NewMetrics(tp.reg)
+	tp.m = poller.NewMetrics(tp.reg)
+	proc, err := processor.New(api, processor.Config{Table: e.table, BaseBackoff: time.Millisecond, MaxBackoff: 20 * time.Millisecond}, tp.pm)
+	require.NoError(t, err)
+	cfg := fastConfig(e.table, e.stream.arn, owner)
+	cfg.Logger = slog.New(slog.NewJSONHandler(tp.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	if mutate != nil {
+		mutate(&cfg)
+	}
+	tp.Poller, err = poller.New(streams, api, proc, cfg, tp.m)
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("logs of %s:\n%s", owner, tp.logs)
+		}
+	})
+	return tp
+}
+
+// drain runs a drain poller to completion.
+func (e *env) drain(t *testing.T, owner string, mutate func(*poller.Config)) *testPoller {
+	t.Helper()
+	tp := e.poller(t, owner, nil, nil, func(c *poller.Config) {
+		c.Drain = true
+		if mutate != nil {
+			mutate(c)
+		}
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	require.NoError(t, tp.Run(ctx))
+	return tp
+}
+
+// start runs p in the background; the returned stop cancels it and waits.
+func start(t *testing.T, p *testPoller) (stop func()) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- p.Run(ctx) }()
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cancel()
+			select {
+			case err := <-done:
+				require.NoError(t, err)
+			case <-time.After(30 * time.Second):
+				t.Fatal("poller did not stop within 30s")
+			}
+		})
+	}
+	t.Cleanup(stop)
+	return stop
+}
+
+func (e *env) requireReconciled(t *testing.T) {
+	t.Helper()
+	diffs, stats, err := processor.Reconcile(context.Background(), e.ddb, e.table, processor.Scope{})
+	require.NoError(t, err)
+	for _, d := range diffs {
+		t.Errorf("reconcile difference: %s", d)
+	}
+	require.NotZero(t, stats.Reports, "no reports at all")
+}
+
+func counter(t *testing.T, c prometheus.Collector) float64 {
+	t.Helper()
+	return testutil.ToFloat64(c)
+}
+
+// recordsApplied is the sum of ledger_records_total over all labels.
+func recordsTotal(t *testing.T, pm *processor.Metrics, outcome string) float64 {
+	t.Helper()
+	sum := 0.0
+	for _, ev := range []string{"INSERT", "MODIFY", "REMOVE", "UNKNOWN"} {
+		sum += testutil.ToFloat64(pm.Records.WithLabelValues(ev, outcome))
+	}
+	return sum
+}
+
+// interval is one reader's life on a shard, from the logs.
+type interval struct {
+	owner, shard string
+	from, to     time.Time
+}
+
+// readerIntervals pairs "shard reader started/stopped" lines per owner and
+// shard; a reader still running (or killed) ends at end.
+func readerIntervals(t *testing.T, lines []map[string]any, end time.Time) []interval {
+	t.Helper()
+	open := map[string]*interval{}
+	var out []interval
+	for _, l := range lines {
+		msg, _ := l["msg"].(string)
+		owner, _ := l["owner"].(string)
+		shard, _ := l["shard"].(string)
+		ts, err := time.Parse(time.RFC3339Nano, l["time"].(string))
+		require.NoError(t, err)
+		k := owner + "|" + shard
+		switch msg {
+		case "shard reader started":
+			open[k] = &interval{owner: owner, shard: shard, from: ts}
+		case "shard reader stopped":
+			if iv := open[k]; iv != nil {
+				iv.to = ts
+				out = append(out, *iv)
+				delete(open, k)
+			}
+		}
+	}
+	for _, iv := range open {
+		iv.to = end
+		out = append(out, *iv)
+	}
+	return out
+}
+
+// requireNoOverlap fails when two owners' readers of one shard overlap.
+func requireNoOverlap(t *testing.T, ivs []interval) {
+	t.Helper()
+	by := map[string][]interval{}
+	for _, iv := range ivs {
+		by[iv.shard] = append(by[iv.shard], iv)
+	}
+	for shard, list := range by {
+		sort.Slice(list, func(i, j int) bool { return list[i].from.Before(list[j].from) })
+		for i := 1; i < len(list); i++ {
+			prev, cur := list[i-1], list[i]
+			if cur.from.Before(prev.to) && cur.owner != prev.owner {
+				t.Errorf("shard %s read by %s from %s while %s read it until %s", shard, cur.owner,
+					cur.from.Format("15:04:05.000"), prev.owner, prev.to.Format("15:04:05.000"))
+			}
+		}
+	}
+}
+
+// chaosClient returns a DynamoDB client whose every call fails once dead
+// is set, as if its process had died or lost the network.
+func chaosClient(t *testing.T, dead func() bool) *dynamodb.Client {
+	t.Helper()
+	ft := &processortest.FaultTransport{Decide: func(string) processortest.Fault {
+		if dead() {
+			return processortest.Drop
+		}
+		return processortest.Pass
+	}}
+	cfg := ddblocal.Config(t, infra.WithTransportWrapper(func(next http.RoundTripper) http.RoundTripper {
+		ft.Next = next
+		return ft
+	}))
+	return dynamodb.NewFromConfig(cfg, func(o *dynamodb.Options) { o.RetryMaxAttempts = 1 })
+}
+
+// deadStreams fails every call once dead says so.
+type deadStreams struct {
+	poller.Streams
+	dead func() bool
+}
+
+var errDead = &st.InternalServerError{Message: new(string)}
+
+func (d deadStreams) check() error {
+	if d.dead() {
+		return errDead
+	}
+	return nil
+}
+
+func eventually(t *testing.T, what string, timeout time.Duration, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", timeout, what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func logged(lines []map[string]any, msg string) int {
+	n := 0
+	for _, l := range lines {
+		if m, _ := l["msg"].(string); strings.HasPrefix(m, msg) {
+			n++
+		}
+	}
+	return n
+}
+
+func (d deadStreams) DescribeStream(ctx context.Context, in *dynamodbstreams.DescribeStreamInput, opts ...func(*dynamodbstreams.Options)) (*dynamodbstreams.DescribeStreamOutput, error) {
+	if err := d.check(); err != nil {
+		return nil, err
+	}
+	return d.Streams.DescribeStream(ctx, in, opts...)
+}
+
+func (d deadStreams) GetShardIterator(ctx context.Context, in *dynamodbstreams.GetShardIteratorInput, opts ...func(*dynamodbstreams.Options)) (*dynamodbstreams.GetShardIteratorOutput, error) {
+	if err := d.check(); err != nil {
+		return nil, err
+	}
+	return d.Streams.GetShardIterator(ctx, in, opts...)
+}
+
+func (d deadStreams) GetRecords(ctx context.Context, in *dynamodbstreams.GetRecordsInput, opts ...func(*dynamodbstreams.Options)) (*dynamodbstreams.GetRecordsOutput, error) {
+	if err := d.check(); err != nil {
+		return nil, err
+	}
+	return d.Streams.GetRecords(ctx, in, opts...)
+}

@@ -1,0 +1,165 @@
+package poller_test
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/ledger-dev/ledger/processor"
+	"github.com/ledger-dev/ledger/processor/poller"
+)
+
+// writer appends workload records to the fake shards (by key hash) until
+// stopped.
+func (e *env) writeOn(t *testing.T, shards []string, batch int, every time.Duration) (stop func()) {
+	t.Helper()
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			select {
+			case <-done:
+				return
+			case <-time.After(every):
+			}
+			e.stream.split(shards, e.write(t, batch))
+		}
+	}()
+	var once sync.Once
+	return func() { once.Do(func() { close(done); wg.Wait() }) }
+}
+
+// Two pollers share four shards half and half: the second asks the first
+// for leases, which hands them over after committing what it holds. When
+// one stops, it releases its leases and the other takes them. Writes go
+// on throughout; no shard ever has two readers, and the reports come out
+// exact.
+func TestPoller_TwoPollersShareShardsFairlyAndHandOffOnShutdown(t *testing.T) {
+	e := newEnv(t, 11)
+	shards := []string{"shardId-0", "shardId-1", "shardId-2", "shardId-3"}
+	for _, s := range shards {
+		e.stream.addShard(s, "")
+	}
+	e.stream.split(shards, e.write(t, 200))
+	stopWrites := e.writeOn(t, shards, 10, 20*time.Millisecond)
+
+	a := e.poller(t, "A", nil, nil, nil)
+	stopA := start(t, a)
+	eventually(t, "A holds all four", 10*time.Second, func() bool { return counter(t, a.m.LeasesHeld) == 4 })
+
+	b := e.poller(t, "B", nil, nil, nil)
+	stopB := start(t, b)
+	eventually(t, "two each", 15*time.Second, func() bool {
+		return counter(t, a.m.LeasesHeld) == 2 && counter(t, b.m.LeasesHeld) == 2
+	})
+	assert.Equal(t, 2.0, counter(t, a.m.LeaseEvents.WithLabelValues(poller.LeaseHandedOff)))
+	assert.GreaterOrEqual(t, counter(t, b.m.LeaseEvents.WithLabelValues(poller.LeaseRequested)), 2.0)
+	// Stable: nobody asks for more than a fair share.
+	time.Sleep(2 * time.Second)
+	assert.Equal(t, 2.0, counter(t, a.m.LeasesHeld))
+	assert.Equal(t, 2.0, counter(t, b.m.LeasesHeld))
+
+	stopA()
+	assert.Equal(t, 0.0, counter(t, a.m.LeasesHeld))
+	assert.Equal(t, 2.0, counter(t, a.m.LeaseEvents.WithLabelValues(poller.LeaseReleased)))
+	eventually(t, "B holds all four", 10*time.Second, func() bool { return counter(t, b.m.LeasesHeld) == 4 })
+	assert.Zero(t, counter(t, b.m.LeaseEvents.WithLabelValues(poller.LeaseTakenOver)), "released leases are free, not expired")
+
+	stopWrites()
+	stopB()
+	c := e.drain(t, "C", nil)
+	e.requireReconciled(t)
+	end := time.Now()
+	var all []interval
+	for _, p := range []*testPoller{a, b, c} {
+		all = append(all, readerIntervals(t, p.logs.lines(), end)...)
+	}
+	requireNoOverlap(t, all)
+	assert.Zero(t, recordsTotal(t, a.pm, processor.OutcomeDuplicate)+recordsTotal(t, b.pm, processor.OutcomeDuplicate)+
+		recordsTotal(t, c.pm, processor.OutcomeDuplicate), "hand-offs commit what is in hand: nothing is read twice")
+}
+
+// A poller that dies (every call fails) keeps its leases until they
+// expire; another takes them over only after it has seen them unrenewed
+// for a lease duration, after the dead poller's readers have stopped.
+func TestPoller_TakesOverExpiredLeasesOfADeadPoller(t *testing.T) {
+	e := newEnv(t, 12)
+	shards := []string{"shardId-0", "shardId-1"}
+	for _, s := range shards {
+		e.stream.addShard(s, "")
+	}
+	e.stream.split(shards, e.write(t, 200))
+	stopWrites := e.writeOn(t, shards, 10, 30*time.Millisecond)
+
+	var dead atomic.Bool
+	a := e.poller(t, "A", deadStreams{Streams: e.stream.client("A"), dead: dead.Load}, chaosClient(t, dead.Load), nil)
+	stopA := start(t, a)
+	eventually(t, "A holds both", 10*time.Second, func() bool { return counter(t, a.m.LeasesHeld) == 2 })
+	eventually(t, "A reading", 10*time.Second, func() bool { return counter(t, a.m.RecordsRead) > 200 })
+
+	b := e.poller(t, "B", nil, nil, nil)
+	stopB := start(t, b)
+	time.Sleep(500 * time.Millisecond)
+	diedAt := time.Now()
+	dead.Store(true)
+	eventually(t, "B takes both over", 15*time.Second, func() bool { return counter(t, b.m.LeasesHeld) == 2 })
+	tookAfter := time.Since(diedAt)
+	assert.GreaterOrEqual(t, tookAfter, 1500*time.Millisecond, "not before a lease duration")
+	assert.Equal(t, 2.0, counter(t, b.m.LeaseEvents.WithLabelValues(poller.LeaseTakenOver))+counter(t, b.m.LeaseEvents.WithLabelValues(poller.LeaseAcquired)))
+	eventually(t, "A gives up what it held", 5*time.Second, func() bool {
+		return counter(t, a.m.LeasesHeld) == 0
+	})
+
+	stopWrites()
+	stopB()
+	dead.Store(false)
+	stopA()
+	c := e.drain(t, "C", nil)
+	e.requireReconciled(t)
+	end := time.Now()
+	var all []interval
+	for _, p := range []*testPoller{a, b, c} {
+		all = append(all, readerIntervals(t, p.logs.lines(), end)...)
+	}
+	requireNoOverlap(t, all)
+}
+
+// A drain run takes over the expired leases of a dead poller and asks live
+// owners to hand theirs over.
+func TestPoller_DrainTakesOverExpiredLeasesAndAsksLiveOwners(t *testing.T) {
+	e := newEnv(t, 13)
+	shards := []string{"shardId-0", "shardId-1", "shardId-2"}
+	for _, s := range shards {
+		e.stream.addShard(s, "")
+	}
+	e.stream.split(shards, e.write(t, 300))
+
+	var dead atomic.Bool
+	a := e.poller(t, "A", deadStreams{Streams: e.stream.client("A"), dead: dead.Load}, chaosClient(t, dead.Load), nil)
+	ctxA, cancelA := context.WithCancel(context.Background())
+	doneA := make(chan error, 1)
+	go func() { doneA <- a.Run(ctxA) }()
+	eventually(t, "A holds all", 10*time.Second, func() bool { return counter(t, a.m.LeasesHeld) == 3 })
+	dead.Store(true) // A dies holding three leases
+
+	b := e.poller(t, "B", nil, nil, nil)
+	stopB := start(t, b)
+	eventually(t, "B takes them over", 15*time.Second, func() bool { return counter(t, b.m.LeasesHeld) >= 1 })
+	e.stream.split(shards, e.write(t, 100))
+
+	d := e.drain(t, "D", nil)
+	assert.Positive(t, counter(t, d.m.LeaseEvents.WithLabelValues(poller.LeaseRequested))+counter(t, d.m.LeaseEvents.WithLabelValues(poller.LeaseTakenOver)))
+	stopB()
+	cancelA()
+	dead.Store(false)
+	require.NoError(t, <-doneA)
+	e.drain(t, "E", nil)
+	e.requireReconciled(t)
+}
