@@ -14,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -168,7 +169,7 @@ func Run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return exitUsage
 	}
 	log := newLogger(o, stderr)
-	if err := run(ctx, o, log); err != nil {
+	if err := run(ctx, o, awsOptions(getenv), log); err != nil {
 		log.Error("poller failed", "error", err.Error())
 		return exitError
 	}
@@ -183,8 +184,22 @@ func newLogger(o options, w io.Writer) *slog.Logger {
 	return slog.New(slog.NewTextHandler(w, hopts))
 }
 
-func run(ctx context.Context, o options, log *slog.Logger) error {
-	cfg, err := infra.LoadConfig(ctx)
+// awsOptions passes the AWS settings found through getenv to the SDK, which
+// otherwise reads the process environment only (so that Run called
+// in-process honours its getenv).
+func awsOptions(getenv func(string) string) []func(*config.LoadOptions) error {
+	var opts []func(*config.LoadOptions) error
+	if ep := getenv("AWS_ENDPOINT_URL"); ep != "" {
+		opts = append(opts, config.WithBaseEndpoint(ep))
+	}
+	if region := getenv("AWS_REGION"); region != "" {
+		opts = append(opts, config.WithRegion(region))
+	}
+	return opts
+}
+
+func run(ctx context.Context, o options, awsOpts []func(*config.LoadOptions) error, log *slog.Logger) error {
+	cfg, err := infra.LoadConfig(ctx, awsOpts...)
 	if err != nil {
 		return err
 	}

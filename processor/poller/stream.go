@@ -29,7 +29,7 @@ var _ Streams = (*dynamodbstreams.Client)(nil)
 // ErrNoStream is wrapped by ResolveStream's errors when the table cannot be
 // consumed: it does not exist, has no stream, or its stream does not carry
 // both images.
-var ErrNoStream = errors.New("table has no usable stream")
+var ErrNoStream = errors.New("no usable stream")
 
 // ResolveStream returns the ARN of the table's latest stream, checking that
 // the poller can consume it: the table exists, its stream is enabled and
@@ -41,13 +41,13 @@ func ResolveStream(ctx context.Context, api infra.TableAPI, table string) (strin
 	var nf *ddbtypes.ResourceNotFoundException
 	switch {
 	case errors.As(err, &nf):
-		return "", fmt.Errorf("table %q does not exist (create it with `ledgerctl table create`): %w", table, ErrNoStream)
+		return "", fmt.Errorf("table %s does not exist (create it with `ledgerctl table create`): %w", table, ErrNoStream)
 	case err != nil:
 		return "", err
 	case !info.StreamEnabled || info.StreamARN == "":
-		return "", fmt.Errorf("table %q has no stream; enable one with view type %s: %w", table, infra.StreamViewType, ErrNoStream)
+		return "", fmt.Errorf("table %s has no stream; enable one with view type %s: %w", table, infra.StreamViewType, ErrNoStream)
 	case info.StreamViewType != infra.StreamViewType:
-		return "", fmt.Errorf("table %q has stream view type %s; the poller needs %s (old and new images to fold new − old): %w",
+		return "", fmt.Errorf("table %s has stream view type %s; the poller needs %s (old and new images to fold new − old): %w",
 			table, info.StreamViewType, infra.StreamViewType, ErrNoStream)
 	}
 	return info.StreamARN, nil
