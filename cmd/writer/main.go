@@ -1,0 +1,303 @@
+// Command writer serves the ledger's HTTP API (package writer, docs/api.md):
+// transactions in, reports out, over the ledger table.
+//
+// Configuration is flags with environment fallbacks (writer --help lists
+// them); the JWT secret and cursor key come from the environment only. AWS
+// access is the standard SDK environment (AWS_REGION, AWS_ENDPOINT_URL,
+// credentials). It refuses to start without a way to verify tokens.
+//
+// On SIGTERM or SIGINT it stops answering /readyz with 200, waits
+// --drain-delay for load balancers to notice, lets in-flight requests
+// finish (up to --shutdown-timeout) and exits 0.
+package main
+
+import (
+	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/config"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/ledger-dev/ledger/infra"
+	"github.com/ledger-dev/ledger/writer"
+)
+
+// Exit statuses.
+const (
+	exitOK    = 0
+	exitError = 1 // failed to start or while serving
+	exitUsage = 2 // bad flags or environment
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := Run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+// Run runs the writer until ctx is done (SIGTERM, SIGINT) and returns its
+// exit status.
+func Run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
+	m := NewMain(getenv, stdout, stderr)
+	if err := m.ParseFlags(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return exitOK
+		}
+		fmt.Fprintf(stderr, "writer: %v\n\nRun 'writer --help' for the flags.\n", err)
+		return exitUsage
+	}
+	if err := m.Run(ctx); err != nil {
+		m.logger.Error("writer failed to start", "error", err.Error())
+		return exitError
+	}
+	code := exitOK
+	select {
+	case <-ctx.Done():
+	case err := <-m.Failed():
+		m.logger.Error("writer stopped serving", "error", err.Error())
+		code = exitError
+	}
+	if err := m.Close(); err != nil {
+		m.logger.Error("shutdown", "error", err.Error())
+		code = exitError
+	}
+	return code
+}
+
+// Main is the writer program, split so that tests can run the real thing:
+// ParseFlags, Run (returns once listening), URL, Close.
+type Main struct {
+	getenv         func(string) string
+	stdout, stderr io.Writer
+	logger         *slog.Logger
+
+	addr            string
+	table           string
+	secret          []byte
+	jwks            []byte
+	issuer          string
+	audience        string
+	cursorKey       []byte
+	flagsTTL        time.Duration
+	requestTimeout  time.Duration
+	shutdownTimeout time.Duration
+	drainDelay      time.Duration
+
+	ln     net.Listener
+	srv    *writer.Server
+	http   *http.Server
+	failed chan error
+}
+
+// NewMain returns a program that reads its environment through getenv and
+// logs to stderr.
+func NewMain(getenv func(string) string, stdout, stderr io.Writer) *Main {
+	return &Main{getenv: getenv, stdout: stdout, stderr: stderr, logger: slog.New(slog.NewTextHandler(stderr, nil)),
+		failed: make(chan error, 1)}
+}
+
+const usageHead = `usage: writer [flags]
+
+Serves the ledger HTTP API (docs/api.md) over the ledger table.
+
+Environment only (secrets stay out of the process list):
+  LEDGER_JWT_SECRET   HS256 secret verifying bearer tokens, at least 32 bytes
+  LEDGER_CURSOR_KEY   key signing list cursors, at least 32 bytes; default
+                      derived from LEDGER_JWT_SECRET (required without it)
+  AWS_REGION, AWS_ENDPOINT_URL, AWS credentials: the standard AWS SDK settings
+
+At least one of LEDGER_JWT_SECRET and --jwks-file is required.
+
+Flags (each falls back to the environment variable named, then the default):
+`
+
+// ParseFlags reads the flags and the environment and checks them; it
+// returns flag.ErrHelp when help was asked for. Everything that can be
+// wrong with the configuration is reported here, all at once.
+func (m *Main) ParseFlags(args []string) error {
+	fs := flag.NewFlagSet("writer", flag.ContinueOnError)
+	fs.SetOutput(m.stderr)
+	env := func(name, def string) string {
+		if v := strings.TrimSpace(m.getenv(name)); v != "" {
+			return v
+		}
+		return def
+	}
+	var jwksFile, flagsTTL, reqTimeout, shutdown, drain, level string
+	fs.StringVar(&m.addr, "addr", env("LEDGER_ADDR", ":8080"), "listen `ADDR`ess; port 0 picks a free port, which is logged (env LEDGER_ADDR)")
+	fs.StringVar(&m.table, "table", env("LEDGER_TABLE", infra.DefaultTableName), "the ledger `TABLE` (env LEDGER_TABLE)")
+	fs.StringVar(&jwksFile, "jwks-file", env("LEDGER_JWKS_FILE", ""), "`FILE` holding a JSON Web Key Set of public keys verifying RS*/PS*/ES*/EdDSA tokens, read at start (env LEDGER_JWKS_FILE)")
+	fs.StringVar(&m.issuer, "jwt-issuer", env("LEDGER_JWT_ISSUER", writer.DefaultIssuer), "required token `ISSUER` (iss) (env LEDGER_JWT_ISSUER)")
+	fs.StringVar(&m.audience, "jwt-audience", env("LEDGER_JWT_AUDIENCE", writer.DefaultAudience), "required token `AUDIENCE` (aud) (env LEDGER_JWT_AUDIENCE)")
+	fs.StringVar(&flagsTTL, "flags-ttl", env("LEDGER_FLAGS_TTL", "5s"), "how long the flags singleton is cached, a `DURATION` (env LEDGER_FLAGS_TTL)")
+	fs.StringVar(&reqTimeout, "request-timeout", env("LEDGER_REQUEST_TIMEOUT", "10s"), "`DURATION` bounding one request's DynamoDB work (env LEDGER_REQUEST_TIMEOUT)")
+	fs.StringVar(&shutdown, "shutdown-timeout", env("LEDGER_SHUTDOWN_TIMEOUT", "25s"), "on SIGTERM, the `DURATION` in-flight requests may take to finish (env LEDGER_SHUTDOWN_TIMEOUT)")
+	fs.StringVar(&drain, "drain-delay", env("LEDGER_DRAIN_DELAY", "0s"), "on SIGTERM, the `DURATION` /readyz answers 503 before the listener closes (env LEDGER_DRAIN_DELAY)")
+	fs.StringVar(&level, "log-level", env("LEDGER_LOG_LEVEL", "info"), "log `LEVEL`: debug, info, warn or error (env LEDGER_LOG_LEVEL)")
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), usageHead)
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected arguments: %s", strings.Join(fs.Args(), " "))
+	}
+
+	var errs []error
+	dur := func(name, v string, dst *time.Duration, min, max time.Duration) {
+		d, err := time.ParseDuration(v)
+		switch {
+		case err != nil:
+			errs = append(errs, fmt.Errorf("--%s %q: not a duration (e.g. 500ms, 2s)", name, v))
+		case d < min || d > max:
+			errs = append(errs, fmt.Errorf("--%s %s: want between %s and %s", name, d, min, max))
+		default:
+			*dst = d
+		}
+	}
+	dur("flags-ttl", flagsTTL, &m.flagsTTL, 10*time.Millisecond, time.Minute)
+	dur("request-timeout", reqTimeout, &m.requestTimeout, 100*time.Millisecond, 5*time.Minute)
+	dur("shutdown-timeout", shutdown, &m.shutdownTimeout, 0, 10*time.Minute)
+	dur("drain-delay", drain, &m.drainDelay, 0, 5*time.Minute)
+	var lvl slog.Level
+	if err := lvl.UnmarshalText([]byte(level)); err != nil {
+		errs = append(errs, fmt.Errorf("--log-level %q: want debug, info, warn or error", level))
+	}
+	m.logger = slog.New(slog.NewTextHandler(m.stderr, &slog.HandlerOptions{Level: lvl}))
+	if strings.TrimSpace(m.table) == "" {
+		errs = append(errs, errors.New("--table: must not be empty"))
+	}
+	if _, _, err := net.SplitHostPort(m.addr); err != nil {
+		errs = append(errs, fmt.Errorf("--addr %q: want host:port (e.g. :8080, 127.0.0.1:0)", m.addr))
+	}
+
+	m.secret = []byte(m.getenv("LEDGER_JWT_SECRET"))
+	if jwksFile != "" {
+		b, err := os.ReadFile(jwksFile)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("--jwks-file: %w", err))
+		}
+		m.jwks = b
+	}
+	switch {
+	case len(m.secret) == 0 && jwksFile == "":
+		errs = append(errs, errors.New("no way to verify tokens: set LEDGER_JWT_SECRET (HS256, at least 32 bytes) or --jwks-file (LEDGER_JWKS_FILE)"))
+	case len(m.secret) > 0 && len(m.secret) < writer.MinSecretLength:
+		errs = append(errs, fmt.Errorf("LEDGER_JWT_SECRET has %d bytes; it needs at least %d", len(m.secret), writer.MinSecretLength))
+	}
+	m.cursorKey = []byte(m.getenv("LEDGER_CURSOR_KEY"))
+	switch {
+	case len(m.cursorKey) > 0 && len(m.cursorKey) < writer.MinCursorKeyLength:
+		errs = append(errs, fmt.Errorf("LEDGER_CURSOR_KEY has %d bytes; it needs at least %d", len(m.cursorKey), writer.MinCursorKeyLength))
+	case len(m.cursorKey) == 0 && len(m.secret) >= writer.MinSecretLength:
+		// Derived, so every writer sharing the secret accepts the others'
+		// cursors, and knowing a cursor key reveals nothing of the secret.
+		mac := hmac.New(sha256.New, m.secret)
+		mac.Write([]byte("ledger list cursor key v1"))
+		m.cursorKey = mac.Sum(nil)
+	case len(m.cursorKey) == 0 && jwksFile != "":
+		errs = append(errs, errors.New("LEDGER_CURSOR_KEY (at least 32 bytes) is required when tokens are verified with --jwks-file only: every writer must sign cursors with the same key"))
+	}
+	return errors.Join(errs...)
+}
+
+// Run connects to DynamoDB, builds the server and starts serving; it
+// returns once the listener is open. Errors are start-up failures.
+func (m *Main) Run(ctx context.Context) error {
+	auth, err := writer.NewAuthenticator(writer.AuthConfig{Secret: m.secret, JWKS: m.jwks, Issuer: m.issuer, Audience: m.audience})
+	if err != nil {
+		return err
+	}
+	var awsOpts []func(*config.LoadOptions) error
+	if ep := m.getenv("AWS_ENDPOINT_URL"); ep != "" {
+		awsOpts = append(awsOpts, config.WithBaseEndpoint(ep))
+	}
+	if region := m.getenv("AWS_REGION"); region != "" {
+		awsOpts = append(awsOpts, config.WithRegion(region))
+	}
+	cfg, err := infra.LoadConfig(ctx, awsOpts...)
+	if err != nil {
+		return err
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	m.srv, err = writer.New(dynamodb.NewFromConfig(cfg), writer.Config{
+		Table: m.table, Auth: auth, CursorKey: m.cursorKey, FlagsTTL: m.flagsTTL,
+		RequestTimeout: m.requestTimeout, Gatherer: reg, Logger: m.logger,
+	}, writer.NewMetrics(reg))
+	if err != nil {
+		return err
+	}
+	m.ln, err = net.Listen("tcp", m.addr)
+	if err != nil {
+		return fmt.Errorf("listen: %w", err)
+	}
+	m.http = &http.Server{
+		Handler:           m.srv,
+		ReadHeaderTimeout: 5 * time.Second,
+		ReadTimeout:       15 * time.Second,
+		WriteTimeout:      m.requestTimeout + 5*time.Second,
+		IdleTimeout:       2 * time.Minute,
+		MaxHeaderBytes:    64 << 10,
+		ErrorLog:          slog.NewLogLogger(m.logger.Handler(), slog.LevelWarn),
+		BaseContext:       func(net.Listener) context.Context { return context.WithoutCancel(ctx) },
+	}
+	go func() {
+		if err := m.http.Serve(m.ln); !errors.Is(err, http.ErrServerClosed) {
+			m.failed <- err
+		}
+	}()
+	m.logger.Info("writer listening", "addr", m.ln.Addr().String(), "table", m.table)
+	return nil
+}
+
+// URL is the base URL the writer serves on (after Run).
+func (m *Main) URL() string {
+	addr := m.ln.Addr().(*net.TCPAddr)
+	host := addr.IP.String()
+	if addr.IP.IsUnspecified() {
+		host = "127.0.0.1"
+	}
+	return "http://" + net.JoinHostPort(host, fmt.Sprint(addr.Port))
+}
+
+// Failed delivers the error that stopped the server from serving, if any.
+func (m *Main) Failed() <-chan error { return m.failed }
+
+// Close shuts the server down gracefully: /readyz answers 503 for the drain
+// delay, then the listener closes and in-flight requests get up to the
+// shutdown timeout to finish.
+func (m *Main) Close() error {
+	if m.http == nil {
+		return nil
+	}
+	m.srv.Drain()
+	m.logger.Info("draining", "delay", m.drainDelay.String())
+	time.Sleep(m.drainDelay)
+	ctx, cancel := context.WithTimeout(context.Background(), m.shutdownTimeout)
+	defer cancel()
+	if err := m.http.Shutdown(ctx); err != nil {
+		_ = m.http.Close()
+		return fmt.Errorf("in-flight requests did not finish within %s: %w", m.shutdownTimeout, err)
+	}
+	m.logger.Info("writer stopped")
+	return nil
+}
