@@ -43,7 +43,9 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
-func getenv(env map[string]string) func(string) string { return func(k string) string { return env[k] } }
+func getenv(env map[string]string) func(string) string {
+	return func(k string) string { return env[k] }
+}
 
 func localEnv(t *testing.T) map[string]string {
 	c := ddblocal.Client(t)
