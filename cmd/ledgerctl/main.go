@@ -37,9 +37,13 @@ Commands:
   table create      create the table (keys, GSI1, GSI2, stream, TTL, default flags) if absent
   table describe    print the table's definition and check it against ledger's
   reconcile         recompute reports from transactions and print the differences
+  flags get         print the flags singleton (writesEnabled, version)
+  flags set N=B ... set flags, guarded by the version read (a lost race writes nothing, exit 1)
+  token --tenant T  mint a bearer token for the writer from LEDGER_JWT_SECRET (local use)
 
 Environment:
   LEDGER_TABLE      table name (default "ledger")
+  LEDGER_JWT_SECRET the writer's HS256 secret (token)
   AWS_REGION, AWS_ENDPOINT_URL, AWS credentials: the standard AWS SDK settings
 
 Run 'ledgerctl COMMAND -h' for a command's flags.
@@ -71,6 +75,10 @@ func Run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		}
 	case "reconcile":
 		return env.reconcile(ctx, args[1:])
+	case "flags":
+		return env.flagsCmd(ctx, args[1:])
+	case "token":
+		return env.tokenCmd(ctx, args[1:])
 	case "-h", "-help", "--help", "help":
 		fmt.Fprint(stdout, usage)
 		return exitOK
