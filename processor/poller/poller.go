@@ -495,6 +495,10 @@ func (p *Poller) readerDone(ctx context.Context, r readerResult) {
 	if h.cancel != nil {
 		h.cancel()
 	}
+	if r.err == nil || h.lost || errors.Is(r.err, errShardGone) {
+		// Not this poller's to report any more (or nothing left to read).
+		p.pm.IteratorAge.DeleteLabelValues(r.shard)
+	}
 	switch {
 	case h.lost:
 		delete(p.held, r.shard)
@@ -533,6 +537,9 @@ func (p *Poller) release(ctx context.Context, id string, h *holding) {
 	}
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
+	if deadline, ok := ctx.Deadline(); ok && deadline.Before(time.Now().Add(5*time.Second)) {
+		cctx = ctx // the caller's shorter budget (shutdown) applies
+	}
 	if err := p.store.release(cctx, h.lease, h.handoffTo); err != nil {
 		p.log.Warn("releasing lease failed; it will expire", "shard", id, "error", err.Error())
 		return
@@ -576,8 +583,12 @@ func (p *Poller) shutdown(ctx context.Context) {
 			}
 		}
 	}
+	// One budget for all releases, so that many leases on an unreachable
+	// table cannot hold the exit back: unreleased leases simply expire.
+	rctx, cancel := context.WithTimeout(bg, 5*time.Second)
+	defer cancel()
 	for id, h := range p.held {
-		p.release(bg, id, h)
+		p.release(rctx, id, h)
 	}
 	p.gauges()
 	p.log.Info("poller stopped")
