@@ -33,12 +33,14 @@ import (
 // record, nor a record without its change, and no in-progress state that a
 // crash could leave behind.
 //
-// A request with a key first reads the record (consistently). A live record
-// with the same fingerprint replays its status, headers and body
-// (Idempotent-Replayed: true); another fingerprint is 422. With no record,
-// the request executes and commits; if another request with the key
-// committed meanwhile, the commit fails on the record's condition and the
-// request goes back to reading the record, finding that request's answer. A
+// A live record with the request's fingerprint replays its status, headers
+// and body (Idempotent-Replayed: true); another fingerprint is 422. A PATCH
+// reads the record (consistently) before anything else, since its answer
+// depends on the state it reads. A create or delete commits straight away:
+// if a live record with the key exists (a retry, or a concurrent duplicate
+// that committed first) the commit fails on the record's condition, changing
+// nothing, and the request then reads the record and answers from it. That
+// spares the common case, a new key, a read. A
 // commit cancelled by a transaction in progress on the same items is retried
 // a few times with jitter; a duplicate still in flight after that is 409.
 // Requests that change nothing (4xx) leave no record: executed again, they
@@ -211,6 +213,11 @@ type mutation struct {
 	tenant  string
 	idemKey string // "" without Idempotency-Key
 	fp      string
+	// lookupFirst reads the idempotency record before the first attempt.
+	// A mutation whose prepare cannot answer from the current state (create,
+	// delete) skips it: its commit fails on a taken key and the record is
+	// read then, which saves a read on every first request.
+	lookupFirst bool
 	// prepare reads what the mutation needs and returns its change and the
 	// response it gives when the change commits, or a problem.
 	prepare func(ctx context.Context) (*change, response, *Problem, error)
@@ -243,7 +250,7 @@ func (s *Server) mutate(w http.ResponseWriter, r *http.Request, m mutation) {
 				return
 			}
 		}
-		if m.idemKey != "" {
+		if m.idemKey != "" && (attempt > 1 || m.lookupFirst) {
 			rec, err := s.lookup(ctx, idemKey)
 			if err != nil {
 				s.fail(w, r, err)

@@ -261,7 +261,7 @@ func (s *Server) patchTransaction(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.mutate(w, r, mutation{
-		tenant: tenant, idemKey: key, fp: fingerprint(r, body),
+		tenant: tenant, idemKey: key, fp: fingerprint(r, body), lookupFirst: true,
 		prepare: func(ctx context.Context) (*change, response, *Problem, error) {
 			item, err := s.getItem(ctx, k)
 			if err != nil {
