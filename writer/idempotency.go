@@ -391,6 +391,10 @@ func (s *Server) commit(ctx context.Context, ch *change, idem *ddbtypes.Put) (ou
 	case changeCode == "TransactionConflict" || idemCode == "TransactionConflict":
 		s.metrics.TransactionConflicts.Inc()
 		return conflicted, nil, nil
+	case changeCode == "ThrottlingError" || idemCode == "ThrottlingError" ||
+		changeCode == "ProvisionedThroughputExceeded" || idemCode == "ProvisionedThroughputExceeded":
+		s.metrics.DynamoDBErrors.WithLabelValues("TransactWriteItems", "throttle").Inc()
+		return 0, nil, &backendError{op: "TransactWriteItems", class: "throttle", err: err}
 	}
 	return 0, nil, s.dynamoError("TransactWriteItems", err)
 }

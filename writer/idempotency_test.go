@@ -275,3 +275,33 @@ func TestIdempotency_LostAnswerThenRetryReplaysTheCommittedWrite(t *testing.T) {
 	assert.Equal(t, "true", again.Header.Get("Idempotent-Replayed"))
 	assert.Equal(t, 1, e.countTransactions(e.tenant, e.branch), "the write landed once")
 }
+
+func TestThrottledWriteIs503AndItsRetrySucceedsOnce(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, sharedTable(t))
+	var mu sync.Mutex
+	throttle := true
+	e.calls.Decide = func(op string) processortest.Fault {
+		mu.Lock()
+		defer mu.Unlock()
+		if throttle && op == "TransactWriteItems" {
+			return processortest.Throttle
+		}
+		return processortest.Pass
+	}
+	rq := req{method: "POST", path: e.base() + "/transactions", body: createBody, headers: []string{"Idempotency-Key", newKey()}}
+	r := e.send(rq)
+	require.Equal(t, http.StatusServiceUnavailable, r.Status, "answer %s", r)
+	assert.Equal(t, writer.ProblemUnavailable, r.problem(t).Type)
+	assert.Equal(t, "1", r.Header.Get("Retry-After"))
+	assert.Zero(t, e.countTransactions(e.tenant, e.branch))
+	assert.Positive(t, testutil.ToFloat64(e.metrics.DynamoDBErrors.WithLabelValues("TransactWriteItems", "throttle")))
+
+	mu.Lock()
+	throttle = false
+	mu.Unlock()
+	r = e.send(rq)
+	require.Equal(t, http.StatusCreated, r.Status, "answer %s", r)
+	assert.Empty(t, r.Header.Get("Idempotent-Replayed"), "nothing was written the first time")
+	assert.Equal(t, 1, e.countTransactions(e.tenant, e.branch))
+}

@@ -222,7 +222,7 @@ func (s *Server) staleOrMissing(ctx context.Context, k aggregates.Key, old map[s
 // patchTransaction serves PATCH …/transactions/{id}: a JSON merge patch of
 // the mutable fields, on condition that If-Match names the current version.
 func (s *Server) patchTransaction(w http.ResponseWriter, r *http.Request) {
-	tenant, _, _, k, p := transactionPath(r)
+	tenant, _, id, k, p := transactionPath(r)
 	if p != nil {
 		p.write(w)
 		return
@@ -276,6 +276,7 @@ func (s *Server) patchTransaction(w http.ResponseWriter, r *http.Request) {
 				return nil, response{}, versionMismatch(t.Version), nil
 			}
 			applyPatch(&t, patch)
+			t.ID = id // the path's id is the sort key's
 			t.Version++
 			t.UpdatedAt = s.cfg.Now().UTC().Format(time.RFC3339Nano)
 			next, err := transactionItem(k, t)
