@@ -129,7 +129,7 @@ func fastConfig(table, arn, owner string) poller.Config {
 		Table: table, StreamARN: arn, Owner: owner,
 		MinReadInterval: time.Millisecond, IdleBackoff: 20 * time.Millisecond,
 		ThrottleBackoff: time.Millisecond, MaxThrottleBackoff: 10 * time.Millisecond,
-		LeaseDuration: 1500 * time.Millisecond, DiscoverInterval: 100 * time.Millisecond,
+		LeaseDuration: 3 * time.Second, DiscoverInterval: 100 * time.Millisecond,
 		CheckpointInterval: 100 * time.Millisecond, ShutdownTimeout: 10 * time.Second,
 	}
 }
