@@ -116,7 +116,7 @@ func TestReadyz_TableUnreachableIs503(t *testing.T) {
 
 func TestMetrics_ServedWithRouteLabelsAndNoIDs(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, sharedTable(t))
+	e := newEnv(t, sharedTable(t), func(c *writer.Config) { c.FlagsTTL = time.Hour })
 	tx := e.create(createBody)
 	e.send(req{method: "GET", path: e.base() + "/transactions/" + tx.ID})
 	e.send(req{method: "GET", path: e.base() + "/transactions/" + tx.ID, headers: []string{"If-Match", "x"}})
