@@ -188,13 +188,6 @@ func (h *Handler) emit(inv *invocation) {
 	}
 }
 
-// HandleStandard handles a standard event: every record is committed under
-// run markers, and the response names the first record not committed, if
-// any. It is Invoke's Standard path, without the panic guard and metrics.
-func (h *Handler) HandleStandard(ctx context.Context, payload []byte) (events.DynamoDBEventResponse, error) {
-	return h.standard(ctx, payload, &invocation{props: map[string]any{}})
-}
-
 func (h *Handler) standard(ctx context.Context, payload []byte, inv *invocation) (events.DynamoDBEventResponse, error) {
 	ev, err := DecodeEvent(payload)
 	if err != nil {
@@ -267,15 +260,6 @@ func orRedeliver(err error) error {
 		return err
 	}
 	return errors.New("redelivery requested")
-}
-
-// HandleTumbling handles a tumbling-window event: the window's records are
-// carried in the returned state and committed under the shard's checkpoint
-// on the window's final invocation, or earlier when the state would exceed
-// Config.StateLimit. It is Invoke's Tumbling path, without the panic guard
-// and metrics.
-func (h *Handler) HandleTumbling(ctx context.Context, payload []byte) (events.DynamoDBTimeWindowEventResponse, error) {
-	return h.tumbling(ctx, payload, &invocation{props: map[string]any{}})
 }
 
 func (h *Handler) tumbling(ctx context.Context, payload []byte, inv *invocation) (events.DynamoDBTimeWindowEventResponse, error) {
