@@ -65,7 +65,11 @@ func newTableName(t *testing.T) string {
 	})
 	tables.mu.Lock()
 	defer tables.mu.Unlock()
-	require.NotEmpty(t, tables.pool, "table pool exhausted")
+	if len(tables.pool) == 0 {
+		// -count > 1: a table made now writes slower once the stream holds
+		// many records, but works.
+		return ddblocal.NewTable(t, ddblocal.Client(t))
+	}
 	name := tables.pool[0]
 	tables.pool = tables.pool[1:]
 	return name

@@ -12,12 +12,16 @@ import (
 // checkpoint yet.
 type StartPosition string
 
-// The start positions. TrimHorizon reads everything the stream still holds;
-// Latest skips what is there when the shard is first opened (the reports
-// must then be repaired once with `ledgerctl reconcile --repair`, see
-// docs/exactly-once.md, assumption 1). Latest only applies to shards whose
-// parents the poller never read: a child of a shard it read always starts
-// at its trim horizon, or records between the two would be lost.
+// The start positions. TrimHorizon reads everything the stream still holds.
+// Latest applies only to a fresh start, when the stream has no checkpoint
+// at all: the shards listed then are marked in the table (closed ones as
+// finished, open ones to be opened at LATEST, which a restart before their
+// first checkpoint repeats), and every shard that appears later starts at
+// its trim horizon, so nothing after the start is lost at a split. What
+// LATEST skips must be repaired once with `ledgerctl reconcile --repair`
+// after catching up (docs/exactly-once.md, assumption 1); so must records
+// written between a LATEST open and a restart that came before the shard's
+// first checkpoint.
 const (
 	TrimHorizon StartPosition = "TRIM_HORIZON"
 	Latest      StartPosition = "LATEST"

@@ -48,7 +48,11 @@ func newTableName(t testing.TB) string {
 	})
 	poolMu.Lock()
 	defer poolMu.Unlock()
-	require.NotEmpty(t, pool, "table pool exhausted: raise tablePoolSize")
+	if len(pool) == 0 {
+		// -count > 1: a table made now writes slower once the stream holds
+		// many records, but works.
+		return ddblocal.NewTable(t, ddblocal.Client(t))
+	}
 	name := pool[0]
 	pool = pool[1:]
 	return name
