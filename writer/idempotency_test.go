@@ -305,3 +305,34 @@ func TestThrottledWriteIs503AndItsRetrySucceedsOnce(t *testing.T) {
 	assert.Empty(t, r.Header.Get("Idempotent-Replayed"), "nothing was written the first time")
 	assert.Equal(t, 1, e.countTransactions(e.tenant, e.branch))
 }
+
+// conflictingPut answers every PutItem as DynamoDB does when a transaction
+// holds the item.
+type conflictingPut struct{ next http.RoundTripper }
+
+func (c conflictingPut) RoundTrip(r *http.Request) (*http.Response, error) {
+	if !strings.HasSuffix(r.Header.Get("X-Amz-Target"), ".PutItem") {
+		return c.next.RoundTrip(r)
+	}
+	_ = r.Body.Close()
+	body := `{"__type":"com.amazonaws.dynamodb.v20120810#TransactionConflictException","message":"Transaction is ongoing for the item"}`
+	return &http.Response{
+		StatusCode: http.StatusBadRequest, Status: "400 Bad Request", Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
+		Header:        http.Header{"Content-Type": []string{"application/x-amz-json-1.0"}},
+		Body:          io.NopCloser(strings.NewReader(body)),
+		ContentLength: int64(len(body)), Request: r,
+	}, nil
+}
+
+func TestPatch_ItemKeptChangingIs409ConcurrentModification(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, sharedTable(t))
+	tx := e.create(createBody)
+	e.calls.Next = conflictingPut{next: e.calls.Next}
+	r := e.send(req{method: "PATCH", path: e.base() + "/transactions/" + tx.ID, body: `{"amount":"2"}`, headers: []string{"If-Match", "1"}})
+	require.Equal(t, http.StatusConflict, r.Status, "answer %s", r)
+	assert.Equal(t, writer.ProblemConcurrentModification, r.problem(t).Type)
+	assert.Equal(t, "1", r.Header.Get("Retry-After"))
+	r = e.send(req{method: "GET", path: e.base() + "/transactions/" + tx.ID})
+	assert.Equal(t, tx, r.transaction(t), "unchanged")
+}

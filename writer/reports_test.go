@@ -158,3 +158,17 @@ func TestReports_FreshnessIsTheLastCommitTime(t *testing.T) {
 	require.NoError(t, err)
 	assert.True(t, lm.Equal(at))
 }
+
+func TestReports_CorruptItemIs500WithoutDetails(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, sharedTable(t))
+	k := aggregates.ReportKey{Tenant: e.tenant, Branch: e.branch, Period: aggregates.Period{Type: aggregates.Yearly, Value: "2026"}}.Key()
+	_, err := e.ddb.PutItem(context.Background(), &dynamodb.PutItemInput{TableName: &e.table, Item: map[string]ddbAV{
+		"PK": s(k.PK), "SK": s(k.SK), "totalIncome": s("not a number")}})
+	require.NoError(t, err)
+	r := e.send(req{method: "GET", path: e.base() + "/reports/YEARLY/2026"})
+	require.Equal(t, http.StatusInternalServerError, r.Status, "answer %s", r)
+	p := r.problem(t)
+	assert.Equal(t, writer.ProblemInternal, p.Type)
+	assert.NotContains(t, p.Detail, "totalIncome", "internals stay in the log")
+}

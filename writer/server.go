@@ -68,7 +68,8 @@ type Config struct {
 	Logger *slog.Logger
 	// Now is the clock (default time.Now).
 	Now func() time.Time
-	// Entropy is the random source of transaction ids (default crypto/rand).
+	// Entropy is the random source of transaction ids (default crypto/rand);
+	// it must be safe for concurrent use.
 	Entropy io.Reader
 }
 
