@@ -10,12 +10,19 @@ import (
 // side (nil for an absent or invalid image) and, when the record must be
 // quarantined, why.
 type change struct {
-	rec      *Record
-	isTxn    bool // the keys say it is a transaction item
-	dup      bool // repeats an earlier record of the same batch
-	old, new *aggregates.Transaction
-	invalid  *aggregates.InvalidError
+	rec   *Record
+	isTxn bool // the keys say it is a transaction item
+	dup   bool // repeats an earlier record of the same batch
+	// unguarded: skipped by the guard as without effect rather than found
+	// committed; its quarantine (if any) is redone, idempotently.
+	unguarded bool
+	old, new  *aggregates.Transaction
+	invalid   *aggregates.InvalidError
 }
+
+// effective reports whether the change can alter a report, and so must be
+// claimed by a guard when committed.
+func (c *change) effective() bool { return !c.dup && (c.old != nil || c.new != nil) }
 
 // classify decides, from the keys first, whether r is about a transaction,
 // then validates its images. The delta of the change is always

@@ -23,10 +23,11 @@ import (
 // A Guard is used by one goroutine at a time. Get one from
 // Processor.ShardGuard or Processor.MarkerGuard.
 type Guard interface {
-	// committed returns how many leading records of recs are already
-	// committed. skipTo < len(recs) with redeliver set asks the caller to stop
-	// at skipTo and have the source redeliver from there (see MarkerGuard).
-	committed(ctx context.Context, recs []Record) (n int, redeliver bool, err error)
+	// committed returns how many leading changes are done: committed by an
+	// earlier delivery, or (MarkerGuard) without effect and so safe to skip,
+	// which it marks unguarded. With redeliver set, the caller stops at n and
+	// has the source redeliver from there (see MarkerGuard).
+	committed(ctx context.Context, changes []change) (n int, redeliver bool, err error)
 	// claim returns the transaction action that claims run as committed.
 	claim(run []Record) ddbtypes.TransactWriteItem
 	// claimed records that claim(run) committed.
@@ -88,7 +89,7 @@ func (g *ShardGuard) load(ctx context.Context) error {
 	return nil
 }
 
-func (g *ShardGuard) committed(ctx context.Context, recs []Record) (int, bool, error) {
+func (g *ShardGuard) committed(ctx context.Context, changes []change) (int, bool, error) {
 	if err := g.load(ctx); err != nil {
 		return 0, false, err
 	}
@@ -97,7 +98,7 @@ func (g *ShardGuard) committed(ctx context.Context, recs []Record) (int, bool, e
 	}
 	n := 0
 	if g.prev != "" {
-		for n < len(recs) && CompareSequence(recs[n].SequenceNumber, g.prev) <= 0 {
+		for n < len(changes) && CompareSequence(changes[n].rec.SequenceNumber, g.prev) <= 0 {
 			n++
 		}
 	}
@@ -143,38 +144,61 @@ type MarkerGuard struct{ p *Processor }
 // every invocation.
 func (p *Processor) MarkerGuard() *MarkerGuard { return &MarkerGuard{p: p} }
 
-// committed follows the chain of run markers from the first record: while a
-// marker exists for the current record, every record up to the marker's last
-// sequence number is committed. When a marker reaches past the batch's end
-// (an event source mapping that redelivered a shorter batch), it writes an
-// alias marker at the batch's last record pointing to the same end and asks
-// for redelivery from that record, so that the next batch starts where the
-// chain can be followed instead of inside a committed run.
-func (g *MarkerGuard) committed(ctx context.Context, recs []Record) (int, bool, error) {
+// committed follows the chain of run markers from the first record. A
+// marker keyed by a record says that every record up to the marker's last
+// sequence number is committed; records without effect (not transactions,
+// invalid images, repeats) need no marker, because processing them again
+// changes nothing, so the walk steps over them (marking them unguarded) and
+// looks up the markers of every record up to the next one with an effect in
+// one BatchGetItem. The first record with an effect and no marker starts
+// what is new. (A batch acknowledged without effect leaves no marker, so a
+// redelivery from an earlier start must walk through it to the runs after
+// it.)
+//
+// When a marker reaches past the batch's end (an event source mapping that
+// redelivered a shorter batch), it writes an alias marker at the batch's
+// last record pointing to the same end and asks for redelivery from that
+// record, so that the next batch starts where the chain can be followed
+// instead of inside a committed run.
+func (g *MarkerGuard) committed(ctx context.Context, changes []change) (int, bool, error) {
 	n := 0
-	for n < len(recs) {
-		key := aggregates.RunMarkerKey(recs[n].EventID)
-		item, err := g.p.getItem(ctx, key)
+	for n < len(changes) {
+		// Candidates: n through the first change with an effect, at most 100
+		// (BatchGetItem's limit).
+		j := n
+		for j+1 < len(changes) && j-n+1 < 100 && !changes[j].effective() {
+			j++
+		}
+		found, last, err := g.firstMarker(ctx, changes[n:j+1])
 		if err != nil {
-			return n, false, fmt.Errorf("read run marker %s: %w", key, err)
+			return n, false, err
 		}
-		if item == nil {
-			return n, false, nil
+		if found < 0 {
+			for k := n; k < j; k++ {
+				changes[k].unguarded = true
+			}
+			if changes[j].effective() {
+				return j, false, nil
+			}
+			changes[j].unguarded = true
+			n = j + 1
+			continue
 		}
-		last, ok := stringAttr(item, attrSequenceNumber)
-		if !ok {
-			return n, false, fmt.Errorf("run marker %s has no %s", key, attrSequenceNumber)
+		for k := n; k < n+found; k++ {
+			changes[k].unguarded = true
 		}
+		n += found
 		start := n
-		for n < len(recs) && CompareSequence(recs[n].SequenceNumber, last) <= 0 {
+		for n < len(changes) && CompareSequence(changes[n].rec.SequenceNumber, last) <= 0 {
 			n++
 		}
 		if n == start {
-			return n, false, fmt.Errorf("run marker %s ends at %s, before its own record %s", key, last, recs[n].SequenceNumber)
+			return n, false, fmt.Errorf("run marker of %s ends at %s, before its own record %s",
+				changes[n].rec.EventID, last, changes[n].rec.SequenceNumber)
 		}
-		if n == len(recs) && CompareSequence(recs[n-1].SequenceNumber, last) < 0 {
+		if n == len(changes) && CompareSequence(changes[n-1].rec.SequenceNumber, last) < 0 {
 			g.p.metrics.Conflicts.WithLabelValues(ConflictShortRedelivery).Inc()
-			tail := recs[n-1]
+			tail := changes[n-1].rec
 			if err := g.p.putMarker(ctx, tail.EventID, last, 0); err != nil {
 				return n - 1, false, fmt.Errorf("write alias marker at %s: %w", tail.EventID, err)
 			}
@@ -182,6 +206,32 @@ func (g *MarkerGuard) committed(ctx context.Context, recs []Record) (int, bool, 
 		}
 	}
 	return n, false, nil
+}
+
+// firstMarker reads the run markers of changes' records (consistent reads)
+// and returns the index of the first record that has one and that marker's
+// last sequence number; -1 when none has.
+func (g *MarkerGuard) firstMarker(ctx context.Context, changes []change) (int, string, error) {
+	keys := make([]aggregates.Key, len(changes))
+	for i := range changes {
+		keys[i] = aggregates.RunMarkerKey(changes[i].rec.EventID)
+	}
+	items, err := g.p.batchGet(ctx, keys, attrSequenceNumber)
+	if err != nil {
+		return -1, "", fmt.Errorf("read run markers: %w", err)
+	}
+	for i, k := range keys {
+		item, ok := items[k]
+		if !ok {
+			continue
+		}
+		last, ok := stringAttr(item, attrSequenceNumber)
+		if !ok {
+			return -1, "", fmt.Errorf("run marker %s has no %s", k, attrSequenceNumber)
+		}
+		return i, last, nil
+	}
+	return -1, "", nil
 }
 
 func (g *MarkerGuard) claim(run []Record) ddbtypes.TransactWriteItem {

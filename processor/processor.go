@@ -165,10 +165,11 @@ func (p *Processor) Process(ctx context.Context, g Guard, recs []Record) (Result
 	done := 0   // records before done are finished
 	stalls := 0 // guard conflicts in a row that skipped nothing
 	for done < len(recs) {
-		n, redeliver, err := g.committed(ctx, recs[done:])
+		n, redeliver, err := g.committed(ctx, changes[done:])
 		if n > 0 {
-			p.count(changes[done:done+n], OutcomeDuplicate)
-			res.Duplicates += n
+			if qerr := p.skipped(ctx, changes[done:done+n], &res); qerr != nil {
+				return fail(done, qerr)
+			}
 			done += n
 		}
 		if err != nil {
@@ -201,16 +202,31 @@ func (p *Processor) Process(ctx context.Context, g Guard, recs []Record) (Result
 	return res, nil
 }
 
-// count adds the records of changes to ledger_records_total under outcome,
-// except for non-transaction records, which always count as ignored.
-func (p *Processor) count(changes []change, outcome string) {
+// skipped accounts for changes the guard found done: committed ones count
+// as duplicates; unguarded ones (without effect) count as what they are, and
+// the invalid among them are quarantined again (idempotently: a first
+// delivery may never have done it).
+func (p *Processor) skipped(ctx context.Context, changes []change, res *Result) error {
+	var requarantine []change
 	for i := range changes {
-		o := outcome
-		if !changes[i].isTxn {
+		c := &changes[i]
+		o := OutcomeDuplicate
+		switch {
+		case c.dup || !c.unguarded:
+			res.Duplicates++
+		case !c.isTxn:
 			o = OutcomeIgnored
+			res.Ignored++
+		case c.invalid != nil:
+			o = OutcomeQuarantined
+			res.Quarantined++
+			requarantine = append(requarantine, *c)
+		default:
+			res.Duplicates++
 		}
-		p.metrics.Records.WithLabelValues(eventLabel(changes[i].rec.EventName), o).Inc()
+		p.metrics.Records.WithLabelValues(eventLabel(c.rec.EventName), o).Inc()
 	}
+	return p.quarantine(ctx, requarantine)
 }
 
 func eventLabel(name string) string {

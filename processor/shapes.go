@@ -3,6 +3,8 @@ package processor
 import (
 	"context"
 	"fmt"
+	"strconv"
+	"strings"
 	"sync"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -97,19 +99,42 @@ func (c *shapeCache) get(ctx context.Context, p *Processor, keys []aggregates.Re
 }
 
 func (p *Processor) readShapes(ctx context.Context, keys []aggregates.Key) (map[aggregates.Key]*shape, error) {
-	req := make([]map[string]ddbtypes.AttributeValue, len(keys))
-	for i, k := range keys {
-		req[i] = keyAV(k)
+	items, err := p.batchGet(ctx, keys, reportNames["#b0"], reportNames["#b1"], reportNames["#b2"])
+	if err != nil {
+		return nil, fmt.Errorf("read report shapes: %w", err)
 	}
 	out := make(map[aggregates.Key]*shape, len(keys))
 	for _, k := range keys {
-		out[k] = &shape{} // absent unless read back
+		out[k] = shapeOf(items[k]) // an absent item has no maps
 	}
+	return out, nil
+}
+
+// batchGet reads up to 100 distinct items with consistent reads, projecting
+// the keys and attrs, retrying unprocessed keys with backoff. Absent items
+// are absent from the result.
+func (p *Processor) batchGet(ctx context.Context, keys []aggregates.Key, attrs ...string) (map[aggregates.Key]map[string]ddbtypes.AttributeValue, error) {
+	names := map[string]string{"#pk": attrPK, "#sk": attrSK}
+	proj := []string{"#pk", "#sk"}
+	for i, a := range attrs {
+		ph := "#a" + strconv.Itoa(i)
+		names[ph] = a
+		proj = append(proj, ph)
+	}
+	seen := make(map[aggregates.Key]bool, len(keys))
+	var req []map[string]ddbtypes.AttributeValue
+	for _, k := range keys {
+		if !seen[k] {
+			seen[k] = true
+			req = append(req, keyAV(k))
+		}
+	}
+	out := make(map[aggregates.Key]map[string]ddbtypes.AttributeValue, len(req))
 	pending := map[string]ddbtypes.KeysAndAttributes{p.cfg.Table: {
 		Keys:                     req,
 		ConsistentRead:           aws.Bool(true),
-		ProjectionExpression:     aws.String("#pk, #sk, #b0, #b1, #b2"),
-		ExpressionAttributeNames: map[string]string{"#pk": attrPK, "#sk": attrSK, "#b0": reportNames["#b0"], "#b1": reportNames["#b1"], "#b2": reportNames["#b2"]},
+		ProjectionExpression:     aws.String(strings.Join(proj, ", ")),
+		ExpressionAttributeNames: names,
 	}}
 	for attempt := 1; len(pending) > 0; attempt++ {
 		var resp *dynamodb.BatchGetItemOutput
@@ -119,17 +144,17 @@ func (p *Processor) readShapes(ctx context.Context, keys []aggregates.Key) (map[
 			return err
 		})
 		if err != nil {
-			return nil, fmt.Errorf("read report shapes: %w", err)
+			return nil, err
 		}
 		for _, item := range resp.Responses[p.cfg.Table] {
 			pk, _ := stringAttr(item, attrPK)
 			sk, _ := stringAttr(item, attrSK)
-			out[aggregates.Key{PK: pk, SK: sk}] = shapeOf(item)
+			out[aggregates.Key{PK: pk, SK: sk}] = item
 		}
 		pending = resp.UnprocessedKeys
 		if len(pending) > 0 {
 			if attempt >= p.cfg.MaxAttempts {
-				return nil, fmt.Errorf("read report shapes: keys still unprocessed after %d attempts", attempt)
+				return nil, fmt.Errorf("keys still unprocessed after %d attempts", attempt)
 			}
 			p.countRetry("BatchGetItem", classThrottle)
 			if err := sleep(ctx, p.backoff(attempt)); err != nil {

@@ -1,0 +1,77 @@
+package processor_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	ddbtypes "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/ledger-dev/ledger/processor"
+)
+
+// An event source mapping that loses its checkpoints rewinds to an earlier
+// batch start. Batches acknowledged without effect (no transaction, only
+// poison) leave no run marker; the chain walk must step over them to the
+// markers of the runs after them, or those runs are applied twice.
+func TestMarkerGuard_RewindAcrossBatchesWithoutEffect(t *testing.T) {
+	for _, between := range []string{"tenant item", "poison transaction", "both"} {
+		t.Run(between, func(t *testing.T) {
+			ctx := context.Background()
+			e := newEnv(t)
+			s := func(v string) ddbtypes.AttributeValue { return &ddbtypes.AttributeValueMemberS{Value: v} }
+			txn := func(id, amount string) map[string]ddbtypes.AttributeValue {
+				return map[string]ddbtypes.AttributeValue{"PK": s("TENANT#t#BRANCH#b#TRANSACTION"), "SK": s("2024-01-01#" + id),
+					"entityType": s("TRANSACTION"), "type": s("INCOME"), "amount": &ddbtypes.AttributeValueMemberN{Value: amount},
+					"category": s("food"), "createdAt": s("2024-01-01T10:00:00Z")}
+			}
+			items := []map[string]ddbtypes.AttributeValue{txn("a", "1")}
+			if between != "poison transaction" {
+				items = append(items, map[string]ddbtypes.AttributeValue{"PK": s("TENANT#t"), "SK": s("METADATA"), "entityType": s("TENANT")})
+			}
+			if between != "tenant item" {
+				items = append(items, txn("p", "0")) // invalid: amount not positive
+			}
+			items = append(items, txn("b", "2"), txn("c", "4"))
+			for _, item := range items {
+				_, err := e.ddb.PutItem(ctx, &dynamodb.PutItemInput{TableName: &e.table, Item: item})
+				require.NoError(t, err)
+			}
+			_, recs := e.records(t)
+			recs = recs[1:] // the default flags item
+			require.Len(t, recs, len(items))
+			p := e.processor(t, nil, nil)
+			deliver := func(batch []processor.Record) {
+				// As the mapping does: redeliver from the record the
+				// handler names until the batch is through.
+				for len(batch) > 0 {
+					res, err := p.Process(ctx, p.MarkerGuard(), batch)
+					require.NoError(t, err)
+					require.Positive(t, res.Committed+len(batch)-1, "no progress")
+					if res.Committed == len(batch) {
+						return
+					}
+					batch = append([]processor.Record(nil), batch[res.Committed:]...)
+				}
+			}
+			// One record per batch, acknowledged; then every earlier start
+			// again with everything after it, and odd cuts.
+			for i := range recs {
+				deliver(recs[i : i+1])
+			}
+			for start := range recs {
+				deliver(recs[start:])
+				for end := start + 1; end <= len(recs); end++ {
+					deliver(recs[start:end])
+				}
+			}
+			e.requireReconciled(t)
+			diffs, _, err := processor.Reconcile(ctx, e.ddb, e.table, processor.Scope{Tenant: "t", Branch: "b"})
+			require.NoError(t, err)
+			assert.Empty(t, diffs, fmt.Sprint(diffs))
+		})
+	}
+}
