@@ -40,9 +40,9 @@ import (
 // if a live record with the key exists (a retry, or a concurrent duplicate
 // that committed first) the commit fails on the record's condition, changing
 // nothing, and the request then reads the record and answers from it. That
-// spares the common case, a new key, a read. A
-// commit cancelled by a transaction in progress on the same items is retried
-// a few times with jitter; a duplicate still in flight after that is 409.
+// spares the common case, a new key, a read. A commit cancelled by a
+// transaction in progress on the same items is retried a few times with
+// jitter; a duplicate still in flight after that is 409.
 // Requests that change nothing (4xx) leave no record: executed again, they
 // give the same answer. Records live IdempotencyTTL (24 h, attribute
 // expiresAt, DynamoDB TTL); an expired record that TTL has not deleted yet
