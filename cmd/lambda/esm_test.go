@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"math/rand/v2"
+	"os"
 	"slices"
 	"testing"
 	"time"
@@ -73,6 +74,16 @@ func (e *esm) chaos() time.Duration {
 func (e *esm) call(payload []byte, killAfter time.Duration) answer {
 	a := e.fn.invoke(e.api, payload, killAfter)
 	e.proxy.heal()
+	if os.Getenv("LEDGER_TEST_ESM_LOG") != "" {
+		var ev events.DynamoDBEvent
+		_ = json.Unmarshal(payload, &ev)
+		first, last := "", ""
+		if n := len(ev.Records); n > 0 {
+			first, last = ev.Records[0].Change.SequenceNumber, ev.Records[n-1].Change.SequenceNumber
+		}
+		e.t.Logf("delivered req-%d: %d records %s..%s, kill after %v: ok=%v killed=%v %s",
+			e.api.seq.Load(), len(ev.Records), first, last, killAfter, a.ok, a.killed, a.body)
+	}
 	return a
 }
 
@@ -87,23 +98,33 @@ func (e *esm) standardEvent(recs []events.DynamoDBEventRecord) []byte {
 // same first record again, in a batch of the same or another length
 // (shorter ones end inside committed runs: the alias path); after a batch
 // item failure from the record it names; after a kill the same batch to a
-// new process; and now and then the batch it just delivered a second time.
-//
-// It never restarts from an earlier batch start: that breaks run markers
-// across batches that committed nothing (see the skipped test
-// TestStandardMode_RedeliveryFromAnEarlierStartAcrossAnEffectlessBatch).
+// new process; now and then the batch just answered delivered a second
+// time. With knownHoles, also earlier batches delivered again and the
+// mapping falling back to an earlier batch start (an older checkpoint),
+// across batches that committed nothing.
 func (e *esm) standard(recs []events.DynamoDBEventRecord, from int) {
 	pos := from
 	size := batchSize(e.rng)
+	var starts []int
 	var last []byte
 	for steps := 0; pos < len(recs); steps++ {
 		require.Less(e.t, steps, 5000, "delivery does not progress")
-		if last != nil && e.rng.IntN(100) < 5 {
+		switch r := e.rng.IntN(100); {
+		case r < 5 && last != nil && !knownHoles():
 			// The batch just answered, delivered again; the mapping ignores
 			// this answer.
 			e.call(last, -1)
 			e.stats["duplicate_delivery"]++
+		case r < 5 && len(starts) > 0:
+			// An earlier batch delivered again.
+			s := starts[e.rng.IntN(len(starts))]
+			e.call(e.standardEvent(recs[s:min(s+batchSize(e.rng), len(recs))]), -1)
+			e.stats["duplicate_delivery"]++
+		case r < 10 && len(starts) > 0 && knownHoles():
+			pos = starts[e.rng.IntN(len(starts))]
+			e.stats["restart_earlier"]++
 		}
+		starts = append(starts, pos)
 		batch := recs[pos:min(pos+size, len(recs))]
 		payload := e.standardEvent(batch)
 		last = payload

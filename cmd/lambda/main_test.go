@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -42,7 +43,7 @@ func newTable(t *testing.T) string {
 	t.Helper()
 	tablesOnce.Do(func() {
 		c := ddblocal.Client(t)
-		for range 4 {
+		for range 5 {
 			tables = append(tables, ddblocal.NewTable(t, c))
 		}
 	})
@@ -136,62 +137,20 @@ func TestLambdaBinary(t *testing.T) {
 	})
 	t.Run("StandardMode_RandomizedDeliveryWithKillsReconciles", func(t *testing.T) {
 		t.Parallel()
-		testDelivery(t, bin, "standard", 1)
+		testDelivery(t, bin, "standard", seed(t, 1))
 	})
 	t.Run("TumblingMode_WindowsWithStateAndKillsReconcile", func(t *testing.T) {
 		t.Parallel()
-		testDelivery(t, bin, "tumbling", 2)
+		testDelivery(t, bin, "tumbling", seed(t, 2))
 	})
 	t.Run("MalformedEventsAreAnsweredNotFatal", func(t *testing.T) {
 		t.Parallel()
 		testMalformed(t, bin)
 	})
-	t.Run("StandardMode_RedeliveryFromAnEarlierStartAcrossAnEffectlessBatch", func(t *testing.T) {
-		if os.Getenv("LEDGER_TEST_KNOWN_HOLES") == "" {
-			t.Skip("known hole in processor.MarkerGuard (run markers are not written for batches without effect, " +
-				"so a chain walk from an earlier batch start stops there and applies later runs again); " +
-				"set LEDGER_TEST_KNOWN_HOLES=1 to run")
-		}
+	t.Run("StandardMode_RedeliveryFromAnEarlierStart", func(t *testing.T) {
 		t.Parallel()
-		testRedeliveryAcrossEffectlessBatch(t, bin)
+		testRedeliveryFromEarlierStart(t, bin)
 	})
-}
-
-// testRedeliveryAcrossEffectlessBatch: transaction a, a tenant item (not a
-// transaction: its batch commits nothing and leaves no run marker),
-// transaction b, each delivered in its own batch; then the three again
-// from a's batch start, as a mapping resuming from an older checkpoint
-// would. Nothing may be applied twice.
-func testRedeliveryAcrossEffectlessBatch(t *testing.T, bin string) {
-	ctx := context.Background()
-	table := newTable(t)
-	s := newStream(t, table)
-	api := newRuntimeAPI(t)
-	fn := newFunction(t, bin, lambdaEnv(api, ddblocal.Endpoint(t), table))
-	fn.start()
-	str := func(v string) ddbtypes.AttributeValue { return &ddbtypes.AttributeValueMemberS{Value: v} }
-	put := func(item map[string]ddbtypes.AttributeValue) {
-		_, err := s.ddb.PutItem(ctx, &dynamodb.PutItemInput{TableName: aws.String(table), Item: item})
-		require.NoError(t, err)
-	}
-	txn := func(id string) map[string]ddbtypes.AttributeValue {
-		return map[string]ddbtypes.AttributeValue{"PK": str("TENANT#t#BRANCH#b#TRANSACTION"), "SK": str("2024-01-01#" + id),
-			"entityType": str("TRANSACTION"), "id": str(id), "type": str("INCOME"), "amount": &ddbtypes.AttributeValueMemberN{Value: "1"},
-			"category": str("food"), "createdAt": str("2024-01-01T10:00:00Z"), "version": &ddbtypes.AttributeValueMemberN{Value: "1"}}
-	}
-	put(txn("a"))
-	put(map[string]ddbtypes.AttributeValue{"PK": str("TENANT#t"), "SK": str("METADATA"), "entityType": str("TENANT")})
-	put(txn("b"))
-	_, recs := s.records(t)
-	require.Len(t, recs, 4) // the flags item ledgerctl's table create writes, then ours
-	recs = recs[1:]
-	e := &esm{t: t}
-	for _, batch := range [][]events.DynamoDBEventRecord{recs[0:1], recs[1:2], recs[2:3], recs[0:3]} {
-		a := fn.invoke(api, e.standardEvent(batch), -1)
-		require.True(t, a.ok, "%s", a.body)
-		assert.JSONEq(t, `{"batchItemFailures":[]}`, string(a.body))
-	}
-	s.requireReconciled(t)
 }
 
 func testInitErrors(t *testing.T, bin string) {
@@ -229,6 +188,16 @@ func testInitErrors(t *testing.T, bin string) {
 			}
 		})
 	}
+}
+
+// seed is the randomized tests' seed: def, or $LEDGER_LAMBDA_SEED.
+func seed(t *testing.T, def uint64) uint64 {
+	if v := os.Getenv("LEDGER_LAMBDA_SEED"); v != "" {
+		n, err := strconv.ParseUint(v, 10, 64)
+		require.NoError(t, err, "LEDGER_LAMBDA_SEED")
+		return n
+	}
+	return def
 }
 
 // testDelivery writes a randomized workload in two phases and has the
@@ -270,6 +239,9 @@ func testDelivery(t *testing.T, bin, mode string, seed uint64) {
 	}
 	rs := s.requireReconciled(t)
 	assert.Equal(t, w.Live(), rs.Transactions)
+	if mode == "standard" {
+		requireRunsDisjoint(t, s, recs)
+	}
 
 	lines := fn.emfLines()
 	outcomes := map[string]int{}
@@ -311,6 +283,108 @@ func testDelivery(t *testing.T, bin, mode string, seed uint64) {
 	assert.Greater(t, fn.starts, 3, "processes killed and restarted")
 	t.Logf("%s: %d records, %d live transactions (%d invalid); workload %v; delivery %v; %d processes; invocation outcomes %v; applied %v, duplicates %v",
 		mode, len(recs), rs.Transactions, rs.Invalid, w.Counts, e.stats, fn.starts, outcomes, applied, duplicates)
+}
+
+// knownHoles reports whether tests of known exactly-once holes of the
+// run-marker guard run ($LEDGER_TEST_KNOWN_HOLES set): the randomized
+// standard-mode delivery then also restarts from earlier batch starts and
+// delivers earlier batches again, and the zero-delta redelivery case runs.
+func knownHoles() bool { return os.Getenv("LEDGER_TEST_KNOWN_HOLES") != "" }
+
+// requireRunsDisjoint checks the run markers directly: no stream record is
+// claimed by two committed runs (alias markers, which claim nothing, aside).
+func requireRunsDisjoint(t *testing.T, s *stream, recs []events.DynamoDBEventRecord) {
+	t.Helper()
+	index := map[string]int{}
+	for i, r := range recs {
+		index[r.EventID] = i
+	}
+	var items []map[string]ddbtypes.AttributeValue
+	in := &dynamodb.ScanInput{TableName: aws.String(s.table), ConsistentRead: aws.Bool(true)}
+	for {
+		out, err := s.ddb.Scan(context.Background(), in)
+		require.NoError(t, err)
+		items = append(items, out.Items...)
+		if out.LastEvaluatedKey == nil {
+			break
+		}
+		in.ExclusiveStartKey = out.LastEvaluatedKey
+	}
+	claimed := make([]string, len(recs))
+	runs := 0
+	for _, it := range items {
+		pk, _ := it["PK"].(*ddbtypes.AttributeValueMemberS)
+		count, _ := it["recordCount"].(*ddbtypes.AttributeValueMemberN)
+		last, _ := it["sequenceNumber"].(*ddbtypes.AttributeValueMemberS)
+		if pk == nil || !strings.HasPrefix(pk.Value, "RUN#") || count == nil || count.Value == "0" || last == nil {
+			continue
+		}
+		runs++
+		first, ok := index[strings.TrimPrefix(pk.Value, "RUN#")]
+		require.True(t, ok, "marker %s of no delivered record", pk.Value)
+		for i := first; i < len(recs) && processor.CompareSequence(recs[i].Change.SequenceNumber, last.Value) <= 0; i++ {
+			if claimed[i] != "" {
+				t.Errorf("record %d (%s) claimed by two runs: %s and %s", i, recs[i].Change.SequenceNumber, claimed[i], pk.Value)
+			}
+			claimed[i] = pk.Value
+		}
+	}
+	require.NotZero(t, runs)
+}
+
+// testRedeliveryFromEarlierStart delivers transaction a, then a change
+// that commits nothing (so leaves no run marker), then transaction b, each
+// in its own batch; then the three again from a's batch start, as a
+// mapping resuming from an older checkpoint would. Nothing may be applied
+// twice. The change in between is a tenant item (not a transaction), or a
+// modify of a transaction that changes no aggregated field (a zero delta:
+// a known hole, see knownHoles).
+func testRedeliveryFromEarlierStart(t *testing.T, bin string) {
+	str := func(v string) ddbtypes.AttributeValue { return &ddbtypes.AttributeValueMemberS{Value: v} }
+	txn := func(id, note string) map[string]ddbtypes.AttributeValue {
+		return map[string]ddbtypes.AttributeValue{"PK": str("TENANT#t#BRANCH#b#TRANSACTION"), "SK": str("2024-01-01#" + id),
+			"entityType": str("TRANSACTION"), "id": str(id), "type": str("INCOME"), "amount": &ddbtypes.AttributeValueMemberN{Value: "1"},
+			"category": str("food"), "createdAt": str("2024-01-01T10:00:00Z"), "version": &ddbtypes.AttributeValueMemberN{Value: "1"},
+			"description": str(note)}
+	}
+	tests := []struct {
+		name    string
+		between map[string]ddbtypes.AttributeValue
+		hole    bool
+	}{
+		{"AcrossABatchOfNoTransaction", map[string]ddbtypes.AttributeValue{"PK": str("TENANT#t"), "SK": str("METADATA"), "entityType": str("TENANT")}, false},
+		{"AcrossAZeroDeltaModify", txn("a", "edited"), true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if tt.hole && !knownHoles() {
+				t.Skip("known hole in processor.MarkerGuard: a run whose deltas sum to zero commits no marker, " +
+					"and the marker walk counts its records as effective, so a redelivery from an earlier start stops there " +
+					"and applies the later runs again; LEDGER_TEST_KNOWN_HOLES=1 runs it")
+			}
+			t.Parallel()
+			ctx := context.Background()
+			table := newTable(t)
+			s := newStream(t, table)
+			api := newRuntimeAPI(t)
+			fn := newFunction(t, bin, lambdaEnv(api, ddblocal.Endpoint(t), table))
+			fn.start()
+			for _, item := range []map[string]ddbtypes.AttributeValue{txn("a", ""), tt.between, txn("b", "")} {
+				_, err := s.ddb.PutItem(ctx, &dynamodb.PutItemInput{TableName: aws.String(table), Item: item})
+				require.NoError(t, err)
+			}
+			_, recs := s.records(t)
+			require.Len(t, recs, 4) // the flags item the table's creation writes, then ours
+			recs = recs[1:]
+			e := &esm{t: t}
+			for _, batch := range [][]events.DynamoDBEventRecord{recs[0:1], recs[1:2], recs[2:3], recs[0:3]} {
+				a := fn.invoke(api, e.standardEvent(batch), -1)
+				require.True(t, a.ok, "%s", a.body)
+				assert.JSONEq(t, `{"batchItemFailures":[]}`, string(a.body))
+			}
+			s.requireReconciled(t)
+		})
+	}
 }
 
 func testMalformed(t *testing.T, bin string) {
