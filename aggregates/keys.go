@@ -8,18 +8,25 @@ import (
 // This file is the one place where key formats live. Every item of the
 // single table is addressed through these builders; see DESIGN.md's table.
 //
-//	entity        PK                                      SK
-//	tenant        TENANT#{t}                              METADATA
-//	branch        TENANT#{t}#BRANCH                       {branchId}
-//	account       TENANT#{t}#ACCOUNT                      {accountId}
-//	transaction   TENANT#{t}#BRANCH#{b}#TRANSACTION       {YYYY-MM-DD}#{txnId}
-//	report        TENANT#{t}#BRANCH#{b}#REPORTING         DAILY#… | MONTHLY#… | YEARLY#…
-//	flags         SETTINGS#APP                            FLAGS#V1
-//	checkpoint    STREAM#{streamId}                       SHARD#{shardId}
-//	lease         STREAM#{streamId}                       LEASE#{shardId}
-//	idempotency   IDEMPOTENCY#{tenant}#{key}              REQUEST
-//	run marker    RUN#{eventID}                           RUN
-//	quarantine    QUARANTINE#{eventID}                    RECORD
+//	entity          PK                                   SK                          index
+//	tenant          TENANT#{t}                           METADATA                    GSI1 TENANTS / {t}
+//	branch          TENANT#{t}#BRANCH                    {branchId}                  GSI2 BRANCH#{document} / TENANT#{t}
+//	account         TENANT#{t}#ACCOUNT                   {accountId}
+//	account email   TENANT#{t}#ACCOUNT                   {accountId}#EMAIL#{email}   GSI1 ACCOUNT#{email} / TENANT#{t}
+//	email owner     EMAIL#{email}                        UNIQUE
+//	document owner  BRANCHDOC#{document}                 UNIQUE
+//	transaction     TENANT#{t}#BRANCH#{b}#TRANSACTION    {YYYY-MM-DD}#{txnId}
+//	report          TENANT#{t}#BRANCH#{b}#REPORTING      DAILY#… | MONTHLY#… | YEARLY#…
+//	flags           SETTINGS#APP                         FLAGS#V1
+//	checkpoint      STREAM#{streamId}                    SHARD#{shardId}
+//	lease           STREAM#{streamId}                    LEASE#{shardId}
+//	idempotency     IDEMPOTENCY#{tenant}#{key}           REQUEST     (tenant "_": requests of no tenant)
+//	run marker      RUN#{eventID}                        RUN
+//	quarantine      QUARANTINE#{eventID}                 RECORD                      GSI1 QUARANTINE / {time}#{eventID}
+//
+// Emails and document numbers are stored normalised (directory.go); both
+// may appear only at the end of a key, after a fixed prefix, and neither may
+// hold '#', so no value can address another entity's item.
 
 const (
 	tenantPrefix      = "TENANT#"
@@ -41,6 +48,15 @@ const (
 	EntityQuarantine  = "QUARANTINE"
 	EntityLease       = "LEASE"
 	EntityIdempotency = "IDEMPOTENCY"
+	// EntityAccountEmail is an email address of an account, stored in the
+	// account's item collection.
+	EntityAccountEmail = "ACCOUNT_EMAIL"
+	// EntityEmailOwner is the uniqueness item of a normalised email
+	// address: it names the one account that holds the address.
+	EntityEmailOwner = "EMAIL_OWNER"
+	// EntityDocumentOwner is the uniqueness item of a branch document
+	// number: it names the one branch that holds the document.
+	EntityDocumentOwner = "DOCUMENT_OWNER"
 )
 
 // Key is an item's primary key.
@@ -52,15 +68,76 @@ func (k Key) String() string { return k.PK + " / " + k.SK }
 // TenantKey addresses a tenant's metadata item.
 func TenantKey(tenant string) Key { return Key{PK: tenantPrefix + tenant, SK: "METADATA"} }
 
+// TenantIndexPK is the GSI1 partition listing every tenant (a sparse
+// index entry only tenant items carry); their GSI1SK is TenantIndexSK.
+const TenantIndexPK = "TENANTS"
+
+// TenantIndexSK is a tenant item's GSI1 sort key under TenantIndexPK: the
+// tenant id, so the listing is in id order.
+func TenantIndexSK(tenant string) string { return tenant }
+
+// BranchPK is the partition holding a tenant's branches: one Query on it
+// lists them, strongly consistent, in id order, without an index.
+func BranchPK(tenant string) string { return tenantPrefix + tenant + "#BRANCH" }
+
 // BranchKey addresses a branch item in its tenant's branch collection.
-func BranchKey(tenant, branch string) Key {
-	return Key{PK: tenantPrefix + tenant + "#BRANCH", SK: branch}
+func BranchKey(tenant, branch string) Key { return Key{PK: BranchPK(tenant), SK: branch} }
+
+// BranchDocumentIndexKey is a branch item's GSI2 key: the branch by its
+// document number, the sort key naming the tenant.
+func BranchDocumentIndexKey(tenant, document string) Key {
+	return Key{PK: "BRANCH#" + document, SK: tenantPrefix + tenant}
 }
 
-// AccountKey addresses an account item in its tenant's account collection.
-func AccountKey(tenant, account string) Key {
-	return Key{PK: tenantPrefix + tenant + "#ACCOUNT", SK: account}
+// DocumentOwnerKey addresses the uniqueness item of a branch document
+// number. It is put with attribute_not_exists in the same transaction as
+// the branch that takes the document, and deleted in the same transaction
+// as the branch (or document change) that frees it.
+func DocumentOwnerKey(document string) Key { return Key{PK: "BRANCHDOC#" + document, SK: "UNIQUE"} }
+
+// AccountPK is the partition holding a tenant's accounts and their email
+// items: an account's profile sorts at {accountId}, its emails right after
+// it at {accountId}#EMAIL#{email}.
+func AccountPK(tenant string) string { return tenantPrefix + tenant + "#ACCOUNT" }
+
+// AccountKey addresses an account's profile item in its tenant's account
+// collection.
+func AccountKey(tenant, account string) Key { return Key{PK: AccountPK(tenant), SK: account} }
+
+// accountEmailInfix separates an account id from an email address in the
+// sort key of an email item.
+const accountEmailInfix = "#EMAIL#"
+
+// AccountEmailKey addresses one email item of an account, in the account's
+// item collection.
+func AccountEmailKey(tenant, account, email string) Key {
+	return Key{PK: AccountPK(tenant), SK: account + accountEmailInfix + email}
 }
+
+// AccountItemsRange returns the inclusive sort key bounds of one account's
+// items (profile and emails): ids hold no '#' and every character an id may
+// hold sorts after '#', so "{id}" ≤ SK ≤ "{id}$" selects exactly the
+// account's items and no other account's ("{id}x…" sorts after "{id}$").
+func AccountItemsRange(account string) (lo, hi string) { return account, account + "$" }
+
+// ParseAccountSK splits an account collection sort key: the account id, and
+// the email address when the item is an email item ("" for the profile).
+func ParseAccountSK(sk string) (account, email string) {
+	account, email, _ = strings.Cut(sk, accountEmailInfix)
+	return account, email
+}
+
+// AccountEmailIndexKey is an email item's GSI1 key: the address, the sort
+// key naming the tenant, so a lookup by address tells the tenant.
+func AccountEmailIndexKey(tenant, email string) Key {
+	return Key{PK: "ACCOUNT#" + email, SK: tenantPrefix + tenant}
+}
+
+// EmailOwnerKey addresses the uniqueness item of a normalised email
+// address. It is put with attribute_not_exists in the same transaction as
+// the email item that takes the address, and deleted in the same
+// transaction as the email item that frees it.
+func EmailOwnerKey(email string) Key { return Key{PK: "EMAIL#" + email, SK: "UNIQUE"} }
 
 // TransactionPK is the partition holding a branch's transactions.
 func TransactionPK(tenant, branch string) string {
@@ -149,6 +226,11 @@ func LeaseKey(streamID, shardID string) Key {
 func IdempotencyKey(tenant, key string) Key {
 	return Key{PK: "IDEMPOTENCY#" + tenant + "#" + key, SK: "REQUEST"}
 }
+
+// PlatformIdempotencyKey addresses the stored response of a mutating request
+// that belongs to no tenant (creating a tenant). "_" cannot start a tenant
+// id, so these keys never meet a tenant's.
+func PlatformIdempotencyKey(key string) Key { return IdempotencyKey("_", key) }
 
 // RunMarkerKey addresses the marker of the commit run that starts with the
 // stream record eventID.

@@ -1,0 +1,209 @@
+package aggregates
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"unicode"
+	"unicode/utf8"
+)
+
+// The directory around the transactions: tenants, their branches and their
+// accounts (users), with the rules a value must follow before it is stored.
+// Keys are in keys.go; the writer enforces uniqueness and the other
+// integrity rules with conditional writes (writer/directory.go).
+
+// Status is the state of a tenant, branch or account.
+type Status string
+
+// Statuses. Tenants and branches are active or suspended; accounts may also
+// be deleted (kept, with their email addresses reserved, until removed).
+const (
+	StatusActive    Status = "active"
+	StatusSuspended Status = "suspended"
+	StatusDeleted   Status = "deleted"
+)
+
+// ValidateTenantStatus reports whether s is a status a tenant or a branch
+// can have: active or suspended.
+func ValidateTenantStatus(s string) error {
+	switch Status(s) {
+	case StatusActive, StatusSuspended:
+		return nil
+	}
+	return fmt.Errorf("%q: want active or suspended", truncateRunes(s, 32))
+}
+
+// ValidateAccountStatus reports whether s is an account status: active,
+// suspended or deleted.
+func ValidateAccountStatus(s string) error {
+	switch Status(s) {
+	case StatusActive, StatusSuspended, StatusDeleted:
+		return nil
+	}
+	return fmt.Errorf("%q: want active, suspended or deleted", truncateRunes(s, 32))
+}
+
+// Roles an account can have within its tenant.
+const (
+	RoleOwner  = "owner"
+	RoleAdmin  = "admin"
+	RoleMember = "member"
+	RoleViewer = "viewer"
+)
+
+// ValidateRole reports whether s is a role: owner, admin, member or viewer.
+func ValidateRole(s string) error {
+	switch s {
+	case RoleOwner, RoleAdmin, RoleMember, RoleViewer:
+		return nil
+	}
+	return fmt.Errorf("%q: want owner, admin, member or viewer", truncateRunes(s, 32))
+}
+
+// MaxDisplayNameLength bounds display names (tenant and branch names, first
+// and last names), in characters.
+const MaxDisplayNameLength = 100
+
+// ValidateDisplayName reports whether s is a valid display name: valid
+// UTF-8, 1 to MaxDisplayNameLength printable characters, no leading or
+// trailing space. Unlike breakdown names (ValidateName) it may hold '#'
+// ("Store #12"): display names never appear in keys.
+func ValidateDisplayName(s string) error {
+	if s == "" {
+		return errors.New("empty")
+	}
+	if !utf8.ValidString(s) {
+		return errors.New("not valid UTF-8")
+	}
+	if n := utf8.RuneCountInString(s); n > MaxDisplayNameLength {
+		return fmt.Errorf("%d characters, more than %d", n, MaxDisplayNameLength)
+	}
+	if s[0] == ' ' || s[len(s)-1] == ' ' {
+		return errors.New("leading or trailing space")
+	}
+	for i, r := range s {
+		if !unicode.IsPrint(r) {
+			return fmt.Errorf("character %U at %d not allowed: not printable", r, i)
+		}
+	}
+	return nil
+}
+
+// MaxEmailsPerAccount bounds the email addresses of one account, so that
+// every account operation fits one TransactWriteItems (two items per
+// address plus the profile and the idempotency record, far below 100).
+const MaxEmailsPerAccount = 10
+
+// MaxEmailLength bounds an email address (RFC 5321: 254 octets in a path).
+const MaxEmailLength = 254
+
+// NormalizeEmail returns the form under which an email address is stored,
+// indexed and kept unique: surrounding white space removed, lower-cased.
+// Nothing provider-specific is rewritten (no dot or plus-tag removal):
+// "a.b+x@example.com" and "ab@example.com" are different addresses.
+func NormalizeEmail(s string) string { return strings.ToLower(strings.TrimSpace(s)) }
+
+// ValidateEmail reports whether s, already normalised, is an address the
+// directory accepts: local@domain, at most MaxEmailLength bytes; the local
+// part 1 to 64 bytes of letters, digits and !$%&'*+-/=?^_`{|}~ with single
+// dots between them (RFC 5322 dot-atom, non-ASCII letters allowed as RFC
+// 6531 does, '#' refused: it is the key delimiter); the domain two or more
+// dot-separated labels of letters, digits and inner hyphens. Quoted local
+// parts, comments and address literals are refused.
+func ValidateEmail(s string) error {
+	if s == "" {
+		return errors.New("empty")
+	}
+	if !utf8.ValidString(s) {
+		return errors.New("not valid UTF-8")
+	}
+	if len(s) > MaxEmailLength {
+		return fmt.Errorf("%d bytes, more than %d", len(s), MaxEmailLength)
+	}
+	at := strings.LastIndexByte(s, '@')
+	if at < 0 {
+		return errors.New("no '@'")
+	}
+	local, domain := s[:at], s[at+1:]
+	if local == "" || len(local) > 64 {
+		return errors.New("the part before '@' must be 1 to 64 bytes")
+	}
+	for _, atom := range strings.Split(local, ".") {
+		if atom == "" {
+			return errors.New("the part before '@' has a leading, trailing or doubled '.'")
+		}
+		for _, r := range atom {
+			switch {
+			case r == '#':
+				return errors.New("character '#' not allowed: it is the key delimiter")
+			case r < utf8.RuneSelf && (r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("!$%&'*+-/=?^_`{|}~", r)):
+			case r >= utf8.RuneSelf && (unicode.IsLetter(r) || unicode.IsDigit(r) || unicode.IsMark(r)):
+			default:
+				return fmt.Errorf("character %q not allowed before '@'", r)
+			}
+		}
+	}
+	labels := strings.Split(domain, ".")
+	if len(labels) < 2 {
+		return errors.New("the domain needs at least one '.' (example.com)")
+	}
+	for _, l := range labels {
+		if l == "" || len(l) > 63 {
+			return errors.New("the domain has an empty or over-long label")
+		}
+		if l[0] == '-' || l[len(l)-1] == '-' {
+			return fmt.Errorf("domain label %q starts or ends with '-'", l)
+		}
+		for _, r := range l {
+			if !(r == '-' || r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' ||
+				r >= utf8.RuneSelf && (unicode.IsLetter(r) || unicode.IsDigit(r) || unicode.IsMark(r))) {
+				return fmt.Errorf("character %q not allowed in the domain", r)
+			}
+		}
+	}
+	return nil
+}
+
+// MaxDocumentLength bounds a normalised branch document number.
+const MaxDocumentLength = 32
+
+// NormalizeDocument returns the form under which a branch's document number
+// (a company registration number such as a CNPJ, "12.345.678/0001-90") is
+// stored, indexed and kept unique: the separators ' ', '.', '-' and '/'
+// removed and letters upper-cased, so that "12.345.678/0001-90" and
+// "12345678000190" are the same document. ValidateDocument checks the
+// result.
+func NormalizeDocument(s string) string {
+	return strings.ToUpper(strings.Map(func(r rune) rune {
+		switch r {
+		case ' ', '.', '-', '/':
+			return -1
+		}
+		return r
+	}, strings.TrimSpace(s)))
+}
+
+// ValidateDocument reports whether s, already normalised, is a document
+// number: 1 to MaxDocumentLength ASCII letters and digits.
+func ValidateDocument(s string) error {
+	if s == "" {
+		return errors.New("empty (after removing spaces, '.', '-' and '/')")
+	}
+	if len(s) > MaxDocumentLength {
+		return fmt.Errorf("%d characters, more than %d", len(s), MaxDocumentLength)
+	}
+	for i, r := range s {
+		if !(r >= 'A' && r <= 'Z' || r >= '0' && r <= '9') {
+			return fmt.Errorf("character %q at %d not allowed: use ASCII letters and digits (and the separators ' ', '.', '-', '/')", r, i)
+		}
+	}
+	return nil
+}
+
+func truncateRunes(s string, n int) string {
+	if utf8.RuneCountInString(s) <= n {
+		return s
+	}
+	return string([]rune(s)[:n]) + "…"
+}
