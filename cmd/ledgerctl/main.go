@@ -40,6 +40,10 @@ Commands:
   flags get         print the flags singleton (writesEnabled, version)
   flags set N=B ... set flags, guarded by the version read (a lost race writes nothing, exit 1)
   token --tenant T  mint a bearer token for the writer from LEDGER_JWT_SECRET (local use)
+  run               run ledger locally: DynamoDB Local, table, writer, poller, sample, reports
+  report            print a branch's reports as a table or JSON
+  replay FILE|DIR   push recorded stream events (Lambda JSON) through the processor
+  lag               per-shard position of the stream's consumer: pending records and their age
 
 Environment:
   LEDGER_TABLE      table name (default "ledger")
@@ -79,6 +83,14 @@ func Run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return env.flagsCmd(ctx, args[1:])
 	case "token":
 		return env.tokenCmd(ctx, args[1:])
+	case "run":
+		return env.run(ctx, args[1:])
+	case "report":
+		return env.report(ctx, args[1:])
+	case "replay":
+		return env.replay(ctx, args[1:])
+	case "lag":
+		return env.lag(ctx, args[1:])
 	case "-h", "-help", "--help", "help":
 		fmt.Fprint(stdout, usage)
 		return exitOK

