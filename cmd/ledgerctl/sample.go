@@ -103,11 +103,11 @@ func sampleWorkload() (ops []sampleOp, final int) {
 		ops = append(ops, sampleOp{method: method, branch: ops[ref].branch, ref: ref, body: body,
 			key: fmt.Sprintf("%s%s-%03d", sampleKeyPrefix, map[string]string{http.MethodPatch: "patch", http.MethodDelete: "delete"}[method], len(ops))})
 	}
-	change(http.MethodPatch, 3, `{"amount":"1999.99"}`)                             // a corrected amount
+	change(http.MethodPatch, 3, `{"amount":"1999.99"}`)                               // a corrected amount
 	change(http.MethodPatch, 12, `{"category":"equipment","description":"new till"}`) // recategorised
-	change(http.MethodPatch, 25, `{"costCenter":null}`)                              // cost centre removed
-	change(http.MethodPatch, 40, `{"paymentMethod":"cash"}`)                         // paid otherwise
-	change(http.MethodDelete, 7, "")                                                 // entered twice
+	change(http.MethodPatch, 25, `{"costCenter":null}`)                               // cost centre removed
+	change(http.MethodPatch, 40, `{"paymentMethod":"cash"}`)                          // paid otherwise
+	change(http.MethodDelete, 7, "")                                                  // entered twice
 	change(http.MethodDelete, 33, "")
 	change(http.MethodDelete, 61, "")
 	return ops, created - 3
