@@ -1,0 +1,321 @@
+package infra_test
+
+import (
+	"encoding/json"
+	"os"
+	"reflect"
+	"slices"
+	"sort"
+	"strings"
+	"testing"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.yaml.in/yaml/v3"
+
+	"github.com/ledger-dev/ledger/aggregates"
+	"github.com/ledger-dev/ledger/infra"
+	"github.com/ledger-dev/ledger/processor"
+	"github.com/ledger-dev/ledger/writer"
+)
+
+// template is infra/template.yaml as generic values, with CloudFormation's
+// short-form intrinsics (!Ref, !GetAtt, !Sub, !If, …) turned into their
+// long form ({"Ref": …}, {"Fn::GetAtt": […]}, …).
+type template struct {
+	Parameters map[string]map[string]any
+	Resources  map[string]struct {
+		Type       string
+		Properties map[string]any
+	}
+}
+
+func loadTemplate(t *testing.T) template {
+	t.Helper()
+	b, err := os.ReadFile("template.yaml")
+	require.NoError(t, err)
+	var root yaml.Node
+	require.NoError(t, yaml.Unmarshal(b, &root))
+	v, err := cfnValue(&root)
+	require.NoError(t, err)
+	raw, err := json.Marshal(v)
+	require.NoError(t, err)
+	var tpl template
+	require.NoError(t, json.Unmarshal(raw, &tpl))
+	return tpl
+}
+
+// cfnValue converts a YAML node, expanding intrinsic function tags.
+func cfnValue(n *yaml.Node) (any, error) {
+	var v any
+	switch n.Kind {
+	case yaml.DocumentNode:
+		return cfnValue(n.Content[0])
+	case yaml.MappingNode:
+		m := map[string]any{}
+		for i := 0; i < len(n.Content); i += 2 {
+			val, err := cfnValue(n.Content[i+1])
+			if err != nil {
+				return nil, err
+			}
+			m[n.Content[i].Value] = val
+		}
+		v = m
+	case yaml.SequenceNode:
+		s := []any{}
+		for _, c := range n.Content {
+			val, err := cfnValue(c)
+			if err != nil {
+				return nil, err
+			}
+			s = append(s, val)
+		}
+		v = s
+	case yaml.AliasNode:
+		return cfnValue(n.Alias)
+	default:
+		tag := n.Tag
+		if strings.HasPrefix(tag, "!") && !strings.HasPrefix(tag, "!!") {
+			n.Tag = "!!str" // an intrinsic's argument
+		}
+		if err := n.Decode(&v); err != nil {
+			return nil, err
+		}
+		n.Tag = tag
+	}
+	if !strings.HasPrefix(n.Tag, "!") || strings.HasPrefix(n.Tag, "!!") {
+		return v, nil
+	}
+	fn := strings.TrimPrefix(n.Tag, "!")
+	switch fn {
+	case "Ref", "Condition":
+		return map[string]any{fn: v}, nil
+	case "GetAtt":
+		if s, ok := v.(string); ok {
+			resource, attr, _ := strings.Cut(s, ".")
+			v = []any{resource, attr}
+		}
+	}
+	return map[string]any{"Fn::" + fn: v}, nil
+}
+
+func (tpl template) resource(t *testing.T, name, typ string) map[string]any {
+	t.Helper()
+	r, ok := tpl.Resources[name]
+	require.True(t, ok, "resource %s missing", name)
+	require.Equal(t, typ, r.Type, name)
+	return r.Properties
+}
+
+func list(v any) []any { l, _ := v.([]any); return l }
+func obj(v any) map[string]any {
+	m, _ := v.(map[string]any)
+	return m
+}
+
+func TestTemplate_TableMatchesGoDefinition(t *testing.T) {
+	tpl := loadTemplate(t)
+	p := tpl.resource(t, "Table", "AWS::DynamoDB::Table")
+	want := infra.CreateTableInput("ledger")
+
+	types := map[string]string{}
+	for _, d := range list(p["AttributeDefinitions"]) {
+		types[obj(d)["AttributeName"].(string)] = obj(d)["AttributeType"].(string)
+	}
+	wantTypes := map[string]string{}
+	for _, d := range want.AttributeDefinitions {
+		wantTypes[aws.ToString(d.AttributeName)] = string(d.AttributeType)
+	}
+	assert.Equal(t, wantTypes, types, "attribute definitions")
+
+	keys := func(v any) []string {
+		var out []string
+		for _, k := range list(v) {
+			out = append(out, obj(k)["AttributeName"].(string)+" "+obj(k)["KeyType"].(string))
+		}
+		return out
+	}
+	var wantKeys []string
+	for _, k := range want.KeySchema {
+		wantKeys = append(wantKeys, aws.ToString(k.AttributeName)+" "+string(k.KeyType))
+	}
+	assert.Equal(t, wantKeys, keys(p["KeySchema"]), "table keys")
+
+	gsis := map[string]string{}
+	for _, g := range list(p["GlobalSecondaryIndexes"]) {
+		gsis[obj(g)["IndexName"].(string)] = strings.Join(keys(obj(g)["KeySchema"]), ", ") + " / " + obj(obj(g)["Projection"])["ProjectionType"].(string)
+	}
+	wantGSIs := map[string]string{}
+	for _, g := range want.GlobalSecondaryIndexes {
+		var ks []string
+		for _, k := range g.KeySchema {
+			ks = append(ks, aws.ToString(k.AttributeName)+" "+string(k.KeyType))
+		}
+		wantGSIs[aws.ToString(g.IndexName)] = strings.Join(ks, ", ") + " / " + string(g.Projection.ProjectionType)
+	}
+	assert.Equal(t, wantGSIs, gsis, "global secondary indexes")
+
+	assert.Equal(t, string(infra.StreamViewType), obj(p["StreamSpecification"])["StreamViewType"])
+	assert.Equal(t, map[string]any{"AttributeName": infra.AttrExpiresAt, "Enabled": true}, p["TimeToLiveSpecification"])
+	assert.Equal(t, map[string]any{"Ref": "BillingMode"}, p["BillingMode"])
+	assert.Equal(t, string(want.BillingMode), tpl.Parameters["BillingMode"]["Default"], "on demand by default, as CreateTable")
+	assert.Equal(t, true, obj(p["PointInTimeRecoverySpecification"])["PointInTimeRecoveryEnabled"])
+	assert.Equal(t, true, obj(p["SSESpecification"])["SSEEnabled"])
+	assert.Equal(t, true, p["DeletionProtectionEnabled"])
+	assert.Equal(t, map[string]any{"Ref": "TableName"}, p["TableName"])
+	assert.Equal(t, infra.DefaultTableName, tpl.Parameters["TableName"]["Default"])
+}
+
+func TestTemplate_EventSourceMappingKeepsExactlyOnceSettings(t *testing.T) {
+	tpl := loadTemplate(t)
+	p := tpl.resource(t, "ConsumerEventSourceMapping", "AWS::Lambda::EventSourceMapping")
+	// Assumption 4 of docs/exactly-once.md, setting by setting.
+	assert.Equal(t, false, p["BisectBatchOnFunctionError"], "a bisected retry could start inside a committed run")
+	assert.EqualValues(t, 1, p["ParallelizationFactor"], "one batch per shard at a time")
+	assert.Equal(t, []any{"ReportBatchItemFailures"}, p["FunctionResponseTypes"])
+	assert.EqualValues(t, -1, p["MaximumRetryAttempts"], "a mapping that gives up loses records")
+	assert.EqualValues(t, -1, p["MaximumRecordAgeInSeconds"])
+	assert.Equal(t, "TRIM_HORIZON", p["StartingPosition"])
+	assert.Equal(t, map[string]any{"Fn::GetAtt": []any{"Table", "StreamArn"}}, p["EventSourceArn"])
+	assert.Equal(t, map[string]any{"Ref": "BatchSize"}, p["BatchSize"])
+	assert.Equal(t, map[string]any{"Ref": "MaximumBatchingWindowInSeconds"}, p["MaximumBatchingWindowInSeconds"])
+	assert.Equal(t, map[string]any{"Fn::GetAtt": []any{"ConsumerDeadLetterQueue", "Arn"}}, obj(obj(p["DestinationConfig"])["OnFailure"])["Destination"])
+	assert.Equal(t, map[string]any{"Fn::If": []any{"Tumbling", map[string]any{"Ref": "TumblingWindowInSeconds"}, map[string]any{"Ref": "AWS::NoValue"}}}, p["TumblingWindowInSeconds"])
+
+	// The function's mode follows the window.
+	fn := tpl.resource(t, "ConsumerFunction", "AWS::Serverless::Function")
+	env := obj(obj(fn["Environment"])["Variables"])
+	assert.Equal(t, map[string]any{"Fn::If": []any{"Tumbling", "tumbling", "standard"}}, env["LEDGER_LAMBDA_MODE"])
+	assert.Equal(t, map[string]any{"Ref": "Table"}, env["LEDGER_TABLE"])
+	assert.Equal(t, "provided.al2023", fn["Runtime"])
+	assert.Equal(t, []any{"arm64"}, fn["Architectures"])
+	assert.Equal(t, "bootstrap", fn["Handler"])
+
+	// The filter lets through every record the processor would apply or
+	// quarantine (it decides from the keys) and nothing it only acknowledges.
+	filters := list(obj(p["FilterCriteria"])["Filters"])
+	require.Len(t, filters, 1)
+	var pattern struct {
+		Dynamodb struct{ Keys struct{ PK struct{ S []map[string]string } } }
+	}
+	require.NoError(t, json.Unmarshal([]byte(obj(filters[0])["Pattern"].(string)), &pattern))
+	require.Len(t, pattern.Dynamodb.Keys.PK.S, 1)
+	suffix, ok := pattern.Dynamodb.Keys.PK.S[0]["suffix"]
+	require.True(t, ok, "a suffix filter on the partition key")
+	passes := func(pk string) bool { return strings.HasSuffix(pk, suffix) }
+	for _, pk := range []string{aggregates.TransactionPK("acme", "north"), aggregates.TransactionPK("t-1", "b.2")} {
+		assert.True(t, aggregates.IsTransactionKey(pk))
+		assert.True(t, passes(pk), pk)
+	}
+	for _, k := range []aggregates.Key{
+		aggregates.ReportKey{Tenant: "acme", Branch: "north", Period: aggregates.Period{Type: aggregates.Monthly, Value: "2024-01"}}.Key(),
+		aggregates.RunMarkerKey("e1"), aggregates.CheckpointKey("arn", "s"), aggregates.LeaseKey("arn", "s"),
+		aggregates.QuarantineKey("e1"), aggregates.IdempotencyKey("acme", "k"), aggregates.FlagsKey(),
+		aggregates.TenantKey("acme"), aggregates.BranchKey("acme", "north"), aggregates.AccountKey("acme", "a"),
+	} {
+		assert.False(t, passes(k.PK), k.PK)
+	}
+}
+
+// iamActions maps the DynamoDB calls of a client interface to the IAM
+// actions they need. TransactWriteItems is authorised per action inside.
+func iamActions(iface reflect.Type, transactActions ...string) []string {
+	var out []string
+	for i := 0; i < iface.NumMethod(); i++ {
+		m := iface.Method(i).Name
+		if m == "TransactWriteItems" {
+			for _, a := range transactActions {
+				out = append(out, "dynamodb:"+a)
+			}
+			continue
+		}
+		out = append(out, "dynamodb:"+m)
+	}
+	sort.Strings(out)
+	return slices.Compact(out)
+}
+
+func roleStatement(t *testing.T, tpl template, role, sid string) map[string]any {
+	t.Helper()
+	p := tpl.resource(t, role, "AWS::IAM::Role")
+	for _, pol := range list(p["Policies"]) {
+		for _, st := range list(obj(obj(pol)["PolicyDocument"])["Statement"]) {
+			if obj(st)["Sid"] == sid {
+				return obj(st)
+			}
+		}
+	}
+	t.Fatalf("%s has no statement %s", role, sid)
+	return nil
+}
+
+func actions(st map[string]any) []string {
+	var out []string
+	switch a := st["Action"].(type) {
+	case string:
+		out = []string{a}
+	case []any:
+		for _, x := range a {
+			out = append(out, x.(string))
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+func TestTemplate_RolesGrantWhatTheCodeCallsOnThisTableOnly(t *testing.T) {
+	tpl := loadTemplate(t)
+
+	// The consumer: processor.DynamoDB's calls; commits carry Updates (report
+	// deltas, checkpoints) and Puts (run markers).
+	st := roleStatement(t, tpl, "ConsumerRole", "CommitReports")
+	assert.Equal(t, iamActions(reflect.TypeFor[processor.DynamoDB](), "UpdateItem", "PutItem"), actions(st))
+	assert.Equal(t, map[string]any{"Fn::GetAtt": []any{"Table", "Arn"}}, st["Resource"])
+	st = roleStatement(t, tpl, "ConsumerRole", "ReadTheStream")
+	assert.Equal(t, []string{"dynamodb:DescribeStream", "dynamodb:GetRecords", "dynamodb:GetShardIterator", "dynamodb:ListStreams"}, actions(st))
+	assert.Equal(t, map[string]any{"Fn::Sub": "${Table.Arn}/stream/*"}, st["Resource"])
+	st = roleStatement(t, tpl, "ConsumerRole", "OnFailureDestination")
+	assert.Equal(t, []string{"sqs:SendMessage"}, actions(st))
+
+	// The writer: writer.DynamoDB's calls; its transactions put, update and
+	// delete items and check conditions on others.
+	st = roleStatement(t, tpl, "WriterRole", "Items")
+	assert.Equal(t, iamActions(reflect.TypeFor[writer.DynamoDB](), "PutItem", "UpdateItem", "DeleteItem", "ConditionCheckItem"), actions(st))
+	assert.Equal(t, map[string]any{"Fn::GetAtt": []any{"Table", "Arn"}}, st["Resource"])
+
+	// No statement anywhere grants a wildcard action or resource.
+	for name, r := range tpl.Resources {
+		if r.Type != "AWS::IAM::Role" {
+			continue
+		}
+		for _, pol := range list(r.Properties["Policies"]) {
+			for _, s := range list(obj(obj(pol)["PolicyDocument"])["Statement"]) {
+				for _, a := range actions(obj(s)) {
+					assert.NotContains(t, a, "*", "%s: action %s", name, a)
+				}
+				assert.NotEqual(t, "*", obj(s)["Resource"], "%s: resource *", name)
+			}
+		}
+	}
+}
+
+func TestTemplate_AlarmsCoverTheFailureModes(t *testing.T) {
+	tpl := loadTemplate(t)
+	got := map[string]bool{}
+	for _, r := range tpl.Resources {
+		if r.Type == "AWS::CloudWatch::Alarm" {
+			got[r.Properties["Namespace"].(string)+" "+r.Properties["MetricName"].(string)] = true
+		}
+	}
+	for _, want := range []string{
+		"AWS/Lambda IteratorAge", "AWS/Lambda Errors", "AWS/Lambda Throttles",
+		"AWS/SQS ApproximateNumberOfMessagesVisible",
+		"ledger ledger_commits_total{outcome=failed}",
+		"ledger ledger_aggregate_conflicts_total{reason=" + processor.ConflictTransactionConflict + "}",
+		"ledger ledger_aggregate_conflicts_total{reason=" + processor.ConflictConditionFailed + "}",
+		"ledger ledger_quarantined_records_total",
+	} {
+		assert.True(t, got[want], "no alarm on %s", want)
+	}
+}
