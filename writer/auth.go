@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	jose "github.com/go-jose/go-jose/v4"
@@ -45,15 +46,39 @@ type AuthConfig struct {
 	Now func() time.Time
 }
 
-// Claims are the claims of a ledger token: the registered ones and the
-// tenant the bearer may act for.
+// ScopeAdmin is the scope of an admin token: it may create, list and
+// change tenants, look accounts up across tenants, and act for every tenant.
+const ScopeAdmin = "admin"
+
+// Claims are the claims of a ledger token: the registered ones, the tenant
+// the bearer may act for, and its scopes.
 type Claims struct {
 	jwt.RegisteredClaims
-	Tenant string `json:"tenant"`
+	// Tenant is the tenant the bearer may act for; optional with the admin
+	// scope.
+	Tenant string `json:"tenant,omitempty"`
+	// Scope is a space-separated list of scopes (RFC 8693 section 4.2,
+	// RFC 9068); "admin" (ScopeAdmin) grants the platform's operations.
+	Scope string `json:"scope,omitempty"`
 }
 
+// Admin reports whether the token carries the admin scope.
+func (c *Claims) Admin() bool {
+	for _, s := range strings.Fields(c.Scope) {
+		if s == ScopeAdmin {
+			return true
+		}
+	}
+	return false
+}
+
+// MayActFor reports whether the bearer may act for tenant: an admin token
+// may act for any; another only for the tenant it names.
+func (c *Claims) MayActFor(tenant string) bool { return c.Admin() || c.Tenant == tenant }
+
 // Authenticator verifies bearer tokens: signature, expiry (required),
-// not-before, issuer and audience, and a valid tenant claim.
+// not-before, issuer and audience, and a valid tenant claim (which an
+// admin-scoped token may leave out).
 type Authenticator struct {
 	parser *jwt.Parser
 	secret []byte
@@ -125,6 +150,9 @@ func (a *Authenticator) Authenticate(token string) (*Claims, error) {
 	if _, err := a.parser.ParseWithClaims(token, &c, a.key); err != nil {
 		return nil, err
 	}
+	if c.Tenant == "" && c.Admin() {
+		return &c, nil
+	}
 	if err := aggregates.ValidateID(c.Tenant); err != nil {
 		return nil, fmt.Errorf("tenant claim: %w", err)
 	}
@@ -157,22 +185,25 @@ func (a *Authenticator) key(t *jwt.Token) (any, error) {
 
 // TokenOptions describe a token NewToken mints.
 type TokenOptions struct {
-	Tenant           string
+	Tenant           string        // required unless Admin
+	Admin            bool          // add the admin scope (ScopeAdmin)
 	Subject          string        // default "ledgerctl"
 	Issuer, Audience string        // defaults DefaultIssuer, DefaultAudience
 	TTL              time.Duration // default 1h
 	Now              time.Time     // default time.Now()
 }
 
-// NewToken mints an HS256 token for tenant with secret, as Authenticator
-// verifies it. It is for local use and tests (ledgerctl token); production
+// NewToken mints an HS256 token for a tenant, or an admin token (for a
+// tenant or none), with secret, as Authenticator verifies it. It is for local use and tests (ledgerctl token); production
 // tokens come from an identity provider.
 func NewToken(secret []byte, o TokenOptions) (string, error) {
 	if len(secret) < MinSecretLength {
 		return "", fmt.Errorf("token: the HS256 secret has %d bytes; it needs at least %d", len(secret), MinSecretLength)
 	}
-	if err := aggregates.ValidateID(o.Tenant); err != nil {
-		return "", fmt.Errorf("token: tenant %q: %w", o.Tenant, err)
+	if o.Tenant != "" || !o.Admin {
+		if err := aggregates.ValidateID(o.Tenant); err != nil {
+			return "", fmt.Errorf("token: tenant %q: %w", o.Tenant, err)
+		}
 	}
 	if o.Subject == "" {
 		o.Subject = "ledgerctl"
@@ -199,6 +230,9 @@ func NewToken(secret []byte, o TokenOptions) (string, error) {
 			ExpiresAt: jwt.NewNumericDate(o.Now.Add(o.TTL)),
 		},
 		Tenant: o.Tenant,
+	}
+	if o.Admin {
+		c.Scope = ScopeAdmin
 	}
 	return jwt.NewWithClaims(jwt.SigningMethodHS256, c).SignedString(secret)
 }

@@ -98,6 +98,7 @@ type env struct {
 	http    *httptest.Server
 	reg     *prometheus.Registry
 	metrics *writer.Metrics
+	seed    *seeder
 }
 
 type envOption func(*writer.Config)
@@ -123,7 +124,69 @@ func newEnv(t *testing.T, table string, opts ...envOption) *env {
 	t.Cleanup(hs.Close)
 	e := &env{t: t, table: table, tenant: uniqueTenant(), branch: "north", ddb: ddblocal.Client(t), calls: calls, srv: srv, http: hs, reg: reg, metrics: metrics}
 	e.token = e.tokenFor(e.tenant)
+	e.seed = newSeeder(t, table)
+	e.seed.tenant(e.tenant)
+	e.addBranches("north", "south")
 	return e
+}
+
+// seeder creates tenants and branches through a writer of its own, with an
+// admin token, so that the env's metrics and DynamoDB call counts see only
+// what the test itself sends.
+type seeder struct {
+	t     *testing.T
+	srv   *writer.Server
+	token string
+}
+
+func newSeeder(t *testing.T, table string) *seeder {
+	auth, err := writer.NewAuthenticator(writer.AuthConfig{Secret: []byte(testSecret)})
+	require.NoError(t, err)
+	srv, err := writer.New(ddblocal.Client(t), writer.Config{Table: table, Auth: auth, CursorKey: cursorKey, FlagsTTL: 50 * time.Millisecond}, nil)
+	require.NoError(t, err)
+	tok, err := writer.NewToken([]byte(testSecret), writer.TokenOptions{Admin: true})
+	require.NoError(t, err)
+	return &seeder{t: t, srv: srv, token: tok}
+}
+
+// post sends a POST with an admin token and a fresh Idempotency-Key to the
+// seeder's handler and requires 201.
+func (sd *seeder) post(path, body string) {
+	sd.t.Helper()
+	rec := httptest.NewRecorder()
+	hr := httptest.NewRequest("POST", path, strings.NewReader(body))
+	hr.Header.Set("Authorization", "Bearer "+sd.token)
+	hr.Header.Set("Content-Type", "application/json")
+	hr.Header.Set("Idempotency-Key", newKey())
+	sd.srv.ServeHTTP(rec, hr)
+	require.Equal(sd.t, http.StatusCreated, rec.Code, "seed %s: answer %s", path, rec.Body)
+}
+
+func (sd *seeder) tenant(id string) {
+	sd.t.Helper()
+	sd.post("/v1/tenants", fmt.Sprintf(`{"id":%q,"name":"Tenant %s"}`, id, id))
+}
+
+var documentSeq atomic.Int64
+
+// uniqueDocument returns a branch document number no other test uses.
+func uniqueDocument() string {
+	return fmt.Sprintf("D%d%d", time.Now().UnixNano()%1e12, documentSeq.Add(1))
+}
+
+func (sd *seeder) branch(tenant, id string) {
+	sd.t.Helper()
+	sd.post("/v1/tenants/"+tenant+"/branches", fmt.Sprintf(`{"id":%q,"name":"Branch %s","document":%q}`, id, id, uniqueDocument()))
+}
+
+// addBranches creates active branches of the env's tenant (newEnv creates
+// north and south): a transaction needs its tenant and branch to exist and
+// be active.
+func (e *env) addBranches(ids ...string) {
+	e.t.Helper()
+	for _, id := range ids {
+		e.seed.branch(e.tenant, id)
+	}
 }
 
 func (e *env) tokenFor(tenant string) string {

@@ -200,17 +200,31 @@ func (s *Server) idemPut(key aggregates.Key, fp string, resp response) *ddbtypes
 	}
 }
 
-// change is the one write of a transaction item a mutation makes: a Put
-// (create, update) or a Delete, each with its condition.
+// change is what a mutation writes: one or more items (Put, Update, Delete
+// or ConditionCheck), each with its condition, committed atomically in one
+// TransactWriteItems together with the idempotency record (a lone Put,
+// Update or Delete without a record is one conditional write).
 type change struct {
-	op  string // create, update or delete: the metric label
-	put *ddbtypes.Put
-	del *ddbtypes.Delete
+	op    string // the metric label: create, update, delete, tenant_create, …
+	items []ddbtypes.TransactWriteItem
+}
+
+// one is a change of a single item.
+func one(op string, item ddbtypes.TransactWriteItem) *change {
+	return &change{op: op, items: []ddbtypes.TransactWriteItem{item}}
+}
+
+// failure is a change whose condition failed: the position of the first
+// item whose condition failed, and that item as it was when DynamoDB
+// returned it (nil when it was absent or not returned).
+type failure struct {
+	index int
+	old   map[string]ddbtypes.AttributeValue
 }
 
 // mutation is one mutating request, executed by Server.mutate.
 type mutation struct {
-	tenant  string
+	tenant  string // "" for a request of no tenant (the platform's key scope)
 	idemKey string // "" without Idempotency-Key
 	fp      string
 	// lookupFirst reads the idempotency record before the first attempt.
@@ -219,12 +233,13 @@ type mutation struct {
 	// read then, which saves a read on every first request.
 	lookupFirst bool
 	// prepare reads what the mutation needs and returns its change and the
-	// response it gives when the change commits, or a problem.
+	// response it gives when the change commits, or a problem. A nil change
+	// with no problem means there is nothing to write: the response is
+	// answered as it is, without a record.
 	prepare func(ctx context.Context) (*change, response, *Problem, error)
-	// conditionFailed explains a change whose condition failed, given the
-	// item as it was (nil when absent): a problem to answer, or retry to
-	// prepare again.
-	conditionFailed func(ctx context.Context, old map[string]ddbtypes.AttributeValue) (p *Problem, retry bool, err error)
+	// conditionFailed explains a change whose condition failed: a problem
+	// to answer, or retry to prepare again.
+	conditionFailed func(ctx context.Context, f failure) (p *Problem, retry bool, err error)
 }
 
 type outcome int
@@ -240,7 +255,11 @@ const (
 func (s *Server) mutate(w http.ResponseWriter, r *http.Request, m mutation) {
 	ctx := r.Context()
 	var idemKey aggregates.Key
-	if m.idemKey != "" {
+	switch {
+	case m.idemKey == "":
+	case m.tenant == "":
+		idemKey = aggregates.PlatformIdempotencyKey(m.idemKey)
+	default:
 		idemKey = aggregates.IdempotencyKey(m.tenant, m.idemKey)
 	}
 	for attempt := 1; attempt <= maxCommitAttempts; attempt++ {
@@ -279,11 +298,15 @@ func (s *Server) mutate(w http.ResponseWriter, r *http.Request, m mutation) {
 			p.write(w)
 			return
 		}
+		if ch == nil { // nothing to change: answer the current state
+			resp.write(w, false)
+			return
+		}
 		var idem *ddbtypes.Put
 		if m.idemKey != "" {
 			idem = s.idemPut(idemKey, m.fp, resp)
 		}
-		out, old, err := s.commit(ctx, ch, idem)
+		out, failed, err := s.commit(ctx, ch, idem)
 		if err != nil {
 			s.fail(w, r, err)
 			return
@@ -294,7 +317,7 @@ func (s *Server) mutate(w http.ResponseWriter, r *http.Request, m mutation) {
 			resp.write(w, false)
 			return
 		case conditionFailed:
-			p, retry, err := m.conditionFailed(ctx, old)
+			p, retry, err := m.conditionFailed(ctx, failed)
 			if err != nil {
 				s.fail(w, r, err)
 				return
@@ -314,89 +337,118 @@ func (s *Server) mutate(w http.ResponseWriter, r *http.Request, m mutation) {
 		p.withHeader("Retry-After", "1").write(w)
 		return
 	}
-	problem(http.StatusConflict, ProblemConcurrentModification, "the transaction kept changing during the request; retry").
+	problem(http.StatusConflict, ProblemConcurrentModification, "the resource kept changing during the request; retry").
 		withHeader("Retry-After", "1").write(w)
 }
 
 // commit writes ch, with the idempotency record idem when not nil, in one
-// TransactWriteItems (a single conditional write without idem). It tells a
-// failed condition of the change (with the item as it was, when DynamoDB
-// returns it) from a taken idempotency key and from a conflict with a
-// concurrent transaction.
-func (s *Server) commit(ctx context.Context, ch *change, idem *ddbtypes.Put) (outcome, map[string]ddbtypes.AttributeValue, error) {
+// TransactWriteItems (a single conditional write when ch is one Put, Update
+// or Delete and there is no record). It tells a failed condition of the
+// change (which item, and the item as it was when DynamoDB returns it) from
+// a taken idempotency key and from a conflict with a concurrent
+// transaction.
+func (s *Server) commit(ctx context.Context, ch *change, idem *ddbtypes.Put) (outcome, failure, error) {
 	allOld := ddbtypes.ReturnValuesOnConditionCheckFailureAllOld
-	if idem == nil {
-		var err error
-		op := "PutItem"
-		if ch.put != nil {
-			_, err = s.api.PutItem(ctx, &dynamodb.PutItemInput{
-				TableName: ch.put.TableName, Item: ch.put.Item, ConditionExpression: ch.put.ConditionExpression,
-				ExpressionAttributeNames: ch.put.ExpressionAttributeNames, ExpressionAttributeValues: ch.put.ExpressionAttributeValues,
-				ReturnValuesOnConditionCheckFailure: allOld,
-			})
-		} else {
-			op = "DeleteItem"
-			_, err = s.api.DeleteItem(ctx, &dynamodb.DeleteItemInput{
-				TableName: ch.del.TableName, Key: ch.del.Key, ConditionExpression: ch.del.ConditionExpression,
-				ExpressionAttributeNames: ch.del.ExpressionAttributeNames, ExpressionAttributeValues: ch.del.ExpressionAttributeValues,
-				ReturnValuesOnConditionCheckFailure: allOld,
-			})
-		}
-		var ccf *ddbtypes.ConditionalCheckFailedException
-		var tc *ddbtypes.TransactionConflictException
+	if idem == nil && len(ch.items) == 1 && ch.items[0].ConditionCheck == nil {
+		return s.commitOne(ctx, ch)
+	}
+	items := make([]ddbtypes.TransactWriteItem, 0, len(ch.items)+1)
+	for _, it := range ch.items {
 		switch {
-		case errors.As(err, &ccf):
-			s.metrics.ConditionalCheckFailures.WithLabelValues(ch.op).Inc()
-			return conditionFailed, ccf.Item, nil
-		case errors.As(err, &tc):
-			s.metrics.TransactionConflicts.Inc()
-			return conflicted, nil, nil
-		case err != nil:
-			return 0, nil, s.dynamoError(op, err)
+		case it.Put != nil:
+			it.Put.ReturnValuesOnConditionCheckFailure = allOld
+		case it.Update != nil:
+			it.Update.ReturnValuesOnConditionCheckFailure = allOld
+		case it.Delete != nil:
+			it.Delete.ReturnValuesOnConditionCheckFailure = allOld
+		case it.ConditionCheck != nil:
+			it.ConditionCheck.ReturnValuesOnConditionCheckFailure = allOld
 		}
-		return committed, nil, nil
+		items = append(items, it)
 	}
-
-	item := ddbtypes.TransactWriteItem{Put: ch.put, Delete: ch.del}
-	if ch.put != nil {
-		ch.put.ReturnValuesOnConditionCheckFailure = allOld
-	} else {
-		ch.del.ReturnValuesOnConditionCheckFailure = allOld
+	if idem != nil {
+		items = append(items, ddbtypes.TransactWriteItem{Put: idem})
 	}
-	_, err := s.api.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{
-		TransactItems: []ddbtypes.TransactWriteItem{item, {Put: idem}},
-	})
+	_, err := s.api.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: items})
 	var tce *ddbtypes.TransactionCanceledException
 	if !errors.As(err, &tce) {
 		if err != nil {
-			return 0, nil, s.dynamoError("TransactWriteItems", err)
+			return 0, failure{}, s.dynamoError("TransactWriteItems", err)
 		}
-		return committed, nil, nil
+		return committed, failure{}, nil
 	}
-	reason := func(i int) (string, map[string]ddbtypes.AttributeValue) {
+	code := func(i int) string {
 		if i < len(tce.CancellationReasons) {
-			return aws.ToString(tce.CancellationReasons[i].Code), tce.CancellationReasons[i].Item
+			return aws.ToString(tce.CancellationReasons[i].Code)
 		}
-		return "", nil
+		return ""
 	}
-	changeCode, old := reason(0)
-	idemCode, _ := reason(1)
-	switch {
-	case idemCode == "ConditionalCheckFailed":
+	if idem != nil && code(len(ch.items)) == "ConditionalCheckFailed" {
 		s.metrics.ConditionalCheckFailures.WithLabelValues("idempotency").Inc()
-		return keyTaken, nil, nil
-	case changeCode == "ConditionalCheckFailed":
-		s.metrics.ConditionalCheckFailures.WithLabelValues(ch.op).Inc()
-		return conditionFailed, old, nil
-	case changeCode == "TransactionConflict" || idemCode == "TransactionConflict":
-		s.metrics.TransactionConflicts.Inc()
-		return conflicted, nil, nil
-	case changeCode == "ThrottlingError" || idemCode == "ThrottlingError" ||
-		changeCode == "ProvisionedThroughputExceeded" || idemCode == "ProvisionedThroughputExceeded":
-		s.metrics.DynamoDBErrors.WithLabelValues("TransactWriteItems", "throttle").Inc()
-		return 0, nil, &backendError{op: "TransactWriteItems", class: "throttle", err: err}
+		return keyTaken, failure{}, nil
 	}
-	return 0, nil, s.dynamoError("TransactWriteItems", err)
+	for i := range ch.items {
+		if code(i) == "ConditionalCheckFailed" {
+			s.metrics.ConditionalCheckFailures.WithLabelValues(ch.op).Inc()
+			return conditionFailed, failure{index: i, old: tce.CancellationReasons[i].Item}, nil
+		}
+	}
+	for i := range items {
+		switch code(i) {
+		case "TransactionConflict":
+			s.metrics.TransactionConflicts.Inc()
+			return conflicted, failure{}, nil
+		case "ThrottlingError", "ProvisionedThroughputExceeded":
+			s.metrics.DynamoDBErrors.WithLabelValues("TransactWriteItems", "throttle").Inc()
+			return 0, failure{}, &backendError{op: "TransactWriteItems", class: "throttle", err: err}
+		}
+	}
+	return 0, failure{}, s.dynamoError("TransactWriteItems", err)
+}
+
+// commitOne writes the single item of ch with PutItem, UpdateItem or
+// DeleteItem.
+func (s *Server) commitOne(ctx context.Context, ch *change) (outcome, failure, error) {
+	allOld := ddbtypes.ReturnValuesOnConditionCheckFailureAllOld
+	var err error
+	var op string
+	switch it := ch.items[0]; {
+	case it.Put != nil:
+		op = "PutItem"
+		_, err = s.api.PutItem(ctx, &dynamodb.PutItemInput{
+			TableName: it.Put.TableName, Item: it.Put.Item, ConditionExpression: it.Put.ConditionExpression,
+			ExpressionAttributeNames: it.Put.ExpressionAttributeNames, ExpressionAttributeValues: it.Put.ExpressionAttributeValues,
+			ReturnValuesOnConditionCheckFailure: allOld,
+		})
+	case it.Update != nil:
+		op = "UpdateItem"
+		_, err = s.api.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+			TableName: it.Update.TableName, Key: it.Update.Key, UpdateExpression: it.Update.UpdateExpression,
+			ConditionExpression:      it.Update.ConditionExpression,
+			ExpressionAttributeNames: it.Update.ExpressionAttributeNames, ExpressionAttributeValues: it.Update.ExpressionAttributeValues,
+			ReturnValuesOnConditionCheckFailure: allOld,
+		})
+	default:
+		op = "DeleteItem"
+		_, err = s.api.DeleteItem(ctx, &dynamodb.DeleteItemInput{
+			TableName: it.Delete.TableName, Key: it.Delete.Key, ConditionExpression: it.Delete.ConditionExpression,
+			ExpressionAttributeNames: it.Delete.ExpressionAttributeNames, ExpressionAttributeValues: it.Delete.ExpressionAttributeValues,
+			ReturnValuesOnConditionCheckFailure: allOld,
+		})
+	}
+	var ccf *ddbtypes.ConditionalCheckFailedException
+	var tc *ddbtypes.TransactionConflictException
+	switch {
+	case errors.As(err, &ccf):
+		s.metrics.ConditionalCheckFailures.WithLabelValues(ch.op).Inc()
+		return conditionFailed, failure{old: ccf.Item}, nil
+	case errors.As(err, &tc):
+		s.metrics.TransactionConflicts.Inc()
+		return conflicted, failure{}, nil
+	case err != nil:
+		return 0, failure{}, s.dynamoError(op, err)
+	}
+	return committed, failure{}, nil
 }
 
 // sleepJitter waits before commit attempt n (n ≥ 2): a random 5–25 ms

@@ -44,6 +44,9 @@ func TestLoad(t *testing.T) {
 	e := newEnv(t, ownTable(t), func(c *writer.Config) { c.FlagsTTL = writer.DefaultFlagsTTL })
 	hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: clients, MaxConnsPerHost: clients}, Timeout: 30 * time.Second}
 	branches := 8
+	for b := range branches {
+		e.addBranches("b" + strconv.Itoa(b))
+	}
 
 	type sample struct {
 		at      time.Time

@@ -24,16 +24,18 @@ type Metrics struct {
 	// key) or "in_flight" (409, a request with the key is being executed).
 	IdempotencyRejections *prometheus.CounterVec
 	// VersionConflicts counts 412 answers: If-Match named a version that
-	// is not the transaction's current one.
+	// is not the resource's current one.
 	VersionConflicts prometheus.Counter
 	// ConditionalCheckFailures counts writes DynamoDB refused on their
-	// condition, by operation (create, update, delete, idempotency).
+	// condition, by operation (the Writes operations, and idempotency).
 	ConditionalCheckFailures *prometheus.CounterVec
 	// TransactionConflicts counts TransactWriteItems cancelled because
 	// another transaction was changing the same item.
 	TransactionConflicts prometheus.Counter
-	// Writes counts transactions written, by operation (create, update,
-	// delete).
+	// Writes counts committed writes by operation: create, update, delete
+	// (transactions); tenant_create, tenant_update; branch_create,
+	// branch_update, branch_delete; account_create, account_update,
+	// account_delete; email_add, email_update, email_remove.
 	Writes *prometheus.CounterVec
 	// WritesRefused counts mutations refused by the flags, by reason
 	// ("disabled", "flags_unavailable").
@@ -42,7 +44,8 @@ type Metrics struct {
 	// "missing", "error").
 	FlagsReads *prometheus.CounterVec
 	// AuthFailures counts refused credentials by reason ("missing",
-	// "invalid", "tenant").
+	// "invalid", "tenant": a token for another tenant, "scope": not
+	// admin-scoped where that is required).
 	AuthFailures *prometheus.CounterVec
 	// DynamoDBErrors counts DynamoDB calls that failed other than on a
 	// condition, by operation and class ("throttle", "timeout", "other").
@@ -88,7 +91,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}),
 		Writes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "ledger", Subsystem: "writer", Name: "writes_total",
-			Help: "Transactions written, by operation (create, update, delete).",
+			Help: "Committed writes by operation: create, update, delete (transactions), tenant_*, branch_*, account_*, email_*.",
 		}, []string{"operation"}),
 		WritesRefused: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "ledger", Subsystem: "writer", Name: "writes_refused_total",
@@ -100,7 +103,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}, []string{"outcome"}),
 		AuthFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "ledger", Subsystem: "writer", Name: "auth_failures_total",
-			Help: "Requests refused for their credentials: missing, invalid, or tenant (token for another tenant).",
+			Help: "Requests refused for their credentials: missing, invalid, tenant (token for another tenant) or scope (not admin).",
 		}, []string{"reason"}),
 		DynamoDBErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "ledger", Subsystem: "writer", Name: "dynamodb_errors_total",

@@ -19,11 +19,21 @@ const (
 	ProblemInvalidCursor          = ProblemBase + "invalid-cursor"           // 400: the cursor was not issued for this listing
 	ProblemIdempotencyKeyRequired = ProblemBase + "idempotency-key-required" // 400: POST without Idempotency-Key
 	ProblemUnauthenticated        = ProblemBase + "unauthenticated"          // 401: no valid bearer token
-	ProblemForbidden              = ProblemBase + "forbidden"                // 403: the token is for another tenant
+	ProblemForbidden              = ProblemBase + "forbidden"                // 403: the token is for another tenant, or not admin-scoped
 	ProblemNotFound               = ProblemBase + "not-found"                // 404
 	ProblemMethodNotAllowed       = ProblemBase + "method-not-allowed"       // 405
 	ProblemRequestInProgress      = ProblemBase + "request-in-progress"      // 409: a request with this Idempotency-Key is in flight
 	ProblemConcurrentModification = ProblemBase + "concurrent-modification"  // 409: the item kept changing under the request
+	ProblemAlreadyExists          = ProblemBase + "already-exists"           // 409: a tenant or branch with this id exists
+	ProblemEmailTaken             = ProblemBase + "email-taken"              // 409: the email address belongs to an account
+	ProblemDocumentTaken          = ProblemBase + "document-taken"           // 409: the document number belongs to a branch
+	ProblemTenantSuspended        = ProblemBase + "tenant-suspended"         // 409: the tenant takes no new transactions
+	ProblemBranchSuspended        = ProblemBase + "branch-suspended"         // 409: the branch takes no new transactions
+	ProblemBranchHasTransactions  = ProblemBase + "branch-has-transactions"  // 409: a branch with transactions cannot be deleted
+	ProblemEmailNotVerified       = ProblemBase + "email-not-verified"       // 409: only a verified email can be primary
+	ProblemPrimaryEmail           = ProblemBase + "primary-email"            // 409: the primary email cannot be removed
+	ProblemTooManyEmails          = ProblemBase + "too-many-emails"          // 409: the account has the most emails allowed
+	ProblemAccountDeleted         = ProblemBase + "account-deleted"          // 409: a deleted account does not change
 	ProblemVersionMismatch        = ProblemBase + "version-mismatch"         // 412: If-Match names another version
 	ProblemBodyTooLarge           = ProblemBase + "body-too-large"           // 413
 	ProblemUnsupportedMediaType   = ProblemBase + "unsupported-media-type"   // 415
@@ -46,7 +56,7 @@ type Problem struct {
 	// parameter ("branch"), a query parameter ("limit") or a header
 	// ("Idempotency-Key").
 	Field string `json:"field,omitempty"`
-	// CurrentVersion is the transaction's version on a version mismatch.
+	// CurrentVersion is the resource's version on a version mismatch.
 	CurrentVersion *int64 `json:"currentVersion,omitempty"`
 
 	header http.Header // extra response headers (Allow, Retry-After, ETag, WWW-Authenticate)
@@ -64,6 +74,16 @@ var problemTitles = map[string]string{
 	ProblemMethodNotAllowed:       "Method not allowed",
 	ProblemRequestInProgress:      "Request in progress",
 	ProblemConcurrentModification: "Concurrent modification",
+	ProblemAlreadyExists:          "Already exists",
+	ProblemEmailTaken:             "Email address taken",
+	ProblemDocumentTaken:          "Document number taken",
+	ProblemTenantSuspended:        "Tenant suspended",
+	ProblemBranchSuspended:        "Branch suspended",
+	ProblemBranchHasTransactions:  "Branch has transactions",
+	ProblemEmailNotVerified:       "Email address not verified",
+	ProblemPrimaryEmail:           "Primary email address",
+	ProblemTooManyEmails:          "Too many email addresses",
+	ProblemAccountDeleted:         "Account deleted",
 	ProblemVersionMismatch:        "Version mismatch",
 	ProblemBodyTooLarge:           "Body too large",
 	ProblemUnsupportedMediaType:   "Unsupported media type",
@@ -104,7 +124,7 @@ func (p *Problem) withHeader(name, value string) *Problem {
 
 func versionMismatch(current int64) *Problem {
 	p := problem(http.StatusPreconditionFailed, ProblemVersionMismatch,
-		"the transaction is at version "+strconv.FormatInt(current, 10)+"; fetch it and retry with If-Match set to that version")
+		"the resource is at version "+strconv.FormatInt(current, 10)+"; fetch it and retry with If-Match set to that version")
 	p.Field = "If-Match"
 	p.CurrentVersion = &current
 	return p.withHeader("ETag", etag(current))

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net/http"
 	"runtime/debug"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -138,26 +139,51 @@ func New(api DynamoDB, cfg Config, metrics *Metrics) (*Server, error) {
 
 // The route patterns, also the values of the route metric label.
 const (
-	routeTransactions = "/v1/tenants/{tenant}/branches/{branch}/transactions"
-	routeTransaction  = "/v1/tenants/{tenant}/branches/{branch}/transactions/{id}"
-	routeReports      = "/v1/tenants/{tenant}/branches/{branch}/reports"
-	routeReport       = "/v1/tenants/{tenant}/branches/{branch}/reports/{period}/{value}"
-	routeHealthz      = "/healthz"
-	routeReadyz       = "/readyz"
-	routeMetrics      = "/metrics"
-	routeOther        = "other"
+	routeTenants       = "/v1/tenants"
+	routeTenant        = "/v1/tenants/{tenant}"
+	routeBranches      = "/v1/tenants/{tenant}/branches"
+	routeBranch        = "/v1/tenants/{tenant}/branches/{branch}"
+	routeBranchLookup  = "/v1/branches:lookup"
+	routeAccounts      = "/v1/tenants/{tenant}/accounts"
+	routeAccount       = "/v1/tenants/{tenant}/accounts/{account}"
+	routeAccountEmails = "/v1/tenants/{tenant}/accounts/{account}/emails"
+	routeAccountEmail  = "/v1/tenants/{tenant}/accounts/{account}/emails/{email}"
+	routeAccountLookup = "/v1/accounts:lookup"
+	routeTransactions  = "/v1/tenants/{tenant}/branches/{branch}/transactions"
+	routeTransaction   = "/v1/tenants/{tenant}/branches/{branch}/transactions/{id}"
+	routeReports       = "/v1/tenants/{tenant}/branches/{branch}/reports"
+	routeReport        = "/v1/tenants/{tenant}/branches/{branch}/reports/{period}/{value}"
+	routeHealthz       = "/healthz"
+	routeReadyz        = "/readyz"
+	routeMetrics       = "/metrics"
+	routeOther         = "other"
 )
 
+type handlers = map[string]http.HandlerFunc
+
 func (s *Server) routes() {
-	api := func(route string, methods map[string]http.HandlerFunc) {
-		s.mux.Handle(route, s.instrument(route, s.authenticate(s.timeout(byMethod(methods)))))
+	// api serves route with a token: for the methods in admin an
+	// admin-scoped one, for the others one for the path's tenant (or admin).
+	api := func(route string, methods handlers, admin ...string) {
+		s.mux.Handle(route, s.instrument(route, s.authenticate(admin, s.timeout(byMethod(methods)))))
 	}
-	api(routeTransactions, map[string]http.HandlerFunc{http.MethodGet: s.listTransactions, http.MethodPost: s.createTransaction})
-	api(routeTransaction, map[string]http.HandlerFunc{http.MethodGet: s.getTransaction, http.MethodPatch: s.patchTransaction, http.MethodDelete: s.deleteTransaction})
-	api(routeReports, map[string]http.HandlerFunc{http.MethodGet: s.reportRange})
-	api(routeReport, map[string]http.HandlerFunc{http.MethodGet: s.getReport})
-	s.mux.Handle(routeHealthz, s.instrument(routeHealthz, byMethod(map[string]http.HandlerFunc{http.MethodGet: s.healthz})))
-	s.mux.Handle(routeReadyz, s.instrument(routeReadyz, byMethod(map[string]http.HandlerFunc{http.MethodGet: s.readyz})))
+	get, post, patch, del := http.MethodGet, http.MethodPost, http.MethodPatch, http.MethodDelete
+	api(routeTenants, handlers{get: s.listTenants, post: s.createTenant}, get, post)
+	api(routeTenant, handlers{get: s.getTenant, patch: s.patchTenant}, patch)
+	api(routeBranches, handlers{get: s.listBranches, post: s.createBranch})
+	api(routeBranch, handlers{get: s.getBranch, patch: s.patchBranch, del: s.deleteBranch})
+	api(routeBranchLookup, handlers{get: s.lookupBranch}, get)
+	api(routeAccounts, handlers{get: s.listAccounts, post: s.createAccount})
+	api(routeAccount, handlers{get: s.getAccount, patch: s.patchAccount, del: s.deleteAccount})
+	api(routeAccountEmails, handlers{post: s.addEmail})
+	api(routeAccountEmail, handlers{patch: s.patchEmail, del: s.removeEmail})
+	api(routeAccountLookup, handlers{get: s.lookupAccount}, get)
+	api(routeTransactions, handlers{get: s.listTransactions, post: s.createTransaction})
+	api(routeTransaction, handlers{get: s.getTransaction, patch: s.patchTransaction, del: s.deleteTransaction})
+	api(routeReports, handlers{get: s.reportRange})
+	api(routeReport, handlers{get: s.getReport})
+	s.mux.Handle(routeHealthz, s.instrument(routeHealthz, byMethod(handlers{get: s.healthz})))
+	s.mux.Handle(routeReadyz, s.instrument(routeReadyz, byMethod(handlers{get: s.readyz})))
 	if s.cfg.Gatherer != nil {
 		s.mux.Handle(routeMetrics, s.instrument(routeMetrics, promhttp.HandlerFor(s.cfg.Gatherer, promhttp.HandlerOpts{})))
 	}
@@ -249,10 +275,11 @@ func (s *Server) instrument(route string, h http.Handler) http.Handler {
 
 type claimsKey struct{}
 
-// authenticate requires a valid bearer token whose tenant claim is the
-// path's tenant. Nothing is read before both checks pass, so a 401 or 403
-// says nothing about what exists.
-func (s *Server) authenticate(h http.Handler) http.Handler {
+// authenticate requires a valid bearer token: admin-scoped for the methods
+// in admin, otherwise one whose tenant claim is the path's tenant or an
+// admin-scoped one. Nothing is read before these checks pass, so a 401 or
+// 403 says nothing about what exists.
+func (s *Server) authenticate(admin []string, h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		scheme, token, ok := strings.Cut(r.Header.Get("Authorization"), " ")
 		if !ok || !strings.EqualFold(scheme, "Bearer") || strings.TrimSpace(token) == "" {
@@ -268,7 +295,14 @@ func (s *Server) authenticate(h http.Handler) http.Handler {
 				withHeader("WWW-Authenticate", `Bearer realm="ledger", error="invalid_token"`).write(w)
 			return
 		}
-		if claims.Tenant != r.PathValue("tenant") {
+		switch {
+		case slices.Contains(admin, r.Method):
+			if !claims.Admin() {
+				s.metrics.AuthFailures.WithLabelValues("scope").Inc()
+				problem(http.StatusForbidden, ProblemForbidden, "this operation needs an admin-scoped token (scope \"admin\")").write(w)
+				return
+			}
+		case !claims.MayActFor(r.PathValue("tenant")):
 			s.metrics.AuthFailures.WithLabelValues("tenant").Inc()
 			problem(http.StatusForbidden, ProblemForbidden, "the token does not grant access to this tenant").write(w)
 			return

@@ -129,6 +129,10 @@ func (s *Server) createTransaction(w http.ResponseWriter, r *http.Request) {
 		p.write(w)
 		return
 	}
+	// markBranch is set once the branch is found active but without its
+	// hasTransactions marker: this create is its first transaction and sets
+	// the marker (directory.go, "Deleting a branch").
+	markBranch := false
 	s.mutate(w, r, mutation{
 		tenant: tenant, idemKey: key, fp: fingerprint(r, body),
 		prepare: func(ctx context.Context) (*change, response, *Problem, error) {
@@ -154,14 +158,26 @@ func (s *Server) createTransaction(w http.ResponseWriter, r *http.Request) {
 			resp := jsonResponse(http.StatusCreated, t)
 			resp.location = transactionLocation(tenant, branch, t.ID)
 			resp.etag = etag(t.Version)
-			return &change{op: "create", put: &ddbtypes.Put{
-				TableName: &s.cfg.Table, Item: item,
-				ConditionExpression:      aws.String("attribute_not_exists(#pk)"),
-				ExpressionAttributeNames: map[string]string{"#pk": attrPK},
+			return &change{op: "create", items: []ddbtypes.TransactWriteItem{
+				{Put: &ddbtypes.Put{
+					TableName: &s.cfg.Table, Item: item,
+					ConditionExpression:      aws.String("attribute_not_exists(#pk)"),
+					ExpressionAttributeNames: map[string]string{"#pk": attrPK},
+				}},
+				s.tenantActiveCheck(tenant),
+				s.branchActiveCheck(tenant, branch, markBranch),
 			}}, resp, nil, nil
 		},
-		// Only an id collision fails the condition: prepare a new id.
-		conditionFailed: func(context.Context, map[string]ddbtypes.AttributeValue) (*Problem, bool, error) {
+		conditionFailed: func(ctx context.Context, f failure) (*Problem, bool, error) {
+			switch f.index {
+			case 1:
+				return s.tenantNotActive(ctx, tenant, f.old)
+			case 2:
+				p, retry, mark, err := s.branchNotActive(ctx, tenant, branch, f.old)
+				markBranch = mark
+				return p, retry, err
+			}
+			// Only an id collision fails the put's condition: prepare a new id.
 			return nil, true, nil
 		},
 	})
@@ -291,15 +307,15 @@ func (s *Server) patchTransaction(w http.ResponseWriter, r *http.Request) {
 			}
 			resp := jsonResponse(http.StatusOK, t)
 			resp.etag = etag(t.Version)
-			return &change{op: "update", put: &ddbtypes.Put{
+			return one("update", ddbtypes.TransactWriteItem{Put: &ddbtypes.Put{
 				TableName: &s.cfg.Table, Item: next,
 				ConditionExpression:       aws.String("attribute_exists(#pk) AND #v = :expected"),
 				ExpressionAttributeNames:  map[string]string{"#pk": attrPK, "#v": attrVersion},
 				ExpressionAttributeValues: map[string]ddbtypes.AttributeValue{":expected": intAV(expected)},
-			}}, resp, nil, nil
+			}}), resp, nil, nil
 		},
-		conditionFailed: func(ctx context.Context, old map[string]ddbtypes.AttributeValue) (*Problem, bool, error) {
-			return s.staleOrMissing(ctx, k, old)
+		conditionFailed: func(ctx context.Context, f failure) (*Problem, bool, error) {
+			return s.staleOrMissing(ctx, k, f.old)
 		},
 	})
 }
@@ -357,10 +373,10 @@ func (s *Server) deleteTransaction(w http.ResponseWriter, r *http.Request) {
 	s.mutate(w, r, mutation{
 		tenant: tenant, idemKey: key, fp: fingerprint(r, nil),
 		prepare: func(context.Context) (*change, response, *Problem, error) {
-			return &change{op: "delete", del: del}, response{status: http.StatusNoContent}, nil, nil
+			return one("delete", ddbtypes.TransactWriteItem{Delete: del}), response{status: http.StatusNoContent}, nil, nil
 		},
-		conditionFailed: func(ctx context.Context, old map[string]ddbtypes.AttributeValue) (*Problem, bool, error) {
-			return s.staleOrMissing(ctx, k, old)
+		conditionFailed: func(ctx context.Context, f failure) (*Problem, bool, error) {
+			return s.staleOrMissing(ctx, k, f.old)
 		},
 	})
 }

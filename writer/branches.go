@@ -1,0 +1,471 @@
+package writer
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	ddbtypes "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/ledger-dev/ledger/aggregates"
+)
+
+// Branch is a branch as the API shows it. Document is the normalised
+// document number, unique across all tenants. HasTransactions is true once
+// the branch has had a transaction: it can then no longer be deleted.
+type Branch struct {
+	ID              string `json:"id"`
+	Tenant          string `json:"tenant"`
+	Name            string `json:"name"`
+	Document        string `json:"document"`
+	Status          string `json:"status"`
+	HasTransactions bool   `json:"hasTransactions"`
+	CreatedAt       string `json:"createdAt"`
+	UpdatedAt       string `json:"updatedAt"`
+	Version         int64  `json:"version"`
+}
+
+// BranchPage is a page of a tenant's branch listing.
+type BranchPage struct {
+	Items      []Branch `json:"items"`
+	NextCursor string   `json:"nextCursor,omitempty"`
+}
+
+var (
+	branchCreateFields = map[string]bool{"id": true, "name": true, "document": true, "status": true}
+	branchPatchFields  = map[string]bool{"name": true, "document": true, "status": true}
+)
+
+func branchLocation(tenant, id string) string { return "/v1/tenants/" + tenant + "/branches/" + id }
+
+func branchItem(b Branch) map[string]ddbtypes.AttributeValue {
+	item := keyAV(aggregates.BranchKey(b.Tenant, b.ID))
+	item[attrEntityType] = strAV(aggregates.EntityBranch)
+	item[attrID] = strAV(b.ID)
+	item[attrTenant] = strAV(b.Tenant)
+	item[attrName] = strAV(b.Name)
+	item[attrDocument] = strAV(b.Document)
+	item[attrStatus] = strAV(b.Status)
+	item[attrCreatedAt] = strAV(b.CreatedAt)
+	item[attrUpdatedAt] = strAV(b.UpdatedAt)
+	item[attrVersion] = intAV(b.Version)
+	gsi := aggregates.BranchDocumentIndexKey(b.Tenant, b.Document)
+	item[attrGSI2PK], item[attrGSI2SK] = strAV(gsi.PK), strAV(gsi.SK)
+	return item
+}
+
+func decodeBranch(item map[string]ddbtypes.AttributeValue) Branch {
+	var b Branch
+	b.ID, _ = stringAttr(item, attrID)
+	b.Tenant, _ = stringAttr(item, attrTenant)
+	b.Name, _ = stringAttr(item, attrName)
+	b.Document, _ = stringAttr(item, attrDocument)
+	b.Status, _ = stringAttr(item, attrStatus)
+	b.HasTransactions = boolAttr(item, attrHasTransactions)
+	b.CreatedAt, _ = stringAttr(item, attrCreatedAt)
+	b.UpdatedAt, _ = stringAttr(item, attrUpdatedAt)
+	b.Version, _ = intAttr(item, attrVersion)
+	return b
+}
+
+// documentOwnerPut takes document for the branch: only if no one holds it.
+func (s *Server) documentOwnerPut(tenant, branch, document, now string) ddbtypes.TransactWriteItem {
+	item := keyAV(aggregates.DocumentOwnerKey(document))
+	item[attrEntityType] = strAV(aggregates.EntityDocumentOwner)
+	item[attrDocument] = strAV(document)
+	item[attrTenant] = strAV(tenant)
+	item[attrBranch] = strAV(branch)
+	item[attrCreatedAt] = strAV(now)
+	return ddbtypes.TransactWriteItem{Put: &ddbtypes.Put{
+		TableName: &s.cfg.Table, Item: item,
+		ConditionExpression:      aws.String("attribute_not_exists(#pk)"),
+		ExpressionAttributeNames: map[string]string{"#pk": attrPK},
+	}}
+}
+
+// documentOwnerDelete frees document, on condition that the branch holds it.
+func (s *Server) documentOwnerDelete(tenant, branch, document string) ddbtypes.TransactWriteItem {
+	return ddbtypes.TransactWriteItem{Delete: &ddbtypes.Delete{
+		TableName: &s.cfg.Table, Key: keyAV(aggregates.DocumentOwnerKey(document)),
+		ConditionExpression:      aws.String("#t = :t AND #b = :b"),
+		ExpressionAttributeNames: map[string]string{"#t": attrTenant, "#b": attrBranch},
+		ExpressionAttributeValues: map[string]ddbtypes.AttributeValue{
+			":t": strAV(tenant), ":b": strAV(branch),
+		},
+	}}
+}
+
+func documentTaken(document string) *Problem {
+	p := problem(http.StatusConflict, ProblemDocumentTaken, "document number "+document+" belongs to another branch")
+	p.Field = "document"
+	return p
+}
+
+// tenantExists is the ConditionCheck that a tenant exists, whatever its
+// status, for what is created under it.
+func (s *Server) tenantExists(tenant string) ddbtypes.TransactWriteItem {
+	return ddbtypes.TransactWriteItem{ConditionCheck: &ddbtypes.ConditionCheck{
+		TableName: &s.cfg.Table, Key: keyAV(aggregates.TenantKey(tenant)),
+		ConditionExpression:      aws.String("attribute_exists(#pk)"),
+		ExpressionAttributeNames: map[string]string{"#pk": attrPK},
+	}}
+}
+
+// createBranch serves POST /v1/tenants/{tenant}/branches: in one
+// transaction, a check that the tenant exists, the branch put on condition
+// that the id is free, and the document's owner item put on condition that
+// the document is free.
+func (s *Server) createBranch(w http.ResponseWriter, r *http.Request) {
+	tenant, p := tenantPath(r)
+	if p != nil {
+		p.write(w)
+		return
+	}
+	key, body, ok := s.mutationRequest(w, r, true, "a branch")
+	if !ok {
+		return
+	}
+	m, p := decodeObject(body, branchCreateFields)
+	if p == nil {
+		p = required(m, "id", "name", "document")
+	}
+	b := Branch{Tenant: tenant, Status: string(aggregates.StatusActive), Version: 1}
+	if p == nil {
+		b.ID, p = parseIDField("id", m["id"])
+	}
+	if p == nil {
+		b.Name, p = parseDisplayName("name", m["name"])
+	}
+	if p == nil {
+		b.Document, p = parseDocument("document", m["document"])
+	}
+	if raw, ok := m["status"]; p == nil && ok && !isNull(raw) {
+		b.Status, p = parseChecked("status", raw, aggregates.ValidateTenantStatus)
+	}
+	if p == nil {
+		p = s.writesAllowed(r.Context())
+	}
+	if p != nil {
+		p.write(w)
+		return
+	}
+	s.mutate(w, r, mutation{
+		tenant: tenant, idemKey: key, fp: fingerprint(r, body),
+		prepare: func(context.Context) (*change, response, *Problem, error) {
+			b.CreatedAt = s.cfg.Now().UTC().Format(time.RFC3339Nano)
+			b.UpdatedAt = b.CreatedAt
+			resp := jsonResponse(http.StatusCreated, b)
+			resp.location, resp.etag = branchLocation(tenant, b.ID), etag(b.Version)
+			return &change{op: "branch_create", items: []ddbtypes.TransactWriteItem{
+				s.tenantExists(tenant),
+				{Put: &ddbtypes.Put{
+					TableName: &s.cfg.Table, Item: branchItem(b),
+					ConditionExpression:      aws.String("attribute_not_exists(#pk)"),
+					ExpressionAttributeNames: map[string]string{"#pk": attrPK},
+				}},
+				s.documentOwnerPut(tenant, b.ID, b.Document, b.CreatedAt),
+			}}, resp, nil, nil
+		},
+		conditionFailed: func(_ context.Context, f failure) (*Problem, bool, error) {
+			switch f.index {
+			case 0:
+				return notFoundOf("tenant " + tenant), false, nil
+			case 1:
+				p := problem(http.StatusConflict, ProblemAlreadyExists, "branch "+b.ID+" already exists in tenant "+tenant)
+				p.Field = "id"
+				return p, false, nil
+			}
+			return documentTaken(b.Document), false, nil
+		},
+	})
+}
+
+// getBranch serves GET …/branches/{branch}, strongly consistent.
+func (s *Server) getBranch(w http.ResponseWriter, r *http.Request) {
+	tenant, branch, p := branchPath(r)
+	if p != nil {
+		p.write(w)
+		return
+	}
+	item, err := s.getItem(r.Context(), aggregates.BranchKey(tenant, branch))
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	if item == nil {
+		notFoundOf("branch").write(w)
+		return
+	}
+	b := decodeBranch(item)
+	resp := jsonResponse(http.StatusOK, b)
+	resp.etag = etag(b.Version)
+	resp.write(w, false)
+}
+
+// listBranches serves GET /v1/tenants/{tenant}/branches: one strongly
+// consistent Query on the tenant's branch partition, in id order. No index
+// is needed: the branches of a tenant are one item collection.
+func (s *Server) listBranches(w http.ResponseWriter, r *http.Request) {
+	tenant, p := tenantPath(r)
+	if p != nil {
+		p.write(w)
+		return
+	}
+	limit, start, p := s.directoryList(r, tenant, "branches", nil)
+	if p != nil {
+		p.write(w)
+		return
+	}
+	pk := aggregates.BranchPK(tenant)
+	in := &dynamodb.QueryInput{
+		TableName: &s.cfg.Table, ConsistentRead: aws.Bool(true),
+		KeyConditionExpression:    aws.String("#pk = :pk"),
+		ExpressionAttributeNames:  map[string]string{"#pk": attrPK},
+		ExpressionAttributeValues: map[string]ddbtypes.AttributeValue{":pk": strAV(pk)},
+		Limit:                     aws.Int32(int32(limit + 1)),
+	}
+	if start != "" {
+		in.ExclusiveStartKey = keyAV(aggregates.Key{PK: pk, SK: start})
+	}
+	items, more, err := s.queryUpTo(r.Context(), in, limit)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	page := BranchPage{Items: []Branch{}}
+	for _, item := range items {
+		page.Items = append(page.Items, decodeBranch(item))
+	}
+	if more {
+		page.NextCursor = s.directoryCursor(tenant, "branches", page.Items[len(page.Items)-1].ID)
+	}
+	writeJSON(w, http.StatusOK, page)
+}
+
+// patchBranch serves PATCH …/branches/{branch}: name, status and document,
+// on condition that If-Match names the current version. A new document is
+// taken and the old one freed in the same transaction as the change. It is
+// an UpdateItem, never a put of the whole item, so it cannot erase the
+// hasTransactions marker a concurrent first transaction sets.
+func (s *Server) patchBranch(w http.ResponseWriter, r *http.Request) {
+	tenant, branch, p := branchPath(r)
+	var expected int64
+	if p == nil {
+		expected, p = requireIfMatch(r)
+	}
+	if p != nil {
+		p.write(w)
+		return
+	}
+	key, body, ok := s.mutationRequest(w, r, false, "")
+	if !ok {
+		return
+	}
+	m, p := decodeObject(body, branchPatchFields)
+	if p == nil {
+		p = notNull(m, "name", "document", "status")
+	}
+	if p == nil && len(m) == 0 {
+		p = problem(http.StatusBadRequest, ProblemInvalidJSON, "the patch changes nothing: name at least one field")
+	}
+	var name, status, document string
+	if raw, ok := m["name"]; p == nil && ok {
+		name, p = parseDisplayName("name", raw)
+	}
+	if raw, ok := m["document"]; p == nil && ok {
+		document, p = parseDocument("document", raw)
+	}
+	if raw, ok := m["status"]; p == nil && ok {
+		status, p = parseChecked("status", raw, aggregates.ValidateTenantStatus)
+	}
+	if p == nil {
+		p = s.writesAllowed(r.Context())
+	}
+	if p != nil {
+		p.write(w)
+		return
+	}
+	k := aggregates.BranchKey(tenant, branch)
+	s.mutate(w, r, mutation{
+		tenant: tenant, idemKey: key, fp: fingerprint(r, body), lookupFirst: true,
+		prepare: func(ctx context.Context) (*change, response, *Problem, error) {
+			item, err := s.getItem(ctx, k)
+			if err != nil {
+				return nil, response{}, nil, err
+			}
+			if item == nil {
+				return nil, response{}, notFoundOf("branch"), nil
+			}
+			b := decodeBranch(item)
+			if b.Version != expected {
+				s.metrics.VersionConflicts.Inc()
+				return nil, response{}, versionMismatch(b.Version), nil
+			}
+			oldDocument := b.Document
+			u := newUpdate()
+			if name != "" {
+				b.Name = name
+				u.set(attrName, strAV(name))
+			}
+			if status != "" {
+				b.Status = status
+				u.set(attrStatus, strAV(status))
+			}
+			moved := document != "" && document != oldDocument
+			if moved {
+				b.Document = document
+				gsi := aggregates.BranchDocumentIndexKey(tenant, document)
+				u.set(attrDocument, strAV(document)).set(attrGSI2PK, strAV(gsi.PK)).set(attrGSI2SK, strAV(gsi.SK))
+			}
+			b.Version++
+			b.UpdatedAt = s.cfg.Now().UTC().Format(time.RFC3339Nano)
+			u.set(attrUpdatedAt, strAV(b.UpdatedAt)).set(attrVersion, intAV(b.Version))
+			ch := one("branch_update", u.item(&s.cfg.Table, k, "#v = :expected",
+				map[string]string{"#v": attrVersion}, map[string]ddbtypes.AttributeValue{":expected": intAV(expected)}))
+			if moved {
+				ch.items = append(ch.items,
+					s.documentOwnerDelete(tenant, branch, oldDocument),
+					s.documentOwnerPut(tenant, branch, document, b.UpdatedAt))
+			}
+			resp := jsonResponse(http.StatusOK, b)
+			resp.etag = etag(b.Version)
+			return ch, resp, nil, nil
+		},
+		conditionFailed: func(ctx context.Context, f failure) (*Problem, bool, error) {
+			switch f.index {
+			case 0:
+				return s.staleOrGone(ctx, k, f.old, "branch")
+			case 1:
+				return nil, false, fmt.Errorf("branch %s/%s: the owner item of its document does not name it", tenant, branch)
+			}
+			return documentTaken(document), false, nil
+		},
+	})
+}
+
+// deleteBranch serves DELETE …/branches/{branch}, If-Match optional. It
+// deletes the branch and frees its document in one transaction, on
+// condition that the branch is at the version read and has never had a
+// transaction (attribute_not_exists(hasTransactions); see directory.go).
+func (s *Server) deleteBranch(w http.ResponseWriter, r *http.Request) {
+	tenant, branch, p := branchPath(r)
+	if p != nil {
+		p.write(w)
+		return
+	}
+	expected, _, wildcard, p := parseIfMatch(r)
+	if wildcard {
+		expected = 0
+	}
+	var key string
+	if p == nil {
+		key, p = parseIdempotencyKey(r)
+	}
+	if p == nil {
+		p = s.writesAllowed(r.Context())
+	}
+	if p != nil {
+		p.write(w)
+		return
+	}
+	k := aggregates.BranchKey(tenant, branch)
+	hasTransactions := func() *Problem {
+		return problem(http.StatusConflict, ProblemBranchHasTransactions,
+			"branch "+branch+" has transactions and cannot be deleted; suspend it instead (PATCH {\"status\":\"suspended\"})")
+	}
+	s.mutate(w, r, mutation{
+		tenant: tenant, idemKey: key, fp: fingerprint(r, nil), lookupFirst: true,
+		prepare: func(ctx context.Context) (*change, response, *Problem, error) {
+			item, err := s.getItem(ctx, k)
+			if err != nil {
+				return nil, response{}, nil, err
+			}
+			if item == nil {
+				return nil, response{}, notFoundOf("branch"), nil
+			}
+			b := decodeBranch(item)
+			if expected > 0 && b.Version != expected {
+				s.metrics.VersionConflicts.Inc()
+				return nil, response{}, versionMismatch(b.Version), nil
+			}
+			if b.HasTransactions {
+				return nil, response{}, hasTransactions(), nil
+			}
+			return &change{op: "branch_delete", items: []ddbtypes.TransactWriteItem{
+				{Delete: &ddbtypes.Delete{
+					TableName: &s.cfg.Table, Key: keyAV(k),
+					ConditionExpression:       aws.String("#v = :read AND attribute_not_exists(#has)"),
+					ExpressionAttributeNames:  map[string]string{"#v": attrVersion, "#has": attrHasTransactions},
+					ExpressionAttributeValues: map[string]ddbtypes.AttributeValue{":read": intAV(b.Version)},
+				}},
+				s.documentOwnerDelete(tenant, branch, b.Document),
+			}}, response{status: http.StatusNoContent}, nil, nil
+		},
+		conditionFailed: func(ctx context.Context, f failure) (*Problem, bool, error) {
+			if f.index == 1 {
+				return nil, false, fmt.Errorf("branch %s/%s: the owner item of its document does not name it", tenant, branch)
+			}
+			item, err := s.current(ctx, k, f.old)
+			switch {
+			case err != nil:
+				return nil, false, err
+			case item == nil:
+				return notFoundOf("branch"), false, nil
+			case boolAttr(item, attrHasTransactions):
+				return hasTransactions(), false, nil
+			case expected > 0:
+				v, _ := intAttr(item, attrVersion)
+				s.metrics.VersionConflicts.Inc()
+				return versionMismatch(v), false, nil
+			}
+			return nil, true, nil // changed since read: read again
+		},
+	})
+}
+
+// lookupBranch serves GET /v1/branches:lookup?document= (admin): the branch
+// holding a document number in any tenant, found through GSI2 and confirmed
+// with a strongly consistent read of the branch.
+func (s *Server) lookupBranch(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	if p := singleParams(q, map[string]bool{"document": true}); p != nil {
+		p.write(w)
+		return
+	}
+	document, p := checkDocument("document", q.Get("document"))
+	if p != nil {
+		p.write(w)
+		return
+	}
+	gsi := aggregates.BranchDocumentIndexKey("", document)
+	out, err := s.api.Query(r.Context(), &dynamodb.QueryInput{
+		TableName: &s.cfg.Table, IndexName: aws.String("GSI2"),
+		KeyConditionExpression:    aws.String("#pk = :pk"),
+		ExpressionAttributeNames:  map[string]string{"#pk": attrGSI2PK},
+		ExpressionAttributeValues: map[string]ddbtypes.AttributeValue{":pk": strAV(gsi.PK)},
+		Limit:                     aws.Int32(10),
+	})
+	if err != nil {
+		s.fail(w, r, s.dynamoError("Query", err))
+		return
+	}
+	for _, hit := range out.Items {
+		tenant, _ := stringAttr(hit, attrTenant)
+		id, _ := stringAttr(hit, attrID)
+		item, err := s.getItem(r.Context(), aggregates.BranchKey(tenant, id))
+		if err != nil {
+			s.fail(w, r, err)
+			return
+		}
+		if b := decodeBranch(item); item != nil && b.Document == document {
+			resp := jsonResponse(http.StatusOK, b)
+			resp.etag = etag(b.Version)
+			resp.write(w, false)
+			return
+		}
+	}
+	notFoundOf("branch with this document").write(w)
+}

@@ -1,0 +1,377 @@
+package writer
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strconv"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	ddbtypes "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/ledger-dev/ledger/aggregates"
+)
+
+// The directory: tenants, branches and accounts, and the integrity rules
+// DynamoDB enforces for them. Every rule is a condition evaluated by
+// DynamoDB inside the write that could break it, never a read followed by a
+// write; reads only choose what to write and explain refusals.
+//
+// Uniqueness across the whole table. A normalised email address is owned by
+// at most one account, a branch document number by at most one branch: each
+// owned value has an owner item (EMAIL#{email} / UNIQUE, BRANCHDOC#{document}
+// / UNIQUE) put with attribute_not_exists(PK) in the same TransactWriteItems
+// as the item that takes the value, and deleted, on condition that it names
+// that owner, in the same TransactWriteItems as the change that frees it
+// (removing the address, changing the document, deleting the branch or
+// account). Of concurrent requests for one value, DynamoDB lets exactly one
+// transaction put the owner item; the others are cancelled with
+// ConditionalCheckFailed on it and answer 409 having written nothing.
+//
+// Optimistic locking. Every tenant, branch and account item has a version,
+// the ETag. A change is conditional on the version the client names in
+// If-Match (412 otherwise), or, where If-Match is optional, on the version
+// the request read. Every change to an account's emails increments the
+// account's version in the same transaction, so an account's version
+// identifies its whole item collection (profile and emails): a request that
+// read the collection at version v and writes on condition version = v acts
+// on exactly what it read.
+//
+// Transactions need an active tenant and branch. Creating a transaction adds
+// to its put, in the same TransactWriteItems, a ConditionCheck that the
+// tenant is active and one that the branch is active (transactions.go): a
+// missing tenant or branch is 404, a suspended one 409, and a suspension
+// committed before the transaction is never missed. Reports stay readable.
+//
+// Deleting a branch. A branch's first transaction sets the branch's
+// hasTransactions marker in the transaction's own TransactWriteItems (an
+// Update, conditional on the branch being active, in place of the
+// ConditionCheck); later creates check the marker with the status. The
+// delete is conditional on attribute_not_exists(hasTransactions). Both are
+// conditions on the one branch item inside transactions, so they serialise:
+// either the delete commits first and the create is cancelled (no branch),
+// or the create commits first and the delete is refused (409
+// branch-has-transactions). No create can commit without the marker, so no
+// transaction is ever left under a deleted branch. The marker is never
+// removed: a branch that has had transactions also has reports; suspending
+// it is the way to stop it.
+
+// Attribute names of directory items (status is attrStatus, as on
+// idempotency records: never the same item).
+const (
+	attrName            = "name"
+	attrDocument        = "document"
+	attrHasTransactions = "hasTransactions"
+	attrAccount         = "accountId"
+	attrFirstName       = "firstName"
+	attrLastName        = "lastName"
+	attrRole            = "role"
+	attrEmail           = "email"
+	attrEmailCount      = "emailCount"
+	attrIsPrimary       = "isPrimary"
+	attrIsVerified      = "isVerified"
+	attrVerifiedAt      = "verifiedAt"
+	attrGSI1PK          = "GSI1PK"
+	attrGSI1SK          = "GSI1SK"
+	attrGSI2PK          = "GSI2PK"
+	attrGSI2SK          = "GSI2SK"
+)
+
+func boolAV(b bool) *ddbtypes.AttributeValueMemberBOOL {
+	return &ddbtypes.AttributeValueMemberBOOL{Value: b}
+}
+
+func boolAttr(item map[string]ddbtypes.AttributeValue, name string) bool {
+	v, ok := item[name].(*ddbtypes.AttributeValueMemberBOOL)
+	return ok && v.Value
+}
+
+// tenantActiveCheck is the ConditionCheck a transaction create carries:
+// the tenant exists and is active.
+func (s *Server) tenantActiveCheck(tenant string) ddbtypes.TransactWriteItem {
+	return ddbtypes.TransactWriteItem{ConditionCheck: &ddbtypes.ConditionCheck{
+		TableName: &s.cfg.Table, Key: keyAV(aggregates.TenantKey(tenant)),
+		ConditionExpression:       aws.String("#st = :active"),
+		ExpressionAttributeNames:  map[string]string{"#st": attrStatus},
+		ExpressionAttributeValues: map[string]ddbtypes.AttributeValue{":active": strAV(string(aggregates.StatusActive))},
+	}}
+}
+
+// branchActiveCheck is the branch item of a transaction create: a
+// ConditionCheck that the branch is active and has its hasTransactions
+// marker or, for its first transaction (mark), an Update setting the marker
+// on condition that it is active.
+func (s *Server) branchActiveCheck(tenant, branch string, mark bool) ddbtypes.TransactWriteItem {
+	names := map[string]string{"#st": attrStatus, "#has": attrHasTransactions}
+	values := map[string]ddbtypes.AttributeValue{":active": strAV(string(aggregates.StatusActive)), ":true": boolAV(true)}
+	key := keyAV(aggregates.BranchKey(tenant, branch))
+	if mark {
+		return ddbtypes.TransactWriteItem{Update: &ddbtypes.Update{
+			TableName: &s.cfg.Table, Key: key,
+			UpdateExpression:          aws.String("SET #has = :true"),
+			ConditionExpression:       aws.String("#st = :active"),
+			ExpressionAttributeNames:  names,
+			ExpressionAttributeValues: values,
+		}}
+	}
+	return ddbtypes.TransactWriteItem{ConditionCheck: &ddbtypes.ConditionCheck{
+		TableName: &s.cfg.Table, Key: key,
+		ConditionExpression:       aws.String("#st = :active AND #has = :true"),
+		ExpressionAttributeNames:  names,
+		ExpressionAttributeValues: values,
+	}}
+}
+
+// current returns old, the item as a failed condition returned it, or, when
+// DynamoDB returned nothing, the item read again (nil when absent).
+func (s *Server) current(ctx context.Context, k aggregates.Key, old map[string]ddbtypes.AttributeValue) (map[string]ddbtypes.AttributeValue, error) {
+	if old != nil {
+		return old, nil
+	}
+	return s.getItem(ctx, k)
+}
+
+// tenantNotActive explains a transaction create refused by the tenant check.
+func (s *Server) tenantNotActive(ctx context.Context, tenant string, old map[string]ddbtypes.AttributeValue) (*Problem, bool, error) {
+	item, err := s.current(ctx, aggregates.TenantKey(tenant), old)
+	if err != nil {
+		return nil, false, err
+	}
+	if item == nil {
+		return notFoundOf("tenant " + tenant + " (create it first: POST /v1/tenants)"), false, nil
+	}
+	if st, _ := stringAttr(item, attrStatus); st == string(aggregates.StatusActive) {
+		return nil, true, nil // reactivated meanwhile
+	}
+	return problem(http.StatusConflict, ProblemTenantSuspended,
+		"tenant "+tenant+" is suspended: it takes no new transactions; its transactions and reports stay readable"), false, nil
+}
+
+// branchNotActive explains a transaction create refused by the branch
+// check: 404 or 409, or mark when the branch is active but has no
+// hasTransactions marker yet (the create is retried setting it).
+func (s *Server) branchNotActive(ctx context.Context, tenant, branch string, old map[string]ddbtypes.AttributeValue) (p *Problem, retry, mark bool, err error) {
+	item, err := s.current(ctx, aggregates.BranchKey(tenant, branch), old)
+	if err != nil {
+		return nil, false, false, err
+	}
+	if item == nil {
+		return notFoundOf("branch " + branch + " of tenant " + tenant + " (create it first: POST /v1/tenants/" + tenant + "/branches)"), false, false, nil
+	}
+	if st, _ := stringAttr(item, attrStatus); st != string(aggregates.StatusActive) {
+		return problem(http.StatusConflict, ProblemBranchSuspended,
+			"branch "+branch+" is suspended: it takes no new transactions; its transactions and reports stay readable"), false, false, nil
+	}
+	return nil, true, !boolAttr(item, attrHasTransactions), nil
+}
+
+// notFoundOf is a 404 naming what is missing.
+func notFoundOf(what string) *Problem {
+	return problem(http.StatusNotFound, ProblemNotFound, "no such "+what)
+}
+
+// staleOrGone explains a failed version condition on the item at k from
+// the item as it is: 404 when it is gone, else 412 with its version.
+func (s *Server) staleOrGone(ctx context.Context, k aggregates.Key, old map[string]ddbtypes.AttributeValue, what string) (*Problem, bool, error) {
+	item, err := s.current(ctx, k, old)
+	if err != nil {
+		return nil, false, err
+	}
+	if item == nil {
+		return notFoundOf(what), false, nil
+	}
+	v, _ := intAttr(item, attrVersion)
+	s.metrics.VersionConflicts.Inc()
+	return versionMismatch(v), false, nil
+}
+
+// requireIfMatch reads the If-Match a PATCH must carry: 428 without it, 400
+// for "*".
+func requireIfMatch(r *http.Request) (int64, *Problem) {
+	expected, present, wildcard, p := parseIfMatch(r)
+	switch {
+	case p != nil:
+		return 0, p
+	case !present:
+		p = problem(http.StatusPreconditionRequired, ProblemPreconditionRequired, `this change needs If-Match with the version to change, as the ETag gives it: If-Match: "3"`)
+		p.Field = "If-Match"
+		return 0, p
+	case wildcard:
+		return 0, fieldProblem("If-Match", `give a version, not "*"`)
+	}
+	return expected, nil
+}
+
+// mutationRequest runs the checks every mutating request with a body shares
+// and returns its Idempotency-Key and body: the key (required when
+// keyRequired), the content type, the body and the flags. On a problem it
+// has answered and ok is false.
+func (s *Server) mutationRequest(w http.ResponseWriter, r *http.Request, keyRequired bool, what string) (key string, body []byte, ok bool) {
+	key, p := parseIdempotencyKey(r)
+	if p == nil && key == "" && keyRequired {
+		p = problem(http.StatusBadRequest, ProblemIdempotencyKeyRequired, "creating "+what+" needs an Idempotency-Key header (a fresh UUID per request, reused on retries)")
+		p.Field = "Idempotency-Key"
+	}
+	if p == nil {
+		p = requireJSON(r, r.Method == http.MethodPatch)
+	}
+	if p == nil {
+		body, p = readBody(w, r, s.cfg.MaxBodyBytes)
+	}
+	if p != nil {
+		p.write(w)
+		return "", nil, false
+	}
+	return key, body, true
+}
+
+// Body field parsers of the directory.
+
+func parseIDField(field string, raw json.RawMessage) (string, *Problem) {
+	v, p := parseString(field, raw)
+	if p != nil {
+		return "", p
+	}
+	if err := aggregates.ValidateID(v); err != nil {
+		return "", fieldProblem(field, err.Error())
+	}
+	return v, nil
+}
+
+func parseDisplayName(field string, raw json.RawMessage) (string, *Problem) {
+	v, p := parseString(field, raw)
+	if p != nil {
+		return "", p
+	}
+	if err := aggregates.ValidateDisplayName(v); err != nil {
+		return "", fieldProblem(field, err.Error())
+	}
+	return v, nil
+}
+
+func parseChecked(field string, raw json.RawMessage, check func(string) error) (string, *Problem) {
+	v, p := parseString(field, raw)
+	if p != nil {
+		return "", p
+	}
+	if err := check(v); err != nil {
+		return "", fieldProblem(field, err.Error())
+	}
+	return v, nil
+}
+
+func parseEmail(field string, raw json.RawMessage) (string, *Problem) {
+	v, p := parseString(field, raw)
+	if p != nil {
+		return "", p
+	}
+	return checkEmail(field, v)
+}
+
+func checkEmail(field, v string) (string, *Problem) {
+	if len(v) > 2*aggregates.MaxEmailLength {
+		return "", fieldProblem(field, "too long")
+	}
+	v = aggregates.NormalizeEmail(v)
+	if err := aggregates.ValidateEmail(v); err != nil {
+		return "", fieldProblem(field, err.Error())
+	}
+	return v, nil
+}
+
+func parseDocument(field string, raw json.RawMessage) (string, *Problem) {
+	v, p := parseString(field, raw)
+	if p != nil {
+		return "", p
+	}
+	return checkDocument(field, v)
+}
+
+func checkDocument(field, v string) (string, *Problem) {
+	if len(v) > 4*aggregates.MaxDocumentLength {
+		return "", fieldProblem(field, "too long")
+	}
+	v = aggregates.NormalizeDocument(v)
+	if err := aggregates.ValidateDocument(v); err != nil {
+		return "", fieldProblem(field, err.Error())
+	}
+	return v, nil
+}
+
+func parseBool(field string, raw json.RawMessage) (bool, *Problem) {
+	switch string(raw) {
+	case "true":
+		return true, nil
+	case "false":
+		return false, nil
+	}
+	return false, fieldProblem(field, "must be true or false")
+}
+
+// required checks that the members named are present and not null.
+func required(m map[string]json.RawMessage, fields ...string) *Problem {
+	for _, f := range fields {
+		if raw, ok := m[f]; !ok || isNull(raw) {
+			return fieldProblem(f, "required")
+		}
+	}
+	return nil
+}
+
+// notNull refuses null for the members named (they cannot be removed).
+func notNull(m map[string]json.RawMessage, fields ...string) *Problem {
+	for _, f := range fields {
+		if raw, ok := m[f]; ok && isNull(raw) {
+			return fieldProblem(f, "cannot be removed (null)")
+		}
+	}
+	return nil
+}
+
+// listLimit reads the limit query parameter (1–MaxListLimit, default
+// DefaultListLimit; larger values are capped).
+func listLimit(v string) (int, *Problem) {
+	if v == "" {
+		return DefaultListLimit, nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 {
+		return 0, fieldProblem("limit", fmt.Sprintf("want a whole number from 1 to %d", MaxListLimit))
+	}
+	return min(n, MaxListLimit), nil
+}
+
+// directoryList reads the limit and cursor of a directory listing (tenant
+// "" and kind name the listing the cursor is bound to): the exclusive start
+// sort key, "" for the first page.
+func (s *Server) directoryList(r *http.Request, tenant, kind string, extra map[string]bool) (limit int, startSK string, p *Problem) {
+	allowed := map[string]bool{"limit": true, "cursor": true}
+	for k := range extra {
+		allowed[k] = true
+	}
+	q := r.URL.Query()
+	if p := singleParams(q, allowed); p != nil {
+		return 0, "", p
+	}
+	if limit, p = listLimit(q.Get("limit")); p != nil {
+		return 0, "", p
+	}
+	if c := q.Get("cursor"); c != "" {
+		cur, err := s.cursors.decode(c, tenant, "", kind)
+		if err != nil {
+			p := problem(http.StatusBadRequest, ProblemInvalidCursor, "the cursor is not one this listing issued")
+			p.Field = "cursor"
+			return 0, "", p
+		}
+		startSK = cur.SK
+	}
+	return limit, startSK, nil
+}
+
+func (s *Server) directoryCursor(tenant, kind, sk string) string {
+	if sk == "" {
+		return ""
+	}
+	return s.cursors.encode(cursor{Tenant: tenant, Query: kind, SK: sk})
+}

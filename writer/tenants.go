@@ -1,0 +1,327 @@
+package writer
+
+import (
+	"context"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	ddbtypes "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/ledger-dev/ledger/aggregates"
+)
+
+// Tenant is a tenant as the API shows it.
+type Tenant struct {
+	ID        string `json:"id"`
+	Name      string `json:"name"`
+	Status    string `json:"status"`
+	CreatedAt string `json:"createdAt"`
+	UpdatedAt string `json:"updatedAt"`
+	Version   int64  `json:"version"`
+}
+
+// TenantPage is a page of the tenant listing.
+type TenantPage struct {
+	Items      []Tenant `json:"items"`
+	NextCursor string   `json:"nextCursor,omitempty"`
+}
+
+var (
+	tenantCreateFields = map[string]bool{"id": true, "name": true, "status": true}
+	tenantPatchFields  = map[string]bool{"name": true, "status": true}
+)
+
+func tenantLocation(id string) string { return "/v1/tenants/" + id }
+
+// tenantItem encodes t as its item; the GSI1 entry lists it among all
+// tenants.
+func tenantItem(t Tenant) map[string]ddbtypes.AttributeValue {
+	item := keyAV(aggregates.TenantKey(t.ID))
+	item[attrEntityType] = strAV(aggregates.EntityTenant)
+	item[attrID] = strAV(t.ID)
+	item[attrName] = strAV(t.Name)
+	item[attrStatus] = strAV(t.Status)
+	item[attrCreatedAt] = strAV(t.CreatedAt)
+	item[attrUpdatedAt] = strAV(t.UpdatedAt)
+	item[attrVersion] = intAV(t.Version)
+	item[attrGSI1PK] = strAV(aggregates.TenantIndexPK)
+	item[attrGSI1SK] = strAV(aggregates.TenantIndexSK(t.ID))
+	return item
+}
+
+func decodeTenant(item map[string]ddbtypes.AttributeValue) Tenant {
+	var t Tenant
+	t.ID, _ = stringAttr(item, attrID)
+	t.Name, _ = stringAttr(item, attrName)
+	t.Status, _ = stringAttr(item, attrStatus)
+	t.CreatedAt, _ = stringAttr(item, attrCreatedAt)
+	t.UpdatedAt, _ = stringAttr(item, attrUpdatedAt)
+	t.Version, _ = intAttr(item, attrVersion)
+	return t
+}
+
+// tenantPath validates the path's tenant.
+func tenantPath(r *http.Request) (string, *Problem) {
+	t := r.PathValue("tenant")
+	if err := aggregates.ValidateID(t); err != nil {
+		return "", fieldProblem("tenant", err.Error())
+	}
+	return t, nil
+}
+
+// createTenant serves POST /v1/tenants (admin): a put on condition that no
+// tenant has the id.
+func (s *Server) createTenant(w http.ResponseWriter, r *http.Request) {
+	key, body, ok := s.mutationRequest(w, r, true, "a tenant")
+	if !ok {
+		return
+	}
+	m, p := decodeObject(body, tenantCreateFields)
+	if p == nil {
+		p = required(m, "id", "name")
+	}
+	t := Tenant{Status: string(aggregates.StatusActive), Version: 1}
+	if p == nil {
+		t.ID, p = parseIDField("id", m["id"])
+	}
+	if p == nil {
+		t.Name, p = parseDisplayName("name", m["name"])
+	}
+	if raw, ok := m["status"]; p == nil && ok && !isNull(raw) {
+		t.Status, p = parseChecked("status", raw, aggregates.ValidateTenantStatus)
+	}
+	if p == nil {
+		p = s.writesAllowed(r.Context())
+	}
+	if p != nil {
+		p.write(w)
+		return
+	}
+	s.mutate(w, r, mutation{
+		idemKey: key, fp: fingerprint(r, body),
+		prepare: func(context.Context) (*change, response, *Problem, error) {
+			t.CreatedAt = s.cfg.Now().UTC().Format(time.RFC3339Nano)
+			t.UpdatedAt = t.CreatedAt
+			resp := jsonResponse(http.StatusCreated, t)
+			resp.location, resp.etag = tenantLocation(t.ID), etag(t.Version)
+			return one("tenant_create", ddbtypes.TransactWriteItem{Put: &ddbtypes.Put{
+				TableName: &s.cfg.Table, Item: tenantItem(t),
+				ConditionExpression:      aws.String("attribute_not_exists(#pk)"),
+				ExpressionAttributeNames: map[string]string{"#pk": attrPK},
+			}}), resp, nil, nil
+		},
+		conditionFailed: func(context.Context, failure) (*Problem, bool, error) {
+			p := problem(http.StatusConflict, ProblemAlreadyExists, "tenant "+t.ID+" already exists")
+			p.Field = "id"
+			return p, false, nil
+		},
+	})
+}
+
+// getTenant serves GET /v1/tenants/{tenant}, strongly consistent.
+func (s *Server) getTenant(w http.ResponseWriter, r *http.Request) {
+	tenant, p := tenantPath(r)
+	if p != nil {
+		p.write(w)
+		return
+	}
+	item, err := s.getItem(r.Context(), aggregates.TenantKey(tenant))
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	if item == nil {
+		notFoundOf("tenant").write(w)
+		return
+	}
+	t := decodeTenant(item)
+	resp := jsonResponse(http.StatusOK, t)
+	resp.etag = etag(t.Version)
+	resp.write(w, false)
+}
+
+// listTenants serves GET /v1/tenants (admin): the tenants in id order,
+// from the sparse GSI1 partition TENANTS (eventually consistent, as every
+// index read: a tenant created a moment ago may be missing).
+func (s *Server) listTenants(w http.ResponseWriter, r *http.Request) {
+	limit, start, p := s.directoryList(r, "", "tenants", nil)
+	if p != nil {
+		p.write(w)
+		return
+	}
+	in := &dynamodb.QueryInput{
+		TableName: &s.cfg.Table, IndexName: aws.String("GSI1"),
+		KeyConditionExpression:    aws.String("#pk = :pk"),
+		ExpressionAttributeNames:  map[string]string{"#pk": attrGSI1PK},
+		ExpressionAttributeValues: map[string]ddbtypes.AttributeValue{":pk": strAV(aggregates.TenantIndexPK)},
+		Limit:                     aws.Int32(int32(limit + 1)),
+	}
+	if start != "" {
+		k := aggregates.TenantKey(start)
+		in.ExclusiveStartKey = map[string]ddbtypes.AttributeValue{
+			attrGSI1PK: strAV(aggregates.TenantIndexPK), attrGSI1SK: strAV(aggregates.TenantIndexSK(start)),
+			attrPK: strAV(k.PK), attrSK: strAV(k.SK),
+		}
+	}
+	page := TenantPage{Items: []Tenant{}}
+	items, more, err := s.queryUpTo(r.Context(), in, limit)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	for _, item := range items {
+		page.Items = append(page.Items, decodeTenant(item))
+	}
+	if more {
+		page.NextCursor = s.directoryCursor("", "tenants", page.Items[len(page.Items)-1].ID)
+	}
+	writeJSON(w, http.StatusOK, page)
+}
+
+// queryUpTo reads up to limit items with in (whose Limit should be
+// limit+1), following pages, and says whether there are more.
+func (s *Server) queryUpTo(ctx context.Context, in *dynamodb.QueryInput, limit int) ([]map[string]ddbtypes.AttributeValue, bool, error) {
+	var items []map[string]ddbtypes.AttributeValue
+	for {
+		out, err := s.api.Query(ctx, in)
+		if err != nil {
+			return nil, false, s.dynamoError("Query", err)
+		}
+		items = append(items, out.Items...)
+		if len(items) > limit {
+			return items[:limit], true, nil
+		}
+		if out.LastEvaluatedKey == nil {
+			return items, false, nil
+		}
+		in.ExclusiveStartKey = out.LastEvaluatedKey
+	}
+}
+
+// patchTenant serves PATCH /v1/tenants/{tenant} (admin): name and status,
+// on condition that If-Match names the current version. Suspending a tenant
+// stops new transactions in all its branches.
+func (s *Server) patchTenant(w http.ResponseWriter, r *http.Request) {
+	tenant, p := tenantPath(r)
+	var expected int64
+	if p == nil {
+		expected, p = requireIfMatch(r)
+	}
+	if p != nil {
+		p.write(w)
+		return
+	}
+	key, body, ok := s.mutationRequest(w, r, false, "")
+	if !ok {
+		return
+	}
+	m, p := decodeObject(body, tenantPatchFields)
+	if p == nil {
+		p = notNull(m, "name", "status")
+	}
+	if p == nil && len(m) == 0 {
+		p = problem(http.StatusBadRequest, ProblemInvalidJSON, "the patch changes nothing: name at least one field")
+	}
+	var name, status string
+	if raw, ok := m["name"]; p == nil && ok {
+		name, p = parseDisplayName("name", raw)
+	}
+	if raw, ok := m["status"]; p == nil && ok {
+		status, p = parseChecked("status", raw, aggregates.ValidateTenantStatus)
+	}
+	if p == nil {
+		p = s.writesAllowed(r.Context())
+	}
+	if p != nil {
+		p.write(w)
+		return
+	}
+	k := aggregates.TenantKey(tenant)
+	s.mutate(w, r, mutation{
+		tenant: tenant, idemKey: key, fp: fingerprint(r, body), lookupFirst: true,
+		prepare: func(ctx context.Context) (*change, response, *Problem, error) {
+			item, err := s.getItem(ctx, k)
+			if err != nil {
+				return nil, response{}, nil, err
+			}
+			if item == nil {
+				return nil, response{}, notFoundOf("tenant"), nil
+			}
+			t := decodeTenant(item)
+			if t.Version != expected {
+				s.metrics.VersionConflicts.Inc()
+				return nil, response{}, versionMismatch(t.Version), nil
+			}
+			u := newUpdate()
+			if name != "" {
+				t.Name = name
+				u.set(attrName, strAV(name))
+			}
+			if status != "" {
+				t.Status = status
+				u.set(attrStatus, strAV(status))
+			}
+			t.Version++
+			t.UpdatedAt = s.cfg.Now().UTC().Format(time.RFC3339Nano)
+			u.set(attrUpdatedAt, strAV(t.UpdatedAt))
+			u.set(attrVersion, intAV(t.Version))
+			resp := jsonResponse(http.StatusOK, t)
+			resp.etag = etag(t.Version)
+			return one("tenant_update", u.item(&s.cfg.Table, k, "#v = :expected",
+				map[string]string{"#v": attrVersion}, map[string]ddbtypes.AttributeValue{":expected": intAV(expected)})), resp, nil, nil
+		},
+		conditionFailed: func(ctx context.Context, f failure) (*Problem, bool, error) {
+			return s.staleOrGone(ctx, k, f.old, "tenant")
+		},
+	})
+}
+
+// update builds an UpdateItem's SET clause with placeholder names, so
+// attribute names never meet reserved words.
+type update struct {
+	sets   []string
+	names  map[string]string
+	values map[string]ddbtypes.AttributeValue
+}
+
+func newUpdate() *update {
+	return &update{names: map[string]string{}, values: map[string]ddbtypes.AttributeValue{}}
+}
+
+func (u *update) set(attr string, v ddbtypes.AttributeValue) *update {
+	n := strconv.Itoa(len(u.names))
+	u.names["#u"+n], u.values[":u"+n] = attr, v
+	u.sets = append(u.sets, "#u"+n+" = :u"+n)
+	return u
+}
+
+// item returns the Update of k with condition cond, whose placeholders are
+// condNames and condValues (they must not start with #u or :u).
+func (u *update) item(table *string, k aggregates.Key, cond string, condNames map[string]string, condValues map[string]ddbtypes.AttributeValue) ddbtypes.TransactWriteItem {
+	expr := "SET " + strings.Join(u.sets, ", ")
+	names := map[string]string{}
+	values := map[string]ddbtypes.AttributeValue{}
+	for n, a := range u.names {
+		names[n] = a
+	}
+	for n, v := range u.values {
+		values[n] = v
+	}
+	for n, a := range condNames {
+		names[n] = a
+	}
+	for n, v := range condValues {
+		values[n] = v
+	}
+	if len(values) == 0 {
+		values = nil
+	}
+	return ddbtypes.TransactWriteItem{Update: &ddbtypes.Update{
+		TableName: table, Key: keyAV(k), UpdateExpression: &expr, ConditionExpression: &cond,
+		ExpressionAttributeNames: names, ExpressionAttributeValues: values,
+	}}
+}
