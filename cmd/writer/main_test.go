@@ -71,6 +71,7 @@ func TestMain_ServesOnPort0AndFinishesInFlightRequestsOnClose(t *testing.T) {
 		assert.Equal(t, status, resp.StatusCode, path)
 	}
 
+	createDirectory(t, base, "acme", "north")
 	token, err := writer.NewToken([]byte(secret), writer.TokenOptions{Tenant: "acme"})
 	require.NoError(t, err)
 	post := func(body io.Reader) (*http.Response, error) {
@@ -116,6 +117,30 @@ func TestMain_ServesOnPort0AndFinishesInFlightRequestsOnClose(t *testing.T) {
 	require.NoError(t, <-closed)
 	_, err = http.Get(base + "/healthz")
 	assert.Error(t, err, "the listener is closed")
+}
+
+// createDirectory creates tenant and its branch through the running writer
+// with an admin token: transactions need both to exist and be active.
+func createDirectory(t *testing.T, base, tenant, branch string) {
+	t.Helper()
+	admin, err := writer.NewToken([]byte(secret), writer.TokenOptions{Admin: true})
+	require.NoError(t, err)
+	postAdmin(t, base+"/v1/tenants", admin, `{"id":"`+tenant+`","name":"Acme"}`)
+	postAdmin(t, base+"/v1/tenants/"+tenant+"/branches", admin, `{"id":"`+branch+`","name":"North","document":"12.345.678/0001-90"}`)
+}
+
+func postAdmin(t *testing.T, url, token, body string) {
+	t.Helper()
+	req, err := http.NewRequest("POST", url, strings.NewReader(body))
+	require.NoError(t, err)
+	req.Header.Set("Authorization", "Bearer "+token)
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Idempotency-Key", time.Now().Format(time.RFC3339Nano))
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	raw, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	require.Equal(t, http.StatusCreated, resp.StatusCode, "POST %s: %s", url, raw)
 }
 
 func TestRun_ExitsZeroOnSignal(t *testing.T) {
