@@ -46,6 +46,9 @@ const (
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	if os.Getenv("AWS_LAMBDA_RUNTIME_API") != "" { // in AWS Lambda: serve API Gateway events (lambda.go)
+		os.Exit(runLambda(ctx, os.Getenv, os.Stdout, os.Stderr))
+	}
 	code := Run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr)
 	stop()
 	os.Exit(code)
