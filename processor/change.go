@@ -52,6 +52,8 @@ func classify(r *Record) change {
 		return shape("decode: %v", r.DecodeErr)
 	case r.Keys == nil:
 		return shape("record has no keys")
+	case r.SequenceNumber == "":
+		return shape("record has no sequence number")
 	case r.StreamViewType != "" && r.StreamViewType != "NEW_AND_OLD_IMAGES":
 		return shape("stream view type %s, want NEW_AND_OLD_IMAGES", r.StreamViewType)
 	}
@@ -104,6 +106,9 @@ func dedupe(changes []change) {
 	seen := make(map[string]bool, len(changes))
 	for i := range changes {
 		r := changes[i].rec
+		if r.SequenceNumber == "" {
+			continue // quarantined by classify when it is a transaction
+		}
 		if (r.EventID != "" && seen[r.EventID]) || (maxSeq != "" && CompareSequence(r.SequenceNumber, maxSeq) < 0) {
 			changes[i] = change{rec: r, isTxn: changes[i].isTxn, dup: true}
 			continue

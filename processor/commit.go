@@ -36,14 +36,17 @@ func (p *Processor) commitRuns(ctx context.Context, g Guard, changes []change, r
 			return done, err
 		}
 		keys := r.fold.Keys()
-		if len(keys) > 0 {
+		// A run with a change that has an effect is claimed even when its
+		// deltas cancel out (an insert and a remove of one item, a modify of
+		// no aggregated field): the marker walk must find it. Only a run
+		// without any effect (ignored records, invalid images, repeats)
+		// commits nothing, as processing it again changes nothing.
+		if len(keys) > 0 || anyEffective(r.changes) {
 			if err := p.commitRun(ctx, g, &r, keys); err != nil {
 				return done, err
 			}
 			res.Runs++
 		}
-		// A run without effect (only ignored records, zero deltas or invalid
-		// images) commits nothing: processing it again changes nothing either.
 		now := p.now()
 		for i := range r.changes {
 			c := &r.changes[i]
@@ -68,6 +71,15 @@ func (p *Processor) commitRuns(ctx context.Context, g Guard, changes []change, r
 		done += len(r.changes)
 	}
 	return done, nil
+}
+
+func anyEffective(changes []change) bool {
+	for i := range changes {
+		if changes[i].effective() {
+			return true
+		}
+	}
+	return false
 }
 
 // writeTime is when the change was written: the writer's own updatedAt in the
@@ -366,7 +378,7 @@ func isTruncated(item map[string]ddbtypes.AttributeValue) bool {
 func (p *Processor) quarantineItem(c *change, truncate bool) map[string]ddbtypes.AttributeValue {
 	now := p.now().Format(time.RFC3339Nano)
 	r := c.rec
-	item := keyAV(aggregates.QuarantineKey(quarantineID(r)))
+	item := keyAV(aggregates.QuarantineKey(recordID(r)))
 	item[attrEntityType] = strAV(aggregates.EntityQuarantine)
 	item["GSI1PK"] = strAV(aggregates.QuarantineIndexPK)
 	item["GSI1SK"] = strAV(now + "#" + r.EventID)
@@ -397,10 +409,10 @@ func (p *Processor) quarantineItem(c *change, truncate bool) map[string]ddbtypes
 	return item
 }
 
-// quarantineID identifies a record for its quarantine item: its eventID, or
-// for a record without one (malformed input), its sequence number, or a hash
-// of its content.
-func quarantineID(r *Record) string {
+// recordID identifies a record for its quarantine item and run marker: its
+// eventID, or for a record without one (malformed input), its sequence
+// number, or a hash of its content.
+func recordID(r *Record) string {
 	switch {
 	case r.EventID != "":
 		return r.EventID

@@ -199,8 +199,8 @@ func (g *MarkerGuard) committed(ctx context.Context, changes []change) (int, boo
 		if n == len(changes) && CompareSequence(changes[n-1].rec.SequenceNumber, last) < 0 {
 			g.p.metrics.Conflicts.WithLabelValues(ConflictShortRedelivery).Inc()
 			tail := changes[n-1].rec
-			if err := g.p.putMarker(ctx, tail.EventID, last, 0); err != nil {
-				return n - 1, false, fmt.Errorf("write alias marker at %s: %w", tail.EventID, err)
+			if err := g.p.putMarker(ctx, recordID(tail), last, 0); err != nil {
+				return n - 1, false, fmt.Errorf("write alias marker at %s: %w", recordID(tail), err)
 			}
 			return n - 1, true, nil
 		}
@@ -214,7 +214,7 @@ func (g *MarkerGuard) committed(ctx context.Context, changes []change) (int, boo
 func (g *MarkerGuard) firstMarker(ctx context.Context, changes []change) (int, string, error) {
 	keys := make([]aggregates.Key, len(changes))
 	for i := range changes {
-		keys[i] = aggregates.RunMarkerKey(changes[i].rec.EventID)
+		keys[i] = aggregates.RunMarkerKey(recordID(changes[i].rec))
 	}
 	items, err := g.p.batchGet(ctx, keys, attrSequenceNumber)
 	if err != nil {
@@ -235,7 +235,7 @@ func (g *MarkerGuard) firstMarker(ctx context.Context, changes []change) (int, s
 }
 
 func (g *MarkerGuard) claim(run []Record) ddbtypes.TransactWriteItem {
-	item := g.p.markerItem(run[0].EventID, lastSequence(run), len(run))
+	item := g.p.markerItem(recordID(&run[0]), lastSequence(run), len(run))
 	return ddbtypes.TransactWriteItem{Put: &ddbtypes.Put{
 		TableName:           &g.p.cfg.Table,
 		Item:                item,

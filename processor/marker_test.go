@@ -18,7 +18,7 @@ import (
 // poison) leave no run marker; the chain walk must step over them to the
 // markers of the runs after them, or those runs are applied twice.
 func TestMarkerGuard_RewindAcrossBatchesWithoutEffect(t *testing.T) {
-	for _, between := range []string{"tenant item", "poison transaction", "both"} {
+	for _, between := range []string{"tenant item", "poison transaction", "both", "zero-delta modify"} {
 		t.Run(between, func(t *testing.T) {
 			ctx := context.Background()
 			e := newEnv(t)
@@ -29,10 +29,17 @@ func TestMarkerGuard_RewindAcrossBatchesWithoutEffect(t *testing.T) {
 					"category": s("food"), "createdAt": s("2024-01-01T10:00:00Z")}
 			}
 			items := []map[string]ddbtypes.AttributeValue{txn("a", "1")}
-			if between != "poison transaction" {
+			switch between {
+			case "zero-delta modify":
+				// Its run's delta is zero, but it has an effect: its run
+				// must be claimed.
+				edited := txn("a", "1")
+				edited["description"] = s("edited")
+				items = append(items, edited)
+			case "tenant item", "both":
 				items = append(items, map[string]ddbtypes.AttributeValue{"PK": s("TENANT#t"), "SK": s("METADATA"), "entityType": s("TENANT")})
 			}
-			if between != "tenant item" {
+			if between == "poison transaction" || between == "both" {
 				items = append(items, txn("p", "0")) // invalid: amount not positive
 			}
 			items = append(items, txn("b", "2"), txn("c", "4"))

@@ -66,9 +66,16 @@ func TestClassify(t *testing.T) {
 		{"insert without image", Record{EventName: "INSERT", Keys: keysOf(valid)}, true, false, false, aggregates.ReasonShape},
 		{"wrong view type", Record{EventName: "INSERT", Keys: keysOf(valid), NewImage: valid, StreamViewType: "KEYS_ONLY"}, true, false, false, aggregates.ReasonShape},
 		{"no keys", Record{EventName: "INSERT", NewImage: valid}, true, false, false, aggregates.ReasonShape},
+		{"no sequence number", Record{EventName: "INSERT", Keys: keysOf(valid), NewImage: valid, SequenceNumber: "-"}, true, false, false, aggregates.ReasonShape},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
+			switch tt.rec.SequenceNumber {
+			case "":
+				tt.rec.SequenceNumber = "1"
+			case "-":
+				tt.rec.SequenceNumber = ""
+			}
 			c := classify(&tt.rec)
 			assert.Equal(t, tt.isTxn, c.isTxn)
 			assert.Equal(t, tt.old, c.old != nil, "old")
@@ -88,7 +95,7 @@ func TestPlanRuns_CutsAtItemAndEntryLimits(t *testing.T) {
 	for i := 0; i < 60; i++ {
 		// Each record a new branch: 3 new report items per record.
 		img := txnImage(fmt.Sprintf("b%d", i), "2024-01-02", "x", "INCOME", "1", "food")
-		r := &Record{EventName: "INSERT", Keys: keysOf(img), NewImage: img}
+		r := &Record{EventName: "INSERT", Keys: keysOf(img), NewImage: img, SequenceNumber: fmt.Sprint(i + 1)}
 		changes = append(changes, classify(r))
 	}
 	runs := planRuns(changes, 99, 20)
@@ -100,7 +107,7 @@ func TestPlanRuns_CutsAtItemAndEntryLimits(t *testing.T) {
 	for i := 0; i < 45; i++ {
 		// One branch and day, a new category each: the entries grow.
 		img := txnImage("b", "2024-01-02", fmt.Sprint(i), "INCOME", "1", fmt.Sprintf("cat%d", i))
-		changes = append(changes, classify(&Record{EventName: "INSERT", Keys: keysOf(img), NewImage: img}))
+		changes = append(changes, classify(&Record{EventName: "INSERT", Keys: keysOf(img), NewImage: img, SequenceNumber: fmt.Sprint(i + 1)}))
 	}
 	runs = planRuns(changes, 99, 20)
 	require.Len(t, runs, 3)

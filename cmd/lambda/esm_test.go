@@ -99,9 +99,9 @@ func (e *esm) standardEvent(recs []events.DynamoDBEventRecord) []byte {
 // (shorter ones end inside committed runs: the alias path); after a batch
 // item failure from the record it names; after a kill the same batch to a
 // new process; now and then the batch just answered delivered a second
-// time. With knownHoles, also earlier batches delivered again and the
-// mapping falling back to an earlier batch start (an older checkpoint),
-// across batches that committed nothing.
+// time, an earlier batch delivered again, and the mapping falling back to
+// an earlier batch start (an older checkpoint), across batches that
+// committed nothing.
 func (e *esm) standard(recs []events.DynamoDBEventRecord, from int) {
 	pos := from
 	size := batchSize(e.rng)
@@ -110,17 +110,19 @@ func (e *esm) standard(recs []events.DynamoDBEventRecord, from int) {
 	for steps := 0; pos < len(recs); steps++ {
 		require.Less(e.t, steps, 5000, "delivery does not progress")
 		switch r := e.rng.IntN(100); {
-		case r < 5 && last != nil && !knownHoles():
+		case r < 3 && last != nil:
 			// The batch just answered, delivered again; the mapping ignores
 			// this answer.
 			e.call(last, -1)
 			e.stats["duplicate_delivery"]++
-		case r < 5 && len(starts) > 0:
+		case r < 6 && len(starts) > 0:
 			// An earlier batch delivered again.
 			s := starts[e.rng.IntN(len(starts))]
 			e.call(e.standardEvent(recs[s:min(s+batchSize(e.rng), len(recs))]), -1)
 			e.stats["duplicate_delivery"]++
-		case r < 10 && len(starts) > 0 && knownHoles():
+		case r < 10 && len(starts) > 0:
+			// The mapping lost its checkpoints and resumes from an earlier
+			// batch start.
 			pos = starts[e.rng.IntN(len(starts))]
 			e.stats["restart_earlier"]++
 		}

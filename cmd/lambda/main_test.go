@@ -285,12 +285,6 @@ func testDelivery(t *testing.T, bin, mode string, seed uint64) {
 		mode, len(recs), rs.Transactions, rs.Invalid, w.Counts, e.stats, fn.starts, outcomes, applied, duplicates)
 }
 
-// knownHoles reports whether tests of known exactly-once holes of the
-// run-marker guard run ($LEDGER_TEST_KNOWN_HOLES set): the randomized
-// standard-mode delivery then also restarts from earlier batch starts and
-// delivers earlier batches again, and the zero-delta redelivery case runs.
-func knownHoles() bool { return os.Getenv("LEDGER_TEST_KNOWN_HOLES") != "" }
-
 // requireRunsDisjoint checks the run markers directly: no stream record is
 // claimed by two committed runs (alias markers, which claim nothing, aside).
 func requireRunsDisjoint(t *testing.T, s *stream, recs []events.DynamoDBEventRecord) {
@@ -337,8 +331,7 @@ func requireRunsDisjoint(t *testing.T, s *stream, recs []events.DynamoDBEventRec
 // in its own batch; then the three again from a's batch start, as a
 // mapping resuming from an older checkpoint would. Nothing may be applied
 // twice. The change in between is a tenant item (not a transaction), or a
-// modify of a transaction that changes no aggregated field (a zero delta:
-// a known hole, see knownHoles).
+// modify of a transaction that changes no aggregated field (a zero delta).
 func testRedeliveryFromEarlierStart(t *testing.T, bin string) {
 	str := func(v string) ddbtypes.AttributeValue { return &ddbtypes.AttributeValueMemberS{Value: v} }
 	txn := func(id, note string) map[string]ddbtypes.AttributeValue {
@@ -350,18 +343,12 @@ func testRedeliveryFromEarlierStart(t *testing.T, bin string) {
 	tests := []struct {
 		name    string
 		between map[string]ddbtypes.AttributeValue
-		hole    bool
 	}{
-		{"AcrossABatchOfNoTransaction", map[string]ddbtypes.AttributeValue{"PK": str("TENANT#t"), "SK": str("METADATA"), "entityType": str("TENANT")}, false},
-		{"AcrossAZeroDeltaModify", txn("a", "edited"), true},
+		{"AcrossABatchOfNoTransaction", map[string]ddbtypes.AttributeValue{"PK": str("TENANT#t"), "SK": str("METADATA"), "entityType": str("TENANT")}},
+		{"AcrossAZeroDeltaModify", txn("a", "edited")},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if tt.hole && !knownHoles() {
-				t.Skip("known hole in processor.MarkerGuard: a run whose deltas sum to zero commits no marker, " +
-					"and the marker walk counts its records as effective, so a redelivery from an earlier start stops there " +
-					"and applies the later runs again; LEDGER_TEST_KNOWN_HOLES=1 runs it")
-			}
 			t.Parallel()
 			ctx := context.Background()
 			table := newTable(t)

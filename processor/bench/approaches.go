@@ -1,0 +1,179 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+
+	"github.com/ledger-dev/ledger/processor"
+	"github.com/ledger-dev/ledger/processor/handler"
+	"github.com/ledger-dev/ledger/processor/poller"
+)
+
+// Approach names one way of keeping the reports.
+type Approach string
+
+// The approaches of issue 6.
+const (
+	PerRecordSeed   Approach = "1 per record (seed 003)"
+	PerRecordMarker Approach = "2 per record + idempotency marker"
+	SyncTransaction Approach = "3 synchronous createWithReport"
+	LedgerPoller    Approach = "4 ledger: poller"
+	LedgerLambda    Approach = "4 ledger: Lambda handler"
+)
+
+// Approaches lists them in table order.
+var Approaches = []Approach{PerRecordSeed, PerRecordMarker, SyncTransaction, LedgerPoller, LedgerLambda}
+
+func (a Approach) id() string {
+	return map[Approach]string{PerRecordSeed: "perrecord", PerRecordMarker: "marker", SyncTransaction: "sync", LedgerPoller: "poller", LedgerLambda: "lambda"}[a]
+}
+
+// perRecordBatch is the event source mapping batch size the per-record
+// approaches run with (Lambda's default for DynamoDB streams; their writes
+// do not depend on it).
+const perRecordBatch = 100
+
+// batchless reports whether the approach's cost does not depend on the
+// batch size (it is then run once per workload).
+func (a Approach) batchless() bool { return a != LedgerPoller && a != LedgerLambda }
+
+// target is one DynamoDB Local table an approach runs against.
+type target struct {
+	db      *dynamodb.Client
+	streams poller.Streams
+	table   string
+}
+
+// consumed is what one approach's run measured.
+type consumed struct {
+	took        time.Duration // until the source's last change was applied
+	cost        Cost
+	delivered   int // records handed to the consumer, duplicates included
+	redelivered int // of them, duplicates injected
+	baseline    int // approach 3: WCU the writer's own plain writes would cost
+	sourceN     int
+}
+
+var discard = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+// consume runs a stream approach over the table's backlog, whose last
+// record is last, with 1% duplicate delivery, until the source is applied.
+func consume(ctx context.Context, t target, arn, last string, a Approach, batch int, clock *lagClock) (consumed, error) {
+	m := NewMeter(t.db)
+	var c consumed
+	start := time.Now()
+	switch a {
+	case PerRecordSeed, PerRecordMarker:
+		h := &PerRecord{API: m, Table: t.table, Idempotent: a == PerRecordMarker}
+		if clock != nil {
+			h.Applied = clock.applied
+		}
+		esm := &ESM{Streams: t.streams, StreamARN: arn, BatchSize: batch, Duplicates: last != ""}
+		if err := esm.Run(ctx, h, last); err != nil {
+			return c, err
+		}
+		c.delivered, c.redelivered = esm.Delivered, esm.Redelivered
+	case LedgerLambda:
+		proc, err := processor.New(commitHook{Meter: m, clock: clock}, processor.Config{Table: t.table}, nil)
+		if err != nil {
+			return c, err
+		}
+		h, err := handler.New(proc, handler.Config{Mode: handler.Standard})
+		if err != nil {
+			return c, err
+		}
+		esm := &ESM{Streams: t.streams, StreamARN: arn, BatchSize: batch, Duplicates: last != ""}
+		if clock != nil {
+			esm.Read = clock.read
+		}
+		if err := esm.Run(ctx, h, last); err != nil {
+			return c, err
+		}
+		c.delivered, c.redelivered = esm.Delivered, esm.Redelivered
+	case LedgerPoller:
+		proc, err := processor.New(commitHook{Meter: m, clock: clock}, processor.Config{Table: t.table}, nil)
+		if err != nil {
+			return c, err
+		}
+		hook := newStreamHook(t.streams, arn, last, last != "", clock)
+		p, err := poller.New(hook, m, proc, poller.Config{
+			Table: t.table, StreamARN: arn, Owner: "bench", Drain: last != "", MaxRecords: batch, Logger: discard,
+		}, nil)
+		if err != nil {
+			return c, err
+		}
+		pctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		runErr := make(chan error, 1)
+		go func() { runErr <- p.Run(pctx) }()
+		if last == "" { // live: until ctx ends
+			<-ctx.Done()
+			cancel()
+			return c, <-runErr
+		}
+		select {
+		case <-hook.done:
+		case err := <-runErr:
+			if err == nil {
+				err = errors.New("poller drained without reading the source's last record")
+			}
+			return c, err
+		}
+		c.took = hook.doneAt.Sub(start)
+		cancel()
+		if err := <-runErr; err != nil {
+			return c, fmt.Errorf("poller: %w", err)
+		}
+		c.delivered, c.redelivered = hook.recordsN, hook.reread
+		c.cost = m.Cost()
+		return c, errors.Join(m.Err(), m.Check(ctx, t.table))
+	default:
+		return c, fmt.Errorf("approach %q is not a stream consumer", a)
+	}
+	c.took = time.Since(start)
+	c.cost = m.Cost()
+	if last == "" {
+		return c, m.Err()
+	}
+	return c, errors.Join(m.Err(), m.Check(ctx, t.table))
+}
+
+// writeSynchronously runs approach 3 over ops: every change with its report
+// updates in one transaction; every 100th change is sent twice (a client
+// retrying a request whose answer it lost).
+func writeSynchronously(ctx context.Context, t target, ops []Op) (consumed, error) {
+	m := NewMeter(t.db)
+	s := &Synchronous{API: m, Table: t.table}
+	var c consumed
+	start := time.Now()
+	for i, op := range ops {
+		var err error
+		if i%100 == 99 {
+			err = s.WriteTwice(ctx, op, time.Now())
+			c.redelivered++
+		} else {
+			err = s.Write(ctx, op, time.Now())
+		}
+		if err != nil {
+			return c, fmt.Errorf("synchronous write %d: %w", i, err)
+		}
+		var before, after int
+		if op.Old != nil {
+			before = ItemSize(stamped(op.Old, time.Now()))
+		}
+		if op.New != nil {
+			after = ItemSize(stamped(op.New, time.Now()))
+		}
+		c.baseline += WriteUnits(before, after)
+	}
+	c.took = time.Since(start)
+	c.delivered = len(ops) + c.redelivered
+	c.cost = m.Cost()
+	return c, errors.Join(m.Err(), m.Check(ctx, t.table))
+}

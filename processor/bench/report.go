@@ -1,0 +1,161 @@
+package bench
+
+import (
+	"fmt"
+	"io"
+	"strings"
+	"time"
+)
+
+// Markdown writes the result as the tables BENCHMARKS.md shows.
+func (res *Result) Markdown(w io.Writer) {
+	p := func(format string, args ...any) { fmt.Fprintf(w, format, args...) }
+	mode := "full"
+	if res.Config.Quick {
+		mode = "quick"
+	}
+	m := res.Machine
+	p("## ledger bench (%s run)\n\n", mode)
+	p("Machine: %d CPUs, %.1f GiB memory, %s, %s, %s. Load average %s at the start, %s at the end. Run took %s.\n\n",
+		m.CPUs, m.MemoryGiB, m.GoVersion, m.Java, m.DynamoDBLocal, m.LoadBefore, m.LoadAfter, res.Duration.Round(time.Second))
+
+	p("### Backlog: write cost, throughput and exactness, with 1%% of the records delivered twice\n\n")
+	p("| workload | approach | batch | changes | write requests / 1k changes | WCU / 1k changes (AWS billing) | DynamoDB Local reported / 1k | computed ÷ reported³ | changes/s end to end | raw drain records/s | end to end ÷ raw | reports exact afterwards |\n")
+	p("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n")
+	for _, r := range res.Rows {
+		batch := "any"
+		if r.Batch > 0 {
+			batch = fmt.Sprintf("%d", r.Batch)
+		}
+		raw, ratio := "—", "—"
+		if r.RawRate() > 0 {
+			raw = fmt.Sprintf("%.0f", r.RawRate())
+			ratio = fmt.Sprintf("%.1f%%", 100*r.Throughput()/r.RawRate())
+		}
+		cross := "—"
+		if r.Cost.Reported > 0 {
+			cross = fmt.Sprintf("%.2f", float64(r.Cost.LocalUnits)/r.Cost.Reported)
+		}
+		wcu := fmt.Sprintf("%.0f", r.AggregationUnits())
+		if r.Baseline > 0 {
+			wcu += "²"
+		}
+		req := fmt.Sprintf("%.0f", per1000(float64(r.Cost.Writes()), r.Changes))
+		if r.Approach == SyncTransaction {
+			req += "¹"
+		}
+		p("| %s | %s | %s | %d | %s | %s | %.0f | %s | %.0f | %s | %s | %s |\n",
+			r.Workload, r.Approach, batch, r.Changes, req, wcu, per1000(r.Cost.Reported, r.Changes), cross,
+			r.Throughput(), raw, ratio, exactness(r))
+	}
+	p("\n¹ transactions that carry the change itself: they replace the writer's own write.  \n")
+	p("² the transactions' units minus what the writer's plain write of each change would cost.  \n")
+	p("³ the units computed for the successful writes the way DynamoDB Local reports them (for a transaction: twice the sum of the distinct per-item units), divided by what it reported.\n\n")
+
+	if len(res.Lag) > 0 {
+		p("### Lag from write to report commit at %d changes/s (workload b, %d s per approach)\n\n", res.LagRate, res.Config.LagSeconds)
+		p("| approach | changes written | measured | p50 | p99 | kept up |\n|---|---:|---:|---:|---:|---|\n")
+		for _, l := range res.Lag {
+			kept := "yes"
+			if !l.Sustained {
+				kept = fmt.Sprintf("**no** (%d of %d committed 30 s after the last write)", l.Samples, l.Expected)
+			}
+			p("| %s | %d | %d | %s | %s | %s |\n", l.Approach, l.Written, l.Samples, seconds(l.P50), seconds(l.P99), kept)
+		}
+		p("\n")
+	}
+
+	if len(res.CPU) > 0 {
+		p("### CPU only, one core (GOMAXPROCS=1): %d recorded records per iteration, as Lambda events of 1,000\n\n", res.CPU[0].Records)
+		p("| path | records/s | ns/record | bytes/record | iterations |\n|---|---:|---:|---:|---:|\n")
+		for _, c := range res.CPU {
+			p("| %s | %.0f | %.0f | %.0f | %d |\n", c.Name, c.PerSecond, c.NsPerRecord, c.BytesPerRec, c.Iterations)
+		}
+		if len(res.CPU) == 2 && res.CPU[1].PerSecond > 0 {
+			p("\nThe ledger path runs at %.0f%% of the floor's rate.\n", 100*res.CPU[0].PerSecond/res.CPU[1].PerSecond)
+		}
+		p("\n")
+	}
+
+	if mr := res.Memory; mr != nil {
+		p("### Poller binary draining a backlog\n\n")
+		p("| backlog records | written in | drained in | records/s | peak RSS | reports exact afterwards |\n|---:|---:|---:|---:|---:|---|\n")
+		rss := "unknown"
+		if mr.PeakRSS > 0 {
+			rss = fmt.Sprintf("%.0f MiB", float64(mr.PeakRSS)/(1<<20))
+		}
+		exact := "yes"
+		if mr.Diffs > 0 {
+			exact = fmt.Sprintf("**no**: %d reports differ", mr.Diffs)
+		}
+		p("| %d | %s | %s | %.0f | %s | %s |\n\n", mr.Records, mr.WriteTook.Round(time.Second), mr.DrainTook.Round(time.Second),
+			float64(mr.Records)/mr.DrainTook.Seconds(), rss, exact)
+	}
+
+	res.targets(w)
+}
+
+func seconds(s float64) string {
+	if s < 1 {
+		return fmt.Sprintf("%.0f ms", s*1000)
+	}
+	return fmt.Sprintf("%.2f s", s)
+}
+
+func exactness(r Row) string {
+	what := "reports"
+	if r.TotalsOnly {
+		what = "reports' totals"
+	}
+	if r.Diffs == 0 {
+		return fmt.Sprintf("yes (%d %s)", r.Reports, what)
+	}
+	return fmt.Sprintf("**no**: %d of %d %s wrong", r.Diffs, r.Reports, what)
+}
+
+// row finds a row.
+func (res *Result) row(workload string, a Approach, batch int) (Row, bool) {
+	for _, r := range res.Rows {
+		if r.Workload == workload && r.Approach == a && (r.Batch == batch || a.batchless()) {
+			return r, true
+		}
+	}
+	return Row{}, false
+}
+
+// targets checks issue 6's targets on workload b at batch size 1,000.
+func (res *Result) targets(w io.Writer) {
+	base, ok := res.row("b", PerRecordSeed, 0)
+	if !ok {
+		return
+	}
+	fmt.Fprintf(w, "### Targets (workload b, batch size 1,000)\n\n")
+	for _, a := range []Approach{LedgerPoller, LedgerLambda} {
+		r, ok := res.row("b", a, 1000)
+		if !ok {
+			continue
+		}
+		ratio := base.AggregationUnits() / r.AggregationUnits()
+		verdict := "met"
+		if ratio < 20 {
+			verdict = fmt.Sprintf("**missed**: %.1f× short of 20×", 20/ratio)
+		}
+		fmt.Fprintf(w, "- %s: %.0f WCU per 1,000 changes against approach 1's %.0f: 1/%.1f (target at most 1/20): %s.\n",
+			a, r.AggregationUnits(), base.AggregationUnits(), ratio, verdict)
+		share := r.Throughput() / r.RawRate()
+		verdict = "met"
+		if share < 0.8 {
+			verdict = fmt.Sprintf("**missed** by %.0f points", 100*(0.8-share))
+		}
+		fmt.Fprintf(w, "- %s: %.0f changes/s end to end, %.1f%% of the raw drain rate (%.0f records/s) (target at least 80%%): %s.\n",
+			a, r.Throughput(), 100*share, r.RawRate(), verdict)
+	}
+	fmt.Fprintln(w)
+}
+
+// String is the markdown.
+func (res *Result) String() string {
+	var b strings.Builder
+	res.Markdown(&b)
+	return b.String()
+}

@@ -1,0 +1,410 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"runtime"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+
+	"github.com/ledger-dev/ledger/infra"
+	"github.com/ledger-dev/ledger/infra/ddblocal"
+	"github.com/ledger-dev/ledger/processor"
+	"github.com/ledger-dev/ledger/processor/poller"
+)
+
+// WorkloadRun is a workload and how many changes of it a run writes.
+type WorkloadRun struct {
+	Spec    WorkloadSpec
+	Changes int
+}
+
+// Config configures a benchmark run. Full and Quick return the two
+// documented ones.
+type Config struct {
+	Quick      bool
+	Seed       uint64
+	Workloads  []WorkloadRun
+	BatchSizes []int
+	// LagSeconds is how long each approach is fed at the steady rate;
+	// LagRate is that rate in changes per second (0: half the slowest
+	// approach's backlog throughput on workload b, between 2 and 50).
+	LagSeconds int
+	LagRate    int
+	// CPURecords is how many recorded records the CPU benchmark decodes
+	// and folds per iteration; CPUTime bounds each benchmark's duration.
+	CPURecords int
+	CPUTime    time.Duration
+	// Backlog is the size of the backlog the poller binary drains for the
+	// memory figure (0: skipped).
+	Backlog int
+	// PollerBinary is a built cmd/poller; empty builds one with `go build`.
+	PollerBinary string
+	// FreshInstances starts a DynamoDB Local per measured approach and
+	// workload; otherwise one instance serves everything, its tables all
+	// created before any data is written.
+	FreshInstances bool
+	// DynamoDBLocalDir is passed to ddblocal.Start (empty: its default).
+	DynamoDBLocalDir string
+	// Only, when set, limits the backlog measurements to these approaches.
+	Only []Approach
+	// SkipLag and SkipCPU leave those measurements out.
+	SkipLag, SkipCPU bool
+	// Log receives progress lines (nil: discarded).
+	Log io.Writer
+}
+
+// Full is the configuration of `make bench`.
+func Full() Config {
+	return Config{
+		Seed: 6,
+		Workloads: []WorkloadRun{
+			{WorkloadA, 5000}, {WorkloadB, 10000}, {WorkloadC, 5000}, {WorkloadD, 5000},
+		},
+		BatchSizes:     []int{100, 1000},
+		LagSeconds:     30,
+		CPURecords:     100_000,
+		CPUTime:        3 * time.Second,
+		Backlog:        1_000_000,
+		FreshInstances: true,
+	}
+}
+
+// Quick is the configuration of `make bench-quick`: every measurement on
+// small workloads, in well under a minute, for CI.
+func Quick() Config {
+	return Config{
+		Quick: true,
+		Seed:  6,
+		Workloads: []WorkloadRun{
+			{WorkloadA, 40}, {WorkloadB, 120}, {WorkloadC, 40}, {WorkloadD, 40},
+		},
+		BatchSizes: []int{100, 1000},
+		LagSeconds: 2,
+		LagRate:    10,
+		CPURecords: 10_000,
+		CPUTime:    200 * time.Millisecond,
+	}
+}
+
+// Row is one approach on one workload at one batch size.
+type Row struct {
+	Workload string
+	Approach Approach
+	Batch    int // 0 when the approach does not depend on it
+	Changes  int
+	Cost     Cost
+	// Baseline is, for approach 3, the WCU the writer's plain writes would
+	// have cost (subtracted from its aggregation cost).
+	Baseline    int
+	Took        time.Duration
+	RawRecords  int
+	RawTook     time.Duration
+	Delivered   int
+	Redelivered int
+	// Diffs is how many reports differ from the fold of the table's
+	// transactions after the run (reconcile); TotalsOnly when only totals
+	// and counts were compared (approach 3 keeps no breakdowns).
+	Diffs      int
+	Reports    int
+	TotalsOnly bool
+}
+
+func per1000(v float64, changes int) float64 { return v * 1000 / float64(changes) }
+
+// AggregationUnits is the WCU of keeping the reports, per 1,000 changes.
+func (r Row) AggregationUnits() float64 {
+	return per1000(float64(r.Cost.Units-r.Baseline), r.Changes)
+}
+
+// Throughput is changes aggregated per second.
+func (r Row) Throughput() float64 { return float64(r.Changes) / r.Took.Seconds() }
+
+// RawRate is the raw drain rate of the same stream, records per second
+// (0 without a stream).
+func (r Row) RawRate() float64 {
+	if r.RawTook <= 0 {
+		return 0
+	}
+	return float64(r.RawRecords) / r.RawTook.Seconds()
+}
+
+// Result is everything a run measured.
+type Result struct {
+	Config   Config
+	Machine  Machine
+	Rows     []Row
+	Lag      []LagRow
+	LagRate  int
+	CPU      []CPURow
+	Memory   *MemoryResult
+	Started  time.Time
+	Duration time.Duration
+}
+
+// Machine describes where the run happened.
+type Machine struct {
+	CPUs                   int
+	MemoryGiB              float64
+	GoVersion              string
+	LoadBefore, LoadAfter  string
+	DynamoDBLocal, Java    string
+	Endpoint, Instructions string
+}
+
+// Run runs the benchmark.
+func Run(ctx context.Context, cfg Config) (*Result, error) {
+	if cfg.Log == nil {
+		cfg.Log = io.Discard
+	}
+	res := &Result{Config: cfg, Started: time.Now(), Machine: machine()}
+	r := &runner{cfg: cfg, res: res}
+	defer r.close()
+	cells := r.cells()
+	if !cfg.FreshInstances {
+		// One instance for everything: every table first, then the data
+		// (DynamoDB Local slows down writes to stream tables created after
+		// many stream records exist).
+		var names []string
+		for _, c := range cells {
+			names = append(names, c.table())
+		}
+		for _, a := range Approaches {
+			names = append(names, lagTable(a))
+		}
+		if _, _, _, err := r.instance(ctx, names...); err != nil {
+			return res, err
+		}
+	}
+	if err := r.backlogs(ctx, cells); err != nil {
+		return res, err
+	}
+	if !cfg.SkipLag {
+		if err := r.lag(ctx); err != nil {
+			return res, err
+		}
+	}
+	if !cfg.SkipCPU {
+		if err := r.cpu(); err != nil {
+			return res, err
+		}
+	}
+	if cfg.Backlog > 0 {
+		m, err := r.memory(ctx)
+		if err != nil {
+			return res, err
+		}
+		res.Memory = m
+	}
+	res.Machine.LoadAfter = loadavg()
+	res.Duration = time.Since(res.Started)
+	return res, nil
+}
+
+type runner struct {
+	cfg      Config
+	res      *Result
+	shared   *ddblocal.Instance
+	tables   map[string]bool
+	recorded []byte // Lambda-JSON records of workload b, for the CPU benchmark
+	recordN  int
+}
+
+func (r *runner) logf(format string, args ...any) {
+	fmt.Fprintf(r.cfg.Log, "%s bench: %s\n", time.Now().Format("15:04:05"), fmt.Sprintf(format, args...))
+}
+
+func (r *runner) close() {
+	if r.shared != nil {
+		_ = r.shared.Stop()
+	}
+}
+
+// instance returns a DynamoDB Local for tables: a fresh one (stopped by the
+// returned func) or the shared one, on which every table of the run was
+// created before any data.
+func (r *runner) instance(ctx context.Context, tables ...string) (*dynamodb.Client, poller.Streams, func(), error) {
+	start := func() (*ddblocal.Instance, error) {
+		in, err := ddblocal.Start(ctx, ddblocal.Options{Dir: r.cfg.DynamoDBLocalDir})
+		if err != nil {
+			return nil, err
+		}
+		if r.res.Machine.DynamoDBLocal == "" {
+			r.res.Machine.DynamoDBLocal, r.res.Machine.Java = dynamoDBLocalVersion(r.cfg.DynamoDBLocalDir)
+		}
+		return in, nil
+	}
+	var in *ddblocal.Instance
+	stop := func() {}
+	if r.cfg.FreshInstances || r.shared == nil {
+		var err error
+		if in, err = start(); err != nil {
+			return nil, nil, nil, err
+		}
+		if r.cfg.FreshInstances {
+			stop = func() { _ = in.Stop() }
+		} else {
+			r.shared = in
+		}
+	} else {
+		in = r.shared
+	}
+	cfg, err := infra.LocalConfig(ctx, in.Endpoint)
+	if err != nil {
+		stop()
+		return nil, nil, nil, err
+	}
+	db := dynamodb.NewFromConfig(cfg)
+	if r.tables == nil {
+		r.tables = map[string]bool{}
+	}
+	for _, t := range tables {
+		if r.tables[in.Endpoint+"/"+t] {
+			continue
+		}
+		if _, err := infra.CreateTable(ctx, db, t); err != nil {
+			stop()
+			return nil, nil, nil, err
+		}
+		r.tables[in.Endpoint+"/"+t] = true
+	}
+	return db, poller.NewStreamsClient(cfg), stop, nil
+}
+
+type cell struct {
+	w     WorkloadRun
+	a     Approach
+	batch int
+	ops   []Op
+}
+
+func (c cell) table() string {
+	return fmt.Sprintf("bench-%s-%s-%d", c.w.Spec.Name, c.a.id(), c.batch)
+}
+
+func (r *runner) cells() []cell {
+	var out []cell
+	for _, w := range r.cfg.Workloads {
+		ops := w.Spec.Generate(w.Changes, r.cfg.Seed)
+		for _, a := range Approaches {
+			if len(r.cfg.Only) > 0 && !slices.Contains(r.cfg.Only, a) {
+				continue
+			}
+			if a.batchless() {
+				b := perRecordBatch
+				if a == SyncTransaction {
+					b = 0
+				}
+				out = append(out, cell{w: w, a: a, batch: b, ops: ops})
+				continue
+			}
+			for _, b := range r.cfg.BatchSizes {
+				out = append(out, cell{w: w, a: a, batch: b, ops: ops})
+			}
+		}
+	}
+	return out
+}
+
+// backlogs measures every approach on every workload: write the workload as
+// a backlog, drain the stream read-only (the ceiling), run the approach
+// with 1% duplicate delivery, then reconcile.
+func (r *runner) backlogs(ctx context.Context, cells []cell) error {
+	for i, c := range cells {
+		r.logf("[%d/%d] workload %s (%d changes), %s, batch %d", i+1, len(cells), c.w.Spec.Name, c.w.Changes, c.a, c.batch)
+		row, err := r.cell(ctx, c)
+		if err != nil {
+			return fmt.Errorf("workload %s, %s, batch %d: %w", c.w.Spec.Name, c.a, c.batch, err)
+		}
+		r.logf("    %.0f changes/s (raw drain %.0f records/s), %d write requests, %d WCU billed, %d report differences",
+			row.Throughput(), row.RawRate(), row.Cost.Writes(), row.Cost.Units, row.Diffs)
+		r.res.Rows = append(r.res.Rows, row)
+	}
+	return nil
+}
+
+func (r *runner) cell(ctx context.Context, c cell) (Row, error) {
+	row := Row{Workload: c.w.Spec.Name, Approach: c.a, Batch: c.batch, Changes: len(c.ops)}
+	if c.a.batchless() {
+		row.Batch = 0
+	}
+	db, streams, stop, err := r.instance(ctx, c.table())
+	if err != nil {
+		return row, err
+	}
+	defer stop()
+	t := target{db: db, streams: streams, table: c.table()}
+	var got consumed
+	if c.a == SyncTransaction {
+		if got, err = writeSynchronously(ctx, t, c.ops); err != nil {
+			return row, err
+		}
+	} else {
+		if err := Load(ctx, db, t.table, c.ops, 1); err != nil {
+			return row, err
+		}
+		arn, err := poller.ResolveStream(ctx, db, t.table)
+		if err != nil {
+			return row, err
+		}
+		n, took, last, err := Drain(ctx, streams, arn, c.batch)
+		if err != nil {
+			return row, err
+		}
+		row.RawRecords, row.RawTook = n, took
+		if c.w.Spec.Name == "b" && r.recorded == nil {
+			if err := r.record(ctx, streams, arn); err != nil {
+				return row, err
+			}
+		}
+		if got, err = consume(ctx, t, arn, last, c.a, c.batch, nil); err != nil {
+			return row, err
+		}
+	}
+	row.Cost, row.Baseline, row.Took = got.cost, got.baseline, got.took
+	row.Delivered, row.Redelivered = got.delivered, got.redelivered
+	diffs, stats, err := processor.Reconcile(ctx, db, t.table, processor.Scope{})
+	if err != nil {
+		return row, err
+	}
+	row.Reports = stats.Reports
+	row.TotalsOnly = c.a == SyncTransaction
+	for _, d := range diffs {
+		if row.TotalsOnly && d.Stored != nil && d.Stored.Totals.Equal(d.Expected.Totals) {
+			continue
+		}
+		row.Diffs++
+	}
+	return row, nil
+}
+
+func machine() Machine {
+	m := Machine{CPUs: runtime.NumCPU(), GoVersion: runtime.Version(), LoadBefore: loadavg()}
+	if raw, err := os.ReadFile("/proc/meminfo"); err == nil {
+		var kb float64
+		for _, line := range strings.Split(string(raw), "\n") {
+			if strings.HasPrefix(line, "MemTotal:") {
+				_, _ = fmt.Sscanf(strings.TrimPrefix(line, "MemTotal:"), "%f", &kb)
+			}
+		}
+		m.MemoryGiB = kb / (1 << 20)
+	}
+	return m
+}
+
+func loadavg() string {
+	raw, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "unknown"
+	}
+	f := strings.Fields(string(raw))
+	if len(f) < 3 {
+		return "unknown"
+	}
+	return strings.Join(f[:3], " ")
+}
