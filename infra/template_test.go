@@ -197,7 +197,11 @@ func TestTemplate_EventSourceMappingKeepsExactlyOnceSettings(t *testing.T) {
 	filters := list(obj(p["FilterCriteria"])["Filters"])
 	require.Len(t, filters, 1)
 	var pattern struct {
-		Dynamodb struct{ Keys struct{ PK struct{ S []map[string]string } } }
+		Dynamodb struct {
+			Keys struct {
+				PK struct{ S []map[string]string }
+			}
+		}
 	}
 	require.NoError(t, json.Unmarshal([]byte(obj(filters[0])["Pattern"].(string)), &pattern))
 	require.Len(t, pattern.Dynamodb.Keys.PK.S, 1)
