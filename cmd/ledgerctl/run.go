@@ -280,6 +280,15 @@ func (e *environment) runStack(ctx context.Context, o runOptions) (err error) {
 	}
 	api := &apiClient{base: writerURL, token: token, http: &http.Client{Timeout: 30 * time.Second}}
 	if o.sample {
+		adminToken, err := writer.NewToken(secret, writer.TokenOptions{Admin: true, Subject: "ledgerctl-run",
+			Issuer: writer.DefaultIssuer, Audience: writer.DefaultAudience, TTL: time.Hour})
+		if err != nil {
+			return err
+		}
+		out.update("creating the sample tenant and branches…")
+		if err := ensureDirectory(ctx, &apiClient{base: writerURL, token: adminToken, http: api.http}, api); err != nil {
+			return err
+		}
 		out.update("posting the sample workload…")
 		posted, err := api.postSample(ctx, func(done, total int) { out.update("posting the sample workload: %d/%d requests", done, total) })
 		if err != nil {

@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/shopspring/decimal"
@@ -113,6 +114,39 @@ func sampleWorkload() (ops []sampleOp, final int) {
 	return ops, created - 3
 }
 
+// sampleBranchInfo names the sample branches and gives each a document
+// number (unique across tenants, as the writer requires).
+var sampleBranchInfo = map[string]struct{ name, document string }{
+	"north":  {"North store", "DEMO-0001-NORTH"},
+	"south":  {"South store", "DEMO-0002-SOUTH"},
+	"online": {"Online shop", "DEMO-0003-ONLINE"},
+}
+
+// ensureDirectory creates the sample tenant (with an admin token) and its
+// branches through the API, unless they exist: the writer refuses
+// transactions for a tenant or branch that does not.
+func ensureDirectory(ctx context.Context, admin, tenant *apiClient) error {
+	exists := func(err error) bool {
+		var ae *apiError
+		return errors.As(err, &ae) && ae.status == http.StatusConflict && strings.Contains(ae.body, "already-exists")
+	}
+	body, _ := json.Marshal(map[string]string{"id": sampleTenant, "name": "Demo Trading Co."})
+	err := admin.do(ctx, http.MethodPost, "/v1/tenants", map[string]string{"Idempotency-Key": sampleKeyPrefix + "tenant"}, string(body), nil)
+	if err != nil && !exists(err) {
+		return fmt.Errorf("create sample tenant %s: %w", sampleTenant, err)
+	}
+	for _, b := range sampleBranches {
+		info := sampleBranchInfo[b]
+		body, _ := json.Marshal(map[string]string{"id": b, "name": info.name, "document": info.document})
+		err := tenant.do(ctx, http.MethodPost, "/v1/tenants/"+url.PathEscape(sampleTenant)+"/branches",
+			map[string]string{"Idempotency-Key": sampleKeyPrefix + "branch-" + b}, string(body), nil)
+		if err != nil && !exists(err) {
+			return fmt.Errorf("create sample branch %s: %w", b, err)
+		}
+	}
+	return nil
+}
+
 // apiClient talks to the writer as a client would.
 type apiClient struct {
 	base  string
@@ -173,6 +207,8 @@ func (c *apiClient) do(ctx context.Context, method, path string, header map[stri
 				}
 			}
 			return nil
+		case resp.StatusCode == http.StatusConflict && !bytes.Contains(b, []byte("request-in-progress")) && !bytes.Contains(b, []byte("concurrent-modification")):
+			return &apiError{resp.StatusCode, string(b)} // a real conflict (already exists, …)
 		case resp.StatusCode == http.StatusConflict || resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode == http.StatusServiceUnavailable:
 			last = &apiError{resp.StatusCode, string(b)}
 			continue
