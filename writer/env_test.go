@@ -43,7 +43,7 @@ var tables struct {
 	err    error
 }
 
-const dedicatedTables = 8
+const dedicatedTables = 10
 
 func sharedTable(t *testing.T) string {
 	initTables(t)
