@@ -57,7 +57,6 @@ type consumed struct {
 	delivered   int // records handed to the consumer, duplicates included
 	redelivered int // of them, duplicates injected
 	baseline    int // approach 3: WCU the writer's own plain writes would cost
-	sourceN     int
 }
 
 var discard = slog.New(slog.NewTextHandler(io.Discard, nil))

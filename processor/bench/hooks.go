@@ -81,12 +81,6 @@ func (c *lagClock) sample(d time.Duration) {
 	c.mu.Unlock()
 }
 
-func (c *lagClock) waiting() int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return len(c.pending)
-}
-
 // percentiles returns the sample count and the p50 and p99 (nearest rank).
 func (c *lagClock) percentiles() (n int, p50, p99 float64) {
 	c.mu.Lock()

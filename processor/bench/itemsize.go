@@ -14,7 +14,8 @@ import (
 //   - an item's size is the sum, over its attributes, of the UTF-8 length of
 //     the attribute name plus the size of the value: a string's UTF-8
 //     length; a number's 1 byte per two significant digits (leading and
-//     trailing zeros trimmed) plus 1; a binary's length; 1 for a Boolean or
+//     trailing zeros trimmed) plus 1 (numberSize has the exact rule); a
+//     binary's length; 1 for a Boolean or
 //     null; a list or map 3 bytes plus its elements, each element 1 byte
 //     more (a map's element also counts its key's length); a set the sum of
 //     its members;
@@ -81,17 +82,40 @@ func valueSize(v ddbtypes.AttributeValue) int {
 	return 0
 }
 
-// numberSize is 1 byte per two significant digits, plus 1.
+// numberSize is the size of a number: 1 byte per pair of significant
+// decimal digits, the pairs aligned on the decimal point (base-100 digits,
+// leading and trailing zero pairs trimmed), plus 1 byte, plus 1 more for a
+// negative number; zero is 1 byte. This is the exact form of the
+// documentation's "1 byte per two significant digits, plus 1", and what
+// DynamoDB Local computes, byte for byte (TestItemSize_MatchesDynamoDBLocal).
 func numberSize(s string) int {
 	d, err := decimal.NewFromString(s)
 	if err != nil {
 		return len(s) // not a number DynamoDB would accept; never billed
 	}
-	digits := strings.TrimRight(strings.TrimLeft(d.Coefficient().String(), "-0"), "0")
-	if digits == "" {
-		digits = "0"
+	if d.IsZero() {
+		return 1
 	}
-	return (len(digits)+1)/2 + 1
+	intPart, frac, _ := strings.Cut(d.Abs().String(), ".")
+	if len(intPart)%2 == 1 {
+		intPart = "0" + intPart
+	}
+	if len(frac)%2 == 1 {
+		frac += "0"
+	}
+	digits := intPart + frac
+	first, last := 0, len(digits)
+	for first < last && digits[first:first+2] == "00" {
+		first += 2
+	}
+	for last > first && digits[last-2:last] == "00" {
+		last -= 2
+	}
+	n := (last-first)/2 + 1
+	if d.IsNegative() {
+		n++
+	}
+	return n
 }
 
 // WriteUnits is the WCU of one write of an item whose size goes from before

@@ -4,8 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"sort"
+	"strings"
 	"sync"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
@@ -33,6 +37,13 @@ type Cost struct {
 	Reported float64
 	// Failed counts failed conditional writes and cancelled transactions.
 	Failed int
+	// Calls and Time count every call by operation (reads included) and
+	// the time spent waiting for DynamoDB in them.
+	Calls map[string]int
+	Time  map[string]time.Duration
+	// Mismatches describes the first few writes whose reported capacity
+	// differs from the computed one.
+	Mismatches []string
 }
 
 // Writes is the total of Requests.
@@ -65,7 +76,8 @@ type Meter struct {
 
 // NewMeter wraps c.
 func NewMeter(c *dynamodb.Client) *Meter {
-	return &Meter{Client: c, items: map[itemKey]map[string]ddbtypes.AttributeValue{}, cost: Cost{Requests: map[string]int{}}}
+	return &Meter{Client: c, items: map[itemKey]map[string]ddbtypes.AttributeValue{},
+		cost: Cost{Requests: map[string]int{}, Calls: map[string]int{}, Time: map[string]time.Duration{}}}
 }
 
 // Cost returns what the meter counted so far.
@@ -73,10 +85,8 @@ func (m *Meter) Cost() Cost {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	c := m.cost
-	c.Requests = make(map[string]int, len(m.cost.Requests))
-	for k, v := range m.cost.Requests {
-		c.Requests[k] = v
-	}
+	c.Requests, c.Calls, c.Time = maps.Clone(m.cost.Requests), maps.Clone(m.cost.Calls), maps.Clone(m.cost.Time)
+	c.Mismatches = slices.Clone(m.cost.Mismatches)
 	return c
 }
 
@@ -161,12 +171,12 @@ func (m *Meter) planDelete(table string, key map[string]ddbtypes.AttributeValue)
 
 // settle bills writes (times factor) and, when they landed, records their
 // outcome.
-func (m *Meter) settle(op string, ws []write, factor int, landed bool, err error) {
+func (m *Meter) settle(op string, ws []write, factor int, landed bool, err error) (local int) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.cost.Requests[op]++
 	if err != nil && !landed && !isConditionFailure(err) {
-		return // not answered or rejected before any condition: not billed
+		return 0 // not answered or rejected before any condition: not billed
 	}
 	if !landed {
 		m.cost.Failed++
@@ -179,10 +189,10 @@ func (m *Meter) settle(op string, ws []write, factor int, landed bool, err error
 			continue
 		}
 		if factor == 1 {
-			m.cost.LocalUnits += u
+			local += u
 		} else if !distinct[u] {
 			distinct[u] = true
-			m.cost.LocalUnits += factor * u
+			local += factor * u
 		}
 		if w.modelErr != nil {
 			m.errs = append(m.errs, fmt.Errorf("%s %s/%s: %w", op, w.key.pk, w.key.sk, w.modelErr))
@@ -193,15 +203,53 @@ func (m *Meter) settle(op string, ws []write, factor int, landed bool, err error
 			m.items[w.key] = deepCopy(w.new)
 		}
 	}
+	m.cost.LocalUnits += local
+	return local
 }
 
-func (m *Meter) reported(cc ...*ddbtypes.ConsumedCapacity) {
+// timed records a call's duration.
+func (m *Meter) timed(op string, start time.Time) {
+	d := time.Since(start)
+	m.mu.Lock()
+	m.cost.Calls[op]++
+	m.cost.Time[op] += d
+	m.mu.Unlock()
+}
+
+// GetItem passes the read on, timed.
+func (m *Meter) GetItem(ctx context.Context, in *dynamodb.GetItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.GetItemOutput, error) {
+	defer m.timed("GetItem", time.Now())
+	return m.Client.GetItem(ctx, in, opts...)
+}
+
+// BatchGetItem passes the read on, timed.
+func (m *Meter) BatchGetItem(ctx context.Context, in *dynamodb.BatchGetItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.BatchGetItemOutput, error) {
+	defer m.timed("BatchGetItem", time.Now())
+	return m.Client.BatchGetItem(ctx, in, opts...)
+}
+
+// Query passes the read on, timed.
+func (m *Meter) Query(ctx context.Context, in *dynamodb.QueryInput, opts ...func(*dynamodb.Options)) (*dynamodb.QueryOutput, error) {
+	defer m.timed("Query", time.Now())
+	return m.Client.Query(ctx, in, opts...)
+}
+
+func (m *Meter) reported(op string, ws []write, local int, cc ...*ddbtypes.ConsumedCapacity) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	got := 0.0
 	for _, c := range cc {
 		if c != nil {
-			m.cost.Reported += aws.ToFloat64(c.CapacityUnits)
+			got += aws.ToFloat64(c.CapacityUnits)
 		}
+	}
+	m.cost.Reported += got
+	if got != float64(local) && len(m.cost.Mismatches) < 5 {
+		var sizes []string
+		for _, w := range ws {
+			sizes = append(sizes, fmt.Sprintf("%s/%s %d→%d", w.key.pk, w.key.sk, sizeOf(w.old), sizeOf(w.new)))
+		}
+		m.cost.Mismatches = append(m.cost.Mismatches, fmt.Sprintf("%s: reported %v, computed %d: %s", op, got, local, strings.Join(sizes, "; ")))
 	}
 }
 
@@ -216,10 +264,12 @@ func (m *Meter) PutItem(ctx context.Context, in *dynamodb.PutItemInput, opts ...
 	w := m.planPut(aws.ToString(in.TableName), in.Item)
 	cp := *in
 	cp.ReturnConsumedCapacity = ddbtypes.ReturnConsumedCapacityTotal
+	start := time.Now()
 	out, err := m.Client.PutItem(ctx, &cp, opts...)
-	m.settle("PutItem", []write{w}, 1, err == nil, err)
+	m.timed("PutItem", start)
+	local := m.settle("PutItem", []write{w}, 1, err == nil, err)
 	if err == nil {
-		m.reported(out.ConsumedCapacity)
+		m.reported("PutItem", []write{w}, local, out.ConsumedCapacity)
 	}
 	return out, err
 }
@@ -229,10 +279,12 @@ func (m *Meter) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, op
 	w := m.planUpdate(aws.ToString(in.TableName), in.Key, in.UpdateExpression, in.ExpressionAttributeNames, in.ExpressionAttributeValues)
 	cp := *in
 	cp.ReturnConsumedCapacity = ddbtypes.ReturnConsumedCapacityTotal
+	start := time.Now()
 	out, err := m.Client.UpdateItem(ctx, &cp, opts...)
-	m.settle("UpdateItem", []write{w}, 1, err == nil, err)
+	m.timed("UpdateItem", start)
+	local := m.settle("UpdateItem", []write{w}, 1, err == nil, err)
 	if err == nil {
-		m.reported(out.ConsumedCapacity)
+		m.reported("UpdateItem", []write{w}, local, out.ConsumedCapacity)
 	}
 	return out, err
 }
@@ -242,10 +294,12 @@ func (m *Meter) DeleteItem(ctx context.Context, in *dynamodb.DeleteItemInput, op
 	w := m.planDelete(aws.ToString(in.TableName), in.Key)
 	cp := *in
 	cp.ReturnConsumedCapacity = ddbtypes.ReturnConsumedCapacityTotal
+	start := time.Now()
 	out, err := m.Client.DeleteItem(ctx, &cp, opts...)
-	m.settle("DeleteItem", []write{w}, 1, err == nil, err)
+	m.timed("DeleteItem", start)
+	local := m.settle("DeleteItem", []write{w}, 1, err == nil, err)
 	if err == nil {
-		m.reported(out.ConsumedCapacity)
+		m.reported("DeleteItem", []write{w}, local, out.ConsumedCapacity)
 	}
 	return out, err
 }
@@ -271,14 +325,16 @@ func (m *Meter) TransactWriteItems(ctx context.Context, in *dynamodb.TransactWri
 	}
 	cp := *in
 	cp.ReturnConsumedCapacity = ddbtypes.ReturnConsumedCapacityTotal
+	start := time.Now()
 	out, err := m.Client.TransactWriteItems(ctx, &cp, opts...)
-	m.settle("TransactWriteItems", ws, 2, err == nil, err)
+	m.timed("TransactWriteItems", start)
+	local := m.settle("TransactWriteItems", ws, 2, err == nil, err)
 	if err == nil {
 		cc := make([]*ddbtypes.ConsumedCapacity, len(out.ConsumedCapacity))
 		for i := range out.ConsumedCapacity {
 			cc[i] = &out.ConsumedCapacity[i]
 		}
-		m.reported(cc...)
+		m.reported("TransactWriteItems", ws, local, cc...)
 	}
 	return out, err
 }
@@ -319,4 +375,18 @@ func (m *Meter) Check(ctx context.Context, table string) error {
 	}
 	sort.Strings(bad)
 	return fmt.Errorf("meter differs from table %s on %d items, e.g. %s", table, len(bad), bad[0])
+}
+
+// TimeSummary lists the calls by the time spent in them, longest first.
+func (c Cost) TimeSummary() string {
+	ops := make([]string, 0, len(c.Time))
+	for op := range c.Time {
+		ops = append(ops, op)
+	}
+	sort.Slice(ops, func(i, j int) bool { return c.Time[ops[i]] > c.Time[ops[j]] })
+	parts := make([]string, len(ops))
+	for i, op := range ops {
+		parts[i] = fmt.Sprintf("%s %d× %s", op, c.Calls[op], c.Time[op].Round(10*time.Millisecond))
+	}
+	return strings.Join(parts, ", ")
 }

@@ -323,6 +323,10 @@ func (r *runner) backlogs(ctx context.Context, cells []cell) error {
 		}
 		r.logf("    %.0f changes/s (raw drain %.0f records/s), %d write requests, %d WCU billed, %d report differences",
 			row.Throughput(), row.RawRate(), row.Cost.Writes(), row.Cost.Units, row.Diffs)
+		r.logf("    DynamoDB calls: %s", row.Cost.TimeSummary())
+		for _, m := range row.Cost.Mismatches {
+			r.logf("    capacity mismatch: %s", m)
+		}
 		r.res.Rows = append(r.res.Rows, row)
 	}
 	return nil
