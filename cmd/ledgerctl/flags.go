@@ -141,11 +141,14 @@ func (e *environment) flagsSet(ctx context.Context, args []string) int {
 
 // tokenCmd runs 'ledgerctl token': mint an HS256 token for local use.
 func (e *environment) tokenCmd(_ context.Context, args []string) int {
-	fs := e.flags("token --tenant T",
+	fs := e.flags("token --tenant T | --admin",
 		"Prints an HS256 bearer token for the writer, signed with LEDGER_JWT_SECRET, for\n"+
 			"local use and tests (production tokens come from an identity provider).\n"+
-			"Use it as: curl -H \"Authorization: Bearer $(ledgerctl token --tenant acme)\" …")
-	tenant := fs.String("tenant", "", "the `TENANT` the token grants access to (required)")
+			"Use it as: curl -H \"Authorization: Bearer $(ledgerctl token --tenant acme)\" …\n"+
+			"--admin adds the admin scope (claim scope \"admin\"): creating, listing and\n"+
+			"changing tenants, lookups across tenants, and acting for any tenant.")
+	tenant := fs.String("tenant", "", "the `TENANT` the token grants access to (required without --admin)")
+	admin := fs.Bool("admin", false, "an admin-scoped token (scope \"admin\"); --tenant is then optional")
 	subject := fs.String("subject", "ledgerctl", "the token's `SUBJECT` (sub)")
 	ttl := fs.Duration("ttl", time.Hour, "how long the token is valid, a `DURATION`")
 	issuer := fs.String("issuer", orDefault(e.getenv("LEDGER_JWT_ISSUER"), writer.DefaultIssuer), "the `ISSUER` (iss) (env LEDGER_JWT_ISSUER)")
@@ -156,8 +159,8 @@ func (e *environment) tokenCmd(_ context.Context, args []string) int {
 	if fs.NArg() > 0 {
 		return e.fail(fmt.Errorf("token: unexpected arguments: %s", strings.Join(fs.Args(), " ")))
 	}
-	if *tenant == "" {
-		return e.fail(errors.New("token: --tenant is required"))
+	if *tenant == "" && !*admin {
+		return e.fail(errors.New("token: --tenant is required (or --admin)"))
 	}
 	secret := e.getenv("LEDGER_JWT_SECRET")
 	if secret == "" {
@@ -166,7 +169,7 @@ func (e *environment) tokenCmd(_ context.Context, args []string) int {
 	if *ttl <= 0 || *ttl > 30*24*time.Hour {
 		return e.fail(fmt.Errorf("token: --ttl %s: want more than 0 and at most 720h", *ttl))
 	}
-	tok, err := writer.NewToken([]byte(secret), writer.TokenOptions{Tenant: *tenant, Subject: *subject, Issuer: *issuer, Audience: *audience, TTL: *ttl})
+	tok, err := writer.NewToken([]byte(secret), writer.TokenOptions{Tenant: *tenant, Admin: *admin, Subject: *subject, Issuer: *issuer, Audience: *audience, TTL: *ttl})
 	if err != nil {
 		return e.fail(err)
 	}

@@ -39,7 +39,8 @@ Commands:
   reconcile         recompute reports from transactions and print the differences
   flags get         print the flags singleton (writesEnabled, version)
   flags set N=B ... set flags, guarded by the version read (a lost race writes nothing, exit 1)
-  token --tenant T  mint a bearer token for the writer from LEDGER_JWT_SECRET (local use)
+  token --tenant T  mint a bearer token for the writer from LEDGER_JWT_SECRET (local use; --admin: admin scope)
+  tenant|branch|account create|get|list   manage the directory through the writer's API (LEDGER_WRITER_URL)
   run               run ledger locally: DynamoDB Local, table, writer, poller, sample, reports
   report            print a branch's reports as a table or JSON
   replay FILE|DIR   push recorded stream events (Lambda JSON) through the processor
@@ -83,6 +84,8 @@ func Run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return env.flagsCmd(ctx, args[1:])
 	case "token":
 		return env.tokenCmd(ctx, args[1:])
+	case "tenant", "branch", "account":
+		return env.directoryCmd(ctx, args[0], args[1:])
 	case "run":
 		return env.run(ctx, args[1:])
 	case "report":

@@ -1,0 +1,433 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/ledger-dev/ledger/aggregates"
+	"github.com/ledger-dev/ledger/writer"
+)
+
+// The directory commands: 'ledgerctl tenant|branch|account create|get|list'.
+// They are clients of the writer's API (docs/api.md), not of the table: the
+// integrity rules (unique documents and email addresses, a tenant for every
+// branch, the primary email) live in the writer's conditional writes, and
+// an operator's request goes through them like any other.
+
+const directoryUsage = `usage:
+  ledgerctl tenant  create --id ID --name NAME [--status active|suspended] [--exist-ok]
+  ledgerctl tenant  get    --id ID
+  ledgerctl tenant  list
+  ledgerctl branch  create --tenant T --id ID --name NAME --document DOC [--status …] [--exist-ok]
+  ledgerctl branch  get    --tenant T --id ID
+  ledgerctl branch  list   --tenant T
+  ledgerctl account create --tenant T --first-name F --last-name L --email ADDR [--email ADDR …] [--role R]
+  ledgerctl account get    --tenant T --id ID
+  ledgerctl account list   --tenant T
+
+Every command takes --url (env LEDGER_WRITER_URL, default http://localhost:8080)
+and --json. The bearer token is LEDGER_TOKEN, or an admin token minted from
+LEDGER_JWT_SECRET (and LEDGER_JWT_ISSUER, LEDGER_JWT_AUDIENCE) for 5 minutes.
+Exit status: 0 done, 1 refused (exists, taken, not found), 2 error.
+`
+
+// defaultWriterURL is where the directory commands find the writer.
+const defaultWriterURL = "http://localhost:8080"
+
+// directoryCmd runs 'ledgerctl KIND VERB' for KIND tenant, branch or account.
+func (e *environment) directoryCmd(ctx context.Context, kind string, args []string) int {
+	if len(args) == 0 || (args[0] != "create" && args[0] != "get" && args[0] != "list") {
+		fmt.Fprint(e.stderr, directoryUsage)
+		return exitError
+	}
+	verb := args[0]
+	fs := e.flags(kind+" "+verb, "Creates, shows or lists "+kind+"s through the writer's API.\n\n"+directoryUsage)
+	base := fs.String("url", orDefault(e.getenv("LEDGER_WRITER_URL"), defaultWriterURL), "the writer's base `URL` (env LEDGER_WRITER_URL)")
+	asJSON := fs.Bool("json", false, "print JSON as the API answers it")
+	tenant, id, name, status := new(string), new(string), new(string), new(string)
+	var document, firstName, lastName, role *string
+	var emails stringList
+	var existOK *bool
+	if kind != "tenant" {
+		tenant = fs.String("tenant", "", "the `TENANT` id")
+	}
+	if verb != "list" && !(kind == "account" && verb == "create") {
+		id = fs.String("id", "", "the "+kind+"'s `ID`")
+	}
+	if verb == "create" {
+		switch kind {
+		case "tenant", "branch":
+			name = fs.String("name", "", "the display `NAME`")
+			status = fs.String("status", "", "active (default) or suspended")
+			existOK = fs.Bool("exist-ok", false, "an existing "+kind+" with the same attributes is success (exit 0), for scripts run again")
+			if kind == "branch" {
+				document = fs.String("document", "", "the `DOCUMENT` number, unique across all tenants (separators . - / and spaces are ignored)")
+			}
+		case "account":
+			firstName = fs.String("first-name", "", "first `NAME`")
+			lastName = fs.String("last-name", "", "last `NAME`")
+			role = fs.String("role", "", "owner, admin, member (default) or viewer")
+			fs.Var(&emails, "email", "an email `ADDRESS`; repeat for more: the first is the primary and is recorded as verified")
+		}
+	}
+	if err := fs.Parse(args[1:]); err != nil {
+		return exitError
+	}
+	if fs.NArg() > 0 {
+		return e.fail(fmt.Errorf("%s %s: unexpected arguments: %s", kind, verb, strings.Join(fs.Args(), " ")))
+	}
+	need := map[string]string{}
+	if kind != "tenant" {
+		need["--tenant"] = *tenant
+	}
+	if verb == "get" || (verb == "create" && kind != "account") {
+		need["--id"] = *id
+	}
+	if verb == "create" {
+		switch kind {
+		case "tenant":
+			need["--name"] = *name
+		case "branch":
+			need["--name"], need["--document"] = *name, *document
+		case "account":
+			need["--first-name"], need["--last-name"] = *firstName, *lastName
+			if len(emails) == 0 {
+				need["--email"] = ""
+			}
+		}
+	}
+	for f, v := range need {
+		if v == "" {
+			return e.fail(fmt.Errorf("%s %s: %s is required", kind, verb, f))
+		}
+	}
+	c, err := e.directoryClient(*base)
+	if err != nil {
+		return e.fail(err)
+	}
+	out := directoryOutput{w: e.stdout, json: *asJSON}
+
+	collection := "/v1/tenants"
+	if kind != "tenant" {
+		collection += "/" + url.PathEscape(*tenant) + "/" + kind + "s"
+	}
+	switch verb {
+	case "list":
+		return e.directoryList(ctx, c, kind, collection, out)
+	case "get":
+		return e.directoryGet(ctx, c, kind, collection+"/"+url.PathEscape(*id), out)
+	}
+	body := map[string]any{}
+	switch kind {
+	case "tenant", "branch":
+		body["id"], body["name"] = *id, *name
+		if *status != "" {
+			body["status"] = *status
+		}
+		if kind == "branch" {
+			body["document"] = *document
+		}
+	case "account":
+		body["firstName"], body["lastName"] = *firstName, *lastName
+		if *role != "" {
+			body["role"] = *role
+		}
+		list := make([]map[string]any, len(emails))
+		for i, a := range emails {
+			list[i] = map[string]any{"address": a}
+			if i == 0 {
+				list[i]["primary"], list[i]["verified"] = true, true
+			}
+		}
+		body["emails"] = list
+	}
+	raw, _ := json.Marshal(body)
+	got, err := c.do(ctx, http.MethodPost, collection, raw)
+	var pe *directoryProblem
+	if errors.As(err, &pe) && pe.Type == writer.ProblemAlreadyExists && existOK != nil && *existOK {
+		got, err = c.do(ctx, http.MethodGet, collection+"/"+url.PathEscape(*id), nil)
+		if err == nil {
+			if same, what := sameAttributes(kind, got, body); !same {
+				fmt.Fprintf(e.stderr, "ledgerctl: %s %s exists with another %s\n", kind, *id, what)
+				out.print(kind, got)
+				return exitDiff
+			}
+		}
+	}
+	return e.directoryAnswer(kind, got, err, out)
+}
+
+// sameAttributes reports whether the existing item got has the attributes
+// the create asked for (name, status when given, document), naming the
+// first that differs.
+func sameAttributes(kind string, got []byte, asked map[string]any) (bool, string) {
+	var have map[string]any
+	if json.Unmarshal(got, &have) != nil {
+		return false, "form"
+	}
+	for _, f := range []string{"name", "status", "document"} {
+		want, ok := asked[f]
+		if !ok {
+			continue
+		}
+		if f == "document" {
+			if have[f] != aggregates.NormalizeDocument(want.(string)) {
+				return false, f
+			}
+			continue
+		}
+		if have[f] != want {
+			return false, f
+		}
+	}
+	return true, ""
+}
+
+func (e *environment) directoryGet(ctx context.Context, c *directoryClient, kind, path string, out directoryOutput) int {
+	got, err := c.do(ctx, http.MethodGet, path, nil)
+	return e.directoryAnswer(kind, got, err, out)
+}
+
+// directoryAnswer prints an answer: the item (exit 0), a refusal (exit 1) or
+// an error (exit 2).
+func (e *environment) directoryAnswer(kind string, got []byte, err error, out directoryOutput) int {
+	var pe *directoryProblem
+	switch {
+	case errors.As(err, &pe) && (pe.Status == http.StatusConflict || pe.Status == http.StatusNotFound):
+		fmt.Fprintf(e.stderr, "ledgerctl: %v\n", pe)
+		return exitDiff
+	case err != nil:
+		return e.fail(err)
+	}
+	out.print(kind, got)
+	return exitOK
+}
+
+// directoryList follows the listing's cursors and prints every item.
+func (e *environment) directoryList(ctx context.Context, c *directoryClient, kind, path string, out directoryOutput) int {
+	var all []json.RawMessage
+	cursor := ""
+	for {
+		q := url.Values{"limit": {"200"}}
+		if cursor != "" {
+			q.Set("cursor", cursor)
+		}
+		got, err := c.do(ctx, http.MethodGet, path+"?"+q.Encode(), nil)
+		if err != nil {
+			return e.directoryAnswer(kind, nil, err, out)
+		}
+		var page struct {
+			Items      []json.RawMessage `json:"items"`
+			NextCursor string            `json:"nextCursor"`
+		}
+		if err := json.Unmarshal(got, &page); err != nil {
+			return e.fail(fmt.Errorf("GET %s: decode answer: %w", path, err))
+		}
+		all = append(all, page.Items...)
+		if page.NextCursor == "" {
+			break
+		}
+		cursor = page.NextCursor
+	}
+	if out.json {
+		if all == nil {
+			all = []json.RawMessage{}
+		}
+		b, _ := json.MarshalIndent(all, "", "  ")
+		fmt.Fprintf(out.w, "%s\n", b)
+		return exitOK
+	}
+	tw := out.table(kind)
+	for _, raw := range all {
+		out.row(tw, kind, raw)
+	}
+	_ = tw.Flush()
+	return exitOK
+}
+
+// directoryOutput prints tenants, branches and accounts as JSON or as an
+// aligned table.
+type directoryOutput struct {
+	w    io.Writer
+	json bool
+}
+
+var directoryColumns = map[string]string{
+	"tenant":  "ID\tNAME\tSTATUS\tVERSION\tCREATED",
+	"branch":  "TENANT\tID\tNAME\tDOCUMENT\tSTATUS\tTRANSACTIONS\tVERSION",
+	"account": "TENANT\tID\tNAME\tROLE\tSTATUS\tPRIMARY EMAIL\tEMAILS\tVERSION",
+}
+
+func (o directoryOutput) table(kind string) *tabwriter.Writer {
+	tw := tabwriter.NewWriter(o.w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, directoryColumns[kind])
+	return tw
+}
+
+func (o directoryOutput) row(tw io.Writer, kind string, raw []byte) {
+	switch kind {
+	case "tenant":
+		var t writer.Tenant
+		_ = json.Unmarshal(raw, &t)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\n", t.ID, t.Name, t.Status, t.Version, t.CreatedAt)
+	case "branch":
+		var b writer.Branch
+		_ = json.Unmarshal(raw, &b)
+		has := "none"
+		if b.HasTransactions {
+			has = "yes"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\n", b.Tenant, b.ID, b.Name, b.Document, b.Status, has, b.Version)
+	case "account":
+		var a writer.Account
+		_ = json.Unmarshal(raw, &a)
+		var addrs []string
+		for _, em := range a.Emails {
+			s := em.Address
+			if !em.Verified {
+				s += " (unverified)"
+			}
+			addrs = append(addrs, s)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s %s\t%s\t%s\t%s\t%s\t%d\n", a.Tenant, a.ID, a.FirstName, a.LastName, a.Role, a.Status, a.Email,
+			strings.Join(addrs, ", "), a.Version)
+	}
+}
+
+func (o directoryOutput) print(kind string, raw []byte) {
+	if o.json {
+		var buf bytes.Buffer
+		if json.Indent(&buf, raw, "", "  ") != nil {
+			buf.Reset()
+			buf.Write(raw)
+		}
+		fmt.Fprintf(o.w, "%s\n", bytes.TrimSpace(buf.Bytes()))
+		return
+	}
+	tw := o.table(kind)
+	o.row(tw, kind, raw)
+	_ = tw.Flush()
+}
+
+// stringList is a repeatable string flag.
+type stringList []string
+
+var _ flag.Value = (*stringList)(nil)
+
+func (l *stringList) String() string     { return strings.Join(*l, ",") }
+func (l *stringList) Set(v string) error { *l = append(*l, v); return nil }
+
+// directoryClient sends the directory commands' requests to the writer.
+type directoryClient struct {
+	base  string
+	token string
+	http  *http.Client
+}
+
+// directoryProblem is a problem+json answer of the writer.
+type directoryProblem struct {
+	Status int    `json:"status"`
+	Type   string `json:"type"`
+	Detail string `json:"detail"`
+	Field  string `json:"field"`
+}
+
+func (p *directoryProblem) Error() string {
+	typ := p.Type[strings.LastIndexByte(p.Type, '#')+1:]
+	s := fmt.Sprintf("%d %s: %s", p.Status, typ, p.Detail)
+	if p.Field != "" {
+		s += " (" + p.Field + ")"
+	}
+	return s
+}
+
+func (e *environment) directoryClient(base string) (*directoryClient, error) {
+	u, err := url.Parse(base)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, fmt.Errorf("--url %q: want http(s)://host[:port]", base)
+	}
+	token := e.getenv("LEDGER_TOKEN")
+	if token == "" {
+		secret := e.getenv("LEDGER_JWT_SECRET")
+		if secret == "" {
+			return nil, errors.New("set LEDGER_TOKEN, or LEDGER_JWT_SECRET (the writer's HS256 secret) to mint an admin token")
+		}
+		token, err = writer.NewToken([]byte(secret), writer.TokenOptions{Admin: true, Subject: "ledgerctl", TTL: 5 * time.Minute,
+			Issuer: orDefault(e.getenv("LEDGER_JWT_ISSUER"), writer.DefaultIssuer), Audience: orDefault(e.getenv("LEDGER_JWT_AUDIENCE"), writer.DefaultAudience)})
+		if err != nil {
+			return nil, err
+		}
+	}
+	return &directoryClient{base: strings.TrimRight(base, "/"), token: token, http: &http.Client{Timeout: 30 * time.Second}}, nil
+}
+
+// do sends one request and returns the 2xx answer's body, or the problem.
+// A POST carries a fresh Idempotency-Key, kept across its retries: network
+// errors and answers that say "retry" (503, 409 request-in-progress) are
+// retried up to 5 times, so a create is never applied twice.
+func (c *directoryClient) do(ctx context.Context, method, path string, body []byte) ([]byte, error) {
+	key := ""
+	if method == http.MethodPost {
+		var b [16]byte
+		_, _ = rand.Read(b[:])
+		key = hex.EncodeToString(b[:])
+	}
+	var last error
+	for attempt := 0; attempt < 5; attempt++ {
+		if attempt > 0 {
+			select {
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			case <-time.After(time.Duration(200<<attempt) * time.Millisecond):
+			}
+		}
+		req, err := http.NewRequestWithContext(ctx, method, c.base+path, bytes.NewReader(body))
+		if err != nil {
+			return nil, err
+		}
+		req.Header.Set("Authorization", "Bearer "+c.token)
+		if body != nil {
+			req.Header.Set("Content-Type", "application/json")
+		}
+		if key != "" {
+			req.Header.Set("Idempotency-Key", key)
+		}
+		resp, err := c.http.Do(req)
+		if err != nil {
+			last = fmt.Errorf("%s %s: %w", method, path, err)
+			continue
+		}
+		raw, err := io.ReadAll(io.LimitReader(resp.Body, 8<<20))
+		resp.Body.Close()
+		if err != nil {
+			last = fmt.Errorf("%s %s: %w", method, path, err)
+			continue
+		}
+		if resp.StatusCode >= 200 && resp.StatusCode < 300 {
+			return raw, nil
+		}
+		p := &directoryProblem{}
+		if json.Unmarshal(raw, p) != nil || p.Status == 0 {
+			p = &directoryProblem{Status: resp.StatusCode, Type: "#http-" + strconv.Itoa(resp.StatusCode), Detail: strings.TrimSpace(string(raw))}
+		}
+		last = p
+		if resp.StatusCode == http.StatusServiceUnavailable || p.Type == writer.ProblemRequestInProgress {
+			continue
+		}
+		return nil, p
+	}
+	return nil, last
+}
