@@ -54,7 +54,7 @@ func (e *environment) directoryCmd(ctx context.Context, kind string, args []stri
 		return exitError
 	}
 	verb := args[0]
-	fs := e.flags(kind+" "+verb, "Creates, shows or lists "+kind+"s through the writer's API.\n\n"+directoryUsage)
+	fs := e.flags(kind+" "+verb, "Creates, shows or lists tenants, branches or accounts through the writer's API.\n\n"+directoryUsage)
 	base := fs.String("url", orDefault(e.getenv("LEDGER_WRITER_URL"), defaultWriterURL), "the writer's base `URL` (env LEDGER_WRITER_URL)")
 	asJSON := fs.Bool("json", false, "print JSON as the API answers it")
 	tenant, id, name, status := new(string), new(string), new(string), new(string)
@@ -121,8 +121,11 @@ func (e *environment) directoryCmd(ctx context.Context, kind string, args []stri
 	out := directoryOutput{w: e.stdout, json: *asJSON}
 
 	collection := "/v1/tenants"
-	if kind != "tenant" {
-		collection += "/" + url.PathEscape(*tenant) + "/" + kind + "s"
+	switch kind {
+	case "branch":
+		collection += "/" + url.PathEscape(*tenant) + "/branches"
+	case "account":
+		collection += "/" + url.PathEscape(*tenant) + "/accounts"
 	}
 	switch verb {
 	case "list":

@@ -1,0 +1,153 @@
+package main
+
+import (
+	"encoding/json"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/ledger-dev/ledger/infra/ddblocal"
+	"github.com/ledger-dev/ledger/writer"
+)
+
+// directoryEnv serves a writer over a fresh table and returns the
+// environment that points ledgerctl at it.
+func directoryEnv(t *testing.T) map[string]string {
+	t.Helper()
+	secret := strings.Repeat("k", 40)
+	c := ddblocal.Client(t)
+	table := ddblocal.NewTable(t, c)
+	auth, err := writer.NewAuthenticator(writer.AuthConfig{Secret: []byte(secret)})
+	require.NoError(t, err)
+	srv, err := writer.New(c, writer.Config{Table: table, Auth: auth, CursorKey: []byte(secret)}, nil)
+	require.NoError(t, err)
+	hs := httptest.NewServer(srv)
+	t.Cleanup(hs.Close)
+	return map[string]string{"LEDGER_WRITER_URL": hs.URL, "LEDGER_JWT_SECRET": secret}
+}
+
+func TestDirectory_CreateGetListThroughTheWriter(t *testing.T) {
+	env := directoryEnv(t)
+
+	code, out, errOut := run(t, env, "tenant", "create", "--id", "acme", "--name", "Acme Ltd")
+	require.Equal(t, exitOK, code, errOut)
+	assert.Contains(t, out, "acme")
+	assert.Contains(t, out, "Acme Ltd")
+	code, _, errOut = run(t, env, "tenant", "create", "--id", "acme", "--name", "Acme Ltd")
+	assert.Equal(t, exitDiff, code, "exists")
+	assert.Contains(t, errOut, "409 already-exists")
+	code, _, errOut = run(t, env, "tenant", "create", "--id", "acme", "--name", "Acme Ltd", "--exist-ok")
+	assert.Equal(t, exitOK, code, "the same tenant, --exist-ok: %s", errOut)
+	code, _, errOut = run(t, env, "tenant", "create", "--id", "acme", "--name", "Other", "--exist-ok")
+	assert.Equal(t, exitDiff, code)
+	assert.Contains(t, errOut, "another name")
+
+	code, out, errOut = run(t, env, "branch", "create", "--tenant", "acme", "--id", "north", "--name", "North", "--document", "12.345.678/0001-90", "--json")
+	require.Equal(t, exitOK, code, errOut)
+	var b writer.Branch
+	require.NoError(t, json.Unmarshal([]byte(out), &b))
+	assert.Equal(t, "12345678000190", b.Document)
+	code, _, errOut = run(t, env, "branch", "create", "--tenant", "acme", "--id", "north", "--name", "North", "--document", "12345678000190", "--exist-ok")
+	assert.Equal(t, exitOK, code, errOut)
+	code, _, errOut = run(t, env, "branch", "create", "--tenant", "acme", "--id", "south", "--name", "South", "--document", "12345678000190")
+	assert.Equal(t, exitDiff, code)
+	assert.Contains(t, errOut, "document-taken")
+	code, _, errOut = run(t, env, "branch", "create", "--tenant", "nobody", "--id", "x", "--name", "X", "--document", "1")
+	assert.Equal(t, exitDiff, code)
+	assert.Contains(t, errOut, "404")
+	code, _, errOut = run(t, env, "branch", "create", "--tenant", "acme", "--id", "x", "--name", "X", "--document", "#")
+	assert.Equal(t, exitError, code, "a 400 is an error")
+	assert.Contains(t, errOut, "invalid-field")
+
+	code, out, errOut = run(t, env, "account", "create", "--tenant", "acme", "--first-name", "Ana", "--last-name", "Silva",
+		"--email", "Ana@Acme.example", "--email", "ana@home.example", "--role", "owner", "--json")
+	require.Equal(t, exitOK, code, errOut)
+	var a writer.Account
+	require.NoError(t, json.Unmarshal([]byte(out), &a))
+	assert.Equal(t, "ana@acme.example", a.Email)
+	assert.Len(t, a.Emails, 2)
+	code, _, errOut = run(t, env, "account", "create", "--tenant", "acme", "--first-name", "B", "--last-name", "C", "--email", "ana@home.example")
+	assert.Equal(t, exitDiff, code)
+	assert.Contains(t, errOut, "email-taken")
+
+	code, out, errOut = run(t, env, "account", "get", "--tenant", "acme", "--id", a.ID)
+	require.Equal(t, exitOK, code, errOut)
+	assert.Contains(t, out, "ana@home.example (unverified)")
+	code, _, _ = run(t, env, "account", "get", "--tenant", "acme", "--id", "01J1Z7ZZZZZZZZZZZZZZZZZZZZ")
+	assert.Equal(t, exitDiff, code, "not found")
+
+	// Lists follow the cursors: more than one page of branches.
+	for _, id := range []string{"b1", "b2", "b3"} {
+		code, _, errOut := run(t, env, "branch", "create", "--tenant", "acme", "--id", id, "--name", id, "--document", "DOC-"+id)
+		require.Equal(t, exitOK, code, errOut)
+	}
+	code, out, errOut = run(t, env, "branch", "list", "--tenant", "acme", "--json")
+	require.Equal(t, exitOK, code, errOut)
+	var branches []writer.Branch
+	require.NoError(t, json.Unmarshal([]byte(out), &branches))
+	assert.Len(t, branches, 4)
+	code, out, _ = run(t, env, "branch", "list", "--tenant", "acme")
+	require.Equal(t, exitOK, code)
+	assert.Equal(t, 5, strings.Count(out, "\n"), "a header and four rows: %s", out)
+	code, out, _ = run(t, env, "account", "list", "--tenant", "acme")
+	require.Equal(t, exitOK, code)
+	assert.Contains(t, out, a.ID)
+	code, out, _ = run(t, env, "tenant", "get", "--id", "acme", "--json")
+	require.Equal(t, exitOK, code)
+	assert.Contains(t, out, `"status": "active"`)
+	// GSI1, eventually consistent: the tenant shows up in the listing.
+	require.Eventually(t, func() bool {
+		code, out, _ := run(t, env, "tenant", "list")
+		return code == exitOK && strings.Contains(out, "Acme Ltd")
+	}, 5*time.Second, 50*time.Millisecond)
+
+	// A tenant token is enough for its own branches, not for tenants.
+	tok, err := writer.NewToken([]byte(env["LEDGER_JWT_SECRET"]), writer.TokenOptions{Tenant: "acme"})
+	require.NoError(t, err)
+	tenantEnv := map[string]string{"LEDGER_WRITER_URL": env["LEDGER_WRITER_URL"], "LEDGER_TOKEN": tok}
+	code, _, errOut = run(t, tenantEnv, "branch", "get", "--tenant", "acme", "--id", "north")
+	assert.Equal(t, exitOK, code, errOut)
+	code, _, errOut = run(t, tenantEnv, "tenant", "list")
+	assert.Equal(t, exitError, code)
+	assert.Contains(t, errOut, "403")
+}
+
+func TestDirectory_RefusesBadUsage(t *testing.T) {
+	env := map[string]string{"LEDGER_JWT_SECRET": strings.Repeat("k", 40)}
+	for _, args := range [][]string{
+		{"tenant"}, {"tenant", "delete"}, {"tenant", "create", "--name", "x"}, {"tenant", "get"},
+		{"branch", "list"}, {"branch", "create", "--tenant", "t", "--id", "b", "--name", "n"},
+		{"account", "create", "--tenant", "t", "--first-name", "a", "--last-name", "b"},
+		{"tenant", "list", "extra"}, {"tenant", "list", "--url", "ftp://x"},
+	} {
+		code, _, _ := run(t, env, args...)
+		assert.Equal(t, exitError, code, "%v", args)
+	}
+	code, _, errOut := run(t, map[string]string{}, "tenant", "list")
+	assert.Equal(t, exitError, code)
+	assert.Contains(t, errOut, "LEDGER_TOKEN")
+}
+
+func TestToken_AdminScope(t *testing.T) {
+	secret := strings.Repeat("s", 40)
+	code, out, errOut := run(t, map[string]string{"LEDGER_JWT_SECRET": secret}, "token", "--admin")
+	require.Equal(t, exitOK, code, errOut)
+	a, err := writer.NewAuthenticator(writer.AuthConfig{Secret: []byte(secret)})
+	require.NoError(t, err)
+	c, err := a.Authenticate(strings.TrimSpace(out))
+	require.NoError(t, err)
+	assert.True(t, c.Admin())
+	assert.Empty(t, c.Tenant)
+	assert.True(t, c.MayActFor("any-tenant"))
+
+	code, out, _ = run(t, map[string]string{"LEDGER_JWT_SECRET": secret}, "token", "--tenant", "acme")
+	require.Equal(t, exitOK, code)
+	c, err = a.Authenticate(strings.TrimSpace(out))
+	require.NoError(t, err)
+	assert.False(t, c.Admin())
+	assert.False(t, c.MayActFor("other"))
+}
