@@ -106,12 +106,8 @@ func zipBootstrap(bin, zipPath string) (string, error) {
 	zw.RegisterCompressor(zip.Deflate, func(w io.Writer) (io.WriteCloser, error) {
 		return flate.NewWriter(w, flate.BestCompression)
 	})
-	h := &zip.FileHeader{Name: "bootstrap", Method: zip.Deflate}
+	h := &zip.FileHeader{Name: "bootstrap", Method: zip.Deflate, Modified: zipTime}
 	h.SetMode(0o755)
-	// Only the MS-DOS date and time: setting Modified would add an extended
-	// timestamp field.
-	h.ModifiedDate = uint16((zipTime.Year()-1980)<<9 | int(zipTime.Month())<<5 | zipTime.Day())
-	h.ModifiedTime = 0
 	w, err := zw.CreateHeader(h)
 	if err != nil {
 		return "", err
