@@ -45,6 +45,7 @@ Commands:
   report            print a branch's reports as a table or JSON
   replay FILE|DIR   push recorded stream events (Lambda JSON) through the processor
   lag               per-shard position of the stream's consumer: pending records and their age
+  bench [-quick]    benchmark ledger against per-record and synchronous approaches (markdown tables)
 
 Environment:
   LEDGER_TABLE      table name (default "ledger")
@@ -94,6 +95,8 @@ func Run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return env.replay(ctx, args[1:])
 	case "lag":
 		return env.lag(ctx, args[1:])
+	case "bench":
+		return env.bench(ctx, args[1:])
 	case "-h", "-help", "--help", "help":
 		fmt.Fprint(stdout, usage)
 		return exitOK

@@ -16,6 +16,9 @@ func (res *Result) Markdown(w io.Writer) {
 	}
 	m := res.Machine
 	p("## ledger bench (%s run)\n\n", mode)
+	if res.Config.Command != "" {
+		p("Command: `%s`.  \n", res.Config.Command)
+	}
 	p("Machine: %d CPUs, %.1f GiB memory, %s, %s, %s. Load average %s at the start, %s at the end. Run took %s.\n\n",
 		m.CPUs, m.MemoryGiB, m.GoVersion, m.Java, m.DynamoDBLocal, m.LoadBefore, m.LoadAfter, res.Duration.Round(time.Second))
 

@@ -55,6 +55,8 @@ type Config struct {
 	Only []Approach
 	// SkipLag and SkipCPU leave those measurements out.
 	SkipLag, SkipCPU bool
+	// Command is how the run was started, for the report.
+	Command string
 	// Log receives progress lines (nil: discarded).
 	Log io.Writer
 }
