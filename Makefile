@@ -83,3 +83,14 @@ build:
 clean:
 	rm -rf $(BIN) $(DDBLOCAL)/node_modules .local
 	$(GO) clean -testcache
+
+.PHONY: bench bench-quick
+
+## bench: issue 6's benchmark, every approach side by side on workloads a-d (over an hour on 2 cores); markdown on stdout
+bench: deps
+	$(GO) build -o $(BIN)/poller ./cmd/poller
+	$(GO) run ./cmd/ledgerctl bench -poller $(BIN)/poller
+
+## bench-quick: the same measurements on small workloads, under a minute (CI smoke)
+bench-quick: deps
+	$(GO) run ./cmd/ledgerctl bench -quick
