@@ -15,6 +15,7 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	ddbtypes "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -25,8 +26,10 @@ import (
 // against DynamoDB Local, over real HTTP, with N concurrent clients each
 // sending its next request as soon as the last is answered (closed loop).
 // Every request has its own Idempotency-Key, so each is one TransactWriteItems
-// (transaction + idempotency record) after one flags-cached GetItem of the
-// record. It is skipped unless LEDGER_LOAD is set:
+// (the transaction, ConditionChecks of its tenant and branch, the
+// idempotency record), the flags read from the cache; a branch's first
+// transaction takes a second attempt that sets its hasTransactions marker.
+// It is skipped unless LEDGER_LOAD is set:
 //
 //	LEDGER_LOAD=1 go test ./writer -run TestLoad -v
 //	LEDGER_LOAD=1 LEDGER_LOAD_CLIENTS=32 LEDGER_LOAD_DURATION=30s go test ./writer -run TestLoad -v
@@ -114,6 +117,8 @@ func TestLoad(t *testing.T) {
 		clients, duration, warmup, total, float64(total)/secs, float64(len(lat))/secs,
 		q(0.50).Round(100*time.Microsecond), q(0.90).Round(100*time.Microsecond), q(0.99).Round(100*time.Microsecond),
 		lat[len(lat)-1].Round(100*time.Microsecond), failed, statuses)
+	t.Logf("transaction conflicts (retried): %.0f; conditional check failures: create %.0f",
+		testutil.ToFloat64(e.metrics.TransactionConflicts), testutil.ToFloat64(e.metrics.ConditionalCheckFailures.WithLabelValues("create")))
 
 	// Every 201 is exactly one stored transaction.
 	stored := 0
