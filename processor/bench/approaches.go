@@ -144,8 +144,8 @@ func consume(ctx context.Context, t target, arn, last string, a Approach, batch 
 }
 
 // writeSynchronously runs approach 3 over ops: every change with its report
-// updates in one transaction; every 100th change is sent twice (a client
-// retrying a request whose answer it lost).
+// updates in one transaction; one change in 100 (the first, the 101st, …) is
+// sent twice (a client retrying a request whose answer it lost).
 func writeSynchronously(ctx context.Context, t target, ops []Op) (consumed, error) {
 	m := NewMeter(t.db)
 	s := &Synchronous{API: m, Table: t.table}
@@ -153,7 +153,7 @@ func writeSynchronously(ctx context.Context, t target, ops []Op) (consumed, erro
 	start := time.Now()
 	for i, op := range ops {
 		var err error
-		if i%100 == 99 {
+		if i%100 == 0 {
 			err = s.WriteTwice(ctx, op, time.Now())
 			c.redelivered++
 		} else {

@@ -84,10 +84,10 @@ func Quick() Config {
 		Quick: true,
 		Seed:  6,
 		Workloads: []WorkloadRun{
-			{WorkloadA, 40}, {WorkloadB, 120}, {WorkloadC, 40}, {WorkloadD, 40},
+			{WorkloadA, 20}, {WorkloadB, 120}, {WorkloadC, 20}, {WorkloadD, 20},
 		},
 		BatchSizes: []int{100, 1000},
-		LagSeconds: 2,
+		LagSeconds: 1,
 		LagRate:    10,
 		CPURecords: 10_000,
 		CPUTime:    200 * time.Millisecond,

@@ -1,0 +1,93 @@
+package bench
+
+import (
+	"context"
+	"os"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func TestWorkloads_HaveTheIssuesShape(t *testing.T) {
+	const n = 10000
+	for _, w := range []WorkloadSpec{WorkloadA, WorkloadB, WorkloadC, WorkloadD} {
+		t.Run(w.Name, func(t *testing.T) {
+			ops := w.Generate(n, 6)
+			assert.Equal(t, ops, w.Generate(n, 6), "deterministic for a seed")
+			kinds := map[OpKind]int{}
+			branches := map[string]bool{}
+			var created []string
+			inOrder, backdated := 0, 0
+			prev := ""
+			for _, op := range ops {
+				kinds[op.Kind]++
+				if op.Kind != OpInsert {
+					continue
+				}
+				branches[str(op.New["branchId"])] = true
+				c := str(op.New["createdAt"])
+				created = append(created, c)
+				if c >= prev {
+					inOrder++
+					prev = c
+				} else {
+					backdated++
+				}
+				require.NotNil(t, txOf(op.New), "every insert is a valid transaction")
+			}
+			share := func(k OpKind) float64 { return float64(kinds[k]) / n }
+			assert.InDelta(t, w.ModifyShare, share(OpModify), 0.01)
+			assert.InDelta(t, w.DeleteShare, share(OpDelete), 0.01)
+			assert.InDelta(t, float64(w.Branches), float64(len(branches)), float64(w.Branches)*0.01+1)
+			if w.Shuffled {
+				assert.False(t, sort.StringsAreSorted(created), "a backfill arrives in random order")
+				return
+			}
+			// Live workloads arrive in createdAt order but for the
+			// corrections, about 5% of the inserts, backdated.
+			assert.InDelta(t, 0.05, float64(backdated)/float64(len(created)), 0.01)
+		})
+	}
+}
+
+// The CI smoke run of `ledgerctl bench -quick`: every measurement on small
+// workloads, in under a minute, with figures that hold together.
+func TestQuick_RunsEveryMeasurementInUnderAMinute(t *testing.T) {
+	cfg := Quick()
+	if testing.Verbose() {
+		cfg.Log = os.Stderr
+	}
+	start := time.Now()
+	res, err := Run(context.Background(), cfg)
+	require.NoError(t, err)
+	took := time.Since(start)
+	t.Logf("quick run took %s\n%s", took, res)
+	assert.Less(t, took, time.Minute)
+
+	require.Len(t, res.Rows, len(cfg.Workloads)*(3+2*len(cfg.BatchSizes)))
+	for _, r := range res.Rows {
+		name := r.Workload + " " + string(r.Approach)
+		assert.Equal(t, float64(r.Cost.LocalUnits), r.Cost.Reported, "%s: computed capacity equals DynamoDB Local's", name)
+		assert.Positive(t, r.Cost.Units, name)
+		assert.Positive(t, r.Redelivered, "%s: duplicates were delivered", name)
+		if r.Workload == "b" && r.Approach == PerRecordSeed {
+			assert.Positive(t, r.Diffs, "approach 1 counts a duplicate twice")
+		} else {
+			assert.Zero(t, r.Diffs, "%s: exact under duplicates", name)
+		}
+	}
+	require.Len(t, res.Lag, len(Approaches))
+	for _, l := range res.Lag {
+		assert.True(t, l.Sustained, l.Approach)
+		assert.Positive(t, l.Samples, l.Approach)
+	}
+	require.Len(t, res.CPU, 2)
+	md := res.String()
+	for _, want := range []string{"### Backlog", "### Lag", "### CPU", "### Targets", "| b | 4 ledger: poller | 1000 |"} {
+		assert.True(t, strings.Contains(md, want), "markdown has %q", want)
+	}
+}
