@@ -41,6 +41,7 @@ func TestAPIGatewayHandler_ServesTheWriterThroughEvents(t *testing.T) {
 	assert.Equal(t, http.StatusUnauthorized, resp.StatusCode)
 	assert.Equal(t, "application/problem+json", resp.Headers["Content-Type"])
 
+	createDirectory(t, m.URL(), "acme", "north") // transactions need their tenant and branch
 	token, err := writer.NewToken([]byte(secret), writer.TokenOptions{Tenant: "acme"})
 	require.NoError(t, err)
 	auth := map[string]string{"authorization": "Bearer " + token}
