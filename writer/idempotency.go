@@ -216,10 +216,13 @@ func one(op string, item ddbtypes.TransactWriteItem) *change {
 
 // failure is a change whose condition failed: the position of the first
 // item whose condition failed, and that item as it was when DynamoDB
-// returned it (nil when it was absent or not returned).
+// returned it (nil when it was absent or not returned). For a conflict,
+// onRecord says that the idempotency record was among the items another
+// transaction held: a duplicate of the request is committing.
 type failure struct {
-	index int
-	old   map[string]ddbtypes.AttributeValue
+	index    int
+	old      map[string]ddbtypes.AttributeValue
+	onRecord bool
 }
 
 // mutation is one mutating request, executed by Server.mutate.
@@ -262,6 +265,9 @@ func (s *Server) mutate(w http.ResponseWriter, r *http.Request, m mutation) {
 	default:
 		idemKey = aggregates.IdempotencyKey(m.tenant, m.idemKey)
 	}
+	// inFlight says whether the last attempt failed on the idempotency
+	// record (a duplicate committing) rather than on the change's items.
+	inFlight := false
 	for attempt := 1; attempt <= maxCommitAttempts; attempt++ {
 		if attempt > 1 {
 			if err := sleepJitter(ctx, attempt); err != nil {
@@ -317,6 +323,7 @@ func (s *Server) mutate(w http.ResponseWriter, r *http.Request, m mutation) {
 			resp.write(w, false)
 			return
 		case conditionFailed:
+			inFlight = false
 			p, retry, err := m.conditionFailed(ctx, failed)
 			if err != nil {
 				s.fail(w, r, err)
@@ -328,9 +335,10 @@ func (s *Server) mutate(w http.ResponseWriter, r *http.Request, m mutation) {
 			}
 		case keyTaken, conflicted:
 			// Read the record again (or prepare again) on the next attempt.
+			inFlight = out == keyTaken || failed.onRecord
 		}
 	}
-	if m.idemKey != "" {
+	if m.idemKey != "" && inFlight {
 		s.metrics.IdempotencyRejections.WithLabelValues("in_flight").Inc()
 		p := problem(http.StatusConflict, ProblemRequestInProgress, "a request with this Idempotency-Key is being executed; retry it shortly to get its answer")
 		p.Field = "Idempotency-Key"
@@ -397,7 +405,7 @@ func (s *Server) commit(ctx context.Context, ch *change, idem *ddbtypes.Put) (ou
 		switch code(i) {
 		case "TransactionConflict":
 			s.metrics.TransactionConflicts.Inc()
-			return conflicted, failure{}, nil
+			return conflicted, failure{onRecord: idem != nil && code(len(ch.items)) == "TransactionConflict"}, nil
 		case "ThrottlingError", "ProvisionedThroughputExceeded":
 			s.metrics.DynamoDBErrors.WithLabelValues("TransactWriteItems", "throttle").Inc()
 			return 0, failure{}, &backendError{op: "TransactWriteItems", class: "throttle", err: err}

@@ -2,6 +2,7 @@ package writer_test
 
 import (
 	"context"
+	"encoding/json"
 	"io"
 	"net/http"
 	"strconv"
@@ -214,18 +215,41 @@ func TestPatch_ConcurrentSameVersionExactlyOneWins(t *testing.T) {
 	assert.Equal(t, int64(2), winner.Version)
 }
 
-// conflicting answers every TransactWriteItems as DynamoDB does when another
-// transaction holds the idempotency record: cancelled, TransactionConflict.
-type conflicting struct{ next http.RoundTripper }
+// conflicting answers every TransactWriteItems as DynamoDB does when
+// another transaction holds one of its items: cancelled, with
+// TransactionConflict for the item at position at (-1: the last, which is
+// the idempotency record) and None for the others.
+type conflicting struct {
+	next http.RoundTripper
+	at   int
+}
 
 func (c conflicting) RoundTrip(r *http.Request) (*http.Response, error) {
 	if !strings.HasSuffix(r.Header.Get("X-Amz-Target"), ".TransactWriteItems") {
 		return c.next.RoundTrip(r)
 	}
+	var in struct{ TransactItems []json.RawMessage }
+	err := json.NewDecoder(r.Body).Decode(&in)
 	_ = r.Body.Close()
+	if err != nil {
+		return nil, err
+	}
+	at := c.at
+	if at < 0 {
+		at = len(in.TransactItems) - 1
+	}
+	var reasons, codes []string
+	for i := range in.TransactItems {
+		code := "None"
+		if i == at {
+			code = "TransactionConflict"
+		}
+		codes = append(codes, code)
+		reasons = append(reasons, `{"Code":"`+code+`"}`)
+	}
 	body := `{"__type":"com.amazonaws.dynamodb.v20120810#TransactionCanceledException",` +
-		`"message":"Transaction cancelled, please refer cancellation reasons for specific reasons [None, TransactionConflict]",` +
-		`"CancellationReasons":[{"Code":"None"},{"Code":"TransactionConflict","Message":"Transaction is ongoing for the item"}]}`
+		`"message":"Transaction cancelled, please refer cancellation reasons for specific reasons [` + strings.Join(codes, ", ") + `]",` +
+		`"CancellationReasons":[` + strings.Join(reasons, ",") + `]}`
 	return &http.Response{
 		StatusCode: http.StatusBadRequest, Status: "400 Bad Request", Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
 		Header:        http.Header{"Content-Type": []string{"application/x-amz-json-1.0"}},
@@ -237,7 +261,7 @@ func (c conflicting) RoundTrip(r *http.Request) (*http.Response, error) {
 func TestIdempotency_DuplicateStillInFlightIs409AndWritesNothing(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, sharedTable(t))
-	e.calls.Next = conflicting{next: e.calls.Next}
+	e.calls.Next = conflicting{next: e.calls.Next, at: -1}
 	r := e.send(req{method: "POST", path: e.base() + "/transactions", body: `{"type":"INCOME","amount":"1","category":"a"}`,
 		headers: []string{"Idempotency-Key", newKey()}})
 	require.Equal(t, http.StatusConflict, r.Status, "answer %s", r)
@@ -248,6 +272,18 @@ func TestIdempotency_DuplicateStillInFlightIs409AndWritesNothing(t *testing.T) {
 	assert.Zero(t, e.countTransactions(e.tenant, e.branch))
 	assert.Equal(t, 1.0, testutil.ToFloat64(e.metrics.IdempotencyRejections.WithLabelValues("in_flight")))
 	assert.Positive(t, testutil.ToFloat64(e.metrics.TransactionConflicts))
+}
+
+func TestCreate_BranchKeptChangingIs409ConcurrentModificationNotInProgress(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, sharedTable(t))
+	e.calls.Next = conflicting{next: e.calls.Next, at: 2} // the branch check: another transaction holds the branch
+	r := e.send(req{method: "POST", path: e.base() + "/transactions", body: createBody, headers: []string{"Idempotency-Key", newKey()}})
+	require.Equal(t, http.StatusConflict, r.Status, "answer %s", r)
+	assert.Equal(t, writer.ProblemConcurrentModification, r.problem(t).Type, "no duplicate of this request is in flight")
+	assert.Equal(t, "1", r.Header.Get("Retry-After"))
+	assert.Zero(t, e.countTransactions(e.tenant, e.branch))
+	assert.Zero(t, testutil.ToFloat64(e.metrics.IdempotencyRejections.WithLabelValues("in_flight")))
 }
 
 func TestIdempotency_LostAnswerThenRetryReplaysTheCommittedWrite(t *testing.T) {
