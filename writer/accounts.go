@@ -534,7 +534,7 @@ func (s *Server) listAccounts(w http.ResponseWriter, r *http.Request) {
 		p.write(w)
 		return
 	}
-	limit, start, p := s.directoryList(r, tenant, "accounts", nil)
+	limit, start, p := s.directoryList(r, tenant, "accounts")
 	if p != nil {
 		p.write(w)
 		return

@@ -214,7 +214,7 @@ func (s *Server) listBranches(w http.ResponseWriter, r *http.Request) {
 		p.write(w)
 		return
 	}
-	limit, start, p := s.directoryList(r, tenant, "branches", nil)
+	limit, start, p := s.directoryList(r, tenant, "branches")
 	if p != nil {
 		p.write(w)
 		return

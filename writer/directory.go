@@ -345,13 +345,9 @@ func listLimit(v string) (int, *Problem) {
 // directoryList reads the limit and cursor of a directory listing (tenant
 // "" and kind name the listing the cursor is bound to): the exclusive start
 // sort key, "" for the first page.
-func (s *Server) directoryList(r *http.Request, tenant, kind string, extra map[string]bool) (limit int, startSK string, p *Problem) {
-	allowed := map[string]bool{"limit": true, "cursor": true}
-	for k := range extra {
-		allowed[k] = true
-	}
+func (s *Server) directoryList(r *http.Request, tenant, kind string) (limit int, startSK string, p *Problem) {
 	q := r.URL.Query()
-	if p := singleParams(q, allowed); p != nil {
+	if p := singleParams(q, map[string]bool{"limit": true, "cursor": true}); p != nil {
 		return 0, "", p
 	}
 	if limit, p = listLimit(q.Get("limit")); p != nil {

@@ -148,7 +148,7 @@ func (s *Server) getTenant(w http.ResponseWriter, r *http.Request) {
 // from the sparse GSI1 partition TENANTS (eventually consistent, as every
 // index read: a tenant created a moment ago may be missing).
 func (s *Server) listTenants(w http.ResponseWriter, r *http.Request) {
-	limit, start, p := s.directoryList(r, "", "tenants", nil)
+	limit, start, p := s.directoryList(r, "", "tenants")
 	if p != nil {
 		p.write(w)
 		return
