@@ -201,85 +201,89 @@ func TestDirectory_RandomizedOperationsKeepOwnersAndAccountsConsistent(t *testin
 		return known[ids[rng.IntN(len(ids))]], true
 	}
 
-	const workers, opsPerWorker = 6, 60
-	var wg sync.WaitGroup
-	for w := range workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			rng := rand.New(rand.NewPCG(seed, uint64(w)))
-			addr := func() string { return pool[rng.IntN(len(pool))] }
-			for range opsPerWorker {
-				a, ok := pick(rng)
-				op := rng.IntN(10)
-				if !ok || op == 0 || op == 1 {
-					n := 1 + rng.IntN(3)
-					var emails []string
-					seen := map[string]bool{}
-					for i := 0; i < n; i++ {
-						x := addr()
-						if seen[x] {
+	const rounds, workers, opsPerWorker = 2, 6, 40
+	for round := range rounds {
+		var wg sync.WaitGroup
+		for w := range workers {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				rng := rand.New(rand.NewPCG(seed, uint64(round*workers+w)))
+				addr := func() string { return pool[rng.IntN(len(pool))] }
+				for range opsPerWorker {
+					a, ok := pick(rng)
+					op := rng.IntN(20)
+					if !ok || op < 3 || op == 19 {
+						n := 1 + rng.IntN(3)
+						var emails []string
+						seen := map[string]bool{}
+						for i := 0; i < n; i++ {
+							x := addr()
+							if seen[x] {
+								continue
+							}
+							seen[x] = true
+							emails = append(emails, fmt.Sprintf(`{"address":%q,"verified":%t,"primary":%t}`, x, i == 0 || rng.IntN(2) == 0, i == 0))
+						}
+						r := e.postAccount(tenants[rng.IntN(len(tenants))], `{"firstName":"F","lastName":"L","emails":[`+strings.Join(emails, ",")+`]}`)
+						note("create", r)
+						remember(r)
+						continue
+					}
+					ifMatch := []string{"If-Match", etagOf(a.Version)}
+					var r reply
+					var name string
+					switch {
+					case op < 7:
+						name = "add"
+						r = e.asAdmin(req{method: "POST", path: accountPath(a) + "/emails", body: fmt.Sprintf(`{"address":%q,"verified":%t}`, addr(), rng.IntN(2) == 0)})
+					case op < 10:
+						name = "remove"
+						target := addr()
+						if len(a.Emails) > 0 && rng.IntN(2) == 0 {
+							target = a.Emails[rng.IntN(len(a.Emails))].Address
+						}
+						r = e.asAdmin(req{method: "DELETE", path: emailPath(a, target)})
+					case op < 12:
+						name = "verify"
+						if len(a.Emails) == 0 {
 							continue
 						}
-						seen[x] = true
-						emails = append(emails, fmt.Sprintf(`{"address":%q,"verified":%t,"primary":%t}`, x, i == 0 || rng.IntN(2) == 0, i == 0))
+						r = e.asAdmin(req{method: "PATCH", path: emailPath(a, a.Emails[rng.IntN(len(a.Emails))].Address), body: `{"verified":true}`, headers: ifMatch})
+					case op < 16:
+						name = "primary"
+						if len(a.Emails) == 0 {
+							continue
+						}
+						r = e.asAdmin(req{method: "PATCH", path: emailPath(a, a.Emails[rng.IntN(len(a.Emails))].Address), body: `{"primary":true}`, headers: ifMatch})
+					case op < 18:
+						name = "patch"
+						r = e.asAdmin(req{method: "PATCH", path: accountPath(a), body: `{"lastName":"L` + strconv.Itoa(rng.IntN(100)) + `"}`, headers: ifMatch})
+					default:
+						name = "delete"
+						r = e.asAdmin(req{method: "DELETE", path: accountPath(a)})
+						if r.Status == http.StatusNoContent {
+							mu.Lock()
+							delete(known, a.Tenant+"/"+a.ID)
+							mu.Unlock()
+						}
 					}
-					r := e.postAccount(tenants[rng.IntN(len(tenants))], `{"firstName":"F","lastName":"L","emails":[`+strings.Join(emails, ",")+`]}`)
-					note("create", r)
-					remember(r)
-					continue
-				}
-				ifMatch := []string{"If-Match", etagOf(a.Version)}
-				var r reply
-				var name string
-				switch op {
-				case 2, 3:
-					name = "add"
-					r = e.asAdmin(req{method: "POST", path: accountPath(a) + "/emails", body: fmt.Sprintf(`{"address":%q,"verified":%t}`, addr(), rng.IntN(2) == 0)})
-				case 4:
-					name = "remove"
-					target := addr()
-					if len(a.Emails) > 0 && rng.IntN(2) == 0 {
-						target = a.Emails[rng.IntN(len(a.Emails))].Address
+					note(name, r)
+					if name != "delete" {
+						remember(r)
 					}
-					r = e.asAdmin(req{method: "DELETE", path: emailPath(a, target)})
-				case 5:
-					name = "verify"
-					if len(a.Emails) == 0 {
-						continue
-					}
-					r = e.asAdmin(req{method: "PATCH", path: emailPath(a, a.Emails[rng.IntN(len(a.Emails))].Address), body: `{"verified":true}`, headers: ifMatch})
-				case 6, 7:
-					name = "primary"
-					if len(a.Emails) == 0 {
-						continue
-					}
-					r = e.asAdmin(req{method: "PATCH", path: emailPath(a, a.Emails[rng.IntN(len(a.Emails))].Address), body: `{"primary":true}`, headers: ifMatch})
-				case 8:
-					name = "patch"
-					r = e.asAdmin(req{method: "PATCH", path: accountPath(a), body: `{"lastName":"L` + strconv.Itoa(rng.IntN(100)) + `"}`, headers: ifMatch})
-				default:
-					name = "delete"
-					r = e.asAdmin(req{method: "DELETE", path: accountPath(a)})
-					if r.Status == http.StatusNoContent {
+					if r.Status == http.StatusNotFound && strings.Contains(string(r.Body), "no such account") {
 						mu.Lock()
 						delete(known, a.Tenant+"/"+a.ID)
 						mu.Unlock()
 					}
 				}
-				note(name, r)
-				if name != "delete" {
-					remember(r)
-				}
-				if r.Status == http.StatusNotFound && strings.Contains(string(r.Body), "no such account") {
-					mu.Lock()
-					delete(known, a.Tenant+"/"+a.ID)
-					mu.Unlock()
-				}
-			}
-		}()
+			}()
+		}
+		wg.Wait()
+		// Quiescent: the table must be consistent after every round.
+		e.requireConsistent()
 	}
-	wg.Wait()
 	t.Logf("answers by operation and status: %v", statuses)
 
 	st := e.requireConsistent()
