@@ -21,10 +21,15 @@ type Cost struct {
 	// Requests counts write requests by operation (PutItem, UpdateItem,
 	// DeleteItem, TransactWriteItems), failed ones included.
 	Requests map[string]int
+	// ItemWrites counts the items those requests wrote (every action of a
+	// transaction), failed ones included.
+	ItemWrites int
 	// Units is the write capacity billed by AWS's rules (itemsize.go):
 	// transactional actions twice, failed conditional writes and cancelled
 	// transactions included.
 	Units int
+	// UnitsByOp splits Units by operation.
+	UnitsByOp map[string]int
 	// LocalUnits is what DynamoDB Local should report as ConsumedCapacity
 	// for the successful writes if it sizes items as AWS does: the same
 	// units for a single-item write; for a transaction, DynamoDB Local
@@ -77,7 +82,7 @@ type Meter struct {
 // NewMeter wraps c.
 func NewMeter(c *dynamodb.Client) *Meter {
 	return &Meter{Client: c, items: map[itemKey]map[string]ddbtypes.AttributeValue{},
-		cost: Cost{Requests: map[string]int{}, Calls: map[string]int{}, Time: map[string]time.Duration{}}}
+		cost: Cost{Requests: map[string]int{}, UnitsByOp: map[string]int{}, Calls: map[string]int{}, Time: map[string]time.Duration{}}}
 }
 
 // Cost returns what the meter counted so far.
@@ -86,6 +91,7 @@ func (m *Meter) Cost() Cost {
 	defer m.mu.Unlock()
 	c := m.cost
 	c.Requests, c.Calls, c.Time = maps.Clone(m.cost.Requests), maps.Clone(m.cost.Calls), maps.Clone(m.cost.Time)
+	c.UnitsByOp = maps.Clone(m.cost.UnitsByOp)
 	c.Mismatches = slices.Clone(m.cost.Mismatches)
 	return c
 }
@@ -175,6 +181,7 @@ func (m *Meter) settle(op string, ws []write, factor int, landed bool, err error
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.cost.Requests[op]++
+	m.cost.ItemWrites += len(ws)
 	if err != nil && !landed && !isConditionFailure(err) {
 		return 0 // not answered or rejected before any condition: not billed
 	}
@@ -185,6 +192,7 @@ func (m *Meter) settle(op string, ws []write, factor int, landed bool, err error
 	for _, w := range ws {
 		u := w.units()
 		m.cost.Units += factor * u
+		m.cost.UnitsByOp[op] += factor * u
 		if !landed {
 			continue
 		}

@@ -66,7 +66,7 @@ func Full() Config {
 	return Config{
 		Seed: 6,
 		Workloads: []WorkloadRun{
-			{WorkloadA, 5000}, {WorkloadB, 10000}, {WorkloadC, 5000}, {WorkloadD, 5000},
+			{WorkloadA, 3000}, {WorkloadB, 10000}, {WorkloadC, 3000}, {WorkloadD, 3000},
 		},
 		BatchSizes:     []int{100, 1000},
 		LagSeconds:     30,
@@ -336,9 +336,6 @@ func (r *runner) backlogs(ctx context.Context, cells []cell) error {
 
 func (r *runner) cell(ctx context.Context, c cell) (Row, error) {
 	row := Row{Workload: c.w.Spec.Name, Approach: c.a, Batch: c.batch, Changes: len(c.ops)}
-	if c.a.batchless() {
-		row.Batch = 0
-	}
 	db, streams, stop, err := r.instance(ctx, c.table())
 	if err != nil {
 		return row, err

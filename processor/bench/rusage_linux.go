@@ -2,6 +2,7 @@ package bench
 
 import (
 	"os"
+	"os/exec"
 	"syscall"
 )
 
@@ -12,4 +13,9 @@ func peakRSS(ps *os.ProcessState) int64 {
 		return ru.Maxrss * 1024
 	}
 	return 0
+}
+
+// dieWithParent makes the child killed if the bench dies first.
+func dieWithParent(cmd *exec.Cmd) {
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 }

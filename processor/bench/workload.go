@@ -197,6 +197,9 @@ func modified(rng *rand.Rand, old map[string]ddbtypes.AttributeValue) map[string
 func (w WorkloadSpec) generateFrom(first, n, total int, seed uint64) []Op {
 	rng := rand.New(rand.NewPCG(seed, uint64(first)))
 	start := workloadEnd.Add(-time.Duration(w.Days) * 24 * time.Hour)
+	if w.Days == 1 {
+		start = time.Date(workloadEnd.Year(), workloadEnd.Month(), workloadEnd.Day(), 0, 0, 0, 0, time.UTC)
+	}
 	span := workloadEnd.Sub(start)
 	ops := make([]Op, n)
 	for j := range ops {
