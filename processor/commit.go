@@ -17,6 +17,7 @@ import (
 	ddbtypes "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/ledger-dev/ledger/aggregates"
+	"github.com/ledger-dev/ledger/infra"
 )
 
 // This file is the commit protocol: one TransactWriteItems per run, holding
@@ -259,7 +260,7 @@ func (p *Processor) reportUpdate(k aggregates.ReportKey, delta *aggregates.Repor
 		if !sh.present[d] {
 			m := &ddbtypes.AttributeValueMemberM{Value: map[string]ddbtypes.AttributeValue{}}
 			for name, t := range entries {
-				m.Value[name] = totalsAV(t)
+				m.Value[name] = infra.TotalsAV(t)
 			}
 			set = append(set, b+" = "+value(m))
 			cond = append(cond, "attribute_not_exists("+b+")")
@@ -277,7 +278,7 @@ func (p *Processor) reportUpdate(k aggregates.ReportKey, delta *aggregates.Repor
 			e := b + ".#k" + strconv.Itoa(ne)
 			names["#k"+strconv.Itoa(ne)] = name
 			if !sh.entries[d][name] {
-				set = append(set, e+" = "+value(totalsAV(t)))
+				set = append(set, e+" = "+value(infra.TotalsAV(t)))
 				cond = append(cond, "attribute_not_exists("+e+")")
 				newEntry = true
 				continue

@@ -13,6 +13,7 @@ import (
 	ddbtypes "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/ledger-dev/ledger/aggregates"
+	"github.com/ledger-dev/ledger/infra"
 )
 
 // ReconcileAPI is the part of the DynamoDB API reconcile uses.
@@ -112,7 +113,7 @@ func Reconcile(ctx context.Context, api ReconcileAPI, table string, scope Scope)
 		d := Difference{Report: k, Expected: want}
 		got := &aggregates.Report{}
 		if item, ok := stored[k]; ok {
-			r, err := DecodeReport(item)
+			r, err := infra.DecodeReport(item)
 			if err != nil {
 				return nil, stats, fmt.Errorf("reconcile: report %s: %w", k, err)
 			}
@@ -168,7 +169,7 @@ func Repair(ctx context.Context, api ReconcileAPI, table string, diffs []Differe
 	for _, d := range diffs {
 		in := &dynamodb.PutItemInput{
 			TableName: &table,
-			Item:      EncodeReport(d.Report, d.Expected, now.UTC().Format(time.RFC3339Nano)),
+			Item:      infra.EncodeReport(d.Report, d.Expected, now.UTC().Format(time.RFC3339Nano)),
 		}
 		switch {
 		case d.Stored == nil:

@@ -5,9 +5,9 @@ import (
 	"strconv"
 
 	ddbtypes "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
-	"github.com/shopspring/decimal"
 
 	"github.com/ledger-dev/ledger/aggregates"
+	"github.com/ledger-dev/ledger/infra"
 )
 
 // Attribute names of transaction items (DESIGN.md, "Transaction attributes").
@@ -165,38 +165,12 @@ type Report struct {
 	Totals
 }
 
-// decodeReport reads a stored report item the way processor.DecodeReport
-// does: missing figures are zero, a figure of the wrong type is an error.
-// The domain report comes back too, for comparison with the oracle.
-func decodeReport(k aggregates.ReportKey, item map[string]ddbtypes.AttributeValue) (Report, *aggregates.Report, error) {
-	r := &aggregates.Report{}
-	var err error
-	if r.Totals, err = decodeTotals(item); err != nil {
-		return Report{}, nil, fmt.Errorf("report %s: %w", k, err)
-	}
-	for _, d := range aggregates.Dimensions {
-		v, ok := item[d.Attribute()]
-		if !ok {
-			continue
-		}
-		m, ok := v.(*ddbtypes.AttributeValueMemberM)
-		if !ok {
-			return Report{}, nil, fmt.Errorf("report %s: %s is not a map", k, d)
-		}
-		for name, e := range m.Value {
-			em, ok := e.(*ddbtypes.AttributeValueMemberM)
-			if !ok {
-				return Report{}, nil, fmt.Errorf("report %s: %s[%q] is not a map", k, d, name)
-			}
-			t, err := decodeTotals(em.Value)
-			if err != nil {
-				return Report{}, nil, fmt.Errorf("report %s: %s[%q]: %w", k, d, name, err)
-			}
-			if r.Breakdowns[d] == nil {
-				r.Breakdowns[d] = map[string]aggregates.Totals{}
-			}
-			r.Breakdowns[d][name] = t
-		}
+// decodeReport reads a stored report item (infra.DecodeReport) as the API
+// shows it: entries whose figures are all zero are left out.
+func decodeReport(k aggregates.ReportKey, item map[string]ddbtypes.AttributeValue) (Report, error) {
+	r, err := infra.DecodeReport(item)
+	if err != nil {
+		return Report{}, fmt.Errorf("report %s: %w", k, err)
 	}
 	r.Prune()
 	out := Report{
@@ -211,45 +185,9 @@ func decodeReport(k aggregates.ReportKey, item map[string]ddbtypes.AttributeValu
 			(*maps[d])[name] = totalsJSON(t)
 		}
 	}
-	return out, r, nil
+	return out, nil
 }
 
 func totalsJSON(t aggregates.Totals) Totals {
 	return Totals{TotalIncome: aggregates.FormatAmount(t.Income), TotalExpense: aggregates.FormatAmount(t.Expense), TransactionCount: t.Count}
-}
-
-func decodeTotals(m map[string]ddbtypes.AttributeValue) (aggregates.Totals, error) {
-	var t aggregates.Totals
-	var err error
-	if t.Income, err = decimalAttr(m, "totalIncome"); err != nil {
-		return t, err
-	}
-	if t.Expense, err = decimalAttr(m, "totalExpense"); err != nil {
-		return t, err
-	}
-	count, err := decimalAttr(m, "transactionCount")
-	if err != nil {
-		return t, err
-	}
-	if !count.IsInteger() {
-		return t, fmt.Errorf("transactionCount %s is not an integer", count)
-	}
-	t.Count = count.IntPart()
-	return t, nil
-}
-
-func decimalAttr(m map[string]ddbtypes.AttributeValue, name string) (decimal.Decimal, error) {
-	v, ok := m[name]
-	if !ok {
-		return decimal.Zero, nil
-	}
-	n, ok := v.(*ddbtypes.AttributeValueMemberN)
-	if !ok {
-		return decimal.Zero, fmt.Errorf("%s is not a number", name)
-	}
-	d, err := aggregates.ParseAmount(n.Value)
-	if err != nil {
-		return decimal.Zero, fmt.Errorf("%s: %w", name, err)
-	}
-	return d, nil
 }

@@ -59,7 +59,7 @@ func (s *Server) getReport(w http.ResponseWriter, r *http.Request) {
 		problem(http.StatusNotFound, ProblemNotFound, "no report for this period: no transaction of it has been aggregated yet").write(w)
 		return
 	}
-	rep, _, err := decodeReport(k, out.Item)
+	rep, err := decodeReport(k, out.Item)
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -148,7 +148,7 @@ func (s *Server) queryReports(ctx context.Context, tenant, branch string, from, 
 			if err != nil {
 				return nil, err
 			}
-			rep, _, err := decodeReport(k, item)
+			rep, err := decodeReport(k, item)
 			if err != nil {
 				return nil, err
 			}

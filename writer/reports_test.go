@@ -14,7 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ledger-dev/ledger/aggregates"
-	"github.com/ledger-dev/ledger/processor"
+	"github.com/ledger-dev/ledger/infra"
 	"github.com/ledger-dev/ledger/writer"
 )
 
@@ -22,7 +22,7 @@ import (
 // repair) write it.
 func (e *env) putReport(p aggregates.Period, r *aggregates.Report, updatedAt string) {
 	e.t.Helper()
-	item := processor.EncodeReport(aggregates.ReportKey{Tenant: e.tenant, Branch: e.branch, Period: p}, r, updatedAt)
+	item := infra.EncodeReport(aggregates.ReportKey{Tenant: e.tenant, Branch: e.branch, Period: p}, r, updatedAt)
 	_, err := e.ddb.PutItem(context.Background(), &dynamodb.PutItemInput{TableName: &e.table, Item: item})
 	require.NoError(e.t, err)
 }

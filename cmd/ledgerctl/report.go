@@ -14,7 +14,7 @@ import (
 	"github.com/shopspring/decimal"
 
 	"github.com/ledger-dev/ledger/aggregates"
-	"github.com/ledger-dev/ledger/processor"
+	"github.com/ledger-dev/ledger/infra"
 	"github.com/ledger-dev/ledger/writer"
 )
 
@@ -90,7 +90,7 @@ func readReports(ctx context.Context, api QueryAPI, table, tenant, branch string
 			if err != nil {
 				return nil, err
 			}
-			r, err := processor.DecodeReport(item)
+			r, err := infra.DecodeReport(item)
 			if err != nil {
 				return nil, fmt.Errorf("report %s: %w", k, err)
 			}
