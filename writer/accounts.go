@@ -301,9 +301,7 @@ func emailPath(r *http.Request) (tenant, account, address string, p *Problem) {
 
 // accountResponse is the answer of a change to a: the account and its ETag.
 func accountResponse(status int, a *Account) response {
-	resp := jsonResponse(status, a)
-	resp.etag = etag(a.Version)
-	return resp
+	return versionedResponse(status, a, a.Version)
 }
 
 // accountChanged explains a failed condition on an account's profile: 404
@@ -322,8 +320,7 @@ func (s *Server) accountChanged(ctx context.Context, tenant, id string, expected
 		return accountDeleted(), false, nil
 	}
 	if v, _ := intAttr(item, attrVersion); expected > 0 && v != expected {
-		s.metrics.VersionConflicts.Inc()
-		return versionMismatch(v), false, nil
+		return s.versionConflict(v), false, nil
 	}
 	return nil, true, nil
 }
@@ -340,8 +337,7 @@ func (s *Server) readForChange(ctx context.Context, tenant, id string, expected 
 	case a == nil:
 		return nil, notFoundOf("account"), nil
 	case expected > 0 && a.Version != expected:
-		s.metrics.VersionConflicts.Inc()
-		return nil, versionMismatch(a.Version), nil
+		return nil, s.versionConflict(a.Version), nil
 	case !deletedOK && a.Status == string(aggregates.StatusDeleted):
 		return nil, accountDeleted(), nil
 	}
@@ -727,8 +723,7 @@ func (s *Server) deleteAccount(w http.ResponseWriter, r *http.Request) {
 				return notFoundOf("account"), false, nil
 			case expected > 0:
 				v, _ := intAttr(item, attrVersion)
-				s.metrics.VersionConflicts.Inc()
-				return versionMismatch(v), false, nil
+				return s.versionConflict(v), false, nil
 			}
 			return nil, true, nil
 		},

@@ -157,8 +157,8 @@ func (s *Server) createBranch(w http.ResponseWriter, r *http.Request) {
 		prepare: func(context.Context) (*change, response, *Problem, error) {
 			b.CreatedAt = s.cfg.Now().UTC().Format(time.RFC3339Nano)
 			b.UpdatedAt = b.CreatedAt
-			resp := jsonResponse(http.StatusCreated, b)
-			resp.location, resp.etag = branchLocation(tenant, b.ID), etag(b.Version)
+			resp := versionedResponse(http.StatusCreated, b, b.Version)
+			resp.location = branchLocation(tenant, b.ID)
 			return &change{op: "branch_create", items: []ddbtypes.TransactWriteItem{
 				s.tenantExists(tenant),
 				{Put: &ddbtypes.Put{
@@ -190,19 +190,7 @@ func (s *Server) getBranch(w http.ResponseWriter, r *http.Request) {
 		p.write(w)
 		return
 	}
-	item, err := s.getItem(r.Context(), aggregates.BranchKey(tenant, branch))
-	if err != nil {
-		s.fail(w, r, err)
-		return
-	}
-	if item == nil {
-		notFoundOf("branch").write(w)
-		return
-	}
-	b := decodeBranch(item)
-	resp := jsonResponse(http.StatusOK, b)
-	resp.etag = etag(b.Version)
-	resp.write(w, false)
+	getVersioned(s, w, r, aggregates.BranchKey(tenant, branch), "branch", decodeBranch)
 }
 
 // listBranches serves GET /v1/tenants/{tenant}/branches: one strongly
@@ -292,18 +280,11 @@ func (s *Server) patchBranch(w http.ResponseWriter, r *http.Request) {
 	s.mutate(w, r, mutation{
 		tenant: tenant, idemKey: key, fp: fingerprint(r, body), lookupFirst: true,
 		prepare: func(ctx context.Context) (*change, response, *Problem, error) {
-			item, err := s.getItem(ctx, k)
-			if err != nil {
-				return nil, response{}, nil, err
-			}
+			item, p, err := s.getForChange(ctx, k, expected, "branch")
 			if item == nil {
-				return nil, response{}, notFoundOf("branch"), nil
+				return nil, response{}, p, err
 			}
 			b := decodeBranch(item)
-			if b.Version != expected {
-				s.metrics.VersionConflicts.Inc()
-				return nil, response{}, versionMismatch(b.Version), nil
-			}
 			oldDocument := b.Document
 			u := newUpdate()
 			if name != "" {
@@ -330,9 +311,7 @@ func (s *Server) patchBranch(w http.ResponseWriter, r *http.Request) {
 					s.documentOwnerDelete(tenant, branch, oldDocument),
 					s.documentOwnerPut(tenant, branch, document, b.UpdatedAt))
 			}
-			resp := jsonResponse(http.StatusOK, b)
-			resp.etag = etag(b.Version)
-			return ch, resp, nil, nil
+			return ch, versionedResponse(http.StatusOK, b, b.Version), nil, nil
 		},
 		conditionFailed: func(ctx context.Context, f failure) (*Problem, bool, error) {
 			switch f.index {
@@ -379,18 +358,11 @@ func (s *Server) deleteBranch(w http.ResponseWriter, r *http.Request) {
 	s.mutate(w, r, mutation{
 		tenant: tenant, idemKey: key, fp: fingerprint(r, nil), lookupFirst: true,
 		prepare: func(ctx context.Context) (*change, response, *Problem, error) {
-			item, err := s.getItem(ctx, k)
-			if err != nil {
-				return nil, response{}, nil, err
-			}
+			item, p, err := s.getForChange(ctx, k, expected, "branch")
 			if item == nil {
-				return nil, response{}, notFoundOf("branch"), nil
+				return nil, response{}, p, err
 			}
 			b := decodeBranch(item)
-			if expected > 0 && b.Version != expected {
-				s.metrics.VersionConflicts.Inc()
-				return nil, response{}, versionMismatch(b.Version), nil
-			}
 			if b.HasTransactions {
 				return nil, response{}, hasTransactions(), nil
 			}
@@ -418,8 +390,7 @@ func (s *Server) deleteBranch(w http.ResponseWriter, r *http.Request) {
 				return hasTransactions(), false, nil
 			case expected > 0:
 				v, _ := intAttr(item, attrVersion)
-				s.metrics.VersionConflicts.Inc()
-				return versionMismatch(v), false, nil
+				return s.versionConflict(v), false, nil
 			}
 			return nil, true, nil // changed since read: read again
 		},
@@ -461,9 +432,7 @@ func (s *Server) lookupBranch(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		if b := decodeBranch(item); item != nil && b.Document == document {
-			resp := jsonResponse(http.StatusOK, b)
-			resp.etag = etag(b.Version)
-			resp.write(w, false)
+			versionedResponse(http.StatusOK, b, b.Version).write(w, false)
 			return
 		}
 	}

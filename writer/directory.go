@@ -182,8 +182,32 @@ func (s *Server) staleOrGone(ctx context.Context, k aggregates.Key, old map[stri
 		return notFoundOf(what), false, nil
 	}
 	v, _ := intAttr(item, attrVersion)
+	return s.versionConflict(v), false, nil
+}
+
+// versionConflict counts a version conflict and is its 412: the item is at
+// version current, not the one the client named or the request read.
+func (s *Server) versionConflict(current int64) *Problem {
 	s.metrics.VersionConflicts.Inc()
-	return versionMismatch(v), false, nil
+	return versionMismatch(current)
+}
+
+// getForChange reads the item at k that a change applies to, strongly
+// consistent: nil and the 404 naming what when there is none, nil and the
+// 412 when the client named a version (expected > 0) and the item is at
+// another.
+func (s *Server) getForChange(ctx context.Context, k aggregates.Key, expected int64, what string) (map[string]ddbtypes.AttributeValue, *Problem, error) {
+	item, err := s.getItem(ctx, k)
+	if err != nil {
+		return nil, nil, err
+	}
+	if item == nil {
+		return nil, notFoundOf(what), nil
+	}
+	if v, _ := intAttr(item, attrVersion); expected > 0 && v != expected {
+		return nil, s.versionConflict(v), nil
+	}
+	return item, nil, nil
 }
 
 // requireIfMatch reads the If-Match a PATCH must carry: 428 without it, 400

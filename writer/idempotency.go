@@ -76,6 +76,13 @@ func jsonResponse(status int, v any) response {
 	return response{status: status, body: append(body, '\n')}
 }
 
+// versionedResponse is jsonResponse with version as the ETag.
+func versionedResponse(status int, v any, version int64) response {
+	resp := jsonResponse(status, v)
+	resp.etag = etag(version)
+	return resp
+}
+
 func (resp response) write(w http.ResponseWriter, replayed bool) {
 	h := w.Header()
 	if resp.location != "" {

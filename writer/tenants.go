@@ -106,8 +106,8 @@ func (s *Server) createTenant(w http.ResponseWriter, r *http.Request) {
 		prepare: func(context.Context) (*change, response, *Problem, error) {
 			t.CreatedAt = s.cfg.Now().UTC().Format(time.RFC3339Nano)
 			t.UpdatedAt = t.CreatedAt
-			resp := jsonResponse(http.StatusCreated, t)
-			resp.location, resp.etag = tenantLocation(t.ID), etag(t.Version)
+			resp := versionedResponse(http.StatusCreated, t, t.Version)
+			resp.location = tenantLocation(t.ID)
 			return one("tenant_create", ddbtypes.TransactWriteItem{Put: &ddbtypes.Put{
 				TableName: &s.cfg.Table, Item: tenantItem(t),
 				ConditionExpression:      aws.String("attribute_not_exists(#pk)"),
@@ -129,19 +129,7 @@ func (s *Server) getTenant(w http.ResponseWriter, r *http.Request) {
 		p.write(w)
 		return
 	}
-	item, err := s.getItem(r.Context(), aggregates.TenantKey(tenant))
-	if err != nil {
-		s.fail(w, r, err)
-		return
-	}
-	if item == nil {
-		notFoundOf("tenant").write(w)
-		return
-	}
-	t := decodeTenant(item)
-	resp := jsonResponse(http.StatusOK, t)
-	resp.etag = etag(t.Version)
-	resp.write(w, false)
+	getVersioned(s, w, r, aggregates.TenantKey(tenant), "tenant", decodeTenant)
 }
 
 // listTenants serves GET /v1/tenants (admin): the tenants in id order,
@@ -244,18 +232,11 @@ func (s *Server) patchTenant(w http.ResponseWriter, r *http.Request) {
 	s.mutate(w, r, mutation{
 		tenant: tenant, idemKey: key, fp: fingerprint(r, body), lookupFirst: true,
 		prepare: func(ctx context.Context) (*change, response, *Problem, error) {
-			item, err := s.getItem(ctx, k)
-			if err != nil {
-				return nil, response{}, nil, err
-			}
+			item, p, err := s.getForChange(ctx, k, expected, "tenant")
 			if item == nil {
-				return nil, response{}, notFoundOf("tenant"), nil
+				return nil, response{}, p, err
 			}
 			t := decodeTenant(item)
-			if t.Version != expected {
-				s.metrics.VersionConflicts.Inc()
-				return nil, response{}, versionMismatch(t.Version), nil
-			}
 			u := newUpdate()
 			if name != "" {
 				t.Name = name
@@ -269,10 +250,8 @@ func (s *Server) patchTenant(w http.ResponseWriter, r *http.Request) {
 			t.UpdatedAt = s.cfg.Now().UTC().Format(time.RFC3339Nano)
 			u.set(attrUpdatedAt, strAV(t.UpdatedAt))
 			u.set(attrVersion, intAV(t.Version))
-			resp := jsonResponse(http.StatusOK, t)
-			resp.etag = etag(t.Version)
 			return one("tenant_update", u.item(&s.cfg.Table, k, "#v = :expected",
-				map[string]string{"#v": attrVersion}, map[string]ddbtypes.AttributeValue{":expected": intAV(expected)})), resp, nil, nil
+				map[string]string{"#v": attrVersion}, map[string]ddbtypes.AttributeValue{":expected": intAV(expected)})), versionedResponse(http.StatusOK, t, t.Version), nil, nil
 		},
 		conditionFailed: func(ctx context.Context, f failure) (*Problem, bool, error) {
 			return s.staleOrGone(ctx, k, f.old, "tenant")

@@ -155,9 +155,8 @@ func (s *Server) createTransaction(w http.ResponseWriter, r *http.Request) {
 			if err != nil {
 				return nil, response{}, nil, fmt.Errorf("create transaction: %w", err)
 			}
-			resp := jsonResponse(http.StatusCreated, t)
+			resp := versionedResponse(http.StatusCreated, t, t.Version)
 			resp.location = transactionLocation(tenant, branch, t.ID)
-			resp.etag = etag(t.Version)
 			return &change{op: "create", items: []ddbtypes.TransactWriteItem{
 				{Put: &ddbtypes.Put{
 					TableName: &s.cfg.Table, Item: item,
@@ -192,8 +191,20 @@ func (s *Server) getItem(ctx context.Context, k aggregates.Key) (map[string]ddbt
 	return out.Item, nil
 }
 
-func notFound() *Problem {
-	return problem(http.StatusNotFound, ProblemNotFound, "no such transaction")
+// getVersioned serves a strongly consistent read of the item at k: decoded,
+// with its version as the ETag, or 404 naming what.
+func getVersioned[T any](s *Server, w http.ResponseWriter, r *http.Request, k aggregates.Key, what string, decode func(map[string]ddbtypes.AttributeValue) T) {
+	item, err := s.getItem(r.Context(), k)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	if item == nil {
+		notFoundOf(what).write(w)
+		return
+	}
+	v, _ := intAttr(item, attrVersion)
+	versionedResponse(http.StatusOK, decode(item), v).write(w, false)
 }
 
 // getTransaction serves GET …/transactions/{id}, strongly consistent.
@@ -203,36 +214,7 @@ func (s *Server) getTransaction(w http.ResponseWriter, r *http.Request) {
 		p.write(w)
 		return
 	}
-	item, err := s.getItem(r.Context(), k)
-	if err != nil {
-		s.fail(w, r, err)
-		return
-	}
-	if item == nil {
-		notFound().write(w)
-		return
-	}
-	t := decodeTransaction(item)
-	resp := jsonResponse(http.StatusOK, t)
-	resp.etag = etag(t.Version)
-	resp.write(w, false)
-}
-
-// staleOrMissing explains a failed version condition from the item as it
-// was (old, when DynamoDB returned it; otherwise read again): 404 when the
-// transaction is gone, else 412 with its current version.
-func (s *Server) staleOrMissing(ctx context.Context, k aggregates.Key, old map[string]ddbtypes.AttributeValue) (*Problem, bool, error) {
-	if old == nil {
-		var err error
-		if old, err = s.getItem(ctx, k); err != nil {
-			return nil, false, err
-		}
-	}
-	if old == nil {
-		return notFound(), false, nil
-	}
-	s.metrics.VersionConflicts.Inc()
-	return versionMismatch(decodeTransaction(old).Version), false, nil
+	getVersioned(s, w, r, k, "transaction", decodeTransaction)
 }
 
 // patchTransaction serves PATCH …/transactions/{id}: a JSON merge patch of
@@ -279,18 +261,11 @@ func (s *Server) patchTransaction(w http.ResponseWriter, r *http.Request) {
 	s.mutate(w, r, mutation{
 		tenant: tenant, idemKey: key, fp: fingerprint(r, body), lookupFirst: true,
 		prepare: func(ctx context.Context) (*change, response, *Problem, error) {
-			item, err := s.getItem(ctx, k)
-			if err != nil {
-				return nil, response{}, nil, err
-			}
+			item, p, err := s.getForChange(ctx, k, expected, "transaction")
 			if item == nil {
-				return nil, response{}, notFound(), nil
+				return nil, response{}, p, err
 			}
 			t := decodeTransaction(item)
-			if t.Version != expected {
-				s.metrics.VersionConflicts.Inc()
-				return nil, response{}, versionMismatch(t.Version), nil
-			}
 			applyPatch(&t, patch)
 			t.ID = id // the path's id is the sort key's
 			t.Version++
@@ -305,17 +280,15 @@ func (s *Server) patchTransaction(w http.ResponseWriter, r *http.Request) {
 			if err != nil {
 				return nil, response{}, nil, err
 			}
-			resp := jsonResponse(http.StatusOK, t)
-			resp.etag = etag(t.Version)
 			return one("update", ddbtypes.TransactWriteItem{Put: &ddbtypes.Put{
 				TableName: &s.cfg.Table, Item: next,
 				ConditionExpression:       aws.String("attribute_exists(#pk) AND #v = :expected"),
 				ExpressionAttributeNames:  map[string]string{"#pk": attrPK, "#v": attrVersion},
 				ExpressionAttributeValues: map[string]ddbtypes.AttributeValue{":expected": intAV(expected)},
-			}}), resp, nil, nil
+			}}), versionedResponse(http.StatusOK, t, t.Version), nil, nil
 		},
 		conditionFailed: func(ctx context.Context, f failure) (*Problem, bool, error) {
-			return s.staleOrMissing(ctx, k, f.old)
+			return s.staleOrGone(ctx, k, f.old, "transaction")
 		},
 	})
 }
@@ -376,7 +349,7 @@ func (s *Server) deleteTransaction(w http.ResponseWriter, r *http.Request) {
 			return one("delete", ddbtypes.TransactWriteItem{Delete: del}), response{status: http.StatusNoContent}, nil, nil
 		},
 		conditionFailed: func(ctx context.Context, f failure) (*Problem, bool, error) {
-			return s.staleOrMissing(ctx, k, f.old)
+			return s.staleOrGone(ctx, k, f.old, "transaction")
 		},
 	})
 }
