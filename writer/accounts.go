@@ -83,7 +83,6 @@ func (a *Account) email(address string) *AccountEmail {
 
 var (
 	accountCreateFields = map[string]bool{"firstName": true, "lastName": true, "role": true, "status": true, "emails": true}
-	accountPatchFields  = map[string]bool{"firstName": true, "lastName": true, "role": true, "status": true}
 	emailCreateFields   = map[string]bool{"address": true, "verified": true, "primary": true}
 	emailAddFields      = map[string]bool{"address": true, "verified": true}
 	emailPatchFields    = map[string]bool{"primary": true, "verified": true}
@@ -591,25 +590,15 @@ read:
 // does not change.
 func (s *Server) patchAccount(w http.ResponseWriter, r *http.Request) {
 	tenant, id, p := accountPath(r)
-	var expected int64
-	if p == nil {
-		expected, p = requireIfMatch(r)
-	}
 	if p != nil {
 		p.write(w)
 		return
 	}
-	key, body, ok := s.mutationRequest(w, r, false, "")
+	expected, key, body, ok := s.patchRequest(w, r)
 	if !ok {
 		return
 	}
-	m, p := decodeObject(body, accountPatchFields)
-	if p == nil {
-		p = notNull(m, "firstName", "lastName", "role", "status")
-	}
-	if p == nil && len(m) == 0 {
-		p = problem(http.StatusBadRequest, ProblemInvalidJSON, "the patch changes nothing: name at least one field")
-	}
+	m, p := decodePatchFields(body, "firstName", "lastName", "role", "status")
 	set := map[string]string{}
 	for _, f := range []struct {
 		name  string
@@ -676,19 +665,8 @@ func (s *Server) deleteAccount(w http.ResponseWriter, r *http.Request) {
 		p.write(w)
 		return
 	}
-	expected, _, wildcard, p := parseIfMatch(r)
-	if wildcard {
-		expected = 0
-	}
-	var key string
-	if p == nil {
-		key, p = parseIdempotencyKey(r)
-	}
-	if p == nil {
-		p = s.writesAllowed(r.Context())
-	}
-	if p != nil {
-		p.write(w)
+	expected, key, ok := s.deleteRequest(w, r)
+	if !ok {
 		return
 	}
 	s.mutate(w, r, mutation{
@@ -740,13 +718,10 @@ func (s *Server) addEmail(w http.ResponseWriter, r *http.Request) {
 		p.write(w)
 		return
 	}
-	expected, _, wildcard, p := parseIfMatch(r)
+	expected, _, _, p := parseIfMatch(r) // 0 for "*": any version
 	if p != nil {
 		p.write(w)
 		return
-	}
-	if wildcard {
-		expected = 0
 	}
 	key, body, ok := s.mutationRequest(w, r, false, "")
 	if !ok {
@@ -826,15 +801,11 @@ func (s *Server) addEmail(w http.ResponseWriter, r *http.Request) {
 // another address is made primary instead, an unwanted one removed.
 func (s *Server) patchEmail(w http.ResponseWriter, r *http.Request) {
 	tenant, id, address, p := emailPath(r)
-	var expected int64
-	if p == nil {
-		expected, p = requireIfMatch(r)
-	}
 	if p != nil {
 		p.write(w)
 		return
 	}
-	key, body, ok := s.mutationRequest(w, r, false, "")
+	expected, key, body, ok := s.patchRequest(w, r)
 	if !ok {
 		return
 	}
@@ -951,19 +922,8 @@ func (s *Server) removeEmail(w http.ResponseWriter, r *http.Request) {
 		p.write(w)
 		return
 	}
-	expected, _, wildcard, p := parseIfMatch(r)
-	if wildcard {
-		expected = 0
-	}
-	var key string
-	if p == nil {
-		key, p = parseIdempotencyKey(r)
-	}
-	if p == nil {
-		p = s.writesAllowed(r.Context())
-	}
-	if p != nil {
-		p.write(w)
+	expected, key, ok := s.deleteRequest(w, r)
+	if !ok {
 		return
 	}
 	isPrimary := func() *Problem {

@@ -34,10 +34,7 @@ type BranchPage struct {
 	NextCursor string   `json:"nextCursor,omitempty"`
 }
 
-var (
-	branchCreateFields = map[string]bool{"id": true, "name": true, "document": true, "status": true}
-	branchPatchFields  = map[string]bool{"name": true, "document": true, "status": true}
-)
+var branchCreateFields = map[string]bool{"id": true, "name": true, "document": true, "status": true}
 
 func branchLocation(tenant, id string) string { return "/v1/tenants/" + tenant + "/branches/" + id }
 
@@ -240,25 +237,15 @@ func (s *Server) listBranches(w http.ResponseWriter, r *http.Request) {
 // hasTransactions marker a concurrent first transaction sets.
 func (s *Server) patchBranch(w http.ResponseWriter, r *http.Request) {
 	tenant, branch, p := branchPath(r)
-	var expected int64
-	if p == nil {
-		expected, p = requireIfMatch(r)
-	}
 	if p != nil {
 		p.write(w)
 		return
 	}
-	key, body, ok := s.mutationRequest(w, r, false, "")
+	expected, key, body, ok := s.patchRequest(w, r)
 	if !ok {
 		return
 	}
-	m, p := decodeObject(body, branchPatchFields)
-	if p == nil {
-		p = notNull(m, "name", "document", "status")
-	}
-	if p == nil && len(m) == 0 {
-		p = problem(http.StatusBadRequest, ProblemInvalidJSON, "the patch changes nothing: name at least one field")
-	}
+	m, p := decodePatchFields(body, "name", "document", "status")
 	var name, status, document string
 	if raw, ok := m["name"]; p == nil && ok {
 		name, p = parseDisplayName("name", raw)
@@ -335,19 +322,8 @@ func (s *Server) deleteBranch(w http.ResponseWriter, r *http.Request) {
 		p.write(w)
 		return
 	}
-	expected, _, wildcard, p := parseIfMatch(r)
-	if wildcard {
-		expected = 0
-	}
-	var key string
-	if p == nil {
-		key, p = parseIdempotencyKey(r)
-	}
-	if p == nil {
-		p = s.writesAllowed(r.Context())
-	}
-	if p != nil {
-		p.write(w)
+	expected, key, ok := s.deleteRequest(w, r)
+	if !ok {
 		return
 	}
 	k := aggregates.BranchKey(tenant, branch)

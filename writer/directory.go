@@ -250,6 +250,56 @@ func (s *Server) mutationRequest(w http.ResponseWriter, r *http.Request, keyRequ
 	return key, body, true
 }
 
+// patchRequest runs the checks a PATCH of a directory item shares after its
+// path: If-Match (required, requireIfMatch), then mutationRequest's. On a
+// problem it has answered and ok is false.
+func (s *Server) patchRequest(w http.ResponseWriter, r *http.Request) (expected int64, key string, body []byte, ok bool) {
+	expected, p := requireIfMatch(r)
+	if p != nil {
+		p.write(w)
+		return 0, "", nil, false
+	}
+	key, body, ok = s.mutationRequest(w, r, false, "")
+	return expected, key, body, ok
+}
+
+// decodePatchFields decodes the body of a PATCH that sets fields: an object
+// of some of them (decodeObject), none null (they cannot be removed), at
+// least one.
+func decodePatchFields(body []byte, fields ...string) (map[string]json.RawMessage, *Problem) {
+	allowed := make(map[string]bool, len(fields))
+	for _, f := range fields {
+		allowed[f] = true
+	}
+	m, p := decodeObject(body, allowed)
+	if p == nil {
+		p = notNull(m, fields...)
+	}
+	if p == nil && len(m) == 0 {
+		p = problem(http.StatusBadRequest, ProblemInvalidJSON, "the patch changes nothing: name at least one field")
+	}
+	return m, p
+}
+
+// deleteRequest runs the checks a DELETE shares after its path: If-Match
+// (optional: expected is 0 without it or for "*", any version), the
+// Idempotency-Key and the flags. On a problem it has answered and ok is
+// false.
+func (s *Server) deleteRequest(w http.ResponseWriter, r *http.Request) (expected int64, key string, ok bool) {
+	expected, _, _, p := parseIfMatch(r)
+	if p == nil {
+		key, p = parseIdempotencyKey(r)
+	}
+	if p == nil {
+		p = s.writesAllowed(r.Context())
+	}
+	if p != nil {
+		p.write(w)
+		return 0, "", false
+	}
+	return expected, key, true
+}
+
 // Body field parsers of the directory.
 
 func parseIDField(field string, raw json.RawMessage) (string, *Problem) {

@@ -30,10 +30,7 @@ type TenantPage struct {
 	NextCursor string   `json:"nextCursor,omitempty"`
 }
 
-var (
-	tenantCreateFields = map[string]bool{"id": true, "name": true, "status": true}
-	tenantPatchFields  = map[string]bool{"name": true, "status": true}
-)
+var tenantCreateFields = map[string]bool{"id": true, "name": true, "status": true}
 
 func tenantLocation(id string) string { return "/v1/tenants/" + id }
 
@@ -195,25 +192,15 @@ func (s *Server) queryUpTo(ctx context.Context, in *dynamodb.QueryInput, limit i
 // stops new transactions in all its branches.
 func (s *Server) patchTenant(w http.ResponseWriter, r *http.Request) {
 	tenant, p := tenantPath(r)
-	var expected int64
-	if p == nil {
-		expected, p = requireIfMatch(r)
-	}
 	if p != nil {
 		p.write(w)
 		return
 	}
-	key, body, ok := s.mutationRequest(w, r, false, "")
+	expected, key, body, ok := s.patchRequest(w, r)
 	if !ok {
 		return
 	}
-	m, p := decodeObject(body, tenantPatchFields)
-	if p == nil {
-		p = notNull(m, "name", "status")
-	}
-	if p == nil && len(m) == 0 {
-		p = problem(http.StatusBadRequest, ProblemInvalidJSON, "the patch changes nothing: name at least one field")
-	}
+	m, p := decodePatchFields(body, "name", "status")
 	var name, status string
 	if raw, ok := m["name"]; p == nil && ok {
 		name, p = parseDisplayName("name", raw)

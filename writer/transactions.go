@@ -234,20 +234,12 @@ func (s *Server) patchTransaction(w http.ResponseWriter, r *http.Request) {
 	case wildcard:
 		p = fieldProblem("If-Match", `PATCH needs a version, not "*"`)
 	}
-	var key string
-	if p == nil {
-		key, p = parseIdempotencyKey(r)
-	}
-	if p == nil {
-		p = requireJSON(r, true)
-	}
 	if p != nil {
 		p.write(w)
 		return
 	}
-	body, p := readBody(w, r, s.cfg.MaxBodyBytes)
-	if p != nil {
-		p.write(w)
+	key, body, ok := s.mutationRequest(w, r, false, "")
+	if !ok {
 		return
 	}
 	patch, p := decodePatch(body)
@@ -321,16 +313,8 @@ func (s *Server) deleteTransaction(w http.ResponseWriter, r *http.Request) {
 		p.write(w)
 		return
 	}
-	expected, _, wildcard, p := parseIfMatch(r)
-	var key string
-	if p == nil {
-		key, p = parseIdempotencyKey(r)
-	}
-	if p == nil {
-		p = s.writesAllowed(r.Context())
-	}
-	if p != nil {
-		p.write(w)
+	expected, key, ok := s.deleteRequest(w, r)
+	if !ok {
 		return
 	}
 	del := &ddbtypes.Delete{
@@ -338,7 +322,7 @@ func (s *Server) deleteTransaction(w http.ResponseWriter, r *http.Request) {
 		ConditionExpression:      aws.String("attribute_exists(#pk)"),
 		ExpressionAttributeNames: map[string]string{"#pk": attrPK},
 	}
-	if expected > 0 && !wildcard {
+	if expected > 0 {
 		del.ConditionExpression = aws.String("attribute_exists(#pk) AND #v = :expected")
 		del.ExpressionAttributeNames["#v"] = attrVersion
 		del.ExpressionAttributeValues = map[string]ddbtypes.AttributeValue{":expected": intAV(expected)}
