@@ -445,9 +445,6 @@ func (s *Server) createAccount(w http.ResponseWriter, r *http.Request) {
 	if p == nil {
 		a.Emails, p = parseNewEmails(m["emails"], now.Format(time.RFC3339Nano))
 	}
-	if p == nil {
-		p = s.writesAllowed(r.Context())
-	}
 	if p != nil {
 		p.write(w)
 		return
@@ -616,9 +613,6 @@ func (s *Server) patchAccount(w http.ResponseWriter, r *http.Request) {
 			set[f.name], p = f.parse(f.name, raw)
 		}
 	}
-	if p == nil {
-		p = s.writesAllowed(r.Context())
-	}
 	if p != nil {
 		p.write(w)
 		return
@@ -739,9 +733,6 @@ func (s *Server) addEmail(w http.ResponseWriter, r *http.Request) {
 	if raw, ok := m["verified"]; p == nil && ok && !isNull(raw) {
 		verified, p = parseBool("verified", raw)
 	}
-	if p == nil {
-		p = s.writesAllowed(r.Context())
-	}
 	if p != nil {
 		p.write(w)
 		return
@@ -823,9 +814,6 @@ func (s *Server) patchEmail(w http.ResponseWriter, r *http.Request) {
 		if verify, p = parseBool("verified", raw); p == nil && !verify {
 			p = fieldProblem("verified", "only true: verification cannot be withdrawn; remove the address instead")
 		}
-	}
-	if p == nil {
-		p = s.writesAllowed(r.Context())
 	}
 	if p != nil {
 		p.write(w)

@@ -229,8 +229,8 @@ func requireIfMatch(r *http.Request) (int64, *Problem) {
 
 // mutationRequest runs the checks every mutating request with a body shares
 // and returns its Idempotency-Key and body: the key (required when
-// keyRequired), the content type, the body and the flags. On a problem it
-// has answered and ok is false.
+// keyRequired), the content type and the body. On a problem it has
+// answered and ok is false.
 func (s *Server) mutationRequest(w http.ResponseWriter, r *http.Request, keyRequired bool, what string) (key string, body []byte, ok bool) {
 	key, p := parseIdempotencyKey(r)
 	if p == nil && key == "" && keyRequired {
@@ -282,16 +282,12 @@ func decodePatchFields(body []byte, fields ...string) (map[string]json.RawMessag
 }
 
 // deleteRequest runs the checks a DELETE shares after its path: If-Match
-// (optional: expected is 0 without it or for "*", any version), the
-// Idempotency-Key and the flags. On a problem it has answered and ok is
-// false.
+// (optional: expected is 0 without it or for "*", any version) and the
+// Idempotency-Key. On a problem it has answered and ok is false.
 func (s *Server) deleteRequest(w http.ResponseWriter, r *http.Request) (expected int64, key string, ok bool) {
 	expected, _, _, p := parseIfMatch(r)
 	if p == nil {
 		key, p = parseIdempotencyKey(r)
-	}
-	if p == nil {
-		p = s.writesAllowed(r.Context())
 	}
 	if p != nil {
 		p.write(w)

@@ -261,9 +261,15 @@ const (
 	conflicted              // a concurrent transaction on the same items
 )
 
-// mutate executes m under its idempotency key and writes the answer.
+// mutate executes m under its idempotency key and writes the answer. It
+// consults the flags first (writesAllowed): a request they refuse reads and
+// changes nothing.
 func (s *Server) mutate(w http.ResponseWriter, r *http.Request, m mutation) {
 	ctx := r.Context()
+	if p := s.writesAllowed(ctx); p != nil {
+		p.write(w)
+		return
+	}
 	var idemKey aggregates.Key
 	switch {
 	case m.idemKey == "":

@@ -122,9 +122,6 @@ func (s *Server) createTransaction(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	req, p := decodeCreate(body)
-	if p == nil {
-		p = s.writesAllowed(r.Context())
-	}
 	if p != nil {
 		p.write(w)
 		return
@@ -243,9 +240,6 @@ func (s *Server) patchTransaction(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	patch, p := decodePatch(body)
-	if p == nil {
-		p = s.writesAllowed(r.Context())
-	}
 	if p != nil {
 		p.write(w)
 		return
