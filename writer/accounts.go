@@ -978,40 +978,18 @@ func (s *Server) removeEmail(w http.ResponseWriter, r *http.Request) {
 // names the tenant and the account; a strongly consistent read of the
 // account confirms it still holds the address (the index lags the table).
 func (s *Server) lookupAccount(w http.ResponseWriter, r *http.Request) {
-	q := r.URL.Query()
-	if p := singleParams(q, map[string]bool{"email": true}); p != nil {
-		p.write(w)
-		return
-	}
-	address, p := checkEmail("email", q.Get("email"))
-	if p != nil {
-		p.write(w)
-		return
-	}
-	gsi := aggregates.AccountEmailIndexKey("", address)
-	out, err := s.api.Query(r.Context(), &dynamodb.QueryInput{
-		TableName: &s.cfg.Table, IndexName: aws.String("GSI1"),
-		KeyConditionExpression:    aws.String("#pk = :pk"),
-		ExpressionAttributeNames:  map[string]string{"#pk": attrGSI1PK},
-		ExpressionAttributeValues: map[string]ddbtypes.AttributeValue{":pk": strAV(gsi.PK)},
-		Limit:                     aws.Int32(10),
+	s.lookupHolder(w, r, holderLookup{
+		param: "email", check: checkEmail, what: "account with this email address",
+		index: "GSI1", indexPK: attrGSI1PK,
+		entryPK: func(address string) string { return aggregates.AccountEmailIndexKey("", address).PK },
+		confirm: func(ctx context.Context, hit map[string]ddbtypes.AttributeValue, address string) (response, bool, error) {
+			tenant, _ := stringAttr(hit, attrTenant)
+			id, _ := stringAttr(hit, attrAccount)
+			a, err := s.readAccount(ctx, tenant, id)
+			if err != nil || a == nil || a.email(address) == nil {
+				return response{}, false, err
+			}
+			return accountResponse(http.StatusOK, a), true, nil
+		},
 	})
-	if err != nil {
-		s.fail(w, r, s.dynamoError("Query", err))
-		return
-	}
-	for _, hit := range out.Items {
-		tenant, _ := stringAttr(hit, attrTenant)
-		id, _ := stringAttr(hit, attrAccount)
-		a, err := s.readAccount(r.Context(), tenant, id)
-		if err != nil {
-			s.fail(w, r, err)
-			return
-		}
-		if a != nil && a.email(address) != nil {
-			accountResponse(http.StatusOK, a).write(w, false)
-			return
-		}
-	}
-	notFoundOf("account with this email address").write(w)
 }

@@ -207,24 +207,16 @@ func (s *Server) listBranches(w http.ResponseWriter, r *http.Request) {
 		KeyConditionExpression:    aws.String("#pk = :pk"),
 		ExpressionAttributeNames:  map[string]string{"#pk": attrPK},
 		ExpressionAttributeValues: map[string]ddbtypes.AttributeValue{":pk": strAV(pk)},
-		Limit:                     aws.Int32(int32(limit + 1)),
 	}
 	if start != "" {
 		in.ExclusiveStartKey = keyAV(aggregates.Key{PK: pk, SK: start})
 	}
-	items, more, err := s.queryUpTo(r.Context(), in, limit)
+	items, next, err := directoryPage(r.Context(), s, in, limit, tenant, "branches", decodeBranch)
 	if err != nil {
 		s.fail(w, r, err)
 		return
 	}
-	page := BranchPage{Items: []Branch{}}
-	for _, item := range items {
-		page.Items = append(page.Items, decodeBranch(item))
-	}
-	if more {
-		page.NextCursor = s.directoryCursor(tenant, "branches", page.Items[len(page.Items)-1].ID)
-	}
-	writeJSON(w, http.StatusOK, page)
+	writeJSON(w, http.StatusOK, BranchPage{Items: items, NextCursor: next})
 }
 
 // patchBranch serves PATCH …/branches/{branch}: name, status and document,
@@ -371,40 +363,19 @@ func (s *Server) deleteBranch(w http.ResponseWriter, r *http.Request) {
 // holding a document number in any tenant, found through GSI2 and confirmed
 // with a strongly consistent read of the branch.
 func (s *Server) lookupBranch(w http.ResponseWriter, r *http.Request) {
-	q := r.URL.Query()
-	if p := singleParams(q, map[string]bool{"document": true}); p != nil {
-		p.write(w)
-		return
-	}
-	document, p := checkDocument("document", q.Get("document"))
-	if p != nil {
-		p.write(w)
-		return
-	}
-	gsi := aggregates.BranchDocumentIndexKey("", document)
-	out, err := s.api.Query(r.Context(), &dynamodb.QueryInput{
-		TableName: &s.cfg.Table, IndexName: aws.String("GSI2"),
-		KeyConditionExpression:    aws.String("#pk = :pk"),
-		ExpressionAttributeNames:  map[string]string{"#pk": attrGSI2PK},
-		ExpressionAttributeValues: map[string]ddbtypes.AttributeValue{":pk": strAV(gsi.PK)},
-		Limit:                     aws.Int32(10),
+	s.lookupHolder(w, r, holderLookup{
+		param: "document", check: checkDocument, what: "branch with this document",
+		index: "GSI2", indexPK: attrGSI2PK,
+		entryPK: func(document string) string { return aggregates.BranchDocumentIndexKey("", document).PK },
+		confirm: func(ctx context.Context, hit map[string]ddbtypes.AttributeValue, document string) (response, bool, error) {
+			tenant, _ := stringAttr(hit, attrTenant)
+			id, _ := stringAttr(hit, attrID)
+			item, err := s.getItem(ctx, aggregates.BranchKey(tenant, id))
+			b := decodeBranch(item)
+			if err != nil || item == nil || b.Document != document {
+				return response{}, false, err
+			}
+			return versionedResponse(http.StatusOK, b, b.Version), true, nil
+		},
 	})
-	if err != nil {
-		s.fail(w, r, s.dynamoError("Query", err))
-		return
-	}
-	for _, hit := range out.Items {
-		tenant, _ := stringAttr(hit, attrTenant)
-		id, _ := stringAttr(hit, attrID)
-		item, err := s.getItem(r.Context(), aggregates.BranchKey(tenant, id))
-		if err != nil {
-			s.fail(w, r, err)
-			return
-		}
-		if b := decodeBranch(item); item != nil && b.Document == document {
-			versionedResponse(http.StatusOK, b, b.Version).write(w, false)
-			return
-		}
-	}
-	notFoundOf("branch with this document").write(w)
 }

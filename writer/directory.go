@@ -8,6 +8,7 @@ import (
 	"strconv"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	ddbtypes "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/ledger-dev/ledger/aggregates"
@@ -440,4 +441,101 @@ func (s *Server) directoryCursor(tenant, kind, sk string) string {
 		return ""
 	}
 	return s.cursors.encode(cursor{Tenant: tenant, Query: kind, SK: sk})
+}
+
+// directoryPage reads a page of a directory listing of tenants or branches
+// with in (its Limit is set here): up to limit items, decoded, and when
+// there are more the cursor to the next page, after the last item's id
+// (tenant and kind name the listing, as for directoryList).
+func directoryPage[T any](ctx context.Context, s *Server, in *dynamodb.QueryInput, limit int, tenant, kind string, decode func(map[string]ddbtypes.AttributeValue) T) (items []T, nextCursor string, err error) {
+	in.Limit = aws.Int32(int32(limit + 1))
+	read, more, err := s.queryUpTo(ctx, in, limit)
+	if err != nil {
+		return nil, "", err
+	}
+	items = make([]T, 0, len(read))
+	for _, item := range read {
+		items = append(items, decode(item))
+	}
+	if more {
+		id, _ := stringAttr(read[len(read)-1], attrID)
+		nextCursor = s.directoryCursor(tenant, kind, id)
+	}
+	return items, nextCursor, nil
+}
+
+// queryUpTo reads up to limit items with in (whose Limit should be
+// limit+1), following pages, and says whether there are more.
+func (s *Server) queryUpTo(ctx context.Context, in *dynamodb.QueryInput, limit int) ([]map[string]ddbtypes.AttributeValue, bool, error) {
+	var items []map[string]ddbtypes.AttributeValue
+	for {
+		out, err := s.api.Query(ctx, in)
+		if err != nil {
+			return nil, false, s.dynamoError("Query", err)
+		}
+		items = append(items, out.Items...)
+		if len(items) > limit {
+			return items[:limit], true, nil
+		}
+		if out.LastEvaluatedKey == nil {
+			return items, false, nil
+		}
+		in.ExclusiveStartKey = out.LastEvaluatedKey
+	}
+}
+
+// holderLookup is an admin lookup of the item holding a unique value, in
+// any tenant: the value is the request's one query parameter; the index
+// entries under its key name the candidates, and a strongly consistent
+// read of each confirms that it still holds the value (the index lags the
+// table).
+type holderLookup struct {
+	param string                                   // the query parameter
+	check func(field, v string) (string, *Problem) // validates and normalises its value
+	what  string                                   // what the 404 says is missing
+	// index and indexPK are the index and its partition key attribute;
+	// entryPK is the partition key of the value's entries.
+	index, indexPK string
+	entryPK        func(v string) string
+	// confirm reads the candidate an index entry names and answers it if
+	// it still holds v.
+	confirm func(ctx context.Context, hit map[string]ddbtypes.AttributeValue, v string) (resp response, ok bool, err error)
+}
+
+// lookupHolder serves l: the first confirmed candidate (of at most 10
+// entries), else 404.
+func (s *Server) lookupHolder(w http.ResponseWriter, r *http.Request, l holderLookup) {
+	q := r.URL.Query()
+	if p := singleParams(q, map[string]bool{l.param: true}); p != nil {
+		p.write(w)
+		return
+	}
+	v, p := l.check(l.param, q.Get(l.param))
+	if p != nil {
+		p.write(w)
+		return
+	}
+	out, err := s.api.Query(r.Context(), &dynamodb.QueryInput{
+		TableName: &s.cfg.Table, IndexName: aws.String(l.index),
+		KeyConditionExpression:    aws.String("#pk = :pk"),
+		ExpressionAttributeNames:  map[string]string{"#pk": l.indexPK},
+		ExpressionAttributeValues: map[string]ddbtypes.AttributeValue{":pk": strAV(l.entryPK(v))},
+		Limit:                     aws.Int32(10),
+	})
+	if err != nil {
+		s.fail(w, r, s.dynamoError("Query", err))
+		return
+	}
+	for _, hit := range out.Items {
+		resp, ok, err := l.confirm(r.Context(), hit, v)
+		if err != nil {
+			s.fail(w, r, err)
+			return
+		}
+		if ok {
+			resp.write(w, false)
+			return
+		}
+	}
+	notFoundOf(l.what).write(w)
 }

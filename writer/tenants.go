@@ -140,7 +140,6 @@ func (s *Server) listTenants(w http.ResponseWriter, r *http.Request) {
 		KeyConditionExpression:    aws.String("#pk = :pk"),
 		ExpressionAttributeNames:  map[string]string{"#pk": attrGSI1PK},
 		ExpressionAttributeValues: map[string]ddbtypes.AttributeValue{":pk": strAV(aggregates.TenantIndexPK)},
-		Limit:                     aws.Int32(int32(limit + 1)),
 	}
 	if start != "" {
 		k := aggregates.TenantKey(start)
@@ -149,39 +148,12 @@ func (s *Server) listTenants(w http.ResponseWriter, r *http.Request) {
 			attrPK: strAV(k.PK), attrSK: strAV(k.SK),
 		}
 	}
-	page := TenantPage{Items: []Tenant{}}
-	items, more, err := s.queryUpTo(r.Context(), in, limit)
+	items, next, err := directoryPage(r.Context(), s, in, limit, "", "tenants", decodeTenant)
 	if err != nil {
 		s.fail(w, r, err)
 		return
 	}
-	for _, item := range items {
-		page.Items = append(page.Items, decodeTenant(item))
-	}
-	if more {
-		page.NextCursor = s.directoryCursor("", "tenants", page.Items[len(page.Items)-1].ID)
-	}
-	writeJSON(w, http.StatusOK, page)
-}
-
-// queryUpTo reads up to limit items with in (whose Limit should be
-// limit+1), following pages, and says whether there are more.
-func (s *Server) queryUpTo(ctx context.Context, in *dynamodb.QueryInput, limit int) ([]map[string]ddbtypes.AttributeValue, bool, error) {
-	var items []map[string]ddbtypes.AttributeValue
-	for {
-		out, err := s.api.Query(ctx, in)
-		if err != nil {
-			return nil, false, s.dynamoError("Query", err)
-		}
-		items = append(items, out.Items...)
-		if len(items) > limit {
-			return items[:limit], true, nil
-		}
-		if out.LastEvaluatedKey == nil {
-			return items, false, nil
-		}
-		in.ExclusiveStartKey = out.LastEvaluatedKey
-	}
+	writeJSON(w, http.StatusOK, TenantPage{Items: items, NextCursor: next})
 }
 
 // patchTenant serves PATCH /v1/tenants/{tenant} (admin): name and status,
