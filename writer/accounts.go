@@ -228,11 +228,7 @@ func (s *Server) emailOwnerPut(tenant, account, address, now string) ddbtypes.Tr
 	item[attrTenant] = strAV(tenant)
 	item[attrAccount] = strAV(account)
 	item[attrCreatedAt] = strAV(now)
-	return ddbtypes.TransactWriteItem{Put: &ddbtypes.Put{
-		TableName: &s.cfg.Table, Item: item,
-		ConditionExpression:      aws.String("attribute_not_exists(#pk)"),
-		ExpressionAttributeNames: map[string]string{"#pk": attrPK},
-	}}
+	return s.putNew(item)
 }
 
 // emailOwnerDelete frees address, on condition that the account holds it.
@@ -242,14 +238,6 @@ func (s *Server) emailOwnerDelete(tenant, account, address string) ddbtypes.Tran
 		ConditionExpression:       aws.String("#t = :t AND #a = :a"),
 		ExpressionAttributeNames:  map[string]string{"#t": attrTenant, "#a": attrAccount},
 		ExpressionAttributeValues: map[string]ddbtypes.AttributeValue{":t": strAV(tenant), ":a": strAV(account)},
-	}}
-}
-
-func (s *Server) emailItemPut(tenant, account string, e AccountEmail) ddbtypes.TransactWriteItem {
-	return ddbtypes.TransactWriteItem{Put: &ddbtypes.Put{
-		TableName: &s.cfg.Table, Item: emailItem(tenant, account, e),
-		ConditionExpression:      aws.String("attribute_not_exists(#pk)"),
-		ExpressionAttributeNames: map[string]string{"#pk": attrPK},
 	}}
 }
 
@@ -467,14 +455,10 @@ func (s *Server) createAccount(w http.ResponseWriter, r *http.Request) {
 			a.UpdatedAt = a.CreatedAt
 			ch := &change{op: "account_create", items: []ddbtypes.TransactWriteItem{
 				s.tenantExists(tenant),
-				{Put: &ddbtypes.Put{
-					TableName: &s.cfg.Table, Item: profileItem(&a),
-					ConditionExpression:      aws.String("attribute_not_exists(#pk)"),
-					ExpressionAttributeNames: map[string]string{"#pk": attrPK},
-				}},
+				s.putNew(profileItem(&a)),
 			}}
 			for _, e := range a.Emails {
-				ch.items = append(ch.items, s.emailItemPut(tenant, a.ID, e), s.emailOwnerPut(tenant, a.ID, e.Address, a.CreatedAt))
+				ch.items = append(ch.items, s.putNew(emailItem(tenant, a.ID, e)), s.emailOwnerPut(tenant, a.ID, e.Address, a.CreatedAt))
 			}
 			resp := accountResponse(http.StatusCreated, &a)
 			resp.location = accountLocation(tenant, a.ID)
@@ -767,7 +751,7 @@ func (s *Server) addEmail(w http.ResponseWriter, r *http.Request) {
 			resp.location = accountLocation(tenant, id) + "/emails/" + url.PathEscape(address)
 			return &change{op: "email_add", items: []ddbtypes.TransactWriteItem{
 				s.profileBump(a, read, newUpdate()),
-				s.emailItemPut(tenant, id, e),
+				s.putNew(emailItem(tenant, id, e)),
 				s.emailOwnerPut(tenant, id, address, now),
 			}}, resp, nil, nil
 		},

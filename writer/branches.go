@@ -76,11 +76,7 @@ func (s *Server) documentOwnerPut(tenant, branch, document, now string) ddbtypes
 	item[attrTenant] = strAV(tenant)
 	item[attrBranch] = strAV(branch)
 	item[attrCreatedAt] = strAV(now)
-	return ddbtypes.TransactWriteItem{Put: &ddbtypes.Put{
-		TableName: &s.cfg.Table, Item: item,
-		ConditionExpression:      aws.String("attribute_not_exists(#pk)"),
-		ExpressionAttributeNames: map[string]string{"#pk": attrPK},
-	}}
+	return s.putNew(item)
 }
 
 // documentOwnerDelete frees document, on condition that the branch holds it.
@@ -155,11 +151,7 @@ func (s *Server) createBranch(w http.ResponseWriter, r *http.Request) {
 			resp.location = branchLocation(tenant, b.ID)
 			return &change{op: "branch_create", items: []ddbtypes.TransactWriteItem{
 				s.tenantExists(tenant),
-				{Put: &ddbtypes.Put{
-					TableName: &s.cfg.Table, Item: branchItem(b),
-					ConditionExpression:      aws.String("attribute_not_exists(#pk)"),
-					ExpressionAttributeNames: map[string]string{"#pk": attrPK},
-				}},
+				s.putNew(branchItem(b)),
 				s.documentOwnerPut(tenant, b.ID, b.Document, b.CreatedAt),
 			}}, resp, nil, nil
 		},
@@ -259,15 +251,7 @@ func (s *Server) patchBranch(w http.ResponseWriter, r *http.Request) {
 			}
 			b := decodeBranch(item)
 			oldDocument := b.Document
-			u := newUpdate()
-			if name != "" {
-				b.Name = name
-				u.set(attrName, strAV(name))
-			}
-			if status != "" {
-				b.Status = status
-				u.set(attrStatus, strAV(status))
-			}
+			u := newUpdate().patch(attrName, &b.Name, name).patch(attrStatus, &b.Status, status)
 			moved := document != "" && document != oldDocument
 			if moved {
 				b.Document = document
@@ -276,9 +260,7 @@ func (s *Server) patchBranch(w http.ResponseWriter, r *http.Request) {
 			}
 			b.Version++
 			b.UpdatedAt = s.cfg.Now().UTC().Format(time.RFC3339Nano)
-			u.set(attrUpdatedAt, strAV(b.UpdatedAt)).set(attrVersion, intAV(b.Version))
-			ch := one("branch_update", u.item(&s.cfg.Table, k, "#v = :expected",
-				map[string]string{"#v": attrVersion}, map[string]ddbtypes.AttributeValue{":expected": intAV(expected)}))
+			ch := one("branch_update", u.nextVersion(&s.cfg.Table, k, expected, b.Version, b.UpdatedAt))
 			if moved {
 				ch.items = append(ch.items,
 					s.documentOwnerDelete(tenant, branch, oldDocument),

@@ -88,6 +88,16 @@ func boolAttr(item map[string]ddbtypes.AttributeValue, name string) bool {
 	return ok && v.Value
 }
 
+// putNew is the Put of item only where no item is (attribute_not_exists):
+// how an id, an owned value or an address is taken.
+func (s *Server) putNew(item map[string]ddbtypes.AttributeValue) ddbtypes.TransactWriteItem {
+	return ddbtypes.TransactWriteItem{Put: &ddbtypes.Put{
+		TableName: &s.cfg.Table, Item: item,
+		ConditionExpression:      aws.String("attribute_not_exists(#pk)"),
+		ExpressionAttributeNames: map[string]string{"#pk": attrPK},
+	}}
+}
+
 // tenantActiveCheck is the ConditionCheck a transaction create carries:
 // the tenant exists and is active.
 func (s *Server) tenantActiveCheck(tenant string) ddbtypes.TransactWriteItem {

@@ -102,11 +102,7 @@ func (s *Server) createTenant(w http.ResponseWriter, r *http.Request) {
 			t.UpdatedAt = t.CreatedAt
 			resp := versionedResponse(http.StatusCreated, t, t.Version)
 			resp.location = tenantLocation(t.ID)
-			return one("tenant_create", ddbtypes.TransactWriteItem{Put: &ddbtypes.Put{
-				TableName: &s.cfg.Table, Item: tenantItem(t),
-				ConditionExpression:      aws.String("attribute_not_exists(#pk)"),
-				ExpressionAttributeNames: map[string]string{"#pk": attrPK},
-			}}), resp, nil, nil
+			return one("tenant_create", s.putNew(tenantItem(t))), resp, nil, nil
 		},
 		conditionFailed: func(context.Context, failure) (*Problem, bool, error) {
 			p := problem(http.StatusConflict, ProblemAlreadyExists, "tenant "+t.ID+" already exists")
@@ -190,21 +186,11 @@ func (s *Server) patchTenant(w http.ResponseWriter, r *http.Request) {
 				return nil, response{}, p, err
 			}
 			t := decodeTenant(item)
-			u := newUpdate()
-			if name != "" {
-				t.Name = name
-				u.set(attrName, strAV(name))
-			}
-			if status != "" {
-				t.Status = status
-				u.set(attrStatus, strAV(status))
-			}
+			u := newUpdate().patch(attrName, &t.Name, name).patch(attrStatus, &t.Status, status)
 			t.Version++
 			t.UpdatedAt = s.cfg.Now().UTC().Format(time.RFC3339Nano)
-			u.set(attrUpdatedAt, strAV(t.UpdatedAt))
-			u.set(attrVersion, intAV(t.Version))
-			return one("tenant_update", u.item(&s.cfg.Table, k, "#v = :expected",
-				map[string]string{"#v": attrVersion}, map[string]ddbtypes.AttributeValue{":expected": intAV(expected)})), versionedResponse(http.StatusOK, t, t.Version), nil, nil
+			return one("tenant_update", u.nextVersion(&s.cfg.Table, k, expected, t.Version, t.UpdatedAt)),
+				versionedResponse(http.StatusOK, t, t.Version), nil, nil
 		},
 		conditionFailed: func(ctx context.Context, f failure) (*Problem, bool, error) {
 			return s.staleOrGone(ctx, k, f.old, "tenant")
@@ -229,6 +215,24 @@ func (u *update) set(attr string, v ddbtypes.AttributeValue) *update {
 	u.names["#u"+n], u.values[":u"+n] = attr, v
 	u.sets = append(u.sets, "#u"+n+" = :u"+n)
 	return u
+}
+
+// patch sets attr, and *field, to v unless v is "" (the patch leaves the
+// field as it is).
+func (u *update) patch(attr string, field *string, v string) *update {
+	if v != "" {
+		*field = v
+		u.set(attr, strAV(v))
+	}
+	return u
+}
+
+// nextVersion returns the Update of k with u's sets and updatedAt and
+// version set to the item's next, on condition that it is at version
+// expected.
+func (u *update) nextVersion(table *string, k aggregates.Key, expected, version int64, updatedAt string) ddbtypes.TransactWriteItem {
+	u.set(attrUpdatedAt, strAV(updatedAt)).set(attrVersion, intAV(version))
+	return u.item(table, k, "#v = :expected", map[string]string{"#v": attrVersion}, map[string]ddbtypes.AttributeValue{":expected": intAV(expected)})
 }
 
 // item returns the Update of k with condition cond, whose placeholders are

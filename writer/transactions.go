@@ -155,11 +155,7 @@ func (s *Server) createTransaction(w http.ResponseWriter, r *http.Request) {
 			resp := versionedResponse(http.StatusCreated, t, t.Version)
 			resp.location = transactionLocation(tenant, branch, t.ID)
 			return &change{op: "create", items: []ddbtypes.TransactWriteItem{
-				{Put: &ddbtypes.Put{
-					TableName: &s.cfg.Table, Item: item,
-					ConditionExpression:      aws.String("attribute_not_exists(#pk)"),
-					ExpressionAttributeNames: map[string]string{"#pk": attrPK},
-				}},
+				s.putNew(item),
 				s.tenantActiveCheck(tenant),
 				s.branchActiveCheck(tenant, branch, markBranch),
 			}}, resp, nil, nil
