@@ -17,6 +17,7 @@ import (
 	"github.com/oklog/ulid/v2"
 
 	"github.com/ledger-dev/ledger/aggregates"
+	"github.com/ledger-dev/ledger/infra"
 )
 
 // Accounts, in one place (the integrity argument is in directory.go).
@@ -515,18 +516,9 @@ func (s *Server) listAccounts(w http.ResponseWriter, r *http.Request) {
 		p.write(w)
 		return
 	}
-	pk := aggregates.AccountPK(tenant)
-	in := &dynamodb.QueryInput{
-		TableName: &s.cfg.Table, ConsistentRead: aws.Bool(true),
-		KeyConditionExpression:    aws.String("#pk = :pk"),
-		ExpressionAttributeNames:  map[string]string{"#pk": attrPK},
-		ExpressionAttributeValues: map[string]ddbtypes.AttributeValue{":pk": strAV(pk)},
-		// Enough for limit+1 accounts of the most addresses in one page.
-		Limit: aws.Int32(int32(min((limit+1)*(1+aggregates.MaxEmailsPerAccount), 1000))),
-	}
-	if start != "" {
-		in.ExclusiveStartKey = keyAV(aggregates.Key{PK: pk, SK: start})
-	}
+	in := s.partitionQuery(aggregates.AccountPK(tenant), start)
+	// Enough for limit+1 accounts of the most addresses in one page.
+	in.Limit = aws.Int32(int32(min((limit+1)*(1+aggregates.MaxEmailsPerAccount), 1000)))
 	var items []map[string]ddbtypes.AttributeValue
 	more := false
 	lastSK := "" // the sort key of the last item of the page's last account
@@ -964,7 +956,7 @@ func (s *Server) removeEmail(w http.ResponseWriter, r *http.Request) {
 func (s *Server) lookupAccount(w http.ResponseWriter, r *http.Request) {
 	s.lookupHolder(w, r, holderLookup{
 		param: "email", check: checkEmail, what: "account with this email address",
-		index: "GSI1", indexPK: attrGSI1PK,
+		index: infra.IndexGSI1, indexPK: attrGSI1PK,
 		entryPK: func(address string) string { return aggregates.AccountEmailIndexKey("", address).PK },
 		confirm: func(ctx context.Context, hit map[string]ddbtypes.AttributeValue, address string) (response, bool, error) {
 			tenant, _ := stringAttr(hit, attrTenant)

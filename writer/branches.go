@@ -7,10 +7,10 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	ddbtypes "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/ledger-dev/ledger/aggregates"
+	"github.com/ledger-dev/ledger/infra"
 )
 
 // Branch is a branch as the API shows it. Document is the normalised
@@ -193,16 +193,7 @@ func (s *Server) listBranches(w http.ResponseWriter, r *http.Request) {
 		p.write(w)
 		return
 	}
-	pk := aggregates.BranchPK(tenant)
-	in := &dynamodb.QueryInput{
-		TableName: &s.cfg.Table, ConsistentRead: aws.Bool(true),
-		KeyConditionExpression:    aws.String("#pk = :pk"),
-		ExpressionAttributeNames:  map[string]string{"#pk": attrPK},
-		ExpressionAttributeValues: map[string]ddbtypes.AttributeValue{":pk": strAV(pk)},
-	}
-	if start != "" {
-		in.ExclusiveStartKey = keyAV(aggregates.Key{PK: pk, SK: start})
-	}
+	in := s.partitionQuery(aggregates.BranchPK(tenant), start)
 	items, next, err := directoryPage(r.Context(), s, in, limit, tenant, "branches", decodeBranch)
 	if err != nil {
 		s.fail(w, r, err)
@@ -347,7 +338,7 @@ func (s *Server) deleteBranch(w http.ResponseWriter, r *http.Request) {
 func (s *Server) lookupBranch(w http.ResponseWriter, r *http.Request) {
 	s.lookupHolder(w, r, holderLookup{
 		param: "document", check: checkDocument, what: "branch with this document",
-		index: "GSI2", indexPK: attrGSI2PK,
+		index: infra.IndexGSI2, indexPK: attrGSI2PK,
 		entryPK: func(document string) string { return aggregates.BranchDocumentIndexKey("", document).PK },
 		confirm: func(ctx context.Context, hit map[string]ddbtypes.AttributeValue, document string) (response, bool, error) {
 			tenant, _ := stringAttr(hit, attrTenant)

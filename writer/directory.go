@@ -12,6 +12,7 @@ import (
 	ddbtypes "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/ledger-dev/ledger/aggregates"
+	"github.com/ledger-dev/ledger/infra"
 )
 
 // The directory: tenants, branches and accounts, and the integrity rules
@@ -73,10 +74,10 @@ const (
 	attrIsPrimary       = "isPrimary"
 	attrIsVerified      = "isVerified"
 	attrVerifiedAt      = "verifiedAt"
-	attrGSI1PK          = "GSI1PK"
-	attrGSI1SK          = "GSI1SK"
-	attrGSI2PK          = "GSI2PK"
-	attrGSI2SK          = "GSI2SK"
+	attrGSI1PK          = infra.AttrGSI1PK
+	attrGSI1SK          = infra.AttrGSI1SK
+	attrGSI2PK          = infra.AttrGSI2PK
+	attrGSI2SK          = infra.AttrGSI2SK
 )
 
 func boolAV(b bool) *ddbtypes.AttributeValueMemberBOOL {
@@ -451,6 +452,21 @@ func (s *Server) directoryCursor(tenant, kind, sk string) string {
 		return ""
 	}
 	return s.cursors.encode(cursor{Tenant: tenant, Query: kind, SK: sk})
+}
+
+// partitionQuery is a strongly consistent Query of the partition pk in key
+// order, after the sort key startSK ("" from the first item).
+func (s *Server) partitionQuery(pk, startSK string) *dynamodb.QueryInput {
+	in := &dynamodb.QueryInput{
+		TableName: &s.cfg.Table, ConsistentRead: aws.Bool(true),
+		KeyConditionExpression:    aws.String("#pk = :pk"),
+		ExpressionAttributeNames:  map[string]string{"#pk": attrPK},
+		ExpressionAttributeValues: map[string]ddbtypes.AttributeValue{":pk": strAV(pk)},
+	}
+	if startSK != "" {
+		in.ExclusiveStartKey = keyAV(aggregates.Key{PK: pk, SK: startSK})
+	}
+	return in
 }
 
 // directoryPage reads a page of a directory listing of tenants or branches

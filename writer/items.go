@@ -10,17 +10,18 @@ import (
 	"github.com/ledger-dev/ledger/infra"
 )
 
-// Attribute names of transaction items (DESIGN.md, "Transaction attributes").
+// Attribute names of transaction items; the keys, TTL, entityType and
+// updatedAt are the table's (infra).
 const (
-	attrPK         = "PK"
-	attrSK         = "SK"
-	attrEntityType = "entityType"
+	attrPK         = infra.AttrPK
+	attrSK         = infra.AttrSK
+	attrEntityType = infra.AttrEntityType
 	attrID         = "id"
 	attrTenant     = "tenantId"
 	attrBranch     = "branchId"
 	attrVersion    = "version"
-	attrUpdatedAt  = "updatedAt"
-	attrExpiresAt  = "expiresAt"
+	attrUpdatedAt  = infra.AttrUpdatedAt
+	attrExpiresAt  = infra.AttrExpiresAt
 )
 
 func strAV(s string) *ddbtypes.AttributeValueMemberS {
