@@ -221,25 +221,10 @@ func (s *Server) readAccount(ctx context.Context, tenant, id string) (*Account, 
 	}
 }
 
-// emailOwnerPut takes address for the account: only if no one holds it.
-func (s *Server) emailOwnerPut(tenant, account, address, now string) ddbtypes.TransactWriteItem {
-	item := keyAV(aggregates.EmailOwnerKey(address))
-	item[attrEntityType] = strAV(aggregates.EntityEmailOwner)
-	item[attrEmail] = strAV(address)
-	item[attrTenant] = strAV(tenant)
-	item[attrAccount] = strAV(account)
-	item[attrCreatedAt] = strAV(now)
-	return s.putNew(item)
-}
-
-// emailOwnerDelete frees address, on condition that the account holds it.
-func (s *Server) emailOwnerDelete(tenant, account, address string) ddbtypes.TransactWriteItem {
-	return ddbtypes.TransactWriteItem{Delete: &ddbtypes.Delete{
-		TableName: &s.cfg.Table, Key: keyAV(aggregates.EmailOwnerKey(address)),
-		ConditionExpression:       aws.String("#t = :t AND #a = :a"),
-		ExpressionAttributeNames:  map[string]string{"#t": attrTenant, "#a": attrAccount},
-		ExpressionAttributeValues: map[string]ddbtypes.AttributeValue{":t": strAV(tenant), ":a": strAV(account)},
-	}}
+// emailOwner is the owner item of address, held by the account.
+func emailOwner(tenant, account, address string) owner {
+	return owner{key: aggregates.EmailOwnerKey(address), entity: aggregates.EntityEmailOwner,
+		valueAttr: attrEmail, value: address, tenant: tenant, holderAttr: attrAccount, holder: account}
 }
 
 // profileBump is the profile's part of every change to an account read at
@@ -459,7 +444,7 @@ func (s *Server) createAccount(w http.ResponseWriter, r *http.Request) {
 				s.putNew(profileItem(&a)),
 			}}
 			for _, e := range a.Emails {
-				ch.items = append(ch.items, s.putNew(emailItem(tenant, a.ID, e)), s.emailOwnerPut(tenant, a.ID, e.Address, a.CreatedAt))
+				ch.items = append(ch.items, s.putNew(emailItem(tenant, a.ID, e)), s.ownerPut(emailOwner(tenant, a.ID, e.Address), a.CreatedAt))
 			}
 			resp := accountResponse(http.StatusCreated, &a)
 			resp.location = accountLocation(tenant, a.ID)
@@ -655,7 +640,7 @@ func (s *Server) deleteAccount(w http.ResponseWriter, r *http.Request) {
 			for _, e := range a.Emails {
 				ch.items = append(ch.items,
 					ddbtypes.TransactWriteItem{Delete: &ddbtypes.Delete{TableName: &s.cfg.Table, Key: keyAV(aggregates.AccountEmailKey(tenant, id, e.Address))}},
-					s.emailOwnerDelete(tenant, id, e.Address))
+					s.ownerDelete(emailOwner(tenant, id, e.Address)))
 			}
 			return ch, response{status: http.StatusNoContent}, nil, nil
 		},
@@ -744,7 +729,7 @@ func (s *Server) addEmail(w http.ResponseWriter, r *http.Request) {
 			return &change{op: "email_add", items: []ddbtypes.TransactWriteItem{
 				s.profileBump(a, read, newUpdate()),
 				s.putNew(emailItem(tenant, id, e)),
-				s.emailOwnerPut(tenant, id, address, now),
+				s.ownerPut(emailOwner(tenant, id, address), now),
 			}}, resp, nil, nil
 		},
 		conditionFailed: func(ctx context.Context, f failure) (*Problem, bool, error) {
@@ -925,7 +910,7 @@ func (s *Server) removeEmail(w http.ResponseWriter, r *http.Request) {
 					ExpressionAttributeNames:  map[string]string{"#pr": attrIsPrimary},
 					ExpressionAttributeValues: map[string]ddbtypes.AttributeValue{":false": boolAV(false)},
 				}},
-				s.emailOwnerDelete(tenant, id, address),
+				s.ownerDelete(emailOwner(tenant, id, address)),
 			}}, accountResponse(http.StatusOK, a), nil, nil
 		},
 		conditionFailed: func(ctx context.Context, f failure) (*Problem, bool, error) {

@@ -68,27 +68,10 @@ func decodeBranch(item map[string]ddbtypes.AttributeValue) Branch {
 	return b
 }
 
-// documentOwnerPut takes document for the branch: only if no one holds it.
-func (s *Server) documentOwnerPut(tenant, branch, document, now string) ddbtypes.TransactWriteItem {
-	item := keyAV(aggregates.DocumentOwnerKey(document))
-	item[attrEntityType] = strAV(aggregates.EntityDocumentOwner)
-	item[attrDocument] = strAV(document)
-	item[attrTenant] = strAV(tenant)
-	item[attrBranch] = strAV(branch)
-	item[attrCreatedAt] = strAV(now)
-	return s.putNew(item)
-}
-
-// documentOwnerDelete frees document, on condition that the branch holds it.
-func (s *Server) documentOwnerDelete(tenant, branch, document string) ddbtypes.TransactWriteItem {
-	return ddbtypes.TransactWriteItem{Delete: &ddbtypes.Delete{
-		TableName: &s.cfg.Table, Key: keyAV(aggregates.DocumentOwnerKey(document)),
-		ConditionExpression:      aws.String("#t = :t AND #b = :b"),
-		ExpressionAttributeNames: map[string]string{"#t": attrTenant, "#b": attrBranch},
-		ExpressionAttributeValues: map[string]ddbtypes.AttributeValue{
-			":t": strAV(tenant), ":b": strAV(branch),
-		},
-	}}
+// documentOwner is the owner item of document, held by the branch.
+func documentOwner(tenant, branch, document string) owner {
+	return owner{key: aggregates.DocumentOwnerKey(document), entity: aggregates.EntityDocumentOwner,
+		valueAttr: attrDocument, value: document, tenant: tenant, holderAttr: attrBranch, holder: branch}
 }
 
 func documentTaken(document string) *Problem {
@@ -152,7 +135,7 @@ func (s *Server) createBranch(w http.ResponseWriter, r *http.Request) {
 			return &change{op: "branch_create", items: []ddbtypes.TransactWriteItem{
 				s.tenantExists(tenant),
 				s.putNew(branchItem(b)),
-				s.documentOwnerPut(tenant, b.ID, b.Document, b.CreatedAt),
+				s.ownerPut(documentOwner(tenant, b.ID, b.Document), b.CreatedAt),
 			}}, resp, nil, nil
 		},
 		conditionFailed: func(_ context.Context, f failure) (*Problem, bool, error) {
@@ -254,8 +237,8 @@ func (s *Server) patchBranch(w http.ResponseWriter, r *http.Request) {
 			ch := one("branch_update", u.nextVersion(&s.cfg.Table, k, expected, b.Version, b.UpdatedAt))
 			if moved {
 				ch.items = append(ch.items,
-					s.documentOwnerDelete(tenant, branch, oldDocument),
-					s.documentOwnerPut(tenant, branch, document, b.UpdatedAt))
+					s.ownerDelete(documentOwner(tenant, branch, oldDocument)),
+					s.ownerPut(documentOwner(tenant, branch, document), b.UpdatedAt))
 			}
 			return ch, versionedResponse(http.StatusOK, b, b.Version), nil, nil
 		},
@@ -308,7 +291,7 @@ func (s *Server) deleteBranch(w http.ResponseWriter, r *http.Request) {
 					ExpressionAttributeNames:  map[string]string{"#v": attrVersion, "#has": attrHasTransactions},
 					ExpressionAttributeValues: map[string]ddbtypes.AttributeValue{":read": intAV(b.Version)},
 				}},
-				s.documentOwnerDelete(tenant, branch, b.Document),
+				s.ownerDelete(documentOwner(tenant, branch, b.Document)),
 			}}, response{status: http.StatusNoContent}, nil, nil
 		},
 		conditionFailed: func(ctx context.Context, f failure) (*Problem, bool, error) {

@@ -99,6 +99,38 @@ func (s *Server) putNew(item map[string]ddbtypes.AttributeValue) ddbtypes.Transa
 	}}
 }
 
+// owner is the owner item of a unique value ("Uniqueness across the whole
+// table" above): the item at key names the holder of value, an account or
+// a branch of tenant.
+type owner struct {
+	key                aggregates.Key
+	entity             string // its entityType
+	valueAttr, value   string
+	tenant             string
+	holderAttr, holder string
+}
+
+// ownerPut takes the value for its holder: only if no one holds it.
+func (s *Server) ownerPut(o owner, now string) ddbtypes.TransactWriteItem {
+	item := keyAV(o.key)
+	item[attrEntityType] = strAV(o.entity)
+	item[o.valueAttr] = strAV(o.value)
+	item[attrTenant] = strAV(o.tenant)
+	item[o.holderAttr] = strAV(o.holder)
+	item[attrCreatedAt] = strAV(now)
+	return s.putNew(item)
+}
+
+// ownerDelete frees the value, on condition that its holder holds it.
+func (s *Server) ownerDelete(o owner) ddbtypes.TransactWriteItem {
+	return ddbtypes.TransactWriteItem{Delete: &ddbtypes.Delete{
+		TableName: &s.cfg.Table, Key: keyAV(o.key),
+		ConditionExpression:       aws.String("#t = :t AND #h = :h"),
+		ExpressionAttributeNames:  map[string]string{"#t": attrTenant, "#h": o.holderAttr},
+		ExpressionAttributeValues: map[string]ddbtypes.AttributeValue{":t": strAV(o.tenant), ":h": strAV(o.holder)},
+	}}
+}
+
 // tenantActiveCheck is the ConditionCheck a transaction create carries:
 // the tenant exists and is active.
 func (s *Server) tenantActiveCheck(tenant string) ddbtypes.TransactWriteItem {
