@@ -111,7 +111,11 @@ func TestPoller_TakesOverExpiredLeasesOfADeadPoller(t *testing.T) {
 	dead.Store(true)
 	eventually(t, "B takes both over", 20*time.Second, func() bool { return counter(t, b.m.LeasesHeld) == 2 })
 	tookAfter := time.Since(diedAt)
-	assert.GreaterOrEqual(t, tookAfter, 3*time.Second, "not before a lease duration")
+	// The takeover waits a lease duration (3s) after the last renewal B
+	// saw; A renews every third of that, so its last renewal may precede
+	// its death by up to 1s. (That no shard had two readers at once is
+	// checked from the logs below.)
+	assert.GreaterOrEqual(t, tookAfter, 2*time.Second, "not before a lease duration after A's last renewal")
 	assert.Equal(t, 2.0, counter(t, b.m.LeaseEvents.WithLabelValues(poller.LeaseTakenOver))+counter(t, b.m.LeaseEvents.WithLabelValues(poller.LeaseAcquired)))
 	eventually(t, "A gives up what it held", 10*time.Second, func() bool {
 		return counter(t, a.m.LeasesHeld) == 0
