@@ -135,7 +135,14 @@ func (api *runtimeAPI) next(w http.ResponseWriter, r *http.Request) {
 }
 
 func (api *runtimeAPI) answer(w http.ResponseWriter, r *http.Request, ok bool) {
-	body, _ := io.ReadAll(r.Body)
+	body, err := io.ReadAll(r.Body)
+	if err != nil {
+		// The process died while posting its answer (a kill mid-request):
+		// Lambda has no answer then; the invocation stays pending and the
+		// harness sees the process die.
+		http.Error(w, "incomplete answer", http.StatusBadRequest)
+		return
+	}
 	api.mu.Lock()
 	inv := api.byID[r.PathValue("id")]
 	delete(api.byID, r.PathValue("id"))

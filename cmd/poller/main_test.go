@@ -549,7 +549,12 @@ func TestPoller_KilledWithSIGKILLAtRandomMomentsAndRestarted(t *testing.T) {
 		takeovers += strings.Count(p.logs.String(), `"msg":"lease taken_over"`)
 	}
 	t.Logf("%d writes, 5 kills, %d lease takeovers", writes, takeovers)
-	assert.GreaterOrEqual(t, takeovers, 4, "each restart takes the lease of the killed poller over after it expires")
+	// A victim killed after it took the lease leaves it to expire, and the
+	// next poller takes it over; one killed before it got the lease (a slow
+	// start on a loaded machine) leaves nothing to take over. So at least
+	// one takeover, not one per kill; exactness and one reader at a time are
+	// checked above.
+	assert.GreaterOrEqual(t, takeovers, 1, "a restart takes the lease of a killed poller over after it expires")
 }
 
 // Two pollers at once while writes go on; SIGTERM hands the lease over
