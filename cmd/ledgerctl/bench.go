@@ -49,15 +49,18 @@ func (e *environment) bench(ctx context.Context, args []string) int {
 	cfg.Command = strings.Join(append([]string{"ledgerctl", "bench"}, args...), " ")
 	cfg.Log = e.stderr
 	res, err := bench.Run(ctx, cfg)
+	if res != nil {
+		// Print what was measured, even when a later measurement failed.
+		md := res.String()
+		fmt.Fprint(e.stdout, md)
+		if *out != "" {
+			if werr := os.WriteFile(*out, []byte(md), 0o644); werr != nil && err == nil {
+				err = werr
+			}
+		}
+	}
 	if err != nil {
 		return e.fail(err)
-	}
-	md := res.String()
-	fmt.Fprint(e.stdout, md)
-	if *out != "" {
-		if err := os.WriteFile(*out, []byte(md), 0o644); err != nil {
-			return e.fail(err)
-		}
 	}
 	return exitOK
 }

@@ -1,33 +1,47 @@
 package bench
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	ddbtypes "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
+	"github.com/ledger-dev/ledger/aggregates"
 	"github.com/ledger-dev/ledger/infra"
 	"github.com/ledger-dev/ledger/infra/ddblocal"
-	"github.com/ledger-dev/ledger/processor"
 )
 
 // MemoryResult is the poller binary draining a large backlog.
 type MemoryResult struct {
-	Records     int
-	WriteTook   time.Duration
-	DrainTook   time.Duration
-	PeakRSS     int64 // bytes, from the child's rusage; 0 when unknown
-	Diffs       int
-	Binary      string
-	ReconcileOK bool
+	Records   int
+	WriteTook time.Duration
+	DrainTook time.Duration
+	// PeakRSS is the child's peak resident set size in bytes, from the
+	// kernel (0 when unknown); BacklogRSS the highest resident set size
+	// sampled (from its /metrics) while the backlog's transactions were being
+	// applied, before it read its own report writes back.
+	PeakRSS, BacklogRSS int64
+	// RecordsRead is every record the poller read: the backlog and its own
+	// report writes, which follow it in the stream.
+	RecordsRead int64
+	// Reports is how many reports the backlog touches; Diffs how many of
+	// them differ from the fold of the backlog after the drain.
+	Reports, Diffs int
+	Binary         string
 }
 
 // backlogChunk is how many changes are generated and loaded at a time.
@@ -39,6 +53,8 @@ const backlogChunk = 20000
 // reads its peak resident set size from the operating system. (Workload a
 // because DynamoDB Local commits it fastest: a backlog shaped like b drains
 // at a few hundred records per second here, over an hour for a million.)
+// The reports are then checked against the fold of the generated backlog
+// (a scan of a million items is more than DynamoDB Local reliably serves).
 func (r *runner) memory(ctx context.Context) (*MemoryResult, error) {
 	res := &MemoryResult{Records: r.cfg.Backlog}
 	bin := r.cfg.PollerBinary
@@ -66,10 +82,13 @@ func (r *runner) memory(ctx context.Context) (*MemoryResult, error) {
 	}
 	r.logf("memory: writing a backlog of %d inserts", r.cfg.Backlog)
 	start := time.Now()
-	spec := WorkloadA
+	want := aggregates.NewFold()
 	for i := 0; i < r.cfg.Backlog; i += backlogChunk {
 		n := min(backlogChunk, r.cfg.Backlog-i)
-		ops := spec.generateFrom(i, n, r.cfg.Backlog, r.cfg.Seed+2)
+		ops := WorkloadA.generateFrom(i, n, r.cfg.Backlog, r.cfg.Seed+2)
+		for _, op := range ops {
+			want.AddChange(nil, txOf(op.New))
+		}
 		if err := Load(ctx, db, table, ops, 4); err != nil {
 			return nil, err
 		}
@@ -78,26 +97,110 @@ func (r *runner) memory(ctx context.Context) (*MemoryResult, error) {
 		}
 	}
 	res.WriteTook = time.Since(start)
+
+	port, err := freePort()
+	if err != nil {
+		return nil, err
+	}
 	r.logf("memory: %s --drain over %d records", bin, r.cfg.Backlog)
-	cmd := exec.CommandContext(ctx, bin, "--drain", "--table", table, "--metrics-addr", "127.0.0.1:0", "--log-level", "warn")
+	cmd := exec.CommandContext(ctx, bin, "--drain", "--table", table, "--metrics-addr", "127.0.0.1:"+strconv.Itoa(port), "--log-level", "warn")
 	cmd.Env = append(os.Environ(), "AWS_ENDPOINT_URL="+in.Endpoint, "AWS_REGION="+infra.LocalRegion,
 		"AWS_ACCESS_KEY_ID=local", "AWS_SECRET_ACCESS_KEY=local")
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	dieWithParent(cmd)
 	start = time.Now()
-	if err := cmd.Run(); err != nil {
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("poller --drain: %w", err)
+	}
+	sampled := make(chan struct{})
+	stop := make(chan struct{})
+	go func() {
+		defer close(sampled)
+		res.BacklogRSS, res.RecordsRead = sampleRSS(port, int64(r.cfg.Backlog), stop)
+	}()
+	err = cmd.Wait()
+	close(stop)
+	<-sampled
+	if err != nil {
 		return nil, fmt.Errorf("poller --drain: %w; stderr: %s", err, tail(stderr.String(), 2000))
 	}
 	res.DrainTook = time.Since(start)
 	res.PeakRSS = peakRSS(cmd.ProcessState)
-	r.logf("    drained in %s, peak RSS %d MiB; reconciling", res.DrainTook.Round(time.Second), res.PeakRSS>>20)
-	diffs, _, err := processor.Reconcile(ctx, db, table, processor.Scope{})
-	if err != nil {
-		return nil, err
+	r.logf("    drained in %s, peak RSS %d MiB (%d MiB while applying the backlog); checking the reports",
+		res.DrainTook.Round(time.Second), res.PeakRSS>>20, res.BacklogRSS>>20)
+	for _, k := range want.Keys() {
+		out, err := db.GetItem(ctx, &dynamodb.GetItemInput{TableName: aws.String(table), ConsistentRead: aws.Bool(true),
+			Key: map[string]ddbtypes.AttributeValue{"PK": sAV(k.Key().PK), "SK": sAV(k.Key().SK)}})
+		if err != nil {
+			return nil, err
+		}
+		got, err := infra.DecodeReport(out.Item)
+		if err != nil {
+			return nil, err
+		}
+		exp := want.Report(k)
+		exp.Prune()
+		res.Reports++
+		if !got.Equal(exp) {
+			res.Diffs++
+		}
 	}
-	res.Diffs, res.ReconcileOK = len(diffs), true
 	return res, nil
+}
+
+// sampleRSS scrapes the poller's /metrics every 250 ms until stop and
+// returns the highest resident set size seen while fewer than backlog
+// records were applied, and the last count of records read.
+func sampleRSS(port int, backlog int64, stop <-chan struct{}) (rss, read int64) {
+	client := &http.Client{Timeout: time.Second}
+	tick := time.NewTicker(250 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case <-stop:
+			return rss, read
+		case <-tick.C:
+		}
+		resp, err := client.Get("http://127.0.0.1:" + strconv.Itoa(port) + "/metrics")
+		if err != nil {
+			continue
+		}
+		var cur, applied int64
+		sc := bufio.NewScanner(resp.Body)
+		for sc.Scan() {
+			line := sc.Text()
+			name, value, ok := strings.Cut(line, " ")
+			if !ok {
+				continue
+			}
+			f, err := strconv.ParseFloat(value, 64)
+			if err != nil {
+				continue
+			}
+			switch {
+			case name == "process_resident_memory_bytes":
+				cur = int64(f)
+			case name == "ledger_stream_records_read_total":
+				read = int64(f)
+			case strings.HasPrefix(name, "ledger_records_total{") && strings.Contains(name, `outcome="applied"`):
+				applied += int64(f)
+			}
+		}
+		_ = resp.Body.Close()
+		if applied < backlog && cur > rss {
+			rss = cur
+		}
+	}
+}
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
 func tail(s string, n int) string {

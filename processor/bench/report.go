@@ -16,6 +16,9 @@ func (res *Result) Markdown(w io.Writer) {
 	}
 	m := res.Machine
 	p("## ledger bench (%s run)\n\n", mode)
+	if res.Err != "" {
+		p("**Incomplete run**: %s\n\n", res.Err)
+	}
 	if res.Config.Command != "" {
 		p("Command: `%s`.  \n", res.Config.Command)
 	}
@@ -97,17 +100,20 @@ func (res *Result) Markdown(w io.Writer) {
 
 	if mr := res.Memory; mr != nil {
 		p("### Poller binary (`poller --drain`) draining a backlog of inserts shaped like workload a\n\n")
-		p("| backlog records | written in | drained in | records/s | peak RSS | reports exact afterwards |\n|---:|---:|---:|---:|---:|---|\n")
-		rss := "unknown"
-		if mr.PeakRSS > 0 {
-			rss = fmt.Sprintf("%.0f MiB", float64(mr.PeakRSS)/(1<<20))
+		p("| backlog records | written in | drained in | backlog records/s | records read (backlog + its own report writes; last sample, every 250 ms) | peak RSS while applying the backlog | peak RSS, whole drain | reports exact afterwards |\n")
+		p("|---:|---:|---:|---:|---:|---:|---:|---|\n")
+		mib := func(b int64) string {
+			if b <= 0 {
+				return "unknown"
+			}
+			return fmt.Sprintf("%.0f MiB", float64(b)/(1<<20))
 		}
-		exact := "yes"
+		exact := fmt.Sprintf("yes (%d reports)", mr.Reports)
 		if mr.Diffs > 0 {
-			exact = fmt.Sprintf("**no**: %d reports differ", mr.Diffs)
+			exact = fmt.Sprintf("**no**: %d of %d reports differ", mr.Diffs, mr.Reports)
 		}
-		p("| %d | %s | %s | %.0f | %s | %s |\n\n", mr.Records, mr.WriteTook.Round(time.Second), mr.DrainTook.Round(time.Second),
-			float64(mr.Records)/mr.DrainTook.Seconds(), rss, exact)
+		p("| %d | %s | %s | %.0f | %d | %s | %s | %s |\n\n", mr.Records, mr.WriteTook.Round(time.Second), mr.DrainTook.Round(time.Second),
+			float64(mr.Records)/mr.DrainTook.Seconds(), mr.RecordsRead, mib(mr.BacklogRSS), mib(mr.PeakRSS), exact)
 	}
 
 	res.targets(w)
