@@ -43,35 +43,114 @@ func (p *Processor) commitRuns(ctx context.Context, g Guard, changes []change, r
 		// without any effect (ignored records, invalid images, repeats)
 		// commits nothing, as processing it again changes nothing.
 		if len(keys) > 0 || anyEffective(r.changes) {
-			if err := p.commitRun(ctx, g, &r, keys); err != nil {
-				return done, err
+			recs := r.records()
+			parts := make([]part, len(keys))
+			for i, k := range keys {
+				parts[i] = part{key: k, delta: r.fold.Report(k)}
+			}
+			err := p.commitTx(ctx, g, func() ddbtypes.TransactWriteItem { return g.claim(recs) }, func() { g.claimed(recs) }, parts)
+			if err != nil {
+				return done, fmt.Errorf("commit run of %d records: %w", len(recs), err)
 			}
 			res.Runs++
 		}
-		now := p.now()
-		for i := range r.changes {
-			c := &r.changes[i]
-			switch {
-			case c.dup:
-				res.Duplicates++
-				p.metrics.Records.WithLabelValues(eventLabel(c.rec.EventName), OutcomeDuplicate).Inc()
-			case !c.isTxn:
-				res.Ignored++
-				p.metrics.Records.WithLabelValues(eventLabel(c.rec.EventName), OutcomeIgnored).Inc()
-			case c.invalid != nil:
-				res.Quarantined++
-				p.metrics.Records.WithLabelValues(eventLabel(c.rec.EventName), OutcomeQuarantined).Inc()
-			default:
-				res.Applied++
-				p.metrics.Records.WithLabelValues(eventLabel(c.rec.EventName), OutcomeApplied).Inc()
-				if t := writeTime(c); !t.IsZero() && len(keys) > 0 {
-					p.metrics.Lag.Observe(now.Sub(t).Seconds())
-				}
-			}
-		}
+		p.account(r.changes, len(keys) > 0, res)
 		done += len(r.changes)
 	}
 	return done, nil
+}
+
+// commitBatch commits changes, which start right after the checkpoint, as
+// one batch (docs/exactly-once.md, "Batch commits"): the checkpoint's
+// pending batch first when there is one, else all of changes. It returns how
+// many leading changes are done.
+func (p *Processor) commitBatch(ctx context.Context, g *ShardGuard, changes []change, res *Result) (int, error) {
+	plan := batchPlan{items: p.cfg.MaxItemsPerRun, entries: p.cfg.MaxEntriesPerItem}
+	end, next := len(changes), 0
+	pb := g.pending
+	if pb != nil {
+		last := changes[len(changes)-1].rec
+		if CompareSequence(lastSequence(records(changes)), pb.to) < 0 {
+			return 0, fmt.Errorf("shard %s: the pending batch ends at %s, the records at %s: %w", g.shard, pb.to, last.SequenceNumber, ErrIncompleteBatch)
+		}
+		end = -1
+		for i := range changes {
+			if !changes[i].dup && CompareSequence(changes[i].rec.SequenceNumber, pb.to) == 0 {
+				end = i + 1
+				break
+			}
+		}
+		if end < 0 {
+			return 0, fmt.Errorf("shard %s: the pending batch's last record %s is not among the records", g.shard, pb.to)
+		}
+		plan, next = pb.plan, pb.next
+	}
+	batch := changes[:end]
+	to := lastSequence(records(batch))
+	if err := p.quarantine(ctx, batch); err != nil {
+		return 0, err
+	}
+	fold := aggregates.NewFold()
+	for i := range batch {
+		fold.AddChange(batch[i].old, batch[i].new)
+	}
+	groups := planGroups(fold, plan)
+	if len(groups) == 0 && (anyEffective(batch) || g.abandoned != nil) {
+		// Claimed all the same, like a run (see commitRuns); and an abandoned
+		// batch must be cleared even by a batch without effect.
+		groups = [][]part{nil}
+	}
+	n := len(groups)
+	digest := planDigest(to, plan, groups)
+	if pb != nil && (n != pb.groups || digest != pb.digest) {
+		return 0, fmt.Errorf("shard %s: the pending batch through %s was planned as %d groups (plan %s), now %d (plan %s): changed code mid-batch? See docs/runbook.md",
+			g.shard, pb.to, pb.groups, pb.digest, n, digest)
+	}
+	for k := next; k < n; k++ {
+		err := p.commitTx(ctx, g,
+			func() ddbtypes.TransactWriteItem { return g.claimGroup(k, n, to, plan, digest) },
+			func() { g.claimedGroup(k, n, to, plan, digest) }, groups[k])
+		if err != nil {
+			return 0, fmt.Errorf("commit group %d of %d of the batch through %s: %w", k+1, n, to, err)
+		}
+		res.Runs++
+	}
+	p.account(batch, n > 0 && len(groups[0]) > 0, res)
+	return end, nil
+}
+
+func records(changes []change) []Record {
+	out := make([]Record, len(changes))
+	for i := range changes {
+		out[i] = *changes[i].rec
+	}
+	return out
+}
+
+// account counts committed changes by outcome and observes the lag of the
+// applied ones when reports changed.
+func (p *Processor) account(changes []change, reportsChanged bool, res *Result) {
+	now := p.now()
+	for i := range changes {
+		c := &changes[i]
+		switch {
+		case c.dup:
+			res.Duplicates++
+			p.metrics.Records.WithLabelValues(eventLabel(c.rec.EventName), OutcomeDuplicate).Inc()
+		case !c.isTxn:
+			res.Ignored++
+			p.metrics.Records.WithLabelValues(eventLabel(c.rec.EventName), OutcomeIgnored).Inc()
+		case c.invalid != nil:
+			res.Quarantined++
+			p.metrics.Records.WithLabelValues(eventLabel(c.rec.EventName), OutcomeQuarantined).Inc()
+		default:
+			res.Applied++
+			p.metrics.Records.WithLabelValues(eventLabel(c.rec.EventName), OutcomeApplied).Inc()
+			if t := writeTime(c); !t.IsZero() && reportsChanged {
+				p.metrics.Lag.Observe(now.Sub(t).Seconds())
+			}
+		}
+	}
 }
 
 func anyEffective(changes []change) bool {
@@ -96,10 +175,15 @@ func writeTime(c *change) time.Time {
 	return c.rec.ApproximateCreation
 }
 
-// commitRun commits one run, retrying what is retryable. It returns
-// errGuardTaken when the guard says the run (or part of it) is committed.
-func (p *Processor) commitRun(ctx context.Context, g Guard, r *run, keys []aggregates.ReportKey) error {
-	recs := r.records()
+// commitTx commits one transaction: the guard action claim() returns and
+// one update per part, retrying what is retryable; claimed runs once it
+// landed. It returns errGuardTaken when the guard's condition failed: what
+// it claims is (partly) committed already.
+func (p *Processor) commitTx(ctx context.Context, g Guard, claim func() ddbtypes.TransactWriteItem, claimed func(), parts []part) error {
+	keys := make([]aggregates.ReportKey, len(parts))
+	for i, pt := range parts {
+		keys[i] = pt.key
+	}
 	var lastErr error
 	for attempt := 1; attempt <= p.cfg.MaxAttempts; attempt++ {
 		if attempt > 1 {
@@ -111,11 +195,11 @@ func (p *Processor) commitRun(ctx context.Context, g Guard, r *run, keys []aggre
 		if err != nil {
 			return err
 		}
-		items := make([]ddbtypes.TransactWriteItem, 0, len(keys)+1)
-		items = append(items, g.claim(recs))
+		items := make([]ddbtypes.TransactWriteItem, 0, len(parts)+1)
+		items = append(items, claim())
 		now := p.now().Format(time.RFC3339Nano)
-		for _, k := range keys {
-			u, err := p.reportUpdate(k, r.fold.Report(k), shapes[k.Key()], now)
+		for _, pt := range parts {
+			u, err := p.reportUpdate(pt.key, pt.delta, shapes[pt.key.Key()], now)
 			if err != nil {
 				return err
 			}
@@ -130,9 +214,9 @@ func (p *Processor) commitRun(ctx context.Context, g Guard, r *run, keys []aggre
 			for _, cc := range out.ConsumedCapacity {
 				p.metrics.WriteUnits.WithLabelValues("TransactWriteItems").Add(aws.ToFloat64(cc.CapacityUnits))
 			}
-			g.claimed(recs)
-			for _, k := range keys {
-				p.shapes.applied(k.Key(), shapes[k.Key()], r.fold.Report(k))
+			claimed()
+			for _, pt := range parts {
+				p.shapes.applied(pt.key.Key(), shapes[pt.key.Key()], pt.delta)
 			}
 			p.metrics.Commits.WithLabelValues("committed").Inc()
 			return nil
@@ -151,14 +235,14 @@ func (p *Processor) commitRun(ctx context.Context, g Guard, r *run, keys []aggre
 		class := classifyErr(err)
 		if class == classPermanent || class == classCanceled {
 			p.metrics.Commits.WithLabelValues("failed").Inc()
-			return fmt.Errorf("commit run of %d records: %w", len(recs), err)
+			return err
 		}
 		// Outcome unknown (the write may have landed): retry; the guard in the
 		// next attempt tells whether it did.
 		p.countRetry("TransactWriteItems", class)
 	}
 	p.metrics.Commits.WithLabelValues("failed").Inc()
-	return fmt.Errorf("commit run of %d records: %d attempts: %w", len(recs), p.cfg.MaxAttempts, lastErr)
+	return fmt.Errorf("%d attempts: %w", p.cfg.MaxAttempts, lastErr)
 }
 
 // cancelled interprets a cancelled commit. The guard's reason comes first:

@@ -11,6 +11,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -94,7 +95,7 @@ func (c *chaos) restart() (crashed bool) {
 
 func TestExactlyOnce_RandomizedDeliveryWithFaults(t *testing.T) {
 	for _, seed := range seeds(t) {
-		for _, mode := range []string{"shard", "marker"} {
+		for _, mode := range []string{"shard", "batch", "marker"} {
 			t.Run(fmt.Sprintf("%s/seed=%d", mode, seed), func(t *testing.T) {
 				t.Parallel()
 				runRandomized(t, mode, seed)
@@ -121,8 +122,8 @@ func runRandomized(t *testing.T, mode string, seed uint64) {
 		fresh := recs[len(all):]
 		all = recs
 		switch mode {
-		case "shard":
-			deliverShard(t, e, rng, ch, all, len(all)-len(fresh), stats)
+		case "shard", "batch":
+			deliverShard(t, e, rng, ch, all, len(all)-len(fresh), mode == "batch", stats)
 		case "marker":
 			deliverMarker(t, e, rng, ch, all, len(all)-len(fresh), stats)
 		}
@@ -133,10 +134,10 @@ func runRandomized(t *testing.T, mode string, seed uint64) {
 	e.faults.Decide = nil
 	p := e.processor(t, nil, e.faulty)
 	var g processor.Guard = p.MarkerGuard()
-	if mode == "shard" {
+	if mode != "marker" {
 		g = p.ShardGuard(e.streamARN, shardOf(t, e))
 	}
-	if mode == "shard" {
+	if mode != "marker" {
 		res, err := p.Process(ctx, g, all)
 		require.NoError(t, err)
 		assert.Equal(t, len(all), res.Committed)
@@ -225,8 +226,10 @@ func deliverMarker(t *testing.T, e *env, rng *rand.Rand, ch *chaos, recs []proce
 // restarts from any older position (with the origin the iterator was opened
 // at), attempts to open after the checkpoint (which the guard must refuse),
 // crashes between any two calls, and phases where two consumers read the
-// same shard concurrently.
-func deliverShard(t *testing.T, e *env, rng *rand.Rand, ch *chaos, recs []processor.Record, from int, stats map[string]int) {
+// same shard concurrently. With batches, every consumer commits whole
+// batches (the poller's mode): a consumer handed records that end before a
+// half-committed batch's last record is handed more (as the poller reads on).
+func deliverShard(t *testing.T, e *env, rng *rand.Rand, ch *chaos, recs []processor.Record, from int, batches bool, stats map[string]int) {
 	ctx := context.Background()
 	shard := shardOf(t, e)
 	type consumer struct {
@@ -236,7 +239,21 @@ func deliverShard(t *testing.T, e *env, rng *rand.Rand, ch *chaos, recs []proces
 	}
 	open := func(pos int) *consumer {
 		p := e.processor(t, nil, e.faulty)
+		if batches {
+			// Small, differing limits: many groups per batch, reports split
+			// into parts, and resumers whose configuration differs from the
+			// plan stored with the pending batch.
+			var err error
+			p, err = processor.New(e.faulty, processor.Config{
+				Table: e.table, BaseBackoff: time.Millisecond, MaxBackoff: 20 * time.Millisecond,
+				MaxItemsPerRun: 2 + rng.IntN(12), MaxEntriesPerItem: 1 + rng.IntN(4),
+			}, nil)
+			require.NoError(t, err)
+		}
 		c := &consumer{p: p, g: p.ShardGuard(e.streamARN, shard), pos: pos}
+		if batches {
+			c.g.CommitBatches()
+		}
 		if pos > 0 {
 			c.g.SetOrigin(recs[pos-1].SequenceNumber)
 		}
@@ -252,6 +269,8 @@ func deliverShard(t *testing.T, e *env, rng *rand.Rand, ch *chaos, recs []proces
 		return i
 	}
 	c := open(from)
+	need := 0 // a pending batch ends after this index
+	short := false
 	for steps := 0; ; steps++ {
 		require.Less(t, steps, 20000, "delivery does not progress")
 		if c.pos >= len(recs) {
@@ -284,10 +303,15 @@ func deliverShard(t *testing.T, e *env, rng *rand.Rand, ch *chaos, recs []proces
 					defer wg.Done()
 					lr := rand.New(rand.NewPCG(seed, 3))
 					other := open(cp)
-					for k := 0; k < 5 && other.pos < len(recs); k++ {
-						end := min(other.pos+1+lr.IntN(200), len(recs))
+					need := 0
+					for k := 0; k < 8 && other.pos < len(recs); k++ {
+						end := min(max(other.pos+1+lr.IntN(200), need), len(recs))
 						res, err := other.p.Process(ctx, other.g, recs[other.pos:end])
 						other.pos += res.Committed
+						if errors.Is(err, processor.ErrIncompleteBatch) {
+							need = end + 1 + lr.IntN(100)
+							continue
+						}
 						if err != nil {
 							failures.Add(1)
 							return
@@ -300,17 +324,29 @@ func deliverShard(t *testing.T, e *env, rng *rand.Rand, ch *chaos, recs []proces
 			stats["concurrent_failures"] += int(failures.Load())
 			c = open(checkpointIndex())
 			continue
-		case r < 16:
+		case r < 16 || (batches && r < 26):
 			ch.armCrash(12)
 		}
-		end := min(c.pos+batchSize(rng), len(recs))
+		size := batchSize(rng)
+		if short {
+			// Resume a batch a crash may have left half committed with a
+			// shorter read, as a poller with a smaller page would.
+			size, short = 1+rng.IntN(3), false
+		}
+		end := min(max(c.pos+size, need), len(recs))
 		res, err := c.p.Process(ctx, c.g, recs[c.pos:end])
 		if ch.restart() {
 			stats["crash"]++
 			c = open(checkpointIndex())
+			short = batches
 			continue
 		}
-		if err != nil {
+		need = 0
+		if errors.Is(err, processor.ErrIncompleteBatch) {
+			require.True(t, batches, "only a batching guard has pending batches")
+			need = end + 1 + rng.IntN(100)
+			stats["incomplete_batch"]++
+		} else if err != nil {
 			var be *processor.BatchError
 			require.ErrorAs(t, err, &be)
 			stats["partial_failure"]++

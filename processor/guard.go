@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -53,12 +54,71 @@ type ShardGuard struct {
 	prev      string // checkpoint as last read or written; "" for none
 	origin    string // the records handed over start right after this sequence number
 	hasOrigin bool
+	// batches: commit each call's records as one batch (CommitBatches).
+	batches bool
+	// pending is the half-committed batch on the checkpoint item, as last
+	// read or written; abandoned is one whose records are gone (trimmed),
+	// replaced by the next batch's first group.
+	pending, abandoned *pendingBatch
+	trimmed            bool // see Trimmed
+}
+
+// pendingBatch is a batch (prev, to] whose groups before next are committed.
+// digest identifies its plan (planDigest): a resumer whose plan differs
+// (other code) must not commit a single group of it.
+type pendingBatch struct {
+	to     string
+	next   int
+	groups int
+	plan   batchPlan
+	digest string
+}
+
+// batchPlan holds the parameters a batch is planned with: at most items
+// parts per group, at most entries breakdown entries per part.
+type batchPlan struct{ items, entries int }
+
+func (b batchPlan) String() string { return strconv.Itoa(b.items) + "/" + strconv.Itoa(b.entries) }
+
+func parseBatchPlan(s string) (batchPlan, error) {
+	a, b, ok := strings.Cut(s, "/")
+	items, err1 := strconv.Atoi(a)
+	entries, err2 := strconv.Atoi(b)
+	if !ok || err1 != nil || err2 != nil || items < 1 || items > 99 || entries < 1 {
+		return batchPlan{}, fmt.Errorf("malformed batch plan %q", s)
+	}
+	return batchPlan{items, entries}, nil
 }
 
 // ShardGuard returns the guard of one shard of a stream.
 func (p *Processor) ShardGuard(streamARN, shardID string) *ShardGuard {
 	return &ShardGuard{p: p, key: aggregates.CheckpointKey(streamARN, shardID), shard: shardID}
 }
+
+// CommitBatches makes the guard commit all the records a Process call hands
+// it after the checkpoint as one batch: the fold of the whole batch, in as
+// many transactions as its report items need, the checkpoint moving only
+// with the last (docs/exactly-once.md, "Batch commits"). Until then the
+// checkpoint item names the batch's last record, and Process refuses every
+// call whose records do not reach it (ErrIncompleteBatch): only a caller
+// that can read further, like the poller, may use it. The first commit of a
+// shard without a checkpoint is still cut into runs.
+func (g *ShardGuard) CommitBatches() { g.batches = true }
+
+// Trimmed tells the guard that records after the checkpoint were trimmed
+// from the stream before anyone read them (TrimmedDataAccessException): a
+// half-committed batch can then never be planned again, so the next batch
+// replaces it (counted as conflicts_total{reason="abandoned_batch"}).
+func (g *ShardGuard) Trimmed() { g.trimmed = true }
+
+// ErrIncompleteBatch is returned (wrapped, in a *BatchError) when the
+// checkpoint holds a half-committed batch whose last record is after the
+// records handed over: the caller must read on and hand the same records
+// with the ones after them.
+var ErrIncompleteBatch = errors.New("records end before the pending batch's last record")
+
+// batching reports whether the next commit is a batch.
+func (g *ShardGuard) batching() bool { return g.batches && g.prev != "" }
 
 // SetOrigin declares that the records the caller will pass start right after
 // sequence number seq (the iterator was opened AFTER_SEQUENCE_NUMBER seq), so
@@ -85,8 +145,44 @@ func (g *ShardGuard) load(ctx context.Context) error {
 		return fmt.Errorf("read checkpoint %s: %w", g.key, err)
 	}
 	g.prev, _ = stringAttr(item, attrSequenceNumber)
+	g.pending, g.abandoned = nil, nil
+	if to, ok := stringAttr(item, attrPendingTo); ok {
+		pb, err := parsePending(item, to)
+		if err != nil {
+			return fmt.Errorf("checkpoint %s: %w", g.key, err)
+		}
+		g.pending = pb
+	}
 	g.loaded = true
 	return nil
+}
+
+func parsePending(item map[string]ddbtypes.AttributeValue, to string) (*pendingBatch, error) {
+	num := func(name string) (int, error) {
+		v, ok := item[name].(*ddbtypes.AttributeValueMemberN)
+		if !ok {
+			return 0, fmt.Errorf("pending batch without %s", name)
+		}
+		return strconv.Atoi(v.Value)
+	}
+	next, err := num(attrPendingNext)
+	if err != nil {
+		return nil, err
+	}
+	groups, err := num(attrPendingGroups)
+	if err != nil {
+		return nil, err
+	}
+	s, _ := stringAttr(item, attrPendingPlan)
+	plan, err := parseBatchPlan(s)
+	if err != nil {
+		return nil, err
+	}
+	if next < 1 || next >= groups {
+		return nil, fmt.Errorf("pending batch at group %d of %d", next, groups)
+	}
+	digest, _ := stringAttr(item, attrPendingDigest)
+	return &pendingBatch{to: to, next: next, groups: groups, plan: plan, digest: digest}, nil
 }
 
 func (g *ShardGuard) committed(ctx context.Context, changes []change) (int, bool, error) {
@@ -96,6 +192,18 @@ func (g *ShardGuard) committed(ctx context.Context, changes []change) (int, bool
 	if g.hasOrigin && g.origin != "" && (g.prev == "" || CompareSequence(g.prev, g.origin) < 0) {
 		return 0, false, fmt.Errorf("shard %s: checkpoint %q, records start after %q: %w", g.shard, g.prev, g.origin, ErrGap)
 	}
+	if g.trimmed {
+		// Once, for the state read right after the trim: the pending batch's
+		// records are gone, so it can never be planned again. The next batch
+		// replaces exactly that state (a later re-read must never abandon
+		// the batch this guard started itself); what it had committed stays,
+		// and reconcile --repair restores the rest as for any trimmed record.
+		g.trimmed = false
+		if g.pending != nil {
+			g.abandoned, g.pending = g.pending, nil
+			g.p.metrics.Conflicts.WithLabelValues(ConflictAbandonedBatch).Inc()
+		}
+	}
 	n := 0
 	if g.prev != "" {
 		for n < len(changes) && CompareSequence(changes[n].rec.SequenceNumber, g.prev) <= 0 {
@@ -103,6 +211,85 @@ func (g *ShardGuard) committed(ctx context.Context, changes []change) (int, bool
 		}
 	}
 	return n, false, nil
+}
+
+// Pending reports whether the checkpoint, as last read or written, holds a
+// half-committed batch (which a drain must not leave behind).
+func (g *ShardGuard) Pending() bool { return g.pending != nil }
+
+// position describes the checkpoint as last read or written, pending batch
+// included.
+func (g *ShardGuard) position() string {
+	if g.pending == nil {
+		return g.prev
+	}
+	return g.prev + " " + g.pending.to + " " + strconv.Itoa(g.pending.next)
+}
+
+// claimGroup returns the guard action of group k of the n groups of the
+// batch (prev, to] planned with plan, whose digest is digest (the table in
+// docs/exactly-once.md, "Batch commits"). Only called while batching, so
+// prev is set.
+func (g *ShardGuard) claimGroup(k, n int, to string, plan batchPlan, digest string) ddbtypes.TransactWriteItem {
+	names := map[string]string{
+		"#seq": attrSequenceNumber, "#et": attrEntityType, "#ua": attrUpdatedAt, "#shard": "shardId",
+		"#pt": attrPendingTo, "#pn": attrPendingNext, "#pg": attrPendingGroups, "#pp": attrPendingPlan, "#pd": attrPendingDigest,
+	}
+	values := map[string]ddbtypes.AttributeValue{
+		":prev": strAV(g.prev), ":et": strAV(aggregates.EntityCheckpoint),
+		":now": strAV(g.p.now().Format(time.RFC3339Nano)), ":shard": strAV(g.shard),
+	}
+	set := "SET #et = :et, #ua = :now, #shard = :shard"
+	remove := ""
+	cond := "#seq = :prev"
+	if k == 0 {
+		if a := g.abandoned; a != nil {
+			cond += " AND #pt = :apt AND #pn = :apn"
+			values[":apt"], values[":apn"] = strAV(a.to), intAV(int64(a.next))
+		} else {
+			cond += " AND attribute_not_exists(#pt)"
+		}
+	} else {
+		cond += " AND #pt = :to AND #pn = :k AND #pd = :digest"
+		values[":to"], values[":k"], values[":digest"] = strAV(to), intAV(int64(k)), strAV(digest)
+	}
+	switch {
+	case k == n-1:
+		set += ", #seq = :last"
+		values[":last"] = strAV(to)
+		if k > 0 || g.abandoned != nil {
+			remove = " REMOVE #pt, #pn, #pg, #pp, #pd"
+		}
+	case k == 0:
+		set += ", #pt = :to, #pn = :next, #pg = :n, #pp = :plan, #pd = :digest"
+		values[":to"], values[":next"], values[":n"], values[":plan"] = strAV(to), intAV(1), intAV(int64(n)), strAV(plan.String())
+		values[":digest"] = strAV(digest)
+	default:
+		set += ", #pn = :next"
+		values[":next"] = intAV(int64(k + 1))
+	}
+	expr := set + remove
+	for ph := range names {
+		if !strings.Contains(expr, ph) && !strings.Contains(cond, ph) {
+			delete(names, ph)
+		}
+	}
+	return ddbtypes.TransactWriteItem{Update: &ddbtypes.Update{
+		TableName: &g.p.cfg.Table, Key: keyAV(g.key),
+		UpdateExpression: aws.String(expr), ConditionExpression: aws.String(cond),
+		ExpressionAttributeNames: names, ExpressionAttributeValues: values,
+	}}
+}
+
+// claimedGroup records that claimGroup(k, n, to, plan, digest) committed.
+func (g *ShardGuard) claimedGroup(k, n int, to string, plan batchPlan, digest string) {
+	g.abandoned = nil
+	if k == n-1 {
+		g.prev, g.pending = to, nil
+	} else {
+		g.pending = &pendingBatch{to: to, next: k + 1, groups: n, plan: plan, digest: digest}
+	}
+	g.loaded = true
 }
 
 func (g *ShardGuard) claim(run []Record) ddbtypes.TransactWriteItem {
@@ -119,10 +306,13 @@ func (g *ShardGuard) claim(run []Record) ddbtypes.TransactWriteItem {
 			":now": strAV(g.p.now().Format(time.RFC3339Nano)), ":shard": strAV(g.shard),
 		},
 	}
+	// Never over a half-committed batch (a poller's, on the checkpoint the
+	// tumbling-window Lambda shares): only its own last group moves it.
+	u.ExpressionAttributeNames["#pt"] = attrPendingTo
 	if g.prev == "" {
-		u.ConditionExpression = aws.String("attribute_not_exists(#seq)")
+		u.ConditionExpression = aws.String("attribute_not_exists(#seq) AND attribute_not_exists(#pt)")
 	} else {
-		u.ConditionExpression = aws.String("#seq = :prev")
+		u.ConditionExpression = aws.String("#seq = :prev AND attribute_not_exists(#pt)")
 		u.ExpressionAttributeValues[":prev"] = strAV(g.prev)
 	}
 	return ddbtypes.TransactWriteItem{Update: u}

@@ -25,7 +25,19 @@ const (
 	attrUpdatedAt        = infra.AttrUpdatedAt
 	attrExpiresAt        = infra.AttrExpiresAt
 	attrSequenceNumber   = "sequenceNumber"
+	// A shard checkpoint's pending batch (docs/exactly-once.md, "Batch
+	// commits").
+	attrPendingTo     = CheckpointPendingAttribute
+	attrPendingNext   = "pendingNext"
+	attrPendingGroups = "pendingGroups"
+	attrPendingPlan   = "pendingPlan"
+	attrPendingDigest = "pendingDigest"
 )
+
+// CheckpointPendingAttribute is the checkpoint item's attribute that exists
+// while a batch is half committed; whoever else moves a checkpoint must
+// require its absence.
+const CheckpointPendingAttribute = "pendingTo"
 
 // toImage converts a DynamoDB item to the domain's view of it: type tags for
 // every attribute and the text of S and N values.

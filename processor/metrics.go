@@ -24,6 +24,7 @@ const (
 	ConflictConditionFailed     = "condition_failed"     // a report's shape changed under us: shapes re-read, run retried
 	ConflictTransactionConflict = "transaction_conflict" // another transaction held an item: retried with backoff
 	ConflictShortRedelivery     = "short_redelivery"     // a Lambda batch ended inside a committed run (see docs/exactly-once.md)
+	ConflictAbandonedBatch      = "abandoned_batch"      // a half-committed poller batch whose records were trimmed was given up
 )
 
 // Metrics are the processor's Prometheus collectors. Create them once per
@@ -63,7 +64,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}, []string{"event", "outcome"}),
 		Conflicts: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: namespace, Subsystem: "aggregate", Name: "conflicts_total",
-			Help: "Commit conflicts by reason: duplicate (already applied, skipped), condition_failed (report shape changed), transaction_conflict (retried), short_redelivery.",
+			Help: "Commit conflicts by reason: duplicate (already applied, skipped), condition_failed (report shape changed), transaction_conflict (retried), short_redelivery, abandoned_batch.",
 		}, []string{"reason"}),
 		Retries: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: namespace, Subsystem: "dynamodb", Name: "retries_total",
@@ -105,7 +106,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			m.Records.WithLabelValues(ev, o)
 		}
 	}
-	for _, r := range []string{ConflictDuplicate, ConflictConditionFailed, ConflictTransactionConflict, ConflictShortRedelivery} {
+	for _, r := range []string{ConflictDuplicate, ConflictConditionFailed, ConflictTransactionConflict, ConflictShortRedelivery, ConflictAbandonedBatch} {
 		m.Conflicts.WithLabelValues(r)
 	}
 	for _, o := range []string{"committed", "duplicate", "failed"} {

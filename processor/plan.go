@@ -1,6 +1,13 @@
 package processor
 
-import "github.com/ledger-dev/ledger/aggregates"
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"sort"
+
+	"github.com/ledger-dev/ledger/aggregates"
+)
 
 // run is a contiguous slice of a batch committed by one transaction.
 type run struct {
@@ -8,10 +15,76 @@ type run struct {
 	fold    *aggregates.Fold
 }
 
-func (r *run) records() []Record {
-	out := make([]Record, len(r.changes))
-	for i := range r.changes {
-		out[i] = *r.changes[i].rec
+func (r *run) records() []Record { return records(r.changes) }
+
+// part is one report update: a report item's delta, or the slice of it that
+// fits one update expression.
+type part struct {
+	key   aggregates.ReportKey
+	delta *aggregates.Report
+}
+
+// planGroups is the plan of a batch (docs/exactly-once.md, "Batch
+// commits"): each report's delta split into parts of at most plan.entries
+// breakdown entries, the totals in part 0; the parts of each part index, in
+// key order, cut into groups of at most plan.items. A group never holds two
+// parts of one report. It depends on nothing but the fold and the plan, so
+// whoever resumes a half-committed batch gets the same groups.
+func planGroups(fold *aggregates.Fold, plan batchPlan) [][]part {
+	var layers [][]part
+	for _, k := range fold.Keys() {
+		for i, d := range splitReport(fold.Report(k), plan.entries) {
+			if i == len(layers) {
+				layers = append(layers, nil)
+			}
+			layers[i] = append(layers[i], part{key: k, delta: d})
+		}
+	}
+	var groups [][]part
+	for _, l := range layers {
+		for len(l) > 0 {
+			n := min(len(l), plan.items)
+			groups = append(groups, l[:n:n])
+			l = l[n:]
+		}
+	}
+	return groups
+}
+
+// splitReport cuts r into deltas of at most maxEntries breakdown entries
+// each, in (dimension, name) order, the totals and count in the first.
+func splitReport(r *aggregates.Report, maxEntries int) []*aggregates.Report {
+	type entry struct {
+		d    aggregates.Dimension
+		name string
+	}
+	var entries []entry
+	for _, d := range aggregates.Dimensions {
+		names := make([]string, 0, len(r.Breakdowns[d]))
+		for name := range r.Breakdowns[d] {
+			names = append(names, name)
+		}
+		sort.Strings(names)
+		for _, name := range names {
+			entries = append(entries, entry{d, name})
+		}
+	}
+	if len(entries) <= maxEntries {
+		return []*aggregates.Report{r}
+	}
+	var out []*aggregates.Report
+	for i := 0; i < len(entries); i += maxEntries {
+		part := &aggregates.Report{}
+		if i == 0 {
+			part.Totals = r.Totals
+		}
+		for _, e := range entries[i:min(i+maxEntries, len(entries))] {
+			if part.Breakdowns[e.d] == nil {
+				part.Breakdowns[e.d] = map[string]aggregates.Totals{}
+			}
+			part.Breakdowns[e.d][e.name] = r.Breakdowns[e.d][e.name]
+		}
+		out = append(out, part)
 	}
 	return out
 }
@@ -92,4 +165,33 @@ func fits(entries map[aggregates.ReportKey]map[entryID]bool, c *change, maxItems
 		}
 	}
 	return true
+}
+
+// planDigest identifies a batch plan: its end, parameters and every part of
+// every group (key and figures, in plan order). Stored with a pending batch,
+// it makes a resumer whose code plans differently fail instead of
+// committing groups of another plan.
+func planDigest(to string, plan batchPlan, groups [][]part) string {
+	h := sha256.New()
+	fmt.Fprintf(h, "%s|%s|%d\n", to, plan, len(groups))
+	for k, g := range groups {
+		for _, pt := range g {
+			key := pt.key.Key()
+			d := pt.delta
+			fmt.Fprintf(h, "%d|%s|%s|%s|%s|%d", k, key.PK, key.SK, d.Income.String(), d.Expense.String(), d.Count)
+			for _, dim := range aggregates.Dimensions {
+				names := make([]string, 0, len(d.Breakdowns[dim]))
+				for name := range d.Breakdowns[dim] {
+					names = append(names, name)
+				}
+				sort.Strings(names)
+				for _, name := range names {
+					t := d.Breakdowns[dim][name]
+					fmt.Fprintf(h, "|%d:%q:%s:%s:%d", dim, name, t.Income.String(), t.Expense.String(), t.Count)
+				}
+			}
+			fmt.Fprintln(h)
+		}
+	}
+	return hex.EncodeToString(h.Sum(nil)[:12])
 }

@@ -164,8 +164,14 @@ func (p *Processor) Process(ctx context.Context, g Guard, recs []Record) (Result
 
 	done := 0   // records before done are finished
 	stalls := 0 // guard conflicts in a row that skipped nothing
+	pos := ""   // a ShardGuard's position: progress of a batch another consumer commits too
 	for done < len(recs) {
 		n, redeliver, err := g.committed(ctx, changes[done:])
+		if sg, ok := g.(*ShardGuard); ok && err == nil {
+			if now := sg.position(); now != pos {
+				pos, stalls = now, 0
+			}
+		}
 		if n > 0 {
 			if qerr := p.skipped(ctx, changes[done:done+n], &res); qerr != nil {
 				return fail(done, qerr)
@@ -182,7 +188,12 @@ func (p *Processor) Process(ctx context.Context, g Guard, recs []Record) (Result
 		if done == len(recs) {
 			break
 		}
-		advanced, err := p.commitRuns(ctx, g, changes[done:], &res)
+		var advanced int
+		if sg, ok := g.(*ShardGuard); ok && sg.batching() {
+			advanced, err = p.commitBatch(ctx, sg, changes[done:], &res)
+		} else {
+			advanced, err = p.commitRuns(ctx, g, changes[done:], &res)
+		}
 		done += advanced
 		if errors.Is(err, errGuardTaken) {
 			// Someone committed part of what we hold: re-read the guard. A

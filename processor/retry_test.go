@@ -90,8 +90,9 @@ func TestMetrics_RecordsAndConflictsAreExported(t *testing.T) {
 
 	require.Equal(t, len(recs), res.Applied+res.Quarantined+res.Ignored)
 	want := `
-# HELP ledger_aggregate_conflicts_total Commit conflicts by reason: duplicate (already applied, skipped), condition_failed (report shape changed), transaction_conflict (retried), short_redelivery.
+# HELP ledger_aggregate_conflicts_total Commit conflicts by reason: duplicate (already applied, skipped), condition_failed (report shape changed), transaction_conflict (retried), short_redelivery, abandoned_batch.
 # TYPE ledger_aggregate_conflicts_total counter
+ledger_aggregate_conflicts_total{reason="abandoned_batch"} 0
 ledger_aggregate_conflicts_total{reason="condition_failed"} 0
 ledger_aggregate_conflicts_total{reason="duplicate"} 0
 ledger_aggregate_conflicts_total{reason="short_redelivery"} 0

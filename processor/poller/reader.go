@@ -30,8 +30,10 @@ type readerResult struct {
 var errShardGone = errors.New("shard no longer exists")
 
 // reader reads one leased shard in order and hands each GetRecords page to
-// the processor before it reads the next: at most one page (≤ 1,000
-// records, ≤ 1 MB) per shard is in memory, whatever the backlog.
+// the processor before it reads the next: one page (≤ 1,000 records, ≤ 1
+// MB) per shard is in memory, whatever the backlog, plus, while it resumes a
+// half-committed batch that reaches past a shorter page, the records of
+// that batch.
 type reader struct {
 	p     *Poller
 	shard shard
@@ -44,7 +46,14 @@ type reader struct {
 	// checkpoint, return.
 	stop <-chan struct{}
 
-	guard    *processor.ShardGuard
+	guard *processor.ShardGuard
+	// carry holds the records read but not yet committed because the
+	// checkpoint's pending batch ends after them (ErrIncompleteBatch): they
+	// are handed over again with the next page.
+	carry []processor.Record
+	// stale: the iterator is past records that were not processed (a
+	// failed page whose reopen failed); reopen before reading again.
+	stale    bool
 	held     string  // last record fully processed (committed, or with no effect)
 	iter     *string // nil at the shard's end
 	opened   bool
@@ -79,7 +88,13 @@ func (r *reader) wait(d time.Duration) bool {
 	}
 }
 
-func (r *reader) newGuard() { r.guard = r.p.proc.ShardGuard(r.p.cfg.StreamARN, r.shard.id) }
+// newGuard starts a fresh guard, committing each page as one batch, and
+// drops the records carried for a pending batch (the caller reopens).
+func (r *reader) newGuard() {
+	r.guard = r.p.proc.ShardGuard(r.p.cfg.StreamARN, r.shard.id)
+	r.guard.CommitBatches()
+	r.carry = nil
+}
 
 // run reads the shard until its end, a stop, a drain's catch-up, the loss
 // of the lease or too many failures.
@@ -115,6 +130,14 @@ func (r *reader) run() (res readerResult) {
 			res.err = r.move(true)
 			res.finished = res.err == nil
 			return res
+		}
+		if r.stale {
+			// A reopen after a failed page failed too: the iterator is past
+			// that page, so read nothing with it.
+			if err := r.reopen(ResetFailure, true); err != nil && !fail("reopen", err) {
+				return res
+			}
+			continue
 		}
 		if !r.wait(time.Until(r.lastRead.Add(cfg.MinReadInterval))) {
 			continue
@@ -172,7 +195,7 @@ func (r *reader) run() (res readerResult) {
 			if r.iter == nil {
 				continue // the shard's end: handled at the top
 			}
-			if cfg.Drain {
+			if cfg.Drain && len(r.carry) == 0 && !r.guard.Pending() {
 				res.err = r.move(false)
 				res.drained = res.err == nil
 				return res
@@ -188,9 +211,11 @@ func (r *reader) run() (res readerResult) {
 		empty = 0
 		r.p.m.Reads.WithLabelValues("records").Inc()
 		r.p.m.RecordsRead.Add(float64(len(out.Records)))
-		recs := make([]processor.Record, len(out.Records))
+		recs := make([]processor.Record, len(r.carry), len(r.carry)+len(out.Records))
+		copy(recs, r.carry)
+		r.carry = nil
 		for i := range out.Records {
-			recs[i] = processor.FromStream(out.Records[i], cfg.StreamARN)
+			recs = append(recs, processor.FromStream(out.Records[i], cfg.StreamARN))
 		}
 		if t := recs[len(recs)-1].ApproximateCreation; !t.IsZero() {
 			r.p.pm.IteratorAge.WithLabelValues(r.shard.id).Set(max(0, time.Since(t).Seconds()))
@@ -201,10 +226,18 @@ func (r *reader) run() (res readerResult) {
 				res.err = r.ctx.Err()
 				return res
 			}
-			if be := (*processor.BatchError)(nil); errors.As(err, &be) && be.Index > 0 {
+			be := (*processor.BatchError)(nil)
+			if errors.As(err, &be) && be.Index > 0 {
 				r.advanceHeld(recs[be.Index-1].SequenceNumber)
 			}
+			if be != nil && errors.Is(err, processor.ErrIncompleteBatch) {
+				// A half-committed batch reaches past this page (a retry or a
+				// takeover read a shorter one): read on, keeping the records.
+				r.carry = recs[be.Index:]
+				continue
+			}
 			reason := ResetFailure
+			r.stale = true
 			if errors.Is(err, processor.ErrGap) {
 				reason = ResetGap
 				r.log.Warn("checkpoint is behind the iterator; reopening after it", "error", err.Error())
@@ -258,7 +291,7 @@ func (r *reader) open() error {
 		return fmt.Errorf("open shard %s %s: %w", r.shard.id, in.ShardIteratorType, err)
 	}
 	r.iter = out.ShardIterator
-	r.opened = true
+	r.opened, r.stale = true, false
 	r.log.Debug("shard iterator opened", "type", string(in.ShardIteratorType), "after", cp)
 	return nil
 }
@@ -274,6 +307,7 @@ func (r *reader) trimmed(cause error) error {
 	r.log.Error("stream records were trimmed before they were read: they are lost to every consumer; reopening at TRIM_HORIZON; run `ledgerctl reconcile --repair` to restore the reports",
 		"held", r.held, "error", cause.Error())
 	r.newGuard()
+	r.guard.Trimmed()
 	out, err := r.p.streams.GetShardIterator(r.ctx, &dynamodbstreams.GetShardIteratorInput{
 		StreamArn: aws.String(r.p.cfg.StreamARN), ShardId: aws.String(r.shard.id), ShardIteratorType: streamtypes.ShardIteratorTypeTrimHorizon,
 	})
@@ -285,7 +319,7 @@ func (r *reader) trimmed(cause error) error {
 		return fmt.Errorf("open shard %s at TRIM_HORIZON: %w", r.shard.id, err)
 	}
 	r.iter = out.ShardIterator
-	r.opened = true
+	r.opened, r.stale = true, false
 	return nil
 }
 

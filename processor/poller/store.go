@@ -14,6 +14,7 @@ import (
 	ddbtypes "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/ledger-dev/ledger/aggregates"
+	"github.com/ledger-dev/ledger/processor"
 )
 
 // Table is the part of the DynamoDB API the poller itself calls, for leases
@@ -279,6 +280,9 @@ func (s *store) advance(ctx context.Context, shard, prev, seq string, finished b
 		cond = "#seq = :prev"
 		values[":prev"] = str(prev)
 	}
+	// Never over a half-committed batch: its last group moves it.
+	cond += " AND attribute_not_exists(#pt)"
+	nm["#pt"] = processor.CheckpointPendingAttribute
 	_, err := s.update(ctx, "move checkpoint", aggregates.CheckpointKey(s.streamARN, shard), strings.Join(set, ", "), nil, cond, nm, values)
 	return err
 }

@@ -1,0 +1,132 @@
+package processor_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/ledger-dev/ledger/processor"
+	"github.com/ledger-dev/ledger/processor/processortest"
+)
+
+// halfCommitted leaves the env's shard with a checkpoint after recs[start-1]
+// and a half-committed batch of recs[start:end]: a batching consumer with
+// small groups dies after its second group transaction. It returns start.
+func halfCommitted(t *testing.T, e *env, recs []processor.Record, shard string, end int) (start int) {
+	t.Helper()
+	ctx := context.Background()
+	p, err := processor.New(e.faulty, processor.Config{Table: e.table, MaxItemsPerRun: 2, MaxEntriesPerItem: 2,
+		MaxAttempts: 2, BaseBackoff: time.Millisecond, MaxBackoff: time.Millisecond}, nil)
+	require.NoError(t, err)
+	g := p.ShardGuard(e.streamARN, shard)
+	g.CommitBatches()
+	// The first commit of a shard is a plain run: up to the first
+	// transaction.
+	for start == 0 || !hasCheckpoint(t, e, shard) {
+		_, err = p.Process(ctx, g, recs[start:start+1])
+		require.NoError(t, err)
+		start++
+	}
+	commits := 0
+	e.faults.Decide = func(op string) processortest.Fault {
+		if op == "TransactWriteItems" {
+			if commits++; commits > 2 {
+				return processortest.Drop
+			}
+		}
+		return processortest.Pass
+	}
+	defer func() { e.faults.Decide = nil }()
+	_, err = p.Process(ctx, g, recs[start:end])
+	require.Error(t, err)
+	fresh := e.processor(t, nil, nil).ShardGuard(e.streamARN, shard)
+	cp, err := fresh.Checkpoint(ctx)
+	require.NoError(t, err)
+	require.Equal(t, recs[start-1].SequenceNumber, cp)
+	require.True(t, fresh.Pending(), "the crash must leave a half-committed batch")
+	return start
+}
+
+func hasCheckpoint(t *testing.T, e *env, shard string) bool {
+	cp, err := e.processor(t, nil, nil).ShardGuard(e.streamARN, shard).Checkpoint(context.Background())
+	require.NoError(t, err)
+	return cp != ""
+}
+
+// A half-committed batch is finished by whoever reads the shard next, from
+// its stored plan, whatever that consumer's own limits and page size; a
+// consumer without batches (the tumbling-window Lambda shares the
+// checkpoint) may not commit over it.
+func TestShardGuard_ResumesHalfCommittedBatch(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t)
+	require.NoError(t, processortest.NewWorkload(21).Run(ctx, e.ddb, e.table, 150))
+	shard, recs := e.records(t)
+	start := halfCommitted(t, e, recs, shard, 120)
+
+	plain := e.processor(t, nil, nil)
+	_, err := plain.Process(ctx, plain.ShardGuard(e.streamARN, shard), recs[start:])
+	require.Error(t, err, "a run must not be claimed over a half-committed batch")
+
+	p, err := processor.New(e.ddb, processor.Config{Table: e.table}, nil) // other limits than the batch's plan
+	require.NoError(t, err)
+	g := p.ShardGuard(e.streamARN, shard)
+	g.CommitBatches()
+	g.SetOrigin(recs[start-1].SequenceNumber)
+	res, err := p.Process(ctx, g, recs[start:start+30])
+	require.ErrorIs(t, err, processor.ErrIncompleteBatch, "a shorter page cannot finish the batch")
+	assert.Zero(t, res.Committed)
+	res, err = p.Process(ctx, g, recs[start:])
+	require.NoError(t, err)
+	assert.Equal(t, len(recs)-start, res.Committed)
+	assert.False(t, g.Pending())
+	e.requireReconciled(t)
+}
+
+// After the records of a half-committed batch were trimmed, the reader tells
+// the guard; the next batch replaces the pending one once, and the guard
+// never abandons a batch it started itself: here the answer of the
+// abandoning transaction is lost, and the re-read shows the guard's own new
+// batch, which it must finish, not abandon.
+func TestShardGuard_TrimmedAbandonsPendingBatchOnce(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t)
+	require.NoError(t, processortest.NewWorkload(22).Run(ctx, e.ddb, e.table, 150))
+	shard, recs := e.records(t)
+	halfCommitted(t, e, recs, shard, 60)
+
+	reg := prometheus.NewRegistry()
+	p, err := processor.New(e.faulty, processor.Config{Table: e.table, MaxItemsPerRun: 3,
+		BaseBackoff: time.Millisecond, MaxBackoff: time.Millisecond}, processor.NewMetrics(reg))
+	require.NoError(t, err)
+	commits := 0
+	e.faults.Decide = func(op string) processortest.Fault {
+		if op == "TransactWriteItems" {
+			if commits++; commits == 1 {
+				return processortest.LoseAnswer
+			}
+		}
+		return processortest.Pass
+	}
+	g := p.ShardGuard(e.streamARN, shard)
+	g.CommitBatches()
+	g.Trimmed()
+	_, err = p.Process(ctx, g, recs[80:])
+	require.NoError(t, err)
+	assert.Equal(t, 1.0, testutil.ToFloat64(p.Metrics().Conflicts.WithLabelValues(processor.ConflictAbandonedBatch)))
+	assert.Equal(t, 1.0, testutil.ToFloat64(p.Metrics().Conflicts.WithLabelValues(processor.ConflictDuplicate)), "the lost answer shows as a taken guard")
+	assert.False(t, g.Pending())
+	cp, err := e.processor(t, nil, nil).ShardGuard(e.streamARN, shard).Checkpoint(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, recs[len(recs)-1].SequenceNumber, cp)
+
+	// Redelivering everything applies nothing.
+	res, err := p.Process(ctx, g, recs)
+	require.NoError(t, err)
+	assert.Zero(t, res.Applied)
+}
