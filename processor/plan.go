@@ -4,7 +4,8 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
-	"sort"
+	"maps"
+	"slices"
 
 	"github.com/ledger-dev/ledger/aggregates"
 )
@@ -60,12 +61,7 @@ func splitReport(r *aggregates.Report, maxEntries int) []*aggregates.Report {
 	}
 	var entries []entry
 	for _, d := range aggregates.Dimensions {
-		names := make([]string, 0, len(r.Breakdowns[d]))
-		for name := range r.Breakdowns[d] {
-			names = append(names, name)
-		}
-		sort.Strings(names)
-		for _, name := range names {
+		for _, name := range slices.Sorted(maps.Keys(r.Breakdowns[d])) {
 			entries = append(entries, entry{d, name})
 		}
 	}
@@ -180,12 +176,7 @@ func planDigest(to string, plan batchPlan, groups [][]part) string {
 			d := pt.delta
 			fmt.Fprintf(h, "%d|%s|%s|%s|%s|%d", k, key.PK, key.SK, d.Income.String(), d.Expense.String(), d.Count)
 			for _, dim := range aggregates.Dimensions {
-				names := make([]string, 0, len(d.Breakdowns[dim]))
-				for name := range d.Breakdowns[dim] {
-					names = append(names, name)
-				}
-				sort.Strings(names)
-				for _, name := range names {
+				for _, name := range slices.Sorted(maps.Keys(d.Breakdowns[dim])) {
 					t := d.Breakdowns[dim][name]
 					fmt.Fprintf(h, "|%d:%q:%s:%s:%d", dim, name, t.Income.String(), t.Expense.String(), t.Count)
 				}
