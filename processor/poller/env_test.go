@@ -140,6 +140,13 @@ func fastConfig(table, arn, owner string) poller.Config {
 
 func (e *env) poller(t *testing.T, owner string, streams poller.Streams, api *dynamodb.Client, mutate func(*poller.Config)) *testPoller {
 	t.Helper()
+	return e.pollerWith(t, owner, streams, api, processor.Config{}, mutate)
+}
+
+// pollerWith is poller with the processor's limits of pc (its table and
+// backoffs are the env's).
+func (e *env) pollerWith(t *testing.T, owner string, streams poller.Streams, api *dynamodb.Client, pc processor.Config, mutate func(*poller.Config)) *testPoller {
+	t.Helper()
 	if streams == nil {
 		streams = e.stream.client(owner)
 	}
@@ -149,7 +156,8 @@ func (e *env) poller(t *testing.T, owner string, streams poller.Streams, api *dy
 	tp := &testPoller{reg: prometheus.NewRegistry(), logs: &logSink{}}
 	tp.pm = processor.NewMetrics(tp.reg)
 	tp.m = poller.NewMetrics(tp.reg)
-	proc, err := processor.New(api, processor.Config{Table: e.table, BaseBackoff: time.Millisecond, MaxBackoff: 20 * time.Millisecond}, tp.pm)
+	pc.Table, pc.BaseBackoff, pc.MaxBackoff = e.table, time.Millisecond, 20*time.Millisecond
+	proc, err := processor.New(api, pc, tp.pm)
 	require.NoError(t, err)
 	cfg := fastConfig(e.table, e.stream.arn, owner)
 	cfg.Logger = slog.New(slog.NewJSONHandler(tp.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))

@@ -1,0 +1,71 @@
+package poller_test
+
+import (
+	"context"
+	"net/http"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/ledger-dev/ledger/infra"
+	"github.com/ledger-dev/ledger/infra/ddblocal"
+	"github.com/ledger-dev/ledger/processor"
+	"github.com/ledger-dev/ledger/processor/poller"
+	"github.com/ledger-dev/ledger/processor/processortest"
+)
+
+// A poller that dies between the group transactions of a page leaves a
+// half-committed batch on the checkpoint. The next poller, reading smaller
+// pages and with other processor limits, reads on until it holds the
+// batch's last record, finishes the batch from its stored plan and drains
+// the rest; a drain does not stop while the batch is pending.
+func TestPoller_FinishesAHalfCommittedBatchWithSmallerPages(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t, 8)
+	f := e.stream
+	f.addShard("shardId-A", "")
+	f.appendTo("shardId-A", e.write(t, 50)...)
+	e.drain(t, "p0", nil) // a checkpoint: batches need one
+	f.appendTo("shardId-A", e.write(t, 400)...)
+
+	var commits atomic.Int64
+	dead := func() bool { return commits.Load() > 3 }
+	ft := &processortest.FaultTransport{Decide: func(op string) processortest.Fault {
+		if op == "TransactWriteItems" {
+			commits.Add(1)
+		}
+		if dead() {
+			return processortest.Drop
+		}
+		return processortest.Pass
+	}}
+	api := dynamodb.NewFromConfig(ddblocal.Config(t, infra.WithTransportWrapper(func(next http.RoundTripper) http.RoundTripper {
+		ft.Next = next
+		return ft
+	})), func(o *dynamodb.Options) { o.RetryMaxAttempts = 1 })
+	p1 := e.pollerWith(t, "p1", nil, api, processor.Config{MaxItemsPerRun: 3, MaxEntriesPerItem: 2}, nil)
+	stop := start(t, p1)
+	eventually(t, "p1 died mid-batch", 20*time.Second, dead)
+	stop()
+
+	probe, err := processor.New(e.ddb, processor.Config{Table: e.table}, nil)
+	require.NoError(t, err)
+	pending := func() bool {
+		g := probe.ShardGuard(e.stream.arn, "shardId-A")
+		_, err := g.Checkpoint(ctx)
+		require.NoError(t, err)
+		return g.Pending()
+	}
+	require.True(t, pending(), "p1 must have left a half-committed batch")
+	diffs, _, err := processor.Reconcile(ctx, e.ddb, e.table, processor.Scope{})
+	require.NoError(t, err)
+	require.NotEmpty(t, diffs, "a half-committed batch shows in the reports")
+
+	e.drain(t, "p2", func(c *poller.Config) { c.MaxRecords = 7 })
+	e.requireReconciled(t)
+	assert.False(t, pending())
+}
