@@ -133,6 +133,8 @@ func TestRun_FlagErrorsExitTwoAndHelpExitsZero(t *testing.T) {
 			[]string{`--start-position: start position "now"`, `--idle-backoff "3": not a duration`, `--log-format "xml"`, "--lease-duration 1ms: want between"}},
 		{"bad env", map[string]string{"LEDGER_DRAIN": "maybe", "LEDGER_METRICS_ADDR": "9102"}, nil,
 			[]string{`LEDGER_DRAIN "maybe"`, `--metrics-addr "9102"`}},
+		{"batch records", map[string]string{"LEDGER_BATCH_RECORDS": "999"}, nil, []string{`--batch-records "999": want a number from 1000 to 10000`}},
+		{"batch records not a number", nil, []string{"--batch-records", "lots"}, []string{`--batch-records "lots"`}},
 		{"unknown flag", nil, []string{"--nope"}, []string{"flag provided but not defined: -nope"}},
 		{"arguments", nil, []string{"extra"}, []string{"unexpected arguments: extra"}},
 		{"empty table", map[string]string{}, []string{"--table", ""}, []string{"--table: must not be empty"}},
@@ -150,7 +152,7 @@ func TestRun_FlagErrorsExitTwoAndHelpExitsZero(t *testing.T) {
 	var out, errOut bytes.Buffer
 	require.Equal(t, exitOK, Run(context.Background(), []string{"--help"}, func(string) string { return "" }, &out, &errOut))
 	for _, f := range []string{"-table", "LEDGER_TABLE", "-metrics-addr", "LEDGER_METRICS_ADDR", ":9102", "-start-position", "TRIM_HORIZON",
-		"-idle-backoff", "-lease-duration", "-owner", "hostname-pid", "-log-format", "-drain", "AWS_ENDPOINT_URL"} {
+		"-idle-backoff", "-lease-duration", "-owner", "hostname-pid", "-log-format", "-drain", "-batch-records", "LEDGER_BATCH_RECORDS", "AWS_ENDPOINT_URL"} {
 		assert.Contains(t, errOut.String(), f)
 	}
 }

@@ -46,6 +46,7 @@ type options struct {
 	logFormat          string
 	logLevel           slog.Level
 	drain              bool
+	batchRecords       int
 }
 
 const usageHead = `usage: poller [flags]
@@ -79,7 +80,7 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (op
 	if host == "" {
 		host = "poller"
 	}
-	var startPos, idle, lease, cpEvery, discover, shutdown, level string
+	var startPos, idle, lease, cpEvery, discover, shutdown, level, batch string
 	var errs []error
 	drainDefault, err := strconv.ParseBool(env("LEDGER_DRAIN", "false"))
 	if err != nil {
@@ -104,6 +105,8 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (op
 		"this poller's `NAME` in lease items; must be unique among live pollers (env LEDGER_OWNER; default hostname-pid)")
 	fs.StringVar(&o.logFormat, "log-format", env("LEDGER_LOG_FORMAT", "text"), "log `FORMAT` on stderr: text or json (env LEDGER_LOG_FORMAT)")
 	fs.StringVar(&level, "log-level", env("LEDGER_LOG_LEVEL", "info"), "log `LEVEL`: debug, info, warn or error (env LEDGER_LOG_LEVEL)")
+	fs.StringVar(&batch, "batch-records", env("LEDGER_BATCH_RECORDS", "1000"),
+		"most `RECORDS` (1000 to 10000) folded into one commit batch: while a shard is behind, pages of 1,000 are read on into one batch, fewer report updates per record (env LEDGER_BATCH_RECORDS)")
 	fs.BoolVar(&o.drain, "drain", drainDefault,
 		"exit 0 once every shard is read to its current end and committed; takes over expired leases too (env LEDGER_DRAIN)")
 	fs.Usage = func() {
@@ -138,6 +141,11 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (op
 		}
 	}
 	durFlag("idle-backoff", idle, &o.idleBackoff, 10*time.Millisecond, 5*time.Minute)
+	if n, err := strconv.Atoi(batch); err != nil || n < 1000 || n > 10000 {
+		errs = append(errs, fmt.Errorf("--batch-records %q: want a number from 1000 to 10000", batch))
+	} else {
+		o.batchRecords = n
+	}
 	durFlag("lease-duration", lease, &o.leaseDuration, 300*time.Millisecond, 10*time.Minute)
 	durFlag("checkpoint-interval", cpEvery, &o.checkpointInterval, 10*time.Millisecond, time.Hour)
 	durFlag("discover-interval", discover, &o.discoverInterval, 10*time.Millisecond, time.Hour)
@@ -224,6 +232,7 @@ func run(ctx context.Context, o options, awsOpts []func(*config.LoadOptions) err
 		Owner:              o.owner,
 		StartPosition:      o.startPosition,
 		Drain:              o.drain,
+		BatchRecords:       o.batchRecords,
 		IdleBackoff:        o.idleBackoff,
 		LeaseDuration:      o.leaseDuration,
 		CheckpointInterval: o.checkpointInterval,

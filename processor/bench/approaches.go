@@ -102,7 +102,7 @@ func consume(ctx context.Context, t target, arn, last string, a Approach, batch 
 		}
 		hook := newStreamHook(t.streams, arn, last, last != "", clock)
 		p, err := poller.New(hook, m, proc, poller.Config{
-			Table: t.table, StreamARN: arn, Owner: "bench", Drain: last != "", MaxRecords: batch, Logger: discard,
+			Table: t.table, StreamARN: arn, Owner: "bench", Drain: last != "", MaxRecords: min(batch, 1000), BatchRecords: batch, Logger: discard,
 		}, nil)
 		if err != nil {
 			return c, err

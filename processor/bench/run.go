@@ -31,6 +31,10 @@ type Config struct {
 	Seed       uint64
 	Workloads  []WorkloadRun
 	BatchSizes []int
+	// PollerBatches are further batch sizes for the poller alone, above
+	// GetRecords' 1,000: pages of 1,000 folded into one batch while behind
+	// (poller.Config.BatchRecords).
+	PollerBatches []int
 	// LagSeconds is how long each approach is fed at the steady rate;
 	// LagRate is that rate in changes per second (0: half the slowest
 	// approach's backlog throughput on workload b, between 2 and 50).
@@ -69,6 +73,7 @@ func Full() Config {
 			{WorkloadA, 3000}, {WorkloadB, 10000}, {WorkloadC, 3000}, {WorkloadD, 3000},
 		},
 		BatchSizes:     []int{100, 1000},
+		PollerBatches:  []int{10000},
 		LagSeconds:     30,
 		CPURecords:     100_000,
 		CPUTime:        3 * time.Second,
@@ -86,11 +91,12 @@ func Quick() Config {
 		Workloads: []WorkloadRun{
 			{WorkloadA, 20}, {WorkloadB, 120}, {WorkloadC, 20}, {WorkloadD, 20},
 		},
-		BatchSizes: []int{100, 1000},
-		LagSeconds: 1,
-		LagRate:    10,
-		CPURecords: 10_000,
-		CPUTime:    200 * time.Millisecond,
+		BatchSizes:    []int{100, 1000},
+		PollerBatches: []int{10000},
+		LagSeconds:    1,
+		LagRate:       10,
+		CPURecords:    10_000,
+		CPUTime:       200 * time.Millisecond,
 	}
 }
 
@@ -313,7 +319,11 @@ func (r *runner) cells() []cell {
 				out = append(out, cell{w: w, a: a, batch: b, ops: ops})
 				continue
 			}
-			for _, b := range r.cfg.BatchSizes {
+			batches := r.cfg.BatchSizes
+			if a == LedgerPoller {
+				batches = append(slices.Clip(batches), r.cfg.PollerBatches...)
+			}
+			for _, b := range batches {
 				out = append(out, cell{w: w, a: a, batch: b, ops: ops})
 			}
 		}

@@ -120,7 +120,7 @@ func shardIterator(ctx context.Context, streams poller.Streams, arn, at string) 
 }
 
 // Drain reads the stream from the trim horizon to its current end with
-// GetRecords pages of up to limit records, as fast as it can, writing
+// GetRecords pages of up to limit records (at most 1,000, the API's limit), as fast as it can, writing
 // nothing: the ceiling of any consumer of this DynamoDB Local. It returns
 // the records read and the time taken, and the last record's sequence
 // number.
@@ -131,7 +131,7 @@ func Drain(ctx context.Context, streams poller.Streams, arn string, limit int) (
 		return 0, 0, "", err
 	}
 	for iter != nil {
-		out, err := streams.GetRecords(ctx, &dynamodbstreams.GetRecordsInput{ShardIterator: iter, Limit: aws.Int32(int32(limit))})
+		out, err := streams.GetRecords(ctx, &dynamodbstreams.GetRecordsInput{ShardIterator: iter, Limit: aws.Int32(int32(min(limit, 1000)))})
 		if err != nil {
 			return n, 0, last, fmt.Errorf("drain: %w", err)
 		}

@@ -3,6 +3,7 @@ package poller_test
 import (
 	"context"
 	"net/http"
+	"strconv"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -30,7 +31,7 @@ func TestPoller_FinishesAHalfCommittedBatchWithSmallerPages(t *testing.T) {
 	f.addShard("shardId-A", "")
 	f.appendTo("shardId-A", e.write(t, 50)...)
 	e.drain(t, "p0", nil) // a checkpoint: batches need one
-	f.appendTo("shardId-A", e.write(t, 400)...)
+	f.appendTo("shardId-A", e.write(t, 250)...)
 
 	var commits atomic.Int64
 	dead := func() bool { return commits.Load() > 3 }
@@ -68,4 +69,40 @@ func TestPoller_FinishesAHalfCommittedBatchWithSmallerPages(t *testing.T) {
 	e.drain(t, "p2", func(c *poller.Config) { c.MaxRecords = 7 })
 	e.requireReconciled(t)
 	assert.False(t, pending())
+}
+
+// Behind, a poller with BatchRecords above its page size folds several full
+// pages into one batch: fewer commit transactions than pages; the batch
+// that reaches a closed shard's end is committed before the shard is
+// marked finished.
+func TestPoller_FoldsFullPagesIntoOneBatchAndCommitsTheLastOnes(t *testing.T) {
+	e := newEnv(t, 9)
+	f := e.stream
+	f.addShard("shardId-A", "")
+	f.appendTo("shardId-A", e.write(t, 20)...)
+	e.drain(t, "p0", nil) // a checkpoint: batches need one
+	prev := "shardId-A"
+	for i, batch := range []int{50, 250, 10000} {
+		// Each poller drains a new child shard of 500 records in pages of 50.
+		shard := "shardId-" + strconv.Itoa(i)
+		f.close(prev)
+		f.addShard(shard, prev)
+		f.appendTo(shard, e.write(t, 20)...)
+		e.drain(t, "warm-"+shard, nil)
+		f.appendTo(shard, e.write(t, 500)...)
+		f.close(shard)
+		tp := e.drain(t, "p-"+shard, func(c *poller.Config) { c.MaxRecords, c.BatchRecords = 50, batch })
+		e.requireReconciled(t)
+		commits := counter(t, tp.pm.Commits.WithLabelValues("committed"))
+		t.Logf("%d commit transactions for 500 records at batch %d", int(commits), batch)
+		switch batch {
+		case 50:
+			assert.GreaterOrEqual(t, commits, 10.0, "a batch per page")
+		case 250:
+			assert.LessOrEqual(t, commits, 4.0, "two batches of five pages, a few groups each")
+		case 10000:
+			assert.LessOrEqual(t, commits, 3.0, "one batch")
+		}
+		prev = shard
+	}
 }

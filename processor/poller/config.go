@@ -61,6 +61,13 @@ type Config struct {
 
 	// MaxRecords is the GetRecords limit (default and maximum 1000).
 	MaxRecords int
+	// BatchRecords is how many records one commit batch may hold (default
+	// MaxRecords, at most 10,000). While a shard is behind (its pages come
+	// back full), the reader reads on into one batch up to this size before
+	// committing: the fold of more records, fewer report updates per record
+	// (BENCHMARKS.md). A shard that is caught up commits every page at once,
+	// so lag is unchanged.
+	BatchRecords int
 	// MinReadInterval is the least time between two GetRecords calls on one
 	// shard (default 200ms: at most 5 calls per second per shard, the
 	// documented DynamoDB Streams limit).
@@ -122,6 +129,12 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.MaxRecords < 1 || c.MaxRecords > 1000 {
 		errs = append(errs, fmt.Errorf("max records %d: want 1 to 1000", c.MaxRecords))
+	}
+	if c.BatchRecords == 0 {
+		c.BatchRecords = c.MaxRecords
+	}
+	if c.BatchRecords < c.MaxRecords || c.BatchRecords > 10000 {
+		errs = append(errs, fmt.Errorf("batch records %d: want %d (max records) to 10000", c.BatchRecords, c.MaxRecords))
 	}
 	dur := func(name string, v *time.Duration, def, min time.Duration) {
 		if *v == 0 {

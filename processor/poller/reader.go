@@ -29,11 +29,12 @@ type readerResult struct {
 // no longer exists.
 var errShardGone = errors.New("shard no longer exists")
 
-// reader reads one leased shard in order and hands each GetRecords page to
-// the processor before it reads the next: one page (≤ 1,000 records, ≤ 1
-// MB) per shard is in memory, whatever the backlog, plus, while it resumes a
-// half-committed batch that reaches past a shorter page, the records of
-// that batch.
+// reader reads one leased shard in order and hands its records to the
+// processor as batches: one page (≤ 1,000 records, ≤ 1 MB), or while the
+// shard is behind several full pages up to Config.BatchRecords, or while it
+// resumes a half-committed batch that reaches past a shorter page, the
+// records of that batch. That is what is in memory per shard, whatever the
+// backlog.
 type reader struct {
 	p     *Poller
 	shard shard
@@ -189,13 +190,13 @@ func (r *reader) run() (res readerResult) {
 		}
 		failures = 0
 		r.iter = out.NextShardIterator
-		if len(out.Records) == 0 {
+		if len(out.Records) == 0 && len(r.carry) == 0 {
 			r.p.m.Reads.WithLabelValues("empty").Inc()
 			r.p.pm.IteratorAge.WithLabelValues(r.shard.id).Set(0)
 			if r.iter == nil {
 				continue // the shard's end: handled at the top
 			}
-			if cfg.Drain && len(r.carry) == 0 && !r.guard.Pending() {
+			if cfg.Drain && !r.guard.Pending() {
 				res.err = r.move(false)
 				res.drained = res.err == nil
 				return res
@@ -208,9 +209,17 @@ func (r *reader) run() (res readerResult) {
 			r.wait(r.p.idleBackoff(empty))
 			continue
 		}
-		empty = 0
-		r.p.m.Reads.WithLabelValues("records").Inc()
-		r.p.m.RecordsRead.Add(float64(len(out.Records)))
+		// Records in hand: this page's, after those carried (an empty page
+		// ends an accumulated batch: it is committed now, and the records of
+		// a shard's last page are never left behind).
+		if len(out.Records) == 0 {
+			r.p.m.Reads.WithLabelValues("empty").Inc()
+			empty++
+		} else {
+			empty = 0
+			r.p.m.Reads.WithLabelValues("records").Inc()
+			r.p.m.RecordsRead.Add(float64(len(out.Records)))
+		}
 		recs := make([]processor.Record, len(r.carry), len(r.carry)+len(out.Records))
 		copy(recs, r.carry)
 		r.carry = nil
@@ -219,6 +228,12 @@ func (r *reader) run() (res readerResult) {
 		}
 		if t := recs[len(recs)-1].ApproximateCreation; !t.IsZero() {
 			r.p.pm.IteratorAge.WithLabelValues(r.shard.id).Set(max(0, time.Since(t).Seconds()))
+		}
+		if len(out.Records) >= cfg.MaxRecords && len(recs)+cfg.MaxRecords <= cfg.BatchRecords && r.iter != nil && !r.stopping() {
+			// The shard is behind (a full page) and the batch has room for
+			// another page: read on, fold more records into one commit.
+			r.carry = recs
+			continue
 		}
 		_, err = r.p.proc.Process(r.ctx, r.guard, recs)
 		if err != nil {
@@ -234,6 +249,9 @@ func (r *reader) run() (res readerResult) {
 				// A half-committed batch reaches past this page (a retry or a
 				// takeover read a shorter one): read on, keeping the records.
 				r.carry = recs[be.Index:]
+				if len(out.Records) == 0 {
+					r.wait(r.p.idleBackoff(empty))
+				}
 				continue
 			}
 			reason := ResetFailure
