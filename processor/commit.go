@@ -69,9 +69,8 @@ func (p *Processor) commitBatch(ctx context.Context, g *ShardGuard, changes []ch
 	end, next := len(changes), 0
 	pb := g.pending
 	if pb != nil {
-		last := changes[len(changes)-1].rec
-		if CompareSequence(lastSequence(records(changes)), pb.to) < 0 {
-			return 0, fmt.Errorf("shard %s: the pending batch ends at %s, the records at %s: %w", g.shard, pb.to, last.SequenceNumber, ErrIncompleteBatch)
+		if last := maxSequence(changes); CompareSequence(last, pb.to) < 0 {
+			return 0, fmt.Errorf("shard %s: the pending batch ends at %s, the records at %s: %w", g.shard, pb.to, last, ErrIncompleteBatch)
 		}
 		end = -1
 		for i := range changes {
@@ -86,7 +85,7 @@ func (p *Processor) commitBatch(ctx context.Context, g *ShardGuard, changes []ch
 		plan, next = pb.plan, pb.next
 	}
 	batch := changes[:end]
-	to := lastSequence(records(batch))
+	to := maxSequence(batch)
 	if err := p.quarantine(ctx, batch); err != nil {
 		return 0, err
 	}
@@ -95,7 +94,8 @@ func (p *Processor) commitBatch(ctx context.Context, g *ShardGuard, changes []ch
 		fold.AddChange(batch[i].old, batch[i].new)
 	}
 	groups := planGroups(fold, plan)
-	if len(groups) == 0 && (anyEffective(batch) || g.abandoned != nil) {
+	reportsChanged := len(groups) > 0
+	if !reportsChanged && (anyEffective(batch) || g.abandoned != nil) {
 		// Claimed all the same, like a run (see commitRuns); and an abandoned
 		// batch must be cleared even by a batch without effect.
 		groups = [][]part{nil}
@@ -115,8 +115,20 @@ func (p *Processor) commitBatch(ctx context.Context, g *ShardGuard, changes []ch
 		}
 		res.Runs++
 	}
-	p.account(batch, n > 0 && len(groups[0]) > 0, res)
+	p.account(batch, reportsChanged, res)
 	return end, nil
+}
+
+// maxSequence is the highest sequence number of changes (lastSequence
+// without copying the records).
+func maxSequence(changes []change) string {
+	last := changes[0].rec.SequenceNumber
+	for i := range changes[1:] {
+		if s := changes[i+1].rec.SequenceNumber; CompareSequence(s, last) > 0 {
+			last = s
+		}
+	}
+	return last
 }
 
 func records(changes []change) []Record {

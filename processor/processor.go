@@ -165,9 +165,10 @@ func (p *Processor) Process(ctx context.Context, g Guard, recs []Record) (Result
 	done := 0   // records before done are finished
 	stalls := 0 // guard conflicts in a row that skipped nothing
 	pos := ""   // a ShardGuard's position: progress of a batch another consumer commits too
+	sg, _ := g.(*ShardGuard)
 	for done < len(recs) {
 		n, redeliver, err := g.committed(ctx, changes[done:])
-		if sg, ok := g.(*ShardGuard); ok && err == nil {
+		if sg != nil && err == nil {
 			if now := sg.position(); now != pos {
 				pos, stalls = now, 0
 			}
@@ -189,7 +190,7 @@ func (p *Processor) Process(ctx context.Context, g Guard, recs []Record) (Result
 			break
 		}
 		var advanced int
-		if sg, ok := g.(*ShardGuard); ok && sg.batching() {
+		if sg != nil && sg.batching() {
 			advanced, err = p.commitBatch(ctx, sg, changes[done:], &res)
 		} else {
 			advanced, err = p.commitRuns(ctx, g, changes[done:], &res)

@@ -2,18 +2,14 @@ package poller_test
 
 import (
 	"context"
-	"net/http"
 	"strconv"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/ledger-dev/ledger/infra"
-	"github.com/ledger-dev/ledger/infra/ddblocal"
 	"github.com/ledger-dev/ledger/processor"
 	"github.com/ledger-dev/ledger/processor/poller"
 	"github.com/ledger-dev/ledger/processor/processortest"
@@ -35,7 +31,7 @@ func TestPoller_FinishesAHalfCommittedBatchWithSmallerPages(t *testing.T) {
 
 	var commits atomic.Int64
 	dead := func() bool { return commits.Load() > 3 }
-	ft := &processortest.FaultTransport{Decide: func(op string) processortest.Fault {
+	api := faultClient(t, func(op string) processortest.Fault {
 		if op == "TransactWriteItems" {
 			commits.Add(1)
 		}
@@ -43,11 +39,7 @@ func TestPoller_FinishesAHalfCommittedBatchWithSmallerPages(t *testing.T) {
 			return processortest.Drop
 		}
 		return processortest.Pass
-	}}
-	api := dynamodb.NewFromConfig(ddblocal.Config(t, infra.WithTransportWrapper(func(next http.RoundTripper) http.RoundTripper {
-		ft.Next = next
-		return ft
-	})), func(o *dynamodb.Options) { o.RetryMaxAttempts = 1 })
+	})
 	p1 := e.pollerWith(t, "p1", nil, api, processor.Config{MaxItemsPerRun: 3, MaxEntriesPerItem: 2}, nil)
 	stop := start(t, p1)
 	eventually(t, "p1 died mid-batch", 20*time.Second, dead)

@@ -296,12 +296,19 @@ func requireNoOverlap(t *testing.T, ivs []interval) {
 // is set, as if its process had died or lost the network.
 func chaosClient(t *testing.T, dead func() bool) *dynamodb.Client {
 	t.Helper()
-	ft := &processortest.FaultTransport{Decide: func(string) processortest.Fault {
+	return faultClient(t, func(string) processortest.Fault {
 		if dead() {
 			return processortest.Drop
 		}
 		return processortest.Pass
-	}}
+	})
+}
+
+// faultClient returns a DynamoDB client (no SDK retries) whose calls decide
+// says what to do with, by operation.
+func faultClient(t *testing.T, decide func(op string) processortest.Fault) *dynamodb.Client {
+	t.Helper()
+	ft := &processortest.FaultTransport{Decide: decide}
 	cfg := ddblocal.Config(t, infra.WithTransportWrapper(func(next http.RoundTripper) http.RoundTripper {
 		ft.Next = next
 		return ft

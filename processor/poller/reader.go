@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"slices"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -48,9 +49,10 @@ type reader struct {
 	stop <-chan struct{}
 
 	guard *processor.ShardGuard
-	// carry holds the records read but not yet committed because the
-	// checkpoint's pending batch ends after them (ErrIncompleteBatch): they
-	// are handed over again with the next page.
+	// carry holds the records read but not yet committed, handed over again
+	// with the next page: full pages folded into one batch while the shard
+	// is behind (Config.BatchRecords), or records that end before the
+	// checkpoint's pending batch does (ErrIncompleteBatch).
 	carry []processor.Record
 	// stale: the iterator is past records that were not processed (a
 	// failed page whose reopen failed); reopen before reading again.
@@ -220,8 +222,7 @@ func (r *reader) run() (res readerResult) {
 			r.p.m.Reads.WithLabelValues("records").Inc()
 			r.p.m.RecordsRead.Add(float64(len(out.Records)))
 		}
-		recs := make([]processor.Record, len(r.carry), len(r.carry)+len(out.Records))
-		copy(recs, r.carry)
+		recs := slices.Grow(r.carry, len(out.Records)) // carried records are only ever handed over again: grow them in place
 		r.carry = nil
 		for i := range out.Records {
 			recs = append(recs, processor.FromStream(out.Records[i], cfg.StreamARN))
