@@ -17,6 +17,8 @@ import (
 //	document owner  BRANCHDOC#{document}                 UNIQUE
 //	transaction     TENANT#{t}#BRANCH#{b}#TRANSACTION    {YYYY-MM-DD}#{txnId}
 //	report          TENANT#{t}#BRANCH#{b}#REPORTING      DAILY#… | MONTHLY#… | YEARLY#…
+//	report entry    TENANT#{t}#BRANCH#{b}#REPORTING      {period}#{cat|cc|pm}#{name}
+//	parked delta    TENANT#{t}#BRANCH#{b}#REPORTING      PARKED#{period}#{commit id}  GSI1 PARKED / {time}#{key}
 //	flags           SETTINGS#APP                         FLAGS#V1
 //	checkpoint      STREAM#{streamId}                    SHARD#{shardId}
 //	lease           STREAM#{streamId}                    LEASE#{shardId}
@@ -46,6 +48,12 @@ const (
 	EntityCheckpoint  = "CHECKPOINT"
 	EntityRunMarker   = "RUN"
 	EntityQuarantine  = "QUARANTINE"
+	// EntityReportEntry is one breakdown entry of a report stored as its
+	// own item, once the report's inline map of that dimension is full.
+	EntityReportEntry = "REPORT_ENTRY"
+	// EntityParked is a report delta DynamoDB refused for good (a damaged
+	// or oversized report item), kept for reconcile --repair.
+	EntityParked      = "PARKED"
 	EntityLease       = "LEASE"
 	EntityIdempotency = "IDEMPOTENCY"
 	// EntityAccountEmail is an email address of an account, stored in the
@@ -182,6 +190,116 @@ func (r ReportKey) Key() Key { return Key{PK: ReportPK(r.Tenant, r.Branch), SK: 
 
 // String formats r as its item key.
 func (r ReportKey) String() string { return r.Key().String() }
+
+// Code is the dimension's short name in entry and parked keys.
+func (d Dimension) Code() string { return [...]string{"cat", "cc", "pm"}[d] }
+
+// ParseDimensionCode is the inverse of Dimension.Code.
+func ParseDimensionCode(s string) (Dimension, bool) {
+	for _, d := range Dimensions {
+		if d.Code() == s {
+			return d, true
+		}
+	}
+	return 0, false
+}
+
+// EntryKey addresses the item holding one breakdown entry of a report
+// outside the report item: in the report's partition, sorted right after
+// the report item, so one Query on the report's sort key prefix reads the
+// report with all its entries. The name comes last, after a fixed prefix,
+// so no name (whatever it holds) can address another item.
+func (r ReportKey) EntryKey(d Dimension, name string) Key {
+	return Key{PK: ReportPK(r.Tenant, r.Branch), SK: r.Period.String() + "#" + d.Code() + "#" + name}
+}
+
+// EntriesPrefix is the sort key prefix of the report's entry items.
+func (r ReportKey) EntriesPrefix() string { return r.Period.String() + "#" }
+
+// parkedPrefix starts the sort key of parked deltas in a report partition.
+const parkedPrefix = "PARKED#"
+
+// ParkedKey addresses a parked delta of report r: id names the commit that
+// parked it (unique per guard claim), so a commit parks a report's delta at
+// most once.
+func (r ReportKey) ParkedKey(id string) Key {
+	return Key{PK: ReportPK(r.Tenant, r.Branch), SK: parkedPrefix + r.Period.String() + "#" + id}
+}
+
+// ParkedPrefix is the sort key prefix of the report's parked deltas.
+func (r ReportKey) ParkedPrefix() string { return parkedPrefix + r.Period.String() + "#" }
+
+// ParkedIndexPK is the GSI1 partition listing parked deltas (sparse, like
+// QuarantineIndexPK); GSI1SK is the time parked followed by the item's key.
+const ParkedIndexPK = "PARKED"
+
+// ReportItemKind says what an item of a report partition is.
+type ReportItemKind int
+
+// The kinds of items in a report partition.
+const (
+	ReportHeader ReportItemKind = iota // the report item: totals and inline entries
+	ReportEntry                        // one breakdown entry of the report
+	ReportParked                       // a parked delta of the report
+)
+
+// ReportItemRef is a parsed key of an item in a report partition.
+type ReportItemRef struct {
+	Report ReportKey
+	Kind   ReportItemKind
+	Dim    Dimension // ReportEntry
+	Name   string    // ReportEntry: the entry's name; ReportParked: the commit id
+}
+
+// ParseReportItemKey parses the key of any item of a report partition: the
+// report itself, one of its entries or one of its parked deltas.
+func ParseReportItemKey(k Key) (ReportItemRef, error) {
+	sk, parked := strings.CutPrefix(k.SK, parkedPrefix)
+	typ, rest, _ := strings.Cut(sk, "#")
+	pt, err := ParsePeriodType(typ)
+	if err != nil {
+		return ReportItemRef{}, fmt.Errorf("report key %s: %w", k, err)
+	}
+	n := periodValueLength(pt)
+	if len(rest) < n {
+		return ReportItemRef{}, fmt.Errorf("report key %s: period value too short", k)
+	}
+	rk, err := ParseReportKey(Key{PK: k.PK, SK: typ + "#" + rest[:n]})
+	if err != nil {
+		return ReportItemRef{}, err
+	}
+	ref := ReportItemRef{Report: rk}
+	tail := rest[n:]
+	switch {
+	case parked:
+		id, ok := strings.CutPrefix(tail, "#")
+		if !ok || id == "" {
+			return ReportItemRef{}, fmt.Errorf("report key %s: parked delta without an id", k)
+		}
+		ref.Kind, ref.Name = ReportParked, id
+	case tail == "":
+		ref.Kind = ReportHeader
+	default:
+		code, name, ok := strings.Cut(strings.TrimPrefix(tail, "#"), "#")
+		d, known := ParseDimensionCode(code)
+		if !strings.HasPrefix(tail, "#") || !ok || !known || name == "" {
+			return ReportItemRef{}, fmt.Errorf("report key %s: not a report, entry or parked delta", k)
+		}
+		ref.Kind, ref.Dim, ref.Name = ReportEntry, d, name
+	}
+	return ref, nil
+}
+
+// periodValueLength is the length of a period value of type t.
+func periodValueLength(t PeriodType) int {
+	switch t {
+	case Daily:
+		return len("2006-01-02")
+	case Monthly:
+		return len("2006-01")
+	}
+	return len("2006")
+}
 
 // ParseReportKey parses a report item key back into its parts.
 func ParseReportKey(k Key) (ReportKey, error) {

@@ -3,6 +3,7 @@ package aggregates
 import (
 	"fmt"
 	"time"
+	"unicode/utf8"
 
 	"github.com/shopspring/decimal"
 )
@@ -62,6 +63,7 @@ const (
 	ReasonCategory          Reason = "category"            // category missing, empty or not a string
 	ReasonCostCenter        Reason = "cost_center"         // costCenter present but empty or not a string
 	ReasonPaymentMethod     Reason = "payment_method"      // paymentMethod present but empty or not a string
+	ReasonNameTooLong       Reason = "name_too_long"       // a breakdown name longer than MaxNameLength characters
 	ReasonCreatedAt         Reason = "created_at"          // createdAt missing or not RFC 3339
 	ReasonDateMismatch      Reason = "date_mismatch"       // createdAt's UTC date differs from the SK date
 )
@@ -154,6 +156,12 @@ func ParseTransaction(img Image) (Transaction, error) {
 	}
 	if tx.PaymentMethod, err = optional(img, "paymentMethod", ReasonPaymentMethod); err != nil {
 		return Transaction{}, err
+	}
+
+	for _, f := range []struct{ field, name string }{{"category", tx.Category}, {"costCenter", tx.CostCenter}, {"paymentMethod", tx.PaymentMethod}} {
+		if n := utf8.RuneCountInString(f.name); n > MaxNameLength {
+			return Transaction{}, invalid(ReasonNameTooLong, f.field, "%d characters, more than %d", n, MaxNameLength)
+		}
 	}
 
 	created, ok := img.str("createdAt")

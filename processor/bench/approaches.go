@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/ledger-dev/ledger/infra"
 	"io"
 	"log/slog"
 	"time"
@@ -164,12 +165,12 @@ func writeSynchronously(ctx context.Context, t target, ops []Op) (consumed, erro
 		}
 		var before, after int
 		if op.Old != nil {
-			before = ItemSize(stamped(op.Old, time.Now()))
+			before = infra.ItemSize(stamped(op.Old, time.Now()))
 		}
 		if op.New != nil {
-			after = ItemSize(stamped(op.New, time.Now()))
+			after = infra.ItemSize(stamped(op.New, time.Now()))
 		}
-		c.baseline += WriteUnits(before, after)
+		c.baseline += infra.WriteUnits(before, after)
 	}
 	c.took = time.Since(start)
 	c.delivered = len(ops) + c.redelivered

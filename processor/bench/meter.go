@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/ledger-dev/ledger/infra"
 	"maps"
 	"slices"
 	"sort"
@@ -123,14 +124,14 @@ type write struct {
 }
 
 func (w write) units() int {
-	n := WriteUnits(sizeOf(w.old), sizeOf(w.new))
+	n := infra.WriteUnits(sizeOf(w.old), sizeOf(w.new))
 	// A global secondary index (projection ALL) is written too when the
 	// item carries its key before or after.
 	for _, gsi := range []string{"GSI1PK", "GSI2PK"} {
 		_, inOld := w.old[gsi]
 		_, inNew := w.new[gsi]
 		if inOld || inNew {
-			n += WriteUnits(sizeOf(w.old), sizeOf(w.new))
+			n += infra.WriteUnits(sizeOf(w.old), sizeOf(w.new))
 		}
 	}
 	return n
@@ -140,7 +141,7 @@ func sizeOf(item map[string]ddbtypes.AttributeValue) int {
 	if item == nil {
 		return 0
 	}
-	return ItemSize(item)
+	return infra.ItemSize(item)
 }
 
 func (m *Meter) plan(table string, key map[string]ddbtypes.AttributeValue) write {
@@ -374,8 +375,8 @@ func (m *Meter) Check(ctx context.Context, table string) error {
 		switch {
 		case !ok:
 			bad = append(bad, fmt.Sprintf("%s/%s: in the meter, not in the table", k.pk, k.sk))
-		case ItemSize(got) != ItemSize(item):
-			bad = append(bad, fmt.Sprintf("%s/%s: %d bytes in the table, %d in the meter", k.pk, k.sk, ItemSize(got), ItemSize(item)))
+		case infra.ItemSize(got) != infra.ItemSize(item):
+			bad = append(bad, fmt.Sprintf("%s/%s: %d bytes in the table, %d in the meter", k.pk, k.sk, infra.ItemSize(got), infra.ItemSize(item)))
 		}
 	}
 	if len(bad) == 0 {

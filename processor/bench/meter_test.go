@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"fmt"
+	"github.com/ledger-dev/ledger/infra"
 	"strings"
 	"testing"
 
@@ -26,22 +27,11 @@ func mapAV(kv ...any) *ddbtypes.AttributeValueMemberM {
 	return &ddbtypes.AttributeValueMemberM{Value: out}
 }
 
-func TestNumberSize_PairsOfDigitsAlignedOnThePoint(t *testing.T) {
-	tests := map[string]int{
-		"0": 1, "-0": 1, "0.0": 1, "5": 2, "12": 2, "120": 3, "100": 2, "1200": 2, "1.10": 3, "1.1": 3,
-		"0.10": 2, "0.01": 2, "1234.5": 4, "12345": 4, "-5": 3, "-1.10": 4, "1E+3": 2,
-		"99999999999999999999": 11,
-	}
-	for s, want := range tests {
-		assert.Equal(t, want, numberSize(s), s)
-	}
-}
-
 func TestWriteUnits_OnePerStartedKilobyteOfTheLarger(t *testing.T) {
-	assert.Equal(t, 1, WriteUnits(0, 0))
-	assert.Equal(t, 1, WriteUnits(0, 1024))
-	assert.Equal(t, 2, WriteUnits(1025, 10))
-	assert.Equal(t, 3, WriteUnits(2049, 3072))
+	assert.Equal(t, 1, infra.WriteUnits(0, 0))
+	assert.Equal(t, 1, infra.WriteUnits(0, 1024))
+	assert.Equal(t, 2, infra.WriteUnits(1025, 10))
+	assert.Equal(t, 3, infra.WriteUnits(2049, 3072))
 }
 
 // Every shape of attribute the approaches write, sized by ItemSize, padded
@@ -67,11 +57,11 @@ func TestItemSize_MatchesDynamoDBLocal(t *testing.T) {
 				for k, v := range attrs {
 					item[k] = v
 				}
-				item["f"] = sAV(strings.Repeat("a", target-ItemSize(item)))
-				require.Equal(t, target, ItemSize(item))
+				item["f"] = sAV(strings.Repeat("a", target-infra.ItemSize(item)))
+				require.Equal(t, target, infra.ItemSize(item))
 				out, err := db.PutItem(ctx, &dynamodb.PutItemInput{TableName: &table, Item: item, ReturnConsumedCapacity: ddbtypes.ReturnConsumedCapacityTotal})
 				require.NoError(t, err)
-				assert.Equal(t, float64(WriteUnits(0, target)), aws.ToFloat64(out.ConsumedCapacity.CapacityUnits), "%d bytes", target)
+				assert.Equal(t, float64(infra.WriteUnits(0, target)), aws.ToFloat64(out.ConsumedCapacity.CapacityUnits), "%d bytes", target)
 			}
 		})
 	}
