@@ -121,6 +121,15 @@ func (r *Report) Prune() {
 	}
 }
 
+// Entries counts the breakdown entries of r, over all dimensions.
+func (r *Report) Entries() int {
+	n := 0
+	for _, d := range Dimensions {
+		n += len(r.Breakdowns[d])
+	}
+	return n
+}
+
 // IsZero reports whether r changes nothing as a delta (or is empty as a
 // report): zero totals and only zero entries.
 func (r *Report) IsZero() bool {

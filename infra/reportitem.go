@@ -1,34 +1,69 @@
 package infra
 
 import (
+	"context"
 	"fmt"
+	"maps"
+	"slices"
 	"strconv"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/shopspring/decimal"
 
 	"github.com/ledger-dev/ledger/aggregates"
 )
 
-// The report item's attribute layout is part of the table definition: the
-// stream consumers write report items (processor: EncodeReport for a
-// repair, an UpdateItem of the same attributes for a commit), the writer,
-// ledgerctl and the tests read them with DecodeReport. A report item is,
-// under aggregates.ReportKey's key:
+// This file is the one home of the report's stored layout: the stream
+// consumers write it (processor: an UpdateItem of these attributes for a
+// commit, EncodeReport for a repair), the writer, ledgerctl and the tests
+// read it with StoredReport.Decode. A report lives in its branch's report
+// partition (aggregates.ReportKey) as
 //
-//	entityType                             REPORT
-//	periodType, periodValue                S, the period
-//	totalIncome, totalExpense              N, exact decimals
-//	transactionCount                       N, an integer
-//	updatedAt                              S, RFC 3339, the last commit
-//	byCategory, byCostCenter, byPaymentMethod
-//	                                       M of name → M of the three figures
+//   - the report item, under the period's sort key:
 //
-// A breakdown may be absent (an empty map decodes badly from DynamoDB
-// Local's stream) and so may a figure: it reads as zero.
+//     entityType                             REPORT
+//     periodType, periodValue                S, the period
+//     totalIncome, totalExpense              N, exact decimals
+//     transactionCount                       N, an integer
+//     updatedAt                              S, RFC 3339, the last commit
+//     byCategory, byCostCenter, byPaymentMethod
+//     M of name → M of the three figures, at most MaxInlineEntries names each
+//
+//   - one entry item per breakdown name that did not fit its inline map
+//     (ReportKey.EntryKey: the period's sort key, the dimension's code, the
+//     name), sorted right after the report item:
+//
+//     entityType                             REPORT_ENTRY
+//     totalIncome, totalExpense, transactionCount
+//
+//   - parked deltas (ReportKey.ParkedKey, ParkedItem), which are not part
+//     of the figures: deltas DynamoDB refused for good, kept for
+//     reconcile --repair.
+//
+// An entry's figures are the sum of its inline entry and its entry item:
+// the consumers put a name inline while the map has room (a condition on
+// the map's size keeps it at MaxInlineEntries) and in an entry item once it
+// is full, so a name is normally in one place, and a reader that sums both
+// is right whichever it is. Names are at most aggregates.MaxNameLength
+// characters (longer ones are quarantined), so the report item stays under
+// MaxReportItemBytes and no write can reach DynamoDB's 400 KB item limit.
+//
+// A breakdown or a figure may be absent (an empty map decodes badly from
+// DynamoDB Local's stream): it reads as zero.
+
+// MaxInlineEntries bounds the breakdown entries a report item holds inline
+// per dimension; further names go to entry items.
+const MaxInlineEntries = 32
+
+// MaxReportItemBytes bounds the size of a report item the consumers write:
+// the header attributes plus 3 × MaxInlineEntries entries of names of
+// aggregates.MaxNameLength four-byte characters and figures of 38 digits.
+const MaxReportItemBytes = 40 << 10
 
 // Attribute names of report items besides the keys. entityType and
-// updatedAt are on every item the consumers write.
+// updatedAt are on every report item the consumers write.
 const (
 	AttrEntityType       = "entityType"
 	AttrPeriodType       = "periodType"
@@ -37,17 +72,83 @@ const (
 	AttrTotalExpense     = "totalExpense"
 	AttrTransactionCount = "transactionCount"
 	AttrUpdatedAt        = "updatedAt"
+	AttrRepairedAt       = "repairedAt"
 )
 
-// DecodeReport reads a stored report item's figures. Missing figures read as
-// zero; a figure of the wrong type is an error. Breakdown entries whose
-// figures are all zero are kept: Prune drops them.
-func DecodeReport(item map[string]types.AttributeValue) (*aggregates.Report, error) {
-	r := &aggregates.Report{}
-	var err error
-	if r.Totals, err = decodeTotals(item); err != nil {
-		return nil, err
+// reportAttrs and entryAttrs are the attributes each item may hold; any
+// other is a malformation reconcile names and repairs.
+var (
+	reportAttrs = map[string]bool{
+		AttrPK: true, AttrSK: true, AttrEntityType: true, AttrPeriodType: true, AttrPeriodValue: true,
+		AttrTotalIncome: true, AttrTotalExpense: true, AttrTransactionCount: true, AttrUpdatedAt: true, AttrRepairedAt: true,
+		aggregates.ByCategory.Attribute(): true, aggregates.ByCostCenter.Attribute(): true, aggregates.ByPaymentMethod.Attribute(): true,
 	}
+	entryAttrs = map[string]bool{
+		AttrPK: true, AttrSK: true, AttrEntityType: true,
+		AttrTotalIncome: true, AttrTotalExpense: true, AttrTransactionCount: true,
+	}
+)
+
+// StoredReport is a report as read from its partition: the report item,
+// its entry items and its parked deltas.
+type StoredReport struct {
+	Key     aggregates.ReportKey
+	Item    map[string]types.AttributeValue   // the report item; nil when absent
+	Entries []map[string]types.AttributeValue // entry items, in any order
+	Parked  []map[string]types.AttributeValue // parked deltas
+}
+
+// Exists reports whether the report has any item of figures.
+func (s *StoredReport) Exists() bool { return s.Item != nil || len(s.Entries) > 0 }
+
+// UpdatedAt is the report item's updatedAt ("" when absent).
+func (s *StoredReport) UpdatedAt() string {
+	v, _ := s.Item[AttrUpdatedAt].(*types.AttributeValueMemberS)
+	if v == nil {
+		return ""
+	}
+	return v.Value
+}
+
+// Decode reads the report's figures: the report item's totals and inline
+// entries plus its entry items. It never gives up: whatever is malformed
+// (a figure of the wrong type, a map that is not one, an unknown attribute,
+// too many inline entries, an oversized item, entries without a report
+// item) is listed in problems and read as zero, so one damaged item is a
+// difference to repair, not a failure of the whole read.
+func (s *StoredReport) Decode() (r *aggregates.Report, problems []string) {
+	r = &aggregates.Report{}
+	if s.Item == nil && len(s.Entries) > 0 {
+		problems = append(problems, fmt.Sprintf("%d entry items without a report item", len(s.Entries)))
+	}
+	if s.Item != nil {
+		problems = append(problems, decodeHeader(s.Item, r)...)
+	}
+	for _, item := range s.Entries {
+		ref, err := refOf(item)
+		if err != nil || ref.Kind != aggregates.ReportEntry {
+			problems = append(problems, fmt.Sprintf("item %s is not an entry item", keyOf(item)))
+			continue
+		}
+		where := fmt.Sprintf("entry item %s[%q]", ref.Dim, ref.Name)
+		problems = append(problems, checkAttrs(item, entryAttrs, aggregates.EntityReportEntry, where)...)
+		t, errs := decodeTotals(item)
+		for _, e := range errs {
+			problems = append(problems, where+": "+e)
+		}
+		addEntry(r, ref.Dim, ref.Name, t)
+	}
+	return r, problems
+}
+
+func decodeHeader(item map[string]types.AttributeValue, r *aggregates.Report) (problems []string) {
+	problems = checkAttrs(item, reportAttrs, aggregates.EntityReport, "report item")
+	if n := ItemSize(item); n > MaxReportItemBytes {
+		problems = append(problems, fmt.Sprintf("report item of %d bytes, more than %d", n, MaxReportItemBytes))
+	}
+	t, errs := decodeTotals(item)
+	problems = append(problems, errs...)
+	r.Totals = t
 	for _, d := range aggregates.Dimensions {
 		v, ok := item[d.Attribute()]
 		if !ok {
@@ -55,44 +156,67 @@ func DecodeReport(item map[string]types.AttributeValue) (*aggregates.Report, err
 		}
 		m, ok := v.(*types.AttributeValueMemberM)
 		if !ok {
-			return nil, fmt.Errorf("%s is not a map", d)
+			problems = append(problems, fmt.Sprintf("%s is not a map", d))
+			continue
 		}
-		for name, e := range m.Value {
-			em, ok := e.(*types.AttributeValueMemberM)
+		if len(m.Value) > MaxInlineEntries {
+			problems = append(problems, fmt.Sprintf("%s holds %d entries inline, more than %d", d, len(m.Value), MaxInlineEntries))
+		}
+		for _, name := range slices.Sorted(maps.Keys(m.Value)) {
+			em, ok := m.Value[name].(*types.AttributeValueMemberM)
 			if !ok {
-				return nil, fmt.Errorf("%s[%q] is not a map", d, name)
+				problems = append(problems, fmt.Sprintf("%s[%q] is not a map", d, name))
+				continue
 			}
-			t, err := decodeTotals(em.Value)
-			if err != nil {
-				return nil, fmt.Errorf("%s[%q]: %w", d, name, err)
+			t, errs := decodeTotals(em.Value)
+			for _, e := range errs {
+				problems = append(problems, fmt.Sprintf("%s[%q]: %s", d, name, e))
 			}
-			if r.Breakdowns[d] == nil {
-				r.Breakdowns[d] = map[string]aggregates.Totals{}
-			}
-			r.Breakdowns[d][name] = t
+			addEntry(r, d, name, t)
 		}
 	}
-	return r, nil
+	return problems
 }
 
-func decodeTotals(m map[string]types.AttributeValue) (aggregates.Totals, error) {
-	var t aggregates.Totals
+func checkAttrs(item map[string]types.AttributeValue, allowed map[string]bool, entity, where string) (problems []string) {
+	if et, ok := item[AttrEntityType].(*types.AttributeValueMemberS); !ok || et.Value != entity {
+		problems = append(problems, fmt.Sprintf("%s: %s is not %q", where, AttrEntityType, entity))
+	}
+	for _, a := range slices.Sorted(maps.Keys(item)) {
+		if !allowed[a] {
+			problems = append(problems, fmt.Sprintf("%s: unknown attribute %q", where, a))
+		}
+	}
+	return problems
+}
+
+func addEntry(r *aggregates.Report, d aggregates.Dimension, name string, t aggregates.Totals) {
+	if r.Breakdowns[d] == nil {
+		r.Breakdowns[d] = map[string]aggregates.Totals{}
+	}
+	r.Breakdowns[d][name] = r.Breakdowns[d][name].Add(t)
+}
+
+// decodeTotals reads the three figures of m; a missing one is zero, a
+// malformed one is zero and named in problems.
+func decodeTotals(m map[string]types.AttributeValue) (t aggregates.Totals, problems []string) {
 	var err error
 	if t.Income, err = decimalAttr(m, AttrTotalIncome); err != nil {
-		return t, err
+		problems = append(problems, err.Error())
 	}
 	if t.Expense, err = decimalAttr(m, AttrTotalExpense); err != nil {
-		return t, err
+		problems = append(problems, err.Error())
 	}
 	count, err := decimalAttr(m, AttrTransactionCount)
-	if err != nil {
-		return t, err
+	switch {
+	case err != nil:
+		problems = append(problems, err.Error())
+	case !count.IsInteger():
+		problems = append(problems, fmt.Sprintf("%s %s is not an integer", AttrTransactionCount, count))
+	default:
+		t.Count = count.IntPart()
 	}
-	if !count.IsInteger() {
-		return t, fmt.Errorf("%s %s is not an integer", AttrTransactionCount, count)
-	}
-	t.Count = count.IntPart()
-	return t, nil
+	return t, problems
 }
 
 func decimalAttr(m map[string]types.AttributeValue, name string) (decimal.Decimal, error) {
@@ -111,11 +235,52 @@ func decimalAttr(m map[string]types.AttributeValue, name string) (decimal.Decima
 	return d, nil
 }
 
-// EncodeReport returns the full item of a report with figures r, as the
-// reconcile repair writes it. Empty breakdowns are left out.
-func EncodeReport(k aggregates.ReportKey, r *aggregates.Report, updatedAt string) map[string]types.AttributeValue {
+// CheckReportItem lists what makes a stored report or entry item one that
+// a consumer's update would be refused on (wrong types, a map that is not
+// one, an item too large to grow): the items a commit parks its delta for
+// instead. Unknown attributes and too many inline entries are not listed:
+// updates still succeed on them.
+func CheckReportItem(item map[string]types.AttributeValue) []string {
+	if item == nil {
+		return nil
+	}
+	var problems []string
+	if n := ItemSize(item); n > MaxReportItemBytes {
+		problems = append(problems, fmt.Sprintf("item of %d bytes, more than %d", n, MaxReportItemBytes))
+	}
+	_, errs := decodeTotals(item)
+	problems = append(problems, errs...)
+	for _, d := range aggregates.Dimensions {
+		v, ok := item[d.Attribute()]
+		if !ok {
+			continue
+		}
+		m, ok := v.(*types.AttributeValueMemberM)
+		if !ok {
+			problems = append(problems, fmt.Sprintf("%s is not a map", d))
+			continue
+		}
+		for name, e := range m.Value {
+			em, ok := e.(*types.AttributeValueMemberM)
+			if !ok {
+				problems = append(problems, fmt.Sprintf("%s[%q] is not a map", d, name))
+				continue
+			}
+			if _, errs := decodeTotals(em.Value); len(errs) > 0 {
+				problems = append(problems, fmt.Sprintf("%s[%q]: %s", d, name, errs[0]))
+			}
+		}
+	}
+	return problems
+}
+
+// EncodeReport returns the items of a report with figures r as a repair
+// writes them: the report item, with the first MaxInlineEntries names of
+// each dimension (in name order) inline, and an entry item for each
+// further name. Empty breakdowns and zero entries are left out.
+func EncodeReport(k aggregates.ReportKey, r *aggregates.Report, updatedAt string) (item map[string]types.AttributeValue, entries []map[string]types.AttributeValue) {
 	key := k.Key()
-	item := map[string]types.AttributeValue{
+	item = map[string]types.AttributeValue{
 		AttrPK:               &types.AttributeValueMemberS{Value: key.PK},
 		AttrSK:               &types.AttributeValueMemberS{Value: key.SK},
 		AttrEntityType:       &types.AttributeValueMemberS{Value: aggregates.EntityReport},
@@ -127,15 +292,35 @@ func EncodeReport(k aggregates.ReportKey, r *aggregates.Report, updatedAt string
 		AttrUpdatedAt:        &types.AttributeValueMemberS{Value: updatedAt},
 	}
 	for _, d := range aggregates.Dimensions {
-		if len(r.Breakdowns[d]) == 0 {
+		var names []string
+		for _, name := range slices.Sorted(maps.Keys(r.Breakdowns[d])) {
+			if !r.Breakdowns[d][name].IsZero() {
+				names = append(names, name)
+			}
+		}
+		if len(names) == 0 {
 			continue
 		}
 		m := &types.AttributeValueMemberM{Value: map[string]types.AttributeValue{}}
-		for name, t := range r.Breakdowns[d] {
-			m.Value[name] = TotalsAV(t)
+		for i, name := range names {
+			if i < MaxInlineEntries {
+				m.Value[name] = TotalsAV(r.Breakdowns[d][name])
+				continue
+			}
+			entries = append(entries, EncodeEntry(k, d, name, r.Breakdowns[d][name]))
 		}
 		item[d.Attribute()] = m
 	}
+	return item, entries
+}
+
+// EncodeEntry returns the entry item of name in dimension d of report k.
+func EncodeEntry(k aggregates.ReportKey, d aggregates.Dimension, name string, t aggregates.Totals) map[string]types.AttributeValue {
+	key := k.EntryKey(d, name)
+	item := TotalsAV(t).Value
+	item[AttrPK] = &types.AttributeValueMemberS{Value: key.PK}
+	item[AttrSK] = &types.AttributeValueMemberS{Value: key.SK}
+	item[AttrEntityType] = &types.AttributeValueMemberS{Value: aggregates.EntityReportEntry}
 	return item
 }
 
@@ -146,4 +331,180 @@ func TotalsAV(t aggregates.Totals) *types.AttributeValueMemberM {
 		AttrTotalExpense:     &types.AttributeValueMemberN{Value: t.Expense.String()},
 		AttrTransactionCount: &types.AttributeValueMemberN{Value: strconv.FormatInt(t.Count, 10)},
 	}}
+}
+
+// ReportSet groups items of report partitions by report.
+type ReportSet map[aggregates.ReportKey]*StoredReport
+
+// Add files item under its report. It returns an error for an item of a
+// report partition whose key is no report, entry or parked delta.
+func (s ReportSet) Add(item map[string]types.AttributeValue) error {
+	ref, err := refOf(item)
+	if err != nil {
+		return err
+	}
+	sr := s[ref.Report]
+	if sr == nil {
+		sr = &StoredReport{Key: ref.Report}
+		s[ref.Report] = sr
+	}
+	switch ref.Kind {
+	case aggregates.ReportHeader:
+		sr.Item = item
+	case aggregates.ReportEntry:
+		sr.Entries = append(sr.Entries, item)
+	case aggregates.ReportParked:
+		sr.Parked = append(sr.Parked, item)
+	}
+	return nil
+}
+
+// Keys returns the reports of the set in key order.
+func (s ReportSet) Keys() []aggregates.ReportKey {
+	return slices.SortedFunc(maps.Keys(s), func(a, b aggregates.ReportKey) int {
+		ka, kb := a.Key(), b.Key()
+		if ka.PK != kb.PK {
+			return cmpString(ka.PK, kb.PK)
+		}
+		return cmpString(ka.SK, kb.SK)
+	})
+}
+
+func cmpString(a, b string) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+func refOf(item map[string]types.AttributeValue) (aggregates.ReportItemRef, error) {
+	return aggregates.ParseReportItemKey(keyOf(item))
+}
+
+func keyOf(item map[string]types.AttributeValue) aggregates.Key {
+	var k aggregates.Key
+	if v, ok := item[AttrPK].(*types.AttributeValueMemberS); ok {
+		k.PK = v.Value
+	}
+	if v, ok := item[AttrSK].(*types.AttributeValueMemberS); ok {
+		k.SK = v.Value
+	}
+	return k
+}
+
+// ReadReport reads report k with its entry items (not its parked deltas):
+// one Query on the report's sort key prefix, paginated, consistent when
+// asked. A report without any item comes back with Exists false.
+func ReadReport(ctx context.Context, api dynamodb.QueryAPIClient, table string, k aggregates.ReportKey, consistent bool) (*StoredReport, error) {
+	key := k.Key()
+	in := &dynamodb.QueryInput{
+		TableName:                 &table,
+		KeyConditionExpression:    aws.String("#pk = :pk AND begins_with(#sk, :p)"),
+		ExpressionAttributeNames:  map[string]string{"#pk": AttrPK, "#sk": AttrSK},
+		ExpressionAttributeValues: map[string]types.AttributeValue{":pk": &types.AttributeValueMemberS{Value: key.PK}, ":p": &types.AttributeValueMemberS{Value: key.SK}},
+		ConsistentRead:            aws.Bool(consistent),
+	}
+	set := ReportSet{}
+	p := dynamodb.NewQueryPaginator(api, in)
+	for p.HasMorePages() {
+		out, err := p.NextPage(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("read report %s: %w", k, err)
+		}
+		for _, item := range out.Items {
+			if err := set.Add(item); err != nil {
+				return nil, fmt.Errorf("read report %s: %w", k, err)
+			}
+		}
+	}
+	if sr := set[k]; sr != nil {
+		return sr, nil
+	}
+	return &StoredReport{Key: k}, nil
+}
+
+// ParkedInfo describes a parked delta: why it was parked and the records
+// (by sequence number) of the commit that parked it.
+type ParkedInfo struct {
+	Reason, Detail string
+	From, To       string // the commit's first and last sequence numbers
+	ParkedAt       string // RFC 3339
+}
+
+// Attribute names of parked deltas besides the report layout's.
+const (
+	AttrParkedReason = "reason"
+	AttrParkedDetail = "detail"
+	AttrParkedFrom   = "recordsFrom"
+	AttrParkedTo     = "recordsTo"
+	AttrParkedAt     = "parkedAt"
+	AttrParkedReport = "report"
+	AttrParkedDelta  = "delta"
+)
+
+// maxParkedDetail bounds the stored detail of a parked delta.
+const maxParkedDetail = 2048
+
+// ParkedItem is the item of a delta of report k parked by the commit named
+// id (aggregates.ReportKey.ParkedKey): the delta in the report item's own
+// layout (all entries inline: a part holds few), why, and which records.
+// It is listed through GSI1 (ParkedIndexPK) by ledgerctl parked and
+// deleted by reconcile --repair once the report is rebuilt.
+func ParkedItem(k aggregates.ReportKey, id string, delta *aggregates.Report, info ParkedInfo) map[string]types.AttributeValue {
+	key := k.ParkedKey(id)
+	d := &types.AttributeValueMemberM{Value: TotalsAV(delta.Totals).Value}
+	for _, dim := range aggregates.Dimensions {
+		if len(delta.Breakdowns[dim]) == 0 {
+			continue
+		}
+		m := &types.AttributeValueMemberM{Value: map[string]types.AttributeValue{}}
+		for name, t := range delta.Breakdowns[dim] {
+			m.Value[name] = TotalsAV(t)
+		}
+		d.Value[dim.Attribute()] = m
+	}
+	detail := info.Detail
+	if len(detail) > maxParkedDetail {
+		detail = detail[:maxParkedDetail] + "…"
+	}
+	s := func(v string) types.AttributeValue { return &types.AttributeValueMemberS{Value: v} }
+	return map[string]types.AttributeValue{
+		AttrPK: s(key.PK), AttrSK: s(key.SK), AttrEntityType: s(aggregates.EntityParked),
+		"GSI1PK": s(aggregates.ParkedIndexPK), "GSI1SK": s(info.ParkedAt + "#" + key.SK),
+		AttrParkedReport: s(k.Key().SK), AttrParkedDelta: d,
+		AttrParkedReason: s(info.Reason), AttrParkedDetail: s(detail),
+		AttrParkedFrom: s(info.From), AttrParkedTo: s(info.To), AttrParkedAt: s(info.ParkedAt),
+	}
+}
+
+// DecodeParked reads a parked item's delta and description.
+func DecodeParked(item map[string]types.AttributeValue) (*aggregates.Report, ParkedInfo, error) {
+	str := func(a string) string {
+		v, _ := item[a].(*types.AttributeValueMemberS)
+		if v == nil {
+			return ""
+		}
+		return v.Value
+	}
+	info := ParkedInfo{Reason: str(AttrParkedReason), Detail: str(AttrParkedDetail), From: str(AttrParkedFrom), To: str(AttrParkedTo), ParkedAt: str(AttrParkedAt)}
+	m, ok := item[AttrParkedDelta].(*types.AttributeValueMemberM)
+	if !ok {
+		return nil, info, fmt.Errorf("parked delta %s: no delta map", keyOf(item))
+	}
+	r := &aggregates.Report{}
+	if problems := decodeHeader(withEntity(m.Value), r); len(problems) > 0 {
+		return nil, info, fmt.Errorf("parked delta %s: %s", keyOf(item), problems[0])
+	}
+	return r, info, nil
+}
+
+// withEntity gives a parked delta's map what decodeHeader expects of a
+// report item, so it is read by the same rules.
+func withEntity(m map[string]types.AttributeValue) map[string]types.AttributeValue {
+	out := maps.Clone(m)
+	out[AttrEntityType] = &types.AttributeValueMemberS{Value: aggregates.EntityReport}
+	return out
 }

@@ -7,7 +7,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"sort"
+	"maps"
+	"slices"
+
 	"strconv"
 	"strings"
 	"time"
@@ -15,6 +17,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	ddbtypes "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/aws/smithy-go"
 
 	"github.com/ledger-dev/ledger/aggregates"
 	"github.com/ledger-dev/ledger/infra"
@@ -48,7 +51,8 @@ func (p *Processor) commitRuns(ctx context.Context, g Guard, changes []change, r
 			for i, k := range keys {
 				parts[i] = part{key: k, delta: r.fold.Report(k)}
 			}
-			err := p.commitTx(ctx, g, func() ddbtypes.TransactWriteItem { return g.claim(recs) }, func() { g.claimed(recs) }, parts)
+			ref := commitRef{id: g.runID(recs), from: recs[0].SequenceNumber, to: lastSequence(recs)}
+			err := p.commitTx(ctx, g, func() ddbtypes.TransactWriteItem { return g.claim(recs) }, func() { g.claimed(recs) }, parts, ref)
 			if err != nil {
 				return done, fmt.Errorf("commit run of %d records: %w", len(recs), err)
 			}
@@ -109,7 +113,8 @@ func (p *Processor) commitBatch(ctx context.Context, g *ShardGuard, changes []ch
 	for k := next; k < n; k++ {
 		err := p.commitTx(ctx, g,
 			func() ddbtypes.TransactWriteItem { return g.claimGroup(k, n, to, plan, digest) },
-			func() { g.claimedGroup(k, n, to, plan, digest) }, groups[k])
+			func() { g.claimedGroup(k, n, to, plan, digest) }, groups[k],
+			commitRef{id: g.shard + "~" + to + "~g" + strconv.Itoa(k), from: g.prev, to: to})
 		if err != nil {
 			return 0, fmt.Errorf("commit group %d of %d of the batch through %s: %w", k+1, n, to, err)
 		}
@@ -187,15 +192,28 @@ func writeTime(c *change) time.Time {
 	return c.rec.ApproximateCreation
 }
 
+// commitRef names a commit for the parked deltas it may write: id is
+// unique per guard claim (so a report's delta is parked at most once per
+// claim), from and to the sequence numbers of the records it covers.
+type commitRef struct{ id, from, to string }
+
 // commitTx commits one transaction: the guard action claim() returns and
-// one update per part, retrying what is retryable; claimed runs once it
+// the writes of every part, retrying what is retryable; claimed runs once it
 // landed. It returns errGuardTaken when the guard's condition failed: what
 // it claims is (partly) committed already.
-func (p *Processor) commitTx(ctx context.Context, g Guard, claim func() ddbtypes.TransactWriteItem, claimed func(), parts []part) error {
+//
+// A part whose report item DynamoDB refuses for good (an item too large to
+// grow, a figure or map of the wrong type) is parked instead: the same
+// transaction writes its delta as a parked item (ref names it) in place of
+// its updates, so the rest of the transaction, and the shard, go on; the
+// guard makes the parked delta as exactly-once as an applied one
+// (docs/exactly-once.md, "Parked deltas").
+func (p *Processor) commitTx(ctx context.Context, g Guard, claim func() ddbtypes.TransactWriteItem, claimed func(), parts []part, ref commitRef) error {
 	keys := make([]aggregates.ReportKey, len(parts))
 	for i, pt := range parts {
 		keys[i] = pt.key
 	}
+	parked := map[int]parking{}
 	var lastErr error
 	for attempt := 1; attempt <= p.cfg.MaxAttempts; attempt++ {
 		if attempt > 1 {
@@ -209,13 +227,24 @@ func (p *Processor) commitTx(ctx context.Context, g Guard, claim func() ddbtypes
 		}
 		items := make([]ddbtypes.TransactWriteItem, 0, len(parts)+1)
 		items = append(items, claim())
+		owner := []int{-1} // the part each item writes for
 		now := p.now().Format(time.RFC3339Nano)
-		for _, pt := range parts {
-			u, err := p.reportUpdate(pt.key, pt.delta, shapes[pt.key.Key()], now)
+		writes := make([]reportWrites, len(parts))
+		for i, pt := range parts {
+			if pk, ok := parked[i]; ok {
+				items = append(items, ddbtypes.TransactWriteItem{Put: p.parkedPut(pt, ref, pk, now)})
+				owner = append(owner, i)
+				continue
+			}
+			w, err := p.reportWrites(pt.key, pt.delta, shapes[pt.key.Key()], now)
 			if err != nil {
 				return err
 			}
-			items = append(items, ddbtypes.TransactWriteItem{Update: u})
+			writes[i] = w
+			for _, u := range w.updates {
+				items = append(items, ddbtypes.TransactWriteItem{Update: u})
+				owner = append(owner, i)
+			}
 		}
 		p.metrics.WriteRequests.WithLabelValues("TransactWriteItems").Inc()
 		out, err := p.api.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{
@@ -227,8 +256,11 @@ func (p *Processor) commitTx(ctx context.Context, g Guard, claim func() ddbtypes
 				p.metrics.WriteUnits.WithLabelValues("TransactWriteItems").Add(aws.ToFloat64(cc.CapacityUnits))
 			}
 			claimed()
-			for _, pt := range parts {
-				p.shapes.applied(pt.key.Key(), shapes[pt.key.Key()], pt.delta)
+			p.countParked(parts, parked, ref)
+			for i, pt := range parts {
+				if _, ok := parked[i]; !ok {
+					p.shapes.applied(pt.key.Key(), shapes[pt.key.Key()], writes[i].inline)
+				}
 			}
 			p.metrics.Commits.WithLabelValues("committed").Inc()
 			return nil
@@ -236,11 +268,29 @@ func (p *Processor) commitTx(ctx context.Context, g Guard, claim func() ddbtypes
 		lastErr = err
 		var tce *ddbtypes.TransactionCanceledException
 		if errors.As(err, &tce) {
-			retry, err := p.cancelled(g, keys, tce)
+			retry, err := p.cancelled(g, keys, owner, parked, tce)
+			if errors.Is(err, errGuardTaken) && len(parked) > 0 {
+				// An earlier attempt of this commit, the one that parked,
+				// landed and its answer was lost (or another consumer
+				// committed the same records): count what it parked.
+				p.countParked(parts, parked, ref)
+			}
 			if err != nil {
 				return err
 			}
 			if retry {
+				continue
+			}
+		}
+		if isValidation(err) {
+			// DynamoDB Local (and AWS for some refusals) names no item:
+			// find the parts whose items a retry cannot fix by reading them.
+			found, ierr := p.refusedParts(ctx, parts, shapes, parked)
+			if ierr != nil {
+				return ierr
+			}
+			if found {
+				attempt-- // the refusal is not a failed attempt: the next try parks
 				continue
 			}
 		}
@@ -257,10 +307,94 @@ func (p *Processor) commitTx(ctx context.Context, g Guard, claim func() ddbtypes
 	return fmt.Errorf("%d attempts: %w", p.cfg.MaxAttempts, lastErr)
 }
 
+// countParked counts and logs the parts of a landed commit that parked.
+func (p *Processor) countParked(parts []part, parked map[int]parking, ref commitRef) {
+	for i, pt := range parts {
+		pk, ok := parked[i]
+		if !ok {
+			continue
+		}
+		p.metrics.Parked.WithLabelValues(pk.reason).Inc()
+		p.cfg.Logger.Warn("report delta parked: the report item's update was refused for good; run ledgerctl reconcile --repair",
+			"report", pt.key.String(), "reason", pk.reason, "detail", pk.detail, "records_from", ref.from, "records_to", ref.to)
+		p.shapes.forget(pt.key.Key())
+	}
+}
+
+// parking is why a part is parked.
+type parking struct{ reason, detail string }
+
+// isValidation reports a request DynamoDB refused as invalid as a whole
+// (ValidationException), which is how DynamoDB Local answers an update that
+// cannot apply to an item (a wrong type, an invalid document path, an item
+// past 400 KB) inside a transaction.
+func isValidation(err error) bool {
+	var ae smithy.APIError
+	return errors.As(err, &ae) && ae.ErrorCode() == "ValidationException"
+}
+
+// refusedParts reads the items the unparked parts write (consistently, in
+// full) and marks for parking each part one of whose items CheckReportItem
+// finds an update would be refused on. It reports whether it found any.
+func (p *Processor) refusedParts(ctx context.Context, parts []part, shapes map[aggregates.Key]*shape, parked map[int]parking) (bool, error) {
+	var keys []aggregates.Key
+	itemKeys := make([][]aggregates.Key, len(parts))
+	for i, pt := range parts {
+		if _, ok := parked[i]; ok {
+			continue
+		}
+		itemKeys[i] = append(itemKeys[i], pt.key.Key())
+		for _, d := range aggregates.Dimensions {
+			for name := range pt.delta.Breakdowns[d] {
+				itemKeys[i] = append(itemKeys[i], pt.key.EntryKey(d, name))
+			}
+		}
+		keys = append(keys, itemKeys[i]...)
+	}
+	items := map[aggregates.Key]map[string]ddbtypes.AttributeValue{}
+	for len(keys) > 0 {
+		n := min(len(keys), 100)
+		read, err := p.batchGet(ctx, keys[:n])
+		if err != nil {
+			return false, fmt.Errorf("read the items of a refused commit: %w", err)
+		}
+		maps.Copy(items, read)
+		keys = keys[n:]
+	}
+	found := false
+	for i, ks := range itemKeys {
+		for _, k := range ks {
+			problems := infra.CheckReportItem(items[k])
+			if len(problems) == 0 {
+				continue
+			}
+			reason := ParkedMalformed
+			if strings.Contains(problems[0], "bytes, more than") {
+				reason = ParkedTooLarge
+			}
+			parked[i] = parking{reason: reason, detail: k.String() + ": " + strings.Join(problems, "; ")}
+			p.shapes.forget(parts[i].key.Key())
+			found = true
+			break
+		}
+	}
+	return found, nil
+}
+
+// parkedPut is the write that parks part pt's delta (see commitTx).
+func (p *Processor) parkedPut(pt part, ref commitRef, why parking, now string) *ddbtypes.Put {
+	item := infra.ParkedItem(pt.key, ref.id, pt.delta, infra.ParkedInfo{
+		Reason: why.reason, Detail: why.detail, From: ref.from, To: ref.to, ParkedAt: now,
+	})
+	return &ddbtypes.Put{TableName: &p.cfg.Table, Item: item, ConditionExpression: aws.String("attribute_not_exists(PK)")}
+}
+
 // cancelled interprets a cancelled commit. The guard's reason comes first:
 // when it failed, the run is (partly) committed already, whatever else
-// failed. It returns retry=true when the run should simply be tried again.
-func (p *Processor) cancelled(g Guard, keys []aggregates.ReportKey, tce *ddbtypes.TransactionCanceledException) (bool, error) {
+// failed. owner maps each item of the transaction to its part; a part with
+// a ValidationError is marked for parking. It returns retry=true when the
+// transaction should simply be tried again.
+func (p *Processor) cancelled(g Guard, keys []aggregates.ReportKey, owner []int, parked map[int]parking, tce *ddbtypes.TransactionCanceledException) (bool, error) {
 	reasons := tce.CancellationReasons
 	code := func(i int) string {
 		if i < len(reasons) {
@@ -279,17 +413,42 @@ func (p *Processor) cancelled(g Guard, keys []aggregates.ReportKey, tce *ddbtype
 	}
 	var shape, conflict, throttle bool
 	for i := range reasons {
+		part := -1
+		if i < len(owner) {
+			part = owner[i]
+		}
 		switch code(i) {
 		case "", "None":
 		case "ConditionalCheckFailed": // a report's shape (the guard's was handled above)
 			shape = true
-			if i-1 < len(keys) {
-				p.shapes.forget(keys[i-1].Key())
+			if part >= 0 {
+				p.shapes.forget(keys[part].Key())
 			}
 		case "TransactionConflict":
 			conflict = true
 		case "ThrottlingError", "ProvisionedThroughputExceeded", "RequestLimitExceeded":
 			throttle = true
+		case "ValidationError":
+			if part < 0 {
+				p.metrics.Commits.WithLabelValues("failed").Inc()
+				return false, fmt.Errorf("commit cancelled: the guard's write was refused: %s", aws.ToString(reasons[i].Message))
+			}
+			if _, ok := parked[part]; ok {
+				// The parked put itself was refused: nothing else can be done.
+				p.metrics.Commits.WithLabelValues("failed").Inc()
+				return false, fmt.Errorf("commit cancelled: parking the delta of %s was refused: %s", keys[part], aws.ToString(reasons[i].Message))
+			}
+			reason := ParkedRefused
+			msg := aws.ToString(reasons[i].Message)
+			switch {
+			case strings.Contains(msg, "size"):
+				reason = ParkedTooLarge
+			case strings.Contains(msg, "type"), strings.Contains(msg, "document path"):
+				reason = ParkedMalformed
+			}
+			parked[part] = parking{reason: reason, detail: msg}
+			p.shapes.forget(keys[part].Key())
+			shape = true
 		default:
 			p.metrics.Commits.WithLabelValues("failed").Inc()
 			return false, fmt.Errorf("commit cancelled: item %d of the transaction: %s: %s", i, code(i), aws.ToString(reasons[i].Message))
@@ -318,13 +477,24 @@ var reportNames = map[string]string{
 
 const maxExpression = 4096
 
-// reportUpdate builds the additive update of one report item. Totals use
-// if_not_exists(x, 0) + d. A breakdown map the item lacks is set whole; an
-// entry the map lacks is set whole; an existing entry is incremented. Which
-// form is used follows the item's known shape, and that shape is the
-// update's condition, so a stale guess cancels the transaction instead of
-// corrupting the item.
-func (p *Processor) reportUpdate(k aggregates.ReportKey, delta *aggregates.Report, sh *shape, now string) (*ddbtypes.Update, error) {
+// reportWrites are the updates of one part: the report item's, and one per
+// entry that goes to an entry item; inline names the entries added to the
+// report item's maps.
+type reportWrites struct {
+	updates []*ddbtypes.Update
+	inline  [3][]string
+}
+
+// reportWrites builds the additive updates of one part of a report's delta
+// (infra/reportitem.go has the layout). Totals use if_not_exists(x, 0) + d.
+// An entry the report item holds inline is incremented there; a new entry
+// goes inline while its map has room (a map the item lacks is set whole),
+// on condition that the map still has that room, and otherwise to its entry
+// item, incremented the same way. Which form is used follows the item's
+// known shape, and that shape is the update's condition, so a stale guess
+// cancels the transaction instead of corrupting the item.
+func (p *Processor) reportWrites(k aggregates.ReportKey, delta *aggregates.Report, sh *shape, now string) (reportWrites, error) {
+	var out reportWrites
 	names := make(map[string]string, len(reportNames)+8)
 	for n, a := range reportNames {
 		names[n] = a
@@ -348,37 +518,43 @@ func (p *Processor) reportUpdate(k aggregates.ReportKey, delta *aggregates.Repor
 	}
 	ne := 0
 	for _, d := range aggregates.Dimensions {
-		entries := delta.Breakdowns[d]
-		if len(entries) == 0 {
-			continue
+		var existing, added []string
+		for _, name := range slices.Sorted(maps.Keys(delta.Breakdowns[d])) {
+			switch {
+			case sh.entries[d][name]:
+				existing = append(existing, name)
+			case delta.Breakdowns[d][name].IsZero():
+				// A new entry of zero changes nothing.
+			default:
+				added = append(added, name)
+			}
 		}
+		room := infra.MaxInlineEntries - len(sh.entries[d])
+		if sh.present[d] && sh.entries[d] == nil {
+			room = 0 // not a map: nothing goes inline (the update is refused, and parked)
+		}
+		inline := added[:min(max(room, 0), len(added))]
+		for _, name := range added[len(inline):] {
+			out.updates = append(out.updates, p.entryUpdate(k, d, name, delta.Breakdowns[d][name]))
+		}
+		out.inline[d] = inline
 		b := "#b" + strconv.Itoa(int(d))
 		if !sh.present[d] {
-			m := &ddbtypes.AttributeValueMemberM{Value: map[string]ddbtypes.AttributeValue{}}
-			for name, t := range entries {
-				m.Value[name] = infra.TotalsAV(t)
+			if len(inline) > 0 {
+				m := &ddbtypes.AttributeValueMemberM{Value: map[string]ddbtypes.AttributeValue{}}
+				for _, name := range inline {
+					m.Value[name] = infra.TotalsAV(delta.Breakdowns[d][name])
+				}
+				set = append(set, b+" = "+value(m))
+				cond = append(cond, "attribute_not_exists("+b+")")
 			}
-			set = append(set, b+" = "+value(m))
-			cond = append(cond, "attribute_not_exists("+b+")")
 			continue
 		}
-		sorted := make([]string, 0, len(entries))
-		for name := range entries {
-			sorted = append(sorted, name)
-		}
-		sort.Strings(sorted)
-		newEntry := false
-		for _, name := range sorted {
-			t := entries[name]
+		for _, name := range existing {
+			t := delta.Breakdowns[d][name]
 			ne++
 			e := b + ".#k" + strconv.Itoa(ne)
 			names["#k"+strconv.Itoa(ne)] = name
-			if !sh.entries[d][name] {
-				set = append(set, e+" = "+value(infra.TotalsAV(t)))
-				cond = append(cond, "attribute_not_exists("+e+")")
-				newEntry = true
-				continue
-			}
 			cond = append(cond, "attribute_exists("+e+")")
 			for _, f := range []struct {
 				ph   string
@@ -392,8 +568,18 @@ func (p *Processor) reportUpdate(k aggregates.ReportKey, delta *aggregates.Repor
 				set = append(set, path+" = if_not_exists("+path+", :z) + "+value(f.v))
 			}
 		}
-		if newEntry {
-			cond = append(cond, "attribute_exists("+b+")")
+		for _, name := range inline {
+			ne++
+			e := b + ".#k" + strconv.Itoa(ne)
+			names["#k"+strconv.Itoa(ne)] = name
+			set = append(set, e+" = "+value(infra.TotalsAV(delta.Breakdowns[d][name])))
+			cond = append(cond, "attribute_not_exists("+e+")")
+		}
+		if len(inline) > 0 {
+			// The map keeps at most MaxInlineEntries names: it must still
+			// have room for these (it never shrinks, so a stale shape can
+			// only have underestimated it).
+			cond = append(cond, "size("+b+") <= "+value(intAV(int64(infra.MaxInlineEntries-len(inline)))))
 		}
 	}
 	u := &ddbtypes.Update{
@@ -407,7 +593,7 @@ func (p *Processor) reportUpdate(k aggregates.ReportKey, delta *aggregates.Repor
 		u.ConditionExpression = aws.String(strings.Join(cond, " AND "))
 	}
 	if len(*u.UpdateExpression) > maxExpression || len(aws.ToString(u.ConditionExpression)) > maxExpression {
-		return nil, fmt.Errorf("report %s: update expression of %d bytes exceeds DynamoDB's limit", k, len(*u.UpdateExpression))
+		return out, fmt.Errorf("report %s: update expression of %d bytes exceeds DynamoDB's limit", k, len(*u.UpdateExpression))
 	}
 	// Placeholders not used by this update must not be sent.
 	for n := range names {
@@ -415,7 +601,26 @@ func (p *Processor) reportUpdate(k aggregates.ReportKey, delta *aggregates.Repor
 			delete(names, n)
 		}
 	}
-	return u, nil
+	out.updates = append([]*ddbtypes.Update{u}, out.updates...)
+	return out, nil
+}
+
+// entryUpdate is the additive update of the entry item of name in dimension
+// d of report k. It needs no condition: an entry's figures are the sum of
+// its inline entry and its entry item, wherever a name went.
+func (p *Processor) entryUpdate(k aggregates.ReportKey, d aggregates.Dimension, name string, t aggregates.Totals) *ddbtypes.Update {
+	return &ddbtypes.Update{
+		TableName:        &p.cfg.Table,
+		Key:              keyAV(k.EntryKey(d, name)),
+		UpdateExpression: aws.String("SET #i = if_not_exists(#i, :z) + :i, #x = if_not_exists(#x, :z) + :x, #n = if_not_exists(#n, :z) + :n, #et = :et"),
+		ExpressionAttributeNames: map[string]string{
+			"#i": attrTotalIncome, "#x": attrTotalExpense, "#n": attrTransactionCount, "#et": attrEntityType,
+		},
+		ExpressionAttributeValues: map[string]ddbtypes.AttributeValue{
+			":z": intAV(0), ":i": numberAV(t.Income), ":x": numberAV(t.Expense), ":n": intAV(t.Count),
+			":et": strAV(aggregates.EntityReportEntry),
+		},
+	}
 }
 
 // quarantine writes a quarantine item for every change that needs one. The

@@ -35,6 +35,9 @@ type Guard interface {
 	claimed(run []Record)
 	// reset forgets cached state after the claim's condition failed.
 	reset()
+	// runID names the claim of run, uniquely per stream, for the deltas
+	// its commit parks.
+	runID(run []Record) string
 }
 
 // ErrGap is returned (wrapped) by a ShardGuard whose checkpoint is behind the
@@ -325,6 +328,8 @@ func (g *ShardGuard) claimed(run []Record) {
 
 func (g *ShardGuard) reset() { g.loaded = false }
 
+func (g *ShardGuard) runID(run []Record) string { return g.shard + "~" + lastSequence(run) }
+
 // MarkerGuard is the guard of the standard-mode Lambda, whose events carry no
 // shard id: a run marker item keyed by each run's first record, holding the
 // run's last sequence number, put with attribute_not_exists.
@@ -434,7 +439,9 @@ func (g *MarkerGuard) claim(run []Record) ddbtypes.TransactWriteItem {
 }
 
 func (g *MarkerGuard) claimed([]Record) {}
-func (g *MarkerGuard) reset()           {}
+
+func (g *MarkerGuard) runID(run []Record) string { return "run~" + recordID(&run[0]) }
+func (g *MarkerGuard) reset()                    {}
 
 func (p *Processor) markerItem(eventID, lastSeq string, count int) map[string]ddbtypes.AttributeValue {
 	now := p.now()

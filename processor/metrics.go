@@ -27,6 +27,14 @@ const (
 	ConflictAbandonedBatch      = "abandoned_batch"      // a half-committed poller batch whose records were trimmed was given up
 )
 
+// Reasons of ledger_parked_deltas_total: why a report item's update was
+// refused for good and its delta parked.
+const (
+	ParkedTooLarge  = "item_too_large" // the item is (or would grow) past the bound a report item keeps
+	ParkedMalformed = "item_malformed" // a figure or map of the item has the wrong type
+	ParkedRefused   = "refused"        // DynamoDB named the item (ValidationError) for another reason
+)
+
 // Metrics are the processor's Prometheus collectors. Create them once per
 // process with NewMetrics and share them between processors.
 type Metrics struct {
@@ -37,6 +45,7 @@ type Metrics struct {
 	Retries       *prometheus.CounterVec // ledger_dynamodb_retries_total{operation,reason}
 	Throttles     *prometheus.CounterVec // ledger_dynamodb_throttles_total{operation}
 	Quarantined   *prometheus.CounterVec // ledger_quarantined_records_total{reason}
+	Parked        *prometheus.CounterVec // ledger_parked_deltas_total{reason}
 	BatchSize     prometheus.Histogram   // ledger_batch_records
 	BatchDuration prometheus.Histogram   // ledger_batch_duration_seconds
 	Commits       *prometheus.CounterVec // ledger_commits_total{outcome}
@@ -65,6 +74,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Conflicts: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: namespace, Subsystem: "aggregate", Name: "conflicts_total",
 			Help: "Commit conflicts by reason: duplicate (already applied, skipped), condition_failed (report shape changed), transaction_conflict (retried), short_redelivery, abandoned_batch.",
+		}, []string{"reason"}),
+		Parked: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Name: "parked_deltas_total",
+			Help: "Report deltas parked because DynamoDB refused the report item's update for good, by reason.",
 		}, []string{"reason"}),
 		Retries: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: namespace, Subsystem: "dynamodb", Name: "retries_total",
@@ -109,6 +122,9 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	for _, r := range []string{ConflictDuplicate, ConflictConditionFailed, ConflictTransactionConflict, ConflictShortRedelivery, ConflictAbandonedBatch} {
 		m.Conflicts.WithLabelValues(r)
 	}
+	for _, r := range []string{ParkedTooLarge, ParkedMalformed, ParkedRefused} {
+		m.Parked.WithLabelValues(r)
+	}
 	for _, o := range []string{"committed", "duplicate", "failed"} {
 		m.Commits.WithLabelValues(o)
 	}
@@ -120,5 +136,5 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 
 func (m *Metrics) collectors() []prometheus.Collector {
 	return []prometheus.Collector{m.IteratorAge, m.Lag, m.Records, m.Conflicts, m.Retries, m.Throttles,
-		m.Quarantined, m.BatchSize, m.BatchDuration, m.Commits, m.WriteRequests, m.WriteUnits}
+		m.Quarantined, m.Parked, m.BatchSize, m.BatchDuration, m.Commits, m.WriteRequests, m.WriteUnits}
 }

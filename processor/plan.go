@@ -28,9 +28,12 @@ type part struct {
 // planGroups is the plan of a batch (docs/exactly-once.md, "Batch
 // commits"): each report's delta split into parts of at most plan.entries
 // breakdown entries, the totals in part 0; the parts of each part index, in
-// key order, cut into groups of at most plan.items. A group never holds two
-// parts of one report. It depends on nothing but the fold and the plan, so
-// whoever resumes a half-committed batch gets the same groups.
+// key order, cut into groups of at most plan.items writes. A part counts as
+// one write for its report item and one for each of its entries (each may
+// have to go to an entry item: infra/reportitem.go), so a group fits one
+// TransactWriteItems whatever the report items hold. A group never holds
+// two parts of one report. It depends on nothing but the fold and the plan,
+// so whoever resumes a half-committed batch gets the same groups.
 func planGroups(fold *aggregates.Fold, plan batchPlan) [][]part {
 	var layers [][]part
 	for _, k := range fold.Keys() {
@@ -43,14 +46,25 @@ func planGroups(fold *aggregates.Fold, plan batchPlan) [][]part {
 	}
 	var groups [][]part
 	for _, l := range layers {
-		for len(l) > 0 {
-			n := min(len(l), plan.items)
-			groups = append(groups, l[:n:n])
-			l = l[n:]
+		start, items := 0, 0
+		for i, pt := range l {
+			w := pt.writes()
+			if i > start && items+w > plan.items {
+				groups = append(groups, l[start:i:i])
+				start, items = i, 0
+			}
+			items += w
+		}
+		if start < len(l) {
+			groups = append(groups, l[start:len(l):len(l)])
 		}
 	}
 	return groups
 }
+
+// writes is the most items a part can write: its report item and an entry
+// item per entry.
+func (pt part) writes() int { return 1 + pt.delta.Entries() }
 
 // splitReport cuts r into deltas of at most maxEntries breakdown entries
 // each, in (dimension, name) order, the totals and count in the first.
@@ -86,9 +100,9 @@ func splitReport(r *aggregates.Report, maxEntries int) []*aggregates.Report {
 }
 
 // planRuns cuts changes, in order, into runs that each fit one
-// TransactWriteItems: at most maxItems report items, and at most maxEntries
-// breakdown entries per report item (which bounds the update expression's
-// length). A record is never split; records of one run are folded, so a run
+// TransactWriteItems: at most maxItems writes (a report item and each of its
+// entries, as in planGroups), and at most maxEntries breakdown entries per
+// report item (which bounds the update expression's length). A record is never split; records of one run are folded, so a run
 // costs one update per distinct report item it touches.
 func planRuns(changes []change, maxItems, maxEntries int) []run {
 	var runs []run
@@ -132,16 +146,12 @@ type entryID struct {
 
 // fits reports whether adding c keeps the run within its limits.
 func fits(entries map[aggregates.ReportKey]map[entryID]bool, c *change, maxItems, maxEntries int) bool {
-	newKeys := 0
 	added := map[aggregates.ReportKey]map[entryID]bool{}
 	for _, tx := range []*aggregates.Transaction{c.old, c.new} {
 		if tx == nil {
 			continue
 		}
 		for _, k := range tx.ReportKeys() {
-			if entries[k] == nil && added[k] == nil {
-				newKeys++
-			}
 			if added[k] == nil {
 				added[k] = map[entryID]bool{}
 			}
@@ -152,15 +162,19 @@ func fits(entries map[aggregates.ReportKey]map[entryID]bool, c *change, maxItems
 			}
 		}
 	}
-	if len(entries)+newKeys > maxItems {
-		return false
+	writes := 0
+	for k, e := range entries {
+		writes += 1 + len(e) + len(added[k])
 	}
 	for k, a := range added {
+		if entries[k] == nil {
+			writes += 1 + len(a)
+		}
 		if len(entries[k])+len(a) > maxEntries {
 			return false
 		}
 	}
-	return true
+	return writes <= maxItems
 }
 
 // planDigest identifies a batch plan: its end, parameters and every part of

@@ -9,6 +9,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
@@ -32,9 +33,10 @@ type Config struct {
 	// BaseBackoff and MaxBackoff shape the exponential backoff with full
 	// jitter between attempts (defaults 25ms and 3s).
 	BaseBackoff, MaxBackoff time.Duration
-	// MaxItemsPerRun bounds the report items one commit transaction updates
-	// (default and maximum 99: TransactWriteItems takes 100 actions, one is
-	// the guard).
+	// MaxItemsPerRun bounds the items one commit transaction writes besides
+	// its guard (default and maximum 99: TransactWriteItems takes 100
+	// actions). Runs and batch groups are planned counting every entry of a
+	// report's delta as a possible entry item (infra/reportitem.go).
 	MaxItemsPerRun int
 	// MaxEntriesPerItem bounds the breakdown entries one report update
 	// changes, keeping its expressions under DynamoDB's 4 KB limit (default
@@ -47,6 +49,9 @@ type Config struct {
 	ShapeCacheSize int
 	// Now is the clock (default time.Now).
 	Now func() time.Time
+	// Logger receives what an operator must act on, such as a parked delta
+	// (default slog.Default()).
+	Logger *slog.Logger
 }
 
 func (c Config) withDefaults() (Config, error) {
@@ -76,6 +81,9 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.Now == nil {
 		c.Now = time.Now
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
 	}
 	return c, nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 	"sort"
 	"strings"
 	"time"
@@ -21,6 +22,7 @@ type ReconcileAPI interface {
 	Query(ctx context.Context, in *dynamodb.QueryInput, opts ...func(*dynamodb.Options)) (*dynamodb.QueryOutput, error)
 	Scan(ctx context.Context, in *dynamodb.ScanInput, opts ...func(*dynamodb.Options)) (*dynamodb.ScanOutput, error)
 	PutItem(ctx context.Context, in *dynamodb.PutItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.PutItemOutput, error)
+	TransactWriteItems(ctx context.Context, in *dynamodb.TransactWriteItemsInput, opts ...func(*dynamodb.Options)) (*dynamodb.TransactWriteItemsOutput, error)
 }
 
 // Scope selects the branches to reconcile: one branch, or every branch of
@@ -28,17 +30,31 @@ type ReconcileAPI interface {
 type Scope struct{ Tenant, Branch string }
 
 // Difference is one report whose stored figures differ from the fold of the
-// valid transactions in the table.
+// valid transactions in the table, or whose items are malformed or hold
+// parked deltas; or (Stray set) an item of a report partition that is no
+// report, entry or parked delta.
 type Difference struct {
 	Report   aggregates.ReportKey
-	Stored   *aggregates.Report // nil when the item does not exist
+	Stored   *aggregates.Report // nil when the report has no item
 	Expected *aggregates.Report
-	Lines    []string // "field: got stored; want expected"
-	// seen is the stored item's updatedAt, the repair's condition.
-	seen string
+	Lines    []string // problems, then "field: got stored; want expected"
+	// Problems are the malformations of the stored items (infra's
+	// StoredReport.Decode); Parked counts its parked deltas.
+	Problems []string
+	Parked   int
+	// Stray is the key of an item that belongs to no report (Report is
+	// then zero); a repair deletes it.
+	Stray *aggregates.Key
+	// stored is what was read; seen the report item's updatedAt as read,
+	// the repair's condition.
+	stored *infra.StoredReport
+	seen   ddbtypes.AttributeValue
 }
 
 func (d Difference) String() string {
+	if d.Stray != nil {
+		return d.Stray.String() + "\n  " + strings.Join(d.Lines, "\n  ")
+	}
 	return d.Report.String() + "\n  " + strings.Join(d.Lines, "\n  ")
 }
 
@@ -50,13 +66,16 @@ type ReconcileStats struct {
 // Reconcile recomputes every report in scope from the transactions in the
 // table, with the same domain arithmetic as the consumers but none of their
 // machinery (no stream, no guards, no deltas), and returns the reports whose
-// stored figures differ, sorted by key. It only reads, with consistent reads;
-// while consumers run, a difference can be a change still in flight (read
-// again after the stream lag has passed to confirm it).
+// stored figures differ, whose items are malformed or that hold parked
+// deltas, sorted by key. A malformed item never stops it: it is a
+// difference like any other. It only reads, with consistent reads; while
+// consumers run, a difference can be a change still in flight (read again
+// after the stream lag has passed to confirm it).
 func Reconcile(ctx context.Context, api ReconcileAPI, table string, scope Scope) ([]Difference, ReconcileStats, error) {
 	var stats ReconcileStats
 	expected := aggregates.NewFold()
-	stored := map[aggregates.ReportKey]map[string]ddbtypes.AttributeValue{}
+	stored := infra.ReportSet{}
+	var strays []Difference
 	visit := func(item map[string]ddbtypes.AttributeValue) error {
 		pk, _ := stringAttr(item, attrPK)
 		sk, _ := stringAttr(item, attrSK)
@@ -70,12 +89,10 @@ func Reconcile(ctx context.Context, api ReconcileAPI, table string, scope Scope)
 			}
 			expected.Add(tx, +1)
 		case strings.HasSuffix(pk, "#REPORTING"):
-			k, err := aggregates.ParseReportKey(aggregates.Key{PK: pk, SK: sk})
-			if err != nil {
-				return fmt.Errorf("stored report: %w", err)
+			if err := stored.Add(item); err != nil {
+				k := aggregates.Key{PK: pk, SK: sk}
+				strays = append(strays, Difference{Stray: &k, Lines: []string{"not a report, entry or parked delta: " + err.Error()}})
 			}
-			stats.Reports++
-			stored[k] = item
 		}
 		return nil
 	}
@@ -100,10 +117,13 @@ func Reconcile(ctx context.Context, api ReconcileAPI, table string, scope Scope)
 	for _, k := range expected.Keys() {
 		keys[k] = true
 	}
-	for k := range stored {
+	for k, sr := range stored {
 		keys[k] = true
+		if sr.Item != nil {
+			stats.Reports++
+		}
 	}
-	var diffs []Difference
+	diffs := strays
 	for k := range keys {
 		want := expected.Report(k)
 		if want == nil {
@@ -112,26 +132,40 @@ func Reconcile(ctx context.Context, api ReconcileAPI, table string, scope Scope)
 		want.Prune()
 		d := Difference{Report: k, Expected: want}
 		got := &aggregates.Report{}
-		if item, ok := stored[k]; ok {
-			r, err := infra.DecodeReport(item)
-			if err != nil {
-				return nil, stats, fmt.Errorf("reconcile: report %s: %w", k, err)
+		if sr := stored[k]; sr != nil {
+			d.stored = sr
+			d.Parked = len(sr.Parked)
+			if sr.Exists() {
+				got, d.Problems = sr.Decode()
+				d.Stored = got
 			}
-			got, d.Stored = r, r
-			d.seen, _ = stringAttr(item, attrUpdatedAt)
+			if sr.Item != nil {
+				d.seen = sr.Item[attrUpdatedAt]
+			}
 		}
-		if d.Lines = got.Diff(want); len(d.Lines) > 0 {
-			if d.Stored == nil {
-				d.Lines = append([]string{"report item missing"}, d.Lines...)
-			}
+		lines := got.Diff(want)
+		if d.Stored == nil && len(lines) > 0 {
+			lines = append([]string{"report item missing"}, lines...)
+		}
+		if d.Parked > 0 {
+			lines = append([]string{fmt.Sprintf("%d parked deltas", d.Parked)}, lines...)
+		}
+		if d.Lines = append(append([]string{}, d.Problems...), lines...); len(d.Lines) > 0 {
 			diffs = append(diffs, d)
 		}
 	}
 	sort.Slice(diffs, func(i, j int) bool {
-		a, b := diffs[i].Report.Key(), diffs[j].Report.Key()
+		a, b := diffs[i].key(), diffs[j].key()
 		return a.PK < b.PK || a.PK == b.PK && a.SK < b.SK
 	})
 	return diffs, stats, nil
+}
+
+func (d Difference) key() aggregates.Key {
+	if d.Stray != nil {
+		return *d.Stray
+	}
+	return d.Report.Key()
 }
 
 // Settled keeps the differences of second that are also in first with the
@@ -139,19 +173,26 @@ func Reconcile(ctx context.Context, api ReconcileAPI, table string, scope Scope)
 // across two reads is not a change in flight (unless one is in flight longer
 // than the time between the reads).
 func Settled(first, second []Difference) []Difference {
-	before := map[aggregates.ReportKey]Difference{}
+	before := map[aggregates.Key]Difference{}
 	for _, d := range first {
-		before[d.Report] = d
+		before[d.key()] = d
 	}
 	var out []Difference
 	for _, d := range second {
-		b, ok := before[d.Report]
-		if !ok || b.seen != d.seen || !sameReport(b.Stored, d.Stored) || !b.Expected.Equal(d.Expected) {
+		b, ok := before[d.key()]
+		if !ok || !sameAV(b.seen, d.seen) || !sameReport(b.Stored, d.Stored) || !b.Expected.Equal(d.Expected) || b.Parked != d.Parked {
 			continue
 		}
 		out = append(out, d)
 	}
 	return out
+}
+
+func sameAV(a, b ddbtypes.AttributeValue) bool {
+	if a == nil || b == nil {
+		return a == nil && b == nil
+	}
+	return reflect.DeepEqual(a, b)
 }
 
 func sameReport(a, b *aggregates.Report) bool {
@@ -161,40 +202,103 @@ func sameReport(a, b *aggregates.Report) bool {
 	return a.Equal(b)
 }
 
-// Repair overwrites each report of diffs with its expected figures, on
-// condition that the stored item is still the one Reconcile read (same
-// updatedAt, or still absent). A report a consumer changed meanwhile is left
-// alone and reported in skipped.
+// Repair rewrites each report of diffs as its expected figures in the
+// report layout (infra.EncodeReport), deletes the entry items that layout
+// does not keep and the report's parked deltas, and deletes stray items.
+// A report is rewritten on condition that its report item is still the one
+// Reconcile read (same updatedAt, or still absent), in one transaction when
+// its items fit one (100 writes), else in several, each after the first on
+// condition that the report item is still the repair's. A report a consumer
+// changed meanwhile is left alone (or, between transactions of a large
+// one, left for the next reconcile) and reported in skipped.
 func Repair(ctx context.Context, api ReconcileAPI, table string, diffs []Difference, now time.Time) (repaired int, skipped []aggregates.ReportKey, err error) {
+	stamp := now.UTC().Format(time.RFC3339Nano)
 	for _, d := range diffs {
-		in := &dynamodb.PutItemInput{
-			TableName: &table,
-			Item:      infra.EncodeReport(d.Report, d.Expected, now.UTC().Format(time.RFC3339Nano)),
+		if d.Stray != nil {
+			if _, err := api.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: []ddbtypes.TransactWriteItem{
+				{Delete: &ddbtypes.Delete{TableName: &table, Key: keyAV(*d.Stray)}},
+			}}); err != nil {
+				return repaired, skipped, fmt.Errorf("repair: delete stray item %s: %w", d.Stray, err)
+			}
+			repaired++
+			continue
 		}
+		ok, err := repairReport(ctx, api, table, d, stamp)
 		switch {
-		case d.Stored == nil:
-			in.ConditionExpression = aws.String("attribute_not_exists(PK)")
-		case d.seen == "":
-			in.ConditionExpression = aws.String("attribute_not_exists(#ua)")
-			in.ExpressionAttributeNames = map[string]string{"#ua": attrUpdatedAt}
-		default:
-			in.ConditionExpression = aws.String("#ua = :seen")
-			in.ExpressionAttributeNames = map[string]string{"#ua": attrUpdatedAt}
-			in.ExpressionAttributeValues = map[string]ddbtypes.AttributeValue{":seen": strAV(d.seen)}
-		}
-		in.Item["repairedAt"] = in.Item[attrUpdatedAt]
-		_, err := api.PutItem(ctx, in)
-		var ccf *ddbtypes.ConditionalCheckFailedException
-		switch {
-		case errors.As(err, &ccf):
-			skipped = append(skipped, d.Report)
 		case err != nil:
 			return repaired, skipped, fmt.Errorf("repair %s: %w", d.Report, err)
-		default:
+		case ok:
 			repaired++
+		default:
+			skipped = append(skipped, d.Report)
 		}
 	}
 	return repaired, skipped, nil
+}
+
+func repairReport(ctx context.Context, api ReconcileAPI, table string, d Difference, stamp string) (bool, error) {
+	item, entries := infra.EncodeReport(d.Report, d.Expected, stamp)
+	item[infra.AttrRepairedAt] = item[attrUpdatedAt]
+	head := &ddbtypes.Put{TableName: &table, Item: item, ExpressionAttributeNames: map[string]string{"#ua": attrUpdatedAt}}
+	switch {
+	case d.stored == nil || d.stored.Item == nil:
+		head.ConditionExpression = aws.String("attribute_not_exists(PK)")
+		head.ExpressionAttributeNames = nil
+	case d.seen == nil:
+		head.ConditionExpression = aws.String("attribute_exists(PK) AND attribute_not_exists(#ua)")
+	default:
+		head.ConditionExpression = aws.String("#ua = :seen")
+		head.ExpressionAttributeValues = map[string]ddbtypes.AttributeValue{":seen": d.seen}
+	}
+	ops := []ddbtypes.TransactWriteItem{{Put: head}}
+	if d.Expected.IsZero() && (d.stored == nil || d.stored.Item == nil) {
+		ops = nil // no report to write: only stale items to delete
+	}
+	keep := map[aggregates.Key]bool{}
+	for _, e := range entries {
+		pk, _ := stringAttr(e, attrPK)
+		sk, _ := stringAttr(e, attrSK)
+		keep[aggregates.Key{PK: pk, SK: sk}] = true
+		ops = append(ops, ddbtypes.TransactWriteItem{Put: &ddbtypes.Put{TableName: &table, Item: e}})
+	}
+	if d.stored != nil {
+		for _, group := range [][]map[string]ddbtypes.AttributeValue{d.stored.Entries, d.stored.Parked} {
+			for _, e := range group {
+				pk, _ := stringAttr(e, attrPK)
+				sk, _ := stringAttr(e, attrSK)
+				if k := (aggregates.Key{PK: pk, SK: sk}); !keep[k] {
+					ops = append(ops, ddbtypes.TransactWriteItem{Delete: &ddbtypes.Delete{TableName: &table, Key: keyAV(k)}})
+				}
+			}
+		}
+	}
+	headWritten := false
+	for len(ops) > 0 {
+		n := min(len(ops), 100)
+		chunk := ops[:n]
+		if headWritten {
+			// Later transactions go on only while the report item is the
+			// repair's own.
+			n = min(len(ops), 99)
+			chunk = append([]ddbtypes.TransactWriteItem{{ConditionCheck: &ddbtypes.ConditionCheck{
+				TableName: &table, Key: keyAV(d.Report.Key()),
+				ConditionExpression:       aws.String("#ra = :stamp AND #ua = :stamp"),
+				ExpressionAttributeNames:  map[string]string{"#ra": infra.AttrRepairedAt, "#ua": attrUpdatedAt},
+				ExpressionAttributeValues: map[string]ddbtypes.AttributeValue{":stamp": strAV(stamp)},
+			}}}, ops[:n]...)
+		}
+		_, err := api.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: chunk})
+		var tce *ddbtypes.TransactionCanceledException
+		if errors.As(err, &tce) {
+			return false, nil
+		}
+		if err != nil {
+			return false, err
+		}
+		headWritten = headWritten || chunk[0].Put == head
+		ops = ops[n:]
+	}
+	return true, nil
 }
 
 func queryAll(ctx context.Context, api ReconcileAPI, table, pk string, visit func(map[string]ddbtypes.AttributeValue) error) error {
@@ -239,4 +343,48 @@ func scanAll(ctx context.Context, api ReconcileAPI, table string, visit func(map
 		}
 	}
 	return nil
+}
+
+// ParkedDelta is a report delta a commit parked (see commitTx).
+type ParkedDelta struct {
+	Key    aggregates.Key
+	Report aggregates.ReportKey
+	Delta  *aggregates.Report
+	infra.ParkedInfo
+}
+
+// ListParked lists the table's parked deltas, oldest first, through the
+// sparse GSI1 partition aggregates.ParkedIndexPK. A parked item that cannot
+// be read is an error naming it.
+func ListParked(ctx context.Context, api ReconcileAPI, table string) ([]ParkedDelta, error) {
+	in := &dynamodb.QueryInput{
+		TableName:                 &table,
+		IndexName:                 aws.String(infra.IndexGSI1),
+		KeyConditionExpression:    aws.String("#pk = :p"),
+		ExpressionAttributeNames:  map[string]string{"#pk": infra.AttrGSI1PK},
+		ExpressionAttributeValues: map[string]ddbtypes.AttributeValue{":p": strAV(aggregates.ParkedIndexPK)},
+	}
+	var out []ParkedDelta
+	p := dynamodb.NewQueryPaginator(api, in)
+	for p.HasMorePages() {
+		page, err := p.NextPage(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("list parked deltas: %w", err)
+		}
+		for _, item := range page.Items {
+			pk, _ := stringAttr(item, attrPK)
+			sk, _ := stringAttr(item, attrSK)
+			k := aggregates.Key{PK: pk, SK: sk}
+			ref, err := aggregates.ParseReportItemKey(k)
+			if err != nil || ref.Kind != aggregates.ReportParked {
+				return nil, fmt.Errorf("list parked deltas: item %s is no parked delta", k)
+			}
+			delta, info, err := infra.DecodeParked(item)
+			if err != nil {
+				return nil, fmt.Errorf("list parked deltas: %w", err)
+			}
+			out = append(out, ParkedDelta{Key: k, Report: ref.Report, Delta: delta, ParkedInfo: info})
+		}
+	}
+	return out, nil
 }

@@ -48,20 +48,21 @@ func (c *shapeCache) store(k aggregates.Key, s *shape) {
 	c.m[k] = s
 }
 
-// applied records the shape of k after a committed delta.
-func (c *shapeCache) applied(k aggregates.Key, before *shape, delta *aggregates.Report) {
+// applied records the shape of k after a commit that added the names of
+// inline to its maps.
+func (c *shapeCache) applied(k aggregates.Key, before *shape, inline [3][]string) {
 	after := &shape{present: before.present}
 	for _, d := range aggregates.Dimensions {
-		if len(delta.Breakdowns[d]) == 0 {
+		if len(inline[d]) == 0 {
 			after.entries[d] = before.entries[d]
 			continue
 		}
 		after.present[d] = true
-		after.entries[d] = make(map[string]bool, len(before.entries[d])+len(delta.Breakdowns[d]))
+		after.entries[d] = make(map[string]bool, len(before.entries[d])+len(inline[d]))
 		for n := range before.entries[d] {
 			after.entries[d][n] = true
 		}
-		for n := range delta.Breakdowns[d] {
+		for _, n := range inline[d] {
 			after.entries[d][n] = true
 		}
 	}
@@ -111,7 +112,7 @@ func (p *Processor) readShapes(ctx context.Context, keys []aggregates.Key) (map[
 }
 
 // batchGet reads up to 100 distinct items with consistent reads, projecting
-// the keys and attrs, retrying unprocessed keys with backoff. Absent items
+// the keys and attrs (whole items without attrs), retrying unprocessed keys with backoff. Absent items
 // are absent from the result.
 func (p *Processor) batchGet(ctx context.Context, keys []aggregates.Key, attrs ...string) (map[aggregates.Key]map[string]ddbtypes.AttributeValue, error) {
 	names := map[string]string{"#pk": attrPK, "#sk": attrSK}
@@ -136,6 +137,9 @@ func (p *Processor) batchGet(ctx context.Context, keys []aggregates.Key, attrs .
 		ProjectionExpression:     aws.String(strings.Join(proj, ", ")),
 		ExpressionAttributeNames: names,
 	}}
+	if len(attrs) == 0 {
+		pending = map[string]ddbtypes.KeysAndAttributes{p.cfg.Table: {Keys: req, ConsistentRead: aws.Bool(true)}}
+	}
 	for attempt := 1; len(pending) > 0; attempt++ {
 		var resp *dynamodb.BatchGetItemOutput
 		err := p.retry(ctx, "BatchGetItem", func(ctx context.Context) error {

@@ -5,11 +5,13 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
 	ddbtypes "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/ledger-dev/ledger/aggregates"
+	"github.com/ledger-dev/ledger/infra"
 )
 
 func TestCompareSequence_ComparesAsNumbers(t *testing.T) {
@@ -99,9 +101,9 @@ func TestPlanRuns_CutsAtItemAndEntryLimits(t *testing.T) {
 		changes = append(changes, classify(r))
 	}
 	runs := planRuns(changes, 99, 20)
-	require.Len(t, runs, 2)
-	assert.Len(t, runs[0].changes, 33, "33 records × 3 reports = 99 items")
-	assert.Len(t, runs[1].changes, 27)
+	require.Len(t, runs, 4)
+	assert.Len(t, runs[0].changes, 16, "16 records × 3 reports × (report item + a possible entry item) = 96 writes")
+	assert.Len(t, runs[3].changes, 12)
 
 	changes = nil
 	for i := 0; i < 45; i++ {
@@ -129,8 +131,10 @@ func TestReportUpdate_ShapeDecidesTheFormAndIsTheCondition(t *testing.T) {
 	delta.Add(aggregates.Totals{Count: 2}, [3]string{"old#cat", "cc", ""})
 
 	t.Run("missing maps are set whole, on condition they are still missing", func(t *testing.T) {
-		u, err := p.reportUpdate(k, delta, &shape{}, "now")
+		w, err := p.reportWrites(k, delta, &shape{}, "now")
 		require.NoError(t, err)
+		require.Len(t, w.updates, 1, "every name fits inline")
+		u := w.updates[0]
 		assert.Contains(t, *u.UpdateExpression, "#b0 = :v")
 		assert.Contains(t, *u.UpdateExpression, "#b1 = :v")
 		assert.Equal(t, "attribute_not_exists(#b0) AND attribute_not_exists(#b1)", *u.ConditionExpression)
@@ -138,8 +142,10 @@ func TestReportUpdate_ShapeDecidesTheFormAndIsTheCondition(t *testing.T) {
 	})
 	t.Run("existing entries are incremented, new ones set, names never inline", func(t *testing.T) {
 		sh := &shape{present: [3]bool{true, true, false}, entries: [3]map[string]bool{{"old#cat": true}, {}}}
-		u, err := p.reportUpdate(k, delta, sh, "now")
+		w, err := p.reportWrites(k, delta, sh, "now")
 		require.NoError(t, err)
+		require.Len(t, w.updates, 1)
+		u := w.updates[0]
 		expr := *u.UpdateExpression + " " + *u.ConditionExpression
 		assert.NotContains(t, expr, "old#cat")
 		assert.NotContains(t, expr, "new.cat")
@@ -158,10 +164,40 @@ func TestReportUpdate_ShapeDecidesTheFormAndIsTheCondition(t *testing.T) {
 		assert.Contains(t, *u.UpdateExpression, "#b0."+newPH+" = :v")
 		assert.Contains(t, *u.ConditionExpression, "attribute_exists(#b0."+oldPH+")")
 		assert.Contains(t, *u.ConditionExpression, "attribute_not_exists(#b0."+newPH+")")
-		assert.Contains(t, *u.ConditionExpression, "attribute_exists(#b0)")
+		assert.Contains(t, *u.ConditionExpression, "size(#b0) <= :v")
 		for ph := range u.ExpressionAttributeNames {
 			assert.True(t, strings.Contains(expr, ph), "unused placeholder %s would be rejected", ph)
 		}
+	})
+	t.Run("past the inline limit, new names go to entry items without a condition", func(t *testing.T) {
+		full := map[string]bool{}
+		for i := range infra.MaxInlineEntries - 1 {
+			full[fmt.Sprintf("c%02d", i)] = true
+		}
+		many := &aggregates.Report{}
+		many.Add(aggregates.Totals{Count: 1}, [3]string{"a-new", "", ""})
+		many.Add(aggregates.Totals{Count: 1}, [3]string{"b-new", "", ""})
+		many.Add(aggregates.Totals{Count: 1}, [3]string{"c00", "", ""})
+		sh := &shape{present: [3]bool{true}, entries: [3]map[string]bool{full}}
+		w, err := p.reportWrites(k, many, sh, "now")
+		require.NoError(t, err)
+		require.Len(t, w.updates, 2, "one name fits the map's last place, the other goes to its entry item")
+		assert.Equal(t, []string{"a-new"}, w.inline[aggregates.ByCategory])
+		head := *w.updates[0].UpdateExpression + " " + *w.updates[0].ConditionExpression
+		assert.Contains(t, head, "size(#b0) <= :v")
+		for ph, name := range w.updates[0].ExpressionAttributeNames {
+			assert.NotEqual(t, "b-new", name, "placeholder %s", ph)
+		}
+		e := w.updates[1]
+		assert.Equal(t, k.EntryKey(aggregates.ByCategory, "b-new").SK, e.Key["SK"].(*ddbtypes.AttributeValueMemberS).Value)
+		assert.Nil(t, e.ConditionExpression)
+		assert.Contains(t, *e.UpdateExpression, "#n = if_not_exists(#n, :z) + :n")
+
+		full["a-new"] = true
+		w, err = p.reportWrites(k, many, sh, "now")
+		require.NoError(t, err)
+		require.Len(t, w.updates, 2, "a full map takes no new name")
+		assert.NotContains(t, aws.ToString(w.updates[0].ConditionExpression), "size(")
 	})
 }
 

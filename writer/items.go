@@ -1,6 +1,7 @@
 package writer
 
 import (
+	"strings"
 	"fmt"
 	"strconv"
 
@@ -166,14 +167,17 @@ type Report struct {
 	Totals
 }
 
-// decodeReport reads a stored report item (infra.DecodeReport) as the API
-// shows it: entries whose figures are all zero are left out.
-func decodeReport(k aggregates.ReportKey, item map[string]ddbtypes.AttributeValue) (Report, error) {
-	r, err := infra.DecodeReport(item)
-	if err != nil {
-		return Report{}, fmt.Errorf("report %s: %w", k, err)
+// decodeReport reads a stored report (infra.StoredReport: the report item
+// and its entry items) as the API shows it: entries whose figures are all
+// zero are left out. A malformed report is an error (reconcile --repair
+// mends it).
+func decodeReport(k aggregates.ReportKey, sr *infra.StoredReport) (Report, error) {
+	r, problems := sr.Decode()
+	if len(problems) > 0 {
+		return Report{}, fmt.Errorf("report %s is malformed (ledgerctl reconcile --repair mends it): %s", k, strings.Join(problems, "; "))
 	}
 	r.Prune()
+	item := sr.Item
 	out := Report{
 		Tenant: k.Tenant, Branch: k.Branch, PeriodType: string(k.Period.Type), PeriodValue: k.Period.Value,
 		Totals: totalsJSON(r.Totals),

@@ -13,6 +13,7 @@ import (
 	ddbtypes "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/ledger-dev/ledger/aggregates"
+	"github.com/ledger-dev/ledger/infra"
 )
 
 // Reports are read, never written, by the writer: the stream consumers
@@ -50,16 +51,16 @@ func (s *Server) getReport(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	k := aggregates.ReportKey{Tenant: tenant, Branch: branch, Period: period}
-	out, err := s.api.GetItem(r.Context(), &dynamodb.GetItemInput{TableName: &s.cfg.Table, Key: keyAV(k.Key())})
+	sr, err := infra.ReadReport(r.Context(), s.api, s.cfg.Table, k, false)
 	if err != nil {
-		s.fail(w, r, s.dynamoError("GetItem", err))
+		s.fail(w, r, s.dynamoError("Query", err))
 		return
 	}
-	if out.Item == nil {
+	if !sr.Exists() {
 		problem(http.StatusNotFound, ProblemNotFound, "no report for this period: no transaction of it has been aggregated yet").write(w)
 		return
 	}
-	rep, err := decodeReport(k, out.Item)
+	rep, err := decodeReport(k, sr)
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -77,7 +78,8 @@ type ReportRange struct {
 }
 
 // reportRange serves GET …/reports?period=&from=&to=: one Query with
-// BETWEEN on the sort key.
+// BETWEEN on the sort key, from the first report item to the last one's
+// entry items ("{to}#…" sorts before "{to}$").
 func (s *Server) reportRange(w http.ResponseWriter, r *http.Request) {
 	tenant, branch, p := branchPath(r)
 	if p != nil {
@@ -132,10 +134,10 @@ func (s *Server) queryReports(ctx context.Context, tenant, branch string, from, 
 		KeyConditionExpression:   aws.String("#pk = :pk AND #sk BETWEEN :lo AND :hi"),
 		ExpressionAttributeNames: map[string]string{"#pk": attrPK, "#sk": attrSK},
 		ExpressionAttributeValues: map[string]ddbtypes.AttributeValue{
-			":pk": strAV(aggregates.ReportPK(tenant, branch)), ":lo": strAV(from.String()), ":hi": strAV(to.String()),
+			":pk": strAV(aggregates.ReportPK(tenant, branch)), ":lo": strAV(from.String()), ":hi": strAV(to.String() + "$"),
 		},
 	}
-	items := []Report{}
+	set := infra.ReportSet{}
 	p := dynamodb.NewQueryPaginator(s.api, in)
 	for p.HasMorePages() {
 		out, err := p.NextPage(ctx)
@@ -143,17 +145,21 @@ func (s *Server) queryReports(ctx context.Context, tenant, branch string, from, 
 			return nil, s.dynamoError("Query", err)
 		}
 		for _, item := range out.Items {
-			sk, _ := stringAttr(item, attrSK)
-			k, err := aggregates.ParseReportKey(aggregates.Key{PK: aggregates.ReportPK(tenant, branch), SK: sk})
-			if err != nil {
+			if err := set.Add(item); err != nil {
 				return nil, err
 			}
-			rep, err := decodeReport(k, item)
-			if err != nil {
-				return nil, err
-			}
-			items = append(items, rep)
 		}
+	}
+	items := []Report{}
+	for _, k := range set.Keys() {
+		if !set[k].Exists() {
+			continue
+		}
+		rep, err := decodeReport(k, set[k])
+		if err != nil {
+			return nil, err
+		}
+		items = append(items, rep)
 	}
 	return items, nil
 }

@@ -22,9 +22,11 @@ import (
 // repair) write it.
 func (e *env) putReport(p aggregates.Period, r *aggregates.Report, updatedAt string) {
 	e.t.Helper()
-	item := infra.EncodeReport(aggregates.ReportKey{Tenant: e.tenant, Branch: e.branch, Period: p}, r, updatedAt)
-	_, err := e.ddb.PutItem(context.Background(), &dynamodb.PutItemInput{TableName: &e.table, Item: item})
-	require.NoError(e.t, err)
+	item, entries := infra.EncodeReport(aggregates.ReportKey{Tenant: e.tenant, Branch: e.branch, Period: p}, r, updatedAt)
+	for _, it := range append(entries, item) {
+		_, err := e.ddb.PutItem(context.Background(), &dynamodb.PutItemInput{TableName: &e.table, Item: it})
+		require.NoError(e.t, err)
+	}
 }
 
 func dec(s string) decimal.Decimal { return decimal.RequireFromString(s) }

@@ -44,6 +44,7 @@ Commands:
   run               run ledger locally: DynamoDB Local, table, writer, poller, sample, reports
   report            print a branch's reports as a table or JSON
   replay FILE|DIR   push recorded stream events (Lambda JSON) through the processor
+  parked            list the report deltas the consumers parked (reconcile --repair heals them)
   lag               per-shard position of the stream's consumer: pending records and their age
   bench [-quick]    benchmark ledger against per-record and synchronous approaches (markdown tables)
 
@@ -95,6 +96,8 @@ func Run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return env.replay(ctx, args[1:])
 	case "lag":
 		return env.lag(ctx, args[1:])
+	case "parked":
+		return env.parked(ctx, args[1:])
 	case "bench":
 		return env.bench(ctx, args[1:])
 	case "-h", "-help", "--help", "help":

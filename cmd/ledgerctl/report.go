@@ -74,38 +74,39 @@ func readReports(ctx context.Context, api QueryAPI, table, tenant, branch string
 	in.ExpressionAttributeValues[":lo"] = &ddbtypes.AttributeValueMemberS{Value: lo}
 	in.ExpressionAttributeValues[":hi"] = &ddbtypes.AttributeValueMemberS{Value: hi}
 
-	var out []storedReport
+	if to != "" {
+		in.ExpressionAttributeValues[":hi"] = &ddbtypes.AttributeValueMemberS{Value: hi + "$"} // with its entry items
+	}
+	set := infra.ReportSet{}
 	for {
 		page, err := api.Query(ctx, in)
 		if err != nil {
 			return nil, fmt.Errorf("query reports of %s/%s: %w", tenant, branch, err)
 		}
 		for _, item := range page.Items {
-			pkv, _ := item["PK"].(*ddbtypes.AttributeValueMemberS)
-			skv, _ := item["SK"].(*ddbtypes.AttributeValueMemberS)
-			if pkv == nil || skv == nil {
-				continue
-			}
-			k, err := aggregates.ParseReportKey(aggregates.Key{PK: pkv.Value, SK: skv.Value})
-			if err != nil {
+			if err := set.Add(item); err != nil {
 				return nil, err
 			}
-			r, err := infra.DecodeReport(item)
-			if err != nil {
-				return nil, fmt.Errorf("report %s: %w", k, err)
-			}
-			r.Prune()
-			s := storedReport{Key: k, Report: r}
-			if u, ok := item["updatedAt"].(*ddbtypes.AttributeValueMemberS); ok {
-				s.UpdatedAt = u.Value
-			}
-			out = append(out, s)
 		}
 		if len(page.LastEvaluatedKey) == 0 {
-			return out, nil
+			break
 		}
 		in.ExclusiveStartKey = page.LastEvaluatedKey
 	}
+	var out []storedReport
+	for _, k := range set.Keys() {
+		sr := set[k]
+		if !sr.Exists() {
+			continue
+		}
+		r, problems := sr.Decode()
+		if len(problems) > 0 {
+			return nil, fmt.Errorf("report %s is malformed (ledgerctl reconcile --repair mends it): %s", k, strings.Join(problems, "; "))
+		}
+		r.Prune()
+		out = append(out, storedReport{Key: k, Report: r, UpdatedAt: sr.UpdatedAt()})
+	}
+	return out, nil
 }
 
 // printReports writes reports as an aligned table: one row per report with

@@ -16,9 +16,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
-	ddbtypes "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/ledger-dev/ledger/aggregates"
 	"github.com/ledger-dev/ledger/infra"
@@ -130,14 +128,13 @@ func (r *runner) memory(ctx context.Context) (*MemoryResult, error) {
 	r.logf("    drained in %s, peak RSS %d MiB (%d MiB while applying the backlog); checking the reports",
 		res.DrainTook.Round(time.Second), res.PeakRSS>>20, res.BacklogRSS>>20)
 	for _, k := range want.Keys() {
-		out, err := db.GetItem(ctx, &dynamodb.GetItemInput{TableName: aws.String(table), ConsistentRead: aws.Bool(true),
-			Key: map[string]ddbtypes.AttributeValue{"PK": sAV(k.Key().PK), "SK": sAV(k.Key().SK)}})
+		sr, err := infra.ReadReport(ctx, db, table, k, true)
 		if err != nil {
 			return nil, err
 		}
-		got, err := infra.DecodeReport(out.Item)
-		if err != nil {
-			return nil, err
+		got, problems := sr.Decode()
+		if len(problems) > 0 {
+			return nil, fmt.Errorf("report %s: %s", k, strings.Join(problems, "; "))
 		}
 		exp := want.Report(k)
 		exp.Prune()
