@@ -1,9 +1,9 @@
 package writer
 
 import (
-	"strings"
 	"fmt"
 	"strconv"
+	"strings"
 
 	ddbtypes "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
