@@ -1,0 +1,187 @@
+package writer_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/service/dynamodbstreams"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/ledger-dev/ledger/aggregates"
+	"github.com/ledger-dev/ledger/infra"
+	"github.com/ledger-dev/ledger/infra/ddblocal"
+	"github.com/ledger-dev/ledger/processor"
+	"github.com/ledger-dev/ledger/processor/poller"
+)
+
+// longName is a breakdown name of aggregates.MaxNameLength four-byte
+// characters, distinct per (dimension, i).
+func longName(d, i int) string {
+	digits := []rune(fmt.Sprintf("%06d", i))
+	var b strings.Builder
+	b.WriteString(strings.Repeat(string(rune(0x1D11E+d)), aggregates.MaxNameLength-len(digits)))
+	for _, r := range digits {
+		b.WriteRune(0x1D7CE + r - '0') // MATHEMATICAL BOLD DIGIT: four bytes too
+	}
+	return b.String()
+}
+
+// TestIsolation_ATenantOfManyLongNamesStopsNoOneElse is the attack of
+// issue 11 through the real writer and poller: one tenant posts
+// transactions (LEDGER_ISOLATION_TRANSACTIONS, default 3,000) with distinct
+// names of the maximum length in every dimension, all on one day of one
+// branch, while another tenant posts 100 in its own branch. The poller
+// never fails a commit, nothing is parked (every report item stays bounded:
+// names past the inline limit go to entry items), the other tenant's
+// reports keep up, and afterwards the reconcile oracle finds no difference
+// in either tenant. The victim's lag is logged (a figure, not an
+// assertion).
+func TestIsolation_ATenantOfManyLongNamesStopsNoOneElse(t *testing.T) {
+	t.Parallel()
+	n := 3000
+	if v := os.Getenv("LEDGER_ISOLATION_TRANSACTIONS"); v != "" {
+		var err error
+		n, err = strconv.Atoi(v)
+		require.NoError(t, err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	table := ownTable(t)
+	hostile := newEnv(t, table)
+	victim := newEnv(t, table)
+	require.Equal(t, len(longName(2, n)), 4*aggregates.MaxNameLength)
+
+	// The real poller, in-process, over the table's stream.
+	db := ddblocal.Client(t)
+	info, err := infra.DescribeTable(ctx, db, table)
+	require.NoError(t, err)
+	reg := prometheus.NewRegistry()
+	pm := processor.NewMetrics(reg)
+	proc, err := processor.New(db, processor.Config{Table: table}, pm)
+	require.NoError(t, err)
+	pl, err := poller.New(dynamodbstreams.NewFromConfig(ddblocal.Config(t)), db, proc, poller.Config{
+		Table: table, StreamARN: info.StreamARN, Owner: "isolation",
+		IdleBackoff: 20 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+	}, poller.NewMetrics(reg))
+	require.NoError(t, err)
+	done := make(chan error, 1)
+	go func() { done <- pl.Run(ctx) }()
+
+	start := time.Now()
+	var wg sync.WaitGroup
+	errs := make(chan error, 8)
+	const workers = 6
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := w; i < n; i += workers {
+				body := fmt.Sprintf(`{"type":"EXPENSE","amount":"1.25","category":%q,"costCenter":%q,"paymentMethod":%q,"createdAt":"2026-03-04T10:00:00Z"}`,
+					longName(0, i), longName(1, i), longName(2, i))
+				if err := post(hostile, body); err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	// The victim posts meanwhile, and watches its own report catch up.
+	var lags []time.Duration
+	for i := range 100 {
+		require.NoError(t, post(victim, `{"type":"INCOME","amount":"2","category":"rent","createdAt":"2026-03-04T11:00:00Z"}`))
+		if i%10 == 9 {
+			posted := time.Now()
+			require.Eventually(t, func() bool { return reportCount(victim) >= i+1 }, 5*time.Minute, 20*time.Millisecond,
+				"the victim's report must keep up while the other tenant floods its own branch")
+			lags = append(lags, time.Since(posted))
+		}
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		require.NoError(t, err)
+	}
+	slices.Sort(lags)
+	t.Logf("%d hostile transactions in %s; victim report lag over 10 checks: p50 %s, max %s",
+		n, time.Since(start).Round(time.Millisecond), lags[len(lags)/2].Round(time.Millisecond), lags[len(lags)-1].Round(time.Millisecond))
+
+	// Drained: both tenants exact, nothing failed, nothing parked.
+	require.Eventually(t, func() bool {
+		diffs, _, err := processor.Reconcile(ctx, db, table, processor.Scope{})
+		return err == nil && len(diffs) == 0
+	}, 10*time.Minute, 250*time.Millisecond, "the poller must drain the flood exactly")
+	assert.Zero(t, testutil.ToFloat64(pm.Commits.WithLabelValues("failed")))
+	for _, r := range []string{processor.ParkedTooLarge, processor.ParkedMalformed, processor.ParkedRefused} {
+		assert.Zero(t, testutil.ToFloat64(pm.Parked.WithLabelValues(r)), r)
+	}
+	for _, pt := range []aggregates.PeriodType{aggregates.Daily, aggregates.Monthly, aggregates.Yearly} {
+		v := map[aggregates.PeriodType]string{aggregates.Daily: "2026-03-04", aggregates.Monthly: "2026-03", aggregates.Yearly: "2026"}[pt]
+		sr, err := infra.ReadReport(ctx, db, table, aggregates.ReportKey{Tenant: hostile.tenant, Branch: hostile.branch, Period: aggregates.Period{Type: pt, Value: v}}, true)
+		require.NoError(t, err)
+		size := infra.ItemSize(sr.Item)
+		t.Logf("hostile %s report item: %d bytes, %d entry items", pt, size, len(sr.Entries))
+		assert.LessOrEqual(t, size, infra.MaxReportItemBytes)
+		assert.Len(t, sr.Entries, 3*(n-infra.MaxInlineEntries))
+	}
+	cancel()
+	if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
+		t.Fatalf("poller: %v", err)
+	}
+}
+
+func post(e *env, body string) error {
+	hr, err := http.NewRequest(http.MethodPost, e.http.URL+e.base()+"/transactions", strings.NewReader(body))
+	if err != nil {
+		return err
+	}
+	hr.Header.Set("Authorization", "Bearer "+e.token)
+	hr.Header.Set("Content-Type", "application/json")
+	hr.Header.Set("Idempotency-Key", newKey())
+	resp, err := e.http.Client().Do(hr)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	raw, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusCreated {
+		return fmt.Errorf("POST: %d %s", resp.StatusCode, raw)
+	}
+	return nil
+}
+
+// reportCount is the count of the victim's daily report as its API serves
+// it (0 when absent).
+func reportCount(e *env) int {
+	hr, err := http.NewRequest(http.MethodGet, e.http.URL+e.base()+"/reports/DAILY/2026-03-04", nil)
+	if err != nil {
+		return 0
+	}
+	hr.Header.Set("Authorization", "Bearer "+e.token)
+	resp, err := e.http.Client().Do(hr)
+	if err != nil {
+		return 0
+	}
+	defer resp.Body.Close()
+	var rep struct {
+		TransactionCount int `json:"transactionCount"`
+	}
+	if resp.StatusCode != http.StatusOK || json.NewDecoder(resp.Body).Decode(&rep) != nil {
+		return 0
+	}
+	return rep.TransactionCount
+}
