@@ -165,6 +165,12 @@ type Report struct {
 	ByCostCenter    map[string]Totals `json:"byCostCenter"`
 	ByPaymentMethod map[string]Totals `json:"byPaymentMethod"`
 	Totals
+	// NextCursor (a single report's page) fetches the report's next entries
+	// with ?cursor=; EntriesCursor (a report in a range) fetches the entries
+	// that did not fit the range's page from the single report's endpoint.
+	// Either is set only while breakdown entries remain.
+	NextCursor    string `json:"nextCursor,omitempty"`
+	EntriesCursor string `json:"entriesCursor,omitempty"`
 }
 
 // decodeReport reads a stored report (infra.StoredReport: the report item

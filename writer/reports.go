@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net/http"
 	"strconv"
 	"time"
@@ -33,7 +34,31 @@ func parsePeriod(field string, t aggregates.PeriodType, v string) (aggregates.Pe
 	return p, nil
 }
 
-// getReport serves GET …/reports/{period}/{value}.
+// Report responses are bounded (docs/api.md, "Reports"): a page holds at
+// most the requested number of entry items (single report) or reports
+// (range), and never more than about maxReportPageBytes of report data, far
+// below API Gateway's and Lambda's 6 MB. A report item itself is bounded
+// (at most 32 inline entries per dimension: infra/reportitem.go); its
+// entry items are what pages.
+const (
+	// DefaultReportEntries and MaxReportEntries bound the entry items one
+	// page of a single report carries (the limit parameter).
+	DefaultReportEntries = 500
+	MaxReportEntries     = 1000
+	// DefaultReportRange and MaxReportRange bound the reports one page of a
+	// range carries (the limit parameter).
+	DefaultReportRange = 100
+	MaxReportRange     = 366
+	// maxReportPageBytes bounds the stored bytes of report data one page
+	// reads (the JSON is of the same order).
+	maxReportPageBytes = 1 << 20
+	// reportQueryPage is the Limit of each Query a page makes.
+	reportQueryPage = 200
+)
+
+// getReport serves GET …/reports/{period}/{value}[?limit=&cursor=]: the
+// report's totals and inline entries, and its entry items in pages
+// (nextCursor while more remain).
 func (s *Server) getReport(w http.ResponseWriter, r *http.Request) {
 	tenant, branch, p := branchPath(r)
 	if p != nil {
@@ -50,13 +75,45 @@ func (s *Server) getReport(w http.ResponseWriter, r *http.Request) {
 		p.write(w)
 		return
 	}
-	k := aggregates.ReportKey{Tenant: tenant, Branch: branch, Period: period}
-	sr, err := infra.ReadReport(r.Context(), s.api, s.cfg.Table, k, false)
-	if err != nil {
-		s.fail(w, r, s.dynamoError("Query", err))
+	limit, startSK, p := s.reportPaging(r, tenant, branch, "report:"+period.String(), DefaultReportEntries, MaxReportEntries)
+	if p != nil {
+		p.write(w)
 		return
 	}
-	if !sr.Exists() {
+	k := aggregates.ReportKey{Tenant: tenant, Branch: branch, Period: period}
+	in := &dynamodb.QueryInput{
+		TableName:                &s.cfg.Table,
+		KeyConditionExpression:   aws.String("#pk = :pk AND begins_with(#sk, :p)"),
+		ExpressionAttributeNames: map[string]string{"#pk": attrPK, "#sk": attrSK},
+		ExpressionAttributeValues: map[string]ddbtypes.AttributeValue{
+			":pk": strAV(k.Key().PK), ":p": strAV(k.Key().SK),
+		},
+	}
+	pg, err := s.readReports(r.Context(), in, startSK, 1, limit)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	sr := pg.set[k]
+	if startSK != "" {
+		// A later page: the report item's totals, this page's entry items.
+		out, err := s.api.GetItem(r.Context(), &dynamodb.GetItemInput{TableName: &s.cfg.Table, Key: keyAV(k.Key())})
+		if err != nil {
+			s.fail(w, r, s.dynamoError("GetItem", err))
+			return
+		}
+		if sr == nil {
+			sr = &infra.StoredReport{Key: k}
+		}
+		if out.Item != nil {
+			head := maps.Clone(out.Item)
+			for _, d := range aggregates.Dimensions {
+				delete(head, d.Attribute()) // its inline entries were on the first page
+			}
+			sr.Item = head
+		}
+	}
+	if sr == nil || !sr.Exists() {
 		problem(http.StatusNotFound, ProblemNotFound, "no report for this period: no transaction of it has been aggregated yet").write(w)
 		return
 	}
@@ -65,21 +122,115 @@ func (s *Server) getReport(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
+	if c := pg.entriesCursor[k]; c != "" {
+		rep.NextCursor = s.cursors.encode(cursor{Tenant: tenant, Branch: branch, Query: "report:" + period.String(), SK: c})
+	}
 	if t, err := time.Parse(time.RFC3339Nano, rep.UpdatedAt); err == nil {
 		w.Header().Set("Last-Modified", t.UTC().Format(http.TimeFormat))
 	}
 	writeJSON(w, http.StatusOK, rep)
 }
 
-// ReportRange is the answer to a range request: the reports that exist in
-// the range, in period order.
-type ReportRange struct {
-	Items []Report `json:"items"`
+// reportPaging reads the limit (1–max, default def; larger is capped) and
+// the cursor, bound to the listing named query, of a report request.
+func (s *Server) reportPaging(r *http.Request, tenant, branch, query string, def, max int) (limit int, startSK string, p *Problem) {
+	q := r.URL.Query()
+	limit = def
+	if v := q.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			return 0, "", fieldProblem("limit", fmt.Sprintf("want a whole number from 1 to %d", max))
+		}
+		limit = min(n, max)
+	}
+	if c := q.Get("cursor"); c != "" {
+		cur, err := s.cursors.decode(c, tenant, branch, query)
+		if err != nil {
+			p := problem(http.StatusBadRequest, ProblemInvalidCursor, "the cursor is not one this listing issued (altered, expired key, or another report or range)")
+			p.Field = "cursor"
+			return 0, "", p
+		}
+		startSK = cur.SK
+	}
+	return limit, startSK, nil
 }
 
-// reportRange serves GET …/reports?period=&from=&to=: one Query with
-// BETWEEN on the sort key, from the first report item to the last one's
-// entry items ("{to}#…" sorts before "{to}$").
+// reportPage is what readReports read: the reports by key, those whose
+// entry items did not all fit (with the sort key of the last one read), and
+// where the next page starts ("" when the Query is exhausted).
+type reportPage struct {
+	set           infra.ReportSet
+	entriesCursor map[aggregates.ReportKey]string
+	next          string
+}
+
+// readReports runs in (a Query of report items in key order) from after
+// startSK, collecting at most maxReports reports and at most maxEntries
+// entry items and maxReportPageBytes bytes. A report whose entry items do
+// not fit keeps the ones read, gets an entries cursor, and the page ends
+// after it: the next page starts past its remaining entry items.
+func (s *Server) readReports(ctx context.Context, in *dynamodb.QueryInput, startSK string, maxReports, maxEntries int) (reportPage, error) {
+	pg := reportPage{set: infra.ReportSet{}, entriesCursor: map[aggregates.ReportKey]string{}}
+	pk := in.ExpressionAttributeValues[":pk"]
+	if startSK != "" {
+		in.ExclusiveStartKey = map[string]ddbtypes.AttributeValue{attrPK: pk, attrSK: strAV(startSK)}
+	}
+	in.Limit = aws.Int32(reportQueryPage)
+	reports, entries, bytes := 0, 0, 0
+	var last string              // sort key of the last item taken
+	var cur aggregates.ReportKey // the report being read
+	for {
+		out, err := s.api.Query(ctx, in)
+		if err != nil {
+			return pg, s.dynamoError("Query", err)
+		}
+		for _, item := range out.Items {
+			sk, _ := stringAttr(item, attrSK)
+			ref, err := aggregates.ParseReportItemKey(aggregates.Key{PK: pk.(*ddbtypes.AttributeValueMemberS).Value, SK: sk})
+			if err != nil {
+				return pg, err
+			}
+			size := infra.ItemSize(item)
+			switch {
+			case ref.Kind == aggregates.ReportHeader && (reports == maxReports || (reports > 0 && bytes+size > maxReportPageBytes)):
+				pg.next = last // the next page starts with this report
+				return pg, nil
+			case ref.Kind == aggregates.ReportHeader:
+				reports++
+			case ref.Kind == aggregates.ReportEntry && ref.Report != cur && pg.set[ref.Report] == nil && reports == maxReports:
+				pg.next = last // entry items of a report past the page (its item is missing)
+				return pg, nil
+			case ref.Kind == aggregates.ReportEntry && (entries == maxEntries || bytes+size > maxReportPageBytes):
+				pg.entriesCursor[ref.Report] = last
+				pg.next = ref.Report.Key().SK + "$" // past the rest of its entry items
+				return pg, nil
+			case ref.Kind == aggregates.ReportEntry:
+				entries++
+			}
+			if err := pg.set.Add(item); err != nil {
+				return pg, err
+			}
+			cur, last = ref.Report, sk
+			bytes += size
+		}
+		if len(out.LastEvaluatedKey) == 0 {
+			return pg, nil
+		}
+		in.ExclusiveStartKey = out.LastEvaluatedKey
+	}
+}
+
+// ReportRange is the answer to a range request: the reports that exist in
+// the range, in period order, and the cursor to the next page while more
+// remain.
+type ReportRange struct {
+	Items      []Report `json:"items"`
+	NextCursor string   `json:"nextCursor,omitempty"`
+}
+
+// reportRange serves GET …/reports?period=&from=&to=[&limit=&cursor=]: one
+// Query with BETWEEN on the sort key, from the first report item to the
+// last one's entry items ("{to}#…" sorts before "{to}$"), in pages.
 func (s *Server) reportRange(w http.ResponseWriter, r *http.Request) {
 	tenant, branch, p := branchPath(r)
 	if p != nil {
@@ -87,7 +238,7 @@ func (s *Server) reportRange(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	q := r.URL.Query()
-	if p := singleParams(q, map[string]bool{"period": true, "from": true, "to": true}); p != nil {
+	if p := singleParams(q, map[string]bool{"period": true, "from": true, "to": true, "limit": true, "cursor": true}); p != nil {
 		p.write(w)
 		return
 	}
@@ -120,15 +271,12 @@ func (s *Server) reportRange(w http.ResponseWriter, r *http.Request) {
 		fieldProblem("to", fmt.Sprintf("the range spans %d %s periods; at most %d per request", n, pt, maxRangePeriods[pt])).write(w)
 		return
 	}
-	items, err := s.queryReports(r.Context(), tenant, branch, from, to)
-	if err != nil {
-		s.fail(w, r, err)
+	query := "reports:" + from.String() + ".." + to.Value
+	limit, startSK, p := s.reportPaging(r, tenant, branch, query, DefaultReportRange, MaxReportRange)
+	if p != nil {
+		p.write(w)
 		return
 	}
-	writeJSON(w, http.StatusOK, ReportRange{Items: items})
-}
-
-func (s *Server) queryReports(ctx context.Context, tenant, branch string, from, to aggregates.Period) ([]Report, error) {
 	in := &dynamodb.QueryInput{
 		TableName:                &s.cfg.Table,
 		KeyConditionExpression:   aws.String("#pk = :pk AND #sk BETWEEN :lo AND :hi"),
@@ -137,31 +285,30 @@ func (s *Server) queryReports(ctx context.Context, tenant, branch string, from, 
 			":pk": strAV(aggregates.ReportPK(tenant, branch)), ":lo": strAV(from.String()), ":hi": strAV(to.String() + "$"),
 		},
 	}
-	set := infra.ReportSet{}
-	p := dynamodb.NewQueryPaginator(s.api, in)
-	for p.HasMorePages() {
-		out, err := p.NextPage(ctx)
-		if err != nil {
-			return nil, s.dynamoError("Query", err)
-		}
-		for _, item := range out.Items {
-			if err := set.Add(item); err != nil {
-				return nil, err
-			}
-		}
+	pg, err := s.readReports(r.Context(), in, startSK, limit, MaxReportEntries)
+	if err != nil {
+		s.fail(w, r, err)
+		return
 	}
-	items := []Report{}
-	for _, k := range set.Keys() {
-		if !set[k].Exists() {
+	out := ReportRange{Items: []Report{}}
+	for _, k := range pg.set.Keys() {
+		if !pg.set[k].Exists() {
 			continue
 		}
-		rep, err := decodeReport(k, set[k])
+		rep, err := decodeReport(k, pg.set[k])
 		if err != nil {
-			return nil, err
+			s.fail(w, r, err)
+			return
 		}
-		items = append(items, rep)
+		if c := pg.entriesCursor[k]; c != "" {
+			rep.EntriesCursor = s.cursors.encode(cursor{Tenant: tenant, Branch: branch, Query: "report:" + k.Period.String(), SK: c})
+		}
+		out.Items = append(out.Items, rep)
 	}
-	return items, nil
+	if pg.next != "" {
+		out.NextCursor = s.cursors.encode(cursor{Tenant: tenant, Branch: branch, Query: query, SK: pg.next})
+	}
+	writeJSON(w, http.StatusOK, out)
 }
 
 // periodsBetween counts the periods from..to inclusive (same type).

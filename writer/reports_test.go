@@ -3,12 +3,15 @@ package writer_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"testing"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	ddbtypes "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/shopspring/decimal"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -23,9 +26,20 @@ import (
 func (e *env) putReport(p aggregates.Period, r *aggregates.Report, updatedAt string) {
 	e.t.Helper()
 	item, entries := infra.EncodeReport(aggregates.ReportKey{Tenant: e.tenant, Branch: e.branch, Period: p}, r, updatedAt)
-	for _, it := range append(entries, item) {
-		_, err := e.ddb.PutItem(context.Background(), &dynamodb.PutItemInput{TableName: &e.table, Item: it})
-		require.NoError(e.t, err)
+	items := append(entries, item)
+	for len(items) > 0 {
+		n := min(len(items), 25)
+		var reqs []ddbtypes.WriteRequest
+		for _, it := range items[:n] {
+			reqs = append(reqs, ddbtypes.WriteRequest{PutRequest: &ddbtypes.PutRequest{Item: it}})
+		}
+		pending := map[string][]ddbtypes.WriteRequest{e.table: reqs}
+		for len(pending) > 0 {
+			out, err := e.ddb.BatchWriteItem(context.Background(), &dynamodb.BatchWriteItemInput{RequestItems: pending})
+			require.NoError(e.t, err)
+			pending = out.UnprocessedItems
+		}
+		items = items[n:]
 	}
 }
 
@@ -92,6 +106,103 @@ func TestReports_GetOneAndRange(t *testing.T) {
 		require.Equal(t, http.StatusBadRequest, r.Status, "%s: answer %s", path, r)
 		assert.Equal(t, field, r.problem(t).Field, path)
 	}
+}
+
+// TestReports_PagedAndBoundedWhateverTheirEntries: a report of thousands
+// of names (2,500 categories: 32 inline, the rest entry items) between two
+// small ones. One report comes in pages of at most limit entry items, its
+// totals on every page, every name exactly once over the pages; a range
+// carries at most MaxReportEntries entry items per page, gives the big
+// report an entries cursor for the rest and goes on past it; cursors are
+// bound to their listing.
+func TestReports_PagedAndBoundedWhateverTheirEntries(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, sharedTable(t))
+	small := &aggregates.Report{}
+	small.Add(aggregates.Totals{Income: dec("1"), Count: 1}, [3]string{"food", "", ""})
+	big := &aggregates.Report{}
+	const names = 2500
+	for i := range names {
+		big.Add(aggregates.Totals{Expense: dec("0.5"), Count: 1}, [3]string{fmt.Sprintf("category %04d", i), "", "card"})
+	}
+	day := func(d string) aggregates.Period { return aggregates.Period{Type: aggregates.Daily, Value: d} }
+	e.putReport(day("2026-05-01"), small, "2026-05-02T00:00:00Z")
+	e.putReport(day("2026-05-02"), big, "2026-05-03T00:00:00Z")
+	e.putReport(day("2026-05-03"), small, "2026-05-04T00:00:00Z")
+
+	seen := map[string]int{}
+	path := e.base() + "/reports/DAILY/2026-05-02?limit=1000"
+	pages := 0
+	for {
+		r := e.send(req{method: "GET", path: path})
+		require.Equal(t, http.StatusOK, r.Status, "answer %s", r)
+		var rep writer.Report
+		require.NoError(t, json.Unmarshal(r.Body, &rep))
+		pages++
+		assert.Equal(t, int64(names), rep.TransactionCount, "totals on every page")
+		assert.LessOrEqual(t, len(rep.ByCategory), 1000+infra.MaxInlineEntries)
+		for name := range rep.ByCategory {
+			seen[name]++
+		}
+		if rep.NextCursor == "" {
+			break
+		}
+		path = e.base() + "/reports/DAILY/2026-05-02?limit=1000&cursor=" + url.QueryEscape(rep.NextCursor)
+	}
+	assert.Equal(t, 3, pages)
+	assert.Len(t, seen, names)
+	for name, n := range seen {
+		require.Equal(t, 1, n, "%s on one page only", name)
+	}
+
+	r := e.send(req{method: "GET", path: e.base() + "/reports?period=DAILY&from=2026-05-01&to=2026-05-31"})
+	require.Equal(t, http.StatusOK, r.Status, "answer %s", r)
+	var rng writer.ReportRange
+	require.NoError(t, json.Unmarshal(r.Body, &rng))
+	require.Len(t, rng.Items, 2, "the page ends after the report whose entries did not fit")
+	assert.Empty(t, rng.Items[0].EntriesCursor)
+	assert.Equal(t, "2026-05-02", rng.Items[1].PeriodValue)
+	require.NotEmpty(t, rng.Items[1].EntriesCursor)
+	assert.Len(t, rng.Items[1].ByCategory, writer.MaxReportEntries+infra.MaxInlineEntries)
+	require.NotEmpty(t, rng.NextCursor)
+	got := len(rng.Items[1].ByCategory)
+	for c := rng.Items[1].EntriesCursor; c != ""; {
+		rest := e.send(req{method: "GET", path: e.base() + "/reports/DAILY/2026-05-02?cursor=" + url.QueryEscape(c)})
+		require.Equal(t, http.StatusOK, rest.Status, "answer %s", rest)
+		var tail writer.Report
+		require.NoError(t, json.Unmarshal(rest.Body, &tail))
+		assert.LessOrEqual(t, len(tail.ByCategory), writer.DefaultReportEntries)
+		got += len(tail.ByCategory)
+		c = tail.NextCursor
+	}
+	assert.Equal(t, names, got, "the entries cursor fetches exactly the rest")
+
+	r = e.send(req{method: "GET", path: e.base() + "/reports?period=DAILY&from=2026-05-01&to=2026-05-31&cursor=" + url.QueryEscape(rng.NextCursor)})
+	require.Equal(t, http.StatusOK, r.Status, "answer %s", r)
+	var next writer.ReportRange
+	require.NoError(t, json.Unmarshal(r.Body, &next))
+	require.Len(t, next.Items, 1)
+	assert.Equal(t, "2026-05-03", next.Items[0].PeriodValue)
+	assert.Empty(t, next.NextCursor)
+
+	r = e.send(req{method: "GET", path: e.base() + "/reports?period=DAILY&from=2026-05-01&to=2026-05-31&limit=1"})
+	require.Equal(t, http.StatusOK, r.Status)
+	require.NoError(t, json.Unmarshal(r.Body, &rng))
+	require.Len(t, rng.Items, 1, "limit counts reports")
+	require.NotEmpty(t, rng.NextCursor)
+
+	for _, bad := range []string{
+		"/reports/DAILY/2026-05-02?cursor=" + url.QueryEscape(rng.NextCursor),                           // a range's cursor
+		"/reports?period=DAILY&from=2026-05-01&to=2026-05-30&cursor=" + url.QueryEscape(rng.NextCursor), // another range
+		"/reports/DAILY/2026-05-02?cursor=x" + url.QueryEscape(rng.NextCursor),
+	} {
+		r := e.send(req{method: "GET", path: e.base() + bad})
+		require.Equal(t, http.StatusBadRequest, r.Status, "%s: answer %s", bad, r)
+		assert.Equal(t, writer.ProblemInvalidCursor, r.problem(t).Type)
+	}
+	r = e.send(req{method: "GET", path: e.base() + "/reports/DAILY/2026-05-02?limit=0"})
+	require.Equal(t, http.StatusBadRequest, r.Status)
+	assert.Equal(t, "limit", r.problem(t).Field)
 }
 
 func TestHealth_HealthzReadyzAndDrain(t *testing.T) {
