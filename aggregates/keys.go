@@ -30,6 +30,10 @@ import (
 // may appear only at the end of a key, after a fixed prefix, and neither may
 // hold '#', so no value can address another entity's item.
 
+// TenantPrefix starts the partition key of every item of a tenant
+// (directory, transactions, reports).
+const TenantPrefix = tenantPrefix
+
 const (
 	tenantPrefix      = "TENANT#"
 	branchInfix       = "#BRANCH#"
@@ -177,6 +181,19 @@ func ParseTransactionPK(pk string) (tenant, branch string, ok bool) {
 // ReportPK is the partition holding a branch's reports.
 func ReportPK(tenant, branch string) string {
 	return tenantPrefix + tenant + branchInfix + branch + reportingSuffix
+}
+
+// ParseReportPK splits a report partition key into tenant and branch, as
+// ParseTransactionPK does for transactions.
+func ParseReportPK(pk string) (tenant, branch string, ok bool) {
+	if !strings.HasPrefix(pk, tenantPrefix) || !strings.HasSuffix(pk, reportingSuffix) {
+		return "", "", false
+	}
+	tenant, branch, found := strings.Cut(pk[len(tenantPrefix):len(pk)-len(reportingSuffix)], branchInfix)
+	if !found || tenant == "" || branch == "" {
+		return "", "", false
+	}
+	return tenant, branch, true
 }
 
 // ReportKey addresses one report of a branch.

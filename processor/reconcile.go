@@ -4,9 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"reflect"
+	"slices"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -63,6 +66,27 @@ type ReconcileStats struct {
 	Transactions, Invalid, Reports int
 }
 
+// ReconcileOptions tune a reconcile of the whole table.
+type ReconcileOptions struct {
+	// Parallel is the number of Scan segments and of branches checked at
+	// once (default 4).
+	Parallel int
+	// Progress, if set, is called (from one goroutine at a time) as the
+	// reconcile advances: after each page of the scan and each branch.
+	Progress func(ReconcileProgress)
+}
+
+// ReconcileProgress is how far a reconcile has come.
+type ReconcileProgress struct {
+	Scanned       int // items seen by the key scan
+	Branches      int // branches found (final once Scanning is false)
+	BranchesDone  int
+	Differences   int
+	Scanning      bool
+	Transactions  int
+	ReportsLoaded int
+}
+
 // Reconcile recomputes every report in scope from the transactions in the
 // table, with the same domain arithmetic as the consumers but none of their
 // machinery (no stream, no guards, no deltas), and returns the reports whose
@@ -72,45 +96,188 @@ type ReconcileStats struct {
 // consumers run, a difference can be a change still in flight (read again
 // after the stream lag has passed to confirm it).
 func Reconcile(ctx context.Context, api ReconcileAPI, table string, scope Scope) ([]Difference, ReconcileStats, error) {
+	return ReconcileWith(ctx, api, table, scope, ReconcileOptions{})
+}
+
+// ReconcileWith is Reconcile with options. The whole table is read in two
+// passes with bounded memory: a parallel Scan of the keys only finds the
+// branches (a set of their ids is all it keeps), then the branches are
+// reconciled Parallel at a time, each from one Query of its transactions
+// and one of its reports, and forgotten. Memory is bounded by the number of
+// branches and Parallel branches' reports, whatever the table's size.
+func ReconcileWith(ctx context.Context, api ReconcileAPI, table string, scope Scope, opts ReconcileOptions) ([]Difference, ReconcileStats, error) {
+	if opts.Parallel <= 0 {
+		opts.Parallel = 4
+	}
+	var mu sync.Mutex // guards progress, stats and the callback
+	var progress ReconcileProgress
+	report := func(change func(*ReconcileProgress)) {
+		mu.Lock()
+		defer mu.Unlock()
+		change(&progress)
+		if opts.Progress != nil {
+			opts.Progress(progress)
+		}
+	}
+	var branches []Scope
+	switch {
+	case scope.Tenant != "" && scope.Branch != "":
+		branches = []Scope{scope}
+	case scope.Tenant != "" || scope.Branch != "":
+		return nil, ReconcileStats{}, errors.New("reconcile: a scope names both tenant and branch, or neither")
+	default:
+		report(func(p *ReconcileProgress) { p.Scanning = true })
+		var err error
+		if branches, err = scanBranches(ctx, api, table, opts.Parallel, func(n int) {
+			report(func(p *ReconcileProgress) { p.Scanned += n })
+		}); err != nil {
+			return nil, ReconcileStats{}, fmt.Errorf("reconcile %s: %w", table, err)
+		}
+	}
+	report(func(p *ReconcileProgress) { p.Scanning, p.Branches = false, len(branches) })
+
+	var stats ReconcileStats
+	var diffs []Difference
+	work := make(chan Scope)
+	errc := make(chan error, opts.Parallel)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var wg sync.WaitGroup
+	for range opts.Parallel {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for b := range work {
+				d, st, err := reconcileBranch(ctx, api, table, b)
+				if err != nil {
+					errc <- err
+					cancel()
+					return
+				}
+				report(func(p *ReconcileProgress) {
+					p.BranchesDone++
+					p.Differences += len(d)
+					p.Transactions += st.Transactions
+					p.ReportsLoaded += st.Reports
+					stats.Transactions += st.Transactions
+					stats.Invalid += st.Invalid
+					stats.Reports += st.Reports
+					diffs = append(diffs, d...)
+				})
+			}
+		}()
+	}
+feed:
+	for _, b := range branches {
+		select {
+		case work <- b:
+		case <-ctx.Done():
+			break feed
+		}
+	}
+	close(work)
+	wg.Wait()
+	close(errc)
+	if err := <-errc; err != nil {
+		return nil, stats, fmt.Errorf("reconcile %s: %w", table, err)
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, stats, fmt.Errorf("reconcile %s: %w", table, err)
+	}
+	sort.Slice(diffs, func(i, j int) bool {
+		a, b := diffs[i].key(), diffs[j].key()
+		return a.PK < b.PK || a.PK == b.PK && a.SK < b.SK
+	})
+	return diffs, stats, nil
+}
+
+// scanBranches finds every branch that has transactions or report items:
+// a parallel Scan of the keys only (segments segments), keeping the set of
+// branch ids.
+func scanBranches(ctx context.Context, api ReconcileAPI, table string, segments int, scanned func(int)) ([]Scope, error) {
+	var mu sync.Mutex
+	found := map[Scope]bool{}
+	errc := make(chan error, segments)
+	var wg sync.WaitGroup
+	for seg := range segments {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			in := &dynamodb.ScanInput{
+				TableName:                 &table,
+				ConsistentRead:            aws.Bool(true),
+				Segment:                   aws.Int32(int32(seg)),
+				TotalSegments:             aws.Int32(int32(segments)),
+				ProjectionExpression:      aws.String("#pk"),
+				FilterExpression:          aws.String("begins_with(#pk, :t)"),
+				ExpressionAttributeNames:  map[string]string{"#pk": attrPK},
+				ExpressionAttributeValues: map[string]ddbtypes.AttributeValue{":t": strAV(aggregates.TenantPrefix)},
+			}
+			p := dynamodb.NewScanPaginator(api, in)
+			for p.HasMorePages() {
+				out, err := p.NextPage(ctx)
+				if err != nil {
+					errc <- fmt.Errorf("scan segment %d: %w", seg, err)
+					return
+				}
+				mu.Lock()
+				for _, item := range out.Items {
+					pk, _ := stringAttr(item, attrPK)
+					if t, b, ok := aggregates.ParseTransactionPK(pk); ok {
+						found[Scope{Tenant: t, Branch: b}] = true
+					} else if t, b, ok := aggregates.ParseReportPK(pk); ok {
+						found[Scope{Tenant: t, Branch: b}] = true
+					}
+				}
+				mu.Unlock()
+				scanned(int(out.ScannedCount))
+			}
+		}()
+	}
+	wg.Wait()
+	close(errc)
+	if err := <-errc; err != nil {
+		return nil, err
+	}
+	out := slices.SortedFunc(maps.Keys(found), func(a, b Scope) int {
+		if a.Tenant != b.Tenant {
+			return strings.Compare(a.Tenant, b.Tenant)
+		}
+		return strings.Compare(a.Branch, b.Branch)
+	})
+	return out, nil
+}
+
+// reconcileBranch reconciles one branch: its transactions and its report
+// partition, each read with one paginated Query.
+func reconcileBranch(ctx context.Context, api ReconcileAPI, table string, scope Scope) ([]Difference, ReconcileStats, error) {
 	var stats ReconcileStats
 	expected := aggregates.NewFold()
 	stored := infra.ReportSet{}
 	var strays []Difference
-	visit := func(item map[string]ddbtypes.AttributeValue) error {
-		pk, _ := stringAttr(item, attrPK)
-		sk, _ := stringAttr(item, attrSK)
-		switch {
-		case aggregates.IsTransactionKey(pk):
-			stats.Transactions++
-			tx, err := aggregates.ParseTransaction(toImage(item))
-			if err != nil {
-				stats.Invalid++ // contributes zero, as in the consumers
-				return nil
-			}
-			expected.Add(tx, +1)
-		case strings.HasSuffix(pk, "#REPORTING"):
+	err := queryAll(ctx, api, table, aggregates.TransactionPK(scope.Tenant, scope.Branch), func(item map[string]ddbtypes.AttributeValue) error {
+		stats.Transactions++
+		tx, err := aggregates.ParseTransaction(toImage(item))
+		if err != nil {
+			stats.Invalid++ // contributes zero, as in the consumers
+			return nil
+		}
+		expected.Add(tx, +1)
+		return nil
+	})
+	if err == nil {
+		err = queryAll(ctx, api, table, aggregates.ReportPK(scope.Tenant, scope.Branch), func(item map[string]ddbtypes.AttributeValue) error {
 			if err := stored.Add(item); err != nil {
+				pk, _ := stringAttr(item, attrPK)
+				sk, _ := stringAttr(item, attrSK)
 				k := aggregates.Key{PK: pk, SK: sk}
 				strays = append(strays, Difference{Stray: &k, Lines: []string{"not a report, entry or parked delta: " + err.Error()}})
 			}
-		}
-		return nil
-	}
-	var err error
-	if scope.Tenant != "" || scope.Branch != "" {
-		if scope.Tenant == "" || scope.Branch == "" {
-			return nil, stats, errors.New("reconcile: a scope names both tenant and branch, or neither")
-		}
-		for _, pk := range []string{aggregates.TransactionPK(scope.Tenant, scope.Branch), aggregates.ReportPK(scope.Tenant, scope.Branch)} {
-			if err = queryAll(ctx, api, table, pk, visit); err != nil {
-				break
-			}
-		}
-	} else {
-		err = scanAll(ctx, api, table, visit)
+			return nil
+		})
 	}
 	if err != nil {
-		return nil, stats, fmt.Errorf("reconcile %s: %w", table, err)
+		return nil, stats, err
 	}
 
 	keys := map[aggregates.ReportKey]bool{}
@@ -125,40 +292,42 @@ func Reconcile(ctx context.Context, api ReconcileAPI, table string, scope Scope)
 	}
 	diffs := strays
 	for k := range keys {
-		want := expected.Report(k)
-		if want == nil {
-			want = &aggregates.Report{}
-		}
-		want.Prune()
-		d := Difference{Report: k, Expected: want}
-		got := &aggregates.Report{}
-		if sr := stored[k]; sr != nil {
-			d.stored = sr
-			d.Parked = len(sr.Parked)
-			if sr.Exists() {
-				got, d.Problems = sr.Decode()
-				d.Stored = got
-			}
-			if sr.Item != nil {
-				d.seen = sr.Item[attrUpdatedAt]
-			}
-		}
-		lines := got.Diff(want)
-		if d.Stored == nil && len(lines) > 0 {
-			lines = append([]string{"report item missing"}, lines...)
-		}
-		if d.Parked > 0 {
-			lines = append([]string{fmt.Sprintf("%d parked deltas", d.Parked)}, lines...)
-		}
-		if d.Lines = append(append([]string{}, d.Problems...), lines...); len(d.Lines) > 0 {
+		if d, ok := compareReport(k, expected.Report(k), stored[k]); ok {
 			diffs = append(diffs, d)
 		}
 	}
-	sort.Slice(diffs, func(i, j int) bool {
-		a, b := diffs[i].key(), diffs[j].key()
-		return a.PK < b.PK || a.PK == b.PK && a.SK < b.SK
-	})
 	return diffs, stats, nil
+}
+
+// compareReport compares the expected figures of report k (nil: none) with
+// what is stored (nil: nothing), returning the difference if there is one.
+func compareReport(k aggregates.ReportKey, want *aggregates.Report, sr *infra.StoredReport) (Difference, bool) {
+	if want == nil {
+		want = &aggregates.Report{}
+	}
+	want.Prune()
+	d := Difference{Report: k, Expected: want}
+	got := &aggregates.Report{}
+	if sr != nil {
+		d.stored = sr
+		d.Parked = len(sr.Parked)
+		if sr.Exists() {
+			got, d.Problems = sr.Decode()
+			d.Stored = got
+		}
+		if sr.Item != nil {
+			d.seen = sr.Item[attrUpdatedAt]
+		}
+	}
+	lines := got.Diff(want)
+	if d.Stored == nil && len(lines) > 0 {
+		lines = append([]string{"report item missing"}, lines...)
+	}
+	if d.Parked > 0 {
+		lines = append([]string{fmt.Sprintf("%d parked deltas", d.Parked)}, lines...)
+	}
+	d.Lines = append(append([]string{}, d.Problems...), lines...)
+	return d, len(d.Lines) > 0
 }
 
 func (d Difference) key() aggregates.Key {
@@ -313,28 +482,6 @@ func queryAll(ctx context.Context, api ReconcileAPI, table, pk string, visit fun
 		out, err := p.NextPage(ctx)
 		if err != nil {
 			return fmt.Errorf("query %s: %w", pk, err)
-		}
-		for _, item := range out.Items {
-			if err := visit(item); err != nil {
-				return err
-			}
-		}
-	}
-	return nil
-}
-
-func scanAll(ctx context.Context, api ReconcileAPI, table string, visit func(map[string]ddbtypes.AttributeValue) error) error {
-	in := &dynamodb.ScanInput{
-		TableName:                 &table,
-		ConsistentRead:            aws.Bool(true),
-		FilterExpression:          aws.String("begins_with(PK, :t)"),
-		ExpressionAttributeValues: map[string]ddbtypes.AttributeValue{":t": strAV("TENANT#")},
-	}
-	p := dynamodb.NewScanPaginator(api, in)
-	for p.HasMorePages() {
-		out, err := p.NextPage(ctx)
-		if err != nil {
-			return fmt.Errorf("scan: %w", err)
 		}
 		for _, item := range out.Items {
 			if err := visit(item); err != nil {

@@ -97,6 +97,26 @@ func (e *environment) tableDescribe(ctx context.Context, args []string) int {
 	return exitOK
 }
 
+// reconcileProgress returns a progress callback that prints a line on
+// stderr every 2 seconds once the reconcile has run for 3 (stdout keeps
+// only the differences).
+func (e *environment) reconcileProgress(start time.Time) func(processor.ReconcileProgress) {
+	var last time.Time
+	return func(p processor.ReconcileProgress) {
+		now := time.Now()
+		if now.Sub(start) < 3*time.Second || now.Sub(last) < 2*time.Second {
+			return
+		}
+		last = now
+		if p.Scanning {
+			fmt.Fprintf(e.stderr, "reconcile: scanning keys: %d items, %s\n", p.Scanned, now.Sub(start).Round(time.Second))
+			return
+		}
+		fmt.Fprintf(e.stderr, "reconcile: %d/%d branches, %d transactions, %d differences, %s\n",
+			p.BranchesDone, p.Branches, p.Transactions, p.Differences, now.Sub(start).Round(time.Second))
+	}
+}
+
 const reconcileHelp = `Recomputes every report of one branch (--tenant and --branch) or of the whole
 table from the transactions stored in it and prints each report whose stored
 figures differ. Exit status: 0 no difference, 1 differences found (repaired or
@@ -119,6 +139,7 @@ func (e *environment) reconcile(ctx context.Context, args []string) int {
 	branch := fs.String("branch", "", "branch id (with --tenant)")
 	repair := fs.Bool("repair", false, "rewrite the reports that differ (see above)")
 	settle := fs.Duration("settle", 10*time.Second, "with --repair: time between the two reads")
+	parallel := fs.Int("parallel", 4, "Scan segments and branches checked at once (1–64)")
 	if err := fs.Parse(args); err != nil {
 		return exitError
 	}
@@ -132,8 +153,12 @@ func (e *environment) reconcile(ctx context.Context, args []string) int {
 	if err != nil {
 		return e.fail(err)
 	}
+	if *parallel < 1 || *parallel > 64 {
+		return e.fail(errors.New("reconcile: --parallel must be from 1 to 64"))
+	}
 	scope := processor.Scope{Tenant: *tenant, Branch: *branch}
-	diffs, stats, err := processor.Reconcile(ctx, c, e.table, scope)
+	opts := processor.ReconcileOptions{Parallel: *parallel, Progress: e.reconcileProgress(time.Now())}
+	diffs, stats, err := processor.ReconcileWith(ctx, c, e.table, scope, opts)
 	if err != nil {
 		return e.fail(err)
 	}
@@ -154,7 +179,8 @@ func (e *environment) reconcile(ctx context.Context, args []string) int {
 		return e.fail(ctx.Err())
 	case <-time.After(*settle):
 	}
-	again, _, err := processor.Reconcile(ctx, c, e.table, scope)
+	opts.Progress = e.reconcileProgress(time.Now())
+	again, _, err := processor.ReconcileWith(ctx, c, e.table, scope, opts)
 	if err != nil {
 		return e.fail(err)
 	}

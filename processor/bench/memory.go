@@ -40,6 +40,11 @@ type MemoryResult struct {
 	// them differ from the fold of the backlog after the drain.
 	Reports, Diffs int
 	Binary         string
+	// Reconcile is `ledgerctl reconcile` over the drained table, as a child
+	// process: its duration, peak RSS and exit status (0: no difference).
+	ReconcileTook time.Duration
+	ReconcileRSS  int64
+	ReconcileExit int
 }
 
 // backlogChunk is how many changes are generated and loaded at a time.
@@ -143,7 +148,67 @@ func (r *runner) memory(ctx context.Context) (*MemoryResult, error) {
 			res.Diffs++
 		}
 	}
+	if err := r.reconcileChild(ctx, in.Endpoint, table, res); err != nil {
+		return nil, err
+	}
 	return res, nil
+}
+
+// reconcileChild runs `ledgerctl reconcile` (this executable when it is
+// ledgerctl, else one built with go build) over table as a child process,
+// for its time and peak RSS.
+func (r *runner) reconcileChild(ctx context.Context, endpoint, table string, res *MemoryResult) error {
+	bin, err := ledgerctlBinary(ctx)
+	if err != nil {
+		return err
+	}
+	r.logf("memory: %s reconcile over %d transactions", bin, res.Records)
+	cmd := exec.CommandContext(ctx, bin, "reconcile")
+	cmd.Env = append(os.Environ(), "AWS_ENDPOINT_URL="+endpoint, "AWS_REGION="+infra.LocalRegion,
+		"AWS_ACCESS_KEY_ID=local", "AWS_SECRET_ACCESS_KEY=local", "LEDGER_TABLE="+table)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	dieWithParent(cmd)
+	start := time.Now()
+	err = cmd.Run()
+	res.ReconcileTook = time.Since(start)
+	var exit *exec.ExitError
+	switch {
+	case errors.As(err, &exit):
+		res.ReconcileExit = exit.ExitCode()
+	case err != nil:
+		return fmt.Errorf("ledgerctl reconcile: %w", err)
+	}
+	if cmd.ProcessState != nil {
+		res.ReconcileRSS = peakRSS(cmd.ProcessState)
+	}
+	if res.ReconcileExit == 2 {
+		return fmt.Errorf("ledgerctl reconcile failed: %s", tail(out.String(), 2000))
+	}
+	return nil
+}
+
+// ledgerctlBinary is this executable when it is ledgerctl (make bench runs
+// `ledgerctl bench`), else a ledgerctl built into a temporary directory.
+func ledgerctlBinary(ctx context.Context) (string, error) {
+	if self, err := os.Executable(); err == nil && strings.HasPrefix(filepath.Base(self), "ledgerctl") {
+		return self, nil
+	}
+	root, err := moduleRoot()
+	if err != nil {
+		return "", err
+	}
+	dir, err := os.MkdirTemp("", "ledgerctl-bench")
+	if err != nil {
+		return "", err
+	}
+	bin := filepath.Join(dir, "ledgerctl")
+	cmd := exec.CommandContext(ctx, "go", "build", "-o", bin, "./cmd/ledgerctl")
+	cmd.Dir = root
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("build ledgerctl: %w: %s", err, out)
+	}
+	return bin, nil
 }
 
 // sampleRSS scrapes the poller's /metrics every 250 ms until stop and

@@ -117,6 +117,10 @@ func (res *Result) Markdown(w io.Writer) {
 		}
 		p("| %d | %s | %s | %.0f | %d | %s | %s | %s |\n\n", mr.Records, mr.WriteTook.Round(time.Second), mr.DrainTook.Round(time.Second),
 			float64(mr.Records)/mr.DrainTook.Seconds(), mr.RecordsRead, mib(mr.BacklogRSS), mib(mr.PeakRSS), exact)
+		p("### `ledgerctl reconcile` over the drained table\n\n")
+		p("| transactions | took | transactions/s | peak RSS | exit |\n|---:|---:|---:|---:|---:|\n")
+		p("| %d | %s | %.0f | %s | %d |\n\n", mr.Records, mr.ReconcileTook.Round(time.Millisecond),
+			float64(mr.Records)/mr.ReconcileTook.Seconds(), mib(mr.ReconcileRSS), mr.ReconcileExit)
 	}
 
 	res.targets(w)
