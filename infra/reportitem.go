@@ -508,3 +508,80 @@ func withEntity(m map[string]types.AttributeValue) map[string]types.AttributeVal
 	out[AttrEntityType] = &types.AttributeValueMemberS{Value: aggregates.EntityReport}
 	return out
 }
+
+// RepairItems are the writes that make a stored report equal to figures:
+// the report item, entry items to put and entry items to delete.
+type RepairItems struct {
+	Item    map[string]types.AttributeValue
+	Entries []map[string]types.AttributeValue
+	Deletes []aggregates.Key
+}
+
+// EncodeRepair returns the writes that rewrite stored (which may be empty,
+// damaged or in another placement) as a report with figures r. It keeps the
+// layout's invariant that entry items exist only beside a full inline map,
+// so a consumer never puts a name inline that has an entry item: the names
+// of a dimension (r's, and every name stored) are inline if they fit, else
+// the map is filled to MaxInlineEntries, names already inline first (a
+// damaged map's in name order), then the others in name order, and the rest
+// are entry items. A name that changes place is safe against consumers
+// whose shape is stale: an increment inline requires the name inline, a
+// write to an entry item requires it not inline (processor/commit.go).
+// Stored names r lacks are kept at zero. An entry item of a name now inline
+// is deleted.
+func EncodeRepair(k aggregates.ReportKey, r *aggregates.Report, stored *StoredReport, updatedAt string) RepairItems {
+	var out RepairItems
+	item, _ := EncodeReport(k, &aggregates.Report{Totals: r.Totals}, updatedAt)
+	out.Item = item
+	for _, d := range aggregates.Dimensions {
+		all := map[string]bool{}
+		var first []string // names inline now, in name order
+		if stored != nil {
+			if m, ok := stored.Item[d.Attribute()].(*types.AttributeValueMemberM); ok {
+				first = slices.Sorted(maps.Keys(m.Value))
+			}
+			for _, e := range stored.Entries {
+				if ref, err := refOf(e); err == nil && ref.Kind == aggregates.ReportEntry && ref.Dim == d {
+					all[ref.Name] = true
+				}
+			}
+		}
+		for _, name := range first {
+			all[name] = true
+		}
+		for name, t := range r.Breakdowns[d] {
+			if !t.IsZero() {
+				all[name] = true
+			}
+		}
+		if len(all) == 0 {
+			continue
+		}
+		inline := map[string]bool{}
+		for _, name := range append(first, slices.Sorted(maps.Keys(all))...) {
+			if len(inline) == MaxInlineEntries {
+				break
+			}
+			inline[name] = true
+		}
+		m := &types.AttributeValueMemberM{Value: map[string]types.AttributeValue{}}
+		for name := range inline {
+			m.Value[name] = TotalsAV(r.Breakdowns[d][name])
+		}
+		out.Item[d.Attribute()] = m
+		for _, name := range slices.Sorted(maps.Keys(all)) {
+			if !inline[name] {
+				out.Entries = append(out.Entries, EncodeEntry(k, d, name, r.Breakdowns[d][name]))
+			}
+		}
+		if stored != nil {
+			for _, e := range stored.Entries {
+				if ref, err := refOf(e); err == nil && ref.Kind == aggregates.ReportEntry && ref.Dim == d && inline[ref.Name] {
+					out.Deletes = append(out.Deletes, k.EntryKey(d, ref.Name))
+				}
+			}
+		}
+	}
+	slices.SortFunc(out.Deletes, func(a, b aggregates.Key) int { return cmpString(a.SK, b.SK) })
+	return out
+}

@@ -114,7 +114,7 @@ func (p *Processor) commitBatch(ctx context.Context, g *ShardGuard, changes []ch
 		err := p.commitTx(ctx, g,
 			func() ddbtypes.TransactWriteItem { return g.claimGroup(k, n, to, plan, digest) },
 			func() { g.claimedGroup(k, n, to, plan, digest) }, groups[k],
-			commitRef{id: g.shard + "~" + to + "~g" + strconv.Itoa(k), from: g.prev, to: to})
+			commitRef{id: g.shard + "~" + to + "~" + digest + "~g" + strconv.Itoa(k), from: batch[0].rec.SequenceNumber, to: to})
 		if err != nil {
 			return 0, fmt.Errorf("commit group %d of %d of the batch through %s: %w", k+1, n, to, err)
 		}
@@ -268,15 +268,20 @@ func (p *Processor) commitTx(ctx context.Context, g Guard, claim func() ddbtypes
 		lastErr = err
 		var tce *ddbtypes.TransactionCanceledException
 		if errors.As(err, &tce) {
+			before := len(parked)
 			retry, err := p.cancelled(g, keys, owner, parked, tce)
 			if errors.Is(err, errGuardTaken) && len(parked) > 0 {
-				// An earlier attempt of this commit, the one that parked,
-				// landed and its answer was lost (or another consumer
-				// committed the same records): count what it parked.
-				p.countParked(parts, parked, ref)
+				// An earlier attempt of this commit landed and its answer
+				// was lost (or another consumer committed the same
+				// records): count the parked deltas that exist.
+				p.countLandedParks(ctx, parts, parked, ref)
 			}
 			if err != nil {
 				return err
+			}
+			if retry && len(parked) > before {
+				attempt-- // a part to park is no failed attempt: send the rest now
+				continue
 			}
 			if retry {
 				continue
@@ -319,6 +324,20 @@ func (p *Processor) countParked(parts []part, parked map[int]parking, ref commit
 			"report", pt.key.String(), "reason", pk.reason, "detail", pk.detail, "records_from", ref.from, "records_to", ref.to)
 		p.shapes.forget(pt.key.Key())
 	}
+}
+
+// countLandedParks counts the parts of parked whose parked item exists: the
+// commit that landed parked them (a consistent read each; a failed read
+// only leaves the metric short, the item itself is what reconcile counts).
+func (p *Processor) countLandedParks(ctx context.Context, parts []part, parked map[int]parking, ref commitRef) {
+	landed := map[int]parking{}
+	for i, pk := range parked {
+		item, err := p.getItem(ctx, parts[i].key.ParkedKey(ref.id))
+		if err == nil && item != nil {
+			landed[i] = pk
+		}
+	}
+	p.countParked(parts, landed, ref)
 }
 
 // parking is why a part is parked.
@@ -420,6 +439,10 @@ func (p *Processor) cancelled(g Guard, keys []aggregates.ReportKey, owner []int,
 		switch code(i) {
 		case "", "None":
 		case "ConditionalCheckFailed": // a report's shape (the guard's was handled above)
+			if _, ok := parked[part]; ok && part >= 0 {
+				p.metrics.Commits.WithLabelValues("failed").Inc()
+				return false, fmt.Errorf("commit cancelled: the parked delta of %s exists already under this commit's id", keys[part])
+			}
 			shape = true
 			if part >= 0 {
 				p.shapes.forget(keys[part].Key())
@@ -448,7 +471,6 @@ func (p *Processor) cancelled(g Guard, keys []aggregates.ReportKey, owner []int,
 			}
 			parked[part] = parking{reason: reason, detail: msg}
 			p.shapes.forget(keys[part].Key())
-			shape = true
 		default:
 			p.metrics.Commits.WithLabelValues("failed").Inc()
 			return false, fmt.Errorf("commit cancelled: item %d of the transaction: %s: %s", i, code(i), aws.ToString(reasons[i].Message))
@@ -577,9 +599,19 @@ func (p *Processor) reportWrites(k aggregates.ReportKey, delta *aggregates.Repor
 		}
 		if len(inline) > 0 {
 			// The map keeps at most MaxInlineEntries names: it must still
-			// have room for these (it never shrinks, so a stale shape can
-			// only have underestimated it).
+			// have room for these (consumers never shrink it, so a stale
+			// shape can only have underestimated it).
 			cond = append(cond, "size("+b+") <= "+value(intAV(int64(infra.MaxInlineEntries-len(inline)))))
+		}
+		if sh.entries[d] != nil {
+			// A name goes to its entry item only while the map does not
+			// hold it: a name is in one place (a repair may have moved
+			// names inline since the shape was read).
+			for _, name := range added[len(inline):] {
+				ne++
+				names["#k"+strconv.Itoa(ne)] = name
+				cond = append(cond, "attribute_not_exists("+b+".#k"+strconv.Itoa(ne)+")")
+			}
 		}
 	}
 	u := &ddbtypes.Update{

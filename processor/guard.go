@@ -78,16 +78,36 @@ type pendingBatch struct {
 }
 
 // batchPlan holds the parameters a batch is planned with: at most items
-// parts per group, at most entries breakdown entries per part.
+// writes per group, at most entries breakdown entries per part. Its string
+// form carries planLayout, the version of the planning rule, so that a
+// batch left pending by a version that planned differently is named as
+// such instead of failing its digest.
 type batchPlan struct{ items, entries int }
 
-func (b batchPlan) String() string { return strconv.Itoa(b.items) + "/" + strconv.Itoa(b.entries) }
+// planLayout is the planning rule's version: 2 counts a part as one write
+// per entry besides its report item (the bounded report layout); plans
+// without a version are 1 (one write per part).
+const planLayout = 2
+
+func (b batchPlan) String() string {
+	return strconv.Itoa(b.items) + "/" + strconv.Itoa(b.entries) + "/" + strconv.Itoa(planLayout)
+}
+
+// errOldPlan is returned (wrapped) for a pending batch planned by a version
+// of ledger with another planning rule.
+var errOldPlan = errors.New("the pending batch was planned by another version of ledger: finish it with that version, or see docs/runbook.md, \"Upgrading\"")
 
 func parseBatchPlan(s string) (batchPlan, error) {
-	a, b, ok := strings.Cut(s, "/")
-	items, err1 := strconv.Atoi(a)
-	entries, err2 := strconv.Atoi(b)
-	if !ok || err1 != nil || err2 != nil || items < 1 || items > 99 || entries < 1 {
+	f := strings.Split(s, "/")
+	if len(f) == 2 || len(f) == 3 && f[2] != strconv.Itoa(planLayout) {
+		return batchPlan{}, fmt.Errorf("batch plan %q: %w", s, errOldPlan)
+	}
+	if len(f) != 3 {
+		return batchPlan{}, fmt.Errorf("malformed batch plan %q", s)
+	}
+	items, err1 := strconv.Atoi(f[0])
+	entries, err2 := strconv.Atoi(f[1])
+	if err1 != nil || err2 != nil || items < 1 || items > 99 || entries < 1 {
 		return batchPlan{}, fmt.Errorf("malformed batch plan %q", s)
 	}
 	return batchPlan{items, entries}, nil

@@ -142,10 +142,11 @@ func TestCommit_RefusedReportItemsAreParkedOnceAndTheRestCommits(t *testing.T) {
 			assert.Equal(t, int(testutil.ToFloat64(p.Metrics().Parked.WithLabelValues(processor.ParkedMalformed))+
 				testutil.ToFloat64(p.Metrics().Parked.WithLabelValues(processor.ParkedTooLarge))), parked, "one parked item per parked delta")
 
-			repaired, skipped, err := processor.Repair(ctx, e.ddb, e.table, diffs, time.Now())
+			res, err := processor.Repair(ctx, e.ddb, e.table, diffs, time.Now())
 			require.NoError(t, err)
-			assert.Empty(t, skipped)
-			assert.Equal(t, len(diffs), repaired)
+			assert.Empty(t, res.Skipped)
+			assert.Empty(t, res.Partial)
+			assert.Equal(t, len(diffs), res.Repaired)
 			e.requireReconciled(t)
 			out, err := e.ddb.Query(ctx, &dynamodb.QueryInput{TableName: &e.table, IndexName: aws.String("GSI1"),
 				KeyConditionExpression:    aws.String("GSI1PK = :p"),

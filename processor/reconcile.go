@@ -371,103 +371,141 @@ func sameReport(a, b *aggregates.Report) bool {
 	return a.Equal(b)
 }
 
-// Repair rewrites each report of diffs as its expected figures in the
-// report layout (infra.EncodeReport), deletes the entry items that layout
-// does not keep and the report's parked deltas, and deletes stray items.
-// A report is rewritten on condition that its report item is still the one
-// Reconcile read (same updatedAt, or still absent), in one transaction when
-// its items fit one (100 writes), else in several, each after the first on
-// condition that the report item is still the repair's. A report a consumer
-// changed meanwhile is left alone (or, between transactions of a large
-// one, left for the next reconcile) and reported in skipped.
-func Repair(ctx context.Context, api ReconcileAPI, table string, diffs []Difference, now time.Time) (repaired int, skipped []aggregates.ReportKey, err error) {
+// RepairResult says what a Repair did: reports rewritten whole, reports
+// left alone because a consumer changed them after Reconcile read them
+// (Skipped), and large reports whose first transaction landed but a later
+// one found a consumer's commit in between (Partial: each name is in one
+// place and either repaired or as before; reconcile again).
+type RepairResult struct {
+	Repaired         int
+	Skipped, Partial []aggregates.ReportKey
+}
+
+// Repair rewrites each report of diffs as its expected figures
+// (infra.EncodeRepair: every name keeps its place where the layout allows),
+// deletes entry items the layout no longer needs, stray items, and then the
+// report's parked deltas. The report item is written on condition that it
+// is still the one Reconcile read (same updatedAt, or still absent); a
+// report whose writes do not fit one transaction (100 writes) continues in
+// further transactions, each on condition that the report item is still
+// the repair's own.
+func Repair(ctx context.Context, api ReconcileAPI, table string, diffs []Difference, now time.Time) (RepairResult, error) {
+	var res RepairResult
 	stamp := now.UTC().Format(time.RFC3339Nano)
 	for _, d := range diffs {
 		if d.Stray != nil {
 			if _, err := api.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: []ddbtypes.TransactWriteItem{
 				{Delete: &ddbtypes.Delete{TableName: &table, Key: keyAV(*d.Stray)}},
 			}}); err != nil {
-				return repaired, skipped, fmt.Errorf("repair: delete stray item %s: %w", d.Stray, err)
+				return res, fmt.Errorf("repair: delete stray item %s: %w", d.Stray, err)
 			}
-			repaired++
+			res.Repaired++
 			continue
 		}
-		ok, err := repairReport(ctx, api, table, d, stamp)
+		landed, whole, err := repairReport(ctx, api, table, d, stamp)
 		switch {
 		case err != nil:
-			return repaired, skipped, fmt.Errorf("repair %s: %w", d.Report, err)
-		case ok:
-			repaired++
+			return res, fmt.Errorf("repair %s: %w", d.Report, err)
+		case whole:
+			res.Repaired++
+		case landed:
+			res.Partial = append(res.Partial, d.Report)
 		default:
-			skipped = append(skipped, d.Report)
+			res.Skipped = append(res.Skipped, d.Report)
 		}
 	}
-	return repaired, skipped, nil
+	return res, nil
 }
 
-func repairReport(ctx context.Context, api ReconcileAPI, table string, d Difference, stamp string) (bool, error) {
-	item, entries := infra.EncodeReport(d.Report, d.Expected, stamp)
-	item[infra.AttrRepairedAt] = item[attrUpdatedAt]
-	head := &ddbtypes.Put{TableName: &table, Item: item, ExpressionAttributeNames: map[string]string{"#ua": attrUpdatedAt}}
-	switch {
-	case d.stored == nil || d.stored.Item == nil:
-		head.ConditionExpression = aws.String("attribute_not_exists(PK)")
-		head.ExpressionAttributeNames = nil
-	case d.seen == nil:
-		head.ConditionExpression = aws.String("attribute_exists(PK) AND attribute_not_exists(#ua)")
-	default:
-		head.ConditionExpression = aws.String("#ua = :seen")
-		head.ExpressionAttributeValues = map[string]ddbtypes.AttributeValue{":seen": d.seen}
-	}
-	ops := []ddbtypes.TransactWriteItem{{Put: head}}
-	if d.Expected.IsZero() && (d.stored == nil || d.stored.Item == nil) {
-		ops = nil // no report to write: only stale items to delete
-	}
-	keep := map[aggregates.Key]bool{}
-	for _, e := range entries {
-		pk, _ := stringAttr(e, attrPK)
-		sk, _ := stringAttr(e, attrSK)
-		keep[aggregates.Key{PK: pk, SK: sk}] = true
+// repairReport writes one report's repair; landed is whether its first
+// transaction did, whole whether all did.
+func repairReport(ctx context.Context, api ReconcileAPI, table string, d Difference, stamp string) (landed, whole bool, err error) {
+	ri := infra.EncodeRepair(d.Report, d.Expected, d.stored, stamp)
+	ri.Item[infra.AttrRepairedAt] = ri.Item[attrUpdatedAt]
+	hasItem := d.stored != nil && d.stored.Item != nil
+	var ops []ddbtypes.TransactWriteItem
+	for _, e := range ri.Entries {
 		ops = append(ops, ddbtypes.TransactWriteItem{Put: &ddbtypes.Put{TableName: &table, Item: e}})
 	}
-	if d.stored != nil {
-		for _, group := range [][]map[string]ddbtypes.AttributeValue{d.stored.Entries, d.stored.Parked} {
-			for _, e := range group {
-				pk, _ := stringAttr(e, attrPK)
-				sk, _ := stringAttr(e, attrSK)
-				if k := (aggregates.Key{PK: pk, SK: sk}); !keep[k] {
-					ops = append(ops, ddbtypes.TransactWriteItem{Delete: &ddbtypes.Delete{TableName: &table, Key: keyAV(k)}})
-				}
+	for _, k := range ri.Deletes {
+		ops = append(ops, ddbtypes.TransactWriteItem{Delete: &ddbtypes.Delete{TableName: &table, Key: keyAV(k)}})
+	}
+	var guard ddbtypes.TransactWriteItem // what every transaction after the first requires
+	var first []ddbtypes.TransactWriteItem
+	if !hasItem && d.Expected.IsZero() {
+		// No report to write: only stale items to delete, while no report
+		// item appears meanwhile.
+		ops = nil
+		if d.stored != nil {
+			for _, e := range d.stored.Entries {
+				ops = append(ops, ddbtypes.TransactWriteItem{Delete: &ddbtypes.Delete{TableName: &table, Key: keyAV(keyOfItem(e))}})
 			}
 		}
-	}
-	headWritten := false
-	for len(ops) > 0 {
-		n := min(len(ops), 100)
-		chunk := ops[:n]
-		if headWritten {
-			// Later transactions go on only while the report item is the
-			// repair's own.
-			n = min(len(ops), 99)
-			chunk = append([]ddbtypes.TransactWriteItem{{ConditionCheck: &ddbtypes.ConditionCheck{
-				TableName: &table, Key: keyAV(d.Report.Key()),
-				ConditionExpression:       aws.String("#ra = :stamp AND #ua = :stamp"),
-				ExpressionAttributeNames:  map[string]string{"#ra": infra.AttrRepairedAt, "#ua": attrUpdatedAt},
-				ExpressionAttributeValues: map[string]ddbtypes.AttributeValue{":stamp": strAV(stamp)},
-			}}}, ops[:n]...)
+		guard = ddbtypes.TransactWriteItem{ConditionCheck: &ddbtypes.ConditionCheck{
+			TableName: &table, Key: keyAV(d.Report.Key()), ConditionExpression: aws.String("attribute_not_exists(PK)"),
+		}}
+		first = []ddbtypes.TransactWriteItem{guard}
+	} else {
+		head := &ddbtypes.Put{TableName: &table, Item: ri.Item}
+		switch {
+		case !hasItem:
+			head.ConditionExpression = aws.String("attribute_not_exists(PK)")
+		case d.seen == nil:
+			head.ConditionExpression = aws.String("attribute_exists(PK) AND attribute_not_exists(#ua)")
+			head.ExpressionAttributeNames = map[string]string{"#ua": attrUpdatedAt}
+		default:
+			head.ConditionExpression = aws.String("#ua = :seen")
+			head.ExpressionAttributeNames = map[string]string{"#ua": attrUpdatedAt}
+			head.ExpressionAttributeValues = map[string]ddbtypes.AttributeValue{":seen": d.seen}
 		}
+		first = []ddbtypes.TransactWriteItem{{Put: head}}
+		guard = ddbtypes.TransactWriteItem{ConditionCheck: &ddbtypes.ConditionCheck{
+			TableName: &table, Key: keyAV(d.Report.Key()),
+			ConditionExpression:       aws.String("#ra = :stamp AND #ua = :stamp"),
+			ExpressionAttributeNames:  map[string]string{"#ra": infra.AttrRepairedAt, "#ua": attrUpdatedAt},
+			ExpressionAttributeValues: map[string]ddbtypes.AttributeValue{":stamp": strAV(stamp)},
+		}}
+	}
+	chunk := first
+	for {
+		n := min(len(ops), 100-len(chunk))
+		chunk = append(chunk, ops[:n]...)
+		ops = ops[n:]
 		_, err := api.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: chunk})
 		var tce *ddbtypes.TransactionCanceledException
 		if errors.As(err, &tce) {
-			return false, nil
+			return landed, false, nil
 		}
 		if err != nil {
-			return false, err
+			return landed, false, err
 		}
-		headWritten = headWritten || chunk[0].Put == head
-		ops = ops[n:]
+		landed = true
+		if len(ops) == 0 {
+			break
+		}
+		chunk = []ddbtypes.TransactWriteItem{guard}
 	}
-	return true, nil
+	// Parked deltas are never part of the figures: once the report is
+	// rebuilt from the transactions, the ones read are deleted (one parked
+	// since stays, and shows in the next reconcile).
+	if d.stored != nil {
+		for i := 0; i < len(d.stored.Parked); i += 100 {
+			var dels []ddbtypes.TransactWriteItem
+			for _, e := range d.stored.Parked[i:min(i+100, len(d.stored.Parked))] {
+				dels = append(dels, ddbtypes.TransactWriteItem{Delete: &ddbtypes.Delete{TableName: &table, Key: keyAV(keyOfItem(e))}})
+			}
+			if _, err := api.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: dels}); err != nil {
+				return landed, false, fmt.Errorf("delete parked deltas: %w", err)
+			}
+		}
+	}
+	return landed, true, nil
+}
+
+func keyOfItem(item map[string]ddbtypes.AttributeValue) aggregates.Key {
+	pk, _ := stringAttr(item, attrPK)
+	sk, _ := stringAttr(item, attrSK)
+	return aggregates.Key{PK: pk, SK: sk}
 }
 
 func queryAll(ctx context.Context, api ReconcileAPI, table, pk string, visit func(map[string]ddbtypes.AttributeValue) error) error {

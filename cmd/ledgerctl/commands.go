@@ -185,11 +185,14 @@ func (e *environment) reconcile(ctx context.Context, args []string) int {
 		return e.fail(err)
 	}
 	settled := processor.Settled(diffs, again)
-	repaired, skipped, err := processor.Repair(ctx, c, e.table, settled, time.Now())
+	res, err := processor.Repair(ctx, c, e.table, settled, time.Now())
 	if err != nil {
 		return e.fail(err)
 	}
-	fmt.Fprintf(e.stdout, "repaired %d reports; %d changed during the check and were left alone; %d skipped by a concurrent update\n",
-		repaired, len(again)-len(settled), len(skipped))
+	for _, k := range res.Partial {
+		fmt.Fprintf(e.stdout, "partly repaired (a consumer committed between its transactions; run reconcile again): %s\n", k)
+	}
+	fmt.Fprintf(e.stdout, "repaired %d reports; %d changed during the check and were left alone; %d skipped by a concurrent update; %d partly repaired\n",
+		res.Repaired, len(again)-len(settled), len(res.Skipped), len(res.Partial))
 	return exitDiff
 }

@@ -101,6 +101,17 @@ func (res *Result) Markdown(w io.Writer) {
 		p("\n")
 	}
 
+	p("### Report item sizes after the run (ledger's approaches; bytes by DynamoDB's rules)\n\n")
+	p("| workload | approach | batch | report items | entry items | p50 | p99 | max |\n|---|---|---:|---:|---:|---:|---:|---:|\n")
+	for _, r := range res.Rows {
+		if r.Sizes == nil {
+			continue
+		}
+		z := r.Sizes
+		p("| %s | %s | %d | %d | %d | %d | %d | %d |\n", r.Workload, r.Approach, r.Batch, z.ReportItems, z.EntryItems, z.P50, z.P99, z.Max)
+	}
+	p("\n")
+
 	if mr := res.Memory; mr != nil {
 		p("### Poller binary (`poller --drain`) draining a backlog of inserts shaped like workload a\n\n")
 		p("| backlog records | written in | drained in | backlog records/s | records read (backlog + its own report writes; last sample, every 250 ms) | peak RSS while applying the backlog | peak RSS, whole drain | reports exact afterwards |\n")

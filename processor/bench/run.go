@@ -11,7 +11,9 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	ddbtypes "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
+	"github.com/ledger-dev/ledger/aggregates"
 	"github.com/ledger-dev/ledger/infra"
 	"github.com/ledger-dev/ledger/infra/ddblocal"
 	"github.com/ledger-dev/ledger/processor"
@@ -70,7 +72,7 @@ func Full() Config {
 	return Config{
 		Seed: 6,
 		Workloads: []WorkloadRun{
-			{WorkloadA, 3000}, {WorkloadB, 10000}, {WorkloadC, 3000}, {WorkloadD, 3000},
+			{WorkloadA, 3000}, {WorkloadB, 10000}, {WorkloadC, 3000}, {WorkloadD, 3000}, {WorkloadE, 10000},
 		},
 		BatchSizes:     []int{100, 1000},
 		PollerBatches:  []int{10000},
@@ -89,7 +91,7 @@ func Quick() Config {
 		Quick: true,
 		Seed:  6,
 		Workloads: []WorkloadRun{
-			{WorkloadA, 20}, {WorkloadB, 120}, {WorkloadC, 20}, {WorkloadD, 20},
+			{WorkloadA, 20}, {WorkloadB, 120}, {WorkloadC, 20}, {WorkloadD, 20}, {WorkloadE, 120},
 		},
 		BatchSizes:    []int{100, 1000},
 		PollerBatches: []int{10000},
@@ -121,6 +123,53 @@ type Row struct {
 	Diffs      int
 	Reports    int
 	TotalsOnly bool
+	// Sizes are the sizes of the report partitions' items after the run
+	// (ledger's approaches only).
+	Sizes *ItemSizes
+}
+
+// ItemSizes describes the items of the report partitions: report items and
+// entry items, their counts and the p50, p99 and largest report item size
+// in bytes (DynamoDB's rules).
+type ItemSizes struct {
+	ReportItems, EntryItems int
+	P50, P99, Max           int
+}
+
+// itemSizes scans the report partitions of table.
+func itemSizes(ctx context.Context, db *dynamodb.Client, table string) (*ItemSizes, error) {
+	out := &ItemSizes{}
+	var sizes []int
+	p := dynamodb.NewScanPaginator(db, &dynamodb.ScanInput{TableName: &table})
+	for p.HasMorePages() {
+		page, err := p.NextPage(ctx)
+		if err != nil {
+			return nil, err
+		}
+		for _, item := range page.Items {
+			pk, _ := item[infra.AttrPK].(*ddbtypes.AttributeValueMemberS)
+			sk, _ := item[infra.AttrSK].(*ddbtypes.AttributeValueMemberS)
+			if pk == nil || sk == nil {
+				continue
+			}
+			ref, err := aggregates.ParseReportItemKey(aggregates.Key{PK: pk.Value, SK: sk.Value})
+			if err != nil || !strings.HasSuffix(pk.Value, "#REPORTING") {
+				continue
+			}
+			switch ref.Kind {
+			case aggregates.ReportHeader:
+				out.ReportItems++
+				sizes = append(sizes, infra.ItemSize(item))
+			case aggregates.ReportEntry:
+				out.EntryItems++
+			}
+		}
+	}
+	if len(sizes) > 0 {
+		slices.Sort(sizes)
+		out.P50, out.P99, out.Max = sizes[len(sizes)/2], sizes[len(sizes)*99/100], sizes[len(sizes)-1]
+	}
+	return out, nil
 }
 
 func per1000(v float64, changes int) float64 { return v * 1000 / float64(changes) }
@@ -403,6 +452,11 @@ func (r *runner) cell(ctx context.Context, c cell) (Row, error) {
 	}
 	row.Reports = stats.Reports
 	row.TotalsOnly = c.a == SyncTransaction
+	if !c.a.batchless() {
+		if row.Sizes, err = itemSizes(ctx, db, t.table); err != nil {
+			return row, err
+		}
+	}
 	for _, d := range diffs {
 		if row.TotalsOnly && d.Stored != nil && d.Stored.Totals.Equal(d.Expected.Totals) {
 			continue

@@ -10,11 +10,13 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/ledger-dev/ledger/infra"
 )
 
 func TestWorkloads_HaveTheIssuesShape(t *testing.T) {
 	const n = 10000
-	for _, w := range []WorkloadSpec{WorkloadA, WorkloadB, WorkloadC, WorkloadD} {
+	for _, w := range []WorkloadSpec{WorkloadA, WorkloadB, WorkloadC, WorkloadD, WorkloadE} {
 		t.Run(w.Name, func(t *testing.T) {
 			ops := w.Generate(n, 6)
 			assert.Equal(t, ops, w.Generate(n, 6), "deterministic for a seed")
@@ -38,6 +40,17 @@ func TestWorkloads_HaveTheIssuesShape(t *testing.T) {
 					backdated++
 				}
 				require.NotNil(t, txOf(op.New), "every insert is a valid transaction")
+			}
+			if w.Name == "e" {
+				costCentres, categories := map[string]bool{}, map[string]bool{}
+				for _, op := range ops {
+					if op.New != nil {
+						costCentres[str(op.New["costCenter"])] = true
+						categories[str(op.New["category"])] = true
+					}
+				}
+				assert.Greater(t, len(costCentres), 7000, "high cardinality: most changes name a new cost centre")
+				assert.Greater(t, len(categories), 1900)
 			}
 			share := func(k OpKind) float64 { return float64(kinds[k]) / n }
 			assert.InDelta(t, w.ModifyShare, share(OpModify), 0.01)
@@ -78,6 +91,13 @@ func TestQuick_RunsEveryMeasurement(t *testing.T) {
 		} else {
 			assert.Zero(t, r.Diffs, "%s: exact under duplicates", name)
 		}
+		if r.Approach == LedgerPoller || r.Approach == LedgerLambda {
+			require.NotNil(t, r.Sizes, name)
+			assert.LessOrEqual(t, r.Sizes.Max, infra.MaxReportItemBytes, "%s: report items stay bounded", name)
+			if r.Workload == "e" {
+				assert.Positive(t, r.Sizes.EntryItems, "%s: the yearly report's names spill to entry items", name)
+			}
+		}
 	}
 	require.Len(t, res.Lag, len(Approaches))
 	for _, l := range res.Lag {
@@ -86,7 +106,7 @@ func TestQuick_RunsEveryMeasurement(t *testing.T) {
 	}
 	require.Len(t, res.CPU, 2)
 	md := res.String()
-	for _, want := range []string{"### Backlog", "### Lag", "### CPU", "### Targets", "| b | 4 ledger: poller | 1000 |", "| b | 4 ledger: poller | 10000 |", "Beyond the targets' batch size"} {
+	for _, want := range []string{"### Backlog", "### Lag", "### CPU", "### Targets", "| b | 4 ledger: poller | 1000 |", "| b | 4 ledger: poller | 10000 |", "| e | 4 ledger: poller | 1000 |", "### Report item sizes", "Beyond the targets' batch size"} {
 		assert.True(t, strings.Contains(md, want), "markdown has %q", want)
 	}
 }

@@ -23,6 +23,34 @@ type WorkloadSpec struct {
 	// Shuffled writes the changes in random order (a backfill) instead of
 	// createdAt order (a live system).
 	Shuffled bool
+	// Categories and CostCenters are the sizes of the name pools (0: 20
+	// and 5); CostCenterShare is the share of transactions with a cost
+	// centre (0: 0.6).
+	Categories, CostCenters int
+	CostCenterShare         float64
+}
+
+// namePools are the breakdown names a workload draws from.
+type namePools struct {
+	categories, costCenters []string
+	costCenterShare         float64
+}
+
+func (w WorkloadSpec) pools() namePools {
+	if w.Categories == 0 && w.CostCenters == 0 && w.CostCenterShare == 0 {
+		return namePools{categories, costCenters, 0.6}
+	}
+	p := namePools{names("category", w.Categories), names("cc", w.CostCenters), w.CostCenterShare}
+	if w.Categories == 0 {
+		p.categories = categories
+	}
+	if w.CostCenters == 0 {
+		p.costCenters = costCenters
+	}
+	if w.CostCenterShare == 0 {
+		p.costCenterShare = 0.6
+	}
+	return p
 }
 
 // The workloads of issue 6. Each has 20 categories, 5 cost centres (on 60%
@@ -34,6 +62,12 @@ var (
 	WorkloadB = WorkloadSpec{Name: "b", Description: "50 branches, 90 days, 10% modifies, 5% deletes", Branches: 50, Days: 90, ModifyShare: 0.10, DeleteShare: 0.05}
 	WorkloadC = WorkloadSpec{Name: "c", Description: "1,000 branches, uniform, 90 days", Branches: 1000, Days: 90, ModifyShare: 0.10, DeleteShare: 0.05}
 	WorkloadD = WorkloadSpec{Name: "d", Description: "backfill: 50 branches, 3 years, random order", Branches: 50, Days: 3 * 365, Shuffled: true}
+	// WorkloadE is high cardinality (issue 11): one branch-year whose
+	// transactions draw from 2,000 categories and 20,000 cost centres (one
+	// on every transaction), changes spread over the year: its monthly and
+	// yearly reports hold far more names than a report item keeps inline.
+	WorkloadE = WorkloadSpec{Name: "e", Description: "high cardinality: one branch-year, 2,000 categories, 20,000 cost centres", Branches: 1, Days: 365,
+		ModifyShare: 0.10, DeleteShare: 0.05, Categories: 2000, CostCenters: 20000, CostCenterShare: 1}
 )
 
 const (
@@ -80,6 +114,7 @@ type Op struct {
 // Generate returns n changes of the workload for seed.
 func (w WorkloadSpec) Generate(n int, seed uint64) []Op {
 	rng := rand.New(rand.NewPCG(seed, seed^0x5eed))
+	pools := w.pools()
 	start := workloadEnd.Add(-time.Duration(w.Days) * 24 * time.Hour)
 	span := workloadEnd.Sub(start)
 	if w.Days == 1 {
@@ -100,7 +135,7 @@ func (w WorkloadSpec) Generate(n int, seed uint64) []Op {
 		case !w.Shuffled && len(alive) > 0 && r < w.ModifyShare:
 			j := rng.IntN(len(alive))
 			old := alive[j].item
-			item := modified(rng, old)
+			item := modified(rng, pools, old)
 			alive[j].item = item
 			ops = append(ops, Op{Kind: OpModify, Key: alive[j].key, Old: old, New: item})
 		case !w.Shuffled && len(alive) > 0 && r < w.ModifyShare+w.DeleteShare:
@@ -116,7 +151,7 @@ func (w WorkloadSpec) Generate(n int, seed uint64) []Op {
 				created = now.Add(-time.Duration(1 + rng.Int64N(int64(maxBackdate))))
 			}
 			branch := fmt.Sprintf("br%04d", 1+rng.IntN(w.Branches))
-			item := newTransaction(rng, branch, created, fmt.Sprintf("%s%07d", w.Name, i))
+			item := newTransaction(rng, pools, branch, created, fmt.Sprintf("%s%07d", w.Name, i))
 			k := aggregates.Key{PK: aggregates.TransactionPK(tenant, branch), SK: str(item["SK"])}
 			alive = append(alive, live{key: k, item: item})
 			ops = append(ops, Op{Kind: OpInsert, Key: k, New: item})
@@ -142,7 +177,7 @@ func amount(rng *rand.Rand) string {
 	return strconv.Itoa(1+rng.IntN(2000)) + "." + fmt.Sprintf("%02d", rng.IntN(100))
 }
 
-func newTransaction(rng *rand.Rand, branch string, created time.Time, id string) map[string]ddbtypes.AttributeValue {
+func newTransaction(rng *rand.Rand, pools namePools, branch string, created time.Time, id string) map[string]ddbtypes.AttributeValue {
 	date := created.UTC().Format("2006-01-02")
 	typ := "EXPENSE"
 	if rng.IntN(5) < 2 {
@@ -151,11 +186,11 @@ func newTransaction(rng *rand.Rand, branch string, created time.Time, id string)
 	item := map[string]ddbtypes.AttributeValue{
 		"PK": sAV(aggregates.TransactionPK(tenant, branch)), "SK": sAV(date + "#" + id),
 		"entityType": sAV(aggregates.EntityTransaction), "id": sAV(id), "tenantId": sAV(tenant), "branchId": sAV(branch),
-		"type": sAV(typ), "amount": nAV(amount(rng)), "category": sAV(categories[rng.IntN(len(categories))]),
+		"type": sAV(typ), "amount": nAV(amount(rng)), "category": sAV(pools.categories[rng.IntN(len(pools.categories))]),
 		"createdAt": sAV(created.UTC().Format(time.RFC3339Nano)), "version": nAV("1"),
 	}
-	if rng.Float64() < 0.6 {
-		item["costCenter"] = sAV(costCenters[rng.IntN(len(costCenters))])
+	if rng.Float64() < pools.costCenterShare {
+		item["costCenter"] = sAV(pools.costCenters[rng.IntN(len(pools.costCenters))])
 	}
 	if rng.Float64() < 0.8 {
 		item["paymentMethod"] = sAV(paymentMethods[rng.IntN(len(paymentMethods))])
@@ -166,7 +201,7 @@ func newTransaction(rng *rand.Rand, branch string, created time.Time, id string)
 // modified returns old with aggregated fields changed, as a correction
 // would: the amount (most often), the category, the type, the cost centre
 // or the payment method; createdAt (and so the sort key) stays.
-func modified(rng *rand.Rand, old map[string]ddbtypes.AttributeValue) map[string]ddbtypes.AttributeValue {
+func modified(rng *rand.Rand, pools namePools, old map[string]ddbtypes.AttributeValue) map[string]ddbtypes.AttributeValue {
 	item := make(map[string]ddbtypes.AttributeValue, len(old))
 	for k, v := range old {
 		item[k] = v
@@ -175,7 +210,7 @@ func modified(rng *rand.Rand, old map[string]ddbtypes.AttributeValue) map[string
 	case r < 6:
 		item["amount"] = nAV(amount(rng))
 	case r < 8:
-		item["category"] = sAV(categories[rng.IntN(len(categories))])
+		item["category"] = sAV(pools.categories[rng.IntN(len(pools.categories))])
 	case r < 9:
 		if str(old["type"]) == "INCOME" {
 			item["type"] = sAV("EXPENSE")
@@ -183,7 +218,7 @@ func modified(rng *rand.Rand, old map[string]ddbtypes.AttributeValue) map[string
 			item["type"] = sAV("INCOME")
 		}
 	default:
-		item["costCenter"] = sAV(costCenters[rng.IntN(len(costCenters))])
+		item["costCenter"] = sAV(pools.costCenters[rng.IntN(len(pools.costCenters))])
 		item["paymentMethod"] = sAV(paymentMethods[rng.IntN(len(paymentMethods))])
 	}
 	v, _ := strconv.Atoi(old["version"].(*ddbtypes.AttributeValueMemberN).Value)
@@ -196,6 +231,7 @@ func modified(rng *rand.Rand, old map[string]ddbtypes.AttributeValue) map[string
 // and written a chunk at a time.
 func (w WorkloadSpec) generateFrom(first, n, total int, seed uint64) []Op {
 	rng := rand.New(rand.NewPCG(seed, uint64(first)))
+	pools := w.pools()
 	start := workloadEnd.Add(-time.Duration(w.Days) * 24 * time.Hour)
 	if w.Days == 1 {
 		start = time.Date(workloadEnd.Year(), workloadEnd.Month(), workloadEnd.Day(), 0, 0, 0, 0, time.UTC)
@@ -209,7 +245,7 @@ func (w WorkloadSpec) generateFrom(first, n, total int, seed uint64) []Op {
 			created = created.Add(-time.Duration(1 + rng.Int64N(int64(maxBackdate))))
 		}
 		branch := fmt.Sprintf("br%04d", 1+rng.IntN(w.Branches))
-		item := newTransaction(rng, branch, created, fmt.Sprintf("%s%08d", w.Name, i))
+		item := newTransaction(rng, pools, branch, created, fmt.Sprintf("%s%08d", w.Name, i))
 		ops[j] = Op{Kind: OpInsert, Key: aggregates.Key{PK: aggregates.TransactionPK(tenant, branch), SK: str(item["SK"])}, New: item}
 	}
 	return ops

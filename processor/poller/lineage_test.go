@@ -141,7 +141,7 @@ func TestPoller_TrimmedRecordsAreCountedSkippedAndRepairedByReconcile(t *testing
 	diffs, _, err := processor.Reconcile(ctx, e.ddb, e.table, processor.Scope{})
 	require.NoError(t, err)
 	require.NotEmpty(t, diffs, "140 lost records must show in the reports")
-	_, _, err = processor.Repair(ctx, e.ddb, e.table, diffs, time.Now())
+	_, err = processor.Repair(ctx, e.ddb, e.table, diffs, time.Now())
 	require.NoError(t, err)
 	e.requireReconciled(t)
 }

@@ -1,0 +1,118 @@
+package processor_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	ddbtypes "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/ledger-dev/ledger/aggregates"
+	"github.com/ledger-dev/ledger/infra"
+	"github.com/ledger-dev/ledger/processor"
+)
+
+// hookedAPI runs hook once, after the first TransactWriteItems that
+// succeeds: a consumer's commit between a repair's transactions.
+type hookedAPI struct {
+	processor.ReconcileAPI
+	hook func()
+}
+
+func (h *hookedAPI) TransactWriteItems(ctx context.Context, in *dynamodb.TransactWriteItemsInput, opts ...func(*dynamodb.Options)) (*dynamodb.TransactWriteItemsOutput, error) {
+	out, err := h.ReconcileAPI.TransactWriteItems(ctx, in, opts...)
+	if err == nil && h.hook != nil {
+		hook := h.hook
+		h.hook = nil
+		hook()
+	}
+	return out, err
+}
+
+// onePlace fails when a name of report k is both inline and in an entry
+// item.
+func onePlace(t *testing.T, e *env, k aggregates.ReportKey) {
+	t.Helper()
+	sr, err := infra.ReadReport(context.Background(), e.ddb, e.table, k, true)
+	require.NoError(t, err)
+	for _, it := range sr.Entries {
+		ref, err := aggregates.ParseReportItemKey(aggregates.Key{PK: it["PK"].(*ddbtypes.AttributeValueMemberS).Value, SK: it["SK"].(*ddbtypes.AttributeValueMemberS).Value})
+		require.NoError(t, err)
+		if m, ok := sr.Item[ref.Dim.Attribute()].(*ddbtypes.AttributeValueMemberM); ok {
+			assert.NotContains(t, m.Value, ref.Name, "%s[%q] inline and in an entry item", ref.Dim, ref.Name)
+		}
+	}
+}
+
+// TestRepair_AReportOfManyNamesInterruptedBetweenItsTransactions: a
+// damaged report of 200 cost centres needs more writes than one
+// transaction takes. A consumer commits to it after the repair's first
+// transaction: the rest is refused and the report is reported partly
+// repaired, every name still in one place and no figure counted twice;
+// a second reconcile --repair finishes it.
+func TestRepair_AReportOfManyNamesInterruptedBetweenItsTransactions(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t)
+	for i := range 200 {
+		putTxn(t, e, "wide", "2024-03-01", fmt.Sprint("t", i), "1", "rent", fmt.Sprintf("cc %03d", 199-i))
+	}
+	shard, recs := e.records(t)
+	p := e.processor(t, nil, nil)
+	g := p.ShardGuard(e.streamARN, shard)
+	_, err := p.Process(ctx, g, recs)
+	require.NoError(t, err)
+	e.requireReconciled(t)
+
+	// Damage: every entry item of the daily report counts one too many,
+	// and the totals are off.
+	k := reportKey("wide", aggregates.Daily, "2024-03-01")
+	sr, err := infra.ReadReport(ctx, e.ddb, e.table, k, true)
+	require.NoError(t, err)
+	require.Greater(t, len(sr.Entries), 100)
+	for _, it := range sr.Entries {
+		_, err := e.ddb.UpdateItem(ctx, &dynamodb.UpdateItemInput{TableName: &e.table,
+			Key:                       map[string]ddbtypes.AttributeValue{"PK": it["PK"], "SK": it["SK"]},
+			UpdateExpression:          aws.String("SET transactionCount = transactionCount + :one"),
+			ExpressionAttributeValues: map[string]ddbtypes.AttributeValue{":one": nAV("1")}})
+		require.NoError(t, err)
+	}
+	_, err = e.ddb.UpdateItem(ctx, &dynamodb.UpdateItemInput{TableName: &e.table, Key: map[string]ddbtypes.AttributeValue{"PK": sAV(k.Key().PK), "SK": sAV(k.Key().SK)},
+		UpdateExpression: aws.String("SET totalIncome = :x"), ExpressionAttributeValues: map[string]ddbtypes.AttributeValue{":x": nAV("999")}})
+	require.NoError(t, err)
+
+	diffs, _, err := processor.Reconcile(ctx, e.ddb, e.table, processor.Scope{Tenant: "t", Branch: "wide"})
+	require.NoError(t, err)
+	require.Len(t, diffs, 1)
+
+	api := &hookedAPI{ReconcileAPI: e.ddb, hook: func() {
+		// A new transaction, written and committed between the repair's
+		// transactions (it is not in what the repair read).
+		putTxn(t, e, "wide", "2024-03-01", "late", "5", "rent", "cc 007")
+		_, all := e.records(t)
+		_, err := p.Process(ctx, g, all[len(recs):])
+		require.NoError(t, err)
+	}}
+	res, err := processor.Repair(ctx, api, e.table, diffs, time.Now())
+	require.NoError(t, err)
+	assert.Equal(t, []aggregates.ReportKey{k}, res.Partial, "the first transaction landed, the next was refused")
+	onePlace(t, e, k)
+
+	// What remains differs by the damage the refused transaction would
+	// have undone, never by a delta counted twice: repairing again is exact.
+	again, _, err := processor.Reconcile(ctx, e.ddb, e.table, processor.Scope{Tenant: "t", Branch: "wide"})
+	require.NoError(t, err)
+	require.Len(t, again, 1)
+	for _, line := range again[0].Lines {
+		assert.Contains(t, line, "byCostCenter", "the totals and the first transaction's names are repaired")
+	}
+	res, err = processor.Repair(ctx, e.ddb, e.table, again, time.Now())
+	require.NoError(t, err)
+	assert.Equal(t, 1, res.Repaired)
+	onePlace(t, e, k)
+	e.requireReconciled(t)
+}
