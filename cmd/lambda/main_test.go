@@ -151,6 +151,67 @@ func TestLambdaBinary(t *testing.T) {
 		t.Parallel()
 		testRedeliveryFromEarlierStart(t, bin)
 	})
+	t.Run("StandardMode_DamagedReportsAreParkedAndRepaired", func(t *testing.T) {
+		t.Parallel()
+		testDamagedReports(t, bin, seed(t, 3))
+	})
+}
+
+// testDamagedReports damages report items of one branch in every way
+// (processortest.Damage) between two phases of randomized delivery with
+// kills and DynamoDB failures: the function never stops on them, parks the
+// refused deltas, the other branches stay exact; --repair heals the damaged
+// ones and a last phase leaves no difference.
+func testDamagedReports(t *testing.T, bin string, seed uint64) {
+	ctx := context.Background()
+	table := newTable(t)
+	s := newStream(t, table)
+	proxy := newFaultProxy(t, ddblocal.Endpoint(t))
+	api := newRuntimeAPI(t)
+	fn := newFunction(t, bin, lambdaEnv(api, proxy.srv.URL, table, "LEDGER_LAMBDA_MODE=standard", "LEDGER_MAX_ITEMS_PER_RUN=24"))
+	proxy.kill = fn.kill
+	fn.start()
+	e := &esm{t: t, rng: rand.New(rand.NewPCG(seed, 7)), fn: fn, api: api, proxy: proxy, arn: s.arn, stats: map[string]int{}}
+	w := processortest.NewWorkload(seed)
+	delivered := 0
+	deliver := func(steps int) {
+		require.NoError(t, w.Run(ctx, s.ddb, table, steps))
+		var recs []events.DynamoDBEventRecord
+		e.shard, recs = s.records(t)
+		e.standard(recs, delivered)
+		delivered = len(recs)
+	}
+	deliver(400)
+	s.requireReconciled(t)
+	damaged, err := processortest.Damage(ctx, s.ddb, table, "acme", "north")
+	require.NoError(t, err)
+	deliver(400)
+
+	diffs, _, err := processor.Reconcile(ctx, s.ddb, table, processor.Scope{})
+	require.NoError(t, err)
+	named := map[aggregates.ReportKey]bool{}
+	for _, d := range diffs {
+		assert.Equal(t, "acme/north", d.Report.Tenant+"/"+d.Report.Branch, "only the damaged branch differs: %s", d)
+		named[d.Report] = true
+	}
+	for _, k := range damaged {
+		assert.True(t, named[k], "reconcile names %s", k)
+	}
+	parked := 0.0
+	for _, l := range fn.emfLines() {
+		for k, v := range l {
+			if strings.HasPrefix(k, "ledger_parked_deltas_total") {
+				parked += v.(float64)
+			}
+		}
+	}
+	assert.Positive(t, parked, "the function parked the refused deltas")
+	res, err := processor.Repair(ctx, s.ddb, table, diffs, time.Now())
+	require.NoError(t, err)
+	assert.Equal(t, len(diffs), res.Repaired, "skipped %v, partial %v", res.Skipped, res.Partial)
+	deliver(200)
+	s.requireReconciled(t)
+	t.Logf("deliveries: %v", e.stats)
 }
 
 func testInitErrors(t *testing.T, bin string) {

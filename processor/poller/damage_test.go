@@ -2,20 +2,17 @@ package poller_test
 
 import (
 	"context"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
-	ddbtypes "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	st "github.com/aws/aws-sdk-go-v2/service/dynamodbstreams/types"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/ledger-dev/ledger/aggregates"
-	"github.com/ledger-dev/ledger/infra"
 	"github.com/ledger-dev/ledger/processor"
+	"github.com/ledger-dev/ledger/processor/processortest"
 )
 
 // TestPoller_DamagedReportsOfOneBranchStopNoOtherReport damages report
@@ -36,56 +33,8 @@ func TestPoller_DamagedReportsOfOneBranchStopNoOtherReport(t *testing.T) {
 	e.drain(t, "p0", nil)
 	e.requireReconciled(t)
 
-	// The reports of acme/north, by period type.
-	out, err := e.ddb.Query(ctx, &dynamodb.QueryInput{TableName: &e.table, ConsistentRead: aws.Bool(true),
-		KeyConditionExpression:    aws.String("PK = :pk"),
-		ExpressionAttributeValues: map[string]ddbtypes.AttributeValue{":pk": &ddbtypes.AttributeValueMemberS{Value: aggregates.ReportPK("acme", "north")}}})
+	damaged, err := processortest.Damage(ctx, e.ddb, e.table, "acme", "north")
 	require.NoError(t, err)
-	byType := map[aggregates.PeriodType][]aggregates.ReportKey{}
-	for _, it := range out.Items {
-		ref, err := aggregates.ParseReportItemKey(aggregates.Key{PK: it["PK"].(*ddbtypes.AttributeValueMemberS).Value, SK: it["SK"].(*ddbtypes.AttributeValueMemberS).Value})
-		require.NoError(t, err)
-		if ref.Kind == aggregates.ReportHeader {
-			byType[ref.Report.Period.Type] = append(byType[ref.Report.Period.Type], ref.Report)
-		}
-	}
-	require.GreaterOrEqual(t, len(byType[aggregates.Daily]), 3)
-	require.GreaterOrEqual(t, len(byType[aggregates.Monthly]), 2)
-	require.NotEmpty(t, byType[aggregates.Yearly])
-	update := func(k aggregates.ReportKey, expr string, names map[string]string, values map[string]ddbtypes.AttributeValue) {
-		t.Helper()
-		_, err := e.ddb.UpdateItem(ctx, &dynamodb.UpdateItemInput{TableName: &e.table,
-			Key:              map[string]ddbtypes.AttributeValue{"PK": &ddbtypes.AttributeValueMemberS{Value: k.Key().PK}, "SK": &ddbtypes.AttributeValueMemberS{Value: k.Key().SK}},
-			UpdateExpression: aws.String(expr), ExpressionAttributeNames: names, ExpressionAttributeValues: values})
-		require.NoError(t, err)
-	}
-	s := func(v string) ddbtypes.AttributeValue { return &ddbtypes.AttributeValueMemberS{Value: v} }
-	damaged := []aggregates.ReportKey{
-		byType[aggregates.Daily][0], byType[aggregates.Monthly][0], byType[aggregates.Yearly][0],
-		byType[aggregates.Daily][1], byType[aggregates.Monthly][1],
-	}
-	update(damaged[0], "SET totalIncome = :x", nil, map[string]ddbtypes.AttributeValue{":x": s("lots")})
-	update(damaged[1], "SET byCategory = :x", nil, map[string]ddbtypes.AttributeValue{":x": s("not a map")})
-	sr, err := infra.ReadReport(ctx, e.ddb, e.table, damaged[2], true)
-	require.NoError(t, err)
-	var entry string
-	for name := range sr.Item[aggregates.ByPaymentMethod.Attribute()].(*ddbtypes.AttributeValueMemberM).Value {
-		entry = name
-	}
-	update(damaged[2], "SET byPaymentMethod.#k.totalExpense = :x", map[string]string{"#k": entry}, map[string]ddbtypes.AttributeValue{":x": s("z")})
-	sr, err = infra.ReadReport(ctx, e.ddb, e.table, damaged[3], true)
-	require.NoError(t, err)
-	update(damaged[3], "SET #p = :x", map[string]string{"#p": "padding"}, map[string]ddbtypes.AttributeValue{":x": s(strings.Repeat("p", 400*1024-infra.ItemSize(sr.Item)-64))})
-	_, err = e.ddb.DeleteItem(ctx, &dynamodb.DeleteItemInput{TableName: &e.table, Key: map[string]ddbtypes.AttributeValue{
-		"PK": s(damaged[4].Key().PK), "SK": s(damaged[4].Key().SK)}})
-	require.NoError(t, err)
-	ghost := aggregates.ReportKey{Tenant: "acme", Branch: "north", Period: aggregates.Period{Type: aggregates.Daily, Value: "2019-05-05"}}
-	ghostReport := &aggregates.Report{}
-	ghostReport.Add(aggregates.Totals{Count: 3}, [3]string{"phantom", "", ""})
-	item, _ := infra.EncodeReport(ghost, ghostReport, "2019-05-06T00:00:00Z")
-	_, err = e.ddb.PutItem(ctx, &dynamodb.PutItemInput{TableName: &e.table, Item: item})
-	require.NoError(t, err)
-	damaged = append(damaged, ghost)
 
 	// Writes go on while a poller runs.
 	p := e.poller(t, "p1", nil, nil, nil)
