@@ -142,6 +142,17 @@ func TestCommit_RefusedReportItemsAreParkedOnceAndTheRestCommits(t *testing.T) {
 			assert.Equal(t, int(testutil.ToFloat64(p.Metrics().Parked.WithLabelValues(processor.ParkedMalformed))+
 				testutil.ToFloat64(p.Metrics().Parked.WithLabelValues(processor.ParkedTooLarge))), parked, "one parked item per parked delta")
 
+			list, err := processor.ListParked(ctx, e.ddb, e.table)
+			require.NoError(t, err)
+			require.Len(t, list, parked)
+			for _, pd := range list {
+				assert.Contains(t, []string{"typo", "big"}, pd.Report.Branch)
+				assert.Contains(t, []string{processor.ParkedMalformed, processor.ParkedTooLarge}, pd.Reason)
+				assert.NotEmpty(t, pd.Detail)
+				assert.NotEmpty(t, pd.From)
+				assert.Equal(t, int64(3), pd.Delta.Count, "the three records of the branch, in one commit")
+			}
+
 			res, err := processor.Repair(ctx, e.ddb, e.table, diffs, time.Now())
 			require.NoError(t, err)
 			assert.Empty(t, res.Skipped)

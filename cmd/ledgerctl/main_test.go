@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"bytes"
 	"context"
 	"testing"
@@ -74,6 +75,27 @@ func TestReconcile_ExitStatusLikeDiffAndRepair(t *testing.T) {
 	code, out, errOut = run(t, env, "reconcile", "--repair", "--settle", "0s")
 	require.Equal(t, exitDiff, code, out+errOut)
 	assert.Contains(t, out, "repaired 1 reports")
+	code, out, _ = run(t, env, "reconcile")
+	require.Equal(t, exitOK, code, out)
+
+	// Damage of every kind is a difference (exit 1, never 2), named, and
+	// repaired; parked deltas are listed by ledgerctl parked.
+	damaged, err := processortest.Damage(ctx, c, table, "acme", "north")
+	require.NoError(t, err)
+	code, out, errOut = run(t, env, "reconcile")
+	require.Equal(t, exitDiff, code, out+errOut)
+	for _, k := range damaged {
+		assert.Contains(t, out, k.Key().SK)
+	}
+	assert.Contains(t, out, "totalIncome is not a number")
+	assert.Contains(t, out, "byCategory is not a map")
+	assert.Contains(t, out, "bytes, more than")
+	code, out, errOut = run(t, env, "parked")
+	require.Equal(t, exitOK, code, out+errOut)
+	assert.Contains(t, out, "0 parked deltas")
+	code, out, errOut = run(t, env, "reconcile", "--repair", "--settle", "0s")
+	require.Equal(t, exitDiff, code, out+errOut)
+	assert.Contains(t, out, fmt.Sprintf("repaired %d reports", len(damaged)))
 	code, out, _ = run(t, env, "reconcile")
 	require.Equal(t, exitOK, code, out)
 }
