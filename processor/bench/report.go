@@ -198,6 +198,22 @@ func (res *Result) targets(w io.Writer) {
 				LedgerPoller, batch, r.AggregationUnits(), base.AggregationUnits()/r.AggregationUnits(), r.Throughput())
 		}
 	}
+	// Issue 11: high cardinality costs at most twice workload b's write
+	// units per change.
+	for _, a := range []Approach{LedgerPoller, LedgerLambda} {
+		b, okB := res.row("b", a, 1000)
+		e, okE := res.row("e", a, 1000)
+		if !okB || !okE {
+			continue
+		}
+		ratio := e.AggregationUnits() / b.AggregationUnits()
+		verdict := "met"
+		if ratio > 2 {
+			verdict = fmt.Sprintf("**missed**: %.1f× of b", ratio)
+		}
+		fmt.Fprintf(w, "- %s, high cardinality (workload e): %.0f WCU per 1,000 changes against b's %.0f: %.2f× (target at most 2×): %s.\n",
+			a, e.AggregationUnits(), b.AggregationUnits(), ratio, verdict)
+	}
 	fmt.Fprintln(w)
 }
 

@@ -357,7 +357,7 @@ func (r *runner) cells() []cell {
 	for _, w := range r.cfg.Workloads {
 		ops := w.Spec.Generate(w.Changes, r.cfg.Seed)
 		for _, a := range Approaches {
-			if len(r.cfg.Only) > 0 && !slices.Contains(r.cfg.Only, a) {
+			if len(r.cfg.Only) > 0 && !slices.Contains(r.cfg.Only, a) || w.Spec.LedgerOnly && a.batchless() {
 				continue
 			}
 			if a.batchless() {
