@@ -43,7 +43,7 @@ func newTable(t *testing.T) string {
 	t.Helper()
 	tablesOnce.Do(func() {
 		c := ddblocal.Client(t)
-		for range 5 {
+		for range 6 {
 			tables = append(tables, ddblocal.NewTable(t, c))
 		}
 	})
