@@ -13,6 +13,7 @@ import (
 
 	"github.com/ledger-dev/ledger/infra"
 	"github.com/ledger-dev/ledger/processor"
+	"github.com/ledger-dev/ledger/processor/poller"
 )
 
 // environment is what every command shares: the table, the environment and
@@ -97,6 +98,45 @@ func (e *environment) tableDescribe(ctx context.Context, args []string) int {
 	return exitOK
 }
 
+// withoutInFlight drops the differences of branches with a transaction
+// record no consumer guard has committed yet (processor.InFlight), naming
+// them on stdout; it returns what is left and how many it dropped.
+func (e *environment) withoutInFlight(ctx context.Context, c *dynamodb.Client, diffs []processor.Difference, maxRecords int) ([]processor.Difference, int, error) {
+	if len(diffs) == 0 {
+		return nil, 0, nil
+	}
+	arn, err := poller.ResolveStream(ctx, c, e.table)
+	if err != nil {
+		return nil, 0, err
+	}
+	streams, err := e.streams(ctx)
+	if err != nil {
+		return nil, 0, err
+	}
+	p, err := processor.New(c, processor.Config{Table: e.table}, nil)
+	if err != nil {
+		return nil, 0, err
+	}
+	fl, err := p.InFlight(ctx, streams, arn, maxRecords)
+	if err != nil {
+		return nil, 0, err
+	}
+	var keep []processor.Difference
+	for _, d := range diffs {
+		s := processor.Scope{Tenant: d.Report.Tenant, Branch: d.Report.Branch}
+		if d.Stray != nil || fl.Settled(s) {
+			keep = append(keep, d)
+			continue
+		}
+		if fl.Truncated {
+			fmt.Fprintf(e.stdout, "left alone (more than %d stream records to check; raise --max-records): %s\n", maxRecords, d.Report)
+		} else {
+			fmt.Fprintf(e.stdout, "left alone (%d records of its branch in flight): %s\n", fl.Branches[s], d.Report)
+		}
+	}
+	return keep, len(diffs) - len(keep), nil
+}
+
 // reconcileProgress returns a progress callback that prints a line on
 // stderr every 2 seconds once the reconcile has run for 3 (stdout keeps
 // only the differences).
@@ -119,19 +159,30 @@ func (e *environment) reconcileProgress(start time.Time) func(processor.Reconcil
 
 const reconcileHelp = `Recomputes every report of one branch (--tenant and --branch) or of the whole
 table from the transactions stored in it and prints each report whose stored
-figures differ. Exit status: 0 no difference, 1 differences found (repaired or
-not), 2 error.
+figures differ, whose items are malformed (wrong types, unknown attributes,
+oversized, entries without a report) or that holds parked deltas, and each
+stray item of a report partition. Exit status: 0 no difference, 1
+differences found (repaired or not), 2 error (trouble reaching the table).
+The whole table is read with a parallel Scan of the keys, then branch by
+branch (--parallel at a time), in bounded memory; progress goes to stderr.
 
 Safe while consumers run: without --repair it only reads (consistent reads).
 A report touched by a change still in the stream shows as a difference until
 the consumer catches up; run it again after the stream lag to confirm.
 
-With --repair it reads twice, --settle apart, and rewrites only the reports
-whose difference is the same in both reads and whose item did not change in
-between, each with a conditional write that fails if a consumer updated the
-report meanwhile (that report is skipped and counted). This is exact when no
-change of the repaired branches stays in flight longer than --settle; for a
-guaranteed repair, disable writes (flags) and let the consumers drain first.`
+With --repair it reads twice, --settle apart, keeps the differences that are
+the same in both reads, and then reads the consumers' guards and the stream
+(at most --max-records records): a branch with a transaction record no guard
+has committed yet (a tumbling window not yet final, a half-committed batch
+of a dead poller, a stuck shard, a Lambda batch not yet delivered) is left
+alone, because repairing it now would count that record again when it
+commits. Each other report is rewritten with a conditional write that fails
+if a consumer updated it meanwhile (skipped and counted). This never counts
+a delta twice provided a write's stream record is readable within --settle
+of the write (DynamoDB Streams documents "near real time"; see
+docs/exactly-once.md, "Repairing while consumers run"). A busy branch always
+has records in flight: disable writes (ledgerctl flags set
+writesEnabled=false), let the consumers drain, repair, enable writes.`
 
 func (e *environment) reconcile(ctx context.Context, args []string) int {
 	fs := e.flags("reconcile", reconcileHelp)
@@ -140,6 +191,7 @@ func (e *environment) reconcile(ctx context.Context, args []string) int {
 	repair := fs.Bool("repair", false, "rewrite the reports that differ (see above)")
 	settle := fs.Duration("settle", 10*time.Second, "with --repair: time between the two reads")
 	parallel := fs.Int("parallel", 4, "Scan segments and branches checked at once (1–64)")
+	maxRecords := fs.Int("max-records", 1_000_000, "with --repair: read at most `N` stream records for the in-flight check (more: repair nothing)")
 	if err := fs.Parse(args); err != nil {
 		return exitError
 	}
@@ -185,6 +237,10 @@ func (e *environment) reconcile(ctx context.Context, args []string) int {
 		return e.fail(err)
 	}
 	settled := processor.Settled(diffs, again)
+	settled, inFlight, err := e.withoutInFlight(ctx, c, settled, *maxRecords)
+	if err != nil {
+		return e.fail(err)
+	}
 	res, err := processor.Repair(ctx, c, e.table, settled, time.Now())
 	if err != nil {
 		return e.fail(err)
@@ -192,7 +248,7 @@ func (e *environment) reconcile(ctx context.Context, args []string) int {
 	for _, k := range res.Partial {
 		fmt.Fprintf(e.stdout, "partly repaired (a consumer committed between its transactions; run reconcile again): %s\n", k)
 	}
-	fmt.Fprintf(e.stdout, "repaired %d reports; %d changed during the check and were left alone; %d skipped by a concurrent update; %d partly repaired\n",
-		res.Repaired, len(again)-len(settled), len(res.Skipped), len(res.Partial))
+	fmt.Fprintf(e.stdout, "repaired %d reports; %d changed during the check and %d had records in flight and were left alone; %d skipped by a concurrent update; %d partly repaired\n",
+		res.Repaired, len(again)-len(settled)-inFlight, inFlight, len(res.Skipped), len(res.Partial))
 	return exitDiff
 }

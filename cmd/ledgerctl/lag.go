@@ -46,6 +46,19 @@ IteratorAge metric of the function instead.
 Exit status: 0, or 1 when --max-age is given and a pending transaction record
 is older than it, 2 error.`
 
+// streams returns a DynamoDB Streams client for the environment.
+func (e *environment) streams(ctx context.Context) (*dynamodbstreams.Client, error) {
+	var opts []func(*config.LoadOptions) error
+	if ep := e.getenv("AWS_ENDPOINT_URL"); ep != "" {
+		opts = append(opts, config.WithBaseEndpoint(ep))
+	}
+	cfg, err := infra.LoadConfig(ctx, opts...)
+	if err != nil {
+		return nil, err
+	}
+	return poller.NewStreamsClient(cfg), nil
+}
+
 // shardLag is one row of 'ledgerctl lag'.
 type shardLag struct {
 	Shard        string     `json:"shard"`
@@ -87,15 +100,11 @@ func (e *environment) lag(ctx context.Context, args []string) int {
 			return e.fail(err)
 		}
 	}
-	var opts []func(*config.LoadOptions) error
-	if ep := e.getenv("AWS_ENDPOINT_URL"); ep != "" {
-		opts = append(opts, config.WithBaseEndpoint(ep))
-	}
-	cfg, err := infra.LoadConfig(ctx, opts...)
+	streams, err := e.streams(ctx)
 	if err != nil {
 		return e.fail(err)
 	}
-	rows, err := measureLag(ctx, c, poller.NewStreamsClient(cfg), e.table, arn, *maxRecords, time.Now())
+	rows, err := measureLag(ctx, c, streams, e.table, arn, *maxRecords, time.Now())
 	if err != nil {
 		return e.fail(err)
 	}

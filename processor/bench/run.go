@@ -461,6 +461,9 @@ func (r *runner) cell(ctx context.Context, c cell) (Row, error) {
 		if row.TotalsOnly && d.Stored != nil && d.Stored.Totals.Equal(d.Expected.Totals) {
 			continue
 		}
+		if c.a.batchless() && d.Stored != nil && d.Stored.Equal(d.Expected) {
+			continue // the seed designs' own item layout (no entityType): only figures count
+		}
 		row.Diffs++
 	}
 	return row, nil

@@ -1,0 +1,173 @@
+package processor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodbstreams"
+	streamtypes "github.com/aws/aws-sdk-go-v2/service/dynamodbstreams/types"
+
+	"github.com/ledger-dev/ledger/aggregates"
+)
+
+// StreamReader is the part of the DynamoDB Streams API InFlight uses.
+type StreamReader interface {
+	DescribeStream(ctx context.Context, in *dynamodbstreams.DescribeStreamInput, opts ...func(*dynamodbstreams.Options)) (*dynamodbstreams.DescribeStreamOutput, error)
+	GetShardIterator(ctx context.Context, in *dynamodbstreams.GetShardIteratorInput, opts ...func(*dynamodbstreams.Options)) (*dynamodbstreams.GetShardIteratorOutput, error)
+	GetRecords(ctx context.Context, in *dynamodbstreams.GetRecordsInput, opts ...func(*dynamodbstreams.Options)) (*dynamodbstreams.GetRecordsOutput, error)
+}
+
+// InFlightResult is what InFlight found: per branch, how many records with
+// an effect on its reports no guard has committed yet; and whether the
+// reading stopped at maxRecords (then every branch must count as in
+// flight).
+type InFlightResult struct {
+	Branches  map[Scope]int
+	Truncated bool
+}
+
+// Settled reports whether no record of branch s is in flight.
+func (r InFlightResult) Settled(s Scope) bool { return !r.Truncated && r.Branches[s] == 0 }
+
+// InFlight reads the consumers' guards and the stream and returns the
+// branches that have transaction records with an effect that no guard has
+// committed yet: the records a repair must not fold twice
+// (docs/exactly-once.md, "Repairing while consumers run").
+//
+//   - A shard with a checkpoint (poller, tumbling-window Lambda): every
+//     record after it is in flight (a half-committed batch's, a tumbling
+//     window's not yet final, a stuck shard's).
+//   - A shard without one (standard-mode Lambda): its records from the
+//     trim horizon, less those inside runs whose markers exist.
+//
+// It reads at most maxRecords records in all (0: no limit).
+func (p *Processor) InFlight(ctx context.Context, streams StreamReader, streamARN string, maxRecords int) (InFlightResult, error) {
+	res := InFlightResult{Branches: map[Scope]int{}}
+	var shards []streamtypes.Shard
+	var start *string
+	for {
+		out, err := streams.DescribeStream(ctx, &dynamodbstreams.DescribeStreamInput{StreamArn: &streamARN, ExclusiveStartShardId: start})
+		if err != nil {
+			return res, fmt.Errorf("in flight: describe stream: %w", err)
+		}
+		shards = append(shards, out.StreamDescription.Shards...)
+		if start = out.StreamDescription.LastEvaluatedShardId; start == nil {
+			break
+		}
+	}
+	read := 0
+	for _, sh := range shards {
+		id := aws.ToString(sh.ShardId)
+		g := p.ShardGuard(streamARN, id)
+		cp, err := g.Checkpoint(ctx)
+		if err != nil {
+			return res, fmt.Errorf("in flight: checkpoint of %s: %w", id, err)
+		}
+		budget := -1
+		if maxRecords > 0 {
+			budget = maxRecords - read
+		}
+		recs, truncated, err := readShard(ctx, streams, streamARN, id, cp, budget)
+		if err != nil {
+			return res, fmt.Errorf("in flight: shard %s: %w", id, err)
+		}
+		read += len(recs)
+		if truncated {
+			res.Truncated = true
+			return res, nil
+		}
+		committed := make([]bool, len(recs))
+		if cp == "" {
+			if committed, err = p.coveredByMarkers(ctx, recs); err != nil {
+				return res, fmt.Errorf("in flight: run markers of %s: %w", id, err)
+			}
+		}
+		for i := range recs {
+			if committed[i] {
+				continue
+			}
+			c := classify(&recs[i])
+			if !c.isTxn || !c.effective() {
+				continue
+			}
+			for _, tx := range []*aggregates.Transaction{c.old, c.new} {
+				if tx != nil {
+					res.Branches[Scope{Tenant: tx.Tenant, Branch: tx.Branch}]++
+				}
+			}
+		}
+	}
+	return res, nil
+}
+
+// readShard reads shard from just after sequence number after ("": its
+// trim horizon) to its current end, at most budget records (< 0: no limit).
+func readShard(ctx context.Context, streams StreamReader, arn, shard, after string, budget int) (recs []Record, truncated bool, err error) {
+	in := &dynamodbstreams.GetShardIteratorInput{StreamArn: &arn, ShardId: &shard, ShardIteratorType: streamtypes.ShardIteratorTypeTrimHorizon}
+	if after != "" {
+		in.ShardIteratorType, in.SequenceNumber = streamtypes.ShardIteratorTypeAfterSequenceNumber, &after
+	}
+	it, err := streams.GetShardIterator(ctx, in)
+	var trimmed *streamtypes.TrimmedDataAccessException
+	if errors.As(err, &trimmed) {
+		// The records after the checkpoint are gone: nothing of them can be
+		// committed any more; read from what is left.
+		in.ShardIteratorType, in.SequenceNumber = streamtypes.ShardIteratorTypeTrimHorizon, nil
+		it, err = streams.GetShardIterator(ctx, in)
+	}
+	if err != nil {
+		return nil, false, err
+	}
+	iter := it.ShardIterator
+	for iter != nil {
+		out, err := streams.GetRecords(ctx, &dynamodbstreams.GetRecordsInput{ShardIterator: iter})
+		if err != nil {
+			return nil, false, err
+		}
+		for _, r := range out.Records {
+			if budget >= 0 && len(recs) >= budget {
+				return recs, true, nil
+			}
+			recs = append(recs, FromStream(r, arn))
+		}
+		if len(out.Records) == 0 {
+			break // the shard's current end (an open shard), or its last page
+		}
+		iter = out.NextShardIterator
+	}
+	return recs, false, nil
+}
+
+// coveredByMarkers says, for each record of a shard read from its trim
+// horizon, whether it lies in a run whose marker exists (committed by the
+// standard-mode Lambda): a marker keyed by a record's id names its run's
+// last record.
+func (p *Processor) coveredByMarkers(ctx context.Context, recs []Record) ([]bool, error) {
+	keys := make([]aggregates.Key, len(recs))
+	for i := range recs {
+		keys[i] = aggregates.RunMarkerKey(recordID(&recs[i]))
+	}
+	markers := map[aggregates.Key]string{}
+	for len(keys) > 0 {
+		n := min(len(keys), 100)
+		items, err := p.batchGet(ctx, keys[:n], attrSequenceNumber)
+		if err != nil {
+			return nil, err
+		}
+		for k, item := range items {
+			markers[k], _ = stringAttr(item, attrSequenceNumber)
+		}
+		keys = keys[n:]
+	}
+	covered := make([]bool, len(recs))
+	end := ""
+	for i := range recs {
+		if last, ok := markers[aggregates.RunMarkerKey(recordID(&recs[i]))]; ok && CompareSequence(last, end) > 0 {
+			end = last
+		}
+		covered[i] = end != "" && CompareSequence(recs[i].SequenceNumber, end) <= 0
+	}
+	return covered, nil
+}
