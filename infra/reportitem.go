@@ -122,7 +122,8 @@ func (s *StoredReport) Decode() (r *aggregates.Report, problems []string) {
 		problems = append(problems, fmt.Sprintf("%d entry items without a report item", len(s.Entries)))
 	}
 	if s.Item != nil {
-		problems = append(problems, decodeHeader(s.Item, r)...)
+		refused, other := decodeHeader(s.Item, r)
+		problems = append(append(problems, refused...), other...)
 	}
 	for _, item := range s.Entries {
 		ref, err := refOf(item)
@@ -141,13 +142,18 @@ func (s *StoredReport) Decode() (r *aggregates.Report, problems []string) {
 	return r, problems
 }
 
-func decodeHeader(item map[string]types.AttributeValue, r *aggregates.Report) (problems []string) {
-	problems = checkAttrs(item, reportAttrs, aggregates.EntityReport, "report item")
+// decodeHeader reads a report item's figures into r. refused lists what
+// makes DynamoDB refuse an additive update of the item (a figure or map of
+// the wrong type, a size past MaxReportItemBytes); other what is only
+// malformed (unknown attributes, a wrong entityType, too many inline
+// entries). Whatever cannot be read counts as zero.
+func decodeHeader(item map[string]types.AttributeValue, r *aggregates.Report) (refused, other []string) {
+	other = checkAttrs(item, reportAttrs, aggregates.EntityReport, "report item")
 	if n := ItemSize(item); n > MaxReportItemBytes {
-		problems = append(problems, fmt.Sprintf("report item of %d bytes, more than %d", n, MaxReportItemBytes))
+		refused = append(refused, fmt.Sprintf("report item of %d bytes, more than %d", n, MaxReportItemBytes))
 	}
 	t, errs := decodeTotals(item)
-	problems = append(problems, errs...)
+	refused = append(refused, errs...)
 	r.Totals = t
 	for _, d := range aggregates.Dimensions {
 		v, ok := item[d.Attribute()]
@@ -156,26 +162,26 @@ func decodeHeader(item map[string]types.AttributeValue, r *aggregates.Report) (p
 		}
 		m, ok := v.(*types.AttributeValueMemberM)
 		if !ok {
-			problems = append(problems, fmt.Sprintf("%s is not a map", d))
+			refused = append(refused, fmt.Sprintf("%s is not a map", d))
 			continue
 		}
 		if len(m.Value) > MaxInlineEntries {
-			problems = append(problems, fmt.Sprintf("%s holds %d entries inline, more than %d", d, len(m.Value), MaxInlineEntries))
+			other = append(other, fmt.Sprintf("%s holds %d entries inline, more than %d", d, len(m.Value), MaxInlineEntries))
 		}
 		for _, name := range slices.Sorted(maps.Keys(m.Value)) {
 			em, ok := m.Value[name].(*types.AttributeValueMemberM)
 			if !ok {
-				problems = append(problems, fmt.Sprintf("%s[%q] is not a map", d, name))
+				refused = append(refused, fmt.Sprintf("%s[%q] is not a map", d, name))
 				continue
 			}
 			t, errs := decodeTotals(em.Value)
 			for _, e := range errs {
-				problems = append(problems, fmt.Sprintf("%s[%q]: %s", d, name, e))
+				refused = append(refused, fmt.Sprintf("%s[%q]: %s", d, name, e))
 			}
 			addEntry(r, d, name, t)
 		}
 	}
-	return problems
+	return refused, other
 }
 
 func checkAttrs(item map[string]types.AttributeValue, allowed map[string]bool, entity, where string) (problems []string) {
@@ -244,34 +250,8 @@ func CheckReportItem(item map[string]types.AttributeValue) []string {
 	if item == nil {
 		return nil
 	}
-	var problems []string
-	if n := ItemSize(item); n > MaxReportItemBytes {
-		problems = append(problems, fmt.Sprintf("item of %d bytes, more than %d", n, MaxReportItemBytes))
-	}
-	_, errs := decodeTotals(item)
-	problems = append(problems, errs...)
-	for _, d := range aggregates.Dimensions {
-		v, ok := item[d.Attribute()]
-		if !ok {
-			continue
-		}
-		m, ok := v.(*types.AttributeValueMemberM)
-		if !ok {
-			problems = append(problems, fmt.Sprintf("%s is not a map", d))
-			continue
-		}
-		for name, e := range m.Value {
-			em, ok := e.(*types.AttributeValueMemberM)
-			if !ok {
-				problems = append(problems, fmt.Sprintf("%s[%q] is not a map", d, name))
-				continue
-			}
-			if _, errs := decodeTotals(em.Value); len(errs) > 0 {
-				problems = append(problems, fmt.Sprintf("%s[%q]: %s", d, name, errs[0]))
-			}
-		}
-	}
-	return problems
+	refused, _ := decodeHeader(item, &aggregates.Report{})
+	return refused
 }
 
 // EncodeReport returns the items of a report with figures r as a repair
@@ -495,18 +475,10 @@ func DecodeParked(item map[string]types.AttributeValue) (*aggregates.Report, Par
 		return nil, info, fmt.Errorf("parked delta %s: no delta map", keyOf(item))
 	}
 	r := &aggregates.Report{}
-	if problems := decodeHeader(withEntity(m.Value), r); len(problems) > 0 {
-		return nil, info, fmt.Errorf("parked delta %s: %s", keyOf(item), problems[0])
+	if refused, _ := decodeHeader(m.Value, r); len(refused) > 0 {
+		return nil, info, fmt.Errorf("parked delta %s: %s", keyOf(item), refused[0])
 	}
 	return r, info, nil
-}
-
-// withEntity gives a parked delta's map what decodeHeader expects of a
-// report item, so it is read by the same rules.
-func withEntity(m map[string]types.AttributeValue) map[string]types.AttributeValue {
-	out := maps.Clone(m)
-	out[AttrEntityType] = &types.AttributeValueMemberS{Value: aggregates.EntityReport}
-	return out
 }
 
 // RepairItems are the writes that make a stored report equal to figures:

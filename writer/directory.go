@@ -467,16 +467,23 @@ func (s *Server) directoryList(r *http.Request, tenant, kind string) (limit int,
 	if limit, p = listLimit(q.Get("limit")); p != nil {
 		return 0, "", p
 	}
-	if c := q.Get("cursor"); c != "" {
-		cur, err := s.cursors.decode(c, tenant, "", kind)
-		if err != nil {
-			p := problem(http.StatusBadRequest, ProblemInvalidCursor, "the cursor is not one this listing issued")
-			p.Field = "cursor"
-			return 0, "", p
-		}
-		startSK = cur.SK
+	startSK, p = s.cursorSK(q.Get("cursor"), tenant, "", kind)
+	return limit, startSK, p
+}
+
+// cursorSK verifies cursor c ("" for the first page) for the listing
+// (tenant, branch, query) and returns the sort key to start after.
+func (s *Server) cursorSK(c, tenant, branch, query string) (string, *Problem) {
+	if c == "" {
+		return "", nil
 	}
-	return limit, startSK, nil
+	cur, err := s.cursors.decode(c, tenant, branch, query)
+	if err != nil {
+		p := problem(http.StatusBadRequest, ProblemInvalidCursor, "the cursor is not one this listing issued (altered, signed with another key, or for another listing)")
+		p.Field = "cursor"
+		return "", p
+	}
+	return cur.SK, nil
 }
 
 func (s *Server) directoryCursor(tenant, kind, sk string) string {

@@ -143,16 +143,8 @@ func (s *Server) reportPaging(r *http.Request, tenant, branch, query string, def
 		}
 		limit = min(n, max)
 	}
-	if c := q.Get("cursor"); c != "" {
-		cur, err := s.cursors.decode(c, tenant, branch, query)
-		if err != nil {
-			p := problem(http.StatusBadRequest, ProblemInvalidCursor, "the cursor is not one this listing issued (altered, expired key, or another report or range)")
-			p.Field = "cursor"
-			return 0, "", p
-		}
-		startSK = cur.SK
-	}
-	return limit, startSK, nil
+	startSK, p = s.cursorSK(q.Get("cursor"), tenant, branch, query)
+	return limit, startSK, p
 }
 
 // reportPage is what readReports read: the reports by key, those whose

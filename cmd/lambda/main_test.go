@@ -189,14 +189,7 @@ func testDamagedReports(t *testing.T, bin string, seed uint64) {
 
 	diffs, _, err := processor.Reconcile(ctx, s.ddb, table, processor.Scope{})
 	require.NoError(t, err)
-	named := map[aggregates.ReportKey]bool{}
-	for _, d := range diffs {
-		assert.Equal(t, "acme/north", d.Report.Tenant+"/"+d.Report.Branch, "only the damaged branch differs: %s", d)
-		named[d.Report] = true
-	}
-	for _, k := range damaged {
-		assert.True(t, named[k], "reconcile names %s", k)
-	}
+	assert.NoError(t, processortest.DamageFound(diffs, damaged, "acme", "north"))
 	parked := 0.0
 	for _, l := range fn.emfLines() {
 		for k, v := range l {

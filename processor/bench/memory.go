@@ -194,21 +194,7 @@ func ledgerctlBinary(ctx context.Context) (string, error) {
 	if self, err := os.Executable(); err == nil && strings.HasPrefix(filepath.Base(self), "ledgerctl") {
 		return self, nil
 	}
-	root, err := moduleRoot()
-	if err != nil {
-		return "", err
-	}
-	dir, err := os.MkdirTemp("", "ledgerctl-bench")
-	if err != nil {
-		return "", err
-	}
-	bin := filepath.Join(dir, "ledgerctl")
-	cmd := exec.CommandContext(ctx, "go", "build", "-o", bin, "./cmd/ledgerctl")
-	cmd.Dir = root
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("build ledgerctl: %w: %s", err, out)
-	}
-	return bin, nil
+	return buildCommand(ctx, "ledgerctl")
 }
 
 // sampleRSS scrapes the poller's /metrics every 250 ms until stop and
@@ -273,7 +259,10 @@ func tail(s string, n int) string {
 }
 
 // buildPoller builds cmd/poller into a temporary directory.
-func buildPoller(ctx context.Context) (string, error) {
+func buildPoller(ctx context.Context) (string, error) { return buildCommand(ctx, "poller") }
+
+// buildCommand builds cmd/name into a temporary directory.
+func buildCommand(ctx context.Context, name string) (string, error) {
 	root, err := moduleRoot()
 	if err != nil {
 		return "", err
@@ -282,11 +271,11 @@ func buildPoller(ctx context.Context) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	bin := filepath.Join(dir, "poller")
-	cmd := exec.CommandContext(ctx, "go", "build", "-o", bin, "./cmd/poller")
+	bin := filepath.Join(dir, name)
+	cmd := exec.CommandContext(ctx, "go", "build", "-o", bin, "./cmd/"+name)
 	cmd.Dir = root
 	if out, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("build the poller (or pass its binary): %w: %s", err, out)
+		return "", fmt.Errorf("build cmd/%s: %w: %s", name, err, out)
 	}
 	return bin, nil
 }

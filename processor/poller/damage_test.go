@@ -10,7 +10,6 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/ledger-dev/ledger/aggregates"
 	"github.com/ledger-dev/ledger/processor"
 	"github.com/ledger-dev/ledger/processor/processortest"
 )
@@ -58,14 +57,7 @@ func TestPoller_DamagedReportsOfOneBranchStopNoOtherReport(t *testing.T) {
 
 	diffs, _, err := processor.Reconcile(ctx, e.ddb, e.table, processor.Scope{})
 	require.NoError(t, err)
-	named := map[aggregates.ReportKey]bool{}
-	for _, d := range diffs {
-		assert.Equal(t, "acme/north", d.Report.Tenant+"/"+d.Report.Branch, "only the damaged branch differs: %s", d)
-		named[d.Report] = true
-	}
-	for _, k := range damaged {
-		assert.True(t, named[k], "reconcile names %s", k)
-	}
+	assert.NoError(t, processortest.DamageFound(diffs, damaged, "acme", "north"))
 	assert.Positive(t, counter(t, p.pm.Parked.WithLabelValues(processor.ParkedMalformed)), "deltas for the mistyped reports were parked")
 	assert.Zero(t, counter(t, p.pm.Commits.WithLabelValues("failed")), "no commit failed: the shard never stopped")
 

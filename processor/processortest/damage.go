@@ -2,6 +2,7 @@ package processortest
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 
@@ -11,6 +12,7 @@ import (
 
 	"github.com/ledger-dev/ledger/aggregates"
 	"github.com/ledger-dev/ledger/infra"
+	"github.com/ledger-dev/ledger/processor"
 )
 
 // DamageAPI is what Damage needs of DynamoDB.
@@ -99,4 +101,27 @@ func Damage(ctx context.Context, api DamageAPI, table, tenant, branch string) ([
 		return nil, err
 	}
 	return []aggregates.ReportKey{daily.Key, monthly.Key, yearly.Key, daily2.Key, monthly2.Key, ghost}, nil
+}
+
+// DamageFound checks what reconcile found after Damage while consumers
+// went on: every damaged report is among diffs, and no report of another
+// branch differs. The error names what is wrong.
+func DamageFound(diffs []processor.Difference, damaged []aggregates.ReportKey, tenant, branch string) error {
+	named := map[aggregates.ReportKey]bool{}
+	var problems []string
+	for _, d := range diffs {
+		if d.Report.Tenant != tenant || d.Report.Branch != branch {
+			problems = append(problems, "another branch differs: "+d.String())
+		}
+		named[d.Report] = true
+	}
+	for _, k := range damaged {
+		if !named[k] {
+			problems = append(problems, "reconcile does not name "+k.String())
+		}
+	}
+	if len(problems) > 0 {
+		return errors.New(strings.Join(problems, "\n"))
+	}
+	return nil
 }

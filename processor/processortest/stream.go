@@ -11,12 +11,9 @@ import (
 	"github.com/ledger-dev/ledger/processor"
 )
 
-// StreamsAPI is the part of the DynamoDB Streams API ReadAll uses.
-type StreamsAPI interface {
-	DescribeStream(ctx context.Context, in *dynamodbstreams.DescribeStreamInput, opts ...func(*dynamodbstreams.Options)) (*dynamodbstreams.DescribeStreamOutput, error)
-	GetShardIterator(ctx context.Context, in *dynamodbstreams.GetShardIteratorInput, opts ...func(*dynamodbstreams.Options)) (*dynamodbstreams.GetShardIteratorOutput, error)
-	GetRecords(ctx context.Context, in *dynamodbstreams.GetRecordsInput, opts ...func(*dynamodbstreams.Options)) (*dynamodbstreams.GetRecordsOutput, error)
-}
+// StreamsAPI is the part of the DynamoDB Streams API ReadAll uses: the
+// processor's own.
+type StreamsAPI = processor.StreamReader
 
 // Shard is the records of one shard read so far, in order.
 type Shard struct {
