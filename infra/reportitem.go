@@ -482,11 +482,13 @@ func DecodeParked(item map[string]types.AttributeValue) (*aggregates.Report, Par
 }
 
 // RepairItems are the writes that make a stored report equal to figures:
-// the report item, entry items to put and entry items to delete.
+// the report item, entry items to put (Moved: of names the stored item held
+// inline; Entries: the others) and entry items to delete (of names now
+// inline).
 type RepairItems struct {
-	Item    map[string]types.AttributeValue
-	Entries []map[string]types.AttributeValue
-	Deletes []aggregates.Key
+	Item           map[string]types.AttributeValue
+	Moved, Entries []map[string]types.AttributeValue
+	Deletes        []aggregates.Key
 }
 
 // EncodeRepair returns the writes that rewrite stored (which may be empty,
@@ -541,8 +543,16 @@ func EncodeRepair(k aggregates.ReportKey, r *aggregates.Report, stored *StoredRe
 			m.Value[name] = TotalsAV(r.Breakdowns[d][name])
 		}
 		out.Item[d.Attribute()] = m
+		wasInline := map[string]bool{}
+		for _, name := range first {
+			wasInline[name] = true
+		}
 		for _, name := range slices.Sorted(maps.Keys(all)) {
-			if !inline[name] {
+			switch {
+			case inline[name]:
+			case wasInline[name]:
+				out.Moved = append(out.Moved, EncodeEntry(k, d, name, r.Breakdowns[d][name]))
+			default:
 				out.Entries = append(out.Entries, EncodeEntry(k, d, name, r.Breakdowns[d][name]))
 			}
 		}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	ddbtypes "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodbstreams"
 	streamtypes "github.com/aws/aws-sdk-go-v2/service/dynamodbstreams/types"
 
@@ -20,16 +21,20 @@ type StreamReader interface {
 }
 
 // InFlightResult is what InFlight found: per branch, how many records with
-// an effect on its reports no guard has committed yet; and whether the
-// reading stopped at maxRecords (then every branch must count as in
-// flight).
+// an effect on its reports no guard has committed yet; whether the reading
+// stopped at maxRecords; and the shards whose consumer has no committed
+// position yet (opened at LATEST, no commit so far). In the last two cases
+// every branch counts as in flight.
 type InFlightResult struct {
-	Branches  map[Scope]int
-	Truncated bool
+	Branches     map[Scope]int
+	Truncated    bool
+	Unpositioned []string
 }
 
 // Settled reports whether no record of branch s is in flight.
-func (r InFlightResult) Settled(s Scope) bool { return !r.Truncated && r.Branches[s] == 0 }
+func (r InFlightResult) Settled(s Scope) bool {
+	return !r.Truncated && len(r.Unpositioned) == 0 && r.Branches[s] == 0
+}
 
 // InFlight reads the consumers' guards and the stream and returns the
 // branches that have transaction records with an effect that no guard has
@@ -60,16 +65,24 @@ func (p *Processor) InFlight(ctx context.Context, streams StreamReader, streamAR
 	read := 0
 	for _, sh := range shards {
 		id := aws.ToString(sh.ShardId)
-		g := p.ShardGuard(streamARN, id)
-		cp, err := g.Checkpoint(ctx)
+		item, err := p.getItem(ctx, aggregates.CheckpointKey(streamARN, id))
 		if err != nil {
 			return res, fmt.Errorf("in flight: checkpoint of %s: %w", id, err)
+		}
+		cp, _ := stringAttr(item, attrSequenceNumber)
+		if f, ok := item[attrShardFinished].(*ddbtypes.AttributeValueMemberBOOL); ok && f.Value {
+			continue // closed and read to its end
+		}
+		if _, ok := item[attrStartAt]; ok && cp == "" {
+			res.Unpositioned = append(res.Unpositioned, id)
+			continue
 		}
 		budget := -1
 		if maxRecords > 0 {
 			budget = maxRecords - read
 		}
-		recs, truncated, err := readShard(ctx, streams, streamARN, id, cp, budget)
+		closed := sh.SequenceNumberRange != nil && sh.SequenceNumberRange.EndingSequenceNumber != nil
+		recs, truncated, err := readShard(ctx, streams, streamARN, id, cp, closed, budget)
 		if err != nil {
 			return res, fmt.Errorf("in flight: shard %s: %w", id, err)
 		}
@@ -102,9 +115,17 @@ func (p *Processor) InFlight(ctx context.Context, streams StreamReader, streamAR
 	return res, nil
 }
 
+// emptyPagesAtEnd is how many empty pages in a row end the reading of an
+// open shard: GetRecords may answer an empty page before a shard's records
+// ("it might take multiple calls to get to a portion of the shard that
+// contains stream records"), so one empty page is not the end.
+const emptyPagesAtEnd = 5
+
 // readShard reads shard from just after sequence number after ("": its
-// trim horizon) to its current end, at most budget records (< 0: no limit).
-func readShard(ctx context.Context, streams StreamReader, arn, shard, after string, budget int) (recs []Record, truncated bool, err error) {
+// trim horizon) to its end: a closed shard until its iterator runs out, an
+// open one until emptyPagesAtEnd empty pages in a row; at most budget
+// records (< 0: no limit).
+func readShard(ctx context.Context, streams StreamReader, arn, shard, after string, closed bool, budget int) (recs []Record, truncated bool, err error) {
 	in := &dynamodbstreams.GetShardIteratorInput{StreamArn: &arn, ShardId: &shard, ShardIteratorType: streamtypes.ShardIteratorTypeTrimHorizon}
 	if after != "" {
 		in.ShardIteratorType, in.SequenceNumber = streamtypes.ShardIteratorTypeAfterSequenceNumber, &after
@@ -121,6 +142,7 @@ func readShard(ctx context.Context, streams StreamReader, arn, shard, after stri
 		return nil, false, err
 	}
 	iter := it.ShardIterator
+	empty := 0
 	for iter != nil {
 		out, err := streams.GetRecords(ctx, &dynamodbstreams.GetRecordsInput{ShardIterator: iter})
 		if err != nil {
@@ -132,8 +154,10 @@ func readShard(ctx context.Context, streams StreamReader, arn, shard, after stri
 			}
 			recs = append(recs, FromStream(r, arn))
 		}
-		if len(out.Records) == 0 {
-			break // the shard's current end (an open shard), or its last page
+		if len(out.Records) > 0 {
+			empty = 0
+		} else if empty++; !closed && empty >= emptyPagesAtEnd {
+			break // an open shard's current end
 		}
 		iter = out.NextShardIterator
 	}

@@ -32,6 +32,11 @@ const (
 	attrPendingGroups = "pendingGroups"
 	attrPendingPlan   = "pendingPlan"
 	attrPendingDigest = "pendingDigest"
+	// Written by the poller's store (processor/poller/store.go): a closed
+	// shard read to its end, and a checkpoint opened at LATEST before its
+	// first commit.
+	attrShardFinished = "shardFinished"
+	attrStartAt       = "startAt"
 )
 
 // CheckpointPendingAttribute is the checkpoint item's attribute that exists

@@ -255,24 +255,27 @@ func reconcileBranch(ctx context.Context, api ReconcileAPI, table string, scope 
 	expected := aggregates.NewFold()
 	stored := infra.ReportSet{}
 	var strays []Difference
-	err := queryAll(ctx, api, table, aggregates.TransactionPK(scope.Tenant, scope.Branch), func(item map[string]ddbtypes.AttributeValue) error {
-		stats.Transactions++
-		tx, err := aggregates.ParseTransaction(toImage(item))
-		if err != nil {
-			stats.Invalid++ // contributes zero, as in the consumers
-			return nil
+	// The reports first, then the transactions: a repair's argument needs
+	// the stored figures read before the fold they are compared with
+	// (docs/exactly-once.md, "Repairing while consumers run").
+	err := queryAll(ctx, api, table, aggregates.ReportPK(scope.Tenant, scope.Branch), func(item map[string]ddbtypes.AttributeValue) error {
+		if err := stored.Add(item); err != nil {
+			pk, _ := stringAttr(item, attrPK)
+			sk, _ := stringAttr(item, attrSK)
+			k := aggregates.Key{PK: pk, SK: sk}
+			strays = append(strays, Difference{Stray: &k, Lines: []string{"not a report, entry or parked delta: " + err.Error()}})
 		}
-		expected.Add(tx, +1)
 		return nil
 	})
 	if err == nil {
-		err = queryAll(ctx, api, table, aggregates.ReportPK(scope.Tenant, scope.Branch), func(item map[string]ddbtypes.AttributeValue) error {
-			if err := stored.Add(item); err != nil {
-				pk, _ := stringAttr(item, attrPK)
-				sk, _ := stringAttr(item, attrSK)
-				k := aggregates.Key{PK: pk, SK: sk}
-				strays = append(strays, Difference{Stray: &k, Lines: []string{"not a report, entry or parked delta: " + err.Error()}})
+		err = queryAll(ctx, api, table, aggregates.TransactionPK(scope.Tenant, scope.Branch), func(item map[string]ddbtypes.AttributeValue) error {
+			stats.Transactions++
+			tx, err := aggregates.ParseTransaction(toImage(item))
+			if err != nil {
+				stats.Invalid++ // contributes zero, as in the consumers
+				return nil
 			}
+			expected.Add(tx, +1)
 			return nil
 		})
 	}
@@ -423,12 +426,18 @@ func repairReport(ctx context.Context, api ReconcileAPI, table string, d Differe
 	ri := infra.EncodeRepair(d.Report, d.Expected, d.stored, stamp)
 	ri.Item[infra.AttrRepairedAt] = ri.Item[attrUpdatedAt]
 	hasItem := d.stored != nil && d.stored.Item != nil
+	// What changes a name's place goes first, into the transaction that
+	// writes the report item: the entry items of names now inline (at most
+	// 3 × 32), then the entry items of names moved out of a damaged map.
 	var ops []ddbtypes.TransactWriteItem
-	for _, e := range ri.Entries {
-		ops = append(ops, ddbtypes.TransactWriteItem{Put: &ddbtypes.Put{TableName: &table, Item: e}})
-	}
 	for _, k := range ri.Deletes {
 		ops = append(ops, ddbtypes.TransactWriteItem{Delete: &ddbtypes.Delete{TableName: &table, Key: keyAV(k)}})
+	}
+	for _, e := range ri.Moved {
+		ops = append(ops, ddbtypes.TransactWriteItem{Put: &ddbtypes.Put{TableName: &table, Item: e}})
+	}
+	for _, e := range ri.Entries {
+		ops = append(ops, ddbtypes.TransactWriteItem{Put: &ddbtypes.Put{TableName: &table, Item: e}})
 	}
 	var guard ddbtypes.TransactWriteItem // what every transaction after the first requires
 	var first []ddbtypes.TransactWriteItem

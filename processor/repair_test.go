@@ -116,3 +116,46 @@ func TestRepair_AReportOfManyNamesInterruptedBetweenItsTransactions(t *testing.T
 	onePlace(t, e, k)
 	e.requireReconciled(t)
 }
+
+// TestRepair_NamesMovedInlineLeaveTheirEntryItemsInTheFirstTransaction: the
+// report item of a report of 200 cost centres is lost, so the repair moves
+// 32 names inline; a consumer commits after the repair's first transaction.
+// The entry items of the moved names went with the report item, so every
+// name is still in one place.
+func TestRepair_NamesMovedInlineLeaveTheirEntryItemsInTheFirstTransaction(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t)
+	for i := range 200 {
+		putTxn(t, e, "wide", "2024-03-01", fmt.Sprint("t", i), "1", "rent", fmt.Sprintf("cc %03d", 199-i))
+	}
+	shard, recs := e.records(t)
+	p := e.processor(t, nil, nil)
+	g := p.ShardGuard(e.streamARN, shard)
+	_, err := p.Process(ctx, g, recs)
+	require.NoError(t, err)
+	k := reportKey("wide", aggregates.Daily, "2024-03-01")
+	_, err = e.ddb.DeleteItem(ctx, &dynamodb.DeleteItemInput{TableName: &e.table,
+		Key: map[string]ddbtypes.AttributeValue{"PK": sAV(k.Key().PK), "SK": sAV(k.Key().SK)}})
+	require.NoError(t, err)
+
+	diffs, _, err := processor.Reconcile(ctx, e.ddb, e.table, processor.Scope{Tenant: "t", Branch: "wide"})
+	require.NoError(t, err)
+	require.Len(t, diffs, 1)
+	api := &hookedAPI{ReconcileAPI: e.ddb, hook: func() {
+		putTxn(t, e, "wide", "2024-03-01", "late", "5", "rent", "cc 150")
+		_, all := e.records(t)
+		_, err := p.Process(ctx, g, all[len(recs):])
+		require.NoError(t, err)
+	}}
+	res, err := processor.Repair(ctx, api, e.table, diffs, time.Now())
+	require.NoError(t, err)
+	assert.Equal(t, []aggregates.ReportKey{k}, res.Partial)
+	onePlace(t, e, k)
+	diffs, _, err = processor.Reconcile(ctx, e.ddb, e.table, processor.Scope{Tenant: "t", Branch: "wide"})
+	require.NoError(t, err)
+	res, err = processor.Repair(ctx, e.ddb, e.table, diffs, time.Now())
+	require.NoError(t, err)
+	assert.Equal(t, len(diffs), res.Repaired)
+	onePlace(t, e, k)
+	e.requireReconciled(t)
+}

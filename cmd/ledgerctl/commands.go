@@ -128,9 +128,12 @@ func (e *environment) withoutInFlight(ctx context.Context, c *dynamodb.Client, d
 			keep = append(keep, d)
 			continue
 		}
-		if fl.Truncated {
+		switch {
+		case fl.Truncated:
 			fmt.Fprintf(e.stdout, "left alone (more than %d stream records to check; raise --max-records): %s\n", maxRecords, d.Report)
-		} else {
+		case len(fl.Unpositioned) > 0:
+			fmt.Fprintf(e.stdout, "left alone (shards %v have no committed position yet: a consumer opened them at LATEST; repair after its first commit): %s\n", fl.Unpositioned, d.Report)
+		default:
 			fmt.Fprintf(e.stdout, "left alone (%d records of its branch in flight): %s\n", fl.Branches[s], d.Report)
 		}
 	}
