@@ -390,7 +390,11 @@ func (g *MarkerGuard) committed(ctx context.Context, changes []change) (int, boo
 			g.p.metrics.Conflicts.WithLabelValues(ConflictShortRedelivery).Inc()
 			tail := changes[n-1].rec
 			if err := g.p.putMarker(ctx, recordID(tail), last, 0); err != nil {
-				return n - 1, false, fmt.Errorf("write alias marker at %s: %w", recordID(tail), err)
+				// No alias: the batch's last record lies inside the
+				// committed run and has no marker, so a redelivery from it
+				// would apply the run's tail again. Name the run's first
+				// record instead, whose marker the walk follows (issue 12).
+				return start, false, fmt.Errorf("write alias marker at %s: %w", recordID(tail), err)
 			}
 			return n - 1, true, nil
 		}
