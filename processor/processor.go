@@ -166,6 +166,11 @@ func (p *Processor) Process(ctx context.Context, g Guard, recs []Record) (Result
 	stalls := 0 // guard conflicts in a row that skipped nothing
 	pos := ""   // a ShardGuard's position: progress of a batch another consumer commits too
 	sg, _ := g.(*ShardGuard)
+	if i := outOfOrder(changes); sg != nil && i >= 0 {
+		// The checkpoint drops a prefix by sequence number: a record after a
+		// higher one would be dropped with it, never applied. Callers sort.
+		return fail(0, fmt.Errorf("record %d (sequence %s) is out of order: a shard's records must be handed over in sequence order", i, recs[i].SequenceNumber))
+	}
 	for done < len(recs) {
 		n, redeliver, err := g.committed(ctx, changes[done:])
 		if sg != nil && err == nil {

@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"runtime/debug"
+	"slices"
 	"time"
 
 	"github.com/aws/aws-lambda-go/events"
@@ -303,7 +304,7 @@ func (h *Handler) tumbling(ctx context.Context, payload []byte, inv *invocation)
 	if err != nil {
 		return resp, err
 	}
-	held = append(held, ev.Records...)
+	held = inOrder(append(held, ev.Records...))
 	if len(held) == 0 {
 		inv.set("Outcome", "committed")
 		resp.State = map[string]string{}
@@ -338,6 +339,30 @@ func (h *Handler) tumbling(ctx context.Context, payload []byte, inv *invocation)
 		perr = fmt.Errorf("%d of %d records committed", res.Committed, len(held))
 	}
 	return resp, fmt.Errorf("commit window of shard %s (%d records, %d committed): %w", w.ShardID, len(held), res.Committed, perr)
+}
+
+// inOrder sorts a window's records by sequence number and drops repeats
+// (same eventID, the first kept). A window's records need not arrive in
+// order: AWS documents that records a tumbling window processes more than
+// once "might be processed out of order", and the checkpoint guard drops
+// a prefix by sequence number, so the records it gets must be sorted
+// (docs/exactly-once.md, "Tumbling windows out of order").
+func inOrder(recs []processor.Record) []processor.Record {
+	seen := make(map[string]bool, len(recs))
+	out := recs[:0]
+	for _, r := range recs {
+		if r.EventID != "" {
+			if seen[r.EventID] {
+				continue
+			}
+			seen[r.EventID] = true
+		}
+		out = append(out, r)
+	}
+	slices.SortStableFunc(out, func(a, b processor.Record) int {
+		return processor.CompareSequence(a.SequenceNumber, b.SequenceNumber)
+	})
+	return out
 }
 
 // processContext bounds a commit by the invocation's deadline less the

@@ -115,7 +115,11 @@ func (st *windowState) add(recs []processor.Record) error {
 	}
 	st.chunks = append(st.chunks, c)
 	st.count += len(recs)
-	st.last = recs[len(recs)-1].SequenceNumber
+	for i := range recs { // the highest, not the last: a window's records may come out of order
+		if seq := recs[i].SequenceNumber; st.last == "" || processor.CompareSequence(seq, st.last) > 0 {
+			st.last = seq
+		}
+	}
 	return nil
 }
 
