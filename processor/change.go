@@ -16,6 +16,9 @@ type change struct {
 	// unguarded: skipped by the guard as without effect rather than found
 	// committed; its quarantine (if any) is redone, idempotently.
 	unguarded bool
+	// abandoned: a record of a trimmed half-committed batch (ShardGuard),
+	// skipped: some of it may be applied already, so none of it is again.
+	abandoned bool
 	old, new  *aggregates.Transaction
 	invalid   *aggregates.InvalidError
 }

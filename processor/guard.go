@@ -204,9 +204,21 @@ func (g *ShardGuard) committed(ctx context.Context, changes []change) (int, bool
 			g.p.metrics.Conflicts.WithLabelValues(ConflictAbandonedBatch).Inc()
 		}
 	}
+	// Records up to the checkpoint are committed. Those of an abandoned
+	// batch, up to its last record, are skipped too: the groups that landed
+	// hold some of them, which are applied, and the plan that would say which
+	// can never be made again. Losing them (reconcile --repair restores
+	// them) is the only choice that never applies a delta twice (issue 12).
+	bound := g.prev
+	if a := g.abandoned; a != nil && (bound == "" || CompareSequence(a.to, bound) > 0) {
+		bound = a.to
+	}
 	n := 0
-	if g.prev != "" {
-		for n < len(changes) && CompareSequence(changes[n].rec.SequenceNumber, g.prev) <= 0 {
+	if bound != "" {
+		for n < len(changes) && CompareSequence(changes[n].rec.SequenceNumber, bound) <= 0 {
+			if g.prev == "" || CompareSequence(changes[n].rec.SequenceNumber, g.prev) > 0 {
+				changes[n].abandoned = true
+			}
 			n++
 		}
 	}
@@ -279,6 +291,17 @@ func (g *ShardGuard) claimGroup(k, n int, to string, plan batchPlan, digest stri
 		UpdateExpression: aws.String(expr), ConditionExpression: aws.String(cond),
 		ExpressionAttributeNames: names, ExpressionAttributeValues: values,
 	}}
+}
+
+// clearAbandoned moves the checkpoint to the end of the abandoned batch,
+// clearing it, in a transaction of the guard alone: for when every record
+// handed over belonged to it (so no next batch replaces it).
+func (p *Processor) clearAbandoned(ctx context.Context, g *ShardGuard) error {
+	a := g.abandoned
+	plan := batchPlan{items: p.cfg.MaxItemsPerRun, entries: p.cfg.MaxEntriesPerItem}
+	return p.commitTx(ctx, g,
+		func() ddbtypes.TransactWriteItem { return g.claimGroup(0, 1, a.to, plan, "") },
+		func() { g.claimedGroup(0, 1, a.to, plan, "") }, nil)
 }
 
 // claimedGroup records that claimGroup(k, n, to, plan, digest) committed.

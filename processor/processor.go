@@ -192,6 +192,14 @@ func (p *Processor) Process(ctx context.Context, g Guard, recs []Record) (Result
 			return res, nil
 		}
 		if done == len(recs) {
+			if sg != nil && sg.abandoned != nil && sg.batching() {
+				// Every record was of the abandoned batch: clear it now, or a
+				// shard with nothing after it (a closed one) stays pending.
+				// A taken guard: someone else moved the checkpoint; done too.
+				if err := p.clearAbandoned(ctx, sg); err != nil && !errors.Is(err, errGuardTaken) {
+					return fail(done, fmt.Errorf("clear the abandoned batch: %w", err))
+				}
+			}
 			break
 		}
 		var advanced int
@@ -229,6 +237,8 @@ func (p *Processor) skipped(ctx context.Context, changes []change, res *Result) 
 		c := &changes[i]
 		o := OutcomeDuplicate
 		switch {
+		case c.abandoned && !c.dup:
+			o = OutcomeAbandoned
 		case c.dup || !c.unguarded:
 			res.Duplicates++
 		case !c.isTxn:
