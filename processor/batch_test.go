@@ -206,3 +206,41 @@ func recordsOutcome(p *processor.Processor, outcome string) float64 {
 	}
 	return sum
 }
+
+// Issue 12, defect 5: two readers open a shard without a checkpoint at
+// different places (TRIM_HORIZON at different times, or LATEST). Whoever
+// commits first creates the checkpoint; the other's records may start
+// after it, with records in between it never saw, so it must refuse (ErrGap)
+// and reopen after the checkpoint instead of committing over the gap.
+func TestShardGuard_FirstReaderWithoutCheckpointBindsTheOthers(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t)
+	require.NoError(t, processortest.NewWorkload(23).Run(ctx, e.ddb, e.table, 120))
+	shard, recs := e.records(t)
+	p := e.processor(t, nil, nil)
+
+	a := p.ShardGuard(e.streamARN, shard) // opened at TRIM_HORIZON
+	b := p.ShardGuard(e.streamARN, shard) // opened later, at LATEST
+	for _, g := range []*processor.ShardGuard{a, b} {
+		cp, err := g.Checkpoint(ctx)
+		require.NoError(t, err)
+		require.Empty(t, cp)
+		g.SetOrigin("")
+	}
+	_, err := p.Process(ctx, a, recs[:40])
+	require.NoError(t, err)
+	_, err = p.Process(ctx, b, recs[80:])
+	require.ErrorIs(t, err, processor.ErrGap, "records 40..79 are in nobody's hands")
+
+	// b reopens after the checkpoint: exact.
+	r := p.ShardGuard(e.streamARN, shard)
+	cp, err := r.Checkpoint(ctx)
+	require.NoError(t, err)
+	r.SetOrigin(cp)
+	_, err = p.Process(ctx, r, recs[40:])
+	require.NoError(t, err)
+	// a goes on from its own commits without a gap.
+	_, err = p.Process(ctx, a, recs[40:])
+	require.NoError(t, err)
+	e.requireReconciled(t)
+}

@@ -122,9 +122,20 @@ func (g *ShardGuard) batching() bool { return g.batches && g.prev != "" }
 
 // SetOrigin declares that the records the caller will pass start right after
 // sequence number seq (the iterator was opened AFTER_SEQUENCE_NUMBER seq), so
-// the guard can refuse to commit over a gap (ErrGap). Without an origin the
-// caller promises its records start at the checkpoint or at the shard's trim
-// horizon.
+// the guard can refuse to commit over a gap (ErrGap).
+//
+// SetOrigin("") declares that the caller found no checkpoint and opened at
+// the shard's start position (TRIM_HORIZON or LATEST): its records start
+// wherever that was, which binds nobody else. Such a guard commits only as
+// the shard's first committer; once another reader has created the
+// checkpoint, the records between that checkpoint and this reader's start
+// may be missing from its hands, so it refuses (ErrGap) and the caller
+// reopens after the checkpoint: the first reader's origin is binding for
+// the others (issue 12). After its own first commit the guard's records are
+// contiguous from there, and that commit is its origin.
+//
+// Without an origin (no call) the caller promises its records start at the
+// checkpoint, or that a gap is accepted (records trimmed).
 func (g *ShardGuard) SetOrigin(seq string) { g.origin, g.hasOrigin = seq, true }
 
 // Checkpoint returns the shard's committed position ("" when none),
@@ -191,6 +202,9 @@ func (g *ShardGuard) committed(ctx context.Context, changes []change) (int, bool
 	}
 	if g.hasOrigin && g.origin != "" && (g.prev == "" || CompareSequence(g.prev, g.origin) < 0) {
 		return 0, false, fmt.Errorf("shard %s: checkpoint %q, records start after %q: %w", g.shard, g.prev, g.origin, ErrGap)
+	}
+	if g.hasOrigin && g.origin == "" && g.prev != "" {
+		return 0, false, fmt.Errorf("shard %s: checkpoint %q made by another reader, records start where this reader opened without one: %w", g.shard, g.prev, ErrGap)
 	}
 	if g.trimmed {
 		// Once, for the state read right after the trim: the pending batch's
@@ -309,6 +323,7 @@ func (g *ShardGuard) claimedGroup(k, n int, to string, plan batchPlan, digest st
 	g.abandoned = nil
 	if k == n-1 {
 		g.prev, g.pending = to, nil
+		g.ownOrigin()
 	} else {
 		g.pending = &pendingBatch{to: to, next: k + 1, groups: n, plan: plan, digest: digest}
 	}
@@ -344,6 +359,15 @@ func (g *ShardGuard) claim(run []Record) ddbtypes.TransactWriteItem {
 func (g *ShardGuard) claimed(run []Record) {
 	g.prev = lastSequence(run)
 	g.loaded = true
+	g.ownOrigin()
+}
+
+// ownOrigin: after a commit of its own, the guard's records are contiguous
+// from its checkpoint, whatever it was opened at.
+func (g *ShardGuard) ownOrigin() {
+	if g.hasOrigin && g.origin == "" {
+		g.origin = g.prev
+	}
 }
 
 func (g *ShardGuard) reset() { g.loaded = false }

@@ -307,6 +307,7 @@ func (r *reader) open() error {
 		r.advanceHeld(cp)
 	} else {
 		in.ShardIteratorType = streamtypes.ShardIteratorType(r.start)
+		r.guard.SetOrigin("") // binding only if no other reader creates the checkpoint first
 	}
 	out, err := r.p.streams.GetShardIterator(r.ctx, in)
 	var trimmed *streamtypes.TrimmedDataAccessException
