@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"sync"
 	"testing"
@@ -368,4 +369,32 @@ func TestInvoke_TumblingRejectsAForeignState(t *testing.T) {
 	h := newHandler(t, &fakeProcessor{}, handler.Config{Mode: handler.Tumbling})
 	_, err := h.Invoke(context.Background(), windowEvent(t, nil, map[string]string{"1": "282"}, true))
 	assert.ErrorContains(t, err, "window state")
+}
+
+// Issue 12, defect 3: after an early commit, the window's state remembers
+// the checkpoint it moved to; a record at or below it arriving later (a
+// repeat, or a record delivered out of order that the checkpoint now drops)
+// is reported, not silently taken for a duplicate.
+func TestInvoke_TumblingReportsRecordsArrivingBelowAnEarlyCommit(t *testing.T) {
+	all := allFixtureRecords(t)[:40]
+	fp := &fakeProcessor{}
+	var logs bytes.Buffer
+	h := newHandler(t, fp, handler.Config{Mode: handler.Tumbling, StateLimit: 3000,
+		Logger: slog.New(slog.NewJSONHandler(&logs, nil))})
+	var state map[string]string
+	for i := 0; i < len(all) && len(fp.calls) == 0; i += 10 {
+		state = invokeWindow(t, h, windowEvent(t, all[i:i+10], state, false)).State
+	}
+	require.NotEmpty(t, fp.calls, "an early commit")
+	require.NotEmpty(t, state, "the state remembers the early commit")
+	assert.NotContains(t, logs.String(), "arrived after it")
+	late := fp.calls[0].recs[0] // the lowest record of the early commit
+	var ev events.DynamoDBEventRecord
+	for _, r := range all {
+		if r.EventID == late.EventID {
+			ev = r
+		}
+	}
+	invokeWindow(t, h, windowEvent(t, []events.DynamoDBEventRecord{ev}, state, false))
+	assert.Contains(t, logs.String(), "arrived after it")
 }
