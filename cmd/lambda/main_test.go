@@ -216,7 +216,7 @@ func testDelivery(t *testing.T, bin, mode string, seed uint64) {
 		// Small enough that windows also commit early.
 		extra = append(extra, "LEDGER_STATE_LIMIT_BYTES=8192")
 	}
-	fn := newFunction(t, bin, lambdaEnv(api, proxy.srv.URL, table, extra...))
+	fn := newFunction(t, bin, api, lambdaEnv(api, proxy.srv.URL, table, extra...))
 	proxy.kill = fn.kill
 	fn.start()
 	e := &esm{t: t, rng: rand.New(rand.NewPCG(seed, 99)), fn: fn, api: api, proxy: proxy, arn: s.arn, stats: map[string]int{}}
@@ -354,7 +354,7 @@ func testRedeliveryFromEarlierStart(t *testing.T, bin string) {
 			table := newTable(t)
 			s := newStream(t, table)
 			api := newRuntimeAPI(t)
-			fn := newFunction(t, bin, lambdaEnv(api, ddblocal.Endpoint(t), table))
+			fn := newFunction(t, bin, api, lambdaEnv(api, ddblocal.Endpoint(t), table))
 			fn.start()
 			for _, item := range []map[string]ddbtypes.AttributeValue{txn("a", ""), tt.between, txn("b", "")} {
 				_, err := s.ddb.PutItem(ctx, &dynamodb.PutItemInput{TableName: aws.String(table), Item: item})
@@ -379,7 +379,7 @@ func testMalformed(t *testing.T, bin string) {
 	table := newTable(t)
 	s := newStream(t, table)
 	api := newRuntimeAPI(t)
-	fn := newFunction(t, bin, lambdaEnv(api, ddblocal.Endpoint(t), table))
+	fn := newFunction(t, bin, api, lambdaEnv(api, ddblocal.Endpoint(t), table))
 	fn.start()
 
 	// Real records to break: a few transactions of a small workload.
