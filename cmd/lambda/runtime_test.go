@@ -66,6 +66,10 @@ type runtimeAPI struct {
 	gen atomic.Int64
 	// pendingNext counts GET .../next requests waiting for an invocation.
 	pendingNext atomic.Int64
+	// controlPlane answers the function's ListEventSourceMappings
+	// (AWS_ENDPOINT_URL_LAMBDA): a safe standard-mode mapping unless the
+	// test sets others.
+	controlPlane *fakeControlPlane
 }
 
 type connGenKey struct{}
@@ -123,6 +127,7 @@ func newRuntimeAPI(t *testing.T) *runtimeAPI {
 		return context.WithValue(ctx, connGenKey{}, api.gen.Load())
 	}
 	api.srv.Start()
+	api.controlPlane = newFakeControlPlane(t, safeMapping("esm-1", "standard"))
 	t.Cleanup(func() {
 		close(api.closing)
 		api.srv.Close()
