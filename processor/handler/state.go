@@ -40,7 +40,7 @@ const (
 	// stateCommittedKey: the checkpoint an early commit of this window
 	// moved to; records arriving later at or below it are reported.
 	stateCommittedKey = "ledger.committed"
-	stateChunkKey   = "c"
+	stateChunkKey     = "c"
 )
 
 // stateRecord is a processor.Record in the state's compact form.
