@@ -2,12 +2,14 @@ package poller_test
 
 import (
 	"context"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/service/dynamodbstreams"
 	st "github.com/aws/aws-sdk-go-v2/service/dynamodbstreams/types"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/ledger-dev/ledger/processor"
@@ -73,4 +75,57 @@ func TestPoller_ClosedShardsLastPageSurvivesFailedCommitAndReopen(t *testing.T) 
 			e.requireReconciled(t)
 		})
 	}
+}
+
+// firstPageHook runs hook once, before handing out the first page with
+// records.
+type firstPageHook struct {
+	poller.Streams
+	once sync.Once
+	hook func()
+}
+
+func (h *firstPageHook) GetRecords(ctx context.Context, in *dynamodbstreams.GetRecordsInput, opts ...func(*dynamodbstreams.Options)) (*dynamodbstreams.GetRecordsOutput, error) {
+	out, err := h.Streams.GetRecords(ctx, in, opts...)
+	if err == nil && len(out.Records) > 0 {
+		h.once.Do(h.hook)
+	}
+	return out, err
+}
+
+// Issue 12, defect 5, through the poller: it opens a shard without a
+// checkpoint at LATEST; before it commits, another reader (opened at
+// TRIM_HORIZON, earlier) creates the checkpoint with the shard's first
+// records. The poller's records start long after that checkpoint: it must
+// reopen after it (ErrGap) and apply the records in between, not commit
+// over the gap.
+func TestPoller_ReaderWithoutCheckpointReopensAfterAnotherReadersFirstCommit(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t, 13)
+	f := e.stream
+	f.addShard("shardId-A", "")
+	backlog := e.write(t, 60)
+	f.appendTo("shardId-A", backlog...)
+	other := func() {
+		p, err := processor.New(e.ddb, processor.Config{Table: e.table}, nil)
+		require.NoError(t, err)
+		var recs []processor.Record
+		for _, r := range backlog[:20] {
+			recs = append(recs, processor.FromStream(r, f.arn))
+		}
+		_, err = p.Process(ctx, p.ShardGuard(f.arn, "shardId-A"), recs)
+		require.NoError(t, err)
+	}
+	hooked := &firstPageHook{Streams: f.client("p1"), hook: other}
+	tp := e.pollerWith(t, "p1", hooked, nil, processor.Config{}, func(c *poller.Config) { c.StartPosition = poller.Latest })
+	stop := start(t, tp)
+	eventually(t, "A opened", 20*time.Second, func() bool { return counter(t, tp.m.Reads.WithLabelValues("empty")) > 0 })
+	f.appendTo("shardId-A", e.write(t, 40)...)
+	eventually(t, "a commit", 60*time.Second, func() bool { return counter(t, tp.pm.Commits.WithLabelValues("committed")) > 0 })
+	stop()
+	// A drain after it finds nothing left behind the checkpoint: every
+	// record after the other reader's checkpoint was applied, once.
+	e.drain(t, "p2", nil)
+	e.requireReconciled(t)
+	assert.Positive(t, counter(t, tp.m.Resets.WithLabelValues(poller.ResetGap)), "the gap was refused")
 }
