@@ -2,9 +2,12 @@ package processor_test
 
 import (
 	"context"
+	"strconv"
 	"testing"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	ddbtypes "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/assert"
@@ -129,4 +132,115 @@ func TestShardGuard_TrimmedAbandonsPendingBatchOnce(t *testing.T) {
 	res, err := p.Process(ctx, g, recs)
 	require.NoError(t, err)
 	assert.Zero(t, res.Applied)
+}
+
+// Issue 12, defect 4: a pending batch whose records were trimmed is
+// abandoned, and the groups it had committed stay applied. The records of
+// the abandoned batch that survive the trim must not be applied again by
+// the batch that replaces it: lost (and counted), never doubled. Each
+// transaction here is an insert on a day of its own, so any report applied
+// twice shows a count above the truth.
+func TestShardGuard_TrimmedPendingBatchIsNeverAppliedTwice(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t)
+	s := func(v string) ddbtypes.AttributeValue { return &ddbtypes.AttributeValueMemberS{Value: v} }
+	day := time.Date(2024, 1, 1, 0, 0, 0, 0, time.UTC)
+	for i := range 80 {
+		d := day.AddDate(0, 0, i).Format("2006-01-02")
+		_, err := e.ddb.PutItem(ctx, &dynamodb.PutItemInput{TableName: &e.table, Item: map[string]ddbtypes.AttributeValue{
+			"PK": s("TENANT#t#BRANCH#b#TRANSACTION"), "SK": s(d + "#" + strconv.Itoa(i)),
+			"entityType": s("TRANSACTION"), "type": s("INCOME"), "amount": &ddbtypes.AttributeValueMemberN{Value: "1"},
+			"category": s("food"), "createdAt": s(d + "T10:00:00Z")}})
+		require.NoError(t, err)
+	}
+	shard, recs := e.records(t)
+	start := halfCommitted(t, e, recs, shard, 60)
+
+	reg := prometheus.NewRegistry()
+	p, err := processor.New(e.ddb, processor.Config{Table: e.table, BaseBackoff: time.Millisecond, MaxBackoff: time.Millisecond}, processor.NewMetrics(reg))
+	require.NoError(t, err)
+	g := p.ShardGuard(e.streamARN, shard)
+	g.CommitBatches()
+	g.Trimmed()
+	// The trim horizon moved a few records into the batch: the rest of the
+	// batch's records are read (a page of nothing else, as at a closed
+	// shard's end: the abandoned batch is cleared all the same), then those
+	// after it.
+	res, err := p.Process(ctx, g, recs[start+3:60])
+	require.NoError(t, err)
+	assert.Equal(t, 60-start-3, res.Committed)
+	assert.False(t, g.Pending())
+	fresh := e.processor(t, nil, nil).ShardGuard(e.streamARN, shard)
+	cp, err := fresh.Checkpoint(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, recs[59].SequenceNumber, cp, "the abandoned batch is cleared, the checkpoint at its end")
+	assert.False(t, fresh.Pending())
+	res, err = p.Process(ctx, g, recs[start+3:])
+	require.NoError(t, err)
+	assert.Equal(t, len(recs)-start-3, res.Committed)
+	assert.Equal(t, 1.0, testutil.ToFloat64(p.Metrics().Conflicts.WithLabelValues(processor.ConflictAbandonedBatch)))
+	assert.Equal(t, float64(60-start-3), recordsOutcome(p, processor.OutcomeAbandoned), "the surviving records of the abandoned batch are counted as lost")
+
+	diffs, _, err := reconcileBranch(ctx, e, "t", "b")
+	require.NoError(t, err)
+	require.NotEmpty(t, diffs, "the abandoned batch's records are lost until a repair")
+	for _, d := range diffs {
+		stored := int64(0)
+		if d.Stored != nil {
+			stored = d.Stored.Count
+		}
+		assert.LessOrEqual(t, stored, d.Expected.Count, "applied twice: %s", d)
+	}
+	// The records after the abandoned batch are applied exactly once.
+	for _, d := range diffs {
+		if d.Report.Period.String() >= "DAILY#"+day.AddDate(0, 0, 60).Format("2006-01-02") && d.Report.Period.String() < "M" {
+			t.Errorf("a record after the abandoned batch is wrong: %s", d)
+		}
+	}
+}
+
+func recordsOutcome(p *processor.Processor, outcome string) float64 {
+	sum := 0.0
+	for _, ev := range []string{"INSERT", "MODIFY", "REMOVE", "UNKNOWN"} {
+		sum += testutil.ToFloat64(p.Metrics().Records.WithLabelValues(ev, outcome))
+	}
+	return sum
+}
+
+// Issue 12, defect 5: two readers open a shard without a checkpoint at
+// different places (TRIM_HORIZON at different times, or LATEST). Whoever
+// commits first creates the checkpoint; the other's records may start
+// after it, with records in between it never saw, so it must refuse (ErrGap)
+// and reopen after the checkpoint instead of committing over the gap.
+func TestShardGuard_FirstReaderWithoutCheckpointBindsTheOthers(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t)
+	require.NoError(t, processortest.NewWorkload(23).Run(ctx, e.ddb, e.table, 120))
+	shard, recs := e.records(t)
+	p := e.processor(t, nil, nil)
+
+	a := p.ShardGuard(e.streamARN, shard) // opened at TRIM_HORIZON
+	b := p.ShardGuard(e.streamARN, shard) // opened later, at LATEST
+	for _, g := range []*processor.ShardGuard{a, b} {
+		cp, err := g.Checkpoint(ctx)
+		require.NoError(t, err)
+		require.Empty(t, cp)
+		g.SetOrigin("")
+	}
+	_, err := p.Process(ctx, a, recs[:40])
+	require.NoError(t, err)
+	_, err = p.Process(ctx, b, recs[80:])
+	require.ErrorIs(t, err, processor.ErrGap, "records 40..79 are in nobody's hands")
+
+	// b reopens after the checkpoint: exact.
+	r := p.ShardGuard(e.streamARN, shard)
+	cp, err := r.Checkpoint(ctx)
+	require.NoError(t, err)
+	r.SetOrigin(cp)
+	_, err = p.Process(ctx, r, recs[40:])
+	require.NoError(t, err)
+	// a goes on from its own commits without a gap.
+	_, err = p.Process(ctx, a, recs[40:])
+	require.NoError(t, err)
+	e.requireReconciled(t)
 }

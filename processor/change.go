@@ -16,6 +16,9 @@ type change struct {
 	// unguarded: skipped by the guard as without effect rather than found
 	// committed; its quarantine (if any) is redone, idempotently.
 	unguarded bool
+	// abandoned: a record of a trimmed half-committed batch (ShardGuard),
+	// skipped: some of it may be applied already, so none of it is again.
+	abandoned bool
 	old, new  *aggregates.Transaction
 	invalid   *aggregates.InvalidError
 }
@@ -99,23 +102,45 @@ func Transactions(r Record) (old, new *aggregates.Transaction) {
 }
 
 // dedupe marks the records of a batch that repeat an earlier record of it
-// (same eventID) or come after a record with a higher sequence number: a
-// record delivered twice within one batch is applied once.
+// (same eventID; without an eventID, the same sequence number): a record
+// delivered twice within one batch is applied once. Order says nothing
+// about repetition: a record with a lower sequence number than one before
+// it is a different record delivered out of order (a tumbling window's
+// redelivery may do that, issue 12), and it is applied like any other. The
+// callers that need order sort first (the tumbling-window handler) or read
+// in order (the poller); Process refuses a ShardGuard batch out of order.
 func dedupe(changes []change) {
-	maxSeq := ""
 	seen := make(map[string]bool, len(changes))
 	for i := range changes {
 		r := changes[i].rec
 		if r.SequenceNumber == "" {
 			continue // quarantined by classify when it is a transaction
 		}
-		if (r.EventID != "" && seen[r.EventID]) || (maxSeq != "" && CompareSequence(r.SequenceNumber, maxSeq) < 0) {
+		id := "e:" + r.EventID
+		if r.EventID == "" {
+			id = "s:" + r.SequenceNumber
+		}
+		if seen[id] {
 			changes[i] = change{rec: r, isTxn: changes[i].isTxn, dup: true}
 			continue
 		}
-		seen[r.EventID] = true
-		if CompareSequence(r.SequenceNumber, maxSeq) > 0 {
-			maxSeq = r.SequenceNumber
-		}
+		seen[id] = true
 	}
+}
+
+// outOfOrder returns the index of the first record (not a repeat) whose
+// sequence number is below one before it, or -1.
+func outOfOrder(changes []change) int {
+	maxSeq := ""
+	for i := range changes {
+		r := changes[i].rec
+		if changes[i].dup || r.SequenceNumber == "" {
+			continue
+		}
+		if maxSeq != "" && CompareSequence(r.SequenceNumber, maxSeq) < 0 {
+			return i
+		}
+		maxSeq = r.SequenceNumber
+	}
+	return -1
 }

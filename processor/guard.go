@@ -145,9 +145,20 @@ func (g *ShardGuard) batching() bool { return g.batches && g.prev != "" }
 
 // SetOrigin declares that the records the caller will pass start right after
 // sequence number seq (the iterator was opened AFTER_SEQUENCE_NUMBER seq), so
-// the guard can refuse to commit over a gap (ErrGap). Without an origin the
-// caller promises its records start at the checkpoint or at the shard's trim
-// horizon.
+// the guard can refuse to commit over a gap (ErrGap).
+//
+// SetOrigin("") declares that the caller found no checkpoint and opened at
+// the shard's start position (TRIM_HORIZON or LATEST): its records start
+// wherever that was, which binds nobody else. Such a guard commits only as
+// the shard's first committer; once another reader has created the
+// checkpoint, the records between that checkpoint and this reader's start
+// may be missing from its hands, so it refuses (ErrGap) and the caller
+// reopens after the checkpoint: the first reader's origin is binding for
+// the others (issue 12). After its own first commit the guard's records are
+// contiguous from there, and that commit is its origin.
+//
+// Without an origin (no call) the caller promises its records start at the
+// checkpoint, or that a gap is accepted (records trimmed).
 func (g *ShardGuard) SetOrigin(seq string) { g.origin, g.hasOrigin = seq, true }
 
 // Checkpoint returns the shard's committed position ("" when none),
@@ -215,6 +226,9 @@ func (g *ShardGuard) committed(ctx context.Context, changes []change) (int, bool
 	if g.hasOrigin && g.origin != "" && (g.prev == "" || CompareSequence(g.prev, g.origin) < 0) {
 		return 0, false, fmt.Errorf("shard %s: checkpoint %q, records start after %q: %w", g.shard, g.prev, g.origin, ErrGap)
 	}
+	if g.hasOrigin && g.origin == "" && g.prev != "" {
+		return 0, false, fmt.Errorf("shard %s: checkpoint %q made by another reader, records start where this reader opened without one: %w", g.shard, g.prev, ErrGap)
+	}
 	if g.trimmed {
 		// Once, for the state read right after the trim: the pending batch's
 		// records are gone, so it can never be planned again. The next batch
@@ -227,9 +241,21 @@ func (g *ShardGuard) committed(ctx context.Context, changes []change) (int, bool
 			g.p.metrics.Conflicts.WithLabelValues(ConflictAbandonedBatch).Inc()
 		}
 	}
+	// Records up to the checkpoint are committed. Those of an abandoned
+	// batch, up to its last record, are skipped too: the groups that landed
+	// hold some of them, which are applied, and the plan that would say which
+	// can never be made again. Losing them (reconcile --repair restores
+	// them) is the only choice that never applies a delta twice (issue 12).
+	bound := g.prev
+	if a := g.abandoned; a != nil && (bound == "" || CompareSequence(a.to, bound) > 0) {
+		bound = a.to
+	}
 	n := 0
-	if g.prev != "" {
-		for n < len(changes) && CompareSequence(changes[n].rec.SequenceNumber, g.prev) <= 0 {
+	if bound != "" {
+		for n < len(changes) && CompareSequence(changes[n].rec.SequenceNumber, bound) <= 0 {
+			if g.prev == "" || CompareSequence(changes[n].rec.SequenceNumber, g.prev) > 0 {
+				changes[n].abandoned = true
+			}
 			n++
 		}
 	}
@@ -304,11 +330,23 @@ func (g *ShardGuard) claimGroup(k, n int, to string, plan batchPlan, digest stri
 	}}
 }
 
+// clearAbandoned moves the checkpoint to the end of the abandoned batch,
+// clearing it, in a transaction of the guard alone: for when every record
+// handed over belonged to it (so no next batch replaces it).
+func (p *Processor) clearAbandoned(ctx context.Context, g *ShardGuard) error {
+	a := g.abandoned
+	plan := batchPlan{items: p.cfg.MaxItemsPerRun, entries: p.cfg.MaxEntriesPerItem}
+	return p.commitTx(ctx, g,
+		func() ddbtypes.TransactWriteItem { return g.claimGroup(0, 1, a.to, plan, "") },
+		func() { g.claimedGroup(0, 1, a.to, plan, "") }, nil)
+}
+
 // claimedGroup records that claimGroup(k, n, to, plan, digest) committed.
 func (g *ShardGuard) claimedGroup(k, n int, to string, plan batchPlan, digest string) {
 	g.abandoned = nil
 	if k == n-1 {
 		g.prev, g.pending = to, nil
+		g.ownOrigin()
 	} else {
 		g.pending = &pendingBatch{to: to, next: k + 1, groups: n, plan: plan, digest: digest}
 	}
@@ -344,6 +382,15 @@ func (g *ShardGuard) claim(run []Record) ddbtypes.TransactWriteItem {
 func (g *ShardGuard) claimed(run []Record) {
 	g.prev = lastSequence(run)
 	g.loaded = true
+	g.ownOrigin()
+}
+
+// ownOrigin: after a commit of its own, the guard's records are contiguous
+// from its checkpoint, whatever it was opened at.
+func (g *ShardGuard) ownOrigin() {
+	if g.hasOrigin && g.origin == "" {
+		g.origin = g.prev
+	}
 }
 
 func (g *ShardGuard) reset() { g.loaded = false }
@@ -415,7 +462,11 @@ func (g *MarkerGuard) committed(ctx context.Context, changes []change) (int, boo
 			g.p.metrics.Conflicts.WithLabelValues(ConflictShortRedelivery).Inc()
 			tail := changes[n-1].rec
 			if err := g.p.putMarker(ctx, recordID(tail), last, 0); err != nil {
-				return n - 1, false, fmt.Errorf("write alias marker at %s: %w", recordID(tail), err)
+				// No alias: the batch's last record lies inside the
+				// committed run and has no marker, so a redelivery from it
+				// would apply the run's tail again. Name the run's first
+				// record instead, whose marker the walk follows (issue 12).
+				return start, false, fmt.Errorf("write alias marker at %s: %w", recordID(tail), err)
 			}
 			return n - 1, true, nil
 		}

@@ -3,7 +3,9 @@ package processor_test
 import (
 	"context"
 	"fmt"
+	"slices"
 	"testing"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	ddbtypes "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
@@ -11,6 +13,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ledger-dev/ledger/processor"
+	"github.com/ledger-dev/ledger/processor/handler"
+	"github.com/ledger-dev/ledger/processor/processortest"
 )
 
 // An event source mapping that loses its checkpoints rewinds to an earlier
@@ -81,4 +85,66 @@ func TestMarkerGuard_RewindAcrossBatchesWithoutEffect(t *testing.T) {
 			assert.Empty(t, diffs, fmt.Sprint(diffs))
 		})
 	}
+}
+
+// Issue 12, defect 2: a redelivery that ends inside a committed run needs an
+// alias marker at its last record. When that write fails (throttled past
+// the attempts, or the deadline), the answer must name a record the chain
+// walk can follow (one with a marker), never the batch's last record, which
+// sits inside the committed run and has none: a redelivery from it would
+// apply the run's tail a second time.
+func TestMarkerGuard_FailedAliasWriteNeverNamesARecordInsideACommittedRun(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t)
+	s := func(v string) ddbtypes.AttributeValue { return &ddbtypes.AttributeValueMemberS{Value: v} }
+	for _, id := range []string{"a", "b", "c", "d"} {
+		_, err := e.ddb.PutItem(ctx, &dynamodb.PutItemInput{TableName: &e.table, Item: map[string]ddbtypes.AttributeValue{
+			"PK": s("TENANT#t#BRANCH#b#TRANSACTION"), "SK": s("2024-01-01#" + id),
+			"entityType": s("TRANSACTION"), "type": s("INCOME"), "amount": &ddbtypes.AttributeValueMemberN{Value: "1"},
+			"category": s("food"), "createdAt": s("2024-01-01T10:00:00Z")}})
+		require.NoError(t, err)
+	}
+	_, recs := e.records(t)
+	recs = recs[1:] // the default flags item
+	require.Len(t, recs, 4)
+
+	// Records 0..3 committed as one run.
+	p := e.processor(t, nil, nil)
+	res, err := p.Process(ctx, p.MarkerGuard(), recs)
+	require.NoError(t, err)
+	require.Equal(t, 4, res.Committed)
+
+	// Redelivered shorter, 0..2, with the alias marker's PutItem throttled.
+	e.faults.Decide = func(op string) processortest.Fault {
+		if op == "PutItem" {
+			return processortest.Throttle
+		}
+		return processortest.Pass
+	}
+	faulty, err := processor.New(e.faulty, processor.Config{Table: e.table, MaxAttempts: 2, BaseBackoff: time.Millisecond, MaxBackoff: time.Millisecond}, nil)
+	require.NoError(t, err)
+	batch := recs[:3]
+	res, perr := faulty.Process(ctx, faulty.MarkerGuard(), batch)
+	require.Error(t, perr, "the alias write failed")
+	resp, herr := handler.StandardResponse(batch, res, perr)
+	e.faults.Decide = nil
+
+	// The mapping resumes where the answer says: the whole batch again on an
+	// error, else from the named record, with the records after it.
+	from := 0
+	if herr == nil {
+		require.Len(t, resp.BatchItemFailures, 1)
+		from = slices.IndexFunc(recs, func(r processor.Record) bool {
+			return r.SequenceNumber == resp.BatchItemFailures[0].ItemIdentifier
+		})
+		require.GreaterOrEqual(t, from, 0)
+	}
+	for batch := recs[from:]; len(batch) > 0; {
+		res, err := p.Process(ctx, p.MarkerGuard(), batch)
+		require.NoError(t, err)
+		batch = batch[res.Committed:]
+	}
+	diffs, _, err := reconcileBranch(ctx, e, "t", "b")
+	require.NoError(t, err)
+	assert.Empty(t, diffs, "income counted once per record: %v", diffs)
 }

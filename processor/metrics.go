@@ -16,6 +16,10 @@ const (
 	OutcomeDuplicate   = "duplicate"   // already committed by an earlier delivery; skipped
 	OutcomeQuarantined = "quarantined" // a transaction record with an invalid new image or a bad shape
 	OutcomeIgnored     = "ignored"     // not a transaction item (reports, markers, checkpoints, …)
+	// OutcomeAbandoned: a record of a half-committed batch whose other
+	// records were trimmed; never applied again (part of it may be in the
+	// reports through the groups that landed), restored by reconcile --repair.
+	OutcomeAbandoned = "abandoned"
 )
 
 // Label values of ledger_aggregate_conflicts_total{reason}.
@@ -115,7 +119,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}, []string{"operation"}),
 	}
 	for _, ev := range []string{"INSERT", "MODIFY", "REMOVE", "UNKNOWN"} {
-		for _, o := range []string{OutcomeApplied, OutcomeDuplicate, OutcomeQuarantined, OutcomeIgnored} {
+		for _, o := range []string{OutcomeApplied, OutcomeDuplicate, OutcomeQuarantined, OutcomeIgnored, OutcomeAbandoned} {
 			m.Records.WithLabelValues(ev, o)
 		}
 	}

@@ -174,6 +174,11 @@ func (p *Processor) Process(ctx context.Context, g Guard, recs []Record) (Result
 	stalls := 0 // guard conflicts in a row that skipped nothing
 	pos := ""   // a ShardGuard's position: progress of a batch another consumer commits too
 	sg, _ := g.(*ShardGuard)
+	if i := outOfOrder(changes); sg != nil && i >= 0 {
+		// The checkpoint drops a prefix by sequence number: a record after a
+		// higher one would be dropped with it, never applied. Callers sort.
+		return fail(0, fmt.Errorf("record %d (sequence %s) is out of order: a shard's records must be handed over in sequence order", i, recs[i].SequenceNumber))
+	}
 	for done < len(recs) {
 		n, redeliver, err := g.committed(ctx, changes[done:])
 		if sg != nil && err == nil {
@@ -195,6 +200,14 @@ func (p *Processor) Process(ctx context.Context, g Guard, recs []Record) (Result
 			return res, nil
 		}
 		if done == len(recs) {
+			if sg != nil && sg.abandoned != nil && sg.batching() {
+				// Every record was of the abandoned batch: clear it now, or a
+				// shard with nothing after it (a closed one) stays pending.
+				// A taken guard: someone else moved the checkpoint; done too.
+				if err := p.clearAbandoned(ctx, sg); err != nil && !errors.Is(err, errGuardTaken) {
+					return fail(done, fmt.Errorf("clear the abandoned batch: %w", err))
+				}
+			}
 			break
 		}
 		var advanced int
@@ -232,6 +245,8 @@ func (p *Processor) skipped(ctx context.Context, changes []change, res *Result) 
 		c := &changes[i]
 		o := OutcomeDuplicate
 		switch {
+		case c.abandoned && !c.dup:
+			o = OutcomeAbandoned
 		case c.dup || !c.unguarded:
 			res.Duplicates++
 		case !c.isTxn:

@@ -221,7 +221,7 @@ func TestDedupe_RepeatsWithinABatchApplyOnce(t *testing.T) {
 	for _, c := range changes {
 		dups = append(dups, c.dup)
 	}
-	assert.Equal(t, []bool{false, false, true, true, false, false}, dups,
-		"same eventID again, or a lower sequence number, is a repeat; an equal sequence number with another eventID is not")
+	assert.Equal(t, []bool{false, false, true, false, false, false}, dups,
+		"same eventID again is a repeat; a lower or equal sequence number with another eventID is not (issue 12: out of order is not a repeat)")
 	assert.Equal(t, "12", lastSequence(recs))
 }

@@ -22,6 +22,10 @@ type config struct {
 	margin       time.Duration
 	functionName string
 	logLevel     slog.Level
+	// esmCheck is LEDGER_ESM_CHECK (esmEnforce, esmWarn, esmOff) and
+	// esmInterval how often the mappings are read again.
+	esmCheck    string
+	esmInterval time.Duration
 }
 
 // The variables the function reads, with their defaults; the usage text
@@ -39,6 +43,9 @@ const envHelp = `ledger's Lambda stream consumer reads its configuration from th
   LEDGER_STATE_LIMIT_BYTES     tumbling mode: window state size that triggers an early commit, 1024-900000 (default 700000)
   LEDGER_DEADLINE_MARGIN       stop committing this long before the invocation's deadline (default 2s)
   LEDGER_LOG_LEVEL             debug | info | warn | error (default info)
+  LEDGER_ESM_CHECK             enforce | warn | off: refuse to run with unsafe event source mapping settings,
+                               or when they cannot be read (default enforce; docs/lambda.md)
+  LEDGER_ESM_CHECK_INTERVAL    how often the mapping settings are read again, 10s-24h (default 5m)
 plus the standard AWS SDK environment (AWS_REGION, AWS_ENDPOINT_URL, credentials).`
 
 var tableName = regexp.MustCompile(`^[A-Za-z0-9_.-]{3,255}$`)
@@ -102,6 +109,15 @@ func loadConfig(getenv func(string) string) (config, error) {
 	c.processor.ShapeCacheSize = intVar("LEDGER_SHAPE_CACHE_SIZE", 50000, 1, 10_000_000)
 	c.stateLimit = intVar("LEDGER_STATE_LIMIT_BYTES", handler.DefaultStateLimit, 1024, handler.MaxStateLimit)
 	c.margin = durVar("LEDGER_DEADLINE_MARGIN", handler.DefaultDeadlineMargin, 0, 5*time.Minute)
+	switch v := strings.ToLower(strings.TrimSpace(getenv("LEDGER_ESM_CHECK"))); v {
+	case "", esmEnforce:
+		c.esmCheck = esmEnforce
+	case esmWarn, esmOff:
+		c.esmCheck = v
+	default:
+		bad("LEDGER_ESM_CHECK", v, "enforce, warn or off")
+	}
+	c.esmInterval = durVar("LEDGER_ESM_CHECK_INTERVAL", 5*time.Minute, 10*time.Second, 24*time.Hour)
 	switch lvl := strings.ToLower(strings.TrimSpace(getenv("LEDGER_LOG_LEVEL"))); lvl {
 	case "", "info":
 		c.logLevel = slog.LevelInfo

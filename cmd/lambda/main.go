@@ -15,6 +15,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -24,6 +25,7 @@ import (
 
 	"github.com/aws/aws-lambda-go/lambda"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	awslambda "github.com/aws/aws-sdk-go-v2/service/lambda"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/ledger-dev/ledger/infra"
@@ -45,6 +47,10 @@ const (
 // INIT_REPORT and logs.
 const initErrorType = "Ledger.InvalidConfiguration"
 
+// unsafeMappingErrorType is the errorType of an init error for unsafe (or
+// unreadable) event source mapping settings.
+const unsafeMappingErrorType = "Ledger.UnsafeEventSourceMapping"
+
 // Main builds the function from getenv and serves invocations from the
 // Runtime API at $AWS_LAMBDA_RUNTIME_API until the process is stopped. It
 // returns only when the function cannot start: exitInitError after posting
@@ -58,7 +64,11 @@ func Main(ctx context.Context, getenv func(string) string, stdout, stderr io.Wri
 	h, log, err := build(ctx, getenv, stdout, stderr)
 	if err != nil {
 		fmt.Fprintf(stderr, "ledger lambda: %v\n", err)
-		if perr := postInitError(runtimeAPI, initErrorType, err.Error()); perr != nil {
+		typ := initErrorType
+		if errors.Is(err, errUnsafeMapping) {
+			typ = unsafeMappingErrorType
+		}
+		if perr := postInitError(runtimeAPI, typ, err.Error()); perr != nil {
 			fmt.Fprintf(stderr, "ledger lambda: report init error: %v\n", perr)
 		}
 		return exitInitError
@@ -68,8 +78,10 @@ func Main(ctx context.Context, getenv func(string) string, stdout, stderr io.Wri
 	return 0
 }
 
-// build reads the configuration and wires the handler.
-func build(ctx context.Context, getenv func(string) string, stdout, stderr io.Writer) (*handler.Handler, *slog.Logger, error) {
+// build reads the configuration, wires the handler and, unless
+// LEDGER_ESM_CHECK=off, checks the function's event source mappings
+// (esmcheck.go) and puts that check in front of the handler.
+func build(ctx context.Context, getenv func(string) string, stdout, stderr io.Writer) (lambda.Handler, *slog.Logger, error) {
 	cfg, err := loadConfig(getenv)
 	if err != nil {
 		return nil, nil, err
@@ -101,7 +113,21 @@ func build(ctx context.Context, getenv func(string) string, stdout, stderr io.Wr
 		EMF:            emf,
 		Logger:         log,
 	})
-	return h, log, err
+	if err != nil {
+		return nil, nil, err
+	}
+	if cfg.esmCheck == esmOff {
+		log.Warn("event source mapping check disabled (LEDGER_ESM_CHECK=off): the exactly-once commits rely on settings nobody verifies")
+		return h, log, nil
+	}
+	gate := &esmGate{
+		next: h, api: awslambda.NewFromConfig(awsCfg), function: cfg.functionName, mode: cfg.mode,
+		policy: cfg.esmCheck, interval: cfg.esmInterval, timeout: 10 * time.Second, log: log, now: time.Now,
+	}
+	if err := gate.check(ctx); err != nil {
+		return nil, nil, err
+	}
+	return gate, log, nil
 }
 
 // postInitError reports why the function could not start

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
+	"net/http"
 	"os"
 	"os/exec"
 	"strconv"
@@ -64,6 +65,7 @@ func lambdaEnv(api *runtimeAPI, endpoint, table string, extra ...string) []strin
 		"AWS_LAMBDA_RUNTIME_API=" + api.addr(),
 		"AWS_LAMBDA_FUNCTION_NAME=ledger-test",
 		"AWS_ENDPOINT_URL=" + endpoint,
+		"AWS_ENDPOINT_URL_LAMBDA=" + api.controlPlane.srv.URL,
 		"AWS_ACCESS_KEY_ID=local", "AWS_SECRET_ACCESS_KEY=local", "AWS_REGION=us-east-1",
 		"AWS_MAX_ATTEMPTS=1",
 		"LEDGER_TABLE=" + table,
@@ -142,6 +144,10 @@ func TestLambdaBinary(t *testing.T) {
 	t.Run("TumblingMode_WindowsWithStateAndKillsReconcile", func(t *testing.T) {
 		t.Parallel()
 		testDelivery(t, bin, "tumbling", seed(t, 2))
+	})
+	t.Run("UnsafeOrUnreadableMappingIsAnInitError", func(t *testing.T) {
+		t.Parallel()
+		testMappingCheck(t, bin)
 	})
 	t.Run("MalformedEventsAreAnsweredNotFatal", func(t *testing.T) {
 		t.Parallel()
@@ -263,6 +269,7 @@ func testDelivery(t *testing.T, bin, mode string, seed uint64) {
 	s := newStream(t, table)
 	proxy := newFaultProxy(t, ddblocal.Endpoint(t))
 	api := newRuntimeAPI(t)
+	api.controlPlane.set(safeMapping("esm-1", mode))
 	// Small runs: a batch commits in several transactions, so that failures
 	// can land between them (partial batch responses).
 	extra := []string{"LEDGER_LAMBDA_MODE=" + mode, "LEDGER_MAX_ITEMS_PER_RUN=12"}
@@ -270,7 +277,7 @@ func testDelivery(t *testing.T, bin, mode string, seed uint64) {
 		// Small enough that windows also commit early.
 		extra = append(extra, "LEDGER_STATE_LIMIT_BYTES=8192")
 	}
-	fn := newFunction(t, bin, lambdaEnv(api, proxy.srv.URL, table, extra...))
+	fn := newFunction(t, bin, api, lambdaEnv(api, proxy.srv.URL, table, extra...))
 	proxy.kill = fn.kill
 	fn.start()
 	e := &esm{t: t, rng: rand.New(rand.NewPCG(seed, 99)), fn: fn, api: api, proxy: proxy, arn: s.arn, stats: map[string]int{}}
@@ -408,7 +415,7 @@ func testRedeliveryFromEarlierStart(t *testing.T, bin string) {
 			table := newTable(t)
 			s := newStream(t, table)
 			api := newRuntimeAPI(t)
-			fn := newFunction(t, bin, lambdaEnv(api, ddblocal.Endpoint(t), table))
+			fn := newFunction(t, bin, api, lambdaEnv(api, ddblocal.Endpoint(t), table))
 			fn.start()
 			for _, item := range []map[string]ddbtypes.AttributeValue{txn("a", ""), tt.between, txn("b", "")} {
 				_, err := s.ddb.PutItem(ctx, &dynamodb.PutItemInput{TableName: aws.String(table), Item: item})
@@ -433,7 +440,7 @@ func testMalformed(t *testing.T, bin string) {
 	table := newTable(t)
 	s := newStream(t, table)
 	api := newRuntimeAPI(t)
-	fn := newFunction(t, bin, lambdaEnv(api, ddblocal.Endpoint(t), table))
+	fn := newFunction(t, bin, api, lambdaEnv(api, ddblocal.Endpoint(t), table))
 	fn.start()
 
 	// Real records to break: a few transactions of a small workload.
@@ -499,4 +506,69 @@ func testMalformed(t *testing.T, bin string) {
 	// quarantines them: either way they are counted, not fatal.
 	num := func(k string) float64 { v, _ := last[k].(float64); return v }
 	assert.Equal(t, 2.0, num("ledger_records_total{event=UNKNOWN,outcome=quarantined}")+num("ledger_records_total{event=UNKNOWN,outcome=duplicate}"), "%v", last)
+}
+
+// The function reads its event source mappings at cold start: unsafe
+// settings, or none readable, are an init error naming each problem;
+// LEDGER_ESM_CHECK=off (the documented override) starts it all the same.
+func testMappingCheck(t *testing.T, bin string) {
+	unsafe := safeMapping("esm-unsafe", "standard")
+	unsafe["BisectBatchOnFunctionError"] = true
+	delete(unsafe, "FunctionResponseTypes")
+	tests := []struct {
+		name     string
+		setup    func(cp *fakeControlPlane)
+		extra    []string
+		mentions []string
+	}{
+		{"unsafe", func(cp *fakeControlPlane) { cp.set(unsafe) }, nil,
+			[]string{"esm-unsafe", "BisectBatchOnFunctionError is true", "FunctionResponseTypes"}},
+		{"tumbling mode, standard mapping", nil, []string{"LEDGER_LAMBDA_MODE=tumbling"},
+			[]string{"TumblingWindowInSeconds is unset"}},
+		{"no permission", func(cp *fakeControlPlane) { cp.fail(http.StatusForbidden, "AccessDeniedException") }, nil,
+			[]string{"cannot verify", "AccessDeniedException", "LEDGER_ESM_CHECK"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			api := newRuntimeAPI(t)
+			if tt.setup != nil {
+				tt.setup(api.controlPlane)
+			}
+			cmd := exec.Command(bin)
+			cmd.Env = append(lambdaEnv(api, "http://127.0.0.1:1", "ledger"), tt.extra...)
+			done := make(chan error, 1)
+			require.NoError(t, cmd.Start())
+			go func() { done <- cmd.Wait() }()
+			select {
+			case ie := <-api.initErrs:
+				assert.Equal(t, unsafeMappingErrorType, ie.errType)
+				for _, m := range tt.mentions {
+					assert.Contains(t, ie.message, m)
+				}
+			case <-time.After(30 * time.Second):
+				_ = cmd.Process.Kill()
+				t.Fatal("no init error posted")
+			}
+			select {
+			case err := <-done:
+				var exit *exec.ExitError
+				require.ErrorAs(t, err, &exit)
+				assert.Equal(t, exitInitError, exit.ExitCode())
+			case <-time.After(30 * time.Second):
+				_ = cmd.Process.Kill()
+				t.Fatal("the process did not exit after its init error")
+			}
+		})
+	}
+	t.Run("override", func(t *testing.T) {
+		api := newRuntimeAPI(t)
+		api.controlPlane.fail(http.StatusForbidden, "AccessDeniedException")
+		fn := newFunction(t, bin, api, append(lambdaEnv(api, "http://127.0.0.1:1", "ledger"), "LEDGER_ESM_CHECK=off"))
+		fn.start()
+		a := fn.invoke(api, []byte(`{"Records":[]}`), -1)
+		require.True(t, a.ok, "%s", a.body)
+		assert.JSONEq(t, `{"batchItemFailures":[]}`, string(a.body))
+		assert.Zero(t, api.controlPlane.callCount())
+		assert.Contains(t, fn.logs(), "LEDGER_ESM_CHECK=off")
+	})
 }

@@ -2,10 +2,12 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
@@ -21,6 +23,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/ledger-dev/ledger/processor/processortest"
@@ -51,7 +54,29 @@ type runtimeAPI struct {
 	initErrs chan initError
 	// timeout is the invocation's deadline from when it is handed out.
 	timeout time.Duration
+	// gen counts function processes started (newProcess). Each connection
+	// remembers the generation it was accepted in (the process that made
+	// it), and an invocation is handed out only on a connection of the
+	// current process: a killed process's GET .../next, still pending in
+	// the server until it notices the connection is gone, must not take
+	// the next invocation, which Lambda would never give a dead
+	// environment. (It did, on a busy machine: the invocation was lost and
+	// the harness reported "no answer" after 60 s, the flaky
+	// TumblingMode_WindowsWithStateAndKillsReconcile of issue 12.)
+	gen atomic.Int64
+	// pendingNext counts GET .../next requests waiting for an invocation.
+	pendingNext atomic.Int64
+	// controlPlane answers the function's ListEventSourceMappings
+	// (AWS_ENDPOINT_URL_LAMBDA): a safe standard-mode mapping unless the
+	// test sets others.
+	controlPlane *fakeControlPlane
 }
+
+type connGenKey struct{}
+
+// newProcess marks the start of a new function process: connections made
+// before it are the dead process's.
+func (api *runtimeAPI) newProcess() { api.gen.Add(1) }
 
 type invocation struct {
 	id       string
@@ -97,7 +122,12 @@ func newRuntimeAPI(t *testing.T) *runtimeAPI {
 		api.initErrs <- initError{header: r.Header.Get("Lambda-Runtime-Function-Error-Type"), message: e.ErrorMessage, errType: e.ErrorType}
 		w.WriteHeader(http.StatusAccepted)
 	})
-	api.srv = httptest.NewServer(mux)
+	api.srv = httptest.NewUnstartedServer(mux)
+	api.srv.Config.ConnContext = func(ctx context.Context, _ net.Conn) context.Context {
+		return context.WithValue(ctx, connGenKey{}, api.gen.Load())
+	}
+	api.srv.Start()
+	api.controlPlane = newFakeControlPlane(t, safeMapping("esm-1", "standard"))
 	t.Cleanup(func() {
 		close(api.closing)
 		api.srv.Close()
@@ -109,11 +139,20 @@ func newRuntimeAPI(t *testing.T) *runtimeAPI {
 func (api *runtimeAPI) addr() string { return api.srv.Listener.Addr().String() }
 
 func (api *runtimeAPI) next(w http.ResponseWriter, r *http.Request) {
+	gen, _ := r.Context().Value(connGenKey{}).(int64)
+	api.pendingNext.Add(1)
+	defer api.pendingNext.Add(-1)
 	for {
 		select {
 		case inv := <-api.queue:
 			if inv.canceled.Load() {
 				continue
+			}
+			if gen != api.gen.Load() {
+				// A dead process's request: the invocation goes back for the
+				// live one (at most one is pending at a time).
+				api.queue <- inv
+				return
 			}
 			api.mu.Lock()
 			api.byID[inv.id] = inv
@@ -172,6 +211,7 @@ type function struct {
 	t   *testing.T
 	bin string
 	env []string
+	api *runtimeAPI
 
 	mu      sync.Mutex
 	cmd     *exec.Cmd
@@ -182,8 +222,8 @@ type function struct {
 	stderr  bytes.Buffer
 }
 
-func newFunction(t *testing.T, bin string, env []string) *function {
-	f := &function{t: t, bin: bin, env: env}
+func newFunction(t *testing.T, bin string, api *runtimeAPI, env []string) *function {
+	f := &function{t: t, bin: bin, env: env, api: api}
 	t.Cleanup(f.stop)
 	return f
 }
@@ -229,6 +269,7 @@ func (f *function) start() {
 		f.stderr.WriteByte('\n')
 		f.mu.Unlock()
 	}}
+	f.api.newProcess()
 	require.NoError(f.t, cmd.Start())
 	exited := make(chan struct{})
 	f.mu.Lock()
@@ -439,4 +480,52 @@ func (p *faultProxy) heal() {
 	p.mu.Lock()
 	p.budget, p.killIn = -1, 0
 	p.mu.Unlock()
+}
+
+// The harness's own regression test (issue 12, the flaky
+// TumblingMode_WindowsWithStateAndKillsReconcile): a process killed while
+// its GET .../invocation/next was pending left that request in the server
+// until the server noticed the closed connection; on a busy machine the
+// next invocation went to it and was lost ("no answer" after 60 s, while
+// the function never saw it). Here the dead process's request is held
+// open on purpose: the invocation must go to the live process.
+func TestRuntimeAPI_NeverHandsAnInvocationToADeadProcess(t *testing.T) {
+	api := newRuntimeAPI(t)
+	url := "http://" + api.addr() + "/2018-06-01/runtime/invocation/next"
+	get := func(c *http.Client, got chan<- string) {
+		resp, err := c.Get(url)
+		if err != nil {
+			got <- ""
+			return
+		}
+		defer resp.Body.Close()
+		got <- resp.Header.Get("Lambda-Runtime-Aws-Request-Id")
+	}
+	api.newProcess()
+	dead := &http.Client{Transport: &http.Transport{Proxy: nil}}
+	deadGot := make(chan string, 1)
+	go get(dead, deadGot)
+	// Wait until the dead process's request is pending in the server.
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		require.True(t, time.Now().Before(deadline), "the first request never arrived")
+		if n := api.pendingNext.Load(); n == 1 {
+			break
+		}
+	}
+	api.newProcess() // killed and restarted: the next connection is the live process's
+	live := &http.Client{Transport: &http.Transport{Proxy: nil}}
+	liveGot := make(chan string, 1)
+	go get(live, liveGot)
+	for deadline := time.Now().Add(20 * time.Second); api.pendingNext.Load() < 2; time.Sleep(5 * time.Millisecond) {
+		require.True(t, time.Now().Before(deadline), "the second request never arrived")
+	}
+	inv := api.enqueue([]byte(`{}`))
+	select {
+	case id := <-liveGot:
+		assert.Equal(t, inv.id, id)
+	case id := <-deadGot:
+		t.Fatalf("invocation %q handed to the dead process's request", id)
+	case <-time.After(20 * time.Second):
+		t.Fatal("the invocation was handed to nobody")
+	}
 }

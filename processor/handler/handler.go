@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"runtime/debug"
+	"slices"
 	"time"
 
 	"github.com/aws/aws-lambda-go/events"
@@ -285,6 +286,24 @@ func (h *Handler) tumbling(ctx context.Context, payload []byte, inv *invocation)
 	if err != nil {
 		return resp, err
 	}
+	if st.committed != "" {
+		// An early commit of this window moved the checkpoint to
+		// st.committed. A record at or below it arriving now was either in
+		// that commit (a repeat) or, delivered out of order, missing from it:
+		// then the checkpoint drops it, and only reconcile --repair restores
+		// it (docs/exactly-once.md, "Tumbling windows out of order").
+		late := 0
+		for i := range ev.Records {
+			if s := ev.Records[i].SequenceNumber; s != "" && processor.CompareSequence(s, st.committed) <= 0 {
+				late++
+			}
+		}
+		if late > 0 {
+			inv.set("LateRecords", late)
+			h.cfg.Logger.Warn("records at or below this window's early commit arrived after it: repeats, or records delivered out of order that the checkpoint now drops; run ledgerctl reconcile",
+				"shard", w.ShardID, "earlyCommit", st.committed, "records", late)
+		}
+	}
 	before := st // the state as received; add only appends
 	if err := st.add(ev.Records); err != nil {
 		return resp, fmt.Errorf("carry records in the window state: %w", err)
@@ -303,7 +322,7 @@ func (h *Handler) tumbling(ctx context.Context, payload []byte, inv *invocation)
 	if err != nil {
 		return resp, err
 	}
-	held = append(held, ev.Records...)
+	held = inOrder(append(held, ev.Records...))
 	if len(held) == 0 {
 		inv.set("Outcome", "committed")
 		resp.State = map[string]string{}
@@ -317,13 +336,21 @@ func (h *Handler) tumbling(ctx context.Context, payload []byte, inv *invocation)
 		inv.set("Outcome", "committed")
 		inv.set("HeldRecords", 0)
 		resp.State = map[string]string{}
+		if !final {
+			// An early commit: remember where it moved the checkpoint.
+			left := windowState{stream: w.EventSourceARN, shard: w.ShardID, committed: held[len(held)-1].SequenceNumber}
+			if before.committed != "" && processor.CompareSequence(before.committed, left.committed) > 0 {
+				left.committed = before.committed
+			}
+			resp.State = left.state()
+		}
 		return resp, nil
 	}
 	rest := held[max(res.Committed, 0):]
 	if !final {
 		// Keep what is left for a later invocation of the window if it
 		// fits; the checkpoint drops whatever did land meanwhile.
-		left := windowState{stream: w.EventSourceARN, shard: w.ShardID}
+		left := windowState{stream: w.EventSourceARN, shard: w.ShardID, committed: before.committed}
 		if err := left.add(rest); err == nil && left.size() <= h.cfg.StateLimit {
 			h.cfg.Logger.Warn("early commit of the window failed; records carried on", "committed", res.Committed,
 				"carried", len(rest), "error", errString(perr))
@@ -338,6 +365,30 @@ func (h *Handler) tumbling(ctx context.Context, payload []byte, inv *invocation)
 		perr = fmt.Errorf("%d of %d records committed", res.Committed, len(held))
 	}
 	return resp, fmt.Errorf("commit window of shard %s (%d records, %d committed): %w", w.ShardID, len(held), res.Committed, perr)
+}
+
+// inOrder sorts a window's records by sequence number and drops repeats
+// (same eventID, the first kept). A window's records need not arrive in
+// order: AWS documents that records a tumbling window processes more than
+// once "might be processed out of order", and the checkpoint guard drops
+// a prefix by sequence number, so the records it gets must be sorted
+// (docs/exactly-once.md, "Tumbling windows out of order").
+func inOrder(recs []processor.Record) []processor.Record {
+	seen := make(map[string]bool, len(recs))
+	out := recs[:0]
+	for _, r := range recs {
+		if r.EventID != "" {
+			if seen[r.EventID] {
+				continue
+			}
+			seen[r.EventID] = true
+		}
+		out = append(out, r)
+	}
+	slices.SortStableFunc(out, func(a, b processor.Record) int {
+		return processor.CompareSequence(a.SequenceNumber, b.SequenceNumber)
+	})
+	return out
 }
 
 // processContext bounds a commit by the invocation's deadline less the

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"sync"
 	"testing"
@@ -248,19 +249,46 @@ func allFixtureRecords(t testing.TB) []events.DynamoDBEventRecord {
 // checkCarried compares what the processor got at the commit with what the
 // event carried: transaction records exactly (state round trip), other
 // records by identity (they travel as keys only, when they travel in the
-// state).
-func checkCarried(t *testing.T, want []events.DynamoDBEventRecord, got []processor.Record) {
+// state). Each record is handed over, once per commit (repeats by eventID
+// dropped; an early commit and a later one may both get a record the
+// window delivered twice: the checkpoint drops it), and each commit's
+// records in sequence order (issue 12: a window's
+// records may arrive out of order).
+func checkCarried(t *testing.T, want []events.DynamoDBEventRecord, calls ...fakeCall) {
 	t.Helper()
-	require.Len(t, got, len(want))
-	for i, r := range want {
-		w := processor.FromLambda(r)
-		if isTxnKey(w) {
-			assert.Equal(t, w, got[i], "record %d (%s)", i, r.EventID)
-			continue
+	byID := map[string]processor.Record{}
+	for _, r := range want {
+		if _, ok := byID[r.EventID]; !ok {
+			byID[r.EventID] = processor.FromLambda(r)
 		}
-		assert.Equal(t, []string{w.EventID, w.EventName, w.SequenceNumber}, []string{got[i].EventID, got[i].EventName, got[i].SequenceNumber})
-		assert.Equal(t, w.Keys, got[i].Keys)
 	}
+	n := 0
+	handed := map[string]bool{}
+	for _, c := range calls {
+		inCall := map[string]bool{}
+		for i, g := range c.recs {
+			n++
+			if i > 0 {
+				assert.LessOrEqual(t, processor.CompareSequence(c.recs[i-1].SequenceNumber, g.SequenceNumber), 0, "records in sequence order")
+			}
+			assert.False(t, inCall[g.EventID], "record %s handed over twice in one commit", g.EventID)
+			inCall[g.EventID], handed[g.EventID] = true, true
+			w, ok := byID[g.EventID]
+			if !assert.True(t, ok, "record %s never carried", g.EventID) {
+				continue
+			}
+			if isTxnKey(w) {
+				assert.Equal(t, w, g, "record %s", g.EventID)
+				continue
+			}
+			assert.Equal(t, []string{w.EventID, w.EventName, w.SequenceNumber}, []string{g.EventID, g.EventName, g.SequenceNumber})
+			assert.Equal(t, w.Keys, g.Keys)
+		}
+	}
+	for id := range byID {
+		assert.True(t, handed[id], "record %s never handed over", id)
+	}
+	assert.Positive(t, n)
 }
 
 // isTxnKey is the processor's first test: keys absent, or a transaction's.
@@ -288,7 +316,7 @@ func TestInvoke_TumblingCarriesRecordsInTheStateUntilTheFinalInvoke(t *testing.T
 	assert.Empty(t, resp.State, "the window's records are committed")
 	require.Len(t, fp.calls, 1)
 	assert.Equal(t, "shard", fp.calls[0].guard)
-	checkCarried(t, all, fp.calls[0].recs)
+	checkCarried(t, all, fp.calls[0])
 	stubs := 0
 	for _, r := range fp.calls[0].recs {
 		if !isTxnKey(r) {
@@ -305,7 +333,6 @@ func TestInvoke_TumblingCommitsEarlyWhenTheStateWouldExceedItsLimit(t *testing.T
 	fp := &fakeProcessor{}
 	h := newHandler(t, fp, handler.Config{Mode: handler.Tumbling, StateLimit: 3000})
 	var state map[string]string
-	var committed []processor.Record
 	for i := 0; i < len(all); i += 10 {
 		resp := invokeWindow(t, h, windowEvent(t, all[i:min(i+10, len(all))], state, false))
 		state = resp.State
@@ -316,10 +343,7 @@ func TestInvoke_TumblingCommitsEarlyWhenTheStateWouldExceedItsLimit(t *testing.T
 	resp := invokeWindow(t, h, windowEvent(t, nil, state, true))
 	assert.Empty(t, resp.State)
 	require.Greater(t, len(fp.calls), 2, "early commits")
-	for _, c := range fp.calls {
-		committed = append(committed, c.recs...)
-	}
-	checkCarried(t, all, committed)
+	checkCarried(t, all, fp.calls...)
 }
 
 func TestInvoke_TumblingFailedFinalCommitFailsTheInvocation(t *testing.T) {
@@ -345,4 +369,32 @@ func TestInvoke_TumblingRejectsAForeignState(t *testing.T) {
 	h := newHandler(t, &fakeProcessor{}, handler.Config{Mode: handler.Tumbling})
 	_, err := h.Invoke(context.Background(), windowEvent(t, nil, map[string]string{"1": "282"}, true))
 	assert.ErrorContains(t, err, "window state")
+}
+
+// Issue 12, defect 3: after an early commit, the window's state remembers
+// the checkpoint it moved to; a record at or below it arriving later (a
+// repeat, or a record delivered out of order that the checkpoint now drops)
+// is reported, not silently taken for a duplicate.
+func TestInvoke_TumblingReportsRecordsArrivingBelowAnEarlyCommit(t *testing.T) {
+	all := allFixtureRecords(t)[:40]
+	fp := &fakeProcessor{}
+	var logs bytes.Buffer
+	h := newHandler(t, fp, handler.Config{Mode: handler.Tumbling, StateLimit: 3000,
+		Logger: slog.New(slog.NewJSONHandler(&logs, nil))})
+	var state map[string]string
+	for i := 0; i < len(all) && len(fp.calls) == 0; i += 10 {
+		state = invokeWindow(t, h, windowEvent(t, all[i:i+10], state, false)).State
+	}
+	require.NotEmpty(t, fp.calls, "an early commit")
+	require.NotEmpty(t, state, "the state remembers the early commit")
+	assert.NotContains(t, logs.String(), "arrived after it")
+	late := fp.calls[0].recs[0] // the lowest record of the early commit
+	var ev events.DynamoDBEventRecord
+	for _, r := range all {
+		if r.EventID == late.EventID {
+			ev = r
+		}
+	}
+	invokeWindow(t, h, windowEvent(t, []events.DynamoDBEventRecord{ev}, state, false))
+	assert.Contains(t, logs.String(), "arrived after it")
 }

@@ -37,7 +37,10 @@ const (
 	stateShardKey   = "ledger.shard"
 	stateCountKey   = "ledger.records"
 	stateLastKey    = "ledger.last"
-	stateChunkKey   = "c"
+	// stateCommittedKey: the checkpoint an early commit of this window
+	// moved to; records arriving later at or below it are reported.
+	stateCommittedKey = "ledger.committed"
+	stateChunkKey     = "c"
 )
 
 // stateRecord is a processor.Record in the state's compact form.
@@ -61,6 +64,7 @@ type windowState struct {
 	chunks        []string // encoded chunks, in order
 	count         int
 	last          string
+	committed     string // see stateCommittedKey
 }
 
 // parseState reads a window's state as the event delivered it. An empty or
@@ -81,7 +85,7 @@ func parseState(m map[string]string, stream, shard string) (windowState, error) 
 	chunks := 0
 	for k := range m {
 		switch k {
-		case stateVersionKey, stateStreamKey, stateShardKey, stateCountKey, stateLastKey:
+		case stateVersionKey, stateStreamKey, stateShardKey, stateCountKey, stateLastKey, stateCommittedKey:
 			continue
 		}
 		if _, ok := chunkIndex(k); !ok {
@@ -100,7 +104,7 @@ func parseState(m map[string]string, stream, shard string) (windowState, error) 
 	if err != nil || n < 0 {
 		return st, fmt.Errorf("window state: bad record count %q", m[stateCountKey])
 	}
-	st.count, st.last = n, m[stateLastKey]
+	st.count, st.last, st.committed = n, m[stateLastKey], m[stateCommittedKey]
 	return st, nil
 }
 
@@ -115,7 +119,11 @@ func (st *windowState) add(recs []processor.Record) error {
 	}
 	st.chunks = append(st.chunks, c)
 	st.count += len(recs)
-	st.last = recs[len(recs)-1].SequenceNumber
+	for i := range recs { // the highest, not the last: a window's records may come out of order
+		if seq := recs[i].SequenceNumber; st.last == "" || processor.CompareSequence(seq, st.last) > 0 {
+			st.last = seq
+		}
+	}
 	return nil
 }
 
@@ -124,8 +132,11 @@ func (st *windowState) add(recs []processor.Record) error {
 // property counts as a failed invocation.
 func (st *windowState) state() map[string]string {
 	m := map[string]string{}
-	if st.count == 0 {
+	if st.count == 0 && st.committed == "" {
 		return m
+	}
+	if st.committed != "" {
+		m[stateCommittedKey] = st.committed
 	}
 	m[stateVersionKey] = stateVersion
 	m[stateStreamKey] = st.stream

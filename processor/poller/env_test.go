@@ -30,7 +30,7 @@ import (
 // The package's tables are all created before any test writes (DynamoDB
 // Local slows writes to tables created after its stream holds many
 // records).
-const tablePoolSize = 10
+const tablePoolSize = 14
 
 var (
 	poolOnce sync.Once

@@ -129,18 +129,28 @@ func (r *reader) run() (res readerResult) {
 			res.err = r.move(false)
 			return res
 		}
-		if r.iter == nil {
-			res.err = r.move(true)
-			res.finished = res.err == nil
-			return res
-		}
 		if r.stale {
 			// A reopen after a failed page failed too: the iterator is past
-			// that page, so read nothing with it.
+			// that page, so read nothing with it. Checked before the shard's
+			// end: a closed shard's last page comes with a nil iterator, and
+			// a failed page with a nil iterator is not the end (issue 12).
 			if err := r.reopen(ResetFailure, true); err != nil && !fail("reopen", err) {
 				return res
 			}
 			continue
+		}
+		if r.iter == nil {
+			// Read to the end, and every record read was processed: the
+			// stale flag covers a failed page, and no records are carried
+			// (the last page is never carried; an incomplete batch cannot
+			// reach past a closed shard's end).
+			if len(r.carry) > 0 {
+				res.err = fmt.Errorf("shard %s: at its end with %d records not committed", r.shard.id, len(r.carry))
+				return res
+			}
+			res.err = r.move(true)
+			res.finished = res.err == nil
+			return res
 		}
 		if !r.wait(time.Until(r.lastRead.Add(cfg.MinReadInterval))) {
 			continue
@@ -297,6 +307,7 @@ func (r *reader) open() error {
 		r.advanceHeld(cp)
 	} else {
 		in.ShardIteratorType = streamtypes.ShardIteratorType(r.start)
+		r.guard.SetOrigin("") // binding only if no other reader creates the checkpoint first
 	}
 	out, err := r.p.streams.GetShardIterator(r.ctx, in)
 	var trimmed *streamtypes.TrimmedDataAccessException
