@@ -338,7 +338,7 @@ func (p *Processor) clearAbandoned(ctx context.Context, g *ShardGuard) error {
 	plan := batchPlan{items: p.cfg.MaxItemsPerRun, entries: p.cfg.MaxEntriesPerItem}
 	return p.commitTx(ctx, g,
 		func() ddbtypes.TransactWriteItem { return g.claimGroup(0, 1, a.to, plan, "") },
-		func() { g.claimedGroup(0, 1, a.to, plan, "") }, nil)
+		func() { g.claimedGroup(0, 1, a.to, plan, "") }, nil, commitRef{id: g.shard + "~" + a.to + "~abandoned", to: a.to})
 }
 
 // claimedGroup records that claimGroup(k, n, to, plan, digest) committed.

@@ -174,7 +174,7 @@ func testDamagedReports(t *testing.T, bin string, seed uint64) {
 	s := newStream(t, table)
 	proxy := newFaultProxy(t, ddblocal.Endpoint(t))
 	api := newRuntimeAPI(t)
-	fn := newFunction(t, bin, lambdaEnv(api, proxy.srv.URL, table, "LEDGER_LAMBDA_MODE=standard", "LEDGER_MAX_ITEMS_PER_RUN=24"))
+	fn := newFunction(t, bin, api, lambdaEnv(api, proxy.srv.URL, table, "LEDGER_LAMBDA_MODE=standard", "LEDGER_MAX_ITEMS_PER_RUN=24"))
 	proxy.kill = fn.kill
 	fn.start()
 	e := &esm{t: t, rng: rand.New(rand.NewPCG(seed, 7)), fn: fn, api: api, proxy: proxy, arn: s.arn, stats: map[string]int{}}
