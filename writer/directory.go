@@ -40,11 +40,12 @@ import (
 // read the collection at version v and writes on condition version = v acts
 // on exactly what it read.
 //
-// Transactions need an active tenant and branch. Creating a transaction adds
-// to its put, in the same TransactWriteItems, a ConditionCheck that the
-// tenant is active and one that the branch is active (transactions.go): a
-// missing tenant or branch is 404, a suspended one 409, and a suspension
-// committed before the transaction is never missed. Reports stay readable.
+// Transactions need an active tenant and branch. Creating, changing or
+// deleting a transaction adds to its write, in the same TransactWriteItems,
+// a ConditionCheck that the tenant is active and one that the branch is
+// active (transactions.go): a missing tenant or branch is 404, a suspended
+// one 409, and a suspension committed before the write is never missed: a
+// suspended tenant cannot rewrite its ledger. Reports stay readable.
 //
 // Deleting a branch. A branch's first transaction sets the branch's
 // hasTransactions marker in the transaction's own TransactWriteItems (an
@@ -167,6 +168,17 @@ func (s *Server) branchActiveCheck(tenant, branch string, mark bool) ddbtypes.Tr
 	}}
 }
 
+// branchStatusCheck is the ConditionCheck a change or delete of a
+// transaction carries: the branch exists and is active.
+func (s *Server) branchStatusCheck(tenant, branch string) ddbtypes.TransactWriteItem {
+	return ddbtypes.TransactWriteItem{ConditionCheck: &ddbtypes.ConditionCheck{
+		TableName: &s.cfg.Table, Key: keyAV(aggregates.BranchKey(tenant, branch)),
+		ConditionExpression:       aws.String("#st = :active"),
+		ExpressionAttributeNames:  map[string]string{"#st": attrStatus},
+		ExpressionAttributeValues: map[string]ddbtypes.AttributeValue{":active": strAV(string(aggregates.StatusActive))},
+	}}
+}
+
 // current returns old, the item as a failed condition returned it, or, when
 // DynamoDB returned nothing, the item read again (nil when absent).
 func (s *Server) current(ctx context.Context, k aggregates.Key, old map[string]ddbtypes.AttributeValue) (map[string]ddbtypes.AttributeValue, error) {
@@ -189,7 +201,7 @@ func (s *Server) tenantNotActive(ctx context.Context, tenant string, old map[str
 		return nil, true, nil // reactivated meanwhile
 	}
 	return problem(http.StatusConflict, ProblemTenantSuspended,
-		"tenant "+tenant+" is suspended: it takes no new transactions; its transactions and reports stay readable"), false, nil
+		"tenant "+tenant+" is suspended: its transactions cannot be created, changed or deleted; they and its reports stay readable"), false, nil
 }
 
 // branchNotActive explains a transaction create refused by the branch
@@ -205,7 +217,7 @@ func (s *Server) branchNotActive(ctx context.Context, tenant, branch string, old
 	}
 	if st, _ := stringAttr(item, attrStatus); st != string(aggregates.StatusActive) {
 		return problem(http.StatusConflict, ProblemBranchSuspended,
-			"branch "+branch+" is suspended: it takes no new transactions; its transactions and reports stay readable"), false, false, nil
+			"branch "+branch+" is suspended: its transactions cannot be created, changed or deleted; they and its reports stay readable"), false, false, nil
 	}
 	return nil, true, !boolAttr(item, attrHasTransactions), nil
 }

@@ -138,10 +138,13 @@ func parseIdempotencyKey(r *http.Request) (string, *Problem) {
 }
 
 // fingerprint identifies a request for idempotency: the same key with
-// another fingerprint is a different request.
+// another fingerprint is a different request. The path counts as the route
+// it was served by, with its parameters decoded (decodedRoute), so that
+// spellings of one path that differ only in percent-encoding ("/v1/tenants/%74a"
+// and "/v1/tenants/ta") are one request.
 func fingerprint(r *http.Request, body []byte) string {
 	h := sha256.New()
-	fmt.Fprintf(h, "%s\n%s\n%s\n", r.Method, r.URL.EscapedPath(), strings.TrimSpace(r.Header.Get("If-Match")))
+	fmt.Fprintf(h, "%s\n%s\n%s\n", r.Method, decodedRoute(r), strings.TrimSpace(r.Header.Get("If-Match")))
 	var compact bytes.Buffer
 	if json.Compact(&compact, body) == nil {
 		h.Write(compact.Bytes())
@@ -149,6 +152,33 @@ func fingerprint(r *http.Request, body []byte) string {
 		h.Write(body)
 	}
 	return hex.EncodeToString(h.Sum(nil))
+}
+
+// decodedRoute is the route pattern that served r followed by the decoded
+// value of each of its wildcards, quoted ("…/{tenant}/…\ntenant=\"ta\""):
+// what the handler acted on, whatever the path's percent-encoding. Without
+// a pattern (a handler called directly) it is the decoded path.
+func decodedRoute(r *http.Request) string {
+	if r.Pattern == "" {
+		return strconv.Quote(r.URL.Path)
+	}
+	var b strings.Builder
+	b.WriteString(r.Pattern)
+	rest := r.Pattern
+	for {
+		i := strings.IndexByte(rest, '{')
+		if i < 0 {
+			break
+		}
+		j := strings.IndexByte(rest[i:], '}')
+		if j < 0 {
+			break
+		}
+		name := strings.TrimSuffix(rest[i+1:i+j], "...")
+		b.WriteString("\n" + name + "=" + strconv.Quote(r.PathValue(name)))
+		rest = rest[i+j+1:]
+	}
+	return b.String()
 }
 
 // idemRecord is a stored idempotency record.

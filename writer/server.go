@@ -183,7 +183,7 @@ func (s *Server) routes() {
 	api(routeReports, handlers{get: s.reportRange})
 	api(routeReport, handlers{get: s.getReport})
 	s.mux.Handle(routeHealthz, s.instrument(routeHealthz, byMethod(handlers{get: s.healthz})))
-	s.mux.Handle(routeReadyz, s.instrument(routeReadyz, byMethod(handlers{get: s.readyz})))
+	s.mux.Handle(routeReadyz, s.instrument(routeReadyz, byMethod(handlers{get: s.ready})))
 	if s.cfg.Gatherer != nil {
 		s.mux.Handle(routeMetrics, s.instrument(routeMetrics, promhttp.HandlerFor(s.cfg.Gatherer, promhttp.HandlerOpts{})))
 	}

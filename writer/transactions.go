@@ -213,7 +213,7 @@ func (s *Server) getTransaction(w http.ResponseWriter, r *http.Request) {
 // patchTransaction serves PATCH …/transactions/{id}: a JSON merge patch of
 // the mutable fields, on condition that If-Match names the current version.
 func (s *Server) patchTransaction(w http.ResponseWriter, r *http.Request) {
-	tenant, _, id, k, p := transactionPath(r)
+	tenant, branch, id, k, p := transactionPath(r)
 	if p != nil {
 		p.write(w)
 		return
@@ -262,7 +262,7 @@ func (s *Server) patchTransaction(w http.ResponseWriter, r *http.Request) {
 			if err != nil {
 				return nil, response{}, nil, err
 			}
-			return one("update", ddbtypes.TransactWriteItem{Put: &ddbtypes.Put{
+			return s.whileActive("update", tenant, branch, ddbtypes.TransactWriteItem{Put: &ddbtypes.Put{
 				TableName: &s.cfg.Table, Item: next,
 				ConditionExpression:       aws.String("attribute_exists(#pk) AND #v = :expected"),
 				ExpressionAttributeNames:  map[string]string{"#pk": attrPK, "#v": attrVersion},
@@ -270,9 +270,33 @@ func (s *Server) patchTransaction(w http.ResponseWriter, r *http.Request) {
 			}}), versionedResponse(http.StatusOK, t, t.Version), nil, nil
 		},
 		conditionFailed: func(ctx context.Context, f failure) (*Problem, bool, error) {
-			return s.staleOrGone(ctx, k, f.old, "transaction")
+			return s.activeOrStale(ctx, tenant, branch, k, f)
 		},
 	})
+}
+
+// whileActive is the change of one transaction item (a PATCH's put, a
+// DELETE's delete) together with the ConditionChecks that its tenant and its
+// branch are active: suspension means the same for every mutation of a
+// transaction, not only for creates ("Transactions need an active tenant
+// and branch", directory.go).
+func (s *Server) whileActive(op, tenant, branch string, item ddbtypes.TransactWriteItem) *change {
+	return &change{op: op, items: []ddbtypes.TransactWriteItem{item, s.tenantActiveCheck(tenant), s.branchStatusCheck(tenant, branch)}}
+}
+
+// activeOrStale explains a failed whileActive change: the transaction gone
+// or at another version (404, 412), or its tenant or branch missing (404)
+// or suspended (409); retry when the tenant or branch was reactivated
+// meanwhile.
+func (s *Server) activeOrStale(ctx context.Context, tenant, branch string, k aggregates.Key, f failure) (*Problem, bool, error) {
+	switch f.index {
+	case 1:
+		return s.tenantNotActive(ctx, tenant, f.old)
+	case 2:
+		p, retry, _, err := s.branchNotActive(ctx, tenant, branch, f.old)
+		return p, retry, err
+	}
+	return s.staleOrGone(ctx, k, f.old, "transaction")
 }
 
 func applyPatch(t *Transaction, p patchRequest) {
@@ -298,7 +322,7 @@ func applyPatch(t *Transaction, p patchRequest) {
 // deleteTransaction serves DELETE …/transactions/{id}, with an optional
 // If-Match version.
 func (s *Server) deleteTransaction(w http.ResponseWriter, r *http.Request) {
-	tenant, _, _, k, p := transactionPath(r)
+	tenant, branch, _, k, p := transactionPath(r)
 	if p != nil {
 		p.write(w)
 		return
@@ -320,10 +344,10 @@ func (s *Server) deleteTransaction(w http.ResponseWriter, r *http.Request) {
 	s.mutate(w, r, mutation{
 		tenant: tenant, idemKey: key, fp: fingerprint(r, nil),
 		prepare: func(context.Context) (*change, response, *Problem, error) {
-			return one("delete", ddbtypes.TransactWriteItem{Delete: del}), response{status: http.StatusNoContent}, nil, nil
+			return s.whileActive("delete", tenant, branch, ddbtypes.TransactWriteItem{Delete: del}), response{status: http.StatusNoContent}, nil, nil
 		},
 		conditionFailed: func(ctx context.Context, f failure) (*Problem, bool, error) {
-			return s.staleOrGone(ctx, k, f.old, "transaction")
+			return s.activeOrStale(ctx, tenant, branch, k, f)
 		},
 	})
 }
