@@ -419,6 +419,11 @@ func (s *Server) createAccount(w http.ResponseWriter, r *http.Request) {
 	if p == nil {
 		a.Emails, p = parseNewEmails(m["emails"], now.Format(time.RFC3339Nano))
 	}
+	for i, e := range a.Emails {
+		if p == nil && e.Verified && !claimsOf(r).ProvesEmail(e.Address) {
+			p = emailNotProven("emails["+strconv.Itoa(i)+"].verified", e.Address)
+		}
+	}
 	if p != nil {
 		p.write(w)
 		return
@@ -694,6 +699,9 @@ func (s *Server) addEmail(w http.ResponseWriter, r *http.Request) {
 	if raw, ok := m["verified"]; p == nil && ok && !isNull(raw) {
 		verified, p = parseBool("verified", raw)
 	}
+	if p == nil && verified && !claimsOf(r).ProvesEmail(address) {
+		p = emailNotProven("verified", address)
+	}
 	if p != nil {
 		p.write(w)
 		return
@@ -774,6 +782,9 @@ func (s *Server) patchEmail(w http.ResponseWriter, r *http.Request) {
 	if raw, ok := m["verified"]; p == nil && ok {
 		if verify, p = parseBool("verified", raw); p == nil && !verify {
 			p = fieldProblem("verified", "only true: verification cannot be withdrawn; remove the address instead")
+		}
+		if p == nil && !claimsOf(r).ProvesEmail(address) {
+			p = emailNotProven("verified", address)
 		}
 	}
 	if p != nil {

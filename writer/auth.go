@@ -60,6 +60,60 @@ type Claims struct {
 	// Scope is a space-separated list of scopes (RFC 8693 section 4.2,
 	// RFC 9068); "admin" (ScopeAdmin) grants the platform's operations.
 	Scope string `json:"scope,omitempty"`
+	// Email and EmailVerified are the OpenID Connect claims (what Cognito
+	// and other providers put in ID tokens): the bearer's address, and
+	// whether the provider verified that the bearer controls it. Together
+	// they prove the address (ProvesEmail).
+	Email         string   `json:"email,omitempty"`
+	EmailVerified flexBool `json:"email_verified,omitempty"`
+	// Documents are the branch document numbers (company registrations)
+	// the identity provider verified this bearer may claim (ProvesDocument).
+	Documents []string `json:"documents,omitempty"`
+}
+
+// flexBool is a boolean claim given as a JSON boolean or, as some identity
+// providers send it, the string "true" or "false"; anything else is false.
+type flexBool bool
+
+func (b *flexBool) UnmarshalJSON(data []byte) error {
+	switch string(data) {
+	case "true", `"true"`:
+		*b = true
+	default:
+		*b = false
+	}
+	return nil
+}
+
+// ProvesEmail reports whether the token proves that its bearer may mark
+// address (canonical, aggregates.CanonicalEmail) verified: an admin-scoped
+// token (the platform verified it), or one whose email claim, canonicalised,
+// is address and whose email_verified claim is true.
+func (c *Claims) ProvesEmail(address string) bool {
+	if c.Admin() {
+		return true
+	}
+	if !bool(c.EmailVerified) || c.Email == "" {
+		return false
+	}
+	e, err := aggregates.CanonicalEmail(c.Email)
+	return err == nil && e == address
+}
+
+// ProvesDocument reports whether the token proves that its bearer may claim
+// the branch document number doc (canonical, aggregates.CanonicalDocument):
+// an admin-scoped token, or one whose documents claim holds it (in any
+// spelling).
+func (c *Claims) ProvesDocument(doc string) bool {
+	if c.Admin() {
+		return true
+	}
+	for _, d := range c.Documents {
+		if cd, err := aggregates.CanonicalDocument(d); err == nil && cd == doc {
+			return true
+		}
+	}
+	return false
 }
 
 // Admin reports whether the token carries the admin scope.
@@ -191,6 +245,11 @@ type TokenOptions struct {
 	Issuer, Audience string        // defaults DefaultIssuer, DefaultAudience
 	TTL              time.Duration // default 1h
 	Now              time.Time     // default time.Now()
+	// Email, EmailVerified and Documents set the claims of those names
+	// (ProvesEmail, ProvesDocument), as an identity provider would.
+	Email         string
+	EmailVerified bool
+	Documents     []string
 }
 
 // NewToken mints an HS256 token for a tenant, or an admin token (for a
@@ -229,7 +288,7 @@ func NewToken(secret []byte, o TokenOptions) (string, error) {
 			NotBefore: jwt.NewNumericDate(o.Now),
 			ExpiresAt: jwt.NewNumericDate(o.Now.Add(o.TTL)),
 		},
-		Tenant: o.Tenant,
+		Tenant: o.Tenant, Email: o.Email, EmailVerified: flexBool(o.EmailVerified), Documents: o.Documents,
 	}
 	if o.Admin {
 		c.Scope = ScopeAdmin

@@ -121,6 +121,9 @@ func (s *Server) createBranch(w http.ResponseWriter, r *http.Request) {
 	if raw, ok := m["status"]; p == nil && ok && !isNull(raw) {
 		b.Status, p = parseChecked("status", raw, aggregates.ValidateTenantStatus)
 	}
+	if p == nil && !claimsOf(r).ProvesDocument(b.Document) {
+		p = documentNotProven(b.Document)
+	}
 	if p != nil {
 		p.write(w)
 		return
@@ -206,7 +209,9 @@ func (s *Server) patchBranch(w http.ResponseWriter, r *http.Request) {
 		name, p = parseDisplayName("name", raw)
 	}
 	if raw, ok := m["document"]; p == nil && ok {
-		document, p = parseDocument("document", raw)
+		if document, p = parseDocument("document", raw); p == nil && !claimsOf(r).ProvesDocument(document) {
+			p = documentNotProven(document)
+		}
 	}
 	if raw, ok := m["status"]; p == nil && ok {
 		status, p = parseChecked("status", raw, aggregates.ValidateTenantStatus)

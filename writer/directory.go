@@ -396,14 +396,11 @@ func parseEmail(field string, raw json.RawMessage) (string, *Problem) {
 }
 
 func checkEmail(field, v string) (string, *Problem) {
-	if len(v) > 2*aggregates.MaxEmailLength {
-		return "", fieldProblem(field, "too long")
-	}
-	v = aggregates.NormalizeEmail(v)
-	if err := aggregates.ValidateEmail(v); err != nil {
+	c, err := aggregates.CanonicalEmail(v)
+	if err != nil {
 		return "", fieldProblem(field, err.Error())
 	}
-	return v, nil
+	return c, nil
 }
 
 func parseDocument(field string, raw json.RawMessage) (string, *Problem) {
@@ -415,14 +412,29 @@ func parseDocument(field string, raw json.RawMessage) (string, *Problem) {
 }
 
 func checkDocument(field, v string) (string, *Problem) {
-	if len(v) > 4*aggregates.MaxDocumentLength {
-		return "", fieldProblem(field, "too long")
-	}
-	v = aggregates.NormalizeDocument(v)
-	if err := aggregates.ValidateDocument(v); err != nil {
+	c, err := aggregates.CanonicalDocument(v)
+	if err != nil {
 		return "", fieldProblem(field, err.Error())
 	}
-	return v, nil
+	return c, nil
+}
+
+// emailNotProven is the 403 of a request that would mark address verified
+// with a token that does not prove it (Claims.ProvesEmail).
+func emailNotProven(field, address string) *Problem {
+	p := problem(http.StatusForbidden, ProblemEmailNotProven, "the token does not prove the address "+address+
+		": only an admin-scoped token, or one whose email claim is this address with email_verified true, may mark it verified; add it unverified instead")
+	p.Field = field
+	return p
+}
+
+// documentNotProven is the 403 of a request that would claim document with
+// a token that does not prove it (Claims.ProvesDocument).
+func documentNotProven(document string) *Problem {
+	p := problem(http.StatusForbidden, ProblemDocumentNotProven, "the token does not prove the document number "+document+
+		": only an admin-scoped token, or one whose documents claim holds it, may claim it for a branch")
+	p.Field = "document"
+	return p
 }
 
 func parseBool(field string, raw json.RawMessage) (bool, *Problem) {

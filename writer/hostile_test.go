@@ -2,6 +2,7 @@ package writer_test
 
 import (
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -116,4 +117,138 @@ func TestHostile_SuspendedTenantCannotRewriteItsLedger(t *testing.T) {
 	// is reported first).
 	r = e.send(req{method: "DELETE", path: e.base() + "/transactions/" + gone.ID})
 	require.Equal(t, http.StatusNotFound, r.Status, "answer %s", r)
+}
+
+// tokenWith is a token for tenant with the given claims, as an identity
+// provider would issue it.
+func (e *env) tokenWith(tenant string, o writer.TokenOptions) string {
+	e.t.Helper()
+	o.Tenant = tenant
+	tok, err := writer.NewToken([]byte(testSecret), o)
+	require.NoError(e.t, err)
+	return tok
+}
+
+func TestHostile_OtherSpellingsOfOneMailboxAreTaken(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, sharedTable(t))
+	a, b := e.newTenant(), e.newTenant()
+	n := uniqueTenant() // a fresh local part per run
+	for _, c := range []struct{ first, other, stored string }{
+		{"josé" + n + "@example.com", "jose\u0301" + n + "@example.com", "josé" + n + "@example.com"}, // NFC, NFD
+		{"bob" + n + "@example.com", "bob" + n + "@ｅｘａｍｐｌｅ.com", "bob" + n + "@example.com"},          // full-width domain
+		{"carol" + n + "@bücher.de", "carol" + n + "@xn--bcher-kva.de", "carol" + n + "@bücher.de"},   // IDNA
+		{"σ" + n + "@example.gr", "ς" + n + "@example.gr", "σ" + n + "@example.gr"},                   // final sigma
+		{"dan" + n + "@example.com", "ＤＡＮ" + n + "@EXAMPLE.COM", "dan" + n + "@example.com"},          // full-width local part
+	} {
+		acc := e.account(a, c.first)
+		assert.Equal(t, c.stored, acc.Email, "the canonical form is stored")
+		r := e.postAccount(b, `{"firstName":"Eve","lastName":"X","emails":[{"address":"`+c.other+`","verified":true}]}`)
+		require.Equal(t, http.StatusConflict, r.Status, "%q after %q: answer %s", c.other, c.first, r)
+		assert.Equal(t, writer.ProblemEmailTaken, r.problem(t).Type)
+		// The path parameter of an address is canonicalised too.
+		r = e.asAdmin(req{method: "PATCH", path: emailPath(acc, c.other), body: `{"verified":true}`, headers: []string{"If-Match", `"1"`}})
+		require.Equal(t, http.StatusOK, r.Status, "the address by another spelling: answer %s", r)
+	}
+	// What has no canonical form is 400, with the reason.
+	for _, bad := range []string{"𝐛𝐨𝐛" + n + "@example.com", "ⓑⓞⓑ" + n + "@example.com", "bob" + n + "@xn--zz.com", "b\u200bob" + n + "@example.com"} {
+		r := e.postAccount(b, `{"firstName":"Eve","lastName":"X","emails":[{"address":"`+bad+`","verified":true}]}`)
+		require.Equal(t, http.StatusBadRequest, r.Status, "%q: answer %s", bad, r)
+		p := r.problem(t)
+		assert.Equal(t, writer.ProblemInvalidField, p.Type)
+		assert.Equal(t, "emails[0].address", p.Field)
+	}
+	e.requireConsistent()
+}
+
+func TestHostile_DocumentSpellingsAreOneDocument(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, sharedTable(t))
+	doc := uniqueDocument()[1:] // digits only
+	r := createBranchAs(e, e.adminToken(), e.tenant, "b1", doc)
+	require.Equal(t, http.StatusCreated, r.Status, "answer %s", r)
+	other := e.newTenant()
+	r = createBranchAs(e, e.adminToken(), other, "b1", toFullWidth(doc))
+	require.Equal(t, http.StatusConflict, r.Status, "full-width digits are the same document: answer %s", r)
+	assert.Equal(t, writer.ProblemDocumentTaken, r.problem(t).Type)
+}
+
+func toFullWidth(s string) string {
+	out := []rune{}
+	for _, r := range s {
+		if r >= '!' && r <= '~' {
+			r += 0xFF01 - '!'
+		}
+		out = append(out, r)
+	}
+	return string(out)
+}
+
+func createBranchAs(e *env, token, tenant, id, document string) reply {
+	e.t.Helper()
+	return e.send(req{method: "POST", path: "/v1/tenants/" + tenant + "/branches", headers: []string{"Idempotency-Key", newKey(), "Authorization", "Bearer " + token},
+		body: `{"id":"` + id + `","name":"Branch","document":"` + document + `"}`})
+}
+
+func TestHostile_VerificationNeedsProof(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, sharedTable(t))
+	victim, attacker := e.newTenant(), e.newTenant()
+	ceo := "ceo-" + uniqueTenant() + "@acme.example"
+	as := func(tok string, rq req) reply {
+		rq.headers = append(rq.headers, "Authorization", "Bearer "+tok)
+		return e.send(rq)
+	}
+	accounts := func(tenant string) string { return "/v1/tenants/" + tenant + "/accounts" }
+	plain := e.tokenFor(attacker)
+
+	// The attacker's own token cannot claim someone else's address as verified.
+	body := `{"firstName":"Eve","lastName":"X","emails":[{"address":"` + ceo + `","verified":true}]}`
+	r := as(plain, req{method: "POST", path: accounts(attacker), body: body, headers: []string{"Idempotency-Key", newKey()}})
+	require.Equal(t, http.StatusForbidden, r.Status, "answer %s", r)
+	p := r.problem(t)
+	assert.Equal(t, writer.ProblemEmailNotProven, p.Type)
+	assert.Equal(t, "emails[0].verified", p.Field)
+	// Nor with an email claim that is not verified, or is another address.
+	for _, o := range []writer.TokenOptions{{Email: ceo}, {Email: "eve@evil.example", EmailVerified: true}} {
+		r = as(e.tokenWith(attacker, o), req{method: "POST", path: accounts(attacker), body: body, headers: []string{"Idempotency-Key", newKey()}})
+		require.Equal(t, http.StatusForbidden, r.Status, "claims %+v: answer %s", o, r)
+	}
+	// Adding it verified to an account of its own, or verifying it later, is refused too.
+	own := e.account(attacker, "eve-"+uniqueTenant()+"@evil.example")
+	r = as(plain, req{method: "POST", path: accountPath(own) + "/emails", body: `{"address":"` + ceo + `","verified":true}`})
+	require.Equal(t, http.StatusForbidden, r.Status, "answer %s", r)
+	assert.Equal(t, writer.ProblemEmailNotProven, r.problem(t).Type)
+	r = as(plain, req{method: "POST", path: accountPath(own) + "/emails", body: `{"address":"` + ceo + `"}`})
+	require.Equal(t, http.StatusCreated, r.Status, "unverified, it may be added: answer %s", r)
+	r = as(plain, req{method: "PATCH", path: emailPath(own, ceo), body: `{"verified":true,"primary":true}`, headers: []string{"If-Match", `"2"`}})
+	require.Equal(t, http.StatusForbidden, r.Status, "answer %s", r)
+	assert.Equal(t, writer.ProblemEmailNotProven, r.problem(t).Type)
+	r = as(plain, req{method: "DELETE", path: emailPath(own, ceo)})
+	require.Equal(t, http.StatusOK, r.Status, "answer %s", r)
+
+	// The owner of the address proves it with an OIDC token (email claim in
+	// any spelling, email_verified true), and so does an admin.
+	proof := e.tokenWith(victim, writer.TokenOptions{Email: strings.ToUpper(ceo), EmailVerified: true})
+	r = as(proof, req{method: "POST", path: accounts(victim), body: body, headers: []string{"Idempotency-Key", newKey()}})
+	require.Equal(t, http.StatusCreated, r.Status, "answer %s", r)
+	r = e.postAccount(victim, `{"firstName":"Ana","lastName":"X","emails":[{"address":"cfo-`+uniqueTenant()+`@acme.example","verified":true}]}`)
+	require.Equal(t, http.StatusCreated, r.Status, "admin: answer %s", r)
+
+	// Documents: a tenant's own token cannot claim a registration number;
+	// one whose documents claim holds it can, and an admin can.
+	doc := uniqueDocument()
+	r = createBranchAs(e, plain, attacker, "hq", doc)
+	require.Equal(t, http.StatusForbidden, r.Status, "answer %s", r)
+	p = r.problem(t)
+	assert.Equal(t, writer.ProblemDocumentNotProven, p.Type)
+	assert.Equal(t, "document", p.Field)
+	r = e.send(req{method: "PATCH", path: "/v1/tenants/" + e.tenant + "/branches/north", body: `{"document":"` + doc + `"}`, headers: []string{"If-Match", "1"}})
+	require.Equal(t, http.StatusForbidden, r.Status, "answer %s", r)
+	assert.Equal(t, writer.ProblemDocumentNotProven, r.problem(t).Type)
+	r = createBranchAs(e, e.tokenWith(attacker, writer.TokenOptions{Documents: []string{"x", strings.ToLower(doc[:3]) + "." + doc[3:]}}), attacker, "hq", doc)
+	require.Equal(t, http.StatusCreated, r.Status, "answer %s", r)
+	r = createBranchAs(e, e.adminToken(), victim, "hq", uniqueDocument())
+	require.Equal(t, http.StatusCreated, r.Status, "answer %s", r)
+	e.requireConsistent()
 }

@@ -20,6 +20,8 @@ const (
 	ProblemIdempotencyKeyRequired = ProblemBase + "idempotency-key-required" // 400: POST without Idempotency-Key
 	ProblemUnauthenticated        = ProblemBase + "unauthenticated"          // 401: no valid bearer token
 	ProblemForbidden              = ProblemBase + "forbidden"                // 403: the token is for another tenant, or not admin-scoped
+	ProblemEmailNotProven         = ProblemBase + "email-not-proven"         // 403: the token does not prove the address it would mark verified
+	ProblemDocumentNotProven      = ProblemBase + "document-not-proven"      // 403: the token does not prove the document number it would claim
 	ProblemNotFound               = ProblemBase + "not-found"                // 404
 	ProblemMethodNotAllowed       = ProblemBase + "method-not-allowed"       // 405
 	ProblemRequestInProgress      = ProblemBase + "request-in-progress"      // 409: a request with this Idempotency-Key is in flight
@@ -70,6 +72,8 @@ var problemTitles = map[string]string{
 	ProblemIdempotencyKeyRequired: "Idempotency-Key required",
 	ProblemUnauthenticated:        "Unauthenticated",
 	ProblemForbidden:              "Forbidden",
+	ProblemEmailNotProven:         "Email address not proven",
+	ProblemDocumentNotProven:      "Document number not proven",
 	ProblemNotFound:               "Not found",
 	ProblemMethodNotAllowed:       "Method not allowed",
 	ProblemRequestInProgress:      "Request in progress",

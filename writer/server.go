@@ -311,6 +311,16 @@ func (s *Server) authenticate(admin []string, h http.Handler) http.Handler {
 	})
 }
 
+// claimsOf returns the verified claims of the request's token (every /v1
+// handler runs behind authenticate).
+func claimsOf(r *http.Request) *Claims {
+	c, _ := r.Context().Value(claimsKey{}).(*Claims)
+	if c == nil {
+		return &Claims{}
+	}
+	return c
+}
+
 // timeout bounds the request's DynamoDB work.
 func (s *Server) timeout(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
