@@ -2,10 +2,12 @@ package writer_test
 
 import (
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -251,4 +253,45 @@ func TestHostile_VerificationNeedsProof(t *testing.T) {
 	r = createBranchAs(e, e.adminToken(), victim, "hq", uniqueDocument())
 	require.Equal(t, http.StatusCreated, r.Status, "answer %s", r)
 	e.requireConsistent()
+}
+
+func TestHostile_OneTenantCannotTakeTheWholeAPI(t *testing.T) {
+	t.Parallel()
+	// A bucket of 3 that refills once an hour: the fourth request within
+	// the test is refused however slow the machine is.
+	e := newEnv(t, sharedTable(t), func(c *writer.Config) { c.TenantRate, c.TenantBurst = 1.0/3600, 3 })
+	for i := range 3 {
+		r := e.send(req{method: "GET", path: e.base() + "/transactions"})
+		require.Equal(t, http.StatusOK, r.Status, "request %d: answer %s", i+1, r)
+	}
+	writes := e.dynamoCalls()
+	r := e.send(req{method: "POST", path: e.base() + "/transactions", body: createBody, headers: []string{"Idempotency-Key", newKey()}})
+	require.Equal(t, http.StatusTooManyRequests, r.Status, "answer %s", r)
+	assert.Equal(t, writer.ProblemRateLimited, r.problem(t).Type)
+	secs, err := strconv.Atoi(r.Header.Get("Retry-After"))
+	require.NoError(t, err, "Retry-After %q", r.Header.Get("Retry-After"))
+	assert.Greater(t, secs, 60, "the next token is most of an hour away")
+	assert.Equal(t, writes, e.dynamoCalls(), "a limited request reads and writes nothing")
+	assert.Zero(t, e.countTransactions(e.tenant, e.branch))
+
+	// Another tenant has a bucket of its own, and admins are not limited.
+	other := e.newTenant()
+	r = e.send(req{method: "GET", path: "/v1/tenants/" + other + "/accounts", headers: []string{"Authorization", "Bearer " + e.tokenFor(other)}})
+	require.Equal(t, http.StatusOK, r.Status, "answer %s", r)
+	r = e.asAdmin(req{method: "GET", path: e.base() + "/transactions"})
+	require.Equal(t, http.StatusOK, r.Status, "answer %s", r)
+	// Requests that do not authenticate, or are for another tenant, take
+	// nothing from the bucket: nobody can drain another tenant's.
+	for range 5 {
+		require.Equal(t, http.StatusUnauthorized, e.send(req{method: "GET", path: "/v1/tenants/" + other + "/accounts", noAuth: true}).Status)
+		require.Equal(t, http.StatusForbidden, e.send(req{method: "GET", path: "/v1/tenants/" + other + "/accounts"}).Status)
+	}
+	r = e.send(req{method: "GET", path: "/v1/tenants/" + other + "/accounts", headers: []string{"Authorization", "Bearer " + e.tokenFor(other)}})
+	require.Equal(t, http.StatusOK, r.Status, "answer %s", r)
+
+	assert.Equal(t, 5.0, testutil.ToFloat64(e.metrics.RateLimit.WithLabelValues("allowed")))
+	assert.Equal(t, 1.0, testutil.ToFloat64(e.metrics.RateLimit.WithLabelValues("limited")))
+	body := e.send(req{method: "GET", path: "/metrics", noAuth: true}).Body
+	assert.Contains(t, string(body), `ledger_writer_rate_limit_total{outcome="limited"} 1`)
+	assert.NotContains(t, string(body), e.tenant, "no tenant label")
 }

@@ -41,6 +41,7 @@ const (
 	ProblemUnsupportedMediaType   = ProblemBase + "unsupported-media-type"   // 415
 	ProblemIdempotencyKeyReused   = ProblemBase + "idempotency-key-reused"   // 422: the key was used for another request
 	ProblemPreconditionRequired   = ProblemBase + "precondition-required"    // 428: PATCH without If-Match
+	ProblemRateLimited            = ProblemBase + "rate-limited"             // 429: the tenant sends more than its rate
 	ProblemInternal               = ProblemBase + "internal"                 // 500
 	ProblemWritesDisabled         = ProblemBase + "writes-disabled"          // 503: the flags say no writes
 	ProblemFlagsUnavailable       = ProblemBase + "flags-unavailable"        // 503: the flags cannot be read
@@ -93,6 +94,7 @@ var problemTitles = map[string]string{
 	ProblemUnsupportedMediaType:   "Unsupported media type",
 	ProblemIdempotencyKeyReused:   "Idempotency-Key reused",
 	ProblemPreconditionRequired:   "Precondition required",
+	ProblemRateLimited:            "Rate limited",
 	ProblemInternal:               "Internal error",
 	ProblemWritesDisabled:         "Writes disabled",
 	ProblemFlagsUnavailable:       "Flags unavailable",

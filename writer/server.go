@@ -72,6 +72,12 @@ type Config struct {
 	// Entropy is the random source of transaction ids (default crypto/rand);
 	// it must be safe for concurrent use.
 	Entropy io.Reader
+	// TenantRate is how many requests a second one tenant may send to this
+	// server, sustained (ratelimit.go); 0 or less: no limit.
+	TenantRate float64
+	// TenantBurst is how many requests a tenant may send at once above
+	// TenantRate (default: twice the rate, at least 1).
+	TenantBurst int
 }
 
 func (c Config) withDefaults() (Config, error) {
@@ -105,6 +111,9 @@ func (c Config) withDefaults() (Config, error) {
 	if c.Entropy == nil {
 		c.Entropy = rand.Reader
 	}
+	if c.TenantRate > 0 && c.TenantBurst <= 0 {
+		c.TenantBurst = max(1, int(2*c.TenantRate))
+	}
 	return c, nil
 }
 
@@ -117,6 +126,7 @@ type Server struct {
 	flags    *flagCache
 	cursors  cursorCodec
 	mux      *http.ServeMux
+	limiter  *tenantLimiter // nil: no per-tenant limit
 	draining atomic.Bool
 }
 
@@ -133,6 +143,9 @@ func New(api DynamoDB, cfg Config, metrics *Metrics) (*Server, error) {
 	s := &Server{cfg: cfg, api: api, metrics: metrics, cursors: cursorCodec{key: cfg.CursorKey}, mux: http.NewServeMux()}
 	s.flags = &flagCache{api: api, table: cfg.Table, ttl: cfg.FlagsTTL, errTTL: min(time.Second, cfg.FlagsTTL),
 		timeout: 2 * time.Second, now: cfg.Now, metrics: metrics}
+	if cfg.TenantRate > 0 {
+		s.limiter = newTenantLimiter(cfg.TenantRate, cfg.TenantBurst, cfg.Now)
+	}
 	s.routes()
 	return s, nil
 }
@@ -305,6 +318,10 @@ func (s *Server) authenticate(admin []string, h http.Handler) http.Handler {
 		case !claims.MayActFor(r.PathValue("tenant")):
 			s.metrics.AuthFailures.WithLabelValues("tenant").Inc()
 			problem(http.StatusForbidden, ProblemForbidden, "the token does not grant access to this tenant").write(w)
+			return
+		}
+		if p := s.rateLimited(r, claims); p != nil {
+			p.write(w)
 			return
 		}
 		h.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), claimsKey{}, claims)))

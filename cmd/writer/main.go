@@ -24,6 +24,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -101,6 +102,8 @@ type Main struct {
 	requestTimeout  time.Duration
 	shutdownTimeout time.Duration
 	drainDelay      time.Duration
+	tenantRate      float64
+	tenantBurst     int
 
 	ln     net.Listener
 	srv    *writer.Server
@@ -142,7 +145,7 @@ func (m *Main) ParseFlags(args []string) error {
 		}
 		return def
 	}
-	var jwksFile, flagsTTL, reqTimeout, shutdown, drain, level string
+	var jwksFile, flagsTTL, reqTimeout, shutdown, drain, level, tenantRate, tenantBurst string
 	fs.StringVar(&m.addr, "addr", env("LEDGER_ADDR", ":8080"), "listen `ADDR`ess; port 0 picks a free port, which is logged (env LEDGER_ADDR)")
 	fs.StringVar(&m.table, "table", env("LEDGER_TABLE", infra.DefaultTableName), "the ledger `TABLE` (env LEDGER_TABLE)")
 	fs.StringVar(&jwksFile, "jwks-file", env("LEDGER_JWKS_FILE", ""), "`FILE` holding a JSON Web Key Set of public keys verifying RS*/PS*/ES*/EdDSA tokens, read at start (env LEDGER_JWKS_FILE)")
@@ -152,6 +155,8 @@ func (m *Main) ParseFlags(args []string) error {
 	fs.StringVar(&reqTimeout, "request-timeout", env("LEDGER_REQUEST_TIMEOUT", "10s"), "`DURATION` bounding one request's DynamoDB work (env LEDGER_REQUEST_TIMEOUT)")
 	fs.StringVar(&shutdown, "shutdown-timeout", env("LEDGER_SHUTDOWN_TIMEOUT", "25s"), "on SIGTERM, the `DURATION` in-flight requests may take to finish (env LEDGER_SHUTDOWN_TIMEOUT)")
 	fs.StringVar(&drain, "drain-delay", env("LEDGER_DRAIN_DELAY", "0s"), "on SIGTERM, the `DURATION` /readyz answers 503 before the listener closes (env LEDGER_DRAIN_DELAY)")
+	fs.StringVar(&tenantRate, "tenant-rate", env("LEDGER_TENANT_RATE", "100"), "requests a `RATE` per second one tenant may send to this process, sustained; 0 turns the limit off (env LEDGER_TENANT_RATE)")
+	fs.StringVar(&tenantBurst, "tenant-burst", env("LEDGER_TENANT_BURST", "200"), "requests a tenant may send at once above its rate, a `COUNT` (env LEDGER_TENANT_BURST)")
 	fs.StringVar(&level, "log-level", env("LEDGER_LOG_LEVEL", "info"), "log `LEVEL`: debug, info, warn or error (env LEDGER_LOG_LEVEL)")
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), usageHead)
@@ -180,6 +185,16 @@ func (m *Main) ParseFlags(args []string) error {
 	dur("request-timeout", reqTimeout, &m.requestTimeout, 100*time.Millisecond, 5*time.Minute)
 	dur("shutdown-timeout", shutdown, &m.shutdownTimeout, 0, 10*time.Minute)
 	dur("drain-delay", drain, &m.drainDelay, 0, 5*time.Minute)
+	if v, err := strconv.ParseFloat(tenantRate, 64); err != nil || v < 0 || v > 1e6 || v != v {
+		errs = append(errs, fmt.Errorf("--tenant-rate %q: want requests per second from 0 (no limit) to 1000000", tenantRate))
+	} else {
+		m.tenantRate = v
+	}
+	if n, err := strconv.Atoi(tenantBurst); err != nil || n < 1 || n > 1_000_000 {
+		errs = append(errs, fmt.Errorf("--tenant-burst %q: want a whole number from 1 to 1000000", tenantBurst))
+	} else {
+		m.tenantBurst = n
+	}
 	var lvl slog.Level
 	if err := lvl.UnmarshalText([]byte(level)); err != nil {
 		errs = append(errs, fmt.Errorf("--log-level %q: want debug, info, warn or error", level))
@@ -245,6 +260,7 @@ func (m *Main) Run(ctx context.Context) error {
 	m.srv, err = writer.New(dynamodb.NewFromConfig(cfg), writer.Config{
 		Table: m.table, Auth: auth, CursorKey: m.cursorKey, FlagsTTL: m.flagsTTL,
 		RequestTimeout: m.requestTimeout, Gatherer: reg, Logger: m.logger,
+		TenantRate: m.tenantRate, TenantBurst: m.tenantBurst,
 	}, writer.NewMetrics(reg))
 	if err != nil {
 		return err
