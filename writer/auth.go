@@ -33,6 +33,11 @@ var asymmetricMethods = []string{"RS256", "RS384", "RS512", "PS256", "PS384", "P
 type AuthConfig struct {
 	// Secret verifies HS256 tokens; at least MinSecretLength bytes.
 	Secret []byte
+	// Secrets, when set, supplies the HS256 secrets instead of Secret,
+	// consulted for every token (so a rotation needs no restart): a token
+	// verifies with any of them (the current and the previous one, during
+	// a rotation). Secrets shorter than MinSecretLength are ignored.
+	Secrets func() [][]byte
 	// JWKS is a JSON Web Key Set (RFC 7517) of public keys verifying
 	// RS*, PS*, ES* and EdDSA tokens, chosen by the token's kid (or the
 	// only key when the set has one and the token names none).
@@ -134,9 +139,10 @@ func (c *Claims) MayActFor(tenant string) bool { return c.Admin() || c.Tenant ==
 // not-before, issuer and audience, and a valid tenant claim (which an
 // admin-scoped token may leave out).
 type Authenticator struct {
-	parser *jwt.Parser
-	secret []byte
-	keys   *jose.JSONWebKeySet
+	parser  *jwt.Parser
+	secret  []byte
+	secrets func() [][]byte
+	keys    *jose.JSONWebKeySet
 }
 
 // NewAuthenticator checks cfg and returns an Authenticator. It fails when
@@ -146,7 +152,11 @@ type Authenticator struct {
 func NewAuthenticator(cfg AuthConfig) (*Authenticator, error) {
 	a := &Authenticator{}
 	var methods []string
-	if len(cfg.Secret) > 0 {
+	switch {
+	case cfg.Secrets != nil:
+		a.secrets = cfg.Secrets
+		methods = append(methods, "HS256")
+	case len(cfg.Secret) > 0:
 		if len(cfg.Secret) < MinSecretLength {
 			return nil, fmt.Errorf("auth: the HS256 secret has %d bytes; it needs at least %d", len(cfg.Secret), MinSecretLength)
 		}
@@ -218,7 +228,19 @@ func (a *Authenticator) Authenticate(token string) (*Claims, error) {
 func (a *Authenticator) key(t *jwt.Token) (any, error) {
 	alg := t.Method.Alg()
 	if alg == "HS256" {
-		return a.secret, nil
+		if a.secrets == nil {
+			return a.secret, nil
+		}
+		var set jwt.VerificationKeySet
+		for _, s := range a.secrets() {
+			if len(s) >= MinSecretLength {
+				set.Keys = append(set.Keys, s)
+			}
+		}
+		if len(set.Keys) == 0 {
+			return nil, errors.New("no HS256 secret available")
+		}
+		return set, nil
 	}
 	if a.keys == nil || !slices.Contains(asymmetricMethods, alg) {
 		return nil, fmt.Errorf("no key for alg %s", alg)
