@@ -110,9 +110,16 @@ func TestAccounts_Lifecycle(t *testing.T) {
 	r = e.send(req{method: "DELETE", path: emailPath(a, work)})
 	require.Equal(t, http.StatusNotFound, r.Status, "answer %s", r)
 
-	// The freed address can be taken by anyone; the held ones cannot.
+	// The freed address can be taken by anyone; the verified ones held
+	// cannot. An unverified address (home) reserves nothing: whoever
+	// verifies it first holds it, and the other can no longer verify it.
 	other := e.account(e.newTenant(), work)
-	r = e.postAccount(e.tenant, `{"firstName":"B","lastName":"C","emails":[{"address":"`+home+`","verified":true}]}`)
+	r = e.postAccount(other.Tenant, `{"firstName":"B","lastName":"C","emails":[{"address":"`+extra+`","verified":true}]}`)
+	require.Equal(t, http.StatusConflict, r.Status, "answer %s", r)
+	assert.Equal(t, writer.ProblemEmailTaken, r.problem(t).Type)
+	r = e.postAccount(other.Tenant, `{"firstName":"B","lastName":"C","emails":[{"address":"`+home+`","verified":true}]}`)
+	require.Equal(t, http.StatusCreated, r.Status, "answer %s", r)
+	r = e.asAdmin(req{method: "PATCH", path: emailPath(a, home), body: `{"verified":true}`, headers: []string{"If-Match", etagVersion(a)}})
 	require.Equal(t, http.StatusConflict, r.Status, "answer %s", r)
 	assert.Equal(t, writer.ProblemEmailTaken, r.problem(t).Type)
 
@@ -156,8 +163,7 @@ func TestAccounts_Lifecycle(t *testing.T) {
 	r = e.send(req{method: "DELETE", path: accountPath(a), headers: []string{"If-Match", "7"}})
 	require.Equal(t, http.StatusNoContent, r.Status, "answer %s", r)
 	require.Equal(t, http.StatusNotFound, e.send(req{method: "GET", path: accountPath(a)}).Status)
-	e.account(other.Tenant, home)
-	e.account(other.Tenant, extra)
+	e.account(other.Tenant, extra) // freed; home stays with the account that verified it
 }
 
 func TestAccounts_InvalidRequestsAre400AndWriteNothing(t *testing.T) {
@@ -195,7 +201,7 @@ func TestAccounts_InvalidRequestsAre400AndWriteNothing(t *testing.T) {
 	require.Equal(t, http.StatusBadRequest, r.Status, "answer %s", r)
 
 	// A taken address among new ones: 409, and none of them is taken.
-	r = e.postAccount(e.tenant, `{"firstName":"A","lastName":"B","emails":[{"address":"`+fresh+`","verified":true,"primary":true},{"address":"`+taken+`"}]}`)
+	r = e.postAccount(e.tenant, `{"firstName":"A","lastName":"B","emails":[{"address":"`+fresh+`","verified":true,"primary":true},{"address":"`+taken+`","verified":true}]}`)
 	require.Equal(t, http.StatusConflict, r.Status, "answer %s", r)
 	p := r.problem(t)
 	assert.Equal(t, writer.ProblemEmailTaken, p.Type)
@@ -272,3 +278,5 @@ func TestAccountLookup_FindsTheTenantByAddressForAdminsOnly(t *testing.T) {
 	require.Equal(t, http.StatusBadRequest, r.Status)
 	assert.Equal(t, "email", r.problem(t).Field)
 }
+
+func etagVersion(a writer.Account) string { return strconv.FormatInt(a.Version, 10) }

@@ -226,14 +226,28 @@ func TestHostile_VerificationNeedsProof(t *testing.T) {
 	r = as(plain, req{method: "PATCH", path: emailPath(own, ceo), body: `{"verified":true,"primary":true}`, headers: []string{"If-Match", `"2"`}})
 	require.Equal(t, http.StatusForbidden, r.Status, "answer %s", r)
 	assert.Equal(t, writer.ProblemEmailNotProven, r.problem(t).Type)
-	r = as(plain, req{method: "DELETE", path: emailPath(own, ceo)})
-	require.Equal(t, http.StatusOK, r.Status, "answer %s", r)
+	// An unverified address reserves nothing: the attacker's unverified
+	// copy (and many more, in other accounts) does not block the owner.
+	for range 11 {
+		squat := e.account(attacker, "sq-"+uniqueTenant()+"@evil.example")
+		r = as(plain, req{method: "POST", path: accountPath(squat) + "/emails", body: `{"address":"` + ceo + `"}`})
+		require.Equal(t, http.StatusCreated, r.Status, "answer %s", r)
+	}
 
 	// The owner of the address proves it with an OIDC token (email claim in
 	// any spelling, email_verified true), and so does an admin.
 	proof := e.tokenWith(victim, writer.TokenOptions{Email: strings.ToUpper(ceo), EmailVerified: true})
 	r = as(proof, req{method: "POST", path: accounts(victim), body: body, headers: []string{"Idempotency-Key", newKey()}})
-	require.Equal(t, http.StatusCreated, r.Status, "answer %s", r)
+	require.Equal(t, http.StatusCreated, r.Status, "the unverified copies do not block the owner: answer %s", r)
+	owner := decodeAs[writer.Account](t, r)
+	// Now no one else can verify it, not even an admin.
+	r = e.asAdmin(req{method: "PATCH", path: emailPath(own, ceo), body: `{"verified":true}`, headers: []string{"If-Match", `"2"`}})
+	require.Equal(t, http.StatusConflict, r.Status, "answer %s", r)
+	assert.Equal(t, writer.ProblemEmailTaken, r.problem(t).Type)
+	// The lookup finds the verified holder, however many unverified copies.
+	r = e.asAdmin(req{method: "GET", path: "/v1/accounts:lookup?email=" + ceo})
+	require.Equal(t, http.StatusOK, r.Status, "answer %s", r)
+	assert.Equal(t, owner.ID, decodeAs[writer.Account](t, r).ID)
 	r = e.postAccount(victim, `{"firstName":"Ana","lastName":"X","emails":[{"address":"cfo-`+uniqueTenant()+`@acme.example","verified":true}]}`)
 	require.Equal(t, http.StatusCreated, r.Status, "admin: answer %s", r)
 
