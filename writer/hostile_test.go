@@ -1,12 +1,17 @@
 package writer_test
 
 import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"net/http"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	ddbtypes "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -309,3 +314,27 @@ func TestHostile_OneTenantCannotTakeTheWholeAPI(t *testing.T) {
 	assert.Contains(t, string(body), `ledger_writer_rate_limit_total{outcome="limited"} 1`)
 	assert.NotContains(t, string(body), e.tenant, "no tenant label")
 }
+
+// A request committed by a writer from before the decoded-route
+// fingerprint, retried after the upgrade, still replays.
+func TestHostile_RecordsFingerprintedBeforeTheUpgradeStillReplay(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, sharedTable(t))
+	key := newKey()
+	path := e.base() + "/transactions"
+	sum := sha256.Sum256([]byte("POST\n" + path + "\n\n" + createBody))
+	stored := `{"id":"01KG64X2T0EJ4FD06S4JBS0277","amount":"1"}` + "\n"
+	_, err := e.ddb.PutItem(context.Background(), &dynamodb.PutItemInput{TableName: &e.table, Item: map[string]ddbAV{
+		"PK": s("IDEMPOTENCY#" + e.tenant + "#" + key), "SK": s("REQUEST"), "entityType": s("IDEMPOTENCY"),
+		"fingerprint": s(hex.EncodeToString(sum[:])), "status": n(201), "body": s(stored),
+		"expiresAt": n(time.Now().Add(time.Hour).Unix()),
+	}})
+	require.NoError(t, err)
+	r := e.send(req{method: "POST", path: path, body: createBody, headers: []string{"Idempotency-Key", key}})
+	require.Equal(t, http.StatusCreated, r.Status, "answer %s", r)
+	assert.Equal(t, "true", r.Header.Get("Idempotent-Replayed"))
+	assert.Equal(t, stored, string(r.Body))
+	assert.Zero(t, e.countTransactions(e.tenant, e.branch), "nothing written again")
+}
+
+func n(v int64) ddbAV { return &ddbtypes.AttributeValueMemberN{Value: strconv.FormatInt(v, 10)} }

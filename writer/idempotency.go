@@ -142,16 +142,31 @@ func parseIdempotencyKey(r *http.Request) (string, *Problem) {
 // it was served by, with its parameters decoded (decodedRoute), so that
 // spellings of one path that differ only in percent-encoding ("/v1/tenants/%74a"
 // and "/v1/tenants/ta") are one request.
+//
+// The value is the fingerprint, a space, and the fingerprint as writers
+// before issue 13 computed it (over the path as sent): records are stored
+// with the first, and a record with either is this request, so a request
+// committed before the upgrade and retried after it still replays. (The
+// second can go once no record older than the upgrade lives: 24 h.)
 func fingerprint(r *http.Request, body []byte) string {
-	h := sha256.New()
-	fmt.Fprintf(h, "%s\n%s\n%s\n", r.Method, decodedRoute(r), strings.TrimSpace(r.Header.Get("If-Match")))
 	var compact bytes.Buffer
 	if json.Compact(&compact, body) == nil {
-		h.Write(compact.Bytes())
-	} else {
-		h.Write(body)
+		body = compact.Bytes()
 	}
-	return hex.EncodeToString(h.Sum(nil))
+	sum := func(path string) string {
+		h := sha256.New()
+		fmt.Fprintf(h, "%s\n%s\n%s\n", r.Method, path, strings.TrimSpace(r.Header.Get("If-Match")))
+		h.Write(body)
+		return hex.EncodeToString(h.Sum(nil))
+	}
+	return sum(decodedRoute(r)) + " " + sum(r.URL.EscapedPath())
+}
+
+// sameRequest reports whether a record's fingerprint is one of fp's
+// (fingerprint).
+func sameRequest(recorded, fp string) bool {
+	current, legacy, _ := strings.Cut(fp, " ")
+	return recorded == current || recorded == legacy && legacy != ""
 }
 
 // decodedRoute is the route pattern that served r followed by the decoded
@@ -215,7 +230,8 @@ func (s *Server) idemPut(key aggregates.Key, fp string, resp response) *ddbtypes
 	now := s.cfg.Now()
 	item := keyAV(key)
 	item[attrEntityType] = strAV(aggregates.EntityIdempotency)
-	item[attrFingerprint] = strAV(fp)
+	current, _, _ := strings.Cut(fp, " ")
+	item[attrFingerprint] = strAV(current)
 	item[attrStatus] = intAV(int64(resp.status))
 	if len(resp.body) > 0 {
 		item[attrBody] = strAV(string(resp.body))
@@ -325,7 +341,7 @@ func (s *Server) mutate(w http.ResponseWriter, r *http.Request, m mutation) {
 				return
 			}
 			if rec != nil {
-				if rec.fingerprint != m.fp {
+				if !sameRequest(rec.fingerprint, m.fp) {
 					s.metrics.IdempotencyRejections.WithLabelValues("mismatch").Inc()
 					p := problem(http.StatusUnprocessableEntity, ProblemIdempotencyKeyReused,
 						"this Idempotency-Key was used for another request (method, path, If-Match or body differ); use a new key for a new request")
