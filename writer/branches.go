@@ -223,6 +223,7 @@ func (s *Server) patchBranch(w http.ResponseWriter, r *http.Request) {
 	k := aggregates.BranchKey(tenant, branch)
 	s.mutate(w, r, mutation{
 		tenant: tenant, idemKey: key, fp: fingerprint(r, body), lookupFirst: true,
+		committed: func() { s.forget(aggregates.BranchKey(tenant, branch)) }, // a suspension takes effect here at once
 		prepare: func(ctx context.Context) (*change, response, *Problem, error) {
 			item, p, err := s.getForChange(ctx, k, expected, "branch")
 			if item == nil {
@@ -280,6 +281,7 @@ func (s *Server) deleteBranch(w http.ResponseWriter, r *http.Request) {
 	}
 	s.mutate(w, r, mutation{
 		tenant: tenant, idemKey: key, fp: fingerprint(r, nil), lookupFirst: true,
+		committed: func() { s.forget(aggregates.BranchKey(tenant, branch)) },
 		prepare: func(ctx context.Context) (*change, response, *Problem, error) {
 			item, p, err := s.getForChange(ctx, k, expected, "branch")
 			if item == nil {

@@ -120,10 +120,10 @@ func TestHostile_SuspendedTenantCannotRewriteItsLedger(t *testing.T) {
 	r = e.send(req{method: "DELETE", path: path})
 	require.Equal(t, http.StatusConflict, r.Status, "answer %s", r)
 	assert.Equal(t, writer.ProblemBranchSuspended, r.problem(t).Type)
-	// A transaction that does not exist is still 404 (the item's condition
-	// is reported first).
+	// The status is checked first: under a suspended branch even a
+	// transaction that does not exist is 409.
 	r = e.send(req{method: "DELETE", path: e.base() + "/transactions/" + gone.ID})
-	require.Equal(t, http.StatusNotFound, r.Status, "answer %s", r)
+	require.Equal(t, http.StatusConflict, r.Status, "answer %s", r)
 }
 
 // tokenWith is a token for tenant with the given claims, as an identity

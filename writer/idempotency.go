@@ -296,6 +296,8 @@ type mutation struct {
 	// conditionFailed explains a change whose condition failed: a problem
 	// to answer, or retry to prepare again.
 	conditionFailed func(ctx context.Context, f failure) (p *Problem, retry bool, err error)
+	// committed, when set, is called once the change has committed.
+	committed func()
 }
 
 type outcome int
@@ -378,6 +380,9 @@ func (s *Server) mutate(w http.ResponseWriter, r *http.Request, m mutation) {
 		}
 		switch out {
 		case committed:
+			if m.committed != nil {
+				m.committed()
+			}
 			s.metrics.Writes.WithLabelValues(ch.op).Inc()
 			resp.write(w, false)
 			return

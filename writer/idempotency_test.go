@@ -277,7 +277,7 @@ func TestIdempotency_DuplicateStillInFlightIs409AndWritesNothing(t *testing.T) {
 func TestCreate_BranchKeptChangingIs409ConcurrentModificationNotInProgress(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, sharedTable(t))
-	e.calls.Next = conflicting{next: e.calls.Next, at: 2} // the branch check: another transaction holds the branch
+	e.calls.Next = conflicting{next: e.calls.Next, at: 1} // the branch's first-transaction marker: another transaction holds the branch
 	r := e.send(req{method: "POST", path: e.base() + "/transactions", body: createBody, headers: []string{"Idempotency-Key", newKey()}})
 	require.Equal(t, http.StatusConflict, r.Status, "answer %s", r)
 	assert.Equal(t, writer.ProblemConcurrentModification, r.problem(t).Type, "no duplicate of this request is in flight")

@@ -36,6 +36,7 @@ var _ DynamoDB = (*dynamodb.Client)(nil)
 // Defaults of Config.
 const (
 	DefaultFlagsTTL       = 5 * time.Second
+	DefaultDirectoryTTL   = 5 * time.Second
 	DefaultRequestTimeout = 10 * time.Second
 	DefaultMaxBodyBytes   = 16 << 10
 	DefaultListLimit      = 50
@@ -57,6 +58,10 @@ type Config struct {
 	// FlagsTTL is how long the flags singleton is cached (default 5s): a
 	// change takes effect on every server within it.
 	FlagsTTL time.Duration
+	// DirectoryTTL is how long the status of a tenant or branch is cached on
+	// the transaction path (default 5s; negative: read on every request),
+	// so the bound within which a suspension is honoured (dircache.go).
+	DirectoryTTL time.Duration
 	// RequestTimeout bounds the DynamoDB work of one request (default 10s).
 	RequestTimeout time.Duration
 	// MaxBodyBytes bounds request bodies (default 16 KiB).
@@ -93,6 +98,9 @@ func (c Config) withDefaults() (Config, error) {
 	if c.FlagsTTL <= 0 {
 		c.FlagsTTL = DefaultFlagsTTL
 	}
+	if c.DirectoryTTL == 0 {
+		c.DirectoryTTL = DefaultDirectoryTTL
+	}
 	if c.RequestTimeout <= 0 {
 		c.RequestTimeout = DefaultRequestTimeout
 	}
@@ -127,6 +135,7 @@ type Server struct {
 	cursors  cursorCodec
 	mux      *http.ServeMux
 	limiter  *tenantLimiter // nil: no per-tenant limit
+	statuses *statusCache
 	draining atomic.Bool
 }
 
@@ -143,6 +152,7 @@ func New(api DynamoDB, cfg Config, metrics *Metrics) (*Server, error) {
 	s := &Server{cfg: cfg, api: api, metrics: metrics, cursors: cursorCodec{key: cfg.CursorKey}, mux: http.NewServeMux()}
 	s.flags = &flagCache{api: api, table: cfg.Table, ttl: cfg.FlagsTTL, errTTL: min(time.Second, cfg.FlagsTTL),
 		timeout: 2 * time.Second, now: cfg.Now, metrics: metrics}
+	s.statuses = newStatusCache(cfg.DirectoryTTL, cfg.Now)
 	if cfg.TenantRate > 0 {
 		s.limiter = newTenantLimiter(cfg.TenantRate, cfg.TenantBurst, cfg.Now)
 	}

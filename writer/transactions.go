@@ -126,13 +126,18 @@ func (s *Server) createTransaction(w http.ResponseWriter, r *http.Request) {
 		p.write(w)
 		return
 	}
-	// markBranch is set once the branch is found active but without its
-	// hasTransactions marker: this create is its first transaction and sets
-	// the marker (directory.go, "Deleting a branch").
-	markBranch := false
+	branchKey := aggregates.BranchKey(tenant, branch)
+	marking := false // this attempt sets the branch's hasTransactions marker
 	s.mutate(w, r, mutation{
 		tenant: tenant, idemKey: key, fp: fingerprint(r, body),
 		prepare: func(ctx context.Context) (*change, response, *Problem, error) {
+			// The tenant's and branch's status from the cache (dircache.go):
+			// the create names no item it shares with other creates, except
+			// the branch's on its first transaction.
+			marked, p, err := s.activeBranch(ctx, tenant, branch)
+			if p != nil || err != nil {
+				return nil, response{}, p, err
+			}
 			now := s.cfg.Now().UTC()
 			created := req.CreatedAt
 			if created.IsZero() {
@@ -154,20 +159,21 @@ func (s *Server) createTransaction(w http.ResponseWriter, r *http.Request) {
 			}
 			resp := versionedResponse(http.StatusCreated, t, t.Version)
 			resp.location = transactionLocation(tenant, branch, t.ID)
-			return &change{op: "create", items: []ddbtypes.TransactWriteItem{
-				s.putNew(item),
-				s.tenantActiveCheck(tenant),
-				s.branchActiveCheck(tenant, branch, markBranch),
-			}}, resp, nil, nil
+			ch := &change{op: "create", items: []ddbtypes.TransactWriteItem{s.putNew(item)}}
+			if marking = !marked; marking {
+				ch.items = append(ch.items, s.branchMark(tenant, branch))
+			}
+			return ch, resp, nil, nil
+		},
+		committed: func() {
+			if marking {
+				s.forget(branchKey) // read again: marked from now on
+			}
 		},
 		conditionFailed: func(ctx context.Context, f failure) (*Problem, bool, error) {
-			switch f.index {
-			case 1:
-				return s.tenantNotActive(ctx, tenant, f.old)
-			case 2:
-				p, retry, mark, err := s.branchNotActive(ctx, tenant, branch, f.old)
-				markBranch = mark
-				return p, retry, err
+			if f.index == 1 { // the branch's marker: it is gone or suspended
+				s.forget(branchKey)
+				return s.branchNotActive(ctx, tenant, branch, f.old)
 			}
 			// Only an id collision fails the put's condition: prepare a new id.
 			return nil, true, nil
@@ -243,6 +249,10 @@ func (s *Server) patchTransaction(w http.ResponseWriter, r *http.Request) {
 	s.mutate(w, r, mutation{
 		tenant: tenant, idemKey: key, fp: fingerprint(r, body), lookupFirst: true,
 		prepare: func(ctx context.Context) (*change, response, *Problem, error) {
+			// Suspension means the same for changes as for creates.
+			if _, p, err := s.activeBranch(ctx, tenant, branch); p != nil || err != nil {
+				return nil, response{}, p, err
+			}
 			item, p, err := s.getForChange(ctx, k, expected, "transaction")
 			if item == nil {
 				return nil, response{}, p, err
@@ -262,7 +272,7 @@ func (s *Server) patchTransaction(w http.ResponseWriter, r *http.Request) {
 			if err != nil {
 				return nil, response{}, nil, err
 			}
-			return s.whileActive("update", tenant, branch, ddbtypes.TransactWriteItem{Put: &ddbtypes.Put{
+			return one("update", ddbtypes.TransactWriteItem{Put: &ddbtypes.Put{
 				TableName: &s.cfg.Table, Item: next,
 				ConditionExpression:       aws.String("attribute_exists(#pk) AND #v = :expected"),
 				ExpressionAttributeNames:  map[string]string{"#pk": attrPK, "#v": attrVersion},
@@ -270,33 +280,9 @@ func (s *Server) patchTransaction(w http.ResponseWriter, r *http.Request) {
 			}}), versionedResponse(http.StatusOK, t, t.Version), nil, nil
 		},
 		conditionFailed: func(ctx context.Context, f failure) (*Problem, bool, error) {
-			return s.activeOrStale(ctx, tenant, branch, k, f)
+			return s.staleOrGone(ctx, k, f.old, "transaction")
 		},
 	})
-}
-
-// whileActive is the change of one transaction item (a PATCH's put, a
-// DELETE's delete) together with the ConditionChecks that its tenant and its
-// branch are active: suspension means the same for every mutation of a
-// transaction, not only for creates ("Transactions need an active tenant
-// and branch", directory.go).
-func (s *Server) whileActive(op, tenant, branch string, item ddbtypes.TransactWriteItem) *change {
-	return &change{op: op, items: []ddbtypes.TransactWriteItem{item, s.tenantActiveCheck(tenant), s.branchStatusCheck(tenant, branch)}}
-}
-
-// activeOrStale explains a failed whileActive change: the transaction gone
-// or at another version (404, 412), or its tenant or branch missing (404)
-// or suspended (409); retry when the tenant or branch was reactivated
-// meanwhile.
-func (s *Server) activeOrStale(ctx context.Context, tenant, branch string, k aggregates.Key, f failure) (*Problem, bool, error) {
-	switch f.index {
-	case 1:
-		return s.tenantNotActive(ctx, tenant, f.old)
-	case 2:
-		p, retry, _, err := s.branchNotActive(ctx, tenant, branch, f.old)
-		return p, retry, err
-	}
-	return s.staleOrGone(ctx, k, f.old, "transaction")
 }
 
 func applyPatch(t *Transaction, p patchRequest) {
@@ -343,11 +329,14 @@ func (s *Server) deleteTransaction(w http.ResponseWriter, r *http.Request) {
 	}
 	s.mutate(w, r, mutation{
 		tenant: tenant, idemKey: key, fp: fingerprint(r, nil),
-		prepare: func(context.Context) (*change, response, *Problem, error) {
-			return s.whileActive("delete", tenant, branch, ddbtypes.TransactWriteItem{Delete: del}), response{status: http.StatusNoContent}, nil, nil
+		prepare: func(ctx context.Context) (*change, response, *Problem, error) {
+			if _, p, err := s.activeBranch(ctx, tenant, branch); p != nil || err != nil {
+				return nil, response{}, p, err
+			}
+			return one("delete", ddbtypes.TransactWriteItem{Delete: del}), response{status: http.StatusNoContent}, nil, nil
 		},
 		conditionFailed: func(ctx context.Context, f failure) (*Problem, bool, error) {
-			return s.activeOrStale(ctx, tenant, branch, k, f)
+			return s.staleOrGone(ctx, k, f.old, "transaction")
 		},
 	})
 }

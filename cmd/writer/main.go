@@ -101,6 +101,7 @@ type Main struct {
 	audience        string
 	cursorKey       []byte
 	flagsTTL        time.Duration
+	directoryTTL    time.Duration
 	requestTimeout  time.Duration
 	shutdownTimeout time.Duration
 	drainDelay      time.Duration
@@ -153,7 +154,7 @@ func (m *Main) ParseFlags(args []string) error {
 		}
 		return def
 	}
-	var jwksFile, flagsTTL, reqTimeout, shutdown, drain, level, tenantRate, tenantBurst, secretRefresh string
+	var jwksFile, flagsTTL, directoryTTL, reqTimeout, shutdown, drain, level, tenantRate, tenantBurst, secretRefresh string
 	fs.StringVar(&m.addr, "addr", env("LEDGER_ADDR", ":8080"), "listen `ADDR`ess; port 0 picks a free port, which is logged (env LEDGER_ADDR)")
 	fs.StringVar(&m.table, "table", env("LEDGER_TABLE", infra.DefaultTableName), "the ledger `TABLE` (env LEDGER_TABLE)")
 	fs.StringVar(&jwksFile, "jwks-file", env("LEDGER_JWKS_FILE", ""), "`FILE` holding a JSON Web Key Set of public keys verifying RS*/PS*/ES*/EdDSA tokens, read at start (env LEDGER_JWKS_FILE)")
@@ -162,6 +163,7 @@ func (m *Main) ParseFlags(args []string) error {
 	fs.StringVar(&m.issuer, "jwt-issuer", env("LEDGER_JWT_ISSUER", writer.DefaultIssuer), "required token `ISSUER` (iss) (env LEDGER_JWT_ISSUER)")
 	fs.StringVar(&m.audience, "jwt-audience", env("LEDGER_JWT_AUDIENCE", writer.DefaultAudience), "required token `AUDIENCE` (aud) (env LEDGER_JWT_AUDIENCE)")
 	fs.StringVar(&flagsTTL, "flags-ttl", env("LEDGER_FLAGS_TTL", "5s"), "how long the flags singleton is cached, a `DURATION` (env LEDGER_FLAGS_TTL)")
+	fs.StringVar(&directoryTTL, "directory-ttl", env("LEDGER_DIRECTORY_TTL", "5s"), "how long a tenant's or branch's status is cached for its transactions, a `DURATION`: the bound within which a suspension is honoured; 0 reads it on every request (env LEDGER_DIRECTORY_TTL)")
 	fs.StringVar(&reqTimeout, "request-timeout", env("LEDGER_REQUEST_TIMEOUT", "10s"), "`DURATION` bounding one request's DynamoDB work (env LEDGER_REQUEST_TIMEOUT)")
 	fs.StringVar(&shutdown, "shutdown-timeout", env("LEDGER_SHUTDOWN_TIMEOUT", "25s"), "on SIGTERM, the `DURATION` in-flight requests may take to finish (env LEDGER_SHUTDOWN_TIMEOUT)")
 	fs.StringVar(&drain, "drain-delay", env("LEDGER_DRAIN_DELAY", "0s"), "on SIGTERM, the `DURATION` /readyz answers 503 before the listener closes (env LEDGER_DRAIN_DELAY)")
@@ -192,6 +194,10 @@ func (m *Main) ParseFlags(args []string) error {
 		}
 	}
 	dur("flags-ttl", flagsTTL, &m.flagsTTL, 10*time.Millisecond, time.Minute)
+	dur("directory-ttl", directoryTTL, &m.directoryTTL, 0, time.Minute)
+	if m.directoryTTL == 0 {
+		m.directoryTTL = -1 // writer.Config: read on every request
+	}
 	dur("request-timeout", reqTimeout, &m.requestTimeout, 100*time.Millisecond, 5*time.Minute)
 	dur("shutdown-timeout", shutdown, &m.shutdownTimeout, 0, 10*time.Minute)
 	dur("drain-delay", drain, &m.drainDelay, 0, 5*time.Minute)
@@ -290,7 +296,7 @@ func (m *Main) Run(ctx context.Context) error {
 		return err
 	}
 	m.srv, err = writer.New(dynamodb.NewFromConfig(cfg), writer.Config{
-		Table: m.table, Auth: auth, CursorKey: m.cursorKey, FlagsTTL: m.flagsTTL,
+		Table: m.table, Auth: auth, CursorKey: m.cursorKey, FlagsTTL: m.flagsTTL, DirectoryTTL: m.directoryTTL,
 		RequestTimeout: m.requestTimeout, Gatherer: reg, Logger: m.logger,
 		TenantRate: m.tenantRate, TenantBurst: m.tenantBurst,
 	}, writer.NewMetrics(reg))

@@ -5,6 +5,7 @@ import (
 	"io"
 	"net/http"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -54,6 +55,8 @@ func TestParseFlags_TenantRateLimit(t *testing.T) {
 		{[]string{"--tenant-rate", "NaN"}, "--tenant-rate"},
 		{[]string{"--tenant-burst", "0"}, "--tenant-burst"},
 		{[]string{"--tenant-burst", "1.5"}, "--tenant-burst"},
+		{[]string{"--directory-ttl", "2m"}, "--directory-ttl"},
+		{[]string{"--directory-ttl", "soon"}, "--directory-ttl"},
 	} {
 		m := NewMain(getenv(map[string]string{"LEDGER_JWT_SECRET": secret}), io.Discard, io.Discard)
 		err := m.ParseFlags(c.args)
@@ -64,5 +67,8 @@ func TestParseFlags_TenantRateLimit(t *testing.T) {
 	require.NoError(t, m.ParseFlags(nil))
 	assert.Equal(t, 100.0, m.tenantRate, "default")
 	assert.Equal(t, 200, m.tenantBurst, "default")
+	assert.Equal(t, 5*time.Second, m.directoryTTL, "default")
 	require.NoError(t, m.ParseFlags([]string{"--tenant-rate", "0"}), "0 turns the limit off")
+	require.NoError(t, m.ParseFlags([]string{"--directory-ttl", "0s"}))
+	assert.Negative(t, m.directoryTTL, "0: read on every request")
 }
