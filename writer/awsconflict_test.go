@@ -115,3 +115,25 @@ func TestDirectoryCache_SuspensionHonouredWithinTheTTLOnEveryWriter(t *testing.T
 	assert.Positive(t, testutil.ToFloat64(b.metrics.DirectoryCache.WithLabelValues("hit")))
 	assert.Positive(t, testutil.ToFloat64(b.metrics.DirectoryCache.WithLabelValues("miss")))
 }
+
+// A create that committed, retried with its key after its tenant was
+// suspended, still replays its answer (idempotency comes before the
+// status, which the redesign checks before writing).
+func TestDirectoryCache_RetryAfterSuspensionReplays(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, sharedTable(t))
+	key := newKey()
+	first := e.send(req{method: "POST", path: e.base() + "/transactions", body: createBody, headers: []string{"Idempotency-Key", key}})
+	require.Equal(t, http.StatusCreated, first.Status, "answer %s", first)
+	r := e.asAdmin(req{method: "PATCH", path: "/v1/tenants/" + e.tenant, body: `{"status":"suspended"}`, headers: []string{"If-Match", "1"}})
+	require.Equal(t, http.StatusOK, r.Status, "answer %s", r)
+	r = e.send(req{method: "POST", path: e.base() + "/transactions", body: createBody, headers: []string{"Idempotency-Key", key}})
+	require.Equal(t, http.StatusCreated, r.Status, "answer %s", r)
+	assert.Equal(t, "true", r.Header.Get("Idempotent-Replayed"))
+	assert.Equal(t, first.Body, r.Body)
+	r = e.send(req{method: "POST", path: e.base() + "/transactions", body: `{"type":"INCOME","amount":"2","category":"a"}`, headers: []string{"Idempotency-Key", key}})
+	require.Equal(t, http.StatusUnprocessableEntity, r.Status, "another request with the key: answer %s", r)
+	r = e.send(req{method: "POST", path: e.base() + "/transactions", body: createBody, headers: []string{"Idempotency-Key", newKey()}})
+	require.Equal(t, http.StatusConflict, r.Status, "a new request: answer %s", r)
+	assert.Equal(t, writer.ProblemTenantSuspended, r.problem(t).Type)
+}

@@ -336,25 +336,12 @@ func (s *Server) mutate(w http.ResponseWriter, r *http.Request, m mutation) {
 				return
 			}
 		}
+		looked := false
 		if m.idemKey != "" && (attempt > 1 || m.lookupFirst) {
-			rec, err := s.lookup(ctx, idemKey)
-			if err != nil {
-				s.fail(w, r, err)
+			if s.replayed(w, r, idemKey, m.fp) {
 				return
 			}
-			if rec != nil {
-				if !sameRequest(rec.fingerprint, m.fp) {
-					s.metrics.IdempotencyRejections.WithLabelValues("mismatch").Inc()
-					p := problem(http.StatusUnprocessableEntity, ProblemIdempotencyKeyReused,
-						"this Idempotency-Key was used for another request (method, path, If-Match or body differ); use a new key for a new request")
-					p.Field = "Idempotency-Key"
-					p.write(w)
-					return
-				}
-				s.metrics.IdempotentReplays.Inc()
-				rec.resp.write(w, true)
-				return
-			}
+			looked = true
 		}
 		ch, resp, p, err := m.prepare(ctx)
 		if err != nil {
@@ -362,6 +349,12 @@ func (s *Server) mutate(w http.ResponseWriter, r *http.Request, m mutation) {
 			return
 		}
 		if p != nil {
+			// A refusal from the state prepare read (a suspended tenant, a
+			// missing item) must not hide the answer a retried request got
+			// when it committed: the record, if any, answers.
+			if m.idemKey != "" && !looked && s.replayed(w, r, idemKey, m.fp) {
+				return
+			}
 			p.write(w)
 			return
 		}
@@ -411,6 +404,30 @@ func (s *Server) mutate(w http.ResponseWriter, r *http.Request, m mutation) {
 	}
 	problem(http.StatusConflict, ProblemConcurrentModification, "the resource kept changing during the request; retry").
 		withHeader("Retry-After", "1").write(w)
+}
+
+// replayed answers from the live idempotency record at key, if there is
+// one: its response when fp is its request's, 422 otherwise. It says
+// whether it answered (it also has when reading the record failed).
+func (s *Server) replayed(w http.ResponseWriter, r *http.Request, key aggregates.Key, fp string) bool {
+	rec, err := s.lookup(r.Context(), key)
+	switch {
+	case err != nil:
+		s.fail(w, r, err)
+		return true
+	case rec == nil:
+		return false
+	case !sameRequest(rec.fingerprint, fp):
+		s.metrics.IdempotencyRejections.WithLabelValues("mismatch").Inc()
+		p := problem(http.StatusUnprocessableEntity, ProblemIdempotencyKeyReused,
+			"this Idempotency-Key was used for another request (method, path, If-Match or body differ); use a new key for a new request")
+		p.Field = "Idempotency-Key"
+		p.write(w)
+		return true
+	}
+	s.metrics.IdempotentReplays.Inc()
+	rec.resp.write(w, true)
+	return true
 }
 
 // commit writes ch, with the idempotency record idem when not nil, in one
