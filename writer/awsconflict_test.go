@@ -137,3 +137,39 @@ func TestDirectoryCache_RetryAfterSuspensionReplays(t *testing.T) {
 	require.Equal(t, http.StatusConflict, r.Status, "a new request: answer %s", r)
 	assert.Equal(t, writer.ProblemTenantSuspended, r.problem(t).Type)
 }
+
+// A branch's first creates race to set its hasTransactions marker, the one
+// write of a create to a shared item: the loser reads the branch again
+// rather than its cached status, finds the marker set and commits without
+// naming the branch, while the winner is still in flight.
+func TestAWSConflicts_FirstCreatesOfABranchDoNotEndIn409(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, sharedTable(t))
+	emu := &ddbconflict.Transport{Next: e.calls.Next}
+	e.calls.Next = emu
+	var first atomic.Bool
+	held, release := make(chan struct{}), make(chan struct{})
+	var released sync.Once
+	t.Cleanup(func() { released.Do(func() { close(release) }) })
+	emu.Hold = func(_ context.Context, keys []string) {
+		if strings.Contains(strings.Join(keys, " "), `"north"`) && first.CompareAndSwap(false, true) {
+			close(held)
+			<-release
+		}
+	}
+	done := make(chan reply, 1)
+	go func() {
+		done <- e.send(req{method: "POST", path: e.base() + "/transactions", body: createBody, headers: []string{"Idempotency-Key", newKey()}})
+	}()
+	<-held // the branch's first create, setting the marker, in flight
+
+	r := e.send(req{method: "POST", path: e.base() + "/transactions", body: createBody, headers: []string{"Idempotency-Key", newKey()}})
+	require.Equal(t, http.StatusCreated, r.Status, "answer %s", r)
+	cancelled, _ := emu.Stats()
+	assert.Equal(t, int64(1), cancelled, "one attempt found the branch held, the next did not name it")
+
+	released.Do(func() { close(release) })
+	r = <-done
+	require.Equal(t, http.StatusCreated, r.Status, "answer %s", r)
+	assert.Equal(t, 2, e.countTransactions(e.tenant, "north"))
+}

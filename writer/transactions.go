@@ -133,7 +133,12 @@ func (s *Server) createTransaction(w http.ResponseWriter, r *http.Request) {
 		prepare: func(ctx context.Context) (*change, response, *Problem, error) {
 			// The tenant's and branch's status from the cache (dircache.go):
 			// the create names no item it shares with other creates, except
-			// the branch's on its first transaction.
+			// the branch's on its first transaction. An attempt that tried
+			// to set the marker and did not commit (another create held the
+			// branch: most likely setting it) reads the branch afresh.
+			if marking {
+				s.forget(branchKey)
+			}
 			marked, p, err := s.activeBranch(ctx, tenant, branch)
 			if p != nil || err != nil {
 				return nil, response{}, p, err
