@@ -6,6 +6,11 @@ import (
 	"strings"
 	"unicode"
 	"unicode/utf8"
+
+	"golang.org/x/net/idna"
+	"golang.org/x/text/secure/precis"
+	"golang.org/x/text/unicode/norm"
+	"golang.org/x/text/width"
 )
 
 // The directory around the transactions: tenants, their branches and their
@@ -99,10 +104,85 @@ const MaxEmailsPerAccount = 10
 const MaxEmailLength = 254
 
 // NormalizeEmail returns the form under which an email address is stored,
-// indexed and kept unique: surrounding white space removed, lower-cased.
-// Nothing provider-specific is rewritten (no dot or plus-tag removal):
-// "a.b+x@example.com" and "ab@example.com" are different addresses.
-func NormalizeEmail(s string) string { return strings.ToLower(strings.TrimSpace(s)) }
+// indexed and kept unique, or s trimmed when it has none; CanonicalEmail
+// says why not.
+func NormalizeEmail(s string) string {
+	c, err := CanonicalEmail(s)
+	if err != nil {
+		return strings.TrimSpace(s)
+	}
+	return c
+}
+
+// emailLocalProfile canonicalises the part of an address before '@': the
+// PRECIS IdentifierClass (RFC 8264: letters, digits and ASCII punctuation;
+// spaces, symbols, controls and compatibility characters such as
+// mathematical or circled letters are refused rather than guessed at) with
+// width folding (full-width letters are their ASCII selves), full case
+// folding (so final sigma is sigma, and ß is ss), NFC and the Bidi rule.
+var emailLocalProfile = precis.NewIdentifier(precis.FoldWidth, precis.FoldCase(), precis.Norm(norm.NFC), precis.BidiRule, precis.DisallowEmpty)
+
+// emailDomainProfile canonicalises the domain: UTS #46 mapping for lookup
+// (what mail clients and resolvers do: full-width and upper-case letters,
+// ideographic full stops mapped; nontransitional, so ß stays ß), label
+// validation, the Bidi rule, letters, digits and hyphens only, and DNS
+// lengths.
+var emailDomainProfile = idna.New(idna.MapForLookup(), idna.Transitional(false), idna.BidiRule(), idna.ValidateLabels(true),
+	idna.StrictDomainName(true), idna.VerifyDNSLength(true))
+
+// CanonicalEmail returns the one form under which an email address is
+// stored, indexed and kept unique, so that every spelling of one mailbox
+// has the same form: surrounding white space removed and full-width forms
+// folded (bob＠ｅｘａｍｐｌｅ.com is bob@example.com); the local part through
+// emailLocalProfile (NFC, so josé in NFC and NFD are one; case folded, so
+// σ and ς are one); the domain through IDNA (UTS #46) to its ASCII form and
+// back to Unicode (bücher.de and xn--bcher-kva.de are bücher.de). Nothing
+// provider-specific is rewritten (no dot or plus-tag removal). It fails,
+// saying why, when s has no canonical form (a character the profiles
+// refuse, an invalid domain) or the result is not an address ValidateEmail
+// accepts.
+func CanonicalEmail(s string) (string, error) {
+	if !utf8.ValidString(s) {
+		return "", errors.New("not valid UTF-8")
+	}
+	if len(s) > 4*MaxEmailLength {
+		return "", fmt.Errorf("%d bytes, more than %d", len(s), MaxEmailLength)
+	}
+	s = width.Fold.String(strings.TrimSpace(s))
+	at := strings.LastIndexByte(s, '@')
+	if at < 0 {
+		return "", errors.New("no '@'")
+	}
+	local, domain := s[:at], s[at+1:]
+	if local == "" {
+		return "", errors.New("the part before '@' must be 1 to 64 bytes")
+	}
+	for _, atom := range strings.Split(local, ".") {
+		if atom == "" {
+			return "", errors.New("the part before '@' has a leading, trailing or doubled '.'")
+		}
+	}
+	l, err := emailLocalProfile.String(local)
+	if err != nil {
+		return "", fmt.Errorf("the part before '@' has no canonical form (%v): use letters, digits and !$%%&'*+-/=?^_`{|}~, not spaces, symbols or styled letters such as 𝐛 or ⓑ", err)
+	}
+	if domain == "" {
+		return "", errors.New("the domain is empty")
+	}
+	ascii, err := emailDomainProfile.ToASCII(domain)
+	if err != nil {
+		return "", fmt.Errorf("the domain is not a valid (internationalised) domain name: %v", err)
+	}
+	d, err := emailDomainProfile.ToUnicode(ascii)
+	if err != nil {
+		return "", fmt.Errorf("the domain is not a valid (internationalised) domain name: %v", err)
+	}
+	c := l + "@" + d
+	if err := ValidateEmail(c); err != nil {
+		return "", err
+	}
+	return c, nil
+}
 
 // ValidateEmail reports whether s, already normalised, is an address the
 // directory accepts: local@domain, at most MaxEmailLength bytes; the local
@@ -171,7 +251,7 @@ const MaxDocumentLength = 32
 // NormalizeDocument returns the form under which a branch's document number
 // (a company registration number such as a CNPJ, "12.345.678/0001-90") is
 // stored, indexed and kept unique: the separators ' ', '.', '-' and '/'
-// removed and letters upper-cased, so that "12.345.678/0001-90" and
+// removed, full-width forms folded and letters upper-cased, so that "12.345.678/0001-90" and
 // "12345678000190" are the same document. ValidateDocument checks the
 // result.
 func NormalizeDocument(s string) string {
@@ -181,7 +261,25 @@ func NormalizeDocument(s string) string {
 			return -1
 		}
 		return r
-	}, strings.TrimSpace(s)))
+	}, width.Fold.String(strings.TrimSpace(s))))
+}
+
+// CanonicalDocument returns the one form under which a document number is
+// stored, indexed and kept unique (NormalizeDocument, which also folds
+// full-width digits and separators to ASCII), or why it has none
+// (ValidateDocument).
+func CanonicalDocument(s string) (string, error) {
+	if !utf8.ValidString(s) {
+		return "", errors.New("not valid UTF-8")
+	}
+	if len(s) > 4*MaxDocumentLength {
+		return "", fmt.Errorf("%d bytes, more than %d characters", len(s), MaxDocumentLength)
+	}
+	c := NormalizeDocument(s)
+	if err := ValidateDocument(c); err != nil {
+		return "", err
+	}
+	return c, nil
 }
 
 // ValidateDocument reports whether s, already normalised, is a document

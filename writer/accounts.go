@@ -17,7 +17,6 @@ import (
 	"github.com/oklog/ulid/v2"
 
 	"github.com/ledger-dev/ledger/aggregates"
-	"github.com/ledger-dev/ledger/infra"
 )
 
 // Accounts, in one place (the integrity argument is in directory.go).
@@ -27,11 +26,17 @@ import (
 // {accountId}#EMAIL#{address}, as seed 004 keeps a user's profile and email
 // records together. Email items carry GSI1 (ACCOUNT#{address} / TENANT#{t}),
 // the lookup by address across tenants; the profile does not, so a lookup
-// finds each address once. Each address also has an owner item,
+// finds each address once. Each verified address also has an owner item,
 // EMAIL#{address} / UNIQUE, naming the account: the uniqueness guard.
+// Unverified addresses reserve nothing (any number of accounts, in any
+// tenants, may list one): otherwise anyone could block an address they do
+// not control by adding it unverified. The owner item is put, on
+// attribute_not_exists, by the transaction that verifies the address (at
+// creation or by PATCH), so of the accounts listing an address at most one
+// can ever verify it, and removing or deleting frees it.
 //
 // Invariants, each held by a condition in the transaction that could break
-// it: every address belongs to at most one account (owner items); an account
+// it: every verified address belongs to exactly one account (owner items); an account
 // has one to MaxEmailsPerAccount addresses, exactly one of them primary, and
 // the primary is verified (validated at creation; the primary can only move
 // to a verified address, by one transaction that turns the old one off on
@@ -419,6 +424,11 @@ func (s *Server) createAccount(w http.ResponseWriter, r *http.Request) {
 	if p == nil {
 		a.Emails, p = parseNewEmails(m["emails"], now.Format(time.RFC3339Nano))
 	}
+	for i, e := range a.Emails {
+		if p == nil && e.Verified && !claimsOf(r).ProvesEmail(e.Address) {
+			p = emailNotProven("emails["+strconv.Itoa(i)+"].verified", e.Address)
+		}
+	}
 	if p != nil {
 		p.write(w)
 		return
@@ -429,6 +439,7 @@ func (s *Server) createAccount(w http.ResponseWriter, r *http.Request) {
 			a.Email = e.Address
 		}
 	}
+	var owners map[int]string // the index of each owner item in the change: its address
 	s.mutate(w, r, mutation{
 		tenant: tenant, idemKey: key, fp: fingerprint(r, body),
 		prepare: func(context.Context) (*change, response, *Problem, error) {
@@ -443,19 +454,24 @@ func (s *Server) createAccount(w http.ResponseWriter, r *http.Request) {
 				s.tenantExists(tenant),
 				s.putNew(profileItem(&a)),
 			}}
+			owners = map[int]string{}
 			for _, e := range a.Emails {
-				ch.items = append(ch.items, s.putNew(emailItem(tenant, a.ID, e)), s.ownerPut(emailOwner(tenant, a.ID, e.Address), a.CreatedAt))
+				ch.items = append(ch.items, s.putNew(emailItem(tenant, a.ID, e)))
+				if e.Verified {
+					owners[len(ch.items)] = e.Address
+					ch.items = append(ch.items, s.ownerPut(emailOwner(tenant, a.ID, e.Address), a.CreatedAt))
+				}
 			}
 			resp := accountResponse(http.StatusCreated, &a)
 			resp.location = accountLocation(tenant, a.ID)
 			return ch, resp, nil, nil
 		},
 		conditionFailed: func(_ context.Context, f failure) (*Problem, bool, error) {
-			switch {
+			switch address, owned := owners[f.index]; {
 			case f.index == 0:
 				return notFoundOf("tenant " + tenant), false, nil
-			case f.index >= 2 && f.index%2 == 1: // an owner item: the address is taken
-				return emailTaken("emails", a.Emails[(f.index-3)/2].Address), false, nil
+			case owned: // an owner item: the address is taken
+				return emailTaken("emails", address), false, nil
 			}
 			return nil, true, nil // an id collision: prepare a new id
 		},
@@ -639,8 +655,10 @@ func (s *Server) deleteAccount(w http.ResponseWriter, r *http.Request) {
 			}}}}
 			for _, e := range a.Emails {
 				ch.items = append(ch.items,
-					ddbtypes.TransactWriteItem{Delete: &ddbtypes.Delete{TableName: &s.cfg.Table, Key: keyAV(aggregates.AccountEmailKey(tenant, id, e.Address))}},
-					s.ownerDelete(emailOwner(tenant, id, e.Address)))
+					ddbtypes.TransactWriteItem{Delete: &ddbtypes.Delete{TableName: &s.cfg.Table, Key: keyAV(aggregates.AccountEmailKey(tenant, id, e.Address))}})
+				if e.Verified {
+					ch.items = append(ch.items, s.ownerDelete(emailOwner(tenant, id, e.Address)))
+				}
 			}
 			return ch, response{status: http.StatusNoContent}, nil, nil
 		},
@@ -694,6 +712,9 @@ func (s *Server) addEmail(w http.ResponseWriter, r *http.Request) {
 	if raw, ok := m["verified"]; p == nil && ok && !isNull(raw) {
 		verified, p = parseBool("verified", raw)
 	}
+	if p == nil && verified && !claimsOf(r).ProvesEmail(address) {
+		p = emailNotProven("verified", address)
+	}
 	if p != nil {
 		p.write(w)
 		return
@@ -726,11 +747,14 @@ func (s *Server) addEmail(w http.ResponseWriter, r *http.Request) {
 			a.UpdatedAt = now
 			resp := accountResponse(http.StatusCreated, a)
 			resp.location = accountLocation(tenant, id) + "/emails/" + url.PathEscape(address)
-			return &change{op: "email_add", items: []ddbtypes.TransactWriteItem{
+			ch := &change{op: "email_add", items: []ddbtypes.TransactWriteItem{
 				s.profileBump(a, read, newUpdate()),
 				s.putNew(emailItem(tenant, id, e)),
-				s.ownerPut(emailOwner(tenant, id, address), now),
-			}}, resp, nil, nil
+			}}
+			if verified { // only a verified address is reserved
+				ch.items = append(ch.items, s.ownerPut(emailOwner(tenant, id, address), now))
+			}
+			return ch, resp, nil, nil
 		},
 		conditionFailed: func(ctx context.Context, f failure) (*Problem, bool, error) {
 			switch f.index {
@@ -775,6 +799,9 @@ func (s *Server) patchEmail(w http.ResponseWriter, r *http.Request) {
 		if verify, p = parseBool("verified", raw); p == nil && !verify {
 			p = fieldProblem("verified", "only true: verification cannot be withdrawn; remove the address instead")
 		}
+		if p == nil && !claimsOf(r).ProvesEmail(address) {
+			p = emailNotProven("verified", address)
+		}
 	}
 	if p != nil {
 		p.write(w)
@@ -784,6 +811,7 @@ func (s *Server) patchEmail(w http.ResponseWriter, r *http.Request) {
 		return problem(http.StatusConflict, ProblemEmailNotVerified, "the address "+address+" is not verified: only a verified address can be primary")
 	}
 	var oldPrimary string
+	ownerIndex := -1 // the owner item's index in the change, when verifying
 	s.mutate(w, r, mutation{
 		tenant: tenant, idemKey: key, fp: fingerprint(r, body), lookupFirst: true,
 		prepare: func(ctx context.Context) (*change, response, *Problem, error) {
@@ -838,10 +866,17 @@ func (s *Server) patchEmail(w http.ResponseWriter, r *http.Request) {
 					aggregates.AccountEmailKey(tenant, id, oldPrimary), "#pr = :true",
 					map[string]string{"#pr": attrIsPrimary}, map[string]ddbtypes.AttributeValue{":true": boolAV(true)}))
 			}
+			ownerIndex = -1
+			if verifying { // verifying reserves the address: only if no one holds it
+				ownerIndex = len(ch.items)
+				ch.items = append(ch.items, s.ownerPut(emailOwner(tenant, id, address), now))
+			}
 			return ch, accountResponse(http.StatusOK, a), nil, nil
 		},
 		conditionFailed: func(ctx context.Context, f failure) (*Problem, bool, error) {
 			switch f.index {
+			case ownerIndex:
+				return emailTaken("email", address), false, nil
 			case 0:
 				return s.accountChanged(ctx, tenant, id, expected)
 			case 1:
@@ -902,7 +937,7 @@ func (s *Server) removeEmail(w http.ResponseWriter, r *http.Request) {
 			a.Emails = kept
 			a.Version++
 			a.UpdatedAt = s.cfg.Now().UTC().Format(time.RFC3339Nano)
-			return &change{op: "email_remove", items: []ddbtypes.TransactWriteItem{
+			ch := &change{op: "email_remove", items: []ddbtypes.TransactWriteItem{
 				s.profileBump(a, read, newUpdate()),
 				{Delete: &ddbtypes.Delete{
 					TableName: &s.cfg.Table, Key: keyAV(aggregates.AccountEmailKey(tenant, id, address)),
@@ -910,8 +945,11 @@ func (s *Server) removeEmail(w http.ResponseWriter, r *http.Request) {
 					ExpressionAttributeNames:  map[string]string{"#pr": attrIsPrimary},
 					ExpressionAttributeValues: map[string]ddbtypes.AttributeValue{":false": boolAV(false)},
 				}},
-				s.ownerDelete(emailOwner(tenant, id, address)),
-			}}, accountResponse(http.StatusOK, a), nil, nil
+			}}
+			if e.Verified { // an unverified address reserved nothing
+				ch.items = append(ch.items, s.ownerDelete(emailOwner(tenant, id, address)))
+			}
+			return ch, accountResponse(http.StatusOK, a), nil, nil
 		},
 		conditionFailed: func(ctx context.Context, f failure) (*Problem, bool, error) {
 			switch f.index {
@@ -935,22 +973,42 @@ func (s *Server) removeEmail(w http.ResponseWriter, r *http.Request) {
 }
 
 // lookupAccount serves GET /v1/accounts:lookup?email= (admin): the account
-// holding an address, in any tenant. GSI1 (ACCOUNT#{address} / TENANT#{t})
-// names the tenant and the account; a strongly consistent read of the
-// account confirms it still holds the address (the index lags the table).
+// holding a verified address, in any tenant. The address's owner item names
+// the tenant and the account (one strongly consistent GetItem, the same
+// item that keeps the address unique); a read of the account confirms it.
+// Unverified addresses, which any number of accounts may list, are held by
+// no one (404). (GSI1 entries, one per email item, are not consulted: they
+// lag the table, and unverified copies of an address would crowd them.)
 func (s *Server) lookupAccount(w http.ResponseWriter, r *http.Request) {
-	s.lookupHolder(w, r, holderLookup{
-		param: "email", check: checkEmail, what: "account with this email address",
-		index: infra.IndexGSI1, indexPK: attrGSI1PK,
-		entryPK: func(address string) string { return aggregates.AccountEmailIndexKey("", address).PK },
-		confirm: func(ctx context.Context, hit map[string]ddbtypes.AttributeValue, address string) (response, bool, error) {
-			tenant, _ := stringAttr(hit, attrTenant)
-			id, _ := stringAttr(hit, attrAccount)
-			a, err := s.readAccount(ctx, tenant, id)
-			if err != nil || a == nil || a.email(address) == nil {
-				return response{}, false, err
+	q := r.URL.Query()
+	if p := singleParams(q, map[string]bool{"email": true}); p != nil {
+		p.write(w)
+		return
+	}
+	address, p := checkEmail("email", q.Get("email"))
+	if p != nil {
+		p.write(w)
+		return
+	}
+	owner, err := s.getItem(r.Context(), aggregates.EmailOwnerKey(address))
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	if owner != nil {
+		tenant, _ := stringAttr(owner, attrTenant)
+		id, _ := stringAttr(owner, attrAccount)
+		a, err := s.readAccount(r.Context(), tenant, id)
+		if err != nil {
+			s.fail(w, r, err)
+			return
+		}
+		if a != nil {
+			if e := a.email(address); e != nil && e.Verified {
+				accountResponse(http.StatusOK, a).write(w, false)
+				return
 			}
-			return accountResponse(http.StatusOK, a), true, nil
-		},
-	})
+		}
+	}
+	notFoundOf("account with this verified email address").write(w)
 }

@@ -35,7 +35,9 @@ func TestAccounts_Lifecycle(t *testing.T) {
 	body := fmt.Sprintf(`{"firstName":"Ana","lastName":"Silva","role":"admin",
 		"emails":[{"address":"  %s ","verified":true,"primary":true},{"address":%q}]}`, strings.ToUpper(work), home)
 	key := newKey()
-	create := req{method: "POST", path: "/v1/tenants/" + e.tenant + "/accounts", body: body, headers: []string{"Idempotency-Key", key}}
+	// The user's own OIDC token proves the address it marks verified.
+	create := req{method: "POST", path: "/v1/tenants/" + e.tenant + "/accounts", body: body, headers: []string{"Idempotency-Key", key,
+		"Authorization", "Bearer " + e.tokenWith(e.tenant, writer.TokenOptions{Email: work, EmailVerified: true})}}
 	r := e.send(create)
 	require.Equal(t, http.StatusCreated, r.Status, "answer %s", r)
 	a := decodeAs[writer.Account](t, r)
@@ -84,7 +86,8 @@ func TestAccounts_Lifecycle(t *testing.T) {
 	r = e.send(req{method: "PATCH", path: emailPath(a, extra), body: `{"primary":true}`, headers: []string{"If-Match", "3"}})
 	require.Equal(t, http.StatusConflict, r.Status, "answer %s", r)
 	assert.Equal(t, writer.ProblemEmailNotVerified, r.problem(t).Type)
-	r = e.send(req{method: "PATCH", path: emailPath(a, extra), body: `{"verified":true}`, headers: []string{"If-Match", "3"}})
+	r = e.send(req{method: "PATCH", path: emailPath(a, extra), body: `{"verified":true}`, headers: []string{"If-Match", "3",
+		"Authorization", "Bearer " + e.tokenWith(e.tenant, writer.TokenOptions{Email: extra, EmailVerified: true})}})
 	require.Equal(t, http.StatusOK, r.Status, "answer %s", r)
 	a = decodeAs[writer.Account](t, r)
 	r = e.send(req{method: "PATCH", path: emailPath(a, strings.ToUpper(extra)), body: `{"primary":true}`, headers: []string{"If-Match", "4"}})
@@ -107,9 +110,16 @@ func TestAccounts_Lifecycle(t *testing.T) {
 	r = e.send(req{method: "DELETE", path: emailPath(a, work)})
 	require.Equal(t, http.StatusNotFound, r.Status, "answer %s", r)
 
-	// The freed address can be taken by anyone; the held ones cannot.
+	// The freed address can be taken by anyone; the verified ones held
+	// cannot. An unverified address (home) reserves nothing: whoever
+	// verifies it first holds it, and the other can no longer verify it.
 	other := e.account(e.newTenant(), work)
-	r = e.postAccount(e.tenant, `{"firstName":"B","lastName":"C","emails":[{"address":"`+home+`","verified":true}]}`)
+	r = e.postAccount(other.Tenant, `{"firstName":"B","lastName":"C","emails":[{"address":"`+extra+`","verified":true}]}`)
+	require.Equal(t, http.StatusConflict, r.Status, "answer %s", r)
+	assert.Equal(t, writer.ProblemEmailTaken, r.problem(t).Type)
+	r = e.postAccount(other.Tenant, `{"firstName":"B","lastName":"C","emails":[{"address":"`+home+`","verified":true}]}`)
+	require.Equal(t, http.StatusCreated, r.Status, "answer %s", r)
+	r = e.asAdmin(req{method: "PATCH", path: emailPath(a, home), body: `{"verified":true}`, headers: []string{"If-Match", etagVersion(a)}})
 	require.Equal(t, http.StatusConflict, r.Status, "answer %s", r)
 	assert.Equal(t, writer.ProblemEmailTaken, r.problem(t).Type)
 
@@ -153,8 +163,7 @@ func TestAccounts_Lifecycle(t *testing.T) {
 	r = e.send(req{method: "DELETE", path: accountPath(a), headers: []string{"If-Match", "7"}})
 	require.Equal(t, http.StatusNoContent, r.Status, "answer %s", r)
 	require.Equal(t, http.StatusNotFound, e.send(req{method: "GET", path: accountPath(a)}).Status)
-	e.account(other.Tenant, home)
-	e.account(other.Tenant, extra)
+	e.account(other.Tenant, extra) // freed; home stays with the account that verified it
 }
 
 func TestAccounts_InvalidRequestsAre400AndWriteNothing(t *testing.T) {
@@ -192,7 +201,7 @@ func TestAccounts_InvalidRequestsAre400AndWriteNothing(t *testing.T) {
 	require.Equal(t, http.StatusBadRequest, r.Status, "answer %s", r)
 
 	// A taken address among new ones: 409, and none of them is taken.
-	r = e.postAccount(e.tenant, `{"firstName":"A","lastName":"B","emails":[{"address":"`+fresh+`","verified":true,"primary":true},{"address":"`+taken+`"}]}`)
+	r = e.postAccount(e.tenant, `{"firstName":"A","lastName":"B","emails":[{"address":"`+fresh+`","verified":true,"primary":true},{"address":"`+taken+`","verified":true}]}`)
 	require.Equal(t, http.StatusConflict, r.Status, "answer %s", r)
 	p := r.problem(t)
 	assert.Equal(t, writer.ProblemEmailTaken, p.Type)
@@ -211,7 +220,7 @@ func TestAccounts_InvalidRequestsAre400AndWriteNothing(t *testing.T) {
 		"add own address":        {req{method: "POST", path: accountPath(a) + "/emails", body: `{"address":"` + a.Email + `"}`}, 409},
 		"add primary flag":       {req{method: "POST", path: accountPath(a) + "/emails", body: `{"address":"q@b.co","primary":true}`}, 400},
 		"add with stale version": {req{method: "POST", path: accountPath(a) + "/emails", body: `{"address":"q@b.co"}`, headers: []string{"If-Match", "9"}}, 412},
-		"patch missing address":  {req{method: "PATCH", path: emailPath(a, "q@b.co"), body: `{"verified":true}`, headers: []string{"If-Match", "1"}}, 404},
+		"patch missing address":  {req{method: "PATCH", path: emailPath(a, "q@b.co"), body: `{"verified":true}`, headers: []string{"If-Match", "1", "Authorization", "Bearer " + e.adminToken()}}, 404},
 		"patch without If-Match": {req{method: "PATCH", path: emailPath(a, a.Email), body: `{"primary":true}`}, 428},
 		"primary false":          {req{method: "PATCH", path: emailPath(a, a.Email), body: `{"primary":false}`, headers: []string{"If-Match", "1"}}, 400},
 		"unverify":               {req{method: "PATCH", path: emailPath(a, a.Email), body: `{"verified":false}`, headers: []string{"If-Match", "1"}}, 400},
@@ -220,7 +229,7 @@ func TestAccounts_InvalidRequestsAre400AndWriteNothing(t *testing.T) {
 		r := e.send(c.rq)
 		require.Equal(t, c.status, r.Status, "%s: answer %s", name, r)
 	}
-	r = e.send(req{method: "PATCH", path: emailPath(a, a.Email), body: `{"primary":true,"verified":true}`, headers: []string{"If-Match", "1"}})
+	r = e.asAdmin(req{method: "PATCH", path: emailPath(a, a.Email), body: `{"primary":true,"verified":true}`, headers: []string{"If-Match", "1"}})
 	require.Equal(t, http.StatusOK, r.Status, "already so: answer %s", r)
 	assert.Equal(t, int64(1), decodeAs[writer.Account](t, r).Version, "nothing written")
 
@@ -269,3 +278,5 @@ func TestAccountLookup_FindsTheTenantByAddressForAdminsOnly(t *testing.T) {
 	require.Equal(t, http.StatusBadRequest, r.Status)
 	assert.Equal(t, "email", r.problem(t).Field)
 }
+
+func etagVersion(a writer.Account) string { return strconv.FormatInt(a.Version, 10) }

@@ -33,6 +33,11 @@ var asymmetricMethods = []string{"RS256", "RS384", "RS512", "PS256", "PS384", "P
 type AuthConfig struct {
 	// Secret verifies HS256 tokens; at least MinSecretLength bytes.
 	Secret []byte
+	// Secrets, when set, supplies the HS256 secrets instead of Secret,
+	// consulted for every token (so a rotation needs no restart): a token
+	// verifies with any of them (the current and the previous one, during
+	// a rotation). Secrets shorter than MinSecretLength are ignored.
+	Secrets func() [][]byte
 	// JWKS is a JSON Web Key Set (RFC 7517) of public keys verifying
 	// RS*, PS*, ES* and EdDSA tokens, chosen by the token's kid (or the
 	// only key when the set has one and the token names none).
@@ -60,6 +65,60 @@ type Claims struct {
 	// Scope is a space-separated list of scopes (RFC 8693 section 4.2,
 	// RFC 9068); "admin" (ScopeAdmin) grants the platform's operations.
 	Scope string `json:"scope,omitempty"`
+	// Email and EmailVerified are the OpenID Connect claims (what Cognito
+	// and other providers put in ID tokens): the bearer's address, and
+	// whether the provider verified that the bearer controls it. Together
+	// they prove the address (ProvesEmail).
+	Email         string   `json:"email,omitempty"`
+	EmailVerified flexBool `json:"email_verified,omitempty"`
+	// Documents are the branch document numbers (company registrations)
+	// the identity provider verified this bearer may claim (ProvesDocument).
+	Documents []string `json:"documents,omitempty"`
+}
+
+// flexBool is a boolean claim given as a JSON boolean or, as some identity
+// providers send it, the string "true" or "false"; anything else is false.
+type flexBool bool
+
+func (b *flexBool) UnmarshalJSON(data []byte) error {
+	switch string(data) {
+	case "true", `"true"`:
+		*b = true
+	default:
+		*b = false
+	}
+	return nil
+}
+
+// ProvesEmail reports whether the token proves that its bearer may mark
+// address (canonical, aggregates.CanonicalEmail) verified: an admin-scoped
+// token (the platform verified it), or one whose email claim, canonicalised,
+// is address and whose email_verified claim is true.
+func (c *Claims) ProvesEmail(address string) bool {
+	if c.Admin() {
+		return true
+	}
+	if !bool(c.EmailVerified) || c.Email == "" {
+		return false
+	}
+	e, err := aggregates.CanonicalEmail(c.Email)
+	return err == nil && e == address
+}
+
+// ProvesDocument reports whether the token proves that its bearer may claim
+// the branch document number doc (canonical, aggregates.CanonicalDocument):
+// an admin-scoped token, or one whose documents claim holds it (in any
+// spelling).
+func (c *Claims) ProvesDocument(doc string) bool {
+	if c.Admin() {
+		return true
+	}
+	for _, d := range c.Documents {
+		if cd, err := aggregates.CanonicalDocument(d); err == nil && cd == doc {
+			return true
+		}
+	}
+	return false
 }
 
 // Admin reports whether the token carries the admin scope.
@@ -80,9 +139,10 @@ func (c *Claims) MayActFor(tenant string) bool { return c.Admin() || c.Tenant ==
 // not-before, issuer and audience, and a valid tenant claim (which an
 // admin-scoped token may leave out).
 type Authenticator struct {
-	parser *jwt.Parser
-	secret []byte
-	keys   *jose.JSONWebKeySet
+	parser  *jwt.Parser
+	secret  []byte
+	secrets func() [][]byte
+	keys    *jose.JSONWebKeySet
 }
 
 // NewAuthenticator checks cfg and returns an Authenticator. It fails when
@@ -92,7 +152,11 @@ type Authenticator struct {
 func NewAuthenticator(cfg AuthConfig) (*Authenticator, error) {
 	a := &Authenticator{}
 	var methods []string
-	if len(cfg.Secret) > 0 {
+	switch {
+	case cfg.Secrets != nil:
+		a.secrets = cfg.Secrets
+		methods = append(methods, "HS256")
+	case len(cfg.Secret) > 0:
 		if len(cfg.Secret) < MinSecretLength {
 			return nil, fmt.Errorf("auth: the HS256 secret has %d bytes; it needs at least %d", len(cfg.Secret), MinSecretLength)
 		}
@@ -164,7 +228,19 @@ func (a *Authenticator) Authenticate(token string) (*Claims, error) {
 func (a *Authenticator) key(t *jwt.Token) (any, error) {
 	alg := t.Method.Alg()
 	if alg == "HS256" {
-		return a.secret, nil
+		if a.secrets == nil {
+			return a.secret, nil
+		}
+		var set jwt.VerificationKeySet
+		for _, s := range a.secrets() {
+			if len(s) >= MinSecretLength {
+				set.Keys = append(set.Keys, s)
+			}
+		}
+		if len(set.Keys) == 0 {
+			return nil, errors.New("no HS256 secret available")
+		}
+		return set, nil
 	}
 	if a.keys == nil || !slices.Contains(asymmetricMethods, alg) {
 		return nil, fmt.Errorf("no key for alg %s", alg)
@@ -191,6 +267,11 @@ type TokenOptions struct {
 	Issuer, Audience string        // defaults DefaultIssuer, DefaultAudience
 	TTL              time.Duration // default 1h
 	Now              time.Time     // default time.Now()
+	// Email, EmailVerified and Documents set the claims of those names
+	// (ProvesEmail, ProvesDocument), as an identity provider would.
+	Email         string
+	EmailVerified bool
+	Documents     []string
 }
 
 // NewToken mints an HS256 token for a tenant, or an admin token (for a
@@ -229,7 +310,7 @@ func NewToken(secret []byte, o TokenOptions) (string, error) {
 			NotBefore: jwt.NewNumericDate(o.Now),
 			ExpiresAt: jwt.NewNumericDate(o.Now.Add(o.TTL)),
 		},
-		Tenant: o.Tenant,
+		Tenant: o.Tenant, Email: o.Email, EmailVerified: flexBool(o.EmailVerified), Documents: o.Documents,
 	}
 	if o.Admin {
 		c.Scope = ScopeAdmin

@@ -121,6 +121,9 @@ func (s *Server) createBranch(w http.ResponseWriter, r *http.Request) {
 	if raw, ok := m["status"]; p == nil && ok && !isNull(raw) {
 		b.Status, p = parseChecked("status", raw, aggregates.ValidateTenantStatus)
 	}
+	if p == nil && !claimsOf(r).ProvesDocument(b.Document) {
+		p = documentNotProven(b.Document)
+	}
 	if p != nil {
 		p.write(w)
 		return
@@ -206,7 +209,9 @@ func (s *Server) patchBranch(w http.ResponseWriter, r *http.Request) {
 		name, p = parseDisplayName("name", raw)
 	}
 	if raw, ok := m["document"]; p == nil && ok {
-		document, p = parseDocument("document", raw)
+		if document, p = parseDocument("document", raw); p == nil && !claimsOf(r).ProvesDocument(document) {
+			p = documentNotProven(document)
+		}
 	}
 	if raw, ok := m["status"]; p == nil && ok {
 		status, p = parseChecked("status", raw, aggregates.ValidateTenantStatus)
@@ -218,6 +223,7 @@ func (s *Server) patchBranch(w http.ResponseWriter, r *http.Request) {
 	k := aggregates.BranchKey(tenant, branch)
 	s.mutate(w, r, mutation{
 		tenant: tenant, idemKey: key, fp: fingerprint(r, body), lookupFirst: true,
+		committed: func() { s.forget(aggregates.BranchKey(tenant, branch)) }, // a suspension takes effect here at once
 		prepare: func(ctx context.Context) (*change, response, *Problem, error) {
 			item, p, err := s.getForChange(ctx, k, expected, "branch")
 			if item == nil {
@@ -275,6 +281,7 @@ func (s *Server) deleteBranch(w http.ResponseWriter, r *http.Request) {
 	}
 	s.mutate(w, r, mutation{
 		tenant: tenant, idemKey: key, fp: fingerprint(r, nil), lookupFirst: true,
+		committed: func() { s.forget(aggregates.BranchKey(tenant, branch)) },
 		prepare: func(ctx context.Context) (*change, response, *Problem, error) {
 			item, p, err := s.getForChange(ctx, k, expected, "branch")
 			if item == nil {

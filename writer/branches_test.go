@@ -27,7 +27,10 @@ func TestBranches_CreateGetListPatch(t *testing.T) {
 	spaced := doc[:3] + "." + doc[3:6] + "/" + doc[6:]
 	// The tenant's own token manages its branches.
 	key := newKey()
-	create := req{method: "POST", path: "/v1/tenants/" + e.tenant + "/branches", headers: []string{"Idempotency-Key", key},
+	// The tenant's own token manages its branches; claiming a document
+	// number takes a token whose documents claim holds it.
+	create := req{method: "POST", path: "/v1/tenants/" + e.tenant + "/branches", headers: []string{"Idempotency-Key", key,
+		"Authorization", "Bearer " + e.tokenWith(e.tenant, writer.TokenOptions{Documents: []string{spaced}})},
 		body: `{"id":"east","name":"East #3","document":"` + spaced + `"}`}
 	r := e.send(create)
 	require.Equal(t, http.StatusCreated, r.Status, "answer %s", r)
@@ -130,7 +133,7 @@ func TestBranchDocument_UniqueAcrossTenantsFreedOnChangeAndDelete(t *testing.T) 
 
 	// Changing the document frees the old one and takes the new one, in one transaction.
 	path := "/v1/tenants/" + e.tenant + "/branches/b1"
-	r = e.send(req{method: "PATCH", path: path, body: `{"document":"` + y + `"}`, headers: []string{"If-Match", "1"}})
+	r = e.asAdmin(req{method: "PATCH", path: path, body: `{"document":"` + y + `"}`, headers: []string{"If-Match", "1"}})
 	require.Equal(t, http.StatusOK, r.Status, "answer %s", r)
 	assert.Equal(t, y, decodeAs[writer.Branch](t, r).Document)
 	r = e.postBranch(other, "b1", x)
@@ -138,7 +141,7 @@ func TestBranchDocument_UniqueAcrossTenantsFreedOnChangeAndDelete(t *testing.T) 
 	r = e.postBranch(other, "b2", y)
 	require.Equal(t, http.StatusConflict, r.Status, "the new one is taken: answer %s", r)
 	// Moving onto a taken document is 409 and changes nothing.
-	r = e.send(req{method: "PATCH", path: path, body: `{"document":"` + x + `","name":"Moved"}`, headers: []string{"If-Match", "2"}})
+	r = e.asAdmin(req{method: "PATCH", path: path, body: `{"document":"` + x + `","name":"Moved"}`, headers: []string{"If-Match", "2"}})
 	require.Equal(t, http.StatusConflict, r.Status, "answer %s", r)
 	assert.Equal(t, writer.ProblemDocumentTaken, r.problem(t).Type)
 	r = e.send(req{method: "GET", path: path})

@@ -374,9 +374,28 @@ func parseCreatedAt(raw json.RawMessage) (time.Time, *Problem) {
 	if err != nil {
 		return time.Time{}, fieldProblem(fieldCreatedAt, fmt.Sprintf("%q is not an RFC 3339 time such as 2026-01-31T12:00:00Z", truncate(s, 64)))
 	}
+	if p := checkOffset(s); p != nil {
+		return time.Time{}, p
+	}
 	t = t.UTC()
 	if t.Before(minCreatedAt) || t.After(maxCreatedAt) {
 		return time.Time{}, fieldProblem(fieldCreatedAt, "must be between 1970-01-01 and 9999-12-31 (UTC)")
 	}
 	return t, nil
+}
+
+// checkOffset refuses what time.Parse lets through but RFC 3339 does not:
+// a numeric offset whose hour is over 23 or whose minute is over 59
+// ("+24:00" would store the time on the previous day, "+01:60" is
+// "+02:00" in disguise). s has already parsed as RFC 3339.
+func checkOffset(s string) *Problem {
+	if len(s) < 6 || s[len(s)-1] == 'Z' || s[len(s)-1] == 'z' {
+		return nil
+	}
+	off := s[len(s)-6:]
+	hh, mm := off[1:3], off[4:6]
+	if (off[0] != '+' && off[0] != '-') || off[3] != ':' || hh > "23" || mm > "59" {
+		return fieldProblem(fieldCreatedAt, fmt.Sprintf("offset %q out of range: RFC 3339 offsets run from -23:59 to +23:59", off))
+	}
+	return nil
 }

@@ -40,24 +40,28 @@ import (
 // read the collection at version v and writes on condition version = v acts
 // on exactly what it read.
 //
-// Transactions need an active tenant and branch. Creating a transaction adds
-// to its put, in the same TransactWriteItems, a ConditionCheck that the
-// tenant is active and one that the branch is active (transactions.go): a
-// missing tenant or branch is 404, a suspended one 409, and a suspension
-// committed before the transaction is never missed. Reports stay readable.
+// Transactions need an active tenant and branch. Creating, changing or
+// deleting a transaction first checks that its tenant and its branch exist
+// and are active, from a cache of their status (dircache.go: read at most
+// once per DirectoryTTL, so that writes of one tenant share no item on
+// AWS): a missing tenant or branch is 404, a suspended one 409, and a
+// suspension is honoured within DirectoryTTL of its commit on every writer
+// (at once in the writer that made it): a suspended tenant cannot rewrite
+// its ledger. Reports stay readable.
 //
 // Deleting a branch. A branch's first transaction sets the branch's
 // hasTransactions marker in the transaction's own TransactWriteItems (an
-// Update, conditional on the branch being active, in place of the
-// ConditionCheck); later creates check the marker with the status. The
-// delete is conditional on attribute_not_exists(hasTransactions). Both are
-// conditions on the one branch item inside transactions, so they serialise:
-// either the delete commits first and the create is cancelled (no branch),
-// or the create commits first and the delete is refused (409
-// branch-has-transactions). No create can commit without the marker, so no
-// transaction is ever left under a deleted branch. The marker is never
-// removed: a branch that has had transactions also has reports; suspending
-// it is the way to stop it.
+// Update, conditional on the branch being active). The delete is
+// conditional on attribute_not_exists(hasTransactions). Both are conditions
+// on the one branch item inside transactions, so they serialise: either the
+// delete commits first and the create is cancelled (no branch), or the
+// create commits first and the delete is refused (409
+// branch-has-transactions). A later create, which has seen the marker,
+// writes nothing to the branch: the marker is never removed, so a branch
+// that has it can never be deleted. No create commits without the marker
+// being set, by itself or before it, so no transaction is ever left under
+// a deleted branch. A branch that has had transactions also has reports;
+// suspending it is the way to stop it.
 
 // Attribute names of directory items (status is attrStatus, as on
 // idempotency records: never the same item).
@@ -131,39 +135,17 @@ func (s *Server) ownerDelete(o owner) ddbtypes.TransactWriteItem {
 	}}
 }
 
-// tenantActiveCheck is the ConditionCheck a transaction create carries:
-// the tenant exists and is active.
-func (s *Server) tenantActiveCheck(tenant string) ddbtypes.TransactWriteItem {
-	return ddbtypes.TransactWriteItem{ConditionCheck: &ddbtypes.ConditionCheck{
-		TableName: &s.cfg.Table, Key: keyAV(aggregates.TenantKey(tenant)),
+// branchMark is the branch's part of its first transaction's create (the
+// only time a create writes to a shared item): an Update setting the
+// hasTransactions marker, on condition that the branch is active (so it
+// exists: a branch deleted meanwhile cancels the create).
+func (s *Server) branchMark(tenant, branch string) ddbtypes.TransactWriteItem {
+	return ddbtypes.TransactWriteItem{Update: &ddbtypes.Update{
+		TableName: &s.cfg.Table, Key: keyAV(aggregates.BranchKey(tenant, branch)),
+		UpdateExpression:          aws.String("SET #has = :true"),
 		ConditionExpression:       aws.String("#st = :active"),
-		ExpressionAttributeNames:  map[string]string{"#st": attrStatus},
-		ExpressionAttributeValues: map[string]ddbtypes.AttributeValue{":active": strAV(string(aggregates.StatusActive))},
-	}}
-}
-
-// branchActiveCheck is the branch item of a transaction create: a
-// ConditionCheck that the branch is active and has its hasTransactions
-// marker or, for its first transaction (mark), an Update setting the marker
-// on condition that it is active.
-func (s *Server) branchActiveCheck(tenant, branch string, mark bool) ddbtypes.TransactWriteItem {
-	names := map[string]string{"#st": attrStatus, "#has": attrHasTransactions}
-	values := map[string]ddbtypes.AttributeValue{":active": strAV(string(aggregates.StatusActive)), ":true": boolAV(true)}
-	key := keyAV(aggregates.BranchKey(tenant, branch))
-	if mark {
-		return ddbtypes.TransactWriteItem{Update: &ddbtypes.Update{
-			TableName: &s.cfg.Table, Key: key,
-			UpdateExpression:          aws.String("SET #has = :true"),
-			ConditionExpression:       aws.String("#st = :active"),
-			ExpressionAttributeNames:  names,
-			ExpressionAttributeValues: values,
-		}}
-	}
-	return ddbtypes.TransactWriteItem{ConditionCheck: &ddbtypes.ConditionCheck{
-		TableName: &s.cfg.Table, Key: key,
-		ConditionExpression:       aws.String("#st = :active AND #has = :true"),
-		ExpressionAttributeNames:  names,
-		ExpressionAttributeValues: values,
+		ExpressionAttributeNames:  map[string]string{"#st": attrStatus, "#has": attrHasTransactions},
+		ExpressionAttributeValues: map[string]ddbtypes.AttributeValue{":active": strAV(string(aggregates.StatusActive)), ":true": boolAV(true)},
 	}}
 }
 
@@ -176,38 +158,20 @@ func (s *Server) current(ctx context.Context, k aggregates.Key, old map[string]d
 	return s.getItem(ctx, k)
 }
 
-// tenantNotActive explains a transaction create refused by the tenant check.
-func (s *Server) tenantNotActive(ctx context.Context, tenant string, old map[string]ddbtypes.AttributeValue) (*Problem, bool, error) {
-	item, err := s.current(ctx, aggregates.TenantKey(tenant), old)
+// branchNotActive explains a create whose branchMark failed: the branch is
+// gone (404) or suspended (409), or active again (retry).
+func (s *Server) branchNotActive(ctx context.Context, tenant, branch string, old map[string]ddbtypes.AttributeValue) (p *Problem, retry bool, err error) {
+	item, err := s.current(ctx, aggregates.BranchKey(tenant, branch), old)
 	if err != nil {
 		return nil, false, err
 	}
 	if item == nil {
-		return notFoundOf("tenant " + tenant + " (create it first: POST /v1/tenants)"), false, nil
-	}
-	if st, _ := stringAttr(item, attrStatus); st == string(aggregates.StatusActive) {
-		return nil, true, nil // reactivated meanwhile
-	}
-	return problem(http.StatusConflict, ProblemTenantSuspended,
-		"tenant "+tenant+" is suspended: it takes no new transactions; its transactions and reports stay readable"), false, nil
-}
-
-// branchNotActive explains a transaction create refused by the branch
-// check: 404 or 409, or mark when the branch is active but has no
-// hasTransactions marker yet (the create is retried setting it).
-func (s *Server) branchNotActive(ctx context.Context, tenant, branch string, old map[string]ddbtypes.AttributeValue) (p *Problem, retry, mark bool, err error) {
-	item, err := s.current(ctx, aggregates.BranchKey(tenant, branch), old)
-	if err != nil {
-		return nil, false, false, err
-	}
-	if item == nil {
-		return notFoundOf("branch " + branch + " of tenant " + tenant + " (create it first: POST /v1/tenants/" + tenant + "/branches)"), false, false, nil
+		return notFoundOf("branch " + branch + " of tenant " + tenant + " (create it first: POST /v1/tenants/" + tenant + "/branches)"), false, nil
 	}
 	if st, _ := stringAttr(item, attrStatus); st != string(aggregates.StatusActive) {
-		return problem(http.StatusConflict, ProblemBranchSuspended,
-			"branch "+branch+" is suspended: it takes no new transactions; its transactions and reports stay readable"), false, false, nil
+		return branchSuspended(branch), false, nil
 	}
-	return nil, true, !boolAttr(item, attrHasTransactions), nil
+	return nil, true, nil
 }
 
 // notFoundOf is a 404 naming what is missing.
@@ -384,14 +348,11 @@ func parseEmail(field string, raw json.RawMessage) (string, *Problem) {
 }
 
 func checkEmail(field, v string) (string, *Problem) {
-	if len(v) > 2*aggregates.MaxEmailLength {
-		return "", fieldProblem(field, "too long")
-	}
-	v = aggregates.NormalizeEmail(v)
-	if err := aggregates.ValidateEmail(v); err != nil {
+	c, err := aggregates.CanonicalEmail(v)
+	if err != nil {
 		return "", fieldProblem(field, err.Error())
 	}
-	return v, nil
+	return c, nil
 }
 
 func parseDocument(field string, raw json.RawMessage) (string, *Problem) {
@@ -403,14 +364,29 @@ func parseDocument(field string, raw json.RawMessage) (string, *Problem) {
 }
 
 func checkDocument(field, v string) (string, *Problem) {
-	if len(v) > 4*aggregates.MaxDocumentLength {
-		return "", fieldProblem(field, "too long")
-	}
-	v = aggregates.NormalizeDocument(v)
-	if err := aggregates.ValidateDocument(v); err != nil {
+	c, err := aggregates.CanonicalDocument(v)
+	if err != nil {
 		return "", fieldProblem(field, err.Error())
 	}
-	return v, nil
+	return c, nil
+}
+
+// emailNotProven is the 403 of a request that would mark address verified
+// with a token that does not prove it (Claims.ProvesEmail).
+func emailNotProven(field, address string) *Problem {
+	p := problem(http.StatusForbidden, ProblemEmailNotProven, "the token does not prove the address "+address+
+		": only an admin-scoped token, or one whose email claim is this address with email_verified true, may mark it verified; add it unverified instead")
+	p.Field = field
+	return p
+}
+
+// documentNotProven is the 403 of a request that would claim document with
+// a token that does not prove it (Claims.ProvesDocument).
+func documentNotProven(document string) *Problem {
+	p := problem(http.StatusForbidden, ProblemDocumentNotProven, "the token does not prove the document number "+document+
+		": only an admin-scoped token, or one whose documents claim holds it, may claim it for a branch")
+	p.Field = "document"
+	return p
 }
 
 func parseBool(field string, raw json.RawMessage) (bool, *Problem) {

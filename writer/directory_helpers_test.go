@@ -98,8 +98,9 @@ func flag(item map[string]ddbAV, name string) bool {
 type directoryState struct {
 	// emailOwners: address → tenant/account named by its owner item.
 	emailOwners map[string]string
-	// emailItems: address → tenant/account of every email item holding it.
-	emailItems map[string][]string
+	// emailItems: address → tenant/account of every email item holding it;
+	// verifiedItems: of those that are verified.
+	emailItems, verifiedItems map[string][]string
 	// accounts: tenant/account → its profile and email items.
 	accounts map[string]*scannedAccount
 	// documentOwners: document → tenant/branch named by its owner item.
@@ -115,7 +116,7 @@ type scannedAccount struct {
 
 func (e *env) directoryState() directoryState {
 	e.t.Helper()
-	st := directoryState{emailOwners: map[string]string{}, emailItems: map[string][]string{}, accounts: map[string]*scannedAccount{},
+	st := directoryState{emailOwners: map[string]string{}, emailItems: map[string][]string{}, verifiedItems: map[string][]string{}, accounts: map[string]*scannedAccount{},
 		documentOwners: map[string]string{}, branches: map[string]string{}}
 	acc := func(id string) *scannedAccount {
 		if st.accounts[id] == nil {
@@ -130,6 +131,9 @@ func (e *env) directoryState() directoryState {
 		case aggregates.EntityAccountEmail:
 			id := str(item, "tenantId") + "/" + str(item, "accountId")
 			st.emailItems[str(item, "email")] = append(st.emailItems[str(item, "email")], id)
+			if flag(item, "isVerified") {
+				st.verifiedItems[str(item, "email")] = append(st.verifiedItems[str(item, "email")], id)
+			}
 			acc(id).emails = append(acc(id).emails, item)
 		case aggregates.EntityAccount:
 			acc(str(item, "tenantId") + "/" + str(item, "id")).profile = item
@@ -152,12 +156,14 @@ func (e *env) requireConsistent() directoryState {
 	e.t.Helper()
 	t := e.t
 	st := e.directoryState()
+	// Only verified addresses are reserved: each has an owner item naming
+	// the one account that verified it; unverified copies reserve nothing.
 	for address, owner := range st.emailOwners {
-		assert.Equal(t, []string{owner}, st.emailItems[address], "owner item of %s names %s; email items: %v", address, owner, st.emailItems[address])
+		assert.Equal(t, []string{owner}, st.verifiedItems[address], "owner item of %s names %s; verified email items: %v", address, owner, st.verifiedItems[address])
 	}
-	for address, holders := range st.emailItems {
-		assert.Len(t, holders, 1, "address %s held by %v", address, holders)
-		assert.Equal(t, st.emailOwners[address], holders[0], "address %s has no owner item naming its holder", address)
+	for address, holders := range st.verifiedItems {
+		assert.Len(t, holders, 1, "verified address %s held by %v", address, holders)
+		assert.Equal(t, st.emailOwners[address], holders[0], "verified address %s has no owner item naming its holder", address)
 	}
 	for id, a := range st.accounts {
 		if !assert.NotNil(t, a.profile, "email items of %s without a profile", id) {

@@ -138,17 +138,62 @@ func parseIdempotencyKey(r *http.Request) (string, *Problem) {
 }
 
 // fingerprint identifies a request for idempotency: the same key with
-// another fingerprint is a different request.
+// another fingerprint is a different request. The path counts as the route
+// it was served by, with its parameters decoded (decodedRoute), so that
+// spellings of one path that differ only in percent-encoding ("/v1/tenants/%74a"
+// and "/v1/tenants/ta") are one request.
+//
+// The value is the fingerprint, a space, and the fingerprint as writers
+// before issue 13 computed it (over the path as sent): records are stored
+// with the first, and a record with either is this request, so a request
+// committed before the upgrade and retried after it still replays. (The
+// second can go once no record older than the upgrade lives: 24 h.)
 func fingerprint(r *http.Request, body []byte) string {
-	h := sha256.New()
-	fmt.Fprintf(h, "%s\n%s\n%s\n", r.Method, r.URL.EscapedPath(), strings.TrimSpace(r.Header.Get("If-Match")))
 	var compact bytes.Buffer
 	if json.Compact(&compact, body) == nil {
-		h.Write(compact.Bytes())
-	} else {
-		h.Write(body)
+		body = compact.Bytes()
 	}
-	return hex.EncodeToString(h.Sum(nil))
+	sum := func(path string) string {
+		h := sha256.New()
+		fmt.Fprintf(h, "%s\n%s\n%s\n", r.Method, path, strings.TrimSpace(r.Header.Get("If-Match")))
+		h.Write(body)
+		return hex.EncodeToString(h.Sum(nil))
+	}
+	return sum(decodedRoute(r)) + " " + sum(r.URL.EscapedPath())
+}
+
+// sameRequest reports whether a record's fingerprint is one of fp's
+// (fingerprint).
+func sameRequest(recorded, fp string) bool {
+	current, legacy, _ := strings.Cut(fp, " ")
+	return recorded == current || recorded == legacy && legacy != ""
+}
+
+// decodedRoute is the route pattern that served r followed by the decoded
+// value of each of its wildcards, quoted ("…/{tenant}/…\ntenant=\"ta\""):
+// what the handler acted on, whatever the path's percent-encoding. Without
+// a pattern (a handler called directly) it is the decoded path.
+func decodedRoute(r *http.Request) string {
+	if r.Pattern == "" {
+		return strconv.Quote(r.URL.Path)
+	}
+	var b strings.Builder
+	b.WriteString(r.Pattern)
+	rest := r.Pattern
+	for {
+		i := strings.IndexByte(rest, '{')
+		if i < 0 {
+			break
+		}
+		j := strings.IndexByte(rest[i:], '}')
+		if j < 0 {
+			break
+		}
+		name := strings.TrimSuffix(rest[i+1:i+j], "...")
+		b.WriteString("\n" + name + "=" + strconv.Quote(r.PathValue(name)))
+		rest = rest[i+j+1:]
+	}
+	return b.String()
 }
 
 // idemRecord is a stored idempotency record.
@@ -185,7 +230,8 @@ func (s *Server) idemPut(key aggregates.Key, fp string, resp response) *ddbtypes
 	now := s.cfg.Now()
 	item := keyAV(key)
 	item[attrEntityType] = strAV(aggregates.EntityIdempotency)
-	item[attrFingerprint] = strAV(fp)
+	current, _, _ := strings.Cut(fp, " ")
+	item[attrFingerprint] = strAV(current)
 	item[attrStatus] = intAV(int64(resp.status))
 	if len(resp.body) > 0 {
 		item[attrBody] = strAV(string(resp.body))
@@ -250,6 +296,8 @@ type mutation struct {
 	// conditionFailed explains a change whose condition failed: a problem
 	// to answer, or retry to prepare again.
 	conditionFailed func(ctx context.Context, f failure) (p *Problem, retry bool, err error)
+	// committed, when set, is called once the change has committed.
+	committed func()
 }
 
 type outcome int
@@ -288,25 +336,12 @@ func (s *Server) mutate(w http.ResponseWriter, r *http.Request, m mutation) {
 				return
 			}
 		}
+		looked := false
 		if m.idemKey != "" && (attempt > 1 || m.lookupFirst) {
-			rec, err := s.lookup(ctx, idemKey)
-			if err != nil {
-				s.fail(w, r, err)
+			if s.replayed(w, r, idemKey, m.fp) {
 				return
 			}
-			if rec != nil {
-				if rec.fingerprint != m.fp {
-					s.metrics.IdempotencyRejections.WithLabelValues("mismatch").Inc()
-					p := problem(http.StatusUnprocessableEntity, ProblemIdempotencyKeyReused,
-						"this Idempotency-Key was used for another request (method, path, If-Match or body differ); use a new key for a new request")
-					p.Field = "Idempotency-Key"
-					p.write(w)
-					return
-				}
-				s.metrics.IdempotentReplays.Inc()
-				rec.resp.write(w, true)
-				return
-			}
+			looked = true
 		}
 		ch, resp, p, err := m.prepare(ctx)
 		if err != nil {
@@ -314,6 +349,12 @@ func (s *Server) mutate(w http.ResponseWriter, r *http.Request, m mutation) {
 			return
 		}
 		if p != nil {
+			// A refusal from the state prepare read (a suspended tenant, a
+			// missing item) must not hide the answer a retried request got
+			// when it committed: the record, if any, answers.
+			if m.idemKey != "" && !looked && s.replayed(w, r, idemKey, m.fp) {
+				return
+			}
 			p.write(w)
 			return
 		}
@@ -332,6 +373,9 @@ func (s *Server) mutate(w http.ResponseWriter, r *http.Request, m mutation) {
 		}
 		switch out {
 		case committed:
+			if m.committed != nil {
+				m.committed()
+			}
 			s.metrics.Writes.WithLabelValues(ch.op).Inc()
 			resp.write(w, false)
 			return
@@ -360,6 +404,30 @@ func (s *Server) mutate(w http.ResponseWriter, r *http.Request, m mutation) {
 	}
 	problem(http.StatusConflict, ProblemConcurrentModification, "the resource kept changing during the request; retry").
 		withHeader("Retry-After", "1").write(w)
+}
+
+// replayed answers from the live idempotency record at key, if there is
+// one: its response when fp is its request's, 422 otherwise. It says
+// whether it answered (it also has when reading the record failed).
+func (s *Server) replayed(w http.ResponseWriter, r *http.Request, key aggregates.Key, fp string) bool {
+	rec, err := s.lookup(r.Context(), key)
+	switch {
+	case err != nil:
+		s.fail(w, r, err)
+		return true
+	case rec == nil:
+		return false
+	case !sameRequest(rec.fingerprint, fp):
+		s.metrics.IdempotencyRejections.WithLabelValues("mismatch").Inc()
+		p := problem(http.StatusUnprocessableEntity, ProblemIdempotencyKeyReused,
+			"this Idempotency-Key was used for another request (method, path, If-Match or body differ); use a new key for a new request")
+		p.Field = "Idempotency-Key"
+		p.write(w)
+		return true
+	}
+	s.metrics.IdempotentReplays.Inc()
+	rec.resp.write(w, true)
+	return true
 }
 
 // commit writes ch, with the idempotency record idem when not nil, in one

@@ -277,7 +277,7 @@ func TestIdempotency_DuplicateStillInFlightIs409AndWritesNothing(t *testing.T) {
 func TestCreate_BranchKeptChangingIs409ConcurrentModificationNotInProgress(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, sharedTable(t))
-	e.calls.Next = conflicting{next: e.calls.Next, at: 2} // the branch check: another transaction holds the branch
+	e.calls.Next = conflicting{next: e.calls.Next, at: 1} // the branch's first-transaction marker: another transaction holds the branch
 	r := e.send(req{method: "POST", path: e.base() + "/transactions", body: createBody, headers: []string{"Idempotency-Key", newKey()}})
 	require.Equal(t, http.StatusConflict, r.Status, "answer %s", r)
 	assert.Equal(t, writer.ProblemConcurrentModification, r.problem(t).Type, "no duplicate of this request is in flight")
@@ -342,16 +342,22 @@ func TestThrottledWriteIs503AndItsRetrySucceedsOnce(t *testing.T) {
 	assert.Equal(t, 1, e.countTransactions(e.tenant, e.branch))
 }
 
-// conflictingPut answers every PutItem as DynamoDB does when a transaction
-// holds the item.
+// conflictingPut answers every PutItem and TransactWriteItems as DynamoDB
+// does when another transaction holds the (first) item.
 type conflictingPut struct{ next http.RoundTripper }
 
 func (c conflictingPut) RoundTrip(r *http.Request) (*http.Response, error) {
-	if !strings.HasSuffix(r.Header.Get("X-Amz-Target"), ".PutItem") {
+	target := r.Header.Get("X-Amz-Target")
+	body := `{"__type":"com.amazonaws.dynamodb.v20120810#TransactionConflictException","message":"Transaction is ongoing for the item"}`
+	switch {
+	case strings.HasSuffix(target, ".TransactWriteItems"):
+		body = `{"__type":"com.amazonaws.dynamodb.v20120810#TransactionCanceledException",` +
+			`"message":"Transaction cancelled, please refer cancellation reasons for specific reasons [TransactionConflict, None, None]",` +
+			`"CancellationReasons":[{"Code":"TransactionConflict","Message":"Transaction is ongoing for the item"},{"Code":"None"},{"Code":"None"}]}`
+	case !strings.HasSuffix(target, ".PutItem"):
 		return c.next.RoundTrip(r)
 	}
 	_ = r.Body.Close()
-	body := `{"__type":"com.amazonaws.dynamodb.v20120810#TransactionConflictException","message":"Transaction is ongoing for the item"}`
 	return &http.Response{
 		StatusCode: http.StatusBadRequest, Status: "400 Bad Request", Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
 		Header:        http.Header{"Content-Type": []string{"application/x-amz-json-1.0"}},

@@ -20,19 +20,27 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ledger-dev/ledger/writer"
+	"github.com/ledger-dev/ledger/writer/ddbconflict"
 )
 
 // TestLoad measures sustained POST /transactions throughput and latency
 // against DynamoDB Local, over real HTTP, with N concurrent clients each
 // sending its next request as soon as the last is answered (closed loop).
 // Every request has its own Idempotency-Key, so each is one TransactWriteItems
-// (the transaction, ConditionChecks of its tenant and branch, the
-// idempotency record), the flags read from the cache; a branch's first
-// transaction takes a second attempt that sets its hasTransactions marker.
-// It is skipped unless LEDGER_LOAD is set:
+// (the transaction and the idempotency record; a branch's first also sets
+// its hasTransactions marker), the flags and the tenant's and branch's
+// status read from their caches. It is skipped unless LEDGER_LOAD is set:
 //
 //	LEDGER_LOAD=1 go test ./writer -run TestLoad -v
 //	LEDGER_LOAD=1 LEDGER_LOAD_CLIENTS=32 LEDGER_LOAD_DURATION=30s go test ./writer -run TestLoad -v
+//
+// LEDGER_LOAD_BRANCHES (default 8) spreads the clients over that many
+// branches of one tenant (1: all on one branch). LEDGER_LOAD_AWS_LATENCY
+// (e.g. 15ms) puts the AWS transaction-conflict emulation
+// (writer/ddbconflict) in front of DynamoDB Local, holding each
+// transaction's items that much longer than DynamoDB Local takes; the run
+// then also reports the transactions the emulation cancelled and the share
+// of requests answered 409 (issue 13, part 1).
 //
 // The figures include the load generator and DynamoDB Local sharing the
 // machine with the writer.
@@ -44,9 +52,17 @@ func TestLoad(t *testing.T) {
 	duration := envDuration(t, "LEDGER_LOAD_DURATION", 20*time.Second)
 	warmup := 2 * time.Second
 
+	branches := envInt(t, "LEDGER_LOAD_BRANCHES", 8)
+	awsLatency := envDuration(t, "LEDGER_LOAD_AWS_LATENCY", 0)
+	require.Positive(t, branches, "LEDGER_LOAD_BRANCHES")
+
 	e := newEnv(t, ownTable(t), func(c *writer.Config) { c.FlagsTTL = writer.DefaultFlagsTTL })
+	var emu *ddbconflict.Transport
+	if awsLatency > 0 {
+		emu = &ddbconflict.Transport{Next: e.calls.Next, Latency: awsLatency}
+		e.calls.Next = emu
+	}
 	hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: clients, MaxConnsPerHost: clients}, Timeout: 30 * time.Second}
-	branches := 8
 	for b := range branches {
 		e.addBranches("b" + strconv.Itoa(b))
 	}
@@ -117,8 +133,14 @@ func TestLoad(t *testing.T) {
 		clients, duration, warmup, total, float64(total)/secs, float64(len(lat))/secs,
 		q(0.50).Round(100*time.Microsecond), q(0.90).Round(100*time.Microsecond), q(0.99).Round(100*time.Microsecond),
 		lat[len(lat)-1].Round(100*time.Microsecond), failed, statuses)
+	t.Logf("%d branches of one tenant; 409: %d of %d (%.1f %%)", branches, statuses[http.StatusConflict], total,
+		100*float64(statuses[http.StatusConflict])/float64(max(total, 1)))
 	t.Logf("transaction conflicts (retried): %.0f; conditional check failures: create %.0f",
 		testutil.ToFloat64(e.metrics.TransactionConflicts), testutil.ToFloat64(e.metrics.ConditionalCheckFailures.WithLabelValues("create")))
+	if emu != nil {
+		cancelled, rejected := emu.Stats()
+		t.Logf("AWS conflict emulation, latency %s: %d transactions cancelled, %d writes rejected", awsLatency, cancelled, rejected)
+	}
 
 	// Every 201 is exactly one stored transaction.
 	stored := 0

@@ -50,6 +50,12 @@ type Metrics struct {
 	// DynamoDBErrors counts DynamoDB calls that failed other than on a
 	// condition, by operation and class ("throttle", "timeout", "other").
 	DynamoDBErrors *prometheus.CounterVec
+	// RateLimit counts the per-tenant rate limit's decisions by outcome
+	// ("allowed", "limited": 429); never by tenant.
+	RateLimit *prometheus.CounterVec
+	// DirectoryCache counts lookups of a tenant's or branch's status on the
+	// transaction path by result ("hit", "miss": read from the table).
+	DirectoryCache *prometheus.CounterVec
 }
 
 // NewMetrics creates the writer's metrics and registers them with reg
@@ -109,11 +115,19 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Namespace: "ledger", Subsystem: "writer", Name: "dynamodb_errors_total",
 			Help: "DynamoDB calls that failed other than on a condition, by operation and class (throttle, timeout, other).",
 		}, []string{"operation", "class"}),
+		RateLimit: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "ledger", Subsystem: "writer", Name: "rate_limit_total",
+			Help: "Requests the per-tenant rate limit decided on, by outcome: allowed, limited (429).",
+		}, []string{"outcome"}),
+		DirectoryCache: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "ledger", Subsystem: "writer", Name: "directory_cache_total",
+			Help: "Lookups of a tenant's or branch's status on the transaction path, by result: hit, miss (read from the table).",
+		}, []string{"result"}),
 	}
 	if reg != nil {
 		reg.MustRegister(m.Requests, m.Duration, m.InFlight, m.IdempotentReplays, m.IdempotencyRejections,
 			m.VersionConflicts, m.ConditionalCheckFailures, m.TransactionConflicts, m.Writes, m.WritesRefused,
-			m.FlagsReads, m.AuthFailures, m.DynamoDBErrors)
+			m.FlagsReads, m.AuthFailures, m.DynamoDBErrors, m.RateLimit, m.DirectoryCache)
 	}
 	return m
 }

@@ -20,6 +20,8 @@ const (
 	ProblemIdempotencyKeyRequired = ProblemBase + "idempotency-key-required" // 400: POST without Idempotency-Key
 	ProblemUnauthenticated        = ProblemBase + "unauthenticated"          // 401: no valid bearer token
 	ProblemForbidden              = ProblemBase + "forbidden"                // 403: the token is for another tenant, or not admin-scoped
+	ProblemEmailNotProven         = ProblemBase + "email-not-proven"         // 403: the token does not prove the address it would mark verified
+	ProblemDocumentNotProven      = ProblemBase + "document-not-proven"      // 403: the token does not prove the document number it would claim
 	ProblemNotFound               = ProblemBase + "not-found"                // 404
 	ProblemMethodNotAllowed       = ProblemBase + "method-not-allowed"       // 405
 	ProblemRequestInProgress      = ProblemBase + "request-in-progress"      // 409: a request with this Idempotency-Key is in flight
@@ -39,6 +41,7 @@ const (
 	ProblemUnsupportedMediaType   = ProblemBase + "unsupported-media-type"   // 415
 	ProblemIdempotencyKeyReused   = ProblemBase + "idempotency-key-reused"   // 422: the key was used for another request
 	ProblemPreconditionRequired   = ProblemBase + "precondition-required"    // 428: PATCH without If-Match
+	ProblemRateLimited            = ProblemBase + "rate-limited"             // 429: the tenant sends more than its rate
 	ProblemInternal               = ProblemBase + "internal"                 // 500
 	ProblemWritesDisabled         = ProblemBase + "writes-disabled"          // 503: the flags say no writes
 	ProblemFlagsUnavailable       = ProblemBase + "flags-unavailable"        // 503: the flags cannot be read
@@ -70,6 +73,8 @@ var problemTitles = map[string]string{
 	ProblemIdempotencyKeyRequired: "Idempotency-Key required",
 	ProblemUnauthenticated:        "Unauthenticated",
 	ProblemForbidden:              "Forbidden",
+	ProblemEmailNotProven:         "Email address not proven",
+	ProblemDocumentNotProven:      "Document number not proven",
 	ProblemNotFound:               "Not found",
 	ProblemMethodNotAllowed:       "Method not allowed",
 	ProblemRequestInProgress:      "Request in progress",
@@ -89,6 +94,7 @@ var problemTitles = map[string]string{
 	ProblemUnsupportedMediaType:   "Unsupported media type",
 	ProblemIdempotencyKeyReused:   "Idempotency-Key reused",
 	ProblemPreconditionRequired:   "Precondition required",
+	ProblemRateLimited:            "Rate limited",
 	ProblemInternal:               "Internal error",
 	ProblemWritesDisabled:         "Writes disabled",
 	ProblemFlagsUnavailable:       "Flags unavailable",

@@ -2,7 +2,6 @@ package writer
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"maps"
 	"net/http"
@@ -321,25 +320,4 @@ func periodsBetween(from, to aggregates.Period) int {
 // healthz answers 200 while the process serves HTTP.
 func (s *Server) healthz(w http.ResponseWriter, _ *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
-}
-
-// readyz answers 200 when the table answers a read of the flags item, 503
-// when it does not or the server is draining.
-func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
-	if s.draining.Load() {
-		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "draining"})
-		return
-	}
-	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
-	defer cancel()
-	f, err := GetFlags(ctx, s.api, s.cfg.Table)
-	if err != nil {
-		s.cfg.Logger.Warn("readiness: table unreachable", "table", s.cfg.Table, "err", err)
-		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "table unreachable"})
-		return
-	}
-	writeJSON(w, http.StatusOK, map[string]json.RawMessage{
-		"status":        json.RawMessage(`"ready"`),
-		"writesEnabled": json.RawMessage(strconv.FormatBool(f.WritesEnabled())),
-	})
 }

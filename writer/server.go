@@ -36,6 +36,7 @@ var _ DynamoDB = (*dynamodb.Client)(nil)
 // Defaults of Config.
 const (
 	DefaultFlagsTTL       = 5 * time.Second
+	DefaultDirectoryTTL   = 5 * time.Second
 	DefaultRequestTimeout = 10 * time.Second
 	DefaultMaxBodyBytes   = 16 << 10
 	DefaultListLimit      = 50
@@ -57,6 +58,10 @@ type Config struct {
 	// FlagsTTL is how long the flags singleton is cached (default 5s): a
 	// change takes effect on every server within it.
 	FlagsTTL time.Duration
+	// DirectoryTTL is how long the status of a tenant or branch is cached on
+	// the transaction path (default 5s; negative: read on every request),
+	// so the bound within which a suspension is honoured (dircache.go).
+	DirectoryTTL time.Duration
 	// RequestTimeout bounds the DynamoDB work of one request (default 10s).
 	RequestTimeout time.Duration
 	// MaxBodyBytes bounds request bodies (default 16 KiB).
@@ -72,6 +77,12 @@ type Config struct {
 	// Entropy is the random source of transaction ids (default crypto/rand);
 	// it must be safe for concurrent use.
 	Entropy io.Reader
+	// TenantRate is how many requests a second one tenant may send to this
+	// server, sustained (ratelimit.go); 0 or less: no limit.
+	TenantRate float64
+	// TenantBurst is how many requests a tenant may send at once above
+	// TenantRate (default: twice the rate, at least 1).
+	TenantBurst int
 }
 
 func (c Config) withDefaults() (Config, error) {
@@ -86,6 +97,9 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.FlagsTTL <= 0 {
 		c.FlagsTTL = DefaultFlagsTTL
+	}
+	if c.DirectoryTTL == 0 {
+		c.DirectoryTTL = DefaultDirectoryTTL
 	}
 	if c.RequestTimeout <= 0 {
 		c.RequestTimeout = DefaultRequestTimeout
@@ -105,6 +119,9 @@ func (c Config) withDefaults() (Config, error) {
 	if c.Entropy == nil {
 		c.Entropy = rand.Reader
 	}
+	if c.TenantRate > 0 && c.TenantBurst <= 0 {
+		c.TenantBurst = max(1, int(2*c.TenantRate))
+	}
 	return c, nil
 }
 
@@ -117,6 +134,8 @@ type Server struct {
 	flags    *flagCache
 	cursors  cursorCodec
 	mux      *http.ServeMux
+	limiter  *tenantLimiter // nil: no per-tenant limit
+	statuses *statusCache
 	draining atomic.Bool
 }
 
@@ -133,6 +152,10 @@ func New(api DynamoDB, cfg Config, metrics *Metrics) (*Server, error) {
 	s := &Server{cfg: cfg, api: api, metrics: metrics, cursors: cursorCodec{key: cfg.CursorKey}, mux: http.NewServeMux()}
 	s.flags = &flagCache{api: api, table: cfg.Table, ttl: cfg.FlagsTTL, errTTL: min(time.Second, cfg.FlagsTTL),
 		timeout: 2 * time.Second, now: cfg.Now, metrics: metrics}
+	s.statuses = newStatusCache(cfg.DirectoryTTL, cfg.Now)
+	if cfg.TenantRate > 0 {
+		s.limiter = newTenantLimiter(cfg.TenantRate, cfg.TenantBurst, cfg.Now)
+	}
 	s.routes()
 	return s, nil
 }
@@ -183,7 +206,7 @@ func (s *Server) routes() {
 	api(routeReports, handlers{get: s.reportRange})
 	api(routeReport, handlers{get: s.getReport})
 	s.mux.Handle(routeHealthz, s.instrument(routeHealthz, byMethod(handlers{get: s.healthz})))
-	s.mux.Handle(routeReadyz, s.instrument(routeReadyz, byMethod(handlers{get: s.readyz})))
+	s.mux.Handle(routeReadyz, s.instrument(routeReadyz, byMethod(handlers{get: s.ready})))
 	if s.cfg.Gatherer != nil {
 		s.mux.Handle(routeMetrics, s.instrument(routeMetrics, promhttp.HandlerFor(s.cfg.Gatherer, promhttp.HandlerOpts{})))
 	}
@@ -307,8 +330,22 @@ func (s *Server) authenticate(admin []string, h http.Handler) http.Handler {
 			problem(http.StatusForbidden, ProblemForbidden, "the token does not grant access to this tenant").write(w)
 			return
 		}
+		if p := s.rateLimited(r, claims); p != nil {
+			p.write(w)
+			return
+		}
 		h.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), claimsKey{}, claims)))
 	})
+}
+
+// claimsOf returns the verified claims of the request's token (every /v1
+// handler runs behind authenticate).
+func claimsOf(r *http.Request) *Claims {
+	c, _ := r.Context().Value(claimsKey{}).(*Claims)
+	if c == nil {
+		return &Claims{}
+	}
+	return c
 }
 
 // timeout bounds the request's DynamoDB work.

@@ -181,6 +181,7 @@ func (s *Server) patchTenant(w http.ResponseWriter, r *http.Request) {
 	k := aggregates.TenantKey(tenant)
 	s.mutate(w, r, mutation{
 		tenant: tenant, idemKey: key, fp: fingerprint(r, body), lookupFirst: true,
+		committed: func() { s.forget(aggregates.TenantKey(tenant)) }, // a suspension takes effect here at once
 		prepare: func(ctx context.Context) (*change, response, *Problem, error) {
 			item, p, err := s.getForChange(ctx, k, expected, "tenant")
 			if item == nil {

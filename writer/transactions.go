@@ -126,13 +126,23 @@ func (s *Server) createTransaction(w http.ResponseWriter, r *http.Request) {
 		p.write(w)
 		return
 	}
-	// markBranch is set once the branch is found active but without its
-	// hasTransactions marker: this create is its first transaction and sets
-	// the marker (directory.go, "Deleting a branch").
-	markBranch := false
+	branchKey := aggregates.BranchKey(tenant, branch)
+	marking := false // this attempt sets the branch's hasTransactions marker
 	s.mutate(w, r, mutation{
 		tenant: tenant, idemKey: key, fp: fingerprint(r, body),
 		prepare: func(ctx context.Context) (*change, response, *Problem, error) {
+			// The tenant's and branch's status from the cache (dircache.go):
+			// the create names no item it shares with other creates, except
+			// the branch's on its first transaction. An attempt that tried
+			// to set the marker and did not commit (another create held the
+			// branch: most likely setting it) reads the branch afresh.
+			if marking {
+				s.forget(branchKey)
+			}
+			marked, p, err := s.activeBranch(ctx, tenant, branch)
+			if p != nil || err != nil {
+				return nil, response{}, p, err
+			}
 			now := s.cfg.Now().UTC()
 			created := req.CreatedAt
 			if created.IsZero() {
@@ -154,20 +164,21 @@ func (s *Server) createTransaction(w http.ResponseWriter, r *http.Request) {
 			}
 			resp := versionedResponse(http.StatusCreated, t, t.Version)
 			resp.location = transactionLocation(tenant, branch, t.ID)
-			return &change{op: "create", items: []ddbtypes.TransactWriteItem{
-				s.putNew(item),
-				s.tenantActiveCheck(tenant),
-				s.branchActiveCheck(tenant, branch, markBranch),
-			}}, resp, nil, nil
+			ch := &change{op: "create", items: []ddbtypes.TransactWriteItem{s.putNew(item)}}
+			if marking = !marked; marking {
+				ch.items = append(ch.items, s.branchMark(tenant, branch))
+			}
+			return ch, resp, nil, nil
+		},
+		committed: func() {
+			if marking {
+				s.forget(branchKey) // read again: marked from now on
+			}
 		},
 		conditionFailed: func(ctx context.Context, f failure) (*Problem, bool, error) {
-			switch f.index {
-			case 1:
-				return s.tenantNotActive(ctx, tenant, f.old)
-			case 2:
-				p, retry, mark, err := s.branchNotActive(ctx, tenant, branch, f.old)
-				markBranch = mark
-				return p, retry, err
+			if f.index == 1 { // the branch's marker: it is gone or suspended
+				s.forget(branchKey)
+				return s.branchNotActive(ctx, tenant, branch, f.old)
 			}
 			// Only an id collision fails the put's condition: prepare a new id.
 			return nil, true, nil
@@ -213,7 +224,7 @@ func (s *Server) getTransaction(w http.ResponseWriter, r *http.Request) {
 // patchTransaction serves PATCH …/transactions/{id}: a JSON merge patch of
 // the mutable fields, on condition that If-Match names the current version.
 func (s *Server) patchTransaction(w http.ResponseWriter, r *http.Request) {
-	tenant, _, id, k, p := transactionPath(r)
+	tenant, branch, id, k, p := transactionPath(r)
 	if p != nil {
 		p.write(w)
 		return
@@ -243,6 +254,10 @@ func (s *Server) patchTransaction(w http.ResponseWriter, r *http.Request) {
 	s.mutate(w, r, mutation{
 		tenant: tenant, idemKey: key, fp: fingerprint(r, body), lookupFirst: true,
 		prepare: func(ctx context.Context) (*change, response, *Problem, error) {
+			// Suspension means the same for changes as for creates.
+			if _, p, err := s.activeBranch(ctx, tenant, branch); p != nil || err != nil {
+				return nil, response{}, p, err
+			}
 			item, p, err := s.getForChange(ctx, k, expected, "transaction")
 			if item == nil {
 				return nil, response{}, p, err
@@ -298,7 +313,7 @@ func applyPatch(t *Transaction, p patchRequest) {
 // deleteTransaction serves DELETE …/transactions/{id}, with an optional
 // If-Match version.
 func (s *Server) deleteTransaction(w http.ResponseWriter, r *http.Request) {
-	tenant, _, _, k, p := transactionPath(r)
+	tenant, branch, _, k, p := transactionPath(r)
 	if p != nil {
 		p.write(w)
 		return
@@ -319,7 +334,10 @@ func (s *Server) deleteTransaction(w http.ResponseWriter, r *http.Request) {
 	}
 	s.mutate(w, r, mutation{
 		tenant: tenant, idemKey: key, fp: fingerprint(r, nil),
-		prepare: func(context.Context) (*change, response, *Problem, error) {
+		prepare: func(ctx context.Context) (*change, response, *Problem, error) {
+			if _, p, err := s.activeBranch(ctx, tenant, branch); p != nil || err != nil {
+				return nil, response{}, p, err
+			}
 			return one("delete", ddbtypes.TransactWriteItem{Delete: del}), response{status: http.StatusNoContent}, nil, nil
 		},
 		conditionFailed: func(ctx context.Context, f failure) (*Problem, bool, error) {

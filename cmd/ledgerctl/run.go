@@ -286,7 +286,7 @@ func (e *environment) runStack(ctx context.Context, o runOptions) (err error) {
 			return err
 		}
 		out.update("creating the sample tenant and branches…")
-		if err := ensureDirectory(ctx, &apiClient{base: writerURL, token: adminToken, http: api.http}, api); err != nil {
+		if err := ensureDirectory(ctx, &apiClient{base: writerURL, token: adminToken, http: api.http}); err != nil {
 			return err
 		}
 		out.update("posting the sample workload…")

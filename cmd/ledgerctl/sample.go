@@ -122,10 +122,11 @@ var sampleBranchInfo = map[string]struct{ name, document string }{
 	"online": {"Online shop", "DEMO-0003-ONLINE"},
 }
 
-// ensureDirectory creates the sample tenant (with an admin token) and its
-// branches through the API, unless they exist: the writer refuses
-// transactions for a tenant or branch that does not.
-func ensureDirectory(ctx context.Context, admin, tenant *apiClient) error {
+// ensureDirectory creates the sample tenant and its branches through the
+// API with an admin token (claiming a branch's document number takes one),
+// unless they exist: the writer refuses transactions for a tenant or branch
+// that does not.
+func ensureDirectory(ctx context.Context, admin *apiClient) error {
 	exists := func(err error) bool {
 		var ae *apiError
 		return errors.As(err, &ae) && ae.status == http.StatusConflict && strings.Contains(ae.body, "already-exists")
@@ -138,7 +139,7 @@ func ensureDirectory(ctx context.Context, admin, tenant *apiClient) error {
 	for _, b := range sampleBranches {
 		info := sampleBranchInfo[b]
 		body, _ := json.Marshal(map[string]string{"id": b, "name": info.name, "document": info.document})
-		err := tenant.do(ctx, http.MethodPost, "/v1/tenants/"+url.PathEscape(sampleTenant)+"/branches",
+		err := admin.do(ctx, http.MethodPost, "/v1/tenants/"+url.PathEscape(sampleTenant)+"/branches",
 			map[string]string{"Idempotency-Key": sampleKeyPrefix + "branch-" + b}, string(body), nil)
 		if err != nil && !exists(err) {
 			return fmt.Errorf("create sample branch %s: %w", b, err)

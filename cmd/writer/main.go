@@ -24,12 +24,15 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/secretsmanager"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
@@ -98,9 +101,15 @@ type Main struct {
 	audience        string
 	cursorKey       []byte
 	flagsTTL        time.Duration
+	directoryTTL    time.Duration
 	requestTimeout  time.Duration
 	shutdownTimeout time.Duration
 	drainDelay      time.Duration
+	tenantRate      float64
+	tenantBurst     int
+	secretARN       string
+	secretRefresh   time.Duration
+	stopRefresh     context.CancelFunc
 
 	ln     net.Listener
 	srv    *writer.Server
@@ -121,11 +130,14 @@ Serves the ledger HTTP API (docs/api.md) over the ledger table.
 
 Environment only (secrets stay out of the process list):
   LEDGER_JWT_SECRET   HS256 secret verifying bearer tokens, at least 32 bytes
+                      (local use; in AWS use --jwt-secret-arn)
   LEDGER_CURSOR_KEY   key signing list cursors, at least 32 bytes; default
-                      derived from LEDGER_JWT_SECRET (required without it)
-  AWS_REGION, AWS_ENDPOINT_URL, AWS credentials: the standard AWS SDK settings
+                      derived from the HS256 secret (required without one)
+  AWS_REGION, AWS_ENDPOINT_URL, AWS_ENDPOINT_URL_SECRETS_MANAGER, AWS
+  credentials: the standard AWS SDK settings
 
-At least one of LEDGER_JWT_SECRET and --jwks-file is required.
+At least one of LEDGER_JWT_SECRET, --jwt-secret-arn and --jwks-file is
+required; LEDGER_JWT_SECRET and --jwt-secret-arn exclude each other.
 
 Flags (each falls back to the environment variable named, then the default):
 `
@@ -142,16 +154,21 @@ func (m *Main) ParseFlags(args []string) error {
 		}
 		return def
 	}
-	var jwksFile, flagsTTL, reqTimeout, shutdown, drain, level string
+	var jwksFile, flagsTTL, directoryTTL, reqTimeout, shutdown, drain, level, tenantRate, tenantBurst, secretRefresh string
 	fs.StringVar(&m.addr, "addr", env("LEDGER_ADDR", ":8080"), "listen `ADDR`ess; port 0 picks a free port, which is logged (env LEDGER_ADDR)")
 	fs.StringVar(&m.table, "table", env("LEDGER_TABLE", infra.DefaultTableName), "the ledger `TABLE` (env LEDGER_TABLE)")
 	fs.StringVar(&jwksFile, "jwks-file", env("LEDGER_JWKS_FILE", ""), "`FILE` holding a JSON Web Key Set of public keys verifying RS*/PS*/ES*/EdDSA tokens, read at start (env LEDGER_JWKS_FILE)")
+	fs.StringVar(&m.secretARN, "jwt-secret-arn", env("LEDGER_JWT_SECRET_ARN", ""), "Secrets Manager secret (`ARN` or name) holding the HS256 secret, read at start and every --secret-refresh (env LEDGER_JWT_SECRET_ARN)")
+	fs.StringVar(&secretRefresh, "secret-refresh", env("LEDGER_SECRET_REFRESH", "5m"), "how often the --jwt-secret-arn secret is read again, a `DURATION` (env LEDGER_SECRET_REFRESH)")
 	fs.StringVar(&m.issuer, "jwt-issuer", env("LEDGER_JWT_ISSUER", writer.DefaultIssuer), "required token `ISSUER` (iss) (env LEDGER_JWT_ISSUER)")
 	fs.StringVar(&m.audience, "jwt-audience", env("LEDGER_JWT_AUDIENCE", writer.DefaultAudience), "required token `AUDIENCE` (aud) (env LEDGER_JWT_AUDIENCE)")
 	fs.StringVar(&flagsTTL, "flags-ttl", env("LEDGER_FLAGS_TTL", "5s"), "how long the flags singleton is cached, a `DURATION` (env LEDGER_FLAGS_TTL)")
+	fs.StringVar(&directoryTTL, "directory-ttl", env("LEDGER_DIRECTORY_TTL", "5s"), "how long a tenant's or branch's status is cached for its transactions, a `DURATION`: the bound within which a suspension is honoured; 0 reads it on every request (env LEDGER_DIRECTORY_TTL)")
 	fs.StringVar(&reqTimeout, "request-timeout", env("LEDGER_REQUEST_TIMEOUT", "10s"), "`DURATION` bounding one request's DynamoDB work (env LEDGER_REQUEST_TIMEOUT)")
 	fs.StringVar(&shutdown, "shutdown-timeout", env("LEDGER_SHUTDOWN_TIMEOUT", "25s"), "on SIGTERM, the `DURATION` in-flight requests may take to finish (env LEDGER_SHUTDOWN_TIMEOUT)")
 	fs.StringVar(&drain, "drain-delay", env("LEDGER_DRAIN_DELAY", "0s"), "on SIGTERM, the `DURATION` /readyz answers 503 before the listener closes (env LEDGER_DRAIN_DELAY)")
+	fs.StringVar(&tenantRate, "tenant-rate", env("LEDGER_TENANT_RATE", "100"), "requests a `RATE` per second one tenant may send to this process, sustained; 0 turns the limit off (env LEDGER_TENANT_RATE)")
+	fs.StringVar(&tenantBurst, "tenant-burst", env("LEDGER_TENANT_BURST", "200"), "requests a tenant may send at once above its rate, a `COUNT` (env LEDGER_TENANT_BURST)")
 	fs.StringVar(&level, "log-level", env("LEDGER_LOG_LEVEL", "info"), "log `LEVEL`: debug, info, warn or error (env LEDGER_LOG_LEVEL)")
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), usageHead)
@@ -177,9 +194,24 @@ func (m *Main) ParseFlags(args []string) error {
 		}
 	}
 	dur("flags-ttl", flagsTTL, &m.flagsTTL, 10*time.Millisecond, time.Minute)
+	dur("directory-ttl", directoryTTL, &m.directoryTTL, 0, time.Minute)
+	if m.directoryTTL == 0 {
+		m.directoryTTL = -1 // writer.Config: read on every request
+	}
 	dur("request-timeout", reqTimeout, &m.requestTimeout, 100*time.Millisecond, 5*time.Minute)
 	dur("shutdown-timeout", shutdown, &m.shutdownTimeout, 0, 10*time.Minute)
 	dur("drain-delay", drain, &m.drainDelay, 0, 5*time.Minute)
+	dur("secret-refresh", secretRefresh, &m.secretRefresh, 100*time.Millisecond, 24*time.Hour)
+	if v, err := strconv.ParseFloat(tenantRate, 64); err != nil || v < 0 || v > 1e6 || v != v {
+		errs = append(errs, fmt.Errorf("--tenant-rate %q: want requests per second from 0 (no limit) to 1000000", tenantRate))
+	} else {
+		m.tenantRate = v
+	}
+	if n, err := strconv.Atoi(tenantBurst); err != nil || n < 1 || n > 1_000_000 {
+		errs = append(errs, fmt.Errorf("--tenant-burst %q: want a whole number from 1 to 1000000", tenantBurst))
+	} else {
+		m.tenantBurst = n
+	}
 	var lvl slog.Level
 	if err := lvl.UnmarshalText([]byte(level)); err != nil {
 		errs = append(errs, fmt.Errorf("--log-level %q: want debug, info, warn or error", level))
@@ -201,8 +233,10 @@ func (m *Main) ParseFlags(args []string) error {
 		m.jwks = b
 	}
 	switch {
-	case len(m.secret) == 0 && jwksFile == "":
-		errs = append(errs, errors.New("no way to verify tokens: set LEDGER_JWT_SECRET (HS256, at least 32 bytes) or --jwks-file (LEDGER_JWKS_FILE)"))
+	case len(m.secret) > 0 && m.secretARN != "":
+		errs = append(errs, errors.New("LEDGER_JWT_SECRET and --jwt-secret-arn (LEDGER_JWT_SECRET_ARN) both set: give the HS256 secret one way"))
+	case len(m.secret) == 0 && m.secretARN == "" && jwksFile == "":
+		errs = append(errs, errors.New("no way to verify tokens: set LEDGER_JWT_SECRET (HS256, at least 32 bytes), --jwt-secret-arn (LEDGER_JWT_SECRET_ARN) or --jwks-file (LEDGER_JWKS_FILE)"))
 	case len(m.secret) > 0 && len(m.secret) < writer.MinSecretLength:
 		errs = append(errs, fmt.Errorf("LEDGER_JWT_SECRET has %d bytes; it needs at least %d", len(m.secret), writer.MinSecretLength))
 	}
@@ -211,24 +245,28 @@ func (m *Main) ParseFlags(args []string) error {
 	case len(m.cursorKey) > 0 && len(m.cursorKey) < writer.MinCursorKeyLength:
 		errs = append(errs, fmt.Errorf("LEDGER_CURSOR_KEY has %d bytes; it needs at least %d", len(m.cursorKey), writer.MinCursorKeyLength))
 	case len(m.cursorKey) == 0 && len(m.secret) >= writer.MinSecretLength:
-		// Derived, so every writer sharing the secret accepts the others'
-		// cursors, and knowing a cursor key reveals nothing of the secret.
-		mac := hmac.New(sha256.New, m.secret)
-		mac.Write([]byte("ledger list cursor key v1"))
-		m.cursorKey = mac.Sum(nil)
+		m.cursorKey = deriveCursorKey(m.secret)
+	case len(m.cursorKey) == 0 && m.secretARN != "":
+		// Derived from the secret once it is read (Run).
 	case len(m.cursorKey) == 0 && jwksFile != "":
 		errs = append(errs, errors.New("LEDGER_CURSOR_KEY (at least 32 bytes) is required when tokens are verified with --jwks-file only: every writer must sign cursors with the same key"))
 	}
 	return errors.Join(errs...)
 }
 
-// Run connects to DynamoDB, builds the server and starts serving; it
-// returns once the listener is open. Errors are start-up failures.
+// deriveCursorKey derives the cursor key from the HS256 secret, so every
+// writer sharing the secret accepts the others' cursors, and knowing a
+// cursor key reveals nothing of the secret.
+func deriveCursorKey(secret []byte) []byte {
+	mac := hmac.New(sha256.New, secret)
+	mac.Write([]byte("ledger list cursor key v1"))
+	return mac.Sum(nil)
+}
+
+// Run connects to DynamoDB (and Secrets Manager), builds the server and
+// starts serving; it returns once the listener is open. Errors are start-up
+// failures.
 func (m *Main) Run(ctx context.Context) error {
-	auth, err := writer.NewAuthenticator(writer.AuthConfig{Secret: m.secret, JWKS: m.jwks, Issuer: m.issuer, Audience: m.audience})
-	if err != nil {
-		return err
-	}
 	var awsOpts []func(*config.LoadOptions) error
 	if ep := m.getenv("AWS_ENDPOINT_URL"); ep != "" {
 		awsOpts = append(awsOpts, config.WithBaseEndpoint(ep))
@@ -242,9 +280,25 @@ func (m *Main) Run(ctx context.Context) error {
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	authCfg := writer.AuthConfig{Secret: m.secret, JWKS: m.jwks, Issuer: m.issuer, Audience: m.audience}
+	if m.secretARN != "" {
+		cache, err := m.secretsFromManager(ctx, cfg, reg)
+		if err != nil {
+			return err
+		}
+		authCfg.Secrets = cache.current
+		if len(m.cursorKey) == 0 {
+			m.cursorKey = deriveCursorKey(cache.current()[0])
+		}
+	}
+	auth, err := writer.NewAuthenticator(authCfg)
+	if err != nil {
+		return err
+	}
 	m.srv, err = writer.New(dynamodb.NewFromConfig(cfg), writer.Config{
-		Table: m.table, Auth: auth, CursorKey: m.cursorKey, FlagsTTL: m.flagsTTL,
+		Table: m.table, Auth: auth, CursorKey: m.cursorKey, FlagsTTL: m.flagsTTL, DirectoryTTL: m.directoryTTL,
 		RequestTimeout: m.requestTimeout, Gatherer: reg, Logger: m.logger,
+		TenantRate: m.tenantRate, TenantBurst: m.tenantBurst,
 	}, writer.NewMetrics(reg))
 	if err != nil {
 		return err
@@ -272,6 +326,31 @@ func (m *Main) Run(ctx context.Context) error {
 	return nil
 }
 
+// secretsFromManager reads the HS256 secret from Secrets Manager and keeps
+// it fresh (secrets.go) until Close. The client's endpoint is
+// AWS_ENDPOINT_URL_SECRETS_MANAGER when set.
+func (m *Main) secretsFromManager(ctx context.Context, cfg aws.Config, reg prometheus.Registerer) (*secretCache, error) {
+	reads := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: "ledger", Subsystem: "writer", Name: "secret_reads_total",
+		Help: "Reads of the JWT secret from Secrets Manager by outcome: ok, error (the secrets read last stay in use).",
+	}, []string{"outcome"})
+	reg.MustRegister(reads)
+	client := secretsmanager.NewFromConfig(cfg, func(o *secretsmanager.Options) {
+		if ep := m.getenv("AWS_ENDPOINT_URL_SECRETS_MANAGER"); ep != "" {
+			o.BaseEndpoint = aws.String(ep)
+		}
+	})
+	cache := &secretCache{api: client, id: m.secretARN, logger: m.logger, reads: reads, timeout: 10 * time.Second}
+	if err := cache.refresh(ctx); err != nil {
+		return nil, err
+	}
+	rctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	m.stopRefresh = cancel
+	go cache.run(rctx, m.secretRefresh)
+	m.logger.Info("JWT secret read from Secrets Manager", "secret", m.secretARN, "refresh", m.secretRefresh.String())
+	return cache, nil
+}
+
 // URL is the base URL the writer serves on (after Run).
 func (m *Main) URL() string {
 	addr := m.ln.Addr().(*net.TCPAddr)
@@ -289,6 +368,9 @@ func (m *Main) Failed() <-chan error { return m.failed }
 // delay, then the listener closes and in-flight requests get up to the
 // shutdown timeout to finish.
 func (m *Main) Close() error {
+	if m.stopRefresh != nil {
+		m.stopRefresh()
+	}
 	if m.http == nil {
 		return nil
 	}

@@ -1,0 +1,74 @@
+package main
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/ledger-dev/ledger/writer"
+)
+
+// get sends GET path with token to the writer at base.
+func get(t *testing.T, base, path, token string) *http.Response {
+	t.Helper()
+	req, err := http.NewRequest("GET", base+path, nil)
+	require.NoError(t, err)
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return resp
+}
+
+func TestMain_TenantRateLimitFromTheEnvironment(t *testing.T) {
+	env := localEnv(t)
+	env["LEDGER_TENANT_RATE"], env["LEDGER_TENANT_BURST"] = "0.001", "2"
+	m := NewMain(getenv(env), io.Discard, io.Discard)
+	require.NoError(t, m.ParseFlags(nil))
+	require.NoError(t, m.Run(context.Background()))
+	t.Cleanup(func() { _ = m.Close() })
+	token, err := writer.NewToken([]byte(secret), writer.TokenOptions{Tenant: "acme"})
+	require.NoError(t, err)
+	for range 2 {
+		assert.NotEqual(t, http.StatusTooManyRequests, get(t, m.URL(), "/v1/tenants/acme/branches", token).StatusCode)
+	}
+	resp := get(t, m.URL(), "/v1/tenants/acme/branches", token)
+	assert.Equal(t, http.StatusTooManyRequests, resp.StatusCode)
+	assert.NotEmpty(t, resp.Header.Get("Retry-After"))
+}
+
+func TestParseFlags_TenantRateLimit(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--tenant-rate", "fast"}, "--tenant-rate"},
+		{[]string{"--tenant-rate", "-1"}, "--tenant-rate"},
+		{[]string{"--tenant-rate", "NaN"}, "--tenant-rate"},
+		{[]string{"--tenant-burst", "0"}, "--tenant-burst"},
+		{[]string{"--tenant-burst", "1.5"}, "--tenant-burst"},
+		{[]string{"--directory-ttl", "2m"}, "--directory-ttl"},
+		{[]string{"--directory-ttl", "soon"}, "--directory-ttl"},
+	} {
+		m := NewMain(getenv(map[string]string{"LEDGER_JWT_SECRET": secret}), io.Discard, io.Discard)
+		err := m.ParseFlags(c.args)
+		require.Error(t, err, "%v", c.args)
+		assert.Contains(t, err.Error(), c.want)
+	}
+	m := NewMain(getenv(map[string]string{"LEDGER_JWT_SECRET": secret}), io.Discard, io.Discard)
+	require.NoError(t, m.ParseFlags(nil))
+	assert.Equal(t, 100.0, m.tenantRate, "default")
+	assert.Equal(t, 200, m.tenantBurst, "default")
+	assert.Equal(t, 5*time.Second, m.directoryTTL, "default")
+	require.NoError(t, m.ParseFlags([]string{"--tenant-rate", "0"}), "0 turns the limit off")
+	require.NoError(t, m.ParseFlags([]string{"--directory-ttl", "0s"}))
+	assert.Negative(t, m.directoryTTL, "0: read on every request")
+}

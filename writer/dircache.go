@@ -1,0 +1,138 @@
+package writer
+
+import (
+	"context"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/ledger-dev/ledger/aggregates"
+)
+
+// The status of tenants and branches on the transaction path, cached.
+//
+// Until issue 13 every transaction create carried ConditionChecks on its
+// tenant's and its branch's items. On AWS two transactions that name one
+// item, even as a ConditionCheck, cannot both be in flight (the later is
+// cancelled with TransactionConflict), so all creates of a tenant passed
+// through its one item: a busy tenant's creates serialised and turned into
+// retries and 409s (writer/ddbconflict reproduces it locally). Now a create,
+// change or delete of a transaction names only its own items (the
+// transaction, the idempotency record) and learns whether its tenant and
+// branch exist and are active from this cache, read with a strongly
+// consistent GetItem at most once per DirectoryTTL per tenant and branch
+// and process. What that changes, and what it does not:
+//
+//   - Suspension is honoured within DirectoryTTL (default 5 s) of its
+//     commit, on every writer, instead of at once: a write whose request
+//     reads the status later than that is refused. (A PATCH of a tenant or
+//     branch through this process takes effect in it at once.)
+//   - No transaction is ever left under a deleted branch, exactly as before:
+//     a branch with its hasTransactions marker can never be deleted (the
+//     delete is conditional on its absence, and the marker is never
+//     removed), so a cached "marked" is true forever; a create that has not
+//     seen the marker sets it in its own TransactWriteItems, with an Update
+//     of the branch conditional on the branch being active, as before.
+//     That Update is the only write of a create to a shared item, once per
+//     branch.
+//   - Tenants are never deleted; a missing tenant or branch is never
+//     cached (it may be created a moment later).
+
+// directoryStatus is what the transaction path knows of a tenant or branch.
+type directoryStatus struct {
+	exists, active bool
+	marked         bool // branches: hasTransactions
+	expires        time.Time
+}
+
+type statusCache struct {
+	ttl time.Duration // ≤ 0: read every time
+	now func() time.Time
+
+	mu      sync.Mutex
+	entries map[aggregates.Key]directoryStatus
+}
+
+func newStatusCache(ttl time.Duration, now func() time.Time) *statusCache {
+	return &statusCache{ttl: ttl, now: now, entries: map[aggregates.Key]directoryStatus{}}
+}
+
+// maxStatusEntries bounds the cache; past it, it starts afresh.
+const maxStatusEntries = 100_000
+
+// status returns the status of the item at k, from the cache or read.
+func (s *Server) status(ctx context.Context, k aggregates.Key) (directoryStatus, error) {
+	c := s.statuses
+	c.mu.Lock()
+	e, ok := c.entries[k]
+	c.mu.Unlock()
+	if ok && c.now().Before(e.expires) {
+		s.metrics.DirectoryCache.WithLabelValues("hit").Inc()
+		return e, nil
+	}
+	s.metrics.DirectoryCache.WithLabelValues("miss").Inc()
+	item, err := s.getItem(ctx, k)
+	if err != nil {
+		return directoryStatus{}, err
+	}
+	e = directoryStatus{exists: item != nil}
+	if item != nil {
+		st, _ := stringAttr(item, attrStatus)
+		e.active = st == string(aggregates.StatusActive)
+		e.marked = boolAttr(item, attrHasTransactions)
+	}
+	if e.exists && c.ttl > 0 {
+		e.expires = c.now().Add(c.ttl)
+		c.mu.Lock()
+		if len(c.entries) >= maxStatusEntries {
+			clear(c.entries)
+		}
+		c.entries[k] = e
+		c.mu.Unlock()
+	}
+	return e, nil
+}
+
+// forget drops the cached status of the item at k: this process changed it.
+func (s *Server) forget(k aggregates.Key) {
+	s.statuses.mu.Lock()
+	delete(s.statuses.entries, k)
+	s.statuses.mu.Unlock()
+}
+
+// activeBranch checks, from the cache, that tenant and branch exist and are
+// active: a 404 or 409 otherwise. marked says whether the branch has its
+// hasTransactions marker.
+func (s *Server) activeBranch(ctx context.Context, tenant, branch string) (marked bool, p *Problem, err error) {
+	t, err := s.status(ctx, aggregates.TenantKey(tenant))
+	if err != nil {
+		return false, nil, err
+	}
+	switch {
+	case !t.exists:
+		return false, notFoundOf("tenant " + tenant + " (create it first: POST /v1/tenants)"), nil
+	case !t.active:
+		return false, tenantSuspended(tenant), nil
+	}
+	b, err := s.status(ctx, aggregates.BranchKey(tenant, branch))
+	if err != nil {
+		return false, nil, err
+	}
+	switch {
+	case !b.exists:
+		return false, notFoundOf("branch " + branch + " of tenant " + tenant + " (create it first: POST /v1/tenants/" + tenant + "/branches)"), nil
+	case !b.active:
+		return false, branchSuspended(branch), nil
+	}
+	return b.marked, nil, nil
+}
+
+func tenantSuspended(tenant string) *Problem {
+	return problem(http.StatusConflict, ProblemTenantSuspended,
+		"tenant "+tenant+" is suspended: its transactions cannot be created, changed or deleted; they and its reports stay readable")
+}
+
+func branchSuspended(branch string) *Problem {
+	return problem(http.StatusConflict, ProblemBranchSuspended,
+		"branch "+branch+" is suspended: its transactions cannot be created, changed or deleted; they and its reports stay readable")
+}
