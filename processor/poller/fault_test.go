@@ -36,8 +36,9 @@ import (
 // takes and renewals whatever the dice say (applied, answer lost), so the
 // lost answers that used to stop a poller certainly happen.
 type faults struct {
-	writes, reads         float64
-	forceTake, forceRenew atomic.Int32
+	writes, reads float64
+	// The first forceX writes of each kind lose their answer (applied).
+	forceTake, forceRenew, forceMove, forceRelease atomic.Int32
 
 	mu  sync.Mutex
 	rng *rand.Rand
@@ -91,20 +92,30 @@ func (f *faults) decide(op string) processortest.Fault {
 }
 
 // forced reports whether the request's answer must be lost: the first
-// forceTake lease takes and forceRenew lease renewals.
+// forceTake lease takes, forceRenew renewals, forceMove checkpoint moves and
+// forceRelease releases.
 func (f *faults) forced(op string, body []byte) bool {
 	if op != "UpdateItem" {
 		return false
 	}
-	take := bytes.Contains(body, []byte(`"SET #o = :o, #c = :next`))
-	renew := bytes.Contains(body, []byte(`"SET #c = :next, #x = :x`))
-	switch {
-	case take && f.forceTake.Add(-1) >= 0:
-		return true
-	case renew && f.forceRenew.Add(-1) >= 0:
-		return true
+	for _, k := range []struct {
+		expr  string
+		count *atomic.Int32
+	}{
+		{`"SET #o = :o, #c = :next`, &f.forceTake},
+		{`"SET #c = :next, #x = :x`, &f.forceRenew},
+		{`#sh = :sh, #seq = :seq`, &f.forceMove},
+		{`"SET #c = :next, #ua = :ua`, &f.forceRelease},
+	} {
+		if bytes.Contains(body, []byte(k.expr)) {
+			return k.count.Add(-1) >= 0
+		}
 	}
 	return false
+}
+
+func (f *faults) forcedLeft() int32 {
+	return max(f.forceTake.Load(), 0) + max(f.forceRenew.Load(), 0) + max(f.forceMove.Load(), 0) + max(f.forceRelease.Load(), 0)
 }
 
 // forcing is the transport in front of the FaultTransport: it applies the
@@ -199,6 +210,26 @@ func (e *env) backlog(t testing.TB, n int) []st.Record {
 	return recs
 }
 
+// withoutEffect returns n stream records of items that are not
+// transactions (what the consumers' own writes look like): nothing
+// commits them, the reader moves the checkpoint over them.
+func withoutEffect(n int) []st.Record {
+	out := make([]st.Record, n)
+	for i := range out {
+		keys := map[string]st.AttributeValue{
+			"PK": &st.AttributeValueMemberS{Value: "NOTE#" + strconv.Itoa(i)}, "SK": &st.AttributeValueMemberS{Value: "NOTE"},
+		}
+		out[i] = st.Record{
+			EventID: aws.String("note-" + strconv.Itoa(i)), EventName: st.OperationTypeInsert,
+			Dynamodb: &st.StreamRecord{
+				ApproximateCreationDateTime: aws.Time(time.Now()), Keys: keys, NewImage: keys,
+				SequenceNumber: aws.String(nextSeq()), StreamViewType: st.StreamViewTypeNewAndOldImages,
+			},
+		}
+	}
+	return out
+}
+
 // checkpointOf reads a shard's committed position (fault-free).
 func (e *env) checkpointOf(t testing.TB, arn, shard string) string {
 	t.Helper()
@@ -222,7 +253,8 @@ func faultBacklog(t testing.TB) int {
 }
 
 // A single poller under 10% faulted writes (a third applied with the answer
-// lost, among them its first lease take and two renewals) and 5% faulted
+// lost, among them its first lease take, renewals, checkpoint move and its
+// release) and 5% faulted
 // reads (DynamoDB and Streams) catches up over a backlog: it takes its lease
 // once and keeps it (every lost answer on a lease write is recognised as its
 // own write), never reports losing it, never restarts its reader for it, its
@@ -233,13 +265,15 @@ func TestPoller_KeepsItsLeaseAndCatchesUpUnderFaultedWritesAndReads(t *testing.T
 	e := newEnv(t, 17)
 	const shard = "shardId-0"
 	e.stream.addShard(shard, "")
-	recs := e.backlog(t, n)
+	recs := append(e.backlog(t, n), withoutEffect(30)...) // the tail: only a checkpoint move reaches the end
 	e.stream.appendTo(shard, recs...)
 	last := aws.ToString(recs[len(recs)-1].Dynamodb.SequenceNumber)
 
 	f := newFaults(17, 0.10, 0.05)
 	f.forceTake.Store(1)
 	f.forceRenew.Store(2)
+	f.forceMove.Store(1)
+	f.forceRelease.Store(1)
 	p := e.pollerWith(t, "F", faultyStreams{Streams: e.stream.client("F"), f: f}, f.client(t), processor.Config{},
 		func(c *poller.Config) { c.LeaseDuration = 6 * time.Second })
 	stop := start(t, p)
@@ -266,7 +300,7 @@ func TestPoller_KeepsItsLeaseAndCatchesUpUnderFaultedWritesAndReads(t *testing.T
 		counter(t, p.m.LeaseLosses.WithLabelValues(poller.LossLostAnswer)), counter(t, p.m.LeaseLosses.WithLabelValues(poller.LossTaken)),
 		counter(t, p.m.LeaseLosses.WithLabelValues(poller.LossExpired)), counter(t, p.m.ReaderRestarts.WithLabelValues(poller.RestartError)),
 		counter(t, p.m.ReaderRestarts.WithLabelValues(poller.RestartLease)), counter(t, p.m.Resets.WithLabelValues(poller.ResetFailure)))
-	require.False(t, f.forceTake.Load() > 0 || f.forceRenew.Load() > 0, "the forced lost answers happened")
+	require.Zero(t, f.forcedLeft(), "the forced lost answers happened")
 	assert.GreaterOrEqual(t, counter(t, p.m.LeaseLosses.WithLabelValues(poller.LossLostAnswer)), 2.0,
 		"the forced lost answers (a take; a renewal and its retry) are recognised as the poller's own writes")
 	assert.Zero(t, counter(t, p.m.LeaseEvents.WithLabelValues(poller.LeaseLost)), "never reports losing the lease it holds")
@@ -274,6 +308,8 @@ func TestPoller_KeepsItsLeaseAndCatchesUpUnderFaultedWritesAndReads(t *testing.T
 	assert.Zero(t, counter(t, p.m.LeaseLosses.WithLabelValues(poller.LossTaken)))
 	assert.Zero(t, counter(t, p.m.LeaseLosses.WithLabelValues(poller.LossExpired)))
 	assert.Zero(t, counter(t, p.m.ReaderRestarts.WithLabelValues(poller.RestartLease)))
+	assert.Zero(t, counter(t, p.m.ReaderRestarts.WithLabelValues(poller.RestartError)), "a lost answer on a checkpoint move is no failure")
+	assert.Equal(t, 1.0, counter(t, p.m.LeaseEvents.WithLabelValues(poller.LeaseReleased)), "a release whose answer was lost is recognised")
 	assert.Equal(t, 1.0, counter(t, p.m.LeaseEvents.WithLabelValues(poller.LeaseAcquired)), "the lease is taken once and kept")
 	assert.Zero(t, logged(p.logs.lines(), "lease lost"))
 	assert.Greater(t, len(seen), 2, "the checkpoint advanced step by step")
