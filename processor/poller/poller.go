@@ -185,6 +185,13 @@ func (p *Poller) pass(ctx context.Context, renew bool) error {
 		listedAt := time.Now()
 		shards, status, err := listShards(ctx, p.streams, p.cfg.StreamARN)
 		var nf *streamtypes.ResourceNotFoundException
+		for i := 1; err != nil && !errors.As(err, &nf) && i < readAttempts && ctx.Err() == nil; i++ {
+			// A failed read is retried at once (a pass is LeaseDuration/3
+			// away: at start, that is the whole start delayed).
+			pause(ctx, i)
+			listedAt = time.Now()
+			shards, status, err = listShards(ctx, p.streams, p.cfg.StreamARN)
+		}
 		switch {
 		case errors.As(err, &nf):
 			return fmt.Errorf("stream %s no longer exists: %w", p.cfg.StreamARN, err)

@@ -135,7 +135,7 @@ func (r *reader) run() (res readerResult) {
 			res.err = r.move(false)
 			return res
 		}
-		if r.iter == nil {
+		if r.iter == nil && !r.stale {
 			res.err = r.move(true)
 			res.finished = res.err == nil
 			return res
@@ -370,6 +370,9 @@ func (r *reader) reopen(reason string, move bool) error {
 		r.held = ""
 	}
 	r.newGuard()
+	// Until open succeeds the old iterator is past the records just
+	// dropped: reading on with it would commit over the gap.
+	r.stale = true
 	return r.open()
 }
 
