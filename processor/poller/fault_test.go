@@ -418,3 +418,50 @@ func BenchmarkPoller_GoodputUnderFaults(b *testing.B) {
 		b.Log("\n" + table)
 	}
 }
+
+// scriptedStreams fails the GetRecords and GetShardIterator calls of the
+// numbers given (counted from 1).
+type scriptedStreams struct {
+	poller.Streams
+	failRecords, failIterators map[int32]bool
+	records, iterators         *atomic.Int32
+}
+
+func (s scriptedStreams) GetShardIterator(ctx context.Context, in *dynamodbstreams.GetShardIteratorInput, opts ...func(*dynamodbstreams.Options)) (*dynamodbstreams.GetShardIteratorOutput, error) {
+	if s.failIterators[s.iterators.Add(1)] {
+		return nil, &st.InternalServerError{Message: aws.String("injected")}
+	}
+	return s.Streams.GetShardIterator(ctx, in, opts...)
+}
+
+func (s scriptedStreams) GetRecords(ctx context.Context, in *dynamodbstreams.GetRecordsInput, opts ...func(*dynamodbstreams.Options)) (*dynamodbstreams.GetRecordsOutput, error) {
+	if s.failRecords[s.records.Add(1)] {
+		return nil, &st.InternalServerError{Message: aws.String("injected")}
+	}
+	return s.Streams.GetRecords(ctx, in, opts...)
+}
+
+// Reads fail while two full pages are carried for one batch, long enough
+// for the reader to reopen its iterator, and the reopen fails too. The
+// reader must not read on with its old iterator (past the carried pages it
+// dropped): that committed the next pages over the gap, and the carried
+// records were never applied.
+func TestPoller_AFailedReopenNeverCommitsOverTheCarriedPages(t *testing.T) {
+	e := newEnv(t, 19)
+	e.stream.addShard("shardId-0", "")
+	e.stream.appendTo("shardId-0", e.backlog(t, 600)...)
+	s := scriptedStreams{
+		Streams:     e.stream.client("S"),
+		failRecords: map[int32]bool{3: true, 4: true, 5: true}, failIterators: map[int32]bool{2: true},
+		records: new(atomic.Int32), iterators: new(atomic.Int32),
+	}
+	p := e.pollerWith(t, "S", s, nil, processor.Config{}, func(c *poller.Config) {
+		c.Drain, c.MaxRecords, c.BatchRecords = true, 100, 1000
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	require.NoError(t, p.Run(ctx))
+	assert.GreaterOrEqual(t, s.iterators.Load(), int32(3), "the reopen failed and was retried")
+	assert.Equal(t, 2.0, counter(t, p.m.Resets.WithLabelValues(poller.ResetFailure)), "the failed reopen, then the stale reader's")
+	e.requireReconciled(t)
+}
