@@ -616,7 +616,11 @@ func (p *Poller) readerDone(ctx context.Context, r readerResult) {
 		p.release(ctx, r.shard, h)
 	default:
 		if r.err != nil {
-			p.m.ReaderRestarts.WithLabelValues(RestartError).Inc()
+			reason := RestartError
+			if !time.Now().Before(h.validUntil) {
+				reason = RestartLease // cancelled at the end of the lease's validity
+			}
+			p.m.ReaderRestarts.WithLabelValues(reason).Inc()
 			p.log.Error("shard reader failed; restarting it after a pause", "shard", r.shard, "error", r.err.Error())
 		}
 		h.retryAt = time.Now().Add(p.cfg.renewInterval())
