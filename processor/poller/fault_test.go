@@ -249,16 +249,15 @@ func (e *env) checkpointOf(t testing.TB, arn, shard string) string {
 	return cp
 }
 
-// faultBacklog is the test's backlog: LEDGER_FAULT_BACKLOG records
-// (10000 for the full size), 2000 by default so that make test
-// stays short on 2 cores.
+// faultBacklog is the test's backlog: 10,000 records, the size
+// (about 30s on a busy 2-core machine); LEDGER_FAULT_BACKLOG sets another.
 func faultBacklog(t testing.TB) int {
 	if v := os.Getenv("LEDGER_FAULT_BACKLOG"); v != "" {
 		n, err := strconv.Atoi(v)
 		require.NoError(t, err, "LEDGER_FAULT_BACKLOG")
 		return n
 	}
-	return 2000
+	return 10000
 }
 
 // A single poller under 10% faulted writes (a third applied with the answer
