@@ -52,8 +52,16 @@
 //     names this owner (its previous life): SET owner = me, counter + 1;
 //     condition counter = seen (or no counter yet);
 //   - renew, every LeaseDuration/3: counter + 1; condition owner = me and
-//     counter = mine. A failed condition means another poller has the lease:
-//     the reader is cancelled at once;
+//     counter = mine. A renewal that fails for a retryable reason or with an
+//     unknown outcome is retried while the lease is valid (at most half a
+//     renewal interval per round). A failed condition is followed by a
+//     consistent re-read: owner = me at the counter the renewal wrote is
+//     this poller's own write whose answer was lost (as KCL does), and the
+//     lease is kept, valid from the first attempt that could have written
+//     it; anything else means another poller has the lease: the reader is
+//     cancelled at once. Takes, releases, hand-offs, requests and
+//     checkpoint moves recognise their own lost answers the same way
+//     (docs/exactly-once.md, "Leases");
 //   - expiry: a poller considers a lease expired once it has seen the same
 //     counter for LeaseDuration on its own clock (as KCL does: no clock is
 //     compared across machines). The owner stops its reader at the send

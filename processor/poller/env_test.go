@@ -29,7 +29,8 @@ import (
 
 // The package's tables are all created before any test writes (DynamoDB
 // Local slows writes to tables created after its stream holds many
-// records).
+// records): one per test that makes one (13), and one to spare. A test
+// that gets a later table is slow enough for 3-second leases to expire.
 const tablePoolSize = 14
 
 var (
@@ -69,7 +70,7 @@ type env struct {
 	w      *processortest.Workload
 }
 
-func newEnv(t *testing.T, seed uint64) *env {
+func newEnv(t testing.TB, seed uint64) *env {
 	t.Helper()
 	e := &env{ddb: ddblocal.Client(t), table: newTableName(t), w: processortest.NewWorkload(seed)}
 	e.stream = newFakeStream("arn:aws:dynamodb:us-east-1:000000000000:table/" + e.table + "/stream/2026-01-01T00:00:00.000")
@@ -79,7 +80,7 @@ func newEnv(t *testing.T, seed uint64) *env {
 
 // write runs n workload steps against the table and returns the stream
 // records they produced.
-func (e *env) write(t *testing.T, n int) []st.Record {
+func (e *env) write(t testing.TB, n int) []st.Record {
 	t.Helper()
 	require.NoError(t, e.w.Run(context.Background(), e.rec, e.table, n))
 	return e.rec.take()
@@ -145,7 +146,7 @@ func (e *env) poller(t *testing.T, owner string, streams poller.Streams, api *dy
 
 // pollerWith is poller with the processor's limits of pc (its table and
 // backoffs are the env's).
-func (e *env) pollerWith(t *testing.T, owner string, streams poller.Streams, api *dynamodb.Client, pc processor.Config, mutate func(*poller.Config)) *testPoller {
+func (e *env) pollerWith(t testing.TB, owner string, streams poller.Streams, api *dynamodb.Client, pc processor.Config, mutate func(*poller.Config)) *testPoller {
 	t.Helper()
 	if streams == nil {
 		streams = e.stream.client(owner)
@@ -190,7 +191,7 @@ func (e *env) drain(t *testing.T, owner string, mutate func(*poller.Config)) *te
 }
 
 // start runs p in the background; the returned stop cancels it and waits.
-func start(t *testing.T, p *testPoller) (stop func()) {
+func start(t testing.TB, p *testPoller) (stop func()) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -211,7 +212,7 @@ func start(t *testing.T, p *testPoller) (stop func()) {
 	return stop
 }
 
-func (e *env) requireReconciled(t *testing.T) {
+func (e *env) requireReconciled(t testing.TB) {
 	t.Helper()
 	diffs, stats, err := processor.Reconcile(context.Background(), e.ddb, e.table, processor.Scope{})
 	require.NoError(t, err)
@@ -221,7 +222,7 @@ func (e *env) requireReconciled(t *testing.T) {
 	require.NotZero(t, stats.Reports, "no reports at all")
 }
 
-func counter(t *testing.T, c prometheus.Collector) float64 {
+func counter(t testing.TB, c prometheus.Collector) float64 {
 	t.Helper()
 	return testutil.ToFloat64(c)
 }
@@ -331,7 +332,7 @@ func (d deadStreams) check() error {
 	return nil
 }
 
-func eventually(t *testing.T, what string, timeout time.Duration, cond func() bool) {
+func eventually(t testing.TB, what string, timeout time.Duration, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
 	for !cond() {

@@ -18,6 +18,22 @@ const (
 	LeaseRequested = "requested"  // asked another owner for one of its leases
 )
 
+// Label values of ledger_poller_lease_losses_total{cause}. Only taken and
+// expired stop a reader: lost_answer counts the apparent losses that are
+// not (a lease write's condition failed against this poller's own write,
+// whose answer was lost; docs/exactly-once.md, "Leases").
+const (
+	LossLostAnswer = "lost_answer" // recognised as this poller's own write: the lease is kept
+	LossExpired    = "expired"     // no renewal landed within the lease's life: reader stopped
+	LossTaken      = "taken"       // another poller's write: reader stopped
+)
+
+// Label values of ledger_poller_reader_restarts_total{reason}.
+const (
+	RestartError = "error" // the reader failed (too many failures in a row): restarted after a pause
+	RestartLease = "lease" // the reader was cancelled because its lease was taken or expired
+)
+
 // Label values of ledger_stream_iterator_resets_total{reason}.
 const (
 	ResetExpired = "expired" // ExpiredIteratorException: reopened after the checkpoint
@@ -35,6 +51,11 @@ type Metrics struct {
 	RecordsRead prometheus.Counter     // ledger_stream_records_read_total
 	Resets      *prometheus.CounterVec // ledger_stream_iterator_resets_total{reason}
 	Checkpoints prometheus.Counter     // ledger_poller_checkpoint_moves_total
+
+	LeaseLosses    *prometheus.CounterVec // ledger_poller_lease_losses_total{cause}
+	ReaderRestarts *prometheus.CounterVec // ledger_poller_reader_restarts_total{reason}
+	Committed      prometheus.Counter     // ledger_poller_records_committed_total
+	Goodput        prometheus.Gauge       // ledger_poller_goodput_records_per_second
 }
 
 // NewMetrics creates the poller's collectors and registers them with reg
@@ -69,6 +90,28 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Namespace: "ledger", Subsystem: "poller", Name: "checkpoint_moves_total",
 			Help: "Checkpoints moved outside commits, over records that had no effect (and at shard ends).",
 		}),
+		LeaseLosses: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "ledger", Subsystem: "poller", Name: "lease_losses_total",
+			Help: "Leases lost by cause: taken (another poller's write) and expired stop a reader; lost_answer is a lease write whose answer was lost, recognised as this poller's own: the lease is kept.",
+		}, []string{"cause"}),
+		ReaderRestarts: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "ledger", Subsystem: "poller", Name: "reader_restarts_total",
+			Help: "Shard readers stopped before their shard's end and read again from the checkpoint: error (failed), lease (lease taken or expired).",
+		}, []string{"reason"}),
+		Committed: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "ledger", Subsystem: "poller", Name: "records_committed_total",
+			Help: "Stream records this poller finished (committed, quarantined, or without effect), duplicates excluded: goodput.",
+		}),
+		Goodput: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: "ledger", Subsystem: "poller", Name: "goodput_records_per_second",
+			Help: "Records committed per second (records_committed_total) over the last minute.",
+		}),
+	}
+	for _, c := range []string{LossLostAnswer, LossExpired, LossTaken} {
+		m.LeaseLosses.WithLabelValues(c)
+	}
+	for _, r := range []string{RestartError, RestartLease} {
+		m.ReaderRestarts.WithLabelValues(r)
 	}
 	for _, e := range []string{LeaseAcquired, LeaseTakenOver, LeaseLost, LeaseExpired, LeaseReleased, LeaseHandedOff, LeaseRequested} {
 		m.LeaseEvents.WithLabelValues(e)
@@ -83,7 +126,8 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		m.Shards.WithLabelValues(s)
 	}
 	if reg != nil {
-		reg.MustRegister(m.LeasesHeld, m.LeaseEvents, m.Shards, m.Reads, m.RecordsRead, m.Resets, m.Checkpoints)
+		reg.MustRegister(m.LeasesHeld, m.LeaseEvents, m.Shards, m.Reads, m.RecordsRead, m.Resets, m.Checkpoints,
+			m.LeaseLosses, m.ReaderRestarts, m.Committed, m.Goodput)
 	}
 	return m
 }

@@ -45,6 +45,15 @@ type Poller struct {
 	finishedAt time.Time // when a reader last finished a shard (drain waits for a listing after it)
 	done       chan readerResult
 	stopping   bool
+
+	committed atomic.Int64 // records committed (Metrics.Committed), for the goodput gauge
+	goodput   []sample     // (time, committed) of the last minute's passes
+}
+
+// sample is the committed count at a time.
+type sample struct {
+	at time.Time
+	n  int64
 }
 
 // observation is when this poller first saw a lease in its current state:
@@ -68,6 +77,11 @@ type holding struct {
 	lost       bool   // the lease is another poller's now
 	handoffTo  string // stop, then give the lease to this poller
 	retryAt    time.Time
+	// unknownTo is the counter a renewal with an unknown outcome (an
+	// error, or a failed condition) tried to write, first sent at
+	// unknownSent: if a re-read shows it, that is the validity's start.
+	unknownTo   int64
+	unknownSent time.Time
 }
 
 func (h *holding) signalStop() { h.stopOnce.Do(func() { close(h.stop) }) }
@@ -171,6 +185,13 @@ func (p *Poller) pass(ctx context.Context, renew bool) error {
 		listedAt := time.Now()
 		shards, status, err := listShards(ctx, p.streams, p.cfg.StreamARN)
 		var nf *streamtypes.ResourceNotFoundException
+		for i := 1; err != nil && !errors.As(err, &nf) && i < readAttempts && ctx.Err() == nil; i++ {
+			// A failed read is retried at once (a pass is LeaseDuration/3
+			// away: at start, that is the whole start delayed).
+			pause(ctx, i)
+			listedAt = time.Now()
+			shards, status, err = listShards(ctx, p.streams, p.cfg.StreamARN)
+		}
 		switch {
 		case errors.As(err, &nf):
 			return fmt.Errorf("stream %s no longer exists: %w", p.cfg.StreamARN, err)
@@ -190,6 +211,10 @@ func (p *Poller) pass(ctx context.Context, renew bool) error {
 		}
 	}
 	leases, cps, err := p.store.readAll(ctx)
+	for i := 1; err != nil && i < readAttempts && ctx.Err() == nil; i++ {
+		pause(ctx, i)
+		leases, cps, err = p.store.readAll(ctx)
+	}
 	if err != nil {
 		if ctx.Err() == nil {
 			p.log.Warn("reading leases failed; retrying at the next pass", "error", err.Error())
@@ -314,8 +339,17 @@ func (p *Poller) assign(ctx context.Context) {
 			return
 		}
 		_, expired := p.available(l)
+		sent := time.Now() // the validity counts from the send time
 		taken, err := p.store.take(ctx, l, p.cfg.Owner, p.cfg.LeaseDuration)
-		sent := time.Now()
+		if err != nil && ctx.Err() == nil {
+			// A failed condition or an unknown outcome: the lease at
+			// seen + 1 in this owner's name is this take, its answer lost.
+			if cur, rerr := p.store.readLease(ctx, l.shard); rerr == nil && cur.owner == p.cfg.Owner && cur.counter == l.counter+1 {
+				p.m.LeaseLosses.WithLabelValues(LossLostAnswer).Inc()
+				p.log.Info("lease take landed, its answer lost", "shard", l.shard, "counter", cur.counter, "error", err.Error())
+				taken, err = cur, nil
+			}
+		}
 		if err != nil {
 			if !errors.Is(err, errConditionFailed) && ctx.Err() == nil {
 				p.log.Warn("taking lease failed", "shard", l.shard, "error", err.Error())
@@ -417,10 +451,10 @@ func (p *Poller) shard(id string) (shard, bool) {
 	return shard{}, false
 }
 
-// renewAll renews every held lease. A renewal that finds the lease changed
-// means another poller has it: the reader is cancelled at once. A renewal
-// that shows a hand-off request stops the reader gracefully; the lease goes
-// to the asker once the batch in hand is committed.
+// renewAll renews every held lease (renew). A renewal that finds another
+// poller's write means the lease is lost: the reader is cancelled at once.
+// A renewal that shows a hand-off request stops the reader gracefully; the
+// lease goes to the asker once the batch in hand is committed.
 func (p *Poller) renewAll(ctx context.Context) {
 	rctx := context.WithoutCancel(ctx)
 	for id, h := range p.held {
@@ -431,15 +465,13 @@ func (p *Poller) renewAll(ctx context.Context) {
 			p.expire(id, h)
 			continue
 		}
-		cctx, cancel := context.WithTimeout(rctx, p.cfg.LeaseDuration/3)
-		sent := time.Now()
-		l, err := p.store.renew(cctx, h.lease, p.cfg.LeaseDuration)
-		cancel()
+		l, sent, err := p.renew(rctx, id, h)
 		switch {
-		case errors.Is(err, errConditionFailed):
+		case errors.Is(err, errLeaseTaken):
 			h.lost = true
 			p.m.LeaseEvents.WithLabelValues(LeaseLost).Inc()
-			p.log.Warn("lease lost: another poller holds it; reader stopped", "shard", id)
+			p.m.LeaseLosses.WithLabelValues(LossTaken).Inc()
+			p.log.Warn("lease lost: another poller holds it; reader stopped", "shard", id, "error", err.Error())
 			p.drop(id, h)
 			continue
 		case err != nil:
@@ -460,10 +492,69 @@ func (p *Poller) renewAll(ctx context.Context) {
 	}
 }
 
+// errLeaseTaken means a renewal found another poller's write on the lease.
+var errLeaseTaken = errors.New("lease taken by another poller")
+
+// renew renews h's lease, retrying a renewal that fails for a retryable
+// reason or with an unknown outcome while the lease is valid, for at most
+// half a renewal interval (the next round goes on), so that one lease
+// cannot hold the others up. A failed condition (a retry of an attempt
+// that landed fails it too) is followed by a consistent re-read: the lease
+// in this owner's name at the counter the renewal wrote is its own write,
+// valid from the first attempt that could have written it
+// (docs/exactly-once.md, "Leases"); any other write is another poller's
+// (errLeaseTaken). It returns the lease as written and the send time its
+// validity counts from.
+func (p *Poller) renew(ctx context.Context, id string, h *holding) (lease, time.Time, error) {
+	budget := time.Now().Add(p.cfg.renewInterval() / 2)
+	if h.validUntil.Before(budget) {
+		budget = h.validUntil
+	}
+	target := h.lease.counter + 1
+	for attempt := 1; ; attempt++ {
+		cctx, cancel := context.WithTimeout(ctx, p.cfg.LeaseDuration/3)
+		sent := time.Now()
+		l, err := p.store.renew(cctx, h.lease, p.cfg.LeaseDuration)
+		cancel()
+		if err == nil {
+			return l, sent, nil
+		}
+		if h.unknownTo != target {
+			// This attempt may have landed (an error: unknown outcome; a
+			// failed condition: an SDK retry of it may have been refused by
+			// its own first attempt).
+			h.unknownTo, h.unknownSent = target, sent
+		}
+		if errors.Is(err, errConditionFailed) {
+			rctx, cancel := context.WithTimeout(ctx, p.cfg.LeaseDuration/3)
+			cur, rerr := p.store.readLease(rctx, id)
+			cancel()
+			switch {
+			case rerr != nil:
+				err = fmt.Errorf("%w; re-reading it: %w", err, rerr)
+			case cur.owner == p.cfg.Owner && cur.counter == target:
+				p.m.LeaseLosses.WithLabelValues(LossLostAnswer).Inc()
+				p.log.Info("lease renewal landed, its answer lost; lease kept", "shard", id, "counter", cur.counter)
+				return cur, h.unknownSent, nil
+			case cur.owner == p.cfg.Owner && cur.counter == h.lease.counter:
+				// Unchanged: the condition cannot have failed on it; retry.
+			default:
+				return lease{}, sent, fmt.Errorf("%w: owner %q, counter %d (this poller's %d)", errLeaseTaken, cur.owner, cur.counter, h.lease.counter)
+			}
+		}
+		wait := p.throttleBackoff(attempt)
+		if !time.Now().Add(wait).Before(budget) {
+			return lease{}, sent, fmt.Errorf("%d attempts: %w", attempt, err)
+		}
+		time.Sleep(wait)
+	}
+}
+
 // expire stops the reader of a lease that could not be renewed in time.
 func (p *Poller) expire(id string, h *holding) {
 	h.lost = true
 	p.m.LeaseEvents.WithLabelValues(LeaseExpired).Inc()
+	p.m.LeaseLosses.WithLabelValues(LossExpired).Inc()
 	p.log.Warn("lease expired before it could be renewed; reader stopped", "shard", id)
 	p.drop(id, h)
 }
@@ -471,6 +562,9 @@ func (p *Poller) expire(id string, h *holding) {
 // drop forgets a lease that is no longer this poller's, cancelling its
 // reader; the reader's result still arrives and is ignored.
 func (p *Poller) drop(id string, h *holding) {
+	if h.running {
+		p.m.ReaderRestarts.WithLabelValues(RestartLease).Inc()
+	}
 	if h.cancel != nil {
 		h.cancel()
 	}
@@ -522,6 +616,11 @@ func (p *Poller) readerDone(ctx context.Context, r readerResult) {
 		p.release(ctx, r.shard, h)
 	default:
 		if r.err != nil {
+			reason := RestartError
+			if !time.Now().Before(h.validUntil) {
+				reason = RestartLease // cancelled at the end of the lease's validity
+			}
+			p.m.ReaderRestarts.WithLabelValues(reason).Inc()
 			p.log.Error("shard reader failed; restarting it after a pause", "shard", r.shard, "error", r.err.Error())
 		}
 		h.retryAt = time.Now().Add(p.cfg.renewInterval())
@@ -604,8 +703,39 @@ func (p *Poller) running() int {
 	return n
 }
 
+// goodputWindow is how far back the goodput gauge looks.
+const goodputWindow = time.Minute
+
+// addCommitted counts the records of done (finished by a Process call)
+// after cp, the checkpoint before the call: records this poller moved the
+// checkpoint past, once each, whether committed, quarantined or without
+// effect; records at or before cp (read again after a restart) are not
+// goodput, and a commit whose answer was lost still counts once.
+func (p *Poller) addCommitted(done []processor.Record, cp string) {
+	n := 0
+	for i := range done {
+		if cp == "" || processor.CompareSequence(done[i].SequenceNumber, cp) > 0 {
+			n++
+		}
+	}
+	if n > 0 {
+		p.committed.Add(int64(n))
+		p.m.Committed.Add(float64(n))
+	}
+}
+
 func (p *Poller) gauges() {
 	p.m.LeasesHeld.Set(float64(len(p.held)))
+	now := sample{at: time.Now(), n: p.committed.Load()}
+	for len(p.goodput) > 1 && now.at.Sub(p.goodput[1].at) >= goodputWindow {
+		p.goodput = p.goodput[1:]
+	}
+	if len(p.goodput) > 0 {
+		if d := now.at.Sub(p.goodput[0].at).Seconds(); d > 0 {
+			p.m.Goodput.Set(float64(now.n-p.goodput[0].n) / d)
+		}
+	}
+	p.goodput = append(p.goodput, now)
 	counts := map[string]int{"open": 0, "closed": 0, "finished": 0, "waiting": 0}
 	elig := map[string]bool{}
 	for _, s := range p.eligible() {

@@ -110,10 +110,6 @@ func (r *reader) run() (res readerResult) {
 	}()
 	r.newGuard()
 	r.lastMove = time.Now()
-	if err := r.open(); err != nil {
-		res.err = err
-		return res
-	}
 	failures, empty := 0, 0
 	fail := func(reason string, err error) bool {
 		failures++
@@ -124,6 +120,16 @@ func (r *reader) run() (res readerResult) {
 		r.log.Warn("shard read failed; backing off", "reason", reason, "failures", failures, "error", err.Error())
 		return r.wait(r.p.throttleBackoff(failures))
 	}
+	for err := r.open(); err != nil; err = r.open() {
+		// A failed open (a faulted read) is retried, not a reader restart.
+		if errors.Is(err, errShardGone) || !fail("open", err) {
+			if res.err == nil {
+				res.err = err
+			}
+			return res
+		}
+	}
+	failures = 0
 	for {
 		if r.stopping() {
 			res.err = r.move(false)
@@ -193,6 +199,12 @@ func (r *reader) run() (res readerResult) {
 				if !fail("error", err) {
 					return res
 				}
+				if failures < 3 {
+					// A read changes nothing and an iterator can be read
+					// again until it expires: retry it, keeping the records
+					// carried for the batch.
+					continue
+				}
 				// The iterator may be what is wrong: open a new one.
 				if err := r.reopen(ResetFailure, true); err != nil && !fail("reopen", err) {
 					return res
@@ -246,7 +258,9 @@ func (r *reader) run() (res readerResult) {
 			r.carry = recs
 			continue
 		}
-		_, err = r.p.proc.Process(r.ctx, r.guard, recs)
+		before, _ := r.guard.Checkpoint(r.ctx) // loads what Process reads first anyway
+		pr, err := r.p.proc.Process(r.ctx, r.guard, recs)
+		r.p.addCommitted(recs[:pr.Committed], before)
 		if err != nil {
 			if r.ctx.Err() != nil {
 				res.err = r.ctx.Err()
@@ -367,6 +381,9 @@ func (r *reader) reopen(reason string, move bool) error {
 		r.held = ""
 	}
 	r.newGuard()
+	// Until open succeeds the old iterator is past the records just
+	// dropped: reading on with it would commit over the gap.
+	r.stale = true
 	return r.open()
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"regexp"
 	"strconv"
 	"strings"
@@ -64,6 +65,7 @@ type checkpoint struct {
 	seq      string // "" when nothing was committed
 	finished bool
 	startAt  string
+	pending  bool // a half-committed batch is on it
 }
 
 // store reads and writes one stream's lease and checkpoint items.
@@ -116,16 +118,10 @@ func (s *store) readAll(ctx context.Context) (map[string]lease, map[string]check
 			sk := getS(item, attrSK)
 			switch {
 			case strings.HasPrefix(sk, leasePrefix):
-				l := lease{shard: strings.TrimPrefix(sk, leasePrefix), owner: getS(item, attrOwner), pending: getS(item, attrPending), exists: true}
-				if n, ok := item[attrCounter].(*ddbtypes.AttributeValueMemberN); ok {
-					l.counter, _ = strconv.ParseInt(n.Value, 10, 64)
-				}
+				l := leaseOf(strings.TrimPrefix(sk, leasePrefix), item)
 				leases[l.shard] = l
 			case strings.HasPrefix(sk, cpPrefix):
-				c := checkpoint{shard: strings.TrimPrefix(sk, cpPrefix), seq: getS(item, attrSequenceNumber), startAt: getS(item, attrStartAt)}
-				if b, ok := item[attrFinished].(*ddbtypes.AttributeValueMemberBOOL); ok {
-					c.finished = b.Value
-				}
+				c := checkpointOf(strings.TrimPrefix(sk, cpPrefix), item)
 				cps[c.shard] = c
 			}
 		}
@@ -133,6 +129,99 @@ func (s *store) readAll(ctx context.Context) (map[string]lease, map[string]check
 			return leases, cps, nil
 		}
 		start = out.LastEvaluatedKey
+	}
+}
+
+func leaseOf(shard string, item map[string]ddbtypes.AttributeValue) lease {
+	l := lease{shard: shard, owner: getS(item, attrOwner), pending: getS(item, attrPending), exists: true}
+	if n, ok := item[attrCounter].(*ddbtypes.AttributeValueMemberN); ok {
+		l.counter, _ = strconv.ParseInt(n.Value, 10, 64)
+	}
+	return l
+}
+
+func checkpointOf(shard string, item map[string]ddbtypes.AttributeValue) checkpoint {
+	c := checkpoint{shard: shard, seq: getS(item, attrSequenceNumber), startAt: getS(item, attrStartAt)}
+	if b, ok := item[attrFinished].(*ddbtypes.AttributeValueMemberBOOL); ok {
+		c.finished = b.Value
+	}
+	_, c.pending = item[processor.CheckpointPendingAttribute]
+	return c
+}
+
+// readItem reads one item with a consistent read (a Query of its key, the
+// only read the Table interface offers); nil when it does not exist.
+func (s *store) readItem(ctx context.Context, k aggregates.Key) (map[string]ddbtypes.AttributeValue, error) {
+	out, err := s.api.Query(ctx, &dynamodb.QueryInput{
+		TableName:                 &s.table,
+		KeyConditionExpression:    aws.String("#pk = :pk AND #sk = :sk"),
+		ExpressionAttributeNames:  map[string]string{"#pk": attrPK, "#sk": attrSK},
+		ExpressionAttributeValues: map[string]ddbtypes.AttributeValue{":pk": str(k.PK), ":sk": str(k.SK)},
+		ConsistentRead:            aws.Bool(true),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", k.SK, err)
+	}
+	if len(out.Items) == 0 {
+		return nil, nil
+	}
+	return out.Items[0], nil
+}
+
+// readAttempts bounds the re-reads after a write whose outcome is unknown.
+const readAttempts = 3
+
+// readLease reads one lease (consistently), retrying a failed read a few
+// times: it decides whether a write whose answer was lost landed.
+func (s *store) readLease(ctx context.Context, shard string) (lease, error) {
+	var err error
+	for i := 0; i < readAttempts && ctx.Err() == nil; i++ {
+		var item map[string]ddbtypes.AttributeValue
+		if item, err = s.readItem(ctx, aggregates.LeaseKey(s.streamARN, shard)); err == nil {
+			if item == nil {
+				return lease{shard: shard}, nil
+			}
+			return leaseOf(shard, item), nil
+		}
+		pause(ctx, i+1)
+	}
+	if err == nil {
+		err = ctx.Err()
+	}
+	return lease{}, err
+}
+
+// readCheckpoint reads one checkpoint (consistently), retrying a failed
+// read a few times.
+func (s *store) readCheckpoint(ctx context.Context, shard string) (checkpoint, error) {
+	var err error
+	for i := 0; i < readAttempts && ctx.Err() == nil; i++ {
+		var item map[string]ddbtypes.AttributeValue
+		if item, err = s.readItem(ctx, aggregates.CheckpointKey(s.streamARN, shard)); err == nil {
+			return checkpointOf(shard, item), nil
+		}
+		pause(ctx, i+1)
+	}
+	if err == nil {
+		err = ctx.Err()
+	}
+	return checkpoint{}, err
+}
+
+// writeAttempts bounds the attempts of a checkpoint move, start marker,
+// release or request whose outcome stays unknown (renewals have their own
+// budget: the lease's life).
+const writeAttempts = 4
+
+// pause waits before attempt n+1 of a store call: 20ms doubling, full
+// jitter, at most 500ms; it returns early when ctx ends.
+func pause(ctx context.Context, n int) {
+	d := min(20*time.Millisecond<<min(n-1, 10), 500*time.Millisecond)
+	t := time.NewTimer(time.Duration(rand.Int64N(int64(d) + 1)))
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
 	}
 }
 
@@ -226,8 +315,28 @@ func (s *store) renew(ctx context.Context, l lease, duration time.Duration) (lea
 }
 
 // release gives up a lease l.owner holds: to nobody (the lease becomes
-// free) or, when to is set, straight to the poller that asked for it.
+// free) or, when to is set, straight to the poller that asked for it. A
+// failed attempt is followed by a re-read: the lease at counter + 1 with
+// the intended owner means it landed (its answer was lost); an attempt
+// that did not land is tried again, a few times.
 func (s *store) release(ctx context.Context, l lease, to string) error {
+	for i := 1; ; i++ {
+		err := s.releaseOnce(ctx, l, to)
+		if err == nil || ctx.Err() != nil {
+			return err
+		}
+		cur, rerr := s.readLease(ctx, l.shard)
+		if rerr == nil && cur.exists && cur.counter == l.counter+1 && cur.owner == to {
+			return nil
+		}
+		if errors.Is(err, errConditionFailed) || i >= writeAttempts {
+			return err
+		}
+		pause(ctx, i)
+	}
+}
+
+func (s *store) releaseOnce(ctx context.Context, l lease, to string) error {
 	set := "#c = :next, #ua = :ua"
 	remove := []string{"#p"}
 	values := map[string]ddbtypes.AttributeValue{
@@ -246,12 +355,20 @@ func (s *store) release(ctx context.Context, l lease, to string) error {
 }
 
 // request asks the owner of l to hand it over to requester. It does not
-// change the counter, so it neither renews nor expires the lease.
+// change the counter, so it neither renews nor expires the lease. A failed
+// attempt is followed by a re-read: pendingOwner = requester on the lease
+// as seen means it landed.
 func (s *store) request(ctx context.Context, l lease, requester string) error {
 	set := "#p = :r"
 	cond := "#o = :o AND #c = :c AND attribute_not_exists(#p)"
 	_, err := s.update(ctx, "request lease", aggregates.LeaseKey(s.streamARN, l.shard), set, nil, cond, names(set, cond),
 		map[string]ddbtypes.AttributeValue{":r": str(requester), ":o": str(l.owner), ":c": num(l.counter)})
+	if err == nil || ctx.Err() != nil {
+		return err
+	}
+	if cur, rerr := s.readLease(ctx, l.shard); rerr == nil && cur.owner == l.owner && cur.counter == l.counter && cur.pending == requester {
+		return nil
+	}
 	return err
 }
 
@@ -260,8 +377,33 @@ func (s *store) request(ctx context.Context, l lease, requester string) error {
 // when the records in (prev, seq] were all processed and had no effect, so
 // nothing committed them. finished also marks the shard as read to its end
 // (seq may then equal prev). It fails with errConditionFailed when the
-// checkpoint is no longer prev.
+// checkpoint is no longer prev. A failed attempt is followed by a re-read:
+// the checkpoint at seq (finished when asked), with no pending batch, means
+// the move landed, its answer lost, or a commit reached the same record
+// (sequence numbers are unique: the chain is at the same place either
+// way); an attempt that did not land is tried again, a few times.
 func (s *store) advance(ctx context.Context, shard, prev, seq string, finished bool) error {
+	want := seq
+	if want == "" {
+		want = prev
+	}
+	for i := 1; ; i++ {
+		err := s.advanceOnce(ctx, shard, prev, seq, finished)
+		if err == nil || ctx.Err() != nil {
+			return err
+		}
+		cp, rerr := s.readCheckpoint(ctx, shard)
+		if rerr == nil && cp.seq == want && !cp.pending && (cp.finished || !finished) {
+			return nil
+		}
+		if errors.Is(err, errConditionFailed) || i >= writeAttempts {
+			return err
+		}
+		pause(ctx, i)
+	}
+}
+
+func (s *store) advanceOnce(ctx context.Context, shard, prev, seq string, finished bool) error {
 	now := s.now().UTC().Format(time.RFC3339Nano)
 	set := []string{"#et = :et", "#ua = :ua", "#sh = :sh"}
 	nm := map[string]string{"#et": attrEntityType, "#ua": attrUpdatedAt, "#sh": attrShardID, "#seq": attrSequenceNumber}
@@ -291,10 +433,23 @@ func (s *store) advance(ctx context.Context, shard, prev, seq string, finished b
 // reader opens (LATEST), so that a restart before the first checkpoint
 // opens there again. closed shards are marked finished instead: a fresh
 // LATEST start skips what the stream held before it.
+// An attempt with an unknown outcome is tried again (a few times): the
+// repeat of one that landed fails its condition, which the caller accepts
+// (a checkpoint exists).
 func (s *store) markStart(ctx context.Context, shard string, closed bool) error {
 	if closed {
 		return s.advance(ctx, shard, "", "", true)
 	}
+	for i := 1; ; i++ {
+		err := s.markStartOnce(ctx, shard)
+		if err == nil || errors.Is(err, errConditionFailed) || ctx.Err() != nil || i >= writeAttempts {
+			return err
+		}
+		pause(ctx, i)
+	}
+}
+
+func (s *store) markStartOnce(ctx context.Context, shard string) error {
 	now := s.now().UTC().Format(time.RFC3339Nano)
 	_, err := s.update(ctx, "mark start", aggregates.CheckpointKey(s.streamARN, shard), "#et = :et, #ua = :ua, #sh = :sh, #st = :st", nil,
 		"attribute_not_exists(#seq)",
