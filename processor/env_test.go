@@ -22,7 +22,7 @@ func TestMain(m *testing.M) { ddblocal.Main(m) }
 
 // DynamoDB Local slows writes to tables created after its stream holds many
 // records, so the package creates all its tables before any test writes.
-const tablePoolSize = 30
+const tablePoolSize = 40
 
 var (
 	poolOnce sync.Once
