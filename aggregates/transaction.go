@@ -94,7 +94,7 @@ func IsTransactionKey(pk string) bool {
 	return ok
 }
 
-// ParseTransaction validates a stored image against DESIGN.md's rules and
+// ParseTransaction validates a stored image against the rules of docs/design.md ("Transaction") and
 // returns the transaction. The error is always an *InvalidError naming the
 // first rule broken.
 func ParseTransaction(img Image) (Transaction, error) {

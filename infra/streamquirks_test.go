@@ -57,7 +57,7 @@ func (r *recorder) RoundTrip(req *http.Request) (*http.Response, error) {
 // attribute comes back in stream images as a bare {} (AWS sends
 // {"M":{}}), and aws-sdk-go-v2's dynamodbstreams decoder turns it into
 // something that is not an empty map. If this test starts failing, the
-// quirk changed: update DESIGN.md's "Local DynamoDB" section and the
+// quirk changed: update docs/design.md's "DynamoDB Local" section and the
 // processor's decoding test with it.
 func TestDynamoDBLocal_EmptyMapInStreamImageHasNoTypeTag(t *testing.T) {
 	ctx := t.Context()

@@ -96,7 +96,7 @@ func (w *Workload) newItem(k aggregates.Key, date string) map[string]ddbtypes.At
 	return item
 }
 
-// poison makes item invalid in one of the ways DESIGN.md lists.
+// poison makes item invalid in one of the ways aggregates.ParseTransaction refuses (docs/design.md, "Transaction").
 func (w *Workload) poison(item map[string]ddbtypes.AttributeValue) string {
 	kinds := []string{"amount_string", "amount_missing", "amount_zero", "type_lower", "category_empty", "date_mismatch", "entity_type", "cost_center_empty"}
 	kind := w.pick(kinds)
