@@ -290,8 +290,9 @@ func TestPoller_KeepsItsLeaseAndCatchesUpUnderFaultedWritesAndReads(t *testing.T
 	p := e.pollerWith(t, "F", faultyStreams{Streams: e.stream.client("F"), f: f}, f.client(t), processor.Config{},
 		func(c *poller.Config) {
 			// Batches of up to ten pages of 100 records: a failed read must
-			// not drop the pages carried.
-			c.LeaseDuration, c.MaxRecords, c.BatchRecords = 6*time.Second, 100, 1000
+			// not drop the pages carried. The lease outlives a renewal
+			// slowed by a loaded machine (renewals every 5 s).
+			c.LeaseDuration, c.MaxRecords, c.BatchRecords = 15*time.Second, 100, 1000
 		})
 	stop := start(t, p)
 

@@ -95,8 +95,10 @@ func TestPoller_ReopensExpiredIteratorsAfterTheLastRecordAndBacksOffOnThrottling
 	f.expire["shardId-A"] = 2
 	f.throttle["shardId-A"] = 3
 
-	// Expire the iterator again in the middle of the stream.
-	tp := e.poller(t, "p1", nil, nil, func(c *poller.Config) { c.Drain = true })
+	// Expire the iterator again in the middle of the stream. The lease is
+	// long: this test counts reads, and a renewal slowed past a 3-second
+	// lease on a loaded machine restarts the reader (a re-read).
+	tp := e.poller(t, "p1", nil, nil, func(c *poller.Config) { c.Drain, c.LeaseDuration = true, 30*time.Second })
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	done := make(chan error, 1)
@@ -156,7 +158,7 @@ func TestPoller_LatestStartSkipsTheBacklog(t *testing.T) {
 	f.close("shardId-old")
 	f.addShard("shardId-A", "shardId-old")
 	f.appendTo("shardId-A", e.write(t, 100)...)
-	tp := e.poller(t, "p1", nil, nil, func(c *poller.Config) { c.StartPosition = poller.Latest })
+	tp := e.poller(t, "p1", nil, nil, func(c *poller.Config) { c.StartPosition, c.LeaseDuration = poller.Latest, 30*time.Second })
 	stop := start(t, tp)
 	eventually(t, "ready", 10*time.Second, tp.Ready)
 	eventually(t, "A opened", 10*time.Second, func() bool { return counter(t, tp.m.Reads.WithLabelValues("empty")) > 0 })
