@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
@@ -192,11 +193,19 @@ func IsLocalEndpoint(endpoint string) bool {
 	return ip != nil && ip.IsLoopback()
 }
 
+// AttemptTimeout bounds one HTTP attempt of every AWS call: an answer that
+// never comes (a dead peer, a lost response on a kept-alive connection)
+// fails the attempt instead of holding the caller until the kernel gives up
+// on the connection, minutes later. The SDK retries it like any timeout,
+// and the consumers' guards and the poller's lease re-reads tell whether
+// the write landed. Far above any DynamoDB call's time.
+var AttemptTimeout = time.Minute
+
 func newHTTPClient() *awshttp.BuildableClient {
 	return awshttp.NewBuildableClient().WithTransportOptions(func(tr *http.Transport) {
 		tr.MaxIdleConnsPerHost = MaxIdleConnsPerHost
 		tr.MaxIdleConns = max(tr.MaxIdleConns, MaxIdleConnsPerHost)
-	})
+	}).WithTimeout(AttemptTimeout)
 }
 
 func localCredentials() aws.CredentialsProvider {

@@ -2,6 +2,7 @@ package infra_test
 
 import (
 	"bytes"
+	"context"
 	"encoding/pem"
 	"fmt"
 	"net"
@@ -14,6 +15,7 @@ import (
 	"sync/atomic"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
@@ -309,5 +311,33 @@ func TestLocalConfig_ErrorResponsesLogNoChecksumWarning(t *testing.T) {
 				assert.NotContains(t, logs.String(), "checksum")
 			}
 		})
+	}
+}
+
+// TestLoadConfig_AnAnswerThatNeverComesFailsTheAttempt: a server that
+// accepts the request and never answers does not hold the caller: each
+// attempt ends at infra.AttemptTimeout and the call fails.
+func TestLoadConfig_AnAnswerThatNeverComesFailsTheAttempt(t *testing.T) {
+	release := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { <-release }))
+	defer srv.Close()
+	defer close(release)
+	saved := infra.AttemptTimeout
+	infra.AttemptTimeout = 200 * time.Millisecond
+	defer func() { infra.AttemptTimeout = saved }()
+	cfg, err := infra.LocalConfig(context.Background(), srv.URL)
+	require.NoError(t, err)
+	c := dynamodb.NewFromConfig(cfg, func(o *dynamodb.Options) { o.RetryMaxAttempts = 2 })
+	done := make(chan error, 1)
+	go func() {
+		_, err := c.GetItem(context.Background(), &dynamodb.GetItemInput{TableName: aws.String("t"),
+			Key: map[string]types.AttributeValue{"PK": &types.AttributeValueMemberS{Value: "a"}, "SK": &types.AttributeValueMemberS{Value: "b"}}})
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		require.Error(t, err, "no answer is no success")
+	case <-time.After(2 * time.Minute):
+		t.Fatal("the call still hangs: attempts have no timeout")
 	}
 }
