@@ -58,6 +58,9 @@ type Config struct {
 	// FlagsTTL is how long the flags singleton is cached (default 5s): a
 	// change takes effect on every server within it.
 	FlagsTTL time.Duration
+	// FlagsTimeout bounds one read of the flags item (default 2s); a read
+	// that fails or times out refuses mutations until the next read.
+	FlagsTimeout time.Duration
 	// DirectoryTTL is how long the status of a tenant or branch is cached on
 	// the transaction path (default 5s; negative: read on every request),
 	// so the bound within which a suspension is honoured (dircache.go).
@@ -94,6 +97,9 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if len(c.CursorKey) < MinCursorKeyLength {
 		return c, fmt.Errorf("writer config: the cursor key has %d bytes; it needs at least %d", len(c.CursorKey), MinCursorKeyLength)
+	}
+	if c.FlagsTimeout <= 0 {
+		c.FlagsTimeout = 2 * time.Second
 	}
 	if c.FlagsTTL <= 0 {
 		c.FlagsTTL = DefaultFlagsTTL
@@ -151,7 +157,7 @@ func New(api DynamoDB, cfg Config, metrics *Metrics) (*Server, error) {
 	}
 	s := &Server{cfg: cfg, api: api, metrics: metrics, cursors: cursorCodec{key: cfg.CursorKey}, mux: http.NewServeMux()}
 	s.flags = &flagCache{api: api, table: cfg.Table, ttl: cfg.FlagsTTL, errTTL: min(time.Second, cfg.FlagsTTL),
-		timeout: 2 * time.Second, now: cfg.Now, metrics: metrics}
+		timeout: cfg.FlagsTimeout, now: cfg.Now, metrics: metrics}
 	s.statuses = newStatusCache(cfg.DirectoryTTL, cfg.Now)
 	if cfg.TenantRate > 0 {
 		s.limiter = newTenantLimiter(cfg.TenantRate, cfg.TenantBurst, cfg.Now)

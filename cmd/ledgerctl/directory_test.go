@@ -23,7 +23,7 @@ func directoryEnv(t *testing.T) map[string]string {
 	table := ddblocal.NewTable(t, c)
 	auth, err := writer.NewAuthenticator(writer.AuthConfig{Secret: []byte(secret)})
 	require.NoError(t, err)
-	srv, err := writer.New(c, writer.Config{Table: table, Auth: auth, CursorKey: []byte(secret)}, nil)
+	srv, err := writer.New(c, writer.Config{Table: table, Auth: auth, CursorKey: []byte(secret), FlagsTimeout: 30 * time.Second}, nil)
 	require.NoError(t, err)
 	hs := httptest.NewServer(srv)
 	t.Cleanup(hs.Close)
