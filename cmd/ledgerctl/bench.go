@@ -32,6 +32,8 @@ func (e *environment) bench(ctx context.Context, args []string) int {
 	out := fs.String("o", "", "also write the markdown to `FILE`")
 	poller := fs.String("poller", "", "a built cmd/poller `BINARY` for the memory measurement (default: go build one)")
 	backlog := fs.Int("backlog", -1, "`RECORDS` in the memory measurement's backlog (default 1,000,000 in a full run; 0 skips it)")
+	only := fs.String("only", "", "measure only these approaches' backlogs: `LIST` of perrecord, marker, sync, poller, lambda")
+	skip := fs.String("skip", "", "leave out these measurements: `LIST` of lag, cpu")
 	if err := fs.Parse(args); err != nil {
 		return exitError
 	}
@@ -44,6 +46,26 @@ func (e *environment) bench(ctx context.Context, args []string) int {
 	}
 	if *backlog >= 0 {
 		cfg.Backlog = *backlog
+	}
+	if *only != "" {
+		for _, id := range strings.Split(*only, ",") {
+			a, ok := bench.ApproachByID(strings.TrimSpace(id))
+			if !ok {
+				return e.fail(fmt.Errorf("bench: -only: unknown approach %q (perrecord, marker, sync, poller, lambda)", id))
+			}
+			cfg.Only = append(cfg.Only, a)
+		}
+	}
+	for _, m := range strings.Split(*skip, ",") {
+		switch strings.TrimSpace(m) {
+		case "":
+		case "lag":
+			cfg.SkipLag = true
+		case "cpu":
+			cfg.SkipCPU = true
+		default:
+			return e.fail(fmt.Errorf("bench: -skip: unknown measurement %q (lag, cpu)", m))
+		}
 	}
 	cfg.PollerBinary = *poller
 	cfg.Command = strings.Join(append([]string{"ledgerctl", "bench"}, args...), " ")

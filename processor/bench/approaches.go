@@ -42,6 +42,17 @@ const perRecordBatch = 100
 
 // batchless reports whether the approach's cost does not depend on the
 // batch size (it is then run once per workload).
+// ApproachByID returns the approach whose short id (perrecord, marker,
+// sync, poller, lambda) is id.
+func ApproachByID(id string) (Approach, bool) {
+	for _, a := range Approaches {
+		if a.id() == id {
+			return a, true
+		}
+	}
+	return "", false
+}
+
 func (a Approach) batchless() bool { return a != LedgerPoller && a != LedgerLambda }
 
 // target is one DynamoDB Local table an approach runs against.
