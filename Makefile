@@ -90,7 +90,7 @@ clean:
 
 .PHONY: bench bench-quick
 
-## bench: issue 6's benchmark, every approach side by side on workloads a-d (over an hour on 2 cores); markdown on stdout
+## bench: the benchmark, every approach side by side on workloads a-e (e: ledger's only) (over an hour on 2 cores); markdown on stdout
 bench: deps
 	$(GO) build -o $(BIN)/poller ./cmd/poller
 	$(GO) run ./cmd/ledgerctl bench -poller $(BIN)/poller
