@@ -56,14 +56,21 @@ func TestNewcomer_MakeRunFromACleanClone(t *testing.T) {
 	require.NoError(t, err, "git clone: %s", out)
 
 	// The default DynamoDB Local port taken: the run must pick another.
+	// (When another process holds it already, for instance another test
+	// run on the same machine, it may free it at any time: then the run
+	// may or may not find it taken.)
+	took := false
 	if ln, err := net.Listen("tcp", ":8000"); err == nil {
 		defer ln.Close()
+		took = true
 	}
 
 	first := startMakeRun(t, clone)
 	defer first.kill()
 	text := first.waitFor(t, runReady, 4*time.Minute)
-	assert.Contains(t, text, "! port 8000 is taken")
+	if took {
+		assert.Contains(t, text, "! port 8000 is taken")
+	}
 	assert.Contains(t, text, "sample posted")
 	printed := parseReportTable(t, text)
 	require.Len(t, printed, len(sampleBranches)*len(sampleMonths), text)
