@@ -113,7 +113,7 @@ func newEnv(t *testing.T, table string, opts ...envOption) *env {
 	auth, err := writer.NewAuthenticator(writer.AuthConfig{Secret: []byte(testSecret)})
 	require.NoError(t, err)
 	reg := prometheus.NewRegistry()
-	cfg := writer.Config{Table: table, Auth: auth, CursorKey: cursorKey, Gatherer: reg, FlagsTTL: 50 * time.Millisecond, FlagsTimeout: 30 * time.Second}
+	cfg := writer.Config{Table: table, Auth: auth, CursorKey: cursorKey, Gatherer: reg, FlagsTTL: 50 * time.Millisecond, FlagsTimeout: 30 * time.Second, RequestTimeout: time.Minute}
 	for _, o := range opts {
 		o(&cfg)
 	}
@@ -142,7 +142,7 @@ type seeder struct {
 func newSeeder(t *testing.T, table string) *seeder {
 	auth, err := writer.NewAuthenticator(writer.AuthConfig{Secret: []byte(testSecret)})
 	require.NoError(t, err)
-	srv, err := writer.New(ddblocal.Client(t), writer.Config{Table: table, Auth: auth, CursorKey: cursorKey, FlagsTTL: 50 * time.Millisecond, FlagsTimeout: 30 * time.Second}, nil)
+	srv, err := writer.New(ddblocal.Client(t), writer.Config{Table: table, Auth: auth, CursorKey: cursorKey, FlagsTTL: 50 * time.Millisecond, FlagsTimeout: 30 * time.Second, RequestTimeout: time.Minute}, nil)
 	require.NoError(t, err)
 	tok, err := writer.NewToken([]byte(testSecret), writer.TokenOptions{Admin: true})
 	require.NoError(t, err)
