@@ -34,6 +34,32 @@ func (h *hookedAPI) TransactWriteItems(ctx context.Context, in *dynamodb.Transac
 	return out, err
 }
 
+// wideBranch writes 200 transactions of one day of branch "wide", each with
+// its own cost centre, and commits them: a report of more names than its
+// item keeps inline. It returns the consumer, its guard and the records.
+func wideBranch(t *testing.T, e *env) (*processor.Processor, processor.Guard, []processor.Record) {
+	t.Helper()
+	for i := range 200 {
+		putTxn(t, e, "wide", "2024-03-01", fmt.Sprint("t", i), "1", "rent", fmt.Sprintf("cc %03d", 199-i))
+	}
+	shard, recs := e.records(t)
+	p := e.processor(t, nil, nil)
+	g := p.ShardGuard(e.streamARN, shard)
+	_, err := p.Process(context.Background(), g, recs)
+	require.NoError(t, err)
+	return p, g, recs
+}
+
+// lateCommit writes one more transaction of branch "wide" (cost centre cc)
+// and commits it: a consumer's commit between a repair's transactions.
+func lateCommit(t *testing.T, e *env, p *processor.Processor, g processor.Guard, recs []processor.Record, cc string) {
+	t.Helper()
+	putTxn(t, e, "wide", "2024-03-01", "late", "5", "rent", cc)
+	_, all := e.records(t)
+	_, err := p.Process(context.Background(), g, all[len(recs):])
+	require.NoError(t, err)
+}
+
 // onePlace fails when a name of report k is both inline and in an entry
 // item.
 func onePlace(t *testing.T, e *env, k aggregates.ReportKey) {
@@ -58,14 +84,8 @@ func onePlace(t *testing.T, e *env, k aggregates.ReportKey) {
 func TestRepair_AReportOfManyNamesInterruptedBetweenItsTransactions(t *testing.T) {
 	ctx := context.Background()
 	e := newEnv(t)
-	for i := range 200 {
-		putTxn(t, e, "wide", "2024-03-01", fmt.Sprint("t", i), "1", "rent", fmt.Sprintf("cc %03d", 199-i))
-	}
-	shard, recs := e.records(t)
-	p := e.processor(t, nil, nil)
-	g := p.ShardGuard(e.streamARN, shard)
-	_, err := p.Process(ctx, g, recs)
-	require.NoError(t, err)
+	p, g, recs := wideBranch(t, e)
+	var err error
 	e.requireReconciled(t)
 
 	// Damage: every entry item of the daily report counts one too many,
@@ -89,14 +109,9 @@ func TestRepair_AReportOfManyNamesInterruptedBetweenItsTransactions(t *testing.T
 	require.NoError(t, err)
 	require.Len(t, diffs, 1)
 
-	api := &hookedAPI{ReconcileAPI: e.ddb, hook: func() {
-		// A new transaction, written and committed between the repair's
-		// transactions (it is not in what the repair read).
-		putTxn(t, e, "wide", "2024-03-01", "late", "5", "rent", "cc 007")
-		_, all := e.records(t)
-		_, err := p.Process(ctx, g, all[len(recs):])
-		require.NoError(t, err)
-	}}
+	// A new transaction, written and committed between the repair's
+	// transactions (it is not in what the repair read).
+	api := &hookedAPI{ReconcileAPI: e.ddb, hook: func() { lateCommit(t, e, p, g, recs, "cc 007") }}
 	res, err := processor.Repair(ctx, api, e.table, diffs, time.Now())
 	require.NoError(t, err)
 	assert.Equal(t, []aggregates.ReportKey{k}, res.Partial, "the first transaction landed, the next was refused")
@@ -125,14 +140,8 @@ func TestRepair_AReportOfManyNamesInterruptedBetweenItsTransactions(t *testing.T
 func TestRepair_NamesMovedInlineLeaveTheirEntryItemsInTheFirstTransaction(t *testing.T) {
 	ctx := context.Background()
 	e := newEnv(t)
-	for i := range 200 {
-		putTxn(t, e, "wide", "2024-03-01", fmt.Sprint("t", i), "1", "rent", fmt.Sprintf("cc %03d", 199-i))
-	}
-	shard, recs := e.records(t)
-	p := e.processor(t, nil, nil)
-	g := p.ShardGuard(e.streamARN, shard)
-	_, err := p.Process(ctx, g, recs)
-	require.NoError(t, err)
+	p, g, recs := wideBranch(t, e)
+	var err error
 	k := reportKey("wide", aggregates.Daily, "2024-03-01")
 	_, err = e.ddb.DeleteItem(ctx, &dynamodb.DeleteItemInput{TableName: &e.table,
 		Key: map[string]ddbtypes.AttributeValue{"PK": sAV(k.Key().PK), "SK": sAV(k.Key().SK)}})
@@ -141,12 +150,7 @@ func TestRepair_NamesMovedInlineLeaveTheirEntryItemsInTheFirstTransaction(t *tes
 	diffs, _, err := processor.Reconcile(ctx, e.ddb, e.table, processor.Scope{Tenant: "t", Branch: "wide"})
 	require.NoError(t, err)
 	require.Len(t, diffs, 1)
-	api := &hookedAPI{ReconcileAPI: e.ddb, hook: func() {
-		putTxn(t, e, "wide", "2024-03-01", "late", "5", "rent", "cc 150")
-		_, all := e.records(t)
-		_, err := p.Process(ctx, g, all[len(recs):])
-		require.NoError(t, err)
-	}}
+	api := &hookedAPI{ReconcileAPI: e.ddb, hook: func() { lateCommit(t, e, p, g, recs, "cc 150") }}
 	res, err := processor.Repair(ctx, api, e.table, diffs, time.Now())
 	require.NoError(t, err)
 	assert.Equal(t, []aggregates.ReportKey{k}, res.Partial)
