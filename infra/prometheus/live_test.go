@@ -72,24 +72,26 @@ func TestLivePrometheus_EveryDashboardQueryAndRuleExpressionReturnsData(t *testi
 	require.Greater(t, len(queries), 50)
 	// Series appear with the scrapes after the work, rates need two of
 	// them, recording rules an evaluation after that: poll, generously.
-	var missing []string
-	deadline := time.Now().Add(5 * time.Minute)
-	for {
-		missing = missing[:0]
+	eventually(t, 5*time.Minute, "queries without data", func() error {
+		var missing []string
 		for _, q := range queries {
-			if err := prom.evaluate(q.expr, q.mayBeEmpty); err != nil {
+			err := prom.evaluate(q.expr, q.mayBeEmpty)
+			var bad *apiError
+			if errors.As(err, &bad) && bad.Type == "bad_data" {
+				t.Fatalf("%s: %s: %v", q.where, q.expr, err) // does not parse: no use waiting
+			}
+			if err != nil {
 				missing = append(missing, fmt.Sprintf("%s: %s: %v", q.where, q.expr, err))
 			}
 		}
-		if len(missing) == 0 || time.Now().After(deadline) {
-			break
+		if len(missing) > 0 {
+			return errors.New(strings.Join(missing, "\n"))
 		}
-		time.Sleep(2 * time.Second)
-	}
-	assert.Empty(t, missing, "queries without data after 5 minutes")
-	t.Logf("%d queries evaluated", len(queries))
-	prom.requireRulesHealthy(t)
-	prom.requireTargetsUp(t, pollerJob, writerJob)
+		return nil
+	})
+	eventually(t, 2*time.Minute, "rules not healthy", func() error { return prom.rulesHealthy(len(loadRules(t))) })
+	eventually(t, 2*time.Minute, "targets not up", func() error { return prom.targetsUp(pollerJob, writerJob) })
+	t.Logf("%d queries evaluated: each returned data", len(queries))
 }
 
 // query is one PromQL expression to evaluate, where it comes from, and
@@ -633,10 +635,16 @@ func (p *livePrometheus) api(path string, params url.Values, data any) error {
 		return fmt.Errorf("HTTP %d: %w", resp.StatusCode, err)
 	}
 	if body.Status != "success" {
-		return fmt.Errorf("%s: %s", body.ErrorType, body.Error)
+		return &apiError{Type: body.ErrorType, Msg: body.Error}
 	}
 	return json.Unmarshal(body.Data, data)
 }
+
+// apiError is an error answer of the API: Type bad_data is a query that
+// does not parse.
+type apiError struct{ Type, Msg string }
+
+func (e *apiError) Error() string { return e.Type + ": " + e.Msg }
 
 // evaluate evaluates expr now: nil when it parses and evaluates, and
 // returns at least one sample unless mayBeEmpty.
@@ -661,30 +669,54 @@ func (p *livePrometheus) evaluate(expr string, mayBeEmpty bool) error {
 	return nil
 }
 
-// requireRulesHealthy requires every rule of rules.yaml loaded and
-// evaluated without error.
-func (p *livePrometheus) requireRulesHealthy(t *testing.T) {
+// eventually calls check until it returns nil, every second; after timeout
+// it fails the test with what and check's last error.
+func eventually(t *testing.T, timeout time.Duration, what string, check func() error) {
 	t.Helper()
-	want := len(loadRules(t))
+	deadline := time.Now().Add(timeout)
+	for {
+		err := check()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s after %s:\n%v", what, timeout, err)
+		}
+		time.Sleep(time.Second)
+	}
+}
+
+// rulesHealthy is nil when Prometheus has loaded want rules and evaluated
+// each without error.
+func (p *livePrometheus) rulesHealthy(want int) error {
 	var data struct {
 		Groups []struct {
 			Name  string
 			Rules []struct{ Name, Health, LastError string }
 		}
 	}
-	require.NoError(t, p.api("rules", nil, &data))
+	if err := p.api("rules", nil, &data); err != nil {
+		return err
+	}
+	var errs []error
 	n := 0
 	for _, g := range data.Groups {
 		for _, r := range g.Rules {
 			n++
-			assert.Equal(t, "ok", r.Health, "%s/%s: %s", g.Name, r.Name, r.LastError)
+			if r.Health != "ok" {
+				errs = append(errs, fmt.Errorf("%s/%s: health %s %s", g.Name, r.Name, r.Health, r.LastError))
+			}
 		}
 	}
-	assert.Equal(t, want, n, "rules Prometheus loaded")
+	if n != want {
+		errs = append(errs, fmt.Errorf("%d rules loaded; want %d", n, want))
+	}
+	return errors.Join(errs...)
 }
 
-func (p *livePrometheus) requireTargetsUp(t *testing.T, jobs ...string) {
-	t.Helper()
+// targetsUp is nil when the last scrape of every target succeeded and each
+// of jobs has one.
+func (p *livePrometheus) targetsUp(jobs ...string) error {
 	var data struct {
 		ActiveTargets []struct {
 			Labels    map[string]string
@@ -692,15 +724,23 @@ func (p *livePrometheus) requireTargetsUp(t *testing.T, jobs ...string) {
 			LastError string
 		}
 	}
-	require.NoError(t, p.api("targets", nil, &data))
+	if err := p.api("targets", nil, &data); err != nil {
+		return err
+	}
+	var errs []error
 	up := map[string]bool{}
 	for _, tg := range data.ActiveTargets {
-		assert.Equal(t, "up", tg.Health, "%v: %s", tg.Labels, tg.LastError)
+		if tg.Health != "up" {
+			errs = append(errs, fmt.Errorf("%v: %s %s", tg.Labels, tg.Health, tg.LastError))
+		}
 		up[tg.Labels["job"]] = tg.Health == "up"
 	}
 	for _, j := range jobs {
-		assert.True(t, up[j], "job %s not up", j)
+		if !up[j] {
+			errs = append(errs, fmt.Errorf("job %s not up", j))
+		}
 	}
+	return errors.Join(errs...)
 }
 
 // syncBuffer is a goroutine-safe log sink.
