@@ -19,7 +19,6 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -553,11 +552,15 @@ func startPrometheus(t *testing.T, bin string, targets map[string]string) *liveP
 
 	for attempt := 1; ; attempt++ {
 		port := freePort(t)
-		logs := &syncBuffer{}
+		logPath := filepath.Join(dir, fmt.Sprintf("prometheus-%d.log", attempt))
+		logFile, err := os.Create(logPath)
+		require.NoError(t, err)
+		logs := func() string { b, _ := os.ReadFile(logPath); return string(b) }
 		cmd := exec.Command(bin, "--config.file="+cfgPath, "--storage.tsdb.path="+filepath.Join(dir, fmt.Sprintf("data-%d", attempt)),
 			"--web.listen-address=127.0.0.1:"+strconv.Itoa(port), "--log.level=warn")
-		cmd.Stdout, cmd.Stderr = logs, logs
+		cmd.Stdout, cmd.Stderr = logFile, logFile
 		require.NoError(t, cmd.Start())
+		require.NoError(t, logFile.Close()) // the child has its own descriptor
 		exited := make(chan struct{})
 		go func() { _ = cmd.Wait(); close(exited) }()
 		p := &livePrometheus{base: "http://127.0.0.1:" + strconv.Itoa(port), http: &http.Client{Timeout: 30 * time.Second}}
@@ -566,15 +569,15 @@ func startPrometheus(t *testing.T, bin string, targets map[string]string) *liveP
 				_ = cmd.Process.Kill()
 				<-exited
 				if t.Failed() {
-					t.Logf("prometheus log:\n%s", logs)
+					t.Logf("prometheus log:\n%s", logs())
 				}
 			})
 			return p
 		}
 		_ = cmd.Process.Kill()
 		<-exited
-		if attempt == 3 || !strings.Contains(logs.String(), "address already in use") {
-			t.Fatalf("prometheus did not become ready on port %d:\n%s", port, logs)
+		if attempt == 3 || !strings.Contains(logs(), "address already in use") {
+			t.Fatalf("prometheus did not become ready on port %d:\n%s", port, logs())
 		}
 	}
 }
@@ -741,22 +744,4 @@ func (p *livePrometheus) targetsUp(jobs ...string) error {
 		}
 	}
 	return errors.Join(errs...)
-}
-
-// syncBuffer is a goroutine-safe log sink.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
