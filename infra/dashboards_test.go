@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"go.yaml.in/yaml/v3"
 
 	"github.com/ledger-dev/ledger/processor"
 	"github.com/ledger-dev/ledger/processor/poller"
@@ -63,7 +64,51 @@ func ledgerMetrics(t *testing.T) map[string][]string {
 	return out
 }
 
-var metricRef = regexp.MustCompile(`\bledger_[a-z0-9_]+`)
+var (
+	metricRef = regexp.MustCompile(`\bledger_[a-z0-9_]+`)
+	byClause  = regexp.MustCompile(`\bby \(([^)]*)\)`)
+	// matchers are the label names of a selector's {…}.
+	matchers = regexp.MustCompile(`([a-z_]+)\s*(=~|!~|!=|=)\s*"`)
+	// recorded names series of recording rules: level:metric:operations.
+	recorded = regexp.MustCompile(`\b[a-z_]+:[a-z0-9_]+:[a-z0-9_]+\b`)
+)
+
+// checkQuery checks a PromQL query of a dashboard or a rule: it names
+// ledger metrics (marking them in used), groups by and matches labels they
+// have (or Prometheus' own: le, instance, job).
+func checkQuery(t *testing.T, known map[string][]string, used map[string]bool, where, expr string) {
+	t.Helper()
+	expr = recorded.ReplaceAllString(expr, "")
+	names := metricRef.FindAllString(expr, -1)
+	if len(names) == 0 {
+		return
+	}
+	var labels []string
+	for _, n := range names {
+		base := baseName(n, known)
+		ls, ok := known[base]
+		if !assert.True(t, ok, "%s: %s is not a ledger metric", where, n) {
+			continue
+		}
+		used[base] = true
+		labels = append(labels, ls...)
+	}
+	var refs []string
+	for _, m := range byClause.FindAllStringSubmatch(expr, -1) {
+		refs = append(refs, strings.Split(m[1], ",")...)
+	}
+	for _, m := range matchers.FindAllStringSubmatch(expr, -1) {
+		refs = append(refs, m[1])
+	}
+	for _, l := range refs {
+		l = strings.TrimSpace(l)
+		switch l {
+		case "le", "instance", "job":
+			continue
+		}
+		assert.Contains(t, labels, l, "%s: %v have no label %s: %s", where, names, l, expr)
+	}
+}
 
 // baseName maps a series name as queried to the metric that defines it.
 func baseName(series string, known map[string][]string) string {
@@ -93,7 +138,6 @@ func TestGrafanaDashboard_ReferencesOnlyDefinedMetricsAndLabels(t *testing.T) {
 		}
 	}
 	require.NoError(t, json.Unmarshal(b, &dash))
-	byClause := regexp.MustCompile(`by \(([^)]*)\)`)
 	used := map[string]bool{}
 	for _, p := range dash.Panels {
 		if p.Type == "row" {
@@ -101,27 +145,7 @@ func TestGrafanaDashboard_ReferencesOnlyDefinedMetricsAndLabels(t *testing.T) {
 		}
 		assert.NotEmpty(t, p.Targets, p.Title)
 		for _, tgt := range p.Targets {
-			names := metricRef.FindAllString(tgt.Expr, -1)
-			require.NotEmpty(t, names, "%s: %s", p.Title, tgt.Expr)
-			for _, n := range names {
-				base := baseName(n, known)
-				labels, ok := known[base]
-				if !assert.True(t, ok, "%s: %s is not a ledger metric", p.Title, n) {
-					continue
-				}
-				used[base] = true
-				// Grouping labels exist on the metric (or are Prometheus' own).
-				for _, m := range byClause.FindAllStringSubmatch(tgt.Expr, -1) {
-					for _, l := range strings.Split(m[1], ",") {
-						l = strings.TrimSpace(l)
-						switch l {
-						case "le", "instance", "job":
-							continue
-						}
-						assert.Contains(t, labels, l, "%s: %s has no label %s", p.Title, base, l)
-					}
-				}
-			}
+			checkQuery(t, known, used, p.Title, tgt.Expr)
 		}
 	}
 	// What the dashboard is for: lag, throughput, conflicts, quarantine,
@@ -141,6 +165,38 @@ func TestGrafanaDashboard_ReferencesOnlyDefinedMetricsAndLabels(t *testing.T) {
 	}
 	sort.Strings(unused)
 	assert.Empty(t, unused, "metrics no panel shows")
+}
+
+// The rules of infra/prometheus/rules.yaml name only ledger metrics and
+// their labels; the alerts cover lag, quarantine, parked deltas, failed
+// commits, conflicts, leases and the writer's errors.
+func TestPrometheusRules_ReferenceOnlyDefinedMetricsAndLabels(t *testing.T) {
+	known := ledgerMetrics(t)
+	b, err := os.ReadFile("prometheus/rules.yaml")
+	require.NoError(t, err)
+	var f struct {
+		Groups []struct {
+			Rules []struct{ Record, Alert, Expr string }
+		}
+	}
+	require.NoError(t, yaml.Unmarshal(b, &f))
+	used := map[string]bool{}
+	n := 0
+	for _, g := range f.Groups {
+		for _, r := range g.Rules {
+			n++
+			checkQuery(t, known, used, r.Record+r.Alert, r.Expr)
+		}
+	}
+	require.Positive(t, n)
+	for _, m := range []string{
+		"ledger_stream_iterator_age_seconds", "ledger_stream_lag_seconds", "ledger_quarantined_records_total",
+		"ledger_parked_deltas_total", "ledger_commits_total", "ledger_aggregate_conflicts_total",
+		"ledger_poller_lease_losses_total", "ledger_poller_leases_held", "ledger_http_requests_total",
+		"ledger_http_request_duration_seconds", "ledger_writer_dynamodb_errors_total",
+	} {
+		assert.True(t, used[m], "no rule uses %s", m)
+	}
 }
 
 // The CloudWatch side: every ledger metric the template's alarms and
