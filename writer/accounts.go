@@ -12,14 +12,15 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	ddbtypes "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/oklog/ulid/v2"
 
 	"github.com/ledger-dev/ledger/aggregates"
 )
 
-// Accounts, in one place (the integrity argument is in directory.go).
+// Accounts: the API type, its rules and its handlers; its items and the
+// changes that write them are in store_account.go (the directory's
+// integrity argument is in directory.go).
 //
 // An account is an item collection in its tenant's account partition: the
 // profile at {accountId}, then one item per email address at
@@ -96,164 +97,6 @@ var (
 
 func accountLocation(tenant, id string) string { return "/v1/tenants/" + tenant + "/accounts/" + id }
 
-func profileItem(a *Account) map[string]ddbtypes.AttributeValue {
-	item := keyAV(aggregates.AccountKey(a.Tenant, a.ID))
-	item[attrEntityType] = strAV(aggregates.EntityAccount)
-	item[attrID] = strAV(a.ID)
-	item[attrTenant] = strAV(a.Tenant)
-	item[attrFirstName] = strAV(a.FirstName)
-	item[attrLastName] = strAV(a.LastName)
-	item[attrRole] = strAV(a.Role)
-	item[attrStatus] = strAV(a.Status)
-	item[attrEmail] = strAV(a.Email)
-	item[attrEmailCount] = intAV(int64(len(a.Emails)))
-	item[attrCreatedAt] = strAV(a.CreatedAt)
-	item[attrUpdatedAt] = strAV(a.UpdatedAt)
-	item[attrVersion] = intAV(a.Version)
-	return item
-}
-
-func emailItem(tenant, account string, e AccountEmail) map[string]ddbtypes.AttributeValue {
-	item := keyAV(aggregates.AccountEmailKey(tenant, account, e.Address))
-	item[attrEntityType] = strAV(aggregates.EntityAccountEmail)
-	item[attrTenant] = strAV(tenant)
-	item[attrAccount] = strAV(account)
-	item[attrEmail] = strAV(e.Address)
-	item[attrIsPrimary] = boolAV(e.Primary)
-	item[attrIsVerified] = boolAV(e.Verified)
-	if e.VerifiedAt != "" {
-		item[attrVerifiedAt] = strAV(e.VerifiedAt)
-	}
-	item[attrCreatedAt] = strAV(e.AddedAt)
-	gsi := aggregates.AccountEmailIndexKey(tenant, e.Address)
-	item[attrGSI1PK], item[attrGSI1SK] = strAV(gsi.PK), strAV(gsi.SK)
-	return item
-}
-
-func decodeEmail(item map[string]ddbtypes.AttributeValue) AccountEmail {
-	var e AccountEmail
-	e.Address, _ = stringAttr(item, attrEmail)
-	e.Primary = boolAttr(item, attrIsPrimary)
-	e.Verified = boolAttr(item, attrIsVerified)
-	e.VerifiedAt, _ = stringAttr(item, attrVerifiedAt)
-	e.AddedAt, _ = stringAttr(item, attrCreatedAt)
-	return e
-}
-
-// decodeAccounts groups the items of an account partition, in key order,
-// into accounts: a profile, then its email items. emailCounts holds each
-// profile's emailCount.
-func decodeAccounts(items []map[string]ddbtypes.AttributeValue) (accounts []*Account, emailCounts []int64) {
-	for _, item := range items {
-		sk, _ := stringAttr(item, attrSK)
-		id, address := aggregates.ParseAccountSK(sk)
-		if address == "" {
-			a := &Account{Emails: []AccountEmail{}}
-			a.ID, _ = stringAttr(item, attrID)
-			a.Tenant, _ = stringAttr(item, attrTenant)
-			a.FirstName, _ = stringAttr(item, attrFirstName)
-			a.LastName, _ = stringAttr(item, attrLastName)
-			a.Role, _ = stringAttr(item, attrRole)
-			a.Status, _ = stringAttr(item, attrStatus)
-			a.Email, _ = stringAttr(item, attrEmail)
-			a.CreatedAt, _ = stringAttr(item, attrCreatedAt)
-			a.UpdatedAt, _ = stringAttr(item, attrUpdatedAt)
-			a.Version, _ = intAttr(item, attrVersion)
-			n, _ := intAttr(item, attrEmailCount)
-			accounts = append(accounts, a)
-			emailCounts = append(emailCounts, n)
-			continue
-		}
-		if len(accounts) > 0 && accounts[len(accounts)-1].ID == id {
-			a := accounts[len(accounts)-1]
-			a.Emails = append(a.Emails, decodeEmail(item))
-		}
-	}
-	return accounts, emailCounts
-}
-
-// coherent reports whether a's emails agree with its profile: as many as
-// the profile counts, exactly one primary, the profile's email.
-func coherent(a *Account, emailCount int64) bool {
-	primaries := 0
-	for _, e := range a.Emails {
-		if e.Primary {
-			primaries++
-			if e.Address != a.Email {
-				return false
-			}
-		}
-	}
-	return primaries == 1 && int64(len(a.Emails)) == emailCount
-}
-
-// readAccount reads an account's item collection with one strongly
-// consistent Query (nil when there is no such account). A Query is
-// read-committed, not isolated from transactions: it can see some items of
-// a committing transaction and not others. A collection whose emails
-// disagree with its profile is such a torn read and is read again (a few
-// times; then it is returned as it is).
-func (s *Server) readAccount(ctx context.Context, tenant, id string) (*Account, error) {
-	lo, hi := aggregates.AccountItemsRange(id)
-	for attempt := 1; ; attempt++ {
-		in := &dynamodb.QueryInput{
-			TableName: &s.cfg.Table, ConsistentRead: aws.Bool(true),
-			KeyConditionExpression:   aws.String("#pk = :pk AND #sk BETWEEN :lo AND :hi"),
-			ExpressionAttributeNames: map[string]string{"#pk": attrPK, "#sk": attrSK},
-			ExpressionAttributeValues: map[string]ddbtypes.AttributeValue{
-				":pk": strAV(aggregates.AccountPK(tenant)), ":lo": strAV(lo), ":hi": strAV(hi),
-			},
-		}
-		var items []map[string]ddbtypes.AttributeValue
-		for {
-			out, err := s.api.Query(ctx, in)
-			if err != nil {
-				return nil, s.dynamoError("Query", err)
-			}
-			items = append(items, out.Items...)
-			if out.LastEvaluatedKey == nil {
-				break
-			}
-			in.ExclusiveStartKey = out.LastEvaluatedKey
-		}
-		accounts, counts := decodeAccounts(items)
-		if len(accounts) == 0 || accounts[0].ID != id {
-			return nil, nil
-		}
-		if coherent(accounts[0], counts[0]) || attempt == 3 {
-			return accounts[0], nil
-		}
-	}
-}
-
-// emailOwner is the owner item of address, held by the account.
-func emailOwner(tenant, account, address string) owner {
-	return owner{key: aggregates.EmailOwnerKey(address), entity: aggregates.EntityEmailOwner,
-		valueAttr: attrEmail, value: address, tenant: tenant, holderAttr: attrAccount, holder: account}
-}
-
-// profileBump is the profile's part of every change to an account read at
-// version read: the next version and updatedAt, more sets from u, on
-// condition that the account is at the version read and not deleted.
-func (s *Server) profileBump(a *Account, read int64, u *update) ddbtypes.TransactWriteItem {
-	u.set(attrUpdatedAt, strAV(a.UpdatedAt)).set(attrVersion, intAV(a.Version)).set(attrEmailCount, intAV(int64(len(a.Emails))))
-	return u.item(&s.cfg.Table, aggregates.AccountKey(a.Tenant, a.ID), "#v = :read AND #st <> :deleted",
-		map[string]string{"#v": attrVersion, "#st": attrStatus},
-		map[string]ddbtypes.AttributeValue{":read": intAV(read), ":deleted": strAV(string(aggregates.StatusDeleted))})
-}
-
-func emailTaken(field, address string) *Problem {
-	p := problem(http.StatusConflict, ProblemEmailTaken, "the email address "+address+" is already in use")
-	p.Field = field
-	return p
-}
-
-func accountDeleted() *Problem {
-	return problem(http.StatusConflict, ProblemAccountDeleted, "the account is deleted: it no longer changes (DELETE removes it and frees its addresses)")
-}
-
-func noSuchEmail() *Problem { return notFoundOf("email address on this account") }
-
 // accountPath validates the path's tenant and account.
 func accountPath(r *http.Request) (tenant, account string, p *Problem) {
 	if tenant, p = tenantPath(r); p != nil {
@@ -280,46 +123,6 @@ func emailPath(r *http.Request) (tenant, account, address string, p *Problem) {
 // accountResponse is the answer of a change to a: the account and its ETag.
 func accountResponse(status int, a *Account) response {
 	return versionedResponse(status, a, a.Version)
-}
-
-// accountChanged explains a failed condition on an account's profile: 404
-// when gone, 409 when deleted, 412 when the client named a version
-// (expected > 0) that is no longer current, else retry (the request reads
-// the account again).
-func (s *Server) accountChanged(ctx context.Context, tenant, id string, expected int64) (*Problem, bool, error) {
-	item, err := s.getItem(ctx, aggregates.AccountKey(tenant, id))
-	if err != nil {
-		return nil, false, err
-	}
-	if item == nil {
-		return notFoundOf("account"), false, nil
-	}
-	if st, _ := stringAttr(item, attrStatus); st == string(aggregates.StatusDeleted) {
-		return accountDeleted(), false, nil
-	}
-	if v, _ := intAttr(item, attrVersion); expected > 0 && v != expected {
-		return s.versionConflict(v), false, nil
-	}
-	return nil, true, nil
-}
-
-// readForChange reads the account a change applies to and checks that it
-// exists, is at the version the client named (expected > 0) and, unless
-// deletedOK, is not deleted.
-func (s *Server) readForChange(ctx context.Context, tenant, id string, expected int64, deletedOK bool) (*Account, *Problem, error) {
-	a, err := s.readAccount(ctx, tenant, id)
-	if err != nil {
-		return nil, nil, err
-	}
-	switch {
-	case a == nil:
-		return nil, notFoundOf("account"), nil
-	case expected > 0 && a.Version != expected:
-		return nil, s.versionConflict(a.Version), nil
-	case !deletedOK && a.Status == string(aggregates.StatusDeleted):
-		return nil, accountDeleted(), nil
-	}
-	return a, nil, nil
 }
 
 // parseNewEmails reads the emails of an account to create: 1 to
@@ -439,7 +242,6 @@ func (s *Server) createAccount(w http.ResponseWriter, r *http.Request) {
 			a.Email = e.Address
 		}
 	}
-	var owners map[int]string // the index of each owner item in the change: its address
 	s.mutate(w, r, mutation{
 		tenant: tenant, idemKey: key, fp: fingerprint(r, body),
 		prepare: func(context.Context) (*change, response, *Problem, error) {
@@ -450,30 +252,9 @@ func (s *Server) createAccount(w http.ResponseWriter, r *http.Request) {
 			a.ID = u.String()
 			a.CreatedAt = now.Format(time.RFC3339Nano)
 			a.UpdatedAt = a.CreatedAt
-			ch := &change{op: "account_create", items: []ddbtypes.TransactWriteItem{
-				s.tenantExists(tenant),
-				s.putNew(profileItem(&a)),
-			}}
-			owners = map[int]string{}
-			for _, e := range a.Emails {
-				ch.items = append(ch.items, s.putNew(emailItem(tenant, a.ID, e)))
-				if e.Verified {
-					owners[len(ch.items)] = e.Address
-					ch.items = append(ch.items, s.ownerPut(emailOwner(tenant, a.ID, e.Address), a.CreatedAt))
-				}
-			}
 			resp := accountResponse(http.StatusCreated, &a)
 			resp.location = accountLocation(tenant, a.ID)
-			return ch, resp, nil, nil
-		},
-		conditionFailed: func(_ context.Context, f failure) (*Problem, bool, error) {
-			switch address, owned := owners[f.index]; {
-			case f.index == 0:
-				return notFoundOf("tenant " + tenant), false, nil
-			case owned: // an owner item: the address is taken
-				return emailTaken("emails", address), false, nil
-			}
-			return nil, true, nil // an id collision: prepare a new id
+			return s.accountCreate(&a), resp, nil, nil
 		},
 	})
 }
@@ -618,10 +399,7 @@ func (s *Server) patchAccount(w http.ResponseWriter, r *http.Request) {
 			read := a.Version
 			a.Version++
 			a.UpdatedAt = s.cfg.Now().UTC().Format(time.RFC3339Nano)
-			return one("account_update", s.profileBump(a, read, u)), accountResponse(http.StatusOK, a), nil, nil
-		},
-		conditionFailed: func(ctx context.Context, _ failure) (*Problem, bool, error) {
-			return s.accountChanged(ctx, tenant, id, expected)
+			return s.accountUpdate(a, read, expected, u), accountResponse(http.StatusOK, a), nil, nil
 		},
 	})
 }
@@ -647,43 +425,14 @@ func (s *Server) deleteAccount(w http.ResponseWriter, r *http.Request) {
 			if a == nil {
 				return nil, response{}, p, err
 			}
-			ch := &change{op: "account_delete", items: []ddbtypes.TransactWriteItem{{Delete: &ddbtypes.Delete{
-				TableName: &s.cfg.Table, Key: keyAV(aggregates.AccountKey(tenant, id)),
-				ConditionExpression:       aws.String("#v = :read"),
-				ExpressionAttributeNames:  map[string]string{"#v": attrVersion},
-				ExpressionAttributeValues: map[string]ddbtypes.AttributeValue{":read": intAV(a.Version)},
-			}}}}
-			for _, e := range a.Emails {
-				ch.items = append(ch.items,
-					ddbtypes.TransactWriteItem{Delete: &ddbtypes.Delete{TableName: &s.cfg.Table, Key: keyAV(aggregates.AccountEmailKey(tenant, id, e.Address))}})
-				if e.Verified {
-					ch.items = append(ch.items, s.ownerDelete(emailOwner(tenant, id, e.Address)))
-				}
-			}
-			return ch, response{status: http.StatusNoContent}, nil, nil
-		},
-		conditionFailed: func(ctx context.Context, f failure) (*Problem, bool, error) {
-			if f.index > 0 {
-				return nil, false, fmt.Errorf("account %s/%s: an owner item of its addresses does not name it", tenant, id)
-			}
-			item, err := s.getItem(ctx, aggregates.AccountKey(tenant, id))
-			switch {
-			case err != nil:
-				return nil, false, err
-			case item == nil:
-				return notFoundOf("account"), false, nil
-			case expected > 0:
-				v, _ := intAttr(item, attrVersion)
-				return s.versionConflict(v), false, nil
-			}
-			return nil, true, nil
+			return s.accountDelete(a, expected), response{status: http.StatusNoContent}, nil, nil
 		},
 	})
 }
 
 // addEmail serves POST …/accounts/{account}/emails, If-Match optional: the
 // address's email item and owner item, put only where nothing is, and the
-// profile's version, in one transaction. A taken address is 409
+// profile's version, in one transaction (emailAdd). A taken address is 409
 // email-taken and changes nothing.
 func (s *Server) addEmail(w http.ResponseWriter, r *http.Request) {
 	tenant, id, p := accountPath(r)
@@ -700,21 +449,7 @@ func (s *Server) addEmail(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	m, p := decodeObject(body, emailAddFields)
-	if p == nil {
-		p = required(m, "address")
-	}
-	var address string
-	var verified bool
-	if p == nil {
-		address, p = parseEmail("address", m["address"])
-	}
-	if raw, ok := m["verified"]; p == nil && ok && !isNull(raw) {
-		verified, p = parseBool("verified", raw)
-	}
-	if p == nil && verified && !claimsOf(r).ProvesEmail(address) {
-		p = emailNotProven("verified", address)
-	}
+	address, verified, p := parseEmailAdd(r, body)
 	if p != nil {
 		p.write(w)
 		return
@@ -726,55 +461,66 @@ func (s *Server) addEmail(w http.ResponseWriter, r *http.Request) {
 			if a == nil {
 				return nil, response{}, p, err
 			}
-			if a.email(address) != nil {
-				p := problem(http.StatusConflict, ProblemEmailTaken, "the email address "+address+" is already an address of this account")
-				p.Field = "address"
+			read := a.Version
+			e, p := a.addEmail(address, verified, s.cfg.Now().UTC().Format(time.RFC3339Nano))
+			if p != nil {
 				return nil, response{}, p, nil
 			}
-			if len(a.Emails) >= aggregates.MaxEmailsPerAccount {
-				return nil, response{}, problem(http.StatusConflict, ProblemTooManyEmails,
-					fmt.Sprintf("the account has %d addresses, the most allowed; remove one first", len(a.Emails))), nil
-			}
-			read := a.Version
-			now := s.cfg.Now().UTC().Format(time.RFC3339Nano)
-			e := AccountEmail{Address: address, Verified: verified, AddedAt: now}
-			if verified {
-				e.VerifiedAt = now
-			}
-			a.Emails = append(a.Emails, e)
-			sortEmails(a.Emails)
-			a.Version++
-			a.UpdatedAt = now
 			resp := accountResponse(http.StatusCreated, a)
 			resp.location = accountLocation(tenant, id) + "/emails/" + url.PathEscape(address)
-			ch := &change{op: "email_add", items: []ddbtypes.TransactWriteItem{
-				s.profileBump(a, read, newUpdate()),
-				s.putNew(emailItem(tenant, id, e)),
-			}}
-			if verified { // only a verified address is reserved
-				ch.items = append(ch.items, s.ownerPut(emailOwner(tenant, id, address), now))
-			}
-			return ch, resp, nil, nil
-		},
-		conditionFailed: func(ctx context.Context, f failure) (*Problem, bool, error) {
-			switch f.index {
-			case 0:
-				return s.accountChanged(ctx, tenant, id, expected)
-			case 2:
-				return emailTaken("address", address), false, nil
-			}
-			return nil, true, nil
+			return s.emailAdd(a, read, expected, e), resp, nil, nil
 		},
 	})
 }
 
+// parseEmailAdd reads the body of an address to add: the address and
+// whether it is verified, which the token must prove.
+func parseEmailAdd(r *http.Request, body []byte) (address string, verified bool, p *Problem) {
+	m, p := decodeObject(body, emailAddFields)
+	if p == nil {
+		p = required(m, "address")
+	}
+	if p == nil {
+		address, p = parseEmail("address", m["address"])
+	}
+	if raw, ok := m["verified"]; p == nil && ok && !isNull(raw) {
+		verified, p = parseBool("verified", raw)
+	}
+	if p == nil && verified && !claimsOf(r).ProvesEmail(address) {
+		p = emailNotProven("verified", address)
+	}
+	return address, verified, p
+}
+
+// addEmail adds address to a at now, verified or not: 409 when a already
+// has it or has as many addresses as allowed. It returns the address
+// added; a is as it will be.
+func (a *Account) addEmail(address string, verified bool, now string) (AccountEmail, *Problem) {
+	if a.email(address) != nil {
+		p := problem(http.StatusConflict, ProblemEmailTaken, "the email address "+address+" is already an address of this account")
+		p.Field = "address"
+		return AccountEmail{}, p
+	}
+	if len(a.Emails) >= aggregates.MaxEmailsPerAccount {
+		return AccountEmail{}, problem(http.StatusConflict, ProblemTooManyEmails,
+			fmt.Sprintf("the account has %d addresses, the most allowed; remove one first", len(a.Emails)))
+	}
+	e := AccountEmail{Address: address, Verified: verified, AddedAt: now}
+	if verified {
+		e.VerifiedAt = now
+	}
+	a.Emails = append(a.Emails, e)
+	sortEmails(a.Emails)
+	a.Version++
+	a.UpdatedAt = now
+	return e, nil
+}
+
 // patchEmail serves PATCH …/accounts/{account}/emails/{email}: {"verified":
 // true} marks the address verified, {"primary": true} makes it the primary
-// in one transaction (seed 004): the old primary off on condition
-// isPrimary = true, this one on on condition isVerified = true (or verified
-// by the same request), and the profile's email and version set on
-// condition that it is at the If-Match version. Neither can be set false:
-// another address is made primary instead, an unwanted one removed.
+// (editEmail), in one transaction on condition that the account is at the
+// If-Match version (emailUpdate). Neither can be set false: another address
+// is made primary instead, an unwanted one removed.
 func (s *Server) patchEmail(w http.ResponseWriter, r *http.Request) {
 	tenant, id, address, p := emailPath(r)
 	if p != nil {
@@ -785,11 +531,39 @@ func (s *Server) patchEmail(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
+	verify, primary, p := parseEmailPatch(r, body, address)
+	if p != nil {
+		p.write(w)
+		return
+	}
+	s.mutate(w, r, mutation{
+		tenant: tenant, idemKey: key, fp: fingerprint(r, body), lookupFirst: true,
+		prepare: func(ctx context.Context) (*change, response, *Problem, error) {
+			a, p, err := s.readForChange(ctx, tenant, id, expected, false)
+			if a == nil {
+				return nil, response{}, p, err
+			}
+			read := a.Version
+			edit, changed, p := a.editEmail(address, verify, primary, s.cfg.Now().UTC().Format(time.RFC3339Nano))
+			switch {
+			case p != nil:
+				return nil, response{}, p, nil
+			case !changed:
+				return nil, accountResponse(http.StatusOK, a), nil, nil // already so
+			}
+			return s.emailUpdate(a, read, expected, edit), accountResponse(http.StatusOK, a), nil, nil
+		},
+	})
+}
+
+// parseEmailPatch reads the body of a PATCH of one address: verify and
+// primary, each only true, at least one; verifying needs a token that
+// proves the address.
+func parseEmailPatch(r *http.Request, body []byte, address string) (verify, primary bool, p *Problem) {
 	m, p := decodeObject(body, emailPatchFields)
 	if p == nil && len(m) == 0 {
 		p = problem(http.StatusBadRequest, ProblemInvalidJSON, "the patch changes nothing: give \"primary\": true or \"verified\": true")
 	}
-	var primary, verify bool
 	if raw, ok := m["primary"]; p == nil && ok {
 		if primary, p = parseBool("primary", raw); p == nil && !primary {
 			p = fieldProblem("primary", "only true: to change the primary address, make another address primary")
@@ -803,103 +577,48 @@ func (s *Server) patchEmail(w http.ResponseWriter, r *http.Request) {
 			p = emailNotProven("verified", address)
 		}
 	}
-	if p != nil {
-		p.write(w)
-		return
+	return verify, primary, p
+}
+
+// editEmail applies the rule of seed 004 to a PATCH of address that
+// verifies it (verify) and/or makes it the primary (primary), at now: only
+// a verified address (or one this edit verifies) can be primary, and there
+// is exactly one primary. It is 404 when a has no such address, 409 when
+// the address would become primary unverified; changed is false when it is
+// already so. On a change, a is as it will be.
+func (a *Account) editEmail(address string, verify, primary bool, now string) (edit emailEdit, changed bool, p *Problem) {
+	e := a.email(address)
+	if e == nil {
+		return emailEdit{}, false, noSuchEmail()
 	}
-	notVerified := func() *Problem {
-		return problem(http.StatusConflict, ProblemEmailNotVerified, "the address "+address+" is not verified: only a verified address can be primary")
+	edit = emailEdit{address: address, verifying: verify && !e.Verified, promoting: primary && !e.Primary}
+	if edit.promoting && !e.Verified && !edit.verifying {
+		return emailEdit{}, false, emailNotVerified(address)
 	}
-	var oldPrimary string
-	ownerIndex := -1 // the owner item's index in the change, when verifying
-	s.mutate(w, r, mutation{
-		tenant: tenant, idemKey: key, fp: fingerprint(r, body), lookupFirst: true,
-		prepare: func(ctx context.Context) (*change, response, *Problem, error) {
-			a, p, err := s.readForChange(ctx, tenant, id, expected, false)
-			if a == nil {
-				return nil, response{}, p, err
-			}
-			e := a.email(address)
-			if e == nil {
-				return nil, response{}, noSuchEmail(), nil
-			}
-			verifying := verify && !e.Verified
-			promoting := primary && !e.Primary
-			if promoting && !e.Verified && !verifying {
-				return nil, response{}, notVerified(), nil
-			}
-			if !verifying && !promoting {
-				return nil, accountResponse(http.StatusOK, a), nil, nil // already so
-			}
-			read := a.Version
-			now := s.cfg.Now().UTC().Format(time.RFC3339Nano)
-			a.Version++
-			a.UpdatedAt = now
-			profile := newUpdate()
-			this := newUpdate()
-			thisCond := "attribute_exists(#pk)"
-			thisNames := map[string]string{"#pk": attrPK}
-			thisValues := map[string]ddbtypes.AttributeValue{}
-			if verifying {
-				e.Verified, e.VerifiedAt = true, now
-				this.set(attrIsVerified, boolAV(true)).set(attrVerifiedAt, strAV(now))
-			}
-			ch := &change{op: "email_update"}
-			if promoting {
-				oldPrimary = a.Email
-				if old := a.email(oldPrimary); old != nil {
-					old.Primary = false
-				}
-				e.Primary = true
-				a.Email = address
-				profile.set(attrEmail, strAV(address))
-				this.set(attrIsPrimary, boolAV(true))
-				if !verifying {
-					thisCond += " AND #ver = :true"
-					thisNames["#ver"], thisValues[":true"] = attrIsVerified, boolAV(true)
-				}
-			}
-			ch.items = append(ch.items, s.profileBump(a, read, profile),
-				this.item(&s.cfg.Table, aggregates.AccountEmailKey(tenant, id, address), thisCond, thisNames, thisValues))
-			if promoting {
-				ch.items = append(ch.items, newUpdate().set(attrIsPrimary, boolAV(false)).item(&s.cfg.Table,
-					aggregates.AccountEmailKey(tenant, id, oldPrimary), "#pr = :true",
-					map[string]string{"#pr": attrIsPrimary}, map[string]ddbtypes.AttributeValue{":true": boolAV(true)}))
-			}
-			ownerIndex = -1
-			if verifying { // verifying reserves the address: only if no one holds it
-				ownerIndex = len(ch.items)
-				ch.items = append(ch.items, s.ownerPut(emailOwner(tenant, id, address), now))
-			}
-			return ch, accountResponse(http.StatusOK, a), nil, nil
-		},
-		conditionFailed: func(ctx context.Context, f failure) (*Problem, bool, error) {
-			switch f.index {
-			case ownerIndex:
-				return emailTaken("email", address), false, nil
-			case 0:
-				return s.accountChanged(ctx, tenant, id, expected)
-			case 1:
-				item, err := s.current(ctx, aggregates.AccountEmailKey(tenant, id, address), f.old)
-				switch {
-				case err != nil:
-					return nil, false, err
-				case item == nil:
-					return noSuchEmail(), false, nil
-				case !boolAttr(item, attrIsVerified):
-					return notVerified(), false, nil
-				}
-			}
-			return nil, true, nil // the old primary changed: read again
-		},
-	})
+	if !edit.verifying && !edit.promoting {
+		return edit, false, nil
+	}
+	a.Version++
+	a.UpdatedAt = now
+	if edit.verifying {
+		e.Verified, e.VerifiedAt = true, now
+	}
+	if edit.promoting {
+		edit.oldPrimary = a.Email
+		if old := a.email(edit.oldPrimary); old != nil {
+			old.Primary = false
+		}
+		e.Primary = true
+		a.Email = address
+	}
+	return edit, true, nil
 }
 
 // removeEmail serves DELETE …/accounts/{account}/emails/{email}, If-Match
 // optional: the email item (on condition that it is not the primary) and
 // its owner item deleted, freeing the address, and the profile's version
-// incremented, in one transaction. The primary cannot be removed (409
-// primary-email): make another address primary first.
+// incremented, in one transaction (emailRemove). The primary cannot be
+// removed (409 primary-email): make another address primary first.
 func (s *Server) removeEmail(w http.ResponseWriter, r *http.Request) {
 	tenant, id, address, p := emailPath(r)
 	if p != nil {
@@ -910,9 +629,6 @@ func (s *Server) removeEmail(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	isPrimary := func() *Problem {
-		return problem(http.StatusConflict, ProblemPrimaryEmail, "the address "+address+" is the primary: make another verified address primary first")
-	}
 	s.mutate(w, r, mutation{
 		tenant: tenant, idemKey: key, fp: fingerprint(r, nil), lookupFirst: true,
 		prepare: func(ctx context.Context) (*change, response, *Problem, error) {
@@ -920,56 +636,38 @@ func (s *Server) removeEmail(w http.ResponseWriter, r *http.Request) {
 			if a == nil {
 				return nil, response{}, p, err
 			}
-			e := a.email(address)
-			switch {
-			case e == nil:
-				return nil, response{}, noSuchEmail(), nil
-			case e.Primary:
-				return nil, response{}, isPrimary(), nil
-			}
 			read := a.Version
-			kept := a.Emails[:0:0]
-			for _, x := range a.Emails {
-				if x.Address != address {
-					kept = append(kept, x)
-				}
+			e, p := a.removeEmail(address, s.cfg.Now().UTC().Format(time.RFC3339Nano))
+			if p != nil {
+				return nil, response{}, p, nil
 			}
-			a.Emails = kept
-			a.Version++
-			a.UpdatedAt = s.cfg.Now().UTC().Format(time.RFC3339Nano)
-			ch := &change{op: "email_remove", items: []ddbtypes.TransactWriteItem{
-				s.profileBump(a, read, newUpdate()),
-				{Delete: &ddbtypes.Delete{
-					TableName: &s.cfg.Table, Key: keyAV(aggregates.AccountEmailKey(tenant, id, address)),
-					ConditionExpression:       aws.String("#pr = :false"),
-					ExpressionAttributeNames:  map[string]string{"#pr": attrIsPrimary},
-					ExpressionAttributeValues: map[string]ddbtypes.AttributeValue{":false": boolAV(false)},
-				}},
-			}}
-			if e.Verified { // an unverified address reserved nothing
-				ch.items = append(ch.items, s.ownerDelete(emailOwner(tenant, id, address)))
-			}
-			return ch, accountResponse(http.StatusOK, a), nil, nil
-		},
-		conditionFailed: func(ctx context.Context, f failure) (*Problem, bool, error) {
-			switch f.index {
-			case 0:
-				return s.accountChanged(ctx, tenant, id, expected)
-			case 1:
-				item, err := s.current(ctx, aggregates.AccountEmailKey(tenant, id, address), f.old)
-				switch {
-				case err != nil:
-					return nil, false, err
-				case item == nil:
-					return noSuchEmail(), false, nil
-				case boolAttr(item, attrIsPrimary):
-					return isPrimary(), false, nil
-				}
-				return nil, true, nil
-			}
-			return nil, false, fmt.Errorf("account %s/%s: the owner item of %s does not name it", tenant, id, address)
+			return s.emailRemove(a, read, expected, e), accountResponse(http.StatusOK, a), nil, nil
 		},
 	})
+}
+
+// removeEmail removes address from a at now: 404 when a has no such
+// address, 409 when it is the primary. It returns the address removed; a
+// is as it will be.
+func (a *Account) removeEmail(address, now string) (AccountEmail, *Problem) {
+	e := a.email(address)
+	switch {
+	case e == nil:
+		return AccountEmail{}, noSuchEmail()
+	case e.Primary:
+		return AccountEmail{}, emailIsPrimary(address)
+	}
+	removed := *e
+	kept := a.Emails[:0:0]
+	for _, x := range a.Emails {
+		if x.Address != address {
+			kept = append(kept, x)
+		}
+	}
+	a.Emails = kept
+	a.Version++
+	a.UpdatedAt = now
+	return removed, nil
 }
 
 // lookupAccount serves GET /v1/accounts:lookup?email= (admin): the account

@@ -2,11 +2,9 @@ package writer
 
 import (
 	"context"
-	"fmt"
 	"net/http"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
 	ddbtypes "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/ledger-dev/ledger/aggregates"
@@ -37,58 +35,6 @@ type BranchPage struct {
 var branchCreateFields = map[string]bool{"id": true, "name": true, "document": true, "status": true}
 
 func branchLocation(tenant, id string) string { return "/v1/tenants/" + tenant + "/branches/" + id }
-
-func branchItem(b Branch) map[string]ddbtypes.AttributeValue {
-	item := keyAV(aggregates.BranchKey(b.Tenant, b.ID))
-	item[attrEntityType] = strAV(aggregates.EntityBranch)
-	item[attrID] = strAV(b.ID)
-	item[attrTenant] = strAV(b.Tenant)
-	item[attrName] = strAV(b.Name)
-	item[attrDocument] = strAV(b.Document)
-	item[attrStatus] = strAV(b.Status)
-	item[attrCreatedAt] = strAV(b.CreatedAt)
-	item[attrUpdatedAt] = strAV(b.UpdatedAt)
-	item[attrVersion] = intAV(b.Version)
-	gsi := aggregates.BranchDocumentIndexKey(b.Tenant, b.Document)
-	item[attrGSI2PK], item[attrGSI2SK] = strAV(gsi.PK), strAV(gsi.SK)
-	return item
-}
-
-func decodeBranch(item map[string]ddbtypes.AttributeValue) Branch {
-	var b Branch
-	b.ID, _ = stringAttr(item, attrID)
-	b.Tenant, _ = stringAttr(item, attrTenant)
-	b.Name, _ = stringAttr(item, attrName)
-	b.Document, _ = stringAttr(item, attrDocument)
-	b.Status, _ = stringAttr(item, attrStatus)
-	b.HasTransactions = boolAttr(item, attrHasTransactions)
-	b.CreatedAt, _ = stringAttr(item, attrCreatedAt)
-	b.UpdatedAt, _ = stringAttr(item, attrUpdatedAt)
-	b.Version, _ = intAttr(item, attrVersion)
-	return b
-}
-
-// documentOwner is the owner item of document, held by the branch.
-func documentOwner(tenant, branch, document string) owner {
-	return owner{key: aggregates.DocumentOwnerKey(document), entity: aggregates.EntityDocumentOwner,
-		valueAttr: attrDocument, value: document, tenant: tenant, holderAttr: attrBranch, holder: branch}
-}
-
-func documentTaken(document string) *Problem {
-	p := problem(http.StatusConflict, ProblemDocumentTaken, "document number "+document+" belongs to another branch")
-	p.Field = "document"
-	return p
-}
-
-// tenantExists is the ConditionCheck that a tenant exists, whatever its
-// status, for what is created under it.
-func (s *Server) tenantExists(tenant string) ddbtypes.TransactWriteItem {
-	return ddbtypes.TransactWriteItem{ConditionCheck: &ddbtypes.ConditionCheck{
-		TableName: &s.cfg.Table, Key: keyAV(aggregates.TenantKey(tenant)),
-		ConditionExpression:      aws.String("attribute_exists(#pk)"),
-		ExpressionAttributeNames: map[string]string{"#pk": attrPK},
-	}}
-}
 
 // createBranch serves POST /v1/tenants/{tenant}/branches: in one
 // transaction, a check that the tenant exists, the branch put on condition
@@ -135,22 +81,7 @@ func (s *Server) createBranch(w http.ResponseWriter, r *http.Request) {
 			b.UpdatedAt = b.CreatedAt
 			resp := versionedResponse(http.StatusCreated, b, b.Version)
 			resp.location = branchLocation(tenant, b.ID)
-			return &change{op: "branch_create", items: []ddbtypes.TransactWriteItem{
-				s.tenantExists(tenant),
-				s.putNew(branchItem(b)),
-				s.ownerPut(documentOwner(tenant, b.ID, b.Document), b.CreatedAt),
-			}}, resp, nil, nil
-		},
-		conditionFailed: func(_ context.Context, f failure) (*Problem, bool, error) {
-			switch f.index {
-			case 0:
-				return notFoundOf("tenant " + tenant), false, nil
-			case 1:
-				p := problem(http.StatusConflict, ProblemAlreadyExists, "branch "+b.ID+" already exists in tenant "+tenant)
-				p.Field = "id"
-				return p, false, nil
-			}
-			return documentTaken(b.Document), false, nil
+			return s.branchCreate(b), resp, nil, nil
 		},
 	})
 }
@@ -229,33 +160,8 @@ func (s *Server) patchBranch(w http.ResponseWriter, r *http.Request) {
 			if item == nil {
 				return nil, response{}, p, err
 			}
-			b := decodeBranch(item)
-			oldDocument := b.Document
-			u := newUpdate().patch(attrName, &b.Name, name).patch(attrStatus, &b.Status, status)
-			moved := document != "" && document != oldDocument
-			if moved {
-				b.Document = document
-				gsi := aggregates.BranchDocumentIndexKey(tenant, document)
-				u.set(attrDocument, strAV(document)).set(attrGSI2PK, strAV(gsi.PK)).set(attrGSI2SK, strAV(gsi.SK))
-			}
-			b.Version++
-			b.UpdatedAt = s.cfg.Now().UTC().Format(time.RFC3339Nano)
-			ch := one("branch_update", u.nextVersion(&s.cfg.Table, k, expected, b.Version, b.UpdatedAt))
-			if moved {
-				ch.items = append(ch.items,
-					s.ownerDelete(documentOwner(tenant, branch, oldDocument)),
-					s.ownerPut(documentOwner(tenant, branch, document), b.UpdatedAt))
-			}
+			ch, b := s.branchUpdate(decodeBranch(item), expected, name, status, document, s.cfg.Now().UTC().Format(time.RFC3339Nano))
 			return ch, versionedResponse(http.StatusOK, b, b.Version), nil, nil
-		},
-		conditionFailed: func(ctx context.Context, f failure) (*Problem, bool, error) {
-			switch f.index {
-			case 0:
-				return s.staleOrGone(ctx, k, f.old, "branch")
-			case 1:
-				return nil, false, fmt.Errorf("branch %s/%s: the owner item of its document does not name it", tenant, branch)
-			}
-			return documentTaken(document), false, nil
 		},
 	})
 }
@@ -275,10 +181,6 @@ func (s *Server) deleteBranch(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	k := aggregates.BranchKey(tenant, branch)
-	hasTransactions := func() *Problem {
-		return problem(http.StatusConflict, ProblemBranchHasTransactions,
-			"branch "+branch+" has transactions and cannot be deleted; suspend it instead (PATCH {\"status\":\"suspended\"})")
-	}
 	s.mutate(w, r, mutation{
 		tenant: tenant, idemKey: key, fp: fingerprint(r, nil), lookupFirst: true,
 		committed: func() { s.forget(aggregates.BranchKey(tenant, branch)) },
@@ -289,35 +191,9 @@ func (s *Server) deleteBranch(w http.ResponseWriter, r *http.Request) {
 			}
 			b := decodeBranch(item)
 			if b.HasTransactions {
-				return nil, response{}, hasTransactions(), nil
+				return nil, response{}, branchHasTransactions(branch), nil
 			}
-			return &change{op: "branch_delete", items: []ddbtypes.TransactWriteItem{
-				{Delete: &ddbtypes.Delete{
-					TableName: &s.cfg.Table, Key: keyAV(k),
-					ConditionExpression:       aws.String("#v = :read AND attribute_not_exists(#has)"),
-					ExpressionAttributeNames:  map[string]string{"#v": attrVersion, "#has": attrHasTransactions},
-					ExpressionAttributeValues: map[string]ddbtypes.AttributeValue{":read": intAV(b.Version)},
-				}},
-				s.ownerDelete(documentOwner(tenant, branch, b.Document)),
-			}}, response{status: http.StatusNoContent}, nil, nil
-		},
-		conditionFailed: func(ctx context.Context, f failure) (*Problem, bool, error) {
-			if f.index == 1 {
-				return nil, false, fmt.Errorf("branch %s/%s: the owner item of its document does not name it", tenant, branch)
-			}
-			item, err := s.current(ctx, k, f.old)
-			switch {
-			case err != nil:
-				return nil, false, err
-			case item == nil:
-				return notFoundOf("branch"), false, nil
-			case boolAttr(item, attrHasTransactions):
-				return hasTransactions(), false, nil
-			case expected > 0:
-				v, _ := intAttr(item, attrVersion)
-				return s.versionConflict(v), false, nil
-			}
-			return nil, true, nil // changed since read: read again
+			return s.branchDelete(b, expected), response{status: http.StatusNoContent}, nil, nil
 		},
 	})
 }

@@ -164,35 +164,15 @@ func (s *Server) createTransaction(w http.ResponseWriter, r *http.Request) {
 			}
 			resp := versionedResponse(http.StatusCreated, t, t.Version)
 			resp.location = transactionLocation(tenant, branch, t.ID)
-			ch := &change{op: "create", items: []ddbtypes.TransactWriteItem{s.putNew(item)}}
-			if marking = !marked; marking {
-				ch.items = append(ch.items, s.branchMark(tenant, branch))
-			}
-			return ch, resp, nil, nil
+			marking = !marked
+			return s.transactionCreate(item, tenant, branch, marking), resp, nil, nil
 		},
 		committed: func() {
 			if marking {
 				s.forget(branchKey) // read again: marked from now on
 			}
 		},
-		conditionFailed: func(ctx context.Context, f failure) (*Problem, bool, error) {
-			if f.index == 1 { // the branch's marker: it is gone or suspended
-				s.forget(branchKey)
-				return s.branchNotActive(ctx, tenant, branch, f.old)
-			}
-			// Only an id collision fails the put's condition: prepare a new id.
-			return nil, true, nil
-		},
 	})
-}
-
-// getItem reads one item with a strongly consistent GetItem; nil when absent.
-func (s *Server) getItem(ctx context.Context, k aggregates.Key) (map[string]ddbtypes.AttributeValue, error) {
-	out, err := s.api.GetItem(ctx, &dynamodb.GetItemInput{TableName: &s.cfg.Table, Key: keyAV(k), ConsistentRead: aws.Bool(true)})
-	if err != nil {
-		return nil, s.dynamoError("GetItem", err)
-	}
-	return out.Item, nil
 }
 
 // getVersioned serves a strongly consistent read of the item at k: decoded,
@@ -277,15 +257,7 @@ func (s *Server) patchTransaction(w http.ResponseWriter, r *http.Request) {
 			if err != nil {
 				return nil, response{}, nil, err
 			}
-			return one("update", ddbtypes.TransactWriteItem{Put: &ddbtypes.Put{
-				TableName: &s.cfg.Table, Item: next,
-				ConditionExpression:       aws.String("attribute_exists(#pk) AND #v = :expected"),
-				ExpressionAttributeNames:  map[string]string{"#pk": attrPK, "#v": attrVersion},
-				ExpressionAttributeValues: map[string]ddbtypes.AttributeValue{":expected": intAV(expected)},
-			}}), versionedResponse(http.StatusOK, t, t.Version), nil, nil
-		},
-		conditionFailed: func(ctx context.Context, f failure) (*Problem, bool, error) {
-			return s.staleOrGone(ctx, k, f.old, "transaction")
+			return s.transactionReplace(k, next, expected), versionedResponse(http.StatusOK, t, t.Version), nil, nil
 		},
 	})
 }
@@ -322,26 +294,13 @@ func (s *Server) deleteTransaction(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	del := &ddbtypes.Delete{
-		TableName: &s.cfg.Table, Key: keyAV(k),
-		ConditionExpression:      aws.String("attribute_exists(#pk)"),
-		ExpressionAttributeNames: map[string]string{"#pk": attrPK},
-	}
-	if expected > 0 {
-		del.ConditionExpression = aws.String("attribute_exists(#pk) AND #v = :expected")
-		del.ExpressionAttributeNames["#v"] = attrVersion
-		del.ExpressionAttributeValues = map[string]ddbtypes.AttributeValue{":expected": intAV(expected)}
-	}
 	s.mutate(w, r, mutation{
 		tenant: tenant, idemKey: key, fp: fingerprint(r, nil),
 		prepare: func(ctx context.Context) (*change, response, *Problem, error) {
 			if _, p, err := s.activeBranch(ctx, tenant, branch); p != nil || err != nil {
 				return nil, response{}, p, err
 			}
-			return one("delete", ddbtypes.TransactWriteItem{Delete: del}), response{status: http.StatusNoContent}, nil, nil
-		},
-		conditionFailed: func(ctx context.Context, f failure) (*Problem, bool, error) {
-			return s.staleOrGone(ctx, k, f.old, "transaction")
+			return s.transactionDelete(k, expected), response{status: http.StatusNoContent}, nil, nil
 		},
 	})
 }

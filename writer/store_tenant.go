@@ -1,0 +1,60 @@
+package writer
+
+import (
+	"net/http"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	ddbtypes "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/ledger-dev/ledger/aggregates"
+)
+
+// The tenant item, TENANT#{id} / TENANT: its codec and its changes. Its
+// GSI1 entry (TENANTS / TENANT#{id}) lists it among all tenants.
+
+// tenantItem encodes t as its item; the GSI1 entry lists it among all
+// tenants.
+func tenantItem(t Tenant) map[string]ddbtypes.AttributeValue {
+	item := keyAV(aggregates.TenantKey(t.ID))
+	item[attrEntityType] = strAV(aggregates.EntityTenant)
+	item[attrID] = strAV(t.ID)
+	item[attrName] = strAV(t.Name)
+	item[attrStatus] = strAV(t.Status)
+	item[attrCreatedAt] = strAV(t.CreatedAt)
+	item[attrUpdatedAt] = strAV(t.UpdatedAt)
+	item[attrVersion] = intAV(t.Version)
+	item[attrGSI1PK] = strAV(aggregates.TenantIndexPK)
+	item[attrGSI1SK] = strAV(aggregates.TenantIndexSK(t.ID))
+	return item
+}
+
+func decodeTenant(item map[string]ddbtypes.AttributeValue) Tenant {
+	var t Tenant
+	t.ID, _ = stringAttr(item, attrID)
+	t.Name, _ = stringAttr(item, attrName)
+	t.Status, _ = stringAttr(item, attrStatus)
+	t.CreatedAt, _ = stringAttr(item, attrCreatedAt)
+	t.UpdatedAt, _ = stringAttr(item, attrUpdatedAt)
+	t.Version, _ = intAttr(item, attrVersion)
+	return t
+}
+
+// tenantExists is the ConditionCheck that a tenant exists, whatever its
+// status, for what is created under it: 404 when it does not.
+func (s *Server) tenantExists(tenant string) action {
+	return action{
+		item: ddbtypes.TransactWriteItem{ConditionCheck: &ddbtypes.ConditionCheck{
+			TableName: &s.cfg.Table, Key: keyAV(aggregates.TenantKey(tenant)),
+			ConditionExpression:      aws.String("attribute_exists(#pk)"),
+			ExpressionAttributeNames: map[string]string{"#pk": attrPK},
+		}},
+		onFail: refuse(notFoundOf("tenant " + tenant)),
+	}
+}
+
+// tenantCreate puts t, on condition that no tenant has its id.
+func (s *Server) tenantCreate(t Tenant) *change {
+	p := problem(http.StatusConflict, ProblemAlreadyExists, "tenant "+t.ID+" already exists")
+	p.Field = "id"
+	return newChange("tenant_create", action{item: s.putNew(tenantItem(t)), onFail: refuse(p)})
+}
