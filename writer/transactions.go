@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"mime"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -53,27 +52,6 @@ func transactionPath(r *http.Request) (tenant, branch, id string, k aggregates.K
 
 func transactionLocation(tenant, branch, id string) string {
 	return "/v1/tenants/" + tenant + "/branches/" + branch + "/transactions/" + id
-}
-
-// requireJSON checks the request's Content-Type: application/json, or also
-// application/merge-patch+json when merge is true; charset, if given, must
-// be UTF-8.
-func requireJSON(r *http.Request, merge bool) *Problem {
-	mt, params, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
-	ok := err == nil && (mt == "application/json" || merge && mt == "application/merge-patch+json")
-	if cs, has := params["charset"]; ok && has && !strings.EqualFold(cs, "utf-8") {
-		ok = false
-	}
-	if !ok {
-		want := "application/json"
-		if merge {
-			want += " or application/merge-patch+json"
-		}
-		p := problem(http.StatusUnsupportedMediaType, ProblemUnsupportedMediaType, "Content-Type must be "+want)
-		p.Field = "Content-Type"
-		return p
-	}
-	return nil
 }
 
 // writesAllowed consults the flags: nil when mutations may proceed, else
@@ -315,19 +293,6 @@ type listQuery struct {
 }
 
 var listParams = map[string]bool{"from": true, "to": true, "type": true, "category": true, "limit": true, "cursor": true}
-
-// singleParams checks that q has only allowed parameters, each once.
-func singleParams(q url.Values, allowed map[string]bool) *Problem {
-	for name, vs := range q {
-		if !allowed[name] {
-			return fieldProblem(truncate(name, 64), "unknown query parameter")
-		}
-		if len(vs) > 1 {
-			return fieldProblem(name, "give it once")
-		}
-	}
-	return nil
-}
 
 func parseListQuery(r *http.Request) (listQuery, *Problem) {
 	q := r.URL.Query()
