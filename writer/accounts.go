@@ -89,10 +89,14 @@ func (a *Account) email(address string) *AccountEmail {
 }
 
 var (
-	accountCreateFields = map[string]bool{"firstName": true, "lastName": true, "role": true, "status": true, "emails": true}
-	emailCreateFields   = map[string]bool{"address": true, "verified": true, "primary": true}
-	emailAddFields      = map[string]bool{"address": true, "verified": true}
-	emailPatchFields    = map[string]bool{"primary": true, "verified": true}
+	emailCreateFields = map[string]bool{"address": true, "verified": true, "primary": true}
+	emailAddFields    = map[string]bool{"address": true, "verified": true}
+	emailPatchFields  = map[string]bool{"primary": true, "verified": true}
+)
+
+var (
+	parseRole          = checked(aggregates.ValidateRole)
+	parseAccountStatus = checked(aggregates.ValidateAccountStatus)
 )
 
 func accountLocation(tenant, id string) string { return "/v1/tenants/" + tenant + "/accounts/" + id }
@@ -118,6 +122,37 @@ func emailPath(r *http.Request) (tenant, account, address string, p *Problem) {
 		return "", "", "", p
 	}
 	return tenant, account, address, nil
+}
+
+// accountMutation is a change of the account at a request's path: the
+// request's Idempotency-Key, its body (nil for a DELETE), the version its
+// If-Match names (0: any) and whether the account may be deleted (for its
+// own delete). edit changes a, read at version read, at now: it returns
+// the change and the answer (a nil change: nothing to write, the answer
+// as it is), or a problem.
+type accountMutation struct {
+	tenant, id string
+	key        string
+	body       []byte
+	expected   int64
+	deletedOK  bool
+	edit       func(a *Account, read int64, now string) (*change, response, *Problem)
+}
+
+// mutateAccount serves m: it reads the account (readForChange) and
+// commits the change edit makes of it, under the Idempotency-Key.
+func (s *Server) mutateAccount(w http.ResponseWriter, r *http.Request, m accountMutation) {
+	s.mutate(w, r, mutation{
+		tenant: m.tenant, idemKey: m.key, fp: fingerprint(r, m.body), lookupFirst: true,
+		prepare: func(ctx context.Context) (*change, response, *Problem, error) {
+			a, p, err := s.readForChange(ctx, m.tenant, m.id, m.expected, m.deletedOK)
+			if a == nil {
+				return nil, response{}, p, err
+			}
+			ch, resp, p := m.edit(a, a.Version, s.cfg.Now().UTC().Format(time.RFC3339Nano))
+			return ch, resp, p, nil
+		},
+	})
 }
 
 // accountResponse is the answer of a change to a: the account and its ETag.
@@ -198,31 +233,17 @@ func parseNewEmails(raw json.RawMessage, now string) ([]AccountEmail, *Problem) 
 // item and its owner item, each put only where nothing is.
 func (s *Server) createAccount(w http.ResponseWriter, r *http.Request) {
 	tenant, p := tenantPath(r)
-	if p != nil {
-		p.write(w)
-		return
-	}
-	key, body, ok := s.mutationRequest(w, r, true, "an account")
+	key, body, ok := s.mutationRequest(w, r, p, true, "an account")
 	if !ok {
 		return
 	}
-	m, p := decodeObject(body, accountCreateFields)
-	if p == nil {
-		p = required(m, "firstName", "lastName", "emails")
-	}
 	a := Account{Tenant: tenant, Role: aggregates.RoleMember, Status: string(aggregates.StatusActive), Version: 1}
-	if p == nil {
-		a.FirstName, p = parseDisplayName("firstName", m["firstName"])
-	}
-	if p == nil {
-		a.LastName, p = parseDisplayName("lastName", m["lastName"])
-	}
-	if raw, ok := m["role"]; p == nil && ok && !isNull(raw) {
-		a.Role, p = parseChecked("role", raw, aggregates.ValidateRole)
-	}
-	if raw, ok := m["status"]; p == nil && ok && !isNull(raw) {
-		a.Status, p = parseChecked("status", raw, aggregates.ValidateTenantStatus) // active or suspended at creation
-	}
+	m, p := decodeFields(body,
+		bodyField{"firstName", true, parseDisplayName, &a.FirstName},
+		bodyField{"lastName", true, parseDisplayName, &a.LastName},
+		bodyField{name: "role", parse: parseRole, dst: &a.Role},
+		bodyField{name: "status", parse: parseTenantStatus, dst: &a.Status}, // active or suspended at creation
+		bodyField{name: "emails", required: true})
 	now := s.cfg.Now().UTC()
 	if p == nil {
 		a.Emails, p = parseNewEmails(m["emails"], now.Format(time.RFC3339Nano))
@@ -289,13 +310,8 @@ func (s *Server) getAccount(w http.ResponseWriter, r *http.Request) {
 // of the account partition. A page ends between accounts, never inside one.
 func (s *Server) listAccounts(w http.ResponseWriter, r *http.Request) {
 	tenant, p := tenantPath(r)
-	if p != nil {
-		p.write(w)
-		return
-	}
-	limit, start, p := s.directoryList(r, tenant, "accounts")
-	if p != nil {
-		p.write(w)
+	limit, start, ok := s.directoryList(w, r, p, tenant, "accounts")
+	if !ok {
 		return
 	}
 	in := s.partitionQuery(aggregates.AccountPK(tenant), start)
@@ -345,61 +361,25 @@ read:
 // does not change.
 func (s *Server) patchAccount(w http.ResponseWriter, r *http.Request) {
 	tenant, id, p := accountPath(r)
-	if p != nil {
-		p.write(w)
-		return
-	}
-	expected, key, body, ok := s.patchRequest(w, r)
+	expected, key, body, ok := s.patchRequest(w, r, p, changeIfMatch)
 	if !ok {
 		return
 	}
-	m, p := decodePatchFields(body, "firstName", "lastName", "role", "status")
-	set := map[string]string{}
-	for _, f := range []struct {
-		name  string
-		parse func(string, json.RawMessage) (string, *Problem)
-	}{
-		{"firstName", parseDisplayName}, {"lastName", parseDisplayName},
-		{"role", func(f string, raw json.RawMessage) (string, *Problem) {
-			return parseChecked(f, raw, aggregates.ValidateRole)
-		}},
-		{"status", func(f string, raw json.RawMessage) (string, *Problem) {
-			return parseChecked(f, raw, aggregates.ValidateAccountStatus)
-		}},
-	} {
-		if raw, ok := m[f.name]; p == nil && ok {
-			set[f.name], p = f.parse(f.name, raw)
-		}
-	}
+	var set Account // the fields the patch sets ("" where it does not)
+	p = decodePatchFields(body,
+		bodyField{"firstName", false, parseDisplayName, &set.FirstName}, bodyField{"lastName", false, parseDisplayName, &set.LastName},
+		bodyField{"role", false, parseRole, &set.Role}, bodyField{"status", false, parseAccountStatus, &set.Status})
 	if p != nil {
 		p.write(w)
 		return
 	}
-	s.mutate(w, r, mutation{
-		tenant: tenant, idemKey: key, fp: fingerprint(r, body), lookupFirst: true,
-		prepare: func(ctx context.Context) (*change, response, *Problem, error) {
-			a, p, err := s.readForChange(ctx, tenant, id, expected, false)
-			if a == nil {
-				return nil, response{}, p, err
-			}
-			u := newUpdate()
-			for name, v := range set {
-				switch name {
-				case "firstName":
-					a.FirstName = v
-				case "lastName":
-					a.LastName = v
-				case "role":
-					a.Role = v
-				case "status":
-					a.Status = v
-				}
-				u.set(name, strAV(v))
-			}
-			read := a.Version
+	s.mutateAccount(w, r, accountMutation{tenant: tenant, id: id, key: key, body: body, expected: expected,
+		edit: func(a *Account, read int64, now string) (*change, response, *Problem) {
+			u := newUpdate().patch(attrFirstName, &a.FirstName, set.FirstName).patch(attrLastName, &a.LastName, set.LastName).
+				patch(attrRole, &a.Role, set.Role).patch(attrStatus, &a.Status, set.Status)
 			a.Version++
-			a.UpdatedAt = s.cfg.Now().UTC().Format(time.RFC3339Nano)
-			return s.accountUpdate(a, read, expected, u), accountResponse(http.StatusOK, a), nil, nil
+			a.UpdatedAt = now
+			return s.accountUpdate(a, read, expected, u), accountResponse(http.StatusOK, a), nil
 		},
 	})
 }
@@ -410,22 +390,13 @@ func (s *Server) patchAccount(w http.ResponseWriter, r *http.Request) {
 // added meanwhile). It frees the account's addresses.
 func (s *Server) deleteAccount(w http.ResponseWriter, r *http.Request) {
 	tenant, id, p := accountPath(r)
-	if p != nil {
-		p.write(w)
-		return
-	}
-	expected, key, ok := s.deleteRequest(w, r)
+	expected, key, ok := s.deleteRequest(w, r, p)
 	if !ok {
 		return
 	}
-	s.mutate(w, r, mutation{
-		tenant: tenant, idemKey: key, fp: fingerprint(r, nil), lookupFirst: true,
-		prepare: func(ctx context.Context) (*change, response, *Problem, error) {
-			a, p, err := s.readForChange(ctx, tenant, id, expected, true)
-			if a == nil {
-				return nil, response{}, p, err
-			}
-			return s.accountDelete(a, expected), response{status: http.StatusNoContent}, nil, nil
+	s.mutateAccount(w, r, accountMutation{tenant: tenant, id: id, key: key, expected: expected, deletedOK: true,
+		edit: func(a *Account, _ int64, _ string) (*change, response, *Problem) {
+			return s.accountDelete(a, expected), response{status: http.StatusNoContent}, nil
 		},
 	})
 }
@@ -436,16 +407,11 @@ func (s *Server) deleteAccount(w http.ResponseWriter, r *http.Request) {
 // email-taken and changes nothing.
 func (s *Server) addEmail(w http.ResponseWriter, r *http.Request) {
 	tenant, id, p := accountPath(r)
-	if p != nil {
-		p.write(w)
-		return
+	var expected int64 // 0 for "*": any version
+	if p == nil {
+		expected, _, _, p = parseIfMatch(r)
 	}
-	expected, _, _, p := parseIfMatch(r) // 0 for "*": any version
-	if p != nil {
-		p.write(w)
-		return
-	}
-	key, body, ok := s.mutationRequest(w, r, false, "")
+	key, body, ok := s.mutationRequest(w, r, p, false, "")
 	if !ok {
 		return
 	}
@@ -454,21 +420,15 @@ func (s *Server) addEmail(w http.ResponseWriter, r *http.Request) {
 		p.write(w)
 		return
 	}
-	s.mutate(w, r, mutation{
-		tenant: tenant, idemKey: key, fp: fingerprint(r, body), lookupFirst: true,
-		prepare: func(ctx context.Context) (*change, response, *Problem, error) {
-			a, p, err := s.readForChange(ctx, tenant, id, expected, false)
-			if a == nil {
-				return nil, response{}, p, err
-			}
-			read := a.Version
-			e, p := a.addEmail(address, verified, s.cfg.Now().UTC().Format(time.RFC3339Nano))
+	s.mutateAccount(w, r, accountMutation{tenant: tenant, id: id, key: key, body: body, expected: expected,
+		edit: func(a *Account, read int64, now string) (*change, response, *Problem) {
+			e, p := a.addEmail(address, verified, now)
 			if p != nil {
-				return nil, response{}, p, nil
+				return nil, response{}, p
 			}
 			resp := accountResponse(http.StatusCreated, a)
 			resp.location = accountLocation(tenant, id) + "/emails/" + url.PathEscape(address)
-			return s.emailAdd(a, read, expected, e), resp, nil, nil
+			return s.emailAdd(a, read, expected, e), resp, nil
 		},
 	})
 }
@@ -523,11 +483,7 @@ func (a *Account) addEmail(address string, verified bool, now string) (AccountEm
 // is made primary instead, an unwanted one removed.
 func (s *Server) patchEmail(w http.ResponseWriter, r *http.Request) {
 	tenant, id, address, p := emailPath(r)
-	if p != nil {
-		p.write(w)
-		return
-	}
-	expected, key, body, ok := s.patchRequest(w, r)
+	expected, key, body, ok := s.patchRequest(w, r, p, changeIfMatch)
 	if !ok {
 		return
 	}
@@ -536,22 +492,16 @@ func (s *Server) patchEmail(w http.ResponseWriter, r *http.Request) {
 		p.write(w)
 		return
 	}
-	s.mutate(w, r, mutation{
-		tenant: tenant, idemKey: key, fp: fingerprint(r, body), lookupFirst: true,
-		prepare: func(ctx context.Context) (*change, response, *Problem, error) {
-			a, p, err := s.readForChange(ctx, tenant, id, expected, false)
-			if a == nil {
-				return nil, response{}, p, err
-			}
-			read := a.Version
-			edit, changed, p := a.editEmail(address, verify, primary, s.cfg.Now().UTC().Format(time.RFC3339Nano))
+	s.mutateAccount(w, r, accountMutation{tenant: tenant, id: id, key: key, body: body, expected: expected,
+		edit: func(a *Account, read int64, now string) (*change, response, *Problem) {
+			edit, changed, p := a.editEmail(address, verify, primary, now)
 			switch {
 			case p != nil:
-				return nil, response{}, p, nil
+				return nil, response{}, p
 			case !changed:
-				return nil, accountResponse(http.StatusOK, a), nil, nil // already so
+				return nil, accountResponse(http.StatusOK, a), nil // already so
 			}
-			return s.emailUpdate(a, read, expected, edit), accountResponse(http.StatusOK, a), nil, nil
+			return s.emailUpdate(a, read, expected, edit), accountResponse(http.StatusOK, a), nil
 		},
 	})
 }
@@ -621,27 +571,17 @@ func (a *Account) editEmail(address string, verify, primary bool, now string) (e
 // removed (409 primary-email): make another address primary first.
 func (s *Server) removeEmail(w http.ResponseWriter, r *http.Request) {
 	tenant, id, address, p := emailPath(r)
-	if p != nil {
-		p.write(w)
-		return
-	}
-	expected, key, ok := s.deleteRequest(w, r)
+	expected, key, ok := s.deleteRequest(w, r, p)
 	if !ok {
 		return
 	}
-	s.mutate(w, r, mutation{
-		tenant: tenant, idemKey: key, fp: fingerprint(r, nil), lookupFirst: true,
-		prepare: func(ctx context.Context) (*change, response, *Problem, error) {
-			a, p, err := s.readForChange(ctx, tenant, id, expected, false)
-			if a == nil {
-				return nil, response{}, p, err
-			}
-			read := a.Version
-			e, p := a.removeEmail(address, s.cfg.Now().UTC().Format(time.RFC3339Nano))
+	s.mutateAccount(w, r, accountMutation{tenant: tenant, id: id, key: key, expected: expected,
+		edit: func(a *Account, read int64, now string) (*change, response, *Problem) {
+			e, p := a.removeEmail(address, now)
 			if p != nil {
-				return nil, response{}, p, nil
+				return nil, response{}, p
 			}
-			return s.emailRemove(a, read, expected, e), accountResponse(http.StatusOK, a), nil, nil
+			return s.emailRemove(a, read, expected, e), accountResponse(http.StatusOK, a), nil
 		},
 	})
 }

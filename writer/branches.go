@@ -2,6 +2,7 @@ package writer
 
 import (
 	"context"
+	"encoding/json"
 	"net/http"
 	"time"
 
@@ -32,8 +33,6 @@ type BranchPage struct {
 	NextCursor string   `json:"nextCursor,omitempty"`
 }
 
-var branchCreateFields = map[string]bool{"id": true, "name": true, "document": true, "status": true}
-
 func branchLocation(tenant, id string) string { return "/v1/tenants/" + tenant + "/branches/" + id }
 
 // createBranch serves POST /v1/tenants/{tenant}/branches: in one
@@ -42,31 +41,16 @@ func branchLocation(tenant, id string) string { return "/v1/tenants/" + tenant +
 // the document is free.
 func (s *Server) createBranch(w http.ResponseWriter, r *http.Request) {
 	tenant, p := tenantPath(r)
-	if p != nil {
-		p.write(w)
-		return
-	}
-	key, body, ok := s.mutationRequest(w, r, true, "a branch")
+	key, body, ok := s.mutationRequest(w, r, p, true, "a branch")
 	if !ok {
 		return
 	}
-	m, p := decodeObject(body, branchCreateFields)
-	if p == nil {
-		p = required(m, "id", "name", "document")
-	}
 	b := Branch{Tenant: tenant, Status: string(aggregates.StatusActive), Version: 1}
-	if p == nil {
-		b.ID, p = parseIDField("id", m["id"])
-	}
-	if p == nil {
-		b.Name, p = parseDisplayName("name", m["name"])
-	}
-	if p == nil {
-		b.Document, p = parseDocument("document", m["document"])
-	}
-	if raw, ok := m["status"]; p == nil && ok && !isNull(raw) {
-		b.Status, p = parseChecked("status", raw, aggregates.ValidateTenantStatus)
-	}
+	_, p = decodeFields(body,
+		bodyField{"id", true, parseIDField, &b.ID},
+		bodyField{"name", true, parseDisplayName, &b.Name},
+		bodyField{"document", true, parseDocument, &b.Document},
+		bodyField{"status", false, parseTenantStatus, &b.Status})
 	if p == nil && !claimsOf(r).ProvesDocument(b.Document) {
 		p = documentNotProven(b.Document)
 	}
@@ -101,13 +85,8 @@ func (s *Server) getBranch(w http.ResponseWriter, r *http.Request) {
 // is needed: the branches of a tenant are one item collection.
 func (s *Server) listBranches(w http.ResponseWriter, r *http.Request) {
 	tenant, p := tenantPath(r)
-	if p != nil {
-		p.write(w)
-		return
-	}
-	limit, start, p := s.directoryList(r, tenant, "branches")
-	if p != nil {
-		p.write(w)
+	limit, start, ok := s.directoryList(w, r, p, tenant, "branches")
+	if !ok {
 		return
 	}
 	in := s.partitionQuery(aggregates.BranchPK(tenant), start)
@@ -126,27 +105,20 @@ func (s *Server) listBranches(w http.ResponseWriter, r *http.Request) {
 // hasTransactions marker a concurrent first transaction sets.
 func (s *Server) patchBranch(w http.ResponseWriter, r *http.Request) {
 	tenant, branch, p := branchPath(r)
-	if p != nil {
-		p.write(w)
-		return
-	}
-	expected, key, body, ok := s.patchRequest(w, r)
+	expected, key, body, ok := s.patchRequest(w, r, p, changeIfMatch)
 	if !ok {
 		return
 	}
-	m, p := decodePatchFields(body, "name", "document", "status")
 	var name, status, document string
-	if raw, ok := m["name"]; p == nil && ok {
-		name, p = parseDisplayName("name", raw)
-	}
-	if raw, ok := m["document"]; p == nil && ok {
-		if document, p = parseDocument("document", raw); p == nil && !claimsOf(r).ProvesDocument(document) {
-			p = documentNotProven(document)
+	provenDocument := func(field string, raw json.RawMessage) (string, *Problem) {
+		d, p := parseDocument(field, raw)
+		if p == nil && !claimsOf(r).ProvesDocument(d) {
+			p = documentNotProven(d)
 		}
+		return d, p
 	}
-	if raw, ok := m["status"]; p == nil && ok {
-		status, p = parseChecked("status", raw, aggregates.ValidateTenantStatus)
-	}
+	p = decodePatchFields(body, bodyField{"name", false, parseDisplayName, &name},
+		bodyField{"document", false, provenDocument, &document}, bodyField{"status", false, parseTenantStatus, &status})
 	if p != nil {
 		p.write(w)
 		return
@@ -172,11 +144,7 @@ func (s *Server) patchBranch(w http.ResponseWriter, r *http.Request) {
 // transaction (attribute_not_exists(hasTransactions); see directory.go).
 func (s *Server) deleteBranch(w http.ResponseWriter, r *http.Request) {
 	tenant, branch, p := branchPath(r)
-	if p != nil {
-		p.write(w)
-		return
-	}
-	expected, key, ok := s.deleteRequest(w, r)
+	expected, key, ok := s.deleteRequest(w, r, p)
 	if !ok {
 		return
 	}

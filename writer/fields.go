@@ -11,37 +11,92 @@ import (
 // accounts): each validates and normalises one field or answers the 400
 // naming it, and the 403s of values a token does not prove.
 
-func parseIDField(field string, raw json.RawMessage) (string, *Problem) {
-	v, p := parseString(field, raw)
-	if p != nil {
-		return "", p
+// fieldParser reads one string field of a body, validated and normalised,
+// or answers the 400 naming it.
+type fieldParser func(field string, raw json.RawMessage) (string, *Problem)
+
+// checked is the parser of a string that check validates.
+func checked(check func(string) error) fieldParser {
+	return func(field string, raw json.RawMessage) (string, *Problem) {
+		v, p := parseString(field, raw)
+		if p != nil {
+			return "", p
+		}
+		if err := check(v); err != nil {
+			return "", fieldProblem(field, err.Error())
+		}
+		return v, nil
 	}
-	if err := aggregates.ValidateID(v); err != nil {
-		return "", fieldProblem(field, err.Error())
-	}
-	return v, nil
 }
 
-func parseDisplayName(field string, raw json.RawMessage) (string, *Problem) {
-	v, p := parseString(field, raw)
-	if p != nil {
-		return "", p
-	}
-	if err := aggregates.ValidateDisplayName(v); err != nil {
-		return "", fieldProblem(field, err.Error())
-	}
-	return v, nil
+var (
+	parseIDField     = checked(aggregates.ValidateID)
+	parseDisplayName = checked(aggregates.ValidateDisplayName)
+	parseName        = checked(aggregates.ValidateName)
+)
+
+// bodyField is a string field of a request body: its name, whether it is
+// required, its parser and where its value goes (no parser: the caller
+// reads it from the object itself).
+type bodyField struct {
+	name     string
+	required bool
+	parse    fieldParser
+	dst      *string
 }
 
-func parseChecked(field string, raw json.RawMessage, check func(string) error) (string, *Problem) {
-	v, p := parseString(field, raw)
-	if p != nil {
-		return "", p
+// decodeFields decodes body, an object of fields only (decodeObject), the
+// required ones present and not null, and parses each field given into its
+// destination, in order: an optional field absent or null leaves it as it
+// is. It returns the object.
+func decodeFields(body []byte, fields ...bodyField) (map[string]json.RawMessage, *Problem) {
+	return decodeBody(body, fields, func(m map[string]json.RawMessage) *Problem {
+		var names []string
+		for _, f := range fields {
+			if f.required {
+				names = append(names, f.name)
+			}
+		}
+		return required(m, names...)
+	})
+}
+
+// decodePatchFields decodes the body of a PATCH that sets fields: an object
+// of some of them (decodeObject), none null (they cannot be removed), at
+// least one, each parsed, in order, into its destination ("" where
+// absent).
+func decodePatchFields(body []byte, fields ...bodyField) *Problem {
+	_, p := decodeBody(body, fields, func(m map[string]json.RawMessage) *Problem {
+		for _, f := range fields {
+			if p := notNull(m, f.name); p != nil {
+				return p
+			}
+		}
+		if len(m) == 0 {
+			return problem(http.StatusBadRequest, ProblemInvalidJSON, "the patch changes nothing: name at least one field")
+		}
+		return nil
+	})
+	return p
+}
+
+// decodeBody decodes body, an object of fields only, checks it with check
+// and parses the fields present and not null, in order.
+func decodeBody(body []byte, fields []bodyField, check func(map[string]json.RawMessage) *Problem) (map[string]json.RawMessage, *Problem) {
+	allowed := make(map[string]bool, len(fields))
+	for _, f := range fields {
+		allowed[f.name] = true
 	}
-	if err := check(v); err != nil {
-		return "", fieldProblem(field, err.Error())
+	m, p := decodeObject(body, allowed)
+	if p == nil {
+		p = check(m)
 	}
-	return v, nil
+	for _, f := range fields {
+		if raw, ok := m[f.name]; p == nil && ok && !isNull(raw) && f.parse != nil {
+			*f.dst, p = f.parse(f.name, raw)
+		}
+	}
+	return m, p
 }
 
 func parseEmail(field string, raw json.RawMessage) (string, *Problem) {

@@ -31,17 +31,25 @@ func listLimit(v string) (int, *Problem) {
 
 // directoryList reads the limit and cursor of a directory listing (tenant
 // "" and kind name the listing the cursor is bound to): the exclusive start
-// sort key, "" for the first page.
-func (s *Server) directoryList(r *http.Request, tenant, kind string) (limit int, startSK string, p *Problem) {
+// sort key, "" for the first page. A problem its path already has
+// (pathProblem) comes first. On a problem it has answered and ok is false.
+func (s *Server) directoryList(w http.ResponseWriter, r *http.Request, pathProblem *Problem, tenant, kind string) (limit int, startSK string, ok bool) {
 	q := r.URL.Query()
-	if p := singleParams(q, map[string]bool{"limit": true, "cursor": true}); p != nil {
-		return 0, "", p
+	p := pathProblem
+	if p == nil {
+		p = singleParams(q, map[string]bool{"limit": true, "cursor": true})
 	}
-	if limit, p = listLimit(q.Get("limit")); p != nil {
-		return 0, "", p
+	if p == nil {
+		limit, p = listLimit(q.Get("limit"))
 	}
-	startSK, p = s.cursorSK(q.Get("cursor"), tenant, "", kind)
-	return limit, startSK, p
+	if p == nil {
+		startSK, p = s.cursorSK(q.Get("cursor"), tenant, "", kind)
+	}
+	if p != nil {
+		p.write(w)
+		return 0, "", false
+	}
+	return limit, startSK, true
 }
 
 // cursorSK verifies cursor c ("" for the first page) for the listing

@@ -1,7 +1,6 @@
 package writer
 
 import (
-	"encoding/json"
 	"mime"
 	"net/http"
 	"net/url"
@@ -11,29 +10,47 @@ import (
 // Checks every mutating request shares after its path: If-Match, the
 // Idempotency-Key, the content type and the body.
 
+// ifMatchWording is how a request that must carry If-Match words its
+// 428 and the 400 of "*".
+type ifMatchWording struct{ missing, wildcard string }
+
+var (
+	changeIfMatch = ifMatchWording{
+		missing:  `this change needs If-Match with the version to change, as the ETag gives it: If-Match: "3"`,
+		wildcard: `give a version, not "*"`,
+	}
+	patchIfMatch = ifMatchWording{
+		missing:  `PATCH needs If-Match with the version to change, as the ETag gives it: If-Match: "3"`,
+		wildcard: `PATCH needs a version, not "*"`,
+	}
+)
+
 // requireIfMatch reads the If-Match a PATCH must carry: 428 without it, 400
-// for "*".
-func requireIfMatch(r *http.Request) (int64, *Problem) {
+// for "*", worded as wording says.
+func requireIfMatch(r *http.Request, wording ifMatchWording) (int64, *Problem) {
 	expected, present, wildcard, p := parseIfMatch(r)
 	switch {
 	case p != nil:
 		return 0, p
 	case !present:
-		p = problem(http.StatusPreconditionRequired, ProblemPreconditionRequired, `this change needs If-Match with the version to change, as the ETag gives it: If-Match: "3"`)
+		p = problem(http.StatusPreconditionRequired, ProblemPreconditionRequired, wording.missing)
 		p.Field = "If-Match"
 		return 0, p
 	case wildcard:
-		return 0, fieldProblem("If-Match", `give a version, not "*"`)
+		return 0, fieldProblem("If-Match", wording.wildcard)
 	}
 	return expected, nil
 }
 
 // mutationRequest runs the checks every mutating request with a body shares
-// and returns its Idempotency-Key and body: the key (required when
+// and returns its Idempotency-Key and body: first the problem its path or
+// headers already have (p, nil when none), then the key (required when
 // keyRequired), the content type and the body. On a problem it has
 // answered and ok is false.
-func (s *Server) mutationRequest(w http.ResponseWriter, r *http.Request, keyRequired bool, what string) (key string, body []byte, ok bool) {
-	key, p := parseIdempotencyKey(r)
+func (s *Server) mutationRequest(w http.ResponseWriter, r *http.Request, p *Problem, keyRequired bool, what string) (key string, body []byte, ok bool) {
+	if p == nil {
+		key, p = parseIdempotencyKey(r)
+	}
 	if p == nil && key == "" && keyRequired {
 		p = problem(http.StatusBadRequest, ProblemIdempotencyKeyRequired, "creating "+what+" needs an Idempotency-Key header (a fresh UUID per request, reused on retries)")
 		p.Field = "Idempotency-Key"
@@ -51,24 +68,27 @@ func (s *Server) mutationRequest(w http.ResponseWriter, r *http.Request, keyRequ
 	return key, body, true
 }
 
-// patchRequest runs the checks a PATCH of a directory item shares after its
-// path: If-Match (required, requireIfMatch), then mutationRequest's. On a
-// problem it has answered and ok is false.
-func (s *Server) patchRequest(w http.ResponseWriter, r *http.Request) (expected int64, key string, body []byte, ok bool) {
-	expected, p := requireIfMatch(r)
-	if p != nil {
-		p.write(w)
-		return 0, "", nil, false
+// patchRequest runs the checks a PATCH shares: its path's (pathProblem,
+// nil when the path is valid), If-Match (required, requireIfMatch), then
+// mutationRequest's. On a problem it has answered and ok is false.
+func (s *Server) patchRequest(w http.ResponseWriter, r *http.Request, pathProblem *Problem, wording ifMatchWording) (expected int64, key string, body []byte, ok bool) {
+	p := pathProblem
+	if p == nil {
+		expected, p = requireIfMatch(r, wording)
 	}
-	key, body, ok = s.mutationRequest(w, r, false, "")
+	key, body, ok = s.mutationRequest(w, r, p, false, "")
 	return expected, key, body, ok
 }
 
-// deleteRequest runs the checks a DELETE shares after its path: If-Match
-// (optional: expected is 0 without it or for "*", any version) and the
-// Idempotency-Key. On a problem it has answered and ok is false.
-func (s *Server) deleteRequest(w http.ResponseWriter, r *http.Request) (expected int64, key string, ok bool) {
-	expected, _, _, p := parseIfMatch(r)
+// deleteRequest runs the checks a DELETE shares: its path's (pathProblem,
+// nil when the path is valid), If-Match (optional: expected is 0 without it
+// or for "*", any version) and the Idempotency-Key. On a problem it has
+// answered and ok is false.
+func (s *Server) deleteRequest(w http.ResponseWriter, r *http.Request, pathProblem *Problem) (expected int64, key string, ok bool) {
+	p := pathProblem
+	if p == nil {
+		expected, _, _, p = parseIfMatch(r)
+	}
 	if p == nil {
 		key, p = parseIdempotencyKey(r)
 	}
@@ -77,24 +97,6 @@ func (s *Server) deleteRequest(w http.ResponseWriter, r *http.Request) (expected
 		return 0, "", false
 	}
 	return expected, key, true
-}
-
-// decodePatchFields decodes the body of a PATCH that sets fields: an object
-// of some of them (decodeObject), none null (they cannot be removed), at
-// least one.
-func decodePatchFields(body []byte, fields ...string) (map[string]json.RawMessage, *Problem) {
-	allowed := make(map[string]bool, len(fields))
-	for _, f := range fields {
-		allowed[f] = true
-	}
-	m, p := decodeObject(body, allowed)
-	if p == nil {
-		p = notNull(m, fields...)
-	}
-	if p == nil && len(m) == 0 {
-		p = problem(http.StatusBadRequest, ProblemInvalidJSON, "the patch changes nothing: name at least one field")
-	}
-	return m, p
 }
 
 // requireJSON checks the request's Content-Type: application/json, or also

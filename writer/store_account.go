@@ -338,18 +338,12 @@ func (s *Server) emailUpdate(a *Account, read, expected int64, edit emailEdit) *
 			names["#ver"], values[":true"] = attrIsVerified, boolAV(true)
 		}
 	}
-	thisChanged := func(ctx context.Context, old map[string]ddbtypes.AttributeValue) (*Problem, bool, error) {
-		item, err := s.current(ctx, k, old)
-		switch {
-		case err != nil:
-			return nil, false, err
-		case item == nil:
-			return noSuchEmail(), false, nil
-		case !boolAttr(item, attrIsVerified):
-			return emailNotVerified(edit.address), false, nil
+	thisChanged := s.emailChanged(k, func(item map[string]ddbtypes.AttributeValue) *Problem {
+		if !boolAttr(item, attrIsVerified) {
+			return emailNotVerified(edit.address)
 		}
-		return nil, true, nil
-	}
+		return nil
+	})
 	ch := newChange("email_update", s.profileBump(a, read, expected, profile),
 		action{item: this.item(&s.cfg.Table, k, cond, names, values), onFail: thisChanged})
 	if edit.promoting { // the old primary changed meanwhile: read again
@@ -369,18 +363,12 @@ func (s *Server) emailUpdate(a *Account, read, expected int64, edit emailEdit) *
 // it (an unverified address reserved nothing).
 func (s *Server) emailRemove(a *Account, read, expected int64, e AccountEmail) *change {
 	k := aggregates.AccountEmailKey(a.Tenant, a.ID, e.Address)
-	thisChanged := func(ctx context.Context, old map[string]ddbtypes.AttributeValue) (*Problem, bool, error) {
-		item, err := s.current(ctx, k, old)
-		switch {
-		case err != nil:
-			return nil, false, err
-		case item == nil:
-			return noSuchEmail(), false, nil
-		case boolAttr(item, attrIsPrimary):
-			return emailIsPrimary(e.Address), false, nil
+	thisChanged := s.emailChanged(k, func(item map[string]ddbtypes.AttributeValue) *Problem {
+		if boolAttr(item, attrIsPrimary) {
+			return emailIsPrimary(e.Address)
 		}
-		return nil, true, nil
-	}
+		return nil
+	})
 	ch := newChange("email_remove", s.profileBump(a, read, expected, newUpdate()), action{
 		item: ddbtypes.TransactWriteItem{Delete: &ddbtypes.Delete{
 			TableName: &s.cfg.Table, Key: keyAV(k),
@@ -394,4 +382,23 @@ func (s *Server) emailRemove(a *Account, read, expected int64, e AccountEmail) *
 		ch.add(s.ownerDelete(emailOwner(a.Tenant, a.ID, e.Address)))
 	}
 	return ch
+}
+
+// emailChanged explains a failed condition on the email item at k from the
+// item as it is: 404 when it is gone, refusal's problem when it has one,
+// else a change since the read: read again.
+func (s *Server) emailChanged(k aggregates.Key, refusal func(item map[string]ddbtypes.AttributeValue) *Problem) onFail {
+	return func(ctx context.Context, old map[string]ddbtypes.AttributeValue) (*Problem, bool, error) {
+		item, err := s.current(ctx, k, old)
+		switch {
+		case err != nil:
+			return nil, false, err
+		case item == nil:
+			return noSuchEmail(), false, nil
+		}
+		if p := refusal(item); p != nil {
+			return p, false, nil
+		}
+		return nil, true, nil
+	}
 }

@@ -29,7 +29,9 @@ type TenantPage struct {
 	NextCursor string   `json:"nextCursor,omitempty"`
 }
 
-var tenantCreateFields = map[string]bool{"id": true, "name": true, "status": true}
+// parseTenantStatus reads the status of a tenant, or of a branch: active
+// or suspended.
+var parseTenantStatus = checked(aggregates.ValidateTenantStatus)
 
 func tenantLocation(id string) string { return "/v1/tenants/" + id }
 
@@ -45,24 +47,15 @@ func tenantPath(r *http.Request) (string, *Problem) {
 // createTenant serves POST /v1/tenants (admin): a put on condition that no
 // tenant has the id.
 func (s *Server) createTenant(w http.ResponseWriter, r *http.Request) {
-	key, body, ok := s.mutationRequest(w, r, true, "a tenant")
+	key, body, ok := s.mutationRequest(w, r, nil, true, "a tenant")
 	if !ok {
 		return
 	}
-	m, p := decodeObject(body, tenantCreateFields)
-	if p == nil {
-		p = required(m, "id", "name")
-	}
 	t := Tenant{Status: string(aggregates.StatusActive), Version: 1}
-	if p == nil {
-		t.ID, p = parseIDField("id", m["id"])
-	}
-	if p == nil {
-		t.Name, p = parseDisplayName("name", m["name"])
-	}
-	if raw, ok := m["status"]; p == nil && ok && !isNull(raw) {
-		t.Status, p = parseChecked("status", raw, aggregates.ValidateTenantStatus)
-	}
+	_, p := decodeFields(body,
+		bodyField{"id", true, parseIDField, &t.ID},
+		bodyField{"name", true, parseDisplayName, &t.Name},
+		bodyField{"status", false, parseTenantStatus, &t.Status})
 	if p != nil {
 		p.write(w)
 		return
@@ -93,9 +86,8 @@ func (s *Server) getTenant(w http.ResponseWriter, r *http.Request) {
 // from the sparse GSI1 partition TENANTS (eventually consistent, as every
 // index read: a tenant created a moment ago may be missing).
 func (s *Server) listTenants(w http.ResponseWriter, r *http.Request) {
-	limit, start, p := s.directoryList(r, "", "tenants")
-	if p != nil {
-		p.write(w)
+	limit, start, ok := s.directoryList(w, r, nil, "", "tenants")
+	if !ok {
 		return
 	}
 	in := &dynamodb.QueryInput{
@@ -124,23 +116,12 @@ func (s *Server) listTenants(w http.ResponseWriter, r *http.Request) {
 // stops new transactions in all its branches.
 func (s *Server) patchTenant(w http.ResponseWriter, r *http.Request) {
 	tenant, p := tenantPath(r)
-	if p != nil {
-		p.write(w)
-		return
-	}
-	expected, key, body, ok := s.patchRequest(w, r)
+	expected, key, body, ok := s.patchRequest(w, r, p, changeIfMatch)
 	if !ok {
 		return
 	}
-	m, p := decodePatchFields(body, "name", "status")
 	var name, status string
-	if raw, ok := m["name"]; p == nil && ok {
-		name, p = parseDisplayName("name", raw)
-	}
-	if raw, ok := m["status"]; p == nil && ok {
-		status, p = parseChecked("status", raw, aggregates.ValidateTenantStatus)
-	}
-	if p != nil {
+	if p := decodePatchFields(body, bodyField{"name", false, parseDisplayName, &name}, bodyField{"status", false, parseTenantStatus, &status}); p != nil {
 		p.write(w)
 		return
 	}

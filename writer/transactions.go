@@ -183,24 +183,7 @@ func (s *Server) getTransaction(w http.ResponseWriter, r *http.Request) {
 // the mutable fields, on condition that If-Match names the current version.
 func (s *Server) patchTransaction(w http.ResponseWriter, r *http.Request) {
 	tenant, branch, id, k, p := transactionPath(r)
-	if p != nil {
-		p.write(w)
-		return
-	}
-	expected, present, wildcard, p := parseIfMatch(r)
-	switch {
-	case p != nil:
-	case !present:
-		p = problem(http.StatusPreconditionRequired, ProblemPreconditionRequired, `PATCH needs If-Match with the version to change, as the ETag gives it: If-Match: "3"`)
-		p.Field = "If-Match"
-	case wildcard:
-		p = fieldProblem("If-Match", `PATCH needs a version, not "*"`)
-	}
-	if p != nil {
-		p.write(w)
-		return
-	}
-	key, body, ok := s.mutationRequest(w, r, false, "")
+	expected, key, body, ok := s.patchRequest(w, r, p, patchIfMatch)
 	if !ok {
 		return
 	}
@@ -264,11 +247,7 @@ func applyPatch(t *Transaction, p patchRequest) {
 // If-Match version.
 func (s *Server) deleteTransaction(w http.ResponseWriter, r *http.Request) {
 	tenant, branch, _, k, p := transactionPath(r)
-	if p != nil {
-		p.write(w)
-		return
-	}
-	expected, key, ok := s.deleteRequest(w, r)
+	expected, key, ok := s.deleteRequest(w, r, p)
 	if !ok {
 		return
 	}
