@@ -233,7 +233,7 @@ func parseNewEmails(raw json.RawMessage, now string) ([]AccountEmail, *Problem) 
 // item and its owner item, each put only where nothing is.
 func (s *Server) createAccount(w http.ResponseWriter, r *http.Request) {
 	tenant, p := tenantPath(r)
-	key, body, ok := s.mutationRequest(w, r, p, true, "an account")
+	key, body, ok := s.mutationRequest(w, r, p, keyRequiredToCreate("an account"))
 	if !ok {
 		return
 	}
@@ -241,9 +241,9 @@ func (s *Server) createAccount(w http.ResponseWriter, r *http.Request) {
 	m, p := decodeFields(body,
 		bodyField{"firstName", true, parseDisplayName, &a.FirstName},
 		bodyField{"lastName", true, parseDisplayName, &a.LastName},
-		bodyField{name: "role", parse: parseRole, dst: &a.Role},
-		bodyField{name: "status", parse: parseTenantStatus, dst: &a.Status}, // active or suspended at creation
-		bodyField{name: "emails", required: true})
+		bodyField{"role", false, parseRole, &a.Role},
+		bodyField{"status", false, parseTenantStatus, &a.Status}, // active or suspended at creation
+		bodyField{name: "emails", required: true})                // parsed below
 	now := s.cfg.Now().UTC()
 	if p == nil {
 		a.Emails, p = parseNewEmails(m["emails"], now.Format(time.RFC3339Nano))
@@ -309,12 +309,10 @@ func (s *Server) getAccount(w http.ResponseWriter, r *http.Request) {
 // (creation) order with their addresses, from strongly consistent Queries
 // of the account partition. A page ends between accounts, never inside one.
 func (s *Server) listAccounts(w http.ResponseWriter, r *http.Request) {
-	tenant, p := tenantPath(r)
-	limit, start, ok := s.directoryList(w, r, p, tenant, "accounts")
+	tenant, limit, in, ok := s.tenantListing(w, r, "accounts", aggregates.AccountPK)
 	if !ok {
 		return
 	}
-	in := s.partitionQuery(aggregates.AccountPK(tenant), start)
 	// Enough for limit+1 accounts of the most addresses in one page.
 	in.Limit = aws.Int32(int32(min((limit+1)*(1+aggregates.MaxEmailsPerAccount), 1000)))
 	var items []map[string]ddbtypes.AttributeValue
@@ -411,7 +409,7 @@ func (s *Server) addEmail(w http.ResponseWriter, r *http.Request) {
 	if p == nil {
 		expected, _, _, p = parseIfMatch(r)
 	}
-	key, body, ok := s.mutationRequest(w, r, p, false, "")
+	key, body, ok := s.mutationRequest(w, r, p, "")
 	if !ok {
 		return
 	}

@@ -41,7 +41,7 @@ func branchLocation(tenant, id string) string { return "/v1/tenants/" + tenant +
 // the document is free.
 func (s *Server) createBranch(w http.ResponseWriter, r *http.Request) {
 	tenant, p := tenantPath(r)
-	key, body, ok := s.mutationRequest(w, r, p, true, "a branch")
+	key, body, ok := s.mutationRequest(w, r, p, keyRequiredToCreate("a branch"))
 	if !ok {
 		return
 	}
@@ -84,12 +84,10 @@ func (s *Server) getBranch(w http.ResponseWriter, r *http.Request) {
 // consistent Query on the tenant's branch partition, in id order. No index
 // is needed: the branches of a tenant are one item collection.
 func (s *Server) listBranches(w http.ResponseWriter, r *http.Request) {
-	tenant, p := tenantPath(r)
-	limit, start, ok := s.directoryList(w, r, p, tenant, "branches")
+	tenant, limit, in, ok := s.tenantListing(w, r, "branches", aggregates.BranchPK)
 	if !ok {
 		return
 	}
-	in := s.partitionQuery(aggregates.BranchPK(tenant), start)
 	items, next, err := directoryPage(r.Context(), s, in, limit, tenant, "branches", decodeBranch)
 	if err != nil {
 		s.fail(w, r, err)

@@ -17,15 +17,34 @@ type fieldParser func(field string, raw json.RawMessage) (string, *Problem)
 
 // checked is the parser of a string that check validates.
 func checked(check func(string) error) fieldParser {
+	return parsed(func(field, v string) (string, *Problem) {
+		if err := check(v); err != nil {
+			return "", fieldProblem(field, err.Error())
+		}
+		return v, nil
+	})
+}
+
+// normalised is the check of a value that canon validates and normalises.
+func normalised(canon func(string) (string, error)) func(field, v string) (string, *Problem) {
+	return func(field, v string) (string, *Problem) {
+		c, err := canon(v)
+		if err != nil {
+			return "", fieldProblem(field, err.Error())
+		}
+		return c, nil
+	}
+}
+
+// parsed is the parser of a string field that check validates (and may
+// normalise).
+func parsed(check func(field, v string) (string, *Problem)) fieldParser {
 	return func(field string, raw json.RawMessage) (string, *Problem) {
 		v, p := parseString(field, raw)
 		if p != nil {
 			return "", p
 		}
-		if err := check(v); err != nil {
-			return "", fieldProblem(field, err.Error())
-		}
-		return v, nil
+		return check(field, v)
 	}
 }
 
@@ -33,6 +52,10 @@ var (
 	parseIDField     = checked(aggregates.ValidateID)
 	parseDisplayName = checked(aggregates.ValidateDisplayName)
 	parseName        = checked(aggregates.ValidateName)
+	checkEmail       = normalised(aggregates.CanonicalEmail)
+	checkDocument    = normalised(aggregates.CanonicalDocument)
+	parseEmail       = parsed(checkEmail)
+	parseDocument    = parsed(checkDocument)
 )
 
 // bodyField is a string field of a request body: its name, whether it is
@@ -97,38 +120,6 @@ func decodeBody(body []byte, fields []bodyField, check func(map[string]json.RawM
 		}
 	}
 	return m, p
-}
-
-func parseEmail(field string, raw json.RawMessage) (string, *Problem) {
-	v, p := parseString(field, raw)
-	if p != nil {
-		return "", p
-	}
-	return checkEmail(field, v)
-}
-
-func checkEmail(field, v string) (string, *Problem) {
-	c, err := aggregates.CanonicalEmail(v)
-	if err != nil {
-		return "", fieldProblem(field, err.Error())
-	}
-	return c, nil
-}
-
-func parseDocument(field string, raw json.RawMessage) (string, *Problem) {
-	v, p := parseString(field, raw)
-	if p != nil {
-		return "", p
-	}
-	return checkDocument(field, v)
-}
-
-func checkDocument(field, v string) (string, *Problem) {
-	c, err := aggregates.CanonicalDocument(v)
-	if err != nil {
-		return "", fieldProblem(field, err.Error())
-	}
-	return c, nil
 }
 
 func parseBool(field string, raw json.RawMessage) (bool, *Problem) {

@@ -52,6 +52,19 @@ func (s *Server) directoryList(w http.ResponseWriter, r *http.Request, pathProbl
 	return limit, startSK, true
 }
 
+// tenantListing reads the request of a listing of one of the tenant's
+// partitions, kind ("accounts", "branches"): the path's tenant, the page's
+// limit and the strongly consistent Query of the partition pk(tenant) after
+// the cursor. On a problem it has answered and ok is false.
+func (s *Server) tenantListing(w http.ResponseWriter, r *http.Request, kind string, pk func(tenant string) string) (tenant string, limit int, in *dynamodb.QueryInput, ok bool) {
+	tenant, p := tenantPath(r)
+	limit, start, ok := s.directoryList(w, r, p, tenant, kind)
+	if !ok {
+		return "", 0, nil, false
+	}
+	return tenant, limit, s.partitionQuery(pk(tenant), start), true
+}
+
 // cursorSK verifies cursor c ("" for the first page) for the listing
 // (tenant, branch, query) and returns the sort key to start after.
 func (s *Server) cursorSK(c, tenant, branch, query string) (string, *Problem) {

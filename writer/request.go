@@ -45,14 +45,14 @@ func requireIfMatch(r *http.Request, wording ifMatchWording) (int64, *Problem) {
 // mutationRequest runs the checks every mutating request with a body shares
 // and returns its Idempotency-Key and body: first the problem its path or
 // headers already have (p, nil when none), then the key (required when
-// keyRequired), the content type and the body. On a problem it has
-// answered and ok is false.
-func (s *Server) mutationRequest(w http.ResponseWriter, r *http.Request, p *Problem, keyRequired bool, what string) (key string, body []byte, ok bool) {
+// keyMissing, the detail of the 400 without it, is not ""), the content
+// type and the body. On a problem it has answered and ok is false.
+func (s *Server) mutationRequest(w http.ResponseWriter, r *http.Request, p *Problem, keyMissing string) (key string, body []byte, ok bool) {
 	if p == nil {
 		key, p = parseIdempotencyKey(r)
 	}
-	if p == nil && key == "" && keyRequired {
-		p = problem(http.StatusBadRequest, ProblemIdempotencyKeyRequired, "creating "+what+" needs an Idempotency-Key header (a fresh UUID per request, reused on retries)")
+	if p == nil && key == "" && keyMissing != "" {
+		p = problem(http.StatusBadRequest, ProblemIdempotencyKeyRequired, keyMissing)
 		p.Field = "Idempotency-Key"
 	}
 	if p == nil {
@@ -68,6 +68,12 @@ func (s *Server) mutationRequest(w http.ResponseWriter, r *http.Request, p *Prob
 	return key, body, true
 }
 
+// keyRequiredToCreate is the detail of the 400 of a create of what
+// without an Idempotency-Key.
+func keyRequiredToCreate(what string) string {
+	return "creating " + what + " needs an Idempotency-Key header (a fresh UUID per request, reused on retries)"
+}
+
 // patchRequest runs the checks a PATCH shares: its path's (pathProblem,
 // nil when the path is valid), If-Match (required, requireIfMatch), then
 // mutationRequest's. On a problem it has answered and ok is false.
@@ -76,7 +82,7 @@ func (s *Server) patchRequest(w http.ResponseWriter, r *http.Request, pathProble
 	if p == nil {
 		expected, p = requireIfMatch(r, wording)
 	}
-	key, body, ok = s.mutationRequest(w, r, p, false, "")
+	key, body, ok = s.mutationRequest(w, r, p, "")
 	return expected, key, body, ok
 }
 

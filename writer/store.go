@@ -133,3 +133,35 @@ func (s *Server) changedSinceRead(item map[string]ddbtypes.AttributeValue, expec
 	}
 	return nil, true, nil
 }
+
+// itemLayout is the layout the directory's versioned items (tenant,
+// branch, account profile) share: the key, the entityType, string
+// attributes, each held by a field of the value, and the version. Each
+// item type declares its layout once (tenantLayout, branchLayout,
+// profileLayout) and both encodes and decodes with it.
+type itemLayout struct {
+	key     aggregates.Key
+	entity  string
+	strings map[string]*string // attribute name → field
+	version *int64
+}
+
+// encode is the item of l's value.
+func (l itemLayout) encode() map[string]ddbtypes.AttributeValue {
+	item := keyAV(l.key)
+	item[attrEntityType] = strAV(l.entity)
+	for attr, f := range l.strings {
+		item[attr] = strAV(*f)
+	}
+	item[attrVersion] = intAV(*l.version)
+	return item
+}
+
+// decode sets l's value's fields from item (zero where an attribute is
+// missing or of another type).
+func (l itemLayout) decode(item map[string]ddbtypes.AttributeValue) {
+	for attr, f := range l.strings {
+		*f, _ = stringAttr(item, attr)
+	}
+	*l.version, _ = intAttr(item, attrVersion)
+}

@@ -11,11 +11,12 @@ import (
 	"github.com/ledger-dev/ledger/aggregates"
 )
 
-// The account's items, in its tenant's account partition
-// (TENANT#{tenant}#ACCOUNTS): the profile at {accountId} and one email
-// item per address at {accountId}#EMAIL#{address} (the argument is at the
-// top of accounts.go): their codec, the read of the collection and the
-// changes, each action with what its failed condition means.
+// The account's items, in its tenant's account partition: the profile
+// (aggregates.AccountKey) and one email item per address
+// (aggregates.AccountEmailKey), whose GSI1 entry finds it by address (the
+// argument is at the top of accounts.go; docs/design.md has the layout):
+// their codec, the read of the collection and the changes, each action with
+// what its failed condition means.
 
 // Attributes of the profile and email items.
 const (
@@ -30,20 +31,18 @@ const (
 	attrVerifiedAt = "verifiedAt"
 )
 
+// profileLayout is where a's profile fields are in its profile item (its
+// emailCount apart).
+func profileLayout(a *Account) itemLayout {
+	return itemLayout{key: aggregates.AccountKey(a.Tenant, a.ID), entity: aggregates.EntityAccount, version: &a.Version,
+		strings: map[string]*string{attrID: &a.ID, attrTenant: &a.Tenant, attrFirstName: &a.FirstName, attrLastName: &a.LastName,
+			attrRole: &a.Role, attrStatus: &a.Status, attrEmail: &a.Email, attrCreatedAt: &a.CreatedAt, attrUpdatedAt: &a.UpdatedAt}}
+}
+
+// profileItem encodes a's profile, which counts its addresses.
 func profileItem(a *Account) map[string]ddbtypes.AttributeValue {
-	item := keyAV(aggregates.AccountKey(a.Tenant, a.ID))
-	item[attrEntityType] = strAV(aggregates.EntityAccount)
-	item[attrID] = strAV(a.ID)
-	item[attrTenant] = strAV(a.Tenant)
-	item[attrFirstName] = strAV(a.FirstName)
-	item[attrLastName] = strAV(a.LastName)
-	item[attrRole] = strAV(a.Role)
-	item[attrStatus] = strAV(a.Status)
-	item[attrEmail] = strAV(a.Email)
+	item := profileLayout(a).encode()
 	item[attrEmailCount] = intAV(int64(len(a.Emails)))
-	item[attrCreatedAt] = strAV(a.CreatedAt)
-	item[attrUpdatedAt] = strAV(a.UpdatedAt)
-	item[attrVersion] = intAV(a.Version)
 	return item
 }
 
@@ -83,16 +82,7 @@ func decodeAccounts(items []map[string]ddbtypes.AttributeValue) (accounts []*Acc
 		id, address := aggregates.ParseAccountSK(sk)
 		if address == "" {
 			a := &Account{Emails: []AccountEmail{}}
-			a.ID, _ = stringAttr(item, attrID)
-			a.Tenant, _ = stringAttr(item, attrTenant)
-			a.FirstName, _ = stringAttr(item, attrFirstName)
-			a.LastName, _ = stringAttr(item, attrLastName)
-			a.Role, _ = stringAttr(item, attrRole)
-			a.Status, _ = stringAttr(item, attrStatus)
-			a.Email, _ = stringAttr(item, attrEmail)
-			a.CreatedAt, _ = stringAttr(item, attrCreatedAt)
-			a.UpdatedAt, _ = stringAttr(item, attrUpdatedAt)
-			a.Version, _ = intAttr(item, attrVersion)
+			profileLayout(a).decode(item)
 			n, _ := intAttr(item, attrEmailCount)
 			accounts = append(accounts, a)
 			emailCounts = append(emailCounts, n)

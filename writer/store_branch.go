@@ -10,8 +10,7 @@ import (
 	"github.com/ledger-dev/ledger/aggregates"
 )
 
-// The branch item, TENANT#{tenant}#BRANCHES / {id}: its codec and its
-// changes. Its GSI2 entry finds it by document number; the document's owner
+// The branch item (aggregates.BranchKey): its codec and its changes. Its GSI2 entry finds it by document number; the document's owner
 // item (store_owner.go) keeps the number unique. hasTransactions, set by
 // the branch's first transaction (branchMark), keeps it from being deleted
 // ("Deleting a branch" in directory.go).
@@ -22,17 +21,17 @@ const (
 	attrHasTransactions = "hasTransactions"
 )
 
+// branchLayout is where b's fields are in its item (hasTransactions, set
+// only by branchMark, apart).
+func branchLayout(b *Branch) itemLayout {
+	return itemLayout{key: aggregates.BranchKey(b.Tenant, b.ID), entity: aggregates.EntityBranch, version: &b.Version,
+		strings: map[string]*string{attrID: &b.ID, attrTenant: &b.Tenant, attrName: &b.Name, attrDocument: &b.Document,
+			attrStatus: &b.Status, attrCreatedAt: &b.CreatedAt, attrUpdatedAt: &b.UpdatedAt}}
+}
+
+// branchItem encodes b as its item; the GSI2 entry finds it by document.
 func branchItem(b Branch) map[string]ddbtypes.AttributeValue {
-	item := keyAV(aggregates.BranchKey(b.Tenant, b.ID))
-	item[attrEntityType] = strAV(aggregates.EntityBranch)
-	item[attrID] = strAV(b.ID)
-	item[attrTenant] = strAV(b.Tenant)
-	item[attrName] = strAV(b.Name)
-	item[attrDocument] = strAV(b.Document)
-	item[attrStatus] = strAV(b.Status)
-	item[attrCreatedAt] = strAV(b.CreatedAt)
-	item[attrUpdatedAt] = strAV(b.UpdatedAt)
-	item[attrVersion] = intAV(b.Version)
+	item := branchLayout(&b).encode()
 	gsi := aggregates.BranchDocumentIndexKey(b.Tenant, b.Document)
 	item[attrGSI2PK], item[attrGSI2SK] = strAV(gsi.PK), strAV(gsi.SK)
 	return item
@@ -40,15 +39,8 @@ func branchItem(b Branch) map[string]ddbtypes.AttributeValue {
 
 func decodeBranch(item map[string]ddbtypes.AttributeValue) Branch {
 	var b Branch
-	b.ID, _ = stringAttr(item, attrID)
-	b.Tenant, _ = stringAttr(item, attrTenant)
-	b.Name, _ = stringAttr(item, attrName)
-	b.Document, _ = stringAttr(item, attrDocument)
-	b.Status, _ = stringAttr(item, attrStatus)
+	branchLayout(&b).decode(item)
 	b.HasTransactions = boolAttr(item, attrHasTransactions)
-	b.CreatedAt, _ = stringAttr(item, attrCreatedAt)
-	b.UpdatedAt, _ = stringAttr(item, attrUpdatedAt)
-	b.Version, _ = intAttr(item, attrVersion)
 	return b
 }
 

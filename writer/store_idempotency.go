@@ -12,8 +12,8 @@ import (
 	"github.com/ledger-dev/ledger/aggregates"
 )
 
-// The idempotency record, IDEMPOTENCY#{tenant}#{key} / REQUEST (or the
-// platform's, for requests of no tenant): its codec and its condition (the
+// The idempotency record (aggregates.IdempotencyKey, or
+// PlatformIdempotencyKey for requests of no tenant): its codec and its condition (the
 // protocol is in idempotency.go). It also has status (the response's) and
 // createdAt, and expires at expiresAt (DynamoDB TTL).
 

@@ -8,11 +8,12 @@ import (
 )
 
 // Owner items, the uniqueness guard ("Uniqueness across the whole table"
-// in directory.go): EMAIL#{address} / UNIQUE names the account holding a
-// verified address, BRANCHDOC#{document} / UNIQUE the branch holding a
-// document number. The item is put, on attribute_not_exists, in the
-// transaction that takes the value and deleted, on condition that it names
-// the holder, in the transaction that frees it.
+// in directory.go): the email owner (aggregates.EmailOwnerKey) names the
+// account holding a verified address, the document owner
+// (aggregates.DocumentOwnerKey) the branch holding a document number. The
+// item is put, on attribute_not_exists, in the transaction that takes the
+// value and deleted, on condition that it names the holder, in the
+// transaction that frees it.
 
 // owner is the owner item of a unique value: the item at key names the
 // holder of value, an account or a branch of tenant.

@@ -9,20 +9,19 @@ import (
 	"github.com/ledger-dev/ledger/aggregates"
 )
 
-// The tenant item, TENANT#{id} / TENANT: its codec and its changes. Its
-// GSI1 entry (TENANTS / TENANT#{id}) lists it among all tenants.
+// The tenant item (aggregates.TenantKey): its codec and its changes. Its
+// GSI1 entry lists it among all tenants.
+
+// tenantLayout is where t's fields are in its item.
+func tenantLayout(t *Tenant) itemLayout {
+	return itemLayout{key: aggregates.TenantKey(t.ID), entity: aggregates.EntityTenant, version: &t.Version,
+		strings: map[string]*string{attrID: &t.ID, attrName: &t.Name, attrStatus: &t.Status, attrCreatedAt: &t.CreatedAt, attrUpdatedAt: &t.UpdatedAt}}
+}
 
 // tenantItem encodes t as its item; the GSI1 entry lists it among all
 // tenants.
 func tenantItem(t Tenant) map[string]ddbtypes.AttributeValue {
-	item := keyAV(aggregates.TenantKey(t.ID))
-	item[attrEntityType] = strAV(aggregates.EntityTenant)
-	item[attrID] = strAV(t.ID)
-	item[attrName] = strAV(t.Name)
-	item[attrStatus] = strAV(t.Status)
-	item[attrCreatedAt] = strAV(t.CreatedAt)
-	item[attrUpdatedAt] = strAV(t.UpdatedAt)
-	item[attrVersion] = intAV(t.Version)
+	item := tenantLayout(&t).encode()
 	item[attrGSI1PK] = strAV(aggregates.TenantIndexPK)
 	item[attrGSI1SK] = strAV(aggregates.TenantIndexSK(t.ID))
 	return item
@@ -30,12 +29,7 @@ func tenantItem(t Tenant) map[string]ddbtypes.AttributeValue {
 
 func decodeTenant(item map[string]ddbtypes.AttributeValue) Tenant {
 	var t Tenant
-	t.ID, _ = stringAttr(item, attrID)
-	t.Name, _ = stringAttr(item, attrName)
-	t.Status, _ = stringAttr(item, attrStatus)
-	t.CreatedAt, _ = stringAttr(item, attrCreatedAt)
-	t.UpdatedAt, _ = stringAttr(item, attrUpdatedAt)
-	t.Version, _ = intAttr(item, attrVersion)
+	tenantLayout(&t).decode(item)
 	return t
 }
 

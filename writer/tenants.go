@@ -47,7 +47,7 @@ func tenantPath(r *http.Request) (string, *Problem) {
 // createTenant serves POST /v1/tenants (admin): a put on condition that no
 // tenant has the id.
 func (s *Server) createTenant(w http.ResponseWriter, r *http.Request) {
-	key, body, ok := s.mutationRequest(w, r, nil, true, "a tenant")
+	key, body, ok := s.mutationRequest(w, r, nil, keyRequiredToCreate("a tenant"))
 	if !ok {
 		return
 	}

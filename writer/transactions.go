@@ -78,25 +78,9 @@ func (s *Server) writesAllowed(ctx context.Context) *Problem {
 // createTransaction serves POST …/transactions.
 func (s *Server) createTransaction(w http.ResponseWriter, r *http.Request) {
 	tenant, branch, p := branchPath(r)
-	if p != nil {
-		p.write(w)
-		return
-	}
-	key, p := parseIdempotencyKey(r)
-	if p == nil && key == "" {
-		p = problem(http.StatusBadRequest, ProblemIdempotencyKeyRequired, "creating a transaction needs an Idempotency-Key header (a fresh UUID per transaction, reused on retries)")
-		p.Field = "Idempotency-Key"
-	}
-	if p == nil {
-		p = requireJSON(r, false)
-	}
-	if p != nil {
-		p.write(w)
-		return
-	}
-	body, p := readBody(w, r, s.cfg.MaxBodyBytes)
-	if p != nil {
-		p.write(w)
+	key, body, ok := s.mutationRequest(w, r, p,
+		"creating a transaction needs an Idempotency-Key header (a fresh UUID per transaction, reused on retries)")
+	if !ok {
 		return
 	}
 	req, p := decodeCreate(body)
