@@ -294,17 +294,6 @@ func parseType(raw json.RawMessage) (aggregates.Type, *Problem) {
 	return "", fieldProblem(fieldType, fmt.Sprintf("%q: want INCOME or EXPENSE", truncate(s, 32)))
 }
 
-func parseName(field string, raw json.RawMessage) (string, *Problem) {
-	s, p := parseString(field, raw)
-	if p != nil {
-		return "", p
-	}
-	if err := aggregates.ValidateName(s); err != nil {
-		return "", fieldProblem(field, err.Error())
-	}
-	return s, nil
-}
-
 func parseDescription(raw json.RawMessage) (string, *Problem) {
 	s, p := parseString(fieldDescription, raw)
 	if p != nil {

@@ -120,7 +120,7 @@ func (s *Server) activeBranch(ctx context.Context, tenant, branch string) (marke
 	}
 	switch {
 	case !b.exists:
-		return false, notFoundOf("branch " + branch + " of tenant " + tenant + " (create it first: POST /v1/tenants/" + tenant + "/branches)"), nil
+		return false, branchNotFound(tenant, branch), nil
 	case !b.active:
 		return false, branchSuspended(branch), nil
 	}
@@ -130,6 +130,12 @@ func (s *Server) activeBranch(ctx context.Context, tenant, branch string) (marke
 func tenantSuspended(tenant string) *Problem {
 	return problem(http.StatusConflict, ProblemTenantSuspended,
 		"tenant "+tenant+" is suspended: its transactions cannot be created, changed or deleted; they and its reports stay readable")
+}
+
+// branchNotFound is the 404 of a transaction under a branch that does not
+// exist.
+func branchNotFound(tenant, branch string) *Problem {
+	return notFoundOf("branch " + branch + " of tenant " + tenant + " (create it first: POST /v1/tenants/" + tenant + "/branches)")
 }
 
 func branchSuspended(branch string) *Problem {

@@ -12,7 +12,9 @@
 // addresses and document numbers, one verified primary address per
 // account, transactions only for active tenants and branches, no deletion
 // of a branch that has had transactions — are conditions in the same
-// TransactWriteItems as the change they guard (directory.go, accounts.go).
+// TransactWriteItems as the change they guard (directory.go, store_*.go),
+// each action of a change carrying what its failed condition means
+// (change.go).
 // Transactions are stored exactly as the stream consumers accept them
 // (aggregates.ParseTransaction), with an updatedAt they measure lag from.
 // Writes obey the flags singleton, read through a short cache and failing

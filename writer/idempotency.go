@@ -6,7 +6,6 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"math/rand/v2"
 	"net/http"
@@ -14,8 +13,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	ddbtypes "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/ledger-dev/ledger/aggregates"
@@ -47,16 +44,6 @@ import (
 // give the same answer. Records live IdempotencyTTL (24 h, attribute
 // expiresAt, DynamoDB TTL); an expired record that TTL has not deleted yet
 // is treated as absent.
-
-// Attribute names of idempotency records.
-const (
-	attrFingerprint = "fingerprint"
-	attrStatus      = "status"
-	attrBody        = "body"
-	attrLocation    = "location"
-	attrETag        = "etag"
-	attrCreatedAt   = "createdAt"
-)
 
 // maxCommitAttempts bounds how often one request tries to commit when
 // transactions conflict.
@@ -196,88 +183,6 @@ func decodedRoute(r *http.Request) string {
 	return b.String()
 }
 
-// idemRecord is a stored idempotency record.
-type idemRecord struct {
-	fingerprint string
-	resp        response
-}
-
-// lookup reads the live record of key, nil when there is none.
-func (s *Server) lookup(ctx context.Context, key aggregates.Key) (*idemRecord, error) {
-	out, err := s.api.GetItem(ctx, &dynamodb.GetItemInput{TableName: &s.cfg.Table, Key: keyAV(key), ConsistentRead: aws.Bool(true)})
-	if err != nil {
-		return nil, s.dynamoError("GetItem", err)
-	}
-	if out.Item == nil {
-		return nil, nil
-	}
-	if exp, ok := intAttr(out.Item, attrExpiresAt); ok && exp < s.cfg.Now().Unix() {
-		return nil, nil
-	}
-	rec := &idemRecord{}
-	rec.fingerprint, _ = stringAttr(out.Item, attrFingerprint)
-	status, _ := intAttr(out.Item, attrStatus)
-	rec.resp.status = int(status)
-	if b, ok := stringAttr(out.Item, attrBody); ok {
-		rec.resp.body = []byte(b)
-	}
-	rec.resp.location, _ = stringAttr(out.Item, attrLocation)
-	rec.resp.etag, _ = stringAttr(out.Item, attrETag)
-	return rec, nil
-}
-
-func (s *Server) idemPut(key aggregates.Key, fp string, resp response) *ddbtypes.Put {
-	now := s.cfg.Now()
-	item := keyAV(key)
-	item[attrEntityType] = strAV(aggregates.EntityIdempotency)
-	current, _, _ := strings.Cut(fp, " ")
-	item[attrFingerprint] = strAV(current)
-	item[attrStatus] = intAV(int64(resp.status))
-	if len(resp.body) > 0 {
-		item[attrBody] = strAV(string(resp.body))
-	}
-	if resp.location != "" {
-		item[attrLocation] = strAV(resp.location)
-	}
-	if resp.etag != "" {
-		item[attrETag] = strAV(resp.etag)
-	}
-	item[attrCreatedAt] = strAV(now.UTC().Format(time.RFC3339Nano))
-	item[attrExpiresAt] = intAV(now.Add(s.cfg.IdempotencyTTL).Unix())
-	return &ddbtypes.Put{
-		TableName:                 &s.cfg.Table,
-		Item:                      item,
-		ConditionExpression:       aws.String("attribute_not_exists(#pk) OR #exp < :now"),
-		ExpressionAttributeNames:  map[string]string{"#pk": attrPK, "#exp": attrExpiresAt},
-		ExpressionAttributeValues: map[string]ddbtypes.AttributeValue{":now": intAV(now.Unix())},
-	}
-}
-
-// change is what a mutation writes: one or more items (Put, Update, Delete
-// or ConditionCheck), each with its condition, committed atomically in one
-// TransactWriteItems together with the idempotency record (a lone Put,
-// Update or Delete without a record is one conditional write).
-type change struct {
-	op    string // the metric label: create, update, delete, tenant_create, …
-	items []ddbtypes.TransactWriteItem
-}
-
-// one is a change of a single item.
-func one(op string, item ddbtypes.TransactWriteItem) *change {
-	return &change{op: op, items: []ddbtypes.TransactWriteItem{item}}
-}
-
-// failure is a change whose condition failed: the position of the first
-// item whose condition failed, and that item as it was when DynamoDB
-// returned it (nil when it was absent or not returned). For a conflict,
-// onRecord says that the idempotency record was among the items another
-// transaction held: a duplicate of the request is committing.
-type failure struct {
-	index    int
-	old      map[string]ddbtypes.AttributeValue
-	onRecord bool
-}
-
 // mutation is one mutating request, executed by Server.mutate.
 type mutation struct {
 	tenant  string // "" for a request of no tenant (the platform's key scope)
@@ -288,26 +193,15 @@ type mutation struct {
 	// delete) skips it: its commit fails on a taken key and the record is
 	// read then, which saves a read on every first request.
 	lookupFirst bool
-	// prepare reads what the mutation needs and returns its change and the
-	// response it gives when the change commits, or a problem. A nil change
+	// prepare reads what the mutation needs and returns its change (each
+	// action with what its failed condition means) and the response it
+	// gives when the change commits, or a problem. A nil change
 	// with no problem means there is nothing to write: the response is
 	// answered as it is, without a record.
 	prepare func(ctx context.Context) (*change, response, *Problem, error)
-	// conditionFailed explains a change whose condition failed: a problem
-	// to answer, or retry to prepare again.
-	conditionFailed func(ctx context.Context, f failure) (p *Problem, retry bool, err error)
 	// committed, when set, is called once the change has committed.
 	committed func()
 }
-
-type outcome int
-
-const (
-	committed       outcome = iota
-	conditionFailed         // the change's condition failed
-	keyTaken                // a live record with the idempotency key exists
-	conflicted              // a concurrent transaction on the same items
-)
 
 // mutate executes m under its idempotency key and writes the answer. It
 // consults the flags first (writesAllowed): a request they refuse reads and
@@ -381,7 +275,7 @@ func (s *Server) mutate(w http.ResponseWriter, r *http.Request, m mutation) {
 			return
 		case conditionFailed:
 			inFlight = false
-			p, retry, err := m.conditionFailed(ctx, failed)
+			p, retry, err := ch.explain(ctx, failed)
 			if err != nil {
 				s.fail(w, r, err)
 				return
@@ -428,116 +322,6 @@ func (s *Server) replayed(w http.ResponseWriter, r *http.Request, key aggregates
 	s.metrics.IdempotentReplays.Inc()
 	rec.resp.write(w, true)
 	return true
-}
-
-// commit writes ch, with the idempotency record idem when not nil, in one
-// TransactWriteItems (a single conditional write when ch is one Put, Update
-// or Delete and there is no record). It tells a failed condition of the
-// change (which item, and the item as it was when DynamoDB returns it) from
-// a taken idempotency key and from a conflict with a concurrent
-// transaction.
-func (s *Server) commit(ctx context.Context, ch *change, idem *ddbtypes.Put) (outcome, failure, error) {
-	allOld := ddbtypes.ReturnValuesOnConditionCheckFailureAllOld
-	if idem == nil && len(ch.items) == 1 && ch.items[0].ConditionCheck == nil {
-		return s.commitOne(ctx, ch)
-	}
-	items := make([]ddbtypes.TransactWriteItem, 0, len(ch.items)+1)
-	for _, it := range ch.items {
-		switch {
-		case it.Put != nil:
-			it.Put.ReturnValuesOnConditionCheckFailure = allOld
-		case it.Update != nil:
-			it.Update.ReturnValuesOnConditionCheckFailure = allOld
-		case it.Delete != nil:
-			it.Delete.ReturnValuesOnConditionCheckFailure = allOld
-		case it.ConditionCheck != nil:
-			it.ConditionCheck.ReturnValuesOnConditionCheckFailure = allOld
-		}
-		items = append(items, it)
-	}
-	if idem != nil {
-		items = append(items, ddbtypes.TransactWriteItem{Put: idem})
-	}
-	_, err := s.api.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: items})
-	var tce *ddbtypes.TransactionCanceledException
-	if !errors.As(err, &tce) {
-		if err != nil {
-			return 0, failure{}, s.dynamoError("TransactWriteItems", err)
-		}
-		return committed, failure{}, nil
-	}
-	code := func(i int) string {
-		if i < len(tce.CancellationReasons) {
-			return aws.ToString(tce.CancellationReasons[i].Code)
-		}
-		return ""
-	}
-	if idem != nil && code(len(ch.items)) == "ConditionalCheckFailed" {
-		s.metrics.ConditionalCheckFailures.WithLabelValues("idempotency").Inc()
-		return keyTaken, failure{}, nil
-	}
-	for i := range ch.items {
-		if code(i) == "ConditionalCheckFailed" {
-			s.metrics.ConditionalCheckFailures.WithLabelValues(ch.op).Inc()
-			return conditionFailed, failure{index: i, old: tce.CancellationReasons[i].Item}, nil
-		}
-	}
-	for i := range items {
-		switch code(i) {
-		case "TransactionConflict":
-			s.metrics.TransactionConflicts.Inc()
-			return conflicted, failure{onRecord: idem != nil && code(len(ch.items)) == "TransactionConflict"}, nil
-		case "ThrottlingError", "ProvisionedThroughputExceeded":
-			s.metrics.DynamoDBErrors.WithLabelValues("TransactWriteItems", "throttle").Inc()
-			return 0, failure{}, &backendError{op: "TransactWriteItems", class: "throttle", err: err}
-		}
-	}
-	return 0, failure{}, s.dynamoError("TransactWriteItems", err)
-}
-
-// commitOne writes the single item of ch with PutItem, UpdateItem or
-// DeleteItem.
-func (s *Server) commitOne(ctx context.Context, ch *change) (outcome, failure, error) {
-	allOld := ddbtypes.ReturnValuesOnConditionCheckFailureAllOld
-	var err error
-	var op string
-	switch it := ch.items[0]; {
-	case it.Put != nil:
-		op = "PutItem"
-		_, err = s.api.PutItem(ctx, &dynamodb.PutItemInput{
-			TableName: it.Put.TableName, Item: it.Put.Item, ConditionExpression: it.Put.ConditionExpression,
-			ExpressionAttributeNames: it.Put.ExpressionAttributeNames, ExpressionAttributeValues: it.Put.ExpressionAttributeValues,
-			ReturnValuesOnConditionCheckFailure: allOld,
-		})
-	case it.Update != nil:
-		op = "UpdateItem"
-		_, err = s.api.UpdateItem(ctx, &dynamodb.UpdateItemInput{
-			TableName: it.Update.TableName, Key: it.Update.Key, UpdateExpression: it.Update.UpdateExpression,
-			ConditionExpression:      it.Update.ConditionExpression,
-			ExpressionAttributeNames: it.Update.ExpressionAttributeNames, ExpressionAttributeValues: it.Update.ExpressionAttributeValues,
-			ReturnValuesOnConditionCheckFailure: allOld,
-		})
-	default:
-		op = "DeleteItem"
-		_, err = s.api.DeleteItem(ctx, &dynamodb.DeleteItemInput{
-			TableName: it.Delete.TableName, Key: it.Delete.Key, ConditionExpression: it.Delete.ConditionExpression,
-			ExpressionAttributeNames: it.Delete.ExpressionAttributeNames, ExpressionAttributeValues: it.Delete.ExpressionAttributeValues,
-			ReturnValuesOnConditionCheckFailure: allOld,
-		})
-	}
-	var ccf *ddbtypes.ConditionalCheckFailedException
-	var tc *ddbtypes.TransactionConflictException
-	switch {
-	case errors.As(err, &ccf):
-		s.metrics.ConditionalCheckFailures.WithLabelValues(ch.op).Inc()
-		return conditionFailed, failure{old: ccf.Item}, nil
-	case errors.As(err, &tc):
-		s.metrics.TransactionConflicts.Inc()
-		return conflicted, failure{}, nil
-	case err != nil:
-		return 0, failure{}, s.dynamoError(op, err)
-	}
-	return committed, failure{}, nil
 }
 
 // sleepJitter waits before commit attempt n (n ≥ 2): a random 5–25 ms

@@ -147,3 +147,8 @@ func (p *Problem) write(w http.ResponseWriter) {
 	w.WriteHeader(p.Status)
 	_, _ = w.Write(append(body, '\n'))
 }
+
+// notFoundOf is a 404 naming what is missing.
+func notFoundOf(what string) *Problem {
+	return problem(http.StatusNotFound, ProblemNotFound, "no such "+what)
+}

@@ -3,8 +3,6 @@ package writer
 import (
 	"context"
 	"net/http"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -31,36 +29,11 @@ type TenantPage struct {
 	NextCursor string   `json:"nextCursor,omitempty"`
 }
 
-var tenantCreateFields = map[string]bool{"id": true, "name": true, "status": true}
+// parseTenantStatus reads the status of a tenant, or of a branch: active
+// or suspended.
+var parseTenantStatus = checked(aggregates.ValidateTenantStatus)
 
 func tenantLocation(id string) string { return "/v1/tenants/" + id }
-
-// tenantItem encodes t as its item; the GSI1 entry lists it among all
-// tenants.
-func tenantItem(t Tenant) map[string]ddbtypes.AttributeValue {
-	item := keyAV(aggregates.TenantKey(t.ID))
-	item[attrEntityType] = strAV(aggregates.EntityTenant)
-	item[attrID] = strAV(t.ID)
-	item[attrName] = strAV(t.Name)
-	item[attrStatus] = strAV(t.Status)
-	item[attrCreatedAt] = strAV(t.CreatedAt)
-	item[attrUpdatedAt] = strAV(t.UpdatedAt)
-	item[attrVersion] = intAV(t.Version)
-	item[attrGSI1PK] = strAV(aggregates.TenantIndexPK)
-	item[attrGSI1SK] = strAV(aggregates.TenantIndexSK(t.ID))
-	return item
-}
-
-func decodeTenant(item map[string]ddbtypes.AttributeValue) Tenant {
-	var t Tenant
-	t.ID, _ = stringAttr(item, attrID)
-	t.Name, _ = stringAttr(item, attrName)
-	t.Status, _ = stringAttr(item, attrStatus)
-	t.CreatedAt, _ = stringAttr(item, attrCreatedAt)
-	t.UpdatedAt, _ = stringAttr(item, attrUpdatedAt)
-	t.Version, _ = intAttr(item, attrVersion)
-	return t
-}
 
 // tenantPath validates the path's tenant.
 func tenantPath(r *http.Request) (string, *Problem) {
@@ -74,24 +47,15 @@ func tenantPath(r *http.Request) (string, *Problem) {
 // createTenant serves POST /v1/tenants (admin): a put on condition that no
 // tenant has the id.
 func (s *Server) createTenant(w http.ResponseWriter, r *http.Request) {
-	key, body, ok := s.mutationRequest(w, r, true, "a tenant")
+	key, body, ok := s.mutationRequest(w, r, nil, keyRequiredToCreate("a tenant"))
 	if !ok {
 		return
 	}
-	m, p := decodeObject(body, tenantCreateFields)
-	if p == nil {
-		p = required(m, "id", "name")
-	}
 	t := Tenant{Status: string(aggregates.StatusActive), Version: 1}
-	if p == nil {
-		t.ID, p = parseIDField("id", m["id"])
-	}
-	if p == nil {
-		t.Name, p = parseDisplayName("name", m["name"])
-	}
-	if raw, ok := m["status"]; p == nil && ok && !isNull(raw) {
-		t.Status, p = parseChecked("status", raw, aggregates.ValidateTenantStatus)
-	}
+	_, p := decodeFields(body,
+		bodyField{"id", true, parseIDField, &t.ID},
+		bodyField{"name", true, parseDisplayName, &t.Name},
+		bodyField{"status", false, parseTenantStatus, &t.Status})
 	if p != nil {
 		p.write(w)
 		return
@@ -103,12 +67,7 @@ func (s *Server) createTenant(w http.ResponseWriter, r *http.Request) {
 			t.UpdatedAt = t.CreatedAt
 			resp := versionedResponse(http.StatusCreated, t, t.Version)
 			resp.location = tenantLocation(t.ID)
-			return one("tenant_create", s.putNew(tenantItem(t))), resp, nil, nil
-		},
-		conditionFailed: func(context.Context, failure) (*Problem, bool, error) {
-			p := problem(http.StatusConflict, ProblemAlreadyExists, "tenant "+t.ID+" already exists")
-			p.Field = "id"
-			return p, false, nil
+			return s.tenantCreate(t), resp, nil, nil
 		},
 	})
 }
@@ -127,9 +86,8 @@ func (s *Server) getTenant(w http.ResponseWriter, r *http.Request) {
 // from the sparse GSI1 partition TENANTS (eventually consistent, as every
 // index read: a tenant created a moment ago may be missing).
 func (s *Server) listTenants(w http.ResponseWriter, r *http.Request) {
-	limit, start, p := s.directoryList(r, "", "tenants")
-	if p != nil {
-		p.write(w)
+	limit, start, ok := s.directoryList(w, r, nil, "", "tenants")
+	if !ok {
 		return
 	}
 	in := &dynamodb.QueryInput{
@@ -158,23 +116,12 @@ func (s *Server) listTenants(w http.ResponseWriter, r *http.Request) {
 // stops new transactions in all its branches.
 func (s *Server) patchTenant(w http.ResponseWriter, r *http.Request) {
 	tenant, p := tenantPath(r)
-	if p != nil {
-		p.write(w)
-		return
-	}
-	expected, key, body, ok := s.patchRequest(w, r)
+	expected, key, body, ok := s.patchRequest(w, r, p, changeIfMatch)
 	if !ok {
 		return
 	}
-	m, p := decodePatchFields(body, "name", "status")
 	var name, status string
-	if raw, ok := m["name"]; p == nil && ok {
-		name, p = parseDisplayName("name", raw)
-	}
-	if raw, ok := m["status"]; p == nil && ok {
-		status, p = parseChecked("status", raw, aggregates.ValidateTenantStatus)
-	}
-	if p != nil {
+	if p := decodePatchFields(body, bodyField{"name", false, parseDisplayName, &name}, bodyField{"status", false, parseTenantStatus, &status}); p != nil {
 		p.write(w)
 		return
 	}
@@ -191,75 +138,8 @@ func (s *Server) patchTenant(w http.ResponseWriter, r *http.Request) {
 			u := newUpdate().patch(attrName, &t.Name, name).patch(attrStatus, &t.Status, status)
 			t.Version++
 			t.UpdatedAt = s.cfg.Now().UTC().Format(time.RFC3339Nano)
-			return one("tenant_update", u.nextVersion(&s.cfg.Table, k, expected, t.Version, t.UpdatedAt)),
+			return newChange("tenant_update", s.versionedUpdate(k, "tenant", u, expected, t.Version, t.UpdatedAt)),
 				versionedResponse(http.StatusOK, t, t.Version), nil, nil
 		},
-		conditionFailed: func(ctx context.Context, f failure) (*Problem, bool, error) {
-			return s.staleOrGone(ctx, k, f.old, "tenant")
-		},
 	})
-}
-
-// update builds an UpdateItem's SET clause with placeholder names, so
-// attribute names never meet reserved words.
-type update struct {
-	sets   []string
-	names  map[string]string
-	values map[string]ddbtypes.AttributeValue
-}
-
-func newUpdate() *update {
-	return &update{names: map[string]string{}, values: map[string]ddbtypes.AttributeValue{}}
-}
-
-func (u *update) set(attr string, v ddbtypes.AttributeValue) *update {
-	n := strconv.Itoa(len(u.names))
-	u.names["#u"+n], u.values[":u"+n] = attr, v
-	u.sets = append(u.sets, "#u"+n+" = :u"+n)
-	return u
-}
-
-// patch sets attr, and *field, to v unless v is "" (the patch leaves the
-// field as it is).
-func (u *update) patch(attr string, field *string, v string) *update {
-	if v != "" {
-		*field = v
-		u.set(attr, strAV(v))
-	}
-	return u
-}
-
-// nextVersion returns the Update of k with u's sets and updatedAt and
-// version set to the item's next, on condition that it is at version
-// expected.
-func (u *update) nextVersion(table *string, k aggregates.Key, expected, version int64, updatedAt string) ddbtypes.TransactWriteItem {
-	u.set(attrUpdatedAt, strAV(updatedAt)).set(attrVersion, intAV(version))
-	return u.item(table, k, "#v = :expected", map[string]string{"#v": attrVersion}, map[string]ddbtypes.AttributeValue{":expected": intAV(expected)})
-}
-
-// item returns the Update of k with condition cond, whose placeholders are
-// condNames and condValues (they must not start with #u or :u).
-func (u *update) item(table *string, k aggregates.Key, cond string, condNames map[string]string, condValues map[string]ddbtypes.AttributeValue) ddbtypes.TransactWriteItem {
-	expr := "SET " + strings.Join(u.sets, ", ")
-	names := map[string]string{}
-	values := map[string]ddbtypes.AttributeValue{}
-	for n, a := range u.names {
-		names[n] = a
-	}
-	for n, v := range u.values {
-		values[n] = v
-	}
-	for n, a := range condNames {
-		names[n] = a
-	}
-	for n, v := range condValues {
-		values[n] = v
-	}
-	if len(values) == 0 {
-		values = nil
-	}
-	return ddbtypes.TransactWriteItem{Update: &ddbtypes.Update{
-		TableName: table, Key: keyAV(k), UpdateExpression: &expr, ConditionExpression: &cond,
-		ExpressionAttributeNames: names, ExpressionAttributeValues: values,
-	}}
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"mime"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -55,27 +54,6 @@ func transactionLocation(tenant, branch, id string) string {
 	return "/v1/tenants/" + tenant + "/branches/" + branch + "/transactions/" + id
 }
 
-// requireJSON checks the request's Content-Type: application/json, or also
-// application/merge-patch+json when merge is true; charset, if given, must
-// be UTF-8.
-func requireJSON(r *http.Request, merge bool) *Problem {
-	mt, params, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
-	ok := err == nil && (mt == "application/json" || merge && mt == "application/merge-patch+json")
-	if cs, has := params["charset"]; ok && has && !strings.EqualFold(cs, "utf-8") {
-		ok = false
-	}
-	if !ok {
-		want := "application/json"
-		if merge {
-			want += " or application/merge-patch+json"
-		}
-		p := problem(http.StatusUnsupportedMediaType, ProblemUnsupportedMediaType, "Content-Type must be "+want)
-		p.Field = "Content-Type"
-		return p
-	}
-	return nil
-}
-
 // writesAllowed consults the flags: nil when mutations may proceed, else
 // the 503 to answer. It fails closed.
 func (s *Server) writesAllowed(ctx context.Context) *Problem {
@@ -100,25 +78,9 @@ func (s *Server) writesAllowed(ctx context.Context) *Problem {
 // createTransaction serves POST …/transactions.
 func (s *Server) createTransaction(w http.ResponseWriter, r *http.Request) {
 	tenant, branch, p := branchPath(r)
-	if p != nil {
-		p.write(w)
-		return
-	}
-	key, p := parseIdempotencyKey(r)
-	if p == nil && key == "" {
-		p = problem(http.StatusBadRequest, ProblemIdempotencyKeyRequired, "creating a transaction needs an Idempotency-Key header (a fresh UUID per transaction, reused on retries)")
-		p.Field = "Idempotency-Key"
-	}
-	if p == nil {
-		p = requireJSON(r, false)
-	}
-	if p != nil {
-		p.write(w)
-		return
-	}
-	body, p := readBody(w, r, s.cfg.MaxBodyBytes)
-	if p != nil {
-		p.write(w)
+	key, body, ok := s.mutationRequest(w, r, p,
+		"creating a transaction needs an Idempotency-Key header (a fresh UUID per transaction, reused on retries)")
+	if !ok {
 		return
 	}
 	req, p := decodeCreate(body)
@@ -164,35 +126,15 @@ func (s *Server) createTransaction(w http.ResponseWriter, r *http.Request) {
 			}
 			resp := versionedResponse(http.StatusCreated, t, t.Version)
 			resp.location = transactionLocation(tenant, branch, t.ID)
-			ch := &change{op: "create", items: []ddbtypes.TransactWriteItem{s.putNew(item)}}
-			if marking = !marked; marking {
-				ch.items = append(ch.items, s.branchMark(tenant, branch))
-			}
-			return ch, resp, nil, nil
+			marking = !marked
+			return s.transactionCreate(item, tenant, branch, marking), resp, nil, nil
 		},
 		committed: func() {
 			if marking {
 				s.forget(branchKey) // read again: marked from now on
 			}
 		},
-		conditionFailed: func(ctx context.Context, f failure) (*Problem, bool, error) {
-			if f.index == 1 { // the branch's marker: it is gone or suspended
-				s.forget(branchKey)
-				return s.branchNotActive(ctx, tenant, branch, f.old)
-			}
-			// Only an id collision fails the put's condition: prepare a new id.
-			return nil, true, nil
-		},
 	})
-}
-
-// getItem reads one item with a strongly consistent GetItem; nil when absent.
-func (s *Server) getItem(ctx context.Context, k aggregates.Key) (map[string]ddbtypes.AttributeValue, error) {
-	out, err := s.api.GetItem(ctx, &dynamodb.GetItemInput{TableName: &s.cfg.Table, Key: keyAV(k), ConsistentRead: aws.Bool(true)})
-	if err != nil {
-		return nil, s.dynamoError("GetItem", err)
-	}
-	return out.Item, nil
 }
 
 // getVersioned serves a strongly consistent read of the item at k: decoded,
@@ -225,24 +167,7 @@ func (s *Server) getTransaction(w http.ResponseWriter, r *http.Request) {
 // the mutable fields, on condition that If-Match names the current version.
 func (s *Server) patchTransaction(w http.ResponseWriter, r *http.Request) {
 	tenant, branch, id, k, p := transactionPath(r)
-	if p != nil {
-		p.write(w)
-		return
-	}
-	expected, present, wildcard, p := parseIfMatch(r)
-	switch {
-	case p != nil:
-	case !present:
-		p = problem(http.StatusPreconditionRequired, ProblemPreconditionRequired, `PATCH needs If-Match with the version to change, as the ETag gives it: If-Match: "3"`)
-		p.Field = "If-Match"
-	case wildcard:
-		p = fieldProblem("If-Match", `PATCH needs a version, not "*"`)
-	}
-	if p != nil {
-		p.write(w)
-		return
-	}
-	key, body, ok := s.mutationRequest(w, r, false, "")
+	expected, key, body, ok := s.patchRequest(w, r, p, patchIfMatch)
 	if !ok {
 		return
 	}
@@ -277,15 +202,7 @@ func (s *Server) patchTransaction(w http.ResponseWriter, r *http.Request) {
 			if err != nil {
 				return nil, response{}, nil, err
 			}
-			return one("update", ddbtypes.TransactWriteItem{Put: &ddbtypes.Put{
-				TableName: &s.cfg.Table, Item: next,
-				ConditionExpression:       aws.String("attribute_exists(#pk) AND #v = :expected"),
-				ExpressionAttributeNames:  map[string]string{"#pk": attrPK, "#v": attrVersion},
-				ExpressionAttributeValues: map[string]ddbtypes.AttributeValue{":expected": intAV(expected)},
-			}}), versionedResponse(http.StatusOK, t, t.Version), nil, nil
-		},
-		conditionFailed: func(ctx context.Context, f failure) (*Problem, bool, error) {
-			return s.staleOrGone(ctx, k, f.old, "transaction")
+			return s.transactionReplace(k, next, expected), versionedResponse(http.StatusOK, t, t.Version), nil, nil
 		},
 	})
 }
@@ -314,23 +231,9 @@ func applyPatch(t *Transaction, p patchRequest) {
 // If-Match version.
 func (s *Server) deleteTransaction(w http.ResponseWriter, r *http.Request) {
 	tenant, branch, _, k, p := transactionPath(r)
-	if p != nil {
-		p.write(w)
-		return
-	}
-	expected, key, ok := s.deleteRequest(w, r)
+	expected, key, ok := s.deleteRequest(w, r, p)
 	if !ok {
 		return
-	}
-	del := &ddbtypes.Delete{
-		TableName: &s.cfg.Table, Key: keyAV(k),
-		ConditionExpression:      aws.String("attribute_exists(#pk)"),
-		ExpressionAttributeNames: map[string]string{"#pk": attrPK},
-	}
-	if expected > 0 {
-		del.ConditionExpression = aws.String("attribute_exists(#pk) AND #v = :expected")
-		del.ExpressionAttributeNames["#v"] = attrVersion
-		del.ExpressionAttributeValues = map[string]ddbtypes.AttributeValue{":expected": intAV(expected)}
 	}
 	s.mutate(w, r, mutation{
 		tenant: tenant, idemKey: key, fp: fingerprint(r, nil),
@@ -338,10 +241,7 @@ func (s *Server) deleteTransaction(w http.ResponseWriter, r *http.Request) {
 			if _, p, err := s.activeBranch(ctx, tenant, branch); p != nil || err != nil {
 				return nil, response{}, p, err
 			}
-			return one("delete", ddbtypes.TransactWriteItem{Delete: del}), response{status: http.StatusNoContent}, nil, nil
-		},
-		conditionFailed: func(ctx context.Context, f failure) (*Problem, bool, error) {
-			return s.staleOrGone(ctx, k, f.old, "transaction")
+			return s.transactionDelete(k, expected), response{status: http.StatusNoContent}, nil, nil
 		},
 	})
 }
@@ -356,19 +256,6 @@ type listQuery struct {
 }
 
 var listParams = map[string]bool{"from": true, "to": true, "type": true, "category": true, "limit": true, "cursor": true}
-
-// singleParams checks that q has only allowed parameters, each once.
-func singleParams(q url.Values, allowed map[string]bool) *Problem {
-	for name, vs := range q {
-		if !allowed[name] {
-			return fieldProblem(truncate(name, 64), "unknown query parameter")
-		}
-		if len(vs) > 1 {
-			return fieldProblem(name, "give it once")
-		}
-	}
-	return nil
-}
 
 func parseListQuery(r *http.Request) (listQuery, *Problem) {
 	q := r.URL.Query()
