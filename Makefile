@@ -93,8 +93,9 @@ clean:
 ## bench: the benchmark, every approach side by side on workloads a-e (e: ledger's only) (over an hour on 2 cores); markdown on stdout
 bench: deps
 	$(GO) build -o $(BIN)/poller ./cmd/poller
-	$(GO) run ./cmd/ledgerctl bench -poller $(BIN)/poller
+	$(GO) build -o $(BIN)/ledgerctl ./cmd/ledgerctl
+	$(GO) run ./cmd/ledgerbench -poller $(BIN)/poller -ledgerctl $(BIN)/ledgerctl
 
 ## bench-quick: the same measurements on small workloads, under a minute (CI smoke)
 bench-quick: deps
-	$(GO) run ./cmd/ledgerctl bench -quick
+	$(GO) run ./cmd/ledgerbench -quick

@@ -110,6 +110,7 @@ func TestRun_ErrorsExitTwo(t *testing.T) {
 	}{
 		{"no command", nil, nil, "usage"},
 		{"unknown command", nil, []string{"frobnicate"}, "unknown command"},
+		{"bench moved", nil, []string{"bench", "-quick"}, "cmd/ledgerbench"},
 		{"half a scope", nil, []string{"reconcile", "--tenant", "acme"}, "both --tenant and --branch"},
 		{"bad flag", nil, []string{"reconcile", "--nope"}, "flag provided but not defined"},
 		{"missing table", map[string]string{"LEDGER_TABLE": "no-such-table", "AWS_ENDPOINT_URL": endpoint}, []string{"reconcile"}, "no-such-table"},

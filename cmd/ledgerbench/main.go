@@ -1,20 +1,47 @@
+// Command ledgerbench runs the side-by-side benchmark of BENCHMARKS.md
+// (package bench): ledger's consumers next to the per-record and
+// synchronous designs users would otherwise pick. It is a developer's
+// tool, kept out of the operator's binary (ledgerctl) so that no product
+// binary links the benchmark, its rival designs or package testing.
+//
+//	make bench         # the full run (over an hour on 2 cores)
+//	make bench-quick   # every measurement on small workloads (CI smoke)
 package main
 
 import (
 	"context"
+	"flag"
 	"fmt"
+	"io"
 	"os"
+	"os/signal"
 	"strings"
+	"syscall"
 
-	"github.com/ledger-dev/ledger/processor/bench"
+	"github.com/ledger-dev/ledger/bench"
 )
 
-const benchHelp = `Runs issue 6's benchmark and prints its tables as markdown on stdout
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := Run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+// Exit statuses: 0 the run completed, 2 bad usage or a failed measurement.
+const (
+	exitOK    = 0
+	exitError = 2
+)
+
+const help = `usage: ledgerbench [flags]
+
+Runs issue 6's benchmark and prints its tables as markdown on stdout
 (progress on stderr): the project's consumer (the poller, and the Lambda
 handler fed the same batches) next to the approaches users would otherwise
 pick (per-record updates as seed 003 writes them, the same with Powertools-
 style idempotency markers, and seed 003's synchronous createWithReport), on
-workloads a-d, at batch sizes 100 and 1,000: write requests and write units
+workloads a-e, at batch sizes 100 and 1,000: write requests and write units
 per 1,000 changes (AWS billing rules, cross-checked against DynamoDB
 Local's ConsumedCapacity), end-to-end throughput against the raw stream
 drain rate, exactness under 1% duplicate delivery (reconcile), lag at a
@@ -24,13 +51,26 @@ memory draining a 1,000,000-record backlog.
 It starts its own DynamoDB Local instances (infra/ddblocal; run 'make deps'
 once) and ignores LEDGER_TABLE and AWS_ENDPOINT_URL. BENCHMARKS.md explains
 the numbers. A full run takes over an hour on 2 cores; -quick runs every
-measurement on small workloads in well under a minute (CI smoke).`
+measurement on small workloads in well under a minute (CI smoke).
+`
 
-func (e *environment) bench(ctx context.Context, args []string) int {
-	fs := e.flags("bench", benchHelp)
+// Run runs ledgerbench with args (without the program name) and returns
+// its exit status.
+func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fail := func(err error) int {
+		fmt.Fprintf(stderr, "ledgerbench: %v\n", err)
+		return exitError
+	}
+	fs := flag.NewFlagSet("ledgerbench", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprint(stderr, help+"\n")
+		fs.PrintDefaults()
+	}
 	quick := fs.Bool("quick", false, "small workloads, no memory backlog: under a minute")
 	out := fs.String("o", "", "also write the markdown to `FILE`")
 	poller := fs.String("poller", "", "a built cmd/poller `BINARY` for the memory measurement (default: go build one)")
+	ledgerctl := fs.String("ledgerctl", "", "a built cmd/ledgerctl `BINARY` for the memory measurement's reconcile (default: go build one)")
 	backlog := fs.Int("backlog", -1, "`RECORDS` in the memory measurement's backlog (default 1,000,000 in a full run; 0 skips it)")
 	only := fs.String("only", "", "measure only these approaches' backlogs: `LIST` of perrecord, marker, sync, poller, lambda")
 	skip := fs.String("skip", "", "leave out these measurements: `LIST` of lag, cpu")
@@ -38,7 +78,7 @@ func (e *environment) bench(ctx context.Context, args []string) int {
 		return exitError
 	}
 	if fs.NArg() > 0 {
-		return e.fail(fmt.Errorf("bench: unexpected argument %q", fs.Arg(0)))
+		return fail(fmt.Errorf("unexpected argument %q", fs.Arg(0)))
 	}
 	cfg := bench.Full()
 	if *quick {
@@ -51,7 +91,7 @@ func (e *environment) bench(ctx context.Context, args []string) int {
 		for _, id := range strings.Split(*only, ",") {
 			a, ok := bench.ApproachByID(strings.TrimSpace(id))
 			if !ok {
-				return e.fail(fmt.Errorf("bench: -only: unknown approach %q (perrecord, marker, sync, poller, lambda)", id))
+				return fail(fmt.Errorf("-only: unknown approach %q (perrecord, marker, sync, poller, lambda)", id))
 			}
 			cfg.Only = append(cfg.Only, a)
 		}
@@ -64,17 +104,18 @@ func (e *environment) bench(ctx context.Context, args []string) int {
 		case "cpu":
 			cfg.SkipCPU = true
 		default:
-			return e.fail(fmt.Errorf("bench: -skip: unknown measurement %q (lag, cpu)", m))
+			return fail(fmt.Errorf("-skip: unknown measurement %q (lag, cpu)", m))
 		}
 	}
 	cfg.PollerBinary = *poller
-	cfg.Command = strings.Join(append([]string{"ledgerctl", "bench"}, args...), " ")
-	cfg.Log = e.stderr
+	cfg.LedgerctlBinary = *ledgerctl
+	cfg.Command = strings.Join(append([]string{"ledgerbench"}, args...), " ")
+	cfg.Log = stderr
 	res, err := bench.Run(ctx, cfg)
 	if res != nil {
 		// Print what was measured, even when a later measurement failed.
 		md := res.String()
-		fmt.Fprint(e.stdout, md)
+		fmt.Fprint(stdout, md)
 		if *out != "" {
 			if werr := os.WriteFile(*out, []byte(md), 0o644); werr != nil && err == nil {
 				err = werr
@@ -82,7 +123,7 @@ func (e *environment) bench(ctx context.Context, args []string) int {
 		}
 	}
 	if err != nil {
-		return e.fail(err)
+		return fail(err)
 	}
 	return exitOK
 }
