@@ -67,7 +67,7 @@ type Config struct {
 	// Command is how the run was started, for the report.
 	Command string
 	// Log receives progress lines (nil: discarded).
-	Log io.Writer
+	Log io.Writer `json:"-"`
 }
 
 // Full is the configuration of `make bench`.

@@ -19,6 +19,7 @@ import (
 	"syscall"
 
 	"github.com/ledger-dev/ledger/bench"
+	"github.com/ledger-dev/ledger/bench/charts"
 )
 
 func main() {
@@ -48,6 +49,11 @@ drain rate, exactness under 1% duplicate delivery (reconcile), lag at a
 steady rate, CPU-only decoding and folding, and the poller binary's peak
 memory draining a 1,000,000-record backlog.
 
+With -json FILE it also writes the results as JSON, and with -charts DIR
+it draws BENCHMARKS.md's charts (write units per 1,000 changes by approach
+and workload, throughput against the raw drain, lag) as SVG files; -from
+FILE -charts DIR draws them from a results file without measuring.
+
 It starts its own DynamoDB Local instances (infra/ddblocal; run 'make deps'
 once) and ignores LEDGER_TABLE and AWS_ENDPOINT_URL. BENCHMARKS.md explains
 the numbers. A full run takes over an hour on 2 cores; -quick runs every
@@ -69,6 +75,9 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	quick := fs.Bool("quick", false, "small workloads, no memory backlog: under a minute")
 	out := fs.String("o", "", "also write the markdown to `FILE`")
+	jsonOut := fs.String("json", "", "also write the results as JSON to `FILE` (what -from reads)")
+	chartDir := fs.String("charts", "", "also draw the headline comparisons as SVG charts into `DIR`")
+	from := fs.String("from", "", "measure nothing: read the results `FILE` a run wrote with -json and draw its charts (-charts DIR)")
 	poller := fs.String("poller", "", "a built cmd/poller `BINARY` for the memory measurement (default: go build one)")
 	ledgerctl := fs.String("ledgerctl", "", "a built cmd/ledgerctl `BINARY` for the memory measurement's reconcile (default: go build one)")
 	backlog := fs.Int("backlog", -1, "`RECORDS` in the memory measurement's backlog (default 1,000,000 in a full run; 0 skips it)")
@@ -79,6 +88,19 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	if fs.NArg() > 0 {
 		return fail(fmt.Errorf("unexpected argument %q", fs.Arg(0)))
+	}
+	if *from != "" {
+		if *chartDir == "" {
+			return fail(fmt.Errorf("-from needs -charts DIR"))
+		}
+		res, err := bench.ReadResultFile(*from)
+		if err != nil {
+			return fail(err)
+		}
+		if err := drawCharts(res, *chartDir, stderr); err != nil {
+			return fail(err)
+		}
+		return exitOK
 	}
 	cfg := bench.Full()
 	if *quick {
@@ -121,9 +143,39 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 				err = werr
 			}
 		}
+		if *jsonOut != "" {
+			if werr := writeJSON(*jsonOut, res); werr != nil && err == nil {
+				err = werr
+			}
+		}
+		if *chartDir != "" && err == nil {
+			err = drawCharts(res, *chartDir, stderr)
+		}
 	}
 	if err != nil {
 		return fail(err)
 	}
 	return exitOK
+}
+
+// drawCharts renders res's charts into dir and names them on log.
+func drawCharts(res *bench.Result, dir string, log io.Writer) error {
+	paths, err := charts.Render(res, dir)
+	for _, p := range paths {
+		fmt.Fprintf(log, "ledgerbench: wrote %s\n", p)
+	}
+	return err
+}
+
+// writeJSON writes res to path as JSON.
+func writeJSON(path string, res *bench.Result) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if err := res.WriteJSON(f); err != nil {
+		_ = f.Close()
+		return err
+	}
+	return f.Close()
 }
