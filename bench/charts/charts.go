@@ -179,27 +179,10 @@ func logAxis(p *plot.Plot, min, max float64) {
 // designs cost tens of times what ledger does).
 func writeUnits(res *bench.Result) (*plot.Plot, error) {
 	ws := workloads(res)
-	var all []series
-	lo, hi := math.Inf(1), 0.0
-	for _, a := range bench.Approaches {
-		s := series{approach: a, name: string(a)}
-		for i, w := range ws {
-			r, ok := rowFor(res, w, a)
-			if !ok {
-				continue
-			}
-			v := r.AggregationUnits()
-			if v <= 0 {
-				continue
-			}
-			s.xys = append(s.xys, plotter.XY{X: float64(i), Y: v})
-			s.labels = append(s.labels, fmt.Sprintf("%.0f", v))
-			lo, hi = math.Min(lo, v), math.Max(hi, v)
-		}
-		if len(s.xys) > 0 {
-			all = append(all, s)
-		}
-	}
+	all, lo, hi := perWorkload(res, ws, func(r bench.Row) (float64, string, bool) {
+		v := r.AggregationUnits()
+		return v, fmt.Sprintf("%.0f", v), v > 0
+	})
 	if len(all) == 0 {
 		return nil, errNoData
 	}
@@ -211,29 +194,45 @@ func writeUnits(res *bench.Result) (*plot.Plot, error) {
 	return p, dots(p, all)
 }
 
-// throughput: changes per second end to end as a share of the raw drain
-// rate of the same stream, for the stream approaches (approach 3 has no
-// stream), with issue 6's 80% target.
-func throughput(res *bench.Result) (*plot.Plot, error) {
-	ws := workloads(res)
-	var all []series
-	hi := 0.0
+// perWorkload is every approach's points on the workloads ws (x: the
+// workload's index), value giving a row's y and label (false: no point),
+// and the least and greatest y.
+func perWorkload(res *bench.Result, ws []string, value func(bench.Row) (float64, string, bool)) (all []series, lo, hi float64) {
+	lo = math.Inf(1)
 	for _, a := range bench.Approaches {
 		s := series{approach: a, name: string(a)}
 		for i, w := range ws {
 			r, ok := rowFor(res, w, a)
-			if !ok || r.RawRate() <= 0 || r.Took <= 0 {
+			if !ok {
 				continue
 			}
-			share := 100 * r.Throughput() / r.RawRate()
-			s.xys = append(s.xys, plotter.XY{X: float64(i), Y: share})
-			s.labels = append(s.labels, fmt.Sprintf("%.0f%% (%.0f/s)", share, r.Throughput()))
-			hi = math.Max(hi, share)
+			v, label, ok := value(r)
+			if !ok {
+				continue
+			}
+			s.xys = append(s.xys, plotter.XY{X: float64(i), Y: v})
+			s.labels = append(s.labels, label)
+			lo, hi = math.Min(lo, v), math.Max(hi, v)
 		}
 		if len(s.xys) > 0 {
 			all = append(all, s)
 		}
 	}
+	return all, lo, hi
+}
+
+// throughput: changes per second end to end as a share of the raw drain
+// rate of the same stream, for the stream approaches (approach 3 has no
+// stream), with issue 6's 80% target.
+func throughput(res *bench.Result) (*plot.Plot, error) {
+	ws := workloads(res)
+	all, _, hi := perWorkload(res, ws, func(r bench.Row) (float64, string, bool) {
+		if r.RawRate() <= 0 || r.Took <= 0 {
+			return 0, "", false
+		}
+		share := 100 * r.Throughput() / r.RawRate()
+		return share, fmt.Sprintf("%.0f%% (%.0f/s)", share, r.Throughput()), true
+	})
 	if len(all) == 0 {
 		return nil, errNoData
 	}
