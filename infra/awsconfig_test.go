@@ -28,7 +28,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ledger-dev/ledger/infra"
-	"github.com/ledger-dev/ledger/infra/ddblocal"
+	"github.com/ledger-dev/ledger/infra/ddblocal/ddbtest"
 )
 
 // cleanAWSEnv removes every AWS setting the SDK would read and points the
@@ -260,7 +260,7 @@ func TestWithTransportWrapper_InjectedResetIsRetriedBySDK(t *testing.T) {
 			return next.RoundTrip(r)
 		})
 	}
-	client := ddblocal.Client(t, infra.WithTransportWrapper(resetFirst), infra.WithTransportWrapper(outer))
+	client := ddbtest.Client(t, infra.WithTransportWrapper(resetFirst), infra.WithTransportWrapper(outer))
 
 	_, err := client.ListTables(t.Context(), &dynamodb.ListTablesInput{})
 	require.NoError(t, err, "the SDK retries a connection reset")
@@ -288,12 +288,12 @@ func TestLocalConfig_ErrorResponsesLogNoChecksumWarning(t *testing.T) {
 				defer mu.Unlock()
 				fmt.Fprintf(&logs, "%s "+format+"\n", append([]any{c}, v...)...)
 			})
-			client := dynamodb.NewFromConfig(ddblocal.Config(t, infra.WithLoadOptions(config.WithLogger(logger))), func(o *dynamodb.Options) {
+			client := dynamodb.NewFromConfig(ddbtest.Config(t, infra.WithLoadOptions(config.WithLogger(logger))), func(o *dynamodb.Options) {
 				if tc.forceCheck {
 					o.DisableValidateResponseChecksum = false
 				}
 			})
-			table := ddblocal.NewTable(t, client)
+			table := ddbtest.NewTable(t, client)
 
 			_, err := client.PutItem(t.Context(), &dynamodb.PutItemInput{
 				TableName:           aws.String(table),

@@ -20,7 +20,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ledger-dev/ledger/infra"
-	"github.com/ledger-dev/ledger/infra/ddblocal"
+	"github.com/ledger-dev/ledger/infra/ddblocal/ddbtest"
 )
 
 var update = flag.Bool("update", false, "rewrite testdata files from DynamoDB Local's answers")
@@ -62,13 +62,13 @@ func (r *recorder) RoundTrip(req *http.Request) (*http.Response, error) {
 func TestDynamoDBLocal_EmptyMapInStreamImageHasNoTypeTag(t *testing.T) {
 	ctx := t.Context()
 	rec := &recorder{target: ".GetRecords"}
-	cfg := ddblocal.Config(t, infra.WithTransportWrapper(func(next http.RoundTripper) http.RoundTripper {
+	cfg := ddbtest.Config(t, infra.WithTransportWrapper(func(next http.RoundTripper) http.RoundTripper {
 		rec.next = next
 		return rec
 	}))
 	db := dynamodb.NewFromConfig(cfg)
 	streams := dynamodbstreams.NewFromConfig(cfg)
-	name := ddblocal.NewTable(t, db)
+	name := ddbtest.NewTable(t, db)
 
 	_, err := db.PutItem(ctx, &dynamodb.PutItemInput{
 		TableName: aws.String(name),

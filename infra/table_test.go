@@ -12,10 +12,10 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ledger-dev/ledger/infra"
-	"github.com/ledger-dev/ledger/infra/ddblocal"
+	"github.com/ledger-dev/ledger/infra/ddblocal/ddbtest"
 )
 
-func TestMain(m *testing.M) { ddblocal.Main(m) }
+func TestMain(m *testing.M) { ddbtest.Main(m) }
 
 func flagsKey() map[string]types.AttributeValue {
 	return map[string]types.AttributeValue{
@@ -26,8 +26,8 @@ func flagsKey() map[string]types.AttributeValue {
 
 func TestCreateTable_CreatesOnceAndWritesDefaultFlags(t *testing.T) {
 	ctx := t.Context()
-	client := ddblocal.Client(t)
-	name := ddblocal.TableName(t)
+	client := ddbtest.Client(t)
+	name := ddbtest.TableName(t)
 
 	before := time.Now().UTC().Truncate(time.Second)
 	created, err := infra.CreateTable(ctx, client, name)
@@ -75,8 +75,8 @@ func TestCreateTable_ExistingTableGetsTTLButNoFlags(t *testing.T) {
 	// not ours to put flags into: a missing flags item means writes stay
 	// disabled until an operator decides.
 	ctx := t.Context()
-	client := ddblocal.Client(t)
-	name := ddblocal.TableName(t)
+	client := ddbtest.Client(t)
+	name := ddbtest.TableName(t)
 	_, err := client.CreateTable(ctx, infra.CreateTableInput(name))
 	require.NoError(t, err)
 
@@ -95,8 +95,8 @@ func TestCreateTable_ExistingTableGetsTTLButNoFlags(t *testing.T) {
 
 func TestDescribeTable_ReadsTheDefinitionBack(t *testing.T) {
 	ctx := t.Context()
-	client := ddblocal.Client(t)
-	name := ddblocal.NewTable(t, client)
+	client := ddbtest.Client(t)
+	name := ddbtest.NewTable(t, client)
 
 	info, err := infra.DescribeTable(ctx, client, name)
 	require.NoError(t, err)
@@ -126,8 +126,8 @@ func TestDescribeTable_ReadsTheDefinitionBack(t *testing.T) {
 }
 
 func TestDescribeTable_MissingTableIsResourceNotFound(t *testing.T) {
-	client := ddblocal.Client(t)
-	_, err := infra.DescribeTable(t.Context(), client, ddblocal.TableName(t))
+	client := ddbtest.Client(t)
+	_, err := infra.DescribeTable(t.Context(), client, ddbtest.TableName(t))
 	var nf *types.ResourceNotFoundException
 	assert.ErrorAs(t, err, &nf)
 }
@@ -144,8 +144,8 @@ func TestValidate_CatchesLiveTablesWithTheWrongStream(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx := t.Context()
-			client := ddblocal.Client(t)
-			name := ddblocal.TableName(t)
+			client := ddbtest.Client(t)
+			name := ddbtest.TableName(t)
 			in := infra.CreateTableInput(name)
 			in.StreamSpecification = tc.stream
 			_, err := client.CreateTable(ctx, in)

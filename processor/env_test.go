@@ -3,7 +3,6 @@ package processor_test
 import (
 	"context"
 	"net/http"
-	"sync"
 	"testing"
 	"time"
 
@@ -13,38 +12,17 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ledger-dev/ledger/infra"
-	"github.com/ledger-dev/ledger/infra/ddblocal"
+	"github.com/ledger-dev/ledger/infra/ddblocal/ddbtest"
 	"github.com/ledger-dev/ledger/processor"
 	"github.com/ledger-dev/ledger/processor/processortest"
 )
 
-func TestMain(m *testing.M) { ddblocal.Main(m) }
+func TestMain(m *testing.M) { ddbtest.Main(m) }
 
-// DynamoDB Local slows writes to tables created after its stream holds many
-// records, so the package creates all its tables before any test writes.
-const tablePoolSize = 40
+// The package creates all its tables before any test writes.
+var tables = ddbtest.Pool{Size: 40}
 
-var (
-	poolOnce sync.Once
-	poolMu   sync.Mutex
-	pool     []string
-)
-
-func newTableName(t testing.TB) string {
-	t.Helper()
-	poolOnce.Do(func() {
-		c := ddblocal.Client(t)
-		for i := 0; i < tablePoolSize; i++ {
-			pool = append(pool, ddblocal.NewTable(t, c))
-		}
-	})
-	poolMu.Lock()
-	defer poolMu.Unlock()
-	require.NotEmpty(t, pool, "table pool exhausted: raise tablePoolSize")
-	name := pool[0]
-	pool = pool[1:]
-	return name
-}
+func newTableName(t testing.TB) string { return tables.Table(t) }
 
 // env is one fresh table on the package's DynamoDB Local with clients.
 type env struct {
@@ -58,16 +36,16 @@ type env struct {
 
 func newEnv(t testing.TB) *env {
 	t.Helper()
-	e := &env{ddb: ddblocal.Client(t), faults: &processortest.FaultTransport{}}
+	e := &env{ddb: ddbtest.Client(t), faults: &processortest.FaultTransport{}}
 	e.table = newTableName(t)
-	e.streams = dynamodbstreams.NewFromConfig(ddblocal.Config(t))
+	e.streams = dynamodbstreams.NewFromConfig(ddbtest.Config(t))
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	info, err := infra.DescribeTable(ctx, e.ddb, e.table)
 	require.NoError(t, err)
 	e.streamARN = info.StreamARN
 	require.NotEmpty(t, e.streamARN)
-	e.faulty = dynamodb.NewFromConfig(ddblocal.Config(t, infra.WithTransportWrapper(func(next http.RoundTripper) http.RoundTripper {
+	e.faulty = dynamodb.NewFromConfig(ddbtest.Config(t, infra.WithTransportWrapper(func(next http.RoundTripper) http.RoundTripper {
 		e.faults.Next = next
 		return e.faults
 	})), func(o *dynamodb.Options) { o.RetryMaxAttempts = 1 })

@@ -20,63 +20,41 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ledger-dev/ledger/infra"
-	"github.com/ledger-dev/ledger/infra/ddblocal"
+	"github.com/ledger-dev/ledger/infra/ddblocal/ddbtest"
 	"github.com/ledger-dev/ledger/processor/processortest"
 	"github.com/ledger-dev/ledger/writer"
 )
 
-func TestMain(m *testing.M) { ddblocal.Main(m) }
+func TestMain(m *testing.M) { ddbtest.Main(m) }
 
 const testSecret = "writer-test-secret-0123456789abcdef-0123456789"
 
 var cursorKey = []byte("writer-test-cursor-key-0123456789abcdef")
 
-// The tables this package's tests use, all created before any test writes
-// (DynamoDB Local slows writes to tables created after its stream holds many
-// records). Most tests share one table, each under tenants of its own; the
-// ones that change the flags singleton or read the stream get their own.
-var tables struct {
-	once   sync.Once
-	names  []string
-	next   atomic.Int32
-	shared string
-	err    error
-}
-
+// The tables this package's tests use, all created before any test writes.
+// Most tests share one table, each under tenants of its own; the ones that
+// change the flags singleton or read the stream get their own.
 const dedicatedTables = 10
 
+var (
+	tables = ddbtest.Pool{Size: dedicatedTables + 1}
+	shared struct {
+		once sync.Once
+		name string
+	}
+)
+
 func sharedTable(t *testing.T) string {
-	initTables(t)
-	return tables.shared
+	t.Helper()
+	shared.once.Do(func() { shared.name = tables.Table(t) })
+	if shared.name == "" {
+		t.Fatal("no shared table: the first test to want it failed to get one")
+	}
+	return shared.name
 }
 
 // ownTable returns a table no other test uses.
-func ownTable(t *testing.T) string {
-	initTables(t)
-	i := int(tables.next.Add(1)) - 1
-	if i >= len(tables.names) {
-		t.Fatalf("more than %d tests want a table of their own: raise dedicatedTables", dedicatedTables)
-	}
-	return tables.names[i]
-}
-
-func initTables(t *testing.T) {
-	tables.once.Do(func() {
-		c := ddblocal.Client(t)
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-		defer cancel()
-		for i := 0; i <= dedicatedTables; i++ {
-			name := fmt.Sprintf("writer-%d-%d", time.Now().UnixNano(), i)
-			if _, err := infra.CreateTable(ctx, c, name); err != nil {
-				tables.err = err
-				return
-			}
-			tables.names = append(tables.names, name)
-		}
-		tables.shared, tables.names = tables.names[0], tables.names[1:]
-	})
-	require.NoError(t, tables.err)
-}
+func ownTable(t *testing.T) string { return tables.Table(t) }
 
 var tenantSeq atomic.Int64
 
@@ -106,7 +84,7 @@ type envOption func(*writer.Config)
 func newEnv(t *testing.T, table string, opts ...envOption) *env {
 	t.Helper()
 	calls := &processortest.FaultTransport{}
-	cfgAWS := ddblocal.Config(t, infra.WithTransportWrapper(func(next http.RoundTripper) http.RoundTripper {
+	cfgAWS := ddbtest.Config(t, infra.WithTransportWrapper(func(next http.RoundTripper) http.RoundTripper {
 		calls.Next = next
 		return calls
 	}))
@@ -122,7 +100,7 @@ func newEnv(t *testing.T, table string, opts ...envOption) *env {
 	require.NoError(t, err)
 	hs := httptest.NewServer(srv)
 	t.Cleanup(hs.Close)
-	e := &env{t: t, table: table, tenant: uniqueTenant(), branch: "north", ddb: ddblocal.Client(t), calls: calls, srv: srv, http: hs, reg: reg, metrics: metrics}
+	e := &env{t: t, table: table, tenant: uniqueTenant(), branch: "north", ddb: ddbtest.Client(t), calls: calls, srv: srv, http: hs, reg: reg, metrics: metrics}
 	e.token = e.tokenFor(e.tenant)
 	e.seed = newSeeder(t, table)
 	e.seed.tenant(e.tenant)
@@ -142,7 +120,7 @@ type seeder struct {
 func newSeeder(t *testing.T, table string) *seeder {
 	auth, err := writer.NewAuthenticator(writer.AuthConfig{Secret: []byte(testSecret)})
 	require.NoError(t, err)
-	srv, err := writer.New(ddblocal.Client(t), writer.Config{Table: table, Auth: auth, CursorKey: cursorKey, FlagsTTL: 50 * time.Millisecond, FlagsTimeout: 30 * time.Second, RequestTimeout: time.Minute}, nil)
+	srv, err := writer.New(ddbtest.Client(t), writer.Config{Table: table, Auth: auth, CursorKey: cursorKey, FlagsTTL: 50 * time.Millisecond, FlagsTimeout: 30 * time.Second, RequestTimeout: time.Minute}, nil)
 	require.NoError(t, err)
 	tok, err := writer.NewToken([]byte(testSecret), writer.TokenOptions{Admin: true})
 	require.NoError(t, err)

@@ -24,7 +24,7 @@ import (
 
 	"github.com/ledger-dev/ledger/aggregates"
 	"github.com/ledger-dev/ledger/infra"
-	"github.com/ledger-dev/ledger/infra/ddblocal"
+	"github.com/ledger-dev/ledger/infra/ddblocal/ddbtest"
 	"github.com/ledger-dev/ledger/processor"
 	"github.com/ledger-dev/ledger/processor/poller"
 )
@@ -67,14 +67,14 @@ func TestIsolation_ATenantOfManyLongNamesStopsNoOneElse(t *testing.T) {
 	require.Equal(t, len(longName(2, n)), 4*aggregates.MaxNameLength)
 
 	// The real poller, in-process, over the table's stream.
-	db := ddblocal.Client(t)
+	db := ddbtest.Client(t)
 	info, err := infra.DescribeTable(ctx, db, table)
 	require.NoError(t, err)
 	reg := prometheus.NewRegistry()
 	pm := processor.NewMetrics(reg)
 	proc, err := processor.New(db, processor.Config{Table: table}, pm)
 	require.NoError(t, err)
-	pl, err := poller.New(dynamodbstreams.NewFromConfig(ddblocal.Config(t)), db, proc, poller.Config{
+	pl, err := poller.New(dynamodbstreams.NewFromConfig(ddbtest.Config(t)), db, proc, poller.Config{
 		Table: table, StreamARN: info.StreamARN, Owner: "isolation",
 		IdleBackoff: 20 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 	}, poller.NewMetrics(reg))

@@ -10,7 +10,6 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -24,37 +23,17 @@ import (
 
 	"github.com/ledger-dev/ledger/aggregates"
 	"github.com/ledger-dev/ledger/infra"
-	"github.com/ledger-dev/ledger/infra/ddblocal"
+	"github.com/ledger-dev/ledger/infra/ddblocal/ddbtest"
 	"github.com/ledger-dev/ledger/processor"
 	"github.com/ledger-dev/ledger/processor/processortest"
 )
 
-func TestMain(m *testing.M) { ddblocal.Main(m) }
+func TestMain(m *testing.M) { ddbtest.Main(m) }
 
-// DynamoDB Local slows writes to tables created after its stream holds many
-// records: every table this package uses is created before any test
-// writes.
-var (
-	tablesOnce sync.Once
-	tablesMu   sync.Mutex
-	tables     []string
-)
+// Every table this package uses is created before any test writes.
+var tables = ddbtest.Pool{Size: 6}
 
-func newTable(t *testing.T) string {
-	t.Helper()
-	tablesOnce.Do(func() {
-		c := ddblocal.Client(t)
-		for range 6 {
-			tables = append(tables, ddblocal.NewTable(t, c))
-		}
-	})
-	tablesMu.Lock()
-	defer tablesMu.Unlock()
-	require.NotEmpty(t, tables, "table pool exhausted")
-	name := tables[0]
-	tables = tables[1:]
-	return name
-}
+func newTable(t *testing.T) string { return tables.Table(t) }
 
 // lambdaEnv is the environment the function gets: a table, DynamoDB Local
 // through the fault proxy, the fake Runtime API, and short retries (no SDK
@@ -84,7 +63,7 @@ type stream struct {
 }
 
 func newStream(t *testing.T, table string) *stream {
-	s := &stream{ddb: ddblocal.Client(t), streams: dynamodbstreams.NewFromConfig(ddblocal.Config(t)), table: table}
+	s := &stream{ddb: ddbtest.Client(t), streams: dynamodbstreams.NewFromConfig(ddbtest.Config(t)), table: table}
 	info, err := infra.DescribeTable(context.Background(), s.ddb, table)
 	require.NoError(t, err)
 	s.arn = info.StreamARN
@@ -172,7 +151,7 @@ func testDamagedReports(t *testing.T, bin string, seed uint64) {
 	ctx := context.Background()
 	table := newTable(t)
 	s := newStream(t, table)
-	proxy := newFaultProxy(t, ddblocal.Endpoint(t))
+	proxy := newFaultProxy(t, ddbtest.Endpoint(t))
 	api := newRuntimeAPI(t)
 	fn := newFunction(t, bin, api, lambdaEnv(api, proxy.srv.URL, table, "LEDGER_LAMBDA_MODE=standard", "LEDGER_MAX_ITEMS_PER_RUN=24"))
 	proxy.kill = fn.kill
@@ -267,7 +246,7 @@ func testDelivery(t *testing.T, bin, mode string, seed uint64) {
 	ctx := context.Background()
 	table := newTable(t)
 	s := newStream(t, table)
-	proxy := newFaultProxy(t, ddblocal.Endpoint(t))
+	proxy := newFaultProxy(t, ddbtest.Endpoint(t))
 	api := newRuntimeAPI(t)
 	api.controlPlane.set(safeMapping("esm-1", mode))
 	// Small runs: a batch commits in several transactions, so that failures
@@ -415,7 +394,7 @@ func testRedeliveryFromEarlierStart(t *testing.T, bin string) {
 			table := newTable(t)
 			s := newStream(t, table)
 			api := newRuntimeAPI(t)
-			fn := newFunction(t, bin, api, lambdaEnv(api, ddblocal.Endpoint(t), table))
+			fn := newFunction(t, bin, api, lambdaEnv(api, ddbtest.Endpoint(t), table))
 			fn.start()
 			for _, item := range []map[string]ddbtypes.AttributeValue{txn("a", ""), tt.between, txn("b", "")} {
 				_, err := s.ddb.PutItem(ctx, &dynamodb.PutItemInput{TableName: aws.String(table), Item: item})
@@ -440,7 +419,7 @@ func testMalformed(t *testing.T, bin string) {
 	table := newTable(t)
 	s := newStream(t, table)
 	api := newRuntimeAPI(t)
-	fn := newFunction(t, bin, api, lambdaEnv(api, ddblocal.Endpoint(t), table))
+	fn := newFunction(t, bin, api, lambdaEnv(api, ddbtest.Endpoint(t), table))
 	fn.start()
 
 	// Real records to break: a few transactions of a small workload.

@@ -10,7 +10,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/ledger-dev/ledger/infra/ddblocal"
+	"github.com/ledger-dev/ledger/infra/ddblocal/ddbtest"
 	"github.com/ledger-dev/ledger/writer"
 )
 
@@ -19,8 +19,8 @@ import (
 func directoryEnv(t *testing.T) map[string]string {
 	t.Helper()
 	secret := strings.Repeat("k", 40)
-	c := ddblocal.Client(t)
-	table := ddblocal.NewTable(t, c)
+	c := ddbtest.Client(t)
+	table := ddbtest.NewTable(t, c)
 	auth, err := writer.NewAuthenticator(writer.AuthConfig{Secret: []byte(secret)})
 	require.NoError(t, err)
 	srv, err := writer.New(c, writer.Config{Table: table, Auth: auth, CursorKey: []byte(secret), FlagsTimeout: 30 * time.Second}, nil)

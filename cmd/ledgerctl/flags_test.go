@@ -13,15 +13,15 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ledger-dev/ledger/aggregates"
-	"github.com/ledger-dev/ledger/infra/ddblocal"
+	"github.com/ledger-dev/ledger/infra/ddblocal/ddbtest"
 	"github.com/ledger-dev/ledger/writer"
 )
 
 func TestFlags_GetAndSetGuardedByVersion(t *testing.T) {
 	ctx := context.Background()
-	c := ddblocal.Client(t)
-	table := ddblocal.NewTable(t, c)
-	env := map[string]string{"LEDGER_TABLE": table, "AWS_ENDPOINT_URL": ddblocal.Endpoint(t)}
+	c := ddbtest.Client(t)
+	table := ddbtest.NewTable(t, c)
+	env := map[string]string{"LEDGER_TABLE": table, "AWS_ENDPOINT_URL": ddbtest.Endpoint(t)}
 
 	code, out, errOut := run(t, env, "flags", "get")
 	require.Equal(t, exitOK, code, errOut)

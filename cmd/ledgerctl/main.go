@@ -46,7 +46,6 @@ Commands:
   replay FILE|DIR   push recorded stream events (Lambda JSON) through the processor
   parked            list the report deltas the consumers parked (reconcile --repair heals them)
   lag               per-shard position of the stream's consumer: pending records and their age
-  bench [-quick]    benchmark ledger against per-record and synchronous approaches (markdown tables)
 
 Environment:
   LEDGER_TABLE      table name (default "ledger")
@@ -99,7 +98,10 @@ func Run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	case "parked":
 		return env.parked(ctx, args[1:])
 	case "bench":
-		return env.bench(ctx, args[1:])
+		// The benchmark is a developer's tool of its own (no product binary
+		// links it); say where it went.
+		fmt.Fprint(stderr, "ledgerctl: bench is its own command: go run ./cmd/ledgerbench (make bench, make bench-quick)\n")
+		return exitError
 	case "-h", "-help", "--help", "help":
 		fmt.Fprint(stdout, usage)
 		return exitOK

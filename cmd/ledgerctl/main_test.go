@@ -14,12 +14,12 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ledger-dev/ledger/infra"
-	"github.com/ledger-dev/ledger/infra/ddblocal"
+	"github.com/ledger-dev/ledger/infra/ddblocal/ddbtest"
 	"github.com/ledger-dev/ledger/processor"
 	"github.com/ledger-dev/ledger/processor/processortest"
 )
 
-func TestMain(m *testing.M) { ddblocal.Main(m) }
+func TestMain(m *testing.M) { ddbtest.Main(m) }
 
 func run(t *testing.T, env map[string]string, args ...string) (int, string, string) {
 	t.Helper()
@@ -30,8 +30,8 @@ func run(t *testing.T, env map[string]string, args ...string) (int, string, stri
 
 func TestReconcile_ExitStatusLikeDiffAndRepair(t *testing.T) {
 	ctx := context.Background()
-	endpoint := ddblocal.Endpoint(t)
-	table := ddblocal.TableName(t)
+	endpoint := ddbtest.Endpoint(t)
+	table := ddbtest.TableName(t)
 	env := map[string]string{"LEDGER_TABLE": table, "AWS_ENDPOINT_URL": endpoint}
 
 	code, out, errOut := run(t, env, "table", "create")
@@ -44,11 +44,11 @@ func TestReconcile_ExitStatusLikeDiffAndRepair(t *testing.T) {
 	require.Equal(t, exitOK, code, errOut)
 
 	// Transactions, then the processor over the stream: no difference.
-	c := ddblocal.Client(t)
+	c := ddbtest.Client(t)
 	require.NoError(t, processortest.NewWorkload(5).Run(ctx, c, table, 200))
 	info, err := infra.DescribeTable(ctx, c, table)
 	require.NoError(t, err)
-	shards, err := processortest.ReadAll(ctx, dynamodbstreams.NewFromConfig(ddblocal.Config(t)), info.StreamARN, nil)
+	shards, err := processortest.ReadAll(ctx, dynamodbstreams.NewFromConfig(ddbtest.Config(t)), info.StreamARN, nil)
 	require.NoError(t, err)
 	p, err := processor.New(c, processor.Config{Table: table}, nil)
 	require.NoError(t, err)
@@ -101,7 +101,7 @@ func TestReconcile_ExitStatusLikeDiffAndRepair(t *testing.T) {
 }
 
 func TestRun_ErrorsExitTwo(t *testing.T) {
-	endpoint := ddblocal.Endpoint(t)
+	endpoint := ddbtest.Endpoint(t)
 	tests := []struct {
 		name string
 		env  map[string]string
@@ -110,6 +110,7 @@ func TestRun_ErrorsExitTwo(t *testing.T) {
 	}{
 		{"no command", nil, nil, "usage"},
 		{"unknown command", nil, []string{"frobnicate"}, "unknown command"},
+		{"bench moved", nil, []string{"bench", "-quick"}, "cmd/ledgerbench"},
 		{"half a scope", nil, []string{"reconcile", "--tenant", "acme"}, "both --tenant and --branch"},
 		{"bad flag", nil, []string{"reconcile", "--nope"}, "flag provided but not defined"},
 		{"missing table", map[string]string{"LEDGER_TABLE": "no-such-table", "AWS_ENDPOINT_URL": endpoint}, []string{"reconcile"}, "no-such-table"},

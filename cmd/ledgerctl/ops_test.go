@@ -15,7 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ledger-dev/ledger/infra"
-	"github.com/ledger-dev/ledger/infra/ddblocal"
+	"github.com/ledger-dev/ledger/infra/ddblocal/ddbtest"
 	"github.com/ledger-dev/ledger/processor"
 	"github.com/ledger-dev/ledger/processor/processortest"
 	"github.com/ledger-dev/ledger/writer"
@@ -43,9 +43,9 @@ func readGolden(t *testing.T, name string) golden {
 }
 
 func TestReplay_FixtureAppliesOnceAndReportPrintsIt(t *testing.T) {
-	c := ddblocal.Client(t)
-	table := ddblocal.NewTable(t, c)
-	env := map[string]string{"LEDGER_TABLE": table, "AWS_ENDPOINT_URL": ddblocal.Endpoint(t)}
+	c := ddbtest.Client(t)
+	table := ddbtest.NewTable(t, c)
+	env := map[string]string{"LEDGER_TABLE": table, "AWS_ENDPOINT_URL": ddbtest.Endpoint(t)}
 	file := filepath.Join(fixtureEvents, "insert-basics.json")
 	g := readGolden(t, "insert-basics")
 
@@ -92,9 +92,9 @@ func TestReplay_FixtureAppliesOnceAndReportPrintsIt(t *testing.T) {
 }
 
 func TestReplay_DirectoryAndCLITimestamps(t *testing.T) {
-	c := ddblocal.Client(t)
-	table := ddblocal.NewTable(t, c)
-	env := map[string]string{"LEDGER_TABLE": table, "AWS_ENDPOINT_URL": ddblocal.Endpoint(t)}
+	c := ddbtest.Client(t)
+	table := ddbtest.NewTable(t, c)
+	env := map[string]string{"LEDGER_TABLE": table, "AWS_ENDPOINT_URL": ddbtest.Endpoint(t)}
 
 	// A directory: every fixture, in name order, then a total.
 	entries, err := filepath.Glob(filepath.Join(fixtureEvents, "*.json"))
@@ -126,9 +126,9 @@ func TestReplay_DirectoryAndCLITimestamps(t *testing.T) {
 
 func TestLag_PendingTransactionsUntilCommitted(t *testing.T) {
 	ctx := context.Background()
-	c := ddblocal.Client(t)
-	table := ddblocal.NewTable(t, c)
-	env := map[string]string{"LEDGER_TABLE": table, "AWS_ENDPOINT_URL": ddblocal.Endpoint(t)}
+	c := ddbtest.Client(t)
+	table := ddbtest.NewTable(t, c)
+	env := map[string]string{"LEDGER_TABLE": table, "AWS_ENDPOINT_URL": ddbtest.Endpoint(t)}
 	require.NoError(t, processortest.NewWorkload(7).Run(ctx, c, table, 40))
 
 	// Nothing consumed: every transaction record is pending, and the oldest
@@ -153,7 +153,7 @@ func TestLag_PendingTransactionsUntilCommitted(t *testing.T) {
 	// Consume the shard with a checkpoint guard, as the poller does.
 	info, err := infra.DescribeTable(ctx, c, table)
 	require.NoError(t, err)
-	shards, err := processortest.ReadAll(ctx, dynamodbstreams.NewFromConfig(ddblocal.Config(t)), info.StreamARN, nil)
+	shards, err := processortest.ReadAll(ctx, dynamodbstreams.NewFromConfig(ddbtest.Config(t)), info.StreamARN, nil)
 	require.NoError(t, err)
 	p, err := processor.New(c, processor.Config{Table: table}, nil)
 	require.NoError(t, err)
@@ -187,7 +187,7 @@ func regexpLine(t *testing.T, out, prefix string) string {
 }
 
 func TestSubcommands_RefuseBadUsage(t *testing.T) {
-	endpoint := ddblocal.Endpoint(t)
+	endpoint := ddbtest.Endpoint(t)
 	taken, err := net.Listen("tcp", ":0")
 	require.NoError(t, err)
 	defer taken.Close()

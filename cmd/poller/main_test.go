@@ -28,52 +28,32 @@ import (
 
 	"github.com/ledger-dev/ledger/aggregates"
 	"github.com/ledger-dev/ledger/infra"
-	"github.com/ledger-dev/ledger/infra/ddblocal"
+	"github.com/ledger-dev/ledger/infra/ddblocal/ddbtest"
 	"github.com/ledger-dev/ledger/processor"
 	"github.com/ledger-dev/ledger/processor/processortest"
 )
 
-func TestMain(m *testing.M) { ddblocal.Main(m) }
+func TestMain(m *testing.M) { ddbtest.Main(m) }
 
-// Every table the package uses is created before any test writes: DynamoDB
-// Local slows writes to tables created after its stream holds many records.
-var tables struct {
-	once sync.Once
-	mu   sync.Mutex
-	pool []string
-	// noStream and keysOnly are tables the poller must refuse.
+// Every table the package uses is created before any test writes, the
+// tables the poller must refuse (no stream, keys only) among them.
+var (
 	noStream, keysOnly string
-}
-
-func newTableName(t *testing.T) string {
-	t.Helper()
-	tables.once.Do(func() {
-		c := ddblocal.Client(t)
-		for i := 0; i < 5; i++ {
-			tables.pool = append(tables.pool, ddblocal.NewTable(t, c))
-		}
-		tables.noStream, tables.keysOnly = ddblocal.TableName(t), ddblocal.TableName(t)
+	tables             = ddbtest.Pool{Size: 5, Setup: func(t testing.TB, c *dynamodb.Client) {
+		noStream, keysOnly = ddbtest.TableName(t), ddbtest.TableName(t)
 		for name, spec := range map[string]*ddbtypes.StreamSpecification{
-			tables.noStream: nil,
-			tables.keysOnly: {StreamEnabled: aws.Bool(true), StreamViewType: ddbtypes.StreamViewTypeKeysOnly},
+			noStream: nil,
+			keysOnly: {StreamEnabled: aws.Bool(true), StreamViewType: ddbtypes.StreamViewTypeKeysOnly},
 		} {
 			in := infra.CreateTableInput(name)
 			in.StreamSpecification = spec
 			_, err := c.CreateTable(context.Background(), in)
 			require.NoError(t, err)
 		}
-	})
-	tables.mu.Lock()
-	defer tables.mu.Unlock()
-	if len(tables.pool) == 0 {
-		// -count > 1: a table made now writes slower once the stream holds
-		// many records, but works.
-		return ddblocal.NewTable(t, ddblocal.Client(t))
-	}
-	name := tables.pool[0]
-	tables.pool = tables.pool[1:]
-	return name
-}
+	}}
+)
+
+func newTableName(t *testing.T) string { return tables.Table(t) }
 
 // syncBuffer is a goroutine-safe log sink.
 type syncBuffer struct {
@@ -158,12 +138,12 @@ func TestRun_FlagErrorsExitTwoAndHelpExitsZero(t *testing.T) {
 }
 
 func TestRun_RefusesToStartWithoutAUsableStream(t *testing.T) {
-	endpoint := ddblocal.Endpoint(t)
+	endpoint := ddbtest.Endpoint(t)
 	newTableName(t) // creates the refused tables too
 	for _, tt := range []struct{ table, want string }{
 		{"no-such-table", "table no-such-table does not exist"},
-		{tables.noStream, "has no stream"},
-		{tables.keysOnly, "has stream view type KEYS_ONLY; the poller needs NEW_AND_OLD_IMAGES"},
+		{noStream, "has no stream"},
+		{keysOnly, "has stream view type KEYS_ONLY; the poller needs NEW_AND_OLD_IMAGES"},
 	} {
 		t.Run(tt.table, func(t *testing.T) {
 			var out, errOut bytes.Buffer
@@ -181,9 +161,9 @@ func TestRun_RefusesToStartWithoutAUsableStream(t *testing.T) {
 // the poller with exit 0.
 func TestRun_ServesMetricsHealthAndReadinessThatPromtoolAccepts(t *testing.T) {
 	ctx := context.Background()
-	endpoint := ddblocal.Endpoint(t)
+	endpoint := ddbtest.Endpoint(t)
 	table := newTableName(t)
-	require.NoError(t, processortest.NewWorkload(1).Run(ctx, ddblocal.Client(t), table, 100))
+	require.NoError(t, processortest.NewWorkload(1).Run(ctx, ddbtest.Client(t), table, 100))
 	env := map[string]string{"AWS_ENDPOINT_URL": endpoint, "LEDGER_TABLE": table}
 	logs := &syncBuffer{}
 	rctx, cancel := context.WithCancel(ctx)
@@ -233,7 +213,7 @@ func TestRun_ServesMetricsHealthAndReadinessThatPromtoolAccepts(t *testing.T) {
 		t.Fatal("no exit within 30s of cancellation")
 	}
 	assert.Contains(t, logs.String(), `"msg":"lease released"`)
-	diffs, _, err := processor.Reconcile(ctx, ddblocal.Client(t), table, processor.Scope{})
+	diffs, _, err := processor.Reconcile(ctx, ddbtest.Client(t), table, processor.Scope{})
 	require.NoError(t, err)
 	assert.Empty(t, diffs)
 }
@@ -287,7 +267,7 @@ func startPoller(t *testing.T, table, name string, extra ...string) *proc {
 	args := append([]string{"--metrics-addr", "127.0.0.1:0", "--log-format", "json", "--lease-duration", "2s",
 		"--owner", name, "--checkpoint-interval", "1s"}, extra...)
 	cmd := exec.Command(pollerBinary(t), args...)
-	cmd.Env = append(os.Environ(), "AWS_ENDPOINT_URL="+ddblocal.Endpoint(t), "LEDGER_TABLE="+table)
+	cmd.Env = append(os.Environ(), "AWS_ENDPOINT_URL="+ddbtest.Endpoint(t), "LEDGER_TABLE="+table)
 	p := &proc{name: name, cmd: cmd, logs: &syncBuffer{}, done: make(chan struct{}), started: time.Now()}
 	cmd.Stderr = p.logs
 	require.NoError(t, cmd.Start())
@@ -386,7 +366,7 @@ func requireOneReaderAtATime(t *testing.T, ivs []interval) {
 
 func requireReconciled(t *testing.T, table string) processor.ReconcileStats {
 	t.Helper()
-	diffs, stats, err := processor.Reconcile(context.Background(), ddblocal.Client(t), table, processor.Scope{})
+	diffs, stats, err := processor.Reconcile(context.Background(), ddbtest.Client(t), table, processor.Scope{})
 	require.NoError(t, err)
 	for _, d := range diffs {
 		t.Errorf("reconcile difference: %s", d)
@@ -473,7 +453,7 @@ func TestPoller_DrainsABacklogOfTensOfThousandsOfRecords(t *testing.T) {
 	if v, err := strconv.Atoi(os.Getenv("LEDGER_DRAIN_RECORDS")); err == nil && v > 0 {
 		n = v
 	}
-	db := ddblocal.Client(t)
+	db := ddbtest.Client(t)
 	table := newTableName(t)
 	pollerBinary(t)
 	start := time.Now()
@@ -496,7 +476,7 @@ func TestPoller_DrainsABacklogOfTensOfThousandsOfRecords(t *testing.T) {
 // writeContinuously runs the randomized workload until stopped.
 func writeContinuously(t *testing.T, table string, seed uint64) (stop func() int) {
 	t.Helper()
-	db := ddblocal.Client(t)
+	db := ddbtest.Client(t)
 	w := processortest.NewWorkload(seed)
 	quit := make(chan struct{})
 	done := make(chan error, 1)

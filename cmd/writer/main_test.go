@@ -17,11 +17,11 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/ledger-dev/ledger/infra/ddblocal"
+	"github.com/ledger-dev/ledger/infra/ddblocal/ddbtest"
 	"github.com/ledger-dev/ledger/writer"
 )
 
-func TestMain(m *testing.M) { ddblocal.Main(m) }
+func TestMain(m *testing.M) { ddbtest.Main(m) }
 
 const secret = "cmd-writer-test-secret-0123456789abcdef"
 
@@ -48,9 +48,9 @@ func getenv(env map[string]string) func(string) string {
 }
 
 func localEnv(t *testing.T) map[string]string {
-	c := ddblocal.Client(t)
+	c := ddbtest.Client(t)
 	return map[string]string{
-		"LEDGER_TABLE": ddblocal.NewTable(t, c), "AWS_ENDPOINT_URL": ddblocal.Endpoint(t),
+		"LEDGER_TABLE": ddbtest.NewTable(t, c), "AWS_ENDPOINT_URL": ddbtest.Endpoint(t),
 		"LEDGER_JWT_SECRET": secret, "LEDGER_ADDR": "127.0.0.1:0",
 	}
 }

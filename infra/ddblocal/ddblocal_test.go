@@ -23,6 +23,7 @@ import (
 
 	"github.com/ledger-dev/ledger/infra"
 	"github.com/ledger-dev/ledger/infra/ddblocal"
+	"github.com/ledger-dev/ledger/infra/ddblocal/ddbtest"
 )
 
 // These tests start their own instances, one at a time; none uses the
@@ -51,7 +52,7 @@ func TestStart_ServesRequestsUntilStopped(t *testing.T) {
 	assert.Equal(t, "http://127.0.0.1:"+strconv.Itoa(in.Port), in.Endpoint)
 
 	db := client(t, in.Endpoint)
-	name := ddblocal.TableName(t)
+	name := ddbtest.TableName(t)
 	created, err := infra.CreateTable(t.Context(), db, name)
 	require.NoError(t, err)
 	require.True(t, created)
@@ -74,7 +75,7 @@ func TestStart_ServesRequestsUntilStopped(t *testing.T) {
 
 func TestStart_SharesOneDatabaseAcrossCredentialsAndRegions(t *testing.T) {
 	in := start(t, ddblocal.Options{})
-	name := ddblocal.TableName(t)
+	name := ddbtest.TableName(t)
 	_, err := infra.CreateTable(t.Context(), client(t, in.Endpoint), name)
 	require.NoError(t, err)
 
@@ -91,7 +92,7 @@ func TestStart_SharesOneDatabaseAcrossCredentialsAndRegions(t *testing.T) {
 
 func TestStart_DBPathKeepsDataAcrossRestarts(t *testing.T) {
 	dbPath := filepath.Join(t.TempDir(), "data")
-	name := ddblocal.TableName(t)
+	name := ddbtest.TableName(t)
 
 	first := start(t, ddblocal.Options{DBPath: dbPath})
 	_, err := infra.CreateTable(t.Context(), client(t, first.Endpoint), name)
@@ -151,16 +152,6 @@ func TestFindJar_AcceptsTheJarDirectoryOrTheNpmProject(t *testing.T) {
 	assert.Equal(t, filepath.Join(jarDir, "DynamoDBLocal.jar"), jar)
 }
 
-func TestTableName_IsValidAndUnique(t *testing.T) {
-	t.Run("odd/chars: and spaces ünïcode", func(t *testing.T) {
-		a, b := ddblocal.TableName(t), ddblocal.TableName(t)
-		assert.NotEqual(t, a, b)
-		for _, n := range []string{a, b} {
-			assert.Regexp(t, `^[A-Za-z0-9_.-]{3,255}$`, n)
-		}
-	})
-}
-
 func TestStart_PortHeldByAnotherHTTPServerIsNotMistakenForDynamoDB(t *testing.T) {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		w.WriteHeader(http.StatusBadRequest)
@@ -171,9 +162,4 @@ func TestStart_PortHeldByAnotherHTTPServerIsNotMistakenForDynamoDB(t *testing.T)
 	_, err := ddblocal.Start(t.Context(), ddblocal.Options{Port: port})
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "something else answers there")
-}
-
-func TestEndpoint_UsesTheConfiguredEndpointWithoutStartingAnything(t *testing.T) {
-	t.Setenv(ddblocal.EnvTestEndpoint, "http://127.0.0.1:1")
-	assert.Equal(t, "http://127.0.0.1:1", ddblocal.Endpoint(t))
 }

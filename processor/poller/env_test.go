@@ -21,43 +21,20 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ledger-dev/ledger/infra"
-	"github.com/ledger-dev/ledger/infra/ddblocal"
+	"github.com/ledger-dev/ledger/infra/ddblocal/ddbtest"
 	"github.com/ledger-dev/ledger/processor"
 	"github.com/ledger-dev/ledger/processor/poller"
 	"github.com/ledger-dev/ledger/processor/processortest"
 )
 
-// The package's tables are all created before any test writes (DynamoDB
-// Local slows writes to tables created after its stream holds many
-// records): one per test that makes one (13), and one to spare. A test
-// that gets a later table is slow enough for 3-second leases to expire.
-const tablePoolSize = 14
+// The package's tables are all created before any test writes: one per
+// test that makes one (17: five lineage, three lease, three closed-shard,
+// two batch, two fault, one damage and one lag test), and one to spare. A
+// test that gets a later table is slow enough for 3-second leases to
+// expire, so an exhausted pool fails the test (ddbtest.Pool.Table).
+var tables = ddbtest.Pool{Size: 18}
 
-var (
-	poolOnce sync.Once
-	poolMu   sync.Mutex
-	pool     []string
-)
-
-func newTableName(t testing.TB) string {
-	t.Helper()
-	poolOnce.Do(func() {
-		c := ddblocal.Client(t)
-		for i := 0; i < tablePoolSize; i++ {
-			pool = append(pool, ddblocal.NewTable(t, c))
-		}
-	})
-	poolMu.Lock()
-	defer poolMu.Unlock()
-	if len(pool) == 0 {
-		// -count > 1: a table made now writes slower once the stream holds
-		// many records, but works.
-		return ddblocal.NewTable(t, ddblocal.Client(t))
-	}
-	name := pool[0]
-	pool = pool[1:]
-	return name
-}
+func newTableName(t testing.TB) string { return tables.Table(t) }
 
 // env is a real table on DynamoDB Local and a scripted stream in front of
 // the poller: the poller's shard logic reads the fake, its commits, leases
@@ -72,7 +49,7 @@ type env struct {
 
 func newEnv(t testing.TB, seed uint64) *env {
 	t.Helper()
-	e := &env{ddb: ddblocal.Client(t), table: newTableName(t), w: processortest.NewWorkload(seed)}
+	e := &env{ddb: ddbtest.Client(t), table: newTableName(t), w: processortest.NewWorkload(seed)}
 	e.stream = newFakeStream("arn:aws:dynamodb:us-east-1:000000000000:table/" + e.table + "/stream/2026-01-01T00:00:00.000")
 	e.rec = &recorder{api: e.ddb}
 	return e
@@ -310,7 +287,7 @@ func chaosClient(t *testing.T, dead func() bool) *dynamodb.Client {
 func faultClient(t *testing.T, decide func(op string) processortest.Fault) *dynamodb.Client {
 	t.Helper()
 	ft := &processortest.FaultTransport{Decide: decide}
-	cfg := ddblocal.Config(t, infra.WithTransportWrapper(func(next http.RoundTripper) http.RoundTripper {
+	cfg := ddbtest.Config(t, infra.WithTransportWrapper(func(next http.RoundTripper) http.RoundTripper {
 		ft.Next = next
 		return ft
 	}))

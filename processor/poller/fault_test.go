@@ -24,7 +24,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ledger-dev/ledger/infra"
-	"github.com/ledger-dev/ledger/infra/ddblocal"
+	"github.com/ledger-dev/ledger/infra/ddblocal/ddbtest"
 	"github.com/ledger-dev/ledger/processor"
 	"github.com/ledger-dev/ledger/processor/poller"
 	"github.com/ledger-dev/ledger/processor/processortest"
@@ -159,7 +159,7 @@ func (t *forcing) RoundTrip(req *http.Request) (*http.Response, error) {
 // client returns a DynamoDB client (no SDK retries) behind the faults.
 func (f *faults) client(t testing.TB) *dynamodb.Client {
 	t.Helper()
-	cfg := ddblocal.Config(t, infra.WithTransportWrapper(func(next http.RoundTripper) http.RoundTripper {
+	cfg := ddbtest.Config(t, infra.WithTransportWrapper(func(next http.RoundTripper) http.RoundTripper {
 		return &forcing{f: f, raw: next, dicey: &processortest.FaultTransport{Next: next, Decide: f.decide}}
 	}))
 	return dynamodb.NewFromConfig(cfg, func(o *dynamodb.Options) { o.RetryMaxAttempts = 1 })

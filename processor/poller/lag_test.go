@@ -21,7 +21,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ledger-dev/ledger/aggregates"
-	"github.com/ledger-dev/ledger/infra/ddblocal"
+	"github.com/ledger-dev/ledger/infra/ddblocal/ddbtest"
 	"github.com/ledger-dev/ledger/processor"
 	"github.com/ledger-dev/ledger/processor/poller"
 	"github.com/ledger-dev/ledger/processor/processortest"
@@ -157,14 +157,14 @@ func TestPoller_LagAtSteadyWriteRate(t *testing.T) {
 	rate := envInt("LEDGER_LAG_RATE", 50)
 	secs := envInt("LEDGER_LAG_SECONDS", 8)
 	ctx := context.Background()
-	db := ddblocal.Client(t)
+	db := ddbtest.Client(t)
 	table := newTableName(t)
 	arn, err := poller.ResolveStream(ctx, db, table)
 	require.NoError(t, err)
 
 	reg := prometheus.NewRegistry()
 	pm := processor.NewMetrics(reg)
-	clock := &commitClock{Client: db, streams: poller.NewStreamsClient(ddblocal.Config(t)), seen: map[string]bool{}, pending: map[string]time.Time{}}
+	clock := &commitClock{Client: db, streams: poller.NewStreamsClient(ddbtest.Config(t)), seen: map[string]bool{}, pending: map[string]time.Time{}}
 	proc, err := processor.New(clock, processor.Config{Table: table}, pm)
 	require.NoError(t, err)
 	logs := &logSink{}

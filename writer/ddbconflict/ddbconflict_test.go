@@ -16,11 +16,11 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ledger-dev/ledger/infra"
-	"github.com/ledger-dev/ledger/infra/ddblocal"
+	"github.com/ledger-dev/ledger/infra/ddblocal/ddbtest"
 	"github.com/ledger-dev/ledger/writer/ddbconflict"
 )
 
-func TestMain(m *testing.M) { ddblocal.Main(m) }
+func TestMain(m *testing.M) { ddbtest.Main(m) }
 
 func key(pk, sk string) map[string]ddbtypes.AttributeValue {
 	return map[string]ddbtypes.AttributeValue{"PK": &ddbtypes.AttributeValueMemberS{Value: pk}, "SK": &ddbtypes.AttributeValueMemberS{Value: sk}}
@@ -39,7 +39,7 @@ func check(table, pk string) ddbtypes.TransactWriteItem {
 // the first transaction that holds a key in hold stays in flight until
 // release is closed.
 func emulated(t *testing.T, tr *ddbconflict.Transport) *dynamodb.Client {
-	return ddblocal.Client(t, infra.WithTransportWrapper(func(next http.RoundTripper) http.RoundTripper {
+	return ddbtest.Client(t, infra.WithTransportWrapper(func(next http.RoundTripper) http.RoundTripper {
 		tr.Next = next
 		return tr
 	}))
@@ -57,8 +57,8 @@ func reasons(t *testing.T, err error) []string {
 }
 
 func TestTransport_OverlappingWritesConflictAsOnAWS(t *testing.T) {
-	plain := ddblocal.Client(t)
-	table := ddblocal.NewTable(t, plain)
+	plain := ddbtest.Client(t)
+	table := ddbtest.NewTable(t, plain)
 	held, release := make(chan struct{}), make(chan struct{})
 	var once sync.Once
 	tr := &ddbconflict.Transport{Hold: func(_ context.Context, keys []string) {
@@ -138,8 +138,8 @@ func TestTransport_AnswersAsAWSOnTheWire(t *testing.T) {
 	tr := &ddbconflict.Transport{Next: http.DefaultTransport, Hold: func(context.Context, []string) {
 		once.Do(func() { close(held); <-release })
 	}}
-	endpoint := ddblocal.Endpoint(t)
-	table := ddblocal.NewTable(t, ddblocal.Client(t))
+	endpoint := ddbtest.Endpoint(t)
+	table := ddbtest.NewTable(t, ddbtest.Client(t))
 	send := func(op, body string) (*http.Response, string) {
 		req, err := http.NewRequest("POST", endpoint, strings.NewReader(body))
 		require.NoError(t, err)

@@ -51,6 +51,9 @@ type Config struct {
 	Backlog int
 	// PollerBinary is a built cmd/poller; empty builds one with `go build`.
 	PollerBinary string
+	// LedgerctlBinary is a built cmd/ledgerctl for the memory
+	// measurement's reconcile; empty builds one with `go build`.
+	LedgerctlBinary string
 	// FreshInstances starts a DynamoDB Local per measured approach and
 	// workload; otherwise one instance serves everything, its tables all
 	// created before any data is written.
@@ -64,7 +67,7 @@ type Config struct {
 	// Command is how the run was started, for the report.
 	Command string
 	// Log receives progress lines (nil: discarded).
-	Log io.Writer
+	Log io.Writer `json:"-"`
 }
 
 // Full is the configuration of `make bench`.

@@ -67,7 +67,7 @@ func TestWorkloads_HaveTheIssuesShape(t *testing.T) {
 	}
 }
 
-// The CI smoke run of `ledgerctl bench -quick`: every measurement on small
+// The CI smoke run of `ledgerbench -quick`: every measurement on small
 // workloads, with figures that hold together (its duration is logged, not
 // asserted: timings belong to benchmarks).
 func TestQuick_RunsEveryMeasurement(t *testing.T) {

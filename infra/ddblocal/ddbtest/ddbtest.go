@@ -1,4 +1,12 @@
-package ddblocal
+// Package ddbtest is the tests' side of DynamoDB Local: one shared instance
+// per test binary (Main, Endpoint, Config, Client), fresh tables with
+// unique names (NewTable, TableName), and the pool of tables a package
+// creates before any of its tests writes (Pool).
+//
+// Only tests import it: it links package testing, which the product's
+// binaries must not (the launcher itself, package ddblocal, is product
+// code that `ledgerctl run` uses).
+package ddbtest
 
 import (
 	"context"
@@ -12,7 +20,9 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+
 	"github.com/ledger-dev/ledger/infra"
+	"github.com/ledger-dev/ledger/infra/ddblocal"
 )
 
 // EnvTestEndpoint names the environment variable that points tests at an
@@ -25,7 +35,7 @@ const EnvTestEndpoint = "LEDGER_TEST_DYNAMODB_ENDPOINT"
 var shared struct {
 	installed atomic.Bool // Main is running the tests
 	once      sync.Once
-	inst      *Instance
+	inst      *ddblocal.Instance
 	endpoint  string
 	err       error
 }
@@ -33,7 +43,7 @@ var shared struct {
 // Main runs a test binary's tests with a shared DynamoDB Local and exits
 // with their status. Use it as the package's TestMain:
 //
-//	func TestMain(m *testing.M) { ddblocal.Main(m) }
+//	func TestMain(m *testing.M) { ddbtest.Main(m) }
 //
 // The instance starts lazily, on the first Endpoint (or Config, Client,
 // NewTable) call, so a binary whose selected tests never touch DynamoDB
@@ -48,7 +58,7 @@ func run(m *testing.M) int {
 	code := m.Run()
 	if shared.inst != nil {
 		if err := shared.inst.Stop(); err != nil {
-			fmt.Fprintf(os.Stderr, "ddblocal: %v\n", err)
+			fmt.Fprintf(os.Stderr, "ddbtest: %v\n", err)
 			if code == 0 {
 				code = 1
 			}
@@ -67,20 +77,20 @@ func Endpoint(t testing.TB) string {
 		return ep
 	}
 	if !shared.installed.Load() {
-		t.Fatal("ddblocal: the package's TestMain must call ddblocal.Main(m) to use the shared DynamoDB Local")
+		t.Fatal("ddbtest: the package's TestMain must call ddbtest.Main(m) to use the shared DynamoDB Local")
 	}
 	shared.once.Do(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*DefaultStartTimeout)
+		ctx, cancel := context.WithTimeout(context.Background(), 2*ddblocal.DefaultStartTimeout)
 		defer cancel()
 		start := time.Now()
-		shared.inst, shared.err = Start(ctx, Options{})
+		shared.inst, shared.err = ddblocal.Start(ctx, ddblocal.Options{})
 		if shared.err == nil {
 			shared.endpoint = shared.inst.Endpoint
-			t.Logf("ddblocal: DynamoDB Local at %s started in %s", shared.endpoint, time.Since(start).Round(time.Millisecond))
+			t.Logf("ddbtest: DynamoDB Local at %s started in %s", shared.endpoint, time.Since(start).Round(time.Millisecond))
 		}
 	})
 	if shared.err != nil {
-		t.Fatalf("ddblocal: %v", shared.err)
+		t.Fatalf("ddbtest: %v", shared.err)
 	}
 	return shared.endpoint
 }
@@ -91,7 +101,7 @@ func Config(t testing.TB, opts ...infra.ConfigOption) aws.Config {
 	t.Helper()
 	cfg, err := infra.LocalConfig(context.Background(), Endpoint(t), opts...)
 	if err != nil {
-		t.Fatalf("ddblocal: %v", err)
+		t.Fatalf("ddbtest: %v", err)
 	}
 	return cfg
 }
@@ -116,7 +126,7 @@ func NewTable(t testing.TB, api infra.TableAPI) string {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	if _, err := infra.CreateTable(ctx, api, name); err != nil {
-		t.Fatalf("ddblocal: %v", err)
+		t.Fatalf("ddbtest: %v", err)
 	}
 	return name
 }

@@ -13,11 +13,11 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/ledger-dev/ledger/infra/ddblocal"
+	"github.com/ledger-dev/ledger/infra/ddblocal/ddbtest"
 	"github.com/ledger-dev/ledger/processor"
 )
 
-func TestMain(m *testing.M) { ddblocal.Main(m) }
+func TestMain(m *testing.M) { ddbtest.Main(m) }
 
 func mapAV(kv ...any) *ddbtypes.AttributeValueMemberM {
 	out := map[string]ddbtypes.AttributeValue{}
@@ -39,8 +39,8 @@ func TestWriteUnits_OnePerStartedKilobyteOfTheLarger(t *testing.T) {
 // WCU): the calculator agrees with DynamoDB Local byte for byte.
 func TestItemSize_MatchesDynamoDBLocal(t *testing.T) {
 	ctx := context.Background()
-	db := ddblocal.Client(t)
-	table := ddblocal.NewTable(t, db)
+	db := ddbtest.Client(t)
+	table := ddbtest.NewTable(t, db)
 	shapes := map[string]map[string]ddbtypes.AttributeValue{
 		"strings":  {"a": sAV("x"), "café ☕": sAV("é")},
 		"numbers":  {"n1": nAV("0"), "n2": nAV("-12.50"), "n3": nAV("1200"), "n4": nAV("120"), "n5": nAV("0.001")},
@@ -132,8 +132,8 @@ func str2(v ddbtypes.AttributeValue) string {
 // and the failed conditional put of the duplicate is billed.
 func TestMeter_ModelMatchesTheTableAndDynamoDBLocal(t *testing.T) {
 	ctx := context.Background()
-	db := ddblocal.Client(t)
-	table := ddblocal.NewTable(t, db)
+	db := ddbtest.Client(t)
+	table := ddbtest.NewTable(t, db)
 	m := NewMeter(db)
 	h := &PerRecord{API: m, Table: table, Idempotent: true}
 	ops := WorkloadB.Generate(60, 1)

@@ -37,7 +37,7 @@ func benchPath(b *testing.B, fn func([]byte) (int, error)) {
 // fold of 100,000 records with plain encoding/json decoding of the same
 // bytes into events.DynamoDBEvent (per core: run with -cpu 1):
 //
-//	go test ./processor/bench -run '^$' -bench CPU -cpu 1
+//	go test ./bench -run '^$' -bench CPU -cpu 1
 func BenchmarkCPU(b *testing.B) {
 	b.Run("DecodeFold", func(b *testing.B) { benchPath(b, DecodeFold) })
 	b.Run("EncodingJSONFloor", func(b *testing.B) { benchPath(b, DecodeLambdaEvent) })

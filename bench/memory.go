@@ -154,13 +154,17 @@ func (r *runner) memory(ctx context.Context) (*MemoryResult, error) {
 	return res, nil
 }
 
-// reconcileChild runs `ledgerctl reconcile` (this executable when it is
-// ledgerctl, else one built with go build) over table as a child process,
-// for its time and peak RSS.
+// reconcileChild runs `ledgerctl reconcile` (Config.LedgerctlBinary, else
+// one built with go build) over table as a child process, for its time and
+// peak RSS.
 func (r *runner) reconcileChild(ctx context.Context, endpoint, table string, res *MemoryResult) error {
-	bin, err := ledgerctlBinary(ctx)
-	if err != nil {
-		return err
+	bin := r.cfg.LedgerctlBinary
+	if bin == "" {
+		var err error
+		if bin, err = buildCommand(ctx, "ledgerctl"); err != nil {
+			return err
+		}
+		defer os.RemoveAll(filepath.Dir(bin))
 	}
 	r.logf("memory: %s reconcile over %d transactions", bin, res.Records)
 	cmd := exec.CommandContext(ctx, bin, "reconcile")
@@ -170,7 +174,7 @@ func (r *runner) reconcileChild(ctx context.Context, endpoint, table string, res
 	cmd.Stdout, cmd.Stderr = &out, &out
 	dieWithParent(cmd)
 	start := time.Now()
-	err = cmd.Run()
+	err := cmd.Run()
 	res.ReconcileTook = time.Since(start)
 	var exit *exec.ExitError
 	switch {
@@ -186,15 +190,6 @@ func (r *runner) reconcileChild(ctx context.Context, endpoint, table string, res
 		return fmt.Errorf("ledgerctl reconcile failed: %s", tail(out.String(), 2000))
 	}
 	return nil
-}
-
-// ledgerctlBinary is this executable when it is ledgerctl (make bench runs
-// `ledgerctl bench`), else a ledgerctl built into a temporary directory.
-func ledgerctlBinary(ctx context.Context) (string, error) {
-	if self, err := os.Executable(); err == nil && strings.HasPrefix(filepath.Base(self), "ledgerctl") {
-		return self, nil
-	}
-	return buildCommand(ctx, "ledgerctl")
 }
 
 // sampleRSS scrapes the poller's /metrics every 250 ms until stop and

@@ -1,0 +1,33 @@
+// Package bench is ledger's side-by-side benchmark (issue 6, BENCHMARKS.md).
+// It is a developer's tool, not part of the product: no product binary
+// imports it, and it lives outside processor/ for that reason.
+//
+// What it measures, each on seeded, reproducible workloads a–e
+// (workload.go) written to a fresh DynamoDB Local:
+//
+//   - write requests and write units per 1,000 changes of five ways to
+//     keep the reports: per-record updates as seed 003 writes them
+//     (perrecord.go), the same behind Powertools-style idempotency markers,
+//     seed 003's synchronous createWithReport (synchronous.go), and
+//     ledger's own consumer as the poller and as the Lambda handler, fed by
+//     an event source mapping played in the bench (stream.go). Units are
+//     computed by AWS's billing rules for every write (meter.go; expr.go
+//     applies each update expression to a copy of the item, so the meter
+//     knows its size before and after without reading it back) and
+//     cross-checked against DynamoDB Local's ConsumedCapacity;
+//   - end-to-end throughput against the raw read-only drain of the same
+//     stream, and exactness under 1% duplicate delivery (the reconcile
+//     oracle);
+//   - lag from write to report commit at a steady rate (lag.go);
+//   - CPU-only decoding and folding against plain encoding/json (cpu.go);
+//   - the poller binary's peak memory draining a large backlog, and
+//     ledgerctl reconcile over it (memory.go).
+//
+// Run it with the command cmd/ledgerbench:
+//
+//	make bench         # the full run, over an hour on 2 cores
+//	make bench-quick   # every measurement on small workloads (CI smoke)
+//
+// or from Go with Run(ctx, Full()) or Run(ctx, Quick()); Result.Markdown
+// writes the tables BENCHMARKS.md shows.
+package bench

@@ -1,0 +1,181 @@
+// Command ledgerbench runs the side-by-side benchmark of BENCHMARKS.md
+// (package bench): ledger's consumers next to the per-record and
+// synchronous designs users would otherwise pick. It is a developer's
+// tool, kept out of the operator's binary (ledgerctl) so that no product
+// binary links the benchmark, its rival designs or package testing.
+//
+//	make bench         # the full run (over an hour on 2 cores)
+//	make bench-quick   # every measurement on small workloads (CI smoke)
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+
+	"github.com/ledger-dev/ledger/bench"
+	"github.com/ledger-dev/ledger/bench/charts"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := Run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+// Exit statuses: 0 the run completed, 2 bad usage or a failed measurement.
+const (
+	exitOK    = 0
+	exitError = 2
+)
+
+const help = `usage: ledgerbench [flags]
+
+Runs issue 6's benchmark and prints its tables as markdown on stdout
+(progress on stderr): the project's consumer (the poller, and the Lambda
+handler fed the same batches) next to the approaches users would otherwise
+pick (per-record updates as seed 003 writes them, the same with Powertools-
+style idempotency markers, and seed 003's synchronous createWithReport), on
+workloads a-e, at batch sizes 100 and 1,000: write requests and write units
+per 1,000 changes (AWS billing rules, cross-checked against DynamoDB
+Local's ConsumedCapacity), end-to-end throughput against the raw stream
+drain rate, exactness under 1% duplicate delivery (reconcile), lag at a
+steady rate, CPU-only decoding and folding, and the poller binary's peak
+memory draining a 1,000,000-record backlog.
+
+With -json FILE it also writes the results as JSON, and with -charts DIR
+it draws BENCHMARKS.md's charts (write units per 1,000 changes by approach
+and workload, throughput against the raw drain, lag) as SVG files; -from
+FILE -charts DIR draws them from a results file without measuring.
+
+It starts its own DynamoDB Local instances (infra/ddblocal; run 'make deps'
+once) and ignores LEDGER_TABLE and AWS_ENDPOINT_URL. BENCHMARKS.md explains
+the numbers. A full run takes over an hour on 2 cores; -quick runs every
+measurement on small workloads in well under a minute (CI smoke).
+`
+
+// Run runs ledgerbench with args (without the program name) and returns
+// its exit status.
+func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fail := func(err error) int {
+		fmt.Fprintf(stderr, "ledgerbench: %v\n", err)
+		return exitError
+	}
+	fs := flag.NewFlagSet("ledgerbench", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprint(stderr, help+"\n")
+		fs.PrintDefaults()
+	}
+	quick := fs.Bool("quick", false, "small workloads, no memory backlog: under a minute")
+	out := fs.String("o", "", "also write the markdown to `FILE`")
+	jsonOut := fs.String("json", "", "also write the results as JSON to `FILE` (what -from reads)")
+	chartDir := fs.String("charts", "", "also draw the headline comparisons as SVG charts into `DIR`")
+	from := fs.String("from", "", "measure nothing: read the results `FILE` a run wrote with -json and draw its charts (-charts DIR)")
+	poller := fs.String("poller", "", "a built cmd/poller `BINARY` for the memory measurement (default: go build one)")
+	ledgerctl := fs.String("ledgerctl", "", "a built cmd/ledgerctl `BINARY` for the memory measurement's reconcile (default: go build one)")
+	backlog := fs.Int("backlog", -1, "`RECORDS` in the memory measurement's backlog (default 1,000,000 in a full run; 0 skips it)")
+	only := fs.String("only", "", "measure only these approaches' backlogs: `LIST` of perrecord, marker, sync, poller, lambda")
+	skip := fs.String("skip", "", "leave out these measurements: `LIST` of lag, cpu")
+	if err := fs.Parse(args); err != nil {
+		return exitError
+	}
+	if fs.NArg() > 0 {
+		return fail(fmt.Errorf("unexpected argument %q", fs.Arg(0)))
+	}
+	if *from != "" {
+		if *chartDir == "" {
+			return fail(fmt.Errorf("-from needs -charts DIR"))
+		}
+		res, err := bench.ReadResultFile(*from)
+		if err != nil {
+			return fail(err)
+		}
+		if err := drawCharts(res, *chartDir, stderr); err != nil {
+			return fail(err)
+		}
+		return exitOK
+	}
+	cfg := bench.Full()
+	if *quick {
+		cfg = bench.Quick()
+	}
+	if *backlog >= 0 {
+		cfg.Backlog = *backlog
+	}
+	if *only != "" {
+		for _, id := range strings.Split(*only, ",") {
+			a, ok := bench.ApproachByID(strings.TrimSpace(id))
+			if !ok {
+				return fail(fmt.Errorf("-only: unknown approach %q (perrecord, marker, sync, poller, lambda)", id))
+			}
+			cfg.Only = append(cfg.Only, a)
+		}
+	}
+	for _, m := range strings.Split(*skip, ",") {
+		switch strings.TrimSpace(m) {
+		case "":
+		case "lag":
+			cfg.SkipLag = true
+		case "cpu":
+			cfg.SkipCPU = true
+		default:
+			return fail(fmt.Errorf("-skip: unknown measurement %q (lag, cpu)", m))
+		}
+	}
+	cfg.PollerBinary = *poller
+	cfg.LedgerctlBinary = *ledgerctl
+	cfg.Command = strings.Join(append([]string{"ledgerbench"}, args...), " ")
+	cfg.Log = stderr
+	res, err := bench.Run(ctx, cfg)
+	if res != nil {
+		// Print what was measured, even when a later measurement failed.
+		md := res.String()
+		fmt.Fprint(stdout, md)
+		if *out != "" {
+			if werr := os.WriteFile(*out, []byte(md), 0o644); werr != nil && err == nil {
+				err = werr
+			}
+		}
+		if *jsonOut != "" {
+			if werr := writeJSON(*jsonOut, res); werr != nil && err == nil {
+				err = werr
+			}
+		}
+		if *chartDir != "" && err == nil {
+			err = drawCharts(res, *chartDir, stderr)
+		}
+	}
+	if err != nil {
+		return fail(err)
+	}
+	return exitOK
+}
+
+// drawCharts renders res's charts into dir and names them on log.
+func drawCharts(res *bench.Result, dir string, log io.Writer) error {
+	paths, err := charts.Render(res, dir)
+	for _, p := range paths {
+		fmt.Fprintf(log, "ledgerbench: wrote %s\n", p)
+	}
+	return err
+}
+
+// writeJSON writes res to path as JSON.
+func writeJSON(path string, res *bench.Result) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if err := res.WriteJSON(f); err != nil {
+		_ = f.Close()
+		return err
+	}
+	return f.Close()
+}

@@ -1,0 +1,58 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func run(t *testing.T, args ...string) (int, string, string) {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	code := Run(context.Background(), args, &out, &errOut)
+	return code, out.String(), errOut.String()
+}
+
+// The benchmark itself runs in package bench's tests (the quick run); here
+// only the command's surface.
+func TestBench_RefusesArgumentsAndDocumentsItsFlags(t *testing.T) {
+	code, _, errOut := run(t, "now")
+	assert.Equal(t, exitError, code)
+	assert.Contains(t, errOut, `unexpected argument "now"`)
+
+	code, _, errOut = run(t, "-h")
+	assert.Equal(t, exitError, code)
+	for _, flag := range []string{"-quick", "-o FILE", "-poller BINARY", "-backlog RECORDS", "-only LIST", "-skip LIST", "-json FILE", "-charts DIR", "-from FILE"} {
+		assert.Contains(t, errOut, flag)
+	}
+	for _, bad := range [][]string{{"-only", "poller,nonsense"}, {"-skip", "memory"}} {
+		code, _, errOut = run(t, bad...)
+		assert.Equal(t, exitError, code)
+		assert.Contains(t, errOut, "unknown", "%v", bad)
+	}
+}
+
+// -from draws the charts of a results file and measures nothing.
+func TestBench_FromDrawsTheChartsOfAResultsFile(t *testing.T) {
+	results := filepath.Join("..", "..", "bench", "charts", "testdata", "results.json")
+	code, _, errOut := run(t, "-from", results)
+	assert.Equal(t, exitError, code)
+	assert.Contains(t, errOut, "-from needs -charts DIR")
+
+	code, _, errOut = run(t, "-from", filepath.Join(t.TempDir(), "missing.json"), "-charts", t.TempDir())
+	assert.Equal(t, exitError, code)
+	assert.Contains(t, errOut, "missing.json")
+
+	dir := t.TempDir()
+	code, out, errOut := run(t, "-from", results, "-charts", dir)
+	require.Equal(t, exitOK, code, errOut)
+	assert.Empty(t, out, "nothing measured, no markdown")
+	for _, f := range []string{"write-units.svg", "throughput.svg", "lag.svg"} {
+		assert.FileExists(t, filepath.Join(dir, f))
+		assert.Contains(t, errOut, "wrote "+filepath.Join(dir, f))
+	}
+}
