@@ -30,7 +30,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ledger-dev/ledger/infra"
-	"github.com/ledger-dev/ledger/infra/ddblocal"
+	"github.com/ledger-dev/ledger/infra/ddblocal/ddbtest"
 	"github.com/ledger-dev/ledger/processor"
 	"github.com/ledger-dev/ledger/processor/poller"
 	"github.com/ledger-dev/ledger/processor/processortest"
@@ -56,7 +56,7 @@ const (
 func TestLivePrometheus_EveryDashboardQueryAndRuleExpressionReturnsData(t *testing.T) {
 	promBin := requireTool(t, "prometheus")
 	ctx := context.Background()
-	table := ddblocal.NewTable(t, ddblocal.Client(t))
+	table := ddbtest.NewTable(t, ddbtest.Client(t))
 
 	pollerURL := startPoller(t, table)
 	w := startWriter(t, table)
@@ -65,7 +65,7 @@ func TestLivePrometheus_EveryDashboardQueryAndRuleExpressionReturnsData(t *testi
 	// Work: through the writer's API (with its error paths), and straight
 	// into the table (invalid transactions the poller quarantines).
 	w.workload(t)
-	require.NoError(t, processortest.NewWorkload(15).Run(ctx, ddblocal.Client(t), table, 150))
+	require.NoError(t, processortest.NewWorkload(15).Run(ctx, ddbtest.Client(t), table, 150))
 
 	queries := append(dashboardQueries(t), ruleQueries(t)...)
 	require.Greater(t, len(queries), 50)
@@ -301,7 +301,7 @@ func startPoller(t *testing.T, table string) string {
 		}
 		return processortest.Pass
 	}}
-	cfg := ddblocal.Config(t, infra.WithTransportWrapper(func(next http.RoundTripper) http.RoundTripper {
+	cfg := ddbtest.Config(t, infra.WithTransportWrapper(func(next http.RoundTripper) http.RoundTripper {
 		faults.Next = next
 		return faults
 	}))
@@ -312,7 +312,7 @@ func startPoller(t *testing.T, table string) string {
 	reg := prometheus.NewRegistry()
 	proc, err := processor.New(db, processor.Config{Table: table}, processor.NewMetrics(reg))
 	require.NoError(t, err)
-	p, err := poller.New(poller.NewStreamsClient(ddblocal.Config(t)), db, proc, poller.Config{
+	p, err := poller.New(poller.NewStreamsClient(ddbtest.Config(t)), db, proc, poller.Config{
 		Table: table, StreamARN: arn, Owner: "live-prometheus-test", LeaseDuration: 10 * time.Second,
 		IdleBackoff: 200 * time.Millisecond, CheckpointInterval: time.Second, Logger: slog.New(slog.DiscardHandler),
 	}, poller.NewMetrics(reg))
@@ -351,7 +351,7 @@ const (
 
 func startWriter(t *testing.T, table string) *liveWriter {
 	t.Helper()
-	w := &liveWriter{table: table, db: ddblocal.Client(t), client: &http.Client{Timeout: time.Minute}}
+	w := &liveWriter{table: table, db: ddbtest.Client(t), client: &http.Client{Timeout: time.Minute}}
 	faults := &processortest.FaultTransport{Decide: func(op string) processortest.Fault {
 		switch {
 		case op == "TransactWriteItems" && w.throttleTx.Load():
@@ -361,7 +361,7 @@ func startWriter(t *testing.T, table string) *liveWriter {
 		}
 		return processortest.Pass
 	}}
-	db := ddblocal.Client(t, infra.WithTransportWrapper(func(next http.RoundTripper) http.RoundTripper {
+	db := ddbtest.Client(t, infra.WithTransportWrapper(func(next http.RoundTripper) http.RoundTripper {
 		faults.Next = next
 		return faults
 	}))

@@ -15,10 +15,10 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.yaml.in/yaml/v3"
 
-	"github.com/ledger-dev/ledger/infra/ddblocal"
+	"github.com/ledger-dev/ledger/infra/ddblocal/ddbtest"
 )
 
-func TestMain(m *testing.M) { ddblocal.Main(m) }
+func TestMain(m *testing.M) { ddbtest.Main(m) }
 
 // requireTool returns the path of a binary of Debian's prometheus package
 // (promtool, prometheus). Outside CI a missing one skips the test; in CI
