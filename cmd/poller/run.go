@@ -248,4 +248,3 @@ func run(ctx context.Context, o options, awsOpts []func(*config.LoadOptions) err
 	}
 	return runErr
 }
-

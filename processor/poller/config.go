@@ -108,7 +108,7 @@ type Config struct {
 // zero, and the range Config accepts. cmd/poller's flags and `ledgerctl run`
 // take their defaults and limits from here, so there is one set.
 type Setting[T int | time.Duration] struct {
-	Name          string // as the flag spells it, e.g. "idle-backoff"
+	Name              string // as the flag spells it, e.g. "idle-backoff"
 	Default, Min, Max T
 }
 
