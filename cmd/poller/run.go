@@ -15,13 +15,8 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/config"
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/ledger-dev/ledger/infra"
-	"github.com/ledger-dev/ledger/processor"
 	"github.com/ledger-dev/ledger/processor/poller"
 )
 
@@ -91,21 +86,21 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (op
 		"`ADDR` serving /metrics, /healthz and /readyz; port 0 picks a free port, which is logged (env LEDGER_METRICS_ADDR)")
 	fs.StringVar(&startPos, "start-position", env("LEDGER_START_POSITION", string(poller.TrimHorizon)),
 		"`POSITION` of shards that have no checkpoint: TRIM_HORIZON (everything the stream holds) or LATEST (then run 'ledgerctl reconcile --repair' once caught up) (env LEDGER_START_POSITION)")
-	fs.StringVar(&idle, "idle-backoff", env("LEDGER_IDLE_BACKOFF", "1s"),
+	fs.StringVar(&idle, "idle-backoff", env("LEDGER_IDLE_BACKOFF", poller.IdleBackoffSetting.Default.String()),
 		"longest wait (a `DURATION`, e.g. 500ms) between two empty polls of a shard (env LEDGER_IDLE_BACKOFF)")
-	fs.StringVar(&lease, "lease-duration", env("LEDGER_LEASE_DURATION", "20s"),
+	fs.StringVar(&lease, "lease-duration", env("LEDGER_LEASE_DURATION", poller.LeaseDurationSetting.Default.String()),
 		"`DURATION` a shard lease lasts without renewal; renewed every third of it, taken over by another poller after it (env LEDGER_LEASE_DURATION)")
-	fs.StringVar(&cpEvery, "checkpoint-interval", env("LEDGER_CHECKPOINT_INTERVAL", "10s"),
+	fs.StringVar(&cpEvery, "checkpoint-interval", env("LEDGER_CHECKPOINT_INTERVAL", poller.CheckpointIntervalSetting.Default.String()),
 		"`DURATION` between moves of a shard's checkpoint over records that had no effect (env LEDGER_CHECKPOINT_INTERVAL)")
-	fs.StringVar(&discover, "discover-interval", env("LEDGER_DISCOVER_INTERVAL", "10s"),
+	fs.StringVar(&discover, "discover-interval", env("LEDGER_DISCOVER_INTERVAL", poller.DiscoverIntervalSetting.Default.String()),
 		"`DURATION` between listings of the stream's shards (env LEDGER_DISCOVER_INTERVAL)")
-	fs.StringVar(&shutdown, "shutdown-timeout", env("LEDGER_SHUTDOWN_TIMEOUT", "20s"),
+	fs.StringVar(&shutdown, "shutdown-timeout", env("LEDGER_SHUTDOWN_TIMEOUT", poller.ShutdownTimeoutSetting.Default.String()),
 		"on SIGTERM, the `DURATION` (at most 25s) the batches in hand may take to commit before they are abandoned (env LEDGER_SHUTDOWN_TIMEOUT)")
 	fs.StringVar(&o.owner, "owner", env("LEDGER_OWNER", host+"-"+strconv.Itoa(os.Getpid())),
 		"this poller's `NAME` in lease items; must be unique among live pollers (env LEDGER_OWNER; default hostname-pid)")
 	fs.StringVar(&o.logFormat, "log-format", env("LEDGER_LOG_FORMAT", "text"), "log `FORMAT` on stderr: text or json (env LEDGER_LOG_FORMAT)")
 	fs.StringVar(&level, "log-level", env("LEDGER_LOG_LEVEL", "info"), "log `LEVEL`: debug, info, warn or error (env LEDGER_LOG_LEVEL)")
-	fs.StringVar(&batch, "batch-records", env("LEDGER_BATCH_RECORDS", "1000"),
+	fs.StringVar(&batch, "batch-records", env("LEDGER_BATCH_RECORDS", strconv.Itoa(poller.BatchRecordsSetting.Default)),
 		"most `RECORDS` (1000 to 10000) folded into one commit batch: while a shard is behind, pages of 1,000 are read on into one batch, fewer report updates per record (env LEDGER_BATCH_RECORDS)")
 	fs.BoolVar(&o.drain, "drain", drainDefault,
 		"exit 0 once every shard is read to its current end and committed; takes over expired leases too (env LEDGER_DRAIN)")
@@ -129,27 +124,30 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (op
 	if o.startPosition, err = poller.ParseStartPosition(startPos); err != nil {
 		errs = append(errs, fmt.Errorf("--start-position: %w", err))
 	}
-	durFlag := func(name, v string, dst *time.Duration, min, max time.Duration) {
+	durFlag := func(v string, dst *time.Duration, s poller.Setting[time.Duration]) {
 		d, err := time.ParseDuration(v)
-		switch {
-		case err != nil:
-			errs = append(errs, fmt.Errorf("--%s %q: not a duration (e.g. 500ms, 2s)", name, v))
-		case d < min || d > max:
-			errs = append(errs, fmt.Errorf("--%s %s: want between %s and %s", name, d, min, max))
-		default:
-			*dst = d
+		if err != nil {
+			errs = append(errs, fmt.Errorf("--%s %q: not a duration (e.g. 500ms, 2s)", s.Name, v))
+			return
+		}
+		if d == 0 {
+			errs = append(errs, fmt.Errorf("--%s 0s: want between %s and %s", s.Name, s.Min, s.Max))
+			return
+		}
+		if *dst, err = s.Check(d); err != nil {
+			errs = append(errs, fmt.Errorf("--%w", err))
 		}
 	}
-	durFlag("idle-backoff", idle, &o.idleBackoff, 10*time.Millisecond, 5*time.Minute)
-	if n, err := strconv.Atoi(batch); err != nil || n < 1000 || n > 10000 {
-		errs = append(errs, fmt.Errorf("--batch-records %q: want a number from 1000 to 10000", batch))
+	durFlag(idle, &o.idleBackoff, poller.IdleBackoffSetting)
+	if n, err := strconv.Atoi(batch); err != nil || n < poller.BatchRecordsSetting.Min || n > poller.BatchRecordsSetting.Max {
+		errs = append(errs, fmt.Errorf("--batch-records %q: want a number from %d to %d", batch, poller.BatchRecordsSetting.Min, poller.BatchRecordsSetting.Max))
 	} else {
 		o.batchRecords = n
 	}
-	durFlag("lease-duration", lease, &o.leaseDuration, 300*time.Millisecond, 10*time.Minute)
-	durFlag("checkpoint-interval", cpEvery, &o.checkpointInterval, 10*time.Millisecond, time.Hour)
-	durFlag("discover-interval", discover, &o.discoverInterval, 10*time.Millisecond, time.Hour)
-	durFlag("shutdown-timeout", shutdown, &o.shutdownTimeout, time.Second, 25*time.Second)
+	durFlag(lease, &o.leaseDuration, poller.LeaseDurationSetting)
+	durFlag(cpEvery, &o.checkpointInterval, poller.CheckpointIntervalSetting)
+	durFlag(discover, &o.discoverInterval, poller.DiscoverIntervalSetting)
+	durFlag(shutdown, &o.shutdownTimeout, poller.ShutdownTimeoutSetting)
 	switch o.logFormat {
 	case "text", "json":
 	default:
@@ -211,24 +209,8 @@ func run(ctx context.Context, o options, awsOpts []func(*config.LoadOptions) err
 	if err != nil {
 		return err
 	}
-	db := dynamodb.NewFromConfig(cfg)
-	startCtx, cancel := context.WithTimeout(ctx, time.Minute)
-	streamARN, err := poller.ResolveStream(startCtx, db, o.table)
-	cancel()
-	if err != nil {
-		return fmt.Errorf("refusing to start: %w", err)
-	}
-
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	pm := processor.NewMetrics(reg)
-	proc, err := processor.New(db, processor.Config{Table: o.table}, pm)
-	if err != nil {
-		return err
-	}
-	p, err := poller.New(poller.NewStreamsClient(cfg), db, proc, poller.Config{
+	svc, err := poller.NewService(ctx, cfg, poller.Config{
 		Table:              o.table,
-		StreamARN:          streamARN,
 		Owner:              o.owner,
 		StartPosition:      o.startPosition,
 		Drain:              o.drain,
@@ -239,7 +221,7 @@ func run(ctx context.Context, o options, awsOpts []func(*config.LoadOptions) err
 		DiscoverInterval:   o.discoverInterval,
 		ShutdownTimeout:    o.shutdownTimeout,
 		Logger:             log,
-	}, poller.NewMetrics(reg))
+	})
 	if err != nil {
 		return err
 	}
@@ -248,12 +230,12 @@ func run(ctx context.Context, o options, awsOpts []func(*config.LoadOptions) err
 	if err != nil {
 		return fmt.Errorf("metrics listener: %w", err)
 	}
-	srv := &http.Server{Handler: handler(reg, p), ReadHeaderTimeout: 5 * time.Second}
+	srv := &http.Server{Handler: svc.Handler(), ReadHeaderTimeout: 5 * time.Second}
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- srv.Serve(ln) }()
-	log.Info("serving metrics", "addr", ln.Addr().String(), "table", o.table, "stream", streamARN)
+	log.Info("serving metrics", "addr", ln.Addr().String(), "table", o.table, "stream", svc.StreamARN)
 
-	runErr := p.Run(ctx)
+	runErr := svc.Poller.Run(ctx)
 
 	shutCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
 	defer cancel()
@@ -265,27 +247,4 @@ func run(ctx context.Context, o options, awsOpts []func(*config.LoadOptions) err
 		log.Info("poller exiting", "drain", o.drain)
 	}
 	return runErr
-}
-
-// handler serves /metrics (Prometheus text format), /healthz (the
-// coordinator is alive and reaching the table) and /readyz (shards and
-// leases are known, not shutting down).
-func handler(reg *prometheus.Registry, p *poller.Poller) http.Handler {
-	mux := http.NewServeMux()
-	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
-	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
-		if !p.Healthy() {
-			http.Error(w, "not reaching the table", http.StatusServiceUnavailable)
-			return
-		}
-		fmt.Fprintln(w, "ok")
-	})
-	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
-		if !p.Ready() {
-			http.Error(w, "not ready", http.StatusServiceUnavailable)
-			return
-		}
-		fmt.Fprintln(w, "ready")
-	})
-	return mux
 }

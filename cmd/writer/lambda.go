@@ -35,7 +35,7 @@ func runLambda(ctx context.Context, getenv func(string) string, stdout, stderr i
 		m.logger.Error("writer failed to start", "error", err.Error())
 		return exitError
 	}
-	lambda.StartWithOptions(apiGatewayHandler(m.srv), lambda.WithContext(ctx))
+	lambda.StartWithOptions(apiGatewayHandler(m.svc.Handler()), lambda.WithContext(ctx))
 	return exitOK
 }
 

@@ -29,7 +29,7 @@ func TestAPIGatewayHandler_ServesTheWriterThroughEvents(t *testing.T) {
 	require.NoError(t, m.ParseFlags(nil))
 	require.NoError(t, m.Run(context.Background()))
 	defer m.Close()
-	h := apiGatewayHandler(m.srv)
+	h := apiGatewayHandler(m.svc.Handler())
 	ctx := context.Background()
 
 	resp, err := h(ctx, apiEvent("GET", "/healthz", "", nil, ""))

@@ -21,7 +21,6 @@ import (
 	"io"
 	"log/slog"
 	"net"
-	"net/http"
 	"os"
 	"os/signal"
 	"strconv"
@@ -34,7 +33,6 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/secretsmanager"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/ledger-dev/ledger/infra"
 	"github.com/ledger-dev/ledger/writer"
@@ -111,17 +109,13 @@ type Main struct {
 	secretRefresh   time.Duration
 	stopRefresh     context.CancelFunc
 
-	ln     net.Listener
-	srv    *writer.Server
-	http   *http.Server
-	failed chan error
+	svc *writer.Service
 }
 
 // NewMain returns a program that reads its environment through getenv and
 // logs to stderr.
 func NewMain(getenv func(string) string, stdout, stderr io.Writer) *Main {
-	return &Main{getenv: getenv, stdout: stdout, stderr: stderr, logger: slog.New(slog.NewTextHandler(stderr, nil)),
-		failed: make(chan error, 1)}
+	return &Main{getenv: getenv, stdout: stdout, stderr: stderr, logger: slog.New(slog.NewTextHandler(stderr, nil))}
 }
 
 const usageHead = `usage: writer [flags]
@@ -278,8 +272,7 @@ func (m *Main) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reg := writer.NewRegistry()
 	authCfg := writer.AuthConfig{Secret: m.secret, JWKS: m.jwks, Issuer: m.issuer, Audience: m.audience}
 	if m.secretARN != "" {
 		cache, err := m.secretsFromManager(ctx, cfg, reg)
@@ -295,7 +288,7 @@ func (m *Main) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	m.srv, err = writer.New(dynamodb.NewFromConfig(cfg), writer.Config{
+	api, err := writer.New(dynamodb.NewFromConfig(cfg), writer.Config{
 		Table: m.table, Auth: auth, CursorKey: m.cursorKey, FlagsTTL: m.flagsTTL, DirectoryTTL: m.directoryTTL,
 		RequestTimeout: m.requestTimeout, Gatherer: reg, Logger: m.logger,
 		TenantRate: m.tenantRate, TenantBurst: m.tenantBurst,
@@ -303,26 +296,12 @@ func (m *Main) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	m.ln, err = net.Listen("tcp", m.addr)
+	ln, err := net.Listen("tcp", m.addr)
 	if err != nil {
 		return fmt.Errorf("listen: %w", err)
 	}
-	m.http = &http.Server{
-		Handler:           m.srv,
-		ReadHeaderTimeout: 5 * time.Second,
-		ReadTimeout:       15 * time.Second,
-		WriteTimeout:      m.requestTimeout + 5*time.Second,
-		IdleTimeout:       2 * time.Minute,
-		MaxHeaderBytes:    64 << 10,
-		ErrorLog:          slog.NewLogLogger(m.logger.Handler(), slog.LevelWarn),
-		BaseContext:       func(net.Listener) context.Context { return context.WithoutCancel(ctx) },
-	}
-	go func() {
-		if err := m.http.Serve(m.ln); !errors.Is(err, http.ErrServerClosed) {
-			m.failed <- err
-		}
-	}()
-	m.logger.Info("writer listening", "addr", m.ln.Addr().String(), "table", m.table)
+	m.svc = writer.Serve(ctx, api, ln, m.logger)
+	m.logger.Info("writer listening", "addr", ln.Addr().String(), "table", m.table)
 	return nil
 }
 
@@ -353,7 +332,7 @@ func (m *Main) secretsFromManager(ctx context.Context, cfg aws.Config, reg prome
 
 // URL is the base URL the writer serves on (after Run).
 func (m *Main) URL() string {
-	addr := m.ln.Addr().(*net.TCPAddr)
+	addr := m.svc.Addr().(*net.TCPAddr)
 	host := addr.IP.String()
 	if addr.IP.IsUnspecified() {
 		host = "127.0.0.1"
@@ -362,7 +341,12 @@ func (m *Main) URL() string {
 }
 
 // Failed delivers the error that stopped the server from serving, if any.
-func (m *Main) Failed() <-chan error { return m.failed }
+func (m *Main) Failed() <-chan error {
+	if m.svc == nil {
+		return nil
+	}
+	return m.svc.Failed()
+}
 
 // Close shuts the server down gracefully: /readyz answers 503 for the drain
 // delay, then the listener closes and in-flight requests get up to the
@@ -371,18 +355,8 @@ func (m *Main) Close() error {
 	if m.stopRefresh != nil {
 		m.stopRefresh()
 	}
-	if m.http == nil {
+	if m.svc == nil {
 		return nil
 	}
-	m.srv.Drain()
-	m.logger.Info("draining", "delay", m.drainDelay.String())
-	time.Sleep(m.drainDelay)
-	ctx, cancel := context.WithTimeout(context.Background(), m.shutdownTimeout)
-	defer cancel()
-	if err := m.http.Shutdown(ctx); err != nil {
-		_ = m.http.Close()
-		return fmt.Errorf("in-flight requests did not finish within %s: %w", m.shutdownTimeout, err)
-	}
-	m.logger.Info("writer stopped")
-	return nil
+	return m.svc.Close(m.drainDelay, m.shutdownTimeout)
 }

@@ -104,6 +104,44 @@ type Config struct {
 	Logger *slog.Logger
 }
 
+// A Setting is a tunable of Config: its default, taken when the field is
+// zero, and the range Config accepts. cmd/poller's flags and `ledgerctl run`
+// take their defaults and limits from here, so there is one set.
+type Setting[T int | time.Duration] struct {
+	Name              string // as the flag spells it, e.g. "idle-backoff"
+	Default, Min, Max T
+}
+
+// Check returns v, or the default when v is zero, and an error when the
+// result lies outside [Min, Max].
+func (s Setting[T]) Check(v T) (T, error) {
+	if v == 0 {
+		v = s.Default
+	}
+	if v < s.Min || v > s.Max {
+		return v, fmt.Errorf("%s %v: want between %v and %v", s.Name, v, s.Min, s.Max)
+	}
+	return v, nil
+}
+
+// The settings of Config with their defaults and limits.
+var (
+	MaxRecordsSetting         = Setting[int]{"max-records", 1000, 1, 1000}
+	BatchRecordsSetting       = Setting[int]{"batch-records", 1000, 1000, 10000}
+	MinReadIntervalSetting    = Setting[time.Duration]{"min-read-interval", 200 * time.Millisecond, 0, time.Minute}
+	IdleBackoffSetting        = Setting[time.Duration]{"idle-backoff", time.Second, 10 * time.Millisecond, 5 * time.Minute}
+	ThrottleBackoffSetting    = Setting[time.Duration]{"throttle-backoff", 200 * time.Millisecond, time.Millisecond, time.Minute}
+	MaxThrottleBackoffSetting = Setting[time.Duration]{"max-throttle-backoff", 5 * time.Second, time.Millisecond, 10 * time.Minute}
+	LeaseDurationSetting      = Setting[time.Duration]{"lease-duration", 20 * time.Second, 300 * time.Millisecond, 10 * time.Minute}
+	DiscoverIntervalSetting   = Setting[time.Duration]{"discover-interval", 10 * time.Second, 10 * time.Millisecond, time.Hour}
+	CheckpointIntervalSetting = Setting[time.Duration]{"checkpoint-interval", 10 * time.Second, 10 * time.Millisecond, time.Hour}
+	// ShutdownTimeout stays under the 30 s a container gets between SIGTERM
+	// and SIGKILL (ECS and Kubernetes default), leaving time to release the
+	// leases.
+	ShutdownTimeoutSetting = Setting[time.Duration]{"shutdown-timeout", 20 * time.Second, time.Second, 25 * time.Second}
+	MaxReadFailuresSetting = Setting[int]{"max-read-failures", 10, 1, 1000}
+)
+
 // withDefaults returns c with defaults applied, or an error naming every
 // invalid field.
 func (c Config) withDefaults() (Config, error) {
@@ -124,40 +162,37 @@ func (c Config) withDefaults() (Config, error) {
 	default:
 		errs = append(errs, fmt.Errorf("start position %q: want TRIM_HORIZON or LATEST", c.StartPosition))
 	}
-	if c.MaxRecords == 0 {
-		c.MaxRecords = 1000
+	check := func(v *int, s Setting[int]) {
+		var err error
+		if *v, err = s.Check(*v); err != nil {
+			errs = append(errs, err)
+		}
 	}
-	if c.MaxRecords < 1 || c.MaxRecords > 1000 {
-		errs = append(errs, fmt.Errorf("max records %d: want 1 to 1000", c.MaxRecords))
+	dur := func(v *time.Duration, s Setting[time.Duration]) {
+		var err error
+		if *v, err = s.Check(*v); err != nil {
+			errs = append(errs, err)
+		}
 	}
+	check(&c.MaxRecords, MaxRecordsSetting)
 	if c.BatchRecords == 0 {
 		c.BatchRecords = c.MaxRecords
 	}
-	if c.BatchRecords < c.MaxRecords || c.BatchRecords > 10000 {
-		errs = append(errs, fmt.Errorf("batch records %d: want %d (max records) to 10000", c.BatchRecords, c.MaxRecords))
+	if c.BatchRecords < c.MaxRecords || c.BatchRecords > BatchRecordsSetting.Max {
+		errs = append(errs, fmt.Errorf("batch records %d: want %d (max records) to %d", c.BatchRecords, c.MaxRecords, BatchRecordsSetting.Max))
 	}
-	dur := func(name string, v *time.Duration, def, min time.Duration) {
-		if *v == 0 {
-			*v = def
-		}
-		if *v < min {
-			errs = append(errs, fmt.Errorf("%s %s: want at least %s", name, *v, min))
-		}
+	check(&c.MaxReadFailures, MaxReadFailuresSetting)
+	dur(&c.MinReadInterval, MinReadIntervalSetting)
+	dur(&c.IdleBackoff, IdleBackoffSetting)
+	dur(&c.ThrottleBackoff, ThrottleBackoffSetting)
+	dur(&c.MaxThrottleBackoff, MaxThrottleBackoffSetting)
+	if c.MaxThrottleBackoff < c.ThrottleBackoff {
+		errs = append(errs, fmt.Errorf("max throttle backoff %s: want at least the throttle backoff %s", c.MaxThrottleBackoff, c.ThrottleBackoff))
 	}
-	dur("min read interval", &c.MinReadInterval, 200*time.Millisecond, 0)
-	dur("idle backoff", &c.IdleBackoff, time.Second, time.Millisecond)
-	dur("throttle backoff", &c.ThrottleBackoff, 200*time.Millisecond, time.Millisecond)
-	dur("max throttle backoff", &c.MaxThrottleBackoff, 5*time.Second, c.ThrottleBackoff)
-	dur("lease duration", &c.LeaseDuration, 20*time.Second, 300*time.Millisecond)
-	dur("discover interval", &c.DiscoverInterval, 10*time.Second, 10*time.Millisecond)
-	dur("checkpoint interval", &c.CheckpointInterval, 10*time.Second, 10*time.Millisecond)
-	dur("shutdown timeout", &c.ShutdownTimeout, 20*time.Second, time.Millisecond)
-	if c.MaxReadFailures == 0 {
-		c.MaxReadFailures = 10
-	}
-	if c.MaxReadFailures < 1 {
-		errs = append(errs, fmt.Errorf("max read failures %d: want at least 1", c.MaxReadFailures))
-	}
+	dur(&c.LeaseDuration, LeaseDurationSetting)
+	dur(&c.DiscoverInterval, DiscoverIntervalSetting)
+	dur(&c.CheckpointInterval, CheckpointIntervalSetting)
+	dur(&c.ShutdownTimeout, ShutdownTimeoutSetting)
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}

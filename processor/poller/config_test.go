@@ -1,0 +1,39 @@
+package poller
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func TestConfig_DefaultsAndLimitsAreTheSettings(t *testing.T) {
+	c, err := Config{Table: "t", StreamARN: "arn", Owner: "o"}.withDefaults()
+	require.NoError(t, err)
+	assert.Equal(t, IdleBackoffSetting.Default, c.IdleBackoff)
+	assert.Equal(t, LeaseDurationSetting.Default, c.LeaseDuration)
+	assert.Equal(t, ShutdownTimeoutSetting.Default, c.ShutdownTimeout)
+	assert.Equal(t, BatchRecordsSetting.Default, c.BatchRecords)
+	assert.Equal(t, MaxReadFailuresSetting.Default, c.MaxReadFailures)
+
+	for _, tc := range []struct {
+		name string
+		set  func(*Config)
+		want string
+	}{
+		{"idle backoff under the minimum", func(c *Config) { c.IdleBackoff = time.Millisecond }, "idle-backoff 1ms: want between 10ms and 5m0s"},
+		{"shutdown past the container's grace", func(c *Config) { c.ShutdownTimeout = 26 * time.Second }, "shutdown-timeout 26s: want between 1s and 25s"},
+		{"lease too short", func(c *Config) { c.LeaseDuration = time.Millisecond }, "lease-duration 1ms: want between 300ms and 10m0s"},
+		{"batch under a page", func(c *Config) { c.MaxRecords, c.BatchRecords = 1000, 999 }, "batch records 999: want 1000 (max records) to 10000"},
+		{"throttle backoffs crossed", func(c *Config) { c.ThrottleBackoff, c.MaxThrottleBackoff = time.Second, 500 * time.Millisecond }, "max throttle backoff 500ms: want at least the throttle backoff 1s"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := Config{Table: "t", StreamARN: "arn", Owner: "o"}
+			tc.set(&c)
+			_, err := c.withDefaults()
+			require.Error(t, err)
+			assert.Contains(t, err.Error(), tc.want)
+		})
+	}
+}
