@@ -24,14 +24,11 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/ledger-dev/ledger/infra"
 	"github.com/ledger-dev/ledger/infra/ddblocal/ddbtest"
-	"github.com/ledger-dev/ledger/processor"
 	"github.com/ledger-dev/ledger/processor/poller"
 	"github.com/ledger-dev/ledger/processor/processortest"
 	"github.com/ledger-dev/ledger/writer"
@@ -305,21 +302,17 @@ func startPoller(t *testing.T, table string) string {
 		faults.Next = next
 		return faults
 	}))
-	db := dynamodb.NewFromConfig(cfg)
 	ctx, cancel := context.WithCancel(context.Background())
-	arn, err := poller.ResolveStream(ctx, db, table)
-	require.NoError(t, err)
-	reg := prometheus.NewRegistry()
-	proc, err := processor.New(db, processor.Config{Table: table}, processor.NewMetrics(reg))
-	require.NoError(t, err)
-	p, err := poller.New(poller.NewStreamsClient(ddbtest.Config(t)), db, proc, poller.Config{
-		Table: table, StreamARN: arn, Owner: "live-prometheus-test", LeaseDuration: 10 * time.Second,
+	// Wired as cmd/poller and ledgerctl run wire it.
+	svc, err := poller.NewService(ctx, cfg, poller.Config{
+		Table: table, Owner: "live-prometheus-test", LeaseDuration: 10 * time.Second,
 		IdleBackoff: 200 * time.Millisecond, CheckpointInterval: time.Second, Logger: slog.New(slog.DiscardHandler),
-	}, poller.NewMetrics(reg))
+	})
 	require.NoError(t, err)
+	p := svc.Poller
 	done := make(chan error, 1)
 	go func() { done <- p.Run(ctx) }()
-	srv := httptest.NewServer(promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+	srv := httptest.NewServer(svc.Handler())
 	t.Cleanup(func() {
 		srv.Close()
 		cancel()
@@ -368,7 +361,7 @@ func startWriter(t *testing.T, table string) *liveWriter {
 	secret := []byte("live-prometheus-test-secret-0123456789abcdef")
 	auth, err := writer.NewAuthenticator(writer.AuthConfig{Secret: secret})
 	require.NoError(t, err)
-	reg := prometheus.NewRegistry()
+	reg := writer.NewRegistry()
 	srv, err := writer.New(db, writer.Config{
 		Table: table, Auth: auth, CursorKey: secret, Gatherer: reg, FlagsTTL: 100 * time.Millisecond,
 		// Room for the workload's tenant (fewer than 100 requests); the
@@ -376,9 +369,12 @@ func startWriter(t *testing.T, table string) *liveWriter {
 		TenantRate: 5, TenantBurst: 100,
 	}, writer.NewMetrics(reg))
 	require.NoError(t, err)
-	hs := httptest.NewServer(srv)
-	t.Cleanup(hs.Close)
-	w.url = hs.URL
+	// Served as cmd/writer and ledgerctl run serve it.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	svc := writer.Serve(context.Background(), srv, ln, slog.New(slog.DiscardHandler))
+	t.Cleanup(func() { _ = svc.Close(0, 10*time.Second) })
+	w.url = "http://" + ln.Addr().String()
 	token := func(o writer.TokenOptions) string {
 		o.TTL = time.Hour
 		s, err := writer.NewToken(secret, o)
