@@ -244,3 +244,54 @@ func TestShardGuard_FirstReaderWithoutCheckpointBindsTheOthers(t *testing.T) {
 	require.NoError(t, err)
 	e.requireReconciled(t)
 }
+
+// A batching guard on a shard without a checkpoint commits one run, up to
+// the first record with an effect, and the rest as a batch: exactly what
+// two calls would commit, the first of them ending after that record. (The
+// whole first commit used to be cut into runs of at most 99 items, each
+// writing its report items again.)
+func TestShardGuard_FirstCommitIsOneRunThenABatch(t *testing.T) {
+	ctx := context.Background()
+	type outcome struct {
+		units, requests float64
+		res             []processor.Result
+	}
+	commit := func(split bool) outcome {
+		e := newEnv(t)
+		require.NoError(t, processortest.NewWorkload(33).Run(ctx, e.ddb, e.table, 400))
+		shard, recs := e.records(t)
+		p := e.processor(t, nil, nil)
+		g := p.ShardGuard(e.streamARN, shard)
+		g.CommitBatches()
+		var o outcome
+		next := 0
+		if split {
+			// One record at a time until one creates the checkpoint.
+			for next == 0 || !hasCheckpoint(t, e, shard) {
+				res, err := p.Process(ctx, g, recs[next:next+1])
+				require.NoError(t, err)
+				o.res = append(o.res, res)
+				next++
+			}
+		}
+		res, err := p.Process(ctx, g, recs[next:])
+		require.NoError(t, err)
+		o.res = append(o.res, res)
+		e.requireReconciled(t)
+		m := p.Metrics()
+		o.units = testutil.ToFloat64(m.WriteUnits.WithLabelValues("TransactWriteItems"))
+		o.requests = testutil.ToFloat64(m.WriteRequests.WithLabelValues("TransactWriteItems"))
+		return o
+	}
+	one, two := commit(false), commit(true)
+	require.Len(t, one.res, 1)
+	runs := 0
+	for _, r := range two.res[:len(two.res)-1] {
+		runs += r.Runs
+	}
+	assert.Equal(t, 1, runs, "the calls up to the checkpoint's creation commit one run")
+	assert.Equal(t, runs+two.res[len(two.res)-1].Runs, one.res[0].Runs, "one call commits what the calls do: one run, then the batch's groups")
+	assert.Equal(t, two.requests, one.requests)
+	assert.Equal(t, two.units, one.units)
+	t.Logf("400 records, first commit of the shard: %d transactions, %.0f write units reported", one.res[0].Runs, one.units)
+}

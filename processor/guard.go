@@ -124,8 +124,9 @@ func (p *Processor) ShardGuard(streamARN, shardID string) *ShardGuard {
 // with the last (docs/exactly-once.md, "Batch commits"). Until then the
 // checkpoint item names the batch's last record, and Process refuses every
 // call whose records do not reach it (ErrIncompleteBatch): only a caller
-// that can read further, like the poller, may use it. The first commit of a
-// shard without a checkpoint is still cut into runs.
+// that can read further, like the poller, may use it. A shard without a
+// checkpoint first commits one run, up to its first record with an effect
+// (which creates the checkpoint); the records after it are a batch.
 func (g *ShardGuard) CommitBatches() { g.batches = true }
 
 // Trimmed tells the guard that records after the checkpoint were trimmed

@@ -214,7 +214,14 @@ func (p *Processor) Process(ctx context.Context, g Guard, recs []Record) (Result
 		if sg != nil && sg.batching() {
 			advanced, err = p.commitBatch(ctx, sg, changes[done:], &res)
 		} else {
-			advanced, err = p.commitRuns(ctx, g, changes[done:], &res)
+			runs := changes[done:]
+			if sg != nil && sg.batches {
+				// A batching guard without a checkpoint: only the shard's
+				// first run is cut as a run (it creates the checkpoint),
+				// the records after it commit as a batch in the next turn.
+				runs = runs[:firstRunEnd(runs)]
+			}
+			advanced, err = p.commitRuns(ctx, g, runs, &res)
 		}
 		done += advanced
 		if errors.Is(err, errGuardTaken) {
@@ -270,4 +277,16 @@ func eventLabel(name string) string {
 		return name
 	}
 	return "UNKNOWN"
+}
+
+// firstRunEnd is where the first run of changes ends when it should be as
+// short as possible: after the first change with an effect (the records
+// before it ride along in its claim), or at the end when none has one.
+func firstRunEnd(changes []change) int {
+	for i := range changes {
+		if changes[i].effective() {
+			return i + 1
+		}
+	}
+	return len(changes)
 }
