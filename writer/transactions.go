@@ -134,10 +134,13 @@ func (s *Server) createTransaction(w http.ResponseWriter, r *http.Request) {
 			// The tenant's and branch's status from the cache (dircache.go):
 			// the create names no item it shares with other creates, except
 			// the branch's on its first transaction. An attempt that tried
-			// to set the marker and did not commit (another create held the
-			// branch: most likely setting it) reads the branch afresh.
+			// to set the marker and did not commit on a conflict (another
+			// transaction held the branch: most likely a create setting it)
+			// waits for the marker.
 			if marking {
-				s.forget(branchKey)
+				if err := s.awaitMarked(ctx, tenant, branch); err != nil {
+					return nil, response{}, nil, err
+				}
 			}
 			marked, p, err := s.activeBranch(ctx, tenant, branch)
 			if p != nil || err != nil {
@@ -178,8 +181,10 @@ func (s *Server) createTransaction(w http.ResponseWriter, r *http.Request) {
 		conditionFailed: func(ctx context.Context, f failure) (*Problem, bool, error) {
 			if f.index == 1 { // the branch's marker: it is gone or suspended
 				s.forget(branchKey)
+				marking = false // no one holds the marker: prepare reads the branch
 				return s.branchNotActive(ctx, tenant, branch, f.old)
 			}
+			marking = false
 			// Only an id collision fails the put's condition: prepare a new id.
 			return nil, true, nil
 		},
