@@ -1,7 +1,9 @@
 package writer_test
 
 import (
+	"bytes"
 	"context"
+	"io"
 	"net/http"
 	"strings"
 	"sync"
@@ -139,9 +141,10 @@ func TestDirectoryCache_RetryAfterSuspensionReplays(t *testing.T) {
 }
 
 // A branch's first creates race to set its hasTransactions marker, the one
-// write of a create to a shared item: the loser reads the branch again
-// rather than its cached status, finds the marker set and commits without
-// naming the branch, while the winner is still in flight.
+// write of a create to a shared item: the second reads the branch (a branch
+// without the marker is never cached), finds the marker the first has
+// committed and commits without naming the branch, while the first is
+// still in flight: no conflict at all.
 func TestAWSConflicts_FirstCreatesOfABranchDoNotEndIn409(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, sharedTable(t))
@@ -166,10 +169,93 @@ func TestAWSConflicts_FirstCreatesOfABranchDoNotEndIn409(t *testing.T) {
 	r := e.send(req{method: "POST", path: e.base() + "/transactions", body: createBody, headers: []string{"Idempotency-Key", newKey()}})
 	require.Equal(t, http.StatusCreated, r.Status, "answer %s", r)
 	cancelled, _ := emu.Stats()
-	assert.Equal(t, int64(1), cancelled, "one attempt found the branch held, the next did not name it")
+	assert.Zero(t, cancelled, "the second create did not name the branch")
 
 	released.Do(func() { close(release) })
 	r = <-done
 	require.Equal(t, http.StatusCreated, r.Status, "answer %s", r)
 	assert.Equal(t, 2, e.countTransactions(e.tenant, "north"))
+}
+
+// A branch's first create can stay in flight, its marker not yet
+// committed, for longer than a conflicting create's retries last (a slow
+// round trip): the loser waits for the marker, reading the branch, instead
+// of conflicting with the holder on every attempt and answering 409 when
+// they run out (it did so, after 3 more reads of the branch, before
+// awaitMarked).
+func TestAWSConflicts_FirstCreateOfABranchInFlightLongerThanRetries(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, sharedTable(t))
+	gate := &gateTransport{next: e.calls.Next, release: make(chan struct{}), held: make(chan struct{})}
+	emu := &ddbconflict.Transport{Next: gate}
+	e.calls.Next = emu
+	var released sync.Once
+	t.Cleanup(func() { released.Do(func() { close(gate.release) }) })
+
+	done := make(chan reply, 1)
+	go func() {
+		done <- e.send(req{method: "POST", path: e.base() + "/transactions", body: createBody, headers: []string{"Idempotency-Key", newKey()}})
+	}()
+	<-gate.held // the branch's first create holds the branch, not yet committed
+
+	loser := make(chan reply, 1)
+	go func() {
+		loser <- e.send(req{method: "POST", path: e.base() + "/transactions", body: createBody, headers: []string{"Idempotency-Key", newKey()}})
+	}()
+	// Once the loser has been cancelled and read the branch 5 times more
+	// (a retrying create reads it 3 times), the holder may commit.
+	for cancelled, _ := emu.Stats(); cancelled == 0; cancelled, _ = emu.Stats() {
+		time.Sleep(time.Millisecond)
+	}
+	misses := func() float64 { return testutil.ToFloat64(e.metrics.DirectoryCache.WithLabelValues("miss")) }
+	reads := misses() // the branch, without its marker, is read on every lookup
+	var r reply
+wait:
+	for {
+		select {
+		case r = <-loser:
+			break wait
+		default:
+		}
+		if misses() >= reads+5 {
+			released.Do(func() { close(gate.release) })
+			r = <-loser
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	require.Equal(t, http.StatusCreated, r.Status, "the loser, while the first create was in flight: answer %s", r)
+	released.Do(func() { close(gate.release) })
+	r = <-done
+	require.Equal(t, http.StatusCreated, r.Status, "answer %s", r)
+	assert.Equal(t, 2, e.countTransactions(e.tenant, "north"))
+}
+
+// gateTransport holds the first TransactWriteItems naming the branch
+// "north" before it reaches DynamoDB Local, until release is closed. It
+// sits behind ddbconflict.Transport, which has buffered the request's body.
+type gateTransport struct {
+	next          http.RoundTripper
+	held, release chan struct{}
+	once          sync.Once
+}
+
+func (g *gateTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	if strings.HasSuffix(req.Header.Get("X-Amz-Target"), ".TransactWriteItems") && req.GetBody != nil {
+		body, err := req.GetBody()
+		if err != nil {
+			return nil, err
+		}
+		b, err := io.ReadAll(body)
+		if err != nil {
+			return nil, err
+		}
+		if bytes.Contains(b, []byte(`"north"`)) { // the branch item's sort key, a transaction's branch
+			g.once.Do(func() {
+				close(g.held)
+				<-g.release
+			})
+		}
+	}
+	return g.next.RoundTrip(req)
 }

@@ -34,7 +34,12 @@ import (
 //     seen the marker sets it in its own TransactWriteItems, with an Update
 //     of the branch conditional on the branch being active, as before.
 //     That Update is the only write of a create to a shared item, once per
-//     branch.
+//     branch. A branch without the marker is never cached (its first
+//     creates read it until they see the marker, so a stale "not marked"
+//     cannot make later creates set it again, and conflict, for a TTL),
+//     and a create whose marker attempt did not commit waits, for a
+//     bounded time, for the create that holds the branch to commit its
+//     marker (awaitMarked) instead of conflicting with it again.
 //   - Tenants are never deleted; a missing tenant or branch is never
 //     cached (it may be created a moment later).
 
@@ -61,7 +66,8 @@ func newStatusCache(ttl time.Duration, now func() time.Time) *statusCache {
 const maxStatusEntries = 100_000
 
 // status returns the status of the item at k, from the cache or read.
-func (s *Server) status(ctx context.Context, k aggregates.Key) (directoryStatus, error) {
+// branch says k is a branch's: one without the marker is not cached.
+func (s *Server) status(ctx context.Context, k aggregates.Key, branch bool) (directoryStatus, error) {
 	c := s.statuses
 	c.mu.Lock()
 	e, ok := c.entries[k]
@@ -81,7 +87,7 @@ func (s *Server) status(ctx context.Context, k aggregates.Key) (directoryStatus,
 		e.active = st == string(aggregates.StatusActive)
 		e.marked = boolAttr(item, attrHasTransactions)
 	}
-	if e.exists && c.ttl > 0 {
+	if e.exists && c.ttl > 0 && (e.marked || !branch) {
 		e.expires = c.now().Add(c.ttl)
 		c.mu.Lock()
 		if len(c.entries) >= maxStatusEntries {
@@ -104,7 +110,7 @@ func (s *Server) forget(k aggregates.Key) {
 // active: a 404 or 409 otherwise. marked says whether the branch has its
 // hasTransactions marker.
 func (s *Server) activeBranch(ctx context.Context, tenant, branch string) (marked bool, p *Problem, err error) {
-	t, err := s.status(ctx, aggregates.TenantKey(tenant))
+	t, err := s.status(ctx, aggregates.TenantKey(tenant), false)
 	if err != nil {
 		return false, nil, err
 	}
@@ -114,7 +120,7 @@ func (s *Server) activeBranch(ctx context.Context, tenant, branch string) (marke
 	case !t.active:
 		return false, tenantSuspended(tenant), nil
 	}
-	b, err := s.status(ctx, aggregates.BranchKey(tenant, branch))
+	b, err := s.status(ctx, aggregates.BranchKey(tenant, branch), true)
 	if err != nil {
 		return false, nil, err
 	}
@@ -125,6 +131,44 @@ func (s *Server) activeBranch(ctx context.Context, tenant, branch string) (marke
 		return false, branchSuspended(branch), nil
 	}
 	return b.marked, nil, nil
+}
+
+// Waiting for a branch's marker (awaitMarked): reads, with the pause
+// between them doubling from markPollFirst to markPollMax, at most
+// markPolls of them (about 2.5 s in all).
+const (
+	markPolls     = 16
+	markPollFirst = 10 * time.Millisecond
+	markPollMax   = 200 * time.Millisecond
+)
+
+// awaitMarked is called by a create whose attempt to set the branch's
+// hasTransactions marker did not commit: another transaction held the
+// branch item, most likely another first create setting the marker. It
+// reads the branch (strongly consistent, not from the cache) until the
+// marker is there, the branch is gone or not active, or markPolls reads
+// have been made; the create then prepares again from what it read, so it
+// sets the marker itself only if no one else did. A create that tried
+// again at once would conflict with the holder for as long as it is in
+// flight, and be answered 409 after maxCommitAttempts.
+func (s *Server) awaitMarked(ctx context.Context, tenant, branch string) error {
+	k := aggregates.BranchKey(tenant, branch)
+	s.forget(k)
+	pause := markPollFirst
+	for i := 1; ; i++ {
+		b, err := s.status(ctx, k, true)
+		if err != nil || !b.exists || !b.active || b.marked || i == markPolls {
+			return err
+		}
+		t := time.NewTimer(pause)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		case <-t.C:
+		}
+		pause = min(2*pause, markPollMax)
+	}
 }
 
 func tenantSuspended(tenant string) *Problem {

@@ -1,6 +1,7 @@
 package writer_test
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -10,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -34,13 +36,21 @@ import (
 //	LEDGER_LOAD=1 go test ./writer -run TestLoad -v
 //	LEDGER_LOAD=1 LEDGER_LOAD_CLIENTS=32 LEDGER_LOAD_DURATION=30s go test ./writer -run TestLoad -v
 //
-// LEDGER_LOAD_BRANCHES (default 8) spreads the clients over that many
+// LEDGER_LOAD_WARMUP (default 2s) is the time before measuring: requests
+// sent then are not measured, but their statuses are reported (a branch's
+// first creates, which set its marker, fall in it). LEDGER_LOAD_BRANCHES
+// (default 8) spreads the clients over that many
 // branches of one tenant (1: all on one branch). LEDGER_LOAD_AWS_LATENCY
 // (e.g. 15ms) puts the AWS transaction-conflict emulation
 // (writer/ddbconflict) in front of DynamoDB Local, holding each
 // transaction's items that much longer than DynamoDB Local takes; the run
 // then also reports the transactions the emulation cancelled and the share
-// of requests answered 409 (issue 13, part 1).
+// of requests answered 409 (issue 13, part 1). LEDGER_LOAD_ALTERNATE (e.g.
+// 1s, with LEDGER_LOAD_AWS_LATENCY) switches the emulation off and on in
+// turns of that length within one run and reports both phases, so that a
+// busy machine's noise hits them alike; LEDGER_LOAD_CONTROL=1 adds a turn
+// with the latency alone (no conflicts) between them, to tell what the
+// latency costs on the machine from what the conflicts cost.
 //
 // The figures include the load generator and DynamoDB Local sharing the
 // machine with the writer.
@@ -50,15 +60,24 @@ func TestLoad(t *testing.T) {
 	}
 	clients := envInt(t, "LEDGER_LOAD_CLIENTS", 16)
 	duration := envDuration(t, "LEDGER_LOAD_DURATION", 20*time.Second)
-	warmup := 2 * time.Second
+	warmup := envDuration(t, "LEDGER_LOAD_WARMUP", 2*time.Second)
 
 	branches := envInt(t, "LEDGER_LOAD_BRANCHES", 8)
 	awsLatency := envDuration(t, "LEDGER_LOAD_AWS_LATENCY", 0)
+	alternate := envDuration(t, "LEDGER_LOAD_ALTERNATE", 0)
 	require.Positive(t, branches, "LEDGER_LOAD_BRANCHES")
+	control := os.Getenv("LEDGER_LOAD_CONTROL") != ""
+	require.False(t, alternate > 0 && awsLatency <= 0, "LEDGER_LOAD_ALTERNATE needs LEDGER_LOAD_AWS_LATENCY")
+	require.False(t, control && alternate <= 0, "LEDGER_LOAD_CONTROL needs LEDGER_LOAD_ALTERNATE")
 
 	e := newEnv(t, ownTable(t), func(c *writer.Config) { c.FlagsTTL = writer.DefaultFlagsTTL })
 	var emu *ddbconflict.Transport
+	var delay *delayTransport
 	if awsLatency > 0 {
+		if control {
+			delay = &delayTransport{next: e.calls.Next, latency: awsLatency}
+			e.calls.Next = delay
+		}
 		emu = &ddbconflict.Transport{Next: e.calls.Next, Latency: awsLatency}
 		e.calls.Next = emu
 	}
@@ -67,14 +86,49 @@ func TestLoad(t *testing.T) {
 		e.addBranches("b" + strconv.Itoa(b))
 	}
 
-	type sample struct {
-		at      time.Time
-		latency time.Duration
-		status  int
-	}
-	results := make([][]sample, clients)
+	results := make([][]loadSample, clients)
 	start := time.Now()
 	measureFrom, end := start.Add(warmup), start.Add(warmup+duration)
+	// With LEDGER_LOAD_ALTERNATE the emulation is switched off and on in
+	// turns of that length (off first; with LEDGER_LOAD_CONTROL a turn of
+	// the latency alone between them), and each request counts for the
+	// phase it was sent in: the phases share the machine's noise.
+	phases := []string{"emulation off", "emulation on (AWS latency " + awsLatency.String() + ")"}
+	if control {
+		phases = []string{phases[0], "control: latency " + awsLatency.String() + " without conflicts", phases[1]}
+	}
+	on := len(phases) - 1
+	phase := func(at time.Time) int {
+		switch {
+		case alternate > 0:
+			return int(at.Sub(start)/alternate) % len(phases)
+		case emu != nil:
+			return on
+		}
+		return 0
+	}
+	set := func(p int) {
+		emu.Off.Store(p != on)
+		if delay != nil {
+			delay.on.Store(p == 1)
+		}
+	}
+	if alternate > 0 {
+		set(0)
+		stop := make(chan struct{})
+		defer close(stop)
+		go func() {
+			for {
+				next := start.Add((time.Since(start)/alternate + 1) * alternate)
+				select {
+				case <-stop:
+					return
+				case <-time.After(time.Until(next)):
+					set(phase(next))
+				}
+			}
+		}()
+	}
 	var wg sync.WaitGroup
 	for c := range clients {
 		wg.Add(1)
@@ -93,7 +147,7 @@ func TestLoad(t *testing.T) {
 				req.Header.Set("Idempotency-Key", fmt.Sprintf("load-%d-%d", c, i))
 				t0 := time.Now()
 				resp, err := hc.Do(req)
-				s := sample{at: t0, latency: time.Since(t0)}
+				s := loadSample{at: t0, latency: time.Since(t0)}
 				if err == nil {
 					_, _ = io.Copy(io.Discard, resp.Body)
 					resp.Body.Close()
@@ -105,50 +159,109 @@ func TestLoad(t *testing.T) {
 	}
 	wg.Wait()
 
-	var lat []time.Duration
-	var created, failed, total int
-	statuses := map[int]int{}
+	// Split the samples: warm-up, and the measured ones by phase.
+	var created int
+	byPhase := make([][]loadSample, len(phases))
+	warmStatuses := map[int]int{}
 	for _, rs := range results {
 		for _, s := range rs {
 			if s.status == http.StatusCreated {
 				created++
 			}
-			if s.at.Before(measureFrom) {
-				continue
+			switch {
+			case s.at.Before(measureFrom):
+				warmStatuses[s.status]++
+			default:
+				byPhase[phase(s.at)] = append(byPhase[phase(s.at)], s)
 			}
-			total++
-			statuses[s.status]++
-			if s.status != http.StatusCreated {
-				failed++
-				continue
-			}
-			lat = append(lat, s.latency)
 		}
 	}
-	require.NotEmpty(t, lat)
-	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
-	q := func(p float64) time.Duration { return lat[int(p*float64(len(lat)-1))] }
+	t.Logf("POST /transactions, %d clients, %d branches of one tenant, %s measured after %s warm-up (warm-up statuses %v)",
+		clients, branches, duration, warmup, warmStatuses)
 	secs := duration.Seconds()
-	t.Logf("POST /transactions, %d clients, %s measured after %s warm-up: %d requests, %.0f req/s (201: %.0f/s), p50 %s, p90 %s, p99 %s, max %s, non-201 %d %v",
-		clients, duration, warmup, total, float64(total)/secs, float64(len(lat))/secs,
-		q(0.50).Round(100*time.Microsecond), q(0.90).Round(100*time.Microsecond), q(0.99).Round(100*time.Microsecond),
-		lat[len(lat)-1].Round(100*time.Microsecond), failed, statuses)
-	t.Logf("%d branches of one tenant; 409: %d of %d (%.1f %%)", branches, statuses[http.StatusConflict], total,
-		100*float64(statuses[http.StatusConflict])/float64(max(total, 1)))
+	if alternate > 0 {
+		secs /= float64(len(phases))
+		t.Logf("%d phases in turns of %s: %.1f s measured in each", len(phases), alternate, secs)
+	}
+	failed := 0
+	for p, samples := range byPhase {
+		if len(samples) > 0 {
+			failed += logLoad(t, phases[p], samples, secs)
+		}
+	}
 	t.Logf("transaction conflicts (retried): %.0f; conditional check failures: create %.0f",
 		testutil.ToFloat64(e.metrics.TransactionConflicts), testutil.ToFloat64(e.metrics.ConditionalCheckFailures.WithLabelValues("create")))
+	t.Logf("DynamoDB calls: TransactWriteItems %d, GetItem %d, PutItem %d, UpdateItem %d",
+		e.calls.Calls("TransactWriteItems"), e.calls.Calls("GetItem"), e.calls.Calls("PutItem"), e.calls.Calls("UpdateItem"))
 	if emu != nil {
 		cancelled, rejected := emu.Stats()
 		t.Logf("AWS conflict emulation, latency %s: %d transactions cancelled, %d writes rejected", awsLatency, cancelled, rejected)
 	}
 
-	// Every 201 is exactly one stored transaction.
+	// Every 201 is exactly one stored transaction; every request has its
+	// own Idempotency-Key, so none really conflicts with another: a 409 is
+	// a failure.
 	stored := 0
 	for b := range branches {
 		stored += countItems(t, e, e.tenant, "b"+strconv.Itoa(b))
 	}
 	assert.Equal(t, created, stored, "stored transactions equal 201 answers")
 	assert.Zero(t, failed)
+}
+
+// delayTransport holds each TransactWriteItems' answer for latency while
+// on: the emulation's latency without its conflicts, the control of a
+// LEDGER_LOAD_CONTROL run.
+type delayTransport struct {
+	next    http.RoundTripper
+	latency time.Duration
+	on      atomic.Bool
+}
+
+func (d *delayTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	resp, err := d.next.RoundTrip(req)
+	if err != nil || !d.on.Load() || !strings.HasSuffix(req.Header.Get("X-Amz-Target"), ".TransactWriteItems") {
+		return resp, err
+	}
+	body, err := io.ReadAll(resp.Body) // release the connection first, as the emulation does
+	_ = resp.Body.Close()
+	if err != nil {
+		return nil, err
+	}
+	resp.Body = io.NopCloser(bytes.NewReader(body))
+	time.Sleep(d.latency)
+	return resp, nil
+}
+
+type loadSample struct {
+	at      time.Time
+	latency time.Duration
+	status  int
+}
+
+// logLoad logs the throughput, latency quantiles of the 201s and the
+// statuses of samples measured over secs seconds, and returns how many were
+// not 201.
+func logLoad(t *testing.T, phase string, samples []loadSample, secs float64) (failed int) {
+	var lat []time.Duration
+	statuses := map[int]int{}
+	for _, s := range samples {
+		statuses[s.status]++
+		if s.status == http.StatusCreated {
+			lat = append(lat, s.latency)
+		}
+	}
+	failed = len(samples) - len(lat)
+	t.Logf("%s: %d requests, %.0f req/s, 201: %.0f/s, 409: %d (%.1f %%), statuses %v",
+		phase, len(samples), float64(len(samples))/secs, float64(len(lat))/secs,
+		statuses[http.StatusConflict], 100*float64(statuses[http.StatusConflict])/float64(len(samples)), statuses)
+	if len(lat) == 0 {
+		return failed
+	}
+	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
+	q := func(p float64) time.Duration { return lat[int(p*float64(len(lat)-1))].Round(100 * time.Microsecond) }
+	t.Logf("%s: 201 latency p50 %s, p90 %s, p99 %s, max %s", phase, q(0.50), q(0.90), q(0.99), q(1))
+	return failed
 }
 
 func countItems(t *testing.T, e *env, tenant, branch string) int {

@@ -96,10 +96,13 @@ func (s *Server) createTransaction(w http.ResponseWriter, r *http.Request) {
 			// The tenant's and branch's status from the cache (dircache.go):
 			// the create names no item it shares with other creates, except
 			// the branch's on its first transaction. An attempt that tried
-			// to set the marker and did not commit (another create held the
-			// branch: most likely setting it) reads the branch afresh.
+			// to set the marker and did not commit on a conflict (another
+			// transaction held the branch: most likely a create setting it)
+			// waits for the marker.
 			if marking {
-				s.forget(branchKey)
+				if err := s.awaitMarked(ctx, tenant, branch); err != nil {
+					return nil, response{}, nil, err
+				}
 			}
 			marked, p, err := s.activeBranch(ctx, tenant, branch)
 			if p != nil || err != nil {
@@ -127,7 +130,19 @@ func (s *Server) createTransaction(w http.ResponseWriter, r *http.Request) {
 			resp := versionedResponse(http.StatusCreated, t, t.Version)
 			resp.location = transactionLocation(tenant, branch, t.ID)
 			marking = !marked
-			return s.transactionCreate(item, tenant, branch, marking), resp, nil, nil
+			ch := s.transactionCreate(item, tenant, branch, marking)
+			// A failed condition (the branch gone or suspended, or an id
+			// collision) means no create holds the marker: prepare reads
+			// the branch again instead of waiting for the marker.
+			for i := range ch.actions {
+				if f := ch.actions[i].onFail; f != nil {
+					ch.actions[i].onFail = func(ctx context.Context, old map[string]ddbtypes.AttributeValue) (*Problem, bool, error) {
+						marking = false
+						return f(ctx, old)
+					}
+				}
+			}
+			return ch, resp, nil, nil
 		},
 		committed: func() {
 			if marking {
