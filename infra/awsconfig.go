@@ -1,3 +1,8 @@
+// Package infra holds what deploys and runs the ledger, not what it stores
+// (that is package table): the AWS client configuration every binary and
+// test shares (awsconfig.go), the CloudFormation/SAM template and its
+// dashboards, the reproducible Lambda zips (lambdazip) and the pinned
+// DynamoDB Local launcher (ddblocal).
 package infra
 
 import (

@@ -20,7 +20,7 @@ import (
 	"github.com/aws/smithy-go"
 
 	"github.com/ledger-dev/ledger/aggregates"
-	"github.com/ledger-dev/ledger/infra"
+	"github.com/ledger-dev/ledger/table"
 )
 
 // This file is the commit protocol: one TransactWriteItems per run, holding
@@ -383,7 +383,7 @@ func (p *Processor) refusedParts(ctx context.Context, parts []part, shapes map[a
 	found := false
 	for i, ks := range itemKeys {
 		for _, k := range ks {
-			problems := infra.CheckReportItem(items[k])
+			problems := table.CheckReportItem(items[k])
 			if len(problems) == 0 {
 				continue
 			}
@@ -402,7 +402,7 @@ func (p *Processor) refusedParts(ctx context.Context, parts []part, shapes map[a
 
 // parkedPut is the write that parks part pt's delta (see commitTx).
 func (p *Processor) parkedPut(pt part, ref commitRef, why parking, now string) *ddbtypes.Put {
-	item := infra.ParkedItem(pt.key, ref.id, pt.delta, infra.ParkedInfo{
+	item := table.ParkedItem(pt.key, ref.id, pt.delta, table.ParkedInfo{
 		Reason: why.reason, Detail: why.detail, From: ref.from, To: ref.to, ParkedAt: now,
 	})
 	return &ddbtypes.Put{TableName: &p.cfg.Table, Item: item, ConditionExpression: aws.String("attribute_not_exists(PK)")}
@@ -508,7 +508,7 @@ type reportWrites struct {
 }
 
 // reportWrites builds the additive updates of one part of a report's delta
-// (infra/reportitem.go has the layout). Totals use if_not_exists(x, 0) + d.
+// (table/report.go has the layout). Totals use if_not_exists(x, 0) + d.
 // An entry the report item holds inline is incremented there; a new entry
 // goes inline while its map has room (a map the item lacks is set whole),
 // on condition that the map still has that room, and otherwise to its entry
@@ -551,7 +551,7 @@ func (p *Processor) reportWrites(k aggregates.ReportKey, delta *aggregates.Repor
 				added = append(added, name)
 			}
 		}
-		room := infra.MaxInlineEntries - len(sh.entries[d])
+		room := table.MaxInlineEntries - len(sh.entries[d])
 		if sh.present[d] && sh.entries[d] == nil {
 			room = 0 // not a map: nothing goes inline (the update is refused, and parked)
 		}
@@ -565,7 +565,7 @@ func (p *Processor) reportWrites(k aggregates.ReportKey, delta *aggregates.Repor
 			if len(inline) > 0 {
 				m := &ddbtypes.AttributeValueMemberM{Value: map[string]ddbtypes.AttributeValue{}}
 				for _, name := range inline {
-					m.Value[name] = infra.TotalsAV(delta.Breakdowns[d][name])
+					m.Value[name] = table.TotalsAV(delta.Breakdowns[d][name])
 				}
 				set = append(set, b+" = "+value(m))
 				cond = append(cond, "attribute_not_exists("+b+")")
@@ -594,14 +594,14 @@ func (p *Processor) reportWrites(k aggregates.ReportKey, delta *aggregates.Repor
 			ne++
 			e := b + ".#k" + strconv.Itoa(ne)
 			names["#k"+strconv.Itoa(ne)] = name
-			set = append(set, e+" = "+value(infra.TotalsAV(delta.Breakdowns[d][name])))
+			set = append(set, e+" = "+value(table.TotalsAV(delta.Breakdowns[d][name])))
 			cond = append(cond, "attribute_not_exists("+e+")")
 		}
 		if len(inline) > 0 {
 			// The map keeps at most MaxInlineEntries names: it must still
 			// have room for these (consumers never shrink it, so a stale
 			// shape can only have underestimated it).
-			cond = append(cond, "size("+b+") <= "+value(intAV(int64(infra.MaxInlineEntries-len(inline)))))
+			cond = append(cond, "size("+b+") <= "+value(intAV(int64(table.MaxInlineEntries-len(inline)))))
 		}
 		if sh.entries[d] != nil {
 			// A name goes to its entry item only while the map does not

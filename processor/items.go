@@ -7,23 +7,23 @@ import (
 	"github.com/shopspring/decimal"
 
 	"github.com/ledger-dev/ledger/aggregates"
-	"github.com/ledger-dev/ledger/infra"
+	"github.com/ledger-dev/ledger/table"
 )
 
 // Attribute names of the items the consumers write. The report item's
-// layout is part of the table definition (infra/reportitem.go);
+// layout is part of the table definition (table/report.go);
 // sequenceNumber is the run marker's.
 const (
-	attrPK               = infra.AttrPK
-	attrSK               = infra.AttrSK
-	attrEntityType       = infra.AttrEntityType
-	attrPeriodType       = infra.AttrPeriodType
-	attrPeriodValue      = infra.AttrPeriodValue
-	attrTotalIncome      = infra.AttrTotalIncome
-	attrTotalExpense     = infra.AttrTotalExpense
-	attrTransactionCount = infra.AttrTransactionCount
-	attrUpdatedAt        = infra.AttrUpdatedAt
-	attrExpiresAt        = infra.AttrExpiresAt
+	attrPK               = table.AttrPK
+	attrSK               = table.AttrSK
+	attrEntityType       = table.AttrEntityType
+	attrPeriodType       = table.AttrPeriodType
+	attrPeriodValue      = table.AttrPeriodValue
+	attrTotalIncome      = table.AttrTotalIncome
+	attrTotalExpense     = table.AttrTotalExpense
+	attrTransactionCount = table.AttrTransactionCount
+	attrUpdatedAt        = table.AttrUpdatedAt
+	attrExpiresAt        = table.AttrExpiresAt
 	attrSequenceNumber   = "sequenceNumber"
 	// A shard checkpoint's pending batch (docs/exactly-once.md, "Batch
 	// commits").

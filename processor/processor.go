@@ -36,7 +36,7 @@ type Config struct {
 	// MaxItemsPerRun bounds the items one commit transaction writes besides
 	// its guard (default and maximum 99: TransactWriteItems takes 100
 	// actions). Runs and batch groups are planned counting every entry of a
-	// report's delta as a possible entry item (infra/reportitem.go).
+	// report's delta as a possible entry item (table/report.go).
 	MaxItemsPerRun int
 	// MaxEntriesPerItem bounds the breakdown entries one report update
 	// changes, keeping its expressions under DynamoDB's 4 KB limit (default

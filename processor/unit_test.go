@@ -11,7 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ledger-dev/ledger/aggregates"
-	"github.com/ledger-dev/ledger/infra"
+	"github.com/ledger-dev/ledger/table"
 )
 
 func TestCompareSequence_ComparesAsNumbers(t *testing.T) {
@@ -171,7 +171,7 @@ func TestReportUpdate_ShapeDecidesTheFormAndIsTheCondition(t *testing.T) {
 	})
 	t.Run("past the inline limit, new names go to entry items without a condition", func(t *testing.T) {
 		full := map[string]bool{}
-		for i := range infra.MaxInlineEntries - 1 {
+		for i := range table.MaxInlineEntries - 1 {
 			full[fmt.Sprintf("c%02d", i)] = true
 		}
 		many := &aggregates.Report{}

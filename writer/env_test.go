@@ -22,6 +22,7 @@ import (
 	"github.com/ledger-dev/ledger/infra"
 	"github.com/ledger-dev/ledger/infra/ddblocal"
 	"github.com/ledger-dev/ledger/processor/processortest"
+	"github.com/ledger-dev/ledger/table"
 	"github.com/ledger-dev/ledger/writer"
 )
 
@@ -67,7 +68,7 @@ func initTables(t *testing.T) {
 		defer cancel()
 		for i := 0; i <= dedicatedTables; i++ {
 			name := fmt.Sprintf("writer-%d-%d", time.Now().UnixNano(), i)
-			if _, err := infra.CreateTable(ctx, c, name); err != nil {
+			if _, err := table.CreateTable(ctx, c, name); err != nil {
 				tables.err = err
 				return
 			}

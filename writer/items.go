@@ -8,21 +8,21 @@ import (
 	ddbtypes "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/ledger-dev/ledger/aggregates"
-	"github.com/ledger-dev/ledger/infra"
+	"github.com/ledger-dev/ledger/table"
 )
 
 // Attribute names of transaction items; the keys, TTL, entityType and
 // updatedAt are the table's (infra).
 const (
-	attrPK         = infra.AttrPK
-	attrSK         = infra.AttrSK
-	attrEntityType = infra.AttrEntityType
+	attrPK         = table.AttrPK
+	attrSK         = table.AttrSK
+	attrEntityType = table.AttrEntityType
 	attrID         = "id"
 	attrTenant     = "tenantId"
 	attrBranch     = "branchId"
 	attrVersion    = "version"
-	attrUpdatedAt  = infra.AttrUpdatedAt
-	attrExpiresAt  = infra.AttrExpiresAt
+	attrUpdatedAt  = table.AttrUpdatedAt
+	attrExpiresAt  = table.AttrExpiresAt
 )
 
 func strAV(s string) *ddbtypes.AttributeValueMemberS {
@@ -173,11 +173,11 @@ type Report struct {
 	EntriesCursor string `json:"entriesCursor,omitempty"`
 }
 
-// decodeReport reads a stored report (infra.StoredReport: the report item
+// decodeReport reads a stored report (table.StoredReport: the report item
 // and its entry items) as the API shows it: entries whose figures are all
 // zero are left out. A malformed report is an error (reconcile --repair
 // mends it).
-func decodeReport(k aggregates.ReportKey, sr *infra.StoredReport) (Report, error) {
+func decodeReport(k aggregates.ReportKey, sr *table.StoredReport) (Report, error) {
 	r, problems := sr.Decode()
 	if len(problems) > 0 {
 		return Report{}, fmt.Errorf("report %s is malformed (ledgerctl reconcile --repair mends it): %s", k, strings.Join(problems, "; "))

@@ -23,10 +23,10 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ledger-dev/ledger/aggregates"
-	"github.com/ledger-dev/ledger/infra"
 	"github.com/ledger-dev/ledger/infra/ddblocal"
 	"github.com/ledger-dev/ledger/processor"
 	"github.com/ledger-dev/ledger/processor/processortest"
+	ledgertable "github.com/ledger-dev/ledger/table"
 )
 
 func TestMain(m *testing.M) { ddblocal.Main(m) }
@@ -85,7 +85,7 @@ type stream struct {
 
 func newStream(t *testing.T, table string) *stream {
 	s := &stream{ddb: ddblocal.Client(t), streams: dynamodbstreams.NewFromConfig(ddblocal.Config(t)), table: table}
-	info, err := infra.DescribeTable(context.Background(), s.ddb, table)
+	info, err := ledgertable.DescribeTable(context.Background(), s.ddb, table)
 	require.NoError(t, err)
 	s.arn = info.StreamARN
 	return s

@@ -31,6 +31,7 @@ import (
 	"github.com/ledger-dev/ledger/infra/ddblocal"
 	"github.com/ledger-dev/ledger/processor"
 	"github.com/ledger-dev/ledger/processor/poller"
+	"github.com/ledger-dev/ledger/table"
 	"github.com/ledger-dev/ledger/writer"
 )
 
@@ -182,11 +183,11 @@ func (e *environment) runStack(ctx context.Context, o runOptions) (err error) {
 	}
 	db := dynamodb.NewFromConfig(cfg)
 	out.update("creating table %s if absent…", e.table)
-	created, err := infra.CreateTable(ctx, db, e.table)
+	created, err := table.CreateTable(ctx, db, e.table)
 	if err != nil {
 		return err
 	}
-	info, err := infra.DescribeTable(ctx, db, e.table)
+	info, err := table.DescribeTable(ctx, db, e.table)
 	if err != nil {
 		return err
 	}

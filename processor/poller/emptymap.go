@@ -28,7 +28,7 @@ func NewStreamsClient(cfg aws.Config, optFns ...func(*dynamodbstreams.Options)) 
 // DynamoDB Local 3.3.1: it writes an empty map attribute in stream images
 // as a bare {} with no type tag, where AWS writes {"M":{}}, and the SDK's
 // decoder then silently yields the previous attribute's value or nil (see
-// infra/streamquirks_test.go). The middleware sits just inside the
+// table/streamquirks_test.go). The middleware sits just inside the
 // operation's deserializer and rewrites, in successful GetRecords response
 // bodies only, every {} that stands where an attribute value belongs (an
 // image's or a map's value, a list's element) into {"M":{}}. Strings, key

@@ -11,8 +11,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodbstreams"
 	streamtypes "github.com/aws/aws-sdk-go-v2/service/dynamodbstreams/types"
 
-	"github.com/ledger-dev/ledger/infra"
 	"github.com/ledger-dev/ledger/processor"
+	"github.com/ledger-dev/ledger/table"
 )
 
 // Streams is the part of the DynamoDB Streams API the poller calls. Use a
@@ -36,19 +36,19 @@ var ErrNoStream = errors.New("no usable stream")
 // its view type is NEW_AND_OLD_IMAGES (the processor folds new − old). Each
 // refusal wraps ErrNoStream and says what to do; other errors (network,
 // permissions) are returned wrapped as they are.
-func ResolveStream(ctx context.Context, api infra.TableAPI, table string) (string, error) {
-	info, err := infra.DescribeTable(ctx, api, table)
+func ResolveStream(ctx context.Context, api table.TableAPI, tableName string) (string, error) {
+	info, err := table.DescribeTable(ctx, api, tableName)
 	var nf *ddbtypes.ResourceNotFoundException
 	switch {
 	case errors.As(err, &nf):
-		return "", fmt.Errorf("table %s does not exist (create it with `ledgerctl table create`): %w", table, ErrNoStream)
+		return "", fmt.Errorf("table %s does not exist (create it with `ledgerctl table create`): %w", tableName, ErrNoStream)
 	case err != nil:
 		return "", err
 	case !info.StreamEnabled || info.StreamARN == "":
-		return "", fmt.Errorf("table %s has no stream; enable one with view type %s: %w", table, infra.StreamViewType, ErrNoStream)
-	case info.StreamViewType != infra.StreamViewType:
+		return "", fmt.Errorf("table %s has no stream; enable one with view type %s: %w", tableName, table.StreamViewType, ErrNoStream)
+	case info.StreamViewType != table.StreamViewType:
 		return "", fmt.Errorf("table %s has stream view type %s; the poller needs %s (old and new images to fold new − old): %w",
-			table, info.StreamViewType, infra.StreamViewType, ErrNoStream)
+			tableName, info.StreamViewType, table.StreamViewType, ErrNoStream)
 	}
 	return info.StreamARN, nil
 }

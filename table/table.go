@@ -1,12 +1,10 @@
-// Package infra holds the ledger table definition as Go and the AWS client
-// configuration every binary and test shares.
-//
-// The table is the one docs/design.md describes: keys PK/SK, two overloaded
-// global secondary indexes (GSI1, GSI2) with projection ALL, on-demand
-// billing, a NEW_AND_OLD_IMAGES stream and TTL on expiresAt. CreateTable
-// makes it (idempotently), DescribeTable reads back what a live table looks
-// like and TableInfo.Validate says how it differs from the definition.
-package infra
+package table
+
+// This file is the table's definition: keys PK/SK, two overloaded global
+// secondary indexes (GSI1, GSI2) with projection ALL, on-demand billing, a
+// NEW_AND_OLD_IMAGES stream and TTL on expiresAt. CreateTable makes it
+// (idempotently), DescribeTable reads back what a live table looks like and
+// TableInfo.Validate says how it differs from the definition.
 
 import (
 	"context"
