@@ -183,7 +183,7 @@ func anyEffective(changes []change) bool {
 // new image (precise), else the stream's ApproximateCreationDateTime.
 func writeTime(c *change) time.Time {
 	if c.rec.NewImage != nil {
-		if s, ok := stringAttr(c.rec.NewImage, attrUpdatedAt); ok {
+		if s, ok := table.String(c.rec.NewImage, table.AttrUpdatedAt); ok {
 			if t, err := time.Parse(time.RFC3339Nano, s); err == nil {
 				return t
 			}
@@ -492,8 +492,8 @@ func (p *Processor) cancelled(g Guard, keys []aggregates.ReportKey, owner []int,
 // Placeholders of report updates. Short names keep expressions far from
 // DynamoDB's 4 KB limit.
 var reportNames = map[string]string{
-	"#i": attrTotalIncome, "#x": attrTotalExpense, "#n": attrTransactionCount,
-	"#et": attrEntityType, "#pt": attrPeriodType, "#pv": attrPeriodValue, "#ua": attrUpdatedAt,
+	"#i": table.AttrTotalIncome, "#x": table.AttrTotalExpense, "#n": table.AttrTransactionCount,
+	"#et": table.AttrEntityType, "#pt": table.AttrPeriodType, "#pv": table.AttrPeriodValue, "#ua": table.AttrUpdatedAt,
 	"#b0": aggregates.ByCategory.Attribute(), "#b1": aggregates.ByCostCenter.Attribute(), "#b2": aggregates.ByPaymentMethod.Attribute(),
 }
 
@@ -522,9 +522,9 @@ func (p *Processor) reportWrites(k aggregates.ReportKey, delta *aggregates.Repor
 		names[n] = a
 	}
 	values := map[string]ddbtypes.AttributeValue{
-		":z": intAV(0), ":et": strAV(aggregates.EntityReport), ":pt": strAV(string(k.Period.Type)),
-		":pv": strAV(k.Period.Value), ":ua": strAV(now),
-		":i": numberAV(delta.Income), ":x": numberAV(delta.Expense), ":n": intAV(delta.Count),
+		":z": table.Int(0), ":et": table.S(aggregates.EntityReport), ":pt": table.S(string(k.Period.Type)),
+		":pv": table.S(k.Period.Value), ":ua": table.S(now),
+		":i": table.Num(delta.Income), ":x": table.Num(delta.Expense), ":n": table.Int(delta.Count),
 	}
 	set := []string{
 		"#i = if_not_exists(#i, :z) + :i", "#x = if_not_exists(#x, :z) + :x", "#n = if_not_exists(#n, :z) + :n",
@@ -582,7 +582,7 @@ func (p *Processor) reportWrites(k aggregates.ReportKey, delta *aggregates.Repor
 				ph   string
 				zero bool
 				v    ddbtypes.AttributeValue
-			}{{"#i", t.Income.IsZero(), numberAV(t.Income)}, {"#x", t.Expense.IsZero(), numberAV(t.Expense)}, {"#n", t.Count == 0, intAV(t.Count)}} {
+			}{{"#i", t.Income.IsZero(), table.Num(t.Income)}, {"#x", t.Expense.IsZero(), table.Num(t.Expense)}, {"#n", t.Count == 0, table.Int(t.Count)}} {
 				if f.zero {
 					continue
 				}
@@ -601,7 +601,7 @@ func (p *Processor) reportWrites(k aggregates.ReportKey, delta *aggregates.Repor
 			// The map keeps at most MaxInlineEntries names: it must still
 			// have room for these (consumers never shrink it, so a stale
 			// shape can only have underestimated it).
-			cond = append(cond, "size("+b+") <= "+value(intAV(int64(table.MaxInlineEntries-len(inline)))))
+			cond = append(cond, "size("+b+") <= "+value(table.Int(int64(table.MaxInlineEntries-len(inline)))))
 		}
 		if sh.entries[d] != nil {
 			// A name goes to its entry item only while the map does not
@@ -616,7 +616,7 @@ func (p *Processor) reportWrites(k aggregates.ReportKey, delta *aggregates.Repor
 	}
 	u := &ddbtypes.Update{
 		TableName:                 &p.cfg.Table,
-		Key:                       keyAV(k.Key()),
+		Key:                       table.Key(k.Key()),
 		UpdateExpression:          aws.String("SET " + strings.Join(set, ", ")),
 		ExpressionAttributeNames:  names,
 		ExpressionAttributeValues: values,
@@ -643,14 +643,14 @@ func (p *Processor) reportWrites(k aggregates.ReportKey, delta *aggregates.Repor
 func (p *Processor) entryUpdate(k aggregates.ReportKey, d aggregates.Dimension, name string, t aggregates.Totals) *ddbtypes.Update {
 	return &ddbtypes.Update{
 		TableName:        &p.cfg.Table,
-		Key:              keyAV(k.EntryKey(d, name)),
+		Key:              table.Key(k.EntryKey(d, name)),
 		UpdateExpression: aws.String("SET #i = if_not_exists(#i, :z) + :i, #x = if_not_exists(#x, :z) + :x, #n = if_not_exists(#n, :z) + :n, #et = :et"),
 		ExpressionAttributeNames: map[string]string{
-			"#i": attrTotalIncome, "#x": attrTotalExpense, "#n": attrTransactionCount, "#et": attrEntityType,
+			"#i": table.AttrTotalIncome, "#x": table.AttrTotalExpense, "#n": table.AttrTransactionCount, "#et": table.AttrEntityType,
 		},
 		ExpressionAttributeValues: map[string]ddbtypes.AttributeValue{
-			":z": intAV(0), ":i": numberAV(t.Income), ":x": numberAV(t.Expense), ":n": intAV(t.Count),
-			":et": strAV(aggregates.EntityReportEntry),
+			":z": table.Int(0), ":i": table.Num(t.Income), ":x": table.Num(t.Expense), ":n": table.Int(t.Count),
+			":et": table.S(aggregates.EntityReportEntry),
 		},
 	}
 }
@@ -678,7 +678,7 @@ func (p *Processor) quarantine(ctx context.Context, changes []change) error {
 			if errors.As(err, &ccf) {
 				return nil // quarantined by an earlier delivery
 			}
-			if err != nil && classifyErr(err) == classPermanent && !isTruncated(item) {
+			if err != nil && classifyErr(err) == classPermanent && !table.QuarantineTruncated(item) {
 				item = p.quarantineItem(c, true) // too large or unencodable: keep keys and reason
 				return errRetryTruncated
 			}
@@ -704,43 +704,26 @@ func (e *retryableError) RetryableError() bool { return true }
 // well under DynamoDB's 400 KB item limit (a MODIFY carries two images).
 const maxQuarantineRecord = 64 << 10
 
-func isTruncated(item map[string]ddbtypes.AttributeValue) bool {
-	_, ok := item["truncated"]
-	return ok
-}
-
 func (p *Processor) quarantineItem(c *change, truncate bool) map[string]ddbtypes.AttributeValue {
-	now := p.now().Format(time.RFC3339Nano)
 	r := c.rec
-	item := keyAV(aggregates.QuarantineKey(recordID(r)))
-	item[attrEntityType] = strAV(aggregates.EntityQuarantine)
-	item["GSI1PK"] = strAV(aggregates.QuarantineIndexPK)
-	item["GSI1SK"] = strAV(now + "#" + r.EventID)
-	item["eventID"] = strAV(r.EventID)
-	item["eventName"] = strAV(r.EventName)
-	item[attrSequenceNumber] = strAV(r.SequenceNumber)
-	item["streamArn"] = strAV(r.StreamARN)
-	item["reason"] = strAV(string(c.invalid.Reason))
-	item["detail"] = strAV(c.invalid.Error())
-	if c.invalid.Field != "" {
-		item["field"] = strAV(c.invalid.Field)
+	q := table.Quarantined{
+		ID: recordID(r), EventID: r.EventID, EventName: r.EventName, SequenceNumber: r.SequenceNumber, StreamARN: r.StreamARN,
+		Reason: string(c.invalid.Reason), Detail: c.invalid.Error(), Field: c.invalid.Field, At: p.now().Format(time.RFC3339Nano),
 	}
-	item["quarantinedAt"] = strAV(now)
 	raw, err := recordJSON(r)
 	if err != nil {
 		raw, truncate = fmt.Sprintf(`{"encodeError":%q}`, err.Error()), true
 	}
 	if truncate || len(raw) > maxQuarantineRecord {
-		item["truncated"] = &ddbtypes.AttributeValueMemberBOOL{Value: true}
-		item["recordBytes"] = intAV(int64(len(raw)))
+		q.Truncated, q.RecordBytes = true, len(raw)
 		keys, _ := json.Marshal(map[string]any{"eventID": r.EventID, "sequenceNumber": r.SequenceNumber})
 		if k, err := recordKeysJSON(r); err == nil {
 			keys = k
 		}
 		raw = string(keys)
 	}
-	item["record"] = strAV(raw)
-	return item
+	q.Record = raw
+	return table.QuarantineItem(q)
 }
 
 // recordID identifies a record for its quarantine item and run marker: its
@@ -781,7 +764,7 @@ func recordKeysJSON(r *Record) ([]byte, error) {
 func (p *Processor) getItem(ctx context.Context, k aggregates.Key) (map[string]ddbtypes.AttributeValue, error) {
 	var item map[string]ddbtypes.AttributeValue
 	err := p.retry(ctx, "GetItem", func(ctx context.Context) error {
-		out, err := p.api.GetItem(ctx, &dynamodb.GetItemInput{TableName: &p.cfg.Table, Key: keyAV(k), ConsistentRead: aws.Bool(true)})
+		out, err := p.api.GetItem(ctx, &dynamodb.GetItemInput{TableName: &p.cfg.Table, Key: table.Key(k), ConsistentRead: aws.Bool(true)})
 		if err != nil {
 			return err
 		}

@@ -210,8 +210,8 @@ func scanBranches(ctx context.Context, api ReconcileAPI, tableName string, segme
 				TotalSegments:             aws.Int32(int32(segments)),
 				ProjectionExpression:      aws.String("#pk"),
 				FilterExpression:          aws.String("begins_with(#pk, :t)"),
-				ExpressionAttributeNames:  map[string]string{"#pk": attrPK},
-				ExpressionAttributeValues: map[string]ddbtypes.AttributeValue{":t": strAV(aggregates.TenantPrefix)},
+				ExpressionAttributeNames:  map[string]string{"#pk": table.AttrPK},
+				ExpressionAttributeValues: map[string]ddbtypes.AttributeValue{":t": table.S(aggregates.TenantPrefix)},
 			}
 			p := dynamodb.NewScanPaginator(api, in)
 			for p.HasMorePages() {
@@ -222,7 +222,7 @@ func scanBranches(ctx context.Context, api ReconcileAPI, tableName string, segme
 				}
 				mu.Lock()
 				for _, item := range out.Items {
-					pk, _ := stringAttr(item, attrPK)
+					pk, _ := table.String(item, table.AttrPK)
 					if t, b, ok := aggregates.ParseTransactionPK(pk); ok {
 						found[Scope{Tenant: t, Branch: b}] = true
 					} else if t, b, ok := aggregates.ParseReportPK(pk); ok {
@@ -260,8 +260,8 @@ func reconcileBranch(ctx context.Context, api ReconcileAPI, tableName string, sc
 	// (docs/exactly-once.md, "Repairing while consumers run").
 	err := queryAll(ctx, api, tableName, aggregates.ReportPK(scope.Tenant, scope.Branch), func(item map[string]ddbtypes.AttributeValue) error {
 		if err := stored.Add(item); err != nil {
-			pk, _ := stringAttr(item, attrPK)
-			sk, _ := stringAttr(item, attrSK)
+			pk, _ := table.String(item, table.AttrPK)
+			sk, _ := table.String(item, table.AttrSK)
 			k := aggregates.Key{PK: pk, SK: sk}
 			strays = append(strays, Difference{Stray: &k, Lines: []string{"not a report, entry or parked delta: " + err.Error()}})
 		}
@@ -270,7 +270,7 @@ func reconcileBranch(ctx context.Context, api ReconcileAPI, tableName string, sc
 	if err == nil {
 		err = queryAll(ctx, api, tableName, aggregates.TransactionPK(scope.Tenant, scope.Branch), func(item map[string]ddbtypes.AttributeValue) error {
 			stats.Transactions++
-			tx, err := aggregates.ParseTransaction(toImage(item))
+			tx, err := table.ParseTransaction((item))
 			if err != nil {
 				stats.Invalid++ // contributes zero, as in the consumers
 				return nil
@@ -319,7 +319,7 @@ func compareReport(k aggregates.ReportKey, want *aggregates.Report, sr *table.St
 			d.Stored = got
 		}
 		if sr.Item != nil {
-			d.seen = sr.Item[attrUpdatedAt]
+			d.seen = sr.Item[table.AttrUpdatedAt]
 		}
 	}
 	lines := got.Diff(want)
@@ -398,7 +398,7 @@ func Repair(ctx context.Context, api ReconcileAPI, tableName string, diffs []Dif
 	for _, d := range diffs {
 		if d.Stray != nil {
 			if _, err := api.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: []ddbtypes.TransactWriteItem{
-				{Delete: &ddbtypes.Delete{TableName: &tableName, Key: keyAV(*d.Stray)}},
+				{Delete: &ddbtypes.Delete{TableName: &tableName, Key: table.Key(*d.Stray)}},
 			}}); err != nil {
 				return res, fmt.Errorf("repair: delete stray item %s: %w", d.Stray, err)
 			}
@@ -424,14 +424,14 @@ func Repair(ctx context.Context, api ReconcileAPI, tableName string, diffs []Dif
 // transaction did, whole whether all did.
 func repairReport(ctx context.Context, api ReconcileAPI, tableName string, d Difference, stamp string) (landed, whole bool, err error) {
 	ri := table.EncodeRepair(d.Report, d.Expected, d.stored, stamp)
-	ri.Item[table.AttrRepairedAt] = ri.Item[attrUpdatedAt]
+	ri.Item[table.AttrRepairedAt] = ri.Item[table.AttrUpdatedAt]
 	hasItem := d.stored != nil && d.stored.Item != nil
 	// What changes a name's place goes first, into the transaction that
 	// writes the report item: the entry items of names now inline (at most
 	// 3 × 32), then the entry items of names moved out of a damaged map.
 	var ops []ddbtypes.TransactWriteItem
 	for _, k := range ri.Deletes {
-		ops = append(ops, ddbtypes.TransactWriteItem{Delete: &ddbtypes.Delete{TableName: &tableName, Key: keyAV(k)}})
+		ops = append(ops, ddbtypes.TransactWriteItem{Delete: &ddbtypes.Delete{TableName: &tableName, Key: table.Key(k)}})
 	}
 	for _, e := range ri.Moved {
 		ops = append(ops, ddbtypes.TransactWriteItem{Put: &ddbtypes.Put{TableName: &tableName, Item: e}})
@@ -447,11 +447,11 @@ func repairReport(ctx context.Context, api ReconcileAPI, tableName string, d Dif
 		ops = nil
 		if d.stored != nil {
 			for _, e := range d.stored.Entries {
-				ops = append(ops, ddbtypes.TransactWriteItem{Delete: &ddbtypes.Delete{TableName: &tableName, Key: keyAV(keyOfItem(e))}})
+				ops = append(ops, ddbtypes.TransactWriteItem{Delete: &ddbtypes.Delete{TableName: &tableName, Key: table.Key(keyOfItem(e))}})
 			}
 		}
 		guard = ddbtypes.TransactWriteItem{ConditionCheck: &ddbtypes.ConditionCheck{
-			TableName: &tableName, Key: keyAV(d.Report.Key()), ConditionExpression: aws.String("attribute_not_exists(PK)"),
+			TableName: &tableName, Key: table.Key(d.Report.Key()), ConditionExpression: aws.String("attribute_not_exists(PK)"),
 		}}
 		first = []ddbtypes.TransactWriteItem{guard}
 	} else {
@@ -461,18 +461,18 @@ func repairReport(ctx context.Context, api ReconcileAPI, tableName string, d Dif
 			head.ConditionExpression = aws.String("attribute_not_exists(PK)")
 		case d.seen == nil:
 			head.ConditionExpression = aws.String("attribute_exists(PK) AND attribute_not_exists(#ua)")
-			head.ExpressionAttributeNames = map[string]string{"#ua": attrUpdatedAt}
+			head.ExpressionAttributeNames = map[string]string{"#ua": table.AttrUpdatedAt}
 		default:
 			head.ConditionExpression = aws.String("#ua = :seen")
-			head.ExpressionAttributeNames = map[string]string{"#ua": attrUpdatedAt}
+			head.ExpressionAttributeNames = map[string]string{"#ua": table.AttrUpdatedAt}
 			head.ExpressionAttributeValues = map[string]ddbtypes.AttributeValue{":seen": d.seen}
 		}
 		first = []ddbtypes.TransactWriteItem{{Put: head}}
 		guard = ddbtypes.TransactWriteItem{ConditionCheck: &ddbtypes.ConditionCheck{
-			TableName: &tableName, Key: keyAV(d.Report.Key()),
+			TableName: &tableName, Key: table.Key(d.Report.Key()),
 			ConditionExpression:       aws.String("#ra = :stamp AND #ua = :stamp"),
-			ExpressionAttributeNames:  map[string]string{"#ra": table.AttrRepairedAt, "#ua": attrUpdatedAt},
-			ExpressionAttributeValues: map[string]ddbtypes.AttributeValue{":stamp": strAV(stamp)},
+			ExpressionAttributeNames:  map[string]string{"#ra": table.AttrRepairedAt, "#ua": table.AttrUpdatedAt},
+			ExpressionAttributeValues: map[string]ddbtypes.AttributeValue{":stamp": table.S(stamp)},
 		}}
 	}
 	chunk := first
@@ -501,7 +501,7 @@ func repairReport(ctx context.Context, api ReconcileAPI, tableName string, d Dif
 		for i := 0; i < len(d.stored.Parked); i += 100 {
 			var dels []ddbtypes.TransactWriteItem
 			for _, e := range d.stored.Parked[i:min(i+100, len(d.stored.Parked))] {
-				dels = append(dels, ddbtypes.TransactWriteItem{Delete: &ddbtypes.Delete{TableName: &tableName, Key: keyAV(keyOfItem(e))}})
+				dels = append(dels, ddbtypes.TransactWriteItem{Delete: &ddbtypes.Delete{TableName: &tableName, Key: table.Key(keyOfItem(e))}})
 			}
 			if _, err := api.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: dels}); err != nil {
 				return landed, false, fmt.Errorf("delete parked deltas: %w", err)
@@ -512,8 +512,8 @@ func repairReport(ctx context.Context, api ReconcileAPI, tableName string, d Dif
 }
 
 func keyOfItem(item map[string]ddbtypes.AttributeValue) aggregates.Key {
-	pk, _ := stringAttr(item, attrPK)
-	sk, _ := stringAttr(item, attrSK)
+	pk, _ := table.String(item, table.AttrPK)
+	sk, _ := table.String(item, table.AttrSK)
 	return aggregates.Key{PK: pk, SK: sk}
 }
 
@@ -521,7 +521,7 @@ func queryAll(ctx context.Context, api ReconcileAPI, tableName, pk string, visit
 	in := &dynamodb.QueryInput{
 		TableName:                 &tableName,
 		KeyConditionExpression:    aws.String("PK = :pk"),
-		ExpressionAttributeValues: map[string]ddbtypes.AttributeValue{":pk": strAV(pk)},
+		ExpressionAttributeValues: map[string]ddbtypes.AttributeValue{":pk": table.S(pk)},
 		ConsistentRead:            aws.Bool(true),
 	}
 	p := dynamodb.NewQueryPaginator(api, in)
@@ -556,7 +556,7 @@ func ListParked(ctx context.Context, api ReconcileAPI, tableName string) ([]Park
 		IndexName:                 aws.String(table.IndexGSI1),
 		KeyConditionExpression:    aws.String("#pk = :p"),
 		ExpressionAttributeNames:  map[string]string{"#pk": table.AttrGSI1PK},
-		ExpressionAttributeValues: map[string]ddbtypes.AttributeValue{":p": strAV(aggregates.ParkedIndexPK)},
+		ExpressionAttributeValues: map[string]ddbtypes.AttributeValue{":p": table.S(aggregates.ParkedIndexPK)},
 	}
 	var out []ParkedDelta
 	p := dynamodb.NewQueryPaginator(api, in)
@@ -566,8 +566,8 @@ func ListParked(ctx context.Context, api ReconcileAPI, tableName string) ([]Park
 			return nil, fmt.Errorf("list parked deltas: %w", err)
 		}
 		for _, item := range page.Items {
-			pk, _ := stringAttr(item, attrPK)
-			sk, _ := stringAttr(item, attrSK)
+			pk, _ := table.String(item, table.AttrPK)
+			sk, _ := table.String(item, table.AttrSK)
 			k := aggregates.Key{PK: pk, SK: sk}
 			ref, err := aggregates.ParseReportItemKey(k)
 			if err != nil || ref.Kind != aggregates.ReportParked {

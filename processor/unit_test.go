@@ -34,10 +34,10 @@ func TestCompareSequence_ComparesAsNumbers(t *testing.T) {
 
 func txnImage(branch, date, id, typ, amount, category string) map[string]ddbtypes.AttributeValue {
 	return map[string]ddbtypes.AttributeValue{
-		"PK": strAV(aggregates.TransactionPK("t", branch)), "SK": strAV(date + "#" + id),
-		"entityType": strAV("TRANSACTION"), "type": strAV(typ),
-		"amount": &ddbtypes.AttributeValueMemberN{Value: amount}, "category": strAV(category),
-		"createdAt": strAV(date + "T12:00:00Z"),
+		"PK": table.S(aggregates.TransactionPK("t", branch)), "SK": table.S(date + "#" + id),
+		"entityType": table.S("TRANSACTION"), "type": table.S(typ),
+		"amount": &ddbtypes.AttributeValueMemberN{Value: amount}, "category": table.S(category),
+		"createdAt": table.S(date + "T12:00:00Z"),
 	}
 }
 
@@ -48,7 +48,7 @@ func keysOf(img map[string]ddbtypes.AttributeValue) map[string]ddbtypes.Attribut
 func TestClassify(t *testing.T) {
 	valid := txnImage("b", "2024-01-02", "x", "INCOME", "5", "food")
 	invalid := txnImage("b", "2024-01-02", "x", "INCOME", "5", "")
-	report := map[string]ddbtypes.AttributeValue{"PK": strAV("TENANT#t#BRANCH#b#REPORTING"), "SK": strAV("DAILY#2024-01-02")}
+	report := map[string]ddbtypes.AttributeValue{"PK": table.S("TENANT#t#BRANCH#b#REPORTING"), "SK": table.S("DAILY#2024-01-02")}
 	tests := []struct {
 		name          string
 		rec           Record

@@ -63,15 +63,13 @@ const MaxInlineEntries = 32
 const MaxReportItemBytes = 40 << 10
 
 // Attribute names of report items besides the keys. entityType and
-// updatedAt are on every report item the consumers write.
+// updatedAt (attr.go) are on every report item the consumers write.
 const (
-	AttrEntityType       = "entityType"
 	AttrPeriodType       = "periodType"
 	AttrPeriodValue      = "periodValue"
 	AttrTotalIncome      = "totalIncome"
 	AttrTotalExpense     = "totalExpense"
 	AttrTransactionCount = "transactionCount"
-	AttrUpdatedAt        = "updatedAt"
 	AttrRepairedAt       = "repairedAt"
 )
 
@@ -128,7 +126,7 @@ func (s *StoredReport) Decode() (r *aggregates.Report, problems []string) {
 	for _, item := range s.Entries {
 		ref, err := refOf(item)
 		if err != nil || ref.Kind != aggregates.ReportEntry {
-			problems = append(problems, fmt.Sprintf("item %s is not an entry item", keyOf(item)))
+			problems = append(problems, fmt.Sprintf("item %s is not an entry item", KeyOf(item)))
 			continue
 		}
 		where := fmt.Sprintf("entry item %s[%q]", ref.Dim, ref.Name)
@@ -361,18 +359,7 @@ func cmpString(a, b string) int {
 }
 
 func refOf(item map[string]types.AttributeValue) (aggregates.ReportItemRef, error) {
-	return aggregates.ParseReportItemKey(keyOf(item))
-}
-
-func keyOf(item map[string]types.AttributeValue) aggregates.Key {
-	var k aggregates.Key
-	if v, ok := item[AttrPK].(*types.AttributeValueMemberS); ok {
-		k.PK = v.Value
-	}
-	if v, ok := item[AttrSK].(*types.AttributeValueMemberS); ok {
-		k.SK = v.Value
-	}
-	return k
+	return aggregates.ParseReportItemKey(KeyOf(item))
 }
 
 // ReadReport reads report k with its entry items (not its parked deltas):
@@ -472,11 +459,11 @@ func DecodeParked(item map[string]types.AttributeValue) (*aggregates.Report, Par
 	info := ParkedInfo{Reason: str(AttrParkedReason), Detail: str(AttrParkedDetail), From: str(AttrParkedFrom), To: str(AttrParkedTo), ParkedAt: str(AttrParkedAt)}
 	m, ok := item[AttrParkedDelta].(*types.AttributeValueMemberM)
 	if !ok {
-		return nil, info, fmt.Errorf("parked delta %s: no delta map", keyOf(item))
+		return nil, info, fmt.Errorf("parked delta %s: no delta map", KeyOf(item))
 	}
 	r := &aggregates.Report{}
 	if refused, _ := decodeHeader(m.Value, r); len(refused) > 0 {
-		return nil, info, fmt.Errorf("parked delta %s: %s", keyOf(item), refused[0])
+		return nil, info, fmt.Errorf("parked delta %s: %s", KeyOf(item), refused[0])
 	}
 	return r, info, nil
 }
