@@ -199,7 +199,7 @@ func (e *environment) runStack(ctx context.Context, o runOptions) (err error) {
 	} else {
 		out.done("table %s found (kept from an earlier run)", e.table)
 	}
-	flags, err := writer.GetFlags(ctx, db, e.table)
+	flags, err := table.GetFlags(ctx, db, e.table)
 	if err != nil {
 		return err
 	}
