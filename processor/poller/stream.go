@@ -103,3 +103,13 @@ func listShards(ctx context.Context, api Streams, streamARN string) (shards []sh
 	})
 	return shards, status, nil
 }
+
+// NewStreamsClient returns a DynamoDB Streams client for cfg whose
+// GetRecords answers are repaired by table.FixEmptyMaps (DynamoDB Local's
+// untagged empty maps) before the SDK decodes them. optFns are applied
+// after the repair is installed.
+func NewStreamsClient(cfg aws.Config, optFns ...func(*dynamodbstreams.Options)) *dynamodbstreams.Client {
+	return dynamodbstreams.NewFromConfig(cfg, append([]func(*dynamodbstreams.Options){func(o *dynamodbstreams.Options) {
+		o.APIOptions = append(o.APIOptions, table.FixEmptyMaps)
+	}}, optFns...)...)
+}
