@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"slices"
 
 	"strconv"
 	"strings"
@@ -489,16 +488,6 @@ func (p *Processor) cancelled(g Guard, keys []aggregates.ReportKey, owner []int,
 	return true, nil
 }
 
-// Placeholders of report updates. Short names keep expressions far from
-// DynamoDB's 4 KB limit.
-var reportNames = map[string]string{
-	"#i": table.AttrTotalIncome, "#x": table.AttrTotalExpense, "#n": table.AttrTransactionCount,
-	"#et": table.AttrEntityType, "#pt": table.AttrPeriodType, "#pv": table.AttrPeriodValue, "#ua": table.AttrUpdatedAt,
-	"#b0": aggregates.ByCategory.Attribute(), "#b1": aggregates.ByCostCenter.Attribute(), "#b2": aggregates.ByPaymentMethod.Attribute(),
-}
-
-const maxExpression = 4096
-
 // reportWrites are the updates of one part: the report item's, and one per
 // entry that goes to an entry item; inline names the entries added to the
 // report item's maps.
@@ -508,151 +497,10 @@ type reportWrites struct {
 }
 
 // reportWrites builds the additive updates of one part of a report's delta
-// (table/report.go has the layout). Totals use if_not_exists(x, 0) + d.
-// An entry the report item holds inline is incremented there; a new entry
-// goes inline while its map has room (a map the item lacks is set whole),
-// on condition that the map still has that room, and otherwise to its entry
-// item, incremented the same way. Which form is used follows the item's
-// known shape, and that shape is the update's condition, so a stale guess
-// cancels the transaction instead of corrupting the item.
+// against the report item's known shape (table.ReportUpdate has the rule).
 func (p *Processor) reportWrites(k aggregates.ReportKey, delta *aggregates.Report, sh *shape, now string) (reportWrites, error) {
-	var out reportWrites
-	names := make(map[string]string, len(reportNames)+8)
-	for n, a := range reportNames {
-		names[n] = a
-	}
-	values := map[string]ddbtypes.AttributeValue{
-		":z": table.Int(0), ":et": table.S(aggregates.EntityReport), ":pt": table.S(string(k.Period.Type)),
-		":pv": table.S(k.Period.Value), ":ua": table.S(now),
-		":i": table.Num(delta.Income), ":x": table.Num(delta.Expense), ":n": table.Int(delta.Count),
-	}
-	set := []string{
-		"#i = if_not_exists(#i, :z) + :i", "#x = if_not_exists(#x, :z) + :x", "#n = if_not_exists(#n, :z) + :n",
-		"#et = :et", "#pt = :pt", "#pv = :pv", "#ua = :ua",
-	}
-	var cond []string
-	nv := 0
-	value := func(v ddbtypes.AttributeValue) string {
-		nv++
-		name := ":v" + strconv.Itoa(nv)
-		values[name] = v
-		return name
-	}
-	ne := 0
-	for _, d := range aggregates.Dimensions {
-		var existing, added []string
-		for _, name := range slices.Sorted(maps.Keys(delta.Breakdowns[d])) {
-			switch {
-			case sh.entries[d][name]:
-				existing = append(existing, name)
-			case delta.Breakdowns[d][name].IsZero():
-				// A new entry of zero changes nothing.
-			default:
-				added = append(added, name)
-			}
-		}
-		room := table.MaxInlineEntries - len(sh.entries[d])
-		if sh.present[d] && sh.entries[d] == nil {
-			room = 0 // not a map: nothing goes inline (the update is refused, and parked)
-		}
-		inline := added[:min(max(room, 0), len(added))]
-		for _, name := range added[len(inline):] {
-			out.updates = append(out.updates, p.entryUpdate(k, d, name, delta.Breakdowns[d][name]))
-		}
-		out.inline[d] = inline
-		b := "#b" + strconv.Itoa(int(d))
-		if !sh.present[d] {
-			if len(inline) > 0 {
-				m := &ddbtypes.AttributeValueMemberM{Value: map[string]ddbtypes.AttributeValue{}}
-				for _, name := range inline {
-					m.Value[name] = table.TotalsAV(delta.Breakdowns[d][name])
-				}
-				set = append(set, b+" = "+value(m))
-				cond = append(cond, "attribute_not_exists("+b+")")
-			}
-			continue
-		}
-		for _, name := range existing {
-			t := delta.Breakdowns[d][name]
-			ne++
-			e := b + ".#k" + strconv.Itoa(ne)
-			names["#k"+strconv.Itoa(ne)] = name
-			cond = append(cond, "attribute_exists("+e+")")
-			for _, f := range []struct {
-				ph   string
-				zero bool
-				v    ddbtypes.AttributeValue
-			}{{"#i", t.Income.IsZero(), table.Num(t.Income)}, {"#x", t.Expense.IsZero(), table.Num(t.Expense)}, {"#n", t.Count == 0, table.Int(t.Count)}} {
-				if f.zero {
-					continue
-				}
-				path := e + "." + f.ph
-				set = append(set, path+" = if_not_exists("+path+", :z) + "+value(f.v))
-			}
-		}
-		for _, name := range inline {
-			ne++
-			e := b + ".#k" + strconv.Itoa(ne)
-			names["#k"+strconv.Itoa(ne)] = name
-			set = append(set, e+" = "+value(table.TotalsAV(delta.Breakdowns[d][name])))
-			cond = append(cond, "attribute_not_exists("+e+")")
-		}
-		if len(inline) > 0 {
-			// The map keeps at most MaxInlineEntries names: it must still
-			// have room for these (consumers never shrink it, so a stale
-			// shape can only have underestimated it).
-			cond = append(cond, "size("+b+") <= "+value(table.Int(int64(table.MaxInlineEntries-len(inline)))))
-		}
-		if sh.entries[d] != nil {
-			// A name goes to its entry item only while the map does not
-			// hold it: a name is in one place (a repair may have moved
-			// names inline since the shape was read).
-			for _, name := range added[len(inline):] {
-				ne++
-				names["#k"+strconv.Itoa(ne)] = name
-				cond = append(cond, "attribute_not_exists("+b+".#k"+strconv.Itoa(ne)+")")
-			}
-		}
-	}
-	u := &ddbtypes.Update{
-		TableName:                 &p.cfg.Table,
-		Key:                       table.Key(k.Key()),
-		UpdateExpression:          aws.String("SET " + strings.Join(set, ", ")),
-		ExpressionAttributeNames:  names,
-		ExpressionAttributeValues: values,
-	}
-	if len(cond) > 0 {
-		u.ConditionExpression = aws.String(strings.Join(cond, " AND "))
-	}
-	if len(*u.UpdateExpression) > maxExpression || len(aws.ToString(u.ConditionExpression)) > maxExpression {
-		return out, fmt.Errorf("report %s: update expression of %d bytes exceeds DynamoDB's limit", k, len(*u.UpdateExpression))
-	}
-	// Placeholders not used by this update must not be sent.
-	for n := range names {
-		if !strings.Contains(*u.UpdateExpression, n) && !strings.Contains(aws.ToString(u.ConditionExpression), n) {
-			delete(names, n)
-		}
-	}
-	out.updates = append([]*ddbtypes.Update{u}, out.updates...)
-	return out, nil
-}
-
-// entryUpdate is the additive update of the entry item of name in dimension
-// d of report k. It needs no condition: an entry's figures are the sum of
-// its inline entry and its entry item, wherever a name went.
-func (p *Processor) entryUpdate(k aggregates.ReportKey, d aggregates.Dimension, name string, t aggregates.Totals) *ddbtypes.Update {
-	return &ddbtypes.Update{
-		TableName:        &p.cfg.Table,
-		Key:              table.Key(k.EntryKey(d, name)),
-		UpdateExpression: aws.String("SET #i = if_not_exists(#i, :z) + :i, #x = if_not_exists(#x, :z) + :x, #n = if_not_exists(#n, :z) + :n, #et = :et"),
-		ExpressionAttributeNames: map[string]string{
-			"#i": table.AttrTotalIncome, "#x": table.AttrTotalExpense, "#n": table.AttrTransactionCount, "#et": table.AttrEntityType,
-		},
-		ExpressionAttributeValues: map[string]ddbtypes.AttributeValue{
-			":z": table.Int(0), ":i": table.Num(t.Income), ":x": table.Num(t.Expense), ":n": table.Int(t.Count),
-			":et": table.S(aggregates.EntityReportEntry),
-		},
-	}
+	w, err := table.ReportUpdate(p.cfg.Table, k, delta, table.ReportShape{Present: sh.present, Entries: sh.entries}, now)
+	return reportWrites{updates: w.Updates, inline: w.Inline}, err
 }
 
 // quarantine writes a quarantine item for every change that needs one. The

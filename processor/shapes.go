@@ -101,7 +101,7 @@ func (c *shapeCache) get(ctx context.Context, p *Processor, keys []aggregates.Re
 }
 
 func (p *Processor) readShapes(ctx context.Context, keys []aggregates.Key) (map[aggregates.Key]*shape, error) {
-	items, err := p.batchGet(ctx, keys, reportNames["#b0"], reportNames["#b1"], reportNames["#b2"])
+	items, err := p.batchGet(ctx, keys, aggregates.ByCategory.Attribute(), aggregates.ByCostCenter.Attribute(), aggregates.ByPaymentMethod.Attribute())
 	if err != nil {
 		return nil, fmt.Errorf("read report shapes: %w", err)
 	}
