@@ -424,7 +424,6 @@ func Repair(ctx context.Context, api ReconcileAPI, tableName string, diffs []Dif
 // transaction did, whole whether all did.
 func repairReport(ctx context.Context, api ReconcileAPI, tableName string, d Difference, stamp string) (landed, whole bool, err error) {
 	ri := table.EncodeRepair(d.Report, d.Expected, d.stored, stamp)
-	ri.Item[table.AttrRepairedAt] = ri.Item[table.AttrUpdatedAt]
 	hasItem := d.stored != nil && d.stored.Item != nil
 	// What changes a name's place goes first, into the transaction that
 	// writes the report item: the entry items of names now inline (at most
@@ -450,30 +449,11 @@ func repairReport(ctx context.Context, api ReconcileAPI, tableName string, d Dif
 				ops = append(ops, ddbtypes.TransactWriteItem{Delete: &ddbtypes.Delete{TableName: &tableName, Key: table.Key(keyOfItem(e))}})
 			}
 		}
-		guard = ddbtypes.TransactWriteItem{ConditionCheck: &ddbtypes.ConditionCheck{
-			TableName: &tableName, Key: table.Key(d.Report.Key()), ConditionExpression: aws.String("attribute_not_exists(PK)"),
-		}}
+		guard = table.ReportAbsent(tableName, d.Report)
 		first = []ddbtypes.TransactWriteItem{guard}
 	} else {
-		head := &ddbtypes.Put{TableName: &tableName, Item: ri.Item}
-		switch {
-		case !hasItem:
-			head.ConditionExpression = aws.String("attribute_not_exists(PK)")
-		case d.seen == nil:
-			head.ConditionExpression = aws.String("attribute_exists(PK) AND attribute_not_exists(#ua)")
-			head.ExpressionAttributeNames = map[string]string{"#ua": table.AttrUpdatedAt}
-		default:
-			head.ConditionExpression = aws.String("#ua = :seen")
-			head.ExpressionAttributeNames = map[string]string{"#ua": table.AttrUpdatedAt}
-			head.ExpressionAttributeValues = map[string]ddbtypes.AttributeValue{":seen": d.seen}
-		}
-		first = []ddbtypes.TransactWriteItem{{Put: head}}
-		guard = ddbtypes.TransactWriteItem{ConditionCheck: &ddbtypes.ConditionCheck{
-			TableName: &tableName, Key: table.Key(d.Report.Key()),
-			ConditionExpression:       aws.String("#ra = :stamp AND #ua = :stamp"),
-			ExpressionAttributeNames:  map[string]string{"#ra": table.AttrRepairedAt, "#ua": table.AttrUpdatedAt},
-			ExpressionAttributeValues: map[string]ddbtypes.AttributeValue{":stamp": table.S(stamp)},
-		}}
+		first = []ddbtypes.TransactWriteItem{table.RepairHead(tableName, ri.Item, hasItem, d.seen)}
+		guard = table.RepairGuard(tableName, d.Report, stamp)
 	}
 	chunk := first
 	for {

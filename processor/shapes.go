@@ -101,7 +101,7 @@ func (c *shapeCache) get(ctx context.Context, p *Processor, keys []aggregates.Re
 }
 
 func (p *Processor) readShapes(ctx context.Context, keys []aggregates.Key) (map[aggregates.Key]*shape, error) {
-	items, err := p.batchGet(ctx, keys, aggregates.ByCategory.Attribute(), aggregates.ByCostCenter.Attribute(), aggregates.ByPaymentMethod.Attribute())
+	items, err := p.batchGet(ctx, keys, table.ReportShapeAttributes()...)
 	if err != nil {
 		return nil, fmt.Errorf("read report shapes: %w", err)
 	}
@@ -171,19 +171,6 @@ func (p *Processor) batchGet(ctx context.Context, keys []aggregates.Key, attrs .
 }
 
 func shapeOf(item map[string]ddbtypes.AttributeValue) *shape {
-	s := &shape{}
-	for _, d := range aggregates.Dimensions {
-		v, ok := item[d.Attribute()]
-		if !ok {
-			continue
-		}
-		s.present[d] = true
-		if m, ok := v.(*ddbtypes.AttributeValueMemberM); ok {
-			s.entries[d] = make(map[string]bool, len(m.Value))
-			for n := range m.Value {
-				s.entries[d][n] = true
-			}
-		}
-	}
-	return s
+	r := table.DecodeReportShape(item)
+	return &shape{present: r.Present, entries: r.Entries}
 }

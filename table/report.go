@@ -554,3 +554,45 @@ func EncodeRepair(k aggregates.ReportKey, r *aggregates.Report, stored *StoredRe
 	slices.SortFunc(out.Deletes, func(a, b aggregates.Key) int { return cmpString(a.SK, b.SK) })
 	return out
 }
+
+// ReportAbsent is the transaction action that requires report k to have no
+// report item.
+func ReportAbsent(tableName string, k aggregates.ReportKey) types.TransactWriteItem {
+	return types.TransactWriteItem{ConditionCheck: &types.ConditionCheck{
+		TableName: aws.String(tableName), Key: Key(k.Key()), ConditionExpression: aws.String("attribute_not_exists(PK)"),
+	}}
+}
+
+// RepairHead is the put of a repaired report item (EncodeRepair's Item,
+// which it stamps with repairedAt = its updatedAt), conditioned on the item
+// as the repair read it: absent (hasItem false), present without updatedAt
+// (seen nil), or with updatedAt seen. A consumer's commit in between makes
+// it fail.
+func RepairHead(tableName string, item map[string]types.AttributeValue, hasItem bool, seen types.AttributeValue) types.TransactWriteItem {
+	item[AttrRepairedAt] = item[AttrUpdatedAt]
+	head := &types.Put{TableName: aws.String(tableName), Item: item}
+	switch {
+	case !hasItem:
+		head.ConditionExpression = aws.String("attribute_not_exists(PK)")
+	case seen == nil:
+		head.ConditionExpression = aws.String("attribute_exists(PK) AND attribute_not_exists(#ua)")
+		head.ExpressionAttributeNames = map[string]string{"#ua": AttrUpdatedAt}
+	default:
+		head.ConditionExpression = aws.String("#ua = :seen")
+		head.ExpressionAttributeNames = map[string]string{"#ua": AttrUpdatedAt}
+		head.ExpressionAttributeValues = map[string]types.AttributeValue{":seen": seen}
+	}
+	return types.TransactWriteItem{Put: head}
+}
+
+// RepairGuard is the transaction action every later transaction of a
+// repair stamped stamp requires: report k's item still as RepairHead wrote
+// it (no consumer committed to it since).
+func RepairGuard(tableName string, k aggregates.ReportKey, stamp string) types.TransactWriteItem {
+	return types.TransactWriteItem{ConditionCheck: &types.ConditionCheck{
+		TableName: aws.String(tableName), Key: Key(k.Key()),
+		ConditionExpression:       aws.String("#ra = :stamp AND #ua = :stamp"),
+		ExpressionAttributeNames:  map[string]string{"#ra": AttrRepairedAt, "#ua": AttrUpdatedAt},
+		ExpressionAttributeValues: map[string]types.AttributeValue{":stamp": S(stamp)},
+	}}
+}

@@ -35,6 +35,36 @@ type ReportShape struct {
 	Entries [3]map[string]bool
 }
 
+// ReportShapeAttributes are the attributes DecodeReportShape reads: a
+// projection of them is all a consumer needs to read of a report item.
+func ReportShapeAttributes() []string {
+	out := make([]string, len(aggregates.Dimensions))
+	for i, d := range aggregates.Dimensions {
+		out[i] = d.Attribute()
+	}
+	return out
+}
+
+// DecodeReportShape reads the shape of a stored report item (nil: absent,
+// which has no maps).
+func DecodeReportShape(item map[string]types.AttributeValue) ReportShape {
+	var s ReportShape
+	for _, d := range aggregates.Dimensions {
+		v, ok := item[d.Attribute()]
+		if !ok {
+			continue
+		}
+		s.Present[d] = true
+		if m, ok := v.(*types.AttributeValueMemberM); ok {
+			s.Entries[d] = make(map[string]bool, len(m.Value))
+			for n := range m.Value {
+				s.Entries[d][n] = true
+			}
+		}
+	}
+	return s
+}
+
 // ReportWrites are the updates of one part of a report's delta: the report
 // item's first, then one per entry that goes to an entry item; Inline names
 // the entries added to the report item's maps, per dimension.
