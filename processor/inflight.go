@@ -13,7 +13,9 @@ import (
 	"github.com/ledger-dev/ledger/table"
 )
 
-// StreamReader is the part of the DynamoDB Streams API InFlight uses.
+// StreamReader is the part of the DynamoDB Streams API InFlight uses, and
+// every other reader of the stream (the poller's Streams, processortest's
+// ReadAll, ledgerctl lag): DescribeStream, GetShardIterator, GetRecords.
 type StreamReader interface {
 	DescribeStream(ctx context.Context, in *dynamodbstreams.DescribeStreamInput, opts ...func(*dynamodbstreams.Options)) (*dynamodbstreams.DescribeStreamOutput, error)
 	GetShardIterator(ctx context.Context, in *dynamodbstreams.GetShardIteratorInput, opts ...func(*dynamodbstreams.Options)) (*dynamodbstreams.GetShardIteratorOutput, error)

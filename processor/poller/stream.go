@@ -15,14 +15,11 @@ import (
 	"github.com/ledger-dev/ledger/table"
 )
 
-// Streams is the part of the DynamoDB Streams API the poller calls. Use a
-// client from NewStreamsClient: it repairs DynamoDB Local's untagged empty
-// maps before the SDK decodes them.
-type Streams interface {
-	DescribeStream(ctx context.Context, in *dynamodbstreams.DescribeStreamInput, opts ...func(*dynamodbstreams.Options)) (*dynamodbstreams.DescribeStreamOutput, error)
-	GetShardIterator(ctx context.Context, in *dynamodbstreams.GetShardIteratorInput, opts ...func(*dynamodbstreams.Options)) (*dynamodbstreams.GetShardIteratorOutput, error)
-	GetRecords(ctx context.Context, in *dynamodbstreams.GetRecordsInput, opts ...func(*dynamodbstreams.Options)) (*dynamodbstreams.GetRecordsOutput, error)
-}
+// Streams is the part of the DynamoDB Streams API the poller calls: the
+// three reads every stream reader of this project makes
+// (processor.StreamReader). Use a client from NewStreamsClient: it repairs
+// DynamoDB Local's untagged empty maps before the SDK decodes them.
+type Streams = processor.StreamReader
 
 var _ Streams = (*dynamodbstreams.Client)(nil)
 
