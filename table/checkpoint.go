@@ -114,11 +114,13 @@ func (b *PendingBatch) Valid() error {
 }
 
 // checkpointWrite is the part of every checkpoint write that says who wrote
-// it and when (now as the caller's clock gives it).
-func checkpointWrite(shard string, now time.Time) (set string, names map[string]string, values map[string]types.AttributeValue) {
-	return "#et = :et, #ua = :now, #shard = :shard",
-		map[string]string{"#et": AttrEntityType, "#ua": AttrUpdatedAt, "#shard": AttrShardID, "#seq": AttrSequenceNumber, "#pt": attrPendingTo},
-		map[string]types.AttributeValue{":et": S(aggregates.EntityCheckpoint), ":now": S(now.Format(time.RFC3339Nano)), ":shard": S(shard)}
+// it and when (now as the caller's clock gives it). Claims name the shard
+// and the time #shard and :now; the moves outside commits (advance, mark
+// start) #sh and :ua, which tests injecting faults recognise them by.
+func checkpointWrite(shard string, now time.Time, shardPH, nowPH string) (set string, names map[string]string, values map[string]types.AttributeValue) {
+	return "#et = :et, #ua = " + nowPH + ", " + shardPH + " = :" + shardPH[1:],
+		map[string]string{"#et": AttrEntityType, "#ua": AttrUpdatedAt, shardPH: AttrShardID, "#seq": AttrSequenceNumber, "#pt": attrPendingTo},
+		map[string]types.AttributeValue{":et": S(aggregates.EntityCheckpoint), nowPH: S(now.Format(time.RFC3339Nano)), ":" + shardPH[1:]: S(shard)}
 }
 
 // ClaimRun is the transaction action that moves the checkpoint of shard
@@ -126,7 +128,7 @@ func checkpointWrite(shard string, now time.Time) (set string, names map[string]
 // run. It fails its condition when the checkpoint is elsewhere or holds a
 // half-committed batch (only that batch's own last group moves it).
 func ClaimRun(tableName string, key aggregates.Key, shard, prev, last string, now time.Time) types.TransactWriteItem {
-	set, names, values := checkpointWrite(shard, now)
+	set, names, values := checkpointWrite(shard, now, "#shard", ":now")
 	values[":last"] = S(last)
 	cond := "attribute_not_exists(#seq) AND attribute_not_exists(#pt)"
 	if prev != "" {
@@ -159,7 +161,7 @@ type GroupClaim struct {
 // pending; a middle group requires the batch with itself next and moves
 // next on; the last moves the checkpoint to To and clears the batch.
 func ClaimGroup(tableName string, key aggregates.Key, c GroupClaim) types.TransactWriteItem {
-	set, names, values := checkpointWrite(c.Shard, c.Now)
+	set, names, values := checkpointWrite(c.Shard, c.Now, "#shard", ":now")
 	names["#pn"], names["#pg"], names["#pp"], names["#pd"] = attrPendingNext, attrPendingGroups, attrPendingPlan, attrPendingDigest
 	values[":prev"] = S(c.Prev)
 	set = "SET " + set
@@ -222,7 +224,7 @@ func pruneNames(names map[string]string, exprs ...string) {
 // never lands over a half-committed batch: its last group moves it. The
 // answer holds the item as written (ALL_NEW).
 func AdvanceCheckpoint(tableName string, key aggregates.Key, shard, prev, seq string, finished bool, now time.Time) *dynamodb.UpdateItemInput {
-	set, names, values := checkpointWrite(shard, now)
+	set, names, values := checkpointWrite(shard, now, "#sh", ":ua")
 	if seq != "" {
 		set += ", #seq = :seq"
 		values[":seq"] = S(seq)
@@ -251,7 +253,7 @@ func AdvanceCheckpoint(tableName string, key aggregates.Key, shard, prev, seq st
 // restart before the first commit opens there again. It fails its
 // condition once the checkpoint has a sequence number.
 func MarkCheckpointStart(tableName string, key aggregates.Key, shard, startAt string, now time.Time) *dynamodb.UpdateItemInput {
-	set, names, values := checkpointWrite(shard, now)
+	set, names, values := checkpointWrite(shard, now, "#sh", ":ua")
 	names["#st"] = attrStartAt
 	values[":st"] = S(startAt)
 	delete(names, "#pt")
