@@ -401,10 +401,9 @@ func (p *Processor) refusedParts(ctx context.Context, parts []part, shapes map[a
 
 // parkedPut is the write that parks part pt's delta (see commitTx).
 func (p *Processor) parkedPut(pt part, ref commitRef, why parking, now string) *ddbtypes.Put {
-	item := table.ParkedItem(pt.key, ref.id, pt.delta, table.ParkedInfo{
+	return table.PutParked(p.cfg.Table, table.ParkedItem(pt.key, ref.id, pt.delta, table.ParkedInfo{
 		Reason: why.reason, Detail: why.detail, From: ref.from, To: ref.to, ParkedAt: now,
-	})
-	return &ddbtypes.Put{TableName: &p.cfg.Table, Item: item, ConditionExpression: aws.String("attribute_not_exists(PK)")}
+	}))
 }
 
 // cancelled interprets a cancelled commit. The guard's reason comes first:
@@ -515,10 +514,7 @@ func (p *Processor) quarantine(ctx context.Context, changes []change) error {
 		item := p.quarantineItem(c, false)
 		err := p.retry(ctx, "PutItem", func(ctx context.Context) error {
 			p.metrics.WriteRequests.WithLabelValues("PutItem").Inc()
-			out, err := p.api.PutItem(ctx, &dynamodb.PutItemInput{
-				TableName: &p.cfg.Table, Item: item, ConditionExpression: aws.String("attribute_not_exists(PK)"),
-				ReturnConsumedCapacity: ddbtypes.ReturnConsumedCapacityTotal,
-			})
+			out, err := p.api.PutItem(ctx, table.PutQuarantine(p.cfg.Table, item))
 			if err == nil && out.ConsumedCapacity != nil {
 				p.metrics.WriteUnits.WithLabelValues("PutItem").Add(aws.ToFloat64(out.ConsumedCapacity.CapacityUnits))
 			}

@@ -1,6 +1,8 @@
 package table
 
 import (
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/ledger-dev/ledger/aggregates"
@@ -73,6 +75,16 @@ func QuarantineItem(q Quarantined) map[string]types.AttributeValue {
 	}
 	item[attrRecord] = S(q.Record)
 	return item
+}
+
+// PutQuarantine is the put of a quarantine item, only if it is not there
+// yet: a redelivered record's put fails its condition, which counts as
+// done. It asks for the consumed capacity.
+func PutQuarantine(tableName string, item map[string]types.AttributeValue) *dynamodb.PutItemInput {
+	return &dynamodb.PutItemInput{
+		TableName: aws.String(tableName), Item: item, ConditionExpression: aws.String("attribute_not_exists(PK)"),
+		ReturnConsumedCapacity: types.ReturnConsumedCapacityTotal,
+	}
 }
 
 // QuarantineTruncated reports whether a quarantine item keeps only its

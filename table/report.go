@@ -440,11 +440,17 @@ func ParkedItem(k aggregates.ReportKey, id string, delta *aggregates.Report, inf
 	s := func(v string) types.AttributeValue { return &types.AttributeValueMemberS{Value: v} }
 	return map[string]types.AttributeValue{
 		AttrPK: s(key.PK), AttrSK: s(key.SK), AttrEntityType: s(aggregates.EntityParked),
-		"GSI1PK": s(aggregates.ParkedIndexPK), "GSI1SK": s(info.ParkedAt + "#" + key.SK),
+		AttrGSI1PK: s(aggregates.ParkedIndexPK), AttrGSI1SK: s(info.ParkedAt + "#" + key.SK),
 		AttrParkedReport: s(k.Key().SK), AttrParkedDelta: d,
 		AttrParkedReason: s(info.Reason), AttrParkedDetail: s(detail),
 		AttrParkedFrom: s(info.From), AttrParkedTo: s(info.To), AttrParkedAt: s(info.ParkedAt),
 	}
+}
+
+// PutParked is the put of a parked delta (ParkedItem) inside its commit,
+// only if it is not there yet.
+func PutParked(tableName string, item map[string]types.AttributeValue) *types.Put {
+	return &types.Put{TableName: aws.String(tableName), Item: item, ConditionExpression: aws.String("attribute_not_exists(PK)")}
 }
 
 // DecodeParked reads a parked item's delta and description.
