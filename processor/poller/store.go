@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"regexp"
-	"strings"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -27,18 +25,6 @@ type Table interface {
 
 var _ Table = (*dynamodb.Client)(nil)
 
-// Attribute names of lease items (table/lease.go has the layout); the
-// checkpoint's are table/checkpoint.go's alone.
-const (
-	attrEntityType  = table.AttrEntityType
-	attrUpdatedAt   = table.AttrUpdatedAt
-	attrShardID     = table.AttrShardID
-	attrOwner       = table.AttrLeaseOwner
-	attrCounter     = table.AttrLeaseCounter
-	attrPending     = table.AttrLeasePending
-	attrLeaseExpiry = table.AttrLeaseExpiry
-)
-
 // errConditionFailed means a lease or checkpoint write's condition failed:
 // someone else changed the item first.
 var errConditionFailed = errors.New("item changed by another poller")
@@ -50,6 +36,11 @@ type lease struct {
 	counter int64
 	pending string // "" when nobody asked for it
 	exists  bool
+}
+
+// row is the lease as the table holds it.
+func (l lease) row() table.Lease {
+	return table.Lease{Shard: l.shard, Owner: l.owner, Counter: l.counter, Pending: l.pending, Exists: l.exists}
 }
 
 func leaseOf(l table.Lease) lease {
@@ -170,25 +161,6 @@ func pause(ctx context.Context, n int) {
 	}
 }
 
-// update runs one conditional lease UpdateItem and translates a failed
-// condition into errConditionFailed.
-func (s *store) update(ctx context.Context, what string, k aggregates.Key, set string, remove []string, cond string,
-	names map[string]string, values map[string]ddbtypes.AttributeValue) (map[string]ddbtypes.AttributeValue, error) {
-	expr := "SET " + set
-	if len(remove) > 0 {
-		expr += " REMOVE " + strings.Join(remove, ", ")
-	}
-	return s.updateItem(ctx, what, k, &dynamodb.UpdateItemInput{
-		TableName:                 &s.table,
-		Key:                       table.Key(k),
-		UpdateExpression:          aws.String(expr),
-		ConditionExpression:       aws.String(cond),
-		ExpressionAttributeNames:  names,
-		ExpressionAttributeValues: values,
-		ReturnValues:              ddbtypes.ReturnValueAllNew,
-	})
-}
-
 // updateItem runs in, an UpdateItem of the item under k, and translates a
 // failed condition into errConditionFailed.
 func (s *store) updateItem(ctx context.Context, what string, k aggregates.Key, in *dynamodb.UpdateItemInput) (map[string]ddbtypes.AttributeValue, error) {
@@ -203,65 +175,30 @@ func (s *store) updateItem(ctx context.Context, what string, k aggregates.Key, i
 	return out.Attributes, nil
 }
 
-var leaseNames = map[string]string{
-	"#o": attrOwner, "#c": attrCounter, "#p": attrPending, "#x": attrLeaseExpiry,
-	"#et": attrEntityType, "#ua": attrUpdatedAt, "#sh": attrShardID,
-}
-
-var placeholder = regexp.MustCompile(`#[a-z]+`)
-
-// names returns the lease placeholders the expressions use.
-func names(exprs ...string) map[string]string {
-	out := map[string]string{}
-	for _, e := range exprs {
-		for _, ph := range placeholder.FindAllString(e, -1) {
-			out[ph] = leaseNames[ph]
-		}
-	}
-	return out
-}
-
 // take makes owner the lease's owner, from the state seen (a lease that
 // does not exist, is free, expired, or owned by owner's previous life).
 // The condition is the counter seen: any change since then (a renewal, a
 // release, another taker) makes it fail with errConditionFailed.
 func (s *store) take(ctx context.Context, seen lease, owner string, duration time.Duration) (lease, error) {
-	now := s.now()
-	next := lease{shard: seen.shard, owner: owner, counter: seen.counter + 1, exists: true}
-	set := "#o = :o, #c = :next, #x = :x, #et = :et, #ua = :ua, #sh = :sh"
-	cond := "attribute_not_exists(#c)"
-	values := map[string]ddbtypes.AttributeValue{
-		":o": table.S(owner), ":next": table.Int(next.counter), ":x": table.S(now.Add(duration).UTC().Format(time.RFC3339Nano)),
-		":et": table.S(aggregates.EntityLease), ":ua": table.S(now.UTC().Format(time.RFC3339Nano)), ":sh": table.S(seen.shard),
-	}
-	if seen.exists {
-		cond = "#c = :seen"
-		values[":seen"] = table.Int(seen.counter)
-	}
-	_, err := s.update(ctx, "take lease", aggregates.LeaseKey(s.streamARN, seen.shard), set, []string{"#p"}, cond, names(set, "#p", cond), values)
+	_, err := s.updateItem(ctx, "take lease", aggregates.LeaseKey(s.streamARN, seen.shard),
+		table.TakeLease(s.table, s.streamARN, seen.row(), owner, duration, s.now()))
 	if err != nil {
 		return lease{}, err
 	}
-	return next, nil
+	return lease{shard: seen.shard, owner: owner, counter: seen.counter + 1, exists: true}, nil
 }
 
 // renew bumps the counter of a lease owner holds. It returns the lease as
 // written, with pending set when another poller asked for it.
 func (s *store) renew(ctx context.Context, l lease, duration time.Duration) (lease, error) {
-	now := s.now()
-	next := l
-	next.counter++
-	set := "#c = :next, #x = :x, #ua = :ua"
-	cond := "#o = :o AND #c = :c"
-	attrs, err := s.update(ctx, "renew lease", aggregates.LeaseKey(s.streamARN, l.shard), set, nil, cond, names(set, cond),
-		map[string]ddbtypes.AttributeValue{
-			":o": table.S(l.owner), ":c": table.Int(l.counter), ":next": table.Int(next.counter),
-			":x": table.S(now.Add(duration).UTC().Format(time.RFC3339Nano)), ":ua": table.S(now.UTC().Format(time.RFC3339Nano)),
-		})
+	attrs, err := s.updateItem(ctx, "renew lease", aggregates.LeaseKey(s.streamARN, l.shard),
+		table.RenewLease(s.table, s.streamARN, l.row(), duration, s.now()))
 	if err != nil {
 		return lease{}, err
 	}
-	next.pending, _ = table.String(attrs, attrPending)
+	next := l
+	next.counter++
+	next.pending = table.DecodeLease(l.shard, attrs).Pending
 	return next, nil
 }
 
@@ -288,20 +225,8 @@ func (s *store) release(ctx context.Context, l lease, to string) error {
 }
 
 func (s *store) releaseOnce(ctx context.Context, l lease, to string) error {
-	set := "#c = :next, #ua = :ua"
-	remove := []string{"#p"}
-	values := map[string]ddbtypes.AttributeValue{
-		":o": table.S(l.owner), ":c": table.Int(l.counter), ":next": table.Int(l.counter + 1), ":ua": table.S(s.now().UTC().Format(time.RFC3339Nano)),
-	}
-	if to != "" {
-		set += ", #o = :to"
-		values[":to"] = table.S(to)
-	} else {
-		remove = append(remove, "#o", "#x")
-	}
-	cond := "#o = :o AND #c = :c"
-	_, err := s.update(ctx, "release lease", aggregates.LeaseKey(s.streamARN, l.shard), set, remove, cond,
-		names(set, strings.Join(remove, ", "), cond), values)
+	_, err := s.updateItem(ctx, "release lease", aggregates.LeaseKey(s.streamARN, l.shard),
+		table.ReleaseLease(s.table, s.streamARN, l.row(), to, s.now()))
 	return err
 }
 
@@ -310,10 +235,8 @@ func (s *store) releaseOnce(ctx context.Context, l lease, to string) error {
 // attempt is followed by a re-read: pendingOwner = requester on the lease
 // as seen means it landed.
 func (s *store) request(ctx context.Context, l lease, requester string) error {
-	set := "#p = :r"
-	cond := "#o = :o AND #c = :c AND attribute_not_exists(#p)"
-	_, err := s.update(ctx, "request lease", aggregates.LeaseKey(s.streamARN, l.shard), set, nil, cond, names(set, cond),
-		map[string]ddbtypes.AttributeValue{":r": table.S(requester), ":o": table.S(l.owner), ":c": table.Int(l.counter)})
+	_, err := s.updateItem(ctx, "request lease", aggregates.LeaseKey(s.streamARN, l.shard),
+		table.RequestLease(s.table, s.streamARN, l.row(), requester))
 	if err == nil || ctx.Err() != nil {
 		return err
 	}
