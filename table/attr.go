@@ -1,7 +1,9 @@
 package table
 
 import (
+	"fmt"
 	"strconv"
+	"strings"
 
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/shopspring/decimal"
@@ -77,9 +79,10 @@ func Flag(item map[string]types.AttributeValue, name string) bool {
 }
 
 // Image converts an item to the domain's view of it (aggregates.Image): the
-// type tag of every attribute and the text of S and N values, "true" or
-// "false" for a BOOL. The domain validates transactions on it, so that a
-// value of the wrong type is named by its type.
+// type tag of every attribute (S, N, BOOL, M, L, B, SS, NS, BS, NULL; "?"
+// for anything else) and the text of S and N values, "true" or "false" for
+// a BOOL. The domain validates transactions on it, so that a value of the
+// wrong type is named by its type.
 func Image(item map[string]types.AttributeValue) aggregates.Image {
 	img := make(aggregates.Image, len(item))
 	for name, v := range item {
@@ -90,20 +93,11 @@ func Image(item map[string]types.AttributeValue) aggregates.Image {
 			img[name] = aggregates.Attr{Type: "N", Value: v.Value}
 		case *types.AttributeValueMemberBOOL:
 			img[name] = aggregates.Attr{Type: "BOOL", Value: strconv.FormatBool(v.Value)}
-		case *types.AttributeValueMemberM:
-			img[name] = aggregates.Attr{Type: "M"}
-		case *types.AttributeValueMemberL:
-			img[name] = aggregates.Attr{Type: "L"}
-		case *types.AttributeValueMemberB:
-			img[name] = aggregates.Attr{Type: "B"}
-		case *types.AttributeValueMemberSS:
-			img[name] = aggregates.Attr{Type: "SS"}
-		case *types.AttributeValueMemberNS:
-			img[name] = aggregates.Attr{Type: "NS"}
-		case *types.AttributeValueMemberBS:
-			img[name] = aggregates.Attr{Type: "BS"}
-		case *types.AttributeValueMemberNULL:
-			img[name] = aggregates.Attr{Type: "NULL"}
+		case *types.AttributeValueMemberM, *types.AttributeValueMemberL, *types.AttributeValueMemberB,
+			*types.AttributeValueMemberSS, *types.AttributeValueMemberNS, *types.AttributeValueMemberBS,
+			*types.AttributeValueMemberNULL:
+			// The member type's name ends in its tag.
+			img[name] = aggregates.Attr{Type: strings.TrimPrefix(fmt.Sprintf("%T", v), "*types.AttributeValueMember")}
 		default:
 			img[name] = aggregates.Attr{Type: "?"}
 		}
