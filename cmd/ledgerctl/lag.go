@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -235,7 +234,7 @@ func readPending(ctx context.Context, streams lagStreams, arn string, r *shardLa
 			r.Pending++
 			pr := processor.FromStream(rec, arn)
 			pk, _ := table.String(pr.Keys, table.AttrPK)
-			if !strings.HasSuffix(pk, "#TRANSACTION") || !aggregates.IsTransactionKey(pk) {
+			if !aggregates.IsTransactionKey(pk) {
 				continue
 			}
 			r.PendingTxns++
