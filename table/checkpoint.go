@@ -20,8 +20,9 @@ import (
 // changes it — the claims inside commit transactions (ClaimRun, ClaimGroup:
 // processor.ShardGuard), and the moves outside them (AdvanceCheckpoint,
 // MarkCheckpointStart: the poller) — plus the read-only listing of a
-// stream's checkpoints and leases (ReadStreamState) for the poller, ledgerctl
-// lag and reconcile's in-flight check. Under its key it holds
+// stream's checkpoints and leases (ReadStreamState) for the poller and
+// ledgerctl lag; DecodeCheckpoint serves the guard and reconcile's
+// in-flight check. Under its key it holds
 //
 //	entityType       CHECKPOINT
 //	shardId          S
