@@ -4,10 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/ledger-dev/ledger/infra"
 	"io"
 	"log/slog"
 	"time"
+
+	ledgertable "github.com/ledger-dev/ledger/table"
 
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 
@@ -176,12 +177,12 @@ func writeSynchronously(ctx context.Context, t target, ops []Op) (consumed, erro
 		}
 		var before, after int
 		if op.Old != nil {
-			before = infra.ItemSize(stamped(op.Old, time.Now()))
+			before = ledgertable.ItemSize(stamped(op.Old, time.Now()))
 		}
 		if op.New != nil {
-			after = infra.ItemSize(stamped(op.New, time.Now()))
+			after = ledgertable.ItemSize(stamped(op.New, time.Now()))
 		}
-		c.baseline += infra.WriteUnits(before, after)
+		c.baseline += ledgertable.WriteUnits(before, after)
 	}
 	c.took = time.Since(start)
 	c.delivered = len(ops) + c.redelivered

@@ -21,6 +21,7 @@ import (
 	"github.com/ledger-dev/ledger/aggregates"
 	"github.com/ledger-dev/ledger/infra"
 	"github.com/ledger-dev/ledger/infra/ddblocal"
+	ledgertable "github.com/ledger-dev/ledger/table"
 )
 
 // MemoryResult is the poller binary draining a large backlog.
@@ -80,7 +81,7 @@ func (r *runner) memory(ctx context.Context) (*MemoryResult, error) {
 	}
 	db := dynamodb.NewFromConfig(cfg)
 	const table = "backlog"
-	if _, err := infra.CreateTable(ctx, db, table); err != nil {
+	if _, err := ledgertable.CreateTable(ctx, db, table); err != nil {
 		return nil, err
 	}
 	r.logf("memory: writing a backlog of %d inserts", r.cfg.Backlog)
@@ -133,7 +134,7 @@ func (r *runner) memory(ctx context.Context) (*MemoryResult, error) {
 	r.logf("    drained in %s, peak RSS %d MiB (%d MiB while applying the backlog); checking the reports",
 		res.DrainTook.Round(time.Second), res.PeakRSS>>20, res.BacklogRSS>>20)
 	for _, k := range want.Keys() {
-		sr, err := infra.ReadReport(ctx, db, table, k, true)
+		sr, err := ledgertable.ReadReport(ctx, db, table, k, true)
 		if err != nil {
 			return nil, err
 		}

@@ -4,13 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/ledger-dev/ledger/infra"
 	"maps"
 	"slices"
 	"sort"
 	"strings"
 	"sync"
 	"time"
+
+	ledgertable "github.com/ledger-dev/ledger/table"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
@@ -124,14 +125,14 @@ type write struct {
 }
 
 func (w write) units() int {
-	n := infra.WriteUnits(sizeOf(w.old), sizeOf(w.new))
+	n := ledgertable.WriteUnits(sizeOf(w.old), sizeOf(w.new))
 	// A global secondary index (projection ALL) is written too when the
 	// item carries its key before or after.
 	for _, gsi := range []string{"GSI1PK", "GSI2PK"} {
 		_, inOld := w.old[gsi]
 		_, inNew := w.new[gsi]
 		if inOld || inNew {
-			n += infra.WriteUnits(sizeOf(w.old), sizeOf(w.new))
+			n += ledgertable.WriteUnits(sizeOf(w.old), sizeOf(w.new))
 		}
 	}
 	return n
@@ -141,7 +142,7 @@ func sizeOf(item map[string]ddbtypes.AttributeValue) int {
 	if item == nil {
 		return 0
 	}
-	return infra.ItemSize(item)
+	return ledgertable.ItemSize(item)
 }
 
 func (m *Meter) plan(table string, key map[string]ddbtypes.AttributeValue) write {
@@ -375,8 +376,8 @@ func (m *Meter) Check(ctx context.Context, table string) error {
 		switch {
 		case !ok:
 			bad = append(bad, fmt.Sprintf("%s/%s: in the meter, not in the table", k.pk, k.sk))
-		case infra.ItemSize(got) != infra.ItemSize(item):
-			bad = append(bad, fmt.Sprintf("%s/%s: %d bytes in the table, %d in the meter", k.pk, k.sk, infra.ItemSize(got), infra.ItemSize(item)))
+		case ledgertable.ItemSize(got) != ledgertable.ItemSize(item):
+			bad = append(bad, fmt.Sprintf("%s/%s: %d bytes in the table, %d in the meter", k.pk, k.sk, ledgertable.ItemSize(got), ledgertable.ItemSize(item)))
 		}
 	}
 	if len(bad) == 0 {

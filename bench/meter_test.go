@@ -3,9 +3,10 @@ package bench
 import (
 	"context"
 	"fmt"
-	"github.com/ledger-dev/ledger/infra"
 	"strings"
 	"testing"
+
+	ledgertable "github.com/ledger-dev/ledger/table"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
@@ -28,10 +29,10 @@ func mapAV(kv ...any) *ddbtypes.AttributeValueMemberM {
 }
 
 func TestWriteUnits_OnePerStartedKilobyteOfTheLarger(t *testing.T) {
-	assert.Equal(t, 1, infra.WriteUnits(0, 0))
-	assert.Equal(t, 1, infra.WriteUnits(0, 1024))
-	assert.Equal(t, 2, infra.WriteUnits(1025, 10))
-	assert.Equal(t, 3, infra.WriteUnits(2049, 3072))
+	assert.Equal(t, 1, ledgertable.WriteUnits(0, 0))
+	assert.Equal(t, 1, ledgertable.WriteUnits(0, 1024))
+	assert.Equal(t, 2, ledgertable.WriteUnits(1025, 10))
+	assert.Equal(t, 3, ledgertable.WriteUnits(2049, 3072))
 }
 
 // Every shape of attribute the approaches write, sized by ItemSize, padded
@@ -57,11 +58,11 @@ func TestItemSize_MatchesDynamoDBLocal(t *testing.T) {
 				for k, v := range attrs {
 					item[k] = v
 				}
-				item["f"] = sAV(strings.Repeat("a", target-infra.ItemSize(item)))
-				require.Equal(t, target, infra.ItemSize(item))
+				item["f"] = sAV(strings.Repeat("a", target-ledgertable.ItemSize(item)))
+				require.Equal(t, target, ledgertable.ItemSize(item))
 				out, err := db.PutItem(ctx, &dynamodb.PutItemInput{TableName: &table, Item: item, ReturnConsumedCapacity: ddbtypes.ReturnConsumedCapacityTotal})
 				require.NoError(t, err)
-				assert.Equal(t, float64(infra.WriteUnits(0, target)), aws.ToFloat64(out.ConsumedCapacity.CapacityUnits), "%d bytes", target)
+				assert.Equal(t, float64(ledgertable.WriteUnits(0, target)), aws.ToFloat64(out.ConsumedCapacity.CapacityUnits), "%d bytes", target)
 			}
 		})
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/ledger-dev/ledger/infra/ddblocal"
 	"github.com/ledger-dev/ledger/processor"
 	"github.com/ledger-dev/ledger/processor/poller"
+	ledgertable "github.com/ledger-dev/ledger/table"
 )
 
 // WorkloadRun is a workload and how many changes of it a run writes.
@@ -150,8 +151,8 @@ func itemSizes(ctx context.Context, db *dynamodb.Client, table string) (*ItemSiz
 			return nil, err
 		}
 		for _, item := range page.Items {
-			pk, _ := item[infra.AttrPK].(*ddbtypes.AttributeValueMemberS)
-			sk, _ := item[infra.AttrSK].(*ddbtypes.AttributeValueMemberS)
+			pk, _ := item[ledgertable.AttrPK].(*ddbtypes.AttributeValueMemberS)
+			sk, _ := item[ledgertable.AttrSK].(*ddbtypes.AttributeValueMemberS)
 			if pk == nil || sk == nil {
 				continue
 			}
@@ -162,7 +163,7 @@ func itemSizes(ctx context.Context, db *dynamodb.Client, table string) (*ItemSiz
 			switch ref.Kind {
 			case aggregates.ReportHeader:
 				out.ReportItems++
-				sizes = append(sizes, infra.ItemSize(item))
+				sizes = append(sizes, ledgertable.ItemSize(item))
 			case aggregates.ReportEntry:
 				out.EntryItems++
 			}
@@ -335,7 +336,7 @@ func (r *runner) instance(ctx context.Context, tables ...string) (*dynamodb.Clie
 		if r.tables[in.Endpoint+"/"+t] {
 			continue
 		}
-		if _, err := infra.CreateTable(ctx, db, t); err != nil {
+		if _, err := ledgertable.CreateTable(ctx, db, t); err != nil {
 			stop()
 			return nil, nil, nil, err
 		}

@@ -11,7 +11,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/ledger-dev/ledger/infra"
+	ledgertable "github.com/ledger-dev/ledger/table"
 )
 
 func TestWorkloads_HaveTheIssuesShape(t *testing.T) {
@@ -100,7 +100,7 @@ func TestQuick_RunsEveryMeasurement(t *testing.T) {
 		}
 		if r.Approach == LedgerPoller || r.Approach == LedgerLambda {
 			require.NotNil(t, r.Sizes, name)
-			assert.LessOrEqual(t, r.Sizes.Max, infra.MaxReportItemBytes, "%s: report items stay bounded", name)
+			assert.LessOrEqual(t, r.Sizes.Max, ledgertable.MaxReportItemBytes, "%s: report items stay bounded", name)
 			if r.Workload == "e" {
 				assert.Positive(t, r.Sizes.EntryItems, "%s: the yearly report's names spill to entry items", name)
 			}

@@ -1,11 +1,14 @@
+// Package infra holds what deploys and runs the ledger, not what it stores
+// (that is package table): the AWS client configuration every binary and
+// test shares (awsconfig.go), the CloudFormation/SAM template and its
+// dashboards, the reproducible Lambda zips (lambdazip) and the pinned
+// DynamoDB Local launcher (ddblocal).
 package infra
 
 import (
 	"context"
 	"fmt"
-	"net"
 	"net/http"
-	"net/url"
 	"os"
 	"time"
 
@@ -15,6 +18,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodbstreams"
+	"github.com/ledger-dev/ledger/table"
 )
 
 // MaxIdleConnsPerHost is the idle connection pool size per host of the HTTP
@@ -51,9 +55,8 @@ var endpointEnv = []string{"AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_DYNAMODB", "AWS
 //     region us-east-1 when no region is set either;
 //   - DynamoDB clients made from the config with NewFromConfig skip the
 //     response CRC32 check when their endpoint is local (http, localhost or
-//     a loopback address): DynamoDB Local's error responses fail it, and
-//     the SDK then logs "failed to close HTTP response body ... did not
-//     match expected checksum" on every error.
+//     a loopback address): DynamoDB Local's error responses fail it
+//     (table.LocalChecksums).
 //
 // opts are applied after these defaults and win over them. Errors come
 // from reading the configuration, never from the network.
@@ -84,10 +87,7 @@ func LoadConfig(ctx context.Context, opts ...func(*config.LoadOptions) error) (a
 	if err != nil {
 		return aws.Config{}, fmt.Errorf("load aws config: %w", err)
 	}
-	if cfg.BaseEndpoint != nil && IsLocalEndpoint(*cfg.BaseEndpoint) {
-		cfg.ResponseChecksumValidation = aws.ResponseChecksumValidationWhenRequired
-	}
-	cfg.ServiceOptions = append(cfg.ServiceOptions, skipChecksumLocally)
+	table.LocalChecksums(&cfg)
 	return cfg, nil
 }
 
@@ -174,25 +174,6 @@ func WrapTransport(cfg aws.Config, wrappers ...func(http.RoundTripper) http.Roun
 	return cfg, nil
 }
 
-// IsLocalEndpoint reports whether endpoint looks like a local DynamoDB
-// rather than AWS: plain http, localhost, or a loopback address. AWS
-// endpoints are always https.
-func IsLocalEndpoint(endpoint string) bool {
-	u, err := url.Parse(endpoint)
-	if err != nil {
-		return false
-	}
-	if u.Scheme == "http" {
-		return true
-	}
-	host := u.Hostname()
-	if host == "localhost" {
-		return true
-	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
-}
-
 // AttemptTimeout bounds one HTTP attempt of every AWS call: an answer that
 // never comes (a dead peer, a lost response on a kept-alive connection)
 // fails the attempt instead of holding the caller until the kernel gives up
@@ -210,16 +191,6 @@ func newHTTPClient() *awshttp.BuildableClient {
 
 func localCredentials() aws.CredentialsProvider {
 	return credentials.NewStaticCredentialsProvider(localAccessKeyID, localSecretKey, "")
-}
-
-// skipChecksumLocally is a service option: it turns off DynamoDB's response
-// CRC32 validation when the client's resolved endpoint is local. It runs
-// after the client resolved its endpoint, so service-specific endpoint
-// variables count.
-func skipChecksumLocally(_ string, so any) {
-	if o, ok := so.(*dynamodb.Options); ok && o.BaseEndpoint != nil && IsLocalEndpoint(*o.BaseEndpoint) {
-		o.DisableValidateResponseChecksum = true
-	}
 }
 
 func configuredEndpoint(given config.LoadOptions, env config.EnvConfig) bool {

@@ -149,21 +149,6 @@ func TestLoadConfig_ChecksumSkippedOnlyForLocalEndpoints(t *testing.T) {
 	}
 }
 
-func TestIsLocalEndpoint(t *testing.T) {
-	for url, want := range map[string]bool{
-		"http://127.0.0.1:8000":                                true,
-		"http://localhost:8000":                                true,
-		"https://localhost:8443":                               true,
-		"https://[::1]:8443":                                   true,
-		"http://dynamodb-local:8000":                           true,
-		"https://dynamodb.us-east-1.amazonaws.com":             false,
-		"https://vpce-1.dynamodb.eu-west-1.vpce.amazonaws.com": false,
-		"::not a url":                                          false,
-	} {
-		assert.Equal(t, want, infra.IsLocalEndpoint(url), url)
-	}
-}
-
 // tlsServer is an HTTPS server whose certificate only a client trusting
 // its own CA accepts; caBundle is that CA as a PEM file.
 func tlsServer(t *testing.T) (srv *httptest.Server, caBundle string) {

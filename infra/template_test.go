@@ -14,8 +14,8 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.yaml.in/yaml/v3"
 
-	"github.com/ledger-dev/ledger/infra"
 	"github.com/ledger-dev/ledger/processor"
+	"github.com/ledger-dev/ledger/table"
 	"github.com/ledger-dev/ledger/writer"
 )
 
@@ -119,7 +119,7 @@ func obj(v any) map[string]any {
 func TestTemplate_TableMatchesGoDefinition(t *testing.T) {
 	tpl := loadTemplate(t)
 	p := tpl.resource(t, "Table", "AWS::DynamoDB::Table")
-	want := infra.CreateTableInput("ledger")
+	want := table.CreateTableInput("ledger")
 
 	types := map[string]string{}
 	for _, d := range list(p["AttributeDefinitions"]) {
@@ -158,8 +158,8 @@ func TestTemplate_TableMatchesGoDefinition(t *testing.T) {
 	}
 	assert.Equal(t, wantGSIs, gsis, "global secondary indexes")
 
-	assert.Equal(t, string(infra.StreamViewType), obj(p["StreamSpecification"])["StreamViewType"])
-	assert.Equal(t, map[string]any{"AttributeName": infra.AttrExpiresAt, "Enabled": true}, p["TimeToLiveSpecification"])
+	assert.Equal(t, string(table.StreamViewType), obj(p["StreamSpecification"])["StreamViewType"])
+	assert.Equal(t, map[string]any{"AttributeName": table.AttrExpiresAt, "Enabled": true}, p["TimeToLiveSpecification"])
 	assert.Equal(t, map[string]any{"Ref": "BillingMode"}, p["BillingMode"])
 	assert.Equal(t, string(want.BillingMode), tpl.Parameters["BillingMode"]["Default"], "on demand by default, as CreateTable")
 	assert.Equal(t, true, obj(p["PointInTimeRecoverySpecification"])["PointInTimeRecoveryEnabled"])

@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/ledger-dev/ledger/aggregates"
+	"github.com/ledger-dev/ledger/table"
 )
 
 // change is a record as the commit sees it: the valid transactions on each
@@ -37,7 +38,7 @@ func (c *change) effective() bool { return !c.dup && (c.old != nil || c.new != n
 
 func classify(r *Record) change {
 	c := change{rec: r}
-	pk, hasPK := stringAttr(r.Keys, attrPK)
+	pk, hasPK := table.String(r.Keys, table.AttrPK)
 	if r.Keys != nil && (!hasPK || !aggregates.IsTransactionKey(pk)) {
 		return c // reports, markers, checkpoints, tenants, other tables' items: not ours to fold
 	}
@@ -72,12 +73,12 @@ func classify(r *Record) change {
 		return shape("event name %q, want INSERT, MODIFY or REMOVE", r.EventName)
 	}
 	if wantOld && r.OldImage != nil {
-		if tx, err := aggregates.ParseTransaction(toImage(r.OldImage)); err == nil {
+		if tx, err := table.ParseTransaction((r.OldImage)); err == nil {
 			c.old = &tx
 		}
 	}
 	if wantNew && r.NewImage != nil {
-		tx, err := aggregates.ParseTransaction(toImage(r.NewImage))
+		tx, err := table.ParseTransaction((r.NewImage))
 		if err == nil {
 			c.new = &tx
 		} else {

@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"slices"
 
 	"strconv"
 	"strings"
@@ -20,7 +19,7 @@ import (
 	"github.com/aws/smithy-go"
 
 	"github.com/ledger-dev/ledger/aggregates"
-	"github.com/ledger-dev/ledger/infra"
+	"github.com/ledger-dev/ledger/table"
 )
 
 // This file is the commit protocol: one TransactWriteItems per run, holding
@@ -183,7 +182,7 @@ func anyEffective(changes []change) bool {
 // new image (precise), else the stream's ApproximateCreationDateTime.
 func writeTime(c *change) time.Time {
 	if c.rec.NewImage != nil {
-		if s, ok := stringAttr(c.rec.NewImage, attrUpdatedAt); ok {
+		if s, ok := table.String(c.rec.NewImage, table.AttrUpdatedAt); ok {
 			if t, err := time.Parse(time.RFC3339Nano, s); err == nil {
 				return t
 			}
@@ -383,7 +382,7 @@ func (p *Processor) refusedParts(ctx context.Context, parts []part, shapes map[a
 	found := false
 	for i, ks := range itemKeys {
 		for _, k := range ks {
-			problems := infra.CheckReportItem(items[k])
+			problems := table.CheckReportItem(items[k])
 			if len(problems) == 0 {
 				continue
 			}
@@ -402,10 +401,9 @@ func (p *Processor) refusedParts(ctx context.Context, parts []part, shapes map[a
 
 // parkedPut is the write that parks part pt's delta (see commitTx).
 func (p *Processor) parkedPut(pt part, ref commitRef, why parking, now string) *ddbtypes.Put {
-	item := infra.ParkedItem(pt.key, ref.id, pt.delta, infra.ParkedInfo{
+	return table.PutParked(p.cfg.Table, table.ParkedItem(pt.key, ref.id, pt.delta, table.ParkedInfo{
 		Reason: why.reason, Detail: why.detail, From: ref.from, To: ref.to, ParkedAt: now,
-	})
-	return &ddbtypes.Put{TableName: &p.cfg.Table, Item: item, ConditionExpression: aws.String("attribute_not_exists(PK)")}
+	}))
 }
 
 // cancelled interprets a cancelled commit. The guard's reason comes first:
@@ -489,16 +487,6 @@ func (p *Processor) cancelled(g Guard, keys []aggregates.ReportKey, owner []int,
 	return true, nil
 }
 
-// Placeholders of report updates. Short names keep expressions far from
-// DynamoDB's 4 KB limit.
-var reportNames = map[string]string{
-	"#i": attrTotalIncome, "#x": attrTotalExpense, "#n": attrTransactionCount,
-	"#et": attrEntityType, "#pt": attrPeriodType, "#pv": attrPeriodValue, "#ua": attrUpdatedAt,
-	"#b0": aggregates.ByCategory.Attribute(), "#b1": aggregates.ByCostCenter.Attribute(), "#b2": aggregates.ByPaymentMethod.Attribute(),
-}
-
-const maxExpression = 4096
-
 // reportWrites are the updates of one part: the report item's, and one per
 // entry that goes to an entry item; inline names the entries added to the
 // report item's maps.
@@ -508,151 +496,10 @@ type reportWrites struct {
 }
 
 // reportWrites builds the additive updates of one part of a report's delta
-// (infra/reportitem.go has the layout). Totals use if_not_exists(x, 0) + d.
-// An entry the report item holds inline is incremented there; a new entry
-// goes inline while its map has room (a map the item lacks is set whole),
-// on condition that the map still has that room, and otherwise to its entry
-// item, incremented the same way. Which form is used follows the item's
-// known shape, and that shape is the update's condition, so a stale guess
-// cancels the transaction instead of corrupting the item.
+// against the report item's known shape (table.ReportUpdate has the rule).
 func (p *Processor) reportWrites(k aggregates.ReportKey, delta *aggregates.Report, sh *shape, now string) (reportWrites, error) {
-	var out reportWrites
-	names := make(map[string]string, len(reportNames)+8)
-	for n, a := range reportNames {
-		names[n] = a
-	}
-	values := map[string]ddbtypes.AttributeValue{
-		":z": intAV(0), ":et": strAV(aggregates.EntityReport), ":pt": strAV(string(k.Period.Type)),
-		":pv": strAV(k.Period.Value), ":ua": strAV(now),
-		":i": numberAV(delta.Income), ":x": numberAV(delta.Expense), ":n": intAV(delta.Count),
-	}
-	set := []string{
-		"#i = if_not_exists(#i, :z) + :i", "#x = if_not_exists(#x, :z) + :x", "#n = if_not_exists(#n, :z) + :n",
-		"#et = :et", "#pt = :pt", "#pv = :pv", "#ua = :ua",
-	}
-	var cond []string
-	nv := 0
-	value := func(v ddbtypes.AttributeValue) string {
-		nv++
-		name := ":v" + strconv.Itoa(nv)
-		values[name] = v
-		return name
-	}
-	ne := 0
-	for _, d := range aggregates.Dimensions {
-		var existing, added []string
-		for _, name := range slices.Sorted(maps.Keys(delta.Breakdowns[d])) {
-			switch {
-			case sh.entries[d][name]:
-				existing = append(existing, name)
-			case delta.Breakdowns[d][name].IsZero():
-				// A new entry of zero changes nothing.
-			default:
-				added = append(added, name)
-			}
-		}
-		room := infra.MaxInlineEntries - len(sh.entries[d])
-		if sh.present[d] && sh.entries[d] == nil {
-			room = 0 // not a map: nothing goes inline (the update is refused, and parked)
-		}
-		inline := added[:min(max(room, 0), len(added))]
-		for _, name := range added[len(inline):] {
-			out.updates = append(out.updates, p.entryUpdate(k, d, name, delta.Breakdowns[d][name]))
-		}
-		out.inline[d] = inline
-		b := "#b" + strconv.Itoa(int(d))
-		if !sh.present[d] {
-			if len(inline) > 0 {
-				m := &ddbtypes.AttributeValueMemberM{Value: map[string]ddbtypes.AttributeValue{}}
-				for _, name := range inline {
-					m.Value[name] = infra.TotalsAV(delta.Breakdowns[d][name])
-				}
-				set = append(set, b+" = "+value(m))
-				cond = append(cond, "attribute_not_exists("+b+")")
-			}
-			continue
-		}
-		for _, name := range existing {
-			t := delta.Breakdowns[d][name]
-			ne++
-			e := b + ".#k" + strconv.Itoa(ne)
-			names["#k"+strconv.Itoa(ne)] = name
-			cond = append(cond, "attribute_exists("+e+")")
-			for _, f := range []struct {
-				ph   string
-				zero bool
-				v    ddbtypes.AttributeValue
-			}{{"#i", t.Income.IsZero(), numberAV(t.Income)}, {"#x", t.Expense.IsZero(), numberAV(t.Expense)}, {"#n", t.Count == 0, intAV(t.Count)}} {
-				if f.zero {
-					continue
-				}
-				path := e + "." + f.ph
-				set = append(set, path+" = if_not_exists("+path+", :z) + "+value(f.v))
-			}
-		}
-		for _, name := range inline {
-			ne++
-			e := b + ".#k" + strconv.Itoa(ne)
-			names["#k"+strconv.Itoa(ne)] = name
-			set = append(set, e+" = "+value(infra.TotalsAV(delta.Breakdowns[d][name])))
-			cond = append(cond, "attribute_not_exists("+e+")")
-		}
-		if len(inline) > 0 {
-			// The map keeps at most MaxInlineEntries names: it must still
-			// have room for these (consumers never shrink it, so a stale
-			// shape can only have underestimated it).
-			cond = append(cond, "size("+b+") <= "+value(intAV(int64(infra.MaxInlineEntries-len(inline)))))
-		}
-		if sh.entries[d] != nil {
-			// A name goes to its entry item only while the map does not
-			// hold it: a name is in one place (a repair may have moved
-			// names inline since the shape was read).
-			for _, name := range added[len(inline):] {
-				ne++
-				names["#k"+strconv.Itoa(ne)] = name
-				cond = append(cond, "attribute_not_exists("+b+".#k"+strconv.Itoa(ne)+")")
-			}
-		}
-	}
-	u := &ddbtypes.Update{
-		TableName:                 &p.cfg.Table,
-		Key:                       keyAV(k.Key()),
-		UpdateExpression:          aws.String("SET " + strings.Join(set, ", ")),
-		ExpressionAttributeNames:  names,
-		ExpressionAttributeValues: values,
-	}
-	if len(cond) > 0 {
-		u.ConditionExpression = aws.String(strings.Join(cond, " AND "))
-	}
-	if len(*u.UpdateExpression) > maxExpression || len(aws.ToString(u.ConditionExpression)) > maxExpression {
-		return out, fmt.Errorf("report %s: update expression of %d bytes exceeds DynamoDB's limit", k, len(*u.UpdateExpression))
-	}
-	// Placeholders not used by this update must not be sent.
-	for n := range names {
-		if !strings.Contains(*u.UpdateExpression, n) && !strings.Contains(aws.ToString(u.ConditionExpression), n) {
-			delete(names, n)
-		}
-	}
-	out.updates = append([]*ddbtypes.Update{u}, out.updates...)
-	return out, nil
-}
-
-// entryUpdate is the additive update of the entry item of name in dimension
-// d of report k. It needs no condition: an entry's figures are the sum of
-// its inline entry and its entry item, wherever a name went.
-func (p *Processor) entryUpdate(k aggregates.ReportKey, d aggregates.Dimension, name string, t aggregates.Totals) *ddbtypes.Update {
-	return &ddbtypes.Update{
-		TableName:        &p.cfg.Table,
-		Key:              keyAV(k.EntryKey(d, name)),
-		UpdateExpression: aws.String("SET #i = if_not_exists(#i, :z) + :i, #x = if_not_exists(#x, :z) + :x, #n = if_not_exists(#n, :z) + :n, #et = :et"),
-		ExpressionAttributeNames: map[string]string{
-			"#i": attrTotalIncome, "#x": attrTotalExpense, "#n": attrTransactionCount, "#et": attrEntityType,
-		},
-		ExpressionAttributeValues: map[string]ddbtypes.AttributeValue{
-			":z": intAV(0), ":i": numberAV(t.Income), ":x": numberAV(t.Expense), ":n": intAV(t.Count),
-			":et": strAV(aggregates.EntityReportEntry),
-		},
-	}
+	w, err := table.ReportUpdate(p.cfg.Table, k, delta, table.ReportShape{Present: sh.present, Entries: sh.entries}, now)
+	return reportWrites{updates: w.Updates, inline: w.Inline}, err
 }
 
 // quarantine writes a quarantine item for every change that needs one. The
@@ -667,10 +514,7 @@ func (p *Processor) quarantine(ctx context.Context, changes []change) error {
 		item := p.quarantineItem(c, false)
 		err := p.retry(ctx, "PutItem", func(ctx context.Context) error {
 			p.metrics.WriteRequests.WithLabelValues("PutItem").Inc()
-			out, err := p.api.PutItem(ctx, &dynamodb.PutItemInput{
-				TableName: &p.cfg.Table, Item: item, ConditionExpression: aws.String("attribute_not_exists(PK)"),
-				ReturnConsumedCapacity: ddbtypes.ReturnConsumedCapacityTotal,
-			})
+			out, err := p.api.PutItem(ctx, table.PutQuarantine(p.cfg.Table, item))
 			if err == nil && out.ConsumedCapacity != nil {
 				p.metrics.WriteUnits.WithLabelValues("PutItem").Add(aws.ToFloat64(out.ConsumedCapacity.CapacityUnits))
 			}
@@ -678,7 +522,7 @@ func (p *Processor) quarantine(ctx context.Context, changes []change) error {
 			if errors.As(err, &ccf) {
 				return nil // quarantined by an earlier delivery
 			}
-			if err != nil && classifyErr(err) == classPermanent && !isTruncated(item) {
+			if err != nil && classifyErr(err) == classPermanent && !table.QuarantineTruncated(item) {
 				item = p.quarantineItem(c, true) // too large or unencodable: keep keys and reason
 				return errRetryTruncated
 			}
@@ -704,43 +548,26 @@ func (e *retryableError) RetryableError() bool { return true }
 // well under DynamoDB's 400 KB item limit (a MODIFY carries two images).
 const maxQuarantineRecord = 64 << 10
 
-func isTruncated(item map[string]ddbtypes.AttributeValue) bool {
-	_, ok := item["truncated"]
-	return ok
-}
-
 func (p *Processor) quarantineItem(c *change, truncate bool) map[string]ddbtypes.AttributeValue {
-	now := p.now().Format(time.RFC3339Nano)
 	r := c.rec
-	item := keyAV(aggregates.QuarantineKey(recordID(r)))
-	item[attrEntityType] = strAV(aggregates.EntityQuarantine)
-	item["GSI1PK"] = strAV(aggregates.QuarantineIndexPK)
-	item["GSI1SK"] = strAV(now + "#" + r.EventID)
-	item["eventID"] = strAV(r.EventID)
-	item["eventName"] = strAV(r.EventName)
-	item[attrSequenceNumber] = strAV(r.SequenceNumber)
-	item["streamArn"] = strAV(r.StreamARN)
-	item["reason"] = strAV(string(c.invalid.Reason))
-	item["detail"] = strAV(c.invalid.Error())
-	if c.invalid.Field != "" {
-		item["field"] = strAV(c.invalid.Field)
+	q := table.Quarantined{
+		ID: recordID(r), EventID: r.EventID, EventName: r.EventName, SequenceNumber: r.SequenceNumber, StreamARN: r.StreamARN,
+		Reason: string(c.invalid.Reason), Detail: c.invalid.Error(), Field: c.invalid.Field, At: p.now().Format(time.RFC3339Nano),
 	}
-	item["quarantinedAt"] = strAV(now)
 	raw, err := recordJSON(r)
 	if err != nil {
 		raw, truncate = fmt.Sprintf(`{"encodeError":%q}`, err.Error()), true
 	}
 	if truncate || len(raw) > maxQuarantineRecord {
-		item["truncated"] = &ddbtypes.AttributeValueMemberBOOL{Value: true}
-		item["recordBytes"] = intAV(int64(len(raw)))
+		q.Truncated, q.RecordBytes = true, len(raw)
 		keys, _ := json.Marshal(map[string]any{"eventID": r.EventID, "sequenceNumber": r.SequenceNumber})
 		if k, err := recordKeysJSON(r); err == nil {
 			keys = k
 		}
 		raw = string(keys)
 	}
-	item["record"] = strAV(raw)
-	return item
+	q.Record = raw
+	return table.QuarantineItem(q)
 }
 
 // recordID identifies a record for its quarantine item and run marker: its
@@ -781,7 +608,7 @@ func recordKeysJSON(r *Record) ([]byte, error) {
 func (p *Processor) getItem(ctx context.Context, k aggregates.Key) (map[string]ddbtypes.AttributeValue, error) {
 	var item map[string]ddbtypes.AttributeValue
 	err := p.retry(ctx, "GetItem", func(ctx context.Context) error {
-		out, err := p.api.GetItem(ctx, &dynamodb.GetItemInput{TableName: &p.cfg.Table, Key: keyAV(k), ConsistentRead: aws.Bool(true)})
+		out, err := p.api.GetItem(ctx, &dynamodb.GetItemInput{TableName: &p.cfg.Table, Key: table.Key(k), ConsistentRead: aws.Bool(true)})
 		if err != nil {
 			return err
 		}

@@ -15,6 +15,7 @@ import (
 	"github.com/ledger-dev/ledger/infra/ddblocal/ddbtest"
 	"github.com/ledger-dev/ledger/processor"
 	"github.com/ledger-dev/ledger/processor/processortest"
+	"github.com/ledger-dev/ledger/table"
 )
 
 func TestMain(m *testing.M) { ddbtest.Main(m) }
@@ -41,7 +42,7 @@ func newEnv(t testing.TB) *env {
 	e.streams = dynamodbstreams.NewFromConfig(ddbtest.Config(t))
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	info, err := infra.DescribeTable(ctx, e.ddb, e.table)
+	info, err := table.DescribeTable(ctx, e.ddb, e.table)
 	require.NoError(t, err)
 	e.streamARN = info.StreamARN
 	require.NotEmpty(t, e.streamARN)

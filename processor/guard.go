@@ -6,13 +6,12 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
-	"time"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	ddbtypes "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/ledger-dev/ledger/aggregates"
+	"github.com/ledger-dev/ledger/table"
 )
 
 // A Guard records a consumer's position in one ordered sequence of stream
@@ -38,6 +37,17 @@ type Guard interface {
 	// runID names the claim of run, uniquely per stream, for the deltas
 	// its commit parks.
 	runID(run []Record) string
+	// commit commits changes, which start right after the committed ones,
+	// and returns how many leading changes are done: in runs (commitRuns),
+	// or as one batch when the guard batches (commitBatch).
+	commit(ctx context.Context, changes []change, res *Result) (int, error)
+	// settle finishes the guard's work once every change is done.
+	settle(ctx context.Context) error
+	// ordered reports whether the records must come in sequence order.
+	ordered() bool
+	// position describes the guard's state as last read or written, so
+	// that progress made by another consumer is seen; "" when it has none.
+	position() string
 }
 
 // ErrGap is returned (wrapped) by a ShardGuard whose checkpoint is behind the
@@ -179,10 +189,14 @@ func (g *ShardGuard) load(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("read checkpoint %s: %w", g.key, err)
 	}
-	g.prev, _ = stringAttr(item, attrSequenceNumber)
+	cp, err := table.DecodeCheckpoint(g.shard, item)
+	if err != nil {
+		return fmt.Errorf("checkpoint %s: %w", g.key, err)
+	}
+	g.prev = cp.Seq
 	g.pending, g.abandoned = nil, nil
-	if to, ok := stringAttr(item, attrPendingTo); ok {
-		pb, err := parsePending(item, to)
+	if cp.Pending != nil {
+		pb, err := pendingOf(cp.Pending)
 		if err != nil {
 			return fmt.Errorf("checkpoint %s: %w", g.key, err)
 		}
@@ -192,32 +206,16 @@ func (g *ShardGuard) load(ctx context.Context) error {
 	return nil
 }
 
-func parsePending(item map[string]ddbtypes.AttributeValue, to string) (*pendingBatch, error) {
-	num := func(name string) (int, error) {
-		v, ok := item[name].(*ddbtypes.AttributeValueMemberN)
-		if !ok {
-			return 0, fmt.Errorf("pending batch without %s", name)
-		}
-		return strconv.Atoi(v.Value)
-	}
-	next, err := num(attrPendingNext)
+// pendingOf reads a checkpoint's pending batch with its plan.
+func pendingOf(b *table.PendingBatch) (*pendingBatch, error) {
+	plan, err := parseBatchPlan(b.Plan)
 	if err != nil {
 		return nil, err
 	}
-	groups, err := num(attrPendingGroups)
-	if err != nil {
+	if err := b.Valid(); err != nil {
 		return nil, err
 	}
-	s, _ := stringAttr(item, attrPendingPlan)
-	plan, err := parseBatchPlan(s)
-	if err != nil {
-		return nil, err
-	}
-	if next < 1 || next >= groups {
-		return nil, fmt.Errorf("pending batch at group %d of %d", next, groups)
-	}
-	digest, _ := stringAttr(item, attrPendingDigest)
-	return &pendingBatch{to: to, next: next, groups: groups, plan: plan, digest: digest}, nil
+	return &pendingBatch{to: b.To, next: b.Next, groups: b.Groups, plan: plan, digest: b.Digest}, nil
 }
 
 func (g *ShardGuard) committed(ctx context.Context, changes []change) (int, bool, error) {
@@ -263,6 +261,37 @@ func (g *ShardGuard) committed(ctx context.Context, changes []change) (int, bool
 	return n, false, nil
 }
 
+// commit commits in one batch while batching (CommitBatches), else in runs.
+func (g *ShardGuard) commit(ctx context.Context, changes []change, res *Result) (int, error) {
+	if g.batching() {
+		return g.p.commitBatch(ctx, g, changes, res)
+	}
+	if g.batches {
+		// A batching guard without a checkpoint: only the shard's first
+		// run is cut as a run (it creates the checkpoint); the records
+		// after it commit as a batch in Process's next turn.
+		changes = changes[:firstRunEnd(changes)]
+	}
+	return g.p.commitRuns(ctx, g, changes, res)
+}
+
+// settle clears an abandoned batch every record handed over belonged to,
+// or a shard with nothing after it (a closed one) stays pending. A taken
+// guard (someone else moved the checkpoint) is done too.
+func (g *ShardGuard) settle(ctx context.Context) error {
+	if g.abandoned == nil || !g.batching() {
+		return nil
+	}
+	if err := g.p.clearAbandoned(ctx, g); err != nil && !errors.Is(err, errGuardTaken) {
+		return fmt.Errorf("clear the abandoned batch: %w", err)
+	}
+	return nil
+}
+
+// ordered: the checkpoint drops a prefix by sequence number, so a record
+// after a higher one would be dropped with it.
+func (g *ShardGuard) ordered() bool { return true }
+
 // Pending reports whether the checkpoint, as last read or written, holds a
 // half-committed batch (which a drain must not leave behind).
 func (g *ShardGuard) Pending() bool { return g.pending != nil }
@@ -281,54 +310,11 @@ func (g *ShardGuard) position() string {
 // docs/exactly-once.md, "Batch commits"). Only called while batching, so
 // prev is set.
 func (g *ShardGuard) claimGroup(k, n int, to string, plan batchPlan, digest string) ddbtypes.TransactWriteItem {
-	names := map[string]string{
-		"#seq": attrSequenceNumber, "#et": attrEntityType, "#ua": attrUpdatedAt, "#shard": "shardId",
-		"#pt": attrPendingTo, "#pn": attrPendingNext, "#pg": attrPendingGroups, "#pp": attrPendingPlan, "#pd": attrPendingDigest,
+	c := table.GroupClaim{Shard: g.shard, K: k, N: n, Prev: g.prev, To: to, Plan: plan.String(), Digest: digest, Now: g.p.now()}
+	if a := g.abandoned; a != nil {
+		c.Abandoned = &table.PendingBatch{To: a.to, Next: a.next}
 	}
-	values := map[string]ddbtypes.AttributeValue{
-		":prev": strAV(g.prev), ":et": strAV(aggregates.EntityCheckpoint),
-		":now": strAV(g.p.now().Format(time.RFC3339Nano)), ":shard": strAV(g.shard),
-	}
-	set := "SET #et = :et, #ua = :now, #shard = :shard"
-	remove := ""
-	cond := "#seq = :prev"
-	if k == 0 {
-		if a := g.abandoned; a != nil {
-			cond += " AND #pt = :apt AND #pn = :apn"
-			values[":apt"], values[":apn"] = strAV(a.to), intAV(int64(a.next))
-		} else {
-			cond += " AND attribute_not_exists(#pt)"
-		}
-	} else {
-		cond += " AND #pt = :to AND #pn = :k AND #pd = :digest"
-		values[":to"], values[":k"], values[":digest"] = strAV(to), intAV(int64(k)), strAV(digest)
-	}
-	switch {
-	case k == n-1:
-		set += ", #seq = :last"
-		values[":last"] = strAV(to)
-		if k > 0 || g.abandoned != nil {
-			remove = " REMOVE #pt, #pn, #pg, #pp, #pd"
-		}
-	case k == 0:
-		set += ", #pt = :to, #pn = :next, #pg = :n, #pp = :plan, #pd = :digest"
-		values[":to"], values[":next"], values[":n"], values[":plan"] = strAV(to), intAV(1), intAV(int64(n)), strAV(plan.String())
-		values[":digest"] = strAV(digest)
-	default:
-		set += ", #pn = :next"
-		values[":next"] = intAV(int64(k + 1))
-	}
-	expr := set + remove
-	for ph := range names {
-		if !strings.Contains(expr, ph) && !strings.Contains(cond, ph) {
-			delete(names, ph)
-		}
-	}
-	return ddbtypes.TransactWriteItem{Update: &ddbtypes.Update{
-		TableName: &g.p.cfg.Table, Key: keyAV(g.key),
-		UpdateExpression: aws.String(expr), ConditionExpression: aws.String(cond),
-		ExpressionAttributeNames: names, ExpressionAttributeValues: values,
-	}}
+	return table.ClaimGroup(g.p.cfg.Table, g.key, c)
 }
 
 // clearAbandoned moves the checkpoint to the end of the abandoned batch,
@@ -355,29 +341,9 @@ func (g *ShardGuard) claimedGroup(k, n int, to string, plan batchPlan, digest st
 }
 
 func (g *ShardGuard) claim(run []Record) ddbtypes.TransactWriteItem {
-	last := lastSequence(run)
-	u := &ddbtypes.Update{
-		TableName:        &g.p.cfg.Table,
-		Key:              keyAV(g.key),
-		UpdateExpression: aws.String("SET #seq = :last, #et = :et, #ua = :now, #shard = :shard"),
-		ExpressionAttributeNames: map[string]string{
-			"#seq": attrSequenceNumber, "#et": attrEntityType, "#ua": attrUpdatedAt, "#shard": "shardId",
-		},
-		ExpressionAttributeValues: map[string]ddbtypes.AttributeValue{
-			":last": strAV(last), ":et": strAV(aggregates.EntityCheckpoint),
-			":now": strAV(g.p.now().Format(time.RFC3339Nano)), ":shard": strAV(g.shard),
-		},
-	}
 	// Never over a half-committed batch (a poller's, on the checkpoint the
 	// tumbling-window Lambda shares): only its own last group moves it.
-	u.ExpressionAttributeNames["#pt"] = attrPendingTo
-	if g.prev == "" {
-		u.ConditionExpression = aws.String("attribute_not_exists(#seq) AND attribute_not_exists(#pt)")
-	} else {
-		u.ConditionExpression = aws.String("#seq = :prev AND attribute_not_exists(#pt)")
-		u.ExpressionAttributeValues[":prev"] = strAV(g.prev)
-	}
-	return ddbtypes.TransactWriteItem{Update: u}
+	return table.ClaimRun(g.p.cfg.Table, g.key, g.shard, g.prev, lastSequence(run), g.p.now())
 }
 
 func (g *ShardGuard) claimed(run []Record) {
@@ -483,7 +449,7 @@ func (g *MarkerGuard) firstMarker(ctx context.Context, changes []change) (int, s
 	for i := range changes {
 		keys[i] = aggregates.RunMarkerKey(recordID(changes[i].rec))
 	}
-	items, err := g.p.batchGet(ctx, keys, attrSequenceNumber)
+	items, err := g.p.batchGet(ctx, keys, table.AttrSequenceNumber)
 	if err != nil {
 		return -1, "", fmt.Errorf("read run markers: %w", err)
 	}
@@ -492,9 +458,9 @@ func (g *MarkerGuard) firstMarker(ctx context.Context, changes []change) (int, s
 		if !ok {
 			continue
 		}
-		last, ok := stringAttr(item, attrSequenceNumber)
+		last, ok := table.RunMarkerEnd(item)
 		if !ok {
-			return -1, "", fmt.Errorf("run marker %s has no %s", k, attrSequenceNumber)
+			return -1, "", fmt.Errorf("run marker %s has no %s", k, table.AttrSequenceNumber)
 		}
 		return i, last, nil
 	}
@@ -502,28 +468,24 @@ func (g *MarkerGuard) firstMarker(ctx context.Context, changes []change) (int, s
 }
 
 func (g *MarkerGuard) claim(run []Record) ddbtypes.TransactWriteItem {
-	item := g.p.markerItem(recordID(&run[0]), lastSequence(run), len(run))
-	return ddbtypes.TransactWriteItem{Put: &ddbtypes.Put{
-		TableName:           &g.p.cfg.Table,
-		Item:                item,
-		ConditionExpression: aws.String("attribute_not_exists(PK)"),
-	}}
+	return table.ClaimRunMarker(g.p.cfg.Table, g.p.markerItem(recordID(&run[0]), lastSequence(run), len(run)))
 }
 
 func (g *MarkerGuard) claimed([]Record) {}
+
+func (g *MarkerGuard) commit(ctx context.Context, changes []change, res *Result) (int, error) {
+	return g.p.commitRuns(ctx, g, changes, res)
+}
+
+func (g *MarkerGuard) settle(context.Context) error { return nil }
+func (g *MarkerGuard) ordered() bool                { return false }
+func (g *MarkerGuard) position() string             { return "" }
 
 func (g *MarkerGuard) runID(run []Record) string { return "run~" + recordID(&run[0]) }
 func (g *MarkerGuard) reset()                    {}
 
 func (p *Processor) markerItem(eventID, lastSeq string, count int) map[string]ddbtypes.AttributeValue {
-	now := p.now()
-	item := keyAV(aggregates.RunMarkerKey(eventID))
-	item[attrEntityType] = strAV(aggregates.EntityRunMarker)
-	item[attrSequenceNumber] = strAV(lastSeq)
-	item["recordCount"] = intAV(int64(count))
-	item[attrUpdatedAt] = strAV(now.Format(time.RFC3339Nano))
-	item[attrExpiresAt] = &ddbtypes.AttributeValueMemberN{Value: strconv.FormatInt(now.Add(p.cfg.MarkerTTL).Unix(), 10)}
-	return item
+	return table.RunMarkerItem(eventID, lastSeq, count, p.now(), p.cfg.MarkerTTL)
 }
 
 // putMarker writes an alias marker (count 0) outside a commit; it claims no

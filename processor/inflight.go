@@ -6,14 +6,16 @@ import (
 	"fmt"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
-	ddbtypes "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodbstreams"
 	streamtypes "github.com/aws/aws-sdk-go-v2/service/dynamodbstreams/types"
 
 	"github.com/ledger-dev/ledger/aggregates"
+	"github.com/ledger-dev/ledger/table"
 )
 
-// StreamReader is the part of the DynamoDB Streams API InFlight uses.
+// StreamReader is the part of the DynamoDB Streams API InFlight uses, and
+// every other reader of the stream (the poller's Streams, processortest's
+// ReadAll, ledgerctl lag): DescribeStream, GetShardIterator, GetRecords.
 type StreamReader interface {
 	DescribeStream(ctx context.Context, in *dynamodbstreams.DescribeStreamInput, opts ...func(*dynamodbstreams.Options)) (*dynamodbstreams.DescribeStreamOutput, error)
 	GetShardIterator(ctx context.Context, in *dynamodbstreams.GetShardIteratorInput, opts ...func(*dynamodbstreams.Options)) (*dynamodbstreams.GetShardIteratorOutput, error)
@@ -69,11 +71,12 @@ func (p *Processor) InFlight(ctx context.Context, streams StreamReader, streamAR
 		if err != nil {
 			return res, fmt.Errorf("in flight: checkpoint of %s: %w", id, err)
 		}
-		cp, _ := stringAttr(item, attrSequenceNumber)
-		if f, ok := item[attrShardFinished].(*ddbtypes.AttributeValueMemberBOOL); ok && f.Value {
+		c, _ := table.DecodeCheckpoint(id, item)
+		cp := c.Seq
+		if c.Finished {
 			continue // closed and read to its end
 		}
-		if _, ok := item[attrStartAt]; ok && cp == "" {
+		if c.StartAt != "" && cp == "" {
 			res.Unpositioned = append(res.Unpositioned, id)
 			continue
 		}
@@ -176,12 +179,12 @@ func (p *Processor) coveredByMarkers(ctx context.Context, recs []Record) ([]bool
 	markers := map[aggregates.Key]string{}
 	for len(keys) > 0 {
 		n := min(len(keys), 100)
-		items, err := p.batchGet(ctx, keys[:n], attrSequenceNumber)
+		items, err := p.batchGet(ctx, keys[:n], table.AttrSequenceNumber)
 		if err != nil {
 			return nil, err
 		}
 		for k, item := range items {
-			markers[k], _ = stringAttr(item, attrSequenceNumber)
+			markers[k], _ = table.RunMarkerEnd(item)
 		}
 		keys = keys[n:]
 	}

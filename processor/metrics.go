@@ -5,9 +5,12 @@ import (
 )
 
 // Metric names and labels are part of ledger's interface: dashboards and
-// alarms depend on them. They are all defined here and documented in the
-// README's metrics table; the Lambda derives its Embedded Metric Format lines
-// from the same collectors.
+// alarms depend on them. This file defines the stream consumers' metrics,
+// shared by the Lambda and the poller; the Lambda derives its Embedded
+// Metric Format lines from the same collectors. The poller's own metrics
+// (leases, lag) are in processor/poller/metrics.go, the writer's in
+// writer/metrics.go (and its secret reads in cmd/writer). All are documented
+// in the README's metrics table.
 const namespace = "ledger"
 
 // Label values of ledger_records_total{outcome}.

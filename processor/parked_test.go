@@ -16,9 +16,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ledger-dev/ledger/aggregates"
-	"github.com/ledger-dev/ledger/infra"
 	"github.com/ledger-dev/ledger/processor"
 	"github.com/ledger-dev/ledger/processor/processortest"
+	"github.com/ledger-dev/ledger/table"
 )
 
 func sAV(v string) ddbtypes.AttributeValue { return &ddbtypes.AttributeValueMemberS{Value: v} }
@@ -59,11 +59,11 @@ func TestCommit_RefusedReportItemsAreParkedOnceAndTheRestCommits(t *testing.T) {
 			ctx := context.Background()
 			e := newEnv(t)
 			// Damage first (their stream records are not transactions).
-			typed := infra.EncodeReport
+			typed := table.EncodeReport
 			bad, _ := typed(reportKey("typo", aggregates.Daily, "2024-01-02"), &aggregates.Report{}, "x")
-			bad[infra.AttrTotalIncome] = sAV("12")
+			bad[table.AttrTotalIncome] = sAV("12")
 			big, _ := typed(reportKey("big", aggregates.Yearly, "2024"), &aggregates.Report{}, "x")
-			big["pad"] = sAV(strings.Repeat("p", 400*1024-infra.ItemSize(big)-16))
+			big["pad"] = sAV(strings.Repeat("p", 400*1024-table.ItemSize(big)-16))
 			for _, it := range []map[string]ddbtypes.AttributeValue{bad, big} {
 				_, err := e.ddb.PutItem(ctx, &dynamodb.PutItemInput{TableName: &e.table, Item: it})
 				require.NoError(t, err)
@@ -73,8 +73,8 @@ func TestCommit_RefusedReportItemsAreParkedOnceAndTheRestCommits(t *testing.T) {
 				putTxn(t, e, "big", "2024-01-03", fmt.Sprint("b", i), "10", "rent", "")
 				putTxn(t, e, "good", "2024-01-02", fmt.Sprint("c", i), "10", "rent", "ops")
 			}
-			for i := range 3 * infra.MaxInlineEntries {
-				putTxn(t, e, "wide", "2024-02-01", fmt.Sprint("w", i), "1", fmt.Sprintf("c-%03d", i%(infra.MaxInlineEntries+7)), fmt.Sprintf("cost centre %03d", i))
+			for i := range 3 * table.MaxInlineEntries {
+				putTxn(t, e, "wide", "2024-02-01", fmt.Sprint("w", i), "1", fmt.Sprintf("c-%03d", i%(table.MaxInlineEntries+7)), fmt.Sprintf("cost centre %03d", i))
 			}
 			shard, recs := e.records(t)
 
@@ -117,14 +117,14 @@ func TestCommit_RefusedReportItemsAreParkedOnceAndTheRestCommits(t *testing.T) {
 
 			// The wide branch's report item stays bounded: names past the
 			// inline limit are entry items.
-			wide, err := infra.ReadReport(ctx, e.ddb, e.table, reportKey("wide", aggregates.Yearly, "2024"), true)
+			wide, err := table.ReadReport(ctx, e.ddb, e.table, reportKey("wide", aggregates.Yearly, "2024"), true)
 			require.NoError(t, err)
 			assert.NotEmpty(t, wide.Entries)
-			assert.LessOrEqual(t, len(wide.Item[aggregates.ByCostCenter.Attribute()].(*ddbtypes.AttributeValueMemberM).Value), infra.MaxInlineEntries)
+			assert.LessOrEqual(t, len(wide.Item[aggregates.ByCostCenter.Attribute()].(*ddbtypes.AttributeValueMemberM).Value), table.MaxInlineEntries)
 			got, problems := wide.Decode()
 			require.Empty(t, problems)
-			assert.Len(t, got.Breakdowns[aggregates.ByCostCenter], 3*infra.MaxInlineEntries)
-			assert.Equal(t, int64(3*infra.MaxInlineEntries), got.Count)
+			assert.Len(t, got.Breakdowns[aggregates.ByCostCenter], 3*table.MaxInlineEntries)
+			assert.Equal(t, int64(3*table.MaxInlineEntries), got.Count)
 
 			diffs, _, err := processor.Reconcile(ctx, e.ddb, e.table, processor.Scope{})
 			require.NoError(t, err)

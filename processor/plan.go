@@ -30,7 +30,7 @@ type part struct {
 // breakdown entries, the totals in part 0; the parts of each part index, in
 // key order, cut into groups of at most plan.items writes. A part counts as
 // one write for its report item and one for each of its entries (each may
-// have to go to an entry item: infra/reportitem.go), so a group fits one
+// have to go to an entry item: table/report.go), so a group fits one
 // TransactWriteItems whatever the report items hold. A group never holds
 // two parts of one report. It depends on nothing but the fold and the plan,
 // so whoever resumes a half-committed batch gets the same groups.

@@ -36,7 +36,7 @@ type Config struct {
 	// MaxItemsPerRun bounds the items one commit transaction writes besides
 	// its guard (default and maximum 99: TransactWriteItems takes 100
 	// actions). Runs and batch groups are planned counting every entry of a
-	// report's delta as a possible entry item (infra/reportitem.go).
+	// report's delta as a possible entry item (table/report.go).
 	MaxItemsPerRun int
 	// MaxEntriesPerItem bounds the breakdown entries one report update
 	// changes, keeping its expressions under DynamoDB's 4 KB limit (default
@@ -172,17 +172,16 @@ func (p *Processor) Process(ctx context.Context, g Guard, recs []Record) (Result
 
 	done := 0   // records before done are finished
 	stalls := 0 // guard conflicts in a row that skipped nothing
-	pos := ""   // a ShardGuard's position: progress of a batch another consumer commits too
-	sg, _ := g.(*ShardGuard)
-	if i := outOfOrder(changes); sg != nil && i >= 0 {
+	pos := ""   // the guard's position: progress of a batch another consumer commits too
+	if i := outOfOrder(changes); g.ordered() && i >= 0 {
 		// The checkpoint drops a prefix by sequence number: a record after a
 		// higher one would be dropped with it, never applied. Callers sort.
 		return fail(0, fmt.Errorf("record %d (sequence %s) is out of order: a shard's records must be handed over in sequence order", i, recs[i].SequenceNumber))
 	}
 	for done < len(recs) {
 		n, redeliver, err := g.committed(ctx, changes[done:])
-		if sg != nil && err == nil {
-			if now := sg.position(); now != pos {
+		if err == nil {
+			if now := g.position(); now != pos {
 				pos, stalls = now, 0
 			}
 		}
@@ -200,29 +199,12 @@ func (p *Processor) Process(ctx context.Context, g Guard, recs []Record) (Result
 			return res, nil
 		}
 		if done == len(recs) {
-			if sg != nil && sg.abandoned != nil && sg.batching() {
-				// Every record was of the abandoned batch: clear it now, or a
-				// shard with nothing after it (a closed one) stays pending.
-				// A taken guard: someone else moved the checkpoint; done too.
-				if err := p.clearAbandoned(ctx, sg); err != nil && !errors.Is(err, errGuardTaken) {
-					return fail(done, fmt.Errorf("clear the abandoned batch: %w", err))
-				}
+			if err := g.settle(ctx); err != nil {
+				return fail(done, err)
 			}
 			break
 		}
-		var advanced int
-		if sg != nil && sg.batching() {
-			advanced, err = p.commitBatch(ctx, sg, changes[done:], &res)
-		} else {
-			runs := changes[done:]
-			if sg != nil && sg.batches {
-				// A batching guard without a checkpoint: only the shard's
-				// first run is cut as a run (it creates the checkpoint),
-				// the records after it commit as a batch in the next turn.
-				runs = runs[:firstRunEnd(runs)]
-			}
-			advanced, err = p.commitRuns(ctx, g, runs, &res)
-		}
+		advanced, err := g.commit(ctx, changes[done:], &res)
 		done += advanced
 		if errors.Is(err, errGuardTaken) {
 			// Someone committed part of what we hold: re-read the guard. A

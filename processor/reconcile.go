@@ -17,7 +17,7 @@ import (
 	ddbtypes "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/ledger-dev/ledger/aggregates"
-	"github.com/ledger-dev/ledger/infra"
+	"github.com/ledger-dev/ledger/table"
 )
 
 // ReconcileAPI is the part of the DynamoDB API reconcile uses.
@@ -50,7 +50,7 @@ type Difference struct {
 	Stray *aggregates.Key
 	// stored is what was read; seen the report item's updatedAt as read,
 	// the repair's condition.
-	stored *infra.StoredReport
+	stored *table.StoredReport
 	seen   ddbtypes.AttributeValue
 }
 
@@ -95,8 +95,8 @@ type ReconcileProgress struct {
 // difference like any other. It only reads, with consistent reads; while
 // consumers run, a difference can be a change still in flight (read again
 // after the stream lag has passed to confirm it).
-func Reconcile(ctx context.Context, api ReconcileAPI, table string, scope Scope) ([]Difference, ReconcileStats, error) {
-	return ReconcileWith(ctx, api, table, scope, ReconcileOptions{})
+func Reconcile(ctx context.Context, api ReconcileAPI, tableName string, scope Scope) ([]Difference, ReconcileStats, error) {
+	return ReconcileWith(ctx, api, tableName, scope, ReconcileOptions{})
 }
 
 // ReconcileWith is Reconcile with options. The whole table is read in two
@@ -105,7 +105,7 @@ func Reconcile(ctx context.Context, api ReconcileAPI, table string, scope Scope)
 // reconciled Parallel at a time, each from one Query of its transactions
 // and one of its reports, and forgotten. Memory is bounded by the number of
 // branches and Parallel branches' reports, whatever the table's size.
-func ReconcileWith(ctx context.Context, api ReconcileAPI, table string, scope Scope, opts ReconcileOptions) ([]Difference, ReconcileStats, error) {
+func ReconcileWith(ctx context.Context, api ReconcileAPI, tableName string, scope Scope, opts ReconcileOptions) ([]Difference, ReconcileStats, error) {
 	if opts.Parallel <= 0 {
 		opts.Parallel = 4
 	}
@@ -128,10 +128,10 @@ func ReconcileWith(ctx context.Context, api ReconcileAPI, table string, scope Sc
 	default:
 		report(func(p *ReconcileProgress) { p.Scanning = true })
 		var err error
-		if branches, err = scanBranches(ctx, api, table, opts.Parallel, func(n int) {
+		if branches, err = scanBranches(ctx, api, tableName, opts.Parallel, func(n int) {
 			report(func(p *ReconcileProgress) { p.Scanned += n })
 		}); err != nil {
-			return nil, ReconcileStats{}, fmt.Errorf("reconcile %s: %w", table, err)
+			return nil, ReconcileStats{}, fmt.Errorf("reconcile %s: %w", tableName, err)
 		}
 	}
 	report(func(p *ReconcileProgress) { p.Scanning, p.Branches = false, len(branches) })
@@ -148,7 +148,7 @@ func ReconcileWith(ctx context.Context, api ReconcileAPI, table string, scope Sc
 		go func() {
 			defer wg.Done()
 			for b := range work {
-				d, st, err := reconcileBranch(ctx, api, table, b)
+				d, st, err := reconcileBranch(ctx, api, tableName, b)
 				if err != nil {
 					errc <- err
 					cancel()
@@ -179,10 +179,10 @@ feed:
 	wg.Wait()
 	close(errc)
 	if err := <-errc; err != nil {
-		return nil, stats, fmt.Errorf("reconcile %s: %w", table, err)
+		return nil, stats, fmt.Errorf("reconcile %s: %w", tableName, err)
 	}
 	if err := ctx.Err(); err != nil {
-		return nil, stats, fmt.Errorf("reconcile %s: %w", table, err)
+		return nil, stats, fmt.Errorf("reconcile %s: %w", tableName, err)
 	}
 	sort.Slice(diffs, func(i, j int) bool {
 		a, b := diffs[i].key(), diffs[j].key()
@@ -194,7 +194,7 @@ feed:
 // scanBranches finds every branch that has transactions or report items:
 // a parallel Scan of the keys only (segments segments), keeping the set of
 // branch ids.
-func scanBranches(ctx context.Context, api ReconcileAPI, table string, segments int, scanned func(int)) ([]Scope, error) {
+func scanBranches(ctx context.Context, api ReconcileAPI, tableName string, segments int, scanned func(int)) ([]Scope, error) {
 	var mu sync.Mutex
 	found := map[Scope]bool{}
 	errc := make(chan error, segments)
@@ -204,14 +204,14 @@ func scanBranches(ctx context.Context, api ReconcileAPI, table string, segments 
 		go func() {
 			defer wg.Done()
 			in := &dynamodb.ScanInput{
-				TableName:                 &table,
+				TableName:                 &tableName,
 				ConsistentRead:            aws.Bool(true),
 				Segment:                   aws.Int32(int32(seg)),
 				TotalSegments:             aws.Int32(int32(segments)),
 				ProjectionExpression:      aws.String("#pk"),
 				FilterExpression:          aws.String("begins_with(#pk, :t)"),
-				ExpressionAttributeNames:  map[string]string{"#pk": attrPK},
-				ExpressionAttributeValues: map[string]ddbtypes.AttributeValue{":t": strAV(aggregates.TenantPrefix)},
+				ExpressionAttributeNames:  map[string]string{"#pk": table.AttrPK},
+				ExpressionAttributeValues: map[string]ddbtypes.AttributeValue{":t": table.S(aggregates.TenantPrefix)},
 			}
 			p := dynamodb.NewScanPaginator(api, in)
 			for p.HasMorePages() {
@@ -222,7 +222,7 @@ func scanBranches(ctx context.Context, api ReconcileAPI, table string, segments 
 				}
 				mu.Lock()
 				for _, item := range out.Items {
-					pk, _ := stringAttr(item, attrPK)
+					pk, _ := table.String(item, table.AttrPK)
 					if t, b, ok := aggregates.ParseTransactionPK(pk); ok {
 						found[Scope{Tenant: t, Branch: b}] = true
 					} else if t, b, ok := aggregates.ParseReportPK(pk); ok {
@@ -250,27 +250,27 @@ func scanBranches(ctx context.Context, api ReconcileAPI, table string, segments 
 
 // reconcileBranch reconciles one branch: its transactions and its report
 // partition, each read with one paginated Query.
-func reconcileBranch(ctx context.Context, api ReconcileAPI, table string, scope Scope) ([]Difference, ReconcileStats, error) {
+func reconcileBranch(ctx context.Context, api ReconcileAPI, tableName string, scope Scope) ([]Difference, ReconcileStats, error) {
 	var stats ReconcileStats
 	expected := aggregates.NewFold()
-	stored := infra.ReportSet{}
+	stored := table.ReportSet{}
 	var strays []Difference
 	// The reports first, then the transactions: a repair's argument needs
 	// the stored figures read before the fold they are compared with
 	// (docs/exactly-once.md, "Repairing while consumers run").
-	err := queryAll(ctx, api, table, aggregates.ReportPK(scope.Tenant, scope.Branch), func(item map[string]ddbtypes.AttributeValue) error {
+	err := queryAll(ctx, api, tableName, aggregates.ReportPK(scope.Tenant, scope.Branch), func(item map[string]ddbtypes.AttributeValue) error {
 		if err := stored.Add(item); err != nil {
-			pk, _ := stringAttr(item, attrPK)
-			sk, _ := stringAttr(item, attrSK)
+			pk, _ := table.String(item, table.AttrPK)
+			sk, _ := table.String(item, table.AttrSK)
 			k := aggregates.Key{PK: pk, SK: sk}
 			strays = append(strays, Difference{Stray: &k, Lines: []string{"not a report, entry or parked delta: " + err.Error()}})
 		}
 		return nil
 	})
 	if err == nil {
-		err = queryAll(ctx, api, table, aggregates.TransactionPK(scope.Tenant, scope.Branch), func(item map[string]ddbtypes.AttributeValue) error {
+		err = queryAll(ctx, api, tableName, aggregates.TransactionPK(scope.Tenant, scope.Branch), func(item map[string]ddbtypes.AttributeValue) error {
 			stats.Transactions++
-			tx, err := aggregates.ParseTransaction(toImage(item))
+			tx, err := table.ParseTransaction((item))
 			if err != nil {
 				stats.Invalid++ // contributes zero, as in the consumers
 				return nil
@@ -304,7 +304,7 @@ func reconcileBranch(ctx context.Context, api ReconcileAPI, table string, scope 
 
 // compareReport compares the expected figures of report k (nil: none) with
 // what is stored (nil: nothing), returning the difference if there is one.
-func compareReport(k aggregates.ReportKey, want *aggregates.Report, sr *infra.StoredReport) (Difference, bool) {
+func compareReport(k aggregates.ReportKey, want *aggregates.Report, sr *table.StoredReport) (Difference, bool) {
 	if want == nil {
 		want = &aggregates.Report{}
 	}
@@ -319,7 +319,7 @@ func compareReport(k aggregates.ReportKey, want *aggregates.Report, sr *infra.St
 			d.Stored = got
 		}
 		if sr.Item != nil {
-			d.seen = sr.Item[attrUpdatedAt]
+			d.seen = sr.Item[table.AttrUpdatedAt]
 		}
 	}
 	lines := got.Diff(want)
@@ -385,27 +385,27 @@ type RepairResult struct {
 }
 
 // Repair rewrites each report of diffs as its expected figures
-// (infra.EncodeRepair: every name keeps its place where the layout allows),
+// (table.EncodeRepair: every name keeps its place where the layout allows),
 // deletes entry items the layout no longer needs, stray items, and then the
 // report's parked deltas. The report item is written on condition that it
 // is still the one Reconcile read (same updatedAt, or still absent); a
 // report whose writes do not fit one transaction (100 writes) continues in
 // further transactions, each on condition that the report item is still
 // the repair's own.
-func Repair(ctx context.Context, api ReconcileAPI, table string, diffs []Difference, now time.Time) (RepairResult, error) {
+func Repair(ctx context.Context, api ReconcileAPI, tableName string, diffs []Difference, now time.Time) (RepairResult, error) {
 	var res RepairResult
 	stamp := now.UTC().Format(time.RFC3339Nano)
 	for _, d := range diffs {
 		if d.Stray != nil {
 			if _, err := api.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: []ddbtypes.TransactWriteItem{
-				{Delete: &ddbtypes.Delete{TableName: &table, Key: keyAV(*d.Stray)}},
+				{Delete: &ddbtypes.Delete{TableName: &tableName, Key: table.Key(*d.Stray)}},
 			}}); err != nil {
 				return res, fmt.Errorf("repair: delete stray item %s: %w", d.Stray, err)
 			}
 			res.Repaired++
 			continue
 		}
-		landed, whole, err := repairReport(ctx, api, table, d, stamp)
+		landed, whole, err := repairReport(ctx, api, tableName, d, stamp)
 		switch {
 		case err != nil:
 			return res, fmt.Errorf("repair %s: %w", d.Report, err)
@@ -422,22 +422,21 @@ func Repair(ctx context.Context, api ReconcileAPI, table string, diffs []Differe
 
 // repairReport writes one report's repair; landed is whether its first
 // transaction did, whole whether all did.
-func repairReport(ctx context.Context, api ReconcileAPI, table string, d Difference, stamp string) (landed, whole bool, err error) {
-	ri := infra.EncodeRepair(d.Report, d.Expected, d.stored, stamp)
-	ri.Item[infra.AttrRepairedAt] = ri.Item[attrUpdatedAt]
+func repairReport(ctx context.Context, api ReconcileAPI, tableName string, d Difference, stamp string) (landed, whole bool, err error) {
+	ri := table.EncodeRepair(d.Report, d.Expected, d.stored, stamp)
 	hasItem := d.stored != nil && d.stored.Item != nil
 	// What changes a name's place goes first, into the transaction that
 	// writes the report item: the entry items of names now inline (at most
 	// 3 × 32), then the entry items of names moved out of a damaged map.
 	var ops []ddbtypes.TransactWriteItem
 	for _, k := range ri.Deletes {
-		ops = append(ops, ddbtypes.TransactWriteItem{Delete: &ddbtypes.Delete{TableName: &table, Key: keyAV(k)}})
+		ops = append(ops, ddbtypes.TransactWriteItem{Delete: &ddbtypes.Delete{TableName: &tableName, Key: table.Key(k)}})
 	}
 	for _, e := range ri.Moved {
-		ops = append(ops, ddbtypes.TransactWriteItem{Put: &ddbtypes.Put{TableName: &table, Item: e}})
+		ops = append(ops, ddbtypes.TransactWriteItem{Put: &ddbtypes.Put{TableName: &tableName, Item: e}})
 	}
 	for _, e := range ri.Entries {
-		ops = append(ops, ddbtypes.TransactWriteItem{Put: &ddbtypes.Put{TableName: &table, Item: e}})
+		ops = append(ops, ddbtypes.TransactWriteItem{Put: &ddbtypes.Put{TableName: &tableName, Item: e}})
 	}
 	var guard ddbtypes.TransactWriteItem // what every transaction after the first requires
 	var first []ddbtypes.TransactWriteItem
@@ -447,33 +446,14 @@ func repairReport(ctx context.Context, api ReconcileAPI, table string, d Differe
 		ops = nil
 		if d.stored != nil {
 			for _, e := range d.stored.Entries {
-				ops = append(ops, ddbtypes.TransactWriteItem{Delete: &ddbtypes.Delete{TableName: &table, Key: keyAV(keyOfItem(e))}})
+				ops = append(ops, ddbtypes.TransactWriteItem{Delete: &ddbtypes.Delete{TableName: &tableName, Key: table.Key(keyOfItem(e))}})
 			}
 		}
-		guard = ddbtypes.TransactWriteItem{ConditionCheck: &ddbtypes.ConditionCheck{
-			TableName: &table, Key: keyAV(d.Report.Key()), ConditionExpression: aws.String("attribute_not_exists(PK)"),
-		}}
+		guard = table.ReportAbsent(tableName, d.Report)
 		first = []ddbtypes.TransactWriteItem{guard}
 	} else {
-		head := &ddbtypes.Put{TableName: &table, Item: ri.Item}
-		switch {
-		case !hasItem:
-			head.ConditionExpression = aws.String("attribute_not_exists(PK)")
-		case d.seen == nil:
-			head.ConditionExpression = aws.String("attribute_exists(PK) AND attribute_not_exists(#ua)")
-			head.ExpressionAttributeNames = map[string]string{"#ua": attrUpdatedAt}
-		default:
-			head.ConditionExpression = aws.String("#ua = :seen")
-			head.ExpressionAttributeNames = map[string]string{"#ua": attrUpdatedAt}
-			head.ExpressionAttributeValues = map[string]ddbtypes.AttributeValue{":seen": d.seen}
-		}
-		first = []ddbtypes.TransactWriteItem{{Put: head}}
-		guard = ddbtypes.TransactWriteItem{ConditionCheck: &ddbtypes.ConditionCheck{
-			TableName: &table, Key: keyAV(d.Report.Key()),
-			ConditionExpression:       aws.String("#ra = :stamp AND #ua = :stamp"),
-			ExpressionAttributeNames:  map[string]string{"#ra": infra.AttrRepairedAt, "#ua": attrUpdatedAt},
-			ExpressionAttributeValues: map[string]ddbtypes.AttributeValue{":stamp": strAV(stamp)},
-		}}
+		first = []ddbtypes.TransactWriteItem{table.RepairHead(tableName, ri.Item, hasItem, d.seen)}
+		guard = table.RepairGuard(tableName, d.Report, stamp)
 	}
 	chunk := first
 	for {
@@ -501,7 +481,7 @@ func repairReport(ctx context.Context, api ReconcileAPI, table string, d Differe
 		for i := 0; i < len(d.stored.Parked); i += 100 {
 			var dels []ddbtypes.TransactWriteItem
 			for _, e := range d.stored.Parked[i:min(i+100, len(d.stored.Parked))] {
-				dels = append(dels, ddbtypes.TransactWriteItem{Delete: &ddbtypes.Delete{TableName: &table, Key: keyAV(keyOfItem(e))}})
+				dels = append(dels, ddbtypes.TransactWriteItem{Delete: &ddbtypes.Delete{TableName: &tableName, Key: table.Key(keyOfItem(e))}})
 			}
 			if _, err := api.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: dels}); err != nil {
 				return landed, false, fmt.Errorf("delete parked deltas: %w", err)
@@ -512,16 +492,16 @@ func repairReport(ctx context.Context, api ReconcileAPI, table string, d Differe
 }
 
 func keyOfItem(item map[string]ddbtypes.AttributeValue) aggregates.Key {
-	pk, _ := stringAttr(item, attrPK)
-	sk, _ := stringAttr(item, attrSK)
+	pk, _ := table.String(item, table.AttrPK)
+	sk, _ := table.String(item, table.AttrSK)
 	return aggregates.Key{PK: pk, SK: sk}
 }
 
-func queryAll(ctx context.Context, api ReconcileAPI, table, pk string, visit func(map[string]ddbtypes.AttributeValue) error) error {
+func queryAll(ctx context.Context, api ReconcileAPI, tableName, pk string, visit func(map[string]ddbtypes.AttributeValue) error) error {
 	in := &dynamodb.QueryInput{
-		TableName:                 &table,
+		TableName:                 &tableName,
 		KeyConditionExpression:    aws.String("PK = :pk"),
-		ExpressionAttributeValues: map[string]ddbtypes.AttributeValue{":pk": strAV(pk)},
+		ExpressionAttributeValues: map[string]ddbtypes.AttributeValue{":pk": table.S(pk)},
 		ConsistentRead:            aws.Bool(true),
 	}
 	p := dynamodb.NewQueryPaginator(api, in)
@@ -544,19 +524,19 @@ type ParkedDelta struct {
 	Key    aggregates.Key
 	Report aggregates.ReportKey
 	Delta  *aggregates.Report
-	infra.ParkedInfo
+	table.ParkedInfo
 }
 
 // ListParked lists the table's parked deltas, oldest first, through the
 // sparse GSI1 partition aggregates.ParkedIndexPK. A parked item that cannot
 // be read is an error naming it.
-func ListParked(ctx context.Context, api ReconcileAPI, table string) ([]ParkedDelta, error) {
+func ListParked(ctx context.Context, api ReconcileAPI, tableName string) ([]ParkedDelta, error) {
 	in := &dynamodb.QueryInput{
-		TableName:                 &table,
-		IndexName:                 aws.String(infra.IndexGSI1),
+		TableName:                 &tableName,
+		IndexName:                 aws.String(table.IndexGSI1),
 		KeyConditionExpression:    aws.String("#pk = :p"),
-		ExpressionAttributeNames:  map[string]string{"#pk": infra.AttrGSI1PK},
-		ExpressionAttributeValues: map[string]ddbtypes.AttributeValue{":p": strAV(aggregates.ParkedIndexPK)},
+		ExpressionAttributeNames:  map[string]string{"#pk": table.AttrGSI1PK},
+		ExpressionAttributeValues: map[string]ddbtypes.AttributeValue{":p": table.S(aggregates.ParkedIndexPK)},
 	}
 	var out []ParkedDelta
 	p := dynamodb.NewQueryPaginator(api, in)
@@ -566,14 +546,14 @@ func ListParked(ctx context.Context, api ReconcileAPI, table string) ([]ParkedDe
 			return nil, fmt.Errorf("list parked deltas: %w", err)
 		}
 		for _, item := range page.Items {
-			pk, _ := stringAttr(item, attrPK)
-			sk, _ := stringAttr(item, attrSK)
+			pk, _ := table.String(item, table.AttrPK)
+			sk, _ := table.String(item, table.AttrSK)
 			k := aggregates.Key{PK: pk, SK: sk}
 			ref, err := aggregates.ParseReportItemKey(k)
 			if err != nil || ref.Kind != aggregates.ReportParked {
 				return nil, fmt.Errorf("list parked deltas: item %s is no parked delta", k)
 			}
-			delta, info, err := infra.DecodeParked(item)
+			delta, info, err := table.DecodeParked(item)
 			if err != nil {
 				return nil, fmt.Errorf("list parked deltas: %w", err)
 			}

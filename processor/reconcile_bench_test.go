@@ -7,6 +7,7 @@ import (
 	ddbtypes "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/ledger-dev/ledger/aggregates"
+	"github.com/ledger-dev/ledger/table"
 )
 
 // BenchmarkReconcileFold is reconcile's work per transaction item read:
@@ -23,7 +24,7 @@ func BenchmarkReconcileFold(b *testing.B) {
 	for b.Loop() {
 		fold := aggregates.NewFold()
 		for _, item := range items {
-			tx, err := aggregates.ParseTransaction(toImage(item))
+			tx, err := aggregates.ParseTransaction(table.Image(item))
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -13,8 +13,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ledger-dev/ledger/aggregates"
-	"github.com/ledger-dev/ledger/infra"
 	"github.com/ledger-dev/ledger/processor"
+	"github.com/ledger-dev/ledger/table"
 )
 
 // hookedAPI runs hook once, after the first TransactWriteItems that
@@ -64,7 +64,7 @@ func lateCommit(t *testing.T, e *env, p *processor.Processor, g processor.Guard,
 // item.
 func onePlace(t *testing.T, e *env, k aggregates.ReportKey) {
 	t.Helper()
-	sr, err := infra.ReadReport(context.Background(), e.ddb, e.table, k, true)
+	sr, err := table.ReadReport(context.Background(), e.ddb, e.table, k, true)
 	require.NoError(t, err)
 	for _, it := range sr.Entries {
 		ref, err := aggregates.ParseReportItemKey(aggregates.Key{PK: it["PK"].(*ddbtypes.AttributeValueMemberS).Value, SK: it["SK"].(*ddbtypes.AttributeValueMemberS).Value})
@@ -91,7 +91,7 @@ func TestRepair_AReportOfManyNamesInterruptedBetweenItsTransactions(t *testing.T
 	// Damage: every entry item of the daily report counts one too many,
 	// and the totals are off.
 	k := reportKey("wide", aggregates.Daily, "2024-03-01")
-	sr, err := infra.ReadReport(ctx, e.ddb, e.table, k, true)
+	sr, err := table.ReadReport(ctx, e.ddb, e.table, k, true)
 	require.NoError(t, err)
 	require.Greater(t, len(sr.Entries), 100)
 	for _, it := range sr.Entries {

@@ -12,6 +12,7 @@ import (
 	ddbtypes "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/ledger-dev/ledger/aggregates"
+	"github.com/ledger-dev/ledger/table"
 )
 
 // shape is what a report update needs to know of its item: which breakdown
@@ -100,7 +101,7 @@ func (c *shapeCache) get(ctx context.Context, p *Processor, keys []aggregates.Re
 }
 
 func (p *Processor) readShapes(ctx context.Context, keys []aggregates.Key) (map[aggregates.Key]*shape, error) {
-	items, err := p.batchGet(ctx, keys, reportNames["#b0"], reportNames["#b1"], reportNames["#b2"])
+	items, err := p.batchGet(ctx, keys, table.ReportShapeAttributes()...)
 	if err != nil {
 		return nil, fmt.Errorf("read report shapes: %w", err)
 	}
@@ -115,7 +116,7 @@ func (p *Processor) readShapes(ctx context.Context, keys []aggregates.Key) (map[
 // the keys and attrs (whole items without attrs), retrying unprocessed keys with backoff. Absent items
 // are absent from the result.
 func (p *Processor) batchGet(ctx context.Context, keys []aggregates.Key, attrs ...string) (map[aggregates.Key]map[string]ddbtypes.AttributeValue, error) {
-	names := map[string]string{"#pk": attrPK, "#sk": attrSK}
+	names := map[string]string{"#pk": table.AttrPK, "#sk": table.AttrSK}
 	proj := []string{"#pk", "#sk"}
 	for i, a := range attrs {
 		ph := "#a" + strconv.Itoa(i)
@@ -127,7 +128,7 @@ func (p *Processor) batchGet(ctx context.Context, keys []aggregates.Key, attrs .
 	for _, k := range keys {
 		if !seen[k] {
 			seen[k] = true
-			req = append(req, keyAV(k))
+			req = append(req, table.Key(k))
 		}
 	}
 	out := make(map[aggregates.Key]map[string]ddbtypes.AttributeValue, len(req))
@@ -151,8 +152,8 @@ func (p *Processor) batchGet(ctx context.Context, keys []aggregates.Key, attrs .
 			return nil, err
 		}
 		for _, item := range resp.Responses[p.cfg.Table] {
-			pk, _ := stringAttr(item, attrPK)
-			sk, _ := stringAttr(item, attrSK)
+			pk, _ := table.String(item, table.AttrPK)
+			sk, _ := table.String(item, table.AttrSK)
 			out[aggregates.Key{PK: pk, SK: sk}] = item
 		}
 		pending = resp.UnprocessedKeys
@@ -170,19 +171,6 @@ func (p *Processor) batchGet(ctx context.Context, keys []aggregates.Key, attrs .
 }
 
 func shapeOf(item map[string]ddbtypes.AttributeValue) *shape {
-	s := &shape{}
-	for _, d := range aggregates.Dimensions {
-		v, ok := item[d.Attribute()]
-		if !ok {
-			continue
-		}
-		s.present[d] = true
-		if m, ok := v.(*ddbtypes.AttributeValueMemberM); ok {
-			s.entries[d] = make(map[string]bool, len(m.Value))
-			for n := range m.Value {
-				s.entries[d][n] = true
-			}
-		}
-	}
-	return s
+	r := table.DecodeReportShape(item)
+	return &shape{present: r.Present, entries: r.Entries}
 }

@@ -11,7 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ledger-dev/ledger/aggregates"
-	"github.com/ledger-dev/ledger/infra"
+	"github.com/ledger-dev/ledger/table"
 )
 
 func TestCompareSequence_ComparesAsNumbers(t *testing.T) {
@@ -34,10 +34,10 @@ func TestCompareSequence_ComparesAsNumbers(t *testing.T) {
 
 func txnImage(branch, date, id, typ, amount, category string) map[string]ddbtypes.AttributeValue {
 	return map[string]ddbtypes.AttributeValue{
-		"PK": strAV(aggregates.TransactionPK("t", branch)), "SK": strAV(date + "#" + id),
-		"entityType": strAV("TRANSACTION"), "type": strAV(typ),
-		"amount": &ddbtypes.AttributeValueMemberN{Value: amount}, "category": strAV(category),
-		"createdAt": strAV(date + "T12:00:00Z"),
+		"PK": table.S(aggregates.TransactionPK("t", branch)), "SK": table.S(date + "#" + id),
+		"entityType": table.S("TRANSACTION"), "type": table.S(typ),
+		"amount": &ddbtypes.AttributeValueMemberN{Value: amount}, "category": table.S(category),
+		"createdAt": table.S(date + "T12:00:00Z"),
 	}
 }
 
@@ -48,7 +48,7 @@ func keysOf(img map[string]ddbtypes.AttributeValue) map[string]ddbtypes.Attribut
 func TestClassify(t *testing.T) {
 	valid := txnImage("b", "2024-01-02", "x", "INCOME", "5", "food")
 	invalid := txnImage("b", "2024-01-02", "x", "INCOME", "5", "")
-	report := map[string]ddbtypes.AttributeValue{"PK": strAV("TENANT#t#BRANCH#b#REPORTING"), "SK": strAV("DAILY#2024-01-02")}
+	report := map[string]ddbtypes.AttributeValue{"PK": table.S("TENANT#t#BRANCH#b#REPORTING"), "SK": table.S("DAILY#2024-01-02")}
 	tests := []struct {
 		name          string
 		rec           Record
@@ -171,7 +171,7 @@ func TestReportUpdate_ShapeDecidesTheFormAndIsTheCondition(t *testing.T) {
 	})
 	t.Run("past the inline limit, new names go to entry items without a condition", func(t *testing.T) {
 		full := map[string]bool{}
-		for i := range infra.MaxInlineEntries - 1 {
+		for i := range table.MaxInlineEntries - 1 {
 			full[fmt.Sprintf("c%02d", i)] = true
 		}
 		many := &aggregates.Report{}

@@ -9,7 +9,7 @@ import (
 	ddbtypes "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/ledger-dev/ledger/aggregates"
-	"github.com/ledger-dev/ledger/infra"
+	"github.com/ledger-dev/ledger/table"
 )
 
 // Branch is a branch as the API shows it. Document is the normalised
@@ -170,7 +170,7 @@ func (s *Server) deleteBranch(w http.ResponseWriter, r *http.Request) {
 func (s *Server) lookupBranch(w http.ResponseWriter, r *http.Request) {
 	s.lookupHolder(w, r, holderLookup{
 		param: "document", check: checkDocument, what: "branch with this document",
-		index: infra.IndexGSI2, indexPK: attrGSI2PK,
+		index: table.IndexGSI2, indexPK: attrGSI2PK,
 		entryPK: func(document string) string { return aggregates.BranchDocumentIndexKey("", document).PK },
 		confirm: func(ctx context.Context, hit map[string]ddbtypes.AttributeValue, document string) (response, bool, error) {
 			tenant, _ := stringAttr(hit, attrTenant)

@@ -17,10 +17,10 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ledger-dev/ledger/aggregates"
-	"github.com/ledger-dev/ledger/infra"
 	"github.com/ledger-dev/ledger/infra/ddblocal/ddbtest"
 	"github.com/ledger-dev/ledger/processor"
 	"github.com/ledger-dev/ledger/processor/processortest"
+	"github.com/ledger-dev/ledger/table"
 	"github.com/ledger-dev/ledger/writer"
 )
 
@@ -142,7 +142,7 @@ func TestEndToEnd_ReportsServedEqualTheReconcileOracle(t *testing.T) {
 	}
 
 	// The stream consumer folds everything the writer wrote.
-	info, err := infra.DescribeTable(ctx, e.ddb, e.table)
+	info, err := table.DescribeTable(ctx, e.ddb, e.table)
 	require.NoError(t, err)
 	shards, err := processortest.ReadAll(ctx, dynamodbstreams.NewFromConfig(ddbtest.Config(t)), info.StreamARN, nil)
 	require.NoError(t, err)

@@ -2,7 +2,6 @@ package writer_test
 
 import (
 	"context"
-	"errors"
 	"net/http"
 	"sync"
 	"testing"
@@ -15,6 +14,7 @@ import (
 
 	"github.com/ledger-dev/ledger/aggregates"
 	"github.com/ledger-dev/ledger/processor/processortest"
+	"github.com/ledger-dev/ledger/table"
 	"github.com/ledger-dev/ledger/writer"
 )
 
@@ -42,10 +42,10 @@ func TestFlags_WritesDisabledRefusesMutationsButServesReads(t *testing.T) {
 	ctx := context.Background()
 	tx := e.create(createBody)
 
-	f, err := writer.GetFlags(ctx, e.ddb, e.table)
+	f, err := table.GetFlags(ctx, e.ddb, e.table)
 	require.NoError(t, err)
 	require.True(t, f.WritesEnabled(), "ledgerctl table create writes the default flags")
-	_, err = writer.SetFlags(ctx, e.ddb, e.table, map[string]bool{writer.FlagWritesEnabled: false}, f.Version, time.Now())
+	_, err = table.SetFlags(ctx, e.ddb, e.table, map[string]bool{table.FlagWritesEnabled: false}, f.Version, time.Now())
 	require.NoError(t, err)
 
 	eventually(t, func() bool { return e.post().Status == http.StatusServiceUnavailable })
@@ -68,7 +68,7 @@ func TestFlags_WritesDisabledRefusesMutationsButServesReads(t *testing.T) {
 	assert.Equal(t, count, e.countTransactions(e.tenant, e.branch))
 	assert.Positive(t, testutil.ToFloat64(e.metrics.WritesRefused.WithLabelValues("disabled")))
 
-	_, err = writer.SetFlags(ctx, e.ddb, e.table, map[string]bool{writer.FlagWritesEnabled: true}, f.Version+1, time.Now())
+	_, err = table.SetFlags(ctx, e.ddb, e.table, map[string]bool{table.FlagWritesEnabled: true}, f.Version+1, time.Now())
 	require.NoError(t, err)
 	eventually(t, func() bool { return e.post().Status == http.StatusCreated })
 }
@@ -91,7 +91,7 @@ func TestFlags_MissingItemFailsClosed(t *testing.T) {
 	assert.JSONEq(t, `{"status":"ready","writesEnabled":false}`, string(r.Body))
 
 	// Creating it (version 0 = only if absent) turns writes on again.
-	_, err = writer.SetFlags(context.Background(), e.ddb, e.table, map[string]bool{writer.FlagWritesEnabled: true}, 0, time.Now())
+	_, err = table.SetFlags(context.Background(), e.ddb, e.table, map[string]bool{table.FlagWritesEnabled: true}, 0, time.Now())
 	require.NoError(t, err)
 	eventually(t, func() bool { return e.post().Status == http.StatusCreated })
 }
@@ -136,39 +136,4 @@ func TestFlags_CachedBetweenReads(t *testing.T) {
 	}
 	wg.Wait()
 	assert.Equal(t, 1.0, testutil.ToFloat64(e.metrics.FlagsReads.WithLabelValues("ok")), "one read serves every request within the TTL")
-}
-
-func TestSetFlags_GuardedByVersionLostRaceIsReportedNotOverwritten(t *testing.T) {
-	t.Parallel()
-	table := ownTable(t)
-	c := newEnv(t, table).ddb
-	ctx := context.Background()
-	f, err := writer.GetFlags(ctx, c, table)
-	require.NoError(t, err)
-	require.True(t, f.Exists)
-
-	got, err := writer.SetFlags(ctx, c, table, map[string]bool{"maintenanceBanner": true}, f.Version, time.Now())
-	require.NoError(t, err)
-	assert.Equal(t, f.Version+1, got.Version)
-	assert.True(t, got.Values["maintenanceBanner"])
-	assert.True(t, got.WritesEnabled(), "other flags are left as they are")
-
-	// A writer that read the old version loses: nothing is overwritten.
-	_, err = writer.SetFlags(ctx, c, table, map[string]bool{writer.FlagWritesEnabled: false}, f.Version, time.Now())
-	var conflict *writer.FlagsConflictError
-	require.True(t, errors.As(err, &conflict), "got %v", err)
-	assert.Equal(t, f.Version+1, conflict.Current.Version)
-	now, err := writer.GetFlags(ctx, c, table)
-	require.NoError(t, err)
-	assert.True(t, now.WritesEnabled())
-	assert.Equal(t, f.Version+1, now.Version)
-
-	// Creating an item that exists is a lost race too.
-	_, err = writer.SetFlags(ctx, c, table, map[string]bool{writer.FlagWritesEnabled: false}, 0, time.Now())
-	require.True(t, errors.As(err, &conflict), "got %v", err)
-
-	for _, name := range []string{"version", "PK", "Bad-Name", "", "entityType"} {
-		_, err := writer.SetFlags(ctx, c, table, map[string]bool{name: true}, now.Version, time.Now())
-		assert.Error(t, err, name)
-	}
 }

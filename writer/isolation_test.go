@@ -23,10 +23,10 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ledger-dev/ledger/aggregates"
-	"github.com/ledger-dev/ledger/infra"
 	"github.com/ledger-dev/ledger/infra/ddblocal/ddbtest"
 	"github.com/ledger-dev/ledger/processor"
 	"github.com/ledger-dev/ledger/processor/poller"
+	ledgertable "github.com/ledger-dev/ledger/table"
 )
 
 // longName is a breakdown name of aggregates.MaxNameLength four-byte
@@ -68,7 +68,7 @@ func TestIsolation_ATenantOfManyLongNamesStopsNoOneElse(t *testing.T) {
 
 	// The real poller, in-process, over the table's stream.
 	db := ddbtest.Client(t)
-	info, err := infra.DescribeTable(ctx, db, table)
+	info, err := ledgertable.DescribeTable(ctx, db, table)
 	require.NoError(t, err)
 	reg := prometheus.NewRegistry()
 	pm := processor.NewMetrics(reg)
@@ -131,12 +131,12 @@ func TestIsolation_ATenantOfManyLongNamesStopsNoOneElse(t *testing.T) {
 	}
 	for _, pt := range []aggregates.PeriodType{aggregates.Daily, aggregates.Monthly, aggregates.Yearly} {
 		v := map[aggregates.PeriodType]string{aggregates.Daily: "2026-03-04", aggregates.Monthly: "2026-03", aggregates.Yearly: "2026"}[pt]
-		sr, err := infra.ReadReport(ctx, db, table, aggregates.ReportKey{Tenant: hostile.tenant, Branch: hostile.branch, Period: aggregates.Period{Type: pt, Value: v}}, true)
+		sr, err := ledgertable.ReadReport(ctx, db, table, aggregates.ReportKey{Tenant: hostile.tenant, Branch: hostile.branch, Period: aggregates.Period{Type: pt, Value: v}}, true)
 		require.NoError(t, err)
-		size := infra.ItemSize(sr.Item)
+		size := ledgertable.ItemSize(sr.Item)
 		t.Logf("hostile %s report item: %d bytes, %d entry items", pt, size, len(sr.Entries))
-		assert.LessOrEqual(t, size, infra.MaxReportItemBytes)
-		assert.Len(t, sr.Entries, 3*(n-infra.MaxInlineEntries))
+		assert.LessOrEqual(t, size, ledgertable.MaxReportItemBytes)
+		assert.Len(t, sr.Entries, 3*(n-ledgertable.MaxInlineEntries))
 	}
 	cancel()
 	if err := <-done; err != nil && !errors.Is(err, context.Canceled) {

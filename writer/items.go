@@ -2,57 +2,37 @@ package writer
 
 import (
 	"fmt"
-	"strconv"
 	"strings"
 
 	ddbtypes "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/ledger-dev/ledger/aggregates"
-	"github.com/ledger-dev/ledger/infra"
+	"github.com/ledger-dev/ledger/table"
 )
 
-// Attribute names of transaction items; the keys, TTL, entityType and
-// updatedAt are the table's (infra).
+// Attribute names the writer's items share with the table's layouts
+// (package table).
 const (
-	attrPK         = infra.AttrPK
-	attrSK         = infra.AttrSK
-	attrEntityType = infra.AttrEntityType
-	attrID         = "id"
-	attrTenant     = "tenantId"
-	attrBranch     = "branchId"
-	attrVersion    = "version"
-	attrUpdatedAt  = infra.AttrUpdatedAt
-	attrExpiresAt  = infra.AttrExpiresAt
+	attrPK         = table.AttrPK
+	attrSK         = table.AttrSK
+	attrEntityType = table.AttrEntityType
+	attrID         = table.AttrID
+	attrTenant     = table.AttrTenantID
+	attrBranch     = table.AttrBranchID
+	attrVersion    = table.AttrVersion
+	attrUpdatedAt  = table.AttrUpdatedAt
+	attrExpiresAt  = table.AttrExpiresAt
 )
 
-func strAV(s string) *ddbtypes.AttributeValueMemberS {
-	return &ddbtypes.AttributeValueMemberS{Value: s}
-}
-
-func intAV(n int64) *ddbtypes.AttributeValueMemberN {
-	return &ddbtypes.AttributeValueMemberN{Value: strconv.FormatInt(n, 10)}
-}
-
-func keyAV(k aggregates.Key) map[string]ddbtypes.AttributeValue {
-	return map[string]ddbtypes.AttributeValue{attrPK: strAV(k.PK), attrSK: strAV(k.SK)}
-}
-
-func stringAttr(item map[string]ddbtypes.AttributeValue, name string) (string, bool) {
-	v, ok := item[name].(*ddbtypes.AttributeValueMemberS)
-	if !ok {
-		return "", false
-	}
-	return v.Value, true
-}
-
-func intAttr(item map[string]ddbtypes.AttributeValue, name string) (int64, bool) {
-	v, ok := item[name].(*ddbtypes.AttributeValueMemberN)
-	if !ok {
-		return 0, false
-	}
-	n, err := strconv.ParseInt(v.Value, 10, 64)
-	return n, err == nil
-}
+// The table's attribute-value helpers, under the names the writer's item
+// code uses.
+var (
+	strAV      = table.S
+	intAV      = table.Int
+	keyAV      = table.Key
+	stringAttr = table.String
+	intAttr    = table.Int64
+)
 
 // Transaction is a transaction as the API shows it. Amounts are decimal
 // strings, exact.
@@ -72,77 +52,16 @@ type Transaction struct {
 }
 
 // transactionItem encodes t, stored under k, as the item the stream
-// consumers accept (aggregates.ParseTransaction), and checks that they do:
-// the writer never writes an item the consumers would quarantine. The error
-// is then the *aggregates.InvalidError.
+// consumers accept (table.EncodeTransaction): an invalid t is the
+// *aggregates.InvalidError.
 func transactionItem(k aggregates.Key, t Transaction) (map[string]ddbtypes.AttributeValue, error) {
-	item := keyAV(k)
-	item[attrEntityType] = strAV(aggregates.EntityTransaction)
-	item[attrID] = strAV(t.ID)
-	item[attrTenant] = strAV(t.Tenant)
-	item[attrBranch] = strAV(t.Branch)
-	item[fieldType] = strAV(t.Type)
-	item[fieldAmount] = &ddbtypes.AttributeValueMemberN{Value: t.Amount}
-	item[fieldCategory] = strAV(t.Category)
-	for name, v := range map[string]string{fieldCostCenter: t.CostCenter, fieldPaymentMethod: t.PaymentMethod, fieldDescription: t.Description} {
-		if v != "" {
-			item[name] = strAV(v)
-		}
-	}
-	item[fieldCreatedAt] = strAV(t.CreatedAt)
-	item[attrVersion] = intAV(t.Version)
-	item[attrUpdatedAt] = strAV(t.UpdatedAt)
-	if _, err := aggregates.ParseTransaction(toImage(item)); err != nil {
-		return nil, err
-	}
-	return item, nil
+	return table.EncodeTransaction(k, table.Transaction(t))
 }
 
-// decodeTransaction reads a stored transaction item as the API shows it.
-// It reads what is there even when the item is not a valid transaction
-// (written by something other than the writer); amounts are the stored
-// number text.
+// decodeTransaction reads a stored transaction item as the API shows it
+// (table.DecodeTransaction).
 func decodeTransaction(item map[string]ddbtypes.AttributeValue) Transaction {
-	var t Transaction
-	t.ID, _ = stringAttr(item, attrID)
-	if pk, ok := stringAttr(item, attrPK); ok {
-		t.Tenant, t.Branch, _ = aggregates.ParseTransactionPK(pk)
-	}
-	t.Type, _ = stringAttr(item, fieldType)
-	switch a := item[fieldAmount].(type) {
-	case *ddbtypes.AttributeValueMemberN:
-		t.Amount = a.Value
-		if d, err := aggregates.ParseAmount(a.Value); err == nil {
-			t.Amount = aggregates.FormatAmount(d)
-		}
-	case *ddbtypes.AttributeValueMemberS:
-		t.Amount = a.Value
-	}
-	t.Category, _ = stringAttr(item, fieldCategory)
-	t.CostCenter, _ = stringAttr(item, fieldCostCenter)
-	t.PaymentMethod, _ = stringAttr(item, fieldPaymentMethod)
-	t.Description, _ = stringAttr(item, fieldDescription)
-	t.CreatedAt, _ = stringAttr(item, fieldCreatedAt)
-	t.UpdatedAt, _ = stringAttr(item, attrUpdatedAt)
-	t.Version, _ = intAttr(item, attrVersion)
-	return t
-}
-
-// toImage is the domain's view of an item (as processor's, for the check in
-// transactionItem).
-func toImage(item map[string]ddbtypes.AttributeValue) aggregates.Image {
-	img := make(aggregates.Image, len(item))
-	for name, v := range item {
-		switch v := v.(type) {
-		case *ddbtypes.AttributeValueMemberS:
-			img[name] = aggregates.Attr{Type: "S", Value: v.Value}
-		case *ddbtypes.AttributeValueMemberN:
-			img[name] = aggregates.Attr{Type: "N", Value: v.Value}
-		default:
-			img[name] = aggregates.Attr{Type: "?"}
-		}
-	}
-	return img
+	return Transaction(table.DecodeTransaction(item))
 }
 
 // Totals are report figures as the API shows them.
@@ -173,11 +92,11 @@ type Report struct {
 	EntriesCursor string `json:"entriesCursor,omitempty"`
 }
 
-// decodeReport reads a stored report (infra.StoredReport: the report item
+// decodeReport reads a stored report (table.StoredReport: the report item
 // and its entry items) as the API shows it: entries whose figures are all
 // zero are left out. A malformed report is an error (reconcile --repair
 // mends it).
-func decodeReport(k aggregates.ReportKey, sr *infra.StoredReport) (Report, error) {
+func decodeReport(k aggregates.ReportKey, sr *table.StoredReport) (Report, error) {
 	r, problems := sr.Decode()
 	if len(problems) > 0 {
 		return Report{}, fmt.Errorf("report %s is malformed (ledgerctl reconcile --repair mends it): %s", k, strings.Join(problems, "; "))

@@ -10,23 +10,23 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ledger-dev/ledger/aggregates"
-	"github.com/ledger-dev/ledger/infra"
+	"github.com/ledger-dev/ledger/table"
 )
 
 // TestDecodeReport_NamesTheReportAndLeavesOutZeroEntries checks what the
-// writer adds to infra.DecodeReport (whose own cases are in infra): a
+// writer adds to table.DecodeReport (whose own cases are in infra): a
 // refusal names the report, an all-zero entry is not shown.
 func TestDecodeReport_NamesTheReportAndLeavesOutZeroEntries(t *testing.T) {
 	k := aggregates.ReportKey{Tenant: "acme", Branch: "north", Period: aggregates.Period{Type: aggregates.Monthly, Value: "2026-01"}}
-	_, err := decodeReport(k, &infra.StoredReport{Key: k, Item: map[string]ddbtypes.AttributeValue{
+	_, err := decodeReport(k, &table.StoredReport{Key: k, Item: map[string]ddbtypes.AttributeValue{
 		"entityType": &ddbtypes.AttributeValueMemberS{Value: "REPORT"}, "transactionCount": &ddbtypes.AttributeValueMemberN{Value: "1.5"}}})
 	assert.EqualError(t, err, fmt.Sprintf("report %s is malformed (ledgerctl reconcile --repair mends it): transactionCount 1.5 is not an integer", k))
 
 	rep := &aggregates.Report{}
 	rep.Add(aggregates.Totals{Income: decimal.RequireFromString("1.10"), Count: 1}, [3]string{"x#y", "", ""})
 	rep.Add(aggregates.Totals{}, [3]string{"gone", "", ""})
-	item, _ := infra.EncodeReport(k, rep, "2026-02-01T00:00:00Z")
-	got, err := decodeReport(k, &infra.StoredReport{Key: k, Item: item})
+	item, _ := table.EncodeReport(k, rep, "2026-02-01T00:00:00Z")
+	got, err := decodeReport(k, &table.StoredReport{Key: k, Item: item})
 	require.NoError(t, err)
 	assert.Equal(t, Report{
 		Tenant: "acme", Branch: "north", PeriodType: "MONTHLY", PeriodValue: "2026-01", UpdatedAt: "2026-02-01T00:00:00Z",

@@ -13,7 +13,7 @@ import (
 	ddbtypes "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/ledger-dev/ledger/aggregates"
-	"github.com/ledger-dev/ledger/infra"
+	"github.com/ledger-dev/ledger/table"
 )
 
 // Reports are read, never written, by the writer: the stream consumers
@@ -37,7 +37,7 @@ func parsePeriod(field string, t aggregates.PeriodType, v string) (aggregates.Pe
 // most the requested number of entry items (single report) or reports
 // (range), and never more than about maxReportPageBytes of report data, far
 // below API Gateway's and Lambda's 6 MB. A report item itself is bounded
-// (at most 32 inline entries per dimension: infra/reportitem.go); its
+// (at most 32 inline entries per dimension: table/report.go); its
 // entry items are what pages.
 const (
 	// DefaultReportEntries and MaxReportEntries bound the entry items one
@@ -102,7 +102,7 @@ func (s *Server) getReport(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		if sr == nil {
-			sr = &infra.StoredReport{Key: k}
+			sr = &table.StoredReport{Key: k}
 		}
 		if out.Item != nil {
 			head := maps.Clone(out.Item)
@@ -150,7 +150,7 @@ func (s *Server) reportPaging(r *http.Request, tenant, branch, query string, def
 // entry items did not all fit (with the sort key of the last one read), and
 // where the next page starts ("" when the Query is exhausted).
 type reportPage struct {
-	set           infra.ReportSet
+	set           table.ReportSet
 	entriesCursor map[aggregates.ReportKey]string
 	next          string
 }
@@ -161,7 +161,7 @@ type reportPage struct {
 // not fit keeps the ones read, gets an entries cursor, and the page ends
 // after it: the next page starts past its remaining entry items.
 func (s *Server) readReports(ctx context.Context, in *dynamodb.QueryInput, startSK string, maxReports, maxEntries int) (reportPage, error) {
-	pg := reportPage{set: infra.ReportSet{}, entriesCursor: map[aggregates.ReportKey]string{}}
+	pg := reportPage{set: table.ReportSet{}, entriesCursor: map[aggregates.ReportKey]string{}}
 	pk := in.ExpressionAttributeValues[":pk"]
 	if startSK != "" {
 		in.ExclusiveStartKey = map[string]ddbtypes.AttributeValue{attrPK: pk, attrSK: strAV(startSK)}
@@ -181,7 +181,7 @@ func (s *Server) readReports(ctx context.Context, in *dynamodb.QueryInput, start
 			if err != nil {
 				return pg, err
 			}
-			size := infra.ItemSize(item)
+			size := table.ItemSize(item)
 			switch {
 			case ref.Kind == aggregates.ReportHeader && (reports == maxReports || (reports > 0 && bytes+size > maxReportPageBytes)):
 				pg.next = last // the next page starts with this report

@@ -17,7 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ledger-dev/ledger/aggregates"
-	"github.com/ledger-dev/ledger/infra"
+	"github.com/ledger-dev/ledger/table"
 	"github.com/ledger-dev/ledger/writer"
 )
 
@@ -25,7 +25,7 @@ import (
 // repair) write it.
 func (e *env) putReport(p aggregates.Period, r *aggregates.Report, updatedAt string) {
 	e.t.Helper()
-	item, entries := infra.EncodeReport(aggregates.ReportKey{Tenant: e.tenant, Branch: e.branch, Period: p}, r, updatedAt)
+	item, entries := table.EncodeReport(aggregates.ReportKey{Tenant: e.tenant, Branch: e.branch, Period: p}, r, updatedAt)
 	items := append(entries, item)
 	for len(items) > 0 {
 		n := min(len(items), 25)
@@ -140,7 +140,7 @@ func TestReports_PagedAndBoundedWhateverTheirEntries(t *testing.T) {
 		require.NoError(t, json.Unmarshal(r.Body, &rep))
 		pages++
 		assert.Equal(t, int64(names), rep.TransactionCount, "totals on every page")
-		assert.LessOrEqual(t, len(rep.ByCategory), 1000+infra.MaxInlineEntries)
+		assert.LessOrEqual(t, len(rep.ByCategory), 1000+table.MaxInlineEntries)
 		for name := range rep.ByCategory {
 			seen[name]++
 		}
@@ -163,7 +163,7 @@ func TestReports_PagedAndBoundedWhateverTheirEntries(t *testing.T) {
 	assert.Empty(t, rng.Items[0].EntriesCursor)
 	assert.Equal(t, "2026-05-02", rng.Items[1].PeriodValue)
 	require.NotEmpty(t, rng.Items[1].EntriesCursor)
-	assert.Len(t, rng.Items[1].ByCategory, writer.MaxReportEntries+infra.MaxInlineEntries)
+	assert.Len(t, rng.Items[1].ByCategory, writer.MaxReportEntries+table.MaxInlineEntries)
 	require.NotEmpty(t, rng.NextCursor)
 	got := len(rng.Items[1].ByCategory)
 	for c := rng.Items[1].EntriesCursor; c != ""; {

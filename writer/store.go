@@ -8,7 +8,7 @@ import (
 	ddbtypes "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/ledger-dev/ledger/aggregates"
-	"github.com/ledger-dev/ledger/infra"
+	"github.com/ledger-dev/ledger/table"
 )
 
 // The writer's table operations, apart from HTTP: what each change writes
@@ -30,10 +30,10 @@ const (
 	attrStatus    = "status"
 	attrCreatedAt = "createdAt"
 	attrName      = "name"
-	attrGSI1PK    = infra.AttrGSI1PK
-	attrGSI1SK    = infra.AttrGSI1SK
-	attrGSI2PK    = infra.AttrGSI2PK
-	attrGSI2SK    = infra.AttrGSI2SK
+	attrGSI1PK    = table.AttrGSI1PK
+	attrGSI1SK    = table.AttrGSI1SK
+	attrGSI2PK    = table.AttrGSI2PK
+	attrGSI2SK    = table.AttrGSI2SK
 )
 
 func boolAV(b bool) *ddbtypes.AttributeValueMemberBOOL {

@@ -10,7 +10,7 @@ import (
 	ddbtypes "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/ledger-dev/ledger/aggregates"
-	"github.com/ledger-dev/ledger/infra"
+	"github.com/ledger-dev/ledger/table"
 )
 
 // Tenant is a tenant as the API shows it.
@@ -91,7 +91,7 @@ func (s *Server) listTenants(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	in := &dynamodb.QueryInput{
-		TableName: &s.cfg.Table, IndexName: aws.String(infra.IndexGSI1),
+		TableName: &s.cfg.Table, IndexName: aws.String(table.IndexGSI1),
 		KeyConditionExpression:    aws.String("#pk = :pk"),
 		ExpressionAttributeNames:  map[string]string{"#pk": attrGSI1PK},
 		ExpressionAttributeValues: map[string]ddbtypes.AttributeValue{":pk": strAV(aggregates.TenantIndexPK)},

@@ -9,9 +9,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/ledger-dev/ledger/infra"
 	"github.com/ledger-dev/ledger/processor"
 	"github.com/ledger-dev/ledger/processor/handler"
+	"github.com/ledger-dev/ledger/table"
 )
 
 // config is everything the function reads from its environment, validated.
@@ -85,7 +85,7 @@ func loadConfig(getenv func(string) string) (config, error) {
 	c := config{functionName: getenv("AWS_LAMBDA_FUNCTION_NAME")}
 	c.processor.Table = strings.TrimSpace(getenv("LEDGER_TABLE"))
 	if c.processor.Table == "" {
-		c.processor.Table = infra.DefaultTableName
+		c.processor.Table = table.DefaultTableName
 	} else if !tableName.MatchString(c.processor.Table) {
 		bad("LEDGER_TABLE", c.processor.Table, "a DynamoDB table name (3-255 letters, digits, _ . -)")
 	}

@@ -22,10 +22,10 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ledger-dev/ledger/aggregates"
-	"github.com/ledger-dev/ledger/infra"
 	"github.com/ledger-dev/ledger/infra/ddblocal/ddbtest"
 	"github.com/ledger-dev/ledger/processor"
 	"github.com/ledger-dev/ledger/processor/processortest"
+	ledgertable "github.com/ledger-dev/ledger/table"
 )
 
 func TestMain(m *testing.M) { ddbtest.Main(m) }
@@ -64,7 +64,7 @@ type stream struct {
 
 func newStream(t *testing.T, table string) *stream {
 	s := &stream{ddb: ddbtest.Client(t), streams: dynamodbstreams.NewFromConfig(ddbtest.Config(t)), table: table}
-	info, err := infra.DescribeTable(context.Background(), s.ddb, table)
+	info, err := ledgertable.DescribeTable(context.Background(), s.ddb, table)
 	require.NoError(t, err)
 	s.arn = info.StreamARN
 	return s

@@ -14,6 +14,7 @@ import (
 	"github.com/ledger-dev/ledger/infra"
 	"github.com/ledger-dev/ledger/processor"
 	"github.com/ledger-dev/ledger/processor/poller"
+	"github.com/ledger-dev/ledger/table"
 )
 
 // environment is what every command shares: the table, the environment and
@@ -65,7 +66,7 @@ func (e *environment) tableCreate(ctx context.Context, args []string) int {
 	if err != nil {
 		return e.fail(err)
 	}
-	created, err := infra.CreateTable(ctx, c, e.table)
+	created, err := table.CreateTable(ctx, c, e.table)
 	if err != nil {
 		return e.fail(err)
 	}
@@ -86,7 +87,7 @@ func (e *environment) tableDescribe(ctx context.Context, args []string) int {
 	if err != nil {
 		return e.fail(err)
 	}
-	info, err := infra.DescribeTable(ctx, c, e.table)
+	info, err := table.DescribeTable(ctx, c, e.table)
 	if err != nil {
 		return e.fail(err)
 	}

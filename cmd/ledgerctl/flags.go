@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ledger-dev/ledger/table"
 	"github.com/ledger-dev/ledger/writer"
 )
 
@@ -36,7 +37,7 @@ type flagsView struct {
 	Flags     map[string]bool `json:"flags"`
 }
 
-func (e *environment) printFlags(f writer.Flags, asJSON bool) {
+func (e *environment) printFlags(f table.Flags, asJSON bool) {
 	if asJSON {
 		b, _ := json.MarshalIndent(flagsView{Table: e.table, Exists: f.Exists, Version: f.Version, UpdatedAt: f.UpdatedAt, Flags: f.Values}, "", "  ")
 		fmt.Fprintf(e.stdout, "%s\n", b)
@@ -58,7 +59,7 @@ func (e *environment) flagsGet(ctx context.Context, args []string) int {
 	if err != nil {
 		return e.fail(err)
 	}
-	f, err := writer.GetFlags(ctx, c, e.table)
+	f, err := table.GetFlags(ctx, c, e.table)
 	if err != nil {
 		return e.fail(err)
 	}
@@ -105,7 +106,7 @@ func (e *environment) flagsSet(ctx context.Context, args []string) int {
 		if !ok {
 			return e.fail(fmt.Errorf("flags set: %q: want NAME=true or NAME=false", p))
 		}
-		if err := writer.ValidateFlagName(name); err != nil {
+		if err := table.ValidateFlagName(name); err != nil {
 			return e.fail(err)
 		}
 		set[name] = b
@@ -117,7 +118,7 @@ func (e *environment) flagsSet(ctx context.Context, args []string) int {
 	}
 	expected := *ifVersion
 	if expected < 0 {
-		cur, err := writer.GetFlags(ctx, c, e.table)
+		cur, err := table.GetFlags(ctx, c, e.table)
 		if err != nil {
 			return e.fail(err)
 		}
@@ -126,8 +127,8 @@ func (e *environment) flagsSet(ctx context.Context, args []string) int {
 			expected = 0
 		}
 	}
-	f, err := writer.SetFlags(ctx, c, e.table, set, expected, time.Now())
-	var conflict *writer.FlagsConflictError
+	f, err := table.SetFlags(ctx, c, e.table, set, expected, time.Now())
+	var conflict *table.FlagsConflictError
 	if errors.As(err, &conflict) {
 		fmt.Fprintf(e.stderr, "ledgerctl: %v; nothing written. Now: %s\nRun 'ledgerctl flags get' and set again.\n", conflict, conflict.Current)
 		return exitDiff

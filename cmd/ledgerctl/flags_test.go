@@ -14,6 +14,7 @@ import (
 
 	"github.com/ledger-dev/ledger/aggregates"
 	"github.com/ledger-dev/ledger/infra/ddblocal/ddbtest"
+	ledgertable "github.com/ledger-dev/ledger/table"
 	"github.com/ledger-dev/ledger/writer"
 )
 
@@ -45,7 +46,7 @@ func TestFlags_GetAndSetGuardedByVersion(t *testing.T) {
 	assert.Contains(t, errOut, "flags changed concurrently: expected version 1, found version 2")
 	code, _, _ = run(t, env, "flags", "set", "writesEnabled=true", "--if-version", "0")
 	assert.Equal(t, exitDiff, code)
-	f, err := writer.GetFlags(ctx, c, table)
+	f, err := ledgertable.GetFlags(ctx, c, table)
 	require.NoError(t, err)
 	assert.False(t, f.WritesEnabled(), "not overwritten")
 	assert.Equal(t, int64(2), f.Version)
@@ -65,7 +66,7 @@ func TestFlags_GetAndSetGuardedByVersion(t *testing.T) {
 	code, out, errOut = run(t, env, "flags", "set", "writesEnabled=true")
 	require.Equal(t, exitOK, code, errOut)
 	assert.Contains(t, out, "version 1")
-	f, err = writer.GetFlags(ctx, c, table)
+	f, err = ledgertable.GetFlags(ctx, c, table)
 	require.NoError(t, err)
 	assert.True(t, f.Exists && f.WritesEnabled())
 

@@ -5,14 +5,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/config"
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
-	ddbtypes "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodbstreams"
 	streamtypes "github.com/aws/aws-sdk-go-v2/service/dynamodbstreams/types"
 
@@ -20,6 +17,7 @@ import (
 	"github.com/ledger-dev/ledger/infra"
 	"github.com/ledger-dev/ledger/processor"
 	"github.com/ledger-dev/ledger/processor/poller"
+	"github.com/ledger-dev/ledger/table"
 )
 
 const lagHelp = `Says how far the stream's consumer is behind, shard by shard, right now.
@@ -165,35 +163,11 @@ type lagStreams interface {
 
 // measureLag reads the checkpoints and leases of the stream from the table
 // and every shard after its checkpoint.
-func measureLag(ctx context.Context, db QueryAPI, streams lagStreams, table, arn string, maxRecords int, now time.Time) ([]shardLag, error) {
+func measureLag(ctx context.Context, db QueryAPI, streams lagStreams, tableName, arn string, maxRecords int, now time.Time) ([]shardLag, error) {
 	// Checkpoints and leases share one partition (aggregates.CheckpointKey).
-	pk := aggregates.CheckpointKey(arn, "").PK
-	items := map[string]map[string]ddbtypes.AttributeValue{}
-	in := &dynamodb.QueryInput{
-		TableName: aws.String(table), ConsistentRead: aws.Bool(true),
-		KeyConditionExpression:    aws.String("PK = :pk"),
-		ExpressionAttributeValues: map[string]ddbtypes.AttributeValue{":pk": &ddbtypes.AttributeValueMemberS{Value: pk}},
-	}
-	for {
-		out, err := db.Query(ctx, in)
-		if err != nil {
-			return nil, fmt.Errorf("read checkpoints: %w", err)
-		}
-		for _, it := range out.Items {
-			if sk, ok := it["SK"].(*ddbtypes.AttributeValueMemberS); ok {
-				items[sk.Value] = it
-			}
-		}
-		if len(out.LastEvaluatedKey) == 0 {
-			break
-		}
-		in.ExclusiveStartKey = out.LastEvaluatedKey
-	}
-	str := func(item map[string]ddbtypes.AttributeValue, name string) string {
-		if v, ok := item[name].(*ddbtypes.AttributeValueMemberS); ok {
-			return v.Value
-		}
-		return ""
+	leases, cps, err := table.ReadStreamState(ctx, db, tableName, arn)
+	if err != nil {
+		return nil, fmt.Errorf("read checkpoints: %w", err)
 	}
 
 	var rows []shardLag
@@ -209,14 +183,11 @@ func measureLag(ctx context.Context, db QueryAPI, streams lagStreams, table, arn
 		}
 		for _, s := range d.Shards {
 			id := aws.ToString(s.ShardId)
-			cp := items["SHARD#"+id]
-			r := shardLag{Shard: id, Parent: aws.ToString(s.ParentShardId), Checkpoint: str(cp, "sequenceNumber"), LastCommit: str(cp, "updatedAt"),
-				Owner: str(items["LEASE#"+id], "leaseOwner")}
+			cp := cps[id]
+			r := shardLag{Shard: id, Parent: aws.ToString(s.ParentShardId), Checkpoint: cp.Seq, LastCommit: cp.UpdatedAt,
+				Owner: leases[id].Owner, Finished: cp.Finished}
 			if s.SequenceNumberRange != nil {
 				r.Closed = s.SequenceNumberRange.EndingSequenceNumber != nil
-			}
-			if f, ok := cp["shardFinished"].(*ddbtypes.AttributeValueMemberBOOL); ok {
-				r.Finished = f.Value
 			}
 			if !r.Finished {
 				if err := readPending(ctx, streams, arn, &r, maxRecords, now); err != nil {
@@ -262,8 +233,8 @@ func readPending(ctx context.Context, streams lagStreams, arn string, r *shardLa
 		for _, rec := range out.Records {
 			r.Pending++
 			pr := processor.FromStream(rec, arn)
-			pk, _ := pr.Keys["PK"].(*ddbtypes.AttributeValueMemberS)
-			if pk == nil || !strings.HasSuffix(pk.Value, "#TRANSACTION") || !aggregates.IsTransactionKey(pk.Value) {
+			pk, _ := table.String(pr.Keys, table.AttrPK)
+			if !aggregates.IsTransactionKey(pk) {
 				continue
 			}
 			r.PendingTxns++

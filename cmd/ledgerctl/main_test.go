@@ -13,10 +13,10 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/ledger-dev/ledger/infra"
 	"github.com/ledger-dev/ledger/infra/ddblocal/ddbtest"
 	"github.com/ledger-dev/ledger/processor"
 	"github.com/ledger-dev/ledger/processor/processortest"
+	ledgertable "github.com/ledger-dev/ledger/table"
 )
 
 func TestMain(m *testing.M) { ddbtest.Main(m) }
@@ -46,7 +46,7 @@ func TestReconcile_ExitStatusLikeDiffAndRepair(t *testing.T) {
 	// Transactions, then the processor over the stream: no difference.
 	c := ddbtest.Client(t)
 	require.NoError(t, processortest.NewWorkload(5).Run(ctx, c, table, 200))
-	info, err := infra.DescribeTable(ctx, c, table)
+	info, err := ledgertable.DescribeTable(ctx, c, table)
 	require.NoError(t, err)
 	shards, err := processortest.ReadAll(ctx, dynamodbstreams.NewFromConfig(ddbtest.Config(t)), info.StreamARN, nil)
 	require.NoError(t, err)

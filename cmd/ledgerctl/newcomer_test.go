@@ -23,6 +23,7 @@ import (
 	"github.com/ledger-dev/ledger/aggregates"
 	"github.com/ledger-dev/ledger/infra"
 	"github.com/ledger-dev/ledger/processor"
+	"github.com/ledger-dev/ledger/table"
 )
 
 // TestNewcomer_MakeRunFromACleanClone does what the README tells a
@@ -83,14 +84,14 @@ func TestNewcomer_MakeRunFromACleanClone(t *testing.T) {
 	cfg, err := infra.LocalConfig(ctx, endpoint[1])
 	require.NoError(t, err)
 	db := dynamodb.NewFromConfig(cfg)
-	diffs, stats, err := processor.Reconcile(ctx, db, infra.DefaultTableName, processor.Scope{})
+	diffs, stats, err := processor.Reconcile(ctx, db, table.DefaultTableName, processor.Scope{})
 	require.NoError(t, err)
 	assert.Empty(t, diffs)
 	_, final := sampleWorkload()
 	assert.Equal(t, final, stats.Transactions)
 	stored := map[string]string{}
 	for _, b := range sampleBranches {
-		reps, err := readReports(ctx, db, infra.DefaultTableName, sampleTenant, b, aggregates.Monthly, "", "")
+		reps, err := readReports(ctx, db, table.DefaultTableName, sampleTenant, b, aggregates.Monthly, "", "")
 		require.NoError(t, err)
 		for _, r := range reps {
 			tt := r.Report.Totals

@@ -14,10 +14,10 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/ledger-dev/ledger/infra"
 	"github.com/ledger-dev/ledger/infra/ddblocal/ddbtest"
 	"github.com/ledger-dev/ledger/processor"
 	"github.com/ledger-dev/ledger/processor/processortest"
+	ledgertable "github.com/ledger-dev/ledger/table"
 	"github.com/ledger-dev/ledger/writer"
 )
 
@@ -151,7 +151,7 @@ func TestLag_PendingTransactionsUntilCommitted(t *testing.T) {
 	assert.Contains(t, errOut, "older than 1ns")
 
 	// Consume the shard with a checkpoint guard, as the poller does.
-	info, err := infra.DescribeTable(ctx, c, table)
+	info, err := ledgertable.DescribeTable(ctx, c, table)
 	require.NoError(t, err)
 	shards, err := processortest.ReadAll(ctx, dynamodbstreams.NewFromConfig(ddbtest.Config(t)), info.StreamARN, nil)
 	require.NoError(t, err)

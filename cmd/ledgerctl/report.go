@@ -14,7 +14,7 @@ import (
 	"github.com/shopspring/decimal"
 
 	"github.com/ledger-dev/ledger/aggregates"
-	"github.com/ledger-dev/ledger/infra"
+	"github.com/ledger-dev/ledger/table"
 	"github.com/ledger-dev/ledger/writer"
 )
 
@@ -55,10 +55,10 @@ type QueryAPI interface {
 
 // readReports reads the reports of one branch and period type, from and to
 // inclusive (empty: unbounded), in period order, with consistent reads.
-func readReports(ctx context.Context, api QueryAPI, table, tenant, branch string, pt aggregates.PeriodType, from, to string) ([]storedReport, error) {
+func readReports(ctx context.Context, api QueryAPI, tableName, tenant, branch string, pt aggregates.PeriodType, from, to string) ([]storedReport, error) {
 	pk := aggregates.ReportPK(tenant, branch)
 	in := &dynamodb.QueryInput{
-		TableName:                 aws.String(table),
+		TableName:                 aws.String(tableName),
 		ConsistentRead:            aws.Bool(true),
 		ExpressionAttributeNames:  map[string]string{"#pk": "PK", "#sk": "SK"},
 		ExpressionAttributeValues: map[string]ddbtypes.AttributeValue{":pk": &ddbtypes.AttributeValueMemberS{Value: pk}},
@@ -77,7 +77,7 @@ func readReports(ctx context.Context, api QueryAPI, table, tenant, branch string
 	if to != "" {
 		in.ExpressionAttributeValues[":hi"] = &ddbtypes.AttributeValueMemberS{Value: hi + "$"} // with its entry items
 	}
-	set := infra.ReportSet{}
+	set := table.ReportSet{}
 	for {
 		page, err := api.Query(ctx, in)
 		if err != nil {

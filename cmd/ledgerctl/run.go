@@ -29,6 +29,7 @@ import (
 	"github.com/ledger-dev/ledger/infra/ddblocal"
 	"github.com/ledger-dev/ledger/processor"
 	"github.com/ledger-dev/ledger/processor/poller"
+	"github.com/ledger-dev/ledger/table"
 	"github.com/ledger-dev/ledger/writer"
 )
 
@@ -238,18 +239,18 @@ func (st *stack) startDynamoDB(ctx context.Context) error {
 // ensureTable creates the table when absent and checks its shape; a table
 // whose flags disable writes skips the sample.
 func (st *stack) ensureTable(ctx context.Context) error {
-	table, out := st.e.table, st.out
+	tableName, out := st.e.table, st.out
 	cfg, err := infra.LocalConfig(ctx, st.inst.Endpoint)
 	if err != nil {
 		return err
 	}
 	st.awsCfg, st.db = cfg, dynamodb.NewFromConfig(cfg)
-	out.update("creating table %s if absent…", table)
-	created, err := infra.CreateTable(ctx, st.db, table)
+	out.update("creating table %s if absent…", tableName)
+	created, err := table.CreateTable(ctx, st.db, tableName)
 	if err != nil {
 		return err
 	}
-	info, err := infra.DescribeTable(ctx, st.db, table)
+	info, err := table.DescribeTable(ctx, st.db, tableName)
 	if err != nil {
 		return err
 	}
@@ -257,11 +258,11 @@ func (st *stack) ensureTable(ctx context.Context) error {
 		return err
 	}
 	if created {
-		out.done("table %s created (keys, GSI1, GSI2, stream NEW_AND_OLD_IMAGES, TTL, flags)", table)
+		out.done("table %s created (keys, GSI1, GSI2, stream NEW_AND_OLD_IMAGES, TTL, flags)", tableName)
 	} else {
-		out.done("table %s found (kept from an earlier run)", table)
+		out.done("table %s found (kept from an earlier run)", tableName)
 	}
-	flags, err := writer.GetFlags(ctx, st.db, table)
+	flags, err := table.GetFlags(ctx, st.db, tableName)
 	if err != nil {
 		return err
 	}

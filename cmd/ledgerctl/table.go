@@ -7,27 +7,29 @@ import (
 	"unicode/utf8"
 )
 
-// table prints rows under a header with aligned columns: text columns to
+// textTable prints rows under a header with aligned columns: text columns to
 // the left, the columns marked right (figures) to the right.
-type table struct {
+type textTable struct {
 	head  []string
 	right []bool
 	rows  [][]string
 }
 
-func newTable(head ...string) *table { return &table{head: head, right: make([]bool, len(head))} }
+func newTable(head ...string) *textTable {
+	return &textTable{head: head, right: make([]bool, len(head))}
+}
 
 // alignRight marks columns (by index) as right-aligned.
-func (t *table) alignRight(cols ...int) *table {
+func (t *textTable) alignRight(cols ...int) *textTable {
 	for _, c := range cols {
 		t.right[c] = true
 	}
 	return t
 }
 
-func (t *table) add(cells ...string) { t.rows = append(t.rows, cells) }
+func (t *textTable) add(cells ...string) { t.rows = append(t.rows, cells) }
 
-func (t *table) write(w io.Writer) error {
+func (t *textTable) write(w io.Writer) error {
 	width := make([]int, len(t.head))
 	for _, row := range append([][]string{t.head}, t.rows...) {
 		for i, c := range row {

@@ -27,10 +27,10 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ledger-dev/ledger/aggregates"
-	"github.com/ledger-dev/ledger/infra"
 	"github.com/ledger-dev/ledger/infra/ddblocal/ddbtest"
 	"github.com/ledger-dev/ledger/processor"
 	"github.com/ledger-dev/ledger/processor/processortest"
+	"github.com/ledger-dev/ledger/table"
 )
 
 func TestMain(m *testing.M) { ddbtest.Main(m) }
@@ -45,7 +45,7 @@ var (
 			noStream: nil,
 			keysOnly: {StreamEnabled: aws.Bool(true), StreamViewType: ddbtypes.StreamViewTypeKeysOnly},
 		} {
-			in := infra.CreateTableInput(name)
+			in := table.CreateTableInput(name)
 			in.StreamSpecification = spec
 			_, err := c.CreateTable(context.Background(), in)
 			require.NoError(t, err)

@@ -35,6 +35,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/ledger-dev/ledger/infra"
+	"github.com/ledger-dev/ledger/table"
 	"github.com/ledger-dev/ledger/writer"
 )
 
@@ -150,7 +151,7 @@ func (m *Main) ParseFlags(args []string) error {
 	}
 	var jwksFile, flagsTTL, directoryTTL, reqTimeout, shutdown, drain, level, tenantRate, tenantBurst, secretRefresh string
 	fs.StringVar(&m.addr, "addr", env("LEDGER_ADDR", ":8080"), "listen `ADDR`ess; port 0 picks a free port, which is logged (env LEDGER_ADDR)")
-	fs.StringVar(&m.table, "table", env("LEDGER_TABLE", infra.DefaultTableName), "the ledger `TABLE` (env LEDGER_TABLE)")
+	fs.StringVar(&m.table, "table", env("LEDGER_TABLE", table.DefaultTableName), "the ledger `TABLE` (env LEDGER_TABLE)")
 	fs.StringVar(&jwksFile, "jwks-file", env("LEDGER_JWKS_FILE", ""), "`FILE` holding a JSON Web Key Set of public keys verifying RS*/PS*/ES*/EdDSA tokens, read at start (env LEDGER_JWKS_FILE)")
 	fs.StringVar(&m.secretARN, "jwt-secret-arn", env("LEDGER_JWT_SECRET_ARN", ""), "Secrets Manager secret (`ARN` or name) holding the HS256 secret, read at start and every --secret-refresh (env LEDGER_JWT_SECRET_ARN)")
 	fs.StringVar(&secretRefresh, "secret-refresh", env("LEDGER_SECRET_REFRESH", "5m"), "how often the --jwt-secret-arn secret is read again, a `DURATION` (env LEDGER_SECRET_REFRESH)")

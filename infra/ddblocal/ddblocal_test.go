@@ -24,6 +24,7 @@ import (
 	"github.com/ledger-dev/ledger/infra"
 	"github.com/ledger-dev/ledger/infra/ddblocal"
 	"github.com/ledger-dev/ledger/infra/ddblocal/ddbtest"
+	"github.com/ledger-dev/ledger/table"
 )
 
 // These tests start their own instances, one at a time; none uses the
@@ -53,7 +54,7 @@ func TestStart_ServesRequestsUntilStopped(t *testing.T) {
 
 	db := client(t, in.Endpoint)
 	name := ddbtest.TableName(t)
-	created, err := infra.CreateTable(t.Context(), db, name)
+	created, err := table.CreateTable(t.Context(), db, name)
 	require.NoError(t, err)
 	require.True(t, created)
 	out, err := db.ListTables(t.Context(), &dynamodb.ListTablesInput{})
@@ -76,7 +77,7 @@ func TestStart_ServesRequestsUntilStopped(t *testing.T) {
 func TestStart_SharesOneDatabaseAcrossCredentialsAndRegions(t *testing.T) {
 	in := start(t, ddblocal.Options{})
 	name := ddbtest.TableName(t)
-	_, err := infra.CreateTable(t.Context(), client(t, in.Endpoint), name)
+	_, err := table.CreateTable(t.Context(), client(t, in.Endpoint), name)
 	require.NoError(t, err)
 
 	cfg, err := infra.LocalConfig(t.Context(), in.Endpoint)
@@ -95,12 +96,12 @@ func TestStart_DBPathKeepsDataAcrossRestarts(t *testing.T) {
 	name := ddbtest.TableName(t)
 
 	first := start(t, ddblocal.Options{DBPath: dbPath})
-	_, err := infra.CreateTable(t.Context(), client(t, first.Endpoint), name)
+	_, err := table.CreateTable(t.Context(), client(t, first.Endpoint), name)
 	require.NoError(t, err)
 	require.NoError(t, first.Stop())
 
 	second := start(t, ddblocal.Options{DBPath: dbPath})
-	info, err := infra.DescribeTable(t.Context(), client(t, second.Endpoint), name)
+	info, err := table.DescribeTable(t.Context(), client(t, second.Endpoint), name)
 	require.NoError(t, err)
 	assert.NoError(t, info.Validate())
 }

@@ -31,6 +31,7 @@ import (
 	"github.com/ledger-dev/ledger/infra/ddblocal/ddbtest"
 	"github.com/ledger-dev/ledger/processor/poller"
 	"github.com/ledger-dev/ledger/processor/processortest"
+	ledgertable "github.com/ledger-dev/ledger/table"
 	"github.com/ledger-dev/ledger/writer"
 )
 
@@ -481,9 +482,9 @@ func (w *liveWriter) workload(t *testing.T) {
 
 	// Writes disabled by the flags (503 writes-disabled) and enabled again.
 	setWrites := func(on bool) {
-		f, err := writer.GetFlags(context.Background(), w.db, w.table)
+		f, err := ledgertable.GetFlags(context.Background(), w.db, w.table)
 		require.NoError(t, err)
-		_, err = writer.SetFlags(context.Background(), w.db, w.table, map[string]bool{"writesEnabled": on}, f.Version, time.Now())
+		_, err = ledgertable.SetFlags(context.Background(), w.db, w.table, map[string]bool{"writesEnabled": on}, f.Version, time.Now())
 		require.NoError(t, err)
 	}
 	refusedUntil := func(name string, want int, key string) {

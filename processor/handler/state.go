@@ -16,8 +16,8 @@ import (
 	ddbtypes "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/ledger-dev/ledger/aggregates"
-	"github.com/ledger-dev/ledger/infra"
 	"github.com/ledger-dev/ledger/processor"
+	"github.com/ledger-dev/ledger/table"
 )
 
 // The tumbling-window state: the records of the window not committed yet,
@@ -184,7 +184,7 @@ func isTransaction(r *processor.Record) bool {
 	if r.Keys == nil {
 		return true
 	}
-	pk, ok := r.Keys[infra.AttrPK].(*ddbtypes.AttributeValueMemberS)
+	pk, ok := r.Keys[table.AttrPK].(*ddbtypes.AttributeValueMemberS)
 	return ok && aggregates.IsTransactionKey(pk.Value)
 }
 

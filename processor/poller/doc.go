@@ -17,7 +17,8 @@
 // # Checkpoints
 //
 // A shard's checkpoint is processor.ShardGuard's item (aggregates.CheckpointKey),
-// moved by the compare-and-set inside every commit transaction. A reader
+// moved by the compare-and-set inside every commit transaction; its layout
+// and every write that changes it are table/checkpoint.go's. A reader
 // opens its iterator AFTER_SEQUENCE_NUMBER the checkpoint and declares it
 // with ShardGuard.SetOrigin, or at TRIM_HORIZON (default) or LATEST
 // (Config.StartPosition) when there is none. Records with no effect (the

@@ -22,9 +22,9 @@ import (
 )
 
 // emptyMapBody is a GetRecords answer recorded from DynamoDB Local
-// (infra/streamquirks_test.go): its second record's NewImage has m = {} and
+// (table/streamquirks_test.go): its second record's NewImage has m = {} and
 // n.inner = {}, untagged.
-const emptyMapBody = "../../infra/testdata/getrecords_empty_map.json"
+const emptyMapBody = "../../table/testdata/getrecords_empty_map.json"
 
 // streamsServer answers every Streams call with body.
 func streamsServer(t *testing.T, body []byte) string {

@@ -5,9 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"regexp"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -15,7 +12,7 @@ import (
 	ddbtypes "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/ledger-dev/ledger/aggregates"
-	"github.com/ledger-dev/ledger/processor"
+	"github.com/ledger-dev/ledger/table"
 )
 
 // Table is the part of the DynamoDB API the poller itself calls, for leases
@@ -27,24 +24,6 @@ type Table interface {
 }
 
 var _ Table = (*dynamodb.Client)(nil)
-
-// Attribute names of lease and checkpoint items. The checkpoint's
-// sequenceNumber, entityType, updatedAt and shardId are the ones
-// processor.ShardGuard writes inside commits.
-const (
-	attrPK             = "PK"
-	attrSK             = "SK"
-	attrEntityType     = "entityType"
-	attrUpdatedAt      = "updatedAt"
-	attrShardID        = "shardId"
-	attrSequenceNumber = "sequenceNumber"
-	attrFinished       = "shardFinished" // checkpoint: the shard is closed and read to its end
-	attrStartAt        = "startAt"       // checkpoint without sequence number: where to open (LATEST)
-	attrOwner          = "leaseOwner"
-	attrCounter        = "leaseCounter"
-	attrPending        = "pendingOwner" // a poller that asked for the lease
-	attrLeaseExpiry    = "leaseExpiry"  // informational: owner's clock + lease duration
-)
 
 // errConditionFailed means a lease or checkpoint write's condition failed:
 // someone else changed the item first.
@@ -59,13 +38,27 @@ type lease struct {
 	exists  bool
 }
 
-// checkpoint is a checkpoint item as read.
+// row is the lease as the table holds it.
+func (l lease) row() table.Lease {
+	return table.Lease{Shard: l.shard, Owner: l.owner, Counter: l.counter, Pending: l.pending, Exists: l.exists}
+}
+
+func leaseOf(l table.Lease) lease {
+	return lease{shard: l.Shard, owner: l.Owner, counter: l.Counter, pending: l.Pending, exists: l.Exists}
+}
+
+// checkpoint is the poller's view of a checkpoint item as read
+// (table.Checkpoint).
 type checkpoint struct {
 	shard    string
 	seq      string // "" when nothing was committed
 	finished bool
 	startAt  string
 	pending  bool // a half-committed batch is on it
+}
+
+func checkpointOf(c table.Checkpoint) checkpoint {
+	return checkpoint{shard: c.Shard, seq: c.Seq, finished: c.Finished, startAt: c.StartAt, pending: c.Pending != nil}
 }
 
 // store reads and writes one stream's lease and checkpoint items.
@@ -77,76 +70,21 @@ type store struct {
 
 func (s *store) now() time.Time { return time.Now() }
 
-func (s *store) pk() string { return aggregates.LeaseKey(s.streamARN, "").PK }
-
-func keyOf(k aggregates.Key) map[string]ddbtypes.AttributeValue {
-	return map[string]ddbtypes.AttributeValue{attrPK: str(k.PK), attrSK: str(k.SK)}
-}
-
-func str(s string) ddbtypes.AttributeValue { return &ddbtypes.AttributeValueMemberS{Value: s} }
-func num(n int64) ddbtypes.AttributeValue {
-	return &ddbtypes.AttributeValueMemberN{Value: strconv.FormatInt(n, 10)}
-}
-
-func getS(item map[string]ddbtypes.AttributeValue, name string) string {
-	if v, ok := item[name].(*ddbtypes.AttributeValueMemberS); ok {
-		return v.Value
-	}
-	return ""
-}
-
 // readAll reads every lease and checkpoint of the stream with one
 // consistent, paginated Query of the stream's partition.
 func (s *store) readAll(ctx context.Context) (map[string]lease, map[string]checkpoint, error) {
-	leases, cps := map[string]lease{}, map[string]checkpoint{}
-	leasePrefix := strings.TrimSuffix(aggregates.LeaseKey(s.streamARN, "x").SK, "x")
-	cpPrefix := strings.TrimSuffix(aggregates.CheckpointKey(s.streamARN, "x").SK, "x")
-	var start map[string]ddbtypes.AttributeValue
-	for {
-		out, err := s.api.Query(ctx, &dynamodb.QueryInput{
-			TableName:                 &s.table,
-			KeyConditionExpression:    aws.String("#pk = :pk"),
-			ExpressionAttributeNames:  map[string]string{"#pk": attrPK},
-			ExpressionAttributeValues: map[string]ddbtypes.AttributeValue{":pk": str(s.pk())},
-			ConsistentRead:            aws.Bool(true),
-			ExclusiveStartKey:         start,
-		})
-		if err != nil {
-			return nil, nil, fmt.Errorf("read leases and checkpoints of %s: %w", s.streamARN, err)
-		}
-		for _, item := range out.Items {
-			sk := getS(item, attrSK)
-			switch {
-			case strings.HasPrefix(sk, leasePrefix):
-				l := leaseOf(strings.TrimPrefix(sk, leasePrefix), item)
-				leases[l.shard] = l
-			case strings.HasPrefix(sk, cpPrefix):
-				c := checkpointOf(strings.TrimPrefix(sk, cpPrefix), item)
-				cps[c.shard] = c
-			}
-		}
-		if len(out.LastEvaluatedKey) == 0 {
-			return leases, cps, nil
-		}
-		start = out.LastEvaluatedKey
+	ls, cs, err := table.ReadStreamState(ctx, s.api, s.table, s.streamARN)
+	if err != nil {
+		return nil, nil, err
 	}
-}
-
-func leaseOf(shard string, item map[string]ddbtypes.AttributeValue) lease {
-	l := lease{shard: shard, owner: getS(item, attrOwner), pending: getS(item, attrPending), exists: true}
-	if n, ok := item[attrCounter].(*ddbtypes.AttributeValueMemberN); ok {
-		l.counter, _ = strconv.ParseInt(n.Value, 10, 64)
+	leases, cps := make(map[string]lease, len(ls)), make(map[string]checkpoint, len(cs))
+	for shard, l := range ls {
+		leases[shard] = leaseOf(l)
 	}
-	return l
-}
-
-func checkpointOf(shard string, item map[string]ddbtypes.AttributeValue) checkpoint {
-	c := checkpoint{shard: shard, seq: getS(item, attrSequenceNumber), startAt: getS(item, attrStartAt)}
-	if b, ok := item[attrFinished].(*ddbtypes.AttributeValueMemberBOOL); ok {
-		c.finished = b.Value
+	for shard, c := range cs {
+		cps[shard] = checkpointOf(c)
 	}
-	_, c.pending = item[processor.CheckpointPendingAttribute]
-	return c
+	return leases, cps, nil
 }
 
 // readItem reads one item with a consistent read (a Query of its key, the
@@ -155,8 +93,8 @@ func (s *store) readItem(ctx context.Context, k aggregates.Key) (map[string]ddbt
 	out, err := s.api.Query(ctx, &dynamodb.QueryInput{
 		TableName:                 &s.table,
 		KeyConditionExpression:    aws.String("#pk = :pk AND #sk = :sk"),
-		ExpressionAttributeNames:  map[string]string{"#pk": attrPK, "#sk": attrSK},
-		ExpressionAttributeValues: map[string]ddbtypes.AttributeValue{":pk": str(k.PK), ":sk": str(k.SK)},
+		ExpressionAttributeNames:  map[string]string{"#pk": table.AttrPK, "#sk": table.AttrSK},
+		ExpressionAttributeValues: map[string]ddbtypes.AttributeValue{":pk": table.S(k.PK), ":sk": table.S(k.SK)},
 		ConsistentRead:            aws.Bool(true),
 	})
 	if err != nil {
@@ -178,10 +116,7 @@ func (s *store) readLease(ctx context.Context, shard string) (lease, error) {
 	for i := 0; i < readAttempts && ctx.Err() == nil; i++ {
 		var item map[string]ddbtypes.AttributeValue
 		if item, err = s.readItem(ctx, aggregates.LeaseKey(s.streamARN, shard)); err == nil {
-			if item == nil {
-				return lease{shard: shard}, nil
-			}
-			return leaseOf(shard, item), nil
+			return leaseOf(table.DecodeLease(shard, item)), nil
 		}
 		pause(ctx, i+1)
 	}
@@ -198,7 +133,8 @@ func (s *store) readCheckpoint(ctx context.Context, shard string) (checkpoint, e
 	for i := 0; i < readAttempts && ctx.Err() == nil; i++ {
 		var item map[string]ddbtypes.AttributeValue
 		if item, err = s.readItem(ctx, aggregates.CheckpointKey(s.streamARN, shard)); err == nil {
-			return checkpointOf(shard, item), nil
+			c, _ := table.DecodeCheckpoint(shard, item)
+			return checkpointOf(c), nil
 		}
 		pause(ctx, i+1)
 	}
@@ -225,23 +161,10 @@ func pause(ctx context.Context, n int) {
 	}
 }
 
-// update runs one conditional UpdateItem and translates a failed condition
-// into errConditionFailed.
-func (s *store) update(ctx context.Context, what string, k aggregates.Key, set string, remove []string, cond string,
-	names map[string]string, values map[string]ddbtypes.AttributeValue) (map[string]ddbtypes.AttributeValue, error) {
-	expr := "SET " + set
-	if len(remove) > 0 {
-		expr += " REMOVE " + strings.Join(remove, ", ")
-	}
-	out, err := s.api.UpdateItem(ctx, &dynamodb.UpdateItemInput{
-		TableName:                 &s.table,
-		Key:                       keyOf(k),
-		UpdateExpression:          aws.String(expr),
-		ConditionExpression:       aws.String(cond),
-		ExpressionAttributeNames:  names,
-		ExpressionAttributeValues: values,
-		ReturnValues:              ddbtypes.ReturnValueAllNew,
-	})
+// updateItem runs in, an UpdateItem of the item under k, and translates a
+// failed condition into errConditionFailed.
+func (s *store) updateItem(ctx context.Context, what string, k aggregates.Key, in *dynamodb.UpdateItemInput) (map[string]ddbtypes.AttributeValue, error) {
+	out, err := s.api.UpdateItem(ctx, in)
 	var ccf *ddbtypes.ConditionalCheckFailedException
 	if errors.As(err, &ccf) {
 		return nil, fmt.Errorf("%s %s: %w", what, k.SK, errConditionFailed)
@@ -252,65 +175,30 @@ func (s *store) update(ctx context.Context, what string, k aggregates.Key, set s
 	return out.Attributes, nil
 }
 
-var leaseNames = map[string]string{
-	"#o": attrOwner, "#c": attrCounter, "#p": attrPending, "#x": attrLeaseExpiry,
-	"#et": attrEntityType, "#ua": attrUpdatedAt, "#sh": attrShardID,
-}
-
-var placeholder = regexp.MustCompile(`#[a-z]+`)
-
-// names returns the lease placeholders the expressions use.
-func names(exprs ...string) map[string]string {
-	out := map[string]string{}
-	for _, e := range exprs {
-		for _, ph := range placeholder.FindAllString(e, -1) {
-			out[ph] = leaseNames[ph]
-		}
-	}
-	return out
-}
-
 // take makes owner the lease's owner, from the state seen (a lease that
 // does not exist, is free, expired, or owned by owner's previous life).
 // The condition is the counter seen: any change since then (a renewal, a
 // release, another taker) makes it fail with errConditionFailed.
 func (s *store) take(ctx context.Context, seen lease, owner string, duration time.Duration) (lease, error) {
-	now := s.now()
-	next := lease{shard: seen.shard, owner: owner, counter: seen.counter + 1, exists: true}
-	set := "#o = :o, #c = :next, #x = :x, #et = :et, #ua = :ua, #sh = :sh"
-	cond := "attribute_not_exists(#c)"
-	values := map[string]ddbtypes.AttributeValue{
-		":o": str(owner), ":next": num(next.counter), ":x": str(now.Add(duration).UTC().Format(time.RFC3339Nano)),
-		":et": str(aggregates.EntityLease), ":ua": str(now.UTC().Format(time.RFC3339Nano)), ":sh": str(seen.shard),
-	}
-	if seen.exists {
-		cond = "#c = :seen"
-		values[":seen"] = num(seen.counter)
-	}
-	_, err := s.update(ctx, "take lease", aggregates.LeaseKey(s.streamARN, seen.shard), set, []string{"#p"}, cond, names(set, "#p", cond), values)
+	_, err := s.updateItem(ctx, "take lease", aggregates.LeaseKey(s.streamARN, seen.shard),
+		table.TakeLease(s.table, s.streamARN, seen.row(), owner, duration, s.now()))
 	if err != nil {
 		return lease{}, err
 	}
-	return next, nil
+	return lease{shard: seen.shard, owner: owner, counter: seen.counter + 1, exists: true}, nil
 }
 
 // renew bumps the counter of a lease owner holds. It returns the lease as
 // written, with pending set when another poller asked for it.
 func (s *store) renew(ctx context.Context, l lease, duration time.Duration) (lease, error) {
-	now := s.now()
-	next := l
-	next.counter++
-	set := "#c = :next, #x = :x, #ua = :ua"
-	cond := "#o = :o AND #c = :c"
-	attrs, err := s.update(ctx, "renew lease", aggregates.LeaseKey(s.streamARN, l.shard), set, nil, cond, names(set, cond),
-		map[string]ddbtypes.AttributeValue{
-			":o": str(l.owner), ":c": num(l.counter), ":next": num(next.counter),
-			":x": str(now.Add(duration).UTC().Format(time.RFC3339Nano)), ":ua": str(now.UTC().Format(time.RFC3339Nano)),
-		})
+	attrs, err := s.updateItem(ctx, "renew lease", aggregates.LeaseKey(s.streamARN, l.shard),
+		table.RenewLease(s.table, s.streamARN, l.row(), duration, s.now()))
 	if err != nil {
 		return lease{}, err
 	}
-	next.pending = getS(attrs, attrPending)
+	next := l
+	next.counter++
+	next.pending = table.DecodeLease(l.shard, attrs).Pending
 	return next, nil
 }
 
@@ -337,20 +225,8 @@ func (s *store) release(ctx context.Context, l lease, to string) error {
 }
 
 func (s *store) releaseOnce(ctx context.Context, l lease, to string) error {
-	set := "#c = :next, #ua = :ua"
-	remove := []string{"#p"}
-	values := map[string]ddbtypes.AttributeValue{
-		":o": str(l.owner), ":c": num(l.counter), ":next": num(l.counter + 1), ":ua": str(s.now().UTC().Format(time.RFC3339Nano)),
-	}
-	if to != "" {
-		set += ", #o = :to"
-		values[":to"] = str(to)
-	} else {
-		remove = append(remove, "#o", "#x")
-	}
-	cond := "#o = :o AND #c = :c"
-	_, err := s.update(ctx, "release lease", aggregates.LeaseKey(s.streamARN, l.shard), set, remove, cond,
-		names(set, strings.Join(remove, ", "), cond), values)
+	_, err := s.updateItem(ctx, "release lease", aggregates.LeaseKey(s.streamARN, l.shard),
+		table.ReleaseLease(s.table, s.streamARN, l.row(), to, s.now()))
 	return err
 }
 
@@ -359,10 +235,8 @@ func (s *store) releaseOnce(ctx context.Context, l lease, to string) error {
 // attempt is followed by a re-read: pendingOwner = requester on the lease
 // as seen means it landed.
 func (s *store) request(ctx context.Context, l lease, requester string) error {
-	set := "#p = :r"
-	cond := "#o = :o AND #c = :c AND attribute_not_exists(#p)"
-	_, err := s.update(ctx, "request lease", aggregates.LeaseKey(s.streamARN, l.shard), set, nil, cond, names(set, cond),
-		map[string]ddbtypes.AttributeValue{":r": str(requester), ":o": str(l.owner), ":c": num(l.counter)})
+	_, err := s.updateItem(ctx, "request lease", aggregates.LeaseKey(s.streamARN, l.shard),
+		table.RequestLease(s.table, s.streamARN, l.row(), requester))
 	if err == nil || ctx.Err() != nil {
 		return err
 	}
@@ -404,28 +278,8 @@ func (s *store) advance(ctx context.Context, shard, prev, seq string, finished b
 }
 
 func (s *store) advanceOnce(ctx context.Context, shard, prev, seq string, finished bool) error {
-	now := s.now().UTC().Format(time.RFC3339Nano)
-	set := []string{"#et = :et", "#ua = :ua", "#sh = :sh"}
-	nm := map[string]string{"#et": attrEntityType, "#ua": attrUpdatedAt, "#sh": attrShardID, "#seq": attrSequenceNumber}
-	values := map[string]ddbtypes.AttributeValue{":et": str(aggregates.EntityCheckpoint), ":ua": str(now), ":sh": str(shard)}
-	if seq != "" {
-		set = append(set, "#seq = :seq")
-		values[":seq"] = str(seq)
-	}
-	if finished {
-		set = append(set, "#fin = :fin")
-		nm["#fin"] = attrFinished
-		values[":fin"] = &ddbtypes.AttributeValueMemberBOOL{Value: true}
-	}
-	cond := "attribute_not_exists(#seq)"
-	if prev != "" {
-		cond = "#seq = :prev"
-		values[":prev"] = str(prev)
-	}
-	// Never over a half-committed batch: its last group moves it.
-	cond += " AND attribute_not_exists(#pt)"
-	nm["#pt"] = processor.CheckpointPendingAttribute
-	_, err := s.update(ctx, "move checkpoint", aggregates.CheckpointKey(s.streamARN, shard), strings.Join(set, ", "), nil, cond, nm, values)
+	k := aggregates.CheckpointKey(s.streamARN, shard)
+	_, err := s.updateItem(ctx, "move checkpoint", k, table.AdvanceCheckpoint(s.table, k, shard, prev, seq, finished, s.now().UTC()))
 	return err
 }
 
@@ -450,10 +304,7 @@ func (s *store) markStart(ctx context.Context, shard string, closed bool) error 
 }
 
 func (s *store) markStartOnce(ctx context.Context, shard string) error {
-	now := s.now().UTC().Format(time.RFC3339Nano)
-	_, err := s.update(ctx, "mark start", aggregates.CheckpointKey(s.streamARN, shard), "#et = :et, #ua = :ua, #sh = :sh, #st = :st", nil,
-		"attribute_not_exists(#seq)",
-		map[string]string{"#et": attrEntityType, "#ua": attrUpdatedAt, "#sh": attrShardID, "#st": attrStartAt, "#seq": attrSequenceNumber},
-		map[string]ddbtypes.AttributeValue{":et": str(aggregates.EntityCheckpoint), ":ua": str(now), ":sh": str(shard), ":st": str(string(Latest))})
+	k := aggregates.CheckpointKey(s.streamARN, shard)
+	_, err := s.updateItem(ctx, "mark start", k, table.MarkCheckpointStart(s.table, k, shard, string(Latest), s.now().UTC()))
 	return err
 }

@@ -11,18 +11,15 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodbstreams"
 	streamtypes "github.com/aws/aws-sdk-go-v2/service/dynamodbstreams/types"
 
-	"github.com/ledger-dev/ledger/infra"
 	"github.com/ledger-dev/ledger/processor"
+	"github.com/ledger-dev/ledger/table"
 )
 
-// Streams is the part of the DynamoDB Streams API the poller calls. Use a
-// client from NewStreamsClient: it repairs DynamoDB Local's untagged empty
-// maps before the SDK decodes them.
-type Streams interface {
-	DescribeStream(ctx context.Context, in *dynamodbstreams.DescribeStreamInput, opts ...func(*dynamodbstreams.Options)) (*dynamodbstreams.DescribeStreamOutput, error)
-	GetShardIterator(ctx context.Context, in *dynamodbstreams.GetShardIteratorInput, opts ...func(*dynamodbstreams.Options)) (*dynamodbstreams.GetShardIteratorOutput, error)
-	GetRecords(ctx context.Context, in *dynamodbstreams.GetRecordsInput, opts ...func(*dynamodbstreams.Options)) (*dynamodbstreams.GetRecordsOutput, error)
-}
+// Streams is the part of the DynamoDB Streams API the poller calls: the
+// three reads every stream reader of this project makes
+// (processor.StreamReader). Use a client from NewStreamsClient: it repairs
+// DynamoDB Local's untagged empty maps before the SDK decodes them.
+type Streams = processor.StreamReader
 
 var _ Streams = (*dynamodbstreams.Client)(nil)
 
@@ -36,19 +33,19 @@ var ErrNoStream = errors.New("no usable stream")
 // its view type is NEW_AND_OLD_IMAGES (the processor folds new − old). Each
 // refusal wraps ErrNoStream and says what to do; other errors (network,
 // permissions) are returned wrapped as they are.
-func ResolveStream(ctx context.Context, api infra.TableAPI, table string) (string, error) {
-	info, err := infra.DescribeTable(ctx, api, table)
+func ResolveStream(ctx context.Context, api table.TableAPI, tableName string) (string, error) {
+	info, err := table.DescribeTable(ctx, api, tableName)
 	var nf *ddbtypes.ResourceNotFoundException
 	switch {
 	case errors.As(err, &nf):
-		return "", fmt.Errorf("table %s does not exist (create it with `ledgerctl table create`): %w", table, ErrNoStream)
+		return "", fmt.Errorf("table %s does not exist (create it with `ledgerctl table create`): %w", tableName, ErrNoStream)
 	case err != nil:
 		return "", err
 	case !info.StreamEnabled || info.StreamARN == "":
-		return "", fmt.Errorf("table %s has no stream; enable one with view type %s: %w", table, infra.StreamViewType, ErrNoStream)
-	case info.StreamViewType != infra.StreamViewType:
+		return "", fmt.Errorf("table %s has no stream; enable one with view type %s: %w", tableName, table.StreamViewType, ErrNoStream)
+	case info.StreamViewType != table.StreamViewType:
 		return "", fmt.Errorf("table %s has stream view type %s; the poller needs %s (old and new images to fold new − old): %w",
-			table, info.StreamViewType, infra.StreamViewType, ErrNoStream)
+			tableName, info.StreamViewType, table.StreamViewType, ErrNoStream)
 	}
 	return info.StreamARN, nil
 }
@@ -102,4 +99,14 @@ func listShards(ctx context.Context, api Streams, streamARN string) (shards []sh
 		return shards[i].id < shards[j].id
 	})
 	return shards, status, nil
+}
+
+// NewStreamsClient returns a DynamoDB Streams client for cfg whose
+// GetRecords answers are repaired by table.FixEmptyMaps (DynamoDB Local's
+// untagged empty maps) before the SDK decodes them. optFns are applied
+// after the repair is installed.
+func NewStreamsClient(cfg aws.Config, optFns ...func(*dynamodbstreams.Options)) *dynamodbstreams.Client {
+	return dynamodbstreams.NewFromConfig(cfg, append([]func(*dynamodbstreams.Options){func(o *dynamodbstreams.Options) {
+		o.APIOptions = append(o.APIOptions, table.FixEmptyMaps)
+	}}, optFns...)...)
 }

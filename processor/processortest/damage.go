@@ -11,8 +11,8 @@ import (
 	ddbtypes "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/ledger-dev/ledger/aggregates"
-	"github.com/ledger-dev/ledger/infra"
 	"github.com/ledger-dev/ledger/processor"
+	"github.com/ledger-dev/ledger/table"
 )
 
 // DamageAPI is what Damage needs of DynamoDB.
@@ -29,9 +29,9 @@ type DamageAPI interface {
 // 400 KB limit (a second daily one), a report deleted (a second monthly
 // one) and a report that should not exist. The branch needs two daily, two
 // monthly and one yearly report. It returns the damaged reports.
-func Damage(ctx context.Context, api DamageAPI, table, tenant, branch string) ([]aggregates.ReportKey, error) {
-	set := infra.ReportSet{}
-	p := dynamodb.NewQueryPaginator(api, &dynamodb.QueryInput{TableName: &table, ConsistentRead: aws.Bool(true),
+func Damage(ctx context.Context, api DamageAPI, tableName, tenant, branch string) ([]aggregates.ReportKey, error) {
+	set := table.ReportSet{}
+	p := dynamodb.NewQueryPaginator(api, &dynamodb.QueryInput{TableName: &tableName, ConsistentRead: aws.Bool(true),
 		KeyConditionExpression:    aws.String("PK = :pk"),
 		ExpressionAttributeValues: map[string]ddbtypes.AttributeValue{":pk": s(aggregates.ReportPK(tenant, branch))}})
 	for p.HasMorePages() {
@@ -45,7 +45,7 @@ func Damage(ctx context.Context, api DamageAPI, table, tenant, branch string) ([
 			}
 		}
 	}
-	byType := map[aggregates.PeriodType][]*infra.StoredReport{}
+	byType := map[aggregates.PeriodType][]*table.StoredReport{}
 	for _, k := range set.Keys() {
 		if sr := set[k]; sr.Item != nil {
 			byType[k.Period.Type] = append(byType[k.Period.Type], sr)
@@ -55,7 +55,7 @@ func Damage(ctx context.Context, api DamageAPI, table, tenant, branch string) ([
 		return nil, fmt.Errorf("damage %s/%s: want 2 daily, 2 monthly and a yearly report", tenant, branch)
 	}
 	update := func(k aggregates.ReportKey, expr string, names map[string]string, v ddbtypes.AttributeValue) error {
-		_, err := api.UpdateItem(ctx, &dynamodb.UpdateItemInput{TableName: &table,
+		_, err := api.UpdateItem(ctx, &dynamodb.UpdateItemInput{TableName: &tableName,
 			Key:              map[string]ddbtypes.AttributeValue{"PK": s(k.Key().PK), "SK": s(k.Key().SK)},
 			UpdateExpression: aws.String(expr), ExpressionAttributeNames: names,
 			ExpressionAttributeValues: map[string]ddbtypes.AttributeValue{":x": v}})
@@ -85,19 +85,19 @@ func Damage(ctx context.Context, api DamageAPI, table, tenant, branch string) ([
 	if err := update(yearly.Key, "SET byCategory.#k.totalExpense = :x", map[string]string{"#k": entry}, s("z")); err != nil {
 		return nil, err
 	}
-	pad := 400*1024 - infra.ItemSize(daily2.Item) - 64
+	pad := 400*1024 - table.ItemSize(daily2.Item) - 64
 	if err := update(daily2.Key, "SET #p = :x", map[string]string{"#p": "padding"}, s(strings.Repeat("p", pad))); err != nil {
 		return nil, err
 	}
-	if _, err := api.DeleteItem(ctx, &dynamodb.DeleteItemInput{TableName: &table,
+	if _, err := api.DeleteItem(ctx, &dynamodb.DeleteItemInput{TableName: &tableName,
 		Key: map[string]ddbtypes.AttributeValue{"PK": s(monthly2.Key.Key().PK), "SK": s(monthly2.Key.Key().SK)}}); err != nil {
 		return nil, err
 	}
 	ghost := aggregates.ReportKey{Tenant: tenant, Branch: branch, Period: aggregates.Period{Type: aggregates.Daily, Value: "2019-05-05"}}
 	r := &aggregates.Report{}
 	r.Add(aggregates.Totals{Count: 3}, [3]string{"phantom", "", ""})
-	item, _ := infra.EncodeReport(ghost, r, "2019-05-06T00:00:00Z")
-	if _, err := api.PutItem(ctx, &dynamodb.PutItemInput{TableName: &table, Item: item}); err != nil {
+	item, _ := table.EncodeReport(ghost, r, "2019-05-06T00:00:00Z")
+	if _, err := api.PutItem(ctx, &dynamodb.PutItemInput{TableName: &tableName, Item: item}); err != nil {
 		return nil, err
 	}
 	return []aggregates.ReportKey{daily.Key, monthly.Key, yearly.Key, daily2.Key, monthly2.Key, ghost}, nil

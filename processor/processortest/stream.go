@@ -11,10 +11,6 @@ import (
 	"github.com/ledger-dev/ledger/processor"
 )
 
-// StreamsAPI is the part of the DynamoDB Streams API ReadAll uses: the
-// processor's own.
-type StreamsAPI = processor.StreamReader
-
 // Shard is the records of one shard read so far, in order.
 type Shard struct {
 	ID      string
@@ -26,7 +22,7 @@ type Shard struct {
 // after), until each shard is caught up (a page comes back empty). It is a
 // test reader: no leases, no checkpoints, parents not ordered before
 // children (DynamoDB Local has one shard).
-func ReadAll(ctx context.Context, api StreamsAPI, streamARN string, after map[string]string) ([]Shard, error) {
+func ReadAll(ctx context.Context, api processor.StreamReader, streamARN string, after map[string]string) ([]Shard, error) {
 	var shards []streamtypes.Shard
 	var start *string
 	for {

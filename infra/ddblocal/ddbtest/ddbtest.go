@@ -23,6 +23,7 @@ import (
 
 	"github.com/ledger-dev/ledger/infra"
 	"github.com/ledger-dev/ledger/infra/ddblocal"
+	"github.com/ledger-dev/ledger/table"
 )
 
 // EnvTestEndpoint names the environment variable that points tests at an
@@ -114,18 +115,18 @@ func Client(t testing.TB, opts ...infra.ConfigOption) *dynamodb.Client {
 
 var tableSeq atomic.Int64
 
-// NewTable creates a fresh ledger table (infra.CreateTable: keys, indexes,
+// NewTable creates a fresh ledger table (table.CreateTable: keys, indexes,
 // stream, TTL and the default flags item) with a name no other test in
 // any binary uses, and returns the name. Tables are not deleted: an
 // in-memory instance goes away with the binary, and on an external endpoint
 // they are left for inspection. Deleting them would not help either:
 // DynamoDB Local's stream slowdown stays after its tables are gone.
-func NewTable(t testing.TB, api infra.TableAPI) string {
+func NewTable(t testing.TB, api table.TableAPI) string {
 	t.Helper()
 	name := TableName(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	if _, err := infra.CreateTable(ctx, api, name); err != nil {
+	if _, err := table.CreateTable(ctx, api, name); err != nil {
 		t.Fatalf("ddbtest: %v", err)
 	}
 	return name

@@ -10,7 +10,7 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 
-	"github.com/ledger-dev/ledger/infra"
+	"github.com/ledger-dev/ledger/table"
 )
 
 // Pool is the ledger tables of one test package, all created together
@@ -75,7 +75,7 @@ func (p *Pool) fill(t testing.TB) {
 	for range p.Size {
 		name := TableName(t)
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		_, err := infra.CreateTable(ctx, c, name)
+		_, err := table.CreateTable(ctx, c, name)
 		cancel()
 		if err != nil {
 			p.err = fmt.Errorf("ddbtest: table pool: %w", err)

@@ -11,8 +11,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/ledger-dev/ledger/infra"
 	"github.com/ledger-dev/ledger/infra/ddblocal/ddbtest"
+	"github.com/ledger-dev/ledger/table"
 )
 
 func TestMain(m *testing.M) { ddbtest.Main(m) }
@@ -47,7 +47,7 @@ func TestPool_HandsOutEachTableOnceAndFailsWhenExhausted(t *testing.T) {
 	assert.NotEqual(t, a, b)
 	assert.Equal(t, 1, setups)
 	for _, name := range []string{a, b} {
-		info, err := infra.DescribeTable(context.Background(), ddbtest.Client(t), name)
+		info, err := table.DescribeTable(context.Background(), ddbtest.Client(t), name)
 		require.NoError(t, err, name)
 		assert.NotEmpty(t, info.StreamARN, "a ledger table, stream and all")
 	}

@@ -1,4 +1,4 @@
-package infra_test
+package table_test
 
 import (
 	"strings"
@@ -11,16 +11,16 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/ledger-dev/ledger/infra"
 	"github.com/ledger-dev/ledger/infra/ddblocal/ddbtest"
+	"github.com/ledger-dev/ledger/table"
 )
 
 func TestMain(m *testing.M) { ddbtest.Main(m) }
 
 func flagsKey() map[string]types.AttributeValue {
 	return map[string]types.AttributeValue{
-		infra.AttrPK: &types.AttributeValueMemberS{Value: "SETTINGS#APP"},
-		infra.AttrSK: &types.AttributeValueMemberS{Value: "FLAGS#V1"},
+		table.AttrPK: &types.AttributeValueMemberS{Value: "SETTINGS#APP"},
+		table.AttrSK: &types.AttributeValueMemberS{Value: "FLAGS#V1"},
 	}
 }
 
@@ -30,7 +30,7 @@ func TestCreateTable_CreatesOnceAndWritesDefaultFlags(t *testing.T) {
 	name := ddbtest.TableName(t)
 
 	before := time.Now().UTC().Truncate(time.Second)
-	created, err := infra.CreateTable(ctx, client, name)
+	created, err := table.CreateTable(ctx, client, name)
 	require.NoError(t, err)
 	assert.True(t, created, "first CreateTable")
 
@@ -57,7 +57,7 @@ func TestCreateTable_CreatesOnceAndWritesDefaultFlags(t *testing.T) {
 	})
 	require.NoError(t, err)
 
-	created, err = infra.CreateTable(ctx, client, name)
+	created, err = table.CreateTable(ctx, client, name)
 	require.NoError(t, err)
 	assert.False(t, created, "second CreateTable")
 
@@ -65,7 +65,7 @@ func TestCreateTable_CreatesOnceAndWritesDefaultFlags(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, &types.AttributeValueMemberBOOL{Value: false}, got.Item["writesEnabled"], "flags after second CreateTable")
 
-	info, err := infra.DescribeTable(ctx, client, name)
+	info, err := table.DescribeTable(ctx, client, name)
 	require.NoError(t, err)
 	assert.NoError(t, info.Validate())
 }
@@ -77,10 +77,10 @@ func TestCreateTable_ExistingTableGetsTTLButNoFlags(t *testing.T) {
 	ctx := t.Context()
 	client := ddbtest.Client(t)
 	name := ddbtest.TableName(t)
-	_, err := client.CreateTable(ctx, infra.CreateTableInput(name))
+	_, err := client.CreateTable(ctx, table.CreateTableInput(name))
 	require.NoError(t, err)
 
-	created, err := infra.CreateTable(ctx, client, name)
+	created, err := table.CreateTable(ctx, client, name)
 	require.NoError(t, err)
 	assert.False(t, created)
 
@@ -98,10 +98,10 @@ func TestDescribeTable_ReadsTheDefinitionBack(t *testing.T) {
 	client := ddbtest.Client(t)
 	name := ddbtest.NewTable(t, client)
 
-	info, err := infra.DescribeTable(ctx, client, name)
+	info, err := table.DescribeTable(ctx, client, name)
 	require.NoError(t, err)
 
-	s := func(n string) infra.KeyInfo { return infra.KeyInfo{Name: n, Type: types.ScalarAttributeTypeS} }
+	s := func(n string) table.KeyInfo { return table.KeyInfo{Name: n, Type: types.ScalarAttributeTypeS} }
 	assert.Equal(t, name, info.Name)
 	assert.Equal(t, types.TableStatusActive, info.Status)
 	assert.NotEmpty(t, info.ARN)
@@ -127,7 +127,7 @@ func TestDescribeTable_ReadsTheDefinitionBack(t *testing.T) {
 
 func TestDescribeTable_MissingTableIsResourceNotFound(t *testing.T) {
 	client := ddbtest.Client(t)
-	_, err := infra.DescribeTable(t.Context(), client, ddbtest.TableName(t))
+	_, err := table.DescribeTable(t.Context(), client, ddbtest.TableName(t))
 	var nf *types.ResourceNotFoundException
 	assert.ErrorAs(t, err, &nf)
 }
@@ -146,12 +146,12 @@ func TestValidate_CatchesLiveTablesWithTheWrongStream(t *testing.T) {
 			ctx := t.Context()
 			client := ddbtest.Client(t)
 			name := ddbtest.TableName(t)
-			in := infra.CreateTableInput(name)
+			in := table.CreateTableInput(name)
 			in.StreamSpecification = tc.stream
 			_, err := client.CreateTable(ctx, in)
 			require.NoError(t, err)
 
-			info, err := infra.DescribeTable(ctx, client, name)
+			info, err := table.DescribeTable(ctx, client, name)
 			require.NoError(t, err)
 			err = info.Validate()
 			require.Error(t, err)
@@ -162,13 +162,13 @@ func TestValidate_CatchesLiveTablesWithTheWrongStream(t *testing.T) {
 }
 
 func TestValidate_NamesEveryDifference(t *testing.T) {
-	s := func(n string) infra.KeyInfo { return infra.KeyInfo{Name: n, Type: types.ScalarAttributeTypeS} }
-	good := func() infra.TableInfo {
-		return infra.TableInfo{
+	s := func(n string) table.KeyInfo { return table.KeyInfo{Name: n, Type: types.ScalarAttributeTypeS} }
+	good := func() table.TableInfo {
+		return table.TableInfo{
 			Name:  "ledger",
 			Hash:  s("PK"),
 			Range: s("SK"),
-			GSIs: []infra.IndexInfo{
+			GSIs: []table.IndexInfo{
 				{Name: "GSI1", Hash: s("GSI1PK"), Range: s("GSI1SK"), Projection: types.ProjectionTypeAll},
 				{Name: "GSI2", Hash: s("GSI2PK"), Range: s("GSI2SK"), Projection: types.ProjectionTypeAll},
 			},
@@ -179,18 +179,18 @@ func TestValidate_NamesEveryDifference(t *testing.T) {
 	}
 	for _, tc := range []struct {
 		name   string
-		change func(*infra.TableInfo)
+		change func(*table.TableInfo)
 		want   []string
 	}{
-		{"matching", func(*infra.TableInfo) {}, nil},
-		{"extra index is fine", func(ti *infra.TableInfo) {
-			ti.GSIs = append(ti.GSIs, infra.IndexInfo{Name: "GSI3", Hash: s("X")})
+		{"matching", func(*table.TableInfo) {}, nil},
+		{"extra index is fine", func(ti *table.TableInfo) {
+			ti.GSIs = append(ti.GSIs, table.IndexInfo{Name: "GSI3", Hash: s("X")})
 		}, nil},
-		{"numeric hash key", func(ti *infra.TableInfo) { ti.Hash.Type = types.ScalarAttributeTypeN }, []string{"hash key is PK (N); want PK (S)"}},
-		{"no range key", func(ti *infra.TableInfo) { ti.Range = infra.KeyInfo{} }, []string{"range key is none; want SK (S)"}},
-		{"missing index", func(ti *infra.TableInfo) { ti.GSIs = ti.GSIs[:1] }, []string{"index GSI2 is missing"}},
-		{"index keys and projection", func(ti *infra.TableInfo) {
-			ti.GSIs[0].Range = infra.KeyInfo{}
+		{"numeric hash key", func(ti *table.TableInfo) { ti.Hash.Type = types.ScalarAttributeTypeN }, []string{"hash key is PK (N); want PK (S)"}},
+		{"no range key", func(ti *table.TableInfo) { ti.Range = table.KeyInfo{} }, []string{"range key is none; want SK (S)"}},
+		{"missing index", func(ti *table.TableInfo) { ti.GSIs = ti.GSIs[:1] }, []string{"index GSI2 is missing"}},
+		{"index keys and projection", func(ti *table.TableInfo) {
+			ti.GSIs[0].Range = table.KeyInfo{}
 			ti.GSIs[0].Projection = types.ProjectionTypeKeysOnly
 			ti.GSIs[1].Hash = s("GSI1PK")
 		}, []string{
@@ -198,11 +198,11 @@ func TestValidate_NamesEveryDifference(t *testing.T) {
 			"index GSI1 projection is KEYS_ONLY; want ALL",
 			"index GSI2 hash key is GSI1PK (S); want GSI2PK (S)",
 		}},
-		{"stream off and wrong keys together", func(ti *infra.TableInfo) {
+		{"stream off and wrong keys together", func(ti *table.TableInfo) {
 			ti.StreamEnabled = false
 			ti.Range = s("sk")
 		}, []string{"range key is sk (S); want SK (S)", "stream is disabled"}},
-		{"stream without arn", func(ti *infra.TableInfo) { ti.StreamARN = "" }, []string{"no stream ARN"}},
+		{"stream without arn", func(ti *table.TableInfo) { ti.StreamARN = "" }, []string{"no stream ARN"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ti := good()
@@ -221,7 +221,7 @@ func TestValidate_NamesEveryDifference(t *testing.T) {
 }
 
 func TestCreateTableInput_MatchesTheDefinition(t *testing.T) {
-	in := infra.CreateTableInput("ledger")
+	in := table.CreateTableInput("ledger")
 	assert.Equal(t, "ledger", aws.ToString(in.TableName))
 	assert.Equal(t, types.BillingModePayPerRequest, in.BillingMode)
 	assert.Equal(t, types.StreamViewTypeNewAndOldImages, in.StreamSpecification.StreamViewType)

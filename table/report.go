@@ -1,4 +1,4 @@
-package infra
+package table
 
 import (
 	"context"
@@ -63,15 +63,13 @@ const MaxInlineEntries = 32
 const MaxReportItemBytes = 40 << 10
 
 // Attribute names of report items besides the keys. entityType and
-// updatedAt are on every report item the consumers write.
+// updatedAt (attr.go) are on every report item the consumers write.
 const (
-	AttrEntityType       = "entityType"
 	AttrPeriodType       = "periodType"
 	AttrPeriodValue      = "periodValue"
 	AttrTotalIncome      = "totalIncome"
 	AttrTotalExpense     = "totalExpense"
 	AttrTransactionCount = "transactionCount"
-	AttrUpdatedAt        = "updatedAt"
 	AttrRepairedAt       = "repairedAt"
 )
 
@@ -128,7 +126,7 @@ func (s *StoredReport) Decode() (r *aggregates.Report, problems []string) {
 	for _, item := range s.Entries {
 		ref, err := refOf(item)
 		if err != nil || ref.Kind != aggregates.ReportEntry {
-			problems = append(problems, fmt.Sprintf("item %s is not an entry item", keyOf(item)))
+			problems = append(problems, fmt.Sprintf("item %s is not an entry item", KeyOf(item)))
 			continue
 		}
 		where := fmt.Sprintf("entry item %s[%q]", ref.Dim, ref.Name)
@@ -361,18 +359,7 @@ func cmpString(a, b string) int {
 }
 
 func refOf(item map[string]types.AttributeValue) (aggregates.ReportItemRef, error) {
-	return aggregates.ParseReportItemKey(keyOf(item))
-}
-
-func keyOf(item map[string]types.AttributeValue) aggregates.Key {
-	var k aggregates.Key
-	if v, ok := item[AttrPK].(*types.AttributeValueMemberS); ok {
-		k.PK = v.Value
-	}
-	if v, ok := item[AttrSK].(*types.AttributeValueMemberS); ok {
-		k.SK = v.Value
-	}
-	return k
+	return aggregates.ParseReportItemKey(KeyOf(item))
 }
 
 // ReadReport reads report k with its entry items (not its parked deltas):
@@ -453,11 +440,17 @@ func ParkedItem(k aggregates.ReportKey, id string, delta *aggregates.Report, inf
 	s := func(v string) types.AttributeValue { return &types.AttributeValueMemberS{Value: v} }
 	return map[string]types.AttributeValue{
 		AttrPK: s(key.PK), AttrSK: s(key.SK), AttrEntityType: s(aggregates.EntityParked),
-		"GSI1PK": s(aggregates.ParkedIndexPK), "GSI1SK": s(info.ParkedAt + "#" + key.SK),
+		AttrGSI1PK: s(aggregates.ParkedIndexPK), AttrGSI1SK: s(info.ParkedAt + "#" + key.SK),
 		AttrParkedReport: s(k.Key().SK), AttrParkedDelta: d,
 		AttrParkedReason: s(info.Reason), AttrParkedDetail: s(detail),
 		AttrParkedFrom: s(info.From), AttrParkedTo: s(info.To), AttrParkedAt: s(info.ParkedAt),
 	}
+}
+
+// PutParked is the put of a parked delta (ParkedItem) inside its commit,
+// only if it is not there yet.
+func PutParked(tableName string, item map[string]types.AttributeValue) *types.Put {
+	return &types.Put{TableName: aws.String(tableName), Item: item, ConditionExpression: aws.String("attribute_not_exists(PK)")}
 }
 
 // DecodeParked reads a parked item's delta and description.
@@ -472,11 +465,11 @@ func DecodeParked(item map[string]types.AttributeValue) (*aggregates.Report, Par
 	info := ParkedInfo{Reason: str(AttrParkedReason), Detail: str(AttrParkedDetail), From: str(AttrParkedFrom), To: str(AttrParkedTo), ParkedAt: str(AttrParkedAt)}
 	m, ok := item[AttrParkedDelta].(*types.AttributeValueMemberM)
 	if !ok {
-		return nil, info, fmt.Errorf("parked delta %s: no delta map", keyOf(item))
+		return nil, info, fmt.Errorf("parked delta %s: no delta map", KeyOf(item))
 	}
 	r := &aggregates.Report{}
 	if refused, _ := decodeHeader(m.Value, r); len(refused) > 0 {
-		return nil, info, fmt.Errorf("parked delta %s: %s", keyOf(item), refused[0])
+		return nil, info, fmt.Errorf("parked delta %s: %s", KeyOf(item), refused[0])
 	}
 	return r, info, nil
 }
@@ -566,4 +559,46 @@ func EncodeRepair(k aggregates.ReportKey, r *aggregates.Report, stored *StoredRe
 	}
 	slices.SortFunc(out.Deletes, func(a, b aggregates.Key) int { return cmpString(a.SK, b.SK) })
 	return out
+}
+
+// ReportAbsent is the transaction action that requires report k to have no
+// report item.
+func ReportAbsent(tableName string, k aggregates.ReportKey) types.TransactWriteItem {
+	return types.TransactWriteItem{ConditionCheck: &types.ConditionCheck{
+		TableName: aws.String(tableName), Key: Key(k.Key()), ConditionExpression: aws.String("attribute_not_exists(PK)"),
+	}}
+}
+
+// RepairHead is the put of a repaired report item (EncodeRepair's Item,
+// which it stamps with repairedAt = its updatedAt), conditioned on the item
+// as the repair read it: absent (hasItem false), present without updatedAt
+// (seen nil), or with updatedAt seen. A consumer's commit in between makes
+// it fail.
+func RepairHead(tableName string, item map[string]types.AttributeValue, hasItem bool, seen types.AttributeValue) types.TransactWriteItem {
+	item[AttrRepairedAt] = item[AttrUpdatedAt]
+	head := &types.Put{TableName: aws.String(tableName), Item: item}
+	switch {
+	case !hasItem:
+		head.ConditionExpression = aws.String("attribute_not_exists(PK)")
+	case seen == nil:
+		head.ConditionExpression = aws.String("attribute_exists(PK) AND attribute_not_exists(#ua)")
+		head.ExpressionAttributeNames = map[string]string{"#ua": AttrUpdatedAt}
+	default:
+		head.ConditionExpression = aws.String("#ua = :seen")
+		head.ExpressionAttributeNames = map[string]string{"#ua": AttrUpdatedAt}
+		head.ExpressionAttributeValues = map[string]types.AttributeValue{":seen": seen}
+	}
+	return types.TransactWriteItem{Put: head}
+}
+
+// RepairGuard is the transaction action every later transaction of a
+// repair stamped stamp requires: report k's item still as RepairHead wrote
+// it (no consumer committed to it since).
+func RepairGuard(tableName string, k aggregates.ReportKey, stamp string) types.TransactWriteItem {
+	return types.TransactWriteItem{ConditionCheck: &types.ConditionCheck{
+		TableName: aws.String(tableName), Key: Key(k.Key()),
+		ConditionExpression:       aws.String("#ra = :stamp AND #ua = :stamp"),
+		ExpressionAttributeNames:  map[string]string{"#ra": AttrRepairedAt, "#ua": AttrUpdatedAt},
+		ExpressionAttributeValues: map[string]types.AttributeValue{":stamp": S(stamp)},
+	}}
 }

@@ -1,4 +1,4 @@
-package infra_test
+package table_test
 
 import (
 	"bytes"
@@ -21,6 +21,7 @@ import (
 
 	"github.com/ledger-dev/ledger/infra"
 	"github.com/ledger-dev/ledger/infra/ddblocal/ddbtest"
+	"github.com/ledger-dev/ledger/table"
 )
 
 var update = flag.Bool("update", false, "rewrite testdata files from DynamoDB Local's answers")
@@ -89,7 +90,7 @@ func TestDynamoDBLocal_EmptyMapInStreamImageHasNoTypeTag(t *testing.T) {
 	})
 	require.NoError(t, err)
 
-	info, err := infra.DescribeTable(ctx, db, name)
+	info, err := table.DescribeTable(ctx, db, name)
 	require.NoError(t, err)
 	desc, err := streams.DescribeStream(ctx, &dynamodbstreams.DescribeStreamInput{StreamArn: aws.String(info.StreamARN)})
 	require.NoError(t, err)

@@ -1,4 +1,4 @@
-package infra_test
+package table_test
 
 import (
 	"fmt"
@@ -11,7 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ledger-dev/ledger/aggregates"
-	"github.com/ledger-dev/ledger/infra"
+	"github.com/ledger-dev/ledger/table"
 )
 
 func TestEncodeReport_DecodesToTheSameFigures(t *testing.T) {
@@ -20,17 +20,17 @@ func TestEncodeReport_DecodesToTheSameFigures(t *testing.T) {
 	rep.Add(aggregates.Totals{Income: decimal.RequireFromString("1.10"), Count: 1}, [3]string{"x#y", "ops", ""})
 	rep.Add(aggregates.Totals{Expense: decimal.RequireFromString("0.00000001"), Count: 1}, [3]string{"café ☕", "", "card"})
 
-	item, entries := infra.EncodeReport(k, rep, "2026-02-01T00:00:00Z")
+	item, entries := table.EncodeReport(k, rep, "2026-02-01T00:00:00Z")
 	assert.Empty(t, entries, "a few names fit inline")
-	assert.Equal(t, &types.AttributeValueMemberS{Value: aggregates.EntityReport}, item[infra.AttrEntityType])
-	assert.Equal(t, &types.AttributeValueMemberS{Value: "MONTHLY"}, item[infra.AttrPeriodType])
-	assert.Equal(t, &types.AttributeValueMemberS{Value: "2026-01"}, item[infra.AttrPeriodValue])
-	assert.Equal(t, &types.AttributeValueMemberS{Value: "2026-02-01T00:00:00Z"}, item[infra.AttrUpdatedAt])
-	got, problems := (&infra.StoredReport{Key: k, Item: item}).Decode()
+	assert.Equal(t, &types.AttributeValueMemberS{Value: aggregates.EntityReport}, item[table.AttrEntityType])
+	assert.Equal(t, &types.AttributeValueMemberS{Value: "MONTHLY"}, item[table.AttrPeriodType])
+	assert.Equal(t, &types.AttributeValueMemberS{Value: "2026-01"}, item[table.AttrPeriodValue])
+	assert.Equal(t, &types.AttributeValueMemberS{Value: "2026-02-01T00:00:00Z"}, item[table.AttrUpdatedAt])
+	got, problems := (&table.StoredReport{Key: k, Item: item}).Decode()
 	require.Empty(t, problems)
 	assert.True(t, got.Equal(rep), "got %s; want %s", got, rep)
 
-	empty, _ := infra.EncodeReport(k, &aggregates.Report{}, "2026-02-01T00:00:00Z")
+	empty, _ := table.EncodeReport(k, &aggregates.Report{}, "2026-02-01T00:00:00Z")
 	for _, d := range aggregates.Dimensions {
 		assert.NotContains(t, empty, d.Attribute(), "an empty breakdown is left out")
 	}
@@ -46,17 +46,17 @@ func TestEncodeReport_SpillsPastTheInlineLimitAndDecodesBack(t *testing.T) {
 	for i := range 100 {
 		rep.Add(aggregates.Totals{Income: decimal.NewFromInt(int64(i + 1)), Count: 1}, [3]string{fmt.Sprintf("c%03d", i), fmt.Sprintf("cc#%03d", i%40), "card"})
 	}
-	item, entries := infra.EncodeReport(k, rep, "2026-02-01T00:00:00Z")
-	require.Len(t, entries, (100-infra.MaxInlineEntries)+(40-infra.MaxInlineEntries))
+	item, entries := table.EncodeReport(k, rep, "2026-02-01T00:00:00Z")
+	require.Len(t, entries, (100-table.MaxInlineEntries)+(40-table.MaxInlineEntries))
 	inline := item[aggregates.ByCategory.Attribute()].(*types.AttributeValueMemberM).Value
-	assert.Len(t, inline, infra.MaxInlineEntries)
+	assert.Len(t, inline, table.MaxInlineEntries)
 	assert.Contains(t, inline, "c000")
 	assert.NotContains(t, inline, "c099")
-	set := infra.ReportSet{}
+	set := table.ReportSet{}
 	require.NoError(t, set.Add(item))
 	for _, e := range entries {
 		require.NoError(t, set.Add(e))
-		sk := e[infra.AttrSK].(*types.AttributeValueMemberS).Value
+		sk := e[table.AttrSK].(*types.AttributeValueMemberS).Value
 		assert.True(t, strings.HasPrefix(sk, "YEARLY#2026#"), sk)
 	}
 	require.Len(t, set, 1)
@@ -65,7 +65,7 @@ func TestEncodeReport_SpillsPastTheInlineLimitAndDecodesBack(t *testing.T) {
 	assert.True(t, got.Equal(rep), "got %s; want %s", got, rep)
 
 	// The same name inline and in an entry item: the figures add up.
-	set[k].Entries = append(set[k].Entries, infra.EncodeEntry(k, aggregates.ByCategory, "c000", aggregates.Totals{Income: decimal.NewFromInt(5), Count: 2}))
+	set[k].Entries = append(set[k].Entries, table.EncodeEntry(k, aggregates.ByCategory, "c000", aggregates.Totals{Income: decimal.NewFromInt(5), Count: 2}))
 	got, problems = set[k].Decode()
 	require.Empty(t, problems)
 	assert.Equal(t, "6", got.Breakdowns[aggregates.ByCategory]["c000"].Income.String())
@@ -103,19 +103,19 @@ func TestDecodeReport_MissingFiguresAreZeroMalformedOnesAreProblems(t *testing.T
 		{name: "oversized", item: map[string]types.AttributeValue{"byCategory": m("a", m("totalIncome", n("1"), "pad", &types.AttributeValueMemberS{Value: strings.Repeat("x", 300<<10)}))}, wantErr: "bytes, more than"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			item := map[string]types.AttributeValue{infra.AttrEntityType: &types.AttributeValueMemberS{Value: aggregates.EntityReport}}
+			item := map[string]types.AttributeValue{table.AttrEntityType: &types.AttributeValueMemberS{Value: aggregates.EntityReport}}
 			for a, v := range tc.item {
 				item[a] = v
 			}
-			got, problems := (&infra.StoredReport{Item: item}).Decode()
+			got, problems := (&table.StoredReport{Item: item}).Decode()
 			if tc.wantErr != "" {
 				require.NotEmpty(t, problems)
 				assert.Contains(t, strings.Join(problems, "\n"), tc.wantErr)
-				assert.NotEmpty(t, infra.CheckReportItem(item), "a commit would be refused on it")
+				assert.NotEmpty(t, table.CheckReportItem(item), "a commit would be refused on it")
 				return
 			}
 			require.Empty(t, problems)
-			assert.Empty(t, infra.CheckReportItem(item))
+			assert.Empty(t, table.CheckReportItem(item))
 			assert.True(t, got.Equal(tc.want), "got %s; want %s", got, tc.want)
 		})
 	}

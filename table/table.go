@@ -1,12 +1,10 @@
-// Package infra holds the ledger table definition as Go and the AWS client
-// configuration every binary and test shares.
-//
-// The table is the one docs/design.md describes: keys PK/SK, two overloaded
-// global secondary indexes (GSI1, GSI2) with projection ALL, on-demand
-// billing, a NEW_AND_OLD_IMAGES stream and TTL on expiresAt. CreateTable
-// makes it (idempotently), DescribeTable reads back what a live table looks
-// like and TableInfo.Validate says how it differs from the definition.
-package infra
+package table
+
+// This file is the table's definition: keys PK/SK, two overloaded global
+// secondary indexes (GSI1, GSI2) with projection ALL, on-demand billing, a
+// NEW_AND_OLD_IMAGES stream and TTL on expiresAt. CreateTable makes it
+// (idempotently), DescribeTable reads back what a live table looks like and
+// TableInfo.Validate says how it differs from the definition.
 
 import (
 	"context"
@@ -19,8 +17,6 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
-
-	"github.com/ledger-dev/ledger/aggregates"
 )
 
 // DefaultTableName is the table's name when none is configured
@@ -211,29 +207,6 @@ func enableTTL(ctx context.Context, api TableAPI, name string) error {
 	})
 	if err != nil {
 		return fmt.Errorf("enable ttl on %s: %w", AttrExpiresAt, err)
-	}
-	return nil
-}
-
-// putDefaultFlags writes the flags singleton with writes enabled, unless a
-// flags item already exists.
-func putDefaultFlags(ctx context.Context, api TableAPI, name string, now time.Time) error {
-	_, err := api.PutItem(ctx, &dynamodb.PutItemInput{
-		TableName: aws.String(name),
-		Item: map[string]types.AttributeValue{
-			AttrPK:          &types.AttributeValueMemberS{Value: aggregates.FlagsKey().PK},
-			AttrSK:          &types.AttributeValueMemberS{Value: aggregates.FlagsKey().SK},
-			"entityType":    &types.AttributeValueMemberS{Value: aggregates.EntityFlags},
-			"writesEnabled": &types.AttributeValueMemberBOOL{Value: true},
-			"version":       &types.AttributeValueMemberN{Value: "1"},
-			"updatedAt":     &types.AttributeValueMemberS{Value: now.UTC().Format(time.RFC3339)},
-		},
-		ConditionExpression:      aws.String("attribute_not_exists(#pk)"),
-		ExpressionAttributeNames: map[string]string{"#pk": AttrPK},
-	})
-	var ccf *types.ConditionalCheckFailedException
-	if err != nil && !errors.As(err, &ccf) {
-		return fmt.Errorf("put default flags: %w", err)
 	}
 	return nil
 }

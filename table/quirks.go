@@ -1,4 +1,13 @@
-package poller
+package table
+
+// This file holds the fixes for DynamoDB Local's differences from AWS, in
+// one place (table/streamquirks_test.go pins each against a live DynamoDB
+// Local; docs/design.md, "DynamoDB Local"):
+//
+//   - its stream images write an empty map as an untagged {} (FixEmptyMaps
+//     for the Streams client, FixEmptyMapImage for recorded wire JSON);
+//   - its error responses fail the SDK's response CRC32 check
+//     (LocalChecksums).
 
 import (
 	"bytes"
@@ -6,29 +15,22 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
+	"net/url"
 	"regexp"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/service/dynamodbstreams"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/smithy-go/middleware"
 	smithyhttp "github.com/aws/smithy-go/transport/http"
 )
-
-// NewStreamsClient returns a DynamoDB Streams client for cfg whose
-// GetRecords answers are repaired by FixEmptyMaps before the SDK decodes
-// them. optFns are applied after the repair is installed.
-func NewStreamsClient(cfg aws.Config, optFns ...func(*dynamodbstreams.Options)) *dynamodbstreams.Client {
-	return dynamodbstreams.NewFromConfig(cfg, append([]func(*dynamodbstreams.Options){func(o *dynamodbstreams.Options) {
-		o.APIOptions = append(o.APIOptions, FixEmptyMaps)
-	}}, optFns...)...)
-}
 
 // FixEmptyMaps is a DynamoDB Streams client API option (append it to
 // dynamodbstreams.Options.APIOptions) that works around a quirk of
 // DynamoDB Local 3.3.1: it writes an empty map attribute in stream images
 // as a bare {} with no type tag, where AWS writes {"M":{}}, and the SDK's
 // decoder then silently yields the previous attribute's value or nil (see
-// infra/streamquirks_test.go). The middleware sits just inside the
+// streamquirks_test.go). The middleware sits just inside the
 // operation's deserializer and rewrites, in successful GetRecords response
 // bodies only, every {} that stands where an attribute value belongs (an
 // image's or a map's value, a list's element) into {"M":{}}. Strings, key
@@ -207,3 +209,53 @@ func fixAttributeValue(raw json.RawMessage) (json.RawMessage, bool, error) {
 }
 
 func isNull(raw json.RawMessage) bool { return string(bytes.TrimSpace(raw)) == "null" }
+
+// FixEmptyMapImage rewrites every untagged {} attribute value of a stream
+// image's wire JSON (an object of attribute values) into {"M":{}}, at any
+// depth, as AWS writes it; the image is returned as it came when there is
+// nothing to fix.
+func FixEmptyMapImage(image json.RawMessage) (json.RawMessage, error) {
+	fixed, _, err := fixAttributeMap(image)
+	return fixed, err
+}
+
+// LocalChecksums turns off the response CRC32 check for a configuration
+// whose endpoint is local (IsLocalEndpoint), and for every DynamoDB client
+// made from cfg whose resolved endpoint is (service-specific endpoint
+// variables count): DynamoDB Local's error responses fail it, and the SDK
+// then logs "failed to close HTTP response body ... did not match expected
+// checksum" on every error.
+func LocalChecksums(cfg *aws.Config) {
+	if cfg.BaseEndpoint != nil && IsLocalEndpoint(*cfg.BaseEndpoint) {
+		cfg.ResponseChecksumValidation = aws.ResponseChecksumValidationWhenRequired
+	}
+	cfg.ServiceOptions = append(cfg.ServiceOptions, skipChecksumLocally)
+}
+
+// skipChecksumLocally is a service option: it turns off DynamoDB's response
+// CRC32 validation when the client's resolved endpoint is local. It runs
+// after the client resolved its endpoint.
+func skipChecksumLocally(_ string, so any) {
+	if o, ok := so.(*dynamodb.Options); ok && o.BaseEndpoint != nil && IsLocalEndpoint(*o.BaseEndpoint) {
+		o.DisableValidateResponseChecksum = true
+	}
+}
+
+// IsLocalEndpoint reports whether endpoint looks like a local DynamoDB
+// rather than AWS: plain http, localhost, or a loopback address. AWS
+// endpoints are always https.
+func IsLocalEndpoint(endpoint string) bool {
+	u, err := url.Parse(endpoint)
+	if err != nil {
+		return false
+	}
+	if u.Scheme == "http" {
+		return true
+	}
+	host := u.Hostname()
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}

@@ -1,0 +1,303 @@
+package table
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/ledger-dev/ledger/aggregates"
+)
+
+// This file is the one owner of the shard checkpoint item
+// (aggregates.CheckpointKey), the state the exactly-once argument rests on
+// (docs/exactly-once.md): its layout, its decoding, and every write that
+// changes it — the claims inside commit transactions (ClaimRun, ClaimGroup:
+// processor.ShardGuard), and the moves outside them (AdvanceCheckpoint,
+// MarkCheckpointStart: the poller) — plus the read-only listing of a
+// stream's checkpoints and leases (ReadStreamState) for the poller and
+// ledgerctl lag; DecodeCheckpoint serves the guard and reconcile's
+// in-flight check. Under its key it holds
+//
+//	entityType       CHECKPOINT
+//	shardId          S
+//	sequenceNumber   S, the last record committed; absent before the first
+//	updatedAt        S, RFC 3339, the last write
+//	shardFinished    BOOL, the shard is closed and read to its end
+//	startAt          S, LATEST: where a reader opened before the first commit
+//	pendingTo, pendingNext, pendingGroups, pendingPlan, pendingDigest
+//	                 a half-committed batch (prev, pendingTo]: groups before
+//	                 pendingNext of pendingGroups are committed
+//	                 (docs/exactly-once.md, "Batch commits")
+//
+// Every move is a compare-and-set on sequenceNumber and never lands over a
+// half-committed batch except the batch's own next group.
+
+// Attribute names of the checkpoint item besides the keys, entityType and
+// updatedAt. sequenceNumber is also the run marker's and the quarantine
+// item's; shardId also the lease's.
+const (
+	AttrSequenceNumber = "sequenceNumber"
+	AttrShardID        = "shardId"
+	attrShardFinished  = "shardFinished"
+	attrStartAt        = "startAt"
+	attrPendingTo      = "pendingTo"
+	attrPendingNext    = "pendingNext"
+	attrPendingGroups  = "pendingGroups"
+	attrPendingPlan    = "pendingPlan"
+	attrPendingDigest  = "pendingDigest"
+)
+
+// Checkpoint is a checkpoint item as read.
+type Checkpoint struct {
+	Shard     string
+	Seq       string // the last record committed; "" when none
+	Finished  bool   // the shard is closed and read to its end
+	StartAt   string // where a reader opened before the first commit; "" when not recorded
+	UpdatedAt string // the last write, RFC 3339
+	// Pending is the half-committed batch; nil when none.
+	Pending *PendingBatch
+}
+
+// PendingBatch is a half-committed batch (prev, To] whose groups before
+// Next of Groups are committed; Plan and Digest identify how it was planned
+// (processor's batch plan and plan digest).
+type PendingBatch struct {
+	To           string
+	Next, Groups int
+	Plan, Digest string
+}
+
+// DecodeCheckpoint reads the checkpoint item of shard (nil: none). An error
+// says the pending batch is malformed; the checkpoint is decoded all the
+// same, with Pending naming at least its last record.
+func DecodeCheckpoint(shard string, item map[string]types.AttributeValue) (Checkpoint, error) {
+	c := Checkpoint{Shard: shard, Finished: Flag(item, attrShardFinished)}
+	c.Seq, _ = String(item, AttrSequenceNumber)
+	c.StartAt, _ = String(item, attrStartAt)
+	c.UpdatedAt, _ = String(item, AttrUpdatedAt)
+	to, ok := String(item, attrPendingTo)
+	if !ok {
+		return c, nil
+	}
+	c.Pending = &PendingBatch{To: to}
+	num := func(name string) (int, error) {
+		v, ok := item[name].(*types.AttributeValueMemberN)
+		if !ok {
+			return 0, fmt.Errorf("pending batch without %s", name)
+		}
+		return strconv.Atoi(v.Value)
+	}
+	var err error
+	if c.Pending.Next, err = num(attrPendingNext); err != nil {
+		return c, err
+	}
+	if c.Pending.Groups, err = num(attrPendingGroups); err != nil {
+		return c, err
+	}
+	c.Pending.Plan, _ = String(item, attrPendingPlan)
+	c.Pending.Digest, _ = String(item, attrPendingDigest)
+	return c, nil
+}
+
+// Valid reports whether the pending batch's progress is possible: a group
+// after the first and before the last is next.
+func (b *PendingBatch) Valid() error {
+	if b.Next < 1 || b.Next >= b.Groups {
+		return fmt.Errorf("pending batch at group %d of %d", b.Next, b.Groups)
+	}
+	return nil
+}
+
+// checkpointWrite is the part of every checkpoint write that says who wrote
+// it and when (now as the caller's clock gives it). Claims name the shard
+// and the time #shard and :now; the moves outside commits (advance, mark
+// start) #sh and :ua, which tests injecting faults recognise them by.
+func checkpointWrite(shard string, now time.Time, shardPH, nowPH string) (set string, names map[string]string, values map[string]types.AttributeValue) {
+	return "#et = :et, #ua = " + nowPH + ", " + shardPH + " = :" + shardPH[1:],
+		map[string]string{"#et": AttrEntityType, "#ua": AttrUpdatedAt, shardPH: AttrShardID, "#seq": AttrSequenceNumber, "#pt": attrPendingTo},
+		map[string]types.AttributeValue{":et": S(aggregates.EntityCheckpoint), nowPH: S(now.Format(time.RFC3339Nano)), ":" + shardPH[1:]: S(shard)}
+}
+
+// ClaimRun is the transaction action that moves the checkpoint of shard
+// (under key) from prev ("" for none) to last: the guard of a commit of one
+// run. It fails its condition when the checkpoint is elsewhere or holds a
+// half-committed batch (only that batch's own last group moves it).
+func ClaimRun(tableName string, key aggregates.Key, shard, prev, last string, now time.Time) types.TransactWriteItem {
+	set, names, values := checkpointWrite(shard, now, "#shard", ":now")
+	values[":last"] = S(last)
+	cond := "attribute_not_exists(#seq) AND attribute_not_exists(#pt)"
+	if prev != "" {
+		cond = "#seq = :prev AND attribute_not_exists(#pt)"
+		values[":prev"] = S(prev)
+	}
+	return types.TransactWriteItem{Update: &types.Update{
+		TableName: aws.String(tableName), Key: Key(key),
+		UpdateExpression: aws.String("SET #seq = :last, " + set), ConditionExpression: aws.String(cond),
+		ExpressionAttributeNames: names, ExpressionAttributeValues: values,
+	}}
+}
+
+// GroupClaim is group K of the N groups of the batch (Prev, To] planned as
+// Plan with digest Digest. Abandoned is the half-committed batch the first
+// group replaces (its records were trimmed), nil when none.
+type GroupClaim struct {
+	Shard        string
+	K, N         int
+	Prev, To     string
+	Plan, Digest string
+	Abandoned    *PendingBatch
+	Now          time.Time
+}
+
+// ClaimGroup is the transaction action of a batch's group (the table in
+// docs/exactly-once.md, "Batch commits"): every group requires the
+// checkpoint at Prev; the first requires no pending batch (or exactly the
+// abandoned one) and, unless it is also the last, records the batch as
+// pending; a middle group requires the batch with itself next and moves
+// next on; the last moves the checkpoint to To and clears the batch.
+func ClaimGroup(tableName string, key aggregates.Key, c GroupClaim) types.TransactWriteItem {
+	set, names, values := checkpointWrite(c.Shard, c.Now, "#shard", ":now")
+	names["#pn"], names["#pg"], names["#pp"], names["#pd"] = attrPendingNext, attrPendingGroups, attrPendingPlan, attrPendingDigest
+	values[":prev"] = S(c.Prev)
+	set = "SET " + set
+	remove := ""
+	cond := "#seq = :prev"
+	if c.K == 0 {
+		if a := c.Abandoned; a != nil {
+			cond += " AND #pt = :apt AND #pn = :apn"
+			values[":apt"], values[":apn"] = S(a.To), Int(int64(a.Next))
+		} else {
+			cond += " AND attribute_not_exists(#pt)"
+		}
+	} else {
+		cond += " AND #pt = :to AND #pn = :k AND #pd = :digest"
+		values[":to"], values[":k"], values[":digest"] = S(c.To), Int(int64(c.K)), S(c.Digest)
+	}
+	switch {
+	case c.K == c.N-1:
+		set += ", #seq = :last"
+		values[":last"] = S(c.To)
+		if c.K > 0 || c.Abandoned != nil {
+			remove = " REMOVE #pt, #pn, #pg, #pp, #pd"
+		}
+	case c.K == 0:
+		set += ", #pt = :to, #pn = :next, #pg = :n, #pp = :plan, #pd = :digest"
+		values[":to"], values[":next"], values[":n"], values[":plan"] = S(c.To), Int(1), Int(int64(c.N)), S(c.Plan)
+		values[":digest"] = S(c.Digest)
+	default:
+		set += ", #pn = :next"
+		values[":next"] = Int(int64(c.K + 1))
+	}
+	expr := set + remove
+	pruneNames(names, expr, cond)
+	return types.TransactWriteItem{Update: &types.Update{
+		TableName: aws.String(tableName), Key: Key(key),
+		UpdateExpression: aws.String(expr), ConditionExpression: aws.String(cond),
+		ExpressionAttributeNames: names, ExpressionAttributeValues: values,
+	}}
+}
+
+// pruneNames drops the placeholders no expression uses (DynamoDB refuses
+// unused ones).
+func pruneNames(names map[string]string, exprs ...string) {
+	for ph := range names {
+		used := false
+		for _, e := range exprs {
+			used = used || strings.Contains(e, ph)
+		}
+		if !used {
+			delete(names, ph)
+		}
+	}
+}
+
+// AdvanceCheckpoint is the UpdateItem that moves the checkpoint of shard
+// from prev ("" for none) to seq outside a commit, with the same
+// compare-and-set as a claim (for records that were all processed and had
+// no effect, so nothing committed them). finished also marks the shard as
+// read to its end; seq may then be "" (the checkpoint stays at prev). It
+// never lands over a half-committed batch: its last group moves it. The
+// answer holds the item as written (ALL_NEW).
+func AdvanceCheckpoint(tableName string, key aggregates.Key, shard, prev, seq string, finished bool, now time.Time) *dynamodb.UpdateItemInput {
+	set, names, values := checkpointWrite(shard, now, "#sh", ":ua")
+	if seq != "" {
+		set += ", #seq = :seq"
+		values[":seq"] = S(seq)
+	}
+	if finished {
+		set += ", #fin = :fin"
+		names["#fin"] = attrShardFinished
+		values[":fin"] = Bool(true)
+	}
+	cond := "attribute_not_exists(#seq)"
+	if prev != "" {
+		cond = "#seq = :prev"
+		values[":prev"] = S(prev)
+	}
+	cond += " AND attribute_not_exists(#pt)"
+	return &dynamodb.UpdateItemInput{
+		TableName: aws.String(tableName), Key: Key(key),
+		UpdateExpression: aws.String("SET " + set), ConditionExpression: aws.String(cond),
+		ExpressionAttributeNames: names, ExpressionAttributeValues: values,
+		ReturnValues: types.ReturnValueAllNew,
+	}
+}
+
+// MarkCheckpointStart is the UpdateItem that records, for a shard nothing
+// was committed from yet, where its reader opened (startAt), so that a
+// restart before the first commit opens there again. It fails its
+// condition once the checkpoint has a sequence number.
+func MarkCheckpointStart(tableName string, key aggregates.Key, shard, startAt string, now time.Time) *dynamodb.UpdateItemInput {
+	set, names, values := checkpointWrite(shard, now, "#sh", ":ua")
+	names["#st"] = attrStartAt
+	values[":st"] = S(startAt)
+	delete(names, "#pt")
+	return &dynamodb.UpdateItemInput{
+		TableName: aws.String(tableName), Key: Key(key),
+		UpdateExpression: aws.String("SET " + set + ", #st = :st"), ConditionExpression: aws.String("attribute_not_exists(#seq)"),
+		ExpressionAttributeNames: names, ExpressionAttributeValues: values,
+		ReturnValues: types.ReturnValueAllNew,
+	}
+}
+
+// ReadStreamState reads every lease and checkpoint of a stream with one
+// consistent, paginated Query of the stream's partition, by shard id.
+func ReadStreamState(ctx context.Context, api dynamodb.QueryAPIClient, tableName, streamARN string) (map[string]Lease, map[string]Checkpoint, error) {
+	leases, cps := map[string]Lease{}, map[string]Checkpoint{}
+	leasePrefix := strings.TrimSuffix(aggregates.LeaseKey(streamARN, "x").SK, "x")
+	cpPrefix := strings.TrimSuffix(aggregates.CheckpointKey(streamARN, "x").SK, "x")
+	in := &dynamodb.QueryInput{
+		TableName:                 aws.String(tableName),
+		KeyConditionExpression:    aws.String("#pk = :pk"),
+		ExpressionAttributeNames:  map[string]string{"#pk": AttrPK},
+		ExpressionAttributeValues: map[string]types.AttributeValue{":pk": S(aggregates.LeaseKey(streamARN, "").PK)},
+		ConsistentRead:            aws.Bool(true),
+	}
+	p := dynamodb.NewQueryPaginator(api, in)
+	for p.HasMorePages() {
+		out, err := p.NextPage(ctx)
+		if err != nil {
+			return nil, nil, fmt.Errorf("read leases and checkpoints of %s: %w", streamARN, err)
+		}
+		for _, item := range out.Items {
+			sk, _ := String(item, AttrSK)
+			switch {
+			case strings.HasPrefix(sk, leasePrefix):
+				l := DecodeLease(strings.TrimPrefix(sk, leasePrefix), item)
+				leases[l.Shard] = l
+			case strings.HasPrefix(sk, cpPrefix):
+				// A malformed pending batch is the guard's to report; the
+				// listing shows what is there.
+				c, _ := DecodeCheckpoint(strings.TrimPrefix(sk, cpPrefix), item)
+				cps[c.Shard] = c
+			}
+		}
+	}
+	return leases, cps, nil
+}

@@ -1,0 +1,139 @@
+package table
+
+import (
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/ledger-dev/ledger/aggregates"
+)
+
+// This file is the lease item's layout (aggregates.LeaseKey): which poller
+// reads a shard. The poller takes, renews, hands over and releases leases
+// (processor/poller/store.go, with the conditions on leaseCounter that make
+// them safe); ledgerctl lag shows their owners (ReadStreamState). Under its
+// key it holds
+//
+//	entityType     LEASE
+//	shardId        S
+//	leaseOwner     S, the poller holding it; absent when free
+//	leaseCounter   N, +1 per take, renewal and release
+//	pendingOwner   S, a poller that asked for it
+//	leaseExpiry    S, RFC 3339, informational: owner's clock + lease duration
+//	updatedAt      S, RFC 3339
+
+// Attribute names of the lease item besides the keys, entityType, updatedAt
+// and shardId.
+const (
+	AttrLeaseOwner   = "leaseOwner"
+	AttrLeaseCounter = "leaseCounter"
+	AttrLeasePending = "pendingOwner"
+	AttrLeaseExpiry  = "leaseExpiry"
+)
+
+// Lease is a lease item as read.
+type Lease struct {
+	Shard   string
+	Owner   string // "" when free
+	Counter int64
+	Pending string // "" when nobody asked for it
+	Exists  bool
+}
+
+// DecodeLease reads the lease item of shard (nil: it does not exist).
+func DecodeLease(shard string, item map[string]types.AttributeValue) Lease {
+	l := Lease{Shard: shard, Exists: item != nil}
+	l.Owner, _ = String(item, AttrLeaseOwner)
+	l.Pending, _ = String(item, AttrLeasePending)
+	l.Counter, _ = Int64(item, AttrLeaseCounter)
+	return l
+}
+
+// leaseNames are the placeholders of the lease writes.
+var leaseNames = map[string]string{
+	"#o": AttrLeaseOwner, "#c": AttrLeaseCounter, "#p": AttrLeasePending, "#x": AttrLeaseExpiry,
+	"#et": AttrEntityType, "#ua": AttrUpdatedAt, "#sh": AttrShardID,
+}
+
+var placeholder = regexp.MustCompile(`#[a-z]+`)
+
+// leaseUpdate is the UpdateItem of the lease of shard: SET set, REMOVE
+// remove, on condition cond, answering the item as written.
+func leaseUpdate(tableName, streamARN, shard, set string, remove []string, cond string, values map[string]types.AttributeValue) *dynamodb.UpdateItemInput {
+	expr := "SET " + set
+	if len(remove) > 0 {
+		expr += " REMOVE " + strings.Join(remove, ", ")
+	}
+	names := map[string]string{}
+	for _, ph := range placeholder.FindAllString(expr+" "+cond, -1) {
+		names[ph] = leaseNames[ph]
+	}
+	return &dynamodb.UpdateItemInput{
+		TableName:                 aws.String(tableName),
+		Key:                       Key(aggregates.LeaseKey(streamARN, shard)),
+		UpdateExpression:          aws.String(expr),
+		ConditionExpression:       aws.String(cond),
+		ExpressionAttributeNames:  names,
+		ExpressionAttributeValues: values,
+		ReturnValues:              types.ReturnValueAllNew,
+	}
+}
+
+func stamp(t time.Time) *types.AttributeValueMemberS { return S(t.UTC().Format(time.RFC3339Nano)) }
+
+// TakeLease makes owner the owner of the lease seen (one that does not
+// exist, is free, expired, or owned by owner's previous life), for
+// duration from now. The condition is the counter seen: any change since
+// (a renewal, a release, another taker) makes it fail.
+func TakeLease(tableName, streamARN string, seen Lease, owner string, duration time.Duration, now time.Time) *dynamodb.UpdateItemInput {
+	cond := "attribute_not_exists(#c)"
+	values := map[string]types.AttributeValue{
+		":o": S(owner), ":next": Int(seen.Counter + 1), ":x": stamp(now.Add(duration)),
+		":et": S(aggregates.EntityLease), ":ua": stamp(now), ":sh": S(seen.Shard),
+	}
+	if seen.Exists {
+		cond = "#c = :seen"
+		values[":seen"] = Int(seen.Counter)
+	}
+	return leaseUpdate(tableName, streamARN, seen.Shard, "#o = :o, #c = :next, #x = :x, #et = :et, #ua = :ua, #sh = :sh", []string{"#p"}, cond, values)
+}
+
+// RenewLease bumps the counter of lease l, on condition that l.Owner still
+// holds it at l.Counter. The answer's pendingOwner names a poller that
+// asked for it.
+func RenewLease(tableName, streamARN string, l Lease, duration time.Duration, now time.Time) *dynamodb.UpdateItemInput {
+	return leaseUpdate(tableName, streamARN, l.Shard, "#c = :next, #x = :x, #ua = :ua", nil, "#o = :o AND #c = :c",
+		map[string]types.AttributeValue{
+			":o": S(l.Owner), ":c": Int(l.Counter), ":next": Int(l.Counter + 1),
+			":x": stamp(now.Add(duration)), ":ua": stamp(now),
+		})
+}
+
+// ReleaseLease gives up lease l, held by l.Owner at l.Counter: to nobody
+// (the lease becomes free) or, when to is set, straight to that poller.
+func ReleaseLease(tableName, streamARN string, l Lease, to string, now time.Time) *dynamodb.UpdateItemInput {
+	set := "#c = :next, #ua = :ua"
+	remove := []string{"#p"}
+	values := map[string]types.AttributeValue{
+		":o": S(l.Owner), ":c": Int(l.Counter), ":next": Int(l.Counter + 1), ":ua": stamp(now),
+	}
+	if to != "" {
+		set += ", #o = :to"
+		values[":to"] = S(to)
+	} else {
+		remove = append(remove, "#o", "#x")
+	}
+	return leaseUpdate(tableName, streamARN, l.Shard, set, remove, "#o = :o AND #c = :c", values)
+}
+
+// RequestLease asks the owner of lease l to hand it over to requester. It
+// does not change the counter, so it neither renews nor expires the lease;
+// it fails when someone asked already.
+func RequestLease(tableName, streamARN string, l Lease, requester string) *dynamodb.UpdateItemInput {
+	return leaseUpdate(tableName, streamARN, l.Shard, "#p = :r", nil, "#o = :o AND #c = :c AND attribute_not_exists(#p)",
+		map[string]types.AttributeValue{":r": S(requester), ":o": S(l.Owner), ":c": Int(l.Counter)})
+}

@@ -1,0 +1,222 @@
+package table
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/ledger-dev/ledger/aggregates"
+)
+
+// This file holds the consumers' writes of the report layout (report.go):
+// the additive update of a report item and of its entry items inside a
+// commit, with the conditions that keep a name in one place.
+
+// Placeholders of report updates. Short names keep expressions far from
+// DynamoDB's 4 KB limit.
+var reportNames = map[string]string{
+	"#i": AttrTotalIncome, "#x": AttrTotalExpense, "#n": AttrTransactionCount,
+	"#et": AttrEntityType, "#pt": AttrPeriodType, "#pv": AttrPeriodValue, "#ua": AttrUpdatedAt,
+	"#b0": aggregates.ByCategory.Attribute(), "#b1": aggregates.ByCostCenter.Attribute(), "#b2": aggregates.ByPaymentMethod.Attribute(),
+}
+
+const maxExpression = 4096
+
+// ReportShape is what a consumer knows of a stored report item's
+// breakdown maps, per dimension: whether the attribute is present, and the
+// names of the map (nil when the attribute is not a map).
+type ReportShape struct {
+	Present [3]bool
+	Entries [3]map[string]bool
+}
+
+// ReportShapeAttributes are the attributes DecodeReportShape reads: a
+// projection of them is all a consumer needs to read of a report item.
+func ReportShapeAttributes() []string {
+	out := make([]string, len(aggregates.Dimensions))
+	for i, d := range aggregates.Dimensions {
+		out[i] = d.Attribute()
+	}
+	return out
+}
+
+// DecodeReportShape reads the shape of a stored report item (nil: absent,
+// which has no maps).
+func DecodeReportShape(item map[string]types.AttributeValue) ReportShape {
+	var s ReportShape
+	for _, d := range aggregates.Dimensions {
+		v, ok := item[d.Attribute()]
+		if !ok {
+			continue
+		}
+		s.Present[d] = true
+		if m, ok := v.(*types.AttributeValueMemberM); ok {
+			s.Entries[d] = make(map[string]bool, len(m.Value))
+			for n := range m.Value {
+				s.Entries[d][n] = true
+			}
+		}
+	}
+	return s
+}
+
+// ReportWrites are the updates of one part of a report's delta: the report
+// item's first, then one per entry that goes to an entry item; Inline names
+// the entries added to the report item's maps, per dimension.
+type ReportWrites struct {
+	Updates []*types.Update
+	Inline  [3][]string
+}
+
+// ReportUpdate builds the additive updates of one part of a report's delta
+// (the layout above), written at now. Totals use if_not_exists(x, 0) + d.
+// An entry the report item holds inline is incremented there; a new entry
+// goes inline while its map has room (a map the item lacks is set whole),
+// on condition that the map still has that room, and otherwise to its entry
+// item, incremented the same way. Which form is used follows the item's
+// known shape, and that shape is the update's condition, so a stale guess
+// cancels the transaction instead of corrupting the item.
+func ReportUpdate(tableName string, k aggregates.ReportKey, delta *aggregates.Report, sh ReportShape, now string) (ReportWrites, error) {
+	var out ReportWrites
+	names := make(map[string]string, len(reportNames)+8)
+	for n, a := range reportNames {
+		names[n] = a
+	}
+	values := map[string]types.AttributeValue{
+		":z": Int(0), ":et": S(aggregates.EntityReport), ":pt": S(string(k.Period.Type)),
+		":pv": S(k.Period.Value), ":ua": S(now),
+		":i": Num(delta.Income), ":x": Num(delta.Expense), ":n": Int(delta.Count),
+	}
+	set := []string{
+		"#i = if_not_exists(#i, :z) + :i", "#x = if_not_exists(#x, :z) + :x", "#n = if_not_exists(#n, :z) + :n",
+		"#et = :et", "#pt = :pt", "#pv = :pv", "#ua = :ua",
+	}
+	var cond []string
+	nv := 0
+	value := func(v types.AttributeValue) string {
+		nv++
+		name := ":v" + strconv.Itoa(nv)
+		values[name] = v
+		return name
+	}
+	ne := 0
+	for _, d := range aggregates.Dimensions {
+		var existing, added []string
+		for _, name := range slices.Sorted(maps.Keys(delta.Breakdowns[d])) {
+			switch {
+			case sh.Entries[d][name]:
+				existing = append(existing, name)
+			case delta.Breakdowns[d][name].IsZero():
+				// A new entry of zero changes nothing.
+			default:
+				added = append(added, name)
+			}
+		}
+		room := MaxInlineEntries - len(sh.Entries[d])
+		if sh.Present[d] && sh.Entries[d] == nil {
+			room = 0 // not a map: nothing goes inline (the update is refused, and parked)
+		}
+		inline := added[:min(max(room, 0), len(added))]
+		for _, name := range added[len(inline):] {
+			out.Updates = append(out.Updates, EntryUpdate(tableName, k, d, name, delta.Breakdowns[d][name]))
+		}
+		out.Inline[d] = inline
+		b := "#b" + strconv.Itoa(int(d))
+		if !sh.Present[d] {
+			if len(inline) > 0 {
+				m := &types.AttributeValueMemberM{Value: map[string]types.AttributeValue{}}
+				for _, name := range inline {
+					m.Value[name] = TotalsAV(delta.Breakdowns[d][name])
+				}
+				set = append(set, b+" = "+value(m))
+				cond = append(cond, "attribute_not_exists("+b+")")
+			}
+			continue
+		}
+		for _, name := range existing {
+			t := delta.Breakdowns[d][name]
+			ne++
+			e := b + ".#k" + strconv.Itoa(ne)
+			names["#k"+strconv.Itoa(ne)] = name
+			cond = append(cond, "attribute_exists("+e+")")
+			for _, f := range []struct {
+				ph   string
+				zero bool
+				v    types.AttributeValue
+			}{{"#i", t.Income.IsZero(), Num(t.Income)}, {"#x", t.Expense.IsZero(), Num(t.Expense)}, {"#n", t.Count == 0, Int(t.Count)}} {
+				if f.zero {
+					continue
+				}
+				path := e + "." + f.ph
+				set = append(set, path+" = if_not_exists("+path+", :z) + "+value(f.v))
+			}
+		}
+		for _, name := range inline {
+			ne++
+			e := b + ".#k" + strconv.Itoa(ne)
+			names["#k"+strconv.Itoa(ne)] = name
+			set = append(set, e+" = "+value(TotalsAV(delta.Breakdowns[d][name])))
+			cond = append(cond, "attribute_not_exists("+e+")")
+		}
+		if len(inline) > 0 {
+			// The map keeps at most MaxInlineEntries names: it must still
+			// have room for these (consumers never shrink it, so a stale
+			// shape can only have underestimated it).
+			cond = append(cond, "size("+b+") <= "+value(Int(int64(MaxInlineEntries-len(inline)))))
+		}
+		if sh.Entries[d] != nil {
+			// A name goes to its entry item only while the map does not
+			// hold it: a name is in one place (a repair may have moved
+			// names inline since the shape was read).
+			for _, name := range added[len(inline):] {
+				ne++
+				names["#k"+strconv.Itoa(ne)] = name
+				cond = append(cond, "attribute_not_exists("+b+".#k"+strconv.Itoa(ne)+")")
+			}
+		}
+	}
+	u := &types.Update{
+		TableName:                 aws.String(tableName),
+		Key:                       Key(k.Key()),
+		UpdateExpression:          aws.String("SET " + strings.Join(set, ", ")),
+		ExpressionAttributeNames:  names,
+		ExpressionAttributeValues: values,
+	}
+	if len(cond) > 0 {
+		u.ConditionExpression = aws.String(strings.Join(cond, " AND "))
+	}
+	if len(*u.UpdateExpression) > maxExpression || len(aws.ToString(u.ConditionExpression)) > maxExpression {
+		return out, fmt.Errorf("report %s: update expression of %d bytes exceeds DynamoDB's limit", k, len(*u.UpdateExpression))
+	}
+	// Placeholders not used by this update must not be sent.
+	for n := range names {
+		if !strings.Contains(*u.UpdateExpression, n) && !strings.Contains(aws.ToString(u.ConditionExpression), n) {
+			delete(names, n)
+		}
+	}
+	out.Updates = append([]*types.Update{u}, out.Updates...)
+	return out, nil
+}
+
+// EntryUpdate is the additive update of the entry item of name in dimension
+// d of report k. It needs no condition: an entry's figures are the sum of
+// its inline entry and its entry item, wherever a name went.
+func EntryUpdate(tableName string, k aggregates.ReportKey, d aggregates.Dimension, name string, t aggregates.Totals) *types.Update {
+	return &types.Update{
+		TableName:        aws.String(tableName),
+		Key:              Key(k.EntryKey(d, name)),
+		UpdateExpression: aws.String("SET #i = if_not_exists(#i, :z) + :i, #x = if_not_exists(#x, :z) + :x, #n = if_not_exists(#n, :z) + :n, #et = :et"),
+		ExpressionAttributeNames: map[string]string{
+			"#i": AttrTotalIncome, "#x": AttrTotalExpense, "#n": AttrTransactionCount, "#et": AttrEntityType,
+		},
+		ExpressionAttributeValues: map[string]types.AttributeValue{
+			":z": Int(0), ":i": Num(t.Income), ":x": Num(t.Expense), ":n": Int(t.Count),
+			":et": S(aggregates.EntityReportEntry),
+		},
+	}
+}
