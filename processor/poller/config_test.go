@@ -26,7 +26,7 @@ func TestConfig_DefaultsAndLimitsAreTheSettings(t *testing.T) {
 		{"shutdown past the container's grace", func(c *Config) { c.ShutdownTimeout = 26 * time.Second }, "shutdown-timeout 26s: want between 1s and 25s"},
 		{"lease too short", func(c *Config) { c.LeaseDuration = time.Millisecond }, "lease-duration 1ms: want between 300ms and 10m0s"},
 		{"batch under a page", func(c *Config) { c.MaxRecords, c.BatchRecords = 1000, 999 }, "batch records 999: want 1000 (max records) to 10000"},
-		{"throttle backoffs crossed", func(c *Config) { c.ThrottleBackoff, c.MaxThrottleBackoff = time.Second, 500 * time.Millisecond }, "max throttle backoff 500ms: want at least the throttle backoff 1s"},
+		{"throttle backoffs crossed", func(c *Config) { c.ThrottleBackoff, c.MaxThrottleBackoff = time.Second, 500*time.Millisecond }, "max throttle backoff 500ms: want at least the throttle backoff 1s"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := Config{Table: "t", StreamARN: "arn", Owner: "o"}
