@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"sync"
 
 	"github.com/ledger-dev/ledger/processor/bench"
 )
@@ -69,8 +70,10 @@ func (e *environment) bench(ctx context.Context, args []string) int {
 	}
 	cfg.PollerBinary = *poller
 	cfg.Command = strings.Join(append([]string{"ledgerctl", "bench"}, args...), " ")
-	cfg.Log = e.stderr
+	m := e.meter("bench")
+	cfg.Log = &benchLog{m: m}
 	res, err := bench.Run(ctx, cfg)
+	m.stop()
 	if res != nil {
 		// Print what was measured, even when a later measurement failed.
 		md := res.String()
@@ -85,4 +88,29 @@ func (e *environment) bench(ctx context.Context, args []string) int {
 		return e.fail(err)
 	}
 	return exitOK
+}
+
+// benchLog passes the bench's log lines to the progress meter (above its
+// line on a terminal, as they are otherwise) and moves it along the
+// "[i/n]" of each measurement's first line.
+type benchLog struct {
+	mu          sync.Mutex
+	m           progressMeter
+	done, total int64
+	status      string
+}
+
+func (l *benchLog) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n, err := l.m.Write(p) // first: a plain meter then prints no line of its own
+	if _, msg, ok := strings.Cut(strings.TrimRight(string(p), "\n"), " bench: "); ok && !strings.HasPrefix(msg, " ") {
+		var i, total int64
+		if _, serr := fmt.Sscanf(msg, "[%d/%d]", &i, &total); serr == nil {
+			l.done, l.total = i-1, total
+		}
+		l.status = msg
+	}
+	l.m.set(l.done, l.total, l.status)
+	return n, err
 }

@@ -300,7 +300,7 @@ func (e *environment) runStack(ctx context.Context, o runOptions) (err error) {
 		} else {
 			out.done("sample already present (%d transactions from an earlier run): nothing posted", final)
 		}
-		if err := waitCaughtUp(ctx, db, e.table, o.catchUp, out); err != nil {
+		if err := waitCaughtUp(ctx, db, e.table, o.catchUp, out, e.meter("waiting for the poller")); err != nil {
 			return err
 		}
 		reports, err := api.monthlyReports(ctx)
@@ -354,9 +354,12 @@ Try it (the token is valid for 12 h, for tenant %s):
 
 // waitCaughtUp waits until reconcile finds no difference in the sample
 // branches: every change the sample made has been committed by the poller.
-func waitCaughtUp(ctx context.Context, db *dynamodb.Client, table string, timeout time.Duration, out *progress) error {
+// m shows the reports caught up of those that differed at first.
+func waitCaughtUp(ctx context.Context, db *dynamodb.Client, table string, timeout time.Duration, out *progress, m progressMeter) error {
+	defer m.stop()
 	start := time.Now()
 	deadline := start.Add(timeout)
+	first := -1
 	for {
 		diffs, txns := 0, 0
 		for _, b := range sampleBranches {
@@ -368,13 +371,17 @@ func waitCaughtUp(ctx context.Context, db *dynamodb.Client, table string, timeou
 			txns += stats.Transactions
 		}
 		if diffs == 0 {
+			m.stop()
 			out.done("poller caught up in %s: reconcile finds no difference (%d transactions)", time.Since(start).Round(100*time.Millisecond), txns)
 			return nil
 		}
 		if time.Now().After(deadline) {
 			return fmt.Errorf("the poller did not catch up within %s: %d reports still differ (see .local/logs/ledger.log; 'ledgerctl lag')", timeout, diffs)
 		}
-		out.update("waiting for the poller to catch up: %d reports differ (%s)", diffs, time.Since(start).Round(time.Second))
+		if first < 0 {
+			first = diffs
+		}
+		m.set(int64(max(0, first-diffs)), int64(first), fmt.Sprintf("%d reports differ", diffs))
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
