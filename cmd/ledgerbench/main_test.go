@@ -3,7 +3,9 @@ package main
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -55,4 +57,41 @@ func TestBench_FromDrawsTheChartsOfAResultsFile(t *testing.T) {
 		assert.FileExists(t, filepath.Join(dir, f))
 		assert.Contains(t, errOut, "wrote "+filepath.Join(dir, f))
 	}
+}
+
+// recordingMeter records what a command reports.
+type recordingMeter struct {
+	log  bytes.Buffer
+	sets []string
+}
+
+func (r *recordingMeter) Set(done, total int64, status string) {
+	if total > 0 {
+		status += fmt.Sprintf(", %d%%", min(100, done*100/total))
+	}
+	r.sets = append(r.sets, status)
+}
+func (r *recordingMeter) Write(p []byte) (int, error) { return r.log.Write(p) }
+func (r *recordingMeter) Stop()                       {}
+
+func TestBenchLog_MovesAlongTheMeasurementsAndKeepsTheLog(t *testing.T) {
+	m := &recordingMeter{}
+	l := &benchLog{m: m}
+	for _, line := range []string{
+		"10:00:00 bench: [1/4] workload a (500 changes), poller, batch 100\n",
+		"10:00:09 bench:     900 changes/s (raw drain 1200 records/s)\n",
+		"10:00:10 bench: [2/4] workload a (500 changes), lambda, batch 100\n",
+		"10:01:00 bench: lag: poller at 50 changes/s for 10s\n",
+	} {
+		n, err := l.Write([]byte(line))
+		require.NoError(t, err)
+		assert.Equal(t, len(line), n)
+	}
+	assert.Equal(t, []string{
+		"[1/4] workload a (500 changes), poller, batch 100, 0%",
+		"[1/4] workload a (500 changes), poller, batch 100, 0%",
+		"[2/4] workload a (500 changes), lambda, batch 100, 25%",
+		"lag: poller at 50 changes/s for 10s, 25%",
+	}, m.sets)
+	assert.Equal(t, 4, strings.Count(m.log.String(), "\n"))
 }

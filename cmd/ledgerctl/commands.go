@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -11,6 +12,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 
+	"github.com/ledger-dev/ledger/cmd/internal/progress"
 	"github.com/ledger-dev/ledger/infra"
 	"github.com/ledger-dev/ledger/processor"
 	"github.com/ledger-dev/ledger/processor/poller"
@@ -141,24 +143,58 @@ func (e *environment) withoutInFlight(ctx context.Context, c *dynamodb.Client, d
 	return keep, len(diffs) - len(keep), nil
 }
 
-// reconcileProgress returns a progress callback that prints a line on
-// stderr every 2 seconds once the reconcile has run for 3 (stdout keeps
-// only the differences).
-func (e *environment) reconcileProgress(start time.Time) func(processor.ReconcileProgress) {
-	var last time.Time
+// reconcileProgress feeds m from processor.ReconcileWith's progress: the
+// key scan's items while it runs (no total yet), then branches done of the
+// branches found.
+func reconcileProgress(m progress.Meter) func(processor.ReconcileProgress) {
 	return func(p processor.ReconcileProgress) {
-		now := time.Now()
-		if now.Sub(start) < 3*time.Second || now.Sub(last) < 2*time.Second {
-			return
-		}
-		last = now
 		if p.Scanning {
-			fmt.Fprintf(e.stderr, "reconcile: scanning keys: %d items, %s\n", p.Scanned, now.Sub(start).Round(time.Second))
+			m.Set(int64(p.Scanned), 0, fmt.Sprintf("scanning keys: %d items", p.Scanned))
 			return
 		}
-		fmt.Fprintf(e.stderr, "reconcile: %d/%d branches, %d transactions, %d differences, %s\n",
-			p.BranchesDone, p.Branches, p.Transactions, p.Differences, now.Sub(start).Round(time.Second))
+		m.Set(int64(p.BranchesDone), int64(p.Branches), fmt.Sprintf("%d/%d branches, %d transactions, %d differences",
+			p.BranchesDone, p.Branches, p.Transactions, p.Differences))
 	}
+}
+
+// reconcileView is what reconcile --json prints: one JSON object.
+type reconcileView struct {
+	Table        string           `json:"table"`
+	Transactions int              `json:"transactions"`
+	Invalid      int              `json:"invalid"`
+	Reports      int              `json:"reports"`
+	Differences  []differenceView `json:"differences"`
+}
+
+// differenceView is one difference: the item's key, the report it is
+// (none for a stray item) and what differs.
+type differenceView struct {
+	PK       string   `json:"pk"`
+	SK       string   `json:"sk"`
+	Tenant   string   `json:"tenant,omitempty"`
+	Branch   string   `json:"branch,omitempty"`
+	Period   string   `json:"period,omitempty"`
+	Stray    bool     `json:"stray,omitempty"`
+	Parked   int      `json:"parked,omitempty"`
+	Problems []string `json:"problems,omitempty"`
+	Lines    []string `json:"lines"`
+}
+
+func newReconcileView(table string, stats processor.ReconcileStats, diffs []processor.Difference) reconcileView {
+	v := reconcileView{Table: table, Transactions: stats.Transactions, Invalid: stats.Invalid, Reports: stats.Reports,
+		Differences: make([]differenceView, 0, len(diffs))}
+	for _, d := range diffs {
+		dv := differenceView{Parked: d.Parked, Problems: d.Problems, Lines: d.Lines}
+		if d.Stray != nil {
+			dv.PK, dv.SK, dv.Stray = d.Stray.PK, d.Stray.SK, true
+		} else {
+			k := d.Report.Key()
+			dv.PK, dv.SK = k.PK, k.SK
+			dv.Tenant, dv.Branch, dv.Period = d.Report.Tenant, d.Report.Branch, d.Report.Period.String()
+		}
+		v.Differences = append(v.Differences, dv)
+	}
+	return v
 }
 
 const reconcileHelp = `Recomputes every report of one branch (--tenant and --branch) or of the whole
@@ -168,7 +204,10 @@ oversized, entries without a report) or that holds parked deltas, and each
 stray item of a report partition. Exit status: 0 no difference, 1
 differences found (repaired or not), 2 error (trouble reaching the table).
 The whole table is read with a parallel Scan of the keys, then branch by
-branch (--parallel at a time), in bounded memory; progress goes to stderr.
+branch (--parallel at a time), in bounded memory; progress goes to stderr
+(a line in place on a terminal, else a line every LEDGER_PROGRESS_EVERY,
+5s). --json prints one JSON object instead: the counts and the differences
+(a read-only reconcile: not with --repair).
 
 Safe while consumers run: without --repair it only reads (consistent reads).
 A report touched by a change still in the stream shows as a difference until
@@ -196,8 +235,12 @@ func (e *environment) reconcile(ctx context.Context, args []string) int {
 	settle := fs.Duration("settle", 10*time.Second, "with --repair: time between the two reads")
 	parallel := fs.Int("parallel", 4, "Scan segments and branches checked at once (1–64)")
 	maxRecords := fs.Int("max-records", 1_000_000, "with --repair: read at most `N` stream records for the in-flight check (more: repair nothing)")
+	asJSON := fs.Bool("json", false, "print the counts and the differences as one JSON object (not with --repair)")
 	if err := fs.Parse(args); err != nil {
 		return exitError
+	}
+	if *asJSON && *repair {
+		return e.fail(errors.New("reconcile: --json describes what a read-only reconcile found; run --repair without it"))
 	}
 	if fs.NArg() > 0 {
 		return e.fail(fmt.Errorf("reconcile: unexpected argument %q", fs.Arg(0)))
@@ -213,10 +256,23 @@ func (e *environment) reconcile(ctx context.Context, args []string) int {
 		return e.fail(errors.New("reconcile: --parallel must be from 1 to 64"))
 	}
 	scope := processor.Scope{Tenant: *tenant, Branch: *branch}
-	opts := processor.ReconcileOptions{Parallel: *parallel, Progress: e.reconcileProgress(time.Now())}
+	m := e.meter("reconcile")
+	opts := processor.ReconcileOptions{Parallel: *parallel, Progress: reconcileProgress(m)}
 	diffs, stats, err := processor.ReconcileWith(ctx, c, e.table, scope, opts)
+	m.Stop()
 	if err != nil {
 		return e.fail(err)
+	}
+	if *asJSON {
+		b, err := json.MarshalIndent(newReconcileView(e.table, stats, diffs), "", "  ")
+		if err != nil {
+			return e.fail(err)
+		}
+		fmt.Fprintln(e.stdout, string(b))
+		if len(diffs) > 0 {
+			return exitDiff
+		}
+		return exitOK
 	}
 	for _, d := range diffs {
 		fmt.Fprintln(e.stdout, d)
@@ -235,8 +291,10 @@ func (e *environment) reconcile(ctx context.Context, args []string) int {
 		return e.fail(ctx.Err())
 	case <-time.After(*settle):
 	}
-	opts.Progress = e.reconcileProgress(time.Now())
+	m = e.meter("reconcile (again)")
+	opts.Progress = reconcileProgress(m)
 	again, _, err := processor.ReconcileWith(ctx, c, e.table, scope, opts)
+	m.Stop()
 	if err != nil {
 		return e.fail(err)
 	}

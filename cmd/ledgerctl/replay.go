@@ -32,6 +32,8 @@ Use it on a table whose consumer is the standard-mode Lambda or none (a test
 table): run markers are that consumer's guard; the poller and the
 tumbling-window Lambda guard with shard checkpoints instead (assumption 7 of
 docs/exactly-once.md).
+Progress goes to stderr (a line in place on a terminal, else a line every
+LEDGER_PROGRESS_EVERY, 5s); stdout has a line per file.
 Exit status: 0 every batch committed, 2 error (the batches before it stay
 committed; replaying again is safe).`
 
@@ -64,13 +66,18 @@ func (e *environment) replay(ctx context.Context, args []string) int {
 		sort.Strings(matches)
 		files = append(files, matches...)
 	}
+	m := e.meter("replay")
+	defer m.Stop()
 	batches := make([][]processor.Record, len(files))
+	var records int64
 	for i, f := range files {
+		m.Set(int64(i), int64(len(files)), fmt.Sprintf("reading %d/%d files", i, len(files)))
 		recs, err := readEventFile(f)
 		if err != nil {
 			return e.fail(fmt.Errorf("replay: %w", err))
 		}
 		batches[i] = recs
+		records += int64(len(recs))
 	}
 
 	c, err := e.dynamo(ctx)
@@ -83,11 +90,12 @@ func (e *environment) replay(ctx context.Context, args []string) int {
 	}
 	var total processor.Result
 	for i, recs := range batches {
+		m.Set(int64(total.Committed), records, fmt.Sprintf("%d/%d files, %d/%d records", i, len(batches), total.Committed, records))
 		res, err := p.Process(ctx, p.MarkerGuard(), recs)
 		if err != nil {
 			return e.fail(fmt.Errorf("replay %s: %d of %d records committed: %w", files[i], res.Committed, len(recs), err))
 		}
-		fmt.Fprintf(e.stdout, "%s: %d records: %d applied, %d duplicates, %d quarantined, %d ignored; %d commits\n",
+		fmt.Fprintf(e.lines(m), "%s: %d records: %d applied, %d duplicates, %d quarantined, %d ignored; %d commits\n",
 			files[i], len(recs), res.Applied, res.Duplicates, res.Quarantined, res.Ignored, res.Runs)
 		total.Applied += res.Applied
 		total.Duplicates += res.Duplicates
@@ -96,6 +104,7 @@ func (e *environment) replay(ctx context.Context, args []string) int {
 		total.Runs += res.Runs
 		total.Committed += len(recs)
 	}
+	m.Stop()
 	if len(batches) > 1 {
 		fmt.Fprintf(e.stdout, "total: %d records in %d files: %d applied, %d duplicates, %d quarantined, %d ignored; %d commits\n",
 			total.Committed, len(batches), total.Applied, total.Duplicates, total.Quarantined, total.Ignored, total.Runs)

@@ -25,6 +25,7 @@ import (
 	"github.com/shopspring/decimal"
 
 	"github.com/ledger-dev/ledger/aggregates"
+	"github.com/ledger-dev/ledger/cmd/internal/progress"
 	"github.com/ledger-dev/ledger/infra"
 	"github.com/ledger-dev/ledger/infra/ddblocal"
 	"github.com/ledger-dev/ledger/processor"
@@ -119,7 +120,7 @@ func (e *environment) run(ctx context.Context, args []string) int {
 // runStack starts the local stack, runs the sample and waits for ctx.
 // Everything it started is stopped before it returns, whatever happened.
 func (e *environment) runStack(ctx context.Context, o runOptions) (err error) {
-	st := &stack{e: e, o: o, out: &progress{w: e.stdout, tty: isTerminal(e.stdout)}, logDir: filepath.Join(o.root, ".local", "logs")}
+	st := &stack{e: e, o: o, out: &steps{w: e.stdout, tty: progress.IsTerminal(e.stdout)}, logDir: filepath.Join(o.root, ".local", "logs")}
 	defer func() {
 		if serr := st.stop(); serr != nil && err == nil {
 			err = serr
@@ -144,7 +145,7 @@ func (e *environment) runStack(ctx context.Context, o runOptions) (err error) {
 type stack struct {
 	e      *environment
 	o      runOptions
-	out    *progress
+	out    *steps
 	logDir string
 	log    *slog.Logger
 	undo   []func() error
@@ -373,7 +374,7 @@ func (st *stack) runSample(ctx context.Context) error {
 	} else {
 		out.done("sample already present (%d transactions from an earlier run): nothing posted", final)
 	}
-	if err := waitCaughtUp(ctx, st.db, st.e.table, st.o.catchUp, out); err != nil {
+	if err := waitCaughtUp(ctx, st.db, st.e.table, st.o.catchUp, out, st.e.meter("waiting for the poller")); err != nil {
 		return err
 	}
 	reports, err := api.monthlyReports(ctx)
@@ -429,9 +430,12 @@ func (st *stack) wait(ctx context.Context) error {
 
 // waitCaughtUp waits until reconcile finds no difference in the sample
 // branches: every change the sample made has been committed by the poller.
-func waitCaughtUp(ctx context.Context, db *dynamodb.Client, table string, timeout time.Duration, out *progress) error {
+// m shows the reports caught up of those that differed at first.
+func waitCaughtUp(ctx context.Context, db *dynamodb.Client, table string, timeout time.Duration, out *steps, m progress.Meter) error {
+	defer m.Stop()
 	start := time.Now()
 	deadline := start.Add(timeout)
+	first := -1
 	for {
 		diffs, txns := 0, 0
 		for _, b := range sampleBranches {
@@ -443,13 +447,17 @@ func waitCaughtUp(ctx context.Context, db *dynamodb.Client, table string, timeou
 			txns += stats.Transactions
 		}
 		if diffs == 0 {
+			m.Stop()
 			out.done("poller caught up in %s: reconcile finds no difference (%d transactions)", time.Since(start).Round(100*time.Millisecond), txns)
 			return nil
 		}
 		if time.Now().After(deadline) {
 			return fmt.Errorf("the poller did not catch up within %s: %d reports still differ (see .local/logs/ledger.log; 'ledgerctl lag')", timeout, diffs)
 		}
-		out.update("waiting for the poller to catch up: %d reports differ (%s)", diffs, time.Since(start).Round(time.Second))
+		if first < 0 {
+			first = diffs
+		}
+		m.Set(int64(max(0, first-diffs)), int64(first), fmt.Sprintf("%d reports differ", diffs))
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
@@ -517,7 +525,7 @@ func serve(ln net.Listener, h http.Handler) (stop func()) {
 
 // listen opens addr; when it is taken and was not given explicitly, a free
 // port on the same host instead.
-func listen(addr string, explicit bool, flagName string, out *progress) (net.Listener, error) {
+func listen(addr string, explicit bool, flagName string, out *steps) (net.Listener, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err == nil {
 		return ln, nil
@@ -587,17 +595,17 @@ func rel(root, path string) string {
 	return path
 }
 
-// progress prints the steps of a long command: on a terminal, a line that
+// steps prints the steps of a long command: on a terminal, a line that
 // updates in place; otherwise a line per step (and updates at most every
 // few seconds).
-type progress struct {
+type steps struct {
 	w       io.Writer
 	tty     bool
 	pending bool // a line without newline is on screen
 	last    time.Time
 }
 
-func (p *progress) clear() {
+func (p *steps) clear() {
 	if p.pending {
 		fmt.Fprint(p.w, "\r\033[K")
 		p.pending = false
@@ -605,7 +613,7 @@ func (p *progress) clear() {
 }
 
 // update shows what is going on now.
-func (p *progress) update(format string, args ...any) {
+func (p *steps) update(format string, args ...any) {
 	msg := fmt.Sprintf(format, args...)
 	if p.tty {
 		p.clear()
@@ -620,29 +628,20 @@ func (p *progress) update(format string, args ...any) {
 }
 
 // done reports a finished step.
-func (p *progress) done(format string, args ...any) {
+func (p *steps) done(format string, args ...any) {
 	p.clear()
 	fmt.Fprintf(p.w, "✓ "+format+"\n", args...)
 	p.last = time.Time{}
 }
 
 // step announces a step whose own output follows.
-func (p *progress) step(format string, args ...any) {
+func (p *steps) step(format string, args ...any) {
 	p.clear()
 	fmt.Fprintf(p.w, "… "+format+"\n", args...)
 }
 
 // note says something worth knowing.
-func (p *progress) note(format string, args ...any) {
+func (p *steps) note(format string, args ...any) {
 	p.clear()
 	fmt.Fprintf(p.w, "! "+format+"\n", args...)
-}
-
-func isTerminal(w io.Writer) bool {
-	f, ok := w.(*os.File)
-	if !ok {
-		return false
-	}
-	fi, err := f.Stat()
-	return err == nil && fi.Mode()&os.ModeCharDevice != 0
 }
