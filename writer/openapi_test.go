@@ -1,0 +1,119 @@
+package writer_test
+
+import (
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/ledger-dev/ledger/writer"
+)
+
+func TestOpenAPI_ServedWithoutATokenAsTheEmbeddedDocument(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, sharedTable(t))
+	r := e.send(req{method: "GET", path: "/v1/openapi.json", noAuth: true})
+	require.Equal(t, http.StatusOK, r.Status, "answer %s", r)
+	assert.Equal(t, "application/json", r.Header.Get("Content-Type"))
+	want, err := writer.OpenAPI()
+	require.NoError(t, err)
+	assert.JSONEq(t, string(want), string(r.Body))
+	var doc struct {
+		OpenAPI string         `json:"openapi"`
+		Paths   map[string]any `json:"paths"`
+	}
+	require.NoError(t, json.Unmarshal(r.Body, &doc))
+	assert.Equal(t, "3.1.0", doc.OpenAPI)
+	assert.Contains(t, doc.Paths, "/v1/tenants/{tenant}/branches/{branch}/transactions")
+}
+
+// docs/openapi.yaml is a link to the one source, never a copy that drifts.
+func TestOpenAPI_DocsLinkIsTheEmbeddedSource(t *testing.T) {
+	t.Parallel()
+	fi, err := os.Lstat("../docs/openapi.yaml")
+	require.NoError(t, err)
+	require.Equal(t, os.ModeSymlink, fi.Mode().Type(), "docs/openapi.yaml must link to writer/openapi.yaml")
+	target, err := os.Readlink("../docs/openapi.yaml")
+	require.NoError(t, err)
+	assert.Equal(t, "../writer/openapi.yaml", target)
+}
+
+// The contract check itself fails on what the document does not describe:
+// a check that could not fail would prove nothing about the writer's tests.
+func TestOpenAPIContract_RefusesUndocumentedExchanges(t *testing.T) {
+	t.Parallel()
+	c, err := loadContract()
+	require.NoError(t, err)
+	tenant := `{"id":"acme","name":"Acme","status":"active","createdAt":"2026-01-31T12:00:00.123Z","updatedAt":"2026-01-31T12:00:00.123Z","version":1}`
+	problem := func(slug string, status int) string {
+		b, _ := json.Marshal(writer.Problem{Type: writer.ProblemBase + slug, Title: "t", Status: status, Detail: "d"})
+		return string(b)
+	}
+	jsonHeader := func(extra ...string) http.Header {
+		h := http.Header{"Content-Type": {"application/json"}, "Cache-Control": {"no-store"}}
+		for i := 0; i+1 < len(extra); i += 2 {
+			h.Set(extra[i], extra[i+1])
+		}
+		return h
+	}
+	problemHeader := http.Header{"Content-Type": {"application/problem+json"}, "Cache-Control": {"no-store"}, "X-Content-Type-Options": {"nosniff"}}
+	type exchange struct {
+		method, path, body string
+		reqHeader          []string
+		status             int
+		header             http.Header
+		respBody           string
+	}
+	auth := []string{"Authorization", "Bearer x"}
+	create := []string{"Authorization", "Bearer x", "Content-Type", "application/json", "Idempotency-Key", "k1"}
+	cases := []struct {
+		name  string
+		x     exchange
+		wrong string // "" when the exchange is documented; else a part of the error
+	}{
+		{"documented get", exchange{method: "GET", path: "/v1/tenants/acme", reqHeader: auth, status: 200,
+			header: jsonHeader("ETag", `"1"`), respBody: tenant}, ""},
+		{"documented create", exchange{method: "POST", path: "/v1/tenants", body: `{"id":"acme","name":"Acme"}`, reqHeader: create, status: 201,
+			header: jsonHeader("ETag", `"1"`, "Location", "/v1/tenants/acme"), respBody: tenant}, ""},
+		{"documented problem", exchange{method: "GET", path: "/v1/tenants/acme", reqHeader: auth, status: 404,
+			header: problemHeader, respBody: problem("not-found", 404)}, ""},
+		{"documented unknown route", exchange{method: "GET", path: "/v1/nowhere", reqHeader: auth, status: 404,
+			header: problemHeader, respBody: problem("not-found", 404)}, ""},
+		{"undocumented field", exchange{method: "GET", path: "/v1/tenants/acme", reqHeader: auth, status: 200,
+			header: jsonHeader("ETag", `"1"`), respBody: strings.Replace(tenant, `"version":1`, `"version":1,"secret":"x"`, 1)}, "secret"},
+		{"undocumented status", exchange{method: "GET", path: "/v1/tenants/acme", reqHeader: auth, status: 418,
+			header: problemHeader, respBody: problem("not-found", 418)}, "418"},
+		{"undocumented route", exchange{method: "GET", path: "/v1/nowhere", reqHeader: auth, status: 200,
+			header: jsonHeader(), respBody: `{}`}, "undocumented route"},
+		{"undocumented method", exchange{method: "PUT", path: "/v1/tenants/acme", reqHeader: auth, status: 200,
+			header: jsonHeader(), respBody: tenant}, "undocumented method"},
+		{"undocumented header", exchange{method: "GET", path: "/v1/tenants/acme", reqHeader: auth, status: 200,
+			header: jsonHeader("ETag", `"1"`, "X-Debug", "1"), respBody: tenant}, "X-Debug"},
+		{"undocumented problem type", exchange{method: "GET", path: "/v1/tenants/acme", reqHeader: auth, status: 404,
+			header: problemHeader, respBody: problem("teapot", 404)}, "type"},
+		{"required header missing", exchange{method: "POST", path: "/v1/tenants", body: `{"id":"acme","name":"Acme"}`, reqHeader: create, status: 201,
+			header: jsonHeader("ETag", `"1"`), respBody: tenant}, "Location"},
+		{"forbidden request accepted", exchange{method: "POST", path: "/v1/tenants", body: `{"id":"acme","name":"Acme","color":"red"}`, reqHeader: create, status: 201,
+			header: jsonHeader("ETag", `"1"`, "Location", "/v1/tenants/acme"), respBody: tenant}, "accepted"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			r := httptest.NewRequest(tc.x.method, tc.x.path, strings.NewReader(tc.x.body))
+			for i := 0; i+1 < len(tc.x.reqHeader); i += 2 {
+				r.Header.Set(tc.x.reqHeader[i], tc.x.reqHeader[i+1])
+			}
+			err := c.check(r, []byte(tc.x.body), tc.x.status, tc.x.header, []byte(tc.x.respBody))
+			if tc.wrong == "" {
+				require.NoError(t, err)
+				return
+			}
+			require.Error(t, err)
+			assert.Contains(t, err.Error(), tc.wrong)
+		})
+	}
+}
