@@ -77,12 +77,12 @@ func (c *contract) check(r *http.Request, reqBody []byte, status int, header htt
 		if status != http.StatusNotFound {
 			return fmt.Errorf("undocumented route %s %s answered %d", r.Method, r.URL.Path, status)
 		}
-		return c.checkProblem(status, header, body)
+		return c.checkUnrouted("NotFound", status, header, body)
 	case errors.Is(err, routers.ErrMethodNotAllowed):
-		if status != http.StatusMethodNotAllowed || header.Get("Allow") == "" {
+		if status != http.StatusMethodNotAllowed {
 			return fmt.Errorf("undocumented method %s on %s answered %d", r.Method, r.URL.Path, status)
 		}
-		return c.checkProblem(status, header, body, "Allow")
+		return c.checkUnrouted("MethodNotAllowed", status, header, body)
 	case err != nil:
 		return fmt.Errorf("route %s %s: %w", r.Method, r.URL.Path, err)
 	}
@@ -110,20 +110,31 @@ func (c *contract) check(r *http.Request, reqBody []byte, status int, header htt
 	return undocumentedHeaders(header, documented)
 }
 
-// checkProblem checks an answer of the server's own (no route of the
-// document): a problem, with only the headers every problem has and extra.
-func (c *contract) checkProblem(status int, header http.Header, body []byte, extra ...string) error {
-	if ct := header.Get("Content-Type"); ct != "application/problem+json" {
-		return fmt.Errorf("%d with Content-Type %q; want application/problem+json", status, ct)
+// checkUnrouted checks an answer of the server's own to a request no
+// operation of the document takes: the document's response name (NotFound,
+// MethodNotAllowed), body and headers.
+func (c *contract) checkUnrouted(name string, status int, header http.Header, body []byte) error {
+	resp := c.doc.Components.Responses[name].Value
+	ct := header.Get("Content-Type")
+	mt := resp.Content.Get(ct)
+	if mt == nil {
+		return fmt.Errorf("%d with undocumented Content-Type %q", status, ct)
 	}
 	var v any
 	if err := json.Unmarshal(body, &v); err != nil {
 		return fmt.Errorf("%d: %w", status, err)
 	}
-	if err := c.doc.Components.Schemas["Problem"].Value.VisitJSON(v, openapi3.EnableJSONSchema2020()); err != nil {
-		return fmt.Errorf("%d: the body is not a documented problem: %w", status, err)
+	if err := mt.Schema.Value.VisitJSON(v, openapi3.EnableJSONSchema2020()); err != nil {
+		return fmt.Errorf("%d: the body is not the documented %s: %w", status, name, err)
 	}
-	return undocumentedHeaders(header, append([]string{"Cache-Control", "X-Content-Type-Options"}, extra...))
+	var documented []string
+	for h, ref := range resp.Headers {
+		if ref.Value.Required && header.Get(h) == "" {
+			return fmt.Errorf("%d: header %s missing", status, h)
+		}
+		documented = append(documented, h)
+	}
+	return undocumentedHeaders(header, documented)
 }
 
 func undocumentedHeaders(header http.Header, documented []string) error {

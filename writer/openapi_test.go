@@ -62,6 +62,8 @@ func TestOpenAPIContract_RefusesUndocumentedExchanges(t *testing.T) {
 		return h
 	}
 	problemHeader := http.Header{"Content-Type": {"application/problem+json"}, "Cache-Control": {"no-store"}, "X-Content-Type-Options": {"nosniff"}}
+	withAllow := problemHeader.Clone()
+	withAllow.Set("Allow", "GET, PATCH")
 	type exchange struct {
 		method, path, body string
 		reqHeader          []string
@@ -84,6 +86,8 @@ func TestOpenAPIContract_RefusesUndocumentedExchanges(t *testing.T) {
 			header: problemHeader, respBody: problem("not-found", 404)}, ""},
 		{"documented unknown route", exchange{method: "GET", path: "/v1/nowhere", reqHeader: auth, status: 404,
 			header: problemHeader, respBody: problem("not-found", 404)}, ""},
+		{"documented 405", exchange{method: "PUT", path: "/v1/tenants/acme", reqHeader: auth, status: 405,
+			header: withAllow, respBody: problem("method-not-allowed", 405)}, ""},
 		{"undocumented field", exchange{method: "GET", path: "/v1/tenants/acme", reqHeader: auth, status: 200,
 			header: jsonHeader("ETag", `"1"`), respBody: strings.Replace(tenant, `"version":1`, `"version":1,"secret":"x"`, 1)}, "secret"},
 		{"undocumented status", exchange{method: "GET", path: "/v1/tenants/acme", reqHeader: auth, status: 418,
@@ -96,6 +100,10 @@ func TestOpenAPIContract_RefusesUndocumentedExchanges(t *testing.T) {
 			header: jsonHeader("ETag", `"1"`, "X-Debug", "1"), respBody: tenant}, "X-Debug"},
 		{"undocumented problem type", exchange{method: "GET", path: "/v1/tenants/acme", reqHeader: auth, status: 404,
 			header: problemHeader, respBody: problem("teapot", 404)}, "type"},
+		{"problem type of another status", exchange{method: "GET", path: "/v1/tenants/acme", reqHeader: auth, status: 404,
+			header: problemHeader, respBody: problem("invalid-field", 404)}, "type"},
+		{"405 without Allow", exchange{method: "PUT", path: "/v1/tenants/acme", reqHeader: auth, status: 405,
+			header: problemHeader, respBody: problem("method-not-allowed", 405)}, "Allow"},
 		{"required header missing", exchange{method: "POST", path: "/v1/tenants", body: `{"id":"acme","name":"Acme"}`, reqHeader: create, status: 201,
 			header: jsonHeader("ETag", `"1"`), respBody: tenant}, "Location"},
 		{"forbidden request accepted", exchange{method: "POST", path: "/v1/tenants", body: `{"id":"acme","name":"Acme","color":"red"}`, reqHeader: create, status: 201,

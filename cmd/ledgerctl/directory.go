@@ -125,7 +125,7 @@ func (e *environment) directoryCmd(ctx context.Context, kind string, args []stri
 	case "list":
 		return e.directoryList(ctx, c, kind, *tenant, out)
 	case "get":
-		got, err := c.send(ctx, false, func(ctx context.Context, _ string) (writerAnswer, error) { return c.get(ctx, kind, *tenant, *id) })
+		got, err := c.get(ctx, kind, *tenant, *id)
 		return e.directoryAnswer(kind, got, err, out)
 	}
 	// asked holds the attributes an existing tenant or branch must have for
@@ -163,7 +163,7 @@ func (e *environment) directoryCmd(ctx context.Context, kind string, args []stri
 	got, err := c.send(ctx, true, create)
 	var pe *directoryProblem
 	if errors.As(err, &pe) && pe.Type == writer.ProblemAlreadyExists && existOK != nil && *existOK {
-		got, err = c.send(ctx, false, func(ctx context.Context, _ string) (writerAnswer, error) { return c.get(ctx, kind, *tenant, *id) })
+		got, err = c.get(ctx, kind, *tenant, *id)
 		if err == nil {
 			if same, what := sameAttributes(kind, got, asked); !same {
 				fmt.Fprintf(e.stderr, "ledgerctl: %s %s exists with another %s\n", kind, *id, what)
@@ -232,7 +232,7 @@ func (e *environment) directoryList(ctx context.Context, c *directoryClient, kin
 	var all []json.RawMessage
 	var cursor *string
 	for {
-		got, err := c.send(ctx, false, func(ctx context.Context, _ string) (writerAnswer, error) { return c.list(ctx, kind, tenant, cursor) })
+		got, err := c.list(ctx, kind, tenant, cursor)
 		if err != nil {
 			return e.directoryAnswer(kind, nil, err, out)
 		}
@@ -396,26 +396,31 @@ func (e *environment) directoryClient(base string) (*directoryClient, error) {
 }
 
 // get reads one tenant, branch or account.
-func (c *directoryClient) get(ctx context.Context, kind, tenant, id string) (writerAnswer, error) {
-	switch kind {
-	case "tenant":
-		return c.api.GetTenantWithResponse(ctx, id)
-	case "branch":
-		return c.api.GetBranchWithResponse(ctx, tenant, id)
-	}
-	return c.api.GetAccountWithResponse(ctx, tenant, id)
+func (c *directoryClient) get(ctx context.Context, kind, tenant, id string) ([]byte, error) {
+	return c.send(ctx, false, func(ctx context.Context, _ string) (writerAnswer, error) {
+		switch kind {
+		case "tenant":
+			return c.api.GetTenantWithResponse(ctx, id)
+		case "branch":
+			return c.api.GetBranchWithResponse(ctx, tenant, id)
+		}
+		return c.api.GetAccountWithResponse(ctx, tenant, id)
+	})
 }
 
-// list reads one page of tenants, or of a tenant's branches or accounts.
-func (c *directoryClient) list(ctx context.Context, kind, tenant string, cursor *string) (writerAnswer, error) {
+// list reads one page of tenants, or of a tenant's branches or accounts,
+// from cursor (nil: the first).
+func (c *directoryClient) list(ctx context.Context, kind, tenant string, cursor *string) ([]byte, error) {
 	limit := writer.MaxListLimit
-	switch kind {
-	case "tenant":
-		return c.api.ListTenantsWithResponse(ctx, &writerapi.ListTenantsParams{Limit: &limit, Cursor: cursor})
-	case "branch":
-		return c.api.ListBranchesWithResponse(ctx, tenant, &writerapi.ListBranchesParams{Limit: &limit, Cursor: cursor})
-	}
-	return c.api.ListAccountsWithResponse(ctx, tenant, &writerapi.ListAccountsParams{Limit: &limit, Cursor: cursor})
+	return c.send(ctx, false, func(ctx context.Context, _ string) (writerAnswer, error) {
+		switch kind {
+		case "tenant":
+			return c.api.ListTenantsWithResponse(ctx, &writerapi.ListTenantsParams{Limit: &limit, Cursor: cursor})
+		case "branch":
+			return c.api.ListBranchesWithResponse(ctx, tenant, &writerapi.ListBranchesParams{Limit: &limit, Cursor: cursor})
+		}
+		return c.api.ListAccountsWithResponse(ctx, tenant, &writerapi.ListAccountsParams{Limit: &limit, Cursor: cursor})
+	})
 }
 
 // send runs call and returns the 2xx answer's body, or the problem. A

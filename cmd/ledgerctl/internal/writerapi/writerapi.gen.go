@@ -391,11 +391,31 @@ type AccountCreated = Account
 // AccountOK defines model for AccountOK.
 type AccountOK = Account
 
-// BadRequest An RFC 9457 problem; `type` is stable, `detail` is for people.
-type BadRequest = Problem
+// BadRequest defines model for BadRequest.
+type BadRequest struct {
+	// CurrentVersion With version-mismatch, the current version.
+	CurrentVersion *Version `json:"currentVersion,omitempty"`
+	Detail         *string  `json:"detail,omitempty"`
 
-// BodyTooLarge An RFC 9457 problem; `type` is stable, `detail` is for people.
-type BodyTooLarge = Problem
+	// Field The offending body member, path parameter, query parameter or header.
+	Field  *string     `json:"field,omitempty"`
+	Status interface{} `json:"status"`
+	Title  string      `json:"title"`
+	Type   interface{} `json:"type"`
+}
+
+// BodyTooLarge defines model for BodyTooLarge.
+type BodyTooLarge struct {
+	// CurrentVersion With version-mismatch, the current version.
+	CurrentVersion *Version `json:"currentVersion,omitempty"`
+	Detail         *string  `json:"detail,omitempty"`
+
+	// Field The offending body member, path parameter, query parameter or header.
+	Field  *string     `json:"field,omitempty"`
+	Status interface{} `json:"status"`
+	Title  string      `json:"title"`
+	Type   interface{} `json:"type"`
+}
 
 // BranchChanged defines model for BranchChanged.
 type BranchChanged = Branch
@@ -406,26 +426,96 @@ type BranchCreated = Branch
 // BranchOK defines model for BranchOK.
 type BranchOK = Branch
 
-// Conflict An RFC 9457 problem; `type` is stable, `detail` is for people.
-type Conflict = Problem
+// Conflict defines model for Conflict.
+type Conflict struct {
+	// CurrentVersion With version-mismatch, the current version.
+	CurrentVersion *Version `json:"currentVersion,omitempty"`
+	Detail         *string  `json:"detail,omitempty"`
 
-// Forbidden An RFC 9457 problem; `type` is stable, `detail` is for people.
-type Forbidden = Problem
+	// Field The offending body member, path parameter, query parameter or header.
+	Field  *string     `json:"field,omitempty"`
+	Status interface{} `json:"status"`
+	Title  string      `json:"title"`
+	Type   interface{} `json:"type"`
+}
 
-// IdempotencyKeyReused An RFC 9457 problem; `type` is stable, `detail` is for people.
-type IdempotencyKeyReused = Problem
+// Forbidden defines model for Forbidden.
+type Forbidden struct {
+	// CurrentVersion With version-mismatch, the current version.
+	CurrentVersion *Version `json:"currentVersion,omitempty"`
+	Detail         *string  `json:"detail,omitempty"`
 
-// Internal An RFC 9457 problem; `type` is stable, `detail` is for people.
-type Internal = Problem
+	// Field The offending body member, path parameter, query parameter or header.
+	Field  *string     `json:"field,omitempty"`
+	Status interface{} `json:"status"`
+	Title  string      `json:"title"`
+	Type   interface{} `json:"type"`
+}
 
-// NotFound An RFC 9457 problem; `type` is stable, `detail` is for people.
-type NotFound = Problem
+// IdempotencyKeyReused defines model for IdempotencyKeyReused.
+type IdempotencyKeyReused struct {
+	// CurrentVersion With version-mismatch, the current version.
+	CurrentVersion *Version `json:"currentVersion,omitempty"`
+	Detail         *string  `json:"detail,omitempty"`
 
-// PreconditionRequired An RFC 9457 problem; `type` is stable, `detail` is for people.
-type PreconditionRequired = Problem
+	// Field The offending body member, path parameter, query parameter or header.
+	Field  *string     `json:"field,omitempty"`
+	Status interface{} `json:"status"`
+	Title  string      `json:"title"`
+	Type   interface{} `json:"type"`
+}
 
-// RateLimited An RFC 9457 problem; `type` is stable, `detail` is for people.
-type RateLimited = Problem
+// Internal defines model for Internal.
+type Internal struct {
+	// CurrentVersion With version-mismatch, the current version.
+	CurrentVersion *Version `json:"currentVersion,omitempty"`
+	Detail         *string  `json:"detail,omitempty"`
+
+	// Field The offending body member, path parameter, query parameter or header.
+	Field  *string     `json:"field,omitempty"`
+	Status interface{} `json:"status"`
+	Title  string      `json:"title"`
+	Type   interface{} `json:"type"`
+}
+
+// NotFound defines model for NotFound.
+type NotFound struct {
+	// CurrentVersion With version-mismatch, the current version.
+	CurrentVersion *Version `json:"currentVersion,omitempty"`
+	Detail         *string  `json:"detail,omitempty"`
+
+	// Field The offending body member, path parameter, query parameter or header.
+	Field  *string     `json:"field,omitempty"`
+	Status interface{} `json:"status"`
+	Title  string      `json:"title"`
+	Type   interface{} `json:"type"`
+}
+
+// PreconditionRequired defines model for PreconditionRequired.
+type PreconditionRequired struct {
+	// CurrentVersion With version-mismatch, the current version.
+	CurrentVersion *Version `json:"currentVersion,omitempty"`
+	Detail         *string  `json:"detail,omitempty"`
+
+	// Field The offending body member, path parameter, query parameter or header.
+	Field  *string     `json:"field,omitempty"`
+	Status interface{} `json:"status"`
+	Title  string      `json:"title"`
+	Type   interface{} `json:"type"`
+}
+
+// RateLimited defines model for RateLimited.
+type RateLimited struct {
+	// CurrentVersion With version-mismatch, the current version.
+	CurrentVersion *Version `json:"currentVersion,omitempty"`
+	Detail         *string  `json:"detail,omitempty"`
+
+	// Field The offending body member, path parameter, query parameter or header.
+	Field  *string     `json:"field,omitempty"`
+	Status interface{} `json:"status"`
+	Title  string      `json:"title"`
+	Type   interface{} `json:"type"`
+}
 
 // TenantChanged defines model for TenantChanged.
 type TenantChanged = Tenant
@@ -436,17 +526,57 @@ type TenantCreated = Tenant
 // TenantOK defines model for TenantOK.
 type TenantOK = Tenant
 
-// Unauthenticated An RFC 9457 problem; `type` is stable, `detail` is for people.
-type Unauthenticated = Problem
+// Unauthenticated defines model for Unauthenticated.
+type Unauthenticated struct {
+	// CurrentVersion With version-mismatch, the current version.
+	CurrentVersion *Version `json:"currentVersion,omitempty"`
+	Detail         *string  `json:"detail,omitempty"`
 
-// Unavailable An RFC 9457 problem; `type` is stable, `detail` is for people.
-type Unavailable = Problem
+	// Field The offending body member, path parameter, query parameter or header.
+	Field  *string     `json:"field,omitempty"`
+	Status interface{} `json:"status"`
+	Title  string      `json:"title"`
+	Type   interface{} `json:"type"`
+}
 
-// UnsupportedMediaType An RFC 9457 problem; `type` is stable, `detail` is for people.
-type UnsupportedMediaType = Problem
+// Unavailable defines model for Unavailable.
+type Unavailable struct {
+	// CurrentVersion With version-mismatch, the current version.
+	CurrentVersion *Version `json:"currentVersion,omitempty"`
+	Detail         *string  `json:"detail,omitempty"`
 
-// VersionMismatch An RFC 9457 problem; `type` is stable, `detail` is for people.
-type VersionMismatch = Problem
+	// Field The offending body member, path parameter, query parameter or header.
+	Field  *string     `json:"field,omitempty"`
+	Status interface{} `json:"status"`
+	Title  string      `json:"title"`
+	Type   interface{} `json:"type"`
+}
+
+// UnsupportedMediaType defines model for UnsupportedMediaType.
+type UnsupportedMediaType struct {
+	// CurrentVersion With version-mismatch, the current version.
+	CurrentVersion *Version `json:"currentVersion,omitempty"`
+	Detail         *string  `json:"detail,omitempty"`
+
+	// Field The offending body member, path parameter, query parameter or header.
+	Field  *string     `json:"field,omitempty"`
+	Status interface{} `json:"status"`
+	Title  string      `json:"title"`
+	Type   interface{} `json:"type"`
+}
+
+// VersionMismatch defines model for VersionMismatch.
+type VersionMismatch struct {
+	// CurrentVersion With version-mismatch, the current version.
+	CurrentVersion *Version `json:"currentVersion,omitempty"`
+	Detail         *string  `json:"detail,omitempty"`
+
+	// Field The offending body member, path parameter, query parameter or header.
+	Field  *string     `json:"field,omitempty"`
+	Status interface{} `json:"status"`
+	Title  string      `json:"title"`
+	Type   interface{} `json:"type"`
+}
 
 // LookupAccountParams defines parameters for LookupAccount.
 type LookupAccountParams struct {
