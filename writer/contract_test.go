@@ -79,10 +79,16 @@ func (c *contract) check(r *http.Request, reqBody []byte, status int, header htt
 		}
 		return c.checkUnrouted("NotFound", status, header, body)
 	case errors.Is(err, routers.ErrMethodNotAllowed):
-		if status != http.StatusMethodNotAllowed {
-			return fmt.Errorf("undocumented method %s on %s answered %d", r.Method, r.URL.Path, status)
+		// Authentication comes before the method: without a valid token, 401.
+		switch status {
+		case http.StatusMethodNotAllowed:
+			return c.checkUnrouted("MethodNotAllowed", status, header, body)
+		case http.StatusUnauthorized, http.StatusForbidden:
+			if strings.HasPrefix(r.URL.Path, "/v1/") && r.URL.Path != "/v1/openapi.json" {
+				return c.checkUnrouted(map[int]string{401: "Unauthenticated", 403: "Forbidden"}[status], status, header, body)
+			}
 		}
-		return c.checkUnrouted("MethodNotAllowed", status, header, body)
+		return fmt.Errorf("undocumented method %s on %s answered %d", r.Method, r.URL.Path, status)
 	case err != nil:
 		return fmt.Errorf("route %s %s: %w", r.Method, r.URL.Path, err)
 	}

@@ -2,12 +2,16 @@ package writer_test
 
 import (
 	"encoding/json"
+	"log/slog"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -30,6 +34,47 @@ func TestOpenAPI_ServedWithoutATokenAsTheEmbeddedDocument(t *testing.T) {
 	require.NoError(t, json.Unmarshal(r.Body, &doc))
 	assert.Equal(t, "3.1.0", doc.OpenAPI)
 	assert.Contains(t, doc.Paths, "/v1/tenants/{tenant}/branches/{branch}/transactions")
+}
+
+// Every path and method the writer serves is an operation of the document,
+// and every operation one it serves: each method is sent to each route of
+// a server with no table (a 405 means "not served"; a served one fails or
+// refuses the empty request).
+func TestOpenAPI_DocumentsEveryRouteAndMethodTheServerHas(t *testing.T) {
+	t.Parallel()
+	auth, err := writer.NewAuthenticator(writer.AuthConfig{Secret: []byte(testSecret)})
+	require.NoError(t, err)
+	srv, err := writer.New(nil, writer.Config{Table: "t", Auth: auth, CursorKey: cursorKey, Gatherer: prometheus.NewRegistry(),
+		Logger: slog.New(slog.DiscardHandler)}, nil)
+	require.NoError(t, err)
+	admin, err := writer.NewToken([]byte(testSecret), writer.TokenOptions{Admin: true})
+	require.NoError(t, err)
+	raw, err := writer.OpenAPI()
+	require.NoError(t, err)
+	var doc struct {
+		Paths map[string]map[string]json.RawMessage `json:"paths"`
+	}
+	require.NoError(t, json.Unmarshal(raw, &doc))
+	// The routes of server.go (its route constants, the metric label values).
+	routes := []string{"/v1/tenants", "/v1/tenants/{tenant}", "/v1/tenants/{tenant}/branches", "/v1/tenants/{tenant}/branches/{branch}",
+		"/v1/branches:lookup", "/v1/tenants/{tenant}/accounts", "/v1/tenants/{tenant}/accounts/{account}",
+		"/v1/tenants/{tenant}/accounts/{account}/emails", "/v1/tenants/{tenant}/accounts/{account}/emails/{email}", "/v1/accounts:lookup",
+		"/v1/tenants/{tenant}/branches/{branch}/transactions", "/v1/tenants/{tenant}/branches/{branch}/transactions/{id}",
+		"/v1/tenants/{tenant}/branches/{branch}/reports", "/v1/tenants/{tenant}/branches/{branch}/reports/{period}/{value}",
+		"/v1/openapi.json", "/healthz", "/readyz", "/metrics"}
+	assert.ElementsMatch(t, routes, slices.Collect(maps.Keys(doc.Paths)), "the document's paths are the server's routes")
+	fill := strings.NewReplacer("{tenant}", "acme", "{branch}", "north", "{account}", "01J1Z7ZZZZZZZZZZZZZZZZZZZZ", "{email}", "a@b.example",
+		"{id}", "01HV5Z6Q8X3N2M4K7J9B0C1D2E", "{period}", "MONTHLY", "{value}", "2026-01")
+	for _, route := range routes {
+		for _, method := range []string{"GET", "POST", "PUT", "PATCH", "DELETE"} {
+			rec := httptest.NewRecorder()
+			r := httptest.NewRequest(method, fill.Replace(route), nil)
+			r.Header.Set("Authorization", "Bearer "+admin) // a method is dispatched after authentication
+			srv.ServeHTTP(rec, r)
+			_, documented := doc.Paths[route][strings.ToLower(method)]
+			assert.Equal(t, documented, rec.Code != http.StatusMethodNotAllowed, "%s %s: answered %d", method, route, rec.Code)
+		}
+	}
 }
 
 // docs/openapi.yaml is a link to the one source, never a copy that drifts.
@@ -64,6 +109,8 @@ func TestOpenAPIContract_RefusesUndocumentedExchanges(t *testing.T) {
 	problemHeader := http.Header{"Content-Type": {"application/problem+json"}, "Cache-Control": {"no-store"}, "X-Content-Type-Options": {"nosniff"}}
 	withAllow := problemHeader.Clone()
 	withAllow.Set("Allow", "GET, PATCH")
+	withAuthenticate := problemHeader.Clone()
+	withAuthenticate.Set("WWW-Authenticate", `Bearer realm="ledger"`)
 	type exchange struct {
 		method, path, body string
 		reqHeader          []string
@@ -88,6 +135,8 @@ func TestOpenAPIContract_RefusesUndocumentedExchanges(t *testing.T) {
 			header: problemHeader, respBody: problem("not-found", 404)}, ""},
 		{"documented 405", exchange{method: "PUT", path: "/v1/tenants/acme", reqHeader: auth, status: 405,
 			header: withAllow, respBody: problem("method-not-allowed", 405)}, ""},
+		{"documented 401 before the 405", exchange{method: "PUT", path: "/v1/tenants/acme", status: 401,
+			header: withAuthenticate, respBody: problem("unauthenticated", 401)}, ""},
 		{"undocumented field", exchange{method: "GET", path: "/v1/tenants/acme", reqHeader: auth, status: 200,
 			header: jsonHeader("ETag", `"1"`), respBody: strings.Replace(tenant, `"version":1`, `"version":1,"secret":"x"`, 1)}, "secret"},
 		{"undocumented status", exchange{method: "GET", path: "/v1/tenants/acme", reqHeader: auth, status: 418,

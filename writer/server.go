@@ -219,7 +219,7 @@ func (s *Server) routes() {
 	s.mux.Handle(routeHealthz, s.instrument(routeHealthz, byMethod(handlers{get: s.healthz})))
 	s.mux.Handle(routeReadyz, s.instrument(routeReadyz, byMethod(handlers{get: s.ready})))
 	if s.cfg.Gatherer != nil {
-		s.mux.Handle(routeMetrics, s.instrument(routeMetrics, promhttp.HandlerFor(s.cfg.Gatherer, promhttp.HandlerOpts{})))
+		s.mux.Handle(routeMetrics, s.instrument(routeMetrics, byMethod(handlers{get: promhttp.HandlerFor(s.cfg.Gatherer, promhttp.HandlerOpts{}).ServeHTTP})))
 	}
 	s.mux.Handle("/", s.instrument(routeOther, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		problem(http.StatusNotFound, ProblemNotFound, "no such resource").write(w)
