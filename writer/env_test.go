@@ -98,7 +98,7 @@ func newEnv(t *testing.T, table string, opts ...envOption) *env {
 	metrics := writer.NewMetrics(reg)
 	srv, err := writer.New(dynamodb.NewFromConfig(cfgAWS), cfg, metrics)
 	require.NoError(t, err)
-	hs := httptest.NewServer(srv)
+	hs := httptest.NewServer(validated(t, srv)) // every exchange checked against the OpenAPI document
 	t.Cleanup(hs.Close)
 	e := &env{t: t, table: table, tenant: uniqueTenant(), branch: "north", ddb: ddbtest.Client(t), calls: calls, srv: srv, http: hs, reg: reg, metrics: metrics}
 	e.token = e.tokenFor(e.tenant)
@@ -113,7 +113,7 @@ func newEnv(t *testing.T, table string, opts ...envOption) *env {
 // what the test itself sends.
 type seeder struct {
 	t     *testing.T
-	srv   *writer.Server
+	srv   http.Handler // the writer, its exchanges checked against the OpenAPI document
 	token string
 }
 
@@ -124,7 +124,7 @@ func newSeeder(t *testing.T, table string) *seeder {
 	require.NoError(t, err)
 	tok, err := writer.NewToken([]byte(testSecret), writer.TokenOptions{Admin: true})
 	require.NoError(t, err)
-	return &seeder{t: t, srv: srv, token: tok}
+	return &seeder{t: t, srv: validated(t, srv), token: tok}
 }
 
 // post sends a POST with an admin token and a fresh Idempotency-Key to the

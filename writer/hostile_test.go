@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"fmt"
 	"net/http"
 	"strconv"
 	"strings"
@@ -323,10 +324,14 @@ func TestHostile_RecordsFingerprintedBeforeTheUpgradeStillReplay(t *testing.T) {
 	key := newKey()
 	path := e.base() + "/transactions"
 	sum := sha256.Sum256([]byte("POST\n" + path + "\n\n" + createBody))
-	stored := `{"id":"01KG64X2T0EJ4FD06S4JBS0277","amount":"1"}` + "\n"
+	// The record as such a writer stored it: the whole answer, Location and ETag included.
+	const id = "01KG64X2T0EJ4FD06S4JBS0277"
+	stored := fmt.Sprintf(`{"id":%q,"tenant":%q,"branch":%q,"type":"INCOME","amount":"1","category":"a",`+
+		`"createdAt":"2026-01-31T12:00:00Z","updatedAt":"2026-01-31T12:00:00Z","version":1}`, id, e.tenant, e.branch) + "\n"
 	_, err := e.ddb.PutItem(context.Background(), &dynamodb.PutItemInput{TableName: &e.table, Item: map[string]ddbAV{
 		"PK": s("IDEMPOTENCY#" + e.tenant + "#" + key), "SK": s("REQUEST"), "entityType": s("IDEMPOTENCY"),
 		"fingerprint": s(hex.EncodeToString(sum[:])), "status": n(201), "body": s(stored),
+		"location": s(path + "/" + id), "etag": s(`"1"`),
 		"expiresAt": n(time.Now().Add(time.Hour).Unix()),
 	}})
 	require.NoError(t, err)

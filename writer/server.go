@@ -152,6 +152,9 @@ func New(api DynamoDB, cfg Config, metrics *Metrics) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
+	if _, err := OpenAPI(); err != nil {
+		return nil, err
+	}
 	if metrics == nil {
 		metrics = NewMetrics(nil)
 	}
@@ -182,6 +185,7 @@ const (
 	routeTransaction   = "/v1/tenants/{tenant}/branches/{branch}/transactions/{id}"
 	routeReports       = "/v1/tenants/{tenant}/branches/{branch}/reports"
 	routeReport        = "/v1/tenants/{tenant}/branches/{branch}/reports/{period}/{value}"
+	routeOpenAPI       = "/v1/openapi.json"
 	routeHealthz       = "/healthz"
 	routeReadyz        = "/readyz"
 	routeMetrics       = "/metrics"
@@ -211,10 +215,11 @@ func (s *Server) routes() {
 	api(routeTransaction, handlers{get: s.getTransaction, patch: s.patchTransaction, del: s.deleteTransaction})
 	api(routeReports, handlers{get: s.reportRange})
 	api(routeReport, handlers{get: s.getReport})
+	s.mux.Handle(routeOpenAPI, s.instrument(routeOpenAPI, byMethod(handlers{get: s.openAPI})))
 	s.mux.Handle(routeHealthz, s.instrument(routeHealthz, byMethod(handlers{get: s.healthz})))
 	s.mux.Handle(routeReadyz, s.instrument(routeReadyz, byMethod(handlers{get: s.ready})))
 	if s.cfg.Gatherer != nil {
-		s.mux.Handle(routeMetrics, s.instrument(routeMetrics, promhttp.HandlerFor(s.cfg.Gatherer, promhttp.HandlerOpts{})))
+		s.mux.Handle(routeMetrics, s.instrument(routeMetrics, byMethod(handlers{get: promhttp.HandlerFor(s.cfg.Gatherer, promhttp.HandlerOpts{}).ServeHTTP})))
 	}
 	s.mux.Handle("/", s.instrument(routeOther, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		problem(http.StatusNotFound, ProblemNotFound, "no such resource").write(w)

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/ledger-dev/ledger/aggregates"
+	"github.com/ledger-dev/ledger/cmd/ledgerctl/internal/writerapi"
 	"github.com/ledger-dev/ledger/writer"
 )
 
@@ -120,50 +121,51 @@ func (e *environment) directoryCmd(ctx context.Context, kind string, args []stri
 	}
 	out := directoryOutput{w: e.stdout, json: *asJSON}
 
-	collection := "/v1/tenants"
-	switch kind {
-	case "branch":
-		collection += "/" + url.PathEscape(*tenant) + "/branches"
-	case "account":
-		collection += "/" + url.PathEscape(*tenant) + "/accounts"
-	}
 	switch verb {
 	case "list":
-		return e.directoryList(ctx, c, kind, collection, out)
+		return e.directoryList(ctx, c, kind, *tenant, out)
 	case "get":
-		return e.directoryGet(ctx, c, kind, collection+"/"+url.PathEscape(*id), out)
+		got, err := c.get(ctx, kind, *tenant, *id)
+		return e.directoryAnswer(kind, got, err, out)
 	}
-	body := map[string]any{}
+	// asked holds the attributes an existing tenant or branch must have for
+	// --exist-ok.
+	asked := map[string]any{"name": *name}
+	var create func(ctx context.Context, key string) (writerAnswer, error)
 	switch kind {
-	case "tenant", "branch":
-		body["id"], body["name"] = *id, *name
-		if *status != "" {
-			body["status"] = *status
+	case "tenant":
+		body := writerapi.TenantCreate{Id: *id, Name: *name, Status: optional[writerapi.Status](*status)}
+		create = func(ctx context.Context, key string) (writerAnswer, error) {
+			return c.api.CreateTenantWithResponse(ctx, &writerapi.CreateTenantParams{IdempotencyKey: key}, body)
 		}
-		if kind == "branch" {
-			body["document"] = *document
+	case "branch":
+		asked["document"] = *document
+		body := writerapi.BranchCreate{Id: *id, Name: *name, Document: *document, Status: optional[writerapi.Status](*status)}
+		create = func(ctx context.Context, key string) (writerAnswer, error) {
+			return c.api.CreateBranchWithResponse(ctx, *tenant, &writerapi.CreateBranchParams{IdempotencyKey: key}, body)
 		}
 	case "account":
-		body["firstName"], body["lastName"] = *firstName, *lastName
-		if *role != "" {
-			body["role"] = *role
-		}
-		list := make([]map[string]any, len(emails))
+		body := writerapi.AccountCreate{FirstName: *firstName, LastName: *lastName, Role: optional[writerapi.Role](*role)}
 		for i, a := range emails {
-			list[i] = map[string]any{"address": a}
+			em := writerapi.EmailCreate{Address: a}
 			if i == 0 {
-				list[i]["primary"], list[i]["verified"] = true, true
+				em.Primary, em.Verified = ptrTo(true), ptrTo(true)
 			}
+			body.Emails = append(body.Emails, em)
 		}
-		body["emails"] = list
+		create = func(ctx context.Context, key string) (writerAnswer, error) {
+			return c.api.CreateAccountWithResponse(ctx, *tenant, &writerapi.CreateAccountParams{IdempotencyKey: key}, body)
+		}
 	}
-	raw, _ := json.Marshal(body)
-	got, err := c.do(ctx, http.MethodPost, collection, raw)
+	if *status != "" {
+		asked["status"] = *status
+	}
+	got, err := c.send(ctx, true, create)
 	var pe *directoryProblem
 	if errors.As(err, &pe) && pe.Type == writer.ProblemAlreadyExists && existOK != nil && *existOK {
-		got, err = c.do(ctx, http.MethodGet, collection+"/"+url.PathEscape(*id), nil)
+		got, err = c.get(ctx, kind, *tenant, *id)
 		if err == nil {
-			if same, what := sameAttributes(kind, got, body); !same {
+			if same, what := sameAttributes(kind, got, asked); !same {
 				fmt.Fprintf(e.stderr, "ledgerctl: %s %s exists with another %s\n", kind, *id, what)
 				out.print(kind, got)
 				return exitDiff
@@ -172,6 +174,17 @@ func (e *environment) directoryCmd(ctx context.Context, kind string, args []stri
 	}
 	return e.directoryAnswer(kind, got, err, out)
 }
+
+// optional is v as an optional request member: nil when v is empty.
+func optional[T ~string](v string) *T {
+	if v == "" {
+		return nil
+	}
+	t := T(v)
+	return &t
+}
+
+func ptrTo[T any](v T) *T { return &v }
 
 // sameAttributes reports whether the existing item got has the attributes
 // the create asked for (name, status when given, document), naming the
@@ -199,11 +212,6 @@ func sameAttributes(kind string, got []byte, asked map[string]any) (bool, string
 	return true, ""
 }
 
-func (e *environment) directoryGet(ctx context.Context, c *directoryClient, kind, path string, out directoryOutput) int {
-	got, err := c.do(ctx, http.MethodGet, path, nil)
-	return e.directoryAnswer(kind, got, err, out)
-}
-
 // directoryAnswer prints an answer: the item (exit 0), a refusal (exit 1) or
 // an error (exit 2).
 func (e *environment) directoryAnswer(kind string, got []byte, err error, out directoryOutput) int {
@@ -220,30 +228,26 @@ func (e *environment) directoryAnswer(kind string, got []byte, err error, out di
 }
 
 // directoryList follows the listing's cursors and prints every item.
-func (e *environment) directoryList(ctx context.Context, c *directoryClient, kind, path string, out directoryOutput) int {
+func (e *environment) directoryList(ctx context.Context, c *directoryClient, kind, tenant string, out directoryOutput) int {
 	var all []json.RawMessage
-	cursor := ""
+	var cursor *string
 	for {
-		q := url.Values{"limit": {"200"}}
-		if cursor != "" {
-			q.Set("cursor", cursor)
-		}
-		got, err := c.do(ctx, http.MethodGet, path+"?"+q.Encode(), nil)
+		got, err := c.list(ctx, kind, tenant, cursor)
 		if err != nil {
 			return e.directoryAnswer(kind, nil, err, out)
 		}
-		var page struct {
+		var page struct { // the items as the writer sent them, to print them so
 			Items      []json.RawMessage `json:"items"`
 			NextCursor string            `json:"nextCursor"`
 		}
 		if err := json.Unmarshal(got, &page); err != nil {
-			return e.fail(fmt.Errorf("GET %s: decode answer: %w", path, err))
+			return e.fail(fmt.Errorf("list %ss: decode answer: %w", kind, err))
 		}
 		all = append(all, page.Items...)
 		if page.NextCursor == "" {
 			break
 		}
-		cursor = page.NextCursor
+		cursor = &page.NextCursor
 	}
 	if out.json {
 		if all == nil {
@@ -333,11 +337,16 @@ var _ flag.Value = (*stringList)(nil)
 func (l *stringList) String() string     { return strings.Join(*l, ",") }
 func (l *stringList) Set(v string) error { *l = append(*l, v); return nil }
 
-// directoryClient sends the directory commands' requests to the writer.
+// directoryClient sends the directory commands' requests to the writer
+// through the client generated from its OpenAPI document (writerapi).
 type directoryClient struct {
-	base  string
-	token string
-	http  *http.Client
+	api *writerapi.ClientWithResponses
+}
+
+// writerAnswer is an answer of the generated client.
+type writerAnswer interface {
+	StatusCode() int
+	Bytes() []byte
 }
 
 // directoryProblem is a problem+json answer of the writer.
@@ -374,16 +383,53 @@ func (e *environment) directoryClient(base string) (*directoryClient, error) {
 			return nil, err
 		}
 	}
-	return &directoryClient{base: strings.TrimRight(base, "/"), token: token, http: &http.Client{Timeout: 30 * time.Second}}, nil
+	api, err := writerapi.NewClientWithResponses(strings.TrimRight(base, "/"),
+		writerapi.WithHTTPClient(&http.Client{Timeout: 30 * time.Second}),
+		writerapi.WithRequestEditorFn(func(_ context.Context, r *http.Request) error {
+			r.Header.Set("Authorization", "Bearer "+token)
+			return nil
+		}))
+	if err != nil {
+		return nil, fmt.Errorf("--url %q: %w", base, err)
+	}
+	return &directoryClient{api: api}, nil
 }
 
-// do sends one request and returns the 2xx answer's body, or the problem.
-// A POST carries a fresh Idempotency-Key, kept across its retries: network
+// get reads one tenant, branch or account.
+func (c *directoryClient) get(ctx context.Context, kind, tenant, id string) ([]byte, error) {
+	return c.send(ctx, false, func(ctx context.Context, _ string) (writerAnswer, error) {
+		switch kind {
+		case "tenant":
+			return c.api.GetTenantWithResponse(ctx, id)
+		case "branch":
+			return c.api.GetBranchWithResponse(ctx, tenant, id)
+		}
+		return c.api.GetAccountWithResponse(ctx, tenant, id)
+	})
+}
+
+// list reads one page of tenants, or of a tenant's branches or accounts,
+// from cursor (nil: the first).
+func (c *directoryClient) list(ctx context.Context, kind, tenant string, cursor *string) ([]byte, error) {
+	limit := writer.MaxListLimit
+	return c.send(ctx, false, func(ctx context.Context, _ string) (writerAnswer, error) {
+		switch kind {
+		case "tenant":
+			return c.api.ListTenantsWithResponse(ctx, &writerapi.ListTenantsParams{Limit: &limit, Cursor: cursor})
+		case "branch":
+			return c.api.ListBranchesWithResponse(ctx, tenant, &writerapi.ListBranchesParams{Limit: &limit, Cursor: cursor})
+		}
+		return c.api.ListAccountsWithResponse(ctx, tenant, &writerapi.ListAccountsParams{Limit: &limit, Cursor: cursor})
+	})
+}
+
+// send runs call and returns the 2xx answer's body, or the problem. A
+// create gets a fresh Idempotency-Key, kept across its retries: network
 // errors and answers that say "retry" (503, 409 request-in-progress) are
 // retried up to 5 times, so a create is never applied twice.
-func (c *directoryClient) do(ctx context.Context, method, path string, body []byte) ([]byte, error) {
+func (c *directoryClient) send(ctx context.Context, create bool, call func(ctx context.Context, key string) (writerAnswer, error)) ([]byte, error) {
 	key := ""
-	if method == http.MethodPost {
+	if create {
 		var b [16]byte
 		_, _ = rand.Read(b[:])
 		key = hex.EncodeToString(b[:])
@@ -397,37 +443,21 @@ func (c *directoryClient) do(ctx context.Context, method, path string, body []by
 			case <-time.After(time.Duration(200<<attempt) * time.Millisecond):
 			}
 		}
-		req, err := http.NewRequestWithContext(ctx, method, c.base+path, bytes.NewReader(body))
+		resp, err := call(ctx, key)
 		if err != nil {
-			return nil, err
-		}
-		req.Header.Set("Authorization", "Bearer "+c.token)
-		if body != nil {
-			req.Header.Set("Content-Type", "application/json")
-		}
-		if key != "" {
-			req.Header.Set("Idempotency-Key", key)
-		}
-		resp, err := c.http.Do(req)
-		if err != nil {
-			last = fmt.Errorf("%s %s: %w", method, path, err)
+			last = err
 			continue
 		}
-		raw, err := io.ReadAll(io.LimitReader(resp.Body, 8<<20))
-		resp.Body.Close()
-		if err != nil {
-			last = fmt.Errorf("%s %s: %w", method, path, err)
-			continue
-		}
-		if resp.StatusCode >= 200 && resp.StatusCode < 300 {
+		status, raw := resp.StatusCode(), resp.Bytes()
+		if status >= 200 && status < 300 {
 			return raw, nil
 		}
 		p := &directoryProblem{}
 		if json.Unmarshal(raw, p) != nil || p.Status == 0 {
-			p = &directoryProblem{Status: resp.StatusCode, Type: "#http-" + strconv.Itoa(resp.StatusCode), Detail: strings.TrimSpace(string(raw))}
+			p = &directoryProblem{Status: status, Type: "#http-" + strconv.Itoa(status), Detail: strings.TrimSpace(string(raw))}
 		}
 		last = p
-		if resp.StatusCode == http.StatusServiceUnavailable || p.Type == writer.ProblemRequestInProgress {
+		if status == http.StatusServiceUnavailable || p.Type == writer.ProblemRequestInProgress {
 			continue
 		}
 		return nil, p

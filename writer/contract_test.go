@@ -1,0 +1,201 @@
+package writer_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/getkin/kin-openapi/openapi3"
+	"github.com/getkin/kin-openapi/openapi3filter"
+	"github.com/getkin/kin-openapi/routers"
+	"github.com/getkin/kin-openapi/routers/gorillamux"
+	"github.com/stretchr/testify/require"
+
+	"github.com/ledger-dev/ledger/writer"
+)
+
+// The contract: every request the package's tests send through newEnv's
+// server (and its seeder) and every answer are checked against the writer's
+// OpenAPI document (openapi.yaml, as GET /v1/openapi.json serves it) with
+// kin-openapi's openapi3filter. A test fails when the server answers on a
+// route, with a status, a header or a body member the document does not
+// describe, or accepts (2xx) a request the document forbids.
+
+// contract is the loaded document and its router.
+type contract struct {
+	doc    *openapi3.T
+	router routers.Router
+}
+
+var loadContract = sync.OnceValues(func() (*contract, error) {
+	raw, err := writer.OpenAPI()
+	if err != nil {
+		return nil, err
+	}
+	doc, err := openapi3.NewLoader().LoadFromData(raw)
+	if err != nil {
+		return nil, fmt.Errorf("load the OpenAPI document: %w", err)
+	}
+	if err := doc.Validate(context.Background()); err != nil {
+		return nil, fmt.Errorf("the OpenAPI document is not valid: %w", err)
+	}
+	// Route by path alone: the tests' servers listen on ports of their own.
+	doc.Servers = openapi3.Servers{{URL: "/"}}
+	router, err := gorillamux.NewRouter(doc)
+	if err != nil {
+		return nil, fmt.Errorf("route the OpenAPI document: %w", err)
+	}
+	return &contract{doc: doc, router: router}, nil
+})
+
+// transportHeaders are set by net/http, not by the writer; every other
+// response header must be documented for the response it is on.
+var transportHeaders = []string{"Content-Type", "Content-Length", "Date", "Transfer-Encoding", "Connection"}
+
+// check returns nil when the document describes the exchange: r (with its
+// body reqBody) answered status, header and body.
+func (c *contract) check(r *http.Request, reqBody []byte, status int, header http.Header, body []byte) error {
+	ctx := context.Background()
+	r = r.Clone(ctx)
+	r.Body = io.NopCloser(bytes.NewReader(reqBody))
+	if r.URL.Host == "" { // a server-side request: the router wants an absolute URL
+		r.URL.Scheme, r.URL.Host = "http", r.Host
+	}
+	route, params, err := c.router.FindRoute(r)
+	switch {
+	case errors.Is(err, routers.ErrPathNotFound):
+		if status != http.StatusNotFound {
+			return fmt.Errorf("undocumented route %s %s answered %d", r.Method, r.URL.Path, status)
+		}
+		return c.checkUnrouted("NotFound", status, header, body)
+	case errors.Is(err, routers.ErrMethodNotAllowed):
+		// Authentication comes before the method: without a valid token, 401.
+		switch status {
+		case http.StatusMethodNotAllowed:
+			return c.checkUnrouted("MethodNotAllowed", status, header, body)
+		case http.StatusUnauthorized, http.StatusForbidden:
+			if strings.HasPrefix(r.URL.Path, "/v1/") && r.URL.Path != "/v1/openapi.json" {
+				return c.checkUnrouted(map[int]string{401: "Unauthenticated", 403: "Forbidden"}[status], status, header, body)
+			}
+		}
+		return fmt.Errorf("undocumented method %s on %s answered %d", r.Method, r.URL.Path, status)
+	case err != nil:
+		return fmt.Errorf("route %s %s: %w", r.Method, r.URL.Path, err)
+	}
+	for name, v := range params { // the router matched the escaped path, as the writer's mux does
+		if params[name], err = url.PathUnescape(v); err != nil {
+			return fmt.Errorf("path parameter %s: %w", name, err)
+		}
+	}
+	in := &openapi3filter.RequestValidationInput{Request: r, PathParams: params, Route: route,
+		Options: &openapi3filter.Options{MultiError: true, AuthenticationFunc: bearerPresent}}
+	if reqErr := openapi3filter.ValidateRequest(ctx, in); reqErr != nil && status < 400 {
+		return fmt.Errorf("the server accepted (%d) a request the document forbids: %w", status, reqErr)
+	}
+	out := &openapi3filter.ResponseValidationInput{RequestValidationInput: in, Status: status, Header: header,
+		Options: &openapi3filter.Options{MultiError: true, IncludeResponseStatus: true}}
+	out.SetBodyBytes(body)
+	if err := openapi3filter.ValidateResponse(ctx, out); err != nil {
+		return fmt.Errorf("%s %s answered %d: %w", r.Method, route.Path, status, err)
+	}
+	resp := route.Operation.Responses.Status(status)
+	var documented []string
+	for name := range resp.Value.Headers {
+		documented = append(documented, name)
+	}
+	return undocumentedHeaders(header, documented)
+}
+
+// checkUnrouted checks an answer of the server's own to a request no
+// operation of the document takes: the document's response name (NotFound,
+// MethodNotAllowed), body and headers.
+func (c *contract) checkUnrouted(name string, status int, header http.Header, body []byte) error {
+	resp := c.doc.Components.Responses[name].Value
+	ct := header.Get("Content-Type")
+	mt := resp.Content.Get(ct)
+	if mt == nil {
+		return fmt.Errorf("%d with undocumented Content-Type %q", status, ct)
+	}
+	var v any
+	if err := json.Unmarshal(body, &v); err != nil {
+		return fmt.Errorf("%d: %w", status, err)
+	}
+	if err := mt.Schema.Value.VisitJSON(v, openapi3.EnableJSONSchema2020()); err != nil {
+		return fmt.Errorf("%d: the body is not the documented %s: %w", status, name, err)
+	}
+	var documented []string
+	for h, ref := range resp.Headers {
+		if ref.Value.Required && header.Get(h) == "" {
+			return fmt.Errorf("%d: header %s missing", status, h)
+		}
+		documented = append(documented, h)
+	}
+	return undocumentedHeaders(header, documented)
+}
+
+func undocumentedHeaders(header http.Header, documented []string) error {
+	for name := range header {
+		if slices.Contains(transportHeaders, name) || slices.ContainsFunc(documented, func(d string) bool { return strings.EqualFold(d, name) }) {
+			continue
+		}
+		return fmt.Errorf("undocumented response header %s: %q", name, header.Get(name))
+	}
+	return nil
+}
+
+// bearerPresent stands for the bearer scheme: the request carries a bearer
+// token (whether it verifies, and its scope, is the server's to decide).
+func bearerPresent(_ context.Context, in *openapi3filter.AuthenticationInput) error {
+	scheme, token, _ := strings.Cut(in.RequestValidationInput.Request.Header.Get("Authorization"), " ")
+	if !strings.EqualFold(scheme, "Bearer") || strings.TrimSpace(token) == "" {
+		return in.NewError(errors.New("no bearer token"))
+	}
+	return nil
+}
+
+// validated serves h, checking every exchange against the document; a
+// failed check fails t.
+func validated(t *testing.T, h http.Handler) http.Handler {
+	c, err := loadContract()
+	require.NoError(t, err)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		reqBody, err := io.ReadAll(r.Body)
+		if err != nil { // a broken request: pass it on as it came
+			r.Body = io.NopCloser(io.MultiReader(bytes.NewReader(reqBody), errReader{err}))
+			h.ServeHTTP(w, r)
+			return
+		}
+		r.Body = io.NopCloser(bytes.NewReader(reqBody))
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, r)
+		if err := c.check(r, reqBody, rec.Code, rec.Header(), rec.Body.Bytes()); err != nil {
+			t.Errorf("OpenAPI contract: %s %s: %v\nanswer: %d %s", r.Method, r.URL.RequestURI(), err, rec.Code, truncate(rec.Body.Bytes(), 600))
+		}
+		for name, values := range rec.Header() {
+			w.Header()[name] = values
+		}
+		w.WriteHeader(rec.Code)
+		_, _ = w.Write(rec.Body.Bytes())
+	})
+}
+
+type errReader struct{ err error }
+
+func (e errReader) Read([]byte) (int, error) { return 0, e.err }
+
+func truncate(b []byte, n int) string {
+	if len(b) > n {
+		return string(b[:n]) + "…"
+	}
+	return string(b)
+}
