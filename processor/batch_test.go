@@ -13,8 +13,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/ledger-dev/ledger/internal/ledgertest"
 	"github.com/ledger-dev/ledger/processor"
-	"github.com/ledger-dev/ledger/processor/processortest"
 )
 
 // halfCommitted leaves the env's shard with a checkpoint after recs[start-1]
@@ -36,13 +36,13 @@ func halfCommitted(t *testing.T, e *env, recs []processor.Record, shard string, 
 		start++
 	}
 	commits := 0
-	e.faults.Decide = func(op string) processortest.Fault {
+	e.faults.Decide = func(op string) ledgertest.Fault {
 		if op == "TransactWriteItems" {
 			if commits++; commits > 2 {
-				return processortest.Drop
+				return ledgertest.Drop
 			}
 		}
-		return processortest.Pass
+		return ledgertest.Pass
 	}
 	defer func() { e.faults.Decide = nil }()
 	_, err = p.Process(ctx, g, recs[start:end])
@@ -68,7 +68,7 @@ func hasCheckpoint(t *testing.T, e *env, shard string) bool {
 func TestShardGuard_ResumesHalfCommittedBatch(t *testing.T) {
 	ctx := context.Background()
 	e := newEnv(t)
-	require.NoError(t, processortest.NewWorkload(21).Run(ctx, e.ddb, e.table, 150))
+	require.NoError(t, ledgertest.NewWorkload(21).Run(ctx, e.ddb, e.table, 150))
 	shard, recs := e.records(t)
 	start := halfCommitted(t, e, recs, shard, 120)
 
@@ -99,7 +99,7 @@ func TestShardGuard_ResumesHalfCommittedBatch(t *testing.T) {
 func TestShardGuard_TrimmedAbandonsPendingBatchOnce(t *testing.T) {
 	ctx := context.Background()
 	e := newEnv(t)
-	require.NoError(t, processortest.NewWorkload(22).Run(ctx, e.ddb, e.table, 150))
+	require.NoError(t, ledgertest.NewWorkload(22).Run(ctx, e.ddb, e.table, 150))
 	shard, recs := e.records(t)
 	halfCommitted(t, e, recs, shard, 60)
 
@@ -108,13 +108,13 @@ func TestShardGuard_TrimmedAbandonsPendingBatchOnce(t *testing.T) {
 		BaseBackoff: time.Millisecond, MaxBackoff: time.Millisecond}, processor.NewMetrics(reg))
 	require.NoError(t, err)
 	commits := 0
-	e.faults.Decide = func(op string) processortest.Fault {
+	e.faults.Decide = func(op string) ledgertest.Fault {
 		if op == "TransactWriteItems" {
 			if commits++; commits == 1 {
-				return processortest.LoseAnswer
+				return ledgertest.LoseAnswer
 			}
 		}
-		return processortest.Pass
+		return ledgertest.Pass
 	}
 	g := p.ShardGuard(e.streamARN, shard)
 	g.CommitBatches()
@@ -215,7 +215,7 @@ func recordsOutcome(p *processor.Processor, outcome string) float64 {
 func TestShardGuard_FirstReaderWithoutCheckpointBindsTheOthers(t *testing.T) {
 	ctx := context.Background()
 	e := newEnv(t)
-	require.NoError(t, processortest.NewWorkload(23).Run(ctx, e.ddb, e.table, 120))
+	require.NoError(t, ledgertest.NewWorkload(23).Run(ctx, e.ddb, e.table, 120))
 	shard, recs := e.records(t)
 	p := e.processor(t, nil, nil)
 
@@ -258,7 +258,7 @@ func TestShardGuard_FirstCommitIsOneRunThenABatch(t *testing.T) {
 	}
 	commit := func(split bool) outcome {
 		e := newEnv(t)
-		require.NoError(t, processortest.NewWorkload(33).Run(ctx, e.ddb, e.table, 400))
+		require.NoError(t, ledgertest.NewWorkload(33).Run(ctx, e.ddb, e.table, 400))
 		shard, recs := e.records(t)
 		p := e.processor(t, nil, nil)
 		g := p.ShardGuard(e.streamARN, shard)

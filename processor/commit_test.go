@@ -9,14 +9,14 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/ledger-dev/ledger/internal/ledgertest"
 	"github.com/ledger-dev/ledger/processor"
-	"github.com/ledger-dev/ledger/processor/processortest"
 )
 
 func TestProcess_WorkloadThenRedeliveryChangesNothing(t *testing.T) {
 	ctx := context.Background()
 	e := newEnv(t)
-	w := processortest.NewWorkload(1)
+	w := ledgertest.NewWorkload(1)
 	require.NoError(t, w.Run(ctx, e.ddb, e.table, 300))
 	shard, recs := e.records(t)
 	require.Greater(t, len(recs), 250)

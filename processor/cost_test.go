@@ -14,8 +14,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ledger-dev/ledger/aggregates"
+	"github.com/ledger-dev/ledger/internal/ledgertest"
 	"github.com/ledger-dev/ledger/processor"
-	"github.com/ledger-dev/ledger/processor/processortest"
 )
 
 // perRecordRequests is the floor of seed 003's per-record design: for every
@@ -31,7 +31,7 @@ const perRecordRequests = 6
 func TestWriteCost_CoalescedCommitIsFarCheaperThanPerRecord(t *testing.T) {
 	ctx := context.Background()
 	e := newEnv(t)
-	w := processortest.NewWorkload(42)
+	w := ledgertest.NewWorkload(42)
 	require.NoError(t, w.Run(ctx, e.ddb, e.table, 3000))
 	shard, recs := e.records(t)
 
@@ -48,7 +48,7 @@ func TestWriteCost_CoalescedCommitIsFarCheaperThanPerRecord(t *testing.T) {
 		if batch != 1000 {
 			// Reports already hold the first pass; measure on a fresh table.
 			e2 := newEnv(t)
-			require.NoError(t, processortest.NewWorkload(42).Run(ctx, e2.ddb, e2.table, 3000))
+			require.NoError(t, ledgertest.NewWorkload(42).Run(ctx, e2.ddb, e2.table, 3000))
 			var s2 string
 			s2, recs = e2.records(t)
 			p = e2.processor(t, nil, nil)

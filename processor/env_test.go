@@ -13,8 +13,8 @@ import (
 
 	"github.com/ledger-dev/ledger/infra"
 	"github.com/ledger-dev/ledger/infra/ddblocal/ddbtest"
+	"github.com/ledger-dev/ledger/internal/ledgertest"
 	"github.com/ledger-dev/ledger/processor"
-	"github.com/ledger-dev/ledger/processor/processortest"
 	"github.com/ledger-dev/ledger/table"
 )
 
@@ -31,13 +31,13 @@ type env struct {
 	streams   *dynamodbstreams.Client
 	table     string
 	streamARN string
-	faults    *processortest.FaultTransport
+	faults    *ledgertest.FaultTransport
 	faulty    *dynamodb.Client // goes through faults
 }
 
 func newEnv(t testing.TB) *env {
 	t.Helper()
-	e := &env{ddb: ddbtest.Client(t), faults: &processortest.FaultTransport{}}
+	e := &env{ddb: ddbtest.Client(t), faults: &ledgertest.FaultTransport{}}
 	e.table = newTableName(t)
 	e.streams = dynamodbstreams.NewFromConfig(ddbtest.Config(t))
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -67,7 +67,7 @@ func (e *env) processor(t testing.TB, reg prometheus.Registerer, api processor.D
 // has a single shard).
 func (e *env) records(t testing.TB) (shard string, recs []processor.Record) {
 	t.Helper()
-	shards, err := processortest.ReadAll(context.Background(), e.streams, e.streamARN, nil)
+	shards, err := ledgertest.ReadAll(context.Background(), e.streams, e.streamARN, nil)
 	require.NoError(t, err)
 	require.Len(t, shards, 1, "DynamoDB Local has one shard")
 	return shards[0].ID, shards[0].Records

@@ -16,8 +16,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/ledger-dev/ledger/internal/ledgertest"
 	"github.com/ledger-dev/ledger/processor"
-	"github.com/ledger-dev/ledger/processor/processortest"
 )
 
 // seeds returns the seeds of the randomized tests: $LEDGER_SEEDS (comma
@@ -51,29 +51,29 @@ type chaos struct {
 	injected  map[string]int
 }
 
-func (c *chaos) decide(op string) processortest.Fault {
+func (c *chaos) decide(op string) ledgertest.Fault {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.crashed {
-		return processortest.Drop
+		return ledgertest.Drop
 	}
 	if c.countdown > 0 {
 		if c.countdown--; c.countdown == 0 {
 			c.crashed = true
 			c.injected["crash"]++
-			return processortest.Drop
+			return ledgertest.Drop
 		}
 	}
 	write := op == "TransactWriteItems" || op == "PutItem"
 	switch r := c.rng.Float64(); {
 	case write && r < c.lose:
 		c.injected["lose_"+op]++
-		return processortest.LoseAnswer
+		return ledgertest.LoseAnswer
 	case r < c.lose+c.drop:
 		c.injected["drop"]++
-		return processortest.Drop
+		return ledgertest.Drop
 	}
-	return processortest.Pass
+	return ledgertest.Pass
 }
 
 // armCrash makes the process "die" after a random number of calls.
@@ -110,7 +110,7 @@ func runRandomized(t *testing.T, mode string, seed uint64) {
 	rng := rand.New(rand.NewPCG(seed, 7))
 	ch := &chaos{rng: rand.New(rand.NewPCG(seed, 11)), lose: 0.08, drop: 0.04, injected: map[string]int{}}
 	e.faults.Decide = ch.decide
-	w := processortest.NewWorkload(seed)
+	w := ledgertest.NewWorkload(seed)
 
 	var all []processor.Record
 	stats := map[string]int{}

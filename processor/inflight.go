@@ -14,7 +14,7 @@ import (
 )
 
 // StreamReader is the part of the DynamoDB Streams API InFlight uses, and
-// every other reader of the stream (the poller's Streams, processortest's
+// every other reader of the stream (the poller's Streams, ledgertest's
 // ReadAll, ledgerctl lag): DescribeStream, GetShardIterator, GetRecords.
 type StreamReader interface {
 	DescribeStream(ctx context.Context, in *dynamodbstreams.DescribeStreamInput, opts ...func(*dynamodbstreams.Options)) (*dynamodbstreams.DescribeStreamOutput, error)

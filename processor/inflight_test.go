@@ -13,8 +13,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ledger-dev/ledger/aggregates"
+	"github.com/ledger-dev/ledger/internal/ledgertest"
 	"github.com/ledger-dev/ledger/processor"
-	"github.com/ledger-dev/ledger/processor/processortest"
 )
 
 // settledOnly keeps the differences of branches with nothing in flight, as
@@ -128,7 +128,7 @@ func TestRepair_NeverFoldsARecordInFlightTwice(t *testing.T) {
 func TestInFlight_AHalfCommittedBatchIsInFlight(t *testing.T) {
 	ctx := context.Background()
 	e := newEnv(t)
-	require.NoError(t, processortest.NewWorkload(23).Run(ctx, e.ddb, e.table, 150))
+	require.NoError(t, ledgertest.NewWorkload(23).Run(ctx, e.ddb, e.table, 150))
 	shard, recs := e.records(t)
 	start := halfCommitted(t, e, recs, shard, 120)
 	p := e.processor(t, nil, nil)

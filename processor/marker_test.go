@@ -12,9 +12,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/ledger-dev/ledger/internal/ledgertest"
 	"github.com/ledger-dev/ledger/processor"
 	"github.com/ledger-dev/ledger/processor/handler"
-	"github.com/ledger-dev/ledger/processor/processortest"
 )
 
 // An event source mapping that loses its checkpoints rewinds to an earlier
@@ -115,11 +115,11 @@ func TestMarkerGuard_FailedAliasWriteNeverNamesARecordInsideACommittedRun(t *tes
 	require.Equal(t, 4, res.Committed)
 
 	// Redelivered shorter, 0..2, with the alias marker's PutItem throttled.
-	e.faults.Decide = func(op string) processortest.Fault {
+	e.faults.Decide = func(op string) ledgertest.Fault {
 		if op == "PutItem" {
-			return processortest.Throttle
+			return ledgertest.Throttle
 		}
-		return processortest.Pass
+		return ledgertest.Pass
 	}
 	faulty, err := processor.New(e.faulty, processor.Config{Table: e.table, MaxAttempts: 2, BaseBackoff: time.Millisecond, MaxBackoff: time.Millisecond}, nil)
 	require.NoError(t, err)

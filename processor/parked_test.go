@@ -16,8 +16,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ledger-dev/ledger/aggregates"
+	"github.com/ledger-dev/ledger/internal/ledgertest"
 	"github.com/ledger-dev/ledger/processor"
-	"github.com/ledger-dev/ledger/processor/processortest"
 	"github.com/ledger-dev/ledger/table"
 )
 
@@ -93,16 +93,16 @@ func TestCommit_RefusedReportItemsAreParkedOnceAndTheRestCommits(t *testing.T) {
 			// must find its guard taken and park nothing twice.
 			lost := map[int]bool{}
 			calls := 0
-			e.faults.Decide = func(op string) processortest.Fault {
+			e.faults.Decide = func(op string) ledgertest.Fault {
 				if op != "TransactWriteItems" {
-					return processortest.Pass
+					return ledgertest.Pass
 				}
 				calls++
 				if calls%2 == 0 && !lost[calls] {
 					lost[calls] = true
-					return processortest.LoseAnswer
+					return ledgertest.LoseAnswer
 				}
-				return processortest.Pass
+				return ledgertest.Pass
 			}
 			for len(recs) > 0 {
 				n := min(len(recs), 40)

@@ -11,22 +11,22 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/ledger-dev/ledger/internal/ledgertest"
 	"github.com/ledger-dev/ledger/processor"
-	"github.com/ledger-dev/ledger/processor/processortest"
 )
 
 func TestProcess_ThrottledCommitsAreRetriedThenSucceed(t *testing.T) {
 	ctx := context.Background()
 	e := newEnv(t)
-	require.NoError(t, processortest.NewWorkload(9).Run(ctx, e.ddb, e.table, 40))
+	require.NoError(t, ledgertest.NewWorkload(9).Run(ctx, e.ddb, e.table, 40))
 	shard, recs := e.records(t)
 
 	var throttled atomic.Int64
-	e.faults.Decide = func(op string) processortest.Fault {
+	e.faults.Decide = func(op string) ledgertest.Fault {
 		if op == "TransactWriteItems" && throttled.Add(1) <= 3 {
-			return processortest.Throttle
+			return ledgertest.Throttle
 		}
-		return processortest.Pass
+		return ledgertest.Pass
 	}
 	reg := prometheus.NewRegistry()
 	p := e.processor(t, reg, e.faulty)
@@ -41,16 +41,16 @@ func TestProcess_ThrottledCommitsAreRetriedThenSucceed(t *testing.T) {
 func TestProcess_ExhaustedRetriesNameTheFirstRecordNotCommitted(t *testing.T) {
 	ctx := context.Background()
 	e := newEnv(t)
-	require.NoError(t, processortest.NewWorkload(10).Run(ctx, e.ddb, e.table, 60))
+	require.NoError(t, ledgertest.NewWorkload(10).Run(ctx, e.ddb, e.table, 60))
 	shard, recs := e.records(t)
 
 	// The first commit lands; every later one is throttled for good.
 	var commits atomic.Int64
-	e.faults.Decide = func(op string) processortest.Fault {
+	e.faults.Decide = func(op string) ledgertest.Fault {
 		if op == "TransactWriteItems" && commits.Add(1) > 1 {
-			return processortest.Throttle
+			return ledgertest.Throttle
 		}
-		return processortest.Pass
+		return ledgertest.Pass
 	}
 	p, err := processor.New(e.faulty, processor.Config{Table: e.table, MaxItemsPerRun: 6, MaxAttempts: 3, BaseBackoff: 1, MaxBackoff: 1}, nil)
 	require.NoError(t, err)
@@ -78,7 +78,7 @@ func TestProcess_ExhaustedRetriesNameTheFirstRecordNotCommitted(t *testing.T) {
 func TestMetrics_RecordsAndConflictsAreExported(t *testing.T) {
 	ctx := context.Background()
 	e := newEnv(t)
-	require.NoError(t, processortest.NewWorkload(11).Run(ctx, e.ddb, e.table, 30))
+	require.NoError(t, ledgertest.NewWorkload(11).Run(ctx, e.ddb, e.table, 30))
 	_, recs := e.records(t)
 	reg := prometheus.NewRegistry()
 	p := e.processor(t, reg, nil)

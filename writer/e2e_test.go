@@ -18,8 +18,8 @@ import (
 
 	"github.com/ledger-dev/ledger/aggregates"
 	"github.com/ledger-dev/ledger/infra/ddblocal/ddbtest"
+	"github.com/ledger-dev/ledger/internal/ledgertest"
 	"github.com/ledger-dev/ledger/processor"
-	"github.com/ledger-dev/ledger/processor/processortest"
 	"github.com/ledger-dev/ledger/table"
 	"github.com/ledger-dev/ledger/writer"
 )
@@ -144,7 +144,7 @@ func TestEndToEnd_ReportsServedEqualTheReconcileOracle(t *testing.T) {
 	// The stream consumer folds everything the writer wrote.
 	info, err := table.DescribeTable(ctx, e.ddb, e.table)
 	require.NoError(t, err)
-	shards, err := processortest.ReadAll(ctx, dynamodbstreams.NewFromConfig(ddbtest.Config(t)), info.StreamARN, nil)
+	shards, err := ledgertest.ReadAll(ctx, dynamodbstreams.NewFromConfig(ddbtest.Config(t)), info.StreamARN, nil)
 	require.NoError(t, err)
 	p, err := processor.New(e.ddb, processor.Config{Table: e.table}, nil)
 	require.NoError(t, err)

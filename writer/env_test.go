@@ -21,7 +21,7 @@ import (
 
 	"github.com/ledger-dev/ledger/infra"
 	"github.com/ledger-dev/ledger/infra/ddblocal/ddbtest"
-	"github.com/ledger-dev/ledger/processor/processortest"
+	"github.com/ledger-dev/ledger/internal/ledgertest"
 	"github.com/ledger-dev/ledger/writer"
 )
 
@@ -71,7 +71,7 @@ type env struct {
 	branch  string
 	token   string
 	ddb     *dynamodb.Client // straight to the table, for checks
-	calls   *processortest.FaultTransport
+	calls   *ledgertest.FaultTransport
 	srv     *writer.Server
 	http    *httptest.Server
 	reg     *prometheus.Registry
@@ -83,7 +83,7 @@ type envOption func(*writer.Config)
 
 func newEnv(t *testing.T, table string, opts ...envOption) *env {
 	t.Helper()
-	calls := &processortest.FaultTransport{}
+	calls := &ledgertest.FaultTransport{}
 	cfgAWS := ddbtest.Config(t, infra.WithTransportWrapper(func(next http.RoundTripper) http.RoundTripper {
 		calls.Next = next
 		return calls

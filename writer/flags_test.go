@@ -13,7 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ledger-dev/ledger/aggregates"
-	"github.com/ledger-dev/ledger/processor/processortest"
+	"github.com/ledger-dev/ledger/internal/ledgertest"
 	"github.com/ledger-dev/ledger/table"
 	"github.com/ledger-dev/ledger/writer"
 )
@@ -101,13 +101,13 @@ func TestFlags_UnreadableFailsClosedAndRecovers(t *testing.T) {
 	e := newEnv(t, sharedTable(t))
 	var mu sync.Mutex
 	broken := true
-	e.calls.Decide = func(op string) processortest.Fault {
+	e.calls.Decide = func(op string) ledgertest.Fault {
 		mu.Lock()
 		defer mu.Unlock()
 		if broken && op == "GetItem" {
-			return processortest.Drop
+			return ledgertest.Drop
 		}
-		return processortest.Pass
+		return ledgertest.Pass
 	}
 	r := e.post()
 	require.Equal(t, http.StatusServiceUnavailable, r.Status, "answer %s", r)

@@ -18,7 +18,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ledger-dev/ledger/aggregates"
-	"github.com/ledger-dev/ledger/processor/processortest"
+	"github.com/ledger-dev/ledger/internal/ledgertest"
 	"github.com/ledger-dev/ledger/writer"
 )
 
@@ -290,10 +290,10 @@ func TestIdempotency_LostAnswerThenRetryReplaysTheCommittedWrite(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, sharedTable(t))
 	var once sync.Once
-	e.calls.Decide = func(op string) processortest.Fault {
-		fault := processortest.Pass
+	e.calls.Decide = func(op string) ledgertest.Fault {
+		fault := ledgertest.Pass
 		if op == "TransactWriteItems" {
-			once.Do(func() { fault = processortest.LoseAnswer })
+			once.Do(func() { fault = ledgertest.LoseAnswer })
 		}
 		return fault
 	}
@@ -317,13 +317,13 @@ func TestThrottledWriteIs503AndItsRetrySucceedsOnce(t *testing.T) {
 	e := newEnv(t, sharedTable(t))
 	var mu sync.Mutex
 	throttle := true
-	e.calls.Decide = func(op string) processortest.Fault {
+	e.calls.Decide = func(op string) ledgertest.Fault {
 		mu.Lock()
 		defer mu.Unlock()
 		if throttle && op == "TransactWriteItems" {
-			return processortest.Throttle
+			return ledgertest.Throttle
 		}
-		return processortest.Pass
+		return ledgertest.Pass
 	}
 	rq := req{method: "POST", path: e.base() + "/transactions", body: createBody, headers: []string{"Idempotency-Key", newKey()}}
 	r := e.send(rq)

@@ -11,7 +11,7 @@ import (
 	"github.com/aws/aws-lambda-go/events"
 	"github.com/stretchr/testify/require"
 
-	"github.com/ledger-dev/ledger/processor/processortest"
+	"github.com/ledger-dev/ledger/internal/ledgertest"
 )
 
 // esm plays an event source mapping in front of the real function binary:
@@ -58,7 +58,7 @@ func (e *esm) chaos() time.Duration {
 			e.stats["kill_before_call"]++
 		}
 	case r < 30:
-		fault := []processortest.Fault{processortest.Drop, processortest.LoseAnswer, processortest.Throttle}[e.rng.IntN(3)]
+		fault := []ledgertest.Fault{ledgertest.Drop, ledgertest.LoseAnswer, ledgertest.Throttle}[e.rng.IntN(3)]
 		if e.rng.IntN(2) == 0 {
 			e.proxy.failAfter(e.rng.IntN(8), "", fault)
 		} else {

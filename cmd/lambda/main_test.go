@@ -23,8 +23,8 @@ import (
 
 	"github.com/ledger-dev/ledger/aggregates"
 	"github.com/ledger-dev/ledger/infra/ddblocal/ddbtest"
+	"github.com/ledger-dev/ledger/internal/ledgertest"
 	"github.com/ledger-dev/ledger/processor"
-	"github.com/ledger-dev/ledger/processor/processortest"
 	ledgertable "github.com/ledger-dev/ledger/table"
 )
 
@@ -74,7 +74,7 @@ func newStream(t *testing.T, table string) *stream {
 // it to Lambda event records, as the event source mapping delivers them.
 func (s *stream) records(t *testing.T) (shard string, recs []events.DynamoDBEventRecord) {
 	t.Helper()
-	shards, err := processortest.ReadAll(context.Background(), s.streams, s.arn, nil)
+	shards, err := ledgertest.ReadAll(context.Background(), s.streams, s.arn, nil)
 	require.NoError(t, err)
 	require.Len(t, shards, 1)
 	for _, r := range shards[0].Records {
@@ -143,7 +143,7 @@ func TestLambdaBinary(t *testing.T) {
 }
 
 // testDamagedReports damages report items of one branch in every way
-// (processortest.Damage) between two phases of randomized delivery with
+// (ledgertest.Damage) between two phases of randomized delivery with
 // kills and DynamoDB failures: the function never stops on them, parks the
 // refused deltas, the other branches stay exact; --repair heals the damaged
 // ones and a last phase leaves no difference.
@@ -157,7 +157,7 @@ func testDamagedReports(t *testing.T, bin string, seed uint64) {
 	proxy.kill = fn.kill
 	fn.start()
 	e := &esm{t: t, rng: rand.New(rand.NewPCG(seed, 7)), fn: fn, api: api, proxy: proxy, arn: s.arn, stats: map[string]int{}}
-	w := processortest.NewWorkload(seed)
+	w := ledgertest.NewWorkload(seed)
 	delivered := 0
 	deliver := func(steps int) {
 		require.NoError(t, w.Run(ctx, s.ddb, table, steps))
@@ -168,13 +168,13 @@ func testDamagedReports(t *testing.T, bin string, seed uint64) {
 	}
 	deliver(400)
 	s.requireReconciled(t)
-	damaged, err := processortest.Damage(ctx, s.ddb, table, "acme", "north")
+	damaged, err := ledgertest.Damage(ctx, s.ddb, table, "acme", "north")
 	require.NoError(t, err)
 	deliver(400)
 
 	diffs, _, err := processor.Reconcile(ctx, s.ddb, table, processor.Scope{})
 	require.NoError(t, err)
-	assert.NoError(t, processortest.DamageFound(diffs, damaged, "acme", "north"))
+	assert.NoError(t, ledgertest.DamageFound(diffs, damaged, "acme", "north"))
 	parked := 0.0
 	for _, l := range fn.emfLines() {
 		for k, v := range l {
@@ -261,7 +261,7 @@ func testDelivery(t *testing.T, bin, mode string, seed uint64) {
 	fn.start()
 	e := &esm{t: t, rng: rand.New(rand.NewPCG(seed, 99)), fn: fn, api: api, proxy: proxy, arn: s.arn, stats: map[string]int{}}
 
-	w := processortest.NewWorkload(seed)
+	w := ledgertest.NewWorkload(seed)
 	delivered := 0
 	var recs []events.DynamoDBEventRecord
 	for phase := 0; phase < 2; phase++ {
@@ -423,7 +423,7 @@ func testMalformed(t *testing.T, bin string) {
 	fn.start()
 
 	// Real records to break: a few transactions of a small workload.
-	require.NoError(t, processortest.NewWorkload(7).Run(ctx, s.ddb, table, 30))
+	require.NoError(t, ledgertest.NewWorkload(7).Run(ctx, s.ddb, table, 30))
 	_, recs := s.records(t)
 	var txns []events.DynamoDBEventRecord // valid inserts
 	for _, r := range recs {

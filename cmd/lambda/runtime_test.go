@@ -26,7 +26,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/ledger-dev/ledger/processor/processortest"
+	"github.com/ledger-dev/ledger/internal/ledgertest"
 )
 
 // buildBinary compiles cmd/lambda into dir, as it is deployed.
@@ -381,15 +381,15 @@ func (f *function) invoke(api *runtimeAPI, payload []byte, killAfter time.Durati
 }
 
 // faultProxy stands between the function and DynamoDB Local: a reverse
-// proxy whose transport (processortest.FaultTransport) starts failing
+// proxy whose transport (ledgertest.FaultTransport) starts failing
 // every request once a budget of passed requests is spent.
 type faultProxy struct {
 	srv    *httptest.Server
-	ft     *processortest.FaultTransport
+	ft     *ledgertest.FaultTransport
 	mu     sync.Mutex
 	budget int    // requests to pass before failing; < 0: never fail
 	op     string // when set, only requests of this operation count and fail
-	fault  processortest.Fault
+	fault  ledgertest.Fault
 	failed int
 	// killIn > 0 kills the function at its killIn-th request from now,
 	// before forwarding it or, with killAfterWrite, once DynamoDB applied
@@ -436,7 +436,7 @@ func newFaultProxy(t *testing.T, target string) *faultProxy {
 	u, err := url.Parse(target)
 	require.NoError(t, err)
 	p := &faultProxy{budget: -1}
-	p.ft = &processortest.FaultTransport{Next: http.DefaultTransport, Decide: p.decide}
+	p.ft = &ledgertest.FaultTransport{Next: http.DefaultTransport, Decide: p.decide}
 	rp := httputil.NewSingleHostReverseProxy(u)
 	rp.Transport = killSwitch{p: p, next: p.ft}
 	rp.ErrorHandler = func(w http.ResponseWriter, _ *http.Request, err error) {
@@ -447,15 +447,15 @@ func newFaultProxy(t *testing.T, target string) *faultProxy {
 	return p
 }
 
-func (p *faultProxy) decide(op string) processortest.Fault {
+func (p *faultProxy) decide(op string) ledgertest.Fault {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	switch {
 	case p.budget < 0, p.op != "" && op != p.op:
-		return processortest.Pass
+		return ledgertest.Pass
 	case p.budget > 0:
 		p.budget--
-		return processortest.Pass
+		return ledgertest.Pass
 	}
 	p.failed++
 	return p.fault
@@ -463,7 +463,7 @@ func (p *faultProxy) decide(op string) processortest.Fault {
 
 // failAfter makes every request of op (any operation when op is "") after
 // the next n fail with fault.
-func (p *faultProxy) failAfter(n int, op string, fault processortest.Fault) {
+func (p *faultProxy) failAfter(n int, op string, fault ledgertest.Fault) {
 	p.mu.Lock()
 	p.budget, p.op, p.fault = n, op, fault
 	p.mu.Unlock()

@@ -14,8 +14,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ledger-dev/ledger/infra/ddblocal/ddbtest"
+	"github.com/ledger-dev/ledger/internal/ledgertest"
 	"github.com/ledger-dev/ledger/processor"
-	"github.com/ledger-dev/ledger/processor/processortest"
 	ledgertable "github.com/ledger-dev/ledger/table"
 )
 
@@ -45,10 +45,10 @@ func TestReconcile_ExitStatusLikeDiffAndRepair(t *testing.T) {
 
 	// Transactions, then the processor over the stream: no difference.
 	c := ddbtest.Client(t)
-	require.NoError(t, processortest.NewWorkload(5).Run(ctx, c, table, 200))
+	require.NoError(t, ledgertest.NewWorkload(5).Run(ctx, c, table, 200))
 	info, err := ledgertable.DescribeTable(ctx, c, table)
 	require.NoError(t, err)
-	shards, err := processortest.ReadAll(ctx, dynamodbstreams.NewFromConfig(ddbtest.Config(t)), info.StreamARN, nil)
+	shards, err := ledgertest.ReadAll(ctx, dynamodbstreams.NewFromConfig(ddbtest.Config(t)), info.StreamARN, nil)
 	require.NoError(t, err)
 	p, err := processor.New(c, processor.Config{Table: table}, nil)
 	require.NoError(t, err)
@@ -80,7 +80,7 @@ func TestReconcile_ExitStatusLikeDiffAndRepair(t *testing.T) {
 
 	// Damage of every kind is a difference (exit 1, never 2), named, and
 	// repaired; parked deltas are listed by ledgerctl parked.
-	damaged, err := processortest.Damage(ctx, c, table, "acme", "north")
+	damaged, err := ledgertest.Damage(ctx, c, table, "acme", "north")
 	require.NoError(t, err)
 	code, out, errOut = run(t, env, "reconcile")
 	require.Equal(t, exitDiff, code, out+errOut)

@@ -15,8 +15,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ledger-dev/ledger/infra/ddblocal/ddbtest"
+	"github.com/ledger-dev/ledger/internal/ledgertest"
 	"github.com/ledger-dev/ledger/processor"
-	"github.com/ledger-dev/ledger/processor/processortest"
 	ledgertable "github.com/ledger-dev/ledger/table"
 	"github.com/ledger-dev/ledger/writer"
 )
@@ -129,7 +129,7 @@ func TestLag_PendingTransactionsUntilCommitted(t *testing.T) {
 	c := ddbtest.Client(t)
 	table := ddbtest.NewTable(t, c)
 	env := map[string]string{"LEDGER_TABLE": table, "AWS_ENDPOINT_URL": ddbtest.Endpoint(t)}
-	require.NoError(t, processortest.NewWorkload(7).Run(ctx, c, table, 40))
+	require.NoError(t, ledgertest.NewWorkload(7).Run(ctx, c, table, 40))
 
 	// Nothing consumed: every transaction record is pending, and the oldest
 	// is older than a nanosecond.
@@ -153,7 +153,7 @@ func TestLag_PendingTransactionsUntilCommitted(t *testing.T) {
 	// Consume the shard with a checkpoint guard, as the poller does.
 	info, err := ledgertable.DescribeTable(ctx, c, table)
 	require.NoError(t, err)
-	shards, err := processortest.ReadAll(ctx, dynamodbstreams.NewFromConfig(ddbtest.Config(t)), info.StreamARN, nil)
+	shards, err := ledgertest.ReadAll(ctx, dynamodbstreams.NewFromConfig(ddbtest.Config(t)), info.StreamARN, nil)
 	require.NoError(t, err)
 	p, err := processor.New(c, processor.Config{Table: table}, nil)
 	require.NoError(t, err)

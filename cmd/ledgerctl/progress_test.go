@@ -14,7 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ledger-dev/ledger/infra/ddblocal/ddbtest"
-	"github.com/ledger-dev/ledger/processor/processortest"
+	"github.com/ledger-dev/ledger/internal/ledgertest"
 )
 
 // TestReconcile_JSONOnStdoutProgressOnStderr runs reconcile --json with a
@@ -26,7 +26,7 @@ func TestReconcile_JSONOnStdoutProgressOnStderr(t *testing.T) {
 	c := ddbtest.Client(t)
 	table := ddbtest.NewTable(t, c)
 	env := map[string]string{"LEDGER_TABLE": table, "AWS_ENDPOINT_URL": ddbtest.Endpoint(t), "LEDGER_PROGRESS_EVERY": "0"}
-	require.NoError(t, processortest.NewWorkload(5).Run(ctx, c, table, 100))
+	require.NoError(t, ledgertest.NewWorkload(5).Run(ctx, c, table, 100))
 
 	code, out, errOut := run(t, env, "reconcile", "--json")
 	require.Equal(t, exitDiff, code, out+errOut) // no consumer ran: every report is missing

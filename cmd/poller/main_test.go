@@ -28,8 +28,8 @@ import (
 
 	"github.com/ledger-dev/ledger/aggregates"
 	"github.com/ledger-dev/ledger/infra/ddblocal/ddbtest"
+	"github.com/ledger-dev/ledger/internal/ledgertest"
 	"github.com/ledger-dev/ledger/processor"
-	"github.com/ledger-dev/ledger/processor/processortest"
 	"github.com/ledger-dev/ledger/table"
 )
 
@@ -163,7 +163,7 @@ func TestRun_ServesMetricsHealthAndReadinessThatPromtoolAccepts(t *testing.T) {
 	ctx := context.Background()
 	endpoint := ddbtest.Endpoint(t)
 	table := newTableName(t)
-	require.NoError(t, processortest.NewWorkload(1).Run(ctx, ddbtest.Client(t), table, 100))
+	require.NoError(t, ledgertest.NewWorkload(1).Run(ctx, ddbtest.Client(t), table, 100))
 	env := map[string]string{"AWS_ENDPOINT_URL": endpoint, "LEDGER_TABLE": table}
 	logs := &syncBuffer{}
 	rctx, cancel := context.WithCancel(ctx)
@@ -458,7 +458,7 @@ func TestPoller_DrainsABacklogOfTensOfThousandsOfRecords(t *testing.T) {
 	pollerBinary(t)
 	start := time.Now()
 	bulkInsert(t, db, table, n)
-	w := processortest.NewWorkload(7)
+	w := ledgertest.NewWorkload(7)
 	require.NoError(t, w.Run(ctx, db, table, 1500))
 	total := n + 1500 + 1 // and the flags item
 	t.Logf("wrote %d changes in %s", total, time.Since(start).Round(time.Millisecond))
@@ -479,7 +479,7 @@ func TestPoller_DrainsABacklogOfTensOfThousandsOfRecords(t *testing.T) {
 func writeContinuously(t *testing.T, table string, seed uint64) (stop func() int) {
 	t.Helper()
 	db := ddbtest.Client(t)
-	w := processortest.NewWorkload(seed)
+	w := ledgertest.NewWorkload(seed)
 	quit := make(chan struct{})
 	done := make(chan error, 1)
 	count := 0

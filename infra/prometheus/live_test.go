@@ -29,8 +29,8 @@ import (
 
 	"github.com/ledger-dev/ledger/infra"
 	"github.com/ledger-dev/ledger/infra/ddblocal/ddbtest"
+	"github.com/ledger-dev/ledger/internal/ledgertest"
 	"github.com/ledger-dev/ledger/processor/poller"
-	"github.com/ledger-dev/ledger/processor/processortest"
 	ledgertable "github.com/ledger-dev/ledger/table"
 	"github.com/ledger-dev/ledger/writer"
 )
@@ -63,7 +63,7 @@ func TestLivePrometheus_EveryDashboardQueryAndRuleExpressionReturnsData(t *testi
 	// Work: through the writer's API (with its error paths), and straight
 	// into the table (invalid transactions the poller quarantines).
 	w.workload(t)
-	require.NoError(t, processortest.NewWorkload(15).Run(ctx, ddbtest.Client(t), table, 150))
+	require.NoError(t, ledgertest.NewWorkload(15).Run(ctx, ddbtest.Client(t), table, 150))
 
 	queries := append(dashboardQueries(t), ruleQueries(t)...)
 	require.Greater(t, len(queries), 50)
@@ -291,13 +291,13 @@ func TestAlertOperands(t *testing.T) {
 func startPoller(t *testing.T, table string) string {
 	t.Helper()
 	var commits atomic.Int64
-	faults := &processortest.FaultTransport{Decide: func(op string) processortest.Fault {
+	faults := &ledgertest.FaultTransport{Decide: func(op string) ledgertest.Fault {
 		// More than the SDK's own attempts (3), so the processor sees
 		// throttles and retries them itself.
 		if op == "TransactWriteItems" && commits.Add(1) <= 6 {
-			return processortest.Throttle
+			return ledgertest.Throttle
 		}
-		return processortest.Pass
+		return ledgertest.Pass
 	}}
 	cfg := ddbtest.Config(t, infra.WithTransportWrapper(func(next http.RoundTripper) http.RoundTripper {
 		faults.Next = next
@@ -346,14 +346,14 @@ const (
 func startWriter(t *testing.T, table string) *liveWriter {
 	t.Helper()
 	w := &liveWriter{table: table, db: ddbtest.Client(t), client: &http.Client{Timeout: time.Minute}}
-	faults := &processortest.FaultTransport{Decide: func(op string) processortest.Fault {
+	faults := &ledgertest.FaultTransport{Decide: func(op string) ledgertest.Fault {
 		switch {
 		case op == "TransactWriteItems" && w.throttleTx.Load():
-			return processortest.Throttle
+			return ledgertest.Throttle
 		case op == "GetItem" && w.dropGetItem.Load():
-			return processortest.Drop
+			return ledgertest.Drop
 		}
-		return processortest.Pass
+		return ledgertest.Pass
 	}}
 	db := ddbtest.Client(t, infra.WithTransportWrapper(func(next http.RoundTripper) http.RoundTripper {
 		faults.Next = next

@@ -10,9 +10,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/ledger-dev/ledger/internal/ledgertest"
 	"github.com/ledger-dev/ledger/processor"
 	"github.com/ledger-dev/ledger/processor/poller"
-	"github.com/ledger-dev/ledger/processor/processortest"
 )
 
 // A poller that dies between the group transactions of a page leaves a
@@ -31,14 +31,14 @@ func TestPoller_FinishesAHalfCommittedBatchWithSmallerPages(t *testing.T) {
 
 	var commits atomic.Int64
 	dead := func() bool { return commits.Load() > 3 }
-	api := faultClient(t, func(op string) processortest.Fault {
+	api := faultClient(t, func(op string) ledgertest.Fault {
 		if op == "TransactWriteItems" {
 			commits.Add(1)
 		}
 		if dead() {
-			return processortest.Drop
+			return ledgertest.Drop
 		}
-		return processortest.Pass
+		return ledgertest.Pass
 	})
 	p1 := e.pollerWith(t, "p1", nil, api, processor.Config{MaxItemsPerRun: 3, MaxEntriesPerItem: 2}, nil)
 	stop := start(t, p1)

@@ -12,9 +12,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/ledger-dev/ledger/internal/ledgertest"
 	"github.com/ledger-dev/ledger/processor"
 	"github.com/ledger-dev/ledger/processor/poller"
-	"github.com/ledger-dev/ledger/processor/processortest"
 )
 
 // brownout is a Streams API in front of the scripted stream that starts a
@@ -58,11 +58,11 @@ func TestPoller_ClosedShardsLastPageSurvivesFailedCommitAndReopen(t *testing.T) 
 			f.close("shardId-A")
 
 			b := &brownout{Streams: f.client("p1")}
-			api := faultClient(t, func(op string) processortest.Fault {
+			api := faultClient(t, func(op string) ledgertest.Fault {
 				if op == "TransactWriteItems" && b.phase.Load() == 1 {
-					return processortest.Throttle
+					return ledgertest.Throttle
 				}
-				return processortest.Pass
+				return ledgertest.Pass
 			})
 			tp := e.pollerWith(t, "p1", b, api, processor.Config{MaxAttempts: 2}, func(c *poller.Config) {
 				c.Drain = true

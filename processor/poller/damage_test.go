@@ -10,8 +10,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/ledger-dev/ledger/internal/ledgertest"
 	"github.com/ledger-dev/ledger/processor"
-	"github.com/ledger-dev/ledger/processor/processortest"
 )
 
 // TestPoller_DamagedReportsOfOneBranchStopNoOtherReport damages report
@@ -32,7 +32,7 @@ func TestPoller_DamagedReportsOfOneBranchStopNoOtherReport(t *testing.T) {
 	e.drain(t, "p0", nil)
 	e.requireReconciled(t)
 
-	damaged, err := processortest.Damage(ctx, e.ddb, e.table, "acme", "north")
+	damaged, err := ledgertest.Damage(ctx, e.ddb, e.table, "acme", "north")
 	require.NoError(t, err)
 
 	// Writes go on while a poller runs.
@@ -57,7 +57,7 @@ func TestPoller_DamagedReportsOfOneBranchStopNoOtherReport(t *testing.T) {
 
 	diffs, _, err := processor.Reconcile(ctx, e.ddb, e.table, processor.Scope{})
 	require.NoError(t, err)
-	assert.NoError(t, processortest.DamageFound(diffs, damaged, "acme", "north"))
+	assert.NoError(t, ledgertest.DamageFound(diffs, damaged, "acme", "north"))
 	assert.Positive(t, counter(t, p.pm.Parked.WithLabelValues(processor.ParkedMalformed)), "deltas for the mistyped reports were parked")
 	assert.Zero(t, counter(t, p.pm.Commits.WithLabelValues("failed")), "no commit failed: the shard never stopped")
 

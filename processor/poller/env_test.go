@@ -22,9 +22,9 @@ import (
 
 	"github.com/ledger-dev/ledger/infra"
 	"github.com/ledger-dev/ledger/infra/ddblocal/ddbtest"
+	"github.com/ledger-dev/ledger/internal/ledgertest"
 	"github.com/ledger-dev/ledger/processor"
 	"github.com/ledger-dev/ledger/processor/poller"
-	"github.com/ledger-dev/ledger/processor/processortest"
 )
 
 // The package's tables are all created before any test writes: one per
@@ -44,12 +44,12 @@ type env struct {
 	table  string
 	stream *fakeStream
 	rec    *recorder
-	w      *processortest.Workload
+	w      *ledgertest.Workload
 }
 
 func newEnv(t testing.TB, seed uint64) *env {
 	t.Helper()
-	e := &env{ddb: ddbtest.Client(t), table: newTableName(t), w: processortest.NewWorkload(seed)}
+	e := &env{ddb: ddbtest.Client(t), table: newTableName(t), w: ledgertest.NewWorkload(seed)}
 	e.stream = newFakeStream("arn:aws:dynamodb:us-east-1:000000000000:table/" + e.table + "/stream/2026-01-01T00:00:00.000")
 	e.rec = &recorder{api: e.ddb}
 	return e
@@ -274,19 +274,19 @@ func requireNoOverlap(t *testing.T, ivs []interval) {
 // is set, as if its process had died or lost the network.
 func chaosClient(t *testing.T, dead func() bool) *dynamodb.Client {
 	t.Helper()
-	return faultClient(t, func(string) processortest.Fault {
+	return faultClient(t, func(string) ledgertest.Fault {
 		if dead() {
-			return processortest.Drop
+			return ledgertest.Drop
 		}
-		return processortest.Pass
+		return ledgertest.Pass
 	})
 }
 
 // faultClient returns a DynamoDB client (no SDK retries) whose calls decide
 // says what to do with, by operation.
-func faultClient(t *testing.T, decide func(op string) processortest.Fault) *dynamodb.Client {
+func faultClient(t *testing.T, decide func(op string) ledgertest.Fault) *dynamodb.Client {
 	t.Helper()
-	ft := &processortest.FaultTransport{Decide: decide}
+	ft := &ledgertest.FaultTransport{Decide: decide}
 	cfg := ddbtest.Config(t, infra.WithTransportWrapper(func(next http.RoundTripper) http.RoundTripper {
 		ft.Next = next
 		return ft

@@ -18,7 +18,7 @@ import (
 	"github.com/ledger-dev/ledger/processor/poller"
 )
 
-// recorder is a processortest.WriteAPI that writes to the real table and
+// recorder is a ledgertest.WriteAPI that writes to the real table and
 // turns every write into the stream record DynamoDB would have produced
 // (NEW_AND_OLD_IMAGES; a write that changes nothing produces none), so a
 // scripted stream can serve them in any shard layout while the table holds

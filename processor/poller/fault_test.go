@@ -25,9 +25,9 @@ import (
 
 	"github.com/ledger-dev/ledger/infra"
 	"github.com/ledger-dev/ledger/infra/ddblocal/ddbtest"
+	"github.com/ledger-dev/ledger/internal/ledgertest"
 	"github.com/ledger-dev/ledger/processor"
 	"github.com/ledger-dev/ledger/processor/poller"
-	"github.com/ledger-dev/ledger/processor/processortest"
 )
 
 // faults is a fault plan shared by a DynamoDB client and a Streams client:
@@ -70,30 +70,30 @@ func isWrite(op string) bool {
 }
 
 // decide picks the fault of one DynamoDB request.
-func (f *faults) decide(op string) processortest.Fault {
+func (f *faults) decide(op string) ledgertest.Fault {
 	x := f.roll()
 	if isWrite(op) {
 		switch {
 		case x < f.writes/3:
 			f.lost.Add(1)
-			return processortest.LoseAnswer
+			return ledgertest.LoseAnswer
 		case x < 2*f.writes/3:
 			f.dropped.Add(1)
-			return processortest.Drop
+			return ledgertest.Drop
 		case x < f.writes:
 			f.throttled.Add(1)
-			return processortest.Throttle
+			return ledgertest.Throttle
 		}
-		return processortest.Pass
+		return ledgertest.Pass
 	}
 	if x < f.reads {
 		f.readFaults.Add(1)
 		if x < f.reads/2 {
-			return processortest.Drop
+			return ledgertest.Drop
 		}
-		return processortest.Throttle
+		return ledgertest.Throttle
 	}
-	return processortest.Pass
+	return ledgertest.Pass
 }
 
 // forced reports whether the request's answer must be lost: the first
@@ -150,7 +150,7 @@ func (t *forcing) RoundTrip(req *http.Request) (*http.Response, error) {
 			_, _ = io.Copy(io.Discard, resp.Body)
 			_ = resp.Body.Close()
 			t.f.lost.Add(1)
-			return nil, processortest.ErrInjected
+			return nil, ledgertest.ErrInjected
 		}
 	}
 	return t.dicey.RoundTrip(req)
@@ -160,7 +160,7 @@ func (t *forcing) RoundTrip(req *http.Request) (*http.Response, error) {
 func (f *faults) client(t testing.TB) *dynamodb.Client {
 	t.Helper()
 	cfg := ddbtest.Config(t, infra.WithTransportWrapper(func(next http.RoundTripper) http.RoundTripper {
-		return &forcing{f: f, raw: next, dicey: &processortest.FaultTransport{Next: next, Decide: f.decide}}
+		return &forcing{f: f, raw: next, dicey: &ledgertest.FaultTransport{Next: next, Decide: f.decide}}
 	}))
 	return dynamodb.NewFromConfig(cfg, func(o *dynamodb.Options) { o.RetryMaxAttempts = 1 })
 }

@@ -22,9 +22,9 @@ import (
 
 	"github.com/ledger-dev/ledger/aggregates"
 	"github.com/ledger-dev/ledger/infra/ddblocal/ddbtest"
+	"github.com/ledger-dev/ledger/internal/ledgertest"
 	"github.com/ledger-dev/ledger/processor"
 	"github.com/ledger-dev/ledger/processor/poller"
-	"github.com/ledger-dev/ledger/processor/processortest"
 )
 
 // commitClock measures write → commit exactly: it notes the write time
@@ -178,7 +178,7 @@ func TestPoller_LagAtSteadyWriteRate(t *testing.T) {
 	go func() { done <- p.Run(pctx) }()
 	eventually(t, "ready", 10*time.Second, p.Ready)
 
-	w := processortest.NewWorkload(21)
+	w := ledgertest.NewWorkload(21)
 	interval := time.Second / time.Duration(rate)
 	tick := time.NewTicker(interval)
 	n := rate * secs

@@ -1,4 +1,4 @@
-package processortest
+package ledgertest
 
 import (
 	"context"

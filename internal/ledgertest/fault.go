@@ -1,4 +1,4 @@
-package processortest
+package ledgertest
 
 import (
 	"errors"
@@ -21,7 +21,7 @@ const (
 )
 
 // ErrInjected is the error a FaultTransport returns for an injected fault.
-var ErrInjected = errors.New("processortest: injected transport fault")
+var ErrInjected = errors.New("ledgertest: injected transport fault")
 
 // FaultTransport forwards DynamoDB requests to the real transport and injects
 // faults chosen by Decide. It is safe for concurrent use.
