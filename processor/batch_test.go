@@ -295,3 +295,36 @@ func TestShardGuard_FirstCommitIsOneRunThenABatch(t *testing.T) {
 	assert.Equal(t, two.units, one.units)
 	t.Logf("400 records, first commit of the shard: %d transactions, %.0f write units reported", one.res[0].Runs, one.units)
 }
+
+// A guard opened without a checkpoint whose first claim lands with its
+// answer lost finds that claim on its re-read and goes on after it: it is
+// its own, not another reader's (which would be a gap, ErrGap).
+func TestShardGuard_FirstClaimWithItsAnswerLostIsOwn(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t)
+	require.NoError(t, ledgertest.NewWorkload(24).Run(ctx, e.ddb, e.table, 60))
+	shard, recs := e.records(t)
+	p, err := processor.New(e.faulty, processor.Config{Table: e.table, BaseBackoff: time.Millisecond, MaxBackoff: time.Millisecond}, nil)
+	require.NoError(t, err)
+	lost := false
+	e.faults.Decide = func(op string) ledgertest.Fault {
+		if op == "TransactWriteItems" && !lost {
+			lost = true
+			return ledgertest.LoseAnswer
+		}
+		return ledgertest.Pass
+	}
+	defer func() { e.faults.Decide = nil }()
+	for _, batches := range []bool{false, true} {
+		g := p.ShardGuard(e.streamARN, shard+map[bool]string{false: "-runs", true: "-batches"}[batches])
+		if batches {
+			g.CommitBatches()
+			lost = false
+		}
+		g.SetOrigin("")
+		res, err := p.Process(ctx, g, recs)
+		require.NoError(t, err, "batches %v", batches)
+		assert.Equal(t, len(recs), res.Committed)
+		assert.True(t, lost)
+	}
+}

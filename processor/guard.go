@@ -74,6 +74,10 @@ type ShardGuard struct {
 	// replaced by the next batch's first group.
 	pending, abandoned *pendingBatch
 	trimmed            bool // see Trimmed
+	// firstClaim is the last record of the first run this guard tried to
+	// claim while opened without a checkpoint (origin ""): a checkpoint
+	// found there afterwards is that claim, landed with its answer lost.
+	firstClaim string
 }
 
 // pendingBatch is a batch (prev, to] whose groups before next are committed.
@@ -225,6 +229,12 @@ func (g *ShardGuard) committed(ctx context.Context, changes []change) (int, bool
 	if g.hasOrigin && g.origin != "" && (g.prev == "" || CompareSequence(g.prev, g.origin) < 0) {
 		return 0, false, fmt.Errorf("shard %s: checkpoint %q, records start after %q: %w", g.shard, g.prev, g.origin, ErrGap)
 	}
+	if g.hasOrigin && g.origin == "" && g.prev != "" && g.prev == g.firstClaim {
+		// Our own first claim, its answer lost: the records after it are
+		// contiguous in our hands (and had another reader's claim ended at
+		// the same record, going on after it is what a reopen would do).
+		g.ownOrigin()
+	}
 	if g.hasOrigin && g.origin == "" && g.prev != "" {
 		return 0, false, fmt.Errorf("shard %s: checkpoint %q made by another reader, records start where this reader opened without one: %w", g.shard, g.prev, ErrGap)
 	}
@@ -341,6 +351,9 @@ func (g *ShardGuard) claimedGroup(k, n int, to string, plan batchPlan, digest st
 }
 
 func (g *ShardGuard) claim(run []Record) ddbtypes.TransactWriteItem {
+	if g.hasOrigin && g.origin == "" && g.prev == "" {
+		g.firstClaim = lastSequence(run)
+	}
 	// Never over a half-committed batch (a poller's, on the checkpoint the
 	// tumbling-window Lambda shares): only its own last group moves it.
 	return table.ClaimRun(g.p.cfg.Table, g.key, g.shard, g.prev, lastSequence(run), g.p.now())
