@@ -58,7 +58,10 @@ func TestCommit_RefusedReportItemsAreParkedOnceAndTheRestCommits(t *testing.T) {
 		t.Run(mode, func(t *testing.T) {
 			ctx := context.Background()
 			e := newEnv(t)
-			// Damage first (their stream records are not transactions).
+			// A transaction of another branch first: in batch mode it is the
+			// shard's first run, which creates the checkpoint.
+			putTxn(t, e, "first", "2024-01-01", "f0", "1", "rent", "")
+			// Damage next (their stream records are not transactions).
 			typed := table.EncodeReport
 			bad, _ := typed(reportKey("typo", aggregates.Daily, "2024-01-02"), &aggregates.Report{}, "x")
 			bad[table.AttrTotalIncome] = sAV("12")
@@ -84,7 +87,8 @@ func TestCommit_RefusedReportItemsAreParkedOnceAndTheRestCommits(t *testing.T) {
 			g := p.ShardGuard(e.streamARN, shard)
 			if mode == "batch" {
 				g.CommitBatches()
-				// The first commit of a shard is a run: give it its checkpoint.
+				// The first commit of a shard is a run, up to its first
+				// record with an effect: give it its checkpoint.
 				_, err = p.Process(ctx, g, recs[:1])
 				require.NoError(t, err)
 				recs = recs[1:]
