@@ -40,7 +40,7 @@ func TestTumblingWindow_OutOfOrderRedeliveryAppliesEveryRecordOnce(t *testing.T)
 		require.NoError(t, err)
 		return l
 	}
-	h, err := handler.New(e.processor(t, nil, nil), handler.Config{Mode: handler.Tumbling})
+	h, err := handler.New(e.processor(t, nil, nil), handler.Config{Mode: handler.Tumbling, Streams: e.streams})
 	require.NoError(t, err)
 	invoke := func(batch []events.DynamoDBEventRecord, state map[string]string, final bool) map[string]string {
 		ev := events.DynamoDBTimeWindowEvent{

@@ -18,7 +18,7 @@ import (
 type config struct {
 	processor    processor.Config
 	mode         handler.Mode
-	stateLimit   int
+	batchRecords int
 	margin       time.Duration
 	functionName string
 	logLevel     slog.Level
@@ -40,7 +40,7 @@ const envHelp = `ledger's Lambda stream consumer reads its configuration from th
   LEDGER_MAX_ENTRIES_PER_ITEM  breakdown entries per report update, 1-20 (default 20)
   LEDGER_MARKER_TTL            run marker lifetime, at least 25h (default 168h)
   LEDGER_SHAPE_CACHE_SIZE      report shapes kept in memory, 1-10000000 (default 50000)
-  LEDGER_STATE_LIMIT_BYTES     tumbling mode: window state size that triggers an early commit, 1024-900000 (default 700000)
+  LEDGER_BATCH_RECORDS         tumbling mode: records per commit batch, and per window before an early commit, 100-100000 (default 10000)
   LEDGER_DEADLINE_MARGIN       stop committing this long before the invocation's deadline (default 2s)
   LEDGER_LOG_LEVEL             debug | info | warn | error (default info)
   LEDGER_ESM_CHECK             enforce | warn | off: refuse to run with unsafe event source mapping settings,
@@ -107,7 +107,7 @@ func loadConfig(getenv func(string) string) (config, error) {
 	c.processor.MaxEntriesPerItem = intVar("LEDGER_MAX_ENTRIES_PER_ITEM", 20, 1, 20)
 	c.processor.MarkerTTL = durVar("LEDGER_MARKER_TTL", 7*24*time.Hour, 25*time.Hour, 365*24*time.Hour)
 	c.processor.ShapeCacheSize = intVar("LEDGER_SHAPE_CACHE_SIZE", 50000, 1, 10_000_000)
-	c.stateLimit = intVar("LEDGER_STATE_LIMIT_BYTES", handler.DefaultStateLimit, 1024, handler.MaxStateLimit)
+	c.batchRecords = intVar("LEDGER_BATCH_RECORDS", handler.DefaultBatchRecords, handler.MinBatchRecords, handler.MaxBatchRecords)
 	c.margin = durVar("LEDGER_DEADLINE_MARGIN", handler.DefaultDeadlineMargin, 0, 5*time.Minute)
 	switch v := strings.ToLower(strings.TrimSpace(getenv("LEDGER_ESM_CHECK"))); v {
 	case "", esmEnforce:

@@ -27,7 +27,7 @@ func TestLoadConfig_DefaultsNeedNothingButTheSDKEnvironment(t *testing.T) {
 	assert.Equal(t, 20, c.processor.MaxEntriesPerItem)
 	assert.Equal(t, 7*24*time.Hour, c.processor.MarkerTTL)
 	assert.Equal(t, 50000, c.processor.ShapeCacheSize)
-	assert.Equal(t, handler.DefaultStateLimit, c.stateLimit)
+	assert.Equal(t, handler.DefaultBatchRecords, c.batchRecords)
 	assert.Equal(t, handler.DefaultDeadlineMargin, c.margin)
 	assert.Equal(t, slog.LevelInfo, c.logLevel)
 }
@@ -37,7 +37,7 @@ func TestLoadConfig_ReadsEveryVariable(t *testing.T) {
 		"LEDGER_TABLE": "my-ledger.v2", "LEDGER_LAMBDA_MODE": "tumbling", "LEDGER_MAX_ATTEMPTS": "4",
 		"LEDGER_BASE_BACKOFF": "10ms", "LEDGER_MAX_BACKOFF": "1s", "LEDGER_MAX_ITEMS_PER_RUN": "50",
 		"LEDGER_MAX_ENTRIES_PER_ITEM": "8", "LEDGER_MARKER_TTL": "72h", "LEDGER_SHAPE_CACHE_SIZE": "100",
-		"LEDGER_STATE_LIMIT_BYTES": "500000", "LEDGER_DEADLINE_MARGIN": "500ms", "LEDGER_LOG_LEVEL": "debug",
+		"LEDGER_BATCH_RECORDS": "500", "LEDGER_DEADLINE_MARGIN": "500ms", "LEDGER_LOG_LEVEL": "debug",
 		"AWS_LAMBDA_FUNCTION_NAME": "fn",
 	}))
 	require.NoError(t, err)
@@ -50,7 +50,7 @@ func TestLoadConfig_ReadsEveryVariable(t *testing.T) {
 	assert.Equal(t, 8, c.processor.MaxEntriesPerItem)
 	assert.Equal(t, 72*time.Hour, c.processor.MarkerTTL)
 	assert.Equal(t, 100, c.processor.ShapeCacheSize)
-	assert.Equal(t, 500000, c.stateLimit)
+	assert.Equal(t, 500, c.batchRecords)
 	assert.Equal(t, 500*time.Millisecond, c.margin)
 	assert.Equal(t, slog.LevelDebug, c.logLevel)
 	assert.Equal(t, "fn", c.functionName)

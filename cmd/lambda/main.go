@@ -31,6 +31,7 @@ import (
 	"github.com/ledger-dev/ledger/infra"
 	"github.com/ledger-dev/ledger/processor"
 	"github.com/ledger-dev/ledger/processor/handler"
+	"github.com/ledger-dev/ledger/processor/poller"
 )
 
 func main() {
@@ -87,6 +88,9 @@ func build(ctx context.Context, getenv func(string) string, stdout, stderr io.Wr
 		return nil, nil, err
 	}
 	log := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: cfg.logLevel}))
+	if v := getenv("LEDGER_STATE_LIMIT_BYTES"); v != "" {
+		log.Warn("LEDGER_STATE_LIMIT_BYTES is ignored since tumbling windows read their records from the stream instead of carrying them; LEDGER_BATCH_RECORDS bounds a commit", "value", v)
+	}
 	awsCfg, err := infra.LoadConfig(ctx)
 	if err != nil {
 		return nil, nil, err
@@ -107,7 +111,8 @@ func build(ctx context.Context, getenv func(string) string, stdout, stderr io.Wr
 	}
 	h, err := handler.New(p, handler.Config{
 		Mode:           cfg.mode,
-		StateLimit:     cfg.stateLimit,
+		Streams:        poller.NewStreamsClient(awsCfg),
+		BatchRecords:   cfg.batchRecords,
 		DeadlineMargin: cfg.margin,
 		Metrics:        metrics,
 		EMF:            emf,

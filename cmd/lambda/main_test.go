@@ -197,7 +197,7 @@ func testInitErrors(t *testing.T, bin string) {
 		{"LEDGER_LAMBDA_MODE=sideways", `LEDGER_LAMBDA_MODE="sideways"`},
 		{"LEDGER_MAX_ATTEMPTS=lots", `LEDGER_MAX_ATTEMPTS="lots": want an integer from 1 to 1000`},
 		{"LEDGER_MARKER_TTL=2h", `LEDGER_MARKER_TTL="2h"`},
-		{"LEDGER_STATE_LIMIT_BYTES=2000000", `LEDGER_STATE_LIMIT_BYTES="2000000"`},
+		{"LEDGER_BATCH_RECORDS=50", `LEDGER_BATCH_RECORDS="50"`},
 		{"LEDGER_TABLE=no spaces allowed", `LEDGER_TABLE="no spaces allowed"`},
 	}
 	for _, tt := range tests {
@@ -253,8 +253,9 @@ func testDelivery(t *testing.T, bin, mode string, seed uint64) {
 	// can land between them (partial batch responses).
 	extra := []string{"LEDGER_LAMBDA_MODE=" + mode, "LEDGER_MAX_ITEMS_PER_RUN=12"}
 	if mode == "tumbling" {
-		// Small enough that windows also commit early.
-		extra = append(extra, "LEDGER_STATE_LIMIT_BYTES=8192")
+		// Small enough that windows also commit early, and in several
+		// batches.
+		extra = append(extra, "LEDGER_BATCH_RECORDS=100")
 	}
 	fn := newFunction(t, bin, api, lambdaEnv(api, proxy.srv.URL, table, extra...))
 	proxy.kill = fn.kill

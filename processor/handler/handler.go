@@ -8,7 +8,6 @@ import (
 	"io"
 	"log/slog"
 	"runtime/debug"
-	"slices"
 	"time"
 
 	"github.com/aws/aws-lambda-go/events"
@@ -27,16 +26,18 @@ const (
 	// Standard handles events.DynamoDBEvent and commits every batch under
 	// run markers (processor.MarkerGuard).
 	Standard Mode = "standard"
-	// Tumbling handles events.DynamoDBTimeWindowEvent, carries the window's
-	// records in its state and commits them under the shard's checkpoint
-	// (processor.ShardGuard).
+	// Tumbling handles events.DynamoDBTimeWindowEvent, carries where the
+	// window's records lie in its state and commits them, read from the
+	// stream, as batches under the shard's checkpoint
+	// (processor.CommitShardRange).
 	Tumbling Mode = "tumbling"
 )
 
 // Defaults of Config.
 const (
-	DefaultStateLimit     = 700_000
-	MaxStateLimit         = 900_000
+	DefaultBatchRecords   = 10_000
+	MinBatchRecords       = 100
+	MaxBatchRecords       = 100_000
 	DefaultDeadlineMargin = 2 * time.Second
 )
 
@@ -44,12 +45,15 @@ const (
 type Config struct {
 	// Mode is Standard (default) or Tumbling.
 	Mode Mode
-	// StateLimit bounds the window state, in bytes of its JSON, that a
-	// tumbling-window invocation hands back; when the carried records would
-	// exceed it they are committed at once (default DefaultStateLimit,
-	// at most MaxStateLimit: the event source mapping ends a window whose
-	// state exceeds 1 MB).
-	StateLimit int
+	// Streams reads the stream: required in Tumbling mode, whose commits
+	// read the window's records from it (a client from
+	// poller.NewStreamsClient).
+	Streams processor.StreamReader
+	// BatchRecords is, in Tumbling mode, how many records one commit batch
+	// holds at most, and how many a window may deliver before it is
+	// committed early (default DefaultBatchRecords, MinBatchRecords to
+	// MaxBatchRecords).
+	BatchRecords int
 	// DeadlineMargin is how long before the invocation's deadline the
 	// handler stops committing and reports what it committed (default
 	// DefaultDeadlineMargin; at most half the remaining time is kept).
@@ -70,7 +74,7 @@ type Config struct {
 type Processor interface {
 	Process(ctx context.Context, g processor.Guard, recs []processor.Record) (processor.Result, error)
 	MarkerGuard() *processor.MarkerGuard
-	ShardGuard(streamARN, shardID string) *processor.ShardGuard
+	CommitShardRange(ctx context.Context, streams processor.StreamReader, r processor.ShardRange, batchRecords int) (processor.Result, error)
 }
 
 var (
@@ -97,11 +101,14 @@ func New(p Processor, cfg Config) (*Handler, error) {
 	default:
 		return nil, fmt.Errorf("handler mode %q: want %q or %q", cfg.Mode, Standard, Tumbling)
 	}
-	if cfg.StateLimit == 0 {
-		cfg.StateLimit = DefaultStateLimit
+	if cfg.BatchRecords == 0 {
+		cfg.BatchRecords = DefaultBatchRecords
 	}
-	if cfg.StateLimit < 0 || cfg.StateLimit > MaxStateLimit {
-		return nil, fmt.Errorf("handler state limit %d bytes: want 1 to %d", cfg.StateLimit, MaxStateLimit)
+	if cfg.BatchRecords < MinBatchRecords || cfg.BatchRecords > MaxBatchRecords {
+		return nil, fmt.Errorf("handler batch records %d: want %d to %d", cfg.BatchRecords, MinBatchRecords, MaxBatchRecords)
+	}
+	if cfg.Mode == Tumbling && cfg.Streams == nil {
+		return nil, errors.New("handler in tumbling mode: a Streams client is needed (it reads the window's records from the stream)")
 	}
 	if cfg.DeadlineMargin == 0 {
 		cfg.DeadlineMargin = DefaultDeadlineMargin
@@ -286,109 +293,45 @@ func (h *Handler) tumbling(ctx context.Context, payload []byte, inv *invocation)
 	if err != nil {
 		return resp, err
 	}
-	if st.committed != "" {
-		// An early commit of this window moved the checkpoint to
-		// st.committed. A record at or below it arriving now was either in
-		// that commit (a repeat) or, delivered out of order, missing from it:
-		// then the checkpoint drops it, and only reconcile --repair restores
-		// it (docs/exactly-once.md, "Tumbling windows out of order").
-		late := 0
-		for i := range ev.Records {
-			if s := ev.Records[i].SequenceNumber; s != "" && processor.CompareSequence(s, st.committed) <= 0 {
-				late++
-			}
-		}
-		if late > 0 {
-			inv.set("LateRecords", late)
-			h.cfg.Logger.Warn("records at or below this window's early commit arrived after it: repeats, or records delivered out of order that the checkpoint now drops; run ledgerctl reconcile",
-				"shard", w.ShardID, "earlyCommit", st.committed, "records", late)
-		}
-	}
-	before := st // the state as received; add only appends
-	if err := st.add(ev.Records); err != nil {
-		return resp, fmt.Errorf("carry records in the window state: %w", err)
-	}
+	st.see(ev.Records)
 	final := w.Final || w.TerminatedEarly
-	if !final && st.size() <= h.cfg.StateLimit {
+	if st.last == "" || !final && st.count < h.cfg.BatchRecords {
+		// Nothing delivered yet, or not the window's end and not enough to
+		// commit early: carry where the records lie.
 		inv.set("Outcome", "carried")
 		inv.set("HeldRecords", st.count)
-		inv.set("StateBytes", st.size())
 		resp.State = st.state()
 		return resp, nil
 	}
-	// Commit what the window holds: the records carried so far and this
-	// invocation's.
-	held, err := before.records()
-	if err != nil {
-		return resp, err
-	}
-	held = inOrder(append(held, ev.Records...))
-	if len(held) == 0 {
-		inv.set("Outcome", "committed")
-		resp.State = map[string]string{}
-		return resp, nil
-	}
+	// Commit the window: its records through the highest delivered, read
+	// from the stream after the checkpoint.
 	pctx, cancel := h.processContext(ctx)
 	defer cancel()
-	res, perr := h.p.Process(pctx, h.p.ShardGuard(w.EventSourceARN, w.ShardID), held)
+	res, err := h.p.CommitShardRange(pctx, h.cfg.Streams,
+		processor.ShardRange{StreamARN: w.EventSourceARN, ShardID: w.ShardID, First: st.first, Last: st.last}, h.cfg.BatchRecords)
 	inv.set("Committed", res.Committed)
-	if perr == nil && res.Committed >= len(held) {
-		inv.set("Outcome", "committed")
-		inv.set("HeldRecords", 0)
-		resp.State = map[string]string{}
+	if err != nil {
 		if !final {
-			// An early commit: remember where it moved the checkpoint.
-			left := windowState{stream: w.EventSourceARN, shard: w.ShardID, committed: held[len(held)-1].SequenceNumber}
-			if before.committed != "" && processor.CompareSequence(before.committed, left.committed) > 0 {
-				left.committed = before.committed
-			}
-			resp.State = left.state()
-		}
-		return resp, nil
-	}
-	rest := held[max(res.Committed, 0):]
-	if !final {
-		// Keep what is left for a later invocation of the window if it
-		// fits; the checkpoint drops whatever did land meanwhile.
-		left := windowState{stream: w.EventSourceARN, shard: w.ShardID, committed: before.committed}
-		if err := left.add(rest); err == nil && left.size() <= h.cfg.StateLimit {
-			h.cfg.Logger.Warn("early commit of the window failed; records carried on", "committed", res.Committed,
-				"carried", len(rest), "error", errString(perr))
+			// An early commit: the window's final invocation commits again
+			// from wherever the checkpoint got to.
+			h.cfg.Logger.Warn("early commit of the window failed; the final invocation commits it", "shard", w.ShardID,
+				"through", st.last, "committed", res.Committed, "error", err.Error())
 			inv.set("Outcome", "carried")
-			inv.set("HeldRecords", left.count)
-			inv.set("StateBytes", left.size())
-			resp.State = left.state()
+			inv.set("HeldRecords", st.count)
+			resp.State = st.state()
 			return resp, nil
 		}
+		return resp, fmt.Errorf("commit window of shard %s through %s (%d records committed): %w", w.ShardID, st.last, res.Committed, err)
 	}
-	if perr == nil {
-		perr = fmt.Errorf("%d of %d records committed", res.Committed, len(held))
+	inv.set("Outcome", "committed")
+	inv.set("HeldRecords", 0)
+	if final {
+		resp.State = map[string]string{}
+	} else {
+		st.count = 0
+		resp.State = st.state()
 	}
-	return resp, fmt.Errorf("commit window of shard %s (%d records, %d committed): %w", w.ShardID, len(held), res.Committed, perr)
-}
-
-// inOrder sorts a window's records by sequence number and drops repeats
-// (same eventID, the first kept). A window's records need not arrive in
-// order: AWS documents that records a tumbling window processes more than
-// once "might be processed out of order", and the checkpoint guard drops
-// a prefix by sequence number, so the records it gets must be sorted
-// (docs/exactly-once.md, "Tumbling windows out of order").
-func inOrder(recs []processor.Record) []processor.Record {
-	seen := make(map[string]bool, len(recs))
-	out := recs[:0]
-	for _, r := range recs {
-		if r.EventID != "" {
-			if seen[r.EventID] {
-				continue
-			}
-			seen[r.EventID] = true
-		}
-		out = append(out, r)
-	}
-	slices.SortStableFunc(out, func(a, b processor.Record) int {
-		return processor.CompareSequence(a.SequenceNumber, b.SequenceNumber)
-	})
-	return out
+	return resp, nil
 }
 
 // processContext bounds a commit by the invocation's deadline less the

@@ -2,23 +2,23 @@ package handler_test
 
 import (
 	"bytes"
+	"compress/flate"
+	"encoding/base64"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/aws/aws-lambda-go/events"
-	ddbtypes "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/ledger-dev/ledger/aggregates"
 	"github.com/ledger-dev/ledger/processor"
 	"github.com/ledger-dev/ledger/processor/handler"
 )
@@ -31,6 +31,23 @@ type fakeProcessor struct {
 	mu      sync.Mutex
 	calls   []fakeCall
 	process func(recs []processor.Record) (processor.Result, error)
+	ranges  []rangeCall
+	commit  func(processor.ShardRange) (processor.Result, error)
+}
+
+type rangeCall struct {
+	r     processor.ShardRange
+	batch int
+}
+
+func (f *fakeProcessor) CommitShardRange(_ context.Context, _ processor.StreamReader, r processor.ShardRange, batch int) (processor.Result, error) {
+	f.mu.Lock()
+	f.ranges = append(f.ranges, rangeCall{r, batch})
+	f.mu.Unlock()
+	if f.commit != nil {
+		return f.commit(r)
+	}
+	return processor.Result{Committed: 1}, nil
 }
 
 type fakeCall struct {
@@ -202,9 +219,14 @@ func TestInvoke_ModeMismatchIsAClearError(t *testing.T) {
 	window := `{"Records":[],"shardId":"s","eventSourceARN":"arn","state":{},"isFinalInvokeForWindow":false}`
 	_, err := newHandler(t, &fakeProcessor{}, handler.Config{}).Invoke(context.Background(), []byte(window))
 	assert.ErrorContains(t, err, "LEDGER_LAMBDA_MODE=tumbling")
-	_, err = newHandler(t, &fakeProcessor{}, handler.Config{Mode: handler.Tumbling}).Invoke(context.Background(), []byte(`{"Records":[]}`))
+	_, err = newHandler(t, &fakeProcessor{}, handler.Config{Mode: handler.Tumbling, Streams: unreadStreams{}}).Invoke(context.Background(), []byte(`{"Records":[]}`))
 	assert.ErrorContains(t, err, "TumblingWindowInSeconds")
 }
+
+const (
+	testShard     = "shardId-0001"
+	testStreamARN = "arn:aws:dynamodb:us-east-1:1:table/ledger/stream/x"
+)
 
 // windowEvent builds a tumbling-window event of recs.
 func windowEvent(t *testing.T, recs []events.DynamoDBEventRecord, state map[string]string, final bool) []byte {
@@ -212,7 +234,7 @@ func windowEvent(t *testing.T, recs []events.DynamoDBEventRecord, state map[stri
 	ev := events.DynamoDBTimeWindowEvent{
 		DynamoDBEvent: events.DynamoDBEvent{Records: recs},
 		TimeWindowProperties: events.TimeWindowProperties{
-			State: state, ShardID: "shardId-0001", EventSourceARN: "arn:aws:dynamodb:us-east-1:1:table/ledger/stream/x",
+			State: state, ShardID: testShard, EventSourceARN: testStreamARN,
 			IsFinalInvokeForWindow: final,
 			Window: events.Window{Start: events.RFC3339EpochTime{Time: time.Unix(1700000000, 0)},
 				End: events.RFC3339EpochTime{Time: time.Unix(1700000060, 0)}},
@@ -246,155 +268,144 @@ func allFixtureRecords(t testing.TB) []events.DynamoDBEventRecord {
 	return all
 }
 
-// checkCarried compares what the processor got at the commit with what the
-// event carried: transaction records exactly (state round trip), other
-// records by identity (they travel as keys only, when they travel in the
-// state). Each record is handed over, once per commit (repeats by eventID
-// dropped; an early commit and a later one may both get a record the
-// window delivered twice: the checkpoint drops it), and each commit's
-// records in sequence order (issue 12: a window's
-// records may arrive out of order).
-func checkCarried(t *testing.T, want []events.DynamoDBEventRecord, calls ...fakeCall) {
+// tumbling returns a tumbling-mode handler committing through fp; its
+// Streams are never read, since fp stands in for CommitShardRange.
+func tumbling(t *testing.T, fp *fakeProcessor, cfg handler.Config) *handler.Handler {
 	t.Helper()
-	byID := map[string]processor.Record{}
-	for _, r := range want {
-		if _, ok := byID[r.EventID]; !ok {
-			byID[r.EventID] = processor.FromLambda(r)
-		}
-	}
-	n := 0
-	handed := map[string]bool{}
-	for _, c := range calls {
-		inCall := map[string]bool{}
-		for i, g := range c.recs {
-			n++
-			if i > 0 {
-				assert.LessOrEqual(t, processor.CompareSequence(c.recs[i-1].SequenceNumber, g.SequenceNumber), 0, "records in sequence order")
-			}
-			assert.False(t, inCall[g.EventID], "record %s handed over twice in one commit", g.EventID)
-			inCall[g.EventID], handed[g.EventID] = true, true
-			w, ok := byID[g.EventID]
-			if !assert.True(t, ok, "record %s never carried", g.EventID) {
-				continue
-			}
-			if isTxnKey(w) {
-				assert.Equal(t, w, g, "record %s", g.EventID)
-				continue
-			}
-			assert.Equal(t, []string{w.EventID, w.EventName, w.SequenceNumber}, []string{g.EventID, g.EventName, g.SequenceNumber})
-			assert.Equal(t, w.Keys, g.Keys)
-		}
-	}
-	for id := range byID {
-		assert.True(t, handed[id], "record %s never handed over", id)
-	}
-	assert.Positive(t, n)
+	cfg.Mode, cfg.Streams = handler.Tumbling, unreadStreams{}
+	return newHandler(t, fp, cfg)
 }
 
-// isTxnKey is the processor's first test: keys absent, or a transaction's.
-func isTxnKey(r processor.Record) bool {
-	if r.Keys == nil {
-		return true
+// unreadStreams satisfies processor.StreamReader for handlers whose
+// processor is a fake: calling it is a test bug.
+type unreadStreams struct{ processor.StreamReader }
+
+// seqRange returns the lowest and highest sequence number of recs.
+func seqRange(recs []events.DynamoDBEventRecord) (first, last string) {
+	for _, r := range recs {
+		s := r.Change.SequenceNumber
+		if first == "" || processor.CompareSequence(s, first) < 0 {
+			first = s
+		}
+		if last == "" || processor.CompareSequence(s, last) > 0 {
+			last = s
+		}
 	}
-	pk, ok := r.Keys["PK"].(*ddbtypes.AttributeValueMemberS)
-	return ok && aggregates.IsTransactionKey(pk.Value)
+	return first, last
 }
 
-func TestInvoke_TumblingCarriesRecordsInTheStateUntilTheFinalInvoke(t *testing.T) {
+func TestNew_TumblingNeedsStreams(t *testing.T) {
+	_, err := handler.New(&fakeProcessor{}, handler.Config{Mode: handler.Tumbling})
+	assert.ErrorContains(t, err, "Streams")
+	_, err = handler.New(&fakeProcessor{}, handler.Config{Mode: handler.Tumbling, Streams: unreadStreams{}, BatchRecords: 99})
+	assert.ErrorContains(t, err, "batch records 99")
+}
+
+// A window's invocations carry only where its records lie (lowest and
+// highest sequence number, whatever the order they came in); the final
+// invocation commits that range, read from the stream, once.
+func TestInvoke_TumblingCarriesTheWindowsRangeUntilTheFinalInvoke(t *testing.T) {
 	all := allFixtureRecords(t)
 	fp := &fakeProcessor{}
-	h := newHandler(t, fp, handler.Config{Mode: handler.Tumbling})
+	h := tumbling(t, fp, handler.Config{})
 	var state map[string]string
+	resp := invokeWindow(t, h, windowEvent(t, nil, state, false))
+	assert.Empty(t, resp.State, "nothing delivered yet")
+	shuffled := append([]events.DynamoDBEventRecord(nil), all...)
+	slices.Reverse(shuffled) // out of order: the range is by sequence number
 	cuts := []int{0, 7, 7, 30, 55, len(all)} // an empty batch included
 	for i := 0; i+1 < len(cuts); i++ {
-		resp := invokeWindow(t, h, windowEvent(t, all[cuts[i]:cuts[i+1]], state, false))
-		state = resp.State
-		assert.Empty(t, fp.calls, "nothing is committed before the final invoke")
+		state = invokeWindow(t, h, windowEvent(t, shuffled[cuts[i]:cuts[i+1]], state, false)).State
+		assert.Empty(t, fp.ranges, "nothing is committed before the final invoke")
 	}
-	assert.NotEmpty(t, state)
-	resp := invokeWindow(t, h, windowEvent(t, nil, state, true))
-	assert.Empty(t, resp.State, "the window's records are committed")
-	require.Len(t, fp.calls, 1)
-	assert.Equal(t, "shard", fp.calls[0].guard)
-	checkCarried(t, all, fp.calls[0])
-	stubs := 0
-	for _, r := range fp.calls[0].recs {
-		if !isTxnKey(r) {
-			assert.Nil(t, r.OldImage, "records that are not transactions travel as keys only")
-			assert.Nil(t, r.NewImage, "records that are not transactions travel as keys only")
-			stubs++
-		}
-	}
-	assert.NotZero(t, stubs)
+	assert.Less(t, len(fmt.Sprint(state)), 1000, "the state holds no records: %v", state)
+	resp = invokeWindow(t, h, windowEvent(t, nil, state, true))
+	assert.Empty(t, resp.State, "the window is committed")
+	first, last := seqRange(all)
+	require.Len(t, fp.ranges, 1)
+	assert.Equal(t, processor.ShardRange{StreamARN: testStreamARN, ShardID: testShard, First: first, Last: last}, fp.ranges[0].r)
+	assert.Equal(t, handler.DefaultBatchRecords, fp.ranges[0].batch)
+	assert.Empty(t, fp.calls, "no records handed over from the event")
 }
 
-func TestInvoke_TumblingCommitsEarlyWhenTheStateWouldExceedItsLimit(t *testing.T) {
+func TestInvoke_TumblingCommitsEarlyAfterBatchRecords(t *testing.T) {
 	all := allFixtureRecords(t)
+	require.Greater(t, len(all), 50)
 	fp := &fakeProcessor{}
-	h := newHandler(t, fp, handler.Config{Mode: handler.Tumbling, StateLimit: 3000})
+	h := tumbling(t, fp, handler.Config{BatchRecords: handler.MinBatchRecords})
 	var state map[string]string
-	for i := 0; i < len(all); i += 10 {
-		resp := invokeWindow(t, h, windowEvent(t, all[i:min(i+10, len(all))], state, false))
-		state = resp.State
-		size, err := json.Marshal(state)
-		require.NoError(t, err)
-		assert.LessOrEqual(t, len(size), 3000)
+	delivered := 0
+	for delivered < handler.MinBatchRecords {
+		n := min(len(all), handler.MinBatchRecords-delivered)
+		state = invokeWindow(t, h, windowEvent(t, all[:n], state, false)).State
+		delivered += n
 	}
-	resp := invokeWindow(t, h, windowEvent(t, nil, state, true))
+	require.Len(t, fp.ranges, 1, "an early commit once %d records came", handler.MinBatchRecords)
+	_, last := seqRange(all)
+	assert.Equal(t, last, fp.ranges[0].r.Last)
+	assert.Equal(t, "0", state["ledger.records"], "counting starts over")
+	resp := invokeWindow(t, h, windowEvent(t, all[:3], state, true))
 	assert.Empty(t, resp.State)
-	require.Greater(t, len(fp.calls), 2, "early commits")
-	checkCarried(t, all, fp.calls...)
+	require.Len(t, fp.ranges, 2)
+	assert.Equal(t, last, fp.ranges[1].r.Last, "the range is the window's, the checkpoint skips what is committed")
 }
 
-func TestInvoke_TumblingFailedFinalCommitFailsTheInvocation(t *testing.T) {
+func TestInvoke_TumblingFailedCommits(t *testing.T) {
 	all := allFixtureRecords(t)[:20]
-	fp := &fakeProcessor{process: func(recs []processor.Record) (processor.Result, error) {
-		return processor.Result{Committed: 5}, &processor.BatchError{Index: 5, Err: errors.New("throttled")}
+	fp := &fakeProcessor{commit: func(processor.ShardRange) (processor.Result, error) {
+		return processor.Result{Committed: 5}, errors.New("throttled")
 	}}
-	h := newHandler(t, fp, handler.Config{Mode: handler.Tumbling})
+	h := tumbling(t, fp, handler.Config{BatchRecords: handler.MinBatchRecords})
 	state := invokeWindow(t, h, windowEvent(t, all[:10], nil, false)).State
 	_, err := h.Invoke(context.Background(), windowEvent(t, all[10:], state, true))
-	assert.ErrorContains(t, err, "throttled")
+	assert.ErrorContains(t, err, "throttled", "a failed final commit fails the invocation: the mapping retries it with the same state")
 
-	// A non-final early commit that fails keeps what is left, when it fits.
-	h = newHandler(t, fp, handler.Config{Mode: handler.Tumbling, StateLimit: 4000})
+	// A failed early commit carries on: the final invocation commits.
 	var st map[string]string
-	for i := 0; i < 20; i += 5 {
-		st = invokeWindow(t, h, windowEvent(t, all[i:i+5], st, false)).State
+	for i := 0; i < handler.MinBatchRecords; i += 20 {
+		st = invokeWindow(t, h, windowEvent(t, all, st, false)).State
 	}
-	assert.NotEmpty(t, st)
+	assert.Len(t, fp.ranges, 2)
+	assert.Equal(t, "100", st["ledger.records"])
 }
 
 func TestInvoke_TumblingRejectsAForeignState(t *testing.T) {
-	h := newHandler(t, &fakeProcessor{}, handler.Config{Mode: handler.Tumbling})
-	_, err := h.Invoke(context.Background(), windowEvent(t, nil, map[string]string{"1": "282"}, true))
-	assert.ErrorContains(t, err, "window state")
+	h := tumbling(t, &fakeProcessor{}, handler.Config{})
+	for _, st := range []map[string]string{
+		{"1": "282"},
+		{"ledger.v": "2", "ledger.stream": "other", "ledger.shard": testShard, "ledger.records": "1", "ledger.first": "1", "ledger.last": "2"},
+		{"ledger.v": "2", "ledger.stream": testStreamARN, "ledger.shard": testShard, "ledger.records": "x", "ledger.first": "1", "ledger.last": "2"},
+		{"ledger.v": "2", "ledger.stream": testStreamARN, "ledger.shard": testShard, "ledger.records": "1", "ledger.last": "2", "extra": "?"},
+	} {
+		_, err := h.Invoke(context.Background(), windowEvent(t, nil, st, true))
+		assert.ErrorContains(t, err, "window state", "%v", st)
+	}
 }
 
-// Issue 12, defect 3: after an early commit, the window's state remembers
-// the checkpoint it moved to; a record at or below it arriving later (a
-// repeat, or a record delivered out of order that the checkpoint now drops)
-// is reported, not silently taken for a duplicate.
-func TestInvoke_TumblingReportsRecordsArrivingBelowAnEarlyCommit(t *testing.T) {
-	all := allFixtureRecords(t)[:40]
-	fp := &fakeProcessor{}
-	var logs bytes.Buffer
-	h := newHandler(t, fp, handler.Config{Mode: handler.Tumbling, StateLimit: 3000,
-		Logger: slog.New(slog.NewJSONHandler(&logs, nil))})
-	var state map[string]string
-	for i := 0; i < len(all) && len(fp.calls) == 0; i += 10 {
-		state = invokeWindow(t, h, windowEvent(t, all[i:i+10], state, false)).State
-	}
-	require.NotEmpty(t, fp.calls, "an early commit")
-	require.NotEmpty(t, state, "the state remembers the early commit")
-	assert.NotContains(t, logs.String(), "arrived after it")
-	late := fp.calls[0].recs[0] // the lowest record of the early commit
-	var ev events.DynamoDBEventRecord
-	for _, r := range all {
-		if r.EventID == late.EventID {
-			ev = r
+// A state written by the version that carried records in chunks (met once
+// after an upgrade mid-window) gives the window's range.
+func TestInvoke_TumblingReadsAVersion1State(t *testing.T) {
+	chunk := func(seqs ...string) string {
+		var raw bytes.Buffer
+		b64 := base64.NewEncoder(base64.StdEncoding, &raw)
+		zw, err := flate.NewWriter(b64, flate.BestSpeed)
+		require.NoError(t, err)
+		recs := make([]map[string]string, len(seqs))
+		for i, s := range seqs {
+			recs[i] = map[string]string{"i": "e" + s, "s": s}
 		}
+		require.NoError(t, json.NewEncoder(zw).Encode(recs))
+		require.NoError(t, zw.Close())
+		require.NoError(t, b64.Close())
+		return raw.String()
 	}
-	invokeWindow(t, h, windowEvent(t, []events.DynamoDBEventRecord{ev}, state, false))
-	assert.Contains(t, logs.String(), "arrived after it")
+	fp := &fakeProcessor{}
+	h := tumbling(t, fp, handler.Config{})
+	v1 := map[string]string{"ledger.v": "1", "ledger.stream": testStreamARN, "ledger.shard": testShard,
+		"ledger.records": "4", "ledger.last": "400", "c0": chunk("300", "400"), "c1": chunk("200", "250")}
+	resp := invokeWindow(t, h, windowEvent(t, nil, v1, true))
+	assert.Empty(t, resp.State)
+	require.Len(t, fp.ranges, 1)
+	assert.Equal(t, "200", fp.ranges[0].r.First)
+	assert.Equal(t, "400", fp.ranges[0].r.Last)
 }
