@@ -22,19 +22,22 @@
 // Tumbling (events.DynamoDBTimeWindowEvent →
 // events.DynamoDBTimeWindowEventResponse, ESM with TumblingWindowInSeconds).
 // The event carries the shard id, so the commit is guarded by the shard's
-// checkpoint (processor.ShardGuard), exactly as the poller's. Records are
-// not committed per batch: they are carried in the window's state (compact
-// JSON, deflated, base64) from one invocation of the window to the next and
-// committed on the window's final invocation, or earlier, when the state
-// would exceed Config.StateLimit (700 KB by default; the ESM's limit is
-// 1 MB). Committing early is safe: the checkpoint drops every record at or
-// below it, so a window whose records were partly committed, or a window
-// delivered again, commits only the rest. Cost: one checkpoint update per
-// window (or per early commit) and one update per report item the whole
-// window touches, so a busy report item is written once per window instead
-// of once per batch. Latency: up to the window length (at most 15 minutes).
-// A failed commit fails the invocation as a whole; the ESM retries it with
-// the same state, and the checkpoint skips what landed.
+// checkpoint, with the poller's batches. Records are not committed per
+// batch, and not as delivered: the window's state carries only where its
+// records lie (the lowest and highest sequence number delivered), and on the
+// window's final invocation, or earlier once Config.BatchRecords records
+// came, processor.CommitShardRange reads the shard from its checkpoint
+// through the highest record and commits those records in batches. What is
+// committed is the stream's own contiguous run of records, whatever the
+// mapping delivered twice, out of order or not yet, so a retry, a window
+// delivered again or a half-committed batch left by a killed invocation
+// always finishes exactly (docs/exactly-once.md, "Tumbling windows"). Cost:
+// one update per report item each batch (10,000 records by default)
+// touches, and a checkpoint action per 99 of them; GetRecords calls of its
+// own, about one per 1,000 records. Latency: up to the window length (at
+// most 15 minutes). A failed final commit fails the invocation as a whole;
+// the ESM retries it with the same state, and the checkpoint skips what
+// landed.
 //
 // When to use which: Standard for low latency and low or spiky traffic
 // (reports current within a batch), Tumbling when many writes hit few

@@ -3,8 +3,8 @@ package handler_test
 import (
 	"bytes"
 	"compress/flate"
-	"encoding/base64"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -312,7 +312,7 @@ func TestInvoke_TumblingCarriesTheWindowsRangeUntilTheFinalInvoke(t *testing.T) 
 	resp := invokeWindow(t, h, windowEvent(t, nil, state, false))
 	assert.Empty(t, resp.State, "nothing delivered yet")
 	shuffled := append([]events.DynamoDBEventRecord(nil), all...)
-	slices.Reverse(shuffled) // out of order: the range is by sequence number
+	slices.Reverse(shuffled)                 // out of order: the range is by sequence number
 	cuts := []int{0, 7, 7, 30, 55, len(all)} // an empty batch included
 	for i := 0; i+1 < len(cuts); i++ {
 		state = invokeWindow(t, h, windowEvent(t, shuffled[cuts[i]:cuts[i+1]], state, false)).State
