@@ -15,6 +15,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -85,6 +86,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	backlog := fs.Int("backlog", -1, "`RECORDS` in the memory measurement's backlog (default 1,000,000 in a full run; 0 skips it)")
 	only := fs.String("only", "", "measure only these approaches' backlogs: `LIST` of perrecord, marker, sync, poller, lambda")
 	skip := fs.String("skip", "", "leave out these measurements: `LIST` of lag, cpu")
+	workloads := fs.String("workloads", "", "measure only these workloads' backlogs: `LIST` of a, b, c, d, e")
 	if err := fs.Parse(args); err != nil {
 		return exitError
 	}
@@ -119,6 +121,17 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			}
 			cfg.Only = append(cfg.Only, a)
 		}
+	}
+	if *workloads != "" {
+		var keep []bench.WorkloadRun
+		for _, name := range strings.Split(*workloads, ",") {
+			i := slices.IndexFunc(cfg.Workloads, func(w bench.WorkloadRun) bool { return w.Spec.Name == strings.TrimSpace(name) })
+			if i < 0 {
+				return fail(fmt.Errorf("-workloads: unknown workload %q (a, b, c, d, e)", name))
+			}
+			keep = append(keep, cfg.Workloads[i])
+		}
+		cfg.Workloads = keep
 	}
 	for _, m := range strings.Split(*skip, ",") {
 		switch strings.TrimSpace(m) {

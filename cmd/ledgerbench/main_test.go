@@ -28,10 +28,10 @@ func TestBench_RefusesArgumentsAndDocumentsItsFlags(t *testing.T) {
 
 	code, _, errOut = run(t, "-h")
 	assert.Equal(t, exitError, code)
-	for _, flag := range []string{"-quick", "-o FILE", "-poller BINARY", "-backlog RECORDS", "-only LIST", "-skip LIST", "-json FILE", "-charts DIR", "-from FILE"} {
+	for _, flag := range []string{"-quick", "-o FILE", "-poller BINARY", "-backlog RECORDS", "-only LIST", "-skip LIST", "-workloads LIST", "-json FILE", "-charts DIR", "-from FILE"} {
 		assert.Contains(t, errOut, flag)
 	}
-	for _, bad := range [][]string{{"-only", "poller,nonsense"}, {"-skip", "memory"}} {
+	for _, bad := range [][]string{{"-only", "poller,nonsense"}, {"-skip", "memory"}, {"-workloads", "b,z"}} {
 		code, _, errOut = run(t, bad...)
 		assert.Equal(t, exitError, code)
 		assert.Contains(t, errOut, "unknown", "%v", bad)
