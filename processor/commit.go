@@ -30,11 +30,34 @@ import (
 // records were committed by an earlier delivery (or a lost answer).
 var errGuardTaken = errors.New("guard already claimed")
 
-// commitRuns plans changes into runs and commits them in order. It returns
-// how many leading changes are done.
+// errRunOverflow is returned by commitTx for a run that needs more writes
+// than it was planned with: the report shapes it was planned on went stale.
+var errRunOverflow = errors.New("the run needs more writes than planned: report shapes changed")
+
+// commitRuns plans changes into runs and commits them in order, each run
+// planned right before its commit on the report shapes as then known (the
+// shapes a commit reads anyway, kept by the shape cache), so that a run
+// holds as many records as fit one transaction; a run whose shapes went
+// stale meanwhile is planned again without them. It returns how many
+// leading changes are done.
 func (p *Processor) commitRuns(ctx context.Context, g Guard, changes []change, res *Result) (int, error) {
-	done := 0
-	for _, r := range planRuns(changes, p.cfg.MaxItemsPerRun, p.cfg.MaxEntriesPerItem) {
+	all := reportKeys(changes)
+	done, blind := 0, false
+	for done < len(changes) {
+		var known knownShape
+		if !blind {
+			shapes, err := p.shapes.get(ctx, p, all)
+			if err != nil {
+				return done, err
+			}
+			known = func(k aggregates.ReportKey) *table.ReportShape {
+				if s := shapes[k.Key()]; s != nil {
+					return &table.ReportShape{Present: s.present, Entries: s.entries}
+				}
+				return nil
+			}
+		}
+		r := planRun(changes[done:], p.cfg.MaxItemsPerRun, p.cfg.MaxEntriesPerItem, known)
 		if err := p.quarantine(ctx, r.changes); err != nil {
 			return done, err
 		}
@@ -50,8 +73,12 @@ func (p *Processor) commitRuns(ctx context.Context, g Guard, changes []change, r
 			for i, k := range keys {
 				parts[i] = part{key: k, delta: r.fold.Report(k)}
 			}
-			ref := commitRef{id: g.runID(recs), from: recs[0].SequenceNumber, to: lastSequence(recs)}
+			ref := commitRef{id: g.runID(recs), from: recs[0].SequenceNumber, to: lastSequence(recs), maxWrites: p.cfg.MaxItemsPerRun}
 			err := p.commitTx(ctx, g, func() ddbtypes.TransactWriteItem { return g.claim(recs) }, func() { g.claimed(recs) }, parts, ref)
+			if errors.Is(err, errRunOverflow) && !blind {
+				blind = true // plan this run again, counting every new entry as an entry item
+				continue
+			}
 			if err != nil {
 				return done, fmt.Errorf("commit run of %d records: %w", len(recs), err)
 			}
@@ -59,8 +86,29 @@ func (p *Processor) commitRuns(ctx context.Context, g Guard, changes []change, r
 		}
 		p.account(r.changes, len(keys) > 0, res)
 		done += len(r.changes)
+		blind = false
 	}
 	return done, nil
+}
+
+// reportKeys returns the distinct report keys changes touch.
+func reportKeys(changes []change) []aggregates.ReportKey {
+	seen := map[aggregates.ReportKey]bool{}
+	var out []aggregates.ReportKey
+	for i := range changes {
+		for _, tx := range []*aggregates.Transaction{changes[i].old, changes[i].new} {
+			if tx == nil {
+				continue
+			}
+			for _, k := range tx.ReportKeys() {
+				if !seen[k] {
+					seen[k] = true
+					out = append(out, k)
+				}
+			}
+		}
+	}
+	return out
 }
 
 // commitBatch commits changes, which start right after the checkpoint, as
@@ -194,7 +242,12 @@ func writeTime(c *change) time.Time {
 // commitRef names a commit for the parked deltas it may write: id is
 // unique per guard claim (so a report's delta is parked at most once per
 // claim), from and to the sequence numbers of the records it covers.
-type commitRef struct{ id, from, to string }
+type commitRef struct {
+	id, from, to string
+	// maxWrites, when set, is the most writes the transaction was planned
+	// with besides its claim (a run's): more returns errRunOverflow.
+	maxWrites int
+}
 
 // commitTx commits one transaction: the guard action claim() returns and
 // the writes of every part, retrying what is retryable; claimed runs once it
@@ -224,9 +277,8 @@ func (p *Processor) commitTx(ctx context.Context, g Guard, claim func() ddbtypes
 		if err != nil {
 			return err
 		}
-		items := make([]ddbtypes.TransactWriteItem, 0, len(parts)+1)
-		items = append(items, claim())
-		owner := []int{-1} // the part each item writes for
+		items := make([]ddbtypes.TransactWriteItem, 1, len(parts)+1) // the claim first, set below
+		owner := []int{-1}                                           // the part each item writes for
 		now := p.now().Format(time.RFC3339Nano)
 		writes := make([]reportWrites, len(parts))
 		for i, pt := range parts {
@@ -245,6 +297,10 @@ func (p *Processor) commitTx(ctx context.Context, g Guard, claim func() ddbtypes
 				owner = append(owner, i)
 			}
 		}
+		if ref.maxWrites > 0 && len(items)-1 > ref.maxWrites {
+			return fmt.Errorf("%d writes, planned for at most %d: %w", len(items)-1, ref.maxWrites, errRunOverflow)
+		}
+		items[0] = claim()
 		p.metrics.WriteRequests.WithLabelValues("TransactWriteItems").Inc()
 		out, err := p.api.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{
 			TransactItems:          items,

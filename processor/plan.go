@@ -8,6 +8,7 @@ import (
 	"slices"
 
 	"github.com/ledger-dev/ledger/aggregates"
+	"github.com/ledger-dev/ledger/table"
 )
 
 // run is a contiguous slice of a batch committed by one transaction.
@@ -99,21 +100,39 @@ func splitReport(r *aggregates.Report, maxEntries int) []*aggregates.Report {
 	return out
 }
 
+// knownShape returns what the planner knows of a report item's shape; nil
+// when nothing is known.
+type knownShape func(aggregates.ReportKey) *table.ReportShape
+
 // planRuns cuts changes, in order, into runs that each fit one
-// TransactWriteItems: at most maxItems writes (a report item and each of its
-// entries, as in planGroups), and at most maxEntries breakdown entries per
-// report item (which bounds the update expression's length). A record is never split; records of one run are folded, so a run
-// costs one update per distinct report item it touches.
-func planRuns(changes []change, maxItems, maxEntries int) []run {
+// TransactWriteItems: at most maxItems writes, and at most maxEntries
+// breakdown entries per report item (which bounds the update expression's
+// length). A write is a report item, or an entry item for an entry its map
+// has no room for: with the item's shape known (known, the shapes a commit
+// reads anyway), exactly the entries past the map's room count; without
+// it every new entry counts as a possible entry item, as in planGroups.
+// A record is never split; records of one run are folded, so a run costs
+// one update per distinct report item it touches. Runs, unlike a batch's
+// groups, need not be planned again identically: a run whose shapes went
+// stale before its commit is planned again (commitRuns).
+func planRuns(changes []change, maxItems, maxEntries int, known knownShape) []run {
 	var runs []run
+	for len(changes) > 0 {
+		r := planRun(changes, maxItems, maxEntries, known)
+		runs = append(runs, r)
+		changes = changes[len(r.changes):]
+	}
+	return runs
+}
+
+// planRun returns the first run of changes (see planRuns).
+func planRun(changes []change, maxItems, maxEntries int, known knownShape) run {
 	cur := run{fold: aggregates.NewFold()}
 	entries := map[aggregates.ReportKey]map[entryID]bool{}
 	for i := range changes {
 		c := &changes[i]
-		if len(cur.changes) > 0 && !fits(entries, c, maxItems, maxEntries) {
-			runs = append(runs, cur)
-			cur = run{fold: aggregates.NewFold()}
-			entries = map[aggregates.ReportKey]map[entryID]bool{}
+		if len(cur.changes) > 0 && !fits(entries, c, maxItems, maxEntries, known) {
+			return cur
 		}
 		for _, tx := range []*aggregates.Transaction{c.old, c.new} {
 			if tx == nil {
@@ -133,10 +152,7 @@ func planRuns(changes []change, maxItems, maxEntries int) []run {
 		cur.changes = append(cur.changes, *c)
 		cur.fold.AddChange(c.old, c.new)
 	}
-	if len(cur.changes) > 0 {
-		runs = append(runs, cur)
-	}
-	return runs
+	return cur
 }
 
 type entryID struct {
@@ -145,7 +161,7 @@ type entryID struct {
 }
 
 // fits reports whether adding c keeps the run within its limits.
-func fits(entries map[aggregates.ReportKey]map[entryID]bool, c *change, maxItems, maxEntries int) bool {
+func fits(entries map[aggregates.ReportKey]map[entryID]bool, c *change, maxItems, maxEntries int, known knownShape) bool {
 	added := map[aggregates.ReportKey]map[entryID]bool{}
 	for _, tx := range []*aggregates.Transaction{c.old, c.new} {
 		if tx == nil {
@@ -164,17 +180,41 @@ func fits(entries map[aggregates.ReportKey]map[entryID]bool, c *change, maxItems
 	}
 	writes := 0
 	for k, e := range entries {
-		writes += 1 + len(e) + len(added[k])
+		writes += itemWrites(k, e, added[k], known)
 	}
 	for k, a := range added {
 		if entries[k] == nil {
-			writes += 1 + len(a)
+			writes += itemWrites(k, nil, a, known)
 		}
 		if len(entries[k])+len(a) > maxEntries {
 			return false
 		}
 	}
 	return writes <= maxItems
+}
+
+// itemWrites is how many items an update of report k with the entries of
+// both sets writes at most: the report item, and an entry item for each
+// entry that may not go inline.
+func itemWrites(k aggregates.ReportKey, a, b map[entryID]bool, known knownShape) int {
+	var sh *table.ReportShape
+	if known != nil {
+		sh = known(k)
+	}
+	if sh == nil {
+		return 1 + len(a) + len(b)
+	}
+	var names [3][]string
+	for _, set := range []map[entryID]bool{a, b} {
+		for e := range set {
+			names[e.dim] = append(names[e.dim], e.name)
+		}
+	}
+	n := 1
+	for _, d := range aggregates.Dimensions {
+		n += sh.EntryItemWrites(d, names[d])
+	}
+	return n
 }
 
 // planDigest identifies a batch plan: its end, parameters and every part of

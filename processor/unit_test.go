@@ -100,7 +100,7 @@ func TestPlanRuns_CutsAtItemAndEntryLimits(t *testing.T) {
 		r := &Record{EventName: "INSERT", Keys: keysOf(img), NewImage: img, SequenceNumber: fmt.Sprint(i + 1)}
 		changes = append(changes, classify(r))
 	}
-	runs := planRuns(changes, 99, 20)
+	runs := planRuns(changes, 99, 20, nil)
 	require.Len(t, runs, 4)
 	assert.Len(t, runs[0].changes, 16, "16 records × 3 reports × (report item + a possible entry item) = 96 writes")
 	assert.Len(t, runs[3].changes, 12)
@@ -111,7 +111,7 @@ func TestPlanRuns_CutsAtItemAndEntryLimits(t *testing.T) {
 		img := txnImage("b", "2024-01-02", fmt.Sprint(i), "INCOME", "1", fmt.Sprintf("cat%d", i))
 		changes = append(changes, classify(&Record{EventName: "INSERT", Keys: keysOf(img), NewImage: img, SequenceNumber: fmt.Sprint(i + 1)}))
 	}
-	runs = planRuns(changes, 99, 20)
+	runs = planRuns(changes, 99, 20, nil)
 	require.Len(t, runs, 3)
 	assert.Len(t, runs[0].changes, 20)
 	assert.Len(t, runs[2].changes, 5)
@@ -120,6 +120,41 @@ func TestPlanRuns_CutsAtItemAndEntryLimits(t *testing.T) {
 		total += len(r.changes)
 	}
 	assert.Equal(t, 45, total, "no record lost or split")
+}
+
+func TestPlanRuns_CountsOnlyTheEntriesPastTheMapsRoom(t *testing.T) {
+	var changes []change
+	for i := 0; i < 60; i++ {
+		img := txnImage(fmt.Sprintf("b%d", i), "2024-01-02", "x", "INCOME", "1", "food")
+		changes = append(changes, classify(&Record{EventName: "INSERT", Keys: keysOf(img), NewImage: img, SequenceNumber: fmt.Sprint(i + 1)}))
+	}
+	full := map[string]bool{}
+	for i := range table.MaxInlineEntries {
+		full[fmt.Sprint("other", i)] = true
+	}
+	tests := []struct {
+		name  string
+		known knownShape
+		runs  []int
+	}{
+		{"nothing known: every entry a possible entry item", nil, []int{16, 16, 16, 12}},
+		{"absent items: every entry inline", func(aggregates.ReportKey) *table.ReportShape { return &table.ReportShape{} }, []int{33, 27}},
+		{"full maps: every new entry an entry item", func(aggregates.ReportKey) *table.ReportShape {
+			return &table.ReportShape{Present: [3]bool{true}, Entries: [3]map[string]bool{full}}
+		}, []int{16, 16, 16, 12}},
+		{"the entry already inline", func(aggregates.ReportKey) *table.ReportShape {
+			return &table.ReportShape{Present: [3]bool{true}, Entries: [3]map[string]bool{{"food": true}}}
+		}, []int{33, 27}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var got []int
+			for _, r := range planRuns(changes, 99, 20, tt.known) {
+				got = append(got, len(r.changes))
+			}
+			assert.Equal(t, tt.runs, got)
+		})
+	}
 }
 
 func TestReportUpdate_ShapeDecidesTheFormAndIsTheCondition(t *testing.T) {

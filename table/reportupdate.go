@@ -65,6 +65,30 @@ func DecodeReportShape(item map[string]types.AttributeValue) ReportShape {
 	return s
 }
 
+// InlineRoom is how many more names the report item's map of dimension d
+// can take inline: none when the attribute is there but not a map (an
+// update adding to it is refused, and parked).
+func (sh ReportShape) InlineRoom(d aggregates.Dimension) int {
+	if sh.Present[d] && sh.Entries[d] == nil {
+		return 0
+	}
+	return max(MaxInlineEntries-len(sh.Entries[d]), 0)
+}
+
+// EntryItemWrites is how many entry items an update adding the names of
+// dimension d writes, at most, on an item of this shape: the names the map
+// does not hold beyond its room (ReportUpdate's rule; names whose delta is
+// zero may write fewer).
+func (sh ReportShape) EntryItemWrites(d aggregates.Dimension, names []string) int {
+	added := 0
+	for _, n := range names {
+		if !sh.Entries[d][n] {
+			added++
+		}
+	}
+	return max(added-sh.InlineRoom(d), 0)
+}
+
 // ReportWrites are the updates of one part of a report's delta: the report
 // item's first, then one per entry that goes to an entry item; Inline names
 // the entries added to the report item's maps, per dimension.
@@ -117,11 +141,7 @@ func ReportUpdate(tableName string, k aggregates.ReportKey, delta *aggregates.Re
 				added = append(added, name)
 			}
 		}
-		room := MaxInlineEntries - len(sh.Entries[d])
-		if sh.Present[d] && sh.Entries[d] == nil {
-			room = 0 // not a map: nothing goes inline (the update is refused, and parked)
-		}
-		inline := added[:min(max(room, 0), len(added))]
+		inline := added[:min(sh.InlineRoom(d), len(added))]
 		for _, name := range added[len(inline):] {
 			out.Updates = append(out.Updates, EntryUpdate(tableName, k, d, name, delta.Breakdowns[d][name]))
 		}
