@@ -73,7 +73,10 @@ func (p *Processor) commitRuns(ctx context.Context, g Guard, changes []change, r
 			for i, k := range keys {
 				parts[i] = part{key: k, delta: r.fold.Report(k)}
 			}
-			ref := commitRef{id: g.runID(recs), from: recs[0].SequenceNumber, to: lastSequence(recs), maxWrites: p.cfg.MaxItemsPerRun}
+			ref := commitRef{id: g.runID(recs), from: recs[0].SequenceNumber, to: lastSequence(recs)}
+			if len(r.changes) > 1 {
+				ref.maxWrites = p.cfg.MaxItemsPerRun // a run of one record cannot be cut further
+			}
 			err := p.commitTx(ctx, g, func() ddbtypes.TransactWriteItem { return g.claim(recs) }, func() { g.claimed(recs) }, parts, ref)
 			if errors.Is(err, errRunOverflow) && !blind {
 				blind = true // plan this run again, counting every new entry as an entry item

@@ -6,22 +6,33 @@ import (
 	"fmt"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	ddbtypes "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodbstreams"
 	streamtypes "github.com/aws/aws-sdk-go-v2/service/dynamodbstreams/types"
+
+	"github.com/ledger-dev/ledger/table"
 )
 
 // ShardRange names records of one shard a consumer was handed (a
 // tumbling window's): the lowest and the highest sequence number among
-// them.
+// them. Partial marks a range that may not hold the first record handed
+// over yet (an early commit of a window: records a window processes again
+// may come out of order), which may then not start a shard without a
+// checkpoint.
 type ShardRange struct {
 	StreamARN, ShardID string
 	First, Last        string
+	Partial            bool
 }
 
 // maxEmptyPages bounds the empty GetRecords pages CommitShardRange reads
 // in a row before the record it knows to be there: DynamoDB Streams may
 // answer empty pages inside a shard, never forever.
 const maxEmptyPages = 1000
+
+// errShardGone is wrapped by openRange when the stream no longer has the
+// shard (it closed and aged out of the 24-hour retention).
+var errShardGone = errors.New("the shard is no longer in the stream")
 
 // CommitShardRange commits the records of shard r.ShardID up to r.Last,
 // reading them from the stream itself, as batches of at most batchRecords
@@ -31,15 +42,18 @@ const maxEmptyPages = 1000
 // ends: everything committed is read from the stream, in order and
 // complete, so a window delivered in part, twice or out of order commits
 // the same batches, and a half-committed batch is always finished (read
-// on to its last record, past r.Last if need be).
+// on to its last record, past r.Last if need be). Records without effect
+// at the end of the range move the checkpoint over them, as the poller's
+// reader does, so that the next commit does not read them again.
 //
 // The shard is read after its checkpoint, or, when it has none, from
-// r.First (the first record the mapping delivered: its starting
-// position). Records trimmed from the stream before anyone read them are
-// lost as for the poller (the reports are short of them until reconcile
-// --repair). Reading stops at r.Last; a closed shard that ends before it,
-// or an error, returns what was committed so far with the error, and a
-// call with the same range resumes from the checkpoint.
+// r.First (the first record of the window: the mapping's position); a
+// Partial range without a checkpoint commits nothing. Records trimmed from
+// the stream before anyone read them, and a shard gone from the stream,
+// are lost as for the poller (logged at error level; the reports are short
+// of them until reconcile --repair). A closed shard that ends before
+// r.Last, or an error, returns what was committed so far with the error,
+// and a call with the same range resumes from the checkpoint.
 func (p *Processor) CommitShardRange(ctx context.Context, streams StreamReader, r ShardRange, batchRecords int) (Result, error) {
 	var total Result
 	if r.StreamARN == "" || r.ShardID == "" || r.Last == "" {
@@ -54,70 +68,134 @@ func (p *Processor) CommitShardRange(ctx context.Context, streams StreamReader, 
 	if err != nil {
 		return total, err
 	}
-	target := r.Last
-	if g.pending != nil && CompareSequence(g.pending.to, target) > 0 {
-		target = g.pending.to // a half-committed batch is finished first, whatever the range
+	if cp == "" && r.Partial {
+		return total, nil // the window's final commit starts the shard, from its first record
+	}
+	target, reach := r.Last, "" // reach: a pending batch's last record, which a batch must hold
+	if g.pending != nil {
+		reach = g.pending.to
+		target = maxSeq(target, reach)
 	}
 	if cp != "" && CompareSequence(cp, target) >= 0 {
 		return total, nil
 	}
 	iter, g, err := p.openRange(ctx, streams, g, r, cp)
+	if errors.Is(err, errShardGone) {
+		p.cfg.Logger.Error("the shard is gone from the stream before its records were committed: they are lost to every consumer; run `ledgerctl reconcile --repair` to restore the reports",
+			"shard", r.ShardID, "checkpoint", cp, "through", target, "error", err.Error())
+		return total, nil
+	}
 	if err != nil {
 		return total, err
 	}
-	var held []Record
-	done, empty := false, 0
-	for !done && iter != nil {
-		out, err := streams.GetRecords(ctx, &dynamodbstreams.GetRecordsInput{ShardIterator: iter, Limit: aws.Int32(1000)})
-		if err != nil {
-			return total, fmt.Errorf("read shard %s: %w", r.ShardID, err)
-		}
-		iter = out.NextShardIterator
-		if len(out.Records) == 0 {
-			if empty++; empty > maxEmptyPages && iter != nil {
-				return total, fmt.Errorf("shard %s: %d empty pages in a row before record %s", r.ShardID, empty, target)
+	var held, page []Record // page: read, not yet held
+	taken := ""             // the last record held so far
+	reached, empty := false, 0
+	for {
+		// Hold records up to the target, or a batch's worth (and, while a
+		// pending batch is unfinished, up to its last record).
+		for !reached && (len(held) < batchRecords || reach != "" && CompareSequence(taken, reach) < 0) {
+			if len(page) == 0 {
+				if iter == nil {
+					break // a closed shard's end
+				}
+				if page, iter, err = p.readPage(ctx, streams, r, iter); err != nil {
+					return total, err
+				}
+				if len(page) > 0 {
+					empty = 0
+				} else if empty++; empty > maxEmptyPages && iter != nil {
+					return total, fmt.Errorf("shard %s: %d empty pages in a row before record %s", r.ShardID, empty, target)
+				}
+				continue
 			}
-		} else {
-			empty = 0
-		}
-		for i := range out.Records {
-			rec := FromStream(out.Records[i], r.StreamARN)
-			c := CompareSequence(rec.SequenceNumber, target)
-			if c <= 0 {
-				held = append(held, rec)
-			}
-			if c >= 0 {
-				done = true
+			c := CompareSequence(page[0].SequenceNumber, target)
+			if c > 0 {
+				reached = true
 				break
 			}
+			held, taken, page = append(held, page[0]), page[0].SequenceNumber, page[1:]
+			reached = c == 0
 		}
-		if len(held) == 0 || !done && iter != nil && len(held) < batchRecords {
+		end := iter == nil && len(page) == 0
+		if len(held) == 0 {
+			if reached || end {
+				break
+			}
 			continue
 		}
 		res, err := p.Process(ctx, g, held)
 		total.add(res)
 		var be *BatchError
-		if errors.Is(err, ErrIncompleteBatch) && errors.As(err, &be) {
-			// A half-committed batch reaches past the records held (cut at
-			// batchRecords, or left by another commit of this shard since
-			// the checkpoint was loaded): keep them and read on to its end.
-			held = held[be.Index:]
-			if g.pending != nil && CompareSequence(g.pending.to, target) > 0 {
-				target, done = g.pending.to, false
+		if errors.Is(err, ErrIncompleteBatch) && errors.As(err, &be) && g.pending != nil && !end {
+			// A half-committed batch reaches past the records held (left
+			// by another commit of this shard since the checkpoint was
+			// read): keep them and read on to its end.
+			held, reach = held[be.Index:], g.pending.to
+			if CompareSequence(reach, target) > 0 {
+				target, reached = reach, false
 			}
-			if !done {
-				continue
-			}
+			continue
 		}
 		if err != nil {
 			return total, fmt.Errorf("commit shard %s through %s: %w", r.ShardID, target, err)
 		}
-		held = nil
+		held, reach = nil, ""
 	}
-	if !done {
+	if !reached {
 		return total, fmt.Errorf("shard %s ended before record %s", r.ShardID, target)
 	}
-	return total, nil
+	return total, p.moveOver(ctx, g, taken)
+}
+
+// readPage reads one page of r's shard, retrying throttles and errors
+// that may pass with the same iterator.
+func (p *Processor) readPage(ctx context.Context, streams StreamReader, r ShardRange, iter *string) ([]Record, *string, error) {
+	var out *dynamodbstreams.GetRecordsOutput
+	err := p.retry(ctx, "GetRecords", func(ctx context.Context) error {
+		var err error
+		out, err = streams.GetRecords(ctx, &dynamodbstreams.GetRecordsInput{ShardIterator: iter, Limit: aws.Int32(1000)})
+		return err
+	})
+	if err != nil {
+		return nil, nil, fmt.Errorf("read shard %s: %w", r.ShardID, err)
+	}
+	recs := make([]Record, len(out.Records))
+	for i := range out.Records {
+		recs[i] = FromStream(out.Records[i], r.StreamARN)
+	}
+	return recs, out.NextShardIterator, nil
+}
+
+// moveOver moves the checkpoint of g up to seq, the last record read, when
+// the records after the committed checkpoint had no effect (nothing
+// committed them): the checkpoint's compare-and-set outside a commit,
+// never over a half-committed batch. Losing the race to another commit
+// changes nothing.
+func (p *Processor) moveOver(ctx context.Context, g *ShardGuard, seq string) error {
+	cp, err := g.Checkpoint(ctx)
+	if err != nil || seq == "" || g.Pending() || cp != "" && CompareSequence(seq, cp) <= 0 {
+		return err
+	}
+	in := table.AdvanceCheckpoint(p.cfg.Table, g.key, g.shard, cp, seq, false, p.now())
+	err = p.retry(ctx, "UpdateItem", func(ctx context.Context) error {
+		p.metrics.WriteRequests.WithLabelValues("UpdateItem").Inc()
+		_, err := p.api.UpdateItem(ctx, in)
+		return err
+	})
+	var ccf *ddbtypes.ConditionalCheckFailedException
+	if err != nil && !errors.As(err, &ccf) {
+		return fmt.Errorf("move the checkpoint of shard %s over records without effect: %w", g.shard, err)
+	}
+	g.reset()
+	return nil
+}
+
+func maxSeq(a, b string) string {
+	if CompareSequence(a, b) >= 0 {
+		return a
+	}
+	return b
 }
 
 // openRange opens an iterator on r's shard: after the checkpoint cp, or at
@@ -138,6 +216,10 @@ func (p *Processor) openRange(ctx context.Context, streams StreamReader, g *Shar
 	}
 	out, err := streams.GetShardIterator(ctx, in)
 	var trimmed *streamtypes.TrimmedDataAccessException
+	var notFound *streamtypes.ResourceNotFoundException
+	if errors.As(err, &notFound) {
+		return nil, g, fmt.Errorf("shard %s: %w: %w", r.ShardID, errShardGone, err)
+	}
 	if errors.As(err, &trimmed) {
 		p.cfg.Logger.Error("stream records were trimmed before they were read: they are lost to every consumer; reading from TRIM_HORIZON; run `ledgerctl reconcile --repair` to restore the reports",
 			"shard", r.ShardID, "checkpoint", cp, "error", err.Error())

@@ -30,7 +30,7 @@ dead-letter message are replayed (docs/runbook.md).
 
 Use it on a table whose consumer is the standard-mode Lambda or none (a test
 table): run markers are that consumer's guard; the poller and the
-tumbling-window Lambda guard with shard checkpoints instead (assumption 7 of
+tumbling-window Lambda guard with shard checkpoints instead (assumption 8 of
 docs/exactly-once.md).
 Progress goes to stderr (a line in place on a terminal, else a line every
 LEDGER_PROGRESS_EVERY, 5s); stdout has a line per file.

@@ -48,7 +48,7 @@
 // ReportBatchItemFailures on, MaximumRetryAttempts and
 // MaximumRecordAgeInSeconds -1). The two modes keep separate guards (run
 // markers, shard checkpoints): switch between them, or to the poller, only
-// as assumption 7 describes.
+// as assumption 8 describes.
 //
 // # Guarantees
 //

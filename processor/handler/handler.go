@@ -308,7 +308,7 @@ func (h *Handler) tumbling(ctx context.Context, payload []byte, inv *invocation)
 	pctx, cancel := h.processContext(ctx)
 	defer cancel()
 	res, err := h.p.CommitShardRange(pctx, h.cfg.Streams,
-		processor.ShardRange{StreamARN: w.EventSourceARN, ShardID: w.ShardID, First: st.first, Last: st.last}, h.cfg.BatchRecords)
+		processor.ShardRange{StreamARN: w.EventSourceARN, ShardID: w.ShardID, First: st.first, Last: st.last, Partial: !final}, h.cfg.BatchRecords)
 	inv.set("Committed", res.Committed)
 	if err != nil {
 		if !final {

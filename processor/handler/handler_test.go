@@ -343,11 +343,13 @@ func TestInvoke_TumblingCommitsEarlyAfterBatchRecords(t *testing.T) {
 	require.Len(t, fp.ranges, 1, "an early commit once %d records came", handler.MinBatchRecords)
 	_, last := seqRange(all)
 	assert.Equal(t, last, fp.ranges[0].r.Last)
+	assert.True(t, fp.ranges[0].r.Partial, "an early commit may not start a shard")
 	assert.Equal(t, "0", state["ledger.records"], "counting starts over")
 	resp := invokeWindow(t, h, windowEvent(t, all[:3], state, true))
 	assert.Empty(t, resp.State)
 	require.Len(t, fp.ranges, 2)
 	assert.Equal(t, last, fp.ranges[1].r.Last, "the range is the window's, the checkpoint skips what is committed")
+	assert.False(t, fp.ranges[1].r.Partial)
 }
 
 func TestInvoke_TumblingFailedCommits(t *testing.T) {

@@ -78,8 +78,10 @@ func parseState(m map[string]string, stream, shard string) (windowState, error) 
 }
 
 // readVersion1 finds the first record of a version-1 state among the
-// records it carries (its last is ledger.last, as in version 2).
+// records it carries (its last and count are ledger.last and
+// ledger.records, as in version 2).
 func (st *windowState) readVersion1(m map[string]string) error {
+	defer func(n int) { st.count = n }(st.count)
 	for k, c := range m {
 		if !strings.HasPrefix(k, stateChunkKey) || strings.HasPrefix(k, "ledger.") {
 			continue
