@@ -64,6 +64,10 @@ type Config struct {
 	Logger *slog.Logger
 	// Now is the clock (default time.Now).
 	Now func() time.Time
+	// Streams reads a tumbling window's records from the stream at commit time (poller.NewStreamsClient).
+	Streams processor.StreamReader
+	// BatchRecords bounds the records of one tumbling-window commit (0: the default).
+	BatchRecords int
 }
 
 // Processor is what the handler needs of *processor.Processor.
