@@ -72,22 +72,23 @@ func (res *Result) Markdown(w io.Writer) {
 	p("¹ transactions that carry the change itself: they replace the writer's own write.  \n")
 	p("² the transactions' units minus what the writer's plain write of each change would cost.  \n")
 	p("³ the units computed for the successful writes the way DynamoDB Local reports them (for a transaction: twice the sum of the distinct per-item units), divided by what it reported.  \n")
-	p("⁴ the approach's item writes per second end to end, against the highest rate measured below for its kind of write (TransactWriteItems when it wrote transactions, else UpdateItem).\n\n")
+	p("⁴ the approach's item writes per second end to end, against the highest rate measured below for its kind of write (TransactWriteItems when it wrote transactions, else UpdateItem); above 100%% when the machine was less loaded during the approach than during both measurements.\n\n")
 	if len(res.WriteRates) > 0 {
 		w := res.WriteRates[0]
-		p("DynamoDB Local's own item-write rate in this run (additive updates of report-shaped items of %d bytes, each writer to its own %d items, %s per measurement):", w.ItemBytes, writeRateBatch, w.Took.Round(100*time.Millisecond))
-		for i, w := range res.WriteRates {
+		p("DynamoDB Local's own item-write rate in this run (additive updates of report-shaped items of %d bytes, each writer to its own %d items, %s per measurement)", w.ItemBytes, writeRateBatch, res.Config.WriteRateTime)
+		when := ""
+		for _, w := range res.WriteRates {
 			what := "UpdateItem"
 			if w.Op != "UpdateItem" {
 				what = fmt.Sprintf("TransactWriteItems of %d updates", writeRateBatch)
 			}
-			sep := ";"
-			if i == len(res.WriteRates)-1 {
-				sep = "."
+			sep := ","
+			if w.When != when {
+				when, sep = w.When, fmt.Sprintf("; %s the backlogs:", w.When)
 			}
-			p(" %s, %s: %.0f item writes/s%s", what, writers(w.Workers), w.PerSecond(), sep)
+			p("%s %s, %s: %.0f item writes/s", sep, what, writers(w.Workers), w.PerSecond())
 		}
-		p("\n\n")
+		p(".\n\n")
 	}
 
 	p("### Where the time went: each approach's table calls on workload b (count × total time; stream reads not included)\n\n")

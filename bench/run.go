@@ -276,12 +276,17 @@ func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 		}
 	}
 	if cfg.WriteRateTime > 0 {
-		if err := r.writeRates(ctx); err != nil {
+		if err := r.writeRates(ctx, "before"); err != nil {
 			return res, err
 		}
 	}
 	if err := r.backlogs(ctx, cells); err != nil {
 		return res, err
+	}
+	if cfg.WriteRateTime > 0 {
+		if err := r.writeRates(ctx, "after"); err != nil {
+			return res, err
+		}
 	}
 	if !cfg.SkipLag {
 		if err := r.lag(ctx); err != nil {
@@ -422,8 +427,8 @@ func (r *runner) window() time.Duration {
 
 // writeRates measures DynamoDB Local's own item-write rate, the ceiling of
 // every consumer here (each report write is an item write), on a table of
-// its own.
-func (r *runner) writeRates(ctx context.Context) error {
+// its own, when (before or after) the backlogs.
+func (r *runner) writeRates(ctx context.Context, when string) error {
 	db, _, stop, err := r.instance(ctx, writeRateTable)
 	if err != nil {
 		return err
@@ -434,9 +439,12 @@ func (r *runner) writeRates(ctx context.Context) error {
 		workers = 4
 	}
 	rates, err := measureWriteRates(ctx, db, writeRateTable, workers, r.cfg.WriteRateTime)
-	r.res.WriteRates = rates
+	for i := range rates {
+		rates[i].When = when
+	}
+	r.res.WriteRates = append(r.res.WriteRates, rates...)
 	for _, w := range rates {
-		r.logf("DynamoDB Local item writes: %s, %s: %.0f item writes/s (%d requests in %s)", w.Op, writers(w.Workers), w.PerSecond(), w.Requests, w.Took.Round(time.Millisecond))
+		r.logf("DynamoDB Local item writes %s the backlogs: %s, %s: %.0f item writes/s (%d requests in %s)", w.When, w.Op, writers(w.Workers), w.PerSecond(), w.Requests, w.Took.Round(time.Millisecond))
 	}
 	return err
 }

@@ -114,9 +114,10 @@ func TestQuick_RunsEveryMeasurement(t *testing.T) {
 		}
 	}
 	assert.Equal(t, len(cfg.Workloads)*len(cfg.BatchSizes), tumbling, "the tumbling Lambda on every workload at every batch size")
-	// DynamoDB Local's own item-write rate: each write kind with one and
-	// with several writers, every figure measured.
-	require.Len(t, res.WriteRates, 4)
+	// DynamoDB Local's own item-write rate, before and after the
+	// backlogs: each write kind with one and with several writers, every
+	// figure measured.
+	require.Len(t, res.WriteRates, 8)
 	for _, w := range res.WriteRates {
 		assert.Positive(t, w.Requests, "%s × %d", w.Op, w.Workers)
 		assert.Positive(t, w.PerSecond(), "%s × %d", w.Op, w.Workers)

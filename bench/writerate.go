@@ -28,6 +28,7 @@ const writeRateBatch = 99
 // writeRateBatch items, as UpdateItem requests or as TransactWriteItems
 // of writeRateBatch updates.
 type WriteRate struct {
+	When       string // before or after the backlogs
 	Op         string // UpdateItem or TransactWriteItems
 	Workers    int
 	Requests   int
@@ -179,7 +180,8 @@ func bestWriteRate(rates []WriteRate, op string) float64 {
 
 // itemWriteCeiling is DynamoDB Local's item-write ceiling for row's kind of
 // writes: the best transactional rate when the row wrote transactions, else
-// the best UpdateItem rate.
+// the best UpdateItem rate, of both measurements (before and after the
+// backlogs: the machine's load moves in between).
 func (res *Result) itemWriteCeiling(r Row) float64 {
 	if r.Cost.Requests["TransactWriteItems"] > 0 {
 		return bestWriteRate(res.WriteRates, "TransactWriteItems")
