@@ -27,13 +27,16 @@ const (
 	SyncTransaction Approach = "3 synchronous createWithReport"
 	LedgerPoller    Approach = "4 ledger: poller"
 	LedgerLambda    Approach = "4 ledger: Lambda handler"
+	// LedgerTumbling is the Lambda handler in tumbling mode, fed by a
+	// mapping with TumblingWindowInSeconds (Config.TumblingWindow).
+	LedgerTumbling Approach = "4 ledger: Lambda handler (tumbling)"
 )
 
 // Approaches lists them in table order.
-var Approaches = []Approach{PerRecordSeed, PerRecordMarker, SyncTransaction, LedgerPoller, LedgerLambda}
+var Approaches = []Approach{PerRecordSeed, PerRecordMarker, SyncTransaction, LedgerPoller, LedgerLambda, LedgerTumbling}
 
 func (a Approach) id() string {
-	return map[Approach]string{PerRecordSeed: "perrecord", PerRecordMarker: "marker", SyncTransaction: "sync", LedgerPoller: "poller", LedgerLambda: "lambda"}[a]
+	return map[Approach]string{PerRecordSeed: "perrecord", PerRecordMarker: "marker", SyncTransaction: "sync", LedgerPoller: "poller", LedgerLambda: "lambda", LedgerTumbling: "lambda-tumbling"}[a]
 }
 
 // perRecordBatch is the event source mapping batch size the per-record
@@ -41,10 +44,8 @@ func (a Approach) id() string {
 // do not depend on it).
 const perRecordBatch = 100
 
-// batchless reports whether the approach's cost does not depend on the
-// batch size (it is then run once per workload).
 // ApproachByID returns the approach whose short id (perrecord, marker,
-// sync, poller, lambda) is id.
+// sync, poller, lambda, lambda-tumbling) is id.
 func ApproachByID(id string) (Approach, bool) {
 	for _, a := range Approaches {
 		if a.id() == id {
@@ -54,13 +55,21 @@ func ApproachByID(id string) (Approach, bool) {
 	return "", false
 }
 
-func (a Approach) batchless() bool { return a != LedgerPoller && a != LedgerLambda }
+// Ledger reports whether the approach is one of ledger's consumers.
+func (a Approach) Ledger() bool {
+	return a == LedgerPoller || a == LedgerLambda || a == LedgerTumbling
+}
+
+// batchless reports whether the approach's cost does not depend on the
+// batch size (it is then run once per workload).
+func (a Approach) batchless() bool { return !a.Ledger() }
 
 // target is one DynamoDB Local table an approach runs against.
 type target struct {
 	db      *dynamodb.Client
 	streams poller.Streams
 	table   string
+	window  time.Duration // the tumbling window (LedgerTumbling)
 }
 
 // consumed is what one approach's run measured.
@@ -91,16 +100,23 @@ func consume(ctx context.Context, t target, arn, last string, a Approach, batch 
 			return c, err
 		}
 		c.delivered, c.redelivered = esm.Delivered, esm.Redelivered
-	case LedgerLambda:
+	case LedgerLambda, LedgerTumbling:
 		proc, err := processor.New(commitHook{Meter: m, clock: clock}, processor.Config{Table: t.table}, nil)
 		if err != nil {
 			return c, err
 		}
-		h, err := handler.New(proc, handler.Config{Mode: handler.Standard})
+		cfg := handler.Config{Mode: handler.Standard}
+		esm := &ESM{Streams: t.streams, StreamARN: arn, BatchSize: batch, Duplicates: last != ""}
+		if a == LedgerTumbling {
+			// The handler reads the window's records from the stream
+			// when it commits; BatchRecords stays at its default.
+			cfg = handler.Config{Mode: handler.Tumbling, Streams: t.streams}
+			esm.Window = t.window
+		}
+		h, err := handler.New(proc, cfg)
 		if err != nil {
 			return c, err
 		}
-		esm := &ESM{Streams: t.streams, StreamARN: arn, BatchSize: batch, Duplicates: last != ""}
 		if clock != nil {
 			esm.Read = clock.read
 		}

@@ -36,7 +36,7 @@ const eventRecords = 1000
 // record keeps the source records of a workload b stream as Lambda JSON
 // records, for the CPU benchmark.
 func (r *runner) record(ctx context.Context, streams poller.Streams, arn string) error {
-	iter, err := shardIterator(ctx, streams, arn, "")
+	iter, _, err := shardIterator(ctx, streams, arn, "")
 	if err != nil {
 		return err
 	}

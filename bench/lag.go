@@ -18,8 +18,11 @@ type LagRow struct {
 	Samples  int
 	P50, P99 float64 // seconds
 	// Sustained is false when the approach had not committed every change
-	// 30 s after the last write.
+	// 30 s after the last write (plus the window, for the tumbling Lambda:
+	// it commits a window when the window closes).
 	Sustained bool
+	// Window is the tumbling Lambda's window (0 for the other approaches).
+	Window time.Duration
 }
 
 func lagTable(a Approach) string { return "lag-" + a.id() }
@@ -77,7 +80,7 @@ func (r *runner) lag(ctx context.Context) error {
 	defer stop()
 	for _, a := range Approaches {
 		r.logf("lag: %s at %d changes/s for %ds", a, rate, r.cfg.LagSeconds)
-		row, err := r.lagOne(ctx, target{db: db, streams: streams, table: lagTable(a)}, a, ops, rate)
+		row, err := r.lagOne(ctx, target{db: db, streams: streams, table: lagTable(a), window: r.window()}, a, ops, rate)
 		if err != nil {
 			return fmt.Errorf("lag of %s: %w", a, err)
 		}
@@ -135,7 +138,10 @@ func (r *runner) lagOne(ctx context.Context, t target, a Approach, ops []Op, rat
 			return row, err
 		}
 	}
-	deadline := time.Now().Add(30 * time.Second)
+	if a == LedgerTumbling {
+		row.Window = t.window
+	}
+	deadline := time.Now().Add(30*time.Second + row.Window)
 	for {
 		n, _, _ := clock.percentiles()
 		if n >= row.Expected {

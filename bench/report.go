@@ -26,8 +26,8 @@ func (res *Result) Markdown(w io.Writer) {
 		m.CPUs, m.MemoryGiB, m.GoVersion, m.Java, m.DynamoDBLocal, m.LoadBefore, m.LoadAfter, res.Duration.Round(time.Second))
 
 	p("### Backlog: write cost, throughput and exactness, with 1%% of the records delivered twice\n\n")
-	p("| workload | approach | batch | changes | write requests / 1k changes | item writes / 1k changes | WCU / 1k changes (AWS billing) | DynamoDB Local reported / 1k | computed ÷ reported³ | changes/s end to end | raw drain records/s | end to end ÷ raw | reports exact afterwards |\n")
-	p("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n")
+	p("| workload | approach | batch | changes | write requests / 1k changes | item writes / 1k changes | WCU / 1k changes (AWS billing) | DynamoDB Local reported / 1k | computed ÷ reported³ | changes/s end to end | raw drain records/s | end to end ÷ raw | item writes/s end to end | ÷ DynamoDB Local's item-write ceiling⁴ | reports exact afterwards |\n")
+	p("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n")
 	for _, r := range res.Rows {
 		batch := "—"
 		if r.Batch > 0 {
@@ -50,17 +50,46 @@ func (res *Result) Markdown(w io.Writer) {
 		if r.Approach == SyncTransaction {
 			req += "¹"
 		}
-		p("| %s | %s | %s | %d | %s | %.0f | %s | %.0f | %s | %.0f | %s | %s | %s |\n",
+		ceiling := "—"
+		if c := res.itemWriteCeiling(r); c > 0 {
+			ceiling = fmt.Sprintf("%.1f%%", 100*r.ItemWriteRate()/c)
+		}
+		p("| %s | %s | %s | %d | %s | %.0f | %s | %.0f | %s | %.0f | %s | %s | %.0f | %s | %s |\n",
 			r.Workload, r.Approach, batch, r.Changes, req, per1000(float64(r.Cost.ItemWrites), r.Changes), wcu, per1000(r.Cost.Reported, r.Changes), cross,
-			r.Throughput(), raw, ratio, exactness(r))
+			r.Throughput(), raw, ratio, r.ItemWriteRate(), ceiling, exactness(r))
 	}
 	p("\nPer-record approaches run with the event source mapping's default batch size (100); their writes do not depend on it.  \n")
+	for _, r := range res.Rows {
+		if r.Approach == LedgerTumbling {
+			p("%s: the mapping's TumblingWindowInSeconds is %d; records fall into windows by their ApproximateCreationDateTime (which DynamoDB Local rounds down to the minute), and a backlog's windows are taken as closed (the invocation holding its last record is its window's final one).  \n",
+				LedgerTumbling, int(res.Config.TumblingWindow/time.Second))
+			break
+		}
+	}
 	if len(res.Config.PollerBatches) > 0 {
 		p("Poller batches above 1,000 are pages of 1,000 folded into one batch while the shard is behind (`poller --batch-records`); the Lambda handler's counterpart would be the mapping's BatchSize (up to 10,000), which the bench's mapping, reading one page per batch, does not play.  \n")
 	}
 	p("¹ transactions that carry the change itself: they replace the writer's own write.  \n")
 	p("² the transactions' units minus what the writer's plain write of each change would cost.  \n")
-	p("³ the units computed for the successful writes the way DynamoDB Local reports them (for a transaction: twice the sum of the distinct per-item units), divided by what it reported.\n\n")
+	p("³ the units computed for the successful writes the way DynamoDB Local reports them (for a transaction: twice the sum of the distinct per-item units), divided by what it reported.  \n")
+	p("⁴ the approach's item writes per second end to end, against the highest rate measured below for its kind of write (TransactWriteItems when it wrote transactions, else UpdateItem); above 100%% when the machine was less loaded during the approach than during both measurements.\n\n")
+	if len(res.WriteRates) > 0 {
+		w := res.WriteRates[0]
+		p("DynamoDB Local's own item-write rate in this run (additive updates of report-shaped items of %d bytes, each writer to its own %d items, %s per measurement)", w.ItemBytes, writeRateBatch, res.Config.WriteRateTime)
+		when := ""
+		for _, w := range res.WriteRates {
+			what := "UpdateItem"
+			if w.Op != "UpdateItem" {
+				what = fmt.Sprintf("TransactWriteItems of %d updates", writeRateBatch)
+			}
+			sep := ","
+			if w.When != when {
+				when, sep = w.When, fmt.Sprintf("; %s the backlogs:", w.When)
+			}
+			p("%s %s, %s: %.0f item writes/s", sep, what, writers(w.Workers), w.PerSecond())
+		}
+		p(".\n\n")
+	}
 
 	p("### Where the time went: each approach's table calls on workload b (count × total time; stream reads not included)\n\n")
 	p("| approach | batch | calls |\n|---|---:|---|\n")
@@ -78,11 +107,16 @@ func (res *Result) Markdown(w io.Writer) {
 
 	if len(res.Lag) > 0 {
 		p("### Lag from write to report commit at %d changes/s (workload b, %d s per approach)\n\n", res.LagRate, res.Config.LagSeconds)
+		for _, l := range res.Lag {
+			if l.Window > 0 {
+				p("%s commits a window when it closes: its lag is up to the window (%s) by design.\n\n", l.Approach, l.Window)
+			}
+		}
 		p("| approach | changes written | measured | p50 | p99 | kept up |\n|---|---:|---:|---:|---:|---|\n")
 		for _, l := range res.Lag {
 			kept := "yes"
 			if !l.Sustained {
-				kept = fmt.Sprintf("**no** (%d of %d committed 30 s after the last write)", l.Samples, l.Expected)
+				kept = fmt.Sprintf("**no** (%d of %d committed %s after the last write)", l.Samples, l.Expected, 30*time.Second+l.Window)
 			}
 			p("| %s | %d | %d | %s | %s | %s |\n", l.Approach, l.Written, l.Samples, seconds(l.P50), seconds(l.P99), kept)
 		}
@@ -137,6 +171,13 @@ func (res *Result) Markdown(w io.Writer) {
 	res.targets(w)
 }
 
+func writers(n int) string {
+	if n == 1 {
+		return "1 writer"
+	}
+	return fmt.Sprintf("%d writers", n)
+}
+
 func seconds(s float64) string {
 	if s < 1 {
 		return fmt.Sprintf("%.0f ms", s*1000)
@@ -172,7 +213,7 @@ func (res *Result) targets(w io.Writer) {
 		return
 	}
 	fmt.Fprintf(w, "### Targets (workload b, batch size 1,000)\n\n")
-	for _, a := range []Approach{LedgerPoller, LedgerLambda} {
+	for _, a := range []Approach{LedgerPoller, LedgerLambda, LedgerTumbling} {
 		r, ok := res.row("b", a, 1000)
 		if !ok {
 			continue
@@ -200,7 +241,7 @@ func (res *Result) targets(w io.Writer) {
 	}
 	// Issue 11: high cardinality costs at most twice workload b's write
 	// units per change.
-	for _, a := range []Approach{LedgerPoller, LedgerLambda} {
+	for _, a := range []Approach{LedgerPoller, LedgerLambda, LedgerTumbling} {
 		b, okB := res.row("b", a, 1000)
 		e, okE := res.row("e", a, 1000)
 		if !okB || !okE {

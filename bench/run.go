@@ -38,6 +38,14 @@ type Config struct {
 	// GetRecords' 1,000: pages of 1,000 folded into one batch while behind
 	// (poller.Config.BatchRecords).
 	PollerBatches []int
+	// TumblingWindow is the tumbling Lambda's TumblingWindowInSeconds,
+	// whole seconds (LedgerTumbling; 0: DefaultTumblingWindow).
+	TumblingWindow time.Duration
+	// WriteRateTime is how long each measurement of DynamoDB Local's own
+	// item-write rate runs (0: skipped); WriteRateWorkers is the larger
+	// number of concurrent writers it measures besides one (0: 4).
+	WriteRateTime    time.Duration
+	WriteRateWorkers int
 	// LagSeconds is how long each approach is fed at the steady rate;
 	// LagRate is that rate in changes per second (0: half the slowest
 	// approach's backlog throughput on workload b, between 2 and 50).
@@ -71,6 +79,9 @@ type Config struct {
 	Log io.Writer `json:"-"`
 }
 
+// DefaultTumblingWindow is the tumbling Lambda's window in a full run.
+const DefaultTumblingWindow = 60 * time.Second
+
 // Full is the configuration of `make bench`.
 func Full() Config {
 	return Config{
@@ -80,6 +91,8 @@ func Full() Config {
 		},
 		BatchSizes:     []int{100, 1000},
 		PollerBatches:  []int{10000},
+		TumblingWindow: DefaultTumblingWindow,
+		WriteRateTime:  3 * time.Second,
 		LagSeconds:     30,
 		CPURecords:     100_000,
 		CPUTime:        3 * time.Second,
@@ -99,10 +112,16 @@ func Quick() Config {
 		},
 		BatchSizes:    []int{100, 1000},
 		PollerBatches: []int{10000},
-		LagSeconds:    1,
-		LagRate:       10,
-		CPURecords:    10_000,
-		CPUTime:       200 * time.Millisecond,
+		// A short window, so that the lag measurement does not wait for a
+		// minute's window to close (DynamoDB Local stamps records to the
+		// minute: a 5 s window has ended before most of its records are
+		// read, and is committed at once).
+		TumblingWindow: 5 * time.Second,
+		WriteRateTime:  time.Second,
+		LagSeconds:     1,
+		LagRate:        10,
+		CPURecords:     10_000,
+		CPUTime:        200 * time.Millisecond,
 	}
 }
 
@@ -197,15 +216,18 @@ func (r Row) RawRate() float64 {
 
 // Result is everything a run measured.
 type Result struct {
-	Config   Config
-	Machine  Machine
-	Rows     []Row
-	Lag      []LagRow
-	LagRate  int
-	CPU      []CPURow
-	Memory   *MemoryResult
-	Started  time.Time
-	Duration time.Duration
+	Config  Config
+	Machine Machine
+	Rows    []Row
+	Lag     []LagRow
+	LagRate int
+	// WriteRates are DynamoDB Local's own item-write rates, measured in
+	// the run (measureWriteRates).
+	WriteRates []WriteRate
+	CPU        []CPURow
+	Memory     *MemoryResult
+	Started    time.Time
+	Duration   time.Duration
 	// Err is the error that ended an incomplete run.
 	Err string
 }
@@ -248,12 +270,23 @@ func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 		for _, a := range Approaches {
 			names = append(names, lagTable(a))
 		}
+		names = append(names, writeRateTable)
 		if _, _, _, err := r.instance(ctx, names...); err != nil {
+			return res, err
+		}
+	}
+	if cfg.WriteRateTime > 0 {
+		if err := r.writeRates(ctx, "before"); err != nil {
 			return res, err
 		}
 	}
 	if err := r.backlogs(ctx, cells); err != nil {
 		return res, err
+	}
+	if cfg.WriteRateTime > 0 {
+		if err := r.writeRates(ctx, "after"); err != nil {
+			return res, err
+		}
 	}
 	if !cfg.SkipLag {
 		if err := r.lag(ctx); err != nil {
@@ -384,6 +417,38 @@ func (r *runner) cells() []cell {
 	return out
 }
 
+// window is the tumbling Lambda's window.
+func (r *runner) window() time.Duration {
+	if r.cfg.TumblingWindow > 0 {
+		return r.cfg.TumblingWindow
+	}
+	return DefaultTumblingWindow
+}
+
+// writeRates measures DynamoDB Local's own item-write rate, the ceiling of
+// every consumer here (each report write is an item write), on a table of
+// its own, when (before or after) the backlogs.
+func (r *runner) writeRates(ctx context.Context, when string) error {
+	db, _, stop, err := r.instance(ctx, writeRateTable)
+	if err != nil {
+		return err
+	}
+	defer stop()
+	workers := r.cfg.WriteRateWorkers
+	if workers <= 1 {
+		workers = 4
+	}
+	rates, err := measureWriteRates(ctx, db, writeRateTable, workers, r.cfg.WriteRateTime)
+	for i := range rates {
+		rates[i].When = when
+	}
+	r.res.WriteRates = append(r.res.WriteRates, rates...)
+	for _, w := range rates {
+		r.logf("DynamoDB Local item writes %s the backlogs: %s, %s: %.0f item writes/s (%d requests in %s)", w.When, w.Op, writers(w.Workers), w.PerSecond(), w.Requests, w.Took.Round(time.Millisecond))
+	}
+	return err
+}
+
 // backlogs measures every approach on every workload: write the workload as
 // a backlog, drain the stream read-only (the ceiling), run the approach
 // with 1% duplicate delivery, then reconcile.
@@ -412,7 +477,7 @@ func (r *runner) cell(ctx context.Context, c cell) (Row, error) {
 		return row, err
 	}
 	defer stop()
-	t := target{db: db, streams: streams, table: c.table()}
+	t := target{db: db, streams: streams, table: c.table(), window: r.window()}
 	var got consumed
 	if c.a == SyncTransaction {
 		if got, err = writeSynchronously(ctx, t, c.ops); err != nil {

@@ -82,7 +82,7 @@ func TestQuick_RunsEveryMeasurement(t *testing.T) {
 
 	rows := 0
 	for _, w := range cfg.Workloads {
-		rows += 2*len(cfg.BatchSizes) + len(cfg.PollerBatches)
+		rows += 3*len(cfg.BatchSizes) + len(cfg.PollerBatches) // poller, Lambda standard and tumbling
 		if !w.Spec.LedgerOnly {
 			rows += 3
 		}
@@ -98,12 +98,31 @@ func TestQuick_RunsEveryMeasurement(t *testing.T) {
 		} else {
 			assert.Zero(t, r.Diffs, "%s: exact under duplicates", name)
 		}
-		if r.Approach == LedgerPoller || r.Approach == LedgerLambda {
+		if r.Approach.Ledger() {
 			require.NotNil(t, r.Sizes, name)
 			assert.LessOrEqual(t, r.Sizes.Max, ledgertable.MaxReportItemBytes, "%s: report items stay bounded", name)
 			if r.Workload == "e" {
 				assert.Positive(t, r.Sizes.EntryItems, "%s: the yearly report's names spill to entry items", name)
 			}
+		}
+	}
+	tumbling := 0
+	for _, r := range res.Rows {
+		if r.Approach == LedgerTumbling {
+			tumbling++
+			assert.Positive(t, r.ItemWriteRate(), "%s %s", r.Workload, r.Approach)
+		}
+	}
+	assert.Equal(t, len(cfg.Workloads)*len(cfg.BatchSizes), tumbling, "the tumbling Lambda on every workload at every batch size")
+	// DynamoDB Local's own item-write rate, before and after the
+	// backlogs: each write kind with one and with several writers, every
+	// figure measured.
+	require.Len(t, res.WriteRates, 8)
+	for _, w := range res.WriteRates {
+		assert.Positive(t, w.Requests, "%s × %d", w.Op, w.Workers)
+		assert.Positive(t, w.PerSecond(), "%s × %d", w.Op, w.Workers)
+		if w.Op == "TransactWriteItems" {
+			assert.Equal(t, writeRateBatch*w.Requests, w.ItemWrites, "a transaction of %d updates", writeRateBatch)
 		}
 	}
 	require.Len(t, res.Lag, len(Approaches))
@@ -113,7 +132,7 @@ func TestQuick_RunsEveryMeasurement(t *testing.T) {
 	}
 	require.Len(t, res.CPU, 2)
 	md := res.String()
-	for _, want := range []string{"### Backlog", "### Lag", "### CPU", "### Targets", "| b | 4 ledger: poller | 1000 |", "| b | 4 ledger: poller | 10000 |", "| e | 4 ledger: poller | 1000 |", "### Report item sizes", "Beyond the targets' batch size"} {
+	for _, want := range []string{"### Backlog", "### Lag", "### CPU", "### Targets", "| b | 4 ledger: poller | 1000 |", "| b | 4 ledger: poller | 10000 |", "| b | 4 ledger: Lambda handler (tumbling) | 1000 |", "DynamoDB Local's own item-write rate in this run", "commits a window when it closes", "| e | 4 ledger: poller | 1000 |", "### Report item sizes", "Beyond the targets' batch size"} {
 		assert.True(t, strings.Contains(md, want), "markdown has %q", want)
 	}
 }

@@ -98,25 +98,27 @@ func Put(ctx context.Context, api *dynamodb.Client, table string, op Op, now tim
 }
 
 // shardIterator opens the stream's only shard (DynamoDB Local has one) at
-// TRIM_HORIZON, or AT_SEQUENCE_NUMBER at when set.
-func shardIterator(ctx context.Context, streams poller.Streams, arn, at string) (*string, error) {
+// TRIM_HORIZON, or AT_SEQUENCE_NUMBER at when set, and returns the shard's
+// id with it.
+func shardIterator(ctx context.Context, streams poller.Streams, arn, at string) (*string, string, error) {
 	d, err := streams.DescribeStream(ctx, &dynamodbstreams.DescribeStreamInput{StreamArn: &arn})
 	if err != nil {
-		return nil, fmt.Errorf("describe stream: %w", err)
+		return nil, "", fmt.Errorf("describe stream: %w", err)
 	}
 	if n := len(d.StreamDescription.Shards); n != 1 {
-		return nil, fmt.Errorf("stream has %d shards; the bench reads DynamoDB Local's single shard", n)
+		return nil, "", fmt.Errorf("stream has %d shards; the bench reads DynamoDB Local's single shard", n)
 	}
-	in := &dynamodbstreams.GetShardIteratorInput{StreamArn: &arn, ShardId: d.StreamDescription.Shards[0].ShardId,
+	shard := d.StreamDescription.Shards[0].ShardId
+	in := &dynamodbstreams.GetShardIteratorInput{StreamArn: &arn, ShardId: shard,
 		ShardIteratorType: streamtypes.ShardIteratorTypeTrimHorizon}
 	if at != "" {
 		in.ShardIteratorType, in.SequenceNumber = streamtypes.ShardIteratorTypeAtSequenceNumber, &at
 	}
 	out, err := streams.GetShardIterator(ctx, in)
 	if err != nil {
-		return nil, fmt.Errorf("shard iterator: %w", err)
+		return nil, "", fmt.Errorf("shard iterator: %w", err)
 	}
-	return out.ShardIterator, nil
+	return out.ShardIterator, aws.ToString(shard), nil
 }
 
 // Drain reads the stream from the trim horizon to its current end with
@@ -126,7 +128,7 @@ func shardIterator(ctx context.Context, streams poller.Streams, arn, at string) 
 // number.
 func Drain(ctx context.Context, streams poller.Streams, arn string, limit int) (n int, took time.Duration, last string, err error) {
 	start := time.Now()
-	iter, err := shardIterator(ctx, streams, arn, "")
+	iter, _, err := shardIterator(ctx, streams, arn, "")
 	if err != nil {
 		return 0, 0, "", err
 	}
@@ -164,64 +166,46 @@ type Function interface {
 // record), and then the rest of the page. Both deliveries start at a record
 // where the mapping may resume, as the run-marker guard assumes (L1 of
 // docs/exactly-once.md).
+//
+// With Window set it plays a mapping with TumblingWindowInSeconds instead
+// (runTumbling).
 type ESM struct {
 	Streams    poller.Streams
 	StreamARN  string
 	BatchSize  int
 	Duplicates bool
+	// Window is the mapping's TumblingWindowInSeconds (0: standard mode).
+	Window time.Duration
 	// PollInterval is the wait after an empty page in live mode (Lambda
 	// polls a shard four times a second).
 	PollInterval time.Duration
 	// Read, when set, sees every page read.
 	Read func(recs []processor.Record)
 
-	// Counts of what was delivered.
-	Invocations, Delivered, Redelivered int
+	// Counts of what was delivered: invocations, records (duplicates
+	// included), duplicates, and tumbling windows closed.
+	Invocations, Delivered, Redelivered, Windows int
 }
 
 // Run delivers records to fn until a batch holding the record with sequence
 // number until (or a later one) is acknowledged, or, with until "", until
 // ctx ends (live mode; then it returns nil).
 func (e *ESM) Run(ctx context.Context, fn Function, until string) error {
-	poll := e.PollInterval
-	if poll <= 0 {
-		poll = 250 * time.Millisecond
+	if e.Window > 0 {
+		return e.runTumbling(ctx, fn, until)
 	}
-	iter, err := shardIterator(ctx, e.Streams, e.StreamARN, "")
+	iter, _, err := shardIterator(ctx, e.Streams, e.StreamARN, "")
 	if err != nil {
 		return err
 	}
 	for {
-		if ctx.Err() != nil {
-			if until == "" {
-				return nil
-			}
-			return ctx.Err()
-		}
-		out, err := e.Streams.GetRecords(ctx, &dynamodbstreams.GetRecordsInput{ShardIterator: iter, Limit: aws.Int32(int32(e.BatchSize))})
+		recs, next, err := e.read(ctx, iter, until)
 		if err != nil {
-			if until == "" && ctx.Err() != nil {
-				return nil
-			}
-			return fmt.Errorf("esm: get records: %w", err)
+			return liveEnd(ctx, until, err)
 		}
-		if len(out.Records) == 0 {
-			if until != "" {
-				return fmt.Errorf("esm: stream ended before record %s", until)
-			}
-			select {
-			case <-ctx.Done():
-			case <-time.After(poll):
-			}
-			iter = out.NextShardIterator
+		if len(recs) == 0 {
+			iter = next
 			continue
-		}
-		recs := make([]processor.Record, len(out.Records))
-		for i := range out.Records {
-			recs[i] = processor.FromStream(out.Records[i], e.StreamARN)
-		}
-		if e.Read != nil {
-			e.Read(recs)
 		}
 		batches := [][]processor.Record{recs}
 		if e.Duplicates {
@@ -235,17 +219,14 @@ func (e *ESM) Run(ctx context.Context, fn Function, until string) error {
 				continue
 			}
 			if resume, err = e.invoke(ctx, fn, b); err != nil {
-				if until == "" && ctx.Err() != nil {
-					return nil
-				}
-				return err
+				return liveEnd(ctx, until, err)
 			}
 			if resume != "" {
 				break
 			}
 		}
 		if resume != "" {
-			if iter, err = shardIterator(ctx, e.Streams, e.StreamARN, resume); err != nil {
+			if iter, _, err = shardIterator(ctx, e.Streams, e.StreamARN, resume); err != nil {
 				return err
 			}
 			continue
@@ -253,47 +234,121 @@ func (e *ESM) Run(ctx context.Context, fn Function, until string) error {
 		if until != "" && processor.CompareSequence(recs[len(recs)-1].SequenceNumber, until) >= 0 {
 			return nil
 		}
-		iter = out.NextShardIterator
+		iter = next
 	}
+}
+
+// liveEnd is what Run returns when err ended it: nil in live mode (until
+// "") once ctx has ended, else err.
+func liveEnd(ctx context.Context, until string, err error) error {
+	if ctx.Err() != nil && until == "" {
+		return nil
+	}
+	return err
+}
+
+// read returns the records of the page at iter and the next iterator, or
+// ctx's error once it has ended. An empty page is an error in backlog mode
+// (the stream ended before until); in live mode read waits PollInterval
+// and returns no records.
+func (e *ESM) read(ctx context.Context, iter *string, until string) ([]processor.Record, *string, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, nil, err
+	}
+	out, err := e.Streams.GetRecords(ctx, &dynamodbstreams.GetRecordsInput{ShardIterator: iter, Limit: aws.Int32(int32(e.BatchSize))})
+	if err != nil {
+		return nil, nil, fmt.Errorf("esm: get records: %w", err)
+	}
+	if len(out.Records) == 0 {
+		if until != "" {
+			return nil, nil, fmt.Errorf("esm: stream ended before record %s", until)
+		}
+		poll := e.PollInterval
+		if poll <= 0 {
+			poll = 250 * time.Millisecond
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(poll):
+		}
+		return nil, out.NextShardIterator, nil
+	}
+	recs := make([]processor.Record, len(out.Records))
+	for i := range out.Records {
+		recs[i] = processor.FromStream(out.Records[i], e.StreamARN)
+	}
+	if e.Read != nil {
+		e.Read(recs)
+	}
+	return recs, out.NextShardIterator, nil
+}
+
+// lambdaRecords encodes a batch as the event source mapping sends it.
+func lambdaRecords(batch []processor.Record) ([]events.DynamoDBEventRecord, error) {
+	out := make([]events.DynamoDBEventRecord, len(batch))
+	for i, r := range batch {
+		lr, err := processor.ToLambda(r)
+		if err != nil {
+			return nil, fmt.Errorf("esm: encode record %s: %w", r.EventID, err)
+		}
+		lr.AWSRegion = "us-east-1"
+		out[i] = lr
+	}
+	return out, nil
 }
 
 // invoke delivers one batch, retrying whole-batch errors, and returns the
 // sequence number to resume at ("" when the batch was acknowledged).
 func (e *ESM) invoke(ctx context.Context, fn Function, batch []processor.Record) (string, error) {
-	ev := events.DynamoDBEvent{Records: make([]events.DynamoDBEventRecord, len(batch))}
-	for i, r := range batch {
-		lr, err := processor.ToLambda(r)
-		if err != nil {
-			return "", fmt.Errorf("esm: encode record %s: %w", r.EventID, err)
-		}
-		lr.AWSRegion = "us-east-1"
-		ev.Records[i] = lr
-	}
-	payload, err := json.Marshal(ev)
+	recs, err := lambdaRecords(batch)
 	if err != nil {
 		return "", err
 	}
+	payload, err := json.Marshal(events.DynamoDBEvent{Records: recs})
+	if err != nil {
+		return "", err
+	}
+	var resp events.DynamoDBEventResponse
+	err = e.call(ctx, fn, payload, batch, func(out []byte) error {
+		resp = events.DynamoDBEventResponse{}
+		return json.Unmarshal(out, &resp)
+	})
+	if err != nil {
+		return "", err
+	}
+	if len(resp.BatchItemFailures) == 0 {
+		return "", nil
+	}
+	return resp.BatchItemFailures[0].ItemIdentifier, nil
+}
+
+// call invokes fn with payload, the event of batch, until it answers
+// without an error and with a response that accept takes (the mapping
+// retries a failed invocation with the same payload, here up to 5 times).
+func (e *ESM) call(ctx context.Context, fn Function, payload []byte, batch []processor.Record, accept func(out []byte) error) error {
 	var lastErr error
 	for attempt := 0; attempt < 5; attempt++ {
+		if attempt > 0 {
+			time.Sleep(100 * time.Millisecond)
+		}
 		e.Invocations++
 		e.Delivered += len(batch)
 		out, err := fn.Invoke(ctx, payload)
 		if err != nil {
 			lastErr = err
 			if ctx.Err() != nil {
-				return "", ctx.Err()
+				return ctx.Err()
 			}
-			time.Sleep(100 * time.Millisecond)
 			continue
 		}
-		var resp events.DynamoDBEventResponse
-		if err := json.Unmarshal(out, &resp); err != nil {
-			return "", fmt.Errorf("esm: response: %w", err)
+		if lastErr = accept(out); lastErr == nil {
+			return nil
 		}
-		if len(resp.BatchItemFailures) == 0 {
-			return "", nil
-		}
-		return resp.BatchItemFailures[0].ItemIdentifier, nil
+		lastErr = fmt.Errorf("esm: response: %w", lastErr)
 	}
-	return "", fmt.Errorf("esm: batch of %d records from %s failed 5 times: %w", len(batch), batch[0].SequenceNumber, lastErr)
+	from := "no records"
+	if len(batch) > 0 {
+		from = fmt.Sprintf("%d records from %s", len(batch), batch[0].SequenceNumber)
+	}
+	return fmt.Errorf("esm: invocation with %s failed 5 times: %w", from, lastErr)
 }

@@ -80,7 +80,7 @@ func headlineBatch(res *bench.Result) int {
 // rowFor finds approach a's row on workload w: ledger's approaches at the
 // headline batch size, the others at the one batch size they ran with.
 func rowFor(res *bench.Result, w string, a bench.Approach) (bench.Row, bool) {
-	ledger := a == bench.LedgerPoller || a == bench.LedgerLambda
+	ledger := a.Ledger()
 	for _, r := range res.Rows {
 		if r.Workload == w && r.Approach == a && (!ledger || r.Batch == headlineBatch(res)) {
 			return r, true

@@ -32,7 +32,7 @@ func TestRender_DrawsEachChartWithItsSeries(t *testing.T) {
 		filepath.Join(dir, charts.LagFile),
 	}, paths)
 
-	stream := []bench.Approach{bench.PerRecordSeed, bench.PerRecordMarker, bench.LedgerPoller, bench.LedgerLambda}
+	stream := []bench.Approach{bench.PerRecordSeed, bench.PerRecordMarker, bench.LedgerPoller, bench.LedgerLambda, bench.LedgerTumbling}
 	tests := []struct {
 		file       string
 		want, none []string

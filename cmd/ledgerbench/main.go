@@ -19,6 +19,7 @@ import (
 	"strings"
 	"sync"
 	"syscall"
+	"time"
 
 	"github.com/ledger-dev/ledger/bench"
 	"github.com/ledger-dev/ledger/bench/charts"
@@ -45,10 +46,12 @@ Runs issue 6's benchmark and prints its tables as markdown on stdout
 handler fed the same batches) next to the approaches users would otherwise
 pick (per-record updates as seed 003 writes them, the same with Powertools-
 style idempotency markers, and seed 003's synchronous createWithReport), on
-workloads a-e, at batch sizes 100 and 1,000: write requests and write units
+workloads a-e, at batch sizes 100 and 1,000 (the Lambda handler in standard
+mode and in tumbling-window mode): write requests and write units
 per 1,000 changes (AWS billing rules, cross-checked against DynamoDB
 Local's ConsumedCapacity), end-to-end throughput against the raw stream
-drain rate, exactness under 1% duplicate delivery (reconcile), lag at a
+drain rate and DynamoDB Local's own item-write rate measured in the same
+run, exactness under 1% duplicate delivery (reconcile), lag at a
 steady rate, CPU-only decoding and folding, and the poller binary's peak
 memory draining a 1,000,000-record backlog.
 
@@ -84,8 +87,9 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	poller := fs.String("poller", "", "a built cmd/poller `BINARY` for the memory measurement (default: go build one)")
 	ledgerctl := fs.String("ledgerctl", "", "a built cmd/ledgerctl `BINARY` for the memory measurement's reconcile (default: go build one)")
 	backlog := fs.Int("backlog", -1, "`RECORDS` in the memory measurement's backlog (default 1,000,000 in a full run; 0 skips it)")
-	only := fs.String("only", "", "measure only these approaches' backlogs: `LIST` of perrecord, marker, sync, poller, lambda")
-	skip := fs.String("skip", "", "leave out these measurements: `LIST` of lag, cpu")
+	only := fs.String("only", "", "measure only these approaches' backlogs: `LIST` of perrecord, marker, sync, poller, lambda, lambda-tumbling")
+	skip := fs.String("skip", "", "leave out these measurements: `LIST` of lag, cpu, writerate")
+	window := fs.Int("tumbling-window", 0, "the tumbling Lambda's TumblingWindowInSeconds, `SECONDS` (default 60; 5 with -quick)")
 	workloads := fs.String("workloads", "", "measure only these workloads' backlogs: `LIST` of a, b, c, d, e")
 	if err := fs.Parse(args); err != nil {
 		return exitError
@@ -117,7 +121,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		for _, id := range strings.Split(*only, ",") {
 			a, ok := bench.ApproachByID(strings.TrimSpace(id))
 			if !ok {
-				return fail(fmt.Errorf("-only: unknown approach %q (perrecord, marker, sync, poller, lambda)", id))
+				return fail(fmt.Errorf("-only: unknown approach %q (perrecord, marker, sync, poller, lambda, lambda-tumbling)", id))
 			}
 			cfg.Only = append(cfg.Only, a)
 		}
@@ -140,9 +144,17 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			cfg.SkipLag = true
 		case "cpu":
 			cfg.SkipCPU = true
+		case "writerate":
+			cfg.WriteRateTime = 0
 		default:
-			return fail(fmt.Errorf("-skip: unknown measurement %q (lag, cpu)", m))
+			return fail(fmt.Errorf("-skip: unknown measurement %q (lag, cpu, writerate)", m))
 		}
+	}
+	switch {
+	case *window < 0 || *window > 900:
+		return fail(fmt.Errorf("-tumbling-window %d: want 1 to 900 seconds (the mapping's range)", *window))
+	case *window > 0:
+		cfg.TumblingWindow = time.Duration(*window) * time.Second
 	}
 	cfg.PollerBinary = *poller
 	cfg.LedgerctlBinary = *ledgerctl

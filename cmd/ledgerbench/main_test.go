@@ -28,13 +28,18 @@ func TestBench_RefusesArgumentsAndDocumentsItsFlags(t *testing.T) {
 
 	code, _, errOut = run(t, "-h")
 	assert.Equal(t, exitError, code)
-	for _, flag := range []string{"-quick", "-o FILE", "-poller BINARY", "-backlog RECORDS", "-only LIST", "-skip LIST", "-workloads LIST", "-json FILE", "-charts DIR", "-from FILE"} {
+	for _, flag := range []string{"-quick", "-o FILE", "-poller BINARY", "-backlog RECORDS", "-only LIST", "-skip LIST", "-workloads LIST", "-json FILE", "-charts DIR", "-from FILE", "-tumbling-window SECONDS", "lambda-tumbling", "writerate"} {
 		assert.Contains(t, errOut, flag)
 	}
 	for _, bad := range [][]string{{"-only", "poller,nonsense"}, {"-skip", "memory"}, {"-workloads", "b,z"}} {
 		code, _, errOut = run(t, bad...)
 		assert.Equal(t, exitError, code)
 		assert.Contains(t, errOut, "unknown", "%v", bad)
+	}
+	for _, bad := range []string{"901", "-5"} {
+		code, _, errOut = run(t, "-tumbling-window", bad)
+		assert.Equal(t, exitError, code)
+		assert.Contains(t, errOut, "want 1 to 900 seconds", bad)
 	}
 }
 
