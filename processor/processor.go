@@ -36,8 +36,9 @@ type Config struct {
 	BaseBackoff, MaxBackoff time.Duration
 	// MaxItemsPerRun bounds the items one commit transaction writes besides
 	// its guard (default and maximum 99: TransactWriteItems takes 100
-	// actions). Runs and batch groups are planned counting every entry of a
-	// report's delta as a possible entry item (table/report.go).
+	// actions). A batch's groups are planned counting every entry of a
+	// report's delta as a possible entry item (table/report.go), runs
+	// counting the entry items the report shapes last read call for.
 	MaxItemsPerRun int
 	// MaxEntriesPerItem bounds the breakdown entries one report update
 	// changes, keeping its expressions under DynamoDB's 4 KB limit (default
