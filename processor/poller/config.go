@@ -82,7 +82,9 @@ type Config struct {
 	// between lag and cost on a caught-up stream, like the event source
 	// mapping's MaximumBatchingWindowInSeconds: a longer window folds more
 	// changes into one write of each report item and adds up to itself to
-	// every change's lag (BENCHMARKS.md, "Batching window").
+	// every change's lag (BENCHMARKS.md, "Issue 16: the poller's batching
+	// window"). BatchWindowSetting's limits are those of a set window; the
+	// flag's 0 (no window) is -1 here.
 	BatchWindow time.Duration
 	// MinReadInterval is the least time between two GetRecords calls on one
 	// shard (default 200ms: at most 5 calls per second per shard, the
@@ -142,10 +144,8 @@ func (s Setting[T]) Check(v T) (T, error) {
 
 // The settings of Config with their defaults and limits.
 var (
-	MaxRecordsSetting   = Setting[int]{"max-records", 1000, 1, 1000}
-	BatchRecordsSetting = Setting[int]{"batch-records", 10000, 1000, 10000}
-	// BatchWindowSetting's Min is that of a set window; Config takes a
-	// negative BatchWindow (the flag: 0) for no window.
+	MaxRecordsSetting         = Setting[int]{"max-records", 1000, 1, 1000}
+	BatchRecordsSetting       = Setting[int]{"batch-records", 10000, 1000, 10000}
 	BatchWindowSetting        = Setting[time.Duration]{"batch-window", time.Second, time.Millisecond, 5 * time.Minute}
 	MinReadIntervalSetting    = Setting[time.Duration]{"min-read-interval", 200 * time.Millisecond, 0, time.Minute}
 	IdleBackoffSetting        = Setting[time.Duration]{"idle-backoff", time.Second, 10 * time.Millisecond, 5 * time.Minute}
