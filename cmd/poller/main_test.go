@@ -30,6 +30,7 @@ import (
 	"github.com/ledger-dev/ledger/infra/ddblocal/ddbtest"
 	"github.com/ledger-dev/ledger/internal/ledgertest"
 	"github.com/ledger-dev/ledger/processor"
+	"github.com/ledger-dev/ledger/processor/poller"
 	"github.com/ledger-dev/ledger/table"
 )
 
@@ -115,6 +116,9 @@ func TestRun_FlagErrorsExitTwoAndHelpExitsZero(t *testing.T) {
 			[]string{`LEDGER_DRAIN "maybe"`, `--metrics-addr "9102"`}},
 		{"batch records", map[string]string{"LEDGER_BATCH_RECORDS": "999"}, nil, []string{`--batch-records "999": want a number from 1000 to 10000`}},
 		{"batch records not a number", nil, []string{"--batch-records", "lots"}, []string{`--batch-records "lots"`}},
+		{"batch window too long", map[string]string{"LEDGER_BATCH_WINDOW": "10m"}, nil, []string{"--batch-window 10m0s: want between 1ms and 5m0s"}},
+		{"batch window negative", nil, []string{"--batch-window", "-1s"}, []string{"--batch-window -1s: want between 1ms and 5m0s"}},
+		{"batch window not a duration", nil, []string{"--batch-window", "2"}, []string{`--batch-window "2": not a duration`}},
 		{"unknown flag", nil, []string{"--nope"}, []string{"flag provided but not defined: -nope"}},
 		{"arguments", nil, []string{"extra"}, []string{"unexpected arguments: extra"}},
 		{"empty table", map[string]string{}, []string{"--table", ""}, []string{"--table: must not be empty"}},
@@ -132,8 +136,32 @@ func TestRun_FlagErrorsExitTwoAndHelpExitsZero(t *testing.T) {
 	var out, errOut bytes.Buffer
 	require.Equal(t, exitOK, Run(context.Background(), []string{"--help"}, func(string) string { return "" }, &out, &errOut))
 	for _, f := range []string{"-table", "LEDGER_TABLE", "-metrics-addr", "LEDGER_METRICS_ADDR", ":9102", "-start-position", "TRIM_HORIZON",
-		"-idle-backoff", "-lease-duration", "-owner", "hostname-pid", "-log-format", "-drain", "-batch-records", "LEDGER_BATCH_RECORDS", "AWS_ENDPOINT_URL"} {
+		"-idle-backoff", "-lease-duration", "-owner", "hostname-pid", "-log-format", "-drain", "-batch-records", "LEDGER_BATCH_RECORDS", "-batch-window", "LEDGER_BATCH_WINDOW", "AWS_ENDPOINT_URL"} {
 		assert.Contains(t, errOut.String(), f)
+	}
+}
+
+// The batching window and batch size: flag over environment over the
+// defaults of poller's settings; 0 turns the window off.
+func TestParseFlags_BatchWindowAndBatchRecords(t *testing.T) {
+	for _, tt := range []struct {
+		name       string
+		env        map[string]string
+		args       []string
+		wantWindow time.Duration
+		wantBatch  int
+	}{
+		{"defaults", nil, nil, poller.BatchWindowSetting.Default, poller.BatchRecordsSetting.Default},
+		{"environment", map[string]string{"LEDGER_BATCH_WINDOW": "250ms", "LEDGER_BATCH_RECORDS": "2000"}, nil, 250 * time.Millisecond, 2000},
+		{"flag over environment", map[string]string{"LEDGER_BATCH_WINDOW": "250ms"}, []string{"--batch-window", "2s"}, 2 * time.Second, poller.BatchRecordsSetting.Default},
+		{"zero turns the window off", nil, []string{"--batch-window", "0"}, -1, poller.BatchRecordsSetting.Default},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			o, err := parseFlags(tt.args, func(k string) string { return tt.env[k] }, io.Discard)
+			require.NoError(t, err)
+			assert.Equal(t, tt.wantWindow, o.batchWindow)
+			assert.Equal(t, tt.wantBatch, o.batchRecords)
+		})
 	}
 }
 

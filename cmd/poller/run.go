@@ -43,6 +43,7 @@ type options struct {
 	logLevel           slog.Level
 	drain              bool
 	batchRecords       int
+	batchWindow        time.Duration // negative: no window
 }
 
 const usageHead = `usage: poller [flags]
@@ -76,7 +77,7 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (op
 	if host == "" {
 		host = "poller"
 	}
-	var startPos, idle, lease, cpEvery, discover, shutdown, level, batch string
+	var startPos, idle, lease, cpEvery, discover, shutdown, level, batch, window string
 	var errs []error
 	drainDefault, err := strconv.ParseBool(env("LEDGER_DRAIN", "false"))
 	if err != nil {
@@ -102,7 +103,9 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (op
 	fs.StringVar(&o.logFormat, "log-format", env("LEDGER_LOG_FORMAT", "text"), "log `FORMAT` on stderr: text or json (env LEDGER_LOG_FORMAT)")
 	fs.StringVar(&level, "log-level", env("LEDGER_LOG_LEVEL", "info"), "log `LEVEL`: debug, info, warn or error (env LEDGER_LOG_LEVEL)")
 	fs.StringVar(&batch, "batch-records", env("LEDGER_BATCH_RECORDS", strconv.Itoa(poller.BatchRecordsSetting.Default)),
-		"most `RECORDS` (1000 to 10000) folded into one commit batch: while a shard is behind, pages of 1,000 are read on into one batch, fewer report updates per record (env LEDGER_BATCH_RECORDS)")
+		"most `RECORDS` (1000 to 10000) folded into one commit batch: while a shard is behind, pages of 1,000 are read on into one batch, fewer report updates per record; up to 10 MB of records held per shard (env LEDGER_BATCH_RECORDS)")
+	fs.StringVar(&window, "batch-window", env("LEDGER_BATCH_WINDOW", poller.BatchWindowSetting.Default.String()),
+		"how long (a `DURATION`, at most 5m; 0 for none) a caught-up shard's reader holds the records it reads before committing them as one batch (bounded by --batch-records): fewer report writes per change, up to this much more lag (env LEDGER_BATCH_WINDOW)")
 	fs.BoolVar(&o.drain, "drain", drainDefault,
 		"exit 0 once every shard is read to its current end and committed; takes over expired leases too (env LEDGER_DRAIN)")
 	fs.Usage = func() {
@@ -144,6 +147,11 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (op
 		errs = append(errs, fmt.Errorf("--batch-records %q: want a number from %d to %d", batch, poller.BatchRecordsSetting.Min, poller.BatchRecordsSetting.Max))
 	} else {
 		o.batchRecords = n
+	}
+	if d, err := time.ParseDuration(window); err == nil && d == 0 {
+		o.batchWindow = -1 // no window: every page is committed as it is read
+	} else {
+		durFlag(window, &o.batchWindow, poller.BatchWindowSetting)
 	}
 	durFlag(lease, &o.leaseDuration, poller.LeaseDurationSetting)
 	durFlag(cpEvery, &o.checkpointInterval, poller.CheckpointIntervalSetting)
@@ -216,6 +224,7 @@ func run(ctx context.Context, o options, awsOpts []func(*config.LoadOptions) err
 		StartPosition:      o.startPosition,
 		Drain:              o.drain,
 		BatchRecords:       o.batchRecords,
+		BatchWindow:        o.batchWindow,
 		IdleBackoff:        o.idleBackoff,
 		LeaseDuration:      o.leaseDuration,
 		CheckpointInterval: o.checkpointInterval,

@@ -62,12 +62,30 @@ type Config struct {
 	// MaxRecords is the GetRecords limit (default and maximum 1000).
 	MaxRecords int
 	// BatchRecords is how many records one commit batch may hold (default
-	// MaxRecords, at most 10,000). While a shard is behind (its pages come
-	// back full), the reader reads on into one batch up to this size before
-	// committing: the fold of more records, fewer report updates per record
-	// (BENCHMARKS.md). A shard that is caught up commits every page at once,
-	// so lag is unchanged.
+	// 10,000, at least MaxRecords, at most 10,000): the fold of more
+	// records, fewer report updates per record (BENCHMARKS.md). While a
+	// shard is behind (its pages come back full), the reader reads on into
+	// one batch up to this size before committing; a caught-up shard
+	// gathers its pages for up to BatchWindow. A read never takes the batch
+	// past this size (its GetRecords limit is what is left). This is what
+	// is in memory per shard: up to 10 pages of at most 1 MB.
 	BatchRecords int
+	// BatchWindow is how long a shard reader holds the records it has read
+	// before committing them as one batch, counted from the read of the
+	// first record not yet committed (default 1s; negative: no window, each
+	// page is committed as soon as it is read). Records keep being read
+	// during the window; the batch is committed at the first read after the
+	// window has elapsed, when it reaches BatchRecords, when a drain reads
+	// an empty page (caught up), and on a stop (shutdown, hand-off). Held
+	// records are not checkpointed: a reader that dies holding them leaves
+	// them to be read again after the checkpoint. The window is the lever
+	// between lag and cost on a caught-up stream, like the event source
+	// mapping's MaximumBatchingWindowInSeconds: a longer window folds more
+	// changes into one write of each report item and adds up to itself to
+	// every change's lag (BENCHMARKS.md, "Issue 16: the poller's batching
+	// window"). BatchWindowSetting's limits are those of a set window; the
+	// flag's 0 (no window) is -1 here.
+	BatchWindow time.Duration
 	// MinReadInterval is the least time between two GetRecords calls on one
 	// shard (default 200ms: at most 5 calls per second per shard, the
 	// documented DynamoDB Streams limit).
@@ -127,7 +145,8 @@ func (s Setting[T]) Check(v T) (T, error) {
 // The settings of Config with their defaults and limits.
 var (
 	MaxRecordsSetting         = Setting[int]{"max-records", 1000, 1, 1000}
-	BatchRecordsSetting       = Setting[int]{"batch-records", 1000, 1000, 10000}
+	BatchRecordsSetting       = Setting[int]{"batch-records", 10000, 1000, 10000}
+	BatchWindowSetting        = Setting[time.Duration]{"batch-window", time.Second, time.Millisecond, 5 * time.Minute}
 	MinReadIntervalSetting    = Setting[time.Duration]{"min-read-interval", 200 * time.Millisecond, 0, time.Minute}
 	IdleBackoffSetting        = Setting[time.Duration]{"idle-backoff", time.Second, 10 * time.Millisecond, 5 * time.Minute}
 	ThrottleBackoffSetting    = Setting[time.Duration]{"throttle-backoff", 200 * time.Millisecond, time.Millisecond, time.Minute}
@@ -176,10 +195,13 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	check(&c.MaxRecords, MaxRecordsSetting)
 	if c.BatchRecords == 0 {
-		c.BatchRecords = c.MaxRecords
+		c.BatchRecords = BatchRecordsSetting.Default
 	}
 	if c.BatchRecords < c.MaxRecords || c.BatchRecords > BatchRecordsSetting.Max {
 		errs = append(errs, fmt.Errorf("batch records %d: want %d (max records) to %d", c.BatchRecords, c.MaxRecords, BatchRecordsSetting.Max))
+	}
+	if c.BatchWindow >= 0 {
+		dur(&c.BatchWindow, BatchWindowSetting)
 	}
 	check(&c.MaxReadFailures, MaxReadFailuresSetting)
 	dur(&c.MinReadInterval, MinReadIntervalSetting)

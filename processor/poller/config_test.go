@@ -16,6 +16,14 @@ func TestConfig_DefaultsAndLimitsAreTheSettings(t *testing.T) {
 	assert.Equal(t, ShutdownTimeoutSetting.Default, c.ShutdownTimeout)
 	assert.Equal(t, BatchRecordsSetting.Default, c.BatchRecords)
 	assert.Equal(t, MaxReadFailuresSetting.Default, c.MaxReadFailures)
+	assert.Equal(t, BatchWindowSetting.Default, c.BatchWindow)
+
+	off, err := Config{Table: "t", StreamARN: "arn", Owner: "o", BatchWindow: -1}.withDefaults()
+	require.NoError(t, err)
+	assert.Negative(t, off.BatchWindow, "a negative window is no window, not the default")
+	small, err := Config{Table: "t", StreamARN: "arn", Owner: "o", MaxRecords: 10}.withDefaults()
+	require.NoError(t, err)
+	assert.Equal(t, BatchRecordsSetting.Default, small.BatchRecords, "the batch default does not follow a smaller page")
 
 	for _, tc := range []struct {
 		name string
@@ -26,6 +34,9 @@ func TestConfig_DefaultsAndLimitsAreTheSettings(t *testing.T) {
 		{"shutdown past the container's grace", func(c *Config) { c.ShutdownTimeout = 26 * time.Second }, "shutdown-timeout 26s: want between 1s and 25s"},
 		{"lease too short", func(c *Config) { c.LeaseDuration = time.Millisecond }, "lease-duration 1ms: want between 300ms and 10m0s"},
 		{"batch under a page", func(c *Config) { c.MaxRecords, c.BatchRecords = 1000, 999 }, "batch records 999: want 1000 (max records) to 10000"},
+		{"batch window too long", func(c *Config) { c.BatchWindow = 6 * time.Minute }, "batch-window 6m0s: want between 1ms and 5m0s"},
+		{"batch window under the minimum", func(c *Config) { c.BatchWindow = time.Microsecond }, "batch-window 1µs: want between 1ms and 5m0s"},
+		{"batch over the maximum", func(c *Config) { c.BatchRecords = 10001 }, "batch records 10001: want 1000 (max records) to 10000"},
 		{"throttle backoffs crossed", func(c *Config) { c.ThrottleBackoff, c.MaxThrottleBackoff = time.Second, 500*time.Millisecond }, "max throttle backoff 500ms: want at least the throttle backoff 1s"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

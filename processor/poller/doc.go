@@ -1,7 +1,7 @@
 // Package poller is the long-running stream consumer: it reads a ledger
 // table's DynamoDB stream with the Streams API (DescribeStream,
-// GetShardIterator, GetRecords) and hands each page of records to the
-// processor, whose commits are exact under redelivery
+// GetShardIterator, GetRecords) and hands its records to the processor in
+// batches of pages, whose commits are exact under redelivery
 // (docs/exactly-once.md). Several pollers can run on one stream; they share
 // its shards through leases kept in the table.
 //
@@ -99,9 +99,14 @@
 // # Reading and call rates
 //
 // Each reader reads its shard in order, one GetRecords of up to
-// Config.MaxRecords (1,000) records at a time, and processes the page
-// (decode, fold, commit) before it reads the next, so memory is bounded by
-// one page per leased shard whatever the backlog. Calls on one shard are at
+// Config.MaxRecords (1,000) records at a time, and gathers the pages into
+// one batch of at most Config.BatchRecords (10,000) records: full pages
+// while the shard is behind, any pages for up to Config.BatchWindow (1 s)
+// once it is caught up. It processes the batch (decode, fold, commit)
+// before it reads on, so memory is bounded by one batch per leased shard
+// whatever the backlog. The records held are not checkpointed: a stop
+// (shutdown, hand-off) commits them first, and a reader that dies holding
+// them leaves them to be read again. Calls on one shard are at
 // least Config.MinReadInterval (200 ms) apart: at most 5 GetRecords per
 // second per shard, DynamoDB Streams' documented limit, per reader (and at
 // most two readers, above). After an empty page the reader waits

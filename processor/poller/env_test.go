@@ -28,11 +28,12 @@ import (
 )
 
 // The package's tables are all created before any test writes: one per
-// test that makes one (17: five lineage, three lease, three closed-shard,
-// two batch, two fault, one damage and one lag test), and one to spare. A
+// test that makes one (21: five lineage, four window, three lease, three
+// closed-shard, two batch, two fault, one damage and one lag test), and one
+// to spare. A
 // test that gets a later table is slow enough for 3-second leases to
 // expire, so an exhausted pool fails the test (ddbtest.Pool.Table).
-var tables = ddbtest.Pool{Size: 18}
+var tables = ddbtest.Pool{Size: 22}
 
 func newTableName(t testing.TB) string { return tables.Table(t) }
 
@@ -113,6 +114,7 @@ func fastConfig(table, arn, owner string) poller.Config {
 		ThrottleBackoff: time.Millisecond, MaxThrottleBackoff: 10 * time.Millisecond,
 		LeaseDuration: 3 * time.Second, DiscoverInterval: 100 * time.Millisecond,
 		CheckpointInterval: 100 * time.Millisecond, ShutdownTimeout: 10 * time.Second,
+		BatchWindow: 30 * time.Millisecond, // pages are gathered, as in production (default 1s)
 	}
 }
 

@@ -145,7 +145,8 @@ func envInt(name string, def int) int {
 }
 
 // The poller against DynamoDB Local's real stream, with its default read
-// pacing (200 ms between reads, 1 s idle backoff), while a writer puts
+// pacing (200 ms between reads, 1 s idle backoff) and batching window (1 s),
+// while a writer puts
 // transaction changes at a steady rate. Reports p50/p99 of
 // ledger_stream_lag_seconds (from its buckets) and of the exact write →
 // commit times behind it: the workload stamps updatedAt at the write, and
@@ -202,7 +203,7 @@ func TestPoller_LagAtSteadyWriteRate(t *testing.T) {
 	require.NotEmpty(t, vals)
 	var m dto.Metric
 	require.NoError(t, pm.Lag.(prometheus.Metric).Write(&m))
-	t.Logf("lag at %d writes/s for %ds (%d changes; idle backoff 1s, 200ms between reads):", rate, secs, n)
+	t.Logf("lag at %d writes/s for %ds (%d changes; idle backoff 1s, 200ms between reads, batching window %s):", rate, secs, n, poller.BatchWindowSetting.Default)
 	t.Logf("  write → commit, measured (%d INSERT/MODIFY records):  p50 %.3fs  p99 %.3fs  max %.3fs",
 		len(vals), percentile(vals, 0.50), percentile(vals, 0.99), vals[len(vals)-1])
 	t.Logf("  ledger_stream_lag_seconds (%d observations, from buckets):  p50 %.3fs  p99 %.3fs",

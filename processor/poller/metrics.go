@@ -56,6 +56,7 @@ type Metrics struct {
 	ReaderRestarts *prometheus.CounterVec // ledger_poller_reader_restarts_total{reason}
 	Committed      prometheus.Counter     // ledger_poller_records_committed_total
 	Goodput        prometheus.Gauge       // ledger_poller_goodput_records_per_second
+	HeldRecords    prometheus.Gauge       // ledger_poller_held_records
 }
 
 // NewMetrics creates the poller's collectors and registers them with reg
@@ -106,6 +107,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Namespace: "ledger", Subsystem: "poller", Name: "goodput_records_per_second",
 			Help: "Records committed per second (records_committed_total) over the last minute.",
 		}),
+		HeldRecords: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: "ledger", Subsystem: "poller", Name: "held_records",
+			Help: "Stream records read and not yet committed, held by the shard readers for the batch they gather (the batching window, or full pages while a shard is behind).",
+		}),
 	}
 	for _, c := range []string{LossLostAnswer, LossExpired, LossTaken} {
 		m.LeaseLosses.WithLabelValues(c)
@@ -127,7 +132,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	}
 	if reg != nil {
 		reg.MustRegister(m.LeasesHeld, m.LeaseEvents, m.Shards, m.Reads, m.RecordsRead, m.Resets, m.Checkpoints,
-			m.LeaseLosses, m.ReaderRestarts, m.Committed, m.Goodput)
+			m.LeaseLosses, m.ReaderRestarts, m.Committed, m.Goodput, m.HeldRecords)
 	}
 	return m
 }

@@ -31,11 +31,11 @@ type readerResult struct {
 var errShardGone = errors.New("shard no longer exists")
 
 // reader reads one leased shard in order and hands its records to the
-// processor as batches: one page (≤ 1,000 records, ≤ 1 MB), or while the
-// shard is behind several full pages up to Config.BatchRecords, or while it
-// resumes a half-committed batch that reaches past a shorter page, the
-// records of that batch. That is what is in memory per shard, whatever the
-// backlog.
+// processor as batches of at most Config.BatchRecords: the pages read while
+// the shard is behind (full pages) or within the batching window
+// (Config.BatchWindow), or while it resumes a half-committed batch that
+// reaches past a shorter page, the records of that batch. That is what is
+// in memory per shard, whatever the backlog.
 type reader struct {
 	p     *Poller
 	shard shard
@@ -50,10 +50,13 @@ type reader struct {
 
 	guard *processor.ShardGuard
 	// carry holds the records read but not yet committed, handed over again
-	// with the next page: full pages folded into one batch while the shard
-	// is behind (Config.BatchRecords), or records that end before the
-	// checkpoint's pending batch does (ErrIncompleteBatch).
+	// with the next page: pages gathered into one batch while the shard is
+	// behind or within the batching window, or records that end before the
+	// checkpoint's pending batch does (ErrIncompleteBatch). Set it with
+	// setCarry (the held-records gauge follows it). since is when its first
+	// record was read: the batching window counts from there.
 	carry []processor.Record
+	since time.Time
 	// stale: the iterator is past records that were not processed (a
 	// failed page whose reopen failed); reopen before reading again.
 	stale    bool
@@ -92,11 +95,58 @@ func (r *reader) wait(d time.Duration) bool {
 }
 
 // newGuard starts a fresh guard, committing each page as one batch, and
-// drops the records carried for a pending batch (the caller reopens).
+// drops the records carried (the caller reopens after the checkpoint, which
+// is never past them: they are read again).
 func (r *reader) newGuard() {
 	r.guard = r.p.proc.ShardGuard(r.p.cfg.StreamARN, r.shard.id)
 	r.guard.CommitBatches()
-	r.carry = nil
+	r.setCarry(nil)
+}
+
+// setCarry sets the records carried to the next read, keeping
+// ledger_poller_held_records in step.
+func (r *reader) setCarry(recs []processor.Record) {
+	if d := len(recs) - len(r.carry); d != 0 {
+		r.p.m.HeldRecords.Add(float64(d))
+	}
+	r.carry = recs
+}
+
+// hold reports whether the records in hand, recs (the carried ones and the
+// page of n records just read with limit), are kept for the next read
+// rather than committed now: while the shard is behind (a full page) or the
+// batching window is open, when the batch has room left. Nothing is held at
+// a closed shard's end, on a stop, or by a drain that has caught up (an
+// empty page).
+func (r *reader) hold(recs []processor.Record, n, limit int) bool {
+	cfg := &r.p.cfg
+	if r.iter == nil || len(recs) >= cfg.BatchRecords || r.stopping() {
+		return false
+	}
+	if n >= limit {
+		return true // behind: read on
+	}
+	if cfg.BatchWindow <= 0 || (cfg.Drain && n == 0) {
+		return false
+	}
+	return time.Since(r.since) < cfg.BatchWindow
+}
+
+// process hands recs to the processor and moves what is held up to the
+// last record finished, all of recs when it returns nil.
+func (r *reader) process(recs []processor.Record) error {
+	before, _ := r.guard.Checkpoint(r.ctx) // loads what Process reads first anyway
+	pr, err := r.p.proc.Process(r.ctx, r.guard, recs)
+	r.p.addCommitted(recs[:pr.Committed], before)
+	if err == nil {
+		r.advanceHeld(recs[len(recs)-1].SequenceNumber)
+		return nil
+	}
+	be := (*processor.BatchError)(nil)
+	if errors.As(err, &be) && be.Index > 0 {
+		r.advanceHeld(recs[be.Index-1].SequenceNumber)
+	}
+	return err
 }
 
 // run reads the shard until its end, a stop, a drain's catch-up, the loss
@@ -107,6 +157,7 @@ func (r *reader) run() (res readerResult) {
 	r.log.Info("shard reader started")
 	defer func() {
 		r.log.Info("shard reader stopped", "finished", res.finished, "drained", res.drained, "held", r.held, "error", errString(res.err))
+		r.setCarry(nil) // not committed: read again after the checkpoint
 	}()
 	r.newGuard()
 	r.lastMove = time.Now()
@@ -132,7 +183,7 @@ func (r *reader) run() (res readerResult) {
 	failures = 0
 	for {
 		if r.stopping() {
-			res.err = r.move(false)
+			res.err = r.finish()
 			return res
 		}
 		if r.stale {
@@ -162,7 +213,11 @@ func (r *reader) run() (res readerResult) {
 			continue
 		}
 		r.lastRead = time.Now()
-		out, err := r.p.streams.GetRecords(r.ctx, &dynamodbstreams.GetRecordsInput{ShardIterator: r.iter, Limit: aws.Int32(int32(cfg.MaxRecords))})
+		limit := cfg.MaxRecords // no read takes the batch past BatchRecords
+		if room := cfg.BatchRecords - len(r.carry); room > 0 && room < limit {
+			limit = room
+		}
+		out, err := r.p.streams.GetRecords(r.ctx, &dynamodbstreams.GetRecordsInput{ShardIterator: r.iter, Limit: aws.Int32(int32(limit))})
 		if err != nil {
 			var expired *streamtypes.ExpiredIteratorException
 			var trimmed *streamtypes.TrimmedDataAccessException
@@ -174,11 +229,16 @@ func (r *reader) run() (res readerResult) {
 			case errors.As(err, &expired):
 				r.p.m.Reads.WithLabelValues("error").Inc()
 				r.log.Info("shard iterator expired; reopening after the checkpoint", "held", r.held)
-				if err := r.reopen(ResetExpired, true); err != nil && !fail("reopen", err) {
+				reason := ResetExpired
+				if errors.Is(r.flush(), processor.ErrGap) { // what is held is committed first: not read twice
+					reason = ResetGap
+				}
+				if err := r.reopen(reason, reason != ResetGap); err != nil && !fail("reopen", err) {
 					return res
 				}
 			case errors.As(err, &trimmed):
 				r.p.m.Reads.WithLabelValues("error").Inc()
+				_ = r.flush() // the records held were read before the trim: commit them, not lose them with it
 				if err := r.trimmed(err); err != nil && !fail("reopen", err) {
 					return res
 				}
@@ -233,9 +293,7 @@ func (r *reader) run() (res readerResult) {
 			r.wait(r.p.idleBackoff(empty))
 			continue
 		}
-		// Records in hand: this page's, after those carried (an empty page
-		// ends an accumulated batch: it is committed now, and the records of
-		// a shard's last page are never left behind).
+		// Records in hand: this page's, after those carried.
 		if len(out.Records) == 0 {
 			r.p.m.Reads.WithLabelValues("empty").Inc()
 			empty++
@@ -244,36 +302,37 @@ func (r *reader) run() (res readerResult) {
 			r.p.m.Reads.WithLabelValues("records").Inc()
 			r.p.m.RecordsRead.Add(float64(len(out.Records)))
 		}
+		if len(r.carry) == 0 {
+			r.since = r.lastRead // the batching window opens at this read
+		}
 		recs := slices.Grow(r.carry, len(out.Records)) // carried records are only ever handed over again: grow them in place
-		r.carry = nil
+		r.setCarry(nil)
 		for i := range out.Records {
 			recs = append(recs, processor.FromStream(out.Records[i], cfg.StreamARN))
 		}
 		if t := recs[len(recs)-1].ApproximateCreation; !t.IsZero() {
 			r.p.pm.IteratorAge.WithLabelValues(r.shard.id).Set(max(0, time.Since(t).Seconds()))
 		}
-		if len(out.Records) >= cfg.MaxRecords && len(recs)+cfg.MaxRecords <= cfg.BatchRecords && r.iter != nil && !r.stopping() {
-			// The shard is behind (a full page) and the batch has room for
-			// another page: read on, fold more records into one commit.
-			r.carry = recs
+		if r.hold(recs, len(out.Records), limit) {
+			// Behind (a full page) or within the batching window, and the
+			// batch has room: read on, fold more records into one commit.
+			r.setCarry(recs)
+			if len(out.Records) == 0 {
+				// Caught up: wait for more, but not past the window.
+				r.wait(min(r.p.idleBackoff(empty), time.Until(r.since.Add(cfg.BatchWindow))))
+			}
 			continue
 		}
-		before, _ := r.guard.Checkpoint(r.ctx) // loads what Process reads first anyway
-		pr, err := r.p.proc.Process(r.ctx, r.guard, recs)
-		r.p.addCommitted(recs[:pr.Committed], before)
-		if err != nil {
+		if err := r.process(recs); err != nil {
 			if r.ctx.Err() != nil {
 				res.err = r.ctx.Err()
 				return res
 			}
 			be := (*processor.BatchError)(nil)
-			if errors.As(err, &be) && be.Index > 0 {
-				r.advanceHeld(recs[be.Index-1].SequenceNumber)
-			}
-			if be != nil && errors.Is(err, processor.ErrIncompleteBatch) {
+			if errors.As(err, &be) && errors.Is(err, processor.ErrIncompleteBatch) {
 				// A half-committed batch reaches past this page (a retry or a
 				// takeover read a shorter one): read on, keeping the records.
-				r.carry = recs[be.Index:]
+				r.setCarry(recs[be.Index:])
 				if len(out.Records) == 0 {
 					r.wait(r.p.idleBackoff(empty))
 				}
@@ -292,12 +351,46 @@ func (r *reader) run() (res readerResult) {
 			}
 			continue
 		}
-		r.advanceHeld(recs[len(recs)-1].SequenceNumber)
 		if err := r.maybeMove(); err != nil {
 			res.err = err
 			return res
 		}
 	}
+}
+
+// finish ends the reader gracefully: it commits the records it holds (the
+// batching window's, or full pages gathered while behind), then moves the
+// checkpoint over what it finished. Records it cannot commit now (the
+// commit failed, or they end before a pending batch does) are left: the
+// checkpoint is not past them, so they are read again.
+func (r *reader) finish() error {
+	_ = r.flush()
+	if err := r.ctx.Err(); err != nil {
+		return err
+	}
+	return r.move(false)
+}
+
+// flush commits the records carried, if any, before the reader stops or
+// reopens its iterator. What it cannot commit is dropped: the checkpoint is
+// not past it, so it is read again. After a gap (the checkpoint is behind
+// this reader's records: someone reset it) nothing is held, so that no move
+// follows. It returns the commit's error.
+func (r *reader) flush() error {
+	if len(r.carry) == 0 || r.ctx.Err() != nil {
+		return nil
+	}
+	recs := r.carry
+	r.setCarry(nil)
+	err := r.process(recs)
+	switch {
+	case err == nil, r.ctx.Err() != nil, errors.Is(err, processor.ErrIncompleteBatch): // a pending batch is finished by whoever reads on
+	case errors.Is(err, processor.ErrGap):
+		r.held = ""
+	default:
+		r.log.Warn("committing the records held failed; they will be read again after the checkpoint", "records", len(recs), "error", err.Error())
+	}
+	return err
 }
 
 func (r *reader) advanceHeld(seq string) {
