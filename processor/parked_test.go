@@ -67,7 +67,13 @@ func TestCommit_RefusedReportItemsAreParkedOnceAndTheRestCommits(t *testing.T) {
 			bad[table.AttrTotalIncome] = sAV("12")
 			big, _ := typed(reportKey("big", aggregates.Yearly, "2024"), &aggregates.Report{}, "x")
 			big["pad"] = sAV(strings.Repeat("p", 400*1024-table.ItemSize(big)-16))
-			for _, it := range []map[string]ddbtypes.AttributeValue{bad, big} {
+			// An inline entry lacking a figure: an update adds to the
+			// figures in place, which DynamoDB refuses.
+			held := &aggregates.Report{}
+			held.Add(aggregates.Totals{Count: 1}, [3]string{"rent", "", ""})
+			lack, _ := typed(reportKey("lack", aggregates.Daily, "2024-01-02"), held, "x")
+			delete(lack[aggregates.ByCategory.Attribute()].(*ddbtypes.AttributeValueMemberM).Value["rent"].(*ddbtypes.AttributeValueMemberM).Value, table.AttrTransactionCount)
+			for _, it := range []map[string]ddbtypes.AttributeValue{bad, big, lack} {
 				_, err := e.ddb.PutItem(ctx, &dynamodb.PutItemInput{TableName: &e.table, Item: it})
 				require.NoError(t, err)
 			}
@@ -75,6 +81,7 @@ func TestCommit_RefusedReportItemsAreParkedOnceAndTheRestCommits(t *testing.T) {
 				putTxn(t, e, "typo", "2024-01-02", fmt.Sprint("a", i), "10", "rent", "")
 				putTxn(t, e, "big", "2024-01-03", fmt.Sprint("b", i), "10", "rent", "")
 				putTxn(t, e, "good", "2024-01-02", fmt.Sprint("c", i), "10", "rent", "ops")
+				putTxn(t, e, "lack", "2024-01-02", fmt.Sprint("d", i), "10", "rent", "")
 			}
 			for i := range 3 * table.MaxInlineEntries {
 				putTxn(t, e, "wide", "2024-02-01", fmt.Sprint("w", i), "1", fmt.Sprintf("c-%03d", i%(table.MaxInlineEntries+7)), fmt.Sprintf("cost centre %03d", i))
@@ -116,7 +123,7 @@ func TestCommit_RefusedReportItemsAreParkedOnceAndTheRestCommits(t *testing.T) {
 			}
 			e.faults.Decide = nil
 
-			assert.Equal(t, 1.0, testutil.ToFloat64(p.Metrics().Parked.WithLabelValues(processor.ParkedMalformed)), "the typo report's delta")
+			assert.Equal(t, 2.0, testutil.ToFloat64(p.Metrics().Parked.WithLabelValues(processor.ParkedMalformed)), "the typo and lack reports' deltas")
 			assert.GreaterOrEqual(t, testutil.ToFloat64(p.Metrics().Parked.WithLabelValues(processor.ParkedTooLarge)), 1.0, "the padded report's delta")
 
 			// The wide branch's report item stays bounded: names past the
@@ -139,10 +146,11 @@ func TestCommit_RefusedReportItemsAreParkedOnceAndTheRestCommits(t *testing.T) {
 				parked += d.Parked
 			}
 			for _, d := range diffs {
-				assert.Contains(t, []string{"typo", "big"}, d.Report.Branch, "only the damaged branches differ: %s", d)
+				assert.Contains(t, []string{"typo", "big", "lack"}, d.Report.Branch, "only the damaged branches differ: %s", d)
 			}
 			assert.Contains(t, named, "t/typo")
 			assert.Contains(t, named, "t/big")
+			assert.Contains(t, named, "t/lack")
 			assert.Equal(t, int(testutil.ToFloat64(p.Metrics().Parked.WithLabelValues(processor.ParkedMalformed))+
 				testutil.ToFloat64(p.Metrics().Parked.WithLabelValues(processor.ParkedTooLarge))), parked, "one parked item per parked delta")
 
@@ -150,7 +158,7 @@ func TestCommit_RefusedReportItemsAreParkedOnceAndTheRestCommits(t *testing.T) {
 			require.NoError(t, err)
 			require.Len(t, list, parked)
 			for _, pd := range list {
-				assert.Contains(t, []string{"typo", "big"}, pd.Report.Branch)
+				assert.Contains(t, []string{"typo", "big", "lack"}, pd.Report.Branch)
 				assert.Contains(t, []string{processor.ParkedMalformed, processor.ParkedTooLarge}, pd.Reason)
 				assert.NotEmpty(t, pd.Detail)
 				assert.NotEmpty(t, pd.From)

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+
+	"github.com/ledger-dev/ledger/table"
 )
 
 // DynamoDB is the part of the DynamoDB API the processor calls.
@@ -42,7 +44,8 @@ type Config struct {
 	MaxItemsPerRun int
 	// MaxEntriesPerItem bounds the breakdown entries one report update
 	// changes, keeping its expressions under DynamoDB's 4 KB limit (default
-	// and maximum 20).
+	// and maximum table.MaxInlineEntries, 32: a report item's whole inline
+	// map in one update).
 	MaxEntriesPerItem int
 	// MarkerTTL is how long run markers live (default 7 days; it must exceed
 	// the stream's 24-hour retention).
@@ -67,7 +70,7 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	def(&c.MaxAttempts, 10, 1000)
 	def(&c.MaxItemsPerRun, 99, 99)
-	def(&c.MaxEntriesPerItem, 20, 20)
+	def(&c.MaxEntriesPerItem, table.MaxInlineEntries, table.MaxInlineEntries)
 	def(&c.ShapeCacheSize, 50000, 1<<30)
 	if c.BaseBackoff <= 0 {
 		c.BaseBackoff = 25 * time.Millisecond

@@ -176,6 +176,12 @@ func decodeHeader(item map[string]types.AttributeValue, r *aggregates.Report) (r
 			for _, e := range errs {
 				refused = append(refused, fmt.Sprintf("%s[%q]: %s", d, name, e))
 			}
+			for _, f := range []string{AttrTotalIncome, AttrTotalExpense, AttrTransactionCount} {
+				if _, ok := em.Value[f]; !ok {
+					// An update adds to the inline entry's figures in place.
+					refused = append(refused, fmt.Sprintf("%s[%q] lacks %s", d, name, f))
+				}
+			}
 			addEntry(r, d, name, t)
 		}
 	}

@@ -172,8 +172,11 @@ func ReportUpdate(tableName string, k aggregates.ReportKey, delta *aggregates.Re
 				if f.zero {
 					continue
 				}
+				// An inline entry holds its three figures (TotalsAV writes
+				// them all; one without is refused, and parked): no
+				// if_not_exists, so that 32 entries fit one expression.
 				path := e + "." + f.ph
-				set = append(set, path+" = if_not_exists("+path+", :z) + "+value(f.v))
+				set = append(set, path+" = "+path+" + "+value(f.v))
 			}
 		}
 		for _, name := range inline {

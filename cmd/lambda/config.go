@@ -37,7 +37,7 @@ const envHelp = `ledger's Lambda stream consumer reads its configuration from th
   LEDGER_BASE_BACKOFF          first retry backoff, a Go duration (default 25ms)
   LEDGER_MAX_BACKOFF           largest retry backoff (default 3s)
   LEDGER_MAX_ITEMS_PER_RUN     report items per commit transaction, 1-99 (default 99)
-  LEDGER_MAX_ENTRIES_PER_ITEM  breakdown entries per report update, 1-20 (default 20)
+  LEDGER_MAX_ENTRIES_PER_ITEM  breakdown entries per report update, 1-32 (default 32)
   LEDGER_MARKER_TTL            run marker lifetime, at least 25h (default 168h)
   LEDGER_SHAPE_CACHE_SIZE      report shapes kept in memory, 1-10000000 (default 50000)
   LEDGER_BATCH_RECORDS         tumbling mode: records per commit batch, and per window before an early commit, 100-100000 (default 10000)
@@ -104,7 +104,7 @@ func loadConfig(getenv func(string) string) (config, error) {
 		bad("LEDGER_MAX_BACKOFF", getenv("LEDGER_MAX_BACKOFF"), fmt.Sprintf("at least LEDGER_BASE_BACKOFF (%s)", c.processor.BaseBackoff))
 	}
 	c.processor.MaxItemsPerRun = intVar("LEDGER_MAX_ITEMS_PER_RUN", 99, 1, 99)
-	c.processor.MaxEntriesPerItem = intVar("LEDGER_MAX_ENTRIES_PER_ITEM", 20, 1, 20)
+	c.processor.MaxEntriesPerItem = intVar("LEDGER_MAX_ENTRIES_PER_ITEM", table.MaxInlineEntries, 1, table.MaxInlineEntries)
 	c.processor.MarkerTTL = durVar("LEDGER_MARKER_TTL", 7*24*time.Hour, 25*time.Hour, 365*24*time.Hour)
 	c.processor.ShapeCacheSize = intVar("LEDGER_SHAPE_CACHE_SIZE", 50000, 1, 10_000_000)
 	c.batchRecords = intVar("LEDGER_BATCH_RECORDS", handler.DefaultBatchRecords, handler.MinBatchRecords, handler.MaxBatchRecords)

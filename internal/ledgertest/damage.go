@@ -26,8 +26,9 @@ type DamageAPI interface {
 // a writer other than the consumers could: a total of the wrong type (a
 // daily report), a breakdown that is not a map (a monthly one), an entry
 // field of the wrong type (a yearly one), an item padded to DynamoDB's
-// 400 KB limit (a second daily one), a report deleted (a second monthly
-// one) and a report that should not exist. The branch needs two daily, two
+// 400 KB limit (a second daily one), an inline entry lacking one of its
+// figures (a third daily one), a report deleted (a second monthly one) and
+// a report that should not exist. The branch needs three daily, two
 // monthly and one yearly report. It returns the damaged reports.
 func Damage(ctx context.Context, api DamageAPI, tableName, tenant, branch string) ([]aggregates.ReportKey, error) {
 	set := table.ReportSet{}
@@ -51,8 +52,8 @@ func Damage(ctx context.Context, api DamageAPI, tableName, tenant, branch string
 			byType[k.Period.Type] = append(byType[k.Period.Type], sr)
 		}
 	}
-	if len(byType[aggregates.Daily]) < 2 || len(byType[aggregates.Monthly]) < 2 || len(byType[aggregates.Yearly]) < 1 {
-		return nil, fmt.Errorf("damage %s/%s: want 2 daily, 2 monthly and a yearly report", tenant, branch)
+	if len(byType[aggregates.Daily]) < 3 || len(byType[aggregates.Monthly]) < 2 || len(byType[aggregates.Yearly]) < 1 {
+		return nil, fmt.Errorf("damage %s/%s: want 3 daily, 2 monthly and a yearly report", tenant, branch)
 	}
 	update := func(k aggregates.ReportKey, expr string, names map[string]string, v ddbtypes.AttributeValue) error {
 		_, err := api.UpdateItem(ctx, &dynamodb.UpdateItemInput{TableName: &tableName,
@@ -77,13 +78,18 @@ func Damage(ctx context.Context, api DamageAPI, tableName, tenant, branch string
 	if !ok || len(pm.Value) == 0 {
 		return nil, fmt.Errorf("damage %s: no category inline", yearly.Key)
 	}
-	var entry string
-	for name := range pm.Value {
-		entry = name
-		break
-	}
-	if err := update(yearly.Key, "SET byCategory.#k.totalExpense = :x", map[string]string{"#k": entry}, s("z")); err != nil {
+	if err := update(yearly.Key, "SET byCategory.#k.totalExpense = :x", map[string]string{"#k": anyName(pm)}, s("z")); err != nil {
 		return nil, err
+	}
+	daily3 := byType[aggregates.Daily][2]
+	dm, ok := daily3.Item[aggregates.ByCategory.Attribute()].(*ddbtypes.AttributeValueMemberM)
+	if !ok || len(dm.Value) == 0 {
+		return nil, fmt.Errorf("damage %s: no category inline", daily3.Key)
+	}
+	if _, err := api.UpdateItem(ctx, &dynamodb.UpdateItemInput{TableName: &tableName,
+		Key:              map[string]ddbtypes.AttributeValue{"PK": s(daily3.Key.Key().PK), "SK": s(daily3.Key.Key().SK)},
+		UpdateExpression: aws.String("REMOVE byCategory.#k.transactionCount"), ExpressionAttributeNames: map[string]string{"#k": anyName(dm)}}); err != nil {
+		return nil, fmt.Errorf("damage %s: %w", daily3.Key, err)
 	}
 	pad := 400*1024 - table.ItemSize(daily2.Item) - 64
 	if err := update(daily2.Key, "SET #p = :x", map[string]string{"#p": "padding"}, s(strings.Repeat("p", pad))); err != nil {
@@ -100,7 +106,15 @@ func Damage(ctx context.Context, api DamageAPI, tableName, tenant, branch string
 	if _, err := api.PutItem(ctx, &dynamodb.PutItemInput{TableName: &tableName, Item: item}); err != nil {
 		return nil, err
 	}
-	return []aggregates.ReportKey{daily.Key, monthly.Key, yearly.Key, daily2.Key, monthly2.Key, ghost}, nil
+	return []aggregates.ReportKey{daily.Key, monthly.Key, yearly.Key, daily2.Key, daily3.Key, monthly2.Key, ghost}, nil
+}
+
+// anyName returns a name of a non-empty map.
+func anyName(m *ddbtypes.AttributeValueMemberM) string {
+	for name := range m.Value {
+		return name
+	}
+	return ""
 }
 
 // DamageFound checks what reconcile found after Damage while consumers
