@@ -84,8 +84,7 @@ func TestDecodeReport_MissingFiguresAreZeroMalformedOnesAreProblems(t *testing.T
 		}
 		return &types.AttributeValueMemberM{Value: out}
 	}
-	one := &aggregates.Report{}
-	one.Breakdowns[aggregates.ByCategory] = map[string]aggregates.Totals{"a": {Income: decimal.NewFromInt(1)}}
+	one := &aggregates.Report{Totals: aggregates.Totals{Income: decimal.NewFromInt(1)}}
 	for _, tc := range []struct {
 		name    string
 		item    map[string]types.AttributeValue
@@ -93,7 +92,8 @@ func TestDecodeReport_MissingFiguresAreZeroMalformedOnesAreProblems(t *testing.T
 		wantErr string
 	}{
 		{name: "empty", item: map[string]types.AttributeValue{}, want: &aggregates.Report{}},
-		{name: "figures missing", item: map[string]types.AttributeValue{"byCategory": m("a", m("totalIncome", n("1")))}, want: one},
+		{name: "figures missing", item: map[string]types.AttributeValue{"totalIncome": n("1")}, want: one},
+		{name: "inline entry lacking figures", item: map[string]types.AttributeValue{"byCategory": m("a", m("totalIncome", n("1")))}, wantErr: `byCategory["a"] lacks totalExpense`},
 		{name: "zero entry", item: map[string]types.AttributeValue{"transactionCount": n("0"), "byCategory": m("a", m("totalIncome", n("0"), "totalExpense", n("0"), "transactionCount", n("0")))}, want: &aggregates.Report{}},
 		{name: "count not integer", item: map[string]types.AttributeValue{"transactionCount": n("1.5")}, wantErr: "transactionCount 1.5 is not an integer"},
 		{name: "income not a number", item: map[string]types.AttributeValue{"totalIncome": &types.AttributeValueMemberS{Value: "1"}}, wantErr: "totalIncome is not a number"},
