@@ -195,7 +195,7 @@ func TestReportUpdate_ShapeDecidesTheFormAndIsTheCondition(t *testing.T) {
 		}
 		require.NotEmpty(t, oldPH)
 		require.NotEmpty(t, newPH)
-		assert.Contains(t, *u.UpdateExpression, "#b0."+oldPH+".#n = if_not_exists(#b0."+oldPH+".#n, :z) + :v")
+		assert.Contains(t, *u.UpdateExpression, "#b0."+oldPH+".#n = #b0."+oldPH+".#n + :v")
 		assert.Contains(t, *u.UpdateExpression, "#b0."+newPH+" = :v")
 		assert.Contains(t, *u.ConditionExpression, "attribute_exists(#b0."+oldPH+")")
 		assert.Contains(t, *u.ConditionExpression, "attribute_not_exists(#b0."+newPH+")")
