@@ -122,6 +122,32 @@ type write struct {
 	old, new map[string]ddbtypes.AttributeValue
 	deleted  bool
 	modelErr error
+	// rebase, for an update, computes the item after it from the item
+	// before it: applied again when the write settles, on the item as the
+	// meter then knows it, since another write of the same item (a lease
+	// renewal beside a commit) may have settled since this one was planned.
+	rebase func(old map[string]ddbtypes.AttributeValue) (map[string]ddbtypes.AttributeValue, error)
+	put    bool
+}
+
+// current brings w up to the meter's model of its item at settle time.
+func (w *write) current(items map[itemKey]map[string]ddbtypes.AttributeValue) {
+	old, ok := items[w.key]
+	if !ok {
+		old = nil
+	}
+	switch {
+	case w.rebase != nil:
+		w.old = old
+		w.new, w.modelErr = w.rebase(old)
+		if w.modelErr != nil {
+			w.new = w.old
+		}
+	case w.put, w.deleted:
+		w.old = old
+	default: // a condition check
+		w.old, w.new = old, old
+	}
 }
 
 func (w write) units() int {
@@ -154,17 +180,20 @@ func (m *Meter) plan(table string, key map[string]ddbtypes.AttributeValue) write
 
 func (m *Meter) planPut(table string, item map[string]ddbtypes.AttributeValue) write {
 	w := m.plan(table, item)
-	w.new = item
+	w.new, w.put = item, true
 	return w
 }
 
 func (m *Meter) planUpdate(table string, key map[string]ddbtypes.AttributeValue, expr *string, names map[string]string, values map[string]ddbtypes.AttributeValue) write {
 	w := m.plan(table, key)
-	base := w.old
-	if base == nil {
-		base = deepCopy(key)
+	w.rebase = func(old map[string]ddbtypes.AttributeValue) (map[string]ddbtypes.AttributeValue, error) {
+		base := old
+		if base == nil {
+			base = deepCopy(key)
+		}
+		return applyUpdate(base, aws.ToString(expr), names, values)
 	}
-	w.new, w.modelErr = applyUpdate(base, aws.ToString(expr), names, values)
+	w.new, w.modelErr = w.rebase(w.old)
 	if w.modelErr != nil {
 		w.new = w.old
 	}
@@ -182,6 +211,9 @@ func (m *Meter) planDelete(table string, key map[string]ddbtypes.AttributeValue)
 func (m *Meter) settle(op string, ws []write, factor int, landed bool, err error) (local int) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	for i := range ws {
+		ws[i].current(m.items)
+	}
 	m.cost.Requests[op]++
 	m.cost.ItemWrites += len(ws)
 	if err != nil && !landed && !isConditionFailure(err) {

@@ -164,3 +164,29 @@ func recordOf(id string, keys, old, new map[string]ddbtypes.AttributeValue) proc
 	}
 	return r
 }
+
+// Two writes of one item planned before either settles (a lease renewal
+// beside a commit of the poller's checkpoint) are each applied to the item
+// as the meter knows it when they settle: the model keeps both.
+func TestMeter_WritesOfOneItemPlannedTogetherBothCount(t *testing.T) {
+	ctx := context.Background()
+	db := ddbtest.Client(t)
+	table := ddbtest.NewTable(t, db)
+	m := NewMeter(db)
+	key := map[string]ddbtypes.AttributeValue{"PK": &ddbtypes.AttributeValueMemberS{Value: "STREAM#s"}, "SK": &ddbtypes.AttributeValueMemberS{Value: "SHARD#1"}}
+	update := func(attr, v string) *dynamodb.UpdateItemInput {
+		return &dynamodb.UpdateItemInput{TableName: &table, Key: key, UpdateExpression: aws.String("SET #a = :v"),
+			ExpressionAttributeNames:  map[string]string{"#a": attr},
+			ExpressionAttributeValues: map[string]ddbtypes.AttributeValue{":v": &ddbtypes.AttributeValueMemberS{Value: v}}}
+	}
+	a, b := update("sequenceNumber", "000000000000000000123"), update("leaseOwner", "poller-1")
+	wa := m.planUpdate(table, key, a.UpdateExpression, a.ExpressionAttributeNames, a.ExpressionAttributeValues)
+	wb := m.planUpdate(table, key, b.UpdateExpression, b.ExpressionAttributeNames, b.ExpressionAttributeValues)
+	for _, in := range []*dynamodb.UpdateItemInput{a, b} {
+		_, err := db.UpdateItem(ctx, in)
+		require.NoError(t, err)
+	}
+	m.settle("UpdateItem", []write{wa}, 1, true, nil)
+	m.settle("UpdateItem", []write{wb}, 1, true, nil)
+	require.NoError(t, m.Check(ctx, table))
+}
