@@ -89,8 +89,8 @@ func TestMetrics_RecordsAndConflictsAreExported(t *testing.T) {
 	require.NoError(t, err)
 
 	require.Equal(t, len(recs), res.Applied+res.Quarantined+res.Ignored)
-	// Two runs: a run holds at most 99 writes, counting each entry of a
-	// report's delta as a possible entry item (processor/plan.go).
+	// One run: a run holds at most 99 writes, and no report item holds
+	// an entry yet, so every entry goes inline (processor/plan.go).
 	want := `
 # HELP ledger_aggregate_conflicts_total Commit conflicts by reason: duplicate (already applied, skipped), condition_failed (report shape changed), transaction_conflict (retried), short_redelivery, abandoned_batch.
 # TYPE ledger_aggregate_conflicts_total counter
@@ -101,7 +101,7 @@ ledger_aggregate_conflicts_total{reason="short_redelivery"} 0
 ledger_aggregate_conflicts_total{reason="transaction_conflict"} 0
 # HELP ledger_commits_total Commit runs (one TransactWriteItems each), by outcome (committed, duplicate, failed).
 # TYPE ledger_commits_total counter
-ledger_commits_total{outcome="committed"} 2
+ledger_commits_total{outcome="committed"} 1
 ledger_commits_total{outcome="duplicate"} 0
 ledger_commits_total{outcome="failed"} 0
 `
