@@ -24,7 +24,7 @@ func TestLoadConfig_DefaultsNeedNothingButTheSDKEnvironment(t *testing.T) {
 	assert.Equal(t, 25*time.Millisecond, c.processor.BaseBackoff)
 	assert.Equal(t, 3*time.Second, c.processor.MaxBackoff)
 	assert.Equal(t, 99, c.processor.MaxItemsPerRun)
-	assert.Equal(t, 20, c.processor.MaxEntriesPerItem)
+	assert.Equal(t, 32, c.processor.MaxEntriesPerItem)
 	assert.Equal(t, 7*24*time.Hour, c.processor.MarkerTTL)
 	assert.Equal(t, 50000, c.processor.ShapeCacheSize)
 	assert.Equal(t, handler.DefaultBatchRecords, c.batchRecords)
