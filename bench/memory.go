@@ -46,6 +46,9 @@ type MemoryResult struct {
 	ReconcileTook time.Duration
 	ReconcileRSS  int64
 	ReconcileExit int
+	// ReconcileCommand is the command line it ran (without the binary's
+	// directory).
+	ReconcileCommand string
 }
 
 // backlogChunk is how many changes are generated and loaded at a time.
@@ -167,8 +170,13 @@ func (r *runner) reconcileChild(ctx context.Context, endpoint, table string, res
 		}
 		defer os.RemoveAll(filepath.Dir(bin))
 	}
-	r.logf("memory: %s reconcile over %d transactions", bin, res.Records)
-	cmd := exec.CommandContext(ctx, bin, "reconcile")
+	args := []string{"reconcile"}
+	if r.cfg.ReconcileParallel > 0 {
+		args = append(args, "--parallel", strconv.Itoa(r.cfg.ReconcileParallel))
+	}
+	res.ReconcileCommand = strings.Join(append([]string{"ledgerctl"}, args...), " ")
+	r.logf("memory: %s %s over %d transactions", bin, strings.Join(args, " "), res.Records)
+	cmd := exec.CommandContext(ctx, bin, args...)
 	cmd.Env = append(os.Environ(), "AWS_ENDPOINT_URL="+endpoint, "AWS_REGION="+infra.LocalRegion,
 		"AWS_ACCESS_KEY_ID=local", "AWS_SECRET_ACCESS_KEY=local", "LEDGER_TABLE="+table)
 	var out bytes.Buffer

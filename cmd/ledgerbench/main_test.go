@@ -28,7 +28,7 @@ func TestBench_RefusesArgumentsAndDocumentsItsFlags(t *testing.T) {
 
 	code, _, errOut = run(t, "-h")
 	assert.Equal(t, exitError, code)
-	for _, flag := range []string{"-quick", "-o FILE", "-poller BINARY", "-backlog RECORDS", "-only LIST", "-skip LIST", "-json FILE", "-charts DIR", "-from FILE"} {
+	for _, flag := range []string{"-quick", "-o FILE", "-poller BINARY", "-backlog RECORDS", "-only LIST", "-skip LIST", "-reconcile-parallel N", "-json FILE", "-charts DIR", "-from FILE"} {
 		assert.Contains(t, errOut, flag)
 	}
 	for _, bad := range [][]string{{"-only", "poller,nonsense"}, {"-skip", "memory"}} {
@@ -36,6 +36,9 @@ func TestBench_RefusesArgumentsAndDocumentsItsFlags(t *testing.T) {
 		assert.Equal(t, exitError, code)
 		assert.Contains(t, errOut, "unknown", "%v", bad)
 	}
+	code, _, errOut = run(t, "-reconcile-parallel", "-1")
+	assert.Equal(t, exitError, code)
+	assert.Contains(t, errOut, "-reconcile-parallel: -1 is not a number of segments")
 }
 
 // -from draws the charts of a results file and measures nothing.
