@@ -65,3 +65,38 @@ func TestReconcileWith_ParallelScanSegments(t *testing.T) {
 		assert.Equal(t, tc.want, rec.segments, "parallel %d: scans by {segment, total segments}", tc.parallel)
 	}
 }
+
+// pagedQueries makes the real table answer Queries in pages of 20 items,
+// as a branch of millions of transactions is answered in pages of 1 MB.
+type pagedQueries struct{ processor.ReconcileAPI }
+
+func (q pagedQueries) Query(ctx context.Context, in *dynamodb.QueryInput, opts ...func(*dynamodb.Options)) (*dynamodb.QueryOutput, error) {
+	in.Limit = aws.Int32(20)
+	return q.ReconcileAPI.Query(ctx, in, opts...)
+}
+
+// Progress counts a branch's transactions page by page, not only once the
+// branch is done: one branch can take minutes.
+func TestReconcileWith_ProgressCountsTransactionsPageByPage(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t)
+	w := ledgertest.NewWorkload(5)
+	require.NoError(t, w.Run(ctx, e.ddb, e.table, 150))
+
+	var last processor.ReconcileProgress
+	withinBranch := 0 // calls that counted transactions of a branch not yet done
+	_, stats, err := processor.ReconcileWith(ctx, pagedQueries{e.ddb}, e.table, processor.Scope{}, processor.ReconcileOptions{
+		Parallel: 1,
+		Progress: func(p processor.ReconcileProgress) {
+			if p.Transactions > last.Transactions && p.BranchesDone == last.BranchesDone {
+				withinBranch++
+			}
+			last = p
+		},
+	})
+	require.NoError(t, err)
+	assert.Positive(t, withinBranch, "transactions counted before their branch was done")
+	assert.Equal(t, stats.Transactions, last.Transactions)
+	assert.Equal(t, w.Live(), last.Transactions)
+	assert.Equal(t, last.Branches, last.BranchesDone)
+}
