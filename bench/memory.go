@@ -16,7 +16,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	ddbtypes "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/ledger-dev/ledger/aggregates"
 	"github.com/ledger-dev/ledger/infra"
@@ -46,6 +48,9 @@ type MemoryResult struct {
 	ReconcileTook time.Duration
 	ReconcileRSS  int64
 	ReconcileExit int
+	// ReconcileCommand is the command line it ran (without the binary's
+	// directory).
+	ReconcileCommand string
 }
 
 // backlogChunk is how many changes are generated and loaded at a time.
@@ -82,6 +87,9 @@ func (r *runner) memory(ctx context.Context) (*MemoryResult, error) {
 	db := dynamodb.NewFromConfig(cfg)
 	const table = "backlog"
 	if _, err := ledgertable.CreateTable(ctx, db, table); err != nil {
+		return nil, err
+	}
+	if err := disableTTL(ctx, db, table); err != nil {
 		return nil, err
 	}
 	r.logf("memory: writing a backlog of %d inserts", r.cfg.Backlog)
@@ -155,6 +163,27 @@ func (r *runner) memory(ctx context.Context) (*MemoryResult, error) {
 	return res, nil
 }
 
+// disableTTL turns off TTL on the backlog's table. DynamoDB Local's TTL job
+// scans every TTL table for expired items while holding its database's
+// write lock; over a million items one pass takes many minutes, and every
+// request meanwhile waits (a DescribeTimeToLive took 5 minutes) or fails
+// with 500 InternalFailure: what stopped ledgerctl reconcile's first
+// million-transaction run. DynamoDB's TTL deletes in the background
+// without blocking reads, and nothing in the backlog expires.
+func disableTTL(ctx context.Context, db *dynamodb.Client, table string) error {
+	_, err := db.UpdateTimeToLive(ctx, &dynamodb.UpdateTimeToLiveInput{
+		TableName: aws.String(table),
+		TimeToLiveSpecification: &ddbtypes.TimeToLiveSpecification{
+			AttributeName: aws.String(ledgertable.AttrExpiresAt),
+			Enabled:       aws.Bool(false),
+		},
+	})
+	if err != nil {
+		return fmt.Errorf("disable ttl on %s: %w", table, err)
+	}
+	return nil
+}
+
 // reconcileChild runs `ledgerctl reconcile` (Config.LedgerctlBinary, else
 // one built with go build) over table as a child process, for its time and
 // peak RSS.
@@ -167,8 +196,13 @@ func (r *runner) reconcileChild(ctx context.Context, endpoint, table string, res
 		}
 		defer os.RemoveAll(filepath.Dir(bin))
 	}
-	r.logf("memory: %s reconcile over %d transactions", bin, res.Records)
-	cmd := exec.CommandContext(ctx, bin, "reconcile")
+	args := []string{"reconcile"}
+	if r.cfg.ReconcileParallel > 0 {
+		args = append(args, "--parallel", strconv.Itoa(r.cfg.ReconcileParallel))
+	}
+	res.ReconcileCommand = strings.Join(append([]string{"ledgerctl"}, args...), " ")
+	r.logf("memory: %s %s over %d transactions", bin, strings.Join(args, " "), res.Records)
+	cmd := exec.CommandContext(ctx, bin, args...)
 	cmd.Env = append(os.Environ(), "AWS_ENDPOINT_URL="+endpoint, "AWS_REGION="+infra.LocalRegion,
 		"AWS_ACCESS_KEY_ID=local", "AWS_SECRET_ACCESS_KEY=local", "LEDGER_TABLE="+table)
 	var out bytes.Buffer

@@ -25,85 +25,86 @@ func (res *Result) Markdown(w io.Writer) {
 	p("Machine: %d CPUs, %.1f GiB memory, %s, %s, %s. Load average %s at the start, %s at the end. Run took %s.\n\n",
 		m.CPUs, m.MemoryGiB, m.GoVersion, m.Java, m.DynamoDBLocal, m.LoadBefore, m.LoadAfter, res.Duration.Round(time.Second))
 
-	p("### Backlog: write cost, throughput and exactness, with 1%% of the records delivered twice\n\n")
-	p("| workload | approach | batch | changes | write requests / 1k changes | item writes / 1k changes | WCU / 1k changes (AWS billing) | DynamoDB Local reported / 1k | computed ÷ reported³ | changes/s end to end | raw drain records/s | end to end ÷ raw | item writes/s end to end | ÷ DynamoDB Local's item-write ceiling⁴ | reports exact afterwards |\n")
-	p("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n")
-	for _, r := range res.Rows {
-		batch := "—"
-		if r.Batch > 0 {
-			batch = fmt.Sprintf("%d", r.Batch)
-		}
-		raw, ratio := "—", "—"
-		if r.RawRate() > 0 {
-			raw = fmt.Sprintf("%.0f", r.RawRate())
-			ratio = fmt.Sprintf("%.1f%%", 100*r.Throughput()/r.RawRate())
-		}
-		cross := "—"
-		if r.Cost.Reported > 0 {
-			cross = fmt.Sprintf("%.2f", float64(r.Cost.LocalUnits)/r.Cost.Reported)
-		}
-		wcu := fmt.Sprintf("%.0f", r.AggregationUnits())
-		if r.Baseline > 0 {
-			wcu += "²"
-		}
-		req := fmt.Sprintf("%.0f", per1000(float64(r.Cost.Writes()), r.Changes))
-		if r.Approach == SyncTransaction {
-			req += "¹"
-		}
-		ceiling := "—"
-		if c := res.itemWriteCeiling(r); c > 0 {
-			ceiling = fmt.Sprintf("%.1f%%", 100*r.ItemWriteRate()/c)
-		}
-		p("| %s | %s | %s | %d | %s | %.0f | %s | %.0f | %s | %.0f | %s | %s | %.0f | %s | %s |\n",
-			r.Workload, r.Approach, batch, r.Changes, req, per1000(float64(r.Cost.ItemWrites), r.Changes), wcu, per1000(r.Cost.Reported, r.Changes), cross,
-			r.Throughput(), raw, ratio, r.ItemWriteRate(), ceiling, exactness(r))
-	}
-	p("\nPer-record approaches run with the event source mapping's default batch size (100); their writes do not depend on it.  \n")
-	for _, r := range res.Rows {
-		if r.Approach == LedgerTumbling {
-			p("%s: the mapping's TumblingWindowInSeconds is %d; records fall into windows by their ApproximateCreationDateTime (which DynamoDB Local rounds down to the minute), and a backlog's windows are taken as closed (the invocation holding its last record is its window's final one).  \n",
-				LedgerTumbling, int(res.Config.TumblingWindow/time.Second))
-			break
-		}
-	}
-	if len(res.Config.PollerBatches) > 0 {
-		p("Poller batches above 1,000 are pages of 1,000 folded into one batch while the shard is behind (`poller --batch-records`); the Lambda handler's counterpart would be the mapping's BatchSize (up to 10,000), which the bench's mapping, reading one page per batch, does not play.  \n")
-	}
-	p("¹ transactions that carry the change itself: they replace the writer's own write.  \n")
-	p("² the transactions' units minus what the writer's plain write of each change would cost.  \n")
-	p("³ the units computed for the successful writes the way DynamoDB Local reports them (for a transaction: twice the sum of the distinct per-item units), divided by what it reported.  \n")
-	p("⁴ the approach's item writes per second end to end, against the highest rate measured below for its kind of write (TransactWriteItems when it wrote transactions, else UpdateItem); above 100%% when the machine was less loaded during the approach than during both measurements.\n\n")
-	if len(res.WriteRates) > 0 {
-		w := res.WriteRates[0]
-		p("DynamoDB Local's own item-write rate in this run (additive updates of report-shaped items of %d bytes, each writer to its own %d items, %s per measurement)", w.ItemBytes, writeRateBatch, res.Config.WriteRateTime)
-		when := ""
-		for _, w := range res.WriteRates {
-			what := "UpdateItem"
-			if w.Op != "UpdateItem" {
-				what = fmt.Sprintf("TransactWriteItems of %d updates", writeRateBatch)
+	if len(res.Rows) > 0 { // none with -skip backlogs
+		p("### Backlog: write cost, throughput and exactness, with 1%% of the records delivered twice\n\n")
+		p("| workload | approach | batch | changes | write requests / 1k changes | item writes / 1k changes | WCU / 1k changes (AWS billing) | DynamoDB Local reported / 1k | computed ÷ reported³ | changes/s end to end | raw drain records/s | end to end ÷ raw | item writes/s end to end | ÷ DynamoDB Local's item-write ceiling⁴ | reports exact afterwards |\n")
+		p("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n")
+		for _, r := range res.Rows {
+			batch := "—"
+			if r.Batch > 0 {
+				batch = fmt.Sprintf("%d", r.Batch)
 			}
-			sep := ","
-			if w.When != when {
-				when, sep = w.When, fmt.Sprintf("; %s the backlogs:", w.When)
+			p("\nPer-record approaches run with the event source mapping's default batch size (100); their writes do not depend on it.  \n")
+			if len(res.Config.PollerBatches) > 0 {
+				p("Poller batches above 1,000 are pages of 1,000 folded into one batch while the shard is behind (`poller --batch-records`); the Lambda handler's counterpart would be the mapping's BatchSize (up to 10,000), which the bench's mapping, reading one page per batch, does not play.  \n")
 			}
-			p("%s %s, %s: %.0f item writes/s", sep, what, writers(w.Workers), w.PerSecond())
+			cross := "—"
+			if r.Cost.Reported > 0 {
+				cross = fmt.Sprintf("%.2f", float64(r.Cost.LocalUnits)/r.Cost.Reported)
+			}
+			wcu := fmt.Sprintf("%.0f", r.AggregationUnits())
+			if r.Baseline > 0 {
+				wcu += "²"
+			}
+			req := fmt.Sprintf("%.0f", per1000(float64(r.Cost.Writes()), r.Changes))
+			if r.Approach == SyncTransaction {
+				req += "¹"
+			}
+			ceiling := "—"
+			if c := res.itemWriteCeiling(r); c > 0 {
+				ceiling = fmt.Sprintf("%.1f%%", 100*r.ItemWriteRate()/c)
+			}
+			p("| %s | %s | %s | %d | %s | %.0f | %s | %.0f | %s | %.0f | %s | %s | %.0f | %s | %s |\n",
+				r.Workload, r.Approach, batch, r.Changes, req, per1000(float64(r.Cost.ItemWrites), r.Changes), wcu, per1000(r.Cost.Reported, r.Changes), cross,
+				r.Throughput(), raw, ratio, r.ItemWriteRate(), ceiling, exactness(r))
 		}
-		p(".\n\n")
-	}
+		p("\nPer-record approaches run with the event source mapping's default batch size (100); their writes do not depend on it.  \n")
+		for _, r := range res.Rows {
+			if r.Approach == LedgerTumbling {
+				p("%s: the mapping's TumblingWindowInSeconds is %d; records fall into windows by their ApproximateCreationDateTime (which DynamoDB Local rounds down to the minute), and a backlog's windows are taken as closed (the invocation holding its last record is its window's final one).  \n",
+					LedgerTumbling, int(res.Config.TumblingWindow/time.Second))
+				break
+			}
+		}
+		if len(res.Config.PollerBatches) > 0 {
+			p("Poller batches above 1,000 are pages of 1,000 folded into one batch while the shard is behind (`poller --batch-records`); the Lambda handler's counterpart would be the mapping's BatchSize (up to 10,000), which the bench's mapping, reading one page per batch, does not play.  \n")
+		}
+		p("¹ transactions that carry the change itself: they replace the writer's own write.  \n")
+		p("² the transactions' units minus what the writer's plain write of each change would cost.  \n")
+		p("³ the units computed for the successful writes the way DynamoDB Local reports them (for a transaction: twice the sum of the distinct per-item units), divided by what it reported.  \n")
+		p("⁴ the approach's item writes per second end to end, against the highest rate measured below for its kind of write (TransactWriteItems when it wrote transactions, else UpdateItem); above 100%% when the machine was less loaded during the approach than during both measurements.\n\n")
+		if len(res.WriteRates) > 0 {
+			w := res.WriteRates[0]
+			p("DynamoDB Local's own item-write rate in this run (additive updates of report-shaped items of %d bytes, each writer to its own %d items, %s per measurement)", w.ItemBytes, writeRateBatch, res.Config.WriteRateTime)
+			when := ""
+			for _, w := range res.WriteRates {
+				what := "UpdateItem"
+				if w.Op != "UpdateItem" {
+					what = fmt.Sprintf("TransactWriteItems of %d updates", writeRateBatch)
+				}
+				sep := ","
+				if w.When != when {
+					when, sep = w.When, fmt.Sprintf("; %s the backlogs:", w.When)
+				}
+				p("%s %s, %s: %.0f item writes/s", sep, what, writers(w.Workers), w.PerSecond())
+			}
+			p(".\n\n")
+		}
 
-	p("### Where the time went: each approach's table calls on workload b (count × total time; stream reads not included)\n\n")
-	p("| approach | batch | calls |\n|---|---:|---|\n")
-	for _, r := range res.Rows {
-		if r.Workload != "b" {
-			continue
+		p("### Where the time went: each approach's table calls on workload b (count × total time; stream reads not included)\n\n")
+		p("| approach | batch | calls |\n|---|---:|---|\n")
+		for _, r := range res.Rows {
+			if r.Workload != "b" {
+				continue
+			}
+			batch := "—"
+			if r.Batch > 0 {
+				batch = fmt.Sprintf("%d", r.Batch)
+			}
+			p("| %s | %s | %s |\n", r.Approach, batch, r.Cost.TimeSummary())
 		}
-		batch := "—"
-		if r.Batch > 0 {
-			batch = fmt.Sprintf("%d", r.Batch)
-		}
-		p("| %s | %s | %s |\n", r.Approach, batch, r.Cost.TimeSummary())
+		p("\n")
 	}
-	p("\n")
 
 	if len(res.Lag) > 0 {
 		p("### Lag from write to report commit at %d changes/s (workload b, %d s per approach)\n\n", res.LagRate, res.Config.LagSeconds)
@@ -135,16 +136,18 @@ func (res *Result) Markdown(w io.Writer) {
 		p("\n")
 	}
 
-	p("### Report item sizes after the run (ledger's approaches; bytes by DynamoDB's rules)\n\n")
-	p("| workload | approach | batch | report items | entry items | p50 | p99 | max |\n|---|---|---:|---:|---:|---:|---:|---:|\n")
-	for _, r := range res.Rows {
-		if r.Sizes == nil {
-			continue
+	if len(res.Rows) > 0 {
+		p("### Report item sizes after the run (ledger's approaches; bytes by DynamoDB's rules)\n\n")
+		p("| workload | approach | batch | report items | entry items | p50 | p99 | max |\n|---|---|---:|---:|---:|---:|---:|---:|\n")
+		for _, r := range res.Rows {
+			if r.Sizes == nil {
+				continue
+			}
+			z := r.Sizes
+			p("| %s | %s | %d | %d | %d | %d | %d | %d |\n", r.Workload, r.Approach, r.Batch, z.ReportItems, z.EntryItems, z.P50, z.P99, z.Max)
 		}
-		z := r.Sizes
-		p("| %s | %s | %d | %d | %d | %d | %d | %d |\n", r.Workload, r.Approach, r.Batch, z.ReportItems, z.EntryItems, z.P50, z.P99, z.Max)
+		p("\n")
 	}
-	p("\n")
 
 	if mr := res.Memory; mr != nil {
 		p("### Poller binary (`poller --drain`) draining a backlog of inserts shaped like workload a\n\n")
@@ -162,7 +165,11 @@ func (res *Result) Markdown(w io.Writer) {
 		}
 		p("| %d | %s | %s | %.0f | %d | %s | %s | %s |\n\n", mr.Records, mr.WriteTook.Round(time.Second), mr.DrainTook.Round(time.Second),
 			float64(mr.Records)/mr.DrainTook.Seconds(), mr.RecordsRead, mib(mr.BacklogRSS), mib(mr.PeakRSS), exact)
-		p("### `ledgerctl reconcile` over the drained table\n\n")
+		command := mr.ReconcileCommand
+		if command == "" {
+			command = "ledgerctl reconcile" // results written before the field
+		}
+		p("### `%s` over the drained table\n\n", command)
 		p("| transactions | took | transactions/s | peak RSS | exit |\n|---:|---:|---:|---:|---:|\n")
 		p("| %d | %s | %.0f | %s | %d |\n\n", mr.Records, mr.ReconcileTook.Round(time.Millisecond),
 			float64(mr.Records)/mr.ReconcileTook.Seconds(), mib(mr.ReconcileRSS), mr.ReconcileExit)

@@ -63,6 +63,9 @@ type Config struct {
 	// LedgerctlBinary is a built cmd/ledgerctl for the memory
 	// measurement's reconcile; empty builds one with `go build`.
 	LedgerctlBinary string
+	// ReconcileParallel is the memory measurement's `ledgerctl reconcile
+	// --parallel` (0: ledgerctl's default).
+	ReconcileParallel int
 	// FreshInstances starts a DynamoDB Local per measured approach and
 	// workload; otherwise one instance serves everything, its tables all
 	// created before any data is written.
@@ -71,8 +74,10 @@ type Config struct {
 	DynamoDBLocalDir string
 	// Only, when set, limits the backlog measurements to these approaches.
 	Only []Approach
-	// SkipLag and SkipCPU leave those measurements out.
-	SkipLag, SkipCPU bool
+	// SkipBacklogs, SkipLag and SkipCPU leave those measurements out
+	// (SkipBacklogs: every approach's backlog, for the memory measurement
+	// alone).
+	SkipBacklogs, SkipLag, SkipCPU bool
 	// Command is how the run was started, for the report.
 	Command string
 	// Log receives progress lines (nil: discarded).
@@ -390,6 +395,9 @@ func (c cell) table() string {
 }
 
 func (r *runner) cells() []cell {
+	if r.cfg.SkipBacklogs {
+		return nil
+	}
 	var out []cell
 	for _, w := range r.cfg.Workloads {
 		ops := w.Spec.Generate(w.Changes, r.cfg.Seed)

@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"os"
+	"runtime"
 	"sort"
 	"strings"
 	"testing"
@@ -135,4 +136,37 @@ func TestQuick_RunsEveryMeasurement(t *testing.T) {
 	for _, want := range []string{"### Backlog", "### Lag", "### CPU", "### Targets", "| b | 4 ledger: poller | 1000 |", "| b | 4 ledger: poller | 10000 |", "| b | 4 ledger: Lambda handler (tumbling) | 1000 |", "DynamoDB Local's own item-write rate in this run", "commits a window when it closes", "| e | 4 ledger: poller | 1000 |", "### Report item sizes", "Beyond the targets' batch size"} {
 		assert.True(t, strings.Contains(md, want), "markdown has %q", want)
 	}
+}
+
+// `ledgerbench -skip backlogs,lag,cpu -backlog N -reconcile-parallel 1`:
+// the memory measurement alone (the poller binary's drain, then
+// `ledgerctl reconcile --parallel 1` over the drained table), on a small
+// backlog.
+func TestMemoryAlone_SkipsTheOtherMeasurements(t *testing.T) {
+	cfg := Quick()
+	cfg.SkipBacklogs, cfg.SkipLag, cfg.SkipCPU = true, true, true
+	cfg.Backlog, cfg.ReconcileParallel = 2000, 1
+	if testing.Verbose() {
+		cfg.Log = os.Stderr
+	}
+	res, err := Run(context.Background(), cfg)
+	require.NoError(t, err)
+	assert.Empty(t, res.Rows)
+	assert.Empty(t, res.Lag)
+	assert.Empty(t, res.CPU)
+	m := res.Memory
+	require.NotNil(t, m)
+	assert.Equal(t, 2000, m.Records)
+	assert.Positive(t, m.Reports)
+	assert.Zero(t, m.Diffs, "the drained reports equal the fold of the backlog")
+	assert.Zero(t, m.ReconcileExit, "ledgerctl reconcile finds no difference")
+	assert.Equal(t, "ledgerctl reconcile --parallel 1", m.ReconcileCommand)
+	if runtime.GOOS == "linux" {
+		assert.Positive(t, m.PeakRSS)
+		assert.Positive(t, m.ReconcileRSS)
+	}
+	md := res.String()
+	assert.Contains(t, md, "### `ledgerctl reconcile --parallel 1` over the drained table")
+	assert.NotContains(t, md, "### Backlog")
+	assert.NotContains(t, md, "### Report item sizes")
 }

@@ -53,7 +53,8 @@ Local's ConsumedCapacity), end-to-end throughput against the raw stream
 drain rate and DynamoDB Local's own item-write rate measured in the same
 run, exactness under 1% duplicate delivery (reconcile), lag at a
 steady rate, CPU-only decoding and folding, and the poller binary's peak
-memory draining a 1,000,000-record backlog.
+memory draining a 1,000,000-record backlog, then ledgerctl reconcile's
+over the drained table (-skip backlogs,lag,cpu measures that alone).
 
 With -json FILE it also writes the results as JSON, and with -charts DIR
 it draws BENCHMARKS.md's charts (write units per 1,000 changes by approach
@@ -88,9 +89,10 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	ledgerctl := fs.String("ledgerctl", "", "a built cmd/ledgerctl `BINARY` for the memory measurement's reconcile (default: go build one)")
 	backlog := fs.Int("backlog", -1, "`RECORDS` in the memory measurement's backlog (default 1,000,000 in a full run; 0 skips it)")
 	only := fs.String("only", "", "measure only these approaches' backlogs: `LIST` of perrecord, marker, sync, poller, lambda, lambda-tumbling")
-	skip := fs.String("skip", "", "leave out these measurements: `LIST` of lag, cpu, writerate")
+	skip := fs.String("skip", "", "leave out these measurements: `LIST` of backlogs (every approach's), lag, cpu, writerate")
 	window := fs.Int("tumbling-window", 0, "the tumbling Lambda's TumblingWindowInSeconds, `SECONDS` (default 60; 5 with -quick)")
 	workloads := fs.String("workloads", "", "measure only these workloads' backlogs: `LIST` of a, b, c, d, e")
+	reconcileParallel := fs.Int("reconcile-parallel", 0, "run the memory measurement's reconcile as ledgerctl reconcile --parallel `N` (default: ledgerctl's default)")
 	if err := fs.Parse(args); err != nil {
 		return exitError
 	}
@@ -140,6 +142,8 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	for _, m := range strings.Split(*skip, ",") {
 		switch strings.TrimSpace(m) {
 		case "":
+		case "backlogs":
+			cfg.SkipBacklogs = true
 		case "lag":
 			cfg.SkipLag = true
 		case "cpu":
@@ -147,7 +151,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		case "writerate":
 			cfg.WriteRateTime = 0
 		default:
-			return fail(fmt.Errorf("-skip: unknown measurement %q (lag, cpu, writerate)", m))
+			return fail(fmt.Errorf("-skip: unknown measurement %q (backlogs, lag, cpu, writerate)", m))
 		}
 	}
 	switch {
@@ -158,6 +162,10 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	cfg.PollerBinary = *poller
 	cfg.LedgerctlBinary = *ledgerctl
+	if *reconcileParallel < 0 {
+		return fail(fmt.Errorf("-reconcile-parallel: %d is not a number of segments", *reconcileParallel))
+	}
+	cfg.ReconcileParallel = *reconcileParallel
 	cfg.Command = strings.Join(append([]string{"ledgerbench"}, args...), " ")
 	meter := progress.New("bench", stderr, os.Getenv)
 	cfg.Log = &benchLog{m: meter}

@@ -1,0 +1,102 @@
+package processor_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/ledger-dev/ledger/internal/ledgertest"
+	"github.com/ledger-dev/ledger/processor"
+)
+
+// scanRecorder records the segments of the Scans sent to the real table.
+type scanRecorder struct {
+	processor.ReconcileAPI
+	mu       sync.Mutex
+	segments map[[2]int32]int // {Segment, TotalSegments} (-1: not set) → calls
+}
+
+func (s *scanRecorder) Scan(ctx context.Context, in *dynamodb.ScanInput, opts ...func(*dynamodb.Options)) (*dynamodb.ScanOutput, error) {
+	k := [2]int32{-1, -1}
+	if in.Segment != nil {
+		k[0] = aws.ToInt32(in.Segment)
+	}
+	if in.TotalSegments != nil {
+		k[1] = aws.ToInt32(in.TotalSegments)
+	}
+	s.mu.Lock()
+	s.segments[k]++
+	s.mu.Unlock()
+	return s.ReconcileAPI.Scan(ctx, in, opts...)
+}
+
+// A reconcile of the whole table finds the same thing whatever its
+// parallelism; with one segment it sends a plain Scan (DynamoDB Local
+// serves one that names a segment about twice as slowly), with more, one
+// Scan per segment.
+func TestReconcileWith_ParallelScanSegments(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t)
+	w := ledgertest.NewWorkload(3)
+	require.NoError(t, w.Run(ctx, e.ddb, e.table, 200))
+	shard, recs := e.records(t)
+	p := e.processor(t, nil, nil)
+	_, err := p.Process(ctx, p.ShardGuard(e.streamARN, shard), recs)
+	require.NoError(t, err)
+
+	for _, tc := range []struct {
+		parallel int
+		want     map[[2]int32]int
+	}{
+		{1, map[[2]int32]int{{-1, -1}: 1}},
+		{3, map[[2]int32]int{{0, 3}: 1, {1, 3}: 1, {2, 3}: 1}},
+	} {
+		rec := &scanRecorder{ReconcileAPI: e.ddb, segments: map[[2]int32]int{}}
+		diffs, stats, err := processor.ReconcileWith(ctx, rec, e.table, processor.Scope{}, processor.ReconcileOptions{Parallel: tc.parallel})
+		require.NoError(t, err, "parallel %d", tc.parallel)
+		assert.Empty(t, diffs, "parallel %d", tc.parallel)
+		assert.Equal(t, w.Live(), stats.Transactions, "parallel %d", tc.parallel)
+		assert.Positive(t, stats.Reports, "parallel %d", tc.parallel)
+		assert.Equal(t, tc.want, rec.segments, "parallel %d: scans by {segment, total segments}", tc.parallel)
+	}
+}
+
+// pagedQueries makes the real table answer Queries in pages of 20 items,
+// as a branch of millions of transactions is answered in pages of 1 MB.
+type pagedQueries struct{ processor.ReconcileAPI }
+
+func (q pagedQueries) Query(ctx context.Context, in *dynamodb.QueryInput, opts ...func(*dynamodb.Options)) (*dynamodb.QueryOutput, error) {
+	in.Limit = aws.Int32(20)
+	return q.ReconcileAPI.Query(ctx, in, opts...)
+}
+
+// Progress counts a branch's transactions page by page, not only once the
+// branch is done: one branch can take minutes.
+func TestReconcileWith_ProgressCountsTransactionsPageByPage(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t)
+	w := ledgertest.NewWorkload(5)
+	require.NoError(t, w.Run(ctx, e.ddb, e.table, 150))
+
+	var last processor.ReconcileProgress
+	withinBranch := 0 // calls that counted transactions of a branch not yet done
+	_, stats, err := processor.ReconcileWith(ctx, pagedQueries{e.ddb}, e.table, processor.Scope{}, processor.ReconcileOptions{
+		Parallel: 1,
+		Progress: func(p processor.ReconcileProgress) {
+			if p.Transactions > last.Transactions && p.BranchesDone == last.BranchesDone {
+				withinBranch++
+			}
+			last = p
+		},
+	})
+	require.NoError(t, err)
+	assert.Positive(t, withinBranch, "transactions counted before their branch was done")
+	assert.Equal(t, stats.Transactions, last.Transactions)
+	assert.Equal(t, w.Live(), last.Transactions)
+	assert.Equal(t, last.Branches, last.BranchesDone)
+}
