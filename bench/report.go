@@ -34,9 +34,10 @@ func (res *Result) Markdown(w io.Writer) {
 			if r.Batch > 0 {
 				batch = fmt.Sprintf("%d", r.Batch)
 			}
-			p("\nPer-record approaches run with the event source mapping's default batch size (100); their writes do not depend on it.  \n")
-			if len(res.Config.PollerBatches) > 0 {
-				p("Poller batches above 1,000 are pages of 1,000 folded into one batch while the shard is behind (`poller --batch-records`); the Lambda handler's counterpart would be the mapping's BatchSize (up to 10,000), which the bench's mapping, reading one page per batch, does not play.  \n")
+			raw, ratio := "—", "—"
+			if r.RawRate() > 0 {
+				raw = fmt.Sprintf("%.0f", r.RawRate())
+				ratio = fmt.Sprintf("%.1f%%", 100*r.Throughput()/r.RawRate())
 			}
 			cross := "—"
 			if r.Cost.Reported > 0 {
