@@ -124,6 +124,24 @@ func (p *Processor) InFlight(ctx context.Context, streams StreamReader, streamAR
 // contains stream records"), so one empty page is not the end.
 const emptyPagesAtEnd = 5
 
+// openShard opens the iterator in asks for; when the records it names were
+// trimmed from the stream (TrimmedDataAccessException: nothing of them can
+// be read or committed any more) it opens at TRIM_HORIZON instead and says
+// so. in is changed to what was opened.
+func openShard(ctx context.Context, streams StreamReader, in *dynamodbstreams.GetShardIteratorInput) (iter *string, trimmed bool, err error) {
+	out, err := streams.GetShardIterator(ctx, in)
+	var te *streamtypes.TrimmedDataAccessException
+	if errors.As(err, &te) {
+		in.ShardIteratorType, in.SequenceNumber = streamtypes.ShardIteratorTypeTrimHorizon, nil
+		trimmed = true
+		out, err = streams.GetShardIterator(ctx, in)
+	}
+	if err != nil {
+		return nil, trimmed, err
+	}
+	return out.ShardIterator, trimmed, nil
+}
+
 // readShard reads shard from just after sequence number after ("": its
 // trim horizon) to its end: a closed shard until its iterator runs out, an
 // open one until emptyPagesAtEnd empty pages in a row; at most budget
@@ -133,18 +151,10 @@ func readShard(ctx context.Context, streams StreamReader, arn, shard, after stri
 	if after != "" {
 		in.ShardIteratorType, in.SequenceNumber = streamtypes.ShardIteratorTypeAfterSequenceNumber, &after
 	}
-	it, err := streams.GetShardIterator(ctx, in)
-	var trimmed *streamtypes.TrimmedDataAccessException
-	if errors.As(err, &trimmed) {
-		// The records after the checkpoint are gone: nothing of them can be
-		// committed any more; read from what is left.
-		in.ShardIteratorType, in.SequenceNumber = streamtypes.ShardIteratorTypeTrimHorizon, nil
-		it, err = streams.GetShardIterator(ctx, in)
-	}
+	iter, _, err := openShard(ctx, streams, in)
 	if err != nil {
 		return nil, false, err
 	}
-	iter := it.ShardIterator
 	empty := 0
 	for iter != nil {
 		out, err := streams.GetRecords(ctx, &dynamodbstreams.GetRecordsInput{ShardIterator: iter})

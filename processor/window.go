@@ -214,25 +214,22 @@ func (p *Processor) openRange(ctx context.Context, streams StreamReader, g *Shar
 	default:
 		return nil, g, fmt.Errorf("shard %s has no checkpoint and the range no first record to read from", r.ShardID)
 	}
-	out, err := streams.GetShardIterator(ctx, in)
-	var trimmed *streamtypes.TrimmedDataAccessException
+	iter, trimmed, err := openShard(ctx, streams, in)
 	var notFound *streamtypes.ResourceNotFoundException
 	if errors.As(err, &notFound) {
 		return nil, g, fmt.Errorf("shard %s: %w: %w", r.ShardID, errShardGone, err)
 	}
-	if errors.As(err, &trimmed) {
+	if trimmed {
 		p.cfg.Logger.Error("stream records were trimmed before they were read: they are lost to every consumer; reading from TRIM_HORIZON; run `ledgerctl reconcile --repair` to restore the reports",
-			"shard", r.ShardID, "checkpoint", cp, "error", err.Error())
+			"shard", r.ShardID, "checkpoint", cp)
 		g = p.ShardGuard(r.StreamARN, r.ShardID)
 		g.CommitBatches()
 		g.Trimmed()
-		in.ShardIteratorType, in.SequenceNumber = streamtypes.ShardIteratorTypeTrimHorizon, nil
-		out, err = streams.GetShardIterator(ctx, in)
 	}
 	if err != nil {
 		return nil, g, fmt.Errorf("open shard %s %s: %w", r.ShardID, in.ShardIteratorType, err)
 	}
-	return out.ShardIterator, g, nil
+	return iter, g, nil
 }
 
 // add sums another Process result into r (Committed counts records done
