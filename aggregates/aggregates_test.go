@@ -95,7 +95,7 @@ func TestDatePeriods_UseTheUTCDate(t *testing.T) {
 		t.Run(tt.createdAt, func(t *testing.T) {
 			ts, err := time.Parse(time.RFC3339Nano, tt.createdAt)
 			require.NoError(t, err)
-			ps := DateOf(ts).Periods()
+			ps := LegacyStamp(DateOf(ts)).Periods
 			for i := range ps {
 				assert.Equal(t, tt.want[i], ps[i].String())
 			}

@@ -5,7 +5,8 @@ import (
 	"time"
 )
 
-// Date is a calendar date in UTC, the unit of DAILY reports.
+// Date is a calendar date: a transaction's UTC date (its sort key's), or a
+// business date (the unit of DAILY reports, calendar.go).
 type Date struct {
 	Year  int
 	Month time.Month
@@ -34,11 +35,15 @@ func DateOf(t time.Time) Date {
 // String formats d as YYYY-MM-DD.
 func (d Date) String() string { return fmt.Sprintf("%04d-%02d-%02d", d.Year, int(d.Month), d.Day) }
 
-// Periods returns the three report periods d belongs to, DAILY first.
-func (d Date) Periods() [3]Period {
-	return [3]Period{
-		{Type: Daily, Value: d.String()},
-		{Type: Monthly, Value: fmt.Sprintf("%04d-%02d", d.Year, int(d.Month))},
-		{Type: Yearly, Value: fmt.Sprintf("%04d", d.Year)},
-	}
+// AddDays returns the date n days after d (before, for n < 0).
+func (d Date) AddDays(n int) Date {
+	return DateOf(time.Date(d.Year, d.Month, d.Day+n, 0, 0, 0, 0, time.UTC))
 }
+
+// Weekday returns d's day of the week.
+func (d Date) Weekday() time.Weekday {
+	return time.Date(d.Year, d.Month, d.Day, 0, 0, 0, 0, time.UTC).Weekday()
+}
+
+// Before reports whether d is an earlier date than o.
+func (d Date) Before(o Date) bool { return d.String() < o.String() }

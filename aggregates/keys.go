@@ -16,7 +16,7 @@ import (
 //	email owner     EMAIL#{email}                        UNIQUE
 //	document owner  BRANCHDOC#{document}                 UNIQUE
 //	transaction     TENANT#{t}#BRANCH#{b}#TRANSACTION    {YYYY-MM-DD}#{txnId}
-//	report          TENANT#{t}#BRANCH#{b}#REPORTING      DAILY#… | MONTHLY#… | YEARLY#…
+//	report          TENANT#{t}#BRANCH#{b}#REPORTING      {TYPE}#{value}: DAILY#2026-11-27, FISCAL_YEAR#FY2027, …
 //	report entry    TENANT#{t}#BRANCH#{b}#REPORTING      {period}#{cat|cc|pm}#{name}
 //	parked delta    TENANT#{t}#BRANCH#{b}#REPORTING      PARKED#{period}#{commit id}  GSI1 PARKED / {time}#{key}
 //	flags           SETTINGS#APP                         FLAGS#V1
@@ -278,7 +278,7 @@ func ParseReportItemKey(k Key) (ReportItemRef, error) {
 		return ReportItemRef{}, fmt.Errorf("report key %s: %w", k, err)
 	}
 	n := periodValueLength(pt)
-	if len(rest) < n {
+	if n == 0 || len(rest) < n {
 		return ReportItemRef{}, fmt.Errorf("report key %s: period value too short", k)
 	}
 	rk, err := ParseReportKey(Key{PK: k.PK, SK: typ + "#" + rest[:n]})
@@ -305,17 +305,6 @@ func ParseReportItemKey(k Key) (ReportItemRef, error) {
 		ref.Kind, ref.Dim, ref.Name = ReportEntry, d, name
 	}
 	return ref, nil
-}
-
-// periodValueLength is the length of a period value of type t.
-func periodValueLength(t PeriodType) int {
-	switch t {
-	case Daily:
-		return len("2006-01-02")
-	case Monthly:
-		return len("2006-01")
-	}
-	return len("2006")
 }
 
 // ParseReportKey parses a report item key back into its parts.

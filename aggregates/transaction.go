@@ -30,6 +30,10 @@ type Transaction struct {
 	PaymentMethod  string // "" when absent
 	CreatedAt      time.Time
 	Date           Date // UTC date of CreatedAt, equal to the SK's date
+	// Stamp is the transaction's periods (stamp.go): as stored, or the
+	// LegacyStamp of Date when it was stored without one (Stamped false).
+	Stamp   Stamp
+	Stamped bool
 }
 
 // Attr is one attribute of a stored item as the domain sees it: its DynamoDB
@@ -66,6 +70,7 @@ const (
 	ReasonNameTooLong       Reason = "name_too_long"       // a breakdown name longer than MaxNameLength characters
 	ReasonCreatedAt         Reason = "created_at"          // createdAt missing or not RFC 3339
 	ReasonDateMismatch      Reason = "date_mismatch"       // createdAt's UTC date differs from the SK date
+	ReasonPeriods           Reason = "periods"             // businessDate or periods present but not a valid stamp (stamp.go), or one without the other
 )
 
 // InvalidError reports why an image is not a valid transaction.
@@ -176,8 +181,28 @@ func ParseTransaction(img Image) (Transaction, error) {
 	if d := DateOf(tx.CreatedAt); d != date {
 		return Transaction{}, invalid(ReasonDateMismatch, "createdAt", "UTC date %s differs from the sort key date %s", d, date)
 	}
+	bd, hasDate := img[AttrBusinessDate]
+	ps, hasPeriods := img[AttrPeriods]
+	switch {
+	case !hasDate && !hasPeriods:
+		tx.Stamp = LegacyStamp(date)
+	case !hasDate || !hasPeriods || bd.Type != "S" || ps.Type != "S":
+		return Transaction{}, invalid(ReasonPeriods, AttrPeriods, "businessDate and periods must both be strings, or both be absent")
+	default:
+		if tx.Stamp, err = ParseStamp(bd.Value, ps.Value); err != nil {
+			return Transaction{}, invalid(ReasonPeriods, AttrPeriods, "%v", err)
+		}
+		tx.Stamped = true
+	}
 	return tx, nil
 }
+
+// The attributes of a transaction's stamp (stamp.go), named here because
+// validation reads them; table/transaction.go has the item's layout.
+const (
+	AttrBusinessDate = "businessDate"
+	AttrPeriods      = "periods"
+)
 
 func optional(img Image, name string, r Reason) (string, error) {
 	a, present := img[name]
@@ -212,10 +237,11 @@ func (t Transaction) Breakdown(d Dimension) string {
 	return ""
 }
 
-// ReportKeys returns the keys of the three reports t contributes to.
-func (t Transaction) ReportKeys() [3]ReportKey {
-	var keys [3]ReportKey
-	for i, p := range t.Date.Periods() {
+// ReportKeys returns the keys of the reports t contributes to: one per
+// period of its stamp.
+func (t Transaction) ReportKeys() []ReportKey {
+	keys := make([]ReportKey, len(t.Stamp.Periods))
+	for i, p := range t.Stamp.Periods {
 		keys[i] = ReportKey{Tenant: t.Tenant, Branch: t.Branch, Period: p}
 	}
 	return keys

@@ -1,0 +1,240 @@
+package aggregates
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	// The IANA zone data, embedded: a binary (the Lambda functions among
+	// them) needs no zone files on disk. A system's own zone files, where
+	// there are some, are read first (time.LoadLocation's order).
+	_ "time/tzdata"
+)
+
+// A branch's business calendar: in which time zone its days are counted,
+// when its business day starts, which weekday starts its weeks and which
+// month its fiscal year. docs/design.md, "Business calendars", is the
+// contract; this file is its one implementation.
+//
+// The rule (so that everyone computes the same day): business day D starts
+// at the first instant at which the branch's local clock reads date D and a
+// time at or after DayStartsAt — on a daylight-saving day whose cut-off
+// falls in the skipped hour, that is the end of the gap; in a repeated hour,
+// its first occurrence — and an instant belongs to the last business day
+// that started at or before it. A date the local clock never reads (a zone
+// that skipped a day) has no business day.
+
+// Calendar is a branch's business calendar. The zero value is not usable:
+// use DefaultCalendar or NewCalendar.
+type Calendar struct {
+	TimeZone             string       // IANA name, e.g. America/Sao_Paulo
+	DayStartsAt          int          // minutes after local midnight, 0–1439
+	WeekStartsOn         time.Weekday // the first day of a week
+	FiscalYearStartMonth time.Month   // the first month of a fiscal year
+
+	loc *time.Location
+}
+
+// DefaultCalendar is the calendar of a branch that has none: UTC, days from
+// midnight, weeks from Monday, fiscal years from January. Its DAILY, MONTHLY
+// and YEARLY periods are those of the UTC date, as every report was before
+// business calendars.
+func DefaultCalendar() Calendar {
+	return Calendar{TimeZone: "UTC", WeekStartsOn: time.Monday, FiscalYearStartMonth: time.January, loc: time.UTC}
+}
+
+// CalendarError says which field of a calendar is wrong and why.
+type CalendarError struct {
+	Field  string // timeZone, dayStartsAt, weekStartsOn or fiscalYearStartMonth
+	Detail string
+}
+
+func (e *CalendarError) Error() string { return e.Field + ": " + e.Detail }
+
+// ParseTimeZone loads an IANA time zone by its name. "Local" and "" are
+// refused: a calendar names its zone.
+func ParseTimeZone(name string) (*time.Location, error) {
+	if name == "" || name == "Local" || len(name) > 64 || strings.ContainsAny(name, " \\") || strings.Contains(name, "..") {
+		return nil, &CalendarError{"timeZone", fmt.Sprintf("%q is not an IANA time zone name (e.g. America/Sao_Paulo, Europe/London, UTC)", truncateRunes(name, 64))}
+	}
+	loc, err := time.LoadLocation(name)
+	if err != nil {
+		return nil, &CalendarError{"timeZone", fmt.Sprintf("%q is not an IANA time zone name (e.g. America/Sao_Paulo, Europe/London, UTC)", truncateRunes(name, 64))}
+	}
+	return loc, nil
+}
+
+// ParseDayStart parses a business day's start, "HH:MM" from 00:00 to 23:59,
+// into minutes after midnight.
+func ParseDayStart(s string) (int, error) {
+	h, m, ok := strings.Cut(s, ":")
+	hh, err1 := strconv.Atoi(h)
+	mm, err2 := strconv.Atoi(m)
+	if !ok || len(h) != 2 || len(m) != 2 || err1 != nil || err2 != nil || hh < 0 || hh > 23 || mm < 0 || mm > 59 {
+		return 0, &CalendarError{"dayStartsAt", fmt.Sprintf("%q: want HH:MM, 00:00 to 23:59 (local time at which a business day starts)", truncateRunes(s, 16))}
+	}
+	return hh*60 + mm, nil
+}
+
+// FormatDayStart formats minutes after midnight as HH:MM.
+func FormatDayStart(minutes int) string { return fmt.Sprintf("%02d:%02d", minutes/60, minutes%60) }
+
+// ParseWeekday parses MONDAY … SUNDAY.
+func ParseWeekday(s string) (time.Weekday, error) {
+	for d := time.Sunday; d <= time.Saturday; d++ {
+		if s == FormatWeekday(d) {
+			return d, nil
+		}
+	}
+	return 0, &CalendarError{"weekStartsOn", fmt.Sprintf("%q: want MONDAY, TUESDAY, WEDNESDAY, THURSDAY, FRIDAY, SATURDAY or SUNDAY", truncateRunes(s, 16))}
+}
+
+// FormatWeekday formats a weekday as the API writes it: MONDAY … SUNDAY.
+func FormatWeekday(d time.Weekday) string { return strings.ToUpper(d.String()) }
+
+// NewCalendar validates a calendar's fields (as the API has them) and
+// returns it. The error is a *CalendarError naming the field.
+func NewCalendar(timeZone, dayStartsAt, weekStartsOn string, fiscalYearStartMonth int) (Calendar, error) {
+	loc, err := ParseTimeZone(timeZone)
+	if err != nil {
+		return Calendar{}, err
+	}
+	start, err := ParseDayStart(dayStartsAt)
+	if err != nil {
+		return Calendar{}, err
+	}
+	week, err := ParseWeekday(weekStartsOn)
+	if err != nil {
+		return Calendar{}, err
+	}
+	if fiscalYearStartMonth < 1 || fiscalYearStartMonth > 12 {
+		return Calendar{}, &CalendarError{"fiscalYearStartMonth", fmt.Sprintf("%d: want a month, 1 (January) to 12 (December)", fiscalYearStartMonth)}
+	}
+	return Calendar{TimeZone: timeZone, DayStartsAt: start, WeekStartsOn: week, FiscalYearStartMonth: time.Month(fiscalYearStartMonth), loc: loc}, nil
+}
+
+// Location returns the calendar's time zone.
+func (c Calendar) Location() *time.Location {
+	if c.loc == nil {
+		return time.UTC
+	}
+	return c.loc
+}
+
+// Equal reports whether two calendars put every instant in the same periods.
+func (c Calendar) Equal(o Calendar) bool {
+	return c.TimeZone == o.TimeZone && c.DayStartsAt == o.DayStartsAt && c.WeekStartsOn == o.WeekStartsOn && c.FiscalYearStartMonth == o.FiscalYearStartMonth
+}
+
+// String formats the calendar for messages.
+func (c Calendar) String() string {
+	return fmt.Sprintf("%s, days from %s, weeks from %s, fiscal years from month %d",
+		c.TimeZone, FormatDayStart(c.DayStartsAt), FormatWeekday(c.WeekStartsOn), int(c.FiscalYearStartMonth))
+}
+
+// DayStart returns the instant business day d starts, and false when the
+// local clock never reads d at or after the day's start (a skipped date).
+func (c Calendar) DayStart(d Date) (time.Time, bool) {
+	loc := c.Location()
+	// Wall-clock times as if they were UTC instants: the day's start and
+	// the next date's midnight. An instant x in a zone period of offset
+	// off reads wall time x+off, so it reads date d at or after the start
+	// exactly when x ∈ [start−off, end−off). The first such instant, over
+	// the zone periods in order, is the answer; no offset is a day or more,
+	// so the periods of ±2 days around it hold every candidate.
+	start := time.Date(d.Year, d.Month, d.Day, 0, c.DayStartsAt, 0, 0, time.UTC)
+	end := time.Date(d.Year, d.Month, d.Day+1, 0, 0, 0, 0, time.UTC)
+	limit := start.Add(48 * time.Hour)
+	for x := start.Add(-48 * time.Hour); x.Before(limit); {
+		local := x.In(loc)
+		_, off := local.Zone()
+		_, zoneEnd := local.ZoneBounds()
+		offset := time.Duration(off) * time.Second
+		lo, hi := start.Add(-offset), end.Add(-offset)
+		if lo.Before(x) {
+			lo = x
+		}
+		if !zoneEnd.IsZero() && hi.After(zoneEnd) {
+			hi = zoneEnd
+		}
+		if lo.Before(hi) {
+			return lo, true
+		}
+		if zoneEnd.IsZero() || !zoneEnd.After(x) {
+			break
+		}
+		x = zoneEnd
+	}
+	return time.Time{}, false
+}
+
+// BusinessDate returns the business date an instant belongs to: the last
+// business day that started at or before it.
+func (c Calendar) BusinessDate(t time.Time) Date {
+	y, m, dd := t.In(c.Location()).Date()
+	wall := Date{Year: y, Month: m, Day: dd}
+	// The answer is the wall date, the day before it, or (after a clock
+	// set back past midnight) the day after; a skipped date moves it one
+	// more day back.
+	for d := wall.AddDays(1); !d.Before(wall.AddDays(-3)); d = d.AddDays(-1) {
+		if s, ok := c.DayStart(d); ok && !s.After(t) {
+			return d
+		}
+	}
+	return wall.AddDays(-1) // unreachable for real zones
+}
+
+// WeekStart returns the first day of the week d is in.
+func (c Calendar) WeekStart(d Date) Date {
+	return d.AddDays(-((int(d.Weekday()) - int(c.WeekStartsOn) + 7) % 7))
+}
+
+// Period returns the period of type pt that business date d is in.
+func (c Calendar) Period(pt PeriodType, d Date) Period {
+	p := Period{Type: pt}
+	switch pt {
+	case Daily:
+		p.Value = d.String()
+	case Weekly:
+		p.Value = c.WeekStart(d).String()
+	case Monthly:
+		p.Value = d.String()[:7]
+	case Quarterly:
+		p.Value = quarterValue(d.Year, quarterOf(d.Month, time.January))
+	case Yearly:
+		p.Value = formatYear(d.Year)
+	case FiscalQuarter:
+		p.Value = "FY" + quarterValue(fiscalYearOf(d, c.fiscalStart()), quarterOf(d.Month, c.fiscalStart()))
+	case FiscalYear:
+		p.Value = "FY" + formatYear(fiscalYearOf(d, c.fiscalStart()))
+	}
+	return p
+}
+
+func (c Calendar) fiscalStart() time.Month {
+	if c.FiscalYearStartMonth < time.January || c.FiscalYearStartMonth > time.December {
+		return time.January
+	}
+	return c.FiscalYearStartMonth
+}
+
+// ErrPeriodOutOfRange is Stamp's error for an instant whose periods fall
+// outside years 0000–9999 (a period value has four year digits).
+var ErrPeriodOutOfRange = errors.New("its business periods fall outside the years 0000 to 9999")
+
+// Stamp decides the periods of a transaction created at t under c, of the
+// types kept (canonical order; nil: DefaultPeriodTypes). It is what the
+// writer stores with the transaction, so that its periods are decided once.
+func (c Calendar) Stamp(t time.Time, kept []PeriodType) (Stamp, error) {
+	if kept == nil {
+		kept = DefaultPeriodTypes
+	}
+	d := c.BusinessDate(t)
+	if d.Year < 0 || d.Year > 9999 || (d.Year == 9999 && c.fiscalStart() != time.January && d.Month >= c.fiscalStart()) {
+		return Stamp{}, ErrPeriodOutOfRange
+	}
+	s := c.stampOf(d, kept)
+	return s, nil
+}
