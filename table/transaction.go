@@ -21,6 +21,14 @@ import (
 //	description                S, optional
 //	createdAt, updatedAt       S, RFC 3339
 //	version                    N, 1 on creation, +1 per change
+//	businessDate               S, YYYY-MM-DD: the business date of createdAt in the branch's calendar
+//	periods                    S, the report periods it counts in, "DAILY#2026-11-27 MONTHLY#2026-11 …"
+//
+// businessDate and periods are its stamp (aggregates/stamp.go), decided by
+// the writer from createdAt, the branch's calendar and the tenant's period
+// types in force when it writes the item; both absent (an item from before
+// business calendars, or written by another path) counts in the UTC date's
+// DAILY, MONTHLY and YEARLY periods.
 
 // Attribute names of the transaction item besides the keys, entityType and
 // updatedAt. version is also the directory items' (writer).
@@ -46,6 +54,14 @@ type Transaction struct {
 	CostCenter, PaymentMethod, Description     string
 	CreatedAt, UpdatedAt                       string
 	Version                                    int64
+	// BusinessDate and Periods are the stamp's stored text; both "" for
+	// a transaction stored without one.
+	BusinessDate, Periods string
+}
+
+// SetStamp sets t's stamp.
+func (t *Transaction) SetStamp(s aggregates.Stamp) {
+	t.BusinessDate, t.Periods = s.BusinessDate.String(), s.EncodePeriods()
 }
 
 // EncodeTransaction encodes t, stored under k, as the item the stream
@@ -69,6 +85,10 @@ func EncodeTransaction(k aggregates.Key, t Transaction) (map[string]types.Attrib
 	item[AttrCreatedAt] = S(t.CreatedAt)
 	item[AttrVersion] = Int(t.Version)
 	item[AttrUpdatedAt] = S(t.UpdatedAt)
+	if t.BusinessDate != "" || t.Periods != "" {
+		item[aggregates.AttrBusinessDate] = S(t.BusinessDate)
+		item[aggregates.AttrPeriods] = S(t.Periods)
+	}
 	if _, err := ParseTransaction(item); err != nil {
 		return nil, err
 	}
@@ -102,6 +122,8 @@ func DecodeTransaction(item map[string]types.AttributeValue) Transaction {
 	t.CreatedAt, _ = String(item, AttrCreatedAt)
 	t.UpdatedAt, _ = String(item, AttrUpdatedAt)
 	t.Version, _ = Int64(item, AttrVersion)
+	t.BusinessDate, _ = String(item, aggregates.AttrBusinessDate)
+	t.Periods, _ = String(item, aggregates.AttrPeriods)
 	return t
 }
 

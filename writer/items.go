@@ -49,6 +49,9 @@ type Transaction struct {
 	CreatedAt     string `json:"createdAt"`
 	UpdatedAt     string `json:"updatedAt"`
 	Version       int64  `json:"version"`
+	// BusinessDate and Periods are the stamp (table.Transaction).
+	BusinessDate string `json:"businessDate,omitempty"`
+	Periods      string `json:"-"`
 }
 
 // transactionItem encodes t, stored under k, as the item the stream
