@@ -64,6 +64,32 @@ func (d Difference) String() string {
 // ReconcileStats counts what a reconcile read.
 type ReconcileStats struct {
 	Transactions, Invalid, Reports int
+	// Unstamped counts the valid transactions stored without a stamp
+	// (aggregates.LegacyStamp: they count in their UTC date's DAILY,
+	// MONTHLY and YEARLY reports). Unsettled counts, by branch, the valid
+	// transactions whose stamp (or legacy periods) is not what their
+	// branch's calendar and tenant's period types give them now: the
+	// reports count them where their stamp says, and ledgerctl rebucket
+	// moves them. Neither is a difference.
+	Unstamped int
+	Unsettled map[Scope]int
+	// CalendarErrors names the branches whose stored calendar or tenant
+	// period types do not decode (their stamps are not checked).
+	CalendarErrors []string
+}
+
+func (s *ReconcileStats) add(o ReconcileStats) {
+	s.Transactions += o.Transactions
+	s.Invalid += o.Invalid
+	s.Reports += o.Reports
+	s.Unstamped += o.Unstamped
+	for b, n := range o.Unsettled {
+		if s.Unsettled == nil {
+			s.Unsettled = map[Scope]int{}
+		}
+		s.Unsettled[b] += n
+	}
+	s.CalendarErrors = append(s.CalendarErrors, o.CalendarErrors...)
 }
 
 // ReconcileOptions tune a reconcile of the whole table.
@@ -161,9 +187,7 @@ func ReconcileWith(ctx context.Context, api ReconcileAPI, tableName string, scop
 					p.BranchesDone++
 					p.Differences += len(d)
 					p.ReportsLoaded += st.Reports
-					stats.Transactions += st.Transactions
-					stats.Invalid += st.Invalid
-					stats.Reports += st.Reports
+					stats.add(st)
 					diffs = append(diffs, d...)
 				})
 			}
@@ -273,6 +297,10 @@ func reconcileBranch(ctx context.Context, api ReconcileAPI, tableName string, sc
 		}
 		return nil
 	}, nil)
+	var bc *table.BranchCalendar
+	if err == nil {
+		bc, err = branchCalendar(ctx, api, tableName, scope, &stats)
+	}
 	if err == nil {
 		err = queryAll(ctx, api, tableName, aggregates.TransactionPK(scope.Tenant, scope.Branch), func(item map[string]ddbtypes.AttributeValue) error {
 			stats.Transactions++
@@ -282,6 +310,17 @@ func reconcileBranch(ctx context.Context, api ReconcileAPI, tableName string, sc
 				return nil
 			}
 			expected.Add(tx, +1)
+			if !tx.Stamped {
+				stats.Unstamped++
+			}
+			if bc != nil {
+				if want, err := bc.Stamp(tx.CreatedAt); err != nil || !want.Equal(tx.Stamp) {
+					if stats.Unsettled == nil {
+						stats.Unsettled = map[Scope]int{}
+					}
+					stats.Unsettled[scope]++
+				}
+			}
 			return nil
 		}, read)
 	}
@@ -306,6 +345,34 @@ func reconcileBranch(ctx context.Context, api ReconcileAPI, tableName string, sc
 		}
 	}
 	return diffs, stats, nil
+}
+
+// branchCalendar reads the calendar of a branch and its tenant's period
+// types, strongly consistent: nil (and a line in stats) when they do not
+// decode. A branch or tenant without its directory item (a table written
+// by other means) has the default calendar.
+func branchCalendar(ctx context.Context, api ReconcileAPI, tableName string, scope Scope, stats *ReconcileStats) (*table.BranchCalendar, error) {
+	var items [2]map[string]ddbtypes.AttributeValue
+	for i, k := range []aggregates.Key{aggregates.TenantKey(scope.Tenant), aggregates.BranchKey(scope.Tenant, scope.Branch)} {
+		out, err := api.Query(ctx, &dynamodb.QueryInput{
+			TableName:                 &tableName,
+			KeyConditionExpression:    aws.String("PK = :pk AND SK = :sk"),
+			ExpressionAttributeValues: map[string]ddbtypes.AttributeValue{":pk": table.S(k.PK), ":sk": table.S(k.SK)},
+			ConsistentRead:            aws.Bool(true),
+		})
+		if err != nil {
+			return nil, fmt.Errorf("read %s: %w", k, err)
+		}
+		if len(out.Items) > 0 {
+			items[i] = out.Items[0]
+		}
+	}
+	bc, err := table.DecodeBranchCalendar(items[0], items[1])
+	if err != nil {
+		stats.CalendarErrors = append(stats.CalendarErrors, err.Error())
+		return nil, nil
+	}
+	return &bc, nil
 }
 
 // compareReport compares the expected figures of report k (nil: none) with

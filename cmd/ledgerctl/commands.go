@@ -1,12 +1,15 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"maps"
+	"slices"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/config"
@@ -157,6 +160,28 @@ func reconcileProgress(m progress.Meter) func(processor.ReconcileProgress) {
 	}
 }
 
+// unsettled lists the branches with transactions not in their current
+// calendar, in order.
+func unsettled(stats processor.ReconcileStats) []processor.Scope {
+	return slices.SortedFunc(maps.Keys(stats.Unsettled), func(a, b processor.Scope) int {
+		return cmp.Or(cmp.Compare(a.Tenant, b.Tenant), cmp.Compare(a.Branch, b.Branch))
+	})
+}
+
+// printCalendarNotes prints what reconcile found of the stamps: branches
+// whose history is not in their current calendar (not differences: the
+// reports count every transaction where its stamp says), and calendars
+// that do not decode.
+func printCalendarNotes(w io.Writer, stats processor.ReconcileStats) {
+	for _, b := range unsettled(stats) {
+		fmt.Fprintf(w, "not in its current calendar: %d transactions of %s/%s (ledgerctl rebucket --tenant %s --branch %s moves them)\n",
+			stats.Unsettled[b], b.Tenant, b.Branch, b.Tenant, b.Branch)
+	}
+	for _, msg := range stats.CalendarErrors {
+		fmt.Fprintf(w, "calendar not checked: %s\n", msg)
+	}
+}
+
 // reconcileView is what reconcile --json prints: one JSON object.
 type reconcileView struct {
 	Table        string           `json:"table"`
@@ -164,6 +189,17 @@ type reconcileView struct {
 	Invalid      int              `json:"invalid"`
 	Reports      int              `json:"reports"`
 	Differences  []differenceView `json:"differences"`
+	// Unstamped and Unsettled: processor.ReconcileStats (not differences).
+	Unstamped      int             `json:"unstamped"`
+	Unsettled      []unsettledView `json:"unsettled"`
+	CalendarErrors []string        `json:"calendarErrors,omitempty"`
+}
+
+// unsettledView is a branch with transactions not in its current calendar.
+type unsettledView struct {
+	Tenant       string `json:"tenant"`
+	Branch       string `json:"branch"`
+	Transactions int    `json:"transactions"`
 }
 
 // differenceView is one difference: the item's key, the report it is
@@ -182,7 +218,11 @@ type differenceView struct {
 
 func newReconcileView(table string, stats processor.ReconcileStats, diffs []processor.Difference) reconcileView {
 	v := reconcileView{Table: table, Transactions: stats.Transactions, Invalid: stats.Invalid, Reports: stats.Reports,
-		Differences: make([]differenceView, 0, len(diffs))}
+		Differences: make([]differenceView, 0, len(diffs)), Unstamped: stats.Unstamped, Unsettled: []unsettledView{},
+		CalendarErrors: stats.CalendarErrors}
+	for _, b := range unsettled(stats) {
+		v.Unsettled = append(v.Unsettled, unsettledView{Tenant: b.Tenant, Branch: b.Branch, Transactions: stats.Unsettled[b]})
+	}
 	for _, d := range diffs {
 		dv := differenceView{Parked: d.Parked, Problems: d.Problems, Lines: d.Lines}
 		if d.Stray != nil {
@@ -277,6 +317,7 @@ func (e *environment) reconcile(ctx context.Context, args []string) int {
 	for _, d := range diffs {
 		fmt.Fprintln(e.stdout, d)
 	}
+	printCalendarNotes(e.stdout, stats)
 	fmt.Fprintf(e.stdout, "%d transactions (%d invalid), %d reports, %d differences\n",
 		stats.Transactions, stats.Invalid, stats.Reports, len(diffs))
 	if len(diffs) == 0 {

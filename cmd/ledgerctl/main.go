@@ -43,6 +43,7 @@ Commands:
   tenant|branch|account create|get|list   manage the directory through the writer's API (LEDGER_WRITER_URL)
   run               run ledger locally: DynamoDB Local, table, writer, poller, sample, reports
   report            print a branch's reports as a table or JSON
+  rebucket          move a tenant's (or a branch's) history into its current business calendar
   replay FILE|DIR   push recorded stream events (Lambda JSON) through the processor
   parked            list the report deltas the consumers parked (reconcile --repair heals them)
   lag               per-shard position of the stream's consumer: pending records and their age
@@ -91,6 +92,8 @@ func Run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return env.run(ctx, args[1:])
 	case "report":
 		return env.report(ctx, args[1:])
+	case "rebucket":
+		return env.rebucket(ctx, args[1:])
 	case "replay":
 		return env.replay(ctx, args[1:])
 	case "lag":
