@@ -141,3 +141,67 @@ func CheckStamps(ctx context.Context, api dynamodb.QueryAPIClient, tableName, te
 	}
 	return checked, bad, nil
 }
+
+// BranchCalendars are the calendars a randomized test gives its branches
+// (tenant/branch → calendar, with the period types its tenant keeps); a
+// branch without one is written without a stamp.
+type BranchCalendars map[string]struct {
+	Calendar OracleCalendar
+	Types    []aggregates.PeriodType
+}
+
+// TestCalendars are the calendars of Workload's branches in the tests that
+// cover business calendars: São Paulo with a 04:00 day start, weeks from
+// Sunday, fiscal years from July and every period type; London (23- and
+// 25-hour days) with the default types; Tokyo for every branch of globex,
+// with quarters; acme/east without a stamp (the legacy rule).
+func TestCalendars() BranchCalendars {
+	all := aggregates.PeriodTypes[:]
+	quarters := []aggregates.PeriodType{aggregates.Daily, aggregates.Monthly, aggregates.Quarterly, aggregates.Yearly}
+	type entry = struct {
+		Calendar OracleCalendar
+		Types    []aggregates.PeriodType
+	}
+	return BranchCalendars{
+		"acme/north":   entry{OracleCalendar{"America/Sao_Paulo", 4 * 60, time.Sunday, time.July}, all},
+		"acme/south":   entry{OracleCalendar{"Europe/London", 90, time.Monday, time.April}, aggregates.DefaultPeriodTypes},
+		"globex/north": entry{OracleCalendar{"Asia/Tokyo", 0, time.Monday, time.January}, quarters},
+		"globex/south": entry{OracleCalendar{"Asia/Tokyo", 5 * 60, time.Saturday, time.October}, quarters},
+		"globex/east":  entry{OracleCalendar{"Asia/Tokyo", 23*60 + 59, time.Wednesday, time.December}, quarters},
+	}
+}
+
+// Stamper returns a Workload.Stamp that stamps with these calendars, in
+// the product's code (aggregates.Calendar): what the writer would store;
+// a branch without a calendar gets no stamp.
+func (bc BranchCalendars) Stamper() func(tenant, branch string, created time.Time) (aggregates.Stamp, error) {
+	return func(tenant, branch string, created time.Time) (aggregates.Stamp, error) {
+		e, ok := bc[tenant+"/"+branch]
+		if !ok {
+			return aggregates.Stamp{}, nil // no stamp
+		}
+		c := e.Calendar
+		cal, err := aggregates.NewCalendar(c.Zone, aggregates.FormatDayStart(c.DayStart), aggregates.FormatWeekday(c.WeekStart), int(c.FiscalStart))
+		if err != nil {
+			return aggregates.Stamp{}, err
+		}
+		return cal.Stamp(created, e.Types)
+	}
+}
+
+// Check runs CheckStamps on every branch with a calendar and returns the
+// transactions checked and one line per stamp that differs.
+func (bc BranchCalendars) Check(ctx context.Context, api dynamodb.QueryAPIClient, tableName string) (int, []string, error) {
+	total := 0
+	var bad []string
+	for key, e := range bc {
+		tenant, branch, _ := strings.Cut(key, "/")
+		n, b, err := CheckStamps(ctx, api, tableName, tenant, branch, e.Calendar, e.Types)
+		if err != nil {
+			return total, bad, err
+		}
+		total += n
+		bad = append(bad, b...)
+	}
+	return total, bad, nil
+}
