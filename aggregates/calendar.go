@@ -232,7 +232,7 @@ func (c Calendar) Stamp(t time.Time, kept []PeriodType) (Stamp, error) {
 		kept = DefaultPeriodTypes
 	}
 	d := c.BusinessDate(t)
-	if d.Year < 0 || d.Year > 9999 || (d.Year == 9999 && c.fiscalStart() != time.January && d.Month >= c.fiscalStart()) {
+	if d.Year < 0 || d.Year > 9999 || (d.Year == 9999 && c.fiscalStart() != time.January && d.Month >= c.fiscalStart()) || c.WeekStart(d).Year < 0 {
 		return Stamp{}, ErrPeriodOutOfRange
 	}
 	s := c.stampOf(d, kept)
