@@ -69,13 +69,27 @@ func ParseTimeZone(name string) (*time.Location, error) {
 // ParseDayStart parses a business day's start, "HH:MM" from 00:00 to 23:59,
 // into minutes after midnight.
 func ParseDayStart(s string) (int, error) {
+	// Two digits each: strconv.Atoi alone would take "+4:00" and "-0:30".
 	h, m, ok := strings.Cut(s, ":")
 	hh, err1 := strconv.Atoi(h)
 	mm, err2 := strconv.Atoi(m)
-	if !ok || len(h) != 2 || len(m) != 2 || err1 != nil || err2 != nil || hh < 0 || hh > 23 || mm < 0 || mm > 59 {
+	if !ok || !isDigits(h, 2) || !isDigits(m, 2) || err1 != nil || err2 != nil || hh > 23 || mm > 59 {
 		return 0, &CalendarError{"dayStartsAt", fmt.Sprintf("%q: want HH:MM, 00:00 to 23:59 (local time at which a business day starts)", truncateRunes(s, 16))}
 	}
 	return hh*60 + mm, nil
+}
+
+// isDigits reports whether s is n ASCII digits.
+func isDigits(s string, n int) bool {
+	if len(s) != n {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return false
+		}
+	}
+	return true
 }
 
 // FormatDayStart formats minutes after midnight as HH:MM.
