@@ -54,9 +54,10 @@ type CalendarError struct {
 func (e *CalendarError) Error() string { return e.Field + ": " + e.Detail }
 
 // ParseTimeZone loads an IANA time zone by its name. "Local" and "" are
-// refused: a calendar names its zone.
+// refused: a calendar names its zone; so is a name not of the IANA form
+// (isZoneName), which only a system's zoneinfo directory could load.
 func ParseTimeZone(name string) (*time.Location, error) {
-	if name == "" || name == "Local" || len(name) > 64 || strings.ContainsAny(name, " \\") || strings.Contains(name, "..") {
+	if !isZoneName(name) {
 		return nil, &CalendarError{"timeZone", fmt.Sprintf("%q is not an IANA time zone name (e.g. America/Sao_Paulo, Europe/London, UTC)", truncateRunes(name, 64))}
 	}
 	loc, err := time.LoadLocation(name)
@@ -64,6 +65,32 @@ func ParseTimeZone(name string) (*time.Location, error) {
 		return nil, &CalendarError{"timeZone", fmt.Sprintf("%q is not an IANA time zone name (e.g. America/Sao_Paulo, Europe/London, UTC)", truncateRunes(name, 64))}
 	}
 	return loc, nil
+}
+
+// isZoneName reports whether name has the form of an IANA zone name: up to
+// 64 bytes of '/'-separated parts, each an ASCII capital letter followed by
+// letters, digits, '_', '+' or '-' — the form of every name in the embedded
+// zone data. time.LoadLocation reads a system's zone files first, and a
+// system's zoneinfo directory holds more than zones: "localtime" (the
+// host's own zone, what "Local" is refused for), "posixrules", "right/…"
+// (clocks counting leap seconds), "posix/…", and paths such as
+// "Europe//London" that the file system finds and the embedded data (the
+// Lambda functions') does not; none of them is a calendar's zone.
+func isZoneName(name string) bool {
+	if name == "" || len(name) > 64 || name == "Local" {
+		return false
+	}
+	for _, part := range strings.Split(name, "/") {
+		if part == "" || part[0] < 'A' || part[0] > 'Z' {
+			return false
+		}
+		for _, r := range part {
+			if !(r >= 'A' && r <= 'Z' || r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '_' || r == '+' || r == '-') {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 // ParseDayStart parses a business day's start, "HH:MM" from 00:00 to 23:59,
