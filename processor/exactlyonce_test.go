@@ -111,6 +111,8 @@ func runRandomized(t *testing.T, mode string, seed uint64) {
 	ch := &chaos{rng: rand.New(rand.NewPCG(seed, 11)), lose: 0.08, drop: 0.04, injected: map[string]int{}}
 	e.faults.Decide = ch.decide
 	w := ledgertest.NewWorkload(seed)
+	cals := ledgertest.TestCalendars() // branches in their own business calendars, one without a stamp
+	w.Stamp = cals.Stamper()
 
 	var all []processor.Record
 	stats := map[string]int{}
@@ -145,6 +147,10 @@ func runRandomized(t *testing.T, mode string, seed uint64) {
 	}
 	rs := e.requireReconciled(t)
 	assert.Equal(t, w.Live(), rs.Transactions)
+	checked, bad, err := cals.Check(ctx, e.ddb, e.table)
+	require.NoError(t, err)
+	assert.Empty(t, bad, "every stamp as the independent oracle computes it")
+	assert.Positive(t, checked)
 	t.Logf("seed %d %s: %d records, %d live transactions (%d invalid); workload %v; delivery %v; faults %v",
 		seed, mode, len(all), rs.Transactions, rs.Invalid, w.Counts, stats, ch.injected)
 }
