@@ -208,6 +208,14 @@ func (p *Poller) pass(ctx context.Context, renew bool) error {
 				p.log.Warn("the stream is disabled")
 			}
 			p.shards, p.listed, p.forceList = shards, listedAt, false
+			for _, s := range shards {
+				// A shard the stream lists again is not gone (the check
+				// that marked it was answered wrong): read it.
+				if p.gone[s.id] {
+					p.log.Warn("a shard marked gone is listed again; reading it", "shard", s.id)
+					delete(p.gone, s.id)
+				}
+			}
 		}
 	}
 	leases, cps, err := p.store.readAll(ctx)
