@@ -27,6 +27,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ledger-dev/ledger/aggregates"
+	"github.com/ledger-dev/ledger/internal/ledgertest"
 )
 
 // allTypes is every period type in canonical order, listed here rather than
@@ -373,16 +374,9 @@ func TestCalendar_Stamp_DefaultsToDailyMonthlyYearly(t *testing.T) {
 // calendarSeeds returns the seeds of the randomized calendar tests:
 // $LEDGER_SEEDS (comma separated) or a fixed one, so a failure replays.
 func calendarSeeds(t *testing.T) []uint64 {
-	if v := os.Getenv("LEDGER_SEEDS"); v != "" {
-		var out []uint64
-		for _, f := range strings.Split(v, ",") {
-			s, err := strconv.ParseUint(strings.TrimSpace(f), 10, 64)
-			require.NoError(t, err, "LEDGER_SEEDS")
-			out = append(out, s)
-		}
-		return out
-	}
-	return []uint64{1}
+	seeds, err := ledgertest.Seeds(os.Getenv, 1)
+	require.NoError(t, err)
+	return seeds
 }
 
 var zoneNames struct {

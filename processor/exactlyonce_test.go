@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
-	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -23,19 +21,13 @@ import (
 // seeds returns the seeds of the randomized tests: $LEDGER_SEEDS (comma
 // separated) or a fixed set, so CI runs several and a failure can be replayed.
 func seeds(t *testing.T) []uint64 {
-	if v := os.Getenv("LEDGER_SEEDS"); v != "" {
-		var out []uint64
-		for _, f := range strings.Split(v, ",") {
-			s, err := strconv.ParseUint(strings.TrimSpace(f), 10, 64)
-			require.NoError(t, err, "LEDGER_SEEDS")
-			out = append(out, s)
-		}
-		return out
-	}
+	defaults := []uint64{1, 2, 3}
 	if testing.Short() {
-		return []uint64{1}
+		defaults = defaults[:1]
 	}
-	return []uint64{1, 2, 3}
+	seeds, err := ledgertest.Seeds(os.Getenv, defaults...)
+	require.NoError(t, err)
+	return seeds
 }
 
 // chaos injects faults into the env's transport: lost answers and dropped

@@ -9,7 +9,6 @@ import (
 	"math/rand/v2"
 	"os"
 	"strconv"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -223,12 +222,9 @@ func TestRebucket_MovesHistoryExactlyWhileClientsWriteAndAPollerRuns(t *testing.
 	api := ddbtest.Client(t)
 	tableName := tables.Table(t)
 	const tenant, branch = "chain", "sp"
-	seed := uint64(1)
-	if v := os.Getenv("LEDGER_SEEDS"); v != "" {
-		var err error
-		seed, err = strconv.ParseUint(strings.Split(v, ",")[0], 10, 64)
-		require.NoError(t, err, "LEDGER_SEEDS")
-	}
+	seeds, err := ledgertest.Seeds(os.Getenv, 1)
+	require.NoError(t, err)
+	seed := seeds[0]
 	b := &books{api: api, table: tableName, tenant: tenant, branch: branch, rng: rand.New(rand.NewPCG(seed, 7))}
 	setCalendar(t, api, tableName, tenant, branch, aggregates.DefaultCalendar(), aggregates.DefaultPeriodTypes)
 	startPoller(t, ctx, api, tableName)
