@@ -29,6 +29,7 @@ import (
 	"github.com/ledger-dev/ledger/infra"
 	"github.com/ledger-dev/ledger/infra/ddblocal"
 	"github.com/ledger-dev/ledger/processor"
+	"github.com/ledger-dev/ledger/rebucket"
 	"github.com/ledger-dev/ledger/processor/poller"
 	"github.com/ledger-dev/ledger/table"
 	"github.com/ledger-dev/ledger/writer"
@@ -51,9 +52,11 @@ missing (npm ci --prefix infra/ddblocal), starts it with its data under
 .local/ddb (kept between runs; 'make clean' forgets it), creates the table if
 absent, starts the writer (HTTP API) and the poller (stream consumer) in this
 process, posts a sample workload through the API (tenant demo, branches
-north, south and online; skipped when an earlier run posted it), waits until
-the poller has caught up (reconcile finds no difference), prints the monthly
-reports and stays up until Ctrl-C, which stops everything it started.
+north, south and online in São Paulo's, London's and Tokyo's business
+calendars; skipped when an earlier run posted it), waits until the poller
+has caught up (reconcile finds no difference), prints the monthly and
+fiscal-year reports and stays up until Ctrl-C, which stops everything it
+started.
 
 Ports: DynamoDB Local 8000, writer 8080, poller metrics 9102 by default; a
 default port that is taken is replaced by a free one, a port given with a
@@ -360,7 +363,8 @@ func (st *stack) runSample(ctx context.Context) error {
 		return err
 	}
 	out.update("creating the sample tenant and branches…")
-	if err := ensureDirectory(ctx, &apiClient{base: st.writerURL, token: adminToken, http: api.http}); err != nil {
+	recalendared, err := ensureDirectory(ctx, &apiClient{base: st.writerURL, token: adminToken, http: api.http})
+	if err != nil {
 		return err
 	}
 	out.update("posting the sample workload…")
@@ -372,12 +376,30 @@ func (st *stack) runSample(ctx context.Context) error {
 	if posted {
 		out.done("sample posted: %d requests (tenant %s, branches %s: %d transactions, a few changed and deleted)", len(ops), sampleTenant, strings.Join(sampleBranches, ", "), final)
 	} else {
-		out.done("sample already present (%d transactions from an earlier run): nothing posted", final)
+		out.done("sample already present (from an earlier run): nothing posted")
+	}
+	if recalendared {
+		// The sample of an earlier version, without calendars: its
+		// history moves into the branches' calendars, online.
+		res, err := rebucket.Run(ctx, st.db, st.e.table, sampleTenant, "", rebucket.Options{Settle: -1})
+		if err != nil {
+			return err
+		}
+		out.done("calendars set on the sample branches: %d transactions moved into them (ledgerctl rebucket)", res.Moved)
 	}
 	if err := waitCaughtUp(ctx, st.db, st.e.table, st.o.catchUp, out, st.e.meter("waiting for the poller")); err != nil {
 		return err
 	}
-	reports, err := api.monthlyReports(ctx)
+	fmt.Fprintf(stdout, "\nBranches of tenant %s, each reporting in its own business calendar:\n\n", sampleTenant)
+	t := newTable("branch", "time zone", "day starts", "week starts", "fiscal year from")
+	for _, b := range sampleBranches {
+		c := sampleCalendar(b)
+		t.add(b, c.TimeZone, c.DayStartsAt, c.WeekStartsOn, time.Month(c.FiscalYearStartMonth).String())
+	}
+	if err := t.write(stdout); err != nil {
+		return err
+	}
+	reports, err := api.reports(ctx, aggregates.Monthly, sampleMonths[0], sampleMonths[len(sampleMonths)-1])
 	if err != nil {
 		return err
 	}
@@ -386,7 +408,16 @@ func (st *stack) runSample(ctx context.Context) error {
 		return err
 	}
 	fmt.Fprintf(stdout, "\nBy category, all branches:\n\n")
-	return printCategories(stdout, reports)
+	if err := printCategories(stdout, reports); err != nil {
+		return err
+	}
+	// North's fiscal year starts in July: its months of 2026 are FY2027's.
+	fiscal, err := api.reports(ctx, aggregates.FiscalYear, "FY2026", "FY2027")
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "\nFiscal years (north's from July, so September–November 2026 are FY2027):\n\n")
+	return printReports(stdout, fiscal, nil)
 }
 
 // printReady prints the ready line, the addresses and what to try.
@@ -437,7 +468,7 @@ func waitCaughtUp(ctx context.Context, db *dynamodb.Client, table string, timeou
 	deadline := start.Add(timeout)
 	first := -1
 	for {
-		diffs, txns := 0, 0
+		diffs, txns, unsettled := 0, 0, 0
 		for _, b := range sampleBranches {
 			d, stats, err := processor.Reconcile(ctx, db, table, processor.Scope{Tenant: sampleTenant, Branch: b})
 			if err != nil {
@@ -445,14 +476,17 @@ func waitCaughtUp(ctx context.Context, db *dynamodb.Client, table string, timeou
 			}
 			diffs += len(d)
 			txns += stats.Transactions
+			for _, n := range stats.Unsettled {
+				unsettled += n
+			}
 		}
-		if diffs == 0 {
+		if diffs == 0 && unsettled == 0 {
 			m.Stop()
 			out.done("poller caught up in %s: reconcile finds no difference (%d transactions)", time.Since(start).Round(100*time.Millisecond), txns)
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("the poller did not catch up within %s: %d reports still differ (see .local/logs/ledger.log; 'ledgerctl lag')", timeout, diffs)
+			return fmt.Errorf("the poller did not catch up within %s: %d reports still differ, %d transactions not in their branch's calendar (see .local/logs/ledger.log; 'ledgerctl lag')", timeout, diffs, unsettled)
 		}
 		if first < 0 {
 			first = diffs

@@ -10,6 +10,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -21,8 +22,11 @@ import (
 )
 
 // The sample workload 'ledgerctl run' posts through the writer's API: one
-// tenant, three branches, three months of a small business's income and
-// expenses in several categories, cost centres and payment methods, then a
+// tenant keeping every period type, three branches in three time zones
+// (São Paulo with a 04:00 business-day start and fiscal years from July,
+// London, Tokyo), three months of a small business's income and expenses in
+// several categories, cost centres and payment methods — late-night sales
+// in São Paulo among them, which count in the business day before — then a
 // few changes and deletes. It is generated from a fixed seed, so every run
 // posts the same requests with the same idempotency keys.
 const (
@@ -30,12 +34,18 @@ const (
 	sampleSeed   = 2026
 	// sampleKeyPrefix versions the idempotency keys: change it when the
 	// workload changes, or a replayed key would meet a different body (422).
-	sampleKeyPrefix = "ledgerctl-sample-v1-"
+	sampleKeyPrefix = "ledgerctl-sample-v2-"
 )
 
 var (
-	sampleBranches = []string{"north", "south", "online"}
-	sampleMonths   = []string{"2026-09", "2026-10", "2026-11"}
+	// sampleEarlierFinals are the final transaction counts of earlier
+	// versions of the workload (v1: 84, without calendars), so that a
+	// data directory holding one is not posted over: ensureDirectory gives
+	// its branches their calendars and 'ledgerctl run' moves its history
+	// into them.
+	sampleEarlierFinals = []int{84}
+	sampleBranches      = []string{"north", "south", "online"}
+	sampleMonths        = []string{"2026-09", "2026-10", "2026-11"}
 )
 
 // sampleOp is one request of the workload.
@@ -68,8 +78,15 @@ func sampleWorkload() (ops []sampleOp, final int) {
 		b, _ := json.Marshal(t)
 		ops = append(ops, sampleOp{method: http.MethodPost, branch: branch, body: string(b), key: fmt.Sprintf("%screate-%03d", sampleKeyPrefix, len(ops))})
 	}
-	at := func(month string, day, hour int) string {
-		return fmt.Sprintf("%s-%02dT%02d:%02d:00Z", month, day, hour, rng.IntN(60))
+	// at is a local wall-clock time of a branch, as an RFC 3339 instant
+	// with the branch's offset.
+	at := func(branch, month string, day, hour int) string {
+		loc, err := time.LoadLocation(sampleBranchInfo[branch].zone)
+		if err != nil {
+			panic(err) // the sample's own zones are in the embedded data
+		}
+		m, _ := time.Parse("2006-01", month)
+		return time.Date(m.Year(), m.Month(), day, hour, rng.IntN(60), 0, 0, loc).Format(time.RFC3339)
 	}
 	pay := []string{"card", "card", "cash", "transfer"}
 	rent := map[string]int{"north": 2400, "south": 1850, "online": 650}
@@ -81,22 +98,26 @@ func sampleWorkload() (ops []sampleOp, final int) {
 			}
 			for i := 0; i < 4; i++ {
 				create(branch, txn{Type: "INCOME", Amount: amount(150, 2400), Category: "sales", CostCenter: store,
-					PaymentMethod: pay[rng.IntN(len(pay))], CreatedAt: at(month, 2+rng.IntN(18), 9+rng.IntN(9))})
+					PaymentMethod: pay[rng.IntN(len(pay))], CreatedAt: at(branch, month, 2+rng.IntN(18), 9+rng.IntN(9))})
 			}
 			if branch != "online" {
 				create(branch, txn{Type: "INCOME", Amount: amount(200, 900), Category: "services", CostCenter: "workshop",
-					PaymentMethod: "transfer", Description: "repairs", CreatedAt: at(month, 3+rng.IntN(15), 10)})
+					PaymentMethod: "transfer", Description: "repairs", CreatedAt: at(branch, month, 3+rng.IntN(15), 10)})
 			}
 			create(branch, txn{Type: "EXPENSE", Amount: strconv.Itoa(rent[branch]) + ".00", Category: "rent", CostCenter: "admin",
-				PaymentMethod: "transfer", Description: "monthly rent", CreatedAt: at(month, 1, 8)})
+				PaymentMethod: "transfer", Description: "monthly rent", CreatedAt: at(branch, month, 1, 8)})
 			create(branch, txn{Type: "EXPENSE", Amount: amount(1800, 3200), Category: "payroll", CostCenter: "admin",
-				PaymentMethod: "transfer", CreatedAt: at(month, 15, 12)})
+				PaymentMethod: "transfer", CreatedAt: at(branch, month, 15, 12)})
 			create(branch, txn{Type: "EXPENSE", Amount: amount(80, 600), Category: "supplies", CostCenter: store,
-				PaymentMethod: pay[rng.IntN(len(pay))], CreatedAt: at(month, 4+rng.IntN(14), 14)})
+				PaymentMethod: pay[rng.IntN(len(pay))], CreatedAt: at(branch, month, 4+rng.IntN(14), 14)})
 			create(branch, txn{Type: "EXPENSE", Amount: amount(60, 240), Category: "utilities", CostCenter: "admin",
-				CreatedAt: at(month, 20, 9)})
+				CreatedAt: at(branch, month, 20, 9)})
 			create(branch, txn{Type: "EXPENSE", Amount: amount(50, 400), Category: "marketing",
-				PaymentMethod: "card", Description: "ads", CreatedAt: at(month, 5+rng.IntN(10), 16)})
+				PaymentMethod: "card", Description: "ads", CreatedAt: at(branch, month, 5+rng.IntN(10), 16)})
+			if branch == "north" { // after midnight, before the 04:00 close: the day before's takings
+				create(branch, txn{Type: "INCOME", Amount: amount(300, 900), Category: "sales", CostCenter: store,
+					PaymentMethod: "card", Description: "late night", CreatedAt: at(branch, month, 6+rng.IntN(14), 1+rng.IntN(3))})
+			}
 		}
 	}
 	created := len(ops)
@@ -114,39 +135,81 @@ func sampleWorkload() (ops []sampleOp, final int) {
 	return ops, created - 3
 }
 
-// sampleBranchInfo names the sample branches and gives each a document
-// number (unique across tenants, as the writer requires).
-var sampleBranchInfo = map[string]struct{ name, document string }{
-	"north":  {"North store", "DEMO-0001-NORTH"},
-	"south":  {"South store", "DEMO-0002-SOUTH"},
-	"online": {"Online shop", "DEMO-0003-ONLINE"},
+// sampleBranchInfo names the sample branches, gives each a document number
+// (unique across tenants, as the writer requires) and a business calendar.
+var sampleBranchInfo = map[string]struct {
+	name, document    string
+	zone, dayStartsAt string
+	fiscalYearStart   int
+}{
+	"north":  {"North store (São Paulo)", "DEMO-0001-NORTH", "America/Sao_Paulo", "04:00", 7},
+	"south":  {"South store (London)", "DEMO-0002-SOUTH", "Europe/London", "00:00", 1},
+	"online": {"Online shop (Tokyo)", "DEMO-0003-ONLINE", "Asia/Tokyo", "00:00", 1},
 }
 
-// ensureDirectory creates the sample tenant and its branches through the
-// API with an admin token (claiming a branch's document number takes one),
-// unless they exist: the writer refuses transactions for a tenant or branch
-// that does not.
-func ensureDirectory(ctx context.Context, admin *apiClient) error {
+// sampleCalendar is a sample branch's calendar as the API takes it.
+func sampleCalendar(branch string) writer.Calendar {
+	info := sampleBranchInfo[branch]
+	return writer.Calendar{TimeZone: info.zone, DayStartsAt: info.dayStartsAt, WeekStartsOn: "MONDAY", FiscalYearStartMonth: info.fiscalYearStart}
+}
+
+// ensureDirectory creates the sample tenant (keeping every period type)
+// and its branches (each with its calendar) through the API with an admin
+// token (claiming a branch's document number takes one), unless they
+// exist: the writer refuses transactions for a tenant or branch that does
+// not. A tenant or branch an earlier version of the sample made without
+// them gets them with a PATCH; changed says so (its history is then moved
+// by a rebucket).
+func ensureDirectory(ctx context.Context, admin *apiClient) (changed bool, err error) {
 	exists := func(err error) bool {
 		var ae *apiError
 		return errors.As(err, &ae) && ae.status == http.StatusConflict && strings.Contains(ae.body, "already-exists")
 	}
-	body, _ := json.Marshal(map[string]string{"id": sampleTenant, "name": "Demo Trading Co."})
-	err := admin.do(ctx, http.MethodPost, "/v1/tenants", map[string]string{"Idempotency-Key": sampleKeyPrefix + "tenant"}, string(body), nil)
+	periods := make([]string, len(aggregates.PeriodTypes))
+	for i, p := range aggregates.PeriodTypes {
+		periods[i] = string(p)
+	}
+	body, _ := json.Marshal(map[string]any{"id": sampleTenant, "name": "Demo Trading Co.", "reportPeriods": periods})
+	err = admin.do(ctx, http.MethodPost, "/v1/tenants", map[string]string{"Idempotency-Key": sampleKeyPrefix + "tenant"}, string(body), nil)
 	if err != nil && !exists(err) {
-		return fmt.Errorf("create sample tenant %s: %w", sampleTenant, err)
+		return false, fmt.Errorf("create sample tenant %s: %w", sampleTenant, err)
+	}
+	var tenant writer.Tenant
+	tenantURL := "/v1/tenants/" + url.PathEscape(sampleTenant)
+	if err := admin.do(ctx, http.MethodGet, tenantURL, nil, "", &tenant); err != nil {
+		return false, fmt.Errorf("read sample tenant %s: %w", sampleTenant, err)
+	}
+	if !slices.Equal(tenant.ReportPeriods, periods) {
+		patch, _ := json.Marshal(map[string]any{"reportPeriods": periods})
+		if err := admin.do(ctx, http.MethodPatch, tenantURL, map[string]string{"If-Match": etag(tenant.Version)}, string(patch), nil); err != nil {
+			return false, fmt.Errorf("set the sample tenant's report periods: %w", err)
+		}
+		changed = true
 	}
 	for _, b := range sampleBranches {
 		info := sampleBranchInfo[b]
-		body, _ := json.Marshal(map[string]string{"id": b, "name": info.name, "document": info.document})
+		body, _ := json.Marshal(map[string]any{"id": b, "name": info.name, "document": info.document, "calendar": sampleCalendar(b)})
 		err := admin.do(ctx, http.MethodPost, "/v1/tenants/"+url.PathEscape(sampleTenant)+"/branches",
 			map[string]string{"Idempotency-Key": sampleKeyPrefix + "branch-" + b}, string(body), nil)
 		if err != nil && !exists(err) {
-			return fmt.Errorf("create sample branch %s: %w", b, err)
+			return false, fmt.Errorf("create sample branch %s: %w", b, err)
+		}
+		var branch writer.Branch
+		if err := admin.do(ctx, http.MethodGet, branchURL(sampleTenant, b), nil, "", &branch); err != nil {
+			return false, fmt.Errorf("read sample branch %s: %w", b, err)
+		}
+		if branch.Calendar != sampleCalendar(b) {
+			patch, _ := json.Marshal(map[string]any{"calendar": sampleCalendar(b)})
+			if err := admin.do(ctx, http.MethodPatch, branchURL(sampleTenant, b), map[string]string{"If-Match": etag(branch.Version)}, string(patch), nil); err != nil {
+				return false, fmt.Errorf("set the calendar of sample branch %s: %w", b, err)
+			}
+			changed = true
 		}
 	}
-	return nil
+	return changed, nil
 }
+
+func etag(version int64) string { return `"` + strconv.FormatInt(version, 10) + `"` }
 
 // apiClient talks to the writer as a client would.
 type apiClient struct {
@@ -249,8 +312,9 @@ func (c *apiClient) countTransactions(ctx context.Context, tenant, branch string
 // the workload's final count, it posts nothing (an earlier run did); any
 // other number (an earlier run stopped part way), it posts everything again
 // with the same idempotency keys, which the writer answers from its
-// idempotency records (kept 24 h) without writing twice. progress is called
-// after each request.
+// idempotency records (kept 24 h) without writing twice — unless the count
+// is an earlier version's final count (sampleEarlierFinals): that sample is
+// kept, not posted over. progress is called after each request.
 func (c *apiClient) postSample(ctx context.Context, progress func(done, total int)) (posted bool, err error) {
 	ops, final := sampleWorkload()
 	have := 0
@@ -261,7 +325,7 @@ func (c *apiClient) postSample(ctx context.Context, progress func(done, total in
 		}
 		have += n
 	}
-	if have == final {
+	if have == final || slices.Contains(sampleEarlierFinals, have) {
 		return false, nil
 	}
 	ids := make([]string, len(ops))
@@ -294,11 +358,12 @@ func (c *apiClient) postSample(ctx context.Context, progress func(done, total in
 	return true, nil
 }
 
-// monthlyReports reads the sample branches' monthly reports through the API.
-func (c *apiClient) monthlyReports(ctx context.Context) ([]storedReport, error) {
+// reports reads the sample branches' reports of one period type, from and
+// to inclusive, through the API.
+func (c *apiClient) reports(ctx context.Context, pt aggregates.PeriodType, from, to string) ([]storedReport, error) {
 	var out []storedReport
 	for _, b := range sampleBranches {
-		q := url.Values{"period": {"MONTHLY"}, "from": {sampleMonths[0]}, "to": {sampleMonths[len(sampleMonths)-1]}}
+		q := url.Values{"period": {string(pt)}, "from": {from}, "to": {to}}
 		var rr writer.ReportRange
 		if err := c.do(ctx, http.MethodGet, branchURL(sampleTenant, b)+"/reports?"+q.Encode(), nil, "", &rr); err != nil {
 			return nil, fmt.Errorf("reports of %s: %w", b, err)
