@@ -29,8 +29,8 @@ import (
 	"github.com/ledger-dev/ledger/infra"
 	"github.com/ledger-dev/ledger/infra/ddblocal"
 	"github.com/ledger-dev/ledger/processor"
-	"github.com/ledger-dev/ledger/rebucket"
 	"github.com/ledger-dev/ledger/processor/poller"
+	"github.com/ledger-dev/ledger/rebucket"
 	"github.com/ledger-dev/ledger/table"
 	"github.com/ledger-dev/ledger/writer"
 )
