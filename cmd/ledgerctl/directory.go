@@ -32,10 +32,13 @@ import (
 const directoryUsage = `usage:
   ledgerctl tenant  create --id ID --name NAME [--status active|suspended] [--report-periods DAILY,WEEKLY,…] [--exist-ok]
   ledgerctl tenant  get    --id ID
+  ledgerctl tenant  update --id ID [--name NAME] [--status …] [--report-periods DAILY,WEEKLY,…] [--if-match VERSION]
   ledgerctl tenant  list
   ledgerctl branch  create --tenant T --id ID --name NAME --document DOC [--status …]
                            [--time-zone ZONE] [--day-starts-at HH:MM] [--week-starts-on DAY] [--fiscal-year-start-month M] [--exist-ok]
   ledgerctl branch  get    --tenant T --id ID
+  ledgerctl branch  update --tenant T --id ID [--name NAME] [--status …] [--time-zone ZONE] [--day-starts-at HH:MM]
+                           [--week-starts-on DAY] [--fiscal-year-start-month M] [--if-match VERSION]
   ledgerctl branch  list   --tenant T
   ledgerctl account create --tenant T --first-name F --last-name L --email ADDR [--email ADDR …] [--role R]
   ledgerctl account get    --tenant T --id ID
@@ -44,7 +47,7 @@ const directoryUsage = `usage:
 Every command takes --url (env LEDGER_WRITER_URL, default http://localhost:8080)
 and --json. The bearer token is LEDGER_TOKEN, or an admin token minted from
 LEDGER_JWT_SECRET (and LEDGER_JWT_ISSUER, LEDGER_JWT_AUDIENCE) for 5 minutes.
-Exit status: 0 done, 1 refused (exists, taken, not found), 2 error.
+Exit status: 0 done, 1 refused (exists, taken, not found, changed since read), 2 error.
 `
 
 // defaultWriterURL is where the directory commands find the writer.
@@ -52,6 +55,9 @@ const defaultWriterURL = "http://localhost:8080"
 
 // directoryCmd runs 'ledgerctl KIND VERB' for KIND tenant, branch or account.
 func (e *environment) directoryCmd(ctx context.Context, kind string, args []string) int {
+	if len(args) > 0 && args[0] == "update" && kind != "account" {
+		return e.directoryUpdate(ctx, kind, args[1:])
+	}
 	if len(args) == 0 || (args[0] != "create" && args[0] != "get" && args[0] != "list") {
 		fmt.Fprint(e.stderr, directoryUsage)
 		return exitError
@@ -281,7 +287,7 @@ func sameAttributes(kind string, got []byte, asked map[string]any) (bool, string
 func (e *environment) directoryAnswer(kind string, got []byte, err error, out directoryOutput) int {
 	var pe *directoryProblem
 	switch {
-	case errors.As(err, &pe) && (pe.Status == http.StatusConflict || pe.Status == http.StatusNotFound):
+	case errors.As(err, &pe) && (pe.Status == http.StatusConflict || pe.Status == http.StatusNotFound || pe.Status == http.StatusPreconditionFailed):
 		fmt.Fprintf(e.stderr, "ledgerctl: %v\n", pe)
 		return exitDiff
 	case err != nil:

@@ -152,6 +152,29 @@ func TestDirectory_CreateGetListThroughTheWriter(t *testing.T) {
 	code, out, _ = run(t, env, "branch", "get", "--tenant", "cal", "--id", "sp")
 	require.Equal(t, exitOK, code)
 	assert.Contains(t, out, "America/Sao_Paulo, days from 04:00, weeks from MONDAY, fiscal years from month 7")
+
+	// update: a calendar member and the report periods change at the
+	// version read; the other members keep theirs; rebucket is named.
+	code, out, errOut = run(t, env, "branch", "update", "--tenant", "cal", "--id", "sp", "--day-starts-at", "05:30", "--week-starts-on", "sunday", "--json")
+	require.Equal(t, exitOK, code, errOut)
+	require.NoError(t, json.Unmarshal([]byte(out), &b))
+	assert.Equal(t, writer.Calendar{TimeZone: "America/Sao_Paulo", DayStartsAt: "05:30", WeekStartsOn: "SUNDAY", FiscalYearStartMonth: 7}, b.Calendar)
+	assert.Equal(t, int64(2), b.Version)
+	assert.Contains(t, errOut, "ledgerctl rebucket --tenant cal --branch sp")
+	code, out, errOut = run(t, env, "tenant", "update", "--id", "cal", "--report-periods", "yearly,daily", "--json")
+	require.Equal(t, exitOK, code, errOut)
+	var updated writer.Tenant
+	require.NoError(t, json.Unmarshal([]byte(out), &updated))
+	assert.Equal(t, []string{"DAILY", "YEARLY"}, updated.ReportPeriods)
+	assert.Contains(t, errOut, "ledgerctl rebucket --tenant cal")
+	code, _, errOut = run(t, env, "branch", "update", "--tenant", "cal", "--id", "sp", "--name", "Stale", "--if-match", "1")
+	assert.Equal(t, exitDiff, code, "a stale version is refused")
+	assert.Contains(t, errOut, "412")
+	code, _, errOut = run(t, env, "branch", "update", "--tenant", "cal", "--id", "sp", "--time-zone", "Mars/Base")
+	assert.Equal(t, exitError, code)
+	assert.Contains(t, errOut, "(calendar.timeZone)")
+	code, _, errOut = run(t, env, "branch", "update", "--tenant", "cal", "--id", "nope", "--name", "N")
+	assert.Equal(t, exitDiff, code, errOut)
 }
 
 func TestDirectory_RefusesBadUsage(t *testing.T) {
@@ -161,6 +184,7 @@ func TestDirectory_RefusesBadUsage(t *testing.T) {
 		{"branch", "list"}, {"branch", "create", "--tenant", "t", "--id", "b", "--name", "n"},
 		{"account", "create", "--tenant", "t", "--first-name", "a", "--last-name", "b"},
 		{"tenant", "list", "extra"}, {"tenant", "list", "--url", "ftp://x"},
+		{"tenant", "update"}, {"branch", "update", "--id", "b"}, {"account", "update", "--tenant", "t", "--id", "a"},
 	} {
 		code, _, _ := run(t, env, args...)
 		assert.Equal(t, exitError, code, "%v", args)

@@ -40,7 +40,8 @@ Commands:
   flags get         print the flags singleton (writesEnabled, version)
   flags set N=B ... set flags, guarded by the version read (a lost race writes nothing, exit 1)
   token --tenant T  mint a bearer token for the writer from LEDGER_JWT_SECRET (local use; --admin: admin scope)
-  tenant|branch|account create|get|list   manage the directory through the writer's API (LEDGER_WRITER_URL)
+  tenant|branch|account create|get|list   manage the directory through the writer's API (LEDGER_WRITER_URL);
+                    tenant|branch update: a tenant's report periods, a branch's calendar, names, status
   run               run ledger locally: DynamoDB Local, table, writer, poller, sample, reports
   report            print a branch's reports as a table or JSON
   rebucket          move a tenant's (or a branch's) history into its current business calendar
