@@ -142,7 +142,7 @@ type Stream struct {
 	shards   []*shard // creation order, which is shard id order
 	byID     map[string]*shard
 	parents  map[string]string // every shard ever made → its parent
-	seq      uint64 // the last sequence number handed out
+	seq      uint64            // the last sequence number handed out
 	serial   uint64
 	chains   uint64
 	rng      *rand.Rand
