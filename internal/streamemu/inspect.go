@@ -74,3 +74,18 @@ func (s *Stream) Refused(op, code string) int {
 	defer s.mu.Unlock()
 	return s.refused[op+" "+code]
 }
+
+// IteratorShard returns the shard an iterator of this emulation reads
+// (false for anything else): for tests that act on one shard's reads.
+func IteratorShard(iterator string) (string, bool) {
+	it, ok := decode(iterator)
+	return it.shard, ok
+}
+
+// ShardsListed returns how many shards DescribeStream has returned in
+// all: what discovery cost the stream.
+func (s *Stream) ShardsListed() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.listed
+}

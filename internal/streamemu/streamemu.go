@@ -152,6 +152,7 @@ type Stream struct {
 	early    []EarlyRead
 	calls    map[string]int
 	refused  map[string]int // by error code
+	listed   int            // shards DescribeStream returned
 
 	pullMu   sync.Mutex // one upstream read at a time
 	lastPull time.Time
@@ -642,6 +643,7 @@ func (s *Stream) DescribeStream(ctx context.Context, in *dynamodbstreams.Describ
 			d.LastEvaluatedShardId = aws.String(list[limit-1].id)
 		}
 	}
+	s.listed += len(list)
 	d.Shards = make([]types.Shard, 0, len(list))
 	for _, sh := range list {
 		r := &types.SequenceNumberRange{StartingSequenceNumber: aws.String(sh.start)}

@@ -280,7 +280,10 @@ func (r *reader) run() (res readerResult) {
 			if r.iter == nil {
 				continue // the shard's end: handled at the top
 			}
-			if cfg.Drain && !r.guard.Pending() {
+			if cfg.Drain && !r.shard.closed && !r.guard.Pending() {
+				// An open shard's current end. A closed shard is read on to
+				// its end (no next iterator): an empty page inside it is not
+				// one.
 				res.err = r.move(false)
 				res.drained = res.err == nil
 				return res

@@ -1,0 +1,184 @@
+package poller_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodbstreams"
+	st "github.com/aws/aws-sdk-go-v2/service/dynamodbstreams/types"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/ledger-dev/ledger/infra/ddblocal/ddbtest"
+	"github.com/ledger-dev/ledger/internal/ledgertest"
+	"github.com/ledger-dev/ledger/internal/streamemu"
+	"github.com/ledger-dev/ledger/processor"
+	"github.com/ledger-dev/ledger/processor/poller"
+	"github.com/ledger-dev/ledger/table"
+)
+
+// emuEnv is a real table on DynamoDB Local whose own stream the poller
+// reads through the emulation of AWS's (internal/streamemu): shards by
+// partition key that close, roll, split and are trimmed.
+type emuEnv struct {
+	*env
+	s *streamemu.Stream
+}
+
+func newEmuEnv(t *testing.T, seed uint64, cfg streamemu.Config) *emuEnv {
+	t.Helper()
+	ddb := ddbtest.Client(t)
+	name := newTableName(t)
+	arn, err := poller.ResolveStream(context.Background(), ddb, name)
+	require.NoError(t, err)
+	cfg.StreamARN = arn
+	s, err := streamemu.New(poller.NewStreamsClient(ddbtest.Config(t)), cfg)
+	require.NoError(t, err)
+	// The scripted stream only carries the ARN: the emulation is passed to
+	// every poller.
+	return &emuEnv{env: &env{ddb: ddb, table: name, stream: newFakeStream(arn), w: ledgertest.NewWorkload(seed)}, s: s}
+}
+
+// write runs n workload steps against the table: their records reach the
+// pollers through the emulation.
+func (e *emuEnv) write(t testing.TB, n int) {
+	t.Helper()
+	require.NoError(t, e.w.Run(context.Background(), e.ddb, e.table, n))
+}
+
+// poller is a poller reading streams (the emulation when nil), with the
+// discovery interval long enough that lists come from shard ends and
+// starts, not from the clock, unless mutate says otherwise.
+func (e *emuEnv) poller(t *testing.T, owner string, streams poller.Streams, mutate func(*poller.Config)) *testPoller {
+	t.Helper()
+	if streams == nil {
+		streams = e.s
+	}
+	return e.pollerWith(t, owner, streams, nil, processor.Config{}, func(c *poller.Config) {
+		c.DiscoverInterval = time.Minute
+		if mutate != nil {
+			mutate(c)
+		}
+	})
+}
+
+// runDrain runs a drain poller and fails the test if it has not exited
+// within the timeout (a hang: the healthy run takes seconds).
+func (e *emuEnv) runDrain(t *testing.T, tp *testPoller, timeout time.Duration) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	require.NoError(t, tp.Run(ctx))
+	require.NoError(t, ctx.Err(), "the drain did not exit within %s", timeout)
+}
+
+// requireInOrder fails when a child's checkpoint moved (a commit of its
+// records, or a move over records without effect) before its parent's was
+// marked finished: the history of the checkpoint items, in the order
+// DynamoDB Local applied the writes, read back from the stream itself. It
+// also fails when a reader got a child's records before anyone had read
+// its parent to its end. Parents deleted (trimmed away) before they were
+// finished are listed in gone.
+func (e *emuEnv) requireInOrder(t *testing.T, gone map[string]bool) {
+	t.Helper()
+	parents := e.s.Parents()
+	finished := map[string]bool{}
+	violations := 0
+	for _, h := range e.s.History() {
+		img := h.Record.Dynamodb.NewImage
+		if et, _ := img[table.AttrEntityType].(*st.AttributeValueMemberS); et == nil || et.Value != "CHECKPOINT" {
+			continue
+		}
+		id, _ := img[table.AttrShardID].(*st.AttributeValueMemberS)
+		if id == nil {
+			continue
+		}
+		if fin, _ := img["shardFinished"].(*st.AttributeValueMemberBOOL); fin != nil && fin.Value {
+			finished[id.Value] = true
+		}
+		if seq, _ := img[table.AttrSequenceNumber].(*st.AttributeValueMemberS); seq == nil || seq.Value == "" {
+			continue
+		}
+		if p := parents[id.Value]; p != "" && !finished[p] && !gone[p] {
+			violations++
+			if violations <= 5 {
+				t.Errorf("order violation: shard %s's checkpoint moved before its parent %s was finished", id.Value, p)
+			}
+		}
+	}
+	assert.Zero(t, violations, "order violations")
+	assert.Empty(t, e.s.EarlyReads(), "children read before their parent's end")
+}
+
+// closeOnEmptyPage is the emulation with a hook: the first time a reader
+// gets an empty page with a next iterator (a drain's "caught up"), before
+// that page is returned, the shard is split, records are written that
+// land in its children, and the call waits until the poller has listed
+// the stream again, so that it knows the shard closed.
+type closeOnEmptyPage struct {
+	*streamemu.Stream
+	once  sync.Once
+	close func(shard string)
+}
+
+func (c *closeOnEmptyPage) GetRecords(ctx context.Context, in *dynamodbstreams.GetRecordsInput, opts ...func(*dynamodbstreams.Options)) (*dynamodbstreams.GetRecordsOutput, error) {
+	out, err := c.Stream.GetRecords(ctx, in, opts...)
+	if err == nil && len(out.Records) == 0 && out.NextShardIterator != nil {
+		if id, ok := streamemu.IteratorShard(aws.ToString(in.ShardIterator)); ok {
+			c.once.Do(func() { c.close(id) })
+		}
+	}
+	return out, err
+}
+
+// Issue 23: a drain that read a shard to an empty page (its current end)
+// and then saw it close (a later listing) never read it again, so it
+// never became finished, its children stayed ineligible, and the drain
+// waited for them forever. Now a closed shard is read to its end even
+// after a drain caught up with it, and the drain exits having read every
+// child; a shard's end looks its children up with ShardFilter CHILD_SHARDS
+// instead of listing the whole stream.
+func TestPoller_DrainExitsWhenAShardClosesAfterItWasDrained(t *testing.T) {
+	ctx := context.Background()
+	e := newEmuEnv(t, 231, streamemu.Config{Shards: 3})
+	e.write(t, 150)
+	require.NoError(t, e.s.Sync(ctx))
+
+	var closed string
+	var kids []string
+	hook := &closeOnEmptyPage{Stream: e.s}
+	hook.close = func(id string) {
+		var err error
+		kids, err = e.s.Close(id, true)
+		require.NoError(t, err)
+		closed = id
+		e.write(t, 80) // records in the children (and elsewhere)
+		require.NoError(t, e.s.Sync(ctx))
+		listed := e.s.Calls("DescribeStream")
+		eventually(t, "a listing after the close", 30*time.Second, func() bool { return e.s.Calls("DescribeStream") > listed })
+	}
+	tp := e.poller(t, "drain", hook, func(c *poller.Config) {
+		// No batching window: the first empty page is the drain's end of the shard.
+		c.Drain, c.DiscoverInterval, c.BatchWindow = true, 50*time.Millisecond, -1
+	})
+	e.runDrain(t, tp, 90*time.Second)
+
+	require.NotEmpty(t, closed, "a shard was closed under the drain")
+	for _, sh := range e.s.Shards() {
+		if sh.ID == closed {
+			assert.True(t, sh.EndServed, "the closed shard was read to its end")
+		}
+	}
+	_, cps, err := table.ReadStreamState(ctx, e.ddb, e.table, e.stream.arn)
+	require.NoError(t, err)
+	assert.True(t, cps[closed].Finished, "the closed shard is finished")
+	for _, k := range kids {
+		assert.Contains(t, cps, k, "the drain read child %s", k)
+	}
+	e.requireReconciled(t)
+	e.requireInOrder(t, nil)
+	t.Logf("DescribeStream calls: %d (%d refused), shards listed: %d", e.s.Calls("DescribeStream"), e.s.Refused("DescribeStream", "LimitExceededException"), e.s.ShardsListed())
+}
