@@ -2,7 +2,9 @@ package poller_test
 
 import (
 	"context"
+	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -181,4 +183,103 @@ func TestPoller_DrainExitsWhenAShardClosesAfterItWasDrained(t *testing.T) {
 	e.requireReconciled(t)
 	e.requireInOrder(t, nil)
 	t.Logf("DescribeStream calls: %d (%d refused), shards listed: %d", e.s.Calls("DescribeStream"), e.s.Refused("DescribeStream", "LimitExceededException"), e.s.ShardsListed())
+}
+
+// killable is a poller on the emulation whose every call to DynamoDB and
+// the stream fails once dead is set, as if its process had died: it
+// commits nothing more, releases nothing, and its leases expire.
+func (e *emuEnv) killable(t *testing.T, owner string, mutate func(*poller.Config)) (*testPoller, *atomic.Bool) {
+	t.Helper()
+	dead := &atomic.Bool{}
+	tp := e.pollerWith(t, owner, deadStreams{Streams: e.s, dead: dead.Load}, chaosClient(t, dead.Load), processor.Config{}, func(c *poller.Config) {
+		c.DiscoverInterval, c.ShutdownTimeout = time.Minute, time.Second
+		if mutate != nil {
+			mutate(c)
+		}
+	})
+	return tp, dead
+}
+
+// finish drains what is left with a fresh poller and checks the reports
+// and the order of commits.
+func (e *emuEnv) finish(t *testing.T, gone map[string]bool) *testPoller {
+	t.Helper()
+	require.NoError(t, e.s.Sync(context.Background()))
+	d := e.poller(t, "drain", nil, func(c *poller.Config) { c.Drain = true })
+	e.runDrain(t, d, 3*time.Minute)
+	e.requireReconciled(t)
+	e.requireInOrder(t, gone)
+	return d
+}
+
+// discovery logs what listing the stream cost: DescribeStream calls and
+// shards returned, against the shards finished.
+func (e *emuEnv) discovery(t *testing.T) (calls, listed, finished int) {
+	t.Helper()
+	for _, sh := range e.s.Shards() {
+		if sh.Closed && sh.EndServed {
+			finished++
+		}
+	}
+	calls, listed = e.s.Calls("DescribeStream"), e.s.ShardsListed()
+	t.Logf("discovery: %d DescribeStream calls returned %d shards; %d shards finished, %d in the stream",
+		calls, listed, finished, len(e.s.Shards()))
+	return calls, listed, finished
+}
+
+// Shards roll and split every few dozen records (the pollers' own lease
+// and checkpoint writes among them) while three pollers run, one of them
+// killed and replaced twice: 0 report differences, no child's checkpoint
+// moved before its parent was finished, and discovery costs a
+// CHILD_SHARDS call per shard end, not a listing of the stream.
+func TestPoller_EmulatedRollsAndSplitsWithThreePollersKilledAndRestarted(t *testing.T) {
+	e := newEmuEnv(t, 232, streamemu.Config{Shards: 3, RollRecords: 60, SplitRatio: 0.4, MaxOpenShards: 8, Seed: 232})
+	var pollers []*testPoller
+	var stops []func()
+	var deads []*atomic.Bool
+	for _, owner := range []string{"p1", "p2", "p3"} {
+		tp, dead := e.killable(t, owner, nil)
+		pollers, deads = append(pollers, tp), append(deads, dead)
+		stops = append(stops, start(t, tp))
+	}
+	for round := range 4 {
+		e.write(t, 100)
+		if round == 1 || round == 2 {
+			// Kill p3's current life and start a new one.
+			i := len(pollers) - 1
+			deads[i].Store(true)
+			stops[i]()
+			tp, dead := e.killable(t, fmt.Sprintf("p3-life%d", round+1), nil)
+			pollers[i], deads[i], stops[i] = tp, dead, start(t, tp)
+		}
+	}
+	for i := range stops {
+		stops[i]()
+	}
+	e.finish(t, nil)
+	calls, listed, finished := e.discovery(t)
+	require.Positive(t, finished, "shards closed and were read to their end")
+	// A start lists the stream (5 lives and the drain); every other call is
+	// a shard end's CHILD_SHARDS or the drain's last look.
+	assert.Less(t, listed, 6*len(e.s.Shards())+4*finished, "shards listed: a listing per start, children per end")
+	_ = calls
+}
+
+// A poller joins two that run, then leaves (SIGTERM: it commits and hands
+// its leases back), while shards roll and split: exact, in order.
+func TestPoller_EmulatedPollerJoiningAndLeaving(t *testing.T) {
+	e := newEmuEnv(t, 233, streamemu.Config{Shards: 4, RollRecords: 50, SplitRatio: 0.3, MaxOpenShards: 8, Seed: 233})
+	a, b := e.poller(t, "a", nil, nil), e.poller(t, "b", nil, nil)
+	stopA, stopB := start(t, a), start(t, b)
+	e.write(t, 100)
+	c := e.poller(t, "c", nil, nil)
+	stopC := start(t, c)
+	e.write(t, 100)
+	eventually(t, "c holds leases", 60*time.Second, func() bool { return counter(t, c.m.LeasesHeld) > 0 })
+	stopC()
+	e.write(t, 100)
+	stopA()
+	stopB()
+	e.finish(t, nil)
+	e.discovery(t)
 }
