@@ -61,6 +61,10 @@ type Config struct {
 	Retention time.Duration
 	// IteratorTTL is a shard iterator's life (default 15m, AWS's).
 	IteratorTTL time.Duration
+	// ListPage is the most shards one DescribeStream returns (default and
+	// at most 100, AWS's Limit bound): small fleets set it lower to page
+	// as a large stream does.
+	ListPage int
 	// Limits are AWS's documented call limits; the zero value enforces
 	// none (AWSLimits has AWS's values).
 	Limits Limits
@@ -108,6 +112,9 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.PartitionKey == "" {
 		c.PartitionKey = "PK"
+	}
+	if c.ListPage <= 0 || c.ListPage > 100 {
+		c.ListPage = 100
 	}
 	if c.MaxOpenShards == 0 {
 		c.MaxOpenShards = 4 * c.Shards
@@ -607,10 +614,11 @@ func (s *Stream) DescribeStream(ctx context.Context, in *dynamodbstreams.Describ
 	limit := int(aws.ToInt32(in.Limit))
 	switch {
 	case in.Limit == nil:
-		limit = 100
+		limit = s.cfg.ListPage
 	case limit < 1 || limit > 100:
 		return nil, errValidation(fmt.Sprintf("1 validation error detected: Value '%d' at 'limit' failed to satisfy constraint: Member must have value less than or equal to 100", limit))
 	}
+	limit = min(limit, s.cfg.ListPage)
 	now := s.cfg.Clock.Now()
 	s.advance(now)
 	d := types.StreamDescription{
