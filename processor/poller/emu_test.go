@@ -288,3 +288,82 @@ func TestPoller_EmulatedPollerJoiningAndLeaving(t *testing.T) {
 	e.finish(t, nil)
 	e.discovery(t)
 }
+
+// Records trimmed before the pollers read them (all down for over a day)
+// are counted as lost, ledger_stream_iterator_resets_total{reason=
+// "trimmed"}, and nothing hangs: a closed parent whose tail was trimmed
+// (its checkpoint is before the trim horizon) and a child whose start was
+// trimmed while its parent was unread, its parent since deleted from the
+// stream. The reports are short of the lost records (reconcile --repair
+// restores them, TestPoller_TrimmedRecordsAreCountedSkippedAndRepairedByReconcile).
+func TestPoller_EmulatedTrimmedParentAndChildStartAreCountedAndNothingHangs(t *testing.T) {
+	ctx := context.Background()
+	clock := streamemu.NewManual(time.Date(2026, 5, 1, 0, 0, 0, 0, time.UTC))
+	e := newEmuEnv(t, 234, streamemu.Config{Shards: 2, Clock: clock})
+	e.write(t, 100)
+	require.NoError(t, e.s.Sync(ctx))
+	e.finish(t, nil) // checkpoints on both shards
+	first := e.s.Shards()
+	s0, s1 := first[0].ID, first[1].ID
+
+	e.write(t, 100) // the tails of s0 and s1, at T0, never read
+	require.NoError(t, e.s.Sync(ctx))
+	_, err := e.s.Close(s1, false)
+	require.NoError(t, err)
+	e.write(t, 60) // into s0's tail and s1's child, at T0
+	require.NoError(t, e.s.Sync(ctx))
+	clock.Advance(2 * time.Hour)
+	_, err = e.s.Close(s0, false)
+	require.NoError(t, err)
+	e.write(t, 60) // the children's, at T0+2h
+	require.NoError(t, e.s.Sync(ctx))
+	// T0+25h: the records of T0 are trimmed; s0 (closed at T0+2h) is still
+	// listed, s1 (closed at T0) is deleted.
+	clock.Advance(23 * time.Hour)
+
+	d := e.poller(t, "after-a-day", nil, func(c *poller.Config) { c.Drain, c.LeaseDuration = true, 30*time.Second })
+	e.runDrain(t, d, 3*time.Minute)
+	assert.GreaterOrEqual(t, counter(t, d.m.Resets.WithLabelValues(poller.ResetTrimmed)), 2.0,
+		"s0's tail (after its checkpoint) and s1's child's start")
+	assert.GreaterOrEqual(t, logged(d.logs.lines(), "stream records were trimmed"), 2)
+	diffs, _, err := processor.Reconcile(ctx, e.ddb, e.table, processor.Scope{})
+	require.NoError(t, err)
+	assert.NotEmpty(t, diffs, "the lost records show in the reports")
+	e.requireInOrder(t, map[string]bool{s1: true})
+}
+
+// Iterators older than 15 minutes answer ExpiredIteratorException; the
+// readers reopen after their checkpoints and go on, exactly.
+func TestPoller_EmulatedExpiredIteratorsAreReopened(t *testing.T) {
+	clock := streamemu.NewManual(time.Date(2026, 5, 1, 0, 0, 0, 0, time.UTC))
+	e := newEmuEnv(t, 235, streamemu.Config{Shards: 3, RollRecords: 80, SplitRatio: 0.3, Clock: clock, Seed: 235})
+	tp := e.poller(t, "p1", nil, nil)
+	stop := start(t, tp)
+	for range 4 {
+		e.write(t, 60)
+		eventually(t, "the records read", 60*time.Second, func() bool { return counter(t, tp.m.Reads.WithLabelValues("empty")) > 0 })
+		clock.Advance(20 * time.Minute) // every iterator in hand expires
+	}
+	eventually(t, "an expired iterator reopened", 60*time.Second, func() bool {
+		return counter(t, tp.m.Resets.WithLabelValues(poller.ResetExpired)) > 0
+	})
+	stop()
+	e.finish(t, nil)
+}
+
+// DescribeStream beyond its rate answers LimitExceededException: pollers
+// that list often (every 20ms) while shards roll and split are refused
+// again and again, go on with the shards they know, and read everything.
+func TestPoller_EmulatedThrottledDiscoveryGoesOn(t *testing.T) {
+	e := newEmuEnv(t, 236, streamemu.Config{Shards: 3, RollRecords: 40, SplitRatio: 0.3, MaxOpenShards: 6, Seed: 236,
+		Limits: streamemu.Limits{DescribeStreamPerSecond: 2}})
+	often := func(c *poller.Config) { c.DiscoverInterval = 20 * time.Millisecond }
+	a, b := e.poller(t, "a", nil, often), e.poller(t, "b", nil, often)
+	stopA, stopB := start(t, a), start(t, b)
+	e.write(t, 200)
+	eventually(t, "discovery throttled", 60*time.Second, func() bool { return e.s.Refused("DescribeStream", "LimitExceededException") > 0 })
+	stopA()
+	stopB()
+	e.finish(t, nil)
+	t.Logf("DescribeStream refused %d of %d calls", e.s.Refused("DescribeStream", "LimitExceededException"), e.s.Calls("DescribeStream"))
+}

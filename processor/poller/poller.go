@@ -144,15 +144,18 @@ func (p *Poller) Run(ctx context.Context) error {
 	}
 	for runErr == nil && ctx.Err() == nil {
 		if p.cfg.Drain && p.drainComplete() {
-			if p.listed.Before(p.lastStop) {
-				// Everything listed is read, but shards may have closed
-				// (or appeared) since the list was read: read it again.
+			if !p.listed.Before(p.lastStop) {
+				p.log.Info("drain complete: every shard is read to its current end and committed")
+				break
+			}
+			// Everything listed is read, but shards may have closed (or
+			// appeared) since the list was read: read it again, at once the
+			// first time, at the next tick when that failed (throttled).
+			if !p.forceList {
 				p.forceList = true
 				runErr = p.pass(ctx, false)
 				continue
 			}
-			p.log.Info("drain complete: every shard is read to its current end and committed")
-			break
 		}
 		select {
 		case <-ctx.Done():
@@ -495,7 +498,12 @@ func (p *Poller) startReaders(ctx context.Context) {
 		}
 		h.timer = time.AfterFunc(time.Until(h.validUntil), cancel)
 		h.running = true
-		r := &reader{p: p, shard: sh, start: start, ctx: rctx, stop: h.stop, log: p.log.With("shard", id)}
+		// A child of a shard this stream's consumers have read opens at its
+		// own first record, so that records trimmed from its start are
+		// seen (and counted) as lost rather than skipped unnoticed.
+		_, parentRead := p.cps[sh.parent]
+		atStart := start == TrimHorizon && sh.parent != "" && parentRead && sh.start != ""
+		r := &reader{p: p, shard: sh, start: start, atStart: atStart, ctx: rctx, stop: h.stop, log: p.log.With("shard", id)}
 		go func() { p.done <- r.run() }()
 	}
 }
