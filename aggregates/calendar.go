@@ -54,9 +54,10 @@ type CalendarError struct {
 func (e *CalendarError) Error() string { return e.Field + ": " + e.Detail }
 
 // ParseTimeZone loads an IANA time zone by its name. "Local" and "" are
-// refused: a calendar names its zone.
+// refused: a calendar names its zone; so is a name not of the IANA form
+// (isZoneName), which only a system's zoneinfo directory could load.
 func ParseTimeZone(name string) (*time.Location, error) {
-	if name == "" || name == "Local" || len(name) > 64 || strings.ContainsAny(name, " \\") || strings.Contains(name, "..") {
+	if !isZoneName(name) {
 		return nil, &CalendarError{"timeZone", fmt.Sprintf("%q is not an IANA time zone name (e.g. America/Sao_Paulo, Europe/London, UTC)", truncateRunes(name, 64))}
 	}
 	loc, err := time.LoadLocation(name)
@@ -66,16 +67,56 @@ func ParseTimeZone(name string) (*time.Location, error) {
 	return loc, nil
 }
 
+// isZoneName reports whether name has the form of an IANA zone name: up to
+// 64 bytes of '/'-separated parts, each an ASCII capital letter followed by
+// letters, digits, '_', '+' or '-' — the form of every name in the embedded
+// zone data. time.LoadLocation reads a system's zone files first, and a
+// system's zoneinfo directory holds more than zones: "localtime" (the
+// host's own zone, what "Local" is refused for), "posixrules", "right/…"
+// (clocks counting leap seconds), "posix/…", and paths such as
+// "Europe//London" that the file system finds and the embedded data (the
+// Lambda functions') does not; none of them is a calendar's zone.
+func isZoneName(name string) bool {
+	if name == "" || len(name) > 64 || name == "Local" {
+		return false
+	}
+	for _, part := range strings.Split(name, "/") {
+		if part == "" || part[0] < 'A' || part[0] > 'Z' {
+			return false
+		}
+		for _, r := range part {
+			if !(r >= 'A' && r <= 'Z' || r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '_' || r == '+' || r == '-') {
+				return false
+			}
+		}
+	}
+	return true
+}
+
 // ParseDayStart parses a business day's start, "HH:MM" from 00:00 to 23:59,
 // into minutes after midnight.
 func ParseDayStart(s string) (int, error) {
+	// Two digits each: strconv.Atoi alone would take "+4:00" and "-0:30".
 	h, m, ok := strings.Cut(s, ":")
 	hh, err1 := strconv.Atoi(h)
 	mm, err2 := strconv.Atoi(m)
-	if !ok || len(h) != 2 || len(m) != 2 || err1 != nil || err2 != nil || hh < 0 || hh > 23 || mm < 0 || mm > 59 {
+	if !ok || !isDigits(h, 2) || !isDigits(m, 2) || err1 != nil || err2 != nil || hh > 23 || mm > 59 {
 		return 0, &CalendarError{"dayStartsAt", fmt.Sprintf("%q: want HH:MM, 00:00 to 23:59 (local time at which a business day starts)", truncateRunes(s, 16))}
 	}
 	return hh*60 + mm, nil
+}
+
+// isDigits reports whether s is n ASCII digits.
+func isDigits(s string, n int) bool {
+	if len(s) != n {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return false
+		}
+	}
+	return true
 }
 
 // FormatDayStart formats minutes after midnight as HH:MM.
@@ -232,7 +273,7 @@ func (c Calendar) Stamp(t time.Time, kept []PeriodType) (Stamp, error) {
 		kept = DefaultPeriodTypes
 	}
 	d := c.BusinessDate(t)
-	if d.Year < 0 || d.Year > 9999 || (d.Year == 9999 && c.fiscalStart() != time.January && d.Month >= c.fiscalStart()) {
+	if d.Year < 0 || d.Year > 9999 || (d.Year == 9999 && c.fiscalStart() != time.January && d.Month >= c.fiscalStart()) || c.WeekStart(d).Year < 0 {
 		return Stamp{}, ErrPeriodOutOfRange
 	}
 	s := c.stampOf(d, kept)

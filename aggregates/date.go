@@ -45,5 +45,14 @@ func (d Date) Weekday() time.Weekday {
 	return time.Date(d.Year, d.Month, d.Day, 0, 0, 0, 0, time.UTC).Weekday()
 }
 
-// Before reports whether d is an earlier date than o.
-func (d Date) Before(o Date) bool { return d.String() < o.String() }
+// Before reports whether d is an earlier date than o. It compares the
+// fields, not the strings: "10000-01-01" sorts before "9999-12-31".
+func (d Date) Before(o Date) bool {
+	if d.Year != o.Year {
+		return d.Year < o.Year
+	}
+	if d.Month != o.Month {
+		return d.Month < o.Month
+	}
+	return d.Day < o.Day
+}

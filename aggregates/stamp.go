@@ -3,6 +3,7 @@ package aggregates
 import (
 	"fmt"
 	"strings"
+	"time"
 )
 
 // Stamp is a transaction's periods, decided once when it is written: its
@@ -83,8 +84,9 @@ func (s Stamp) Period(t PeriodType) (Period, bool) {
 // periods (EncodePeriods). Besides each value's form it checks what holds
 // under every calendar — one to seven periods, each type once, in canonical
 // order; DAILY the business date; MONTHLY, QUARTERLY and YEARLY those of the
-// business date; WEEKLY one of the 7 days up to it; the fiscal year the
-// business date's year or the next, the same in FISCAL_QUARTER — so a stamp
+// business date; WEEKLY one of the 7 days up to it; FISCAL_QUARTER and
+// FISCAL_YEAR those of the business date under some fiscal year start month,
+// of one fiscal year — so a stamp
 // damaged by hand is refused rather than counted in a period its business
 // date cannot be in.
 func ParseStamp(businessDate, periods string) (Stamp, error) {
@@ -133,8 +135,8 @@ func checkPeriodOf(p Period, d Date, fy *string) error {
 		}
 	case FiscalQuarter, FiscalYear:
 		year := p.Value[2:6]
-		if year != formatYear(d.Year) && year != formatYear(d.Year+1) {
-			return fmt.Errorf("fiscal year %s cannot hold it", year)
+		if !fiscalPossible(p, d) {
+			return fmt.Errorf("no fiscal year start month puts it in %s", p.Value)
 		}
 		if *fy != "" && *fy != year {
 			return fmt.Errorf("fiscal year %s differs from FY%s", year, *fy)
@@ -142,4 +144,16 @@ func checkPeriodOf(p Period, d Date, fy *string) error {
 		*fy = year
 	}
 	return nil
+}
+
+// fiscalPossible reports whether some fiscal year start month puts business
+// date d in the fiscal period p: FY of d's year or (start month February or
+// later, d in or after it) the next, and a quarter that start month gives.
+func fiscalPossible(p Period, d Date) bool {
+	for m := time.January; m <= time.December; m++ {
+		if (Calendar{FiscalYearStartMonth: m}).Period(p.Type, d) == p {
+			return true
+		}
+	}
+	return false
 }

@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
-	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -23,19 +21,13 @@ import (
 // seeds returns the seeds of the randomized tests: $LEDGER_SEEDS (comma
 // separated) or a fixed set, so CI runs several and a failure can be replayed.
 func seeds(t *testing.T) []uint64 {
-	if v := os.Getenv("LEDGER_SEEDS"); v != "" {
-		var out []uint64
-		for _, f := range strings.Split(v, ",") {
-			s, err := strconv.ParseUint(strings.TrimSpace(f), 10, 64)
-			require.NoError(t, err, "LEDGER_SEEDS")
-			out = append(out, s)
-		}
-		return out
-	}
+	defaults := []uint64{1, 2, 3}
 	if testing.Short() {
-		return []uint64{1}
+		defaults = defaults[:1]
 	}
-	return []uint64{1, 2, 3}
+	seeds, err := ledgertest.Seeds(os.Getenv, defaults...)
+	require.NoError(t, err)
+	return seeds
 }
 
 // chaos injects faults into the env's transport: lost answers and dropped
@@ -111,6 +103,8 @@ func runRandomized(t *testing.T, mode string, seed uint64) {
 	ch := &chaos{rng: rand.New(rand.NewPCG(seed, 11)), lose: 0.08, drop: 0.04, injected: map[string]int{}}
 	e.faults.Decide = ch.decide
 	w := ledgertest.NewWorkload(seed)
+	cals := ledgertest.TestCalendars() // branches in their own business calendars, one without a stamp
+	w.Stamp = cals.Stamper()
 
 	var all []processor.Record
 	stats := map[string]int{}
@@ -145,6 +139,10 @@ func runRandomized(t *testing.T, mode string, seed uint64) {
 	}
 	rs := e.requireReconciled(t)
 	assert.Equal(t, w.Live(), rs.Transactions)
+	checked, bad, err := cals.Check(ctx, e.ddb, e.table)
+	require.NoError(t, err)
+	assert.Empty(t, bad, "every stamp as the independent oracle computes it")
+	assert.Positive(t, checked)
 	t.Logf("seed %d %s: %d records, %d live transactions (%d invalid); workload %v; delivery %v; faults %v",
 		seed, mode, len(all), rs.Transactions, rs.Invalid, w.Counts, stats, ch.injected)
 }

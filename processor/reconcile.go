@@ -45,8 +45,8 @@ type Difference struct {
 	// StoredReport.Decode); Parked counts its parked deltas.
 	Problems []string
 	Parked   int
-	// Stray is the key of an item that belongs to no report (Report is
-	// then zero); a repair deletes it.
+	// Stray is the key of an item that belongs to no report (Report,
+	// Stored and Expected are then zero); a repair deletes it.
 	Stray *aggregates.Key
 	// stored is what was read; seen the report item's updatedAt as read,
 	// the repair's condition.
@@ -56,7 +56,7 @@ type Difference struct {
 
 func (d Difference) String() string {
 	if d.Stray != nil {
-		return d.Stray.String() + "\n  " + strings.Join(d.Lines, "\n  ")
+		return "stray item " + d.Stray.String() + "\n  " + strings.Join(d.Lines, "\n  ")
 	}
 	return d.Report.String() + "\n  " + strings.Join(d.Lines, "\n  ")
 }
@@ -416,7 +416,8 @@ func (d Difference) key() aggregates.Key {
 // Settled keeps the differences of second that are also in first with the
 // same stored and expected figures: a difference that persisted unchanged
 // across two reads is not a change in flight (unless one is in flight longer
-// than the time between the reads).
+// than the time between the reads). A stray item is kept when both reads
+// found it (it has no figures: no consumer writes its key).
 func Settled(first, second []Difference) []Difference {
 	before := map[aggregates.Key]Difference{}
 	for _, d := range first {
@@ -425,7 +426,14 @@ func Settled(first, second []Difference) []Difference {
 	var out []Difference
 	for _, d := range second {
 		b, ok := before[d.key()]
-		if !ok || !sameAV(b.seen, d.seen) || !sameReport(b.Stored, d.Stored) || !b.Expected.Equal(d.Expected) || b.Parked != d.Parked {
+		switch {
+		case !ok:
+			continue
+		case b.Stray != nil || d.Stray != nil:
+			if b.Stray == nil || d.Stray == nil {
+				continue
+			}
+		case !sameAV(b.seen, d.seen) || !sameReport(b.Stored, d.Stored) || !sameReport(b.Expected, d.Expected) || b.Parked != d.Parked:
 			continue
 		}
 		out = append(out, d)
@@ -447,20 +455,24 @@ func sameReport(a, b *aggregates.Report) bool {
 	return a.Equal(b)
 }
 
-// RepairResult says what a Repair did: reports rewritten whole, reports
-// left alone because a consumer changed them after Reconcile read them
-// (Skipped), and large reports whose first transaction landed but a later
-// one found a consumer's commit in between (Partial: each name is in one
-// place and either repaired or as before; reconcile again).
+// RepairResult says what a Repair did: reports rewritten whole, stray
+// items deleted (Deleted, their keys), reports left alone because a
+// consumer changed them after Reconcile read them (Skipped), and large
+// reports whose first transaction landed but a later one found a
+// consumer's commit in between (Partial: each name is in one place and
+// either repaired or as before; reconcile again).
 type RepairResult struct {
 	Repaired         int
+	Deleted          []aggregates.Key
 	Skipped, Partial []aggregates.ReportKey
 }
 
 // Repair rewrites each report of diffs as its expected figures
 // (table.EncodeRepair: every name keeps its place where the layout allows),
-// deletes entry items the layout no longer needs, stray items, and then the
-// report's parked deltas. The report item is written on condition that it
+// deletes entry items the layout no longer needs and then the report's
+// parked deltas, and deletes each stray item (an item of a report
+// partition under a key no consumer writes: nothing but a repair ever
+// removes it). The report item is written on condition that it
 // is still the one Reconcile read (same updatedAt, or still absent); a
 // report whose writes do not fit one transaction (100 writes) continues in
 // further transactions, each on condition that the report item is still
@@ -475,7 +487,7 @@ func Repair(ctx context.Context, api ReconcileAPI, tableName string, diffs []Dif
 			}}); err != nil {
 				return res, fmt.Errorf("repair: delete stray item %s: %w", d.Stray, err)
 			}
-			res.Repaired++
+			res.Deleted = append(res.Deleted, *d.Stray)
 			continue
 		}
 		landed, whole, err := repairReport(ctx, api, tableName, d, stamp)

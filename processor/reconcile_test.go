@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/ledger-dev/ledger/aggregates"
 	"github.com/ledger-dev/ledger/internal/ledgertest"
 	"github.com/ledger-dev/ledger/processor"
 )
@@ -99,4 +100,22 @@ func TestReconcileWith_ProgressCountsTransactionsPageByPage(t *testing.T) {
 	assert.Equal(t, stats.Transactions, last.Transactions)
 	assert.Equal(t, w.Live(), last.Transactions)
 	assert.Equal(t, last.Branches, last.BranchesDone)
+}
+
+// A stray item has no figures (no Stored, no Expected): Settled keeps it
+// when both reads found it, drops it when only one did, and never looks at
+// figures it does not have (issue 25: it dereferenced the nil Expected).
+func TestSettled_StrayItemsOfBothReadsAreKeptWithoutFigures(t *testing.T) {
+	junk := aggregates.Key{PK: "TENANT#acme#BRANCH#north#REPORTING", SK: "JUNK"}
+	gone := aggregates.Key{PK: "TENANT#acme#BRANCH#north#REPORTING", SK: "GONE"}
+	fresh := aggregates.Key{PK: "TENANT#acme#BRANCH#north#REPORTING", SK: "FRESH"}
+	stray := func(k aggregates.Key) processor.Difference {
+		return processor.Difference{Stray: &k, Lines: []string{"not a report, entry or parked delta"}}
+	}
+	first := []processor.Difference{stray(junk), stray(gone)}
+	second := []processor.Difference{stray(junk), stray(fresh)}
+	got := processor.Settled(first, second)
+	require.Len(t, got, 1)
+	assert.Equal(t, junk, *got[0].Stray)
+	assert.Contains(t, got[0].String(), "stray item "+junk.String())
 }

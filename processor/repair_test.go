@@ -163,3 +163,61 @@ func TestRepair_NamesMovedInlineLeaveTheirEntryItemsInTheFirstTransaction(t *tes
 	onePlace(t, e, k)
 	e.requireReconciled(t)
 }
+
+// TestRepair_AStaleDamagedShapeNeverWritesAnInlineNameToItsEntryItem: a
+// report's category map is damaged (a string), so a consumer that read that
+// shape sends a new category to its entry item. The repair rebuilds the map
+// inline with that name (and deletes its entry item); the consumer, still
+// holding the damaged shape, commits the same category again. Its update is
+// refused by its condition and redone on the fresh shape: the name stays in
+// one place (issue 25, finding 3: it was written to its entry item again).
+func TestRepair_AStaleDamagedShapeNeverWritesAnInlineNameToItsEntryItem(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t)
+	k := reportKey("dmg", aggregates.Daily, "2024-05-01")
+	putTxn(t, e, "dmg", "2024-05-01", "a1", "10", "rent", "")
+	shard, recs := e.records(t)
+	p := e.processor(t, nil, nil)
+	g := p.ShardGuard(e.streamARN, shard)
+	_, err := p.Process(ctx, g, recs)
+	require.NoError(t, err)
+	commitNew := func() {
+		t.Helper()
+		_, all := e.records(t)
+		_, err := p.Process(ctx, g, all[len(recs):])
+		require.NoError(t, err)
+		recs = all
+	}
+
+	_, err = e.ddb.UpdateItem(ctx, &dynamodb.UpdateItemInput{TableName: &e.table, Key: map[string]ddbtypes.AttributeValue{"PK": sAV(k.Key().PK), "SK": sAV(k.Key().SK)},
+		UpdateExpression: aws.String("SET byCategory = :x"), ExpressionAttributeValues: map[string]ddbtypes.AttributeValue{":x": sAV("not a map")}})
+	require.NoError(t, err)
+	putTxn(t, e, "dmg", "2024-05-01", "a2", "5", "food", "")
+	p = e.processor(t, nil, nil) // a consumer that reads the damaged shape (a restart, a takeover)
+	g = p.ShardGuard(e.streamARN, shard)
+	commitNew() // food goes to its entry item
+	entry := k.EntryKey(aggregates.ByCategory, "food")
+	got, err := e.ddb.GetItem(ctx, &dynamodb.GetItemInput{TableName: &e.table, Key: table.Key(entry), ConsistentRead: aws.Bool(true)})
+	require.NoError(t, err)
+	require.NotNil(t, got.Item, "food went to its entry item beside the damaged map")
+
+	diffs, _, err := processor.Reconcile(ctx, e.ddb, e.table, processor.Scope{Tenant: "t", Branch: "dmg"})
+	require.NoError(t, err)
+	res, err := processor.Repair(ctx, e.ddb, e.table, diffs, time.Now())
+	require.NoError(t, err)
+	require.Equal(t, len(diffs), res.Repaired)
+	sr, err := table.ReadReport(ctx, e.ddb, e.table, k, true)
+	require.NoError(t, err)
+	m, ok := sr.Item[aggregates.ByCategory.Attribute()].(*ddbtypes.AttributeValueMemberM)
+	require.True(t, ok, "the repair rebuilt the map")
+	require.Contains(t, m.Value, "food", "the repair moved food inline")
+	onePlace(t, e, k)
+
+	putTxn(t, e, "dmg", "2024-05-01", "a3", "7", "food", "")
+	commitNew() // the same consumer, its cached shape still the damaged one
+	onePlace(t, e, k)
+	got, err = e.ddb.GetItem(ctx, &dynamodb.GetItemInput{TableName: &e.table, Key: table.Key(entry), ConsistentRead: aws.Bool(true)})
+	require.NoError(t, err)
+	assert.Nil(t, got.Item, "food's entry item was written again although food is inline")
+	e.requireReconciled(t)
+}

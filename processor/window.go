@@ -31,8 +31,43 @@ type ShardRange struct {
 const maxEmptyPages = 1000
 
 // errShardGone is wrapped by openRange when the stream no longer has the
-// shard (it closed and aged out of the 24-hour retention).
+// shard (it closed and aged out of the 24-hour retention), as ShardGone
+// confirmed.
 var errShardGone = errors.New("the shard is no longer in the stream")
+
+// ShardGone reports whether the stream streamARN no longer has shard:
+// DescribeStream answers that the stream does not exist, or lists every
+// shard of the stream (all pages) without it. A ResourceNotFoundException
+// from GetShardIterator or GetRecords alone is no proof (a transient
+// answer would lose the shard's records): a reader confirms it here before
+// it gives a shard up. DescribeStream's other errors are returned, and
+// then nothing is known.
+func ShardGone(ctx context.Context, streams StreamReader, streamARN, shard string) (bool, error) {
+	var start *string
+	for {
+		out, err := streams.DescribeStream(ctx, &dynamodbstreams.DescribeStreamInput{StreamArn: aws.String(streamARN), ExclusiveStartShardId: start})
+		var notFound *streamtypes.ResourceNotFoundException
+		if errors.As(err, &notFound) {
+			return true, nil
+		}
+		if err != nil {
+			return false, fmt.Errorf("describe stream %s: %w", streamARN, err)
+		}
+		d := out.StreamDescription
+		if d == nil {
+			return false, fmt.Errorf("describe stream %s: no stream description", streamARN)
+		}
+		for _, s := range d.Shards {
+			if aws.ToString(s.ShardId) == shard {
+				return false, nil
+			}
+		}
+		start = d.LastEvaluatedShardId
+		if aws.ToString(start) == "" {
+			return true, nil
+		}
+	}
+}
 
 // CommitShardRange commits the records of shard r.ShardID up to r.Last,
 // reading them from the stream itself, as batches of at most batchRecords
@@ -49,9 +84,10 @@ var errShardGone = errors.New("the shard is no longer in the stream")
 // The shard is read after its checkpoint, or, when it has none, from
 // r.First (the first record of the window: the mapping's position); a
 // Partial range without a checkpoint commits nothing. Records trimmed from
-// the stream before anyone read them, and a shard gone from the stream,
-// are lost as for the poller (logged at error level; the reports are short
-// of them until reconcile --repair). A closed shard that ends before
+// the stream before anyone read them, and a shard gone from the stream
+// (a ResourceNotFoundException that ShardGone confirms; one it does not is
+// an error, retried by the mapping), are lost as for the poller (logged at
+// error level; the reports are short of them until reconcile --repair). A closed shard that ends before
 // r.Last, or an error, returns what was committed so far with the error,
 // and a call with the same range resumes from the checkpoint.
 func (p *Processor) CommitShardRange(ctx context.Context, streams StreamReader, r ShardRange, batchRecords int) (Result, error) {
@@ -217,7 +253,16 @@ func (p *Processor) openRange(ctx context.Context, streams StreamReader, g *Shar
 	iter, trimmed, err := openShard(ctx, streams, in)
 	var notFound *streamtypes.ResourceNotFoundException
 	if errors.As(err, &notFound) {
-		return nil, g, fmt.Errorf("shard %s: %w: %w", r.ShardID, errShardGone, err)
+		// Gone only when the stream says so: a not-found it contradicts
+		// fails the invocation, which the mapping retries.
+		gone, derr := ShardGone(ctx, streams, r.StreamARN, r.ShardID)
+		switch {
+		case derr != nil:
+			return nil, g, fmt.Errorf("open shard %s: %w (whether the stream still has it is unknown: %w)", r.ShardID, err, derr)
+		case gone:
+			return nil, g, fmt.Errorf("shard %s: %w: %w", r.ShardID, errShardGone, err)
+		}
+		return nil, g, fmt.Errorf("open shard %s: not found, yet the stream still lists it: %w", r.ShardID, err)
 	}
 	if trimmed {
 		p.cfg.Logger.Error("stream records were trimmed before they were read: they are lost to every consumer; reading from TRIM_HORIZON; run `ledgerctl reconcile --repair` to restore the reports",

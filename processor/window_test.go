@@ -3,6 +3,7 @@ package processor_test
 import (
 	"context"
 	"math/rand/v2"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -206,24 +207,95 @@ func TestCommitShardRange_MovesTheCheckpointOverRecordsWithoutEffect(t *testing.
 }
 
 // goneStreams answers as DynamoDB Streams does for a shard that is no
-// longer in the stream (closed, and past the 24-hour retention).
-type goneStreams struct{ processor.StreamReader }
+// longer in the stream (closed, and past the 24-hour retention): not found
+// on GetShardIterator, and DescribeStream lists the stream's other shards
+// (or, streamGone, says the stream does not exist either).
+type goneStreams struct {
+	processor.StreamReader
+	shard      string
+	streamGone bool
+}
 
 func (goneStreams) GetShardIterator(context.Context, *dynamodbstreams.GetShardIteratorInput, ...func(*dynamodbstreams.Options)) (*dynamodbstreams.GetShardIteratorOutput, error) {
 	return nil, &streamtypes.ResourceNotFoundException{Message: aws.String("Requested resource not found: Shard does not exist")}
+}
+
+func (s goneStreams) DescribeStream(ctx context.Context, in *dynamodbstreams.DescribeStreamInput, opts ...func(*dynamodbstreams.Options)) (*dynamodbstreams.DescribeStreamOutput, error) {
+	if s.streamGone {
+		return nil, &streamtypes.ResourceNotFoundException{Message: aws.String("Requested resource not found: Stream does not exist")}
+	}
+	out, err := s.StreamReader.DescribeStream(ctx, in, opts...)
+	if err != nil {
+		return nil, err
+	}
+	d := *out.StreamDescription
+	d.Shards = nil
+	for _, sh := range out.StreamDescription.Shards {
+		if aws.ToString(sh.ShardId) != s.shard {
+			d.Shards = append(d.Shards, sh)
+		}
+	}
+	return &dynamodbstreams.DescribeStreamOutput{StreamDescription: &d}, nil
 }
 
 // Review of issue 16: a window's final invocation retried for more than a
 // day (the mapping retries forever, with the same state) finds its closed
 // shard gone from the stream: its records are lost to every consumer,
 // which is logged, and the window succeeds, so the shard's children go on.
+// Gone means DescribeStream agrees: the shard is not listed, or the stream
+// itself no longer exists.
 func TestCommitShardRange_AShardGoneFromTheStreamIsLostNotRetriedForever(t *testing.T) {
 	ctx := context.Background()
 	e := newEnv(t)
 	require.NoError(t, ledgertest.NewWorkload(43).Run(ctx, e.ddb, e.table, 20))
 	shard, recs := e.records(t)
 	p := e.processor(t, nil, nil)
-	_, err := p.CommitShardRange(ctx, goneStreams{e.streams}, processor.ShardRange{StreamARN: e.streamARN, ShardID: shard,
-		First: recs[0].SequenceNumber, Last: recs[len(recs)-1].SequenceNumber}, 100)
-	assert.NoError(t, err)
+	for _, streamGone := range []bool{false, true} {
+		_, err := p.CommitShardRange(ctx, goneStreams{StreamReader: e.streams, shard: shard, streamGone: streamGone}, processor.ShardRange{StreamARN: e.streamARN, ShardID: shard,
+			First: recs[0].SequenceNumber, Last: recs[len(recs)-1].SequenceNumber}, 100)
+		assert.NoError(t, err, "stream gone: %v", streamGone)
+	}
+}
+
+// notFoundStreams answers ResourceNotFoundException to the first n
+// GetShardIterator calls, in front of the real stream (whose DescribeStream
+// still lists the shard): a transient answer, as a service hiccup gives.
+type notFoundStreams struct {
+	processor.StreamReader
+	n *atomic.Int32
+}
+
+func (s notFoundStreams) GetShardIterator(ctx context.Context, in *dynamodbstreams.GetShardIteratorInput, opts ...func(*dynamodbstreams.Options)) (*dynamodbstreams.GetShardIteratorOutput, error) {
+	if s.n.Add(-1) >= 0 {
+		return nil, &streamtypes.ResourceNotFoundException{Message: aws.String("Requested resource not found: Shard does not exist")}
+	}
+	return s.StreamReader.GetShardIterator(ctx, in, opts...)
+}
+
+// Issue 25, finding 4: one ResourceNotFoundException on opening a shard
+// the stream still lists is no proof the shard is gone. The window's
+// commit fails (the mapping retries it) instead of succeeding without its
+// records, and the retry commits them all.
+func TestCommitShardRange_ATransientNotFoundFailsTheCommitAndTheRetryCommits(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t)
+	require.NoError(t, ledgertest.NewWorkload(44).Run(ctx, e.ddb, e.table, 60))
+	shard, recs := e.records(t)
+	p := e.processor(t, nil, nil)
+	n := &atomic.Int32{}
+	n.Store(1)
+	streams := notFoundStreams{StreamReader: e.streams, n: n}
+	r := processor.ShardRange{StreamARN: e.streamARN, ShardID: shard, First: recs[0].SequenceNumber, Last: recs[len(recs)-1].SequenceNumber}
+
+	res, err := p.CommitShardRange(ctx, streams, r, 100)
+	require.Error(t, err, "a shard the stream still lists is not gone: the window must fail, not lose its records")
+	assert.ErrorContains(t, err, "the stream still lists it")
+	assert.Zero(t, res.Committed)
+	cp, _ := checkpointOf(t, e, shard)
+	assert.Empty(t, cp)
+
+	res, err = p.CommitShardRange(ctx, streams, r, 100)
+	require.NoError(t, err)
+	assert.Equal(t, len(recs), res.Committed)
+	e.requireReconciled(t)
 }

@@ -9,7 +9,6 @@ import (
 	"math/rand/v2"
 	"os"
 	"strconv"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -23,6 +22,7 @@ import (
 
 	"github.com/ledger-dev/ledger/aggregates"
 	"github.com/ledger-dev/ledger/infra/ddblocal/ddbtest"
+	"github.com/ledger-dev/ledger/internal/ledgertest"
 	"github.com/ledger-dev/ledger/processor"
 	"github.com/ledger-dev/ledger/processor/poller"
 	"github.com/ledger-dev/ledger/rebucket"
@@ -222,12 +222,9 @@ func TestRebucket_MovesHistoryExactlyWhileClientsWriteAndAPollerRuns(t *testing.
 	api := ddbtest.Client(t)
 	tableName := tables.Table(t)
 	const tenant, branch = "chain", "sp"
-	seed := uint64(1)
-	if v := os.Getenv("LEDGER_SEEDS"); v != "" {
-		var err error
-		seed, err = strconv.ParseUint(strings.Split(v, ",")[0], 10, 64)
-		require.NoError(t, err, "LEDGER_SEEDS")
-	}
+	seeds, err := ledgertest.Seeds(os.Getenv, 1)
+	require.NoError(t, err)
+	seed := seeds[0]
 	b := &books{api: api, table: tableName, tenant: tenant, branch: branch, rng: rand.New(rand.NewPCG(seed, 7))}
 	setCalendar(t, api, tableName, tenant, branch, aggregates.DefaultCalendar(), aggregates.DefaultPeriodTypes)
 	startPoller(t, ctx, api, tableName)
@@ -282,36 +279,14 @@ func TestRebucket_MovesHistoryExactlyWhileClientsWriteAndAPollerRuns(t *testing.
 
 	// The stamps, checked against an independent computation of the
 	// periods, and the reports of the old period values gone or empty.
-	checkStamps(t, ctx, api, tableName, tenant, branch)
+	checked, bad, err := ledgertest.CheckStamps(ctx, api, tableName, tenant, branch,
+		ledgertest.OracleCalendar{Zone: "America/Sao_Paulo", DayStart: 4 * 60, WeekStart: time.Sunday, FiscalStart: time.July}, aggregates.PeriodTypes[:])
+	require.NoError(t, err)
+	require.Empty(t, bad)
+	require.Positive(t, checked)
 
 	third, err := rebucket.Run(ctx, api, tableName, tenant, "", opts)
 	require.NoError(t, err)
 	require.Zero(t, third.Moved, "a further run writes nothing")
 	require.Equal(t, third.Transactions, third.Current+third.Invalid)
-}
-
-// checkStamps compares every transaction's stamp with the periods
-// computed independently of package aggregates' calendar code: São Paulo
-// has kept UTC−3 without daylight saving since 2019, so the business date
-// of an instant of 2026 is the date of t − 3 h − 4 h.
-func checkStamps(t *testing.T, ctx context.Context, api *dynamodb.Client, tableName, tenant, branch string) {
-	t.Helper()
-	out, err := api.Query(ctx, &dynamodb.QueryInput{TableName: &tableName, KeyConditionExpression: aws.String("PK = :pk"),
-		ExpressionAttributeValues: map[string]ddbtypes.AttributeValue{":pk": table.S(aggregates.TransactionPK(tenant, branch))}, ConsistentRead: aws.Bool(true)})
-	require.NoError(t, err)
-	require.NotEmpty(t, out.Items)
-	for _, item := range out.Items {
-		tx, err := table.ParseTransaction(item)
-		require.NoError(t, err)
-		local := tx.CreatedAt.Add(-7 * time.Hour)
-		y, m, d := local.Date()
-		weekStart := local.AddDate(0, 0, -int(local.Weekday())) // weeks from Sunday
-		fy := y
-		if m >= time.July {
-			fy++
-		}
-		want := fmt.Sprintf("DAILY#%04d-%02d-%02d WEEKLY#%s MONTHLY#%04d-%02d QUARTERLY#%04d-Q%d YEARLY#%04d FISCAL_QUARTER#FY%04d-Q%d FISCAL_YEAR#FY%04d",
-			y, m, d, weekStart.Format("2006-01-02"), y, m, y, (int(m)+2)/3, y, fy, (int(m)+5)%12/3+1, fy)
-		require.Equal(t, want, tx.Stamp.EncodePeriods(), "transaction created %s", tx.CreatedAt)
-	}
 }

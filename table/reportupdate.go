@@ -102,7 +102,9 @@ type ReportWrites struct {
 // An entry the report item holds inline is incremented there; a new entry
 // goes inline while its map has room (a map the item lacks is set whole),
 // on condition that the map still has that room, and otherwise to its entry
-// item, incremented the same way. Which form is used follows the item's
+// item, incremented the same way, on condition that the map does not hold
+// the name (or, when the attribute is there but no map, that it still is
+// no map): a name is in one place. Which form is used follows the item's
 // known shape, and that shape is the update's condition, so a stale guess
 // cancels the transaction instead of corrupting the item.
 func ReportUpdate(tableName string, k aggregates.ReportKey, delta *aggregates.Report, sh ReportShape, now string) (ReportWrites, error) {
@@ -201,6 +203,13 @@ func ReportUpdate(tableName string, k aggregates.ReportKey, delta *aggregates.Re
 				names["#k"+strconv.Itoa(ne)] = name
 				cond = append(cond, "attribute_not_exists("+b+".#k"+strconv.Itoa(ne)+")")
 			}
+		} else if len(added) > 0 {
+			// The attribute is there but no map (damaged): every name went
+			// to its entry item, on condition that it is still no map. A
+			// repair that rebuilt it may hold these names inline now; the
+			// update is then refused and redone on the fresh shape, so a
+			// name stays in one place.
+			cond = append(cond, "attribute_exists("+b+") AND NOT attribute_type("+b+", "+value(S("M"))+")")
 		}
 	}
 	u := &types.Update{

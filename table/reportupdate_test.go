@@ -66,6 +66,7 @@ func TestReportUpdate_ThirtyTwoEntriesFitOneExpression(t *testing.T) {
 		{"32 inline entries over three maps", spread, inline(spread)},
 		{"32 new entries, maps absent", spread, table.ReportShape{}},
 		{"32 new entries, maps full: entry items", spread, fullMap},
+		{"32 new entries, maps damaged: entry items", spread, table.ReportShape{Present: [3]bool{true, true, true}}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

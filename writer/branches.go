@@ -15,16 +15,21 @@ import (
 // Branch is a branch as the API shows it. Document is the normalised
 // document number, unique across all tenants. HasTransactions is true once
 // the branch has had a transaction: it can then no longer be deleted.
+// Calendar is its business calendar (the default one, UTC days from
+// midnight, when none was set); CalendarChangedAt the time of its last
+// change by a PATCH (absent: never changed).
 type Branch struct {
-	ID              string `json:"id"`
-	Tenant          string `json:"tenant"`
-	Name            string `json:"name"`
-	Document        string `json:"document"`
-	Status          string `json:"status"`
-	HasTransactions bool   `json:"hasTransactions"`
-	CreatedAt       string `json:"createdAt"`
-	UpdatedAt       string `json:"updatedAt"`
-	Version         int64  `json:"version"`
+	ID                string   `json:"id"`
+	Tenant            string   `json:"tenant"`
+	Name              string   `json:"name"`
+	Document          string   `json:"document"`
+	Status            string   `json:"status"`
+	HasTransactions   bool     `json:"hasTransactions"`
+	Calendar          Calendar `json:"calendar"`
+	CalendarChangedAt string   `json:"calendarChangedAt,omitempty"`
+	CreatedAt         string   `json:"createdAt"`
+	UpdatedAt         string   `json:"updatedAt"`
+	Version           int64    `json:"version"`
 }
 
 // BranchPage is a page of a tenant's branch listing.
@@ -45,12 +50,19 @@ func (s *Server) createBranch(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	b := Branch{Tenant: tenant, Status: string(aggregates.StatusActive), Version: 1}
-	_, p = decodeFields(body,
+	b := Branch{Tenant: tenant, Status: string(aggregates.StatusActive), Version: 1, Calendar: calendarView(aggregates.DefaultCalendar())}
+	m, p := decodeFields(body,
 		bodyField{"id", true, parseIDField, &b.ID},
 		bodyField{"name", true, parseDisplayName, &b.Name},
 		bodyField{"document", true, parseDocument, &b.Document},
-		bodyField{"status", false, parseTenantStatus, &b.Status})
+		bodyField{"status", false, parseTenantStatus, &b.Status},
+		bodyField{name: "calendar"})
+	if raw, ok := m["calendar"]; p == nil && ok {
+		var cal aggregates.Calendar
+		if cal, p = parseCalendar(raw, b.Calendar, false); p == nil {
+			b.Calendar = calendarView(cal)
+		}
+	}
 	if p == nil && !claimsOf(r).ProvesDocument(b.Document) {
 		p = documentNotProven(b.Document)
 	}
@@ -115,8 +127,20 @@ func (s *Server) patchBranch(w http.ResponseWriter, r *http.Request) {
 		}
 		return d, p
 	}
+	var calendarPatch json.RawMessage // the calendar member, merged onto the stored calendar once read
+	keepCalendar := func(_ string, raw json.RawMessage) (string, *Problem) {
+		calendarPatch = raw
+		return "", nil
+	}
 	p = decodePatchFields(body, bodyField{"name", false, parseDisplayName, &name},
-		bodyField{"document", false, provenDocument, &document}, bodyField{"status", false, parseTenantStatus, &status})
+		bodyField{"document", false, provenDocument, &document}, bodyField{"status", false, parseTenantStatus, &status},
+		bodyField{"calendar", false, keepCalendar, new(string)})
+	if p == nil && calendarPatch != nil {
+		// Validated here on the defaults, so that a value no calendar can
+		// hold is refused before anything is read; merged onto the stored
+		// calendar below.
+		_, p = parseCalendar(calendarPatch, calendarView(aggregates.DefaultCalendar()), true)
+	}
 	if p != nil {
 		p.write(w)
 		return
@@ -124,13 +148,24 @@ func (s *Server) patchBranch(w http.ResponseWriter, r *http.Request) {
 	k := aggregates.BranchKey(tenant, branch)
 	s.mutate(w, r, mutation{
 		tenant: tenant, idemKey: key, fp: fingerprint(r, body), lookupFirst: true,
-		committed: func() { s.forget(aggregates.BranchKey(tenant, branch)) }, // a suspension takes effect here at once
+		// A suspension, and a calendar change, take effect here at once.
+		committed: func() { s.forget(aggregates.BranchKey(tenant, branch)) },
 		prepare: func(ctx context.Context) (*change, response, *Problem, error) {
 			item, p, err := s.getForChange(ctx, k, expected, "branch")
 			if item == nil {
 				return nil, response{}, p, err
 			}
-			ch, b := s.branchUpdate(decodeBranch(item), expected, name, status, document, s.cfg.Now().UTC().Format(time.RFC3339Nano))
+			b := decodeBranch(item)
+			var cal *aggregates.Calendar
+			if calendarPatch != nil {
+				c, p := parseCalendar(calendarPatch, b.Calendar, true)
+				if p != nil { // a stored field is damaged and the patch does not set it
+					p.Detail = "the stored calendar is not valid here and the patch must set it: " + p.Detail
+					return nil, response{}, p, nil
+				}
+				cal = &c
+			}
+			ch, b := s.branchUpdate(b, expected, name, status, document, s.cfg.Now().UTC().Format(time.RFC3339Nano), cal)
 			return ch, versionedResponse(http.StatusOK, b, b.Version), nil, nil
 		},
 	})

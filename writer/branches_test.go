@@ -36,7 +36,8 @@ func TestBranches_CreateGetListPatch(t *testing.T) {
 	require.Equal(t, http.StatusCreated, r.Status, "answer %s", r)
 	b := decodeAs[writer.Branch](t, r)
 	assert.Equal(t, writer.Branch{ID: "east", Tenant: e.tenant, Name: "East #3", Document: doc, Status: "active",
-		CreatedAt: b.CreatedAt, UpdatedAt: b.CreatedAt, Version: 1}, b, "the document is stored normalised")
+		Calendar:  writer.Calendar{TimeZone: "UTC", DayStartsAt: "00:00", WeekStartsOn: "MONDAY", FiscalYearStartMonth: 1},
+		CreatedAt: b.CreatedAt, UpdatedAt: b.CreatedAt, Version: 1}, b, "the document is stored normalised; no calendar is the default one")
 	assert.Equal(t, "/v1/tenants/"+e.tenant+"/branches/east", r.Header.Get("Location"))
 	again := e.send(create)
 	require.Equal(t, http.StatusCreated, again.Status)

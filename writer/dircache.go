@@ -2,11 +2,14 @@ package writer
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"net/http"
 	"sync"
 	"time"
 
 	"github.com/ledger-dev/ledger/aggregates"
+	"github.com/ledger-dev/ledger/table"
 )
 
 // The status of tenants and branches on the transaction path, cached.
@@ -42,11 +45,23 @@ import (
 //     marker (awaitMarked) instead of conflicting with it again.
 //   - Tenants are never deleted; a missing tenant or branch is never
 //     cached (it may be created a moment later).
+//   - The same reads give what stamps a transaction (issue 22): the
+//     branch's calendar and its tenant's reportPeriods. A change of either
+//     applies to the transactions written after it: at once through the
+//     writer that commits it (its PATCH forgets the entry), within
+//     DirectoryTTL on every other. A stored calendar or reportPeriods that
+//     does not decode (damaged by hand) is kept as an error: the
+//     branch's creates and changes fail (500, logged) rather than being
+//     stamped with periods nobody chose; its deletes go on.
 
 // directoryStatus is what the transaction path knows of a tenant or branch.
 type directoryStatus struct {
 	exists, active bool
-	marked         bool // branches: hasTransactions
+	marked         bool                    // branches: hasTransactions
+	calendar       aggregates.Calendar     // branches: the business calendar
+	periods        []aggregates.PeriodType // tenants: reportPeriods
+	changedAt      time.Time               // calendarChangedAt or reportPeriodsChangedAt
+	damaged        error                   // the calendar or reportPeriods does not decode
 	expires        time.Time
 }
 
@@ -86,6 +101,16 @@ func (s *Server) status(ctx context.Context, k aggregates.Key, branch bool) (dir
 		st, _ := stringAttr(item, attrStatus)
 		e.active = st == string(aggregates.StatusActive)
 		e.marked = boolAttr(item, attrHasTransactions)
+		changed := table.AttrReportPeriodsChangedAt
+		if branch {
+			changed = table.AttrCalendarChangedAt
+			e.calendar, e.damaged = table.DecodeCalendar(item)
+		} else {
+			e.periods, e.damaged = table.DecodeReportPeriods(item)
+		}
+		if at, ok := stringAttr(item, changed); ok {
+			e.changedAt, _ = time.Parse(time.RFC3339Nano, at)
+		}
 	}
 	if e.exists && c.ttl > 0 && (e.marked || !branch) {
 		e.expires = c.now().Add(c.ttl)
@@ -106,31 +131,56 @@ func (s *Server) forget(k aggregates.Key) {
 	s.statuses.mu.Unlock()
 }
 
+// activeBranch is what the transaction path knows of an active branch.
+type activeBranch struct {
+	marked bool // the branch has its hasTransactions marker
+	// calendar stamps the branch's transactions: its calendar and its
+	// tenant's period types; calendarErr, when the stored calendar or
+	// reportPeriods does not decode, wraps errCalendarDamaged.
+	calendar    table.BranchCalendar
+	calendarErr error
+}
+
+// stamp stamps t with the branch's calendar (Transaction.stamp); a damaged
+// calendar is the error.
+func (a activeBranch) stamp(t *Transaction) (*Problem, error) {
+	if a.calendarErr != nil {
+		return nil, a.calendarErr
+	}
+	return t.stamp(a.calendar)
+}
+
 // activeBranch checks, from the cache, that tenant and branch exist and are
-// active: a 404 or 409 otherwise. marked says whether the branch has its
-// hasTransactions marker.
-func (s *Server) activeBranch(ctx context.Context, tenant, branch string) (marked bool, p *Problem, err error) {
+// active: a 404 or 409 otherwise.
+func (s *Server) activeBranch(ctx context.Context, tenant, branch string) (activeBranch, *Problem, error) {
 	t, err := s.status(ctx, aggregates.TenantKey(tenant), false)
 	if err != nil {
-		return false, nil, err
+		return activeBranch{}, nil, err
 	}
 	switch {
 	case !t.exists:
-		return false, notFoundOf("tenant " + tenant + " (create it first: POST /v1/tenants)"), nil
+		return activeBranch{}, notFoundOf("tenant " + tenant + " (create it first: POST /v1/tenants)"), nil
 	case !t.active:
-		return false, tenantSuspended(tenant), nil
+		return activeBranch{}, tenantSuspended(tenant), nil
 	}
 	b, err := s.status(ctx, aggregates.BranchKey(tenant, branch), true)
 	if err != nil {
-		return false, nil, err
+		return activeBranch{}, nil, err
 	}
 	switch {
 	case !b.exists:
-		return false, branchNotFound(tenant, branch), nil
+		return activeBranch{}, branchNotFound(tenant, branch), nil
 	case !b.active:
-		return false, branchSuspended(branch), nil
+		return activeBranch{}, branchSuspended(branch), nil
 	}
-	return b.marked, nil, nil
+	a := activeBranch{marked: b.marked, calendar: table.BranchCalendar{Calendar: b.calendar, Periods: t.periods, ChangedAt: b.changedAt}}
+	if t.changedAt.After(a.calendar.ChangedAt) {
+		a.calendar.ChangedAt = t.changedAt
+	}
+	if err := errors.Join(b.damaged, t.damaged); err != nil {
+		a.calendarErr = fmt.Errorf("tenant %s, branch %s: %w: %w", tenant, branch, errCalendarDamaged, err)
+	}
+	return a, nil, nil
 }
 
 // Waiting for a branch's marker (awaitMarked): reads, with the pause

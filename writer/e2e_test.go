@@ -24,7 +24,10 @@ import (
 	"github.com/ledger-dev/ledger/writer"
 )
 
-// domain turns an API transaction into the domain's, for the oracle fold.
+// domain turns an API transaction into the domain's, for the oracle fold:
+// its periods those of its UTC date (aggregates.LegacyStamp), what the
+// default calendar and period types give, as every report was before
+// business calendars.
 func domain(t *testing.T, tx writer.Transaction) aggregates.Transaction {
 	t.Helper()
 	created, err := time.Parse(time.RFC3339Nano, tx.CreatedAt)
@@ -34,7 +37,7 @@ func domain(t *testing.T, tx writer.Transaction) aggregates.Transaction {
 	return aggregates.Transaction{
 		Tenant: tx.Tenant, Branch: tx.Branch, ID: tx.ID, Type: aggregates.Type(tx.Type), Amount: amount,
 		Category: tx.Category, CostCenter: tx.CostCenter, PaymentMethod: tx.PaymentMethod,
-		CreatedAt: created, Date: aggregates.DateOf(created),
+		CreatedAt: created, Date: aggregates.DateOf(created), Stamp: aggregates.LegacyStamp(aggregates.DateOf(created)),
 	}
 }
 

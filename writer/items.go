@@ -49,7 +49,9 @@ type Transaction struct {
 	CreatedAt     string `json:"createdAt"`
 	UpdatedAt     string `json:"updatedAt"`
 	Version       int64  `json:"version"`
-	// BusinessDate and Periods are the stamp (table.Transaction).
+	// BusinessDate and Periods are the stamp (table.Transaction). The API
+	// shows the business date only; for a transaction stored without a
+	// stamp, its UTC date (decodeTransaction), where it counts.
 	BusinessDate string `json:"businessDate,omitempty"`
 	Periods      string `json:"-"`
 }
@@ -62,9 +64,16 @@ func transactionItem(k aggregates.Key, t Transaction) (map[string]ddbtypes.Attri
 }
 
 // decodeTransaction reads a stored transaction item as the API shows it
-// (table.DecodeTransaction).
+// (table.DecodeTransaction). An item stored without a stamp (written
+// before business calendars, or by another path) counts in its UTC date's
+// DAILY, MONTHLY and YEARLY reports (aggregates.LegacyStamp): its
+// BusinessDate is that date, its Periods stay "".
 func decodeTransaction(item map[string]ddbtypes.AttributeValue) Transaction {
-	return Transaction(table.DecodeTransaction(item))
+	t := Transaction(table.DecodeTransaction(item))
+	if t.BusinessDate == "" && t.Periods == "" {
+		t.BusinessDate = legacyBusinessDate(item)
+	}
+	return t
 }
 
 // Totals are report figures as the API shows them.

@@ -94,7 +94,7 @@ func TestOpenAPIContract_RefusesUndocumentedExchanges(t *testing.T) {
 	t.Parallel()
 	c, err := loadContract()
 	require.NoError(t, err)
-	tenant := `{"id":"acme","name":"Acme","status":"active","createdAt":"2026-01-31T12:00:00.123Z","updatedAt":"2026-01-31T12:00:00.123Z","version":1}`
+	tenant := `{"id":"acme","name":"Acme","status":"active","reportPeriods":["DAILY","MONTHLY","YEARLY"],"createdAt":"2026-01-31T12:00:00.123Z","updatedAt":"2026-01-31T12:00:00.123Z","version":1}`
 	problem := func(slug string, status int) string {
 		b, _ := json.Marshal(writer.Problem{Type: writer.ProblemBase + slug, Title: "t", Status: status, Detail: "d"})
 		return string(b)

@@ -40,6 +40,7 @@ const (
 	ProblemBodyTooLarge           = ProblemBase + "body-too-large"           // 413
 	ProblemUnsupportedMediaType   = ProblemBase + "unsupported-media-type"   // 415
 	ProblemIdempotencyKeyReused   = ProblemBase + "idempotency-key-reused"   // 422: the key was used for another request
+	ProblemInvalidCalendar        = ProblemBase + "invalid-calendar"         // 422: a calendar field or reportPeriods is not acceptable, or createdAt falls outside the calendar's years
 	ProblemPreconditionRequired   = ProblemBase + "precondition-required"    // 428: PATCH without If-Match
 	ProblemRateLimited            = ProblemBase + "rate-limited"             // 429: the tenant sends more than its rate
 	ProblemInternal               = ProblemBase + "internal"                 // 500
@@ -93,6 +94,7 @@ var problemTitles = map[string]string{
 	ProblemBodyTooLarge:           "Body too large",
 	ProblemUnsupportedMediaType:   "Unsupported media type",
 	ProblemIdempotencyKeyReused:   "Idempotency-Key reused",
+	ProblemInvalidCalendar:        "Invalid calendar",
 	ProblemPreconditionRequired:   "Precondition required",
 	ProblemRateLimited:            "Rate limited",
 	ProblemInternal:               "Internal error",

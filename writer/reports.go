@@ -6,6 +6,7 @@ import (
 	"maps"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -22,8 +23,13 @@ import (
 // says how fresh it is with updatedAt, the time of the last commit to it
 // (also sent as Last-Modified for a single report).
 
-// maxRangePeriods bounds the periods one range request spans, per type.
-var maxRangePeriods = map[aggregates.PeriodType]int{aggregates.Daily: 366, aggregates.Monthly: 120, aggregates.Yearly: 100}
+// maxRangePeriods bounds the periods one range request spans, per type:
+// a year of days, about ten years of weeks, months and quarters, a hundred
+// years.
+var maxRangePeriods = map[aggregates.PeriodType]int{
+	aggregates.Daily: 366, aggregates.Weekly: 530, aggregates.Monthly: 120, aggregates.Quarterly: 40, aggregates.Yearly: 100,
+	aggregates.FiscalQuarter: 40, aggregates.FiscalYear: 100,
+}
 
 func parsePeriod(field string, t aggregates.PeriodType, v string) (aggregates.Period, *Problem) {
 	p, err := aggregates.ParsePeriod(t, v)
@@ -302,19 +308,40 @@ func (s *Server) reportRange(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, out)
 }
 
-// periodsBetween counts the periods from..to inclusive (same type).
+// periodsBetween counts the periods from..to inclusive (same type, both
+// valid: aggregates.ParsePeriod). WEEKLY values are dates: the weeks of a
+// range are counted in steps of 7 days from from (a branch's weeks start
+// on one weekday, so its week values in the range are at most that many).
 func periodsBetween(from, to aggregates.Period) int {
-	layout := map[aggregates.PeriodType]string{aggregates.Daily: "2006-01-02", aggregates.Monthly: "2006-01", aggregates.Yearly: "2006"}[from.Type]
-	a, _ := time.Parse(layout, from.Value)
-	b, _ := time.Parse(layout, to.Value)
 	switch from.Type {
-	case aggregates.Daily:
-		return int(b.Sub(a).Hours()/24) + 1
+	case aggregates.Daily, aggregates.Weekly:
+		a, _ := time.Parse("2006-01-02", from.Value)
+		b, _ := time.Parse("2006-01-02", to.Value)
+		days := int(b.Sub(a).Hours() / 24)
+		if from.Type == aggregates.Weekly {
+			return days/7 + 1
+		}
+		return days + 1
 	case aggregates.Monthly:
+		a, _ := time.Parse("2006-01", from.Value)
+		b, _ := time.Parse("2006-01", to.Value)
 		return (b.Year()-a.Year())*12 + int(b.Month()) - int(a.Month()) + 1
-	default:
-		return b.Year() - a.Year() + 1
+	case aggregates.Quarterly, aggregates.FiscalQuarter:
+		return quarterIndex(to.Value) - quarterIndex(from.Value) + 1
+	default: // YEARLY, FISCAL_YEAR: YYYY, FYyyyy
+		a, _ := strconv.Atoi(strings.TrimPrefix(from.Value, "FY"))
+		b, _ := strconv.Atoi(strings.TrimPrefix(to.Value, "FY"))
+		return b - a + 1
 	}
+}
+
+// quarterIndex numbers a quarter value, YYYY-Qn or FYyyyy-Qn, in quarters
+// since year 0.
+func quarterIndex(v string) int {
+	y, q, _ := strings.Cut(strings.TrimPrefix(v, "FY"), "-Q")
+	year, _ := strconv.Atoi(y)
+	n, _ := strconv.Atoi(q)
+	return year*4 + n - 1
 }
 
 // healthz answers 200 while the process serves HTTP.

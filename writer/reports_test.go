@@ -91,16 +91,19 @@ func TestReports_GetOneAndRange(t *testing.T) {
 	assert.Equal(t, writer.ProblemNotFound, r.problem(t).Type)
 
 	for path, field := range map[string]string{
-		"/reports/WEEKLY/2026-01":                             "period",
-		"/reports/MONTHLY/2026-13":                            "value",
-		"/reports/DAILY/2026-02-30":                           "value",
-		"/reports/YEARLY/26":                                  "value",
-		"/reports?period=MONTHLY&from=2026-06&to=2026-01":     "to",
-		"/reports?period=MONTHLY&from=2026-01":                "to",
-		"/reports?from=2026-01&to=2026-02":                    "period",
-		"/reports?period=MONTHLY&from=2026-01-01&to=2026-02":  "from",
-		"/reports?period=DAILY&from=2024-01-01&to=2025-01-02": "to",
-		"/reports?period=MONTHLY&from=2026-01&to=2026-02&x=1": "x",
+		"/reports/HOURLY/2026-01":                              "period",
+		"/reports/WEEKLY/2026-01":                              "value",
+		"/reports/QUARTERLY/2026-Q5":                           "value",
+		"/reports?period=WEEKLY&from=2016-01-04&to=2026-04-06": "to",
+		"/reports/MONTHLY/2026-13":                             "value",
+		"/reports/DAILY/2026-02-30":                            "value",
+		"/reports/YEARLY/26":                                   "value",
+		"/reports?period=MONTHLY&from=2026-06&to=2026-01":      "to",
+		"/reports?period=MONTHLY&from=2026-01":                 "to",
+		"/reports?from=2026-01&to=2026-02":                     "period",
+		"/reports?period=MONTHLY&from=2026-01-01&to=2026-02":   "from",
+		"/reports?period=DAILY&from=2024-01-01&to=2025-01-02":  "to",
+		"/reports?period=MONTHLY&from=2026-01&to=2026-02&x=1":  "x",
 	} {
 		r := e.send(req{method: "GET", path: e.base() + path})
 		require.Equal(t, http.StatusBadRequest, r.Status, "%s: answer %s", path, r)

@@ -2,12 +2,14 @@ package writer
 
 import (
 	"context"
+	"maps"
 	"net/http"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	ddbtypes "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/ledger-dev/ledger/aggregates"
+	"github.com/ledger-dev/ledger/table"
 )
 
 // The branch item (aggregates.BranchKey): its codec and its changes. Its GSI2 entry finds it by document number; the document's owner
@@ -30,10 +32,19 @@ func branchLayout(b *Branch) itemLayout {
 }
 
 // branchItem encodes b as its item; the GSI2 entry finds it by document.
+// Its calendar (table.EncodeCalendar) is stored unless it is the default
+// one, which a branch without calendar attributes has: a branch created
+// without a calendar is stored exactly as before business calendars.
 func branchItem(b Branch) map[string]ddbtypes.AttributeValue {
 	item := branchLayout(&b).encode()
 	gsi := aggregates.BranchDocumentIndexKey(b.Tenant, b.Document)
 	item[attrGSI2PK], item[attrGSI2SK] = strAV(gsi.PK), strAV(gsi.SK)
+	if cal, err := b.Calendar.calendar(); err == nil && !cal.Equal(aggregates.DefaultCalendar()) {
+		maps.Copy(item, table.EncodeCalendar(cal))
+	}
+	if b.CalendarChangedAt != "" {
+		item[table.AttrCalendarChangedAt] = strAV(b.CalendarChangedAt)
+	}
 	return item
 }
 
@@ -41,6 +52,8 @@ func decodeBranch(item map[string]ddbtypes.AttributeValue) Branch {
 	var b Branch
 	branchLayout(&b).decode(item)
 	b.HasTransactions = boolAttr(item, attrHasTransactions)
+	b.Calendar = storedCalendar(item)
+	b.CalendarChangedAt, _ = stringAttr(item, table.AttrCalendarChangedAt)
 	return b
 }
 
@@ -103,15 +116,28 @@ func (s *Server) branchCreate(b Branch) *change {
 }
 
 // branchUpdate changes b, read at version expected, to name, status and
-// document ("" leaves a field as it is) at now, on condition that it is
-// still at that version: an UpdateItem, never a put of the whole item, so
-// it cannot erase the hasTransactions marker a concurrent first
-// transaction sets. A new document is taken and the old one freed in the
-// same transaction. It returns the change and the branch as it will be.
-func (s *Server) branchUpdate(b Branch, expected int64, name, status, document, now string) (*change, Branch) {
+// document ("" leaves a field as it is) and calendar (nil leaves it) at
+// now, on condition that it is still at that version: an UpdateItem, never
+// a put of the whole item, so it cannot erase the hasTransactions marker a
+// concurrent first transaction sets. A new document is taken and the old
+// one freed in the same transaction. A calendar other than the stored one
+// is written whole (table.EncodeCalendar) with calendarChangedAt now; the
+// same calendar changes nothing of it. It returns the change and the
+// branch as it will be.
+func (s *Server) branchUpdate(b Branch, expected int64, name, status, document, now string, calendar *aggregates.Calendar) (*change, Branch) {
 	k := aggregates.BranchKey(b.Tenant, b.ID)
 	oldDocument := b.Document
 	u := newUpdate().patch(attrName, &b.Name, name).patch(attrStatus, &b.Status, status)
+	if calendar != nil {
+		if old, err := b.Calendar.calendar(); err != nil || !old.Equal(*calendar) {
+			enc := table.EncodeCalendar(*calendar)
+			for _, attr := range []string{table.AttrTimeZone, table.AttrDayStartsAt, table.AttrWeekStartsOn, table.AttrFiscalYearStartMonth} {
+				u.set(attr, enc[attr])
+			}
+			u.set(table.AttrCalendarChangedAt, strAV(now))
+			b.Calendar, b.CalendarChangedAt = calendarView(*calendar), now
+		}
+	}
 	moved := document != "" && document != oldDocument
 	if moved {
 		b.Document = document

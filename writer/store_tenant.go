@@ -2,11 +2,13 @@ package writer
 
 import (
 	"net/http"
+	"slices"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	ddbtypes "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/ledger-dev/ledger/aggregates"
+	"github.com/ledger-dev/ledger/table"
 )
 
 // The tenant item (aggregates.TenantKey): its codec and its changes. Its
@@ -20,16 +22,26 @@ func tenantLayout(t *Tenant) itemLayout {
 
 // tenantItem encodes t as its item; the GSI1 entry lists it among all
 // tenants.
+// Its reportPeriods (table.EncodeReportPeriods) are stored unless they are
+// the default ones, which a tenant without the attribute has.
 func tenantItem(t Tenant) map[string]ddbtypes.AttributeValue {
 	item := tenantLayout(&t).encode()
 	item[attrGSI1PK] = strAV(aggregates.TenantIndexPK)
 	item[attrGSI1SK] = strAV(aggregates.TenantIndexSK(t.ID))
+	if ts, err := aggregates.ParseReportPeriods(t.ReportPeriods); err == nil && !slices.Equal(ts, aggregates.DefaultPeriodTypes) {
+		item[table.AttrReportPeriods] = table.EncodeReportPeriods(ts)
+	}
+	if t.ReportPeriodsChangedAt != "" {
+		item[table.AttrReportPeriodsChangedAt] = strAV(t.ReportPeriodsChangedAt)
+	}
 	return item
 }
 
 func decodeTenant(item map[string]ddbtypes.AttributeValue) Tenant {
 	var t Tenant
 	tenantLayout(&t).decode(item)
+	t.ReportPeriods = storedReportPeriods(item)
+	t.ReportPeriodsChangedAt, _ = stringAttr(item, table.AttrReportPeriodsChangedAt)
 	return t
 }
 

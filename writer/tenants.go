@@ -2,7 +2,9 @@ package writer
 
 import (
 	"context"
+	"encoding/json"
 	"net/http"
+	"slices"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -13,14 +15,19 @@ import (
 	"github.com/ledger-dev/ledger/table"
 )
 
-// Tenant is a tenant as the API shows it.
+// Tenant is a tenant as the API shows it. ReportPeriods are the period
+// types its reports are kept in, in canonical order (DAILY, MONTHLY,
+// YEARLY when none were set); ReportPeriodsChangedAt the time of their
+// last change by a PATCH (absent: never changed).
 type Tenant struct {
-	ID        string `json:"id"`
-	Name      string `json:"name"`
-	Status    string `json:"status"`
-	CreatedAt string `json:"createdAt"`
-	UpdatedAt string `json:"updatedAt"`
-	Version   int64  `json:"version"`
+	ID                     string   `json:"id"`
+	Name                   string   `json:"name"`
+	Status                 string   `json:"status"`
+	ReportPeriods          []string `json:"reportPeriods"`
+	ReportPeriodsChangedAt string   `json:"reportPeriodsChangedAt,omitempty"`
+	CreatedAt              string   `json:"createdAt"`
+	UpdatedAt              string   `json:"updatedAt"`
+	Version                int64    `json:"version"`
 }
 
 // TenantPage is a page of the tenant listing.
@@ -51,11 +58,18 @@ func (s *Server) createTenant(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	t := Tenant{Status: string(aggregates.StatusActive), Version: 1}
-	_, p := decodeFields(body,
+	t := Tenant{Status: string(aggregates.StatusActive), Version: 1, ReportPeriods: periodNames(aggregates.DefaultPeriodTypes)}
+	m, p := decodeFields(body,
 		bodyField{"id", true, parseIDField, &t.ID},
 		bodyField{"name", true, parseDisplayName, &t.Name},
-		bodyField{"status", false, parseTenantStatus, &t.Status})
+		bodyField{"status", false, parseTenantStatus, &t.Status},
+		bodyField{name: "reportPeriods"})
+	if raw, ok := m["reportPeriods"]; p == nil && ok {
+		var ts []aggregates.PeriodType
+		if ts, p = parseReportPeriods(raw); p == nil {
+			t.ReportPeriods = periodNames(ts)
+		}
+	}
 	if p != nil {
 		p.write(w)
 		return
@@ -111,9 +125,11 @@ func (s *Server) listTenants(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, TenantPage{Items: items, NextCursor: next})
 }
 
-// patchTenant serves PATCH /v1/tenants/{tenant} (admin): name and status,
-// on condition that If-Match names the current version. Suspending a tenant
-// stops new transactions in all its branches.
+// patchTenant serves PATCH /v1/tenants/{tenant} (admin): name, status and
+// reportPeriods, on condition that If-Match names the current version.
+// Suspending a tenant stops new transactions in all its branches; new
+// reportPeriods apply to the transactions written after the change (the
+// directory cache's TTL on other writers).
 func (s *Server) patchTenant(w http.ResponseWriter, r *http.Request) {
 	tenant, p := tenantPath(r)
 	expected, key, body, ok := s.patchRequest(w, r, p, changeIfMatch)
@@ -121,23 +137,36 @@ func (s *Server) patchTenant(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var name, status string
-	if p := decodePatchFields(body, bodyField{"name", false, parseDisplayName, &name}, bodyField{"status", false, parseTenantStatus, &status}); p != nil {
+	var periods []aggregates.PeriodType
+	parsePeriods := func(_ string, raw json.RawMessage) (string, *Problem) {
+		var p *Problem
+		periods, p = parseReportPeriods(raw)
+		return "", p
+	}
+	if p := decodePatchFields(body, bodyField{"name", false, parseDisplayName, &name}, bodyField{"status", false, parseTenantStatus, &status},
+		bodyField{"reportPeriods", false, parsePeriods, new(string)}); p != nil {
 		p.write(w)
 		return
 	}
 	k := aggregates.TenantKey(tenant)
 	s.mutate(w, r, mutation{
 		tenant: tenant, idemKey: key, fp: fingerprint(r, body), lookupFirst: true,
-		committed: func() { s.forget(aggregates.TenantKey(tenant)) }, // a suspension takes effect here at once
+		// A suspension, and new reportPeriods, take effect here at once.
+		committed: func() { s.forget(aggregates.TenantKey(tenant)) },
 		prepare: func(ctx context.Context) (*change, response, *Problem, error) {
 			item, p, err := s.getForChange(ctx, k, expected, "tenant")
 			if item == nil {
 				return nil, response{}, p, err
 			}
 			t := decodeTenant(item)
+			now := s.cfg.Now().UTC().Format(time.RFC3339Nano)
 			u := newUpdate().patch(attrName, &t.Name, name).patch(attrStatus, &t.Status, status)
+			if names := periodNames(periods); periods != nil && !slices.Equal(names, t.ReportPeriods) {
+				u.set(table.AttrReportPeriods, table.EncodeReportPeriods(periods)).set(table.AttrReportPeriodsChangedAt, strAV(now))
+				t.ReportPeriods, t.ReportPeriodsChangedAt = names, now
+			}
 			t.Version++
-			t.UpdatedAt = s.cfg.Now().UTC().Format(time.RFC3339Nano)
+			t.UpdatedAt = now
 			return newChange("tenant_update", s.versionedUpdate(k, "tenant", u, expected, t.Version, t.UpdatedAt)),
 				versionedResponse(http.StatusOK, t, t.Version), nil, nil
 		},

@@ -32,7 +32,8 @@ func TestTenants_AdminCreatesGetsListsAndPatches(t *testing.T) {
 	r := e.asAdmin(create)
 	require.Equal(t, http.StatusCreated, r.Status, "answer %s", r)
 	tn := decodeAs[writer.Tenant](t, r)
-	assert.Equal(t, writer.Tenant{ID: id, Name: "Acme #1", Status: "active", CreatedAt: tn.CreatedAt, UpdatedAt: tn.CreatedAt, Version: 1}, tn)
+	assert.Equal(t, writer.Tenant{ID: id, Name: "Acme #1", Status: "active", ReportPeriods: []string{"DAILY", "MONTHLY", "YEARLY"},
+		CreatedAt: tn.CreatedAt, UpdatedAt: tn.CreatedAt, Version: 1}, tn)
 	assert.Equal(t, "/v1/tenants/"+id, r.Header.Get("Location"))
 	assert.Equal(t, `"1"`, r.Header.Get("ETag"))
 

@@ -104,7 +104,7 @@ func (s *Server) createTransaction(w http.ResponseWriter, r *http.Request) {
 					return nil, response{}, nil, err
 				}
 			}
-			marked, p, err := s.activeBranch(ctx, tenant, branch)
+			branchState, p, err := s.activeBranch(ctx, tenant, branch)
 			if p != nil || err != nil {
 				return nil, response{}, p, err
 			}
@@ -123,13 +123,18 @@ func (s *Server) createTransaction(w http.ResponseWriter, r *http.Request) {
 				PaymentMethod: req.PaymentMethod, Description: req.Description,
 				CreatedAt: created.Format(time.RFC3339Nano), UpdatedAt: now.Format(time.RFC3339Nano), Version: 1,
 			}
+			// Its periods, decided once: the branch's calendar and the
+			// tenant's period types in force (dircache.go).
+			if p, err := branchState.stamp(&t); p != nil || err != nil {
+				return nil, response{}, p, err
+			}
 			item, err := transactionItem(aggregates.TransactionKey(tenant, branch, aggregates.DateOf(created), t.ID), t)
 			if err != nil {
 				return nil, response{}, nil, fmt.Errorf("create transaction: %w", err)
 			}
 			resp := versionedResponse(http.StatusCreated, t, t.Version)
 			resp.location = transactionLocation(tenant, branch, t.ID)
-			marking = !marked
+			marking = !branchState.marked
 			ch := s.transactionCreate(item, tenant, branch, marking)
 			// A failed condition (the branch gone or suspended, or an id
 			// collision) means no create holds the marker: prepare reads
@@ -195,7 +200,8 @@ func (s *Server) patchTransaction(w http.ResponseWriter, r *http.Request) {
 		tenant: tenant, idemKey: key, fp: fingerprint(r, body), lookupFirst: true,
 		prepare: func(ctx context.Context) (*change, response, *Problem, error) {
 			// Suspension means the same for changes as for creates.
-			if _, p, err := s.activeBranch(ctx, tenant, branch); p != nil || err != nil {
+			branchState, p, err := s.activeBranch(ctx, tenant, branch)
+			if p != nil || err != nil {
 				return nil, response{}, p, err
 			}
 			item, p, err := s.getForChange(ctx, k, expected, "transaction")
@@ -207,6 +213,13 @@ func (s *Server) patchTransaction(w http.ResponseWriter, r *http.Request) {
 			t.ID = id // the path's id is the sort key's
 			t.Version++
 			t.UpdatedAt = s.cfg.Now().UTC().Format(time.RFC3339Nano)
+			// A change is stamped again, from its createdAt, with the
+			// calendar and period types in force now: a calendar change
+			// applies to the transactions written after it, and the
+			// stream's MODIFY moves the amount between periods exactly.
+			if p, err := branchState.stamp(&t); p != nil || err != nil {
+				return nil, response{}, p, err
+			}
 			next, err := transactionItem(k, t)
 			var inv *aggregates.InvalidError
 			if errors.As(err, &inv) {
@@ -263,14 +276,32 @@ func (s *Server) deleteTransaction(w http.ResponseWriter, r *http.Request) {
 
 // listQuery is a validated listing request.
 type listQuery struct {
-	from, to       *aggregates.Date
+	from, to       *aggregates.Date // UTC dates: the sort key's
+	bizFrom, bizTo *aggregates.Date // business dates
 	typ, category  string
 	limit          int
 	cursor         string
 	canonicalQuery string // the filters, to bind cursors to
 }
 
-var listParams = map[string]bool{"from": true, "to": true, "type": true, "category": true, "limit": true, "cursor": true}
+var listParams = map[string]bool{"from": true, "to": true, "businessDateFrom": true, "businessDateTo": true,
+	"type": true, "category": true, "limit": true, "cursor": true}
+
+// A transaction of business date D has a UTC date from D−1 to D+2, in
+// every calendar: business day D starts when the local clock first reads D
+// at or after its start (00:00–23:59), and local clocks since 1970 are
+// UTC−12 to UTC+14, so it starts at or after D−1 10:00 UTC; it ends when
+// day D+1 (or, where the zone skipped D+1, D+2: only a jump of a whole day
+// east, to an offset of +12 or more, skips a date) starts, at the latest
+// (D+1 23:59) + 12 h < D+2 12:00 UTC. A listing by business date reads the
+// sort keys of that wider UTC range and keeps the transactions whose
+// businessDate is in range (a FilterExpression), and those stored without
+// a stamp whose UTC date is (they count there; checked here, as a
+// FilterExpression cannot name a key attribute).
+const (
+	businessDateUTCBefore = 1 // days before a business date its UTC dates start
+	businessDateUTCAfter  = 2 // days after it they end
+)
 
 func parseListQuery(r *http.Request) (listQuery, *Problem) {
 	q := r.URL.Query()
@@ -281,7 +312,7 @@ func parseListQuery(r *http.Request) (listQuery, *Problem) {
 	for _, f := range []struct {
 		name string
 		dst  **aggregates.Date
-	}{{"from", &lq.from}, {"to", &lq.to}} {
+	}{{"from", &lq.from}, {"to", &lq.to}, {"businessDateFrom", &lq.bizFrom}, {"businessDateTo", &lq.bizTo}} {
 		if v := q.Get(f.name); v != "" {
 			d, err := aggregates.ParseDate(v)
 			if err != nil {
@@ -292,6 +323,9 @@ func parseListQuery(r *http.Request) (listQuery, *Problem) {
 	}
 	if lq.from != nil && lq.to != nil && lq.to.String() < lq.from.String() {
 		return listQuery{}, fieldProblem("to", "before from")
+	}
+	if lq.bizFrom != nil && lq.bizTo != nil && lq.bizTo.String() < lq.bizFrom.String() {
+		return listQuery{}, fieldProblem("businessDateTo", "before businessDateFrom")
 	}
 	if v := q.Get("type"); v != "" {
 		if v != string(aggregates.Income) && v != string(aggregates.Expense) {
@@ -325,6 +359,12 @@ func parseListQuery(r *http.Request) (listQuery, *Problem) {
 	if lq.to != nil {
 		canon.Set("to", lq.to.String())
 	}
+	if lq.bizFrom != nil {
+		canon.Set("businessDateFrom", lq.bizFrom.String())
+	}
+	if lq.bizTo != nil {
+		canon.Set("businessDateTo", lq.bizTo.String())
+	}
 	lq.canonicalQuery = canon.Encode()
 	return lq, nil
 }
@@ -353,21 +393,28 @@ func (s *Server) listTransactions(w http.ResponseWriter, r *http.Request) {
 	names := map[string]string{"#pk": attrPK}
 	values := map[string]ddbtypes.AttributeValue{":pk": strAV(pk)}
 	cond := "#pk = :pk"
+	// The UTC dates read: from and to, and around a business-date range
+	// its widening; both given, their intersection.
+	lo, hi := utcRange(lq)
+	if lo != "" && hi != "" && hi < lo {
+		writeJSON(w, http.StatusOK, ListPage{Items: []Transaction{}}) // no UTC date can hold one
+		return
+	}
 	// A day's sort keys are "YYYY-MM-DD#…": all sort after "YYYY-MM-DD"
 	// and before "YYYY-MM-DD$" ('$' follows '#').
 	switch {
-	case lq.from != nil && lq.to != nil:
+	case lo != "" && hi != "":
 		cond += " AND #sk BETWEEN :lo AND :hi"
-	case lq.from != nil:
+	case lo != "":
 		cond += " AND #sk >= :lo"
-	case lq.to != nil:
+	case hi != "":
 		cond += " AND #sk <= :hi"
 	}
-	if lq.from != nil {
-		names["#sk"], values[":lo"] = attrSK, strAV(lq.from.String())
+	if lo != "" {
+		names["#sk"], values[":lo"] = attrSK, strAV(lo)
 	}
-	if lq.to != nil {
-		names["#sk"], values[":hi"] = attrSK, strAV(lq.to.String()+"$")
+	if hi != "" {
+		names["#sk"], values[":hi"] = attrSK, strAV(hi+"$")
 	}
 	in := &dynamodb.QueryInput{
 		TableName: &s.cfg.Table, KeyConditionExpression: &cond,
@@ -382,6 +429,27 @@ func (s *Server) listTransactions(w http.ResponseWriter, r *http.Request) {
 	if lq.category != "" {
 		names["#cat"], values[":cat"] = fieldCategory, strAV(lq.category)
 		filters = append(filters, "#cat = :cat")
+	}
+	if lq.bizFrom != nil || lq.bizTo != nil {
+		// Stamped transactions of the range, and every unstamped one
+		// (inBusinessRange keeps those of its UTC dates).
+		names["#bd"] = aggregates.AttrBusinessDate
+		in := ""
+		switch {
+		case lq.bizFrom != nil && lq.bizTo != nil:
+			in = "#bd BETWEEN :bdlo AND :bdhi"
+		case lq.bizFrom != nil:
+			in = "#bd >= :bdlo"
+		default:
+			in = "#bd <= :bdhi"
+		}
+		if lq.bizFrom != nil {
+			values[":bdlo"] = strAV(lq.bizFrom.String())
+		}
+		if lq.bizTo != nil {
+			values[":bdhi"] = strAV(lq.bizTo.String())
+		}
+		filters = append(filters, "("+in+" OR attribute_not_exists(#bd))")
 	}
 	if len(filters) > 0 {
 		in.FilterExpression = aws.String(strings.Join(filters, " AND "))
@@ -411,8 +479,12 @@ pages:
 				page.NextCursor = lastSK // there is more
 				break pages
 			}
-			page.Items = append(page.Items, decodeTransaction(item))
 			lastSK, _ = stringAttr(item, attrSK)
+			t := decodeTransaction(item)
+			if !lq.inBusinessRange(t) {
+				continue
+			}
+			page.Items = append(page.Items, t)
 		}
 		switch {
 		case out.LastEvaluatedKey == nil:
@@ -432,4 +504,46 @@ pages:
 		page.NextCursor = s.cursors.encode(cursor{Tenant: tenant, Branch: branch, Query: lq.canonicalQuery, SK: page.NextCursor})
 	}
 	writeJSON(w, http.StatusOK, page)
+}
+
+// utcRange is the range of UTC dates (sort key dates) a listing reads, ""
+// for no bound: from and to, intersected with the UTC dates a business-date
+// range's transactions can have.
+func utcRange(lq listQuery) (lo, hi string) {
+	if lq.from != nil {
+		lo = lq.from.String()
+	}
+	if lq.to != nil {
+		hi = lq.to.String()
+	}
+	if lq.bizFrom != nil {
+		if d := clampDate(lq.bizFrom.AddDays(-businessDateUTCBefore)); lo == "" || d > lo {
+			lo = d
+		}
+	}
+	if lq.bizTo != nil {
+		if d := clampDate(lq.bizTo.AddDays(businessDateUTCAfter)); hi == "" || d < hi {
+			hi = d
+		}
+	}
+	return lo, hi
+}
+
+// clampDate formats d, kept within years 0000–9999 (a sort key's).
+func clampDate(d aggregates.Date) string {
+	switch {
+	case d.Year < 0:
+		return "0000-01-01"
+	case d.Year > 9999:
+		return "9999-12-31"
+	}
+	return d.String()
+}
+
+// inBusinessRange reports whether t, read by a listing, is in its
+// business-date range: its businessDate (for a transaction stored without
+// a stamp, its UTC date: decodeTransaction) within businessDateFrom and
+// businessDateTo.
+func (lq listQuery) inBusinessRange(t Transaction) bool {
+	return (lq.bizFrom == nil || t.BusinessDate >= lq.bizFrom.String()) && (lq.bizTo == nil || t.BusinessDate <= lq.bizTo.String())
 }

@@ -241,7 +241,8 @@ const reconcileHelp = `Recomputes every report of one branch (--tenant and --bra
 table from the transactions stored in it and prints each report whose stored
 figures differ, whose items are malformed (wrong types, unknown attributes,
 oversized, entries without a report) or that holds parked deltas, and each
-stray item of a report partition. Exit status: 0 no difference, 1
+stray item of a report partition (a key ledger never writes: not a report,
+an entry or a parked delta). Exit status: 0 no difference, 1
 differences found (repaired or not), 2 error (trouble reaching the table).
 The whole table is read with a parallel Scan of the keys, then branch by
 branch (--parallel at a time), in bounded memory; progress goes to stderr
@@ -260,7 +261,9 @@ has committed yet (a tumbling window not yet final, a half-committed batch
 of a dead poller, a stuck shard, a Lambda batch not yet delivered) is left
 alone, because repairing it now would count that record again when it
 commits. Each other report is rewritten with a conditional write that fails
-if a consumer updated it meanwhile (skipped and counted). This never counts
+if a consumer updated it meanwhile (skipped and counted). A stray item found
+in both reads is deleted and named ("deleted stray item"); nothing in ledger
+reads or writes it, so its absence changes no report. This never counts
 a delta twice provided a write's stream record is readable within --settle
 of the write (DynamoDB Streams documents "near real time"; see
 docs/exactly-once.md, "Repairing while consumers run"). A busy branch always
@@ -348,10 +351,13 @@ func (e *environment) reconcile(ctx context.Context, args []string) int {
 	if err != nil {
 		return e.fail(err)
 	}
+	for _, k := range res.Deleted {
+		fmt.Fprintf(e.stdout, "deleted stray item %s\n", k)
+	}
 	for _, k := range res.Partial {
 		fmt.Fprintf(e.stdout, "partly repaired (a consumer committed between its transactions; run reconcile again): %s\n", k)
 	}
-	fmt.Fprintf(e.stdout, "repaired %d reports; %d changed during the check and %d had records in flight and were left alone; %d skipped by a concurrent update; %d partly repaired\n",
-		res.Repaired, len(again)-len(settled)-inFlight, inFlight, len(res.Skipped), len(res.Partial))
+	fmt.Fprintf(e.stdout, "repaired %d reports; deleted %d stray items; %d changed during the check and %d had records in flight and were left alone; %d skipped by a concurrent update; %d partly repaired\n",
+		res.Repaired, len(res.Deleted), len(again)-len(settled)-inFlight, inFlight, len(res.Skipped), len(res.Partial))
 	return exitDiff
 }

@@ -12,6 +12,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"reflect"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -29,10 +30,11 @@ import (
 // an operator's request goes through them like any other.
 
 const directoryUsage = `usage:
-  ledgerctl tenant  create --id ID --name NAME [--status active|suspended] [--exist-ok]
+  ledgerctl tenant  create --id ID --name NAME [--status active|suspended] [--report-periods DAILY,WEEKLY,…] [--exist-ok]
   ledgerctl tenant  get    --id ID
   ledgerctl tenant  list
-  ledgerctl branch  create --tenant T --id ID --name NAME --document DOC [--status …] [--exist-ok]
+  ledgerctl branch  create --tenant T --id ID --name NAME --document DOC [--status …]
+                           [--time-zone ZONE] [--day-starts-at HH:MM] [--week-starts-on DAY] [--fiscal-year-start-month M] [--exist-ok]
   ledgerctl branch  get    --tenant T --id ID
   ledgerctl branch  list   --tenant T
   ledgerctl account create --tenant T --first-name F --last-name L --email ADDR [--email ADDR …] [--role R]
@@ -60,6 +62,8 @@ func (e *environment) directoryCmd(ctx context.Context, kind string, args []stri
 	asJSON := fs.Bool("json", false, "print JSON as the API answers it")
 	tenant, id, name, status := new(string), new(string), new(string), new(string)
 	var document, firstName, lastName, role *string
+	var timeZone, dayStartsAt, weekStartsOn, reportPeriods *string
+	var fiscalStart *int
 	var emails stringList
 	var existOK *bool
 	if kind != "tenant" {
@@ -76,6 +80,12 @@ func (e *environment) directoryCmd(ctx context.Context, kind string, args []stri
 			existOK = fs.Bool("exist-ok", false, "an existing "+kind+" with the same attributes is success (exit 0), for scripts run again")
 			if kind == "branch" {
 				document = fs.String("document", "", "the `DOCUMENT` number, unique across all tenants (separators . - / and spaces are ignored)")
+				timeZone = fs.String("time-zone", "", "the business calendar's IANA time `ZONE`, e.g. America/Sao_Paulo (default UTC)")
+				dayStartsAt = fs.String("day-starts-at", "", "the local time `HH:MM` a business day starts (default 00:00)")
+				weekStartsOn = fs.String("week-starts-on", "", "the `DAY` weeks start, MONDAY … SUNDAY (default MONDAY)")
+				fiscalStart = fs.Int("fiscal-year-start-month", 0, "the `MONTH` fiscal years start, 1–12 (default 1)")
+			} else {
+				reportPeriods = fs.String("report-periods", "", "the period `TYPES` its reports are kept in, comma-separated: DAILY, WEEKLY, MONTHLY, QUARTERLY, YEARLY, FISCAL_QUARTER, FISCAL_YEAR (default DAILY,MONTHLY,YEARLY)")
 			}
 		case "account":
 			firstName = fs.String("first-name", "", "first `NAME`")
@@ -135,12 +145,27 @@ func (e *environment) directoryCmd(ctx context.Context, kind string, args []stri
 	switch kind {
 	case "tenant":
 		body := writerapi.TenantCreate{Id: *id, Name: *name, Status: optional[writerapi.Status](*status)}
+		if *reportPeriods != "" {
+			ts, err := aggregates.ParseReportPeriods(strings.Split(strings.ToUpper(strings.ReplaceAll(*reportPeriods, " ", "")), ","))
+			if err != nil {
+				return e.fail(fmt.Errorf("tenant create: --report-periods: %w", err))
+			}
+			names := make([]string, len(ts))
+			want := make([]any, len(ts))
+			for i, t := range ts {
+				names[i], want[i] = string(t), string(t)
+			}
+			body.ReportPeriods, asked["reportPeriods"] = &names, want
+		}
 		create = func(ctx context.Context, key string) (writerAnswer, error) {
 			return c.api.CreateTenantWithResponse(ctx, &writerapi.CreateTenantParams{IdempotencyKey: key}, body)
 		}
 	case "branch":
 		asked["document"] = *document
 		body := writerapi.BranchCreate{Id: *id, Name: *name, Document: *document, Status: optional[writerapi.Status](*status)}
+		if cal, want := branchCalendar(*timeZone, *dayStartsAt, *weekStartsOn, *fiscalStart); cal != nil {
+			body.Calendar, asked["calendar"] = cal, want
+		}
 		create = func(ctx context.Context, key string) (writerAnswer, error) {
 			return c.api.CreateBranchWithResponse(ctx, *tenant, &writerapi.CreateBranchParams{IdempotencyKey: key}, body)
 		}
@@ -186,17 +211,56 @@ func optional[T ~string](v string) *T {
 
 func ptrTo[T any](v T) *T { return &v }
 
+// branchCalendar is the calendar of a branch create from its flags (the
+// writer validates it and answers 422 naming the member), and the members
+// given as the answer has them, for --exist-ok; nil when no flag is given.
+func branchCalendar(timeZone, dayStartsAt, weekStartsOn string, fiscalStart int) (*writerapi.CalendarCreate, map[string]any) {
+	cal, want := &writerapi.CalendarCreate{}, map[string]any{}
+	if timeZone != "" {
+		cal.TimeZone, want["timeZone"] = &timeZone, timeZone
+	}
+	if dayStartsAt != "" {
+		cal.DayStartsAt, want["dayStartsAt"] = &dayStartsAt, dayStartsAt
+	}
+	if weekStartsOn != "" {
+		week := strings.ToUpper(weekStartsOn)
+		cal.WeekStartsOn, want["weekStartsOn"] = &week, week
+	}
+	if fiscalStart != 0 {
+		cal.FiscalYearStartMonth, want["fiscalYearStartMonth"] = &fiscalStart, float64(fiscalStart)
+	}
+	if len(want) == 0 {
+		return nil, nil
+	}
+	return cal, want
+}
+
 // sameAttributes reports whether the existing item got has the attributes
-// the create asked for (name, status when given, document), naming the
-// first that differs.
+// the create asked for (name, status, report periods and calendar members
+// when given, document), naming the first that differs.
 func sameAttributes(kind string, got []byte, asked map[string]any) (bool, string) {
 	var have map[string]any
 	if json.Unmarshal(got, &have) != nil {
 		return false, "form"
 	}
-	for _, f := range []string{"name", "status", "document"} {
+	for _, f := range []string{"name", "status", "document", "reportPeriods", "calendar"} {
 		want, ok := asked[f]
 		if !ok {
+			continue
+		}
+		switch f {
+		case "reportPeriods":
+			if !reflect.DeepEqual(have[f], want) {
+				return false, "reportPeriods"
+			}
+			continue
+		case "calendar":
+			cal, _ := have[f].(map[string]any)
+			for member, v := range want.(map[string]any) {
+				if cal[member] != v {
+					return false, "calendar " + member
+				}
+			}
 			continue
 		}
 		if f == "document" {
@@ -273,8 +337,8 @@ type directoryOutput struct {
 }
 
 var directoryColumns = map[string]string{
-	"tenant":  "ID\tNAME\tSTATUS\tVERSION\tCREATED",
-	"branch":  "TENANT\tID\tNAME\tDOCUMENT\tSTATUS\tTRANSACTIONS\tVERSION",
+	"tenant":  "ID\tNAME\tSTATUS\tREPORT PERIODS\tVERSION\tCREATED",
+	"branch":  "TENANT\tID\tNAME\tDOCUMENT\tSTATUS\tTRANSACTIONS\tCALENDAR\tVERSION",
 	"account": "TENANT\tID\tNAME\tROLE\tSTATUS\tPRIMARY EMAIL\tEMAILS\tVERSION",
 }
 
@@ -289,7 +353,7 @@ func (o directoryOutput) row(tw io.Writer, kind string, raw []byte) {
 	case "tenant":
 		var t writer.Tenant
 		_ = json.Unmarshal(raw, &t)
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\n", t.ID, t.Name, t.Status, t.Version, t.CreatedAt)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\n", t.ID, t.Name, t.Status, strings.Join(t.ReportPeriods, ","), t.Version, t.CreatedAt)
 	case "branch":
 		var b writer.Branch
 		_ = json.Unmarshal(raw, &b)
@@ -297,7 +361,9 @@ func (o directoryOutput) row(tw io.Writer, kind string, raw []byte) {
 		if b.HasTransactions {
 			has = "yes"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\n", b.Tenant, b.ID, b.Name, b.Document, b.Status, has, b.Version)
+		c := b.Calendar
+		cal := fmt.Sprintf("%s, days from %s, weeks from %s, fiscal years from month %d", c.TimeZone, c.DayStartsAt, c.WeekStartsOn, c.FiscalYearStartMonth)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\n", b.Tenant, b.ID, b.Name, b.Document, b.Status, has, cal, b.Version)
 	case "account":
 		var a writer.Account
 		_ = json.Unmarshal(raw, &a)

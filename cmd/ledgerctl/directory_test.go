@@ -116,6 +116,42 @@ func TestDirectory_CreateGetListThroughTheWriter(t *testing.T) {
 	code, _, errOut = run(t, tenantEnv, "tenant", "list")
 	assert.Equal(t, exitError, code)
 	assert.Contains(t, errOut, "403")
+
+	// Business calendars: a tenant's report periods and a branch's
+	// calendar at creation, compared by --exist-ok.
+	code, out, errOut = run(t, env, "tenant", "create", "--id", "cal", "--name", "Cal", "--report-periods", "yearly, WEEKLY,DAILY", "--json")
+	require.Equal(t, exitOK, code, errOut)
+	var tn writer.Tenant
+	require.NoError(t, json.Unmarshal([]byte(out), &tn))
+	assert.Equal(t, []string{"DAILY", "WEEKLY", "YEARLY"}, tn.ReportPeriods)
+	code, _, errOut = run(t, env, "tenant", "create", "--id", "cal", "--name", "Cal", "--report-periods", "DAILY,WEEKLY,YEARLY", "--exist-ok")
+	assert.Equal(t, exitOK, code, errOut)
+	code, _, errOut = run(t, env, "tenant", "create", "--id", "cal", "--name", "Cal", "--report-periods", "DAILY", "--exist-ok")
+	assert.Equal(t, exitDiff, code)
+	assert.Contains(t, errOut, "another reportPeriods")
+	code, _, errOut = run(t, env, "tenant", "create", "--id", "cal2", "--name", "Cal", "--report-periods", "DAILY,HOURLY")
+	assert.Equal(t, exitError, code)
+	assert.Contains(t, errOut, "--report-periods")
+
+	code, out, errOut = run(t, env, "branch", "create", "--tenant", "cal", "--id", "sp", "--name", "SP", "--document", "DOC-sp",
+		"--time-zone", "America/Sao_Paulo", "--day-starts-at", "04:00", "--fiscal-year-start-month", "7", "--json")
+	require.Equal(t, exitOK, code, errOut)
+	require.NoError(t, json.Unmarshal([]byte(out), &b))
+	assert.Equal(t, writer.Calendar{TimeZone: "America/Sao_Paulo", DayStartsAt: "04:00", WeekStartsOn: "MONDAY", FiscalYearStartMonth: 7}, b.Calendar)
+	code, _, errOut = run(t, env, "branch", "create", "--tenant", "cal", "--id", "sp", "--name", "SP", "--document", "DOC-sp",
+		"--time-zone", "America/Sao_Paulo", "--exist-ok")
+	assert.Equal(t, exitOK, code, errOut)
+	code, _, errOut = run(t, env, "branch", "create", "--tenant", "cal", "--id", "sp", "--name", "SP", "--document", "DOC-sp",
+		"--day-starts-at", "05:00", "--exist-ok")
+	assert.Equal(t, exitDiff, code)
+	assert.Contains(t, errOut, "another calendar dayStartsAt")
+	code, _, errOut = run(t, env, "branch", "create", "--tenant", "cal", "--id", "x", "--name", "X", "--document", "DOC-x", "--time-zone", "Mars/Base")
+	assert.Equal(t, exitError, code)
+	assert.Contains(t, errOut, "422 invalid-calendar")
+	assert.Contains(t, errOut, "(calendar.timeZone)")
+	code, out, _ = run(t, env, "branch", "get", "--tenant", "cal", "--id", "sp")
+	require.Equal(t, exitOK, code)
+	assert.Contains(t, out, "America/Sao_Paulo, days from 04:00, weeks from MONDAY, fiscal years from month 7")
 }
 
 func TestDirectory_RefusesBadUsage(t *testing.T) {

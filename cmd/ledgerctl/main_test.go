@@ -126,3 +126,57 @@ func TestRun_ErrorsExitTwo(t *testing.T) {
 		})
 	}
 }
+
+// TestReconcileRepair_StrayItemIsNamedDeletedAndTheRestRepaired puts an
+// item ledger never writes (SK JUNK) in a branch's report partition next to
+// a damaged report (issue 25, finding 2: a stray item crashed --repair
+// before it repaired anything). reconcile names it as a stray item; --repair
+// deletes it, names what it deleted, and repairs the report; the next
+// reconcile finds nothing.
+func TestReconcileRepair_StrayItemIsNamedDeletedAndTheRestRepaired(t *testing.T) {
+	ctx := context.Background()
+	c := ddbtest.Client(t)
+	table := ddbtest.NewTable(t, c)
+	env := map[string]string{"LEDGER_TABLE": table, "AWS_ENDPOINT_URL": ddbtest.Endpoint(t)}
+	require.NoError(t, ledgertest.NewWorkload(7).Run(ctx, c, table, 100))
+	info, err := ledgertable.DescribeTable(ctx, c, table)
+	require.NoError(t, err)
+	shards, err := ledgertest.ReadAll(ctx, dynamodbstreams.NewFromConfig(ddbtest.Config(t)), info.StreamARN, nil)
+	require.NoError(t, err)
+	p, err := processor.New(c, processor.Config{Table: table}, nil)
+	require.NoError(t, err)
+	for _, s := range shards {
+		_, err = p.Process(ctx, p.ShardGuard(info.StreamARN, s.ID), s.Records)
+		require.NoError(t, err)
+	}
+	code, out, errOut := run(t, env, "reconcile")
+	require.Equal(t, exitOK, code, out+errOut)
+
+	pk := &ddbtypes.AttributeValueMemberS{Value: "TENANT#acme#BRANCH#north#REPORTING"}
+	junk := map[string]ddbtypes.AttributeValue{"PK": pk, "SK": &ddbtypes.AttributeValueMemberS{Value: "JUNK"}}
+	_, err = c.PutItem(ctx, &dynamodb.PutItemInput{TableName: &table, Item: junk})
+	require.NoError(t, err)
+	_, err = c.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+		TableName:                 &table,
+		Key:                       map[string]ddbtypes.AttributeValue{"PK": pk, "SK": &ddbtypes.AttributeValueMemberS{Value: "YEARLY#2024"}},
+		UpdateExpression:          aws.String("SET totalIncome = totalIncome + :one"),
+		ExpressionAttributeValues: map[string]ddbtypes.AttributeValue{":one": &ddbtypes.AttributeValueMemberN{Value: "0.01"}},
+	})
+	require.NoError(t, err)
+
+	code, out, errOut = run(t, env, "reconcile")
+	require.Equal(t, exitDiff, code, out+errOut)
+	assert.Contains(t, out, "stray item TENANT#acme#BRANCH#north#REPORTING / JUNK")
+	assert.Contains(t, out, "2 differences")
+
+	code, out, errOut = run(t, env, "reconcile", "--repair", "--settle", "0s")
+	require.Equal(t, exitDiff, code, out+errOut)
+	assert.Contains(t, out, "deleted stray item TENANT#acme#BRANCH#north#REPORTING / JUNK")
+	assert.Contains(t, out, "repaired 1 reports; deleted 1 stray items;")
+
+	got, err := c.GetItem(ctx, &dynamodb.GetItemInput{TableName: &table, Key: junk, ConsistentRead: aws.Bool(true)})
+	require.NoError(t, err)
+	assert.Nil(t, got.Item, "the stray item is deleted")
+	code, out, errOut = run(t, env, "reconcile")
+	require.Equal(t, exitOK, code, out+errOut)
+}

@@ -198,7 +198,8 @@ func TestSubcommands_RefuseBadUsage(t *testing.T) {
 		want string
 	}{
 		{[]string{"report"}, "--tenant and --branch are required"},
-		{[]string{"report", "--tenant", "a", "--branch", "b", "--period", "WEEKLY"}, "DAILY, MONTHLY or YEARLY"},
+		{[]string{"report", "--tenant", "a", "--branch", "b", "--period", "HOURLY"}, "or FISCAL_YEAR"},
+		{[]string{"report", "--tenant", "a", "--branch", "b", "--period", "FISCAL_QUARTER", "--from", "2026-Q1"}, "--from"},
 		{[]string{"report", "--tenant", "a", "--branch", "b", "--from", "2024-13"}, "--from"},
 		{[]string{"report", "--tenant", "a", "--branch", "b", "--breakdown", "colour"}, "--breakdown"},
 		{[]string{"replay"}, "usage: ledgerctl replay"},

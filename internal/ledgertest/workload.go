@@ -40,6 +40,13 @@ type Workload struct {
 
 	// Counts of the operations written, by kind.
 	Counts map[string]int
+
+	// Stamp, when set, stamps every transaction written (a create, or a
+	// change that rewrites it whole) as the writer does: the stamp of its
+	// createdAt in its branch's calendar. Unset, or when it returns a stamp
+	// without periods, transactions are written without a stamp
+	// (aggregates.LegacyStamp).
+	Stamp func(tenant, branch string, created time.Time) (aggregates.Stamp, error)
 }
 
 // NewWorkload returns a workload generator for seed. Its dates cover month,
@@ -92,6 +99,17 @@ func (w *Workload) newItem(k aggregates.Key, date string) map[string]ddbtypes.At
 	}
 	if w.rng.IntN(3) > 0 {
 		item["paymentMethod"] = s(w.pick(w.PaymentMethods))
+	}
+	if w.Stamp != nil {
+		tenant, branch, _ := aggregates.ParseTransactionPK(k.PK)
+		st, err := w.Stamp(tenant, branch, created)
+		if err != nil {
+			panic(fmt.Sprintf("workload: stamp %s: %v", created, err)) // a test's calendar is wrong
+		}
+		if len(st.Periods) > 0 {
+			item[aggregates.AttrBusinessDate] = s(st.BusinessDate.String())
+			item[aggregates.AttrPeriods] = s(st.EncodePeriods())
+		}
 	}
 	return item
 }

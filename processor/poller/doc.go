@@ -50,6 +50,14 @@
 // one; `ledgerctl reconcile --repair` restores the reports from the
 // transactions (assumption 2 of docs/exactly-once.md).
 //
+// A shard is given up as gone (closed and aged out of the retention) only
+// when DescribeStream confirms a ResourceNotFoundException of
+// GetShardIterator or GetRecords (processor.ShardGone: the stream no
+// longer exists, or lists no such shard). One it contradicts or cannot
+// confirm is a failed read, retried with backoff like any other. A shard
+// marked gone that a later listing has again is read again: no answer
+// keeps a shard from this poller for the life of the process.
+//
 // # Leases
 //
 // A lease is an item per shard (aggregates.LeaseKey) with leaseOwner,

@@ -231,6 +231,14 @@ func (p *Poller) pass(ctx context.Context, renew bool) error {
 			}
 			p.shards, p.listed, p.forceList = shards, listedAt, false
 			p.lookup = nil // the list has every child there is
+			for _, s := range shards {
+				// A shard the stream lists again is not gone (the check
+				// that marked it was answered wrong): read it.
+				if p.gone[s.id] {
+					p.log.Warn("a shard marked gone is listed again; reading it", "shard", s.id)
+					delete(p.gone, s.id)
+				}
+			}
 		}
 	}
 	leases, cps, err := p.store.readAll(ctx)

@@ -27,7 +27,7 @@ type readerResult struct {
 }
 
 // errShardGone means the stream no longer has the shard (trimmed away) or
-// no longer exists.
+// no longer exists, as DescribeStream confirmed (reader.notFound).
 var errShardGone = errors.New("shard no longer exists")
 
 // reader reads one leased shard in order and hands its records to the
@@ -227,6 +227,11 @@ func (r *reader) run() (res readerResult) {
 			var expired *streamtypes.ExpiredIteratorException
 			var trimmed *streamtypes.TrimmedDataAccessException
 			var notFound *streamtypes.ResourceNotFoundException
+			if r.ctx.Err() == nil && errors.As(err, &notFound) {
+				// Gone only when the stream confirms it; otherwise a
+				// failed read like any other (below).
+				err = r.notFound("read", err)
+			}
 			switch {
 			case r.ctx.Err() != nil:
 				res.err = r.ctx.Err()
@@ -247,9 +252,9 @@ func (r *reader) run() (res readerResult) {
 				if err := r.trimmed(err); err != nil && !fail("reopen", err) {
 					return res
 				}
-			case errors.As(err, &notFound):
+			case errors.Is(err, errShardGone):
 				r.p.m.Reads.WithLabelValues("error").Inc()
-				res.err = fmt.Errorf("shard %s: %w: %w", r.shard.id, errShardGone, err)
+				res.err = err
 				return res
 			case isThrottle(err):
 				r.p.m.Reads.WithLabelValues("throttled").Inc()
@@ -443,7 +448,7 @@ func (r *reader) open() error {
 	case errors.As(err, &trimmed):
 		return r.trimmed(err)
 	case errors.As(err, &notFound):
-		return fmt.Errorf("shard %s: %w: %w", r.shard.id, errShardGone, err)
+		return r.notFound("open", err)
 	case err != nil:
 		return fmt.Errorf("open shard %s %s: %w", r.shard.id, in.ShardIteratorType, err)
 	}
@@ -471,13 +476,31 @@ func (r *reader) trimmed(cause error) error {
 	if err != nil {
 		var notFound *streamtypes.ResourceNotFoundException
 		if errors.As(err, &notFound) {
-			return fmt.Errorf("shard %s: %w: %w", r.shard.id, errShardGone, err)
+			return r.notFound("open at TRIM_HORIZON", err)
 		}
 		return fmt.Errorf("open shard %s at TRIM_HORIZON: %w", r.shard.id, err)
 	}
 	r.iter = out.ShardIterator
 	r.opened, r.stale = true, false
 	return nil
+}
+
+// notFound checks a ResourceNotFoundException of op on the shard with
+// DescribeStream (processor.ShardGone): it wraps errShardGone only when the
+// stream no longer exists or no longer lists the shard. Otherwise (the
+// stream lists it, or could not be asked) it is an ordinary failure, retried
+// with backoff: one answer is no proof, and a shard given up is never read
+// again by this poller while it is marked gone.
+func (r *reader) notFound(op string, err error) error {
+	gone, derr := processor.ShardGone(r.ctx, r.p.streams, r.p.cfg.StreamARN, r.shard.id)
+	switch {
+	case derr != nil:
+		return fmt.Errorf("%s shard %s: %w (whether the stream still has it is unknown: %w)", op, r.shard.id, err, derr)
+	case gone:
+		return fmt.Errorf("shard %s: %w: %w", r.shard.id, errShardGone, err)
+	}
+	r.log.Warn("shard not found, yet the stream lists it; retrying", "op", op, "error", err.Error())
+	return fmt.Errorf("%s shard %s: not found, yet the stream still lists it: %w", op, r.shard.id, err)
 }
 
 // reopen opens a new iterator after the checkpoint, first moving the

@@ -70,9 +70,13 @@ func (e EmailPatchVerified) Valid() bool {
 
 // Defines values for PeriodType.
 const (
-	DAILY   PeriodType = "DAILY"
-	MONTHLY PeriodType = "MONTHLY"
-	YEARLY  PeriodType = "YEARLY"
+	DAILY         PeriodType = "DAILY"
+	FISCALQUARTER PeriodType = "FISCAL_QUARTER"
+	FISCALYEAR    PeriodType = "FISCAL_YEAR"
+	MONTHLY       PeriodType = "MONTHLY"
+	QUARTERLY     PeriodType = "QUARTERLY"
+	WEEKLY        PeriodType = "WEEKLY"
+	YEARLY        PeriodType = "YEARLY"
 )
 
 // Valid indicates whether the value is a known member of the PeriodType enum.
@@ -80,7 +84,15 @@ func (e PeriodType) Valid() bool {
 	switch e {
 	case DAILY:
 		return true
+	case FISCALQUARTER:
+		return true
+	case FISCALYEAR:
+		return true
 	case MONTHLY:
+		return true
+	case QUARTERLY:
+		return true
+	case WEEKLY:
 		return true
 	case YEARLY:
 		return true
@@ -125,6 +137,39 @@ func (e Status) Valid() bool {
 	case StatusActive:
 		return true
 	case StatusSuspended:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for Weekday.
+const (
+	FRIDAY    Weekday = "FRIDAY"
+	MONDAY    Weekday = "MONDAY"
+	SATURDAY  Weekday = "SATURDAY"
+	SUNDAY    Weekday = "SUNDAY"
+	THURSDAY  Weekday = "THURSDAY"
+	TUESDAY   Weekday = "TUESDAY"
+	WEDNESDAY Weekday = "WEDNESDAY"
+)
+
+// Valid indicates whether the value is a known member of the Weekday enum.
+func (e Weekday) Valid() bool {
+	switch e {
+	case FRIDAY:
+		return true
+	case MONDAY:
+		return true
+	case SATURDAY:
+		return true
+	case SUNDAY:
+		return true
+	case THURSDAY:
+		return true
+	case TUESDAY:
+		return true
+	case WEDNESDAY:
 		return true
 	default:
 		return false
@@ -202,6 +247,12 @@ type AccountStatus string
 
 // Branch defines model for Branch.
 type Branch struct {
+	// Calendar Its business calendar (UTC, 00:00, MONDAY, 1 unless set).
+	Calendar Calendar `json:"calendar"`
+
+	// CalendarChangedAt The last change of the calendar by a PATCH; absent when never changed.
+	CalendarChangedAt *Timestamp `json:"calendarChangedAt,omitempty"`
+
 	// CreatedAt RFC 3339, UTC.
 	CreatedAt Timestamp `json:"createdAt"`
 
@@ -224,6 +275,9 @@ type Branch struct {
 
 // BranchCreate defines model for BranchCreate.
 type BranchCreate struct {
+	// Calendar Its business calendar; absent or null, the default (UTC, 00:00, MONDAY, 1).
+	Calendar *CalendarCreate `json:"calendar,omitempty"`
+
 	// Document The document number, any spelling; claiming it needs an admin-scoped token or one whose `documents` claim holds it.
 	Document string  `json:"document"`
 	Id       ID      `json:"id"`
@@ -241,9 +295,43 @@ type BranchPage struct {
 
 // BranchPatch defines model for BranchPatch.
 type BranchPatch struct {
-	Document *string `json:"document,omitempty"`
-	Name     *string `json:"name,omitempty"`
-	Status   *Status `json:"status,omitempty"`
+	// Calendar Some or all calendar members; they apply to transactions written (created or changed) after the change, and `ledgerctl rebucket` moves the history.
+	Calendar *CalendarPatch `json:"calendar,omitempty"`
+	Document *string        `json:"document,omitempty"`
+	Name     *string        `json:"name,omitempty"`
+	Status   *Status        `json:"status,omitempty"`
+}
+
+// Calendar A branch's business calendar. Business day D starts at the first
+// instant at which the branch's local clock (timeZone) reads date D
+// and a time at or after dayStartsAt; a transaction belongs to the
+// last business day that started at or before its createdAt.
+type Calendar struct {
+	// DayStartsAt HH:MM, the local time at which a business day starts.
+	DayStartsAt string `json:"dayStartsAt"`
+
+	// FiscalYearStartMonth The month a fiscal year starts, 1 (January) to 12.
+	FiscalYearStartMonth int `json:"fiscalYearStartMonth"`
+
+	// TimeZone An IANA time zone name (America/Sao_Paulo, Europe/London, UTC).
+	TimeZone     string  `json:"timeZone"`
+	WeekStartsOn Weekday `json:"weekStartsOn"`
+}
+
+// CalendarCreate A calendar at a branch's creation; a member absent or null has its default (UTC, 00:00, MONDAY, 1). Values are checked as Calendar's (422 invalid-calendar naming the member).
+type CalendarCreate struct {
+	DayStartsAt          *string `json:"dayStartsAt,omitempty"`
+	FiscalYearStartMonth *int    `json:"fiscalYearStartMonth,omitempty"`
+	TimeZone             *string `json:"timeZone,omitempty"`
+	WeekStartsOn         *string `json:"weekStartsOn,omitempty"`
+}
+
+// CalendarPatch A merge patch of a branch's calendar; members absent keep their value. Values are checked as Calendar's (422 invalid-calendar naming the member).
+type CalendarPatch struct {
+	DayStartsAt          *string `json:"dayStartsAt,omitempty"`
+	FiscalYearStartMonth *int    `json:"fiscalYearStartMonth,omitempty"`
+	TimeZone             *string `json:"timeZone,omitempty"`
+	WeekStartsOn         *string `json:"weekStartsOn,omitempty"`
 }
 
 // Cursor Opaque; pass it back as `?cursor=`.
@@ -282,10 +370,14 @@ type ID = string
 // IdempotencyKey defines model for IdempotencyKey.
 type IdempotencyKey = string
 
-// PeriodType defines model for PeriodType.
+// PeriodType A report's granularity, in the branch's business calendar. Values:
+// DAILY `YYYY-MM-DD` (the business date), WEEKLY `YYYY-MM-DD` (the
+// business date of the week's first day), MONTHLY `YYYY-MM`, QUARTERLY
+// `YYYY-Qn`, YEARLY `YYYY`, FISCAL_QUARTER `FYyyyy-Qn` and FISCAL_YEAR
+// `FYyyyy` (`yyyy` the calendar year in which the fiscal year ends).
 type PeriodType string
 
-// PeriodValue defines model for PeriodValue.
+// PeriodValue YYYY-MM-DD (DAILY, WEEKLY), YYYY-MM (MONTHLY), YYYY-Qn (QUARTERLY), YYYY (YEARLY), FYyyyy-Qn (FISCAL_QUARTER) or FYyyyy (FISCAL_YEAR).
 type PeriodValue = string
 
 // Problem An RFC 9457 problem; `type` is stable, `detail` is for people.
@@ -303,6 +395,9 @@ type Problem struct {
 	Type interface{} `json:"type"`
 }
 
+// ReportPeriods The period types a tenant's reports are kept in, each once; the server keeps them in canonical order (DAILY, WEEKLY, MONTHLY, QUARTERLY, YEARLY, FISCAL_QUARTER, FISCAL_YEAR).
+type ReportPeriods = []PeriodType
+
 // Role defines model for Role.
 type Role string
 
@@ -315,7 +410,13 @@ type Tenant struct {
 	CreatedAt Timestamp `json:"createdAt"`
 	Id        ID        `json:"id"`
 	Name      string    `json:"name"`
-	Status    Status    `json:"status"`
+
+	// ReportPeriods The period types its reports are kept in (DAILY, MONTHLY, YEARLY unless set).
+	ReportPeriods ReportPeriods `json:"reportPeriods"`
+
+	// ReportPeriodsChangedAt The last change of reportPeriods by a PATCH; absent when never changed.
+	ReportPeriodsChangedAt *Timestamp `json:"reportPeriodsChangedAt,omitempty"`
+	Status                 Status     `json:"status"`
 
 	// UpdatedAt RFC 3339, UTC.
 	UpdatedAt Timestamp `json:"updatedAt"`
@@ -331,6 +432,9 @@ type TenantCreate struct {
 	// Name 1–100 printable characters, no leading or trailing spaces.
 	Name string `json:"name"`
 
+	// ReportPeriods The period types to keep reports in (default DAILY, MONTHLY, YEARLY); an unknown or repeated type is 422 invalid-calendar.
+	ReportPeriods *[]string `json:"reportPeriods,omitempty"`
+
 	// Status active (default) or suspended.
 	Status *Status `json:"status,omitempty"`
 }
@@ -345,8 +449,11 @@ type TenantPage struct {
 
 // TenantPatch defines model for TenantPatch.
 type TenantPatch struct {
-	Name   *string `json:"name,omitempty"`
-	Status *Status `json:"status,omitempty"`
+	Name *string `json:"name,omitempty"`
+
+	// ReportPeriods New period types; they apply to transactions written (created or changed) after the change, and `ledgerctl rebucket` moves the history.
+	ReportPeriods *[]string `json:"reportPeriods,omitempty"`
+	Status        *Status   `json:"status,omitempty"`
 }
 
 // Timestamp RFC 3339, UTC.
@@ -354,6 +461,9 @@ type Timestamp = time.Time
 
 // Version Starts at 1, grows by one with every change; the ETag.
 type Version = int
+
+// Weekday defines model for Weekday.
+type Weekday string
 
 // AccountParam defines model for AccountParam.
 type AccountParam = string
@@ -541,6 +651,19 @@ type Unauthenticated struct {
 
 // Unavailable defines model for Unavailable.
 type Unavailable struct {
+	// CurrentVersion With version-mismatch, the current version.
+	CurrentVersion *Version `json:"currentVersion,omitempty"`
+	Detail         *string  `json:"detail,omitempty"`
+
+	// Field The offending body member, path parameter, query parameter or header.
+	Field  *string     `json:"field,omitempty"`
+	Status interface{} `json:"status"`
+	Title  string      `json:"title"`
+	Type   interface{} `json:"type"`
+}
+
+// Unprocessable defines model for Unprocessable.
+type Unprocessable struct {
 	// CurrentVersion With version-mismatch, the current version.
 	CurrentVersion *Version `json:"currentVersion,omitempty"`
 	Detail         *string  `json:"detail,omitempty"`
@@ -875,21 +998,21 @@ type ClientInterface interface {
 	// Corresponds with GET /v1/tenants/{tenant} (the `GetTenant` operationId).
 	GetTenant(ctx context.Context, tenant TenantParam, reqEditors ...RequestEditorFn) (*http.Response, error)
 
-	// PatchTenantWithBody Changes a tenant's name or status (admin only; a tenant cannot lift its own suspension).
+	// PatchTenantWithBody Changes a tenant's name, status or reportPeriods (admin only; a tenant cannot lift its own suspension).
 	//
 	// Takes any type of body and a specified content type.
 	//
 	// Corresponds with PATCH /v1/tenants/{tenant} (the `PatchTenant` operationId).
 	PatchTenantWithBody(ctx context.Context, tenant TenantParam, params *PatchTenantParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
 
-	// PatchTenant Changes a tenant's name or status (admin only; a tenant cannot lift its own suspension).
+	// PatchTenant Changes a tenant's name, status or reportPeriods (admin only; a tenant cannot lift its own suspension).
 	//
 	// Takes a body of the `application/json` content type.
 	//
 	// Corresponds with PATCH /v1/tenants/{tenant} (the `PatchTenant` operationId).
 	PatchTenant(ctx context.Context, tenant TenantParam, params *PatchTenantParams, body PatchTenantJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
-	// PatchTenantWithApplicationMergePatchPlusJSONBody Changes a tenant's name or status (admin only; a tenant cannot lift its own suspension).
+	// PatchTenantWithApplicationMergePatchPlusJSONBody Changes a tenant's name, status or reportPeriods (admin only; a tenant cannot lift its own suspension).
 	//
 	// Takes a body of the `application/merge-patch+json` content type.
 	//
@@ -1015,21 +1138,21 @@ type ClientInterface interface {
 	// Corresponds with GET /v1/tenants/{tenant}/branches/{branch} (the `GetBranch` operationId).
 	GetBranch(ctx context.Context, tenant TenantParam, branch BranchParam, reqEditors ...RequestEditorFn) (*http.Response, error)
 
-	// PatchBranchWithBody Changes a branch's name, status or document.
+	// PatchBranchWithBody Changes a branch's name, status, document or calendar.
 	//
 	// Takes any type of body and a specified content type.
 	//
 	// Corresponds with PATCH /v1/tenants/{tenant}/branches/{branch} (the `PatchBranch` operationId).
 	PatchBranchWithBody(ctx context.Context, tenant TenantParam, branch BranchParam, params *PatchBranchParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
 
-	// PatchBranch Changes a branch's name, status or document.
+	// PatchBranch Changes a branch's name, status, document or calendar.
 	//
 	// Takes a body of the `application/json` content type.
 	//
 	// Corresponds with PATCH /v1/tenants/{tenant}/branches/{branch} (the `PatchBranch` operationId).
 	PatchBranch(ctx context.Context, tenant TenantParam, branch BranchParam, params *PatchBranchParams, body PatchBranchJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
-	// PatchBranchWithApplicationMergePatchPlusJSONBody Changes a branch's name, status or document.
+	// PatchBranchWithApplicationMergePatchPlusJSONBody Changes a branch's name, status, document or calendar.
 	//
 	// Takes a body of the `application/merge-patch+json` content type.
 	//
@@ -1131,7 +1254,7 @@ func (c *Client) GetTenant(ctx context.Context, tenant TenantParam, reqEditors .
 	return c.Client.Do(req)
 }
 
-// PatchTenantWithBody Changes a tenant's name or status (admin only; a tenant cannot lift its own suspension).
+// PatchTenantWithBody Changes a tenant's name, status or reportPeriods (admin only; a tenant cannot lift its own suspension).
 //
 // Takes any type of body and a specified content type.
 //
@@ -1148,7 +1271,7 @@ func (c *Client) PatchTenantWithBody(ctx context.Context, tenant TenantParam, pa
 	return c.Client.Do(req)
 }
 
-// PatchTenant Changes a tenant's name or status (admin only; a tenant cannot lift its own suspension).
+// PatchTenant Changes a tenant's name, status or reportPeriods (admin only; a tenant cannot lift its own suspension).
 //
 // Takes a body of the `application/json` content type.
 //
@@ -1165,7 +1288,7 @@ func (c *Client) PatchTenant(ctx context.Context, tenant TenantParam, params *Pa
 	return c.Client.Do(req)
 }
 
-// PatchTenantWithApplicationMergePatchPlusJSONBody Changes a tenant's name or status (admin only; a tenant cannot lift its own suspension).
+// PatchTenantWithApplicationMergePatchPlusJSONBody Changes a tenant's name, status or reportPeriods (admin only; a tenant cannot lift its own suspension).
 //
 // Takes a body of the `application/merge-patch+json` content type.
 //
@@ -1491,7 +1614,7 @@ func (c *Client) GetBranch(ctx context.Context, tenant TenantParam, branch Branc
 	return c.Client.Do(req)
 }
 
-// PatchBranchWithBody Changes a branch's name, status or document.
+// PatchBranchWithBody Changes a branch's name, status, document or calendar.
 //
 // Takes any type of body and a specified content type.
 //
@@ -1508,7 +1631,7 @@ func (c *Client) PatchBranchWithBody(ctx context.Context, tenant TenantParam, br
 	return c.Client.Do(req)
 }
 
-// PatchBranch Changes a branch's name, status or document.
+// PatchBranch Changes a branch's name, status, document or calendar.
 //
 // Takes a body of the `application/json` content type.
 //
@@ -1525,7 +1648,7 @@ func (c *Client) PatchBranch(ctx context.Context, tenant TenantParam, branch Bra
 	return c.Client.Do(req)
 }
 
-// PatchBranchWithApplicationMergePatchPlusJSONBody Changes a branch's name, status or document.
+// PatchBranchWithApplicationMergePatchPlusJSONBody Changes a branch's name, status, document or calendar.
 //
 // Takes a body of the `application/merge-patch+json` content type.
 //
@@ -2873,21 +2996,21 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with GET /v1/tenants/{tenant} (the `GetTenant` operationId).
 	GetTenantWithResponse(ctx context.Context, tenant TenantParam, reqEditors ...RequestEditorFn) (*GetTenantResponse, error)
 
-	// PatchTenantWithBodyWithResponse Changes a tenant's name or status (admin only; a tenant cannot lift its own suspension).
+	// PatchTenantWithBodyWithResponse Changes a tenant's name, status or reportPeriods (admin only; a tenant cannot lift its own suspension).
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with PATCH /v1/tenants/{tenant} (the `PatchTenant` operationId).
 	PatchTenantWithBodyWithResponse(ctx context.Context, tenant TenantParam, params *PatchTenantParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*PatchTenantResponse, error)
 
-	// PatchTenantWithResponse Changes a tenant's name or status (admin only; a tenant cannot lift its own suspension).
+	// PatchTenantWithResponse Changes a tenant's name, status or reportPeriods (admin only; a tenant cannot lift its own suspension).
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with PATCH /v1/tenants/{tenant} (the `PatchTenant` operationId).
 	PatchTenantWithResponse(ctx context.Context, tenant TenantParam, params *PatchTenantParams, body PatchTenantJSONRequestBody, reqEditors ...RequestEditorFn) (*PatchTenantResponse, error)
 
-	// PatchTenantWithApplicationMergePatchPlusJSONBodyWithResponse Changes a tenant's name or status (admin only; a tenant cannot lift its own suspension).
+	// PatchTenantWithApplicationMergePatchPlusJSONBodyWithResponse Changes a tenant's name, status or reportPeriods (admin only; a tenant cannot lift its own suspension).
 	//
 	// Takes a body of the `application/merge-patch+json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -3027,21 +3150,21 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with GET /v1/tenants/{tenant}/branches/{branch} (the `GetBranch` operationId).
 	GetBranchWithResponse(ctx context.Context, tenant TenantParam, branch BranchParam, reqEditors ...RequestEditorFn) (*GetBranchResponse, error)
 
-	// PatchBranchWithBodyWithResponse Changes a branch's name, status or document.
+	// PatchBranchWithBodyWithResponse Changes a branch's name, status, document or calendar.
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with PATCH /v1/tenants/{tenant}/branches/{branch} (the `PatchBranch` operationId).
 	PatchBranchWithBodyWithResponse(ctx context.Context, tenant TenantParam, branch BranchParam, params *PatchBranchParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*PatchBranchResponse, error)
 
-	// PatchBranchWithResponse Changes a branch's name, status or document.
+	// PatchBranchWithResponse Changes a branch's name, status, document or calendar.
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with PATCH /v1/tenants/{tenant}/branches/{branch} (the `PatchBranch` operationId).
 	PatchBranchWithResponse(ctx context.Context, tenant TenantParam, branch BranchParam, params *PatchBranchParams, body PatchBranchJSONRequestBody, reqEditors ...RequestEditorFn) (*PatchBranchResponse, error)
 
-	// PatchBranchWithApplicationMergePatchPlusJSONBodyWithResponse Changes a branch's name, status or document.
+	// PatchBranchWithApplicationMergePatchPlusJSONBodyWithResponse Changes a branch's name, status, document or calendar.
 	//
 	// Takes a body of the `application/merge-patch+json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -3439,7 +3562,7 @@ type CreateTenantResponse struct {
 	// ApplicationproblemJSON415 the response for an HTTP 415 `application/problem+json` response
 	ApplicationproblemJSON415 *UnsupportedMediaType
 	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
-	ApplicationproblemJSON422 *IdempotencyKeyReused
+	ApplicationproblemJSON422 *Unprocessable
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
 	ApplicationproblemJSON500 *Internal
 	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
@@ -3717,7 +3840,7 @@ type PatchTenantResponse struct {
 	// ApplicationproblemJSON415 the response for an HTTP 415 `application/problem+json` response
 	ApplicationproblemJSON415 *UnsupportedMediaType
 	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
-	ApplicationproblemJSON422 *IdempotencyKeyReused
+	ApplicationproblemJSON422 *Unprocessable
 	// ApplicationproblemJSON428 the response for an HTTP 428 `application/problem+json` response
 	ApplicationproblemJSON428 *PreconditionRequired
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
@@ -5196,7 +5319,7 @@ type CreateBranchResponse struct {
 	// ApplicationproblemJSON415 the response for an HTTP 415 `application/problem+json` response
 	ApplicationproblemJSON415 *UnsupportedMediaType
 	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
-	ApplicationproblemJSON422 *IdempotencyKeyReused
+	ApplicationproblemJSON422 *Unprocessable
 	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
 	ApplicationproblemJSON429 *RateLimited
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
@@ -5634,7 +5757,7 @@ type PatchBranchResponse struct {
 	// ApplicationproblemJSON415 the response for an HTTP 415 `application/problem+json` response
 	ApplicationproblemJSON415 *UnsupportedMediaType
 	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
-	ApplicationproblemJSON422 *IdempotencyKeyReused
+	ApplicationproblemJSON422 *Unprocessable
 	// ApplicationproblemJSON428 the response for an HTTP 428 `application/problem+json` response
 	ApplicationproblemJSON428 *PreconditionRequired
 	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
@@ -5780,7 +5903,7 @@ func (c *ClientWithResponses) GetTenantWithResponse(ctx context.Context, tenant 
 	return ParseGetTenantResponse(rsp)
 }
 
-// PatchTenantWithBodyWithResponse Changes a tenant's name or status (admin only; a tenant cannot lift its own suspension).
+// PatchTenantWithBodyWithResponse Changes a tenant's name, status or reportPeriods (admin only; a tenant cannot lift its own suspension).
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -5793,7 +5916,7 @@ func (c *ClientWithResponses) PatchTenantWithBodyWithResponse(ctx context.Contex
 	return ParsePatchTenantResponse(rsp)
 }
 
-// PatchTenantWithResponse Changes a tenant's name or status (admin only; a tenant cannot lift its own suspension).
+// PatchTenantWithResponse Changes a tenant's name, status or reportPeriods (admin only; a tenant cannot lift its own suspension).
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
@@ -5806,7 +5929,7 @@ func (c *ClientWithResponses) PatchTenantWithResponse(ctx context.Context, tenan
 	return ParsePatchTenantResponse(rsp)
 }
 
-// PatchTenantWithApplicationMergePatchPlusJSONBodyWithResponse Changes a tenant's name or status (admin only; a tenant cannot lift its own suspension).
+// PatchTenantWithApplicationMergePatchPlusJSONBodyWithResponse Changes a tenant's name, status or reportPeriods (admin only; a tenant cannot lift its own suspension).
 //
 // Takes a body of the `application/merge-patch+json` content type, and returns a wrapper object for the known response body format(s).
 //
@@ -6066,7 +6189,7 @@ func (c *ClientWithResponses) GetBranchWithResponse(ctx context.Context, tenant 
 	return ParseGetBranchResponse(rsp)
 }
 
-// PatchBranchWithBodyWithResponse Changes a branch's name, status or document.
+// PatchBranchWithBodyWithResponse Changes a branch's name, status, document or calendar.
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -6079,7 +6202,7 @@ func (c *ClientWithResponses) PatchBranchWithBodyWithResponse(ctx context.Contex
 	return ParsePatchBranchResponse(rsp)
 }
 
-// PatchBranchWithResponse Changes a branch's name, status or document.
+// PatchBranchWithResponse Changes a branch's name, status, document or calendar.
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
@@ -6092,7 +6215,7 @@ func (c *ClientWithResponses) PatchBranchWithResponse(ctx context.Context, tenan
 	return ParsePatchBranchResponse(rsp)
 }
 
-// PatchBranchWithApplicationMergePatchPlusJSONBodyWithResponse Changes a branch's name, status or document.
+// PatchBranchWithApplicationMergePatchPlusJSONBodyWithResponse Changes a branch's name, status, document or calendar.
 //
 // Takes a body of the `application/merge-patch+json` content type, and returns a wrapper object for the known response body format(s).
 //
@@ -6750,7 +6873,7 @@ func ParseCreateTenantResponse(rsp *http.Response) (*CreateTenantResponse, error
 		response.ApplicationproblemJSON415 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
-		var dest IdempotencyKeyReused
+		var dest Unprocessable
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
@@ -7296,7 +7419,7 @@ func ParsePatchTenantResponse(rsp *http.Response) (*PatchTenantResponse, error) 
 		response.ApplicationproblemJSON415 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
-		var dest IdempotencyKeyReused
+		var dest Unprocessable
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
@@ -10481,7 +10604,7 @@ func ParseCreateBranchResponse(rsp *http.Response) (*CreateBranchResponse, error
 		response.ApplicationproblemJSON415 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
-		var dest IdempotencyKeyReused
+		var dest Unprocessable
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
@@ -11392,7 +11515,7 @@ func ParsePatchBranchResponse(rsp *http.Response) (*PatchBranchResponse, error) 
 		response.ApplicationproblemJSON415 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
-		var dest IdempotencyKeyReused
+		var dest Unprocessable
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
