@@ -7,12 +7,20 @@
 //
 // # Shards
 //
-// The coordinator lists the shards (DescribeStream, paginated) at start,
-// every Config.DiscoverInterval and whenever a shard ends. A shard is read
-// only once every parent it has is finished (read to its end) or no longer
-// listed (trimmed away), so a key's records are applied parents first. A
-// closed shard read to its end (GetRecords returns no next iterator) gets
-// shardFinished set on its checkpoint, and its children become readable.
+// The coordinator lists the shards (DescribeStream, paginated) at start and
+// every Config.DiscoverInterval. A shard is read only once every parent it
+// has is finished (read to its end) or no longer listed (trimmed away), so
+// a key's records are applied parents first. A closed shard read to its
+// end (GetRecords returns no next iterator) gets shardFinished set on its
+// checkpoint, and its children become readable: the next pass looks them
+// up with one DescribeStream filtered to them (ShardFilter CHILD_SHARDS)
+// rather than a listing of the whole stream, which at AWS's scale is
+// thousands of shards at every shard's end (a stream that ignores or
+// refuses the filter is listed whole instead). A child of a shard this
+// stream's consumers have read, without a checkpoint of its own, opens at
+// its starting sequence number (AT_SEQUENCE_NUMBER; TRIM_HORIZON if that is
+// refused), so that records trimmed from its start are counted as lost
+// (below), not skipped unnoticed.
 //
 // # Checkpoints
 //
@@ -123,17 +131,24 @@
 // exponentially from ThrottleBackoff (200 ms) to MaxThrottleBackoff (5 s)
 // with full jitter, on top of the SDK's own retries; after MaxReadFailures
 // in a row the reader gives the shard up until the next coordinator pass.
-// DescribeStream is called every DiscoverInterval (10 s) and at shard ends;
+// DescribeStream is called every DiscoverInterval (10 s), and once per
+// shard end for its children (CHILD_SHARDS);
 // one consistent Query of the stream's partition per LeaseDuration/3 reads
 // every lease and checkpoint; each held lease costs one UpdateItem per
 // LeaseDuration/3.
 //
 // # Drain and shutdown
 //
-// With Config.Drain, Run returns once every listed shard is finished, or was
-// read by this run up to an empty page (its current end) with everything
-// committed, and the shard list was read again after the last shard
-// finished. When Run's context ends, readers stop after the batch in hand,
+// With Config.Drain, Run returns once every listed shard is finished, or
+// was read by this run up to an empty page (its current end) with
+// everything committed and is still open, the children of every shard
+// finished are known, and the shard list was read again after the last
+// reader stopped. A shard that closed after the drain read it to an empty
+// page (a later listing shows it closed) is read again, to its end: before
+// issue 23 it was not, so it never became finished, its children never
+// became readable and the drain waited for them forever; on AWS any shard
+// can close at any moment. A closed shard's reader reads on past empty
+// pages to its end. When Run's context ends, readers stop after the batch in hand,
 // commit it, move their checkpoints, and the leases are released; after
 // Config.ShutdownTimeout the batches still in hand are abandoned (they are
 // redelivered to the next owner, harmlessly).
@@ -143,5 +158,8 @@
 // Use a Streams client from NewStreamsClient: DynamoDB Local writes empty
 // map attributes in stream images as an untagged {} that the SDK decodes
 // into the wrong value; FixEmptyMaps rewrites them to {"M":{}} before the
-// SDK sees them.
+// SDK sees them. DynamoDB Local's stream has one shard that never closes;
+// the tests run the poller on an emulation of AWS's stream in front of it
+// as well (internal/streamemu: shards that roll, split and are trimmed,
+// iterators that expire, AWS's call limits).
 package poller

@@ -33,18 +33,20 @@ type Poller struct {
 	healthy atomic.Int64 // unix nanos of the last coordinator pass that read the table
 
 	// Coordinator state: touched by Run's goroutine only.
-	shards     []shard
-	listed     time.Time // when shards was read
-	forceList  bool
-	leases     map[string]lease
-	cps        map[string]checkpoint
-	seen       map[string]observation
-	held       map[string]*holding
-	drained    map[string]bool
-	gone       map[string]bool
-	finishedAt time.Time // when a reader last finished a shard (drain waits for a listing after it)
-	done       chan readerResult
-	stopping   bool
+	shards    []shard
+	listed    time.Time // when shards was read
+	forceList bool
+	leases    map[string]lease
+	cps       map[string]checkpoint
+	seen      map[string]observation
+	held      map[string]*holding
+	drained   map[string]bool // read by this drain run to an empty page while open
+	gone      map[string]bool
+	lookup    []string  // finished shards whose children are still to be looked up (CHILD_SHARDS)
+	noFilter  bool      // the stream ignores or refuses ShardFilter: list it whole instead
+	lastStop  time.Time // when a reader last drained or finished a shard (a drain lists after it before exiting)
+	done      chan readerResult
+	stopping  bool
 
 	committed atomic.Int64 // records committed (Metrics.Committed), for the goodput gauge
 	goodput   []sample     // (time, committed) of the last minute's passes
@@ -142,8 +144,18 @@ func (p *Poller) Run(ctx context.Context) error {
 	}
 	for runErr == nil && ctx.Err() == nil {
 		if p.cfg.Drain && p.drainComplete() {
-			p.log.Info("drain complete: every shard is read to its current end and committed")
-			break
+			if !p.listed.Before(p.lastStop) {
+				p.log.Info("drain complete: every shard is read to its current end and committed")
+				break
+			}
+			// Everything listed is read, but shards may have closed (or
+			// appeared) since the list was read: read it again, at once the
+			// first time, at the next tick when that failed (throttled).
+			if !p.forceList {
+				p.forceList = true
+				runErr = p.pass(ctx, false)
+				continue
+			}
 		}
 		select {
 		case <-ctx.Done():
@@ -159,19 +171,26 @@ func (p *Poller) Run(ctx context.Context) error {
 }
 
 // drainComplete reports whether every listed shard is finished, gone, or
-// drained by this run, nothing is being read, and the shard list was read
-// after the last shard finished (so its children are known).
+// drained by this run (and still open as last listed), nothing is being
+// read, and the children of every shard finished are known. Run lists the
+// stream once more when the list is older than the last reader's end.
 func (p *Poller) drainComplete() bool {
-	if len(p.held) > 0 || p.listed.IsZero() || !p.listed.After(p.finishedAt) {
+	if len(p.held) > 0 || p.listed.IsZero() || len(p.lookup) > 0 {
 		return false
 	}
 	for _, s := range p.shards {
-		if !p.cps[s.id].finished && !p.drained[s.id] && !p.gone[s.id] {
+		if !p.cps[s.id].finished && !p.drainedOpen(s) && !p.gone[s.id] {
 			return false
 		}
 	}
 	return true
 }
+
+// drainedOpen reports whether this drain run read s to an empty page and
+// s is still open as last listed. A shard that has closed since has
+// records after that page and an end to reach (issue 23: its children
+// wait for it), so it is read again, to its end.
+func (p *Poller) drainedOpen(s shard) bool { return p.drained[s.id] && !s.closed }
 
 // pass is one round of the coordinator: renew (when renew is set), list
 // shards when due, read leases and checkpoints, take a fair share, start
@@ -180,6 +199,9 @@ func (p *Poller) pass(ctx context.Context, renew bool) error {
 	defer p.gauges()
 	if renew {
 		p.renewAll(ctx)
+	}
+	if len(p.lookup) > 0 && !p.forceList && time.Since(p.listed) < p.cfg.DiscoverInterval {
+		p.lookupChildren(ctx)
 	}
 	if p.forceList || time.Since(p.listed) >= p.cfg.DiscoverInterval {
 		listedAt := time.Now()
@@ -208,6 +230,7 @@ func (p *Poller) pass(ctx context.Context, renew bool) error {
 				p.log.Warn("the stream is disabled")
 			}
 			p.shards, p.listed, p.forceList = shards, listedAt, false
+			p.lookup = nil // the list has every child there is
 			for _, s := range shards {
 				// A shard the stream lists again is not gone (the check
 				// that marked it was answered wrong): read it.
@@ -253,6 +276,44 @@ func (p *Poller) pass(ctx context.Context, renew bool) error {
 	return nil
 }
 
+// lookupChildren adds the children of the shards finished since the last
+// pass to the shard list, with one DescribeStream per shard filtered to
+// its children (ShardFilter CHILD_SHARDS) rather than a listing of the
+// whole stream, which at AWS's scale is thousands of shards read at every
+// shard's end. A stream that ignores or refuses the filter, and any
+// failure, fall back to listing the whole stream in this pass.
+func (p *Poller) lookupChildren(ctx context.Context) {
+	if p.noFilter {
+		p.forceList = true
+		return
+	}
+	known := make(map[string]bool, len(p.shards))
+	for _, s := range p.shards {
+		known[s.id] = true
+	}
+	for len(p.lookup) > 0 {
+		kids, err := listChildren(ctx, p.streams, p.cfg.StreamARN, p.lookup[0])
+		if errors.Is(err, errNoShardFilter) {
+			p.log.Info("the stream does not filter shards by parent; listing it whole at shard ends", "error", err.Error())
+			p.noFilter = true
+		}
+		if err != nil {
+			if ctx.Err() == nil && !errors.Is(err, errNoShardFilter) {
+				p.log.Warn("looking up a finished shard's children failed; listing the stream", "shard", p.lookup[0], "error", err.Error())
+			}
+			p.forceList = true
+			return
+		}
+		for _, k := range kids {
+			if !known[k.id] {
+				known[k.id] = true
+				p.shards = append(p.shards, k)
+			}
+		}
+		p.lookup = p.lookup[1:]
+	}
+}
+
 // observe records lease state changes for expiry detection.
 func (p *Poller) observe() {
 	now := time.Now()
@@ -287,7 +348,7 @@ func (p *Poller) eligible() []shard {
 	}
 	var out []shard
 	for _, s := range p.shards {
-		if p.cps[s.id].finished || p.drained[s.id] || p.gone[s.id] {
+		if p.cps[s.id].finished || p.drainedOpen(s) || p.gone[s.id] {
 			continue
 		}
 		if s.parent != "" && listed[s.parent] && !p.cps[s.parent].finished && !p.gone[s.parent] {
@@ -445,7 +506,12 @@ func (p *Poller) startReaders(ctx context.Context) {
 		}
 		h.timer = time.AfterFunc(time.Until(h.validUntil), cancel)
 		h.running = true
-		r := &reader{p: p, shard: sh, start: start, ctx: rctx, stop: h.stop, log: p.log.With("shard", id)}
+		// A child of a shard this stream's consumers have read opens at its
+		// own first record, so that records trimmed from its start are
+		// seen (and counted) as lost rather than skipped unnoticed.
+		_, parentRead := p.cps[sh.parent]
+		atStart := start == TrimHorizon && sh.parent != "" && parentRead && sh.start != ""
+		r := &reader{p: p, shard: sh, start: start, atStart: atStart, ctx: rctx, stop: h.stop, log: p.log.With("shard", id)}
 		go func() { p.done <- r.run() }()
 	}
 }
@@ -609,11 +675,12 @@ func (p *Poller) readerDone(ctx context.Context, r readerResult) {
 		cp := p.cps[r.shard]
 		cp.finished = true
 		p.cps[r.shard] = cp
-		p.finishedAt = time.Now()
-		p.forceList = true
+		p.lastStop = time.Now()
+		p.lookup = append(p.lookup, r.shard) // its children, by CHILD_SHARDS at the next pass
 		p.release(ctx, r.shard, h)
 	case r.drained:
 		p.drained[r.shard] = true
+		p.lastStop = time.Now()
 		p.release(ctx, r.shard, h)
 	case p.stopping || h.handoffTo != "":
 		p.release(ctx, r.shard, h)
@@ -753,7 +820,7 @@ func (p *Poller) gauges() {
 		switch {
 		case p.cps[s.id].finished:
 			counts["finished"]++
-		case !elig[s.id] && !p.drained[s.id] && !p.gone[s.id]:
+		case !elig[s.id] && !p.drainedOpen(s) && !p.gone[s.id]:
 			counts["waiting"]++
 		case s.closed:
 			counts["closed"]++

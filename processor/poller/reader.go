@@ -40,7 +40,12 @@ type reader struct {
 	p     *Poller
 	shard shard
 	start StartPosition // where to open when the shard has no checkpoint
-	log   *slog.Logger
+	// atStart: without a checkpoint, open at the shard's starting sequence
+	// number (AT_SEQUENCE_NUMBER) rather than TRIM_HORIZON, so that a
+	// start trimmed away answers TrimmedDataAccessException: set for the
+	// children of shards read before, whose every record was due.
+	atStart bool
+	log     *slog.Logger
 	// ctx ends when the lease is lost or expires, or the shutdown's grace
 	// is over: every call, commits included, is abandoned.
 	ctx context.Context
@@ -285,7 +290,10 @@ func (r *reader) run() (res readerResult) {
 			if r.iter == nil {
 				continue // the shard's end: handled at the top
 			}
-			if cfg.Drain && !r.guard.Pending() {
+			if cfg.Drain && !r.shard.closed && !r.guard.Pending() {
+				// An open shard's current end. A closed shard is read on to
+				// its end (no next iterator): an empty page inside it is not
+				// one.
 				res.err = r.move(false)
 				res.drained = res.err == nil
 				return res
@@ -419,9 +427,21 @@ func (r *reader) open() error {
 		r.advanceHeld(cp)
 	} else {
 		in.ShardIteratorType = streamtypes.ShardIteratorType(r.start)
+		if r.atStart {
+			in.ShardIteratorType, in.SequenceNumber = streamtypes.ShardIteratorTypeAtSequenceNumber, aws.String(r.shard.start)
+		}
 		r.guard.SetOrigin("") // binding only if no other reader creates the checkpoint first
 	}
 	out, err := r.p.streams.GetShardIterator(r.ctx, in)
+	var invalid smithy.APIError
+	if r.atStart && in.SequenceNumber != nil && cp == "" && errors.As(err, &invalid) && invalid.ErrorCode() == "ValidationException" {
+		// A stream that does not take its shards' starting sequence numbers
+		// as positions: open at TRIM_HORIZON, as before.
+		r.log.Info("opening at the shard's starting sequence number refused; opening at TRIM_HORIZON", "error", err.Error())
+		r.atStart = false
+		in.ShardIteratorType, in.SequenceNumber = streamtypes.ShardIteratorTypeTrimHorizon, nil
+		out, err = r.p.streams.GetShardIterator(r.ctx, in)
+	}
 	var trimmed *streamtypes.TrimmedDataAccessException
 	var notFound *streamtypes.ResourceNotFoundException
 	switch {

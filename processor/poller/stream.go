@@ -10,6 +10,7 @@ import (
 	ddbtypes "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodbstreams"
 	streamtypes "github.com/aws/aws-sdk-go-v2/service/dynamodbstreams/types"
+	"github.com/aws/smithy-go"
 
 	"github.com/ledger-dev/ledger/processor"
 	"github.com/ledger-dev/ledger/table"
@@ -99,6 +100,45 @@ func listShards(ctx context.Context, api Streams, streamARN string) (shards []sh
 		return shards[i].id < shards[j].id
 	})
 	return shards, status, nil
+}
+
+// errNoShardFilter means a DescribeStream with a ShardFilter was refused
+// as invalid, or answered with shards that are not the children asked
+// for: the stream (DynamoDB Local) does not implement the filter.
+var errNoShardFilter = errors.New("describe stream: ShardFilter not supported")
+
+// listChildren returns the children of the shard parent with one
+// DescribeStream filtered by ShardFilter CHILD_SHARDS. It returns
+// errNoShardFilter when the stream ignores or refuses the filter.
+func listChildren(ctx context.Context, api Streams, streamARN, parent string) ([]shard, error) {
+	out, err := api.DescribeStream(ctx, &dynamodbstreams.DescribeStreamInput{
+		StreamArn:   aws.String(streamARN),
+		ShardFilter: &streamtypes.ShardFilter{Type: streamtypes.ShardFilterTypeChildShards, ShardId: aws.String(parent)},
+	})
+	var ae smithy.APIError
+	switch {
+	case errors.As(err, &ae) && (ae.ErrorCode() == "ValidationException" || ae.ErrorCode() == "InvalidArgumentException"):
+		return nil, fmt.Errorf("%w: %w", errNoShardFilter, err)
+	case err != nil:
+		return nil, fmt.Errorf("describe stream %s, children of %s: %w", streamARN, parent, err)
+	case out.StreamDescription == nil:
+		return nil, fmt.Errorf("describe stream %s: no stream description", streamARN)
+	case aws.ToString(out.StreamDescription.LastEvaluatedShardId) != "":
+		return nil, fmt.Errorf("%w: the answer has more pages", errNoShardFilter)
+	}
+	var kids []shard
+	for _, s := range out.StreamDescription.Shards {
+		sh := shard{id: aws.ToString(s.ShardId), parent: aws.ToString(s.ParentShardId)}
+		if sh.parent != parent {
+			return nil, fmt.Errorf("%w: shard %s's parent is %q, not %s", errNoShardFilter, sh.id, sh.parent, parent)
+		}
+		if r := s.SequenceNumberRange; r != nil {
+			sh.closed = r.EndingSequenceNumber != nil
+			sh.start = aws.ToString(r.StartingSequenceNumber)
+		}
+		kids = append(kids, sh)
+	}
+	return kids, nil
 }
 
 // NewStreamsClient returns a DynamoDB Streams client for cfg whose

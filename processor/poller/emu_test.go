@@ -1,0 +1,391 @@
+package poller_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodbstreams"
+	st "github.com/aws/aws-sdk-go-v2/service/dynamodbstreams/types"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/ledger-dev/ledger/infra/ddblocal/ddbtest"
+	"github.com/ledger-dev/ledger/internal/ledgertest"
+	"github.com/ledger-dev/ledger/internal/streamemu"
+	"github.com/ledger-dev/ledger/processor"
+	"github.com/ledger-dev/ledger/processor/poller"
+	"github.com/ledger-dev/ledger/table"
+)
+
+// emuEnv is a real table on DynamoDB Local whose own stream the poller
+// reads through the emulation of AWS's (internal/streamemu): shards by
+// partition key that close, roll, split and are trimmed.
+type emuEnv struct {
+	*env
+	s *streamemu.Stream
+}
+
+func newEmuEnv(t *testing.T, seed uint64, cfg streamemu.Config) *emuEnv {
+	t.Helper()
+	ddb := ddbtest.Client(t)
+	name := newTableName(t)
+	arn, err := poller.ResolveStream(context.Background(), ddb, name)
+	require.NoError(t, err)
+	cfg.StreamARN = arn
+	s, err := streamemu.New(poller.NewStreamsClient(ddbtest.Config(t)), cfg)
+	require.NoError(t, err)
+	// The scripted stream only carries the ARN: the emulation is passed to
+	// every poller.
+	return &emuEnv{env: &env{ddb: ddb, table: name, stream: newFakeStream(arn), w: ledgertest.NewWorkload(seed)}, s: s}
+}
+
+// write runs n workload steps against the table: their records reach the
+// pollers through the emulation.
+func (e *emuEnv) write(t testing.TB, n int) {
+	t.Helper()
+	require.NoError(t, e.w.Run(context.Background(), e.ddb, e.table, n))
+}
+
+// poller is a poller reading streams (the emulation when nil), with the
+// discovery interval long enough that lists come from shard ends and
+// starts, not from the clock, unless mutate says otherwise.
+func (e *emuEnv) poller(t *testing.T, owner string, streams poller.Streams, mutate func(*poller.Config)) *testPoller {
+	t.Helper()
+	if streams == nil {
+		streams = e.s
+	}
+	return e.pollerWith(t, owner, streams, nil, processor.Config{}, func(c *poller.Config) {
+		c.DiscoverInterval = time.Minute
+		if mutate != nil {
+			mutate(c)
+		}
+	})
+}
+
+// runDrain runs a drain poller and fails the test if it has not exited
+// within the timeout (a hang: the healthy run takes seconds).
+func (e *emuEnv) runDrain(t *testing.T, tp *testPoller, timeout time.Duration) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	require.NoError(t, tp.Run(ctx))
+	require.NoError(t, ctx.Err(), "the drain did not exit within %s", timeout)
+}
+
+// requireInOrder fails when a child's checkpoint moved (a commit of its
+// records, or a move over records without effect) before its parent's was
+// marked finished: the history of the checkpoint items, in the order
+// DynamoDB Local applied the writes, read back from the stream itself. It
+// also fails when a reader got a child's records before anyone had read
+// its parent to its end. Parents deleted (trimmed away) before they were
+// finished are listed in gone.
+func (e *emuEnv) requireInOrder(t *testing.T, gone map[string]bool) {
+	t.Helper()
+	parents := e.s.Parents()
+	finished := map[string]bool{}
+	violations := 0
+	for _, h := range e.s.History() {
+		img := h.Record.Dynamodb.NewImage
+		if et, _ := img[table.AttrEntityType].(*st.AttributeValueMemberS); et == nil || et.Value != "CHECKPOINT" {
+			continue
+		}
+		id, _ := img[table.AttrShardID].(*st.AttributeValueMemberS)
+		if id == nil {
+			continue
+		}
+		if fin, _ := img["shardFinished"].(*st.AttributeValueMemberBOOL); fin != nil && fin.Value {
+			finished[id.Value] = true
+		}
+		if seq, _ := img[table.AttrSequenceNumber].(*st.AttributeValueMemberS); seq == nil || seq.Value == "" {
+			continue
+		}
+		if p := parents[id.Value]; p != "" && !finished[p] && !gone[p] {
+			violations++
+			if violations <= 5 {
+				t.Errorf("order violation: shard %s's checkpoint moved before its parent %s was finished", id.Value, p)
+			}
+		}
+	}
+	assert.Zero(t, violations, "order violations")
+	assert.Empty(t, e.s.EarlyReads(), "children read before their parent's end")
+}
+
+// closeOnEmptyPage is the emulation with a hook: the first time a reader
+// gets an empty page with a next iterator (a drain's "caught up"), before
+// that page is returned, the shard is split, records are written that
+// land in its children, and the call waits until the poller has listed
+// the stream again, so that it knows the shard closed.
+type closeOnEmptyPage struct {
+	*streamemu.Stream
+	fired atomic.Bool
+	close func(shard string)
+}
+
+func (c *closeOnEmptyPage) GetRecords(ctx context.Context, in *dynamodbstreams.GetRecordsInput, opts ...func(*dynamodbstreams.Options)) (*dynamodbstreams.GetRecordsOutput, error) {
+	out, err := c.Stream.GetRecords(ctx, in, opts...)
+	if err == nil && len(out.Records) == 0 && out.NextShardIterator != nil {
+		if id, ok := streamemu.IteratorShard(aws.ToString(in.ShardIterator)); ok && c.fired.CompareAndSwap(false, true) {
+			c.close(id)
+		}
+	}
+	return out, err
+}
+
+// Issue 23: a drain that read a shard to an empty page (its current end)
+// and then saw it close (a later listing) never read it again, so it
+// never became finished, its children stayed ineligible, and the drain
+// waited for them forever. Now a closed shard is read to its end even
+// after a drain caught up with it, and the drain exits having read every
+// child; a shard's end looks its children up with ShardFilter CHILD_SHARDS
+// instead of listing the whole stream.
+func TestPoller_DrainExitsWhenAShardClosesAfterItWasDrained(t *testing.T) {
+	ctx := context.Background()
+	e := newEmuEnv(t, 231, streamemu.Config{Shards: 3})
+	e.write(t, 150)
+	require.NoError(t, e.s.Sync(ctx))
+
+	var closed string
+	var kids []string
+	var before int // records in the stream when the hook was done
+	hook := &closeOnEmptyPage{Stream: e.s}
+	hook.close = func(id string) {
+		var err error
+		kids, err = e.s.Close(id, true)
+		require.NoError(t, err)
+		closed = id
+		e.write(t, 80) // records in the children (and in the other shards)
+		require.NoError(t, e.s.Sync(ctx))
+		before = len(e.s.History())
+		listed := e.s.Calls("DescribeStream")
+		eventually(t, "a listing after the close", 30*time.Second, func() bool { return e.s.Calls("DescribeStream") > listed })
+	}
+	tp := e.poller(t, "drain", hook, func(c *poller.Config) {
+		// No batching window: the first empty page is the drain's end of the shard.
+		c.Drain, c.DiscoverInterval, c.BatchWindow = true, 50*time.Millisecond, -1
+	})
+	e.runDrain(t, tp, 90*time.Second)
+
+	require.NotEmpty(t, closed, "a shard was closed under the drain")
+	for _, sh := range e.s.Shards() {
+		if sh.ID == closed {
+			assert.True(t, sh.EndServed, "the closed shard was read to its end")
+		}
+	}
+	_, cps, err := table.ReadStreamState(ctx, e.ddb, e.table, e.stream.arn)
+	require.NoError(t, err)
+	assert.True(t, cps[closed].Finished, "the closed shard is finished")
+	// The drain read each child up to every record written before it was
+	// done with the hook (records the drain's own writes added later may
+	// follow).
+	last := map[string]string{}
+	for _, h := range e.s.History()[:before] {
+		last[h.Shard] = h.Seq
+	}
+	for _, k := range kids {
+		require.Contains(t, cps, k, "the drain read child %s", k)
+		if last[k] != "" {
+			assert.GreaterOrEqual(t, processor.CompareSequence(cps[k].Seq, last[k]), 0, "child %s read to its last record %s", k, last[k])
+		}
+	}
+	t.Logf("drain: DescribeStream calls: %d, shards listed: %d", e.s.Calls("DescribeStream"), e.s.ShardsListed())
+	// The other shards got records after the drain had read them (a drain
+	// reads an open shard to its end as it was): a second drain takes
+	// them, and the reports are exact.
+	e.finish(t, nil)
+}
+
+// killable is a poller on the emulation whose every call to DynamoDB and
+// the stream fails once dead is set, as if its process had died: it
+// commits nothing more, releases nothing, and its leases expire.
+func (e *emuEnv) killable(t *testing.T, owner string, mutate func(*poller.Config)) (*testPoller, *atomic.Bool) {
+	t.Helper()
+	dead := &atomic.Bool{}
+	tp := e.pollerWith(t, owner, deadStreams{Streams: e.s, dead: dead.Load}, chaosClient(t, dead.Load), processor.Config{}, func(c *poller.Config) {
+		c.DiscoverInterval, c.ShutdownTimeout = time.Minute, time.Second
+		if mutate != nil {
+			mutate(c)
+		}
+	})
+	return tp, dead
+}
+
+// finish drains what is left with a fresh poller and checks the reports
+// and the order of commits.
+func (e *emuEnv) finish(t *testing.T, gone map[string]bool) *testPoller {
+	t.Helper()
+	require.NoError(t, e.s.Sync(context.Background()))
+	d := e.poller(t, "drain", nil, func(c *poller.Config) { c.Drain = true })
+	e.runDrain(t, d, 3*time.Minute)
+	e.requireReconciled(t)
+	e.requireInOrder(t, gone)
+	return d
+}
+
+// discovery logs what listing the stream cost: DescribeStream calls and
+// shards returned, against the shards finished.
+func (e *emuEnv) discovery(t *testing.T) (calls, listed, finished int) {
+	t.Helper()
+	for _, sh := range e.s.Shards() {
+		if sh.Closed && sh.EndServed {
+			finished++
+		}
+	}
+	calls, listed = e.s.Calls("DescribeStream"), e.s.ShardsListed()
+	t.Logf("discovery: %d DescribeStream calls returned %d shards; %d shards finished, %d in the stream",
+		calls, listed, finished, len(e.s.Shards()))
+	return calls, listed, finished
+}
+
+// Shards roll and split every few dozen records (the pollers' own lease
+// and checkpoint writes among them) while three pollers run, one of them
+// killed and replaced twice: 0 report differences, no child's checkpoint
+// moved before its parent was finished, and discovery costs a
+// CHILD_SHARDS call per shard end, not a listing of the stream.
+func TestPoller_EmulatedRollsAndSplitsWithThreePollersKilledAndRestarted(t *testing.T) {
+	// Pages of 5 shards: a listing costs calls as a stream of thousands does
+	// with AWS's pages of 100.
+	e := newEmuEnv(t, 232, streamemu.Config{Shards: 3, RollRecords: 60, SplitRatio: 0.4, MaxOpenShards: 8, Seed: 232, ListPage: 5})
+	var pollers []*testPoller
+	var stops []func()
+	var deads []*atomic.Bool
+	for _, owner := range []string{"p1", "p2", "p3"} {
+		tp, dead := e.killable(t, owner, nil)
+		pollers, deads = append(pollers, tp), append(deads, dead)
+		stops = append(stops, start(t, tp))
+	}
+	for round := range 4 {
+		e.write(t, 100)
+		if round == 1 || round == 2 {
+			// Kill p3's current life and start a new one.
+			i := len(pollers) - 1
+			deads[i].Store(true)
+			stops[i]()
+			tp, dead := e.killable(t, fmt.Sprintf("p3-life%d", round+1), nil)
+			pollers[i], deads[i], stops[i] = tp, dead, start(t, tp)
+		}
+	}
+	for i := range stops {
+		stops[i]()
+	}
+	e.finish(t, nil)
+	calls, listed, finished := e.discovery(t)
+	require.Positive(t, finished, "shards closed and were read to their end")
+	// Each of the 6 starts (5 lives and the drain) lists the stream, and so
+	// does the drain before it exits; a shard's end costs one call that
+	// returns its children. Listing the stream at every end (before issue
+	// 23) cost about a page per 5 shards per end.
+	pages := (len(e.s.Shards()) + 4) / 5
+	assert.LessOrEqual(t, calls, 8*pages+finished+8, "DescribeStream calls")
+	assert.LessOrEqual(t, listed, 8*len(e.s.Shards())+2*finished, "shards listed")
+}
+
+// A poller joins two that run, then leaves (SIGTERM: it commits and hands
+// its leases back), while shards roll and split: exact, in order.
+func TestPoller_EmulatedPollerJoiningAndLeaving(t *testing.T) {
+	e := newEmuEnv(t, 233, streamemu.Config{Shards: 4, RollRecords: 50, SplitRatio: 0.3, MaxOpenShards: 8, Seed: 233})
+	a, b := e.poller(t, "a", nil, nil), e.poller(t, "b", nil, nil)
+	stopA, stopB := start(t, a), start(t, b)
+	e.write(t, 100)
+	c := e.poller(t, "c", nil, nil)
+	stopC := start(t, c)
+	e.write(t, 100)
+	eventually(t, "c holds leases", 60*time.Second, func() bool { return counter(t, c.m.LeasesHeld) > 0 })
+	stopC()
+	e.write(t, 100)
+	stopA()
+	stopB()
+	e.finish(t, nil)
+	e.discovery(t)
+}
+
+// Records trimmed before the pollers read them (all down for over a day)
+// are counted as lost, ledger_stream_iterator_resets_total{reason=
+// "trimmed"}, and nothing hangs: a closed parent whose tail was trimmed
+// (its checkpoint is before the trim horizon) and a child whose start was
+// trimmed while its parent was unread, its parent since deleted from the
+// stream. The reports are short of the lost records (reconcile --repair
+// restores them, TestPoller_TrimmedRecordsAreCountedSkippedAndRepairedByReconcile).
+func TestPoller_EmulatedTrimmedParentAndChildStartAreCountedAndNothingHangs(t *testing.T) {
+	ctx := context.Background()
+	clock := streamemu.NewManual(time.Date(2026, 5, 1, 0, 0, 0, 0, time.UTC))
+	e := newEmuEnv(t, 234, streamemu.Config{Shards: 2, Clock: clock})
+	e.write(t, 100)
+	require.NoError(t, e.s.Sync(ctx))
+	e.finish(t, nil) // checkpoints on both shards
+	first := e.s.Shards()
+	s0, s1 := first[0].ID, first[1].ID
+
+	e.write(t, 100) // the tails of s0 and s1, at T0, never read
+	require.NoError(t, e.s.Sync(ctx))
+	_, err := e.s.Close(s1, false)
+	require.NoError(t, err)
+	e.write(t, 60) // into s0's tail and s1's child, at T0
+	require.NoError(t, e.s.Sync(ctx))
+	clock.Advance(2 * time.Hour)
+	_, err = e.s.Close(s0, false)
+	require.NoError(t, err)
+	e.write(t, 60) // the children's, at T0+2h
+	require.NoError(t, e.s.Sync(ctx))
+	// T0+25h: the records of T0 are trimmed; s0 (closed at T0+2h) is still
+	// listed, s1 (closed at T0) is deleted.
+	clock.Advance(23 * time.Hour)
+
+	d := e.poller(t, "after-a-day", nil, func(c *poller.Config) { c.Drain, c.LeaseDuration = true, 30*time.Second })
+	e.runDrain(t, d, 3*time.Minute)
+	assert.GreaterOrEqual(t, counter(t, d.m.Resets.WithLabelValues(poller.ResetTrimmed)), 2.0,
+		"s0's tail (after its checkpoint) and s1's child's start")
+	trimmedShards := map[string]bool{}
+	for _, l := range d.logs.lines() {
+		if m, _ := l["msg"].(string); strings.HasPrefix(m, "stream records were trimmed") {
+			sh, _ := l["shard"].(string)
+			trimmedShards[sh] = true
+		}
+	}
+	assert.True(t, trimmedShards[s0], "s0's tail counted as lost: %v", trimmedShards)
+	assert.Len(t, trimmedShards, 2, "s0 and s1's child: %v", trimmedShards)
+	diffs, _, err := processor.Reconcile(ctx, e.ddb, e.table, processor.Scope{})
+	require.NoError(t, err)
+	assert.NotEmpty(t, diffs, "the lost records show in the reports")
+	e.requireInOrder(t, map[string]bool{s1: true})
+}
+
+// Iterators older than 15 minutes answer ExpiredIteratorException; the
+// readers reopen after their checkpoints and go on, exactly.
+func TestPoller_EmulatedExpiredIteratorsAreReopened(t *testing.T) {
+	clock := streamemu.NewManual(time.Date(2026, 5, 1, 0, 0, 0, 0, time.UTC))
+	e := newEmuEnv(t, 235, streamemu.Config{Shards: 3, RollRecords: 80, SplitRatio: 0.3, Clock: clock, Seed: 235})
+	tp := e.poller(t, "p1", nil, nil)
+	stop := start(t, tp)
+	for range 4 {
+		e.write(t, 60)
+		eventually(t, "the records read", 60*time.Second, func() bool { return counter(t, tp.m.Reads.WithLabelValues("empty")) > 0 })
+		clock.Advance(20 * time.Minute) // every iterator in hand expires
+	}
+	eventually(t, "an expired iterator reopened", 60*time.Second, func() bool {
+		return counter(t, tp.m.Resets.WithLabelValues(poller.ResetExpired)) > 0
+	})
+	stop()
+	e.finish(t, nil)
+}
+
+// DescribeStream beyond its rate answers LimitExceededException: pollers
+// that list often (every 20ms) while shards roll and split are refused
+// again and again, go on with the shards they know, and read everything.
+func TestPoller_EmulatedThrottledDiscoveryGoesOn(t *testing.T) {
+	e := newEmuEnv(t, 236, streamemu.Config{Shards: 3, RollRecords: 40, SplitRatio: 0.3, MaxOpenShards: 6, Seed: 236,
+		Limits: streamemu.Limits{DescribeStreamPerSecond: 2}})
+	often := func(c *poller.Config) { c.DiscoverInterval = 20 * time.Millisecond }
+	a, b := e.poller(t, "a", nil, often), e.poller(t, "b", nil, often)
+	stopA, stopB := start(t, a), start(t, b)
+	e.write(t, 200)
+	eventually(t, "discovery throttled", 60*time.Second, func() bool { return e.s.Refused("DescribeStream", "LimitExceededException") > 0 })
+	stopA()
+	stopB()
+	e.finish(t, nil)
+	t.Logf("DescribeStream refused %d of %d calls", e.s.Refused("DescribeStream", "LimitExceededException"), e.s.Calls("DescribeStream"))
+}
