@@ -141,13 +141,14 @@ func TestQuick_RunsEveryMeasurement(t *testing.T) {
 	}
 }
 
-// `ledgerbench -skip backlogs,lag,cpu -backlog N -reconcile-parallel 1`:
+// `ledgerbench -skip backlogs,lag,cpu,periods,rebucket -backlog N -reconcile-parallel 1`:
 // the memory measurement alone (the poller binary's drain, then
 // `ledgerctl reconcile --parallel 1` over the drained table), on a small
 // backlog.
 func TestMemoryAlone_SkipsTheOtherMeasurements(t *testing.T) {
 	cfg := Quick()
 	cfg.SkipBacklogs, cfg.SkipLag, cfg.SkipCPU = true, true, true
+	cfg.PeriodChanges, cfg.RebucketTransactions = 0, 0
 	cfg.Backlog, cfg.ReconcileParallel = 2000, 1
 	if testing.Verbose() {
 		cfg.Log = os.Stderr
@@ -157,6 +158,8 @@ func TestMemoryAlone_SkipsTheOtherMeasurements(t *testing.T) {
 	assert.Empty(t, res.Rows)
 	assert.Empty(t, res.Lag)
 	assert.Empty(t, res.CPU)
+	assert.Empty(t, res.Periods)
+	assert.Empty(t, res.Rebucket)
 	m := res.Memory
 	require.NotNil(t, m)
 	assert.Equal(t, 2000, m.Records)

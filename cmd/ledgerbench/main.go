@@ -55,7 +55,8 @@ drain rate and DynamoDB Local's own item-write rate measured in the same
 run, exactness under 1% duplicate delivery (reconcile), lag at a
 steady rate, CPU-only decoding and folding, and the poller binary's peak
 memory draining a 1,000,000-record backlog, then ledgerctl reconcile's
-over the drained table (-skip backlogs,lag,cpu measures that alone).
+over the drained table (-skip backlogs,lag,cpu,periods,rebucket measures
+that alone).
 
 Issue 22's business calendars: the poller's write units per 1,000 changes
 on workload b with its transactions stamped in America/Sao_Paulo's
