@@ -70,6 +70,10 @@ type target struct {
 	streams poller.Streams
 	table   string
 	window  time.Duration // the tumbling window (LedgerTumbling)
+	// meter, if set, bills the consumer's writes: one that learned the
+	// table's items (Meter.Learn) when an earlier run kept its reports.
+	// Nil: a new meter.
+	meter *Meter
 }
 
 // consumed is what one approach's run measured.
@@ -86,7 +90,10 @@ var discard = slog.New(slog.NewTextHandler(io.Discard, nil))
 // consume runs a stream approach over the table's backlog, whose last
 // record is last, with 1% duplicate delivery, until the source is applied.
 func consume(ctx context.Context, t target, arn, last string, a Approach, batch int, clock *lagClock) (consumed, error) {
-	m := NewMeter(t.db)
+	m := t.meter
+	if m == nil {
+		m = NewMeter(t.db)
+	}
 	var c consumed
 	start := time.Now()
 	switch a {

@@ -21,7 +21,12 @@
 //   - lag from write to report commit at a steady rate (lag.go);
 //   - CPU-only decoding and folding against plain encoding/json (cpu.go);
 //   - the poller binary's peak memory draining a large backlog, and
-//     ledgerctl reconcile over it (memory.go).
+//     ledgerctl reconcile over it (memory.go);
+//   - issue 22's business calendars (calendar.go): the poller's write units
+//     on workload b with its transactions stamped (Stamping) with 3, 5 and
+//     7 period types side by side, and rebucket's throughput and write
+//     units per transaction, its own and those of the consumers' commits
+//     of the moves it causes.
 //
 // Run it with the command cmd/ledgerbench:
 //

@@ -381,6 +381,27 @@ func (m *Meter) TransactWriteItems(ctx context.Context, in *dynamodb.TransactWri
 	return out, err
 }
 
+// Learn reads every item of table into the meter's copies, billing
+// nothing: writes through the meter to items another client wrote (a
+// backlog loaded with BatchWriteItem, reports an earlier consumer kept) are
+// then billed on their real size. Items the meter knows already are read
+// again.
+func (m *Meter) Learn(ctx context.Context, table string) error {
+	p := dynamodb.NewScanPaginator(m.Client, &dynamodb.ScanInput{TableName: &table, ConsistentRead: aws.Bool(true)})
+	for p.HasMorePages() {
+		out, err := p.NextPage(ctx)
+		if err != nil {
+			return fmt.Errorf("meter: learn %s: %w", table, err)
+		}
+		m.mu.Lock()
+		for _, item := range out.Items {
+			m.items[keyOf(table, item)] = item
+		}
+		m.mu.Unlock()
+	}
+	return nil
+}
+
 // Check compares the meter's copies of the items of table with what the
 // table holds, by size (what billing depends on), and returns an error
 // naming the first few that differ: the meter's model of some write was

@@ -150,6 +150,8 @@ func (res *Result) Markdown(w io.Writer) {
 		p("\n")
 	}
 
+	res.calendarMarkdown(p)
+
 	if mr := res.Memory; mr != nil {
 		p("### Poller binary (`poller --drain`) draining a backlog of inserts shaped like workload a\n\n")
 		p("| backlog records | written in | drained in | backlog records/s | records read (backlog + its own report writes; last sample, every 250 ms) | peak RSS while applying the backlog | peak RSS, whole drain | reports exact afterwards |\n")

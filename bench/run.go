@@ -74,6 +74,20 @@ type Config struct {
 	DynamoDBLocalDir string
 	// Only, when set, limits the backlog measurements to these approaches.
 	Only []Approach
+	// PeriodChanges is how many changes of workload b the period-types
+	// measurement (issue 22) writes: its transactions stamped in
+	// BenchCalendar with 3, 5 and 7 period types, and not stamped, each
+	// consumed by ledger's poller (0: skipped). PeriodBatches are the
+	// poller's batch sizes there (nil: its default, 10,000).
+	PeriodChanges int
+	PeriodBatches []int
+	// RebucketTransactions is how many transactions the rebucket
+	// measurement (issue 22) moves from the default calendar with 3 period
+	// types into BenchCalendar with 7 (0: skipped); RebucketBatches are
+	// the batch sizes of the poller that then drains the moves (nil:
+	// 10,000), one rebucket each.
+	RebucketTransactions int
+	RebucketBatches      []int
 	// SkipBacklogs, SkipLag and SkipCPU leave those measurements out
 	// (SkipBacklogs: every approach's backlog, for the memory measurement
 	// alone).
@@ -103,6 +117,9 @@ func Full() Config {
 		CPUTime:        3 * time.Second,
 		Backlog:        1_000_000,
 		FreshInstances: true,
+		// Issue 22: workload b at the poller's default batch; rebucket.
+		PeriodChanges:        10000,
+		RebucketTransactions: 10000,
 	}
 }
 
@@ -121,12 +138,14 @@ func Quick() Config {
 		// minute's window to close (DynamoDB Local stamps records to the
 		// minute: a 5 s window has ended before most of its records are
 		// read, and is committed at once).
-		TumblingWindow: 5 * time.Second,
-		WriteRateTime:  time.Second,
-		LagSeconds:     1,
-		LagRate:        10,
-		CPURecords:     10_000,
-		CPUTime:        200 * time.Millisecond,
+		TumblingWindow:       5 * time.Second,
+		WriteRateTime:        time.Second,
+		LagSeconds:           1,
+		LagRate:              10,
+		CPURecords:           10_000,
+		CPUTime:              200 * time.Millisecond,
+		PeriodChanges:        120,
+		RebucketTransactions: 100,
 	}
 }
 
@@ -230,9 +249,12 @@ type Result struct {
 	// the run (measureWriteRates).
 	WriteRates []WriteRate
 	CPU        []CPURow
-	Memory     *MemoryResult
-	Started    time.Time
-	Duration   time.Duration
+	// Periods and Rebucket are issue 22's measurements (calendar.go).
+	Periods  []PeriodRow
+	Rebucket []RebucketRow
+	Memory   *MemoryResult
+	Started  time.Time
+	Duration time.Duration
 	// Err is the error that ended an incomplete run.
 	Err string
 }
@@ -264,6 +286,10 @@ func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 		}
 	}()
 	cells := r.cells()
+	periodCells, err := r.periodCells()
+	if err != nil {
+		return res, err
+	}
 	if !cfg.FreshInstances {
 		// One instance for everything: every table first, then the data
 		// (DynamoDB Local slows down writes to stream tables created after
@@ -271,6 +297,12 @@ func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 		var names []string
 		for _, c := range cells {
 			names = append(names, c.table())
+		}
+		for _, c := range periodCells {
+			names = append(names, c.table())
+		}
+		for _, b := range r.rebucketBatches() {
+			names = append(names, rebucketTable(b))
 		}
 		for _, a := range Approaches {
 			names = append(names, lagTable(a))
@@ -302,6 +334,12 @@ func Run(ctx context.Context, cfg Config) (res *Result, err error) {
 		if err := r.cpu(); err != nil {
 			return res, err
 		}
+	}
+	if err := r.periods(ctx, periodCells); err != nil {
+		return res, err
+	}
+	if err := r.rebuckets(ctx); err != nil {
+		return res, err
 	}
 	if cfg.Backlog > 0 {
 		m, err := r.memory(ctx)
@@ -388,9 +426,16 @@ type cell struct {
 	a     Approach
 	batch int
 	ops   []Op
+	// variant names a variant of the workload's items (the period types
+	// they are stamped with, calendar.go): part of the table's name, ""
+	// for the workload as generated.
+	variant string
 }
 
 func (c cell) table() string {
+	if c.variant != "" {
+		return fmt.Sprintf("bench-%s-%s-%s-%d", c.w.Spec.Name, c.variant, c.a.id(), c.batch)
+	}
 	return fmt.Sprintf("bench-%s-%s-%d", c.w.Spec.Name, c.a.id(), c.batch)
 }
 
@@ -512,7 +557,7 @@ func (r *runner) cell(ctx context.Context, c cell) (Row, error) {
 		}
 		slices.Sort(drains)
 		row.RawTook = drains[1]
-		if c.w.Spec.Name == "b" && r.recorded == nil {
+		if c.w.Spec.Name == "b" && c.variant == "" && r.recorded == nil {
 			if err := r.record(ctx, streams, arn); err != nil {
 				return row, err
 			}

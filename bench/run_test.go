@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"runtime"
 	"sort"
@@ -132,19 +133,22 @@ func TestQuick_RunsEveryMeasurement(t *testing.T) {
 		assert.Positive(t, l.Samples, l.Approach)
 	}
 	require.Len(t, res.CPU, 2)
+	checkCalendarMeasurements(t, cfg, res)
 	md := res.String()
-	for _, want := range []string{"### Backlog", "### Lag", "### CPU", "### Targets", "| b | 4 ledger: poller | 1000 |", "| b | 4 ledger: poller | 10000 |", "| b | 4 ledger: Lambda handler (tumbling) | 1000 |", "DynamoDB Local's own item-write rate in this run", "commits a window when it closes", "| e | 4 ledger: poller | 1000 |", "### Report item sizes", "Beyond the targets' batch size"} {
+	for _, want := range []string{"### Backlog", "### Lag", "### CPU", "### Targets", "| b | 4 ledger: poller | 1000 |", "| b | 4 ledger: poller | 10000 |", "| b | 4 ledger: Lambda handler (tumbling) | 1000 |", "DynamoDB Local's own item-write rate in this run", "commits a window when it closes", "| e | 4 ledger: poller | 1000 |", "### Report item sizes", "Beyond the targets' batch size",
+		"### Period types (issue 22)", "| 7: DAILY, WEEKLY, MONTHLY, QUARTERLY, YEARLY, FISCAL_QUARTER, FISCAL_YEAR | America/Sao_Paulo, 7 types | 10000 |", "5 types cost", "### rebucket (issue 22)", "not AWS's"} {
 		assert.True(t, strings.Contains(md, want), "markdown has %q", want)
 	}
 }
 
-// `ledgerbench -skip backlogs,lag,cpu -backlog N -reconcile-parallel 1`:
+// `ledgerbench -skip backlogs,lag,cpu,periods,rebucket -backlog N -reconcile-parallel 1`:
 // the memory measurement alone (the poller binary's drain, then
 // `ledgerctl reconcile --parallel 1` over the drained table), on a small
 // backlog.
 func TestMemoryAlone_SkipsTheOtherMeasurements(t *testing.T) {
 	cfg := Quick()
 	cfg.SkipBacklogs, cfg.SkipLag, cfg.SkipCPU = true, true, true
+	cfg.PeriodChanges, cfg.RebucketTransactions = 0, 0
 	cfg.Backlog, cfg.ReconcileParallel = 2000, 1
 	if testing.Verbose() {
 		cfg.Log = os.Stderr
@@ -154,6 +158,8 @@ func TestMemoryAlone_SkipsTheOtherMeasurements(t *testing.T) {
 	assert.Empty(t, res.Rows)
 	assert.Empty(t, res.Lag)
 	assert.Empty(t, res.CPU)
+	assert.Empty(t, res.Periods)
+	assert.Empty(t, res.Rebucket)
 	m := res.Memory
 	require.NotNil(t, m)
 	assert.Equal(t, 2000, m.Records)
@@ -169,4 +175,41 @@ func TestMemoryAlone_SkipsTheOtherMeasurements(t *testing.T) {
 	assert.Contains(t, md, "### `ledgerctl reconcile --parallel 1` over the drained table")
 	assert.NotContains(t, md, "### Backlog")
 	assert.NotContains(t, md, "### Report item sizes")
+}
+
+// checkCalendarMeasurements checks issue 22's figures: workload b with 3,
+// 5 and 7 period types (and unstamped) side by side, each exact, more types
+// costing more; a rebucket that moves every transaction, billed as DynamoDB
+// Local reports, exact after the poller's drain, a second run moving none.
+func checkCalendarMeasurements(t *testing.T, cfg Config, res *Result) {
+	t.Helper()
+	require.Len(t, res.Periods, 4, "unstamped, 3, 5 and 7 types")
+	assert.Empty(t, res.Periods[0].Stamping, "the first row is the workload unstamped")
+	for i, p := range res.Periods {
+		name := fmt.Sprintf("%d types, %q", len(p.Types), p.Stamping)
+		assert.Equal(t, cfg.PeriodChanges, p.Changes, name)
+		assert.Zero(t, p.Diffs, "%s: exact under duplicates", name)
+		assert.Equal(t, float64(p.Cost.LocalUnits), p.Cost.Reported, "%s: computed capacity equals DynamoDB Local's", name)
+		assert.Positive(t, p.WriterUnits, name)
+		if i > 0 {
+			assert.Positive(t, p.StampBytes, "%s: the stamp adds bytes to each transaction", name)
+		}
+		if i > 1 {
+			prev := res.Periods[i-1]
+			assert.Greater(t, len(p.Types), len(prev.Types))
+			assert.Greater(t, p.Reports, prev.Reports, "%s: more types, more reports", name)
+			assert.Greater(t, p.AggregationUnits(), prev.AggregationUnits(), "%s: more types, more write units", name)
+		}
+	}
+	require.Len(t, res.Rebucket, 1)
+	rb := res.Rebucket[0]
+	assert.Equal(t, cfg.RebucketTransactions, rb.Result.Transactions)
+	assert.Equal(t, cfg.RebucketTransactions, rb.Result.Moved, "every transaction leaves 3 types for 7")
+	assert.Equal(t, float64(rb.Cost.Units), rb.Result.WriteUnits, "the meter bills the rebucket's writes as DynamoDB Local reports them")
+	assert.Equal(t, float64(rb.ConsumerCost.LocalUnits), rb.ConsumerCost.Reported, "the poller's commits of the moves")
+	assert.Positive(t, rb.ConsumerCost.Units)
+	assert.Positive(t, rb.PerSecond())
+	assert.Zero(t, rb.Diffs, "reports exact after the moves")
+	assert.Zero(t, rb.Unsettled, "every transaction in its current calendar")
+	assert.Zero(t, rb.Again.Moved, "a second run moves nothing")
 }

@@ -16,6 +16,7 @@ import (
 	"os"
 	"os/signal"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -54,7 +55,18 @@ drain rate and DynamoDB Local's own item-write rate measured in the same
 run, exactness under 1% duplicate delivery (reconcile), lag at a
 steady rate, CPU-only decoding and folding, and the poller binary's peak
 memory draining a 1,000,000-record backlog, then ledgerctl reconcile's
-over the drained table (-skip backlogs,lag,cpu measures that alone).
+over the drained table (-skip backlogs,lag,cpu,periods,rebucket measures
+that alone).
+
+Issue 22's business calendars: the poller's write units per 1,000 changes
+on workload b with its transactions stamped in America/Sao_Paulo's
+calendar with 3, 5 and 7 period types (and unstamped), side by side
+(-periods CHANGES), and rebucket moving a history from the default calendar
+with 3 types into that calendar with 7: its throughput and write units per
+transaction, its own and those of the poller's commits of the moves
+(-rebucket TRANSACTIONS). They alone:
+
+  ledgerbench -skip backlogs,lag,cpu,writerate -backlog 0
 
 With -json FILE it also writes the results as JSON, and with -charts DIR
 it draws BENCHMARKS.md's charts (write units per 1,000 changes by approach
@@ -89,9 +101,12 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	ledgerctl := fs.String("ledgerctl", "", "a built cmd/ledgerctl `BINARY` for the memory measurement's reconcile (default: go build one)")
 	backlog := fs.Int("backlog", -1, "`RECORDS` in the memory measurement's backlog (default 1,000,000 in a full run; 0 skips it)")
 	only := fs.String("only", "", "measure only these approaches' backlogs: `LIST` of perrecord, marker, sync, poller, lambda, lambda-tumbling")
-	skip := fs.String("skip", "", "leave out these measurements: `LIST` of backlogs (every approach's), lag, cpu, writerate")
+	skip := fs.String("skip", "", "leave out these measurements: `LIST` of backlogs (every approach's), lag, cpu, writerate, periods, rebucket")
 	window := fs.Int("tumbling-window", 0, "the tumbling Lambda's TumblingWindowInSeconds, `SECONDS` (default 60; 5 with -quick)")
 	workloads := fs.String("workloads", "", "measure only these workloads' backlogs: `LIST` of a, b, c, d, e")
+	periods := fs.Int("periods", -1, "`CHANGES` of workload b in the period-types measurement (default 10,000 in a full run, 120 with -quick; 0 skips it)")
+	rebucketN := fs.Int("rebucket", -1, "`TRANSACTIONS` the rebucket measurement moves (default 10,000 in a full run, 100 with -quick; 0 skips it)")
+	calendarBatches := fs.String("calendar-batches", "", "the poller's batch sizes in the period-types and rebucket measurements: `LIST` of numbers (default 10000, the poller's default)")
 	reconcileParallel := fs.Int("reconcile-parallel", 0, "run the memory measurement's reconcile as ledgerctl reconcile --parallel `N` (default: ledgerctl's default)")
 	if err := fs.Parse(args); err != nil {
 		return exitError
@@ -118,6 +133,23 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	if *backlog >= 0 {
 		cfg.Backlog = *backlog
+	}
+	if *periods >= 0 {
+		cfg.PeriodChanges = *periods
+	}
+	if *rebucketN >= 0 {
+		cfg.RebucketTransactions = *rebucketN
+	}
+	if *calendarBatches != "" {
+		var batches []int
+		for _, f := range strings.Split(*calendarBatches, ",") {
+			n, err := strconv.Atoi(strings.TrimSpace(f))
+			if err != nil || n < 1 {
+				return fail(fmt.Errorf("-calendar-batches: %q is not a batch size", f))
+			}
+			batches = append(batches, n)
+		}
+		cfg.PeriodBatches, cfg.RebucketBatches = batches, batches
 	}
 	if *only != "" {
 		for _, id := range strings.Split(*only, ",") {
@@ -150,8 +182,12 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			cfg.SkipCPU = true
 		case "writerate":
 			cfg.WriteRateTime = 0
+		case "periods":
+			cfg.PeriodChanges = 0
+		case "rebucket":
+			cfg.RebucketTransactions = 0
 		default:
-			return fail(fmt.Errorf("-skip: unknown measurement %q (backlogs, lag, cpu, writerate)", m))
+			return fail(fmt.Errorf("-skip: unknown measurement %q (backlogs, lag, cpu, writerate, periods, rebucket)", m))
 		}
 	}
 	switch {

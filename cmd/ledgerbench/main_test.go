@@ -28,10 +28,10 @@ func TestBench_RefusesArgumentsAndDocumentsItsFlags(t *testing.T) {
 
 	code, _, errOut = run(t, "-h")
 	assert.Equal(t, exitError, code)
-	for _, flag := range []string{"-quick", "-o FILE", "-poller BINARY", "-backlog RECORDS", "-only LIST", "-skip LIST", "-workloads LIST", "-reconcile-parallel N", "-json FILE", "-charts DIR", "-from FILE", "-tumbling-window SECONDS", "lambda-tumbling", "writerate"} {
+	for _, flag := range []string{"-quick", "-o FILE", "-poller BINARY", "-backlog RECORDS", "-only LIST", "-skip LIST", "-workloads LIST", "-reconcile-parallel N", "-json FILE", "-charts DIR", "-from FILE", "-tumbling-window SECONDS", "lambda-tumbling", "writerate", "-periods CHANGES", "-rebucket TRANSACTIONS", "-calendar-batches LIST", "periods, rebucket"} {
 		assert.Contains(t, errOut, flag)
 	}
-	for _, bad := range [][]string{{"-only", "poller,nonsense"}, {"-skip", "memory"}, {"-workloads", "b,z"}} {
+	for _, bad := range [][]string{{"-only", "poller,nonsense"}, {"-skip", "memory"}, {"-workloads", "b,z"}, {"-skip", "calendar"}} {
 		code, _, errOut = run(t, bad...)
 		assert.Equal(t, exitError, code)
 		assert.Contains(t, errOut, "unknown", "%v", bad)
@@ -41,6 +41,9 @@ func TestBench_RefusesArgumentsAndDocumentsItsFlags(t *testing.T) {
 		assert.Equal(t, exitError, code)
 		assert.Contains(t, errOut, "want 1 to 900 seconds", bad)
 	}
+	code, _, errOut = run(t, "-calendar-batches", "1000,x")
+	assert.Equal(t, exitError, code)
+	assert.Contains(t, errOut, `-calendar-batches: "x" is not a batch size`)
 	code, _, errOut = run(t, "-reconcile-parallel", "-1")
 	assert.Equal(t, exitError, code)
 	assert.Contains(t, errOut, "-reconcile-parallel: -1 is not a number of segments")
