@@ -39,6 +39,44 @@ func ValidateTenantStatus(s string) error {
 	return fmt.Errorf("%q: want active or suspended", truncateRunes(s, 32))
 }
 
+// Who suspended a branch: the platform (an admin-scoped token) or the
+// tenant itself. A suspension is lifted only by whoever may make it: the
+// tenant lifts its own, only an admin lifts an admin's (SuspensionLiftable).
+const (
+	SuspendedByAdmin  = "admin"
+	SuspendedByTenant = "tenant"
+)
+
+// SuspensionBy returns who holds a suspension after a status change to
+// status ("" for none) by admin or not, of an item whose status is current
+// and which was suspended by by ("" when active; a suspension stored
+// without it, made before it was recorded, counts as an admin's). It fails
+// when the change would lift, or take over, an admin's suspension with a
+// tenant's token. A tenant suspending an admin-suspended branch again
+// leaves the suspension the admin's; an admin suspending a
+// tenant-suspended one makes it the admin's.
+func SuspensionBy(current Status, by string, status Status, admin bool) (string, error) {
+	if current == StatusSuspended && by == "" {
+		by = SuspendedByAdmin
+	}
+	if current != StatusSuspended {
+		by = ""
+	}
+	switch {
+	case status == "":
+		return by, nil
+	case status == StatusActive && by == SuspendedByAdmin && !admin:
+		return "", errors.New("an admin suspended it: only an admin-scoped token can lift the suspension")
+	case status == StatusActive:
+		return "", nil
+	case admin:
+		return SuspendedByAdmin, nil
+	case by == SuspendedByAdmin:
+		return by, nil
+	}
+	return SuspendedByTenant, nil
+}
+
 // ValidateAccountStatus reports whether s is an account status: active,
 // suspended or deleted.
 func ValidateAccountStatus(s string) error {

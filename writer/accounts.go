@@ -121,7 +121,7 @@ type accountMutation struct {
 // mutateAccount serves m: it reads the account (readForChange) and
 // commits the change edit makes of it, under the Idempotency-Key.
 func (s *Server) mutateAccount(w http.ResponseWriter, r *http.Request, m accountMutation) {
-	s.mutate(w, r, mutation{
+	s.mutate(w, r, s.directoryWrite(r, mutation{
 		tenant: m.tenant, idemKey: m.key, fp: fingerprint(r, m.body), lookupFirst: true,
 		prepare: func(ctx context.Context) (*change, response, *Problem, error) {
 			a, p, err := s.readForChange(ctx, m.tenant, m.id, m.expected, m.deletedOK)
@@ -131,7 +131,7 @@ func (s *Server) mutateAccount(w http.ResponseWriter, r *http.Request, m account
 			ch, resp, p := m.edit(a, a.Version, s.cfg.Now().UTC().Format(time.RFC3339Nano))
 			return ch, resp, p, nil
 		},
-	})
+	}))
 }
 
 // accountResponse is the answer of a change to a: the account and its ETag.
@@ -174,7 +174,7 @@ func (s *Server) createAccount(w http.ResponseWriter, r *http.Request) {
 			a.Email = e.Address
 		}
 	}
-	s.mutate(w, r, mutation{
+	s.mutate(w, r, s.directoryWrite(r, mutation{
 		tenant: tenant, idemKey: key, fp: fingerprint(r, body),
 		prepare: func(context.Context) (*change, response, *Problem, error) {
 			u, err := ulid.New(ulid.Timestamp(now), s.cfg.Entropy)
@@ -188,7 +188,7 @@ func (s *Server) createAccount(w http.ResponseWriter, r *http.Request) {
 			resp.location = accountLocation(tenant, a.ID)
 			return s.accountCreate(&a), resp, nil, nil
 		},
-	})
+	}))
 }
 
 // getAccount serves GET …/accounts/{account}: the profile and every

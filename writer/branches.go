@@ -17,13 +17,16 @@ import (
 // the branch has had a transaction: it can then no longer be deleted.
 // Calendar is its business calendar (the default one, UTC days from
 // midnight, when none was set); CalendarChangedAt the time of its last
-// change by a PATCH (absent: never changed).
+// change by a PATCH (absent: never changed). SuspendedBy says who suspended
+// a suspended branch, "admin" or "tenant" (absent when it is active): only
+// an admin-scoped token lifts an admin's suspension.
 type Branch struct {
 	ID                string   `json:"id"`
 	Tenant            string   `json:"tenant"`
 	Name              string   `json:"name"`
 	Document          string   `json:"document"`
 	Status            string   `json:"status"`
+	SuspendedBy       string   `json:"suspendedBy,omitempty"`
 	HasTransactions   bool     `json:"hasTransactions"`
 	Calendar          Calendar `json:"calendar"`
 	CalendarChangedAt string   `json:"calendarChangedAt,omitempty"`
@@ -70,7 +73,8 @@ func (s *Server) createBranch(w http.ResponseWriter, r *http.Request) {
 		p.write(w)
 		return
 	}
-	s.mutate(w, r, mutation{
+	b.SuspendedBy, _ = aggregates.SuspensionBy(aggregates.StatusActive, "", aggregates.Status(b.Status), claimsOf(r).Admin())
+	s.mutate(w, r, s.directoryWrite(r, mutation{
 		tenant: tenant, idemKey: key, fp: fingerprint(r, body),
 		prepare: func(context.Context) (*change, response, *Problem, error) {
 			b.CreatedAt = s.cfg.Now().UTC().Format(time.RFC3339Nano)
@@ -79,7 +83,7 @@ func (s *Server) createBranch(w http.ResponseWriter, r *http.Request) {
 			resp.location = branchLocation(tenant, b.ID)
 			return s.branchCreate(b), resp, nil, nil
 		},
-	})
+	}))
 }
 
 // getBranch serves GET …/branches/{branch}, strongly consistent.
@@ -109,7 +113,9 @@ func (s *Server) listBranches(w http.ResponseWriter, r *http.Request) {
 }
 
 // patchBranch serves PATCH …/branches/{branch}: name, status and document,
-// on condition that If-Match names the current version. A new document is
+// on condition that If-Match names the current version. A status change
+// records who made it (suspendedBy, aggregates.SuspensionBy): a tenant's
+// token that would lift an admin's suspension is 403 suspended-by-admin. A new document is
 // taken and the old one freed in the same transaction as the change. It is
 // an UpdateItem, never a put of the whole item, so it cannot erase the
 // hasTransactions marker a concurrent first transaction sets.
@@ -146,7 +152,7 @@ func (s *Server) patchBranch(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	k := aggregates.BranchKey(tenant, branch)
-	s.mutate(w, r, mutation{
+	s.mutate(w, r, s.directoryWrite(r, mutation{
 		tenant: tenant, idemKey: key, fp: fingerprint(r, body), lookupFirst: true,
 		// A suspension, and a calendar change, take effect here at once.
 		committed: func() { s.forget(aggregates.BranchKey(tenant, branch)) },
@@ -165,10 +171,22 @@ func (s *Server) patchBranch(w http.ResponseWriter, r *http.Request) {
 				}
 				cal = &c
 			}
-			ch, b := s.branchUpdate(b, expected, name, status, document, s.cfg.Now().UTC().Format(time.RFC3339Nano), cal)
+			by, err := aggregates.SuspensionBy(aggregates.Status(b.Status), b.SuspendedBy, aggregates.Status(status), claimsOf(r).Admin())
+			if err != nil {
+				return nil, response{}, suspendedByAdmin(branch, err), nil
+			}
+			ch, b := s.branchUpdate(b, expected, name, status, by, document, s.cfg.Now().UTC().Format(time.RFC3339Nano), cal)
 			return ch, versionedResponse(http.StatusOK, b, b.Version), nil, nil
 		},
-	})
+	}))
+}
+
+// suspendedByAdmin is the 403 of a tenant's token lifting an admin's
+// suspension of branch.
+func suspendedByAdmin(branch string, err error) *Problem {
+	p := problem(http.StatusForbidden, ProblemSuspendedByAdmin, "branch "+branch+" stays suspended: "+err.Error())
+	p.Field = "status"
+	return p
 }
 
 // deleteBranch serves DELETE …/branches/{branch}, If-Match optional. It
@@ -182,7 +200,7 @@ func (s *Server) deleteBranch(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	k := aggregates.BranchKey(tenant, branch)
-	s.mutate(w, r, mutation{
+	s.mutate(w, r, s.directoryWrite(r, mutation{
 		tenant: tenant, idemKey: key, fp: fingerprint(r, nil), lookupFirst: true,
 		committed: func() { s.forget(aggregates.BranchKey(tenant, branch)) },
 		prepare: func(ctx context.Context) (*change, response, *Problem, error) {
@@ -196,7 +214,7 @@ func (s *Server) deleteBranch(w http.ResponseWriter, r *http.Request) {
 			}
 			return s.branchDelete(b, expected), response{status: http.StatusNoContent}, nil, nil
 		},
-	})
+	}))
 }
 
 // lookupBranch serves GET /v1/branches:lookup?document= (admin): the branch

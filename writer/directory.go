@@ -7,6 +7,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	ddbtypes "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/ledger-dev/ledger/aggregates"
 )
 
 // The directory: tenants, branches and accounts, and the integrity rules
@@ -56,6 +58,48 @@ import (
 // being set, by itself or before it, so no transaction is ever left under
 // a deleted branch. A branch that has had transactions also has reports;
 // suspending it is the way to stop it.
+
+// A suspended tenant's directory. A tenant an admin suspended cannot
+// change its own directory either: with its own token (not admin-scoped),
+// creating, changing or deleting a branch (and so taking or freeing a
+// document number), an account or an account's email addresses (and so
+// reserving a verified address) is 409 tenant-suspended, whatever the
+// request would change (directoryWrite). An admin's token still changes
+// it. The status is read from the cache the transaction path uses
+// (dircache.go), so the refusal starts within DirectoryTTL of the
+// suspension on every writer (at once in the writer that made it), and the
+// writes name no item they did not name before: a tenant's directory
+// writes do not contend on its tenant item.
+//
+// Suspensions stay with whoever made them. A branch's suspension records
+// who made it (suspendedBy: admin or tenant, aggregates.SuspensionBy): a
+// tenant suspends and re-activates its own branch, but only an admin lifts
+// an admin's suspension (403 suspended-by-admin). The check is made on the
+// branch as read, and the change is conditional on that version, so a
+// suspension committed meanwhile fails the change (412).
+
+// directoryWrite is m, a change of tenant m.tenant's directory, refused
+// with 409 tenant-suspended before anything is prepared when the request's
+// token is not admin-scoped and the tenant is suspended. A tenant that does
+// not exist is left to the change (404).
+func (s *Server) directoryWrite(r *http.Request, m mutation) mutation {
+	if claimsOf(r).Admin() {
+		return m
+	}
+	prepare := m.prepare
+	m.prepare = func(ctx context.Context) (*change, response, *Problem, error) {
+		t, err := s.status(ctx, aggregates.TenantKey(m.tenant), false)
+		if err != nil {
+			return nil, response{}, nil, err
+		}
+		if t.exists && !t.active {
+			return nil, response{}, problem(http.StatusConflict, ProblemTenantSuspended, "tenant "+m.tenant+
+				" is suspended: its own tokens cannot change its branches, accounts or email addresses; an admin-scoped token can"), nil
+		}
+		return prepare(ctx)
+	}
+	return m
+}
 
 // Body field parsers of the directory.
 

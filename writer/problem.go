@@ -22,6 +22,7 @@ const (
 	ProblemForbidden              = ProblemBase + "forbidden"                // 403: the token is for another tenant, or not admin-scoped
 	ProblemEmailNotProven         = ProblemBase + "email-not-proven"         // 403: the token does not prove the address it would mark verified
 	ProblemDocumentNotProven      = ProblemBase + "document-not-proven"      // 403: the token does not prove the document number it would claim
+	ProblemSuspendedByAdmin       = ProblemBase + "suspended-by-admin"       // 403: a tenant's token would lift an admin's suspension
 	ProblemNotFound               = ProblemBase + "not-found"                // 404
 	ProblemMethodNotAllowed       = ProblemBase + "method-not-allowed"       // 405
 	ProblemRequestInProgress      = ProblemBase + "request-in-progress"      // 409: a request with this Idempotency-Key is in flight
@@ -76,6 +77,7 @@ var problemTitles = map[string]string{
 	ProblemForbidden:              "Forbidden",
 	ProblemEmailNotProven:         "Email address not proven",
 	ProblemDocumentNotProven:      "Document number not proven",
+	ProblemSuspendedByAdmin:       "Suspended by an admin",
 	ProblemNotFound:               "Not found",
 	ProblemMethodNotAllowed:       "Method not allowed",
 	ProblemRequestInProgress:      "Request in progress",

@@ -21,6 +21,7 @@ import (
 const (
 	attrDocument        = "document"
 	attrHasTransactions = "hasTransactions"
+	attrSuspendedBy     = "suspendedBy"
 )
 
 // branchLayout is where b's fields are in its item (hasTransactions, set
@@ -45,12 +46,20 @@ func branchItem(b Branch) map[string]ddbtypes.AttributeValue {
 	if b.CalendarChangedAt != "" {
 		item[table.AttrCalendarChangedAt] = strAV(b.CalendarChangedAt)
 	}
+	if b.SuspendedBy != "" {
+		item[attrSuspendedBy] = strAV(b.SuspendedBy)
+	}
 	return item
 }
 
+// decodeBranch decodes a branch item. suspendedBy is stored only while the
+// branch is suspended; a suspended branch stored without it (suspended
+// before it was recorded) shows as suspended by an admin.
 func decodeBranch(item map[string]ddbtypes.AttributeValue) Branch {
 	var b Branch
 	branchLayout(&b).decode(item)
+	b.SuspendedBy, _ = stringAttr(item, attrSuspendedBy)
+	b.SuspendedBy, _ = aggregates.SuspensionBy(aggregates.Status(b.Status), b.SuspendedBy, "", false)
 	b.HasTransactions = boolAttr(item, attrHasTransactions)
 	b.Calendar = storedCalendar(item)
 	b.CalendarChangedAt, _ = stringAttr(item, table.AttrCalendarChangedAt)
@@ -116,7 +125,8 @@ func (s *Server) branchCreate(b Branch) *change {
 }
 
 // branchUpdate changes b, read at version expected, to name, status and
-// document ("" leaves a field as it is) and calendar (nil leaves it) at
+// document ("" leaves a field as it is), suspendedBy to by when status is
+// set and calendar (nil leaves it) at
 // now, on condition that it is still at that version: an UpdateItem, never
 // a put of the whole item, so it cannot erase the hasTransactions marker a
 // concurrent first transaction sets. A new document is taken and the old
@@ -124,10 +134,17 @@ func (s *Server) branchCreate(b Branch) *change {
 // is written whole (table.EncodeCalendar) with calendarChangedAt now; the
 // same calendar changes nothing of it. It returns the change and the
 // branch as it will be.
-func (s *Server) branchUpdate(b Branch, expected int64, name, status, document, now string, calendar *aggregates.Calendar) (*change, Branch) {
+func (s *Server) branchUpdate(b Branch, expected int64, name, status, by, document, now string, calendar *aggregates.Calendar) (*change, Branch) {
 	k := aggregates.BranchKey(b.Tenant, b.ID)
 	oldDocument := b.Document
 	u := newUpdate().patch(attrName, &b.Name, name).patch(attrStatus, &b.Status, status)
+	if status != "" {
+		if b.SuspendedBy = by; by != "" {
+			u.set(attrSuspendedBy, strAV(by))
+		} else {
+			u.remove(attrSuspendedBy)
+		}
+	}
 	if calendar != nil {
 		if old, err := b.Calendar.calendar(); err != nil || !old.Equal(*calendar) {
 			enc := table.EncodeCalendar(*calendar)

@@ -12,7 +12,8 @@ import (
 // update builds an UpdateItem's SET clause with placeholder names, so
 // attribute names never meet reserved words.
 type update struct {
-	sets   []string
+	sets    []string
+	removes []string
 	names  map[string]string
 	values map[string]ddbtypes.AttributeValue
 }
@@ -25,6 +26,14 @@ func (u *update) set(attr string, v ddbtypes.AttributeValue) *update {
 	n := strconv.Itoa(len(u.names))
 	u.names["#u"+n], u.values[":u"+n] = attr, v
 	u.sets = append(u.sets, "#u"+n+" = :u"+n)
+	return u
+}
+
+// remove removes attr from the item.
+func (u *update) remove(attr string) *update {
+	n := strconv.Itoa(len(u.names))
+	u.names["#u"+n] = attr
+	u.removes = append(u.removes, "#u"+n)
 	return u
 }
 
@@ -50,6 +59,9 @@ func (u *update) nextVersion(table *string, k aggregates.Key, expected, version 
 // condNames and condValues (they must not start with #u or :u).
 func (u *update) item(table *string, k aggregates.Key, cond string, condNames map[string]string, condValues map[string]ddbtypes.AttributeValue) ddbtypes.TransactWriteItem {
 	expr := "SET " + strings.Join(u.sets, ", ")
+	if len(u.removes) > 0 {
+		expr += " REMOVE " + strings.Join(u.removes, ", ")
+	}
 	names := map[string]string{}
 	values := map[string]ddbtypes.AttributeValue{}
 	for n, a := range u.names {
