@@ -3,6 +3,8 @@ package aggregates
 import (
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 	"unicode"
 	"unicode/utf8"
@@ -220,6 +222,109 @@ func CanonicalEmail(s string) (string, error) {
 		return "", err
 	}
 	return c, nil
+}
+
+// EmailClaimProves reports whether an identity provider's email claim
+// proves address, a canonical address (CanonicalEmail): whether the claim
+// spells the stored form itself, not merely another spelling that
+// CanonicalEmail folds into the same key. The claim is trimmed; its domain
+// is compared in its canonical IDNA form (Example.COM and
+// xn--bcher-kva.de prove example.com and bücher.de); its local part after
+// Unicode simple lower-casing, character by character, and NFC (so JOSÉ
+// and jose + U+0301 prove josé) — and nothing else: no full case folding
+// (ß does not prove ss, ς does not prove σ), no width folding (full-width
+// ｂ does not prove b), and a character that NFC would replace by another
+// (a singleton: the Kelvin sign K, the Ohm sign Ω, the Ångström sign Å, CJK
+// compatibility ideographs) proves nothing, so the Kelvin sign does not
+// prove k. A mailbox whose stored form its claim does not spell (straße,
+// stored as strasse) is verified with an admin-scoped token. folded
+// reports that the claim is address under CanonicalEmail nonetheless, so
+// that a refusal can say why.
+func EmailClaimProves(claim, address string) (proves, folded bool) {
+	claim = strings.TrimSpace(claim)
+	c, err := CanonicalEmail(claim)
+	if err != nil || c != address {
+		return false, false
+	}
+	at, cat := strings.LastIndexByte(claim, '@'), strings.LastIndexByte(c, '@')
+	if at < 0 || cat < 0 {
+		return false, true
+	}
+	local := claim[:at]
+	for _, r := range local {
+		if s := string(r); norm.NFC.String(s) != s {
+			return false, true // a singleton: a look-alike of the character NFC makes of it
+		}
+	}
+	if norm.NFC.String(strings.Map(unicode.ToLower, local)) != c[:cat] {
+		return false, true
+	}
+	return true, false // the domain: c's is the claim's, canonical
+}
+
+// compatibleScripts are scripts written together (UTS #39's "highly
+// restrictive" sets: Japanese, Korean and Chinese with Bopomofo, each with
+// Latin): letters of these do not make a label mixed with each other.
+var compatibleScripts = map[string]bool{"Han": true, "Hiragana": true, "Katakana": true, "Hangul": true, "Bopomofo": true}
+
+// EmailMixedScripts reports look-alike risk in an address: the scripts of
+// the local part or of a domain label that mixes letters of more than one
+// script (a Cyrillic а among Latin letters: pаypal), sorted, or nil. Common
+// and Inherited characters (digits, punctuation, combining marks) belong to
+// every script; Latin with Han, Hiragana, Katakana, Hangul and Bopomofo
+// (compatibleScripts) is not mixed, as UTS #39 has it. It is a small check,
+// not UTS #39's confusable detection: a label wholly in one look-alike
+// script (all Cyrillic раураl) is not reported.
+func EmailMixedScripts(address string) []string {
+	at := strings.LastIndexByte(address, '@')
+	if at < 0 {
+		return nil
+	}
+	parts := append([]string{address[:at]}, strings.Split(address[at+1:], ".")...)
+	found := map[string]bool{}
+	for _, part := range parts {
+		seen := map[string]bool{}
+		for _, r := range part {
+			if !unicode.IsLetter(r) {
+				continue
+			}
+			if s := scriptOf(r); s != "" {
+				seen[s] = true
+			}
+		}
+		mixed := len(seen) > 1
+		if slices.ContainsFunc(slices.Collect(maps.Keys(seen)), func(s string) bool { return compatibleScripts[s] }) {
+			// Latin and the CJK scripts count as one.
+			mixed = slices.ContainsFunc(slices.Collect(maps.Keys(seen)), func(s string) bool { return s != "Latin" && !compatibleScripts[s] })
+		}
+		if mixed {
+			for s := range seen {
+				found[s] = true
+			}
+		}
+	}
+	if len(found) == 0 {
+		return nil
+	}
+	out := make([]string, 0, len(found))
+	for s := range found {
+		out = append(out, s)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// scriptOf is the Unicode script of a letter, "" for Common and Inherited.
+func scriptOf(r rune) string {
+	if r < utf8.RuneSelf {
+		return "Latin"
+	}
+	for name, table := range unicode.Scripts {
+		if name != "Common" && name != "Inherited" && unicode.Is(table, r) {
+			return name
+		}
+	}
+	return ""
 }
 
 // ValidateEmail reports whether s, already normalised, is an address the

@@ -160,8 +160,8 @@ func (s *Server) createAccount(w http.ResponseWriter, r *http.Request) {
 		a.Emails, p = parseNewEmails(m["emails"], now.Format(time.RFC3339Nano))
 	}
 	for i, e := range a.Emails {
-		if p == nil && e.Verified && !claimsOf(r).ProvesEmail(e.Address) {
-			p = emailNotProven("emails["+strconv.Itoa(i)+"].verified", e.Address)
+		if p == nil && e.Verified {
+			p = s.emailProof(r, "emails["+strconv.Itoa(i)+"].verified", e.Address)
 		}
 	}
 	if p != nil {

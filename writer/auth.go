@@ -92,17 +92,20 @@ func (b *flexBool) UnmarshalJSON(data []byte) error {
 
 // ProvesEmail reports whether the token proves that its bearer may mark
 // address (canonical, aggregates.CanonicalEmail) verified: an admin-scoped
-// token (the platform verified it), or one whose email claim, canonicalised,
-// is address and whose email_verified claim is true.
-func (c *Claims) ProvesEmail(address string) bool {
+// token (the platform verified it), or one whose email_verified claim is
+// true and whose email claim spells address's stored form
+// (aggregates.EmailClaimProves: the domain in any IDNA form, the local
+// part exactly but for ASCII case; no Unicode case folding, so ß does not
+// prove ss nor the Kelvin sign k). folded reports a claim that is address
+// only under the full canonicalisation, for the refusal to say so.
+func (c *Claims) ProvesEmail(address string) (proves, folded bool) {
 	if c.Admin() {
-		return true
+		return true, false
 	}
 	if !bool(c.EmailVerified) || c.Email == "" {
-		return false
+		return false, false
 	}
-	e, err := aggregates.CanonicalEmail(c.Email)
-	return err == nil && e == address
+	return aggregates.EmailClaimProves(c.Email, address)
 }
 
 // ProvesDocument reports whether the token proves that its bearer may claim

@@ -103,6 +103,27 @@ func parseNewEmails(raw json.RawMessage, now string) ([]AccountEmail, *Problem) 
 	return emails, nil
 }
 
+// emailProof is nil when the request's token proves address
+// (Claims.ProvesEmail), else the 403 email-not-proven of field, saying
+// when the claim is the address only under Unicode folding. An address
+// proven whose local part or a domain label mixes scripts
+// (aggregates.EmailMixedScripts: a Cyrillic а among Latin letters, a
+// look-alike of another address) is accepted, as the identity provider or
+// the admin verified that very mailbox, and logged as a warning with the
+// tenant and the scripts (not the address) for an operator to review.
+func (s *Server) emailProof(r *http.Request, field, address string) *Problem {
+	c := claimsOf(r)
+	proves, folded := c.ProvesEmail(address)
+	if !proves {
+		return emailNotProven(field, address, folded)
+	}
+	if scripts := aggregates.EmailMixedScripts(address); scripts != nil {
+		s.cfg.Logger.Warn("verified email address mixes scripts (a possible look-alike of another address)",
+			"tenant", r.PathValue("tenant"), "subject", c.Subject, "admin", c.Admin(), "field", field, "scripts", scripts)
+	}
+	return nil
+}
+
 // sortEmails sorts emails by address, the order of their keys.
 func sortEmails(emails []AccountEmail) {
 	slices.SortFunc(emails, func(a, b AccountEmail) int { return strings.Compare(a.Address, b.Address) })
@@ -122,7 +143,7 @@ func (s *Server) addEmail(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	address, verified, p := parseEmailAdd(r, body)
+	address, verified, p := s.parseEmailAdd(r, body)
 	if p != nil {
 		p.write(w)
 		return
@@ -142,7 +163,7 @@ func (s *Server) addEmail(w http.ResponseWriter, r *http.Request) {
 
 // parseEmailAdd reads the body of an address to add: the address and
 // whether it is verified, which the token must prove.
-func parseEmailAdd(r *http.Request, body []byte) (address string, verified bool, p *Problem) {
+func (s *Server) parseEmailAdd(r *http.Request, body []byte) (address string, verified bool, p *Problem) {
 	m, p := decodeObject(body, emailAddFields)
 	if p == nil {
 		p = required(m, "address")
@@ -153,8 +174,8 @@ func parseEmailAdd(r *http.Request, body []byte) (address string, verified bool,
 	if raw, ok := m["verified"]; p == nil && ok && !isNull(raw) {
 		verified, p = parseBool("verified", raw)
 	}
-	if p == nil && verified && !claimsOf(r).ProvesEmail(address) {
-		p = emailNotProven("verified", address)
+	if p == nil && verified {
+		p = s.emailProof(r, "verified", address)
 	}
 	return address, verified, p
 }
@@ -170,7 +191,7 @@ func (s *Server) patchEmail(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	verify, primary, p := parseEmailPatch(r, body, address)
+	verify, primary, p := s.parseEmailPatch(r, body, address)
 	if p != nil {
 		p.write(w)
 		return
@@ -192,7 +213,7 @@ func (s *Server) patchEmail(w http.ResponseWriter, r *http.Request) {
 // parseEmailPatch reads the body of a PATCH of one address: verify and
 // primary, each only true, at least one; verifying needs a token that
 // proves the address.
-func parseEmailPatch(r *http.Request, body []byte, address string) (verify, primary bool, p *Problem) {
+func (s *Server) parseEmailPatch(r *http.Request, body []byte, address string) (verify, primary bool, p *Problem) {
 	m, p := decodeObject(body, emailPatchFields)
 	if p == nil && len(m) == 0 {
 		p = problem(http.StatusBadRequest, ProblemInvalidJSON, "the patch changes nothing: give \"primary\": true or \"verified\": true")
@@ -206,8 +227,8 @@ func parseEmailPatch(r *http.Request, body []byte, address string) (verify, prim
 		if verify, p = parseBool("verified", raw); p == nil && !verify {
 			p = fieldProblem("verified", "only true: verification cannot be withdrawn; remove the address instead")
 		}
-		if p == nil && !claimsOf(r).ProvesEmail(address) {
-			p = emailNotProven("verified", address)
+		if p == nil {
+			p = s.emailProof(r, "verified", address)
 		}
 	}
 	return verify, primary, p

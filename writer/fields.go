@@ -154,9 +154,15 @@ func notNull(m map[string]json.RawMessage, fields ...string) *Problem {
 
 // emailNotProven is the 403 of a request that would mark address verified
 // with a token that does not prove it (Claims.ProvesEmail).
-func emailNotProven(field, address string) *Problem {
-	p := problem(http.StatusForbidden, ProblemEmailNotProven, "the token does not prove the address "+address+
-		": only an admin-scoped token, or one whose email claim is this address with email_verified true, may mark it verified; add it unverified instead")
+func emailNotProven(field, address string, folded bool) *Problem {
+	detail := "the token does not prove the address " + address +
+		": only an admin-scoped token, or one whose email claim is this address with email_verified true, may mark it verified; add it unverified instead"
+	if folded {
+		detail = "the token's email claim is the address " + address + " only after Unicode case folding or normalisation (ß is ss, the Kelvin sign K is k, " +
+			"full-width letters are ASCII), which does not prove it: the claim must spell the stored form " + address +
+			" (ASCII letters in either case, the domain in any IDNA form); an admin-scoped token can verify it, or add it unverified"
+	}
+	p := problem(http.StatusForbidden, ProblemEmailNotProven, detail)
 	p.Field = field
 	return p
 }

@@ -14,8 +14,8 @@ import (
 type update struct {
 	sets    []string
 	removes []string
-	names  map[string]string
-	values map[string]ddbtypes.AttributeValue
+	names   map[string]string
+	values  map[string]ddbtypes.AttributeValue
 }
 
 func newUpdate() *update {
