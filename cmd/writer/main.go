@@ -2,7 +2,8 @@
 // transactions in, reports out, over the ledger table.
 //
 // Configuration is flags with environment fallbacks (writer --help lists
-// them); the JWT secret and cursor key come from the environment only. AWS
+// them); the JWT secret and cursor key come from the environment or
+// Secrets Manager (by ARN), never from flags. AWS
 // access is the standard SDK environment (AWS_REGION, AWS_ENDPOINT_URL,
 // credentials). It refuses to start without a way to verify tokens.
 //
@@ -107,6 +108,7 @@ type Main struct {
 	tenantRate      float64
 	tenantBurst     int
 	secretARN       string
+	cursorKeyARN    string
 	secretRefresh   time.Duration
 	stopRefresh     context.CancelFunc
 
@@ -126,8 +128,10 @@ Serves the ledger HTTP API (docs/api.md) over the ledger table.
 Environment only (secrets stay out of the process list):
   LEDGER_JWT_SECRET   HS256 secret verifying bearer tokens, at least 32 bytes
                       (local use; in AWS use --jwt-secret-arn)
-  LEDGER_CURSOR_KEY   key signing list cursors, at least 32 bytes; default
-                      derived from the HS256 secret (required without one)
+  LEDGER_CURSOR_KEY   key signing list cursors, at least 32 bytes (in AWS
+                      use --cursor-key-arn); default derived from
+                      LEDGER_JWT_SECRET; required with --jwks-file alone,
+                      and it or --cursor-key-arn with --jwt-secret-arn
   AWS_REGION, AWS_ENDPOINT_URL, AWS_ENDPOINT_URL_SECRETS_MANAGER, AWS
   credentials: the standard AWS SDK settings
 
@@ -154,6 +158,7 @@ func (m *Main) ParseFlags(args []string) error {
 	fs.StringVar(&m.table, "table", env("LEDGER_TABLE", table.DefaultTableName), "the ledger `TABLE` (env LEDGER_TABLE)")
 	fs.StringVar(&jwksFile, "jwks-file", env("LEDGER_JWKS_FILE", ""), "`FILE` holding a JSON Web Key Set of public keys verifying RS*/PS*/ES*/EdDSA tokens, read at start (env LEDGER_JWKS_FILE)")
 	fs.StringVar(&m.secretARN, "jwt-secret-arn", env("LEDGER_JWT_SECRET_ARN", ""), "Secrets Manager secret (`ARN` or name) holding the HS256 secret, read at start and every --secret-refresh (env LEDGER_JWT_SECRET_ARN)")
+	fs.StringVar(&m.cursorKeyARN, "cursor-key-arn", env("LEDGER_CURSOR_KEY_ARN", ""), "Secrets Manager secret (`ARN` or name) holding the key signing list cursors, at least 32 bytes, read at start: a secret of its own, so a rotation of the JWT secret leaves cursors valid (env LEDGER_CURSOR_KEY_ARN)")
 	fs.StringVar(&secretRefresh, "secret-refresh", env("LEDGER_SECRET_REFRESH", "5m"), "how often the --jwt-secret-arn secret is read again, a `DURATION` (env LEDGER_SECRET_REFRESH)")
 	fs.StringVar(&m.issuer, "jwt-issuer", env("LEDGER_JWT_ISSUER", writer.DefaultIssuer), "required token `ISSUER` (iss) (env LEDGER_JWT_ISSUER)")
 	fs.StringVar(&m.audience, "jwt-audience", env("LEDGER_JWT_AUDIENCE", writer.DefaultAudience), "required token `AUDIENCE` (aud) (env LEDGER_JWT_AUDIENCE)")
@@ -237,21 +242,29 @@ func (m *Main) ParseFlags(args []string) error {
 	}
 	m.cursorKey = []byte(m.getenv("LEDGER_CURSOR_KEY"))
 	switch {
+	case len(m.cursorKey) > 0 && m.cursorKeyARN != "":
+		errs = append(errs, errors.New("LEDGER_CURSOR_KEY and --cursor-key-arn (LEDGER_CURSOR_KEY_ARN) both set: give the cursor key one way"))
 	case len(m.cursorKey) > 0 && len(m.cursorKey) < writer.MinCursorKeyLength:
 		errs = append(errs, fmt.Errorf("LEDGER_CURSOR_KEY has %d bytes; it needs at least %d", len(m.cursorKey), writer.MinCursorKeyLength))
-	case len(m.cursorKey) == 0 && len(m.secret) >= writer.MinSecretLength:
+	case len(m.cursorKey) > 0 || m.cursorKeyARN != "":
+		// Given (--cursor-key-arn: read in Run).
+	case m.secretARN != "":
+		// Not derived from a secret that rotates: writers started before and
+		// after a rotation would refuse each other's cursors.
+		errs = append(errs, errors.New("--jwt-secret-arn (LEDGER_JWT_SECRET_ARN) needs a cursor key of its own: set --cursor-key-arn (LEDGER_CURSOR_KEY_ARN) or LEDGER_CURSOR_KEY (at least 32 bytes), so that rotating the JWT secret leaves cursors valid"))
+	case len(m.secret) >= writer.MinSecretLength:
 		m.cursorKey = deriveCursorKey(m.secret)
-	case len(m.cursorKey) == 0 && m.secretARN != "":
-		// Derived from the secret once it is read (Run).
-	case len(m.cursorKey) == 0 && jwksFile != "":
+	case jwksFile != "":
 		errs = append(errs, errors.New("LEDGER_CURSOR_KEY (at least 32 bytes) is required when tokens are verified with --jwks-file only: every writer must sign cursors with the same key"))
 	}
 	return errors.Join(errs...)
 }
 
-// deriveCursorKey derives the cursor key from the HS256 secret, so every
-// writer sharing the secret accepts the others' cursors, and knowing a
-// cursor key reveals nothing of the secret.
+// deriveCursorKey derives the cursor key from a static HS256 secret
+// (LEDGER_JWT_SECRET, local use), so every writer sharing the secret
+// accepts the others' cursors, and knowing a cursor key reveals nothing of
+// the secret. A secret from Secrets Manager, which rotates, is never
+// derived from: the cursor key is then a secret of its own.
 func deriveCursorKey(secret []byte) []byte {
 	mac := hmac.New(sha256.New, secret)
 	mac.Write([]byte("ledger list cursor key v1"))
@@ -281,8 +294,10 @@ func (m *Main) Run(ctx context.Context) error {
 			return err
 		}
 		authCfg.Secrets = cache.current
-		if len(m.cursorKey) == 0 {
-			m.cursorKey = deriveCursorKey(cache.current()[0])
+	}
+	if m.cursorKeyARN != "" {
+		if m.cursorKey, err = m.cursorKeyFromManager(ctx, cfg); err != nil {
+			return err
 		}
 	}
 	auth, err := writer.NewAuthenticator(authCfg)
@@ -315,12 +330,7 @@ func (m *Main) secretsFromManager(ctx context.Context, cfg aws.Config, reg prome
 		Help: "Reads of the JWT secret from Secrets Manager by outcome: ok, error (the secrets read last stay in use).",
 	}, []string{"outcome"})
 	reg.MustRegister(reads)
-	client := secretsmanager.NewFromConfig(cfg, func(o *secretsmanager.Options) {
-		if ep := m.getenv("AWS_ENDPOINT_URL_SECRETS_MANAGER"); ep != "" {
-			o.BaseEndpoint = aws.String(ep)
-		}
-	})
-	cache := &secretCache{api: client, id: m.secretARN, logger: m.logger, reads: reads, timeout: 10 * time.Second}
+	cache := &secretCache{api: m.secretsClient(cfg), id: m.secretARN, logger: m.logger, reads: reads, timeout: 10 * time.Second}
 	if err := cache.refresh(ctx); err != nil {
 		return nil, err
 	}
@@ -329,6 +339,36 @@ func (m *Main) secretsFromManager(ctx context.Context, cfg aws.Config, reg prome
 	go cache.run(rctx, m.secretRefresh)
 	m.logger.Info("JWT secret read from Secrets Manager", "secret", m.secretARN, "refresh", m.secretRefresh.String())
 	return cache, nil
+}
+
+// secretsClient is the Secrets Manager client; its endpoint is
+// AWS_ENDPOINT_URL_SECRETS_MANAGER when set.
+func (m *Main) secretsClient(cfg aws.Config) *secretsmanager.Client {
+	return secretsmanager.NewFromConfig(cfg, func(o *secretsmanager.Options) {
+		if ep := m.getenv("AWS_ENDPOINT_URL_SECRETS_MANAGER"); ep != "" {
+			o.BaseEndpoint = aws.String(ep)
+		}
+	})
+}
+
+// cursorKeyFromManager reads the cursor key (--cursor-key-arn), the
+// AWSCURRENT version, once at start: the writer does not start without it.
+// Every writer must sign with the same key, so a rotation of it takes
+// effect as writers start, and cursors issued under the old key are
+// refused (400 invalid-cursor: the client lists again from the start).
+func (m *Main) cursorKeyFromManager(ctx context.Context, cfg aws.Config) ([]byte, error) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	c := &secretCache{api: m.secretsClient(cfg), id: m.cursorKeyARN}
+	key, err := c.secretValue(ctx, "AWSCURRENT")
+	if err != nil {
+		return nil, err
+	}
+	if len(key) < writer.MinCursorKeyLength {
+		return nil, fmt.Errorf("secrets manager: the cursor key %s has %d bytes; it needs at least %d", m.cursorKeyARN, len(key), writer.MinCursorKeyLength)
+	}
+	m.logger.Info("cursor key read from Secrets Manager", "secret", m.cursorKeyARN)
+	return key, nil
 }
 
 // URL is the base URL the writer serves on (after Run).

@@ -183,6 +183,8 @@ func TestParseFlags_RefusesToStartWithoutAWayToVerifyTokens(t *testing.T) {
 		{"missing key set file", map[string]string{}, []string{"--jwks-file", filepath.Join(dir, "nope.json")}, "--jwks-file"},
 		{"key set without cursor key", map[string]string{}, []string{"--jwks-file", jwks}, "LEDGER_CURSOR_KEY"},
 		{"short cursor key", map[string]string{"LEDGER_JWT_SECRET": secret, "LEDGER_CURSOR_KEY": "x"}, nil, "LEDGER_CURSOR_KEY"},
+		{"secret ARN without cursor key", map[string]string{"LEDGER_JWT_SECRET_ARN": "ledger-jwt"}, nil, "--cursor-key-arn"},
+		{"cursor key two ways", map[string]string{"LEDGER_JWT_SECRET": secret, "LEDGER_CURSOR_KEY": secret, "LEDGER_CURSOR_KEY_ARN": "ledger-cursor"}, nil, "both set"},
 		{"bad address", map[string]string{"LEDGER_JWT_SECRET": secret, "LEDGER_ADDR": "8080"}, nil, "--addr"},
 		{"bad duration", map[string]string{"LEDGER_JWT_SECRET": secret}, []string{"--flags-ttl", "soon"}, "--flags-ttl"},
 		{"stray argument", map[string]string{"LEDGER_JWT_SECRET": secret}, []string{"serve"}, "unexpected arguments"},

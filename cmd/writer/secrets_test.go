@@ -30,6 +30,8 @@ type fakeSecretsManager struct {
 	prev  string
 	fail  bool
 	calls atomic.Int64
+	// others are further secrets (id → AWSCURRENT value) served alongside.
+	others map[string]string
 }
 
 func (f *fakeSecretsManager) rotate(next string) {
@@ -53,6 +55,9 @@ func (f *fakeSecretsManager) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		_, _ = io.WriteString(w, `{"__type":"`+typ+`","Message":"`+msg+`"}`)
 	}
 	value := map[string]string{"AWSCURRENT": f.cur, "AWSPREVIOUS": f.prev}[in.VersionStage]
+	if v, ok := f.others[in.SecretId]; ok && in.VersionStage == "AWSCURRENT" {
+		in.SecretId, value = f.id, v
+	}
 	switch {
 	case f.fail:
 		fail(http.StatusBadRequest, "AccessDeniedException", "not authorized to perform secretsmanager:GetSecretValue")
@@ -80,6 +85,7 @@ func TestMain_JWTSecretFromSecretsManagerRotatesWithoutRestart(t *testing.T) {
 	env := localEnv(t)
 	delete(env, "LEDGER_JWT_SECRET")
 	env["LEDGER_JWT_SECRET_ARN"] = sm.id
+	env["LEDGER_CURSOR_KEY"] = "cursor-key-0123456789abcdef-0123456789ab"
 	env["AWS_ENDPOINT_URL_SECRETS_MANAGER"] = fake.URL
 	env["LEDGER_SECRET_REFRESH"] = "100ms"
 	var logs syncBuffer
@@ -129,6 +135,7 @@ func TestMain_JWTSecretFromSecretsManagerIsRequiredAtStart(t *testing.T) {
 	env := localEnv(t)
 	delete(env, "LEDGER_JWT_SECRET")
 	env["LEDGER_JWT_SECRET_ARN"] = "ledger-jwt"
+	env["LEDGER_CURSOR_KEY"] = "cursor-key-0123456789abcdef-0123456789ab"
 	env["AWS_ENDPOINT_URL_SECRETS_MANAGER"] = fake.URL
 
 	var stderr syncBuffer
@@ -159,4 +166,10 @@ func TestTemplate_WriterReadsTheSecretAtRunTime(t *testing.T) {
 	assert.NotContains(t, tpl, "LEDGER_JWT_SECRET:")
 	assert.Contains(t, tpl, "LEDGER_JWT_SECRET_ARN: !Ref WriterJwtSecret")
 	assert.Regexp(t, `Sid: JwtSecret\s+Effect: Allow\s+Action: secretsmanager:GetSecretValue\s+Resource: !Ref WriterJwtSecret`, tpl)
+	// The cursor key is a secret of its own, not derived from the JWT
+	// secret, which rotates.
+	assert.NotContains(t, tpl, "LEDGER_CURSOR_KEY:")
+	assert.Contains(t, tpl, "LEDGER_CURSOR_KEY_ARN: !Ref WriterCursorKey")
+	assert.Regexp(t, `Sid: CursorKey\s+Effect: Allow\s+Action: secretsmanager:GetSecretValue\s+Resource: !Ref WriterCursorKey`, tpl)
+	assert.Regexp(t, `WriterCursorKey:\s+Type: AWS::SecretsManager::Secret`, tpl)
 }
