@@ -38,6 +38,24 @@ func (e AccountStatus) Valid() bool {
 	}
 }
 
+// Defines values for BranchSuspendedBy.
+const (
+	BranchSuspendedByAdmin  BranchSuspendedBy = "admin"
+	BranchSuspendedByTenant BranchSuspendedBy = "tenant"
+)
+
+// Valid indicates whether the value is a known member of the BranchSuspendedBy enum.
+func (e BranchSuspendedBy) Valid() bool {
+	switch e {
+	case BranchSuspendedByAdmin:
+		return true
+	case BranchSuspendedByTenant:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for EmailPatchPrimary.
 const (
 	EmailPatchPrimaryTrue EmailPatchPrimary = true
@@ -103,22 +121,22 @@ func (e PeriodType) Valid() bool {
 
 // Defines values for Role.
 const (
-	Admin  Role = "admin"
-	Member Role = "member"
-	Owner  Role = "owner"
-	Viewer Role = "viewer"
+	RoleAdmin  Role = "admin"
+	RoleMember Role = "member"
+	RoleOwner  Role = "owner"
+	RoleViewer Role = "viewer"
 )
 
 // Valid indicates whether the value is a known member of the Role enum.
 func (e Role) Valid() bool {
 	switch e {
-	case Admin:
+	case RoleAdmin:
 		return true
-	case Member:
+	case RoleMember:
 		return true
-	case Owner:
+	case RoleOwner:
 		return true
-	case Viewer:
+	case RoleViewer:
 		return true
 	default:
 		return false
@@ -264,7 +282,10 @@ type Branch struct {
 	Id              ID     `json:"id"`
 	Name            string `json:"name"`
 	Status          Status `json:"status"`
-	Tenant          ID     `json:"tenant"`
+
+	// SuspendedBy Who suspended a suspended branch (absent when it is active); only an admin-scoped token lifts an admin's suspension (403 suspended-by-admin).
+	SuspendedBy *BranchSuspendedBy `json:"suspendedBy,omitempty"`
+	Tenant      ID                 `json:"tenant"`
 
 	// UpdatedAt RFC 3339, UTC.
 	UpdatedAt Timestamp `json:"updatedAt"`
@@ -272,6 +293,9 @@ type Branch struct {
 	// Version Starts at 1, grows by one with every change; the ETag.
 	Version Version `json:"version"`
 }
+
+// BranchSuspendedBy Who suspended a suspended branch (absent when it is active); only an admin-scoped token lifts an admin's suspension (403 suspended-by-admin).
+type BranchSuspendedBy string
 
 // BranchCreate defines model for BranchCreate.
 type BranchCreate struct {
@@ -1140,6 +1164,8 @@ type ClientInterface interface {
 
 	// PatchBranchWithBody Changes a branch's name, status, document or calendar.
 	//
+	// A tenant's token may suspend its branch and lift its own suspension; only an admin-scoped token lifts an admin's (403 suspended-by-admin). `suspendedBy` says whose a suspension is.
+	//
 	// Takes any type of body and a specified content type.
 	//
 	// Corresponds with PATCH /v1/tenants/{tenant}/branches/{branch} (the `PatchBranch` operationId).
@@ -1147,12 +1173,16 @@ type ClientInterface interface {
 
 	// PatchBranch Changes a branch's name, status, document or calendar.
 	//
+	// A tenant's token may suspend its branch and lift its own suspension; only an admin-scoped token lifts an admin's (403 suspended-by-admin). `suspendedBy` says whose a suspension is.
+	//
 	// Takes a body of the `application/json` content type.
 	//
 	// Corresponds with PATCH /v1/tenants/{tenant}/branches/{branch} (the `PatchBranch` operationId).
 	PatchBranch(ctx context.Context, tenant TenantParam, branch BranchParam, params *PatchBranchParams, body PatchBranchJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// PatchBranchWithApplicationMergePatchPlusJSONBody Changes a branch's name, status, document or calendar.
+	//
+	// A tenant's token may suspend its branch and lift its own suspension; only an admin-scoped token lifts an admin's (403 suspended-by-admin). `suspendedBy` says whose a suspension is.
 	//
 	// Takes a body of the `application/merge-patch+json` content type.
 	//
@@ -1616,6 +1646,8 @@ func (c *Client) GetBranch(ctx context.Context, tenant TenantParam, branch Branc
 
 // PatchBranchWithBody Changes a branch's name, status, document or calendar.
 //
+// A tenant's token may suspend its branch and lift its own suspension; only an admin-scoped token lifts an admin's (403 suspended-by-admin). `suspendedBy` says whose a suspension is.
+//
 // Takes any type of body and a specified content type.
 //
 // Corresponds with PATCH /v1/tenants/{tenant}/branches/{branch} (the `PatchBranch` operationId).
@@ -1633,6 +1665,8 @@ func (c *Client) PatchBranchWithBody(ctx context.Context, tenant TenantParam, br
 
 // PatchBranch Changes a branch's name, status, document or calendar.
 //
+// A tenant's token may suspend its branch and lift its own suspension; only an admin-scoped token lifts an admin's (403 suspended-by-admin). `suspendedBy` says whose a suspension is.
+//
 // Takes a body of the `application/json` content type.
 //
 // Corresponds with PATCH /v1/tenants/{tenant}/branches/{branch} (the `PatchBranch` operationId).
@@ -1649,6 +1683,8 @@ func (c *Client) PatchBranch(ctx context.Context, tenant TenantParam, branch Bra
 }
 
 // PatchBranchWithApplicationMergePatchPlusJSONBody Changes a branch's name, status, document or calendar.
+//
+// A tenant's token may suspend its branch and lift its own suspension; only an admin-scoped token lifts an admin's (403 suspended-by-admin). `suspendedBy` says whose a suspension is.
 //
 // Takes a body of the `application/merge-patch+json` content type.
 //
@@ -3152,6 +3188,8 @@ type ClientWithResponsesInterface interface {
 
 	// PatchBranchWithBodyWithResponse Changes a branch's name, status, document or calendar.
 	//
+	// A tenant's token may suspend its branch and lift its own suspension; only an admin-scoped token lifts an admin's (403 suspended-by-admin). `suspendedBy` says whose a suspension is.
+	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with PATCH /v1/tenants/{tenant}/branches/{branch} (the `PatchBranch` operationId).
@@ -3159,12 +3197,16 @@ type ClientWithResponsesInterface interface {
 
 	// PatchBranchWithResponse Changes a branch's name, status, document or calendar.
 	//
+	// A tenant's token may suspend its branch and lift its own suspension; only an admin-scoped token lifts an admin's (403 suspended-by-admin). `suspendedBy` says whose a suspension is.
+	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with PATCH /v1/tenants/{tenant}/branches/{branch} (the `PatchBranch` operationId).
 	PatchBranchWithResponse(ctx context.Context, tenant TenantParam, branch BranchParam, params *PatchBranchParams, body PatchBranchJSONRequestBody, reqEditors ...RequestEditorFn) (*PatchBranchResponse, error)
 
 	// PatchBranchWithApplicationMergePatchPlusJSONBodyWithResponse Changes a branch's name, status, document or calendar.
+	//
+	// A tenant's token may suspend its branch and lift its own suspension; only an admin-scoped token lifts an admin's (403 suspended-by-admin). `suspendedBy` says whose a suspension is.
 	//
 	// Takes a body of the `application/merge-patch+json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -6191,6 +6233,8 @@ func (c *ClientWithResponses) GetBranchWithResponse(ctx context.Context, tenant 
 
 // PatchBranchWithBodyWithResponse Changes a branch's name, status, document or calendar.
 //
+// A tenant's token may suspend its branch and lift its own suspension; only an admin-scoped token lifts an admin's (403 suspended-by-admin). `suspendedBy` says whose a suspension is.
+//
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
 // Corresponds with PATCH /v1/tenants/{tenant}/branches/{branch} (the `PatchBranch` operationId).
@@ -6204,6 +6248,8 @@ func (c *ClientWithResponses) PatchBranchWithBodyWithResponse(ctx context.Contex
 
 // PatchBranchWithResponse Changes a branch's name, status, document or calendar.
 //
+// A tenant's token may suspend its branch and lift its own suspension; only an admin-scoped token lifts an admin's (403 suspended-by-admin). `suspendedBy` says whose a suspension is.
+//
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
 // Corresponds with PATCH /v1/tenants/{tenant}/branches/{branch} (the `PatchBranch` operationId).
@@ -6216,6 +6262,8 @@ func (c *ClientWithResponses) PatchBranchWithResponse(ctx context.Context, tenan
 }
 
 // PatchBranchWithApplicationMergePatchPlusJSONBodyWithResponse Changes a branch's name, status, document or calendar.
+//
+// A tenant's token may suspend its branch and lift its own suspension; only an admin-scoped token lifts an admin's (403 suspended-by-admin). `suspendedBy` says whose a suspension is.
 //
 // Takes a body of the `application/merge-patch+json` content type, and returns a wrapper object for the known response body format(s).
 //
