@@ -41,7 +41,7 @@ func ValidateTenantStatus(s string) error {
 	return fmt.Errorf("%q: want active or suspended", truncateRunes(s, 32))
 }
 
-// Who suspended a branch: the platform (an admin-scoped token) or the
+// Who suspended a branch or an account: the platform (an admin-scoped token) or the
 // tenant itself. A suspension is lifted only by whoever may make it: the
 // tenant lifts its own, only an admin lifts an admin's (SuspensionLiftable).
 const (
@@ -69,7 +69,7 @@ func SuspensionBy(current Status, by string, status Status, admin bool) (string,
 		return by, nil
 	case status == StatusActive && by == SuspendedByAdmin && !admin:
 		return "", errors.New("an admin suspended it: only an admin-scoped token can lift the suspension")
-	case status == StatusActive:
+	case status != StatusSuspended: // active, or an account deleted
 		return "", nil
 	case admin:
 		return SuspendedByAdmin, nil

@@ -45,18 +45,22 @@ import (
 
 // Account is an account (a user of a tenant) as the API shows it. Email is
 // the primary address; Emails lists every address in address order.
+// SuspendedBy says who suspended a suspended account, "admin" or "tenant"
+// (absent otherwise): only an admin-scoped token lifts an admin's
+// suspension, as for branches.
 type Account struct {
-	ID        string         `json:"id"`
-	Tenant    string         `json:"tenant"`
-	FirstName string         `json:"firstName"`
-	LastName  string         `json:"lastName"`
-	Role      string         `json:"role"`
-	Status    string         `json:"status"`
-	Email     string         `json:"email"`
-	Emails    []AccountEmail `json:"emails"`
-	CreatedAt string         `json:"createdAt"`
-	UpdatedAt string         `json:"updatedAt"`
-	Version   int64          `json:"version"`
+	ID          string         `json:"id"`
+	Tenant      string         `json:"tenant"`
+	FirstName   string         `json:"firstName"`
+	LastName    string         `json:"lastName"`
+	Role        string         `json:"role"`
+	Status      string         `json:"status"`
+	SuspendedBy string         `json:"suspendedBy,omitempty"`
+	Email       string         `json:"email"`
+	Emails      []AccountEmail `json:"emails"`
+	CreatedAt   string         `json:"createdAt"`
+	UpdatedAt   string         `json:"updatedAt"`
+	Version     int64          `json:"version"`
 }
 
 // AccountEmail is one address of an account, normalised (trimmed,
@@ -174,6 +178,7 @@ func (s *Server) createAccount(w http.ResponseWriter, r *http.Request) {
 			a.Email = e.Address
 		}
 	}
+	a.SuspendedBy, _ = aggregates.SuspensionBy(aggregates.StatusActive, "", aggregates.Status(a.Status), claimsOf(r).Admin())
 	s.mutate(w, r, s.directoryWrite(r, mutation{
 		tenant: tenant, idemKey: key, fp: fingerprint(r, body),
 		prepare: func(context.Context) (*change, response, *Problem, error) {
@@ -262,7 +267,8 @@ read:
 
 // patchAccount serves PATCH …/accounts/{account}: names, role and status,
 // on condition that If-Match names the current version. A deleted account
-// does not change.
+// does not change. A status change records who made it (suspendedBy): a
+// tenant's token lifting an admin's suspension is 403 suspended-by-admin.
 func (s *Server) patchAccount(w http.ResponseWriter, r *http.Request) {
 	tenant, id, p := accountPath(r)
 	expected, key, body, ok := s.patchRequest(w, r, p, changeIfMatch)
@@ -279,8 +285,19 @@ func (s *Server) patchAccount(w http.ResponseWriter, r *http.Request) {
 	}
 	s.mutateAccount(w, r, accountMutation{tenant: tenant, id: id, key: key, body: body, expected: expected,
 		edit: func(a *Account, read int64, now string) (*change, response, *Problem) {
+			by, err := aggregates.SuspensionBy(aggregates.Status(a.Status), a.SuspendedBy, aggregates.Status(set.Status), claimsOf(r).Admin())
+			if err != nil {
+				return nil, response{}, suspendedByAdmin("account "+a.ID, err)
+			}
 			u := newUpdate().patch(attrFirstName, &a.FirstName, set.FirstName).patch(attrLastName, &a.LastName, set.LastName).
 				patch(attrRole, &a.Role, set.Role).patch(attrStatus, &a.Status, set.Status)
+			if set.Status != "" {
+				if a.SuspendedBy = by; by != "" {
+					u.set(attrSuspendedBy, strAV(by))
+				} else {
+					u.remove(attrSuspendedBy)
+				}
+			}
 			a.Version++
 			a.UpdatedAt = now
 			return s.accountUpdate(a, read, expected, u), accountResponse(http.StatusOK, a), nil

@@ -173,7 +173,7 @@ func (s *Server) patchBranch(w http.ResponseWriter, r *http.Request) {
 			}
 			by, err := aggregates.SuspensionBy(aggregates.Status(b.Status), b.SuspendedBy, aggregates.Status(status), claimsOf(r).Admin())
 			if err != nil {
-				return nil, response{}, suspendedByAdmin(branch, err), nil
+				return nil, response{}, suspendedByAdmin("branch "+branch, err), nil
 			}
 			ch, b := s.branchUpdate(b, expected, name, status, by, document, s.cfg.Now().UTC().Format(time.RFC3339Nano), cal)
 			return ch, versionedResponse(http.StatusOK, b, b.Version), nil, nil
@@ -182,9 +182,9 @@ func (s *Server) patchBranch(w http.ResponseWriter, r *http.Request) {
 }
 
 // suspendedByAdmin is the 403 of a tenant's token lifting an admin's
-// suspension of branch.
-func suspendedByAdmin(branch string, err error) *Problem {
-	p := problem(http.StatusForbidden, ProblemSuspendedByAdmin, "branch "+branch+" stays suspended: "+err.Error())
+// suspension of what (a branch or an account).
+func suspendedByAdmin(what string, err error) *Problem {
+	p := problem(http.StatusForbidden, ProblemSuspendedByAdmin, what+" stays suspended: "+err.Error())
 	p.Field = "status"
 	return p
 }

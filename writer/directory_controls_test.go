@@ -87,6 +87,27 @@ func TestDirectoryControls_TenantCannotLiftAnAdminsSuspensionOfItsBranch(t *test
 	assert.Equal(t, "suspended", branchField(t, r, "status"))
 }
 
+func TestDirectoryControls_TenantCannotLiftAnAdminsSuspensionOfAnAccount(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, sharedTable(t))
+	acc := e.account(e.tenant, "a-"+uniqueTenant()+"@example.com")
+	r := e.asAdmin(req{method: "PATCH", path: accountPath(acc), body: `{"status":"suspended"}`, headers: []string{"If-Match", `"1"`}})
+	require.Equal(t, http.StatusOK, r.Status, "answer %s", r)
+	assert.Equal(t, "admin", branchField(t, r, "suspendedBy"))
+	r = e.send(req{method: "PATCH", path: accountPath(acc), body: `{"status":"active"}`, headers: []string{"If-Match", `"2"`}})
+	require.Equal(t, http.StatusForbidden, r.Status, "answer %s", r)
+	assert.Equal(t, problemSuspendedByAdmin, r.problem(t).Type)
+	r = e.asAdmin(req{method: "PATCH", path: accountPath(acc), body: `{"status":"active"}`, headers: []string{"If-Match", `"2"`}})
+	require.Equal(t, http.StatusOK, r.Status, "answer %s", r)
+	assert.Nil(t, branchField(t, r, "suspendedBy"))
+	// Its own suspension the tenant lifts.
+	r = e.send(req{method: "PATCH", path: accountPath(acc), body: `{"status":"suspended"}`, headers: []string{"If-Match", `"3"`}})
+	require.Equal(t, http.StatusOK, r.Status, "answer %s", r)
+	assert.Equal(t, "tenant", branchField(t, r, "suspendedBy"))
+	r = e.send(req{method: "PATCH", path: accountPath(acc), body: `{"status":"active"}`, headers: []string{"If-Match", `"4"`}})
+	require.Equal(t, http.StatusOK, r.Status, "answer %s", r)
+}
+
 func TestDirectoryControls_SuspendedTenantCannotChangeItsDirectory(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, sharedTable(t))

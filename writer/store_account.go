@@ -43,6 +43,9 @@ func profileLayout(a *Account) itemLayout {
 func profileItem(a *Account) map[string]ddbtypes.AttributeValue {
 	item := profileLayout(a).encode()
 	item[attrEmailCount] = intAV(int64(len(a.Emails)))
+	if a.SuspendedBy != "" {
+		item[attrSuspendedBy] = strAV(a.SuspendedBy)
+	}
 	return item
 }
 
@@ -83,6 +86,10 @@ func decodeAccounts(items []map[string]ddbtypes.AttributeValue) (accounts []*Acc
 		if address == "" {
 			a := &Account{Emails: []AccountEmail{}}
 			profileLayout(a).decode(item)
+			// suspendedBy is stored only while suspended; one suspended
+			// before it was recorded counts as an admin's.
+			a.SuspendedBy, _ = stringAttr(item, attrSuspendedBy)
+			a.SuspendedBy, _ = aggregates.SuspensionBy(aggregates.Status(a.Status), a.SuspendedBy, "", false)
 			n, _ := intAttr(item, attrEmailCount)
 			accounts = append(accounts, a)
 			emailCounts = append(emailCounts, n)

@@ -21,7 +21,7 @@ import (
 const (
 	attrDocument        = "document"
 	attrHasTransactions = "hasTransactions"
-	attrSuspendedBy     = "suspendedBy"
+	attrSuspendedBy     = "suspendedBy" // branches and account profiles, while suspended
 )
 
 // branchLayout is where b's fields are in its item (hasTransactions, set

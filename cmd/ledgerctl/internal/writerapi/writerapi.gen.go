@@ -17,6 +17,24 @@ import (
 	"github.com/oapi-codegen/runtime"
 )
 
+// Defines values for AccountSuspendedBy.
+const (
+	AccountSuspendedByAdmin  AccountSuspendedBy = "admin"
+	AccountSuspendedByTenant AccountSuspendedBy = "tenant"
+)
+
+// Valid indicates whether the value is a known member of the AccountSuspendedBy enum.
+func (e AccountSuspendedBy) Valid() bool {
+	switch e {
+	case AccountSuspendedByAdmin:
+		return true
+	case AccountSuspendedByTenant:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for AccountStatus.
 const (
 	AccountStatusActive    AccountStatus = "active"
@@ -209,7 +227,10 @@ type Account struct {
 	LastName string        `json:"lastName"`
 	Role     Role          `json:"role"`
 	Status   AccountStatus `json:"status"`
-	Tenant   ID            `json:"tenant"`
+
+	// SuspendedBy Who suspended a suspended account (absent otherwise); only an admin-scoped token lifts an admin's suspension (403 suspended-by-admin).
+	SuspendedBy *AccountSuspendedBy `json:"suspendedBy,omitempty"`
+	Tenant      ID                  `json:"tenant"`
 
 	// UpdatedAt RFC 3339, UTC.
 	UpdatedAt Timestamp `json:"updatedAt"`
@@ -217,6 +238,9 @@ type Account struct {
 	// Version Starts at 1, grows by one with every change; the ETag.
 	Version Version `json:"version"`
 }
+
+// AccountSuspendedBy Who suspended a suspended account (absent otherwise); only an admin-scoped token lifts an admin's suspension (403 suspended-by-admin).
+type AccountSuspendedBy string
 
 // AccountCreate defines model for AccountCreate.
 type AccountCreate struct {
