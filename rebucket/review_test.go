@@ -204,6 +204,6 @@ func TestRebucket_ATransactionWithoutPeriodsInTheNewCalendarDoesNotStopTheRest(t
 	res, err := rebucket.Run(ctx, api, tableName, tenant, "", rebucket.Options{Settle: -1, Parallel: 2})
 	t.Logf("run: %+v, %v", res, err)
 	require.Zero(t, unsettled(t, ctx, api, tableName, tenant, "b"), "branch b's history is in its calendar")
-	require.Error(t, err, "a run that left a transaction outside its calendar does not exit 0")
-	// require.Equal(t, 1, res.Unplaceable, "the transaction no stamp can hold is counted")
+	require.ErrorIs(t, err, rebucket.ErrUnplaceable, "a run that left a transaction outside its calendar does not exit 0")
+	require.Equal(t, 1, res.Unplaceable, "the transaction no stamp can hold is counted")
 }
