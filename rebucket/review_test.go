@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	ddbtypes "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/stretchr/testify/require"
@@ -206,4 +207,37 @@ func TestRebucket_ATransactionWithoutPeriodsInTheNewCalendarDoesNotStopTheRest(t
 	require.Zero(t, unsettled(t, ctx, api, tableName, tenant, "b"), "branch b's history is in its calendar")
 	require.ErrorIs(t, err, rebucket.ErrUnplaceable, "a run that left a transaction outside its calendar does not exit 0")
 	require.Equal(t, 1, res.Unplaceable, "the transaction no stamp can hold is counted")
+}
+
+// TestRebucket_MendsAStampThatIsTheTransactionsOnlyFault: a transaction
+// whose stamp was damaged by another path (a MONTHLY that is not its
+// business date's month, a business date its createdAt cannot have) is
+// quarantined and counts nowhere, though every field a client wrote is
+// valid. The stamp is rebucket's to write: a run stamps it in the current
+// calendar, and the stream's MODIFY (invalid → valid) brings its amount
+// into the reports. It was left alone as "invalid", for ever.
+func TestRebucket_MendsAStampThatIsTheTransactionsOnlyFault(t *testing.T) {
+	ctx := context.Background()
+	api := ddbtest.Client(t)
+	tableName := tables.Table(t)
+	const tenant, branch = "mended", "b"
+	b := &books{api: api, table: tableName, tenant: tenant, branch: branch, rng: rand.New(rand.NewPCG(9, 10))}
+	putCalendar(t, api, tableName, tenant, branch, aggregates.DefaultCalendar(), aggregates.DefaultPeriodTypes, time.Now().Add(-time.Hour))
+	ids := createAll(t, ctx, b, 2, 12*60) // 2026-01-01 and 2026-01-02, 12:00 UTC
+	for i, bad := range []struct{ date, periods string }{
+		{"2026-01-01", "DAILY#2026-01-01 MONTHLY#2026-02 YEARLY#2026"},
+		{"2020-06-01", "DAILY#2020-06-01 MONTHLY#2020-06 YEARLY#2020"},
+	} {
+		_, err := api.UpdateItem(ctx, &dynamodb.UpdateItemInput{TableName: &tableName, Key: table.Key(b.key(ids[i])),
+			UpdateExpression:          aws.String("SET businessDate = :d, periods = :p"),
+			ExpressionAttributeValues: map[string]ddbtypes.AttributeValue{":d": table.S(bad.date), ":p": table.S(bad.periods)}})
+		require.NoError(t, err)
+	}
+	res, err := rebucket.Run(ctx, api, tableName, tenant, branch, rebucket.Options{Settle: -1})
+	require.NoError(t, err)
+	require.Equal(t, 2, res.Moved, "both stamps mended: %+v", res)
+	_, stats, err := processor.Reconcile(ctx, api, tableName, processor.Scope{Tenant: tenant, Branch: branch})
+	require.NoError(t, err)
+	require.Zero(t, stats.Invalid, "every transaction is valid again")
+	require.Zero(t, stats.Unsettled[processor.Scope{Tenant: tenant, Branch: branch}])
 }
