@@ -25,6 +25,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"sync"
 	"time"
@@ -297,7 +298,7 @@ func (r *run) restamp(ctx context.Context, bc table.BranchCalendar, item map[str
 				res.Retried++
 			}
 		})
-		tx, err := table.ParseTransaction(item)
+		tx, err := parseUnstamped(item)
 		if err != nil {
 			r.count(func(res *Result) { res.Invalid++ })
 			return nil // contributes nothing wherever it is stamped
@@ -342,6 +343,22 @@ func (r *run) restamp(ctx context.Context, bc table.BranchCalendar, item map[str
 		}
 		item = out.Item
 	}
+}
+
+// parseUnstamped parses a transaction item; one whose only fault is its
+// stamp (damaged by another path: quarantined, counting nowhere) is read
+// as if it had none, so that it is stamped again — its stream record then
+// brings its amount into the reports (invalid old image, valid new one).
+func parseUnstamped(item map[string]ddbtypes.AttributeValue) (aggregates.Transaction, error) {
+	tx, err := table.ParseTransaction(item)
+	var inv *aggregates.InvalidError
+	if err == nil || !errors.As(err, &inv) || inv.Reason != aggregates.ReasonPeriods {
+		return tx, err
+	}
+	bare := maps.Clone(item)
+	delete(bare, aggregates.AttrBusinessDate)
+	delete(bare, aggregates.AttrPeriods)
+	return table.ParseTransaction(bare)
 }
 
 // write restamps the item at k, on condition that it is still as read: same
