@@ -6,11 +6,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-
-	// The IANA zone data, embedded: a binary (the Lambda functions among
-	// them) needs no zone files on disk. A system's own zone files, where
-	// there are some, are read first (time.LoadLocation's order).
-	_ "time/tzdata"
 )
 
 // A branch's business calendar: in which time zone its days are counted,
@@ -60,7 +55,7 @@ func ParseTimeZone(name string) (*time.Location, error) {
 	if !isZoneName(name) {
 		return nil, &CalendarError{"timeZone", fmt.Sprintf("%q is not an IANA time zone name (e.g. America/Sao_Paulo, Europe/London, UTC)", truncateRunes(name, 64))}
 	}
-	loc, err := time.LoadLocation(name)
+	loc, err := LoadZone(name) // the embedded data (zoneinfo.go), never the system's
 	if err != nil {
 		return nil, &CalendarError{"timeZone", fmt.Sprintf("%q is not an IANA time zone name (e.g. America/Sao_Paulo, Europe/London, UTC)", truncateRunes(name, 64))}
 	}
@@ -70,12 +65,10 @@ func ParseTimeZone(name string) (*time.Location, error) {
 // isZoneName reports whether name has the form of an IANA zone name: up to
 // 64 bytes of '/'-separated parts, each an ASCII capital letter followed by
 // letters, digits, '_', '+' or '-' — the form of every name in the embedded
-// zone data. time.LoadLocation reads a system's zone files first, and a
-// system's zoneinfo directory holds more than zones: "localtime" (the
-// host's own zone, what "Local" is refused for), "posixrules", "right/…"
-// (clocks counting leap seconds), "posix/…", and paths such as
-// "Europe//London" that the file system finds and the embedded data (the
-// Lambda functions') does not; none of them is a calendar's zone.
+// zone data (zoneinfo.go), which is the only data zones are loaded from: a
+// system's zoneinfo directory holds more than zones ("localtime", the
+// host's own zone, what "Local" is refused for; "posixrules", "right/…",
+// "posix/…"), and none of them is a calendar's zone.
 func isZoneName(name string) bool {
 	if name == "" || len(name) > 64 || name == "Local" {
 		return false
