@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
@@ -87,6 +88,12 @@ func (m *shardedESM) read(ctx context.Context) {
 		}
 		for {
 			out, err := m.emu.GetRecords(ctx, &dynamodbstreams.GetRecordsInput{ShardIterator: sh.iter})
+			var throttled *st.LimitExceededException
+			if errors.As(err, &throttled) {
+				m.stats["mapping_throttled"]++
+				time.Sleep(200 * time.Millisecond) // the shard's rate: the mapping backs off
+				continue
+			}
 			require.NoError(t, err)
 			for _, r := range out.Records {
 				ev, err := processor.ToLambda(processor.FromStream(r, m.arn))
@@ -175,6 +182,9 @@ func (m *shardedESM) step(sh *emuShard) {
 			e.stats["redelivered_after_kill"]++
 		} else {
 			e.stats["batch_error"]++
+			// The mapping backs off before a retry; a read throttled at
+			// the shard's rate then finds the rate refilled.
+			time.Sleep(50 * time.Millisecond)
 		}
 		a = e.call(payload, -1) // the same records and state
 	}
@@ -221,6 +231,13 @@ func testTumblingShards(t *testing.T, bin string, seed uint64) {
 	s := newStream(t, table)
 	emu, err := streamemu.New(poller.NewStreamsClient(ddbtest.Config(t)), streamemu.Config{
 		StreamARN: s.arn, Shards: 3, RollRecords: 60, SplitRatio: 0.4, MaxOpenShards: 8, Seed: seed,
+		// AWS's call rates: the function's reads of its shard are
+		// throttled as on AWS, and retried. (Not the two-reader rule: the
+		// emulation counts iterator chains, and the mapping, the
+		// function's current commit and its previous one, idle for less
+		// than a second, would be three.)
+		Limits: streamemu.Limits{DescribeStreamPerSecond: streamemu.AWSLimits.DescribeStreamPerSecond,
+			GetRecordsPerShardPerSecond: streamemu.AWSLimits.GetRecordsPerShardPerSecond},
 	})
 	require.NoError(t, err)
 	front := &requestCounter{next: streamemu.Handler(emu)}
@@ -296,6 +313,6 @@ func testTumblingShards(t *testing.T, bin string, seed uint64) {
 		withTxns = append(withTxns, sh)
 	}
 	sort.Strings(withTxns)
-	t.Logf("%d shards (%d rolls, %d splits), %d with transactions; %d live transactions; front end served %d requests; delivery %v; %d processes",
-		len(m.order), rolls, splits, len(withTxns), rs.Transactions, front.n.Load(), m.stats, fn.starts)
+	t.Logf("%d shards (%d rolls, %d splits), %d with transactions; %d live transactions; front end served %d requests (GetRecords throttled %d); delivery %v; %d processes",
+		len(m.order), rolls, splits, len(withTxns), rs.Transactions, front.n.Load(), emu.Refused("GetRecords", "LimitExceededException"), m.stats, fn.starts)
 }
