@@ -387,9 +387,15 @@ type Problem struct {
 	Detail         *string  `json:"detail,omitempty"`
 
 	// Field The offending body member, path parameter, query parameter or header.
-	Field  *string `json:"field,omitempty"`
-	Status int     `json:"status"`
-	Title  string  `json:"title"`
+	Field *string `json:"field,omitempty"`
+
+	// Instance This occurrence: `urn:ledger:request:` and the request's id, the
+	// response's `X-Request-Id` (a replayed answer keeps the id of the
+	// request that first got it). Quote it when reporting a problem:
+	// the writer's log lines carry the id as `request_id`.
+	Instance *string `json:"instance,omitempty"`
+	Status   int     `json:"status"`
+	Title    string  `json:"title"`
 
 	// Type Resolves to the problem's section of docs/api.md.
 	Type interface{} `json:"type"`
@@ -508,10 +514,16 @@ type BadRequest struct {
 	Detail         *string  `json:"detail,omitempty"`
 
 	// Field The offending body member, path parameter, query parameter or header.
-	Field  *string     `json:"field,omitempty"`
-	Status interface{} `json:"status"`
-	Title  string      `json:"title"`
-	Type   interface{} `json:"type"`
+	Field *string `json:"field,omitempty"`
+
+	// Instance This occurrence: `urn:ledger:request:` and the request's id, the
+	// response's `X-Request-Id` (a replayed answer keeps the id of the
+	// request that first got it). Quote it when reporting a problem:
+	// the writer's log lines carry the id as `request_id`.
+	Instance *string     `json:"instance,omitempty"`
+	Status   interface{} `json:"status"`
+	Title    string      `json:"title"`
+	Type     interface{} `json:"type"`
 }
 
 // BodyTooLarge defines model for BodyTooLarge.
@@ -521,10 +533,16 @@ type BodyTooLarge struct {
 	Detail         *string  `json:"detail,omitempty"`
 
 	// Field The offending body member, path parameter, query parameter or header.
-	Field  *string     `json:"field,omitempty"`
-	Status interface{} `json:"status"`
-	Title  string      `json:"title"`
-	Type   interface{} `json:"type"`
+	Field *string `json:"field,omitempty"`
+
+	// Instance This occurrence: `urn:ledger:request:` and the request's id, the
+	// response's `X-Request-Id` (a replayed answer keeps the id of the
+	// request that first got it). Quote it when reporting a problem:
+	// the writer's log lines carry the id as `request_id`.
+	Instance *string     `json:"instance,omitempty"`
+	Status   interface{} `json:"status"`
+	Title    string      `json:"title"`
+	Type     interface{} `json:"type"`
 }
 
 // BranchChanged defines model for BranchChanged.
@@ -543,10 +561,16 @@ type Conflict struct {
 	Detail         *string  `json:"detail,omitempty"`
 
 	// Field The offending body member, path parameter, query parameter or header.
-	Field  *string     `json:"field,omitempty"`
-	Status interface{} `json:"status"`
-	Title  string      `json:"title"`
-	Type   interface{} `json:"type"`
+	Field *string `json:"field,omitempty"`
+
+	// Instance This occurrence: `urn:ledger:request:` and the request's id, the
+	// response's `X-Request-Id` (a replayed answer keeps the id of the
+	// request that first got it). Quote it when reporting a problem:
+	// the writer's log lines carry the id as `request_id`.
+	Instance *string     `json:"instance,omitempty"`
+	Status   interface{} `json:"status"`
+	Title    string      `json:"title"`
+	Type     interface{} `json:"type"`
 }
 
 // Forbidden defines model for Forbidden.
@@ -556,10 +580,16 @@ type Forbidden struct {
 	Detail         *string  `json:"detail,omitempty"`
 
 	// Field The offending body member, path parameter, query parameter or header.
-	Field  *string     `json:"field,omitempty"`
-	Status interface{} `json:"status"`
-	Title  string      `json:"title"`
-	Type   interface{} `json:"type"`
+	Field *string `json:"field,omitempty"`
+
+	// Instance This occurrence: `urn:ledger:request:` and the request's id, the
+	// response's `X-Request-Id` (a replayed answer keeps the id of the
+	// request that first got it). Quote it when reporting a problem:
+	// the writer's log lines carry the id as `request_id`.
+	Instance *string     `json:"instance,omitempty"`
+	Status   interface{} `json:"status"`
+	Title    string      `json:"title"`
+	Type     interface{} `json:"type"`
 }
 
 // IdempotencyKeyReused defines model for IdempotencyKeyReused.
@@ -569,10 +599,16 @@ type IdempotencyKeyReused struct {
 	Detail         *string  `json:"detail,omitempty"`
 
 	// Field The offending body member, path parameter, query parameter or header.
-	Field  *string     `json:"field,omitempty"`
-	Status interface{} `json:"status"`
-	Title  string      `json:"title"`
-	Type   interface{} `json:"type"`
+	Field *string `json:"field,omitempty"`
+
+	// Instance This occurrence: `urn:ledger:request:` and the request's id, the
+	// response's `X-Request-Id` (a replayed answer keeps the id of the
+	// request that first got it). Quote it when reporting a problem:
+	// the writer's log lines carry the id as `request_id`.
+	Instance *string     `json:"instance,omitempty"`
+	Status   interface{} `json:"status"`
+	Title    string      `json:"title"`
+	Type     interface{} `json:"type"`
 }
 
 // Internal defines model for Internal.
@@ -582,10 +618,16 @@ type Internal struct {
 	Detail         *string  `json:"detail,omitempty"`
 
 	// Field The offending body member, path parameter, query parameter or header.
-	Field  *string     `json:"field,omitempty"`
-	Status interface{} `json:"status"`
-	Title  string      `json:"title"`
-	Type   interface{} `json:"type"`
+	Field *string `json:"field,omitempty"`
+
+	// Instance This occurrence: `urn:ledger:request:` and the request's id, the
+	// response's `X-Request-Id` (a replayed answer keeps the id of the
+	// request that first got it). Quote it when reporting a problem:
+	// the writer's log lines carry the id as `request_id`.
+	Instance *string     `json:"instance,omitempty"`
+	Status   interface{} `json:"status"`
+	Title    string      `json:"title"`
+	Type     interface{} `json:"type"`
 }
 
 // NotFound defines model for NotFound.
@@ -595,10 +637,16 @@ type NotFound struct {
 	Detail         *string  `json:"detail,omitempty"`
 
 	// Field The offending body member, path parameter, query parameter or header.
-	Field  *string     `json:"field,omitempty"`
-	Status interface{} `json:"status"`
-	Title  string      `json:"title"`
-	Type   interface{} `json:"type"`
+	Field *string `json:"field,omitempty"`
+
+	// Instance This occurrence: `urn:ledger:request:` and the request's id, the
+	// response's `X-Request-Id` (a replayed answer keeps the id of the
+	// request that first got it). Quote it when reporting a problem:
+	// the writer's log lines carry the id as `request_id`.
+	Instance *string     `json:"instance,omitempty"`
+	Status   interface{} `json:"status"`
+	Title    string      `json:"title"`
+	Type     interface{} `json:"type"`
 }
 
 // PreconditionRequired defines model for PreconditionRequired.
@@ -608,10 +656,16 @@ type PreconditionRequired struct {
 	Detail         *string  `json:"detail,omitempty"`
 
 	// Field The offending body member, path parameter, query parameter or header.
-	Field  *string     `json:"field,omitempty"`
-	Status interface{} `json:"status"`
-	Title  string      `json:"title"`
-	Type   interface{} `json:"type"`
+	Field *string `json:"field,omitempty"`
+
+	// Instance This occurrence: `urn:ledger:request:` and the request's id, the
+	// response's `X-Request-Id` (a replayed answer keeps the id of the
+	// request that first got it). Quote it when reporting a problem:
+	// the writer's log lines carry the id as `request_id`.
+	Instance *string     `json:"instance,omitempty"`
+	Status   interface{} `json:"status"`
+	Title    string      `json:"title"`
+	Type     interface{} `json:"type"`
 }
 
 // RateLimited defines model for RateLimited.
@@ -621,10 +675,16 @@ type RateLimited struct {
 	Detail         *string  `json:"detail,omitempty"`
 
 	// Field The offending body member, path parameter, query parameter or header.
-	Field  *string     `json:"field,omitempty"`
-	Status interface{} `json:"status"`
-	Title  string      `json:"title"`
-	Type   interface{} `json:"type"`
+	Field *string `json:"field,omitempty"`
+
+	// Instance This occurrence: `urn:ledger:request:` and the request's id, the
+	// response's `X-Request-Id` (a replayed answer keeps the id of the
+	// request that first got it). Quote it when reporting a problem:
+	// the writer's log lines carry the id as `request_id`.
+	Instance *string     `json:"instance,omitempty"`
+	Status   interface{} `json:"status"`
+	Title    string      `json:"title"`
+	Type     interface{} `json:"type"`
 }
 
 // TenantChanged defines model for TenantChanged.
@@ -643,10 +703,16 @@ type Unauthenticated struct {
 	Detail         *string  `json:"detail,omitempty"`
 
 	// Field The offending body member, path parameter, query parameter or header.
-	Field  *string     `json:"field,omitempty"`
-	Status interface{} `json:"status"`
-	Title  string      `json:"title"`
-	Type   interface{} `json:"type"`
+	Field *string `json:"field,omitempty"`
+
+	// Instance This occurrence: `urn:ledger:request:` and the request's id, the
+	// response's `X-Request-Id` (a replayed answer keeps the id of the
+	// request that first got it). Quote it when reporting a problem:
+	// the writer's log lines carry the id as `request_id`.
+	Instance *string     `json:"instance,omitempty"`
+	Status   interface{} `json:"status"`
+	Title    string      `json:"title"`
+	Type     interface{} `json:"type"`
 }
 
 // Unavailable defines model for Unavailable.
@@ -656,10 +722,16 @@ type Unavailable struct {
 	Detail         *string  `json:"detail,omitempty"`
 
 	// Field The offending body member, path parameter, query parameter or header.
-	Field  *string     `json:"field,omitempty"`
-	Status interface{} `json:"status"`
-	Title  string      `json:"title"`
-	Type   interface{} `json:"type"`
+	Field *string `json:"field,omitempty"`
+
+	// Instance This occurrence: `urn:ledger:request:` and the request's id, the
+	// response's `X-Request-Id` (a replayed answer keeps the id of the
+	// request that first got it). Quote it when reporting a problem:
+	// the writer's log lines carry the id as `request_id`.
+	Instance *string     `json:"instance,omitempty"`
+	Status   interface{} `json:"status"`
+	Title    string      `json:"title"`
+	Type     interface{} `json:"type"`
 }
 
 // Unprocessable defines model for Unprocessable.
@@ -669,10 +741,16 @@ type Unprocessable struct {
 	Detail         *string  `json:"detail,omitempty"`
 
 	// Field The offending body member, path parameter, query parameter or header.
-	Field  *string     `json:"field,omitempty"`
-	Status interface{} `json:"status"`
-	Title  string      `json:"title"`
-	Type   interface{} `json:"type"`
+	Field *string `json:"field,omitempty"`
+
+	// Instance This occurrence: `urn:ledger:request:` and the request's id, the
+	// response's `X-Request-Id` (a replayed answer keeps the id of the
+	// request that first got it). Quote it when reporting a problem:
+	// the writer's log lines carry the id as `request_id`.
+	Instance *string     `json:"instance,omitempty"`
+	Status   interface{} `json:"status"`
+	Title    string      `json:"title"`
+	Type     interface{} `json:"type"`
 }
 
 // UnsupportedMediaType defines model for UnsupportedMediaType.
@@ -682,10 +760,16 @@ type UnsupportedMediaType struct {
 	Detail         *string  `json:"detail,omitempty"`
 
 	// Field The offending body member, path parameter, query parameter or header.
-	Field  *string     `json:"field,omitempty"`
-	Status interface{} `json:"status"`
-	Title  string      `json:"title"`
-	Type   interface{} `json:"type"`
+	Field *string `json:"field,omitempty"`
+
+	// Instance This occurrence: `urn:ledger:request:` and the request's id, the
+	// response's `X-Request-Id` (a replayed answer keeps the id of the
+	// request that first got it). Quote it when reporting a problem:
+	// the writer's log lines carry the id as `request_id`.
+	Instance *string     `json:"instance,omitempty"`
+	Status   interface{} `json:"status"`
+	Title    string      `json:"title"`
+	Type     interface{} `json:"type"`
 }
 
 // VersionMismatch defines model for VersionMismatch.
@@ -695,10 +779,16 @@ type VersionMismatch struct {
 	Detail         *string  `json:"detail,omitempty"`
 
 	// Field The offending body member, path parameter, query parameter or header.
-	Field  *string     `json:"field,omitempty"`
-	Status interface{} `json:"status"`
-	Title  string      `json:"title"`
-	Type   interface{} `json:"type"`
+	Field *string `json:"field,omitempty"`
+
+	// Instance This occurrence: `urn:ledger:request:` and the request's id, the
+	// response's `X-Request-Id` (a replayed answer keeps the id of the
+	// request that first got it). Quote it when reporting a problem:
+	// the writer's log lines carry the id as `request_id`.
+	Instance *string     `json:"instance,omitempty"`
+	Status   interface{} `json:"status"`
+	Title    string      `json:"title"`
+	Type     interface{} `json:"type"`
 }
 
 // LookupAccountParams defines parameters for LookupAccount.
@@ -3176,12 +3266,14 @@ type ClientWithResponsesInterface interface {
 type LookupAccountResponse200Headers struct {
 	CacheControl string
 	ETag         string
+	XRequestId   string
 }
 
 // LookupAccountResponse400Headers the declared response headers of an HTTP 400 response for LookupAccount
 type LookupAccountResponse400Headers struct {
 	CacheControl        string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // LookupAccountResponse401Headers the declared response headers of an HTTP 401 response for LookupAccount
@@ -3189,24 +3281,28 @@ type LookupAccountResponse401Headers struct {
 	CacheControl        string
 	WWWAuthenticate     string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // LookupAccountResponse403Headers the declared response headers of an HTTP 403 response for LookupAccount
 type LookupAccountResponse403Headers struct {
 	CacheControl        string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // LookupAccountResponse404Headers the declared response headers of an HTTP 404 response for LookupAccount
 type LookupAccountResponse404Headers struct {
 	CacheControl        string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // LookupAccountResponse500Headers the declared response headers of an HTTP 500 response for LookupAccount
 type LookupAccountResponse500Headers struct {
 	CacheControl        string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // LookupAccountResponse503Headers the declared response headers of an HTTP 503 response for LookupAccount
@@ -3214,6 +3310,7 @@ type LookupAccountResponse503Headers struct {
 	CacheControl        string
 	RetryAfter          string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 type LookupAccountResponse struct {
@@ -3282,12 +3379,14 @@ func (r LookupAccountResponse) ContentType() string {
 type LookupBranchResponse200Headers struct {
 	CacheControl string
 	ETag         string
+	XRequestId   string
 }
 
 // LookupBranchResponse400Headers the declared response headers of an HTTP 400 response for LookupBranch
 type LookupBranchResponse400Headers struct {
 	CacheControl        string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // LookupBranchResponse401Headers the declared response headers of an HTTP 401 response for LookupBranch
@@ -3295,24 +3394,28 @@ type LookupBranchResponse401Headers struct {
 	CacheControl        string
 	WWWAuthenticate     string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // LookupBranchResponse403Headers the declared response headers of an HTTP 403 response for LookupBranch
 type LookupBranchResponse403Headers struct {
 	CacheControl        string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // LookupBranchResponse404Headers the declared response headers of an HTTP 404 response for LookupBranch
 type LookupBranchResponse404Headers struct {
 	CacheControl        string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // LookupBranchResponse500Headers the declared response headers of an HTTP 500 response for LookupBranch
 type LookupBranchResponse500Headers struct {
 	CacheControl        string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // LookupBranchResponse503Headers the declared response headers of an HTTP 503 response for LookupBranch
@@ -3320,6 +3423,7 @@ type LookupBranchResponse503Headers struct {
 	CacheControl        string
 	RetryAfter          string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 type LookupBranchResponse struct {
@@ -3387,12 +3491,14 @@ func (r LookupBranchResponse) ContentType() string {
 // ListTenantsResponse200Headers the declared response headers of an HTTP 200 response for ListTenants
 type ListTenantsResponse200Headers struct {
 	CacheControl string
+	XRequestId   string
 }
 
 // ListTenantsResponse400Headers the declared response headers of an HTTP 400 response for ListTenants
 type ListTenantsResponse400Headers struct {
 	CacheControl        string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // ListTenantsResponse401Headers the declared response headers of an HTTP 401 response for ListTenants
@@ -3400,18 +3506,21 @@ type ListTenantsResponse401Headers struct {
 	CacheControl        string
 	WWWAuthenticate     string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // ListTenantsResponse403Headers the declared response headers of an HTTP 403 response for ListTenants
 type ListTenantsResponse403Headers struct {
 	CacheControl        string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // ListTenantsResponse500Headers the declared response headers of an HTTP 500 response for ListTenants
 type ListTenantsResponse500Headers struct {
 	CacheControl        string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // ListTenantsResponse503Headers the declared response headers of an HTTP 503 response for ListTenants
@@ -3419,6 +3528,7 @@ type ListTenantsResponse503Headers struct {
 	CacheControl        string
 	RetryAfter          string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 type ListTenantsResponse struct {
@@ -3485,12 +3595,14 @@ type CreateTenantResponse201Headers struct {
 	ETag               string
 	IdempotentReplayed *string
 	Location           string
+	XRequestId         string
 }
 
 // CreateTenantResponse400Headers the declared response headers of an HTTP 400 response for CreateTenant
 type CreateTenantResponse400Headers struct {
 	CacheControl        string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // CreateTenantResponse401Headers the declared response headers of an HTTP 401 response for CreateTenant
@@ -3498,12 +3610,14 @@ type CreateTenantResponse401Headers struct {
 	CacheControl        string
 	WWWAuthenticate     string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // CreateTenantResponse403Headers the declared response headers of an HTTP 403 response for CreateTenant
 type CreateTenantResponse403Headers struct {
 	CacheControl        string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // CreateTenantResponse409Headers the declared response headers of an HTTP 409 response for CreateTenant
@@ -3511,30 +3625,35 @@ type CreateTenantResponse409Headers struct {
 	CacheControl        string
 	RetryAfter          *string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // CreateTenantResponse413Headers the declared response headers of an HTTP 413 response for CreateTenant
 type CreateTenantResponse413Headers struct {
 	CacheControl        string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // CreateTenantResponse415Headers the declared response headers of an HTTP 415 response for CreateTenant
 type CreateTenantResponse415Headers struct {
 	CacheControl        string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // CreateTenantResponse422Headers the declared response headers of an HTTP 422 response for CreateTenant
 type CreateTenantResponse422Headers struct {
 	CacheControl        string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // CreateTenantResponse500Headers the declared response headers of an HTTP 500 response for CreateTenant
 type CreateTenantResponse500Headers struct {
 	CacheControl        string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // CreateTenantResponse503Headers the declared response headers of an HTTP 503 response for CreateTenant
@@ -3542,6 +3661,7 @@ type CreateTenantResponse503Headers struct {
 	CacheControl        string
 	RetryAfter          string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 type CreateTenantResponse struct {
@@ -3622,12 +3742,14 @@ func (r CreateTenantResponse) ContentType() string {
 type GetTenantResponse200Headers struct {
 	CacheControl string
 	ETag         string
+	XRequestId   string
 }
 
 // GetTenantResponse400Headers the declared response headers of an HTTP 400 response for GetTenant
 type GetTenantResponse400Headers struct {
 	CacheControl        string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // GetTenantResponse401Headers the declared response headers of an HTTP 401 response for GetTenant
@@ -3635,18 +3757,21 @@ type GetTenantResponse401Headers struct {
 	CacheControl        string
 	WWWAuthenticate     string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // GetTenantResponse403Headers the declared response headers of an HTTP 403 response for GetTenant
 type GetTenantResponse403Headers struct {
 	CacheControl        string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // GetTenantResponse404Headers the declared response headers of an HTTP 404 response for GetTenant
 type GetTenantResponse404Headers struct {
 	CacheControl        string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // GetTenantResponse429Headers the declared response headers of an HTTP 429 response for GetTenant
@@ -3654,12 +3779,14 @@ type GetTenantResponse429Headers struct {
 	CacheControl        string
 	RetryAfter          string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // GetTenantResponse500Headers the declared response headers of an HTTP 500 response for GetTenant
 type GetTenantResponse500Headers struct {
 	CacheControl        string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // GetTenantResponse503Headers the declared response headers of an HTTP 503 response for GetTenant
@@ -3667,6 +3794,7 @@ type GetTenantResponse503Headers struct {
 	CacheControl        string
 	RetryAfter          string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 type GetTenantResponse struct {
@@ -3740,12 +3868,14 @@ type PatchTenantResponse200Headers struct {
 	CacheControl       string
 	ETag               string
 	IdempotentReplayed *string
+	XRequestId         string
 }
 
 // PatchTenantResponse400Headers the declared response headers of an HTTP 400 response for PatchTenant
 type PatchTenantResponse400Headers struct {
 	CacheControl        string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // PatchTenantResponse401Headers the declared response headers of an HTTP 401 response for PatchTenant
@@ -3753,18 +3883,21 @@ type PatchTenantResponse401Headers struct {
 	CacheControl        string
 	WWWAuthenticate     string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // PatchTenantResponse403Headers the declared response headers of an HTTP 403 response for PatchTenant
 type PatchTenantResponse403Headers struct {
 	CacheControl        string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // PatchTenantResponse404Headers the declared response headers of an HTTP 404 response for PatchTenant
 type PatchTenantResponse404Headers struct {
 	CacheControl        string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // PatchTenantResponse409Headers the declared response headers of an HTTP 409 response for PatchTenant
@@ -3772,6 +3905,7 @@ type PatchTenantResponse409Headers struct {
 	CacheControl        string
 	RetryAfter          *string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // PatchTenantResponse412Headers the declared response headers of an HTTP 412 response for PatchTenant
@@ -3779,36 +3913,42 @@ type PatchTenantResponse412Headers struct {
 	CacheControl        string
 	ETag                string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // PatchTenantResponse413Headers the declared response headers of an HTTP 413 response for PatchTenant
 type PatchTenantResponse413Headers struct {
 	CacheControl        string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // PatchTenantResponse415Headers the declared response headers of an HTTP 415 response for PatchTenant
 type PatchTenantResponse415Headers struct {
 	CacheControl        string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // PatchTenantResponse422Headers the declared response headers of an HTTP 422 response for PatchTenant
 type PatchTenantResponse422Headers struct {
 	CacheControl        string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // PatchTenantResponse428Headers the declared response headers of an HTTP 428 response for PatchTenant
 type PatchTenantResponse428Headers struct {
 	CacheControl        string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // PatchTenantResponse500Headers the declared response headers of an HTTP 500 response for PatchTenant
 type PatchTenantResponse500Headers struct {
 	CacheControl        string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // PatchTenantResponse503Headers the declared response headers of an HTTP 503 response for PatchTenant
@@ -3816,6 +3956,7 @@ type PatchTenantResponse503Headers struct {
 	CacheControl        string
 	RetryAfter          string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 type PatchTenantResponse struct {
@@ -3907,12 +4048,14 @@ func (r PatchTenantResponse) ContentType() string {
 // ListAccountsResponse200Headers the declared response headers of an HTTP 200 response for ListAccounts
 type ListAccountsResponse200Headers struct {
 	CacheControl string
+	XRequestId   string
 }
 
 // ListAccountsResponse400Headers the declared response headers of an HTTP 400 response for ListAccounts
 type ListAccountsResponse400Headers struct {
 	CacheControl        string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // ListAccountsResponse401Headers the declared response headers of an HTTP 401 response for ListAccounts
@@ -3920,12 +4063,14 @@ type ListAccountsResponse401Headers struct {
 	CacheControl        string
 	WWWAuthenticate     string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // ListAccountsResponse403Headers the declared response headers of an HTTP 403 response for ListAccounts
 type ListAccountsResponse403Headers struct {
 	CacheControl        string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // ListAccountsResponse429Headers the declared response headers of an HTTP 429 response for ListAccounts
@@ -3933,12 +4078,14 @@ type ListAccountsResponse429Headers struct {
 	CacheControl        string
 	RetryAfter          string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // ListAccountsResponse500Headers the declared response headers of an HTTP 500 response for ListAccounts
 type ListAccountsResponse500Headers struct {
 	CacheControl        string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // ListAccountsResponse503Headers the declared response headers of an HTTP 503 response for ListAccounts
@@ -3946,6 +4093,7 @@ type ListAccountsResponse503Headers struct {
 	CacheControl        string
 	RetryAfter          string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 type ListAccountsResponse struct {
@@ -4016,12 +4164,14 @@ type CreateAccountResponse201Headers struct {
 	ETag               string
 	IdempotentReplayed *string
 	Location           string
+	XRequestId         string
 }
 
 // CreateAccountResponse400Headers the declared response headers of an HTTP 400 response for CreateAccount
 type CreateAccountResponse400Headers struct {
 	CacheControl        string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // CreateAccountResponse401Headers the declared response headers of an HTTP 401 response for CreateAccount
@@ -4029,18 +4179,21 @@ type CreateAccountResponse401Headers struct {
 	CacheControl        string
 	WWWAuthenticate     string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // CreateAccountResponse403Headers the declared response headers of an HTTP 403 response for CreateAccount
 type CreateAccountResponse403Headers struct {
 	CacheControl        string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // CreateAccountResponse404Headers the declared response headers of an HTTP 404 response for CreateAccount
 type CreateAccountResponse404Headers struct {
 	CacheControl        string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // CreateAccountResponse409Headers the declared response headers of an HTTP 409 response for CreateAccount
@@ -4048,24 +4201,28 @@ type CreateAccountResponse409Headers struct {
 	CacheControl        string
 	RetryAfter          *string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // CreateAccountResponse413Headers the declared response headers of an HTTP 413 response for CreateAccount
 type CreateAccountResponse413Headers struct {
 	CacheControl        string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // CreateAccountResponse415Headers the declared response headers of an HTTP 415 response for CreateAccount
 type CreateAccountResponse415Headers struct {
 	CacheControl        string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // CreateAccountResponse422Headers the declared response headers of an HTTP 422 response for CreateAccount
 type CreateAccountResponse422Headers struct {
 	CacheControl        string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // CreateAccountResponse429Headers the declared response headers of an HTTP 429 response for CreateAccount
@@ -4073,12 +4230,14 @@ type CreateAccountResponse429Headers struct {
 	CacheControl        string
 	RetryAfter          string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // CreateAccountResponse500Headers the declared response headers of an HTTP 500 response for CreateAccount
 type CreateAccountResponse500Headers struct {
 	CacheControl        string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // CreateAccountResponse503Headers the declared response headers of an HTTP 503 response for CreateAccount
@@ -4086,6 +4245,7 @@ type CreateAccountResponse503Headers struct {
 	CacheControl        string
 	RetryAfter          string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 type CreateAccountResponse struct {
@@ -4174,12 +4334,14 @@ func (r CreateAccountResponse) ContentType() string {
 type DeleteAccountResponse204Headers struct {
 	CacheControl       string
 	IdempotentReplayed *string
+	XRequestId         string
 }
 
 // DeleteAccountResponse400Headers the declared response headers of an HTTP 400 response for DeleteAccount
 type DeleteAccountResponse400Headers struct {
 	CacheControl        string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // DeleteAccountResponse401Headers the declared response headers of an HTTP 401 response for DeleteAccount
@@ -4187,18 +4349,21 @@ type DeleteAccountResponse401Headers struct {
 	CacheControl        string
 	WWWAuthenticate     string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // DeleteAccountResponse403Headers the declared response headers of an HTTP 403 response for DeleteAccount
 type DeleteAccountResponse403Headers struct {
 	CacheControl        string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // DeleteAccountResponse404Headers the declared response headers of an HTTP 404 response for DeleteAccount
 type DeleteAccountResponse404Headers struct {
 	CacheControl        string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // DeleteAccountResponse409Headers the declared response headers of an HTTP 409 response for DeleteAccount
@@ -4206,6 +4371,7 @@ type DeleteAccountResponse409Headers struct {
 	CacheControl        string
 	RetryAfter          *string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // DeleteAccountResponse412Headers the declared response headers of an HTTP 412 response for DeleteAccount
@@ -4213,12 +4379,14 @@ type DeleteAccountResponse412Headers struct {
 	CacheControl        string
 	ETag                string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // DeleteAccountResponse422Headers the declared response headers of an HTTP 422 response for DeleteAccount
 type DeleteAccountResponse422Headers struct {
 	CacheControl        string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // DeleteAccountResponse429Headers the declared response headers of an HTTP 429 response for DeleteAccount
@@ -4226,12 +4394,14 @@ type DeleteAccountResponse429Headers struct {
 	CacheControl        string
 	RetryAfter          string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // DeleteAccountResponse500Headers the declared response headers of an HTTP 500 response for DeleteAccount
 type DeleteAccountResponse500Headers struct {
 	CacheControl        string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // DeleteAccountResponse503Headers the declared response headers of an HTTP 503 response for DeleteAccount
@@ -4239,6 +4409,7 @@ type DeleteAccountResponse503Headers struct {
 	CacheControl        string
 	RetryAfter          string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 type DeleteAccountResponse struct {
@@ -4321,12 +4492,14 @@ func (r DeleteAccountResponse) ContentType() string {
 type GetAccountResponse200Headers struct {
 	CacheControl string
 	ETag         string
+	XRequestId   string
 }
 
 // GetAccountResponse400Headers the declared response headers of an HTTP 400 response for GetAccount
 type GetAccountResponse400Headers struct {
 	CacheControl        string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // GetAccountResponse401Headers the declared response headers of an HTTP 401 response for GetAccount
@@ -4334,18 +4507,21 @@ type GetAccountResponse401Headers struct {
 	CacheControl        string
 	WWWAuthenticate     string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // GetAccountResponse403Headers the declared response headers of an HTTP 403 response for GetAccount
 type GetAccountResponse403Headers struct {
 	CacheControl        string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // GetAccountResponse404Headers the declared response headers of an HTTP 404 response for GetAccount
 type GetAccountResponse404Headers struct {
 	CacheControl        string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // GetAccountResponse429Headers the declared response headers of an HTTP 429 response for GetAccount
@@ -4353,12 +4529,14 @@ type GetAccountResponse429Headers struct {
 	CacheControl        string
 	RetryAfter          string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // GetAccountResponse500Headers the declared response headers of an HTTP 500 response for GetAccount
 type GetAccountResponse500Headers struct {
 	CacheControl        string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // GetAccountResponse503Headers the declared response headers of an HTTP 503 response for GetAccount
@@ -4366,6 +4544,7 @@ type GetAccountResponse503Headers struct {
 	CacheControl        string
 	RetryAfter          string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 type GetAccountResponse struct {
@@ -4439,12 +4618,14 @@ type PatchAccountResponse200Headers struct {
 	CacheControl       string
 	ETag               string
 	IdempotentReplayed *string
+	XRequestId         string
 }
 
 // PatchAccountResponse400Headers the declared response headers of an HTTP 400 response for PatchAccount
 type PatchAccountResponse400Headers struct {
 	CacheControl        string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // PatchAccountResponse401Headers the declared response headers of an HTTP 401 response for PatchAccount
@@ -4452,18 +4633,21 @@ type PatchAccountResponse401Headers struct {
 	CacheControl        string
 	WWWAuthenticate     string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // PatchAccountResponse403Headers the declared response headers of an HTTP 403 response for PatchAccount
 type PatchAccountResponse403Headers struct {
 	CacheControl        string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // PatchAccountResponse404Headers the declared response headers of an HTTP 404 response for PatchAccount
 type PatchAccountResponse404Headers struct {
 	CacheControl        string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // PatchAccountResponse409Headers the declared response headers of an HTTP 409 response for PatchAccount
@@ -4471,6 +4655,7 @@ type PatchAccountResponse409Headers struct {
 	CacheControl        string
 	RetryAfter          *string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // PatchAccountResponse412Headers the declared response headers of an HTTP 412 response for PatchAccount
@@ -4478,30 +4663,35 @@ type PatchAccountResponse412Headers struct {
 	CacheControl        string
 	ETag                string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // PatchAccountResponse413Headers the declared response headers of an HTTP 413 response for PatchAccount
 type PatchAccountResponse413Headers struct {
 	CacheControl        string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // PatchAccountResponse415Headers the declared response headers of an HTTP 415 response for PatchAccount
 type PatchAccountResponse415Headers struct {
 	CacheControl        string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // PatchAccountResponse422Headers the declared response headers of an HTTP 422 response for PatchAccount
 type PatchAccountResponse422Headers struct {
 	CacheControl        string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // PatchAccountResponse428Headers the declared response headers of an HTTP 428 response for PatchAccount
 type PatchAccountResponse428Headers struct {
 	CacheControl        string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // PatchAccountResponse429Headers the declared response headers of an HTTP 429 response for PatchAccount
@@ -4509,12 +4699,14 @@ type PatchAccountResponse429Headers struct {
 	CacheControl        string
 	RetryAfter          string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // PatchAccountResponse500Headers the declared response headers of an HTTP 500 response for PatchAccount
 type PatchAccountResponse500Headers struct {
 	CacheControl        string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // PatchAccountResponse503Headers the declared response headers of an HTTP 503 response for PatchAccount
@@ -4522,6 +4714,7 @@ type PatchAccountResponse503Headers struct {
 	CacheControl        string
 	RetryAfter          string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 type PatchAccountResponse struct {
@@ -4620,12 +4813,14 @@ type AddEmailResponse201Headers struct {
 	ETag               string
 	IdempotentReplayed *string
 	Location           string
+	XRequestId         string
 }
 
 // AddEmailResponse400Headers the declared response headers of an HTTP 400 response for AddEmail
 type AddEmailResponse400Headers struct {
 	CacheControl        string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // AddEmailResponse401Headers the declared response headers of an HTTP 401 response for AddEmail
@@ -4633,18 +4828,21 @@ type AddEmailResponse401Headers struct {
 	CacheControl        string
 	WWWAuthenticate     string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // AddEmailResponse403Headers the declared response headers of an HTTP 403 response for AddEmail
 type AddEmailResponse403Headers struct {
 	CacheControl        string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // AddEmailResponse404Headers the declared response headers of an HTTP 404 response for AddEmail
 type AddEmailResponse404Headers struct {
 	CacheControl        string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // AddEmailResponse409Headers the declared response headers of an HTTP 409 response for AddEmail
@@ -4652,6 +4850,7 @@ type AddEmailResponse409Headers struct {
 	CacheControl        string
 	RetryAfter          *string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // AddEmailResponse412Headers the declared response headers of an HTTP 412 response for AddEmail
@@ -4659,24 +4858,28 @@ type AddEmailResponse412Headers struct {
 	CacheControl        string
 	ETag                string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // AddEmailResponse413Headers the declared response headers of an HTTP 413 response for AddEmail
 type AddEmailResponse413Headers struct {
 	CacheControl        string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // AddEmailResponse415Headers the declared response headers of an HTTP 415 response for AddEmail
 type AddEmailResponse415Headers struct {
 	CacheControl        string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // AddEmailResponse422Headers the declared response headers of an HTTP 422 response for AddEmail
 type AddEmailResponse422Headers struct {
 	CacheControl        string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // AddEmailResponse429Headers the declared response headers of an HTTP 429 response for AddEmail
@@ -4684,12 +4887,14 @@ type AddEmailResponse429Headers struct {
 	CacheControl        string
 	RetryAfter          string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // AddEmailResponse500Headers the declared response headers of an HTTP 500 response for AddEmail
 type AddEmailResponse500Headers struct {
 	CacheControl        string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // AddEmailResponse503Headers the declared response headers of an HTTP 503 response for AddEmail
@@ -4697,6 +4902,7 @@ type AddEmailResponse503Headers struct {
 	CacheControl        string
 	RetryAfter          string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 type AddEmailResponse struct {
@@ -4790,12 +4996,14 @@ type RemoveEmailResponse200Headers struct {
 	CacheControl       string
 	ETag               string
 	IdempotentReplayed *string
+	XRequestId         string
 }
 
 // RemoveEmailResponse400Headers the declared response headers of an HTTP 400 response for RemoveEmail
 type RemoveEmailResponse400Headers struct {
 	CacheControl        string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // RemoveEmailResponse401Headers the declared response headers of an HTTP 401 response for RemoveEmail
@@ -4803,18 +5011,21 @@ type RemoveEmailResponse401Headers struct {
 	CacheControl        string
 	WWWAuthenticate     string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // RemoveEmailResponse403Headers the declared response headers of an HTTP 403 response for RemoveEmail
 type RemoveEmailResponse403Headers struct {
 	CacheControl        string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // RemoveEmailResponse404Headers the declared response headers of an HTTP 404 response for RemoveEmail
 type RemoveEmailResponse404Headers struct {
 	CacheControl        string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // RemoveEmailResponse409Headers the declared response headers of an HTTP 409 response for RemoveEmail
@@ -4822,6 +5033,7 @@ type RemoveEmailResponse409Headers struct {
 	CacheControl        string
 	RetryAfter          *string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // RemoveEmailResponse412Headers the declared response headers of an HTTP 412 response for RemoveEmail
@@ -4829,12 +5041,14 @@ type RemoveEmailResponse412Headers struct {
 	CacheControl        string
 	ETag                string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // RemoveEmailResponse422Headers the declared response headers of an HTTP 422 response for RemoveEmail
 type RemoveEmailResponse422Headers struct {
 	CacheControl        string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // RemoveEmailResponse429Headers the declared response headers of an HTTP 429 response for RemoveEmail
@@ -4842,12 +5056,14 @@ type RemoveEmailResponse429Headers struct {
 	CacheControl        string
 	RetryAfter          string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // RemoveEmailResponse500Headers the declared response headers of an HTTP 500 response for RemoveEmail
 type RemoveEmailResponse500Headers struct {
 	CacheControl        string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // RemoveEmailResponse503Headers the declared response headers of an HTTP 503 response for RemoveEmail
@@ -4855,6 +5071,7 @@ type RemoveEmailResponse503Headers struct {
 	CacheControl        string
 	RetryAfter          string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 type RemoveEmailResponse struct {
@@ -4940,12 +5157,14 @@ type PatchEmailResponse200Headers struct {
 	CacheControl       string
 	ETag               string
 	IdempotentReplayed *string
+	XRequestId         string
 }
 
 // PatchEmailResponse400Headers the declared response headers of an HTTP 400 response for PatchEmail
 type PatchEmailResponse400Headers struct {
 	CacheControl        string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // PatchEmailResponse401Headers the declared response headers of an HTTP 401 response for PatchEmail
@@ -4953,18 +5172,21 @@ type PatchEmailResponse401Headers struct {
 	CacheControl        string
 	WWWAuthenticate     string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // PatchEmailResponse403Headers the declared response headers of an HTTP 403 response for PatchEmail
 type PatchEmailResponse403Headers struct {
 	CacheControl        string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // PatchEmailResponse404Headers the declared response headers of an HTTP 404 response for PatchEmail
 type PatchEmailResponse404Headers struct {
 	CacheControl        string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // PatchEmailResponse409Headers the declared response headers of an HTTP 409 response for PatchEmail
@@ -4972,6 +5194,7 @@ type PatchEmailResponse409Headers struct {
 	CacheControl        string
 	RetryAfter          *string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // PatchEmailResponse412Headers the declared response headers of an HTTP 412 response for PatchEmail
@@ -4979,30 +5202,35 @@ type PatchEmailResponse412Headers struct {
 	CacheControl        string
 	ETag                string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // PatchEmailResponse413Headers the declared response headers of an HTTP 413 response for PatchEmail
 type PatchEmailResponse413Headers struct {
 	CacheControl        string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // PatchEmailResponse415Headers the declared response headers of an HTTP 415 response for PatchEmail
 type PatchEmailResponse415Headers struct {
 	CacheControl        string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // PatchEmailResponse422Headers the declared response headers of an HTTP 422 response for PatchEmail
 type PatchEmailResponse422Headers struct {
 	CacheControl        string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // PatchEmailResponse428Headers the declared response headers of an HTTP 428 response for PatchEmail
 type PatchEmailResponse428Headers struct {
 	CacheControl        string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // PatchEmailResponse429Headers the declared response headers of an HTTP 429 response for PatchEmail
@@ -5010,12 +5238,14 @@ type PatchEmailResponse429Headers struct {
 	CacheControl        string
 	RetryAfter          string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // PatchEmailResponse500Headers the declared response headers of an HTTP 500 response for PatchEmail
 type PatchEmailResponse500Headers struct {
 	CacheControl        string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // PatchEmailResponse503Headers the declared response headers of an HTTP 503 response for PatchEmail
@@ -5023,6 +5253,7 @@ type PatchEmailResponse503Headers struct {
 	CacheControl        string
 	RetryAfter          string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 type PatchEmailResponse struct {
@@ -5118,12 +5349,14 @@ func (r PatchEmailResponse) ContentType() string {
 // ListBranchesResponse200Headers the declared response headers of an HTTP 200 response for ListBranches
 type ListBranchesResponse200Headers struct {
 	CacheControl string
+	XRequestId   string
 }
 
 // ListBranchesResponse400Headers the declared response headers of an HTTP 400 response for ListBranches
 type ListBranchesResponse400Headers struct {
 	CacheControl        string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // ListBranchesResponse401Headers the declared response headers of an HTTP 401 response for ListBranches
@@ -5131,12 +5364,14 @@ type ListBranchesResponse401Headers struct {
 	CacheControl        string
 	WWWAuthenticate     string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // ListBranchesResponse403Headers the declared response headers of an HTTP 403 response for ListBranches
 type ListBranchesResponse403Headers struct {
 	CacheControl        string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // ListBranchesResponse429Headers the declared response headers of an HTTP 429 response for ListBranches
@@ -5144,12 +5379,14 @@ type ListBranchesResponse429Headers struct {
 	CacheControl        string
 	RetryAfter          string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // ListBranchesResponse500Headers the declared response headers of an HTTP 500 response for ListBranches
 type ListBranchesResponse500Headers struct {
 	CacheControl        string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // ListBranchesResponse503Headers the declared response headers of an HTTP 503 response for ListBranches
@@ -5157,6 +5394,7 @@ type ListBranchesResponse503Headers struct {
 	CacheControl        string
 	RetryAfter          string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 type ListBranchesResponse struct {
@@ -5227,12 +5465,14 @@ type CreateBranchResponse201Headers struct {
 	ETag               string
 	IdempotentReplayed *string
 	Location           string
+	XRequestId         string
 }
 
 // CreateBranchResponse400Headers the declared response headers of an HTTP 400 response for CreateBranch
 type CreateBranchResponse400Headers struct {
 	CacheControl        string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // CreateBranchResponse401Headers the declared response headers of an HTTP 401 response for CreateBranch
@@ -5240,18 +5480,21 @@ type CreateBranchResponse401Headers struct {
 	CacheControl        string
 	WWWAuthenticate     string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // CreateBranchResponse403Headers the declared response headers of an HTTP 403 response for CreateBranch
 type CreateBranchResponse403Headers struct {
 	CacheControl        string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // CreateBranchResponse404Headers the declared response headers of an HTTP 404 response for CreateBranch
 type CreateBranchResponse404Headers struct {
 	CacheControl        string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // CreateBranchResponse409Headers the declared response headers of an HTTP 409 response for CreateBranch
@@ -5259,24 +5502,28 @@ type CreateBranchResponse409Headers struct {
 	CacheControl        string
 	RetryAfter          *string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // CreateBranchResponse413Headers the declared response headers of an HTTP 413 response for CreateBranch
 type CreateBranchResponse413Headers struct {
 	CacheControl        string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // CreateBranchResponse415Headers the declared response headers of an HTTP 415 response for CreateBranch
 type CreateBranchResponse415Headers struct {
 	CacheControl        string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // CreateBranchResponse422Headers the declared response headers of an HTTP 422 response for CreateBranch
 type CreateBranchResponse422Headers struct {
 	CacheControl        string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // CreateBranchResponse429Headers the declared response headers of an HTTP 429 response for CreateBranch
@@ -5284,12 +5531,14 @@ type CreateBranchResponse429Headers struct {
 	CacheControl        string
 	RetryAfter          string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // CreateBranchResponse500Headers the declared response headers of an HTTP 500 response for CreateBranch
 type CreateBranchResponse500Headers struct {
 	CacheControl        string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // CreateBranchResponse503Headers the declared response headers of an HTTP 503 response for CreateBranch
@@ -5297,6 +5546,7 @@ type CreateBranchResponse503Headers struct {
 	CacheControl        string
 	RetryAfter          string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 type CreateBranchResponse struct {
@@ -5385,12 +5635,14 @@ func (r CreateBranchResponse) ContentType() string {
 type DeleteBranchResponse204Headers struct {
 	CacheControl       string
 	IdempotentReplayed *string
+	XRequestId         string
 }
 
 // DeleteBranchResponse400Headers the declared response headers of an HTTP 400 response for DeleteBranch
 type DeleteBranchResponse400Headers struct {
 	CacheControl        string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // DeleteBranchResponse401Headers the declared response headers of an HTTP 401 response for DeleteBranch
@@ -5398,18 +5650,21 @@ type DeleteBranchResponse401Headers struct {
 	CacheControl        string
 	WWWAuthenticate     string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // DeleteBranchResponse403Headers the declared response headers of an HTTP 403 response for DeleteBranch
 type DeleteBranchResponse403Headers struct {
 	CacheControl        string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // DeleteBranchResponse404Headers the declared response headers of an HTTP 404 response for DeleteBranch
 type DeleteBranchResponse404Headers struct {
 	CacheControl        string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // DeleteBranchResponse409Headers the declared response headers of an HTTP 409 response for DeleteBranch
@@ -5417,6 +5672,7 @@ type DeleteBranchResponse409Headers struct {
 	CacheControl        string
 	RetryAfter          *string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // DeleteBranchResponse412Headers the declared response headers of an HTTP 412 response for DeleteBranch
@@ -5424,12 +5680,14 @@ type DeleteBranchResponse412Headers struct {
 	CacheControl        string
 	ETag                string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // DeleteBranchResponse422Headers the declared response headers of an HTTP 422 response for DeleteBranch
 type DeleteBranchResponse422Headers struct {
 	CacheControl        string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // DeleteBranchResponse429Headers the declared response headers of an HTTP 429 response for DeleteBranch
@@ -5437,12 +5695,14 @@ type DeleteBranchResponse429Headers struct {
 	CacheControl        string
 	RetryAfter          string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // DeleteBranchResponse500Headers the declared response headers of an HTTP 500 response for DeleteBranch
 type DeleteBranchResponse500Headers struct {
 	CacheControl        string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // DeleteBranchResponse503Headers the declared response headers of an HTTP 503 response for DeleteBranch
@@ -5450,6 +5710,7 @@ type DeleteBranchResponse503Headers struct {
 	CacheControl        string
 	RetryAfter          string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 type DeleteBranchResponse struct {
@@ -5532,12 +5793,14 @@ func (r DeleteBranchResponse) ContentType() string {
 type GetBranchResponse200Headers struct {
 	CacheControl string
 	ETag         string
+	XRequestId   string
 }
 
 // GetBranchResponse400Headers the declared response headers of an HTTP 400 response for GetBranch
 type GetBranchResponse400Headers struct {
 	CacheControl        string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // GetBranchResponse401Headers the declared response headers of an HTTP 401 response for GetBranch
@@ -5545,18 +5808,21 @@ type GetBranchResponse401Headers struct {
 	CacheControl        string
 	WWWAuthenticate     string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // GetBranchResponse403Headers the declared response headers of an HTTP 403 response for GetBranch
 type GetBranchResponse403Headers struct {
 	CacheControl        string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // GetBranchResponse404Headers the declared response headers of an HTTP 404 response for GetBranch
 type GetBranchResponse404Headers struct {
 	CacheControl        string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // GetBranchResponse429Headers the declared response headers of an HTTP 429 response for GetBranch
@@ -5564,12 +5830,14 @@ type GetBranchResponse429Headers struct {
 	CacheControl        string
 	RetryAfter          string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // GetBranchResponse500Headers the declared response headers of an HTTP 500 response for GetBranch
 type GetBranchResponse500Headers struct {
 	CacheControl        string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // GetBranchResponse503Headers the declared response headers of an HTTP 503 response for GetBranch
@@ -5577,6 +5845,7 @@ type GetBranchResponse503Headers struct {
 	CacheControl        string
 	RetryAfter          string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 type GetBranchResponse struct {
@@ -5650,12 +5919,14 @@ type PatchBranchResponse200Headers struct {
 	CacheControl       string
 	ETag               string
 	IdempotentReplayed *string
+	XRequestId         string
 }
 
 // PatchBranchResponse400Headers the declared response headers of an HTTP 400 response for PatchBranch
 type PatchBranchResponse400Headers struct {
 	CacheControl        string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // PatchBranchResponse401Headers the declared response headers of an HTTP 401 response for PatchBranch
@@ -5663,18 +5934,21 @@ type PatchBranchResponse401Headers struct {
 	CacheControl        string
 	WWWAuthenticate     string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // PatchBranchResponse403Headers the declared response headers of an HTTP 403 response for PatchBranch
 type PatchBranchResponse403Headers struct {
 	CacheControl        string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // PatchBranchResponse404Headers the declared response headers of an HTTP 404 response for PatchBranch
 type PatchBranchResponse404Headers struct {
 	CacheControl        string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // PatchBranchResponse409Headers the declared response headers of an HTTP 409 response for PatchBranch
@@ -5682,6 +5956,7 @@ type PatchBranchResponse409Headers struct {
 	CacheControl        string
 	RetryAfter          *string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // PatchBranchResponse412Headers the declared response headers of an HTTP 412 response for PatchBranch
@@ -5689,30 +5964,35 @@ type PatchBranchResponse412Headers struct {
 	CacheControl        string
 	ETag                string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // PatchBranchResponse413Headers the declared response headers of an HTTP 413 response for PatchBranch
 type PatchBranchResponse413Headers struct {
 	CacheControl        string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // PatchBranchResponse415Headers the declared response headers of an HTTP 415 response for PatchBranch
 type PatchBranchResponse415Headers struct {
 	CacheControl        string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // PatchBranchResponse422Headers the declared response headers of an HTTP 422 response for PatchBranch
 type PatchBranchResponse422Headers struct {
 	CacheControl        string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // PatchBranchResponse428Headers the declared response headers of an HTTP 428 response for PatchBranch
 type PatchBranchResponse428Headers struct {
 	CacheControl        string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // PatchBranchResponse429Headers the declared response headers of an HTTP 429 response for PatchBranch
@@ -5720,12 +6000,14 @@ type PatchBranchResponse429Headers struct {
 	CacheControl        string
 	RetryAfter          string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // PatchBranchResponse500Headers the declared response headers of an HTTP 500 response for PatchBranch
 type PatchBranchResponse500Headers struct {
 	CacheControl        string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // PatchBranchResponse503Headers the declared response headers of an HTTP 503 response for PatchBranch
@@ -5733,6 +6015,7 @@ type PatchBranchResponse503Headers struct {
 	CacheControl        string
 	RetryAfter          string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 type PatchBranchResponse struct {
@@ -6310,6 +6593,13 @@ func ParseLookupAccountResponse(rsp *http.Response) (*LookupAccountResponse, err
 			}
 			headers.ETag = value
 		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
 		response.Headers200 = &headers
 	case rsp.StatusCode == 400:
 		var headers LookupAccountResponse400Headers
@@ -6326,6 +6616,13 @@ func ParseLookupAccountResponse(rsp *http.Response) (*LookupAccountResponse, err
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers400 = &headers
 	case rsp.StatusCode == 401:
@@ -6351,6 +6648,13 @@ func ParseLookupAccountResponse(rsp *http.Response) (*LookupAccountResponse, err
 			}
 			headers.XContentTypeOptions = value
 		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
 		response.Headers401 = &headers
 	case rsp.StatusCode == 403:
 		var headers LookupAccountResponse403Headers
@@ -6367,6 +6671,13 @@ func ParseLookupAccountResponse(rsp *http.Response) (*LookupAccountResponse, err
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers403 = &headers
 	case rsp.StatusCode == 404:
@@ -6385,6 +6696,13 @@ func ParseLookupAccountResponse(rsp *http.Response) (*LookupAccountResponse, err
 			}
 			headers.XContentTypeOptions = value
 		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
 		response.Headers404 = &headers
 	case rsp.StatusCode == 500:
 		var headers LookupAccountResponse500Headers
@@ -6401,6 +6719,13 @@ func ParseLookupAccountResponse(rsp *http.Response) (*LookupAccountResponse, err
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers500 = &headers
 	case rsp.StatusCode == 503:
@@ -6425,6 +6750,13 @@ func ParseLookupAccountResponse(rsp *http.Response) (*LookupAccountResponse, err
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers503 = &headers
 	}
@@ -6514,6 +6846,13 @@ func ParseLookupBranchResponse(rsp *http.Response) (*LookupBranchResponse, error
 			}
 			headers.ETag = value
 		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
 		response.Headers200 = &headers
 	case rsp.StatusCode == 400:
 		var headers LookupBranchResponse400Headers
@@ -6530,6 +6869,13 @@ func ParseLookupBranchResponse(rsp *http.Response) (*LookupBranchResponse, error
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers400 = &headers
 	case rsp.StatusCode == 401:
@@ -6555,6 +6901,13 @@ func ParseLookupBranchResponse(rsp *http.Response) (*LookupBranchResponse, error
 			}
 			headers.XContentTypeOptions = value
 		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
 		response.Headers401 = &headers
 	case rsp.StatusCode == 403:
 		var headers LookupBranchResponse403Headers
@@ -6571,6 +6924,13 @@ func ParseLookupBranchResponse(rsp *http.Response) (*LookupBranchResponse, error
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers403 = &headers
 	case rsp.StatusCode == 404:
@@ -6589,6 +6949,13 @@ func ParseLookupBranchResponse(rsp *http.Response) (*LookupBranchResponse, error
 			}
 			headers.XContentTypeOptions = value
 		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
 		response.Headers404 = &headers
 	case rsp.StatusCode == 500:
 		var headers LookupBranchResponse500Headers
@@ -6605,6 +6972,13 @@ func ParseLookupBranchResponse(rsp *http.Response) (*LookupBranchResponse, error
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers500 = &headers
 	case rsp.StatusCode == 503:
@@ -6629,6 +7003,13 @@ func ParseLookupBranchResponse(rsp *http.Response) (*LookupBranchResponse, error
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers503 = &headers
 	}
@@ -6704,6 +7085,13 @@ func ParseListTenantsResponse(rsp *http.Response) (*ListTenantsResponse, error) 
 			}
 			headers.CacheControl = value
 		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
 		response.Headers200 = &headers
 	case rsp.StatusCode == 400:
 		var headers ListTenantsResponse400Headers
@@ -6720,6 +7108,13 @@ func ParseListTenantsResponse(rsp *http.Response) (*ListTenantsResponse, error) 
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers400 = &headers
 	case rsp.StatusCode == 401:
@@ -6745,6 +7140,13 @@ func ParseListTenantsResponse(rsp *http.Response) (*ListTenantsResponse, error) 
 			}
 			headers.XContentTypeOptions = value
 		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
 		response.Headers401 = &headers
 	case rsp.StatusCode == 403:
 		var headers ListTenantsResponse403Headers
@@ -6762,6 +7164,13 @@ func ParseListTenantsResponse(rsp *http.Response) (*ListTenantsResponse, error) 
 			}
 			headers.XContentTypeOptions = value
 		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
 		response.Headers403 = &headers
 	case rsp.StatusCode == 500:
 		var headers ListTenantsResponse500Headers
@@ -6778,6 +7187,13 @@ func ParseListTenantsResponse(rsp *http.Response) (*ListTenantsResponse, error) 
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers500 = &headers
 	case rsp.StatusCode == 503:
@@ -6802,6 +7218,13 @@ func ParseListTenantsResponse(rsp *http.Response) (*ListTenantsResponse, error) 
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers503 = &headers
 	}
@@ -6926,6 +7349,13 @@ func ParseCreateTenantResponse(rsp *http.Response) (*CreateTenantResponse, error
 			}
 			headers.Location = value
 		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
 		response.Headers201 = &headers
 	case rsp.StatusCode == 400:
 		var headers CreateTenantResponse400Headers
@@ -6942,6 +7372,13 @@ func ParseCreateTenantResponse(rsp *http.Response) (*CreateTenantResponse, error
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers400 = &headers
 	case rsp.StatusCode == 401:
@@ -6967,6 +7404,13 @@ func ParseCreateTenantResponse(rsp *http.Response) (*CreateTenantResponse, error
 			}
 			headers.XContentTypeOptions = value
 		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
 		response.Headers401 = &headers
 	case rsp.StatusCode == 403:
 		var headers CreateTenantResponse403Headers
@@ -6983,6 +7427,13 @@ func ParseCreateTenantResponse(rsp *http.Response) (*CreateTenantResponse, error
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers403 = &headers
 	case rsp.StatusCode == 409:
@@ -7008,6 +7459,13 @@ func ParseCreateTenantResponse(rsp *http.Response) (*CreateTenantResponse, error
 			}
 			headers.XContentTypeOptions = value
 		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
 		response.Headers409 = &headers
 	case rsp.StatusCode == 413:
 		var headers CreateTenantResponse413Headers
@@ -7024,6 +7482,13 @@ func ParseCreateTenantResponse(rsp *http.Response) (*CreateTenantResponse, error
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers413 = &headers
 	case rsp.StatusCode == 415:
@@ -7042,6 +7507,13 @@ func ParseCreateTenantResponse(rsp *http.Response) (*CreateTenantResponse, error
 			}
 			headers.XContentTypeOptions = value
 		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
 		response.Headers415 = &headers
 	case rsp.StatusCode == 422:
 		var headers CreateTenantResponse422Headers
@@ -7059,6 +7531,13 @@ func ParseCreateTenantResponse(rsp *http.Response) (*CreateTenantResponse, error
 			}
 			headers.XContentTypeOptions = value
 		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
 		response.Headers422 = &headers
 	case rsp.StatusCode == 500:
 		var headers CreateTenantResponse500Headers
@@ -7075,6 +7554,13 @@ func ParseCreateTenantResponse(rsp *http.Response) (*CreateTenantResponse, error
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers500 = &headers
 	case rsp.StatusCode == 503:
@@ -7099,6 +7585,13 @@ func ParseCreateTenantResponse(rsp *http.Response) (*CreateTenantResponse, error
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers503 = &headers
 	}
@@ -7195,6 +7688,13 @@ func ParseGetTenantResponse(rsp *http.Response) (*GetTenantResponse, error) {
 			}
 			headers.ETag = value
 		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
 		response.Headers200 = &headers
 	case rsp.StatusCode == 400:
 		var headers GetTenantResponse400Headers
@@ -7211,6 +7711,13 @@ func ParseGetTenantResponse(rsp *http.Response) (*GetTenantResponse, error) {
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers400 = &headers
 	case rsp.StatusCode == 401:
@@ -7236,6 +7743,13 @@ func ParseGetTenantResponse(rsp *http.Response) (*GetTenantResponse, error) {
 			}
 			headers.XContentTypeOptions = value
 		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
 		response.Headers401 = &headers
 	case rsp.StatusCode == 403:
 		var headers GetTenantResponse403Headers
@@ -7253,6 +7767,13 @@ func ParseGetTenantResponse(rsp *http.Response) (*GetTenantResponse, error) {
 			}
 			headers.XContentTypeOptions = value
 		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
 		response.Headers403 = &headers
 	case rsp.StatusCode == 404:
 		var headers GetTenantResponse404Headers
@@ -7269,6 +7790,13 @@ func ParseGetTenantResponse(rsp *http.Response) (*GetTenantResponse, error) {
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers404 = &headers
 	case rsp.StatusCode == 429:
@@ -7294,6 +7822,13 @@ func ParseGetTenantResponse(rsp *http.Response) (*GetTenantResponse, error) {
 			}
 			headers.XContentTypeOptions = value
 		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
 		response.Headers429 = &headers
 	case rsp.StatusCode == 500:
 		var headers GetTenantResponse500Headers
@@ -7310,6 +7845,13 @@ func ParseGetTenantResponse(rsp *http.Response) (*GetTenantResponse, error) {
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers500 = &headers
 	case rsp.StatusCode == 503:
@@ -7334,6 +7876,13 @@ func ParseGetTenantResponse(rsp *http.Response) (*GetTenantResponse, error) {
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers503 = &headers
 	}
@@ -7472,6 +8021,13 @@ func ParsePatchTenantResponse(rsp *http.Response) (*PatchTenantResponse, error) 
 			}
 			headers.IdempotentReplayed = &value
 		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
 		response.Headers200 = &headers
 	case rsp.StatusCode == 400:
 		var headers PatchTenantResponse400Headers
@@ -7488,6 +8044,13 @@ func ParsePatchTenantResponse(rsp *http.Response) (*PatchTenantResponse, error) 
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers400 = &headers
 	case rsp.StatusCode == 401:
@@ -7513,6 +8076,13 @@ func ParsePatchTenantResponse(rsp *http.Response) (*PatchTenantResponse, error) 
 			}
 			headers.XContentTypeOptions = value
 		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
 		response.Headers401 = &headers
 	case rsp.StatusCode == 403:
 		var headers PatchTenantResponse403Headers
@@ -7530,6 +8100,13 @@ func ParsePatchTenantResponse(rsp *http.Response) (*PatchTenantResponse, error) 
 			}
 			headers.XContentTypeOptions = value
 		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
 		response.Headers403 = &headers
 	case rsp.StatusCode == 404:
 		var headers PatchTenantResponse404Headers
@@ -7546,6 +8123,13 @@ func ParsePatchTenantResponse(rsp *http.Response) (*PatchTenantResponse, error) 
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers404 = &headers
 	case rsp.StatusCode == 409:
@@ -7571,6 +8155,13 @@ func ParsePatchTenantResponse(rsp *http.Response) (*PatchTenantResponse, error) 
 			}
 			headers.XContentTypeOptions = value
 		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
 		response.Headers409 = &headers
 	case rsp.StatusCode == 412:
 		var headers PatchTenantResponse412Headers
@@ -7595,6 +8186,13 @@ func ParsePatchTenantResponse(rsp *http.Response) (*PatchTenantResponse, error) 
 			}
 			headers.XContentTypeOptions = value
 		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
 		response.Headers412 = &headers
 	case rsp.StatusCode == 413:
 		var headers PatchTenantResponse413Headers
@@ -7611,6 +8209,13 @@ func ParsePatchTenantResponse(rsp *http.Response) (*PatchTenantResponse, error) 
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers413 = &headers
 	case rsp.StatusCode == 415:
@@ -7629,6 +8234,13 @@ func ParsePatchTenantResponse(rsp *http.Response) (*PatchTenantResponse, error) 
 			}
 			headers.XContentTypeOptions = value
 		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
 		response.Headers415 = &headers
 	case rsp.StatusCode == 422:
 		var headers PatchTenantResponse422Headers
@@ -7645,6 +8257,13 @@ func ParsePatchTenantResponse(rsp *http.Response) (*PatchTenantResponse, error) 
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers422 = &headers
 	case rsp.StatusCode == 428:
@@ -7663,6 +8282,13 @@ func ParsePatchTenantResponse(rsp *http.Response) (*PatchTenantResponse, error) 
 			}
 			headers.XContentTypeOptions = value
 		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
 		response.Headers428 = &headers
 	case rsp.StatusCode == 500:
 		var headers PatchTenantResponse500Headers
@@ -7679,6 +8305,13 @@ func ParsePatchTenantResponse(rsp *http.Response) (*PatchTenantResponse, error) 
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers500 = &headers
 	case rsp.StatusCode == 503:
@@ -7703,6 +8336,13 @@ func ParsePatchTenantResponse(rsp *http.Response) (*PatchTenantResponse, error) 
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers503 = &headers
 	}
@@ -7785,6 +8425,13 @@ func ParseListAccountsResponse(rsp *http.Response) (*ListAccountsResponse, error
 			}
 			headers.CacheControl = value
 		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
 		response.Headers200 = &headers
 	case rsp.StatusCode == 400:
 		var headers ListAccountsResponse400Headers
@@ -7801,6 +8448,13 @@ func ParseListAccountsResponse(rsp *http.Response) (*ListAccountsResponse, error
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers400 = &headers
 	case rsp.StatusCode == 401:
@@ -7826,6 +8480,13 @@ func ParseListAccountsResponse(rsp *http.Response) (*ListAccountsResponse, error
 			}
 			headers.XContentTypeOptions = value
 		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
 		response.Headers401 = &headers
 	case rsp.StatusCode == 403:
 		var headers ListAccountsResponse403Headers
@@ -7842,6 +8503,13 @@ func ParseListAccountsResponse(rsp *http.Response) (*ListAccountsResponse, error
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers403 = &headers
 	case rsp.StatusCode == 429:
@@ -7867,6 +8535,13 @@ func ParseListAccountsResponse(rsp *http.Response) (*ListAccountsResponse, error
 			}
 			headers.XContentTypeOptions = value
 		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
 		response.Headers429 = &headers
 	case rsp.StatusCode == 500:
 		var headers ListAccountsResponse500Headers
@@ -7883,6 +8558,13 @@ func ParseListAccountsResponse(rsp *http.Response) (*ListAccountsResponse, error
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers500 = &headers
 	case rsp.StatusCode == 503:
@@ -7907,6 +8589,13 @@ func ParseListAccountsResponse(rsp *http.Response) (*ListAccountsResponse, error
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers503 = &headers
 	}
@@ -8045,6 +8734,13 @@ func ParseCreateAccountResponse(rsp *http.Response) (*CreateAccountResponse, err
 			}
 			headers.Location = value
 		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
 		response.Headers201 = &headers
 	case rsp.StatusCode == 400:
 		var headers CreateAccountResponse400Headers
@@ -8061,6 +8757,13 @@ func ParseCreateAccountResponse(rsp *http.Response) (*CreateAccountResponse, err
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers400 = &headers
 	case rsp.StatusCode == 401:
@@ -8086,6 +8789,13 @@ func ParseCreateAccountResponse(rsp *http.Response) (*CreateAccountResponse, err
 			}
 			headers.XContentTypeOptions = value
 		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
 		response.Headers401 = &headers
 	case rsp.StatusCode == 403:
 		var headers CreateAccountResponse403Headers
@@ -8103,6 +8813,13 @@ func ParseCreateAccountResponse(rsp *http.Response) (*CreateAccountResponse, err
 			}
 			headers.XContentTypeOptions = value
 		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
 		response.Headers403 = &headers
 	case rsp.StatusCode == 404:
 		var headers CreateAccountResponse404Headers
@@ -8119,6 +8836,13 @@ func ParseCreateAccountResponse(rsp *http.Response) (*CreateAccountResponse, err
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers404 = &headers
 	case rsp.StatusCode == 409:
@@ -8144,6 +8868,13 @@ func ParseCreateAccountResponse(rsp *http.Response) (*CreateAccountResponse, err
 			}
 			headers.XContentTypeOptions = value
 		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
 		response.Headers409 = &headers
 	case rsp.StatusCode == 413:
 		var headers CreateAccountResponse413Headers
@@ -8160,6 +8891,13 @@ func ParseCreateAccountResponse(rsp *http.Response) (*CreateAccountResponse, err
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers413 = &headers
 	case rsp.StatusCode == 415:
@@ -8178,6 +8916,13 @@ func ParseCreateAccountResponse(rsp *http.Response) (*CreateAccountResponse, err
 			}
 			headers.XContentTypeOptions = value
 		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
 		response.Headers415 = &headers
 	case rsp.StatusCode == 422:
 		var headers CreateAccountResponse422Headers
@@ -8194,6 +8939,13 @@ func ParseCreateAccountResponse(rsp *http.Response) (*CreateAccountResponse, err
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers422 = &headers
 	case rsp.StatusCode == 429:
@@ -8219,6 +8971,13 @@ func ParseCreateAccountResponse(rsp *http.Response) (*CreateAccountResponse, err
 			}
 			headers.XContentTypeOptions = value
 		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
 		response.Headers429 = &headers
 	case rsp.StatusCode == 500:
 		var headers CreateAccountResponse500Headers
@@ -8235,6 +8994,13 @@ func ParseCreateAccountResponse(rsp *http.Response) (*CreateAccountResponse, err
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers500 = &headers
 	case rsp.StatusCode == 503:
@@ -8259,6 +9025,13 @@ func ParseCreateAccountResponse(rsp *http.Response) (*CreateAccountResponse, err
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers503 = &headers
 	}
@@ -8372,6 +9145,13 @@ func ParseDeleteAccountResponse(rsp *http.Response) (*DeleteAccountResponse, err
 			}
 			headers.IdempotentReplayed = &value
 		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
 		response.Headers204 = &headers
 	case rsp.StatusCode == 400:
 		var headers DeleteAccountResponse400Headers
@@ -8388,6 +9168,13 @@ func ParseDeleteAccountResponse(rsp *http.Response) (*DeleteAccountResponse, err
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers400 = &headers
 	case rsp.StatusCode == 401:
@@ -8413,6 +9200,13 @@ func ParseDeleteAccountResponse(rsp *http.Response) (*DeleteAccountResponse, err
 			}
 			headers.XContentTypeOptions = value
 		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
 		response.Headers401 = &headers
 	case rsp.StatusCode == 403:
 		var headers DeleteAccountResponse403Headers
@@ -8430,6 +9224,13 @@ func ParseDeleteAccountResponse(rsp *http.Response) (*DeleteAccountResponse, err
 			}
 			headers.XContentTypeOptions = value
 		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
 		response.Headers403 = &headers
 	case rsp.StatusCode == 404:
 		var headers DeleteAccountResponse404Headers
@@ -8446,6 +9247,13 @@ func ParseDeleteAccountResponse(rsp *http.Response) (*DeleteAccountResponse, err
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers404 = &headers
 	case rsp.StatusCode == 409:
@@ -8471,6 +9279,13 @@ func ParseDeleteAccountResponse(rsp *http.Response) (*DeleteAccountResponse, err
 			}
 			headers.XContentTypeOptions = value
 		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
 		response.Headers409 = &headers
 	case rsp.StatusCode == 412:
 		var headers DeleteAccountResponse412Headers
@@ -8495,6 +9310,13 @@ func ParseDeleteAccountResponse(rsp *http.Response) (*DeleteAccountResponse, err
 			}
 			headers.XContentTypeOptions = value
 		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
 		response.Headers412 = &headers
 	case rsp.StatusCode == 422:
 		var headers DeleteAccountResponse422Headers
@@ -8511,6 +9333,13 @@ func ParseDeleteAccountResponse(rsp *http.Response) (*DeleteAccountResponse, err
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers422 = &headers
 	case rsp.StatusCode == 429:
@@ -8536,6 +9365,13 @@ func ParseDeleteAccountResponse(rsp *http.Response) (*DeleteAccountResponse, err
 			}
 			headers.XContentTypeOptions = value
 		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
 		response.Headers429 = &headers
 	case rsp.StatusCode == 500:
 		var headers DeleteAccountResponse500Headers
@@ -8552,6 +9388,13 @@ func ParseDeleteAccountResponse(rsp *http.Response) (*DeleteAccountResponse, err
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers500 = &headers
 	case rsp.StatusCode == 503:
@@ -8576,6 +9419,13 @@ func ParseDeleteAccountResponse(rsp *http.Response) (*DeleteAccountResponse, err
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers503 = &headers
 	}
@@ -8672,6 +9522,13 @@ func ParseGetAccountResponse(rsp *http.Response) (*GetAccountResponse, error) {
 			}
 			headers.ETag = value
 		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
 		response.Headers200 = &headers
 	case rsp.StatusCode == 400:
 		var headers GetAccountResponse400Headers
@@ -8688,6 +9545,13 @@ func ParseGetAccountResponse(rsp *http.Response) (*GetAccountResponse, error) {
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers400 = &headers
 	case rsp.StatusCode == 401:
@@ -8713,6 +9577,13 @@ func ParseGetAccountResponse(rsp *http.Response) (*GetAccountResponse, error) {
 			}
 			headers.XContentTypeOptions = value
 		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
 		response.Headers401 = &headers
 	case rsp.StatusCode == 403:
 		var headers GetAccountResponse403Headers
@@ -8730,6 +9601,13 @@ func ParseGetAccountResponse(rsp *http.Response) (*GetAccountResponse, error) {
 			}
 			headers.XContentTypeOptions = value
 		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
 		response.Headers403 = &headers
 	case rsp.StatusCode == 404:
 		var headers GetAccountResponse404Headers
@@ -8746,6 +9624,13 @@ func ParseGetAccountResponse(rsp *http.Response) (*GetAccountResponse, error) {
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers404 = &headers
 	case rsp.StatusCode == 429:
@@ -8771,6 +9656,13 @@ func ParseGetAccountResponse(rsp *http.Response) (*GetAccountResponse, error) {
 			}
 			headers.XContentTypeOptions = value
 		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
 		response.Headers429 = &headers
 	case rsp.StatusCode == 500:
 		var headers GetAccountResponse500Headers
@@ -8787,6 +9679,13 @@ func ParseGetAccountResponse(rsp *http.Response) (*GetAccountResponse, error) {
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers500 = &headers
 	case rsp.StatusCode == 503:
@@ -8811,6 +9710,13 @@ func ParseGetAccountResponse(rsp *http.Response) (*GetAccountResponse, error) {
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers503 = &headers
 	}
@@ -8956,6 +9862,13 @@ func ParsePatchAccountResponse(rsp *http.Response) (*PatchAccountResponse, error
 			}
 			headers.IdempotentReplayed = &value
 		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
 		response.Headers200 = &headers
 	case rsp.StatusCode == 400:
 		var headers PatchAccountResponse400Headers
@@ -8972,6 +9885,13 @@ func ParsePatchAccountResponse(rsp *http.Response) (*PatchAccountResponse, error
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers400 = &headers
 	case rsp.StatusCode == 401:
@@ -8997,6 +9917,13 @@ func ParsePatchAccountResponse(rsp *http.Response) (*PatchAccountResponse, error
 			}
 			headers.XContentTypeOptions = value
 		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
 		response.Headers401 = &headers
 	case rsp.StatusCode == 403:
 		var headers PatchAccountResponse403Headers
@@ -9014,6 +9941,13 @@ func ParsePatchAccountResponse(rsp *http.Response) (*PatchAccountResponse, error
 			}
 			headers.XContentTypeOptions = value
 		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
 		response.Headers403 = &headers
 	case rsp.StatusCode == 404:
 		var headers PatchAccountResponse404Headers
@@ -9030,6 +9964,13 @@ func ParsePatchAccountResponse(rsp *http.Response) (*PatchAccountResponse, error
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers404 = &headers
 	case rsp.StatusCode == 409:
@@ -9055,6 +9996,13 @@ func ParsePatchAccountResponse(rsp *http.Response) (*PatchAccountResponse, error
 			}
 			headers.XContentTypeOptions = value
 		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
 		response.Headers409 = &headers
 	case rsp.StatusCode == 412:
 		var headers PatchAccountResponse412Headers
@@ -9079,6 +10027,13 @@ func ParsePatchAccountResponse(rsp *http.Response) (*PatchAccountResponse, error
 			}
 			headers.XContentTypeOptions = value
 		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
 		response.Headers412 = &headers
 	case rsp.StatusCode == 413:
 		var headers PatchAccountResponse413Headers
@@ -9095,6 +10050,13 @@ func ParsePatchAccountResponse(rsp *http.Response) (*PatchAccountResponse, error
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers413 = &headers
 	case rsp.StatusCode == 415:
@@ -9113,6 +10075,13 @@ func ParsePatchAccountResponse(rsp *http.Response) (*PatchAccountResponse, error
 			}
 			headers.XContentTypeOptions = value
 		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
 		response.Headers415 = &headers
 	case rsp.StatusCode == 422:
 		var headers PatchAccountResponse422Headers
@@ -9130,6 +10099,13 @@ func ParsePatchAccountResponse(rsp *http.Response) (*PatchAccountResponse, error
 			}
 			headers.XContentTypeOptions = value
 		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
 		response.Headers422 = &headers
 	case rsp.StatusCode == 428:
 		var headers PatchAccountResponse428Headers
@@ -9146,6 +10122,13 @@ func ParsePatchAccountResponse(rsp *http.Response) (*PatchAccountResponse, error
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers428 = &headers
 	case rsp.StatusCode == 429:
@@ -9171,6 +10154,13 @@ func ParsePatchAccountResponse(rsp *http.Response) (*PatchAccountResponse, error
 			}
 			headers.XContentTypeOptions = value
 		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
 		response.Headers429 = &headers
 	case rsp.StatusCode == 500:
 		var headers PatchAccountResponse500Headers
@@ -9187,6 +10177,13 @@ func ParsePatchAccountResponse(rsp *http.Response) (*PatchAccountResponse, error
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers500 = &headers
 	case rsp.StatusCode == 503:
@@ -9211,6 +10208,13 @@ func ParsePatchAccountResponse(rsp *http.Response) (*PatchAccountResponse, error
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers503 = &headers
 	}
@@ -9356,6 +10360,13 @@ func ParseAddEmailResponse(rsp *http.Response) (*AddEmailResponse, error) {
 			}
 			headers.Location = value
 		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
 		response.Headers201 = &headers
 	case rsp.StatusCode == 400:
 		var headers AddEmailResponse400Headers
@@ -9372,6 +10383,13 @@ func ParseAddEmailResponse(rsp *http.Response) (*AddEmailResponse, error) {
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers400 = &headers
 	case rsp.StatusCode == 401:
@@ -9397,6 +10415,13 @@ func ParseAddEmailResponse(rsp *http.Response) (*AddEmailResponse, error) {
 			}
 			headers.XContentTypeOptions = value
 		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
 		response.Headers401 = &headers
 	case rsp.StatusCode == 403:
 		var headers AddEmailResponse403Headers
@@ -9414,6 +10439,13 @@ func ParseAddEmailResponse(rsp *http.Response) (*AddEmailResponse, error) {
 			}
 			headers.XContentTypeOptions = value
 		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
 		response.Headers403 = &headers
 	case rsp.StatusCode == 404:
 		var headers AddEmailResponse404Headers
@@ -9430,6 +10462,13 @@ func ParseAddEmailResponse(rsp *http.Response) (*AddEmailResponse, error) {
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers404 = &headers
 	case rsp.StatusCode == 409:
@@ -9455,6 +10494,13 @@ func ParseAddEmailResponse(rsp *http.Response) (*AddEmailResponse, error) {
 			}
 			headers.XContentTypeOptions = value
 		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
 		response.Headers409 = &headers
 	case rsp.StatusCode == 412:
 		var headers AddEmailResponse412Headers
@@ -9479,6 +10525,13 @@ func ParseAddEmailResponse(rsp *http.Response) (*AddEmailResponse, error) {
 			}
 			headers.XContentTypeOptions = value
 		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
 		response.Headers412 = &headers
 	case rsp.StatusCode == 413:
 		var headers AddEmailResponse413Headers
@@ -9495,6 +10548,13 @@ func ParseAddEmailResponse(rsp *http.Response) (*AddEmailResponse, error) {
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers413 = &headers
 	case rsp.StatusCode == 415:
@@ -9513,6 +10573,13 @@ func ParseAddEmailResponse(rsp *http.Response) (*AddEmailResponse, error) {
 			}
 			headers.XContentTypeOptions = value
 		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
 		response.Headers415 = &headers
 	case rsp.StatusCode == 422:
 		var headers AddEmailResponse422Headers
@@ -9529,6 +10596,13 @@ func ParseAddEmailResponse(rsp *http.Response) (*AddEmailResponse, error) {
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers422 = &headers
 	case rsp.StatusCode == 429:
@@ -9554,6 +10628,13 @@ func ParseAddEmailResponse(rsp *http.Response) (*AddEmailResponse, error) {
 			}
 			headers.XContentTypeOptions = value
 		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
 		response.Headers429 = &headers
 	case rsp.StatusCode == 500:
 		var headers AddEmailResponse500Headers
@@ -9570,6 +10651,13 @@ func ParseAddEmailResponse(rsp *http.Response) (*AddEmailResponse, error) {
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers500 = &headers
 	case rsp.StatusCode == 503:
@@ -9594,6 +10682,13 @@ func ParseAddEmailResponse(rsp *http.Response) (*AddEmailResponse, error) {
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers503 = &headers
 	}
@@ -9718,6 +10813,13 @@ func ParseRemoveEmailResponse(rsp *http.Response) (*RemoveEmailResponse, error) 
 			}
 			headers.IdempotentReplayed = &value
 		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
 		response.Headers200 = &headers
 	case rsp.StatusCode == 400:
 		var headers RemoveEmailResponse400Headers
@@ -9734,6 +10836,13 @@ func ParseRemoveEmailResponse(rsp *http.Response) (*RemoveEmailResponse, error) 
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers400 = &headers
 	case rsp.StatusCode == 401:
@@ -9759,6 +10868,13 @@ func ParseRemoveEmailResponse(rsp *http.Response) (*RemoveEmailResponse, error) 
 			}
 			headers.XContentTypeOptions = value
 		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
 		response.Headers401 = &headers
 	case rsp.StatusCode == 403:
 		var headers RemoveEmailResponse403Headers
@@ -9776,6 +10892,13 @@ func ParseRemoveEmailResponse(rsp *http.Response) (*RemoveEmailResponse, error) 
 			}
 			headers.XContentTypeOptions = value
 		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
 		response.Headers403 = &headers
 	case rsp.StatusCode == 404:
 		var headers RemoveEmailResponse404Headers
@@ -9792,6 +10915,13 @@ func ParseRemoveEmailResponse(rsp *http.Response) (*RemoveEmailResponse, error) 
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers404 = &headers
 	case rsp.StatusCode == 409:
@@ -9817,6 +10947,13 @@ func ParseRemoveEmailResponse(rsp *http.Response) (*RemoveEmailResponse, error) 
 			}
 			headers.XContentTypeOptions = value
 		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
 		response.Headers409 = &headers
 	case rsp.StatusCode == 412:
 		var headers RemoveEmailResponse412Headers
@@ -9841,6 +10978,13 @@ func ParseRemoveEmailResponse(rsp *http.Response) (*RemoveEmailResponse, error) 
 			}
 			headers.XContentTypeOptions = value
 		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
 		response.Headers412 = &headers
 	case rsp.StatusCode == 422:
 		var headers RemoveEmailResponse422Headers
@@ -9857,6 +11001,13 @@ func ParseRemoveEmailResponse(rsp *http.Response) (*RemoveEmailResponse, error) 
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers422 = &headers
 	case rsp.StatusCode == 429:
@@ -9882,6 +11033,13 @@ func ParseRemoveEmailResponse(rsp *http.Response) (*RemoveEmailResponse, error) 
 			}
 			headers.XContentTypeOptions = value
 		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
 		response.Headers429 = &headers
 	case rsp.StatusCode == 500:
 		var headers RemoveEmailResponse500Headers
@@ -9898,6 +11056,13 @@ func ParseRemoveEmailResponse(rsp *http.Response) (*RemoveEmailResponse, error) 
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers500 = &headers
 	case rsp.StatusCode == 503:
@@ -9922,6 +11087,13 @@ func ParseRemoveEmailResponse(rsp *http.Response) (*RemoveEmailResponse, error) 
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers503 = &headers
 	}
@@ -10067,6 +11239,13 @@ func ParsePatchEmailResponse(rsp *http.Response) (*PatchEmailResponse, error) {
 			}
 			headers.IdempotentReplayed = &value
 		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
 		response.Headers200 = &headers
 	case rsp.StatusCode == 400:
 		var headers PatchEmailResponse400Headers
@@ -10083,6 +11262,13 @@ func ParsePatchEmailResponse(rsp *http.Response) (*PatchEmailResponse, error) {
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers400 = &headers
 	case rsp.StatusCode == 401:
@@ -10108,6 +11294,13 @@ func ParsePatchEmailResponse(rsp *http.Response) (*PatchEmailResponse, error) {
 			}
 			headers.XContentTypeOptions = value
 		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
 		response.Headers401 = &headers
 	case rsp.StatusCode == 403:
 		var headers PatchEmailResponse403Headers
@@ -10125,6 +11318,13 @@ func ParsePatchEmailResponse(rsp *http.Response) (*PatchEmailResponse, error) {
 			}
 			headers.XContentTypeOptions = value
 		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
 		response.Headers403 = &headers
 	case rsp.StatusCode == 404:
 		var headers PatchEmailResponse404Headers
@@ -10141,6 +11341,13 @@ func ParsePatchEmailResponse(rsp *http.Response) (*PatchEmailResponse, error) {
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers404 = &headers
 	case rsp.StatusCode == 409:
@@ -10166,6 +11373,13 @@ func ParsePatchEmailResponse(rsp *http.Response) (*PatchEmailResponse, error) {
 			}
 			headers.XContentTypeOptions = value
 		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
 		response.Headers409 = &headers
 	case rsp.StatusCode == 412:
 		var headers PatchEmailResponse412Headers
@@ -10190,6 +11404,13 @@ func ParsePatchEmailResponse(rsp *http.Response) (*PatchEmailResponse, error) {
 			}
 			headers.XContentTypeOptions = value
 		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
 		response.Headers412 = &headers
 	case rsp.StatusCode == 413:
 		var headers PatchEmailResponse413Headers
@@ -10206,6 +11427,13 @@ func ParsePatchEmailResponse(rsp *http.Response) (*PatchEmailResponse, error) {
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers413 = &headers
 	case rsp.StatusCode == 415:
@@ -10224,6 +11452,13 @@ func ParsePatchEmailResponse(rsp *http.Response) (*PatchEmailResponse, error) {
 			}
 			headers.XContentTypeOptions = value
 		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
 		response.Headers415 = &headers
 	case rsp.StatusCode == 422:
 		var headers PatchEmailResponse422Headers
@@ -10241,6 +11476,13 @@ func ParsePatchEmailResponse(rsp *http.Response) (*PatchEmailResponse, error) {
 			}
 			headers.XContentTypeOptions = value
 		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
 		response.Headers422 = &headers
 	case rsp.StatusCode == 428:
 		var headers PatchEmailResponse428Headers
@@ -10257,6 +11499,13 @@ func ParsePatchEmailResponse(rsp *http.Response) (*PatchEmailResponse, error) {
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers428 = &headers
 	case rsp.StatusCode == 429:
@@ -10282,6 +11531,13 @@ func ParsePatchEmailResponse(rsp *http.Response) (*PatchEmailResponse, error) {
 			}
 			headers.XContentTypeOptions = value
 		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
 		response.Headers429 = &headers
 	case rsp.StatusCode == 500:
 		var headers PatchEmailResponse500Headers
@@ -10298,6 +11554,13 @@ func ParsePatchEmailResponse(rsp *http.Response) (*PatchEmailResponse, error) {
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers500 = &headers
 	case rsp.StatusCode == 503:
@@ -10322,6 +11585,13 @@ func ParsePatchEmailResponse(rsp *http.Response) (*PatchEmailResponse, error) {
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers503 = &headers
 	}
@@ -10404,6 +11674,13 @@ func ParseListBranchesResponse(rsp *http.Response) (*ListBranchesResponse, error
 			}
 			headers.CacheControl = value
 		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
 		response.Headers200 = &headers
 	case rsp.StatusCode == 400:
 		var headers ListBranchesResponse400Headers
@@ -10420,6 +11697,13 @@ func ParseListBranchesResponse(rsp *http.Response) (*ListBranchesResponse, error
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers400 = &headers
 	case rsp.StatusCode == 401:
@@ -10445,6 +11729,13 @@ func ParseListBranchesResponse(rsp *http.Response) (*ListBranchesResponse, error
 			}
 			headers.XContentTypeOptions = value
 		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
 		response.Headers401 = &headers
 	case rsp.StatusCode == 403:
 		var headers ListBranchesResponse403Headers
@@ -10461,6 +11752,13 @@ func ParseListBranchesResponse(rsp *http.Response) (*ListBranchesResponse, error
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers403 = &headers
 	case rsp.StatusCode == 429:
@@ -10486,6 +11784,13 @@ func ParseListBranchesResponse(rsp *http.Response) (*ListBranchesResponse, error
 			}
 			headers.XContentTypeOptions = value
 		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
 		response.Headers429 = &headers
 	case rsp.StatusCode == 500:
 		var headers ListBranchesResponse500Headers
@@ -10502,6 +11807,13 @@ func ParseListBranchesResponse(rsp *http.Response) (*ListBranchesResponse, error
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers500 = &headers
 	case rsp.StatusCode == 503:
@@ -10526,6 +11838,13 @@ func ParseListBranchesResponse(rsp *http.Response) (*ListBranchesResponse, error
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers503 = &headers
 	}
@@ -10664,6 +11983,13 @@ func ParseCreateBranchResponse(rsp *http.Response) (*CreateBranchResponse, error
 			}
 			headers.Location = value
 		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
 		response.Headers201 = &headers
 	case rsp.StatusCode == 400:
 		var headers CreateBranchResponse400Headers
@@ -10680,6 +12006,13 @@ func ParseCreateBranchResponse(rsp *http.Response) (*CreateBranchResponse, error
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers400 = &headers
 	case rsp.StatusCode == 401:
@@ -10705,6 +12038,13 @@ func ParseCreateBranchResponse(rsp *http.Response) (*CreateBranchResponse, error
 			}
 			headers.XContentTypeOptions = value
 		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
 		response.Headers401 = &headers
 	case rsp.StatusCode == 403:
 		var headers CreateBranchResponse403Headers
@@ -10722,6 +12062,13 @@ func ParseCreateBranchResponse(rsp *http.Response) (*CreateBranchResponse, error
 			}
 			headers.XContentTypeOptions = value
 		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
 		response.Headers403 = &headers
 	case rsp.StatusCode == 404:
 		var headers CreateBranchResponse404Headers
@@ -10738,6 +12085,13 @@ func ParseCreateBranchResponse(rsp *http.Response) (*CreateBranchResponse, error
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers404 = &headers
 	case rsp.StatusCode == 409:
@@ -10763,6 +12117,13 @@ func ParseCreateBranchResponse(rsp *http.Response) (*CreateBranchResponse, error
 			}
 			headers.XContentTypeOptions = value
 		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
 		response.Headers409 = &headers
 	case rsp.StatusCode == 413:
 		var headers CreateBranchResponse413Headers
@@ -10779,6 +12140,13 @@ func ParseCreateBranchResponse(rsp *http.Response) (*CreateBranchResponse, error
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers413 = &headers
 	case rsp.StatusCode == 415:
@@ -10797,6 +12165,13 @@ func ParseCreateBranchResponse(rsp *http.Response) (*CreateBranchResponse, error
 			}
 			headers.XContentTypeOptions = value
 		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
 		response.Headers415 = &headers
 	case rsp.StatusCode == 422:
 		var headers CreateBranchResponse422Headers
@@ -10813,6 +12188,13 @@ func ParseCreateBranchResponse(rsp *http.Response) (*CreateBranchResponse, error
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers422 = &headers
 	case rsp.StatusCode == 429:
@@ -10838,6 +12220,13 @@ func ParseCreateBranchResponse(rsp *http.Response) (*CreateBranchResponse, error
 			}
 			headers.XContentTypeOptions = value
 		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
 		response.Headers429 = &headers
 	case rsp.StatusCode == 500:
 		var headers CreateBranchResponse500Headers
@@ -10854,6 +12243,13 @@ func ParseCreateBranchResponse(rsp *http.Response) (*CreateBranchResponse, error
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers500 = &headers
 	case rsp.StatusCode == 503:
@@ -10878,6 +12274,13 @@ func ParseCreateBranchResponse(rsp *http.Response) (*CreateBranchResponse, error
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers503 = &headers
 	}
@@ -10991,6 +12394,13 @@ func ParseDeleteBranchResponse(rsp *http.Response) (*DeleteBranchResponse, error
 			}
 			headers.IdempotentReplayed = &value
 		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
 		response.Headers204 = &headers
 	case rsp.StatusCode == 400:
 		var headers DeleteBranchResponse400Headers
@@ -11007,6 +12417,13 @@ func ParseDeleteBranchResponse(rsp *http.Response) (*DeleteBranchResponse, error
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers400 = &headers
 	case rsp.StatusCode == 401:
@@ -11032,6 +12449,13 @@ func ParseDeleteBranchResponse(rsp *http.Response) (*DeleteBranchResponse, error
 			}
 			headers.XContentTypeOptions = value
 		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
 		response.Headers401 = &headers
 	case rsp.StatusCode == 403:
 		var headers DeleteBranchResponse403Headers
@@ -11049,6 +12473,13 @@ func ParseDeleteBranchResponse(rsp *http.Response) (*DeleteBranchResponse, error
 			}
 			headers.XContentTypeOptions = value
 		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
 		response.Headers403 = &headers
 	case rsp.StatusCode == 404:
 		var headers DeleteBranchResponse404Headers
@@ -11065,6 +12496,13 @@ func ParseDeleteBranchResponse(rsp *http.Response) (*DeleteBranchResponse, error
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers404 = &headers
 	case rsp.StatusCode == 409:
@@ -11090,6 +12528,13 @@ func ParseDeleteBranchResponse(rsp *http.Response) (*DeleteBranchResponse, error
 			}
 			headers.XContentTypeOptions = value
 		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
 		response.Headers409 = &headers
 	case rsp.StatusCode == 412:
 		var headers DeleteBranchResponse412Headers
@@ -11114,6 +12559,13 @@ func ParseDeleteBranchResponse(rsp *http.Response) (*DeleteBranchResponse, error
 			}
 			headers.XContentTypeOptions = value
 		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
 		response.Headers412 = &headers
 	case rsp.StatusCode == 422:
 		var headers DeleteBranchResponse422Headers
@@ -11130,6 +12582,13 @@ func ParseDeleteBranchResponse(rsp *http.Response) (*DeleteBranchResponse, error
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers422 = &headers
 	case rsp.StatusCode == 429:
@@ -11155,6 +12614,13 @@ func ParseDeleteBranchResponse(rsp *http.Response) (*DeleteBranchResponse, error
 			}
 			headers.XContentTypeOptions = value
 		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
 		response.Headers429 = &headers
 	case rsp.StatusCode == 500:
 		var headers DeleteBranchResponse500Headers
@@ -11171,6 +12637,13 @@ func ParseDeleteBranchResponse(rsp *http.Response) (*DeleteBranchResponse, error
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers500 = &headers
 	case rsp.StatusCode == 503:
@@ -11195,6 +12668,13 @@ func ParseDeleteBranchResponse(rsp *http.Response) (*DeleteBranchResponse, error
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers503 = &headers
 	}
@@ -11291,6 +12771,13 @@ func ParseGetBranchResponse(rsp *http.Response) (*GetBranchResponse, error) {
 			}
 			headers.ETag = value
 		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
 		response.Headers200 = &headers
 	case rsp.StatusCode == 400:
 		var headers GetBranchResponse400Headers
@@ -11307,6 +12794,13 @@ func ParseGetBranchResponse(rsp *http.Response) (*GetBranchResponse, error) {
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers400 = &headers
 	case rsp.StatusCode == 401:
@@ -11332,6 +12826,13 @@ func ParseGetBranchResponse(rsp *http.Response) (*GetBranchResponse, error) {
 			}
 			headers.XContentTypeOptions = value
 		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
 		response.Headers401 = &headers
 	case rsp.StatusCode == 403:
 		var headers GetBranchResponse403Headers
@@ -11349,6 +12850,13 @@ func ParseGetBranchResponse(rsp *http.Response) (*GetBranchResponse, error) {
 			}
 			headers.XContentTypeOptions = value
 		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
 		response.Headers403 = &headers
 	case rsp.StatusCode == 404:
 		var headers GetBranchResponse404Headers
@@ -11365,6 +12873,13 @@ func ParseGetBranchResponse(rsp *http.Response) (*GetBranchResponse, error) {
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers404 = &headers
 	case rsp.StatusCode == 429:
@@ -11390,6 +12905,13 @@ func ParseGetBranchResponse(rsp *http.Response) (*GetBranchResponse, error) {
 			}
 			headers.XContentTypeOptions = value
 		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
 		response.Headers429 = &headers
 	case rsp.StatusCode == 500:
 		var headers GetBranchResponse500Headers
@@ -11406,6 +12928,13 @@ func ParseGetBranchResponse(rsp *http.Response) (*GetBranchResponse, error) {
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers500 = &headers
 	case rsp.StatusCode == 503:
@@ -11430,6 +12959,13 @@ func ParseGetBranchResponse(rsp *http.Response) (*GetBranchResponse, error) {
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers503 = &headers
 	}
@@ -11575,6 +13111,13 @@ func ParsePatchBranchResponse(rsp *http.Response) (*PatchBranchResponse, error) 
 			}
 			headers.IdempotentReplayed = &value
 		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
 		response.Headers200 = &headers
 	case rsp.StatusCode == 400:
 		var headers PatchBranchResponse400Headers
@@ -11591,6 +13134,13 @@ func ParsePatchBranchResponse(rsp *http.Response) (*PatchBranchResponse, error) 
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers400 = &headers
 	case rsp.StatusCode == 401:
@@ -11616,6 +13166,13 @@ func ParsePatchBranchResponse(rsp *http.Response) (*PatchBranchResponse, error) 
 			}
 			headers.XContentTypeOptions = value
 		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
 		response.Headers401 = &headers
 	case rsp.StatusCode == 403:
 		var headers PatchBranchResponse403Headers
@@ -11633,6 +13190,13 @@ func ParsePatchBranchResponse(rsp *http.Response) (*PatchBranchResponse, error) 
 			}
 			headers.XContentTypeOptions = value
 		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
 		response.Headers403 = &headers
 	case rsp.StatusCode == 404:
 		var headers PatchBranchResponse404Headers
@@ -11649,6 +13213,13 @@ func ParsePatchBranchResponse(rsp *http.Response) (*PatchBranchResponse, error) 
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers404 = &headers
 	case rsp.StatusCode == 409:
@@ -11674,6 +13245,13 @@ func ParsePatchBranchResponse(rsp *http.Response) (*PatchBranchResponse, error) 
 			}
 			headers.XContentTypeOptions = value
 		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
 		response.Headers409 = &headers
 	case rsp.StatusCode == 412:
 		var headers PatchBranchResponse412Headers
@@ -11698,6 +13276,13 @@ func ParsePatchBranchResponse(rsp *http.Response) (*PatchBranchResponse, error) 
 			}
 			headers.XContentTypeOptions = value
 		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
 		response.Headers412 = &headers
 	case rsp.StatusCode == 413:
 		var headers PatchBranchResponse413Headers
@@ -11714,6 +13299,13 @@ func ParsePatchBranchResponse(rsp *http.Response) (*PatchBranchResponse, error) 
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers413 = &headers
 	case rsp.StatusCode == 415:
@@ -11732,6 +13324,13 @@ func ParsePatchBranchResponse(rsp *http.Response) (*PatchBranchResponse, error) 
 			}
 			headers.XContentTypeOptions = value
 		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
 		response.Headers415 = &headers
 	case rsp.StatusCode == 422:
 		var headers PatchBranchResponse422Headers
@@ -11749,6 +13348,13 @@ func ParsePatchBranchResponse(rsp *http.Response) (*PatchBranchResponse, error) 
 			}
 			headers.XContentTypeOptions = value
 		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
 		response.Headers422 = &headers
 	case rsp.StatusCode == 428:
 		var headers PatchBranchResponse428Headers
@@ -11765,6 +13371,13 @@ func ParsePatchBranchResponse(rsp *http.Response) (*PatchBranchResponse, error) 
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers428 = &headers
 	case rsp.StatusCode == 429:
@@ -11790,6 +13403,13 @@ func ParsePatchBranchResponse(rsp *http.Response) (*PatchBranchResponse, error) 
 			}
 			headers.XContentTypeOptions = value
 		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
 		response.Headers429 = &headers
 	case rsp.StatusCode == 500:
 		var headers PatchBranchResponse500Headers
@@ -11806,6 +13426,13 @@ func ParsePatchBranchResponse(rsp *http.Response) (*PatchBranchResponse, error) 
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers500 = &headers
 	case rsp.StatusCode == 503:
@@ -11830,6 +13457,13 @@ func ParsePatchBranchResponse(rsp *http.Response) (*PatchBranchResponse, error) 
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers503 = &headers
 	}
