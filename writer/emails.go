@@ -247,8 +247,34 @@ func (a *Account) editEmail(address string, verify, primary bool, now string) (e
 	return edit, true, nil
 }
 
+// getEmail serves GET …/accounts/{account}/emails/{email}: the address as
+// the account holds it (the Location of its add), with the account's
+// version as the ETag; 404 when the account does not hold it.
+func (s *Server) getEmail(w http.ResponseWriter, r *http.Request) {
+	tenant, id, address, p := emailPath(r)
+	if p != nil {
+		p.write(w)
+		return
+	}
+	a, err := s.readAccount(r.Context(), tenant, id)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	if a == nil {
+		notFoundOf("account").write(w)
+		return
+	}
+	e := a.email(address)
+	if e == nil {
+		noSuchEmail().write(w)
+		return
+	}
+	versionedResponse(http.StatusOK, e, a.Version).write(w, false)
+}
+
 // removeEmail serves DELETE …/accounts/{account}/emails/{email}, If-Match
-// optional: the email item (on condition that it is not the primary) and
+// optional, answering 204 like every delete: the email item (on condition that it is not the primary) and
 // its owner item deleted, freeing the address, and the profile's version
 // incremented, in one transaction (emailRemove). The primary cannot be
 // removed (409 primary-email): make another address primary first.
@@ -264,7 +290,7 @@ func (s *Server) removeEmail(w http.ResponseWriter, r *http.Request) {
 			if p != nil {
 				return nil, response{}, p
 			}
-			return s.emailRemove(a, read, expected, e), accountResponse(http.StatusOK, a), nil
+			return s.emailRemove(a, read, expected, e), response{status: http.StatusNoContent}, nil
 		},
 	})
 }

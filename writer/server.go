@@ -209,7 +209,7 @@ func (s *Server) routes() {
 	api(routeAccounts, handlers{get: s.listAccounts, post: s.createAccount})
 	api(routeAccount, handlers{get: s.getAccount, patch: s.patchAccount, del: s.deleteAccount})
 	api(routeAccountEmails, handlers{post: s.addEmail})
-	api(routeAccountEmail, handlers{patch: s.patchEmail, del: s.removeEmail})
+	api(routeAccountEmail, handlers{get: s.getEmail, patch: s.patchEmail, del: s.removeEmail})
 	api(routeAccountLookup, handlers{get: s.lookupAccount}, get)
 	api(routeTransactions, handlers{get: s.listTransactions, post: s.createTransaction})
 	api(routeTransaction, handlers{get: s.getTransaction, patch: s.patchTransaction, del: s.deleteTransaction})
