@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
-	"strconv"
 	"strings"
 	"time"
 
@@ -340,11 +339,10 @@ func parseListQuery(r *http.Request) (listQuery, *Problem) {
 		lq.category = v[0]
 	}
 	if v := q.Get("limit"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 {
-			return listQuery{}, fieldProblem("limit", fmt.Sprintf("want a whole number from 1 to %d", MaxListLimit))
+		var p *Problem
+		if lq.limit, p = pageLimit(v, DefaultListLimit, MaxListLimit); p != nil {
+			return listQuery{}, p
 		}
-		lq.limit = min(n, MaxListLimit)
 	}
 	lq.cursor = q.Get("cursor")
 	canon := url.Values{}

@@ -805,7 +805,7 @@ type LookupBranchParams struct {
 
 // ListTenantsParams defines parameters for ListTenants.
 type ListTenantsParams struct {
-	// Limit Items per page, 1–200 (default 50; larger values are capped at 200).
+	// Limit Items per page, 1–200 (default 50; larger values are capped at 200). 0 is 400 invalid-field, like any value below 1; leave it out for the default.
 	Limit *LimitParam `form:"limit,omitempty" json:"limit,omitempty"`
 
 	// Cursor The `nextCursor` (or `entriesCursor`) of the previous page; opaque, signed and bound to the listing that issued it.
@@ -832,7 +832,7 @@ type PatchTenantParams struct {
 
 // ListAccountsParams defines parameters for ListAccounts.
 type ListAccountsParams struct {
-	// Limit Items per page, 1–200 (default 50; larger values are capped at 200).
+	// Limit Items per page, 1–200 (default 50; larger values are capped at 200). 0 is 400 invalid-field, like any value below 1; leave it out for the default.
 	Limit *LimitParam `form:"limit,omitempty" json:"limit,omitempty"`
 
 	// Cursor The `nextCursor` (or `entriesCursor`) of the previous page; opaque, signed and bound to the listing that issued it.
@@ -907,7 +907,7 @@ type PatchEmailParams struct {
 
 // ListBranchesParams defines parameters for ListBranches.
 type ListBranchesParams struct {
-	// Limit Items per page, 1–200 (default 50; larger values are capped at 200).
+	// Limit Items per page, 1–200 (default 50; larger values are capped at 200). 0 is 400 invalid-field, like any value below 1; leave it out for the default.
 	Limit *LimitParam `form:"limit,omitempty" json:"limit,omitempty"`
 
 	// Cursor The `nextCursor` (or `entriesCursor`) of the previous page; opaque, signed and bound to the listing that issued it.
