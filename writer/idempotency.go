@@ -340,25 +340,3 @@ func sleepJitter(ctx context.Context, n int) error {
 
 // etag formats a version as a strong entity tag.
 func etag(version int64) string { return `"` + strconv.FormatInt(version, 10) + `"` }
-
-// parseIfMatch reads If-Match: present is false when the header is absent;
-// wildcard is true for "*". A version is a strong entity tag ("3") or a bare
-// number (3); weak tags and lists are refused.
-func parseIfMatch(r *http.Request) (version int64, present, wildcard bool, p *Problem) {
-	values := r.Header.Values("If-Match")
-	if len(values) == 0 {
-		return 0, false, false, nil
-	}
-	v := strings.TrimSpace(strings.Join(values, ","))
-	if v == "*" {
-		return 0, true, true, nil
-	}
-	if len(v) >= 2 && v[0] == '"' && v[len(v)-1] == '"' {
-		v = v[1 : len(v)-1]
-	}
-	n, err := strconv.ParseInt(v, 10, 64)
-	if err != nil || n < 1 || strings.HasPrefix(v, "+") {
-		return 0, true, false, fieldProblem("If-Match", `must be one version, as the ETag gives it: "3"`)
-	}
-	return n, true, false, nil
-}

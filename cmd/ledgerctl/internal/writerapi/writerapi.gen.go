@@ -820,7 +820,7 @@ type CreateTenantParams struct {
 
 // PatchTenantParams defines parameters for PatchTenant.
 type PatchTenantParams struct {
-	// IfMatch The version to change, as the ETag gives it (`"3"`, or a bare `3`); without it 428.
+	// IfMatch RFC 9110 If-Match: the version to change as the ETag gives it (`"3"`, or a bare `3`), a list (`"2", "3"`: any may match) or `*` (the version read); without it 428. A weak tag (`W/"3"`) never matches: 412.
 	IfMatch IfMatchRequiredParam `json:"If-Match"`
 
 	// IdempotencyKey 1–128 ASCII letters, digits or `-_.:+/=`, bare or quoted; a fresh UUID
@@ -847,7 +847,7 @@ type CreateAccountParams struct {
 
 // DeleteAccountParams defines parameters for DeleteAccount.
 type DeleteAccountParams struct {
-	// IfMatch The version to change, as the ETag gives it (`"3"`, or a bare `3`); `*` means "if it exists".
+	// IfMatch RFC 9110 If-Match: the version to change as the ETag gives it (`"3"`, or a bare `3`), a list (`"2", "3"`: any may match) or `*` (any version). A weak tag (`W/"3"`) never matches: 412.
 	IfMatch *IfMatchParam `json:"If-Match,omitempty"`
 
 	// IdempotencyKey 1–128 ASCII letters, digits or `-_.:+/=`, bare or quoted; a fresh UUID
@@ -859,7 +859,7 @@ type DeleteAccountParams struct {
 
 // PatchAccountParams defines parameters for PatchAccount.
 type PatchAccountParams struct {
-	// IfMatch The version to change, as the ETag gives it (`"3"`, or a bare `3`); without it 428.
+	// IfMatch RFC 9110 If-Match: the version to change as the ETag gives it (`"3"`, or a bare `3`), a list (`"2", "3"`: any may match) or `*` (the version read); without it 428. A weak tag (`W/"3"`) never matches: 412.
 	IfMatch IfMatchRequiredParam `json:"If-Match"`
 
 	// IdempotencyKey 1–128 ASCII letters, digits or `-_.:+/=`, bare or quoted; a fresh UUID
@@ -871,7 +871,7 @@ type PatchAccountParams struct {
 
 // AddEmailParams defines parameters for AddEmail.
 type AddEmailParams struct {
-	// IfMatch The version to change, as the ETag gives it (`"3"`, or a bare `3`); `*` means "if it exists".
+	// IfMatch RFC 9110 If-Match: the version to change as the ETag gives it (`"3"`, or a bare `3`), a list (`"2", "3"`: any may match) or `*` (any version). A weak tag (`W/"3"`) never matches: 412.
 	IfMatch *IfMatchParam `json:"If-Match,omitempty"`
 
 	// IdempotencyKey 1–128 ASCII letters, digits or `-_.:+/=`, bare or quoted; a fresh UUID
@@ -883,7 +883,7 @@ type AddEmailParams struct {
 
 // RemoveEmailParams defines parameters for RemoveEmail.
 type RemoveEmailParams struct {
-	// IfMatch The version to change, as the ETag gives it (`"3"`, or a bare `3`); `*` means "if it exists".
+	// IfMatch RFC 9110 If-Match: the version to change as the ETag gives it (`"3"`, or a bare `3`), a list (`"2", "3"`: any may match) or `*` (any version). A weak tag (`W/"3"`) never matches: 412.
 	IfMatch *IfMatchParam `json:"If-Match,omitempty"`
 
 	// IdempotencyKey 1–128 ASCII letters, digits or `-_.:+/=`, bare or quoted; a fresh UUID
@@ -895,7 +895,7 @@ type RemoveEmailParams struct {
 
 // PatchEmailParams defines parameters for PatchEmail.
 type PatchEmailParams struct {
-	// IfMatch The version to change, as the ETag gives it (`"3"`, or a bare `3`); without it 428.
+	// IfMatch RFC 9110 If-Match: the version to change as the ETag gives it (`"3"`, or a bare `3`), a list (`"2", "3"`: any may match) or `*` (the version read); without it 428. A weak tag (`W/"3"`) never matches: 412.
 	IfMatch IfMatchRequiredParam `json:"If-Match"`
 
 	// IdempotencyKey 1–128 ASCII letters, digits or `-_.:+/=`, bare or quoted; a fresh UUID
@@ -922,7 +922,7 @@ type CreateBranchParams struct {
 
 // DeleteBranchParams defines parameters for DeleteBranch.
 type DeleteBranchParams struct {
-	// IfMatch The version to change, as the ETag gives it (`"3"`, or a bare `3`); `*` means "if it exists".
+	// IfMatch RFC 9110 If-Match: the version to change as the ETag gives it (`"3"`, or a bare `3`), a list (`"2", "3"`: any may match) or `*` (any version). A weak tag (`W/"3"`) never matches: 412.
 	IfMatch *IfMatchParam `json:"If-Match,omitempty"`
 
 	// IdempotencyKey 1–128 ASCII letters, digits or `-_.:+/=`, bare or quoted; a fresh UUID
@@ -934,7 +934,7 @@ type DeleteBranchParams struct {
 
 // PatchBranchParams defines parameters for PatchBranch.
 type PatchBranchParams struct {
-	// IfMatch The version to change, as the ETag gives it (`"3"`, or a bare `3`); without it 428.
+	// IfMatch RFC 9110 If-Match: the version to change as the ETag gives it (`"3"`, or a bare `3`), a list (`"2", "3"`: any may match) or `*` (the version read); without it 428. A weak tag (`W/"3"`) never matches: 412.
 	IfMatch IfMatchRequiredParam `json:"If-Match"`
 
 	// IdempotencyKey 1–128 ASCII letters, digits or `-_.:+/=`, bare or quoted; a fresh UUID
