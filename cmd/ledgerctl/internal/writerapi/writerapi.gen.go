@@ -3347,6 +3347,7 @@ type LookupAccountResponse200Headers struct {
 // LookupAccountResponse400Headers the declared response headers of an HTTP 400 response for LookupAccount
 type LookupAccountResponse400Headers struct {
 	CacheControl        string
+	IdempotentReplayed  *string
 	XContentTypeOptions string
 	XRequestId          string
 }
@@ -3362,6 +3363,7 @@ type LookupAccountResponse401Headers struct {
 // LookupAccountResponse403Headers the declared response headers of an HTTP 403 response for LookupAccount
 type LookupAccountResponse403Headers struct {
 	CacheControl        string
+	IdempotentReplayed  *string
 	XContentTypeOptions string
 	XRequestId          string
 }
@@ -3369,6 +3371,7 @@ type LookupAccountResponse403Headers struct {
 // LookupAccountResponse404Headers the declared response headers of an HTTP 404 response for LookupAccount
 type LookupAccountResponse404Headers struct {
 	CacheControl        string
+	IdempotentReplayed  *string
 	XContentTypeOptions string
 	XRequestId          string
 }
@@ -3460,6 +3463,7 @@ type LookupBranchResponse200Headers struct {
 // LookupBranchResponse400Headers the declared response headers of an HTTP 400 response for LookupBranch
 type LookupBranchResponse400Headers struct {
 	CacheControl        string
+	IdempotentReplayed  *string
 	XContentTypeOptions string
 	XRequestId          string
 }
@@ -3475,6 +3479,7 @@ type LookupBranchResponse401Headers struct {
 // LookupBranchResponse403Headers the declared response headers of an HTTP 403 response for LookupBranch
 type LookupBranchResponse403Headers struct {
 	CacheControl        string
+	IdempotentReplayed  *string
 	XContentTypeOptions string
 	XRequestId          string
 }
@@ -3482,6 +3487,7 @@ type LookupBranchResponse403Headers struct {
 // LookupBranchResponse404Headers the declared response headers of an HTTP 404 response for LookupBranch
 type LookupBranchResponse404Headers struct {
 	CacheControl        string
+	IdempotentReplayed  *string
 	XContentTypeOptions string
 	XRequestId          string
 }
@@ -3572,6 +3578,7 @@ type ListTenantsResponse200Headers struct {
 // ListTenantsResponse400Headers the declared response headers of an HTTP 400 response for ListTenants
 type ListTenantsResponse400Headers struct {
 	CacheControl        string
+	IdempotentReplayed  *string
 	XContentTypeOptions string
 	XRequestId          string
 }
@@ -3587,6 +3594,7 @@ type ListTenantsResponse401Headers struct {
 // ListTenantsResponse403Headers the declared response headers of an HTTP 403 response for ListTenants
 type ListTenantsResponse403Headers struct {
 	CacheControl        string
+	IdempotentReplayed  *string
 	XContentTypeOptions string
 	XRequestId          string
 }
@@ -3676,6 +3684,7 @@ type CreateTenantResponse201Headers struct {
 // CreateTenantResponse400Headers the declared response headers of an HTTP 400 response for CreateTenant
 type CreateTenantResponse400Headers struct {
 	CacheControl        string
+	IdempotentReplayed  *string
 	XContentTypeOptions string
 	XRequestId          string
 }
@@ -3691,6 +3700,7 @@ type CreateTenantResponse401Headers struct {
 // CreateTenantResponse403Headers the declared response headers of an HTTP 403 response for CreateTenant
 type CreateTenantResponse403Headers struct {
 	CacheControl        string
+	IdempotentReplayed  *string
 	XContentTypeOptions string
 	XRequestId          string
 }
@@ -3698,6 +3708,7 @@ type CreateTenantResponse403Headers struct {
 // CreateTenantResponse409Headers the declared response headers of an HTTP 409 response for CreateTenant
 type CreateTenantResponse409Headers struct {
 	CacheControl        string
+	IdempotentReplayed  *string
 	RetryAfter          *string
 	XContentTypeOptions string
 	XRequestId          string
@@ -3720,6 +3731,7 @@ type CreateTenantResponse415Headers struct {
 // CreateTenantResponse422Headers the declared response headers of an HTTP 422 response for CreateTenant
 type CreateTenantResponse422Headers struct {
 	CacheControl        string
+	IdempotentReplayed  *string
 	XContentTypeOptions string
 	XRequestId          string
 }
@@ -3823,6 +3835,7 @@ type GetTenantResponse200Headers struct {
 // GetTenantResponse400Headers the declared response headers of an HTTP 400 response for GetTenant
 type GetTenantResponse400Headers struct {
 	CacheControl        string
+	IdempotentReplayed  *string
 	XContentTypeOptions string
 	XRequestId          string
 }
@@ -3838,6 +3851,7 @@ type GetTenantResponse401Headers struct {
 // GetTenantResponse403Headers the declared response headers of an HTTP 403 response for GetTenant
 type GetTenantResponse403Headers struct {
 	CacheControl        string
+	IdempotentReplayed  *string
 	XContentTypeOptions string
 	XRequestId          string
 }
@@ -3845,6 +3859,7 @@ type GetTenantResponse403Headers struct {
 // GetTenantResponse404Headers the declared response headers of an HTTP 404 response for GetTenant
 type GetTenantResponse404Headers struct {
 	CacheControl        string
+	IdempotentReplayed  *string
 	XContentTypeOptions string
 	XRequestId          string
 }
@@ -3949,6 +3964,7 @@ type PatchTenantResponse200Headers struct {
 // PatchTenantResponse400Headers the declared response headers of an HTTP 400 response for PatchTenant
 type PatchTenantResponse400Headers struct {
 	CacheControl        string
+	IdempotentReplayed  *string
 	XContentTypeOptions string
 	XRequestId          string
 }
@@ -3964,6 +3980,7 @@ type PatchTenantResponse401Headers struct {
 // PatchTenantResponse403Headers the declared response headers of an HTTP 403 response for PatchTenant
 type PatchTenantResponse403Headers struct {
 	CacheControl        string
+	IdempotentReplayed  *string
 	XContentTypeOptions string
 	XRequestId          string
 }
@@ -3971,6 +3988,7 @@ type PatchTenantResponse403Headers struct {
 // PatchTenantResponse404Headers the declared response headers of an HTTP 404 response for PatchTenant
 type PatchTenantResponse404Headers struct {
 	CacheControl        string
+	IdempotentReplayed  *string
 	XContentTypeOptions string
 	XRequestId          string
 }
@@ -3978,6 +3996,7 @@ type PatchTenantResponse404Headers struct {
 // PatchTenantResponse409Headers the declared response headers of an HTTP 409 response for PatchTenant
 type PatchTenantResponse409Headers struct {
 	CacheControl        string
+	IdempotentReplayed  *string
 	RetryAfter          *string
 	XContentTypeOptions string
 	XRequestId          string
@@ -3987,6 +4006,7 @@ type PatchTenantResponse409Headers struct {
 type PatchTenantResponse412Headers struct {
 	CacheControl        string
 	ETag                string
+	IdempotentReplayed  *string
 	XContentTypeOptions string
 	XRequestId          string
 }
@@ -4008,6 +4028,7 @@ type PatchTenantResponse415Headers struct {
 // PatchTenantResponse422Headers the declared response headers of an HTTP 422 response for PatchTenant
 type PatchTenantResponse422Headers struct {
 	CacheControl        string
+	IdempotentReplayed  *string
 	XContentTypeOptions string
 	XRequestId          string
 }
@@ -4129,6 +4150,7 @@ type ListAccountsResponse200Headers struct {
 // ListAccountsResponse400Headers the declared response headers of an HTTP 400 response for ListAccounts
 type ListAccountsResponse400Headers struct {
 	CacheControl        string
+	IdempotentReplayed  *string
 	XContentTypeOptions string
 	XRequestId          string
 }
@@ -4144,6 +4166,7 @@ type ListAccountsResponse401Headers struct {
 // ListAccountsResponse403Headers the declared response headers of an HTTP 403 response for ListAccounts
 type ListAccountsResponse403Headers struct {
 	CacheControl        string
+	IdempotentReplayed  *string
 	XContentTypeOptions string
 	XRequestId          string
 }
@@ -4245,6 +4268,7 @@ type CreateAccountResponse201Headers struct {
 // CreateAccountResponse400Headers the declared response headers of an HTTP 400 response for CreateAccount
 type CreateAccountResponse400Headers struct {
 	CacheControl        string
+	IdempotentReplayed  *string
 	XContentTypeOptions string
 	XRequestId          string
 }
@@ -4260,6 +4284,7 @@ type CreateAccountResponse401Headers struct {
 // CreateAccountResponse403Headers the declared response headers of an HTTP 403 response for CreateAccount
 type CreateAccountResponse403Headers struct {
 	CacheControl        string
+	IdempotentReplayed  *string
 	XContentTypeOptions string
 	XRequestId          string
 }
@@ -4267,6 +4292,7 @@ type CreateAccountResponse403Headers struct {
 // CreateAccountResponse404Headers the declared response headers of an HTTP 404 response for CreateAccount
 type CreateAccountResponse404Headers struct {
 	CacheControl        string
+	IdempotentReplayed  *string
 	XContentTypeOptions string
 	XRequestId          string
 }
@@ -4274,6 +4300,7 @@ type CreateAccountResponse404Headers struct {
 // CreateAccountResponse409Headers the declared response headers of an HTTP 409 response for CreateAccount
 type CreateAccountResponse409Headers struct {
 	CacheControl        string
+	IdempotentReplayed  *string
 	RetryAfter          *string
 	XContentTypeOptions string
 	XRequestId          string
@@ -4415,6 +4442,7 @@ type DeleteAccountResponse204Headers struct {
 // DeleteAccountResponse400Headers the declared response headers of an HTTP 400 response for DeleteAccount
 type DeleteAccountResponse400Headers struct {
 	CacheControl        string
+	IdempotentReplayed  *string
 	XContentTypeOptions string
 	XRequestId          string
 }
@@ -4430,6 +4458,7 @@ type DeleteAccountResponse401Headers struct {
 // DeleteAccountResponse403Headers the declared response headers of an HTTP 403 response for DeleteAccount
 type DeleteAccountResponse403Headers struct {
 	CacheControl        string
+	IdempotentReplayed  *string
 	XContentTypeOptions string
 	XRequestId          string
 }
@@ -4437,6 +4466,7 @@ type DeleteAccountResponse403Headers struct {
 // DeleteAccountResponse404Headers the declared response headers of an HTTP 404 response for DeleteAccount
 type DeleteAccountResponse404Headers struct {
 	CacheControl        string
+	IdempotentReplayed  *string
 	XContentTypeOptions string
 	XRequestId          string
 }
@@ -4444,6 +4474,7 @@ type DeleteAccountResponse404Headers struct {
 // DeleteAccountResponse409Headers the declared response headers of an HTTP 409 response for DeleteAccount
 type DeleteAccountResponse409Headers struct {
 	CacheControl        string
+	IdempotentReplayed  *string
 	RetryAfter          *string
 	XContentTypeOptions string
 	XRequestId          string
@@ -4453,6 +4484,7 @@ type DeleteAccountResponse409Headers struct {
 type DeleteAccountResponse412Headers struct {
 	CacheControl        string
 	ETag                string
+	IdempotentReplayed  *string
 	XContentTypeOptions string
 	XRequestId          string
 }
@@ -4573,6 +4605,7 @@ type GetAccountResponse200Headers struct {
 // GetAccountResponse400Headers the declared response headers of an HTTP 400 response for GetAccount
 type GetAccountResponse400Headers struct {
 	CacheControl        string
+	IdempotentReplayed  *string
 	XContentTypeOptions string
 	XRequestId          string
 }
@@ -4588,6 +4621,7 @@ type GetAccountResponse401Headers struct {
 // GetAccountResponse403Headers the declared response headers of an HTTP 403 response for GetAccount
 type GetAccountResponse403Headers struct {
 	CacheControl        string
+	IdempotentReplayed  *string
 	XContentTypeOptions string
 	XRequestId          string
 }
@@ -4595,6 +4629,7 @@ type GetAccountResponse403Headers struct {
 // GetAccountResponse404Headers the declared response headers of an HTTP 404 response for GetAccount
 type GetAccountResponse404Headers struct {
 	CacheControl        string
+	IdempotentReplayed  *string
 	XContentTypeOptions string
 	XRequestId          string
 }
@@ -4699,6 +4734,7 @@ type PatchAccountResponse200Headers struct {
 // PatchAccountResponse400Headers the declared response headers of an HTTP 400 response for PatchAccount
 type PatchAccountResponse400Headers struct {
 	CacheControl        string
+	IdempotentReplayed  *string
 	XContentTypeOptions string
 	XRequestId          string
 }
@@ -4714,6 +4750,7 @@ type PatchAccountResponse401Headers struct {
 // PatchAccountResponse403Headers the declared response headers of an HTTP 403 response for PatchAccount
 type PatchAccountResponse403Headers struct {
 	CacheControl        string
+	IdempotentReplayed  *string
 	XContentTypeOptions string
 	XRequestId          string
 }
@@ -4721,6 +4758,7 @@ type PatchAccountResponse403Headers struct {
 // PatchAccountResponse404Headers the declared response headers of an HTTP 404 response for PatchAccount
 type PatchAccountResponse404Headers struct {
 	CacheControl        string
+	IdempotentReplayed  *string
 	XContentTypeOptions string
 	XRequestId          string
 }
@@ -4728,6 +4766,7 @@ type PatchAccountResponse404Headers struct {
 // PatchAccountResponse409Headers the declared response headers of an HTTP 409 response for PatchAccount
 type PatchAccountResponse409Headers struct {
 	CacheControl        string
+	IdempotentReplayed  *string
 	RetryAfter          *string
 	XContentTypeOptions string
 	XRequestId          string
@@ -4737,6 +4776,7 @@ type PatchAccountResponse409Headers struct {
 type PatchAccountResponse412Headers struct {
 	CacheControl        string
 	ETag                string
+	IdempotentReplayed  *string
 	XContentTypeOptions string
 	XRequestId          string
 }
@@ -4894,6 +4934,7 @@ type AddEmailResponse201Headers struct {
 // AddEmailResponse400Headers the declared response headers of an HTTP 400 response for AddEmail
 type AddEmailResponse400Headers struct {
 	CacheControl        string
+	IdempotentReplayed  *string
 	XContentTypeOptions string
 	XRequestId          string
 }
@@ -4909,6 +4950,7 @@ type AddEmailResponse401Headers struct {
 // AddEmailResponse403Headers the declared response headers of an HTTP 403 response for AddEmail
 type AddEmailResponse403Headers struct {
 	CacheControl        string
+	IdempotentReplayed  *string
 	XContentTypeOptions string
 	XRequestId          string
 }
@@ -4916,6 +4958,7 @@ type AddEmailResponse403Headers struct {
 // AddEmailResponse404Headers the declared response headers of an HTTP 404 response for AddEmail
 type AddEmailResponse404Headers struct {
 	CacheControl        string
+	IdempotentReplayed  *string
 	XContentTypeOptions string
 	XRequestId          string
 }
@@ -4923,6 +4966,7 @@ type AddEmailResponse404Headers struct {
 // AddEmailResponse409Headers the declared response headers of an HTTP 409 response for AddEmail
 type AddEmailResponse409Headers struct {
 	CacheControl        string
+	IdempotentReplayed  *string
 	RetryAfter          *string
 	XContentTypeOptions string
 	XRequestId          string
@@ -4932,6 +4976,7 @@ type AddEmailResponse409Headers struct {
 type AddEmailResponse412Headers struct {
 	CacheControl        string
 	ETag                string
+	IdempotentReplayed  *string
 	XContentTypeOptions string
 	XRequestId          string
 }
@@ -5076,6 +5121,7 @@ type RemoveEmailResponse204Headers struct {
 // RemoveEmailResponse400Headers the declared response headers of an HTTP 400 response for RemoveEmail
 type RemoveEmailResponse400Headers struct {
 	CacheControl        string
+	IdempotentReplayed  *string
 	XContentTypeOptions string
 	XRequestId          string
 }
@@ -5091,6 +5137,7 @@ type RemoveEmailResponse401Headers struct {
 // RemoveEmailResponse403Headers the declared response headers of an HTTP 403 response for RemoveEmail
 type RemoveEmailResponse403Headers struct {
 	CacheControl        string
+	IdempotentReplayed  *string
 	XContentTypeOptions string
 	XRequestId          string
 }
@@ -5098,6 +5145,7 @@ type RemoveEmailResponse403Headers struct {
 // RemoveEmailResponse404Headers the declared response headers of an HTTP 404 response for RemoveEmail
 type RemoveEmailResponse404Headers struct {
 	CacheControl        string
+	IdempotentReplayed  *string
 	XContentTypeOptions string
 	XRequestId          string
 }
@@ -5105,6 +5153,7 @@ type RemoveEmailResponse404Headers struct {
 // RemoveEmailResponse409Headers the declared response headers of an HTTP 409 response for RemoveEmail
 type RemoveEmailResponse409Headers struct {
 	CacheControl        string
+	IdempotentReplayed  *string
 	RetryAfter          *string
 	XContentTypeOptions string
 	XRequestId          string
@@ -5114,6 +5163,7 @@ type RemoveEmailResponse409Headers struct {
 type RemoveEmailResponse412Headers struct {
 	CacheControl        string
 	ETag                string
+	IdempotentReplayed  *string
 	XContentTypeOptions string
 	XRequestId          string
 }
@@ -5234,6 +5284,7 @@ type GetEmailResponse200Headers struct {
 // GetEmailResponse400Headers the declared response headers of an HTTP 400 response for GetEmail
 type GetEmailResponse400Headers struct {
 	CacheControl        string
+	IdempotentReplayed  *string
 	XContentTypeOptions string
 	XRequestId          string
 }
@@ -5249,6 +5300,7 @@ type GetEmailResponse401Headers struct {
 // GetEmailResponse403Headers the declared response headers of an HTTP 403 response for GetEmail
 type GetEmailResponse403Headers struct {
 	CacheControl        string
+	IdempotentReplayed  *string
 	XContentTypeOptions string
 	XRequestId          string
 }
@@ -5256,6 +5308,7 @@ type GetEmailResponse403Headers struct {
 // GetEmailResponse404Headers the declared response headers of an HTTP 404 response for GetEmail
 type GetEmailResponse404Headers struct {
 	CacheControl        string
+	IdempotentReplayed  *string
 	XContentTypeOptions string
 	XRequestId          string
 }
@@ -5360,6 +5413,7 @@ type PatchEmailResponse200Headers struct {
 // PatchEmailResponse400Headers the declared response headers of an HTTP 400 response for PatchEmail
 type PatchEmailResponse400Headers struct {
 	CacheControl        string
+	IdempotentReplayed  *string
 	XContentTypeOptions string
 	XRequestId          string
 }
@@ -5375,6 +5429,7 @@ type PatchEmailResponse401Headers struct {
 // PatchEmailResponse403Headers the declared response headers of an HTTP 403 response for PatchEmail
 type PatchEmailResponse403Headers struct {
 	CacheControl        string
+	IdempotentReplayed  *string
 	XContentTypeOptions string
 	XRequestId          string
 }
@@ -5382,6 +5437,7 @@ type PatchEmailResponse403Headers struct {
 // PatchEmailResponse404Headers the declared response headers of an HTTP 404 response for PatchEmail
 type PatchEmailResponse404Headers struct {
 	CacheControl        string
+	IdempotentReplayed  *string
 	XContentTypeOptions string
 	XRequestId          string
 }
@@ -5389,6 +5445,7 @@ type PatchEmailResponse404Headers struct {
 // PatchEmailResponse409Headers the declared response headers of an HTTP 409 response for PatchEmail
 type PatchEmailResponse409Headers struct {
 	CacheControl        string
+	IdempotentReplayed  *string
 	RetryAfter          *string
 	XContentTypeOptions string
 	XRequestId          string
@@ -5398,6 +5455,7 @@ type PatchEmailResponse409Headers struct {
 type PatchEmailResponse412Headers struct {
 	CacheControl        string
 	ETag                string
+	IdempotentReplayed  *string
 	XContentTypeOptions string
 	XRequestId          string
 }
@@ -5552,6 +5610,7 @@ type ListBranchesResponse200Headers struct {
 // ListBranchesResponse400Headers the declared response headers of an HTTP 400 response for ListBranches
 type ListBranchesResponse400Headers struct {
 	CacheControl        string
+	IdempotentReplayed  *string
 	XContentTypeOptions string
 	XRequestId          string
 }
@@ -5567,6 +5626,7 @@ type ListBranchesResponse401Headers struct {
 // ListBranchesResponse403Headers the declared response headers of an HTTP 403 response for ListBranches
 type ListBranchesResponse403Headers struct {
 	CacheControl        string
+	IdempotentReplayed  *string
 	XContentTypeOptions string
 	XRequestId          string
 }
@@ -5668,6 +5728,7 @@ type CreateBranchResponse201Headers struct {
 // CreateBranchResponse400Headers the declared response headers of an HTTP 400 response for CreateBranch
 type CreateBranchResponse400Headers struct {
 	CacheControl        string
+	IdempotentReplayed  *string
 	XContentTypeOptions string
 	XRequestId          string
 }
@@ -5683,6 +5744,7 @@ type CreateBranchResponse401Headers struct {
 // CreateBranchResponse403Headers the declared response headers of an HTTP 403 response for CreateBranch
 type CreateBranchResponse403Headers struct {
 	CacheControl        string
+	IdempotentReplayed  *string
 	XContentTypeOptions string
 	XRequestId          string
 }
@@ -5690,6 +5752,7 @@ type CreateBranchResponse403Headers struct {
 // CreateBranchResponse404Headers the declared response headers of an HTTP 404 response for CreateBranch
 type CreateBranchResponse404Headers struct {
 	CacheControl        string
+	IdempotentReplayed  *string
 	XContentTypeOptions string
 	XRequestId          string
 }
@@ -5697,6 +5760,7 @@ type CreateBranchResponse404Headers struct {
 // CreateBranchResponse409Headers the declared response headers of an HTTP 409 response for CreateBranch
 type CreateBranchResponse409Headers struct {
 	CacheControl        string
+	IdempotentReplayed  *string
 	RetryAfter          *string
 	XContentTypeOptions string
 	XRequestId          string
@@ -5719,6 +5783,7 @@ type CreateBranchResponse415Headers struct {
 // CreateBranchResponse422Headers the declared response headers of an HTTP 422 response for CreateBranch
 type CreateBranchResponse422Headers struct {
 	CacheControl        string
+	IdempotentReplayed  *string
 	XContentTypeOptions string
 	XRequestId          string
 }
@@ -5838,6 +5903,7 @@ type DeleteBranchResponse204Headers struct {
 // DeleteBranchResponse400Headers the declared response headers of an HTTP 400 response for DeleteBranch
 type DeleteBranchResponse400Headers struct {
 	CacheControl        string
+	IdempotentReplayed  *string
 	XContentTypeOptions string
 	XRequestId          string
 }
@@ -5853,6 +5919,7 @@ type DeleteBranchResponse401Headers struct {
 // DeleteBranchResponse403Headers the declared response headers of an HTTP 403 response for DeleteBranch
 type DeleteBranchResponse403Headers struct {
 	CacheControl        string
+	IdempotentReplayed  *string
 	XContentTypeOptions string
 	XRequestId          string
 }
@@ -5860,6 +5927,7 @@ type DeleteBranchResponse403Headers struct {
 // DeleteBranchResponse404Headers the declared response headers of an HTTP 404 response for DeleteBranch
 type DeleteBranchResponse404Headers struct {
 	CacheControl        string
+	IdempotentReplayed  *string
 	XContentTypeOptions string
 	XRequestId          string
 }
@@ -5867,6 +5935,7 @@ type DeleteBranchResponse404Headers struct {
 // DeleteBranchResponse409Headers the declared response headers of an HTTP 409 response for DeleteBranch
 type DeleteBranchResponse409Headers struct {
 	CacheControl        string
+	IdempotentReplayed  *string
 	RetryAfter          *string
 	XContentTypeOptions string
 	XRequestId          string
@@ -5876,6 +5945,7 @@ type DeleteBranchResponse409Headers struct {
 type DeleteBranchResponse412Headers struct {
 	CacheControl        string
 	ETag                string
+	IdempotentReplayed  *string
 	XContentTypeOptions string
 	XRequestId          string
 }
@@ -5996,6 +6066,7 @@ type GetBranchResponse200Headers struct {
 // GetBranchResponse400Headers the declared response headers of an HTTP 400 response for GetBranch
 type GetBranchResponse400Headers struct {
 	CacheControl        string
+	IdempotentReplayed  *string
 	XContentTypeOptions string
 	XRequestId          string
 }
@@ -6011,6 +6082,7 @@ type GetBranchResponse401Headers struct {
 // GetBranchResponse403Headers the declared response headers of an HTTP 403 response for GetBranch
 type GetBranchResponse403Headers struct {
 	CacheControl        string
+	IdempotentReplayed  *string
 	XContentTypeOptions string
 	XRequestId          string
 }
@@ -6018,6 +6090,7 @@ type GetBranchResponse403Headers struct {
 // GetBranchResponse404Headers the declared response headers of an HTTP 404 response for GetBranch
 type GetBranchResponse404Headers struct {
 	CacheControl        string
+	IdempotentReplayed  *string
 	XContentTypeOptions string
 	XRequestId          string
 }
@@ -6122,6 +6195,7 @@ type PatchBranchResponse200Headers struct {
 // PatchBranchResponse400Headers the declared response headers of an HTTP 400 response for PatchBranch
 type PatchBranchResponse400Headers struct {
 	CacheControl        string
+	IdempotentReplayed  *string
 	XContentTypeOptions string
 	XRequestId          string
 }
@@ -6137,6 +6211,7 @@ type PatchBranchResponse401Headers struct {
 // PatchBranchResponse403Headers the declared response headers of an HTTP 403 response for PatchBranch
 type PatchBranchResponse403Headers struct {
 	CacheControl        string
+	IdempotentReplayed  *string
 	XContentTypeOptions string
 	XRequestId          string
 }
@@ -6144,6 +6219,7 @@ type PatchBranchResponse403Headers struct {
 // PatchBranchResponse404Headers the declared response headers of an HTTP 404 response for PatchBranch
 type PatchBranchResponse404Headers struct {
 	CacheControl        string
+	IdempotentReplayed  *string
 	XContentTypeOptions string
 	XRequestId          string
 }
@@ -6151,6 +6227,7 @@ type PatchBranchResponse404Headers struct {
 // PatchBranchResponse409Headers the declared response headers of an HTTP 409 response for PatchBranch
 type PatchBranchResponse409Headers struct {
 	CacheControl        string
+	IdempotentReplayed  *string
 	RetryAfter          *string
 	XContentTypeOptions string
 	XRequestId          string
@@ -6160,6 +6237,7 @@ type PatchBranchResponse409Headers struct {
 type PatchBranchResponse412Headers struct {
 	CacheControl        string
 	ETag                string
+	IdempotentReplayed  *string
 	XContentTypeOptions string
 	XRequestId          string
 }
@@ -6181,6 +6259,7 @@ type PatchBranchResponse415Headers struct {
 // PatchBranchResponse422Headers the declared response headers of an HTTP 422 response for PatchBranch
 type PatchBranchResponse422Headers struct {
 	CacheControl        string
+	IdempotentReplayed  *string
 	XContentTypeOptions string
 	XRequestId          string
 }
@@ -6820,6 +6899,13 @@ func ParseLookupAccountResponse(rsp *http.Response) (*LookupAccountResponse, err
 			}
 			headers.CacheControl = value
 		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
 		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
@@ -6875,6 +6961,13 @@ func ParseLookupAccountResponse(rsp *http.Response) (*LookupAccountResponse, err
 			}
 			headers.CacheControl = value
 		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
 		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
@@ -6898,6 +6991,13 @@ func ParseLookupAccountResponse(rsp *http.Response) (*LookupAccountResponse, err
 				return nil, err
 			}
 			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
 		}
 		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
 			var value string
@@ -7073,6 +7173,13 @@ func ParseLookupBranchResponse(rsp *http.Response) (*LookupBranchResponse, error
 			}
 			headers.CacheControl = value
 		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
 		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
@@ -7128,6 +7235,13 @@ func ParseLookupBranchResponse(rsp *http.Response) (*LookupBranchResponse, error
 			}
 			headers.CacheControl = value
 		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
 		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
@@ -7151,6 +7265,13 @@ func ParseLookupBranchResponse(rsp *http.Response) (*LookupBranchResponse, error
 				return nil, err
 			}
 			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
 		}
 		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
 			var value string
@@ -7312,6 +7433,13 @@ func ParseListTenantsResponse(rsp *http.Response) (*ListTenantsResponse, error) 
 			}
 			headers.CacheControl = value
 		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
 		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
@@ -7366,6 +7494,13 @@ func ParseListTenantsResponse(rsp *http.Response) (*ListTenantsResponse, error) 
 				return nil, err
 			}
 			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
 		}
 		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
 			var value string
@@ -7576,6 +7711,13 @@ func ParseCreateTenantResponse(rsp *http.Response) (*CreateTenantResponse, error
 			}
 			headers.CacheControl = value
 		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
 		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
@@ -7631,6 +7773,13 @@ func ParseCreateTenantResponse(rsp *http.Response) (*CreateTenantResponse, error
 			}
 			headers.CacheControl = value
 		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
 		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
@@ -7654,6 +7803,13 @@ func ParseCreateTenantResponse(rsp *http.Response) (*CreateTenantResponse, error
 				return nil, err
 			}
 			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
 		}
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value string
@@ -7733,6 +7889,13 @@ func ParseCreateTenantResponse(rsp *http.Response) (*CreateTenantResponse, error
 				return nil, err
 			}
 			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
 		}
 		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
 			var value string
@@ -7915,6 +8078,13 @@ func ParseGetTenantResponse(rsp *http.Response) (*GetTenantResponse, error) {
 			}
 			headers.CacheControl = value
 		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
 		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
@@ -7970,6 +8140,13 @@ func ParseGetTenantResponse(rsp *http.Response) (*GetTenantResponse, error) {
 			}
 			headers.CacheControl = value
 		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
 		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
@@ -7993,6 +8170,13 @@ func ParseGetTenantResponse(rsp *http.Response) (*GetTenantResponse, error) {
 				return nil, err
 			}
 			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
 		}
 		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
 			var value string
@@ -8248,6 +8432,13 @@ func ParsePatchTenantResponse(rsp *http.Response) (*PatchTenantResponse, error) 
 			}
 			headers.CacheControl = value
 		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
 		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
@@ -8303,6 +8494,13 @@ func ParsePatchTenantResponse(rsp *http.Response) (*PatchTenantResponse, error) 
 			}
 			headers.CacheControl = value
 		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
 		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
@@ -8327,6 +8525,13 @@ func ParsePatchTenantResponse(rsp *http.Response) (*PatchTenantResponse, error) 
 			}
 			headers.CacheControl = value
 		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
 		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
@@ -8350,6 +8555,13 @@ func ParsePatchTenantResponse(rsp *http.Response) (*PatchTenantResponse, error) 
 				return nil, err
 			}
 			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
 		}
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value string
@@ -8388,6 +8600,13 @@ func ParsePatchTenantResponse(rsp *http.Response) (*PatchTenantResponse, error) 
 				return nil, err
 			}
 			headers.ETag = value
+		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
 		}
 		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
 			var value string
@@ -8460,6 +8679,13 @@ func ParsePatchTenantResponse(rsp *http.Response) (*PatchTenantResponse, error) 
 				return nil, err
 			}
 			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
 		}
 		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
 			var value string
@@ -8652,6 +8878,13 @@ func ParseListAccountsResponse(rsp *http.Response) (*ListAccountsResponse, error
 			}
 			headers.CacheControl = value
 		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
 		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
@@ -8706,6 +8939,13 @@ func ParseListAccountsResponse(rsp *http.Response) (*ListAccountsResponse, error
 				return nil, err
 			}
 			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
 		}
 		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
 			var value string
@@ -8961,6 +9201,13 @@ func ParseCreateAccountResponse(rsp *http.Response) (*CreateAccountResponse, err
 			}
 			headers.CacheControl = value
 		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
 		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
@@ -9016,6 +9263,13 @@ func ParseCreateAccountResponse(rsp *http.Response) (*CreateAccountResponse, err
 			}
 			headers.CacheControl = value
 		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
 		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
@@ -9040,6 +9294,13 @@ func ParseCreateAccountResponse(rsp *http.Response) (*CreateAccountResponse, err
 			}
 			headers.CacheControl = value
 		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
 		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
@@ -9063,6 +9324,13 @@ func ParseCreateAccountResponse(rsp *http.Response) (*CreateAccountResponse, err
 				return nil, err
 			}
 			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
 		}
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value string
@@ -9372,6 +9640,13 @@ func ParseDeleteAccountResponse(rsp *http.Response) (*DeleteAccountResponse, err
 			}
 			headers.CacheControl = value
 		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
 		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
@@ -9427,6 +9702,13 @@ func ParseDeleteAccountResponse(rsp *http.Response) (*DeleteAccountResponse, err
 			}
 			headers.CacheControl = value
 		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
 		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
@@ -9451,6 +9733,13 @@ func ParseDeleteAccountResponse(rsp *http.Response) (*DeleteAccountResponse, err
 			}
 			headers.CacheControl = value
 		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
 		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
@@ -9474,6 +9763,13 @@ func ParseDeleteAccountResponse(rsp *http.Response) (*DeleteAccountResponse, err
 				return nil, err
 			}
 			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
 		}
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value string
@@ -9512,6 +9808,13 @@ func ParseDeleteAccountResponse(rsp *http.Response) (*DeleteAccountResponse, err
 				return nil, err
 			}
 			headers.ETag = value
+		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
 		}
 		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
 			var value string
@@ -9749,6 +10052,13 @@ func ParseGetAccountResponse(rsp *http.Response) (*GetAccountResponse, error) {
 			}
 			headers.CacheControl = value
 		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
 		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
@@ -9804,6 +10114,13 @@ func ParseGetAccountResponse(rsp *http.Response) (*GetAccountResponse, error) {
 			}
 			headers.CacheControl = value
 		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
 		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
@@ -9827,6 +10144,13 @@ func ParseGetAccountResponse(rsp *http.Response) (*GetAccountResponse, error) {
 				return nil, err
 			}
 			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
 		}
 		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
 			var value string
@@ -10089,6 +10413,13 @@ func ParsePatchAccountResponse(rsp *http.Response) (*PatchAccountResponse, error
 			}
 			headers.CacheControl = value
 		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
 		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
@@ -10144,6 +10475,13 @@ func ParsePatchAccountResponse(rsp *http.Response) (*PatchAccountResponse, error
 			}
 			headers.CacheControl = value
 		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
 		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
@@ -10168,6 +10506,13 @@ func ParsePatchAccountResponse(rsp *http.Response) (*PatchAccountResponse, error
 			}
 			headers.CacheControl = value
 		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
 		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
@@ -10191,6 +10536,13 @@ func ParsePatchAccountResponse(rsp *http.Response) (*PatchAccountResponse, error
 				return nil, err
 			}
 			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
 		}
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value string
@@ -10229,6 +10581,13 @@ func ParsePatchAccountResponse(rsp *http.Response) (*PatchAccountResponse, error
 				return nil, err
 			}
 			headers.ETag = value
+		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
 		}
 		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
 			var value string
@@ -10587,6 +10946,13 @@ func ParseAddEmailResponse(rsp *http.Response) (*AddEmailResponse, error) {
 			}
 			headers.CacheControl = value
 		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
 		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
@@ -10642,6 +11008,13 @@ func ParseAddEmailResponse(rsp *http.Response) (*AddEmailResponse, error) {
 			}
 			headers.CacheControl = value
 		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
 		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
@@ -10666,6 +11039,13 @@ func ParseAddEmailResponse(rsp *http.Response) (*AddEmailResponse, error) {
 			}
 			headers.CacheControl = value
 		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
 		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
@@ -10689,6 +11069,13 @@ func ParseAddEmailResponse(rsp *http.Response) (*AddEmailResponse, error) {
 				return nil, err
 			}
 			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
 		}
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value string
@@ -10727,6 +11114,13 @@ func ParseAddEmailResponse(rsp *http.Response) (*AddEmailResponse, error) {
 				return nil, err
 			}
 			headers.ETag = value
+		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
 		}
 		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
 			var value string
@@ -11029,6 +11423,13 @@ func ParseRemoveEmailResponse(rsp *http.Response) (*RemoveEmailResponse, error) 
 			}
 			headers.CacheControl = value
 		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
 		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
@@ -11084,6 +11485,13 @@ func ParseRemoveEmailResponse(rsp *http.Response) (*RemoveEmailResponse, error) 
 			}
 			headers.CacheControl = value
 		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
 		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
@@ -11108,6 +11516,13 @@ func ParseRemoveEmailResponse(rsp *http.Response) (*RemoveEmailResponse, error) 
 			}
 			headers.CacheControl = value
 		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
 		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
@@ -11131,6 +11546,13 @@ func ParseRemoveEmailResponse(rsp *http.Response) (*RemoveEmailResponse, error) 
 				return nil, err
 			}
 			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
 		}
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value string
@@ -11169,6 +11591,13 @@ func ParseRemoveEmailResponse(rsp *http.Response) (*RemoveEmailResponse, error) 
 				return nil, err
 			}
 			headers.ETag = value
+		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
 		}
 		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
 			var value string
@@ -11406,6 +11835,13 @@ func ParseGetEmailResponse(rsp *http.Response) (*GetEmailResponse, error) {
 			}
 			headers.CacheControl = value
 		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
 		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
@@ -11461,6 +11897,13 @@ func ParseGetEmailResponse(rsp *http.Response) (*GetEmailResponse, error) {
 			}
 			headers.CacheControl = value
 		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
 		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
@@ -11484,6 +11927,13 @@ func ParseGetEmailResponse(rsp *http.Response) (*GetEmailResponse, error) {
 				return nil, err
 			}
 			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
 		}
 		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
 			var value string
@@ -11746,6 +12196,13 @@ func ParsePatchEmailResponse(rsp *http.Response) (*PatchEmailResponse, error) {
 			}
 			headers.CacheControl = value
 		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
 		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
@@ -11801,6 +12258,13 @@ func ParsePatchEmailResponse(rsp *http.Response) (*PatchEmailResponse, error) {
 			}
 			headers.CacheControl = value
 		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
 		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
@@ -11825,6 +12289,13 @@ func ParsePatchEmailResponse(rsp *http.Response) (*PatchEmailResponse, error) {
 			}
 			headers.CacheControl = value
 		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
 		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
@@ -11848,6 +12319,13 @@ func ParsePatchEmailResponse(rsp *http.Response) (*PatchEmailResponse, error) {
 				return nil, err
 			}
 			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
 		}
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value string
@@ -11886,6 +12364,13 @@ func ParsePatchEmailResponse(rsp *http.Response) (*PatchEmailResponse, error) {
 				return nil, err
 			}
 			headers.ETag = value
+		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
 		}
 		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
 			var value string
@@ -12181,6 +12666,13 @@ func ParseListBranchesResponse(rsp *http.Response) (*ListBranchesResponse, error
 			}
 			headers.CacheControl = value
 		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
 		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
@@ -12235,6 +12727,13 @@ func ParseListBranchesResponse(rsp *http.Response) (*ListBranchesResponse, error
 				return nil, err
 			}
 			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
 		}
 		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
 			var value string
@@ -12490,6 +12989,13 @@ func ParseCreateBranchResponse(rsp *http.Response) (*CreateBranchResponse, error
 			}
 			headers.CacheControl = value
 		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
 		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
@@ -12545,6 +13051,13 @@ func ParseCreateBranchResponse(rsp *http.Response) (*CreateBranchResponse, error
 			}
 			headers.CacheControl = value
 		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
 		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
@@ -12569,6 +13082,13 @@ func ParseCreateBranchResponse(rsp *http.Response) (*CreateBranchResponse, error
 			}
 			headers.CacheControl = value
 		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
 		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
@@ -12592,6 +13112,13 @@ func ParseCreateBranchResponse(rsp *http.Response) (*CreateBranchResponse, error
 				return nil, err
 			}
 			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
 		}
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value string
@@ -12671,6 +13198,13 @@ func ParseCreateBranchResponse(rsp *http.Response) (*CreateBranchResponse, error
 				return nil, err
 			}
 			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
 		}
 		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
 			var value string
@@ -12901,6 +13435,13 @@ func ParseDeleteBranchResponse(rsp *http.Response) (*DeleteBranchResponse, error
 			}
 			headers.CacheControl = value
 		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
 		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
@@ -12956,6 +13497,13 @@ func ParseDeleteBranchResponse(rsp *http.Response) (*DeleteBranchResponse, error
 			}
 			headers.CacheControl = value
 		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
 		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
@@ -12980,6 +13528,13 @@ func ParseDeleteBranchResponse(rsp *http.Response) (*DeleteBranchResponse, error
 			}
 			headers.CacheControl = value
 		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
 		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
@@ -13003,6 +13558,13 @@ func ParseDeleteBranchResponse(rsp *http.Response) (*DeleteBranchResponse, error
 				return nil, err
 			}
 			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
 		}
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value string
@@ -13041,6 +13603,13 @@ func ParseDeleteBranchResponse(rsp *http.Response) (*DeleteBranchResponse, error
 				return nil, err
 			}
 			headers.ETag = value
+		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
 		}
 		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
 			var value string
@@ -13278,6 +13847,13 @@ func ParseGetBranchResponse(rsp *http.Response) (*GetBranchResponse, error) {
 			}
 			headers.CacheControl = value
 		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
 		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
@@ -13333,6 +13909,13 @@ func ParseGetBranchResponse(rsp *http.Response) (*GetBranchResponse, error) {
 			}
 			headers.CacheControl = value
 		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
 		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
@@ -13356,6 +13939,13 @@ func ParseGetBranchResponse(rsp *http.Response) (*GetBranchResponse, error) {
 				return nil, err
 			}
 			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
 		}
 		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
 			var value string
@@ -13618,6 +14208,13 @@ func ParsePatchBranchResponse(rsp *http.Response) (*PatchBranchResponse, error) 
 			}
 			headers.CacheControl = value
 		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
 		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
@@ -13673,6 +14270,13 @@ func ParsePatchBranchResponse(rsp *http.Response) (*PatchBranchResponse, error) 
 			}
 			headers.CacheControl = value
 		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
 		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
@@ -13697,6 +14301,13 @@ func ParsePatchBranchResponse(rsp *http.Response) (*PatchBranchResponse, error) 
 			}
 			headers.CacheControl = value
 		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
 		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
@@ -13720,6 +14331,13 @@ func ParsePatchBranchResponse(rsp *http.Response) (*PatchBranchResponse, error) 
 				return nil, err
 			}
 			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
 		}
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value string
@@ -13758,6 +14376,13 @@ func ParsePatchBranchResponse(rsp *http.Response) (*PatchBranchResponse, error) 
 				return nil, err
 			}
 			headers.ETag = value
+		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
 		}
 		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
 			var value string
@@ -13830,6 +14455,13 @@ func ParsePatchBranchResponse(rsp *http.Response) (*PatchBranchResponse, error) 
 				return nil, err
 			}
 			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
 		}
 		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
 			var value string
