@@ -64,9 +64,10 @@ const maxCommitAttempts = 4
 // idempotency record stores.
 type response struct {
 	status   int
-	body     []byte // JSON (a problem's when status ≥ 400); empty for 204
+	body     []byte // JSON; empty for 204
 	location string
 	etag     string
+	problem  bool // body is a problem document (a stored refusal)
 }
 
 func jsonResponse(status int, v any) response {
@@ -94,7 +95,7 @@ func (resp response) write(w http.ResponseWriter, replayed bool) {
 	}
 	h.Set("Cache-Control", "no-store")
 	switch {
-	case resp.status >= 400: // a stored refusal
+	case resp.problem:
 		h.Set("Content-Type", "application/problem+json")
 		h.Set("X-Content-Type-Options", "nosniff")
 	case len(resp.body) > 0:
@@ -365,7 +366,7 @@ func problemResponse(p *Problem, requestID string) response {
 		doc.Instance = RequestInstance(requestID)
 	}
 	body, _ := json.Marshal(&doc)
-	return response{status: p.Status, body: append(body, '\n'), etag: p.header.Get("ETag")}
+	return response{status: p.Status, body: append(body, '\n'), etag: p.header.Get("ETag"), problem: true}
 }
 
 // replayed answers from the live idempotency record at key, if there is
