@@ -387,9 +387,15 @@ type Problem struct {
 	Detail         *string  `json:"detail,omitempty"`
 
 	// Field The offending body member, path parameter, query parameter or header.
-	Field  *string `json:"field,omitempty"`
-	Status int     `json:"status"`
-	Title  string  `json:"title"`
+	Field *string `json:"field,omitempty"`
+
+	// Instance This occurrence: `urn:ledger:request:` and the request's id, the
+	// response's `X-Request-Id` (a replayed answer keeps the id of the
+	// request that first got it). Quote it when reporting a problem:
+	// the writer's log lines carry the id as `request_id`.
+	Instance *string `json:"instance,omitempty"`
+	Status   int     `json:"status"`
+	Title    string  `json:"title"`
 
 	// Type Resolves to the problem's section of docs/api.md.
 	Type interface{} `json:"type"`
@@ -508,10 +514,16 @@ type BadRequest struct {
 	Detail         *string  `json:"detail,omitempty"`
 
 	// Field The offending body member, path parameter, query parameter or header.
-	Field  *string     `json:"field,omitempty"`
-	Status interface{} `json:"status"`
-	Title  string      `json:"title"`
-	Type   interface{} `json:"type"`
+	Field *string `json:"field,omitempty"`
+
+	// Instance This occurrence: `urn:ledger:request:` and the request's id, the
+	// response's `X-Request-Id` (a replayed answer keeps the id of the
+	// request that first got it). Quote it when reporting a problem:
+	// the writer's log lines carry the id as `request_id`.
+	Instance *string     `json:"instance,omitempty"`
+	Status   interface{} `json:"status"`
+	Title    string      `json:"title"`
+	Type     interface{} `json:"type"`
 }
 
 // BodyTooLarge defines model for BodyTooLarge.
@@ -521,10 +533,16 @@ type BodyTooLarge struct {
 	Detail         *string  `json:"detail,omitempty"`
 
 	// Field The offending body member, path parameter, query parameter or header.
-	Field  *string     `json:"field,omitempty"`
-	Status interface{} `json:"status"`
-	Title  string      `json:"title"`
-	Type   interface{} `json:"type"`
+	Field *string `json:"field,omitempty"`
+
+	// Instance This occurrence: `urn:ledger:request:` and the request's id, the
+	// response's `X-Request-Id` (a replayed answer keeps the id of the
+	// request that first got it). Quote it when reporting a problem:
+	// the writer's log lines carry the id as `request_id`.
+	Instance *string     `json:"instance,omitempty"`
+	Status   interface{} `json:"status"`
+	Title    string      `json:"title"`
+	Type     interface{} `json:"type"`
 }
 
 // BranchChanged defines model for BranchChanged.
@@ -543,10 +561,16 @@ type Conflict struct {
 	Detail         *string  `json:"detail,omitempty"`
 
 	// Field The offending body member, path parameter, query parameter or header.
-	Field  *string     `json:"field,omitempty"`
-	Status interface{} `json:"status"`
-	Title  string      `json:"title"`
-	Type   interface{} `json:"type"`
+	Field *string `json:"field,omitempty"`
+
+	// Instance This occurrence: `urn:ledger:request:` and the request's id, the
+	// response's `X-Request-Id` (a replayed answer keeps the id of the
+	// request that first got it). Quote it when reporting a problem:
+	// the writer's log lines carry the id as `request_id`.
+	Instance *string     `json:"instance,omitempty"`
+	Status   interface{} `json:"status"`
+	Title    string      `json:"title"`
+	Type     interface{} `json:"type"`
 }
 
 // Forbidden defines model for Forbidden.
@@ -556,10 +580,16 @@ type Forbidden struct {
 	Detail         *string  `json:"detail,omitempty"`
 
 	// Field The offending body member, path parameter, query parameter or header.
-	Field  *string     `json:"field,omitempty"`
-	Status interface{} `json:"status"`
-	Title  string      `json:"title"`
-	Type   interface{} `json:"type"`
+	Field *string `json:"field,omitempty"`
+
+	// Instance This occurrence: `urn:ledger:request:` and the request's id, the
+	// response's `X-Request-Id` (a replayed answer keeps the id of the
+	// request that first got it). Quote it when reporting a problem:
+	// the writer's log lines carry the id as `request_id`.
+	Instance *string     `json:"instance,omitempty"`
+	Status   interface{} `json:"status"`
+	Title    string      `json:"title"`
+	Type     interface{} `json:"type"`
 }
 
 // IdempotencyKeyReused defines model for IdempotencyKeyReused.
@@ -569,10 +599,16 @@ type IdempotencyKeyReused struct {
 	Detail         *string  `json:"detail,omitempty"`
 
 	// Field The offending body member, path parameter, query parameter or header.
-	Field  *string     `json:"field,omitempty"`
-	Status interface{} `json:"status"`
-	Title  string      `json:"title"`
-	Type   interface{} `json:"type"`
+	Field *string `json:"field,omitempty"`
+
+	// Instance This occurrence: `urn:ledger:request:` and the request's id, the
+	// response's `X-Request-Id` (a replayed answer keeps the id of the
+	// request that first got it). Quote it when reporting a problem:
+	// the writer's log lines carry the id as `request_id`.
+	Instance *string     `json:"instance,omitempty"`
+	Status   interface{} `json:"status"`
+	Title    string      `json:"title"`
+	Type     interface{} `json:"type"`
 }
 
 // Internal defines model for Internal.
@@ -582,10 +618,16 @@ type Internal struct {
 	Detail         *string  `json:"detail,omitempty"`
 
 	// Field The offending body member, path parameter, query parameter or header.
-	Field  *string     `json:"field,omitempty"`
-	Status interface{} `json:"status"`
-	Title  string      `json:"title"`
-	Type   interface{} `json:"type"`
+	Field *string `json:"field,omitempty"`
+
+	// Instance This occurrence: `urn:ledger:request:` and the request's id, the
+	// response's `X-Request-Id` (a replayed answer keeps the id of the
+	// request that first got it). Quote it when reporting a problem:
+	// the writer's log lines carry the id as `request_id`.
+	Instance *string     `json:"instance,omitempty"`
+	Status   interface{} `json:"status"`
+	Title    string      `json:"title"`
+	Type     interface{} `json:"type"`
 }
 
 // NotFound defines model for NotFound.
@@ -595,10 +637,16 @@ type NotFound struct {
 	Detail         *string  `json:"detail,omitempty"`
 
 	// Field The offending body member, path parameter, query parameter or header.
-	Field  *string     `json:"field,omitempty"`
-	Status interface{} `json:"status"`
-	Title  string      `json:"title"`
-	Type   interface{} `json:"type"`
+	Field *string `json:"field,omitempty"`
+
+	// Instance This occurrence: `urn:ledger:request:` and the request's id, the
+	// response's `X-Request-Id` (a replayed answer keeps the id of the
+	// request that first got it). Quote it when reporting a problem:
+	// the writer's log lines carry the id as `request_id`.
+	Instance *string     `json:"instance,omitempty"`
+	Status   interface{} `json:"status"`
+	Title    string      `json:"title"`
+	Type     interface{} `json:"type"`
 }
 
 // PreconditionRequired defines model for PreconditionRequired.
@@ -608,10 +656,16 @@ type PreconditionRequired struct {
 	Detail         *string  `json:"detail,omitempty"`
 
 	// Field The offending body member, path parameter, query parameter or header.
-	Field  *string     `json:"field,omitempty"`
-	Status interface{} `json:"status"`
-	Title  string      `json:"title"`
-	Type   interface{} `json:"type"`
+	Field *string `json:"field,omitempty"`
+
+	// Instance This occurrence: `urn:ledger:request:` and the request's id, the
+	// response's `X-Request-Id` (a replayed answer keeps the id of the
+	// request that first got it). Quote it when reporting a problem:
+	// the writer's log lines carry the id as `request_id`.
+	Instance *string     `json:"instance,omitempty"`
+	Status   interface{} `json:"status"`
+	Title    string      `json:"title"`
+	Type     interface{} `json:"type"`
 }
 
 // RateLimited defines model for RateLimited.
@@ -621,10 +675,16 @@ type RateLimited struct {
 	Detail         *string  `json:"detail,omitempty"`
 
 	// Field The offending body member, path parameter, query parameter or header.
-	Field  *string     `json:"field,omitempty"`
-	Status interface{} `json:"status"`
-	Title  string      `json:"title"`
-	Type   interface{} `json:"type"`
+	Field *string `json:"field,omitempty"`
+
+	// Instance This occurrence: `urn:ledger:request:` and the request's id, the
+	// response's `X-Request-Id` (a replayed answer keeps the id of the
+	// request that first got it). Quote it when reporting a problem:
+	// the writer's log lines carry the id as `request_id`.
+	Instance *string     `json:"instance,omitempty"`
+	Status   interface{} `json:"status"`
+	Title    string      `json:"title"`
+	Type     interface{} `json:"type"`
 }
 
 // TenantChanged defines model for TenantChanged.
@@ -643,10 +703,16 @@ type Unauthenticated struct {
 	Detail         *string  `json:"detail,omitempty"`
 
 	// Field The offending body member, path parameter, query parameter or header.
-	Field  *string     `json:"field,omitempty"`
-	Status interface{} `json:"status"`
-	Title  string      `json:"title"`
-	Type   interface{} `json:"type"`
+	Field *string `json:"field,omitempty"`
+
+	// Instance This occurrence: `urn:ledger:request:` and the request's id, the
+	// response's `X-Request-Id` (a replayed answer keeps the id of the
+	// request that first got it). Quote it when reporting a problem:
+	// the writer's log lines carry the id as `request_id`.
+	Instance *string     `json:"instance,omitempty"`
+	Status   interface{} `json:"status"`
+	Title    string      `json:"title"`
+	Type     interface{} `json:"type"`
 }
 
 // Unavailable defines model for Unavailable.
@@ -656,10 +722,16 @@ type Unavailable struct {
 	Detail         *string  `json:"detail,omitempty"`
 
 	// Field The offending body member, path parameter, query parameter or header.
-	Field  *string     `json:"field,omitempty"`
-	Status interface{} `json:"status"`
-	Title  string      `json:"title"`
-	Type   interface{} `json:"type"`
+	Field *string `json:"field,omitempty"`
+
+	// Instance This occurrence: `urn:ledger:request:` and the request's id, the
+	// response's `X-Request-Id` (a replayed answer keeps the id of the
+	// request that first got it). Quote it when reporting a problem:
+	// the writer's log lines carry the id as `request_id`.
+	Instance *string     `json:"instance,omitempty"`
+	Status   interface{} `json:"status"`
+	Title    string      `json:"title"`
+	Type     interface{} `json:"type"`
 }
 
 // Unprocessable defines model for Unprocessable.
@@ -669,10 +741,16 @@ type Unprocessable struct {
 	Detail         *string  `json:"detail,omitempty"`
 
 	// Field The offending body member, path parameter, query parameter or header.
-	Field  *string     `json:"field,omitempty"`
-	Status interface{} `json:"status"`
-	Title  string      `json:"title"`
-	Type   interface{} `json:"type"`
+	Field *string `json:"field,omitempty"`
+
+	// Instance This occurrence: `urn:ledger:request:` and the request's id, the
+	// response's `X-Request-Id` (a replayed answer keeps the id of the
+	// request that first got it). Quote it when reporting a problem:
+	// the writer's log lines carry the id as `request_id`.
+	Instance *string     `json:"instance,omitempty"`
+	Status   interface{} `json:"status"`
+	Title    string      `json:"title"`
+	Type     interface{} `json:"type"`
 }
 
 // UnsupportedMediaType defines model for UnsupportedMediaType.
@@ -682,10 +760,16 @@ type UnsupportedMediaType struct {
 	Detail         *string  `json:"detail,omitempty"`
 
 	// Field The offending body member, path parameter, query parameter or header.
-	Field  *string     `json:"field,omitempty"`
-	Status interface{} `json:"status"`
-	Title  string      `json:"title"`
-	Type   interface{} `json:"type"`
+	Field *string `json:"field,omitempty"`
+
+	// Instance This occurrence: `urn:ledger:request:` and the request's id, the
+	// response's `X-Request-Id` (a replayed answer keeps the id of the
+	// request that first got it). Quote it when reporting a problem:
+	// the writer's log lines carry the id as `request_id`.
+	Instance *string     `json:"instance,omitempty"`
+	Status   interface{} `json:"status"`
+	Title    string      `json:"title"`
+	Type     interface{} `json:"type"`
 }
 
 // VersionMismatch defines model for VersionMismatch.
@@ -695,10 +779,16 @@ type VersionMismatch struct {
 	Detail         *string  `json:"detail,omitempty"`
 
 	// Field The offending body member, path parameter, query parameter or header.
-	Field  *string     `json:"field,omitempty"`
-	Status interface{} `json:"status"`
-	Title  string      `json:"title"`
-	Type   interface{} `json:"type"`
+	Field *string `json:"field,omitempty"`
+
+	// Instance This occurrence: `urn:ledger:request:` and the request's id, the
+	// response's `X-Request-Id` (a replayed answer keeps the id of the
+	// request that first got it). Quote it when reporting a problem:
+	// the writer's log lines carry the id as `request_id`.
+	Instance *string     `json:"instance,omitempty"`
+	Status   interface{} `json:"status"`
+	Title    string      `json:"title"`
+	Type     interface{} `json:"type"`
 }
 
 // LookupAccountParams defines parameters for LookupAccount.
@@ -715,7 +805,7 @@ type LookupBranchParams struct {
 
 // ListTenantsParams defines parameters for ListTenants.
 type ListTenantsParams struct {
-	// Limit Items per page, 1–200 (default 50; larger values are capped at 200).
+	// Limit Items per page, 1–200 (default 50; larger values are capped at 200). 0 is 400 invalid-field, like any value below 1; leave it out for the default.
 	Limit *LimitParam `form:"limit,omitempty" json:"limit,omitempty"`
 
 	// Cursor The `nextCursor` (or `entriesCursor`) of the previous page; opaque, signed and bound to the listing that issued it.
@@ -730,7 +820,7 @@ type CreateTenantParams struct {
 
 // PatchTenantParams defines parameters for PatchTenant.
 type PatchTenantParams struct {
-	// IfMatch The version to change, as the ETag gives it (`"3"`, or a bare `3`); without it 428.
+	// IfMatch RFC 9110 If-Match: the version to change as the ETag gives it (`"3"`, or a bare `3`), a list (`"2", "3"`: any may match) or `*` (the version read); without it 428. A weak tag (`W/"3"`) never matches: 412.
 	IfMatch IfMatchRequiredParam `json:"If-Match"`
 
 	// IdempotencyKey 1–128 ASCII letters, digits or `-_.:+/=`, bare or quoted; a fresh UUID
@@ -742,7 +832,7 @@ type PatchTenantParams struct {
 
 // ListAccountsParams defines parameters for ListAccounts.
 type ListAccountsParams struct {
-	// Limit Items per page, 1–200 (default 50; larger values are capped at 200).
+	// Limit Items per page, 1–200 (default 50; larger values are capped at 200). 0 is 400 invalid-field, like any value below 1; leave it out for the default.
 	Limit *LimitParam `form:"limit,omitempty" json:"limit,omitempty"`
 
 	// Cursor The `nextCursor` (or `entriesCursor`) of the previous page; opaque, signed and bound to the listing that issued it.
@@ -757,7 +847,7 @@ type CreateAccountParams struct {
 
 // DeleteAccountParams defines parameters for DeleteAccount.
 type DeleteAccountParams struct {
-	// IfMatch The version to change, as the ETag gives it (`"3"`, or a bare `3`); `*` means "if it exists".
+	// IfMatch RFC 9110 If-Match: the version to change as the ETag gives it (`"3"`, or a bare `3`), a list (`"2", "3"`: any may match) or `*` (any version). A weak tag (`W/"3"`) never matches: 412.
 	IfMatch *IfMatchParam `json:"If-Match,omitempty"`
 
 	// IdempotencyKey 1–128 ASCII letters, digits or `-_.:+/=`, bare or quoted; a fresh UUID
@@ -769,7 +859,7 @@ type DeleteAccountParams struct {
 
 // PatchAccountParams defines parameters for PatchAccount.
 type PatchAccountParams struct {
-	// IfMatch The version to change, as the ETag gives it (`"3"`, or a bare `3`); without it 428.
+	// IfMatch RFC 9110 If-Match: the version to change as the ETag gives it (`"3"`, or a bare `3`), a list (`"2", "3"`: any may match) or `*` (the version read); without it 428. A weak tag (`W/"3"`) never matches: 412.
 	IfMatch IfMatchRequiredParam `json:"If-Match"`
 
 	// IdempotencyKey 1–128 ASCII letters, digits or `-_.:+/=`, bare or quoted; a fresh UUID
@@ -781,7 +871,7 @@ type PatchAccountParams struct {
 
 // AddEmailParams defines parameters for AddEmail.
 type AddEmailParams struct {
-	// IfMatch The version to change, as the ETag gives it (`"3"`, or a bare `3`); `*` means "if it exists".
+	// IfMatch RFC 9110 If-Match: the version to change as the ETag gives it (`"3"`, or a bare `3`), a list (`"2", "3"`: any may match) or `*` (any version). A weak tag (`W/"3"`) never matches: 412.
 	IfMatch *IfMatchParam `json:"If-Match,omitempty"`
 
 	// IdempotencyKey 1–128 ASCII letters, digits or `-_.:+/=`, bare or quoted; a fresh UUID
@@ -793,7 +883,7 @@ type AddEmailParams struct {
 
 // RemoveEmailParams defines parameters for RemoveEmail.
 type RemoveEmailParams struct {
-	// IfMatch The version to change, as the ETag gives it (`"3"`, or a bare `3`); `*` means "if it exists".
+	// IfMatch RFC 9110 If-Match: the version to change as the ETag gives it (`"3"`, or a bare `3`), a list (`"2", "3"`: any may match) or `*` (any version). A weak tag (`W/"3"`) never matches: 412.
 	IfMatch *IfMatchParam `json:"If-Match,omitempty"`
 
 	// IdempotencyKey 1–128 ASCII letters, digits or `-_.:+/=`, bare or quoted; a fresh UUID
@@ -805,7 +895,7 @@ type RemoveEmailParams struct {
 
 // PatchEmailParams defines parameters for PatchEmail.
 type PatchEmailParams struct {
-	// IfMatch The version to change, as the ETag gives it (`"3"`, or a bare `3`); without it 428.
+	// IfMatch RFC 9110 If-Match: the version to change as the ETag gives it (`"3"`, or a bare `3`), a list (`"2", "3"`: any may match) or `*` (the version read); without it 428. A weak tag (`W/"3"`) never matches: 412.
 	IfMatch IfMatchRequiredParam `json:"If-Match"`
 
 	// IdempotencyKey 1–128 ASCII letters, digits or `-_.:+/=`, bare or quoted; a fresh UUID
@@ -817,7 +907,7 @@ type PatchEmailParams struct {
 
 // ListBranchesParams defines parameters for ListBranches.
 type ListBranchesParams struct {
-	// Limit Items per page, 1–200 (default 50; larger values are capped at 200).
+	// Limit Items per page, 1–200 (default 50; larger values are capped at 200). 0 is 400 invalid-field, like any value below 1; leave it out for the default.
 	Limit *LimitParam `form:"limit,omitempty" json:"limit,omitempty"`
 
 	// Cursor The `nextCursor` (or `entriesCursor`) of the previous page; opaque, signed and bound to the listing that issued it.
@@ -832,7 +922,7 @@ type CreateBranchParams struct {
 
 // DeleteBranchParams defines parameters for DeleteBranch.
 type DeleteBranchParams struct {
-	// IfMatch The version to change, as the ETag gives it (`"3"`, or a bare `3`); `*` means "if it exists".
+	// IfMatch RFC 9110 If-Match: the version to change as the ETag gives it (`"3"`, or a bare `3`), a list (`"2", "3"`: any may match) or `*` (any version). A weak tag (`W/"3"`) never matches: 412.
 	IfMatch *IfMatchParam `json:"If-Match,omitempty"`
 
 	// IdempotencyKey 1–128 ASCII letters, digits or `-_.:+/=`, bare or quoted; a fresh UUID
@@ -844,7 +934,7 @@ type DeleteBranchParams struct {
 
 // PatchBranchParams defines parameters for PatchBranch.
 type PatchBranchParams struct {
-	// IfMatch The version to change, as the ETag gives it (`"3"`, or a bare `3`); without it 428.
+	// IfMatch RFC 9110 If-Match: the version to change as the ETag gives it (`"3"`, or a bare `3`), a list (`"2", "3"`: any may match) or `*` (the version read); without it 428. A weak tag (`W/"3"`) never matches: 412.
 	IfMatch IfMatchRequiredParam `json:"If-Match"`
 
 	// IdempotencyKey 1–128 ASCII letters, digits or `-_.:+/=`, bare or quoted; a fresh UUID
@@ -1083,10 +1173,15 @@ type ClientInterface interface {
 	// Corresponds with POST /v1/tenants/{tenant}/accounts/{account}/emails (the `AddEmail` operationId).
 	AddEmail(ctx context.Context, tenant TenantParam, account AccountParam, params *AddEmailParams, body AddEmailJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
-	// RemoveEmail Removes a (non-primary) address and frees it; the answer is the whole account.
+	// RemoveEmail Removes a (non-primary) address and frees it; 204 like every delete (GET the account for its new version).
 	//
 	// Corresponds with DELETE /v1/tenants/{tenant}/accounts/{account}/emails/{email} (the `RemoveEmail` operationId).
 	RemoveEmail(ctx context.Context, tenant TenantParam, account AccountParam, email string, params *RemoveEmailParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// GetEmail One address of an account (the Location of its add); the ETag is the account's version.
+	//
+	// Corresponds with GET /v1/tenants/{tenant}/accounts/{account}/emails/{email} (the `GetEmail` operationId).
+	GetEmail(ctx context.Context, tenant TenantParam, account AccountParam, email string, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// PatchEmailWithBody Verifies an address and/or makes it the primary; the answer is the whole account.
 	//
@@ -1469,11 +1564,26 @@ func (c *Client) AddEmail(ctx context.Context, tenant TenantParam, account Accou
 	return c.Client.Do(req)
 }
 
-// RemoveEmail Removes a (non-primary) address and frees it; the answer is the whole account.
+// RemoveEmail Removes a (non-primary) address and frees it; 204 like every delete (GET the account for its new version).
 //
 // Corresponds with DELETE /v1/tenants/{tenant}/accounts/{account}/emails/{email} (the `RemoveEmail` operationId).
 func (c *Client) RemoveEmail(ctx context.Context, tenant TenantParam, account AccountParam, email string, params *RemoveEmailParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewRemoveEmailRequest(c.Server, tenant, account, email, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// GetEmail One address of an account (the Location of its add); the ETag is the account's version.
+//
+// Corresponds with GET /v1/tenants/{tenant}/accounts/{account}/emails/{email} (the `GetEmail` operationId).
+func (c *Client) GetEmail(ctx context.Context, tenant TenantParam, account AccountParam, email string, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetEmailRequest(c.Server, tenant, account, email)
 	if err != nil {
 		return nil, err
 	}
@@ -2484,6 +2594,54 @@ func NewRemoveEmailRequest(server string, tenant TenantParam, account AccountPar
 	return req, nil
 }
 
+// NewGetEmailRequest constructs an http.Request for the GetEmail method
+func NewGetEmailRequest(server string, tenant TenantParam, account AccountParam, email string) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "tenant", tenant, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	var pathParam1 string
+
+	pathParam1, err = runtime.StyleParamWithOptions("simple", false, "account", account, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	var pathParam2 string
+
+	pathParam2, err = runtime.StyleParamWithOptions("simple", false, "email", email, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/tenants/%s/accounts/%s/emails/%s", pathParam0, pathParam1, pathParam2)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
 // NewPatchEmailRequest calls the generic PatchEmail builder with application/json body
 func NewPatchEmailRequest(server string, tenant TenantParam, account AccountParam, email string, params *PatchEmailParams, body PatchEmailJSONRequestBody) (*http.Request, error) {
 	var bodyReader io.Reader
@@ -3087,12 +3245,19 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with POST /v1/tenants/{tenant}/accounts/{account}/emails (the `AddEmail` operationId).
 	AddEmailWithResponse(ctx context.Context, tenant TenantParam, account AccountParam, params *AddEmailParams, body AddEmailJSONRequestBody, reqEditors ...RequestEditorFn) (*AddEmailResponse, error)
 
-	// RemoveEmailWithResponse Removes a (non-primary) address and frees it; the answer is the whole account.
+	// RemoveEmailWithResponse Removes a (non-primary) address and frees it; 204 like every delete (GET the account for its new version).
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with DELETE /v1/tenants/{tenant}/accounts/{account}/emails/{email} (the `RemoveEmail` operationId).
 	RemoveEmailWithResponse(ctx context.Context, tenant TenantParam, account AccountParam, email string, params *RemoveEmailParams, reqEditors ...RequestEditorFn) (*RemoveEmailResponse, error)
+
+	// GetEmailWithResponse One address of an account (the Location of its add); the ETag is the account's version.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/tenants/{tenant}/accounts/{account}/emails/{email} (the `GetEmail` operationId).
+	GetEmailWithResponse(ctx context.Context, tenant TenantParam, account AccountParam, email string, reqEditors ...RequestEditorFn) (*GetEmailResponse, error)
 
 	// PatchEmailWithBodyWithResponse Verifies an address and/or makes it the primary; the answer is the whole account.
 	//
@@ -3176,12 +3341,15 @@ type ClientWithResponsesInterface interface {
 type LookupAccountResponse200Headers struct {
 	CacheControl string
 	ETag         string
+	XRequestId   string
 }
 
 // LookupAccountResponse400Headers the declared response headers of an HTTP 400 response for LookupAccount
 type LookupAccountResponse400Headers struct {
 	CacheControl        string
+	IdempotentReplayed  *string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // LookupAccountResponse401Headers the declared response headers of an HTTP 401 response for LookupAccount
@@ -3189,24 +3357,30 @@ type LookupAccountResponse401Headers struct {
 	CacheControl        string
 	WWWAuthenticate     string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // LookupAccountResponse403Headers the declared response headers of an HTTP 403 response for LookupAccount
 type LookupAccountResponse403Headers struct {
 	CacheControl        string
+	IdempotentReplayed  *string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // LookupAccountResponse404Headers the declared response headers of an HTTP 404 response for LookupAccount
 type LookupAccountResponse404Headers struct {
 	CacheControl        string
+	IdempotentReplayed  *string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // LookupAccountResponse500Headers the declared response headers of an HTTP 500 response for LookupAccount
 type LookupAccountResponse500Headers struct {
 	CacheControl        string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // LookupAccountResponse503Headers the declared response headers of an HTTP 503 response for LookupAccount
@@ -3214,6 +3388,7 @@ type LookupAccountResponse503Headers struct {
 	CacheControl        string
 	RetryAfter          string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 type LookupAccountResponse struct {
@@ -3282,12 +3457,15 @@ func (r LookupAccountResponse) ContentType() string {
 type LookupBranchResponse200Headers struct {
 	CacheControl string
 	ETag         string
+	XRequestId   string
 }
 
 // LookupBranchResponse400Headers the declared response headers of an HTTP 400 response for LookupBranch
 type LookupBranchResponse400Headers struct {
 	CacheControl        string
+	IdempotentReplayed  *string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // LookupBranchResponse401Headers the declared response headers of an HTTP 401 response for LookupBranch
@@ -3295,24 +3473,30 @@ type LookupBranchResponse401Headers struct {
 	CacheControl        string
 	WWWAuthenticate     string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // LookupBranchResponse403Headers the declared response headers of an HTTP 403 response for LookupBranch
 type LookupBranchResponse403Headers struct {
 	CacheControl        string
+	IdempotentReplayed  *string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // LookupBranchResponse404Headers the declared response headers of an HTTP 404 response for LookupBranch
 type LookupBranchResponse404Headers struct {
 	CacheControl        string
+	IdempotentReplayed  *string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // LookupBranchResponse500Headers the declared response headers of an HTTP 500 response for LookupBranch
 type LookupBranchResponse500Headers struct {
 	CacheControl        string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // LookupBranchResponse503Headers the declared response headers of an HTTP 503 response for LookupBranch
@@ -3320,6 +3504,7 @@ type LookupBranchResponse503Headers struct {
 	CacheControl        string
 	RetryAfter          string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 type LookupBranchResponse struct {
@@ -3387,12 +3572,15 @@ func (r LookupBranchResponse) ContentType() string {
 // ListTenantsResponse200Headers the declared response headers of an HTTP 200 response for ListTenants
 type ListTenantsResponse200Headers struct {
 	CacheControl string
+	XRequestId   string
 }
 
 // ListTenantsResponse400Headers the declared response headers of an HTTP 400 response for ListTenants
 type ListTenantsResponse400Headers struct {
 	CacheControl        string
+	IdempotentReplayed  *string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // ListTenantsResponse401Headers the declared response headers of an HTTP 401 response for ListTenants
@@ -3400,18 +3588,22 @@ type ListTenantsResponse401Headers struct {
 	CacheControl        string
 	WWWAuthenticate     string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // ListTenantsResponse403Headers the declared response headers of an HTTP 403 response for ListTenants
 type ListTenantsResponse403Headers struct {
 	CacheControl        string
+	IdempotentReplayed  *string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // ListTenantsResponse500Headers the declared response headers of an HTTP 500 response for ListTenants
 type ListTenantsResponse500Headers struct {
 	CacheControl        string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // ListTenantsResponse503Headers the declared response headers of an HTTP 503 response for ListTenants
@@ -3419,6 +3611,7 @@ type ListTenantsResponse503Headers struct {
 	CacheControl        string
 	RetryAfter          string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 type ListTenantsResponse struct {
@@ -3485,12 +3678,15 @@ type CreateTenantResponse201Headers struct {
 	ETag               string
 	IdempotentReplayed *string
 	Location           string
+	XRequestId         string
 }
 
 // CreateTenantResponse400Headers the declared response headers of an HTTP 400 response for CreateTenant
 type CreateTenantResponse400Headers struct {
 	CacheControl        string
+	IdempotentReplayed  *string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // CreateTenantResponse401Headers the declared response headers of an HTTP 401 response for CreateTenant
@@ -3498,43 +3694,53 @@ type CreateTenantResponse401Headers struct {
 	CacheControl        string
 	WWWAuthenticate     string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // CreateTenantResponse403Headers the declared response headers of an HTTP 403 response for CreateTenant
 type CreateTenantResponse403Headers struct {
 	CacheControl        string
+	IdempotentReplayed  *string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // CreateTenantResponse409Headers the declared response headers of an HTTP 409 response for CreateTenant
 type CreateTenantResponse409Headers struct {
 	CacheControl        string
+	IdempotentReplayed  *string
 	RetryAfter          *string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // CreateTenantResponse413Headers the declared response headers of an HTTP 413 response for CreateTenant
 type CreateTenantResponse413Headers struct {
 	CacheControl        string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // CreateTenantResponse415Headers the declared response headers of an HTTP 415 response for CreateTenant
 type CreateTenantResponse415Headers struct {
 	CacheControl        string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // CreateTenantResponse422Headers the declared response headers of an HTTP 422 response for CreateTenant
 type CreateTenantResponse422Headers struct {
 	CacheControl        string
+	IdempotentReplayed  *string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // CreateTenantResponse500Headers the declared response headers of an HTTP 500 response for CreateTenant
 type CreateTenantResponse500Headers struct {
 	CacheControl        string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // CreateTenantResponse503Headers the declared response headers of an HTTP 503 response for CreateTenant
@@ -3542,6 +3748,7 @@ type CreateTenantResponse503Headers struct {
 	CacheControl        string
 	RetryAfter          string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 type CreateTenantResponse struct {
@@ -3622,12 +3829,15 @@ func (r CreateTenantResponse) ContentType() string {
 type GetTenantResponse200Headers struct {
 	CacheControl string
 	ETag         string
+	XRequestId   string
 }
 
 // GetTenantResponse400Headers the declared response headers of an HTTP 400 response for GetTenant
 type GetTenantResponse400Headers struct {
 	CacheControl        string
+	IdempotentReplayed  *string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // GetTenantResponse401Headers the declared response headers of an HTTP 401 response for GetTenant
@@ -3635,18 +3845,23 @@ type GetTenantResponse401Headers struct {
 	CacheControl        string
 	WWWAuthenticate     string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // GetTenantResponse403Headers the declared response headers of an HTTP 403 response for GetTenant
 type GetTenantResponse403Headers struct {
 	CacheControl        string
+	IdempotentReplayed  *string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // GetTenantResponse404Headers the declared response headers of an HTTP 404 response for GetTenant
 type GetTenantResponse404Headers struct {
 	CacheControl        string
+	IdempotentReplayed  *string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // GetTenantResponse429Headers the declared response headers of an HTTP 429 response for GetTenant
@@ -3654,12 +3869,14 @@ type GetTenantResponse429Headers struct {
 	CacheControl        string
 	RetryAfter          string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // GetTenantResponse500Headers the declared response headers of an HTTP 500 response for GetTenant
 type GetTenantResponse500Headers struct {
 	CacheControl        string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // GetTenantResponse503Headers the declared response headers of an HTTP 503 response for GetTenant
@@ -3667,6 +3884,7 @@ type GetTenantResponse503Headers struct {
 	CacheControl        string
 	RetryAfter          string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 type GetTenantResponse struct {
@@ -3740,12 +3958,15 @@ type PatchTenantResponse200Headers struct {
 	CacheControl       string
 	ETag               string
 	IdempotentReplayed *string
+	XRequestId         string
 }
 
 // PatchTenantResponse400Headers the declared response headers of an HTTP 400 response for PatchTenant
 type PatchTenantResponse400Headers struct {
 	CacheControl        string
+	IdempotentReplayed  *string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // PatchTenantResponse401Headers the declared response headers of an HTTP 401 response for PatchTenant
@@ -3753,62 +3974,77 @@ type PatchTenantResponse401Headers struct {
 	CacheControl        string
 	WWWAuthenticate     string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // PatchTenantResponse403Headers the declared response headers of an HTTP 403 response for PatchTenant
 type PatchTenantResponse403Headers struct {
 	CacheControl        string
+	IdempotentReplayed  *string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // PatchTenantResponse404Headers the declared response headers of an HTTP 404 response for PatchTenant
 type PatchTenantResponse404Headers struct {
 	CacheControl        string
+	IdempotentReplayed  *string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // PatchTenantResponse409Headers the declared response headers of an HTTP 409 response for PatchTenant
 type PatchTenantResponse409Headers struct {
 	CacheControl        string
+	IdempotentReplayed  *string
 	RetryAfter          *string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // PatchTenantResponse412Headers the declared response headers of an HTTP 412 response for PatchTenant
 type PatchTenantResponse412Headers struct {
 	CacheControl        string
 	ETag                string
+	IdempotentReplayed  *string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // PatchTenantResponse413Headers the declared response headers of an HTTP 413 response for PatchTenant
 type PatchTenantResponse413Headers struct {
 	CacheControl        string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // PatchTenantResponse415Headers the declared response headers of an HTTP 415 response for PatchTenant
 type PatchTenantResponse415Headers struct {
 	CacheControl        string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // PatchTenantResponse422Headers the declared response headers of an HTTP 422 response for PatchTenant
 type PatchTenantResponse422Headers struct {
 	CacheControl        string
+	IdempotentReplayed  *string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // PatchTenantResponse428Headers the declared response headers of an HTTP 428 response for PatchTenant
 type PatchTenantResponse428Headers struct {
 	CacheControl        string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // PatchTenantResponse500Headers the declared response headers of an HTTP 500 response for PatchTenant
 type PatchTenantResponse500Headers struct {
 	CacheControl        string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // PatchTenantResponse503Headers the declared response headers of an HTTP 503 response for PatchTenant
@@ -3816,6 +4052,7 @@ type PatchTenantResponse503Headers struct {
 	CacheControl        string
 	RetryAfter          string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 type PatchTenantResponse struct {
@@ -3907,12 +4144,15 @@ func (r PatchTenantResponse) ContentType() string {
 // ListAccountsResponse200Headers the declared response headers of an HTTP 200 response for ListAccounts
 type ListAccountsResponse200Headers struct {
 	CacheControl string
+	XRequestId   string
 }
 
 // ListAccountsResponse400Headers the declared response headers of an HTTP 400 response for ListAccounts
 type ListAccountsResponse400Headers struct {
 	CacheControl        string
+	IdempotentReplayed  *string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // ListAccountsResponse401Headers the declared response headers of an HTTP 401 response for ListAccounts
@@ -3920,12 +4160,15 @@ type ListAccountsResponse401Headers struct {
 	CacheControl        string
 	WWWAuthenticate     string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // ListAccountsResponse403Headers the declared response headers of an HTTP 403 response for ListAccounts
 type ListAccountsResponse403Headers struct {
 	CacheControl        string
+	IdempotentReplayed  *string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // ListAccountsResponse429Headers the declared response headers of an HTTP 429 response for ListAccounts
@@ -3933,12 +4176,14 @@ type ListAccountsResponse429Headers struct {
 	CacheControl        string
 	RetryAfter          string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // ListAccountsResponse500Headers the declared response headers of an HTTP 500 response for ListAccounts
 type ListAccountsResponse500Headers struct {
 	CacheControl        string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // ListAccountsResponse503Headers the declared response headers of an HTTP 503 response for ListAccounts
@@ -3946,6 +4191,7 @@ type ListAccountsResponse503Headers struct {
 	CacheControl        string
 	RetryAfter          string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 type ListAccountsResponse struct {
@@ -4016,12 +4262,15 @@ type CreateAccountResponse201Headers struct {
 	ETag               string
 	IdempotentReplayed *string
 	Location           string
+	XRequestId         string
 }
 
 // CreateAccountResponse400Headers the declared response headers of an HTTP 400 response for CreateAccount
 type CreateAccountResponse400Headers struct {
 	CacheControl        string
+	IdempotentReplayed  *string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // CreateAccountResponse401Headers the declared response headers of an HTTP 401 response for CreateAccount
@@ -4029,43 +4278,53 @@ type CreateAccountResponse401Headers struct {
 	CacheControl        string
 	WWWAuthenticate     string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // CreateAccountResponse403Headers the declared response headers of an HTTP 403 response for CreateAccount
 type CreateAccountResponse403Headers struct {
 	CacheControl        string
+	IdempotentReplayed  *string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // CreateAccountResponse404Headers the declared response headers of an HTTP 404 response for CreateAccount
 type CreateAccountResponse404Headers struct {
 	CacheControl        string
+	IdempotentReplayed  *string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // CreateAccountResponse409Headers the declared response headers of an HTTP 409 response for CreateAccount
 type CreateAccountResponse409Headers struct {
 	CacheControl        string
+	IdempotentReplayed  *string
 	RetryAfter          *string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // CreateAccountResponse413Headers the declared response headers of an HTTP 413 response for CreateAccount
 type CreateAccountResponse413Headers struct {
 	CacheControl        string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // CreateAccountResponse415Headers the declared response headers of an HTTP 415 response for CreateAccount
 type CreateAccountResponse415Headers struct {
 	CacheControl        string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // CreateAccountResponse422Headers the declared response headers of an HTTP 422 response for CreateAccount
 type CreateAccountResponse422Headers struct {
 	CacheControl        string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // CreateAccountResponse429Headers the declared response headers of an HTTP 429 response for CreateAccount
@@ -4073,12 +4332,14 @@ type CreateAccountResponse429Headers struct {
 	CacheControl        string
 	RetryAfter          string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // CreateAccountResponse500Headers the declared response headers of an HTTP 500 response for CreateAccount
 type CreateAccountResponse500Headers struct {
 	CacheControl        string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // CreateAccountResponse503Headers the declared response headers of an HTTP 503 response for CreateAccount
@@ -4086,6 +4347,7 @@ type CreateAccountResponse503Headers struct {
 	CacheControl        string
 	RetryAfter          string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 type CreateAccountResponse struct {
@@ -4174,12 +4436,15 @@ func (r CreateAccountResponse) ContentType() string {
 type DeleteAccountResponse204Headers struct {
 	CacheControl       string
 	IdempotentReplayed *string
+	XRequestId         string
 }
 
 // DeleteAccountResponse400Headers the declared response headers of an HTTP 400 response for DeleteAccount
 type DeleteAccountResponse400Headers struct {
 	CacheControl        string
+	IdempotentReplayed  *string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // DeleteAccountResponse401Headers the declared response headers of an HTTP 401 response for DeleteAccount
@@ -4187,38 +4452,48 @@ type DeleteAccountResponse401Headers struct {
 	CacheControl        string
 	WWWAuthenticate     string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // DeleteAccountResponse403Headers the declared response headers of an HTTP 403 response for DeleteAccount
 type DeleteAccountResponse403Headers struct {
 	CacheControl        string
+	IdempotentReplayed  *string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // DeleteAccountResponse404Headers the declared response headers of an HTTP 404 response for DeleteAccount
 type DeleteAccountResponse404Headers struct {
 	CacheControl        string
+	IdempotentReplayed  *string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // DeleteAccountResponse409Headers the declared response headers of an HTTP 409 response for DeleteAccount
 type DeleteAccountResponse409Headers struct {
 	CacheControl        string
+	IdempotentReplayed  *string
 	RetryAfter          *string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // DeleteAccountResponse412Headers the declared response headers of an HTTP 412 response for DeleteAccount
 type DeleteAccountResponse412Headers struct {
 	CacheControl        string
 	ETag                string
+	IdempotentReplayed  *string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // DeleteAccountResponse422Headers the declared response headers of an HTTP 422 response for DeleteAccount
 type DeleteAccountResponse422Headers struct {
 	CacheControl        string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // DeleteAccountResponse429Headers the declared response headers of an HTTP 429 response for DeleteAccount
@@ -4226,12 +4501,14 @@ type DeleteAccountResponse429Headers struct {
 	CacheControl        string
 	RetryAfter          string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // DeleteAccountResponse500Headers the declared response headers of an HTTP 500 response for DeleteAccount
 type DeleteAccountResponse500Headers struct {
 	CacheControl        string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // DeleteAccountResponse503Headers the declared response headers of an HTTP 503 response for DeleteAccount
@@ -4239,6 +4516,7 @@ type DeleteAccountResponse503Headers struct {
 	CacheControl        string
 	RetryAfter          string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 type DeleteAccountResponse struct {
@@ -4321,12 +4599,15 @@ func (r DeleteAccountResponse) ContentType() string {
 type GetAccountResponse200Headers struct {
 	CacheControl string
 	ETag         string
+	XRequestId   string
 }
 
 // GetAccountResponse400Headers the declared response headers of an HTTP 400 response for GetAccount
 type GetAccountResponse400Headers struct {
 	CacheControl        string
+	IdempotentReplayed  *string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // GetAccountResponse401Headers the declared response headers of an HTTP 401 response for GetAccount
@@ -4334,18 +4615,23 @@ type GetAccountResponse401Headers struct {
 	CacheControl        string
 	WWWAuthenticate     string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // GetAccountResponse403Headers the declared response headers of an HTTP 403 response for GetAccount
 type GetAccountResponse403Headers struct {
 	CacheControl        string
+	IdempotentReplayed  *string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // GetAccountResponse404Headers the declared response headers of an HTTP 404 response for GetAccount
 type GetAccountResponse404Headers struct {
 	CacheControl        string
+	IdempotentReplayed  *string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // GetAccountResponse429Headers the declared response headers of an HTTP 429 response for GetAccount
@@ -4353,12 +4639,14 @@ type GetAccountResponse429Headers struct {
 	CacheControl        string
 	RetryAfter          string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // GetAccountResponse500Headers the declared response headers of an HTTP 500 response for GetAccount
 type GetAccountResponse500Headers struct {
 	CacheControl        string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // GetAccountResponse503Headers the declared response headers of an HTTP 503 response for GetAccount
@@ -4366,6 +4654,7 @@ type GetAccountResponse503Headers struct {
 	CacheControl        string
 	RetryAfter          string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 type GetAccountResponse struct {
@@ -4439,12 +4728,15 @@ type PatchAccountResponse200Headers struct {
 	CacheControl       string
 	ETag               string
 	IdempotentReplayed *string
+	XRequestId         string
 }
 
 // PatchAccountResponse400Headers the declared response headers of an HTTP 400 response for PatchAccount
 type PatchAccountResponse400Headers struct {
 	CacheControl        string
+	IdempotentReplayed  *string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // PatchAccountResponse401Headers the declared response headers of an HTTP 401 response for PatchAccount
@@ -4452,56 +4744,69 @@ type PatchAccountResponse401Headers struct {
 	CacheControl        string
 	WWWAuthenticate     string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // PatchAccountResponse403Headers the declared response headers of an HTTP 403 response for PatchAccount
 type PatchAccountResponse403Headers struct {
 	CacheControl        string
+	IdempotentReplayed  *string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // PatchAccountResponse404Headers the declared response headers of an HTTP 404 response for PatchAccount
 type PatchAccountResponse404Headers struct {
 	CacheControl        string
+	IdempotentReplayed  *string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // PatchAccountResponse409Headers the declared response headers of an HTTP 409 response for PatchAccount
 type PatchAccountResponse409Headers struct {
 	CacheControl        string
+	IdempotentReplayed  *string
 	RetryAfter          *string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // PatchAccountResponse412Headers the declared response headers of an HTTP 412 response for PatchAccount
 type PatchAccountResponse412Headers struct {
 	CacheControl        string
 	ETag                string
+	IdempotentReplayed  *string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // PatchAccountResponse413Headers the declared response headers of an HTTP 413 response for PatchAccount
 type PatchAccountResponse413Headers struct {
 	CacheControl        string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // PatchAccountResponse415Headers the declared response headers of an HTTP 415 response for PatchAccount
 type PatchAccountResponse415Headers struct {
 	CacheControl        string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // PatchAccountResponse422Headers the declared response headers of an HTTP 422 response for PatchAccount
 type PatchAccountResponse422Headers struct {
 	CacheControl        string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // PatchAccountResponse428Headers the declared response headers of an HTTP 428 response for PatchAccount
 type PatchAccountResponse428Headers struct {
 	CacheControl        string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // PatchAccountResponse429Headers the declared response headers of an HTTP 429 response for PatchAccount
@@ -4509,12 +4814,14 @@ type PatchAccountResponse429Headers struct {
 	CacheControl        string
 	RetryAfter          string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // PatchAccountResponse500Headers the declared response headers of an HTTP 500 response for PatchAccount
 type PatchAccountResponse500Headers struct {
 	CacheControl        string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // PatchAccountResponse503Headers the declared response headers of an HTTP 503 response for PatchAccount
@@ -4522,6 +4829,7 @@ type PatchAccountResponse503Headers struct {
 	CacheControl        string
 	RetryAfter          string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 type PatchAccountResponse struct {
@@ -4620,12 +4928,15 @@ type AddEmailResponse201Headers struct {
 	ETag               string
 	IdempotentReplayed *string
 	Location           string
+	XRequestId         string
 }
 
 // AddEmailResponse400Headers the declared response headers of an HTTP 400 response for AddEmail
 type AddEmailResponse400Headers struct {
 	CacheControl        string
+	IdempotentReplayed  *string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // AddEmailResponse401Headers the declared response headers of an HTTP 401 response for AddEmail
@@ -4633,50 +4944,62 @@ type AddEmailResponse401Headers struct {
 	CacheControl        string
 	WWWAuthenticate     string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // AddEmailResponse403Headers the declared response headers of an HTTP 403 response for AddEmail
 type AddEmailResponse403Headers struct {
 	CacheControl        string
+	IdempotentReplayed  *string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // AddEmailResponse404Headers the declared response headers of an HTTP 404 response for AddEmail
 type AddEmailResponse404Headers struct {
 	CacheControl        string
+	IdempotentReplayed  *string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // AddEmailResponse409Headers the declared response headers of an HTTP 409 response for AddEmail
 type AddEmailResponse409Headers struct {
 	CacheControl        string
+	IdempotentReplayed  *string
 	RetryAfter          *string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // AddEmailResponse412Headers the declared response headers of an HTTP 412 response for AddEmail
 type AddEmailResponse412Headers struct {
 	CacheControl        string
 	ETag                string
+	IdempotentReplayed  *string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // AddEmailResponse413Headers the declared response headers of an HTTP 413 response for AddEmail
 type AddEmailResponse413Headers struct {
 	CacheControl        string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // AddEmailResponse415Headers the declared response headers of an HTTP 415 response for AddEmail
 type AddEmailResponse415Headers struct {
 	CacheControl        string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // AddEmailResponse422Headers the declared response headers of an HTTP 422 response for AddEmail
 type AddEmailResponse422Headers struct {
 	CacheControl        string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // AddEmailResponse429Headers the declared response headers of an HTTP 429 response for AddEmail
@@ -4684,12 +5007,14 @@ type AddEmailResponse429Headers struct {
 	CacheControl        string
 	RetryAfter          string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // AddEmailResponse500Headers the declared response headers of an HTTP 500 response for AddEmail
 type AddEmailResponse500Headers struct {
 	CacheControl        string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // AddEmailResponse503Headers the declared response headers of an HTTP 503 response for AddEmail
@@ -4697,6 +5022,7 @@ type AddEmailResponse503Headers struct {
 	CacheControl        string
 	RetryAfter          string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 type AddEmailResponse struct {
@@ -4785,17 +5111,19 @@ func (r AddEmailResponse) ContentType() string {
 	return ""
 }
 
-// RemoveEmailResponse200Headers the declared response headers of an HTTP 200 response for RemoveEmail
-type RemoveEmailResponse200Headers struct {
+// RemoveEmailResponse204Headers the declared response headers of an HTTP 204 response for RemoveEmail
+type RemoveEmailResponse204Headers struct {
 	CacheControl       string
-	ETag               string
 	IdempotentReplayed *string
+	XRequestId         string
 }
 
 // RemoveEmailResponse400Headers the declared response headers of an HTTP 400 response for RemoveEmail
 type RemoveEmailResponse400Headers struct {
 	CacheControl        string
+	IdempotentReplayed  *string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // RemoveEmailResponse401Headers the declared response headers of an HTTP 401 response for RemoveEmail
@@ -4803,38 +5131,48 @@ type RemoveEmailResponse401Headers struct {
 	CacheControl        string
 	WWWAuthenticate     string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // RemoveEmailResponse403Headers the declared response headers of an HTTP 403 response for RemoveEmail
 type RemoveEmailResponse403Headers struct {
 	CacheControl        string
+	IdempotentReplayed  *string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // RemoveEmailResponse404Headers the declared response headers of an HTTP 404 response for RemoveEmail
 type RemoveEmailResponse404Headers struct {
 	CacheControl        string
+	IdempotentReplayed  *string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // RemoveEmailResponse409Headers the declared response headers of an HTTP 409 response for RemoveEmail
 type RemoveEmailResponse409Headers struct {
 	CacheControl        string
+	IdempotentReplayed  *string
 	RetryAfter          *string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // RemoveEmailResponse412Headers the declared response headers of an HTTP 412 response for RemoveEmail
 type RemoveEmailResponse412Headers struct {
 	CacheControl        string
 	ETag                string
+	IdempotentReplayed  *string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // RemoveEmailResponse422Headers the declared response headers of an HTTP 422 response for RemoveEmail
 type RemoveEmailResponse422Headers struct {
 	CacheControl        string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // RemoveEmailResponse429Headers the declared response headers of an HTTP 429 response for RemoveEmail
@@ -4842,12 +5180,14 @@ type RemoveEmailResponse429Headers struct {
 	CacheControl        string
 	RetryAfter          string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // RemoveEmailResponse500Headers the declared response headers of an HTTP 500 response for RemoveEmail
 type RemoveEmailResponse500Headers struct {
 	CacheControl        string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // RemoveEmailResponse503Headers the declared response headers of an HTTP 503 response for RemoveEmail
@@ -4855,13 +5195,12 @@ type RemoveEmailResponse503Headers struct {
 	CacheControl        string
 	RetryAfter          string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 type RemoveEmailResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
-	// JSON200 the response for an HTTP 200 `application/json` response
-	JSON200 *AccountChanged
 	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
 	ApplicationproblemJSON400 *BadRequest
 	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
@@ -4882,8 +5221,8 @@ type RemoveEmailResponse struct {
 	ApplicationproblemJSON500 *Internal
 	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
 	ApplicationproblemJSON503 *Unavailable
-	// Headers200 the parsed response headers for an HTTP 200 response
-	Headers200 *RemoveEmailResponse200Headers
+	// Headers204 the parsed response headers for an HTTP 204 response
+	Headers204 *RemoveEmailResponse204Headers
 	// Headers400 the parsed response headers for an HTTP 400 response
 	Headers400 *RemoveEmailResponse400Headers
 	// Headers401 the parsed response headers for an HTTP 401 response
@@ -4935,17 +5274,148 @@ func (r RemoveEmailResponse) ContentType() string {
 	return ""
 }
 
+// GetEmailResponse200Headers the declared response headers of an HTTP 200 response for GetEmail
+type GetEmailResponse200Headers struct {
+	CacheControl string
+	ETag         string
+	XRequestId   string
+}
+
+// GetEmailResponse400Headers the declared response headers of an HTTP 400 response for GetEmail
+type GetEmailResponse400Headers struct {
+	CacheControl        string
+	IdempotentReplayed  *string
+	XContentTypeOptions string
+	XRequestId          string
+}
+
+// GetEmailResponse401Headers the declared response headers of an HTTP 401 response for GetEmail
+type GetEmailResponse401Headers struct {
+	CacheControl        string
+	WWWAuthenticate     string
+	XContentTypeOptions string
+	XRequestId          string
+}
+
+// GetEmailResponse403Headers the declared response headers of an HTTP 403 response for GetEmail
+type GetEmailResponse403Headers struct {
+	CacheControl        string
+	IdempotentReplayed  *string
+	XContentTypeOptions string
+	XRequestId          string
+}
+
+// GetEmailResponse404Headers the declared response headers of an HTTP 404 response for GetEmail
+type GetEmailResponse404Headers struct {
+	CacheControl        string
+	IdempotentReplayed  *string
+	XContentTypeOptions string
+	XRequestId          string
+}
+
+// GetEmailResponse429Headers the declared response headers of an HTTP 429 response for GetEmail
+type GetEmailResponse429Headers struct {
+	CacheControl        string
+	RetryAfter          string
+	XContentTypeOptions string
+	XRequestId          string
+}
+
+// GetEmailResponse500Headers the declared response headers of an HTTP 500 response for GetEmail
+type GetEmailResponse500Headers struct {
+	CacheControl        string
+	XContentTypeOptions string
+	XRequestId          string
+}
+
+// GetEmailResponse503Headers the declared response headers of an HTTP 503 response for GetEmail
+type GetEmailResponse503Headers struct {
+	CacheControl        string
+	RetryAfter          string
+	XContentTypeOptions string
+	XRequestId          string
+}
+
+type GetEmailResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *AccountEmail
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthenticated
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *NotFound
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *RateLimited
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *Internal
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *Unavailable
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *GetEmailResponse200Headers
+	// Headers400 the parsed response headers for an HTTP 400 response
+	Headers400 *GetEmailResponse400Headers
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *GetEmailResponse401Headers
+	// Headers403 the parsed response headers for an HTTP 403 response
+	Headers403 *GetEmailResponse403Headers
+	// Headers404 the parsed response headers for an HTTP 404 response
+	Headers404 *GetEmailResponse404Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *GetEmailResponse429Headers
+	// Headers500 the parsed response headers for an HTTP 500 response
+	Headers500 *GetEmailResponse500Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *GetEmailResponse503Headers
+}
+
+// Status returns HTTPResponse.Status
+func (r GetEmailResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r GetEmailResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// Bytes is a convenience method to retrieve the raw bytes from the HTTP response
+func (r GetEmailResponse) Bytes() []byte {
+	return r.Body
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r GetEmailResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 // PatchEmailResponse200Headers the declared response headers of an HTTP 200 response for PatchEmail
 type PatchEmailResponse200Headers struct {
 	CacheControl       string
 	ETag               string
 	IdempotentReplayed *string
+	XRequestId         string
 }
 
 // PatchEmailResponse400Headers the declared response headers of an HTTP 400 response for PatchEmail
 type PatchEmailResponse400Headers struct {
 	CacheControl        string
+	IdempotentReplayed  *string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // PatchEmailResponse401Headers the declared response headers of an HTTP 401 response for PatchEmail
@@ -4953,56 +5423,69 @@ type PatchEmailResponse401Headers struct {
 	CacheControl        string
 	WWWAuthenticate     string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // PatchEmailResponse403Headers the declared response headers of an HTTP 403 response for PatchEmail
 type PatchEmailResponse403Headers struct {
 	CacheControl        string
+	IdempotentReplayed  *string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // PatchEmailResponse404Headers the declared response headers of an HTTP 404 response for PatchEmail
 type PatchEmailResponse404Headers struct {
 	CacheControl        string
+	IdempotentReplayed  *string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // PatchEmailResponse409Headers the declared response headers of an HTTP 409 response for PatchEmail
 type PatchEmailResponse409Headers struct {
 	CacheControl        string
+	IdempotentReplayed  *string
 	RetryAfter          *string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // PatchEmailResponse412Headers the declared response headers of an HTTP 412 response for PatchEmail
 type PatchEmailResponse412Headers struct {
 	CacheControl        string
 	ETag                string
+	IdempotentReplayed  *string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // PatchEmailResponse413Headers the declared response headers of an HTTP 413 response for PatchEmail
 type PatchEmailResponse413Headers struct {
 	CacheControl        string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // PatchEmailResponse415Headers the declared response headers of an HTTP 415 response for PatchEmail
 type PatchEmailResponse415Headers struct {
 	CacheControl        string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // PatchEmailResponse422Headers the declared response headers of an HTTP 422 response for PatchEmail
 type PatchEmailResponse422Headers struct {
 	CacheControl        string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // PatchEmailResponse428Headers the declared response headers of an HTTP 428 response for PatchEmail
 type PatchEmailResponse428Headers struct {
 	CacheControl        string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // PatchEmailResponse429Headers the declared response headers of an HTTP 429 response for PatchEmail
@@ -5010,12 +5493,14 @@ type PatchEmailResponse429Headers struct {
 	CacheControl        string
 	RetryAfter          string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // PatchEmailResponse500Headers the declared response headers of an HTTP 500 response for PatchEmail
 type PatchEmailResponse500Headers struct {
 	CacheControl        string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // PatchEmailResponse503Headers the declared response headers of an HTTP 503 response for PatchEmail
@@ -5023,6 +5508,7 @@ type PatchEmailResponse503Headers struct {
 	CacheControl        string
 	RetryAfter          string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 type PatchEmailResponse struct {
@@ -5118,12 +5604,15 @@ func (r PatchEmailResponse) ContentType() string {
 // ListBranchesResponse200Headers the declared response headers of an HTTP 200 response for ListBranches
 type ListBranchesResponse200Headers struct {
 	CacheControl string
+	XRequestId   string
 }
 
 // ListBranchesResponse400Headers the declared response headers of an HTTP 400 response for ListBranches
 type ListBranchesResponse400Headers struct {
 	CacheControl        string
+	IdempotentReplayed  *string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // ListBranchesResponse401Headers the declared response headers of an HTTP 401 response for ListBranches
@@ -5131,12 +5620,15 @@ type ListBranchesResponse401Headers struct {
 	CacheControl        string
 	WWWAuthenticate     string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // ListBranchesResponse403Headers the declared response headers of an HTTP 403 response for ListBranches
 type ListBranchesResponse403Headers struct {
 	CacheControl        string
+	IdempotentReplayed  *string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // ListBranchesResponse429Headers the declared response headers of an HTTP 429 response for ListBranches
@@ -5144,12 +5636,14 @@ type ListBranchesResponse429Headers struct {
 	CacheControl        string
 	RetryAfter          string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // ListBranchesResponse500Headers the declared response headers of an HTTP 500 response for ListBranches
 type ListBranchesResponse500Headers struct {
 	CacheControl        string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // ListBranchesResponse503Headers the declared response headers of an HTTP 503 response for ListBranches
@@ -5157,6 +5651,7 @@ type ListBranchesResponse503Headers struct {
 	CacheControl        string
 	RetryAfter          string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 type ListBranchesResponse struct {
@@ -5227,12 +5722,15 @@ type CreateBranchResponse201Headers struct {
 	ETag               string
 	IdempotentReplayed *string
 	Location           string
+	XRequestId         string
 }
 
 // CreateBranchResponse400Headers the declared response headers of an HTTP 400 response for CreateBranch
 type CreateBranchResponse400Headers struct {
 	CacheControl        string
+	IdempotentReplayed  *string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // CreateBranchResponse401Headers the declared response headers of an HTTP 401 response for CreateBranch
@@ -5240,43 +5738,54 @@ type CreateBranchResponse401Headers struct {
 	CacheControl        string
 	WWWAuthenticate     string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // CreateBranchResponse403Headers the declared response headers of an HTTP 403 response for CreateBranch
 type CreateBranchResponse403Headers struct {
 	CacheControl        string
+	IdempotentReplayed  *string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // CreateBranchResponse404Headers the declared response headers of an HTTP 404 response for CreateBranch
 type CreateBranchResponse404Headers struct {
 	CacheControl        string
+	IdempotentReplayed  *string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // CreateBranchResponse409Headers the declared response headers of an HTTP 409 response for CreateBranch
 type CreateBranchResponse409Headers struct {
 	CacheControl        string
+	IdempotentReplayed  *string
 	RetryAfter          *string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // CreateBranchResponse413Headers the declared response headers of an HTTP 413 response for CreateBranch
 type CreateBranchResponse413Headers struct {
 	CacheControl        string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // CreateBranchResponse415Headers the declared response headers of an HTTP 415 response for CreateBranch
 type CreateBranchResponse415Headers struct {
 	CacheControl        string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // CreateBranchResponse422Headers the declared response headers of an HTTP 422 response for CreateBranch
 type CreateBranchResponse422Headers struct {
 	CacheControl        string
+	IdempotentReplayed  *string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // CreateBranchResponse429Headers the declared response headers of an HTTP 429 response for CreateBranch
@@ -5284,12 +5793,14 @@ type CreateBranchResponse429Headers struct {
 	CacheControl        string
 	RetryAfter          string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // CreateBranchResponse500Headers the declared response headers of an HTTP 500 response for CreateBranch
 type CreateBranchResponse500Headers struct {
 	CacheControl        string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // CreateBranchResponse503Headers the declared response headers of an HTTP 503 response for CreateBranch
@@ -5297,6 +5808,7 @@ type CreateBranchResponse503Headers struct {
 	CacheControl        string
 	RetryAfter          string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 type CreateBranchResponse struct {
@@ -5385,12 +5897,15 @@ func (r CreateBranchResponse) ContentType() string {
 type DeleteBranchResponse204Headers struct {
 	CacheControl       string
 	IdempotentReplayed *string
+	XRequestId         string
 }
 
 // DeleteBranchResponse400Headers the declared response headers of an HTTP 400 response for DeleteBranch
 type DeleteBranchResponse400Headers struct {
 	CacheControl        string
+	IdempotentReplayed  *string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // DeleteBranchResponse401Headers the declared response headers of an HTTP 401 response for DeleteBranch
@@ -5398,38 +5913,48 @@ type DeleteBranchResponse401Headers struct {
 	CacheControl        string
 	WWWAuthenticate     string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // DeleteBranchResponse403Headers the declared response headers of an HTTP 403 response for DeleteBranch
 type DeleteBranchResponse403Headers struct {
 	CacheControl        string
+	IdempotentReplayed  *string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // DeleteBranchResponse404Headers the declared response headers of an HTTP 404 response for DeleteBranch
 type DeleteBranchResponse404Headers struct {
 	CacheControl        string
+	IdempotentReplayed  *string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // DeleteBranchResponse409Headers the declared response headers of an HTTP 409 response for DeleteBranch
 type DeleteBranchResponse409Headers struct {
 	CacheControl        string
+	IdempotentReplayed  *string
 	RetryAfter          *string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // DeleteBranchResponse412Headers the declared response headers of an HTTP 412 response for DeleteBranch
 type DeleteBranchResponse412Headers struct {
 	CacheControl        string
 	ETag                string
+	IdempotentReplayed  *string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // DeleteBranchResponse422Headers the declared response headers of an HTTP 422 response for DeleteBranch
 type DeleteBranchResponse422Headers struct {
 	CacheControl        string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // DeleteBranchResponse429Headers the declared response headers of an HTTP 429 response for DeleteBranch
@@ -5437,12 +5962,14 @@ type DeleteBranchResponse429Headers struct {
 	CacheControl        string
 	RetryAfter          string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // DeleteBranchResponse500Headers the declared response headers of an HTTP 500 response for DeleteBranch
 type DeleteBranchResponse500Headers struct {
 	CacheControl        string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // DeleteBranchResponse503Headers the declared response headers of an HTTP 503 response for DeleteBranch
@@ -5450,6 +5977,7 @@ type DeleteBranchResponse503Headers struct {
 	CacheControl        string
 	RetryAfter          string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 type DeleteBranchResponse struct {
@@ -5532,12 +6060,15 @@ func (r DeleteBranchResponse) ContentType() string {
 type GetBranchResponse200Headers struct {
 	CacheControl string
 	ETag         string
+	XRequestId   string
 }
 
 // GetBranchResponse400Headers the declared response headers of an HTTP 400 response for GetBranch
 type GetBranchResponse400Headers struct {
 	CacheControl        string
+	IdempotentReplayed  *string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // GetBranchResponse401Headers the declared response headers of an HTTP 401 response for GetBranch
@@ -5545,18 +6076,23 @@ type GetBranchResponse401Headers struct {
 	CacheControl        string
 	WWWAuthenticate     string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // GetBranchResponse403Headers the declared response headers of an HTTP 403 response for GetBranch
 type GetBranchResponse403Headers struct {
 	CacheControl        string
+	IdempotentReplayed  *string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // GetBranchResponse404Headers the declared response headers of an HTTP 404 response for GetBranch
 type GetBranchResponse404Headers struct {
 	CacheControl        string
+	IdempotentReplayed  *string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // GetBranchResponse429Headers the declared response headers of an HTTP 429 response for GetBranch
@@ -5564,12 +6100,14 @@ type GetBranchResponse429Headers struct {
 	CacheControl        string
 	RetryAfter          string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // GetBranchResponse500Headers the declared response headers of an HTTP 500 response for GetBranch
 type GetBranchResponse500Headers struct {
 	CacheControl        string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // GetBranchResponse503Headers the declared response headers of an HTTP 503 response for GetBranch
@@ -5577,6 +6115,7 @@ type GetBranchResponse503Headers struct {
 	CacheControl        string
 	RetryAfter          string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 type GetBranchResponse struct {
@@ -5650,12 +6189,15 @@ type PatchBranchResponse200Headers struct {
 	CacheControl       string
 	ETag               string
 	IdempotentReplayed *string
+	XRequestId         string
 }
 
 // PatchBranchResponse400Headers the declared response headers of an HTTP 400 response for PatchBranch
 type PatchBranchResponse400Headers struct {
 	CacheControl        string
+	IdempotentReplayed  *string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // PatchBranchResponse401Headers the declared response headers of an HTTP 401 response for PatchBranch
@@ -5663,56 +6205,70 @@ type PatchBranchResponse401Headers struct {
 	CacheControl        string
 	WWWAuthenticate     string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // PatchBranchResponse403Headers the declared response headers of an HTTP 403 response for PatchBranch
 type PatchBranchResponse403Headers struct {
 	CacheControl        string
+	IdempotentReplayed  *string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // PatchBranchResponse404Headers the declared response headers of an HTTP 404 response for PatchBranch
 type PatchBranchResponse404Headers struct {
 	CacheControl        string
+	IdempotentReplayed  *string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // PatchBranchResponse409Headers the declared response headers of an HTTP 409 response for PatchBranch
 type PatchBranchResponse409Headers struct {
 	CacheControl        string
+	IdempotentReplayed  *string
 	RetryAfter          *string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // PatchBranchResponse412Headers the declared response headers of an HTTP 412 response for PatchBranch
 type PatchBranchResponse412Headers struct {
 	CacheControl        string
 	ETag                string
+	IdempotentReplayed  *string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // PatchBranchResponse413Headers the declared response headers of an HTTP 413 response for PatchBranch
 type PatchBranchResponse413Headers struct {
 	CacheControl        string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // PatchBranchResponse415Headers the declared response headers of an HTTP 415 response for PatchBranch
 type PatchBranchResponse415Headers struct {
 	CacheControl        string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // PatchBranchResponse422Headers the declared response headers of an HTTP 422 response for PatchBranch
 type PatchBranchResponse422Headers struct {
 	CacheControl        string
+	IdempotentReplayed  *string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // PatchBranchResponse428Headers the declared response headers of an HTTP 428 response for PatchBranch
 type PatchBranchResponse428Headers struct {
 	CacheControl        string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // PatchBranchResponse429Headers the declared response headers of an HTTP 429 response for PatchBranch
@@ -5720,12 +6276,14 @@ type PatchBranchResponse429Headers struct {
 	CacheControl        string
 	RetryAfter          string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // PatchBranchResponse500Headers the declared response headers of an HTTP 500 response for PatchBranch
 type PatchBranchResponse500Headers struct {
 	CacheControl        string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // PatchBranchResponse503Headers the declared response headers of an HTTP 503 response for PatchBranch
@@ -5733,6 +6291,7 @@ type PatchBranchResponse503Headers struct {
 	CacheControl        string
 	RetryAfter          string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 type PatchBranchResponse struct {
@@ -6072,7 +6631,7 @@ func (c *ClientWithResponses) AddEmailWithResponse(ctx context.Context, tenant T
 	return ParseAddEmailResponse(rsp)
 }
 
-// RemoveEmailWithResponse Removes a (non-primary) address and frees it; the answer is the whole account.
+// RemoveEmailWithResponse Removes a (non-primary) address and frees it; 204 like every delete (GET the account for its new version).
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -6083,6 +6642,19 @@ func (c *ClientWithResponses) RemoveEmailWithResponse(ctx context.Context, tenan
 		return nil, err
 	}
 	return ParseRemoveEmailResponse(rsp)
+}
+
+// GetEmailWithResponse One address of an account (the Location of its add); the ETag is the account's version.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/tenants/{tenant}/accounts/{account}/emails/{email} (the `GetEmail` operationId).
+func (c *ClientWithResponses) GetEmailWithResponse(ctx context.Context, tenant TenantParam, account AccountParam, email string, reqEditors ...RequestEditorFn) (*GetEmailResponse, error) {
+	rsp, err := c.GetEmail(ctx, tenant, account, email, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseGetEmailResponse(rsp)
 }
 
 // PatchEmailWithBodyWithResponse Verifies an address and/or makes it the primary; the answer is the whole account.
@@ -6310,6 +6882,13 @@ func ParseLookupAccountResponse(rsp *http.Response) (*LookupAccountResponse, err
 			}
 			headers.ETag = value
 		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
 		response.Headers200 = &headers
 	case rsp.StatusCode == 400:
 		var headers LookupAccountResponse400Headers
@@ -6320,12 +6899,26 @@ func ParseLookupAccountResponse(rsp *http.Response) (*LookupAccountResponse, err
 			}
 			headers.CacheControl = value
 		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
 		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers400 = &headers
 	case rsp.StatusCode == 401:
@@ -6351,6 +6944,13 @@ func ParseLookupAccountResponse(rsp *http.Response) (*LookupAccountResponse, err
 			}
 			headers.XContentTypeOptions = value
 		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
 		response.Headers401 = &headers
 	case rsp.StatusCode == 403:
 		var headers LookupAccountResponse403Headers
@@ -6361,12 +6961,26 @@ func ParseLookupAccountResponse(rsp *http.Response) (*LookupAccountResponse, err
 			}
 			headers.CacheControl = value
 		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
 		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers403 = &headers
 	case rsp.StatusCode == 404:
@@ -6378,12 +6992,26 @@ func ParseLookupAccountResponse(rsp *http.Response) (*LookupAccountResponse, err
 			}
 			headers.CacheControl = value
 		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
 		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers404 = &headers
 	case rsp.StatusCode == 500:
@@ -6401,6 +7029,13 @@ func ParseLookupAccountResponse(rsp *http.Response) (*LookupAccountResponse, err
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers500 = &headers
 	case rsp.StatusCode == 503:
@@ -6425,6 +7060,13 @@ func ParseLookupAccountResponse(rsp *http.Response) (*LookupAccountResponse, err
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers503 = &headers
 	}
@@ -6514,6 +7156,13 @@ func ParseLookupBranchResponse(rsp *http.Response) (*LookupBranchResponse, error
 			}
 			headers.ETag = value
 		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
 		response.Headers200 = &headers
 	case rsp.StatusCode == 400:
 		var headers LookupBranchResponse400Headers
@@ -6524,12 +7173,26 @@ func ParseLookupBranchResponse(rsp *http.Response) (*LookupBranchResponse, error
 			}
 			headers.CacheControl = value
 		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
 		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers400 = &headers
 	case rsp.StatusCode == 401:
@@ -6555,6 +7218,13 @@ func ParseLookupBranchResponse(rsp *http.Response) (*LookupBranchResponse, error
 			}
 			headers.XContentTypeOptions = value
 		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
 		response.Headers401 = &headers
 	case rsp.StatusCode == 403:
 		var headers LookupBranchResponse403Headers
@@ -6565,12 +7235,26 @@ func ParseLookupBranchResponse(rsp *http.Response) (*LookupBranchResponse, error
 			}
 			headers.CacheControl = value
 		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
 		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers403 = &headers
 	case rsp.StatusCode == 404:
@@ -6582,12 +7266,26 @@ func ParseLookupBranchResponse(rsp *http.Response) (*LookupBranchResponse, error
 			}
 			headers.CacheControl = value
 		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
 		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers404 = &headers
 	case rsp.StatusCode == 500:
@@ -6605,6 +7303,13 @@ func ParseLookupBranchResponse(rsp *http.Response) (*LookupBranchResponse, error
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers500 = &headers
 	case rsp.StatusCode == 503:
@@ -6629,6 +7334,13 @@ func ParseLookupBranchResponse(rsp *http.Response) (*LookupBranchResponse, error
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers503 = &headers
 	}
@@ -6704,6 +7416,13 @@ func ParseListTenantsResponse(rsp *http.Response) (*ListTenantsResponse, error) 
 			}
 			headers.CacheControl = value
 		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
 		response.Headers200 = &headers
 	case rsp.StatusCode == 400:
 		var headers ListTenantsResponse400Headers
@@ -6714,12 +7433,26 @@ func ParseListTenantsResponse(rsp *http.Response) (*ListTenantsResponse, error) 
 			}
 			headers.CacheControl = value
 		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
 		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers400 = &headers
 	case rsp.StatusCode == 401:
@@ -6745,6 +7478,13 @@ func ParseListTenantsResponse(rsp *http.Response) (*ListTenantsResponse, error) 
 			}
 			headers.XContentTypeOptions = value
 		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
 		response.Headers401 = &headers
 	case rsp.StatusCode == 403:
 		var headers ListTenantsResponse403Headers
@@ -6755,12 +7495,26 @@ func ParseListTenantsResponse(rsp *http.Response) (*ListTenantsResponse, error) 
 			}
 			headers.CacheControl = value
 		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
 		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers403 = &headers
 	case rsp.StatusCode == 500:
@@ -6778,6 +7532,13 @@ func ParseListTenantsResponse(rsp *http.Response) (*ListTenantsResponse, error) 
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers500 = &headers
 	case rsp.StatusCode == 503:
@@ -6802,6 +7563,13 @@ func ParseListTenantsResponse(rsp *http.Response) (*ListTenantsResponse, error) 
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers503 = &headers
 	}
@@ -6926,6 +7694,13 @@ func ParseCreateTenantResponse(rsp *http.Response) (*CreateTenantResponse, error
 			}
 			headers.Location = value
 		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
 		response.Headers201 = &headers
 	case rsp.StatusCode == 400:
 		var headers CreateTenantResponse400Headers
@@ -6936,12 +7711,26 @@ func ParseCreateTenantResponse(rsp *http.Response) (*CreateTenantResponse, error
 			}
 			headers.CacheControl = value
 		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
 		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers400 = &headers
 	case rsp.StatusCode == 401:
@@ -6967,6 +7756,13 @@ func ParseCreateTenantResponse(rsp *http.Response) (*CreateTenantResponse, error
 			}
 			headers.XContentTypeOptions = value
 		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
 		response.Headers401 = &headers
 	case rsp.StatusCode == 403:
 		var headers CreateTenantResponse403Headers
@@ -6977,12 +7773,26 @@ func ParseCreateTenantResponse(rsp *http.Response) (*CreateTenantResponse, error
 			}
 			headers.CacheControl = value
 		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
 		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers403 = &headers
 	case rsp.StatusCode == 409:
@@ -6993,6 +7803,13 @@ func ParseCreateTenantResponse(rsp *http.Response) (*CreateTenantResponse, error
 				return nil, err
 			}
 			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
 		}
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value string
@@ -7007,6 +7824,13 @@ func ParseCreateTenantResponse(rsp *http.Response) (*CreateTenantResponse, error
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers409 = &headers
 	case rsp.StatusCode == 413:
@@ -7025,6 +7849,13 @@ func ParseCreateTenantResponse(rsp *http.Response) (*CreateTenantResponse, error
 			}
 			headers.XContentTypeOptions = value
 		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
 		response.Headers413 = &headers
 	case rsp.StatusCode == 415:
 		var headers CreateTenantResponse415Headers
@@ -7042,6 +7873,13 @@ func ParseCreateTenantResponse(rsp *http.Response) (*CreateTenantResponse, error
 			}
 			headers.XContentTypeOptions = value
 		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
 		response.Headers415 = &headers
 	case rsp.StatusCode == 422:
 		var headers CreateTenantResponse422Headers
@@ -7052,12 +7890,26 @@ func ParseCreateTenantResponse(rsp *http.Response) (*CreateTenantResponse, error
 			}
 			headers.CacheControl = value
 		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
 		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers422 = &headers
 	case rsp.StatusCode == 500:
@@ -7075,6 +7927,13 @@ func ParseCreateTenantResponse(rsp *http.Response) (*CreateTenantResponse, error
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers500 = &headers
 	case rsp.StatusCode == 503:
@@ -7099,6 +7958,13 @@ func ParseCreateTenantResponse(rsp *http.Response) (*CreateTenantResponse, error
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers503 = &headers
 	}
@@ -7195,6 +8061,13 @@ func ParseGetTenantResponse(rsp *http.Response) (*GetTenantResponse, error) {
 			}
 			headers.ETag = value
 		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
 		response.Headers200 = &headers
 	case rsp.StatusCode == 400:
 		var headers GetTenantResponse400Headers
@@ -7205,12 +8078,26 @@ func ParseGetTenantResponse(rsp *http.Response) (*GetTenantResponse, error) {
 			}
 			headers.CacheControl = value
 		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
 		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers400 = &headers
 	case rsp.StatusCode == 401:
@@ -7236,6 +8123,13 @@ func ParseGetTenantResponse(rsp *http.Response) (*GetTenantResponse, error) {
 			}
 			headers.XContentTypeOptions = value
 		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
 		response.Headers401 = &headers
 	case rsp.StatusCode == 403:
 		var headers GetTenantResponse403Headers
@@ -7246,12 +8140,26 @@ func ParseGetTenantResponse(rsp *http.Response) (*GetTenantResponse, error) {
 			}
 			headers.CacheControl = value
 		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
 		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers403 = &headers
 	case rsp.StatusCode == 404:
@@ -7263,12 +8171,26 @@ func ParseGetTenantResponse(rsp *http.Response) (*GetTenantResponse, error) {
 			}
 			headers.CacheControl = value
 		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
 		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers404 = &headers
 	case rsp.StatusCode == 429:
@@ -7294,6 +8216,13 @@ func ParseGetTenantResponse(rsp *http.Response) (*GetTenantResponse, error) {
 			}
 			headers.XContentTypeOptions = value
 		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
 		response.Headers429 = &headers
 	case rsp.StatusCode == 500:
 		var headers GetTenantResponse500Headers
@@ -7310,6 +8239,13 @@ func ParseGetTenantResponse(rsp *http.Response) (*GetTenantResponse, error) {
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers500 = &headers
 	case rsp.StatusCode == 503:
@@ -7334,6 +8270,13 @@ func ParseGetTenantResponse(rsp *http.Response) (*GetTenantResponse, error) {
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers503 = &headers
 	}
@@ -7472,6 +8415,13 @@ func ParsePatchTenantResponse(rsp *http.Response) (*PatchTenantResponse, error) 
 			}
 			headers.IdempotentReplayed = &value
 		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
 		response.Headers200 = &headers
 	case rsp.StatusCode == 400:
 		var headers PatchTenantResponse400Headers
@@ -7482,12 +8432,26 @@ func ParsePatchTenantResponse(rsp *http.Response) (*PatchTenantResponse, error) 
 			}
 			headers.CacheControl = value
 		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
 		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers400 = &headers
 	case rsp.StatusCode == 401:
@@ -7513,6 +8477,13 @@ func ParsePatchTenantResponse(rsp *http.Response) (*PatchTenantResponse, error) 
 			}
 			headers.XContentTypeOptions = value
 		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
 		response.Headers401 = &headers
 	case rsp.StatusCode == 403:
 		var headers PatchTenantResponse403Headers
@@ -7523,12 +8494,26 @@ func ParsePatchTenantResponse(rsp *http.Response) (*PatchTenantResponse, error) 
 			}
 			headers.CacheControl = value
 		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
 		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers403 = &headers
 	case rsp.StatusCode == 404:
@@ -7540,12 +8525,26 @@ func ParsePatchTenantResponse(rsp *http.Response) (*PatchTenantResponse, error) 
 			}
 			headers.CacheControl = value
 		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
 		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers404 = &headers
 	case rsp.StatusCode == 409:
@@ -7556,6 +8555,13 @@ func ParsePatchTenantResponse(rsp *http.Response) (*PatchTenantResponse, error) 
 				return nil, err
 			}
 			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
 		}
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value string
@@ -7570,6 +8576,13 @@ func ParsePatchTenantResponse(rsp *http.Response) (*PatchTenantResponse, error) 
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers409 = &headers
 	case rsp.StatusCode == 412:
@@ -7588,12 +8601,26 @@ func ParsePatchTenantResponse(rsp *http.Response) (*PatchTenantResponse, error) 
 			}
 			headers.ETag = value
 		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
 		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers412 = &headers
 	case rsp.StatusCode == 413:
@@ -7612,6 +8639,13 @@ func ParsePatchTenantResponse(rsp *http.Response) (*PatchTenantResponse, error) 
 			}
 			headers.XContentTypeOptions = value
 		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
 		response.Headers413 = &headers
 	case rsp.StatusCode == 415:
 		var headers PatchTenantResponse415Headers
@@ -7629,6 +8663,13 @@ func ParsePatchTenantResponse(rsp *http.Response) (*PatchTenantResponse, error) 
 			}
 			headers.XContentTypeOptions = value
 		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
 		response.Headers415 = &headers
 	case rsp.StatusCode == 422:
 		var headers PatchTenantResponse422Headers
@@ -7639,12 +8680,26 @@ func ParsePatchTenantResponse(rsp *http.Response) (*PatchTenantResponse, error) 
 			}
 			headers.CacheControl = value
 		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
 		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers422 = &headers
 	case rsp.StatusCode == 428:
@@ -7663,6 +8718,13 @@ func ParsePatchTenantResponse(rsp *http.Response) (*PatchTenantResponse, error) 
 			}
 			headers.XContentTypeOptions = value
 		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
 		response.Headers428 = &headers
 	case rsp.StatusCode == 500:
 		var headers PatchTenantResponse500Headers
@@ -7679,6 +8741,13 @@ func ParsePatchTenantResponse(rsp *http.Response) (*PatchTenantResponse, error) 
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers500 = &headers
 	case rsp.StatusCode == 503:
@@ -7703,6 +8772,13 @@ func ParsePatchTenantResponse(rsp *http.Response) (*PatchTenantResponse, error) 
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers503 = &headers
 	}
@@ -7785,6 +8861,13 @@ func ParseListAccountsResponse(rsp *http.Response) (*ListAccountsResponse, error
 			}
 			headers.CacheControl = value
 		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
 		response.Headers200 = &headers
 	case rsp.StatusCode == 400:
 		var headers ListAccountsResponse400Headers
@@ -7795,12 +8878,26 @@ func ParseListAccountsResponse(rsp *http.Response) (*ListAccountsResponse, error
 			}
 			headers.CacheControl = value
 		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
 		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers400 = &headers
 	case rsp.StatusCode == 401:
@@ -7826,6 +8923,13 @@ func ParseListAccountsResponse(rsp *http.Response) (*ListAccountsResponse, error
 			}
 			headers.XContentTypeOptions = value
 		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
 		response.Headers401 = &headers
 	case rsp.StatusCode == 403:
 		var headers ListAccountsResponse403Headers
@@ -7836,12 +8940,26 @@ func ParseListAccountsResponse(rsp *http.Response) (*ListAccountsResponse, error
 			}
 			headers.CacheControl = value
 		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
 		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers403 = &headers
 	case rsp.StatusCode == 429:
@@ -7867,6 +8985,13 @@ func ParseListAccountsResponse(rsp *http.Response) (*ListAccountsResponse, error
 			}
 			headers.XContentTypeOptions = value
 		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
 		response.Headers429 = &headers
 	case rsp.StatusCode == 500:
 		var headers ListAccountsResponse500Headers
@@ -7883,6 +9008,13 @@ func ParseListAccountsResponse(rsp *http.Response) (*ListAccountsResponse, error
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers500 = &headers
 	case rsp.StatusCode == 503:
@@ -7907,6 +9039,13 @@ func ParseListAccountsResponse(rsp *http.Response) (*ListAccountsResponse, error
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers503 = &headers
 	}
@@ -8045,6 +9184,13 @@ func ParseCreateAccountResponse(rsp *http.Response) (*CreateAccountResponse, err
 			}
 			headers.Location = value
 		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
 		response.Headers201 = &headers
 	case rsp.StatusCode == 400:
 		var headers CreateAccountResponse400Headers
@@ -8055,12 +9201,26 @@ func ParseCreateAccountResponse(rsp *http.Response) (*CreateAccountResponse, err
 			}
 			headers.CacheControl = value
 		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
 		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers400 = &headers
 	case rsp.StatusCode == 401:
@@ -8086,6 +9246,13 @@ func ParseCreateAccountResponse(rsp *http.Response) (*CreateAccountResponse, err
 			}
 			headers.XContentTypeOptions = value
 		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
 		response.Headers401 = &headers
 	case rsp.StatusCode == 403:
 		var headers CreateAccountResponse403Headers
@@ -8096,12 +9263,26 @@ func ParseCreateAccountResponse(rsp *http.Response) (*CreateAccountResponse, err
 			}
 			headers.CacheControl = value
 		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
 		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers403 = &headers
 	case rsp.StatusCode == 404:
@@ -8113,12 +9294,26 @@ func ParseCreateAccountResponse(rsp *http.Response) (*CreateAccountResponse, err
 			}
 			headers.CacheControl = value
 		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
 		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers404 = &headers
 	case rsp.StatusCode == 409:
@@ -8129,6 +9324,13 @@ func ParseCreateAccountResponse(rsp *http.Response) (*CreateAccountResponse, err
 				return nil, err
 			}
 			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
 		}
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value string
@@ -8143,6 +9345,13 @@ func ParseCreateAccountResponse(rsp *http.Response) (*CreateAccountResponse, err
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers409 = &headers
 	case rsp.StatusCode == 413:
@@ -8161,6 +9370,13 @@ func ParseCreateAccountResponse(rsp *http.Response) (*CreateAccountResponse, err
 			}
 			headers.XContentTypeOptions = value
 		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
 		response.Headers413 = &headers
 	case rsp.StatusCode == 415:
 		var headers CreateAccountResponse415Headers
@@ -8178,6 +9394,13 @@ func ParseCreateAccountResponse(rsp *http.Response) (*CreateAccountResponse, err
 			}
 			headers.XContentTypeOptions = value
 		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
 		response.Headers415 = &headers
 	case rsp.StatusCode == 422:
 		var headers CreateAccountResponse422Headers
@@ -8194,6 +9417,13 @@ func ParseCreateAccountResponse(rsp *http.Response) (*CreateAccountResponse, err
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers422 = &headers
 	case rsp.StatusCode == 429:
@@ -8219,6 +9449,13 @@ func ParseCreateAccountResponse(rsp *http.Response) (*CreateAccountResponse, err
 			}
 			headers.XContentTypeOptions = value
 		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
 		response.Headers429 = &headers
 	case rsp.StatusCode == 500:
 		var headers CreateAccountResponse500Headers
@@ -8235,6 +9472,13 @@ func ParseCreateAccountResponse(rsp *http.Response) (*CreateAccountResponse, err
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers500 = &headers
 	case rsp.StatusCode == 503:
@@ -8259,6 +9503,13 @@ func ParseCreateAccountResponse(rsp *http.Response) (*CreateAccountResponse, err
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers503 = &headers
 	}
@@ -8372,6 +9623,13 @@ func ParseDeleteAccountResponse(rsp *http.Response) (*DeleteAccountResponse, err
 			}
 			headers.IdempotentReplayed = &value
 		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
 		response.Headers204 = &headers
 	case rsp.StatusCode == 400:
 		var headers DeleteAccountResponse400Headers
@@ -8382,12 +9640,26 @@ func ParseDeleteAccountResponse(rsp *http.Response) (*DeleteAccountResponse, err
 			}
 			headers.CacheControl = value
 		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
 		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers400 = &headers
 	case rsp.StatusCode == 401:
@@ -8413,6 +9685,13 @@ func ParseDeleteAccountResponse(rsp *http.Response) (*DeleteAccountResponse, err
 			}
 			headers.XContentTypeOptions = value
 		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
 		response.Headers401 = &headers
 	case rsp.StatusCode == 403:
 		var headers DeleteAccountResponse403Headers
@@ -8423,12 +9702,26 @@ func ParseDeleteAccountResponse(rsp *http.Response) (*DeleteAccountResponse, err
 			}
 			headers.CacheControl = value
 		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
 		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers403 = &headers
 	case rsp.StatusCode == 404:
@@ -8440,12 +9733,26 @@ func ParseDeleteAccountResponse(rsp *http.Response) (*DeleteAccountResponse, err
 			}
 			headers.CacheControl = value
 		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
 		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers404 = &headers
 	case rsp.StatusCode == 409:
@@ -8456,6 +9763,13 @@ func ParseDeleteAccountResponse(rsp *http.Response) (*DeleteAccountResponse, err
 				return nil, err
 			}
 			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
 		}
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value string
@@ -8470,6 +9784,13 @@ func ParseDeleteAccountResponse(rsp *http.Response) (*DeleteAccountResponse, err
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers409 = &headers
 	case rsp.StatusCode == 412:
@@ -8488,12 +9809,26 @@ func ParseDeleteAccountResponse(rsp *http.Response) (*DeleteAccountResponse, err
 			}
 			headers.ETag = value
 		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
 		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers412 = &headers
 	case rsp.StatusCode == 422:
@@ -8511,6 +9846,13 @@ func ParseDeleteAccountResponse(rsp *http.Response) (*DeleteAccountResponse, err
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers422 = &headers
 	case rsp.StatusCode == 429:
@@ -8536,6 +9878,13 @@ func ParseDeleteAccountResponse(rsp *http.Response) (*DeleteAccountResponse, err
 			}
 			headers.XContentTypeOptions = value
 		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
 		response.Headers429 = &headers
 	case rsp.StatusCode == 500:
 		var headers DeleteAccountResponse500Headers
@@ -8552,6 +9901,13 @@ func ParseDeleteAccountResponse(rsp *http.Response) (*DeleteAccountResponse, err
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers500 = &headers
 	case rsp.StatusCode == 503:
@@ -8576,6 +9932,13 @@ func ParseDeleteAccountResponse(rsp *http.Response) (*DeleteAccountResponse, err
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers503 = &headers
 	}
@@ -8672,6 +10035,13 @@ func ParseGetAccountResponse(rsp *http.Response) (*GetAccountResponse, error) {
 			}
 			headers.ETag = value
 		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
 		response.Headers200 = &headers
 	case rsp.StatusCode == 400:
 		var headers GetAccountResponse400Headers
@@ -8682,12 +10052,26 @@ func ParseGetAccountResponse(rsp *http.Response) (*GetAccountResponse, error) {
 			}
 			headers.CacheControl = value
 		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
 		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers400 = &headers
 	case rsp.StatusCode == 401:
@@ -8713,6 +10097,13 @@ func ParseGetAccountResponse(rsp *http.Response) (*GetAccountResponse, error) {
 			}
 			headers.XContentTypeOptions = value
 		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
 		response.Headers401 = &headers
 	case rsp.StatusCode == 403:
 		var headers GetAccountResponse403Headers
@@ -8723,12 +10114,26 @@ func ParseGetAccountResponse(rsp *http.Response) (*GetAccountResponse, error) {
 			}
 			headers.CacheControl = value
 		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
 		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers403 = &headers
 	case rsp.StatusCode == 404:
@@ -8740,12 +10145,26 @@ func ParseGetAccountResponse(rsp *http.Response) (*GetAccountResponse, error) {
 			}
 			headers.CacheControl = value
 		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
 		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers404 = &headers
 	case rsp.StatusCode == 429:
@@ -8771,6 +10190,13 @@ func ParseGetAccountResponse(rsp *http.Response) (*GetAccountResponse, error) {
 			}
 			headers.XContentTypeOptions = value
 		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
 		response.Headers429 = &headers
 	case rsp.StatusCode == 500:
 		var headers GetAccountResponse500Headers
@@ -8787,6 +10213,13 @@ func ParseGetAccountResponse(rsp *http.Response) (*GetAccountResponse, error) {
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers500 = &headers
 	case rsp.StatusCode == 503:
@@ -8811,6 +10244,13 @@ func ParseGetAccountResponse(rsp *http.Response) (*GetAccountResponse, error) {
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers503 = &headers
 	}
@@ -8956,6 +10396,13 @@ func ParsePatchAccountResponse(rsp *http.Response) (*PatchAccountResponse, error
 			}
 			headers.IdempotentReplayed = &value
 		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
 		response.Headers200 = &headers
 	case rsp.StatusCode == 400:
 		var headers PatchAccountResponse400Headers
@@ -8966,12 +10413,26 @@ func ParsePatchAccountResponse(rsp *http.Response) (*PatchAccountResponse, error
 			}
 			headers.CacheControl = value
 		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
 		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers400 = &headers
 	case rsp.StatusCode == 401:
@@ -8997,6 +10458,13 @@ func ParsePatchAccountResponse(rsp *http.Response) (*PatchAccountResponse, error
 			}
 			headers.XContentTypeOptions = value
 		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
 		response.Headers401 = &headers
 	case rsp.StatusCode == 403:
 		var headers PatchAccountResponse403Headers
@@ -9007,12 +10475,26 @@ func ParsePatchAccountResponse(rsp *http.Response) (*PatchAccountResponse, error
 			}
 			headers.CacheControl = value
 		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
 		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers403 = &headers
 	case rsp.StatusCode == 404:
@@ -9024,12 +10506,26 @@ func ParsePatchAccountResponse(rsp *http.Response) (*PatchAccountResponse, error
 			}
 			headers.CacheControl = value
 		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
 		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers404 = &headers
 	case rsp.StatusCode == 409:
@@ -9040,6 +10536,13 @@ func ParsePatchAccountResponse(rsp *http.Response) (*PatchAccountResponse, error
 				return nil, err
 			}
 			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
 		}
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value string
@@ -9054,6 +10557,13 @@ func ParsePatchAccountResponse(rsp *http.Response) (*PatchAccountResponse, error
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers409 = &headers
 	case rsp.StatusCode == 412:
@@ -9072,12 +10582,26 @@ func ParsePatchAccountResponse(rsp *http.Response) (*PatchAccountResponse, error
 			}
 			headers.ETag = value
 		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
 		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers412 = &headers
 	case rsp.StatusCode == 413:
@@ -9096,6 +10620,13 @@ func ParsePatchAccountResponse(rsp *http.Response) (*PatchAccountResponse, error
 			}
 			headers.XContentTypeOptions = value
 		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
 		response.Headers413 = &headers
 	case rsp.StatusCode == 415:
 		var headers PatchAccountResponse415Headers
@@ -9112,6 +10643,13 @@ func ParsePatchAccountResponse(rsp *http.Response) (*PatchAccountResponse, error
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers415 = &headers
 	case rsp.StatusCode == 422:
@@ -9130,6 +10668,13 @@ func ParsePatchAccountResponse(rsp *http.Response) (*PatchAccountResponse, error
 			}
 			headers.XContentTypeOptions = value
 		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
 		response.Headers422 = &headers
 	case rsp.StatusCode == 428:
 		var headers PatchAccountResponse428Headers
@@ -9146,6 +10691,13 @@ func ParsePatchAccountResponse(rsp *http.Response) (*PatchAccountResponse, error
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers428 = &headers
 	case rsp.StatusCode == 429:
@@ -9171,6 +10723,13 @@ func ParsePatchAccountResponse(rsp *http.Response) (*PatchAccountResponse, error
 			}
 			headers.XContentTypeOptions = value
 		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
 		response.Headers429 = &headers
 	case rsp.StatusCode == 500:
 		var headers PatchAccountResponse500Headers
@@ -9187,6 +10746,13 @@ func ParsePatchAccountResponse(rsp *http.Response) (*PatchAccountResponse, error
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers500 = &headers
 	case rsp.StatusCode == 503:
@@ -9211,6 +10777,13 @@ func ParsePatchAccountResponse(rsp *http.Response) (*PatchAccountResponse, error
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers503 = &headers
 	}
@@ -9356,6 +10929,13 @@ func ParseAddEmailResponse(rsp *http.Response) (*AddEmailResponse, error) {
 			}
 			headers.Location = value
 		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
 		response.Headers201 = &headers
 	case rsp.StatusCode == 400:
 		var headers AddEmailResponse400Headers
@@ -9366,12 +10946,26 @@ func ParseAddEmailResponse(rsp *http.Response) (*AddEmailResponse, error) {
 			}
 			headers.CacheControl = value
 		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
 		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers400 = &headers
 	case rsp.StatusCode == 401:
@@ -9397,6 +10991,13 @@ func ParseAddEmailResponse(rsp *http.Response) (*AddEmailResponse, error) {
 			}
 			headers.XContentTypeOptions = value
 		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
 		response.Headers401 = &headers
 	case rsp.StatusCode == 403:
 		var headers AddEmailResponse403Headers
@@ -9407,12 +11008,26 @@ func ParseAddEmailResponse(rsp *http.Response) (*AddEmailResponse, error) {
 			}
 			headers.CacheControl = value
 		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
 		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers403 = &headers
 	case rsp.StatusCode == 404:
@@ -9424,12 +11039,26 @@ func ParseAddEmailResponse(rsp *http.Response) (*AddEmailResponse, error) {
 			}
 			headers.CacheControl = value
 		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
 		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers404 = &headers
 	case rsp.StatusCode == 409:
@@ -9440,6 +11069,13 @@ func ParseAddEmailResponse(rsp *http.Response) (*AddEmailResponse, error) {
 				return nil, err
 			}
 			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
 		}
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value string
@@ -9454,6 +11090,13 @@ func ParseAddEmailResponse(rsp *http.Response) (*AddEmailResponse, error) {
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers409 = &headers
 	case rsp.StatusCode == 412:
@@ -9472,12 +11115,26 @@ func ParseAddEmailResponse(rsp *http.Response) (*AddEmailResponse, error) {
 			}
 			headers.ETag = value
 		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
 		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers412 = &headers
 	case rsp.StatusCode == 413:
@@ -9496,6 +11153,13 @@ func ParseAddEmailResponse(rsp *http.Response) (*AddEmailResponse, error) {
 			}
 			headers.XContentTypeOptions = value
 		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
 		response.Headers413 = &headers
 	case rsp.StatusCode == 415:
 		var headers AddEmailResponse415Headers
@@ -9513,6 +11177,13 @@ func ParseAddEmailResponse(rsp *http.Response) (*AddEmailResponse, error) {
 			}
 			headers.XContentTypeOptions = value
 		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
 		response.Headers415 = &headers
 	case rsp.StatusCode == 422:
 		var headers AddEmailResponse422Headers
@@ -9529,6 +11200,13 @@ func ParseAddEmailResponse(rsp *http.Response) (*AddEmailResponse, error) {
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers422 = &headers
 	case rsp.StatusCode == 429:
@@ -9554,6 +11232,13 @@ func ParseAddEmailResponse(rsp *http.Response) (*AddEmailResponse, error) {
 			}
 			headers.XContentTypeOptions = value
 		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
 		response.Headers429 = &headers
 	case rsp.StatusCode == 500:
 		var headers AddEmailResponse500Headers
@@ -9570,6 +11255,13 @@ func ParseAddEmailResponse(rsp *http.Response) (*AddEmailResponse, error) {
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers500 = &headers
 	case rsp.StatusCode == 503:
@@ -9595,6 +11287,13 @@ func ParseAddEmailResponse(rsp *http.Response) (*AddEmailResponse, error) {
 			}
 			headers.XContentTypeOptions = value
 		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
 		response.Headers503 = &headers
 	}
 
@@ -9615,12 +11314,8 @@ func ParseRemoveEmailResponse(rsp *http.Response) (*RemoveEmailResponse, error) 
 	}
 
 	switch {
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
-		var dest AccountChanged
-		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
-			return nil, err
-		}
-		response.JSON200 = &dest
+	case rsp.StatusCode == 204:
+		break // No content-type
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
 		var dest BadRequest
@@ -9695,21 +11390,14 @@ func ParseRemoveEmailResponse(rsp *http.Response) (*RemoveEmailResponse, error) 
 	}
 
 	switch {
-	case rsp.StatusCode == 200:
-		var headers RemoveEmailResponse200Headers
+	case rsp.StatusCode == 204:
+		var headers RemoveEmailResponse204Headers
 		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
 			headers.CacheControl = value
-		}
-		if values := rsp.Header.Values("ETag"); len(values) > 0 {
-			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "ETag", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
-				return nil, err
-			}
-			headers.ETag = value
 		}
 		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
 			var value string
@@ -9718,7 +11406,14 @@ func ParseRemoveEmailResponse(rsp *http.Response) (*RemoveEmailResponse, error) 
 			}
 			headers.IdempotentReplayed = &value
 		}
-		response.Headers200 = &headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers204 = &headers
 	case rsp.StatusCode == 400:
 		var headers RemoveEmailResponse400Headers
 		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
@@ -9728,12 +11423,26 @@ func ParseRemoveEmailResponse(rsp *http.Response) (*RemoveEmailResponse, error) 
 			}
 			headers.CacheControl = value
 		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
 		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers400 = &headers
 	case rsp.StatusCode == 401:
@@ -9759,6 +11468,13 @@ func ParseRemoveEmailResponse(rsp *http.Response) (*RemoveEmailResponse, error) 
 			}
 			headers.XContentTypeOptions = value
 		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
 		response.Headers401 = &headers
 	case rsp.StatusCode == 403:
 		var headers RemoveEmailResponse403Headers
@@ -9769,12 +11485,26 @@ func ParseRemoveEmailResponse(rsp *http.Response) (*RemoveEmailResponse, error) 
 			}
 			headers.CacheControl = value
 		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
 		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers403 = &headers
 	case rsp.StatusCode == 404:
@@ -9786,12 +11516,26 @@ func ParseRemoveEmailResponse(rsp *http.Response) (*RemoveEmailResponse, error) 
 			}
 			headers.CacheControl = value
 		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
 		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers404 = &headers
 	case rsp.StatusCode == 409:
@@ -9802,6 +11546,13 @@ func ParseRemoveEmailResponse(rsp *http.Response) (*RemoveEmailResponse, error) 
 				return nil, err
 			}
 			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
 		}
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value string
@@ -9816,6 +11567,13 @@ func ParseRemoveEmailResponse(rsp *http.Response) (*RemoveEmailResponse, error) 
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers409 = &headers
 	case rsp.StatusCode == 412:
@@ -9834,12 +11592,26 @@ func ParseRemoveEmailResponse(rsp *http.Response) (*RemoveEmailResponse, error) 
 			}
 			headers.ETag = value
 		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
 		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers412 = &headers
 	case rsp.StatusCode == 422:
@@ -9857,6 +11629,13 @@ func ParseRemoveEmailResponse(rsp *http.Response) (*RemoveEmailResponse, error) 
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers422 = &headers
 	case rsp.StatusCode == 429:
@@ -9882,6 +11661,13 @@ func ParseRemoveEmailResponse(rsp *http.Response) (*RemoveEmailResponse, error) 
 			}
 			headers.XContentTypeOptions = value
 		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
 		response.Headers429 = &headers
 	case rsp.StatusCode == 500:
 		var headers RemoveEmailResponse500Headers
@@ -9898,6 +11684,13 @@ func ParseRemoveEmailResponse(rsp *http.Response) (*RemoveEmailResponse, error) 
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers500 = &headers
 	case rsp.StatusCode == 503:
@@ -9922,6 +11715,325 @@ func ParseRemoveEmailResponse(rsp *http.Response) (*RemoveEmailResponse, error) 
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseGetEmailResponse parses an HTTP response from a GetEmailWithResponse call
+func ParseGetEmailResponse(rsp *http.Response) (*GetEmailResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &GetEmailResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest AccountEmail
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthenticated
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest RateLimited
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest Internal
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Unavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers GetEmailResponse200Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("ETag"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "ETag", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.ETag = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers200 = &headers
+	case rsp.StatusCode == 400:
+		var headers GetEmailResponse400Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers400 = &headers
+	case rsp.StatusCode == 401:
+		var headers GetEmailResponse401Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 403:
+		var headers GetEmailResponse403Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers403 = &headers
+	case rsp.StatusCode == 404:
+		var headers GetEmailResponse404Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers404 = &headers
+	case rsp.StatusCode == 429:
+		var headers GetEmailResponse429Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers429 = &headers
+	case rsp.StatusCode == 500:
+		var headers GetEmailResponse500Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers500 = &headers
+	case rsp.StatusCode == 503:
+		var headers GetEmailResponse503Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers503 = &headers
 	}
@@ -10067,6 +12179,13 @@ func ParsePatchEmailResponse(rsp *http.Response) (*PatchEmailResponse, error) {
 			}
 			headers.IdempotentReplayed = &value
 		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
 		response.Headers200 = &headers
 	case rsp.StatusCode == 400:
 		var headers PatchEmailResponse400Headers
@@ -10077,12 +12196,26 @@ func ParsePatchEmailResponse(rsp *http.Response) (*PatchEmailResponse, error) {
 			}
 			headers.CacheControl = value
 		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
 		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers400 = &headers
 	case rsp.StatusCode == 401:
@@ -10108,6 +12241,13 @@ func ParsePatchEmailResponse(rsp *http.Response) (*PatchEmailResponse, error) {
 			}
 			headers.XContentTypeOptions = value
 		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
 		response.Headers401 = &headers
 	case rsp.StatusCode == 403:
 		var headers PatchEmailResponse403Headers
@@ -10118,12 +12258,26 @@ func ParsePatchEmailResponse(rsp *http.Response) (*PatchEmailResponse, error) {
 			}
 			headers.CacheControl = value
 		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
 		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers403 = &headers
 	case rsp.StatusCode == 404:
@@ -10135,12 +12289,26 @@ func ParsePatchEmailResponse(rsp *http.Response) (*PatchEmailResponse, error) {
 			}
 			headers.CacheControl = value
 		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
 		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers404 = &headers
 	case rsp.StatusCode == 409:
@@ -10151,6 +12319,13 @@ func ParsePatchEmailResponse(rsp *http.Response) (*PatchEmailResponse, error) {
 				return nil, err
 			}
 			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
 		}
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value string
@@ -10165,6 +12340,13 @@ func ParsePatchEmailResponse(rsp *http.Response) (*PatchEmailResponse, error) {
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers409 = &headers
 	case rsp.StatusCode == 412:
@@ -10183,12 +12365,26 @@ func ParsePatchEmailResponse(rsp *http.Response) (*PatchEmailResponse, error) {
 			}
 			headers.ETag = value
 		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
 		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers412 = &headers
 	case rsp.StatusCode == 413:
@@ -10207,6 +12403,13 @@ func ParsePatchEmailResponse(rsp *http.Response) (*PatchEmailResponse, error) {
 			}
 			headers.XContentTypeOptions = value
 		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
 		response.Headers413 = &headers
 	case rsp.StatusCode == 415:
 		var headers PatchEmailResponse415Headers
@@ -10223,6 +12426,13 @@ func ParsePatchEmailResponse(rsp *http.Response) (*PatchEmailResponse, error) {
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers415 = &headers
 	case rsp.StatusCode == 422:
@@ -10241,6 +12451,13 @@ func ParsePatchEmailResponse(rsp *http.Response) (*PatchEmailResponse, error) {
 			}
 			headers.XContentTypeOptions = value
 		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
 		response.Headers422 = &headers
 	case rsp.StatusCode == 428:
 		var headers PatchEmailResponse428Headers
@@ -10257,6 +12474,13 @@ func ParsePatchEmailResponse(rsp *http.Response) (*PatchEmailResponse, error) {
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers428 = &headers
 	case rsp.StatusCode == 429:
@@ -10282,6 +12506,13 @@ func ParsePatchEmailResponse(rsp *http.Response) (*PatchEmailResponse, error) {
 			}
 			headers.XContentTypeOptions = value
 		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
 		response.Headers429 = &headers
 	case rsp.StatusCode == 500:
 		var headers PatchEmailResponse500Headers
@@ -10298,6 +12529,13 @@ func ParsePatchEmailResponse(rsp *http.Response) (*PatchEmailResponse, error) {
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers500 = &headers
 	case rsp.StatusCode == 503:
@@ -10322,6 +12560,13 @@ func ParsePatchEmailResponse(rsp *http.Response) (*PatchEmailResponse, error) {
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers503 = &headers
 	}
@@ -10404,6 +12649,13 @@ func ParseListBranchesResponse(rsp *http.Response) (*ListBranchesResponse, error
 			}
 			headers.CacheControl = value
 		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
 		response.Headers200 = &headers
 	case rsp.StatusCode == 400:
 		var headers ListBranchesResponse400Headers
@@ -10414,12 +12666,26 @@ func ParseListBranchesResponse(rsp *http.Response) (*ListBranchesResponse, error
 			}
 			headers.CacheControl = value
 		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
 		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers400 = &headers
 	case rsp.StatusCode == 401:
@@ -10445,6 +12711,13 @@ func ParseListBranchesResponse(rsp *http.Response) (*ListBranchesResponse, error
 			}
 			headers.XContentTypeOptions = value
 		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
 		response.Headers401 = &headers
 	case rsp.StatusCode == 403:
 		var headers ListBranchesResponse403Headers
@@ -10455,12 +12728,26 @@ func ParseListBranchesResponse(rsp *http.Response) (*ListBranchesResponse, error
 			}
 			headers.CacheControl = value
 		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
 		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers403 = &headers
 	case rsp.StatusCode == 429:
@@ -10486,6 +12773,13 @@ func ParseListBranchesResponse(rsp *http.Response) (*ListBranchesResponse, error
 			}
 			headers.XContentTypeOptions = value
 		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
 		response.Headers429 = &headers
 	case rsp.StatusCode == 500:
 		var headers ListBranchesResponse500Headers
@@ -10502,6 +12796,13 @@ func ParseListBranchesResponse(rsp *http.Response) (*ListBranchesResponse, error
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers500 = &headers
 	case rsp.StatusCode == 503:
@@ -10526,6 +12827,13 @@ func ParseListBranchesResponse(rsp *http.Response) (*ListBranchesResponse, error
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers503 = &headers
 	}
@@ -10664,6 +12972,13 @@ func ParseCreateBranchResponse(rsp *http.Response) (*CreateBranchResponse, error
 			}
 			headers.Location = value
 		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
 		response.Headers201 = &headers
 	case rsp.StatusCode == 400:
 		var headers CreateBranchResponse400Headers
@@ -10674,12 +12989,26 @@ func ParseCreateBranchResponse(rsp *http.Response) (*CreateBranchResponse, error
 			}
 			headers.CacheControl = value
 		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
 		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers400 = &headers
 	case rsp.StatusCode == 401:
@@ -10705,6 +13034,13 @@ func ParseCreateBranchResponse(rsp *http.Response) (*CreateBranchResponse, error
 			}
 			headers.XContentTypeOptions = value
 		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
 		response.Headers401 = &headers
 	case rsp.StatusCode == 403:
 		var headers CreateBranchResponse403Headers
@@ -10715,12 +13051,26 @@ func ParseCreateBranchResponse(rsp *http.Response) (*CreateBranchResponse, error
 			}
 			headers.CacheControl = value
 		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
 		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers403 = &headers
 	case rsp.StatusCode == 404:
@@ -10732,12 +13082,26 @@ func ParseCreateBranchResponse(rsp *http.Response) (*CreateBranchResponse, error
 			}
 			headers.CacheControl = value
 		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
 		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers404 = &headers
 	case rsp.StatusCode == 409:
@@ -10748,6 +13112,13 @@ func ParseCreateBranchResponse(rsp *http.Response) (*CreateBranchResponse, error
 				return nil, err
 			}
 			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
 		}
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value string
@@ -10762,6 +13133,13 @@ func ParseCreateBranchResponse(rsp *http.Response) (*CreateBranchResponse, error
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers409 = &headers
 	case rsp.StatusCode == 413:
@@ -10780,6 +13158,13 @@ func ParseCreateBranchResponse(rsp *http.Response) (*CreateBranchResponse, error
 			}
 			headers.XContentTypeOptions = value
 		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
 		response.Headers413 = &headers
 	case rsp.StatusCode == 415:
 		var headers CreateBranchResponse415Headers
@@ -10797,6 +13182,13 @@ func ParseCreateBranchResponse(rsp *http.Response) (*CreateBranchResponse, error
 			}
 			headers.XContentTypeOptions = value
 		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
 		response.Headers415 = &headers
 	case rsp.StatusCode == 422:
 		var headers CreateBranchResponse422Headers
@@ -10807,12 +13199,26 @@ func ParseCreateBranchResponse(rsp *http.Response) (*CreateBranchResponse, error
 			}
 			headers.CacheControl = value
 		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
 		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers422 = &headers
 	case rsp.StatusCode == 429:
@@ -10838,6 +13244,13 @@ func ParseCreateBranchResponse(rsp *http.Response) (*CreateBranchResponse, error
 			}
 			headers.XContentTypeOptions = value
 		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
 		response.Headers429 = &headers
 	case rsp.StatusCode == 500:
 		var headers CreateBranchResponse500Headers
@@ -10854,6 +13267,13 @@ func ParseCreateBranchResponse(rsp *http.Response) (*CreateBranchResponse, error
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers500 = &headers
 	case rsp.StatusCode == 503:
@@ -10878,6 +13298,13 @@ func ParseCreateBranchResponse(rsp *http.Response) (*CreateBranchResponse, error
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers503 = &headers
 	}
@@ -10991,6 +13418,13 @@ func ParseDeleteBranchResponse(rsp *http.Response) (*DeleteBranchResponse, error
 			}
 			headers.IdempotentReplayed = &value
 		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
 		response.Headers204 = &headers
 	case rsp.StatusCode == 400:
 		var headers DeleteBranchResponse400Headers
@@ -11001,12 +13435,26 @@ func ParseDeleteBranchResponse(rsp *http.Response) (*DeleteBranchResponse, error
 			}
 			headers.CacheControl = value
 		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
 		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers400 = &headers
 	case rsp.StatusCode == 401:
@@ -11032,6 +13480,13 @@ func ParseDeleteBranchResponse(rsp *http.Response) (*DeleteBranchResponse, error
 			}
 			headers.XContentTypeOptions = value
 		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
 		response.Headers401 = &headers
 	case rsp.StatusCode == 403:
 		var headers DeleteBranchResponse403Headers
@@ -11042,12 +13497,26 @@ func ParseDeleteBranchResponse(rsp *http.Response) (*DeleteBranchResponse, error
 			}
 			headers.CacheControl = value
 		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
 		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers403 = &headers
 	case rsp.StatusCode == 404:
@@ -11059,12 +13528,26 @@ func ParseDeleteBranchResponse(rsp *http.Response) (*DeleteBranchResponse, error
 			}
 			headers.CacheControl = value
 		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
 		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers404 = &headers
 	case rsp.StatusCode == 409:
@@ -11075,6 +13558,13 @@ func ParseDeleteBranchResponse(rsp *http.Response) (*DeleteBranchResponse, error
 				return nil, err
 			}
 			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
 		}
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value string
@@ -11089,6 +13579,13 @@ func ParseDeleteBranchResponse(rsp *http.Response) (*DeleteBranchResponse, error
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers409 = &headers
 	case rsp.StatusCode == 412:
@@ -11107,12 +13604,26 @@ func ParseDeleteBranchResponse(rsp *http.Response) (*DeleteBranchResponse, error
 			}
 			headers.ETag = value
 		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
 		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers412 = &headers
 	case rsp.StatusCode == 422:
@@ -11130,6 +13641,13 @@ func ParseDeleteBranchResponse(rsp *http.Response) (*DeleteBranchResponse, error
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers422 = &headers
 	case rsp.StatusCode == 429:
@@ -11155,6 +13673,13 @@ func ParseDeleteBranchResponse(rsp *http.Response) (*DeleteBranchResponse, error
 			}
 			headers.XContentTypeOptions = value
 		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
 		response.Headers429 = &headers
 	case rsp.StatusCode == 500:
 		var headers DeleteBranchResponse500Headers
@@ -11171,6 +13696,13 @@ func ParseDeleteBranchResponse(rsp *http.Response) (*DeleteBranchResponse, error
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers500 = &headers
 	case rsp.StatusCode == 503:
@@ -11195,6 +13727,13 @@ func ParseDeleteBranchResponse(rsp *http.Response) (*DeleteBranchResponse, error
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers503 = &headers
 	}
@@ -11291,6 +13830,13 @@ func ParseGetBranchResponse(rsp *http.Response) (*GetBranchResponse, error) {
 			}
 			headers.ETag = value
 		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
 		response.Headers200 = &headers
 	case rsp.StatusCode == 400:
 		var headers GetBranchResponse400Headers
@@ -11301,12 +13847,26 @@ func ParseGetBranchResponse(rsp *http.Response) (*GetBranchResponse, error) {
 			}
 			headers.CacheControl = value
 		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
 		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers400 = &headers
 	case rsp.StatusCode == 401:
@@ -11332,6 +13892,13 @@ func ParseGetBranchResponse(rsp *http.Response) (*GetBranchResponse, error) {
 			}
 			headers.XContentTypeOptions = value
 		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
 		response.Headers401 = &headers
 	case rsp.StatusCode == 403:
 		var headers GetBranchResponse403Headers
@@ -11342,12 +13909,26 @@ func ParseGetBranchResponse(rsp *http.Response) (*GetBranchResponse, error) {
 			}
 			headers.CacheControl = value
 		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
 		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers403 = &headers
 	case rsp.StatusCode == 404:
@@ -11359,12 +13940,26 @@ func ParseGetBranchResponse(rsp *http.Response) (*GetBranchResponse, error) {
 			}
 			headers.CacheControl = value
 		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
 		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers404 = &headers
 	case rsp.StatusCode == 429:
@@ -11390,6 +13985,13 @@ func ParseGetBranchResponse(rsp *http.Response) (*GetBranchResponse, error) {
 			}
 			headers.XContentTypeOptions = value
 		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
 		response.Headers429 = &headers
 	case rsp.StatusCode == 500:
 		var headers GetBranchResponse500Headers
@@ -11406,6 +14008,13 @@ func ParseGetBranchResponse(rsp *http.Response) (*GetBranchResponse, error) {
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers500 = &headers
 	case rsp.StatusCode == 503:
@@ -11430,6 +14039,13 @@ func ParseGetBranchResponse(rsp *http.Response) (*GetBranchResponse, error) {
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers503 = &headers
 	}
@@ -11575,6 +14191,13 @@ func ParsePatchBranchResponse(rsp *http.Response) (*PatchBranchResponse, error) 
 			}
 			headers.IdempotentReplayed = &value
 		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
 		response.Headers200 = &headers
 	case rsp.StatusCode == 400:
 		var headers PatchBranchResponse400Headers
@@ -11585,12 +14208,26 @@ func ParsePatchBranchResponse(rsp *http.Response) (*PatchBranchResponse, error) 
 			}
 			headers.CacheControl = value
 		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
 		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers400 = &headers
 	case rsp.StatusCode == 401:
@@ -11616,6 +14253,13 @@ func ParsePatchBranchResponse(rsp *http.Response) (*PatchBranchResponse, error) 
 			}
 			headers.XContentTypeOptions = value
 		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
 		response.Headers401 = &headers
 	case rsp.StatusCode == 403:
 		var headers PatchBranchResponse403Headers
@@ -11626,12 +14270,26 @@ func ParsePatchBranchResponse(rsp *http.Response) (*PatchBranchResponse, error) 
 			}
 			headers.CacheControl = value
 		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
 		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers403 = &headers
 	case rsp.StatusCode == 404:
@@ -11643,12 +14301,26 @@ func ParsePatchBranchResponse(rsp *http.Response) (*PatchBranchResponse, error) 
 			}
 			headers.CacheControl = value
 		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
 		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers404 = &headers
 	case rsp.StatusCode == 409:
@@ -11659,6 +14331,13 @@ func ParsePatchBranchResponse(rsp *http.Response) (*PatchBranchResponse, error) 
 				return nil, err
 			}
 			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
 		}
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value string
@@ -11673,6 +14352,13 @@ func ParsePatchBranchResponse(rsp *http.Response) (*PatchBranchResponse, error) 
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers409 = &headers
 	case rsp.StatusCode == 412:
@@ -11691,12 +14377,26 @@ func ParsePatchBranchResponse(rsp *http.Response) (*PatchBranchResponse, error) 
 			}
 			headers.ETag = value
 		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
 		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers412 = &headers
 	case rsp.StatusCode == 413:
@@ -11715,6 +14415,13 @@ func ParsePatchBranchResponse(rsp *http.Response) (*PatchBranchResponse, error) 
 			}
 			headers.XContentTypeOptions = value
 		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
 		response.Headers413 = &headers
 	case rsp.StatusCode == 415:
 		var headers PatchBranchResponse415Headers
@@ -11732,6 +14439,13 @@ func ParsePatchBranchResponse(rsp *http.Response) (*PatchBranchResponse, error) 
 			}
 			headers.XContentTypeOptions = value
 		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
 		response.Headers415 = &headers
 	case rsp.StatusCode == 422:
 		var headers PatchBranchResponse422Headers
@@ -11742,12 +14456,26 @@ func ParsePatchBranchResponse(rsp *http.Response) (*PatchBranchResponse, error) 
 			}
 			headers.CacheControl = value
 		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
 		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers422 = &headers
 	case rsp.StatusCode == 428:
@@ -11765,6 +14493,13 @@ func ParsePatchBranchResponse(rsp *http.Response) (*PatchBranchResponse, error) 
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers428 = &headers
 	case rsp.StatusCode == 429:
@@ -11790,6 +14525,13 @@ func ParsePatchBranchResponse(rsp *http.Response) (*PatchBranchResponse, error) 
 			}
 			headers.XContentTypeOptions = value
 		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
 		response.Headers429 = &headers
 	case rsp.StatusCode == 500:
 		var headers PatchBranchResponse500Headers
@@ -11806,6 +14548,13 @@ func ParsePatchBranchResponse(rsp *http.Response) (*PatchBranchResponse, error) 
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers500 = &headers
 	case rsp.StatusCode == 503:
@@ -11830,6 +14579,13 @@ func ParsePatchBranchResponse(rsp *http.Response) (*PatchBranchResponse, error) 
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers503 = &headers
 	}
