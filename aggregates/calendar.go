@@ -6,11 +6,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-
-	// The IANA zone data, embedded: a binary (the Lambda functions among
-	// them) needs no zone files on disk. A system's own zone files, where
-	// there are some, are read first (time.LoadLocation's order).
-	_ "time/tzdata"
 )
 
 // A branch's business calendar: in which time zone its days are counted,
@@ -60,7 +55,7 @@ func ParseTimeZone(name string) (*time.Location, error) {
 	if !isZoneName(name) {
 		return nil, &CalendarError{"timeZone", fmt.Sprintf("%q is not an IANA time zone name (e.g. America/Sao_Paulo, Europe/London, UTC)", truncateRunes(name, 64))}
 	}
-	loc, err := time.LoadLocation(name)
+	loc, err := LoadZone(name) // the embedded data (zoneinfo.go), never the system's
 	if err != nil {
 		return nil, &CalendarError{"timeZone", fmt.Sprintf("%q is not an IANA time zone name (e.g. America/Sao_Paulo, Europe/London, UTC)", truncateRunes(name, 64))}
 	}
@@ -70,12 +65,10 @@ func ParseTimeZone(name string) (*time.Location, error) {
 // isZoneName reports whether name has the form of an IANA zone name: up to
 // 64 bytes of '/'-separated parts, each an ASCII capital letter followed by
 // letters, digits, '_', '+' or '-' — the form of every name in the embedded
-// zone data. time.LoadLocation reads a system's zone files first, and a
-// system's zoneinfo directory holds more than zones: "localtime" (the
-// host's own zone, what "Local" is refused for), "posixrules", "right/…"
-// (clocks counting leap seconds), "posix/…", and paths such as
-// "Europe//London" that the file system finds and the embedded data (the
-// Lambda functions') does not; none of them is a calendar's zone.
+// zone data (zoneinfo.go), which is the only data zones are loaded from: a
+// system's zoneinfo directory holds more than zones ("localtime", the
+// host's own zone, what "Local" is refused for; "posixrules", "right/…",
+// "posix/…"), and none of them is a calendar's zone.
 func isZoneName(name string) bool {
 	if name == "" || len(name) > 64 || name == "Local" {
 		return false
@@ -183,32 +176,69 @@ func (c Calendar) DayStart(d Date) (time.Time, bool) {
 	// the next date's midnight. An instant x in a zone period of offset
 	// off reads wall time x+off, so it reads date d at or after the start
 	// exactly when x ∈ [start−off, end−off). The first such instant, over
-	// the zone periods in order, is the answer; no offset is a day or more,
-	// so the periods of ±2 days around it hold every candidate.
+	// the periods of constant offset in order (nextOffsetChange), is the
+	// answer; no offset is as large as maxOffset, so [start−maxOffset,
+	// end+maxOffset) holds every candidate.
 	start := time.Date(d.Year, d.Month, d.Day, 0, c.DayStartsAt, 0, 0, time.UTC)
 	end := time.Date(d.Year, d.Month, d.Day+1, 0, 0, 0, 0, time.UTC)
-	limit := start.Add(48 * time.Hour)
-	for x := start.Add(-48 * time.Hour); x.Before(limit); {
-		local := x.In(loc)
-		_, off := local.Zone()
-		_, zoneEnd := local.ZoneBounds()
+	limit := end.Add(maxOffset)
+	for x := start.Add(-maxOffset); x.Before(limit); {
+		_, off := x.In(loc).Zone()
+		zoneEnd := nextOffsetChange(loc, x, limit)
 		offset := time.Duration(off) * time.Second
 		lo, hi := start.Add(-offset), end.Add(-offset)
 		if lo.Before(x) {
 			lo = x
 		}
-		if !zoneEnd.IsZero() && hi.After(zoneEnd) {
+		if hi.After(zoneEnd) {
 			hi = zoneEnd
 		}
 		if lo.Before(hi) {
 			return lo, true
 		}
-		if zoneEnd.IsZero() || !zoneEnd.After(x) {
-			break
-		}
 		x = zoneEnd
 	}
 	return time.Time{}, false
+}
+
+// maxOffset bounds the UTC offset of every zone at every instant of the
+// embedded data (local mean times of the 19th century reach ±15:57).
+const maxOffset = 16 * time.Hour
+
+// nextOffsetChange returns the first instant after x at which loc's UTC
+// offset differs from x's, or limit when there is none before it. It finds
+// the change by sampling the offset hourly (no zone changes its offset
+// twice within an hour) and bisecting to the nanosecond. It does not use
+// time.Time.ZoneBounds: for instants past a zone's last listed transition
+// (its rule string: the embedded data's slim files), Go's ZoneBounds can
+// answer a period that ended before the instant asked about (Asia/Famagusta
+// on 2024-12-31 ends its EET period at 2024-12-31T00:00Z, a day early,
+// and answers so until 2025-01-01).
+func nextOffsetChange(loc *time.Location, x, limit time.Time) time.Time {
+	_, off := x.In(loc).Zone()
+	prev := x
+	for {
+		t := prev.Add(time.Hour)
+		if t.After(limit) {
+			t = limit
+		}
+		if _, o := t.In(loc).Zone(); o != off {
+			lo, hi := prev, t // offset(lo) = off ≠ offset(hi)
+			for hi.Sub(lo) > time.Nanosecond {
+				mid := lo.Add(hi.Sub(lo) / 2)
+				if _, o := mid.In(loc).Zone(); o == off {
+					lo = mid
+				} else {
+					hi = mid
+				}
+			}
+			return hi
+		}
+		if !t.Before(limit) {
+			return limit
+		}
+		prev = t
+	}
 }
 
 // BusinessDate returns the business date an instant belongs to: the last

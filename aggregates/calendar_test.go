@@ -419,7 +419,7 @@ func embeddedZones(t testing.TB) []string {
 
 func mustLoad(t testing.TB, zone string) *time.Location {
 	t.Helper()
-	loc, err := time.LoadLocation(zone)
+	loc, err := aggregates.LoadZone(zone)
 	require.NoError(t, err)
 	return loc
 }

@@ -192,10 +192,25 @@ func ParseTransaction(img Image) (Transaction, error) {
 		if tx.Stamp, err = ParseStamp(bd.Value, ps.Value); err != nil {
 			return Transaction{}, invalid(ReasonPeriods, AttrPeriods, "%v", err)
 		}
+		// Business date D's instants have UTC dates D−1 to D+2 in every
+		// calendar (the bound a listing by business date reads).
+		if b := tx.Stamp.BusinessDate; b.Before(date.AddDays(-StampDaysBefore)) || date.AddDays(StampDaysAfter).Before(b) {
+			return Transaction{}, invalid(ReasonPeriods, AttrBusinessDate, "%s: no calendar gives a transaction of UTC date %s a business date more than %d days before or %d day after it", b, date, StampDaysBefore, StampDaysAfter)
+		}
 		tx.Stamped = true
 	}
 	return tx, nil
 }
+
+// A stamp's business date is from StampDaysBefore days before its
+// transaction's UTC date to StampDaysAfter days after it: business day D
+// starts when the local clock (UTC−16 to UTC+16 at most, local mean times
+// included) first reads D at or after its start, and ends when the next
+// date the clock reads starts, so its instants have UTC dates D−1 to D+2.
+const (
+	StampDaysBefore = 2
+	StampDaysAfter  = 1
+)
 
 // The attributes of a transaction's stamp (stamp.go), named here because
 // validation reads them; table/transaction.go has the item's layout.

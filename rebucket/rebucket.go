@@ -25,6 +25,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"sync"
 	"time"
 
@@ -79,6 +81,7 @@ type Result struct {
 	Moved        int // restamped
 	Current      int // already in the current calendar
 	Invalid      int // not valid transactions: contribute nothing, left alone
+	Unplaceable  int // valid, but without periods in the current calendar: left alone (ErrUnplaceable)
 	Retried      int // writes that found the item changed since read, and read it again
 	WriteUnits   float64
 }
@@ -120,6 +123,9 @@ func Run(ctx context.Context, api API, tableName, tenant, branch string, opts Op
 		r.res.Branches++
 		r.report(func(p *Progress) { p.Done++ })
 	}
+	if r.res.Unplaceable > 0 {
+		return r.res, fmt.Errorf("rebucket %s: %d %w", tenant, r.res.Unplaceable, ErrUnplaceable)
+	}
 	return r.res, nil
 }
 
@@ -149,25 +155,75 @@ func (r *run) count(change func(*Result)) {
 	change(&r.res)
 }
 
+// maxPasses bounds how often one branch is read again because its calendar
+// changed while it was being moved.
+const maxPasses = 3
+
+// ErrCalendarChanging is returned for a branch whose calendar (or its
+// tenant's period types) changed during every one of maxPasses passes.
+var ErrCalendarChanging = errors.New("the calendar changed during every pass: run again once it stays put")
+
+// ErrUnplaceable is returned (wrapped) at the end of a run that found
+// transactions the current calendar gives no periods (Result.Unplaceable):
+// every other transaction is moved, those are left as they are.
+var ErrUnplaceable = errors.New("transactions have no periods in their branch's current calendar (outside the years 0000 to 9999): left in their old periods")
+
 // branch moves one branch: it waits until the writers stamp in the
-// branch's current calendar, then restamps what is not.
+// branch's current calendar, then restamps what is not. A calendar that
+// changed while the branch was read (the writers stamp in the newer one,
+// the pass restamped in the older one) sends it round again.
 func (r *run) branch(ctx context.Context, branch string) error {
-	bc, err := table.LoadBranchCalendar(ctx, r.api, r.table, r.tenant, branch)
-	if err != nil {
-		return err
+	for pass := 1; ; pass++ {
+		bc, err := r.settled(ctx, branch)
+		if err != nil {
+			return err
+		}
+		if err := r.pass(ctx, branch, bc); err != nil {
+			return err
+		}
+		after, err := table.LoadBranchCalendar(ctx, r.api, r.table, r.tenant, branch)
+		if err != nil {
+			return err
+		}
+		if sameCalendar(bc, after) {
+			return nil
+		}
+		if pass == maxPasses {
+			return ErrCalendarChanging
+		}
 	}
-	if wait := bc.ChangedAt.Add(r.opts.Settle).Sub(r.opts.Now()); r.opts.Settle > 0 && wait > 0 {
+}
+
+// settled reads the branch's calendar once --settle has passed since its
+// last change: waiting, and reading again after the wait, until a read
+// finds no change within the last --settle (a change made during a wait
+// is waited for in turn).
+func (r *run) settled(ctx context.Context, branch string) (table.BranchCalendar, error) {
+	for {
+		bc, err := table.LoadBranchCalendar(ctx, r.api, r.table, r.tenant, branch)
+		if err != nil {
+			return table.BranchCalendar{}, err
+		}
+		wait := bc.ChangedAt.Add(r.opts.Settle).Sub(r.opts.Now())
+		if r.opts.Settle <= 0 || wait <= 0 {
+			r.report(func(p *Progress) { p.Branch, p.Waiting = branch, 0 })
+			return bc, nil
+		}
 		r.report(func(p *Progress) { p.Branch, p.Waiting = branch, wait })
 		if err := r.opts.Sleep(ctx, wait); err != nil {
-			return err
-		}
-		// Read again: the calendar may have changed while we waited.
-		if bc, err = table.LoadBranchCalendar(ctx, r.api, r.table, r.tenant, branch); err != nil {
-			return err
+			return table.BranchCalendar{}, err
 		}
 	}
-	r.report(func(p *Progress) { p.Branch, p.Waiting = branch, 0 })
+}
 
+// sameCalendar reports whether a and b are the same reading of a branch's
+// calendar: the same calendar and period types, unchanged since.
+func sameCalendar(a, b table.BranchCalendar) bool {
+	return a.Calendar.Equal(b.Calendar) && slices.Equal(a.Periods, b.Periods) && a.ChangedAt.Equal(b.ChangedAt)
+}
+
+// pass restamps the branch's transactions into bc.
+func (r *run) pass(ctx context.Context, branch string, bc table.BranchCalendar) error {
 	in := &dynamodb.QueryInput{
 		TableName:                 aws.String(r.table),
 		KeyConditionExpression:    aws.String("#pk = :pk"),
@@ -242,12 +298,19 @@ func (r *run) restamp(ctx context.Context, bc table.BranchCalendar, item map[str
 				res.Retried++
 			}
 		})
-		tx, err := table.ParseTransaction(item)
+		tx, err := parseUnstamped(item)
 		if err != nil {
 			r.count(func(res *Result) { res.Invalid++ })
 			return nil // contributes nothing wherever it is stamped
 		}
 		want, err := bc.Stamp(tx.CreatedAt)
+		if errors.Is(err, aggregates.ErrPeriodOutOfRange) {
+			// No stamp can hold it (the writer refuses such a createdAt
+			// in this calendar): left in its old periods, counted, and the
+			// run goes on with the others.
+			r.count(func(res *Result) { res.Unplaceable++ })
+			return nil
+		}
 		if err != nil {
 			return fmt.Errorf("%s: %w", k, err)
 		}
@@ -280,6 +343,22 @@ func (r *run) restamp(ctx context.Context, bc table.BranchCalendar, item map[str
 		}
 		item = out.Item
 	}
+}
+
+// parseUnstamped parses a transaction item; one whose only fault is its
+// stamp (damaged by another path: quarantined, counting nowhere) is read
+// as if it had none, so that it is stamped again — its stream record then
+// brings its amount into the reports (invalid old image, valid new one).
+func parseUnstamped(item map[string]ddbtypes.AttributeValue) (aggregates.Transaction, error) {
+	tx, err := table.ParseTransaction(item)
+	var inv *aggregates.InvalidError
+	if err == nil || !errors.As(err, &inv) || inv.Reason != aggregates.ReasonPeriods {
+		return tx, err
+	}
+	bare := maps.Clone(item)
+	delete(bare, aggregates.AttrBusinessDate)
+	delete(bare, aggregates.AttrPeriods)
+	return table.ParseTransaction(bare)
 }
 
 // write restamps the item at k, on condition that it is still as read: same

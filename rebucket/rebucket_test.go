@@ -31,7 +31,7 @@ import (
 
 func TestMain(m *testing.M) { ddbtest.Main(m) }
 
-var tables = ddbtest.Pool{Size: 2}
+var tables = ddbtest.Pool{Size: 5}
 
 // books is a writer as the writer service behaves towards the table: it
 // stamps every transaction it creates or changes with the calendar in

@@ -117,9 +117,12 @@ type accountMutation struct {
 	tenant, id string
 	key        string
 	body       []byte
-	expected   int64
+	ifMatch    ifMatch
 	deletedOK  bool
-	edit       func(a *Account, read int64, now string) (*change, response, *Problem)
+	// edit makes the change of a, read at version read; expected is the
+	// version If-Match named (0: any), for the 412 of a change that loses
+	// a race.
+	edit func(a *Account, read, expected int64, now string) (*change, response, *Problem)
 }
 
 // mutateAccount serves m: it reads the account (readForChange) and
@@ -128,11 +131,18 @@ func (s *Server) mutateAccount(w http.ResponseWriter, r *http.Request, m account
 	s.mutate(w, r, s.directoryWrite(r, mutation{
 		tenant: m.tenant, idemKey: m.key, fp: fingerprint(r, m.body), lookupFirst: true,
 		prepare: func(ctx context.Context) (*change, response, *Problem, error) {
-			a, p, err := s.readForChange(ctx, m.tenant, m.id, m.expected, m.deletedOK)
+			a, p, err := s.readForChange(ctx, m.tenant, m.id, 0, true)
 			if a == nil {
 				return nil, response{}, p, err
 			}
-			ch, resp, p := m.edit(a, a.Version, s.cfg.Now().UTC().Format(time.RFC3339Nano))
+			expected, p := s.versionFor(m.ifMatch, a.Version)
+			if p == nil && !m.deletedOK && a.Status == string(aggregates.StatusDeleted) {
+				p = accountDeleted()
+			}
+			if p != nil {
+				return nil, response{}, p, nil
+			}
+			ch, resp, p := m.edit(a, a.Version, expected, s.cfg.Now().UTC().Format(time.RFC3339Nano))
 			return ch, resp, p, nil
 		},
 	}))
@@ -271,7 +281,7 @@ read:
 // tenant's token lifting an admin's suspension is 403 suspended-by-admin.
 func (s *Server) patchAccount(w http.ResponseWriter, r *http.Request) {
 	tenant, id, p := accountPath(r)
-	expected, key, body, ok := s.patchRequest(w, r, p, changeIfMatch)
+	ifm, key, body, ok := s.patchRequest(w, r, p, changeIfMatch)
 	if !ok {
 		return
 	}
@@ -283,8 +293,8 @@ func (s *Server) patchAccount(w http.ResponseWriter, r *http.Request) {
 		p.write(w)
 		return
 	}
-	s.mutateAccount(w, r, accountMutation{tenant: tenant, id: id, key: key, body: body, expected: expected,
-		edit: func(a *Account, read int64, now string) (*change, response, *Problem) {
+	s.mutateAccount(w, r, accountMutation{tenant: tenant, id: id, key: key, body: body, ifMatch: ifm,
+		edit: func(a *Account, read, expected int64, now string) (*change, response, *Problem) {
 			by, err := aggregates.SuspensionBy(aggregates.Status(a.Status), a.SuspendedBy, aggregates.Status(set.Status), claimsOf(r).Admin())
 			if err != nil {
 				return nil, response{}, suspendedByAdmin("account "+a.ID, err)
@@ -311,12 +321,12 @@ func (s *Server) patchAccount(w http.ResponseWriter, r *http.Request) {
 // added meanwhile). It frees the account's addresses.
 func (s *Server) deleteAccount(w http.ResponseWriter, r *http.Request) {
 	tenant, id, p := accountPath(r)
-	expected, key, ok := s.deleteRequest(w, r, p)
+	ifm, key, ok := s.deleteRequest(w, r, p)
 	if !ok {
 		return
 	}
-	s.mutateAccount(w, r, accountMutation{tenant: tenant, id: id, key: key, expected: expected, deletedOK: true,
-		edit: func(a *Account, _ int64, _ string) (*change, response, *Problem) {
+	s.mutateAccount(w, r, accountMutation{tenant: tenant, id: id, key: key, ifMatch: ifm, deletedOK: true,
+		edit: func(a *Account, _, expected int64, _ string) (*change, response, *Problem) {
 			return s.accountDelete(a, expected), response{status: http.StatusNoContent}, nil
 		},
 	})

@@ -121,7 +121,7 @@ func (s *Server) listBranches(w http.ResponseWriter, r *http.Request) {
 // hasTransactions marker a concurrent first transaction sets.
 func (s *Server) patchBranch(w http.ResponseWriter, r *http.Request) {
 	tenant, branch, p := branchPath(r)
-	expected, key, body, ok := s.patchRequest(w, r, p, changeIfMatch)
+	ifm, key, body, ok := s.patchRequest(w, r, p, changeIfMatch)
 	if !ok {
 		return
 	}
@@ -157,7 +157,7 @@ func (s *Server) patchBranch(w http.ResponseWriter, r *http.Request) {
 		// A suspension, and a calendar change, take effect here at once.
 		committed: func() { s.forget(aggregates.BranchKey(tenant, branch)) },
 		prepare: func(ctx context.Context) (*change, response, *Problem, error) {
-			item, p, err := s.getForChange(ctx, k, expected, "branch")
+			item, expected, p, err := s.readForPatch(ctx, k, ifm, "branch")
 			if item == nil {
 				return nil, response{}, p, err
 			}
@@ -195,7 +195,7 @@ func suspendedByAdmin(what string, err error) *Problem {
 // transaction (attribute_not_exists(hasTransactions); see directory.go).
 func (s *Server) deleteBranch(w http.ResponseWriter, r *http.Request) {
 	tenant, branch, p := branchPath(r)
-	expected, key, ok := s.deleteRequest(w, r, p)
+	ifm, key, ok := s.deleteRequest(w, r, p)
 	if !ok {
 		return
 	}
@@ -204,11 +204,15 @@ func (s *Server) deleteBranch(w http.ResponseWriter, r *http.Request) {
 		tenant: tenant, idemKey: key, fp: fingerprint(r, nil), lookupFirst: true,
 		committed: func() { s.forget(aggregates.BranchKey(tenant, branch)) },
 		prepare: func(ctx context.Context) (*change, response, *Problem, error) {
-			item, p, err := s.getForChange(ctx, k, expected, "branch")
+			item, p, err := s.getForChange(ctx, k, 0, "branch")
 			if item == nil {
 				return nil, response{}, p, err
 			}
 			b := decodeBranch(item)
+			expected, p := s.versionFor(ifm, b.Version)
+			if p != nil {
+				return nil, response{}, p, nil
+			}
 			if b.HasTransactions {
 				return nil, response{}, branchHasTransactions(branch), nil
 			}

@@ -99,7 +99,7 @@ func TestEndToEnd_BusinessCalendars_ReportsEqualAnIndependentComputation(t *test
 	rng := rand.New(rand.NewPCG(22, 1))
 	model := map[string]writer.Transaction{}
 	for _, b := range calendarBranches {
-		loc, err := time.LoadLocation(b.oracle.Zone)
+		loc, err := aggregates.LoadZone(b.oracle.Zone)
 		require.NoError(t, err)
 		e.branch = b.id
 		for _, wall := range b.around {

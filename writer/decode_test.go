@@ -128,27 +128,94 @@ func TestDecodeCreate_DefaultsAndNulls(t *testing.T) {
 	assert.True(t, req.CreatedAt.IsZero())
 }
 
+// If-Match as RFC 9110 §13.1.1 has it: "*", or a list of entity tags
+// compared strongly (a weak tag, or a strong tag that is no version, never
+// matches); a bare version is still taken; anything else is 400.
 func TestParseIfMatch(t *testing.T) {
-	for value, want := range map[string]int64{`"3"`: 3, `3`: 3, ` "12" `: 12} {
-		r := httptest.NewRequest("PATCH", "/", nil)
-		r.Header.Set("If-Match", value)
-		v, present, wildcard, p := parseIfMatch(r)
-		require.Nil(t, p, value)
-		assert.True(t, present)
-		assert.False(t, wildcard)
-		assert.Equal(t, want, v, value)
+	cases := []struct {
+		name   string
+		values []string // field lines
+		want   ifMatch
+		bad    bool
+	}{
+		{name: "absent"},
+		{name: "one version", values: []string{`"3"`}, want: ifMatch{present: true, versions: []int64{3}}},
+		{name: "bare version", values: []string{`3`}, want: ifMatch{present: true, versions: []int64{3}}},
+		{name: "spaces", values: []string{` "12" `}, want: ifMatch{present: true, versions: []int64{12}}},
+		{name: "star", values: []string{`*`}, want: ifMatch{present: true, any: true}},
+		{name: "list", values: []string{`"2", "3"`}, want: ifMatch{present: true, versions: []int64{2, 3}}},
+		{name: "list without spaces", values: []string{`"2","3"`}, want: ifMatch{present: true, versions: []int64{2, 3}}},
+		{name: "list over field lines", values: []string{`"2"`, `"3"`}, want: ifMatch{present: true, versions: []int64{2, 3}}},
+		{name: "empty list elements", values: []string{`, "2",, "3" ,`}, want: ifMatch{present: true, versions: []int64{2, 3}}},
+		{name: "weak never matches", values: []string{`W/"3"`}, want: ifMatch{present: true}},
+		{name: "weak among strong", values: []string{`W/"2", "3"`}, want: ifMatch{present: true, versions: []int64{3}}},
+		{name: "strong tag that is no version", values: []string{`"abc"`}, want: ifMatch{present: true}},
+		{name: "version 0", values: []string{`"0"`}, want: ifMatch{present: true}},
+		{name: "empty tag", values: []string{`""`}, want: ifMatch{present: true}},
+		{name: "too large", values: []string{`"99999999999999999999"`}, want: ifMatch{present: true}},
+		{name: "signed", values: []string{`"+3"`}, want: ifMatch{present: true}},
+		{name: "comma inside a tag", values: []string{`"a,b", "4"`}, want: ifMatch{present: true, versions: []int64{4}}},
+		{name: "empty", values: []string{``}, bad: true},
+		{name: "bare word", values: []string{`abc`}, bad: true},
+		{name: "bare negative", values: []string{`-1`}, bad: true},
+		{name: "bare signed", values: []string{`+3`}, bad: true},
+		{name: "unclosed", values: []string{`"3`}, bad: true},
+		{name: "weak without a tag", values: []string{`W/3`}, bad: true},
+		{name: "star in a list", values: []string{`*, "3"`}, bad: true},
+		{name: "tags not separated", values: []string{`"2""3"`}, bad: true},
+		{name: "space inside a tag", values: []string{`"2 3"`}, bad: true},
 	}
-	for _, value := range []string{`W/"3"`, `"0"`, `-1`, `+3`, `"3", "4"`, `abc`, `""`, `"99999999999999999999"`} {
-		r := httptest.NewRequest("PATCH", "/", nil)
-		r.Header.Set("If-Match", value)
-		_, _, _, p := parseIfMatch(r)
-		assert.NotNil(t, p, value)
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			r := httptest.NewRequest("PATCH", "/", nil)
+			for _, v := range tc.values {
+				r.Header.Add("If-Match", v)
+			}
+			got, p := parseIfMatch(r)
+			if tc.bad {
+				require.NotNil(t, p, "%q parsed as %+v", tc.values, got)
+				assert.Equal(t, "If-Match", p.Field)
+				assert.Equal(t, http.StatusBadRequest, p.Status)
+				return
+			}
+			require.Nil(t, p, "%q", tc.values)
+			assert.Equal(t, tc.want, got)
+		})
 	}
-	r := httptest.NewRequest("DELETE", "/", nil)
-	r.Header.Set("If-Match", "*")
-	_, present, wildcard, p := parseIfMatch(r)
-	assert.Nil(t, p)
-	assert.True(t, present && wildcard)
+}
+
+// The evaluation: absent and "*" condition on any version; a list matches
+// when any of its versions is current; otherwise 412 naming the current one.
+func TestIfMatchVersionFor(t *testing.T) {
+	s := &Server{metrics: NewMetrics(nil)}
+	cases := []struct {
+		name     string
+		m        ifMatch
+		current  int64
+		expected int64
+		mismatch bool
+	}{
+		{name: "absent", m: ifMatch{}, current: 4, expected: 0},
+		{name: "star", m: ifMatch{present: true, any: true}, current: 4, expected: 0},
+		{name: "the version", m: ifMatch{present: true, versions: []int64{4}}, current: 4, expected: 4},
+		{name: "one of a list", m: ifMatch{present: true, versions: []int64{2, 4}}, current: 4, expected: 4},
+		{name: "stale", m: ifMatch{present: true, versions: []int64{3}}, current: 4, mismatch: true},
+		{name: "none of a list", m: ifMatch{present: true, versions: []int64{2, 3}}, current: 4, mismatch: true},
+		{name: "only weak tags", m: ifMatch{present: true}, current: 4, mismatch: true},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			got, p := s.versionFor(tc.m, tc.current)
+			if tc.mismatch {
+				require.NotNil(t, p)
+				assert.Equal(t, http.StatusPreconditionFailed, p.Status)
+				assert.Equal(t, tc.current, *p.CurrentVersion)
+				return
+			}
+			require.Nil(t, p)
+			assert.Equal(t, tc.expected, got)
+		})
+	}
 }
 
 func TestParseIdempotencyKey(t *testing.T) {

@@ -135,9 +135,9 @@ func sortEmails(emails []AccountEmail) {
 // email-taken and changes nothing.
 func (s *Server) addEmail(w http.ResponseWriter, r *http.Request) {
 	tenant, id, p := accountPath(r)
-	var expected int64 // 0 for "*": any version
+	var ifm ifMatch // optional
 	if p == nil {
-		expected, _, _, p = parseIfMatch(r)
+		ifm, p = parseIfMatch(r)
 	}
 	key, body, ok := s.mutationRequest(w, r, p, "")
 	if !ok {
@@ -148,8 +148,8 @@ func (s *Server) addEmail(w http.ResponseWriter, r *http.Request) {
 		p.write(w)
 		return
 	}
-	s.mutateAccount(w, r, accountMutation{tenant: tenant, id: id, key: key, body: body, expected: expected,
-		edit: func(a *Account, read int64, now string) (*change, response, *Problem) {
+	s.mutateAccount(w, r, accountMutation{tenant: tenant, id: id, key: key, body: body, ifMatch: ifm,
+		edit: func(a *Account, read, expected int64, now string) (*change, response, *Problem) {
 			e, p := a.addEmail(address, verified, now)
 			if p != nil {
 				return nil, response{}, p
@@ -187,7 +187,7 @@ func (s *Server) parseEmailAdd(r *http.Request, body []byte) (address string, ve
 // is made primary instead, an unwanted one removed.
 func (s *Server) patchEmail(w http.ResponseWriter, r *http.Request) {
 	tenant, id, address, p := emailPath(r)
-	expected, key, body, ok := s.patchRequest(w, r, p, changeIfMatch)
+	ifm, key, body, ok := s.patchRequest(w, r, p, changeIfMatch)
 	if !ok {
 		return
 	}
@@ -196,8 +196,8 @@ func (s *Server) patchEmail(w http.ResponseWriter, r *http.Request) {
 		p.write(w)
 		return
 	}
-	s.mutateAccount(w, r, accountMutation{tenant: tenant, id: id, key: key, body: body, expected: expected,
-		edit: func(a *Account, read int64, now string) (*change, response, *Problem) {
+	s.mutateAccount(w, r, accountMutation{tenant: tenant, id: id, key: key, body: body, ifMatch: ifm,
+		edit: func(a *Account, read, expected int64, now string) (*change, response, *Problem) {
 			edit, changed, p := a.editEmail(address, verify, primary, now)
 			switch {
 			case p != nil:
@@ -268,24 +268,50 @@ func (a *Account) editEmail(address string, verify, primary bool, now string) (e
 	return edit, true, nil
 }
 
+// getEmail serves GET …/accounts/{account}/emails/{email}: the address as
+// the account holds it (the Location of its add), with the account's
+// version as the ETag; 404 when the account does not hold it.
+func (s *Server) getEmail(w http.ResponseWriter, r *http.Request) {
+	tenant, id, address, p := emailPath(r)
+	if p != nil {
+		p.write(w)
+		return
+	}
+	a, err := s.readAccount(r.Context(), tenant, id)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	if a == nil {
+		notFoundOf("account").write(w)
+		return
+	}
+	e := a.email(address)
+	if e == nil {
+		noSuchEmail().write(w)
+		return
+	}
+	versionedResponse(http.StatusOK, e, a.Version).write(w, false)
+}
+
 // removeEmail serves DELETE …/accounts/{account}/emails/{email}, If-Match
-// optional: the email item (on condition that it is not the primary) and
+// optional, answering 204 like every delete: the email item (on condition that it is not the primary) and
 // its owner item deleted, freeing the address, and the profile's version
 // incremented, in one transaction (emailRemove). The primary cannot be
 // removed (409 primary-email): make another address primary first.
 func (s *Server) removeEmail(w http.ResponseWriter, r *http.Request) {
 	tenant, id, address, p := emailPath(r)
-	expected, key, ok := s.deleteRequest(w, r, p)
+	ifm, key, ok := s.deleteRequest(w, r, p)
 	if !ok {
 		return
 	}
-	s.mutateAccount(w, r, accountMutation{tenant: tenant, id: id, key: key, expected: expected,
-		edit: func(a *Account, read int64, now string) (*change, response, *Problem) {
+	s.mutateAccount(w, r, accountMutation{tenant: tenant, id: id, key: key, ifMatch: ifm,
+		edit: func(a *Account, read, expected int64, now string) (*change, response, *Problem) {
 			e, p := a.removeEmail(address, now)
 			if p != nil {
 				return nil, response{}, p
 			}
-			return s.emailRemove(a, read, expected, e), accountResponse(http.StatusOK, a), nil
+			return s.emailRemove(a, read, expected, e), response{status: http.StatusNoContent}, nil
 		},
 	})
 }

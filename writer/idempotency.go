@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"net/http"
@@ -13,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	ddbtypes "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/ledger-dev/ledger/aggregates"
@@ -31,7 +33,7 @@ import (
 // crash could leave behind.
 //
 // A live record with the request's fingerprint replays its status, headers
-// and body (Idempotent-Replayed: true); another fingerprint is 422. A PATCH
+// and body (Idempotent-Replayed: true; a refusal's, below); another fingerprint is 422. A PATCH
 // reads the record (consistently) before anything else, since its answer
 // depends on the state it reads. A create or delete commits straight away:
 // if a live record with the key exists (a retry, or a concurrent duplicate
@@ -40,8 +42,17 @@ import (
 // spares the common case, a new key, a read. A commit cancelled by a
 // transaction in progress on the same items is retried a few times with
 // jitter; a duplicate still in flight after that is 409.
-// Requests that change nothing (4xx) leave no record: executed again, they
-// give the same answer. Records live IdempotencyTTL (24 h, attribute
+// A request refused by the state it read (the result of executing it: 404,
+// 409 such as tenant-suspended or email-taken, 412, 422 invalid-calendar)
+// is a result too, as draft-ietf-httpapi-idempotency-key-header has it (a
+// retry gets "the result of the previously completed operation, success
+// or an error"): its problem is stored under the key with a PutItem on the
+// same condition (storeRefusal), so a retry replays it even after the
+// state changed (a suspension lifted). What is refused before anything is
+// read (400, 401, 403, 413, 415, 428, 429, 503 writes-disabled), what is
+// transient (409 request-in-progress and concurrent-modification, 5xx) and
+// 422 idempotency-key-reused leave no record: the client corrects or
+// retries them. Records live IdempotencyTTL (24 h, attribute
 // expiresAt, DynamoDB TTL); an expired record that TTL has not deleted yet
 // is treated as absent.
 
@@ -56,6 +67,7 @@ type response struct {
 	body     []byte // JSON; empty for 204
 	location string
 	etag     string
+	problem  bool // body is a problem document (a stored refusal)
 }
 
 func jsonResponse(status int, v any) response {
@@ -82,7 +94,11 @@ func (resp response) write(w http.ResponseWriter, replayed bool) {
 		h.Set("Idempotent-Replayed", "true")
 	}
 	h.Set("Cache-Control", "no-store")
-	if len(resp.body) > 0 {
+	switch {
+	case resp.problem:
+		h.Set("Content-Type", "application/problem+json")
+		h.Set("X-Content-Type-Options", "nosniff")
+	case len(resp.body) > 0:
 		h.Set("Content-Type", "application/json")
 	}
 	w.WriteHeader(resp.status)
@@ -249,7 +265,7 @@ func (s *Server) mutate(w http.ResponseWriter, r *http.Request, m mutation) {
 			if m.idemKey != "" && !looked && s.replayed(w, r, idemKey, m.fp) {
 				return
 			}
-			p.write(w)
+			s.refuse(w, r, m, idemKey, p)
 			return
 		}
 		if ch == nil { // nothing to change: answer the current state
@@ -281,7 +297,7 @@ func (s *Server) mutate(w http.ResponseWriter, r *http.Request, m mutation) {
 				return
 			}
 			if !retry {
-				p.write(w)
+				s.refuse(w, r, m, idemKey, p)
 				return
 			}
 		case keyTaken, conflicted:
@@ -298,6 +314,59 @@ func (s *Server) mutate(w http.ResponseWriter, r *http.Request, m mutation) {
 	}
 	problem(http.StatusConflict, ProblemConcurrentModification, "the resource kept changing during the request; retry").
 		withHeader("Retry-After", "1").write(w)
+}
+
+// refuse answers p, the refusal of m by the state it read, after storing
+// it under m's Idempotency-Key (at idemKey) when it is a result
+// (storedRefusal): a retry replays it. When a concurrent duplicate took
+// the key first, its record answers. A failure to store is logged and p
+// answered all the same (the retry then executes again, as without the
+// key).
+func (s *Server) refuse(w http.ResponseWriter, r *http.Request, m mutation, idemKey aggregates.Key, p *Problem) {
+	if m.idemKey == "" || !storedRefusal(p) {
+		p.write(w)
+		return
+	}
+	resp := problemResponse(p, requestIDOf(r))
+	put := s.idemPut(idemKey, m.fp, resp)
+	_, err := s.api.PutItem(r.Context(), &dynamodb.PutItemInput{TableName: put.TableName, Item: put.Item,
+		ConditionExpression: put.ConditionExpression, ExpressionAttributeNames: put.ExpressionAttributeNames,
+		ExpressionAttributeValues: put.ExpressionAttributeValues})
+	var ccf *ddbtypes.ConditionalCheckFailedException
+	switch {
+	case errors.As(err, &ccf):
+		s.metrics.ConditionalCheckFailures.WithLabelValues("idempotency").Inc()
+		if s.replayed(w, r, idemKey, m.fp) {
+			return
+		}
+	case err != nil:
+		s.cfg.Logger.Warn("idempotency record of a refusal not stored", "method", r.Method, "path", r.URL.Path,
+			"request_id", requestIDOf(r), "err", s.dynamoError("PutItem", err))
+	}
+	p.write(w)
+}
+
+// storedRefusal reports whether p, a refusal by the state a request read,
+// is kept under its Idempotency-Key: every 4xx but the transient ones.
+func storedRefusal(p *Problem) bool {
+	switch {
+	case p.Status < 400 || p.Status >= 500, p.Status == http.StatusTooManyRequests:
+		return false
+	case p.Type == ProblemRequestInProgress, p.Type == ProblemConcurrentModification, p.Type == ProblemIdempotencyKeyReused:
+		return false
+	}
+	return true
+}
+
+// problemResponse is p as an idempotency record keeps it: its body with
+// the instance of the request that got it (requestID), and its ETag.
+func problemResponse(p *Problem, requestID string) response {
+	doc := *p
+	if doc.Instance == "" && requestID != "" {
+		doc.Instance = RequestInstance(requestID)
+	}
+	body, _ := json.Marshal(&doc)
+	return response{status: p.Status, body: append(body, '\n'), etag: p.header.Get("ETag"), problem: true}
 }
 
 // replayed answers from the live idempotency record at key, if there is
@@ -340,25 +409,3 @@ func sleepJitter(ctx context.Context, n int) error {
 
 // etag formats a version as a strong entity tag.
 func etag(version int64) string { return `"` + strconv.FormatInt(version, 10) + `"` }
-
-// parseIfMatch reads If-Match: present is false when the header is absent;
-// wildcard is true for "*". A version is a strong entity tag ("3") or a bare
-// number (3); weak tags and lists are refused.
-func parseIfMatch(r *http.Request) (version int64, present, wildcard bool, p *Problem) {
-	values := r.Header.Values("If-Match")
-	if len(values) == 0 {
-		return 0, false, false, nil
-	}
-	v := strings.TrimSpace(strings.Join(values, ","))
-	if v == "*" {
-		return 0, true, true, nil
-	}
-	if len(v) >= 2 && v[0] == '"' && v[len(v)-1] == '"' {
-		v = v[1 : len(v)-1]
-	}
-	n, err := strconv.ParseInt(v, 10, 64)
-	if err != nil || n < 1 || strings.HasPrefix(v, "+") {
-		return 0, true, false, fieldProblem("If-Match", `must be one version, as the ETag gives it: "3"`)
-	}
-	return n, true, false, nil
-}

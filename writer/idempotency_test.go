@@ -112,18 +112,75 @@ func TestIdempotency_PatchAndDeleteRetriesReplayInsteadOf412And404(t *testing.T)
 	require.Equal(t, http.StatusNotFound, r.Status)
 }
 
-func TestIdempotency_RequestsThatChangeNothingLeaveNoRecord(t *testing.T) {
+// A refusal by the state a request read is the result its key keeps, as
+// draft-ietf-httpapi-idempotency-key-header has it: the retry gets the
+// same answer even after the state changed (here a suspension lifted),
+// replayed; a new key executes again. A refusal before anything is read
+// (400) leaves no record.
+func TestIdempotency_ARefusalIsTheResultItsKeyReplays(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, sharedTable(t))
+	record := func(key string) map[string]ddbAV {
+		k := aggregates.IdempotencyKey(e.tenant, key)
+		out, err := e.ddb.GetItem(context.Background(), &dynamodb.GetItemInput{TableName: &e.table, ConsistentRead: ptr(true),
+			Key: map[string]ddbAV{"PK": s(k.PK), "SK": s(k.SK)}})
+		require.NoError(t, err)
+		return out.Item
+	}
+	tenant := "/v1/tenants/" + e.tenant
+	r := e.asAdmin(req{method: "PATCH", path: tenant, body: `{"status":"suspended"}`, headers: []string{"If-Match", `"1"`}})
+	require.Equal(t, http.StatusOK, r.Status, "answer %s", r)
 	key := newKey()
-	missing := e.base() + "/transactions/01J1Z7ZZZZZZZZZZZZZZZZZZZZ"
-	r := e.send(req{method: "DELETE", path: missing, headers: []string{"Idempotency-Key", key}})
-	require.Equal(t, http.StatusNotFound, r.Status)
-	k := aggregates.IdempotencyKey(e.tenant, key)
-	out, err := e.ddb.GetItem(context.Background(), &dynamodb.GetItemInput{TableName: &e.table, ConsistentRead: ptr(true),
-		Key: map[string]ddbAV{"PK": s(k.PK), "SK": s(k.SK)}})
-	require.NoError(t, err)
-	assert.Nil(t, out.Item)
+	create := req{method: "POST", path: e.base() + "/transactions", body: `{"type":"INCOME","amount":"5","category":"sales"}`,
+		headers: []string{"Idempotency-Key", key}}
+	first := e.send(create)
+	require.Equal(t, http.StatusConflict, first.Status, "answer %s", first)
+	assert.Equal(t, writer.ProblemTenantSuspended, first.problem(t).Type)
+	assert.NotNil(t, record(key), "the refusal is stored under its key")
+
+	r = e.asAdmin(req{method: "PATCH", path: tenant, body: `{"status":"active"}`, headers: []string{"If-Match", `"2"`}})
+	require.Equal(t, http.StatusOK, r.Status, "answer %s", r)
+	again := e.send(create)
+	require.Equal(t, http.StatusConflict, again.Status, "the retry gets the first answer, not a 201: %s", again)
+	assert.Equal(t, "true", again.Header.Get("Idempotent-Replayed"))
+	assert.Equal(t, string(first.Body), string(again.Body), "the same document, the first request's instance")
+	assert.NotEqual(t, first.Header.Get("X-Request-Id"), again.Header.Get("X-Request-Id"))
+	assert.Equal(t, 0, e.countTransactions(e.tenant, e.branch))
+	other := create
+	other.headers = []string{"Idempotency-Key", newKey()}
+	require.Equal(t, http.StatusCreated, e.send(other).Status, "a new key executes again")
+
+	// A delete of nothing: 404, kept and replayed.
+	delKey := newKey()
+	del := req{method: "DELETE", path: e.base() + "/transactions/01J1Z7ZZZZZZZZZZZZZZZZZZZZ", headers: []string{"Idempotency-Key", delKey}}
+	r = e.send(del)
+	require.Equal(t, http.StatusNotFound, r.Status, "answer %s", r)
+	r = e.send(del)
+	require.Equal(t, http.StatusNotFound, r.Status, "answer %s", r)
+	assert.Equal(t, "true", r.Header.Get("Idempotent-Replayed"))
+	assert.Equal(t, writer.ProblemNotFound, r.problem(t).Type)
+
+	// A stale If-Match: 412 with the ETag, kept and replayed.
+	tx := e.create(`{"type":"INCOME","amount":"5","category":"sales"}`)
+	patchKey := newKey()
+	patch := req{method: "PATCH", path: e.base() + "/transactions/" + tx.ID, body: `{"amount":"6"}`, headers: []string{"If-Match", `"7"`, "Idempotency-Key", patchKey}}
+	r = e.send(patch)
+	require.Equal(t, http.StatusPreconditionFailed, r.Status, "answer %s", r)
+	r = e.send(patch)
+	require.Equal(t, http.StatusPreconditionFailed, r.Status, "answer %s", r)
+	assert.Equal(t, "true", r.Header.Get("Idempotent-Replayed"))
+	assert.Equal(t, `"1"`, r.Header.Get("ETag"))
+	assert.Equal(t, int64(1), *r.problem(t).CurrentVersion)
+
+	// Refused before anything is read: no record; the key is still free.
+	badKey := newKey()
+	r = e.send(req{method: "POST", path: e.base() + "/transactions", body: `{"type":"INCOME","amount":"-5","category":"sales"}`,
+		headers: []string{"Idempotency-Key", badKey}})
+	require.Equal(t, http.StatusBadRequest, r.Status, "answer %s", r)
+	assert.Nil(t, record(badKey))
+	r = e.send(req{method: "POST", path: e.base() + "/transactions", body: `{"type":"INCOME","amount":"5","category":"sales"}`,
+		headers: []string{"Idempotency-Key", badKey}})
+	require.Equal(t, http.StatusCreated, r.Status, "answer %s", r)
 }
 
 func TestIdempotency_50ConcurrentDuplicatesWriteOnce(t *testing.T) {

@@ -16,17 +16,25 @@ import (
 // Listings of the directory: the limit and signed cursor of a page, and the
 // strongly consistent Query of a partition read page by page.
 
-// listLimit reads the limit query parameter (1–MaxListLimit, default
-// DefaultListLimit; larger values are capped).
-func listLimit(v string) (int, *Problem) {
+// listLimit reads the limit query parameter of a directory listing
+// (pageLimit with DefaultListLimit and MaxListLimit).
+func listLimit(v string) (int, *Problem) { return pageLimit(v, DefaultListLimit, MaxListLimit) }
+
+// pageLimit reads a page's limit query parameter v: def when absent, a
+// whole number from 1 up (larger than max is capped at max). Anything else,
+// 0 among them, is 400 invalid-field naming the range and the default:
+// the documents declare minimum 1, so a client generated from them refuses
+// 0 itself, and a page of nothing is never what a caller means.
+func pageLimit(v string, def, max int) (int, *Problem) {
 	if v == "" {
-		return DefaultListLimit, nil
+		return def, nil
 	}
 	n, err := strconv.Atoi(v)
 	if err != nil || n < 1 {
-		return 0, fieldProblem("limit", fmt.Sprintf("want a whole number from 1 to %d", MaxListLimit))
+		return 0, fieldProblem("limit", fmt.Sprintf("limit=%s is not a page size: give a whole number from 1 to %d (larger values are capped at %d), or leave limit out for %d",
+			truncate(v, 32), max, max, def))
 	}
-	return min(n, MaxListLimit), nil
+	return min(n, max), nil
 }
 
 // directoryList reads the limit and cursor of a directory listing (tenant

@@ -100,13 +100,16 @@ func TestOpenAPIContract_RefusesUndocumentedExchanges(t *testing.T) {
 		return string(b)
 	}
 	jsonHeader := func(extra ...string) http.Header {
-		h := http.Header{"Content-Type": {"application/json"}, "Cache-Control": {"no-store"}}
+		h := http.Header{"Content-Type": {"application/json"}, "Cache-Control": {"no-store"}, "X-Request-Id": {"01J1Z7ZZZZZZZZZZZZZZZZZZZZ"}}
 		for i := 0; i+1 < len(extra); i += 2 {
 			h.Set(extra[i], extra[i+1])
 		}
 		return h
 	}
-	problemHeader := http.Header{"Content-Type": {"application/problem+json"}, "Cache-Control": {"no-store"}, "X-Content-Type-Options": {"nosniff"}}
+	problemHeader := http.Header{"Content-Type": {"application/problem+json"}, "Cache-Control": {"no-store"}, "X-Content-Type-Options": {"nosniff"},
+		"X-Request-Id": {"01J1Z7ZZZZZZZZZZZZZZZZZZZZ"}}
+	withoutRequestID := problemHeader.Clone()
+	withoutRequestID.Del("X-Request-Id")
 	withAllow := problemHeader.Clone()
 	withAllow.Set("Allow", "GET, PATCH")
 	withAuthenticate := problemHeader.Clone()
@@ -153,6 +156,8 @@ func TestOpenAPIContract_RefusesUndocumentedExchanges(t *testing.T) {
 			header: problemHeader, respBody: problem("invalid-field", 404)}, "type"},
 		{"405 without Allow", exchange{method: "PUT", path: "/v1/tenants/acme", reqHeader: auth, status: 405,
 			header: problemHeader, respBody: problem("method-not-allowed", 405)}, "Allow"},
+		{"request id missing", exchange{method: "GET", path: "/v1/tenants/acme", reqHeader: auth, status: 404,
+			header: withoutRequestID, respBody: problem("not-found", 404)}, "X-Request-Id"},
 		{"required header missing", exchange{method: "POST", path: "/v1/tenants", body: `{"id":"acme","name":"Acme"}`, reqHeader: create, status: 201,
 			header: jsonHeader("ETag", `"1"`), respBody: tenant}, "Location"},
 		{"forbidden request accepted", exchange{method: "POST", path: "/v1/tenants", body: `{"id":"acme","name":"Acme","color":"red"}`, reqHeader: create, status: 201,

@@ -61,6 +61,9 @@ type Problem struct {
 	// parameter ("branch"), a query parameter ("limit") or a header
 	// ("Idempotency-Key").
 	Field string `json:"field,omitempty"`
+	// Instance names this occurrence: the request's id as a URI
+	// (RequestInstance), set when the problem is written.
+	Instance string `json:"instance,omitempty"`
 	// CurrentVersion is the resource's version on a version mismatch.
 	CurrentVersion *int64 `json:"currentVersion,omitempty"`
 
@@ -144,7 +147,11 @@ func (p *Problem) write(w http.ResponseWriter) {
 	for name, values := range p.header {
 		w.Header()[name] = values
 	}
-	body, _ := json.Marshal(p)
+	doc := *p
+	if id := w.Header().Get(RequestIDHeader); id != "" && doc.Instance == "" {
+		doc.Instance = RequestInstance(id)
+	}
+	body, _ := json.Marshal(&doc)
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.Header().Set("Cache-Control", "no-store")
 	w.Header().Set("X-Content-Type-Options", "nosniff")

@@ -63,7 +63,8 @@ const (
 
 // getReport serves GET …/reports/{period}/{value}[?limit=&cursor=]: the
 // report's totals and inline entries, and its entry items in pages
-// (nextCursor while more remain).
+// (nextCursor while more remain). Other parameters, or one given twice,
+// are 400 as in every listing.
 func (s *Server) getReport(w http.ResponseWriter, r *http.Request) {
 	tenant, branch, p := branchPath(r)
 	if p != nil {
@@ -76,6 +77,9 @@ func (s *Server) getReport(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	period, p := parsePeriod("value", pt, r.PathValue("value"))
+	if p == nil { // as the listings do: an unknown or repeated parameter is refused, never ignored
+		p = singleParams(r.URL.Query(), map[string]bool{"limit": true, "cursor": true})
+	}
 	if p != nil {
 		p.write(w)
 		return
@@ -140,13 +144,8 @@ func (s *Server) getReport(w http.ResponseWriter, r *http.Request) {
 // the cursor, bound to the listing named query, of a report request.
 func (s *Server) reportPaging(r *http.Request, tenant, branch, query string, def, max int) (limit int, startSK string, p *Problem) {
 	q := r.URL.Query()
-	limit = def
-	if v := q.Get("limit"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 {
-			return 0, "", fieldProblem("limit", fmt.Sprintf("want a whole number from 1 to %d", max))
-		}
-		limit = min(n, max)
+	if limit, p = pageLimit(q.Get("limit"), def, max); p != nil {
+		return 0, "", p
 	}
 	startSK, p = s.cursorSK(q.Get("cursor"), tenant, branch, query)
 	return limit, startSK, p

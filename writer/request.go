@@ -1,45 +1,163 @@
 package writer
 
 import (
+	"context"
 	"mime"
 	"net/http"
 	"net/url"
+	"slices"
+	"strconv"
 	"strings"
+
+	ddbtypes "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/ledger-dev/ledger/aggregates"
 )
 
 // Checks every mutating request shares after its path: If-Match, the
 // Idempotency-Key, the content type and the body.
 
-// ifMatchWording is how a request that must carry If-Match words its
-// 428 and the 400 of "*".
-type ifMatchWording struct{ missing, wildcard string }
+// ifMatchMissing is the detail of the 428 of a change without If-Match.
+type ifMatchMissing string
 
-var (
-	changeIfMatch = ifMatchWording{
-		missing:  `this change needs If-Match with the version to change, as the ETag gives it: If-Match: "3"`,
-		wildcard: `give a version, not "*"`,
-	}
-	patchIfMatch = ifMatchWording{
-		missing:  `PATCH needs If-Match with the version to change, as the ETag gives it: If-Match: "3"`,
-		wildcard: `PATCH needs a version, not "*"`,
-	}
+const (
+	changeIfMatch ifMatchMissing = `this change needs If-Match with the version to change, as the ETag gives it: If-Match: "3"`
+	patchIfMatch  ifMatchMissing = `PATCH needs If-Match with the version to change, as the ETag gives it: If-Match: "3"`
 )
 
-// requireIfMatch reads the If-Match a PATCH must carry: 428 without it, 400
-// for "*", worded as wording says.
-func requireIfMatch(r *http.Request, wording ifMatchWording) (int64, *Problem) {
-	expected, present, wildcard, p := parseIfMatch(r)
-	switch {
-	case p != nil:
-		return 0, p
-	case !present:
-		p = problem(http.StatusPreconditionRequired, ProblemPreconditionRequired, wording.missing)
-		p.Field = "If-Match"
-		return 0, p
-	case wildcard:
-		return 0, fieldProblem("If-Match", wording.wildcard)
+// ifMatch is a request's If-Match (RFC 9110 §13.1.1), evaluated against the
+// item's version once the item is read (versionFor). The writer's entity
+// tags are strong, its versions quoted ("3"); If-Match compares strongly,
+// so a weak tag (W/"3") never matches, nor does a strong tag that is no
+// version ("abc", "0"): both are 412, not 400. A bare number (3) is taken
+// as "3", as before RFC 9110 semantics; anything else that is not an
+// entity tag is 400.
+type ifMatch struct {
+	present  bool
+	any      bool    // "*": any current version
+	versions []int64 // the versions the strong tags name
+}
+
+// parseIfMatch reads If-Match (every field line of it, as one list).
+func parseIfMatch(r *http.Request) (ifMatch, *Problem) {
+	values := r.Header.Values("If-Match")
+	if len(values) == 0 {
+		return ifMatch{}, nil
 	}
-	return expected, nil
+	bad := func(detail string) (ifMatch, *Problem) {
+		return ifMatch{}, fieldProblem("If-Match", detail)
+	}
+	m := ifMatch{present: true}
+	v := strings.Join(values, ",")
+	if strings.TrimSpace(v) == "*" {
+		m.any = true
+		return m, nil
+	}
+	elements := 0
+	for rest := v; ; {
+		rest = strings.TrimLeft(rest, " \t,")
+		if rest == "" {
+			break
+		}
+		elements++
+		weak := strings.HasPrefix(rest, "W/")
+		if weak {
+			rest = rest[2:]
+		}
+		var tag string
+		switch {
+		case strings.HasPrefix(rest, `"`):
+			end := strings.IndexByte(rest[1:], '"')
+			if end < 0 {
+				return bad(`an entity tag is not closed: give versions as the ETag gives them, "3", or a list "2", "3"`)
+			}
+			tag, rest = rest[1:1+end], rest[2+end:]
+			for i := 0; i < len(tag); i++ {
+				if c := tag[i]; c < 0x21 || c == 0x7f { // etagc: no controls or spaces (RFC 9110 §8.8.3)
+					return bad("an entity tag has a character entity tags cannot hold")
+				}
+			}
+		case weak:
+			return bad(`W/ must be followed by a quoted tag`)
+		default: // a bare version, as clients sent before: 3
+			end := strings.IndexAny(rest, " \t,")
+			if end < 0 {
+				end = len(rest)
+			}
+			tag, rest = rest[:end], rest[end:]
+			if n, err := strconv.ParseInt(tag, 10, 64); err != nil || n < 1 || tag[0] == '+' {
+				return bad(`must be "*" or entity tags as the ETag gives them: "3", or a list "2", "3"`)
+			}
+		}
+		if rest != "" && !strings.ContainsRune(" \t,", rune(rest[0])) {
+			return bad(`separate entity tags with commas: "2", "3"`)
+		}
+		if weak {
+			continue // never matches under the strong comparison
+		}
+		if n, err := strconv.ParseInt(tag, 10, 64); err == nil && n >= 1 && tag[0] != '+' {
+			m.versions = append(m.versions, n)
+		}
+	}
+	if elements == 0 {
+		return bad(`must be "*" or entity tags as the ETag gives them: "3"`)
+	}
+	return m, nil
+}
+
+// versionFor evaluates m against the item's current version: the version
+// the change's write is then conditioned on — 0 (any version, as without
+// If-Match) when m is absent or "*", current when a listed version is
+// current — or the 412 when none is. An item that does not exist is the
+// handler's 404 before this (RFC 9110 §13.2.1: a response that would not
+// be 2xx without the precondition takes precedence over it).
+func (s *Server) versionFor(m ifMatch, current int64) (int64, *Problem) {
+	switch {
+	case !m.present || m.any:
+		return 0, nil
+	case slices.Contains(m.versions, current):
+		return current, nil
+	}
+	return 0, s.versionConflict(current)
+}
+
+// single returns the one version m names, or 0 when m is absent or "*"
+// (any version): ok is false when evaluating m needs the current version
+// (several tags, or none that can match).
+func (m ifMatch) single() (version int64, ok bool) {
+	switch {
+	case !m.present || m.any:
+		return 0, true
+	case len(m.versions) == 1:
+		return m.versions[0], true
+	}
+	return 0, false
+}
+
+// readForPatch reads the item at k a PATCH changes (what it is, for the
+// 404) and evaluates m against it: the item and the version the write is
+// conditioned on, the version read (whichever tag matched, or "*"), or
+// the 404 or the 412.
+func (s *Server) readForPatch(ctx context.Context, k aggregates.Key, m ifMatch, what string) (map[string]ddbtypes.AttributeValue, int64, *Problem, error) {
+	item, p, err := s.getForChange(ctx, k, 0, what)
+	if item == nil {
+		return nil, 0, p, err
+	}
+	read, _ := intAttr(item, attrVersion)
+	if _, p := s.versionFor(m, read); p != nil {
+		return nil, 0, p, nil
+	}
+	return item, read, nil, nil
+}
+
+// requireIfMatch reads the If-Match a PATCH must carry: 428 without it.
+func requireIfMatch(r *http.Request, missing ifMatchMissing) (ifMatch, *Problem) {
+	m, p := parseIfMatch(r)
+	if p == nil && !m.present {
+		p = problem(http.StatusPreconditionRequired, ProblemPreconditionRequired, string(missing))
+		p.Field = "If-Match"
+	}
+	return m, p
 }
 
 // mutationRequest runs the checks every mutating request with a body shares
@@ -77,32 +195,31 @@ func keyRequiredToCreate(what string) string {
 // patchRequest runs the checks a PATCH shares: its path's (pathProblem,
 // nil when the path is valid), If-Match (required, requireIfMatch), then
 // mutationRequest's. On a problem it has answered and ok is false.
-func (s *Server) patchRequest(w http.ResponseWriter, r *http.Request, pathProblem *Problem, wording ifMatchWording) (expected int64, key string, body []byte, ok bool) {
+func (s *Server) patchRequest(w http.ResponseWriter, r *http.Request, pathProblem *Problem, missing ifMatchMissing) (m ifMatch, key string, body []byte, ok bool) {
 	p := pathProblem
 	if p == nil {
-		expected, p = requireIfMatch(r, wording)
+		m, p = requireIfMatch(r, missing)
 	}
 	key, body, ok = s.mutationRequest(w, r, p, "")
-	return expected, key, body, ok
+	return m, key, body, ok
 }
 
 // deleteRequest runs the checks a DELETE shares: its path's (pathProblem,
-// nil when the path is valid), If-Match (optional: expected is 0 without it
-// or for "*", any version) and the Idempotency-Key. On a problem it has
-// answered and ok is false.
-func (s *Server) deleteRequest(w http.ResponseWriter, r *http.Request, pathProblem *Problem) (expected int64, key string, ok bool) {
+// nil when the path is valid), If-Match (optional) and the
+// Idempotency-Key. On a problem it has answered and ok is false.
+func (s *Server) deleteRequest(w http.ResponseWriter, r *http.Request, pathProblem *Problem) (m ifMatch, key string, ok bool) {
 	p := pathProblem
 	if p == nil {
-		expected, _, _, p = parseIfMatch(r)
+		m, p = parseIfMatch(r)
 	}
 	if p == nil {
 		key, p = parseIdempotencyKey(r)
 	}
 	if p != nil {
 		p.write(w)
-		return 0, "", false
+		return ifMatch{}, "", false
 	}
-	return expected, key, true
+	return m, key, true
 }
 
 // requireJSON checks the request's Content-Type: application/json, or also

@@ -209,7 +209,7 @@ func (s *Server) routes() {
 	api(routeAccounts, handlers{get: s.listAccounts, post: s.createAccount})
 	api(routeAccount, handlers{get: s.getAccount, patch: s.patchAccount, del: s.deleteAccount})
 	api(routeAccountEmails, handlers{post: s.addEmail})
-	api(routeAccountEmail, handlers{patch: s.patchEmail, del: s.removeEmail})
+	api(routeAccountEmail, handlers{get: s.getEmail, patch: s.patchEmail, del: s.removeEmail})
 	api(routeAccountLookup, handlers{get: s.lookupAccount}, get)
 	api(routeTransactions, handlers{get: s.listTransactions, post: s.createTransaction})
 	api(routeTransaction, handlers{get: s.getTransaction, patch: s.patchTransaction, del: s.deleteTransaction})
@@ -228,12 +228,13 @@ func (s *Server) routes() {
 
 // ServeHTTP implements http.Handler.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	r = withRequestID(w, r)
 	defer func() {
 		if v := recover(); v != nil {
 			if v == http.ErrAbortHandler {
 				panic(v)
 			}
-			s.cfg.Logger.Error("panic serving request", "method", r.Method, "path", r.URL.Path, "panic", v, "stack", string(debug.Stack()))
+			s.cfg.Logger.Error("panic serving request", "method", r.Method, "path", r.URL.Path, "request_id", requestIDOf(r), "panic", v, "stack", string(debug.Stack()))
 			problem(http.StatusInternalServerError, ProblemInternal, "internal error").write(w)
 		}
 	}()
@@ -403,13 +404,13 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
 	var be *backendError
 	if errors.As(err, &be) && be.class != "other" {
 		if r.Context().Err() == nil || be.class == "throttle" {
-			s.cfg.Logger.Warn("dynamodb unavailable", "method", r.Method, "path", r.URL.Path, "err", err)
+			s.cfg.Logger.Warn("dynamodb unavailable", "method", r.Method, "path", r.URL.Path, "request_id", requestIDOf(r), "err", err)
 		}
 		problem(http.StatusServiceUnavailable, ProblemUnavailable, "the table is busy or slow to answer; retry shortly").
 			withHeader("Retry-After", "1").write(w)
 		return
 	}
-	s.cfg.Logger.Error("request failed", "method", r.Method, "path", r.URL.Path, "err", err)
+	s.cfg.Logger.Error("request failed", "method", r.Method, "path", r.URL.Path, "request_id", requestIDOf(r), "err", err)
 	problem(http.StatusInternalServerError, ProblemInternal, "internal error").write(w)
 }
 

@@ -47,6 +47,7 @@ func (s *Server) lookup(ctx context.Context, key aggregates.Key) (*idemRecord, e
 	rec.fingerprint, _ = stringAttr(out.Item, attrFingerprint)
 	status, _ := intAttr(out.Item, attrStatus)
 	rec.resp.status = int(status)
+	rec.resp.problem = status >= 400 // a refusal (idempotency.go); a success otherwise
 	if b, ok := stringAttr(out.Item, attrBody); ok {
 		rec.resp.body = []byte(b)
 	}

@@ -132,7 +132,7 @@ func (s *Server) listTenants(w http.ResponseWriter, r *http.Request) {
 // directory cache's TTL on other writers).
 func (s *Server) patchTenant(w http.ResponseWriter, r *http.Request) {
 	tenant, p := tenantPath(r)
-	expected, key, body, ok := s.patchRequest(w, r, p, changeIfMatch)
+	ifm, key, body, ok := s.patchRequest(w, r, p, changeIfMatch)
 	if !ok {
 		return
 	}
@@ -154,7 +154,7 @@ func (s *Server) patchTenant(w http.ResponseWriter, r *http.Request) {
 		// A suspension, and new reportPeriods, take effect here at once.
 		committed: func() { s.forget(aggregates.TenantKey(tenant)) },
 		prepare: func(ctx context.Context) (*change, response, *Problem, error) {
-			item, p, err := s.getForChange(ctx, k, expected, "tenant")
+			item, expected, p, err := s.readForPatch(ctx, k, ifm, "tenant")
 			if item == nil {
 				return nil, response{}, p, err
 			}

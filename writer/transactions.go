@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
-	"strconv"
 	"strings"
 	"time"
 
@@ -187,7 +186,7 @@ func (s *Server) getTransaction(w http.ResponseWriter, r *http.Request) {
 // the mutable fields, on condition that If-Match names the current version.
 func (s *Server) patchTransaction(w http.ResponseWriter, r *http.Request) {
 	tenant, branch, id, k, p := transactionPath(r)
-	expected, key, body, ok := s.patchRequest(w, r, p, patchIfMatch)
+	ifm, key, body, ok := s.patchRequest(w, r, p, patchIfMatch)
 	if !ok {
 		return
 	}
@@ -204,7 +203,7 @@ func (s *Server) patchTransaction(w http.ResponseWriter, r *http.Request) {
 			if p != nil || err != nil {
 				return nil, response{}, p, err
 			}
-			item, p, err := s.getForChange(ctx, k, expected, "transaction")
+			item, expected, p, err := s.readForPatch(ctx, k, ifm, "transaction")
 			if item == nil {
 				return nil, response{}, p, err
 			}
@@ -259,7 +258,7 @@ func applyPatch(t *Transaction, p patchRequest) {
 // If-Match version.
 func (s *Server) deleteTransaction(w http.ResponseWriter, r *http.Request) {
 	tenant, branch, _, k, p := transactionPath(r)
-	expected, key, ok := s.deleteRequest(w, r, p)
+	ifm, key, ok := s.deleteRequest(w, r, p)
 	if !ok {
 		return
 	}
@@ -268,6 +267,19 @@ func (s *Server) deleteTransaction(w http.ResponseWriter, r *http.Request) {
 		prepare: func(ctx context.Context) (*change, response, *Problem, error) {
 			if _, p, err := s.activeBranch(ctx, tenant, branch); p != nil || err != nil {
 				return nil, response{}, p, err
+			}
+			// One version named (the common case), or none: the delete's
+			// condition decides. Otherwise the version read decides.
+			expected, one := ifm.single()
+			if !one {
+				item, p, err := s.getForChange(ctx, k, 0, "transaction")
+				if item == nil {
+					return nil, response{}, p, err
+				}
+				v, _ := intAttr(item, attrVersion)
+				if expected, p = s.versionFor(ifm, v); p != nil {
+					return nil, response{}, p, nil
+				}
 			}
 			return s.transactionDelete(k, expected), response{status: http.StatusNoContent}, nil, nil
 		},
@@ -340,11 +352,10 @@ func parseListQuery(r *http.Request) (listQuery, *Problem) {
 		lq.category = v[0]
 	}
 	if v := q.Get("limit"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 {
-			return listQuery{}, fieldProblem("limit", fmt.Sprintf("want a whole number from 1 to %d", MaxListLimit))
+		var p *Problem
+		if lq.limit, p = pageLimit(v, DefaultListLimit, MaxListLimit); p != nil {
+			return listQuery{}, p
 		}
-		lq.limit = min(n, MaxListLimit)
 	}
 	lq.cursor = q.Get("cursor")
 	canon := url.Values{}

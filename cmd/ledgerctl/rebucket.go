@@ -63,8 +63,8 @@ func (e *environment) rebucket(ctx context.Context, args []string) int {
 	})
 	m.Stop()
 	elapsed := time.Since(start)
-	fmt.Fprintf(e.stdout, "%d branches, %d transactions: %d restamped, %d already in their calendar, %d invalid (left alone), %d read again after a concurrent change; %.0f write units, %s\n",
-		res.Branches, res.Transactions, res.Moved, res.Current, res.Invalid, res.Retried, res.WriteUnits, elapsed.Round(time.Millisecond))
+	fmt.Fprintf(e.stdout, "%d branches, %d transactions: %d restamped, %d already in their calendar, %d invalid (left alone), %d without periods in their calendar (left alone), %d read again after a concurrent change; %.0f write units, %s\n",
+		res.Branches, res.Transactions, res.Moved, res.Current, res.Invalid, res.Unplaceable, res.Retried, res.WriteUnits, elapsed.Round(time.Millisecond))
 	if err != nil {
 		return e.fail(err)
 	}

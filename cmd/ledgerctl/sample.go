@@ -81,7 +81,7 @@ func sampleWorkload() (ops []sampleOp, final int) {
 	// at is a local wall-clock time of a branch, as an RFC 3339 instant
 	// with the branch's offset.
 	at := func(branch, month string, day, hour int) string {
-		loc, err := time.LoadLocation(sampleBranchInfo[branch].zone)
+		loc, err := aggregates.LoadZone(sampleBranchInfo[branch].zone)
 		if err != nil {
 			panic(err) // the sample's own zones are in the embedded data
 		}

@@ -58,7 +58,7 @@ func OracleDayStart(loc *time.Location, y int, m time.Month, d, dayStart int) (t
 // OracleStamp returns the business date and the stored periods (the
 // stamp's EncodePeriods form) of an instant under c, of the types given.
 func OracleStamp(at time.Time, c OracleCalendar, types []aggregates.PeriodType) (businessDate, periods string, err error) {
-	loc, err := time.LoadLocation(c.Zone)
+	loc, err := aggregates.LoadZone(c.Zone) // the zone data the product uses; the arithmetic is what the oracle checks
 	if err != nil {
 		return "", "", err
 	}

@@ -14,9 +14,11 @@
 // SDK's own input, output and error types. It satisfies
 // processor.StreamReader (= poller.Streams), so the real poller, the
 // tumbling-window commit (processor.CommitShardRange) and the benchmark's
-// event source mapping (bench.ESM's Streams) read it unchanged. It is a Go
-// value, not an HTTP endpoint: a consumer in another process (the lambda
-// binary under cmd/lambda's tests) cannot reach it yet.
+// event source mapping (bench.ESM's Streams) read it unchanged. Handler
+// serves it over HTTP as the DynamoDB Streams API (the awsJson1_0 protocol,
+// errors as AWS writes them), so that a consumer in another process reads
+// it through its ordinary SDK client: the lambda binary under cmd/lambda's
+// tests, with AWS_ENDPOINT_URL_DYNAMODB_STREAMS pointing at it.
 //
 // # What it models, and where AWS says so
 //
@@ -118,6 +120,10 @@
 //   - The reader limit counts iterator chains, the closest thing to a
 //     process the API shows: a consumer that reopens its iterator starts a
 //     new chain, and the old one counts until ReaderIdle has passed.
-//   - ListStreams is not emulated (no consumer calls it), nor is
-//     DescribeStream's StreamStatus anything but DynamoDB Local's (ENABLED).
+//   - ListStreams answers only the emulated stream (its table's, once the
+//     upstream was read), unpaged; DescribeStream's StreamStatus is
+//     DynamoDB Local's (ENABLED).
+//   - The HTTP front end (Handler) accepts any request signature, and
+//     answers a body it cannot read with a SerializationException and an
+//     unknown X-Amz-Target with an UnknownOperationException (HTTP 400).
 package streamemu

@@ -95,9 +95,13 @@
 //     by one lease expiry.
 //
 // Fair share: each poller counts the owners of live leases of readable
-// shards, the pollers asking for one, and itself, and takes up to
-// ceil(shards / owners) leases. A drain run takes every lease it can and
-// asks every live owner for theirs.
+// shards, the pollers asking for one, and itself, and takes free leases
+// up to ceil(shards / owners). With none free, it asks an owner above that
+// ceiling, or, while it holds fewer than floor(shards / owners), an owner
+// above the floor: so three pollers on four shards hold two, one and one.
+// A hand-off from above the floor to below it puts no one else below it,
+// so asks settle. A drain run takes every lease it can and asks every live
+// owner for theirs.
 //
 // # At most two readers per shard
 //

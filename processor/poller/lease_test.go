@@ -86,6 +86,38 @@ func TestPoller_TwoPollersShareShardsFairlyAndHandOffOnShutdown(t *testing.T) {
 		recordsTotal(t, c.pm, processor.OutcomeDuplicate), "hand-offs commit what is in hand: nothing is read twice")
 }
 
+// A third poller joins two that hold two of four shards each: a fair
+// share is one or two, so it asks one of them for a lease and gets it
+// (before, it asked only owners above the ceiling of two, and waited with
+// none until the shards changed); then nobody asks again.
+func TestPoller_AJoiningPollerBelowItsFloorGetsALease(t *testing.T) {
+	e := newEnv(t, 12)
+	shards := []string{"shardId-0", "shardId-1", "shardId-2", "shardId-3"}
+	for _, s := range shards {
+		e.stream.addShard(s, "")
+	}
+	e.stream.split(shards, e.write(t, 100))
+	a := e.poller(t, "A", nil, nil, nil)
+	stopA := start(t, a)
+	eventually(t, "A holds all four", 10*time.Second, func() bool { return counter(t, a.m.LeasesHeld) == 4 })
+	b := e.poller(t, "B", nil, nil, nil)
+	stopB := start(t, b)
+	eventually(t, "two each", 15*time.Second, func() bool {
+		return counter(t, a.m.LeasesHeld) == 2 && counter(t, b.m.LeasesHeld) == 2
+	})
+	c := e.poller(t, "C", nil, nil, nil)
+	stopC := start(t, c)
+	eventually(t, "C holds one", 15*time.Second, func() bool { return counter(t, c.m.LeasesHeld) == 1 })
+	time.Sleep(2 * time.Second) // stable: one owner keeps two, the others one
+	held := []float64{counter(t, a.m.LeasesHeld), counter(t, b.m.LeasesHeld), counter(t, c.m.LeasesHeld)}
+	assert.ElementsMatch(t, []float64{2, 1, 1}, held)
+	stopC()
+	stopB()
+	stopA()
+	e.drain(t, "D", nil)
+	e.requireReconciled(t)
+}
+
 // A poller that dies (every call fails) keeps its leases until they
 // expire; another takes them over only after it has seen them unrenewed
 // for a lease duration, after the dead poller's readers have stopped.

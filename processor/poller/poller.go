@@ -385,7 +385,13 @@ func (p *Poller) assign(ctx context.Context) {
 			asked = asked || l.pending == p.cfg.Owner
 		}
 	}
+	// A fair share is floor or ceil of the eligible shards per owner:
+	// each poller takes free leases up to the ceiling (target), and asks
+	// for one when it holds less than the floor (lo) or another holds more
+	// than the ceiling. Moving one lease from an owner above the floor to
+	// one below it never puts another below the floor, so asks settle.
 	target := (len(elig) + len(owners) - 1) / len(owners)
+	lo := len(elig) / len(owners)
 	if p.cfg.Drain {
 		target = len(elig)
 	}
@@ -437,15 +443,16 @@ func (p *Poller) assign(ctx context.Context) {
 	if len(p.held) >= target || (asked && !p.cfg.Drain) {
 		return
 	}
-	// No free lease left: ask the busiest owner above its share (a drain run
-	// asks every owner) to hand one over.
+	// No free lease left: ask the busiest owner above its share (above the
+	// ceiling, or above the floor while this poller is below it; a drain
+	// run asks every owner) to hand one over.
 	var ask []lease
 	for _, s := range elig {
 		l, ok := p.leases[s.id]
 		if !ok || l.owner == "" || l.owner == p.cfg.Owner || l.pending != "" {
 			continue
 		}
-		if p.cfg.Drain || owners[l.owner] > target {
+		if p.cfg.Drain || owners[l.owner] > target || (len(p.held) < lo && owners[l.owner] > lo) {
 			ask = append(ask, l)
 		}
 	}

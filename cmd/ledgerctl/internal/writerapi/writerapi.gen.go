@@ -435,9 +435,15 @@ type Problem struct {
 	Detail         *string  `json:"detail,omitempty"`
 
 	// Field The offending body member, path parameter, query parameter or header.
-	Field  *string `json:"field,omitempty"`
-	Status int     `json:"status"`
-	Title  string  `json:"title"`
+	Field *string `json:"field,omitempty"`
+
+	// Instance This occurrence: `urn:ledger:request:` and the request's id, the
+	// response's `X-Request-Id` (a replayed answer keeps the id of the
+	// request that first got it). Quote it when reporting a problem:
+	// the writer's log lines carry the id as `request_id`.
+	Instance *string `json:"instance,omitempty"`
+	Status   int     `json:"status"`
+	Title    string  `json:"title"`
 
 	// Type Resolves to the problem's section of docs/api.md.
 	Type interface{} `json:"type"`
@@ -556,10 +562,16 @@ type BadRequest struct {
 	Detail         *string  `json:"detail,omitempty"`
 
 	// Field The offending body member, path parameter, query parameter or header.
-	Field  *string     `json:"field,omitempty"`
-	Status interface{} `json:"status"`
-	Title  string      `json:"title"`
-	Type   interface{} `json:"type"`
+	Field *string `json:"field,omitempty"`
+
+	// Instance This occurrence: `urn:ledger:request:` and the request's id, the
+	// response's `X-Request-Id` (a replayed answer keeps the id of the
+	// request that first got it). Quote it when reporting a problem:
+	// the writer's log lines carry the id as `request_id`.
+	Instance *string     `json:"instance,omitempty"`
+	Status   interface{} `json:"status"`
+	Title    string      `json:"title"`
+	Type     interface{} `json:"type"`
 }
 
 // BodyTooLarge defines model for BodyTooLarge.
@@ -569,10 +581,16 @@ type BodyTooLarge struct {
 	Detail         *string  `json:"detail,omitempty"`
 
 	// Field The offending body member, path parameter, query parameter or header.
-	Field  *string     `json:"field,omitempty"`
-	Status interface{} `json:"status"`
-	Title  string      `json:"title"`
-	Type   interface{} `json:"type"`
+	Field *string `json:"field,omitempty"`
+
+	// Instance This occurrence: `urn:ledger:request:` and the request's id, the
+	// response's `X-Request-Id` (a replayed answer keeps the id of the
+	// request that first got it). Quote it when reporting a problem:
+	// the writer's log lines carry the id as `request_id`.
+	Instance *string     `json:"instance,omitempty"`
+	Status   interface{} `json:"status"`
+	Title    string      `json:"title"`
+	Type     interface{} `json:"type"`
 }
 
 // BranchChanged defines model for BranchChanged.
@@ -591,10 +609,16 @@ type Conflict struct {
 	Detail         *string  `json:"detail,omitempty"`
 
 	// Field The offending body member, path parameter, query parameter or header.
-	Field  *string     `json:"field,omitempty"`
-	Status interface{} `json:"status"`
-	Title  string      `json:"title"`
-	Type   interface{} `json:"type"`
+	Field *string `json:"field,omitempty"`
+
+	// Instance This occurrence: `urn:ledger:request:` and the request's id, the
+	// response's `X-Request-Id` (a replayed answer keeps the id of the
+	// request that first got it). Quote it when reporting a problem:
+	// the writer's log lines carry the id as `request_id`.
+	Instance *string     `json:"instance,omitempty"`
+	Status   interface{} `json:"status"`
+	Title    string      `json:"title"`
+	Type     interface{} `json:"type"`
 }
 
 // Forbidden defines model for Forbidden.
@@ -604,10 +628,16 @@ type Forbidden struct {
 	Detail         *string  `json:"detail,omitempty"`
 
 	// Field The offending body member, path parameter, query parameter or header.
-	Field  *string     `json:"field,omitempty"`
-	Status interface{} `json:"status"`
-	Title  string      `json:"title"`
-	Type   interface{} `json:"type"`
+	Field *string `json:"field,omitempty"`
+
+	// Instance This occurrence: `urn:ledger:request:` and the request's id, the
+	// response's `X-Request-Id` (a replayed answer keeps the id of the
+	// request that first got it). Quote it when reporting a problem:
+	// the writer's log lines carry the id as `request_id`.
+	Instance *string     `json:"instance,omitempty"`
+	Status   interface{} `json:"status"`
+	Title    string      `json:"title"`
+	Type     interface{} `json:"type"`
 }
 
 // IdempotencyKeyReused defines model for IdempotencyKeyReused.
@@ -617,10 +647,16 @@ type IdempotencyKeyReused struct {
 	Detail         *string  `json:"detail,omitempty"`
 
 	// Field The offending body member, path parameter, query parameter or header.
-	Field  *string     `json:"field,omitempty"`
-	Status interface{} `json:"status"`
-	Title  string      `json:"title"`
-	Type   interface{} `json:"type"`
+	Field *string `json:"field,omitempty"`
+
+	// Instance This occurrence: `urn:ledger:request:` and the request's id, the
+	// response's `X-Request-Id` (a replayed answer keeps the id of the
+	// request that first got it). Quote it when reporting a problem:
+	// the writer's log lines carry the id as `request_id`.
+	Instance *string     `json:"instance,omitempty"`
+	Status   interface{} `json:"status"`
+	Title    string      `json:"title"`
+	Type     interface{} `json:"type"`
 }
 
 // Internal defines model for Internal.
@@ -630,10 +666,16 @@ type Internal struct {
 	Detail         *string  `json:"detail,omitempty"`
 
 	// Field The offending body member, path parameter, query parameter or header.
-	Field  *string     `json:"field,omitempty"`
-	Status interface{} `json:"status"`
-	Title  string      `json:"title"`
-	Type   interface{} `json:"type"`
+	Field *string `json:"field,omitempty"`
+
+	// Instance This occurrence: `urn:ledger:request:` and the request's id, the
+	// response's `X-Request-Id` (a replayed answer keeps the id of the
+	// request that first got it). Quote it when reporting a problem:
+	// the writer's log lines carry the id as `request_id`.
+	Instance *string     `json:"instance,omitempty"`
+	Status   interface{} `json:"status"`
+	Title    string      `json:"title"`
+	Type     interface{} `json:"type"`
 }
 
 // NotFound defines model for NotFound.
@@ -643,10 +685,16 @@ type NotFound struct {
 	Detail         *string  `json:"detail,omitempty"`
 
 	// Field The offending body member, path parameter, query parameter or header.
-	Field  *string     `json:"field,omitempty"`
-	Status interface{} `json:"status"`
-	Title  string      `json:"title"`
-	Type   interface{} `json:"type"`
+	Field *string `json:"field,omitempty"`
+
+	// Instance This occurrence: `urn:ledger:request:` and the request's id, the
+	// response's `X-Request-Id` (a replayed answer keeps the id of the
+	// request that first got it). Quote it when reporting a problem:
+	// the writer's log lines carry the id as `request_id`.
+	Instance *string     `json:"instance,omitempty"`
+	Status   interface{} `json:"status"`
+	Title    string      `json:"title"`
+	Type     interface{} `json:"type"`
 }
 
 // PreconditionRequired defines model for PreconditionRequired.
@@ -656,10 +704,16 @@ type PreconditionRequired struct {
 	Detail         *string  `json:"detail,omitempty"`
 
 	// Field The offending body member, path parameter, query parameter or header.
-	Field  *string     `json:"field,omitempty"`
-	Status interface{} `json:"status"`
-	Title  string      `json:"title"`
-	Type   interface{} `json:"type"`
+	Field *string `json:"field,omitempty"`
+
+	// Instance This occurrence: `urn:ledger:request:` and the request's id, the
+	// response's `X-Request-Id` (a replayed answer keeps the id of the
+	// request that first got it). Quote it when reporting a problem:
+	// the writer's log lines carry the id as `request_id`.
+	Instance *string     `json:"instance,omitempty"`
+	Status   interface{} `json:"status"`
+	Title    string      `json:"title"`
+	Type     interface{} `json:"type"`
 }
 
 // RateLimited defines model for RateLimited.
@@ -669,10 +723,16 @@ type RateLimited struct {
 	Detail         *string  `json:"detail,omitempty"`
 
 	// Field The offending body member, path parameter, query parameter or header.
-	Field  *string     `json:"field,omitempty"`
-	Status interface{} `json:"status"`
-	Title  string      `json:"title"`
-	Type   interface{} `json:"type"`
+	Field *string `json:"field,omitempty"`
+
+	// Instance This occurrence: `urn:ledger:request:` and the request's id, the
+	// response's `X-Request-Id` (a replayed answer keeps the id of the
+	// request that first got it). Quote it when reporting a problem:
+	// the writer's log lines carry the id as `request_id`.
+	Instance *string     `json:"instance,omitempty"`
+	Status   interface{} `json:"status"`
+	Title    string      `json:"title"`
+	Type     interface{} `json:"type"`
 }
 
 // TenantChanged defines model for TenantChanged.
@@ -691,10 +751,16 @@ type Unauthenticated struct {
 	Detail         *string  `json:"detail,omitempty"`
 
 	// Field The offending body member, path parameter, query parameter or header.
-	Field  *string     `json:"field,omitempty"`
-	Status interface{} `json:"status"`
-	Title  string      `json:"title"`
-	Type   interface{} `json:"type"`
+	Field *string `json:"field,omitempty"`
+
+	// Instance This occurrence: `urn:ledger:request:` and the request's id, the
+	// response's `X-Request-Id` (a replayed answer keeps the id of the
+	// request that first got it). Quote it when reporting a problem:
+	// the writer's log lines carry the id as `request_id`.
+	Instance *string     `json:"instance,omitempty"`
+	Status   interface{} `json:"status"`
+	Title    string      `json:"title"`
+	Type     interface{} `json:"type"`
 }
 
 // Unavailable defines model for Unavailable.
@@ -704,10 +770,16 @@ type Unavailable struct {
 	Detail         *string  `json:"detail,omitempty"`
 
 	// Field The offending body member, path parameter, query parameter or header.
-	Field  *string     `json:"field,omitempty"`
-	Status interface{} `json:"status"`
-	Title  string      `json:"title"`
-	Type   interface{} `json:"type"`
+	Field *string `json:"field,omitempty"`
+
+	// Instance This occurrence: `urn:ledger:request:` and the request's id, the
+	// response's `X-Request-Id` (a replayed answer keeps the id of the
+	// request that first got it). Quote it when reporting a problem:
+	// the writer's log lines carry the id as `request_id`.
+	Instance *string     `json:"instance,omitempty"`
+	Status   interface{} `json:"status"`
+	Title    string      `json:"title"`
+	Type     interface{} `json:"type"`
 }
 
 // Unprocessable defines model for Unprocessable.
@@ -717,10 +789,16 @@ type Unprocessable struct {
 	Detail         *string  `json:"detail,omitempty"`
 
 	// Field The offending body member, path parameter, query parameter or header.
-	Field  *string     `json:"field,omitempty"`
-	Status interface{} `json:"status"`
-	Title  string      `json:"title"`
-	Type   interface{} `json:"type"`
+	Field *string `json:"field,omitempty"`
+
+	// Instance This occurrence: `urn:ledger:request:` and the request's id, the
+	// response's `X-Request-Id` (a replayed answer keeps the id of the
+	// request that first got it). Quote it when reporting a problem:
+	// the writer's log lines carry the id as `request_id`.
+	Instance *string     `json:"instance,omitempty"`
+	Status   interface{} `json:"status"`
+	Title    string      `json:"title"`
+	Type     interface{} `json:"type"`
 }
 
 // UnsupportedMediaType defines model for UnsupportedMediaType.
@@ -730,10 +808,16 @@ type UnsupportedMediaType struct {
 	Detail         *string  `json:"detail,omitempty"`
 
 	// Field The offending body member, path parameter, query parameter or header.
-	Field  *string     `json:"field,omitempty"`
-	Status interface{} `json:"status"`
-	Title  string      `json:"title"`
-	Type   interface{} `json:"type"`
+	Field *string `json:"field,omitempty"`
+
+	// Instance This occurrence: `urn:ledger:request:` and the request's id, the
+	// response's `X-Request-Id` (a replayed answer keeps the id of the
+	// request that first got it). Quote it when reporting a problem:
+	// the writer's log lines carry the id as `request_id`.
+	Instance *string     `json:"instance,omitempty"`
+	Status   interface{} `json:"status"`
+	Title    string      `json:"title"`
+	Type     interface{} `json:"type"`
 }
 
 // VersionMismatch defines model for VersionMismatch.
@@ -743,10 +827,16 @@ type VersionMismatch struct {
 	Detail         *string  `json:"detail,omitempty"`
 
 	// Field The offending body member, path parameter, query parameter or header.
-	Field  *string     `json:"field,omitempty"`
-	Status interface{} `json:"status"`
-	Title  string      `json:"title"`
-	Type   interface{} `json:"type"`
+	Field *string `json:"field,omitempty"`
+
+	// Instance This occurrence: `urn:ledger:request:` and the request's id, the
+	// response's `X-Request-Id` (a replayed answer keeps the id of the
+	// request that first got it). Quote it when reporting a problem:
+	// the writer's log lines carry the id as `request_id`.
+	Instance *string     `json:"instance,omitempty"`
+	Status   interface{} `json:"status"`
+	Title    string      `json:"title"`
+	Type     interface{} `json:"type"`
 }
 
 // LookupAccountParams defines parameters for LookupAccount.
@@ -763,7 +853,7 @@ type LookupBranchParams struct {
 
 // ListTenantsParams defines parameters for ListTenants.
 type ListTenantsParams struct {
-	// Limit Items per page, 1–200 (default 50; larger values are capped at 200).
+	// Limit Items per page, 1–200 (default 50; larger values are capped at 200). 0 is 400 invalid-field, like any value below 1; leave it out for the default.
 	Limit *LimitParam `form:"limit,omitempty" json:"limit,omitempty"`
 
 	// Cursor The `nextCursor` (or `entriesCursor`) of the previous page; opaque, signed and bound to the listing that issued it.
@@ -778,7 +868,7 @@ type CreateTenantParams struct {
 
 // PatchTenantParams defines parameters for PatchTenant.
 type PatchTenantParams struct {
-	// IfMatch The version to change, as the ETag gives it (`"3"`, or a bare `3`); without it 428.
+	// IfMatch RFC 9110 If-Match: the version to change as the ETag gives it (`"3"`, or a bare `3`), a list (`"2", "3"`: any may match) or `*` (the version read); without it 428. A weak tag (`W/"3"`) never matches: 412.
 	IfMatch IfMatchRequiredParam `json:"If-Match"`
 
 	// IdempotencyKey 1–128 ASCII letters, digits or `-_.:+/=`, bare or quoted; a fresh UUID
@@ -790,7 +880,7 @@ type PatchTenantParams struct {
 
 // ListAccountsParams defines parameters for ListAccounts.
 type ListAccountsParams struct {
-	// Limit Items per page, 1–200 (default 50; larger values are capped at 200).
+	// Limit Items per page, 1–200 (default 50; larger values are capped at 200). 0 is 400 invalid-field, like any value below 1; leave it out for the default.
 	Limit *LimitParam `form:"limit,omitempty" json:"limit,omitempty"`
 
 	// Cursor The `nextCursor` (or `entriesCursor`) of the previous page; opaque, signed and bound to the listing that issued it.
@@ -805,7 +895,7 @@ type CreateAccountParams struct {
 
 // DeleteAccountParams defines parameters for DeleteAccount.
 type DeleteAccountParams struct {
-	// IfMatch The version to change, as the ETag gives it (`"3"`, or a bare `3`); `*` means "if it exists".
+	// IfMatch RFC 9110 If-Match: the version to change as the ETag gives it (`"3"`, or a bare `3`), a list (`"2", "3"`: any may match) or `*` (any version). A weak tag (`W/"3"`) never matches: 412.
 	IfMatch *IfMatchParam `json:"If-Match,omitempty"`
 
 	// IdempotencyKey 1–128 ASCII letters, digits or `-_.:+/=`, bare or quoted; a fresh UUID
@@ -817,7 +907,7 @@ type DeleteAccountParams struct {
 
 // PatchAccountParams defines parameters for PatchAccount.
 type PatchAccountParams struct {
-	// IfMatch The version to change, as the ETag gives it (`"3"`, or a bare `3`); without it 428.
+	// IfMatch RFC 9110 If-Match: the version to change as the ETag gives it (`"3"`, or a bare `3`), a list (`"2", "3"`: any may match) or `*` (the version read); without it 428. A weak tag (`W/"3"`) never matches: 412.
 	IfMatch IfMatchRequiredParam `json:"If-Match"`
 
 	// IdempotencyKey 1–128 ASCII letters, digits or `-_.:+/=`, bare or quoted; a fresh UUID
@@ -829,7 +919,7 @@ type PatchAccountParams struct {
 
 // AddEmailParams defines parameters for AddEmail.
 type AddEmailParams struct {
-	// IfMatch The version to change, as the ETag gives it (`"3"`, or a bare `3`); `*` means "if it exists".
+	// IfMatch RFC 9110 If-Match: the version to change as the ETag gives it (`"3"`, or a bare `3`), a list (`"2", "3"`: any may match) or `*` (any version). A weak tag (`W/"3"`) never matches: 412.
 	IfMatch *IfMatchParam `json:"If-Match,omitempty"`
 
 	// IdempotencyKey 1–128 ASCII letters, digits or `-_.:+/=`, bare or quoted; a fresh UUID
@@ -841,7 +931,7 @@ type AddEmailParams struct {
 
 // RemoveEmailParams defines parameters for RemoveEmail.
 type RemoveEmailParams struct {
-	// IfMatch The version to change, as the ETag gives it (`"3"`, or a bare `3`); `*` means "if it exists".
+	// IfMatch RFC 9110 If-Match: the version to change as the ETag gives it (`"3"`, or a bare `3`), a list (`"2", "3"`: any may match) or `*` (any version). A weak tag (`W/"3"`) never matches: 412.
 	IfMatch *IfMatchParam `json:"If-Match,omitempty"`
 
 	// IdempotencyKey 1–128 ASCII letters, digits or `-_.:+/=`, bare or quoted; a fresh UUID
@@ -853,7 +943,7 @@ type RemoveEmailParams struct {
 
 // PatchEmailParams defines parameters for PatchEmail.
 type PatchEmailParams struct {
-	// IfMatch The version to change, as the ETag gives it (`"3"`, or a bare `3`); without it 428.
+	// IfMatch RFC 9110 If-Match: the version to change as the ETag gives it (`"3"`, or a bare `3`), a list (`"2", "3"`: any may match) or `*` (the version read); without it 428. A weak tag (`W/"3"`) never matches: 412.
 	IfMatch IfMatchRequiredParam `json:"If-Match"`
 
 	// IdempotencyKey 1–128 ASCII letters, digits or `-_.:+/=`, bare or quoted; a fresh UUID
@@ -865,7 +955,7 @@ type PatchEmailParams struct {
 
 // ListBranchesParams defines parameters for ListBranches.
 type ListBranchesParams struct {
-	// Limit Items per page, 1–200 (default 50; larger values are capped at 200).
+	// Limit Items per page, 1–200 (default 50; larger values are capped at 200). 0 is 400 invalid-field, like any value below 1; leave it out for the default.
 	Limit *LimitParam `form:"limit,omitempty" json:"limit,omitempty"`
 
 	// Cursor The `nextCursor` (or `entriesCursor`) of the previous page; opaque, signed and bound to the listing that issued it.
@@ -880,7 +970,7 @@ type CreateBranchParams struct {
 
 // DeleteBranchParams defines parameters for DeleteBranch.
 type DeleteBranchParams struct {
-	// IfMatch The version to change, as the ETag gives it (`"3"`, or a bare `3`); `*` means "if it exists".
+	// IfMatch RFC 9110 If-Match: the version to change as the ETag gives it (`"3"`, or a bare `3`), a list (`"2", "3"`: any may match) or `*` (any version). A weak tag (`W/"3"`) never matches: 412.
 	IfMatch *IfMatchParam `json:"If-Match,omitempty"`
 
 	// IdempotencyKey 1–128 ASCII letters, digits or `-_.:+/=`, bare or quoted; a fresh UUID
@@ -892,7 +982,7 @@ type DeleteBranchParams struct {
 
 // PatchBranchParams defines parameters for PatchBranch.
 type PatchBranchParams struct {
-	// IfMatch The version to change, as the ETag gives it (`"3"`, or a bare `3`); without it 428.
+	// IfMatch RFC 9110 If-Match: the version to change as the ETag gives it (`"3"`, or a bare `3`), a list (`"2", "3"`: any may match) or `*` (the version read); without it 428. A weak tag (`W/"3"`) never matches: 412.
 	IfMatch IfMatchRequiredParam `json:"If-Match"`
 
 	// IdempotencyKey 1–128 ASCII letters, digits or `-_.:+/=`, bare or quoted; a fresh UUID
@@ -1131,10 +1221,15 @@ type ClientInterface interface {
 	// Corresponds with POST /v1/tenants/{tenant}/accounts/{account}/emails (the `AddEmail` operationId).
 	AddEmail(ctx context.Context, tenant TenantParam, account AccountParam, params *AddEmailParams, body AddEmailJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
-	// RemoveEmail Removes a (non-primary) address and frees it; the answer is the whole account.
+	// RemoveEmail Removes a (non-primary) address and frees it; 204 like every delete (GET the account for its new version).
 	//
 	// Corresponds with DELETE /v1/tenants/{tenant}/accounts/{account}/emails/{email} (the `RemoveEmail` operationId).
 	RemoveEmail(ctx context.Context, tenant TenantParam, account AccountParam, email string, params *RemoveEmailParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// GetEmail One address of an account (the Location of its add); the ETag is the account's version.
+	//
+	// Corresponds with GET /v1/tenants/{tenant}/accounts/{account}/emails/{email} (the `GetEmail` operationId).
+	GetEmail(ctx context.Context, tenant TenantParam, account AccountParam, email string, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// PatchEmailWithBody Verifies an address and/or makes it the primary; the answer is the whole account.
 	//
@@ -1523,11 +1618,26 @@ func (c *Client) AddEmail(ctx context.Context, tenant TenantParam, account Accou
 	return c.Client.Do(req)
 }
 
-// RemoveEmail Removes a (non-primary) address and frees it; the answer is the whole account.
+// RemoveEmail Removes a (non-primary) address and frees it; 204 like every delete (GET the account for its new version).
 //
 // Corresponds with DELETE /v1/tenants/{tenant}/accounts/{account}/emails/{email} (the `RemoveEmail` operationId).
 func (c *Client) RemoveEmail(ctx context.Context, tenant TenantParam, account AccountParam, email string, params *RemoveEmailParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewRemoveEmailRequest(c.Server, tenant, account, email, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// GetEmail One address of an account (the Location of its add); the ETag is the account's version.
+//
+// Corresponds with GET /v1/tenants/{tenant}/accounts/{account}/emails/{email} (the `GetEmail` operationId).
+func (c *Client) GetEmail(ctx context.Context, tenant TenantParam, account AccountParam, email string, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetEmailRequest(c.Server, tenant, account, email)
 	if err != nil {
 		return nil, err
 	}
@@ -2544,6 +2654,54 @@ func NewRemoveEmailRequest(server string, tenant TenantParam, account AccountPar
 	return req, nil
 }
 
+// NewGetEmailRequest constructs an http.Request for the GetEmail method
+func NewGetEmailRequest(server string, tenant TenantParam, account AccountParam, email string) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "tenant", tenant, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	var pathParam1 string
+
+	pathParam1, err = runtime.StyleParamWithOptions("simple", false, "account", account, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	var pathParam2 string
+
+	pathParam2, err = runtime.StyleParamWithOptions("simple", false, "email", email, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/tenants/%s/accounts/%s/emails/%s", pathParam0, pathParam1, pathParam2)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
 // NewPatchEmailRequest calls the generic PatchEmail builder with application/json body
 func NewPatchEmailRequest(server string, tenant TenantParam, account AccountParam, email string, params *PatchEmailParams, body PatchEmailJSONRequestBody) (*http.Request, error) {
 	var bodyReader io.Reader
@@ -3147,12 +3305,19 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with POST /v1/tenants/{tenant}/accounts/{account}/emails (the `AddEmail` operationId).
 	AddEmailWithResponse(ctx context.Context, tenant TenantParam, account AccountParam, params *AddEmailParams, body AddEmailJSONRequestBody, reqEditors ...RequestEditorFn) (*AddEmailResponse, error)
 
-	// RemoveEmailWithResponse Removes a (non-primary) address and frees it; the answer is the whole account.
+	// RemoveEmailWithResponse Removes a (non-primary) address and frees it; 204 like every delete (GET the account for its new version).
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with DELETE /v1/tenants/{tenant}/accounts/{account}/emails/{email} (the `RemoveEmail` operationId).
 	RemoveEmailWithResponse(ctx context.Context, tenant TenantParam, account AccountParam, email string, params *RemoveEmailParams, reqEditors ...RequestEditorFn) (*RemoveEmailResponse, error)
+
+	// GetEmailWithResponse One address of an account (the Location of its add); the ETag is the account's version.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/tenants/{tenant}/accounts/{account}/emails/{email} (the `GetEmail` operationId).
+	GetEmailWithResponse(ctx context.Context, tenant TenantParam, account AccountParam, email string, reqEditors ...RequestEditorFn) (*GetEmailResponse, error)
 
 	// PatchEmailWithBodyWithResponse Verifies an address and/or makes it the primary; the answer is the whole account.
 	//
@@ -3242,12 +3407,15 @@ type ClientWithResponsesInterface interface {
 type LookupAccountResponse200Headers struct {
 	CacheControl string
 	ETag         string
+	XRequestId   string
 }
 
 // LookupAccountResponse400Headers the declared response headers of an HTTP 400 response for LookupAccount
 type LookupAccountResponse400Headers struct {
 	CacheControl        string
+	IdempotentReplayed  *string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // LookupAccountResponse401Headers the declared response headers of an HTTP 401 response for LookupAccount
@@ -3255,24 +3423,30 @@ type LookupAccountResponse401Headers struct {
 	CacheControl        string
 	WWWAuthenticate     string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // LookupAccountResponse403Headers the declared response headers of an HTTP 403 response for LookupAccount
 type LookupAccountResponse403Headers struct {
 	CacheControl        string
+	IdempotentReplayed  *string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // LookupAccountResponse404Headers the declared response headers of an HTTP 404 response for LookupAccount
 type LookupAccountResponse404Headers struct {
 	CacheControl        string
+	IdempotentReplayed  *string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // LookupAccountResponse500Headers the declared response headers of an HTTP 500 response for LookupAccount
 type LookupAccountResponse500Headers struct {
 	CacheControl        string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // LookupAccountResponse503Headers the declared response headers of an HTTP 503 response for LookupAccount
@@ -3280,6 +3454,7 @@ type LookupAccountResponse503Headers struct {
 	CacheControl        string
 	RetryAfter          string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 type LookupAccountResponse struct {
@@ -3348,12 +3523,15 @@ func (r LookupAccountResponse) ContentType() string {
 type LookupBranchResponse200Headers struct {
 	CacheControl string
 	ETag         string
+	XRequestId   string
 }
 
 // LookupBranchResponse400Headers the declared response headers of an HTTP 400 response for LookupBranch
 type LookupBranchResponse400Headers struct {
 	CacheControl        string
+	IdempotentReplayed  *string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // LookupBranchResponse401Headers the declared response headers of an HTTP 401 response for LookupBranch
@@ -3361,24 +3539,30 @@ type LookupBranchResponse401Headers struct {
 	CacheControl        string
 	WWWAuthenticate     string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // LookupBranchResponse403Headers the declared response headers of an HTTP 403 response for LookupBranch
 type LookupBranchResponse403Headers struct {
 	CacheControl        string
+	IdempotentReplayed  *string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // LookupBranchResponse404Headers the declared response headers of an HTTP 404 response for LookupBranch
 type LookupBranchResponse404Headers struct {
 	CacheControl        string
+	IdempotentReplayed  *string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // LookupBranchResponse500Headers the declared response headers of an HTTP 500 response for LookupBranch
 type LookupBranchResponse500Headers struct {
 	CacheControl        string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // LookupBranchResponse503Headers the declared response headers of an HTTP 503 response for LookupBranch
@@ -3386,6 +3570,7 @@ type LookupBranchResponse503Headers struct {
 	CacheControl        string
 	RetryAfter          string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 type LookupBranchResponse struct {
@@ -3453,12 +3638,15 @@ func (r LookupBranchResponse) ContentType() string {
 // ListTenantsResponse200Headers the declared response headers of an HTTP 200 response for ListTenants
 type ListTenantsResponse200Headers struct {
 	CacheControl string
+	XRequestId   string
 }
 
 // ListTenantsResponse400Headers the declared response headers of an HTTP 400 response for ListTenants
 type ListTenantsResponse400Headers struct {
 	CacheControl        string
+	IdempotentReplayed  *string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // ListTenantsResponse401Headers the declared response headers of an HTTP 401 response for ListTenants
@@ -3466,18 +3654,22 @@ type ListTenantsResponse401Headers struct {
 	CacheControl        string
 	WWWAuthenticate     string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // ListTenantsResponse403Headers the declared response headers of an HTTP 403 response for ListTenants
 type ListTenantsResponse403Headers struct {
 	CacheControl        string
+	IdempotentReplayed  *string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // ListTenantsResponse500Headers the declared response headers of an HTTP 500 response for ListTenants
 type ListTenantsResponse500Headers struct {
 	CacheControl        string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // ListTenantsResponse503Headers the declared response headers of an HTTP 503 response for ListTenants
@@ -3485,6 +3677,7 @@ type ListTenantsResponse503Headers struct {
 	CacheControl        string
 	RetryAfter          string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 type ListTenantsResponse struct {
@@ -3551,12 +3744,15 @@ type CreateTenantResponse201Headers struct {
 	ETag               string
 	IdempotentReplayed *string
 	Location           string
+	XRequestId         string
 }
 
 // CreateTenantResponse400Headers the declared response headers of an HTTP 400 response for CreateTenant
 type CreateTenantResponse400Headers struct {
 	CacheControl        string
+	IdempotentReplayed  *string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // CreateTenantResponse401Headers the declared response headers of an HTTP 401 response for CreateTenant
@@ -3564,43 +3760,53 @@ type CreateTenantResponse401Headers struct {
 	CacheControl        string
 	WWWAuthenticate     string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // CreateTenantResponse403Headers the declared response headers of an HTTP 403 response for CreateTenant
 type CreateTenantResponse403Headers struct {
 	CacheControl        string
+	IdempotentReplayed  *string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // CreateTenantResponse409Headers the declared response headers of an HTTP 409 response for CreateTenant
 type CreateTenantResponse409Headers struct {
 	CacheControl        string
+	IdempotentReplayed  *string
 	RetryAfter          *string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // CreateTenantResponse413Headers the declared response headers of an HTTP 413 response for CreateTenant
 type CreateTenantResponse413Headers struct {
 	CacheControl        string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // CreateTenantResponse415Headers the declared response headers of an HTTP 415 response for CreateTenant
 type CreateTenantResponse415Headers struct {
 	CacheControl        string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // CreateTenantResponse422Headers the declared response headers of an HTTP 422 response for CreateTenant
 type CreateTenantResponse422Headers struct {
 	CacheControl        string
+	IdempotentReplayed  *string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // CreateTenantResponse500Headers the declared response headers of an HTTP 500 response for CreateTenant
 type CreateTenantResponse500Headers struct {
 	CacheControl        string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // CreateTenantResponse503Headers the declared response headers of an HTTP 503 response for CreateTenant
@@ -3608,6 +3814,7 @@ type CreateTenantResponse503Headers struct {
 	CacheControl        string
 	RetryAfter          string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 type CreateTenantResponse struct {
@@ -3688,12 +3895,15 @@ func (r CreateTenantResponse) ContentType() string {
 type GetTenantResponse200Headers struct {
 	CacheControl string
 	ETag         string
+	XRequestId   string
 }
 
 // GetTenantResponse400Headers the declared response headers of an HTTP 400 response for GetTenant
 type GetTenantResponse400Headers struct {
 	CacheControl        string
+	IdempotentReplayed  *string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // GetTenantResponse401Headers the declared response headers of an HTTP 401 response for GetTenant
@@ -3701,18 +3911,23 @@ type GetTenantResponse401Headers struct {
 	CacheControl        string
 	WWWAuthenticate     string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // GetTenantResponse403Headers the declared response headers of an HTTP 403 response for GetTenant
 type GetTenantResponse403Headers struct {
 	CacheControl        string
+	IdempotentReplayed  *string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // GetTenantResponse404Headers the declared response headers of an HTTP 404 response for GetTenant
 type GetTenantResponse404Headers struct {
 	CacheControl        string
+	IdempotentReplayed  *string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // GetTenantResponse429Headers the declared response headers of an HTTP 429 response for GetTenant
@@ -3720,12 +3935,14 @@ type GetTenantResponse429Headers struct {
 	CacheControl        string
 	RetryAfter          string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // GetTenantResponse500Headers the declared response headers of an HTTP 500 response for GetTenant
 type GetTenantResponse500Headers struct {
 	CacheControl        string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // GetTenantResponse503Headers the declared response headers of an HTTP 503 response for GetTenant
@@ -3733,6 +3950,7 @@ type GetTenantResponse503Headers struct {
 	CacheControl        string
 	RetryAfter          string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 type GetTenantResponse struct {
@@ -3806,12 +4024,15 @@ type PatchTenantResponse200Headers struct {
 	CacheControl       string
 	ETag               string
 	IdempotentReplayed *string
+	XRequestId         string
 }
 
 // PatchTenantResponse400Headers the declared response headers of an HTTP 400 response for PatchTenant
 type PatchTenantResponse400Headers struct {
 	CacheControl        string
+	IdempotentReplayed  *string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // PatchTenantResponse401Headers the declared response headers of an HTTP 401 response for PatchTenant
@@ -3819,62 +4040,77 @@ type PatchTenantResponse401Headers struct {
 	CacheControl        string
 	WWWAuthenticate     string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // PatchTenantResponse403Headers the declared response headers of an HTTP 403 response for PatchTenant
 type PatchTenantResponse403Headers struct {
 	CacheControl        string
+	IdempotentReplayed  *string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // PatchTenantResponse404Headers the declared response headers of an HTTP 404 response for PatchTenant
 type PatchTenantResponse404Headers struct {
 	CacheControl        string
+	IdempotentReplayed  *string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // PatchTenantResponse409Headers the declared response headers of an HTTP 409 response for PatchTenant
 type PatchTenantResponse409Headers struct {
 	CacheControl        string
+	IdempotentReplayed  *string
 	RetryAfter          *string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // PatchTenantResponse412Headers the declared response headers of an HTTP 412 response for PatchTenant
 type PatchTenantResponse412Headers struct {
 	CacheControl        string
 	ETag                string
+	IdempotentReplayed  *string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // PatchTenantResponse413Headers the declared response headers of an HTTP 413 response for PatchTenant
 type PatchTenantResponse413Headers struct {
 	CacheControl        string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // PatchTenantResponse415Headers the declared response headers of an HTTP 415 response for PatchTenant
 type PatchTenantResponse415Headers struct {
 	CacheControl        string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // PatchTenantResponse422Headers the declared response headers of an HTTP 422 response for PatchTenant
 type PatchTenantResponse422Headers struct {
 	CacheControl        string
+	IdempotentReplayed  *string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // PatchTenantResponse428Headers the declared response headers of an HTTP 428 response for PatchTenant
 type PatchTenantResponse428Headers struct {
 	CacheControl        string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // PatchTenantResponse500Headers the declared response headers of an HTTP 500 response for PatchTenant
 type PatchTenantResponse500Headers struct {
 	CacheControl        string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // PatchTenantResponse503Headers the declared response headers of an HTTP 503 response for PatchTenant
@@ -3882,6 +4118,7 @@ type PatchTenantResponse503Headers struct {
 	CacheControl        string
 	RetryAfter          string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 type PatchTenantResponse struct {
@@ -3973,12 +4210,15 @@ func (r PatchTenantResponse) ContentType() string {
 // ListAccountsResponse200Headers the declared response headers of an HTTP 200 response for ListAccounts
 type ListAccountsResponse200Headers struct {
 	CacheControl string
+	XRequestId   string
 }
 
 // ListAccountsResponse400Headers the declared response headers of an HTTP 400 response for ListAccounts
 type ListAccountsResponse400Headers struct {
 	CacheControl        string
+	IdempotentReplayed  *string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // ListAccountsResponse401Headers the declared response headers of an HTTP 401 response for ListAccounts
@@ -3986,12 +4226,15 @@ type ListAccountsResponse401Headers struct {
 	CacheControl        string
 	WWWAuthenticate     string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // ListAccountsResponse403Headers the declared response headers of an HTTP 403 response for ListAccounts
 type ListAccountsResponse403Headers struct {
 	CacheControl        string
+	IdempotentReplayed  *string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // ListAccountsResponse429Headers the declared response headers of an HTTP 429 response for ListAccounts
@@ -3999,12 +4242,14 @@ type ListAccountsResponse429Headers struct {
 	CacheControl        string
 	RetryAfter          string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // ListAccountsResponse500Headers the declared response headers of an HTTP 500 response for ListAccounts
 type ListAccountsResponse500Headers struct {
 	CacheControl        string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // ListAccountsResponse503Headers the declared response headers of an HTTP 503 response for ListAccounts
@@ -4012,6 +4257,7 @@ type ListAccountsResponse503Headers struct {
 	CacheControl        string
 	RetryAfter          string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 type ListAccountsResponse struct {
@@ -4082,12 +4328,15 @@ type CreateAccountResponse201Headers struct {
 	ETag               string
 	IdempotentReplayed *string
 	Location           string
+	XRequestId         string
 }
 
 // CreateAccountResponse400Headers the declared response headers of an HTTP 400 response for CreateAccount
 type CreateAccountResponse400Headers struct {
 	CacheControl        string
+	IdempotentReplayed  *string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // CreateAccountResponse401Headers the declared response headers of an HTTP 401 response for CreateAccount
@@ -4095,43 +4344,53 @@ type CreateAccountResponse401Headers struct {
 	CacheControl        string
 	WWWAuthenticate     string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // CreateAccountResponse403Headers the declared response headers of an HTTP 403 response for CreateAccount
 type CreateAccountResponse403Headers struct {
 	CacheControl        string
+	IdempotentReplayed  *string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // CreateAccountResponse404Headers the declared response headers of an HTTP 404 response for CreateAccount
 type CreateAccountResponse404Headers struct {
 	CacheControl        string
+	IdempotentReplayed  *string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // CreateAccountResponse409Headers the declared response headers of an HTTP 409 response for CreateAccount
 type CreateAccountResponse409Headers struct {
 	CacheControl        string
+	IdempotentReplayed  *string
 	RetryAfter          *string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // CreateAccountResponse413Headers the declared response headers of an HTTP 413 response for CreateAccount
 type CreateAccountResponse413Headers struct {
 	CacheControl        string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // CreateAccountResponse415Headers the declared response headers of an HTTP 415 response for CreateAccount
 type CreateAccountResponse415Headers struct {
 	CacheControl        string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // CreateAccountResponse422Headers the declared response headers of an HTTP 422 response for CreateAccount
 type CreateAccountResponse422Headers struct {
 	CacheControl        string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // CreateAccountResponse429Headers the declared response headers of an HTTP 429 response for CreateAccount
@@ -4139,12 +4398,14 @@ type CreateAccountResponse429Headers struct {
 	CacheControl        string
 	RetryAfter          string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // CreateAccountResponse500Headers the declared response headers of an HTTP 500 response for CreateAccount
 type CreateAccountResponse500Headers struct {
 	CacheControl        string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // CreateAccountResponse503Headers the declared response headers of an HTTP 503 response for CreateAccount
@@ -4152,6 +4413,7 @@ type CreateAccountResponse503Headers struct {
 	CacheControl        string
 	RetryAfter          string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 type CreateAccountResponse struct {
@@ -4240,12 +4502,15 @@ func (r CreateAccountResponse) ContentType() string {
 type DeleteAccountResponse204Headers struct {
 	CacheControl       string
 	IdempotentReplayed *string
+	XRequestId         string
 }
 
 // DeleteAccountResponse400Headers the declared response headers of an HTTP 400 response for DeleteAccount
 type DeleteAccountResponse400Headers struct {
 	CacheControl        string
+	IdempotentReplayed  *string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // DeleteAccountResponse401Headers the declared response headers of an HTTP 401 response for DeleteAccount
@@ -4253,38 +4518,48 @@ type DeleteAccountResponse401Headers struct {
 	CacheControl        string
 	WWWAuthenticate     string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // DeleteAccountResponse403Headers the declared response headers of an HTTP 403 response for DeleteAccount
 type DeleteAccountResponse403Headers struct {
 	CacheControl        string
+	IdempotentReplayed  *string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // DeleteAccountResponse404Headers the declared response headers of an HTTP 404 response for DeleteAccount
 type DeleteAccountResponse404Headers struct {
 	CacheControl        string
+	IdempotentReplayed  *string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // DeleteAccountResponse409Headers the declared response headers of an HTTP 409 response for DeleteAccount
 type DeleteAccountResponse409Headers struct {
 	CacheControl        string
+	IdempotentReplayed  *string
 	RetryAfter          *string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // DeleteAccountResponse412Headers the declared response headers of an HTTP 412 response for DeleteAccount
 type DeleteAccountResponse412Headers struct {
 	CacheControl        string
 	ETag                string
+	IdempotentReplayed  *string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // DeleteAccountResponse422Headers the declared response headers of an HTTP 422 response for DeleteAccount
 type DeleteAccountResponse422Headers struct {
 	CacheControl        string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // DeleteAccountResponse429Headers the declared response headers of an HTTP 429 response for DeleteAccount
@@ -4292,12 +4567,14 @@ type DeleteAccountResponse429Headers struct {
 	CacheControl        string
 	RetryAfter          string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // DeleteAccountResponse500Headers the declared response headers of an HTTP 500 response for DeleteAccount
 type DeleteAccountResponse500Headers struct {
 	CacheControl        string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // DeleteAccountResponse503Headers the declared response headers of an HTTP 503 response for DeleteAccount
@@ -4305,6 +4582,7 @@ type DeleteAccountResponse503Headers struct {
 	CacheControl        string
 	RetryAfter          string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 type DeleteAccountResponse struct {
@@ -4387,12 +4665,15 @@ func (r DeleteAccountResponse) ContentType() string {
 type GetAccountResponse200Headers struct {
 	CacheControl string
 	ETag         string
+	XRequestId   string
 }
 
 // GetAccountResponse400Headers the declared response headers of an HTTP 400 response for GetAccount
 type GetAccountResponse400Headers struct {
 	CacheControl        string
+	IdempotentReplayed  *string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // GetAccountResponse401Headers the declared response headers of an HTTP 401 response for GetAccount
@@ -4400,18 +4681,23 @@ type GetAccountResponse401Headers struct {
 	CacheControl        string
 	WWWAuthenticate     string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // GetAccountResponse403Headers the declared response headers of an HTTP 403 response for GetAccount
 type GetAccountResponse403Headers struct {
 	CacheControl        string
+	IdempotentReplayed  *string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // GetAccountResponse404Headers the declared response headers of an HTTP 404 response for GetAccount
 type GetAccountResponse404Headers struct {
 	CacheControl        string
+	IdempotentReplayed  *string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // GetAccountResponse429Headers the declared response headers of an HTTP 429 response for GetAccount
@@ -4419,12 +4705,14 @@ type GetAccountResponse429Headers struct {
 	CacheControl        string
 	RetryAfter          string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // GetAccountResponse500Headers the declared response headers of an HTTP 500 response for GetAccount
 type GetAccountResponse500Headers struct {
 	CacheControl        string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // GetAccountResponse503Headers the declared response headers of an HTTP 503 response for GetAccount
@@ -4432,6 +4720,7 @@ type GetAccountResponse503Headers struct {
 	CacheControl        string
 	RetryAfter          string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 type GetAccountResponse struct {
@@ -4505,12 +4794,15 @@ type PatchAccountResponse200Headers struct {
 	CacheControl       string
 	ETag               string
 	IdempotentReplayed *string
+	XRequestId         string
 }
 
 // PatchAccountResponse400Headers the declared response headers of an HTTP 400 response for PatchAccount
 type PatchAccountResponse400Headers struct {
 	CacheControl        string
+	IdempotentReplayed  *string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // PatchAccountResponse401Headers the declared response headers of an HTTP 401 response for PatchAccount
@@ -4518,56 +4810,69 @@ type PatchAccountResponse401Headers struct {
 	CacheControl        string
 	WWWAuthenticate     string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // PatchAccountResponse403Headers the declared response headers of an HTTP 403 response for PatchAccount
 type PatchAccountResponse403Headers struct {
 	CacheControl        string
+	IdempotentReplayed  *string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // PatchAccountResponse404Headers the declared response headers of an HTTP 404 response for PatchAccount
 type PatchAccountResponse404Headers struct {
 	CacheControl        string
+	IdempotentReplayed  *string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // PatchAccountResponse409Headers the declared response headers of an HTTP 409 response for PatchAccount
 type PatchAccountResponse409Headers struct {
 	CacheControl        string
+	IdempotentReplayed  *string
 	RetryAfter          *string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // PatchAccountResponse412Headers the declared response headers of an HTTP 412 response for PatchAccount
 type PatchAccountResponse412Headers struct {
 	CacheControl        string
 	ETag                string
+	IdempotentReplayed  *string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // PatchAccountResponse413Headers the declared response headers of an HTTP 413 response for PatchAccount
 type PatchAccountResponse413Headers struct {
 	CacheControl        string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // PatchAccountResponse415Headers the declared response headers of an HTTP 415 response for PatchAccount
 type PatchAccountResponse415Headers struct {
 	CacheControl        string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // PatchAccountResponse422Headers the declared response headers of an HTTP 422 response for PatchAccount
 type PatchAccountResponse422Headers struct {
 	CacheControl        string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // PatchAccountResponse428Headers the declared response headers of an HTTP 428 response for PatchAccount
 type PatchAccountResponse428Headers struct {
 	CacheControl        string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // PatchAccountResponse429Headers the declared response headers of an HTTP 429 response for PatchAccount
@@ -4575,12 +4880,14 @@ type PatchAccountResponse429Headers struct {
 	CacheControl        string
 	RetryAfter          string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // PatchAccountResponse500Headers the declared response headers of an HTTP 500 response for PatchAccount
 type PatchAccountResponse500Headers struct {
 	CacheControl        string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // PatchAccountResponse503Headers the declared response headers of an HTTP 503 response for PatchAccount
@@ -4588,6 +4895,7 @@ type PatchAccountResponse503Headers struct {
 	CacheControl        string
 	RetryAfter          string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 type PatchAccountResponse struct {
@@ -4686,12 +4994,15 @@ type AddEmailResponse201Headers struct {
 	ETag               string
 	IdempotentReplayed *string
 	Location           string
+	XRequestId         string
 }
 
 // AddEmailResponse400Headers the declared response headers of an HTTP 400 response for AddEmail
 type AddEmailResponse400Headers struct {
 	CacheControl        string
+	IdempotentReplayed  *string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // AddEmailResponse401Headers the declared response headers of an HTTP 401 response for AddEmail
@@ -4699,50 +5010,62 @@ type AddEmailResponse401Headers struct {
 	CacheControl        string
 	WWWAuthenticate     string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // AddEmailResponse403Headers the declared response headers of an HTTP 403 response for AddEmail
 type AddEmailResponse403Headers struct {
 	CacheControl        string
+	IdempotentReplayed  *string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // AddEmailResponse404Headers the declared response headers of an HTTP 404 response for AddEmail
 type AddEmailResponse404Headers struct {
 	CacheControl        string
+	IdempotentReplayed  *string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // AddEmailResponse409Headers the declared response headers of an HTTP 409 response for AddEmail
 type AddEmailResponse409Headers struct {
 	CacheControl        string
+	IdempotentReplayed  *string
 	RetryAfter          *string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // AddEmailResponse412Headers the declared response headers of an HTTP 412 response for AddEmail
 type AddEmailResponse412Headers struct {
 	CacheControl        string
 	ETag                string
+	IdempotentReplayed  *string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // AddEmailResponse413Headers the declared response headers of an HTTP 413 response for AddEmail
 type AddEmailResponse413Headers struct {
 	CacheControl        string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // AddEmailResponse415Headers the declared response headers of an HTTP 415 response for AddEmail
 type AddEmailResponse415Headers struct {
 	CacheControl        string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // AddEmailResponse422Headers the declared response headers of an HTTP 422 response for AddEmail
 type AddEmailResponse422Headers struct {
 	CacheControl        string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // AddEmailResponse429Headers the declared response headers of an HTTP 429 response for AddEmail
@@ -4750,12 +5073,14 @@ type AddEmailResponse429Headers struct {
 	CacheControl        string
 	RetryAfter          string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // AddEmailResponse500Headers the declared response headers of an HTTP 500 response for AddEmail
 type AddEmailResponse500Headers struct {
 	CacheControl        string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // AddEmailResponse503Headers the declared response headers of an HTTP 503 response for AddEmail
@@ -4763,6 +5088,7 @@ type AddEmailResponse503Headers struct {
 	CacheControl        string
 	RetryAfter          string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 type AddEmailResponse struct {
@@ -4851,17 +5177,19 @@ func (r AddEmailResponse) ContentType() string {
 	return ""
 }
 
-// RemoveEmailResponse200Headers the declared response headers of an HTTP 200 response for RemoveEmail
-type RemoveEmailResponse200Headers struct {
+// RemoveEmailResponse204Headers the declared response headers of an HTTP 204 response for RemoveEmail
+type RemoveEmailResponse204Headers struct {
 	CacheControl       string
-	ETag               string
 	IdempotentReplayed *string
+	XRequestId         string
 }
 
 // RemoveEmailResponse400Headers the declared response headers of an HTTP 400 response for RemoveEmail
 type RemoveEmailResponse400Headers struct {
 	CacheControl        string
+	IdempotentReplayed  *string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // RemoveEmailResponse401Headers the declared response headers of an HTTP 401 response for RemoveEmail
@@ -4869,38 +5197,48 @@ type RemoveEmailResponse401Headers struct {
 	CacheControl        string
 	WWWAuthenticate     string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // RemoveEmailResponse403Headers the declared response headers of an HTTP 403 response for RemoveEmail
 type RemoveEmailResponse403Headers struct {
 	CacheControl        string
+	IdempotentReplayed  *string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // RemoveEmailResponse404Headers the declared response headers of an HTTP 404 response for RemoveEmail
 type RemoveEmailResponse404Headers struct {
 	CacheControl        string
+	IdempotentReplayed  *string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // RemoveEmailResponse409Headers the declared response headers of an HTTP 409 response for RemoveEmail
 type RemoveEmailResponse409Headers struct {
 	CacheControl        string
+	IdempotentReplayed  *string
 	RetryAfter          *string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // RemoveEmailResponse412Headers the declared response headers of an HTTP 412 response for RemoveEmail
 type RemoveEmailResponse412Headers struct {
 	CacheControl        string
 	ETag                string
+	IdempotentReplayed  *string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // RemoveEmailResponse422Headers the declared response headers of an HTTP 422 response for RemoveEmail
 type RemoveEmailResponse422Headers struct {
 	CacheControl        string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // RemoveEmailResponse429Headers the declared response headers of an HTTP 429 response for RemoveEmail
@@ -4908,12 +5246,14 @@ type RemoveEmailResponse429Headers struct {
 	CacheControl        string
 	RetryAfter          string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // RemoveEmailResponse500Headers the declared response headers of an HTTP 500 response for RemoveEmail
 type RemoveEmailResponse500Headers struct {
 	CacheControl        string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // RemoveEmailResponse503Headers the declared response headers of an HTTP 503 response for RemoveEmail
@@ -4921,13 +5261,12 @@ type RemoveEmailResponse503Headers struct {
 	CacheControl        string
 	RetryAfter          string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 type RemoveEmailResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
-	// JSON200 the response for an HTTP 200 `application/json` response
-	JSON200 *AccountChanged
 	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
 	ApplicationproblemJSON400 *BadRequest
 	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
@@ -4948,8 +5287,8 @@ type RemoveEmailResponse struct {
 	ApplicationproblemJSON500 *Internal
 	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
 	ApplicationproblemJSON503 *Unavailable
-	// Headers200 the parsed response headers for an HTTP 200 response
-	Headers200 *RemoveEmailResponse200Headers
+	// Headers204 the parsed response headers for an HTTP 204 response
+	Headers204 *RemoveEmailResponse204Headers
 	// Headers400 the parsed response headers for an HTTP 400 response
 	Headers400 *RemoveEmailResponse400Headers
 	// Headers401 the parsed response headers for an HTTP 401 response
@@ -5001,17 +5340,148 @@ func (r RemoveEmailResponse) ContentType() string {
 	return ""
 }
 
+// GetEmailResponse200Headers the declared response headers of an HTTP 200 response for GetEmail
+type GetEmailResponse200Headers struct {
+	CacheControl string
+	ETag         string
+	XRequestId   string
+}
+
+// GetEmailResponse400Headers the declared response headers of an HTTP 400 response for GetEmail
+type GetEmailResponse400Headers struct {
+	CacheControl        string
+	IdempotentReplayed  *string
+	XContentTypeOptions string
+	XRequestId          string
+}
+
+// GetEmailResponse401Headers the declared response headers of an HTTP 401 response for GetEmail
+type GetEmailResponse401Headers struct {
+	CacheControl        string
+	WWWAuthenticate     string
+	XContentTypeOptions string
+	XRequestId          string
+}
+
+// GetEmailResponse403Headers the declared response headers of an HTTP 403 response for GetEmail
+type GetEmailResponse403Headers struct {
+	CacheControl        string
+	IdempotentReplayed  *string
+	XContentTypeOptions string
+	XRequestId          string
+}
+
+// GetEmailResponse404Headers the declared response headers of an HTTP 404 response for GetEmail
+type GetEmailResponse404Headers struct {
+	CacheControl        string
+	IdempotentReplayed  *string
+	XContentTypeOptions string
+	XRequestId          string
+}
+
+// GetEmailResponse429Headers the declared response headers of an HTTP 429 response for GetEmail
+type GetEmailResponse429Headers struct {
+	CacheControl        string
+	RetryAfter          string
+	XContentTypeOptions string
+	XRequestId          string
+}
+
+// GetEmailResponse500Headers the declared response headers of an HTTP 500 response for GetEmail
+type GetEmailResponse500Headers struct {
+	CacheControl        string
+	XContentTypeOptions string
+	XRequestId          string
+}
+
+// GetEmailResponse503Headers the declared response headers of an HTTP 503 response for GetEmail
+type GetEmailResponse503Headers struct {
+	CacheControl        string
+	RetryAfter          string
+	XContentTypeOptions string
+	XRequestId          string
+}
+
+type GetEmailResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *AccountEmail
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthenticated
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *NotFound
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *RateLimited
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *Internal
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *Unavailable
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *GetEmailResponse200Headers
+	// Headers400 the parsed response headers for an HTTP 400 response
+	Headers400 *GetEmailResponse400Headers
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *GetEmailResponse401Headers
+	// Headers403 the parsed response headers for an HTTP 403 response
+	Headers403 *GetEmailResponse403Headers
+	// Headers404 the parsed response headers for an HTTP 404 response
+	Headers404 *GetEmailResponse404Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *GetEmailResponse429Headers
+	// Headers500 the parsed response headers for an HTTP 500 response
+	Headers500 *GetEmailResponse500Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *GetEmailResponse503Headers
+}
+
+// Status returns HTTPResponse.Status
+func (r GetEmailResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r GetEmailResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// Bytes is a convenience method to retrieve the raw bytes from the HTTP response
+func (r GetEmailResponse) Bytes() []byte {
+	return r.Body
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r GetEmailResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 // PatchEmailResponse200Headers the declared response headers of an HTTP 200 response for PatchEmail
 type PatchEmailResponse200Headers struct {
 	CacheControl       string
 	ETag               string
 	IdempotentReplayed *string
+	XRequestId         string
 }
 
 // PatchEmailResponse400Headers the declared response headers of an HTTP 400 response for PatchEmail
 type PatchEmailResponse400Headers struct {
 	CacheControl        string
+	IdempotentReplayed  *string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // PatchEmailResponse401Headers the declared response headers of an HTTP 401 response for PatchEmail
@@ -5019,56 +5489,69 @@ type PatchEmailResponse401Headers struct {
 	CacheControl        string
 	WWWAuthenticate     string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // PatchEmailResponse403Headers the declared response headers of an HTTP 403 response for PatchEmail
 type PatchEmailResponse403Headers struct {
 	CacheControl        string
+	IdempotentReplayed  *string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // PatchEmailResponse404Headers the declared response headers of an HTTP 404 response for PatchEmail
 type PatchEmailResponse404Headers struct {
 	CacheControl        string
+	IdempotentReplayed  *string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // PatchEmailResponse409Headers the declared response headers of an HTTP 409 response for PatchEmail
 type PatchEmailResponse409Headers struct {
 	CacheControl        string
+	IdempotentReplayed  *string
 	RetryAfter          *string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // PatchEmailResponse412Headers the declared response headers of an HTTP 412 response for PatchEmail
 type PatchEmailResponse412Headers struct {
 	CacheControl        string
 	ETag                string
+	IdempotentReplayed  *string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // PatchEmailResponse413Headers the declared response headers of an HTTP 413 response for PatchEmail
 type PatchEmailResponse413Headers struct {
 	CacheControl        string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // PatchEmailResponse415Headers the declared response headers of an HTTP 415 response for PatchEmail
 type PatchEmailResponse415Headers struct {
 	CacheControl        string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // PatchEmailResponse422Headers the declared response headers of an HTTP 422 response for PatchEmail
 type PatchEmailResponse422Headers struct {
 	CacheControl        string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // PatchEmailResponse428Headers the declared response headers of an HTTP 428 response for PatchEmail
 type PatchEmailResponse428Headers struct {
 	CacheControl        string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // PatchEmailResponse429Headers the declared response headers of an HTTP 429 response for PatchEmail
@@ -5076,12 +5559,14 @@ type PatchEmailResponse429Headers struct {
 	CacheControl        string
 	RetryAfter          string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // PatchEmailResponse500Headers the declared response headers of an HTTP 500 response for PatchEmail
 type PatchEmailResponse500Headers struct {
 	CacheControl        string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // PatchEmailResponse503Headers the declared response headers of an HTTP 503 response for PatchEmail
@@ -5089,6 +5574,7 @@ type PatchEmailResponse503Headers struct {
 	CacheControl        string
 	RetryAfter          string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 type PatchEmailResponse struct {
@@ -5184,12 +5670,15 @@ func (r PatchEmailResponse) ContentType() string {
 // ListBranchesResponse200Headers the declared response headers of an HTTP 200 response for ListBranches
 type ListBranchesResponse200Headers struct {
 	CacheControl string
+	XRequestId   string
 }
 
 // ListBranchesResponse400Headers the declared response headers of an HTTP 400 response for ListBranches
 type ListBranchesResponse400Headers struct {
 	CacheControl        string
+	IdempotentReplayed  *string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // ListBranchesResponse401Headers the declared response headers of an HTTP 401 response for ListBranches
@@ -5197,12 +5686,15 @@ type ListBranchesResponse401Headers struct {
 	CacheControl        string
 	WWWAuthenticate     string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // ListBranchesResponse403Headers the declared response headers of an HTTP 403 response for ListBranches
 type ListBranchesResponse403Headers struct {
 	CacheControl        string
+	IdempotentReplayed  *string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // ListBranchesResponse429Headers the declared response headers of an HTTP 429 response for ListBranches
@@ -5210,12 +5702,14 @@ type ListBranchesResponse429Headers struct {
 	CacheControl        string
 	RetryAfter          string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // ListBranchesResponse500Headers the declared response headers of an HTTP 500 response for ListBranches
 type ListBranchesResponse500Headers struct {
 	CacheControl        string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // ListBranchesResponse503Headers the declared response headers of an HTTP 503 response for ListBranches
@@ -5223,6 +5717,7 @@ type ListBranchesResponse503Headers struct {
 	CacheControl        string
 	RetryAfter          string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 type ListBranchesResponse struct {
@@ -5293,12 +5788,15 @@ type CreateBranchResponse201Headers struct {
 	ETag               string
 	IdempotentReplayed *string
 	Location           string
+	XRequestId         string
 }
 
 // CreateBranchResponse400Headers the declared response headers of an HTTP 400 response for CreateBranch
 type CreateBranchResponse400Headers struct {
 	CacheControl        string
+	IdempotentReplayed  *string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // CreateBranchResponse401Headers the declared response headers of an HTTP 401 response for CreateBranch
@@ -5306,43 +5804,54 @@ type CreateBranchResponse401Headers struct {
 	CacheControl        string
 	WWWAuthenticate     string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // CreateBranchResponse403Headers the declared response headers of an HTTP 403 response for CreateBranch
 type CreateBranchResponse403Headers struct {
 	CacheControl        string
+	IdempotentReplayed  *string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // CreateBranchResponse404Headers the declared response headers of an HTTP 404 response for CreateBranch
 type CreateBranchResponse404Headers struct {
 	CacheControl        string
+	IdempotentReplayed  *string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // CreateBranchResponse409Headers the declared response headers of an HTTP 409 response for CreateBranch
 type CreateBranchResponse409Headers struct {
 	CacheControl        string
+	IdempotentReplayed  *string
 	RetryAfter          *string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // CreateBranchResponse413Headers the declared response headers of an HTTP 413 response for CreateBranch
 type CreateBranchResponse413Headers struct {
 	CacheControl        string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // CreateBranchResponse415Headers the declared response headers of an HTTP 415 response for CreateBranch
 type CreateBranchResponse415Headers struct {
 	CacheControl        string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // CreateBranchResponse422Headers the declared response headers of an HTTP 422 response for CreateBranch
 type CreateBranchResponse422Headers struct {
 	CacheControl        string
+	IdempotentReplayed  *string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // CreateBranchResponse429Headers the declared response headers of an HTTP 429 response for CreateBranch
@@ -5350,12 +5859,14 @@ type CreateBranchResponse429Headers struct {
 	CacheControl        string
 	RetryAfter          string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // CreateBranchResponse500Headers the declared response headers of an HTTP 500 response for CreateBranch
 type CreateBranchResponse500Headers struct {
 	CacheControl        string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // CreateBranchResponse503Headers the declared response headers of an HTTP 503 response for CreateBranch
@@ -5363,6 +5874,7 @@ type CreateBranchResponse503Headers struct {
 	CacheControl        string
 	RetryAfter          string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 type CreateBranchResponse struct {
@@ -5451,12 +5963,15 @@ func (r CreateBranchResponse) ContentType() string {
 type DeleteBranchResponse204Headers struct {
 	CacheControl       string
 	IdempotentReplayed *string
+	XRequestId         string
 }
 
 // DeleteBranchResponse400Headers the declared response headers of an HTTP 400 response for DeleteBranch
 type DeleteBranchResponse400Headers struct {
 	CacheControl        string
+	IdempotentReplayed  *string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // DeleteBranchResponse401Headers the declared response headers of an HTTP 401 response for DeleteBranch
@@ -5464,38 +5979,48 @@ type DeleteBranchResponse401Headers struct {
 	CacheControl        string
 	WWWAuthenticate     string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // DeleteBranchResponse403Headers the declared response headers of an HTTP 403 response for DeleteBranch
 type DeleteBranchResponse403Headers struct {
 	CacheControl        string
+	IdempotentReplayed  *string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // DeleteBranchResponse404Headers the declared response headers of an HTTP 404 response for DeleteBranch
 type DeleteBranchResponse404Headers struct {
 	CacheControl        string
+	IdempotentReplayed  *string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // DeleteBranchResponse409Headers the declared response headers of an HTTP 409 response for DeleteBranch
 type DeleteBranchResponse409Headers struct {
 	CacheControl        string
+	IdempotentReplayed  *string
 	RetryAfter          *string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // DeleteBranchResponse412Headers the declared response headers of an HTTP 412 response for DeleteBranch
 type DeleteBranchResponse412Headers struct {
 	CacheControl        string
 	ETag                string
+	IdempotentReplayed  *string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // DeleteBranchResponse422Headers the declared response headers of an HTTP 422 response for DeleteBranch
 type DeleteBranchResponse422Headers struct {
 	CacheControl        string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // DeleteBranchResponse429Headers the declared response headers of an HTTP 429 response for DeleteBranch
@@ -5503,12 +6028,14 @@ type DeleteBranchResponse429Headers struct {
 	CacheControl        string
 	RetryAfter          string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // DeleteBranchResponse500Headers the declared response headers of an HTTP 500 response for DeleteBranch
 type DeleteBranchResponse500Headers struct {
 	CacheControl        string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // DeleteBranchResponse503Headers the declared response headers of an HTTP 503 response for DeleteBranch
@@ -5516,6 +6043,7 @@ type DeleteBranchResponse503Headers struct {
 	CacheControl        string
 	RetryAfter          string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 type DeleteBranchResponse struct {
@@ -5598,12 +6126,15 @@ func (r DeleteBranchResponse) ContentType() string {
 type GetBranchResponse200Headers struct {
 	CacheControl string
 	ETag         string
+	XRequestId   string
 }
 
 // GetBranchResponse400Headers the declared response headers of an HTTP 400 response for GetBranch
 type GetBranchResponse400Headers struct {
 	CacheControl        string
+	IdempotentReplayed  *string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // GetBranchResponse401Headers the declared response headers of an HTTP 401 response for GetBranch
@@ -5611,18 +6142,23 @@ type GetBranchResponse401Headers struct {
 	CacheControl        string
 	WWWAuthenticate     string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // GetBranchResponse403Headers the declared response headers of an HTTP 403 response for GetBranch
 type GetBranchResponse403Headers struct {
 	CacheControl        string
+	IdempotentReplayed  *string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // GetBranchResponse404Headers the declared response headers of an HTTP 404 response for GetBranch
 type GetBranchResponse404Headers struct {
 	CacheControl        string
+	IdempotentReplayed  *string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // GetBranchResponse429Headers the declared response headers of an HTTP 429 response for GetBranch
@@ -5630,12 +6166,14 @@ type GetBranchResponse429Headers struct {
 	CacheControl        string
 	RetryAfter          string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // GetBranchResponse500Headers the declared response headers of an HTTP 500 response for GetBranch
 type GetBranchResponse500Headers struct {
 	CacheControl        string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // GetBranchResponse503Headers the declared response headers of an HTTP 503 response for GetBranch
@@ -5643,6 +6181,7 @@ type GetBranchResponse503Headers struct {
 	CacheControl        string
 	RetryAfter          string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 type GetBranchResponse struct {
@@ -5716,12 +6255,15 @@ type PatchBranchResponse200Headers struct {
 	CacheControl       string
 	ETag               string
 	IdempotentReplayed *string
+	XRequestId         string
 }
 
 // PatchBranchResponse400Headers the declared response headers of an HTTP 400 response for PatchBranch
 type PatchBranchResponse400Headers struct {
 	CacheControl        string
+	IdempotentReplayed  *string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // PatchBranchResponse401Headers the declared response headers of an HTTP 401 response for PatchBranch
@@ -5729,56 +6271,70 @@ type PatchBranchResponse401Headers struct {
 	CacheControl        string
 	WWWAuthenticate     string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // PatchBranchResponse403Headers the declared response headers of an HTTP 403 response for PatchBranch
 type PatchBranchResponse403Headers struct {
 	CacheControl        string
+	IdempotentReplayed  *string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // PatchBranchResponse404Headers the declared response headers of an HTTP 404 response for PatchBranch
 type PatchBranchResponse404Headers struct {
 	CacheControl        string
+	IdempotentReplayed  *string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // PatchBranchResponse409Headers the declared response headers of an HTTP 409 response for PatchBranch
 type PatchBranchResponse409Headers struct {
 	CacheControl        string
+	IdempotentReplayed  *string
 	RetryAfter          *string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // PatchBranchResponse412Headers the declared response headers of an HTTP 412 response for PatchBranch
 type PatchBranchResponse412Headers struct {
 	CacheControl        string
 	ETag                string
+	IdempotentReplayed  *string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // PatchBranchResponse413Headers the declared response headers of an HTTP 413 response for PatchBranch
 type PatchBranchResponse413Headers struct {
 	CacheControl        string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // PatchBranchResponse415Headers the declared response headers of an HTTP 415 response for PatchBranch
 type PatchBranchResponse415Headers struct {
 	CacheControl        string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // PatchBranchResponse422Headers the declared response headers of an HTTP 422 response for PatchBranch
 type PatchBranchResponse422Headers struct {
 	CacheControl        string
+	IdempotentReplayed  *string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // PatchBranchResponse428Headers the declared response headers of an HTTP 428 response for PatchBranch
 type PatchBranchResponse428Headers struct {
 	CacheControl        string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // PatchBranchResponse429Headers the declared response headers of an HTTP 429 response for PatchBranch
@@ -5786,12 +6342,14 @@ type PatchBranchResponse429Headers struct {
 	CacheControl        string
 	RetryAfter          string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // PatchBranchResponse500Headers the declared response headers of an HTTP 500 response for PatchBranch
 type PatchBranchResponse500Headers struct {
 	CacheControl        string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 // PatchBranchResponse503Headers the declared response headers of an HTTP 503 response for PatchBranch
@@ -5799,6 +6357,7 @@ type PatchBranchResponse503Headers struct {
 	CacheControl        string
 	RetryAfter          string
 	XContentTypeOptions string
+	XRequestId          string
 }
 
 type PatchBranchResponse struct {
@@ -6138,7 +6697,7 @@ func (c *ClientWithResponses) AddEmailWithResponse(ctx context.Context, tenant T
 	return ParseAddEmailResponse(rsp)
 }
 
-// RemoveEmailWithResponse Removes a (non-primary) address and frees it; the answer is the whole account.
+// RemoveEmailWithResponse Removes a (non-primary) address and frees it; 204 like every delete (GET the account for its new version).
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -6149,6 +6708,19 @@ func (c *ClientWithResponses) RemoveEmailWithResponse(ctx context.Context, tenan
 		return nil, err
 	}
 	return ParseRemoveEmailResponse(rsp)
+}
+
+// GetEmailWithResponse One address of an account (the Location of its add); the ETag is the account's version.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/tenants/{tenant}/accounts/{account}/emails/{email} (the `GetEmail` operationId).
+func (c *ClientWithResponses) GetEmailWithResponse(ctx context.Context, tenant TenantParam, account AccountParam, email string, reqEditors ...RequestEditorFn) (*GetEmailResponse, error) {
+	rsp, err := c.GetEmail(ctx, tenant, account, email, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseGetEmailResponse(rsp)
 }
 
 // PatchEmailWithBodyWithResponse Verifies an address and/or makes it the primary; the answer is the whole account.
@@ -6382,6 +6954,13 @@ func ParseLookupAccountResponse(rsp *http.Response) (*LookupAccountResponse, err
 			}
 			headers.ETag = value
 		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
 		response.Headers200 = &headers
 	case rsp.StatusCode == 400:
 		var headers LookupAccountResponse400Headers
@@ -6392,12 +6971,26 @@ func ParseLookupAccountResponse(rsp *http.Response) (*LookupAccountResponse, err
 			}
 			headers.CacheControl = value
 		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
 		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers400 = &headers
 	case rsp.StatusCode == 401:
@@ -6423,6 +7016,13 @@ func ParseLookupAccountResponse(rsp *http.Response) (*LookupAccountResponse, err
 			}
 			headers.XContentTypeOptions = value
 		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
 		response.Headers401 = &headers
 	case rsp.StatusCode == 403:
 		var headers LookupAccountResponse403Headers
@@ -6433,12 +7033,26 @@ func ParseLookupAccountResponse(rsp *http.Response) (*LookupAccountResponse, err
 			}
 			headers.CacheControl = value
 		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
 		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers403 = &headers
 	case rsp.StatusCode == 404:
@@ -6450,12 +7064,26 @@ func ParseLookupAccountResponse(rsp *http.Response) (*LookupAccountResponse, err
 			}
 			headers.CacheControl = value
 		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
 		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers404 = &headers
 	case rsp.StatusCode == 500:
@@ -6473,6 +7101,13 @@ func ParseLookupAccountResponse(rsp *http.Response) (*LookupAccountResponse, err
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers500 = &headers
 	case rsp.StatusCode == 503:
@@ -6497,6 +7132,13 @@ func ParseLookupAccountResponse(rsp *http.Response) (*LookupAccountResponse, err
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers503 = &headers
 	}
@@ -6586,6 +7228,13 @@ func ParseLookupBranchResponse(rsp *http.Response) (*LookupBranchResponse, error
 			}
 			headers.ETag = value
 		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
 		response.Headers200 = &headers
 	case rsp.StatusCode == 400:
 		var headers LookupBranchResponse400Headers
@@ -6596,12 +7245,26 @@ func ParseLookupBranchResponse(rsp *http.Response) (*LookupBranchResponse, error
 			}
 			headers.CacheControl = value
 		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
 		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers400 = &headers
 	case rsp.StatusCode == 401:
@@ -6627,6 +7290,13 @@ func ParseLookupBranchResponse(rsp *http.Response) (*LookupBranchResponse, error
 			}
 			headers.XContentTypeOptions = value
 		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
 		response.Headers401 = &headers
 	case rsp.StatusCode == 403:
 		var headers LookupBranchResponse403Headers
@@ -6637,12 +7307,26 @@ func ParseLookupBranchResponse(rsp *http.Response) (*LookupBranchResponse, error
 			}
 			headers.CacheControl = value
 		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
 		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers403 = &headers
 	case rsp.StatusCode == 404:
@@ -6654,12 +7338,26 @@ func ParseLookupBranchResponse(rsp *http.Response) (*LookupBranchResponse, error
 			}
 			headers.CacheControl = value
 		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
 		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers404 = &headers
 	case rsp.StatusCode == 500:
@@ -6677,6 +7375,13 @@ func ParseLookupBranchResponse(rsp *http.Response) (*LookupBranchResponse, error
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers500 = &headers
 	case rsp.StatusCode == 503:
@@ -6701,6 +7406,13 @@ func ParseLookupBranchResponse(rsp *http.Response) (*LookupBranchResponse, error
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers503 = &headers
 	}
@@ -6776,6 +7488,13 @@ func ParseListTenantsResponse(rsp *http.Response) (*ListTenantsResponse, error) 
 			}
 			headers.CacheControl = value
 		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
 		response.Headers200 = &headers
 	case rsp.StatusCode == 400:
 		var headers ListTenantsResponse400Headers
@@ -6786,12 +7505,26 @@ func ParseListTenantsResponse(rsp *http.Response) (*ListTenantsResponse, error) 
 			}
 			headers.CacheControl = value
 		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
 		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers400 = &headers
 	case rsp.StatusCode == 401:
@@ -6817,6 +7550,13 @@ func ParseListTenantsResponse(rsp *http.Response) (*ListTenantsResponse, error) 
 			}
 			headers.XContentTypeOptions = value
 		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
 		response.Headers401 = &headers
 	case rsp.StatusCode == 403:
 		var headers ListTenantsResponse403Headers
@@ -6827,12 +7567,26 @@ func ParseListTenantsResponse(rsp *http.Response) (*ListTenantsResponse, error) 
 			}
 			headers.CacheControl = value
 		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
 		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers403 = &headers
 	case rsp.StatusCode == 500:
@@ -6850,6 +7604,13 @@ func ParseListTenantsResponse(rsp *http.Response) (*ListTenantsResponse, error) 
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers500 = &headers
 	case rsp.StatusCode == 503:
@@ -6874,6 +7635,13 @@ func ParseListTenantsResponse(rsp *http.Response) (*ListTenantsResponse, error) 
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers503 = &headers
 	}
@@ -6998,6 +7766,13 @@ func ParseCreateTenantResponse(rsp *http.Response) (*CreateTenantResponse, error
 			}
 			headers.Location = value
 		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
 		response.Headers201 = &headers
 	case rsp.StatusCode == 400:
 		var headers CreateTenantResponse400Headers
@@ -7008,12 +7783,26 @@ func ParseCreateTenantResponse(rsp *http.Response) (*CreateTenantResponse, error
 			}
 			headers.CacheControl = value
 		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
 		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers400 = &headers
 	case rsp.StatusCode == 401:
@@ -7039,6 +7828,13 @@ func ParseCreateTenantResponse(rsp *http.Response) (*CreateTenantResponse, error
 			}
 			headers.XContentTypeOptions = value
 		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
 		response.Headers401 = &headers
 	case rsp.StatusCode == 403:
 		var headers CreateTenantResponse403Headers
@@ -7049,12 +7845,26 @@ func ParseCreateTenantResponse(rsp *http.Response) (*CreateTenantResponse, error
 			}
 			headers.CacheControl = value
 		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
 		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers403 = &headers
 	case rsp.StatusCode == 409:
@@ -7065,6 +7875,13 @@ func ParseCreateTenantResponse(rsp *http.Response) (*CreateTenantResponse, error
 				return nil, err
 			}
 			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
 		}
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value string
@@ -7079,6 +7896,13 @@ func ParseCreateTenantResponse(rsp *http.Response) (*CreateTenantResponse, error
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers409 = &headers
 	case rsp.StatusCode == 413:
@@ -7097,6 +7921,13 @@ func ParseCreateTenantResponse(rsp *http.Response) (*CreateTenantResponse, error
 			}
 			headers.XContentTypeOptions = value
 		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
 		response.Headers413 = &headers
 	case rsp.StatusCode == 415:
 		var headers CreateTenantResponse415Headers
@@ -7114,6 +7945,13 @@ func ParseCreateTenantResponse(rsp *http.Response) (*CreateTenantResponse, error
 			}
 			headers.XContentTypeOptions = value
 		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
 		response.Headers415 = &headers
 	case rsp.StatusCode == 422:
 		var headers CreateTenantResponse422Headers
@@ -7124,12 +7962,26 @@ func ParseCreateTenantResponse(rsp *http.Response) (*CreateTenantResponse, error
 			}
 			headers.CacheControl = value
 		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
 		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers422 = &headers
 	case rsp.StatusCode == 500:
@@ -7147,6 +7999,13 @@ func ParseCreateTenantResponse(rsp *http.Response) (*CreateTenantResponse, error
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers500 = &headers
 	case rsp.StatusCode == 503:
@@ -7171,6 +8030,13 @@ func ParseCreateTenantResponse(rsp *http.Response) (*CreateTenantResponse, error
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers503 = &headers
 	}
@@ -7267,6 +8133,13 @@ func ParseGetTenantResponse(rsp *http.Response) (*GetTenantResponse, error) {
 			}
 			headers.ETag = value
 		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
 		response.Headers200 = &headers
 	case rsp.StatusCode == 400:
 		var headers GetTenantResponse400Headers
@@ -7277,12 +8150,26 @@ func ParseGetTenantResponse(rsp *http.Response) (*GetTenantResponse, error) {
 			}
 			headers.CacheControl = value
 		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
 		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers400 = &headers
 	case rsp.StatusCode == 401:
@@ -7308,6 +8195,13 @@ func ParseGetTenantResponse(rsp *http.Response) (*GetTenantResponse, error) {
 			}
 			headers.XContentTypeOptions = value
 		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
 		response.Headers401 = &headers
 	case rsp.StatusCode == 403:
 		var headers GetTenantResponse403Headers
@@ -7318,12 +8212,26 @@ func ParseGetTenantResponse(rsp *http.Response) (*GetTenantResponse, error) {
 			}
 			headers.CacheControl = value
 		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
 		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers403 = &headers
 	case rsp.StatusCode == 404:
@@ -7335,12 +8243,26 @@ func ParseGetTenantResponse(rsp *http.Response) (*GetTenantResponse, error) {
 			}
 			headers.CacheControl = value
 		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
 		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers404 = &headers
 	case rsp.StatusCode == 429:
@@ -7366,6 +8288,13 @@ func ParseGetTenantResponse(rsp *http.Response) (*GetTenantResponse, error) {
 			}
 			headers.XContentTypeOptions = value
 		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
 		response.Headers429 = &headers
 	case rsp.StatusCode == 500:
 		var headers GetTenantResponse500Headers
@@ -7382,6 +8311,13 @@ func ParseGetTenantResponse(rsp *http.Response) (*GetTenantResponse, error) {
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers500 = &headers
 	case rsp.StatusCode == 503:
@@ -7406,6 +8342,13 @@ func ParseGetTenantResponse(rsp *http.Response) (*GetTenantResponse, error) {
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers503 = &headers
 	}
@@ -7544,6 +8487,13 @@ func ParsePatchTenantResponse(rsp *http.Response) (*PatchTenantResponse, error) 
 			}
 			headers.IdempotentReplayed = &value
 		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
 		response.Headers200 = &headers
 	case rsp.StatusCode == 400:
 		var headers PatchTenantResponse400Headers
@@ -7554,12 +8504,26 @@ func ParsePatchTenantResponse(rsp *http.Response) (*PatchTenantResponse, error) 
 			}
 			headers.CacheControl = value
 		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
 		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers400 = &headers
 	case rsp.StatusCode == 401:
@@ -7585,6 +8549,13 @@ func ParsePatchTenantResponse(rsp *http.Response) (*PatchTenantResponse, error) 
 			}
 			headers.XContentTypeOptions = value
 		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
 		response.Headers401 = &headers
 	case rsp.StatusCode == 403:
 		var headers PatchTenantResponse403Headers
@@ -7595,12 +8566,26 @@ func ParsePatchTenantResponse(rsp *http.Response) (*PatchTenantResponse, error) 
 			}
 			headers.CacheControl = value
 		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
 		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers403 = &headers
 	case rsp.StatusCode == 404:
@@ -7612,12 +8597,26 @@ func ParsePatchTenantResponse(rsp *http.Response) (*PatchTenantResponse, error) 
 			}
 			headers.CacheControl = value
 		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
 		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers404 = &headers
 	case rsp.StatusCode == 409:
@@ -7628,6 +8627,13 @@ func ParsePatchTenantResponse(rsp *http.Response) (*PatchTenantResponse, error) 
 				return nil, err
 			}
 			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
 		}
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value string
@@ -7642,6 +8648,13 @@ func ParsePatchTenantResponse(rsp *http.Response) (*PatchTenantResponse, error) 
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers409 = &headers
 	case rsp.StatusCode == 412:
@@ -7660,12 +8673,26 @@ func ParsePatchTenantResponse(rsp *http.Response) (*PatchTenantResponse, error) 
 			}
 			headers.ETag = value
 		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
 		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers412 = &headers
 	case rsp.StatusCode == 413:
@@ -7684,6 +8711,13 @@ func ParsePatchTenantResponse(rsp *http.Response) (*PatchTenantResponse, error) 
 			}
 			headers.XContentTypeOptions = value
 		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
 		response.Headers413 = &headers
 	case rsp.StatusCode == 415:
 		var headers PatchTenantResponse415Headers
@@ -7701,6 +8735,13 @@ func ParsePatchTenantResponse(rsp *http.Response) (*PatchTenantResponse, error) 
 			}
 			headers.XContentTypeOptions = value
 		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
 		response.Headers415 = &headers
 	case rsp.StatusCode == 422:
 		var headers PatchTenantResponse422Headers
@@ -7711,12 +8752,26 @@ func ParsePatchTenantResponse(rsp *http.Response) (*PatchTenantResponse, error) 
 			}
 			headers.CacheControl = value
 		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
 		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers422 = &headers
 	case rsp.StatusCode == 428:
@@ -7735,6 +8790,13 @@ func ParsePatchTenantResponse(rsp *http.Response) (*PatchTenantResponse, error) 
 			}
 			headers.XContentTypeOptions = value
 		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
 		response.Headers428 = &headers
 	case rsp.StatusCode == 500:
 		var headers PatchTenantResponse500Headers
@@ -7751,6 +8813,13 @@ func ParsePatchTenantResponse(rsp *http.Response) (*PatchTenantResponse, error) 
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers500 = &headers
 	case rsp.StatusCode == 503:
@@ -7775,6 +8844,13 @@ func ParsePatchTenantResponse(rsp *http.Response) (*PatchTenantResponse, error) 
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers503 = &headers
 	}
@@ -7857,6 +8933,13 @@ func ParseListAccountsResponse(rsp *http.Response) (*ListAccountsResponse, error
 			}
 			headers.CacheControl = value
 		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
 		response.Headers200 = &headers
 	case rsp.StatusCode == 400:
 		var headers ListAccountsResponse400Headers
@@ -7867,12 +8950,26 @@ func ParseListAccountsResponse(rsp *http.Response) (*ListAccountsResponse, error
 			}
 			headers.CacheControl = value
 		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
 		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers400 = &headers
 	case rsp.StatusCode == 401:
@@ -7898,6 +8995,13 @@ func ParseListAccountsResponse(rsp *http.Response) (*ListAccountsResponse, error
 			}
 			headers.XContentTypeOptions = value
 		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
 		response.Headers401 = &headers
 	case rsp.StatusCode == 403:
 		var headers ListAccountsResponse403Headers
@@ -7908,12 +9012,26 @@ func ParseListAccountsResponse(rsp *http.Response) (*ListAccountsResponse, error
 			}
 			headers.CacheControl = value
 		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
 		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers403 = &headers
 	case rsp.StatusCode == 429:
@@ -7939,6 +9057,13 @@ func ParseListAccountsResponse(rsp *http.Response) (*ListAccountsResponse, error
 			}
 			headers.XContentTypeOptions = value
 		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
 		response.Headers429 = &headers
 	case rsp.StatusCode == 500:
 		var headers ListAccountsResponse500Headers
@@ -7955,6 +9080,13 @@ func ParseListAccountsResponse(rsp *http.Response) (*ListAccountsResponse, error
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers500 = &headers
 	case rsp.StatusCode == 503:
@@ -7979,6 +9111,13 @@ func ParseListAccountsResponse(rsp *http.Response) (*ListAccountsResponse, error
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers503 = &headers
 	}
@@ -8117,6 +9256,13 @@ func ParseCreateAccountResponse(rsp *http.Response) (*CreateAccountResponse, err
 			}
 			headers.Location = value
 		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
 		response.Headers201 = &headers
 	case rsp.StatusCode == 400:
 		var headers CreateAccountResponse400Headers
@@ -8127,12 +9273,26 @@ func ParseCreateAccountResponse(rsp *http.Response) (*CreateAccountResponse, err
 			}
 			headers.CacheControl = value
 		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
 		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers400 = &headers
 	case rsp.StatusCode == 401:
@@ -8158,6 +9318,13 @@ func ParseCreateAccountResponse(rsp *http.Response) (*CreateAccountResponse, err
 			}
 			headers.XContentTypeOptions = value
 		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
 		response.Headers401 = &headers
 	case rsp.StatusCode == 403:
 		var headers CreateAccountResponse403Headers
@@ -8168,12 +9335,26 @@ func ParseCreateAccountResponse(rsp *http.Response) (*CreateAccountResponse, err
 			}
 			headers.CacheControl = value
 		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
 		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers403 = &headers
 	case rsp.StatusCode == 404:
@@ -8185,12 +9366,26 @@ func ParseCreateAccountResponse(rsp *http.Response) (*CreateAccountResponse, err
 			}
 			headers.CacheControl = value
 		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
 		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers404 = &headers
 	case rsp.StatusCode == 409:
@@ -8201,6 +9396,13 @@ func ParseCreateAccountResponse(rsp *http.Response) (*CreateAccountResponse, err
 				return nil, err
 			}
 			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
 		}
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value string
@@ -8215,6 +9417,13 @@ func ParseCreateAccountResponse(rsp *http.Response) (*CreateAccountResponse, err
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers409 = &headers
 	case rsp.StatusCode == 413:
@@ -8233,6 +9442,13 @@ func ParseCreateAccountResponse(rsp *http.Response) (*CreateAccountResponse, err
 			}
 			headers.XContentTypeOptions = value
 		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
 		response.Headers413 = &headers
 	case rsp.StatusCode == 415:
 		var headers CreateAccountResponse415Headers
@@ -8250,6 +9466,13 @@ func ParseCreateAccountResponse(rsp *http.Response) (*CreateAccountResponse, err
 			}
 			headers.XContentTypeOptions = value
 		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
 		response.Headers415 = &headers
 	case rsp.StatusCode == 422:
 		var headers CreateAccountResponse422Headers
@@ -8266,6 +9489,13 @@ func ParseCreateAccountResponse(rsp *http.Response) (*CreateAccountResponse, err
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers422 = &headers
 	case rsp.StatusCode == 429:
@@ -8291,6 +9521,13 @@ func ParseCreateAccountResponse(rsp *http.Response) (*CreateAccountResponse, err
 			}
 			headers.XContentTypeOptions = value
 		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
 		response.Headers429 = &headers
 	case rsp.StatusCode == 500:
 		var headers CreateAccountResponse500Headers
@@ -8307,6 +9544,13 @@ func ParseCreateAccountResponse(rsp *http.Response) (*CreateAccountResponse, err
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers500 = &headers
 	case rsp.StatusCode == 503:
@@ -8331,6 +9575,13 @@ func ParseCreateAccountResponse(rsp *http.Response) (*CreateAccountResponse, err
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers503 = &headers
 	}
@@ -8444,6 +9695,13 @@ func ParseDeleteAccountResponse(rsp *http.Response) (*DeleteAccountResponse, err
 			}
 			headers.IdempotentReplayed = &value
 		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
 		response.Headers204 = &headers
 	case rsp.StatusCode == 400:
 		var headers DeleteAccountResponse400Headers
@@ -8454,12 +9712,26 @@ func ParseDeleteAccountResponse(rsp *http.Response) (*DeleteAccountResponse, err
 			}
 			headers.CacheControl = value
 		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
 		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers400 = &headers
 	case rsp.StatusCode == 401:
@@ -8485,6 +9757,13 @@ func ParseDeleteAccountResponse(rsp *http.Response) (*DeleteAccountResponse, err
 			}
 			headers.XContentTypeOptions = value
 		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
 		response.Headers401 = &headers
 	case rsp.StatusCode == 403:
 		var headers DeleteAccountResponse403Headers
@@ -8495,12 +9774,26 @@ func ParseDeleteAccountResponse(rsp *http.Response) (*DeleteAccountResponse, err
 			}
 			headers.CacheControl = value
 		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
 		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers403 = &headers
 	case rsp.StatusCode == 404:
@@ -8512,12 +9805,26 @@ func ParseDeleteAccountResponse(rsp *http.Response) (*DeleteAccountResponse, err
 			}
 			headers.CacheControl = value
 		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
 		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers404 = &headers
 	case rsp.StatusCode == 409:
@@ -8528,6 +9835,13 @@ func ParseDeleteAccountResponse(rsp *http.Response) (*DeleteAccountResponse, err
 				return nil, err
 			}
 			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
 		}
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value string
@@ -8542,6 +9856,13 @@ func ParseDeleteAccountResponse(rsp *http.Response) (*DeleteAccountResponse, err
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers409 = &headers
 	case rsp.StatusCode == 412:
@@ -8560,12 +9881,26 @@ func ParseDeleteAccountResponse(rsp *http.Response) (*DeleteAccountResponse, err
 			}
 			headers.ETag = value
 		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
 		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers412 = &headers
 	case rsp.StatusCode == 422:
@@ -8583,6 +9918,13 @@ func ParseDeleteAccountResponse(rsp *http.Response) (*DeleteAccountResponse, err
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers422 = &headers
 	case rsp.StatusCode == 429:
@@ -8608,6 +9950,13 @@ func ParseDeleteAccountResponse(rsp *http.Response) (*DeleteAccountResponse, err
 			}
 			headers.XContentTypeOptions = value
 		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
 		response.Headers429 = &headers
 	case rsp.StatusCode == 500:
 		var headers DeleteAccountResponse500Headers
@@ -8624,6 +9973,13 @@ func ParseDeleteAccountResponse(rsp *http.Response) (*DeleteAccountResponse, err
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers500 = &headers
 	case rsp.StatusCode == 503:
@@ -8648,6 +10004,13 @@ func ParseDeleteAccountResponse(rsp *http.Response) (*DeleteAccountResponse, err
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers503 = &headers
 	}
@@ -8744,6 +10107,13 @@ func ParseGetAccountResponse(rsp *http.Response) (*GetAccountResponse, error) {
 			}
 			headers.ETag = value
 		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
 		response.Headers200 = &headers
 	case rsp.StatusCode == 400:
 		var headers GetAccountResponse400Headers
@@ -8754,12 +10124,26 @@ func ParseGetAccountResponse(rsp *http.Response) (*GetAccountResponse, error) {
 			}
 			headers.CacheControl = value
 		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
 		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers400 = &headers
 	case rsp.StatusCode == 401:
@@ -8785,6 +10169,13 @@ func ParseGetAccountResponse(rsp *http.Response) (*GetAccountResponse, error) {
 			}
 			headers.XContentTypeOptions = value
 		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
 		response.Headers401 = &headers
 	case rsp.StatusCode == 403:
 		var headers GetAccountResponse403Headers
@@ -8795,12 +10186,26 @@ func ParseGetAccountResponse(rsp *http.Response) (*GetAccountResponse, error) {
 			}
 			headers.CacheControl = value
 		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
 		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers403 = &headers
 	case rsp.StatusCode == 404:
@@ -8812,12 +10217,26 @@ func ParseGetAccountResponse(rsp *http.Response) (*GetAccountResponse, error) {
 			}
 			headers.CacheControl = value
 		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
 		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers404 = &headers
 	case rsp.StatusCode == 429:
@@ -8843,6 +10262,13 @@ func ParseGetAccountResponse(rsp *http.Response) (*GetAccountResponse, error) {
 			}
 			headers.XContentTypeOptions = value
 		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
 		response.Headers429 = &headers
 	case rsp.StatusCode == 500:
 		var headers GetAccountResponse500Headers
@@ -8859,6 +10285,13 @@ func ParseGetAccountResponse(rsp *http.Response) (*GetAccountResponse, error) {
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers500 = &headers
 	case rsp.StatusCode == 503:
@@ -8883,6 +10316,13 @@ func ParseGetAccountResponse(rsp *http.Response) (*GetAccountResponse, error) {
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers503 = &headers
 	}
@@ -9028,6 +10468,13 @@ func ParsePatchAccountResponse(rsp *http.Response) (*PatchAccountResponse, error
 			}
 			headers.IdempotentReplayed = &value
 		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
 		response.Headers200 = &headers
 	case rsp.StatusCode == 400:
 		var headers PatchAccountResponse400Headers
@@ -9038,12 +10485,26 @@ func ParsePatchAccountResponse(rsp *http.Response) (*PatchAccountResponse, error
 			}
 			headers.CacheControl = value
 		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
 		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers400 = &headers
 	case rsp.StatusCode == 401:
@@ -9069,6 +10530,13 @@ func ParsePatchAccountResponse(rsp *http.Response) (*PatchAccountResponse, error
 			}
 			headers.XContentTypeOptions = value
 		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
 		response.Headers401 = &headers
 	case rsp.StatusCode == 403:
 		var headers PatchAccountResponse403Headers
@@ -9079,12 +10547,26 @@ func ParsePatchAccountResponse(rsp *http.Response) (*PatchAccountResponse, error
 			}
 			headers.CacheControl = value
 		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
 		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers403 = &headers
 	case rsp.StatusCode == 404:
@@ -9096,12 +10578,26 @@ func ParsePatchAccountResponse(rsp *http.Response) (*PatchAccountResponse, error
 			}
 			headers.CacheControl = value
 		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
 		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers404 = &headers
 	case rsp.StatusCode == 409:
@@ -9112,6 +10608,13 @@ func ParsePatchAccountResponse(rsp *http.Response) (*PatchAccountResponse, error
 				return nil, err
 			}
 			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
 		}
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value string
@@ -9126,6 +10629,13 @@ func ParsePatchAccountResponse(rsp *http.Response) (*PatchAccountResponse, error
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers409 = &headers
 	case rsp.StatusCode == 412:
@@ -9144,12 +10654,26 @@ func ParsePatchAccountResponse(rsp *http.Response) (*PatchAccountResponse, error
 			}
 			headers.ETag = value
 		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
 		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers412 = &headers
 	case rsp.StatusCode == 413:
@@ -9168,6 +10692,13 @@ func ParsePatchAccountResponse(rsp *http.Response) (*PatchAccountResponse, error
 			}
 			headers.XContentTypeOptions = value
 		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
 		response.Headers413 = &headers
 	case rsp.StatusCode == 415:
 		var headers PatchAccountResponse415Headers
@@ -9184,6 +10715,13 @@ func ParsePatchAccountResponse(rsp *http.Response) (*PatchAccountResponse, error
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers415 = &headers
 	case rsp.StatusCode == 422:
@@ -9202,6 +10740,13 @@ func ParsePatchAccountResponse(rsp *http.Response) (*PatchAccountResponse, error
 			}
 			headers.XContentTypeOptions = value
 		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
 		response.Headers422 = &headers
 	case rsp.StatusCode == 428:
 		var headers PatchAccountResponse428Headers
@@ -9218,6 +10763,13 @@ func ParsePatchAccountResponse(rsp *http.Response) (*PatchAccountResponse, error
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers428 = &headers
 	case rsp.StatusCode == 429:
@@ -9243,6 +10795,13 @@ func ParsePatchAccountResponse(rsp *http.Response) (*PatchAccountResponse, error
 			}
 			headers.XContentTypeOptions = value
 		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
 		response.Headers429 = &headers
 	case rsp.StatusCode == 500:
 		var headers PatchAccountResponse500Headers
@@ -9259,6 +10818,13 @@ func ParsePatchAccountResponse(rsp *http.Response) (*PatchAccountResponse, error
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers500 = &headers
 	case rsp.StatusCode == 503:
@@ -9283,6 +10849,13 @@ func ParsePatchAccountResponse(rsp *http.Response) (*PatchAccountResponse, error
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers503 = &headers
 	}
@@ -9428,6 +11001,13 @@ func ParseAddEmailResponse(rsp *http.Response) (*AddEmailResponse, error) {
 			}
 			headers.Location = value
 		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
 		response.Headers201 = &headers
 	case rsp.StatusCode == 400:
 		var headers AddEmailResponse400Headers
@@ -9438,12 +11018,26 @@ func ParseAddEmailResponse(rsp *http.Response) (*AddEmailResponse, error) {
 			}
 			headers.CacheControl = value
 		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
 		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers400 = &headers
 	case rsp.StatusCode == 401:
@@ -9469,6 +11063,13 @@ func ParseAddEmailResponse(rsp *http.Response) (*AddEmailResponse, error) {
 			}
 			headers.XContentTypeOptions = value
 		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
 		response.Headers401 = &headers
 	case rsp.StatusCode == 403:
 		var headers AddEmailResponse403Headers
@@ -9479,12 +11080,26 @@ func ParseAddEmailResponse(rsp *http.Response) (*AddEmailResponse, error) {
 			}
 			headers.CacheControl = value
 		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
 		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers403 = &headers
 	case rsp.StatusCode == 404:
@@ -9496,12 +11111,26 @@ func ParseAddEmailResponse(rsp *http.Response) (*AddEmailResponse, error) {
 			}
 			headers.CacheControl = value
 		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
 		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers404 = &headers
 	case rsp.StatusCode == 409:
@@ -9512,6 +11141,13 @@ func ParseAddEmailResponse(rsp *http.Response) (*AddEmailResponse, error) {
 				return nil, err
 			}
 			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
 		}
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value string
@@ -9526,6 +11162,13 @@ func ParseAddEmailResponse(rsp *http.Response) (*AddEmailResponse, error) {
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers409 = &headers
 	case rsp.StatusCode == 412:
@@ -9544,12 +11187,26 @@ func ParseAddEmailResponse(rsp *http.Response) (*AddEmailResponse, error) {
 			}
 			headers.ETag = value
 		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
 		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers412 = &headers
 	case rsp.StatusCode == 413:
@@ -9568,6 +11225,13 @@ func ParseAddEmailResponse(rsp *http.Response) (*AddEmailResponse, error) {
 			}
 			headers.XContentTypeOptions = value
 		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
 		response.Headers413 = &headers
 	case rsp.StatusCode == 415:
 		var headers AddEmailResponse415Headers
@@ -9585,6 +11249,13 @@ func ParseAddEmailResponse(rsp *http.Response) (*AddEmailResponse, error) {
 			}
 			headers.XContentTypeOptions = value
 		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
 		response.Headers415 = &headers
 	case rsp.StatusCode == 422:
 		var headers AddEmailResponse422Headers
@@ -9601,6 +11272,13 @@ func ParseAddEmailResponse(rsp *http.Response) (*AddEmailResponse, error) {
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers422 = &headers
 	case rsp.StatusCode == 429:
@@ -9626,6 +11304,13 @@ func ParseAddEmailResponse(rsp *http.Response) (*AddEmailResponse, error) {
 			}
 			headers.XContentTypeOptions = value
 		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
 		response.Headers429 = &headers
 	case rsp.StatusCode == 500:
 		var headers AddEmailResponse500Headers
@@ -9642,6 +11327,13 @@ func ParseAddEmailResponse(rsp *http.Response) (*AddEmailResponse, error) {
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers500 = &headers
 	case rsp.StatusCode == 503:
@@ -9667,6 +11359,13 @@ func ParseAddEmailResponse(rsp *http.Response) (*AddEmailResponse, error) {
 			}
 			headers.XContentTypeOptions = value
 		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
 		response.Headers503 = &headers
 	}
 
@@ -9687,12 +11386,8 @@ func ParseRemoveEmailResponse(rsp *http.Response) (*RemoveEmailResponse, error) 
 	}
 
 	switch {
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
-		var dest AccountChanged
-		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
-			return nil, err
-		}
-		response.JSON200 = &dest
+	case rsp.StatusCode == 204:
+		break // No content-type
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
 		var dest BadRequest
@@ -9767,21 +11462,14 @@ func ParseRemoveEmailResponse(rsp *http.Response) (*RemoveEmailResponse, error) 
 	}
 
 	switch {
-	case rsp.StatusCode == 200:
-		var headers RemoveEmailResponse200Headers
+	case rsp.StatusCode == 204:
+		var headers RemoveEmailResponse204Headers
 		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
 			headers.CacheControl = value
-		}
-		if values := rsp.Header.Values("ETag"); len(values) > 0 {
-			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "ETag", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
-				return nil, err
-			}
-			headers.ETag = value
 		}
 		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
 			var value string
@@ -9790,7 +11478,14 @@ func ParseRemoveEmailResponse(rsp *http.Response) (*RemoveEmailResponse, error) 
 			}
 			headers.IdempotentReplayed = &value
 		}
-		response.Headers200 = &headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers204 = &headers
 	case rsp.StatusCode == 400:
 		var headers RemoveEmailResponse400Headers
 		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
@@ -9800,12 +11495,26 @@ func ParseRemoveEmailResponse(rsp *http.Response) (*RemoveEmailResponse, error) 
 			}
 			headers.CacheControl = value
 		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
 		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers400 = &headers
 	case rsp.StatusCode == 401:
@@ -9831,6 +11540,13 @@ func ParseRemoveEmailResponse(rsp *http.Response) (*RemoveEmailResponse, error) 
 			}
 			headers.XContentTypeOptions = value
 		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
 		response.Headers401 = &headers
 	case rsp.StatusCode == 403:
 		var headers RemoveEmailResponse403Headers
@@ -9841,12 +11557,26 @@ func ParseRemoveEmailResponse(rsp *http.Response) (*RemoveEmailResponse, error) 
 			}
 			headers.CacheControl = value
 		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
 		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers403 = &headers
 	case rsp.StatusCode == 404:
@@ -9858,12 +11588,26 @@ func ParseRemoveEmailResponse(rsp *http.Response) (*RemoveEmailResponse, error) 
 			}
 			headers.CacheControl = value
 		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
 		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers404 = &headers
 	case rsp.StatusCode == 409:
@@ -9874,6 +11618,13 @@ func ParseRemoveEmailResponse(rsp *http.Response) (*RemoveEmailResponse, error) 
 				return nil, err
 			}
 			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
 		}
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value string
@@ -9888,6 +11639,13 @@ func ParseRemoveEmailResponse(rsp *http.Response) (*RemoveEmailResponse, error) 
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers409 = &headers
 	case rsp.StatusCode == 412:
@@ -9906,12 +11664,26 @@ func ParseRemoveEmailResponse(rsp *http.Response) (*RemoveEmailResponse, error) 
 			}
 			headers.ETag = value
 		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
 		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers412 = &headers
 	case rsp.StatusCode == 422:
@@ -9929,6 +11701,13 @@ func ParseRemoveEmailResponse(rsp *http.Response) (*RemoveEmailResponse, error) 
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers422 = &headers
 	case rsp.StatusCode == 429:
@@ -9954,6 +11733,13 @@ func ParseRemoveEmailResponse(rsp *http.Response) (*RemoveEmailResponse, error) 
 			}
 			headers.XContentTypeOptions = value
 		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
 		response.Headers429 = &headers
 	case rsp.StatusCode == 500:
 		var headers RemoveEmailResponse500Headers
@@ -9970,6 +11756,13 @@ func ParseRemoveEmailResponse(rsp *http.Response) (*RemoveEmailResponse, error) 
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers500 = &headers
 	case rsp.StatusCode == 503:
@@ -9994,6 +11787,325 @@ func ParseRemoveEmailResponse(rsp *http.Response) (*RemoveEmailResponse, error) 
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseGetEmailResponse parses an HTTP response from a GetEmailWithResponse call
+func ParseGetEmailResponse(rsp *http.Response) (*GetEmailResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &GetEmailResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest AccountEmail
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthenticated
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest RateLimited
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest Internal
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest Unavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers GetEmailResponse200Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("ETag"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "ETag", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.ETag = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers200 = &headers
+	case rsp.StatusCode == 400:
+		var headers GetEmailResponse400Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers400 = &headers
+	case rsp.StatusCode == 401:
+		var headers GetEmailResponse401Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 403:
+		var headers GetEmailResponse403Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers403 = &headers
+	case rsp.StatusCode == 404:
+		var headers GetEmailResponse404Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers404 = &headers
+	case rsp.StatusCode == 429:
+		var headers GetEmailResponse429Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers429 = &headers
+	case rsp.StatusCode == 500:
+		var headers GetEmailResponse500Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers500 = &headers
+	case rsp.StatusCode == 503:
+		var headers GetEmailResponse503Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers503 = &headers
 	}
@@ -10139,6 +12251,13 @@ func ParsePatchEmailResponse(rsp *http.Response) (*PatchEmailResponse, error) {
 			}
 			headers.IdempotentReplayed = &value
 		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
 		response.Headers200 = &headers
 	case rsp.StatusCode == 400:
 		var headers PatchEmailResponse400Headers
@@ -10149,12 +12268,26 @@ func ParsePatchEmailResponse(rsp *http.Response) (*PatchEmailResponse, error) {
 			}
 			headers.CacheControl = value
 		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
 		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers400 = &headers
 	case rsp.StatusCode == 401:
@@ -10180,6 +12313,13 @@ func ParsePatchEmailResponse(rsp *http.Response) (*PatchEmailResponse, error) {
 			}
 			headers.XContentTypeOptions = value
 		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
 		response.Headers401 = &headers
 	case rsp.StatusCode == 403:
 		var headers PatchEmailResponse403Headers
@@ -10190,12 +12330,26 @@ func ParsePatchEmailResponse(rsp *http.Response) (*PatchEmailResponse, error) {
 			}
 			headers.CacheControl = value
 		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
 		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers403 = &headers
 	case rsp.StatusCode == 404:
@@ -10207,12 +12361,26 @@ func ParsePatchEmailResponse(rsp *http.Response) (*PatchEmailResponse, error) {
 			}
 			headers.CacheControl = value
 		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
 		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers404 = &headers
 	case rsp.StatusCode == 409:
@@ -10223,6 +12391,13 @@ func ParsePatchEmailResponse(rsp *http.Response) (*PatchEmailResponse, error) {
 				return nil, err
 			}
 			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
 		}
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value string
@@ -10237,6 +12412,13 @@ func ParsePatchEmailResponse(rsp *http.Response) (*PatchEmailResponse, error) {
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers409 = &headers
 	case rsp.StatusCode == 412:
@@ -10255,12 +12437,26 @@ func ParsePatchEmailResponse(rsp *http.Response) (*PatchEmailResponse, error) {
 			}
 			headers.ETag = value
 		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
 		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers412 = &headers
 	case rsp.StatusCode == 413:
@@ -10279,6 +12475,13 @@ func ParsePatchEmailResponse(rsp *http.Response) (*PatchEmailResponse, error) {
 			}
 			headers.XContentTypeOptions = value
 		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
 		response.Headers413 = &headers
 	case rsp.StatusCode == 415:
 		var headers PatchEmailResponse415Headers
@@ -10295,6 +12498,13 @@ func ParsePatchEmailResponse(rsp *http.Response) (*PatchEmailResponse, error) {
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers415 = &headers
 	case rsp.StatusCode == 422:
@@ -10313,6 +12523,13 @@ func ParsePatchEmailResponse(rsp *http.Response) (*PatchEmailResponse, error) {
 			}
 			headers.XContentTypeOptions = value
 		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
 		response.Headers422 = &headers
 	case rsp.StatusCode == 428:
 		var headers PatchEmailResponse428Headers
@@ -10329,6 +12546,13 @@ func ParsePatchEmailResponse(rsp *http.Response) (*PatchEmailResponse, error) {
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers428 = &headers
 	case rsp.StatusCode == 429:
@@ -10354,6 +12578,13 @@ func ParsePatchEmailResponse(rsp *http.Response) (*PatchEmailResponse, error) {
 			}
 			headers.XContentTypeOptions = value
 		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
 		response.Headers429 = &headers
 	case rsp.StatusCode == 500:
 		var headers PatchEmailResponse500Headers
@@ -10370,6 +12601,13 @@ func ParsePatchEmailResponse(rsp *http.Response) (*PatchEmailResponse, error) {
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers500 = &headers
 	case rsp.StatusCode == 503:
@@ -10394,6 +12632,13 @@ func ParsePatchEmailResponse(rsp *http.Response) (*PatchEmailResponse, error) {
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers503 = &headers
 	}
@@ -10476,6 +12721,13 @@ func ParseListBranchesResponse(rsp *http.Response) (*ListBranchesResponse, error
 			}
 			headers.CacheControl = value
 		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
 		response.Headers200 = &headers
 	case rsp.StatusCode == 400:
 		var headers ListBranchesResponse400Headers
@@ -10486,12 +12738,26 @@ func ParseListBranchesResponse(rsp *http.Response) (*ListBranchesResponse, error
 			}
 			headers.CacheControl = value
 		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
 		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers400 = &headers
 	case rsp.StatusCode == 401:
@@ -10517,6 +12783,13 @@ func ParseListBranchesResponse(rsp *http.Response) (*ListBranchesResponse, error
 			}
 			headers.XContentTypeOptions = value
 		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
 		response.Headers401 = &headers
 	case rsp.StatusCode == 403:
 		var headers ListBranchesResponse403Headers
@@ -10527,12 +12800,26 @@ func ParseListBranchesResponse(rsp *http.Response) (*ListBranchesResponse, error
 			}
 			headers.CacheControl = value
 		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
 		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers403 = &headers
 	case rsp.StatusCode == 429:
@@ -10558,6 +12845,13 @@ func ParseListBranchesResponse(rsp *http.Response) (*ListBranchesResponse, error
 			}
 			headers.XContentTypeOptions = value
 		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
 		response.Headers429 = &headers
 	case rsp.StatusCode == 500:
 		var headers ListBranchesResponse500Headers
@@ -10574,6 +12868,13 @@ func ParseListBranchesResponse(rsp *http.Response) (*ListBranchesResponse, error
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers500 = &headers
 	case rsp.StatusCode == 503:
@@ -10598,6 +12899,13 @@ func ParseListBranchesResponse(rsp *http.Response) (*ListBranchesResponse, error
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers503 = &headers
 	}
@@ -10736,6 +13044,13 @@ func ParseCreateBranchResponse(rsp *http.Response) (*CreateBranchResponse, error
 			}
 			headers.Location = value
 		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
 		response.Headers201 = &headers
 	case rsp.StatusCode == 400:
 		var headers CreateBranchResponse400Headers
@@ -10746,12 +13061,26 @@ func ParseCreateBranchResponse(rsp *http.Response) (*CreateBranchResponse, error
 			}
 			headers.CacheControl = value
 		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
 		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers400 = &headers
 	case rsp.StatusCode == 401:
@@ -10777,6 +13106,13 @@ func ParseCreateBranchResponse(rsp *http.Response) (*CreateBranchResponse, error
 			}
 			headers.XContentTypeOptions = value
 		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
 		response.Headers401 = &headers
 	case rsp.StatusCode == 403:
 		var headers CreateBranchResponse403Headers
@@ -10787,12 +13123,26 @@ func ParseCreateBranchResponse(rsp *http.Response) (*CreateBranchResponse, error
 			}
 			headers.CacheControl = value
 		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
 		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers403 = &headers
 	case rsp.StatusCode == 404:
@@ -10804,12 +13154,26 @@ func ParseCreateBranchResponse(rsp *http.Response) (*CreateBranchResponse, error
 			}
 			headers.CacheControl = value
 		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
 		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers404 = &headers
 	case rsp.StatusCode == 409:
@@ -10820,6 +13184,13 @@ func ParseCreateBranchResponse(rsp *http.Response) (*CreateBranchResponse, error
 				return nil, err
 			}
 			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
 		}
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value string
@@ -10834,6 +13205,13 @@ func ParseCreateBranchResponse(rsp *http.Response) (*CreateBranchResponse, error
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers409 = &headers
 	case rsp.StatusCode == 413:
@@ -10852,6 +13230,13 @@ func ParseCreateBranchResponse(rsp *http.Response) (*CreateBranchResponse, error
 			}
 			headers.XContentTypeOptions = value
 		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
 		response.Headers413 = &headers
 	case rsp.StatusCode == 415:
 		var headers CreateBranchResponse415Headers
@@ -10869,6 +13254,13 @@ func ParseCreateBranchResponse(rsp *http.Response) (*CreateBranchResponse, error
 			}
 			headers.XContentTypeOptions = value
 		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
 		response.Headers415 = &headers
 	case rsp.StatusCode == 422:
 		var headers CreateBranchResponse422Headers
@@ -10879,12 +13271,26 @@ func ParseCreateBranchResponse(rsp *http.Response) (*CreateBranchResponse, error
 			}
 			headers.CacheControl = value
 		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
 		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers422 = &headers
 	case rsp.StatusCode == 429:
@@ -10910,6 +13316,13 @@ func ParseCreateBranchResponse(rsp *http.Response) (*CreateBranchResponse, error
 			}
 			headers.XContentTypeOptions = value
 		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
 		response.Headers429 = &headers
 	case rsp.StatusCode == 500:
 		var headers CreateBranchResponse500Headers
@@ -10926,6 +13339,13 @@ func ParseCreateBranchResponse(rsp *http.Response) (*CreateBranchResponse, error
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers500 = &headers
 	case rsp.StatusCode == 503:
@@ -10950,6 +13370,13 @@ func ParseCreateBranchResponse(rsp *http.Response) (*CreateBranchResponse, error
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers503 = &headers
 	}
@@ -11063,6 +13490,13 @@ func ParseDeleteBranchResponse(rsp *http.Response) (*DeleteBranchResponse, error
 			}
 			headers.IdempotentReplayed = &value
 		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
 		response.Headers204 = &headers
 	case rsp.StatusCode == 400:
 		var headers DeleteBranchResponse400Headers
@@ -11073,12 +13507,26 @@ func ParseDeleteBranchResponse(rsp *http.Response) (*DeleteBranchResponse, error
 			}
 			headers.CacheControl = value
 		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
 		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers400 = &headers
 	case rsp.StatusCode == 401:
@@ -11104,6 +13552,13 @@ func ParseDeleteBranchResponse(rsp *http.Response) (*DeleteBranchResponse, error
 			}
 			headers.XContentTypeOptions = value
 		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
 		response.Headers401 = &headers
 	case rsp.StatusCode == 403:
 		var headers DeleteBranchResponse403Headers
@@ -11114,12 +13569,26 @@ func ParseDeleteBranchResponse(rsp *http.Response) (*DeleteBranchResponse, error
 			}
 			headers.CacheControl = value
 		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
 		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers403 = &headers
 	case rsp.StatusCode == 404:
@@ -11131,12 +13600,26 @@ func ParseDeleteBranchResponse(rsp *http.Response) (*DeleteBranchResponse, error
 			}
 			headers.CacheControl = value
 		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
 		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers404 = &headers
 	case rsp.StatusCode == 409:
@@ -11147,6 +13630,13 @@ func ParseDeleteBranchResponse(rsp *http.Response) (*DeleteBranchResponse, error
 				return nil, err
 			}
 			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
 		}
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value string
@@ -11161,6 +13651,13 @@ func ParseDeleteBranchResponse(rsp *http.Response) (*DeleteBranchResponse, error
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers409 = &headers
 	case rsp.StatusCode == 412:
@@ -11179,12 +13676,26 @@ func ParseDeleteBranchResponse(rsp *http.Response) (*DeleteBranchResponse, error
 			}
 			headers.ETag = value
 		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
 		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers412 = &headers
 	case rsp.StatusCode == 422:
@@ -11202,6 +13713,13 @@ func ParseDeleteBranchResponse(rsp *http.Response) (*DeleteBranchResponse, error
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers422 = &headers
 	case rsp.StatusCode == 429:
@@ -11227,6 +13745,13 @@ func ParseDeleteBranchResponse(rsp *http.Response) (*DeleteBranchResponse, error
 			}
 			headers.XContentTypeOptions = value
 		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
 		response.Headers429 = &headers
 	case rsp.StatusCode == 500:
 		var headers DeleteBranchResponse500Headers
@@ -11243,6 +13768,13 @@ func ParseDeleteBranchResponse(rsp *http.Response) (*DeleteBranchResponse, error
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers500 = &headers
 	case rsp.StatusCode == 503:
@@ -11267,6 +13799,13 @@ func ParseDeleteBranchResponse(rsp *http.Response) (*DeleteBranchResponse, error
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers503 = &headers
 	}
@@ -11363,6 +13902,13 @@ func ParseGetBranchResponse(rsp *http.Response) (*GetBranchResponse, error) {
 			}
 			headers.ETag = value
 		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
 		response.Headers200 = &headers
 	case rsp.StatusCode == 400:
 		var headers GetBranchResponse400Headers
@@ -11373,12 +13919,26 @@ func ParseGetBranchResponse(rsp *http.Response) (*GetBranchResponse, error) {
 			}
 			headers.CacheControl = value
 		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
 		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers400 = &headers
 	case rsp.StatusCode == 401:
@@ -11404,6 +13964,13 @@ func ParseGetBranchResponse(rsp *http.Response) (*GetBranchResponse, error) {
 			}
 			headers.XContentTypeOptions = value
 		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
 		response.Headers401 = &headers
 	case rsp.StatusCode == 403:
 		var headers GetBranchResponse403Headers
@@ -11414,12 +13981,26 @@ func ParseGetBranchResponse(rsp *http.Response) (*GetBranchResponse, error) {
 			}
 			headers.CacheControl = value
 		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
 		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers403 = &headers
 	case rsp.StatusCode == 404:
@@ -11431,12 +14012,26 @@ func ParseGetBranchResponse(rsp *http.Response) (*GetBranchResponse, error) {
 			}
 			headers.CacheControl = value
 		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
 		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers404 = &headers
 	case rsp.StatusCode == 429:
@@ -11462,6 +14057,13 @@ func ParseGetBranchResponse(rsp *http.Response) (*GetBranchResponse, error) {
 			}
 			headers.XContentTypeOptions = value
 		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
 		response.Headers429 = &headers
 	case rsp.StatusCode == 500:
 		var headers GetBranchResponse500Headers
@@ -11478,6 +14080,13 @@ func ParseGetBranchResponse(rsp *http.Response) (*GetBranchResponse, error) {
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers500 = &headers
 	case rsp.StatusCode == 503:
@@ -11502,6 +14111,13 @@ func ParseGetBranchResponse(rsp *http.Response) (*GetBranchResponse, error) {
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers503 = &headers
 	}
@@ -11647,6 +14263,13 @@ func ParsePatchBranchResponse(rsp *http.Response) (*PatchBranchResponse, error) 
 			}
 			headers.IdempotentReplayed = &value
 		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
 		response.Headers200 = &headers
 	case rsp.StatusCode == 400:
 		var headers PatchBranchResponse400Headers
@@ -11657,12 +14280,26 @@ func ParsePatchBranchResponse(rsp *http.Response) (*PatchBranchResponse, error) 
 			}
 			headers.CacheControl = value
 		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
 		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers400 = &headers
 	case rsp.StatusCode == 401:
@@ -11688,6 +14325,13 @@ func ParsePatchBranchResponse(rsp *http.Response) (*PatchBranchResponse, error) 
 			}
 			headers.XContentTypeOptions = value
 		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
 		response.Headers401 = &headers
 	case rsp.StatusCode == 403:
 		var headers PatchBranchResponse403Headers
@@ -11698,12 +14342,26 @@ func ParsePatchBranchResponse(rsp *http.Response) (*PatchBranchResponse, error) 
 			}
 			headers.CacheControl = value
 		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
 		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers403 = &headers
 	case rsp.StatusCode == 404:
@@ -11715,12 +14373,26 @@ func ParsePatchBranchResponse(rsp *http.Response) (*PatchBranchResponse, error) 
 			}
 			headers.CacheControl = value
 		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
 		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers404 = &headers
 	case rsp.StatusCode == 409:
@@ -11731,6 +14403,13 @@ func ParsePatchBranchResponse(rsp *http.Response) (*PatchBranchResponse, error) 
 				return nil, err
 			}
 			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
 		}
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value string
@@ -11745,6 +14424,13 @@ func ParsePatchBranchResponse(rsp *http.Response) (*PatchBranchResponse, error) 
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers409 = &headers
 	case rsp.StatusCode == 412:
@@ -11763,12 +14449,26 @@ func ParsePatchBranchResponse(rsp *http.Response) (*PatchBranchResponse, error) 
 			}
 			headers.ETag = value
 		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
 		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers412 = &headers
 	case rsp.StatusCode == 413:
@@ -11787,6 +14487,13 @@ func ParsePatchBranchResponse(rsp *http.Response) (*PatchBranchResponse, error) 
 			}
 			headers.XContentTypeOptions = value
 		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
 		response.Headers413 = &headers
 	case rsp.StatusCode == 415:
 		var headers PatchBranchResponse415Headers
@@ -11804,6 +14511,13 @@ func ParsePatchBranchResponse(rsp *http.Response) (*PatchBranchResponse, error) 
 			}
 			headers.XContentTypeOptions = value
 		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
 		response.Headers415 = &headers
 	case rsp.StatusCode == 422:
 		var headers PatchBranchResponse422Headers
@@ -11814,12 +14528,26 @@ func ParsePatchBranchResponse(rsp *http.Response) (*PatchBranchResponse, error) 
 			}
 			headers.CacheControl = value
 		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
 		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers422 = &headers
 	case rsp.StatusCode == 428:
@@ -11837,6 +14565,13 @@ func ParsePatchBranchResponse(rsp *http.Response) (*PatchBranchResponse, error) 
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers428 = &headers
 	case rsp.StatusCode == 429:
@@ -11862,6 +14597,13 @@ func ParsePatchBranchResponse(rsp *http.Response) (*PatchBranchResponse, error) 
 			}
 			headers.XContentTypeOptions = value
 		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
 		response.Headers429 = &headers
 	case rsp.StatusCode == 500:
 		var headers PatchBranchResponse500Headers
@@ -11878,6 +14620,13 @@ func ParsePatchBranchResponse(rsp *http.Response) (*PatchBranchResponse, error) 
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers500 = &headers
 	case rsp.StatusCode == 503:
@@ -11902,6 +14651,13 @@ func ParsePatchBranchResponse(rsp *http.Response) (*PatchBranchResponse, error) 
 				return nil, err
 			}
 			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
 		}
 		response.Headers503 = &headers
 	}
