@@ -38,6 +38,12 @@ type Workload struct {
 	deleted []aggregates.Key
 	n       int
 
+	// Invalid, when positive, is the share of steps that write an invalid
+	// transaction (an insert poisoned as Step's are); the other steps then
+	// write none (their poisoned inserts and modifies are valid ones).
+	// Zero keeps Step's mix, where about one record in ten is invalid.
+	Invalid float64
+
 	// Counts of the operations written, by kind.
 	Counts map[string]int
 
@@ -144,6 +150,15 @@ func (w *Workload) Step(ctx context.Context, api WriteAPI, table string) (string
 	r := w.rng.IntN(100)
 	var kind string
 	var err error
+	if w.Invalid > 0 {
+		if w.rng.Float64() < w.Invalid {
+			kind, err = w.insert(ctx, api, table, true)
+			if err == nil {
+				w.Counts[kind]++
+			}
+			return kind, err
+		}
+	}
 	switch {
 	case len(w.live) == 0 || r < 40:
 		kind, err = w.insert(ctx, api, table, false)
@@ -154,7 +169,7 @@ func (w *Workload) Step(ctx context.Context, api WriteAPI, table string) (string
 	case r < 83 && len(w.deleted) > 0:
 		kind, err = w.reinsert(ctx, api, table)
 	case r < 90:
-		kind, err = w.insert(ctx, api, table, true)
+		kind, err = w.insert(ctx, api, table, w.Invalid <= 0) // with Invalid set, a valid insert
 	case r < 95:
 		kind, err = w.other(ctx, api, table)
 	default:
@@ -217,7 +232,11 @@ func (w *Workload) modify(ctx context.Context, api WriteAPI, table string) (stri
 	k, old := w.randomLive()
 	item := clone(old)
 	kind := "modify"
-	switch w.rng.IntN(10) {
+	c := w.rng.IntN(10)
+	if c == 0 && w.Invalid > 0 {
+		c = 2 // a valid modify instead of a poisoned one
+	}
+	switch c {
 	case 0:
 		kind = "modify_poison_" + w.poison(item)
 	case 1:
