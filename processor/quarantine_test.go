@@ -190,3 +190,56 @@ func TestLambda_HundredsOfInvalidRecordsCommitInFewRoundTripsUnderFaults(t *test
 		})
 	}
 }
+
+// A quarantine item that exists before the commit that claims its record
+// (put by an earlier version before its commit landed, or by hand) fails
+// its condition inside the transaction: the commit drops that put and
+// lands the rest, the item keeps what it holds, and the metric counts only
+// the items this commit wrote. Under both guards (runs, and batches).
+func TestCommit_AQuarantineItemThatExistsIsKeptAndBlocksNothing(t *testing.T) {
+	for _, kind := range []string{"marker", "checkpoint"} {
+		t.Run(kind, func(t *testing.T) {
+			ctx := context.Background()
+			e := newEnv(t)
+			w := ledgertest.NewWorkload(28)
+			w.Invalid = 0.5
+			require.NoError(t, w.Run(ctx, e.ddb, e.table, 40))
+			shard, recs := e.records(t)
+			want := needQuarantine(t, recs)
+			require.Greater(t, len(want), 10)
+			var early []string
+			for _, r := range recs {
+				if want[r.EventID] && len(early) < 3 {
+					early = append(early, r.EventID)
+					_, err := e.ddb.PutItem(ctx, table.PutQuarantine(e.table, table.QuarantineItem(table.Quarantined{
+						ID: r.EventID, EventID: r.EventID, Reason: "earlier", At: "2000-01-01T00:00:00Z", Record: "{}",
+					})))
+					require.NoError(t, err)
+				}
+			}
+
+			reg := prometheus.NewRegistry()
+			p := e.processor(t, reg, nil)
+			var g processor.Guard = p.MarkerGuard()
+			if kind == "checkpoint" {
+				sg := p.ShardGuard(e.streamARN, shard)
+				sg.CommitBatches()
+				g = sg
+			}
+			res, err := p.Process(ctx, g, recs)
+			require.NoError(t, err)
+			assert.Equal(t, len(recs), res.Committed)
+			assert.Equal(t, len(want), res.Quarantined)
+			assert.Equal(t, want, quarantineIDs(t, e))
+			for _, id := range early {
+				out, err := e.ddb.GetItem(ctx, &dynamodb.GetItemInput{TableName: &e.table, Key: table.Key(aggregates.QuarantineKey(id))})
+				require.NoError(t, err)
+				at, _ := table.String(out.Item, table.AttrQuarantinedAt)
+				assert.Equal(t, "2000-01-01T00:00:00Z", at, "the item that existed is not rewritten")
+			}
+			assert.Equal(t, float64(len(want)-len(early)), sumCounter(t, reg, "ledger_quarantined_records_total"))
+			assert.Zero(t, sumCounter(t, reg, "ledger_aggregate_conflicts_total"), "an item that exists is no conflict")
+			e.requireReconciled(t)
+		})
+	}
+}
