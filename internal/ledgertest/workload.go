@@ -35,12 +35,14 @@ type Workload struct {
 
 	live    []aggregates.Key
 	items   map[aggregates.Key]map[string]ddbtypes.AttributeValue
+	bad     map[aggregates.Key]bool // live items that are invalid (kept with Invalid set)
 	deleted []aggregates.Key
 	n       int
 
 	// Invalid, when positive, is the share of steps that write an invalid
 	// transaction (an insert poisoned as Step's are); the other steps then
-	// write none (their poisoned inserts and modifies are valid ones).
+	// write none (their poisoned inserts and modifies are valid ones, and a
+	// modify of an invalid item fixes it).
 	// Zero keeps Step's mix, where about one record in ten is invalid.
 	Invalid float64
 
@@ -68,6 +70,7 @@ func NewWorkload(seed uint64) *Workload {
 		CostCenters:    []string{"cc-1", "cc-2", "ops", "R&D"},
 		PaymentMethods: []string{"card", "cash", "pix", "wire"},
 		items:          map[aggregates.Key]map[string]ddbtypes.AttributeValue{},
+		bad:            map[aggregates.Key]bool{},
 		Counts:         map[string]int{},
 	}
 }
@@ -209,6 +212,7 @@ func (w *Workload) insert(ctx context.Context, api WriteAPI, table string, poiso
 	kind := "insert"
 	if poisoned {
 		kind = "poison_" + w.poison(item)
+		w.bad[k] = true
 	}
 	return kind, w.put(ctx, api, table, k, item)
 }
@@ -233,9 +237,13 @@ func (w *Workload) modify(ctx context.Context, api WriteAPI, table string) (stri
 	item := clone(old)
 	kind := "modify"
 	c := w.rng.IntN(10)
-	if c == 0 && w.Invalid > 0 {
+	switch {
+	case w.Invalid > 0 && w.bad[k]:
+		c = 1 // a fix: only Invalid's share of the records is invalid
+	case w.Invalid > 0 && c == 0:
 		c = 2 // a valid modify instead of a poisoned one
 	}
+	delete(w.bad, k)
 	switch c {
 	case 0:
 		kind = "modify_poison_" + w.poison(item)
