@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -32,6 +33,11 @@ const maxQuarantineRecord = 64 << 10
 // rest.
 const maxQuarantineBytes = 2 << 20
 
+// maxQuarantineDetail bounds the detail a quarantine item stores: the
+// detail quotes the refused value, which may be as large as the item (the
+// record keeps it whole, up to maxQuarantineRecord).
+const maxQuarantineDetail = 1 << 10
+
 // quarantineOverhead is what quarantineBytes counts for a quarantine item's
 // attributes besides its record and detail (keys, names, reason, times).
 const quarantineOverhead = 1 << 10
@@ -50,7 +56,17 @@ func (c *change) needsQuarantine() bool { return c.invalid != nil && !c.dup }
 // plans it.
 func quarantineBytes(c *change) int {
 	raw, _ := storedRecord(c.rec, false)
-	return len(raw) + len(c.invalid.Error()) + quarantineOverhead
+	return len(raw) + len(quarantineDetail(c)) + quarantineOverhead
+}
+
+// quarantineDetail is the detail the quarantine item of c stores: the
+// reason's message, cut at maxQuarantineDetail bytes.
+func quarantineDetail(c *change) string {
+	d := c.invalid.Error()
+	if len(d) <= maxQuarantineDetail {
+		return d
+	}
+	return strings.ToValidUTF8(d[:maxQuarantineDetail], "") + "…"
 }
 
 // quarantined is the quarantine item of one invalid record in a commit,
@@ -210,7 +226,7 @@ func quarantineItem(c *change, now time.Time, truncate bool) (map[string]ddbtype
 	r := c.rec
 	q := table.Quarantined{
 		ID: recordID(r), EventID: r.EventID, EventName: r.EventName, SequenceNumber: r.SequenceNumber, StreamARN: r.StreamARN,
-		Reason: string(c.invalid.Reason), Detail: c.invalid.Error(), Field: c.invalid.Field, At: now.UTC().Format(time.RFC3339Nano),
+		Reason: string(c.invalid.Reason), Detail: quarantineDetail(c), Field: c.invalid.Field, At: now.UTC().Format(time.RFC3339Nano),
 	}
 	q.Record, q.RecordBytes = storedRecord(r, truncate)
 	q.Truncated = q.RecordBytes > 0

@@ -4,7 +4,9 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
+	ddbtypes "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -110,4 +112,26 @@ func TestPlanGroups_PlacesQuarantineItemsInTheRoomThenInGroupsOfTheirOwn(t *test
 	assert.Equal(t, v2, parsed)
 	_, err = parseBatchPlan("99/32/1")
 	assert.ErrorIs(t, err, errOldPlan)
+}
+
+// A refused value as large as an item (a 300 KB type) is quoted by the
+// detail: the quarantine item keeps the record whole up to 64 KB and the
+// detail cut, so it stays far below DynamoDB's 400 KB item limit, as its
+// truncated form does.
+func TestQuarantineItem_StaysSmallWhateverTheRecordHolds(t *testing.T) {
+	img := txnImage("b", "2024-01-02", "x", strings.Repeat("T", 300<<10), "1", "food")
+	c := classify(&Record{EventID: "ev", EventName: "INSERT", Keys: keysOf(img), NewImage: img, SequenceNumber: "1"})
+	require.NotNil(t, c.invalid)
+	require.Greater(t, len(c.invalid.Error()), 300<<10)
+	for _, truncate := range []bool{false, true} {
+		item, truncated := quarantineItem(&c, time.Unix(0, 0), truncate)
+		assert.True(t, truncated, "a record past 64 KB keeps its keys")
+		size := 0
+		for k, v := range item {
+			s, _ := table.String(map[string]ddbtypes.AttributeValue{k: v}, k)
+			size += len(k) + len(s) + 16
+		}
+		assert.Less(t, size, 8<<10)
+	}
+	assert.Less(t, quarantineBytes(&c), 8<<10)
 }
