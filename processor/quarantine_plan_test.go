@@ -66,11 +66,9 @@ func TestPlanRuns_CountsAQuarantineItemPerInvalidRecordAndTheirBytes(t *testing.
 
 func TestPlanGroups_PlacesQuarantineItemsInTheRoomThenInGroupsOfTheirOwn(t *testing.T) {
 	fold := aggregates.NewFold()
-	var valid []change
 	for i := 0; i < 40; i++ {
 		img := txnImage(fmt.Sprint("b", i), "2024-01-02", "x", "INCOME", "1", "food")
 		c := classify(&Record{EventName: "INSERT", Keys: keysOf(img), NewImage: img, SequenceNumber: fmt.Sprint(i + 1)})
-		valid = append(valid, c)
 		fold.AddChange(c.old, c.new)
 	}
 	invalid := invalidChanges(250, 0)
