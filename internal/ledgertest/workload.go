@@ -243,14 +243,15 @@ func (w *Workload) modify(ctx context.Context, api WriteAPI, table string) (stri
 	case w.Invalid > 0 && c == 0:
 		c = 2 // a valid modify instead of a poisoned one
 	}
-	delete(w.bad, k)
 	switch c {
 	case 0:
 		kind = "modify_poison_" + w.poison(item)
+		w.bad[k] = true
 	case 1:
 		fixed := w.newItem(k, k.SK[:10])
 		fixed["version"] = old["version"]
 		item, kind = fixed, "modify_fix"
+		delete(w.bad, k)
 	default:
 		for changed := false; !changed; {
 			if w.rng.IntN(2) == 0 {
