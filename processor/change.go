@@ -24,9 +24,14 @@ type change struct {
 	invalid   *aggregates.InvalidError
 }
 
-// effective reports whether the change can alter a report, and so must be
-// claimed by a guard when committed.
+// effective reports whether the change can alter a report.
 func (c *change) effective() bool { return !c.dup && (c.old != nil || c.new != nil) }
+
+// guarded reports whether the change must be claimed by a guard when
+// committed: it can alter a report, or its record gets a quarantine item,
+// which is written with the claim (docs/exactly-once.md, "Quarantine
+// items").
+func (c *change) guarded() bool { return c.effective() || c.needsQuarantine() }
 
 // classify decides, from the keys first, whether r is about a transaction,
 // then validates its images. The delta of the change is always

@@ -2,9 +2,6 @@ package processor
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
@@ -23,7 +20,8 @@ import (
 )
 
 // This file is the commit protocol: one TransactWriteItems per run, holding
-// the guard's claim and one conditional, additive update per report item.
+// the guard's claim, one conditional, additive update per report item and
+// the quarantine items of the invalid records it claims.
 // docs/exactly-once.md explains why it is exact.
 
 // errGuardTaken means a run's guard condition failed: some or all of its
@@ -58,16 +56,14 @@ func (p *Processor) commitRuns(ctx context.Context, g Guard, changes []change, r
 			}
 		}
 		r := planRun(changes[done:], p.cfg.MaxItemsPerRun, p.cfg.MaxEntriesPerItem, known)
-		if err := p.quarantine(ctx, r.changes); err != nil {
-			return done, err
-		}
 		keys := r.fold.Keys()
 		// A run with a change that has an effect is claimed even when its
 		// deltas cancel out (an insert and a remove of one item, a modify of
-		// no aggregated field): the marker walk must find it. Only a run
-		// without any effect (ignored records, invalid images, repeats)
-		// commits nothing, as processing it again changes nothing.
-		if len(keys) > 0 || anyEffective(r.changes) {
+		// no aggregated field): the marker walk must find it; so is a run
+		// with an invalid record, whose quarantine item the claim writes.
+		// Only a run without any (ignored records, invalid old images,
+		// repeats) commits nothing, as processing it again changes nothing.
+		if len(keys) > 0 || anyGuarded(r.changes) {
 			recs := r.records()
 			parts := make([]part, len(keys))
 			for i, k := range keys {
@@ -77,7 +73,7 @@ func (p *Processor) commitRuns(ctx context.Context, g Guard, changes []change, r
 			if len(r.changes) > 1 {
 				ref.maxWrites = p.cfg.MaxItemsPerRun // a run of one record cannot be cut further
 			}
-			err := p.commitTx(ctx, g, func() ddbtypes.TransactWriteItem { return g.claim(recs) }, func() { g.claimed(recs) }, parts, ref)
+			err := p.commitTx(ctx, g, func() ddbtypes.TransactWriteItem { return g.claim(recs) }, func() { g.claimed(recs) }, parts, r.quarantine(), ref)
 			if errors.Is(err, errRunOverflow) && !blind {
 				blind = true // plan this run again, counting every new entry as an entry item
 				continue
@@ -119,7 +115,7 @@ func reportKeys(changes []change) []aggregates.ReportKey {
 // pending batch first when there is one, else all of changes. It returns how
 // many leading changes are done.
 func (p *Processor) commitBatch(ctx context.Context, g *ShardGuard, changes []change, res *Result) (int, error) {
-	plan := batchPlan{items: p.cfg.MaxItemsPerRun, entries: p.cfg.MaxEntriesPerItem}
+	plan := p.batchPlan()
 	end, next := len(changes), 0
 	pb := g.pending
 	if pb != nil {
@@ -140,19 +136,23 @@ func (p *Processor) commitBatch(ctx context.Context, g *ShardGuard, changes []ch
 	}
 	batch := changes[:end]
 	to := maxSequence(batch)
-	if err := p.quarantine(ctx, batch); err != nil {
-		return 0, err
+	if plan.layout < quarantineLayout {
+		// A batch planned before quarantine items rode in its groups:
+		// finished as planned, its items put first (idempotent puts).
+		if err := p.putQuarantine(ctx, batch); err != nil {
+			return 0, err
+		}
 	}
 	fold := aggregates.NewFold()
 	for i := range batch {
 		fold.AddChange(batch[i].old, batch[i].new)
 	}
-	groups := planGroups(fold, plan)
-	reportsChanged := len(groups) > 0
-	if !reportsChanged && (anyEffective(batch) || g.abandoned != nil) {
+	groups := planGroups(fold, needingQuarantine(batch), plan)
+	reportsChanged := len(fold.Keys()) > 0
+	if len(groups) == 0 && (anyGuarded(batch) || g.abandoned != nil) {
 		// Claimed all the same, like a run (see commitRuns); and an abandoned
 		// batch must be cleared even by a batch without effect.
-		groups = [][]part{nil}
+		groups = []group{{}}
 	}
 	n := len(groups)
 	digest := planDigest(to, plan, groups)
@@ -163,7 +163,7 @@ func (p *Processor) commitBatch(ctx context.Context, g *ShardGuard, changes []ch
 	for k := next; k < n; k++ {
 		err := p.commitTx(ctx, g,
 			func() ddbtypes.TransactWriteItem { return g.claimGroup(k, n, to, plan, digest) },
-			func() { g.claimedGroup(k, n, to, plan, digest) }, groups[k],
+			func() { g.claimedGroup(k, n, to, plan, digest) }, groups[k].parts, groups[k].quarantine,
 			commitRef{id: g.shard + "~" + to + "~" + digest + "~g" + strconv.Itoa(k), from: batch[0].rec.SequenceNumber, to: to})
 		if err != nil {
 			return 0, fmt.Errorf("commit group %d of %d of the batch through %s: %w", k+1, n, to, err)
@@ -220,9 +220,9 @@ func (p *Processor) account(changes []change, reportsChanged bool, res *Result) 
 	}
 }
 
-func anyEffective(changes []change) bool {
+func anyGuarded(changes []change) bool {
 	for i := range changes {
-		if changes[i].effective() {
+		if changes[i].guarded() {
 			return true
 		}
 	}
@@ -252,10 +252,16 @@ type commitRef struct {
 	maxWrites int
 }
 
-// commitTx commits one transaction: the guard action claim() returns and
-// the writes of every part, retrying what is retryable; claimed runs once it
-// landed. It returns errGuardTaken when the guard's condition failed: what
-// it claims is (partly) committed already.
+// commitTx commits one transaction: the guard action claim() returns, the
+// writes of every part and the quarantine items of quarantine's records,
+// retrying what is retryable; claimed runs once it landed. It returns
+// errGuardTaken when the guard's condition failed: what it claims is
+// (partly) committed already.
+//
+// A quarantine item that exists already (its condition failed: the record
+// is quarantined) is dropped from the transaction, and one DynamoDB refuses
+// is sent truncated, each at no attempt's cost, so neither blocks the
+// commit (docs/exactly-once.md, "Quarantine items").
 //
 // A part whose report item DynamoDB refuses for good (an item too large to
 // grow, a figure or map of the wrong type) is parked instead: the same
@@ -263,12 +269,13 @@ type commitRef struct {
 // its updates, so the rest of the transaction, and the shard, go on; the
 // guard makes the parked delta as exactly-once as an applied one
 // (docs/exactly-once.md, "Parked deltas").
-func (p *Processor) commitTx(ctx context.Context, g Guard, claim func() ddbtypes.TransactWriteItem, claimed func(), parts []part, ref commitRef) error {
+func (p *Processor) commitTx(ctx context.Context, g Guard, claim func() ddbtypes.TransactWriteItem, claimed func(), parts []part, quarantine []*change, ref commitRef) error {
 	keys := make([]aggregates.ReportKey, len(parts))
 	for i, pt := range parts {
 		keys[i] = pt.key
 	}
 	parked := map[int]parking{}
+	qs := p.quarantineWrites(quarantine, p.now())
 	var lastErr error
 	for attempt := 1; attempt <= p.cfg.MaxAttempts; attempt++ {
 		if attempt > 1 {
@@ -280,8 +287,8 @@ func (p *Processor) commitTx(ctx context.Context, g Guard, claim func() ddbtypes
 		if err != nil {
 			return err
 		}
-		items := make([]ddbtypes.TransactWriteItem, 1, len(parts)+1) // the claim first, set below
-		owner := []int{-1}                                           // the part each item writes for
+		items := make([]ddbtypes.TransactWriteItem, 1, len(parts)+len(qs)+1) // the claim first, set below
+		owner := []int{ownerGuard}                                           // the part (or quarantine item) each item writes for
 		now := p.now().Format(time.RFC3339Nano)
 		writes := make([]reportWrites, len(parts))
 		for i, pt := range parts {
@@ -300,6 +307,12 @@ func (p *Processor) commitTx(ctx context.Context, g Guard, claim func() ddbtypes
 				owner = append(owner, i)
 			}
 		}
+		for i, q := range qs {
+			if !q.exists {
+				items = append(items, q.put(p.cfg.Table))
+				owner = append(owner, quarantineOwner(i))
+			}
+		}
 		if ref.maxWrites > 0 && len(items)-1 > ref.maxWrites {
 			return fmt.Errorf("%d writes, planned for at most %d: %w", len(items)-1, ref.maxWrites, errRunOverflow)
 		}
@@ -315,6 +328,7 @@ func (p *Processor) commitTx(ctx context.Context, g Guard, claim func() ddbtypes
 			}
 			claimed()
 			p.countParked(parts, parked, ref)
+			p.countQuarantined(qs)
 			for i, pt := range parts {
 				if _, ok := parked[i]; !ok {
 					p.shapes.applied(pt.key.Key(), shapes[pt.key.Key()], writes[i].inline)
@@ -326,19 +340,25 @@ func (p *Processor) commitTx(ctx context.Context, g Guard, claim func() ddbtypes
 		lastErr = err
 		var tce *ddbtypes.TransactionCanceledException
 		if errors.As(err, &tce) {
-			before := len(parked)
-			retry, err := p.cancelled(g, keys, owner, parked, tce)
-			if errors.Is(err, errGuardTaken) && len(parked) > 0 {
+			before := len(parked) + quarantineFixes(qs)
+			retry, err := p.cancelled(g, keys, owner, parked, qs, tce)
+			if errors.Is(err, errGuardTaken) {
 				// An earlier attempt of this commit landed and its answer
 				// was lost (or another consumer committed the same
-				// records): count the parked deltas that exist.
-				p.countLandedParks(ctx, parts, parked, ref)
+				// records): count the parked deltas and quarantine items
+				// that exist.
+				if len(parked) > 0 {
+					p.countLandedParks(ctx, parts, parked, ref)
+				}
+				if len(qs) > 0 {
+					p.countLandedQuarantine(ctx, qs)
+				}
 			}
 			if err != nil {
 				return err
 			}
-			if retry && len(parked) > before {
-				attempt-- // a part to park is no failed attempt: send the rest now
+			if retry && len(parked)+quarantineFixes(qs) > before {
+				attempt-- // a part to park, a quarantine item dropped or truncated: no failed attempt, send the rest now
 				continue
 			}
 			if retry {
@@ -352,8 +372,15 @@ func (p *Processor) commitTx(ctx context.Context, g Guard, claim func() ddbtypes
 			if ierr != nil {
 				return ierr
 			}
+			if !found {
+				// No report part refused: a quarantine item, then, sent
+				// again truncated (once).
+				for _, q := range qs {
+					found = !q.exists && q.truncate() || found
+				}
+			}
 			if found {
-				attempt-- // the refusal is not a failed attempt: the next try parks
+				attempt-- // the refusal is not a failed attempt: the next try parks or truncates
 				continue
 			}
 		}
@@ -470,7 +497,7 @@ func (p *Processor) parkedPut(pt part, ref commitRef, why parking, now string) *
 // failed. owner maps each item of the transaction to its part; a part with
 // a ValidationError is marked for parking. It returns retry=true when the
 // transaction should simply be tried again.
-func (p *Processor) cancelled(g Guard, keys []aggregates.ReportKey, owner []int, parked map[int]parking, tce *ddbtypes.TransactionCanceledException) (bool, error) {
+func (p *Processor) cancelled(g Guard, keys []aggregates.ReportKey, owner []int, parked map[int]parking, qs []*quarantined, tce *ddbtypes.TransactionCanceledException) (bool, error) {
 	reasons := tce.CancellationReasons
 	code := func(i int) string {
 		if i < len(reasons) {
@@ -489,9 +516,24 @@ func (p *Processor) cancelled(g Guard, keys []aggregates.ReportKey, owner []int,
 	}
 	var shape, conflict, throttle bool
 	for i := range reasons {
-		part := -1
+		part := ownerGuard
 		if i < len(owner) {
 			part = owner[i]
+		}
+		if q, ok := quarantineOf(part, qs); ok {
+			switch code(i) {
+			case "", "None":
+				continue
+			case "ConditionalCheckFailed": // the item exists: the record is quarantined already
+				q.exists = true
+				continue
+			case "ValidationError":
+				if q.truncate() {
+					continue
+				}
+				p.metrics.Commits.WithLabelValues("failed").Inc()
+				return false, fmt.Errorf("commit cancelled: the quarantine item of record %s was refused: %s", q.c.rec.EventID, aws.ToString(reasons[i].Message))
+			}
 		}
 		switch code(i) {
 		case "", "None":
@@ -546,6 +588,35 @@ func (p *Processor) cancelled(g Guard, keys []aggregates.ReportKey, owner []int,
 	return true, nil
 }
 
+// ownerGuard marks the claim among a transaction's items (commitTx's owner);
+// parts are 0…, quarantine items quarantineOwner(i).
+const ownerGuard = -1
+
+func quarantineOwner(i int) int { return -2 - i }
+
+// quarantineOf returns the quarantine item an owner entry names.
+func quarantineOf(owner int, qs []*quarantined) (*quarantined, bool) {
+	if i := -2 - owner; i >= 0 && i < len(qs) {
+		return qs[i], true
+	}
+	return nil, false
+}
+
+// quarantineFixes counts the quarantine items dropped (they exist) or
+// truncated: each is a change a commit sends again at no attempt's cost.
+func quarantineFixes(qs []*quarantined) int {
+	n := 0
+	for _, q := range qs {
+		if q.exists {
+			n++
+		}
+		if q.truncated {
+			n++
+		}
+	}
+	return n
+}
+
 // reportWrites are the updates of one part: the report item's, and one per
 // entry that goes to an entry item; inline names the entries added to the
 // report item's maps.
@@ -559,108 +630,6 @@ type reportWrites struct {
 func (p *Processor) reportWrites(k aggregates.ReportKey, delta *aggregates.Report, sh *shape, now string) (reportWrites, error) {
 	w, err := table.ReportUpdate(p.cfg.Table, k, delta, table.ReportShape{Present: sh.present, Entries: sh.entries}, now)
 	return reportWrites{updates: w.Updates, inline: w.Inline}, err
-}
-
-// quarantine writes a quarantine item for every change that needs one. The
-// item is keyed by the record's eventID and put with attribute_not_exists,
-// so a redelivery writes nothing new.
-func (p *Processor) quarantine(ctx context.Context, changes []change) error {
-	for i := range changes {
-		c := &changes[i]
-		if c.invalid == nil {
-			continue
-		}
-		item := p.quarantineItem(c, false)
-		err := p.retry(ctx, "PutItem", func(ctx context.Context) error {
-			p.metrics.WriteRequests.WithLabelValues("PutItem").Inc()
-			out, err := p.api.PutItem(ctx, table.PutQuarantine(p.cfg.Table, item))
-			if err == nil && out.ConsumedCapacity != nil {
-				p.metrics.WriteUnits.WithLabelValues("PutItem").Add(aws.ToFloat64(out.ConsumedCapacity.CapacityUnits))
-			}
-			var ccf *ddbtypes.ConditionalCheckFailedException
-			if errors.As(err, &ccf) {
-				return nil // quarantined by an earlier delivery
-			}
-			if err != nil && classifyErr(err) == classPermanent && !table.QuarantineTruncated(item) {
-				item = p.quarantineItem(c, true) // too large or unencodable: keep keys and reason
-				return errRetryTruncated
-			}
-			return err
-		})
-		if err != nil {
-			return fmt.Errorf("quarantine record %s: %w", c.rec.EventID, err)
-		}
-		p.metrics.Quarantined.WithLabelValues(string(c.invalid.Reason)).Inc()
-	}
-	return nil
-}
-
-// errRetryTruncated makes retry try once more with the truncated item.
-var errRetryTruncated = &retryableError{"quarantine item rejected; retrying truncated"}
-
-type retryableError struct{ msg string }
-
-func (e *retryableError) Error() string        { return e.msg }
-func (e *retryableError) RetryableError() bool { return true }
-
-// maxQuarantineRecord bounds the raw record stored with a quarantine item,
-// well under DynamoDB's 400 KB item limit (a MODIFY carries two images).
-const maxQuarantineRecord = 64 << 10
-
-func (p *Processor) quarantineItem(c *change, truncate bool) map[string]ddbtypes.AttributeValue {
-	r := c.rec
-	q := table.Quarantined{
-		ID: recordID(r), EventID: r.EventID, EventName: r.EventName, SequenceNumber: r.SequenceNumber, StreamARN: r.StreamARN,
-		Reason: string(c.invalid.Reason), Detail: c.invalid.Error(), Field: c.invalid.Field, At: p.now().Format(time.RFC3339Nano),
-	}
-	raw, err := recordJSON(r)
-	if err != nil {
-		raw, truncate = fmt.Sprintf(`{"encodeError":%q}`, err.Error()), true
-	}
-	if truncate || len(raw) > maxQuarantineRecord {
-		q.Truncated, q.RecordBytes = true, len(raw)
-		keys, _ := json.Marshal(map[string]any{"eventID": r.EventID, "sequenceNumber": r.SequenceNumber})
-		if k, err := recordKeysJSON(r); err == nil {
-			keys = k
-		}
-		raw = string(keys)
-	}
-	q.Record = raw
-	return table.QuarantineItem(q)
-}
-
-// recordID identifies a record for its quarantine item and run marker: its
-// eventID, or for a record without one (malformed input), its sequence
-// number, or a hash of its content.
-func recordID(r *Record) string {
-	switch {
-	case r.EventID != "":
-		return r.EventID
-	case r.SequenceNumber != "":
-		return "seq-" + r.SequenceNumber
-	}
-	raw, _ := recordJSON(r)
-	sum := sha256.Sum256([]byte(raw + fmt.Sprint(r.DecodeErr)))
-	return "sha256-" + hex.EncodeToString(sum[:])
-}
-
-func recordJSON(r *Record) (string, error) {
-	ev, err := ToLambda(*r)
-	if err != nil {
-		return "", err
-	}
-	b, err := json.Marshal(ev)
-	return string(b), err
-}
-
-func recordKeysJSON(r *Record) ([]byte, error) {
-	short := *r
-	short.OldImage, short.NewImage = nil, nil
-	ev, err := ToLambda(short)
-	if err != nil {
-		return nil, err
-	}
-	return json.Marshal(ev)
 }
 
 // getItem reads one item with a consistent read; nil when absent.

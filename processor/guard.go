@@ -92,19 +92,31 @@ type pendingBatch struct {
 }
 
 // batchPlan holds the parameters a batch is planned with: at most items
-// writes per group, at most entries breakdown entries per part. Its string
-// form carries planLayout, the version of the planning rule, so that a
-// batch left pending by a version that planned differently is named as
-// such instead of failing its digest.
-type batchPlan struct{ items, entries int }
+// writes per group, at most entries breakdown entries per part, and the
+// planning rule's version, layout. Its string form carries the version, so
+// that a batch left pending by a version that planned differently is named
+// as such instead of failing its digest.
+type batchPlan struct{ items, entries, layout int }
 
-// planLayout is the planning rule's version: 2 counts a part as one write
-// per entry besides its report item (the bounded report layout); plans
-// without a version are 1 (one write per part).
-const planLayout = 2
+// planLayout is the planning rule's version: 3 places the batch's
+// quarantine items in its groups (docs/exactly-once.md, "Quarantine
+// items"); 2 counts a part as one write per entry besides its report item
+// (the bounded report layout), its quarantine items put before its groups;
+// plans without a version are 1 (one write per part).
+const planLayout = 3
+
+// quarantineLayout is the first planning rule whose groups carry the
+// batch's quarantine items.
+const quarantineLayout = 3
 
 func (b batchPlan) String() string {
-	return strconv.Itoa(b.items) + "/" + strconv.Itoa(b.entries) + "/" + strconv.Itoa(planLayout)
+	return strconv.Itoa(b.items) + "/" + strconv.Itoa(b.entries) + "/" + strconv.Itoa(b.layout)
+}
+
+// batchPlan is the plan of a new batch: the configured limits, the current
+// rule.
+func (p *Processor) batchPlan() batchPlan {
+	return batchPlan{items: p.cfg.MaxItemsPerRun, entries: p.cfg.MaxEntriesPerItem, layout: planLayout}
 }
 
 // errOldPlan is returned (wrapped) for a pending batch planned by a version
@@ -113,7 +125,9 @@ var errOldPlan = errors.New("the pending batch was planned by another version of
 
 func parseBatchPlan(s string) (batchPlan, error) {
 	f := strings.Split(s, "/")
-	if len(f) == 2 || len(f) == 3 && f[2] != strconv.Itoa(planLayout) {
+	// Version 2 planned as this version does, but for the quarantine items
+	// (put before its groups): such a batch is finished as it was planned.
+	if len(f) == 2 || len(f) == 3 && f[2] != "2" && f[2] != strconv.Itoa(planLayout) {
 		return batchPlan{}, fmt.Errorf("batch plan %q: %w", s, errOldPlan)
 	}
 	if len(f) != 3 {
@@ -121,10 +135,11 @@ func parseBatchPlan(s string) (batchPlan, error) {
 	}
 	items, err1 := strconv.Atoi(f[0])
 	entries, err2 := strconv.Atoi(f[1])
+	layout, _ := strconv.Atoi(f[2])
 	if err1 != nil || err2 != nil || items < 1 || items > 99 || entries < 1 {
 		return batchPlan{}, fmt.Errorf("malformed batch plan %q", s)
 	}
-	return batchPlan{items, entries}, nil
+	return batchPlan{items, entries, layout}, nil
 }
 
 // ShardGuard returns the guard of one shard of a stream.
@@ -332,10 +347,10 @@ func (g *ShardGuard) claimGroup(k, n int, to string, plan batchPlan, digest stri
 // handed over belonged to it (so no next batch replaces it).
 func (p *Processor) clearAbandoned(ctx context.Context, g *ShardGuard) error {
 	a := g.abandoned
-	plan := batchPlan{items: p.cfg.MaxItemsPerRun, entries: p.cfg.MaxEntriesPerItem}
+	plan := p.batchPlan()
 	return p.commitTx(ctx, g,
 		func() ddbtypes.TransactWriteItem { return g.claimGroup(0, 1, a.to, plan, "") },
-		func() { g.claimedGroup(0, 1, a.to, plan, "") }, nil, commitRef{id: g.shard + "~" + a.to + "~abandoned", to: a.to})
+		func() { g.claimedGroup(0, 1, a.to, plan, "") }, nil, nil, commitRef{id: g.shard + "~" + a.to + "~abandoned", to: a.to})
 }
 
 // claimedGroup records that claimGroup(k, n, to, plan, digest) committed.
@@ -393,7 +408,8 @@ func (p *Processor) MarkerGuard() *MarkerGuard { return &MarkerGuard{p: p} }
 // changes nothing, so the walk steps over them (marking them unguarded) and
 // looks up the markers of every record up to the next one with an effect in
 // one BatchGetItem. The first record with an effect and no marker starts
-// what is new. (A batch acknowledged without effect leaves no marker, so a
+// what is new. A record that needs a quarantine item counts as one with an
+// effect (change.guarded): its item is written with its run's claim. (A batch acknowledged without effect leaves no marker, so a
 // redelivery from an earlier start must walk through it to the runs after
 // it.)
 //
@@ -408,7 +424,7 @@ func (g *MarkerGuard) committed(ctx context.Context, changes []change) (int, boo
 		// Candidates: n through the first change with an effect, at most 100
 		// (BatchGetItem's limit).
 		j := n
-		for j+1 < len(changes) && j-n+1 < 100 && !changes[j].effective() {
+		for j+1 < len(changes) && j-n+1 < 100 && !changes[j].guarded() {
 			j++
 		}
 		found, last, err := g.firstMarker(ctx, changes[n:j+1])
@@ -419,7 +435,7 @@ func (g *MarkerGuard) committed(ctx context.Context, changes []change) (int, boo
 			for k := n; k < j; k++ {
 				changes[k].unguarded = true
 			}
-			if changes[j].effective() {
+			if changes[j].guarded() {
 				return j, false, nil
 			}
 			changes[j].unguarded = true

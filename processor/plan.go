@@ -19,6 +19,28 @@ type run struct {
 
 func (r *run) records() []Record { return records(r.changes) }
 
+// quarantine returns the run's changes that need a quarantine item.
+func (r *run) quarantine() []*change { return needingQuarantine(r.changes) }
+
+// needingQuarantine returns the changes that need a quarantine item, in
+// order.
+func needingQuarantine(changes []change) []*change {
+	var out []*change
+	for i := range changes {
+		if changes[i].needsQuarantine() {
+			out = append(out, &changes[i])
+		}
+	}
+	return out
+}
+
+// group is one transaction of a batch's plan: report parts, and the
+// quarantine items of some of the batch's invalid records.
+type group struct {
+	parts      []part
+	quarantine []*change
+}
+
 // part is one report update: a report item's delta, or the slice of it that
 // fits one update expression.
 type part struct {
@@ -33,9 +55,59 @@ type part struct {
 // one write for its report item and one for each of its entries (each may
 // have to go to an entry item: table/report.go), so a group fits one
 // TransactWriteItems whatever the report items hold. A group never holds
-// two parts of one report. It depends on nothing but the fold and the plan,
-// so whoever resumes a half-committed batch gets the same groups.
-func planGroups(fold *aggregates.Fold, plan batchPlan) [][]part {
+// two parts of one report. Then (plan layout 3) the quarantine items of
+// invalid, the batch's records that need one in stream order, fill the
+// groups' room and further groups of their own (placeQuarantine). It
+// depends on nothing but the fold, the records and the plan, so whoever
+// resumes a half-committed batch gets the same groups.
+func planGroups(fold *aggregates.Fold, invalid []*change, plan batchPlan) []group {
+	groups := reportGroups(fold, plan)
+	if plan.layout >= quarantineLayout {
+		groups = placeQuarantine(groups, invalid, plan.items)
+	}
+	return groups
+}
+
+// placeQuarantine places the quarantine items of invalid, in order and
+// each record id once, in the room of groups (at most items writes and
+// maxQuarantineBytes of quarantine items each), then in groups of their own.
+func placeQuarantine(groups []group, invalid []*change, items int) []group {
+	seen := map[string]bool{}
+	next := 0
+	fill := func(g *group, room int) {
+		size := 0
+		for ; next < len(invalid); next++ {
+			c := invalid[next]
+			if seen[recordID(c.rec)] {
+				continue // one item per record id: already placed
+			}
+			b := quarantineBytes(c)
+			if room <= 0 || len(g.quarantine) > 0 && size+b > maxQuarantineBytes {
+				return
+			}
+			seen[recordID(c.rec)] = true
+			g.quarantine = append(g.quarantine, c)
+			room, size = room-1, size+b
+		}
+	}
+	for i := range groups {
+		w := 0
+		for _, pt := range groups[i].parts {
+			w += pt.writes()
+		}
+		fill(&groups[i], items-w)
+	}
+	for next < len(invalid) {
+		var g group
+		if fill(&g, items); len(g.quarantine) > 0 {
+			groups = append(groups, g)
+		}
+	}
+	return groups
+}
+
+// reportGroups cuts the parts of fold's reports into groups (planGroups).
+func reportGroups(fold *aggregates.Fold, plan batchPlan) []group {
 	var layers [][]part
 	for _, k := range fold.Keys() {
 		for i, d := range splitReport(fold.Report(k), plan.entries) {
@@ -45,19 +117,19 @@ func planGroups(fold *aggregates.Fold, plan batchPlan) [][]part {
 			layers[i] = append(layers[i], part{key: k, delta: d})
 		}
 	}
-	var groups [][]part
+	var groups []group
 	for _, l := range layers {
 		start, items := 0, 0
 		for i, pt := range l {
 			w := pt.writes()
 			if i > start && items+w > plan.items {
-				groups = append(groups, l[start:i:i])
+				groups = append(groups, group{parts: l[start:i:i]})
 				start, items = i, 0
 			}
 			items += w
 		}
 		if start < len(l) {
-			groups = append(groups, l[start:len(l):len(l)])
+			groups = append(groups, group{parts: l[start:len(l):len(l)]})
 		}
 	}
 	return groups
@@ -105,10 +177,11 @@ func splitReport(r *aggregates.Report, maxEntries int) []*aggregates.Report {
 type knownShape func(aggregates.ReportKey) *table.ReportShape
 
 // planRuns cuts changes, in order, into runs that each fit one
-// TransactWriteItems: at most maxItems writes, and at most maxEntries
+// TransactWriteItems: at most maxItems writes, at most maxEntries
 // breakdown entries per report item (which bounds the update expression's
-// length). A write is a report item, or an entry item for an entry its map
-// has no room for: with the item's shape known (known, the shapes a commit
+// length), and at most maxQuarantineBytes of quarantine items. A write is a
+// quarantine item (one per record that needs one), a report item, or an
+// entry item for an entry its map has no room for: with the item's shape known (known, the shapes a commit
 // reads anyway), exactly the entries past the map's room count; without
 // it every new entry counts as a possible entry item, as in planGroups.
 // A record is never split; records of one run are folded, so a run costs
@@ -129,11 +202,17 @@ func planRuns(changes []change, maxItems, maxEntries int, known knownShape) []ru
 func planRun(changes []change, maxItems, maxEntries int, known knownShape) run {
 	cur := run{fold: aggregates.NewFold()}
 	entries := map[aggregates.ReportKey]map[entryID]bool{}
+	quarantined, qbytes := 0, 0 // the run's quarantine items and their bytes
 	for i := range changes {
 		c := &changes[i]
-		if len(cur.changes) > 0 && !fits(entries, c, maxItems, maxEntries, known) {
+		q, qb := 0, 0
+		if c.needsQuarantine() {
+			q, qb = 1, quarantineBytes(c)
+		}
+		if len(cur.changes) > 0 && (qbytes+qb > maxQuarantineBytes || !fits(entries, c, maxItems-quarantined-q, maxEntries, known)) {
 			return cur
 		}
+		quarantined, qbytes = quarantined+q, qbytes+qb
 		for _, tx := range []*aggregates.Transaction{c.old, c.new} {
 			if tx == nil {
 				continue
@@ -221,11 +300,17 @@ func itemWrites(k aggregates.ReportKey, a, b map[entryID]bool, known knownShape)
 // every group (key and figures, in plan order). Stored with a pending batch,
 // it makes a resumer whose code plans differently fail instead of
 // committing groups of another plan.
-func planDigest(to string, plan batchPlan, groups [][]part) string {
+//
+// A group's quarantine items count by their record ids (a plan of layout 2
+// has none, and the digest of its groups is what that version computed).
+func planDigest(to string, plan batchPlan, groups []group) string {
 	h := sha256.New()
 	fmt.Fprintf(h, "%s|%s|%d\n", to, plan, len(groups))
 	for k, g := range groups {
-		for _, pt := range g {
+		for _, c := range g.quarantine {
+			fmt.Fprintf(h, "%d|q|%s\n", k, recordID(c.rec))
+		}
+		for _, pt := range g.parts {
 			key := pt.key.Key()
 			d := pt.delta
 			fmt.Fprintf(h, "%d|%s|%s|%s|%s|%d", k, key.PK, key.SK, d.Income.String(), d.Expense.String(), d.Count)

@@ -230,9 +230,10 @@ func (p *Processor) Process(ctx context.Context, g Guard, recs []Record) (Result
 }
 
 // skipped accounts for changes the guard found done: committed ones count
-// as duplicates; unguarded ones (without effect) count as what they are, and
-// the invalid among them are quarantined again (idempotently: a first
-// delivery may never have done it).
+// as duplicates; unguarded ones (without effect) count as what they are.
+// Invalid records no claim covers get their quarantine item by an
+// idempotent put: a trimmed batch's (abandoned: its groups that never
+// landed carried some of their items) and any a guard skipped unclaimed.
 func (p *Processor) skipped(ctx context.Context, changes []change, res *Result) error {
 	var requarantine []change
 	for i := range changes {
@@ -241,6 +242,9 @@ func (p *Processor) skipped(ctx context.Context, changes []change, res *Result) 
 		switch {
 		case c.abandoned && !c.dup:
 			o = OutcomeAbandoned
+			if c.needsQuarantine() {
+				requarantine = append(requarantine, *c)
+			}
 		case c.dup || !c.unguarded:
 			res.Duplicates++
 		case !c.isTxn:
@@ -255,7 +259,7 @@ func (p *Processor) skipped(ctx context.Context, changes []change, res *Result) 
 		}
 		p.metrics.Records.WithLabelValues(eventLabel(c.rec.EventName), o).Inc()
 	}
-	return p.quarantine(ctx, requarantine)
+	return p.putQuarantine(ctx, requarantine)
 }
 
 func eventLabel(name string) string {
@@ -267,11 +271,11 @@ func eventLabel(name string) string {
 }
 
 // firstRunEnd is where the first run of changes ends when it should be as
-// short as possible: after the first change with an effect (the records
-// before it ride along in its claim), or at the end when none has one.
+// short as possible: after the first change a guard must claim (the records
+// before it ride along in its claim), or at the end when none needs one.
 func firstRunEnd(changes []change) int {
 	for i := range changes {
-		if changes[i].effective() {
+		if changes[i].guarded() {
 			return i + 1
 		}
 	}

@@ -27,13 +27,15 @@ import (
 
 // Attribute names of the quarantine item.
 const (
-	attrEventID       = "eventID"
-	attrEventName     = "eventName"
-	attrStreamARN     = "streamArn"
-	attrReason        = "reason"
-	attrDetail        = "detail"
-	attrField         = "field"
-	attrQuarantinedAt = "quarantinedAt"
+	attrEventID   = "eventID"
+	attrEventName = "eventName"
+	attrStreamARN = "streamArn"
+	attrReason    = "reason"
+	attrDetail    = "detail"
+	attrField     = "field"
+	// AttrQuarantinedAt is when the item was written: a commit recognises
+	// its own quarantine items by it after a lost answer.
+	AttrQuarantinedAt = "quarantinedAt"
 	attrRecord        = "record"
 	attrTruncated     = "truncated"
 	attrRecordBytes   = "recordBytes"
@@ -68,7 +70,7 @@ func QuarantineItem(q Quarantined) map[string]types.AttributeValue {
 	if q.Field != "" {
 		item[attrField] = S(q.Field)
 	}
-	item[attrQuarantinedAt] = S(q.At)
+	item[AttrQuarantinedAt] = S(q.At)
 	if q.Truncated {
 		item[attrTruncated] = Bool(true)
 		item[attrRecordBytes] = Int(int64(q.RecordBytes))

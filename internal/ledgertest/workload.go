@@ -35,8 +35,16 @@ type Workload struct {
 
 	live    []aggregates.Key
 	items   map[aggregates.Key]map[string]ddbtypes.AttributeValue
+	bad     map[aggregates.Key]bool // live items that are invalid (kept with Invalid set)
 	deleted []aggregates.Key
 	n       int
+
+	// Invalid, when positive, is the share of steps that write an invalid
+	// transaction (an insert poisoned as Step's are); the other steps then
+	// write none (their poisoned inserts and modifies are valid ones, and a
+	// modify of an invalid item fixes it).
+	// Zero keeps Step's mix, where about one record in ten is invalid.
+	Invalid float64
 
 	// Counts of the operations written, by kind.
 	Counts map[string]int
@@ -62,6 +70,7 @@ func NewWorkload(seed uint64) *Workload {
 		CostCenters:    []string{"cc-1", "cc-2", "ops", "R&D"},
 		PaymentMethods: []string{"card", "cash", "pix", "wire"},
 		items:          map[aggregates.Key]map[string]ddbtypes.AttributeValue{},
+		bad:            map[aggregates.Key]bool{},
 		Counts:         map[string]int{},
 	}
 }
@@ -144,6 +153,15 @@ func (w *Workload) Step(ctx context.Context, api WriteAPI, table string) (string
 	r := w.rng.IntN(100)
 	var kind string
 	var err error
+	if w.Invalid > 0 {
+		if w.rng.Float64() < w.Invalid {
+			kind, err = w.insert(ctx, api, table, true)
+			if err == nil {
+				w.Counts[kind]++
+			}
+			return kind, err
+		}
+	}
 	switch {
 	case len(w.live) == 0 || r < 40:
 		kind, err = w.insert(ctx, api, table, false)
@@ -154,7 +172,7 @@ func (w *Workload) Step(ctx context.Context, api WriteAPI, table string) (string
 	case r < 83 && len(w.deleted) > 0:
 		kind, err = w.reinsert(ctx, api, table)
 	case r < 90:
-		kind, err = w.insert(ctx, api, table, true)
+		kind, err = w.insert(ctx, api, table, w.Invalid <= 0) // with Invalid set, a valid insert
 	case r < 95:
 		kind, err = w.other(ctx, api, table)
 	default:
@@ -194,6 +212,7 @@ func (w *Workload) insert(ctx context.Context, api WriteAPI, table string, poiso
 	kind := "insert"
 	if poisoned {
 		kind = "poison_" + w.poison(item)
+		w.bad[k] = true
 	}
 	return kind, w.put(ctx, api, table, k, item)
 }
@@ -217,13 +236,22 @@ func (w *Workload) modify(ctx context.Context, api WriteAPI, table string) (stri
 	k, old := w.randomLive()
 	item := clone(old)
 	kind := "modify"
-	switch w.rng.IntN(10) {
+	c := w.rng.IntN(10)
+	switch {
+	case w.Invalid > 0 && w.bad[k]:
+		c = 1 // a fix: only Invalid's share of the records is invalid
+	case w.Invalid > 0 && c == 0:
+		c = 2 // a valid modify instead of a poisoned one
+	}
+	switch c {
 	case 0:
 		kind = "modify_poison_" + w.poison(item)
+		w.bad[k] = true
 	case 1:
 		fixed := w.newItem(k, k.SK[:10])
 		fixed["version"] = old["version"]
 		item, kind = fixed, "modify_fix"
+		delete(w.bad, k)
 	default:
 		for changed := false; !changed; {
 			if w.rng.IntN(2) == 0 {

@@ -30,8 +30,9 @@
 // opens its iterator AFTER_SEQUENCE_NUMBER the checkpoint and declares it
 // with ShardGuard.SetOrigin, or at TRIM_HORIZON (default) or LATEST
 // (Config.StartPosition) when there is none. Records with no effect (the
-// consumers' own report writes, non-transaction items, quarantined records)
-// commit nothing, so the reader itself moves the checkpoint over them, at
+// consumers' own report writes, non-transaction items; an invalid
+// transaction record commits its quarantine item with the batch) commit
+// nothing, so the reader itself moves the checkpoint over them, at
 // most every Config.CheckpointInterval, at a shard's end and before it stops,
 // with a conditional UpdateItem that has the guard's semantics (from the
 // value the reader's guard holds to the last record it processed); a
