@@ -68,8 +68,8 @@ func (e *environment) directoryCmd(ctx context.Context, kind string, args []stri
 	asJSON := fs.Bool("json", false, "print JSON as the API answers it")
 	tenant, id, name, status := new(string), new(string), new(string), new(string)
 	var document, firstName, lastName, role *string
-	var timeZone, dayStartsAt, weekStartsOn, reportPeriods *string
-	var fiscalStart *int
+	var reportPeriods *string
+	var cal calendarFlags
 	var emails stringList
 	var existOK *bool
 	if kind != "tenant" {
@@ -86,12 +86,9 @@ func (e *environment) directoryCmd(ctx context.Context, kind string, args []stri
 			existOK = fs.Bool("exist-ok", false, "an existing "+kind+" with the same attributes is success (exit 0), for scripts run again")
 			if kind == "branch" {
 				document = fs.String("document", "", "the `DOCUMENT` number, unique across all tenants (separators . - / and spaces are ignored)")
-				timeZone = fs.String("time-zone", "", "the business calendar's IANA time `ZONE`, e.g. America/Sao_Paulo (default UTC)")
-				dayStartsAt = fs.String("day-starts-at", "", "the local time `HH:MM` a business day starts (default 00:00)")
-				weekStartsOn = fs.String("week-starts-on", "", "the `DAY` weeks start, MONDAY … SUNDAY (default MONDAY)")
-				fiscalStart = fs.Int("fiscal-year-start-month", 0, "the `MONTH` fiscal years start, 1–12 (default 1)")
+				cal = addCalendarFlags(fs, " (default UTC)", " (default 00:00)", " (default MONDAY)", " (default 1)")
 			} else {
-				reportPeriods = fs.String("report-periods", "", "the period `TYPES` its reports are kept in, comma-separated: DAILY, WEEKLY, MONTHLY, QUARTERLY, YEARLY, FISCAL_QUARTER, FISCAL_YEAR (default DAILY,MONTHLY,YEARLY)")
+				reportPeriods = addReportPeriodsFlag(fs, " (default DAILY,MONTHLY,YEARLY)")
 			}
 		case "account":
 			firstName = fs.String("first-name", "", "first `NAME`")
@@ -152,14 +149,13 @@ func (e *environment) directoryCmd(ctx context.Context, kind string, args []stri
 	case "tenant":
 		body := writerapi.TenantCreate{Id: *id, Name: *name, Status: optional[writerapi.Status](*status)}
 		if *reportPeriods != "" {
-			ts, err := aggregates.ParseReportPeriods(strings.Split(strings.ToUpper(strings.ReplaceAll(*reportPeriods, " ", "")), ","))
+			names, err := parseReportPeriodsFlag(*reportPeriods)
 			if err != nil {
-				return e.fail(fmt.Errorf("tenant create: --report-periods: %w", err))
+				return e.fail(fmt.Errorf("tenant create: %w", err))
 			}
-			names := make([]string, len(ts))
-			want := make([]any, len(ts))
-			for i, t := range ts {
-				names[i], want[i] = string(t), string(t)
+			want := make([]any, len(names))
+			for i, n := range names {
+				want[i] = n
 			}
 			body.ReportPeriods, asked["reportPeriods"] = &names, want
 		}
@@ -169,8 +165,8 @@ func (e *environment) directoryCmd(ctx context.Context, kind string, args []stri
 	case "branch":
 		asked["document"] = *document
 		body := writerapi.BranchCreate{Id: *id, Name: *name, Document: *document, Status: optional[writerapi.Status](*status)}
-		if cal, want := branchCalendar(*timeZone, *dayStartsAt, *weekStartsOn, *fiscalStart); cal != nil {
-			body.Calendar, asked["calendar"] = cal, want
+		if c, want := cal.calendar(); c != nil {
+			body.Calendar, asked["calendar"] = c, want
 		}
 		create = func(ctx context.Context, key string) (writerAnswer, error) {
 			return c.api.CreateBranchWithResponse(ctx, *tenant, &writerapi.CreateBranchParams{IdempotencyKey: key}, body)
@@ -216,6 +212,47 @@ func optional[T ~string](v string) *T {
 }
 
 func ptrTo[T any](v T) *T { return &v }
+
+// calendarFlags are the flags of a branch's calendar (create, update).
+type calendarFlags struct {
+	timeZone, dayStartsAt, weekStartsOn *string
+	fiscalStart                         *int
+}
+
+// addCalendarFlags defines the calendar flags on fs; the notes end their
+// help texts (the defaults, on create).
+func addCalendarFlags(fs *flag.FlagSet, zoneNote, dayNote, weekNote, monthNote string) calendarFlags {
+	return calendarFlags{
+		timeZone:     fs.String("time-zone", "", "the business calendar's IANA time `ZONE`, e.g. America/Sao_Paulo"+zoneNote),
+		dayStartsAt:  fs.String("day-starts-at", "", "the local time `HH:MM` a business day starts"+dayNote),
+		weekStartsOn: fs.String("week-starts-on", "", "the `DAY` weeks start, MONDAY … SUNDAY"+weekNote),
+		fiscalStart:  fs.Int("fiscal-year-start-month", 0, "the `MONTH` fiscal years start, 1–12"+monthNote),
+	}
+}
+
+// calendar is branchCalendar of the flags given.
+func (f calendarFlags) calendar() (*writerapi.CalendarCreate, map[string]any) {
+	return branchCalendar(*f.timeZone, *f.dayStartsAt, *f.weekStartsOn, *f.fiscalStart)
+}
+
+// addReportPeriodsFlag defines --report-periods on fs.
+func addReportPeriodsFlag(fs *flag.FlagSet, note string) *string {
+	return fs.String("report-periods", "", "the period `TYPES` its reports are kept in, comma-separated: DAILY, WEEKLY, MONTHLY, QUARTERLY, YEARLY, FISCAL_QUARTER, FISCAL_YEAR"+note)
+}
+
+// parseReportPeriodsFlag reads --report-periods (any case, spaces ignored)
+// as the API takes them: canonical order.
+func parseReportPeriodsFlag(v string) ([]string, error) {
+	ts, err := aggregates.ParseReportPeriods(strings.Split(strings.ToUpper(strings.ReplaceAll(v, " ", "")), ","))
+	if err != nil {
+		return nil, fmt.Errorf("--report-periods: %w", err)
+	}
+	names := make([]string, len(ts))
+	for i, t := range ts {
+		names[i] = string(t)
+	}
+	return names, nil
+}
 
 // branchCalendar is the calendar of a branch create from its flags (the
 // writer validates it and answers 422 naming the member), and the members

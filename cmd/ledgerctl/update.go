@@ -8,7 +8,6 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/ledger-dev/ledger/aggregates"
 	"github.com/ledger-dev/ledger/cmd/ledgerctl/internal/writerapi"
 )
 
@@ -25,16 +24,13 @@ func (e *environment) directoryUpdate(ctx context.Context, kind string, args []s
 	status := fs.String("status", "", "active or suspended")
 	ifMatch := fs.Int64("if-match", 0, "change only if the "+kind+" is at this `VERSION` (default: the version read first)")
 	tenant := new(string)
-	var timeZone, dayStartsAt, weekStartsOn, reportPeriods *string
-	var fiscalStart *int
+	var reportPeriods *string
+	var cal calendarFlags
 	if kind == "branch" {
 		tenant = fs.String("tenant", "", "the `TENANT` id")
-		timeZone = fs.String("time-zone", "", "the business calendar's IANA time `ZONE`")
-		dayStartsAt = fs.String("day-starts-at", "", "the local time `HH:MM` a business day starts")
-		weekStartsOn = fs.String("week-starts-on", "", "the `DAY` weeks start, MONDAY … SUNDAY")
-		fiscalStart = fs.Int("fiscal-year-start-month", 0, "the `MONTH` fiscal years start, 1–12")
+		cal = addCalendarFlags(fs, "", "", "", "")
 	} else {
-		reportPeriods = fs.String("report-periods", "", "the period `TYPES` its reports are kept in, comma-separated")
+		reportPeriods = addReportPeriodsFlag(fs, "")
 	}
 	if err := fs.Parse(args); err != nil {
 		return exitError
@@ -73,13 +69,9 @@ func (e *environment) directoryUpdate(ctx context.Context, kind string, args []s
 	case "tenant":
 		body := writerapi.TenantPatch{Name: optional[string](*name), Status: optional[writerapi.Status](*status)}
 		if *reportPeriods != "" {
-			ts, err := aggregates.ParseReportPeriods(strings.Split(strings.ToUpper(strings.ReplaceAll(*reportPeriods, " ", "")), ","))
+			names, err := parseReportPeriodsFlag(*reportPeriods)
 			if err != nil {
-				return e.fail(fmt.Errorf("tenant update: --report-periods: %w", err))
-			}
-			names := make([]string, len(ts))
-			for i, t := range ts {
-				names[i] = string(t)
+				return e.fail(fmt.Errorf("tenant update: %w", err))
 			}
 			body.ReportPeriods, recalendar = &names, true
 		}
@@ -89,8 +81,8 @@ func (e *environment) directoryUpdate(ctx context.Context, kind string, args []s
 		}
 	case "branch":
 		body := writerapi.BranchPatch{Name: optional[string](*name), Status: optional[writerapi.Status](*status)}
-		if cal, _ := branchCalendar(*timeZone, *dayStartsAt, *weekStartsOn, *fiscalStart); cal != nil {
-			body.Calendar, recalendar = (*writerapi.CalendarPatch)(cal), true
+		if c, _ := cal.calendar(); c != nil {
+			body.Calendar, recalendar = (*writerapi.CalendarPatch)(c), true
 		}
 		patch = func(ctx context.Context, key string) (writerAnswer, error) {
 			return c.api.PatchBranchWithApplicationMergePatchPlusJSONBodyWithResponse(ctx, *tenant, *id, &writerapi.PatchBranchParams{IfMatch: etag, IdempotencyKey: &key},
