@@ -407,9 +407,12 @@ func (p *Processor) MarkerGuard() *MarkerGuard { return &MarkerGuard{p: p} }
 // invalid images, repeats) need no marker, because processing them again
 // changes nothing, so the walk steps over them (marking them unguarded) and
 // looks up the markers of every record up to the next one with an effect in
-// one BatchGetItem. The first record with an effect and no marker starts
-// what is new. A record that needs a quarantine item counts as one with an
-// effect (change.guarded): its item is written with its run's claim. (A batch acknowledged without effect leaves no marker, so a
+// one BatchGetItem. The first record that needs a claim (an effect, or a
+// quarantine item: change.guarded, whose item is written with its run's
+// claim) and has no marker before the next record with an effect starts
+// what is new; records before a marker found are stepped over, their
+// quarantine items put again idempotently (an earlier version's runs began
+// after them). (A batch acknowledged without effect leaves no marker, so a
 // redelivery from an earlier start must walk through it to the runs after
 // it.)
 //
@@ -421,10 +424,15 @@ func (p *Processor) MarkerGuard() *MarkerGuard { return &MarkerGuard{p: p} }
 func (g *MarkerGuard) committed(ctx context.Context, changes []change) (int, bool, error) {
 	n := 0
 	for n < len(changes) {
-		// Candidates: n through the first change with an effect, at most 100
-		// (BatchGetItem's limit).
+		// Candidates: n through the first change with an effect on the
+		// reports, at most 100 (BatchGetItem's limit). Records that only
+		// need a quarantine item are looked through too: a version before
+		// plan 3 put their items alone and keyed its run's marker by the
+		// first record with an effect after them, so a redelivery from
+		// such a record must find that marker rather than claim the run
+		// again.
 		j := n
-		for j+1 < len(changes) && j-n+1 < 100 && !changes[j].guarded() {
+		for j+1 < len(changes) && j-n+1 < 100 && !changes[j].effective() {
 			j++
 		}
 		found, last, err := g.firstMarker(ctx, changes[n:j+1])
@@ -432,13 +440,14 @@ func (g *MarkerGuard) committed(ctx context.Context, changes []change) (int, boo
 			return n, false, err
 		}
 		if found < 0 {
-			for k := n; k < j; k++ {
+			// No marker: the first record that needs a claim (an effect or
+			// a quarantine item) starts what is new.
+			for k := n; k <= j; k++ {
+				if changes[k].guarded() {
+					return k, false, nil
+				}
 				changes[k].unguarded = true
 			}
-			if changes[j].guarded() {
-				return j, false, nil
-			}
-			changes[j].unguarded = true
 			n = j + 1
 			continue
 		}
