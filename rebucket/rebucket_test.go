@@ -154,22 +154,7 @@ func (b *books) step(ctx context.Context) error {
 // as the writer's PATCH does.
 func setCalendar(t *testing.T, api *dynamodb.Client, tableName, tenant, branch string, c aggregates.Calendar, periods []aggregates.PeriodType) {
 	t.Helper()
-	ctx := context.Background()
-	now := table.S(time.Now().UTC().Format(time.RFC3339Nano))
-	item := table.Key(aggregates.BranchKey(tenant, branch))
-	item[table.AttrEntityType] = table.S(aggregates.EntityBranch)
-	item[table.AttrCalendarChangedAt] = now
-	for k, v := range table.EncodeCalendar(c) {
-		item[k] = v
-	}
-	_, err := api.PutItem(ctx, &dynamodb.PutItemInput{TableName: &tableName, Item: item})
-	require.NoError(t, err)
-	ten := table.Key(aggregates.TenantKey(tenant))
-	ten[table.AttrEntityType] = table.S(aggregates.EntityTenant)
-	ten[table.AttrReportPeriods] = table.EncodeReportPeriods(periods)
-	ten[table.AttrReportPeriodsChangedAt] = now
-	_, err = api.PutItem(ctx, &dynamodb.PutItemInput{TableName: &tableName, Item: ten})
-	require.NoError(t, err)
+	putCalendar(t, api, tableName, tenant, branch, c, periods, time.Now())
 }
 
 func startPoller(t *testing.T, ctx context.Context, api *dynamodb.Client, tableName string) {

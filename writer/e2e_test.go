@@ -179,10 +179,7 @@ func TestEndToEnd_ReportsServedEqualTheReconcileOracle(t *testing.T) {
 	for _, k := range fold.Keys() {
 		want := fold.Report(k)
 		want.Prune()
-		r := e.send(req{method: "GET", path: fmt.Sprintf("/v1/tenants/%s/branches/%s/reports/%s/%s", k.Tenant, k.Branch, k.Period.Type, k.Period.Value)})
-		require.Equal(t, http.StatusOK, r.Status, "%s: answer %s", k, r)
-		var got writer.Report
-		require.NoError(t, json.Unmarshal(r.Body, &got))
+		got := e.getReport(k)
 		assert.Empty(t, served(t, got).Diff(want), "%s", k)
 		assert.NotEmpty(t, got.UpdatedAt, "%s says how fresh it is", k)
 		checked++
@@ -215,6 +212,16 @@ func TestEndToEnd_ReportsServedEqualTheReconcileOracle(t *testing.T) {
 	for _, k := range fold.Keys() {
 		assert.True(t, seen[k], "%s served by a range", k)
 	}
+}
+
+// getReport reads report k through the writer's API and requires 200.
+func (e *env) getReport(k aggregates.ReportKey) writer.Report {
+	e.t.Helper()
+	r := e.send(req{method: "GET", path: fmt.Sprintf("/v1/tenants/%s/branches/%s/reports/%s/%s", k.Tenant, k.Branch, k.Period.Type, k.Period.Value)})
+	require.Equal(e.t, http.StatusOK, r.Status, "%s: answer %s", k, r)
+	var got writer.Report
+	require.NoError(e.t, json.Unmarshal(r.Body, &got))
+	return got
 }
 
 func etagOf(v int64) string { return `"` + strconv.FormatInt(v, 10) + `"` }
