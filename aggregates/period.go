@@ -59,9 +59,6 @@ func ParsePeriodType(s string) (PeriodType, error) {
 	return "", fmt.Errorf("period type %q: want %s", truncateRunes(s, 32), periodTypeNames())
 }
 
-// MaxReportPeriods bounds a tenant's reportPeriods: every type there is.
-const MaxReportPeriods = len(PeriodTypes)
-
 // ParseReportPeriods validates a tenant's reportPeriods: one or more known
 // period types, none twice. It returns them in canonical order, so that two
 // lists of the same types are equal.

@@ -70,16 +70,6 @@ func (s Stamp) Types() []PeriodType {
 	return out
 }
 
-// Period returns the stamp's period of type t, and false when it has none.
-func (s Stamp) Period(t PeriodType) (Period, bool) {
-	for _, p := range s.Periods {
-		if p.Type == t {
-			return p, true
-		}
-	}
-	return Period{}, false
-}
-
 // ParseStamp reads a stored stamp: the business date (YYYY-MM-DD) and the
 // periods (EncodePeriods). Besides each value's form it checks what holds
 // under every calendar — one to seven periods, each type once, in canonical

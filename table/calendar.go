@@ -2,6 +2,7 @@ package table
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -144,7 +145,7 @@ type ItemGetter interface {
 
 // ErrNoBranch is LoadBranchCalendar's error when the tenant or the branch
 // does not exist.
-var ErrNoBranch = fmt.Errorf("no such tenant or branch")
+var ErrNoBranch = errors.New("no such tenant or branch")
 
 // LoadBranchCalendar reads, strongly consistent, the calendar of a branch
 // and its tenant's period types.
