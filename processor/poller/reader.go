@@ -433,10 +433,15 @@ func (r *reader) open() error {
 		r.guard.SetOrigin("") // binding only if no other reader creates the checkpoint first
 	}
 	out, err := r.p.streams.GetShardIterator(r.ctx, in)
-	var invalid smithy.APIError
-	if r.atStart && in.SequenceNumber != nil && cp == "" && errors.As(err, &invalid) && invalid.ErrorCode() == "ValidationException" {
-		// A stream that does not take its shards' starting sequence numbers
-		// as positions: open at TRIM_HORIZON, as before.
+	var refused smithy.APIError
+	var trimmedStart *streamtypes.TrimmedDataAccessException
+	if r.atStart && in.SequenceNumber != nil && cp == "" && errors.As(err, &refused) && !errors.As(err, &trimmedStart) {
+		// Any refusal but "trimmed" (ValidationException,
+		// InvalidArgumentException, a 5xx, …): open at TRIM_HORIZON, as
+		// before, so that a stream that does not take its shards' starting
+		// sequence numbers as positions still has the shard read (only a
+		// trimmed start goes uncounted), rather than the same refused open
+		// retried for as long as the lease is held.
 		r.log.Info("opening at the shard's starting sequence number refused; opening at TRIM_HORIZON", "error", err.Error())
 		r.atStart = false
 		in.ShardIteratorType, in.SequenceNumber = streamtypes.ShardIteratorTypeTrimHorizon, nil
