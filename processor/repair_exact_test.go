@@ -24,7 +24,8 @@ import (
 // fail on the repair of docs/exactly-once.md, "Repairing while consumers
 // run" (two reads --settle apart, the in-flight check, the updatedAt
 // condition), which counts a change twice; the design that replaces it
-// (docs/exactly-once.md, "An exact repair") must make them pass.
+// (docs/exactly-once.md, "Repairing while consumers run": counted
+// changes) must make them pass.
 //
 // Until it lands they run only with LEDGER_ISSUE25_FINDING1=1, so that
 // main's CI stays green:
