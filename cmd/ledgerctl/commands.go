@@ -281,12 +281,14 @@ alone, because repairing it now would count that record again when it
 commits. Each other report is rewritten with a conditional write that fails
 if a consumer updated it meanwhile (skipped and counted). A stray item found
 in both reads is deleted and named ("deleted stray item"); nothing in ledger
-reads or writes it, so its absence changes no report. This never counts
-a delta twice provided a write's stream record is readable within --settle
-of the write (DynamoDB Streams documents "near real time"; see
-docs/exactly-once.md, "Repairing while consumers run"). A busy branch always
-has records in flight: disable writes (ledgerctl flags set
-writesEnabled=false), let the consumers drain, repair, enable writes.`
+reads or writes it, so its absence changes no report. While writes
+continue this can count a change twice, even when every stream record is
+readable well within --settle (issue 25: a commit whose records cancel on a
+report between the reads, or a record readable only after the in-flight
+check; docs/exactly-once.md, "Repairing while consumers run"). For an
+exact repair, and for a busy branch, which always has records in flight:
+disable writes (ledgerctl flags set writesEnabled=false), let the
+consumers drain, repair, enable writes.`
 
 func (e *environment) reconcile(ctx context.Context, args []string) int {
 	fs := e.flags("reconcile", reconcileHelp)
