@@ -24,6 +24,11 @@ import (
 //	leaseCounter   N, +1 per take, renewal and release
 //	pendingOwner   S, a poller that asked for it
 //	leaseExpiry    S, RFC 3339, informational: owner's clock + lease duration
+//	parentShardId  S, the shard's parent ("" for none), and
+//	startingSequenceNumber  S, its first sequence number: the shard as the
+//	               stream listed it, so that pollers learn of new shards
+//	               from the lease items (RegisterShard) between listings of
+//	               the whole stream
 //	updatedAt      S, RFC 3339
 
 // Attribute names of the lease item besides the keys, entityType, updatedAt
@@ -33,6 +38,8 @@ const (
 	AttrLeaseCounter = "leaseCounter"
 	AttrLeasePending = "pendingOwner"
 	AttrLeaseExpiry  = "leaseExpiry"
+	AttrLeaseParent  = "parentShardId"
+	AttrLeaseStart   = "startingSequenceNumber"
 )
 
 // Lease is a lease item as read.
@@ -42,6 +49,9 @@ type Lease struct {
 	Counter int64
 	Pending string // "" when nobody asked for it
 	Exists  bool
+	// Parent and Start describe the shard (its parent, "" for none, and its
+	// first sequence number); Start is "" when the item does not say.
+	Parent, Start string
 }
 
 // DecodeLease reads the lease item of shard (nil: it does not exist).
@@ -50,6 +60,8 @@ func DecodeLease(shard string, item map[string]types.AttributeValue) Lease {
 	l.Owner, _ = String(item, AttrLeaseOwner)
 	l.Pending, _ = String(item, AttrLeasePending)
 	l.Counter, _ = Int64(item, AttrLeaseCounter)
+	l.Parent, _ = String(item, AttrLeaseParent)
+	l.Start, _ = String(item, AttrLeaseStart)
 	return l
 }
 
@@ -57,6 +69,7 @@ func DecodeLease(shard string, item map[string]types.AttributeValue) Lease {
 var leaseNames = map[string]string{
 	"#o": AttrLeaseOwner, "#c": AttrLeaseCounter, "#p": AttrLeasePending, "#x": AttrLeaseExpiry,
 	"#et": AttrEntityType, "#ua": AttrUpdatedAt, "#sh": AttrShardID,
+	"#par": AttrLeaseParent, "#st": AttrLeaseStart,
 }
 
 var placeholder = regexp.MustCompile(`#[a-z]+`)
@@ -99,7 +112,23 @@ func TakeLease(tableName, streamARN string, seen Lease, owner string, duration t
 		cond = "#c = :seen"
 		values[":seen"] = Int(seen.Counter)
 	}
-	return leaseUpdate(tableName, streamARN, seen.Shard, "#o = :o, #c = :next, #x = :x, #et = :et, #ua = :ua, #sh = :sh", []string{"#p"}, cond, values)
+	set := "#o = :o, #c = :next, #x = :x, #et = :et, #ua = :ua, #sh = :sh"
+	if seen.Start != "" {
+		set += ", #par = :par, #st = :st"
+		values[":par"], values[":st"] = S(seen.Parent), S(seen.Start)
+	}
+	return leaseUpdate(tableName, streamARN, seen.Shard, set, []string{"#p"}, cond, values)
+}
+
+// RegisterShard puts a free lease for a shard no lease exists for yet,
+// with the shard's parent and first sequence number: how the poller that
+// finished a parent tells the others about its children without their
+// listing the whole stream. It fails when the lease exists.
+func RegisterShard(tableName, streamARN, shard, parent, start string, now time.Time) *dynamodb.UpdateItemInput {
+	return leaseUpdate(tableName, streamARN, shard, "#c = :zero, #et = :et, #ua = :ua, #sh = :sh, #par = :par, #st = :st", nil, "attribute_not_exists(#c)",
+		map[string]types.AttributeValue{
+			":zero": Int(0), ":et": S(aggregates.EntityLease), ":ua": stamp(now), ":sh": S(shard), ":par": S(parent), ":st": S(start),
+		})
 }
 
 // RenewLease bumps the counter of lease l, on condition that l.Owner still
