@@ -236,16 +236,7 @@ func TestPoller_NewShardsAreLearnedFromLeasesBetweenListings(t *testing.T) {
 	eventually(t, "one shard each", 15*time.Second, func() bool {
 		return counter(t, p.m.LeasesHeld) == 1 && counter(t, q.m.LeasesHeld) == 1
 	})
-	holderOfA := func() string {
-		leases, _, err := table.ReadStreamState(context.Background(), e.ddb, table.CoordinationTableName(e.table), f.arn)
-		require.NoError(t, err)
-		return leases["shardId-A"].Owner
-	}
-	o, stopH, stopO, co := q, stopP, stopQ, cb
-	if holderOfA() == "Q" {
-		o, stopH, stopO, co = p, stopQ, stopP, ca
-	}
-	listed := co.n.Load()
+	listedP, listedQ := ca.n.Load(), cb.n.Load()
 
 	// A ends; its children B and C get the next records.
 	f.appendTo("shardId-A", e.write(t, 30)...)
@@ -253,14 +244,26 @@ func TestPoller_NewShardsAreLearnedFromLeasesBetweenListings(t *testing.T) {
 	f.addShard("shardId-B", "shardId-A")
 	f.addShard("shardId-C", "shardId-A")
 	f.split([]string{"shardId-B", "shardId-C"}, e.write(t, 60))
-	eventually(t, "B and C registered", 15*time.Second, func() bool {
-		leases, _, err := table.ReadStreamState(context.Background(), e.ddb, table.CoordinationTableName(e.table), f.arn)
+	eventually(t, "B and C registered", 30*time.Second, func() bool {
+		leases, _, err := table.ReadStreamState(context.Background(), e.ddb, table.CoordinationTableName(e.table), f.arn, nil)
 		require.NoError(t, err)
 		return leases["shardId-B"].Start != "" && leases["shardId-C"].Start != "" && leases["shardId-B"].Parent == "shardId-A"
 	})
+	// The one that finished A registered them; the other learns of them.
+	o, stopH, stopO, co, listed := q, stopP, stopQ, cb, listedQ
+	if finishedA := func(tp *testPoller) bool {
+		for _, l := range tp.logs.lines() {
+			if l["msg"] == "shard finished: read to its end" && l["shard"] == "shardId-A" {
+				return true
+			}
+		}
+		return false
+	}; finishedA(q) {
+		o, stopH, stopO, co, listed = p, stopQ, stopP, ca, listedP
+	}
 
 	stopH()
-	eventually(t, "the other holds X, B and C", 15*time.Second, func() bool { return counter(t, o.m.LeasesHeld) == 3 })
+	eventually(t, "the other holds X, B and C", 30*time.Second, func() bool { return counter(t, o.m.LeasesHeld) == 3 })
 	assert.Equal(t, listed, co.n.Load(), "no listing of the whole stream since its start")
 	stopO()
 	e.drain(t, "R", nil)

@@ -241,10 +241,10 @@ func (p *Poller) pass(ctx context.Context, renew bool) error {
 			}
 		}
 	}
-	leases, cps, err := p.store.readAll(ctx)
+	leases, cps, err := p.store.readAll(ctx, p.shards)
 	for i := 1; err != nil && i < readAttempts && ctx.Err() == nil; i++ {
 		pause(ctx, i)
-		leases, cps, err = p.store.readAll(ctx)
+		leases, cps, err = p.store.readAll(ctx, p.shards)
 	}
 	if err != nil {
 		if ctx.Err() == nil {
@@ -261,7 +261,7 @@ func (p *Poller) pass(ctx context.Context, renew bool) error {
 				return nil
 			}
 		}
-		if leases, cps, err = p.store.readAll(ctx); err != nil {
+		if leases, cps, err = p.store.readAll(ctx, p.shards); err != nil {
 			return nil
 		}
 	}

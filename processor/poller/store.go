@@ -75,8 +75,12 @@ func (s *store) now() time.Time { return time.Now() }
 
 // readAll reads every lease and checkpoint of the stream with one
 // consistent, paginated Query of the stream's partition.
-func (s *store) readAll(ctx context.Context) (map[string]lease, map[string]checkpoint, error) {
-	ls, cs, err := table.ReadStreamState(ctx, s.api, s.table, s.streamARN)
+func (s *store) readAll(ctx context.Context, shards []shard) (map[string]lease, map[string]checkpoint, error) {
+	ids := make([]string, 0, len(shards))
+	for _, sh := range shards {
+		ids = append(ids, sh.id)
+	}
+	ls, cs, err := table.ReadStreamState(ctx, s.api, s.table, s.streamARN, ids)
 	if err != nil {
 		return nil, nil, err
 	}
