@@ -23,7 +23,7 @@ import (
 const (
 	attrDocument        = "document"
 	attrHasTransactions = "hasTransactions"
-	attrSuspendedBy     = "suspendedBy" // branches and account profiles, while suspended
+	attrSuspendedBy     = "suspendedBy"      // branches and account profiles, while suspended
 	attrCurrency        = table.AttrCurrency // branches and transactions: the ISO 4217 code (currency.go)
 )
 
