@@ -15,7 +15,8 @@ import (
 //   - those golang.org/x/text/currency knows (currency.ParseISO). Its tables
 //     are CLDR 32's (2017): every ISO 4217 code current then (BRL, GBP, JPY,
 //     BHD…), ISO 4217's historic codes (DEM, FRF, VEF…: a branch may keep
-//     its books in one) and ISO's fund codes (BOV, CLF, USN…);
+//     its books in one; CLDR adds a few historic ones ISO never listed, such
+//     as ISJ) and ISO's fund codes (BOV, CLF, USN…);
 //   - but not the codes that are no money, ISO 4217's "N.A." minor unit:
 //     precious metals (XAU, XAG, XPD, XPT), bond-market and other units of
 //     account (XBA–XBD, XDR, XSU, XUA, XEU, and CLDR's XFO, XFU, XRE), the
@@ -27,11 +28,13 @@ import (
 // are stored and compared as given, like every other code of the API
 // (INCOME, DAILY).
 //
-// A currency's fraction digits (CurrencyDigits) are CLDR's standard digits
-// (currency.Standard.Rounding): JPY 0, BRL 2, BHD 3, CLF 4. They are ISO
-// 4217's minor unit for nearly every code; where CLDR records that the
-// minor unit is out of use they are fewer (IQD, LBP, RSD, YER… 0 where ISO
-// says 2 or 3), and an amount may have no more.
+// A currency's fraction digits (CurrencyDigits) are ISO 4217's minor unit:
+// JPY 0, BRL 2, BHD 3, CLF 4. The package's standard digits
+// (currency.Standard.Rounding) are CLDR's, and CLDR gives fewer than ISO
+// where the minor unit is out of use in cash or display (COP, IDR, PKR,
+// IQD… 0); a ledger keeps the amounts of invoices and bank statements,
+// which use ISO's, so those codes take theirs from a table
+// (cldrBelowISO). An amount has at most that many fraction digits.
 
 // notMoney are the codes currency.ParseISO knows that are not a currency an
 // amount can be in.
@@ -56,6 +59,16 @@ var addedSinceCLDR32 = map[string]int{
 	"XCG": 2, // Caribbean guilder, 2025
 }
 
+// cldrBelowISO are the current ISO 4217 codes whose minor unit is more than
+// CLDR 32's standard digits (0 for all of them), with ISO's minor unit; and
+// MRO and STD, replaced in 2018 (by MRU and STN), whose minor unit was 2.
+var cldrBelowISO = map[string]int{
+	"AFN": 2, "ALL": 2, "AMD": 2, "COP": 2, "GYD": 2, "IDR": 2, "IQD": 3, "IRR": 2,
+	"KPW": 2, "LAK": 2, "LBP": 2, "MGA": 2, "MMK": 2, "MNT": 2, "MUR": 2, "PKR": 2,
+	"RSD": 2, "SLL": 2, "SOS": 2, "SYP": 2, "TZS": 2, "UZS": 2, "YER": 2,
+	"MRO": 2, "STD": 2,
+}
+
 // ValidateCurrency reports whether code is a currency a branch may keep
 // its books in (see above); the error says why not.
 func ValidateCurrency(code string) error {
@@ -78,10 +91,13 @@ func ValidateCurrency(code string) error {
 }
 
 // CurrencyDigits returns the fraction digits of a valid currency code
-// (ValidateCurrency): CLDR's standard digits, or the minor unit of a code
-// added since.
+// (ValidateCurrency): its ISO 4217 minor unit, from the tables above or
+// else CLDR's standard digits.
 func CurrencyDigits(code string) int {
 	if n, ok := addedSinceCLDR32[code]; ok {
+		return n
+	}
+	if n, ok := cldrBelowISO[code]; ok {
 		return n
 	}
 	u, err := currency.ParseISO(code)
