@@ -2,6 +2,7 @@ package writer
 
 import (
 	"encoding/json"
+	"errors"
 	"net/http"
 
 	"github.com/ledger-dev/ledger/aggregates"
@@ -43,6 +44,11 @@ import (
 // stays. Setting the currency the branch already has is a no-op the PATCH
 // allows at any time. A currency cannot be removed (null is 400, as for
 // every branch field).
+
+// errCurrencyDamaged marks the error of a branch whose stored currency is
+// not a valid code (damaged by hand): its transactions' creates and changes
+// fail (500, logged) rather than be stamped with it or checked against it.
+var errCurrencyDamaged = errors.New("stored currency damaged: transactions of this branch are refused until it is mended (a PATCH of the currency while the branch has no transactions; else by hand, to the code its transactions carry)")
 
 // parseCurrency reads a currency code member: a JSON string (else 400
 // invalid-field), a code aggregates.ValidateCurrency accepts (else 422

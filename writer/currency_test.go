@@ -350,3 +350,25 @@ func TestBranchCurrency_AnotherTenantsTokenCannotReadOrChangeIt(t *testing.T) {
 	assert.False(t, b.HasTransactions)
 	assert.Zero(t, e.countTransactions(e.tenant, "victim"))
 }
+
+// TestBranchCurrency_DamagedStoredCurrencyRefusesWritesUntilMended: a
+// branch whose stored currency is not a code (changed by hand) gets no
+// transaction stamped with it: creates fail (500) and write nothing; a
+// PATCH of the currency mends it while the branch has no transactions.
+func TestBranchCurrency_DamagedStoredCurrencyRefusesWritesUntilMended(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, sharedTable(t))
+	require.Equal(t, http.StatusCreated, e.postCurrencyBranch("hurt", `,"currency":"BRL"`).Status)
+	e.branch = "hurt"
+	k := aggregates.BranchKey(e.tenant, "hurt")
+	_, err := e.ddb.UpdateItem(context.Background(), &dynamodb.UpdateItemInput{TableName: &e.table,
+		Key: map[string]ddbAV{"PK": s(k.PK), "SK": s(k.SK)}, UpdateExpression: ptr("SET currency = :c"),
+		ExpressionAttributeValues: map[string]ddbAV{":c": s("brl")}})
+	require.NoError(t, err)
+	r := e.send(req{method: "POST", path: e.base() + "/transactions", body: createBody, headers: []string{"Idempotency-Key", newKey()}})
+	require.Equal(t, http.StatusInternalServerError, r.Status, "answer %s", r)
+	assert.Zero(t, e.countTransactions(e.tenant, "hurt"))
+	r = e.patchBranch("hurt", 1, `{"currency":"BRL"}`)
+	require.Equal(t, http.StatusOK, r.Status, "answer %s", r)
+	assert.Equal(t, "BRL", e.create(createBody).Currency)
+}

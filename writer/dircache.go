@@ -64,6 +64,7 @@ type directoryStatus struct {
 	marked         bool                    // branches: hasTransactions
 	calendar       aggregates.Calendar     // branches: the business calendar
 	currency       string                  // branches: the currency, "" for none
+	currencyErr    error                   // branches: the stored currency is not a valid code
 	periods        []aggregates.PeriodType // tenants: reportPeriods
 	changedAt      time.Time               // calendarChangedAt or reportPeriodsChangedAt
 	damaged        error                   // the calendar or reportPeriods does not decode
@@ -110,7 +111,7 @@ func (s *Server) status(ctx context.Context, k aggregates.Key, branch bool) (dir
 		if branch {
 			changed = table.AttrCalendarChangedAt
 			e.calendar, e.damaged = table.DecodeCalendar(item)
-			e.currency, e.damaged = storedCurrency(item, e.damaged)
+			e.currency, e.currencyErr = storedCurrency(item)
 		} else {
 			e.periods, e.damaged = table.DecodeReportPeriods(item)
 		}
@@ -146,16 +147,19 @@ type activeBranch struct {
 	calendar    table.BranchCalendar
 	calendarErr error
 	// currency is the branch's currency, "" for none: stamped on its
-	// transactions, and the bound of their amounts' fraction digits.
-	currency string
+	// transactions, and the bound of their amounts' fraction digits;
+	// currencyErr, when the stored currency is not a valid code, wraps
+	// errCurrencyDamaged.
+	currency    string
+	currencyErr error
 }
 
 // stamp stamps t with the branch's calendar (Transaction.stamp) and
 // currency; a damaged calendar or currency is the error, an amount with
 // more fraction digits than the currency has the 422 naming amount.
 func (a activeBranch) stamp(t *Transaction) (*Problem, error) {
-	if a.calendarErr != nil {
-		return nil, a.calendarErr
+	if err := errors.Join(a.calendarErr, a.currencyErr); err != nil {
+		return nil, err
 	}
 	if p := checkAmountCurrency(t.Amount, a.currency); p != nil {
 		return p, nil
@@ -193,6 +197,9 @@ func (s *Server) activeBranch(ctx context.Context, tenant, branch string) (activ
 	}
 	if err := errors.Join(b.damaged, t.damaged); err != nil {
 		a.calendarErr = fmt.Errorf("tenant %s, branch %s: %w: %w", tenant, branch, errCalendarDamaged, err)
+	}
+	if b.currencyErr != nil {
+		a.currencyErr = fmt.Errorf("tenant %s, branch %s: %w: %w", tenant, branch, errCurrencyDamaged, b.currencyErr)
 	}
 	return a, nil, nil
 }

@@ -2,7 +2,6 @@ package writer
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"maps"
 	"net/http"
@@ -74,21 +73,22 @@ func decodeBranch(item map[string]ddbtypes.AttributeValue) Branch {
 }
 
 // storedCurrency reads the currency of a branch item ("" when absent); one
-// that is not a valid code (damaged by hand) is joined to damaged, so that
-// the branch's creates and changes fail rather than stamp it.
-func storedCurrency(item map[string]ddbtypes.AttributeValue, damaged error) (string, error) {
+// that is not a valid code (damaged by hand) is the error, so that the
+// branch's creates and changes fail (errCurrencyDamaged) rather than stamp
+// it.
+func storedCurrency(item map[string]ddbtypes.AttributeValue) (string, error) {
 	av, ok := item[attrCurrency]
 	if !ok {
-		return "", damaged
+		return "", nil
 	}
-	c, _ := stringAttr(item, attrCurrency)
-	if _, isS := av.(*ddbtypes.AttributeValueMemberS); !isS {
-		return "", errors.Join(damaged, fmt.Errorf("currency: not a string"))
+	c, isS := av.(*ddbtypes.AttributeValueMemberS)
+	if !isS {
+		return "", fmt.Errorf("currency: %T, want a string", av)
 	}
-	if err := aggregates.ValidateCurrency(c); err != nil {
-		return "", errors.Join(damaged, fmt.Errorf("currency: %w", err))
+	if err := aggregates.ValidateCurrency(c.Value); err != nil {
+		return "", fmt.Errorf("currency: %w", err)
 	}
-	return c, damaged
+	return c.Value, nil
 }
 
 func documentTaken(document string) *Problem {
