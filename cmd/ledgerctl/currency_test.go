@@ -61,3 +61,44 @@ func TestBranchCurrency_CreateUpdateListThroughTheWriter(t *testing.T) {
 	assert.Contains(t, out, "CURRENCY")
 	assert.Contains(t, out, "JPY")
 }
+
+// TestSample_BranchesInTheirCurrenciesAndAnEarlierSampleKept: on an empty
+// table the sample's branches are created in BRL, GBP and JPY and every
+// request of the workload is accepted (the yen amounts are whole); on a
+// table holding an earlier sample (branches without a currency, some with
+// transactions) ensureDirectory sets the currency of those without
+// transactions only, and fails on none.
+func TestSample_BranchesInTheirCurrenciesAndAnEarlierSampleKept(t *testing.T) {
+	client := func(env map[string]string) *apiClient {
+		tok, err := writer.NewToken([]byte(env["LEDGER_JWT_SECRET"]), writer.TokenOptions{Admin: true})
+		require.NoError(t, err)
+		return &apiClient{base: env["LEDGER_WRITER_URL"], token: tok, http: http.DefaultClient}
+	}
+	ctx := t.Context()
+
+	fresh := client(directoryEnv(t))
+	dir, err := ensureDirectory(ctx, fresh)
+	require.NoError(t, err)
+	assert.Equal(t, map[string]string{"north": "BRL", "south": "GBP", "online": "JPY"}, dir.currencies)
+	posted, err := fresh.postSample(ctx, func(int, int) {})
+	require.NoError(t, err, "every request of the workload is accepted in its branch's currency")
+	assert.True(t, posted)
+
+	earlier := client(directoryEnv(t))
+	require.NoError(t, earlier.do(ctx, http.MethodPost, "/v1/tenants", map[string]string{"Idempotency-Key": "t"}, `{"id":"demo","name":"Demo"}`, nil))
+	for _, b := range sampleBranches {
+		body := `{"id":"` + b + `","name":"` + b + `","document":"` + sampleBranchInfo[b].document + `"}`
+		require.NoError(t, earlier.do(ctx, http.MethodPost, "/v1/tenants/demo/branches", map[string]string{"Idempotency-Key": "b-" + b}, body, nil))
+	}
+	for _, b := range []string{"north", "online"} {
+		require.NoError(t, earlier.do(ctx, http.MethodPost, branchURL("demo", b)+"/transactions", map[string]string{"Idempotency-Key": "x-" + b},
+			`{"type":"INCOME","amount":"12.34","category":"sales"}`, nil))
+	}
+	dir, err = ensureDirectory(ctx, earlier)
+	require.NoError(t, err)
+	assert.Equal(t, map[string]string{"north": "", "south": "GBP", "online": ""}, dir.currencies)
+	assert.True(t, dir.recalendared, "the calendars were set")
+	dir, err = ensureDirectory(ctx, earlier)
+	require.NoError(t, err, "again: nothing left to change")
+	assert.False(t, dir.recalendared)
+}
