@@ -5,6 +5,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"golang.org/x/text/currency"
 )
 
 func TestValidateCurrency_ISOCodesInUpperCaseButNoMoneyAndAddedSinceCLDR32(t *testing.T) {
@@ -67,5 +68,29 @@ func TestCheckAmountDigits_TrailingZerosAreNoDigits(t *testing.T) {
 		} else {
 			assert.Error(t, err, "%s %s", tt.amount, tt.code)
 		}
+	}
+}
+
+// TestValidateCurrency_EveryCodeOfThePackageButNoMoney: every currency
+// golang.org/x/text/currency lists (current and historic, tender or not)
+// is accepted, with 0 to 4 fraction digits, unless it is one of notMoney.
+func TestValidateCurrency_EveryCodeOfThePackageButNoMoney(t *testing.T) {
+	seen := map[string]bool{}
+	for it := currency.Query(currency.Historical, currency.NonTender); it.Next(); {
+		code := it.Unit().String()
+		err := ValidateCurrency(code)
+		if notMoney[code] {
+			assert.Error(t, err, code)
+			continue
+		}
+		seen[code] = true
+		if assert.NoError(t, err, code) {
+			assert.True(t, CurrencyDigits(code) >= 0 && CurrencyDigits(code) <= 4, "%s: %d digits", code, CurrencyDigits(code))
+		}
+	}
+	assert.Greater(t, len(seen), 250, "the package's list")
+	for code := range addedSinceCLDR32 {
+		_, err := currency.ParseISO(code)
+		assert.Error(t, err, "%s: the package knows it now; take it out of addedSinceCLDR32", code)
 	}
 }
