@@ -372,3 +372,27 @@ func TestBranchCurrency_DamagedStoredCurrencyRefusesWritesUntilMended(t *testing
 	require.Equal(t, http.StatusOK, r.Status, "answer %s", r)
 	assert.Equal(t, "BRL", e.create(createBody).Currency)
 }
+
+// TestTransactionAmount_RefusalForTheCurrencyIsKeptUnderItsKey: a create
+// refused for its amount's digits is a result of the currency it read:
+// retried with its key it is replayed, even after the currency changed.
+func TestTransactionAmount_RefusalForTheCurrencyIsKeptUnderItsKey(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, sharedTable(t))
+	require.Equal(t, http.StatusCreated, e.postCurrencyBranch("osaka", `,"currency":"JPY"`).Status)
+	e.branch = "osaka"
+	key := newKey()
+	post := func() reply {
+		return e.send(req{method: "POST", path: e.base() + "/transactions", body: `{"type":"INCOME","amount":"10.5","category":"sales"}`, headers: []string{"Idempotency-Key", key}})
+	}
+	first := post()
+	require.Equal(t, http.StatusUnprocessableEntity, first.Status, "answer %s", first)
+	require.Equal(t, http.StatusOK, e.patchBranch("osaka", 1, `{"currency":"BRL"}`).Status)
+	again := post()
+	require.Equal(t, http.StatusUnprocessableEntity, again.Status, "answer %s", again)
+	assert.Equal(t, "true", again.Header.Get("Idempotent-Replayed"))
+	assert.Equal(t, "amount", again.problem(t).Field)
+	assert.Zero(t, e.countTransactions(e.tenant, "osaka"))
+	// A new key is a new request: 10.5 is an amount in reais.
+	assert.Equal(t, "BRL", e.create(`{"type":"INCOME","amount":"10.5","category":"sales"}`).Currency)
+}
