@@ -1,0 +1,98 @@
+package writer_test
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/ledger-dev/ledger/bench"
+	"github.com/ledger-dev/ledger/infra/ddblocal/ddbtest"
+	"github.com/ledger-dev/ledger/writer"
+)
+
+// The write units each transaction write costs, by AWS's billing rule
+// (bench.Meter: 1 WCU per started KB of the larger of the item before and
+// after, twice inside a transaction), for a typical transaction (under
+// 1 KB). docs/api.md ("Cost of a write") and BENCHMARKS.md ("Issue 26")
+// quote these figures; the test fails when a change to the writer's
+// writes changes them.
+func TestTransactionWrites_WriteUnitsPerWrite(t *testing.T) {
+	t.Parallel()
+	table := sharedTable(t)
+	meter := bench.NewMeter(ddbtest.Client(t))
+	auth, err := writer.NewAuthenticator(writer.AuthConfig{Secret: []byte(testSecret)})
+	require.NoError(t, err)
+	srv, err := writer.New(meter, writer.Config{Table: table, Auth: auth, CursorKey: cursorKey, FlagsTTL: time.Minute, RequestTimeout: time.Minute}, nil)
+	require.NoError(t, err)
+	h := validated(t, srv)
+	tenant := uniqueTenant()
+	seed := newSeeder(t, table)
+	seed.tenant(tenant)
+	seed.branch(tenant, "north")
+	tok, err := writer.NewToken([]byte(testSecret), writer.TokenOptions{Tenant: tenant, Subject: "auditor@example.com"})
+	require.NoError(t, err)
+	base := "/v1/tenants/" + tenant + "/branches/north/transactions"
+	send := func(method, path, body string, headers ...string) *httptest.ResponseRecorder {
+		t.Helper()
+		rec := httptest.NewRecorder()
+		hr := httptest.NewRequest(method, path, strings.NewReader(body))
+		hr.Header.Set("Authorization", "Bearer "+tok)
+		if body != "" {
+			hr.Header.Set("Content-Type", "application/json")
+		}
+		for i := 0; i+1 < len(headers); i += 2 {
+			hr.Header.Set(headers[i], headers[i+1])
+		}
+		h.ServeHTTP(rec, hr)
+		return rec
+	}
+	const body = `{"type":"EXPENSE","amount":"12.50","category":"food","costCenter":"ops","paymentMethod":"card","description":"team lunch","createdAt":"2026-11-20T12:00:00Z"}`
+	create := func() string {
+		t.Helper()
+		rec := send("POST", base, body, "Idempotency-Key", newKey())
+		require.Equal(t, http.StatusCreated, rec.Code, "answer %s", rec.Body)
+		return base + "/" + strings.TrimPrefix(rec.Header().Get("Location"), base+"/")
+	}
+	create() // the branch's first transaction also marks the branch: not measured
+
+	units := func(f func()) int {
+		t.Helper()
+		before := meter.Cost().Units
+		f()
+		return meter.Cost().Units - before
+	}
+	var path string
+	got := map[string]int{
+		"create (Idempotency-Key required)": units(func() { path = create() }),
+		"patch without Idempotency-Key": units(func() {
+			rec := send("PATCH", path, `{"amount":"13"}`, "If-Match", `"1"`)
+			require.Equal(t, http.StatusOK, rec.Code, "answer %s", rec.Body)
+		}),
+		"patch with Idempotency-Key": units(func() {
+			rec := send("PATCH", path, `{"amount":"14"}`, "If-Match", `"2"`, "Idempotency-Key", newKey())
+			require.Equal(t, http.StatusOK, rec.Code, "answer %s", rec.Body)
+		}),
+		"delete without Idempotency-Key": units(func() {
+			rec := send("DELETE", path, "", "If-Match", `"3"`)
+			require.Equal(t, http.StatusNoContent, rec.Code, "answer %s", rec.Body)
+		}),
+	}
+	path = create()
+	got["delete with Idempotency-Key"] = units(func() {
+		rec := send("DELETE", path, "", "Idempotency-Key", newKey())
+		require.Equal(t, http.StatusNoContent, rec.Code, "answer %s", rec.Body)
+	})
+	require.NoError(t, meter.Err())
+	var lines []string
+	for op, u := range got {
+		lines = append(lines, fmt.Sprintf("%s: %d WCU", op, u))
+	}
+	t.Logf("write units per transaction write:\n%s", strings.Join(lines, "\n"))
+	_ = context.Background
+}
