@@ -1,7 +1,6 @@
 package writer_test
 
 import (
-	"context"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -9,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/ledger-dev/ledger/bench"
@@ -94,5 +94,15 @@ func TestTransactionWrites_WriteUnitsPerWrite(t *testing.T) {
 		lines = append(lines, fmt.Sprintf("%s: %d WCU", op, u))
 	}
 	t.Logf("write units per transaction write:\n%s", strings.Join(lines, "\n"))
-	_ = context.Background
+	// Before the audit trail (issue 26): create 4, patch 1 (4 with a key),
+	// delete 1 (4 with a key). Each write now also puts its history entry
+	// (under 1 KB: 2 WCU in a transaction), and a write without a key,
+	// once a lone conditional write, is a transaction of two items.
+	assert.Equal(t, map[string]int{
+		"create (Idempotency-Key required)": 6,
+		"patch without Idempotency-Key":     4,
+		"patch with Idempotency-Key":        6,
+		"delete without Idempotency-Key":    4,
+		"delete with Idempotency-Key":       6,
+	}, got)
 }
