@@ -1,6 +1,7 @@
 package writer_test
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -11,9 +12,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/ledger-dev/ledger/aggregates"
 	"github.com/ledger-dev/ledger/internal/ledgertest"
 	"github.com/ledger-dev/ledger/writer"
 )
@@ -332,4 +335,33 @@ func TestHistory_TokenWithAnOverlongSubjectCannotWrite(t *testing.T) {
 	ok := e.tokenAs(strings.Repeat("s", writer.MaxSubjectLength), false)
 	r := e.as(ok, req{method: "DELETE", path: e.base() + "/transactions/" + tx.ID})
 	require.Equal(t, http.StatusNoContent, r.Status, "answer %s", r)
+}
+
+// A transaction put back by another path after its delete was recorded
+// (at a version below the deleted entry's) is not written over its trail:
+// the PATCH that would make a recorded version is 500, writes nothing, and
+// the entries stay as they were (docs/runbook.md, "Writer 5xx").
+func TestHistory_AnEntryOfAVersionTheTransactionNeverReachedIsNeverOverwritten(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, sharedTable(t))
+	tx := e.create(`{"type":"INCOME","amount":"5","category":"sales","createdAt":"2026-03-04T05:06:07Z"}`)
+	k := aggregates.TransactionKey(e.tenant, e.branch, aggregates.Date{Year: 2026, Month: 3, Day: 4}, tx.ID)
+	out, err := e.ddb.GetItem(context.Background(), &dynamodb.GetItemInput{TableName: &e.table, ConsistentRead: ptr(true),
+		Key: map[string]ddbAV{"PK": s(k.PK), "SK": s(k.SK)}})
+	require.NoError(t, err)
+	require.NotNil(t, out.Item)
+	path := e.base() + "/transactions/" + tx.ID
+	r := e.send(req{method: "DELETE", path: path})
+	require.Equal(t, http.StatusNoContent, r.Status, "answer %s", r)
+	_, err = e.ddb.PutItem(context.Background(), &dynamodb.PutItemInput{TableName: &e.table, Item: out.Item}) // restored at version 1
+	require.NoError(t, err)
+
+	r = e.send(req{method: "PATCH", path: path, headers: []string{"If-Match", `"1"`}, body: `{"amount":"6"}`})
+	require.Equal(t, http.StatusInternalServerError, r.Status, "answer %s", r)
+	got := e.send(req{method: "GET", path: path}).transaction(t)
+	assert.Equal(t, "5", got.Amount, "nothing written")
+	h := e.allHistory(tx.ID, 10)
+	require.Len(t, h, 2)
+	assert.Equal(t, "deleted", h[1].Operation)
+	assert.Equal(t, "5", h[1].Transaction.Amount)
 }
