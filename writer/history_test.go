@@ -18,6 +18,7 @@ import (
 
 	"github.com/ledger-dev/ledger/aggregates"
 	"github.com/ledger-dev/ledger/internal/ledgertest"
+	"github.com/ledger-dev/ledger/rebucket"
 	"github.com/ledger-dev/ledger/writer"
 )
 
@@ -364,4 +365,38 @@ func TestHistory_AnEntryOfAVersionTheTransactionNeverReachedIsNeverOverwritten(t
 	require.Len(t, h, 2)
 	assert.Equal(t, "deleted", h[1].Operation)
 	assert.Equal(t, "5", h[1].Transaction.Amount)
+}
+
+// ledgerctl rebucket restamps a transaction without a new version: it
+// writes no history entry, If-Match keeps naming the version, and the next
+// change's entry carries the stamp in force (docs/design.md, "Transaction
+// history").
+func TestHistory_RebucketRestampIsNoEntryAndIfMatchKeepsWorking(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	e := newEnv(t, sharedTable(t))
+	e.branchWithCalendar("sp", saoPaulo)
+	e.branch = "sp"
+	// 02:00 UTC is 23:00 the day before in São Paulo, before its 04:00 start: the 3rd's business day.
+	tx := e.create(`{"type":"EXPENSE","amount":"2.5","category":"c","createdAt":"2026-03-05T02:00:00Z"}`)
+	require.Equal(t, "2026-03-04", tx.BusinessDate)
+	r := e.send(req{method: "PATCH", path: "/v1/tenants/" + e.tenant + "/branches/sp", body: `{"calendar":{"timeZone":"UTC","dayStartsAt":"00:00"}}`,
+		headers: []string{"If-Match", `"1"`}})
+	require.Equal(t, http.StatusOK, r.Status, "answer %s", r)
+
+	res, err := rebucket.Run(ctx, e.ddb, e.table, e.tenant, "sp", rebucket.Options{Settle: -1, Parallel: 1})
+	require.NoError(t, err)
+	require.Equal(t, 1, res.Moved)
+	got := e.send(req{method: "GET", path: e.base() + "/transactions/" + tx.ID}).transaction(t)
+	assert.Equal(t, "2026-03-05", got.BusinessDate, "restamped")
+	assert.Equal(t, int64(1), got.Version, "not a new version")
+	h := e.allHistory(tx.ID, 10)
+	require.Len(t, h, 1, "a restamp is no entry")
+	assert.Equal(t, "2026-03-04", h[0].Transaction.BusinessDate, "the entry keeps the stamp of its version as written")
+
+	r = e.send(req{method: "PATCH", path: e.base() + "/transactions/" + tx.ID, headers: []string{"If-Match", `"1"`}, body: `{"amount":"3"}`})
+	require.Equal(t, http.StatusOK, r.Status, "answer %s", r)
+	h = e.allHistory(tx.ID, 10)
+	require.Len(t, h, 2)
+	assert.Equal(t, "2026-03-05", h[1].Transaction.BusinessDate)
 }
