@@ -1,6 +1,7 @@
 package writer_test
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -8,11 +9,16 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	ddbtypes "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/ledger-dev/ledger/aggregates"
 	"github.com/ledger-dev/ledger/bench"
 	"github.com/ledger-dev/ledger/infra/ddblocal/ddbtest"
+	ledgertable "github.com/ledger-dev/ledger/table"
 	"github.com/ledger-dev/ledger/writer"
 )
 
@@ -59,7 +65,7 @@ func TestTransactionWrites_WriteUnitsPerWrite(t *testing.T) {
 		require.Equal(t, http.StatusCreated, rec.Code, "answer %s", rec.Body)
 		return base + "/" + strings.TrimPrefix(rec.Header().Get("Location"), base+"/")
 	}
-	create() // the branch's first transaction also marks the branch: not measured
+	live := create() // the branch's first transaction also marks the branch: not measured
 
 	units := func(f func()) int {
 		t.Helper()
@@ -89,6 +95,20 @@ func TestTransactionWrites_WriteUnitsPerWrite(t *testing.T) {
 		require.Equal(t, http.StatusNoContent, rec.Code, "answer %s", rec.Body)
 	})
 	require.NoError(t, meter.Err())
+	// The sizes behind the figures: the last transaction, its entries.
+	ctx := context.Background()
+	id := path[strings.LastIndex(path, "/")+1:]
+	hist, err := meter.Query(ctx, &dynamodb.QueryInput{TableName: &table, ConsistentRead: aws.Bool(true),
+		KeyConditionExpression:    aws.String("PK = :pk AND begins_with(SK, :id)"),
+		ExpressionAttributeValues: map[string]ddbtypes.AttributeValue{":pk": ledgertable.S(aggregates.HistoryPK(tenant, "north")), ":id": ledgertable.S(id + "#")}})
+	require.NoError(t, err)
+	require.Len(t, hist.Items, 2, "created, deleted")
+	txn, err := meter.GetItem(ctx, &dynamodb.GetItemInput{TableName: &table, ConsistentRead: aws.Bool(true),
+		Key: ledgertable.Key(aggregates.TransactionKey(tenant, "north", aggregates.Date{Year: 2026, Month: 11, Day: 20}, live[strings.LastIndex(live, "/")+1:]))})
+	require.NoError(t, err)
+	require.NotNil(t, txn.Item)
+	t.Logf("transaction item: %d bytes; history entry: %d bytes (created), %d bytes (deleted)",
+		ledgertable.ItemSize(txn.Item), ledgertable.ItemSize(hist.Items[0]), ledgertable.ItemSize(hist.Items[1]))
 	var lines []string
 	for op, u := range got {
 		lines = append(lines, fmt.Sprintf("%s: %d WCU", op, u))
