@@ -400,3 +400,58 @@ func TestHistory_RebucketRestampIsNoEntryAndIfMatchKeepsWorking(t *testing.T) {
 	require.Len(t, h, 2)
 	assert.Equal(t, "2026-03-05", h[1].Transaction.BusinessDate)
 }
+
+// A change that lands between a DELETE's read and its write: without
+// If-Match the delete reads again and records the version it deleted (the
+// changed one); naming the version it read, it is 412 and records nothing.
+func TestHistory_DeleteRacingAChangeRecordsTheVersionItDeletes(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name    string
+		ifMatch string
+		status  int
+		ops     []string
+	}{
+		{"without If-Match", "", http.StatusNoContent, []string{"created", "changed", "deleted"}},
+		{"If-Match the version read", `"1"`, http.StatusPreconditionFailed, []string{"created", "changed"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t, sharedTable(t))
+			tx := e.create(`{"type":"INCOME","amount":"5","category":"sales"}`)
+			path := e.base() + "/transactions/" + tx.ID
+			var armed atomic.Bool
+			armed.Store(true)
+			patched := make(chan int, 1)
+			e.calls.Decide = func(op string) ledgertest.Fault {
+				if op == "TransactWriteItems" && armed.CompareAndSwap(true, false) {
+					// The delete has read version 1; another client changes it first.
+					hr, err := http.NewRequest("PATCH", e.http.URL+path, strings.NewReader(`{"amount":"9"}`))
+					if err == nil {
+						hr.Header.Set("Authorization", "Bearer "+e.token)
+						hr.Header.Set("Content-Type", "application/json")
+						hr.Header.Set("If-Match", `"1"`)
+						if resp, err := e.http.Client().Do(hr); err == nil {
+							resp.Body.Close()
+							patched <- resp.StatusCode
+						}
+					}
+				}
+				return ledgertest.Pass
+			}
+			r := e.send(req{method: "DELETE", path: path, headers: []string{"If-Match", tc.ifMatch}})
+			require.Equal(t, http.StatusOK, <-patched, "the racing change")
+			require.Equal(t, tc.status, r.Status, "answer %s", r)
+			h := e.allHistory(tx.ID, 10)
+			var ops []string
+			for _, x := range h {
+				ops = append(ops, x.Operation)
+			}
+			require.Equal(t, tc.ops, ops)
+			assert.Equal(t, "9", h[len(h)-1].Transaction.Amount, "the last entry holds the change")
+			if tc.status == http.StatusNoContent {
+				assert.Equal(t, int64(2), h[2].Transaction.Version, "deleted: the version it deleted")
+			}
+		})
+	}
+}
