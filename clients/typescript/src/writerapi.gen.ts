@@ -405,6 +405,12 @@ export interface components {
             status?: 400;
             type?: string;
         };
+        /** @description The problem of an InvalidRequest answer (Problem, with its status and type). */
+        InvalidRequestProblem: components["schemas"]["Problem"] & {
+            /** @constant */
+            status?: 400;
+            type?: string;
+        };
         /** @description The problem of a Unauthenticated answer (Problem, with its status and types). */
         UnauthenticatedProblem: components["schemas"]["Problem"] & {
             /** @constant */
@@ -957,7 +963,7 @@ export interface components {
             };
             content?: never;
         };
-        /** @description invalid-field, invalid-json, unknown-field, invalid-cursor or idempotency-key-required. */
+        /** @description invalid-field, invalid-json, unknown-field, invalid-cursor or idempotency-key-required; through API Gateway, invalid-request (an event the writer's Lambda adapter cannot make a request of). */
         BadRequest: {
             headers: {
                 "Idempotent-Replayed": components["headers"]["IdempotentReplayed"];
@@ -968,6 +974,18 @@ export interface components {
             };
             content: {
                 "application/problem+json": components["schemas"]["BadRequestProblem"];
+            };
+        };
+        /** @description invalid-request, through API Gateway only, on any operation it forwards; the writer's Lambda adapter could not make an HTTP request of the event (a body that is not base64, a method or path no request can have). */
+        InvalidRequest: {
+            headers: {
+                "X-Request-Id": components["headers"]["RequestId"];
+                "Cache-Control": components["headers"]["CacheControl"];
+                "X-Content-Type-Options": components["headers"]["ContentTypeOptions"];
+                [name: string]: unknown;
+            };
+            content: {
+                "application/problem+json": components["schemas"]["InvalidRequestProblem"];
             };
         };
         /** @description unauthenticated; no bearer token, or one that does not verify. */
@@ -1348,6 +1366,7 @@ export interface operations {
                     "application/json": Record<string, never>;
                 };
             };
+            400: components["responses"]["InvalidRequest"];
             413: components["responses"]["GatewayPayloadTooLarge"];
             429: components["responses"]["GatewayThrottled"];
             500: components["responses"]["Internal"];
@@ -1378,6 +1397,7 @@ export interface operations {
                     };
                 };
             };
+            400: components["responses"]["InvalidRequest"];
             413: components["responses"]["GatewayPayloadTooLarge"];
             429: components["responses"]["GatewayThrottled"];
             500: components["responses"]["GatewayInternal"];

@@ -40,13 +40,13 @@ func (e AccountStatus) Valid() bool {
 
 // Defines values for BadRequestProblemStatus.
 const (
-	N400 BadRequestProblemStatus = 400
+	BadRequestProblemStatusN400 BadRequestProblemStatus = 400
 )
 
 // Valid indicates whether the value is a known member of the BadRequestProblemStatus enum.
 func (e BadRequestProblemStatus) Valid() bool {
 	switch e {
-	case N400:
+	case BadRequestProblemStatusN400:
 		return true
 	default:
 		return false
@@ -152,6 +152,21 @@ const (
 func (e InternalProblemStatus) Valid() bool {
 	switch e {
 	case N500:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for InvalidRequestProblemStatus.
+const (
+	InvalidRequestProblemStatusN400 InvalidRequestProblemStatus = 400
+)
+
+// Valid indicates whether the value is a known member of the InvalidRequestProblemStatus enum.
+func (e InvalidRequestProblemStatus) Valid() bool {
+	switch e {
+	case InvalidRequestProblemStatusN400:
 		return true
 	default:
 		return false
@@ -775,6 +790,28 @@ type InternalProblem struct {
 // InternalProblemStatus defines model for InternalProblem.Status.
 type InternalProblemStatus int
 
+// InvalidRequestProblem The problem of an InvalidRequest answer (Problem, with its status and type).
+type InvalidRequestProblem struct {
+	// CurrentVersion With version-mismatch, the current version.
+	CurrentVersion *Version `json:"currentVersion,omitempty"`
+	Detail         *string  `json:"detail,omitempty"`
+
+	// Field The offending body member, path parameter, query parameter or header.
+	Field *string `json:"field,omitempty"`
+
+	// Instance This occurrence: `urn:ledger:request:` and the request's id, the
+	// response's `X-Request-Id` (a replayed answer keeps the id of the
+	// request that first got it). Quote it when reporting a problem:
+	// the writer's log lines carry the id as `request_id`.
+	Instance *string                     `json:"instance,omitempty"`
+	Status   InvalidRequestProblemStatus `json:"status"`
+	Title    string                      `json:"title"`
+	Type     string                      `json:"type"`
+}
+
+// InvalidRequestProblemStatus defines model for InvalidRequestProblem.Status.
+type InvalidRequestProblemStatus int
+
 // Money An exact decimal in canonical form.
 type Money = string
 
@@ -1350,6 +1387,9 @@ type InternalApplicationJSON = GatewayError
 
 // InternalApplicationProblemPlusJSON The problem of a Internal answer (Problem, with its status and types).
 type InternalApplicationProblemPlusJSON = InternalProblem
+
+// InvalidRequest The problem of an InvalidRequest answer (Problem, with its status and type).
+type InvalidRequest = InvalidRequestProblem
 
 // NotFound The problem of a NotFound answer (Problem, with its status and types).
 type NotFound = NotFoundProblem
@@ -5244,6 +5284,13 @@ type HealthzResponse200Headers struct {
 	XRequestId   string
 }
 
+// HealthzResponse400Headers the declared response headers of an HTTP 400 response for Healthz
+type HealthzResponse400Headers struct {
+	CacheControl        string
+	XContentTypeOptions string
+	XRequestId          string
+}
+
 // HealthzResponse413Headers the declared response headers of an HTTP 413 response for Healthz
 type HealthzResponse413Headers struct {
 	ApigwRequestid *string
@@ -5276,6 +5323,8 @@ type HealthzResponse struct {
 	JSON200 *struct {
 		Status Healthz200JSONResponseBodyStatus `json:"status"`
 	}
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *InvalidRequest
 	// JSON413 the response for an HTTP 413 `application/json` response
 	JSON413 *GatewayPayloadTooLarge
 	// JSON429 the response for an HTTP 429 `application/json` response
@@ -5288,6 +5337,8 @@ type HealthzResponse struct {
 	JSON504 *GatewayTimeout
 	// Headers200 the parsed response headers for an HTTP 200 response
 	Headers200 *HealthzResponse200Headers
+	// Headers400 the parsed response headers for an HTTP 400 response
+	Headers400 *HealthzResponse400Headers
 	// Headers413 the parsed response headers for an HTTP 413 response
 	Headers413 *HealthzResponse413Headers
 	// Headers429 the parsed response headers for an HTTP 429 response
@@ -5747,6 +5798,13 @@ type GetOpenAPIResponse200Headers struct {
 	XRequestId   string
 }
 
+// GetOpenAPIResponse400Headers the declared response headers of an HTTP 400 response for GetOpenAPI
+type GetOpenAPIResponse400Headers struct {
+	CacheControl        string
+	XContentTypeOptions string
+	XRequestId          string
+}
+
 // GetOpenAPIResponse413Headers the declared response headers of an HTTP 413 response for GetOpenAPI
 type GetOpenAPIResponse413Headers struct {
 	ApigwRequestid *string
@@ -5780,6 +5838,8 @@ type GetOpenAPIResponse struct {
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
 	JSON200 *map[string]interface{}
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *InvalidRequest
 	// JSON413 the response for an HTTP 413 `application/json` response
 	JSON413 *GatewayPayloadTooLarge
 	// JSON429 the response for an HTTP 429 `application/json` response
@@ -5794,6 +5854,8 @@ type GetOpenAPIResponse struct {
 	JSON504 *GatewayTimeout
 	// Headers200 the parsed response headers for an HTTP 200 response
 	Headers200 *GetOpenAPIResponse200Headers
+	// Headers400 the parsed response headers for an HTTP 400 response
+	Headers400 *GetOpenAPIResponse400Headers
 	// Headers413 the parsed response headers for an HTTP 413 response
 	Headers413 *GetOpenAPIResponse413Headers
 	// Headers429 the parsed response headers for an HTTP 429 response
@@ -10965,6 +11027,13 @@ func ParseHealthzResponse(rsp *http.Response) (*HealthzResponse, error) {
 		}
 		response.JSON200 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest InvalidRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
 		var dest GatewayPayloadTooLarge
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -11020,6 +11089,30 @@ func ParseHealthzResponse(rsp *http.Response) (*HealthzResponse, error) {
 			headers.XRequestId = value
 		}
 		response.Headers200 = &headers
+	case rsp.StatusCode == 400:
+		var headers HealthzResponse400Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers400 = &headers
 	case rsp.StatusCode == 413:
 		var headers HealthzResponse413Headers
 		if values := rsp.Header.Values("Apigw-Requestid"); len(values) > 0 {
@@ -11990,6 +12083,13 @@ func ParseGetOpenAPIResponse(rsp *http.Response) (*GetOpenAPIResponse, error) {
 		}
 		response.JSON200 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest InvalidRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
 		var dest GatewayPayloadTooLarge
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -12052,6 +12152,30 @@ func ParseGetOpenAPIResponse(rsp *http.Response) (*GetOpenAPIResponse, error) {
 			headers.XRequestId = value
 		}
 		response.Headers200 = &headers
+	case rsp.StatusCode == 400:
+		var headers GetOpenAPIResponse400Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers400 = &headers
 	case rsp.StatusCode == 413:
 		var headers GetOpenAPIResponse413Headers
 		if values := rsp.Header.Values("Apigw-Requestid"); len(values) > 0 {
