@@ -375,7 +375,7 @@ func TestTemplate_GatewayAnswersAreInTheOpenAPIDocument(t *testing.T) {
 	raw, err := writer.OpenAPI()
 	require.NoError(t, err)
 	var doc struct {
-		Paths map[string]map[string]json.RawMessage `json:"paths"`
+		Paths      map[string]map[string]json.RawMessage `json:"paths"`
 		Components struct {
 			Responses map[string]struct {
 				Content map[string]struct {
