@@ -69,8 +69,9 @@ var loadContract = sync.OnceValues(func() (*contract, error) {
 //   - x-extensible-enum becomes enum (an undocumented value fails);
 //   - a header marked x-ledger-writer-always is required (the writer always
 //     sends it; API Gateway's own answers do not);
-//   - the application/json GatewayError bodies (API Gateway's, never the
-//     writer's) are removed, and with them the answers only API Gateway gives;
+//   - the GatewayError and GatewayErrorText bodies (API Gateway's, never
+//     the writer's) are removed, and with them the answers only API Gateway
+//     gives;
 //   - a schema marked x-ledger-accepts-json-number also takes a JSON number
 //     (Amount: the writer takes "12.50" and, from older clients, 12.50).
 func closeForTheWriter(doc *openapi3.T) {
@@ -113,7 +114,7 @@ func closeForTheWriter(doc *openapi3.T) {
 	}
 	writersOwn := func(resp *openapi3.ResponseRef) bool { // false: only API Gateway gives this answer
 		for ct, mt := range resp.Value.Content {
-			if mt.Schema != nil && strings.HasSuffix(mt.Schema.Ref, "/GatewayError") {
+			if mt.Schema != nil && (strings.HasSuffix(mt.Schema.Ref, "/GatewayError") || strings.HasSuffix(mt.Schema.Ref, "/GatewayErrorText")) {
 				delete(resp.Value.Content, ct)
 			}
 		}

@@ -574,14 +574,17 @@ export interface components {
          *     them: docs/api.md "Errors"), sent with `Content-Type:
          *     application/json`, never `application/problem+json`, which only
          *     the writer sends. `message` is API Gateway's text, not a stable
-         *     value: switch on the status. Known values: "Too Many Requests"
-         *     (429), "Request Entity Too Large" (413), "Internal Server Error"
-         *     (500), "Service Unavailable" (503), "Gateway Timeout" (504) and
-         *     "Not Found" (404, a path outside the routes the gateway forwards).
+         *     value: switch on the status. Values seen: "Too Many Requests"
+         *     (429), "Request Too Long" (413, over Lambda's 6 MB invoke
+         *     payload), "Internal Server Error" (500), "Service Unavailable"
+         *     (503), "Not Found" (404, a path outside the routes the gateway
+         *     forwards); a 504's wording is API Gateway's.
          */
         GatewayError: {
             message: string;
         };
+        /** @description API Gateway's plain-text answer to a request over its 10 MB payload limit (`HTTP content length exceeded 10485760 bytes.`), `Content-Type` text. */
+        GatewayErrorText: string;
         /**
          * @description An RFC 9457 problem; `type` is stable, `detail` is for people. Open
          *     to additive change: new members, and new `type` values (a client
@@ -1074,7 +1077,7 @@ export interface components {
                 "application/problem+json": components["schemas"]["VersionMismatchProblem"];
             };
         };
-        /** @description body-too-large (over 16 KiB); or, through API Gateway, its own answer to a request over its 10 MB limit (`application/json`, GatewayError). */
+        /** @description body-too-large (over 16 KiB); or, through API Gateway, its own answer to a request over a payload limit (`application/json` GatewayError over Lambda's 6 MB, `text/plain` GatewayErrorText over API Gateway's 10 MB). */
         BodyTooLarge: {
             headers: {
                 "X-Request-Id": components["headers"]["RequestIdWriter"];
@@ -1211,7 +1214,7 @@ export interface components {
                 "application/json": components["schemas"]["GatewayError"];
             };
         };
-        /** @description API Gateway's own answer to a request over its 10 MB payload limit (the writer itself refuses a body over 16 KiB where it reads one, with BodyTooLarge). */
+        /** @description API Gateway's own answer to a request over a payload limit (`application/json` GatewayError over Lambda's 6 MB invoke payload, `text/plain` GatewayErrorText over API Gateway's 10 MB) (the writer itself refuses a body over 16 KiB where it reads one, with BodyTooLarge). */
         GatewayPayloadTooLarge: {
             headers: {
                 "Apigw-Requestid": components["headers"]["ApigwRequestId"];

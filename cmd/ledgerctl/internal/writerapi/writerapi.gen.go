@@ -732,10 +732,11 @@ type ForbiddenProblemStatus int
 // them: docs/api.md "Errors"), sent with `Content-Type:
 // application/json`, never `application/problem+json`, which only
 // the writer sends. `message` is API Gateway's text, not a stable
-// value: switch on the status. Known values: "Too Many Requests"
-// (429), "Request Entity Too Large" (413), "Internal Server Error"
-// (500), "Service Unavailable" (503), "Gateway Timeout" (504) and
-// "Not Found" (404, a path outside the routes the gateway forwards).
+// value: switch on the status. Values seen: "Too Many Requests"
+// (429), "Request Too Long" (413, over Lambda's 6 MB invoke
+// payload), "Internal Server Error" (500), "Service Unavailable"
+// (503), "Not Found" (404, a path outside the routes the gateway
+// forwards); a 504's wording is API Gateway's.
 type GatewayError struct {
 	Message string `json:"message"`
 }
@@ -1298,10 +1299,11 @@ type BadRequest = BadRequestProblem
 // them: docs/api.md "Errors"), sent with `Content-Type:
 // application/json`, never `application/problem+json`, which only
 // the writer sends. `message` is API Gateway's text, not a stable
-// value: switch on the status. Known values: "Too Many Requests"
-// (429), "Request Entity Too Large" (413), "Internal Server Error"
-// (500), "Service Unavailable" (503), "Gateway Timeout" (504) and
-// "Not Found" (404, a path outside the routes the gateway forwards).
+// value: switch on the status. Values seen: "Too Many Requests"
+// (429), "Request Too Long" (413, over Lambda's 6 MB invoke
+// payload), "Internal Server Error" (500), "Service Unavailable"
+// (503), "Not Found" (404, a path outside the routes the gateway
+// forwards); a 504's wording is API Gateway's.
 type BodyTooLargeApplicationJSON = GatewayError
 
 // BodyTooLargeApplicationProblemPlusJSON The problem of a BodyTooLarge answer (Problem, with its status and types).
@@ -1326,50 +1328,55 @@ type Forbidden = ForbiddenProblem
 // them: docs/api.md "Errors"), sent with `Content-Type:
 // application/json`, never `application/problem+json`, which only
 // the writer sends. `message` is API Gateway's text, not a stable
-// value: switch on the status. Known values: "Too Many Requests"
-// (429), "Request Entity Too Large" (413), "Internal Server Error"
-// (500), "Service Unavailable" (503), "Gateway Timeout" (504) and
-// "Not Found" (404, a path outside the routes the gateway forwards).
+// value: switch on the status. Values seen: "Too Many Requests"
+// (429), "Request Too Long" (413, over Lambda's 6 MB invoke
+// payload), "Internal Server Error" (500), "Service Unavailable"
+// (503), "Not Found" (404, a path outside the routes the gateway
+// forwards); a 504's wording is API Gateway's.
 type GatewayInternal = GatewayError
 
 // GatewayPayloadTooLarge The body of API Gateway's own answers (an HTTP API cannot customise
 // them: docs/api.md "Errors"), sent with `Content-Type:
 // application/json`, never `application/problem+json`, which only
 // the writer sends. `message` is API Gateway's text, not a stable
-// value: switch on the status. Known values: "Too Many Requests"
-// (429), "Request Entity Too Large" (413), "Internal Server Error"
-// (500), "Service Unavailable" (503), "Gateway Timeout" (504) and
-// "Not Found" (404, a path outside the routes the gateway forwards).
+// value: switch on the status. Values seen: "Too Many Requests"
+// (429), "Request Too Long" (413, over Lambda's 6 MB invoke
+// payload), "Internal Server Error" (500), "Service Unavailable"
+// (503), "Not Found" (404, a path outside the routes the gateway
+// forwards); a 504's wording is API Gateway's.
 type GatewayPayloadTooLarge = GatewayError
 
 // GatewayThrottled The body of API Gateway's own answers (an HTTP API cannot customise
 // them: docs/api.md "Errors"), sent with `Content-Type:
 // application/json`, never `application/problem+json`, which only
 // the writer sends. `message` is API Gateway's text, not a stable
-// value: switch on the status. Known values: "Too Many Requests"
-// (429), "Request Entity Too Large" (413), "Internal Server Error"
-// (500), "Service Unavailable" (503), "Gateway Timeout" (504) and
-// "Not Found" (404, a path outside the routes the gateway forwards).
+// value: switch on the status. Values seen: "Too Many Requests"
+// (429), "Request Too Long" (413, over Lambda's 6 MB invoke
+// payload), "Internal Server Error" (500), "Service Unavailable"
+// (503), "Not Found" (404, a path outside the routes the gateway
+// forwards); a 504's wording is API Gateway's.
 type GatewayThrottled = GatewayError
 
 // GatewayTimeout The body of API Gateway's own answers (an HTTP API cannot customise
 // them: docs/api.md "Errors"), sent with `Content-Type:
 // application/json`, never `application/problem+json`, which only
 // the writer sends. `message` is API Gateway's text, not a stable
-// value: switch on the status. Known values: "Too Many Requests"
-// (429), "Request Entity Too Large" (413), "Internal Server Error"
-// (500), "Service Unavailable" (503), "Gateway Timeout" (504) and
-// "Not Found" (404, a path outside the routes the gateway forwards).
+// value: switch on the status. Values seen: "Too Many Requests"
+// (429), "Request Too Long" (413, over Lambda's 6 MB invoke
+// payload), "Internal Server Error" (500), "Service Unavailable"
+// (503), "Not Found" (404, a path outside the routes the gateway
+// forwards); a 504's wording is API Gateway's.
 type GatewayTimeout = GatewayError
 
 // GatewayUnavailable The body of API Gateway's own answers (an HTTP API cannot customise
 // them: docs/api.md "Errors"), sent with `Content-Type:
 // application/json`, never `application/problem+json`, which only
 // the writer sends. `message` is API Gateway's text, not a stable
-// value: switch on the status. Known values: "Too Many Requests"
-// (429), "Request Entity Too Large" (413), "Internal Server Error"
-// (500), "Service Unavailable" (503), "Gateway Timeout" (504) and
-// "Not Found" (404, a path outside the routes the gateway forwards).
+// value: switch on the status. Values seen: "Too Many Requests"
+// (429), "Request Too Long" (413, over Lambda's 6 MB invoke
+// payload), "Internal Server Error" (500), "Service Unavailable"
+// (503), "Not Found" (404, a path outside the routes the gateway
+// forwards); a 504's wording is API Gateway's.
 type GatewayUnavailable = GatewayError
 
 // IdempotencyKeyReused The problem of a IdempotencyKeyReused answer (Problem, with its status and types).
@@ -1379,10 +1386,11 @@ type IdempotencyKeyReused = IdempotencyKeyReusedProblem
 // them: docs/api.md "Errors"), sent with `Content-Type:
 // application/json`, never `application/problem+json`, which only
 // the writer sends. `message` is API Gateway's text, not a stable
-// value: switch on the status. Known values: "Too Many Requests"
-// (429), "Request Entity Too Large" (413), "Internal Server Error"
-// (500), "Service Unavailable" (503), "Gateway Timeout" (504) and
-// "Not Found" (404, a path outside the routes the gateway forwards).
+// value: switch on the status. Values seen: "Too Many Requests"
+// (429), "Request Too Long" (413, over Lambda's 6 MB invoke
+// payload), "Internal Server Error" (500), "Service Unavailable"
+// (503), "Not Found" (404, a path outside the routes the gateway
+// forwards); a 504's wording is API Gateway's.
 type InternalApplicationJSON = GatewayError
 
 // InternalApplicationProblemPlusJSON The problem of a Internal answer (Problem, with its status and types).
@@ -1401,10 +1409,11 @@ type PreconditionRequired = PreconditionRequiredProblem
 // them: docs/api.md "Errors"), sent with `Content-Type:
 // application/json`, never `application/problem+json`, which only
 // the writer sends. `message` is API Gateway's text, not a stable
-// value: switch on the status. Known values: "Too Many Requests"
-// (429), "Request Entity Too Large" (413), "Internal Server Error"
-// (500), "Service Unavailable" (503), "Gateway Timeout" (504) and
-// "Not Found" (404, a path outside the routes the gateway forwards).
+// value: switch on the status. Values seen: "Too Many Requests"
+// (429), "Request Too Long" (413, over Lambda's 6 MB invoke
+// payload), "Internal Server Error" (500), "Service Unavailable"
+// (503), "Not Found" (404, a path outside the routes the gateway
+// forwards); a 504's wording is API Gateway's.
 type RateLimitedApplicationJSON = GatewayError
 
 // RateLimitedApplicationProblemPlusJSON The problem of a RateLimited answer (Problem, with its status and types).
@@ -1426,10 +1435,11 @@ type Unauthenticated = UnauthenticatedProblem
 // them: docs/api.md "Errors"), sent with `Content-Type:
 // application/json`, never `application/problem+json`, which only
 // the writer sends. `message` is API Gateway's text, not a stable
-// value: switch on the status. Known values: "Too Many Requests"
-// (429), "Request Entity Too Large" (413), "Internal Server Error"
-// (500), "Service Unavailable" (503), "Gateway Timeout" (504) and
-// "Not Found" (404, a path outside the routes the gateway forwards).
+// value: switch on the status. Values seen: "Too Many Requests"
+// (429), "Request Too Long" (413, over Lambda's 6 MB invoke
+// payload), "Internal Server Error" (500), "Service Unavailable"
+// (503), "Not Found" (404, a path outside the routes the gateway
+// forwards); a 504's wording is API Gateway's.
 type UnavailableApplicationJSON = GatewayError
 
 // UnavailableApplicationProblemPlusJSON The problem of a Unavailable answer (Problem, with its status and types).
