@@ -112,16 +112,26 @@ func closeForTheWriter(doc *openapi3.T) {
 			h.Value.Required = true
 		}
 	}
+	gatewayOnly := map[*openapi3.Response]bool{}
 	writersOwn := func(resp *openapi3.ResponseRef) bool { // false: only API Gateway gives this answer
+		if gatewayOnly[resp.Value] {
+			return false
+		}
+		removed := false
 		for ct, mt := range resp.Value.Content {
 			if mt.Schema != nil && (strings.HasSuffix(mt.Schema.Ref, "/GatewayError") || strings.HasSuffix(mt.Schema.Ref, "/GatewayErrorText")) {
 				delete(resp.Value.Content, ct)
+				removed = true
 			}
 		}
 		for _, mt := range resp.Value.Content {
 			walk(mt.Schema)
 		}
-		return len(resp.Value.Content) > 0
+		if removed && len(resp.Value.Content) == 0 { // a body-less answer (204) stays
+			gatewayOnly[resp.Value] = true
+			return false
+		}
+		return true
 	}
 	for name, resp := range doc.Components.Responses {
 		if !writersOwn(resp) {

@@ -163,6 +163,8 @@ func TestOpenAPIContract_RefusesUndocumentedExchanges(t *testing.T) {
 			header: withoutRequestID, respBody: problem("not-found", 404)}, "X-Request-Id"},
 		{"required header missing", exchange{method: "POST", path: "/v1/tenants", body: `{"id":"acme","name":"Acme"}`, reqHeader: create, status: 201,
 			header: jsonHeader("ETag", `"1"`), respBody: tenant}, "Location"},
+		{"documented delete (204, no body)", exchange{method: "DELETE", path: "/v1/tenants/acme/branches/b1/transactions/01J1Z7ZZZZZZZZZZZZZZZZZZZZ", reqHeader: auth, status: 204,
+			header: http.Header{"Cache-Control": {"no-store"}, "X-Request-Id": {"01J1Z7ZZZZZZZZZZZZZZZZZZZZ"}}}, ""},
 		{"amount as a string", exchange{method: "POST", path: "/v1/tenants/acme/branches/b1/transactions", body: `{"type":"EXPENSE","amount":"12.50","category":"food"}`, reqHeader: create, status: 201,
 			header: jsonHeader("ETag", `"1"`, "Location", "/v1/tenants/acme/branches/b1/transactions/01J1Z7ZZZZZZZZZZZZZZZZZZZZ"), respBody: txn}, ""},
 		{"amount as a JSON number (x-ledger-accepts-json-number)", exchange{method: "POST", path: "/v1/tenants/acme/branches/b1/transactions", body: `{"type":"EXPENSE","amount":12.50,"category":"food"}`, reqHeader: create, status: 201,
