@@ -547,8 +547,9 @@ func (c *directoryClient) list(ctx context.Context, kind, tenant string, cursor 
 
 // send runs call and returns the 2xx answer's body, or the problem. A
 // create gets a fresh Idempotency-Key, kept across its retries: network
-// errors and answers that say "retry" (503, 409 request-in-progress) are
-// retried up to 5 times, so a create is never applied twice.
+// errors and answers that say "retry" (retryable: 503, 409
+// request-in-progress, API Gateway's 429 and 504) are retried up to 5
+// times, so a create is never applied twice.
 func (c *directoryClient) send(ctx context.Context, create bool, call func(ctx context.Context, key string) (writerAnswer, error)) ([]byte, error) {
 	key := ""
 	if create {
@@ -574,15 +575,45 @@ func (c *directoryClient) send(ctx context.Context, create bool, call func(ctx c
 		if status >= 200 && status < 300 {
 			return raw, nil
 		}
-		p := &directoryProblem{}
-		if json.Unmarshal(raw, p) != nil || p.Status == 0 {
-			p = &directoryProblem{Status: status, Type: "#http-" + strconv.Itoa(status), Detail: strings.TrimSpace(string(raw))}
-		}
+		p := answerProblem(status, raw)
 		last = p
-		if status == http.StatusServiceUnavailable || p.Type == writer.ProblemRequestInProgress {
+		if retryable(p) {
 			continue
 		}
 		return nil, p
 	}
 	return nil, last
+}
+
+// answerProblem reads a failed answer: the writer's problem, or API
+// Gateway's own answer ({"message": …}, or text), which gets the type
+// "#gateway-<status>" (docs/api.md "Errors").
+func answerProblem(status int, raw []byte) *directoryProblem {
+	p := &directoryProblem{}
+	if json.Unmarshal(raw, p) == nil && p.Status != 0 && p.Type != "" {
+		return p
+	}
+	var gw writerapi.GatewayError
+	if json.Unmarshal(raw, &gw) == nil && gw.Message != "" {
+		return &directoryProblem{Status: status, Type: gatewayProblem + strconv.Itoa(status), Detail: "API Gateway: " + gw.Message}
+	}
+	return &directoryProblem{Status: status, Type: "#http-" + strconv.Itoa(status), Detail: strings.TrimSpace(string(raw))}
+}
+
+// gatewayProblem prefixes the type answerProblem gives API Gateway's own
+// answers.
+const gatewayProblem = "#gateway-"
+
+// retryable reports whether an answer says "try again": the writer's 503
+// and request-in-progress, and API Gateway's throttle (429) and timeouts
+// (503, 504), which never reached the writer or got no answer from it (a
+// create keeps its Idempotency-Key, so a retry is never applied twice).
+func retryable(p *directoryProblem) bool {
+	switch {
+	case p.Status == http.StatusServiceUnavailable, p.Type == writer.ProblemRequestInProgress:
+		return true
+	case strings.HasPrefix(p.Type, gatewayProblem):
+		return p.Status == http.StatusTooManyRequests || p.Status == http.StatusGatewayTimeout
+	}
+	return false
 }
