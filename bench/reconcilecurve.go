@@ -182,7 +182,10 @@ func reconcilePoint(ctx context.Context, cfg ReconcileCurveConfig, bin, dir stri
 	} else {
 		logf("%d transactions: loading into dynalite (%s)", size, dir)
 		start := time.Now()
-		if info, err = loadCurveTable(ctx, db, size, cfg.Seed, cfg.Workers, logf); err != nil {
+		if err := createCurveTable(ctx, db); err != nil {
+			return p, err
+		}
+		if info, err = loadCurveTable(ctx, db, curveTable, size, cfg.Seed, cfg.Workers, logf); err != nil {
 			return p, err
 		}
 		p.Loaded = true
@@ -250,24 +253,30 @@ func reconcilePoint(ctx context.Context, cfg ReconcileCurveConfig, bin, dir stri
 // curveWorkload is the shape of the curve's transactions: workload b's.
 var curveWorkload = WorkloadB
 
-// loadCurveTable creates the table (without a stream: dynalite has none)
-// and loads size inserts of workload b's shape (50 branches, 90 days, 5%
+// createCurveTable creates the ledger table without its stream (dynalite
+// has none; table.CreateTable also turns TTL on, which dynalite does not
+// serve, and nothing here expires).
+func createCurveTable(ctx context.Context, db *dynamodb.Client) error {
+	in := ledgertable.CreateTableInput(curveTable)
+	in.StreamSpecification = nil
+	if _, err := db.CreateTable(ctx, in); err != nil {
+		return fmt.Errorf("create table: %w", err)
+	}
+	if err := dynamodb.NewTableExistsWaiter(db).Wait(ctx, &dynamodb.DescribeTableInput{TableName: aws.String(curveTable)}, time.Minute); err != nil {
+		return fmt.Errorf("create table: %w", err)
+	}
+	return nil
+}
+
+// loadCurveTable loads into table size inserts of workload b's shape (50 branches, 90 days, 5%
 // backdated by up to 60 days; unstamped, as issue 11's backlog) with
 // BatchWriteItem, then every report they make, exact, as a repair would
 // write it (table.EncodeRepair), except four planted differences:
 // a report one transaction short in its count, a report item missing, a
 // report of a day without transactions and a stray item in a report
 // partition. It returns the keys of the four, sorted.
-func loadCurveTable(ctx context.Context, db *dynamodb.Client, size int, seed uint64, workers int, logf func(string, ...any)) (loadedInfo, error) {
+func loadCurveTable(ctx context.Context, db *dynamodb.Client, table string, size int, seed uint64, workers int, logf func(string, ...any)) (loadedInfo, error) {
 	info := loadedInfo{Transactions: size, Seed: seed}
-	in := ledgertable.CreateTableInput(curveTable)
-	in.StreamSpecification = nil
-	if _, err := db.CreateTable(ctx, in); err != nil {
-		return info, fmt.Errorf("create table: %w", err)
-	}
-	if err := dynamodb.NewTableExistsWaiter(db).Wait(ctx, &dynamodb.DescribeTableInput{TableName: aws.String(curveTable)}, time.Minute); err != nil {
-		return info, fmt.Errorf("create table: %w", err)
-	}
 	want := aggregates.NewFold()
 	branches := map[string]bool{}
 	next := time.Now().Add(30 * time.Second)
@@ -278,7 +287,7 @@ func loadCurveTable(ctx context.Context, db *dynamodb.Client, size int, seed uin
 			want.AddChange(nil, txOf(op.New))
 			branches[op.Key.PK] = true
 		}
-		if err := Load(ctx, db, curveTable, ops, workers); err != nil {
+		if err := Load(ctx, db, table, ops, workers); err != nil {
 			return info, err
 		}
 		if time.Now().After(next) {
@@ -329,7 +338,7 @@ func loadCurveTable(ctx context.Context, db *dynamodb.Client, size int, seed uin
 	seeded(stray)
 	slices.Sort(info.Seeded)
 	logf("    %d transactions of %d branches written; writing %d report items (%d reports)", size, info.Branches, len(items), info.Reports+2)
-	if err := putItems(ctx, db, curveTable, items, workers); err != nil {
+	if err := putItems(ctx, db, table, items, workers); err != nil {
 		return info, err
 	}
 	return info, nil
