@@ -252,8 +252,10 @@ differences found (repaired or not), 2 error (trouble reaching the table).
 The whole table is read with a parallel Scan of the keys, then branch by
 branch (--parallel at a time), in bounded memory; progress goes to stderr
 (a line in place on a terminal, else a line every LEDGER_PROGRESS_EVERY,
-5s). --json prints one JSON object instead: the counts and the differences
-(a read-only reconcile: not with --repair).
+5s). The last line counts the items read (every item of the table once for
+the key Scan, each branch's again) and the read units DynamoDB reported.
+--json prints one JSON object instead: the counts, itemsRead, readUnits and
+the differences (a read-only reconcile: not with --repair).
 
 Safe while consumers run: without --repair it only reads (consistent reads).
 A report touched by a change still in the stream shows as a difference until
