@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -24,6 +25,7 @@ type dynalite struct {
 	cmd      *exec.Cmd
 	log      *bytes.Buffer
 	done     chan struct{}
+	peak     int64
 }
 
 // startDynalite starts the dynalite installed under dir (npm ci --prefix
@@ -74,13 +76,15 @@ func startDynalite(ctx context.Context, dir, dataDir string) (*dynalite, error) 
 	}
 }
 
-// Stop ends dynalite (an interrupt, then SIGKILL after 10 s).
+// Stop ends dynalite (an interrupt, then SIGKILL after 10 s), first
+// reading its peak resident set size (PeakRSS).
 func (d *dynalite) Stop() error {
 	select {
 	case <-d.done:
 		return nil
 	default:
 	}
+	d.peak = vmHWM(d.cmd.Process.Pid)
 	_ = d.cmd.Process.Signal(os.Interrupt)
 	select {
 	case <-d.done:
@@ -91,10 +95,26 @@ func (d *dynalite) Stop() error {
 	return nil
 }
 
-// PeakRSS is dynalite's peak resident set size once it has stopped.
-func (d *dynalite) PeakRSS() int64 {
-	if d.cmd.ProcessState == nil {
+// PeakRSS is dynalite's peak resident set size in bytes, read by Stop
+// (0 when unknown). It is the high-water mark of its own memory (VmHWM),
+// not ru_maxrss, which holds the bench's (see gnuTime).
+func (d *dynalite) PeakRSS() int64 { return d.peak }
+
+// vmHWM is the VmHWM of process pid's /proc status in bytes (0 when it
+// cannot be read: not Linux, or the process has exited).
+func vmHWM(pid int) int64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
 		return 0
 	}
-	return peakRSS(d.cmd.ProcessState)
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+			kib, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
+			if err != nil {
+				return 0
+			}
+			return kib << 10
+		}
+	}
+	return 0
 }
