@@ -3,6 +3,9 @@ package bench
 import (
 	"bytes"
 	"context"
+	"os"
+	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -66,4 +69,42 @@ func TestWriteReconcileCurve_NamesAMissedPlantedDifference(t *testing.T) {
 	assert.Equal(t, "| 100000 | 50 | 7002 | `ledgerctl reconcile --json` | 50s | 2000 | 40.0 MiB | 214000 | 12345.5 | 2 of 2, exactly those | 0s | 0 MiB | 0 MiB |", lines[2])
 	assert.Contains(t, lines[3], "1 of 2, **not exactly those**")
 	assert.Contains(t, lines[3], "(earlier run)")
+}
+
+// GNU time's %M is read from its last line (a command that exits non-zero,
+// as reconcile does on a difference, gets a line about it first).
+func TestReadMaxRSS_LastLineOfGNUTime(t *testing.T) {
+	dir := t.TempDir()
+	for _, tc := range []struct {
+		content string
+		want    int64
+		err     string
+	}{
+		{"26776\n", 26776 << 10, ""},
+		{"Command exited with non-zero status 1\n268800\n", 268800 << 10, ""},
+		{"Command terminated by signal 9\n", 0, "is not GNU time's %M"},
+		{"", 0, "is not GNU time's %M"},
+	} {
+		f := filepath.Join(dir, "maxrss")
+		require.NoError(t, os.WriteFile(f, []byte(tc.content), 0o644))
+		got, err := readMaxRSS(f)
+		if tc.err != "" {
+			assert.ErrorContains(t, err, tc.err, "%q", tc.content)
+			continue
+		}
+		require.NoError(t, err, "%q", tc.content)
+		assert.Equal(t, tc.want, got, "%q", tc.content)
+	}
+	_, err := readMaxRSS(filepath.Join(dir, "missing"))
+	assert.ErrorContains(t, err, "read peak RSS")
+}
+
+// dynalite's peak is its own high-water mark (VmHWM): this process's is
+// at least its current resident set, and a process that is gone has none.
+func TestVmHWM_OwnHighWaterMark(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("VmHWM is Linux's /proc")
+	}
+	assert.Greater(t, vmHWM(os.Getpid()), int64(1<<20))
+	assert.Zero(t, vmHWM(-1))
 }
