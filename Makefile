@@ -142,7 +142,7 @@ RECONCILE_DATA ?= $(BIN)/bench-reconcile/data
 bench-reconcile: $(DYNALITE_STAMP)
 	$(GO) build -o $(BIN)/ledgerctl ./cmd/ledgerctl
 	$(GO) build -o $(BIN)/ledgerbench ./cmd/ledgerbench
-	mkdir -p $(RECONCILE_DATA)
+	mkdir -p $(BIN)/bench-reconcile $(RECONCILE_DATA)
 	nice -n 19 $(BIN)/ledgerbench reconcile-curve -dynalite $(DYNALITE) -ledgerctl $(BIN)/ledgerctl -sizes $(RECONCILE_SIZES) \
 	  -data $(RECONCILE_DATA) -o $(BIN)/bench-reconcile/curve.md -json $(BIN)/bench-reconcile/curve.json
 
