@@ -138,7 +138,7 @@ $(DYNALITE_STAMP): $(DYNALITE)/package-lock.json $(DYNALITE)/package.json
 RECONCILE_SIZES ?= 100000,200000,500000,1000000
 RECONCILE_DATA ?= $(BIN)/bench-reconcile/data
 
-## bench-reconcile: ledgerctl reconcile's peak RSS and time at 100k, 200k, 500k and 1M transactions, on dynalite (npm ci'd here; about an hour on 2 cores, niced); markdown on stdout and in bin/bench-reconcile
+## bench-reconcile: ledgerctl reconcile's peak RSS and time at 100k, 200k, 500k and 1M transactions, on dynalite (npm ci'd here; 30–45 minutes on 2 shared cores, niced); markdown on stdout and in bin/bench-reconcile
 bench-reconcile: $(DYNALITE_STAMP)
 	$(GO) build -o $(BIN)/ledgerctl ./cmd/ledgerctl
 	$(GO) build -o $(BIN)/ledgerbench ./cmd/ledgerbench
