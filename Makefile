@@ -118,7 +118,7 @@ clean:
 	rm -rf $(BIN) $(DDBLOCAL)/node_modules $(TSCLIENT)/node_modules .local
 	$(GO) clean -testcache
 
-.PHONY: bench bench-quick bench-charts
+.PHONY: bench bench-quick bench-charts bench-reconcile
 
 # The committed results of the run behind BENCHMARKS.md's charts, and the
 # charts (SVG). make bench replaces both; make bench-quick writes elsewhere.
@@ -135,6 +135,30 @@ bench: deps
 bench-quick: deps
 	mkdir -p $(BENCH_QUICK)
 	$(GO) run ./cmd/ledgerbench -quick -json $(BENCH_QUICK)/results.json -charts $(BENCH_QUICK)
+
+# dynalite (pinned in infra/dynalite/package-lock.json), only for
+# bench-reconcile: a DynamoDB implementation on LevelDB that serves Scan and
+# Query over a million items, which DynamoDB Local cannot. Not part of deps
+# or test.
+DYNALITE := infra/dynalite
+DYNALITE_STAMP := $(DYNALITE)/node_modules/.package-lock.json
+
+$(DYNALITE_STAMP): $(DYNALITE)/package-lock.json $(DYNALITE)/package.json
+	$(NPM) ci --prefix $(DYNALITE) --no-audit --no-fund
+	@touch $@
+
+# The sizes of bench-reconcile's tables, in transactions, and where their
+# LevelDB directories are kept (a finished load of the same size is reused).
+RECONCILE_SIZES ?= 100000,200000,500000,1000000
+RECONCILE_DATA ?= $(BIN)/bench-reconcile/data
+
+## bench-reconcile: ledgerctl reconcile's peak RSS and time at 100k, 200k, 500k and 1M transactions, on dynalite (npm ci'd here; 30–45 minutes on 2 shared cores, niced); markdown on stdout and in bin/bench-reconcile
+bench-reconcile: $(DYNALITE_STAMP)
+	$(GO) build -o $(BIN)/ledgerctl ./cmd/ledgerctl
+	$(GO) build -o $(BIN)/ledgerbench ./cmd/ledgerbench
+	mkdir -p $(BIN)/bench-reconcile $(RECONCILE_DATA)
+	nice -n 19 $(BIN)/ledgerbench reconcile-curve -dynalite $(DYNALITE) -ledgerctl $(BIN)/ledgerctl -sizes $(RECONCILE_SIZES) \
+	  -data $(RECONCILE_DATA) -o $(BIN)/bench-reconcile/curve.md -json $(BIN)/bench-reconcile/curve.json
 
 ## bench-charts: draw docs/bench's charts again from its results file, measuring nothing
 bench-charts:

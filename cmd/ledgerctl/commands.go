@@ -10,6 +10,7 @@ import (
 	"io"
 	"maps"
 	"slices"
+	"strconv"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/config"
@@ -211,6 +212,10 @@ type reconcileView struct {
 	Unstamped      int             `json:"unstamped"`
 	Unsettled      []unsettledView `json:"unsettled"`
 	CalendarErrors []string        `json:"calendarErrors,omitempty"`
+	// ItemsRead and ReadUnits: what the reconcile read (every Scan and
+	// Query page's ScannedCount and consumed read units).
+	ItemsRead int     `json:"itemsRead"`
+	ReadUnits float64 `json:"readUnits"`
 }
 
 // unsettledView is a branch with transactions not in its current calendar.
@@ -237,7 +242,7 @@ type differenceView struct {
 func newReconcileView(table string, stats processor.ReconcileStats, diffs []processor.Difference) reconcileView {
 	v := reconcileView{Table: table, Transactions: stats.Transactions, Invalid: stats.Invalid, Reports: stats.Reports,
 		Differences: make([]differenceView, 0, len(diffs)), Unstamped: stats.Unstamped, Unsettled: []unsettledView{},
-		CalendarErrors: stats.CalendarErrors}
+		CalendarErrors: stats.CalendarErrors, ItemsRead: stats.ItemsRead, ReadUnits: stats.ReadUnits}
 	for _, b := range unsettled(stats) {
 		v.Unsettled = append(v.Unsettled, unsettledView{Tenant: b.Tenant, Branch: b.Branch, Transactions: stats.Unsettled[b]})
 	}
@@ -265,8 +270,10 @@ differences found (repaired or not), 2 error (trouble reaching the table).
 The whole table is read with a parallel Scan of the keys, then branch by
 branch (--parallel at a time), in bounded memory; progress goes to stderr
 (a line in place on a terminal, else a line every LEDGER_PROGRESS_EVERY,
-5s). --json prints one JSON object instead: the counts and the differences
-(a read-only reconcile: not with --repair).
+5s). The last line counts the items read (every item of the table once for
+the key Scan, each branch's again) and the read units DynamoDB reported.
+--json prints one JSON object instead: the counts, itemsRead, readUnits and
+the differences (a read-only reconcile: not with --repair).
 
 Safe while consumers run: without --repair it only reads (consistent reads).
 A report touched by a change still in the stream shows as a difference until
@@ -341,8 +348,8 @@ func (e *environment) reconcile(ctx context.Context, args []string) int {
 		fmt.Fprintln(e.stdout, d)
 	}
 	printCalendarNotes(e.stdout, stats)
-	fmt.Fprintf(e.stdout, "%d transactions (%d invalid), %d reports, %d differences\n",
-		stats.Transactions, stats.Invalid, stats.Reports, len(diffs))
+	fmt.Fprintf(e.stdout, "%d transactions (%d invalid), %d reports, %d differences; read %d items, %s read units\n",
+		stats.Transactions, stats.Invalid, stats.Reports, len(diffs), stats.ItemsRead, strconv.FormatFloat(stats.ReadUnits, 'f', -1, 64))
 	if len(diffs) == 0 {
 		return exitOK
 	}
