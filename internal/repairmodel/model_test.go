@@ -51,6 +51,14 @@ type shard struct {
 	pendTo           int
 	pendN, pendForgn int
 	pendOpen         bool // the batch marked the branch open (its count is still to land)
+
+	// Review additions (review_test.go): a standard-mode shard has no
+	// checkpoint the repair can read; its runs leave markers keyed by their
+	// first record (first index → end index), and trimmed records (before
+	// index trimmed) are gone from the stream.
+	std     bool
+	markers map[int]int
+	trimmed int
 }
 
 // mutations each remove one element of the design.
@@ -74,6 +82,7 @@ type world struct {
 	probed           int // probe records claimed: counted apart, so a rebase's pin holds while they commit
 	foreignAck       int // foreign as of the last rebase
 	open             int
+	review           review      // review_test.go: deterministic commits and the fixes proposed
 	doneImg          map[int]img // the truth: each item's image as of its last record claimed (applied, or lost to a trim)
 }
 
@@ -184,11 +193,17 @@ func (w *world) commit(s *shard, half int) {
 		return
 	}
 	end := s.cp + 1 + w.rng.Intn(s.readable-s.cp)
+	if w.review.commitAll {
+		end = s.readable
+	}
+	if s.std && half == 0 {
+		s.markers[s.cp] = end
+	}
 	delta, n, f, pr := 0, 0, 0, 0
 	for _, r := range s.recs[s.cp:end] {
 		delta += r.new.contrib() - r.old.contrib()
 		switch {
-		case r.writerShaped() && r.new.probe:
+		case r.writerShaped() && r.new.probe && w.review.isProbe(r):
 			pr++
 		case r.writerShaped():
 			n++
@@ -304,7 +319,12 @@ func (r *repair) next() (more, wrote, exact bool) {
 			r.refuse = "pending batch"
 			return false, false, false
 		}
-		for _, rec := range s.recs[s.cp:s.readable] {
+		recs, unknown := w.pendingRecs(s)
+		if unknown {
+			r.refuse = "records of unknown state"
+			return false, false, false
+		}
+		for _, rec := range recs {
 			if !rec.writerShaped() {
 				r.refuse = "foreign in flight"
 				return false, false, false
@@ -672,6 +692,7 @@ type rebase struct {
 	probes map[int]int // key → its probe's change count
 	waits  int
 	v, sum int
+	p4     int // probed as read at B4, after the bases (review fix)
 	refuse string
 }
 
@@ -737,6 +758,7 @@ func (b *rebase) next() (more, wrote, exact bool) {
 			b.v += base.contrib()
 			b.sum += base.changes
 		}
+		b.p4 = w.probed
 		b.phase = 4
 		return true, false, false
 	default: // B5: write, pinned, and reset the count
@@ -747,6 +769,9 @@ func (b *rebase) next() (more, wrote, exact bool) {
 		exact = b.v == w.target()
 		w.report = b.v
 		w.applied = b.sum - w.probed
+		if w.review.resetWithProbedAtB4 {
+			w.applied = b.sum - b.p4
+		}
 		w.foreignAck = b.f
 		return false, true, exact
 	}
