@@ -87,9 +87,9 @@ type world struct {
 }
 
 func newWorld(seed int64, mut mutations) *world {
-	w := &world{rng: rand.New(rand.NewSource(seed)), mut: mut, items: map[int]img{}, shardOf: map[int]int{}, doneImg: map[int]img{}}
+	w := &world{rng: rand.New(rand.NewSource(seed)), mut: mut, items: map[int]img{}, shardOf: map[int]int{}, doneImg: map[int]img{}, review: defaultReview}
 	for range 8 {
-		w.shards = append(w.shards, &shard{})
+		w.shards = append(w.shards, &shard{std: defaultStd, markers: map[int]int{}})
 	}
 	return w
 }
@@ -180,6 +180,9 @@ func (w *world) step() {
 // commit claims readable records after the checkpoint: one run, or a
 // batch whose report part lands now and whose count lands later (half).
 func (w *world) commit(s *shard, half int) {
+	if s.std {
+		half = 0 // the standard-mode Lambda commits runs, never batches
+	}
 	if s.pendTo > s.cp { // finish the half-committed batch
 		if s.pendOpen {
 			w.applied += s.pendN

@@ -242,3 +242,86 @@ func TestReview_AForeignWriteThatKeepsTheCount(t *testing.T) {
 	}
 	t.Logf("design: wrote %v, on target %v, refused %q", wrote, exact, refused)
 }
+
+// defaultReview and defaultStd are what newWorld gives every world (the
+// randomized scenarios below set them).
+var (
+	defaultReview review
+	defaultStd    bool
+)
+
+// runStd is run (model_test.go) on standard-mode shards whose trim horizon
+// moves over committed records only (no record is ever lost): the
+// randomized form of hole 1.
+func runStd(seed int64, steps int) tally {
+	w := newWorld(seed, mutations{})
+	t := tally{refused: map[string]int{}}
+	var rp *repair
+	for range steps {
+		if w.rng.Intn(20) == 0 { // a day passes for some records: trim committed ones
+			s := w.shards[w.rng.Intn(len(w.shards))]
+			if s.cp > s.trimmed {
+				s.trimmed += 1 + w.rng.Intn(s.cp-s.trimmed)
+			}
+		}
+		if rp == nil && w.rng.Intn(10) == 0 {
+			rp = w.newRepair()
+		}
+		if rp != nil && w.rng.Intn(2) == 0 {
+			more, wrote, exact := rp.next()
+			if wrote {
+				t.landed++
+				if !exact {
+					t.wrong++
+				}
+			}
+			if !more {
+				if rp.refuse != "" {
+					t.refused[rp.refuse]++
+				}
+				rp = nil
+			}
+			continue
+		}
+		w.step()
+	}
+	return t
+}
+
+// TestReview_StandardModeTrimsRandomized: hole 1 at random. With the
+// design, repairs land off target on standard-mode shards whose trim
+// horizon passes through committed runs; with the fix (refuse what lies
+// before the first marker found), none does.
+func TestReview_StandardModeTrimsRandomized(t *testing.T) {
+	defer func(r review, s bool) { defaultReview, defaultStd = r, s }(defaultReview, defaultStd)
+	defaultStd = true
+	for _, c := range []struct {
+		name string
+		rv   review
+	}{{"design", review{}}, {"with the fix", review{stdUnknownPrefix: true}}} {
+		defaultReview = c.rv
+		landed, wrong := 0, 0
+		refused := map[string]int{}
+		for _, seed := range seeds(t) {
+			got := runStd(seed, 3000)
+			landed += got.landed
+			wrong += got.wrong
+			for k, n := range got.refused {
+				refused[k] += n
+			}
+		}
+		t.Logf("%s: %d repair writes, %d off target; left alone: %v", c.name, landed, wrong, refused)
+		if wrong > 0 {
+			t.Errorf("%s: %d repair writes off target", c.name, wrong)
+		}
+	}
+}
+
+// TestReview_RebaseRandomizedWithTheFixes: the model's own randomized
+// rebase test with the fixes of holes 2 and 3 on: still every write on
+// target.
+func TestReview_RebaseRandomizedWithTheFixes(t *testing.T) {
+	defer func(r review) { defaultReview = r }(defaultReview)
+	defaultReview = review{strictProbe: true, resetWithProbedAtB4: true}
+	TestModel_RebaseAfterLossesAndCountedRepairsLandOnTarget(t)
+}
