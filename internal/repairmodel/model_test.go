@@ -109,7 +109,7 @@ type mutations struct {
 	looseProbe             bool // finding 2: any writer-shaped record with probe set counts as a probe
 	noFence                bool // finding 3: a consumer of the previous version can still commit (and counts nothing)
 	noSig                  bool // finding 4: no digest: a foreign write that keeps the count is taken for the writer's
-	resetWithCurrentProbed bool // finding 6: B5 subtracts probed as it is when B5 lands, not as read at B4
+	resetWithCurrentProbed bool // finding 7: B5 subtracts probed as it is when B5 lands, not as read at B4
 }
 
 type world struct {

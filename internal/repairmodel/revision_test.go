@@ -194,9 +194,9 @@ func TestRevision_Findings3And4_Randomized(t *testing.T) {
 	}
 }
 
-// Finding 6: B5 subtracting the probed count of its own moment leaves the
+// Finding 7: B5 subtracting the probed count of its own moment leaves the
 // count short for good after probes committed between B4 and B5.
-func TestRevision_Finding6_SubtractingTheCurrentProbedLeavesTheCountShort(t *testing.T) {
+func TestRevision_Finding7_SubtractingTheCurrentProbedLeavesTheCountShort(t *testing.T) {
 	play := func(mut mutations) (bool, bool, string) {
 		s := newScript(t, mut)
 		s.w.review = review{commitAll: true}
