@@ -36,19 +36,33 @@ $(DDBLOCAL_STAMP): $(DDBLOCAL)/package-lock.json $(DDBLOCAL)/package.json
 test: deps lint
 	$(GO) test $(TEST_FLAGS) $(PKGS)
 
-## lint: go vet, staticcheck, the gofmt check, go.mod tidy, the generated API client and the CloudFormation linter
+## lint: go vet, staticcheck, the gofmt check, go.mod tidy, the generated API clients (Go and TypeScript) and the CloudFormation linter
 lint: vet staticcheck fmt-check tidy-check generate-check template-lint
 
 ## tidy-check: fail when go mod tidy would change go.mod or go.sum
 tidy-check:
 	$(GO) mod tidy -diff
 
-## generate-check: fail when the writer API client is not what oapi-codegen makes of writer/openapi.yaml (it is regenerated in place)
+## generate-check: fail when a generated writer API client is not what its generator makes of writer/openapi.yaml (both are regenerated in place): the Go client (oapi-codegen) and the TypeScript types (openapi-typescript), which must also compile with the typed usage in clients/typescript/src/usage.ts
 WRITERAPI_GEN := cmd/ledgerctl/internal/writerapi/writerapi.gen.go
-generate-check:
-	@tmp=$$(mktemp); trap 'rm -f "$$tmp"' EXIT; cp $(WRITERAPI_GEN) "$$tmp"; \
+TSCLIENT := clients/typescript
+TSCLIENT_GEN := $(TSCLIENT)/src/writerapi.gen.ts
+TSCLIENT_STAMP := $(TSCLIENT)/node_modules/.package-lock.json
+generate-check: $(TSCLIENT_STAMP)
+	@tmp=$$(mktemp -d); trap 'rm -rf "$$tmp"' EXIT; cp $(WRITERAPI_GEN) "$$tmp/go"; cp $(TSCLIENT_GEN) "$$tmp/ts"; \
 	$(GO) generate ./cmd/ledgerctl/internal/writerapi; \
-	if ! cmp -s "$$tmp" $(WRITERAPI_GEN); then echo "$(WRITERAPI_GEN) was stale (writer/openapi.yaml changed): regenerated, commit it"; exit 1; fi
+	$(NPM) run --prefix $(TSCLIENT) --silent generate >/dev/null; \
+	stale=0; \
+	if ! cmp -s "$$tmp/go" $(WRITERAPI_GEN); then echo "$(WRITERAPI_GEN) was stale (writer/openapi.yaml changed): regenerated, commit it"; stale=1; fi; \
+	if ! cmp -s "$$tmp/ts" $(TSCLIENT_GEN); then echo "$(TSCLIENT_GEN) was stale (writer/openapi.yaml changed): regenerated, commit it"; stale=1; fi; \
+	$(NPM) run --prefix $(TSCLIENT) --silent check; \
+	exit $$stale
+
+# The TypeScript client's tools (openapi-typescript, typescript), pinned in
+# its package-lock.json: reinstalled as DynamoDB Local is.
+$(TSCLIENT_STAMP): $(TSCLIENT)/package-lock.json $(TSCLIENT)/package.json
+	$(NPM) ci --prefix $(TSCLIENT) --no-audit --no-fund
+	@touch $@
 
 vet:
 	$(GO) vet $(PKGS)
@@ -101,7 +115,7 @@ build:
 
 ## clean: remove installed tools, DynamoDB Local, the local stack's data (.local) and test caches
 clean:
-	rm -rf $(BIN) $(DDBLOCAL)/node_modules .local
+	rm -rf $(BIN) $(DDBLOCAL)/node_modules $(TSCLIENT)/node_modules .local
 	$(GO) clean -testcache
 
 .PHONY: bench bench-quick bench-charts

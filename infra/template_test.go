@@ -141,6 +141,7 @@ func TestTemplate_CoordinationTableMatchesGoDefinition(t *testing.T) {
 	assert.Equal(t, string(want.BillingMode), p["BillingMode"])
 	assert.Nil(t, p["StreamSpecification"], "the coordination table has no stream: its writes are no records")
 	assert.Nil(t, p["GlobalSecondaryIndexes"])
+	assert.Equal(t, map[string]any{"AttributeName": table.AttrExpiresAt, "Enabled": true}, p["TimeToLiveSpecification"], "items of shards long gone expire")
 	env := obj(obj(tpl.resource(t, "ConsumerFunction", "AWS::Serverless::Function")["Environment"])["Variables"])
 	assert.Equal(t, map[string]any{"Ref": "CoordinationTable"}, env["LEDGER_COORDINATION_TABLE"])
 }
@@ -363,4 +364,91 @@ func TestTemplate_AlarmsCoverTheFailureModes(t *testing.T) {
 	} {
 		assert.True(t, got[want], "no alarm on %s", want)
 	}
+}
+
+// API Gateway answers some requests itself (its throttle's 429, 413 over
+// its payload limit, 500 when the function fails, 503/504 when it does not
+// answer in time). An HTTP API cannot customise those answers (only a REST
+// API has gateway responses), so the writer's OpenAPI document describes
+// them: every operation the gateway forwards lists them with API Gateway's
+// application/json GatewayError body (docs/api.md "Errors"), and the 400
+// the Lambda adapter answers to an event it cannot read. This test ties the
+// template's routes to the document: a route added to the template whose
+// operations do not list the gateway's answers, or a REST API without
+// problem+json gateway responses, fails it.
+func TestTemplate_GatewayAnswersAreInTheOpenAPIDocument(t *testing.T) {
+	tpl := loadTemplate(t)
+	for name, r := range tpl.Resources {
+		switch r.Type {
+		case "AWS::Serverless::Api":
+			gr := obj(r.Properties["GatewayResponses"])
+			for _, typ := range []string{"DEFAULT_4XX", "DEFAULT_5XX"} {
+				_, ok := obj(obj(gr[typ])["ResponseTemplates"])["application/problem+json"]
+				assert.True(t, ok, "%s: a REST API answers its own errors as problem+json (GatewayResponses %s)", name, typ)
+			}
+		case "AWS::ApiGateway::RestApi", "AWS::ApiGatewayV2::Api":
+			t.Errorf("%s: %s; the document describes the answers of the SAM HTTP API (AWS::Serverless::HttpApi) only", name, r.Type)
+		}
+	}
+
+	fn := tpl.resource(t, "WriterFunction", "AWS::Serverless::Function")
+	var routes []string
+	for _, ev := range obj(fn["Events"]) {
+		ev := obj(ev)
+		require.Equal(t, "HttpApi", ev["Type"])
+		routes = append(routes, obj(ev["Properties"])["Path"].(string))
+	}
+	require.NotEmpty(t, routes)
+	forwarded := func(path string) bool {
+		for _, route := range routes {
+			if prefix, ok := strings.CutSuffix(route, "{proxy+}"); ok && strings.HasPrefix(path, prefix) || path == route {
+				return true
+			}
+		}
+		return false
+	}
+
+	raw, err := writer.OpenAPI()
+	require.NoError(t, err)
+	var doc struct {
+		Paths      map[string]map[string]json.RawMessage `json:"paths"`
+		Components struct {
+			Responses map[string]struct {
+				Content map[string]struct {
+					Schema struct {
+						Ref string `json:"$ref"`
+					} `json:"schema"`
+				} `json:"content"`
+			} `json:"responses"`
+		} `json:"components"`
+	}
+	require.NoError(t, json.Unmarshal(raw, &doc))
+	nforwarded := 0
+	for path, item := range doc.Paths {
+		if !forwarded(path) {
+			continue
+		}
+		nforwarded++
+		for method, rawOp := range item {
+			if method == "parameters" {
+				continue
+			}
+			var op struct {
+				Responses map[string]struct {
+					Ref string `json:"$ref"`
+				} `json:"responses"`
+			}
+			require.NoError(t, json.Unmarshal(rawOp, &op), "%s %s", method, path)
+			for _, status := range []string{"413", "429", "500", "503", "504"} {
+				ref := op.Responses[status].Ref
+				name := strings.TrimPrefix(ref, "#/components/responses/")
+				body := doc.Components.Responses[name].Content["application/json"].Schema.Ref
+				assert.Equal(t, "#/components/schemas/GatewayError", body, "%s %s: %s (%s) must describe API Gateway's own answer", method, path, status, ref)
+			}
+			ref := op.Responses["400"].Ref
+			name := strings.TrimPrefix(ref, "#/components/responses/")
+			assert.Contains(t, doc.Components.Responses[name].Content, "application/problem+json", "%s %s: the Lambda adapter's 400 invalid-request", method, path)
+		}
+	}
+	assert.Positive(t, nforwarded, "no operation of the document is under the template's routes %v", routes)
 }
