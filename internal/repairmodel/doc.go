@@ -8,5 +8,9 @@
 // random interleavings of writes, readability, commits, damage and the
 // repair's steps R0–R6, and checks that every repair write lands exactly
 // on its target, the sum of the contributions of the applied images. Each
-// mutation removes one element of the design and must be caught.
+// mutation removes one element of the design and must be caught. The model
+// follows revision 2 of the design (the answers to the adversarial review:
+// end-keyed run markers, strict probes, the fence, the writer's digest,
+// probed read at B4); review_test.go holds the review's scenarios and
+// revision_test.go switches each answer off to show its hole again.
 package repairmodel

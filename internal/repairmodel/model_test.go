@@ -17,7 +17,29 @@ type img struct {
 	value         int
 	changes       int  // the item's change count; 0: none
 	probe         bool // written by a rebase's probe
+	sig           int  // the writer's digest of value, tomb and changes (revision, finding 4); 0: none
 }
+
+// sigOf is the digest the writer stores with every image it writes
+// (docs/exactly-once.md, revised design, "S"): of the figures, the
+// tombstone and the count. Any non-zero function of the three will do.
+func sigOf(m img) int {
+	t := 0
+	if m.tomb {
+		t = 1
+	}
+	return 1 + m.value*7919 + t*104729 + m.changes*1299709
+}
+
+// signed is m as the writer (or rebucket, or the rebase's probe) writes it.
+func signed(m img) img {
+	m.sig = sigOf(m)
+	return m
+}
+
+// sigOK: an absent image has nothing to check; a present one must carry
+// the digest of what it holds.
+func (m img) sigOK() bool { return !m.present || m.sig == sigOf(m) }
 
 func (m img) contrib() int {
 	if !m.present || m.tomb {
@@ -38,6 +60,13 @@ func (r record) writerShaped() bool {
 	return r.new.present && r.new.changes == r.old.changes+1 && (r.old.present || r.new.changes == 1)
 }
 
+// writerShaped as the revised design classifies a record: its count steps
+// by one and its new image carries a digest that matches (finding 4),
+// unless the digest is switched off (mutations.noSig).
+func (w *world) writerShaped(r record) bool {
+	return r.writerShaped() && (w.mut.noSig || r.new.sigOK())
+}
+
 // shard holds the records of the items mapped to it, in write order. The
 // first readable of them can be read; cp is the checkpoint (records
 // before it are claimed); pendTo > cp is a half-committed batch: either
@@ -51,6 +80,18 @@ type shard struct {
 	pendTo           int
 	pendN, pendForgn int
 	pendOpen         bool // the batch marked the branch open (its count is still to land)
+
+	// Review additions (review_test.go): a standard-mode shard has no
+	// checkpoint the repair can read; its runs leave markers keyed by their
+	// first record (first index → end index), and trimmed records (before
+	// index trimmed) are gone from the stream.
+	std     bool
+	markers map[int]int
+	trimmed int
+	// Revision (finding 1): every run's marker is written under its last
+	// record too (last index → first index), so a run whose first record is
+	// trimmed is still found by its end.
+	endMarkers map[int]int
 }
 
 // mutations each remove one element of the design.
@@ -60,6 +101,15 @@ type mutations struct {
 	noPin                      bool // R6 without its ConditionCheck
 	ignorePendingBatch         bool // R3 takes a half-committed batch's records as pending
 	hardDeletes                bool // another writer deletes items (the documented hole)
+
+	// Each switches off one answer of the revised design to a finding of
+	// the review (docs/exactly-once.md, "Review of the design"); with it
+	// off, the review's scenario must go wrong again (revision_test.go).
+	noEndMarkers           bool // finding 1: standard-mode markers keyed by a run's first record only
+	looseProbe             bool // finding 2: any writer-shaped record with probe set counts as a probe
+	noFence                bool // finding 3: a consumer of the previous version can still commit (and counts nothing)
+	noSig                  bool // finding 4: no digest: a foreign write that keeps the count is taken for the writer's
+	resetWithCurrentProbed bool // finding 7: B5 subtracts probed as it is when B5 lands, not as read at B4
 }
 
 type world struct {
@@ -74,13 +124,15 @@ type world struct {
 	probed           int // probe records claimed: counted apart, so a rebase's pin holds while they commit
 	foreignAck       int // foreign as of the last rebase
 	open             int
+	review           review      // review_test.go: deterministic commits and the fixes proposed
+	uncounted        bool        // a commit by a consumer of the previous version is under way (revision_test.go)
 	doneImg          map[int]img // the truth: each item's image as of its last record claimed (applied, or lost to a trim)
 }
 
 func newWorld(seed int64, mut mutations) *world {
-	w := &world{rng: rand.New(rand.NewSource(seed)), mut: mut, items: map[int]img{}, shardOf: map[int]int{}, doneImg: map[int]img{}}
+	w := &world{rng: rand.New(rand.NewSource(seed)), mut: mut, items: map[int]img{}, shardOf: map[int]int{}, doneImg: map[int]img{}, review: defaultReview}
 	for range 8 {
-		w.shards = append(w.shards, &shard{})
+		w.shards = append(w.shards, &shard{std: defaultStd, markers: map[int]int{}, endMarkers: map[int]int{}})
 	}
 	return w
 }
@@ -119,28 +171,39 @@ var createPct = 3
 // before any consumer committed them): 0 unless a test sets it.
 var lossPct = 0
 
+// foreignEditPct and oldCommitPct (revision_test.go): the chance that a
+// step meant for another writer edits an item keeping its count, and that
+// a commit is made by a consumer of the previous version. 0 unless a test
+// sets them.
+var foreignEditPct, oldCommitPct = 0, 0
+
 // step makes one random thing happen that is not the repair.
 func (w *world) step() {
 	switch r := w.rng.Intn(100); {
 	case r < createPct: // create
 		w.nextKey++
-		w.write(w.nextKey, img{present: true, value: 1 + w.rng.Intn(9), changes: 1})
+		w.write(w.nextKey, signed(img{present: true, value: 1 + w.rng.Intn(9), changes: 1}))
 	case r < 35: // edit (often back to an earlier value: reverting edits)
 		if ks := w.liveKeys(); len(ks) > 0 {
 			k := ks[w.rng.Intn(len(ks))]
 			m := w.items[k]
 			m.value, m.changes, m.probe = 1+w.rng.Intn(3), m.changes+1, false
-			w.write(k, m)
+			w.write(k, signed(m))
 		}
 	case r < 40: // delete: a tombstone
 		if ks := w.liveKeys(); len(ks) > 0 {
 			k := ks[w.rng.Intn(len(ks))]
 			m := w.items[k]
-			w.write(k, img{present: true, tomb: true, changes: m.changes + 1})
+			w.write(k, signed(img{present: true, tomb: true, changes: m.changes + 1}))
 		}
-	case r < 42: // another writer's hard delete
+	case r < 42: // another writer's hard delete, or (revision_test.go) its edit that keeps the count
 		if ks := w.liveKeys(); w.mut.hardDeletes && len(ks) > 0 {
 			w.write(ks[w.rng.Intn(len(ks))], img{})
+		} else if foreignEditPct > 0 && len(ks) > 0 && w.rng.Intn(100) < foreignEditPct {
+			k := ks[w.rng.Intn(len(ks))]
+			m := w.items[k]
+			m.value = 1 + w.rng.Intn(3) // a console edit: same count, same (stale) digest
+			w.write(k, m)
 		}
 	case r < 65: // a record becomes readable
 		s := w.shards[w.rng.Intn(len(w.shards))]
@@ -148,6 +211,10 @@ func (w *world) step() {
 			s.readable++
 		}
 	case r < 92: // a consumer commits on a shard
+		if oldCommitPct > 0 && w.rng.Intn(100) < oldCommitPct { // (revision_test.go) one of the previous version
+			w.oldCommit(w.shards[w.rng.Intn(len(w.shards))])
+			return
+		}
 		half := 0
 		if w.rng.Intn(3) == 0 {
 			half = 1 + w.rng.Intn(2)
@@ -171,6 +238,9 @@ func (w *world) step() {
 // commit claims readable records after the checkpoint: one run, or a
 // batch whose report part lands now and whose count lands later (half).
 func (w *world) commit(s *shard, half int) {
+	if s.std {
+		half = 0 // the standard-mode Lambda commits runs, never batches
+	}
 	if s.pendTo > s.cp { // finish the half-committed batch
 		if s.pendOpen {
 			w.applied += s.pendN
@@ -184,18 +254,30 @@ func (w *world) commit(s *shard, half int) {
 		return
 	}
 	end := s.cp + 1 + w.rng.Intn(s.readable-s.cp)
+	if w.review.commitAll {
+		end = s.readable
+	}
+	if s.std && half == 0 {
+		s.markers[s.cp] = end
+		if !w.mut.noEndMarkers {
+			s.endMarkers[end-1] = s.cp
+		}
+	}
 	delta, n, f, pr := 0, 0, 0, 0
 	for _, r := range s.recs[s.cp:end] {
 		delta += r.new.contrib() - r.old.contrib()
 		switch {
-		case r.writerShaped() && r.new.probe:
+		case w.writerShaped(r) && r.new.probe && w.isProbe(r):
 			pr++
-		case r.writerShaped():
+		case w.writerShaped(r):
 			n++
 		default:
 			f++
 		}
 		w.doneImg[r.key] = r.new
+	}
+	if w.uncounted { // a consumer of the previous version counts nothing
+		n, f, pr = 0, 0, 0
 	}
 	w.probed += pr // probes change no figure: never part of a half batch's count
 	w.report += delta
@@ -290,6 +372,10 @@ func (r *repair) next() (more, wrote, exact bool) {
 		n := min(len(keys), 1+w.rng.Intn(3))
 		for _, k := range keys[:n] {
 			m := w.items[k]
+			if !w.mut.noSig && !m.sigOK() {
+				r.refuse = "foreign in the table"
+				return false, false, false
+			}
 			r.c[k], r.t[k] = m.changes, m
 			r.cursor = k
 		}
@@ -304,8 +390,13 @@ func (r *repair) next() (more, wrote, exact bool) {
 			r.refuse = "pending batch"
 			return false, false, false
 		}
-		for _, rec := range s.recs[s.cp:s.readable] {
-			if !rec.writerShaped() {
+		recs, unknown := w.pendingRecs(s)
+		if unknown {
+			r.refuse = "records of unknown state"
+			return false, false, false
+		}
+		for _, rec := range recs {
+			if !w.writerShaped(rec) {
 				r.refuse = "foreign in flight"
 				return false, false, false
 			}
@@ -517,7 +608,7 @@ func newScript(t *testing.T, mut mutations) *script {
 
 func (s *script) put(k, value int) {
 	m := s.w.items[k]
-	s.w.write(k, img{present: true, value: value, changes: m.changes + 1})
+	s.w.write(k, signed(img{present: true, value: value, changes: m.changes + 1}))
 }
 
 // readable makes every record of key k's shard written so far readable.
@@ -672,6 +763,7 @@ type rebase struct {
 	probes map[int]int // key → its probe's change count
 	waits  int
 	v, sum int
+	p4     int // probed as read at B4, after the bases (review fix)
 	refuse string
 }
 
@@ -701,7 +793,7 @@ func (b *rebase) next() (more, wrote, exact bool) {
 	case 1: // B2: probe every key, tombstones included
 		for k, m := range w.items {
 			m.changes, m.probe = m.changes+1, true
-			w.write(k, m)
+			w.write(k, signed(m))
 			b.probes[k] = m.changes
 		}
 		b.phase = 2
@@ -737,6 +829,7 @@ func (b *rebase) next() (more, wrote, exact bool) {
 			b.v += base.contrib()
 			b.sum += base.changes
 		}
+		b.p4 = w.probed
 		b.phase = 4
 		return true, false, false
 	default: // B5: write, pinned, and reset the count
@@ -746,7 +839,10 @@ func (b *rebase) next() (more, wrote, exact bool) {
 		}
 		exact = b.v == w.target()
 		w.report = b.v
-		w.applied = b.sum - w.probed
+		w.applied = b.sum - b.p4
+		if w.mut.resetWithCurrentProbed && !w.review.resetWithProbedAtB4 {
+			w.applied = b.sum - w.probed
+		}
 		w.foreignAck = b.f
 		return false, true, exact
 	}
@@ -878,4 +974,19 @@ func TestModel_ALossIsRefusedByCountingAndHealedByARebase(t *testing.T) {
 	if wrote, exact, refused := s.repair(nil); !wrote || !exact {
 		t.Fatalf("counted repair after the rebase: wrote %v, on target %v, refused %q", wrote, exact, refused)
 	}
+}
+
+// oldCommit is a commit by a consumer of the previous version (a rolling
+// deploy, an invocation of the old code still running, a rollback): it
+// claims and applies records and counts nothing. The revised design fences
+// such code out (docs/exactly-once.md, revised design, "F"): its commit is
+// refused, and oldCommit reports false. With mutations.noFence it lands.
+func (w *world) oldCommit(s *shard) bool {
+	if !w.mut.noFence {
+		return false
+	}
+	w.uncounted = true
+	defer func() { w.uncounted = false }()
+	w.commit(s, 0)
+	return true
 }
