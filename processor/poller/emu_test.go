@@ -427,4 +427,17 @@ func TestPoller_EmulatedThrottledDiscoveryGoesOn(t *testing.T) {
 	stopB()
 	e.finish(t, nil)
 	t.Logf("DescribeStream refused %d of %d calls", e.s.Refused("DescribeStream", "LimitExceededException"), e.s.Calls("DescribeStream"))
+	// The pollers count what the stream counted (the SDK's own retries
+	// aside: the emulation is called directly).
+	var throttled, all float64
+	for _, tp := range []*testPoller{a, b} {
+		for _, k := range []string{poller.DescribeList, poller.DescribeChildren} {
+			throttled += counter(t, tp.m.Describes.WithLabelValues(k, poller.DescribeThrottled))
+			for _, o := range []string{poller.DescribeOK, poller.DescribeThrottled, poller.DescribeError} {
+				all += counter(t, tp.m.Describes.WithLabelValues(k, o))
+			}
+		}
+	}
+	assert.Positive(t, throttled, "ledger_stream_describe_stream_total{outcome=\"throttled\"}")
+	assert.LessOrEqual(t, all, float64(e.s.Calls("DescribeStream")), "the finishing drain's calls are the emulation's too")
 }

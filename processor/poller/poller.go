@@ -101,7 +101,7 @@ func New(streams Streams, api Table, proc *processor.Processor, cfg Config, metr
 	}
 	return &Poller{
 		cfg:     cfg,
-		streams: streams,
+		streams: &countingStreams{Streams: streams, m: metrics},
 		store:   &store{api: api, table: cfg.CoordinationTable, streamARN: cfg.StreamARN},
 		proc:    proc,
 		pm:      proc.Metrics(),
