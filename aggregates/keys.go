@@ -2,6 +2,7 @@ package aggregates
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 )
 
@@ -25,6 +26,7 @@ import (
 //	idempotency     IDEMPOTENCY#{tenant}#{key}           REQUEST     (tenant "_": requests of no tenant)
 //	run marker      RUN#{eventID}                        RUN
 //	quarantine      QUARANTINE#{eventID}                 RECORD                      GSI1 QUARANTINE / {time}#{eventID}
+//	tenant budget   BUDGET#{tenant}#{shard}              BUCKET      (shard 0…S-1: one token bucket of the tenant's limit)
 //
 // Emails and document numbers are stored normalised (directory.go); both
 // may appear only at the end of a key, after a fixed prefix, and neither may
@@ -69,6 +71,9 @@ const (
 	// EntityDocumentOwner is the uniqueness item of a branch document
 	// number: it names the one branch that holds the document.
 	EntityDocumentOwner = "DOCUMENT_OWNER"
+	// EntityBudget is one shard of a tenant's distributed rate limit: a
+	// token bucket the writers take grants from (table/budget.go).
+	EntityBudget = "BUDGET"
 )
 
 // Key is an item's primary key.
@@ -355,6 +360,15 @@ func IdempotencyKey(tenant, key string) Key {
 // that belongs to no tenant (creating a tenant). "_" cannot start a tenant
 // id, so these keys never meet a tenant's.
 func PlatformIdempotencyKey(key string) Key { return IdempotencyKey("_", key) }
+
+// BudgetKey addresses shard number shard of a tenant's budget, the
+// distributed per-tenant limit (table/budget.go). The shard is in the
+// partition key so that the S buckets of one tenant are S partition keys,
+// none of them hot; BUDGET# starts no other key and a tenant id holds no
+// '#', so no tenant's bucket is another's.
+func BudgetKey(tenant string, shard int) Key {
+	return Key{PK: "BUDGET#" + tenant + "#" + strconv.Itoa(shard), SK: "BUCKET"}
+}
 
 // RunMarkerKey addresses the marker of the commit run that starts with the
 // stream record eventID.
