@@ -54,6 +54,19 @@ type BudgetBucket struct {
 	Tolerance time.Duration
 }
 
+// micros returns n units' interval in microseconds, rounded: the
+// arithmetic of rates like 30 a second over 4 shards is not exact, and a
+// microsecond either way is nothing to a bucket.
+func (b BudgetBucket) micros(n float64) int64 {
+	return int64(math.Round(n * float64(b.Interval) / float64(time.Microsecond)))
+}
+
+// Holds reports whether n units fit the bucket when it is full: a take of
+// more can never be granted.
+func (b BudgetBucket) Holds(n float64) bool {
+	return b.Interval > 0 && b.micros(n) <= b.Tolerance.Microseconds()
+}
+
 // BudgetTake is what TakeBudget did.
 type BudgetTake struct {
 	// Granted reports whether the units were taken (and the debt charged).
@@ -86,12 +99,9 @@ func TakeBudget(ctx context.Context, api BudgetAPI, tableName string, key aggreg
 	if b.Interval <= 0 || n <= 0 || debt < 0 {
 		return BudgetTake{}, fmt.Errorf("take budget %s: interval %v, units %v, debt %v", key, b.Interval, n, debt)
 	}
-	unitUs := float64(b.Interval) / float64(time.Microsecond)
-	needUs := int64(math.Ceil(n * unitUs))
-	costUs := int64(math.Ceil((n + debt) * unitUs))
-	tolUs := b.Tolerance.Microseconds()
-	if needUs > tolUs {
-		return BudgetTake{}, fmt.Errorf("take budget %s: %v units never fit a bucket of %v units", key, n, float64(tolUs)/unitUs)
+	needUs, costUs, tolUs := b.micros(n), b.micros(n+debt), b.Tolerance.Microseconds()
+	if !b.Holds(n) {
+		return BudgetTake{}, fmt.Errorf("take budget %s: %v units never fit a bucket of %v units", key, n, float64(b.Tolerance)/float64(b.Interval))
 	}
 	nowUs := now.UnixMicro()
 	expires := now.Add(budgetTTL).Unix()

@@ -3,6 +3,7 @@ package writer
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"math"
 	"math/rand/v2"
 	"net/http"
@@ -32,8 +33,9 @@ import (
 // locally for GrantTTL. What a request costs beyond what is left of its
 // grant is debt, charged with the next grant (whose take then waits until
 // the shard has paid it back). A refused grant says how long until the
-// units are there; until then the process answers the tenant 429 without
-// another call.
+// units are there (a refused grant asks one other shard first, so that
+// chance in the choice of shards does not refuse a tenant below its rate);
+// until then the process answers the tenant 429 without another call.
 //
 // Grant sizes adapt: a grant spent before it expires doubles the next (up
 // to MaxGrant), one that expires unspent halves it (down to 1), so a busy
@@ -110,8 +112,10 @@ func (c BudgetConfig) withDefaults() (BudgetConfig, error) {
 
 // bucket is one shard's bucket as table.TakeBudget wants it.
 func (c BudgetConfig) bucket() table.BudgetBucket {
-	interval := time.Duration(float64(time.Second) * float64(c.Shards) / c.Rate)
-	return table.BudgetBucket{Interval: interval, Tolerance: time.Duration(float64(interval) * c.Burst / float64(c.Shards))}
+	return table.BudgetBucket{
+		Interval:  time.Duration(math.Round(float64(time.Second) * float64(c.Shards) / c.Rate)),
+		Tolerance: time.Duration(math.Round(float64(time.Second) * c.Burst / c.Rate)).Round(time.Microsecond),
+	}
 }
 
 // tenantBudget is a process's side of the budget: the grants it holds, per
@@ -123,6 +127,7 @@ type tenantBudget struct {
 	table   string
 	now     func() time.Time
 	metrics *Metrics
+	log     *slog.Logger
 
 	mu      sync.Mutex
 	tenants map[string]*grant
@@ -138,8 +143,8 @@ type grant struct {
 	hints   []int64    // each shard's tat as last seen
 }
 
-func newTenantBudget(api table.BudgetAPI, tableName string, cfg BudgetConfig, now func() time.Time, m *Metrics) *tenantBudget {
-	return &tenantBudget{cfg: cfg, bucket: cfg.bucket(), api: noRetry{api}, table: tableName, now: now, metrics: m, tenants: map[string]*grant{}}
+func newTenantBudget(api table.BudgetAPI, tableName string, cfg BudgetConfig, now func() time.Time, m *Metrics, log *slog.Logger) *tenantBudget {
+	return &tenantBudget{cfg: cfg, bucket: cfg.bucket(), api: noRetry{api}, table: tableName, now: now, metrics: m, log: log, tenants: map[string]*grant{}}
 }
 
 func (b *tenantBudget) grantOf(tenant string) *grant {
@@ -193,9 +198,14 @@ func (b *tenantBudget) admit(ctx context.Context, tenant string) (ok bool, retry
 		return true, 0
 	}
 	// A new grant. The last one spent: take more; expired unspent: less.
-	debt := 0.0
-	if g.units < 0 {
+	// A fraction of a unit left of a live grant is kept; debt is charged
+	// with the grant.
+	debt, left := 0.0, 0.0
+	switch {
+	case g.units < 0:
 		debt = -g.units
+	case now.Before(g.expires):
+		left = g.units
 	}
 	if !g.expires.IsZero() {
 		if now.Before(g.expires) {
@@ -205,31 +215,55 @@ func (b *tenantBudget) admit(ctx context.Context, tenant string) (ok bool, retry
 		}
 	}
 	shard := rand.IntN(b.cfg.Shards)
-	tctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), b.cfg.Timeout)
-	res, err := table.TakeBudget(tctx, b.api, b.table, aggregates.BudgetKey(tenant, shard), b.bucket, now, g.size, debt, g.hints[shard])
-	cancel()
-	b.metrics.TenantBudgetWriteUnits.Add(res.WriteUnits)
+	res, err := b.take(ctx, tenant, g, shard, now, debt)
+	if err == nil && !res.Granted && b.cfg.Shards > 1 {
+		// One shard refusing while another has units is chance (grants land
+		// on shards at random), not the tenant's rate: ask one other shard
+		// before refusing. A failure of that second call refuses, as the
+		// first did.
+		other := (shard + 1 + rand.IntN(b.cfg.Shards-1)) % b.cfg.Shards
+		if res2, err2 := b.take(ctx, tenant, g, other, now, debt); err2 == nil {
+			if res2.Granted || res2.Wait < res.Wait {
+				res = res2
+			}
+		}
+	}
 	switch {
 	case err != nil:
 		// Fail open, for one grant: the debt is forgiven, the table tried
 		// again when the grant expires.
-		b.metrics.TenantBudgetCalls.WithLabelValues("error").Inc()
 		b.metrics.TenantBudget.WithLabelValues("fail_open").Inc()
+		b.log.Warn("tenant budget unavailable, admitting (fail open)", "grant", b.cfg.MaxGrant, "for", b.cfg.GrantTTL.String(), "err", err)
 		g.units, g.expires = b.cfg.MaxGrant-1, now.Add(b.cfg.GrantTTL)
 		return true, 0
 	case !res.Granted:
-		b.metrics.TenantBudgetCalls.WithLabelValues("refused").Inc()
 		b.metrics.TenantBudget.WithLabelValues("limited").Inc()
-		g.hints[shard] = res.TAT
-		g.units, g.expires = -debt, time.Time{}
+		g.units, g.expires = left-debt, time.Time{}
 		g.blocked = now.Add(res.Wait)
 		return false, res.Wait
 	}
-	b.metrics.TenantBudgetCalls.WithLabelValues("granted").Inc()
 	b.metrics.TenantBudget.WithLabelValues("allowed").Inc()
-	g.hints[shard] = res.TAT
-	g.units, g.expires = g.size-1, now.Add(b.cfg.GrantTTL)
+	g.units, g.expires = left+g.size-1, now.Add(b.cfg.GrantTTL)
 	return true, 0
+}
+
+// take asks shard for g.size units and debt, counting the call.
+func (b *tenantBudget) take(ctx context.Context, tenant string, g *grant, shard int, now time.Time, debt float64) (table.BudgetTake, error) {
+	tctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), b.cfg.Timeout)
+	defer cancel()
+	res, err := table.TakeBudget(tctx, b.api, b.table, aggregates.BudgetKey(tenant, shard), b.bucket, now, g.size, debt, g.hints[shard])
+	b.metrics.TenantBudgetWriteUnits.Add(res.WriteUnits)
+	switch {
+	case err != nil:
+		b.metrics.TenantBudgetCalls.WithLabelValues("error").Inc()
+	case res.Granted:
+		b.metrics.TenantBudgetCalls.WithLabelValues("granted").Inc()
+		g.hints[shard] = res.TAT
+	default:
+		b.metrics.TenantBudgetCalls.WithLabelValues("refused").Inc()
+		g.hints[shard] = res.TAT
+	}
+	return res, err
 }
 
 // charge spends what a request cost beyond its unit: the capacity units

@@ -24,8 +24,12 @@ func frozen() time.Time { return time.Unix(1_900_000_000, 0) }
 // nothing refills within a test.
 func hourlyBudget(c *writer.Config) {
 	c.Now = frozen
-	c.TenantBudget = writer.BudgetConfig{Rate: 1.0 / 3600, Burst: 30, Shards: 1, MaxGrant: 8}
+	c.TenantBudget = writer.BudgetConfig{Rate: 1.0 / 3600, Burst: 30, Shards: 1, MaxGrant: 8, Timeout: patient}
 }
+
+// patient is the limiter's timeout in tests: DynamoDB Local on a busy
+// machine can take longer than the default, and the limiter would fail open.
+const patient = time.Minute
 
 func charged(m *writer.Metrics) float64 {
 	return testutil.ToFloat64(m.TenantBudgetCharged.WithLabelValues("request")) +
@@ -37,7 +41,7 @@ func TestTenantBudget_ChargesTheCapacityRequestsConsume(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, sharedTable(t), func(c *writer.Config) {
 		c.Now = frozen
-		c.TenantBudget = writer.BudgetConfig{Rate: 1000}
+		c.TenantBudget = writer.BudgetConfig{Rate: 1000, Timeout: patient}
 	})
 	e.create(createBody)
 	write := testutil.ToFloat64(e.metrics.TenantBudgetCharged.WithLabelValues("write"))
@@ -157,4 +161,25 @@ func TestTenantBudget_RefusesABurstSmallerThanItsShards(t *testing.T) {
 	_, err = writer.New(nil, writer.Config{Table: "t", Auth: auth, CursorKey: cursorKey,
 		TenantBudget: writer.BudgetConfig{Rate: 1, Burst: 2, Shards: 4}}, nil)
 	assert.ErrorContains(t, err, "less than one unit a shard")
+}
+
+// Grants land on shards at random: a tenant whose grant meets a spent shard
+// while the other has units is not refused (it asks the other shard).
+func TestTenantBudget_ASpentShardDoesNotRefuseWhileAnotherHasUnits(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, sharedTable(t), func(c *writer.Config) {
+		c.Now = frozen
+		c.TenantBudget = writer.BudgetConfig{Rate: 1.0 / 3600, Burst: 30, Shards: 2, MaxGrant: 2, Timeout: patient}
+	})
+	for range 100 {
+		r := e.send(req{method: "GET", path: e.base() + "/transactions"})
+		if r.Status == http.StatusTooManyRequests {
+			break
+		}
+		require.Equal(t, http.StatusOK, r.Status, "answer %s", r)
+	}
+	// Two shards of 15 units; at most a grant (2 units) left unspent in each.
+	spent := charged(e.metrics)
+	assert.GreaterOrEqual(t, spent, 30.0-2*2, "admitted requests cost %v units of 30", spent)
+	assert.LessOrEqual(t, spent, 30.0+4, "admitted requests cost %v units of 30", spent)
 }

@@ -179,7 +179,7 @@ func New(api DynamoDB, cfg Config, metrics *Metrics) (*Server, error) {
 		s.limiter = newTenantLimiter(cfg.TenantRate, cfg.TenantBurst, cfg.Now)
 	}
 	if cfg.TenantBudget.Rate > 0 {
-		s.budget = newTenantBudget(raw, cfg.Table, cfg.TenantBudget, cfg.Now, metrics)
+		s.budget = newTenantBudget(raw, cfg.Table, cfg.TenantBudget, cfg.Now, metrics, cfg.Logger)
 	}
 	s.routes()
 	return s, nil
