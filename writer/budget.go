@@ -35,7 +35,8 @@ import (
 // the shard has paid it back). A refused grant says how long until the
 // units are there (a refused grant asks one other shard first, so that
 // chance in the choice of shards does not refuse a tenant below its rate);
-// until then the process answers the tenant 429 without another call.
+// until then, and at least for GrantTTL, the process answers the tenant 429
+// without another call.
 //
 // Grant sizes adapt: a grant spent before it expires doubles the next (up
 // to MaxGrant), one that expires unspent halves it (down to 1), so a busy
@@ -238,9 +239,14 @@ func (b *tenantBudget) admit(ctx context.Context, tenant string) (ok bool, retry
 		return true, 0
 	case !res.Granted:
 		b.metrics.TenantBudget.WithLabelValues("limited").Inc()
+		// Blocked for the wait, and at least a grant's time: a tenant far
+		// over its budget costs the table one refused take per process and
+		// grant time, however short the waits (Retry-After is whole seconds
+		// anyway).
+		wait := max(res.Wait, b.cfg.GrantTTL)
 		g.units, g.expires = left-debt, time.Time{}
-		g.blocked = now.Add(res.Wait)
-		return false, res.Wait
+		g.blocked = now.Add(wait)
+		return false, wait
 	}
 	b.metrics.TenantBudget.WithLabelValues("allowed").Inc()
 	g.units, g.expires = left+g.size-1, now.Add(b.cfg.GrantTTL)
