@@ -7,10 +7,12 @@ import (
 	"testing"
 	"time"
 
+	ddbtypes "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/ledger-dev/ledger/aggregates"
 	"github.com/ledger-dev/ledger/infra/ddblocal/ddbtest"
 	"github.com/ledger-dev/ledger/internal/ledgertest"
 	"github.com/ledger-dev/ledger/writer"
@@ -56,6 +58,12 @@ func TestTenantBudget_ChargesTheCapacityRequestsConsume(t *testing.T) {
 func TestTenantBudget_RefusesATenantThatSpentItWithRetryAfter(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, sharedTable(t), hourlyBudget)
+	// 40 transactions (written with an admin token: not limited), so that a
+	// listing reads several units.
+	for range 40 {
+		r := e.asAdmin(req{method: "POST", path: e.base() + "/transactions", body: createBody, headers: []string{"Idempotency-Key", newKey()}})
+		require.Equal(t, http.StatusCreated, r.Status, "answer %s", r)
+	}
 	var admitted int
 	var last reply
 	for range 100 {
@@ -77,6 +85,16 @@ func TestTenantBudget_RefusesATenantThatSpentItWithRetryAfter(t *testing.T) {
 	assert.LessOrEqual(t, spent, 30.0+4, "admitted requests cost %v units", spent)
 	assert.GreaterOrEqual(t, spent, 30.0-8, "admitted requests cost %v units", spent)
 	assert.Less(t, admitted, 30, "each listing costs a request unit and its read units")
+	// The read units were taken from the table's bucket, not only counted:
+	// its tat is as far ahead of now as the units taken (one bucket, units
+	// of an hour), short of the debt still held by the process.
+	item := e.getItem(aggregates.BudgetKey(e.tenant, 0))
+	require.NotNil(t, item, "the tenant's bucket")
+	tat, err := strconv.ParseInt(item["tat"].(*ddbtypes.AttributeValueMemberN).Value, 10, 64)
+	require.NoError(t, err)
+	taken := float64(tat-frozen().UnixMicro()) / float64(time.Hour.Microseconds())
+	assert.LessOrEqual(t, taken, 30.0, "units taken from the bucket")
+	assert.GreaterOrEqual(t, taken, spent-8-4, "units taken from the bucket of the %v charged", spent)
 
 	// Refused again without asking the table: the process knows the wait.
 	calls := e.calls.Calls("UpdateItem")
