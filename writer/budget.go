@@ -26,8 +26,8 @@ import (
 // (table/budget.go), each refilled at Rate/Shards. A request costs one unit
 // when it is admitted, and after it is served the read and write capacity
 // units its DynamoDB calls consumed (as DynamoDB reports them, asked with
-// ReturnConsumedCapacity): a report range of 1 MiB costs about 130 units, a
-// transaction written about 5. A process does not go to the table for every
+// ReturnConsumedCapacity): a report range of 1 MiB costs hundreds of units,
+// a transaction written about 5. A process does not go to the table for every
 // request: it takes a grant of up to MaxGrant units from one shard (chosen
 // at random per grant) with one conditional UpdateItem, and spends it
 // locally for GrantTTL. What a request costs beyond what is left of its
