@@ -27,11 +27,12 @@ import (
 //	idempotency     IDEMPOTENCY#{tenant}#{key}           REQUEST     (tenant "_": requests of no tenant)
 //	run marker      RUN#{eventID}                        RUN
 //	quarantine      QUARANTINE#{eventID}                 RECORD                      GSI1 QUARANTINE / {time}#{eventID}
-//	tenant budget   BUDGET#{tenant}#{shard}              BUCKET      (shard 0…S-1: one token bucket of the tenant's limit)
+//	tenant budget (c) BUDGET#{tenant}#{shard}            BUCKET      (shard 0…S-1: one token bucket of the tenant's limit)
 //
 // (c): in the coordination table (table.CoordinationTableName), which has
-// no stream, so the consumers' own bookkeeping never becomes records of the
-// stream they read; every other item is in the ledger table.
+// no stream, so the consumers' own bookkeeping and the writer's budget
+// grants never become records of the stream they read; every other item is
+// in the ledger table.
 //
 // Emails and document numbers are stored normalised (directory.go); both
 // may appear only at the end of a key, after a fixed prefix, and neither may

@@ -387,6 +387,12 @@ func TestTemplate_ConsumerReservesConcurrencyAndTheWriterHasATenantBudget(t *tes
 	env := obj(obj(tpl.resource(t, "WriterFunction", "AWS::Serverless::Function")["Environment"])["Variables"])
 	assert.Equal(t, map[string]any{"Ref": "WriterTenantBudget"}, env["LEDGER_TENANT_BUDGET"])
 	assert.Equal(t, map[string]any{"Ref": "WriterTenantBudgetBurst"}, env["LEDGER_TENANT_BUDGET_BURST"])
+	// The buckets are in the coordination table (no stream), which the
+	// writer may update and nothing more.
+	assert.Equal(t, map[string]any{"Ref": "CoordinationTable"}, env["LEDGER_COORDINATION_TABLE"])
+	st := roleStatement(t, tpl, "WriterRole", "TenantBudget")
+	assert.Equal(t, []string{"dynamodb:UpdateItem"}, actions(st))
+	assert.Equal(t, map[string]any{"Fn::GetAtt": []any{"CoordinationTable", "Arn"}}, st["Resource"])
 	assert.Positive(t, tpl.Parameters["WriterTenantBudget"]["Default"], "the budget is on by default")
 	// At least one unit a shard (writer.DefaultBudgetShards), or the writer refuses to start.
 	assert.EqualValues(t, writer.DefaultBudgetShards, tpl.Parameters["WriterTenantBudgetBurst"]["MinValue"])

@@ -20,7 +20,7 @@ var bucket10 = table.BudgetBucket{Interval: 100 * time.Millisecond, Tolerance: t
 func TestTakeBudget_GrantsUntilEmptyThenSaysHowLongToWait(t *testing.T) {
 	ctx := t.Context()
 	client := ddbtest.Client(t)
-	name := ddbtest.NewTable(t, client)
+	name := table.CoordinationTableName(ddbtest.NewTable(t, client)) // where the writer keeps them
 	key := aggregates.BudgetKey("acme", 0)
 	now := time.Unix(1_800_000_000, 0)
 

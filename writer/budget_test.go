@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	ddbtypes "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/assert"
@@ -15,6 +16,7 @@ import (
 	"github.com/ledger-dev/ledger/aggregates"
 	"github.com/ledger-dev/ledger/infra/ddblocal/ddbtest"
 	"github.com/ledger-dev/ledger/internal/ledgertest"
+	"github.com/ledger-dev/ledger/table"
 	"github.com/ledger-dev/ledger/writer"
 )
 
@@ -88,7 +90,14 @@ func TestTenantBudget_RefusesATenantThatSpentItWithRetryAfter(t *testing.T) {
 	// The read units were taken from the table's bucket, not only counted:
 	// its tat is as far ahead of now as the units taken (one bucket, units
 	// of an hour), short of the debt still held by the process.
-	item := e.getItem(aggregates.BudgetKey(e.tenant, 0))
+	// The bucket is in the coordination table (no stream), not the ledger
+	// table.
+	assert.Nil(t, e.getItem(aggregates.BudgetKey(e.tenant, 0)), "a bucket in the ledger table")
+	out, err := e.ddb.GetItem(t.Context(), &dynamodb.GetItemInput{
+		TableName: ptr(table.CoordinationTableName(e.table)), Key: table.Key(aggregates.BudgetKey(e.tenant, 0)), ConsistentRead: ptr(true),
+	})
+	require.NoError(t, err)
+	item := out.Item
 	require.NotNil(t, item, "the tenant's bucket")
 	tat, err := strconv.ParseInt(item["tat"].(*ddbtypes.AttributeValueMemberN).Value, 10, 64)
 	require.NoError(t, err)
@@ -173,12 +182,15 @@ func TestTenantBudget_FailsOpenForOneGrantWhenItsCallFails(t *testing.T) {
 	assert.Equal(t, 1.0, testutil.ToFloat64(e.metrics.TenantBudget.WithLabelValues("allowed")), "the second from the assumed grant")
 }
 
-func TestTenantBudget_RefusesABurstSmallerThanItsShards(t *testing.T) {
+func TestTenantBudget_RefusesABurstSmallerThanItsShardsAndTheLedgerTable(t *testing.T) {
 	auth, err := writer.NewAuthenticator(writer.AuthConfig{Secret: []byte(testSecret)})
 	require.NoError(t, err)
 	_, err = writer.New(nil, writer.Config{Table: "t", Auth: auth, CursorKey: cursorKey,
 		TenantBudget: writer.BudgetConfig{Rate: 1, Burst: 2, Shards: 4}}, nil)
 	assert.ErrorContains(t, err, "less than one unit a shard")
+	_, err = writer.New(nil, writer.Config{Table: "t", Auth: auth, CursorKey: cursorKey, BudgetTable: "t",
+		TenantBudget: writer.BudgetConfig{Rate: 10}}, nil)
+	assert.ErrorContains(t, err, "is the ledger table")
 }
 
 // Grants land on shards at random: a tenant whose grant meets a spent shard

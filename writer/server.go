@@ -19,6 +19,8 @@ import (
 	"github.com/aws/smithy-go"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/ledger-dev/ledger/table"
 )
 
 // DynamoDB is the part of the DynamoDB API the writer calls.
@@ -90,6 +92,11 @@ type Config struct {
 	// requests and capacity units (budget.go); its Rate 0 (the default)
 	// turns it off.
 	TenantBudget BudgetConfig
+	// BudgetTable holds the tenant budget's buckets (default: the ledger
+	// table's coordination table, table.CoordinationTableName(Table)):
+	// PK/SK string keys, and no stream, so that a grant is no record the
+	// consumers read. It may not be Table.
+	BudgetTable string
 }
 
 func (c Config) withDefaults() (Config, error) {
@@ -136,6 +143,12 @@ func (c Config) withDefaults() (Config, error) {
 	if c.TenantBudget, err = c.TenantBudget.withDefaults(); err != nil {
 		return c, err
 	}
+	if c.BudgetTable == "" {
+		c.BudgetTable = table.CoordinationTableName(c.Table)
+	}
+	if err := table.CheckCoordinationTable(c.Table, c.BudgetTable); err != nil {
+		return c, fmt.Errorf("writer config: budget table: %w", err)
+	}
 	return c, nil
 }
 
@@ -179,7 +192,7 @@ func New(api DynamoDB, cfg Config, metrics *Metrics) (*Server, error) {
 		s.limiter = newTenantLimiter(cfg.TenantRate, cfg.TenantBurst, cfg.Now)
 	}
 	if cfg.TenantBudget.Rate > 0 {
-		s.budget = newTenantBudget(raw, cfg.Table, cfg.TenantBudget, cfg.Now, metrics, cfg.Logger)
+		s.budget = newTenantBudget(raw, cfg.BudgetTable, cfg.TenantBudget, cfg.Now, metrics, cfg.Logger)
 	}
 	s.routes()
 	return s, nil

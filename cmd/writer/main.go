@@ -109,6 +109,7 @@ type Main struct {
 	tenantRate      float64
 	tenantBurst     int
 	budget          writer.BudgetConfig
+	coordination    string
 	secretARN       string
 	cursorKeyARN    string
 	secretRefresh   time.Duration
@@ -172,6 +173,7 @@ func (m *Main) ParseFlags(args []string) error {
 	fs.StringVar(&drain, "drain-delay", env("LEDGER_DRAIN_DELAY", "0s"), "on SIGTERM, the `DURATION` /readyz answers 503 before the listener closes (env LEDGER_DRAIN_DELAY)")
 	fs.StringVar(&tenantRate, "tenant-rate", env("LEDGER_TENANT_RATE", "100"), "requests a `RATE` per second one tenant may send to this process, sustained; 0 turns the limit off (env LEDGER_TENANT_RATE)")
 	fs.StringVar(&tenantBurst, "tenant-burst", env("LEDGER_TENANT_BURST", "200"), "requests a tenant may send at once above its rate, a `COUNT` (env LEDGER_TENANT_BURST)")
+	fs.StringVar(&m.coordination, "coordination-table", env("LEDGER_COORDINATION_TABLE", ""), "the `TABLE` without a stream that holds the tenant budget's buckets (default: the ledger table's name + \""+table.CoordinationSuffix+"\", the consumers' coordination table; env LEDGER_COORDINATION_TABLE)")
 	fs.StringVar(&budget, "tenant-budget", env("LEDGER_TENANT_BUDGET", "0"), "units a `RATE` per second one tenant may spend across all writers (one per request plus the read and write capacity units it consumes), kept in the table; 0 turns it off (env LEDGER_TENANT_BUDGET)")
 	fs.StringVar(&budgetBurst, "tenant-budget-burst", env("LEDGER_TENANT_BUDGET_BURST", "0"), "units a tenant may spend at once above its budget, a `COUNT`; 0: twice --tenant-budget (env LEDGER_TENANT_BUDGET_BURST)")
 	fs.StringVar(&budgetShards, "tenant-budget-shards", env("LEDGER_TENANT_BUDGET_SHARDS", strconv.Itoa(writer.DefaultBudgetShards)), "bucket items per tenant, a `COUNT` from 1 to 100: each is written at most 1/COUNT of the tenant's grant rate (env LEDGER_TENANT_BUDGET_SHARDS)")
@@ -243,6 +245,11 @@ func (m *Main) ParseFlags(args []string) error {
 	}
 	dur("tenant-budget-grant-ttl", budgetGrantTTL, &m.budget.GrantTTL, 10*time.Millisecond, time.Minute)
 	dur("tenant-budget-timeout", budgetTimeout, &m.budget.Timeout, 10*time.Millisecond, 10*time.Second)
+	if m.coordination != "" {
+		if err := table.CheckCoordinationTable(m.table, m.coordination); err != nil {
+			errs = append(errs, fmt.Errorf("--coordination-table: %w", err))
+		}
+	}
 	if b := m.budget; b.Rate > 0 && b.Shards > 0 {
 		if burst := cmp.Or(b.Burst, 2*b.Rate); burst/float64(b.Shards) < 1 {
 			errs = append(errs, fmt.Errorf("--tenant-budget-burst %v over --tenant-budget-shards %d leaves less than one unit a shard", burst, b.Shards))
@@ -344,6 +351,7 @@ func (m *Main) Run(ctx context.Context) error {
 		Table: m.table, Auth: auth, CursorKey: m.cursorKey, FlagsTTL: m.flagsTTL, DirectoryTTL: m.directoryTTL,
 		RequestTimeout: m.requestTimeout, Gatherer: reg, Logger: m.logger,
 		TenantRate: m.tenantRate, TenantBurst: m.tenantBurst, TenantBudget: m.budget,
+		BudgetTable: m.coordination,
 	}, writer.NewMetrics(reg))
 	if err != nil {
 		return err

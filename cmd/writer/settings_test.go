@@ -89,6 +89,7 @@ func TestParseFlags_TenantBudget(t *testing.T) {
 		{[]string{"--tenant-budget-grant-ttl", "2h"}, "--tenant-budget-grant-ttl"},
 		{[]string{"--tenant-budget-timeout", "soon"}, "--tenant-budget-timeout"},
 		{[]string{"--tenant-budget", "1", "--tenant-budget-burst", "3", "--tenant-budget-shards", "4"}, "less than one unit a shard"},
+		{[]string{"--table", "ledger", "--coordination-table", "ledger"}, "--coordination-table"},
 	} {
 		m := NewMain(getenv(map[string]string{"LEDGER_JWT_SECRET": secret}), io.Discard, io.Discard)
 		err := m.ParseFlags(c.args)
