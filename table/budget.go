@@ -17,7 +17,8 @@ import (
 
 // This file is the layout of the tenant budget, the distributed per-tenant
 // limit of the writer (docs/design.md, "Tenant budget"). A tenant's budget
-// is S token buckets, one item per shard (aggregates.BudgetKey), each
+// is S token buckets, one item per shard (aggregates.BudgetKey) in the
+// coordination table (no stream: a take is no record), each
 // refilled at the tenant's rate divided by S. A bucket is kept as the
 // generic cell rate algorithm keeps it: not a balance and a time, which a
 // DynamoDB update expression could not refill (it has no multiplication),

@@ -22,8 +22,8 @@ import (
 // budget"; docs/api.md, "Rate limits").
 //
 // A tenant's budget is Rate units a second (bursts of Burst) for all
-// writers together, kept in the table as Shards token buckets
-// (table/budget.go), each refilled at Rate/Shards. A request costs one unit
+// writers together, kept as Shards token buckets (table/budget.go) in the
+// coordination table (Config.BudgetTable), each refilled at Rate/Shards. A request costs one unit
 // when it is admitted, and after it is served the read and write capacity
 // units its DynamoDB calls consumed (as DynamoDB reports them, asked with
 // ReturnConsumedCapacity): a report range of 1 MiB costs hundreds of units,
