@@ -18,6 +18,7 @@ import (
 //	email owner     EMAIL#{email}                        UNIQUE
 //	document owner  BRANCHDOC#{document}                 UNIQUE
 //	transaction     TENANT#{t}#BRANCH#{b}#TRANSACTION    {YYYY-MM-DD}#{txnId}
+//	history entry   TENANT#{t}#BRANCH#{b}#HISTORY        {txnId}#{version, 19 digits}
 //	report          TENANT#{t}#BRANCH#{b}#REPORTING      {TYPE}#{value}: DAILY#2026-11-27, FISCAL_YEAR#FY2027, …
 //	report entry    TENANT#{t}#BRANCH#{b}#REPORTING      {period}#{cat|cc|pm}#{name}
 //	parked delta    TENANT#{t}#BRANCH#{b}#REPORTING      PARKED#{period}#{commit id}  GSI1 PARKED / {time}#{key}
@@ -46,6 +47,7 @@ const (
 	tenantPrefix      = "TENANT#"
 	branchInfix       = "#BRANCH#"
 	transactionSuffix = "#TRANSACTION"
+	historySuffix     = "#HISTORY"
 	reportingSuffix   = "#REPORTING"
 )
 
@@ -55,11 +57,14 @@ const (
 	EntityBranch      = "BRANCH"
 	EntityAccount     = "ACCOUNT"
 	EntityTransaction = "TRANSACTION"
-	EntityReport      = "REPORT"
-	EntityFlags       = "FLAGS"
-	EntityCheckpoint  = "CHECKPOINT"
-	EntityRunMarker   = "RUN"
-	EntityQuarantine  = "QUARANTINE"
+	// EntityTransactionHistory is one entry of a transaction's audit
+	// trail: a version of the transaction, who wrote it and when.
+	EntityTransactionHistory = "TRANSACTION_HISTORY"
+	EntityReport             = "REPORT"
+	EntityFlags              = "FLAGS"
+	EntityCheckpoint         = "CHECKPOINT"
+	EntityRunMarker          = "RUN"
+	EntityQuarantine         = "QUARANTINE"
 	// EntityReportEntry is one breakdown entry of a report stored as its
 	// own item, once the report's inline map of that dimension is full.
 	EntityReportEntry = "REPORT_ENTRY"
@@ -188,6 +193,32 @@ func ParseTransactionPK(pk string) (tenant, branch string, ok bool) {
 	}
 	return tenant, branch, true
 }
+
+// HistoryPK is the partition holding the audit trail of a branch's
+// transactions: every version of each, in a partition of its own so that
+// neither the transaction listing nor the stream consumers' and
+// reconcile's reading of transaction partitions meets it (the consumers
+// fold only keys ParseTransactionPK accepts, which this is not).
+func HistoryPK(tenant, branch string) string {
+	return tenantPrefix + tenant + branchInfix + branch + historySuffix
+}
+
+// HistoryVersionDigits is the width of the zero-padded version in a
+// history entry's sort key: every positive int64 fits, so the entries of a
+// transaction sort by version.
+const HistoryVersionDigits = 19
+
+// HistoryKey addresses the history entry of version version of
+// transaction id: the transaction's id first, so one Query with
+// begins_with(SK, HistoryPrefix(id)) reads its entries in version order.
+// Ids hold no '#', so no id's prefix is another's.
+func HistoryKey(tenant, branch, id string, version int64) Key {
+	return Key{PK: HistoryPK(tenant, branch), SK: HistoryPrefix(id) + fmt.Sprintf("%0*d", HistoryVersionDigits, version)}
+}
+
+// HistoryPrefix is the sort key prefix of transaction id's history
+// entries.
+func HistoryPrefix(id string) string { return id + "#" }
 
 // ReportPK is the partition holding a branch's reports.
 func ReportPK(tenant, branch string) string {
@@ -358,7 +389,7 @@ const CheckpointBuckets = 16
 // shard's id. The partition is one of the stream's CheckpointBuckets,
 // chosen by a hash of the shard id.
 func CheckpointKey(streamID, shardID string) Key {
-	return Key{PK: CheckpointPK(streamID, checkpointBucket(shardID)), SK: "SHARD#" + shardID}
+	return Key{PK: CheckpointPK(streamID, CheckpointBucket(shardID)), SK: "SHARD#" + shardID}
 }
 
 // CheckpointPK is the partition key of bucket b (0 ≤ b < CheckpointBuckets)
@@ -367,8 +398,9 @@ func CheckpointPK(streamID string, b int) string {
 	return fmt.Sprintf("STREAM#%s#CHECKPOINTS#%02d", streamID, b)
 }
 
-// checkpointBucket is FNV-1a of the shard id modulo CheckpointBuckets.
-func checkpointBucket(shardID string) int {
+// CheckpointBucket is the bucket of a shard's checkpoint: FNV-1a of the
+// shard id modulo CheckpointBuckets.
+func CheckpointBucket(shardID string) int {
 	h := fnv.New32a()
 	h.Write([]byte(shardID))
 	return int(h.Sum32() % CheckpointBuckets)

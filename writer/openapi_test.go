@@ -60,6 +60,7 @@ func TestOpenAPI_DocumentsEveryRouteAndMethodTheServerHas(t *testing.T) {
 		"/v1/branches:lookup", "/v1/tenants/{tenant}/accounts", "/v1/tenants/{tenant}/accounts/{account}",
 		"/v1/tenants/{tenant}/accounts/{account}/emails", "/v1/tenants/{tenant}/accounts/{account}/emails/{email}", "/v1/accounts:lookup",
 		"/v1/tenants/{tenant}/branches/{branch}/transactions", "/v1/tenants/{tenant}/branches/{branch}/transactions/{id}",
+		"/v1/tenants/{tenant}/branches/{branch}/transactions/{id}/history",
 		"/v1/tenants/{tenant}/branches/{branch}/reports", "/v1/tenants/{tenant}/branches/{branch}/reports/{period}/{value}",
 		"/v1/openapi.json", "/healthz", "/readyz", "/metrics"}
 	assert.ElementsMatch(t, routes, slices.Collect(maps.Keys(doc.Paths)), "the document's paths are the server's routes")

@@ -212,6 +212,7 @@ const (
 	routeAccountLookup = "/v1/accounts:lookup"
 	routeTransactions  = "/v1/tenants/{tenant}/branches/{branch}/transactions"
 	routeTransaction   = "/v1/tenants/{tenant}/branches/{branch}/transactions/{id}"
+	routeHistory       = "/v1/tenants/{tenant}/branches/{branch}/transactions/{id}/history"
 	routeReports       = "/v1/tenants/{tenant}/branches/{branch}/reports"
 	routeReport        = "/v1/tenants/{tenant}/branches/{branch}/reports/{period}/{value}"
 	routeOpenAPI       = "/v1/openapi.json"
@@ -242,6 +243,7 @@ func (s *Server) routes() {
 	api(routeAccountLookup, handlers{get: s.lookupAccount}, get)
 	api(routeTransactions, handlers{get: s.listTransactions, post: s.createTransaction})
 	api(routeTransaction, handlers{get: s.getTransaction, patch: s.patchTransaction, del: s.deleteTransaction})
+	api(routeHistory, handlers{get: s.transactionHistory})
 	api(routeReports, handlers{get: s.reportRange})
 	api(routeReport, handlers{get: s.getReport})
 	s.mux.Handle(routeOpenAPI, s.instrument(routeOpenAPI, byMethod(handlers{get: s.openAPI})))
@@ -257,7 +259,7 @@ func (s *Server) routes() {
 
 // ServeHTTP implements http.Handler.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	r = withRequestID(w, r)
+	r = withReceivedAt(withRequestID(w, r), s.cfg.Now())
 	defer func() {
 		if v := recover(); v != nil {
 			if v == http.ErrAbortHandler {
