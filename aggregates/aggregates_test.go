@@ -132,10 +132,15 @@ func TestKeys_RoundTrip(t *testing.T) {
 	assert.Equal(t, "acme", tenant)
 	assert.Equal(t, "north", branch)
 
-	for _, pk := range []string{"TENANT#a#BRANCH#b#REPORTING", "TENANT##BRANCH#b#TRANSACTION", "TENANT#a#BRANCH##TRANSACTION", "TENANT#a#TRANSACTION", "X#a#BRANCH#b#TRANSACTION"} {
+	for _, pk := range []string{"TENANT#a#BRANCH#b#REPORTING", "TENANT##BRANCH#b#TRANSACTION", "TENANT#a#BRANCH##TRANSACTION", "TENANT#a#TRANSACTION", "X#a#BRANCH#b#TRANSACTION",
+		BudgetKey("a", 3).PK} {
 		_, _, ok := ParseTransactionPK(pk)
 		assert.False(t, ok, pk)
 	}
+	// A tenant's budget shards are distinct partition keys, never another
+	// tenant's: ids hold no '#'.
+	assert.Equal(t, Key{PK: "BUDGET#acme#0", SK: "BUCKET"}, BudgetKey("acme", 0))
+	assert.NotEqual(t, BudgetKey("acme", 1).PK, BudgetKey("acme", 0).PK)
 
 	rk := ReportKey{Tenant: "acme", Branch: "north", Period: Period{Type: Monthly, Value: "2024-02"}}
 	assert.Equal(t, Key{PK: "TENANT#acme#BRANCH#north#REPORTING", SK: "MONTHLY#2024-02"}, rk.Key())

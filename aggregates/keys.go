@@ -3,6 +3,7 @@ package aggregates
 import (
 	"fmt"
 	"hash/fnv"
+	"strconv"
 	"strings"
 )
 
@@ -27,10 +28,12 @@ import (
 //	idempotency     IDEMPOTENCY#{tenant}#{key}           REQUEST     (tenant "_": requests of no tenant)
 //	run marker      RUN#{eventID}                        RUN
 //	quarantine      QUARANTINE#{eventID}                 RECORD                      GSI1 QUARANTINE / {time}#{eventID}
+//	tenant budget (c) BUDGET#{tenant}#{shard}            BUCKET      (shard 0…S-1: one token bucket of the tenant's limit)
 //
 // (c): in the coordination table (table.CoordinationTableName), which has
-// no stream, so the consumers' own bookkeeping never becomes records of the
-// stream they read; every other item is in the ledger table.
+// no stream, so the consumers' own bookkeeping and the writer's budget
+// grants never become records of the stream they read; every other item is
+// in the ledger table.
 //
 // Emails and document numbers are stored normalised (directory.go); both
 // may appear only at the end of a key, after a fixed prefix, and neither may
@@ -79,6 +82,9 @@ const (
 	// EntityDocumentOwner is the uniqueness item of a branch document
 	// number: it names the one branch that holds the document.
 	EntityDocumentOwner = "DOCUMENT_OWNER"
+	// EntityBudget is one shard of a tenant's distributed rate limit: a
+	// token bucket the writers take grants from (table/budget.go).
+	EntityBudget = "BUDGET"
 )
 
 // Key is an item's primary key.
@@ -422,6 +428,15 @@ func IdempotencyKey(tenant, key string) Key {
 // that belongs to no tenant (creating a tenant). "_" cannot start a tenant
 // id, so these keys never meet a tenant's.
 func PlatformIdempotencyKey(key string) Key { return IdempotencyKey("_", key) }
+
+// BudgetKey addresses shard number shard of a tenant's budget, the
+// distributed per-tenant limit (table/budget.go). The shard is in the
+// partition key so that the S buckets of one tenant are S partition keys,
+// none of them hot; BUDGET# starts no other key and a tenant id holds no
+// '#', so no tenant's bucket is another's.
+func BudgetKey(tenant string, shard int) Key {
+	return Key{PK: "BUDGET#" + tenant + "#" + strconv.Itoa(shard), SK: "BUCKET"}
+}
 
 // RunMarkerKey addresses the marker of the commit run that starts with the
 // stream record eventID.

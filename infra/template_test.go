@@ -452,3 +452,36 @@ func TestTemplate_GatewayAnswersAreInTheOpenAPIDocument(t *testing.T) {
 	}
 	assert.Positive(t, nforwarded, "no operation of the document is under the template's routes %v", routes)
 }
+
+// Issue 26: the consumer has concurrency of its own, so a flood of writer
+// invocations cannot stall the stream; the writer enforces the tenant
+// budget across its instances by default; 0 means "none", never "throttle
+// everything" (ReservedConcurrentExecutions 0 would stop the function).
+func TestTemplate_ConsumerReservesConcurrencyAndTheWriterHasATenantBudget(t *testing.T) {
+	tpl := loadTemplate(t)
+	for _, c := range []struct{ function, param, condition string }{
+		{"ConsumerFunction", "ConsumerReservedConcurrency", "ReserveConsumer"},
+		{"WriterFunction", "WriterReservedConcurrency", "ReserveWriter"},
+	} {
+		fn := tpl.resource(t, c.function, "AWS::Serverless::Function")
+		assert.Equal(t, map[string]any{"Fn::If": []any{c.condition, map[string]any{"Ref": c.param}, map[string]any{"Ref": "AWS::NoValue"}}},
+			fn["ReservedConcurrentExecutions"], c.function)
+		assert.Equal(t, map[string]any{"Fn::Not": []any{map[string]any{"Fn::Equals": []any{map[string]any{"Ref": c.param}, 0.0}}}},
+			tpl.Conditions[c.condition], c.condition)
+		assert.EqualValues(t, 0, tpl.Parameters[c.param]["MinValue"], c.param)
+	}
+	assert.Positive(t, tpl.Parameters["ConsumerReservedConcurrency"]["Default"], "the consumer is reserved by default")
+
+	env := obj(obj(tpl.resource(t, "WriterFunction", "AWS::Serverless::Function")["Environment"])["Variables"])
+	assert.Equal(t, map[string]any{"Ref": "WriterTenantBudget"}, env["LEDGER_TENANT_BUDGET"])
+	assert.Equal(t, map[string]any{"Ref": "WriterTenantBudgetBurst"}, env["LEDGER_TENANT_BUDGET_BURST"])
+	// The buckets are in the coordination table (no stream), which the
+	// writer may update and nothing more.
+	assert.Equal(t, map[string]any{"Ref": "CoordinationTable"}, env["LEDGER_COORDINATION_TABLE"])
+	st := roleStatement(t, tpl, "WriterRole", "TenantBudget")
+	assert.Equal(t, []string{"dynamodb:UpdateItem"}, actions(st))
+	assert.Equal(t, map[string]any{"Fn::GetAtt": []any{"CoordinationTable", "Arn"}}, st["Resource"])
+	assert.Positive(t, tpl.Parameters["WriterTenantBudget"]["Default"], "the budget is on by default")
+	// At least one unit a shard (writer.DefaultBudgetShards), or the writer refuses to start.
+	assert.EqualValues(t, writer.DefaultBudgetShards, tpl.Parameters["WriterTenantBudgetBurst"]["MinValue"])
+}

@@ -53,6 +53,20 @@ type Metrics struct {
 	// RateLimit counts the per-tenant rate limit's decisions by outcome
 	// ("allowed", "limited": 429); never by tenant.
 	RateLimit *prometheus.CounterVec
+	// TenantBudget counts the tenant budget's decisions on requests by
+	// outcome ("allowed", "limited": 429, "fail_open": admitted because the
+	// limiter's own call failed); never by tenant.
+	TenantBudget *prometheus.CounterVec
+	// TenantBudgetCalls counts the budget's UpdateItem grants by outcome
+	// ("granted", "refused", "error").
+	TenantBudgetCalls *prometheus.CounterVec
+	// TenantBudgetWriteUnits is the write capacity the budget's own calls
+	// consumed: divided by TenantBudget's requests, its cost per request.
+	TenantBudgetWriteUnits prometheus.Counter
+	// TenantBudgetCharged counts the units charged to tenants by kind
+	// ("request": one per admitted request, "read", "write": the capacity
+	// units their DynamoDB calls consumed).
+	TenantBudgetCharged *prometheus.CounterVec
 	// DirectoryCache counts lookups of a tenant's or branch's status on the
 	// transaction path by result ("hit", "miss": read from the table).
 	DirectoryCache *prometheus.CounterVec
@@ -119,6 +133,22 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Namespace: "ledger", Subsystem: "writer", Name: "rate_limit_total",
 			Help: "Requests the per-tenant rate limit decided on, by outcome: allowed, limited (429).",
 		}, []string{"outcome"}),
+		TenantBudget: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "ledger", Subsystem: "writer", Name: "tenant_budget_requests_total",
+			Help: "Requests the distributed tenant budget decided on, by outcome: allowed, limited (429), fail_open (the limiter's call failed).",
+		}, []string{"outcome"}),
+		TenantBudgetCalls: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "ledger", Subsystem: "writer", Name: "tenant_budget_calls_total",
+			Help: "Grants the tenant budget asked the table for, by outcome: granted, refused, error.",
+		}, []string{"outcome"}),
+		TenantBudgetWriteUnits: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "ledger", Subsystem: "writer", Name: "tenant_budget_write_units_total",
+			Help: "Write capacity units the tenant budget's own UpdateItem calls consumed.",
+		}),
+		TenantBudgetCharged: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "ledger", Subsystem: "writer", Name: "tenant_budget_charged_units_total",
+			Help: "Units charged to tenant budgets, by kind: request (one per admitted request), read, write (capacity units consumed).",
+		}, []string{"kind"}),
 		DirectoryCache: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "ledger", Subsystem: "writer", Name: "directory_cache_total",
 			Help: "Lookups of a tenant's or branch's status on the transaction path, by result: hit, miss (read from the table).",
@@ -127,7 +157,8 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	if reg != nil {
 		reg.MustRegister(m.Requests, m.Duration, m.InFlight, m.IdempotentReplays, m.IdempotencyRejections,
 			m.VersionConflicts, m.ConditionalCheckFailures, m.TransactionConflicts, m.Writes, m.WritesRefused,
-			m.FlagsReads, m.AuthFailures, m.DynamoDBErrors, m.RateLimit, m.DirectoryCache)
+			m.FlagsReads, m.AuthFailures, m.DynamoDBErrors, m.RateLimit, m.TenantBudget, m.TenantBudgetCalls, m.TenantBudgetWriteUnits,
+			m.TenantBudgetCharged, m.DirectoryCache)
 	}
 	return m
 }

@@ -20,6 +20,8 @@ import (
 	"github.com/aws/smithy-go"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/ledger-dev/ledger/table"
 )
 
 // DynamoDB is the part of the DynamoDB API the writer calls.
@@ -87,6 +89,15 @@ type Config struct {
 	// TenantBurst is how many requests a tenant may send at once above
 	// TenantRate (default: twice the rate, at least 1).
 	TenantBurst int
+	// TenantBudget is the per-tenant limit across all writers, counted in
+	// requests and capacity units (budget.go); its Rate 0 (the default)
+	// turns it off.
+	TenantBudget BudgetConfig
+	// BudgetTable holds the tenant budget's buckets (default: the ledger
+	// table's coordination table, table.CoordinationTableName(Table)):
+	// PK/SK string keys, and no stream, so that a grant is no record the
+	// consumers read. It may not be Table.
+	BudgetTable string
 }
 
 func (c Config) withDefaults() (Config, error) {
@@ -129,6 +140,16 @@ func (c Config) withDefaults() (Config, error) {
 	if c.TenantRate > 0 && c.TenantBurst <= 0 {
 		c.TenantBurst = max(1, int(2*c.TenantRate))
 	}
+	var err error
+	if c.TenantBudget, err = c.TenantBudget.withDefaults(); err != nil {
+		return c, err
+	}
+	if c.BudgetTable == "" {
+		c.BudgetTable = table.CoordinationTableName(c.Table)
+	}
+	if err := table.CheckCoordinationTable(c.Table, c.BudgetTable); err != nil {
+		return c, fmt.Errorf("writer config: budget table: %w", err)
+	}
 	return c, nil
 }
 
@@ -144,6 +165,7 @@ type Server struct {
 	// notCanonical answers a path that is not canonical (canonicalPath).
 	notCanonical http.Handler
 	limiter      *tenantLimiter // nil: no per-tenant limit
+	budget       *tenantBudget  // nil: no tenant budget
 	statuses     *statusCache
 	draining     atomic.Bool
 }
@@ -161,12 +183,19 @@ func New(api DynamoDB, cfg Config, metrics *Metrics) (*Server, error) {
 	if metrics == nil {
 		metrics = NewMetrics(nil)
 	}
+	raw := api
+	if cfg.TenantBudget.Rate > 0 {
+		api = meteredDynamoDB{next: raw}
+	}
 	s := &Server{cfg: cfg, api: api, metrics: metrics, cursors: cursorCodec{key: cfg.CursorKey}, mux: http.NewServeMux()}
 	s.flags = &flagCache{api: api, table: cfg.Table, ttl: cfg.FlagsTTL, errTTL: min(time.Second, cfg.FlagsTTL),
 		timeout: cfg.FlagsTimeout, now: cfg.Now, metrics: metrics}
 	s.statuses = newStatusCache(cfg.DirectoryTTL, cfg.Now)
 	if cfg.TenantRate > 0 {
 		s.limiter = newTenantLimiter(cfg.TenantRate, cfg.TenantBurst, cfg.Now)
+	}
+	if cfg.TenantBudget.Rate > 0 {
+		s.budget = newTenantBudget(raw, cfg.BudgetTable, cfg.TenantBudget, cfg.Now, metrics, cfg.Logger)
 	}
 	s.routes()
 	return s, nil
@@ -371,10 +400,17 @@ func (s *Server) authenticate(admin []string, h http.Handler) http.Handler {
 			problem(http.StatusForbidden, ProblemForbidden, "the token does not grant access to this tenant").write(w)
 			return
 		}
+		// The per-process bucket first: it refuses a flood without I/O.
 		if p := s.rateLimited(r, claims); p != nil {
 			p.write(w)
 			return
 		}
+		r, charge, p := s.overBudget(r, claims)
+		if p != nil {
+			p.write(w)
+			return
+		}
+		defer charge()
 		h.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), claimsKey{}, claims)))
 	})
 }

@@ -13,6 +13,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"crypto/hmac"
 	"crypto/sha256"
@@ -107,6 +108,8 @@ type Main struct {
 	drainDelay      time.Duration
 	tenantRate      float64
 	tenantBurst     int
+	budget          writer.BudgetConfig
+	coordination    string
 	secretARN       string
 	cursorKeyARN    string
 	secretRefresh   time.Duration
@@ -154,6 +157,7 @@ func (m *Main) ParseFlags(args []string) error {
 		return def
 	}
 	var jwksFile, flagsTTL, directoryTTL, reqTimeout, shutdown, drain, level, tenantRate, tenantBurst, secretRefresh string
+	var budget, budgetBurst, budgetShards, budgetGrant, budgetGrantTTL, budgetTimeout string
 	fs.StringVar(&m.addr, "addr", env("LEDGER_ADDR", ":8080"), "listen `ADDR`ess; port 0 picks a free port, which is logged (env LEDGER_ADDR)")
 	fs.StringVar(&m.table, "table", env("LEDGER_TABLE", table.DefaultTableName), "the ledger `TABLE` (env LEDGER_TABLE)")
 	fs.StringVar(&jwksFile, "jwks-file", env("LEDGER_JWKS_FILE", ""), "`FILE` holding a JSON Web Key Set of public keys verifying RS*/PS*/ES*/EdDSA tokens, read at start (env LEDGER_JWKS_FILE)")
@@ -169,6 +173,13 @@ func (m *Main) ParseFlags(args []string) error {
 	fs.StringVar(&drain, "drain-delay", env("LEDGER_DRAIN_DELAY", "0s"), "on SIGTERM, the `DURATION` /readyz answers 503 before the listener closes (env LEDGER_DRAIN_DELAY)")
 	fs.StringVar(&tenantRate, "tenant-rate", env("LEDGER_TENANT_RATE", "100"), "requests a `RATE` per second one tenant may send to this process, sustained; 0 turns the limit off (env LEDGER_TENANT_RATE)")
 	fs.StringVar(&tenantBurst, "tenant-burst", env("LEDGER_TENANT_BURST", "200"), "requests a tenant may send at once above its rate, a `COUNT` (env LEDGER_TENANT_BURST)")
+	fs.StringVar(&m.coordination, "coordination-table", env("LEDGER_COORDINATION_TABLE", ""), "the `TABLE` without a stream that holds the tenant budget's buckets (default: the ledger table's name + \""+table.CoordinationSuffix+"\", the consumers' coordination table; env LEDGER_COORDINATION_TABLE)")
+	fs.StringVar(&budget, "tenant-budget", env("LEDGER_TENANT_BUDGET", "0"), "units a `RATE` per second one tenant may spend across all writers (one per request plus the read and write capacity units it consumes), kept in the table; 0 turns it off (env LEDGER_TENANT_BUDGET)")
+	fs.StringVar(&budgetBurst, "tenant-budget-burst", env("LEDGER_TENANT_BUDGET_BURST", "0"), "units a tenant may spend at once above its budget, a `COUNT`; 0: twice --tenant-budget (env LEDGER_TENANT_BUDGET_BURST)")
+	fs.StringVar(&budgetShards, "tenant-budget-shards", env("LEDGER_TENANT_BUDGET_SHARDS", strconv.Itoa(writer.DefaultBudgetShards)), "bucket items per tenant, a `COUNT` from 1 to 100: each is written at most 1/COUNT of the tenant's grant rate (env LEDGER_TENANT_BUDGET_SHARDS)")
+	fs.StringVar(&budgetGrant, "tenant-budget-grant", env("LEDGER_TENANT_BUDGET_GRANT", strconv.Itoa(writer.DefaultBudgetMaxGrant)), "most units one grant takes from the table, a `COUNT` (env LEDGER_TENANT_BUDGET_GRANT)")
+	fs.StringVar(&budgetGrantTTL, "tenant-budget-grant-ttl", env("LEDGER_TENANT_BUDGET_GRANT_TTL", writer.DefaultBudgetGrantTTL.String()), "how long a process spends a grant, a `DURATION`; what is left then is forfeited (env LEDGER_TENANT_BUDGET_GRANT_TTL)")
+	fs.StringVar(&budgetTimeout, "tenant-budget-timeout", env("LEDGER_TENANT_BUDGET_TIMEOUT", writer.DefaultBudgetTimeout.String()), "`DURATION` bounding the budget's own UpdateItem; when it fails the tenant is admitted for one grant (fail open) (env LEDGER_TENANT_BUDGET_TIMEOUT)")
 	fs.StringVar(&level, "log-level", env("LEDGER_LOG_LEVEL", "info"), "log `LEVEL`: debug, info, warn or error (env LEDGER_LOG_LEVEL)")
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), usageHead)
@@ -211,6 +222,38 @@ func (m *Main) ParseFlags(args []string) error {
 		errs = append(errs, fmt.Errorf("--tenant-burst %q: want a whole number from 1 to 1000000", tenantBurst))
 	} else {
 		m.tenantBurst = n
+	}
+	num := func(name, v string, dst *float64, min, max float64) {
+		f, err := strconv.ParseFloat(v, 64)
+		switch {
+		case err != nil || f != f:
+			errs = append(errs, fmt.Errorf("--%s %q: not a number", name, v))
+		case f < min || f > max:
+			errs = append(errs, fmt.Errorf("--%s %v: want from %v to %v", name, f, min, max))
+		default:
+			*dst = f
+		}
+	}
+	var shards float64
+	num("tenant-budget", budget, &m.budget.Rate, 0, 1e6)
+	num("tenant-budget-burst", budgetBurst, &m.budget.Burst, 0, 1e7)
+	num("tenant-budget-shards", budgetShards, &shards, 1, 100)
+	num("tenant-budget-grant", budgetGrant, &m.budget.MaxGrant, 1, 1e6)
+	m.budget.Shards = int(shards)
+	if float64(m.budget.Shards) != shards {
+		errs = append(errs, fmt.Errorf("--tenant-budget-shards %v: want a whole number", shards))
+	}
+	dur("tenant-budget-grant-ttl", budgetGrantTTL, &m.budget.GrantTTL, 10*time.Millisecond, time.Minute)
+	dur("tenant-budget-timeout", budgetTimeout, &m.budget.Timeout, 10*time.Millisecond, 10*time.Second)
+	if m.coordination != "" {
+		if err := table.CheckCoordinationTable(m.table, m.coordination); err != nil {
+			errs = append(errs, fmt.Errorf("--coordination-table: %w", err))
+		}
+	}
+	if b := m.budget; b.Rate > 0 && b.Shards > 0 {
+		if burst := cmp.Or(b.Burst, 2*b.Rate); burst/float64(b.Shards) < 1 {
+			errs = append(errs, fmt.Errorf("--tenant-budget-burst %v over --tenant-budget-shards %d leaves less than one unit a shard", burst, b.Shards))
+		}
 	}
 	var lvl slog.Level
 	if err := lvl.UnmarshalText([]byte(level)); err != nil {
@@ -307,7 +350,8 @@ func (m *Main) Run(ctx context.Context) error {
 	api, err := writer.New(dynamodb.NewFromConfig(cfg), writer.Config{
 		Table: m.table, Auth: auth, CursorKey: m.cursorKey, FlagsTTL: m.flagsTTL, DirectoryTTL: m.directoryTTL,
 		RequestTimeout: m.requestTimeout, Gatherer: reg, Logger: m.logger,
-		TenantRate: m.tenantRate, TenantBurst: m.tenantBurst,
+		TenantRate: m.tenantRate, TenantBurst: m.tenantBurst, TenantBudget: m.budget,
+		BudgetTable: m.coordination,
 	}, writer.NewMetrics(reg))
 	if err != nil {
 		return err

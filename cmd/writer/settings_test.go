@@ -72,3 +72,35 @@ func TestParseFlags_TenantRateLimit(t *testing.T) {
 	require.NoError(t, m.ParseFlags([]string{"--directory-ttl", "0s"}))
 	assert.Negative(t, m.directoryTTL, "0: read on every request")
 }
+
+func TestParseFlags_TenantBudget(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--tenant-budget", "lots"}, "--tenant-budget"},
+		{[]string{"--tenant-budget", "-5"}, "--tenant-budget"},
+		{[]string{"--tenant-budget", "NaN"}, "--tenant-budget"},
+		{[]string{"--tenant-budget-burst", "-1"}, "--tenant-budget-burst"},
+		{[]string{"--tenant-budget-shards", "0"}, "--tenant-budget-shards"},
+		{[]string{"--tenant-budget-shards", "2.5"}, "--tenant-budget-shards"},
+		{[]string{"--tenant-budget-shards", "101"}, "--tenant-budget-shards"},
+		{[]string{"--tenant-budget-grant", "0"}, "--tenant-budget-grant"},
+		{[]string{"--tenant-budget-grant-ttl", "2h"}, "--tenant-budget-grant-ttl"},
+		{[]string{"--tenant-budget-timeout", "soon"}, "--tenant-budget-timeout"},
+		{[]string{"--tenant-budget", "1", "--tenant-budget-burst", "3", "--tenant-budget-shards", "4"}, "less than one unit a shard"},
+		{[]string{"--table", "ledger", "--coordination-table", "ledger"}, "--coordination-table"},
+	} {
+		m := NewMain(getenv(map[string]string{"LEDGER_JWT_SECRET": secret}), io.Discard, io.Discard)
+		err := m.ParseFlags(c.args)
+		require.Error(t, err, "%v", c.args)
+		assert.Contains(t, err.Error(), c.want, "%v", c.args)
+	}
+	m := NewMain(getenv(map[string]string{"LEDGER_JWT_SECRET": secret}), io.Discard, io.Discard)
+	require.NoError(t, m.ParseFlags(nil))
+	assert.Equal(t, writer.BudgetConfig{Shards: 4, MaxGrant: 50, GrantTTL: time.Second, Timeout: 250 * time.Millisecond}, m.budget, "defaults: off")
+	m = NewMain(getenv(map[string]string{"LEDGER_JWT_SECRET": secret, "LEDGER_TENANT_BUDGET": "400", "LEDGER_TENANT_BUDGET_BURST": "800",
+		"LEDGER_TENANT_BUDGET_SHARDS": "8", "LEDGER_TENANT_BUDGET_GRANT": "20", "LEDGER_TENANT_BUDGET_GRANT_TTL": "2s", "LEDGER_TENANT_BUDGET_TIMEOUT": "100ms"}), io.Discard, io.Discard)
+	require.NoError(t, m.ParseFlags(nil))
+	assert.Equal(t, writer.BudgetConfig{Rate: 400, Burst: 800, Shards: 8, MaxGrant: 20, GrantTTL: 2 * time.Second, Timeout: 100 * time.Millisecond}, m.budget, "from the environment")
+}

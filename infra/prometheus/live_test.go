@@ -368,6 +368,9 @@ func startWriter(t *testing.T, table string) *liveWriter {
 		// Room for the workload's tenant (fewer than 100 requests); the
 		// other tenant sends more, faster than 5 a second.
 		TenantRate: 5, TenantBurst: 100,
+		// The tenant budget on, with room for everything the workload sends:
+		// its metrics are on the dashboard.
+		TenantBudget: writer.BudgetConfig{Rate: 1000, Timeout: time.Minute},
 	}, writer.NewMetrics(reg))
 	require.NoError(t, err)
 	// Served as cmd/writer and ledgerctl run serve it.

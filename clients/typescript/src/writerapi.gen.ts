@@ -1205,7 +1205,7 @@ export interface components {
                 "application/problem+json": components["schemas"]["PreconditionRequiredProblem"];
             };
         };
-        /** @description rate-limited; the tenant's token bucket is empty (only a tenant's own token is limited). Or, through API Gateway, its stage throttle (`application/json`, GatewayError, no Retry-After). */
+        /** @description rate-limited; the tenant's token bucket in this writer is empty, or the tenant has spent its budget across all writers (requests and the capacity units they consumed); only a tenant's own token is limited. Or, through API Gateway, its stage throttle (`application/json`, GatewayError, no Retry-After). */
         RateLimited: {
             headers: {
                 "X-Request-Id": components["headers"]["RequestIdWriter"];
