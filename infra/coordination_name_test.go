@@ -14,9 +14,8 @@ import (
 	"github.com/ledger-dev/ledger/table"
 )
 
-// TestReviewCoord_TheStacksCoordinationTableIsTheOneTheToolsUse: the
-// template lets CloudFormation name CoordinationTable (a random suffix)
-// and tells only the Lambda its name; it is no output. Every other
+// Issue 23 review: the template let CloudFormation name CoordinationTable
+// (a random suffix) and told only the Lambda its name; it was no output. Every other
 // consumer and tool defaults to {ledger table}-coordination
 // (table.CoordinationTableName): pollers, `ledgerctl lag`, `ledgerctl
 // reconcile`'s in-flight check, and `ledgerctl coordination migrate`,
@@ -26,14 +25,10 @@ import (
 // checkpoints into a table the stack's Lambda never reads: the tumbling
 // Lambda then starts every shard from no checkpoint (the ledger table is
 // clean, so refuseLegacy lets it), and pollers next to it keep a second,
-// independent set of checkpoints. Want: the table named
+// independent set of checkpoints. Now the table is named
 // !Sub "${Table}-coordination" (unique per deploy, as the Table's own
-// generated name is, so the rollback argument still holds), or an output
-// the tools are told to use and a migrate that refuses a missing table.
-func TestReviewCoord_TheStacksCoordinationTableIsTheOneTheToolsUse(t *testing.T) {
-	if os.Getenv("LEDGER_REVIEW_COORD") != "1" {
-		t.Skip("review finding, fails on main: set LEDGER_REVIEW_COORD=1")
-	}
+// generated name is, so the rollback argument still holds).
+func TestTemplate_TheStacksCoordinationTableIsTheOneTheToolsUse(t *testing.T) {
 	tpl := loadTemplate(t)
 	p := tpl.resource(t, "CoordinationTable", "AWS::DynamoDB::Table")
 	named := assert.Equal(t, map[string]any{"Fn::Sub": "${Table}" + table.CoordinationSuffix}, p["TableName"],
