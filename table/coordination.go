@@ -57,9 +57,28 @@ const CoordinationSuffix = "-coordination"
 // stream's retention with a margin for clocks.
 const CoordinationRetention = 7 * 24 * time.Hour
 
+// FinishedRetention is how long the checkpoint and the released lease of
+// a shard read to its end live after that: the shard's records were all
+// written before it closed, so they leave the stream within its 24 hours
+// of retention, and the shard with them; two days leave a margin for
+// clocks, and keep the partitions every pass reads to about two days of
+// shards.
+const FinishedRetention = 48 * time.Hour
+
 func coordinationExpiry(now time.Time) types.AttributeValue {
 	return Int(now.Add(CoordinationRetention).Unix())
 }
+
+func finishedExpiry(now time.Time) types.AttributeValue {
+	return Int(now.Add(FinishedRetention).Unix())
+}
+
+// LeaseStale is how long a lease item may go unwritten before a poller no
+// longer learns a shard from it (Poller.learnShards): a shard alive in the
+// stream is in the listing of the whole stream every poller reads at start,
+// so a lease nobody wrote for longer than the stream's retention only
+// describes a shard gone with its records.
+const LeaseStale = 24 * time.Hour
 
 // CoordinationTableName is the coordination table's name when none is
 // configured: the ledger table's name and CoordinationSuffix.

@@ -1,12 +1,10 @@
 package poller_test
 
-// Adversarial review of issue 23's discovery through lease items (branch
-// review-coord). These tests fail on main as it stands and are gated
-// behind LEDGER_REVIEW_COORD=1 so that CI stays green.
+// Holes the review of issue 23's coordination table found in discovery and
+// expiry, each fixed.
 
 import (
 	"context"
-	"os"
 	"sync"
 	"testing"
 	"time"
@@ -23,13 +21,6 @@ import (
 	"github.com/ledger-dev/ledger/processor/poller"
 	"github.com/ledger-dev/ledger/table"
 )
-
-func reviewCoord(t *testing.T) {
-	t.Helper()
-	if os.Getenv("LEDGER_REVIEW_COORD") != "1" {
-		t.Skip("review finding, fails on main: set LEDGER_REVIEW_COORD=1")
-	}
-}
 
 // lateChildren is the scripted stream with ShardFilter CHILD_SHARDS
 // answered as AWS does (only the children of the shard, one page), except
@@ -71,17 +62,15 @@ func (c *lateChildren) DescribeStream(ctx context.Context, in *dynamodbstreams.D
 	return &dynamodbstreams.DescribeStreamOutput{StreamDescription: desc}, nil
 }
 
-// TestReviewCoord_ChildListedLateIsNotReadUntilTheNextListing: the poller
-// that finishes a shard looks its children up once; an answer without
+// Issue 23 review: the poller that finished a shard looked its children up
+// once; an answer without
 // children (the child not listed yet) is taken as "no children": nothing
 // is registered, the lookup is dropped, and neither this poller nor any
 // other reads the child until the next listing of the whole stream,
 // DiscoverInterval later (5 minutes by default, an hour here), while its
-// records wait. Before issue 23 the wait was 10 s. Want: a finished
-// closed shard with no child found is looked up again (or the stream
-// listed) soon.
-func TestReviewCoord_ChildListedLateIsNotReadUntilTheNextListing(t *testing.T) {
-	reviewCoord(t)
+// records waited. Now a finished shard found without children is looked
+// up again at each pass for a while (childlessRetry).
+func TestPoller_AChildListedLateIsLookedUpAgain(t *testing.T) {
 	e := newEnv(t, 2331)
 	f := e.stream
 	f.addShard("shardId-A", "")
@@ -107,8 +96,7 @@ func TestReviewCoord_ChildListedLateIsNotReadUntilTheNextListing(t *testing.T) {
 	}
 }
 
-// TestReviewCoord_AShardWhoseCheckpointExpiredBeforeItsLeaseIsTakenAgain:
-// a finished shard's checkpoint is written (finished mark) a moment before
+// Issue 23 review: a finished shard's checkpoint is written (finished mark) a moment before
 // its lease (the release), so it expires first, and TTL deletes each of
 // them at its own time within about two days. In between, the lease item
 // still describes the shard (startingSequenceNumber), no checkpoint says
@@ -121,11 +109,10 @@ func TestReviewCoord_ChildListedLateIsNotReadUntilTheNextListing(t *testing.T) {
 // renewed for a week: the lease partition every pass reads accumulates
 // zombies, and each costs every new poller a take, a release and two
 // listings of the whole stream (DescribeStream: 10 calls a second).
-// Want: a lease item of a shard that is neither listed nor has a
-// checkpoint is not learned (or a finished shard's lease is deleted when
-// it is released).
-func TestReviewCoord_AShardWhoseCheckpointExpiredBeforeItsLeaseIsTakenAgain(t *testing.T) {
-	reviewCoord(t)
+// Now a lease nobody wrote for longer than the stream's retention
+// (table.LeaseStale) teaches no shard, and a finished shard's checkpoint
+// and lease expire two days after it finished (table.FinishedRetention).
+func TestPoller_AStaleLeaseOfAShardGoneIsNotTakenAgain(t *testing.T) {
 	ctx := context.Background()
 	e := newEnv(t, 2332)
 	f := e.stream
@@ -144,6 +131,13 @@ func TestReviewCoord_AShardWhoseCheckpointExpiredBeforeItsLeaseIsTakenAgain(t *t
 	f.shards = f.shards[1:]
 	f.mu.Unlock()
 	_, err := e.ddb.DeleteItem(ctx, &dynamodb.DeleteItemInput{TableName: aws.String(coord), Key: table.Key(aggregates.CheckpointKey(f.arn, "shardId-A"))})
+	require.NoError(t, err)
+	_, err = e.ddb.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+		TableName: aws.String(coord), Key: table.Key(aggregates.LeaseKey(f.arn, "shardId-A")),
+		UpdateExpression:          aws.String("SET #ua = :ua"),
+		ExpressionAttributeNames:  map[string]string{"#ua": table.AttrUpdatedAt},
+		ExpressionAttributeValues: map[string]ddbtypes.AttributeValue{":ua": table.S(time.Now().Add(-8 * 24 * time.Hour).UTC().Format(time.RFC3339Nano))},
+	})
 	require.NoError(t, err)
 	leaseA := func() map[string]ddbtypes.AttributeValue {
 		out, err := e.ddb.GetItem(ctx, &dynamodb.GetItemInput{TableName: aws.String(coord), Key: table.Key(aggregates.LeaseKey(f.arn, "shardId-A")), ConsistentRead: aws.Bool(true)})
