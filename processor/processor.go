@@ -10,7 +10,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sync"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
@@ -116,9 +115,6 @@ type Processor struct {
 	cfg     Config
 	metrics *Metrics
 	shapes  *shapeCache
-	// clean holds the streams whose checkpoints were found in the
-	// coordination table only (refuseLegacy), once per process.
-	clean sync.Map
 }
 
 // New returns a Processor writing to cfg.Table through api. metrics may be
@@ -138,19 +134,17 @@ func (p *Processor) now() time.Time { return p.cfg.Now().UTC() }
 
 // refuseLegacy fails with table.ErrLegacyStreamState while the ledger
 // table holds checkpoints or leases of stream from before the coordination
-// table: the guard of a shard with no checkpoint asks, once per stream and
-// process until the answer is no.
+// table (tombstones of moved ones aside): the guard of a shard with no
+// checkpoint asks at every load, so a shard a consumer of the previous
+// version started after a migration is refused too (one Query of the
+// stream's old partition per first read of a shard).
 func (p *Processor) refuseLegacy(ctx context.Context, stream string) error {
-	if _, ok := p.clean.Load(stream); ok || stream == "" {
+	if stream == "" {
 		return nil
 	}
-	err := p.retry(ctx, "Query", func(ctx context.Context) error {
+	return p.retry(ctx, "Query", func(ctx context.Context) error {
 		return table.RefuseLegacyStreamState(ctx, p.api, p.cfg.Table, stream)
 	})
-	if err == nil {
-		p.clean.Store(stream, true)
-	}
-	return err
 }
 
 // Metrics returns the processor's collectors.

@@ -237,6 +237,7 @@ func AdvanceCheckpoint(tableName string, key aggregates.Key, shard, prev, seq st
 		set += ", #fin = :fin"
 		names["#fin"] = attrShardFinished
 		values[":fin"] = Bool(true)
+		values[":exp"] = finishedExpiry(now)
 	}
 	cond := "attribute_not_exists(#seq)"
 	if prev != "" {

@@ -57,9 +57,28 @@ const CoordinationSuffix = "-coordination"
 // stream's retention with a margin for clocks.
 const CoordinationRetention = 7 * 24 * time.Hour
 
+// FinishedRetention is how long the checkpoint and the released lease of
+// a shard read to its end live after that: the shard's records were all
+// written before it closed, so they leave the stream within its 24 hours
+// of retention, and the shard with them; two days leave a margin for
+// clocks, and keep the partitions every pass reads to about two days of
+// shards.
+const FinishedRetention = 48 * time.Hour
+
 func coordinationExpiry(now time.Time) types.AttributeValue {
 	return Int(now.Add(CoordinationRetention).Unix())
 }
+
+func finishedExpiry(now time.Time) types.AttributeValue {
+	return Int(now.Add(FinishedRetention).Unix())
+}
+
+// LeaseStale is how long a lease item may go unwritten before a poller no
+// longer learns a shard from it (Poller.learnShards): a shard alive in the
+// stream is in the listing of the whole stream every poller reads at start,
+// so a lease nobody wrote for longer than the stream's retention only
+// describes a shard gone with its records.
+const LeaseStale = 24 * time.Hour
 
 // CoordinationTableName is the coordination table's name when none is
 // configured: the ledger table's name and CoordinationSuffix.
@@ -148,19 +167,38 @@ func ValidateCoordinationTable(ctx context.Context, api TableAPI, name string) e
 // a consumer must not start on the stream until MigrateStreamState moved
 // them. One Query of one item.
 func LegacyStreamState(ctx context.Context, api dynamodb.QueryAPIClient, ledgerTable, streamARN string) (bool, error) {
-	out, err := api.Query(ctx, &dynamodb.QueryInput{
+	p := dynamodb.NewQueryPaginator(api, &dynamodb.QueryInput{
 		TableName:                 aws.String(ledgerTable),
 		KeyConditionExpression:    aws.String("#pk = :pk"),
-		ExpressionAttributeNames:  map[string]string{"#pk": AttrPK},
+		FilterExpression:          aws.String("attribute_not_exists(#moved)"),
+		ExpressionAttributeNames:  map[string]string{"#pk": AttrPK, "#moved": attrMovedTo},
 		ExpressionAttributeValues: map[string]types.AttributeValue{":pk": S(aggregates.LeasePK(streamARN))},
 		ConsistentRead:            aws.Bool(true),
-		Limit:                     aws.Int32(1),
 	})
-	if err != nil {
-		return false, fmt.Errorf("look for checkpoints of %s in the ledger table %s: %w", streamARN, ledgerTable, err)
+	for p.HasMorePages() {
+		out, err := p.NextPage(ctx)
+		if err != nil {
+			return false, fmt.Errorf("look for checkpoints of %s in the ledger table %s: %w", streamARN, ledgerTable, err)
+		}
+		if len(out.Items) > 0 {
+			return true, nil
+		}
 	}
-	return len(out.Items) > 0, nil
+	return false, nil
 }
+
+// Attributes of a migration: movedTo marks a tombstone left in the ledger
+// table in place of a moved checkpoint (naming the coordination table);
+// migratedFrom, on the coordination table's copy, the updatedAt of the
+// ledger table's checkpoint it was copied from. A tombstone also holds
+// pendingTo = migratedPending, which no version's commit or move accepts:
+// a consumer of a version before the coordination table that still runs
+// stalls on it instead of committing from nothing.
+const (
+	attrMovedTo      = "movedTo"
+	attrMigratedFrom = "migratedFrom"
+	migratedPending  = "MIGRATED"
+)
 
 // ErrLegacyStreamState is a consumer's refusal to start on a stream whose
 // checkpoints are still in the ledger table.
@@ -183,6 +221,7 @@ func RefuseLegacyStreamState(ctx context.Context, api dynamodb.QueryAPIClient, l
 type MigrateAPI interface {
 	dynamodb.QueryAPIClient
 	PutItem(ctx context.Context, in *dynamodb.PutItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.PutItemOutput, error)
+	UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error)
 	DeleteItem(ctx context.Context, in *dynamodb.DeleteItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.DeleteItemOutput, error)
 }
 
@@ -209,13 +248,16 @@ var ErrConsumerRunning = errors.New("a consumer of the stream is running: stop e
 // (the layout before the coordination table) to the coordination table,
 // and removes its leases, with every consumer stopped. It is idempotent and
 // resumable: each checkpoint is copied as it is (sequence number, finished
-// mark, half-committed batch) to its new key — over a copy a previous run
-// left, since the ledger table's item stays authoritative until it is
-// deleted, and consumers refuse to start while any is left
-// (RefuseLegacyStreamState) — and then deleted on the condition that it is
-// still the copy's. It refuses (ErrConsumerRunning) when a lease is held
-// and unexpired at now, or a checkpoint changed between its copy and its
-// deletion.
+// mark, half-committed batch) to its new key where no checkpoint is, or is
+// kept there when it descends from this very item (a previous run's copy,
+// which a consumer of this version may have moved on since); then the
+// ledger table's item is replaced, on condition that it did not change, by
+// a tombstone no version can commit on (a consumer of the previous version
+// still running stalls there instead of committing from nothing). It
+// refuses with ErrConsumerRunning when a lease is held and unexpired at
+// now or a checkpoint changed while it was moved, and with
+// ErrMigrationConflict when the coordination table holds a checkpoint of
+// the shard that is not a copy of the ledger table's.
 func MigrateStreamState(ctx context.Context, api MigrateAPI, ledgerTable, coord, streamARN string, now time.Time, opts MigrateOptions) (MigrateResult, error) {
 	var res MigrateResult
 	if err := CheckCoordinationTable(ledgerTable, coord); err != nil {
@@ -251,24 +293,20 @@ func MigrateStreamState(ctx context.Context, api MigrateAPI, ledgerTable, coord,
 	for _, item := range items {
 		sk, _ := String(item, AttrSK)
 		shard, ok := strings.CutPrefix(sk, cpPrefix)
-		if !ok {
+		if _, moved := item[attrMovedTo]; !ok || moved {
 			continue
 		}
-		moved := maps.Clone(item)
-		for k, v := range Key(aggregates.CheckpointKey(streamARN, shard)) {
-			moved[k] = v
+		if err := copyCheckpoint(ctx, api, coord, streamARN, shard, item); err != nil {
+			return res, fmt.Errorf("migrate %s: checkpoint of %s: %w", streamARN, shard, err)
 		}
-		if _, err := api.PutItem(ctx, &dynamodb.PutItemInput{TableName: aws.String(coord), Item: moved}); err != nil {
-			return res, fmt.Errorf("migrate %s: copy the checkpoint of %s: %w", streamARN, shard, err)
-		}
-		if err := deleteUnchanged(ctx, api, ledgerTable, item); err != nil {
+		if err := tombstone(ctx, api, ledgerTable, coord, item); err != nil {
 			return res, fmt.Errorf("migrate %s: checkpoint of %s: %w", streamARN, shard, err)
 		}
 		res.Checkpoints++
 	}
 	for _, item := range items {
 		sk, _ := String(item, AttrSK)
-		if strings.HasPrefix(sk, cpPrefix) {
+		if _, moved := item[attrMovedTo]; moved || strings.HasPrefix(sk, cpPrefix) {
 			continue
 		}
 		if err := deleteUnchanged(ctx, api, ledgerTable, item); err != nil {
@@ -279,6 +317,73 @@ func MigrateStreamState(ctx context.Context, api MigrateAPI, ledgerTable, coord,
 		}
 	}
 	return res, nil
+}
+
+// ErrMigrationConflict is MigrateStreamState's refusal when the
+// coordination table's checkpoint of a shard is neither absent nor a copy
+// of the ledger table's: a consumer of this version committed from a
+// checkpoint the ledger table still holds another version of.
+var ErrMigrationConflict = errors.New("the coordination table's checkpoint is not a copy of the ledger table's: a consumer of this version committed on the shard while the ledger table still held its checkpoint; see docs/runbook.md, \"The coordination table\"")
+
+// copyCheckpoint puts the ledger table's checkpoint item into the
+// coordination table under its new key, marked with the updatedAt it was
+// copied from, on condition that no checkpoint is there or that the one
+// there descends from this very item (a previous run's copy, moved on or
+// not since by a consumer of this version: it is then kept).
+func copyCheckpoint(ctx context.Context, api MigrateAPI, coord, streamARN, shard string, item map[string]types.AttributeValue) error {
+	ua := item[AttrUpdatedAt]
+	if ua == nil {
+		ua = S("")
+	}
+	moved := maps.Clone(item)
+	maps.Copy(moved, Key(aggregates.CheckpointKey(streamARN, shard)))
+	moved[attrMigratedFrom] = ua
+	_, err := api.PutItem(ctx, &dynamodb.PutItemInput{
+		TableName: aws.String(coord), Item: moved,
+		ConditionExpression:                 aws.String("attribute_not_exists(#pk)"),
+		ExpressionAttributeNames:            map[string]string{"#pk": AttrPK},
+		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
+	})
+	var ccf *types.ConditionalCheckFailedException
+	if !errors.As(err, &ccf) {
+		if err != nil {
+			return fmt.Errorf("copy to the coordination table: %w", err)
+		}
+		return nil
+	}
+	if from, ok := ccf.Item[attrMigratedFrom].(*types.AttributeValueMemberS); ok && from.Value == ua.(*types.AttributeValueMemberS).Value {
+		return nil // a previous run's copy of this item
+	}
+	return ErrMigrationConflict
+}
+
+// tombstone replaces the ledger table's checkpoint item, unchanged since it
+// was read, with a tombstone (movedTo, pendingTo MIGRATED): a consumer of a
+// version before the coordination table can neither commit on it nor take
+// it for a shard without a checkpoint. The ledger table's TTL removes it
+// after CoordinationRetention, when no such consumer can be left running.
+func tombstone(ctx context.Context, api MigrateAPI, ledgerTable, coord string, item map[string]types.AttributeValue) error {
+	in := &dynamodb.UpdateItemInput{
+		TableName: aws.String(ledgerTable), Key: map[string]types.AttributeValue{AttrPK: item[AttrPK], AttrSK: item[AttrSK]},
+		UpdateExpression:          aws.String("SET #moved = :coord, #pt = :mig, #exp = :exp"),
+		ExpressionAttributeNames:  map[string]string{"#moved": attrMovedTo, "#pt": attrPendingTo, "#ua": AttrUpdatedAt, "#exp": AttrExpiresAt},
+		ExpressionAttributeValues: map[string]types.AttributeValue{":coord": S(coord), ":mig": S(migratedPending), ":exp": coordinationExpiry(time.Now())},
+	}
+	if ua, ok := item[AttrUpdatedAt]; ok {
+		in.ConditionExpression = aws.String("#ua = :ua")
+		in.ExpressionAttributeValues[":ua"] = ua
+	} else {
+		in.ConditionExpression = aws.String("attribute_not_exists(#ua)")
+	}
+	_, err := api.UpdateItem(ctx, in)
+	var ccf *types.ConditionalCheckFailedException
+	if errors.As(err, &ccf) {
+		return fmt.Errorf("changed while it was being moved: %w", ErrConsumerRunning)
+	}
+	if err != nil {
+		return fmt.Errorf("leave a tombstone in the ledger table: %w", err)
+	}
+	return nil
 }
 
 // deleteUnchanged deletes item from the ledger table on the condition that

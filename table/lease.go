@@ -50,6 +50,8 @@ type Lease struct {
 	Counter int64
 	Pending string // "" when nobody asked for it
 	Exists  bool
+	// Updated is the item's last write (zero when it does not say).
+	Updated time.Time
 	// Parent and Start describe the shard (its parent, "" for none, and its
 	// first sequence number); Start is "" when the item does not say.
 	Parent, Start string
@@ -63,6 +65,9 @@ func DecodeLease(shard string, item map[string]types.AttributeValue) Lease {
 	l.Counter, _ = Int64(item, AttrLeaseCounter)
 	l.Parent, _ = String(item, AttrLeaseParent)
 	l.Start, _ = String(item, AttrLeaseStart)
+	if ua, ok := String(item, AttrUpdatedAt); ok {
+		l.Updated, _ = time.Parse(time.RFC3339Nano, ua)
+	}
 	return l
 }
 
@@ -145,11 +150,16 @@ func RenewLease(tableName, streamARN string, l Lease, duration time.Duration, no
 
 // ReleaseLease gives up lease l, held by l.Owner at l.Counter: to nobody
 // (the lease becomes free) or, when to is set, straight to that poller.
-func ReleaseLease(tableName, streamARN string, l Lease, to string, now time.Time) *dynamodb.UpdateItemInput {
+// The lease of a shard read to its end (finished) expires after
+// FinishedRetention.
+func ReleaseLease(tableName, streamARN string, l Lease, to string, finished bool, now time.Time) *dynamodb.UpdateItemInput {
 	set := "#c = :next, #ua = :ua, #exp = :exp"
 	remove := []string{"#p"}
 	values := map[string]types.AttributeValue{
 		":o": S(l.Owner), ":c": Int(l.Counter), ":next": Int(l.Counter + 1), ":ua": stamp(now), ":exp": coordinationExpiry(now),
+	}
+	if finished {
+		values[":exp"] = finishedExpiry(now)
 	}
 	if to != "" {
 		set += ", #o = :to"

@@ -33,7 +33,7 @@ import (
 // one quarantine, six emulation tests and one of discovery through leases), and three to spare. A test that
 // gets a later table is slow enough for 3-second leases to expire, so an
 // exhausted pool fails the test (ddbtest.Pool.Table).
-var tables = ddbtest.Pool{Size: 34}
+var tables = ddbtest.Pool{Size: 37}
 
 func newTableName(t testing.TB) string { return tables.Table(t) }
 

@@ -14,6 +14,7 @@ import (
 	streamtypes "github.com/aws/aws-sdk-go-v2/service/dynamodbstreams/types"
 
 	"github.com/ledger-dev/ledger/processor"
+	"github.com/ledger-dev/ledger/table"
 )
 
 // Poller reads a table's stream with the DynamoDB Streams API and commits
@@ -42,11 +43,16 @@ type Poller struct {
 	held      map[string]*holding
 	drained   map[string]bool // read by this drain run to an empty page while open
 	gone      map[string]bool
-	lookup    []string  // finished shards whose children are still to be looked up (CHILD_SHARDS)
-	noFilter  bool      // the stream ignores or refuses ShardFilter: list it whole instead
-	lastStop  time.Time // when a reader last drained or finished a shard (a drain lists after it before exiting)
-	done      chan readerResult
-	stopping  bool
+	lookup    []string // finished shards whose children are still to be looked up (CHILD_SHARDS)
+	// lookupSince is when each shard in lookup was first looked up and
+	// found without children: AWS may list a closed shard's children a
+	// moment after it closes, so it is looked up again at each pass for
+	// childlessRetry.
+	lookupSince map[string]time.Time
+	noFilter    bool      // the stream ignores or refuses ShardFilter: list it whole instead
+	lastStop    time.Time // when a reader last drained or finished a shard (a drain lists after it before exiting)
+	done        chan readerResult
+	stopping    bool
 
 	committed atomic.Int64 // records committed (Metrics.Committed), for the goodput gauge
 	goodput   []sample     // (time, committed) of the last minute's passes
@@ -69,6 +75,7 @@ type observation struct {
 // holding is a lease this poller holds and the reader working under it.
 type holding struct {
 	lease      lease
+	finished   bool      // the shard was read to its end: its lease is released to expire soon
 	validUntil time.Time // renewal's send time + LeaseDuration
 	renewed    time.Time
 	timer      *time.Timer // cancels the reader at validUntil
@@ -230,7 +237,26 @@ func (p *Poller) pass(ctx context.Context, renew bool) error {
 				p.log.Warn("the stream is disabled")
 			}
 			p.shards, p.listed, p.forceList = shards, listedAt, false
-			p.lookup = nil // the list has every child there is
+			// The list has every child there is: those of the shards still
+			// to be looked up are registered for the other pollers.
+			if len(p.lookup) > 0 {
+				parents := map[string]bool{}
+				for _, id := range p.lookup {
+					parents[id] = true
+				}
+				var kids []shard
+				for _, s := range shards {
+					if parents[s.parent] {
+						kids = append(kids, s)
+					}
+				}
+				known := make(map[string]bool, len(shards))
+				for _, s := range shards {
+					known[s.id] = true
+				}
+				p.registerChildren(ctx, kids, known)
+			}
+			p.lookup, p.lookupSince = nil, nil
 			for _, s := range shards {
 				// A shard the stream lists again is not gone (the check
 				// that marked it was answered wrong): read it.
@@ -291,6 +317,9 @@ func (p *Poller) learnShards() {
 		if l.start == "" || known[id] || p.cps[id].finished || p.gone[id] {
 			continue
 		}
+		if !l.updated.IsZero() && time.Since(l.updated) > table.LeaseStale {
+			continue // a shard gone with its records (table.LeaseStale)
+		}
 		p.shards = append(p.shards, shard{id: id, parent: l.parent, start: l.start})
 		known[id] = true
 	}
@@ -311,6 +340,8 @@ func (p *Poller) lookupChildren(ctx context.Context) {
 	for _, s := range p.shards {
 		known[s.id] = true
 	}
+	var again []string
+	defer func() { p.lookup = append(p.lookup, again...) }()
 	for len(p.lookup) > 0 {
 		kids, err := listChildren(ctx, p.streams, p.cfg.StreamARN, p.lookup[0])
 		if errors.Is(err, errNoShardFilter) {
@@ -324,18 +355,48 @@ func (p *Poller) lookupChildren(ctx context.Context) {
 			p.forceList = true
 			return
 		}
-		for _, k := range kids {
-			if !known[k.id] {
-				known[k.id] = true
-				p.shards = append(p.shards, k)
+		if len(kids) == 0 {
+			// Not listed yet, or none (a stream disabled): again at the
+			// next passes for a while, then left to the next listing.
+			if p.lookupSince == nil {
+				p.lookupSince = map[string]time.Time{}
 			}
-			// The other pollers learn of it from its lease item, without
-			// listing the whole stream.
-			if err := p.store.register(ctx, k); err != nil && ctx.Err() == nil {
-				p.log.Warn("registering a child shard failed; the other pollers find it at their next listing", "shard", k.id, "error", err.Error())
+			since, ok := p.lookupSince[p.lookup[0]]
+			if !ok {
+				since = time.Now()
+				p.lookupSince[p.lookup[0]] = since
+			}
+			// A drain lists the whole stream before it exits anyway.
+			if time.Since(since) < childlessRetry && !p.cfg.Drain {
+				again = append(again, p.lookup[0])
+			} else {
+				delete(p.lookupSince, p.lookup[0])
 			}
 		}
+		p.registerChildren(ctx, kids, known)
+		if len(kids) > 0 {
+			delete(p.lookupSince, p.lookup[0])
+		}
 		p.lookup = p.lookup[1:]
+	}
+}
+
+// childlessRetry is how long a finished shard found without children is
+// looked up again at each pass.
+const childlessRetry = 2 * time.Minute
+
+// registerChildren adds kids to the shard list and registers each in a
+// lease item: the other pollers learn of them from it, without listing the
+// whole stream.
+func (p *Poller) registerChildren(ctx context.Context, kids []shard, known map[string]bool) {
+	for _, k := range kids {
+		if !known[k.id] {
+			known[k.id] = true
+			p.shards = append(p.shards, k)
+		}
+		if err := p.store.register(ctx, k); err != nil && ctx.Err() == nil {
+			p.log.Warn("registering a child shard failed; the other pollers find it at their next listing", "shard", k.id, "error", err.Error())
+		}
 	}
 }
 
@@ -713,6 +774,7 @@ func (p *Poller) readerDone(ctx context.Context, r readerResult) {
 		p.cps[r.shard] = cp
 		p.lastStop = time.Now()
 		p.lookup = append(p.lookup, r.shard) // its children, by CHILD_SHARDS at the next pass
+		h.finished = true
 		p.release(ctx, r.shard, h)
 	case r.drained:
 		p.drained[r.shard] = true
@@ -750,7 +812,7 @@ func (p *Poller) release(ctx context.Context, id string, h *holding) {
 	if deadline, ok := ctx.Deadline(); ok && deadline.Before(time.Now().Add(5*time.Second)) {
 		cctx = ctx // the caller's shorter budget (shutdown) applies
 	}
-	if err := p.store.release(cctx, h.lease, h.handoffTo); err != nil {
+	if err := p.store.release(cctx, h.lease, h.handoffTo, h.finished); err != nil {
 		p.log.Warn("releasing lease failed; it will expire", "shard", id, "error", err.Error())
 		return
 	}

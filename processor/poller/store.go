@@ -39,6 +39,7 @@ type lease struct {
 	// parent and start describe the shard, when the item does (start
 	// not "").
 	parent, start string
+	updated       time.Time // the item's last write
 }
 
 // row is the lease as the table holds it.
@@ -47,7 +48,7 @@ func (l lease) row() table.Lease {
 }
 
 func leaseOf(l table.Lease) lease {
-	return lease{shard: l.Shard, owner: l.Owner, counter: l.Counter, pending: l.Pending, exists: l.Exists, parent: l.Parent, start: l.Start}
+	return lease{shard: l.Shard, owner: l.Owner, counter: l.Counter, pending: l.Pending, exists: l.Exists, parent: l.Parent, start: l.Start, updated: l.Updated}
 }
 
 // checkpoint is the poller's view of a checkpoint item as read
@@ -225,9 +226,9 @@ func (s *store) renew(ctx context.Context, l lease, duration time.Duration) (lea
 // failed attempt is followed by a re-read: the lease at counter + 1 with
 // the intended owner means it landed (its answer was lost); an attempt
 // that did not land is tried again, a few times.
-func (s *store) release(ctx context.Context, l lease, to string) error {
+func (s *store) release(ctx context.Context, l lease, to string, finished bool) error {
 	for i := 1; ; i++ {
-		err := s.releaseOnce(ctx, l, to)
+		err := s.releaseOnce(ctx, l, to, finished)
 		if err == nil || ctx.Err() != nil {
 			return err
 		}
@@ -242,9 +243,9 @@ func (s *store) release(ctx context.Context, l lease, to string) error {
 	}
 }
 
-func (s *store) releaseOnce(ctx context.Context, l lease, to string) error {
+func (s *store) releaseOnce(ctx context.Context, l lease, to string, finished bool) error {
 	_, err := s.updateItem(ctx, "release lease", aggregates.LeaseKey(s.streamARN, l.shard),
-		table.ReleaseLease(s.table, s.streamARN, l.row(), to, s.now()))
+		table.ReleaseLease(s.table, s.streamARN, l.row(), to, finished, s.now()))
 	return err
 }
 

@@ -1,0 +1,175 @@
+package processor_test
+
+// The move of checkpoints from the ledger table to the coordination table
+// (table.MigrateStreamState) against consumers of both versions: holes the
+// review of issue 23's coordination table found, each fixed.
+
+import (
+	"context"
+	"errors"
+	"maps"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	ddbtypes "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/ledger-dev/ledger/aggregates"
+	"github.com/ledger-dev/ledger/internal/ledgertest"
+	"github.com/ledger-dev/ledger/processor"
+	"github.com/ledger-dev/ledger/table"
+)
+
+// toLegacy moves the env's checkpoint of shard from the coordination table
+// to where versions before it kept it (ledger table, STREAM#{arn}), as an
+// earlier version would have left it.
+func toLegacy(t *testing.T, e *env, shard string) {
+	t.Helper()
+	ctx := context.Background()
+	coord := table.CoordinationTableName(e.table)
+	k := aggregates.CheckpointKey(e.streamARN, shard)
+	out, err := e.ddb.GetItem(ctx, &dynamodb.GetItemInput{TableName: aws.String(coord), Key: table.Key(k), ConsistentRead: aws.Bool(true)})
+	require.NoError(t, err)
+	require.NotNil(t, out.Item)
+	item := maps.Clone(out.Item)
+	maps.Copy(item, table.Key(legacyCheckpointKey(e, shard)))
+	_, err = e.ddb.PutItem(ctx, &dynamodb.PutItemInput{TableName: aws.String(e.table), Item: item})
+	require.NoError(t, err)
+	_, err = e.ddb.DeleteItem(ctx, &dynamodb.DeleteItemInput{TableName: aws.String(coord), Key: table.Key(k)})
+	require.NoError(t, err)
+}
+
+func legacyCheckpointKey(e *env, shard string) aggregates.Key {
+	return aggregates.Key{PK: aggregates.LeasePK(e.streamARN), SK: aggregates.CheckpointKey(e.streamARN, shard).SK}
+}
+
+// oldVersionCommit tries to apply recs as a consumer of the version before
+// the coordination table does after its checkpoint was migrated away: its
+// commit claims the ledger table's STREAM#{arn} / SHARD#{shard} item on the
+// old claim's condition (no checkpoint and no pending batch, or the
+// checkpoint it read and no pending batch) in the same transaction as the
+// reports. The claim is simulated first, then the reports applied through
+// a scratch coordination table; it reports whether the claim landed.
+func oldVersionCommit(t *testing.T, e *env, shard string, recs []processor.Record) bool {
+	t.Helper()
+	ctx := context.Background()
+	last := recs[len(recs)-1].SequenceNumber
+	_, err := e.ddb.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+		TableName: aws.String(e.table), Key: table.Key(legacyCheckpointKey(e, shard)),
+		UpdateExpression:          aws.String("SET #seq = :last, #ua = :now"),
+		ConditionExpression:       aws.String("attribute_not_exists(#seq) AND attribute_not_exists(#pt)"),
+		ExpressionAttributeNames:  map[string]string{"#seq": table.AttrSequenceNumber, "#pt": "pendingTo", "#ua": table.AttrUpdatedAt},
+		ExpressionAttributeValues: map[string]ddbtypes.AttributeValue{":last": table.S(last), ":now": table.S(time.Now().UTC().Format(time.RFC3339Nano))},
+	})
+	var ccf *ddbtypes.ConditionalCheckFailedException
+	if errors.As(err, &ccf) {
+		return false
+	}
+	require.NoError(t, err)
+	scratch := table.CoordinationTableName(newTableName(t))
+	p, err := processor.New(e.ddb, processor.Config{Table: e.table, CoordinationTable: scratch, BaseBackoff: time.Millisecond, MaxBackoff: 20 * time.Millisecond}, nil)
+	require.NoError(t, err)
+	res, err := p.Process(ctx, p.ShardGuard(e.streamARN, shard), recs)
+	require.NoError(t, err)
+	require.Equal(t, len(recs), res.Committed)
+	return true
+}
+
+// Issue 23 review: a consumer of the version before the coordination table
+// still running after `ledgerctl coordination migrate` (the Lambda's
+// mapping left enabled, an old pod restarted by a rolling deployment)
+// committed "from nothing" into the ledger table once the migration had
+// deleted its checkpoint there, and the new consumers, reading the
+// migrated checkpoint, applied the same records again. The migration now
+// leaves a tombstone no version can commit on: the old consumer stalls.
+func TestMigrate_AnOldConsumerStillRunningStallsOnTheTombstone(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t)
+	require.NoError(t, ledgertest.NewWorkload(2301).Run(ctx, e.ddb, e.table, 30))
+	shard, recs := e.records(t)
+	require.GreaterOrEqual(t, len(recs), 30)
+
+	// The old version committed recs[:10].
+	p := e.processor(t, nil, nil)
+	_, err := p.Process(ctx, p.ShardGuard(e.streamARN, shard), recs[:10])
+	require.NoError(t, err)
+	toLegacy(t, e, shard)
+
+	// Consumers stopped (no lease held): the migration moves it.
+	res, err := table.MigrateStreamState(ctx, e.ddb, e.table, table.CoordinationTableName(e.table), e.streamARN, time.Now(), table.MigrateOptions{})
+	require.NoError(t, err)
+	require.Equal(t, 1, res.Checkpoints)
+
+	// An old-version consumer still runs: its claim fails on the tombstone.
+	assert.False(t, oldVersionCommit(t, e, shard, recs[10:15]), "an old consumer committed over the tombstone")
+	found, err := table.LegacyStreamState(ctx, e.ddb, e.table, e.streamARN)
+	require.NoError(t, err)
+	require.False(t, found, "a tombstone is not the old layout's state")
+
+	// A new-version consumer (a fresh process) reads the shard from its
+	// migrated checkpoint.
+	fresh := e.processor(t, nil, nil)
+	_, err = fresh.Process(ctx, fresh.ShardGuard(e.streamARN, shard), recs[10:])
+	require.NoError(t, err)
+	e.requireReconciled(t)
+}
+
+// Issue 23 review: a migration whose first run copied a checkpoint and
+// died before deleting the ledger table's, a consumer of the new version
+// already deployed committing past that copy, and a second run copying the
+// ledger table's item over it again moved the checkpoint back: the next
+// consumer applied those records twice. The copy now records what it was
+// copied from (migratedFrom), and a second run keeps a checkpoint that
+// descends from the same item; one that does not is a conflict, refused.
+func TestMigrate_ASecondRunKeepsACheckpointMovedOnFromItsCopy(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t)
+	coord := table.CoordinationTableName(e.table)
+	require.NoError(t, ledgertest.NewWorkload(2302).Run(ctx, e.ddb, e.table, 30))
+	shard, recs := e.records(t)
+
+	p := e.processor(t, nil, nil)
+	_, err := p.Process(ctx, p.ShardGuard(e.streamARN, shard), recs[:10])
+	require.NoError(t, err)
+	toLegacy(t, e, shard)
+
+	// Run 1 copies the checkpoint as the migration does, then dies before
+	// it leaves its tombstone.
+	out, err := e.ddb.GetItem(ctx, &dynamodb.GetItemInput{TableName: aws.String(e.table), Key: table.Key(legacyCheckpointKey(e, shard)), ConsistentRead: aws.Bool(true)})
+	require.NoError(t, err)
+	copied := maps.Clone(out.Item)
+	maps.Copy(copied, table.Key(aggregates.CheckpointKey(e.streamARN, shard)))
+	copied["migratedFrom"] = out.Item[table.AttrUpdatedAt]
+	_, err = e.ddb.PutItem(ctx, &dynamodb.PutItemInput{TableName: aws.String(coord), Item: copied})
+	require.NoError(t, err)
+
+	// A new-version consumer commits the next records from the copy.
+	running := e.processor(t, nil, nil)
+	_, err = running.Process(ctx, running.ShardGuard(e.streamARN, shard), recs[10:20])
+	require.NoError(t, err)
+
+	// Run 2 keeps the checkpoint that moved on, and leaves the tombstone.
+	res, err := table.MigrateStreamState(ctx, e.ddb, e.table, coord, e.streamARN, time.Now(), table.MigrateOptions{})
+	require.NoError(t, err)
+	assert.Equal(t, 1, res.Checkpoints)
+	fresh := e.processor(t, nil, nil)
+	_, err = fresh.Process(ctx, fresh.ShardGuard(e.streamARN, shard), recs[10:])
+	require.NoError(t, err)
+	e.requireReconciled(t)
+
+	// A coordination checkpoint that is no copy of the ledger table's one
+	// is a conflict: refused, nothing moved.
+	toLegacy(t, e, shard)
+	_, err = e.ddb.PutItem(ctx, &dynamodb.PutItemInput{TableName: aws.String(coord), Item: copied})
+	require.NoError(t, err)
+	_, err = e.ddb.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+		TableName: aws.String(coord), Key: table.Key(aggregates.CheckpointKey(e.streamARN, shard)),
+		UpdateExpression: aws.String("REMOVE migratedFrom"),
+	})
+	require.NoError(t, err)
+	_, err = table.MigrateStreamState(ctx, e.ddb, e.table, coord, e.streamARN, time.Now(), table.MigrateOptions{})
+	assert.ErrorIs(t, err, table.ErrMigrationConflict)
+}
