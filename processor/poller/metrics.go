@@ -57,6 +57,11 @@ type Metrics struct {
 	Committed      prometheus.Counter     // ledger_poller_records_committed_total
 	Goodput        prometheus.Gauge       // ledger_poller_goodput_records_per_second
 	HeldRecords    prometheus.Gauge       // ledger_poller_held_records
+	HeldBytes      prometheus.Gauge       // ledger_poller_held_bytes
+
+	HeldBudget      prometheus.Gauge   // ledger_poller_held_records_budget
+	HeldBudgetUsed  prometheus.Gauge   // ledger_poller_held_records_budget_used
+	HeldBudgetWaits prometheus.Counter // ledger_poller_held_records_budget_waits_total
 }
 
 // NewMetrics creates the poller's collectors and registers them with reg
@@ -111,6 +116,22 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Namespace: "ledger", Subsystem: "poller", Name: "held_records",
 			Help: "Stream records read and not yet committed, held by the shard readers for the batch they gather (the batching window, or full pages while a shard is behind).",
 		}),
+		HeldBytes: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: "ledger", Subsystem: "poller", Name: "held_bytes",
+			Help: "Size of the records of held_records as the stream reports it (SizeBytes, their wire size; decoded they take a few times that).",
+		}),
+		HeldBudget: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: "ledger", Subsystem: "poller", Name: "held_records_budget",
+			Help: "The poller's budget of stream records in memory across all its shards (--max-held-records).",
+		}),
+		HeldBudgetUsed: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: "ledger", Subsystem: "poller", Name: "held_records_budget_used",
+			Help: "Records of the budget in use: the Limit of GetRecords calls in flight, batches being gathered and batches being committed. At most held_records_budget, but for a shard finishing a batch half committed before a crash.",
+		}),
+		HeldBudgetWaits: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "ledger", Subsystem: "poller", Name: "held_records_budget_waits_total",
+			Help: "Reads that waited for the records budget (other shards held it).",
+		}),
 	}
 	for _, c := range []string{LossLostAnswer, LossExpired, LossTaken} {
 		m.LeaseLosses.WithLabelValues(c)
@@ -132,7 +153,8 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	}
 	if reg != nil {
 		reg.MustRegister(m.LeasesHeld, m.LeaseEvents, m.Shards, m.Reads, m.RecordsRead, m.Resets, m.Checkpoints,
-			m.LeaseLosses, m.ReaderRestarts, m.Committed, m.Goodput, m.HeldRecords)
+			m.LeaseLosses, m.ReaderRestarts, m.Committed, m.Goodput, m.HeldRecords,
+			m.HeldBytes, m.HeldBudget, m.HeldBudgetUsed, m.HeldBudgetWaits)
 	}
 	return m
 }
