@@ -81,7 +81,10 @@ func TestPoller_IdleShardBacksOffAndARecordResetsIt(t *testing.T) {
 	e.stream.addShard("shardId-idle", "")
 	clock := newIdleClock(30 * time.Minute)
 	const fast, top = 100 * time.Millisecond, 10 * time.Minute
-	tp := e.poller(t, "p1", nil, nil, func(c *poller.Config) { c.IdleBackoff, c.MaxIdleBackoff = fast, top })
+	// No batching window: the page with records is committed at once, and
+	// the next empty page is the first of a new idle period (the empty
+	// pages read while a window is open count too).
+	tp := e.poller(t, "p1", nil, nil, func(c *poller.Config) { c.IdleBackoff, c.MaxIdleBackoff, c.BatchWindow = fast, top, -1 })
 	poller.SetIdleHook(tp.Poller, clock.hook)
 	stop := start(t, tp)
 	select {
