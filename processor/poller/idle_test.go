@@ -75,3 +75,25 @@ func TestIdleBackoff_ReadsGrowLogarithmicallyUpToTheCap(t *testing.T) {
 		})
 	}
 }
+
+// The figures of BENCHMARKS.md's "Issue 23: adaptive idle backoff":
+// GetRecords per idle shard in its first idle hour and per hour once at
+// the cap, for a few settings of MaxIdleBackoff (IdleBackoff 1s,
+// MinReadInterval 200ms, the defaults), against the model 3,600 /
+// (0.875 × MaxIdleBackoff) at the cap (each wait drawn in [3/4, 1] of it).
+func TestIdleBackoff_ReadsPerIdleHour(t *testing.T) {
+	for _, top := range []time.Duration{time.Second, 2 * time.Second, 10 * time.Second, time.Minute, 10 * time.Minute} {
+		cfg, err := Config{Table: "t", StreamARN: "arn", Owner: "o", MaxIdleBackoff: top}.withDefaults()
+		require.NoError(t, err)
+		p := &Poller{cfg: cfg}
+		first := readsToCover(p, time.Hour, true)
+		// A day at the cap, per hour: the ramp's share is negligible.
+		steady := float64(readsToCover(p, 25*time.Hour, true)-readsToCover(p, time.Hour, true)) / 24
+		model := 3600 / top.Seconds()
+		if top > cfg.IdleBackoff {
+			model /= 0.875
+		}
+		t.Logf("max-idle-backoff %s: %d GetRecords in the first idle hour, %.0f per hour at the cap (model %.0f)", top, first, steady, model)
+		assert.InEpsilon(t, model, steady, 0.05, "reads per hour at the cap, max-idle-backoff %s", top)
+	}
+}
