@@ -68,7 +68,8 @@ type Config struct {
 	// one batch up to this size before committing; a caught-up shard
 	// gathers its pages for up to BatchWindow. A read never takes the batch
 	// past this size (its GetRecords limit is what is left). This is what
-	// is in memory per shard: up to 10 pages of at most 1 MB.
+	// is in memory per shard: up to 10 pages of at most 1 MB, within
+	// MaxHeldRecords for all shards.
 	BatchRecords int
 	// BatchWindow is how long a shard reader holds the records it has read
 	// before committing them as one batch, counted from the read of the

@@ -35,7 +35,8 @@ var errShardGone = errors.New("shard no longer exists")
 // the shard is behind (full pages) or within the batching window
 // (Config.BatchWindow), or while it resumes a half-committed batch that
 // reaches past a shorter page, the records of that batch. That is what is
-// in memory per shard, whatever the backlog.
+// in memory per shard, whatever the backlog, and all shards' together stay
+// within the poller's budget (Config.MaxHeldRecords, budget.go).
 type reader struct {
 	p     *Poller
 	shard shard
