@@ -21,6 +21,9 @@ type budget struct {
 	peak    int // most ever used, for tests
 	readers int // readers running: a waiter's fair share is size / readers
 	queue   []*budgetWaiter
+	// whole: grant only a waiter's whole want (the bytes budget, whose
+	// want is a page's most: a part of it bounds nothing).
+	whole bool
 
 	gauge prometheus.Gauge   // ledger_poller_held_records_budget_used
 	waits prometheus.Counter // ledger_poller_held_records_budget_waits_total
@@ -35,6 +38,14 @@ type budgetWaiter struct {
 func newBudget(size int, m *Metrics) *budget {
 	m.HeldBudget.Set(float64(size))
 	return &budget{size: size, gauge: m.HeldBudgetUsed, waits: m.HeldBudgetWaits}
+}
+
+// newBytesBudget is the budget of the records' wire bytes
+// (Config.MaxHeldBytes): a read takes AWS's most for a GetRecords
+// response, pageBytes, and keeps what the page held.
+func newBytesBudget(size int, m *Metrics) *budget {
+	m.HeldBytesBudget.Set(float64(size))
+	return &budget{size: size, gauge: m.HeldBytesBudgetUsed, waits: m.HeldBudgetWaits, whole: true}
 }
 
 // join and leave count the readers running, which set the fair share.
@@ -64,6 +75,9 @@ func (b *budget) shareLocked() int {
 func (b *budget) grantLocked(want int, behind bool) int {
 	free := b.size - b.used
 	share := b.shareLocked()
+	if b.whole {
+		share = want
+	}
 	if want <= 0 || free < min(want, share) {
 		return 0
 	}

@@ -75,6 +75,22 @@ func TestBudget_Grants(t *testing.T) {
 	}
 }
 
+// The bytes budget grants a read its whole want (a page's 1 MiB) or
+// nothing: a part of it bounds no page.
+func TestBudget_BytesGrantsAWholePageOrNothing(t *testing.T) {
+	b := newBytesBudget(3*pageBytes, NewMetrics(nil))
+	for range 8 {
+		b.join()
+	}
+	assert.Equal(t, pageBytes, b.tryTake(pageBytes))
+	assert.Equal(t, pageBytes, b.tryTake(pageBytes))
+	b.force(pageBytes / 2) // a page kept: 2.5 MiB in use
+	assert.Zero(t, b.tryTake(pageBytes), "half a page free: nothing")
+	b.give(pageBytes / 2)
+	assert.Equal(t, pageBytes, b.take(ctx(t), nil, pageBytes))
+	assert.Equal(t, 3*pageBytes, b.peakUsed())
+}
+
 // Readers that hold nothing wait in turn, first come first served; a
 // reader holding a batch cannot take more while anyone waits (it commits
 // instead); the budget given back goes to the waiters in order, each at

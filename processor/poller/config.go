@@ -127,6 +127,17 @@ type Config struct {
 	// cannot commit part of it. A budget under one page (MaxRecords) is
 	// allowed: the pages are smaller.
 	MaxHeldRecords int
+	// MaxHeldBytes bounds the same records by their wire size (SizeBytes),
+	// whatever their count (default 64 MiB, at least 1 MiB): a read takes
+	// 1 MiB from it before the call, AWS's most for one GetRecords
+	// response, and keeps what the page held; the batch's bytes come back
+	// after its commit. It is what bounds memory when records are large (a
+	// tenant's report items of up to 40 KB make records of up to 80 KB,
+	// which MaxHeldRecords alone would let fill gigabytes). Reads wait for
+	// it in turn like for MaxHeldRecords; at most MaxHeldBytes / 1 MiB
+	// reads are in flight at once. A stream that answers more than 1 MiB
+	// in a page has the excess counted past the budget.
+	MaxHeldBytes int
 	// ThrottleBackoff and MaxThrottleBackoff shape the exponential backoff
 	// with full jitter after a throttled or failed GetRecords (defaults 200ms
 	// and 5s). MaxReadFailures bounds consecutive failed reads of a shard
@@ -184,6 +195,7 @@ var (
 	IdleBackoffSetting        = Setting[time.Duration]{"idle-backoff", time.Second, 10 * time.Millisecond, 5 * time.Minute}
 	MaxIdleBackoffSetting     = Setting[time.Duration]{"max-idle-backoff", 10 * time.Second, 10 * time.Millisecond, 10 * time.Minute}
 	MaxHeldRecordsSetting     = Setting[int]{"max-held-records", 20000, 1, 10_000_000}
+	MaxHeldBytesSetting       = Setting[int]{"max-held-bytes", 64 << 20, pageBytes, 1 << 40}
 	ThrottleBackoffSetting    = Setting[time.Duration]{"throttle-backoff", 200 * time.Millisecond, time.Millisecond, time.Minute}
 	MaxThrottleBackoffSetting = Setting[time.Duration]{"max-throttle-backoff", 5 * time.Second, time.Millisecond, 10 * time.Minute}
 	LeaseDurationSetting      = Setting[time.Duration]{"lease-duration", 20 * time.Second, 300 * time.Millisecond, 10 * time.Minute}
@@ -251,6 +263,7 @@ func (c Config) withDefaults() (Config, error) {
 		errs = append(errs, fmt.Errorf("max idle backoff %s: want at least the idle backoff %s", c.MaxIdleBackoff, c.IdleBackoff))
 	}
 	check(&c.MaxHeldRecords, MaxHeldRecordsSetting)
+	check(&c.MaxHeldBytes, MaxHeldBytesSetting)
 	dur(&c.ThrottleBackoff, ThrottleBackoffSetting)
 	dur(&c.MaxThrottleBackoff, MaxThrottleBackoffSetting)
 	if c.MaxThrottleBackoff < c.ThrottleBackoff {
@@ -268,6 +281,10 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	return c, nil
 }
+
+// pageBytes is the most one GetRecords response holds: "up to 1 MB of
+// data" (the DynamoDB Streams API reference, GetRecords), taken as 1 MiB.
+const pageBytes = 1 << 20
 
 // renewInterval is how often leases are renewed and reassigned.
 func (c Config) renewInterval() time.Duration { return c.LeaseDuration / 3 }

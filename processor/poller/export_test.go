@@ -9,3 +9,6 @@ func SetIdleHook(p *Poller, h func(shard string, n int, d time.Duration)) { p.id
 
 // BudgetPeak is the most of p's records budget ever in use at once.
 func BudgetPeak(p *Poller) int { return p.budget.peakUsed() }
+
+// BytesBudgetPeak is the most of p's bytes budget ever in use at once.
+func BytesBudgetPeak(p *Poller) int { return p.bytes.peakUsed() }

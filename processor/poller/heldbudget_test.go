@@ -98,3 +98,31 @@ func TestPoller_RecordsBudgetBoundsManyShardsBehind(t *testing.T) {
 	e.requireReconciled(t)
 	e.requireInOrder(t, nil)
 }
+
+// Records as large as a tenant's report writes can make them (old and new
+// images of report items near 40 KB; here 300 KB each, three to a page of
+// AWS's 1 MB): the records budget alone would let four shards gather tens
+// of them each. The bytes budget of 2 MiB keeps at most two pages in
+// flight or held at once, every shard is read to its end, and the reports
+// are exact.
+func TestPoller_BytesBudgetBoundsLargeRecords(t *testing.T) {
+	e := newEnv(t, 2305)
+	e.stream.pageSize = 3
+	shards := []string{"shardId-big-A", "shardId-big-B", "shardId-big-C", "shardId-big-D"}
+	for _, id := range shards {
+		e.stream.addShard(id, "")
+	}
+	recs := e.write(t, 120)
+	for i := range recs {
+		recs[i].Dynamodb.SizeBytes = aws.Int64(300 << 10)
+	}
+	e.stream.split(shards, recs)
+	tp := e.drain(t, "big", func(c *poller.Config) { c.MaxHeldBytes, c.BatchWindow = 2<<20, time.Second })
+	peak := poller.BytesBudgetPeak(tp.Poller)
+	t.Logf("bytes budget 2 MiB: peak in use %d bytes; %d records of 300 KB", peak, len(recs))
+	assert.LessOrEqual(t, peak, 2<<20, "bytes in hand or in flight at once")
+	assert.Positive(t, counter(t, tp.m.HeldBudgetWaits), "reads waited for the bytes budget")
+	assert.Zero(t, counter(t, tp.m.HeldBytesBudgetUsed), "all given back")
+	assert.Equal(t, float64(len(recs)), counter(t, tp.m.RecordsRead), "every record read once")
+	e.requireReconciled(t)
+}

@@ -62,6 +62,9 @@ type Metrics struct {
 	HeldBudget      prometheus.Gauge   // ledger_poller_held_records_budget
 	HeldBudgetUsed  prometheus.Gauge   // ledger_poller_held_records_budget_used
 	HeldBudgetWaits prometheus.Counter // ledger_poller_held_records_budget_waits_total
+
+	HeldBytesBudget     prometheus.Gauge // ledger_poller_held_bytes_budget
+	HeldBytesBudgetUsed prometheus.Gauge // ledger_poller_held_bytes_budget_used
 }
 
 // NewMetrics creates the poller's collectors and registers them with reg
@@ -130,7 +133,15 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}),
 		HeldBudgetWaits: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: "ledger", Subsystem: "poller", Name: "held_records_budget_waits_total",
-			Help: "Reads that waited for the records budget (other shards held it).",
+			Help: "Reads that waited for the records budget or the bytes budget (other shards held it).",
+		}),
+		HeldBytesBudget: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: "ledger", Subsystem: "poller", Name: "held_bytes_budget",
+			Help: "The poller's budget of stream records' wire bytes in memory across all its shards (--max-held-bytes).",
+		}),
+		HeldBytesBudgetUsed: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: "ledger", Subsystem: "poller", Name: "held_bytes_budget_used",
+			Help: "Bytes of the bytes budget in use: 1 MiB (AWS's most per GetRecords response) per call in flight, and the SizeBytes of the batches gathered and being committed.",
 		}),
 	}
 	for _, c := range []string{LossLostAnswer, LossExpired, LossTaken} {
@@ -154,7 +165,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	if reg != nil {
 		reg.MustRegister(m.LeasesHeld, m.LeaseEvents, m.Shards, m.Reads, m.RecordsRead, m.Resets, m.Checkpoints,
 			m.LeaseLosses, m.ReaderRestarts, m.Committed, m.Goodput, m.HeldRecords,
-			m.HeldBytes, m.HeldBudget, m.HeldBudgetUsed, m.HeldBudgetWaits)
+			m.HeldBytes, m.HeldBudget, m.HeldBudgetUsed, m.HeldBudgetWaits, m.HeldBytesBudget, m.HeldBytesBudgetUsed)
 	}
 	return m
 }

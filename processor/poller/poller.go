@@ -52,6 +52,7 @@ type Poller struct {
 	goodput   []sample     // (time, committed) of the last minute's passes
 
 	budget *budget // records in memory across the readers (Config.MaxHeldRecords)
+	bytes  *budget // their wire bytes (Config.MaxHeldBytes)
 	// idleHook, when set (tests), is called with every idle wait a reader
 	// would make after its n-th empty page in a row, instead of the wait.
 	idleHook func(shard string, n int, d time.Duration)
@@ -118,6 +119,7 @@ func New(streams Streams, api Table, proc *processor.Processor, cfg Config, metr
 		gone:    map[string]bool{},
 		done:    make(chan readerResult),
 		budget:  newBudget(cfg.MaxHeldRecords, metrics),
+		bytes:   newBytesBudget(cfg.MaxHeldBytes, metrics),
 	}, nil
 }
 

@@ -69,8 +69,9 @@ type reader struct {
 	// batch is being committed, those too. incomplete: the records carried
 	// end before a half-committed batch does (ErrIncompleteBatch), so the
 	// reader must read on before it can commit them.
-	reserved   int
-	incomplete bool
+	reserved      int
+	reservedBytes int // the same in the bytes budget: SizeBytes, a page's 1 MiB while it is read
+	incomplete    bool
 	// stale: the iterator is past records that were not processed (a
 	// failed page whose reopen failed); reopen before reading again.
 	stale    bool
@@ -134,15 +135,25 @@ func (r *reader) setCarry(recs []processor.Record) {
 	r.carry, r.carryBytes = recs, size
 }
 
-// settle gives back to the budget what the reader took beyond the records
-// it carries: the unused part of a page's limit, a committed batch.
-func (r *reader) settle() { r.keep(len(r.carry)) }
+// settle gives back to the budgets what the reader took beyond the
+// records it carries: the unused part of a page's limit, a committed batch.
+func (r *reader) settle() { r.keep(len(r.carry), int(r.carryBytes)) }
 
-// keep gives back to the budget what the reader took beyond n records.
-func (r *reader) keep(n int) {
+// keep gives back to the budgets what the reader took beyond n records of
+// size bytes. Bytes past what it took (a page larger than 1 MiB, which AWS
+// does not answer) are counted past the budget.
+func (r *reader) keep(n, size int) {
 	if r.reserved > n {
 		r.p.budget.give(r.reserved - n)
 		r.reserved = n
+	}
+	switch {
+	case r.reservedBytes > size:
+		r.p.bytes.give(r.reservedBytes - size)
+		r.reservedBytes = size
+	case r.reservedBytes < size:
+		r.p.bytes.force(size - r.reservedBytes)
+		r.reservedBytes = size
 	}
 }
 
@@ -153,6 +164,11 @@ func (r *reader) keep(n int) {
 // commits what it carries first (so that the budget comes back); one that
 // must read on to finish a half-committed batch takes its limit whatever
 // the budget says.
+//
+// The read's 1 MiB of the bytes budget is taken the same way, after the
+// records (a reader waiting for bytes holds no bytes, and no holder of
+// bytes needs records to give them back); without it the records taken
+// are given back.
 func (r *reader) take(limit int) int {
 	var got int
 	switch {
@@ -164,7 +180,25 @@ func (r *reader) take(limit int) int {
 	default:
 		got = r.p.budget.take(r.ctx, r.stop, limit)
 	}
+	if got == 0 {
+		return 0
+	}
+	var bytes int
+	switch {
+	case r.incomplete:
+		r.p.bytes.force(pageBytes)
+		bytes = pageBytes
+	case len(r.carry) > 0:
+		bytes = r.p.bytes.tryTake(pageBytes)
+	default:
+		bytes = r.p.bytes.take(r.ctx, r.stop, pageBytes)
+	}
+	if bytes == 0 {
+		r.p.budget.give(got)
+		return 0
+	}
 	r.reserved += got
+	r.reservedBytes += bytes
 	return got
 }
 
@@ -224,11 +258,13 @@ func (r *reader) run() (res readerResult) {
 	cfg := &r.p.cfg
 	r.log.Info("shard reader started")
 	r.p.budget.join()
+	r.p.bytes.join()
 	defer func() {
 		r.log.Info("shard reader stopped", "finished", res.finished, "drained", res.drained, "held", r.held, "error", errString(res.err))
 		r.setCarry(nil) // not committed: read again after the checkpoint
-		r.keep(0)
+		r.keep(0, 0)
 		r.p.budget.leave()
+		r.p.bytes.leave()
 	}()
 	r.newGuard()
 	r.lastMove = time.Now()
@@ -407,7 +443,13 @@ func (r *reader) run() (res readerResult) {
 		}
 		failures = 0
 		r.iter = out.NextShardIterator
-		r.keep(len(r.carry) + len(out.Records)) // the page's unused limit goes back
+		pageSize := 0
+		for i := range out.Records {
+			if sr := out.Records[i].Dynamodb; sr != nil {
+				pageSize += int(aws.ToInt64(sr.SizeBytes))
+			}
+		}
+		r.keep(len(r.carry)+len(out.Records), int(r.carryBytes)+pageSize) // the page's unused limit goes back
 		if len(out.Records) == 0 && len(r.carry) == 0 {
 			r.p.m.Reads.WithLabelValues("empty").Inc()
 			r.p.pm.IteratorAge.WithLabelValues(r.shard.id).Set(0)
