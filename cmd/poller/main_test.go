@@ -124,6 +124,7 @@ func TestRun_FlagErrorsExitTwoAndHelpExitsZero(t *testing.T) {
 		{"max idle backoff past an iterator's life", map[string]string{"LEDGER_MAX_IDLE_BACKOFF": "20m"}, nil,
 			[]string{"--max-idle-backoff 20m0s: want between 10ms and 10m0s"}},
 		{"max held records", nil, []string{"--max-held-records", "0"}, []string{`--max-held-records "0": want a number from 1 to 10000000`}},
+		{"max held bytes under a page", nil, []string{"--max-held-bytes", "1000"}, []string{`--max-held-bytes "1000": want a number from 1048576 to 1099511627776`}},
 		{"max held records not a number", map[string]string{"LEDGER_MAX_HELD_RECORDS": "1GB"}, nil, []string{`--max-held-records "1GB"`}},
 		{"unknown flag", nil, []string{"--nope"}, []string{"flag provided but not defined: -nope"}},
 		{"arguments", nil, []string{"extra"}, []string{"unexpected arguments: extra"}},
@@ -143,7 +144,8 @@ func TestRun_FlagErrorsExitTwoAndHelpExitsZero(t *testing.T) {
 	require.Equal(t, exitOK, Run(context.Background(), []string{"--help"}, func(string) string { return "" }, &out, &errOut))
 	for _, f := range []string{"-table", "LEDGER_TABLE", "-metrics-addr", "LEDGER_METRICS_ADDR", ":9102", "-start-position", "TRIM_HORIZON",
 		"-idle-backoff", "-lease-duration", "-owner", "hostname-pid", "-log-format", "-drain", "-batch-records", "LEDGER_BATCH_RECORDS", "-batch-window", "LEDGER_BATCH_WINDOW",
-		"-max-idle-backoff", "LEDGER_MAX_IDLE_BACKOFF", "-max-held-records", "LEDGER_MAX_HELD_RECORDS", "AWS_ENDPOINT_URL"} {
+		"-max-idle-backoff", "LEDGER_MAX_IDLE_BACKOFF", "-max-held-records", "LEDGER_MAX_HELD_RECORDS",
+		"-max-held-bytes", "LEDGER_MAX_HELD_BYTES", "AWS_ENDPOINT_URL"} {
 		assert.Contains(t, errOut.String(), f)
 	}
 }
@@ -192,6 +194,7 @@ func TestParseFlags_MaxIdleBackoffAndMaxHeldRecords(t *testing.T) {
 			require.NoError(t, err)
 			assert.Equal(t, tt.wantIdle, o.maxIdleBackoff)
 			assert.Equal(t, tt.wantHeld, o.maxHeldRecords)
+			assert.Equal(t, poller.MaxHeldBytesSetting.Default, o.maxHeldBytes)
 		})
 	}
 }
