@@ -142,7 +142,12 @@
 // are smaller while the budget is short. One exception: a shard finishing
 // a batch that a previous reader half committed (ErrIncompleteBatch)
 // reads past the budget, since it cannot commit part of that batch.
-// ledger_poller_held_records_budget_used shows the budget in use.
+// ledger_poller_held_records_budget_used shows the budget in use. A second
+// budget, Config.MaxHeldBytes (64 MiB), bounds the same records by their
+// wire size: each read takes 1 MiB (AWS's most per GetRecords response)
+// before the call, after its records, and keeps what the page held
+// (SizeBytes), so that large records (a tenant's report items make records
+// of up to 80 KB) cannot fill gigabytes within the records budget.
 //
 // Calls on one shard are at
 // least Config.MinReadInterval (200 ms) apart: at most 5 GetRecords per
