@@ -128,7 +128,7 @@ type Config struct {
 	// allowed: the pages are smaller.
 	MaxHeldRecords int
 	// MaxHeldBytes bounds the same records by their wire size (SizeBytes),
-	// whatever their count (default 64 MiB, at least 1 MiB): a read takes
+	// whatever their count (default 32 MiB, at least 1 MiB): a read takes
 	// 1 MiB from it before the call, AWS's most for one GetRecords
 	// response, and keeps what the page held; the batch's bytes come back
 	// after its commit. It is what bounds memory when records are large (a
@@ -195,7 +195,7 @@ var (
 	IdleBackoffSetting        = Setting[time.Duration]{"idle-backoff", time.Second, 10 * time.Millisecond, 5 * time.Minute}
 	MaxIdleBackoffSetting     = Setting[time.Duration]{"max-idle-backoff", 10 * time.Second, 10 * time.Millisecond, 10 * time.Minute}
 	MaxHeldRecordsSetting     = Setting[int]{"max-held-records", 20000, 1, 10_000_000}
-	MaxHeldBytesSetting       = Setting[int]{"max-held-bytes", 64 << 20, pageBytes, 1 << 40}
+	MaxHeldBytesSetting       = Setting[int]{"max-held-bytes", 32 << 20, pageBytes, 1 << 40}
 	ThrottleBackoffSetting    = Setting[time.Duration]{"throttle-backoff", 200 * time.Millisecond, time.Millisecond, time.Minute}
 	MaxThrottleBackoffSetting = Setting[time.Duration]{"max-throttle-backoff", 5 * time.Second, time.Millisecond, 10 * time.Minute}
 	LeaseDurationSetting      = Setting[time.Duration]{"lease-duration", 20 * time.Second, 300 * time.Millisecond, 10 * time.Minute}

@@ -143,7 +143,7 @@
 // a batch that a previous reader half committed (ErrIncompleteBatch)
 // reads past the budget, since it cannot commit part of that batch.
 // ledger_poller_held_records_budget_used shows the budget in use. A second
-// budget, Config.MaxHeldBytes (64 MiB), bounds the same records by their
+// budget, Config.MaxHeldBytes (32 MiB), bounds the same records by their
 // wire size: each read takes 1 MiB (AWS's most per GetRecords response)
 // before the call, after its records, and keeps what the page held
 // (SizeBytes), so that large records (a tenant's report items make records

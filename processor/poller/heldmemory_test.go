@@ -31,6 +31,7 @@ import (
 type backlogStream struct {
 	arn    string
 	shards int
+	kb     int // each record's size: 1 KB, or larger (LEDGER_BENCH_RECORD_KB)
 	reads  atomic.Int64
 }
 
@@ -85,10 +86,11 @@ func (b *backlogStream) GetRecords(_ context.Context, in *dynamodbstreams.GetRec
 	if !ok || err != nil {
 		return nil, errors.New("backlog stream: bad iterator")
 	}
-	n := int(aws.ToInt32(in.Limit))
+	// At most 1 MB a page, as AWS answers.
+	n := min(int(aws.ToInt32(in.Limit)), max(1, 1000/b.kb))
 	out := &dynamodbstreams.GetRecordsOutput{Records: make([]st.Record, n)}
 	for i := range out.Records {
-		out.Records[i] = backlogRecord(shard, pos+int64(i))
+		out.Records[i] = backlogRecord(shard, pos+int64(i), b.kb)
 	}
 	out.NextShardIterator = aws.String(shard + "/" + strconv.FormatInt(pos+int64(n), 10))
 	return out, nil
@@ -96,7 +98,7 @@ func (b *backlogStream) GetRecords(_ context.Context, in *dynamodbstreams.GetRec
 
 // backlogRecord is a MODIFY of a report-like item: two images of a dozen
 // attributes, about 1 KB in all.
-func backlogRecord(shard string, pos int64) st.Record {
+func backlogRecord(shard string, pos int64, kb int) st.Record {
 	image := func(v int64) map[string]st.AttributeValue {
 		m := map[string]st.AttributeValue{
 			"PK":         &st.AttributeValueMemberS{Value: "BENCH#" + shard},
@@ -111,7 +113,7 @@ func backlogRecord(shard string, pos int64) st.Record {
 		}
 		m["totals"] = &st.AttributeValueMemberM{Value: totals}
 		m["currency"] = &st.AttributeValueMemberS{Value: "EUR"}
-		m["note"] = &st.AttributeValueMemberS{Value: strings.Repeat("x", 180)}
+		m["note"] = &st.AttributeValueMemberS{Value: strings.Repeat("x", 180+(kb-1)*500)}
 		return m
 	}
 	return st.Record{
@@ -123,7 +125,7 @@ func backlogRecord(shard string, pos int64) st.Record {
 			OldImage:                    image(pos - 1),
 			NewImage:                    image(pos),
 			SequenceNumber:              aws.String(seqOf(pos)),
-			SizeBytes:                   aws.Int64(1000),
+			SizeBytes:                   aws.Int64(int64(kb) * 1000),
 			StreamViewType:              st.StreamViewTypeNewAndOldImages,
 		},
 	}
@@ -149,7 +151,8 @@ func vmHWM(t *testing.T) int64 {
 // one poller holding LEDGER_BENCH_HELD_SHARDS leases (e.g. 1000) of shards
 // that are all behind, for LEDGER_BENCH_HELD_SECONDS (default 60) once it
 // holds them all, with LEDGER_BENCH_MAX_HELD_RECORDS as its budget
-// (default: the poller's). It logs the process's peak RSS (VmHWM), the
+// (default: the poller's) and records of LEDGER_BENCH_RECORD_KB (default
+// 1; 80 is a record of two report items near their 40 KB). It logs the process's peak RSS (VmHWM), the
 // budget's peak and the records read. Skipped unless the shard count is
 // set; run it alone (its peak RSS is the process's):
 //
@@ -164,8 +167,9 @@ func TestHeldMemory_ManyShardsBehind(t *testing.T) {
 		seconds = s
 	}
 	budget, _ := strconv.Atoi(os.Getenv("LEDGER_BENCH_MAX_HELD_RECORDS"))
+	kb, _ := strconv.Atoi(os.Getenv("LEDGER_BENCH_RECORD_KB"))
 	e := newEnv(t, 2304)
-	stream := &backlogStream{arn: e.stream.arn, shards: shards}
+	stream := &backlogStream{arn: e.stream.arn, shards: shards, kb: max(1, kb)}
 	before := vmHWM(t)
 	tp := e.poller(t, "bench", stream, nil, func(c *poller.Config) {
 		// Production settings but the budget; leases long enough that
@@ -198,9 +202,9 @@ func TestHeldMemory_ManyShardsBehind(t *testing.T) {
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
 	hwm := vmHWM(t)
-	t.Logf("%d shards behind, budget %v: peak RSS (VmHWM) %d MiB (%d MiB before the poller started), budget peak in use %d records, held_records peak (sampled) %.0f, "+
+	t.Logf("%d shards behind, records of %d KB, budget %v records and %v bytes: peak RSS (VmHWM) %d MiB (%d MiB before the poller started), budget peak in use %d records, held_records peak (sampled) %.0f, "+
 		"%v records read in %d GetRecords over %ds, heap in use now %d MiB, GOGC default",
-		shards, counter(t, tp.m.HeldBudget), hwm/1024, before/1024, poller.BudgetPeak(tp.Poller), peakHeld,
+		shards, stream.kb, counter(t, tp.m.HeldBudget), counter(t, tp.m.HeldBytesBudget), hwm/1024, before/1024, poller.BudgetPeak(tp.Poller), peakHeld,
 		counter(t, tp.m.RecordsRead), stream.reads.Load(), seconds, ms.HeapInuse>>20)
 	stop()
 	t.Logf("peak RSS (VmHWM) after the shutdown: %d MiB", vmHWM(t)/1024)
