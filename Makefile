@@ -36,19 +36,33 @@ $(DDBLOCAL_STAMP): $(DDBLOCAL)/package-lock.json $(DDBLOCAL)/package.json
 test: deps lint
 	$(GO) test $(TEST_FLAGS) $(PKGS)
 
-## lint: go vet, staticcheck, the gofmt check, go.mod tidy, the generated API client and the CloudFormation linter
+## lint: go vet, staticcheck, the gofmt check, go.mod tidy, the generated API clients (Go and TypeScript) and the CloudFormation linter
 lint: vet staticcheck fmt-check tidy-check generate-check template-lint
 
 ## tidy-check: fail when go mod tidy would change go.mod or go.sum
 tidy-check:
 	$(GO) mod tidy -diff
 
-## generate-check: fail when the writer API client is not what oapi-codegen makes of writer/openapi.yaml (it is regenerated in place)
+## generate-check: fail when a generated writer API client is not what its generator makes of writer/openapi.yaml (both are regenerated in place): the Go client (oapi-codegen) and the TypeScript types (openapi-typescript), which must also compile with the typed usage in clients/typescript/src/usage.ts
 WRITERAPI_GEN := cmd/ledgerctl/internal/writerapi/writerapi.gen.go
-generate-check:
-	@tmp=$$(mktemp); trap 'rm -f "$$tmp"' EXIT; cp $(WRITERAPI_GEN) "$$tmp"; \
+TSCLIENT := clients/typescript
+TSCLIENT_GEN := $(TSCLIENT)/src/writerapi.gen.ts
+TSCLIENT_STAMP := $(TSCLIENT)/node_modules/.package-lock.json
+generate-check: $(TSCLIENT_STAMP)
+	@tmp=$$(mktemp -d); trap 'rm -rf "$$tmp"' EXIT; cp $(WRITERAPI_GEN) "$$tmp/go"; cp $(TSCLIENT_GEN) "$$tmp/ts"; \
 	$(GO) generate ./cmd/ledgerctl/internal/writerapi; \
-	if ! cmp -s "$$tmp" $(WRITERAPI_GEN); then echo "$(WRITERAPI_GEN) was stale (writer/openapi.yaml changed): regenerated, commit it"; exit 1; fi
+	$(NPM) run --prefix $(TSCLIENT) --silent generate >/dev/null; \
+	stale=0; \
+	if ! cmp -s "$$tmp/go" $(WRITERAPI_GEN); then echo "$(WRITERAPI_GEN) was stale (writer/openapi.yaml changed): regenerated, commit it"; stale=1; fi; \
+	if ! cmp -s "$$tmp/ts" $(TSCLIENT_GEN); then echo "$(TSCLIENT_GEN) was stale (writer/openapi.yaml changed): regenerated, commit it"; stale=1; fi; \
+	$(NPM) run --prefix $(TSCLIENT) --silent check; \
+	exit $$stale
+
+# The TypeScript client's tools (openapi-typescript, typescript), pinned in
+# its package-lock.json: reinstalled as DynamoDB Local is.
+$(TSCLIENT_STAMP): $(TSCLIENT)/package-lock.json $(TSCLIENT)/package.json
+	$(NPM) ci --prefix $(TSCLIENT) --no-audit --no-fund
+	@touch $@
 
 vet:
 	$(GO) vet $(PKGS)
@@ -101,10 +115,10 @@ build:
 
 ## clean: remove installed tools, DynamoDB Local, the local stack's data (.local) and test caches
 clean:
-	rm -rf $(BIN) $(DDBLOCAL)/node_modules .local
+	rm -rf $(BIN) $(DDBLOCAL)/node_modules $(TSCLIENT)/node_modules .local
 	$(GO) clean -testcache
 
-.PHONY: bench bench-quick bench-charts
+.PHONY: bench bench-quick bench-charts bench-reconcile
 
 # The committed results of the run behind BENCHMARKS.md's charts, and the
 # charts (SVG). make bench replaces both; make bench-quick writes elsewhere.
@@ -121,6 +135,30 @@ bench: deps
 bench-quick: deps
 	mkdir -p $(BENCH_QUICK)
 	$(GO) run ./cmd/ledgerbench -quick -json $(BENCH_QUICK)/results.json -charts $(BENCH_QUICK)
+
+# dynalite (pinned in infra/dynalite/package-lock.json), only for
+# bench-reconcile: a DynamoDB implementation on LevelDB that serves Scan and
+# Query over a million items, which DynamoDB Local cannot. Not part of deps
+# or test.
+DYNALITE := infra/dynalite
+DYNALITE_STAMP := $(DYNALITE)/node_modules/.package-lock.json
+
+$(DYNALITE_STAMP): $(DYNALITE)/package-lock.json $(DYNALITE)/package.json
+	$(NPM) ci --prefix $(DYNALITE) --no-audit --no-fund
+	@touch $@
+
+# The sizes of bench-reconcile's tables, in transactions, and where their
+# LevelDB directories are kept (a finished load of the same size is reused).
+RECONCILE_SIZES ?= 100000,200000,500000,1000000
+RECONCILE_DATA ?= $(BIN)/bench-reconcile/data
+
+## bench-reconcile: ledgerctl reconcile's peak RSS and time at 100k, 200k, 500k and 1M transactions, on dynalite (npm ci'd here; 30–45 minutes on 2 shared cores, niced); markdown on stdout and in bin/bench-reconcile
+bench-reconcile: $(DYNALITE_STAMP)
+	$(GO) build -o $(BIN)/ledgerctl ./cmd/ledgerctl
+	$(GO) build -o $(BIN)/ledgerbench ./cmd/ledgerbench
+	mkdir -p $(BIN)/bench-reconcile $(RECONCILE_DATA)
+	nice -n 19 $(BIN)/ledgerbench reconcile-curve -dynalite $(DYNALITE) -ledgerctl $(BIN)/ledgerctl -sizes $(RECONCILE_SIZES) \
+	  -data $(RECONCILE_DATA) -o $(BIN)/bench-reconcile/curve.md -json $(BIN)/bench-reconcile/curve.json
 
 ## bench-charts: draw docs/bench's charts again from its results file, measuring nothing
 bench-charts:

@@ -2,6 +2,7 @@ package aggregates
 
 import (
 	"fmt"
+	"hash/fnv"
 	"strings"
 )
 
@@ -16,15 +17,20 @@ import (
 //	email owner     EMAIL#{email}                        UNIQUE
 //	document owner  BRANCHDOC#{document}                 UNIQUE
 //	transaction     TENANT#{t}#BRANCH#{b}#TRANSACTION    {YYYY-MM-DD}#{txnId}
+//	history entry   TENANT#{t}#BRANCH#{b}#HISTORY        {txnId}#{version, 19 digits}
 //	report          TENANT#{t}#BRANCH#{b}#REPORTING      {TYPE}#{value}: DAILY#2026-11-27, FISCAL_YEAR#FY2027, …
 //	report entry    TENANT#{t}#BRANCH#{b}#REPORTING      {period}#{cat|cc|pm}#{name}
 //	parked delta    TENANT#{t}#BRANCH#{b}#REPORTING      PARKED#{period}#{commit id}  GSI1 PARKED / {time}#{key}
 //	flags           SETTINGS#APP                         FLAGS#V1
-//	checkpoint      STREAM#{streamId}                    SHARD#{shardId}
-//	lease           STREAM#{streamId}                    LEASE#{shardId}
+//	checkpoint (c)  STREAM#{streamId}#CHECKPOINTS#{nn}    SHARD#{shardId}     nn: 00-15, a hash of the shard id
+//	lease (c)       STREAM#{streamId}                    LEASE#{shardId}
 //	idempotency     IDEMPOTENCY#{tenant}#{key}           REQUEST     (tenant "_": requests of no tenant)
 //	run marker      RUN#{eventID}                        RUN
 //	quarantine      QUARANTINE#{eventID}                 RECORD                      GSI1 QUARANTINE / {time}#{eventID}
+//
+// (c): in the coordination table (table.CoordinationTableName), which has
+// no stream, so the consumers' own bookkeeping never becomes records of the
+// stream they read; every other item is in the ledger table.
 //
 // Emails and document numbers are stored normalised (directory.go); both
 // may appear only at the end of a key, after a fixed prefix, and neither may
@@ -38,6 +44,7 @@ const (
 	tenantPrefix      = "TENANT#"
 	branchInfix       = "#BRANCH#"
 	transactionSuffix = "#TRANSACTION"
+	historySuffix     = "#HISTORY"
 	reportingSuffix   = "#REPORTING"
 )
 
@@ -47,11 +54,14 @@ const (
 	EntityBranch      = "BRANCH"
 	EntityAccount     = "ACCOUNT"
 	EntityTransaction = "TRANSACTION"
-	EntityReport      = "REPORT"
-	EntityFlags       = "FLAGS"
-	EntityCheckpoint  = "CHECKPOINT"
-	EntityRunMarker   = "RUN"
-	EntityQuarantine  = "QUARANTINE"
+	// EntityTransactionHistory is one entry of a transaction's audit
+	// trail: a version of the transaction, who wrote it and when.
+	EntityTransactionHistory = "TRANSACTION_HISTORY"
+	EntityReport             = "REPORT"
+	EntityFlags              = "FLAGS"
+	EntityCheckpoint         = "CHECKPOINT"
+	EntityRunMarker          = "RUN"
+	EntityQuarantine         = "QUARANTINE"
 	// EntityReportEntry is one breakdown entry of a report stored as its
 	// own item, once the report's inline map of that dimension is full.
 	EntityReportEntry = "REPORT_ENTRY"
@@ -177,6 +187,32 @@ func ParseTransactionPK(pk string) (tenant, branch string, ok bool) {
 	}
 	return tenant, branch, true
 }
+
+// HistoryPK is the partition holding the audit trail of a branch's
+// transactions: every version of each, in a partition of its own so that
+// neither the transaction listing nor the stream consumers' and
+// reconcile's reading of transaction partitions meets it (the consumers
+// fold only keys ParseTransactionPK accepts, which this is not).
+func HistoryPK(tenant, branch string) string {
+	return tenantPrefix + tenant + branchInfix + branch + historySuffix
+}
+
+// HistoryVersionDigits is the width of the zero-padded version in a
+// history entry's sort key: every positive int64 fits, so the entries of a
+// transaction sort by version.
+const HistoryVersionDigits = 19
+
+// HistoryKey addresses the history entry of version version of
+// transaction id: the transaction's id first, so one Query with
+// begins_with(SK, HistoryPrefix(id)) reads its entries in version order.
+// Ids hold no '#', so no id's prefix is another's.
+func HistoryKey(tenant, branch, id string, version int64) Key {
+	return Key{PK: HistoryPK(tenant, branch), SK: HistoryPrefix(id) + fmt.Sprintf("%0*d", HistoryVersionDigits, version)}
+}
+
+// HistoryPrefix is the sort key prefix of transaction id's history
+// entries.
+func HistoryPrefix(id string) string { return id + "#" }
 
 // ReportPK is the partition holding a branch's reports.
 func ReportPK(tenant, branch string) string {
@@ -332,18 +368,49 @@ func ParseReportKey(k Key) (ReportKey, error) {
 // FlagsKey addresses the application's settings singleton.
 func FlagsKey() Key { return Key{PK: "SETTINGS#APP", SK: "FLAGS#V1"} }
 
-// CheckpointKey addresses the checkpoint of one shard of one stream. streamID
-// is the stream's identity (its ARN); shardID the shard's id.
+// CheckpointBuckets is how many partitions a stream's checkpoints are
+// spread over in the coordination table: a commit claims its shard's
+// checkpoint, so at one commit per shard per second the busiest
+// checkpoint partition takes about 2·shards/CheckpointBuckets write units
+// a second (a transactional write of a small item is 2), 125 at 1,000
+// shards (docs/design.md, "Scale"). Part of the layout: changing it moves
+// every checkpoint.
+const CheckpointBuckets = 16
+
+// CheckpointKey addresses the checkpoint of one shard of one stream, an
+// item of the coordination table (not the ledger table, whose stream the
+// consumers read). streamID is the stream's identity (its ARN); shardID the
+// shard's id. The partition is one of the stream's CheckpointBuckets,
+// chosen by a hash of the shard id.
 func CheckpointKey(streamID, shardID string) Key {
-	return Key{PK: "STREAM#" + streamID, SK: "SHARD#" + shardID}
+	return Key{PK: CheckpointPK(streamID, CheckpointBucket(shardID)), SK: "SHARD#" + shardID}
+}
+
+// CheckpointPK is the partition key of bucket b (0 ≤ b < CheckpointBuckets)
+// of a stream's checkpoints.
+func CheckpointPK(streamID string, b int) string {
+	return fmt.Sprintf("STREAM#%s#CHECKPOINTS#%02d", streamID, b)
+}
+
+// CheckpointBucket is the bucket of a shard's checkpoint: FNV-1a of the
+// shard id modulo CheckpointBuckets.
+func CheckpointBucket(shardID string) int {
+	h := fnv.New32a()
+	h.Write([]byte(shardID))
+	return int(h.Sum32() % CheckpointBuckets)
 }
 
 // LeaseKey addresses the lease of one shard of a stream, held by at most one
-// poller at a time. It shares the checkpoint's partition, so a poller can
-// read a stream's leases and checkpoints with one Query.
+// poller at a time: an item of the coordination table. A stream's leases
+// share one partition, so a poller reads them all with one Query.
 func LeaseKey(streamID, shardID string) Key {
-	return Key{PK: "STREAM#" + streamID, SK: "LEASE#" + shardID}
+	return Key{PK: LeasePK(streamID), SK: "LEASE#" + shardID}
 }
+
+// LeasePK is the partition key of a stream's leases. Before the
+// coordination table, it was also the partition of the stream's
+// checkpoints, in the ledger table (table.LegacyStreamState).
+func LeasePK(streamID string) string { return "STREAM#" + streamID }
 
 // IdempotencyKey addresses the stored response of one mutating request of a
 // tenant, keyed by its Idempotency-Key header.

@@ -116,6 +116,36 @@ func obj(v any) map[string]any {
 	return m
 }
 
+// The coordination table has the keys table/coordination.go creates, no
+// stream and no index, and the consumer is told its name.
+func TestTemplate_CoordinationTableMatchesGoDefinition(t *testing.T) {
+	tpl := loadTemplate(t)
+	p := tpl.resource(t, "CoordinationTable", "AWS::DynamoDB::Table")
+	want := table.CreateCoordinationTableInput("ledger-coordination")
+	var defs, keys []string
+	for _, d := range list(p["AttributeDefinitions"]) {
+		defs = append(defs, obj(d)["AttributeName"].(string)+" "+obj(d)["AttributeType"].(string))
+	}
+	for _, k := range list(p["KeySchema"]) {
+		keys = append(keys, obj(k)["AttributeName"].(string)+" "+obj(k)["KeyType"].(string))
+	}
+	var wantDefs, wantKeys []string
+	for _, d := range want.AttributeDefinitions {
+		wantDefs = append(wantDefs, aws.ToString(d.AttributeName)+" "+string(d.AttributeType))
+	}
+	for _, k := range want.KeySchema {
+		wantKeys = append(wantKeys, aws.ToString(k.AttributeName)+" "+string(k.KeyType))
+	}
+	assert.Equal(t, wantDefs, defs)
+	assert.Equal(t, wantKeys, keys)
+	assert.Equal(t, string(want.BillingMode), p["BillingMode"])
+	assert.Nil(t, p["StreamSpecification"], "the coordination table has no stream: its writes are no records")
+	assert.Nil(t, p["GlobalSecondaryIndexes"])
+	assert.Equal(t, map[string]any{"AttributeName": table.AttrExpiresAt, "Enabled": true}, p["TimeToLiveSpecification"], "items of shards long gone expire")
+	env := obj(obj(tpl.resource(t, "ConsumerFunction", "AWS::Serverless::Function")["Environment"])["Variables"])
+	assert.Equal(t, map[string]any{"Ref": "CoordinationTable"}, env["LEDGER_COORDINATION_TABLE"])
+}
+
 func TestTemplate_TableMatchesGoDefinition(t *testing.T) {
 	tpl := loadTemplate(t)
 	p := tpl.resource(t, "Table", "AWS::DynamoDB::Table")
@@ -183,9 +213,15 @@ func TestTemplate_SecondDeployAfterARollbackIsNotBlockedByTheRetainedTable(t *te
 	assert.Equal(t, "", tpl.Parameters["TableName"]["Default"], "CloudFormation names the table unless told otherwise")
 	assert.Equal(t, map[string]any{"Fn::Not": []any{map[string]any{"Fn::Equals": []any{map[string]any{"Ref": "TableName"}, ""}}}}, tpl.Conditions["HasTableName"])
 	// No other resource keeps a fixed name past a rollback: only the
-	// table is retained.
+	// table and its coordination table are retained, and the coordination
+	// table is always named by CloudFormation.
 	for name, r := range tpl.Resources {
-		if name != "Table" {
+		switch name {
+		case "Table":
+		case "CoordinationTable":
+			assert.Equal(t, "Retain", r.DeletionPolicy)
+			assert.Nil(t, r.Properties["TableName"], "a fixed name would block the deploy after a rollback")
+		default:
 			assert.Empty(t, r.DeletionPolicy, "%s would outlive a rollback", name)
 		}
 	}
@@ -278,7 +314,7 @@ func TestTemplate_RolesGrantWhatTheCodeCallsOnThisTableOnly(t *testing.T) {
 	// deltas, checkpoints) and Puts (run markers).
 	st := roleStatement(t, tpl, "ConsumerRole", "CommitReports")
 	assert.Equal(t, iamActions(reflect.TypeFor[processor.DynamoDB](), "UpdateItem", "PutItem"), actions(st))
-	assert.Equal(t, map[string]any{"Fn::GetAtt": []any{"Table", "Arn"}}, st["Resource"])
+	assert.Equal(t, []any{map[string]any{"Fn::GetAtt": []any{"Table", "Arn"}}, map[string]any{"Fn::GetAtt": []any{"CoordinationTable", "Arn"}}}, st["Resource"])
 	st = roleStatement(t, tpl, "ConsumerRole", "ReadTheStream")
 	assert.Equal(t, []string{"dynamodb:DescribeStream", "dynamodb:GetRecords", "dynamodb:GetShardIterator", "dynamodb:ListStreams"}, actions(st))
 	assert.Equal(t, map[string]any{"Fn::Sub": "${Table.Arn}/stream/*"}, st["Resource"])
@@ -328,4 +364,91 @@ func TestTemplate_AlarmsCoverTheFailureModes(t *testing.T) {
 	} {
 		assert.True(t, got[want], "no alarm on %s", want)
 	}
+}
+
+// API Gateway answers some requests itself (its throttle's 429, 413 over
+// its payload limit, 500 when the function fails, 503/504 when it does not
+// answer in time). An HTTP API cannot customise those answers (only a REST
+// API has gateway responses), so the writer's OpenAPI document describes
+// them: every operation the gateway forwards lists them with API Gateway's
+// application/json GatewayError body (docs/api.md "Errors"), and the 400
+// the Lambda adapter answers to an event it cannot read. This test ties the
+// template's routes to the document: a route added to the template whose
+// operations do not list the gateway's answers, or a REST API without
+// problem+json gateway responses, fails it.
+func TestTemplate_GatewayAnswersAreInTheOpenAPIDocument(t *testing.T) {
+	tpl := loadTemplate(t)
+	for name, r := range tpl.Resources {
+		switch r.Type {
+		case "AWS::Serverless::Api":
+			gr := obj(r.Properties["GatewayResponses"])
+			for _, typ := range []string{"DEFAULT_4XX", "DEFAULT_5XX"} {
+				_, ok := obj(obj(gr[typ])["ResponseTemplates"])["application/problem+json"]
+				assert.True(t, ok, "%s: a REST API answers its own errors as problem+json (GatewayResponses %s)", name, typ)
+			}
+		case "AWS::ApiGateway::RestApi", "AWS::ApiGatewayV2::Api":
+			t.Errorf("%s: %s; the document describes the answers of the SAM HTTP API (AWS::Serverless::HttpApi) only", name, r.Type)
+		}
+	}
+
+	fn := tpl.resource(t, "WriterFunction", "AWS::Serverless::Function")
+	var routes []string
+	for _, ev := range obj(fn["Events"]) {
+		ev := obj(ev)
+		require.Equal(t, "HttpApi", ev["Type"])
+		routes = append(routes, obj(ev["Properties"])["Path"].(string))
+	}
+	require.NotEmpty(t, routes)
+	forwarded := func(path string) bool {
+		for _, route := range routes {
+			if prefix, ok := strings.CutSuffix(route, "{proxy+}"); ok && strings.HasPrefix(path, prefix) || path == route {
+				return true
+			}
+		}
+		return false
+	}
+
+	raw, err := writer.OpenAPI()
+	require.NoError(t, err)
+	var doc struct {
+		Paths      map[string]map[string]json.RawMessage `json:"paths"`
+		Components struct {
+			Responses map[string]struct {
+				Content map[string]struct {
+					Schema struct {
+						Ref string `json:"$ref"`
+					} `json:"schema"`
+				} `json:"content"`
+			} `json:"responses"`
+		} `json:"components"`
+	}
+	require.NoError(t, json.Unmarshal(raw, &doc))
+	nforwarded := 0
+	for path, item := range doc.Paths {
+		if !forwarded(path) {
+			continue
+		}
+		nforwarded++
+		for method, rawOp := range item {
+			if method == "parameters" {
+				continue
+			}
+			var op struct {
+				Responses map[string]struct {
+					Ref string `json:"$ref"`
+				} `json:"responses"`
+			}
+			require.NoError(t, json.Unmarshal(rawOp, &op), "%s %s", method, path)
+			for _, status := range []string{"413", "429", "500", "503", "504"} {
+				ref := op.Responses[status].Ref
+				name := strings.TrimPrefix(ref, "#/components/responses/")
+				body := doc.Components.Responses[name].Content["application/json"].Schema.Ref
+				assert.Equal(t, "#/components/schemas/GatewayError", body, "%s %s: %s (%s) must describe API Gateway's own answer", method, path, status, ref)
+			}
+			ref := op.Responses["400"].Ref
+			name := strings.TrimPrefix(ref, "#/components/responses/")
+			assert.Contains(t, doc.Components.Responses[name].Content, "application/problem+json", "%s %s: the Lambda adapter's 400 invalid-request", method, path)
+		}
+	}
+	assert.Positive(t, nforwarded, "no operation of the document is under the template's routes %v", routes)
 }

@@ -76,6 +76,14 @@ type ReconcileStats struct {
 	// CalendarErrors names the branches whose stored calendar or tenant
 	// period types do not decode (their stamps are not checked).
 	CalendarErrors []string
+	// ItemsRead counts the items its Scan and Queries read (ScannedCount:
+	// what DynamoDB bills, the key Scan's filtered-out items included), and
+	// ReadUnits the read capacity units DynamoDB reported consuming
+	// (ReturnConsumedCapacity TOTAL; 0 from an implementation that does not
+	// report it). Every read is strongly consistent: 1 unit per started
+	// 4 KB of the items a page read.
+	ItemsRead int
+	ReadUnits float64
 }
 
 func (s *ReconcileStats) add(o ReconcileStats) {
@@ -83,6 +91,8 @@ func (s *ReconcileStats) add(o ReconcileStats) {
 	s.Invalid += o.Invalid
 	s.Reports += o.Reports
 	s.Unstamped += o.Unstamped
+	s.ItemsRead += o.ItemsRead
+	s.ReadUnits += o.ReadUnits
 	for b, n := range o.Unsettled {
 		if s.Unsettled == nil {
 			s.Unsettled = map[Scope]int{}
@@ -147,6 +157,7 @@ func ReconcileWith(ctx context.Context, api ReconcileAPI, tableName string, scop
 		}
 	}
 	var branches []Scope
+	var scanned ReconcileStats // the key Scan's reads
 	switch {
 	case scope.Tenant != "" && scope.Branch != "":
 		branches = []Scope{scope}
@@ -155,15 +166,19 @@ func ReconcileWith(ctx context.Context, api ReconcileAPI, tableName string, scop
 	default:
 		report(func(p *ReconcileProgress) { p.Scanning = true })
 		var err error
-		if branches, err = scanBranches(ctx, api, tableName, opts.Parallel, func(n int) {
-			report(func(p *ReconcileProgress) { p.Scanned += n })
+		if branches, err = scanBranches(ctx, api, tableName, opts.Parallel, func(n int, units float64) {
+			report(func(p *ReconcileProgress) {
+				p.Scanned += n
+				scanned.ItemsRead += n
+				scanned.ReadUnits += units
+			})
 		}); err != nil {
 			return nil, ReconcileStats{}, fmt.Errorf("reconcile %s: %w", tableName, err)
 		}
 	}
 	report(func(p *ReconcileProgress) { p.Scanning, p.Branches = false, len(branches) })
 
-	var stats ReconcileStats
+	stats := scanned
 	var diffs []Difference
 	work := make(chan Scope)
 	errc := make(chan error, opts.Parallel)
@@ -219,8 +234,9 @@ feed:
 
 // scanBranches finds every branch that has transactions or report items:
 // a parallel Scan of the keys only (segments segments), keeping the set of
-// branch ids.
-func scanBranches(ctx context.Context, api ReconcileAPI, tableName string, segments int, scanned func(int)) ([]Scope, error) {
+// branch ids. scanned is told each page's ScannedCount and consumed read
+// units.
+func scanBranches(ctx context.Context, api ReconcileAPI, tableName string, segments int, scanned func(items int, units float64)) ([]Scope, error) {
 	var mu sync.Mutex
 	found := map[Scope]bool{}
 	errc := make(chan error, segments)
@@ -236,6 +252,7 @@ func scanBranches(ctx context.Context, api ReconcileAPI, tableName string, segme
 				FilterExpression:          aws.String("begins_with(#pk, :t)"),
 				ExpressionAttributeNames:  map[string]string{"#pk": table.AttrPK},
 				ExpressionAttributeValues: map[string]ddbtypes.AttributeValue{":t": table.S(aggregates.TenantPrefix)},
+				ReturnConsumedCapacity:    ddbtypes.ReturnConsumedCapacityTotal,
 			}
 			if segments > 1 {
 				// One segment is a plain Scan: DynamoDB Local serves a
@@ -259,7 +276,7 @@ func scanBranches(ctx context.Context, api ReconcileAPI, tableName string, segme
 					}
 				}
 				mu.Unlock()
-				scanned(int(out.ScannedCount))
+				scanned(int(out.ScannedCount), consumedUnits(out.ConsumedCapacity))
 			}
 		}()
 	}
@@ -288,7 +305,7 @@ func reconcileBranch(ctx context.Context, api ReconcileAPI, tableName string, sc
 	// The reports first, then the transactions: a repair's argument needs
 	// the stored figures read before the fold they are compared with
 	// (docs/exactly-once.md, "Repairing while consumers run").
-	err := queryAll(ctx, api, tableName, aggregates.ReportPK(scope.Tenant, scope.Branch), func(item map[string]ddbtypes.AttributeValue) error {
+	err := queryAll(ctx, api, tableName, aggregates.ReportPK(scope.Tenant, scope.Branch), &stats, func(item map[string]ddbtypes.AttributeValue) error {
 		if err := stored.Add(item); err != nil {
 			pk, _ := table.String(item, table.AttrPK)
 			sk, _ := table.String(item, table.AttrSK)
@@ -302,7 +319,7 @@ func reconcileBranch(ctx context.Context, api ReconcileAPI, tableName string, sc
 		bc, err = branchCalendar(ctx, api, tableName, scope, &stats)
 	}
 	if err == nil {
-		err = queryAll(ctx, api, tableName, aggregates.TransactionPK(scope.Tenant, scope.Branch), func(item map[string]ddbtypes.AttributeValue) error {
+		err = queryAll(ctx, api, tableName, aggregates.TransactionPK(scope.Tenant, scope.Branch), &stats, func(item map[string]ddbtypes.AttributeValue) error {
 			stats.Transactions++
 			tx, err := table.ParseTransaction((item))
 			if err != nil {
@@ -359,10 +376,13 @@ func branchCalendar(ctx context.Context, api ReconcileAPI, tableName string, sco
 			KeyConditionExpression:    aws.String("PK = :pk AND SK = :sk"),
 			ExpressionAttributeValues: map[string]ddbtypes.AttributeValue{":pk": table.S(k.PK), ":sk": table.S(k.SK)},
 			ConsistentRead:            aws.Bool(true),
+			ReturnConsumedCapacity:    ddbtypes.ReturnConsumedCapacityTotal,
 		})
 		if err != nil {
 			return nil, fmt.Errorf("read %s: %w", k, err)
 		}
+		stats.ItemsRead += int(out.ScannedCount)
+		stats.ReadUnits += consumedUnits(out.ConsumedCapacity)
 		if len(out.Items) > 0 {
 			items[i] = out.Items[0]
 		}
@@ -582,14 +602,16 @@ func keyOfItem(item map[string]ddbtypes.AttributeValue) aggregates.Key {
 	return aggregates.Key{PK: pk, SK: sk}
 }
 
-// queryAll visits every item of partition pk, page by page, and tells
-// page (if not nil) how many items each page held.
-func queryAll(ctx context.Context, api ReconcileAPI, tableName, pk string, visit func(map[string]ddbtypes.AttributeValue) error, page func(int)) error {
+// queryAll visits every item of partition pk, page by page, counts the
+// items and read units in stats and tells page (if not nil) how many items
+// each page held.
+func queryAll(ctx context.Context, api ReconcileAPI, tableName, pk string, stats *ReconcileStats, visit func(map[string]ddbtypes.AttributeValue) error, page func(int)) error {
 	in := &dynamodb.QueryInput{
 		TableName:                 &tableName,
 		KeyConditionExpression:    aws.String("PK = :pk"),
 		ExpressionAttributeValues: map[string]ddbtypes.AttributeValue{":pk": table.S(pk)},
 		ConsistentRead:            aws.Bool(true),
+		ReturnConsumedCapacity:    ddbtypes.ReturnConsumedCapacityTotal,
 	}
 	p := dynamodb.NewQueryPaginator(api, in)
 	for p.HasMorePages() {
@@ -597,6 +619,8 @@ func queryAll(ctx context.Context, api ReconcileAPI, tableName, pk string, visit
 		if err != nil {
 			return fmt.Errorf("query %s: %w", pk, err)
 		}
+		stats.ItemsRead += int(out.ScannedCount)
+		stats.ReadUnits += consumedUnits(out.ConsumedCapacity)
 		for _, item := range out.Items {
 			if err := visit(item); err != nil {
 				return err
@@ -607,6 +631,15 @@ func queryAll(ctx context.Context, api ReconcileAPI, tableName, pk string, visit
 		}
 	}
 	return nil
+}
+
+// consumedUnits is the capacity units of a read's ConsumedCapacity (0 when
+// none was returned).
+func consumedUnits(c *ddbtypes.ConsumedCapacity) float64 {
+	if c == nil || c.CapacityUnits == nil {
+		return 0
+	}
+	return *c.CapacityUnits
 }
 
 // ParkedDelta is a report delta a commit parked (see commitTx).

@@ -7,6 +7,7 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	ddbtypes "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -64,6 +65,98 @@ func TestReconcileWith_ParallelScanSegments(t *testing.T) {
 		assert.Equal(t, w.Live(), stats.Transactions, "parallel %d", tc.parallel)
 		assert.Positive(t, stats.Reports, "parallel %d", tc.parallel)
 		assert.Equal(t, tc.want, rec.segments, "parallel %d: scans by {segment, total segments}", tc.parallel)
+	}
+}
+
+// readMeter sums what the real table answered to reconcile's reads: every
+// page's ScannedCount and consumed capacity, and whether each read asked
+// for it.
+type readMeter struct {
+	processor.ReconcileAPI
+	mu              sync.Mutex
+	items           int
+	units           float64
+	reads, unmetred int
+}
+
+func (m *readMeter) count(asked ddbtypes.ReturnConsumedCapacity, scanned int32, c *ddbtypes.ConsumedCapacity) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.reads++
+	if asked != ddbtypes.ReturnConsumedCapacityTotal {
+		m.unmetred++
+	}
+	m.items += int(scanned)
+	if c != nil {
+		m.units += aws.ToFloat64(c.CapacityUnits)
+	}
+}
+
+func (m *readMeter) Scan(ctx context.Context, in *dynamodb.ScanInput, opts ...func(*dynamodb.Options)) (*dynamodb.ScanOutput, error) {
+	out, err := m.ReconcileAPI.Scan(ctx, in, opts...)
+	if err == nil {
+		m.count(in.ReturnConsumedCapacity, out.ScannedCount, out.ConsumedCapacity)
+	}
+	return out, err
+}
+
+func (m *readMeter) Query(ctx context.Context, in *dynamodb.QueryInput, opts ...func(*dynamodb.Options)) (*dynamodb.QueryOutput, error) {
+	out, err := m.ReconcileAPI.Query(ctx, in, opts...)
+	if err == nil {
+		m.count(in.ReturnConsumedCapacity, out.ScannedCount, out.ConsumedCapacity)
+	}
+	return out, err
+}
+
+// A reconcile counts every item its reads read and the read units
+// DynamoDB reported for them (issue 25's curve reports both): the whole
+// table once for the key scan, then each branch's transactions and report
+// partition. Its Queries are paged small, so that many pages are summed.
+func TestReconcileWith_CountsItemsReadAndReadUnits(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t)
+	w := ledgertest.NewWorkload(7)
+	require.NoError(t, w.Run(ctx, e.ddb, e.table, 120))
+
+	// What the reads must see, counted independently: every item of the
+	// table, and again every item of a branch's partitions (all of them:
+	// no consumer ran) and its branch's and tenant's directory items.
+	all, branchItems := 0, 0
+	branches := map[[2]string]bool{}
+	p := dynamodb.NewScanPaginator(e.ddb, &dynamodb.ScanInput{TableName: aws.String(e.table), ConsistentRead: aws.Bool(true)})
+	for p.HasMorePages() {
+		page, err := p.NextPage(ctx)
+		require.NoError(t, err)
+		for _, item := range page.Items {
+			all++
+			pk := item["PK"].(*ddbtypes.AttributeValueMemberS).Value
+			if tenant, branch, ok := aggregates.ParseTransactionPK(pk); ok {
+				branchItems++
+				branches[[2]string{tenant, branch}] = true
+			}
+		}
+	}
+	require.Positive(t, branchItems)
+	for b := range branches {
+		for _, k := range []aggregates.Key{aggregates.TenantKey(b[0]), aggregates.BranchKey(b[0], b[1])} {
+			out, err := e.ddb.GetItem(ctx, &dynamodb.GetItemInput{TableName: aws.String(e.table), ConsistentRead: aws.Bool(true),
+				Key: map[string]ddbtypes.AttributeValue{"PK": &ddbtypes.AttributeValueMemberS{Value: k.PK}, "SK": &ddbtypes.AttributeValueMemberS{Value: k.SK}}})
+			require.NoError(t, err)
+			if out.Item != nil {
+				branchItems++
+			}
+		}
+	}
+
+	for _, parallel := range []int{1, 3} {
+		m := &readMeter{ReconcileAPI: pagedQueries{e.ddb}}
+		_, stats, err := processor.ReconcileWith(ctx, m, e.table, processor.Scope{}, processor.ReconcileOptions{Parallel: parallel})
+		require.NoError(t, err)
+		assert.Equal(t, all+branchItems, stats.ItemsRead, "parallel %d: the table, then each branch's items", parallel)
+		assert.Equal(t, m.items, stats.ItemsRead, "parallel %d", parallel)
+		assert.Zero(t, m.unmetred, "parallel %d: reads sent without ReturnConsumedCapacity TOTAL", parallel)
+		assert.Positive(t, m.units, "parallel %d: DynamoDB Local reports consumed capacity", parallel)
+		assert.InDelta(t, m.units, stats.ReadUnits, 1e-9, "parallel %d", parallel)
 	}
 }
 

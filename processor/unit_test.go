@@ -49,6 +49,8 @@ func TestClassify(t *testing.T) {
 	valid := txnImage("b", "2024-01-02", "x", "INCOME", "5", "food")
 	invalid := txnImage("b", "2024-01-02", "x", "INCOME", "5", "")
 	report := map[string]ddbtypes.AttributeValue{"PK": table.S("TENANT#t#BRANCH#b#REPORTING"), "SK": table.S("DAILY#2024-01-02")}
+	history := table.Key(aggregates.HistoryKey("t", "b", "x", 1))
+	history["entityType"], history["transaction"] = table.S(aggregates.EntityTransaction), table.S("{}")
 	tests := []struct {
 		name          string
 		rec           Record
@@ -63,6 +65,7 @@ func TestClassify(t *testing.T) {
 		{"fix of an invalid item adds the new, no quarantine", Record{EventName: "MODIFY", Keys: keysOf(valid), OldImage: invalid, NewImage: valid}, true, false, true, ""},
 		{"remove of an invalid item does nothing", Record{EventName: "REMOVE", Keys: keysOf(valid), OldImage: invalid}, true, false, false, ""},
 		{"report records are ignored", Record{EventName: "MODIFY", Keys: report, NewImage: report, DecodeErr: fmt.Errorf("bad {}")}, false, false, false, ""},
+		{"history records are ignored", Record{EventName: "INSERT", Keys: keysOf(history), NewImage: history}, false, false, false, ""},
 		{"undecodable transaction is quarantined", Record{EventName: "INSERT", Keys: keysOf(valid), DecodeErr: fmt.Errorf("bad")}, true, false, false, aggregates.ReasonShape},
 		{"unknown event", Record{EventName: "UPSERT", Keys: keysOf(valid), NewImage: valid}, true, false, false, aggregates.ReasonShape},
 		{"insert without image", Record{EventName: "INSERT", Keys: keysOf(valid)}, true, false, false, aggregates.ReasonShape},

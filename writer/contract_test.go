@@ -49,6 +49,7 @@ var loadContract = sync.OnceValues(func() (*contract, error) {
 	if err := doc.Validate(context.Background()); err != nil {
 		return nil, fmt.Errorf("the OpenAPI document is not valid: %w", err)
 	}
+	closeForTheWriter(doc)
 	// Route by path alone: the tests' servers listen on ports of their own.
 	doc.Servers = openapi3.Servers{{URL: "/"}}
 	router, err := gorillamux.NewRouter(doc)
@@ -57,6 +58,96 @@ var loadContract = sync.OnceValues(func() (*contract, error) {
 	}
 	return &contract{doc: doc, router: router}, nil
 })
+
+// The published document is open to additive change (docs/api.md
+// "Compatibility"): answer objects do not set additionalProperties, answer
+// fields list their values in x-extensible-enum rather than enum, and it
+// describes API Gateway's own answers beside the writer's. The contract is
+// what this writer sends, so closeForTheWriter closes the loaded copy:
+//   - an object schema with properties and no additionalProperties gets
+//     additionalProperties: false (an undocumented member fails);
+//   - x-extensible-enum becomes enum (an undocumented value fails);
+//   - a header marked x-ledger-writer-always is required (the writer always
+//     sends it; API Gateway's own answers do not);
+//   - the GatewayError and GatewayErrorText bodies (API Gateway's, never
+//     the writer's) are removed, and with them the answers only API Gateway
+//     gives;
+//   - a schema marked x-ledger-accepts-json-number also takes a JSON number
+//     (Amount: the writer takes "12.50" and, from older clients, 12.50).
+func closeForTheWriter(doc *openapi3.T) {
+	seen := map[*openapi3.Schema]bool{}
+	var walk func(ref *openapi3.SchemaRef)
+	walk = func(ref *openapi3.SchemaRef) {
+		if ref == nil || ref.Value == nil || seen[ref.Value] {
+			return
+		}
+		s := ref.Value
+		seen[s] = true
+		if s.Type.Is(openapi3.TypeObject) && len(s.Properties) > 0 && s.AdditionalProperties.Has == nil && s.AdditionalProperties.Schema == nil {
+			s.AdditionalProperties = openapi3.AdditionalProperties{Has: openapi3.Ptr(false)}
+		}
+		if values, ok := s.Extensions["x-extensible-enum"].([]any); ok {
+			s.Enum = values
+		}
+		if accepts, _ := s.Extensions["x-ledger-accepts-json-number"].(bool); accepts {
+			s.Type = &openapi3.Types{openapi3.TypeString, openapi3.TypeNumber}
+		}
+		for _, p := range s.Properties {
+			walk(p)
+		}
+		for _, list := range []openapi3.SchemaRefs{s.AllOf, s.OneOf, s.AnyOf} {
+			for _, el := range list {
+				walk(el)
+			}
+		}
+		walk(s.Items)
+		walk(s.Not)
+		walk(s.AdditionalProperties.Schema)
+	}
+	for _, ref := range doc.Components.Schemas {
+		walk(ref)
+	}
+	for _, h := range doc.Components.Headers {
+		if always, _ := h.Value.Extensions["x-ledger-writer-always"].(bool); always {
+			h.Value.Required = true
+		}
+	}
+	gatewayOnly := map[*openapi3.Response]bool{}
+	writersOwn := func(resp *openapi3.ResponseRef) bool { // false: only API Gateway gives this answer
+		if gatewayOnly[resp.Value] {
+			return false
+		}
+		removed := false
+		for ct, mt := range resp.Value.Content {
+			if mt.Schema != nil && (strings.HasSuffix(mt.Schema.Ref, "/GatewayError") || strings.HasSuffix(mt.Schema.Ref, "/GatewayErrorText")) {
+				delete(resp.Value.Content, ct)
+				removed = true
+			}
+		}
+		for _, mt := range resp.Value.Content {
+			walk(mt.Schema)
+		}
+		if removed && len(resp.Value.Content) == 0 { // a body-less answer (204) stays
+			gatewayOnly[resp.Value] = true
+			return false
+		}
+		return true
+	}
+	for name, resp := range doc.Components.Responses {
+		if !writersOwn(resp) {
+			delete(doc.Components.Responses, name)
+		}
+	}
+	for _, item := range doc.Paths.Map() {
+		for _, op := range item.Operations() {
+			for status, resp := range op.Responses.Map() {
+				if !writersOwn(resp) {
+					op.Responses.Delete(status)
+				}
+			}
+		}
+	}
+}
 
 // transportHeaders are set by net/http, not by the writer; every other
 // response header must be documented for the response it is on.

@@ -17,6 +17,10 @@
 // (change.go).
 // Transactions are stored exactly as the stream consumers accept them
 // (aggregates.ParseTransaction), with an updatedAt they measure lag from.
+// Every version of a transaction is kept in its audit trail, a history
+// entry written in the same TransactWriteItems as the version, naming the
+// token's subject, the receive time and the request id, readable after a
+// delete (store_history.go).
 // Writes obey the flags singleton, read through a short cache and failing
 // closed (flags.go). Requests are authenticated with JWTs whose tenant
 // claim must be the path's tenant, or whose scope is admin (auth.go); ids

@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"sort"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -151,11 +152,20 @@ func TestEndToEnd_ReportsServedEqualTheReconcileOracle(t *testing.T) {
 	require.NoError(t, err)
 	p, err := processor.New(e.ddb, processor.Config{Table: e.table}, nil)
 	require.NoError(t, err)
+	historyRecords := 0
 	for _, sh := range shards {
 		res, err := p.Process(ctx, p.ShardGuard(info.StreamARN, sh.ID), sh.Records)
 		require.NoError(t, err)
 		assert.Zero(t, res.Quarantined, "the writer writes only valid transactions")
+		for _, r := range sh.Records {
+			if pk, _ := table.String(r.Keys, table.AttrPK); strings.HasSuffix(pk, "#HISTORY") {
+				historyRecords++
+			}
+		}
 	}
+	// The audit trail's entries ride in the stream beside the transactions
+	// (ignored by the consumer, above): one per write, none per replay.
+	assert.Equal(t, 70+30+15, historyRecords)
 
 	diffs, stats, err := processor.Reconcile(ctx, e.ddb, e.table, processor.Scope{})
 	require.NoError(t, err)

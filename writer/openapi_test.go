@@ -1,6 +1,7 @@
 package writer_test
 
 import (
+	"context"
 	"encoding/json"
 	"log/slog"
 	"maps"
@@ -11,6 +12,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/getkin/kin-openapi/openapi3"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -60,6 +62,7 @@ func TestOpenAPI_DocumentsEveryRouteAndMethodTheServerHas(t *testing.T) {
 		"/v1/branches:lookup", "/v1/tenants/{tenant}/accounts", "/v1/tenants/{tenant}/accounts/{account}",
 		"/v1/tenants/{tenant}/accounts/{account}/emails", "/v1/tenants/{tenant}/accounts/{account}/emails/{email}", "/v1/accounts:lookup",
 		"/v1/tenants/{tenant}/branches/{branch}/transactions", "/v1/tenants/{tenant}/branches/{branch}/transactions/{id}",
+		"/v1/tenants/{tenant}/branches/{branch}/transactions/{id}/history",
 		"/v1/tenants/{tenant}/branches/{branch}/reports", "/v1/tenants/{tenant}/branches/{branch}/reports/{period}/{value}",
 		"/v1/openapi.json", "/healthz", "/readyz", "/metrics"}
 	assert.ElementsMatch(t, routes, slices.Collect(maps.Keys(doc.Paths)), "the document's paths are the server's routes")
@@ -95,6 +98,7 @@ func TestOpenAPIContract_RefusesUndocumentedExchanges(t *testing.T) {
 	c, err := loadContract()
 	require.NoError(t, err)
 	tenant := `{"id":"acme","name":"Acme","status":"active","reportPeriods":["DAILY","MONTHLY","YEARLY"],"createdAt":"2026-01-31T12:00:00.123Z","updatedAt":"2026-01-31T12:00:00.123Z","version":1}`
+	txn := `{"id":"01J1Z7ZZZZZZZZZZZZZZZZZZZZ","tenant":"acme","branch":"b1","type":"EXPENSE","amount":"12.5","category":"food","createdAt":"2026-01-31T12:00:00.123Z","businessDate":"2026-01-31","updatedAt":"2026-01-31T12:00:00.123Z","version":1}`
 	problem := func(slug string, status int) string {
 		b, _ := json.Marshal(writer.Problem{Type: writer.ProblemBase + slug, Title: "t", Status: status, Detail: "d"})
 		return string(b)
@@ -160,6 +164,24 @@ func TestOpenAPIContract_RefusesUndocumentedExchanges(t *testing.T) {
 			header: withoutRequestID, respBody: problem("not-found", 404)}, "X-Request-Id"},
 		{"required header missing", exchange{method: "POST", path: "/v1/tenants", body: `{"id":"acme","name":"Acme"}`, reqHeader: create, status: 201,
 			header: jsonHeader("ETag", `"1"`), respBody: tenant}, "Location"},
+		{"documented delete (204, no body)", exchange{method: "DELETE", path: "/v1/tenants/acme/branches/b1/transactions/01J1Z7ZZZZZZZZZZZZZZZZZZZZ", reqHeader: auth, status: 204,
+			header: http.Header{"Cache-Control": {"no-store"}, "X-Request-Id": {"01J1Z7ZZZZZZZZZZZZZZZZZZZZ"}}}, ""},
+		{"amount as a string", exchange{method: "POST", path: "/v1/tenants/acme/branches/b1/transactions", body: `{"type":"EXPENSE","amount":"12.50","category":"food"}`, reqHeader: create, status: 201,
+			header: jsonHeader("ETag", `"1"`, "Location", "/v1/tenants/acme/branches/b1/transactions/01J1Z7ZZZZZZZZZZZZZZZZZZZZ"), respBody: txn}, ""},
+		{"amount as a JSON number (x-ledger-accepts-json-number)", exchange{method: "POST", path: "/v1/tenants/acme/branches/b1/transactions", body: `{"type":"EXPENSE","amount":12.50,"category":"food"}`, reqHeader: create, status: 201,
+			header: jsonHeader("ETag", `"1"`, "Location", "/v1/tenants/acme/branches/b1/transactions/01J1Z7ZZZZZZZZZZZZZZZZZZZZ"), respBody: txn}, ""},
+		{"amount the document forbids accepted", exchange{method: "POST", path: "/v1/tenants/acme/branches/b1/transactions", body: `{"type":"EXPENSE","amount":"012.5","category":"food"}`, reqHeader: create, status: 201,
+			header: jsonHeader("ETag", `"1"`, "Location", "/v1/tenants/acme/branches/b1/transactions/01J1Z7ZZZZZZZZZZZZZZZZZZZZ"), respBody: txn}, "accepted"},
+		{"undocumented enum value (x-extensible-enum closed)", exchange{method: "GET", path: "/v1/tenants/acme", reqHeader: auth, status: 200,
+			header: jsonHeader("ETag", `"1"`), respBody: strings.Replace(tenant, `"status":"active"`, `"status":"archived"`, 1)}, "archived"},
+		{"undocumented member in a nested object", exchange{method: "GET", path: "/v1/tenants/acme/branches/b1/transactions/01J1Z7ZZZZZZZZZZZZZZZZZZZZ", reqHeader: auth, status: 200,
+			header: jsonHeader("ETag", `"1"`), respBody: strings.Replace(txn, `"version":1`, `"version":1,"secret":"x"`, 1)}, "secret"},
+		{"API Gateway's body from the writer", exchange{method: "GET", path: "/v1/tenants/acme", reqHeader: auth, status: 429,
+			header: jsonHeader("Retry-After", "1", "X-Content-Type-Options", "nosniff"), respBody: `{"message":"Too Many Requests"}`}, "Content-Type has unexpected value"},
+		{"429 without Retry-After (x-ledger-writer-always)", exchange{method: "GET", path: "/v1/tenants/acme", reqHeader: auth, status: 429,
+			header: problemHeader, respBody: problem("rate-limited", 429)}, "Retry-After"},
+		{"504, API Gateway's only", exchange{method: "GET", path: "/v1/tenants/acme", reqHeader: auth, status: 504,
+			header: problemHeader, respBody: problem("unavailable", 504)}, "status is not supported"},
 		{"forbidden request accepted", exchange{method: "POST", path: "/v1/tenants", body: `{"id":"acme","name":"Acme","color":"red"}`, reqHeader: create, status: 201,
 			header: jsonHeader("ETag", `"1"`, "Location", "/v1/tenants/acme"), respBody: tenant}, "accepted"},
 	}
@@ -178,4 +200,123 @@ func TestOpenAPIContract_RefusesUndocumentedExchanges(t *testing.T) {
 			assert.Contains(t, err.Error(), tc.wrong)
 		})
 	}
+}
+
+// The published document is open to additive change (docs/api.md
+// "Compatibility"): an answer with a member or an enumerated value this
+// version does not list is still valid against it, so strict generated
+// clients keep working when one is added; only the tests' copy is closed
+// (closeForTheWriter). Request schemas stay closed: the server refuses
+// unknown members. It also describes API Gateway's own answers.
+func TestOpenAPI_PublishedDocumentIsOpenToAdditiveChange(t *testing.T) {
+	t.Parallel()
+	raw, err := writer.OpenAPI()
+	require.NoError(t, err)
+	doc, err := openapi3.NewLoader().LoadFromData(raw)
+	require.NoError(t, err)
+	require.NoError(t, doc.Validate(context.Background()))
+
+	t.Run("no closed answer schema", func(t *testing.T) {
+		seen := map[*openapi3.Schema]bool{}
+		var walk func(where string, ref *openapi3.SchemaRef)
+		walk = func(where string, ref *openapi3.SchemaRef) {
+			if ref == nil || ref.Value == nil || seen[ref.Value] {
+				return
+			}
+			s := ref.Value
+			seen[s] = true
+			if ref.Ref != "" {
+				where = ref.Ref
+			}
+			if s.AdditionalProperties.Has != nil && !*s.AdditionalProperties.Has {
+				t.Errorf("%s: additionalProperties: false in an answer", where)
+			}
+			if len(s.Enum) > 0 {
+				t.Errorf("%s: enum %v in an answer (x-extensible-enum keeps it open)", where, s.Enum)
+			}
+			for name, p := range s.Properties {
+				walk(where+"."+name, p)
+			}
+			for _, list := range []openapi3.SchemaRefs{s.AllOf, s.OneOf, s.AnyOf} {
+				for _, el := range list {
+					walk(where, el)
+				}
+			}
+			walk(where+"[]", s.Items)
+			walk(where+"{}", s.AdditionalProperties.Schema)
+		}
+		for path, item := range doc.Paths.Map() {
+			for method, op := range item.Operations() {
+				for status, resp := range op.Responses.Map() {
+					for ct, mt := range resp.Value.Content {
+						walk(method+" "+path+" "+status+" "+ct, mt.Schema)
+					}
+				}
+			}
+		}
+		for name, resp := range doc.Components.Responses {
+			for ct, mt := range resp.Value.Content {
+				walk(name+" "+ct, mt.Schema)
+			}
+		}
+		require.NotEmpty(t, seen)
+	})
+
+	t.Run("additions validate", func(t *testing.T) {
+		for _, tc := range []struct{ schema, body string }{
+			{"Tenant", `{"id":"acme","name":"Acme","status":"archived","reportPeriods":["DAILY","HOURLY"],"createdAt":"2026-01-31T12:00:00Z","updatedAt":"2026-01-31T12:00:00Z","version":1,"region":"eu"}`},
+			{"Transaction", `{"id":"01J1Z7ZZZZZZZZZZZZZZZZZZZZ","tenant":"acme","branch":"b1","type":"TRANSFER","amount":"12.5","category":"food","createdAt":"2026-01-31T12:00:00Z","updatedAt":"2026-01-31T12:00:00Z","version":1,"currency":"EUR"}`},
+			{"Problem", `{"type":"https://github.com/ledger-dev/ledger/blob/main/docs/api.md#new-kind","title":"t","status":409,"retryable":true}`},
+			{"GatewayError", `{"message":"Too Many Requests"}`},
+		} {
+			var v any
+			require.NoError(t, json.Unmarshal([]byte(tc.body), &v))
+			assert.NoError(t, doc.Components.Schemas[tc.schema].Value.VisitJSON(v, openapi3.EnableJSONSchema2020()), tc.schema)
+		}
+	})
+
+	t.Run("request schemas stay closed", func(t *testing.T) {
+		for _, name := range []string{"TenantCreate", "TenantPatch", "BranchCreate", "BranchPatch", "AccountCreate", "AccountPatch", "EmailAdd", "EmailPatch", "TransactionCreate", "TransactionPatch"} {
+			ap := doc.Components.Schemas[name].Value.AdditionalProperties
+			assert.True(t, ap.Has != nil && !*ap.Has, "%s must be closed", name)
+		}
+	})
+
+	t.Run("types generators map to strings", func(t *testing.T) {
+		amount := doc.Components.Schemas["Amount"].Value
+		assert.Equal(t, []string{"string"}, amount.Type.Slice(), "Amount")
+		assert.Empty(t, amount.OneOf, "Amount")
+		typ := doc.Components.Schemas["Problem"].Value.Properties["type"].Value
+		assert.Equal(t, []string{"string"}, typ.Type.Slice(), "Problem.type")
+		assert.Equal(t, "uri-reference", typ.Format, "Problem.type")
+		// Every problem type the writer has is listed.
+		listed, _ := typ.Extensions["x-extensible-enum"].([]any)
+		assert.Len(t, listed, len(writer.ProblemTypes()), "Problem.type's x-extensible-enum and writer.ProblemTypes")
+		for _, pt := range writer.ProblemTypes() {
+			assert.Contains(t, listed, pt)
+		}
+	})
+
+	t.Run("API Gateway's own answers", func(t *testing.T) {
+		// Every operation API Gateway forwards (/v1/{proxy+}, /healthz in
+		// infra/template.yaml) lists the statuses API Gateway answers itself
+		// with an application/json GatewayError body.
+		for path, item := range doc.Paths.Map() {
+			if !strings.HasPrefix(path, "/v1/") && path != "/healthz" {
+				continue
+			}
+			for method, op := range item.Operations() {
+				for _, status := range []int{413, 429, 500, 503, 504} {
+					resp := op.Responses.Status(status)
+					if !assert.NotNil(t, resp, "%s %s: %d", method, path, status) {
+						continue
+					}
+					mt := resp.Value.Content.Get("application/json")
+					if assert.NotNil(t, mt, "%s %s: %d application/json", method, path, status) {
+						assert.Equal(t, "#/components/schemas/GatewayError", mt.Schema.Ref)
+					}
+				}
+			}
+		}
+	})
 }

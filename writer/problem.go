@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"net/http"
 	"strconv"
+
+	"github.com/oklog/ulid/v2"
 )
 
 // ProblemBase prefixes every problem type: the types are URIs (RFC 9457)
@@ -15,6 +17,7 @@ const ProblemBase = "https://github.com/ledger-dev/ledger/blob/main/docs/api.md#
 const (
 	ProblemInvalidField           = ProblemBase + "invalid-field"            // 400: a path, query, header or body field is invalid
 	ProblemInvalidJSON            = ProblemBase + "invalid-json"             // 400: the body is not one JSON object
+	ProblemInvalidRequest         = ProblemBase + "invalid-request"          // 400: the transport could not make an HTTP request of it (the Lambda adapter)
 	ProblemUnknownField           = ProblemBase + "unknown-field"            // 400: the body has a field the resource does not have
 	ProblemInvalidCursor          = ProblemBase + "invalid-cursor"           // 400: the cursor was not issued for this listing
 	ProblemIdempotencyKeyRequired = ProblemBase + "idempotency-key-required" // 400: POST without Idempotency-Key
@@ -73,6 +76,7 @@ type Problem struct {
 var problemTitles = map[string]string{
 	ProblemInvalidField:           "Invalid field",
 	ProblemInvalidJSON:            "Invalid JSON body",
+	ProblemInvalidRequest:         "Invalid request",
 	ProblemUnknownField:           "Unknown field",
 	ProblemInvalidCursor:          "Invalid cursor",
 	ProblemIdempotencyKeyRequired: "Idempotency-Key required",
@@ -157,6 +161,21 @@ func (p *Problem) write(w http.ResponseWriter) {
 	w.Header().Set("X-Content-Type-Options", "nosniff")
 	w.WriteHeader(p.Status)
 	_, _ = w.Write(append(body, '\n'))
+}
+
+// WriteInvalidRequest answers a request that never became an
+// *http.Request for the server (cmd/writer's Lambda adapter: an event whose
+// body is not base64, or whose method or path no request can have): 400
+// invalid-request, a problem like every answer of the writer, with a
+// request id (the client's X-Request-Id, clientID, when well-formed, as
+// the server keeps it; otherwise a fresh one) as X-Request-Id and instance.
+func WriteInvalidRequest(w http.ResponseWriter, clientID, detail string) {
+	id := clientID
+	if !validRequestID(id) {
+		id = ulid.Make().String()
+	}
+	w.Header().Set(RequestIDHeader, id)
+	problem(http.StatusBadRequest, ProblemInvalidRequest, detail).write(w)
 }
 
 // notFoundOf is a 404 naming what is missing.

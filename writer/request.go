@@ -121,19 +121,6 @@ func (s *Server) versionFor(m ifMatch, current int64) (int64, *Problem) {
 	return 0, s.versionConflict(current)
 }
 
-// single returns the one version m names, or 0 when m is absent or "*"
-// (any version): ok is false when evaluating m needs the current version
-// (several tags, or none that can match).
-func (m ifMatch) single() (version int64, ok bool) {
-	switch {
-	case !m.present || m.any:
-		return 0, true
-	case len(m.versions) == 1:
-		return m.versions[0], true
-	}
-	return 0, false
-}
-
 // readForPatch reads the item at k a PATCH changes (what it is, for the
 // 404) and evaluates m against it: the item and the version the write is
 // conditioned on, the version read (whichever tag matched, or "*"), or

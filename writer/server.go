@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"path"
 	"runtime/debug"
 	"slices"
 	"strconv"
@@ -134,15 +135,17 @@ func (c Config) withDefaults() (Config, error) {
 // Server is the writer's HTTP API over the ledger table. It is an
 // http.Handler; docs/api.md describes the API.
 type Server struct {
-	cfg      Config
-	api      DynamoDB
-	metrics  *Metrics
-	flags    *flagCache
-	cursors  cursorCodec
-	mux      *http.ServeMux
-	limiter  *tenantLimiter // nil: no per-tenant limit
-	statuses *statusCache
-	draining atomic.Bool
+	cfg     Config
+	api     DynamoDB
+	metrics *Metrics
+	flags   *flagCache
+	cursors cursorCodec
+	mux     *http.ServeMux
+	// notCanonical answers a path that is not canonical (canonicalPath).
+	notCanonical http.Handler
+	limiter      *tenantLimiter // nil: no per-tenant limit
+	statuses     *statusCache
+	draining     atomic.Bool
 }
 
 // New returns a Server over api configured by cfg. metrics may be nil (then
@@ -183,6 +186,7 @@ const (
 	routeAccountLookup = "/v1/accounts:lookup"
 	routeTransactions  = "/v1/tenants/{tenant}/branches/{branch}/transactions"
 	routeTransaction   = "/v1/tenants/{tenant}/branches/{branch}/transactions/{id}"
+	routeHistory       = "/v1/tenants/{tenant}/branches/{branch}/transactions/{id}/history"
 	routeReports       = "/v1/tenants/{tenant}/branches/{branch}/reports"
 	routeReport        = "/v1/tenants/{tenant}/branches/{branch}/reports/{period}/{value}"
 	routeOpenAPI       = "/v1/openapi.json"
@@ -213,6 +217,7 @@ func (s *Server) routes() {
 	api(routeAccountLookup, handlers{get: s.lookupAccount}, get)
 	api(routeTransactions, handlers{get: s.listTransactions, post: s.createTransaction})
 	api(routeTransaction, handlers{get: s.getTransaction, patch: s.patchTransaction, del: s.deleteTransaction})
+	api(routeHistory, handlers{get: s.transactionHistory})
 	api(routeReports, handlers{get: s.reportRange})
 	api(routeReport, handlers{get: s.getReport})
 	s.mux.Handle(routeOpenAPI, s.instrument(routeOpenAPI, byMethod(handlers{get: s.openAPI})))
@@ -224,11 +229,14 @@ func (s *Server) routes() {
 	s.mux.Handle("/", s.instrument(routeOther, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		problem(http.StatusNotFound, ProblemNotFound, "no such resource").write(w)
 	})))
+	s.notCanonical = s.instrument(routeOther, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		problem(http.StatusNotFound, ProblemNotFound, "no such resource: the path has an empty, \".\" or \"..\" segment").write(w)
+	}))
 }
 
 // ServeHTTP implements http.Handler.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	r = withRequestID(w, r)
+	r = withReceivedAt(withRequestID(w, r), s.cfg.Now())
 	defer func() {
 		if v := recover(); v != nil {
 			if v == http.ErrAbortHandler {
@@ -238,7 +246,28 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			problem(http.StatusInternalServerError, ProblemInternal, "internal error").write(w)
 		}
 	}()
+	if r.Method != http.MethodConnect && !canonicalPath(r.URL.EscapedPath()) {
+		s.notCanonical.ServeHTTP(w, r)
+		return
+	}
 	s.mux.ServeHTTP(w, r)
+}
+
+// canonicalPath reports whether p is a path ServeMux serves as it is: it
+// answers any other (an empty, "." or ".." segment) with a 307 redirect to
+// the cleaned path, which the document does not describe and a client
+// following it would resend a POST or PATCH to; the writer answers 404
+// not-found instead (docs/api.md "Conventions"). The cleaning is
+// ServeMux's: path.Clean, keeping a trailing slash.
+func canonicalPath(p string) bool {
+	if p == "" || p[0] != '/' {
+		return false
+	}
+	clean := path.Clean(p)
+	if p[len(p)-1] == '/' && clean != "/" {
+		clean += "/"
+	}
+	return clean == p
 }
 
 // Drain makes /readyz answer 503 from now on, so load balancers stop

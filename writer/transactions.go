@@ -87,6 +87,11 @@ func (s *Server) createTransaction(w http.ResponseWriter, r *http.Request) {
 		p.write(w)
 		return
 	}
+	by, p := authorOf(r)
+	if p != nil {
+		p.write(w)
+		return
+	}
 	branchKey := aggregates.BranchKey(tenant, branch)
 	marking := false // this attempt sets the branch's hasTransactions marker
 	s.mutate(w, r, mutation{
@@ -127,14 +132,13 @@ func (s *Server) createTransaction(w http.ResponseWriter, r *http.Request) {
 			if p, err := branchState.stamp(&t); p != nil || err != nil {
 				return nil, response{}, p, err
 			}
-			item, err := transactionItem(aggregates.TransactionKey(tenant, branch, aggregates.DateOf(created), t.ID), t)
-			if err != nil {
-				return nil, response{}, nil, fmt.Errorf("create transaction: %w", err)
-			}
 			resp := versionedResponse(http.StatusCreated, t, t.Version)
 			resp.location = transactionLocation(tenant, branch, t.ID)
 			marking = !branchState.marked
-			ch := s.transactionCreate(item, tenant, branch, marking)
+			ch, err := s.transactionCreate(aggregates.TransactionKey(tenant, branch, aggregates.DateOf(created), t.ID), t, by, marking)
+			if err != nil {
+				return nil, response{}, nil, err
+			}
 			// A failed condition (the branch gone or suspended, or an id
 			// collision) means no create holds the marker: prepare reads
 			// the branch again instead of waiting for the marker.
@@ -195,6 +199,11 @@ func (s *Server) patchTransaction(w http.ResponseWriter, r *http.Request) {
 		p.write(w)
 		return
 	}
+	by, p := authorOf(r)
+	if p != nil {
+		p.write(w)
+		return
+	}
 	s.mutate(w, r, mutation{
 		tenant: tenant, idemKey: key, fp: fingerprint(r, body), lookupFirst: true,
 		prepare: func(ctx context.Context) (*change, response, *Problem, error) {
@@ -229,7 +238,11 @@ func (s *Server) patchTransaction(w http.ResponseWriter, r *http.Request) {
 			if err != nil {
 				return nil, response{}, nil, err
 			}
-			return s.transactionReplace(k, next, expected), versionedResponse(http.StatusOK, t, t.Version), nil, nil
+			ch, err := s.transactionReplace(k, next, t, expected, by)
+			if err != nil {
+				return nil, response{}, nil, err
+			}
+			return ch, versionedResponse(http.StatusOK, t, t.Version), nil, nil
 		},
 	})
 }
@@ -255,11 +268,18 @@ func applyPatch(t *Transaction, p patchRequest) {
 }
 
 // deleteTransaction serves DELETE …/transactions/{id}, with an optional
-// If-Match version.
+// If-Match version. The transaction is read first, whatever If-Match says:
+// its history entry keeps it as it was deleted, and the delete is
+// conditioned on the version read.
 func (s *Server) deleteTransaction(w http.ResponseWriter, r *http.Request) {
-	tenant, branch, _, k, p := transactionPath(r)
+	tenant, branch, id, k, p := transactionPath(r)
 	ifm, key, ok := s.deleteRequest(w, r, p)
 	if !ok {
+		return
+	}
+	by, p := authorOf(r)
+	if p != nil {
+		p.write(w)
 		return
 	}
 	s.mutate(w, r, mutation{
@@ -268,20 +288,22 @@ func (s *Server) deleteTransaction(w http.ResponseWriter, r *http.Request) {
 			if _, p, err := s.activeBranch(ctx, tenant, branch); p != nil || err != nil {
 				return nil, response{}, p, err
 			}
-			// One version named (the common case), or none: the delete's
-			// condition decides. Otherwise the version read decides.
-			expected, one := ifm.single()
-			if !one {
-				item, p, err := s.getForChange(ctx, k, 0, "transaction")
-				if item == nil {
-					return nil, response{}, p, err
-				}
-				v, _ := intAttr(item, attrVersion)
-				if expected, p = s.versionFor(ifm, v); p != nil {
-					return nil, response{}, p, nil
-				}
+			item, p, err := s.getForChange(ctx, k, 0, "transaction")
+			if item == nil {
+				return nil, response{}, p, err
 			}
-			return s.transactionDelete(k, expected), response{status: http.StatusNoContent}, nil, nil
+			read, _ := intAttr(item, attrVersion)
+			expected, p := s.versionFor(ifm, read)
+			if p != nil {
+				return nil, response{}, p, nil
+			}
+			t := decodeTransaction(item)
+			t.ID = id // the path's id is the sort key's
+			ch, err := s.transactionDelete(k, t, read, expected > 0, by)
+			if err != nil {
+				return nil, response{}, nil, err
+			}
+			return ch, response{status: http.StatusNoContent}, nil, nil
 		},
 	})
 }

@@ -4,12 +4,14 @@
 // tool, kept out of the operator's binary (ledgerctl) so that no product
 // binary links the benchmark, its rival designs or package testing.
 //
-//	make bench         # the full run (over an hour on 2 cores)
-//	make bench-quick   # every measurement on small workloads (CI smoke)
+//	make bench            # the full run (over an hour on 2 cores)
+//	make bench-quick      # every measurement on small workloads (CI smoke)
+//	make bench-reconcile  # ledgerbench reconcile-curve: reconcile's memory and time up to 1,000,000 transactions, on dynalite
 package main
 
 import (
 	"context"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
@@ -41,6 +43,7 @@ const (
 )
 
 const help = `usage: ledgerbench [flags]
+       ledgerbench reconcile-curve [flags]   (-h for its own)
 
 Runs issue 6's benchmark and prints its tables as markdown on stdout
 (progress on stderr): the project's consumer (the poller, and the Lambda
@@ -85,6 +88,9 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fail := func(err error) int {
 		fmt.Fprintf(stderr, "ledgerbench: %v\n", err)
 		return exitError
+	}
+	if len(args) > 0 && args[0] == "reconcile-curve" {
+		return reconcileCurve(ctx, args[1:], stdout, stderr)
 	}
 	fs := flag.NewFlagSet("ledgerbench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -227,6 +233,98 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	if err != nil {
 		return fail(err)
+	}
+	return exitOK
+}
+
+const reconcileCurveHelp = `usage: ledgerbench reconcile-curve [flags]
+
+Issue 25's curve: the peak resident set size and wall time of
+'ledgerctl reconcile --json' (read-only) over tables of each -sizes
+transactions, one table at a time, each in its own dynalite (a DynamoDB
+implementation that keeps its tables in LevelDB on disk: DynamoDB Local
+cannot serve a Scan or Query of a million items, BENCHMARKS.md). Each table
+holds transactions of workload b's shape (50 branches, 90 days, seeded)
+loaded with BatchWriteItem, their reports exact but for four planted
+differences (a count one too high, a report item missing, a report of a
+day without transactions, a stray item); reconcile must name exactly those
+four. Peak RSS is the ledgerctl child's own (rusage), not this process's.
+
+dynalite is pinned in infra/dynalite (package-lock.json): run
+'npm ci --prefix infra/dynalite' or 'make bench-reconcile'. Prints a
+markdown table on stdout, progress on stderr.
+`
+
+// reconcileCurve runs `ledgerbench reconcile-curve`.
+func reconcileCurve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fail := func(err error) int {
+		fmt.Fprintf(stderr, "ledgerbench reconcile-curve: %v\n", err)
+		return exitError
+	}
+	fs := flag.NewFlagSet("ledgerbench reconcile-curve", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprint(stderr, reconcileCurveHelp+"\n")
+		fs.PrintDefaults()
+	}
+	sizes := fs.String("sizes", "100000,200000,500000,1000000", "the tables' sizes: `LIST` of transaction counts, measured in this order")
+	seed := fs.Uint64("seed", 25, "the workload's `SEED`")
+	dynaliteDir := fs.String("dynalite", "infra/dynalite", "`DIR` where dynalite is installed (npm ci --prefix DIR)")
+	dataDir := fs.String("data", "", "keep each table's LevelDB in `DIR`/<size> and reuse a finished load of the same size and seed (default: a temporary directory, removed)")
+	ledgerctl := fs.String("ledgerctl", "", "the built cmd/ledgerctl `BINARY` to measure (default: go build one)")
+	parallel := fs.Int("parallel", 0, "ledgerctl reconcile --parallel `N` (default: ledgerctl's default)")
+	workers := fs.Int("load-workers", 8, "BatchWriteItem calls in flight while loading, `N`")
+	out := fs.String("o", "", "also write the markdown to `FILE`")
+	jsonOut := fs.String("json", "", "also write the points as JSON to `FILE`")
+	if err := fs.Parse(args); err != nil {
+		return exitError
+	}
+	if fs.NArg() > 0 {
+		return fail(fmt.Errorf("unexpected argument %q", fs.Arg(0)))
+	}
+	cfg := bench.ReconcileCurveConfig{Seed: *seed, DynaliteDir: *dynaliteDir, DataDir: *dataDir, LedgerctlBinary: *ledgerctl,
+		Parallel: *parallel, Workers: *workers, Log: stderr}
+	for _, f := range strings.Split(*sizes, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 1 {
+			return fail(fmt.Errorf("-sizes: %q is not a number of transactions", f))
+		}
+		cfg.Sizes = append(cfg.Sizes, n)
+	}
+	if *parallel < 0 || *parallel > 64 {
+		return fail(fmt.Errorf("-parallel %d: want 1 to 64", *parallel))
+	}
+	if *workers < 1 {
+		return fail(fmt.Errorf("-load-workers %d: want at least 1", *workers))
+	}
+	started := time.Now()
+	points, err := bench.ReconcileCurve(ctx, cfg)
+	var md strings.Builder
+	fmt.Fprintf(&md, "Command: `%s`.  \nRun took %s.\n\n", strings.Join(append([]string{"ledgerbench", "reconcile-curve"}, args...), " "),
+		time.Since(started).Round(time.Second))
+	bench.WriteReconcileCurve(&md, points)
+	fmt.Fprint(stdout, md.String())
+	if *out != "" {
+		if werr := os.WriteFile(*out, []byte(md.String()), 0o644); werr != nil && err == nil {
+			err = werr
+		}
+	}
+	if *jsonOut != "" {
+		b, jerr := json.MarshalIndent(points, "", "  ")
+		if jerr == nil {
+			jerr = os.WriteFile(*jsonOut, b, 0o644)
+		}
+		if jerr != nil && err == nil {
+			err = jerr
+		}
+	}
+	if err != nil {
+		return fail(err)
+	}
+	for _, p := range points {
+		if !p.Exact {
+			return fail(fmt.Errorf("at %d transactions reconcile found %v; want exactly the planted %v", p.Transactions, p.Found, p.Seeded))
+		}
 	}
 	return exitOK
 }

@@ -49,6 +49,33 @@ func TestBench_RefusesArgumentsAndDocumentsItsFlags(t *testing.T) {
 	assert.Contains(t, errOut, "-reconcile-parallel: -1 is not a number of segments")
 }
 
+// reconcile-curve has its own flags, checked before anything is loaded.
+func TestReconcileCurve_RefusesBadFlagsAndDocumentsThem(t *testing.T) {
+	code, _, errOut := run(t, "reconcile-curve", "-h")
+	assert.Equal(t, exitError, code)
+	for _, flag := range []string{"-sizes LIST", "-seed SEED", "-dynalite DIR", "-data DIR", "-ledgerctl BINARY", "-parallel N", "-load-workers N", "-o FILE", "-json FILE", "dynalite"} {
+		assert.Contains(t, errOut, flag)
+	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"now"}, `unexpected argument "now"`},
+		{[]string{"-sizes", "1000,x"}, `-sizes: "x" is not a number of transactions`},
+		{[]string{"-sizes", "0"}, `-sizes: "0" is not a number of transactions`},
+		{[]string{"-parallel", "65"}, "-parallel 65: want 1 to 64"},
+		{[]string{"-load-workers", "0"}, "-load-workers 0: want at least 1"},
+		{[]string{"-sizes", "10", "-dynalite", t.TempDir(), "-ledgerctl", "/bin/true"}, "dynalite is not installed"},
+	} {
+		code, _, errOut := run(t, append([]string{"reconcile-curve"}, tc.args...)...)
+		assert.Equal(t, exitError, code, "%v", tc.args)
+		assert.Contains(t, errOut, tc.want, "%v", tc.args)
+	}
+	code, _, errOut = run(t, "-h")
+	assert.Equal(t, exitError, code)
+	assert.Contains(t, errOut, "ledgerbench reconcile-curve [flags]")
+}
+
 // -from draws the charts of a results file and measures nothing.
 func TestBench_FromDrawsTheChartsOfAResultsFile(t *testing.T) {
 	results := filepath.Join("..", "..", "bench", "charts", "testdata", "results.json")

@@ -10,6 +10,7 @@ import (
 	"io"
 	"maps"
 	"slices"
+	"strconv"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/config"
@@ -26,6 +27,7 @@ import (
 // the output streams.
 type environment struct {
 	table          string
+	coordination   string // the coordination table: checkpoints and leases
 	getenv         func(string) string
 	stdout, stderr io.Writer
 	client         *dynamodb.Client
@@ -71,6 +73,9 @@ func (e *environment) tableCreate(ctx context.Context, args []string) int {
 	if err != nil {
 		return e.fail(err)
 	}
+	if err := table.CheckCoordinationTable(e.table, e.coordination); err != nil {
+		return e.fail(err)
+	}
 	created, err := table.CreateTable(ctx, c, e.table)
 	if err != nil {
 		return e.fail(err)
@@ -79,6 +84,15 @@ func (e *environment) tableCreate(ctx context.Context, args []string) int {
 		fmt.Fprintf(e.stdout, "table %s created\n", e.table)
 	} else {
 		fmt.Fprintf(e.stdout, "table %s already exists\n", e.table)
+	}
+	created, err = table.CreateCoordinationTable(ctx, c, e.coordination)
+	if err != nil {
+		return e.fail(err)
+	}
+	if created {
+		fmt.Fprintf(e.stdout, "coordination table %s created\n", e.coordination)
+	} else {
+		fmt.Fprintf(e.stdout, "coordination table %s already exists\n", e.coordination)
 	}
 	return exitOK
 }
@@ -101,6 +115,11 @@ func (e *environment) tableDescribe(ctx context.Context, args []string) int {
 		fmt.Fprintf(e.stdout, "differs from ledger's definition: %v\n", err)
 		return exitDiff
 	}
+	if err := table.ValidateCoordinationTable(ctx, c, e.coordination); err != nil {
+		fmt.Fprintf(e.stdout, "coordination table: %v\n", err)
+		return exitDiff
+	}
+	fmt.Fprintf(e.stdout, "coordination table %s: ok\n", e.coordination)
 	return exitOK
 }
 
@@ -119,7 +138,7 @@ func (e *environment) withoutInFlight(ctx context.Context, c *dynamodb.Client, d
 	if err != nil {
 		return nil, 0, err
 	}
-	p, err := processor.New(c, processor.Config{Table: e.table}, nil)
+	p, err := processor.New(c, processor.Config{Table: e.table, CoordinationTable: e.coordination}, nil)
 	if err != nil {
 		return nil, 0, err
 	}
@@ -193,6 +212,10 @@ type reconcileView struct {
 	Unstamped      int             `json:"unstamped"`
 	Unsettled      []unsettledView `json:"unsettled"`
 	CalendarErrors []string        `json:"calendarErrors,omitempty"`
+	// ItemsRead and ReadUnits: what the reconcile read (every Scan and
+	// Query page's ScannedCount and consumed read units).
+	ItemsRead int     `json:"itemsRead"`
+	ReadUnits float64 `json:"readUnits"`
 }
 
 // unsettledView is a branch with transactions not in its current calendar.
@@ -219,7 +242,7 @@ type differenceView struct {
 func newReconcileView(table string, stats processor.ReconcileStats, diffs []processor.Difference) reconcileView {
 	v := reconcileView{Table: table, Transactions: stats.Transactions, Invalid: stats.Invalid, Reports: stats.Reports,
 		Differences: make([]differenceView, 0, len(diffs)), Unstamped: stats.Unstamped, Unsettled: []unsettledView{},
-		CalendarErrors: stats.CalendarErrors}
+		CalendarErrors: stats.CalendarErrors, ItemsRead: stats.ItemsRead, ReadUnits: stats.ReadUnits}
 	for _, b := range unsettled(stats) {
 		v.Unsettled = append(v.Unsettled, unsettledView{Tenant: b.Tenant, Branch: b.Branch, Transactions: stats.Unsettled[b]})
 	}
@@ -247,8 +270,10 @@ differences found (repaired or not), 2 error (trouble reaching the table).
 The whole table is read with a parallel Scan of the keys, then branch by
 branch (--parallel at a time), in bounded memory; progress goes to stderr
 (a line in place on a terminal, else a line every LEDGER_PROGRESS_EVERY,
-5s). --json prints one JSON object instead: the counts and the differences
-(a read-only reconcile: not with --repair).
+5s). The last line counts the items read (every item of the table once for
+the key Scan, each branch's again) and the read units DynamoDB reported.
+--json prints one JSON object instead: the counts, itemsRead, readUnits and
+the differences (a read-only reconcile: not with --repair).
 
 Safe while consumers run: without --repair it only reads (consistent reads).
 A report touched by a change still in the stream shows as a difference until
@@ -263,12 +288,14 @@ alone, because repairing it now would count that record again when it
 commits. Each other report is rewritten with a conditional write that fails
 if a consumer updated it meanwhile (skipped and counted). A stray item found
 in both reads is deleted and named ("deleted stray item"); nothing in ledger
-reads or writes it, so its absence changes no report. This never counts
-a delta twice provided a write's stream record is readable within --settle
-of the write (DynamoDB Streams documents "near real time"; see
-docs/exactly-once.md, "Repairing while consumers run"). A busy branch always
-has records in flight: disable writes (ledgerctl flags set
-writesEnabled=false), let the consumers drain, repair, enable writes.`
+reads or writes it, so its absence changes no report. While writes
+continue this can count a change twice, even when every stream record is
+readable well within --settle (issue 25: a commit whose records cancel on a
+report between the reads, or a record readable only after the in-flight
+check; docs/exactly-once.md, "Repairing while consumers run"). For an
+exact repair, and for a busy branch, which always has records in flight:
+disable writes (ledgerctl flags set writesEnabled=false), let the
+consumers drain, repair, enable writes.`
 
 func (e *environment) reconcile(ctx context.Context, args []string) int {
 	fs := e.flags("reconcile", reconcileHelp)
@@ -321,8 +348,8 @@ func (e *environment) reconcile(ctx context.Context, args []string) int {
 		fmt.Fprintln(e.stdout, d)
 	}
 	printCalendarNotes(e.stdout, stats)
-	fmt.Fprintf(e.stdout, "%d transactions (%d invalid), %d reports, %d differences\n",
-		stats.Transactions, stats.Invalid, stats.Reports, len(diffs))
+	fmt.Fprintf(e.stdout, "%d transactions (%d invalid), %d reports, %d differences; read %d items, %s read units\n",
+		stats.Transactions, stats.Invalid, stats.Reports, len(diffs), stats.ItemsRead, strconv.FormatFloat(stats.ReadUnits, 'f', -1, 64))
 	if len(diffs) == 0 {
 		return exitOK
 	}

@@ -1,15 +1,19 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
+	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/ledger-dev/ledger/cmd/ledgerctl/internal/writerapi"
 	"github.com/ledger-dev/ledger/infra/ddblocal/ddbtest"
 	"github.com/ledger-dev/ledger/writer"
 )
@@ -212,4 +216,64 @@ func TestToken_AdminScope(t *testing.T) {
 	require.NoError(t, err)
 	assert.False(t, c.Admin())
 	assert.False(t, c.MayActFor("other"))
+}
+
+// Behind API Gateway some answers are the gateway's own, application/json
+// {"message": …} (docs/api.md "Errors"): the directory client retries its
+// throttle (429) and timeout (504) with the create's Idempotency-Key, and
+// reports its other answers as the gateway's, not as an unreadable problem.
+func TestDirectoryClient_APIGatewaysOwnAnswers(t *testing.T) {
+	t.Parallel()
+	tenant := `{"id":"acme","name":"Acme","status":"active","reportPeriods":["DAILY","MONTHLY","YEARLY"],"createdAt":"2026-01-31T12:00:00Z","updatedAt":"2026-01-31T12:00:00Z","version":1}`
+	type answer struct {
+		status int
+		body   string
+	}
+	for _, tc := range []struct {
+		name    string
+		answers []answer
+		wantErr string // "" when the create succeeds
+	}{
+		{"throttled then timed out then created", []answer{{429, `{"message":"Too Many Requests"}`}, {504, `{"message":"Gateway Timeout"}`}, {201, tenant}}, ""},
+		{"function failed", []answer{{500, `{"message":"Internal Server Error"}`}}, "500 gateway-500: API Gateway: Internal Server Error"},
+		{"the writer's problem", []answer{{409, `{"type":"` + writer.ProblemAlreadyExists + `","title":"Already exists","status":409,"detail":"tenant acme exists"}`}}, "409 already-exists: tenant acme exists"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			var mu sync.Mutex
+			var keys []string
+			hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				mu.Lock()
+				n := len(keys)
+				keys = append(keys, r.Header.Get("Idempotency-Key"))
+				mu.Unlock()
+				a := tc.answers[min(n, len(tc.answers)-1)]
+				w.Header().Set("Content-Type", "application/json")
+				if strings.Contains(a.body, `"type"`) {
+					w.Header().Set("Content-Type", "application/problem+json")
+				}
+				w.WriteHeader(a.status)
+				_, _ = w.Write([]byte(a.body))
+			}))
+			t.Cleanup(hs.Close)
+			e := &environment{getenv: func(k string) string { return map[string]string{"LEDGER_TOKEN": "t"}[k] }}
+			c, err := e.directoryClient(hs.URL)
+			require.NoError(t, err)
+			got, err := c.send(context.Background(), true, func(ctx context.Context, key string) (writerAnswer, error) {
+				return c.api.CreateTenantWithResponse(ctx, &writerapi.CreateTenantParams{IdempotencyKey: key}, writerapi.TenantCreate{Id: "acme", Name: "Acme"})
+			})
+			if tc.wantErr != "" {
+				require.Error(t, err)
+				assert.Equal(t, tc.wantErr, err.Error())
+				assert.Len(t, keys, 1, "not retried")
+				return
+			}
+			require.NoError(t, err)
+			assert.JSONEq(t, tenant, string(got))
+			require.Len(t, keys, len(tc.answers))
+			for _, k := range keys {
+				assert.Equal(t, keys[0], k, "every retry carries the create's Idempotency-Key")
+			}
+		})
+	}
 }

@@ -34,6 +34,8 @@ func TestReconcile_JSONOnStdoutProgressOnStderr(t *testing.T) {
 	require.NoError(t, json.Unmarshal([]byte(out), &v), "stdout: %s", out)
 	assert.Equal(t, table, v.Table)
 	assert.Positive(t, v.Transactions)
+	assert.Greater(t, v.ItemsRead, v.Transactions, "the key Scan's items, then each branch's")
+	assert.Positive(t, v.ReadUnits)
 	require.NotEmpty(t, v.Differences)
 	d := v.Differences[0]
 	assert.Equal(t, "acme", d.Tenant)

@@ -31,6 +31,7 @@ const (
 // options are the command line, after environment fallbacks.
 type options struct {
 	table              string
+	coordination       string
 	metricsAddr        string
 	startPosition      poller.StartPosition
 	idleBackoff        time.Duration
@@ -87,6 +88,8 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (op
 		errs = append(errs, fmt.Errorf("LEDGER_DRAIN %q: want true or false", getenv("LEDGER_DRAIN")))
 	}
 	fs.StringVar(&o.table, "table", env("LEDGER_TABLE", table.DefaultTableName), "the ledger `TABLE` (env LEDGER_TABLE)")
+	fs.StringVar(&o.coordination, "coordination-table", env("LEDGER_COORDINATION_TABLE", ""),
+		"the `TABLE` of checkpoints and leases, without a stream (default: the ledger table's name + \""+table.CoordinationSuffix+"\"; env LEDGER_COORDINATION_TABLE)")
 	fs.StringVar(&o.metricsAddr, "metrics-addr", env("LEDGER_METRICS_ADDR", ":9102"),
 		"`ADDR` serving /metrics, /healthz and /readyz; port 0 picks a free port, which is logged (env LEDGER_METRICS_ADDR)")
 	fs.StringVar(&startPos, "start-position", env("LEDGER_START_POSITION", string(poller.TrimHorizon)),
@@ -104,7 +107,7 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (op
 	fs.StringVar(&cpEvery, "checkpoint-interval", env("LEDGER_CHECKPOINT_INTERVAL", poller.CheckpointIntervalSetting.Default.String()),
 		"`DURATION` between moves of a shard's checkpoint over records that had no effect (env LEDGER_CHECKPOINT_INTERVAL)")
 	fs.StringVar(&discover, "discover-interval", env("LEDGER_DISCOVER_INTERVAL", poller.DiscoverIntervalSetting.Default.String()),
-		"`DURATION` between listings of the stream's shards (env LEDGER_DISCOVER_INTERVAL)")
+		"`DURATION` between listings of the whole stream; in between, new shards are found as children of finished shards (env LEDGER_DISCOVER_INTERVAL)")
 	fs.StringVar(&shutdown, "shutdown-timeout", env("LEDGER_SHUTDOWN_TIMEOUT", poller.ShutdownTimeoutSetting.Default.String()),
 		"on SIGTERM, the `DURATION` (at most 25s) the batches in hand may take to commit before they are abandoned (env LEDGER_SHUTDOWN_TIMEOUT)")
 	fs.StringVar(&o.owner, "owner", env("LEDGER_OWNER", host+"-"+strconv.Itoa(os.Getpid())),
@@ -245,6 +248,7 @@ func run(ctx context.Context, o options, awsOpts []func(*config.LoadOptions) err
 	}
 	svc, err := poller.NewService(ctx, cfg, poller.Config{
 		Table:              o.table,
+		CoordinationTable:  o.coordination,
 		Owner:              o.owner,
 		StartPosition:      o.startPosition,
 		Drain:              o.drain,

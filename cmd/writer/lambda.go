@@ -13,6 +13,8 @@ import (
 
 	"github.com/aws/aws-lambda-go/events"
 	"github.com/aws/aws-lambda-go/lambda"
+
+	"github.com/ledger-dev/ledger/writer"
 )
 
 // In AWS Lambda (AWS_LAMBDA_RUNTIME_API set) the writer serves API Gateway
@@ -42,17 +44,31 @@ func runLambda(ctx context.Context, getenv func(string) string, stdout, stderr i
 // apiGatewayHandler adapts an http.Handler to API Gateway HTTP API events
 // (payload format 2.0): the request is rebuilt from the event (method, raw
 // path and query, headers, cookies, body), served in memory, and the
-// response returned whole (bodies that are not UTF-8 base64-encoded).
+// response returned whole (bodies that are not UTF-8 base64-encoded). An
+// event no request can be made of is answered 400 invalid-request, a
+// problem like the writer's other answers (docs/api.md "Errors").
 func apiGatewayHandler(h http.Handler) func(context.Context, events.APIGatewayV2HTTPRequest) (events.APIGatewayV2HTTPResponse, error) {
 	return func(ctx context.Context, ev events.APIGatewayV2HTTPRequest) (events.APIGatewayV2HTTPResponse, error) {
-		req, err := requestFromEvent(ctx, ev)
-		if err != nil {
-			return events.APIGatewayV2HTTPResponse{StatusCode: http.StatusBadRequest, Body: err.Error()}, nil
-		}
 		w := &responseRecorder{header: http.Header{}}
+		req, err := requestFromEvent(ctx, ev)
+		if err != nil { // answered as the writer answers: a problem with a request id
+			writer.WriteInvalidRequest(w, eventHeader(ev, writer.RequestIDHeader), "the request cannot be read: "+err.Error())
+			return w.event(), nil
+		}
 		h.ServeHTTP(w, req)
 		return w.event(), nil
 	}
+}
+
+// eventHeader is the event's header name (API Gateway lower-cases names;
+// a test event may not), "" when absent.
+func eventHeader(ev events.APIGatewayV2HTTPRequest, name string) string {
+	for k, v := range ev.Headers {
+		if strings.EqualFold(k, name) {
+			return v
+		}
+	}
+	return ""
 }
 
 func requestFromEvent(ctx context.Context, ev events.APIGatewayV2HTTPRequest) (*http.Request, error) {

@@ -96,3 +96,45 @@ func TestResponseRecorder_BinaryBodiesAndCookies(t *testing.T) {
 	assert.Equal(t, []string{"s=v"}, resp.Cookies)
 	assert.Equal(t, "A, B", resp.Headers["Vary"])
 }
+
+// An event the adapter cannot make a request of is answered as the writer
+// answers: 400 invalid-request, application/problem+json, with a request id
+// (the client's when well-formed) as X-Request-Id and instance; it used to
+// be a text/plain Go error.
+func TestAPIGatewayHandler_UnreadableEventIsAProblem(t *testing.T) {
+	h := apiGatewayHandler(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {
+		t.Error("the writer was called with an unreadable event")
+	}))
+	notBase64 := apiEvent("POST", "/v1/tenants/acme/branches/north/transactions", "", map[string]string{"x-request-id": "client-7"}, "!")
+	notBase64.IsBase64Encoded = true
+	badMethod := apiEvent("GE T", "/v1/tenants", "", map[string]string{"x-request-id": "no spaces allowed"}, "")
+	for _, tc := range []struct {
+		name   string
+		ev     events.APIGatewayV2HTTPRequest
+		wantID string // "" when a fresh id is expected
+		detail string
+	}{
+		{"body not base64", notBase64, "client-7", "base64"},
+		{"invalid method", badMethod, "", "method"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			resp, err := h(context.Background(), tc.ev)
+			require.NoError(t, err)
+			require.Equal(t, http.StatusBadRequest, resp.StatusCode, resp.Body)
+			assert.Equal(t, "application/problem+json", resp.Headers["Content-Type"])
+			assert.Equal(t, "no-store", resp.Headers["Cache-Control"])
+			id := resp.Headers[writer.RequestIDHeader]
+			if tc.wantID != "" {
+				assert.Equal(t, tc.wantID, id)
+			} else {
+				assert.Len(t, id, 26, "a fresh ULID, not the malformed client id")
+			}
+			var p writer.Problem
+			require.NoError(t, json.Unmarshal([]byte(resp.Body), &p))
+			assert.Equal(t, writer.ProblemInvalidRequest, p.Type)
+			assert.Equal(t, http.StatusBadRequest, p.Status)
+			assert.Equal(t, writer.RequestInstance(id), p.Instance)
+			assert.Contains(t, p.Detail, tc.detail)
+		})
+	}
+}

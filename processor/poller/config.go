@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+
+	"github.com/ledger-dev/ledger/table"
 	"strings"
 	"time"
 )
@@ -41,9 +43,11 @@ func ParseStartPosition(s string) (StartPosition, error) {
 // Config configures a Poller. Zero fields take the documented defaults;
 // Validate says what is wrong with the rest.
 type Config struct {
-	// Table is the ledger table; its checkpoints and leases live in it.
-	// Required.
+	// Table is the ledger table, whose stream the poller reads. Required.
 	Table string
+	// CoordinationTable holds the shards' checkpoints and leases (default
+	// table.CoordinationTableName(Table); never Table itself).
+	CoordinationTable string
 	// StreamARN is the table's stream (see ResolveStream). Required.
 	StreamARN string
 	// Owner names this poller in lease items. It must be unique among the
@@ -151,8 +155,11 @@ type Config struct {
 	// takes a lease over once it has seen its counter unchanged for
 	// LeaseDuration.
 	LeaseDuration time.Duration
-	// DiscoverInterval is how often the shard list is read (default 10s;
-	// also whenever a shard ends).
+	// DiscoverInterval is how often the whole stream is listed (default
+	// 5m, and at start). Between listings a finished shard's children are
+	// looked up with ShardFilter CHILD_SHARDS by the poller that finished
+	// it, which registers them in lease items, where the others learn of
+	// them (design.md, "Scale").
 	DiscoverInterval time.Duration
 	// CheckpointInterval is how often a shard whose records had no effect
 	// (nothing committed, e.g. only the consumers' own report writes) has
@@ -199,7 +206,7 @@ var (
 	ThrottleBackoffSetting    = Setting[time.Duration]{"throttle-backoff", 200 * time.Millisecond, time.Millisecond, time.Minute}
 	MaxThrottleBackoffSetting = Setting[time.Duration]{"max-throttle-backoff", 5 * time.Second, time.Millisecond, 10 * time.Minute}
 	LeaseDurationSetting      = Setting[time.Duration]{"lease-duration", 20 * time.Second, 300 * time.Millisecond, 10 * time.Minute}
-	DiscoverIntervalSetting   = Setting[time.Duration]{"discover-interval", 10 * time.Second, 10 * time.Millisecond, time.Hour}
+	DiscoverIntervalSetting   = Setting[time.Duration]{"discover-interval", 5 * time.Minute, 10 * time.Millisecond, time.Hour}
 	CheckpointIntervalSetting = Setting[time.Duration]{"checkpoint-interval", 10 * time.Second, 10 * time.Millisecond, time.Hour}
 	// ShutdownTimeout stays under the 30 s a container gets between SIGTERM
 	// and SIGKILL (ECS and Kubernetes default), leaving time to release the
@@ -214,6 +221,13 @@ func (c Config) withDefaults() (Config, error) {
 	var errs []error
 	if c.Table == "" {
 		errs = append(errs, errors.New("table is required"))
+	} else {
+		if c.CoordinationTable == "" {
+			c.CoordinationTable = table.CoordinationTableName(c.Table)
+		}
+		if err := table.CheckCoordinationTable(c.Table, c.CoordinationTable); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	if c.StreamARN == "" {
 		errs = append(errs, errors.New("stream ARN is required"))

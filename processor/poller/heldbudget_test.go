@@ -88,7 +88,7 @@ func TestPoller_RecordsBudgetBoundsManyShardsBehind(t *testing.T) {
 	assert.LessOrEqual(t, recs/float64(n), float64(budget), "batches within the budget")
 
 	// Every shard with records was read to its end by this drain.
-	_, cps, err := table.ReadStreamState(ctx, e.ddb, e.table, e.stream.arn)
+	_, cps, err := table.ReadStreamState(ctx, e.ddb, table.CoordinationTableName(e.table), e.stream.arn, nil)
 	require.NoError(t, err)
 	for id, seq := range last {
 		if assert.Contains(t, cps, id, "shard %s read", id) {

@@ -42,6 +42,16 @@ const (
 	ResetFailure = "failure" // a failed batch or read: reopened after the checkpoint
 )
 
+// Label values of ledger_stream_describe_stream_total{kind, outcome}.
+const (
+	DescribeList     = "list"     // a page of the whole stream's listing
+	DescribeChildren = "children" // a finished shard's children (ShardFilter CHILD_SHARDS)
+
+	DescribeOK        = "ok"
+	DescribeThrottled = "throttled" // LimitExceededException: the stream's DescribeStream rate (docs/runbook.md, "Throttled discovery")
+	DescribeError     = "error"
+)
+
 // Metrics are the poller's collectors.
 type Metrics struct {
 	LeasesHeld  prometheus.Gauge       // ledger_poller_leases_held
@@ -57,6 +67,7 @@ type Metrics struct {
 	Committed      prometheus.Counter     // ledger_poller_records_committed_total
 	Goodput        prometheus.Gauge       // ledger_poller_goodput_records_per_second
 	HeldRecords    prometheus.Gauge       // ledger_poller_held_records
+	Describes      *prometheus.CounterVec // ledger_stream_describe_stream_total{kind,outcome}
 	HeldBytes      prometheus.Gauge       // ledger_poller_held_bytes
 
 	HeldBudget      prometheus.Gauge   // ledger_poller_held_records_budget
@@ -119,6 +130,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Namespace: "ledger", Subsystem: "poller", Name: "held_records",
 			Help: "Stream records read and not yet committed, held by the shard readers for the batch they gather (the batching window, or full pages while a shard is behind).",
 		}),
+		Describes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "ledger", Subsystem: "stream", Name: "describe_stream_total",
+			Help: "DescribeStream calls by kind (list: a page of the whole stream; children: a finished shard's, by ShardFilter) and outcome (ok, throttled, error).",
+		}, []string{"kind", "outcome"}),
 		HeldBytes: prometheus.NewGauge(prometheus.GaugeOpts{
 			Namespace: "ledger", Subsystem: "poller", Name: "held_bytes",
 			Help: "Size of the records of held_records as the stream reports it (SizeBytes, their wire size; decoded they take a few times that).",
@@ -162,9 +177,14 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	for _, s := range []string{"open", "closed", "finished", "waiting"} {
 		m.Shards.WithLabelValues(s)
 	}
+	for _, k := range []string{DescribeList, DescribeChildren} {
+		for _, o := range []string{DescribeOK, DescribeThrottled, DescribeError} {
+			m.Describes.WithLabelValues(k, o)
+		}
+	}
 	if reg != nil {
 		reg.MustRegister(m.LeasesHeld, m.LeaseEvents, m.Shards, m.Reads, m.RecordsRead, m.Resets, m.Checkpoints,
-			m.LeaseLosses, m.ReaderRestarts, m.Committed, m.Goodput, m.HeldRecords,
+			m.LeaseLosses, m.ReaderRestarts, m.Committed, m.Goodput, m.HeldRecords, m.Describes,
 			m.HeldBytes, m.HeldBudget, m.HeldBudgetUsed, m.HeldBudgetWaits, m.HeldBytesBudget, m.HeldBytesBudgetUsed)
 	}
 	return m

@@ -150,3 +150,27 @@ func NewStreamsClient(cfg aws.Config, optFns ...func(*dynamodbstreams.Options)) 
 		o.APIOptions = append(o.APIOptions, table.FixEmptyMaps)
 	}}, optFns...)...)
 }
+
+// countingStreams counts the poller's DescribeStream calls
+// (ledger_stream_describe_stream_total) by kind and outcome.
+type countingStreams struct {
+	Streams
+	m *Metrics
+}
+
+func (c *countingStreams) DescribeStream(ctx context.Context, in *dynamodbstreams.DescribeStreamInput, opts ...func(*dynamodbstreams.Options)) (*dynamodbstreams.DescribeStreamOutput, error) {
+	out, err := c.Streams.DescribeStream(ctx, in, opts...)
+	kind, outcome := DescribeList, DescribeOK
+	if in.ShardFilter != nil {
+		kind = DescribeChildren
+	}
+	var le *streamtypes.LimitExceededException
+	switch {
+	case errors.As(err, &le):
+		outcome = DescribeThrottled
+	case err != nil:
+		outcome = DescribeError
+	}
+	c.m.Describes.WithLabelValues(kind, outcome).Inc()
+	return out, err
+}

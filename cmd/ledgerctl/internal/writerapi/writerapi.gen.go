@@ -17,24 +17,6 @@ import (
 	"github.com/oapi-codegen/runtime"
 )
 
-// Defines values for AccountSuspendedBy.
-const (
-	AccountSuspendedByAdmin  AccountSuspendedBy = "admin"
-	AccountSuspendedByTenant AccountSuspendedBy = "tenant"
-)
-
-// Valid indicates whether the value is a known member of the AccountSuspendedBy enum.
-func (e AccountSuspendedBy) Valid() bool {
-	switch e {
-	case AccountSuspendedByAdmin:
-		return true
-	case AccountSuspendedByTenant:
-		return true
-	default:
-		return false
-	}
-}
-
 // Defines values for AccountStatus.
 const (
 	AccountStatusActive    AccountStatus = "active"
@@ -56,18 +38,45 @@ func (e AccountStatus) Valid() bool {
 	}
 }
 
-// Defines values for BranchSuspendedBy.
+// Defines values for BadRequestProblemStatus.
 const (
-	BranchSuspendedByAdmin  BranchSuspendedBy = "admin"
-	BranchSuspendedByTenant BranchSuspendedBy = "tenant"
+	BadRequestProblemStatusN400 BadRequestProblemStatus = 400
 )
 
-// Valid indicates whether the value is a known member of the BranchSuspendedBy enum.
-func (e BranchSuspendedBy) Valid() bool {
+// Valid indicates whether the value is a known member of the BadRequestProblemStatus enum.
+func (e BadRequestProblemStatus) Valid() bool {
 	switch e {
-	case BranchSuspendedByAdmin:
+	case BadRequestProblemStatusN400:
 		return true
-	case BranchSuspendedByTenant:
+	default:
+		return false
+	}
+}
+
+// Defines values for BodyTooLargeProblemStatus.
+const (
+	N413 BodyTooLargeProblemStatus = 413
+)
+
+// Valid indicates whether the value is a known member of the BodyTooLargeProblemStatus enum.
+func (e BodyTooLargeProblemStatus) Valid() bool {
+	switch e {
+	case N413:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for ConflictProblemStatus.
+const (
+	N409 ConflictProblemStatus = 409
+)
+
+// Valid indicates whether the value is a known member of the ConflictProblemStatus enum.
+func (e ConflictProblemStatus) Valid() bool {
+	switch e {
+	case N409:
 		return true
 	default:
 		return false
@@ -98,6 +107,81 @@ const (
 func (e EmailPatchVerified) Valid() bool {
 	switch e {
 	case EmailPatchVerifiedTrue:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for ForbiddenProblemStatus.
+const (
+	N403 ForbiddenProblemStatus = 403
+)
+
+// Valid indicates whether the value is a known member of the ForbiddenProblemStatus enum.
+func (e ForbiddenProblemStatus) Valid() bool {
+	switch e {
+	case N403:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for IdempotencyKeyReusedProblemStatus.
+const (
+	IdempotencyKeyReusedProblemStatusN422 IdempotencyKeyReusedProblemStatus = 422
+)
+
+// Valid indicates whether the value is a known member of the IdempotencyKeyReusedProblemStatus enum.
+func (e IdempotencyKeyReusedProblemStatus) Valid() bool {
+	switch e {
+	case IdempotencyKeyReusedProblemStatusN422:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for InternalProblemStatus.
+const (
+	N500 InternalProblemStatus = 500
+)
+
+// Valid indicates whether the value is a known member of the InternalProblemStatus enum.
+func (e InternalProblemStatus) Valid() bool {
+	switch e {
+	case N500:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for InvalidRequestProblemStatus.
+const (
+	InvalidRequestProblemStatusN400 InvalidRequestProblemStatus = 400
+)
+
+// Valid indicates whether the value is a known member of the InvalidRequestProblemStatus enum.
+func (e InvalidRequestProblemStatus) Valid() bool {
+	switch e {
+	case InvalidRequestProblemStatusN400:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for NotFoundProblemStatus.
+const (
+	N404 NotFoundProblemStatus = 404
+)
+
+// Valid indicates whether the value is a known member of the NotFoundProblemStatus enum.
+func (e NotFoundProblemStatus) Valid() bool {
+	switch e {
+	case N404:
 		return true
 	default:
 		return false
@@ -137,24 +221,54 @@ func (e PeriodType) Valid() bool {
 	}
 }
 
+// Defines values for PreconditionRequiredProblemStatus.
+const (
+	N428 PreconditionRequiredProblemStatus = 428
+)
+
+// Valid indicates whether the value is a known member of the PreconditionRequiredProblemStatus enum.
+func (e PreconditionRequiredProblemStatus) Valid() bool {
+	switch e {
+	case N428:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for RateLimitedProblemStatus.
+const (
+	N429 RateLimitedProblemStatus = 429
+)
+
+// Valid indicates whether the value is a known member of the RateLimitedProblemStatus enum.
+func (e RateLimitedProblemStatus) Valid() bool {
+	switch e {
+	case N429:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for Role.
 const (
-	RoleAdmin  Role = "admin"
-	RoleMember Role = "member"
-	RoleOwner  Role = "owner"
-	RoleViewer Role = "viewer"
+	Admin  Role = "admin"
+	Member Role = "member"
+	Owner  Role = "owner"
+	Viewer Role = "viewer"
 )
 
 // Valid indicates whether the value is a known member of the Role enum.
 func (e Role) Valid() bool {
 	switch e {
-	case RoleAdmin:
+	case Admin:
 		return true
-	case RoleMember:
+	case Member:
 		return true
-	case RoleOwner:
+	case Owner:
 		return true
-	case RoleViewer:
+	case Viewer:
 		return true
 	default:
 		return false
@@ -179,33 +293,123 @@ func (e Status) Valid() bool {
 	}
 }
 
-// Defines values for Weekday.
+// Defines values for TransactionType.
 const (
-	FRIDAY    Weekday = "FRIDAY"
-	MONDAY    Weekday = "MONDAY"
-	SATURDAY  Weekday = "SATURDAY"
-	SUNDAY    Weekday = "SUNDAY"
-	THURSDAY  Weekday = "THURSDAY"
-	TUESDAY   Weekday = "TUESDAY"
-	WEDNESDAY Weekday = "WEDNESDAY"
+	EXPENSE TransactionType = "EXPENSE"
+	INCOME  TransactionType = "INCOME"
 )
 
-// Valid indicates whether the value is a known member of the Weekday enum.
-func (e Weekday) Valid() bool {
+// Valid indicates whether the value is a known member of the TransactionType enum.
+func (e TransactionType) Valid() bool {
 	switch e {
-	case FRIDAY:
+	case EXPENSE:
 		return true
-	case MONDAY:
+	case INCOME:
 		return true
-	case SATURDAY:
+	default:
+		return false
+	}
+}
+
+// Defines values for UnauthenticatedProblemStatus.
+const (
+	N401 UnauthenticatedProblemStatus = 401
+)
+
+// Valid indicates whether the value is a known member of the UnauthenticatedProblemStatus enum.
+func (e UnauthenticatedProblemStatus) Valid() bool {
+	switch e {
+	case N401:
 		return true
-	case SUNDAY:
+	default:
+		return false
+	}
+}
+
+// Defines values for UnavailableProblemStatus.
+const (
+	N503 UnavailableProblemStatus = 503
+)
+
+// Valid indicates whether the value is a known member of the UnavailableProblemStatus enum.
+func (e UnavailableProblemStatus) Valid() bool {
+	switch e {
+	case N503:
 		return true
-	case THURSDAY:
+	default:
+		return false
+	}
+}
+
+// Defines values for UnprocessableProblemStatus.
+const (
+	UnprocessableProblemStatusN422 UnprocessableProblemStatus = 422
+)
+
+// Valid indicates whether the value is a known member of the UnprocessableProblemStatus enum.
+func (e UnprocessableProblemStatus) Valid() bool {
+	switch e {
+	case UnprocessableProblemStatusN422:
 		return true
-	case TUESDAY:
+	default:
+		return false
+	}
+}
+
+// Defines values for UnsupportedMediaTypeProblemStatus.
+const (
+	N415 UnsupportedMediaTypeProblemStatus = 415
+)
+
+// Valid indicates whether the value is a known member of the UnsupportedMediaTypeProblemStatus enum.
+func (e UnsupportedMediaTypeProblemStatus) Valid() bool {
+	switch e {
+	case N415:
 		return true
-	case WEDNESDAY:
+	default:
+		return false
+	}
+}
+
+// Defines values for VersionMismatchProblemStatus.
+const (
+	N412 VersionMismatchProblemStatus = 412
+)
+
+// Valid indicates whether the value is a known member of the VersionMismatchProblemStatus enum.
+func (e VersionMismatchProblemStatus) Valid() bool {
+	switch e {
+	case N412:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for Healthz200JSONResponseBodyStatus.
+const (
+	Ok Healthz200JSONResponseBodyStatus = "ok"
+)
+
+// Valid indicates whether the value is a known member of the Healthz200JSONResponseBodyStatus enum.
+func (e Healthz200JSONResponseBodyStatus) Valid() bool {
+	switch e {
+	case Ok:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for Readyz200JSONResponseBodyStatus.
+const (
+	Ready Readyz200JSONResponseBodyStatus = "ready"
+)
+
+// Valid indicates whether the value is a known member of the Readyz200JSONResponseBodyStatus enum.
+func (e Readyz200JSONResponseBodyStatus) Valid() bool {
+	switch e {
+	case Ready:
 		return true
 	default:
 		return false
@@ -223,14 +427,18 @@ type Account struct {
 	FirstName string         `json:"firstName"`
 
 	// Id A 26-character ULID.
-	Id       string        `json:"id"`
-	LastName string        `json:"lastName"`
-	Role     Role          `json:"role"`
-	Status   AccountStatus `json:"status"`
+	Id       string `json:"id"`
+	LastName string `json:"lastName"`
+
+	// Role An account's role in an answer (Role's values); more may be added.
+	Role RoleName `json:"role"`
+
+	// Status An account's status in an answer (AccountStatus's values); more may be added.
+	Status AccountStatusName `json:"status"`
 
 	// SuspendedBy Who suspended a suspended account (absent otherwise); only an admin-scoped token lifts an admin's suspension (403 suspended-by-admin).
-	SuspendedBy *AccountSuspendedBy `json:"suspendedBy,omitempty"`
-	Tenant      ID                  `json:"tenant"`
+	SuspendedBy *string `json:"suspendedBy,omitempty"`
+	Tenant      ID      `json:"tenant"`
 
 	// UpdatedAt RFC 3339, UTC.
 	UpdatedAt Timestamp `json:"updatedAt"`
@@ -238,9 +446,6 @@ type Account struct {
 	// Version Starts at 1, grows by one with every change; the ETag.
 	Version Version `json:"version"`
 }
-
-// AccountSuspendedBy Who suspended a suspended account (absent otherwise); only an admin-scoped token lifts an admin's suspension (403 suspended-by-admin).
-type AccountSuspendedBy string
 
 // AccountCreate defines model for AccountCreate.
 type AccountCreate struct {
@@ -287,6 +492,66 @@ type AccountPatch struct {
 // AccountStatus defines model for AccountStatus.
 type AccountStatus string
 
+// AccountStatusName An account's status in an answer (AccountStatus's values); more may be added.
+type AccountStatusName = string
+
+// Amount An exact decimal greater than 0, as a JSON string: digits, an
+// optional fraction and an optional exponent of 1–3 digits ("12.50",
+// "1250e-2"), at most 64 characters; no sign, spaces or leading
+// zeros; the value has at most 22 integer and 8 fraction digits once
+// trailing zeros are dropped; in a branch with a currency, at most
+// that currency's fraction digits (JPY 0, BRL 2, BHD 3), else 422
+// invalid-field. Never read through a binary float.
+// The writer also takes a JSON number of the same syntax
+// (`x-ledger-accepts-json-number`, kept for clients written before
+// version 1 of this document published the string form); generated
+// clients send the string, and new clients should.
+type Amount = string
+
+// BadRequestProblem The problem of a BadRequest answer (Problem, with its status and types).
+type BadRequestProblem struct {
+	// CurrentVersion With version-mismatch, the current version.
+	CurrentVersion *Version `json:"currentVersion,omitempty"`
+	Detail         *string  `json:"detail,omitempty"`
+
+	// Field The offending body member, path parameter, query parameter or header.
+	Field *string `json:"field,omitempty"`
+
+	// Instance This occurrence: `urn:ledger:request:` and the request's id, the
+	// response's `X-Request-Id` (a replayed answer keeps the id of the
+	// request that first got it). Quote it when reporting a problem:
+	// the writer's log lines carry the id as `request_id`.
+	Instance *string                 `json:"instance,omitempty"`
+	Status   BadRequestProblemStatus `json:"status"`
+	Title    string                  `json:"title"`
+	Type     string                  `json:"type"`
+}
+
+// BadRequestProblemStatus defines model for BadRequestProblem.Status.
+type BadRequestProblemStatus int
+
+// BodyTooLargeProblem The problem of a BodyTooLarge answer (Problem, with its status and types).
+type BodyTooLargeProblem struct {
+	// CurrentVersion With version-mismatch, the current version.
+	CurrentVersion *Version `json:"currentVersion,omitempty"`
+	Detail         *string  `json:"detail,omitempty"`
+
+	// Field The offending body member, path parameter, query parameter or header.
+	Field *string `json:"field,omitempty"`
+
+	// Instance This occurrence: `urn:ledger:request:` and the request's id, the
+	// response's `X-Request-Id` (a replayed answer keeps the id of the
+	// request that first got it). Quote it when reporting a problem:
+	// the writer's log lines carry the id as `request_id`.
+	Instance *string                   `json:"instance,omitempty"`
+	Status   BodyTooLargeProblemStatus `json:"status"`
+	Title    string                    `json:"title"`
+	Type     string                    `json:"type"`
+}
+
+// BodyTooLargeProblemStatus defines model for BodyTooLargeProblem.Status.
+type BodyTooLargeProblemStatus int
+
 // Branch defines model for Branch.
 type Branch struct {
 	// Calendar Its business calendar (UTC, 00:00, MONDAY, 1 unless set).
@@ -298,6 +563,9 @@ type Branch struct {
 	// CreatedAt RFC 3339, UTC.
 	CreatedAt Timestamp `json:"createdAt"`
 
+	// Currency The currency every amount of its transactions is in; absent when it has none (any amount of up to 8 fraction digits, no currency stamped).
+	Currency *Currency `json:"currency,omitempty"`
+
 	// Document Normalised (separators removed, upper-cased); unique across all tenants.
 	Document string `json:"document"`
 
@@ -305,11 +573,13 @@ type Branch struct {
 	HasTransactions bool   `json:"hasTransactions"`
 	Id              ID     `json:"id"`
 	Name            string `json:"name"`
-	Status          Status `json:"status"`
+
+	// Status A tenant's or branch's status in an answer; more values may be added (see docs/api.md "Compatibility").
+	Status StatusName `json:"status"`
 
 	// SuspendedBy Who suspended a suspended branch (absent when it is active); only an admin-scoped token lifts an admin's suspension (403 suspended-by-admin).
-	SuspendedBy *BranchSuspendedBy `json:"suspendedBy,omitempty"`
-	Tenant      ID                 `json:"tenant"`
+	SuspendedBy *string `json:"suspendedBy,omitempty"`
+	Tenant      ID      `json:"tenant"`
 
 	// UpdatedAt RFC 3339, UTC.
 	UpdatedAt Timestamp `json:"updatedAt"`
@@ -318,13 +588,13 @@ type Branch struct {
 	Version Version `json:"version"`
 }
 
-// BranchSuspendedBy Who suspended a suspended branch (absent when it is active); only an admin-scoped token lifts an admin's suspension (403 suspended-by-admin).
-type BranchSuspendedBy string
-
 // BranchCreate defines model for BranchCreate.
 type BranchCreate struct {
 	// Calendar Its business calendar; absent or null, the default (UTC, 00:00, MONDAY, 1).
 	Calendar *CalendarCreate `json:"calendar,omitempty"`
+
+	// Currency Its currency (an accepted ISO 4217 code in upper case; another string is 422 invalid-field); absent or null, none.
+	Currency *string `json:"currency,omitempty"`
 
 	// Document The document number, any spelling; claiming it needs an admin-scoped token or one whose `documents` claim holds it.
 	Document string  `json:"document"`
@@ -345,10 +615,18 @@ type BranchPage struct {
 type BranchPatch struct {
 	// Calendar Some or all calendar members; they apply to transactions written (created or changed) after the change, and `ledgerctl rebucket` moves the history.
 	Calendar *CalendarPatch `json:"calendar,omitempty"`
-	Document *string        `json:"document,omitempty"`
-	Name     *string        `json:"name,omitempty"`
-	Status   *Status        `json:"status,omitempty"`
+
+	// Currency A new currency (an accepted ISO 4217 code in upper case; another string is 422 invalid-field), only while the branch has never had a transaction (else 409 branch-has-transactions with `field` currency; its own currency again is accepted). It cannot be removed.
+	Currency *string `json:"currency,omitempty"`
+	Document *string `json:"document,omitempty"`
+	Name     *string `json:"name,omitempty"`
+
+	// Status A status a request sets (closed; the answer's field is StatusName).
+	Status *Status `json:"status,omitempty"`
 }
+
+// Breakdown Figures by name; entries whose figures are all zero are left out.
+type Breakdown map[string]Totals
 
 // Calendar A branch's business calendar. Business day D starts at the first
 // instant at which the branch's local clock (timeZone) reads date D
@@ -362,8 +640,10 @@ type Calendar struct {
 	FiscalYearStartMonth int `json:"fiscalYearStartMonth"`
 
 	// TimeZone An IANA time zone name (America/Sao_Paulo, Europe/London, UTC).
-	TimeZone     string  `json:"timeZone"`
-	WeekStartsOn Weekday `json:"weekStartsOn"`
+	TimeZone string `json:"timeZone"`
+
+	// WeekStartsOn A weekday in an answer (Weekday's values).
+	WeekStartsOn WeekdayName `json:"weekStartsOn"`
 }
 
 // CalendarCreate A calendar at a branch's creation; a member absent or null has its default (UTC, 00:00, MONDAY, 1). Values are checked as Calendar's (422 invalid-calendar naming the member).
@@ -382,8 +662,36 @@ type CalendarPatch struct {
 	WeekStartsOn         *string `json:"weekStartsOn,omitempty"`
 }
 
+// ConflictProblem The problem of a Conflict answer (Problem, with its status and types).
+type ConflictProblem struct {
+	// CurrentVersion With version-mismatch, the current version.
+	CurrentVersion *Version `json:"currentVersion,omitempty"`
+	Detail         *string  `json:"detail,omitempty"`
+
+	// Field The offending body member, path parameter, query parameter or header.
+	Field *string `json:"field,omitempty"`
+
+	// Instance This occurrence: `urn:ledger:request:` and the request's id, the
+	// response's `X-Request-Id` (a replayed answer keeps the id of the
+	// request that first got it). Quote it when reporting a problem:
+	// the writer's log lines carry the id as `request_id`.
+	Instance *string               `json:"instance,omitempty"`
+	Status   ConflictProblemStatus `json:"status"`
+	Title    string                `json:"title"`
+	Type     string                `json:"type"`
+}
+
+// ConflictProblemStatus defines model for ConflictProblem.Status.
+type ConflictProblemStatus int
+
+// Currency An ISO 4217 alphabetic code in upper case (BRL, GBP, JPY). Accepted are the codes of golang.org/x/text/currency (CLDR 32: ISO 4217's current codes of 2017 and its historic and fund codes), less those that are no money (XAU, XAG, XPD, XPT, XBA–XBD, XDR, XSU, XUA, XEU, XFO, XFU, XRE, XTS, XXX), plus MRU, VES, UYW, VED, SLE, ZWG and XCG (see docs/api.md, "Currencies").
+type Currency = string
+
 // Cursor Opaque; pass it back as `?cursor=`.
 type Cursor = string
+
+// Date A calendar date, YYYY-MM-DD.
+type Date = string
 
 // EmailAdd defines model for EmailAdd.
 type EmailAdd struct {
@@ -412,11 +720,172 @@ type EmailPatchPrimary bool
 // EmailPatchVerified defines model for EmailPatch.Verified.
 type EmailPatchVerified bool
 
+// ForbiddenProblem The problem of a Forbidden answer (Problem, with its status and types).
+type ForbiddenProblem struct {
+	// CurrentVersion With version-mismatch, the current version.
+	CurrentVersion *Version `json:"currentVersion,omitempty"`
+	Detail         *string  `json:"detail,omitempty"`
+
+	// Field The offending body member, path parameter, query parameter or header.
+	Field *string `json:"field,omitempty"`
+
+	// Instance This occurrence: `urn:ledger:request:` and the request's id, the
+	// response's `X-Request-Id` (a replayed answer keeps the id of the
+	// request that first got it). Quote it when reporting a problem:
+	// the writer's log lines carry the id as `request_id`.
+	Instance *string                `json:"instance,omitempty"`
+	Status   ForbiddenProblemStatus `json:"status"`
+	Title    string                 `json:"title"`
+	Type     string                 `json:"type"`
+}
+
+// ForbiddenProblemStatus defines model for ForbiddenProblem.Status.
+type ForbiddenProblemStatus int
+
+// GatewayError The body of API Gateway's own answers (an HTTP API cannot customise
+// them: docs/api.md "Errors"), sent with `Content-Type:
+// application/json`, never `application/problem+json`, which only
+// the writer sends. `message` is API Gateway's text, not a stable
+// value: switch on the status. Values seen: "Too Many Requests"
+// (429), "Request Too Long" (413, over Lambda's 6 MB invoke
+// payload), "Internal Server Error" (500), "Service Unavailable"
+// (503), "Not Found" (404, a path outside the routes the gateway
+// forwards); a 504's wording is API Gateway's.
+type GatewayError struct {
+	Message string `json:"message"`
+}
+
+// HistoryEntry defines model for HistoryEntry.
+type HistoryEntry struct {
+	// Admin Whether that token was admin-scoped.
+	Admin bool `json:"admin"`
+
+	// Operation What the write did; more values may be added (see docs/api.md "Compatibility").
+	Operation string `json:"operation"`
+
+	// ReceivedAt The server's clock when the request arrived (not the client's createdAt).
+	ReceivedAt Timestamp `json:"receivedAt"`
+
+	// RequestId The request's X-Request-Id.
+	RequestId string `json:"requestId"`
+
+	// Subject The sub claim of the token that wrote it (empty when the token had none).
+	Subject string `json:"subject"`
+
+	// Transaction The transaction as of this version; for deleted, as it was when deleted (its version is the entry's minus one).
+	Transaction Transaction `json:"transaction"`
+
+	// Version The version this write made (1 for created; n+1 for a change of version n and for the delete of version n).
+	Version Version `json:"version"`
+}
+
+// HistoryPage defines model for HistoryPage.
+type HistoryPage struct {
+	Items []HistoryEntry `json:"items"`
+
+	// NextCursor Opaque; pass it back as `?cursor=`.
+	NextCursor *Cursor `json:"nextCursor,omitempty"`
+}
+
 // ID defines model for ID.
 type ID = string
 
 // IdempotencyKey defines model for IdempotencyKey.
 type IdempotencyKey = string
+
+// IdempotencyKeyReusedProblem The problem of a IdempotencyKeyReused answer (Problem, with its status and types).
+type IdempotencyKeyReusedProblem struct {
+	// CurrentVersion With version-mismatch, the current version.
+	CurrentVersion *Version `json:"currentVersion,omitempty"`
+	Detail         *string  `json:"detail,omitempty"`
+
+	// Field The offending body member, path parameter, query parameter or header.
+	Field *string `json:"field,omitempty"`
+
+	// Instance This occurrence: `urn:ledger:request:` and the request's id, the
+	// response's `X-Request-Id` (a replayed answer keeps the id of the
+	// request that first got it). Quote it when reporting a problem:
+	// the writer's log lines carry the id as `request_id`.
+	Instance *string                           `json:"instance,omitempty"`
+	Status   IdempotencyKeyReusedProblemStatus `json:"status"`
+	Title    string                            `json:"title"`
+	Type     string                            `json:"type"`
+}
+
+// IdempotencyKeyReusedProblemStatus defines model for IdempotencyKeyReusedProblem.Status.
+type IdempotencyKeyReusedProblemStatus int
+
+// InternalProblem The problem of a Internal answer (Problem, with its status and types).
+type InternalProblem struct {
+	// CurrentVersion With version-mismatch, the current version.
+	CurrentVersion *Version `json:"currentVersion,omitempty"`
+	Detail         *string  `json:"detail,omitempty"`
+
+	// Field The offending body member, path parameter, query parameter or header.
+	Field *string `json:"field,omitempty"`
+
+	// Instance This occurrence: `urn:ledger:request:` and the request's id, the
+	// response's `X-Request-Id` (a replayed answer keeps the id of the
+	// request that first got it). Quote it when reporting a problem:
+	// the writer's log lines carry the id as `request_id`.
+	Instance *string               `json:"instance,omitempty"`
+	Status   InternalProblemStatus `json:"status"`
+	Title    string                `json:"title"`
+	Type     string                `json:"type"`
+}
+
+// InternalProblemStatus defines model for InternalProblem.Status.
+type InternalProblemStatus int
+
+// InvalidRequestProblem The problem of an InvalidRequest answer (Problem, with its status and type).
+type InvalidRequestProblem struct {
+	// CurrentVersion With version-mismatch, the current version.
+	CurrentVersion *Version `json:"currentVersion,omitempty"`
+	Detail         *string  `json:"detail,omitempty"`
+
+	// Field The offending body member, path parameter, query parameter or header.
+	Field *string `json:"field,omitempty"`
+
+	// Instance This occurrence: `urn:ledger:request:` and the request's id, the
+	// response's `X-Request-Id` (a replayed answer keeps the id of the
+	// request that first got it). Quote it when reporting a problem:
+	// the writer's log lines carry the id as `request_id`.
+	Instance *string                     `json:"instance,omitempty"`
+	Status   InvalidRequestProblemStatus `json:"status"`
+	Title    string                      `json:"title"`
+	Type     string                      `json:"type"`
+}
+
+// InvalidRequestProblemStatus defines model for InvalidRequestProblem.Status.
+type InvalidRequestProblemStatus int
+
+// Money An exact decimal in canonical form.
+type Money = string
+
+// Name 1–64 printable characters without `#`, no leading or trailing spaces.
+type Name = string
+
+// NotFoundProblem The problem of a NotFound answer (Problem, with its status and types).
+type NotFoundProblem struct {
+	// CurrentVersion With version-mismatch, the current version.
+	CurrentVersion *Version `json:"currentVersion,omitempty"`
+	Detail         *string  `json:"detail,omitempty"`
+
+	// Field The offending body member, path parameter, query parameter or header.
+	Field *string `json:"field,omitempty"`
+
+	// Instance This occurrence: `urn:ledger:request:` and the request's id, the
+	// response's `X-Request-Id` (a replayed answer keeps the id of the
+	// request that first got it). Quote it when reporting a problem:
+	// the writer's log lines carry the id as `request_id`.
+	Instance *string               `json:"instance,omitempty"`
+	Status   NotFoundProblemStatus `json:"status"`
+	Title    string                `json:"title"`
+	Type     string                `json:"type"`
+}
+
+// NotFoundProblemStatus defines model for NotFoundProblem.Status.
+type NotFoundProblemStatus int
 
 // PeriodType A report's granularity, in the branch's business calendar. Values:
 // DAILY `YYYY-MM-DD` (the business date), WEEKLY `YYYY-MM-DD` (the
@@ -425,10 +894,37 @@ type IdempotencyKey = string
 // `FYyyyy` (`yyyy` the calendar year in which the fiscal year ends).
 type PeriodType string
 
+// PeriodTypeName A period type in an answer (PeriodType's values); more may be added.
+type PeriodTypeName = string
+
 // PeriodValue YYYY-MM-DD (DAILY, WEEKLY), YYYY-MM (MONTHLY), YYYY-Qn (QUARTERLY), YYYY (YEARLY), FYyyyy-Qn (FISCAL_QUARTER) or FYyyyy (FISCAL_YEAR).
 type PeriodValue = string
 
-// Problem An RFC 9457 problem; `type` is stable, `detail` is for people.
+// PreconditionRequiredProblem The problem of a PreconditionRequired answer (Problem, with its status and types).
+type PreconditionRequiredProblem struct {
+	// CurrentVersion With version-mismatch, the current version.
+	CurrentVersion *Version `json:"currentVersion,omitempty"`
+	Detail         *string  `json:"detail,omitempty"`
+
+	// Field The offending body member, path parameter, query parameter or header.
+	Field *string `json:"field,omitempty"`
+
+	// Instance This occurrence: `urn:ledger:request:` and the request's id, the
+	// response's `X-Request-Id` (a replayed answer keeps the id of the
+	// request that first got it). Quote it when reporting a problem:
+	// the writer's log lines carry the id as `request_id`.
+	Instance *string                           `json:"instance,omitempty"`
+	Status   PreconditionRequiredProblemStatus `json:"status"`
+	Title    string                            `json:"title"`
+	Type     string                            `json:"type"`
+}
+
+// PreconditionRequiredProblemStatus defines model for PreconditionRequiredProblem.Status.
+type PreconditionRequiredProblemStatus int
+
+// Problem An RFC 9457 problem; `type` is stable, `detail` is for people. Open
+// to additive change: new members, and new `type` values (a client
+// treats an unknown `type` by its `status`, RFC 9457 §3.1).
 type Problem struct {
 	// CurrentVersion With version-mismatch, the current version.
 	CurrentVersion *Version `json:"currentVersion,omitempty"`
@@ -445,18 +941,92 @@ type Problem struct {
 	Status   int     `json:"status"`
 	Title    string  `json:"title"`
 
-	// Type Resolves to the problem's section of docs/api.md.
-	Type interface{} `json:"type"`
+	// Type Resolves to the problem's section of docs/api.md. The values in
+	// `x-extensible-enum` are those of this version; more may be added.
+	Type string `json:"type"`
+}
+
+// RateLimitedProblem The problem of a RateLimited answer (Problem, with its status and types).
+type RateLimitedProblem struct {
+	// CurrentVersion With version-mismatch, the current version.
+	CurrentVersion *Version `json:"currentVersion,omitempty"`
+	Detail         *string  `json:"detail,omitempty"`
+
+	// Field The offending body member, path parameter, query parameter or header.
+	Field *string `json:"field,omitempty"`
+
+	// Instance This occurrence: `urn:ledger:request:` and the request's id, the
+	// response's `X-Request-Id` (a replayed answer keeps the id of the
+	// request that first got it). Quote it when reporting a problem:
+	// the writer's log lines carry the id as `request_id`.
+	Instance *string                  `json:"instance,omitempty"`
+	Status   RateLimitedProblemStatus `json:"status"`
+	Title    string                   `json:"title"`
+	Type     string                   `json:"type"`
+}
+
+// RateLimitedProblemStatus defines model for RateLimitedProblem.Status.
+type RateLimitedProblemStatus int
+
+// Report defines model for Report.
+type Report struct {
+	Branch ID `json:"branch"`
+
+	// ByCategory Figures by name; entries whose figures are all zero are left out.
+	ByCategory Breakdown `json:"byCategory"`
+
+	// ByCostCenter Figures by name; entries whose figures are all zero are left out.
+	ByCostCenter Breakdown `json:"byCostCenter"`
+
+	// ByPaymentMethod Figures by name; entries whose figures are all zero are left out.
+	ByPaymentMethod Breakdown `json:"byPaymentMethod"`
+
+	// EntriesCursor A report in a range whose entries did not all fit — the rest come from the single report's endpoint with ?cursor= this value.
+	EntriesCursor *Cursor `json:"entriesCursor,omitempty"`
+
+	// NextCursor A single report's page — its next entries, with ?cursor=.
+	NextCursor *Cursor `json:"nextCursor,omitempty"`
+
+	// PeriodType A period type in an answer (PeriodType's values); more may be added.
+	PeriodType PeriodTypeName `json:"periodType"`
+
+	// PeriodValue YYYY-MM-DD (DAILY, WEEKLY), YYYY-MM (MONTHLY), YYYY-Qn (QUARTERLY), YYYY (YEARLY), FYyyyy-Qn (FISCAL_QUARTER) or FYyyyy (FISCAL_YEAR).
+	PeriodValue PeriodValue `json:"periodValue"`
+	Tenant      ID          `json:"tenant"`
+
+	// TotalExpense An exact decimal in canonical form.
+	TotalExpense Money `json:"totalExpense"`
+
+	// TotalIncome An exact decimal in canonical form.
+	TotalIncome      Money `json:"totalIncome"`
+	TransactionCount int   `json:"transactionCount"`
+
+	// UpdatedAt The time of the last commit to the report (its freshness).
+	UpdatedAt *Timestamp `json:"updatedAt,omitempty"`
 }
 
 // ReportPeriods The period types a tenant's reports are kept in, each once; the server keeps them in canonical order (DAILY, WEEKLY, MONTHLY, QUARTERLY, YEARLY, FISCAL_QUARTER, FISCAL_YEAR).
-type ReportPeriods = []PeriodType
+type ReportPeriods = []PeriodTypeName
+
+// ReportRange defines model for ReportRange.
+type ReportRange struct {
+	Items []Report `json:"items"`
+
+	// NextCursor Opaque; pass it back as `?cursor=`.
+	NextCursor *Cursor `json:"nextCursor,omitempty"`
+}
 
 // Role defines model for Role.
 type Role string
 
-// Status defines model for Status.
+// RoleName An account's role in an answer (Role's values); more may be added.
+type RoleName = string
+
+// Status A status a request sets (closed; the answer's field is StatusName).
 type Status string
+
+// StatusName A tenant's or branch's status in an answer; more values may be added (see docs/api.md "Compatibility").
+type StatusName = string
 
 // Tenant defines model for Tenant.
 type Tenant struct {
@@ -470,7 +1040,9 @@ type Tenant struct {
 
 	// ReportPeriodsChangedAt The last change of reportPeriods by a PATCH; absent when never changed.
 	ReportPeriodsChangedAt *Timestamp `json:"reportPeriodsChangedAt,omitempty"`
-	Status                 Status     `json:"status"`
+
+	// Status A tenant's or branch's status in an answer; more values may be added (see docs/api.md "Compatibility").
+	Status StatusName `json:"status"`
 
 	// UpdatedAt RFC 3339, UTC.
 	UpdatedAt Timestamp `json:"updatedAt"`
@@ -507,17 +1079,235 @@ type TenantPatch struct {
 
 	// ReportPeriods New period types; they apply to transactions written (created or changed) after the change, and `ledgerctl rebucket` moves the history.
 	ReportPeriods *[]string `json:"reportPeriods,omitempty"`
-	Status        *Status   `json:"status,omitempty"`
+
+	// Status A status a request sets (closed; the answer's field is StatusName).
+	Status *Status `json:"status,omitempty"`
 }
 
 // Timestamp RFC 3339, UTC.
 type Timestamp = time.Time
 
+// Totals defines model for Totals.
+type Totals struct {
+	// TotalExpense An exact decimal in canonical form.
+	TotalExpense Money `json:"totalExpense"`
+
+	// TotalIncome An exact decimal in canonical form.
+	TotalIncome      Money `json:"totalIncome"`
+	TransactionCount int   `json:"transactionCount"`
+}
+
+// Transaction defines model for Transaction.
+type Transaction struct {
+	// Amount An exact decimal in canonical form.
+	Amount Money `json:"amount"`
+	Branch ID    `json:"branch"`
+
+	// BusinessDate The business date of createdAt in the branch's calendar when it was last written (created or changed); for a transaction stored without one (written before business calendars or by another path), its UTC date, where it counts. Always present, except in the replay of an answer recorded (under its Idempotency-Key, for 24 h) by a writer from before business calendars.
+	BusinessDate *Date   `json:"businessDate,omitempty"`
+	Category     string  `json:"category"`
+	CostCenter   *string `json:"costCenter,omitempty"`
+
+	// CreatedAt RFC 3339, UTC.
+	CreatedAt Timestamp `json:"createdAt"`
+
+	// Currency The currency of `amount`, its branch's when the transaction was last written; absent when the branch has none.
+	Currency    *Currency `json:"currency,omitempty"`
+	Description *string   `json:"description,omitempty"`
+
+	// Id A ULID whose time part is createdAt.
+	Id            string  `json:"id"`
+	PaymentMethod *string `json:"paymentMethod,omitempty"`
+	Tenant        ID      `json:"tenant"`
+
+	// Type A transaction's type in an answer (TransactionType's values); more may be added.
+	Type TransactionTypeName `json:"type"`
+
+	// UpdatedAt RFC 3339, UTC.
+	UpdatedAt Timestamp `json:"updatedAt"`
+
+	// Version Starts at 1, grows by one with every change; the ETag.
+	Version Version `json:"version"`
+}
+
+// TransactionCreate defines model for TransactionCreate.
+type TransactionCreate struct {
+	// Amount An exact decimal greater than 0, as a JSON string: digits, an
+	// optional fraction and an optional exponent of 1–3 digits ("12.50",
+	// "1250e-2"), at most 64 characters; no sign, spaces or leading
+	// zeros; the value has at most 22 integer and 8 fraction digits once
+	// trailing zeros are dropped; in a branch with a currency, at most
+	// that currency's fraction digits (JPY 0, BRL 2, BHD 3), else 422
+	// invalid-field. Never read through a binary float.
+	// The writer also takes a JSON number of the same syntax
+	// (`x-ledger-accepts-json-number`, kept for clients written before
+	// version 1 of this document published the string form); generated
+	// clients send the string, and new clients should.
+	Amount Amount `json:"amount"`
+
+	// Category 1–64 printable characters without `#`, no leading or trailing spaces.
+	Category   Name    `json:"category"`
+	CostCenter *string `json:"costCenter,omitempty"`
+
+	// CreatedAt RFC 3339 (any offset); defaults to the server's clock. Its business date in the branch's calendar picks the reports (its UTC date under the default calendar); its UTC date is the sort key's.
+	CreatedAt     *string         `json:"createdAt,omitempty"`
+	Description   *string         `json:"description,omitempty"`
+	PaymentMethod *string         `json:"paymentMethod,omitempty"`
+	Type          TransactionType `json:"type"`
+}
+
+// TransactionPage defines model for TransactionPage.
+type TransactionPage struct {
+	Items []Transaction `json:"items"`
+
+	// NextCursor Opaque; pass it back as `?cursor=`.
+	NextCursor *Cursor `json:"nextCursor,omitempty"`
+}
+
+// TransactionPatch A JSON merge patch; null removes an optional field.
+type TransactionPatch struct {
+	// Amount An exact decimal greater than 0, as a JSON string: digits, an
+	// optional fraction and an optional exponent of 1–3 digits ("12.50",
+	// "1250e-2"), at most 64 characters; no sign, spaces or leading
+	// zeros; the value has at most 22 integer and 8 fraction digits once
+	// trailing zeros are dropped; in a branch with a currency, at most
+	// that currency's fraction digits (JPY 0, BRL 2, BHD 3), else 422
+	// invalid-field. Never read through a binary float.
+	// The writer also takes a JSON number of the same syntax
+	// (`x-ledger-accepts-json-number`, kept for clients written before
+	// version 1 of this document published the string form); generated
+	// clients send the string, and new clients should.
+	Amount *Amount `json:"amount,omitempty"`
+
+	// Category 1–64 printable characters without `#`, no leading or trailing spaces.
+	Category      *Name            `json:"category,omitempty"`
+	CostCenter    *string          `json:"costCenter,omitempty"`
+	Description   *string          `json:"description,omitempty"`
+	PaymentMethod *string          `json:"paymentMethod,omitempty"`
+	Type          *TransactionType `json:"type,omitempty"`
+}
+
+// TransactionType defines model for TransactionType.
+type TransactionType string
+
+// TransactionTypeName A transaction's type in an answer (TransactionType's values); more may be added.
+type TransactionTypeName = string
+
+// UnauthenticatedProblem The problem of a Unauthenticated answer (Problem, with its status and types).
+type UnauthenticatedProblem struct {
+	// CurrentVersion With version-mismatch, the current version.
+	CurrentVersion *Version `json:"currentVersion,omitempty"`
+	Detail         *string  `json:"detail,omitempty"`
+
+	// Field The offending body member, path parameter, query parameter or header.
+	Field *string `json:"field,omitempty"`
+
+	// Instance This occurrence: `urn:ledger:request:` and the request's id, the
+	// response's `X-Request-Id` (a replayed answer keeps the id of the
+	// request that first got it). Quote it when reporting a problem:
+	// the writer's log lines carry the id as `request_id`.
+	Instance *string                      `json:"instance,omitempty"`
+	Status   UnauthenticatedProblemStatus `json:"status"`
+	Title    string                       `json:"title"`
+	Type     string                       `json:"type"`
+}
+
+// UnauthenticatedProblemStatus defines model for UnauthenticatedProblem.Status.
+type UnauthenticatedProblemStatus int
+
+// UnavailableProblem The problem of a Unavailable answer (Problem, with its status and types).
+type UnavailableProblem struct {
+	// CurrentVersion With version-mismatch, the current version.
+	CurrentVersion *Version `json:"currentVersion,omitempty"`
+	Detail         *string  `json:"detail,omitempty"`
+
+	// Field The offending body member, path parameter, query parameter or header.
+	Field *string `json:"field,omitempty"`
+
+	// Instance This occurrence: `urn:ledger:request:` and the request's id, the
+	// response's `X-Request-Id` (a replayed answer keeps the id of the
+	// request that first got it). Quote it when reporting a problem:
+	// the writer's log lines carry the id as `request_id`.
+	Instance *string                  `json:"instance,omitempty"`
+	Status   UnavailableProblemStatus `json:"status"`
+	Title    string                   `json:"title"`
+	Type     string                   `json:"type"`
+}
+
+// UnavailableProblemStatus defines model for UnavailableProblem.Status.
+type UnavailableProblemStatus int
+
+// UnprocessableProblem The problem of a Unprocessable answer (Problem, with its status and types).
+type UnprocessableProblem struct {
+	// CurrentVersion With version-mismatch, the current version.
+	CurrentVersion *Version `json:"currentVersion,omitempty"`
+	Detail         *string  `json:"detail,omitempty"`
+
+	// Field The offending body member, path parameter, query parameter or header.
+	Field *string `json:"field,omitempty"`
+
+	// Instance This occurrence: `urn:ledger:request:` and the request's id, the
+	// response's `X-Request-Id` (a replayed answer keeps the id of the
+	// request that first got it). Quote it when reporting a problem:
+	// the writer's log lines carry the id as `request_id`.
+	Instance *string                    `json:"instance,omitempty"`
+	Status   UnprocessableProblemStatus `json:"status"`
+	Title    string                     `json:"title"`
+	Type     string                     `json:"type"`
+}
+
+// UnprocessableProblemStatus defines model for UnprocessableProblem.Status.
+type UnprocessableProblemStatus int
+
+// UnsupportedMediaTypeProblem The problem of a UnsupportedMediaType answer (Problem, with its status and types).
+type UnsupportedMediaTypeProblem struct {
+	// CurrentVersion With version-mismatch, the current version.
+	CurrentVersion *Version `json:"currentVersion,omitempty"`
+	Detail         *string  `json:"detail,omitempty"`
+
+	// Field The offending body member, path parameter, query parameter or header.
+	Field *string `json:"field,omitempty"`
+
+	// Instance This occurrence: `urn:ledger:request:` and the request's id, the
+	// response's `X-Request-Id` (a replayed answer keeps the id of the
+	// request that first got it). Quote it when reporting a problem:
+	// the writer's log lines carry the id as `request_id`.
+	Instance *string                           `json:"instance,omitempty"`
+	Status   UnsupportedMediaTypeProblemStatus `json:"status"`
+	Title    string                            `json:"title"`
+	Type     string                            `json:"type"`
+}
+
+// UnsupportedMediaTypeProblemStatus defines model for UnsupportedMediaTypeProblem.Status.
+type UnsupportedMediaTypeProblemStatus int
+
 // Version Starts at 1, grows by one with every change; the ETag.
 type Version = int
 
-// Weekday defines model for Weekday.
-type Weekday string
+// VersionMismatchProblem The problem of a VersionMismatch answer (Problem, with its status and types).
+type VersionMismatchProblem struct {
+	// CurrentVersion With version-mismatch, the current version.
+	CurrentVersion *Version `json:"currentVersion,omitempty"`
+	Detail         *string  `json:"detail,omitempty"`
+
+	// Field The offending body member, path parameter, query parameter or header.
+	Field *string `json:"field,omitempty"`
+
+	// Instance This occurrence: `urn:ledger:request:` and the request's id, the
+	// response's `X-Request-Id` (a replayed answer keeps the id of the
+	// request that first got it). Quote it when reporting a problem:
+	// the writer's log lines carry the id as `request_id`.
+	Instance *string                      `json:"instance,omitempty"`
+	Status   VersionMismatchProblemStatus `json:"status"`
+	Title    string                       `json:"title"`
+	Type     string                       `json:"type"`
+}
+
+// VersionMismatchProblemStatus defines model for VersionMismatchProblem.Status.
+type VersionMismatchProblemStatus int
+
+// WeekdayName A weekday in an answer (Weekday's values).
+type WeekdayName = string
 
 // AccountParam defines model for AccountParam.
 type AccountParam = string
@@ -555,43 +1345,22 @@ type AccountCreated = Account
 // AccountOK defines model for AccountOK.
 type AccountOK = Account
 
-// BadRequest defines model for BadRequest.
-type BadRequest struct {
-	// CurrentVersion With version-mismatch, the current version.
-	CurrentVersion *Version `json:"currentVersion,omitempty"`
-	Detail         *string  `json:"detail,omitempty"`
+// BadRequest The problem of a BadRequest answer (Problem, with its status and types).
+type BadRequest = BadRequestProblem
 
-	// Field The offending body member, path parameter, query parameter or header.
-	Field *string `json:"field,omitempty"`
+// BodyTooLargeApplicationJSON The body of API Gateway's own answers (an HTTP API cannot customise
+// them: docs/api.md "Errors"), sent with `Content-Type:
+// application/json`, never `application/problem+json`, which only
+// the writer sends. `message` is API Gateway's text, not a stable
+// value: switch on the status. Values seen: "Too Many Requests"
+// (429), "Request Too Long" (413, over Lambda's 6 MB invoke
+// payload), "Internal Server Error" (500), "Service Unavailable"
+// (503), "Not Found" (404, a path outside the routes the gateway
+// forwards); a 504's wording is API Gateway's.
+type BodyTooLargeApplicationJSON = GatewayError
 
-	// Instance This occurrence: `urn:ledger:request:` and the request's id, the
-	// response's `X-Request-Id` (a replayed answer keeps the id of the
-	// request that first got it). Quote it when reporting a problem:
-	// the writer's log lines carry the id as `request_id`.
-	Instance *string     `json:"instance,omitempty"`
-	Status   interface{} `json:"status"`
-	Title    string      `json:"title"`
-	Type     interface{} `json:"type"`
-}
-
-// BodyTooLarge defines model for BodyTooLarge.
-type BodyTooLarge struct {
-	// CurrentVersion With version-mismatch, the current version.
-	CurrentVersion *Version `json:"currentVersion,omitempty"`
-	Detail         *string  `json:"detail,omitempty"`
-
-	// Field The offending body member, path parameter, query parameter or header.
-	Field *string `json:"field,omitempty"`
-
-	// Instance This occurrence: `urn:ledger:request:` and the request's id, the
-	// response's `X-Request-Id` (a replayed answer keeps the id of the
-	// request that first got it). Quote it when reporting a problem:
-	// the writer's log lines carry the id as `request_id`.
-	Instance *string     `json:"instance,omitempty"`
-	Status   interface{} `json:"status"`
-	Title    string      `json:"title"`
-	Type     interface{} `json:"type"`
-}
+// BodyTooLargeApplicationProblemPlusJSON The problem of a BodyTooLarge answer (Problem, with its status and types).
+type BodyTooLargeApplicationProblemPlusJSON = BodyTooLargeProblem
 
 // BranchChanged defines model for BranchChanged.
 type BranchChanged = Branch
@@ -602,138 +1371,106 @@ type BranchCreated = Branch
 // BranchOK defines model for BranchOK.
 type BranchOK = Branch
 
-// Conflict defines model for Conflict.
-type Conflict struct {
-	// CurrentVersion With version-mismatch, the current version.
-	CurrentVersion *Version `json:"currentVersion,omitempty"`
-	Detail         *string  `json:"detail,omitempty"`
+// Conflict The problem of a Conflict answer (Problem, with its status and types).
+type Conflict = ConflictProblem
 
-	// Field The offending body member, path parameter, query parameter or header.
-	Field *string `json:"field,omitempty"`
+// Forbidden The problem of a Forbidden answer (Problem, with its status and types).
+type Forbidden = ForbiddenProblem
 
-	// Instance This occurrence: `urn:ledger:request:` and the request's id, the
-	// response's `X-Request-Id` (a replayed answer keeps the id of the
-	// request that first got it). Quote it when reporting a problem:
-	// the writer's log lines carry the id as `request_id`.
-	Instance *string     `json:"instance,omitempty"`
-	Status   interface{} `json:"status"`
-	Title    string      `json:"title"`
-	Type     interface{} `json:"type"`
-}
+// GatewayInternal The body of API Gateway's own answers (an HTTP API cannot customise
+// them: docs/api.md "Errors"), sent with `Content-Type:
+// application/json`, never `application/problem+json`, which only
+// the writer sends. `message` is API Gateway's text, not a stable
+// value: switch on the status. Values seen: "Too Many Requests"
+// (429), "Request Too Long" (413, over Lambda's 6 MB invoke
+// payload), "Internal Server Error" (500), "Service Unavailable"
+// (503), "Not Found" (404, a path outside the routes the gateway
+// forwards); a 504's wording is API Gateway's.
+type GatewayInternal = GatewayError
 
-// Forbidden defines model for Forbidden.
-type Forbidden struct {
-	// CurrentVersion With version-mismatch, the current version.
-	CurrentVersion *Version `json:"currentVersion,omitempty"`
-	Detail         *string  `json:"detail,omitempty"`
+// GatewayPayloadTooLarge The body of API Gateway's own answers (an HTTP API cannot customise
+// them: docs/api.md "Errors"), sent with `Content-Type:
+// application/json`, never `application/problem+json`, which only
+// the writer sends. `message` is API Gateway's text, not a stable
+// value: switch on the status. Values seen: "Too Many Requests"
+// (429), "Request Too Long" (413, over Lambda's 6 MB invoke
+// payload), "Internal Server Error" (500), "Service Unavailable"
+// (503), "Not Found" (404, a path outside the routes the gateway
+// forwards); a 504's wording is API Gateway's.
+type GatewayPayloadTooLarge = GatewayError
 
-	// Field The offending body member, path parameter, query parameter or header.
-	Field *string `json:"field,omitempty"`
+// GatewayThrottled The body of API Gateway's own answers (an HTTP API cannot customise
+// them: docs/api.md "Errors"), sent with `Content-Type:
+// application/json`, never `application/problem+json`, which only
+// the writer sends. `message` is API Gateway's text, not a stable
+// value: switch on the status. Values seen: "Too Many Requests"
+// (429), "Request Too Long" (413, over Lambda's 6 MB invoke
+// payload), "Internal Server Error" (500), "Service Unavailable"
+// (503), "Not Found" (404, a path outside the routes the gateway
+// forwards); a 504's wording is API Gateway's.
+type GatewayThrottled = GatewayError
 
-	// Instance This occurrence: `urn:ledger:request:` and the request's id, the
-	// response's `X-Request-Id` (a replayed answer keeps the id of the
-	// request that first got it). Quote it when reporting a problem:
-	// the writer's log lines carry the id as `request_id`.
-	Instance *string     `json:"instance,omitempty"`
-	Status   interface{} `json:"status"`
-	Title    string      `json:"title"`
-	Type     interface{} `json:"type"`
-}
+// GatewayTimeout The body of API Gateway's own answers (an HTTP API cannot customise
+// them: docs/api.md "Errors"), sent with `Content-Type:
+// application/json`, never `application/problem+json`, which only
+// the writer sends. `message` is API Gateway's text, not a stable
+// value: switch on the status. Values seen: "Too Many Requests"
+// (429), "Request Too Long" (413, over Lambda's 6 MB invoke
+// payload), "Internal Server Error" (500), "Service Unavailable"
+// (503), "Not Found" (404, a path outside the routes the gateway
+// forwards); a 504's wording is API Gateway's.
+type GatewayTimeout = GatewayError
 
-// IdempotencyKeyReused defines model for IdempotencyKeyReused.
-type IdempotencyKeyReused struct {
-	// CurrentVersion With version-mismatch, the current version.
-	CurrentVersion *Version `json:"currentVersion,omitempty"`
-	Detail         *string  `json:"detail,omitempty"`
+// GatewayUnavailable The body of API Gateway's own answers (an HTTP API cannot customise
+// them: docs/api.md "Errors"), sent with `Content-Type:
+// application/json`, never `application/problem+json`, which only
+// the writer sends. `message` is API Gateway's text, not a stable
+// value: switch on the status. Values seen: "Too Many Requests"
+// (429), "Request Too Long" (413, over Lambda's 6 MB invoke
+// payload), "Internal Server Error" (500), "Service Unavailable"
+// (503), "Not Found" (404, a path outside the routes the gateway
+// forwards); a 504's wording is API Gateway's.
+type GatewayUnavailable = GatewayError
 
-	// Field The offending body member, path parameter, query parameter or header.
-	Field *string `json:"field,omitempty"`
+// IdempotencyKeyReused The problem of a IdempotencyKeyReused answer (Problem, with its status and types).
+type IdempotencyKeyReused = IdempotencyKeyReusedProblem
 
-	// Instance This occurrence: `urn:ledger:request:` and the request's id, the
-	// response's `X-Request-Id` (a replayed answer keeps the id of the
-	// request that first got it). Quote it when reporting a problem:
-	// the writer's log lines carry the id as `request_id`.
-	Instance *string     `json:"instance,omitempty"`
-	Status   interface{} `json:"status"`
-	Title    string      `json:"title"`
-	Type     interface{} `json:"type"`
-}
+// InternalApplicationJSON The body of API Gateway's own answers (an HTTP API cannot customise
+// them: docs/api.md "Errors"), sent with `Content-Type:
+// application/json`, never `application/problem+json`, which only
+// the writer sends. `message` is API Gateway's text, not a stable
+// value: switch on the status. Values seen: "Too Many Requests"
+// (429), "Request Too Long" (413, over Lambda's 6 MB invoke
+// payload), "Internal Server Error" (500), "Service Unavailable"
+// (503), "Not Found" (404, a path outside the routes the gateway
+// forwards); a 504's wording is API Gateway's.
+type InternalApplicationJSON = GatewayError
 
-// Internal defines model for Internal.
-type Internal struct {
-	// CurrentVersion With version-mismatch, the current version.
-	CurrentVersion *Version `json:"currentVersion,omitempty"`
-	Detail         *string  `json:"detail,omitempty"`
+// InternalApplicationProblemPlusJSON The problem of a Internal answer (Problem, with its status and types).
+type InternalApplicationProblemPlusJSON = InternalProblem
 
-	// Field The offending body member, path parameter, query parameter or header.
-	Field *string `json:"field,omitempty"`
+// InvalidRequest The problem of an InvalidRequest answer (Problem, with its status and type).
+type InvalidRequest = InvalidRequestProblem
 
-	// Instance This occurrence: `urn:ledger:request:` and the request's id, the
-	// response's `X-Request-Id` (a replayed answer keeps the id of the
-	// request that first got it). Quote it when reporting a problem:
-	// the writer's log lines carry the id as `request_id`.
-	Instance *string     `json:"instance,omitempty"`
-	Status   interface{} `json:"status"`
-	Title    string      `json:"title"`
-	Type     interface{} `json:"type"`
-}
+// NotFound The problem of a NotFound answer (Problem, with its status and types).
+type NotFound = NotFoundProblem
 
-// NotFound defines model for NotFound.
-type NotFound struct {
-	// CurrentVersion With version-mismatch, the current version.
-	CurrentVersion *Version `json:"currentVersion,omitempty"`
-	Detail         *string  `json:"detail,omitempty"`
+// PreconditionRequired The problem of a PreconditionRequired answer (Problem, with its status and types).
+type PreconditionRequired = PreconditionRequiredProblem
 
-	// Field The offending body member, path parameter, query parameter or header.
-	Field *string `json:"field,omitempty"`
+// RateLimitedApplicationJSON The body of API Gateway's own answers (an HTTP API cannot customise
+// them: docs/api.md "Errors"), sent with `Content-Type:
+// application/json`, never `application/problem+json`, which only
+// the writer sends. `message` is API Gateway's text, not a stable
+// value: switch on the status. Values seen: "Too Many Requests"
+// (429), "Request Too Long" (413, over Lambda's 6 MB invoke
+// payload), "Internal Server Error" (500), "Service Unavailable"
+// (503), "Not Found" (404, a path outside the routes the gateway
+// forwards); a 504's wording is API Gateway's.
+type RateLimitedApplicationJSON = GatewayError
 
-	// Instance This occurrence: `urn:ledger:request:` and the request's id, the
-	// response's `X-Request-Id` (a replayed answer keeps the id of the
-	// request that first got it). Quote it when reporting a problem:
-	// the writer's log lines carry the id as `request_id`.
-	Instance *string     `json:"instance,omitempty"`
-	Status   interface{} `json:"status"`
-	Title    string      `json:"title"`
-	Type     interface{} `json:"type"`
-}
-
-// PreconditionRequired defines model for PreconditionRequired.
-type PreconditionRequired struct {
-	// CurrentVersion With version-mismatch, the current version.
-	CurrentVersion *Version `json:"currentVersion,omitempty"`
-	Detail         *string  `json:"detail,omitempty"`
-
-	// Field The offending body member, path parameter, query parameter or header.
-	Field *string `json:"field,omitempty"`
-
-	// Instance This occurrence: `urn:ledger:request:` and the request's id, the
-	// response's `X-Request-Id` (a replayed answer keeps the id of the
-	// request that first got it). Quote it when reporting a problem:
-	// the writer's log lines carry the id as `request_id`.
-	Instance *string     `json:"instance,omitempty"`
-	Status   interface{} `json:"status"`
-	Title    string      `json:"title"`
-	Type     interface{} `json:"type"`
-}
-
-// RateLimited defines model for RateLimited.
-type RateLimited struct {
-	// CurrentVersion With version-mismatch, the current version.
-	CurrentVersion *Version `json:"currentVersion,omitempty"`
-	Detail         *string  `json:"detail,omitempty"`
-
-	// Field The offending body member, path parameter, query parameter or header.
-	Field *string `json:"field,omitempty"`
-
-	// Instance This occurrence: `urn:ledger:request:` and the request's id, the
-	// response's `X-Request-Id` (a replayed answer keeps the id of the
-	// request that first got it). Quote it when reporting a problem:
-	// the writer's log lines carry the id as `request_id`.
-	Instance *string     `json:"instance,omitempty"`
-	Status   interface{} `json:"status"`
-	Title    string      `json:"title"`
-	Type     interface{} `json:"type"`
-}
+// RateLimitedApplicationProblemPlusJSON The problem of a RateLimited answer (Problem, with its status and types).
+type RateLimitedApplicationProblemPlusJSON = RateLimitedProblem
 
 // TenantChanged defines model for TenantChanged.
 type TenantChanged = Tenant
@@ -744,100 +1481,37 @@ type TenantCreated = Tenant
 // TenantOK defines model for TenantOK.
 type TenantOK = Tenant
 
-// Unauthenticated defines model for Unauthenticated.
-type Unauthenticated struct {
-	// CurrentVersion With version-mismatch, the current version.
-	CurrentVersion *Version `json:"currentVersion,omitempty"`
-	Detail         *string  `json:"detail,omitempty"`
+// Unauthenticated The problem of a Unauthenticated answer (Problem, with its status and types).
+type Unauthenticated = UnauthenticatedProblem
 
-	// Field The offending body member, path parameter, query parameter or header.
-	Field *string `json:"field,omitempty"`
+// UnavailableApplicationJSON The body of API Gateway's own answers (an HTTP API cannot customise
+// them: docs/api.md "Errors"), sent with `Content-Type:
+// application/json`, never `application/problem+json`, which only
+// the writer sends. `message` is API Gateway's text, not a stable
+// value: switch on the status. Values seen: "Too Many Requests"
+// (429), "Request Too Long" (413, over Lambda's 6 MB invoke
+// payload), "Internal Server Error" (500), "Service Unavailable"
+// (503), "Not Found" (404, a path outside the routes the gateway
+// forwards); a 504's wording is API Gateway's.
+type UnavailableApplicationJSON = GatewayError
 
-	// Instance This occurrence: `urn:ledger:request:` and the request's id, the
-	// response's `X-Request-Id` (a replayed answer keeps the id of the
-	// request that first got it). Quote it when reporting a problem:
-	// the writer's log lines carry the id as `request_id`.
-	Instance *string     `json:"instance,omitempty"`
-	Status   interface{} `json:"status"`
-	Title    string      `json:"title"`
-	Type     interface{} `json:"type"`
-}
+// UnavailableApplicationProblemPlusJSON The problem of a Unavailable answer (Problem, with its status and types).
+type UnavailableApplicationProblemPlusJSON = UnavailableProblem
 
-// Unavailable defines model for Unavailable.
-type Unavailable struct {
-	// CurrentVersion With version-mismatch, the current version.
-	CurrentVersion *Version `json:"currentVersion,omitempty"`
-	Detail         *string  `json:"detail,omitempty"`
+// Unprocessable The problem of a Unprocessable answer (Problem, with its status and types).
+type Unprocessable = UnprocessableProblem
 
-	// Field The offending body member, path parameter, query parameter or header.
-	Field *string `json:"field,omitempty"`
+// UnsupportedMediaType The problem of a UnsupportedMediaType answer (Problem, with its status and types).
+type UnsupportedMediaType = UnsupportedMediaTypeProblem
 
-	// Instance This occurrence: `urn:ledger:request:` and the request's id, the
-	// response's `X-Request-Id` (a replayed answer keeps the id of the
-	// request that first got it). Quote it when reporting a problem:
-	// the writer's log lines carry the id as `request_id`.
-	Instance *string     `json:"instance,omitempty"`
-	Status   interface{} `json:"status"`
-	Title    string      `json:"title"`
-	Type     interface{} `json:"type"`
-}
+// VersionMismatch The problem of a VersionMismatch answer (Problem, with its status and types).
+type VersionMismatch = VersionMismatchProblem
 
-// Unprocessable defines model for Unprocessable.
-type Unprocessable struct {
-	// CurrentVersion With version-mismatch, the current version.
-	CurrentVersion *Version `json:"currentVersion,omitempty"`
-	Detail         *string  `json:"detail,omitempty"`
+// Healthz200JSONResponseBodyStatus defines parameters for Healthz.
+type Healthz200JSONResponseBodyStatus string
 
-	// Field The offending body member, path parameter, query parameter or header.
-	Field *string `json:"field,omitempty"`
-
-	// Instance This occurrence: `urn:ledger:request:` and the request's id, the
-	// response's `X-Request-Id` (a replayed answer keeps the id of the
-	// request that first got it). Quote it when reporting a problem:
-	// the writer's log lines carry the id as `request_id`.
-	Instance *string     `json:"instance,omitempty"`
-	Status   interface{} `json:"status"`
-	Title    string      `json:"title"`
-	Type     interface{} `json:"type"`
-}
-
-// UnsupportedMediaType defines model for UnsupportedMediaType.
-type UnsupportedMediaType struct {
-	// CurrentVersion With version-mismatch, the current version.
-	CurrentVersion *Version `json:"currentVersion,omitempty"`
-	Detail         *string  `json:"detail,omitempty"`
-
-	// Field The offending body member, path parameter, query parameter or header.
-	Field *string `json:"field,omitempty"`
-
-	// Instance This occurrence: `urn:ledger:request:` and the request's id, the
-	// response's `X-Request-Id` (a replayed answer keeps the id of the
-	// request that first got it). Quote it when reporting a problem:
-	// the writer's log lines carry the id as `request_id`.
-	Instance *string     `json:"instance,omitempty"`
-	Status   interface{} `json:"status"`
-	Title    string      `json:"title"`
-	Type     interface{} `json:"type"`
-}
-
-// VersionMismatch defines model for VersionMismatch.
-type VersionMismatch struct {
-	// CurrentVersion With version-mismatch, the current version.
-	CurrentVersion *Version `json:"currentVersion,omitempty"`
-	Detail         *string  `json:"detail,omitempty"`
-
-	// Field The offending body member, path parameter, query parameter or header.
-	Field *string `json:"field,omitempty"`
-
-	// Instance This occurrence: `urn:ledger:request:` and the request's id, the
-	// response's `X-Request-Id` (a replayed answer keeps the id of the
-	// request that first got it). Quote it when reporting a problem:
-	// the writer's log lines carry the id as `request_id`.
-	Instance *string     `json:"instance,omitempty"`
-	Status   interface{} `json:"status"`
-	Title    string      `json:"title"`
-	Type     interface{} `json:"type"`
-}
+// Readyz200JSONResponseBodyStatus defines parameters for Readyz.
+type Readyz200JSONResponseBodyStatus string
 
 // LookupAccountParams defines parameters for LookupAccount.
 type LookupAccountParams struct {
@@ -992,6 +1666,96 @@ type PatchBranchParams struct {
 	IdempotencyKey *IdempotencyKeyParam `json:"Idempotency-Key,omitempty"`
 }
 
+// ReportRangeParams defines parameters for ReportRange.
+type ReportRangeParams struct {
+	Period PeriodType `form:"period" json:"period"`
+
+	// From First period, inclusive (its form as period says; for WEEKLY any date, the weeks whose first day is in the range).
+	From PeriodValue `form:"from" json:"from"`
+
+	// To Last period, inclusive.
+	To PeriodValue `form:"to" json:"to"`
+
+	// Limit Reports per page, 1–366 (default 100; larger is capped).
+	Limit *int `form:"limit,omitempty" json:"limit,omitempty"`
+
+	// Cursor The `nextCursor` (or `entriesCursor`) of the previous page; opaque, signed and bound to the listing that issued it.
+	Cursor *CursorParam `form:"cursor,omitempty" json:"cursor,omitempty"`
+}
+
+// GetReportParams defines parameters for GetReport.
+type GetReportParams struct {
+	// Limit Entries per page, 1–1000 (default 500; larger is capped).
+	Limit *int `form:"limit,omitempty" json:"limit,omitempty"`
+
+	// Cursor The `nextCursor` (or `entriesCursor`) of the previous page; opaque, signed and bound to the listing that issued it.
+	Cursor *CursorParam `form:"cursor,omitempty" json:"cursor,omitempty"`
+}
+
+// ListTransactionsParams defines parameters for ListTransactions.
+type ListTransactionsParams struct {
+	// From First UTC date (of createdAt), inclusive.
+	From *string `form:"from,omitempty" json:"from,omitempty"`
+
+	// To Last UTC date, inclusive.
+	To *string `form:"to,omitempty" json:"to,omitempty"`
+
+	// BusinessDateFrom First business date, inclusive (the transactions a DAILY report from it counts). With from/to, both apply.
+	BusinessDateFrom *string `form:"businessDateFrom,omitempty" json:"businessDateFrom,omitempty"`
+
+	// BusinessDateTo Last business date, inclusive.
+	BusinessDateTo *string          `form:"businessDateTo,omitempty" json:"businessDateTo,omitempty"`
+	Type           *TransactionType `form:"type,omitempty" json:"type,omitempty"`
+
+	// Category An exact category.
+	Category *string `form:"category,omitempty" json:"category,omitempty"`
+
+	// Limit Items per page, 1–200 (default 50; larger values are capped at 200). 0 is 400 invalid-field, like any value below 1; leave it out for the default.
+	Limit *LimitParam `form:"limit,omitempty" json:"limit,omitempty"`
+
+	// Cursor The `nextCursor` (or `entriesCursor`) of the previous page; opaque, signed and bound to the listing that issued it.
+	Cursor *CursorParam `form:"cursor,omitempty" json:"cursor,omitempty"`
+}
+
+// CreateTransactionParams defines parameters for CreateTransaction.
+type CreateTransactionParams struct {
+	// IdempotencyKey As `IdempotencyKey`; a POST without one is 400 `idempotency-key-required`.
+	IdempotencyKey IdempotencyKeyRequiredParam `json:"Idempotency-Key"`
+}
+
+// DeleteTransactionParams defines parameters for DeleteTransaction.
+type DeleteTransactionParams struct {
+	// IfMatch RFC 9110 If-Match: the version to change as the ETag gives it (`"3"`, or a bare `3`), a list (`"2", "3"`: any may match) or `*` (any version). A weak tag (`W/"3"`) never matches: 412.
+	IfMatch *IfMatchParam `json:"If-Match,omitempty"`
+
+	// IdempotencyKey 1–128 ASCII letters, digits or `-_.:+/=`, bare or quoted; a fresh UUID
+	// per operation, reused on its retries. A retry of the same request gets
+	// the first answer (with `Idempotent-Replayed: true`); the same key with
+	// another request is 422.
+	IdempotencyKey *IdempotencyKeyParam `json:"Idempotency-Key,omitempty"`
+}
+
+// PatchTransactionParams defines parameters for PatchTransaction.
+type PatchTransactionParams struct {
+	// IfMatch RFC 9110 If-Match: the version to change as the ETag gives it (`"3"`, or a bare `3`), a list (`"2", "3"`: any may match) or `*` (the version read); without it 428. A weak tag (`W/"3"`) never matches: 412.
+	IfMatch IfMatchRequiredParam `json:"If-Match"`
+
+	// IdempotencyKey 1–128 ASCII letters, digits or `-_.:+/=`, bare or quoted; a fresh UUID
+	// per operation, reused on its retries. A retry of the same request gets
+	// the first answer (with `Idempotent-Replayed: true`); the same key with
+	// another request is 422.
+	IdempotencyKey *IdempotencyKeyParam `json:"Idempotency-Key,omitempty"`
+}
+
+// TransactionHistoryParams defines parameters for TransactionHistory.
+type TransactionHistoryParams struct {
+	// Limit Items per page, 1–200 (default 50; larger values are capped at 200). 0 is 400 invalid-field, like any value below 1; leave it out for the default.
+	Limit *LimitParam `form:"limit,omitempty" json:"limit,omitempty"`
+
+	// Cursor The `nextCursor` (or `entriesCursor`) of the previous page; opaque, signed and bound to the listing that issued it.
+	Cursor *CursorParam `form:"cursor,omitempty" json:"cursor,omitempty"`
+}
+
 // CreateTenantJSONRequestBody defines body for CreateTenant for application/json ContentType.
 type CreateTenantJSONRequestBody = TenantCreate
 
@@ -1027,6 +1791,15 @@ type PatchBranchJSONRequestBody = BranchPatch
 
 // PatchBranchApplicationMergePatchPlusJSONRequestBody defines body for PatchBranch for application/merge-patch+json ContentType.
 type PatchBranchApplicationMergePatchPlusJSONRequestBody = BranchPatch
+
+// CreateTransactionJSONRequestBody defines body for CreateTransaction for application/json ContentType.
+type CreateTransactionJSONRequestBody = TransactionCreate
+
+// PatchTransactionJSONRequestBody defines body for PatchTransaction for application/json ContentType.
+type PatchTransactionJSONRequestBody = TransactionPatch
+
+// PatchTransactionApplicationMergePatchPlusJSONRequestBody defines body for PatchTransaction for application/merge-patch+json ContentType.
+type PatchTransactionApplicationMergePatchPlusJSONRequestBody = TransactionPatch
 
 // RequestEditorFn is the function signature for the RequestEditor callback function
 type RequestEditorFn func(ctx context.Context, req *http.Request) error
@@ -1102,6 +1875,21 @@ func WithRequestEditorFn(fn RequestEditorFn) ClientOption {
 // The interface specification for the client above.
 type ClientInterface interface {
 
+	// Healthz Liveness.
+	//
+	// Corresponds with GET /healthz (the `Healthz` operationId).
+	Healthz(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// Metrics Prometheus metrics (docs/api.md lists them).
+	//
+	// Corresponds with GET /metrics (the `Metrics` operationId).
+	Metrics(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// Readyz Readiness, from the flags cache (never a read of its own).
+	//
+	// Corresponds with GET /readyz (the `Readyz` operationId).
+	Readyz(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
+
 	// LookupAccount The account holding a verified address, in any tenant (admin only).
 	//
 	// Corresponds with GET /v1/accounts:lookup (the `LookupAccount` operationId).
@@ -1111,6 +1899,11 @@ type ClientInterface interface {
 	//
 	// Corresponds with GET /v1/branches:lookup (the `LookupBranch` operationId).
 	LookupBranch(ctx context.Context, params *LookupBranchParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// GetOpenAPI This document, as JSON.
+	//
+	// Corresponds with GET /v1/openapi.json (the `GetOpenAPI` operationId).
+	GetOpenAPI(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// ListTenants The tenants in id order (GSI1 TENANTS, eventually consistent).
 	//
@@ -1281,7 +2074,7 @@ type ClientInterface interface {
 	// Corresponds with GET /v1/tenants/{tenant}/branches/{branch} (the `GetBranch` operationId).
 	GetBranch(ctx context.Context, tenant TenantParam, branch BranchParam, reqEditors ...RequestEditorFn) (*http.Response, error)
 
-	// PatchBranchWithBody Changes a branch's name, status, document or calendar.
+	// PatchBranchWithBody Changes a branch's name, status, document, calendar or currency.
 	//
 	// A tenant's token may suspend its branch and lift its own suspension; only an admin-scoped token lifts an admin's (403 suspended-by-admin). `suspendedBy` says whose a suspension is.
 	//
@@ -1290,7 +2083,7 @@ type ClientInterface interface {
 	// Corresponds with PATCH /v1/tenants/{tenant}/branches/{branch} (the `PatchBranch` operationId).
 	PatchBranchWithBody(ctx context.Context, tenant TenantParam, branch BranchParam, params *PatchBranchParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
 
-	// PatchBranch Changes a branch's name, status, document or calendar.
+	// PatchBranch Changes a branch's name, status, document, calendar or currency.
 	//
 	// A tenant's token may suspend its branch and lift its own suspension; only an admin-scoped token lifts an admin's (403 suspended-by-admin). `suspendedBy` says whose a suspension is.
 	//
@@ -1299,7 +2092,7 @@ type ClientInterface interface {
 	// Corresponds with PATCH /v1/tenants/{tenant}/branches/{branch} (the `PatchBranch` operationId).
 	PatchBranch(ctx context.Context, tenant TenantParam, branch BranchParam, params *PatchBranchParams, body PatchBranchJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
-	// PatchBranchWithApplicationMergePatchPlusJSONBody Changes a branch's name, status, document or calendar.
+	// PatchBranchWithApplicationMergePatchPlusJSONBody Changes a branch's name, status, document, calendar or currency.
 	//
 	// A tenant's token may suspend its branch and lift its own suspension; only an admin-scoped token lifts an admin's (403 suspended-by-admin). `suspendedBy` says whose a suspension is.
 	//
@@ -1307,6 +2100,135 @@ type ClientInterface interface {
 	//
 	// Corresponds with PATCH /v1/tenants/{tenant}/branches/{branch} (the `PatchBranch` operationId).
 	PatchBranchWithApplicationMergePatchPlusJSONBody(ctx context.Context, tenant TenantParam, branch BranchParam, params *PatchBranchParams, body PatchBranchApplicationMergePatchPlusJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ReportRange The reports of one period type in a range, in period order (eventually consistent).
+	//
+	// A range spans at most 366 days, 530 weeks (counted in steps of 7
+	// days from `from`), 120 months, 40 quarters or fiscal quarters, or 100
+	// years or fiscal years. A page holds
+	// at most `limit` reports, 1000 entries beyond the report items' own and
+	// about 1 MiB; a report whose entries did not all fit carries
+	// `entriesCursor`, to be continued at the single report's endpoint.
+	//
+	// Corresponds with GET /v1/tenants/{tenant}/branches/{branch}/reports (the `ReportRange` operationId).
+	ReportRange(ctx context.Context, tenant TenantParam, branch BranchParam, params *ReportRangeParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// GetReport One report, in pages of breakdown entries (eventually consistent).
+	//
+	// Corresponds with GET /v1/tenants/{tenant}/branches/{branch}/reports/{period}/{value} (the `GetReport` operationId).
+	GetReport(ctx context.Context, tenant TenantParam, branch BranchParam, period PeriodType, value PeriodValue, params *GetReportParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ListTransactions A branch's transactions, newest first (by createdAt date, then id).
+	//
+	// A page can be shorter than `limit` when filters drop items, and the
+	// last page can be empty; `nextCursor` is present while there may be
+	// more. Unknown or repeated query parameters are 400.
+	//
+	// Corresponds with GET /v1/tenants/{tenant}/branches/{branch}/transactions (the `ListTransactions` operationId).
+	ListTransactions(ctx context.Context, tenant TenantParam, branch BranchParam, params *ListTransactionsParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// CreateTransactionWithBody Creates a transaction in an active tenant and branch.
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /v1/tenants/{tenant}/branches/{branch}/transactions (the `CreateTransaction` operationId).
+	CreateTransactionWithBody(ctx context.Context, tenant TenantParam, branch BranchParam, params *CreateTransactionParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// CreateTransaction Creates a transaction in an active tenant and branch.
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /v1/tenants/{tenant}/branches/{branch}/transactions (the `CreateTransaction` operationId).
+	CreateTransaction(ctx context.Context, tenant TenantParam, branch BranchParam, params *CreateTransactionParams, body CreateTransactionJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// DeleteTransaction Deletes a transaction.
+	//
+	// Corresponds with DELETE /v1/tenants/{tenant}/branches/{branch}/transactions/{id} (the `DeleteTransaction` operationId).
+	DeleteTransaction(ctx context.Context, tenant TenantParam, branch BranchParam, id string, params *DeleteTransactionParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// GetTransaction One transaction (strongly consistent).
+	//
+	// Corresponds with GET /v1/tenants/{tenant}/branches/{branch}/transactions/{id} (the `GetTransaction` operationId).
+	GetTransaction(ctx context.Context, tenant TenantParam, branch BranchParam, id string, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// PatchTransactionWithBody Changes a transaction (JSON merge patch; createdAt is immutable).
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with PATCH /v1/tenants/{tenant}/branches/{branch}/transactions/{id} (the `PatchTransaction` operationId).
+	PatchTransactionWithBody(ctx context.Context, tenant TenantParam, branch BranchParam, id string, params *PatchTransactionParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// PatchTransaction Changes a transaction (JSON merge patch; createdAt is immutable).
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with PATCH /v1/tenants/{tenant}/branches/{branch}/transactions/{id} (the `PatchTransaction` operationId).
+	PatchTransaction(ctx context.Context, tenant TenantParam, branch BranchParam, id string, params *PatchTransactionParams, body PatchTransactionJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// PatchTransactionWithApplicationMergePatchPlusJSONBody Changes a transaction (JSON merge patch; createdAt is immutable).
+	//
+	// Takes a body of the `application/merge-patch+json` content type.
+	//
+	// Corresponds with PATCH /v1/tenants/{tenant}/branches/{branch}/transactions/{id} (the `PatchTransaction` operationId).
+	PatchTransactionWithApplicationMergePatchPlusJSONBody(ctx context.Context, tenant TenantParam, branch BranchParam, id string, params *PatchTransactionParams, body PatchTransactionApplicationMergePatchPlusJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// TransactionHistory Every version of a transaction, oldest first (the audit trail; strongly consistent).
+	//
+	// One entry per write of the transaction by the writer (created,
+	// changed, deleted), each written atomically with the write: the
+	// version it made, the transaction as of that version (for deleted,
+	// as it was deleted), the token's subject, the server's receive time
+	// and the request id. Readable after the transaction is deleted; kept
+	// as long as the table. 404 when the transaction has no entry and
+	// does not exist. Unknown or repeated query parameters are 400.
+	//
+	// Corresponds with GET /v1/tenants/{tenant}/branches/{branch}/transactions/{id}/history (the `TransactionHistory` operationId).
+	TransactionHistory(ctx context.Context, tenant TenantParam, branch BranchParam, id string, params *TransactionHistoryParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+}
+
+// Healthz Liveness.
+//
+// Corresponds with GET /healthz (the `Healthz` operationId).
+func (c *Client) Healthz(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewHealthzRequest(c.Server)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// Metrics Prometheus metrics (docs/api.md lists them).
+//
+// Corresponds with GET /metrics (the `Metrics` operationId).
+func (c *Client) Metrics(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewMetricsRequest(c.Server)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// Readyz Readiness, from the flags cache (never a read of its own).
+//
+// Corresponds with GET /readyz (the `Readyz` operationId).
+func (c *Client) Readyz(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewReadyzRequest(c.Server)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
 }
 
 // LookupAccount The account holding a verified address, in any tenant (admin only).
@@ -1329,6 +2251,21 @@ func (c *Client) LookupAccount(ctx context.Context, params *LookupAccountParams,
 // Corresponds with GET /v1/branches:lookup (the `LookupBranch` operationId).
 func (c *Client) LookupBranch(ctx context.Context, params *LookupBranchParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewLookupBranchRequest(c.Server, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// GetOpenAPI This document, as JSON.
+//
+// Corresponds with GET /v1/openapi.json (the `GetOpenAPI` operationId).
+func (c *Client) GetOpenAPI(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetOpenAPIRequest(c.Server)
 	if err != nil {
 		return nil, err
 	}
@@ -1778,7 +2715,7 @@ func (c *Client) GetBranch(ctx context.Context, tenant TenantParam, branch Branc
 	return c.Client.Do(req)
 }
 
-// PatchBranchWithBody Changes a branch's name, status, document or calendar.
+// PatchBranchWithBody Changes a branch's name, status, document, calendar or currency.
 //
 // A tenant's token may suspend its branch and lift its own suspension; only an admin-scoped token lifts an admin's (403 suspended-by-admin). `suspendedBy` says whose a suspension is.
 //
@@ -1797,7 +2734,7 @@ func (c *Client) PatchBranchWithBody(ctx context.Context, tenant TenantParam, br
 	return c.Client.Do(req)
 }
 
-// PatchBranch Changes a branch's name, status, document or calendar.
+// PatchBranch Changes a branch's name, status, document, calendar or currency.
 //
 // A tenant's token may suspend its branch and lift its own suspension; only an admin-scoped token lifts an admin's (403 suspended-by-admin). `suspendedBy` says whose a suspension is.
 //
@@ -1816,7 +2753,7 @@ func (c *Client) PatchBranch(ctx context.Context, tenant TenantParam, branch Bra
 	return c.Client.Do(req)
 }
 
-// PatchBranchWithApplicationMergePatchPlusJSONBody Changes a branch's name, status, document or calendar.
+// PatchBranchWithApplicationMergePatchPlusJSONBody Changes a branch's name, status, document, calendar or currency.
 //
 // A tenant's token may suspend its branch and lift its own suspension; only an admin-scoped token lifts an admin's (403 suspended-by-admin). `suspendedBy` says whose a suspension is.
 //
@@ -1833,6 +2770,281 @@ func (c *Client) PatchBranchWithApplicationMergePatchPlusJSONBody(ctx context.Co
 		return nil, err
 	}
 	return c.Client.Do(req)
+}
+
+// ReportRange The reports of one period type in a range, in period order (eventually consistent).
+//
+// A range spans at most 366 days, 530 weeks (counted in steps of 7
+// days from `from`), 120 months, 40 quarters or fiscal quarters, or 100
+// years or fiscal years. A page holds
+// at most `limit` reports, 1000 entries beyond the report items' own and
+// about 1 MiB; a report whose entries did not all fit carries
+// `entriesCursor`, to be continued at the single report's endpoint.
+//
+// Corresponds with GET /v1/tenants/{tenant}/branches/{branch}/reports (the `ReportRange` operationId).
+func (c *Client) ReportRange(ctx context.Context, tenant TenantParam, branch BranchParam, params *ReportRangeParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewReportRangeRequest(c.Server, tenant, branch, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// GetReport One report, in pages of breakdown entries (eventually consistent).
+//
+// Corresponds with GET /v1/tenants/{tenant}/branches/{branch}/reports/{period}/{value} (the `GetReport` operationId).
+func (c *Client) GetReport(ctx context.Context, tenant TenantParam, branch BranchParam, period PeriodType, value PeriodValue, params *GetReportParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetReportRequest(c.Server, tenant, branch, period, value, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ListTransactions A branch's transactions, newest first (by createdAt date, then id).
+//
+// A page can be shorter than `limit` when filters drop items, and the
+// last page can be empty; `nextCursor` is present while there may be
+// more. Unknown or repeated query parameters are 400.
+//
+// Corresponds with GET /v1/tenants/{tenant}/branches/{branch}/transactions (the `ListTransactions` operationId).
+func (c *Client) ListTransactions(ctx context.Context, tenant TenantParam, branch BranchParam, params *ListTransactionsParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewListTransactionsRequest(c.Server, tenant, branch, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// CreateTransactionWithBody Creates a transaction in an active tenant and branch.
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /v1/tenants/{tenant}/branches/{branch}/transactions (the `CreateTransaction` operationId).
+func (c *Client) CreateTransactionWithBody(ctx context.Context, tenant TenantParam, branch BranchParam, params *CreateTransactionParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewCreateTransactionRequestWithBody(c.Server, tenant, branch, params, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// CreateTransaction Creates a transaction in an active tenant and branch.
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /v1/tenants/{tenant}/branches/{branch}/transactions (the `CreateTransaction` operationId).
+func (c *Client) CreateTransaction(ctx context.Context, tenant TenantParam, branch BranchParam, params *CreateTransactionParams, body CreateTransactionJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewCreateTransactionRequest(c.Server, tenant, branch, params, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// DeleteTransaction Deletes a transaction.
+//
+// Corresponds with DELETE /v1/tenants/{tenant}/branches/{branch}/transactions/{id} (the `DeleteTransaction` operationId).
+func (c *Client) DeleteTransaction(ctx context.Context, tenant TenantParam, branch BranchParam, id string, params *DeleteTransactionParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewDeleteTransactionRequest(c.Server, tenant, branch, id, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// GetTransaction One transaction (strongly consistent).
+//
+// Corresponds with GET /v1/tenants/{tenant}/branches/{branch}/transactions/{id} (the `GetTransaction` operationId).
+func (c *Client) GetTransaction(ctx context.Context, tenant TenantParam, branch BranchParam, id string, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetTransactionRequest(c.Server, tenant, branch, id)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// PatchTransactionWithBody Changes a transaction (JSON merge patch; createdAt is immutable).
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with PATCH /v1/tenants/{tenant}/branches/{branch}/transactions/{id} (the `PatchTransaction` operationId).
+func (c *Client) PatchTransactionWithBody(ctx context.Context, tenant TenantParam, branch BranchParam, id string, params *PatchTransactionParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewPatchTransactionRequestWithBody(c.Server, tenant, branch, id, params, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// PatchTransaction Changes a transaction (JSON merge patch; createdAt is immutable).
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with PATCH /v1/tenants/{tenant}/branches/{branch}/transactions/{id} (the `PatchTransaction` operationId).
+func (c *Client) PatchTransaction(ctx context.Context, tenant TenantParam, branch BranchParam, id string, params *PatchTransactionParams, body PatchTransactionJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewPatchTransactionRequest(c.Server, tenant, branch, id, params, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// PatchTransactionWithApplicationMergePatchPlusJSONBody Changes a transaction (JSON merge patch; createdAt is immutable).
+//
+// Takes a body of the `application/merge-patch+json` content type.
+//
+// Corresponds with PATCH /v1/tenants/{tenant}/branches/{branch}/transactions/{id} (the `PatchTransaction` operationId).
+func (c *Client) PatchTransactionWithApplicationMergePatchPlusJSONBody(ctx context.Context, tenant TenantParam, branch BranchParam, id string, params *PatchTransactionParams, body PatchTransactionApplicationMergePatchPlusJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewPatchTransactionRequestWithApplicationMergePatchPlusJSONBody(c.Server, tenant, branch, id, params, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// TransactionHistory Every version of a transaction, oldest first (the audit trail; strongly consistent).
+//
+// One entry per write of the transaction by the writer (created,
+// changed, deleted), each written atomically with the write: the
+// version it made, the transaction as of that version (for deleted,
+// as it was deleted), the token's subject, the server's receive time
+// and the request id. Readable after the transaction is deleted; kept
+// as long as the table. 404 when the transaction has no entry and
+// does not exist. Unknown or repeated query parameters are 400.
+//
+// Corresponds with GET /v1/tenants/{tenant}/branches/{branch}/transactions/{id}/history (the `TransactionHistory` operationId).
+func (c *Client) TransactionHistory(ctx context.Context, tenant TenantParam, branch BranchParam, id string, params *TransactionHistoryParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewTransactionHistoryRequest(c.Server, tenant, branch, id, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// NewHealthzRequest constructs an http.Request for the Healthz method
+func NewHealthzRequest(server string) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/healthz")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewMetricsRequest constructs an http.Request for the Metrics method
+func NewMetricsRequest(server string) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/metrics")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewReadyzRequest constructs an http.Request for the Readyz method
+func NewReadyzRequest(server string) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/readyz")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
 }
 
 // NewLookupAccountRequest constructs an http.Request for the LookupAccount method
@@ -1925,6 +3137,33 @@ func NewLookupBranchRequest(server string, params *LookupBranchParams) (*http.Re
 			rawQueryFragments = append(rawQueryFragments, encoded)
 		}
 		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewGetOpenAPIRequest constructs an http.Request for the GetOpenAPI method
+func NewGetOpenAPIRequest(server string) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/openapi.json")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
 	}
 
 	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
@@ -3128,6 +4367,728 @@ func NewPatchBranchRequestWithBody(server string, tenant TenantParam, branch Bra
 	return req, nil
 }
 
+// NewReportRangeRequest constructs an http.Request for the ReportRange method
+func NewReportRangeRequest(server string, tenant TenantParam, branch BranchParam, params *ReportRangeParams) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "tenant", tenant, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	var pathParam1 string
+
+	pathParam1, err = runtime.StyleParamWithOptions("simple", false, "branch", branch, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/tenants/%s/branches/%s/reports", pathParam0, pathParam1)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if queryFrag, err := runtime.StyleParamWithOptions("form", true, "period", params.Period, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+			return nil, err
+		} else {
+			for _, qp := range strings.Split(queryFrag, "&") {
+				rawQueryFragments = append(rawQueryFragments, qp)
+			}
+		}
+
+		if queryFrag, err := runtime.StyleParamWithOptions("form", true, "from", params.From, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+			return nil, err
+		} else {
+			for _, qp := range strings.Split(queryFrag, "&") {
+				rawQueryFragments = append(rawQueryFragments, qp)
+			}
+		}
+
+		if queryFrag, err := runtime.StyleParamWithOptions("form", true, "to", params.To, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+			return nil, err
+		} else {
+			for _, qp := range strings.Split(queryFrag, "&") {
+				rawQueryFragments = append(rawQueryFragments, qp)
+			}
+		}
+
+		if params.Limit != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "limit", *params.Limit, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Cursor != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "cursor", *params.Cursor, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewGetReportRequest constructs an http.Request for the GetReport method
+func NewGetReportRequest(server string, tenant TenantParam, branch BranchParam, period PeriodType, value PeriodValue, params *GetReportParams) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "tenant", tenant, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	var pathParam1 string
+
+	pathParam1, err = runtime.StyleParamWithOptions("simple", false, "branch", branch, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	var pathParam2 string
+
+	pathParam2, err = runtime.StyleParamWithOptions("simple", false, "period", period, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	var pathParam3 string
+
+	pathParam3, err = runtime.StyleParamWithOptions("simple", false, "value", value, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/tenants/%s/branches/%s/reports/%s/%s", pathParam0, pathParam1, pathParam2, pathParam3)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.Limit != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "limit", *params.Limit, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Cursor != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "cursor", *params.Cursor, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewListTransactionsRequest constructs an http.Request for the ListTransactions method
+func NewListTransactionsRequest(server string, tenant TenantParam, branch BranchParam, params *ListTransactionsParams) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "tenant", tenant, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	var pathParam1 string
+
+	pathParam1, err = runtime.StyleParamWithOptions("simple", false, "branch", branch, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/tenants/%s/branches/%s/transactions", pathParam0, pathParam1)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.From != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "from", *params.From, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.To != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "to", *params.To, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.BusinessDateFrom != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "businessDateFrom", *params.BusinessDateFrom, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.BusinessDateTo != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "businessDateTo", *params.BusinessDateTo, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Type != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "type", *params.Type, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Category != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "category", *params.Category, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Limit != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "limit", *params.Limit, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Cursor != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "cursor", *params.Cursor, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewCreateTransactionRequest calls the generic CreateTransaction builder with application/json body
+func NewCreateTransactionRequest(server string, tenant TenantParam, branch BranchParam, params *CreateTransactionParams, body CreateTransactionJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewCreateTransactionRequestWithBody(server, tenant, branch, params, "application/json", bodyReader)
+}
+
+// NewCreateTransactionRequestWithBody constructs an http.Request for the CreateTransaction method, with any body, and a specified content type
+func NewCreateTransactionRequestWithBody(server string, tenant TenantParam, branch BranchParam, params *CreateTransactionParams, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "tenant", tenant, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	var pathParam1 string
+
+	pathParam1, err = runtime.StyleParamWithOptions("simple", false, "branch", branch, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/tenants/%s/branches/%s/transactions", pathParam0, pathParam1)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	if params != nil {
+
+		var headerParam0 string
+
+		headerParam0, err = runtime.StyleParamWithOptions("simple", false, "Idempotency-Key", params.IdempotencyKey, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+		if err != nil {
+			return nil, err
+		}
+
+		req.Header.Set("Idempotency-Key", headerParam0)
+
+	}
+
+	return req, nil
+}
+
+// NewDeleteTransactionRequest constructs an http.Request for the DeleteTransaction method
+func NewDeleteTransactionRequest(server string, tenant TenantParam, branch BranchParam, id string, params *DeleteTransactionParams) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "tenant", tenant, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	var pathParam1 string
+
+	pathParam1, err = runtime.StyleParamWithOptions("simple", false, "branch", branch, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	var pathParam2 string
+
+	pathParam2, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/tenants/%s/branches/%s/transactions/%s", pathParam0, pathParam1, pathParam2)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodDelete, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+
+		if params.IfMatch != nil {
+			var headerParam0 string
+
+			headerParam0, err = runtime.StyleParamWithOptions("simple", false, "If-Match", *params.IfMatch, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("If-Match", headerParam0)
+		}
+
+		if params.IdempotencyKey != nil {
+			var headerParam1 string
+
+			headerParam1, err = runtime.StyleParamWithOptions("simple", false, "Idempotency-Key", *params.IdempotencyKey, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("Idempotency-Key", headerParam1)
+		}
+
+	}
+
+	return req, nil
+}
+
+// NewGetTransactionRequest constructs an http.Request for the GetTransaction method
+func NewGetTransactionRequest(server string, tenant TenantParam, branch BranchParam, id string) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "tenant", tenant, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	var pathParam1 string
+
+	pathParam1, err = runtime.StyleParamWithOptions("simple", false, "branch", branch, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	var pathParam2 string
+
+	pathParam2, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/tenants/%s/branches/%s/transactions/%s", pathParam0, pathParam1, pathParam2)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewPatchTransactionRequest calls the generic PatchTransaction builder with application/json body
+func NewPatchTransactionRequest(server string, tenant TenantParam, branch BranchParam, id string, params *PatchTransactionParams, body PatchTransactionJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewPatchTransactionRequestWithBody(server, tenant, branch, id, params, "application/json", bodyReader)
+}
+
+// NewPatchTransactionRequestWithApplicationMergePatchPlusJSONBody calls the generic PatchTransaction builder with application/merge-patch+json body
+func NewPatchTransactionRequestWithApplicationMergePatchPlusJSONBody(server string, tenant TenantParam, branch BranchParam, id string, params *PatchTransactionParams, body PatchTransactionApplicationMergePatchPlusJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewPatchTransactionRequestWithBody(server, tenant, branch, id, params, "application/merge-patch+json", bodyReader)
+}
+
+// NewPatchTransactionRequestWithBody constructs an http.Request for the PatchTransaction method, with any body, and a specified content type
+func NewPatchTransactionRequestWithBody(server string, tenant TenantParam, branch BranchParam, id string, params *PatchTransactionParams, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "tenant", tenant, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	var pathParam1 string
+
+	pathParam1, err = runtime.StyleParamWithOptions("simple", false, "branch", branch, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	var pathParam2 string
+
+	pathParam2, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/tenants/%s/branches/%s/transactions/%s", pathParam0, pathParam1, pathParam2)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPatch, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	if params != nil {
+
+		var headerParam0 string
+
+		headerParam0, err = runtime.StyleParamWithOptions("simple", false, "If-Match", params.IfMatch, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+		if err != nil {
+			return nil, err
+		}
+
+		req.Header.Set("If-Match", headerParam0)
+
+		if params.IdempotencyKey != nil {
+			var headerParam1 string
+
+			headerParam1, err = runtime.StyleParamWithOptions("simple", false, "Idempotency-Key", *params.IdempotencyKey, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+			if err != nil {
+				return nil, err
+			}
+
+			req.Header.Set("Idempotency-Key", headerParam1)
+		}
+
+	}
+
+	return req, nil
+}
+
+// NewTransactionHistoryRequest constructs an http.Request for the TransactionHistory method
+func NewTransactionHistoryRequest(server string, tenant TenantParam, branch BranchParam, id string, params *TransactionHistoryParams) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "tenant", tenant, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	var pathParam1 string
+
+	pathParam1, err = runtime.StyleParamWithOptions("simple", false, "branch", branch, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	var pathParam2 string
+
+	pathParam2, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/tenants/%s/branches/%s/transactions/%s/history", pathParam0, pathParam1, pathParam2)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.Limit != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "limit", *params.Limit, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Cursor != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "cursor", *params.Cursor, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
 func (c *Client) applyEditors(ctx context.Context, req *http.Request, additionalEditors []RequestEditorFn) error {
 	for _, r := range c.RequestEditors {
 		if err := r(ctx, req); err != nil {
@@ -3172,6 +5133,27 @@ func WithBaseURL(baseURL string) ClientOption {
 // ClientWithResponsesInterface is the interface specification for the client with responses above.
 type ClientWithResponsesInterface interface {
 
+	// HealthzWithResponse Liveness.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /healthz (the `Healthz` operationId).
+	HealthzWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*HealthzResponse, error)
+
+	// MetricsWithResponse Prometheus metrics (docs/api.md lists them).
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /metrics (the `Metrics` operationId).
+	MetricsWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*MetricsResponse, error)
+
+	// ReadyzWithResponse Readiness, from the flags cache (never a read of its own).
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /readyz (the `Readyz` operationId).
+	ReadyzWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*ReadyzResponse, error)
+
 	// LookupAccountWithResponse The account holding a verified address, in any tenant (admin only).
 	//
 	// Returns a wrapper object for the known response body format(s).
@@ -3185,6 +5167,13 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with GET /v1/branches:lookup (the `LookupBranch` operationId).
 	LookupBranchWithResponse(ctx context.Context, params *LookupBranchParams, reqEditors ...RequestEditorFn) (*LookupBranchResponse, error)
+
+	// GetOpenAPIWithResponse This document, as JSON.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/openapi.json (the `GetOpenAPI` operationId).
+	GetOpenAPIWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*GetOpenAPIResponse, error)
 
 	// ListTenantsWithResponse The tenants in id order (GSI1 TENANTS, eventually consistent).
 	//
@@ -3375,7 +5364,7 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with GET /v1/tenants/{tenant}/branches/{branch} (the `GetBranch` operationId).
 	GetBranchWithResponse(ctx context.Context, tenant TenantParam, branch BranchParam, reqEditors ...RequestEditorFn) (*GetBranchResponse, error)
 
-	// PatchBranchWithBodyWithResponse Changes a branch's name, status, document or calendar.
+	// PatchBranchWithBodyWithResponse Changes a branch's name, status, document, calendar or currency.
 	//
 	// A tenant's token may suspend its branch and lift its own suspension; only an admin-scoped token lifts an admin's (403 suspended-by-admin). `suspendedBy` says whose a suspension is.
 	//
@@ -3384,7 +5373,7 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with PATCH /v1/tenants/{tenant}/branches/{branch} (the `PatchBranch` operationId).
 	PatchBranchWithBodyWithResponse(ctx context.Context, tenant TenantParam, branch BranchParam, params *PatchBranchParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*PatchBranchResponse, error)
 
-	// PatchBranchWithResponse Changes a branch's name, status, document or calendar.
+	// PatchBranchWithResponse Changes a branch's name, status, document, calendar or currency.
 	//
 	// A tenant's token may suspend its branch and lift its own suspension; only an admin-scoped token lifts an admin's (403 suspended-by-admin). `suspendedBy` says whose a suspension is.
 	//
@@ -3393,7 +5382,7 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with PATCH /v1/tenants/{tenant}/branches/{branch} (the `PatchBranch` operationId).
 	PatchBranchWithResponse(ctx context.Context, tenant TenantParam, branch BranchParam, params *PatchBranchParams, body PatchBranchJSONRequestBody, reqEditors ...RequestEditorFn) (*PatchBranchResponse, error)
 
-	// PatchBranchWithApplicationMergePatchPlusJSONBodyWithResponse Changes a branch's name, status, document or calendar.
+	// PatchBranchWithApplicationMergePatchPlusJSONBodyWithResponse Changes a branch's name, status, document, calendar or currency.
 	//
 	// A tenant's token may suspend its branch and lift its own suspension; only an admin-scoped token lifts an admin's (403 suspended-by-admin). `suspendedBy` says whose a suspension is.
 	//
@@ -3401,6 +5390,306 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with PATCH /v1/tenants/{tenant}/branches/{branch} (the `PatchBranch` operationId).
 	PatchBranchWithApplicationMergePatchPlusJSONBodyWithResponse(ctx context.Context, tenant TenantParam, branch BranchParam, params *PatchBranchParams, body PatchBranchApplicationMergePatchPlusJSONRequestBody, reqEditors ...RequestEditorFn) (*PatchBranchResponse, error)
+
+	// ReportRangeWithResponse The reports of one period type in a range, in period order (eventually consistent).
+	//
+	// A range spans at most 366 days, 530 weeks (counted in steps of 7
+	// days from `from`), 120 months, 40 quarters or fiscal quarters, or 100
+	// years or fiscal years. A page holds
+	// at most `limit` reports, 1000 entries beyond the report items' own and
+	// about 1 MiB; a report whose entries did not all fit carries
+	// `entriesCursor`, to be continued at the single report's endpoint.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/tenants/{tenant}/branches/{branch}/reports (the `ReportRange` operationId).
+	ReportRangeWithResponse(ctx context.Context, tenant TenantParam, branch BranchParam, params *ReportRangeParams, reqEditors ...RequestEditorFn) (*ReportRangeResponse, error)
+
+	// GetReportWithResponse One report, in pages of breakdown entries (eventually consistent).
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/tenants/{tenant}/branches/{branch}/reports/{period}/{value} (the `GetReport` operationId).
+	GetReportWithResponse(ctx context.Context, tenant TenantParam, branch BranchParam, period PeriodType, value PeriodValue, params *GetReportParams, reqEditors ...RequestEditorFn) (*GetReportResponse, error)
+
+	// ListTransactionsWithResponse A branch's transactions, newest first (by createdAt date, then id).
+	//
+	// A page can be shorter than `limit` when filters drop items, and the
+	// last page can be empty; `nextCursor` is present while there may be
+	// more. Unknown or repeated query parameters are 400.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/tenants/{tenant}/branches/{branch}/transactions (the `ListTransactions` operationId).
+	ListTransactionsWithResponse(ctx context.Context, tenant TenantParam, branch BranchParam, params *ListTransactionsParams, reqEditors ...RequestEditorFn) (*ListTransactionsResponse, error)
+
+	// CreateTransactionWithBodyWithResponse Creates a transaction in an active tenant and branch.
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/tenants/{tenant}/branches/{branch}/transactions (the `CreateTransaction` operationId).
+	CreateTransactionWithBodyWithResponse(ctx context.Context, tenant TenantParam, branch BranchParam, params *CreateTransactionParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*CreateTransactionResponse, error)
+
+	// CreateTransactionWithResponse Creates a transaction in an active tenant and branch.
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /v1/tenants/{tenant}/branches/{branch}/transactions (the `CreateTransaction` operationId).
+	CreateTransactionWithResponse(ctx context.Context, tenant TenantParam, branch BranchParam, params *CreateTransactionParams, body CreateTransactionJSONRequestBody, reqEditors ...RequestEditorFn) (*CreateTransactionResponse, error)
+
+	// DeleteTransactionWithResponse Deletes a transaction.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with DELETE /v1/tenants/{tenant}/branches/{branch}/transactions/{id} (the `DeleteTransaction` operationId).
+	DeleteTransactionWithResponse(ctx context.Context, tenant TenantParam, branch BranchParam, id string, params *DeleteTransactionParams, reqEditors ...RequestEditorFn) (*DeleteTransactionResponse, error)
+
+	// GetTransactionWithResponse One transaction (strongly consistent).
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/tenants/{tenant}/branches/{branch}/transactions/{id} (the `GetTransaction` operationId).
+	GetTransactionWithResponse(ctx context.Context, tenant TenantParam, branch BranchParam, id string, reqEditors ...RequestEditorFn) (*GetTransactionResponse, error)
+
+	// PatchTransactionWithBodyWithResponse Changes a transaction (JSON merge patch; createdAt is immutable).
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with PATCH /v1/tenants/{tenant}/branches/{branch}/transactions/{id} (the `PatchTransaction` operationId).
+	PatchTransactionWithBodyWithResponse(ctx context.Context, tenant TenantParam, branch BranchParam, id string, params *PatchTransactionParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*PatchTransactionResponse, error)
+
+	// PatchTransactionWithResponse Changes a transaction (JSON merge patch; createdAt is immutable).
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with PATCH /v1/tenants/{tenant}/branches/{branch}/transactions/{id} (the `PatchTransaction` operationId).
+	PatchTransactionWithResponse(ctx context.Context, tenant TenantParam, branch BranchParam, id string, params *PatchTransactionParams, body PatchTransactionJSONRequestBody, reqEditors ...RequestEditorFn) (*PatchTransactionResponse, error)
+
+	// PatchTransactionWithApplicationMergePatchPlusJSONBodyWithResponse Changes a transaction (JSON merge patch; createdAt is immutable).
+	//
+	// Takes a body of the `application/merge-patch+json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with PATCH /v1/tenants/{tenant}/branches/{branch}/transactions/{id} (the `PatchTransaction` operationId).
+	PatchTransactionWithApplicationMergePatchPlusJSONBodyWithResponse(ctx context.Context, tenant TenantParam, branch BranchParam, id string, params *PatchTransactionParams, body PatchTransactionApplicationMergePatchPlusJSONRequestBody, reqEditors ...RequestEditorFn) (*PatchTransactionResponse, error)
+
+	// TransactionHistoryWithResponse Every version of a transaction, oldest first (the audit trail; strongly consistent).
+	//
+	// One entry per write of the transaction by the writer (created,
+	// changed, deleted), each written atomically with the write: the
+	// version it made, the transaction as of that version (for deleted,
+	// as it was deleted), the token's subject, the server's receive time
+	// and the request id. Readable after the transaction is deleted; kept
+	// as long as the table. 404 when the transaction has no entry and
+	// does not exist. Unknown or repeated query parameters are 400.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/tenants/{tenant}/branches/{branch}/transactions/{id}/history (the `TransactionHistory` operationId).
+	TransactionHistoryWithResponse(ctx context.Context, tenant TenantParam, branch BranchParam, id string, params *TransactionHistoryParams, reqEditors ...RequestEditorFn) (*TransactionHistoryResponse, error)
+}
+
+// HealthzResponse200Headers the declared response headers of an HTTP 200 response for Healthz
+type HealthzResponse200Headers struct {
+	CacheControl string
+	XRequestId   string
+}
+
+// HealthzResponse400Headers the declared response headers of an HTTP 400 response for Healthz
+type HealthzResponse400Headers struct {
+	CacheControl        string
+	XContentTypeOptions string
+	XRequestId          string
+}
+
+// HealthzResponse413Headers the declared response headers of an HTTP 413 response for Healthz
+type HealthzResponse413Headers struct {
+	ApigwRequestid *string
+}
+
+// HealthzResponse429Headers the declared response headers of an HTTP 429 response for Healthz
+type HealthzResponse429Headers struct {
+	ApigwRequestid *string
+}
+
+// HealthzResponse500Headers the declared response headers of an HTTP 500 response for Healthz
+type HealthzResponse500Headers struct {
+	ApigwRequestid *string
+}
+
+// HealthzResponse503Headers the declared response headers of an HTTP 503 response for Healthz
+type HealthzResponse503Headers struct {
+	ApigwRequestid *string
+}
+
+// HealthzResponse504Headers the declared response headers of an HTTP 504 response for Healthz
+type HealthzResponse504Headers struct {
+	ApigwRequestid *string
+}
+
+type HealthzResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *struct {
+		Status Healthz200JSONResponseBodyStatus `json:"status"`
+	}
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *InvalidRequest
+	// JSON413 the response for an HTTP 413 `application/json` response
+	JSON413 *GatewayPayloadTooLarge
+	// JSON429 the response for an HTTP 429 `application/json` response
+	JSON429 *GatewayThrottled
+	// JSON500 the response for an HTTP 500 `application/json` response
+	JSON500 *GatewayInternal
+	// JSON503 the response for an HTTP 503 `application/json` response
+	JSON503 *GatewayUnavailable
+	// JSON504 the response for an HTTP 504 `application/json` response
+	JSON504 *GatewayTimeout
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *HealthzResponse200Headers
+	// Headers400 the parsed response headers for an HTTP 400 response
+	Headers400 *HealthzResponse400Headers
+	// Headers413 the parsed response headers for an HTTP 413 response
+	Headers413 *HealthzResponse413Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *HealthzResponse429Headers
+	// Headers500 the parsed response headers for an HTTP 500 response
+	Headers500 *HealthzResponse500Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *HealthzResponse503Headers
+	// Headers504 the parsed response headers for an HTTP 504 response
+	Headers504 *HealthzResponse504Headers
+}
+
+// Status returns HTTPResponse.Status
+func (r HealthzResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r HealthzResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// Bytes is a convenience method to retrieve the raw bytes from the HTTP response
+func (r HealthzResponse) Bytes() []byte {
+	return r.Body
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r HealthzResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// MetricsResponse200Headers the declared response headers of an HTTP 200 response for Metrics
+type MetricsResponse200Headers struct {
+	ContentEncoding *string
+	Vary            *string
+	XRequestId      string
+}
+
+type MetricsResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *MetricsResponse200Headers
+}
+
+// Status returns HTTPResponse.Status
+func (r MetricsResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r MetricsResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// Bytes is a convenience method to retrieve the raw bytes from the HTTP response
+func (r MetricsResponse) Bytes() []byte {
+	return r.Body
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r MetricsResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// ReadyzResponse200Headers the declared response headers of an HTTP 200 response for Readyz
+type ReadyzResponse200Headers struct {
+	CacheControl string
+	XRequestId   string
+}
+
+// ReadyzResponse503Headers the declared response headers of an HTTP 503 response for Readyz
+type ReadyzResponse503Headers struct {
+	CacheControl string
+	XRequestId   string
+}
+
+type ReadyzResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *struct {
+		Status        Readyz200JSONResponseBodyStatus `json:"status"`
+		WritesEnabled bool                            `json:"writesEnabled"`
+	}
+	// JSON503 the response for an HTTP 503 `application/json` response
+	JSON503 *struct {
+		Status string `json:"status"`
+	}
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *ReadyzResponse200Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *ReadyzResponse503Headers
+}
+
+// Status returns HTTPResponse.Status
+func (r ReadyzResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ReadyzResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// Bytes is a convenience method to retrieve the raw bytes from the HTTP response
+func (r ReadyzResponse) Bytes() []byte {
+	return r.Body
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ReadyzResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
 }
 
 // LookupAccountResponse200Headers the declared response headers of an HTTP 200 response for LookupAccount
@@ -3442,19 +5731,40 @@ type LookupAccountResponse404Headers struct {
 	XRequestId          string
 }
 
+// LookupAccountResponse413Headers the declared response headers of an HTTP 413 response for LookupAccount
+type LookupAccountResponse413Headers struct {
+	ApigwRequestid *string
+}
+
+// LookupAccountResponse429Headers the declared response headers of an HTTP 429 response for LookupAccount
+type LookupAccountResponse429Headers struct {
+	ApigwRequestid      *string
+	CacheControl        *string
+	RetryAfter          *string
+	XContentTypeOptions *string
+	XRequestId          *string
+}
+
 // LookupAccountResponse500Headers the declared response headers of an HTTP 500 response for LookupAccount
 type LookupAccountResponse500Headers struct {
-	CacheControl        string
-	XContentTypeOptions string
-	XRequestId          string
+	ApigwRequestid      *string
+	CacheControl        *string
+	XContentTypeOptions *string
+	XRequestId          *string
 }
 
 // LookupAccountResponse503Headers the declared response headers of an HTTP 503 response for LookupAccount
 type LookupAccountResponse503Headers struct {
-	CacheControl        string
-	RetryAfter          string
-	XContentTypeOptions string
-	XRequestId          string
+	ApigwRequestid      *string
+	CacheControl        *string
+	RetryAfter          *string
+	XContentTypeOptions *string
+	XRequestId          *string
+}
+
+// LookupAccountResponse504Headers the declared response headers of an HTTP 504 response for LookupAccount
+type LookupAccountResponse504Headers struct {
+	ApigwRequestid *string
 }
 
 type LookupAccountResponse struct {
@@ -3470,10 +5780,22 @@ type LookupAccountResponse struct {
 	ApplicationproblemJSON403 *Forbidden
 	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
 	ApplicationproblemJSON404 *NotFound
+	// JSON413 the response for an HTTP 413 `application/json` response
+	JSON413 *GatewayPayloadTooLarge
+	// JSON429 the response for an HTTP 429 `application/json` response
+	JSON429 *RateLimitedApplicationJSON
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *RateLimitedApplicationProblemPlusJSON
+	// JSON500 the response for an HTTP 500 `application/json` response
+	JSON500 *InternalApplicationJSON
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
-	ApplicationproblemJSON500 *Internal
+	ApplicationproblemJSON500 *InternalApplicationProblemPlusJSON
+	// JSON503 the response for an HTTP 503 `application/json` response
+	JSON503 *UnavailableApplicationJSON
 	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
-	ApplicationproblemJSON503 *Unavailable
+	ApplicationproblemJSON503 *UnavailableApplicationProblemPlusJSON
+	// JSON504 the response for an HTTP 504 `application/json` response
+	JSON504 *GatewayTimeout
 	// Headers200 the parsed response headers for an HTTP 200 response
 	Headers200 *LookupAccountResponse200Headers
 	// Headers400 the parsed response headers for an HTTP 400 response
@@ -3484,10 +5806,16 @@ type LookupAccountResponse struct {
 	Headers403 *LookupAccountResponse403Headers
 	// Headers404 the parsed response headers for an HTTP 404 response
 	Headers404 *LookupAccountResponse404Headers
+	// Headers413 the parsed response headers for an HTTP 413 response
+	Headers413 *LookupAccountResponse413Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *LookupAccountResponse429Headers
 	// Headers500 the parsed response headers for an HTTP 500 response
 	Headers500 *LookupAccountResponse500Headers
 	// Headers503 the parsed response headers for an HTTP 503 response
 	Headers503 *LookupAccountResponse503Headers
+	// Headers504 the parsed response headers for an HTTP 504 response
+	Headers504 *LookupAccountResponse504Headers
 }
 
 // Status returns HTTPResponse.Status
@@ -3558,19 +5886,40 @@ type LookupBranchResponse404Headers struct {
 	XRequestId          string
 }
 
+// LookupBranchResponse413Headers the declared response headers of an HTTP 413 response for LookupBranch
+type LookupBranchResponse413Headers struct {
+	ApigwRequestid *string
+}
+
+// LookupBranchResponse429Headers the declared response headers of an HTTP 429 response for LookupBranch
+type LookupBranchResponse429Headers struct {
+	ApigwRequestid      *string
+	CacheControl        *string
+	RetryAfter          *string
+	XContentTypeOptions *string
+	XRequestId          *string
+}
+
 // LookupBranchResponse500Headers the declared response headers of an HTTP 500 response for LookupBranch
 type LookupBranchResponse500Headers struct {
-	CacheControl        string
-	XContentTypeOptions string
-	XRequestId          string
+	ApigwRequestid      *string
+	CacheControl        *string
+	XContentTypeOptions *string
+	XRequestId          *string
 }
 
 // LookupBranchResponse503Headers the declared response headers of an HTTP 503 response for LookupBranch
 type LookupBranchResponse503Headers struct {
-	CacheControl        string
-	RetryAfter          string
-	XContentTypeOptions string
-	XRequestId          string
+	ApigwRequestid      *string
+	CacheControl        *string
+	RetryAfter          *string
+	XContentTypeOptions *string
+	XRequestId          *string
+}
+
+// LookupBranchResponse504Headers the declared response headers of an HTTP 504 response for LookupBranch
+type LookupBranchResponse504Headers struct {
+	ApigwRequestid *string
 }
 
 type LookupBranchResponse struct {
@@ -3586,10 +5935,22 @@ type LookupBranchResponse struct {
 	ApplicationproblemJSON403 *Forbidden
 	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
 	ApplicationproblemJSON404 *NotFound
+	// JSON413 the response for an HTTP 413 `application/json` response
+	JSON413 *GatewayPayloadTooLarge
+	// JSON429 the response for an HTTP 429 `application/json` response
+	JSON429 *RateLimitedApplicationJSON
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *RateLimitedApplicationProblemPlusJSON
+	// JSON500 the response for an HTTP 500 `application/json` response
+	JSON500 *InternalApplicationJSON
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
-	ApplicationproblemJSON500 *Internal
+	ApplicationproblemJSON500 *InternalApplicationProblemPlusJSON
+	// JSON503 the response for an HTTP 503 `application/json` response
+	JSON503 *UnavailableApplicationJSON
 	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
-	ApplicationproblemJSON503 *Unavailable
+	ApplicationproblemJSON503 *UnavailableApplicationProblemPlusJSON
+	// JSON504 the response for an HTTP 504 `application/json` response
+	JSON504 *GatewayTimeout
 	// Headers200 the parsed response headers for an HTTP 200 response
 	Headers200 *LookupBranchResponse200Headers
 	// Headers400 the parsed response headers for an HTTP 400 response
@@ -3600,10 +5961,16 @@ type LookupBranchResponse struct {
 	Headers403 *LookupBranchResponse403Headers
 	// Headers404 the parsed response headers for an HTTP 404 response
 	Headers404 *LookupBranchResponse404Headers
+	// Headers413 the parsed response headers for an HTTP 413 response
+	Headers413 *LookupBranchResponse413Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *LookupBranchResponse429Headers
 	// Headers500 the parsed response headers for an HTTP 500 response
 	Headers500 *LookupBranchResponse500Headers
 	// Headers503 the parsed response headers for an HTTP 503 response
 	Headers503 *LookupBranchResponse503Headers
+	// Headers504 the parsed response headers for an HTTP 504 response
+	Headers504 *LookupBranchResponse504Headers
 }
 
 // Status returns HTTPResponse.Status
@@ -3629,6 +5996,111 @@ func (r LookupBranchResponse) Bytes() []byte {
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
 func (r LookupBranchResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// GetOpenAPIResponse200Headers the declared response headers of an HTTP 200 response for GetOpenAPI
+type GetOpenAPIResponse200Headers struct {
+	CacheControl string
+	XRequestId   string
+}
+
+// GetOpenAPIResponse400Headers the declared response headers of an HTTP 400 response for GetOpenAPI
+type GetOpenAPIResponse400Headers struct {
+	CacheControl        string
+	XContentTypeOptions string
+	XRequestId          string
+}
+
+// GetOpenAPIResponse413Headers the declared response headers of an HTTP 413 response for GetOpenAPI
+type GetOpenAPIResponse413Headers struct {
+	ApigwRequestid *string
+}
+
+// GetOpenAPIResponse429Headers the declared response headers of an HTTP 429 response for GetOpenAPI
+type GetOpenAPIResponse429Headers struct {
+	ApigwRequestid *string
+}
+
+// GetOpenAPIResponse500Headers the declared response headers of an HTTP 500 response for GetOpenAPI
+type GetOpenAPIResponse500Headers struct {
+	ApigwRequestid      *string
+	CacheControl        *string
+	XContentTypeOptions *string
+	XRequestId          *string
+}
+
+// GetOpenAPIResponse503Headers the declared response headers of an HTTP 503 response for GetOpenAPI
+type GetOpenAPIResponse503Headers struct {
+	ApigwRequestid *string
+}
+
+// GetOpenAPIResponse504Headers the declared response headers of an HTTP 504 response for GetOpenAPI
+type GetOpenAPIResponse504Headers struct {
+	ApigwRequestid *string
+}
+
+type GetOpenAPIResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *map[string]interface{}
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *InvalidRequest
+	// JSON413 the response for an HTTP 413 `application/json` response
+	JSON413 *GatewayPayloadTooLarge
+	// JSON429 the response for an HTTP 429 `application/json` response
+	JSON429 *GatewayThrottled
+	// JSON500 the response for an HTTP 500 `application/json` response
+	JSON500 *InternalApplicationJSON
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *InternalApplicationProblemPlusJSON
+	// JSON503 the response for an HTTP 503 `application/json` response
+	JSON503 *GatewayUnavailable
+	// JSON504 the response for an HTTP 504 `application/json` response
+	JSON504 *GatewayTimeout
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *GetOpenAPIResponse200Headers
+	// Headers400 the parsed response headers for an HTTP 400 response
+	Headers400 *GetOpenAPIResponse400Headers
+	// Headers413 the parsed response headers for an HTTP 413 response
+	Headers413 *GetOpenAPIResponse413Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *GetOpenAPIResponse429Headers
+	// Headers500 the parsed response headers for an HTTP 500 response
+	Headers500 *GetOpenAPIResponse500Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *GetOpenAPIResponse503Headers
+	// Headers504 the parsed response headers for an HTTP 504 response
+	Headers504 *GetOpenAPIResponse504Headers
+}
+
+// Status returns HTTPResponse.Status
+func (r GetOpenAPIResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r GetOpenAPIResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// Bytes is a convenience method to retrieve the raw bytes from the HTTP response
+func (r GetOpenAPIResponse) Bytes() []byte {
+	return r.Body
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r GetOpenAPIResponse) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
@@ -3665,19 +6137,40 @@ type ListTenantsResponse403Headers struct {
 	XRequestId          string
 }
 
+// ListTenantsResponse413Headers the declared response headers of an HTTP 413 response for ListTenants
+type ListTenantsResponse413Headers struct {
+	ApigwRequestid *string
+}
+
+// ListTenantsResponse429Headers the declared response headers of an HTTP 429 response for ListTenants
+type ListTenantsResponse429Headers struct {
+	ApigwRequestid      *string
+	CacheControl        *string
+	RetryAfter          *string
+	XContentTypeOptions *string
+	XRequestId          *string
+}
+
 // ListTenantsResponse500Headers the declared response headers of an HTTP 500 response for ListTenants
 type ListTenantsResponse500Headers struct {
-	CacheControl        string
-	XContentTypeOptions string
-	XRequestId          string
+	ApigwRequestid      *string
+	CacheControl        *string
+	XContentTypeOptions *string
+	XRequestId          *string
 }
 
 // ListTenantsResponse503Headers the declared response headers of an HTTP 503 response for ListTenants
 type ListTenantsResponse503Headers struct {
-	CacheControl        string
-	RetryAfter          string
-	XContentTypeOptions string
-	XRequestId          string
+	ApigwRequestid      *string
+	CacheControl        *string
+	RetryAfter          *string
+	XContentTypeOptions *string
+	XRequestId          *string
+}
+
+// ListTenantsResponse504Headers the declared response headers of an HTTP 504 response for ListTenants
+type ListTenantsResponse504Headers struct {
+	ApigwRequestid *string
 }
 
 type ListTenantsResponse struct {
@@ -3691,10 +6184,22 @@ type ListTenantsResponse struct {
 	ApplicationproblemJSON401 *Unauthenticated
 	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
 	ApplicationproblemJSON403 *Forbidden
+	// JSON413 the response for an HTTP 413 `application/json` response
+	JSON413 *GatewayPayloadTooLarge
+	// JSON429 the response for an HTTP 429 `application/json` response
+	JSON429 *RateLimitedApplicationJSON
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *RateLimitedApplicationProblemPlusJSON
+	// JSON500 the response for an HTTP 500 `application/json` response
+	JSON500 *InternalApplicationJSON
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
-	ApplicationproblemJSON500 *Internal
+	ApplicationproblemJSON500 *InternalApplicationProblemPlusJSON
+	// JSON503 the response for an HTTP 503 `application/json` response
+	JSON503 *UnavailableApplicationJSON
 	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
-	ApplicationproblemJSON503 *Unavailable
+	ApplicationproblemJSON503 *UnavailableApplicationProblemPlusJSON
+	// JSON504 the response for an HTTP 504 `application/json` response
+	JSON504 *GatewayTimeout
 	// Headers200 the parsed response headers for an HTTP 200 response
 	Headers200 *ListTenantsResponse200Headers
 	// Headers400 the parsed response headers for an HTTP 400 response
@@ -3703,10 +6208,16 @@ type ListTenantsResponse struct {
 	Headers401 *ListTenantsResponse401Headers
 	// Headers403 the parsed response headers for an HTTP 403 response
 	Headers403 *ListTenantsResponse403Headers
+	// Headers413 the parsed response headers for an HTTP 413 response
+	Headers413 *ListTenantsResponse413Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *ListTenantsResponse429Headers
 	// Headers500 the parsed response headers for an HTTP 500 response
 	Headers500 *ListTenantsResponse500Headers
 	// Headers503 the parsed response headers for an HTTP 503 response
 	Headers503 *ListTenantsResponse503Headers
+	// Headers504 the parsed response headers for an HTTP 504 response
+	Headers504 *ListTenantsResponse504Headers
 }
 
 // Status returns HTTPResponse.Status
@@ -3782,9 +6293,10 @@ type CreateTenantResponse409Headers struct {
 
 // CreateTenantResponse413Headers the declared response headers of an HTTP 413 response for CreateTenant
 type CreateTenantResponse413Headers struct {
-	CacheControl        string
-	XContentTypeOptions string
-	XRequestId          string
+	ApigwRequestid      *string
+	CacheControl        *string
+	XContentTypeOptions *string
+	XRequestId          *string
 }
 
 // CreateTenantResponse415Headers the declared response headers of an HTTP 415 response for CreateTenant
@@ -3802,19 +6314,35 @@ type CreateTenantResponse422Headers struct {
 	XRequestId          string
 }
 
+// CreateTenantResponse429Headers the declared response headers of an HTTP 429 response for CreateTenant
+type CreateTenantResponse429Headers struct {
+	ApigwRequestid      *string
+	CacheControl        *string
+	RetryAfter          *string
+	XContentTypeOptions *string
+	XRequestId          *string
+}
+
 // CreateTenantResponse500Headers the declared response headers of an HTTP 500 response for CreateTenant
 type CreateTenantResponse500Headers struct {
-	CacheControl        string
-	XContentTypeOptions string
-	XRequestId          string
+	ApigwRequestid      *string
+	CacheControl        *string
+	XContentTypeOptions *string
+	XRequestId          *string
 }
 
 // CreateTenantResponse503Headers the declared response headers of an HTTP 503 response for CreateTenant
 type CreateTenantResponse503Headers struct {
-	CacheControl        string
-	RetryAfter          string
-	XContentTypeOptions string
-	XRequestId          string
+	ApigwRequestid      *string
+	CacheControl        *string
+	RetryAfter          *string
+	XContentTypeOptions *string
+	XRequestId          *string
+}
+
+// CreateTenantResponse504Headers the declared response headers of an HTTP 504 response for CreateTenant
+type CreateTenantResponse504Headers struct {
+	ApigwRequestid *string
 }
 
 type CreateTenantResponse struct {
@@ -3830,16 +6358,28 @@ type CreateTenantResponse struct {
 	ApplicationproblemJSON403 *Forbidden
 	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
 	ApplicationproblemJSON409 *Conflict
+	// JSON413 the response for an HTTP 413 `application/json` response
+	JSON413 *BodyTooLargeApplicationJSON
 	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
-	ApplicationproblemJSON413 *BodyTooLarge
+	ApplicationproblemJSON413 *BodyTooLargeApplicationProblemPlusJSON
 	// ApplicationproblemJSON415 the response for an HTTP 415 `application/problem+json` response
 	ApplicationproblemJSON415 *UnsupportedMediaType
 	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
 	ApplicationproblemJSON422 *Unprocessable
+	// JSON429 the response for an HTTP 429 `application/json` response
+	JSON429 *RateLimitedApplicationJSON
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *RateLimitedApplicationProblemPlusJSON
+	// JSON500 the response for an HTTP 500 `application/json` response
+	JSON500 *InternalApplicationJSON
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
-	ApplicationproblemJSON500 *Internal
+	ApplicationproblemJSON500 *InternalApplicationProblemPlusJSON
+	// JSON503 the response for an HTTP 503 `application/json` response
+	JSON503 *UnavailableApplicationJSON
 	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
-	ApplicationproblemJSON503 *Unavailable
+	ApplicationproblemJSON503 *UnavailableApplicationProblemPlusJSON
+	// JSON504 the response for an HTTP 504 `application/json` response
+	JSON504 *GatewayTimeout
 	// Headers201 the parsed response headers for an HTTP 201 response
 	Headers201 *CreateTenantResponse201Headers
 	// Headers400 the parsed response headers for an HTTP 400 response
@@ -3856,10 +6396,14 @@ type CreateTenantResponse struct {
 	Headers415 *CreateTenantResponse415Headers
 	// Headers422 the parsed response headers for an HTTP 422 response
 	Headers422 *CreateTenantResponse422Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *CreateTenantResponse429Headers
 	// Headers500 the parsed response headers for an HTTP 500 response
 	Headers500 *CreateTenantResponse500Headers
 	// Headers503 the parsed response headers for an HTTP 503 response
 	Headers503 *CreateTenantResponse503Headers
+	// Headers504 the parsed response headers for an HTTP 504 response
+	Headers504 *CreateTenantResponse504Headers
 }
 
 // Status returns HTTPResponse.Status
@@ -3930,27 +6474,40 @@ type GetTenantResponse404Headers struct {
 	XRequestId          string
 }
 
+// GetTenantResponse413Headers the declared response headers of an HTTP 413 response for GetTenant
+type GetTenantResponse413Headers struct {
+	ApigwRequestid *string
+}
+
 // GetTenantResponse429Headers the declared response headers of an HTTP 429 response for GetTenant
 type GetTenantResponse429Headers struct {
-	CacheControl        string
-	RetryAfter          string
-	XContentTypeOptions string
-	XRequestId          string
+	ApigwRequestid      *string
+	CacheControl        *string
+	RetryAfter          *string
+	XContentTypeOptions *string
+	XRequestId          *string
 }
 
 // GetTenantResponse500Headers the declared response headers of an HTTP 500 response for GetTenant
 type GetTenantResponse500Headers struct {
-	CacheControl        string
-	XContentTypeOptions string
-	XRequestId          string
+	ApigwRequestid      *string
+	CacheControl        *string
+	XContentTypeOptions *string
+	XRequestId          *string
 }
 
 // GetTenantResponse503Headers the declared response headers of an HTTP 503 response for GetTenant
 type GetTenantResponse503Headers struct {
-	CacheControl        string
-	RetryAfter          string
-	XContentTypeOptions string
-	XRequestId          string
+	ApigwRequestid      *string
+	CacheControl        *string
+	RetryAfter          *string
+	XContentTypeOptions *string
+	XRequestId          *string
+}
+
+// GetTenantResponse504Headers the declared response headers of an HTTP 504 response for GetTenant
+type GetTenantResponse504Headers struct {
+	ApigwRequestid *string
 }
 
 type GetTenantResponse struct {
@@ -3966,12 +6523,22 @@ type GetTenantResponse struct {
 	ApplicationproblemJSON403 *Forbidden
 	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
 	ApplicationproblemJSON404 *NotFound
+	// JSON413 the response for an HTTP 413 `application/json` response
+	JSON413 *GatewayPayloadTooLarge
+	// JSON429 the response for an HTTP 429 `application/json` response
+	JSON429 *RateLimitedApplicationJSON
 	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
-	ApplicationproblemJSON429 *RateLimited
+	ApplicationproblemJSON429 *RateLimitedApplicationProblemPlusJSON
+	// JSON500 the response for an HTTP 500 `application/json` response
+	JSON500 *InternalApplicationJSON
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
-	ApplicationproblemJSON500 *Internal
+	ApplicationproblemJSON500 *InternalApplicationProblemPlusJSON
+	// JSON503 the response for an HTTP 503 `application/json` response
+	JSON503 *UnavailableApplicationJSON
 	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
-	ApplicationproblemJSON503 *Unavailable
+	ApplicationproblemJSON503 *UnavailableApplicationProblemPlusJSON
+	// JSON504 the response for an HTTP 504 `application/json` response
+	JSON504 *GatewayTimeout
 	// Headers200 the parsed response headers for an HTTP 200 response
 	Headers200 *GetTenantResponse200Headers
 	// Headers400 the parsed response headers for an HTTP 400 response
@@ -3982,12 +6549,16 @@ type GetTenantResponse struct {
 	Headers403 *GetTenantResponse403Headers
 	// Headers404 the parsed response headers for an HTTP 404 response
 	Headers404 *GetTenantResponse404Headers
+	// Headers413 the parsed response headers for an HTTP 413 response
+	Headers413 *GetTenantResponse413Headers
 	// Headers429 the parsed response headers for an HTTP 429 response
 	Headers429 *GetTenantResponse429Headers
 	// Headers500 the parsed response headers for an HTTP 500 response
 	Headers500 *GetTenantResponse500Headers
 	// Headers503 the parsed response headers for an HTTP 503 response
 	Headers503 *GetTenantResponse503Headers
+	// Headers504 the parsed response headers for an HTTP 504 response
+	Headers504 *GetTenantResponse504Headers
 }
 
 // Status returns HTTPResponse.Status
@@ -4079,9 +6650,10 @@ type PatchTenantResponse412Headers struct {
 
 // PatchTenantResponse413Headers the declared response headers of an HTTP 413 response for PatchTenant
 type PatchTenantResponse413Headers struct {
-	CacheControl        string
-	XContentTypeOptions string
-	XRequestId          string
+	ApigwRequestid      *string
+	CacheControl        *string
+	XContentTypeOptions *string
+	XRequestId          *string
 }
 
 // PatchTenantResponse415Headers the declared response headers of an HTTP 415 response for PatchTenant
@@ -4106,19 +6678,35 @@ type PatchTenantResponse428Headers struct {
 	XRequestId          string
 }
 
+// PatchTenantResponse429Headers the declared response headers of an HTTP 429 response for PatchTenant
+type PatchTenantResponse429Headers struct {
+	ApigwRequestid      *string
+	CacheControl        *string
+	RetryAfter          *string
+	XContentTypeOptions *string
+	XRequestId          *string
+}
+
 // PatchTenantResponse500Headers the declared response headers of an HTTP 500 response for PatchTenant
 type PatchTenantResponse500Headers struct {
-	CacheControl        string
-	XContentTypeOptions string
-	XRequestId          string
+	ApigwRequestid      *string
+	CacheControl        *string
+	XContentTypeOptions *string
+	XRequestId          *string
 }
 
 // PatchTenantResponse503Headers the declared response headers of an HTTP 503 response for PatchTenant
 type PatchTenantResponse503Headers struct {
-	CacheControl        string
-	RetryAfter          string
-	XContentTypeOptions string
-	XRequestId          string
+	ApigwRequestid      *string
+	CacheControl        *string
+	RetryAfter          *string
+	XContentTypeOptions *string
+	XRequestId          *string
+}
+
+// PatchTenantResponse504Headers the declared response headers of an HTTP 504 response for PatchTenant
+type PatchTenantResponse504Headers struct {
+	ApigwRequestid *string
 }
 
 type PatchTenantResponse struct {
@@ -4138,18 +6726,30 @@ type PatchTenantResponse struct {
 	ApplicationproblemJSON409 *Conflict
 	// ApplicationproblemJSON412 the response for an HTTP 412 `application/problem+json` response
 	ApplicationproblemJSON412 *VersionMismatch
+	// JSON413 the response for an HTTP 413 `application/json` response
+	JSON413 *BodyTooLargeApplicationJSON
 	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
-	ApplicationproblemJSON413 *BodyTooLarge
+	ApplicationproblemJSON413 *BodyTooLargeApplicationProblemPlusJSON
 	// ApplicationproblemJSON415 the response for an HTTP 415 `application/problem+json` response
 	ApplicationproblemJSON415 *UnsupportedMediaType
 	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
 	ApplicationproblemJSON422 *Unprocessable
 	// ApplicationproblemJSON428 the response for an HTTP 428 `application/problem+json` response
 	ApplicationproblemJSON428 *PreconditionRequired
+	// JSON429 the response for an HTTP 429 `application/json` response
+	JSON429 *RateLimitedApplicationJSON
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *RateLimitedApplicationProblemPlusJSON
+	// JSON500 the response for an HTTP 500 `application/json` response
+	JSON500 *InternalApplicationJSON
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
-	ApplicationproblemJSON500 *Internal
+	ApplicationproblemJSON500 *InternalApplicationProblemPlusJSON
+	// JSON503 the response for an HTTP 503 `application/json` response
+	JSON503 *UnavailableApplicationJSON
 	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
-	ApplicationproblemJSON503 *Unavailable
+	ApplicationproblemJSON503 *UnavailableApplicationProblemPlusJSON
+	// JSON504 the response for an HTTP 504 `application/json` response
+	JSON504 *GatewayTimeout
 	// Headers200 the parsed response headers for an HTTP 200 response
 	Headers200 *PatchTenantResponse200Headers
 	// Headers400 the parsed response headers for an HTTP 400 response
@@ -4172,10 +6772,14 @@ type PatchTenantResponse struct {
 	Headers422 *PatchTenantResponse422Headers
 	// Headers428 the parsed response headers for an HTTP 428 response
 	Headers428 *PatchTenantResponse428Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *PatchTenantResponse429Headers
 	// Headers500 the parsed response headers for an HTTP 500 response
 	Headers500 *PatchTenantResponse500Headers
 	// Headers503 the parsed response headers for an HTTP 503 response
 	Headers503 *PatchTenantResponse503Headers
+	// Headers504 the parsed response headers for an HTTP 504 response
+	Headers504 *PatchTenantResponse504Headers
 }
 
 // Status returns HTTPResponse.Status
@@ -4237,27 +6841,40 @@ type ListAccountsResponse403Headers struct {
 	XRequestId          string
 }
 
+// ListAccountsResponse413Headers the declared response headers of an HTTP 413 response for ListAccounts
+type ListAccountsResponse413Headers struct {
+	ApigwRequestid *string
+}
+
 // ListAccountsResponse429Headers the declared response headers of an HTTP 429 response for ListAccounts
 type ListAccountsResponse429Headers struct {
-	CacheControl        string
-	RetryAfter          string
-	XContentTypeOptions string
-	XRequestId          string
+	ApigwRequestid      *string
+	CacheControl        *string
+	RetryAfter          *string
+	XContentTypeOptions *string
+	XRequestId          *string
 }
 
 // ListAccountsResponse500Headers the declared response headers of an HTTP 500 response for ListAccounts
 type ListAccountsResponse500Headers struct {
-	CacheControl        string
-	XContentTypeOptions string
-	XRequestId          string
+	ApigwRequestid      *string
+	CacheControl        *string
+	XContentTypeOptions *string
+	XRequestId          *string
 }
 
 // ListAccountsResponse503Headers the declared response headers of an HTTP 503 response for ListAccounts
 type ListAccountsResponse503Headers struct {
-	CacheControl        string
-	RetryAfter          string
-	XContentTypeOptions string
-	XRequestId          string
+	ApigwRequestid      *string
+	CacheControl        *string
+	RetryAfter          *string
+	XContentTypeOptions *string
+	XRequestId          *string
+}
+
+// ListAccountsResponse504Headers the declared response headers of an HTTP 504 response for ListAccounts
+type ListAccountsResponse504Headers struct {
+	ApigwRequestid *string
 }
 
 type ListAccountsResponse struct {
@@ -4271,12 +6888,22 @@ type ListAccountsResponse struct {
 	ApplicationproblemJSON401 *Unauthenticated
 	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
 	ApplicationproblemJSON403 *Forbidden
+	// JSON413 the response for an HTTP 413 `application/json` response
+	JSON413 *GatewayPayloadTooLarge
+	// JSON429 the response for an HTTP 429 `application/json` response
+	JSON429 *RateLimitedApplicationJSON
 	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
-	ApplicationproblemJSON429 *RateLimited
+	ApplicationproblemJSON429 *RateLimitedApplicationProblemPlusJSON
+	// JSON500 the response for an HTTP 500 `application/json` response
+	JSON500 *InternalApplicationJSON
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
-	ApplicationproblemJSON500 *Internal
+	ApplicationproblemJSON500 *InternalApplicationProblemPlusJSON
+	// JSON503 the response for an HTTP 503 `application/json` response
+	JSON503 *UnavailableApplicationJSON
 	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
-	ApplicationproblemJSON503 *Unavailable
+	ApplicationproblemJSON503 *UnavailableApplicationProblemPlusJSON
+	// JSON504 the response for an HTTP 504 `application/json` response
+	JSON504 *GatewayTimeout
 	// Headers200 the parsed response headers for an HTTP 200 response
 	Headers200 *ListAccountsResponse200Headers
 	// Headers400 the parsed response headers for an HTTP 400 response
@@ -4285,12 +6912,16 @@ type ListAccountsResponse struct {
 	Headers401 *ListAccountsResponse401Headers
 	// Headers403 the parsed response headers for an HTTP 403 response
 	Headers403 *ListAccountsResponse403Headers
+	// Headers413 the parsed response headers for an HTTP 413 response
+	Headers413 *ListAccountsResponse413Headers
 	// Headers429 the parsed response headers for an HTTP 429 response
 	Headers429 *ListAccountsResponse429Headers
 	// Headers500 the parsed response headers for an HTTP 500 response
 	Headers500 *ListAccountsResponse500Headers
 	// Headers503 the parsed response headers for an HTTP 503 response
 	Headers503 *ListAccountsResponse503Headers
+	// Headers504 the parsed response headers for an HTTP 504 response
+	Headers504 *ListAccountsResponse504Headers
 }
 
 // Status returns HTTPResponse.Status
@@ -4374,9 +7005,10 @@ type CreateAccountResponse409Headers struct {
 
 // CreateAccountResponse413Headers the declared response headers of an HTTP 413 response for CreateAccount
 type CreateAccountResponse413Headers struct {
-	CacheControl        string
-	XContentTypeOptions string
-	XRequestId          string
+	ApigwRequestid      *string
+	CacheControl        *string
+	XContentTypeOptions *string
+	XRequestId          *string
 }
 
 // CreateAccountResponse415Headers the declared response headers of an HTTP 415 response for CreateAccount
@@ -4395,25 +7027,33 @@ type CreateAccountResponse422Headers struct {
 
 // CreateAccountResponse429Headers the declared response headers of an HTTP 429 response for CreateAccount
 type CreateAccountResponse429Headers struct {
-	CacheControl        string
-	RetryAfter          string
-	XContentTypeOptions string
-	XRequestId          string
+	ApigwRequestid      *string
+	CacheControl        *string
+	RetryAfter          *string
+	XContentTypeOptions *string
+	XRequestId          *string
 }
 
 // CreateAccountResponse500Headers the declared response headers of an HTTP 500 response for CreateAccount
 type CreateAccountResponse500Headers struct {
-	CacheControl        string
-	XContentTypeOptions string
-	XRequestId          string
+	ApigwRequestid      *string
+	CacheControl        *string
+	XContentTypeOptions *string
+	XRequestId          *string
 }
 
 // CreateAccountResponse503Headers the declared response headers of an HTTP 503 response for CreateAccount
 type CreateAccountResponse503Headers struct {
-	CacheControl        string
-	RetryAfter          string
-	XContentTypeOptions string
-	XRequestId          string
+	ApigwRequestid      *string
+	CacheControl        *string
+	RetryAfter          *string
+	XContentTypeOptions *string
+	XRequestId          *string
+}
+
+// CreateAccountResponse504Headers the declared response headers of an HTTP 504 response for CreateAccount
+type CreateAccountResponse504Headers struct {
+	ApigwRequestid *string
 }
 
 type CreateAccountResponse struct {
@@ -4431,18 +7071,28 @@ type CreateAccountResponse struct {
 	ApplicationproblemJSON404 *NotFound
 	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
 	ApplicationproblemJSON409 *Conflict
+	// JSON413 the response for an HTTP 413 `application/json` response
+	JSON413 *BodyTooLargeApplicationJSON
 	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
-	ApplicationproblemJSON413 *BodyTooLarge
+	ApplicationproblemJSON413 *BodyTooLargeApplicationProblemPlusJSON
 	// ApplicationproblemJSON415 the response for an HTTP 415 `application/problem+json` response
 	ApplicationproblemJSON415 *UnsupportedMediaType
 	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
 	ApplicationproblemJSON422 *IdempotencyKeyReused
+	// JSON429 the response for an HTTP 429 `application/json` response
+	JSON429 *RateLimitedApplicationJSON
 	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
-	ApplicationproblemJSON429 *RateLimited
+	ApplicationproblemJSON429 *RateLimitedApplicationProblemPlusJSON
+	// JSON500 the response for an HTTP 500 `application/json` response
+	JSON500 *InternalApplicationJSON
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
-	ApplicationproblemJSON500 *Internal
+	ApplicationproblemJSON500 *InternalApplicationProblemPlusJSON
+	// JSON503 the response for an HTTP 503 `application/json` response
+	JSON503 *UnavailableApplicationJSON
 	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
-	ApplicationproblemJSON503 *Unavailable
+	ApplicationproblemJSON503 *UnavailableApplicationProblemPlusJSON
+	// JSON504 the response for an HTTP 504 `application/json` response
+	JSON504 *GatewayTimeout
 	// Headers201 the parsed response headers for an HTTP 201 response
 	Headers201 *CreateAccountResponse201Headers
 	// Headers400 the parsed response headers for an HTTP 400 response
@@ -4467,6 +7117,8 @@ type CreateAccountResponse struct {
 	Headers500 *CreateAccountResponse500Headers
 	// Headers503 the parsed response headers for an HTTP 503 response
 	Headers503 *CreateAccountResponse503Headers
+	// Headers504 the parsed response headers for an HTTP 504 response
+	Headers504 *CreateAccountResponse504Headers
 }
 
 // Status returns HTTPResponse.Status
@@ -4555,6 +7207,11 @@ type DeleteAccountResponse412Headers struct {
 	XRequestId          string
 }
 
+// DeleteAccountResponse413Headers the declared response headers of an HTTP 413 response for DeleteAccount
+type DeleteAccountResponse413Headers struct {
+	ApigwRequestid *string
+}
+
 // DeleteAccountResponse422Headers the declared response headers of an HTTP 422 response for DeleteAccount
 type DeleteAccountResponse422Headers struct {
 	CacheControl        string
@@ -4564,25 +7221,33 @@ type DeleteAccountResponse422Headers struct {
 
 // DeleteAccountResponse429Headers the declared response headers of an HTTP 429 response for DeleteAccount
 type DeleteAccountResponse429Headers struct {
-	CacheControl        string
-	RetryAfter          string
-	XContentTypeOptions string
-	XRequestId          string
+	ApigwRequestid      *string
+	CacheControl        *string
+	RetryAfter          *string
+	XContentTypeOptions *string
+	XRequestId          *string
 }
 
 // DeleteAccountResponse500Headers the declared response headers of an HTTP 500 response for DeleteAccount
 type DeleteAccountResponse500Headers struct {
-	CacheControl        string
-	XContentTypeOptions string
-	XRequestId          string
+	ApigwRequestid      *string
+	CacheControl        *string
+	XContentTypeOptions *string
+	XRequestId          *string
 }
 
 // DeleteAccountResponse503Headers the declared response headers of an HTTP 503 response for DeleteAccount
 type DeleteAccountResponse503Headers struct {
-	CacheControl        string
-	RetryAfter          string
-	XContentTypeOptions string
-	XRequestId          string
+	ApigwRequestid      *string
+	CacheControl        *string
+	RetryAfter          *string
+	XContentTypeOptions *string
+	XRequestId          *string
+}
+
+// DeleteAccountResponse504Headers the declared response headers of an HTTP 504 response for DeleteAccount
+type DeleteAccountResponse504Headers struct {
+	ApigwRequestid *string
 }
 
 type DeleteAccountResponse struct {
@@ -4600,14 +7265,24 @@ type DeleteAccountResponse struct {
 	ApplicationproblemJSON409 *Conflict
 	// ApplicationproblemJSON412 the response for an HTTP 412 `application/problem+json` response
 	ApplicationproblemJSON412 *VersionMismatch
+	// JSON413 the response for an HTTP 413 `application/json` response
+	JSON413 *GatewayPayloadTooLarge
 	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
 	ApplicationproblemJSON422 *IdempotencyKeyReused
+	// JSON429 the response for an HTTP 429 `application/json` response
+	JSON429 *RateLimitedApplicationJSON
 	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
-	ApplicationproblemJSON429 *RateLimited
+	ApplicationproblemJSON429 *RateLimitedApplicationProblemPlusJSON
+	// JSON500 the response for an HTTP 500 `application/json` response
+	JSON500 *InternalApplicationJSON
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
-	ApplicationproblemJSON500 *Internal
+	ApplicationproblemJSON500 *InternalApplicationProblemPlusJSON
+	// JSON503 the response for an HTTP 503 `application/json` response
+	JSON503 *UnavailableApplicationJSON
 	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
-	ApplicationproblemJSON503 *Unavailable
+	ApplicationproblemJSON503 *UnavailableApplicationProblemPlusJSON
+	// JSON504 the response for an HTTP 504 `application/json` response
+	JSON504 *GatewayTimeout
 	// Headers204 the parsed response headers for an HTTP 204 response
 	Headers204 *DeleteAccountResponse204Headers
 	// Headers400 the parsed response headers for an HTTP 400 response
@@ -4622,6 +7297,8 @@ type DeleteAccountResponse struct {
 	Headers409 *DeleteAccountResponse409Headers
 	// Headers412 the parsed response headers for an HTTP 412 response
 	Headers412 *DeleteAccountResponse412Headers
+	// Headers413 the parsed response headers for an HTTP 413 response
+	Headers413 *DeleteAccountResponse413Headers
 	// Headers422 the parsed response headers for an HTTP 422 response
 	Headers422 *DeleteAccountResponse422Headers
 	// Headers429 the parsed response headers for an HTTP 429 response
@@ -4630,6 +7307,8 @@ type DeleteAccountResponse struct {
 	Headers500 *DeleteAccountResponse500Headers
 	// Headers503 the parsed response headers for an HTTP 503 response
 	Headers503 *DeleteAccountResponse503Headers
+	// Headers504 the parsed response headers for an HTTP 504 response
+	Headers504 *DeleteAccountResponse504Headers
 }
 
 // Status returns HTTPResponse.Status
@@ -4700,27 +7379,40 @@ type GetAccountResponse404Headers struct {
 	XRequestId          string
 }
 
+// GetAccountResponse413Headers the declared response headers of an HTTP 413 response for GetAccount
+type GetAccountResponse413Headers struct {
+	ApigwRequestid *string
+}
+
 // GetAccountResponse429Headers the declared response headers of an HTTP 429 response for GetAccount
 type GetAccountResponse429Headers struct {
-	CacheControl        string
-	RetryAfter          string
-	XContentTypeOptions string
-	XRequestId          string
+	ApigwRequestid      *string
+	CacheControl        *string
+	RetryAfter          *string
+	XContentTypeOptions *string
+	XRequestId          *string
 }
 
 // GetAccountResponse500Headers the declared response headers of an HTTP 500 response for GetAccount
 type GetAccountResponse500Headers struct {
-	CacheControl        string
-	XContentTypeOptions string
-	XRequestId          string
+	ApigwRequestid      *string
+	CacheControl        *string
+	XContentTypeOptions *string
+	XRequestId          *string
 }
 
 // GetAccountResponse503Headers the declared response headers of an HTTP 503 response for GetAccount
 type GetAccountResponse503Headers struct {
-	CacheControl        string
-	RetryAfter          string
-	XContentTypeOptions string
-	XRequestId          string
+	ApigwRequestid      *string
+	CacheControl        *string
+	RetryAfter          *string
+	XContentTypeOptions *string
+	XRequestId          *string
+}
+
+// GetAccountResponse504Headers the declared response headers of an HTTP 504 response for GetAccount
+type GetAccountResponse504Headers struct {
+	ApigwRequestid *string
 }
 
 type GetAccountResponse struct {
@@ -4736,12 +7428,22 @@ type GetAccountResponse struct {
 	ApplicationproblemJSON403 *Forbidden
 	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
 	ApplicationproblemJSON404 *NotFound
+	// JSON413 the response for an HTTP 413 `application/json` response
+	JSON413 *GatewayPayloadTooLarge
+	// JSON429 the response for an HTTP 429 `application/json` response
+	JSON429 *RateLimitedApplicationJSON
 	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
-	ApplicationproblemJSON429 *RateLimited
+	ApplicationproblemJSON429 *RateLimitedApplicationProblemPlusJSON
+	// JSON500 the response for an HTTP 500 `application/json` response
+	JSON500 *InternalApplicationJSON
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
-	ApplicationproblemJSON500 *Internal
+	ApplicationproblemJSON500 *InternalApplicationProblemPlusJSON
+	// JSON503 the response for an HTTP 503 `application/json` response
+	JSON503 *UnavailableApplicationJSON
 	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
-	ApplicationproblemJSON503 *Unavailable
+	ApplicationproblemJSON503 *UnavailableApplicationProblemPlusJSON
+	// JSON504 the response for an HTTP 504 `application/json` response
+	JSON504 *GatewayTimeout
 	// Headers200 the parsed response headers for an HTTP 200 response
 	Headers200 *GetAccountResponse200Headers
 	// Headers400 the parsed response headers for an HTTP 400 response
@@ -4752,12 +7454,16 @@ type GetAccountResponse struct {
 	Headers403 *GetAccountResponse403Headers
 	// Headers404 the parsed response headers for an HTTP 404 response
 	Headers404 *GetAccountResponse404Headers
+	// Headers413 the parsed response headers for an HTTP 413 response
+	Headers413 *GetAccountResponse413Headers
 	// Headers429 the parsed response headers for an HTTP 429 response
 	Headers429 *GetAccountResponse429Headers
 	// Headers500 the parsed response headers for an HTTP 500 response
 	Headers500 *GetAccountResponse500Headers
 	// Headers503 the parsed response headers for an HTTP 503 response
 	Headers503 *GetAccountResponse503Headers
+	// Headers504 the parsed response headers for an HTTP 504 response
+	Headers504 *GetAccountResponse504Headers
 }
 
 // Status returns HTTPResponse.Status
@@ -4849,9 +7555,10 @@ type PatchAccountResponse412Headers struct {
 
 // PatchAccountResponse413Headers the declared response headers of an HTTP 413 response for PatchAccount
 type PatchAccountResponse413Headers struct {
-	CacheControl        string
-	XContentTypeOptions string
-	XRequestId          string
+	ApigwRequestid      *string
+	CacheControl        *string
+	XContentTypeOptions *string
+	XRequestId          *string
 }
 
 // PatchAccountResponse415Headers the declared response headers of an HTTP 415 response for PatchAccount
@@ -4877,25 +7584,33 @@ type PatchAccountResponse428Headers struct {
 
 // PatchAccountResponse429Headers the declared response headers of an HTTP 429 response for PatchAccount
 type PatchAccountResponse429Headers struct {
-	CacheControl        string
-	RetryAfter          string
-	XContentTypeOptions string
-	XRequestId          string
+	ApigwRequestid      *string
+	CacheControl        *string
+	RetryAfter          *string
+	XContentTypeOptions *string
+	XRequestId          *string
 }
 
 // PatchAccountResponse500Headers the declared response headers of an HTTP 500 response for PatchAccount
 type PatchAccountResponse500Headers struct {
-	CacheControl        string
-	XContentTypeOptions string
-	XRequestId          string
+	ApigwRequestid      *string
+	CacheControl        *string
+	XContentTypeOptions *string
+	XRequestId          *string
 }
 
 // PatchAccountResponse503Headers the declared response headers of an HTTP 503 response for PatchAccount
 type PatchAccountResponse503Headers struct {
-	CacheControl        string
-	RetryAfter          string
-	XContentTypeOptions string
-	XRequestId          string
+	ApigwRequestid      *string
+	CacheControl        *string
+	RetryAfter          *string
+	XContentTypeOptions *string
+	XRequestId          *string
+}
+
+// PatchAccountResponse504Headers the declared response headers of an HTTP 504 response for PatchAccount
+type PatchAccountResponse504Headers struct {
+	ApigwRequestid *string
 }
 
 type PatchAccountResponse struct {
@@ -4915,20 +7630,30 @@ type PatchAccountResponse struct {
 	ApplicationproblemJSON409 *Conflict
 	// ApplicationproblemJSON412 the response for an HTTP 412 `application/problem+json` response
 	ApplicationproblemJSON412 *VersionMismatch
+	// JSON413 the response for an HTTP 413 `application/json` response
+	JSON413 *BodyTooLargeApplicationJSON
 	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
-	ApplicationproblemJSON413 *BodyTooLarge
+	ApplicationproblemJSON413 *BodyTooLargeApplicationProblemPlusJSON
 	// ApplicationproblemJSON415 the response for an HTTP 415 `application/problem+json` response
 	ApplicationproblemJSON415 *UnsupportedMediaType
 	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
 	ApplicationproblemJSON422 *IdempotencyKeyReused
 	// ApplicationproblemJSON428 the response for an HTTP 428 `application/problem+json` response
 	ApplicationproblemJSON428 *PreconditionRequired
+	// JSON429 the response for an HTTP 429 `application/json` response
+	JSON429 *RateLimitedApplicationJSON
 	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
-	ApplicationproblemJSON429 *RateLimited
+	ApplicationproblemJSON429 *RateLimitedApplicationProblemPlusJSON
+	// JSON500 the response for an HTTP 500 `application/json` response
+	JSON500 *InternalApplicationJSON
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
-	ApplicationproblemJSON500 *Internal
+	ApplicationproblemJSON500 *InternalApplicationProblemPlusJSON
+	// JSON503 the response for an HTTP 503 `application/json` response
+	JSON503 *UnavailableApplicationJSON
 	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
-	ApplicationproblemJSON503 *Unavailable
+	ApplicationproblemJSON503 *UnavailableApplicationProblemPlusJSON
+	// JSON504 the response for an HTTP 504 `application/json` response
+	JSON504 *GatewayTimeout
 	// Headers200 the parsed response headers for an HTTP 200 response
 	Headers200 *PatchAccountResponse200Headers
 	// Headers400 the parsed response headers for an HTTP 400 response
@@ -4957,6 +7682,8 @@ type PatchAccountResponse struct {
 	Headers500 *PatchAccountResponse500Headers
 	// Headers503 the parsed response headers for an HTTP 503 response
 	Headers503 *PatchAccountResponse503Headers
+	// Headers504 the parsed response headers for an HTTP 504 response
+	Headers504 *PatchAccountResponse504Headers
 }
 
 // Status returns HTTPResponse.Status
@@ -5049,9 +7776,10 @@ type AddEmailResponse412Headers struct {
 
 // AddEmailResponse413Headers the declared response headers of an HTTP 413 response for AddEmail
 type AddEmailResponse413Headers struct {
-	CacheControl        string
-	XContentTypeOptions string
-	XRequestId          string
+	ApigwRequestid      *string
+	CacheControl        *string
+	XContentTypeOptions *string
+	XRequestId          *string
 }
 
 // AddEmailResponse415Headers the declared response headers of an HTTP 415 response for AddEmail
@@ -5070,25 +7798,33 @@ type AddEmailResponse422Headers struct {
 
 // AddEmailResponse429Headers the declared response headers of an HTTP 429 response for AddEmail
 type AddEmailResponse429Headers struct {
-	CacheControl        string
-	RetryAfter          string
-	XContentTypeOptions string
-	XRequestId          string
+	ApigwRequestid      *string
+	CacheControl        *string
+	RetryAfter          *string
+	XContentTypeOptions *string
+	XRequestId          *string
 }
 
 // AddEmailResponse500Headers the declared response headers of an HTTP 500 response for AddEmail
 type AddEmailResponse500Headers struct {
-	CacheControl        string
-	XContentTypeOptions string
-	XRequestId          string
+	ApigwRequestid      *string
+	CacheControl        *string
+	XContentTypeOptions *string
+	XRequestId          *string
 }
 
 // AddEmailResponse503Headers the declared response headers of an HTTP 503 response for AddEmail
 type AddEmailResponse503Headers struct {
-	CacheControl        string
-	RetryAfter          string
-	XContentTypeOptions string
-	XRequestId          string
+	ApigwRequestid      *string
+	CacheControl        *string
+	RetryAfter          *string
+	XContentTypeOptions *string
+	XRequestId          *string
+}
+
+// AddEmailResponse504Headers the declared response headers of an HTTP 504 response for AddEmail
+type AddEmailResponse504Headers struct {
+	ApigwRequestid *string
 }
 
 type AddEmailResponse struct {
@@ -5108,18 +7844,28 @@ type AddEmailResponse struct {
 	ApplicationproblemJSON409 *Conflict
 	// ApplicationproblemJSON412 the response for an HTTP 412 `application/problem+json` response
 	ApplicationproblemJSON412 *VersionMismatch
+	// JSON413 the response for an HTTP 413 `application/json` response
+	JSON413 *BodyTooLargeApplicationJSON
 	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
-	ApplicationproblemJSON413 *BodyTooLarge
+	ApplicationproblemJSON413 *BodyTooLargeApplicationProblemPlusJSON
 	// ApplicationproblemJSON415 the response for an HTTP 415 `application/problem+json` response
 	ApplicationproblemJSON415 *UnsupportedMediaType
 	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
 	ApplicationproblemJSON422 *IdempotencyKeyReused
+	// JSON429 the response for an HTTP 429 `application/json` response
+	JSON429 *RateLimitedApplicationJSON
 	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
-	ApplicationproblemJSON429 *RateLimited
+	ApplicationproblemJSON429 *RateLimitedApplicationProblemPlusJSON
+	// JSON500 the response for an HTTP 500 `application/json` response
+	JSON500 *InternalApplicationJSON
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
-	ApplicationproblemJSON500 *Internal
+	ApplicationproblemJSON500 *InternalApplicationProblemPlusJSON
+	// JSON503 the response for an HTTP 503 `application/json` response
+	JSON503 *UnavailableApplicationJSON
 	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
-	ApplicationproblemJSON503 *Unavailable
+	ApplicationproblemJSON503 *UnavailableApplicationProblemPlusJSON
+	// JSON504 the response for an HTTP 504 `application/json` response
+	JSON504 *GatewayTimeout
 	// Headers201 the parsed response headers for an HTTP 201 response
 	Headers201 *AddEmailResponse201Headers
 	// Headers400 the parsed response headers for an HTTP 400 response
@@ -5146,6 +7892,8 @@ type AddEmailResponse struct {
 	Headers500 *AddEmailResponse500Headers
 	// Headers503 the parsed response headers for an HTTP 503 response
 	Headers503 *AddEmailResponse503Headers
+	// Headers504 the parsed response headers for an HTTP 504 response
+	Headers504 *AddEmailResponse504Headers
 }
 
 // Status returns HTTPResponse.Status
@@ -5234,6 +7982,11 @@ type RemoveEmailResponse412Headers struct {
 	XRequestId          string
 }
 
+// RemoveEmailResponse413Headers the declared response headers of an HTTP 413 response for RemoveEmail
+type RemoveEmailResponse413Headers struct {
+	ApigwRequestid *string
+}
+
 // RemoveEmailResponse422Headers the declared response headers of an HTTP 422 response for RemoveEmail
 type RemoveEmailResponse422Headers struct {
 	CacheControl        string
@@ -5243,25 +7996,33 @@ type RemoveEmailResponse422Headers struct {
 
 // RemoveEmailResponse429Headers the declared response headers of an HTTP 429 response for RemoveEmail
 type RemoveEmailResponse429Headers struct {
-	CacheControl        string
-	RetryAfter          string
-	XContentTypeOptions string
-	XRequestId          string
+	ApigwRequestid      *string
+	CacheControl        *string
+	RetryAfter          *string
+	XContentTypeOptions *string
+	XRequestId          *string
 }
 
 // RemoveEmailResponse500Headers the declared response headers of an HTTP 500 response for RemoveEmail
 type RemoveEmailResponse500Headers struct {
-	CacheControl        string
-	XContentTypeOptions string
-	XRequestId          string
+	ApigwRequestid      *string
+	CacheControl        *string
+	XContentTypeOptions *string
+	XRequestId          *string
 }
 
 // RemoveEmailResponse503Headers the declared response headers of an HTTP 503 response for RemoveEmail
 type RemoveEmailResponse503Headers struct {
-	CacheControl        string
-	RetryAfter          string
-	XContentTypeOptions string
-	XRequestId          string
+	ApigwRequestid      *string
+	CacheControl        *string
+	RetryAfter          *string
+	XContentTypeOptions *string
+	XRequestId          *string
+}
+
+// RemoveEmailResponse504Headers the declared response headers of an HTTP 504 response for RemoveEmail
+type RemoveEmailResponse504Headers struct {
+	ApigwRequestid *string
 }
 
 type RemoveEmailResponse struct {
@@ -5279,14 +8040,24 @@ type RemoveEmailResponse struct {
 	ApplicationproblemJSON409 *Conflict
 	// ApplicationproblemJSON412 the response for an HTTP 412 `application/problem+json` response
 	ApplicationproblemJSON412 *VersionMismatch
+	// JSON413 the response for an HTTP 413 `application/json` response
+	JSON413 *GatewayPayloadTooLarge
 	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
 	ApplicationproblemJSON422 *IdempotencyKeyReused
+	// JSON429 the response for an HTTP 429 `application/json` response
+	JSON429 *RateLimitedApplicationJSON
 	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
-	ApplicationproblemJSON429 *RateLimited
+	ApplicationproblemJSON429 *RateLimitedApplicationProblemPlusJSON
+	// JSON500 the response for an HTTP 500 `application/json` response
+	JSON500 *InternalApplicationJSON
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
-	ApplicationproblemJSON500 *Internal
+	ApplicationproblemJSON500 *InternalApplicationProblemPlusJSON
+	// JSON503 the response for an HTTP 503 `application/json` response
+	JSON503 *UnavailableApplicationJSON
 	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
-	ApplicationproblemJSON503 *Unavailable
+	ApplicationproblemJSON503 *UnavailableApplicationProblemPlusJSON
+	// JSON504 the response for an HTTP 504 `application/json` response
+	JSON504 *GatewayTimeout
 	// Headers204 the parsed response headers for an HTTP 204 response
 	Headers204 *RemoveEmailResponse204Headers
 	// Headers400 the parsed response headers for an HTTP 400 response
@@ -5301,6 +8072,8 @@ type RemoveEmailResponse struct {
 	Headers409 *RemoveEmailResponse409Headers
 	// Headers412 the parsed response headers for an HTTP 412 response
 	Headers412 *RemoveEmailResponse412Headers
+	// Headers413 the parsed response headers for an HTTP 413 response
+	Headers413 *RemoveEmailResponse413Headers
 	// Headers422 the parsed response headers for an HTTP 422 response
 	Headers422 *RemoveEmailResponse422Headers
 	// Headers429 the parsed response headers for an HTTP 429 response
@@ -5309,6 +8082,8 @@ type RemoveEmailResponse struct {
 	Headers500 *RemoveEmailResponse500Headers
 	// Headers503 the parsed response headers for an HTTP 503 response
 	Headers503 *RemoveEmailResponse503Headers
+	// Headers504 the parsed response headers for an HTTP 504 response
+	Headers504 *RemoveEmailResponse504Headers
 }
 
 // Status returns HTTPResponse.Status
@@ -5379,27 +8154,40 @@ type GetEmailResponse404Headers struct {
 	XRequestId          string
 }
 
+// GetEmailResponse413Headers the declared response headers of an HTTP 413 response for GetEmail
+type GetEmailResponse413Headers struct {
+	ApigwRequestid *string
+}
+
 // GetEmailResponse429Headers the declared response headers of an HTTP 429 response for GetEmail
 type GetEmailResponse429Headers struct {
-	CacheControl        string
-	RetryAfter          string
-	XContentTypeOptions string
-	XRequestId          string
+	ApigwRequestid      *string
+	CacheControl        *string
+	RetryAfter          *string
+	XContentTypeOptions *string
+	XRequestId          *string
 }
 
 // GetEmailResponse500Headers the declared response headers of an HTTP 500 response for GetEmail
 type GetEmailResponse500Headers struct {
-	CacheControl        string
-	XContentTypeOptions string
-	XRequestId          string
+	ApigwRequestid      *string
+	CacheControl        *string
+	XContentTypeOptions *string
+	XRequestId          *string
 }
 
 // GetEmailResponse503Headers the declared response headers of an HTTP 503 response for GetEmail
 type GetEmailResponse503Headers struct {
-	CacheControl        string
-	RetryAfter          string
-	XContentTypeOptions string
-	XRequestId          string
+	ApigwRequestid      *string
+	CacheControl        *string
+	RetryAfter          *string
+	XContentTypeOptions *string
+	XRequestId          *string
+}
+
+// GetEmailResponse504Headers the declared response headers of an HTTP 504 response for GetEmail
+type GetEmailResponse504Headers struct {
+	ApigwRequestid *string
 }
 
 type GetEmailResponse struct {
@@ -5415,12 +8203,22 @@ type GetEmailResponse struct {
 	ApplicationproblemJSON403 *Forbidden
 	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
 	ApplicationproblemJSON404 *NotFound
+	// JSON413 the response for an HTTP 413 `application/json` response
+	JSON413 *GatewayPayloadTooLarge
+	// JSON429 the response for an HTTP 429 `application/json` response
+	JSON429 *RateLimitedApplicationJSON
 	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
-	ApplicationproblemJSON429 *RateLimited
+	ApplicationproblemJSON429 *RateLimitedApplicationProblemPlusJSON
+	// JSON500 the response for an HTTP 500 `application/json` response
+	JSON500 *InternalApplicationJSON
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
-	ApplicationproblemJSON500 *Internal
+	ApplicationproblemJSON500 *InternalApplicationProblemPlusJSON
+	// JSON503 the response for an HTTP 503 `application/json` response
+	JSON503 *UnavailableApplicationJSON
 	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
-	ApplicationproblemJSON503 *Unavailable
+	ApplicationproblemJSON503 *UnavailableApplicationProblemPlusJSON
+	// JSON504 the response for an HTTP 504 `application/json` response
+	JSON504 *GatewayTimeout
 	// Headers200 the parsed response headers for an HTTP 200 response
 	Headers200 *GetEmailResponse200Headers
 	// Headers400 the parsed response headers for an HTTP 400 response
@@ -5431,12 +8229,16 @@ type GetEmailResponse struct {
 	Headers403 *GetEmailResponse403Headers
 	// Headers404 the parsed response headers for an HTTP 404 response
 	Headers404 *GetEmailResponse404Headers
+	// Headers413 the parsed response headers for an HTTP 413 response
+	Headers413 *GetEmailResponse413Headers
 	// Headers429 the parsed response headers for an HTTP 429 response
 	Headers429 *GetEmailResponse429Headers
 	// Headers500 the parsed response headers for an HTTP 500 response
 	Headers500 *GetEmailResponse500Headers
 	// Headers503 the parsed response headers for an HTTP 503 response
 	Headers503 *GetEmailResponse503Headers
+	// Headers504 the parsed response headers for an HTTP 504 response
+	Headers504 *GetEmailResponse504Headers
 }
 
 // Status returns HTTPResponse.Status
@@ -5528,9 +8330,10 @@ type PatchEmailResponse412Headers struct {
 
 // PatchEmailResponse413Headers the declared response headers of an HTTP 413 response for PatchEmail
 type PatchEmailResponse413Headers struct {
-	CacheControl        string
-	XContentTypeOptions string
-	XRequestId          string
+	ApigwRequestid      *string
+	CacheControl        *string
+	XContentTypeOptions *string
+	XRequestId          *string
 }
 
 // PatchEmailResponse415Headers the declared response headers of an HTTP 415 response for PatchEmail
@@ -5556,25 +8359,33 @@ type PatchEmailResponse428Headers struct {
 
 // PatchEmailResponse429Headers the declared response headers of an HTTP 429 response for PatchEmail
 type PatchEmailResponse429Headers struct {
-	CacheControl        string
-	RetryAfter          string
-	XContentTypeOptions string
-	XRequestId          string
+	ApigwRequestid      *string
+	CacheControl        *string
+	RetryAfter          *string
+	XContentTypeOptions *string
+	XRequestId          *string
 }
 
 // PatchEmailResponse500Headers the declared response headers of an HTTP 500 response for PatchEmail
 type PatchEmailResponse500Headers struct {
-	CacheControl        string
-	XContentTypeOptions string
-	XRequestId          string
+	ApigwRequestid      *string
+	CacheControl        *string
+	XContentTypeOptions *string
+	XRequestId          *string
 }
 
 // PatchEmailResponse503Headers the declared response headers of an HTTP 503 response for PatchEmail
 type PatchEmailResponse503Headers struct {
-	CacheControl        string
-	RetryAfter          string
-	XContentTypeOptions string
-	XRequestId          string
+	ApigwRequestid      *string
+	CacheControl        *string
+	RetryAfter          *string
+	XContentTypeOptions *string
+	XRequestId          *string
+}
+
+// PatchEmailResponse504Headers the declared response headers of an HTTP 504 response for PatchEmail
+type PatchEmailResponse504Headers struct {
+	ApigwRequestid *string
 }
 
 type PatchEmailResponse struct {
@@ -5594,20 +8405,30 @@ type PatchEmailResponse struct {
 	ApplicationproblemJSON409 *Conflict
 	// ApplicationproblemJSON412 the response for an HTTP 412 `application/problem+json` response
 	ApplicationproblemJSON412 *VersionMismatch
+	// JSON413 the response for an HTTP 413 `application/json` response
+	JSON413 *BodyTooLargeApplicationJSON
 	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
-	ApplicationproblemJSON413 *BodyTooLarge
+	ApplicationproblemJSON413 *BodyTooLargeApplicationProblemPlusJSON
 	// ApplicationproblemJSON415 the response for an HTTP 415 `application/problem+json` response
 	ApplicationproblemJSON415 *UnsupportedMediaType
 	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
 	ApplicationproblemJSON422 *IdempotencyKeyReused
 	// ApplicationproblemJSON428 the response for an HTTP 428 `application/problem+json` response
 	ApplicationproblemJSON428 *PreconditionRequired
+	// JSON429 the response for an HTTP 429 `application/json` response
+	JSON429 *RateLimitedApplicationJSON
 	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
-	ApplicationproblemJSON429 *RateLimited
+	ApplicationproblemJSON429 *RateLimitedApplicationProblemPlusJSON
+	// JSON500 the response for an HTTP 500 `application/json` response
+	JSON500 *InternalApplicationJSON
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
-	ApplicationproblemJSON500 *Internal
+	ApplicationproblemJSON500 *InternalApplicationProblemPlusJSON
+	// JSON503 the response for an HTTP 503 `application/json` response
+	JSON503 *UnavailableApplicationJSON
 	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
-	ApplicationproblemJSON503 *Unavailable
+	ApplicationproblemJSON503 *UnavailableApplicationProblemPlusJSON
+	// JSON504 the response for an HTTP 504 `application/json` response
+	JSON504 *GatewayTimeout
 	// Headers200 the parsed response headers for an HTTP 200 response
 	Headers200 *PatchEmailResponse200Headers
 	// Headers400 the parsed response headers for an HTTP 400 response
@@ -5636,6 +8457,8 @@ type PatchEmailResponse struct {
 	Headers500 *PatchEmailResponse500Headers
 	// Headers503 the parsed response headers for an HTTP 503 response
 	Headers503 *PatchEmailResponse503Headers
+	// Headers504 the parsed response headers for an HTTP 504 response
+	Headers504 *PatchEmailResponse504Headers
 }
 
 // Status returns HTTPResponse.Status
@@ -5697,27 +8520,40 @@ type ListBranchesResponse403Headers struct {
 	XRequestId          string
 }
 
+// ListBranchesResponse413Headers the declared response headers of an HTTP 413 response for ListBranches
+type ListBranchesResponse413Headers struct {
+	ApigwRequestid *string
+}
+
 // ListBranchesResponse429Headers the declared response headers of an HTTP 429 response for ListBranches
 type ListBranchesResponse429Headers struct {
-	CacheControl        string
-	RetryAfter          string
-	XContentTypeOptions string
-	XRequestId          string
+	ApigwRequestid      *string
+	CacheControl        *string
+	RetryAfter          *string
+	XContentTypeOptions *string
+	XRequestId          *string
 }
 
 // ListBranchesResponse500Headers the declared response headers of an HTTP 500 response for ListBranches
 type ListBranchesResponse500Headers struct {
-	CacheControl        string
-	XContentTypeOptions string
-	XRequestId          string
+	ApigwRequestid      *string
+	CacheControl        *string
+	XContentTypeOptions *string
+	XRequestId          *string
 }
 
 // ListBranchesResponse503Headers the declared response headers of an HTTP 503 response for ListBranches
 type ListBranchesResponse503Headers struct {
-	CacheControl        string
-	RetryAfter          string
-	XContentTypeOptions string
-	XRequestId          string
+	ApigwRequestid      *string
+	CacheControl        *string
+	RetryAfter          *string
+	XContentTypeOptions *string
+	XRequestId          *string
+}
+
+// ListBranchesResponse504Headers the declared response headers of an HTTP 504 response for ListBranches
+type ListBranchesResponse504Headers struct {
+	ApigwRequestid *string
 }
 
 type ListBranchesResponse struct {
@@ -5731,12 +8567,22 @@ type ListBranchesResponse struct {
 	ApplicationproblemJSON401 *Unauthenticated
 	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
 	ApplicationproblemJSON403 *Forbidden
+	// JSON413 the response for an HTTP 413 `application/json` response
+	JSON413 *GatewayPayloadTooLarge
+	// JSON429 the response for an HTTP 429 `application/json` response
+	JSON429 *RateLimitedApplicationJSON
 	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
-	ApplicationproblemJSON429 *RateLimited
+	ApplicationproblemJSON429 *RateLimitedApplicationProblemPlusJSON
+	// JSON500 the response for an HTTP 500 `application/json` response
+	JSON500 *InternalApplicationJSON
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
-	ApplicationproblemJSON500 *Internal
+	ApplicationproblemJSON500 *InternalApplicationProblemPlusJSON
+	// JSON503 the response for an HTTP 503 `application/json` response
+	JSON503 *UnavailableApplicationJSON
 	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
-	ApplicationproblemJSON503 *Unavailable
+	ApplicationproblemJSON503 *UnavailableApplicationProblemPlusJSON
+	// JSON504 the response for an HTTP 504 `application/json` response
+	JSON504 *GatewayTimeout
 	// Headers200 the parsed response headers for an HTTP 200 response
 	Headers200 *ListBranchesResponse200Headers
 	// Headers400 the parsed response headers for an HTTP 400 response
@@ -5745,12 +8591,16 @@ type ListBranchesResponse struct {
 	Headers401 *ListBranchesResponse401Headers
 	// Headers403 the parsed response headers for an HTTP 403 response
 	Headers403 *ListBranchesResponse403Headers
+	// Headers413 the parsed response headers for an HTTP 413 response
+	Headers413 *ListBranchesResponse413Headers
 	// Headers429 the parsed response headers for an HTTP 429 response
 	Headers429 *ListBranchesResponse429Headers
 	// Headers500 the parsed response headers for an HTTP 500 response
 	Headers500 *ListBranchesResponse500Headers
 	// Headers503 the parsed response headers for an HTTP 503 response
 	Headers503 *ListBranchesResponse503Headers
+	// Headers504 the parsed response headers for an HTTP 504 response
+	Headers504 *ListBranchesResponse504Headers
 }
 
 // Status returns HTTPResponse.Status
@@ -5834,9 +8684,10 @@ type CreateBranchResponse409Headers struct {
 
 // CreateBranchResponse413Headers the declared response headers of an HTTP 413 response for CreateBranch
 type CreateBranchResponse413Headers struct {
-	CacheControl        string
-	XContentTypeOptions string
-	XRequestId          string
+	ApigwRequestid      *string
+	CacheControl        *string
+	XContentTypeOptions *string
+	XRequestId          *string
 }
 
 // CreateBranchResponse415Headers the declared response headers of an HTTP 415 response for CreateBranch
@@ -5856,25 +8707,33 @@ type CreateBranchResponse422Headers struct {
 
 // CreateBranchResponse429Headers the declared response headers of an HTTP 429 response for CreateBranch
 type CreateBranchResponse429Headers struct {
-	CacheControl        string
-	RetryAfter          string
-	XContentTypeOptions string
-	XRequestId          string
+	ApigwRequestid      *string
+	CacheControl        *string
+	RetryAfter          *string
+	XContentTypeOptions *string
+	XRequestId          *string
 }
 
 // CreateBranchResponse500Headers the declared response headers of an HTTP 500 response for CreateBranch
 type CreateBranchResponse500Headers struct {
-	CacheControl        string
-	XContentTypeOptions string
-	XRequestId          string
+	ApigwRequestid      *string
+	CacheControl        *string
+	XContentTypeOptions *string
+	XRequestId          *string
 }
 
 // CreateBranchResponse503Headers the declared response headers of an HTTP 503 response for CreateBranch
 type CreateBranchResponse503Headers struct {
-	CacheControl        string
-	RetryAfter          string
-	XContentTypeOptions string
-	XRequestId          string
+	ApigwRequestid      *string
+	CacheControl        *string
+	RetryAfter          *string
+	XContentTypeOptions *string
+	XRequestId          *string
+}
+
+// CreateBranchResponse504Headers the declared response headers of an HTTP 504 response for CreateBranch
+type CreateBranchResponse504Headers struct {
+	ApigwRequestid *string
 }
 
 type CreateBranchResponse struct {
@@ -5892,18 +8751,28 @@ type CreateBranchResponse struct {
 	ApplicationproblemJSON404 *NotFound
 	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
 	ApplicationproblemJSON409 *Conflict
+	// JSON413 the response for an HTTP 413 `application/json` response
+	JSON413 *BodyTooLargeApplicationJSON
 	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
-	ApplicationproblemJSON413 *BodyTooLarge
+	ApplicationproblemJSON413 *BodyTooLargeApplicationProblemPlusJSON
 	// ApplicationproblemJSON415 the response for an HTTP 415 `application/problem+json` response
 	ApplicationproblemJSON415 *UnsupportedMediaType
 	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
 	ApplicationproblemJSON422 *Unprocessable
+	// JSON429 the response for an HTTP 429 `application/json` response
+	JSON429 *RateLimitedApplicationJSON
 	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
-	ApplicationproblemJSON429 *RateLimited
+	ApplicationproblemJSON429 *RateLimitedApplicationProblemPlusJSON
+	// JSON500 the response for an HTTP 500 `application/json` response
+	JSON500 *InternalApplicationJSON
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
-	ApplicationproblemJSON500 *Internal
+	ApplicationproblemJSON500 *InternalApplicationProblemPlusJSON
+	// JSON503 the response for an HTTP 503 `application/json` response
+	JSON503 *UnavailableApplicationJSON
 	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
-	ApplicationproblemJSON503 *Unavailable
+	ApplicationproblemJSON503 *UnavailableApplicationProblemPlusJSON
+	// JSON504 the response for an HTTP 504 `application/json` response
+	JSON504 *GatewayTimeout
 	// Headers201 the parsed response headers for an HTTP 201 response
 	Headers201 *CreateBranchResponse201Headers
 	// Headers400 the parsed response headers for an HTTP 400 response
@@ -5928,6 +8797,8 @@ type CreateBranchResponse struct {
 	Headers500 *CreateBranchResponse500Headers
 	// Headers503 the parsed response headers for an HTTP 503 response
 	Headers503 *CreateBranchResponse503Headers
+	// Headers504 the parsed response headers for an HTTP 504 response
+	Headers504 *CreateBranchResponse504Headers
 }
 
 // Status returns HTTPResponse.Status
@@ -6016,6 +8887,11 @@ type DeleteBranchResponse412Headers struct {
 	XRequestId          string
 }
 
+// DeleteBranchResponse413Headers the declared response headers of an HTTP 413 response for DeleteBranch
+type DeleteBranchResponse413Headers struct {
+	ApigwRequestid *string
+}
+
 // DeleteBranchResponse422Headers the declared response headers of an HTTP 422 response for DeleteBranch
 type DeleteBranchResponse422Headers struct {
 	CacheControl        string
@@ -6025,25 +8901,33 @@ type DeleteBranchResponse422Headers struct {
 
 // DeleteBranchResponse429Headers the declared response headers of an HTTP 429 response for DeleteBranch
 type DeleteBranchResponse429Headers struct {
-	CacheControl        string
-	RetryAfter          string
-	XContentTypeOptions string
-	XRequestId          string
+	ApigwRequestid      *string
+	CacheControl        *string
+	RetryAfter          *string
+	XContentTypeOptions *string
+	XRequestId          *string
 }
 
 // DeleteBranchResponse500Headers the declared response headers of an HTTP 500 response for DeleteBranch
 type DeleteBranchResponse500Headers struct {
-	CacheControl        string
-	XContentTypeOptions string
-	XRequestId          string
+	ApigwRequestid      *string
+	CacheControl        *string
+	XContentTypeOptions *string
+	XRequestId          *string
 }
 
 // DeleteBranchResponse503Headers the declared response headers of an HTTP 503 response for DeleteBranch
 type DeleteBranchResponse503Headers struct {
-	CacheControl        string
-	RetryAfter          string
-	XContentTypeOptions string
-	XRequestId          string
+	ApigwRequestid      *string
+	CacheControl        *string
+	RetryAfter          *string
+	XContentTypeOptions *string
+	XRequestId          *string
+}
+
+// DeleteBranchResponse504Headers the declared response headers of an HTTP 504 response for DeleteBranch
+type DeleteBranchResponse504Headers struct {
+	ApigwRequestid *string
 }
 
 type DeleteBranchResponse struct {
@@ -6061,14 +8945,24 @@ type DeleteBranchResponse struct {
 	ApplicationproblemJSON409 *Conflict
 	// ApplicationproblemJSON412 the response for an HTTP 412 `application/problem+json` response
 	ApplicationproblemJSON412 *VersionMismatch
+	// JSON413 the response for an HTTP 413 `application/json` response
+	JSON413 *GatewayPayloadTooLarge
 	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
 	ApplicationproblemJSON422 *IdempotencyKeyReused
+	// JSON429 the response for an HTTP 429 `application/json` response
+	JSON429 *RateLimitedApplicationJSON
 	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
-	ApplicationproblemJSON429 *RateLimited
+	ApplicationproblemJSON429 *RateLimitedApplicationProblemPlusJSON
+	// JSON500 the response for an HTTP 500 `application/json` response
+	JSON500 *InternalApplicationJSON
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
-	ApplicationproblemJSON500 *Internal
+	ApplicationproblemJSON500 *InternalApplicationProblemPlusJSON
+	// JSON503 the response for an HTTP 503 `application/json` response
+	JSON503 *UnavailableApplicationJSON
 	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
-	ApplicationproblemJSON503 *Unavailable
+	ApplicationproblemJSON503 *UnavailableApplicationProblemPlusJSON
+	// JSON504 the response for an HTTP 504 `application/json` response
+	JSON504 *GatewayTimeout
 	// Headers204 the parsed response headers for an HTTP 204 response
 	Headers204 *DeleteBranchResponse204Headers
 	// Headers400 the parsed response headers for an HTTP 400 response
@@ -6083,6 +8977,8 @@ type DeleteBranchResponse struct {
 	Headers409 *DeleteBranchResponse409Headers
 	// Headers412 the parsed response headers for an HTTP 412 response
 	Headers412 *DeleteBranchResponse412Headers
+	// Headers413 the parsed response headers for an HTTP 413 response
+	Headers413 *DeleteBranchResponse413Headers
 	// Headers422 the parsed response headers for an HTTP 422 response
 	Headers422 *DeleteBranchResponse422Headers
 	// Headers429 the parsed response headers for an HTTP 429 response
@@ -6091,6 +8987,8 @@ type DeleteBranchResponse struct {
 	Headers500 *DeleteBranchResponse500Headers
 	// Headers503 the parsed response headers for an HTTP 503 response
 	Headers503 *DeleteBranchResponse503Headers
+	// Headers504 the parsed response headers for an HTTP 504 response
+	Headers504 *DeleteBranchResponse504Headers
 }
 
 // Status returns HTTPResponse.Status
@@ -6161,27 +9059,40 @@ type GetBranchResponse404Headers struct {
 	XRequestId          string
 }
 
+// GetBranchResponse413Headers the declared response headers of an HTTP 413 response for GetBranch
+type GetBranchResponse413Headers struct {
+	ApigwRequestid *string
+}
+
 // GetBranchResponse429Headers the declared response headers of an HTTP 429 response for GetBranch
 type GetBranchResponse429Headers struct {
-	CacheControl        string
-	RetryAfter          string
-	XContentTypeOptions string
-	XRequestId          string
+	ApigwRequestid      *string
+	CacheControl        *string
+	RetryAfter          *string
+	XContentTypeOptions *string
+	XRequestId          *string
 }
 
 // GetBranchResponse500Headers the declared response headers of an HTTP 500 response for GetBranch
 type GetBranchResponse500Headers struct {
-	CacheControl        string
-	XContentTypeOptions string
-	XRequestId          string
+	ApigwRequestid      *string
+	CacheControl        *string
+	XContentTypeOptions *string
+	XRequestId          *string
 }
 
 // GetBranchResponse503Headers the declared response headers of an HTTP 503 response for GetBranch
 type GetBranchResponse503Headers struct {
-	CacheControl        string
-	RetryAfter          string
-	XContentTypeOptions string
-	XRequestId          string
+	ApigwRequestid      *string
+	CacheControl        *string
+	RetryAfter          *string
+	XContentTypeOptions *string
+	XRequestId          *string
+}
+
+// GetBranchResponse504Headers the declared response headers of an HTTP 504 response for GetBranch
+type GetBranchResponse504Headers struct {
+	ApigwRequestid *string
 }
 
 type GetBranchResponse struct {
@@ -6197,12 +9108,22 @@ type GetBranchResponse struct {
 	ApplicationproblemJSON403 *Forbidden
 	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
 	ApplicationproblemJSON404 *NotFound
+	// JSON413 the response for an HTTP 413 `application/json` response
+	JSON413 *GatewayPayloadTooLarge
+	// JSON429 the response for an HTTP 429 `application/json` response
+	JSON429 *RateLimitedApplicationJSON
 	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
-	ApplicationproblemJSON429 *RateLimited
+	ApplicationproblemJSON429 *RateLimitedApplicationProblemPlusJSON
+	// JSON500 the response for an HTTP 500 `application/json` response
+	JSON500 *InternalApplicationJSON
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
-	ApplicationproblemJSON500 *Internal
+	ApplicationproblemJSON500 *InternalApplicationProblemPlusJSON
+	// JSON503 the response for an HTTP 503 `application/json` response
+	JSON503 *UnavailableApplicationJSON
 	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
-	ApplicationproblemJSON503 *Unavailable
+	ApplicationproblemJSON503 *UnavailableApplicationProblemPlusJSON
+	// JSON504 the response for an HTTP 504 `application/json` response
+	JSON504 *GatewayTimeout
 	// Headers200 the parsed response headers for an HTTP 200 response
 	Headers200 *GetBranchResponse200Headers
 	// Headers400 the parsed response headers for an HTTP 400 response
@@ -6213,12 +9134,16 @@ type GetBranchResponse struct {
 	Headers403 *GetBranchResponse403Headers
 	// Headers404 the parsed response headers for an HTTP 404 response
 	Headers404 *GetBranchResponse404Headers
+	// Headers413 the parsed response headers for an HTTP 413 response
+	Headers413 *GetBranchResponse413Headers
 	// Headers429 the parsed response headers for an HTTP 429 response
 	Headers429 *GetBranchResponse429Headers
 	// Headers500 the parsed response headers for an HTTP 500 response
 	Headers500 *GetBranchResponse500Headers
 	// Headers503 the parsed response headers for an HTTP 503 response
 	Headers503 *GetBranchResponse503Headers
+	// Headers504 the parsed response headers for an HTTP 504 response
+	Headers504 *GetBranchResponse504Headers
 }
 
 // Status returns HTTPResponse.Status
@@ -6310,9 +9235,10 @@ type PatchBranchResponse412Headers struct {
 
 // PatchBranchResponse413Headers the declared response headers of an HTTP 413 response for PatchBranch
 type PatchBranchResponse413Headers struct {
-	CacheControl        string
-	XContentTypeOptions string
-	XRequestId          string
+	ApigwRequestid      *string
+	CacheControl        *string
+	XContentTypeOptions *string
+	XRequestId          *string
 }
 
 // PatchBranchResponse415Headers the declared response headers of an HTTP 415 response for PatchBranch
@@ -6339,25 +9265,33 @@ type PatchBranchResponse428Headers struct {
 
 // PatchBranchResponse429Headers the declared response headers of an HTTP 429 response for PatchBranch
 type PatchBranchResponse429Headers struct {
-	CacheControl        string
-	RetryAfter          string
-	XContentTypeOptions string
-	XRequestId          string
+	ApigwRequestid      *string
+	CacheControl        *string
+	RetryAfter          *string
+	XContentTypeOptions *string
+	XRequestId          *string
 }
 
 // PatchBranchResponse500Headers the declared response headers of an HTTP 500 response for PatchBranch
 type PatchBranchResponse500Headers struct {
-	CacheControl        string
-	XContentTypeOptions string
-	XRequestId          string
+	ApigwRequestid      *string
+	CacheControl        *string
+	XContentTypeOptions *string
+	XRequestId          *string
 }
 
 // PatchBranchResponse503Headers the declared response headers of an HTTP 503 response for PatchBranch
 type PatchBranchResponse503Headers struct {
-	CacheControl        string
-	RetryAfter          string
-	XContentTypeOptions string
-	XRequestId          string
+	ApigwRequestid      *string
+	CacheControl        *string
+	RetryAfter          *string
+	XContentTypeOptions *string
+	XRequestId          *string
+}
+
+// PatchBranchResponse504Headers the declared response headers of an HTTP 504 response for PatchBranch
+type PatchBranchResponse504Headers struct {
+	ApigwRequestid *string
 }
 
 type PatchBranchResponse struct {
@@ -6377,20 +9311,30 @@ type PatchBranchResponse struct {
 	ApplicationproblemJSON409 *Conflict
 	// ApplicationproblemJSON412 the response for an HTTP 412 `application/problem+json` response
 	ApplicationproblemJSON412 *VersionMismatch
+	// JSON413 the response for an HTTP 413 `application/json` response
+	JSON413 *BodyTooLargeApplicationJSON
 	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
-	ApplicationproblemJSON413 *BodyTooLarge
+	ApplicationproblemJSON413 *BodyTooLargeApplicationProblemPlusJSON
 	// ApplicationproblemJSON415 the response for an HTTP 415 `application/problem+json` response
 	ApplicationproblemJSON415 *UnsupportedMediaType
 	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
 	ApplicationproblemJSON422 *Unprocessable
 	// ApplicationproblemJSON428 the response for an HTTP 428 `application/problem+json` response
 	ApplicationproblemJSON428 *PreconditionRequired
+	// JSON429 the response for an HTTP 429 `application/json` response
+	JSON429 *RateLimitedApplicationJSON
 	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
-	ApplicationproblemJSON429 *RateLimited
+	ApplicationproblemJSON429 *RateLimitedApplicationProblemPlusJSON
+	// JSON500 the response for an HTTP 500 `application/json` response
+	JSON500 *InternalApplicationJSON
 	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
-	ApplicationproblemJSON500 *Internal
+	ApplicationproblemJSON500 *InternalApplicationProblemPlusJSON
+	// JSON503 the response for an HTTP 503 `application/json` response
+	JSON503 *UnavailableApplicationJSON
 	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
-	ApplicationproblemJSON503 *Unavailable
+	ApplicationproblemJSON503 *UnavailableApplicationProblemPlusJSON
+	// JSON504 the response for an HTTP 504 `application/json` response
+	JSON504 *GatewayTimeout
 	// Headers200 the parsed response headers for an HTTP 200 response
 	Headers200 *PatchBranchResponse200Headers
 	// Headers400 the parsed response headers for an HTTP 400 response
@@ -6419,6 +9363,8 @@ type PatchBranchResponse struct {
 	Headers500 *PatchBranchResponse500Headers
 	// Headers503 the parsed response headers for an HTTP 503 response
 	Headers503 *PatchBranchResponse503Headers
+	// Headers504 the parsed response headers for an HTTP 504 response
+	Headers504 *PatchBranchResponse504Headers
 }
 
 // Status returns HTTPResponse.Status
@@ -6450,6 +9396,1402 @@ func (r PatchBranchResponse) ContentType() string {
 	return ""
 }
 
+// ReportRangeResponse200Headers the declared response headers of an HTTP 200 response for ReportRange
+type ReportRangeResponse200Headers struct {
+	CacheControl string
+	XRequestId   string
+}
+
+// ReportRangeResponse400Headers the declared response headers of an HTTP 400 response for ReportRange
+type ReportRangeResponse400Headers struct {
+	CacheControl        string
+	IdempotentReplayed  *string
+	XContentTypeOptions string
+	XRequestId          string
+}
+
+// ReportRangeResponse401Headers the declared response headers of an HTTP 401 response for ReportRange
+type ReportRangeResponse401Headers struct {
+	CacheControl        string
+	WWWAuthenticate     string
+	XContentTypeOptions string
+	XRequestId          string
+}
+
+// ReportRangeResponse403Headers the declared response headers of an HTTP 403 response for ReportRange
+type ReportRangeResponse403Headers struct {
+	CacheControl        string
+	IdempotentReplayed  *string
+	XContentTypeOptions string
+	XRequestId          string
+}
+
+// ReportRangeResponse413Headers the declared response headers of an HTTP 413 response for ReportRange
+type ReportRangeResponse413Headers struct {
+	ApigwRequestid *string
+}
+
+// ReportRangeResponse429Headers the declared response headers of an HTTP 429 response for ReportRange
+type ReportRangeResponse429Headers struct {
+	ApigwRequestid      *string
+	CacheControl        *string
+	RetryAfter          *string
+	XContentTypeOptions *string
+	XRequestId          *string
+}
+
+// ReportRangeResponse500Headers the declared response headers of an HTTP 500 response for ReportRange
+type ReportRangeResponse500Headers struct {
+	ApigwRequestid      *string
+	CacheControl        *string
+	XContentTypeOptions *string
+	XRequestId          *string
+}
+
+// ReportRangeResponse503Headers the declared response headers of an HTTP 503 response for ReportRange
+type ReportRangeResponse503Headers struct {
+	ApigwRequestid      *string
+	CacheControl        *string
+	RetryAfter          *string
+	XContentTypeOptions *string
+	XRequestId          *string
+}
+
+// ReportRangeResponse504Headers the declared response headers of an HTTP 504 response for ReportRange
+type ReportRangeResponse504Headers struct {
+	ApigwRequestid *string
+}
+
+type ReportRangeResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *ReportRange
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthenticated
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
+	// JSON413 the response for an HTTP 413 `application/json` response
+	JSON413 *GatewayPayloadTooLarge
+	// JSON429 the response for an HTTP 429 `application/json` response
+	JSON429 *RateLimitedApplicationJSON
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *RateLimitedApplicationProblemPlusJSON
+	// JSON500 the response for an HTTP 500 `application/json` response
+	JSON500 *InternalApplicationJSON
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *InternalApplicationProblemPlusJSON
+	// JSON503 the response for an HTTP 503 `application/json` response
+	JSON503 *UnavailableApplicationJSON
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *UnavailableApplicationProblemPlusJSON
+	// JSON504 the response for an HTTP 504 `application/json` response
+	JSON504 *GatewayTimeout
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *ReportRangeResponse200Headers
+	// Headers400 the parsed response headers for an HTTP 400 response
+	Headers400 *ReportRangeResponse400Headers
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *ReportRangeResponse401Headers
+	// Headers403 the parsed response headers for an HTTP 403 response
+	Headers403 *ReportRangeResponse403Headers
+	// Headers413 the parsed response headers for an HTTP 413 response
+	Headers413 *ReportRangeResponse413Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *ReportRangeResponse429Headers
+	// Headers500 the parsed response headers for an HTTP 500 response
+	Headers500 *ReportRangeResponse500Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *ReportRangeResponse503Headers
+	// Headers504 the parsed response headers for an HTTP 504 response
+	Headers504 *ReportRangeResponse504Headers
+}
+
+// Status returns HTTPResponse.Status
+func (r ReportRangeResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ReportRangeResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// Bytes is a convenience method to retrieve the raw bytes from the HTTP response
+func (r ReportRangeResponse) Bytes() []byte {
+	return r.Body
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ReportRangeResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// GetReportResponse200Headers the declared response headers of an HTTP 200 response for GetReport
+type GetReportResponse200Headers struct {
+	CacheControl string
+	LastModified *string
+	XRequestId   string
+}
+
+// GetReportResponse400Headers the declared response headers of an HTTP 400 response for GetReport
+type GetReportResponse400Headers struct {
+	CacheControl        string
+	IdempotentReplayed  *string
+	XContentTypeOptions string
+	XRequestId          string
+}
+
+// GetReportResponse401Headers the declared response headers of an HTTP 401 response for GetReport
+type GetReportResponse401Headers struct {
+	CacheControl        string
+	WWWAuthenticate     string
+	XContentTypeOptions string
+	XRequestId          string
+}
+
+// GetReportResponse403Headers the declared response headers of an HTTP 403 response for GetReport
+type GetReportResponse403Headers struct {
+	CacheControl        string
+	IdempotentReplayed  *string
+	XContentTypeOptions string
+	XRequestId          string
+}
+
+// GetReportResponse404Headers the declared response headers of an HTTP 404 response for GetReport
+type GetReportResponse404Headers struct {
+	CacheControl        string
+	IdempotentReplayed  *string
+	XContentTypeOptions string
+	XRequestId          string
+}
+
+// GetReportResponse413Headers the declared response headers of an HTTP 413 response for GetReport
+type GetReportResponse413Headers struct {
+	ApigwRequestid *string
+}
+
+// GetReportResponse429Headers the declared response headers of an HTTP 429 response for GetReport
+type GetReportResponse429Headers struct {
+	ApigwRequestid      *string
+	CacheControl        *string
+	RetryAfter          *string
+	XContentTypeOptions *string
+	XRequestId          *string
+}
+
+// GetReportResponse500Headers the declared response headers of an HTTP 500 response for GetReport
+type GetReportResponse500Headers struct {
+	ApigwRequestid      *string
+	CacheControl        *string
+	XContentTypeOptions *string
+	XRequestId          *string
+}
+
+// GetReportResponse503Headers the declared response headers of an HTTP 503 response for GetReport
+type GetReportResponse503Headers struct {
+	ApigwRequestid      *string
+	CacheControl        *string
+	RetryAfter          *string
+	XContentTypeOptions *string
+	XRequestId          *string
+}
+
+// GetReportResponse504Headers the declared response headers of an HTTP 504 response for GetReport
+type GetReportResponse504Headers struct {
+	ApigwRequestid *string
+}
+
+type GetReportResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Report
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthenticated
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *NotFound
+	// JSON413 the response for an HTTP 413 `application/json` response
+	JSON413 *GatewayPayloadTooLarge
+	// JSON429 the response for an HTTP 429 `application/json` response
+	JSON429 *RateLimitedApplicationJSON
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *RateLimitedApplicationProblemPlusJSON
+	// JSON500 the response for an HTTP 500 `application/json` response
+	JSON500 *InternalApplicationJSON
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *InternalApplicationProblemPlusJSON
+	// JSON503 the response for an HTTP 503 `application/json` response
+	JSON503 *UnavailableApplicationJSON
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *UnavailableApplicationProblemPlusJSON
+	// JSON504 the response for an HTTP 504 `application/json` response
+	JSON504 *GatewayTimeout
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *GetReportResponse200Headers
+	// Headers400 the parsed response headers for an HTTP 400 response
+	Headers400 *GetReportResponse400Headers
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *GetReportResponse401Headers
+	// Headers403 the parsed response headers for an HTTP 403 response
+	Headers403 *GetReportResponse403Headers
+	// Headers404 the parsed response headers for an HTTP 404 response
+	Headers404 *GetReportResponse404Headers
+	// Headers413 the parsed response headers for an HTTP 413 response
+	Headers413 *GetReportResponse413Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *GetReportResponse429Headers
+	// Headers500 the parsed response headers for an HTTP 500 response
+	Headers500 *GetReportResponse500Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *GetReportResponse503Headers
+	// Headers504 the parsed response headers for an HTTP 504 response
+	Headers504 *GetReportResponse504Headers
+}
+
+// Status returns HTTPResponse.Status
+func (r GetReportResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r GetReportResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// Bytes is a convenience method to retrieve the raw bytes from the HTTP response
+func (r GetReportResponse) Bytes() []byte {
+	return r.Body
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r GetReportResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// ListTransactionsResponse200Headers the declared response headers of an HTTP 200 response for ListTransactions
+type ListTransactionsResponse200Headers struct {
+	CacheControl string
+	XRequestId   string
+}
+
+// ListTransactionsResponse400Headers the declared response headers of an HTTP 400 response for ListTransactions
+type ListTransactionsResponse400Headers struct {
+	CacheControl        string
+	IdempotentReplayed  *string
+	XContentTypeOptions string
+	XRequestId          string
+}
+
+// ListTransactionsResponse401Headers the declared response headers of an HTTP 401 response for ListTransactions
+type ListTransactionsResponse401Headers struct {
+	CacheControl        string
+	WWWAuthenticate     string
+	XContentTypeOptions string
+	XRequestId          string
+}
+
+// ListTransactionsResponse403Headers the declared response headers of an HTTP 403 response for ListTransactions
+type ListTransactionsResponse403Headers struct {
+	CacheControl        string
+	IdempotentReplayed  *string
+	XContentTypeOptions string
+	XRequestId          string
+}
+
+// ListTransactionsResponse413Headers the declared response headers of an HTTP 413 response for ListTransactions
+type ListTransactionsResponse413Headers struct {
+	ApigwRequestid *string
+}
+
+// ListTransactionsResponse429Headers the declared response headers of an HTTP 429 response for ListTransactions
+type ListTransactionsResponse429Headers struct {
+	ApigwRequestid      *string
+	CacheControl        *string
+	RetryAfter          *string
+	XContentTypeOptions *string
+	XRequestId          *string
+}
+
+// ListTransactionsResponse500Headers the declared response headers of an HTTP 500 response for ListTransactions
+type ListTransactionsResponse500Headers struct {
+	ApigwRequestid      *string
+	CacheControl        *string
+	XContentTypeOptions *string
+	XRequestId          *string
+}
+
+// ListTransactionsResponse503Headers the declared response headers of an HTTP 503 response for ListTransactions
+type ListTransactionsResponse503Headers struct {
+	ApigwRequestid      *string
+	CacheControl        *string
+	RetryAfter          *string
+	XContentTypeOptions *string
+	XRequestId          *string
+}
+
+// ListTransactionsResponse504Headers the declared response headers of an HTTP 504 response for ListTransactions
+type ListTransactionsResponse504Headers struct {
+	ApigwRequestid *string
+}
+
+type ListTransactionsResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *TransactionPage
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthenticated
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
+	// JSON413 the response for an HTTP 413 `application/json` response
+	JSON413 *GatewayPayloadTooLarge
+	// JSON429 the response for an HTTP 429 `application/json` response
+	JSON429 *RateLimitedApplicationJSON
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *RateLimitedApplicationProblemPlusJSON
+	// JSON500 the response for an HTTP 500 `application/json` response
+	JSON500 *InternalApplicationJSON
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *InternalApplicationProblemPlusJSON
+	// JSON503 the response for an HTTP 503 `application/json` response
+	JSON503 *UnavailableApplicationJSON
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *UnavailableApplicationProblemPlusJSON
+	// JSON504 the response for an HTTP 504 `application/json` response
+	JSON504 *GatewayTimeout
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *ListTransactionsResponse200Headers
+	// Headers400 the parsed response headers for an HTTP 400 response
+	Headers400 *ListTransactionsResponse400Headers
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *ListTransactionsResponse401Headers
+	// Headers403 the parsed response headers for an HTTP 403 response
+	Headers403 *ListTransactionsResponse403Headers
+	// Headers413 the parsed response headers for an HTTP 413 response
+	Headers413 *ListTransactionsResponse413Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *ListTransactionsResponse429Headers
+	// Headers500 the parsed response headers for an HTTP 500 response
+	Headers500 *ListTransactionsResponse500Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *ListTransactionsResponse503Headers
+	// Headers504 the parsed response headers for an HTTP 504 response
+	Headers504 *ListTransactionsResponse504Headers
+}
+
+// Status returns HTTPResponse.Status
+func (r ListTransactionsResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ListTransactionsResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// Bytes is a convenience method to retrieve the raw bytes from the HTTP response
+func (r ListTransactionsResponse) Bytes() []byte {
+	return r.Body
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ListTransactionsResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// CreateTransactionResponse201Headers the declared response headers of an HTTP 201 response for CreateTransaction
+type CreateTransactionResponse201Headers struct {
+	CacheControl       string
+	ETag               string
+	IdempotentReplayed *string
+	Location           string
+	XRequestId         string
+}
+
+// CreateTransactionResponse400Headers the declared response headers of an HTTP 400 response for CreateTransaction
+type CreateTransactionResponse400Headers struct {
+	CacheControl        string
+	IdempotentReplayed  *string
+	XContentTypeOptions string
+	XRequestId          string
+}
+
+// CreateTransactionResponse401Headers the declared response headers of an HTTP 401 response for CreateTransaction
+type CreateTransactionResponse401Headers struct {
+	CacheControl        string
+	WWWAuthenticate     string
+	XContentTypeOptions string
+	XRequestId          string
+}
+
+// CreateTransactionResponse403Headers the declared response headers of an HTTP 403 response for CreateTransaction
+type CreateTransactionResponse403Headers struct {
+	CacheControl        string
+	IdempotentReplayed  *string
+	XContentTypeOptions string
+	XRequestId          string
+}
+
+// CreateTransactionResponse404Headers the declared response headers of an HTTP 404 response for CreateTransaction
+type CreateTransactionResponse404Headers struct {
+	CacheControl        string
+	IdempotentReplayed  *string
+	XContentTypeOptions string
+	XRequestId          string
+}
+
+// CreateTransactionResponse409Headers the declared response headers of an HTTP 409 response for CreateTransaction
+type CreateTransactionResponse409Headers struct {
+	CacheControl        string
+	IdempotentReplayed  *string
+	RetryAfter          *string
+	XContentTypeOptions string
+	XRequestId          string
+}
+
+// CreateTransactionResponse413Headers the declared response headers of an HTTP 413 response for CreateTransaction
+type CreateTransactionResponse413Headers struct {
+	ApigwRequestid      *string
+	CacheControl        *string
+	XContentTypeOptions *string
+	XRequestId          *string
+}
+
+// CreateTransactionResponse415Headers the declared response headers of an HTTP 415 response for CreateTransaction
+type CreateTransactionResponse415Headers struct {
+	CacheControl        string
+	XContentTypeOptions string
+	XRequestId          string
+}
+
+// CreateTransactionResponse422Headers the declared response headers of an HTTP 422 response for CreateTransaction
+type CreateTransactionResponse422Headers struct {
+	CacheControl        string
+	IdempotentReplayed  *string
+	XContentTypeOptions string
+	XRequestId          string
+}
+
+// CreateTransactionResponse429Headers the declared response headers of an HTTP 429 response for CreateTransaction
+type CreateTransactionResponse429Headers struct {
+	ApigwRequestid      *string
+	CacheControl        *string
+	RetryAfter          *string
+	XContentTypeOptions *string
+	XRequestId          *string
+}
+
+// CreateTransactionResponse500Headers the declared response headers of an HTTP 500 response for CreateTransaction
+type CreateTransactionResponse500Headers struct {
+	ApigwRequestid      *string
+	CacheControl        *string
+	XContentTypeOptions *string
+	XRequestId          *string
+}
+
+// CreateTransactionResponse503Headers the declared response headers of an HTTP 503 response for CreateTransaction
+type CreateTransactionResponse503Headers struct {
+	ApigwRequestid      *string
+	CacheControl        *string
+	RetryAfter          *string
+	XContentTypeOptions *string
+	XRequestId          *string
+}
+
+// CreateTransactionResponse504Headers the declared response headers of an HTTP 504 response for CreateTransaction
+type CreateTransactionResponse504Headers struct {
+	ApigwRequestid *string
+}
+
+type CreateTransactionResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON201 the response for an HTTP 201 `application/json` response
+	JSON201 *Transaction
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthenticated
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *NotFound
+	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
+	ApplicationproblemJSON409 *Conflict
+	// JSON413 the response for an HTTP 413 `application/json` response
+	JSON413 *BodyTooLargeApplicationJSON
+	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
+	ApplicationproblemJSON413 *BodyTooLargeApplicationProblemPlusJSON
+	// ApplicationproblemJSON415 the response for an HTTP 415 `application/problem+json` response
+	ApplicationproblemJSON415 *UnsupportedMediaType
+	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationproblemJSON422 *Unprocessable
+	// JSON429 the response for an HTTP 429 `application/json` response
+	JSON429 *RateLimitedApplicationJSON
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *RateLimitedApplicationProblemPlusJSON
+	// JSON500 the response for an HTTP 500 `application/json` response
+	JSON500 *InternalApplicationJSON
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *InternalApplicationProblemPlusJSON
+	// JSON503 the response for an HTTP 503 `application/json` response
+	JSON503 *UnavailableApplicationJSON
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *UnavailableApplicationProblemPlusJSON
+	// JSON504 the response for an HTTP 504 `application/json` response
+	JSON504 *GatewayTimeout
+	// Headers201 the parsed response headers for an HTTP 201 response
+	Headers201 *CreateTransactionResponse201Headers
+	// Headers400 the parsed response headers for an HTTP 400 response
+	Headers400 *CreateTransactionResponse400Headers
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *CreateTransactionResponse401Headers
+	// Headers403 the parsed response headers for an HTTP 403 response
+	Headers403 *CreateTransactionResponse403Headers
+	// Headers404 the parsed response headers for an HTTP 404 response
+	Headers404 *CreateTransactionResponse404Headers
+	// Headers409 the parsed response headers for an HTTP 409 response
+	Headers409 *CreateTransactionResponse409Headers
+	// Headers413 the parsed response headers for an HTTP 413 response
+	Headers413 *CreateTransactionResponse413Headers
+	// Headers415 the parsed response headers for an HTTP 415 response
+	Headers415 *CreateTransactionResponse415Headers
+	// Headers422 the parsed response headers for an HTTP 422 response
+	Headers422 *CreateTransactionResponse422Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *CreateTransactionResponse429Headers
+	// Headers500 the parsed response headers for an HTTP 500 response
+	Headers500 *CreateTransactionResponse500Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *CreateTransactionResponse503Headers
+	// Headers504 the parsed response headers for an HTTP 504 response
+	Headers504 *CreateTransactionResponse504Headers
+}
+
+// Status returns HTTPResponse.Status
+func (r CreateTransactionResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r CreateTransactionResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// Bytes is a convenience method to retrieve the raw bytes from the HTTP response
+func (r CreateTransactionResponse) Bytes() []byte {
+	return r.Body
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r CreateTransactionResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// DeleteTransactionResponse204Headers the declared response headers of an HTTP 204 response for DeleteTransaction
+type DeleteTransactionResponse204Headers struct {
+	CacheControl       string
+	IdempotentReplayed *string
+	XRequestId         string
+}
+
+// DeleteTransactionResponse400Headers the declared response headers of an HTTP 400 response for DeleteTransaction
+type DeleteTransactionResponse400Headers struct {
+	CacheControl        string
+	IdempotentReplayed  *string
+	XContentTypeOptions string
+	XRequestId          string
+}
+
+// DeleteTransactionResponse401Headers the declared response headers of an HTTP 401 response for DeleteTransaction
+type DeleteTransactionResponse401Headers struct {
+	CacheControl        string
+	WWWAuthenticate     string
+	XContentTypeOptions string
+	XRequestId          string
+}
+
+// DeleteTransactionResponse403Headers the declared response headers of an HTTP 403 response for DeleteTransaction
+type DeleteTransactionResponse403Headers struct {
+	CacheControl        string
+	IdempotentReplayed  *string
+	XContentTypeOptions string
+	XRequestId          string
+}
+
+// DeleteTransactionResponse404Headers the declared response headers of an HTTP 404 response for DeleteTransaction
+type DeleteTransactionResponse404Headers struct {
+	CacheControl        string
+	IdempotentReplayed  *string
+	XContentTypeOptions string
+	XRequestId          string
+}
+
+// DeleteTransactionResponse409Headers the declared response headers of an HTTP 409 response for DeleteTransaction
+type DeleteTransactionResponse409Headers struct {
+	CacheControl        string
+	IdempotentReplayed  *string
+	RetryAfter          *string
+	XContentTypeOptions string
+	XRequestId          string
+}
+
+// DeleteTransactionResponse412Headers the declared response headers of an HTTP 412 response for DeleteTransaction
+type DeleteTransactionResponse412Headers struct {
+	CacheControl        string
+	ETag                string
+	IdempotentReplayed  *string
+	XContentTypeOptions string
+	XRequestId          string
+}
+
+// DeleteTransactionResponse413Headers the declared response headers of an HTTP 413 response for DeleteTransaction
+type DeleteTransactionResponse413Headers struct {
+	ApigwRequestid *string
+}
+
+// DeleteTransactionResponse422Headers the declared response headers of an HTTP 422 response for DeleteTransaction
+type DeleteTransactionResponse422Headers struct {
+	CacheControl        string
+	XContentTypeOptions string
+	XRequestId          string
+}
+
+// DeleteTransactionResponse429Headers the declared response headers of an HTTP 429 response for DeleteTransaction
+type DeleteTransactionResponse429Headers struct {
+	ApigwRequestid      *string
+	CacheControl        *string
+	RetryAfter          *string
+	XContentTypeOptions *string
+	XRequestId          *string
+}
+
+// DeleteTransactionResponse500Headers the declared response headers of an HTTP 500 response for DeleteTransaction
+type DeleteTransactionResponse500Headers struct {
+	ApigwRequestid      *string
+	CacheControl        *string
+	XContentTypeOptions *string
+	XRequestId          *string
+}
+
+// DeleteTransactionResponse503Headers the declared response headers of an HTTP 503 response for DeleteTransaction
+type DeleteTransactionResponse503Headers struct {
+	ApigwRequestid      *string
+	CacheControl        *string
+	RetryAfter          *string
+	XContentTypeOptions *string
+	XRequestId          *string
+}
+
+// DeleteTransactionResponse504Headers the declared response headers of an HTTP 504 response for DeleteTransaction
+type DeleteTransactionResponse504Headers struct {
+	ApigwRequestid *string
+}
+
+type DeleteTransactionResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthenticated
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *NotFound
+	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
+	ApplicationproblemJSON409 *Conflict
+	// ApplicationproblemJSON412 the response for an HTTP 412 `application/problem+json` response
+	ApplicationproblemJSON412 *VersionMismatch
+	// JSON413 the response for an HTTP 413 `application/json` response
+	JSON413 *GatewayPayloadTooLarge
+	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationproblemJSON422 *IdempotencyKeyReused
+	// JSON429 the response for an HTTP 429 `application/json` response
+	JSON429 *RateLimitedApplicationJSON
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *RateLimitedApplicationProblemPlusJSON
+	// JSON500 the response for an HTTP 500 `application/json` response
+	JSON500 *InternalApplicationJSON
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *InternalApplicationProblemPlusJSON
+	// JSON503 the response for an HTTP 503 `application/json` response
+	JSON503 *UnavailableApplicationJSON
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *UnavailableApplicationProblemPlusJSON
+	// JSON504 the response for an HTTP 504 `application/json` response
+	JSON504 *GatewayTimeout
+	// Headers204 the parsed response headers for an HTTP 204 response
+	Headers204 *DeleteTransactionResponse204Headers
+	// Headers400 the parsed response headers for an HTTP 400 response
+	Headers400 *DeleteTransactionResponse400Headers
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *DeleteTransactionResponse401Headers
+	// Headers403 the parsed response headers for an HTTP 403 response
+	Headers403 *DeleteTransactionResponse403Headers
+	// Headers404 the parsed response headers for an HTTP 404 response
+	Headers404 *DeleteTransactionResponse404Headers
+	// Headers409 the parsed response headers for an HTTP 409 response
+	Headers409 *DeleteTransactionResponse409Headers
+	// Headers412 the parsed response headers for an HTTP 412 response
+	Headers412 *DeleteTransactionResponse412Headers
+	// Headers413 the parsed response headers for an HTTP 413 response
+	Headers413 *DeleteTransactionResponse413Headers
+	// Headers422 the parsed response headers for an HTTP 422 response
+	Headers422 *DeleteTransactionResponse422Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *DeleteTransactionResponse429Headers
+	// Headers500 the parsed response headers for an HTTP 500 response
+	Headers500 *DeleteTransactionResponse500Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *DeleteTransactionResponse503Headers
+	// Headers504 the parsed response headers for an HTTP 504 response
+	Headers504 *DeleteTransactionResponse504Headers
+}
+
+// Status returns HTTPResponse.Status
+func (r DeleteTransactionResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r DeleteTransactionResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// Bytes is a convenience method to retrieve the raw bytes from the HTTP response
+func (r DeleteTransactionResponse) Bytes() []byte {
+	return r.Body
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r DeleteTransactionResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// GetTransactionResponse200Headers the declared response headers of an HTTP 200 response for GetTransaction
+type GetTransactionResponse200Headers struct {
+	CacheControl string
+	ETag         string
+	XRequestId   string
+}
+
+// GetTransactionResponse400Headers the declared response headers of an HTTP 400 response for GetTransaction
+type GetTransactionResponse400Headers struct {
+	CacheControl        string
+	IdempotentReplayed  *string
+	XContentTypeOptions string
+	XRequestId          string
+}
+
+// GetTransactionResponse401Headers the declared response headers of an HTTP 401 response for GetTransaction
+type GetTransactionResponse401Headers struct {
+	CacheControl        string
+	WWWAuthenticate     string
+	XContentTypeOptions string
+	XRequestId          string
+}
+
+// GetTransactionResponse403Headers the declared response headers of an HTTP 403 response for GetTransaction
+type GetTransactionResponse403Headers struct {
+	CacheControl        string
+	IdempotentReplayed  *string
+	XContentTypeOptions string
+	XRequestId          string
+}
+
+// GetTransactionResponse404Headers the declared response headers of an HTTP 404 response for GetTransaction
+type GetTransactionResponse404Headers struct {
+	CacheControl        string
+	IdempotentReplayed  *string
+	XContentTypeOptions string
+	XRequestId          string
+}
+
+// GetTransactionResponse413Headers the declared response headers of an HTTP 413 response for GetTransaction
+type GetTransactionResponse413Headers struct {
+	ApigwRequestid *string
+}
+
+// GetTransactionResponse429Headers the declared response headers of an HTTP 429 response for GetTransaction
+type GetTransactionResponse429Headers struct {
+	ApigwRequestid      *string
+	CacheControl        *string
+	RetryAfter          *string
+	XContentTypeOptions *string
+	XRequestId          *string
+}
+
+// GetTransactionResponse500Headers the declared response headers of an HTTP 500 response for GetTransaction
+type GetTransactionResponse500Headers struct {
+	ApigwRequestid      *string
+	CacheControl        *string
+	XContentTypeOptions *string
+	XRequestId          *string
+}
+
+// GetTransactionResponse503Headers the declared response headers of an HTTP 503 response for GetTransaction
+type GetTransactionResponse503Headers struct {
+	ApigwRequestid      *string
+	CacheControl        *string
+	RetryAfter          *string
+	XContentTypeOptions *string
+	XRequestId          *string
+}
+
+// GetTransactionResponse504Headers the declared response headers of an HTTP 504 response for GetTransaction
+type GetTransactionResponse504Headers struct {
+	ApigwRequestid *string
+}
+
+type GetTransactionResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Transaction
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthenticated
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *NotFound
+	// JSON413 the response for an HTTP 413 `application/json` response
+	JSON413 *GatewayPayloadTooLarge
+	// JSON429 the response for an HTTP 429 `application/json` response
+	JSON429 *RateLimitedApplicationJSON
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *RateLimitedApplicationProblemPlusJSON
+	// JSON500 the response for an HTTP 500 `application/json` response
+	JSON500 *InternalApplicationJSON
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *InternalApplicationProblemPlusJSON
+	// JSON503 the response for an HTTP 503 `application/json` response
+	JSON503 *UnavailableApplicationJSON
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *UnavailableApplicationProblemPlusJSON
+	// JSON504 the response for an HTTP 504 `application/json` response
+	JSON504 *GatewayTimeout
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *GetTransactionResponse200Headers
+	// Headers400 the parsed response headers for an HTTP 400 response
+	Headers400 *GetTransactionResponse400Headers
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *GetTransactionResponse401Headers
+	// Headers403 the parsed response headers for an HTTP 403 response
+	Headers403 *GetTransactionResponse403Headers
+	// Headers404 the parsed response headers for an HTTP 404 response
+	Headers404 *GetTransactionResponse404Headers
+	// Headers413 the parsed response headers for an HTTP 413 response
+	Headers413 *GetTransactionResponse413Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *GetTransactionResponse429Headers
+	// Headers500 the parsed response headers for an HTTP 500 response
+	Headers500 *GetTransactionResponse500Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *GetTransactionResponse503Headers
+	// Headers504 the parsed response headers for an HTTP 504 response
+	Headers504 *GetTransactionResponse504Headers
+}
+
+// Status returns HTTPResponse.Status
+func (r GetTransactionResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r GetTransactionResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// Bytes is a convenience method to retrieve the raw bytes from the HTTP response
+func (r GetTransactionResponse) Bytes() []byte {
+	return r.Body
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r GetTransactionResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// PatchTransactionResponse200Headers the declared response headers of an HTTP 200 response for PatchTransaction
+type PatchTransactionResponse200Headers struct {
+	CacheControl       string
+	ETag               string
+	IdempotentReplayed *string
+	XRequestId         string
+}
+
+// PatchTransactionResponse400Headers the declared response headers of an HTTP 400 response for PatchTransaction
+type PatchTransactionResponse400Headers struct {
+	CacheControl        string
+	IdempotentReplayed  *string
+	XContentTypeOptions string
+	XRequestId          string
+}
+
+// PatchTransactionResponse401Headers the declared response headers of an HTTP 401 response for PatchTransaction
+type PatchTransactionResponse401Headers struct {
+	CacheControl        string
+	WWWAuthenticate     string
+	XContentTypeOptions string
+	XRequestId          string
+}
+
+// PatchTransactionResponse403Headers the declared response headers of an HTTP 403 response for PatchTransaction
+type PatchTransactionResponse403Headers struct {
+	CacheControl        string
+	IdempotentReplayed  *string
+	XContentTypeOptions string
+	XRequestId          string
+}
+
+// PatchTransactionResponse404Headers the declared response headers of an HTTP 404 response for PatchTransaction
+type PatchTransactionResponse404Headers struct {
+	CacheControl        string
+	IdempotentReplayed  *string
+	XContentTypeOptions string
+	XRequestId          string
+}
+
+// PatchTransactionResponse409Headers the declared response headers of an HTTP 409 response for PatchTransaction
+type PatchTransactionResponse409Headers struct {
+	CacheControl        string
+	IdempotentReplayed  *string
+	RetryAfter          *string
+	XContentTypeOptions string
+	XRequestId          string
+}
+
+// PatchTransactionResponse412Headers the declared response headers of an HTTP 412 response for PatchTransaction
+type PatchTransactionResponse412Headers struct {
+	CacheControl        string
+	ETag                string
+	IdempotentReplayed  *string
+	XContentTypeOptions string
+	XRequestId          string
+}
+
+// PatchTransactionResponse413Headers the declared response headers of an HTTP 413 response for PatchTransaction
+type PatchTransactionResponse413Headers struct {
+	ApigwRequestid      *string
+	CacheControl        *string
+	XContentTypeOptions *string
+	XRequestId          *string
+}
+
+// PatchTransactionResponse415Headers the declared response headers of an HTTP 415 response for PatchTransaction
+type PatchTransactionResponse415Headers struct {
+	CacheControl        string
+	XContentTypeOptions string
+	XRequestId          string
+}
+
+// PatchTransactionResponse422Headers the declared response headers of an HTTP 422 response for PatchTransaction
+type PatchTransactionResponse422Headers struct {
+	CacheControl        string
+	IdempotentReplayed  *string
+	XContentTypeOptions string
+	XRequestId          string
+}
+
+// PatchTransactionResponse428Headers the declared response headers of an HTTP 428 response for PatchTransaction
+type PatchTransactionResponse428Headers struct {
+	CacheControl        string
+	XContentTypeOptions string
+	XRequestId          string
+}
+
+// PatchTransactionResponse429Headers the declared response headers of an HTTP 429 response for PatchTransaction
+type PatchTransactionResponse429Headers struct {
+	ApigwRequestid      *string
+	CacheControl        *string
+	RetryAfter          *string
+	XContentTypeOptions *string
+	XRequestId          *string
+}
+
+// PatchTransactionResponse500Headers the declared response headers of an HTTP 500 response for PatchTransaction
+type PatchTransactionResponse500Headers struct {
+	ApigwRequestid      *string
+	CacheControl        *string
+	XContentTypeOptions *string
+	XRequestId          *string
+}
+
+// PatchTransactionResponse503Headers the declared response headers of an HTTP 503 response for PatchTransaction
+type PatchTransactionResponse503Headers struct {
+	ApigwRequestid      *string
+	CacheControl        *string
+	RetryAfter          *string
+	XContentTypeOptions *string
+	XRequestId          *string
+}
+
+// PatchTransactionResponse504Headers the declared response headers of an HTTP 504 response for PatchTransaction
+type PatchTransactionResponse504Headers struct {
+	ApigwRequestid *string
+}
+
+type PatchTransactionResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Transaction
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthenticated
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *NotFound
+	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
+	ApplicationproblemJSON409 *Conflict
+	// ApplicationproblemJSON412 the response for an HTTP 412 `application/problem+json` response
+	ApplicationproblemJSON412 *VersionMismatch
+	// JSON413 the response for an HTTP 413 `application/json` response
+	JSON413 *BodyTooLargeApplicationJSON
+	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
+	ApplicationproblemJSON413 *BodyTooLargeApplicationProblemPlusJSON
+	// ApplicationproblemJSON415 the response for an HTTP 415 `application/problem+json` response
+	ApplicationproblemJSON415 *UnsupportedMediaType
+	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationproblemJSON422 *Unprocessable
+	// ApplicationproblemJSON428 the response for an HTTP 428 `application/problem+json` response
+	ApplicationproblemJSON428 *PreconditionRequired
+	// JSON429 the response for an HTTP 429 `application/json` response
+	JSON429 *RateLimitedApplicationJSON
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *RateLimitedApplicationProblemPlusJSON
+	// JSON500 the response for an HTTP 500 `application/json` response
+	JSON500 *InternalApplicationJSON
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *InternalApplicationProblemPlusJSON
+	// JSON503 the response for an HTTP 503 `application/json` response
+	JSON503 *UnavailableApplicationJSON
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *UnavailableApplicationProblemPlusJSON
+	// JSON504 the response for an HTTP 504 `application/json` response
+	JSON504 *GatewayTimeout
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *PatchTransactionResponse200Headers
+	// Headers400 the parsed response headers for an HTTP 400 response
+	Headers400 *PatchTransactionResponse400Headers
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *PatchTransactionResponse401Headers
+	// Headers403 the parsed response headers for an HTTP 403 response
+	Headers403 *PatchTransactionResponse403Headers
+	// Headers404 the parsed response headers for an HTTP 404 response
+	Headers404 *PatchTransactionResponse404Headers
+	// Headers409 the parsed response headers for an HTTP 409 response
+	Headers409 *PatchTransactionResponse409Headers
+	// Headers412 the parsed response headers for an HTTP 412 response
+	Headers412 *PatchTransactionResponse412Headers
+	// Headers413 the parsed response headers for an HTTP 413 response
+	Headers413 *PatchTransactionResponse413Headers
+	// Headers415 the parsed response headers for an HTTP 415 response
+	Headers415 *PatchTransactionResponse415Headers
+	// Headers422 the parsed response headers for an HTTP 422 response
+	Headers422 *PatchTransactionResponse422Headers
+	// Headers428 the parsed response headers for an HTTP 428 response
+	Headers428 *PatchTransactionResponse428Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *PatchTransactionResponse429Headers
+	// Headers500 the parsed response headers for an HTTP 500 response
+	Headers500 *PatchTransactionResponse500Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *PatchTransactionResponse503Headers
+	// Headers504 the parsed response headers for an HTTP 504 response
+	Headers504 *PatchTransactionResponse504Headers
+}
+
+// Status returns HTTPResponse.Status
+func (r PatchTransactionResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r PatchTransactionResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// Bytes is a convenience method to retrieve the raw bytes from the HTTP response
+func (r PatchTransactionResponse) Bytes() []byte {
+	return r.Body
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r PatchTransactionResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// TransactionHistoryResponse200Headers the declared response headers of an HTTP 200 response for TransactionHistory
+type TransactionHistoryResponse200Headers struct {
+	CacheControl string
+	XRequestId   string
+}
+
+// TransactionHistoryResponse400Headers the declared response headers of an HTTP 400 response for TransactionHistory
+type TransactionHistoryResponse400Headers struct {
+	CacheControl        string
+	IdempotentReplayed  *string
+	XContentTypeOptions string
+	XRequestId          string
+}
+
+// TransactionHistoryResponse401Headers the declared response headers of an HTTP 401 response for TransactionHistory
+type TransactionHistoryResponse401Headers struct {
+	CacheControl        string
+	WWWAuthenticate     string
+	XContentTypeOptions string
+	XRequestId          string
+}
+
+// TransactionHistoryResponse403Headers the declared response headers of an HTTP 403 response for TransactionHistory
+type TransactionHistoryResponse403Headers struct {
+	CacheControl        string
+	IdempotentReplayed  *string
+	XContentTypeOptions string
+	XRequestId          string
+}
+
+// TransactionHistoryResponse404Headers the declared response headers of an HTTP 404 response for TransactionHistory
+type TransactionHistoryResponse404Headers struct {
+	CacheControl        string
+	IdempotentReplayed  *string
+	XContentTypeOptions string
+	XRequestId          string
+}
+
+// TransactionHistoryResponse413Headers the declared response headers of an HTTP 413 response for TransactionHistory
+type TransactionHistoryResponse413Headers struct {
+	ApigwRequestid *string
+}
+
+// TransactionHistoryResponse429Headers the declared response headers of an HTTP 429 response for TransactionHistory
+type TransactionHistoryResponse429Headers struct {
+	ApigwRequestid      *string
+	CacheControl        *string
+	RetryAfter          *string
+	XContentTypeOptions *string
+	XRequestId          *string
+}
+
+// TransactionHistoryResponse500Headers the declared response headers of an HTTP 500 response for TransactionHistory
+type TransactionHistoryResponse500Headers struct {
+	ApigwRequestid      *string
+	CacheControl        *string
+	XContentTypeOptions *string
+	XRequestId          *string
+}
+
+// TransactionHistoryResponse503Headers the declared response headers of an HTTP 503 response for TransactionHistory
+type TransactionHistoryResponse503Headers struct {
+	ApigwRequestid      *string
+	CacheControl        *string
+	RetryAfter          *string
+	XContentTypeOptions *string
+	XRequestId          *string
+}
+
+// TransactionHistoryResponse504Headers the declared response headers of an HTTP 504 response for TransactionHistory
+type TransactionHistoryResponse504Headers struct {
+	ApigwRequestid *string
+}
+
+type TransactionHistoryResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *HistoryPage
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthenticated
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *NotFound
+	// JSON413 the response for an HTTP 413 `application/json` response
+	JSON413 *GatewayPayloadTooLarge
+	// JSON429 the response for an HTTP 429 `application/json` response
+	JSON429 *RateLimitedApplicationJSON
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *RateLimitedApplicationProblemPlusJSON
+	// JSON500 the response for an HTTP 500 `application/json` response
+	JSON500 *InternalApplicationJSON
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *InternalApplicationProblemPlusJSON
+	// JSON503 the response for an HTTP 503 `application/json` response
+	JSON503 *UnavailableApplicationJSON
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *UnavailableApplicationProblemPlusJSON
+	// JSON504 the response for an HTTP 504 `application/json` response
+	JSON504 *GatewayTimeout
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *TransactionHistoryResponse200Headers
+	// Headers400 the parsed response headers for an HTTP 400 response
+	Headers400 *TransactionHistoryResponse400Headers
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *TransactionHistoryResponse401Headers
+	// Headers403 the parsed response headers for an HTTP 403 response
+	Headers403 *TransactionHistoryResponse403Headers
+	// Headers404 the parsed response headers for an HTTP 404 response
+	Headers404 *TransactionHistoryResponse404Headers
+	// Headers413 the parsed response headers for an HTTP 413 response
+	Headers413 *TransactionHistoryResponse413Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *TransactionHistoryResponse429Headers
+	// Headers500 the parsed response headers for an HTTP 500 response
+	Headers500 *TransactionHistoryResponse500Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *TransactionHistoryResponse503Headers
+	// Headers504 the parsed response headers for an HTTP 504 response
+	Headers504 *TransactionHistoryResponse504Headers
+}
+
+// Status returns HTTPResponse.Status
+func (r TransactionHistoryResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r TransactionHistoryResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// Bytes is a convenience method to retrieve the raw bytes from the HTTP response
+func (r TransactionHistoryResponse) Bytes() []byte {
+	return r.Body
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r TransactionHistoryResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// HealthzWithResponse Liveness.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /healthz (the `Healthz` operationId).
+func (c *ClientWithResponses) HealthzWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*HealthzResponse, error) {
+	rsp, err := c.Healthz(ctx, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseHealthzResponse(rsp)
+}
+
+// MetricsWithResponse Prometheus metrics (docs/api.md lists them).
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /metrics (the `Metrics` operationId).
+func (c *ClientWithResponses) MetricsWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*MetricsResponse, error) {
+	rsp, err := c.Metrics(ctx, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseMetricsResponse(rsp)
+}
+
+// ReadyzWithResponse Readiness, from the flags cache (never a read of its own).
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /readyz (the `Readyz` operationId).
+func (c *ClientWithResponses) ReadyzWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*ReadyzResponse, error) {
+	rsp, err := c.Readyz(ctx, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseReadyzResponse(rsp)
+}
+
 // LookupAccountWithResponse The account holding a verified address, in any tenant (admin only).
 //
 // Returns a wrapper object for the known response body format(s).
@@ -6474,6 +10816,19 @@ func (c *ClientWithResponses) LookupBranchWithResponse(ctx context.Context, para
 		return nil, err
 	}
 	return ParseLookupBranchResponse(rsp)
+}
+
+// GetOpenAPIWithResponse This document, as JSON.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/openapi.json (the `GetOpenAPI` operationId).
+func (c *ClientWithResponses) GetOpenAPIWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*GetOpenAPIResponse, error) {
+	rsp, err := c.GetOpenAPI(ctx, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseGetOpenAPIResponse(rsp)
 }
 
 // ListTenantsWithResponse The tenants in id order (GSI1 TENANTS, eventually consistent).
@@ -6827,7 +11182,7 @@ func (c *ClientWithResponses) GetBranchWithResponse(ctx context.Context, tenant 
 	return ParseGetBranchResponse(rsp)
 }
 
-// PatchBranchWithBodyWithResponse Changes a branch's name, status, document or calendar.
+// PatchBranchWithBodyWithResponse Changes a branch's name, status, document, calendar or currency.
 //
 // A tenant's token may suspend its branch and lift its own suspension; only an admin-scoped token lifts an admin's (403 suspended-by-admin). `suspendedBy` says whose a suspension is.
 //
@@ -6842,7 +11197,7 @@ func (c *ClientWithResponses) PatchBranchWithBodyWithResponse(ctx context.Contex
 	return ParsePatchBranchResponse(rsp)
 }
 
-// PatchBranchWithResponse Changes a branch's name, status, document or calendar.
+// PatchBranchWithResponse Changes a branch's name, status, document, calendar or currency.
 //
 // A tenant's token may suspend its branch and lift its own suspension; only an admin-scoped token lifts an admin's (403 suspended-by-admin). `suspendedBy` says whose a suspension is.
 //
@@ -6857,7 +11212,7 @@ func (c *ClientWithResponses) PatchBranchWithResponse(ctx context.Context, tenan
 	return ParsePatchBranchResponse(rsp)
 }
 
-// PatchBranchWithApplicationMergePatchPlusJSONBodyWithResponse Changes a branch's name, status, document or calendar.
+// PatchBranchWithApplicationMergePatchPlusJSONBodyWithResponse Changes a branch's name, status, document, calendar or currency.
 //
 // A tenant's token may suspend its branch and lift its own suspension; only an admin-scoped token lifts an admin's (403 suspended-by-admin). `suspendedBy` says whose a suspension is.
 //
@@ -6870,6 +11225,450 @@ func (c *ClientWithResponses) PatchBranchWithApplicationMergePatchPlusJSONBodyWi
 		return nil, err
 	}
 	return ParsePatchBranchResponse(rsp)
+}
+
+// ReportRangeWithResponse The reports of one period type in a range, in period order (eventually consistent).
+//
+// A range spans at most 366 days, 530 weeks (counted in steps of 7
+// days from `from`), 120 months, 40 quarters or fiscal quarters, or 100
+// years or fiscal years. A page holds
+// at most `limit` reports, 1000 entries beyond the report items' own and
+// about 1 MiB; a report whose entries did not all fit carries
+// `entriesCursor`, to be continued at the single report's endpoint.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/tenants/{tenant}/branches/{branch}/reports (the `ReportRange` operationId).
+func (c *ClientWithResponses) ReportRangeWithResponse(ctx context.Context, tenant TenantParam, branch BranchParam, params *ReportRangeParams, reqEditors ...RequestEditorFn) (*ReportRangeResponse, error) {
+	rsp, err := c.ReportRange(ctx, tenant, branch, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseReportRangeResponse(rsp)
+}
+
+// GetReportWithResponse One report, in pages of breakdown entries (eventually consistent).
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/tenants/{tenant}/branches/{branch}/reports/{period}/{value} (the `GetReport` operationId).
+func (c *ClientWithResponses) GetReportWithResponse(ctx context.Context, tenant TenantParam, branch BranchParam, period PeriodType, value PeriodValue, params *GetReportParams, reqEditors ...RequestEditorFn) (*GetReportResponse, error) {
+	rsp, err := c.GetReport(ctx, tenant, branch, period, value, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseGetReportResponse(rsp)
+}
+
+// ListTransactionsWithResponse A branch's transactions, newest first (by createdAt date, then id).
+//
+// A page can be shorter than `limit` when filters drop items, and the
+// last page can be empty; `nextCursor` is present while there may be
+// more. Unknown or repeated query parameters are 400.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/tenants/{tenant}/branches/{branch}/transactions (the `ListTransactions` operationId).
+func (c *ClientWithResponses) ListTransactionsWithResponse(ctx context.Context, tenant TenantParam, branch BranchParam, params *ListTransactionsParams, reqEditors ...RequestEditorFn) (*ListTransactionsResponse, error) {
+	rsp, err := c.ListTransactions(ctx, tenant, branch, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseListTransactionsResponse(rsp)
+}
+
+// CreateTransactionWithBodyWithResponse Creates a transaction in an active tenant and branch.
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/tenants/{tenant}/branches/{branch}/transactions (the `CreateTransaction` operationId).
+func (c *ClientWithResponses) CreateTransactionWithBodyWithResponse(ctx context.Context, tenant TenantParam, branch BranchParam, params *CreateTransactionParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*CreateTransactionResponse, error) {
+	rsp, err := c.CreateTransactionWithBody(ctx, tenant, branch, params, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseCreateTransactionResponse(rsp)
+}
+
+// CreateTransactionWithResponse Creates a transaction in an active tenant and branch.
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /v1/tenants/{tenant}/branches/{branch}/transactions (the `CreateTransaction` operationId).
+func (c *ClientWithResponses) CreateTransactionWithResponse(ctx context.Context, tenant TenantParam, branch BranchParam, params *CreateTransactionParams, body CreateTransactionJSONRequestBody, reqEditors ...RequestEditorFn) (*CreateTransactionResponse, error) {
+	rsp, err := c.CreateTransaction(ctx, tenant, branch, params, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseCreateTransactionResponse(rsp)
+}
+
+// DeleteTransactionWithResponse Deletes a transaction.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with DELETE /v1/tenants/{tenant}/branches/{branch}/transactions/{id} (the `DeleteTransaction` operationId).
+func (c *ClientWithResponses) DeleteTransactionWithResponse(ctx context.Context, tenant TenantParam, branch BranchParam, id string, params *DeleteTransactionParams, reqEditors ...RequestEditorFn) (*DeleteTransactionResponse, error) {
+	rsp, err := c.DeleteTransaction(ctx, tenant, branch, id, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseDeleteTransactionResponse(rsp)
+}
+
+// GetTransactionWithResponse One transaction (strongly consistent).
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/tenants/{tenant}/branches/{branch}/transactions/{id} (the `GetTransaction` operationId).
+func (c *ClientWithResponses) GetTransactionWithResponse(ctx context.Context, tenant TenantParam, branch BranchParam, id string, reqEditors ...RequestEditorFn) (*GetTransactionResponse, error) {
+	rsp, err := c.GetTransaction(ctx, tenant, branch, id, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseGetTransactionResponse(rsp)
+}
+
+// PatchTransactionWithBodyWithResponse Changes a transaction (JSON merge patch; createdAt is immutable).
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with PATCH /v1/tenants/{tenant}/branches/{branch}/transactions/{id} (the `PatchTransaction` operationId).
+func (c *ClientWithResponses) PatchTransactionWithBodyWithResponse(ctx context.Context, tenant TenantParam, branch BranchParam, id string, params *PatchTransactionParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*PatchTransactionResponse, error) {
+	rsp, err := c.PatchTransactionWithBody(ctx, tenant, branch, id, params, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParsePatchTransactionResponse(rsp)
+}
+
+// PatchTransactionWithResponse Changes a transaction (JSON merge patch; createdAt is immutable).
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with PATCH /v1/tenants/{tenant}/branches/{branch}/transactions/{id} (the `PatchTransaction` operationId).
+func (c *ClientWithResponses) PatchTransactionWithResponse(ctx context.Context, tenant TenantParam, branch BranchParam, id string, params *PatchTransactionParams, body PatchTransactionJSONRequestBody, reqEditors ...RequestEditorFn) (*PatchTransactionResponse, error) {
+	rsp, err := c.PatchTransaction(ctx, tenant, branch, id, params, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParsePatchTransactionResponse(rsp)
+}
+
+// PatchTransactionWithApplicationMergePatchPlusJSONBodyWithResponse Changes a transaction (JSON merge patch; createdAt is immutable).
+//
+// Takes a body of the `application/merge-patch+json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with PATCH /v1/tenants/{tenant}/branches/{branch}/transactions/{id} (the `PatchTransaction` operationId).
+func (c *ClientWithResponses) PatchTransactionWithApplicationMergePatchPlusJSONBodyWithResponse(ctx context.Context, tenant TenantParam, branch BranchParam, id string, params *PatchTransactionParams, body PatchTransactionApplicationMergePatchPlusJSONRequestBody, reqEditors ...RequestEditorFn) (*PatchTransactionResponse, error) {
+	rsp, err := c.PatchTransactionWithApplicationMergePatchPlusJSONBody(ctx, tenant, branch, id, params, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParsePatchTransactionResponse(rsp)
+}
+
+// TransactionHistoryWithResponse Every version of a transaction, oldest first (the audit trail; strongly consistent).
+//
+// One entry per write of the transaction by the writer (created,
+// changed, deleted), each written atomically with the write: the
+// version it made, the transaction as of that version (for deleted,
+// as it was deleted), the token's subject, the server's receive time
+// and the request id. Readable after the transaction is deleted; kept
+// as long as the table. 404 when the transaction has no entry and
+// does not exist. Unknown or repeated query parameters are 400.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/tenants/{tenant}/branches/{branch}/transactions/{id}/history (the `TransactionHistory` operationId).
+func (c *ClientWithResponses) TransactionHistoryWithResponse(ctx context.Context, tenant TenantParam, branch BranchParam, id string, params *TransactionHistoryParams, reqEditors ...RequestEditorFn) (*TransactionHistoryResponse, error) {
+	rsp, err := c.TransactionHistory(ctx, tenant, branch, id, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseTransactionHistoryResponse(rsp)
+}
+
+// ParseHealthzResponse parses an HTTP response from a HealthzWithResponse call
+func ParseHealthzResponse(rsp *http.Response) (*HealthzResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &HealthzResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest struct {
+			Status Healthz200JSONResponseBodyStatus `json:"status"`
+		}
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest InvalidRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest GatewayPayloadTooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest GatewayThrottled
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest GatewayInternal
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest GatewayUnavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON503 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 504:
+		var dest GatewayTimeout
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON504 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers HealthzResponse200Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers200 = &headers
+	case rsp.StatusCode == 400:
+		var headers HealthzResponse400Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers400 = &headers
+	case rsp.StatusCode == 413:
+		var headers HealthzResponse413Headers
+		if values := rsp.Header.Values("Apigw-Requestid"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Apigw-Requestid", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.ApigwRequestid = &value
+		}
+		response.Headers413 = &headers
+	case rsp.StatusCode == 429:
+		var headers HealthzResponse429Headers
+		if values := rsp.Header.Values("Apigw-Requestid"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Apigw-Requestid", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.ApigwRequestid = &value
+		}
+		response.Headers429 = &headers
+	case rsp.StatusCode == 500:
+		var headers HealthzResponse500Headers
+		if values := rsp.Header.Values("Apigw-Requestid"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Apigw-Requestid", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.ApigwRequestid = &value
+		}
+		response.Headers500 = &headers
+	case rsp.StatusCode == 503:
+		var headers HealthzResponse503Headers
+		if values := rsp.Header.Values("Apigw-Requestid"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Apigw-Requestid", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.ApigwRequestid = &value
+		}
+		response.Headers503 = &headers
+	case rsp.StatusCode == 504:
+		var headers HealthzResponse504Headers
+		if values := rsp.Header.Values("Apigw-Requestid"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Apigw-Requestid", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.ApigwRequestid = &value
+		}
+		response.Headers504 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseMetricsResponse parses an HTTP response from a MetricsWithResponse call
+func ParseMetricsResponse(rsp *http.Response) (*MetricsResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &MetricsResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers MetricsResponse200Headers
+		if values := rsp.Header.Values("Content-Encoding"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Content-Encoding", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.ContentEncoding = &value
+		}
+		if values := rsp.Header.Values("Vary"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Vary", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.Vary = &value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers200 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseReadyzResponse parses an HTTP response from a ReadyzWithResponse call
+func ParseReadyzResponse(rsp *http.Response) (*ReadyzResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ReadyzResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest struct {
+			Status        Readyz200JSONResponseBodyStatus `json:"status"`
+			WritesEnabled bool                            `json:"writesEnabled"`
+		}
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest struct {
+			Status string `json:"status"`
+		}
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON503 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers ReadyzResponse200Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers200 = &headers
+	case rsp.StatusCode == 503:
+		var headers ReadyzResponse503Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
 }
 
 // ParseLookupAccountResponse parses an HTTP response from a LookupAccountWithResponse call
@@ -6921,19 +11720,61 @@ func ParseLookupAccountResponse(rsp *http.Response) (*LookupAccountResponse, err
 		}
 		response.ApplicationproblemJSON404 = &dest
 
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
-		var dest Internal
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest GatewayPayloadTooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON413 = &dest
+
+	case rsp.Header.Get("Content-Type") == "application/json" && rsp.StatusCode == 429:
+		var dest RateLimitedApplicationJSON
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON429 = &dest
+
+	case rsp.Header.Get("Content-Type") == "application/problem+json" && rsp.StatusCode == 429:
+		var dest RateLimitedApplicationProblemPlusJSON
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case rsp.Header.Get("Content-Type") == "application/json" && rsp.StatusCode == 500:
+		var dest InternalApplicationJSON
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON500 = &dest
+
+	case rsp.Header.Get("Content-Type") == "application/problem+json" && rsp.StatusCode == 500:
+		var dest InternalApplicationProblemPlusJSON
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON500 = &dest
 
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
-		var dest Unavailable
+	case rsp.Header.Get("Content-Type") == "application/json" && rsp.StatusCode == 503:
+		var dest UnavailableApplicationJSON
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON503 = &dest
+
+	case rsp.Header.Get("Content-Type") == "application/problem+json" && rsp.StatusCode == 503:
+		var dest UnavailableApplicationProblemPlusJSON
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON503 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 504:
+		var dest GatewayTimeout
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON504 = &dest
 
 	}
 
@@ -7086,61 +11927,133 @@ func ParseLookupAccountResponse(rsp *http.Response) (*LookupAccountResponse, err
 			headers.XRequestId = value
 		}
 		response.Headers404 = &headers
-	case rsp.StatusCode == 500:
-		var headers LookupAccountResponse500Headers
-		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+	case rsp.StatusCode == 413:
+		var headers LookupAccountResponse413Headers
+		if values := rsp.Header.Values("Apigw-Requestid"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "Apigw-Requestid", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.CacheControl = value
+			headers.ApigwRequestid = &value
+		}
+		response.Headers413 = &headers
+	case rsp.StatusCode == 429:
+		var headers LookupAccountResponse429Headers
+		if values := rsp.Header.Values("Apigw-Requestid"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Apigw-Requestid", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.ApigwRequestid = &value
+		}
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
 		}
 		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XContentTypeOptions = value
+			headers.XContentTypeOptions = &value
 		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XRequestId = value
+			headers.XRequestId = &value
+		}
+		response.Headers429 = &headers
+	case rsp.StatusCode == 500:
+		var headers LookupAccountResponse500Headers
+		if values := rsp.Header.Values("Apigw-Requestid"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Apigw-Requestid", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.ApigwRequestid = &value
+		}
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
 		}
 		response.Headers500 = &headers
 	case rsp.StatusCode == 503:
 		var headers LookupAccountResponse503Headers
-		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+		if values := rsp.Header.Values("Apigw-Requestid"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "Apigw-Requestid", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.CacheControl = value
+			headers.ApigwRequestid = &value
+		}
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
 		}
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.RetryAfter = value
+			headers.RetryAfter = &value
 		}
 		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XContentTypeOptions = value
+			headers.XContentTypeOptions = &value
 		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XRequestId = value
+			headers.XRequestId = &value
 		}
 		response.Headers503 = &headers
+	case rsp.StatusCode == 504:
+		var headers LookupAccountResponse504Headers
+		if values := rsp.Header.Values("Apigw-Requestid"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Apigw-Requestid", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.ApigwRequestid = &value
+		}
+		response.Headers504 = &headers
 	}
 
 	return response, nil
@@ -7195,19 +12108,61 @@ func ParseLookupBranchResponse(rsp *http.Response) (*LookupBranchResponse, error
 		}
 		response.ApplicationproblemJSON404 = &dest
 
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
-		var dest Internal
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest GatewayPayloadTooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON413 = &dest
+
+	case rsp.Header.Get("Content-Type") == "application/json" && rsp.StatusCode == 429:
+		var dest RateLimitedApplicationJSON
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON429 = &dest
+
+	case rsp.Header.Get("Content-Type") == "application/problem+json" && rsp.StatusCode == 429:
+		var dest RateLimitedApplicationProblemPlusJSON
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case rsp.Header.Get("Content-Type") == "application/json" && rsp.StatusCode == 500:
+		var dest InternalApplicationJSON
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON500 = &dest
+
+	case rsp.Header.Get("Content-Type") == "application/problem+json" && rsp.StatusCode == 500:
+		var dest InternalApplicationProblemPlusJSON
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON500 = &dest
 
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
-		var dest Unavailable
+	case rsp.Header.Get("Content-Type") == "application/json" && rsp.StatusCode == 503:
+		var dest UnavailableApplicationJSON
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON503 = &dest
+
+	case rsp.Header.Get("Content-Type") == "application/problem+json" && rsp.StatusCode == 503:
+		var dest UnavailableApplicationProblemPlusJSON
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON503 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 504:
+		var dest GatewayTimeout
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON504 = &dest
 
 	}
 
@@ -7360,32 +12315,213 @@ func ParseLookupBranchResponse(rsp *http.Response) (*LookupBranchResponse, error
 			headers.XRequestId = value
 		}
 		response.Headers404 = &headers
-	case rsp.StatusCode == 500:
-		var headers LookupBranchResponse500Headers
-		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+	case rsp.StatusCode == 413:
+		var headers LookupBranchResponse413Headers
+		if values := rsp.Header.Values("Apigw-Requestid"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "Apigw-Requestid", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.CacheControl = value
+			headers.ApigwRequestid = &value
+		}
+		response.Headers413 = &headers
+	case rsp.StatusCode == 429:
+		var headers LookupBranchResponse429Headers
+		if values := rsp.Header.Values("Apigw-Requestid"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Apigw-Requestid", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.ApigwRequestid = &value
+		}
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
 		}
 		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XContentTypeOptions = value
+			headers.XContentTypeOptions = &value
 		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XRequestId = value
+			headers.XRequestId = &value
+		}
+		response.Headers429 = &headers
+	case rsp.StatusCode == 500:
+		var headers LookupBranchResponse500Headers
+		if values := rsp.Header.Values("Apigw-Requestid"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Apigw-Requestid", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.ApigwRequestid = &value
+		}
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
 		}
 		response.Headers500 = &headers
 	case rsp.StatusCode == 503:
 		var headers LookupBranchResponse503Headers
+		if values := rsp.Header.Values("Apigw-Requestid"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Apigw-Requestid", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.ApigwRequestid = &value
+		}
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers503 = &headers
+	case rsp.StatusCode == 504:
+		var headers LookupBranchResponse504Headers
+		if values := rsp.Header.Values("Apigw-Requestid"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Apigw-Requestid", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.ApigwRequestid = &value
+		}
+		response.Headers504 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseGetOpenAPIResponse parses an HTTP response from a GetOpenAPIWithResponse call
+func ParseGetOpenAPIResponse(rsp *http.Response) (*GetOpenAPIResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &GetOpenAPIResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest map[string]interface{}
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest InvalidRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest GatewayPayloadTooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest GatewayThrottled
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON429 = &dest
+
+	case rsp.Header.Get("Content-Type") == "application/json" && rsp.StatusCode == 500:
+		var dest InternalApplicationJSON
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON500 = &dest
+
+	case rsp.Header.Get("Content-Type") == "application/problem+json" && rsp.StatusCode == 500:
+		var dest InternalApplicationProblemPlusJSON
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest GatewayUnavailable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON503 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 504:
+		var dest GatewayTimeout
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON504 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers GetOpenAPIResponse200Headers
 		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
@@ -7393,12 +12529,22 @@ func ParseLookupBranchResponse(rsp *http.Response) (*LookupBranchResponse, error
 			}
 			headers.CacheControl = value
 		}
-		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.RetryAfter = value
+			headers.XRequestId = value
+		}
+		response.Headers200 = &headers
+	case rsp.StatusCode == 400:
+		var headers GetOpenAPIResponse400Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
 		}
 		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
 			var value string
@@ -7414,7 +12560,78 @@ func ParseLookupBranchResponse(rsp *http.Response) (*LookupBranchResponse, error
 			}
 			headers.XRequestId = value
 		}
+		response.Headers400 = &headers
+	case rsp.StatusCode == 413:
+		var headers GetOpenAPIResponse413Headers
+		if values := rsp.Header.Values("Apigw-Requestid"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Apigw-Requestid", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.ApigwRequestid = &value
+		}
+		response.Headers413 = &headers
+	case rsp.StatusCode == 429:
+		var headers GetOpenAPIResponse429Headers
+		if values := rsp.Header.Values("Apigw-Requestid"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Apigw-Requestid", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.ApigwRequestid = &value
+		}
+		response.Headers429 = &headers
+	case rsp.StatusCode == 500:
+		var headers GetOpenAPIResponse500Headers
+		if values := rsp.Header.Values("Apigw-Requestid"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Apigw-Requestid", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.ApigwRequestid = &value
+		}
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers500 = &headers
+	case rsp.StatusCode == 503:
+		var headers GetOpenAPIResponse503Headers
+		if values := rsp.Header.Values("Apigw-Requestid"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Apigw-Requestid", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.ApigwRequestid = &value
+		}
 		response.Headers503 = &headers
+	case rsp.StatusCode == 504:
+		var headers GetOpenAPIResponse504Headers
+		if values := rsp.Header.Values("Apigw-Requestid"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Apigw-Requestid", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.ApigwRequestid = &value
+		}
+		response.Headers504 = &headers
 	}
 
 	return response, nil
@@ -7462,19 +12679,61 @@ func ParseListTenantsResponse(rsp *http.Response) (*ListTenantsResponse, error) 
 		}
 		response.ApplicationproblemJSON403 = &dest
 
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
-		var dest Internal
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest GatewayPayloadTooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON413 = &dest
+
+	case rsp.Header.Get("Content-Type") == "application/json" && rsp.StatusCode == 429:
+		var dest RateLimitedApplicationJSON
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON429 = &dest
+
+	case rsp.Header.Get("Content-Type") == "application/problem+json" && rsp.StatusCode == 429:
+		var dest RateLimitedApplicationProblemPlusJSON
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case rsp.Header.Get("Content-Type") == "application/json" && rsp.StatusCode == 500:
+		var dest InternalApplicationJSON
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON500 = &dest
+
+	case rsp.Header.Get("Content-Type") == "application/problem+json" && rsp.StatusCode == 500:
+		var dest InternalApplicationProblemPlusJSON
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON500 = &dest
 
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
-		var dest Unavailable
+	case rsp.Header.Get("Content-Type") == "application/json" && rsp.StatusCode == 503:
+		var dest UnavailableApplicationJSON
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON503 = &dest
+
+	case rsp.Header.Get("Content-Type") == "application/problem+json" && rsp.StatusCode == 503:
+		var dest UnavailableApplicationProblemPlusJSON
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON503 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 504:
+		var dest GatewayTimeout
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON504 = &dest
 
 	}
 
@@ -7589,61 +12848,133 @@ func ParseListTenantsResponse(rsp *http.Response) (*ListTenantsResponse, error) 
 			headers.XRequestId = value
 		}
 		response.Headers403 = &headers
-	case rsp.StatusCode == 500:
-		var headers ListTenantsResponse500Headers
-		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+	case rsp.StatusCode == 413:
+		var headers ListTenantsResponse413Headers
+		if values := rsp.Header.Values("Apigw-Requestid"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "Apigw-Requestid", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.CacheControl = value
+			headers.ApigwRequestid = &value
+		}
+		response.Headers413 = &headers
+	case rsp.StatusCode == 429:
+		var headers ListTenantsResponse429Headers
+		if values := rsp.Header.Values("Apigw-Requestid"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Apigw-Requestid", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.ApigwRequestid = &value
+		}
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
 		}
 		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XContentTypeOptions = value
+			headers.XContentTypeOptions = &value
 		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XRequestId = value
+			headers.XRequestId = &value
+		}
+		response.Headers429 = &headers
+	case rsp.StatusCode == 500:
+		var headers ListTenantsResponse500Headers
+		if values := rsp.Header.Values("Apigw-Requestid"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Apigw-Requestid", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.ApigwRequestid = &value
+		}
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
 		}
 		response.Headers500 = &headers
 	case rsp.StatusCode == 503:
 		var headers ListTenantsResponse503Headers
-		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+		if values := rsp.Header.Values("Apigw-Requestid"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "Apigw-Requestid", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.CacheControl = value
+			headers.ApigwRequestid = &value
+		}
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
 		}
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.RetryAfter = value
+			headers.RetryAfter = &value
 		}
 		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XContentTypeOptions = value
+			headers.XContentTypeOptions = &value
 		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XRequestId = value
+			headers.XRequestId = &value
 		}
 		response.Headers503 = &headers
+	case rsp.StatusCode == 504:
+		var headers ListTenantsResponse504Headers
+		if values := rsp.Header.Values("Apigw-Requestid"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Apigw-Requestid", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.ApigwRequestid = &value
+		}
+		response.Headers504 = &headers
 	}
 
 	return response, nil
@@ -7698,8 +13029,15 @@ func ParseCreateTenantResponse(rsp *http.Response) (*CreateTenantResponse, error
 		}
 		response.ApplicationproblemJSON409 = &dest
 
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
-		var dest BodyTooLarge
+	case rsp.Header.Get("Content-Type") == "application/json" && rsp.StatusCode == 413:
+		var dest BodyTooLargeApplicationJSON
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON413 = &dest
+
+	case rsp.Header.Get("Content-Type") == "application/problem+json" && rsp.StatusCode == 413:
+		var dest BodyTooLargeApplicationProblemPlusJSON
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
@@ -7719,19 +13057,54 @@ func ParseCreateTenantResponse(rsp *http.Response) (*CreateTenantResponse, error
 		}
 		response.ApplicationproblemJSON422 = &dest
 
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
-		var dest Internal
+	case rsp.Header.Get("Content-Type") == "application/json" && rsp.StatusCode == 429:
+		var dest RateLimitedApplicationJSON
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON429 = &dest
+
+	case rsp.Header.Get("Content-Type") == "application/problem+json" && rsp.StatusCode == 429:
+		var dest RateLimitedApplicationProblemPlusJSON
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case rsp.Header.Get("Content-Type") == "application/json" && rsp.StatusCode == 500:
+		var dest InternalApplicationJSON
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON500 = &dest
+
+	case rsp.Header.Get("Content-Type") == "application/problem+json" && rsp.StatusCode == 500:
+		var dest InternalApplicationProblemPlusJSON
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON500 = &dest
 
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
-		var dest Unavailable
+	case rsp.Header.Get("Content-Type") == "application/json" && rsp.StatusCode == 503:
+		var dest UnavailableApplicationJSON
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON503 = &dest
+
+	case rsp.Header.Get("Content-Type") == "application/problem+json" && rsp.StatusCode == 503:
+		var dest UnavailableApplicationProblemPlusJSON
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON503 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 504:
+		var dest GatewayTimeout
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON504 = &dest
 
 	}
 
@@ -7907,26 +13280,33 @@ func ParseCreateTenantResponse(rsp *http.Response) (*CreateTenantResponse, error
 		response.Headers409 = &headers
 	case rsp.StatusCode == 413:
 		var headers CreateTenantResponse413Headers
-		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+		if values := rsp.Header.Values("Apigw-Requestid"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "Apigw-Requestid", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.CacheControl = value
+			headers.ApigwRequestid = &value
+		}
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
 		}
 		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XContentTypeOptions = value
+			headers.XContentTypeOptions = &value
 		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XRequestId = value
+			headers.XRequestId = &value
 		}
 		response.Headers413 = &headers
 	case rsp.StatusCode == 415:
@@ -7984,61 +13364,123 @@ func ParseCreateTenantResponse(rsp *http.Response) (*CreateTenantResponse, error
 			headers.XRequestId = value
 		}
 		response.Headers422 = &headers
-	case rsp.StatusCode == 500:
-		var headers CreateTenantResponse500Headers
-		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+	case rsp.StatusCode == 429:
+		var headers CreateTenantResponse429Headers
+		if values := rsp.Header.Values("Apigw-Requestid"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "Apigw-Requestid", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.CacheControl = value
+			headers.ApigwRequestid = &value
+		}
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
 		}
 		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XContentTypeOptions = value
+			headers.XContentTypeOptions = &value
 		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XRequestId = value
+			headers.XRequestId = &value
+		}
+		response.Headers429 = &headers
+	case rsp.StatusCode == 500:
+		var headers CreateTenantResponse500Headers
+		if values := rsp.Header.Values("Apigw-Requestid"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Apigw-Requestid", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.ApigwRequestid = &value
+		}
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
 		}
 		response.Headers500 = &headers
 	case rsp.StatusCode == 503:
 		var headers CreateTenantResponse503Headers
-		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+		if values := rsp.Header.Values("Apigw-Requestid"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "Apigw-Requestid", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.CacheControl = value
+			headers.ApigwRequestid = &value
+		}
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
 		}
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.RetryAfter = value
+			headers.RetryAfter = &value
 		}
 		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XContentTypeOptions = value
+			headers.XContentTypeOptions = &value
 		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XRequestId = value
+			headers.XRequestId = &value
 		}
 		response.Headers503 = &headers
+	case rsp.StatusCode == 504:
+		var headers CreateTenantResponse504Headers
+		if values := rsp.Header.Values("Apigw-Requestid"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Apigw-Requestid", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.ApigwRequestid = &value
+		}
+		response.Headers504 = &headers
 	}
 
 	return response, nil
@@ -8093,26 +13535,61 @@ func ParseGetTenantResponse(rsp *http.Response) (*GetTenantResponse, error) {
 		}
 		response.ApplicationproblemJSON404 = &dest
 
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
-		var dest RateLimited
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest GatewayPayloadTooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON413 = &dest
+
+	case rsp.Header.Get("Content-Type") == "application/json" && rsp.StatusCode == 429:
+		var dest RateLimitedApplicationJSON
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON429 = &dest
+
+	case rsp.Header.Get("Content-Type") == "application/problem+json" && rsp.StatusCode == 429:
+		var dest RateLimitedApplicationProblemPlusJSON
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON429 = &dest
 
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
-		var dest Internal
+	case rsp.Header.Get("Content-Type") == "application/json" && rsp.StatusCode == 500:
+		var dest InternalApplicationJSON
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON500 = &dest
+
+	case rsp.Header.Get("Content-Type") == "application/problem+json" && rsp.StatusCode == 500:
+		var dest InternalApplicationProblemPlusJSON
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON500 = &dest
 
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
-		var dest Unavailable
+	case rsp.Header.Get("Content-Type") == "application/json" && rsp.StatusCode == 503:
+		var dest UnavailableApplicationJSON
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON503 = &dest
+
+	case rsp.Header.Get("Content-Type") == "application/problem+json" && rsp.StatusCode == 503:
+		var dest UnavailableApplicationProblemPlusJSON
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON503 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 504:
+		var dest GatewayTimeout
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON504 = &dest
 
 	}
 
@@ -8265,92 +13742,133 @@ func ParseGetTenantResponse(rsp *http.Response) (*GetTenantResponse, error) {
 			headers.XRequestId = value
 		}
 		response.Headers404 = &headers
-	case rsp.StatusCode == 429:
-		var headers GetTenantResponse429Headers
-		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+	case rsp.StatusCode == 413:
+		var headers GetTenantResponse413Headers
+		if values := rsp.Header.Values("Apigw-Requestid"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "Apigw-Requestid", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.CacheControl = value
+			headers.ApigwRequestid = &value
+		}
+		response.Headers413 = &headers
+	case rsp.StatusCode == 429:
+		var headers GetTenantResponse429Headers
+		if values := rsp.Header.Values("Apigw-Requestid"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Apigw-Requestid", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.ApigwRequestid = &value
+		}
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
 		}
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.RetryAfter = value
+			headers.RetryAfter = &value
 		}
 		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XContentTypeOptions = value
+			headers.XContentTypeOptions = &value
 		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XRequestId = value
+			headers.XRequestId = &value
 		}
 		response.Headers429 = &headers
 	case rsp.StatusCode == 500:
 		var headers GetTenantResponse500Headers
-		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+		if values := rsp.Header.Values("Apigw-Requestid"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "Apigw-Requestid", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.CacheControl = value
+			headers.ApigwRequestid = &value
+		}
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
 		}
 		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XContentTypeOptions = value
+			headers.XContentTypeOptions = &value
 		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XRequestId = value
+			headers.XRequestId = &value
 		}
 		response.Headers500 = &headers
 	case rsp.StatusCode == 503:
 		var headers GetTenantResponse503Headers
-		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+		if values := rsp.Header.Values("Apigw-Requestid"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "Apigw-Requestid", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.CacheControl = value
+			headers.ApigwRequestid = &value
+		}
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
 		}
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.RetryAfter = value
+			headers.RetryAfter = &value
 		}
 		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XContentTypeOptions = value
+			headers.XContentTypeOptions = &value
 		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XRequestId = value
+			headers.XRequestId = &value
 		}
 		response.Headers503 = &headers
+	case rsp.StatusCode == 504:
+		var headers GetTenantResponse504Headers
+		if values := rsp.Header.Values("Apigw-Requestid"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Apigw-Requestid", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.ApigwRequestid = &value
+		}
+		response.Headers504 = &headers
 	}
 
 	return response, nil
@@ -8419,8 +13937,15 @@ func ParsePatchTenantResponse(rsp *http.Response) (*PatchTenantResponse, error) 
 		}
 		response.ApplicationproblemJSON412 = &dest
 
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
-		var dest BodyTooLarge
+	case rsp.Header.Get("Content-Type") == "application/json" && rsp.StatusCode == 413:
+		var dest BodyTooLargeApplicationJSON
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON413 = &dest
+
+	case rsp.Header.Get("Content-Type") == "application/problem+json" && rsp.StatusCode == 413:
+		var dest BodyTooLargeApplicationProblemPlusJSON
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
@@ -8447,19 +13972,54 @@ func ParsePatchTenantResponse(rsp *http.Response) (*PatchTenantResponse, error) 
 		}
 		response.ApplicationproblemJSON428 = &dest
 
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
-		var dest Internal
+	case rsp.Header.Get("Content-Type") == "application/json" && rsp.StatusCode == 429:
+		var dest RateLimitedApplicationJSON
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON429 = &dest
+
+	case rsp.Header.Get("Content-Type") == "application/problem+json" && rsp.StatusCode == 429:
+		var dest RateLimitedApplicationProblemPlusJSON
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case rsp.Header.Get("Content-Type") == "application/json" && rsp.StatusCode == 500:
+		var dest InternalApplicationJSON
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON500 = &dest
+
+	case rsp.Header.Get("Content-Type") == "application/problem+json" && rsp.StatusCode == 500:
+		var dest InternalApplicationProblemPlusJSON
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON500 = &dest
 
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
-		var dest Unavailable
+	case rsp.Header.Get("Content-Type") == "application/json" && rsp.StatusCode == 503:
+		var dest UnavailableApplicationJSON
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON503 = &dest
+
+	case rsp.Header.Get("Content-Type") == "application/problem+json" && rsp.StatusCode == 503:
+		var dest UnavailableApplicationProblemPlusJSON
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON503 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 504:
+		var dest GatewayTimeout
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON504 = &dest
 
 	}
 
@@ -8697,26 +14257,33 @@ func ParsePatchTenantResponse(rsp *http.Response) (*PatchTenantResponse, error) 
 		response.Headers412 = &headers
 	case rsp.StatusCode == 413:
 		var headers PatchTenantResponse413Headers
-		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+		if values := rsp.Header.Values("Apigw-Requestid"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "Apigw-Requestid", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.CacheControl = value
+			headers.ApigwRequestid = &value
+		}
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
 		}
 		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XContentTypeOptions = value
+			headers.XContentTypeOptions = &value
 		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XRequestId = value
+			headers.XRequestId = &value
 		}
 		response.Headers413 = &headers
 	case rsp.StatusCode == 415:
@@ -8798,61 +14365,123 @@ func ParsePatchTenantResponse(rsp *http.Response) (*PatchTenantResponse, error) 
 			headers.XRequestId = value
 		}
 		response.Headers428 = &headers
-	case rsp.StatusCode == 500:
-		var headers PatchTenantResponse500Headers
-		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+	case rsp.StatusCode == 429:
+		var headers PatchTenantResponse429Headers
+		if values := rsp.Header.Values("Apigw-Requestid"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "Apigw-Requestid", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.CacheControl = value
+			headers.ApigwRequestid = &value
+		}
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
 		}
 		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XContentTypeOptions = value
+			headers.XContentTypeOptions = &value
 		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XRequestId = value
+			headers.XRequestId = &value
+		}
+		response.Headers429 = &headers
+	case rsp.StatusCode == 500:
+		var headers PatchTenantResponse500Headers
+		if values := rsp.Header.Values("Apigw-Requestid"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Apigw-Requestid", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.ApigwRequestid = &value
+		}
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
 		}
 		response.Headers500 = &headers
 	case rsp.StatusCode == 503:
 		var headers PatchTenantResponse503Headers
-		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+		if values := rsp.Header.Values("Apigw-Requestid"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "Apigw-Requestid", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.CacheControl = value
+			headers.ApigwRequestid = &value
+		}
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
 		}
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.RetryAfter = value
+			headers.RetryAfter = &value
 		}
 		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XContentTypeOptions = value
+			headers.XContentTypeOptions = &value
 		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XRequestId = value
+			headers.XRequestId = &value
 		}
 		response.Headers503 = &headers
+	case rsp.StatusCode == 504:
+		var headers PatchTenantResponse504Headers
+		if values := rsp.Header.Values("Apigw-Requestid"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Apigw-Requestid", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.ApigwRequestid = &value
+		}
+		response.Headers504 = &headers
 	}
 
 	return response, nil
@@ -8900,26 +14529,61 @@ func ParseListAccountsResponse(rsp *http.Response) (*ListAccountsResponse, error
 		}
 		response.ApplicationproblemJSON403 = &dest
 
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
-		var dest RateLimited
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest GatewayPayloadTooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON413 = &dest
+
+	case rsp.Header.Get("Content-Type") == "application/json" && rsp.StatusCode == 429:
+		var dest RateLimitedApplicationJSON
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON429 = &dest
+
+	case rsp.Header.Get("Content-Type") == "application/problem+json" && rsp.StatusCode == 429:
+		var dest RateLimitedApplicationProblemPlusJSON
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON429 = &dest
 
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
-		var dest Internal
+	case rsp.Header.Get("Content-Type") == "application/json" && rsp.StatusCode == 500:
+		var dest InternalApplicationJSON
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON500 = &dest
+
+	case rsp.Header.Get("Content-Type") == "application/problem+json" && rsp.StatusCode == 500:
+		var dest InternalApplicationProblemPlusJSON
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON500 = &dest
 
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
-		var dest Unavailable
+	case rsp.Header.Get("Content-Type") == "application/json" && rsp.StatusCode == 503:
+		var dest UnavailableApplicationJSON
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON503 = &dest
+
+	case rsp.Header.Get("Content-Type") == "application/problem+json" && rsp.StatusCode == 503:
+		var dest UnavailableApplicationProblemPlusJSON
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON503 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 504:
+		var dest GatewayTimeout
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON504 = &dest
 
 	}
 
@@ -9034,92 +14698,133 @@ func ParseListAccountsResponse(rsp *http.Response) (*ListAccountsResponse, error
 			headers.XRequestId = value
 		}
 		response.Headers403 = &headers
-	case rsp.StatusCode == 429:
-		var headers ListAccountsResponse429Headers
-		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+	case rsp.StatusCode == 413:
+		var headers ListAccountsResponse413Headers
+		if values := rsp.Header.Values("Apigw-Requestid"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "Apigw-Requestid", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.CacheControl = value
+			headers.ApigwRequestid = &value
+		}
+		response.Headers413 = &headers
+	case rsp.StatusCode == 429:
+		var headers ListAccountsResponse429Headers
+		if values := rsp.Header.Values("Apigw-Requestid"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Apigw-Requestid", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.ApigwRequestid = &value
+		}
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
 		}
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.RetryAfter = value
+			headers.RetryAfter = &value
 		}
 		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XContentTypeOptions = value
+			headers.XContentTypeOptions = &value
 		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XRequestId = value
+			headers.XRequestId = &value
 		}
 		response.Headers429 = &headers
 	case rsp.StatusCode == 500:
 		var headers ListAccountsResponse500Headers
-		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+		if values := rsp.Header.Values("Apigw-Requestid"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "Apigw-Requestid", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.CacheControl = value
+			headers.ApigwRequestid = &value
+		}
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
 		}
 		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XContentTypeOptions = value
+			headers.XContentTypeOptions = &value
 		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XRequestId = value
+			headers.XRequestId = &value
 		}
 		response.Headers500 = &headers
 	case rsp.StatusCode == 503:
 		var headers ListAccountsResponse503Headers
-		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+		if values := rsp.Header.Values("Apigw-Requestid"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "Apigw-Requestid", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.CacheControl = value
+			headers.ApigwRequestid = &value
+		}
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
 		}
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.RetryAfter = value
+			headers.RetryAfter = &value
 		}
 		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XContentTypeOptions = value
+			headers.XContentTypeOptions = &value
 		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XRequestId = value
+			headers.XRequestId = &value
 		}
 		response.Headers503 = &headers
+	case rsp.StatusCode == 504:
+		var headers ListAccountsResponse504Headers
+		if values := rsp.Header.Values("Apigw-Requestid"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Apigw-Requestid", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.ApigwRequestid = &value
+		}
+		response.Headers504 = &headers
 	}
 
 	return response, nil
@@ -9181,8 +14886,15 @@ func ParseCreateAccountResponse(rsp *http.Response) (*CreateAccountResponse, err
 		}
 		response.ApplicationproblemJSON409 = &dest
 
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
-		var dest BodyTooLarge
+	case rsp.Header.Get("Content-Type") == "application/json" && rsp.StatusCode == 413:
+		var dest BodyTooLargeApplicationJSON
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON413 = &dest
+
+	case rsp.Header.Get("Content-Type") == "application/problem+json" && rsp.StatusCode == 413:
+		var dest BodyTooLargeApplicationProblemPlusJSON
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
@@ -9202,26 +14914,54 @@ func ParseCreateAccountResponse(rsp *http.Response) (*CreateAccountResponse, err
 		}
 		response.ApplicationproblemJSON422 = &dest
 
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
-		var dest RateLimited
+	case rsp.Header.Get("Content-Type") == "application/json" && rsp.StatusCode == 429:
+		var dest RateLimitedApplicationJSON
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON429 = &dest
+
+	case rsp.Header.Get("Content-Type") == "application/problem+json" && rsp.StatusCode == 429:
+		var dest RateLimitedApplicationProblemPlusJSON
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON429 = &dest
 
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
-		var dest Internal
+	case rsp.Header.Get("Content-Type") == "application/json" && rsp.StatusCode == 500:
+		var dest InternalApplicationJSON
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON500 = &dest
+
+	case rsp.Header.Get("Content-Type") == "application/problem+json" && rsp.StatusCode == 500:
+		var dest InternalApplicationProblemPlusJSON
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON500 = &dest
 
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
-		var dest Unavailable
+	case rsp.Header.Get("Content-Type") == "application/json" && rsp.StatusCode == 503:
+		var dest UnavailableApplicationJSON
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON503 = &dest
+
+	case rsp.Header.Get("Content-Type") == "application/problem+json" && rsp.StatusCode == 503:
+		var dest UnavailableApplicationProblemPlusJSON
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON503 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 504:
+		var dest GatewayTimeout
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON504 = &dest
 
 	}
 
@@ -9428,26 +15168,33 @@ func ParseCreateAccountResponse(rsp *http.Response) (*CreateAccountResponse, err
 		response.Headers409 = &headers
 	case rsp.StatusCode == 413:
 		var headers CreateAccountResponse413Headers
-		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+		if values := rsp.Header.Values("Apigw-Requestid"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "Apigw-Requestid", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.CacheControl = value
+			headers.ApigwRequestid = &value
+		}
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
 		}
 		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XContentTypeOptions = value
+			headers.XContentTypeOptions = &value
 		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XRequestId = value
+			headers.XRequestId = &value
 		}
 		response.Headers413 = &headers
 	case rsp.StatusCode == 415:
@@ -9500,90 +15247,121 @@ func ParseCreateAccountResponse(rsp *http.Response) (*CreateAccountResponse, err
 		response.Headers422 = &headers
 	case rsp.StatusCode == 429:
 		var headers CreateAccountResponse429Headers
-		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+		if values := rsp.Header.Values("Apigw-Requestid"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "Apigw-Requestid", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.CacheControl = value
+			headers.ApigwRequestid = &value
+		}
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
 		}
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.RetryAfter = value
+			headers.RetryAfter = &value
 		}
 		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XContentTypeOptions = value
+			headers.XContentTypeOptions = &value
 		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XRequestId = value
+			headers.XRequestId = &value
 		}
 		response.Headers429 = &headers
 	case rsp.StatusCode == 500:
 		var headers CreateAccountResponse500Headers
-		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+		if values := rsp.Header.Values("Apigw-Requestid"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "Apigw-Requestid", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.CacheControl = value
+			headers.ApigwRequestid = &value
+		}
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
 		}
 		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XContentTypeOptions = value
+			headers.XContentTypeOptions = &value
 		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XRequestId = value
+			headers.XRequestId = &value
 		}
 		response.Headers500 = &headers
 	case rsp.StatusCode == 503:
 		var headers CreateAccountResponse503Headers
-		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+		if values := rsp.Header.Values("Apigw-Requestid"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "Apigw-Requestid", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.CacheControl = value
+			headers.ApigwRequestid = &value
+		}
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
 		}
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.RetryAfter = value
+			headers.RetryAfter = &value
 		}
 		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XContentTypeOptions = value
+			headers.XContentTypeOptions = &value
 		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XRequestId = value
+			headers.XRequestId = &value
 		}
 		response.Headers503 = &headers
+	case rsp.StatusCode == 504:
+		var headers CreateAccountResponse504Headers
+		if values := rsp.Header.Values("Apigw-Requestid"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Apigw-Requestid", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.ApigwRequestid = &value
+		}
+		response.Headers504 = &headers
 	}
 
 	return response, nil
@@ -9648,6 +15426,13 @@ func ParseDeleteAccountResponse(rsp *http.Response) (*DeleteAccountResponse, err
 		}
 		response.ApplicationproblemJSON412 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest GatewayPayloadTooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON413 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
 		var dest IdempotencyKeyReused
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -9655,26 +15440,54 @@ func ParseDeleteAccountResponse(rsp *http.Response) (*DeleteAccountResponse, err
 		}
 		response.ApplicationproblemJSON422 = &dest
 
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
-		var dest RateLimited
+	case rsp.Header.Get("Content-Type") == "application/json" && rsp.StatusCode == 429:
+		var dest RateLimitedApplicationJSON
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON429 = &dest
+
+	case rsp.Header.Get("Content-Type") == "application/problem+json" && rsp.StatusCode == 429:
+		var dest RateLimitedApplicationProblemPlusJSON
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON429 = &dest
 
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
-		var dest Internal
+	case rsp.Header.Get("Content-Type") == "application/json" && rsp.StatusCode == 500:
+		var dest InternalApplicationJSON
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON500 = &dest
+
+	case rsp.Header.Get("Content-Type") == "application/problem+json" && rsp.StatusCode == 500:
+		var dest InternalApplicationProblemPlusJSON
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON500 = &dest
 
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
-		var dest Unavailable
+	case rsp.Header.Get("Content-Type") == "application/json" && rsp.StatusCode == 503:
+		var dest UnavailableApplicationJSON
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON503 = &dest
+
+	case rsp.Header.Get("Content-Type") == "application/problem+json" && rsp.StatusCode == 503:
+		var dest UnavailableApplicationProblemPlusJSON
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON503 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 504:
+		var dest GatewayTimeout
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON504 = &dest
 
 	}
 
@@ -9903,6 +15716,16 @@ func ParseDeleteAccountResponse(rsp *http.Response) (*DeleteAccountResponse, err
 			headers.XRequestId = value
 		}
 		response.Headers412 = &headers
+	case rsp.StatusCode == 413:
+		var headers DeleteAccountResponse413Headers
+		if values := rsp.Header.Values("Apigw-Requestid"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Apigw-Requestid", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.ApigwRequestid = &value
+		}
+		response.Headers413 = &headers
 	case rsp.StatusCode == 422:
 		var headers DeleteAccountResponse422Headers
 		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
@@ -9929,90 +15752,121 @@ func ParseDeleteAccountResponse(rsp *http.Response) (*DeleteAccountResponse, err
 		response.Headers422 = &headers
 	case rsp.StatusCode == 429:
 		var headers DeleteAccountResponse429Headers
-		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+		if values := rsp.Header.Values("Apigw-Requestid"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "Apigw-Requestid", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.CacheControl = value
+			headers.ApigwRequestid = &value
+		}
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
 		}
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.RetryAfter = value
+			headers.RetryAfter = &value
 		}
 		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XContentTypeOptions = value
+			headers.XContentTypeOptions = &value
 		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XRequestId = value
+			headers.XRequestId = &value
 		}
 		response.Headers429 = &headers
 	case rsp.StatusCode == 500:
 		var headers DeleteAccountResponse500Headers
-		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+		if values := rsp.Header.Values("Apigw-Requestid"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "Apigw-Requestid", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.CacheControl = value
+			headers.ApigwRequestid = &value
+		}
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
 		}
 		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XContentTypeOptions = value
+			headers.XContentTypeOptions = &value
 		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XRequestId = value
+			headers.XRequestId = &value
 		}
 		response.Headers500 = &headers
 	case rsp.StatusCode == 503:
 		var headers DeleteAccountResponse503Headers
-		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+		if values := rsp.Header.Values("Apigw-Requestid"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "Apigw-Requestid", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.CacheControl = value
+			headers.ApigwRequestid = &value
+		}
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
 		}
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.RetryAfter = value
+			headers.RetryAfter = &value
 		}
 		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XContentTypeOptions = value
+			headers.XContentTypeOptions = &value
 		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XRequestId = value
+			headers.XRequestId = &value
 		}
 		response.Headers503 = &headers
+	case rsp.StatusCode == 504:
+		var headers DeleteAccountResponse504Headers
+		if values := rsp.Header.Values("Apigw-Requestid"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Apigw-Requestid", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.ApigwRequestid = &value
+		}
+		response.Headers504 = &headers
 	}
 
 	return response, nil
@@ -10067,26 +15921,61 @@ func ParseGetAccountResponse(rsp *http.Response) (*GetAccountResponse, error) {
 		}
 		response.ApplicationproblemJSON404 = &dest
 
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
-		var dest RateLimited
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest GatewayPayloadTooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON413 = &dest
+
+	case rsp.Header.Get("Content-Type") == "application/json" && rsp.StatusCode == 429:
+		var dest RateLimitedApplicationJSON
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON429 = &dest
+
+	case rsp.Header.Get("Content-Type") == "application/problem+json" && rsp.StatusCode == 429:
+		var dest RateLimitedApplicationProblemPlusJSON
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON429 = &dest
 
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
-		var dest Internal
+	case rsp.Header.Get("Content-Type") == "application/json" && rsp.StatusCode == 500:
+		var dest InternalApplicationJSON
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON500 = &dest
+
+	case rsp.Header.Get("Content-Type") == "application/problem+json" && rsp.StatusCode == 500:
+		var dest InternalApplicationProblemPlusJSON
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON500 = &dest
 
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
-		var dest Unavailable
+	case rsp.Header.Get("Content-Type") == "application/json" && rsp.StatusCode == 503:
+		var dest UnavailableApplicationJSON
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON503 = &dest
+
+	case rsp.Header.Get("Content-Type") == "application/problem+json" && rsp.StatusCode == 503:
+		var dest UnavailableApplicationProblemPlusJSON
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON503 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 504:
+		var dest GatewayTimeout
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON504 = &dest
 
 	}
 
@@ -10239,92 +16128,133 @@ func ParseGetAccountResponse(rsp *http.Response) (*GetAccountResponse, error) {
 			headers.XRequestId = value
 		}
 		response.Headers404 = &headers
-	case rsp.StatusCode == 429:
-		var headers GetAccountResponse429Headers
-		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+	case rsp.StatusCode == 413:
+		var headers GetAccountResponse413Headers
+		if values := rsp.Header.Values("Apigw-Requestid"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "Apigw-Requestid", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.CacheControl = value
+			headers.ApigwRequestid = &value
+		}
+		response.Headers413 = &headers
+	case rsp.StatusCode == 429:
+		var headers GetAccountResponse429Headers
+		if values := rsp.Header.Values("Apigw-Requestid"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Apigw-Requestid", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.ApigwRequestid = &value
+		}
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
 		}
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.RetryAfter = value
+			headers.RetryAfter = &value
 		}
 		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XContentTypeOptions = value
+			headers.XContentTypeOptions = &value
 		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XRequestId = value
+			headers.XRequestId = &value
 		}
 		response.Headers429 = &headers
 	case rsp.StatusCode == 500:
 		var headers GetAccountResponse500Headers
-		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+		if values := rsp.Header.Values("Apigw-Requestid"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "Apigw-Requestid", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.CacheControl = value
+			headers.ApigwRequestid = &value
+		}
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
 		}
 		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XContentTypeOptions = value
+			headers.XContentTypeOptions = &value
 		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XRequestId = value
+			headers.XRequestId = &value
 		}
 		response.Headers500 = &headers
 	case rsp.StatusCode == 503:
 		var headers GetAccountResponse503Headers
-		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+		if values := rsp.Header.Values("Apigw-Requestid"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "Apigw-Requestid", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.CacheControl = value
+			headers.ApigwRequestid = &value
+		}
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
 		}
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.RetryAfter = value
+			headers.RetryAfter = &value
 		}
 		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XContentTypeOptions = value
+			headers.XContentTypeOptions = &value
 		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XRequestId = value
+			headers.XRequestId = &value
 		}
 		response.Headers503 = &headers
+	case rsp.StatusCode == 504:
+		var headers GetAccountResponse504Headers
+		if values := rsp.Header.Values("Apigw-Requestid"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Apigw-Requestid", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.ApigwRequestid = &value
+		}
+		response.Headers504 = &headers
 	}
 
 	return response, nil
@@ -10393,8 +16323,15 @@ func ParsePatchAccountResponse(rsp *http.Response) (*PatchAccountResponse, error
 		}
 		response.ApplicationproblemJSON412 = &dest
 
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
-		var dest BodyTooLarge
+	case rsp.Header.Get("Content-Type") == "application/json" && rsp.StatusCode == 413:
+		var dest BodyTooLargeApplicationJSON
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON413 = &dest
+
+	case rsp.Header.Get("Content-Type") == "application/problem+json" && rsp.StatusCode == 413:
+		var dest BodyTooLargeApplicationProblemPlusJSON
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
@@ -10421,26 +16358,54 @@ func ParsePatchAccountResponse(rsp *http.Response) (*PatchAccountResponse, error
 		}
 		response.ApplicationproblemJSON428 = &dest
 
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
-		var dest RateLimited
+	case rsp.Header.Get("Content-Type") == "application/json" && rsp.StatusCode == 429:
+		var dest RateLimitedApplicationJSON
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON429 = &dest
+
+	case rsp.Header.Get("Content-Type") == "application/problem+json" && rsp.StatusCode == 429:
+		var dest RateLimitedApplicationProblemPlusJSON
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON429 = &dest
 
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
-		var dest Internal
+	case rsp.Header.Get("Content-Type") == "application/json" && rsp.StatusCode == 500:
+		var dest InternalApplicationJSON
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON500 = &dest
+
+	case rsp.Header.Get("Content-Type") == "application/problem+json" && rsp.StatusCode == 500:
+		var dest InternalApplicationProblemPlusJSON
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON500 = &dest
 
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
-		var dest Unavailable
+	case rsp.Header.Get("Content-Type") == "application/json" && rsp.StatusCode == 503:
+		var dest UnavailableApplicationJSON
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON503 = &dest
+
+	case rsp.Header.Get("Content-Type") == "application/problem+json" && rsp.StatusCode == 503:
+		var dest UnavailableApplicationProblemPlusJSON
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON503 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 504:
+		var dest GatewayTimeout
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON504 = &dest
 
 	}
 
@@ -10678,26 +16643,33 @@ func ParsePatchAccountResponse(rsp *http.Response) (*PatchAccountResponse, error
 		response.Headers412 = &headers
 	case rsp.StatusCode == 413:
 		var headers PatchAccountResponse413Headers
-		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+		if values := rsp.Header.Values("Apigw-Requestid"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "Apigw-Requestid", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.CacheControl = value
+			headers.ApigwRequestid = &value
+		}
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
 		}
 		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XContentTypeOptions = value
+			headers.XContentTypeOptions = &value
 		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XRequestId = value
+			headers.XRequestId = &value
 		}
 		response.Headers413 = &headers
 	case rsp.StatusCode == 415:
@@ -10774,90 +16746,121 @@ func ParsePatchAccountResponse(rsp *http.Response) (*PatchAccountResponse, error
 		response.Headers428 = &headers
 	case rsp.StatusCode == 429:
 		var headers PatchAccountResponse429Headers
-		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+		if values := rsp.Header.Values("Apigw-Requestid"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "Apigw-Requestid", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.CacheControl = value
+			headers.ApigwRequestid = &value
+		}
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
 		}
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.RetryAfter = value
+			headers.RetryAfter = &value
 		}
 		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XContentTypeOptions = value
+			headers.XContentTypeOptions = &value
 		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XRequestId = value
+			headers.XRequestId = &value
 		}
 		response.Headers429 = &headers
 	case rsp.StatusCode == 500:
 		var headers PatchAccountResponse500Headers
-		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+		if values := rsp.Header.Values("Apigw-Requestid"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "Apigw-Requestid", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.CacheControl = value
+			headers.ApigwRequestid = &value
+		}
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
 		}
 		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XContentTypeOptions = value
+			headers.XContentTypeOptions = &value
 		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XRequestId = value
+			headers.XRequestId = &value
 		}
 		response.Headers500 = &headers
 	case rsp.StatusCode == 503:
 		var headers PatchAccountResponse503Headers
-		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+		if values := rsp.Header.Values("Apigw-Requestid"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "Apigw-Requestid", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.CacheControl = value
+			headers.ApigwRequestid = &value
+		}
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
 		}
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.RetryAfter = value
+			headers.RetryAfter = &value
 		}
 		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XContentTypeOptions = value
+			headers.XContentTypeOptions = &value
 		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XRequestId = value
+			headers.XRequestId = &value
 		}
 		response.Headers503 = &headers
+	case rsp.StatusCode == 504:
+		var headers PatchAccountResponse504Headers
+		if values := rsp.Header.Values("Apigw-Requestid"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Apigw-Requestid", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.ApigwRequestid = &value
+		}
+		response.Headers504 = &headers
 	}
 
 	return response, nil
@@ -10926,8 +16929,15 @@ func ParseAddEmailResponse(rsp *http.Response) (*AddEmailResponse, error) {
 		}
 		response.ApplicationproblemJSON412 = &dest
 
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
-		var dest BodyTooLarge
+	case rsp.Header.Get("Content-Type") == "application/json" && rsp.StatusCode == 413:
+		var dest BodyTooLargeApplicationJSON
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON413 = &dest
+
+	case rsp.Header.Get("Content-Type") == "application/problem+json" && rsp.StatusCode == 413:
+		var dest BodyTooLargeApplicationProblemPlusJSON
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
@@ -10947,26 +16957,54 @@ func ParseAddEmailResponse(rsp *http.Response) (*AddEmailResponse, error) {
 		}
 		response.ApplicationproblemJSON422 = &dest
 
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
-		var dest RateLimited
+	case rsp.Header.Get("Content-Type") == "application/json" && rsp.StatusCode == 429:
+		var dest RateLimitedApplicationJSON
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON429 = &dest
+
+	case rsp.Header.Get("Content-Type") == "application/problem+json" && rsp.StatusCode == 429:
+		var dest RateLimitedApplicationProblemPlusJSON
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON429 = &dest
 
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
-		var dest Internal
+	case rsp.Header.Get("Content-Type") == "application/json" && rsp.StatusCode == 500:
+		var dest InternalApplicationJSON
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON500 = &dest
+
+	case rsp.Header.Get("Content-Type") == "application/problem+json" && rsp.StatusCode == 500:
+		var dest InternalApplicationProblemPlusJSON
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON500 = &dest
 
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
-		var dest Unavailable
+	case rsp.Header.Get("Content-Type") == "application/json" && rsp.StatusCode == 503:
+		var dest UnavailableApplicationJSON
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON503 = &dest
+
+	case rsp.Header.Get("Content-Type") == "application/problem+json" && rsp.StatusCode == 503:
+		var dest UnavailableApplicationProblemPlusJSON
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON503 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 504:
+		var dest GatewayTimeout
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON504 = &dest
 
 	}
 
@@ -11211,26 +17249,33 @@ func ParseAddEmailResponse(rsp *http.Response) (*AddEmailResponse, error) {
 		response.Headers412 = &headers
 	case rsp.StatusCode == 413:
 		var headers AddEmailResponse413Headers
-		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+		if values := rsp.Header.Values("Apigw-Requestid"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "Apigw-Requestid", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.CacheControl = value
+			headers.ApigwRequestid = &value
+		}
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
 		}
 		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XContentTypeOptions = value
+			headers.XContentTypeOptions = &value
 		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XRequestId = value
+			headers.XRequestId = &value
 		}
 		response.Headers413 = &headers
 	case rsp.StatusCode == 415:
@@ -11283,90 +17328,121 @@ func ParseAddEmailResponse(rsp *http.Response) (*AddEmailResponse, error) {
 		response.Headers422 = &headers
 	case rsp.StatusCode == 429:
 		var headers AddEmailResponse429Headers
-		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+		if values := rsp.Header.Values("Apigw-Requestid"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "Apigw-Requestid", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.CacheControl = value
+			headers.ApigwRequestid = &value
+		}
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
 		}
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.RetryAfter = value
+			headers.RetryAfter = &value
 		}
 		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XContentTypeOptions = value
+			headers.XContentTypeOptions = &value
 		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XRequestId = value
+			headers.XRequestId = &value
 		}
 		response.Headers429 = &headers
 	case rsp.StatusCode == 500:
 		var headers AddEmailResponse500Headers
-		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+		if values := rsp.Header.Values("Apigw-Requestid"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "Apigw-Requestid", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.CacheControl = value
+			headers.ApigwRequestid = &value
+		}
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
 		}
 		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XContentTypeOptions = value
+			headers.XContentTypeOptions = &value
 		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XRequestId = value
+			headers.XRequestId = &value
 		}
 		response.Headers500 = &headers
 	case rsp.StatusCode == 503:
 		var headers AddEmailResponse503Headers
-		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+		if values := rsp.Header.Values("Apigw-Requestid"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "Apigw-Requestid", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.CacheControl = value
+			headers.ApigwRequestid = &value
+		}
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
 		}
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.RetryAfter = value
+			headers.RetryAfter = &value
 		}
 		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XContentTypeOptions = value
+			headers.XContentTypeOptions = &value
 		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XRequestId = value
+			headers.XRequestId = &value
 		}
 		response.Headers503 = &headers
+	case rsp.StatusCode == 504:
+		var headers AddEmailResponse504Headers
+		if values := rsp.Header.Values("Apigw-Requestid"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Apigw-Requestid", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.ApigwRequestid = &value
+		}
+		response.Headers504 = &headers
 	}
 
 	return response, nil
@@ -11431,6 +17507,13 @@ func ParseRemoveEmailResponse(rsp *http.Response) (*RemoveEmailResponse, error) 
 		}
 		response.ApplicationproblemJSON412 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest GatewayPayloadTooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON413 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
 		var dest IdempotencyKeyReused
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -11438,26 +17521,54 @@ func ParseRemoveEmailResponse(rsp *http.Response) (*RemoveEmailResponse, error) 
 		}
 		response.ApplicationproblemJSON422 = &dest
 
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
-		var dest RateLimited
+	case rsp.Header.Get("Content-Type") == "application/json" && rsp.StatusCode == 429:
+		var dest RateLimitedApplicationJSON
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON429 = &dest
+
+	case rsp.Header.Get("Content-Type") == "application/problem+json" && rsp.StatusCode == 429:
+		var dest RateLimitedApplicationProblemPlusJSON
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON429 = &dest
 
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
-		var dest Internal
+	case rsp.Header.Get("Content-Type") == "application/json" && rsp.StatusCode == 500:
+		var dest InternalApplicationJSON
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON500 = &dest
+
+	case rsp.Header.Get("Content-Type") == "application/problem+json" && rsp.StatusCode == 500:
+		var dest InternalApplicationProblemPlusJSON
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON500 = &dest
 
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
-		var dest Unavailable
+	case rsp.Header.Get("Content-Type") == "application/json" && rsp.StatusCode == 503:
+		var dest UnavailableApplicationJSON
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON503 = &dest
+
+	case rsp.Header.Get("Content-Type") == "application/problem+json" && rsp.StatusCode == 503:
+		var dest UnavailableApplicationProblemPlusJSON
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON503 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 504:
+		var dest GatewayTimeout
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON504 = &dest
 
 	}
 
@@ -11686,6 +17797,16 @@ func ParseRemoveEmailResponse(rsp *http.Response) (*RemoveEmailResponse, error) 
 			headers.XRequestId = value
 		}
 		response.Headers412 = &headers
+	case rsp.StatusCode == 413:
+		var headers RemoveEmailResponse413Headers
+		if values := rsp.Header.Values("Apigw-Requestid"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Apigw-Requestid", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.ApigwRequestid = &value
+		}
+		response.Headers413 = &headers
 	case rsp.StatusCode == 422:
 		var headers RemoveEmailResponse422Headers
 		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
@@ -11712,90 +17833,121 @@ func ParseRemoveEmailResponse(rsp *http.Response) (*RemoveEmailResponse, error) 
 		response.Headers422 = &headers
 	case rsp.StatusCode == 429:
 		var headers RemoveEmailResponse429Headers
-		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+		if values := rsp.Header.Values("Apigw-Requestid"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "Apigw-Requestid", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.CacheControl = value
+			headers.ApigwRequestid = &value
+		}
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
 		}
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.RetryAfter = value
+			headers.RetryAfter = &value
 		}
 		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XContentTypeOptions = value
+			headers.XContentTypeOptions = &value
 		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XRequestId = value
+			headers.XRequestId = &value
 		}
 		response.Headers429 = &headers
 	case rsp.StatusCode == 500:
 		var headers RemoveEmailResponse500Headers
-		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+		if values := rsp.Header.Values("Apigw-Requestid"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "Apigw-Requestid", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.CacheControl = value
+			headers.ApigwRequestid = &value
+		}
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
 		}
 		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XContentTypeOptions = value
+			headers.XContentTypeOptions = &value
 		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XRequestId = value
+			headers.XRequestId = &value
 		}
 		response.Headers500 = &headers
 	case rsp.StatusCode == 503:
 		var headers RemoveEmailResponse503Headers
-		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+		if values := rsp.Header.Values("Apigw-Requestid"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "Apigw-Requestid", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.CacheControl = value
+			headers.ApigwRequestid = &value
+		}
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
 		}
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.RetryAfter = value
+			headers.RetryAfter = &value
 		}
 		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XContentTypeOptions = value
+			headers.XContentTypeOptions = &value
 		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XRequestId = value
+			headers.XRequestId = &value
 		}
 		response.Headers503 = &headers
+	case rsp.StatusCode == 504:
+		var headers RemoveEmailResponse504Headers
+		if values := rsp.Header.Values("Apigw-Requestid"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Apigw-Requestid", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.ApigwRequestid = &value
+		}
+		response.Headers504 = &headers
 	}
 
 	return response, nil
@@ -11850,26 +18002,61 @@ func ParseGetEmailResponse(rsp *http.Response) (*GetEmailResponse, error) {
 		}
 		response.ApplicationproblemJSON404 = &dest
 
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
-		var dest RateLimited
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest GatewayPayloadTooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON413 = &dest
+
+	case rsp.Header.Get("Content-Type") == "application/json" && rsp.StatusCode == 429:
+		var dest RateLimitedApplicationJSON
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON429 = &dest
+
+	case rsp.Header.Get("Content-Type") == "application/problem+json" && rsp.StatusCode == 429:
+		var dest RateLimitedApplicationProblemPlusJSON
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON429 = &dest
 
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
-		var dest Internal
+	case rsp.Header.Get("Content-Type") == "application/json" && rsp.StatusCode == 500:
+		var dest InternalApplicationJSON
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON500 = &dest
+
+	case rsp.Header.Get("Content-Type") == "application/problem+json" && rsp.StatusCode == 500:
+		var dest InternalApplicationProblemPlusJSON
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON500 = &dest
 
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
-		var dest Unavailable
+	case rsp.Header.Get("Content-Type") == "application/json" && rsp.StatusCode == 503:
+		var dest UnavailableApplicationJSON
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON503 = &dest
+
+	case rsp.Header.Get("Content-Type") == "application/problem+json" && rsp.StatusCode == 503:
+		var dest UnavailableApplicationProblemPlusJSON
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON503 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 504:
+		var dest GatewayTimeout
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON504 = &dest
 
 	}
 
@@ -12022,92 +18209,133 @@ func ParseGetEmailResponse(rsp *http.Response) (*GetEmailResponse, error) {
 			headers.XRequestId = value
 		}
 		response.Headers404 = &headers
-	case rsp.StatusCode == 429:
-		var headers GetEmailResponse429Headers
-		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+	case rsp.StatusCode == 413:
+		var headers GetEmailResponse413Headers
+		if values := rsp.Header.Values("Apigw-Requestid"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "Apigw-Requestid", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.CacheControl = value
+			headers.ApigwRequestid = &value
+		}
+		response.Headers413 = &headers
+	case rsp.StatusCode == 429:
+		var headers GetEmailResponse429Headers
+		if values := rsp.Header.Values("Apigw-Requestid"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Apigw-Requestid", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.ApigwRequestid = &value
+		}
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
 		}
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.RetryAfter = value
+			headers.RetryAfter = &value
 		}
 		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XContentTypeOptions = value
+			headers.XContentTypeOptions = &value
 		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XRequestId = value
+			headers.XRequestId = &value
 		}
 		response.Headers429 = &headers
 	case rsp.StatusCode == 500:
 		var headers GetEmailResponse500Headers
-		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+		if values := rsp.Header.Values("Apigw-Requestid"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "Apigw-Requestid", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.CacheControl = value
+			headers.ApigwRequestid = &value
+		}
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
 		}
 		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XContentTypeOptions = value
+			headers.XContentTypeOptions = &value
 		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XRequestId = value
+			headers.XRequestId = &value
 		}
 		response.Headers500 = &headers
 	case rsp.StatusCode == 503:
 		var headers GetEmailResponse503Headers
-		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+		if values := rsp.Header.Values("Apigw-Requestid"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "Apigw-Requestid", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.CacheControl = value
+			headers.ApigwRequestid = &value
+		}
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
 		}
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.RetryAfter = value
+			headers.RetryAfter = &value
 		}
 		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XContentTypeOptions = value
+			headers.XContentTypeOptions = &value
 		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XRequestId = value
+			headers.XRequestId = &value
 		}
 		response.Headers503 = &headers
+	case rsp.StatusCode == 504:
+		var headers GetEmailResponse504Headers
+		if values := rsp.Header.Values("Apigw-Requestid"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Apigw-Requestid", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.ApigwRequestid = &value
+		}
+		response.Headers504 = &headers
 	}
 
 	return response, nil
@@ -12176,8 +18404,15 @@ func ParsePatchEmailResponse(rsp *http.Response) (*PatchEmailResponse, error) {
 		}
 		response.ApplicationproblemJSON412 = &dest
 
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
-		var dest BodyTooLarge
+	case rsp.Header.Get("Content-Type") == "application/json" && rsp.StatusCode == 413:
+		var dest BodyTooLargeApplicationJSON
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON413 = &dest
+
+	case rsp.Header.Get("Content-Type") == "application/problem+json" && rsp.StatusCode == 413:
+		var dest BodyTooLargeApplicationProblemPlusJSON
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
@@ -12204,26 +18439,54 @@ func ParsePatchEmailResponse(rsp *http.Response) (*PatchEmailResponse, error) {
 		}
 		response.ApplicationproblemJSON428 = &dest
 
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
-		var dest RateLimited
+	case rsp.Header.Get("Content-Type") == "application/json" && rsp.StatusCode == 429:
+		var dest RateLimitedApplicationJSON
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON429 = &dest
+
+	case rsp.Header.Get("Content-Type") == "application/problem+json" && rsp.StatusCode == 429:
+		var dest RateLimitedApplicationProblemPlusJSON
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON429 = &dest
 
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
-		var dest Internal
+	case rsp.Header.Get("Content-Type") == "application/json" && rsp.StatusCode == 500:
+		var dest InternalApplicationJSON
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON500 = &dest
+
+	case rsp.Header.Get("Content-Type") == "application/problem+json" && rsp.StatusCode == 500:
+		var dest InternalApplicationProblemPlusJSON
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON500 = &dest
 
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
-		var dest Unavailable
+	case rsp.Header.Get("Content-Type") == "application/json" && rsp.StatusCode == 503:
+		var dest UnavailableApplicationJSON
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON503 = &dest
+
+	case rsp.Header.Get("Content-Type") == "application/problem+json" && rsp.StatusCode == 503:
+		var dest UnavailableApplicationProblemPlusJSON
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON503 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 504:
+		var dest GatewayTimeout
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON504 = &dest
 
 	}
 
@@ -12461,26 +18724,33 @@ func ParsePatchEmailResponse(rsp *http.Response) (*PatchEmailResponse, error) {
 		response.Headers412 = &headers
 	case rsp.StatusCode == 413:
 		var headers PatchEmailResponse413Headers
-		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+		if values := rsp.Header.Values("Apigw-Requestid"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "Apigw-Requestid", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.CacheControl = value
+			headers.ApigwRequestid = &value
+		}
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
 		}
 		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XContentTypeOptions = value
+			headers.XContentTypeOptions = &value
 		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XRequestId = value
+			headers.XRequestId = &value
 		}
 		response.Headers413 = &headers
 	case rsp.StatusCode == 415:
@@ -12557,90 +18827,121 @@ func ParsePatchEmailResponse(rsp *http.Response) (*PatchEmailResponse, error) {
 		response.Headers428 = &headers
 	case rsp.StatusCode == 429:
 		var headers PatchEmailResponse429Headers
-		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+		if values := rsp.Header.Values("Apigw-Requestid"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "Apigw-Requestid", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.CacheControl = value
+			headers.ApigwRequestid = &value
+		}
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
 		}
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.RetryAfter = value
+			headers.RetryAfter = &value
 		}
 		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XContentTypeOptions = value
+			headers.XContentTypeOptions = &value
 		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XRequestId = value
+			headers.XRequestId = &value
 		}
 		response.Headers429 = &headers
 	case rsp.StatusCode == 500:
 		var headers PatchEmailResponse500Headers
-		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+		if values := rsp.Header.Values("Apigw-Requestid"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "Apigw-Requestid", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.CacheControl = value
+			headers.ApigwRequestid = &value
+		}
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
 		}
 		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XContentTypeOptions = value
+			headers.XContentTypeOptions = &value
 		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XRequestId = value
+			headers.XRequestId = &value
 		}
 		response.Headers500 = &headers
 	case rsp.StatusCode == 503:
 		var headers PatchEmailResponse503Headers
-		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+		if values := rsp.Header.Values("Apigw-Requestid"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "Apigw-Requestid", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.CacheControl = value
+			headers.ApigwRequestid = &value
+		}
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
 		}
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.RetryAfter = value
+			headers.RetryAfter = &value
 		}
 		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XContentTypeOptions = value
+			headers.XContentTypeOptions = &value
 		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XRequestId = value
+			headers.XRequestId = &value
 		}
 		response.Headers503 = &headers
+	case rsp.StatusCode == 504:
+		var headers PatchEmailResponse504Headers
+		if values := rsp.Header.Values("Apigw-Requestid"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Apigw-Requestid", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.ApigwRequestid = &value
+		}
+		response.Headers504 = &headers
 	}
 
 	return response, nil
@@ -12688,26 +18989,61 @@ func ParseListBranchesResponse(rsp *http.Response) (*ListBranchesResponse, error
 		}
 		response.ApplicationproblemJSON403 = &dest
 
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
-		var dest RateLimited
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest GatewayPayloadTooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON413 = &dest
+
+	case rsp.Header.Get("Content-Type") == "application/json" && rsp.StatusCode == 429:
+		var dest RateLimitedApplicationJSON
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON429 = &dest
+
+	case rsp.Header.Get("Content-Type") == "application/problem+json" && rsp.StatusCode == 429:
+		var dest RateLimitedApplicationProblemPlusJSON
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON429 = &dest
 
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
-		var dest Internal
+	case rsp.Header.Get("Content-Type") == "application/json" && rsp.StatusCode == 500:
+		var dest InternalApplicationJSON
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON500 = &dest
+
+	case rsp.Header.Get("Content-Type") == "application/problem+json" && rsp.StatusCode == 500:
+		var dest InternalApplicationProblemPlusJSON
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON500 = &dest
 
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
-		var dest Unavailable
+	case rsp.Header.Get("Content-Type") == "application/json" && rsp.StatusCode == 503:
+		var dest UnavailableApplicationJSON
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON503 = &dest
+
+	case rsp.Header.Get("Content-Type") == "application/problem+json" && rsp.StatusCode == 503:
+		var dest UnavailableApplicationProblemPlusJSON
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON503 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 504:
+		var dest GatewayTimeout
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON504 = &dest
 
 	}
 
@@ -12822,92 +19158,133 @@ func ParseListBranchesResponse(rsp *http.Response) (*ListBranchesResponse, error
 			headers.XRequestId = value
 		}
 		response.Headers403 = &headers
-	case rsp.StatusCode == 429:
-		var headers ListBranchesResponse429Headers
-		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+	case rsp.StatusCode == 413:
+		var headers ListBranchesResponse413Headers
+		if values := rsp.Header.Values("Apigw-Requestid"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "Apigw-Requestid", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.CacheControl = value
+			headers.ApigwRequestid = &value
+		}
+		response.Headers413 = &headers
+	case rsp.StatusCode == 429:
+		var headers ListBranchesResponse429Headers
+		if values := rsp.Header.Values("Apigw-Requestid"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Apigw-Requestid", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.ApigwRequestid = &value
+		}
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
 		}
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.RetryAfter = value
+			headers.RetryAfter = &value
 		}
 		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XContentTypeOptions = value
+			headers.XContentTypeOptions = &value
 		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XRequestId = value
+			headers.XRequestId = &value
 		}
 		response.Headers429 = &headers
 	case rsp.StatusCode == 500:
 		var headers ListBranchesResponse500Headers
-		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+		if values := rsp.Header.Values("Apigw-Requestid"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "Apigw-Requestid", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.CacheControl = value
+			headers.ApigwRequestid = &value
+		}
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
 		}
 		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XContentTypeOptions = value
+			headers.XContentTypeOptions = &value
 		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XRequestId = value
+			headers.XRequestId = &value
 		}
 		response.Headers500 = &headers
 	case rsp.StatusCode == 503:
 		var headers ListBranchesResponse503Headers
-		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+		if values := rsp.Header.Values("Apigw-Requestid"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "Apigw-Requestid", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.CacheControl = value
+			headers.ApigwRequestid = &value
+		}
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
 		}
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.RetryAfter = value
+			headers.RetryAfter = &value
 		}
 		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XContentTypeOptions = value
+			headers.XContentTypeOptions = &value
 		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XRequestId = value
+			headers.XRequestId = &value
 		}
 		response.Headers503 = &headers
+	case rsp.StatusCode == 504:
+		var headers ListBranchesResponse504Headers
+		if values := rsp.Header.Values("Apigw-Requestid"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Apigw-Requestid", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.ApigwRequestid = &value
+		}
+		response.Headers504 = &headers
 	}
 
 	return response, nil
@@ -12969,8 +19346,15 @@ func ParseCreateBranchResponse(rsp *http.Response) (*CreateBranchResponse, error
 		}
 		response.ApplicationproblemJSON409 = &dest
 
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
-		var dest BodyTooLarge
+	case rsp.Header.Get("Content-Type") == "application/json" && rsp.StatusCode == 413:
+		var dest BodyTooLargeApplicationJSON
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON413 = &dest
+
+	case rsp.Header.Get("Content-Type") == "application/problem+json" && rsp.StatusCode == 413:
+		var dest BodyTooLargeApplicationProblemPlusJSON
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
@@ -12990,26 +19374,54 @@ func ParseCreateBranchResponse(rsp *http.Response) (*CreateBranchResponse, error
 		}
 		response.ApplicationproblemJSON422 = &dest
 
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
-		var dest RateLimited
+	case rsp.Header.Get("Content-Type") == "application/json" && rsp.StatusCode == 429:
+		var dest RateLimitedApplicationJSON
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON429 = &dest
+
+	case rsp.Header.Get("Content-Type") == "application/problem+json" && rsp.StatusCode == 429:
+		var dest RateLimitedApplicationProblemPlusJSON
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON429 = &dest
 
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
-		var dest Internal
+	case rsp.Header.Get("Content-Type") == "application/json" && rsp.StatusCode == 500:
+		var dest InternalApplicationJSON
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON500 = &dest
+
+	case rsp.Header.Get("Content-Type") == "application/problem+json" && rsp.StatusCode == 500:
+		var dest InternalApplicationProblemPlusJSON
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON500 = &dest
 
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
-		var dest Unavailable
+	case rsp.Header.Get("Content-Type") == "application/json" && rsp.StatusCode == 503:
+		var dest UnavailableApplicationJSON
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON503 = &dest
+
+	case rsp.Header.Get("Content-Type") == "application/problem+json" && rsp.StatusCode == 503:
+		var dest UnavailableApplicationProblemPlusJSON
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON503 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 504:
+		var dest GatewayTimeout
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON504 = &dest
 
 	}
 
@@ -13216,26 +19628,33 @@ func ParseCreateBranchResponse(rsp *http.Response) (*CreateBranchResponse, error
 		response.Headers409 = &headers
 	case rsp.StatusCode == 413:
 		var headers CreateBranchResponse413Headers
-		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+		if values := rsp.Header.Values("Apigw-Requestid"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "Apigw-Requestid", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.CacheControl = value
+			headers.ApigwRequestid = &value
+		}
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
 		}
 		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XContentTypeOptions = value
+			headers.XContentTypeOptions = &value
 		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XRequestId = value
+			headers.XRequestId = &value
 		}
 		response.Headers413 = &headers
 	case rsp.StatusCode == 415:
@@ -13295,90 +19714,121 @@ func ParseCreateBranchResponse(rsp *http.Response) (*CreateBranchResponse, error
 		response.Headers422 = &headers
 	case rsp.StatusCode == 429:
 		var headers CreateBranchResponse429Headers
-		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+		if values := rsp.Header.Values("Apigw-Requestid"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "Apigw-Requestid", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.CacheControl = value
+			headers.ApigwRequestid = &value
+		}
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
 		}
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.RetryAfter = value
+			headers.RetryAfter = &value
 		}
 		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XContentTypeOptions = value
+			headers.XContentTypeOptions = &value
 		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XRequestId = value
+			headers.XRequestId = &value
 		}
 		response.Headers429 = &headers
 	case rsp.StatusCode == 500:
 		var headers CreateBranchResponse500Headers
-		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+		if values := rsp.Header.Values("Apigw-Requestid"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "Apigw-Requestid", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.CacheControl = value
+			headers.ApigwRequestid = &value
+		}
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
 		}
 		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XContentTypeOptions = value
+			headers.XContentTypeOptions = &value
 		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XRequestId = value
+			headers.XRequestId = &value
 		}
 		response.Headers500 = &headers
 	case rsp.StatusCode == 503:
 		var headers CreateBranchResponse503Headers
-		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+		if values := rsp.Header.Values("Apigw-Requestid"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "Apigw-Requestid", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.CacheControl = value
+			headers.ApigwRequestid = &value
+		}
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
 		}
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.RetryAfter = value
+			headers.RetryAfter = &value
 		}
 		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XContentTypeOptions = value
+			headers.XContentTypeOptions = &value
 		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XRequestId = value
+			headers.XRequestId = &value
 		}
 		response.Headers503 = &headers
+	case rsp.StatusCode == 504:
+		var headers CreateBranchResponse504Headers
+		if values := rsp.Header.Values("Apigw-Requestid"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Apigw-Requestid", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.ApigwRequestid = &value
+		}
+		response.Headers504 = &headers
 	}
 
 	return response, nil
@@ -13443,6 +19893,13 @@ func ParseDeleteBranchResponse(rsp *http.Response) (*DeleteBranchResponse, error
 		}
 		response.ApplicationproblemJSON412 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest GatewayPayloadTooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON413 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
 		var dest IdempotencyKeyReused
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -13450,26 +19907,54 @@ func ParseDeleteBranchResponse(rsp *http.Response) (*DeleteBranchResponse, error
 		}
 		response.ApplicationproblemJSON422 = &dest
 
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
-		var dest RateLimited
+	case rsp.Header.Get("Content-Type") == "application/json" && rsp.StatusCode == 429:
+		var dest RateLimitedApplicationJSON
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON429 = &dest
+
+	case rsp.Header.Get("Content-Type") == "application/problem+json" && rsp.StatusCode == 429:
+		var dest RateLimitedApplicationProblemPlusJSON
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON429 = &dest
 
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
-		var dest Internal
+	case rsp.Header.Get("Content-Type") == "application/json" && rsp.StatusCode == 500:
+		var dest InternalApplicationJSON
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON500 = &dest
+
+	case rsp.Header.Get("Content-Type") == "application/problem+json" && rsp.StatusCode == 500:
+		var dest InternalApplicationProblemPlusJSON
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON500 = &dest
 
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
-		var dest Unavailable
+	case rsp.Header.Get("Content-Type") == "application/json" && rsp.StatusCode == 503:
+		var dest UnavailableApplicationJSON
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON503 = &dest
+
+	case rsp.Header.Get("Content-Type") == "application/problem+json" && rsp.StatusCode == 503:
+		var dest UnavailableApplicationProblemPlusJSON
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON503 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 504:
+		var dest GatewayTimeout
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON504 = &dest
 
 	}
 
@@ -13698,6 +20183,16 @@ func ParseDeleteBranchResponse(rsp *http.Response) (*DeleteBranchResponse, error
 			headers.XRequestId = value
 		}
 		response.Headers412 = &headers
+	case rsp.StatusCode == 413:
+		var headers DeleteBranchResponse413Headers
+		if values := rsp.Header.Values("Apigw-Requestid"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Apigw-Requestid", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.ApigwRequestid = &value
+		}
+		response.Headers413 = &headers
 	case rsp.StatusCode == 422:
 		var headers DeleteBranchResponse422Headers
 		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
@@ -13724,90 +20219,121 @@ func ParseDeleteBranchResponse(rsp *http.Response) (*DeleteBranchResponse, error
 		response.Headers422 = &headers
 	case rsp.StatusCode == 429:
 		var headers DeleteBranchResponse429Headers
-		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+		if values := rsp.Header.Values("Apigw-Requestid"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "Apigw-Requestid", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.CacheControl = value
+			headers.ApigwRequestid = &value
+		}
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
 		}
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.RetryAfter = value
+			headers.RetryAfter = &value
 		}
 		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XContentTypeOptions = value
+			headers.XContentTypeOptions = &value
 		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XRequestId = value
+			headers.XRequestId = &value
 		}
 		response.Headers429 = &headers
 	case rsp.StatusCode == 500:
 		var headers DeleteBranchResponse500Headers
-		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+		if values := rsp.Header.Values("Apigw-Requestid"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "Apigw-Requestid", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.CacheControl = value
+			headers.ApigwRequestid = &value
+		}
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
 		}
 		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XContentTypeOptions = value
+			headers.XContentTypeOptions = &value
 		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XRequestId = value
+			headers.XRequestId = &value
 		}
 		response.Headers500 = &headers
 	case rsp.StatusCode == 503:
 		var headers DeleteBranchResponse503Headers
-		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+		if values := rsp.Header.Values("Apigw-Requestid"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "Apigw-Requestid", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.CacheControl = value
+			headers.ApigwRequestid = &value
+		}
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
 		}
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.RetryAfter = value
+			headers.RetryAfter = &value
 		}
 		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XContentTypeOptions = value
+			headers.XContentTypeOptions = &value
 		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XRequestId = value
+			headers.XRequestId = &value
 		}
 		response.Headers503 = &headers
+	case rsp.StatusCode == 504:
+		var headers DeleteBranchResponse504Headers
+		if values := rsp.Header.Values("Apigw-Requestid"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Apigw-Requestid", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.ApigwRequestid = &value
+		}
+		response.Headers504 = &headers
 	}
 
 	return response, nil
@@ -13862,26 +20388,61 @@ func ParseGetBranchResponse(rsp *http.Response) (*GetBranchResponse, error) {
 		}
 		response.ApplicationproblemJSON404 = &dest
 
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
-		var dest RateLimited
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest GatewayPayloadTooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON413 = &dest
+
+	case rsp.Header.Get("Content-Type") == "application/json" && rsp.StatusCode == 429:
+		var dest RateLimitedApplicationJSON
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON429 = &dest
+
+	case rsp.Header.Get("Content-Type") == "application/problem+json" && rsp.StatusCode == 429:
+		var dest RateLimitedApplicationProblemPlusJSON
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON429 = &dest
 
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
-		var dest Internal
+	case rsp.Header.Get("Content-Type") == "application/json" && rsp.StatusCode == 500:
+		var dest InternalApplicationJSON
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON500 = &dest
+
+	case rsp.Header.Get("Content-Type") == "application/problem+json" && rsp.StatusCode == 500:
+		var dest InternalApplicationProblemPlusJSON
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON500 = &dest
 
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
-		var dest Unavailable
+	case rsp.Header.Get("Content-Type") == "application/json" && rsp.StatusCode == 503:
+		var dest UnavailableApplicationJSON
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON503 = &dest
+
+	case rsp.Header.Get("Content-Type") == "application/problem+json" && rsp.StatusCode == 503:
+		var dest UnavailableApplicationProblemPlusJSON
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON503 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 504:
+		var dest GatewayTimeout
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON504 = &dest
 
 	}
 
@@ -14034,92 +20595,133 @@ func ParseGetBranchResponse(rsp *http.Response) (*GetBranchResponse, error) {
 			headers.XRequestId = value
 		}
 		response.Headers404 = &headers
-	case rsp.StatusCode == 429:
-		var headers GetBranchResponse429Headers
-		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+	case rsp.StatusCode == 413:
+		var headers GetBranchResponse413Headers
+		if values := rsp.Header.Values("Apigw-Requestid"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "Apigw-Requestid", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.CacheControl = value
+			headers.ApigwRequestid = &value
+		}
+		response.Headers413 = &headers
+	case rsp.StatusCode == 429:
+		var headers GetBranchResponse429Headers
+		if values := rsp.Header.Values("Apigw-Requestid"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Apigw-Requestid", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.ApigwRequestid = &value
+		}
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
 		}
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.RetryAfter = value
+			headers.RetryAfter = &value
 		}
 		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XContentTypeOptions = value
+			headers.XContentTypeOptions = &value
 		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XRequestId = value
+			headers.XRequestId = &value
 		}
 		response.Headers429 = &headers
 	case rsp.StatusCode == 500:
 		var headers GetBranchResponse500Headers
-		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+		if values := rsp.Header.Values("Apigw-Requestid"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "Apigw-Requestid", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.CacheControl = value
+			headers.ApigwRequestid = &value
+		}
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
 		}
 		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XContentTypeOptions = value
+			headers.XContentTypeOptions = &value
 		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XRequestId = value
+			headers.XRequestId = &value
 		}
 		response.Headers500 = &headers
 	case rsp.StatusCode == 503:
 		var headers GetBranchResponse503Headers
-		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+		if values := rsp.Header.Values("Apigw-Requestid"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "Apigw-Requestid", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.CacheControl = value
+			headers.ApigwRequestid = &value
+		}
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
 		}
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.RetryAfter = value
+			headers.RetryAfter = &value
 		}
 		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XContentTypeOptions = value
+			headers.XContentTypeOptions = &value
 		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XRequestId = value
+			headers.XRequestId = &value
 		}
 		response.Headers503 = &headers
+	case rsp.StatusCode == 504:
+		var headers GetBranchResponse504Headers
+		if values := rsp.Header.Values("Apigw-Requestid"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Apigw-Requestid", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.ApigwRequestid = &value
+		}
+		response.Headers504 = &headers
 	}
 
 	return response, nil
@@ -14188,8 +20790,15 @@ func ParsePatchBranchResponse(rsp *http.Response) (*PatchBranchResponse, error) 
 		}
 		response.ApplicationproblemJSON412 = &dest
 
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
-		var dest BodyTooLarge
+	case rsp.Header.Get("Content-Type") == "application/json" && rsp.StatusCode == 413:
+		var dest BodyTooLargeApplicationJSON
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON413 = &dest
+
+	case rsp.Header.Get("Content-Type") == "application/problem+json" && rsp.StatusCode == 413:
+		var dest BodyTooLargeApplicationProblemPlusJSON
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
@@ -14216,26 +20825,54 @@ func ParsePatchBranchResponse(rsp *http.Response) (*PatchBranchResponse, error) 
 		}
 		response.ApplicationproblemJSON428 = &dest
 
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
-		var dest RateLimited
+	case rsp.Header.Get("Content-Type") == "application/json" && rsp.StatusCode == 429:
+		var dest RateLimitedApplicationJSON
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON429 = &dest
+
+	case rsp.Header.Get("Content-Type") == "application/problem+json" && rsp.StatusCode == 429:
+		var dest RateLimitedApplicationProblemPlusJSON
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON429 = &dest
 
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
-		var dest Internal
+	case rsp.Header.Get("Content-Type") == "application/json" && rsp.StatusCode == 500:
+		var dest InternalApplicationJSON
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON500 = &dest
+
+	case rsp.Header.Get("Content-Type") == "application/problem+json" && rsp.StatusCode == 500:
+		var dest InternalApplicationProblemPlusJSON
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON500 = &dest
 
-	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
-		var dest Unavailable
+	case rsp.Header.Get("Content-Type") == "application/json" && rsp.StatusCode == 503:
+		var dest UnavailableApplicationJSON
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON503 = &dest
+
+	case rsp.Header.Get("Content-Type") == "application/problem+json" && rsp.StatusCode == 503:
+		var dest UnavailableApplicationProblemPlusJSON
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.ApplicationproblemJSON503 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 504:
+		var dest GatewayTimeout
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON504 = &dest
 
 	}
 
@@ -14473,26 +21110,33 @@ func ParsePatchBranchResponse(rsp *http.Response) (*PatchBranchResponse, error) 
 		response.Headers412 = &headers
 	case rsp.StatusCode == 413:
 		var headers PatchBranchResponse413Headers
-		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+		if values := rsp.Header.Values("Apigw-Requestid"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "Apigw-Requestid", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.CacheControl = value
+			headers.ApigwRequestid = &value
+		}
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
 		}
 		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XContentTypeOptions = value
+			headers.XContentTypeOptions = &value
 		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XRequestId = value
+			headers.XRequestId = &value
 		}
 		response.Headers413 = &headers
 	case rsp.StatusCode == 415:
@@ -14576,61 +21220,229 @@ func ParsePatchBranchResponse(rsp *http.Response) (*PatchBranchResponse, error) 
 		response.Headers428 = &headers
 	case rsp.StatusCode == 429:
 		var headers PatchBranchResponse429Headers
-		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+		if values := rsp.Header.Values("Apigw-Requestid"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "Apigw-Requestid", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.CacheControl = value
+			headers.ApigwRequestid = &value
+		}
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
 		}
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.RetryAfter = value
+			headers.RetryAfter = &value
 		}
 		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XContentTypeOptions = value
+			headers.XContentTypeOptions = &value
 		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XRequestId = value
+			headers.XRequestId = &value
 		}
 		response.Headers429 = &headers
 	case rsp.StatusCode == 500:
 		var headers PatchBranchResponse500Headers
-		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+		if values := rsp.Header.Values("Apigw-Requestid"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "Apigw-Requestid", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.CacheControl = value
+			headers.ApigwRequestid = &value
+		}
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
 		}
 		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XContentTypeOptions = value
+			headers.XContentTypeOptions = &value
 		}
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.XRequestId = value
+			headers.XRequestId = &value
 		}
 		response.Headers500 = &headers
 	case rsp.StatusCode == 503:
 		var headers PatchBranchResponse503Headers
+		if values := rsp.Header.Values("Apigw-Requestid"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Apigw-Requestid", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.ApigwRequestid = &value
+		}
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers503 = &headers
+	case rsp.StatusCode == 504:
+		var headers PatchBranchResponse504Headers
+		if values := rsp.Header.Values("Apigw-Requestid"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Apigw-Requestid", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.ApigwRequestid = &value
+		}
+		response.Headers504 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseReportRangeResponse parses an HTTP response from a ReportRangeWithResponse call
+func ParseReportRangeResponse(rsp *http.Response) (*ReportRangeResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ReportRangeResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest ReportRange
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthenticated
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest GatewayPayloadTooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON413 = &dest
+
+	case rsp.Header.Get("Content-Type") == "application/json" && rsp.StatusCode == 429:
+		var dest RateLimitedApplicationJSON
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON429 = &dest
+
+	case rsp.Header.Get("Content-Type") == "application/problem+json" && rsp.StatusCode == 429:
+		var dest RateLimitedApplicationProblemPlusJSON
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case rsp.Header.Get("Content-Type") == "application/json" && rsp.StatusCode == 500:
+		var dest InternalApplicationJSON
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON500 = &dest
+
+	case rsp.Header.Get("Content-Type") == "application/problem+json" && rsp.StatusCode == 500:
+		var dest InternalApplicationProblemPlusJSON
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON500 = &dest
+
+	case rsp.Header.Get("Content-Type") == "application/json" && rsp.StatusCode == 503:
+		var dest UnavailableApplicationJSON
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON503 = &dest
+
+	case rsp.Header.Get("Content-Type") == "application/problem+json" && rsp.StatusCode == 503:
+		var dest UnavailableApplicationProblemPlusJSON
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 504:
+		var dest GatewayTimeout
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON504 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers ReportRangeResponse200Headers
 		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
@@ -14638,12 +21450,29 @@ func ParsePatchBranchResponse(rsp *http.Response) (*PatchBranchResponse, error) 
 			}
 			headers.CacheControl = value
 		}
-		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
-			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.RetryAfter = value
+			headers.XRequestId = value
+		}
+		response.Headers200 = &headers
+	case rsp.StatusCode == 400:
+		var headers ReportRangeResponse400Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
 		}
 		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
 			var value string
@@ -14659,7 +21488,3358 @@ func ParsePatchBranchResponse(rsp *http.Response) (*PatchBranchResponse, error) 
 			}
 			headers.XRequestId = value
 		}
+		response.Headers400 = &headers
+	case rsp.StatusCode == 401:
+		var headers ReportRangeResponse401Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 403:
+		var headers ReportRangeResponse403Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers403 = &headers
+	case rsp.StatusCode == 413:
+		var headers ReportRangeResponse413Headers
+		if values := rsp.Header.Values("Apigw-Requestid"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Apigw-Requestid", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.ApigwRequestid = &value
+		}
+		response.Headers413 = &headers
+	case rsp.StatusCode == 429:
+		var headers ReportRangeResponse429Headers
+		if values := rsp.Header.Values("Apigw-Requestid"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Apigw-Requestid", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.ApigwRequestid = &value
+		}
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers429 = &headers
+	case rsp.StatusCode == 500:
+		var headers ReportRangeResponse500Headers
+		if values := rsp.Header.Values("Apigw-Requestid"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Apigw-Requestid", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.ApigwRequestid = &value
+		}
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers500 = &headers
+	case rsp.StatusCode == 503:
+		var headers ReportRangeResponse503Headers
+		if values := rsp.Header.Values("Apigw-Requestid"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Apigw-Requestid", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.ApigwRequestid = &value
+		}
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
 		response.Headers503 = &headers
+	case rsp.StatusCode == 504:
+		var headers ReportRangeResponse504Headers
+		if values := rsp.Header.Values("Apigw-Requestid"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Apigw-Requestid", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.ApigwRequestid = &value
+		}
+		response.Headers504 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseGetReportResponse parses an HTTP response from a GetReportWithResponse call
+func ParseGetReportResponse(rsp *http.Response) (*GetReportResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &GetReportResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Report
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthenticated
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest GatewayPayloadTooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON413 = &dest
+
+	case rsp.Header.Get("Content-Type") == "application/json" && rsp.StatusCode == 429:
+		var dest RateLimitedApplicationJSON
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON429 = &dest
+
+	case rsp.Header.Get("Content-Type") == "application/problem+json" && rsp.StatusCode == 429:
+		var dest RateLimitedApplicationProblemPlusJSON
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case rsp.Header.Get("Content-Type") == "application/json" && rsp.StatusCode == 500:
+		var dest InternalApplicationJSON
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON500 = &dest
+
+	case rsp.Header.Get("Content-Type") == "application/problem+json" && rsp.StatusCode == 500:
+		var dest InternalApplicationProblemPlusJSON
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON500 = &dest
+
+	case rsp.Header.Get("Content-Type") == "application/json" && rsp.StatusCode == 503:
+		var dest UnavailableApplicationJSON
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON503 = &dest
+
+	case rsp.Header.Get("Content-Type") == "application/problem+json" && rsp.StatusCode == 503:
+		var dest UnavailableApplicationProblemPlusJSON
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 504:
+		var dest GatewayTimeout
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON504 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers GetReportResponse200Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("Last-Modified"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Last-Modified", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.LastModified = &value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers200 = &headers
+	case rsp.StatusCode == 400:
+		var headers GetReportResponse400Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers400 = &headers
+	case rsp.StatusCode == 401:
+		var headers GetReportResponse401Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 403:
+		var headers GetReportResponse403Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers403 = &headers
+	case rsp.StatusCode == 404:
+		var headers GetReportResponse404Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers404 = &headers
+	case rsp.StatusCode == 413:
+		var headers GetReportResponse413Headers
+		if values := rsp.Header.Values("Apigw-Requestid"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Apigw-Requestid", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.ApigwRequestid = &value
+		}
+		response.Headers413 = &headers
+	case rsp.StatusCode == 429:
+		var headers GetReportResponse429Headers
+		if values := rsp.Header.Values("Apigw-Requestid"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Apigw-Requestid", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.ApigwRequestid = &value
+		}
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers429 = &headers
+	case rsp.StatusCode == 500:
+		var headers GetReportResponse500Headers
+		if values := rsp.Header.Values("Apigw-Requestid"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Apigw-Requestid", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.ApigwRequestid = &value
+		}
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers500 = &headers
+	case rsp.StatusCode == 503:
+		var headers GetReportResponse503Headers
+		if values := rsp.Header.Values("Apigw-Requestid"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Apigw-Requestid", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.ApigwRequestid = &value
+		}
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers503 = &headers
+	case rsp.StatusCode == 504:
+		var headers GetReportResponse504Headers
+		if values := rsp.Header.Values("Apigw-Requestid"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Apigw-Requestid", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.ApigwRequestid = &value
+		}
+		response.Headers504 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseListTransactionsResponse parses an HTTP response from a ListTransactionsWithResponse call
+func ParseListTransactionsResponse(rsp *http.Response) (*ListTransactionsResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ListTransactionsResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest TransactionPage
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthenticated
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest GatewayPayloadTooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON413 = &dest
+
+	case rsp.Header.Get("Content-Type") == "application/json" && rsp.StatusCode == 429:
+		var dest RateLimitedApplicationJSON
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON429 = &dest
+
+	case rsp.Header.Get("Content-Type") == "application/problem+json" && rsp.StatusCode == 429:
+		var dest RateLimitedApplicationProblemPlusJSON
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case rsp.Header.Get("Content-Type") == "application/json" && rsp.StatusCode == 500:
+		var dest InternalApplicationJSON
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON500 = &dest
+
+	case rsp.Header.Get("Content-Type") == "application/problem+json" && rsp.StatusCode == 500:
+		var dest InternalApplicationProblemPlusJSON
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON500 = &dest
+
+	case rsp.Header.Get("Content-Type") == "application/json" && rsp.StatusCode == 503:
+		var dest UnavailableApplicationJSON
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON503 = &dest
+
+	case rsp.Header.Get("Content-Type") == "application/problem+json" && rsp.StatusCode == 503:
+		var dest UnavailableApplicationProblemPlusJSON
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 504:
+		var dest GatewayTimeout
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON504 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers ListTransactionsResponse200Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers200 = &headers
+	case rsp.StatusCode == 400:
+		var headers ListTransactionsResponse400Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers400 = &headers
+	case rsp.StatusCode == 401:
+		var headers ListTransactionsResponse401Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 403:
+		var headers ListTransactionsResponse403Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers403 = &headers
+	case rsp.StatusCode == 413:
+		var headers ListTransactionsResponse413Headers
+		if values := rsp.Header.Values("Apigw-Requestid"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Apigw-Requestid", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.ApigwRequestid = &value
+		}
+		response.Headers413 = &headers
+	case rsp.StatusCode == 429:
+		var headers ListTransactionsResponse429Headers
+		if values := rsp.Header.Values("Apigw-Requestid"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Apigw-Requestid", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.ApigwRequestid = &value
+		}
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers429 = &headers
+	case rsp.StatusCode == 500:
+		var headers ListTransactionsResponse500Headers
+		if values := rsp.Header.Values("Apigw-Requestid"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Apigw-Requestid", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.ApigwRequestid = &value
+		}
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers500 = &headers
+	case rsp.StatusCode == 503:
+		var headers ListTransactionsResponse503Headers
+		if values := rsp.Header.Values("Apigw-Requestid"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Apigw-Requestid", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.ApigwRequestid = &value
+		}
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers503 = &headers
+	case rsp.StatusCode == 504:
+		var headers ListTransactionsResponse504Headers
+		if values := rsp.Header.Values("Apigw-Requestid"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Apigw-Requestid", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.ApigwRequestid = &value
+		}
+		response.Headers504 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseCreateTransactionResponse parses an HTTP response from a CreateTransactionWithResponse call
+func ParseCreateTransactionResponse(rsp *http.Response) (*CreateTransactionResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &CreateTransactionResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 201:
+		var dest Transaction
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON201 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthenticated
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Conflict
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON409 = &dest
+
+	case rsp.Header.Get("Content-Type") == "application/json" && rsp.StatusCode == 413:
+		var dest BodyTooLargeApplicationJSON
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON413 = &dest
+
+	case rsp.Header.Get("Content-Type") == "application/problem+json" && rsp.StatusCode == 413:
+		var dest BodyTooLargeApplicationProblemPlusJSON
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 415:
+		var dest UnsupportedMediaType
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON415 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest Unprocessable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON422 = &dest
+
+	case rsp.Header.Get("Content-Type") == "application/json" && rsp.StatusCode == 429:
+		var dest RateLimitedApplicationJSON
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON429 = &dest
+
+	case rsp.Header.Get("Content-Type") == "application/problem+json" && rsp.StatusCode == 429:
+		var dest RateLimitedApplicationProblemPlusJSON
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case rsp.Header.Get("Content-Type") == "application/json" && rsp.StatusCode == 500:
+		var dest InternalApplicationJSON
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON500 = &dest
+
+	case rsp.Header.Get("Content-Type") == "application/problem+json" && rsp.StatusCode == 500:
+		var dest InternalApplicationProblemPlusJSON
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON500 = &dest
+
+	case rsp.Header.Get("Content-Type") == "application/json" && rsp.StatusCode == 503:
+		var dest UnavailableApplicationJSON
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON503 = &dest
+
+	case rsp.Header.Get("Content-Type") == "application/problem+json" && rsp.StatusCode == 503:
+		var dest UnavailableApplicationProblemPlusJSON
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 504:
+		var dest GatewayTimeout
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON504 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 201:
+		var headers CreateTransactionResponse201Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("ETag"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "ETag", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.ETag = value
+		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("Location"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Location", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.Location = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers201 = &headers
+	case rsp.StatusCode == 400:
+		var headers CreateTransactionResponse400Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers400 = &headers
+	case rsp.StatusCode == 401:
+		var headers CreateTransactionResponse401Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 403:
+		var headers CreateTransactionResponse403Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers403 = &headers
+	case rsp.StatusCode == 404:
+		var headers CreateTransactionResponse404Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers404 = &headers
+	case rsp.StatusCode == 409:
+		var headers CreateTransactionResponse409Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers409 = &headers
+	case rsp.StatusCode == 413:
+		var headers CreateTransactionResponse413Headers
+		if values := rsp.Header.Values("Apigw-Requestid"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Apigw-Requestid", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.ApigwRequestid = &value
+		}
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers413 = &headers
+	case rsp.StatusCode == 415:
+		var headers CreateTransactionResponse415Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers415 = &headers
+	case rsp.StatusCode == 422:
+		var headers CreateTransactionResponse422Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers422 = &headers
+	case rsp.StatusCode == 429:
+		var headers CreateTransactionResponse429Headers
+		if values := rsp.Header.Values("Apigw-Requestid"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Apigw-Requestid", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.ApigwRequestid = &value
+		}
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers429 = &headers
+	case rsp.StatusCode == 500:
+		var headers CreateTransactionResponse500Headers
+		if values := rsp.Header.Values("Apigw-Requestid"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Apigw-Requestid", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.ApigwRequestid = &value
+		}
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers500 = &headers
+	case rsp.StatusCode == 503:
+		var headers CreateTransactionResponse503Headers
+		if values := rsp.Header.Values("Apigw-Requestid"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Apigw-Requestid", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.ApigwRequestid = &value
+		}
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers503 = &headers
+	case rsp.StatusCode == 504:
+		var headers CreateTransactionResponse504Headers
+		if values := rsp.Header.Values("Apigw-Requestid"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Apigw-Requestid", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.ApigwRequestid = &value
+		}
+		response.Headers504 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseDeleteTransactionResponse parses an HTTP response from a DeleteTransactionWithResponse call
+func ParseDeleteTransactionResponse(rsp *http.Response) (*DeleteTransactionResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &DeleteTransactionResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case rsp.StatusCode == 204:
+		break // No content-type
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthenticated
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Conflict
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 412:
+		var dest VersionMismatch
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON412 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest GatewayPayloadTooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest IdempotencyKeyReused
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON422 = &dest
+
+	case rsp.Header.Get("Content-Type") == "application/json" && rsp.StatusCode == 429:
+		var dest RateLimitedApplicationJSON
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON429 = &dest
+
+	case rsp.Header.Get("Content-Type") == "application/problem+json" && rsp.StatusCode == 429:
+		var dest RateLimitedApplicationProblemPlusJSON
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case rsp.Header.Get("Content-Type") == "application/json" && rsp.StatusCode == 500:
+		var dest InternalApplicationJSON
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON500 = &dest
+
+	case rsp.Header.Get("Content-Type") == "application/problem+json" && rsp.StatusCode == 500:
+		var dest InternalApplicationProblemPlusJSON
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON500 = &dest
+
+	case rsp.Header.Get("Content-Type") == "application/json" && rsp.StatusCode == 503:
+		var dest UnavailableApplicationJSON
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON503 = &dest
+
+	case rsp.Header.Get("Content-Type") == "application/problem+json" && rsp.StatusCode == 503:
+		var dest UnavailableApplicationProblemPlusJSON
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 504:
+		var dest GatewayTimeout
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON504 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 204:
+		var headers DeleteTransactionResponse204Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers204 = &headers
+	case rsp.StatusCode == 400:
+		var headers DeleteTransactionResponse400Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers400 = &headers
+	case rsp.StatusCode == 401:
+		var headers DeleteTransactionResponse401Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 403:
+		var headers DeleteTransactionResponse403Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers403 = &headers
+	case rsp.StatusCode == 404:
+		var headers DeleteTransactionResponse404Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers404 = &headers
+	case rsp.StatusCode == 409:
+		var headers DeleteTransactionResponse409Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers409 = &headers
+	case rsp.StatusCode == 412:
+		var headers DeleteTransactionResponse412Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("ETag"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "ETag", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.ETag = value
+		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers412 = &headers
+	case rsp.StatusCode == 413:
+		var headers DeleteTransactionResponse413Headers
+		if values := rsp.Header.Values("Apigw-Requestid"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Apigw-Requestid", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.ApigwRequestid = &value
+		}
+		response.Headers413 = &headers
+	case rsp.StatusCode == 422:
+		var headers DeleteTransactionResponse422Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers422 = &headers
+	case rsp.StatusCode == 429:
+		var headers DeleteTransactionResponse429Headers
+		if values := rsp.Header.Values("Apigw-Requestid"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Apigw-Requestid", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.ApigwRequestid = &value
+		}
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers429 = &headers
+	case rsp.StatusCode == 500:
+		var headers DeleteTransactionResponse500Headers
+		if values := rsp.Header.Values("Apigw-Requestid"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Apigw-Requestid", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.ApigwRequestid = &value
+		}
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers500 = &headers
+	case rsp.StatusCode == 503:
+		var headers DeleteTransactionResponse503Headers
+		if values := rsp.Header.Values("Apigw-Requestid"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Apigw-Requestid", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.ApigwRequestid = &value
+		}
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers503 = &headers
+	case rsp.StatusCode == 504:
+		var headers DeleteTransactionResponse504Headers
+		if values := rsp.Header.Values("Apigw-Requestid"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Apigw-Requestid", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.ApigwRequestid = &value
+		}
+		response.Headers504 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseGetTransactionResponse parses an HTTP response from a GetTransactionWithResponse call
+func ParseGetTransactionResponse(rsp *http.Response) (*GetTransactionResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &GetTransactionResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Transaction
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthenticated
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest GatewayPayloadTooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON413 = &dest
+
+	case rsp.Header.Get("Content-Type") == "application/json" && rsp.StatusCode == 429:
+		var dest RateLimitedApplicationJSON
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON429 = &dest
+
+	case rsp.Header.Get("Content-Type") == "application/problem+json" && rsp.StatusCode == 429:
+		var dest RateLimitedApplicationProblemPlusJSON
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case rsp.Header.Get("Content-Type") == "application/json" && rsp.StatusCode == 500:
+		var dest InternalApplicationJSON
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON500 = &dest
+
+	case rsp.Header.Get("Content-Type") == "application/problem+json" && rsp.StatusCode == 500:
+		var dest InternalApplicationProblemPlusJSON
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON500 = &dest
+
+	case rsp.Header.Get("Content-Type") == "application/json" && rsp.StatusCode == 503:
+		var dest UnavailableApplicationJSON
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON503 = &dest
+
+	case rsp.Header.Get("Content-Type") == "application/problem+json" && rsp.StatusCode == 503:
+		var dest UnavailableApplicationProblemPlusJSON
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 504:
+		var dest GatewayTimeout
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON504 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers GetTransactionResponse200Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("ETag"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "ETag", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.ETag = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers200 = &headers
+	case rsp.StatusCode == 400:
+		var headers GetTransactionResponse400Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers400 = &headers
+	case rsp.StatusCode == 401:
+		var headers GetTransactionResponse401Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 403:
+		var headers GetTransactionResponse403Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers403 = &headers
+	case rsp.StatusCode == 404:
+		var headers GetTransactionResponse404Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers404 = &headers
+	case rsp.StatusCode == 413:
+		var headers GetTransactionResponse413Headers
+		if values := rsp.Header.Values("Apigw-Requestid"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Apigw-Requestid", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.ApigwRequestid = &value
+		}
+		response.Headers413 = &headers
+	case rsp.StatusCode == 429:
+		var headers GetTransactionResponse429Headers
+		if values := rsp.Header.Values("Apigw-Requestid"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Apigw-Requestid", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.ApigwRequestid = &value
+		}
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers429 = &headers
+	case rsp.StatusCode == 500:
+		var headers GetTransactionResponse500Headers
+		if values := rsp.Header.Values("Apigw-Requestid"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Apigw-Requestid", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.ApigwRequestid = &value
+		}
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers500 = &headers
+	case rsp.StatusCode == 503:
+		var headers GetTransactionResponse503Headers
+		if values := rsp.Header.Values("Apigw-Requestid"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Apigw-Requestid", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.ApigwRequestid = &value
+		}
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers503 = &headers
+	case rsp.StatusCode == 504:
+		var headers GetTransactionResponse504Headers
+		if values := rsp.Header.Values("Apigw-Requestid"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Apigw-Requestid", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.ApigwRequestid = &value
+		}
+		response.Headers504 = &headers
+	}
+
+	return response, nil
+}
+
+// ParsePatchTransactionResponse parses an HTTP response from a PatchTransactionWithResponse call
+func ParsePatchTransactionResponse(rsp *http.Response) (*PatchTransactionResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &PatchTransactionResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Transaction
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthenticated
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Conflict
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 412:
+		var dest VersionMismatch
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON412 = &dest
+
+	case rsp.Header.Get("Content-Type") == "application/json" && rsp.StatusCode == 413:
+		var dest BodyTooLargeApplicationJSON
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON413 = &dest
+
+	case rsp.Header.Get("Content-Type") == "application/problem+json" && rsp.StatusCode == 413:
+		var dest BodyTooLargeApplicationProblemPlusJSON
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 415:
+		var dest UnsupportedMediaType
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON415 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest Unprocessable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 428:
+		var dest PreconditionRequired
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON428 = &dest
+
+	case rsp.Header.Get("Content-Type") == "application/json" && rsp.StatusCode == 429:
+		var dest RateLimitedApplicationJSON
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON429 = &dest
+
+	case rsp.Header.Get("Content-Type") == "application/problem+json" && rsp.StatusCode == 429:
+		var dest RateLimitedApplicationProblemPlusJSON
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case rsp.Header.Get("Content-Type") == "application/json" && rsp.StatusCode == 500:
+		var dest InternalApplicationJSON
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON500 = &dest
+
+	case rsp.Header.Get("Content-Type") == "application/problem+json" && rsp.StatusCode == 500:
+		var dest InternalApplicationProblemPlusJSON
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON500 = &dest
+
+	case rsp.Header.Get("Content-Type") == "application/json" && rsp.StatusCode == 503:
+		var dest UnavailableApplicationJSON
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON503 = &dest
+
+	case rsp.Header.Get("Content-Type") == "application/problem+json" && rsp.StatusCode == 503:
+		var dest UnavailableApplicationProblemPlusJSON
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 504:
+		var dest GatewayTimeout
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON504 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers PatchTransactionResponse200Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("ETag"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "ETag", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.ETag = value
+		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers200 = &headers
+	case rsp.StatusCode == 400:
+		var headers PatchTransactionResponse400Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers400 = &headers
+	case rsp.StatusCode == 401:
+		var headers PatchTransactionResponse401Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 403:
+		var headers PatchTransactionResponse403Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers403 = &headers
+	case rsp.StatusCode == 404:
+		var headers PatchTransactionResponse404Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers404 = &headers
+	case rsp.StatusCode == 409:
+		var headers PatchTransactionResponse409Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers409 = &headers
+	case rsp.StatusCode == 412:
+		var headers PatchTransactionResponse412Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("ETag"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "ETag", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.ETag = value
+		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers412 = &headers
+	case rsp.StatusCode == 413:
+		var headers PatchTransactionResponse413Headers
+		if values := rsp.Header.Values("Apigw-Requestid"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Apigw-Requestid", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.ApigwRequestid = &value
+		}
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers413 = &headers
+	case rsp.StatusCode == 415:
+		var headers PatchTransactionResponse415Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers415 = &headers
+	case rsp.StatusCode == 422:
+		var headers PatchTransactionResponse422Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers422 = &headers
+	case rsp.StatusCode == 428:
+		var headers PatchTransactionResponse428Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers428 = &headers
+	case rsp.StatusCode == 429:
+		var headers PatchTransactionResponse429Headers
+		if values := rsp.Header.Values("Apigw-Requestid"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Apigw-Requestid", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.ApigwRequestid = &value
+		}
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers429 = &headers
+	case rsp.StatusCode == 500:
+		var headers PatchTransactionResponse500Headers
+		if values := rsp.Header.Values("Apigw-Requestid"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Apigw-Requestid", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.ApigwRequestid = &value
+		}
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers500 = &headers
+	case rsp.StatusCode == 503:
+		var headers PatchTransactionResponse503Headers
+		if values := rsp.Header.Values("Apigw-Requestid"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Apigw-Requestid", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.ApigwRequestid = &value
+		}
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers503 = &headers
+	case rsp.StatusCode == 504:
+		var headers PatchTransactionResponse504Headers
+		if values := rsp.Header.Values("Apigw-Requestid"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Apigw-Requestid", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.ApigwRequestid = &value
+		}
+		response.Headers504 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseTransactionHistoryResponse parses an HTTP response from a TransactionHistoryWithResponse call
+func ParseTransactionHistoryResponse(rsp *http.Response) (*TransactionHistoryResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &TransactionHistoryResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest HistoryPage
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthenticated
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest GatewayPayloadTooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON413 = &dest
+
+	case rsp.Header.Get("Content-Type") == "application/json" && rsp.StatusCode == 429:
+		var dest RateLimitedApplicationJSON
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON429 = &dest
+
+	case rsp.Header.Get("Content-Type") == "application/problem+json" && rsp.StatusCode == 429:
+		var dest RateLimitedApplicationProblemPlusJSON
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case rsp.Header.Get("Content-Type") == "application/json" && rsp.StatusCode == 500:
+		var dest InternalApplicationJSON
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON500 = &dest
+
+	case rsp.Header.Get("Content-Type") == "application/problem+json" && rsp.StatusCode == 500:
+		var dest InternalApplicationProblemPlusJSON
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON500 = &dest
+
+	case rsp.Header.Get("Content-Type") == "application/json" && rsp.StatusCode == 503:
+		var dest UnavailableApplicationJSON
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON503 = &dest
+
+	case rsp.Header.Get("Content-Type") == "application/problem+json" && rsp.StatusCode == 503:
+		var dest UnavailableApplicationProblemPlusJSON
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 504:
+		var dest GatewayTimeout
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON504 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers TransactionHistoryResponse200Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers200 = &headers
+	case rsp.StatusCode == 400:
+		var headers TransactionHistoryResponse400Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers400 = &headers
+	case rsp.StatusCode == 401:
+		var headers TransactionHistoryResponse401Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 403:
+		var headers TransactionHistoryResponse403Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers403 = &headers
+	case rsp.StatusCode == 404:
+		var headers TransactionHistoryResponse404Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers404 = &headers
+	case rsp.StatusCode == 413:
+		var headers TransactionHistoryResponse413Headers
+		if values := rsp.Header.Values("Apigw-Requestid"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Apigw-Requestid", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.ApigwRequestid = &value
+		}
+		response.Headers413 = &headers
+	case rsp.StatusCode == 429:
+		var headers TransactionHistoryResponse429Headers
+		if values := rsp.Header.Values("Apigw-Requestid"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Apigw-Requestid", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.ApigwRequestid = &value
+		}
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers429 = &headers
+	case rsp.StatusCode == 500:
+		var headers TransactionHistoryResponse500Headers
+		if values := rsp.Header.Values("Apigw-Requestid"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Apigw-Requestid", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.ApigwRequestid = &value
+		}
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers500 = &headers
+	case rsp.StatusCode == 503:
+		var headers TransactionHistoryResponse503Headers
+		if values := rsp.Header.Values("Apigw-Requestid"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Apigw-Requestid", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.ApigwRequestid = &value
+		}
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers503 = &headers
+	case rsp.StatusCode == 504:
+		var headers TransactionHistoryResponse504Headers
+		if values := rsp.Header.Values("Apigw-Requestid"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Apigw-Requestid", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.ApigwRequestid = &value
+		}
+		response.Headers504 = &headers
 	}
 
 	return response, nil
