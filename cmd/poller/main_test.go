@@ -119,6 +119,13 @@ func TestRun_FlagErrorsExitTwoAndHelpExitsZero(t *testing.T) {
 		{"batch window too long", map[string]string{"LEDGER_BATCH_WINDOW": "10m"}, nil, []string{"--batch-window 10m0s: want between 1ms and 5m0s"}},
 		{"batch window negative", nil, []string{"--batch-window", "-1s"}, []string{"--batch-window -1s: want between 1ms and 5m0s"}},
 		{"batch window not a duration", nil, []string{"--batch-window", "2"}, []string{`--batch-window "2": not a duration`}},
+		{"max idle backoff under the idle backoff", nil, []string{"--idle-backoff", "2s", "--max-idle-backoff", "1s"},
+			[]string{"--max-idle-backoff 1s: want at least --idle-backoff 2s"}},
+		{"max idle backoff past an iterator's life", map[string]string{"LEDGER_MAX_IDLE_BACKOFF": "20m"}, nil,
+			[]string{"--max-idle-backoff 20m0s: want between 10ms and 10m0s"}},
+		{"max held records", nil, []string{"--max-held-records", "0"}, []string{`--max-held-records "0": want a number from 1 to 10000000`}},
+		{"max held bytes under a page", nil, []string{"--max-held-bytes", "1000"}, []string{`--max-held-bytes "1000": want a number from 1048576 to 1099511627776`}},
+		{"max held records not a number", map[string]string{"LEDGER_MAX_HELD_RECORDS": "1GB"}, nil, []string{`--max-held-records "1GB"`}},
 		{"unknown flag", nil, []string{"--nope"}, []string{"flag provided but not defined: -nope"}},
 		{"arguments", nil, []string{"extra"}, []string{"unexpected arguments: extra"}},
 		{"empty table", map[string]string{}, []string{"--table", ""}, []string{"--table: must not be empty"}},
@@ -136,7 +143,9 @@ func TestRun_FlagErrorsExitTwoAndHelpExitsZero(t *testing.T) {
 	var out, errOut bytes.Buffer
 	require.Equal(t, exitOK, Run(context.Background(), []string{"--help"}, func(string) string { return "" }, &out, &errOut))
 	for _, f := range []string{"-table", "LEDGER_TABLE", "-metrics-addr", "LEDGER_METRICS_ADDR", ":9102", "-start-position", "TRIM_HORIZON",
-		"-idle-backoff", "-lease-duration", "-owner", "hostname-pid", "-log-format", "-drain", "-batch-records", "LEDGER_BATCH_RECORDS", "-batch-window", "LEDGER_BATCH_WINDOW", "AWS_ENDPOINT_URL"} {
+		"-idle-backoff", "-lease-duration", "-owner", "hostname-pid", "-log-format", "-drain", "-batch-records", "LEDGER_BATCH_RECORDS", "-batch-window", "LEDGER_BATCH_WINDOW",
+		"-max-idle-backoff", "LEDGER_MAX_IDLE_BACKOFF", "-max-held-records", "LEDGER_MAX_HELD_RECORDS",
+		"-max-held-bytes", "LEDGER_MAX_HELD_BYTES", "AWS_ENDPOINT_URL"} {
 		assert.Contains(t, errOut.String(), f)
 	}
 }
@@ -161,6 +170,31 @@ func TestParseFlags_BatchWindowAndBatchRecords(t *testing.T) {
 			require.NoError(t, err)
 			assert.Equal(t, tt.wantWindow, o.batchWindow)
 			assert.Equal(t, tt.wantBatch, o.batchRecords)
+		})
+	}
+}
+
+// The idle backoff's cap and the records budget: flag over environment
+// over the defaults (an unset cap is the poller's: 10s, or --idle-backoff
+// when longer).
+func TestParseFlags_MaxIdleBackoffAndMaxHeldRecords(t *testing.T) {
+	for _, tt := range []struct {
+		name     string
+		env      map[string]string
+		args     []string
+		wantIdle time.Duration // 0: the poller's default
+		wantHeld int
+	}{
+		{"defaults", nil, nil, 0, poller.MaxHeldRecordsSetting.Default},
+		{"environment", map[string]string{"LEDGER_MAX_IDLE_BACKOFF": "1m", "LEDGER_MAX_HELD_RECORDS": "5000"}, nil, time.Minute, 5000},
+		{"flag over environment", map[string]string{"LEDGER_MAX_IDLE_BACKOFF": "1m"}, []string{"--max-idle-backoff", "1s", "--max-held-records", "100"}, time.Second, 100},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			o, err := parseFlags(tt.args, func(k string) string { return tt.env[k] }, io.Discard)
+			require.NoError(t, err)
+			assert.Equal(t, tt.wantIdle, o.maxIdleBackoff)
+			assert.Equal(t, tt.wantHeld, o.maxHeldRecords)
+			assert.Equal(t, poller.MaxHeldBytesSetting.Default, o.maxHeldBytes)
 		})
 	}
 }

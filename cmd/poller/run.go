@@ -35,6 +35,9 @@ type options struct {
 	metricsAddr        string
 	startPosition      poller.StartPosition
 	idleBackoff        time.Duration
+	maxIdleBackoff     time.Duration
+	maxHeldRecords     int
+	maxHeldBytes       int
 	leaseDuration      time.Duration
 	checkpointInterval time.Duration
 	discoverInterval   time.Duration
@@ -78,7 +81,7 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (op
 	if host == "" {
 		host = "poller"
 	}
-	var startPos, idle, lease, cpEvery, discover, shutdown, level, batch, window string
+	var startPos, idle, maxIdle, held, heldBytes, lease, cpEvery, discover, shutdown, level, batch, window string
 	var errs []error
 	drainDefault, err := strconv.ParseBool(env("LEDGER_DRAIN", "false"))
 	if err != nil {
@@ -92,7 +95,13 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (op
 	fs.StringVar(&startPos, "start-position", env("LEDGER_START_POSITION", string(poller.TrimHorizon)),
 		"`POSITION` of shards that have no checkpoint: TRIM_HORIZON (everything the stream holds) or LATEST (then run 'ledgerctl reconcile --repair' once caught up) (env LEDGER_START_POSITION)")
 	fs.StringVar(&idle, "idle-backoff", env("LEDGER_IDLE_BACKOFF", poller.IdleBackoffSetting.Default.String()),
-		"longest wait (a `DURATION`, e.g. 500ms) between two empty polls of a shard (env LEDGER_IDLE_BACKOFF)")
+		"the fast polling interval (a `DURATION`, e.g. 500ms) of a shard whose pages are empty; a page with records brings a shard back to it (env LEDGER_IDLE_BACKOFF)")
+	fs.StringVar(&maxIdle, "max-idle-backoff", env("LEDGER_MAX_IDLE_BACKOFF", ""),
+		"longest wait (a `DURATION`, at most 10m; default 10s, or --idle-backoff if longer) between two polls of a shard that stays idle: past --idle-backoff the wait doubles per empty page up to it. An idle shard costs about 1 GetRecords per 0.875 of it; the first write after a quiet period waits up to it longer. Equal to --idle-backoff: no growth (env LEDGER_MAX_IDLE_BACKOFF)")
+	fs.StringVar(&held, "max-held-records", env("LEDGER_MAX_HELD_RECORDS", strconv.Itoa(poller.MaxHeldRecordsSetting.Default)),
+		"most stream `RECORDS` in memory across all the shards this poller reads (reads in flight, batches gathered and being committed): shards wait for it in turn and read smaller pages when it is short (env LEDGER_MAX_HELD_RECORDS)")
+	fs.StringVar(&heldBytes, "max-held-bytes", env("LEDGER_MAX_HELD_BYTES", strconv.Itoa(poller.MaxHeldBytesSetting.Default)),
+		"most `BYTES` (wire size, at least 1048576) of stream records in memory across all the shards this poller reads: each read takes 1 MiB, AWS's most per GetRecords response, and keeps what its page held; bounds memory when records are large (env LEDGER_MAX_HELD_BYTES)")
 	fs.StringVar(&lease, "lease-duration", env("LEDGER_LEASE_DURATION", poller.LeaseDurationSetting.Default.String()),
 		"`DURATION` a shard lease lasts without renewal; renewed every third of it, taken over by another poller after it (env LEDGER_LEASE_DURATION)")
 	fs.StringVar(&cpEvery, "checkpoint-interval", env("LEDGER_CHECKPOINT_INTERVAL", poller.CheckpointIntervalSetting.Default.String()),
@@ -146,6 +155,22 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (op
 		}
 	}
 	durFlag(idle, &o.idleBackoff, poller.IdleBackoffSetting)
+	if maxIdle != "" {
+		durFlag(maxIdle, &o.maxIdleBackoff, poller.MaxIdleBackoffSetting)
+		if o.maxIdleBackoff > 0 && o.idleBackoff > 0 && o.maxIdleBackoff < o.idleBackoff {
+			errs = append(errs, fmt.Errorf("--max-idle-backoff %s: want at least --idle-backoff %s", o.maxIdleBackoff, o.idleBackoff))
+		}
+	}
+	if n, err := strconv.Atoi(heldBytes); err != nil || n < poller.MaxHeldBytesSetting.Min || n > poller.MaxHeldBytesSetting.Max {
+		errs = append(errs, fmt.Errorf("--max-held-bytes %q: want a number from %d to %d", heldBytes, poller.MaxHeldBytesSetting.Min, poller.MaxHeldBytesSetting.Max))
+	} else {
+		o.maxHeldBytes = n
+	}
+	if n, err := strconv.Atoi(held); err != nil || n < poller.MaxHeldRecordsSetting.Min || n > poller.MaxHeldRecordsSetting.Max {
+		errs = append(errs, fmt.Errorf("--max-held-records %q: want a number from %d to %d", held, poller.MaxHeldRecordsSetting.Min, poller.MaxHeldRecordsSetting.Max))
+	} else {
+		o.maxHeldRecords = n
+	}
 	if n, err := strconv.Atoi(batch); err != nil || n < poller.BatchRecordsSetting.Min || n > poller.BatchRecordsSetting.Max {
 		errs = append(errs, fmt.Errorf("--batch-records %q: want a number from %d to %d", batch, poller.BatchRecordsSetting.Min, poller.BatchRecordsSetting.Max))
 	} else {
@@ -230,6 +255,9 @@ func run(ctx context.Context, o options, awsOpts []func(*config.LoadOptions) err
 		BatchRecords:       o.batchRecords,
 		BatchWindow:        o.batchWindow,
 		IdleBackoff:        o.idleBackoff,
+		MaxIdleBackoff:     o.maxIdleBackoff,
+		MaxHeldRecords:     o.maxHeldRecords,
+		MaxHeldBytes:       o.maxHeldBytes,
 		LeaseDuration:      o.leaseDuration,
 		CheckpointInterval: o.checkpointInterval,
 		DiscoverInterval:   o.discoverInterval,

@@ -72,7 +72,8 @@ type Config struct {
 	// one batch up to this size before committing; a caught-up shard
 	// gathers its pages for up to BatchWindow. A read never takes the batch
 	// past this size (its GetRecords limit is what is left). This is what
-	// is in memory per shard: up to 10 pages of at most 1 MB.
+	// is in memory per shard: up to 10 pages of at most 1 MB, within
+	// MaxHeldRecords for all shards.
 	BatchRecords int
 	// BatchWindow is how long a shard reader holds the records it has read
 	// before committing them as one batch, counted from the read of the
@@ -94,10 +95,53 @@ type Config struct {
 	// shard (default 200ms: at most 5 calls per second per shard, the
 	// documented DynamoDB Streams limit).
 	MinReadInterval time.Duration
-	// IdleBackoff is the longest wait after an empty GetRecords page
-	// (default 1s). Waits start at MinReadInterval and double while pages
-	// stay empty.
+	// IdleBackoff is the fast polling interval of a shard whose pages are
+	// empty (default 1s): waits start at MinReadInterval and double while
+	// pages stay empty, up to IdleBackoff; a page with records brings the
+	// wait back to MinReadInterval.
 	IdleBackoff time.Duration
+	// MaxIdleBackoff is how far the wait of a shard that stays idle grows
+	// beyond IdleBackoff (default 10s, or IdleBackoff if longer; at most
+	// 10m, inside a shard iterator's 15 minutes): past IdleBackoff it keeps doubling
+	// per empty page up to MaxIdleBackoff, each wait drawn in [3/4, 1] of
+	// its step (jitter), and drops back as soon as a page has records. It
+	// is the trade between the stream's read cost and lag: an idle shard
+	// costs about 3,600 / (0.875 × MaxIdleBackoff in seconds) GetRecords an
+	// hour, and the first write after a quiet period waits up to
+	// MaxIdleBackoff longer to be read (BENCHMARKS.md, "Issue 23: adaptive
+	// idle backoff"). Equal to IdleBackoff: no growth (every idle shard
+	// polled every IdleBackoff, as before issue 23). A drain and the
+	// reader of a closed shard never wait longer than IdleBackoff: they
+	// are waiting for an end, not for new writes.
+	MaxIdleBackoff time.Duration
+	// MaxHeldRecords is the poller's budget of stream records in memory,
+	// across every shard it reads (default 20,000): the records of the
+	// GetRecords calls in flight (counted at their Limit before the call),
+	// the batches being gathered and those being committed. A reader
+	// takes its page's Limit from the budget before reading, and gives
+	// back what the page did not use and, after the commit, the batch. A
+	// reader with nothing held waits for budget in turn (first come, first
+	// served, so none starves) and reads a smaller page when only part of
+	// its limit is free (at least the budget divided by the readers
+	// running, or its limit if smaller); a reader gathering a batch commits
+	// it early rather than wait for more while others wait. Exactness does
+	// not depend on it: it only limits reads. A shard resuming a batch a
+	// previous reader half committed (ErrIncompleteBatch, after a crash
+	// mid-batch) reads that batch whole even past the budget, since it
+	// cannot commit part of it. A budget under one page (MaxRecords) is
+	// allowed: the pages are smaller.
+	MaxHeldRecords int
+	// MaxHeldBytes bounds the same records by their wire size (SizeBytes),
+	// whatever their count (default 32 MiB, at least 1 MiB): a read takes
+	// 1 MiB from it before the call, AWS's most for one GetRecords
+	// response, and keeps what the page held; the batch's bytes come back
+	// after its commit. It is what bounds memory when records are large (a
+	// tenant's report items of up to 40 KB make records of up to 80 KB,
+	// which MaxHeldRecords alone would let fill gigabytes). Reads wait for
+	// it in turn like for MaxHeldRecords; at most MaxHeldBytes / 1 MiB
+	// reads are in flight at once. A stream that answers more than 1 MiB
+	// in a page has the excess counted past the budget.
+	MaxHeldBytes int
 	// ThrottleBackoff and MaxThrottleBackoff shape the exponential backoff
 	// with full jitter after a throttled or failed GetRecords (defaults 200ms
 	// and 5s). MaxReadFailures bounds consecutive failed reads of a shard
@@ -156,6 +200,9 @@ var (
 	BatchWindowSetting        = Setting[time.Duration]{"batch-window", time.Second, time.Millisecond, 5 * time.Minute}
 	MinReadIntervalSetting    = Setting[time.Duration]{"min-read-interval", 200 * time.Millisecond, 0, time.Minute}
 	IdleBackoffSetting        = Setting[time.Duration]{"idle-backoff", time.Second, 10 * time.Millisecond, 5 * time.Minute}
+	MaxIdleBackoffSetting     = Setting[time.Duration]{"max-idle-backoff", 10 * time.Second, 10 * time.Millisecond, 10 * time.Minute}
+	MaxHeldRecordsSetting     = Setting[int]{"max-held-records", 20000, 1, 10_000_000}
+	MaxHeldBytesSetting       = Setting[int]{"max-held-bytes", 32 << 20, pageBytes, 1 << 40}
 	ThrottleBackoffSetting    = Setting[time.Duration]{"throttle-backoff", 200 * time.Millisecond, time.Millisecond, time.Minute}
 	MaxThrottleBackoffSetting = Setting[time.Duration]{"max-throttle-backoff", 5 * time.Second, time.Millisecond, 10 * time.Minute}
 	LeaseDurationSetting      = Setting[time.Duration]{"lease-duration", 20 * time.Second, 300 * time.Millisecond, 10 * time.Minute}
@@ -220,6 +267,17 @@ func (c Config) withDefaults() (Config, error) {
 	check(&c.MaxReadFailures, MaxReadFailuresSetting)
 	dur(&c.MinReadInterval, MinReadIntervalSetting)
 	dur(&c.IdleBackoff, IdleBackoffSetting)
+	if c.MaxIdleBackoff == 0 {
+		// The default grows from IdleBackoff; a longer IdleBackoff than
+		// the default's cap is not shortened by it.
+		c.MaxIdleBackoff = max(MaxIdleBackoffSetting.Default, c.IdleBackoff)
+	}
+	dur(&c.MaxIdleBackoff, MaxIdleBackoffSetting)
+	if c.MaxIdleBackoff < c.IdleBackoff {
+		errs = append(errs, fmt.Errorf("max idle backoff %s: want at least the idle backoff %s", c.MaxIdleBackoff, c.IdleBackoff))
+	}
+	check(&c.MaxHeldRecords, MaxHeldRecordsSetting)
+	check(&c.MaxHeldBytes, MaxHeldBytesSetting)
 	dur(&c.ThrottleBackoff, ThrottleBackoffSetting)
 	dur(&c.MaxThrottleBackoff, MaxThrottleBackoffSetting)
 	if c.MaxThrottleBackoff < c.ThrottleBackoff {
@@ -237,6 +295,10 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	return c, nil
 }
+
+// pageBytes is the most one GetRecords response holds: "up to 1 MB of
+// data" (the DynamoDB Streams API reference, GetRecords), taken as 1 MiB.
+const pageBytes = 1 << 20
 
 // renewInterval is how often leases are renewed and reassigned.
 func (c Config) renewInterval() time.Duration { return c.LeaseDuration / 3 }

@@ -130,15 +130,48 @@
 // one batch of at most Config.BatchRecords (10,000) records: full pages
 // while the shard is behind, any pages for up to Config.BatchWindow (1 s)
 // once it is caught up. It processes the batch (decode, fold, commit)
-// before it reads on, so memory is bounded by one batch per leased shard
-// whatever the backlog. The records held are not checkpointed: a stop
+// before it reads on. The records held are not checkpointed: a stop
 // (shutdown, hand-off) commits them first, and a reader that dies holding
-// them leaves them to be read again. Calls on one shard are at
+// them leaves them to be read again.
+//
+// Memory is bounded for the whole poller, not per shard: every record in
+// memory comes out of one budget, Config.MaxHeldRecords (20,000). A
+// reader takes its next page's Limit from it before the GetRecords call,
+// gives back what the page did not use at once, and the batch after its
+// commit. A reader holding nothing waits for budget in turn (first come,
+// first served: no shard starves) and accepts part of its limit, at least
+// the budget divided by the readers running, reading a smaller page; a
+// reader gathering a batch takes more only while no one waits, and
+// otherwise commits the batch it holds early, so the budget always comes
+// back. Exactness does not depend on it (it only limits reads); the
+// batching window and batch commits work as before, with batches that
+// are smaller while the budget is short. One exception: a shard finishing
+// a batch that a previous reader half committed (ErrIncompleteBatch)
+// reads past the budget, since it cannot commit part of that batch.
+// ledger_poller_held_records_budget_used shows the budget in use. A second
+// budget, Config.MaxHeldBytes (32 MiB), bounds the same records by their
+// wire size: each read takes 1 MiB (AWS's most per GetRecords response)
+// before the call, after its records, and keeps what the page held
+// (SizeBytes), so that large records (a tenant's report items make records
+// of up to 80 KB) cannot fill gigabytes within the records budget.
+//
+// Calls on one shard are at
 // least Config.MinReadInterval (200 ms) apart: at most 5 GetRecords per
 // second per shard, DynamoDB Streams' documented limit, per reader (and at
 // most two readers, above). After an empty page the reader waits
-// MinReadInterval, doubling up to Config.IdleBackoff (1 s), so an idle shard
-// costs one call per second. Throttled or failed calls back off
+// MinReadInterval, doubling up to Config.IdleBackoff (1 s, the fast
+// interval), and while its pages stay empty on up to
+// Config.MaxIdleBackoff (10 s), each wait past IdleBackoff drawn in 3/4 to
+// 1 of its step; the first page with records brings it back to
+// MinReadInterval. An idle shard costs about 3,600 / (0.875 ×
+// MaxIdleBackoff) GetRecords an hour (411 at 10 s; 3,600 at 1 s before
+// issue 23), and the first write after a quiet period waits up to
+// MaxIdleBackoff longer to be read: that is the trade, set by
+// --max-idle-backoff (docs/design.md, "The poller's reads at scale"). A
+// drain and the reader of a closed shard do not grow past IdleBackoff:
+// they wait for an end, not for writes, and a drain must not take longer.
+// An open shard that closes while its reader is backed off is seen at
+// its end up to MaxIdleBackoff later. Throttled or failed calls back off
 // exponentially from ThrottleBackoff (200 ms) to MaxThrottleBackoff (5 s)
 // with full jitter, on top of the SDK's own retries; after MaxReadFailures
 // in a row the reader gives the shard up until the next coordinator pass.

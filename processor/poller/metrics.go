@@ -68,6 +68,14 @@ type Metrics struct {
 	Goodput        prometheus.Gauge       // ledger_poller_goodput_records_per_second
 	HeldRecords    prometheus.Gauge       // ledger_poller_held_records
 	Describes      *prometheus.CounterVec // ledger_stream_describe_stream_total{kind,outcome}
+	HeldBytes      prometheus.Gauge       // ledger_poller_held_bytes
+
+	HeldBudget      prometheus.Gauge   // ledger_poller_held_records_budget
+	HeldBudgetUsed  prometheus.Gauge   // ledger_poller_held_records_budget_used
+	HeldBudgetWaits prometheus.Counter // ledger_poller_held_records_budget_waits_total
+
+	HeldBytesBudget     prometheus.Gauge // ledger_poller_held_bytes_budget
+	HeldBytesBudgetUsed prometheus.Gauge // ledger_poller_held_bytes_budget_used
 }
 
 // NewMetrics creates the poller's collectors and registers them with reg
@@ -126,6 +134,30 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Namespace: "ledger", Subsystem: "stream", Name: "describe_stream_total",
 			Help: "DescribeStream calls by kind (list: a page of the whole stream; children: a finished shard's, by ShardFilter) and outcome (ok, throttled, error).",
 		}, []string{"kind", "outcome"}),
+		HeldBytes: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: "ledger", Subsystem: "poller", Name: "held_bytes",
+			Help: "Size of the records of held_records as the stream reports it (SizeBytes, their wire size; decoded they take a few times that).",
+		}),
+		HeldBudget: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: "ledger", Subsystem: "poller", Name: "held_records_budget",
+			Help: "The poller's budget of stream records in memory across all its shards (--max-held-records).",
+		}),
+		HeldBudgetUsed: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: "ledger", Subsystem: "poller", Name: "held_records_budget_used",
+			Help: "Records of the budget in use: the Limit of GetRecords calls in flight, batches being gathered and batches being committed. At most held_records_budget, but for a shard finishing a batch half committed before a crash.",
+		}),
+		HeldBudgetWaits: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "ledger", Subsystem: "poller", Name: "held_records_budget_waits_total",
+			Help: "Reads that waited for the records budget or the bytes budget (other shards held it).",
+		}),
+		HeldBytesBudget: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: "ledger", Subsystem: "poller", Name: "held_bytes_budget",
+			Help: "The poller's budget of stream records' wire bytes in memory across all its shards (--max-held-bytes).",
+		}),
+		HeldBytesBudgetUsed: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: "ledger", Subsystem: "poller", Name: "held_bytes_budget_used",
+			Help: "Bytes of the bytes budget in use: 1 MiB (AWS's most per GetRecords response) per call in flight, and the SizeBytes of the batches gathered and being committed.",
+		}),
 	}
 	for _, c := range []string{LossLostAnswer, LossExpired, LossTaken} {
 		m.LeaseLosses.WithLabelValues(c)
@@ -152,7 +184,8 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	}
 	if reg != nil {
 		reg.MustRegister(m.LeasesHeld, m.LeaseEvents, m.Shards, m.Reads, m.RecordsRead, m.Resets, m.Checkpoints,
-			m.LeaseLosses, m.ReaderRestarts, m.Committed, m.Goodput, m.HeldRecords, m.Describes)
+			m.LeaseLosses, m.ReaderRestarts, m.Committed, m.Goodput, m.HeldRecords, m.Describes,
+			m.HeldBytes, m.HeldBudget, m.HeldBudgetUsed, m.HeldBudgetWaits, m.HeldBytesBudget, m.HeldBytesBudgetUsed)
 	}
 	return m
 }

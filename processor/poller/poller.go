@@ -56,6 +56,12 @@ type Poller struct {
 
 	committed atomic.Int64 // records committed (Metrics.Committed), for the goodput gauge
 	goodput   []sample     // (time, committed) of the last minute's passes
+
+	budget *budget // records in memory across the readers (Config.MaxHeldRecords)
+	bytes  *budget // their wire bytes (Config.MaxHeldBytes)
+	// idleHook, when set (tests), is called with every idle wait a reader
+	// would make after its n-th empty page in a row, instead of the wait.
+	idleHook func(shard string, n int, d time.Duration)
 }
 
 // sample is the committed count at a time.
@@ -119,6 +125,8 @@ func New(streams Streams, api Table, proc *processor.Processor, cfg Config, metr
 		drained: map[string]bool{},
 		gone:    map[string]bool{},
 		done:    make(chan readerResult),
+		budget:  newBudget(cfg.MaxHeldRecords, metrics),
+		bytes:   newBytesBudget(cfg.MaxHeldBytes, metrics),
 	}, nil
 }
 

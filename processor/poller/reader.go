@@ -35,7 +35,8 @@ var errShardGone = errors.New("shard no longer exists")
 // the shard is behind (full pages) or within the batching window
 // (Config.BatchWindow), or while it resumes a half-committed batch that
 // reaches past a shorter page, the records of that batch. That is what is
-// in memory per shard, whatever the backlog.
+// in memory per shard, whatever the backlog, and all shards' together stay
+// within the poller's budget (Config.MaxHeldRecords, budget.go).
 type reader struct {
 	p     *Poller
 	shard shard
@@ -60,8 +61,17 @@ type reader struct {
 	// checkpoint's pending batch does (ErrIncompleteBatch). Set it with
 	// setCarry (the held-records gauge follows it). since is when its first
 	// record was read: the batching window counts from there.
-	carry []processor.Record
-	since time.Time
+	carry      []processor.Record
+	carryBytes int64 // the carried records' SizeBytes
+	since      time.Time
+	// reserved is what this reader has taken from the poller's records
+	// budget: the carried records, and while a read is in flight or a
+	// batch is being committed, those too. incomplete: the records carried
+	// end before a half-committed batch does (ErrIncompleteBatch), so the
+	// reader must read on before it can commit them.
+	reserved      int
+	reservedBytes int // the same in the bytes budget: SizeBytes, a page's 1 MiB while it is read
+	incomplete    bool
 	// stale: the iterator is past records that were not processed (a
 	// failed page whose reopen failed); reopen before reading again.
 	stale    bool
@@ -106,15 +116,102 @@ func (r *reader) newGuard() {
 	r.guard = r.p.proc.ShardGuard(r.p.cfg.StreamARN, r.shard.id)
 	r.guard.CommitBatches()
 	r.setCarry(nil)
+	r.incomplete = false
 }
 
 // setCarry sets the records carried to the next read, keeping
-// ledger_poller_held_records in step.
+// ledger_poller_held_records and ledger_poller_held_bytes in step.
 func (r *reader) setCarry(recs []processor.Record) {
 	if d := len(recs) - len(r.carry); d != 0 {
 		r.p.m.HeldRecords.Add(float64(d))
 	}
-	r.carry = recs
+	var size int64
+	for i := range recs {
+		size += recs[i].SizeBytes
+	}
+	if d := size - r.carryBytes; d != 0 {
+		r.p.m.HeldBytes.Add(float64(d))
+	}
+	r.carry, r.carryBytes = recs, size
+}
+
+// settle gives back to the budgets what the reader took beyond the
+// records it carries: the unused part of a page's limit, a committed batch.
+func (r *reader) settle() { r.keep(len(r.carry), int(r.carryBytes)) }
+
+// keep gives back to the budgets what the reader took beyond n records of
+// size bytes. Bytes past what it took (a page larger than 1 MiB, which AWS
+// does not answer) are counted past the budget.
+func (r *reader) keep(n, size int) {
+	if r.reserved > n {
+		r.p.budget.give(r.reserved - n)
+		r.reserved = n
+	}
+	switch {
+	case r.reservedBytes > size:
+		r.p.bytes.give(r.reservedBytes - size)
+		r.reservedBytes = size
+	case r.reservedBytes < size:
+		r.p.bytes.force(size - r.reservedBytes)
+		r.reservedBytes = size
+	}
+}
+
+// take reserves the budget for a read of up to limit records and returns
+// the read's limit: 0 when the reader should not read now. A reader that
+// carries nothing waits for its turn; one that carries a batch takes only
+// what is free at once with no one waiting, and otherwise gets 0 and
+// commits what it carries first (so that the budget comes back); one that
+// must read on to finish a half-committed batch takes its limit whatever
+// the budget says.
+//
+// The read's 1 MiB of the bytes budget is taken the same way, after the
+// records (a reader waiting for bytes holds no bytes, and no holder of
+// bytes needs records to give them back); without it the records taken
+// are given back.
+func (r *reader) take(limit int) int {
+	var got int
+	switch {
+	case r.incomplete:
+		r.p.budget.force(limit)
+		got = limit
+	case len(r.carry) > 0:
+		got = r.p.budget.tryTake(limit)
+	default:
+		got = r.p.budget.take(r.ctx, r.stop, limit)
+	}
+	if got == 0 {
+		return 0
+	}
+	var bytes int
+	switch {
+	case r.incomplete:
+		r.p.bytes.force(pageBytes)
+		bytes = pageBytes
+	case len(r.carry) > 0:
+		bytes = r.p.bytes.tryTake(pageBytes)
+	default:
+		bytes = r.p.bytes.take(r.ctx, r.stop, pageBytes)
+	}
+	if bytes == 0 {
+		r.p.budget.give(got)
+		return 0
+	}
+	r.reserved += got
+	r.reservedBytes += bytes
+	return got
+}
+
+// idleWait waits after the n-th empty page in a row (no records carried):
+// Poller.idleBackoff, growing past IdleBackoff only for an open shard
+// outside a drain.
+func (r *reader) idleWait(n int) {
+	d := r.p.idleBackoff(n, !r.p.cfg.Drain && !r.shard.closed)
+	if h := r.p.idleHook; h != nil {
+		h(r.shard.id, n, d)
+		return
+	}
+	r.wait(d)
 }
 
 // hold reports whether the records in hand, recs (the carried ones and the
@@ -160,9 +257,14 @@ func (r *reader) run() (res readerResult) {
 	res.shard = r.shard.id
 	cfg := &r.p.cfg
 	r.log.Info("shard reader started")
+	r.p.budget.join()
+	r.p.bytes.join()
 	defer func() {
 		r.log.Info("shard reader stopped", "finished", res.finished, "drained", res.drained, "held", r.held, "error", errString(res.err))
 		r.setCarry(nil) // not committed: read again after the checkpoint
+		r.keep(0, 0)
+		r.p.budget.leave()
+		r.p.bytes.leave()
 	}()
 	r.newGuard()
 	r.lastMove = time.Now()
@@ -186,7 +288,49 @@ func (r *reader) run() (res readerResult) {
 		}
 	}
 	failures = 0
+	// commit processes recs (the records carried and the page of n just
+	// read; n < 0: no page, the carried records are committed early to
+	// give the budget back). It reports whether the reader goes on.
+	commit := func(recs []processor.Record, n int) bool {
+		defer r.settle()
+		if err := r.process(recs); err != nil {
+			if r.ctx.Err() != nil {
+				res.err = r.ctx.Err()
+				return false
+			}
+			be := (*processor.BatchError)(nil)
+			if errors.As(err, &be) && errors.Is(err, processor.ErrIncompleteBatch) {
+				// A half-committed batch reaches past this page (a retry or a
+				// takeover read a shorter one): read on, keeping the records.
+				r.setCarry(recs[be.Index:])
+				r.incomplete = true
+				if n == 0 {
+					r.wait(r.p.idleBackoff(empty, false))
+				}
+				return true
+			}
+			reason := ResetFailure
+			r.stale = true
+			if errors.Is(err, processor.ErrGap) {
+				reason = ResetGap
+				r.log.Warn("checkpoint is behind the iterator; reopening after it", "error", err.Error())
+			} else if !fail("process", err) {
+				return false
+			}
+			if err := r.reopen(reason, reason != ResetGap); err != nil && !fail("reopen", err) {
+				return false
+			}
+			return true
+		}
+		r.incomplete = false
+		if err := r.maybeMove(); err != nil {
+			res.err = err
+			return false
+		}
+		return true
+	}
 	for {
+		r.settle()
 		if r.stopping() {
 			res.err = r.finish()
 			return res
@@ -217,13 +361,28 @@ func (r *reader) run() (res readerResult) {
 		if !r.wait(time.Until(r.lastRead.Add(cfg.MinReadInterval))) {
 			continue
 		}
-		r.lastRead = time.Now()
 		limit := cfg.MaxRecords // no read takes the batch past BatchRecords
 		if room := cfg.BatchRecords - len(r.carry); room > 0 && room < limit {
 			limit = room
 		}
+		// The page's limit comes out of the poller's records budget: a
+		// smaller page when only part of it is free.
+		if limit = r.take(limit); limit == 0 {
+			if len(r.carry) > 0 && !r.stopping() {
+				// Other shards wait for budget: commit the batch in hand
+				// rather than read on, giving its records back.
+				recs := r.carry
+				r.setCarry(nil)
+				if !commit(recs, -1) {
+					return res
+				}
+			}
+			continue // stopping: handled at the top
+		}
+		r.lastRead = time.Now()
 		out, err := r.p.streams.GetRecords(r.ctx, &dynamodbstreams.GetRecordsInput{ShardIterator: r.iter, Limit: aws.Int32(int32(limit))})
 		if err != nil {
+			r.settle() // nothing read: only the records carried stay reserved
 			var expired *streamtypes.ExpiredIteratorException
 			var trimmed *streamtypes.TrimmedDataAccessException
 			var notFound *streamtypes.ResourceNotFoundException
@@ -284,6 +443,13 @@ func (r *reader) run() (res readerResult) {
 		}
 		failures = 0
 		r.iter = out.NextShardIterator
+		pageSize := 0
+		for i := range out.Records {
+			if sr := out.Records[i].Dynamodb; sr != nil {
+				pageSize += int(aws.ToInt64(sr.SizeBytes))
+			}
+		}
+		r.keep(len(r.carry)+len(out.Records), int(r.carryBytes)+pageSize) // the page's unused limit goes back
 		if len(out.Records) == 0 && len(r.carry) == 0 {
 			r.p.m.Reads.WithLabelValues("empty").Inc()
 			r.p.pm.IteratorAge.WithLabelValues(r.shard.id).Set(0)
@@ -303,7 +469,7 @@ func (r *reader) run() (res readerResult) {
 				return res
 			}
 			empty++
-			r.wait(r.p.idleBackoff(empty))
+			r.idleWait(empty)
 			continue
 		}
 		// Records in hand: this page's, after those carried.
@@ -332,40 +498,11 @@ func (r *reader) run() (res readerResult) {
 			r.setCarry(recs)
 			if len(out.Records) == 0 {
 				// Caught up: wait for more, but not past the window.
-				r.wait(min(r.p.idleBackoff(empty), time.Until(r.since.Add(cfg.BatchWindow))))
+				r.wait(min(r.p.idleBackoff(empty, false), time.Until(r.since.Add(cfg.BatchWindow))))
 			}
 			continue
 		}
-		if err := r.process(recs); err != nil {
-			if r.ctx.Err() != nil {
-				res.err = r.ctx.Err()
-				return res
-			}
-			be := (*processor.BatchError)(nil)
-			if errors.As(err, &be) && errors.Is(err, processor.ErrIncompleteBatch) {
-				// A half-committed batch reaches past this page (a retry or a
-				// takeover read a shorter one): read on, keeping the records.
-				r.setCarry(recs[be.Index:])
-				if len(out.Records) == 0 {
-					r.wait(r.p.idleBackoff(empty))
-				}
-				continue
-			}
-			reason := ResetFailure
-			r.stale = true
-			if errors.Is(err, processor.ErrGap) {
-				reason = ResetGap
-				r.log.Warn("checkpoint is behind the iterator; reopening after it", "error", err.Error())
-			} else if !fail("process", err) {
-				return res
-			}
-			if err := r.reopen(reason, reason != ResetGap); err != nil && !fail("reopen", err) {
-				return res
-			}
-			continue
-		}
-		if err := r.maybeMove(); err != nil {
-			res.err = err
+		if !commit(recs, len(out.Records)) {
 			return res
 		}
 	}
@@ -601,11 +738,25 @@ func (p *Poller) throttleBackoff(n int) time.Duration {
 }
 
 // idleBackoff is the wait after the n-th empty page in a row:
-// MinReadInterval doubling up to IdleBackoff.
-func (p *Poller) idleBackoff(n int) time.Duration {
-	d := max(p.cfg.MinReadInterval, 50*time.Millisecond) << min(n-1, 20)
-	if d <= 0 || d > p.cfg.IdleBackoff {
-		d = p.cfg.IdleBackoff
+// MinReadInterval (at least 50ms) doubling up to IdleBackoff, the fast
+// interval; with grow, doubling on from there up to MaxIdleBackoff, each
+// wait past IdleBackoff drawn in [3/4, 1] of its step so that shards idle
+// since the same moment do not poll in step.
+func (p *Poller) idleBackoff(n int, grow bool) time.Duration {
+	fast, top := p.cfg.IdleBackoff, p.cfg.IdleBackoff
+	if grow {
+		top = max(p.cfg.MaxIdleBackoff, fast)
+	}
+	d := min(max(p.cfg.MinReadInterval, 50*time.Millisecond), fast)
+	for i := 1; i < n && d < top; i++ {
+		limit := top
+		if d < fast {
+			limit = fast
+		}
+		d = min(2*d, limit)
+	}
+	if d > fast {
+		d = max(fast, d-time.Duration(rand.Int64N(int64(d/4)+1)))
 	}
 	return d
 }
