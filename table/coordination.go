@@ -117,12 +117,14 @@ func CreateCoordinationTableInput(name string) *dynamodb.CreateTableInput {
 
 // CreateCoordinationTable creates the coordination table named name unless
 // it exists, waits until it is ACTIVE and makes sure TTL is on expiresAt
-// (CoordinationRetention); created reports whether this call
-// created it. An existing table is not checked: see
+// (CoordinationRetention) when ttl, which must be false on DynamoDB Local:
+// it enforces TTL but never trims its stream, so the argument of
+// CoordinationRetention does not hold there (`ledgerctl run`); created
+// reports whether this call created it. An existing table is not checked: see
 // ValidateCoordinationTable.
-func CreateCoordinationTable(ctx context.Context, api TableAPI, name string) (created bool, err error) {
+func CreateCoordinationTable(ctx context.Context, api TableAPI, name string, ttl bool) (created bool, err error) {
 	created, err = createTable(ctx, api, CreateCoordinationTableInput(name))
-	if err != nil {
+	if err != nil || !ttl {
 		return created, err
 	}
 	if err := enableTTL(ctx, api, name); err != nil {
@@ -138,7 +140,7 @@ func CreateTables(ctx context.Context, api TableAPI, name string) error {
 	if _, err := CreateTable(ctx, api, name); err != nil {
 		return err
 	}
-	_, err := CreateCoordinationTable(ctx, api, CoordinationTableName(name))
+	_, err := CreateCoordinationTable(ctx, api, CoordinationTableName(name), true)
 	return err
 }
 

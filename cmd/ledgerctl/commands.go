@@ -85,7 +85,7 @@ func (e *environment) tableCreate(ctx context.Context, args []string) int {
 	} else {
 		fmt.Fprintf(e.stdout, "table %s already exists\n", e.table)
 	}
-	created, err = table.CreateCoordinationTable(ctx, c, e.coordination)
+	created, err = table.CreateCoordinationTable(ctx, c, e.coordination, true)
 	if err != nil {
 		return e.fail(err)
 	}

@@ -19,9 +19,9 @@ the ledger table holds such items.
 Stop every consumer first: scale the pollers to zero and disable the
 Lambda's event source mapping. The move refuses while a lease is held and
 unexpired, or when a checkpoint changes while it is moved (a consumer is
-still running); it is idempotent: run it again after fixing that. Creates
-the coordination table when absent. docs/runbook.md, "The coordination
-table".`
+still running); it is idempotent: run it again after fixing that. The
+coordination table must exist (the stack's CoordinationTable, or
+'ledgerctl table create'). docs/runbook.md, "The coordination table".`
 
 func (e *environment) coordinationMigrate(ctx context.Context, args []string) int {
 	fs := e.flags("coordination migrate", coordinationMigrateHelp)
@@ -45,7 +45,9 @@ func (e *environment) coordinationMigrate(ctx context.Context, args []string) in
 			return e.fail(err)
 		}
 	}
-	if _, err := table.CreateCoordinationTable(ctx, c, e.coordination); err != nil {
+	// The table must be there (the stack's, or `ledgerctl table create`'s):
+	// one made here could clash with the one a stack update creates.
+	if err := table.ValidateCoordinationTable(ctx, c, e.coordination); err != nil {
 		return e.fail(err)
 	}
 	res, err := table.MigrateStreamState(ctx, c, e.table, e.coordination, arn, time.Now(), table.MigrateOptions{})

@@ -289,7 +289,10 @@ func (st *stack) ensureCoordination(ctx context.Context, streamARN string) error
 	if err := table.CheckCoordinationTable(st.e.table, coord); err != nil {
 		return err
 	}
-	created, err := table.CreateCoordinationTable(ctx, st.db, coord)
+	// No TTL here: DynamoDB Local enforces it but never trims its stream,
+	// so a checkpoint expired after a week idle would be read again from
+	// the start (table.CreateCoordinationTable).
+	created, err := table.CreateCoordinationTable(ctx, st.db, coord, false)
 	if err != nil {
 		return err
 	}
