@@ -104,7 +104,7 @@ clean:
 	rm -rf $(BIN) $(DDBLOCAL)/node_modules .local
 	$(GO) clean -testcache
 
-.PHONY: bench bench-quick bench-charts
+.PHONY: bench bench-quick bench-charts bench-fleet
 
 # The committed results of the run behind BENCHMARKS.md's charts, and the
 # charts (SVG). make bench replaces both; make bench-quick writes elsewhere.
@@ -125,3 +125,12 @@ bench-quick: deps
 ## bench-charts: draw docs/bench's charts again from its results file, measuring nothing
 bench-charts:
 	$(GO) run ./cmd/ledgerbench -from $(BENCH_DOCS)/results.json -charts $(BENCH_DOCS)
+
+## bench-fleet: issue 23's fleet benchmark at 100 then 1,000 open shards, 8 pollers (about 15 minutes; niced, one at a time); markdown and JSON in bin/bench-fleet
+BENCH_FLEET := $(BIN)/bench-fleet
+bench-fleet: deps
+	mkdir -p $(BENCH_FLEET)
+	$(GO) build -o $(BENCH_FLEET)/ledgerbench ./cmd/ledgerbench
+	for n in 100 1000; do \
+		nice -n 19 $(BENCH_FLEET)/ledgerbench fleet -shards $$n -v -o $(BENCH_FLEET)/fleet-$$n.md -json $(BENCH_FLEET)/fleet-$$n.json || exit 1; \
+	done
