@@ -360,6 +360,7 @@ type fleetPoller struct {
 	done    chan error
 	started time.Time
 	stopped time.Time
+	leaving bool // being stopped or stopped (under the run's lock)
 	leases  float64 // sum of samples
 	samples int
 }
@@ -478,8 +479,14 @@ func Fleet(ctx context.Context, cfg FleetConfig) (*FleetResult, error) {
 		return fp, nil
 	}
 	stop := func(fp *fleetPoller) {
+		pmu.Lock()
+		fp.leaving = true
+		pmu.Unlock()
 		fp.cancel()
-		if err := <-fp.done; err != nil && !errors.Is(err, context.Canceled) {
+		err := <-fp.done
+		pmu.Lock()
+		defer pmu.Unlock()
+		if err != nil && !errors.Is(err, context.Canceled) {
 			res.Errors = append(res.Errors, fmt.Sprintf("poller %s: %v", fp.owner, err))
 		}
 		fp.stopped = time.Now()
@@ -489,7 +496,7 @@ func Fleet(ctx context.Context, cfg FleetConfig) (*FleetResult, error) {
 		defer pmu.Unlock()
 		var out []*fleetPoller
 		for _, p := range pollers {
-			if p.stopped.IsZero() && p.cancel != nil {
+			if !p.leaving {
 				out = append(out, p)
 			}
 		}
@@ -568,6 +575,7 @@ func Fleet(ctx context.Context, cfg FleetConfig) (*FleetResult, error) {
 		}()
 	}
 	joined, left := false, false
+	var leaving sync.WaitGroup
 	for i, op := range ops {
 		at := start.Add(time.Duration(float64(i) / float64(cfg.Rate) * float64(time.Second)))
 		if d := time.Until(at); d > 0 {
@@ -576,10 +584,10 @@ func Fleet(ctx context.Context, cfg FleetConfig) (*FleetResult, error) {
 			case <-time.After(d):
 			}
 		}
-		if ctx.Err() != nil {
-			break
-		}
 		el := time.Since(start)
+		if ctx.Err() != nil || el >= cfg.Duration {
+			break // the rate DynamoDB Local carries under the fleet may be below Rate: WriteRate says
+		}
 		if !joined && el >= cfg.Duration/3 {
 			joined = true
 			fp, err := startPoller(fmt.Sprintf("p%d", cfg.Pollers), nil)
@@ -594,14 +602,19 @@ func Fleet(ctx context.Context, cfg FleetConfig) (*FleetResult, error) {
 		}
 		if !left && el >= 2*cfg.Duration/3 {
 			left = true
-			stop(pollers[0])
-			events = append(events, BalanceEvent{Event: "p1 leaves", At: time.Since(start).Seconds()})
-			logf("p1 left")
+			events = append(events, BalanceEvent{Event: "p1 leaves", At: el.Seconds()})
+			leaving.Add(1)
+			go func() { // its shutdown (commit, hand leases back) does not hold the writes up
+				defer leaving.Done()
+				stop(pollers[0])
+				logf("p1 left")
+			}()
 		}
 		work <- op
 	}
 	close(work)
 	writers.Wait()
+	leaving.Wait()
 	if err, _ := writeErr.Load().(error); err != nil {
 		res.Errors = append(res.Errors, fmt.Sprintf("writes: %v", err))
 	}

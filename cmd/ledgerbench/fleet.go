@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/ledger-dev/ledger/bench"
@@ -108,6 +109,9 @@ func runFleet(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		if err := os.WriteFile(*jsonOut, b, 0o644); err != nil {
 			return fail(err)
 		}
+	}
+	if len(res.Errors) > 0 {
+		return fail(fmt.Errorf("the run is incomplete (its figures are above): %s", strings.Join(res.Errors, "; ")))
 	}
 	return exitOK
 }
