@@ -174,8 +174,14 @@ type FleetResult struct {
 	// effect, seconds.
 	LagN           int
 	LagP50, LagP99 float64
-	Took           time.Duration
-	Errors         []string
+	// Uncommitted is the inserts and modifies written that the live
+	// fleet had not committed DrainTimeout after the writes ended (the
+	// drain commits them; their lag is not in LagP99), and SettleTook how
+	// long it took the fleet to commit the rest after the writes ended.
+	Uncommitted int
+	SettleTook  time.Duration
+	Took        time.Duration
+	Errors      []string
 }
 
 // LeaseSample is the leases each running poller held at At seconds.
@@ -360,7 +366,7 @@ type fleetPoller struct {
 	done    chan error
 	started time.Time
 	stopped time.Time
-	leaving bool // being stopped or stopped (under the run's lock)
+	leaving bool    // being stopped or stopped (under the run's lock)
 	leases  float64 // sum of samples
 	samples int
 }
@@ -559,7 +565,7 @@ func Fleet(ctx context.Context, cfg FleetConfig) (*FleetResult, error) {
 	ops := spec.Generate(int(float64(cfg.Rate)*cfg.Duration.Seconds()), cfg.Seed)
 	work := make(chan Op)
 	var writers sync.WaitGroup
-	var written atomic.Int64
+	var written, withTime atomic.Int64
 	var writeErr atomic.Value
 	for range 8 {
 		writers.Add(1)
@@ -571,6 +577,9 @@ func Fleet(ctx context.Context, cfg FleetConfig) (*FleetResult, error) {
 					continue
 				}
 				written.Add(1)
+				if op.Kind != OpDelete {
+					withTime.Add(1)
+				}
 			}
 		}()
 	}
@@ -622,20 +631,20 @@ func Fleet(ctx context.Context, cfg FleetConfig) (*FleetResult, error) {
 	res.WriteRate = float64(res.Written) / time.Since(start).Seconds()
 	logf("wrote %d transactions (%.0f/s); waiting for the fleet to commit them", res.Written, res.WriteRate)
 
-	// Settle: every record read is committed and no commit came for 5 s
-	// (at most DrainTimeout).
+	// Settle: every change with an effect written (an insert or a modify:
+	// a delete carries no write time) has been committed, at most
+	// DrainTimeout; what is left is Uncommitted.
 	settleBy := time.Now().Add(cfg.DrainTimeout)
-	lastN, quietSince := -1, time.Now()
+	expected := int(withTime.Load())
 	for time.Now().Before(settleBy) && ctx.Err() == nil {
-		pending, n := lag.outstanding()
-		if n != lastN {
-			lastN, quietSince = n, time.Now()
-		}
-		if pending == 0 && time.Since(quietSince) >= 5*time.Second {
+		if _, n := lag.outstanding(); n >= expected {
 			break
 		}
 		time.Sleep(500 * time.Millisecond)
 	}
+	_, n := lag.outstanding()
+	res.Uncommitted = max(0, expected-n)
+	res.SettleTook = time.Since(start) - cfg.Duration
 	events = append(events, BalanceEvent{Event: "end of writes", At: time.Since(start).Seconds()})
 
 	// Idle: nothing written; what do the consumers still do?
