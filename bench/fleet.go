@@ -447,7 +447,7 @@ func Fleet(ctx context.Context, cfg FleetConfig) (*FleetResult, error) {
 	}
 	res.ShardsAtStart = len(startShards)
 	parentsAtStart := emu.Parents()
-	logf("%d shards in the stream (%d open) after %s of stream time", len(startShards), openAtStart, cfg.History)
+	logf("%d shards in the stream (%d open) after %s of stream time", len(startShards), openAtStart, max(cfg.History, 0))
 
 	meter := NewMeter(db)
 	lag := newFleetLag()

@@ -18,7 +18,7 @@ const getRecordsPrice = 0.02 / 100_000
 func (r *FleetResult) Markdown(w io.Writer) {
 	p := func(format string, args ...any) { fmt.Fprintf(w, format, args...) }
 	p("Fleet run: %d open shards (%d in the stream with the closed ones after %s of stream time), %d pollers, %d transactions a second for %s, then %s idle; stream time ×%g.\n\n",
-		r.Shards, r.ShardsAtStart, r.History, r.Pollers, r.Rate, r.Duration, r.IdleFor, r.Compression)
+		r.Shards, r.ShardsAtStart, max(r.History, 0), r.Pollers, r.Rate, r.Duration, r.IdleFor, r.Compression)
 	p("| target | figure |\n|---|---|\n")
 	p("| exact: report differences (reconcile after a drain) | %d%s |\n", r.Differences, drained(r))
 	p("| exact: child checkpoints moved before the parent was finished / children read before their parent's end | %d / %d |\n", r.OrderViolations, r.EarlyReads)
