@@ -43,6 +43,7 @@ func (r *FleetResult) Markdown(w io.Writer) {
 	p("| idle: coordination records that reached the stream in %s | %d |\n", r.IdleFor, r.IdleCoordinationRecords)
 	p("| memory: process peak RSS (all pollers + the emulation + the meter) / most records one poller held | %d MB / %d |\n", r.PeakRSS>>20, r.MaxHeldRecords)
 	p("| lag write → commit p50 / p99 (%d records) | %.2f s / %.2f s |\n", r.LagN, r.LagP50, r.LagP99)
+	p("| lag: changes not committed by the live fleet %s after the writes ended (left to the drain) | %d |\n", r.SettleTook.Round(time.Second), r.Uncommitted)
 	p("\nPer poller (coordinator calls through its own client: Query for the stream's leases and checkpoints, UpdateItem for leases and checkpoint moves):\n\n")
 	p("| poller | minutes | mean leases | Query / min | items read / min | UpdateItem / min |\n|---|---:|---:|---:|---:|---:|\n")
 	for _, fp := range r.PerPoller {
