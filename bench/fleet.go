@@ -137,8 +137,9 @@ type FleetResult struct {
 	// running poller held its fair share ±10% (-1: not by the next event).
 	Leases  []LeaseSample
 	Balance []BalanceEvent
-	// FirstAllLeased is when the running pollers first held a lease on
-	// 90% of the open shards (seconds from the start; -1: never).
+	// FirstAllLeased is when the running pollers first held as many
+	// leases (on open shards and on closed ones not yet finished) as 90% of
+	// the open shards: seconds from the start; -1: never.
 	FirstAllLeased float64
 
 	// Write units by partition key: the hottest keys the whole run wrote
