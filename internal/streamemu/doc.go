@@ -113,7 +113,7 @@
 // the retention and the shards still listed, plus the lineage (Parents:
 // two ids per shard ever made) and History, which keeps every record for
 // the whole run unless Config.HistoryFilter chooses fewer (the fleet
-// benchmark keeps the checkpoint items' records its order check reads).
+// benchmark keeps the coordination items' records: checkpoints and leases).
 //
 // # Deviations
 //

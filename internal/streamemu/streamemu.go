@@ -79,8 +79,8 @@ type Config struct {
 	// HistoryFilter chooses the records History keeps for the whole run
 	// (nil: every record). History is the one part of the emulation that
 	// outlives the retention: a long run at scale (the fleet benchmark)
-	// keeps only what its order check needs, the checkpoint items' records,
-	// so that memory stays with the retained records.
+	// keeps only the coordination items' records (checkpoints, leases),
+	// which its order and idle checks read, so that memory stays with the retained records.
 	HistoryFilter func(types.Record) bool
 }
 
