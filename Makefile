@@ -126,11 +126,12 @@ bench-quick: deps
 bench-charts:
 	$(GO) run ./cmd/ledgerbench -from $(BENCH_DOCS)/results.json -charts $(BENCH_DOCS)
 
-## bench-fleet: issue 23's fleet benchmark at 100 then 1,000 open shards, 8 pollers (about 15 minutes; niced, one at a time); markdown and JSON in bin/bench-fleet
+## bench-fleet: issue 23's fleet benchmark as BENCHMARKS.md ran it: 100 and 1,000 open shards after a day of rolls, and 1,000 without (about 25 minutes; niced, one at a time); markdown and JSON in bin/bench-fleet
 BENCH_FLEET := $(BIN)/bench-fleet
+BENCH_FLEET_FLAGS := -rate 50 -duration 2m -idle 30s -drain-timeout 3m -v
 bench-fleet: deps
 	mkdir -p $(BENCH_FLEET)
 	$(GO) build -o $(BENCH_FLEET)/ledgerbench ./cmd/ledgerbench
-	for n in 100 1000; do \
-		nice -n 19 $(BENCH_FLEET)/ledgerbench fleet -shards $$n -v -o $(BENCH_FLEET)/fleet-$$n.md -json $(BENCH_FLEET)/fleet-$$n.json || exit 1; \
-	done
+	nice -n 19 $(BENCH_FLEET)/ledgerbench fleet -shards 100 $(BENCH_FLEET_FLAGS) -o $(BENCH_FLEET)/fleet-100.md -json $(BENCH_FLEET)/fleet-100.json; \
+	nice -n 19 $(BENCH_FLEET)/ledgerbench fleet -shards 1000 $(BENCH_FLEET_FLAGS) -o $(BENCH_FLEET)/fleet-1000.md -json $(BENCH_FLEET)/fleet-1000.json; \
+	nice -n 19 $(BENCH_FLEET)/ledgerbench fleet -shards 1000 -history 0 $(BENCH_FLEET_FLAGS) -o $(BENCH_FLEET)/fleet-1000-h0.md -json $(BENCH_FLEET)/fleet-1000-h0.json
