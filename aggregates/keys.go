@@ -2,6 +2,7 @@ package aggregates
 
 import (
 	"fmt"
+	"hash/fnv"
 	"strings"
 )
 
@@ -20,11 +21,15 @@ import (
 //	report entry    TENANT#{t}#BRANCH#{b}#REPORTING      {period}#{cat|cc|pm}#{name}
 //	parked delta    TENANT#{t}#BRANCH#{b}#REPORTING      PARKED#{period}#{commit id}  GSI1 PARKED / {time}#{key}
 //	flags           SETTINGS#APP                         FLAGS#V1
-//	checkpoint      STREAM#{streamId}                    SHARD#{shardId}
-//	lease           STREAM#{streamId}                    LEASE#{shardId}
+//	checkpoint (c)  STREAM#{streamId}#CHECKPOINTS#{nn}    SHARD#{shardId}     nn: 00-15, a hash of the shard id
+//	lease (c)       STREAM#{streamId}                    LEASE#{shardId}
 //	idempotency     IDEMPOTENCY#{tenant}#{key}           REQUEST     (tenant "_": requests of no tenant)
 //	run marker      RUN#{eventID}                        RUN
 //	quarantine      QUARANTINE#{eventID}                 RECORD                      GSI1 QUARANTINE / {time}#{eventID}
+//
+// (c): in the coordination table (table.CoordinationTableName), which has
+// no stream, so the consumers' own bookkeeping never becomes records of the
+// stream they read; every other item is in the ledger table.
 //
 // Emails and document numbers are stored normalised (directory.go); both
 // may appear only at the end of a key, after a fixed prefix, and neither may
@@ -332,18 +337,48 @@ func ParseReportKey(k Key) (ReportKey, error) {
 // FlagsKey addresses the application's settings singleton.
 func FlagsKey() Key { return Key{PK: "SETTINGS#APP", SK: "FLAGS#V1"} }
 
-// CheckpointKey addresses the checkpoint of one shard of one stream. streamID
-// is the stream's identity (its ARN); shardID the shard's id.
+// CheckpointBuckets is how many partitions a stream's checkpoints are
+// spread over in the coordination table: a commit claims its shard's
+// checkpoint, so at one commit per shard per second the busiest
+// checkpoint partition takes about 2·shards/CheckpointBuckets write units
+// a second (a transactional write of a small item is 2), 125 at 1,000
+// shards (docs/design.md, "Scale"). Part of the layout: changing it moves
+// every checkpoint.
+const CheckpointBuckets = 16
+
+// CheckpointKey addresses the checkpoint of one shard of one stream, an
+// item of the coordination table (not the ledger table, whose stream the
+// consumers read). streamID is the stream's identity (its ARN); shardID the
+// shard's id. The partition is one of the stream's CheckpointBuckets,
+// chosen by a hash of the shard id.
 func CheckpointKey(streamID, shardID string) Key {
-	return Key{PK: "STREAM#" + streamID, SK: "SHARD#" + shardID}
+	return Key{PK: CheckpointPK(streamID, checkpointBucket(shardID)), SK: "SHARD#" + shardID}
+}
+
+// CheckpointPK is the partition key of bucket b (0 ≤ b < CheckpointBuckets)
+// of a stream's checkpoints.
+func CheckpointPK(streamID string, b int) string {
+	return fmt.Sprintf("STREAM#%s#CHECKPOINTS#%02d", streamID, b)
+}
+
+// checkpointBucket is FNV-1a of the shard id modulo CheckpointBuckets.
+func checkpointBucket(shardID string) int {
+	h := fnv.New32a()
+	h.Write([]byte(shardID))
+	return int(h.Sum32() % CheckpointBuckets)
 }
 
 // LeaseKey addresses the lease of one shard of a stream, held by at most one
-// poller at a time. It shares the checkpoint's partition, so a poller can
-// read a stream's leases and checkpoints with one Query.
+// poller at a time: an item of the coordination table. A stream's leases
+// share one partition, so a poller reads them all with one Query.
 func LeaseKey(streamID, shardID string) Key {
-	return Key{PK: "STREAM#" + streamID, SK: "LEASE#" + shardID}
+	return Key{PK: LeasePK(streamID), SK: "LEASE#" + shardID}
 }
+
+// LeasePK is the partition key of a stream's leases. Before the
+// coordination table, it was also the partition of the stream's
+// checkpoints, in the ledger table (table.LegacyStreamState).
+func LeasePK(streamID string) string { return "STREAM#" + streamID }
 
 // IdempotencyKey addresses the stored response of one mutating request of a
 // tenant, keyed by its Idempotency-Key header.

@@ -86,7 +86,7 @@ func (r *runner) memory(ctx context.Context) (*MemoryResult, error) {
 	}
 	db := dynamodb.NewFromConfig(cfg)
 	const table = "backlog"
-	if _, err := ledgertable.CreateTable(ctx, db, table); err != nil {
+	if err := ledgertable.CreateTables(ctx, db, table); err != nil {
 		return nil, err
 	}
 	if err := disableTTL(ctx, db, table); err != nil {

@@ -30,7 +30,7 @@ func TestDisableTTL_TurnsOffTheTablesTTL(t *testing.T) {
 		require.NoError(t, err)
 		return out.TimeToLiveDescription.TimeToLiveStatus
 	}
-	_, err = ledgertable.CreateTable(ctx, db, "backlog")
+	err = ledgertable.CreateTables(ctx, db, "backlog")
 	require.NoError(t, err)
 	require.Equal(t, ddbtypes.TimeToLiveStatusEnabled, ttl(), "the ledger table has TTL on")
 	require.NoError(t, disableTTL(ctx, db, "backlog"))

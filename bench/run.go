@@ -412,7 +412,7 @@ func (r *runner) instance(ctx context.Context, tables ...string) (*dynamodb.Clie
 		if r.tables[in.Endpoint+"/"+t] {
 			continue
 		}
-		if _, err := ledgertable.CreateTable(ctx, db, t); err != nil {
+		if err := ledgertable.CreateTables(ctx, db, t); err != nil {
 			stop()
 			return nil, nil, nil, err
 		}

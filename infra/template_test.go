@@ -116,6 +116,35 @@ func obj(v any) map[string]any {
 	return m
 }
 
+// The coordination table has the keys table/coordination.go creates, no
+// stream and no index, and the consumer is told its name.
+func TestTemplate_CoordinationTableMatchesGoDefinition(t *testing.T) {
+	tpl := loadTemplate(t)
+	p := tpl.resource(t, "CoordinationTable", "AWS::DynamoDB::Table")
+	want := table.CreateCoordinationTableInput("ledger-coordination")
+	var defs, keys []string
+	for _, d := range list(p["AttributeDefinitions"]) {
+		defs = append(defs, obj(d)["AttributeName"].(string)+" "+obj(d)["AttributeType"].(string))
+	}
+	for _, k := range list(p["KeySchema"]) {
+		keys = append(keys, obj(k)["AttributeName"].(string)+" "+obj(k)["KeyType"].(string))
+	}
+	var wantDefs, wantKeys []string
+	for _, d := range want.AttributeDefinitions {
+		wantDefs = append(wantDefs, aws.ToString(d.AttributeName)+" "+string(d.AttributeType))
+	}
+	for _, k := range want.KeySchema {
+		wantKeys = append(wantKeys, aws.ToString(k.AttributeName)+" "+string(k.KeyType))
+	}
+	assert.Equal(t, wantDefs, defs)
+	assert.Equal(t, wantKeys, keys)
+	assert.Equal(t, string(want.BillingMode), p["BillingMode"])
+	assert.Nil(t, p["StreamSpecification"], "the coordination table has no stream: its writes are no records")
+	assert.Nil(t, p["GlobalSecondaryIndexes"])
+	env := obj(obj(tpl.resource(t, "ConsumerFunction", "AWS::Serverless::Function")["Environment"])["Variables"])
+	assert.Equal(t, map[string]any{"Ref": "CoordinationTable"}, env["LEDGER_COORDINATION_TABLE"])
+}
+
 func TestTemplate_TableMatchesGoDefinition(t *testing.T) {
 	tpl := loadTemplate(t)
 	p := tpl.resource(t, "Table", "AWS::DynamoDB::Table")
@@ -183,9 +212,15 @@ func TestTemplate_SecondDeployAfterARollbackIsNotBlockedByTheRetainedTable(t *te
 	assert.Equal(t, "", tpl.Parameters["TableName"]["Default"], "CloudFormation names the table unless told otherwise")
 	assert.Equal(t, map[string]any{"Fn::Not": []any{map[string]any{"Fn::Equals": []any{map[string]any{"Ref": "TableName"}, ""}}}}, tpl.Conditions["HasTableName"])
 	// No other resource keeps a fixed name past a rollback: only the
-	// table is retained.
+	// table and its coordination table are retained, and the coordination
+	// table is always named by CloudFormation.
 	for name, r := range tpl.Resources {
-		if name != "Table" {
+		switch name {
+		case "Table":
+		case "CoordinationTable":
+			assert.Equal(t, "Retain", r.DeletionPolicy)
+			assert.Nil(t, r.Properties["TableName"], "a fixed name would block the deploy after a rollback")
+		default:
 			assert.Empty(t, r.DeletionPolicy, "%s would outlive a rollback", name)
 		}
 	}
@@ -278,7 +313,7 @@ func TestTemplate_RolesGrantWhatTheCodeCallsOnThisTableOnly(t *testing.T) {
 	// deltas, checkpoints) and Puts (run markers).
 	st := roleStatement(t, tpl, "ConsumerRole", "CommitReports")
 	assert.Equal(t, iamActions(reflect.TypeFor[processor.DynamoDB](), "UpdateItem", "PutItem"), actions(st))
-	assert.Equal(t, map[string]any{"Fn::GetAtt": []any{"Table", "Arn"}}, st["Resource"])
+	assert.Equal(t, []any{map[string]any{"Fn::GetAtt": []any{"Table", "Arn"}}, map[string]any{"Fn::GetAtt": []any{"CoordinationTable", "Arn"}}}, st["Resource"])
 	st = roleStatement(t, tpl, "ConsumerRole", "ReadTheStream")
 	assert.Equal(t, []string{"dynamodb:DescribeStream", "dynamodb:GetRecords", "dynamodb:GetShardIterator", "dynamodb:ListStreams"}, actions(st))
 	assert.Equal(t, map[string]any{"Fn::Sub": "${Table.Arn}/stream/*"}, st["Resource"])

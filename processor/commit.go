@@ -632,11 +632,22 @@ func (p *Processor) reportWrites(k aggregates.ReportKey, delta *aggregates.Repor
 	return reportWrites{updates: w.Updates, inline: w.Inline}, err
 }
 
-// getItem reads one item with a consistent read; nil when absent.
+// getItem reads one item of the ledger table with a consistent read; nil
+// when absent.
 func (p *Processor) getItem(ctx context.Context, k aggregates.Key) (map[string]ddbtypes.AttributeValue, error) {
+	return p.getItemOf(ctx, p.cfg.Table, k)
+}
+
+// getCheckpoint reads a checkpoint item of the coordination table with a
+// consistent read; nil when absent.
+func (p *Processor) getCheckpoint(ctx context.Context, k aggregates.Key) (map[string]ddbtypes.AttributeValue, error) {
+	return p.getItemOf(ctx, p.cfg.CoordinationTable, k)
+}
+
+func (p *Processor) getItemOf(ctx context.Context, tableName string, k aggregates.Key) (map[string]ddbtypes.AttributeValue, error) {
 	var item map[string]ddbtypes.AttributeValue
 	err := p.retry(ctx, "GetItem", func(ctx context.Context) error {
-		out, err := p.api.GetItem(ctx, &dynamodb.GetItemInput{TableName: &p.cfg.Table, Key: table.Key(k), ConsistentRead: aws.Bool(true)})
+		out, err := p.api.GetItem(ctx, &dynamodb.GetItemInput{TableName: &tableName, Key: table.Key(k), ConsistentRead: aws.Bool(true)})
 		if err != nil {
 			return err
 		}

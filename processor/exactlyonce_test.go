@@ -356,7 +356,7 @@ func deliverShard(t *testing.T, e *env, rng *rand.Rand, ch *chaos, recs []proces
 			cp, cerr := c.g.Checkpoint(ctx)
 			require.NoError(t, cerr)
 			if last := recs[end-1].SequenceNumber; cp != "" && processor.CompareSequence(last, cp) > 0 {
-				_, uerr := e.ddb.UpdateItem(ctx, table.AdvanceCheckpoint(e.table, aggregates.CheckpointKey(e.streamARN, shard), shard, cp, last, false, time.Now()))
+				_, uerr := e.ddb.UpdateItem(ctx, table.AdvanceCheckpoint(table.CoordinationTableName(e.table), aggregates.CheckpointKey(e.streamARN, shard), shard, cp, last, false, time.Now()))
 				var ccf *ddbtypes.ConditionalCheckFailedException
 				if errors.As(uerr, &ccf) {
 					c = open(checkpointIndex()) // someone else moved it

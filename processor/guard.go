@@ -62,6 +62,7 @@ var ErrGap = errors.New("records do not start at the checkpoint")
 type ShardGuard struct {
 	p         *Processor
 	key       aggregates.Key
+	stream    string
 	shard     string
 	loaded    bool
 	prev      string // checkpoint as last read or written; "" for none
@@ -144,7 +145,7 @@ func parseBatchPlan(s string) (batchPlan, error) {
 
 // ShardGuard returns the guard of one shard of a stream.
 func (p *Processor) ShardGuard(streamARN, shardID string) *ShardGuard {
-	return &ShardGuard{p: p, key: aggregates.CheckpointKey(streamARN, shardID), shard: shardID}
+	return &ShardGuard{p: p, key: aggregates.CheckpointKey(streamARN, shardID), stream: streamARN, shard: shardID}
 }
 
 // CommitBatches makes the guard commit all the records a Process call hands
@@ -204,9 +205,17 @@ func (g *ShardGuard) load(ctx context.Context) error {
 	if g.loaded {
 		return nil
 	}
-	item, err := g.p.getItem(ctx, g.key)
+	item, err := g.p.getCheckpoint(ctx, g.key)
 	if err != nil {
 		return fmt.Errorf("read checkpoint %s: %w", g.key, err)
+	}
+	if item == nil {
+		// No checkpoint: the shard is new, or its checkpoint is still in
+		// the ledger table (the layout before the coordination table),
+		// where committing from nothing would apply its records twice.
+		if err := g.p.refuseLegacy(ctx, g.stream); err != nil {
+			return err
+		}
 	}
 	cp, err := table.DecodeCheckpoint(g.shard, item)
 	if err != nil {
@@ -339,7 +348,7 @@ func (g *ShardGuard) claimGroup(k, n int, to string, plan batchPlan, digest stri
 	if a := g.abandoned; a != nil {
 		c.Abandoned = &table.PendingBatch{To: a.to, Next: a.next}
 	}
-	return table.ClaimGroup(g.p.cfg.Table, g.key, c)
+	return table.ClaimGroup(g.p.cfg.CoordinationTable, g.key, c)
 }
 
 // clearAbandoned moves the checkpoint to the end of the abandoned batch,
@@ -371,7 +380,7 @@ func (g *ShardGuard) claim(run []Record) ddbtypes.TransactWriteItem {
 	}
 	// Never over a half-committed batch (a poller's, on the checkpoint the
 	// tumbling-window Lambda shares): only its own last group moves it.
-	return table.ClaimRun(g.p.cfg.Table, g.key, g.shard, g.prev, lastSequence(run), g.p.now())
+	return table.ClaimRun(g.p.cfg.CoordinationTable, g.key, g.shard, g.prev, lastSequence(run), g.p.now())
 }
 
 func (g *ShardGuard) claimed(run []Record) {

@@ -67,7 +67,7 @@ func (p *Processor) InFlight(ctx context.Context, streams StreamReader, streamAR
 	read := 0
 	for _, sh := range shards {
 		id := aws.ToString(sh.ShardId)
-		item, err := p.getItem(ctx, aggregates.CheckpointKey(streamARN, id))
+		item, err := p.getCheckpoint(ctx, aggregates.CheckpointKey(streamARN, id))
 		if err != nil {
 			return res, fmt.Errorf("in flight: checkpoint of %s: %w", id, err)
 		}

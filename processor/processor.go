@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
@@ -24,12 +25,20 @@ type DynamoDB interface {
 	PutItem(ctx context.Context, in *dynamodb.PutItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.PutItemOutput, error)
 	TransactWriteItems(ctx context.Context, in *dynamodb.TransactWriteItemsInput, opts ...func(*dynamodb.Options)) (*dynamodb.TransactWriteItemsOutput, error)
 	UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error)
+	// Query looks for checkpoints left in the ledger table by the layout
+	// before the coordination table (table.LegacyStreamState).
+	Query(ctx context.Context, in *dynamodb.QueryInput, opts ...func(*dynamodb.Options)) (*dynamodb.QueryOutput, error)
 }
 
 // Config configures a Processor. Zero fields take the documented defaults.
 type Config struct {
 	// Table is the DynamoDB table holding transactions and reports. Required.
 	Table string
+	// CoordinationTable holds the shards' checkpoints, which commits claim
+	// in the same transaction as the reports they update (default
+	// table.CoordinationTableName(Table); never Table: its writes must not
+	// be records of the stream the consumers read).
+	CoordinationTable string
 	// MaxAttempts bounds the attempts of every DynamoDB call, commits
 	// included (default 10).
 	MaxAttempts int
@@ -62,6 +71,12 @@ type Config struct {
 func (c Config) withDefaults() (Config, error) {
 	if c.Table == "" {
 		return c, errors.New("processor config: table name is required")
+	}
+	if c.CoordinationTable == "" {
+		c.CoordinationTable = table.CoordinationTableName(c.Table)
+	}
+	if err := table.CheckCoordinationTable(c.Table, c.CoordinationTable); err != nil {
+		return c, fmt.Errorf("processor config: %w", err)
 	}
 	def := func(v *int, d, max int) {
 		if *v <= 0 || *v > max {
@@ -101,6 +116,9 @@ type Processor struct {
 	cfg     Config
 	metrics *Metrics
 	shapes  *shapeCache
+	// clean holds the streams whose checkpoints were found in the
+	// coordination table only (refuseLegacy), once per process.
+	clean sync.Map
 }
 
 // New returns a Processor writing to cfg.Table through api. metrics may be
@@ -117,6 +135,23 @@ func New(api DynamoDB, cfg Config, metrics *Metrics) (*Processor, error) {
 }
 
 func (p *Processor) now() time.Time { return p.cfg.Now().UTC() }
+
+// refuseLegacy fails with table.ErrLegacyStreamState while the ledger
+// table holds checkpoints or leases of stream from before the coordination
+// table: the guard of a shard with no checkpoint asks, once per stream and
+// process until the answer is no.
+func (p *Processor) refuseLegacy(ctx context.Context, stream string) error {
+	if _, ok := p.clean.Load(stream); ok || stream == "" {
+		return nil
+	}
+	err := p.retry(ctx, "Query", func(ctx context.Context) error {
+		return table.RefuseLegacyStreamState(ctx, p.api, p.cfg.Table, stream)
+	})
+	if err == nil {
+		p.clean.Store(stream, true)
+	}
+	return err
+}
 
 // Metrics returns the processor's collectors.
 func (p *Processor) Metrics() *Metrics { return p.metrics }

@@ -213,7 +213,7 @@ func (p *Processor) moveOver(ctx context.Context, g *ShardGuard, seq string) err
 	if err != nil || seq == "" || g.Pending() || cp != "" && CompareSequence(seq, cp) <= 0 {
 		return err
 	}
-	in := table.AdvanceCheckpoint(p.cfg.Table, g.key, g.shard, cp, seq, false, p.now())
+	in := table.AdvanceCheckpoint(p.cfg.CoordinationTable, g.key, g.shard, cp, seq, false, p.now())
 	err = p.retry(ctx, "UpdateItem", func(ctx context.Context) error {
 		p.metrics.WriteRequests.WithLabelValues("UpdateItem").Inc()
 		_, err := p.api.UpdateItem(ctx, in)

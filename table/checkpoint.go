@@ -266,36 +266,43 @@ func MarkCheckpointStart(tableName string, key aggregates.Key, shard, startAt st
 	}
 }
 
-// ReadStreamState reads every lease and checkpoint of a stream with one
-// consistent, paginated Query of the stream's partition, by shard id.
-func ReadStreamState(ctx context.Context, api dynamodb.QueryAPIClient, tableName, streamARN string) (map[string]Lease, map[string]Checkpoint, error) {
+// ReadStreamState reads every lease and checkpoint of a stream from the
+// coordination table coord, by shard id: a consistent, paginated Query of
+// the stream's lease partition and of each of its checkpoint partitions
+// (aggregates.CheckpointBuckets).
+func ReadStreamState(ctx context.Context, api dynamodb.QueryAPIClient, coord, streamARN string) (map[string]Lease, map[string]Checkpoint, error) {
 	leases, cps := map[string]Lease{}, map[string]Checkpoint{}
 	leasePrefix := strings.TrimSuffix(aggregates.LeaseKey(streamARN, "x").SK, "x")
 	cpPrefix := strings.TrimSuffix(aggregates.CheckpointKey(streamARN, "x").SK, "x")
-	in := &dynamodb.QueryInput{
-		TableName:                 aws.String(tableName),
-		KeyConditionExpression:    aws.String("#pk = :pk"),
-		ExpressionAttributeNames:  map[string]string{"#pk": AttrPK},
-		ExpressionAttributeValues: map[string]types.AttributeValue{":pk": S(aggregates.LeaseKey(streamARN, "").PK)},
-		ConsistentRead:            aws.Bool(true),
+	pks := []string{aggregates.LeasePK(streamARN)}
+	for b := range aggregates.CheckpointBuckets {
+		pks = append(pks, aggregates.CheckpointPK(streamARN, b))
 	}
-	p := dynamodb.NewQueryPaginator(api, in)
-	for p.HasMorePages() {
-		out, err := p.NextPage(ctx)
-		if err != nil {
-			return nil, nil, fmt.Errorf("read leases and checkpoints of %s: %w", streamARN, err)
-		}
-		for _, item := range out.Items {
-			sk, _ := String(item, AttrSK)
-			switch {
-			case strings.HasPrefix(sk, leasePrefix):
-				l := DecodeLease(strings.TrimPrefix(sk, leasePrefix), item)
-				leases[l.Shard] = l
-			case strings.HasPrefix(sk, cpPrefix):
-				// A malformed pending batch is the guard's to report; the
-				// listing shows what is there.
-				c, _ := DecodeCheckpoint(strings.TrimPrefix(sk, cpPrefix), item)
-				cps[c.Shard] = c
+	for _, pk := range pks {
+		p := dynamodb.NewQueryPaginator(api, &dynamodb.QueryInput{
+			TableName:                 aws.String(coord),
+			KeyConditionExpression:    aws.String("#pk = :pk"),
+			ExpressionAttributeNames:  map[string]string{"#pk": AttrPK},
+			ExpressionAttributeValues: map[string]types.AttributeValue{":pk": S(pk)},
+			ConsistentRead:            aws.Bool(true),
+		})
+		for p.HasMorePages() {
+			out, err := p.NextPage(ctx)
+			if err != nil {
+				return nil, nil, fmt.Errorf("read leases and checkpoints of %s: %w", streamARN, err)
+			}
+			for _, item := range out.Items {
+				sk, _ := String(item, AttrSK)
+				switch {
+				case strings.HasPrefix(sk, leasePrefix):
+					l := DecodeLease(strings.TrimPrefix(sk, leasePrefix), item)
+					leases[l.Shard] = l
+				case strings.HasPrefix(sk, cpPrefix):
+					// A malformed pending batch is the guard's to report; the
+					// listing shows what is there.
+					c, _ := DecodeCheckpoint(strings.TrimPrefix(sk, cpPrefix), item)
+					cps[c.Shard] = c
+				}
 			}
 		}
 	}

@@ -148,7 +148,26 @@ func CreateTableInput(name string) *dynamodb.CreateTableInput {
 // enabled on an attribute other than expiresAt. Errors name the table and
 // the step that failed.
 func CreateTable(ctx context.Context, api TableAPI, name string) (created bool, err error) {
-	_, err = api.CreateTable(ctx, CreateTableInput(name))
+	created, err = createTable(ctx, api, CreateTableInput(name))
+	if err != nil {
+		return created, err
+	}
+	if err := enableTTL(ctx, api, name); err != nil {
+		return created, fmt.Errorf("create table %s: %w", name, err)
+	}
+	if created {
+		if err := putDefaultFlags(ctx, api, name, time.Now()); err != nil {
+			return created, fmt.Errorf("create table %s: %w", name, err)
+		}
+	}
+	return created, nil
+}
+
+// createTable sends in unless the table exists and waits until the table is
+// ACTIVE; created reports whether this call created it.
+func createTable(ctx context.Context, api TableAPI, in *dynamodb.CreateTableInput) (created bool, err error) {
+	name := aws.ToString(in.TableName)
+	_, err = api.CreateTable(ctx, in)
 	var inUse *types.ResourceInUseException
 	switch {
 	case err == nil:
@@ -165,16 +184,6 @@ func CreateTable(ctx context.Context, api TableAPI, name string) (created bool, 
 	})
 	if err := waiter.Wait(ctx, &dynamodb.DescribeTableInput{TableName: aws.String(name)}, tableWaitMax); err != nil {
 		return created, fmt.Errorf("create table %s: wait until active: %w", name, err)
-	}
-
-	if err := enableTTL(ctx, api, name); err != nil {
-		return created, fmt.Errorf("create table %s: %w", name, err)
-	}
-
-	if created {
-		if err := putDefaultFlags(ctx, api, name, time.Now()); err != nil {
-			return created, fmt.Errorf("create table %s: %w", name, err)
-		}
 	}
 	return created, nil
 }

@@ -32,6 +32,7 @@ type config struct {
 // and docs/lambda.md list the same.
 const envHelp = `ledger's Lambda stream consumer reads its configuration from the environment:
   LEDGER_TABLE                 table name (default "ledger")
+  LEDGER_COORDINATION_TABLE    table of the shards' checkpoints, without a stream (default: LEDGER_TABLE + "-coordination")
   LEDGER_LAMBDA_MODE           standard | tumbling (default standard; must match the event source mapping)
   LEDGER_MAX_ATTEMPTS          attempts of every DynamoDB call, 1-1000 (default 10)
   LEDGER_BASE_BACKOFF          first retry backoff, a Go duration (default 25ms)
@@ -88,6 +89,12 @@ func loadConfig(getenv func(string) string) (config, error) {
 		c.processor.Table = table.DefaultTableName
 	} else if !tableName.MatchString(c.processor.Table) {
 		bad("LEDGER_TABLE", c.processor.Table, "a DynamoDB table name (3-255 letters, digits, _ . -)")
+	}
+	c.processor.CoordinationTable = strings.TrimSpace(getenv("LEDGER_COORDINATION_TABLE"))
+	if c.processor.CoordinationTable == "" {
+		c.processor.CoordinationTable = table.CoordinationTableName(c.processor.Table)
+	} else if !tableName.MatchString(c.processor.CoordinationTable) || c.processor.CoordinationTable == c.processor.Table {
+		bad("LEDGER_COORDINATION_TABLE", c.processor.CoordinationTable, "a DynamoDB table name (3-255 letters, digits, _ . -) other than LEDGER_TABLE's")
 	}
 	switch mode := strings.TrimSpace(getenv("LEDGER_LAMBDA_MODE")); mode {
 	case "", string(handler.Standard):

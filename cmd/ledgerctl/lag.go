@@ -102,7 +102,7 @@ func (e *environment) lag(ctx context.Context, args []string) int {
 	if err != nil {
 		return e.fail(err)
 	}
-	rows, err := measureLag(ctx, c, streams, e.table, arn, *maxRecords, time.Now())
+	rows, err := measureLag(ctx, c, streams, e.coordination, arn, *maxRecords, time.Now())
 	if err != nil {
 		return e.fail(err)
 	}
@@ -161,11 +161,10 @@ type lagStreams interface {
 	poller.Streams
 }
 
-// measureLag reads the checkpoints and leases of the stream from the table
-// and every shard after its checkpoint.
-func measureLag(ctx context.Context, db QueryAPI, streams lagStreams, tableName, arn string, maxRecords int, now time.Time) ([]shardLag, error) {
-	// Checkpoints and leases share one partition (aggregates.CheckpointKey).
-	leases, cps, err := table.ReadStreamState(ctx, db, tableName, arn)
+// measureLag reads the checkpoints and leases of the stream from the
+// coordination table coord and every shard after its checkpoint.
+func measureLag(ctx context.Context, db QueryAPI, streams lagStreams, coord, arn string, maxRecords int, now time.Time) ([]shardLag, error) {
+	leases, cps, err := table.ReadStreamState(ctx, db, coord, arn)
 	if err != nil {
 		return nil, fmt.Errorf("read checkpoints: %w", err)
 	}

@@ -14,6 +14,8 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+
+	ledgertable "github.com/ledger-dev/ledger/table"
 )
 
 func main() {
@@ -34,8 +36,11 @@ const (
 const usage = `usage: ledgerctl COMMAND [flags]
 
 Commands:
-  table create      create the table (keys, GSI1, GSI2, stream, TTL, default flags) if absent
-  table describe    print the table's definition and check it against ledger's
+  table create      create the table (keys, GSI1, GSI2, stream, TTL, default flags) and its
+                    coordination table (checkpoints and leases, no stream) if absent
+  table describe    print the table's definition and check it and the coordination table
+  coordination migrate   move the stream's checkpoints from the ledger table to the coordination
+                    table (from a version before it; with every consumer stopped)
   reconcile         recompute reports from transactions and print the differences
   flags get         print the flags singleton (writesEnabled, version)
   flags set N=B ... set flags, guarded by the version read (a lost race writes nothing, exit 1)
@@ -51,6 +56,7 @@ Commands:
 
 Environment:
   LEDGER_TABLE      table name (default "ledger")
+  LEDGER_COORDINATION_TABLE  the consumers' checkpoints and leases (default: LEDGER_TABLE + "-coordination")
   LEDGER_JWT_SECRET the writer's HS256 secret (token)
   AWS_REGION, AWS_ENDPOINT_URL, AWS credentials: the standard AWS SDK settings
 
@@ -68,7 +74,11 @@ func Run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if table == "" {
 		table = "ledger"
 	}
-	env := &environment{table: table, getenv: getenv, stdout: stdout, stderr: stderr}
+	coordination := getenv("LEDGER_COORDINATION_TABLE")
+	if coordination == "" {
+		coordination = ledgertable.CoordinationTableName(table)
+	}
+	env := &environment{table: table, coordination: coordination, getenv: getenv, stdout: stdout, stderr: stderr}
 	switch args[0] {
 	case "table":
 		if len(args) < 2 {
@@ -81,6 +91,12 @@ func Run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		case "describe":
 			return env.tableDescribe(ctx, args[2:])
 		}
+	case "coordination":
+		if len(args) < 2 || args[1] != "migrate" {
+			fmt.Fprint(stderr, usage)
+			return exitError
+		}
+		return env.coordinationMigrate(ctx, args[2:])
 	case "reconcile":
 		return env.reconcile(ctx, args[1:])
 	case "flags":

@@ -84,7 +84,7 @@ func (e *environment) replay(ctx context.Context, args []string) int {
 	if err != nil {
 		return e.fail(err)
 	}
-	p, err := processor.New(c, processor.Config{Table: e.table}, nil)
+	p, err := processor.New(c, processor.Config{Table: e.table, CoordinationTable: e.coordination}, nil)
 	if err != nil {
 		return e.fail(err)
 	}

@@ -266,6 +266,9 @@ func (st *stack) ensureTable(ctx context.Context) error {
 	} else {
 		out.done("table %s found (kept from an earlier run)", tableName)
 	}
+	if err := st.ensureCoordination(ctx, info.StreamARN); err != nil {
+		return err
+	}
 	flags, err := table.GetFlags(ctx, st.db, tableName)
 	if err != nil {
 		return err
@@ -273,6 +276,32 @@ func (st *stack) ensureTable(ctx context.Context) error {
 	if st.o.sample && !flags.WritesEnabled() {
 		out.note("writes are disabled by the flags (%s): the sample is skipped; 'ledgerctl flags set writesEnabled=true' enables them", flags)
 		st.o.sample = false
+	}
+	return nil
+}
+
+// ensureCoordination creates the coordination table when absent and moves
+// the checkpoints an earlier version's run left in the ledger table into
+// it: nobody else consumes this data directory's stream (run holds its
+// lock), so the leases of the previous run's poller are not waited for.
+func (st *stack) ensureCoordination(ctx context.Context, streamARN string) error {
+	coord := st.e.coordination
+	if err := table.CheckCoordinationTable(st.e.table, coord); err != nil {
+		return err
+	}
+	created, err := table.CreateCoordinationTable(ctx, st.db, coord)
+	if err != nil {
+		return err
+	}
+	if created {
+		st.out.done("coordination table %s created (checkpoints and leases; no stream)", coord)
+	}
+	res, err := table.MigrateStreamState(ctx, st.db, st.e.table, coord, streamARN, time.Now(), table.MigrateOptions{IgnoreLeases: true})
+	if err != nil {
+		return err
+	}
+	if res.Checkpoints > 0 || res.Leases > 0 {
+		st.out.done("moved %d checkpoints of an earlier version's run into %s", res.Checkpoints, coord)
 	}
 	return nil
 }
@@ -316,7 +345,7 @@ func (st *stack) startWriter(ctx context.Context) error {
 func (st *stack) startPoller(ctx context.Context) error {
 	host, _ := os.Hostname()
 	svc, err := poller.NewService(ctx, st.awsCfg, poller.Config{
-		Table: st.e.table, Owner: fmt.Sprintf("ledgerctl-run-%s-%d", host, os.Getpid()), Logger: st.log.With("component", "poller"),
+		Table: st.e.table, CoordinationTable: st.e.coordination, Owner: fmt.Sprintf("ledgerctl-run-%s-%d", host, os.Getpid()), Logger: st.log.With("component", "poller"),
 	})
 	if err != nil {
 		return err

@@ -40,7 +40,7 @@ func TestMain(m *testing.M) { ddbtest.Main(m) }
 // tables the poller must refuse (no stream, keys only) among them.
 var (
 	noStream, keysOnly string
-	tables             = ddbtest.Pool{Size: 5, Setup: func(t testing.TB, c *dynamodb.Client) {
+	tables             = ddbtest.Pool{Size: 7, Setup: func(t testing.TB, c *dynamodb.Client) {
 		noStream, keysOnly = ddbtest.TableName(t), ddbtest.TableName(t)
 		for name, spec := range map[string]*ddbtypes.StreamSpecification{
 			noStream: nil,

@@ -31,6 +31,7 @@ const (
 // options are the command line, after environment fallbacks.
 type options struct {
 	table              string
+	coordination       string
 	metricsAddr        string
 	startPosition      poller.StartPosition
 	idleBackoff        time.Duration
@@ -84,6 +85,8 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (op
 		errs = append(errs, fmt.Errorf("LEDGER_DRAIN %q: want true or false", getenv("LEDGER_DRAIN")))
 	}
 	fs.StringVar(&o.table, "table", env("LEDGER_TABLE", table.DefaultTableName), "the ledger `TABLE` (env LEDGER_TABLE)")
+	fs.StringVar(&o.coordination, "coordination-table", env("LEDGER_COORDINATION_TABLE", ""),
+		"the `TABLE` of checkpoints and leases, without a stream (default: the ledger table's name + \""+table.CoordinationSuffix+"\"; env LEDGER_COORDINATION_TABLE)")
 	fs.StringVar(&o.metricsAddr, "metrics-addr", env("LEDGER_METRICS_ADDR", ":9102"),
 		"`ADDR` serving /metrics, /healthz and /readyz; port 0 picks a free port, which is logged (env LEDGER_METRICS_ADDR)")
 	fs.StringVar(&startPos, "start-position", env("LEDGER_START_POSITION", string(poller.TrimHorizon)),
@@ -220,6 +223,7 @@ func run(ctx context.Context, o options, awsOpts []func(*config.LoadOptions) err
 	}
 	svc, err := poller.NewService(ctx, cfg, poller.Config{
 		Table:              o.table,
+		CoordinationTable:  o.coordination,
 		Owner:              o.owner,
 		StartPosition:      o.startPosition,
 		Drain:              o.drain,

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+
+	"github.com/ledger-dev/ledger/table"
 	"strings"
 	"time"
 )
@@ -41,9 +43,11 @@ func ParseStartPosition(s string) (StartPosition, error) {
 // Config configures a Poller. Zero fields take the documented defaults;
 // Validate says what is wrong with the rest.
 type Config struct {
-	// Table is the ledger table; its checkpoints and leases live in it.
-	// Required.
+	// Table is the ledger table, whose stream the poller reads. Required.
 	Table string
+	// CoordinationTable holds the shards' checkpoints and leases (default
+	// table.CoordinationTableName(Table); never Table itself).
+	CoordinationTable string
 	// StreamARN is the table's stream (see ResolveStream). Required.
 	StreamARN string
 	// Owner names this poller in lease items. It must be unique among the
@@ -167,6 +171,13 @@ func (c Config) withDefaults() (Config, error) {
 	var errs []error
 	if c.Table == "" {
 		errs = append(errs, errors.New("table is required"))
+	} else {
+		if c.CoordinationTable == "" {
+			c.CoordinationTable = table.CoordinationTableName(c.Table)
+		}
+		if err := table.CheckCoordinationTable(c.Table, c.CoordinationTable); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	if c.StreamARN == "" {
 		errs = append(errs, errors.New("stream ARN is required"))

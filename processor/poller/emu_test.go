@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	ddbtypes "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodbstreams"
 	st "github.com/aws/aws-sdk-go-v2/service/dynamodbstreams/types"
 	"github.com/stretchr/testify/assert"
@@ -28,6 +30,10 @@ import (
 type emuEnv struct {
 	*env
 	s *streamemu.Stream
+	// coordStream is a stream the test turns on for the coordination
+	// table (production's has none): the history of the checkpoint items,
+	// in the order DynamoDB Local applied the writes.
+	coordStream string
 }
 
 func newEmuEnv(t *testing.T, seed uint64, cfg streamemu.Config) *emuEnv {
@@ -39,9 +45,15 @@ func newEmuEnv(t *testing.T, seed uint64, cfg streamemu.Config) *emuEnv {
 	cfg.StreamARN = arn
 	s, err := streamemu.New(poller.NewStreamsClient(ddbtest.Config(t)), cfg)
 	require.NoError(t, err)
+	out, err := ddb.UpdateTable(context.Background(), &dynamodb.UpdateTableInput{
+		TableName:           aws.String(table.CoordinationTableName(name)),
+		StreamSpecification: &ddbtypes.StreamSpecification{StreamEnabled: aws.Bool(true), StreamViewType: ddbtypes.StreamViewTypeNewImage},
+	})
+	require.NoError(t, err)
 	// The scripted stream only carries the ARN: the emulation is passed to
 	// every poller.
-	return &emuEnv{env: &env{ddb: ddb, table: name, stream: newFakeStream(arn), w: ledgertest.NewWorkload(seed)}, s: s}
+	return &emuEnv{env: &env{ddb: ddb, table: name, stream: newFakeStream(arn), w: ledgertest.NewWorkload(seed)}, s: s,
+		coordStream: aws.ToString(out.TableDescription.LatestStreamArn)}
 }
 
 // write runs n workload steps against the table: their records reach the
@@ -80,7 +92,8 @@ func (e *emuEnv) runDrain(t *testing.T, tp *testPoller, timeout time.Duration) {
 // requireInOrder fails when a child's checkpoint moved (a commit of its
 // records, or a move over records without effect) before its parent's was
 // marked finished: the history of the checkpoint items, in the order
-// DynamoDB Local applied the writes, read back from the stream itself. It
+// DynamoDB Local applied the writes, read back from the coordination
+// table's stream (coordStream). It
 // also fails when a reader got a child's records before anyone had read
 // its parent to its end. Parents deleted (trimmed away) before they were
 // finished are listed in gone.
@@ -89,8 +102,10 @@ func (e *emuEnv) requireInOrder(t *testing.T, gone map[string]bool) {
 	parents := e.s.Parents()
 	finished := map[string]bool{}
 	violations := 0
-	for _, h := range e.s.History() {
-		img := h.Record.Dynamodb.NewImage
+	history := readAll(t, e.coordStream)
+	require.NotEmpty(t, history, "no checkpoint history")
+	for _, rec := range history {
+		img := rec.Dynamodb.NewImage
 		if et, _ := img[table.AttrEntityType].(*st.AttributeValueMemberS); et == nil || et.Value != "CHECKPOINT" {
 			continue
 		}
@@ -113,6 +128,30 @@ func (e *emuEnv) requireInOrder(t *testing.T, gone map[string]bool) {
 	}
 	assert.Zero(t, violations, "order violations")
 	assert.Empty(t, e.s.EarlyReads(), "children read before their parent's end")
+}
+
+// readAll reads every record of a stream of DynamoDB Local (one shard).
+func readAll(t *testing.T, arn string) []st.Record {
+	t.Helper()
+	ctx := context.Background()
+	sc := dynamodbstreams.NewFromConfig(ddbtest.Config(t))
+	d, err := sc.DescribeStream(ctx, &dynamodbstreams.DescribeStreamInput{StreamArn: &arn})
+	require.NoError(t, err)
+	var recs []st.Record
+	for _, sh := range d.StreamDescription.Shards {
+		it, err := sc.GetShardIterator(ctx, &dynamodbstreams.GetShardIteratorInput{StreamArn: &arn, ShardId: sh.ShardId, ShardIteratorType: st.ShardIteratorTypeTrimHorizon})
+		require.NoError(t, err)
+		for iter := it.ShardIterator; iter != nil; {
+			out, err := sc.GetRecords(ctx, &dynamodbstreams.GetRecordsInput{ShardIterator: iter})
+			require.NoError(t, err)
+			if len(out.Records) == 0 {
+				break
+			}
+			recs = append(recs, out.Records...)
+			iter = out.NextShardIterator
+		}
+	}
+	return recs
 }
 
 // closeOnEmptyPage is the emulation with a hook: the first time a reader
@@ -176,7 +215,7 @@ func TestPoller_DrainExitsWhenAShardClosesAfterItWasDrained(t *testing.T) {
 			assert.True(t, sh.EndServed, "the closed shard was read to its end")
 		}
 	}
-	_, cps, err := table.ReadStreamState(ctx, e.ddb, e.table, e.stream.arn)
+	_, cps, err := table.ReadStreamState(ctx, e.ddb, table.CoordinationTableName(e.table), e.stream.arn)
 	require.NoError(t, err)
 	assert.True(t, cps[closed].Finished, "the closed shard is finished")
 	// The drain read each child up to every record written before it was

@@ -102,7 +102,7 @@ func New(streams Streams, api Table, proc *processor.Processor, cfg Config, metr
 	return &Poller{
 		cfg:     cfg,
 		streams: streams,
-		store:   &store{api: api, table: cfg.Table, streamARN: cfg.StreamARN},
+		store:   &store{api: api, table: cfg.CoordinationTable, streamARN: cfg.StreamARN},
 		proc:    proc,
 		pm:      proc.Metrics(),
 		m:       metrics,

@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/ledger-dev/ledger/processor"
+	"github.com/ledger-dev/ledger/table"
 )
 
 // Service is a poller as a process runs it: the processor and the poller
@@ -40,9 +41,15 @@ func NewService(ctx context.Context, awsCfg aws.Config, cfg Config) (*Service, e
 		}
 		cfg.StreamARN = arn
 	}
+	if cfg.Table != "" && cfg.CoordinationTable == "" {
+		cfg.CoordinationTable = table.CoordinationTableName(cfg.Table)
+	}
+	if err := checkCoordination(ctx, db, cfg); err != nil {
+		return nil, fmt.Errorf("refusing to start: %w", err)
+	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	proc, err := processor.New(db, processor.Config{Table: cfg.Table}, processor.NewMetrics(reg))
+	proc, err := processor.New(db, processor.Config{Table: cfg.Table, CoordinationTable: cfg.CoordinationTable}, processor.NewMetrics(reg))
 	if err != nil {
 		return nil, err
 	}
@@ -51,6 +58,22 @@ func NewService(ctx context.Context, awsCfg aws.Config, cfg Config) (*Service, e
 		return nil, err
 	}
 	return &Service{Poller: p, Registry: reg, StreamARN: cfg.StreamARN}, nil
+}
+
+// checkCoordination makes sure the coordination table is there and the
+// ledger table holds no checkpoint of the stream from before it (reading
+// the stream again from an empty coordination table would apply its
+// records twice).
+func checkCoordination(ctx context.Context, db *dynamodb.Client, cfg Config) error {
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	if err := table.CheckCoordinationTable(cfg.Table, cfg.CoordinationTable); err != nil {
+		return err
+	}
+	if err := table.ValidateCoordinationTable(ctx, db, cfg.CoordinationTable); err != nil {
+		return err
+	}
+	return table.RefuseLegacyStreamState(ctx, db, cfg.Table, cfg.StreamARN)
 }
 
 // Handler serves /metrics (Prometheus text format), /healthz (the

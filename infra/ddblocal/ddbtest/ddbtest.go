@@ -116,8 +116,9 @@ func Client(t testing.TB, opts ...infra.ConfigOption) *dynamodb.Client {
 var tableSeq atomic.Int64
 
 // NewTable creates a fresh ledger table (table.CreateTable: keys, indexes,
-// stream, TTL and the default flags item) with a name no other test in
-// any binary uses, and returns the name. Tables are not deleted: an
+// stream, TTL and the default flags item) and its coordination table
+// (table.CoordinationTableName) with a name no other test in any binary
+// uses, and returns the ledger table's name. Tables are not deleted: an
 // in-memory instance goes away with the binary, and on an external endpoint
 // they are left for inspection. Deleting them would not help either:
 // DynamoDB Local's stream slowdown stays after its tables are gone.
@@ -126,7 +127,7 @@ func NewTable(t testing.TB, api table.TableAPI) string {
 	name := TableName(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	if _, err := table.CreateTable(ctx, api, name); err != nil {
+	if err := table.CreateTables(ctx, api, name); err != nil {
 		t.Fatalf("ddbtest: %v", err)
 	}
 	return name

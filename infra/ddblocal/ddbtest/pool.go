@@ -75,7 +75,7 @@ func (p *Pool) fill(t testing.TB) {
 	for range p.Size {
 		name := TableName(t)
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		_, err := table.CreateTable(ctx, c, name)
+		err := table.CreateTables(ctx, c, name)
 		cancel()
 		if err != nil {
 			p.err = fmt.Errorf("ddbtest: table pool: %w", err)

@@ -1,0 +1,279 @@
+package table
+
+// This file is the coordination table: where the stream consumers keep the
+// state they coordinate with — each shard's checkpoint (checkpoint.go) and
+// lease (lease.go) — apart from the ledger table. The ledger table has a
+// stream and the consumers read it; every write they made to it for their
+// own bookkeeping was a record of that stream, so a consumer renewing a
+// lease or moving a checkpoint over an idle stream made the next record it
+// read, forever, and every checkpoint of a stream shared one partition key.
+// The coordination table has no stream; a commit claims the checkpoint in
+// it and updates the reports in the ledger table in one TransactWriteItems
+// (a transaction may span tables of one account and region), so the
+// exactly-once argument (docs/exactly-once.md) is unchanged.
+//
+// Layout (keys in aggregates/keys.go, marked (c)): PK/SK strings, on-demand
+// billing, no stream, no index. Its name is the ledger table's with
+// "-coordination" appended unless configured (LEDGER_COORDINATION_TABLE).
+//
+// Deployments from before it kept checkpoints and leases in the ledger
+// table under STREAM#{stream ARN}. A consumer finding such an item refuses
+// to start (LegacyStreamState): reading the stream again from the
+// coordination table's empty state would apply records twice.
+// MigrateStreamState moves them, with the consumers stopped
+// (`ledgerctl coordination migrate`, docs/runbook.md).
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"strings"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/ledger-dev/ledger/aggregates"
+)
+
+// CoordinationSuffix makes the default coordination table's name from the
+// ledger table's.
+const CoordinationSuffix = "-coordination"
+
+// CoordinationTableName is the coordination table's name when none is
+// configured: the ledger table's name and CoordinationSuffix.
+func CoordinationTableName(ledgerTable string) string { return ledgerTable + CoordinationSuffix }
+
+// CheckCoordinationTable says why coord cannot be ledgerTable's
+// coordination table by its name alone: it must be another table, or the
+// consumers' bookkeeping lands in the stream they read.
+func CheckCoordinationTable(ledgerTable, coord string) error {
+	if coord == "" {
+		return errors.New("coordination table name is empty")
+	}
+	if coord == ledgerTable {
+		return fmt.Errorf("coordination table %q is the ledger table: it must be a table without a stream of its own (default %q)", coord, CoordinationTableName(ledgerTable))
+	}
+	return nil
+}
+
+// CreateCoordinationTableInput returns the CreateTable request for a
+// coordination table named name: PK/SK strings, on-demand billing, no
+// stream.
+func CreateCoordinationTableInput(name string) *dynamodb.CreateTableInput {
+	return &dynamodb.CreateTableInput{
+		TableName: aws.String(name),
+		KeySchema: []types.KeySchemaElement{
+			{AttributeName: aws.String(AttrPK), KeyType: types.KeyTypeHash},
+			{AttributeName: aws.String(AttrSK), KeyType: types.KeyTypeRange},
+		},
+		AttributeDefinitions: []types.AttributeDefinition{
+			{AttributeName: aws.String(AttrPK), AttributeType: types.ScalarAttributeTypeS},
+			{AttributeName: aws.String(AttrSK), AttributeType: types.ScalarAttributeTypeS},
+		},
+		BillingMode: types.BillingModePayPerRequest,
+	}
+}
+
+// CreateCoordinationTable creates the coordination table named name unless
+// it exists and waits until it is ACTIVE; created reports whether this call
+// created it. An existing table is not checked: see
+// ValidateCoordinationTable.
+func CreateCoordinationTable(ctx context.Context, api TableAPI, name string) (created bool, err error) {
+	return createTable(ctx, api, CreateCoordinationTableInput(name))
+}
+
+// CreateTables creates the ledger table name (CreateTable) and its
+// coordination table under the default name (CoordinationTableName), for
+// callers that own both: tests, benchmarks, recordings.
+func CreateTables(ctx context.Context, api TableAPI, name string) error {
+	if _, err := CreateTable(ctx, api, name); err != nil {
+		return err
+	}
+	_, err := CreateCoordinationTable(ctx, api, CoordinationTableName(name))
+	return err
+}
+
+// ValidateCoordinationTable reads the coordination table and says how it
+// differs from the definition: it must exist with PK/SK string keys and
+// should have no stream (a stream is not wrong, only paid for). A missing
+// table's error says how to create it.
+func ValidateCoordinationTable(ctx context.Context, api TableAPI, name string) error {
+	info, err := DescribeTable(ctx, api, name)
+	var nf *types.ResourceNotFoundException
+	if errors.As(err, &nf) {
+		return fmt.Errorf("coordination table %s does not exist: create it with `ledgerctl table create` (docs/runbook.md, \"The coordination table\"): %w", name, err)
+	}
+	if err != nil {
+		return err
+	}
+	if info.Hash != tableHash || info.Range != tableRange {
+		return fmt.Errorf("coordination table %s has keys %s, %s; want %s, %s", name, info.Hash, orNone(info.Range.String()), tableHash, tableRange)
+	}
+	return nil
+}
+
+// LegacyStreamState reports whether the ledger table still holds a
+// checkpoint or lease of the stream in the layout from before the
+// coordination table (partition STREAM#{stream ARN} of the ledger table):
+// a consumer must not start on the stream until MigrateStreamState moved
+// them. One Query of one item.
+func LegacyStreamState(ctx context.Context, api dynamodb.QueryAPIClient, ledgerTable, streamARN string) (bool, error) {
+	out, err := api.Query(ctx, &dynamodb.QueryInput{
+		TableName:                 aws.String(ledgerTable),
+		KeyConditionExpression:    aws.String("#pk = :pk"),
+		ExpressionAttributeNames:  map[string]string{"#pk": AttrPK},
+		ExpressionAttributeValues: map[string]types.AttributeValue{":pk": S(aggregates.LeasePK(streamARN))},
+		ConsistentRead:            aws.Bool(true),
+		Limit:                     aws.Int32(1),
+	})
+	if err != nil {
+		return false, fmt.Errorf("look for checkpoints of %s in the ledger table %s: %w", streamARN, ledgerTable, err)
+	}
+	return len(out.Items) > 0, nil
+}
+
+// ErrLegacyStreamState is a consumer's refusal to start on a stream whose
+// checkpoints are still in the ledger table.
+var ErrLegacyStreamState = errors.New("checkpoints and leases are in the ledger table (the layout before the coordination table): stop every consumer of the stream and run `ledgerctl coordination migrate` (docs/runbook.md, \"The coordination table\")")
+
+// RefuseLegacyStreamState is LegacyStreamState as a consumer's start check:
+// nil when the ledger table holds none of the stream's old items.
+func RefuseLegacyStreamState(ctx context.Context, api dynamodb.QueryAPIClient, ledgerTable, streamARN string) error {
+	found, err := LegacyStreamState(ctx, api, ledgerTable, streamARN)
+	if err != nil {
+		return err
+	}
+	if found {
+		return fmt.Errorf("stream %s: %w", streamARN, ErrLegacyStreamState)
+	}
+	return nil
+}
+
+// MigrateAPI is what MigrateStreamState calls.
+type MigrateAPI interface {
+	dynamodb.QueryAPIClient
+	PutItem(ctx context.Context, in *dynamodb.PutItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.PutItemOutput, error)
+	DeleteItem(ctx context.Context, in *dynamodb.DeleteItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.DeleteItemOutput, error)
+}
+
+// MigrateOptions changes what MigrateStreamState checks.
+type MigrateOptions struct {
+	// IgnoreLeases moves the state even while a lease is held and
+	// unexpired: for a caller that knows no consumer runs (ledgerctl run,
+	// which holds its data directory's lock, restarting its own poller).
+	IgnoreLeases bool
+}
+
+// MigrateResult counts what MigrateStreamState moved.
+type MigrateResult struct {
+	Checkpoints int // copied to the coordination table and removed from the ledger table
+	Leases      int // removed (a stopped fleet's leases are free or expired)
+}
+
+// ErrConsumerRunning is MigrateStreamState's refusal while a consumer may
+// still be running: a lease is held and unexpired, or a checkpoint changed
+// while it was being moved.
+var ErrConsumerRunning = errors.New("a consumer of the stream is running: stop every poller and disable the Lambda's event source mapping, then run again")
+
+// MigrateStreamState moves a stream's checkpoints from the ledger table
+// (the layout before the coordination table) to the coordination table,
+// and removes its leases, with every consumer stopped. It is idempotent and
+// resumable: each checkpoint is copied as it is (sequence number, finished
+// mark, half-committed batch) to its new key — over a copy a previous run
+// left, since the ledger table's item stays authoritative until it is
+// deleted, and consumers refuse to start while any is left
+// (RefuseLegacyStreamState) — and then deleted on the condition that it is
+// still the copy's. It refuses (ErrConsumerRunning) when a lease is held
+// and unexpired at now, or a checkpoint changed between its copy and its
+// deletion.
+func MigrateStreamState(ctx context.Context, api MigrateAPI, ledgerTable, coord, streamARN string, now time.Time, opts MigrateOptions) (MigrateResult, error) {
+	var res MigrateResult
+	if err := CheckCoordinationTable(ledgerTable, coord); err != nil {
+		return res, err
+	}
+	var items []map[string]types.AttributeValue
+	p := dynamodb.NewQueryPaginator(api, &dynamodb.QueryInput{
+		TableName:                 aws.String(ledgerTable),
+		KeyConditionExpression:    aws.String("#pk = :pk"),
+		ExpressionAttributeNames:  map[string]string{"#pk": AttrPK},
+		ExpressionAttributeValues: map[string]types.AttributeValue{":pk": S(aggregates.LeasePK(streamARN))},
+		ConsistentRead:            aws.Bool(true),
+	})
+	for p.HasMorePages() {
+		out, err := p.NextPage(ctx)
+		if err != nil {
+			return res, fmt.Errorf("migrate %s: read the ledger table's checkpoints: %w", streamARN, err)
+		}
+		items = append(items, out.Items...)
+	}
+	leasePrefix := strings.TrimSuffix(aggregates.LeaseKey(streamARN, "x").SK, "x")
+	cpPrefix := strings.TrimSuffix(aggregates.CheckpointKey(streamARN, "x").SK, "x")
+	for _, item := range items {
+		sk, _ := String(item, AttrSK)
+		if shard, ok := strings.CutPrefix(sk, leasePrefix); ok && !opts.IgnoreLeases {
+			l := DecodeLease(shard, item)
+			exp, _ := String(item, AttrLeaseExpiry)
+			if until, err := time.Parse(time.RFC3339Nano, exp); l.Owner != "" && (err != nil || now.Before(until)) {
+				return res, fmt.Errorf("migrate %s: lease of %s held by %s until %s: %w", streamARN, shard, l.Owner, orNone(exp), ErrConsumerRunning)
+			}
+		}
+	}
+	for _, item := range items {
+		sk, _ := String(item, AttrSK)
+		shard, ok := strings.CutPrefix(sk, cpPrefix)
+		if !ok {
+			continue
+		}
+		moved := maps.Clone(item)
+		for k, v := range Key(aggregates.CheckpointKey(streamARN, shard)) {
+			moved[k] = v
+		}
+		if _, err := api.PutItem(ctx, &dynamodb.PutItemInput{TableName: aws.String(coord), Item: moved}); err != nil {
+			return res, fmt.Errorf("migrate %s: copy the checkpoint of %s: %w", streamARN, shard, err)
+		}
+		if err := deleteUnchanged(ctx, api, ledgerTable, item); err != nil {
+			return res, fmt.Errorf("migrate %s: checkpoint of %s: %w", streamARN, shard, err)
+		}
+		res.Checkpoints++
+	}
+	for _, item := range items {
+		sk, _ := String(item, AttrSK)
+		if strings.HasPrefix(sk, cpPrefix) {
+			continue
+		}
+		if err := deleteUnchanged(ctx, api, ledgerTable, item); err != nil {
+			return res, fmt.Errorf("migrate %s: %s: %w", streamARN, sk, err)
+		}
+		if strings.HasPrefix(sk, leasePrefix) {
+			res.Leases++
+		}
+	}
+	return res, nil
+}
+
+// deleteUnchanged deletes item from the ledger table on the condition that
+// its updatedAt is still the one read (every checkpoint and lease write
+// sets it); a failed condition is ErrConsumerRunning.
+func deleteUnchanged(ctx context.Context, api MigrateAPI, ledgerTable string, item map[string]types.AttributeValue) error {
+	in := &dynamodb.DeleteItemInput{TableName: aws.String(ledgerTable), Key: map[string]types.AttributeValue{AttrPK: item[AttrPK], AttrSK: item[AttrSK]}}
+	if ua, ok := item[AttrUpdatedAt]; ok {
+		in.ConditionExpression = aws.String("#ua = :ua")
+		in.ExpressionAttributeNames = map[string]string{"#ua": AttrUpdatedAt}
+		in.ExpressionAttributeValues = map[string]types.AttributeValue{":ua": ua}
+	} else {
+		in.ConditionExpression = aws.String("attribute_not_exists(#ua)")
+		in.ExpressionAttributeNames = map[string]string{"#ua": AttrUpdatedAt}
+	}
+	_, err := api.DeleteItem(ctx, in)
+	var ccf *types.ConditionalCheckFailedException
+	if errors.As(err, &ccf) {
+		return fmt.Errorf("changed while it was being moved: %w", ErrConsumerRunning)
+	}
+	if err != nil {
+		return fmt.Errorf("delete from the ledger table: %w", err)
+	}
+	return nil
+}
