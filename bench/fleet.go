@@ -14,7 +14,9 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	ddbtypes "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodbstreams"
 	streamtypes "github.com/aws/aws-sdk-go-v2/service/dynamodbstreams/types"
 	"github.com/prometheus/client_golang/prometheus"
@@ -123,14 +125,17 @@ type FleetResult struct {
 
 	// Exactness: report differences by the reconcile oracle after a final
 	// drain, children's checkpoints moved before their parent was finished
-	// (the stream's History of checkpoint items; 0 by construction once
-	// checkpoints leave the data table's stream), and reads of a child's
+	// (the history of the checkpoint items: the coordination table's
+	// stream, which the run turns on, and the data table's History where
+	// they were before the coordination table), and reads of a child's
 	// records before anyone had its parent's end (EarlyReads).
 	Differences     int
 	OrderViolations int
-	EarlyReads      int
-	Drained         bool
-	DrainTook       time.Duration
+	// CheckpointRecords is the checkpoint images the order check read.
+	CheckpointRecords int
+	EarlyReads        int
+	Drained           bool
+	DrainTook         time.Duration
 
 	// Balance: leases held by each running poller, sampled every second,
 	// and, for the start, the join and the leave, how long until every
@@ -417,9 +422,20 @@ func Fleet(ctx context.Context, cfg FleetConfig) (*FleetResult, error) {
 	}
 	db := dynamodb.NewFromConfig(awsCfg)
 	const table = "fleet"
-	if _, err := ledgertable.CreateTable(ctx, db, table); err != nil {
+	if err := ledgertable.CreateTables(ctx, db, table); err != nil {
 		return nil, err
 	}
+	// A stream on the coordination table (production's has none): the
+	// history of the checkpoint items, in the order DynamoDB Local applied
+	// the writes, for the order check.
+	coord, err := db.UpdateTable(ctx, &dynamodb.UpdateTableInput{
+		TableName:           aws.String(ledgertable.CoordinationTableName(table)),
+		StreamSpecification: &ddbtypes.StreamSpecification{StreamEnabled: aws.Bool(true), StreamViewType: ddbtypes.StreamViewTypeNewImage},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("fleet: a stream on the coordination table: %w", err)
+	}
+	coordStream := aws.ToString(coord.TableDescription.LatestStreamArn)
 	arn, err := poller.ResolveStream(ctx, db, table)
 	if err != nil {
 		return nil, err
@@ -717,7 +733,11 @@ func Fleet(ctx context.Context, cfg FleetConfig) (*FleetResult, error) {
 		res.Errors = append(res.Errors, fmt.Sprintf("reconcile: %v", err))
 	}
 	res.Differences = len(diffs)
-	res.OrderViolations = orderViolations(emu)
+	coordHistory, err := readStream(ctx, poller.NewStreamsClient(awsCfg), coordStream)
+	if err != nil {
+		res.Errors = append(res.Errors, fmt.Sprintf("order check: %v", err))
+	}
+	res.OrderViolations, res.CheckpointRecords = orderViolations(emu, coordHistory)
 	res.EarlyReads = len(emu.EarlyReads())
 	endShards := emu.Shards()
 	res.ShardsAtEnd = len(endShards)
@@ -791,16 +811,21 @@ func abs(f float64) float64 {
 // a move over records without effect) before its parent's checkpoint was
 // marked finished, from the stream's own history of the checkpoint items;
 // parents deleted from the stream unfinished are left out.
-func orderViolations(emu *streamemu.Stream) int {
+func orderViolations(emu *streamemu.Stream, coordHistory []streamtypes.Record) (violations, checked int) {
 	parents := emu.Parents()
 	inStream := map[string]bool{}
 	for _, sh := range emu.Shards() {
 		inStream[sh.ID] = true
 	}
 	finished := map[string]bool{}
-	n := 0
+	// The checkpoints are in the coordination table's stream; before it
+	// (issue 23) they were in the data table's, History.
+	history := coordHistory
 	for _, h := range emu.History() {
-		img := h.Record.Dynamodb.NewImage
+		history = append(history, h.Record)
+	}
+	for _, h := range history {
+		img := h.Dynamodb.NewImage
 		if et, _ := img[ledgertable.AttrEntityType].(*streamtypes.AttributeValueMemberS); et == nil || et.Value != "CHECKPOINT" {
 			continue
 		}
@@ -808,6 +833,7 @@ func orderViolations(emu *streamemu.Stream) int {
 		if id == nil {
 			continue
 		}
+		checked++
 		if fin, _ := img["shardFinished"].(*streamtypes.AttributeValueMemberBOOL); fin != nil && fin.Value {
 			finished[id.Value] = true
 		}
@@ -815,10 +841,10 @@ func orderViolations(emu *streamemu.Stream) int {
 			continue
 		}
 		if p := parents[id.Value]; p != "" && !finished[p] && inStream[p] {
-			n++
+			violations++
 		}
 	}
-	return n
+	return violations, checked
 }
 
 // peakRSSSelf is this process's peak resident set (VmHWM), in bytes.
@@ -838,4 +864,33 @@ func peakRSSSelf() int64 {
 		}
 	}
 	return 0
+}
+
+// readStream reads every record of a stream of DynamoDB Local (one shard
+// or more, each to its current end), in order.
+func readStream(ctx context.Context, api poller.Streams, arn string) ([]streamtypes.Record, error) {
+	d, err := api.DescribeStream(ctx, &dynamodbstreams.DescribeStreamInput{StreamArn: &arn})
+	if err != nil {
+		return nil, fmt.Errorf("describe %s: %w", arn, err)
+	}
+	var out []streamtypes.Record
+	for _, sh := range d.StreamDescription.Shards {
+		it, err := api.GetShardIterator(ctx, &dynamodbstreams.GetShardIteratorInput{StreamArn: &arn, ShardId: sh.ShardId,
+			ShardIteratorType: streamtypes.ShardIteratorTypeTrimHorizon})
+		if err != nil {
+			return nil, fmt.Errorf("iterator of %s: %w", aws.ToString(sh.ShardId), err)
+		}
+		for iter := it.ShardIterator; iter != nil; {
+			page, err := api.GetRecords(ctx, &dynamodbstreams.GetRecordsInput{ShardIterator: iter})
+			if err != nil {
+				return nil, fmt.Errorf("records of %s: %w", aws.ToString(sh.ShardId), err)
+			}
+			out = append(out, page.Records...)
+			if len(page.Records) == 0 {
+				break
+			}
+			iter = page.NextShardIterator
+		}
+	}
+	return out, nil
 }

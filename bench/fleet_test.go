@@ -32,6 +32,7 @@ func TestFleet_SmallestConfigurationRunsExactly(t *testing.T) {
 	assert.True(t, res.Drained)
 	assert.Zero(t, res.Differences, "report differences")
 	assert.Zero(t, res.OrderViolations, "order violations")
+	assert.Positive(t, res.CheckpointRecords, "the order check read the checkpoints' history")
 	assert.Zero(t, res.EarlyReads, "early reads")
 	assert.Positive(t, res.Written)
 	assert.Greater(t, res.ShardsAtStart, 4, "closed shards from the half day played")

@@ -21,7 +21,7 @@ func (r *FleetResult) Markdown(w io.Writer) {
 		r.Shards, r.ShardsAtStart, max(r.History, 0), r.Pollers, r.Rate, r.Duration, r.IdleFor, r.Compression)
 	p("| target | figure |\n|---|---|\n")
 	p("| exact: report differences (reconcile after a drain) | %d%s |\n", r.Differences, drained(r))
-	p("| exact: child checkpoints moved before the parent was finished / children read before their parent's end | %d / %d |\n", r.OrderViolations, r.EarlyReads)
+	p("| exact: child checkpoints moved before the parent was finished (of %d checkpoint writes) / children read before their parent's end | %d / %d |\n", r.CheckpointRecords, r.OrderViolations, r.EarlyReads)
 	p("| stream: shards closed during the run (rolls and splits) / in the stream at the end | %d / %d |\n", r.ClosedDuringRun, r.ShardsAtEnd)
 	p("| writes: transactions written (rate achieved) | %d (%.0f/s) |\n", r.Written, r.WriteRate)
 	p("| balance: leases held (open and closed unfinished shards) first as many as 90%% of the open shards after | %s |\n", secondsOrNever(r.FirstAllLeased))
