@@ -222,6 +222,12 @@ func TestParseTransaction_ReasonForEveryInvalidKind(t *testing.T) {
 		{"created at not rfc3339", map[string]Attr{"createdAt": {"S", "2024-02-29 12:00:00"}}, ReasonCreatedAt, "createdAt"},
 		{"created at other day", map[string]Attr{"createdAt": {"S", "2024-02-28T12:00:00Z"}}, ReasonDateMismatch, "createdAt"},
 		{"created at other UTC day", map[string]Attr{"createdAt": {"S", "2024-02-29T23:30:00-02:00"}}, ReasonDateMismatch, "createdAt"},
+		{"currency", map[string]Attr{"currency": {"S", "BRL"}}, "", ""},
+		{"currency with more digits than it has", map[string]Attr{"currency": {"S", "JPY"}, "amount": {"N", "10.5"}}, "", ""}, // the writer's rule, not the consumers'
+		{"currency lower case", map[string]Attr{"currency": {"S", "brl"}}, ReasonCurrency, "currency"},
+		{"currency unknown", map[string]Attr{"currency": {"S", "ZZZ"}}, ReasonCurrency, "currency"},
+		{"currency empty", map[string]Attr{"currency": {"S", ""}}, ReasonCurrency, "currency"},
+		{"currency not a string", map[string]Attr{"currency": {"N", "986"}}, ReasonCurrency, "currency"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -352,7 +352,7 @@ const CheckpointBuckets = 16
 // shard's id. The partition is one of the stream's CheckpointBuckets,
 // chosen by a hash of the shard id.
 func CheckpointKey(streamID, shardID string) Key {
-	return Key{PK: CheckpointPK(streamID, checkpointBucket(shardID)), SK: "SHARD#" + shardID}
+	return Key{PK: CheckpointPK(streamID, CheckpointBucket(shardID)), SK: "SHARD#" + shardID}
 }
 
 // CheckpointPK is the partition key of bucket b (0 ≤ b < CheckpointBuckets)
@@ -361,8 +361,9 @@ func CheckpointPK(streamID string, b int) string {
 	return fmt.Sprintf("STREAM#%s#CHECKPOINTS#%02d", streamID, b)
 }
 
-// checkpointBucket is FNV-1a of the shard id modulo CheckpointBuckets.
-func checkpointBucket(shardID string) int {
+// CheckpointBucket is the bucket of a shard's checkpoint: FNV-1a of the
+// shard id modulo CheckpointBuckets.
+func CheckpointBucket(shardID string) int {
 	h := fnv.New32a()
 	h.Write([]byte(shardID))
 	return int(h.Sum32() % CheckpointBuckets)

@@ -34,6 +34,10 @@ type Transaction struct {
 	// LegacyStamp of Date when it was stored without one (Stamped false).
 	Stamp   Stamp
 	Stamped bool
+	// Currency is the ISO 4217 code of the amount (currency.go), stamped
+	// by the writer from its branch's currency; "" for a transaction of a
+	// branch without one.
+	Currency string
 }
 
 // Attr is one attribute of a stored item as the domain sees it: its DynamoDB
@@ -71,6 +75,7 @@ const (
 	ReasonCreatedAt         Reason = "created_at"          // createdAt missing or not RFC 3339
 	ReasonDateMismatch      Reason = "date_mismatch"       // createdAt's UTC date differs from the SK date
 	ReasonPeriods           Reason = "periods"             // businessDate or periods present but not a valid stamp (stamp.go), or one without the other
+	ReasonCurrency          Reason = "currency"            // currency present but not a string holding a currency code (currency.go)
 )
 
 // InvalidError reports why an image is not a valid transaction.
@@ -199,6 +204,15 @@ func ParseTransaction(img Image) (Transaction, error) {
 		}
 		tx.Stamped = true
 	}
+	if c, present := img[AttrCurrency]; present {
+		if c.Type != "S" {
+			return Transaction{}, invalid(ReasonCurrency, AttrCurrency, "type %s, want S", c.Type)
+		}
+		if err := ValidateCurrency(c.Value); err != nil {
+			return Transaction{}, invalid(ReasonCurrency, AttrCurrency, "%v", err)
+		}
+		tx.Currency = c.Value
+	}
 	return tx, nil
 }
 
@@ -217,6 +231,8 @@ const (
 const (
 	AttrBusinessDate = "businessDate"
 	AttrPeriods      = "periods"
+	// AttrCurrency is the transaction's currency, its branch's (currency.go).
+	AttrCurrency = "currency"
 )
 
 func optional(img Image, name string, r Reason) (string, error) {

@@ -141,6 +141,7 @@ func TestTemplate_CoordinationTableMatchesGoDefinition(t *testing.T) {
 	assert.Equal(t, string(want.BillingMode), p["BillingMode"])
 	assert.Nil(t, p["StreamSpecification"], "the coordination table has no stream: its writes are no records")
 	assert.Nil(t, p["GlobalSecondaryIndexes"])
+	assert.Equal(t, map[string]any{"AttributeName": table.AttrExpiresAt, "Enabled": true}, p["TimeToLiveSpecification"], "items of shards long gone expire")
 	env := obj(obj(tpl.resource(t, "ConsumerFunction", "AWS::Serverless::Function")["Environment"])["Variables"])
 	assert.Equal(t, map[string]any{"Ref": "CoordinationTable"}, env["LEDGER_COORDINATION_TABLE"])
 }

@@ -2,9 +2,11 @@ package table
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -28,6 +30,7 @@ import (
 //	shardId          S
 //	sequenceNumber   S, the last record committed; absent before the first
 //	updatedAt        S, RFC 3339, the last write
+//	expiresAt        N, the last write + CoordinationRetention (TTL)
 //	shardFinished    BOOL, the shard is closed and read to its end
 //	startAt          S, LATEST: where a reader opened before the first commit
 //	pendingTo, pendingNext, pendingGroups, pendingPlan, pendingDigest
@@ -119,9 +122,9 @@ func (b *PendingBatch) Valid() error {
 // and the time #shard and :now; the moves outside commits (advance, mark
 // start) #sh and :ua, which tests injecting faults recognise them by.
 func checkpointWrite(shard string, now time.Time, shardPH, nowPH string) (set string, names map[string]string, values map[string]types.AttributeValue) {
-	return "#et = :et, #ua = " + nowPH + ", " + shardPH + " = :" + shardPH[1:],
-		map[string]string{"#et": AttrEntityType, "#ua": AttrUpdatedAt, shardPH: AttrShardID, "#seq": AttrSequenceNumber, "#pt": attrPendingTo},
-		map[string]types.AttributeValue{":et": S(aggregates.EntityCheckpoint), nowPH: S(now.Format(time.RFC3339Nano)), ":" + shardPH[1:]: S(shard)}
+	return "#et = :et, #ua = " + nowPH + ", " + shardPH + " = :" + shardPH[1:] + ", #exp = :exp",
+		map[string]string{"#et": AttrEntityType, "#ua": AttrUpdatedAt, shardPH: AttrShardID, "#seq": AttrSequenceNumber, "#pt": attrPendingTo, "#exp": AttrExpiresAt},
+		map[string]types.AttributeValue{":et": S(aggregates.EntityCheckpoint), nowPH: S(now.Format(time.RFC3339Nano)), ":" + shardPH[1:]: S(shard), ":exp": coordinationExpiry(now)}
 }
 
 // ClaimRun is the transaction action that moves the checkpoint of shard
@@ -268,43 +271,87 @@ func MarkCheckpointStart(tableName string, key aggregates.Key, shard, startAt st
 
 // ReadStreamState reads every lease and checkpoint of a stream from the
 // coordination table coord, by shard id: a consistent, paginated Query of
-// the stream's lease partition and of each of its checkpoint partitions
-// (aggregates.CheckpointBuckets).
-func ReadStreamState(ctx context.Context, api dynamodb.QueryAPIClient, coord, streamARN string) (map[string]Lease, map[string]Checkpoint, error) {
-	leases, cps := map[string]Lease{}, map[string]Checkpoint{}
+// the stream's lease partition, then of the checkpoint partitions
+// (aggregates.CheckpointBuckets) that hold a checkpoint of a shard in
+// shards or with a lease, concurrently. shards nil reads every checkpoint
+// partition.
+func ReadStreamState(ctx context.Context, api dynamodb.QueryAPIClient, coord, streamARN string, shards []string) (map[string]Lease, map[string]Checkpoint, error) {
 	leasePrefix := strings.TrimSuffix(aggregates.LeaseKey(streamARN, "x").SK, "x")
 	cpPrefix := strings.TrimSuffix(aggregates.CheckpointKey(streamARN, "x").SK, "x")
-	pks := []string{aggregates.LeasePK(streamARN)}
-	for b := range aggregates.CheckpointBuckets {
-		pks = append(pks, aggregates.CheckpointPK(streamARN, b))
+	leases, cps := map[string]Lease{}, map[string]Checkpoint{}
+	err := queryAll(ctx, api, coord, aggregates.LeasePK(streamARN), func(item map[string]types.AttributeValue) {
+		if sk, _ := String(item, AttrSK); strings.HasPrefix(sk, leasePrefix) {
+			l := DecodeLease(strings.TrimPrefix(sk, leasePrefix), item)
+			leases[l.Shard] = l
+		}
+	})
+	if err != nil {
+		return nil, nil, fmt.Errorf("read leases of %s: %w", streamARN, err)
 	}
-	for _, pk := range pks {
-		p := dynamodb.NewQueryPaginator(api, &dynamodb.QueryInput{
-			TableName:                 aws.String(coord),
-			KeyConditionExpression:    aws.String("#pk = :pk"),
-			ExpressionAttributeNames:  map[string]string{"#pk": AttrPK},
-			ExpressionAttributeValues: map[string]types.AttributeValue{":pk": S(pk)},
-			ConsistentRead:            aws.Bool(true),
-		})
-		for p.HasMorePages() {
-			out, err := p.NextPage(ctx)
-			if err != nil {
-				return nil, nil, fmt.Errorf("read leases and checkpoints of %s: %w", streamARN, err)
-			}
-			for _, item := range out.Items {
-				sk, _ := String(item, AttrSK)
-				switch {
-				case strings.HasPrefix(sk, leasePrefix):
-					l := DecodeLease(strings.TrimPrefix(sk, leasePrefix), item)
-					leases[l.Shard] = l
-				case strings.HasPrefix(sk, cpPrefix):
-					// A malformed pending batch is the guard's to report; the
-					// listing shows what is there.
-					c, _ := DecodeCheckpoint(strings.TrimPrefix(sk, cpPrefix), item)
-					cps[c.Shard] = c
-				}
-			}
+	buckets := map[int]bool{}
+	for _, s := range shards {
+		buckets[aggregates.CheckpointBucket(s)] = true
+	}
+	for s := range leases {
+		buckets[aggregates.CheckpointBucket(s)] = true
+	}
+	if shards == nil {
+		for b := range aggregates.CheckpointBuckets {
+			buckets[b] = true
 		}
 	}
+	var (
+		mu   sync.Mutex
+		wg   sync.WaitGroup
+		errs []error
+	)
+	for b := range buckets {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var got []Checkpoint
+			err := queryAll(ctx, api, coord, aggregates.CheckpointPK(streamARN, b), func(item map[string]types.AttributeValue) {
+				if sk, _ := String(item, AttrSK); strings.HasPrefix(sk, cpPrefix) {
+					// A malformed pending batch is the guard's to report;
+					// the listing shows what is there.
+					c, _ := DecodeCheckpoint(strings.TrimPrefix(sk, cpPrefix), item)
+					got = append(got, c)
+				}
+			})
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				errs = append(errs, err)
+			}
+			for _, c := range got {
+				cps[c.Shard] = c
+			}
+		}()
+	}
+	wg.Wait()
+	if len(errs) > 0 {
+		return nil, nil, fmt.Errorf("read checkpoints of %s: %w", streamARN, errors.Join(errs...))
+	}
 	return leases, cps, nil
+}
+
+// queryAll reads a partition of table with consistent reads, page by page.
+func queryAll(ctx context.Context, api dynamodb.QueryAPIClient, tableName, pk string, each func(map[string]types.AttributeValue)) error {
+	p := dynamodb.NewQueryPaginator(api, &dynamodb.QueryInput{
+		TableName:                 aws.String(tableName),
+		KeyConditionExpression:    aws.String("#pk = :pk"),
+		ExpressionAttributeNames:  map[string]string{"#pk": AttrPK},
+		ExpressionAttributeValues: map[string]types.AttributeValue{":pk": S(pk)},
+		ConsistentRead:            aws.Bool(true),
+	})
+	for p.HasMorePages() {
+		out, err := p.NextPage(ctx)
+		if err != nil {
+			return err
+		}
+		for _, item := range out.Items {
+			each(item)
+		}
+	}
+	return nil
 }

@@ -13,7 +13,7 @@ package table
 // exactly-once argument (docs/exactly-once.md) is unchanged.
 //
 // Layout (keys in aggregates/keys.go, marked (c)): PK/SK strings, on-demand
-// billing, no stream, no index. Its name is the ledger table's with
+// billing, no stream, no index, TTL on expiresAt (CoordinationRetention). Its name is the ledger table's with
 // "-coordination" appended unless configured (LEDGER_COORDINATION_TABLE).
 //
 // Deployments from before it kept checkpoints and leases in the ledger
@@ -41,6 +41,25 @@ import (
 // CoordinationSuffix makes the default coordination table's name from the
 // ledger table's.
 const CoordinationSuffix = "-coordination"
+
+// CoordinationRetention is how long a checkpoint or lease item lives after
+// its last write: the coordination table's TTL (expiresAt) deletes it
+// then, so that the items of shards long gone do not pile up (a stream
+// replaces its shards every few hours) and a poller's reads of the stream's
+// leases and checkpoints grow with the shards alive, not with the stream's
+// history. Losing an item that old loses nothing: every record a
+// checkpoint committed, and every record of a shard a checkpoint marked
+// finished, was written before the checkpoint's last write, more than
+// CoordinationRetention ago, so it has left the stream (24 hours'
+// retention) and with it every shard that could be read from it; a
+// reader of a shard without a checkpoint starts at what the stream still
+// holds, none of which that checkpoint had committed. It must exceed the
+// stream's retention with a margin for clocks.
+const CoordinationRetention = 7 * 24 * time.Hour
+
+func coordinationExpiry(now time.Time) types.AttributeValue {
+	return Int(now.Add(CoordinationRetention).Unix())
+}
 
 // CoordinationTableName is the coordination table's name when none is
 // configured: the ledger table's name and CoordinationSuffix.
@@ -78,11 +97,19 @@ func CreateCoordinationTableInput(name string) *dynamodb.CreateTableInput {
 }
 
 // CreateCoordinationTable creates the coordination table named name unless
-// it exists and waits until it is ACTIVE; created reports whether this call
+// it exists, waits until it is ACTIVE and makes sure TTL is on expiresAt
+// (CoordinationRetention); created reports whether this call
 // created it. An existing table is not checked: see
 // ValidateCoordinationTable.
 func CreateCoordinationTable(ctx context.Context, api TableAPI, name string) (created bool, err error) {
-	return createTable(ctx, api, CreateCoordinationTableInput(name))
+	created, err = createTable(ctx, api, CreateCoordinationTableInput(name))
+	if err != nil {
+		return created, err
+	}
+	if err := enableTTL(ctx, api, name); err != nil {
+		return created, fmt.Errorf("create table %s: %w", name, err)
+	}
+	return created, nil
 }
 
 // CreateTables creates the ledger table name (CreateTable) and its

@@ -24,7 +24,13 @@ import (
 //	leaseCounter   N, +1 per take, renewal and release
 //	pendingOwner   S, a poller that asked for it
 //	leaseExpiry    S, RFC 3339, informational: owner's clock + lease duration
+//	parentShardId  S, the shard's parent ("" for none), and
+//	startingSequenceNumber  S, its first sequence number: the shard as the
+//	               stream listed it, so that pollers learn of new shards
+//	               from the lease items (RegisterShard) between listings of
+//	               the whole stream
 //	updatedAt      S, RFC 3339
+//	expiresAt      N, the last write + CoordinationRetention (TTL)
 
 // Attribute names of the lease item besides the keys, entityType, updatedAt
 // and shardId.
@@ -33,6 +39,8 @@ const (
 	AttrLeaseCounter = "leaseCounter"
 	AttrLeasePending = "pendingOwner"
 	AttrLeaseExpiry  = "leaseExpiry"
+	AttrLeaseParent  = "parentShardId"
+	AttrLeaseStart   = "startingSequenceNumber"
 )
 
 // Lease is a lease item as read.
@@ -42,6 +50,9 @@ type Lease struct {
 	Counter int64
 	Pending string // "" when nobody asked for it
 	Exists  bool
+	// Parent and Start describe the shard (its parent, "" for none, and its
+	// first sequence number); Start is "" when the item does not say.
+	Parent, Start string
 }
 
 // DecodeLease reads the lease item of shard (nil: it does not exist).
@@ -50,6 +61,8 @@ func DecodeLease(shard string, item map[string]types.AttributeValue) Lease {
 	l.Owner, _ = String(item, AttrLeaseOwner)
 	l.Pending, _ = String(item, AttrLeasePending)
 	l.Counter, _ = Int64(item, AttrLeaseCounter)
+	l.Parent, _ = String(item, AttrLeaseParent)
+	l.Start, _ = String(item, AttrLeaseStart)
 	return l
 }
 
@@ -57,6 +70,7 @@ func DecodeLease(shard string, item map[string]types.AttributeValue) Lease {
 var leaseNames = map[string]string{
 	"#o": AttrLeaseOwner, "#c": AttrLeaseCounter, "#p": AttrLeasePending, "#x": AttrLeaseExpiry,
 	"#et": AttrEntityType, "#ua": AttrUpdatedAt, "#sh": AttrShardID,
+	"#par": AttrLeaseParent, "#st": AttrLeaseStart, "#exp": AttrExpiresAt,
 }
 
 var placeholder = regexp.MustCompile(`#[a-z]+`)
@@ -93,33 +107,49 @@ func TakeLease(tableName, streamARN string, seen Lease, owner string, duration t
 	cond := "attribute_not_exists(#c)"
 	values := map[string]types.AttributeValue{
 		":o": S(owner), ":next": Int(seen.Counter + 1), ":x": stamp(now.Add(duration)),
-		":et": S(aggregates.EntityLease), ":ua": stamp(now), ":sh": S(seen.Shard),
+		":et": S(aggregates.EntityLease), ":ua": stamp(now), ":exp": coordinationExpiry(now), ":sh": S(seen.Shard),
 	}
 	if seen.Exists {
 		cond = "#c = :seen"
 		values[":seen"] = Int(seen.Counter)
 	}
-	return leaseUpdate(tableName, streamARN, seen.Shard, "#o = :o, #c = :next, #x = :x, #et = :et, #ua = :ua, #sh = :sh", []string{"#p"}, cond, values)
+	set := "#o = :o, #c = :next, #x = :x, #et = :et, #ua = :ua, #sh = :sh, #exp = :exp"
+	if seen.Start != "" {
+		set += ", #par = :par, #st = :st"
+		values[":par"], values[":st"] = S(seen.Parent), S(seen.Start)
+	}
+	return leaseUpdate(tableName, streamARN, seen.Shard, set, []string{"#p"}, cond, values)
+}
+
+// RegisterShard puts a free lease for a shard no lease exists for yet,
+// with the shard's parent and first sequence number: how the poller that
+// finished a parent tells the others about its children without their
+// listing the whole stream. It fails when the lease exists.
+func RegisterShard(tableName, streamARN, shard, parent, start string, now time.Time) *dynamodb.UpdateItemInput {
+	return leaseUpdate(tableName, streamARN, shard, "#c = :zero, #et = :et, #ua = :ua, #exp = :exp, #sh = :sh, #par = :par, #st = :st", nil, "attribute_not_exists(#c)",
+		map[string]types.AttributeValue{
+			":zero": Int(0), ":et": S(aggregates.EntityLease), ":ua": stamp(now), ":exp": coordinationExpiry(now), ":sh": S(shard), ":par": S(parent), ":st": S(start),
+		})
 }
 
 // RenewLease bumps the counter of lease l, on condition that l.Owner still
 // holds it at l.Counter. The answer's pendingOwner names a poller that
 // asked for it.
 func RenewLease(tableName, streamARN string, l Lease, duration time.Duration, now time.Time) *dynamodb.UpdateItemInput {
-	return leaseUpdate(tableName, streamARN, l.Shard, "#c = :next, #x = :x, #ua = :ua", nil, "#o = :o AND #c = :c",
+	return leaseUpdate(tableName, streamARN, l.Shard, "#c = :next, #x = :x, #ua = :ua, #exp = :exp", nil, "#o = :o AND #c = :c",
 		map[string]types.AttributeValue{
 			":o": S(l.Owner), ":c": Int(l.Counter), ":next": Int(l.Counter + 1),
-			":x": stamp(now.Add(duration)), ":ua": stamp(now),
+			":x": stamp(now.Add(duration)), ":ua": stamp(now), ":exp": coordinationExpiry(now),
 		})
 }
 
 // ReleaseLease gives up lease l, held by l.Owner at l.Counter: to nobody
 // (the lease becomes free) or, when to is set, straight to that poller.
 func ReleaseLease(tableName, streamARN string, l Lease, to string, now time.Time) *dynamodb.UpdateItemInput {
-	set := "#c = :next, #ua = :ua"
+	set := "#c = :next, #ua = :ua, #exp = :exp"
 	remove := []string{"#p"}
 	values := map[string]types.AttributeValue{
-		":o": S(l.Owner), ":c": Int(l.Counter), ":next": Int(l.Counter + 1), ":ua": stamp(now),
+		":o": S(l.Owner), ":c": Int(l.Counter), ":next": Int(l.Counter + 1), ":ua": stamp(now), ":exp": coordinationExpiry(now),
 	}
 	if to != "" {
 		set += ", #o = :to"

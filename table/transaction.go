@@ -23,12 +23,16 @@ import (
 //	version                    N, 1 on creation, +1 per change
 //	businessDate               S, YYYY-MM-DD: the business date of createdAt in the branch's calendar
 //	periods                    S, the report periods it counts in, "DAILY#2026-11-27 MONTHLY#2026-11 …"
+//	currency                   S, optional: the ISO 4217 code of its branch's currency, e.g. BRL
 //
 // businessDate and periods are its stamp (aggregates/stamp.go), decided by
 // the writer from createdAt, the branch's calendar and the tenant's period
 // types in force when it writes the item; both absent (an item from before
 // business calendars, or written by another path) counts in the UTC date's
-// DAILY, MONTHLY and YEARLY periods.
+// DAILY, MONTHLY and YEARLY periods. currency, like the stamp, is the
+// writer's copy of its branch's currency when it writes the item (absent:
+// the branch has none), so that a consumer knows the currency of an
+// amount without reading the branch.
 
 // Attribute names of the transaction item besides the keys, entityType and
 // updatedAt. version is also the directory items' (writer).
@@ -44,6 +48,8 @@ const (
 	AttrDescription   = "description"
 	AttrCreatedAt     = "createdAt"
 	AttrVersion       = "version"
+	// AttrCurrency is also the branch item's currency (writer).
+	AttrCurrency = aggregates.AttrCurrency
 )
 
 // Transaction is a transaction item's fields as stored text. Its fields are
@@ -57,6 +63,8 @@ type Transaction struct {
 	// BusinessDate and Periods are the stamp's stored text; both "" for
 	// a transaction stored without one.
 	BusinessDate, Periods string
+	// Currency is its branch's currency, "" for none.
+	Currency string
 }
 
 // SetStamp sets t's stamp.
@@ -88,6 +96,9 @@ func EncodeTransaction(k aggregates.Key, t Transaction) (map[string]types.Attrib
 	if t.BusinessDate != "" || t.Periods != "" {
 		item[aggregates.AttrBusinessDate] = S(t.BusinessDate)
 		item[aggregates.AttrPeriods] = S(t.Periods)
+	}
+	if t.Currency != "" {
+		item[AttrCurrency] = S(t.Currency)
 	}
 	if _, err := ParseTransaction(item); err != nil {
 		return nil, err
@@ -124,6 +135,7 @@ func DecodeTransaction(item map[string]types.AttributeValue) Transaction {
 	t.Version, _ = Int64(item, AttrVersion)
 	t.BusinessDate, _ = String(item, aggregates.AttrBusinessDate)
 	t.Periods, _ = String(item, aggregates.AttrPeriods)
+	t.Currency, _ = String(item, AttrCurrency)
 	return t
 }
 

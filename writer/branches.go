@@ -19,7 +19,10 @@ import (
 // midnight, when none was set); CalendarChangedAt the time of its last
 // change by a PATCH (absent: never changed). SuspendedBy says who suspended
 // a suspended branch, "admin" or "tenant" (absent when it is active): only
-// an admin-scoped token lifts an admin's suspension.
+// an admin-scoped token lifts an admin's suspension. Currency is the ISO
+// 4217 code every amount of its transactions is in (absent: none, the
+// behaviour of before currencies); it can change only while the branch has
+// no transactions (store_branch.go, "The currency").
 type Branch struct {
 	ID                string   `json:"id"`
 	Tenant            string   `json:"tenant"`
@@ -30,6 +33,7 @@ type Branch struct {
 	HasTransactions   bool     `json:"hasTransactions"`
 	Calendar          Calendar `json:"calendar"`
 	CalendarChangedAt string   `json:"calendarChangedAt,omitempty"`
+	Currency          string   `json:"currency,omitempty"`
 	CreatedAt         string   `json:"createdAt"`
 	UpdatedAt         string   `json:"updatedAt"`
 	Version           int64    `json:"version"`
@@ -59,6 +63,7 @@ func (s *Server) createBranch(w http.ResponseWriter, r *http.Request) {
 		bodyField{"name", true, parseDisplayName, &b.Name},
 		bodyField{"document", true, parseDocument, &b.Document},
 		bodyField{"status", false, parseTenantStatus, &b.Status},
+		bodyField{"currency", false, parseCurrency, &b.Currency},
 		bodyField{name: "calendar"})
 	if raw, ok := m["calendar"]; p == nil && ok {
 		var cal aggregates.Calendar
@@ -112,8 +117,11 @@ func (s *Server) listBranches(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, BranchPage{Items: items, NextCursor: next})
 }
 
-// patchBranch serves PATCH …/branches/{branch}: name, status and document,
-// on condition that If-Match names the current version. A status change
+// patchBranch serves PATCH …/branches/{branch}: name, status, document,
+// calendar and currency, on condition that If-Match names the current
+// version. A currency other than the stored one is refused (409
+// branch-has-transactions) when the branch has had a transaction, as read
+// or, through the update's condition, as committed meanwhile (currency.go). A status change
 // records who made it (suspendedBy, aggregates.SuspensionBy): a tenant's
 // token that would lift an admin's suspension is 403 suspended-by-admin. A new document is
 // taken and the old one freed in the same transaction as the change. It is
@@ -125,7 +133,7 @@ func (s *Server) patchBranch(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	var name, status, document string
+	var name, status, document, currency string
 	provenDocument := func(field string, raw json.RawMessage) (string, *Problem) {
 		d, p := parseDocument(field, raw)
 		if p == nil && !claimsOf(r).ProvesDocument(d) {
@@ -140,7 +148,7 @@ func (s *Server) patchBranch(w http.ResponseWriter, r *http.Request) {
 	}
 	p = decodePatchFields(body, bodyField{"name", false, parseDisplayName, &name},
 		bodyField{"document", false, provenDocument, &document}, bodyField{"status", false, parseTenantStatus, &status},
-		bodyField{"calendar", false, keepCalendar, new(string)})
+		bodyField{"calendar", false, keepCalendar, new(string)}, bodyField{"currency", false, parseCurrency, &currency})
 	if p == nil && calendarPatch != nil {
 		// Validated here on the defaults, so that a value no calendar can
 		// hold is refused before anything is read; merged onto the stored
@@ -175,7 +183,11 @@ func (s *Server) patchBranch(w http.ResponseWriter, r *http.Request) {
 			if err != nil {
 				return nil, response{}, suspendedByAdmin("branch "+branch, err), nil
 			}
-			ch, b := s.branchUpdate(b, expected, name, status, by, document, s.cfg.Now().UTC().Format(time.RFC3339Nano), cal)
+			if currency != "" && currency != b.Currency && b.HasTransactions {
+				return nil, response{}, currencyFrozen(branch, b.Currency), nil
+			}
+			ch, b := s.branchUpdate(b, expected, branchPatch{name: name, status: status, by: by, document: document, currency: currency, calendar: cal},
+				s.cfg.Now().UTC().Format(time.RFC3339Nano))
 			return ch, versionedResponse(http.StatusOK, b, b.Version), nil, nil
 		},
 	}))

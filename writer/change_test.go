@@ -87,7 +87,7 @@ func TestChangeExplain_AFailedConditionIsExplainedByItsOwnItemInAnyOrder(t *test
 			ownerKey(emailOwner("acme", account.ID, "b@example.com")):                                                                              ProblemEmailTaken,
 		}},
 		{"branch update taking a new document", func() *change {
-			ch, _ := s.branchUpdate(branch, 2, "", "", "", "98765432000198", "2026-01-02T00:00:00Z", nil)
+			ch, _ := s.branchUpdate(branch, 2, branchPatch{document: "98765432000198"}, "2026-01-02T00:00:00Z")
 			return ch
 		}, map[string]string{
 			ownerKey(documentOwner("acme", "north", "98765432000198")): ProblemDocumentTaken,

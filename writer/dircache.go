@@ -53,12 +53,18 @@ import (
 //     does not decode (damaged by hand) is kept as an error: the
 //     branch's creates and changes fail (500, logged) rather than being
 //     stamped with periods nobody chose; its deletes go on.
+//   - And the branch's currency (issue 24, currency.go), stamped on each
+//     transaction and the bound of its amount's fraction digits. It never
+//     changes once the branch is marked, the only state in which it is
+//     cached.
 
 // directoryStatus is what the transaction path knows of a tenant or branch.
 type directoryStatus struct {
 	exists, active bool
 	marked         bool                    // branches: hasTransactions
 	calendar       aggregates.Calendar     // branches: the business calendar
+	currency       string                  // branches: the currency, "" for none
+	currencyErr    error                   // branches: the stored currency is not a valid code
 	periods        []aggregates.PeriodType // tenants: reportPeriods
 	changedAt      time.Time               // calendarChangedAt or reportPeriodsChangedAt
 	damaged        error                   // the calendar or reportPeriods does not decode
@@ -105,6 +111,7 @@ func (s *Server) status(ctx context.Context, k aggregates.Key, branch bool) (dir
 		if branch {
 			changed = table.AttrCalendarChangedAt
 			e.calendar, e.damaged = table.DecodeCalendar(item)
+			e.currency, e.currencyErr = storedCurrency(item)
 		} else {
 			e.periods, e.damaged = table.DecodeReportPeriods(item)
 		}
@@ -139,14 +146,25 @@ type activeBranch struct {
 	// reportPeriods does not decode, wraps errCalendarDamaged.
 	calendar    table.BranchCalendar
 	calendarErr error
+	// currency is the branch's currency, "" for none: stamped on its
+	// transactions, and the bound of their amounts' fraction digits;
+	// currencyErr, when the stored currency is not a valid code, wraps
+	// errCurrencyDamaged.
+	currency    string
+	currencyErr error
 }
 
-// stamp stamps t with the branch's calendar (Transaction.stamp); a damaged
-// calendar is the error.
+// stamp stamps t with the branch's calendar (Transaction.stamp) and
+// currency; a damaged calendar or currency is the error, an amount with
+// more fraction digits than the currency has the 422 naming amount.
 func (a activeBranch) stamp(t *Transaction) (*Problem, error) {
-	if a.calendarErr != nil {
-		return nil, a.calendarErr
+	if err := errors.Join(a.calendarErr, a.currencyErr); err != nil {
+		return nil, err
 	}
+	if p := checkAmountCurrency(t.Amount, a.currency); p != nil {
+		return p, nil
+	}
+	t.Currency = a.currency
 	return t.stamp(a.calendar)
 }
 
@@ -173,12 +191,15 @@ func (s *Server) activeBranch(ctx context.Context, tenant, branch string) (activ
 	case !b.active:
 		return activeBranch{}, branchSuspended(branch), nil
 	}
-	a := activeBranch{marked: b.marked, calendar: table.BranchCalendar{Calendar: b.calendar, Periods: t.periods, ChangedAt: b.changedAt}}
+	a := activeBranch{marked: b.marked, currency: b.currency, calendar: table.BranchCalendar{Calendar: b.calendar, Periods: t.periods, ChangedAt: b.changedAt}}
 	if t.changedAt.After(a.calendar.ChangedAt) {
 		a.calendar.ChangedAt = t.changedAt
 	}
 	if err := errors.Join(b.damaged, t.damaged); err != nil {
 		a.calendarErr = fmt.Errorf("tenant %s, branch %s: %w: %w", tenant, branch, errCalendarDamaged, err)
+	}
+	if b.currencyErr != nil {
+		a.currencyErr = fmt.Errorf("tenant %s, branch %s: %w: %w", tenant, branch, errCurrencyDamaged, b.currencyErr)
 	}
 	return a, nil, nil
 }

@@ -58,6 +58,11 @@ import (
 // being set, by itself or before it, so no transaction is ever left under
 // a deleted branch. A branch that has had transactions also has reports;
 // suspending it is the way to stop it.
+//
+// A branch's currency. The same marker freezes it: a currency change is
+// conditional on attribute_not_exists(hasTransactions), and the first
+// create's marker Update on the currency the create read, so whichever
+// commits first refuses the other (currency.go has the argument).
 
 // A suspended tenant's directory. A tenant an admin suspended cannot
 // change its own directory either: with its own token (not admin-scoped),

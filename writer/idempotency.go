@@ -43,7 +43,8 @@ import (
 // transaction in progress on the same items is retried a few times with
 // jitter; a duplicate still in flight after that is 409.
 // A request refused by the state it read (the result of executing it: 404,
-// 409 such as tenant-suspended or email-taken, 412, 422 invalid-calendar)
+// 409 such as tenant-suspended or email-taken, 412, 422 invalid-calendar,
+// 422 invalid-field of an amount with more digits than its branch's currency)
 // is a result too, as draft-ietf-httpapi-idempotency-key-header has it (a
 // retry gets "the result of the previously completed operation, success
 // or an error"): its problem is stored under the key with a PutItem on the

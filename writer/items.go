@@ -54,6 +54,9 @@ type Transaction struct {
 	// stamp, its UTC date (decodeTransaction), where it counts.
 	BusinessDate string `json:"businessDate,omitempty"`
 	Periods      string `json:"-"`
+	// Currency is the currency of Amount: its branch's when it was written
+	// (absent: the branch has none).
+	Currency string `json:"currency,omitempty"`
 }
 
 // transactionItem encodes t, stored under k, as the item the stream

@@ -2,6 +2,7 @@ package writer
 
 import (
 	"context"
+	"fmt"
 	"maps"
 	"net/http"
 
@@ -21,7 +22,8 @@ import (
 const (
 	attrDocument        = "document"
 	attrHasTransactions = "hasTransactions"
-	attrSuspendedBy     = "suspendedBy" // branches and account profiles, while suspended
+	attrSuspendedBy     = "suspendedBy"      // branches and account profiles, while suspended
+	attrCurrency        = table.AttrCurrency // branches and transactions: the ISO 4217 code (currency.go)
 )
 
 // branchLayout is where b's fields are in its item (hasTransactions, set
@@ -49,6 +51,9 @@ func branchItem(b Branch) map[string]ddbtypes.AttributeValue {
 	if b.SuspendedBy != "" {
 		item[attrSuspendedBy] = strAV(b.SuspendedBy)
 	}
+	if b.Currency != "" {
+		item[attrCurrency] = strAV(b.Currency)
+	}
 	return item
 }
 
@@ -63,7 +68,27 @@ func decodeBranch(item map[string]ddbtypes.AttributeValue) Branch {
 	b.HasTransactions = boolAttr(item, attrHasTransactions)
 	b.Calendar = storedCalendar(item)
 	b.CalendarChangedAt, _ = stringAttr(item, table.AttrCalendarChangedAt)
+	b.Currency, _ = stringAttr(item, attrCurrency)
 	return b
+}
+
+// storedCurrency reads the currency of a branch item ("" when absent); one
+// that is not a valid code (damaged by hand) is the error, so that the
+// branch's creates and changes fail (errCurrencyDamaged) rather than stamp
+// it.
+func storedCurrency(item map[string]ddbtypes.AttributeValue) (string, error) {
+	av, ok := item[attrCurrency]
+	if !ok {
+		return "", nil
+	}
+	c, isS := av.(*ddbtypes.AttributeValueMemberS)
+	if !isS {
+		return "", fmt.Errorf("currency: %T, want a string", av)
+	}
+	if err := aggregates.ValidateCurrency(c.Value); err != nil {
+		return "", fmt.Errorf("currency: %w", err)
+	}
+	return c.Value, nil
 }
 
 func documentTaken(document string) *Problem {
@@ -75,10 +100,12 @@ func documentTaken(document string) *Problem {
 // branchMark is the branch's part of its first transaction's create (the
 // only time a create writes to a shared item): an Update setting the
 // hasTransactions marker, on condition that the branch is active (so it
-// exists: a branch deleted meanwhile cancels the create). A failed
-// condition forgets the branch's cached status and is 404 when the branch
-// is gone, 409 when it is suspended, else (active again) a retry.
-func (s *Server) branchMark(tenant, branch string) action {
+// exists: a branch deleted meanwhile cancels the create) and still has
+// currency, the one the create read and stamped ("" for none: currency.go).
+// A failed condition forgets the branch's cached status and is 404 when the
+// branch is gone, 409 when it is suspended, else (active again, or its
+// currency changed) a retry, which reads the branch again.
+func (s *Server) branchMark(tenant, branch, currency string) action {
 	k := aggregates.BranchKey(tenant, branch)
 	notActive := func(ctx context.Context, old map[string]ddbtypes.AttributeValue) (*Problem, bool, error) {
 		s.forget(k)
@@ -94,13 +121,20 @@ func (s *Server) branchMark(tenant, branch string) action {
 		}
 		return nil, true, nil
 	}
+	names := map[string]string{"#st": attrStatus, "#has": attrHasTransactions, "#cur": attrCurrency}
+	values := map[string]ddbtypes.AttributeValue{":active": strAV(string(aggregates.StatusActive)), ":true": boolAV(true)}
+	cond := "#st = :active AND attribute_not_exists(#cur)"
+	if currency != "" {
+		cond = "#st = :active AND #cur = :cur"
+		values[":cur"] = strAV(currency)
+	}
 	return action{
 		item: ddbtypes.TransactWriteItem{Update: &ddbtypes.Update{
 			TableName: &s.cfg.Table, Key: keyAV(k),
 			UpdateExpression:          aws.String("SET #has = :true"),
-			ConditionExpression:       aws.String("#st = :active"),
-			ExpressionAttributeNames:  map[string]string{"#st": attrStatus, "#has": attrHasTransactions},
-			ExpressionAttributeValues: map[string]ddbtypes.AttributeValue{":active": strAV(string(aggregates.StatusActive)), ":true": boolAV(true)},
+			ConditionExpression:       aws.String(cond),
+			ExpressionAttributeNames:  names,
+			ExpressionAttributeValues: values,
 		}},
 		onFail: notActive,
 	}
@@ -124,20 +158,34 @@ func (s *Server) branchCreate(b Branch) *change {
 		s.ownerPut(documentOwner(b.Tenant, b.ID, b.Document), b.CreatedAt, documentTaken(b.Document)))
 }
 
-// branchUpdate changes b, read at version expected, to name, status and
-// document ("" leaves a field as it is), suspendedBy to by when status is
-// set and calendar (nil leaves it) at
-// now, on condition that it is still at that version: an UpdateItem, never
-// a put of the whole item, so it cannot erase the hasTransactions marker a
+// branchPatch is what a PATCH of a branch changes: name, status, document
+// and currency ("" leaves a field as it is), suspendedBy (by) when status
+// is set, and calendar (nil leaves it).
+type branchPatch struct {
+	name, status, by, document, currency string
+	calendar                             *aggregates.Calendar
+}
+
+// branchUpdate changes b, read at version expected, as bp says at now, on
+// condition that it is still at that version: an UpdateItem, never a put of
+// the whole item, so it cannot erase the hasTransactions marker a
 // concurrent first transaction sets. A new document is taken and the old
 // one freed in the same transaction. A calendar other than the stored one
 // is written whole (table.EncodeCalendar) with calendarChangedAt now; the
-// same calendar changes nothing of it. It returns the change and the
-// branch as it will be.
-func (s *Server) branchUpdate(b Branch, expected int64, name, status, by, document, now string, calendar *aggregates.Calendar) (*change, Branch) {
+// same calendar changes nothing of it. A currency other than the stored
+// one is set on the further condition that the branch has no
+// hasTransactions marker (currency.go): one a first transaction committed
+// since the read fails it with 409 branch-has-transactions. It returns the
+// change and the branch as it will be.
+func (s *Server) branchUpdate(b Branch, expected int64, bp branchPatch, now string) (*change, Branch) {
+	name, status, by, document, calendar := bp.name, bp.status, bp.by, bp.document, bp.calendar
 	k := aggregates.BranchKey(b.Tenant, b.ID)
 	oldDocument := b.Document
 	u := newUpdate().patch(attrName, &b.Name, name).patch(attrStatus, &b.Status, status)
+	recurrency := bp.currency != "" && bp.currency != b.Currency
+	if recurrency {
+		u.patch(attrCurrency, &b.Currency, bp.currency)
+	}
 	if status != "" {
 		if b.SuspendedBy = by; by != "" {
 			u.set(attrSuspendedBy, strAV(by))
@@ -163,12 +211,35 @@ func (s *Server) branchUpdate(b Branch, expected int64, name, status, by, docume
 	}
 	b.Version++
 	b.UpdatedAt = now
-	ch := newChange("branch_update", s.versionedUpdate(k, "branch", u, expected, b.Version, b.UpdatedAt))
+	upd := s.versionedUpdate(k, "branch", u, expected, b.Version, b.UpdatedAt)
+	if recurrency {
+		upd = s.unmarked(upd, k, b.ID)
+	}
+	ch := newChange("branch_update", upd)
 	if moved {
 		ch.add(s.ownerDelete(documentOwner(b.Tenant, b.ID, oldDocument)),
 			s.ownerPut(documentOwner(b.Tenant, b.ID, document), b.UpdatedAt, documentTaken(document)))
 	}
 	return ch, b
+}
+
+// unmarked adds to a's update of the branch at k the condition that the
+// branch has no hasTransactions marker: a failure with the marker there is
+// the 409 of a currency change (currencyFrozen), any other a's.
+func (s *Server) unmarked(a action, k aggregates.Key, branch string) action {
+	up := a.item.Update
+	up.ConditionExpression = aws.String("(" + *up.ConditionExpression + ") AND attribute_not_exists(#has)")
+	up.ExpressionAttributeNames["#has"] = attrHasTransactions
+	onFail := a.onFail
+	a.onFail = func(ctx context.Context, old map[string]ddbtypes.AttributeValue) (*Problem, bool, error) {
+		item, err := s.current(ctx, k, old)
+		if err == nil && item != nil && boolAttr(item, attrHasTransactions) {
+			c, _ := stringAttr(item, attrCurrency)
+			return currencyFrozen(branch, c), false, nil
+		}
+		return onFail(ctx, old)
+	}
+	return a
 }
 
 // branchDelete deletes b and frees its document, on condition that the

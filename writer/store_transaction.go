@@ -12,12 +12,13 @@ import (
 
 // transactionCreate puts item, a new transaction of branch, where no item
 // is; with mark, it also sets the branch's hasTransactions marker
-// (branchMark). Only an id collision fails the put's condition: the
-// mutation prepares a new id.
-func (s *Server) transactionCreate(item map[string]ddbtypes.AttributeValue, tenant, branch string, mark bool) *change {
+// (branchMark), on condition that the branch still has currency, the one
+// item was stamped with. Only an id collision fails the put's condition:
+// the mutation prepares a new id.
+func (s *Server) transactionCreate(item map[string]ddbtypes.AttributeValue, tenant, branch, currency string, mark bool) *change {
 	ch := newChange("create", action{item: s.putNew(item), onFail: prepareAgain})
 	if mark {
-		ch.add(s.branchMark(tenant, branch))
+		ch.add(s.branchMark(tenant, branch, currency))
 	}
 	return ch
 }

@@ -134,7 +134,7 @@ func (s *Server) createTransaction(w http.ResponseWriter, r *http.Request) {
 			resp := versionedResponse(http.StatusCreated, t, t.Version)
 			resp.location = transactionLocation(tenant, branch, t.ID)
 			marking = !branchState.marked
-			ch := s.transactionCreate(item, tenant, branch, marking)
+			ch := s.transactionCreate(item, tenant, branch, t.Currency, marking)
 			// A failed condition (the branch gone or suspended, or an id
 			// collision) means no create holds the marker: prepare reads
 			// the branch again instead of waiting for the marker.

@@ -291,7 +291,7 @@ func testTumblingShards(t *testing.T, bin string, seed uint64) {
 	assert.Positive(t, front.n.Load(), "the function read the emulation through its front end")
 
 	// Each shard's transactions are committed under its own checkpoint.
-	_, cps, err := ledgertable.ReadStreamState(ctx, s.ddb, ledgertable.CoordinationTableName(table), s.arn)
+	_, cps, err := ledgertable.ReadStreamState(ctx, s.ddb, ledgertable.CoordinationTableName(table), s.arn, nil)
 	require.NoError(t, err)
 	lastTxn := map[string]string{}
 	for _, e := range emu.History() {

@@ -58,7 +58,7 @@ func TestCoordinationMigrate_MovesLegacyCheckpointsOnceNoConsumerRuns(t *testing
 	code, out, errOut := run(t, env, "coordination", "migrate")
 	require.Equal(t, exitOK, code, errOut)
 	assert.Contains(t, out, "moved 1 checkpoints to "+table+"-coordination, removed 1 leases")
-	_, cps, err := ledgertable.ReadStreamState(ctx, c, ledgertable.CoordinationTableName(table), arn)
+	_, cps, err := ledgertable.ReadStreamState(ctx, c, ledgertable.CoordinationTableName(table), arn, nil)
 	require.NoError(t, err)
 	assert.Equal(t, "000000000000000000042", cps["shardId-1"].Seq)
 	found, err := ledgertable.LegacyStreamState(ctx, c, table, arn)

@@ -34,11 +34,11 @@ const directoryUsage = `usage:
   ledgerctl tenant  get    --id ID
   ledgerctl tenant  update --id ID [--name NAME] [--status …] [--report-periods DAILY,WEEKLY,…] [--if-match VERSION]
   ledgerctl tenant  list
-  ledgerctl branch  create --tenant T --id ID --name NAME --document DOC [--status …]
+  ledgerctl branch  create --tenant T --id ID --name NAME --document DOC [--status …] [--currency CODE]
                            [--time-zone ZONE] [--day-starts-at HH:MM] [--week-starts-on DAY] [--fiscal-year-start-month M] [--exist-ok]
   ledgerctl branch  get    --tenant T --id ID
-  ledgerctl branch  update --tenant T --id ID [--name NAME] [--status …] [--time-zone ZONE] [--day-starts-at HH:MM]
-                           [--week-starts-on DAY] [--fiscal-year-start-month M] [--if-match VERSION]
+  ledgerctl branch  update --tenant T --id ID [--name NAME] [--status …] [--currency CODE] [--time-zone ZONE]
+                           [--day-starts-at HH:MM] [--week-starts-on DAY] [--fiscal-year-start-month M] [--if-match VERSION]
   ledgerctl branch  list   --tenant T
   ledgerctl account create --tenant T --first-name F --last-name L --email ADDR [--email ADDR …] [--role R]
   ledgerctl account get    --tenant T --id ID
@@ -67,7 +67,7 @@ func (e *environment) directoryCmd(ctx context.Context, kind string, args []stri
 	base := fs.String("url", orDefault(e.getenv("LEDGER_WRITER_URL"), defaultWriterURL), "the writer's base `URL` (env LEDGER_WRITER_URL)")
 	asJSON := fs.Bool("json", false, "print JSON as the API answers it")
 	tenant, id, name, status := new(string), new(string), new(string), new(string)
-	var document, firstName, lastName, role *string
+	var document, firstName, lastName, role, currency *string
 	var reportPeriods *string
 	var cal calendarFlags
 	var emails stringList
@@ -87,6 +87,7 @@ func (e *environment) directoryCmd(ctx context.Context, kind string, args []stri
 			if kind == "branch" {
 				document = fs.String("document", "", "the `DOCUMENT` number, unique across all tenants (separators . - / and spaces are ignored)")
 				cal = addCalendarFlags(fs, " (default UTC)", " (default 00:00)", " (default MONDAY)", " (default 1)")
+				currency = addCurrencyFlag(fs, " (default none)")
 			} else {
 				reportPeriods = addReportPeriodsFlag(fs, " (default DAILY,MONTHLY,YEARLY)")
 			}
@@ -168,6 +169,9 @@ func (e *environment) directoryCmd(ctx context.Context, kind string, args []stri
 		if c, want := cal.calendar(); c != nil {
 			body.Calendar, asked["calendar"] = c, want
 		}
+		if *currency != "" {
+			body.Currency, asked["currency"] = currency, *currency
+		}
 		create = func(ctx context.Context, key string) (writerAnswer, error) {
 			return c.api.CreateBranchWithResponse(ctx, *tenant, &writerapi.CreateBranchParams{IdempotencyKey: key}, body)
 		}
@@ -235,6 +239,11 @@ func (f calendarFlags) calendar() (*writerapi.CalendarCreate, map[string]any) {
 	return branchCalendar(*f.timeZone, *f.dayStartsAt, *f.weekStartsOn, *f.fiscalStart)
 }
 
+// addCurrencyFlag defines --currency on fs; note ends its usage.
+func addCurrencyFlag(fs *flag.FlagSet, note string) *string {
+	return fs.String("currency", "", "the branch's ISO 4217 currency `CODE`, upper case (e.g. BRL); settable only while it has no transactions"+note)
+}
+
 // addReportPeriodsFlag defines --report-periods on fs.
 func addReportPeriodsFlag(fs *flag.FlagSet, note string) *string {
 	return fs.String("report-periods", "", "the period `TYPES` its reports are kept in, comma-separated: DAILY, WEEKLY, MONTHLY, QUARTERLY, YEARLY, FISCAL_QUARTER, FISCAL_YEAR"+note)
@@ -279,14 +288,14 @@ func branchCalendar(timeZone, dayStartsAt, weekStartsOn string, fiscalStart int)
 }
 
 // sameAttributes reports whether the existing item got has the attributes
-// the create asked for (name, status, report periods and calendar members
+// the create asked for (name, status, currency, report periods and calendar members
 // when given, document), naming the first that differs.
 func sameAttributes(kind string, got []byte, asked map[string]any) (bool, string) {
 	var have map[string]any
 	if json.Unmarshal(got, &have) != nil {
 		return false, "form"
 	}
-	for _, f := range []string{"name", "status", "document", "reportPeriods", "calendar"} {
+	for _, f := range []string{"name", "status", "document", "currency", "reportPeriods", "calendar"} {
 		want, ok := asked[f]
 		if !ok {
 			continue
@@ -381,7 +390,7 @@ type directoryOutput struct {
 
 var directoryColumns = map[string]string{
 	"tenant":  "ID\tNAME\tSTATUS\tREPORT PERIODS\tVERSION\tCREATED",
-	"branch":  "TENANT\tID\tNAME\tDOCUMENT\tSTATUS\tTRANSACTIONS\tCALENDAR\tVERSION",
+	"branch":  "TENANT\tID\tNAME\tDOCUMENT\tSTATUS\tTRANSACTIONS\tCURRENCY\tCALENDAR\tVERSION",
 	"account": "TENANT\tID\tNAME\tROLE\tSTATUS\tPRIMARY EMAIL\tEMAILS\tVERSION",
 }
 
@@ -406,7 +415,11 @@ func (o directoryOutput) row(tw io.Writer, kind string, raw []byte) {
 		}
 		c := b.Calendar
 		cal := fmt.Sprintf("%s, days from %s, weeks from %s, fiscal years from month %d", c.TimeZone, c.DayStartsAt, c.WeekStartsOn, c.FiscalYearStartMonth)
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\n", b.Tenant, b.ID, b.Name, b.Document, b.Status, has, cal, b.Version)
+		cur := b.Currency
+		if cur == "" {
+			cur = "none"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\n", b.Tenant, b.ID, b.Name, b.Document, b.Status, has, cur, cal, b.Version)
 	case "account":
 		var a writer.Account
 		_ = json.Unmarshal(raw, &a)

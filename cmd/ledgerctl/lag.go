@@ -164,7 +164,7 @@ type lagStreams interface {
 // measureLag reads the checkpoints and leases of the stream from the
 // coordination table coord and every shard after its checkpoint.
 func measureLag(ctx context.Context, db QueryAPI, streams lagStreams, coord, arn string, maxRecords int, now time.Time) ([]shardLag, error) {
-	leases, cps, err := table.ReadStreamState(ctx, db, coord, arn)
+	leases, cps, err := table.ReadStreamState(ctx, db, coord, arn, nil)
 	if err != nil {
 		return nil, fmt.Errorf("read checkpoints: %w", err)
 	}

@@ -392,7 +392,7 @@ func (st *stack) runSample(ctx context.Context) error {
 		return err
 	}
 	out.update("creating the sample tenant and branches…")
-	recalendared, err := ensureDirectory(ctx, &apiClient{base: st.writerURL, token: adminToken, http: api.http})
+	dir, err := ensureDirectory(ctx, &apiClient{base: st.writerURL, token: adminToken, http: api.http})
 	if err != nil {
 		return err
 	}
@@ -407,7 +407,12 @@ func (st *stack) runSample(ctx context.Context) error {
 	} else {
 		out.done("sample already present (from an earlier run): nothing posted")
 	}
-	if recalendared {
+	for _, b := range sampleBranches {
+		if dir.currencies[b] == "" {
+			out.note("sample branch %s has transactions from an earlier sample and no currency: it keeps having none (a currency is set only before the first transaction; 'make clean' starts afresh)", b)
+		}
+	}
+	if dir.recalendared {
 		// The sample of an earlier version, without calendars: its
 		// history moves into the branches' calendars, online.
 		res, err := rebucket.Run(ctx, st.db, st.e.table, sampleTenant, "", rebucket.Options{Settle: -1})
@@ -419,11 +424,11 @@ func (st *stack) runSample(ctx context.Context) error {
 	if err := waitCaughtUp(ctx, st.db, st.e.table, st.o.catchUp, out, st.e.meter("waiting for the poller")); err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "\nBranches of tenant %s, each reporting in its own business calendar:\n\n", sampleTenant)
-	t := newTable("branch", "time zone", "day starts", "week starts", "fiscal year from")
+	fmt.Fprintf(stdout, "\nBranches of tenant %s, each reporting in its own business calendar and currency:\n\n", sampleTenant)
+	t := newTable("branch", "currency", "time zone", "day starts", "week starts", "fiscal year from")
 	for _, b := range sampleBranches {
 		c := sampleCalendar(b)
-		t.add(b, c.TimeZone, c.DayStartsAt, c.WeekStartsOn, time.Month(c.FiscalYearStartMonth).String())
+		t.add(b, orDefault(dir.currencies[b], "none"), c.TimeZone, c.DayStartsAt, c.WeekStartsOn, time.Month(c.FiscalYearStartMonth).String())
 	}
 	if err := t.write(stdout); err != nil {
 		return err
@@ -436,8 +441,7 @@ func (st *stack) runSample(ctx context.Context) error {
 	if err := printReports(stdout, reports, nil); err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "\nBy category, all branches:\n\n")
-	if err := printCategories(stdout, reports); err != nil {
+	if err := printCategories(stdout, reports, dir.currencies); err != nil {
 		return err
 	}
 	// North's fiscal year starts in July: its months of 2026 are FY2027's.
@@ -530,32 +534,50 @@ func waitCaughtUp(ctx context.Context, db *dynamodb.Client, table string, timeou
 }
 
 // printCategories prints, per category, the net amount of every month over
-// all branches.
-func printCategories(w io.Writer, reports []storedReport) error {
+// the branches of each currency (currencies maps a branch to its currency,
+// "" for none), one table per currency: amounts in different currencies
+// are never added up.
+func printCategories(w io.Writer, reports []storedReport, currencies map[string]string) error {
 	months := map[string]bool{}
-	net := map[string]map[string]decimal.Decimal{}
+	net := map[string]map[string]map[string]decimal.Decimal{} // currency → category → month
+	branches := map[string]map[string]bool{}                  // currency → branches
 	for _, r := range reports {
 		months[r.Key.Period.Value] = true
+		cur := currencies[r.Key.Branch]
+		if net[cur] == nil {
+			net[cur], branches[cur] = map[string]map[string]decimal.Decimal{}, map[string]bool{}
+		}
+		branches[cur][r.Key.Branch] = true
 		for name, t := range r.Report.Breakdowns[aggregates.ByCategory] {
-			if net[name] == nil {
-				net[name] = map[string]decimal.Decimal{}
+			if net[cur][name] == nil {
+				net[cur][name] = map[string]decimal.Decimal{}
 			}
-			net[name][r.Key.Period.Value] = net[name][r.Key.Period.Value].Add(t.Income.Sub(t.Expense))
+			net[cur][name][r.Key.Period.Value] = net[cur][name][r.Key.Period.Value].Add(t.Income.Sub(t.Expense))
 		}
 	}
 	cols := sortedKeys(months)
-	t := newTable(append([]string{"category"}, cols...)...)
-	for i := range cols {
-		t.alignRight(i + 1)
-	}
-	for _, name := range sortedKeys(net) {
-		row := []string{name}
-		for _, m := range cols {
-			row = append(row, money(net[name][m]))
+	for _, cur := range sortedKeys(net) {
+		title := "in " + cur
+		if cur == "" {
+			title = "without a currency"
 		}
-		t.add(row...)
+		fmt.Fprintf(w, "\nBy category, branches %s (%s):\n\n", title, strings.Join(sortedKeys(branches[cur]), ", "))
+		t := newTable(append([]string{"category"}, cols...)...)
+		for i := range cols {
+			t.alignRight(i + 1)
+		}
+		for _, name := range sortedKeys(net[cur]) {
+			row := []string{name}
+			for _, m := range cols {
+				row = append(row, money(net[cur][name][m]))
+			}
+			t.add(row...)
+		}
+		if err := t.write(w); err != nil {
+			return err
+		}
 	}
-	return t.write(w)
+	return nil
 }
 
 func sortedKeys[V any](m map[string]V) []string {

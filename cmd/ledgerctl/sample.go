@@ -22,9 +22,10 @@ import (
 )
 
 // The sample workload 'ledgerctl run' posts through the writer's API: one
-// tenant keeping every period type, three branches in three time zones
-// (São Paulo with a 04:00 business-day start and fiscal years from July,
-// London, Tokyo), three months of a small business's income and expenses in
+// tenant keeping every period type, three branches in three time zones and
+// currencies (São Paulo in BRL with a 04:00 business-day start and fiscal
+// years from July, London in GBP, Tokyo in JPY, whose amounts are whole
+// yen), three months of a small business's income and expenses in
 // several categories, cost centres and payment methods — late-night sales
 // in São Paulo among them, which count in the business day before — then a
 // few changes and deletes. It is generated from a fixed seed, so every run
@@ -34,7 +35,7 @@ const (
 	sampleSeed   = 2026
 	// sampleKeyPrefix versions the idempotency keys: change it when the
 	// workload changes, or a replayed key would meet a different body (422).
-	sampleKeyPrefix = "ledgerctl-sample-v2-"
+	sampleKeyPrefix = "ledgerctl-sample-v3-"
 )
 
 var (
@@ -42,7 +43,10 @@ var (
 	// versions of the workload (v1: 84, without calendars), so that a
 	// data directory holding one is not posted over: ensureDirectory gives
 	// its branches their calendars and 'ledgerctl run' moves its history
-	// into them.
+	// into them. v2 (calendars, no currencies) ends with as many
+	// transactions as this version, so a data directory holding it is kept
+	// too; its branches, having transactions, keep having no currency
+	// (ensureDirectory says so).
 	sampleEarlierFinals = []int{84}
 	sampleBranches      = []string{"north", "south", "online"}
 	sampleMonths        = []string{"2026-09", "2026-10", "2026-11"}
@@ -61,8 +65,15 @@ type sampleOp struct {
 // many transactions the branches hold once all of them are applied.
 func sampleWorkload() (ops []sampleOp, final int) {
 	rng := rand.New(rand.NewPCG(sampleSeed, 1))
-	amount := func(lo, hi int) string { // whole units lo..hi, random cents
+	// amount is a random amount of a branch: whole units lo..hi and random
+	// cents; in yen, which has no fraction digits, a hundred times as many
+	// whole yen. Both draw the same random numbers, so the other branches'
+	// amounts are those of the sample before currencies.
+	amount := func(branch string, lo, hi int) string {
 		cents := (lo+rng.IntN(hi-lo+1))*100 + rng.IntN(100)
+		if aggregates.CurrencyDigits(sampleBranchInfo[branch].currency) == 0 {
+			return strconv.Itoa(cents)
+		}
 		return fmt.Sprintf("%d.%02d", cents/100, cents%100)
 	}
 	type txn struct {
@@ -97,25 +108,29 @@ func sampleWorkload() (ops []sampleOp, final int) {
 				store = "web"
 			}
 			for i := 0; i < 4; i++ {
-				create(branch, txn{Type: "INCOME", Amount: amount(150, 2400), Category: "sales", CostCenter: store,
+				create(branch, txn{Type: "INCOME", Amount: amount(branch, 150, 2400), Category: "sales", CostCenter: store,
 					PaymentMethod: pay[rng.IntN(len(pay))], CreatedAt: at(branch, month, 2+rng.IntN(18), 9+rng.IntN(9))})
 			}
 			if branch != "online" {
-				create(branch, txn{Type: "INCOME", Amount: amount(200, 900), Category: "services", CostCenter: "workshop",
+				create(branch, txn{Type: "INCOME", Amount: amount(branch, 200, 900), Category: "services", CostCenter: "workshop",
 					PaymentMethod: "transfer", Description: "repairs", CreatedAt: at(branch, month, 3+rng.IntN(15), 10)})
 			}
-			create(branch, txn{Type: "EXPENSE", Amount: strconv.Itoa(rent[branch]) + ".00", Category: "rent", CostCenter: "admin",
+			rentAmount := strconv.Itoa(rent[branch]) + ".00"
+			if aggregates.CurrencyDigits(sampleBranchInfo[branch].currency) == 0 {
+				rentAmount = strconv.Itoa(rent[branch] * 100)
+			}
+			create(branch, txn{Type: "EXPENSE", Amount: rentAmount, Category: "rent", CostCenter: "admin",
 				PaymentMethod: "transfer", Description: "monthly rent", CreatedAt: at(branch, month, 1, 8)})
-			create(branch, txn{Type: "EXPENSE", Amount: amount(1800, 3200), Category: "payroll", CostCenter: "admin",
+			create(branch, txn{Type: "EXPENSE", Amount: amount(branch, 1800, 3200), Category: "payroll", CostCenter: "admin",
 				PaymentMethod: "transfer", CreatedAt: at(branch, month, 15, 12)})
-			create(branch, txn{Type: "EXPENSE", Amount: amount(80, 600), Category: "supplies", CostCenter: store,
+			create(branch, txn{Type: "EXPENSE", Amount: amount(branch, 80, 600), Category: "supplies", CostCenter: store,
 				PaymentMethod: pay[rng.IntN(len(pay))], CreatedAt: at(branch, month, 4+rng.IntN(14), 14)})
-			create(branch, txn{Type: "EXPENSE", Amount: amount(60, 240), Category: "utilities", CostCenter: "admin",
+			create(branch, txn{Type: "EXPENSE", Amount: amount(branch, 60, 240), Category: "utilities", CostCenter: "admin",
 				CreatedAt: at(branch, month, 20, 9)})
-			create(branch, txn{Type: "EXPENSE", Amount: amount(50, 400), Category: "marketing",
+			create(branch, txn{Type: "EXPENSE", Amount: amount(branch, 50, 400), Category: "marketing",
 				PaymentMethod: "card", Description: "ads", CreatedAt: at(branch, month, 5+rng.IntN(10), 16)})
 			if branch == "north" { // after midnight, before the 04:00 close: the day before's takings
-				create(branch, txn{Type: "INCOME", Amount: amount(300, 900), Category: "sales", CostCenter: store,
+				create(branch, txn{Type: "INCOME", Amount: amount(branch, 300, 900), Category: "sales", CostCenter: store,
 					PaymentMethod: "card", Description: "late night", CreatedAt: at(branch, month, 6+rng.IntN(14), 1+rng.IntN(3))})
 			}
 		}
@@ -136,15 +151,17 @@ func sampleWorkload() (ops []sampleOp, final int) {
 }
 
 // sampleBranchInfo names the sample branches, gives each a document number
-// (unique across tenants, as the writer requires) and a business calendar.
+// (unique across tenants, as the writer requires), a business calendar and
+// a currency.
 var sampleBranchInfo = map[string]struct {
 	name, document    string
 	zone, dayStartsAt string
 	fiscalYearStart   int
+	currency          string
 }{
-	"north":  {"North store (São Paulo)", "DEMO-0001-NORTH", "America/Sao_Paulo", "04:00", 7},
-	"south":  {"South store (London)", "DEMO-0002-SOUTH", "Europe/London", "00:00", 1},
-	"online": {"Online shop (Tokyo)", "DEMO-0003-ONLINE", "Asia/Tokyo", "00:00", 1},
+	"north":  {"North store (São Paulo)", "DEMO-0001-NORTH", "America/Sao_Paulo", "04:00", 7, "BRL"},
+	"south":  {"South store (London)", "DEMO-0002-SOUTH", "Europe/London", "00:00", 1, "GBP"},
+	"online": {"Online shop (Tokyo)", "DEMO-0003-ONLINE", "Asia/Tokyo", "00:00", 1, "JPY"},
 }
 
 // sampleCalendar is a sample branch's calendar as the API takes it.
@@ -153,14 +170,28 @@ func sampleCalendar(branch string) writer.Calendar {
 	return writer.Calendar{TimeZone: info.zone, DayStartsAt: info.dayStartsAt, WeekStartsOn: "MONDAY", FiscalYearStartMonth: info.fiscalYearStart}
 }
 
+// sampleDirectory is what ensureDirectory found and did.
+type sampleDirectory struct {
+	// recalendared: a calendar or the report periods were set on a tenant
+	// or branch an earlier version of the sample made without them (its
+	// history is then moved by a rebucket).
+	recalendared bool
+	// currencies are the sample branches' currencies as they are ("" for
+	// none): an earlier version's branch has transactions and no currency,
+	// and keeps having none.
+	currencies map[string]string
+}
+
 // ensureDirectory creates the sample tenant (keeping every period type)
-// and its branches (each with its calendar) through the API with an admin
-// token (claiming a branch's document number takes one), unless they
-// exist: the writer refuses transactions for a tenant or branch that does
-// not. A tenant or branch an earlier version of the sample made without
-// them gets them with a PATCH; changed says so (its history is then moved
-// by a rebucket).
-func ensureDirectory(ctx context.Context, admin *apiClient) (changed bool, err error) {
+// and its branches (each with its calendar and currency) through the API
+// with an admin token (claiming a branch's document number takes one),
+// unless they exist: the writer refuses transactions for a tenant or branch
+// that does not. A tenant or branch an earlier version of the sample made
+// without them gets its calendar and report periods with a PATCH, and its
+// currency while it has no transactions (after, the writer refuses it:
+// docs/api.md, "Currencies").
+func ensureDirectory(ctx context.Context, admin *apiClient) (dir sampleDirectory, err error) {
+	dir.currencies = map[string]string{}
 	exists := func(err error) bool {
 		var ae *apiError
 		return errors.As(err, &ae) && ae.status == http.StatusConflict && strings.Contains(ae.body, "already-exists")
@@ -172,41 +203,49 @@ func ensureDirectory(ctx context.Context, admin *apiClient) (changed bool, err e
 	body, _ := json.Marshal(map[string]any{"id": sampleTenant, "name": "Demo Trading Co.", "reportPeriods": periods})
 	err = admin.do(ctx, http.MethodPost, "/v1/tenants", map[string]string{"Idempotency-Key": sampleKeyPrefix + "tenant"}, string(body), nil)
 	if err != nil && !exists(err) {
-		return false, fmt.Errorf("create sample tenant %s: %w", sampleTenant, err)
+		return dir, fmt.Errorf("create sample tenant %s: %w", sampleTenant, err)
 	}
 	var tenant writer.Tenant
 	tenantURL := "/v1/tenants/" + url.PathEscape(sampleTenant)
 	if err := admin.do(ctx, http.MethodGet, tenantURL, nil, "", &tenant); err != nil {
-		return false, fmt.Errorf("read sample tenant %s: %w", sampleTenant, err)
+		return dir, fmt.Errorf("read sample tenant %s: %w", sampleTenant, err)
 	}
 	if !slices.Equal(tenant.ReportPeriods, periods) {
 		patch, _ := json.Marshal(map[string]any{"reportPeriods": periods})
 		if err := admin.do(ctx, http.MethodPatch, tenantURL, map[string]string{"If-Match": etag(tenant.Version)}, string(patch), nil); err != nil {
-			return false, fmt.Errorf("set the sample tenant's report periods: %w", err)
+			return dir, fmt.Errorf("set the sample tenant's report periods: %w", err)
 		}
-		changed = true
+		dir.recalendared = true
 	}
 	for _, b := range sampleBranches {
 		info := sampleBranchInfo[b]
-		body, _ := json.Marshal(map[string]any{"id": b, "name": info.name, "document": info.document, "calendar": sampleCalendar(b)})
+		body, _ := json.Marshal(map[string]any{"id": b, "name": info.name, "document": info.document, "calendar": sampleCalendar(b), "currency": info.currency})
 		err := admin.do(ctx, http.MethodPost, "/v1/tenants/"+url.PathEscape(sampleTenant)+"/branches",
 			map[string]string{"Idempotency-Key": sampleKeyPrefix + "branch-" + b}, string(body), nil)
 		if err != nil && !exists(err) {
-			return false, fmt.Errorf("create sample branch %s: %w", b, err)
+			return dir, fmt.Errorf("create sample branch %s: %w", b, err)
 		}
 		var branch writer.Branch
 		if err := admin.do(ctx, http.MethodGet, branchURL(sampleTenant, b), nil, "", &branch); err != nil {
-			return false, fmt.Errorf("read sample branch %s: %w", b, err)
+			return dir, fmt.Errorf("read sample branch %s: %w", b, err)
 		}
+		patch := map[string]any{}
 		if branch.Calendar != sampleCalendar(b) {
-			patch, _ := json.Marshal(map[string]any{"calendar": sampleCalendar(b)})
-			if err := admin.do(ctx, http.MethodPatch, branchURL(sampleTenant, b), map[string]string{"If-Match": etag(branch.Version)}, string(patch), nil); err != nil {
-				return false, fmt.Errorf("set the calendar of sample branch %s: %w", b, err)
-			}
-			changed = true
+			patch["calendar"] = sampleCalendar(b)
+			dir.recalendared = true
 		}
+		if branch.Currency == "" && !branch.HasTransactions {
+			patch["currency"] = info.currency
+		}
+		if len(patch) > 0 {
+			body, _ := json.Marshal(patch)
+			if err := admin.do(ctx, http.MethodPatch, branchURL(sampleTenant, b), map[string]string{"If-Match": etag(branch.Version)}, string(body), &branch); err != nil {
+				return dir, fmt.Errorf("set the calendar or currency of sample branch %s: %w", b, err)
+			}
+		}
+		dir.currencies[b] = branch.Currency
 	}
-	return changed, nil
+	return dir, nil
 }
 
 func etag(version int64) string { return `"` + strconv.FormatInt(version, 10) + `"` }

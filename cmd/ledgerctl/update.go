@@ -26,9 +26,11 @@ func (e *environment) directoryUpdate(ctx context.Context, kind string, args []s
 	tenant := new(string)
 	var reportPeriods *string
 	var cal calendarFlags
+	currency := new(string)
 	if kind == "branch" {
 		tenant = fs.String("tenant", "", "the `TENANT` id")
 		cal = addCalendarFlags(fs, "", "", "", "")
+		currency = addCurrencyFlag(fs, "")
 	} else {
 		reportPeriods = addReportPeriodsFlag(fs, "")
 	}
@@ -80,7 +82,7 @@ func (e *environment) directoryUpdate(ctx context.Context, kind string, args []s
 				writerapi.PatchTenantApplicationMergePatchPlusJSONRequestBody(body))
 		}
 	case "branch":
-		body := writerapi.BranchPatch{Name: optional[string](*name), Status: optional[writerapi.Status](*status)}
+		body := writerapi.BranchPatch{Name: optional[string](*name), Status: optional[writerapi.Status](*status), Currency: optional[string](*currency)}
 		if c, _ := cal.calendar(); c != nil {
 			body.Calendar, recalendar = (*writerapi.CalendarPatch)(c), true
 		}

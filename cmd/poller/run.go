@@ -98,7 +98,7 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (op
 	fs.StringVar(&cpEvery, "checkpoint-interval", env("LEDGER_CHECKPOINT_INTERVAL", poller.CheckpointIntervalSetting.Default.String()),
 		"`DURATION` between moves of a shard's checkpoint over records that had no effect (env LEDGER_CHECKPOINT_INTERVAL)")
 	fs.StringVar(&discover, "discover-interval", env("LEDGER_DISCOVER_INTERVAL", poller.DiscoverIntervalSetting.Default.String()),
-		"`DURATION` between listings of the stream's shards (env LEDGER_DISCOVER_INTERVAL)")
+		"`DURATION` between listings of the whole stream; in between, new shards are found as children of finished shards (env LEDGER_DISCOVER_INTERVAL)")
 	fs.StringVar(&shutdown, "shutdown-timeout", env("LEDGER_SHUTDOWN_TIMEOUT", poller.ShutdownTimeoutSetting.Default.String()),
 		"on SIGTERM, the `DURATION` (at most 25s) the batches in hand may take to commit before they are abandoned (env LEDGER_SHUTDOWN_TIMEOUT)")
 	fs.StringVar(&o.owner, "owner", env("LEDGER_OWNER", host+"-"+strconv.Itoa(os.Getpid())),

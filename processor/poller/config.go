@@ -111,8 +111,11 @@ type Config struct {
 	// takes a lease over once it has seen its counter unchanged for
 	// LeaseDuration.
 	LeaseDuration time.Duration
-	// DiscoverInterval is how often the shard list is read (default 10s;
-	// also whenever a shard ends).
+	// DiscoverInterval is how often the whole stream is listed (default
+	// 5m, and at start). Between listings a finished shard's children are
+	// looked up with ShardFilter CHILD_SHARDS by the poller that finished
+	// it, which registers them in lease items, where the others learn of
+	// them (design.md, "Scale").
 	DiscoverInterval time.Duration
 	// CheckpointInterval is how often a shard whose records had no effect
 	// (nothing committed, e.g. only the consumers' own report writes) has
@@ -156,7 +159,7 @@ var (
 	ThrottleBackoffSetting    = Setting[time.Duration]{"throttle-backoff", 200 * time.Millisecond, time.Millisecond, time.Minute}
 	MaxThrottleBackoffSetting = Setting[time.Duration]{"max-throttle-backoff", 5 * time.Second, time.Millisecond, 10 * time.Minute}
 	LeaseDurationSetting      = Setting[time.Duration]{"lease-duration", 20 * time.Second, 300 * time.Millisecond, 10 * time.Minute}
-	DiscoverIntervalSetting   = Setting[time.Duration]{"discover-interval", 10 * time.Second, 10 * time.Millisecond, time.Hour}
+	DiscoverIntervalSetting   = Setting[time.Duration]{"discover-interval", 5 * time.Minute, 10 * time.Millisecond, time.Hour}
 	CheckpointIntervalSetting = Setting[time.Duration]{"checkpoint-interval", 10 * time.Second, 10 * time.Millisecond, time.Hour}
 	// ShutdownTimeout stays under the 30 s a container gets between SIGTERM
 	// and SIGKILL (ECS and Kubernetes default), leaving time to release the

@@ -3,7 +3,8 @@
 // GetShardIterator, GetRecords) and hands its records to the processor in
 // batches of pages, whose commits are exact under redelivery
 // (docs/exactly-once.md). Several pollers can run on one stream; they share
-// its shards through leases kept in the table.
+// its shards through leases kept in the coordination table
+// (table/coordination.go), which has no stream.
 //
 // # Shards
 //
@@ -16,7 +17,12 @@
 // up with one DescribeStream filtered to them (ShardFilter CHILD_SHARDS)
 // rather than a listing of the whole stream, which at AWS's scale is
 // thousands of shards at every shard's end (a stream that ignores or
-// refuses the filter is listed whole instead). A child of a shard this
+// refuses the filter is listed whole instead). The poller that looked them
+// up registers each child in a free lease item with its parent and first
+// sequence number (table.RegisterShard), and every poller adds the shards
+// lease items describe to its list at each pass: between two listings of
+// the whole stream the others learn of new shards from the leases they
+// read anyway. A child of a shard this
 // stream's consumers have read, without a checkpoint of its own, opens at
 // its starting sequence number (AT_SEQUENCE_NUMBER; TRIM_HORIZON if that is
 // refused), so that records trimmed from its start are counted as lost
@@ -136,11 +142,12 @@
 // exponentially from ThrottleBackoff (200 ms) to MaxThrottleBackoff (5 s)
 // with full jitter, on top of the SDK's own retries; after MaxReadFailures
 // in a row the reader gives the shard up until the next coordinator pass.
-// DescribeStream is called every DiscoverInterval (10 s), and once per
-// shard end for its children (CHILD_SHARDS);
-// one consistent Query of the stream's partition per LeaseDuration/3 reads
-// every lease and checkpoint; each held lease costs one UpdateItem per
-// LeaseDuration/3.
+// DescribeStream is called every DiscoverInterval (5 min: the whole
+// stream), and once per shard end for its children (CHILD_SHARDS), which
+// costs one conditional write per child (its registration); a consistent
+// Query of the stream's lease partition and of its 16 checkpoint
+// partitions per LeaseDuration/3 reads every lease and checkpoint; each
+// held lease costs one UpdateItem per LeaseDuration/3.
 //
 // # Drain and shutdown
 //

@@ -215,7 +215,7 @@ func TestPoller_DrainExitsWhenAShardClosesAfterItWasDrained(t *testing.T) {
 			assert.True(t, sh.EndServed, "the closed shard was read to its end")
 		}
 	}
-	_, cps, err := table.ReadStreamState(ctx, e.ddb, table.CoordinationTableName(e.table), e.stream.arn)
+	_, cps, err := table.ReadStreamState(ctx, e.ddb, table.CoordinationTableName(e.table), e.stream.arn, nil)
 	require.NoError(t, err)
 	assert.True(t, cps[closed].Finished, "the closed shard is finished")
 	// The drain read each child up to every record written before it was

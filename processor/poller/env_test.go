@@ -28,12 +28,12 @@ import (
 )
 
 // The package's tables are all created before any test writes: one per
-// test that makes one (30: five lineage, four window, three lease, three
+// test that makes one (31: five lineage, four window, three lease, three
 // closed-shard, two batch, two fault, two not-found, one damage, one lag,
-// one quarantine and six emulation tests), and three to spare. A test that
+// one quarantine, six emulation tests and one of discovery through leases), and three to spare. A test that
 // gets a later table is slow enough for 3-second leases to expire, so an
 // exhausted pool fails the test (ddbtest.Pool.Table).
-var tables = ddbtest.Pool{Size: 33}
+var tables = ddbtest.Pool{Size: 34}
 
 func newTableName(t testing.TB) string { return tables.Table(t) }
 

@@ -7,11 +7,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/service/dynamodbstreams"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/ledger-dev/ledger/processor"
 	"github.com/ledger-dev/ledger/processor/poller"
+	"github.com/ledger-dev/ledger/table"
 )
 
 // writer appends workload records to the fake shards (by key hash) until
@@ -197,5 +199,73 @@ func TestPoller_DrainTakesOverExpiredLeasesAndAsksLiveOwners(t *testing.T) {
 	dead.Store(false)
 	require.NoError(t, <-doneA)
 	e.drain(t, "E", nil)
+	e.requireReconciled(t)
+}
+
+// listingCounter counts a poller's listings of the whole stream
+// (DescribeStream without a ShardFilter).
+type listingCounter struct {
+	poller.Streams
+	n atomic.Int64
+}
+
+func (c *listingCounter) DescribeStream(ctx context.Context, in *dynamodbstreams.DescribeStreamInput, opts ...func(*dynamodbstreams.Options)) (*dynamodbstreams.DescribeStreamOutput, error) {
+	if in.ShardFilter == nil {
+		c.n.Add(1)
+	}
+	return c.Streams.DescribeStream(ctx, in, opts...)
+}
+
+// Issue 23: between two listings of the whole stream (DiscoverInterval,
+// here an hour) a poller learns of new shards from the lease items the
+// poller that finished their parent registered: the one holding a shard
+// that ends looks its children up (ShardFilter CHILD_SHARDS) and
+// registers them; when it stops, the other takes them over having listed
+// the stream only once, at its start. Before, it knew only the shards of
+// its last listing and would have read the children an hour later.
+func TestPoller_NewShardsAreLearnedFromLeasesBetweenListings(t *testing.T) {
+	e := newEnv(t, 23)
+	f := e.stream
+	f.addShard("shardId-A", "")
+	f.addShard("shardId-X", "")
+	f.split([]string{"shardId-A", "shardId-X"}, e.write(t, 60))
+	hourly := func(c *poller.Config) { c.DiscoverInterval = time.Hour }
+	ca, cb := &listingCounter{Streams: f.client("P")}, &listingCounter{Streams: f.client("Q")}
+	p, q := e.poller(t, "P", ca, nil, hourly), e.poller(t, "Q", cb, nil, hourly)
+	stopP, stopQ := start(t, p), start(t, q)
+	eventually(t, "one shard each", 15*time.Second, func() bool {
+		return counter(t, p.m.LeasesHeld) == 1 && counter(t, q.m.LeasesHeld) == 1
+	})
+	listedP, listedQ := ca.n.Load(), cb.n.Load()
+
+	// A ends; its children B and C get the next records.
+	f.appendTo("shardId-A", e.write(t, 30)...)
+	f.close("shardId-A")
+	f.addShard("shardId-B", "shardId-A")
+	f.addShard("shardId-C", "shardId-A")
+	f.split([]string{"shardId-B", "shardId-C"}, e.write(t, 60))
+	eventually(t, "B and C registered", 30*time.Second, func() bool {
+		leases, _, err := table.ReadStreamState(context.Background(), e.ddb, table.CoordinationTableName(e.table), f.arn, nil)
+		require.NoError(t, err)
+		return leases["shardId-B"].Start != "" && leases["shardId-C"].Start != "" && leases["shardId-B"].Parent == "shardId-A"
+	})
+	// The one that finished A registered them; the other learns of them.
+	o, stopH, stopO, co, listed := q, stopP, stopQ, cb, listedQ
+	if finishedA := func(tp *testPoller) bool {
+		for _, l := range tp.logs.lines() {
+			if l["msg"] == "shard finished: read to its end" && l["shard"] == "shardId-A" {
+				return true
+			}
+		}
+		return false
+	}; finishedA(q) {
+		o, stopH, stopO, co, listed = p, stopQ, stopP, ca, listedP
+	}
+
+	stopH()
+	eventually(t, "the other holds X, B and C", 30*time.Second, func() bool { return counter(t, o.m.LeasesHeld) == 3 })
+	assert.Equal(t, listed, co.n.Load(), "no listing of the whole stream since its start")
+	stopO()
+	e.drain(t, "R", nil)
 	e.requireReconciled(t)
 }

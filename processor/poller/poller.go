@@ -241,10 +241,10 @@ func (p *Poller) pass(ctx context.Context, renew bool) error {
 			}
 		}
 	}
-	leases, cps, err := p.store.readAll(ctx)
+	leases, cps, err := p.store.readAll(ctx, p.shards)
 	for i := 1; err != nil && i < readAttempts && ctx.Err() == nil; i++ {
 		pause(ctx, i)
-		leases, cps, err = p.store.readAll(ctx)
+		leases, cps, err = p.store.readAll(ctx, p.shards)
 	}
 	if err != nil {
 		if ctx.Err() == nil {
@@ -261,11 +261,12 @@ func (p *Poller) pass(ctx context.Context, renew bool) error {
 				return nil
 			}
 		}
-		if leases, cps, err = p.store.readAll(ctx); err != nil {
+		if leases, cps, err = p.store.readAll(ctx, p.shards); err != nil {
 			return nil
 		}
 	}
 	p.leases, p.cps = leases, cps
+	p.learnShards()
 	p.healthy.Store(time.Now().UnixNano())
 	p.observe()
 	if !p.stopping {
@@ -274,6 +275,25 @@ func (p *Poller) pass(ctx context.Context, renew bool) error {
 	}
 	p.ready.Store(!p.stopping)
 	return nil
+}
+
+// learnShards adds the shards that lease items describe and the last
+// listing did not have: children another poller registered when it
+// finished their parent (lookupChildren), so that a pass between two
+// listings of the whole stream costs what the new shards cost. A shard
+// read to its end is not added back.
+func (p *Poller) learnShards() {
+	known := make(map[string]bool, len(p.shards))
+	for _, s := range p.shards {
+		known[s.id] = true
+	}
+	for id, l := range p.leases {
+		if l.start == "" || known[id] || p.cps[id].finished || p.gone[id] {
+			continue
+		}
+		p.shards = append(p.shards, shard{id: id, parent: l.parent, start: l.start})
+		known[id] = true
+	}
 }
 
 // lookupChildren adds the children of the shards finished since the last
@@ -308,6 +328,11 @@ func (p *Poller) lookupChildren(ctx context.Context) {
 			if !known[k.id] {
 				known[k.id] = true
 				p.shards = append(p.shards, k)
+			}
+			// The other pollers learn of it from its lease item, without
+			// listing the whole stream.
+			if err := p.store.register(ctx, k); err != nil && ctx.Err() == nil {
+				p.log.Warn("registering a child shard failed; the other pollers find it at their next listing", "shard", k.id, "error", err.Error())
 			}
 		}
 		p.lookup = p.lookup[1:]
@@ -403,6 +428,10 @@ func (p *Poller) assign(ctx context.Context) {
 		l, ok := p.leases[s.id]
 		if !ok {
 			l = lease{shard: s.id}
+		}
+		if l.start == "" {
+			// Taking it describes the shard in its lease item.
+			l.parent, l.start = s.parent, s.start
 		}
 		if free, _ := p.available(l); free {
 			candidates = append(candidates, l)

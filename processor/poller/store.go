@@ -36,15 +36,18 @@ type lease struct {
 	counter int64
 	pending string // "" when nobody asked for it
 	exists  bool
+	// parent and start describe the shard, when the item does (start
+	// not "").
+	parent, start string
 }
 
 // row is the lease as the table holds it.
 func (l lease) row() table.Lease {
-	return table.Lease{Shard: l.shard, Owner: l.owner, Counter: l.counter, Pending: l.pending, Exists: l.exists}
+	return table.Lease{Shard: l.shard, Owner: l.owner, Counter: l.counter, Pending: l.pending, Exists: l.exists, Parent: l.parent, Start: l.start}
 }
 
 func leaseOf(l table.Lease) lease {
-	return lease{shard: l.Shard, owner: l.Owner, counter: l.Counter, pending: l.Pending, exists: l.Exists}
+	return lease{shard: l.Shard, owner: l.Owner, counter: l.Counter, pending: l.Pending, exists: l.Exists, parent: l.Parent, start: l.Start}
 }
 
 // checkpoint is the poller's view of a checkpoint item as read
@@ -72,8 +75,12 @@ func (s *store) now() time.Time { return time.Now() }
 
 // readAll reads every lease and checkpoint of the stream with one
 // consistent, paginated Query of the stream's partition.
-func (s *store) readAll(ctx context.Context) (map[string]lease, map[string]checkpoint, error) {
-	ls, cs, err := table.ReadStreamState(ctx, s.api, s.table, s.streamARN)
+func (s *store) readAll(ctx context.Context, shards []shard) (map[string]lease, map[string]checkpoint, error) {
+	ids := make([]string, 0, len(shards))
+	for _, sh := range shards {
+		ids = append(ids, sh.id)
+	}
+	ls, cs, err := table.ReadStreamState(ctx, s.api, s.table, s.streamARN, ids)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -185,7 +192,18 @@ func (s *store) take(ctx context.Context, seen lease, owner string, duration tim
 	if err != nil {
 		return lease{}, err
 	}
-	return lease{shard: seen.shard, owner: owner, counter: seen.counter + 1, exists: true}, nil
+	return lease{shard: seen.shard, owner: owner, counter: seen.counter + 1, exists: true, parent: seen.parent, start: seen.start}, nil
+}
+
+// register puts a free lease for shard sh, which no lease exists for yet,
+// describing it (table.RegisterShard); an existing lease is left as it is.
+func (s *store) register(ctx context.Context, sh shard) error {
+	_, err := s.updateItem(ctx, "register shard", aggregates.LeaseKey(s.streamARN, sh.id),
+		table.RegisterShard(s.table, s.streamARN, sh.id, sh.parent, sh.start, s.now()))
+	if errors.Is(err, errConditionFailed) {
+		return nil
+	}
+	return err
 }
 
 // renew bumps the counter of a lease owner holds. It returns the lease as

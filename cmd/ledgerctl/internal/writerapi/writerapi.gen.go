@@ -298,6 +298,9 @@ type Branch struct {
 	// CreatedAt RFC 3339, UTC.
 	CreatedAt Timestamp `json:"createdAt"`
 
+	// Currency The currency every amount of its transactions is in; absent when it has none (any amount of up to 8 fraction digits, no currency stamped).
+	Currency *Currency `json:"currency,omitempty"`
+
 	// Document Normalised (separators removed, upper-cased); unique across all tenants.
 	Document string `json:"document"`
 
@@ -326,6 +329,9 @@ type BranchCreate struct {
 	// Calendar Its business calendar; absent or null, the default (UTC, 00:00, MONDAY, 1).
 	Calendar *CalendarCreate `json:"calendar,omitempty"`
 
+	// Currency Its currency (an accepted ISO 4217 code in upper case; another string is 422 invalid-field); absent or null, none.
+	Currency *string `json:"currency,omitempty"`
+
 	// Document The document number, any spelling; claiming it needs an admin-scoped token or one whose `documents` claim holds it.
 	Document string  `json:"document"`
 	Id       ID      `json:"id"`
@@ -345,9 +351,12 @@ type BranchPage struct {
 type BranchPatch struct {
 	// Calendar Some or all calendar members; they apply to transactions written (created or changed) after the change, and `ledgerctl rebucket` moves the history.
 	Calendar *CalendarPatch `json:"calendar,omitempty"`
-	Document *string        `json:"document,omitempty"`
-	Name     *string        `json:"name,omitempty"`
-	Status   *Status        `json:"status,omitempty"`
+
+	// Currency A new currency (an accepted ISO 4217 code in upper case; another string is 422 invalid-field), only while the branch has never had a transaction (else 409 branch-has-transactions with `field` currency; its own currency again is accepted). It cannot be removed.
+	Currency *string `json:"currency,omitempty"`
+	Document *string `json:"document,omitempty"`
+	Name     *string `json:"name,omitempty"`
+	Status   *Status `json:"status,omitempty"`
 }
 
 // Calendar A branch's business calendar. Business day D starts at the first
@@ -381,6 +390,9 @@ type CalendarPatch struct {
 	TimeZone             *string `json:"timeZone,omitempty"`
 	WeekStartsOn         *string `json:"weekStartsOn,omitempty"`
 }
+
+// Currency An ISO 4217 alphabetic code in upper case (BRL, GBP, JPY). Accepted are the codes of golang.org/x/text/currency (CLDR 32: ISO 4217's current codes of 2017 and its historic and fund codes), less those that are no money (XAU, XAG, XPD, XPT, XBA–XBD, XDR, XSU, XUA, XEU, XFO, XFU, XRE, XTS, XXX), plus MRU, VES, UYW, VED, SLE, ZWG and XCG (see docs/api.md, "Currencies").
+type Currency = string
 
 // Cursor Opaque; pass it back as `?cursor=`.
 type Cursor = string
@@ -1281,7 +1293,7 @@ type ClientInterface interface {
 	// Corresponds with GET /v1/tenants/{tenant}/branches/{branch} (the `GetBranch` operationId).
 	GetBranch(ctx context.Context, tenant TenantParam, branch BranchParam, reqEditors ...RequestEditorFn) (*http.Response, error)
 
-	// PatchBranchWithBody Changes a branch's name, status, document or calendar.
+	// PatchBranchWithBody Changes a branch's name, status, document, calendar or currency.
 	//
 	// A tenant's token may suspend its branch and lift its own suspension; only an admin-scoped token lifts an admin's (403 suspended-by-admin). `suspendedBy` says whose a suspension is.
 	//
@@ -1290,7 +1302,7 @@ type ClientInterface interface {
 	// Corresponds with PATCH /v1/tenants/{tenant}/branches/{branch} (the `PatchBranch` operationId).
 	PatchBranchWithBody(ctx context.Context, tenant TenantParam, branch BranchParam, params *PatchBranchParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
 
-	// PatchBranch Changes a branch's name, status, document or calendar.
+	// PatchBranch Changes a branch's name, status, document, calendar or currency.
 	//
 	// A tenant's token may suspend its branch and lift its own suspension; only an admin-scoped token lifts an admin's (403 suspended-by-admin). `suspendedBy` says whose a suspension is.
 	//
@@ -1299,7 +1311,7 @@ type ClientInterface interface {
 	// Corresponds with PATCH /v1/tenants/{tenant}/branches/{branch} (the `PatchBranch` operationId).
 	PatchBranch(ctx context.Context, tenant TenantParam, branch BranchParam, params *PatchBranchParams, body PatchBranchJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
-	// PatchBranchWithApplicationMergePatchPlusJSONBody Changes a branch's name, status, document or calendar.
+	// PatchBranchWithApplicationMergePatchPlusJSONBody Changes a branch's name, status, document, calendar or currency.
 	//
 	// A tenant's token may suspend its branch and lift its own suspension; only an admin-scoped token lifts an admin's (403 suspended-by-admin). `suspendedBy` says whose a suspension is.
 	//
@@ -1778,7 +1790,7 @@ func (c *Client) GetBranch(ctx context.Context, tenant TenantParam, branch Branc
 	return c.Client.Do(req)
 }
 
-// PatchBranchWithBody Changes a branch's name, status, document or calendar.
+// PatchBranchWithBody Changes a branch's name, status, document, calendar or currency.
 //
 // A tenant's token may suspend its branch and lift its own suspension; only an admin-scoped token lifts an admin's (403 suspended-by-admin). `suspendedBy` says whose a suspension is.
 //
@@ -1797,7 +1809,7 @@ func (c *Client) PatchBranchWithBody(ctx context.Context, tenant TenantParam, br
 	return c.Client.Do(req)
 }
 
-// PatchBranch Changes a branch's name, status, document or calendar.
+// PatchBranch Changes a branch's name, status, document, calendar or currency.
 //
 // A tenant's token may suspend its branch and lift its own suspension; only an admin-scoped token lifts an admin's (403 suspended-by-admin). `suspendedBy` says whose a suspension is.
 //
@@ -1816,7 +1828,7 @@ func (c *Client) PatchBranch(ctx context.Context, tenant TenantParam, branch Bra
 	return c.Client.Do(req)
 }
 
-// PatchBranchWithApplicationMergePatchPlusJSONBody Changes a branch's name, status, document or calendar.
+// PatchBranchWithApplicationMergePatchPlusJSONBody Changes a branch's name, status, document, calendar or currency.
 //
 // A tenant's token may suspend its branch and lift its own suspension; only an admin-scoped token lifts an admin's (403 suspended-by-admin). `suspendedBy` says whose a suspension is.
 //
@@ -3375,7 +3387,7 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with GET /v1/tenants/{tenant}/branches/{branch} (the `GetBranch` operationId).
 	GetBranchWithResponse(ctx context.Context, tenant TenantParam, branch BranchParam, reqEditors ...RequestEditorFn) (*GetBranchResponse, error)
 
-	// PatchBranchWithBodyWithResponse Changes a branch's name, status, document or calendar.
+	// PatchBranchWithBodyWithResponse Changes a branch's name, status, document, calendar or currency.
 	//
 	// A tenant's token may suspend its branch and lift its own suspension; only an admin-scoped token lifts an admin's (403 suspended-by-admin). `suspendedBy` says whose a suspension is.
 	//
@@ -3384,7 +3396,7 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with PATCH /v1/tenants/{tenant}/branches/{branch} (the `PatchBranch` operationId).
 	PatchBranchWithBodyWithResponse(ctx context.Context, tenant TenantParam, branch BranchParam, params *PatchBranchParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*PatchBranchResponse, error)
 
-	// PatchBranchWithResponse Changes a branch's name, status, document or calendar.
+	// PatchBranchWithResponse Changes a branch's name, status, document, calendar or currency.
 	//
 	// A tenant's token may suspend its branch and lift its own suspension; only an admin-scoped token lifts an admin's (403 suspended-by-admin). `suspendedBy` says whose a suspension is.
 	//
@@ -3393,7 +3405,7 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with PATCH /v1/tenants/{tenant}/branches/{branch} (the `PatchBranch` operationId).
 	PatchBranchWithResponse(ctx context.Context, tenant TenantParam, branch BranchParam, params *PatchBranchParams, body PatchBranchJSONRequestBody, reqEditors ...RequestEditorFn) (*PatchBranchResponse, error)
 
-	// PatchBranchWithApplicationMergePatchPlusJSONBodyWithResponse Changes a branch's name, status, document or calendar.
+	// PatchBranchWithApplicationMergePatchPlusJSONBodyWithResponse Changes a branch's name, status, document, calendar or currency.
 	//
 	// A tenant's token may suspend its branch and lift its own suspension; only an admin-scoped token lifts an admin's (403 suspended-by-admin). `suspendedBy` says whose a suspension is.
 	//
@@ -6827,7 +6839,7 @@ func (c *ClientWithResponses) GetBranchWithResponse(ctx context.Context, tenant 
 	return ParseGetBranchResponse(rsp)
 }
 
-// PatchBranchWithBodyWithResponse Changes a branch's name, status, document or calendar.
+// PatchBranchWithBodyWithResponse Changes a branch's name, status, document, calendar or currency.
 //
 // A tenant's token may suspend its branch and lift its own suspension; only an admin-scoped token lifts an admin's (403 suspended-by-admin). `suspendedBy` says whose a suspension is.
 //
@@ -6842,7 +6854,7 @@ func (c *ClientWithResponses) PatchBranchWithBodyWithResponse(ctx context.Contex
 	return ParsePatchBranchResponse(rsp)
 }
 
-// PatchBranchWithResponse Changes a branch's name, status, document or calendar.
+// PatchBranchWithResponse Changes a branch's name, status, document, calendar or currency.
 //
 // A tenant's token may suspend its branch and lift its own suspension; only an admin-scoped token lifts an admin's (403 suspended-by-admin). `suspendedBy` says whose a suspension is.
 //
@@ -6857,7 +6869,7 @@ func (c *ClientWithResponses) PatchBranchWithResponse(ctx context.Context, tenan
 	return ParsePatchBranchResponse(rsp)
 }
 
-// PatchBranchWithApplicationMergePatchPlusJSONBodyWithResponse Changes a branch's name, status, document or calendar.
+// PatchBranchWithApplicationMergePatchPlusJSONBodyWithResponse Changes a branch's name, status, document, calendar or currency.
 //
 // A tenant's token may suspend its branch and lift its own suspension; only an admin-scoped token lifts an admin's (403 suspended-by-admin). `suspendedBy` says whose a suspension is.
 //
