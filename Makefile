@@ -118,7 +118,7 @@ clean:
 	rm -rf $(BIN) $(DDBLOCAL)/node_modules $(TSCLIENT)/node_modules .local
 	$(GO) clean -testcache
 
-.PHONY: bench bench-quick bench-charts bench-reconcile
+.PHONY: bench bench-quick bench-charts bench-reconcile bench-fleet
 
 # The committed results of the run behind BENCHMARKS.md's charts, and the
 # charts (SVG). make bench replaces both; make bench-quick writes elsewhere.
@@ -163,3 +163,13 @@ bench-reconcile: $(DYNALITE_STAMP)
 ## bench-charts: draw docs/bench's charts again from its results file, measuring nothing
 bench-charts:
 	$(GO) run ./cmd/ledgerbench -from $(BENCH_DOCS)/results.json -charts $(BENCH_DOCS)
+
+## bench-fleet: issue 23's fleet benchmark as BENCHMARKS.md ran it: 100 and 1,000 open shards after a day of rolls, and 1,000 without (about 25 minutes; niced, one at a time); markdown and JSON in bin/bench-fleet
+BENCH_FLEET := $(BIN)/bench-fleet
+BENCH_FLEET_FLAGS := -rate 50 -duration 2m -idle 30s -drain-timeout 3m -v
+bench-fleet: deps
+	mkdir -p $(BENCH_FLEET)
+	$(GO) build -o $(BENCH_FLEET)/ledgerbench ./cmd/ledgerbench
+	nice -n 19 $(BENCH_FLEET)/ledgerbench fleet -shards 100 $(BENCH_FLEET_FLAGS) -o $(BENCH_FLEET)/fleet-100.md -json $(BENCH_FLEET)/fleet-100.json; \
+	nice -n 19 $(BENCH_FLEET)/ledgerbench fleet -shards 1000 $(BENCH_FLEET_FLAGS) -o $(BENCH_FLEET)/fleet-1000.md -json $(BENCH_FLEET)/fleet-1000.json; \
+	nice -n 19 $(BENCH_FLEET)/ledgerbench fleet -shards 1000 -history 0 $(BENCH_FLEET_FLAGS) -o $(BENCH_FLEET)/fleet-1000-h0.md -json $(BENCH_FLEET)/fleet-1000-h0.json

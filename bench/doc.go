@@ -27,6 +27,14 @@
 //     7 period types side by side, and rebucket's throughput and write
 //     units per transaction, its own and those of the consumers' commits
 //     of the moves it causes.
+//   - issue 23's fleet (fleet.go, Fleet): 8 in-process pollers on the
+//     emulation of AWS's stream (internal/streamemu) at 1,000 open shards
+//     and several thousand closed ones, a steady write rate over every
+//     shard, a poller joining and one leaving, an idle phase: exactness
+//     (the reconcile oracle, the emulation's History and EarlyReads),
+//     balance, write units per partition key (Meter.KeyRates), coordinator
+//     calls per poller, discovery, idle GetRecords, memory and lag. Not
+//     part of Run: `ledgerbench fleet` (make bench-fleet) runs it.
 //
 // Run it with the command cmd/ledgerbench:
 //

@@ -44,6 +44,8 @@ type Cost struct {
 	Reported float64
 	// Failed counts failed conditional writes and cancelled transactions.
 	Failed int
+	// ItemsRead counts the items Query calls returned.
+	ItemsRead int
 	// Calls and Time count every call by operation (reads included) and
 	// the time spent waiting for DynamoDB in them.
 	Calls map[string]int
@@ -79,6 +81,76 @@ type Meter struct {
 	items map[itemKey]map[string]ddbtypes.AttributeValue
 	cost  Cost
 	errs  []error
+	keys  map[keyRateKey]*KeyRate // write units by partition key, per second
+}
+
+type keyRateKey struct{ table, pk string }
+
+// KeyRate is the write units billed to one partition key: in all, and at
+// most in one second (wall clock, the second the write settled): what one
+// partition of AWS's 1,000 write units a second must carry for it.
+type KeyRate struct {
+	Table, PK string
+	Units     int // in all
+	Peak      int // the most in one second
+	PeakAt    time.Time
+	Seconds   int // seconds with any unit
+
+	sec int64 // the second being counted
+	cur int
+}
+
+// KeyRates returns the write units by partition key, the hottest (highest
+// peak per second) first; with n > 0 at most n. Transactional actions count
+// twice, failed conditional writes once, as AWS bills them.
+func (m *Meter) KeyRates(n int) []KeyRate {
+	m.mu.Lock()
+	out := make([]KeyRate, 0, len(m.keys))
+	for _, r := range m.keys {
+		c := *r
+		if c.cur > c.Peak {
+			c.Peak, c.PeakAt = c.cur, time.Unix(c.sec, 0)
+		}
+		out = append(out, c)
+	}
+	m.mu.Unlock()
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Peak != out[j].Peak {
+			return out[i].Peak > out[j].Peak
+		}
+		return out[i].Units > out[j].Units
+	})
+	if n > 0 && len(out) > n {
+		out = out[:n]
+	}
+	return out
+}
+
+// bill attributes units to the write's partition key in the current
+// second. m.mu is held.
+func (m *Meter) bill(k itemKey, units int, now time.Time) {
+	if units == 0 {
+		return
+	}
+	if m.keys == nil {
+		m.keys = map[keyRateKey]*KeyRate{}
+	}
+	kk := keyRateKey{k.table, k.pk}
+	r := m.keys[kk]
+	if r == nil {
+		r = &KeyRate{Table: k.table, PK: k.pk}
+		m.keys[kk] = r
+	}
+	sec := now.Unix()
+	if sec != r.sec {
+		if r.cur > r.Peak {
+			r.Peak, r.PeakAt = r.cur, time.Unix(r.sec, 0)
+		}
+		r.sec, r.cur = sec, 0
+		r.Seconds++
+	}
+	r.cur += units
+	r.Units += units
 }
 
 // NewMeter wraps c.
@@ -223,10 +295,12 @@ func (m *Meter) settle(op string, ws []write, factor int, landed bool, err error
 		m.cost.Failed++
 	}
 	distinct := map[int]bool{}
+	now := time.Now()
 	for _, w := range ws {
 		u := w.units()
 		m.cost.Units += factor * u
 		m.cost.UnitsByOp[op] += factor * u
+		m.bill(w.key, factor*u, now)
 		if !landed {
 			continue
 		}
@@ -270,10 +344,16 @@ func (m *Meter) BatchGetItem(ctx context.Context, in *dynamodb.BatchGetItemInput
 	return m.Client.BatchGetItem(ctx, in, opts...)
 }
 
-// Query passes the read on, timed.
+// Query passes the read on, timed, counting the items returned.
 func (m *Meter) Query(ctx context.Context, in *dynamodb.QueryInput, opts ...func(*dynamodb.Options)) (*dynamodb.QueryOutput, error) {
 	defer m.timed("Query", time.Now())
-	return m.Client.Query(ctx, in, opts...)
+	out, err := m.Client.Query(ctx, in, opts...)
+	if err == nil {
+		m.mu.Lock()
+		m.cost.ItemsRead += len(out.Items)
+		m.mu.Unlock()
+	}
+	return out, err
 }
 
 func (m *Meter) reported(op string, ws []write, local int, cc ...*ddbtypes.ConsumedCapacity) {

@@ -190,3 +190,38 @@ func TestMeter_WritesOfOneItemPlannedTogetherBothCount(t *testing.T) {
 	m.settle("UpdateItem", []write{wb}, 1, true, nil)
 	require.NoError(t, m.Check(ctx, table))
 }
+
+// The meter attributes the units it bills to their partition keys: all
+// actions of a transaction (twice, as billed) and single writes, each
+// key's total and its most in one second, hottest first (issue 23: no key
+// the fleet writes above half a partition's 1,000 units a second).
+func TestMeter_KeyRatesAttributeUnitsToPartitionKeys(t *testing.T) {
+	ctx := context.Background()
+	db := ddbtest.Client(t)
+	table := ddbtest.NewTable(t, db)
+	m := NewMeter(db)
+	put := func(pk, sk string) *ddbtypes.Put {
+		return &ddbtypes.Put{TableName: &table, Item: map[string]ddbtypes.AttributeValue{"PK": sAV(pk), "SK": sAV(sk)}}
+	}
+	for i := range 3 {
+		_, err := m.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: []ddbtypes.TransactWriteItem{
+			{Put: put("HOT", fmt.Sprint("a", i))}, {Put: put("HOT", fmt.Sprint("b", i))}, {Put: put("COLD", fmt.Sprint(i))},
+		}})
+		require.NoError(t, err)
+	}
+	_, err := m.PutItem(ctx, &dynamodb.PutItemInput{TableName: &table, Item: map[string]ddbtypes.AttributeValue{"PK": sAV("COLD"), "SK": sAV("x")}})
+	require.NoError(t, err)
+	rates := m.KeyRates(0)
+	require.Len(t, rates, 2)
+	assert.Equal(t, "HOT", rates[0].PK, "hottest first")
+	assert.Equal(t, 12, rates[0].Units, "6 actions of 1 unit, twice")
+	assert.Equal(t, 7, rates[1].Units, "3 actions twice and a put")
+	for _, r := range rates {
+		assert.Equal(t, table, r.Table)
+		assert.LessOrEqual(t, r.Peak, r.Units)
+		assert.Positive(t, r.Peak)
+		assert.Positive(t, r.Seconds)
+	}
+	assert.Len(t, m.KeyRates(1), 1)
+	assert.Equal(t, 19, m.Cost().Units, "the keys' units are the bill")
+}

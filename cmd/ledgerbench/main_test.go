@@ -133,3 +133,32 @@ func TestBenchLog_MovesAlongTheMeasurementsAndKeepsTheLog(t *testing.T) {
 	}, m.sets)
 	assert.Equal(t, 4, strings.Count(m.log.String(), "\n"))
 }
+
+// ledgerbench fleet (issue 23) documents its flags and refuses bad ones
+// before starting anything; the run itself is package bench's
+// TestFleet_SmallestConfigurationRunsExactly.
+func TestBenchFleet_RefusesBadFlagsAndDocumentsThem(t *testing.T) {
+	code, _, errOut := run(t, "fleet", "-h")
+	assert.Equal(t, exitError, code)
+	for _, flag := range []string{"-shards SHARDS", "-pollers N", "-rate SECOND", "-duration TIME", "-idle TIME", "-compression FACTOR", "-history TIME", "-drain-timeout TIME", "-json FILE", "-o FILE", "nice -n 19"} {
+		assert.Contains(t, errOut, flag)
+	}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"fleet", "extra"}, `unexpected argument "extra"`},
+		{[]string{"fleet", "-shards", "0"}, "-shards 0: want 1 to 10000"},
+		{[]string{"fleet", "-pollers", "1"}, "-pollers 1: want at least 2"},
+		{[]string{"fleet", "-rate", "0"}, "-rate 0: want at least 1"},
+		{[]string{"fleet", "-duration", "0s"}, "must be positive"},
+		{[]string{"fleet", "-compression", "0.5"}, "-compression 0.5: want at least 1"},
+		{[]string{"fleet", "-history", "-1h"}, "want 0 or more"},
+	} {
+		code, _, errOut := run(t, c.args...)
+		assert.Equal(t, exitError, code, "%v", c.args)
+		assert.Contains(t, errOut, c.want, "%v", c.args)
+	}
+	_, _, errOut = run(t, "-h")
+	assert.Contains(t, errOut, "ledgerbench fleet", "the main usage names the subcommand")
+}

@@ -24,6 +24,9 @@ func (s *Stream) Shards() []ShardInfo {
 	s.advance(s.cfg.Clock.Now())
 	out := make([]ShardInfo, 0, len(s.shards))
 	for _, sh := range s.shards {
+		if sh.deleted {
+			continue
+		}
 		out = append(out, ShardInfo{
 			ID: sh.id, Parent: sh.parent, Children: append([]string(nil), sh.children...), Closed: sh.closed,
 			Records: sh.total, Trimmed: sh.base, Created: sh.created, EndServed: sh.endServed,

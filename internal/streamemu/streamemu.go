@@ -1,6 +1,7 @@
 package streamemu
 
 import (
+	"container/heap"
 	"context"
 	"encoding/base64"
 	"errors"
@@ -75,6 +76,12 @@ type Config struct {
 	// PullInterval is the least wall time between two reads of the
 	// upstream stream (default 10ms); Sync reads it at once.
 	PullInterval time.Duration
+	// HistoryFilter chooses the records History keeps for the whole run
+	// (nil: every record). History is the one part of the emulation that
+	// outlives the retention: a long run at scale (the fleet benchmark)
+	// keeps only the coordination items' records (checkpoints, leases),
+	// which its order and idle checks read, so that memory stays with the retained records.
+	HistoryFilter func(types.Record) bool
 }
 
 // Limits are call limits, counted on the wall clock. Zero fields are not
@@ -146,8 +153,13 @@ type Stream struct {
 	up  Upstream
 
 	mu       sync.Mutex
-	shards   []*shard // creation order, which is shard id order
+	shards   []*shard // creation order, which is shard id order; deleted ones until compacted
 	byID     map[string]*shard
+	open     []*shard // the open shards by hash range
+	closeQ   closeHeap
+	arrivals fifo[arrival]
+	closings fifo[*shard]
+	deleted  int               // deleted shards still in shards
 	parents  map[string]string // every shard ever made → its parent
 	seq      uint64            // the last sequence number handed out
 	serial   uint64
@@ -185,6 +197,8 @@ type shard struct {
 	endServed  bool // a reader was handed its end (no next iterator)
 	limiter    *rate.Limiter
 	readers    map[uint64]time.Time // chain → its last GetRecords (wall clock)
+	serial     uint64               // creation order
+	deleted    bool                 // closed longer than the retention
 }
 
 type record struct {
@@ -234,7 +248,7 @@ func New(up Upstream, cfg Config) (*Stream, error) {
 		if i == cfg.Shards-1 {
 			hi = math.MaxUint64
 		}
-		s.newShard("", lo, hi, now)
+		s.open = append(s.open, s.newShard("", lo, hi, now))
 	}
 	return s, nil
 }
@@ -259,9 +273,11 @@ func (s *Stream) newShard(parent string, lo, hi uint64, t time.Time) *shard {
 		start:   s.nextSeq(),
 		created: t,
 		readers: map[uint64]time.Time{},
+		serial:  s.serial,
 	}
 	if s.cfg.RollAfter > 0 {
 		sh.closeAt = t.Add(time.Duration(s.jitter(float64(s.cfg.RollAfter))))
+		heap.Push(&s.closeQ, sh)
 	}
 	if s.cfg.RollRecords > 0 {
 		sh.closeAfter = max(1, int(s.jitter(float64(s.cfg.RollRecords))))
@@ -288,30 +304,23 @@ func (s *Stream) closeShard(sh *shard, t time.Time, split int) []string {
 	}
 	if split < 0 {
 		split = 0
-		if s.cfg.SplitRatio > 0 && s.rng.Float64() < s.cfg.SplitRatio && s.open() < s.cfg.MaxOpenShards {
+		if s.cfg.SplitRatio > 0 && s.rng.Float64() < s.cfg.SplitRatio && len(s.open) < s.cfg.MaxOpenShards {
 			split = 1
 		}
 	}
+	var kids []*shard
 	if split == 1 && sh.hi > sh.lo {
 		mid := sh.lo + (sh.hi-sh.lo)/2
-		a := s.newShard(sh.id, sh.lo, mid, t)
-		b := s.newShard(sh.id, mid+1, sh.hi, t)
-		sh.children = []string{a.id, b.id}
+		kids = []*shard{s.newShard(sh.id, sh.lo, mid, t), s.newShard(sh.id, mid+1, sh.hi, t)}
 	} else {
-		c := s.newShard(sh.id, sh.lo, sh.hi, t)
-		sh.children = []string{c.id}
+		kids = []*shard{s.newShard(sh.id, sh.lo, sh.hi, t)}
+	}
+	s.replaceOpen(sh, kids)
+	s.closings.push(sh)
+	for _, k := range kids {
+		sh.children = append(sh.children, k.id)
 	}
 	return sh.children
-}
-
-func (s *Stream) open() int {
-	n := 0
-	for _, sh := range s.shards {
-		if !sh.closed {
-			n++
-		}
-	}
-	return n
 }
 
 // advance brings the stream to now: shards due to close by schedule close
@@ -319,38 +328,15 @@ func (s *Stream) open() int {
 // records past the retention are trimmed, and closed shards past it are
 // deleted.
 func (s *Stream) advance(now time.Time) {
-	for range 100_000 {
-		var due *shard
-		for _, sh := range s.shards {
-			if !sh.closed && !sh.closeAt.IsZero() && !sh.closeAt.After(now) && (due == nil || sh.closeAt.Before(due.closeAt)) {
-				due = sh
-			}
+	for s.closeQ.Len() > 0 && !s.closeQ[0].closeAt.After(now) {
+		due := heap.Pop(&s.closeQ).(*shard)
+		if !due.closed {
+			s.closeShard(due, due.closeAt, -1)
 		}
-		if due == nil {
-			break
-		}
-		s.closeShard(due, due.closeAt, -1)
 	}
 	horizon := now.Add(-s.cfg.Retention)
-	kept := s.shards[:0]
-	for _, sh := range s.shards {
-		n := 0
-		for n < len(sh.recs) && !sh.recs[n].at.After(horizon) {
-			n++
-		}
-		if n > 0 {
-			sh.trimmedTo = aws.ToString(sh.recs[n-1].rec.Dynamodb.SequenceNumber)
-			sh.recs = append([]record(nil), sh.recs[n:]...)
-			sh.base += n
-		}
-		if sh.closed && !sh.closedAt.After(horizon) {
-			delete(s.byID, sh.id)
-			continue
-		}
-		kept = append(kept, sh)
-	}
-	clear(s.shards[len(kept):])
-	s.shards = kept
+	s.trimTo(horizon)
+	s.deleteTo(horizon)
 }
 
 // hashKey is the partition key's hash: all records of one item (one
@@ -376,22 +362,20 @@ func (s *Stream) add(recs []types.Record) {
 	s.advance(now)
 	for _, r := range recs {
 		k := s.hashKey(r)
-		var sh *shard
-		for _, c := range s.shards {
-			if !c.closed && c.lo <= k && k <= c.hi {
-				sh = c
-				break
-			}
-		}
-		if sh == nil {
+		i := s.openIndex(k)
+		if i == len(s.open) || s.open[i].lo > k {
 			panic("streamemu: no open shard for a hash") // the open shards always cover the hash space
 		}
+		sh := s.open[i]
 		seq := s.nextSeq()
 		r.Dynamodb = ptrCopy(r.Dynamodb)
 		r.Dynamodb.SequenceNumber = aws.String(seq)
 		sh.recs = append(sh.recs, record{rec: r, at: now})
+		s.arrivals.push(arrival{sh: sh, at: now})
 		sh.total++
-		s.history = append(s.history, Entry{Shard: sh.id, Seq: seq, Record: r})
+		if s.cfg.HistoryFilter == nil || s.cfg.HistoryFilter(r) {
+			s.history = append(s.history, Entry{Shard: sh.id, Seq: seq, Record: r})
+		}
 		if sh.closeAfter > 0 && sh.total >= sh.closeAfter {
 			s.closeShard(sh, now, -1)
 		}
@@ -645,10 +629,17 @@ func (s *Stream) DescribeStream(ctx context.Context, in *dynamodbstreams.Describ
 	} else {
 		after := aws.ToString(in.ExclusiveStartShardId)
 		i := sort.Search(len(s.shards), func(i int) bool { return s.shards[i].id > after })
-		list = s.shards[i:]
-		if len(list) > limit {
-			list = list[:limit]
-			d.LastEvaluatedShardId = aws.String(list[limit-1].id)
+		list = make([]*shard, 0, min(limit, len(s.shards)-i))
+		for ; i < len(s.shards) && len(list) < limit; i++ {
+			if !s.shards[i].deleted {
+				list = append(list, s.shards[i])
+			}
+		}
+		for ; i < len(s.shards); i++ {
+			if !s.shards[i].deleted { // more follow
+				d.LastEvaluatedShardId = aws.String(list[limit-1].id)
+				break
+			}
 		}
 	}
 	s.listed += len(list)

@@ -23,7 +23,7 @@ import (
 
 func TestMain(m *testing.M) { ddbtest.Main(m) }
 
-var tables = ddbtest.Pool{Size: 6}
+var tables = ddbtest.Pool{Size: 8} // 7 tests and BenchmarkStream
 
 // The emulation is what every consumer takes.
 var _ processor.StreamReader = (*streamemu.Stream)(nil)
@@ -37,7 +37,7 @@ type fixture struct {
 	up    *dynamodbstreams.Client
 }
 
-func newFixture(t *testing.T) *fixture {
+func newFixture(t testing.TB) *fixture {
 	t.Helper()
 	f := &fixture{ddb: ddbtest.Client(t), table: tables.Table(t)}
 	arn, err := poller.ResolveStream(context.Background(), f.ddb, f.table)
@@ -47,7 +47,7 @@ func newFixture(t *testing.T) *fixture {
 	return f
 }
 
-func (f *fixture) stream(t *testing.T, cfg streamemu.Config) *streamemu.Stream {
+func (f *fixture) stream(t testing.TB, cfg streamemu.Config) *streamemu.Stream {
 	t.Helper()
 	cfg.StreamARN = f.arn
 	s, err := streamemu.New(f.up, cfg)
@@ -67,6 +67,19 @@ func (f *fixture) put(t *testing.T, items, versions int) {
 			}})
 			require.NoError(t, err)
 		}
+	}
+}
+
+// version writes version v of each of items items (PK item-i, one SK).
+func (f *fixture) version(t *testing.T, items, v int) {
+	t.Helper()
+	for i := range items {
+		_, err := f.ddb.PutItem(context.Background(), &dynamodb.PutItemInput{TableName: aws.String(f.table), Item: map[string]ddbtypes.AttributeValue{
+			"PK": &ddbtypes.AttributeValueMemberS{Value: fmt.Sprintf("EMU#item-%d", i)},
+			"SK": &ddbtypes.AttributeValueMemberS{Value: "V"},
+			"v":  &ddbtypes.AttributeValueMemberN{Value: fmt.Sprint(v)},
+		}})
+		require.NoError(t, err)
 	}
 }
 
@@ -281,4 +294,73 @@ func TestStream_LimitsAnswerLimitExceeded(t *testing.T) {
 	_, err = s.GetRecords(ctx, &dynamodbstreams.GetRecordsInput{ShardIterator: iters[2]})
 	require.ErrorAs(t, err, &le, "a third reader")
 	assert.Equal(t, 1, s.Refused("GetRecords", "LimitExceededException"))
+}
+
+// A stream of many shards over several days (issue 23's scale, small):
+// shards roll and split by the clock, records are trimmed and closed
+// shards deleted after the retention, and through all of it the listing's
+// pages are exactly the shards in the stream, in id order, with their
+// records still readable up to the retention; HistoryFilter keeps only the
+// records it chooses.
+func TestStream_ListingAndRecordsStayExactAsShardsAreDeletedOverDays(t *testing.T) {
+	ctx := context.Background()
+	f := newFixture(t)
+	clock := streamemu.NewManual(time.Date(2026, 5, 1, 0, 0, 0, 0, time.UTC))
+	s := f.stream(t, streamemu.Config{Shards: 40, RollAfter: 4 * time.Hour, SplitRatio: 0.3, MaxOpenShards: 60, Clock: clock, Seed: 9,
+		HistoryFilter: func(r st.Record) bool { return strings.HasSuffix(item(r), "-1") }})
+	deletedSeen := 0
+	everListed := map[string]bool{}
+	for day := range 3 {
+		f.version(t, 20, day) // 20 records (EMU#item-0..19), one of them EMU#item-1
+		require.NoError(t, s.Sync(ctx))
+		for range 8 {
+			clock.Advance(3 * time.Hour)
+			shards, pages := describeAll(t, s, f.arn, 7)
+			want := s.Shards()
+			require.Len(t, shards, len(want), "day %d: the listing is the stream", day)
+			assert.Equal(t, (len(want)+6)/7, pages)
+			open := 0
+			for i, sh := range shards {
+				id := aws.ToString(sh.ShardId)
+				assert.Equal(t, want[i].ID, id, "in id order")
+				if i > 0 {
+					assert.Less(t, aws.ToString(shards[i-1].ShardId), id)
+				}
+				everListed[id] = true
+				if sh.SequenceNumberRange.EndingSequenceNumber == nil {
+					open++
+				}
+			}
+			assert.GreaterOrEqual(t, open, 40, "the open shards cover the hash space")
+		}
+		for id := range everListed {
+			if _, err := s.GetShardIterator(ctx, &dynamodbstreams.GetShardIteratorInput{StreamArn: &f.arn, ShardId: aws.String(id),
+				ShardIteratorType: st.ShardIteratorTypeTrimHorizon}); err != nil {
+				var nf *st.ResourceNotFoundException
+				require.ErrorAs(t, err, &nf)
+				deletedSeen++
+				delete(everListed, id)
+			}
+		}
+	}
+	assert.Greater(t, deletedSeen, 40, "shards closed over a day ago were deleted")
+	f.version(t, 20, 3)
+	require.NoError(t, s.Sync(ctx))
+	clock.Advance(3 * time.Hour)
+	// The last records are in the stream; the first days' were trimmed.
+	got := 0
+	for _, sh := range s.Shards() {
+		recs, _ := readShard(t, s, f.arn, sh.ID)
+		for _, r := range recs {
+			if strings.HasPrefix(item(r), "EMU#") {
+				got++
+			}
+		}
+	}
+	assert.Equal(t, 20, got, "the last 20 records, the others trimmed")
+	h := s.History()
+	require.Len(t, h, 4, "EMU#item-1, once a day")
+	for _, e := range h {
+		assert.Equal(t, "EMU#item-1", item(e.Record))
+	}
 }

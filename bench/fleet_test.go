@@ -1,0 +1,51 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/ledger-dev/ledger/processor/poller"
+)
+
+// The fleet benchmark's smallest configuration (issue 23), so that the
+// harness cannot rot: 4 open shards after half a day of rolls and splits,
+// one poller, a second joining and the first leaving, a few seconds of
+// writes: the run completes, exactly, and every figure is filled in.
+func TestFleet_SmallestConfigurationRunsExactly(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts DynamoDB Local")
+	}
+	var log bytes.Buffer
+	res, err := Fleet(context.Background(), FleetConfig{
+		Shards: 4, Pollers: 2, Rate: 20, Duration: 9 * time.Second, IdleFor: 2 * time.Second,
+		Compression: 1440, History: 12 * time.Hour, Seed: 23, DrainTimeout: 2 * time.Minute, Log: &log,
+		Poller: func(c *poller.Config) { c.LeaseDuration, c.DiscoverInterval = 3*time.Second, time.Second },
+	})
+	require.NoError(t, err, "log:\n%s", log.String())
+	t.Logf("log:\n%s", log.String())
+	assert.Empty(t, res.Errors)
+	assert.True(t, res.Drained)
+	assert.Zero(t, res.Differences, "report differences")
+	assert.Zero(t, res.OrderViolations, "order violations")
+	assert.Positive(t, res.CheckpointRecords, "the order check read the checkpoints' history")
+	assert.Zero(t, res.EarlyReads, "early reads")
+	assert.Positive(t, res.Written)
+	assert.Greater(t, res.ShardsAtStart, 4, "closed shards from the half day played")
+	assert.Positive(t, res.LagN)
+	assert.Positive(t, res.DescribeStream)
+	assert.Positive(t, res.Commits)
+	assert.NotEmpty(t, res.HotKeys)
+	require.Len(t, res.PerPoller, 2)
+	require.Len(t, res.Balance, 3, "start, join, leave")
+	assert.NotEmpty(t, res.Leases)
+	assert.Positive(t, res.PeakRSS)
+	var md bytes.Buffer
+	res.Markdown(&md)
+	assert.Contains(t, md.String(), "report differences")
+	t.Logf("\n%s", md.String())
+}

@@ -1,0 +1,116 @@
+package bench
+
+import (
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+	"time"
+)
+
+// getRecordsPrice is AWS's DynamoDB Streams read request price (us-east-1:
+// $0.02 per 100,000 read request units, a GetRecords call being one unit;
+// the first 2.5 million a month are free; reads by a Lambda trigger are
+// not billed), aws.amazon.com/dynamodb/pricing/on-demand/.
+const getRecordsPrice = 0.02 / 100_000
+
+// Markdown writes the fleet run's figures as BENCHMARKS.md shows them.
+func (r *FleetResult) Markdown(w io.Writer) {
+	p := func(format string, args ...any) { fmt.Fprintf(w, format, args...) }
+	p("Fleet run: %d open shards (%d in the stream with the closed ones after %s of stream time), %d pollers, %d transactions a second for %s, then %s idle; stream time ×%g.\n\n",
+		r.Shards, r.ShardsAtStart, max(r.History, 0), r.Pollers, r.Rate, r.Duration, r.IdleFor, r.Compression)
+	p("| target | figure |\n|---|---|\n")
+	p("| exact: report differences (reconcile after a drain) | %d%s |\n", r.Differences, drained(r))
+	p("| exact: child checkpoints moved before the parent was finished (of %d checkpoint writes) / children read before their parent's end | %d / %d |\n", r.CheckpointRecords, r.OrderViolations, r.EarlyReads)
+	p("| stream: shards closed during the run (rolls and splits) / in the stream at the end | %d / %d |\n", r.ClosedDuringRun, r.ShardsAtEnd)
+	p("| writes: transactions written (rate achieved) | %d (%.0f/s) |\n", r.Written, r.WriteRate)
+	p("| balance: leases held (open and closed unfinished shards) first as many as 90%% of the open shards after | %s |\n", secondsOrNever(r.FirstAllLeased))
+	for _, b := range r.Balance {
+		p("| balance: %s (at %.0f s): every poller within fair share ±10%% after | %s (deviation at the span's end %.0f%%) |\n", b.Event, b.At, secondsOrNever(b.Within), 100*b.Worst)
+	}
+	for i, k := range r.HotKeys {
+		if i >= 3 {
+			break
+		}
+		p("| hot key %d: `%s` peak write units in one second / in all | %d / %d |\n", i+1, shortKey(k.PK), k.Peak, k.Units)
+	}
+	p("| commits (TransactWriteItems) / their write units / per commit | %d / %d / %.1f |\n", r.Commits, r.CommitUnits, ratio(r.CommitUnits, r.Commits))
+	p("| coordination UpdateItems (leases, checkpoint moves outside commits) / their write units | %d / %d |\n", r.Coordination, r.CoordinationUnits)
+	p("| discovery: DescribeStream calls / refused (10 a second) / shards returned | %d / %d / %d |\n", r.DescribeStream, r.DescribeThrottled, r.ShardsListed)
+	p("| GetRecords calls / refused | %d / %d |\n", r.GetRecords, r.GetRecordsThrottled)
+	p("| idle: GetRecords per idle shard per hour (%d open shards, %s) | %.0f (%s a month at 1,000 shards) |\n", r.IdleOpenShards, r.IdleFor,
+		r.IdleGetRecordsPerShardHour, dollars(r.IdleGetRecordsPerShardHour*1000*730*getRecordsPrice))
+	p("| idle: coordination records that reached the stream in %s | %d |\n", r.IdleFor, r.IdleCoordinationRecords)
+	p("| memory: process peak RSS (all pollers + the emulation + the meter) / most records one poller held | %d MB / %d |\n", r.PeakRSS>>20, r.MaxHeldRecords)
+	p("| lag write → commit p50 / p99 (%d records) | %.2f s / %.2f s |\n", r.LagN, r.LagP50, r.LagP99)
+	p("| lag: changes not committed by the live fleet %s after the writes ended (left to the drain) | %d |\n", r.SettleTook.Round(time.Second), r.Uncommitted)
+	p("\nPer poller (coordinator calls through its own client: Query for the stream's leases and checkpoints, UpdateItem for leases and checkpoint moves):\n\n")
+	p("| poller | minutes | mean leases | Query / min | items read / min | UpdateItem / min |\n|---|---:|---:|---:|---:|---:|\n")
+	for _, fp := range r.PerPoller {
+		m := max(fp.Minutes, 1e-9)
+		p("| %s | %.1f | %.0f | %.0f | %.0f | %.0f |\n", fp.Owner, fp.Minutes, fp.MeanLeases, float64(fp.Queries)/m, float64(fp.ItemsRead)/m, float64(fp.Writes)/m)
+	}
+	if len(r.Errors) > 0 {
+		p("\nErrors: %s\n", strings.Join(r.Errors, "; "))
+	}
+	p("\nRun took %s on %d CPUs (load before %s), DynamoDB Local %s.\n", r.Took.Round(time.Second), r.Machine.CPUs, r.Machine.LoadBefore, r.Machine.DynamoDBLocal)
+}
+
+// LeaseTimeline writes the leases each poller held, every step seconds.
+func (r *FleetResult) LeaseTimeline(w io.Writer, step int) {
+	owners := map[string]bool{}
+	for _, s := range r.Leases {
+		for o := range s.Held {
+			owners[o] = true
+		}
+	}
+	names := make([]string, 0, len(owners))
+	for o := range owners {
+		names = append(names, o)
+	}
+	sort.Strings(names)
+	fmt.Fprintf(w, "| s | %s |\n|---|%s\n", strings.Join(names, " | "), strings.Repeat("---:|", len(names)))
+	for i, s := range r.Leases {
+		if i%max(step, 1) != 0 {
+			continue
+		}
+		cells := make([]string, len(names))
+		for j, o := range names {
+			if n, ok := s.Held[o]; ok {
+				cells[j] = fmt.Sprint(n)
+			}
+		}
+		fmt.Fprintf(w, "| %.0f | %s |\n", s.At, strings.Join(cells, " | "))
+	}
+}
+
+func drained(r *FleetResult) string {
+	if r.Drained {
+		return fmt.Sprintf(" (drain %s)", r.DrainTook.Round(time.Second))
+	}
+	return " (the drain did not finish: see errors)"
+}
+
+func secondsOrNever(s float64) string {
+	if s < 0 {
+		return "not within the span"
+	}
+	return fmt.Sprintf("%.0f s", s)
+}
+
+func ratio(a, b int) float64 {
+	if b == 0 {
+		return 0
+	}
+	return float64(a) / float64(b)
+}
+
+func dollars(v float64) string { return fmt.Sprintf("$%.2f", v) }
+
+// shortKey shortens a stream's partition key (STREAM#arn) for a table.
+func shortKey(pk string) string {
+	if len(pk) <= 40 {
+		return pk
+	}
+	return pk[:18] + "…" + pk[len(pk)-18:]
+}
