@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/ledger-dev/ledger/processor/poller"
 	"github.com/ledger-dev/ledger/table"
 )
 
@@ -35,15 +34,9 @@ func (e *environment) coordinationMigrate(ctx context.Context, args []string) in
 	if err := table.CheckCoordinationTable(e.table, e.coordination); err != nil {
 		return e.fail(err)
 	}
-	c, err := e.dynamo(ctx)
+	c, arn, err := e.streamOf(ctx, *streamARN)
 	if err != nil {
 		return e.fail(err)
-	}
-	arn := *streamARN
-	if arn == "" {
-		if arn, err = poller.ResolveStream(ctx, c, e.table); err != nil {
-			return e.fail(err)
-		}
 	}
 	// The table must be there (the stack's, or `ledgerctl table create`'s):
 	// one made here could clash with the one a stack update creates.

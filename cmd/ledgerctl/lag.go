@@ -10,6 +10,7 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/config"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodbstreams"
 	streamtypes "github.com/aws/aws-sdk-go-v2/service/dynamodbstreams/types"
 
@@ -73,6 +74,21 @@ type shardLag struct {
 	OldestTxnAge float64    `json:"oldestPendingTransactionAgeSeconds"`
 }
 
+// streamOf returns the DynamoDB client and the stream: arn when set (a
+// --stream-arn flag), else the table's latest stream.
+func (e *environment) streamOf(ctx context.Context, arn string) (*dynamodb.Client, string, error) {
+	c, err := e.dynamo(ctx)
+	if err != nil {
+		return nil, "", err
+	}
+	if arn == "" {
+		if arn, err = poller.ResolveStream(ctx, c, e.table); err != nil {
+			return nil, "", err
+		}
+	}
+	return c, arn, nil
+}
+
 func (e *environment) lag(ctx context.Context, args []string) int {
 	fs := e.flags("lag", lagHelp)
 	streamARN := fs.String("stream-arn", "", "the stream `ARN` (default: the table's latest stream)")
@@ -88,15 +104,9 @@ func (e *environment) lag(ctx context.Context, args []string) int {
 	if *maxRecords < 1 {
 		return e.fail(errors.New("lag: --max-records must be at least 1"))
 	}
-	c, err := e.dynamo(ctx)
+	c, arn, err := e.streamOf(ctx, *streamARN)
 	if err != nil {
 		return e.fail(err)
-	}
-	arn := *streamARN
-	if arn == "" {
-		if arn, err = poller.ResolveStream(ctx, c, e.table); err != nil {
-			return e.fail(err)
-		}
 	}
 	streams, err := e.streams(ctx)
 	if err != nil {
