@@ -314,8 +314,14 @@ func TestTemplate_RolesGrantWhatTheCodeCallsOnThisTableOnly(t *testing.T) {
 	// The consumer: processor.DynamoDB's calls; commits carry Updates (report
 	// deltas, checkpoints) and Puts (run markers).
 	st := roleStatement(t, tpl, "ConsumerRole", "CommitReports")
-	assert.Equal(t, iamActions(reflect.TypeFor[processor.DynamoDB](), "UpdateItem", "PutItem"), actions(st))
+	assert.Equal(t, slices.DeleteFunc(iamActions(reflect.TypeFor[processor.DynamoDB](), "UpdateItem", "PutItem"), func(a string) bool { return a == "dynamodb:Query" }), actions(st))
 	assert.Equal(t, []any{map[string]any{"Fn::GetAtt": []any{"Table", "Arn"}}, map[string]any{"Fn::GetAtt": []any{"CoordinationTable", "Arn"}}}, st["Resource"])
+	// Query only for the old layout's checkpoints (processor.refuseLegacy),
+	// never a tenant's partition.
+	st = roleStatement(t, tpl, "ConsumerRole", "FindOldCheckpoints")
+	assert.Equal(t, []string{"dynamodb:Query"}, actions(st))
+	assert.Equal(t, map[string]any{"Fn::GetAtt": []any{"Table", "Arn"}}, st["Resource"])
+	assert.Equal(t, map[string]any{"ForAllValues:StringLike": map[string]any{"dynamodb:LeadingKeys": []any{"STREAM#*"}}}, st["Condition"])
 	st = roleStatement(t, tpl, "ConsumerRole", "ReadTheStream")
 	assert.Equal(t, []string{"dynamodb:DescribeStream", "dynamodb:GetRecords", "dynamodb:GetShardIterator", "dynamodb:ListStreams"}, actions(st))
 	assert.Equal(t, map[string]any{"Fn::Sub": "${Table.Arn}/stream/*"}, st["Resource"])
