@@ -109,7 +109,7 @@ func (f *faults) forced(op string, body []byte) bool {
 	}{
 		{`"SET #o = :o, #c = :next`, &f.forceTake},
 		{`"SET #c = :next, #x = :x`, &f.forceRenew},
-		{`#sh = :sh, #seq = :seq`, &f.forceMove},
+		{`#exp = :exp, #seq = :seq`, &f.forceMove},
 		{`"SET #c = :next, #ua = :ua`, &f.forceRelease},
 	} {
 		if bytes.Contains(body, []byte(k.expr)) {
