@@ -236,7 +236,13 @@ func runRollupModel(changes []modelChange, l rollupLayout, shards, rate int, rng
 		}
 		pkWCU := map[string]float64{}
 		itemWriters := map[string][]int{} // roll-up item → committers this window (direct layouts)
-		for s, cs := range perShard {
+		order := make([]int, 0, len(perShard))
+		for s := range perShard {
+			order = append(order, s)
+		}
+		slices.Sort(order) // map order would make the figures differ run to run
+		for _, s := range order {
+			cs := perShard[s]
 			res.commits++
 			// The branch reports (the baseline every layout pays).
 			br := map[string]*aggregates.Report{}
@@ -245,7 +251,8 @@ func runRollupModel(changes []modelChange, l rollupLayout, shards, rate int, rng
 				c := c
 				addChange(br, brPeriods, func(p aggregates.Period) string { return aggregates.ReportPK(tenant, c.branch) + "|" + p.String() }, c)
 			}
-			for k, d := range br {
+			for _, k := range sortedKeys(br) {
+				d := br[k]
 				pk := k[:strings.IndexByte(k, '|')]
 				res.reportWCU += state(pk, brPeriods[k]).apply(d)
 			}
@@ -301,7 +308,8 @@ func runRollupModel(changes []modelChange, l rollupLayout, shards, rate int, rng
 		if l.kind == kindLanes {
 			// The lane key's shard commits the deltas put in the window
 			// before (one committer per lane: the shard of its key).
-			for lane, ds := range pending {
+			for _, lane := range sortedInts(pending) {
+				ds := pending[lane]
 				fold := map[string]*aggregates.Report{}
 				periods := map[string]aggregates.Period{}
 				for _, d := range ds {
@@ -313,7 +321,8 @@ func runRollupModel(changes []modelChange, l rollupLayout, shards, rate int, rng
 					fold[k].Merge(d.delta)
 				}
 				committer := fnvMod(fmt.Sprintf("LANE#%d", lane), shards)
-				for k, d := range fold {
+				for _, k := range sortedKeys(fold) {
+					d := fold[k]
 					pk := k[:strings.IndexByte(k, '|')]
 					w := state(pk, periods[k]).apply(d)
 					res.rollupItemWrites++
@@ -338,7 +347,7 @@ func runRollupModel(changes []modelChange, l rollupLayout, shards, rate int, rng
 		// transactions share an item and overlap conflict (AWS cancels at
 		// least one with TransactionConflict).
 		at := map[int]float64{}
-		for s := range perShard {
+		for _, s := range order {
 			at[s] = rng.Float64() * (modelWindowMS - modelTxMS)
 		}
 		if l.kind == kindLanes {
@@ -475,4 +484,13 @@ func sortedKeys[V any](m map[string]V) []string {
 	k := mapsKeys(m)
 	slices.Sort(k)
 	return k
+}
+
+func sortedInts[V any](m map[int]V) []int {
+	out := make([]int, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	slices.Sort(out)
+	return out
 }
