@@ -6,6 +6,7 @@ package poller_test
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -155,4 +156,63 @@ func TestPoller_AStaleLeaseOfAShardGoneIsNotTakenAgain(t *testing.T) {
 	assert.Equal(t, before[table.AttrExpiresAt], after[table.AttrExpiresAt], "and its expiry pushed a week on")
 	assert.Zero(t, logged(tp.logs.lines(), "shard is gone from the stream"), "the poller probed a shard finished a week ago")
 	t.Logf("whole-stream listings by p2: %d", f.calls["DescribeStream"]-listings)
+}
+
+// throttledChildren answers ShardFilter CHILD_SHARDS as AWS does, but
+// refuses every such lookup with LimitExceededException while on; it
+// counts the listings of the whole stream.
+type throttledChildren struct {
+	poller.Streams
+	f                 *fakeStream
+	on                atomic.Bool
+	refused, listings atomic.Int64
+}
+
+func (c *throttledChildren) DescribeStream(ctx context.Context, in *dynamodbstreams.DescribeStreamInput, opts ...func(*dynamodbstreams.Options)) (*dynamodbstreams.DescribeStreamOutput, error) {
+	if in.ShardFilter == nil {
+		c.listings.Add(1)
+		return c.Streams.DescribeStream(ctx, in, opts...)
+	}
+	if c.on.Load() {
+		c.refused.Add(1)
+		return nil, &st.LimitExceededException{Message: aws.String("Rate exceeded for DescribeStream")}
+	}
+	answer := &lateChildren{Streams: c.Streams, f: c.f, asked: map[string]bool{aws.ToString(in.ShardFilter.ShardId): true}}
+	return answer.DescribeStream(ctx, in, opts...)
+}
+
+// Issue 23, found by the fleet benchmark (100 shards: 73 throttled child
+// lookups, 2,805 of 3,596 DescribeStream calls refused): a child lookup
+// (one DescribeStream call) refused by DescribeStream's rate fell back to
+// listing the whole stream, every page of it against the same rate (71
+// pages at 7,055 shards), and the listings of 8 pollers kept the rate
+// exhausted. Now a throttled lookup waits for the next pass.
+func TestPoller_AThrottledChildLookupWaitsInsteadOfListingTheStream(t *testing.T) {
+	e := newEnv(t, 2324)
+	f := e.stream
+	f.addShard("shardId-A", "")
+	f.addShard("shardId-X", "")
+	f.split([]string{"shardId-A", "shardId-X"}, e.write(t, 40))
+	c := &throttledChildren{Streams: f.client("P"), f: f}
+	p := e.poller(t, "P", c, nil, func(cfg *poller.Config) { cfg.DiscoverInterval = time.Hour })
+	stop := start(t, p)
+	eventually(t, "both leases held", 15*time.Second, func() bool { return counter(t, p.m.LeasesHeld) == 2 })
+	listed := c.listings.Load()
+
+	c.on.Store(true)
+	f.appendTo("shardId-A", e.write(t, 20)...)
+	f.close("shardId-A")
+	f.addShard("shardId-B", "shardId-A")
+	f.addShard("shardId-C", "shardId-A")
+	f.split([]string{"shardId-B", "shardId-C"}, e.write(t, 40))
+	eventually(t, "lookups refused", 15*time.Second, func() bool { return c.refused.Load() > 1 })
+	time.Sleep(2 * time.Second)
+	assert.Equal(t, listed, c.listings.Load(), "no listing of the whole stream for a throttled lookup")
+
+	c.on.Store(false)
+	eventually(t, "X, B and C held", 30*time.Second, func() bool { return counter(t, p.m.LeasesHeld) == 3 })
+	assert.Equal(t, listed, c.listings.Load(), "the children found by CHILD_SHARDS")
+	stop()
+	e.drain(t, "D", nil)
+	e.requireReconciled(t)
 }

@@ -2,15 +2,19 @@ package poller_test
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodbstreams"
+	st "github.com/aws/aws-sdk-go-v2/service/dynamodbstreams/types"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/ledger-dev/ledger/internal/ledgertest"
 	"github.com/ledger-dev/ledger/processor"
 	"github.com/ledger-dev/ledger/processor/poller"
 	"github.com/ledger-dev/ledger/table"
@@ -267,5 +271,97 @@ func TestPoller_NewShardsAreLearnedFromLeasesBetweenListings(t *testing.T) {
 	assert.Equal(t, listed, co.n.Load(), "no listing of the whole stream since its start")
 	stopO()
 	e.drain(t, "R", nil)
+	e.requireReconciled(t)
+}
+
+// throttledListing refuses every listing of the whole stream (DescribeStream
+// without a ShardFilter) with LimitExceededException while on, as
+// DescribeStream's rate (10 a second per stream, shared by every poller)
+// refuses them when several pollers list thousands of shards at once.
+type throttledListing struct {
+	poller.Streams
+	on      atomic.Bool
+	refused atomic.Int64
+}
+
+func (c *throttledListing) DescribeStream(ctx context.Context, in *dynamodbstreams.DescribeStreamInput, opts ...func(*dynamodbstreams.Options)) (*dynamodbstreams.DescribeStreamOutput, error) {
+	if in.ShardFilter == nil && c.on.Load() {
+		c.refused.Add(1)
+		return nil, &st.LimitExceededException{Message: aws.String("Rate exceeded for DescribeStream")}
+	}
+	return c.Streams.DescribeStream(ctx, in, opts...)
+}
+
+// Issue 23, found by the fleet benchmark (100 and 1,000 shards): a listing
+// waits out throttled DescribeStream pages inside the coordinator's pass,
+// and the pass is what renews the leases. Waiting out up to 200 throttled
+// pages (about 30 s, and again at each of the pass's 3 attempts) let every
+// lease the poller held expire at once, its readers stopped (20 s leases;
+// here 3 s): 448 expiries at 100 shards. Now a listing pauses in time for
+// the next renewals and goes on at the next pass; the lease is kept and
+// the shard read throughout.
+func TestPoller_AThrottledListingDoesNotHoldUpLeaseRenewals(t *testing.T) {
+	e := newEnv(t, 2323)
+	f := e.stream
+	f.addShard("shardId-A", "")
+	f.addShard("shardId-B", "")
+	shards := []string{"shardId-A", "shardId-B"}
+	f.split(shards, e.write(t, 40))
+	c := &throttledListing{Streams: f.client("P")}
+	p := e.poller(t, "P", c, nil, nil) // leases of 3 s, a listing due every 100 ms
+	stop := start(t, p)
+	eventually(t, "both leases held", 15*time.Second, func() bool { return counter(t, p.m.LeasesHeld) == 2 })
+
+	c.on.Store(true)
+	stopWrites := e.writeOn(t, shards, 5, 50*time.Millisecond)
+	time.Sleep(3 * 3 * time.Second) // three lease durations of refused listings
+	// Still refused: the shards are still read (before, the readers were
+	// stopped at their leases' end, 3 s in, and the pass still waited).
+	before := counter(t, p.m.Committed)
+	eventually(t, "records committed after three lease durations of refused listings", 5*time.Second, func() bool {
+		return counter(t, p.m.Committed) > before
+	})
+	stopWrites()
+	assert.Positive(t, c.refused.Load(), "listings refused")
+	assert.Zero(t, counter(t, p.m.LeaseEvents.WithLabelValues(poller.LeaseExpired)), "no lease expired while the listing was refused")
+	assert.Equal(t, 2.0, counter(t, p.m.LeasesHeld))
+	c.on.Store(false)
+
+	stop()
+	e.drain(t, "D", nil)
+	e.requireReconciled(t)
+}
+
+// Issue 23, found by the fleet benchmark at 1,000 shards (once listings
+// completed): a pass took its share of leases one UpdateItem after another
+// and renewed none meanwhile; a lease is valid from its take, so a pass
+// taking hundreds on a slow table outlived the first ones it took, and
+// they expired at the next renewal, 80 to 249 leases of a poller at once.
+// Here 40 shards and takes of 150 ms each (6 s) against 3 s leases. Now a
+// pass takes for at most half a renewal interval and the next passes take
+// the rest.
+func TestPoller_TakingManyLeasesOnASlowTableLetsNoneExpire(t *testing.T) {
+	e := newEnv(t, 2325)
+	var shards []string
+	for i := range 40 {
+		id := fmt.Sprintf("shardId-%02d", i)
+		shards = append(shards, id)
+		e.stream.addShard(id, "")
+	}
+	e.stream.split(shards, e.write(t, 120))
+	slow := faultClient(t, func(op string) ledgertest.Fault {
+		if op == "UpdateItem" {
+			time.Sleep(150 * time.Millisecond)
+		}
+		return ledgertest.Pass
+	})
+	p := e.poller(t, "P", nil, slow, nil)
+	stop := start(t, p)
+	eventually(t, "every lease held", 60*time.Second, func() bool { return counter(t, p.m.LeasesHeld) == 40 })
+	time.Sleep(3 * time.Second) // a lease duration: any lease taken too early has expired by now
+	assert.Zero(t, counter(t, p.m.LeaseEvents.WithLabelValues(poller.LeaseExpired)), "no lease expired")
+	assert.Zero(t, logged(p.logs.lines(), "lease expired before it could be renewed; reader stopped"))
+	stop()
+	e.drain(t, "D", nil)
 	e.requireReconciled(t)
 }

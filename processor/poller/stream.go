@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	ddbtypes "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
@@ -59,52 +60,87 @@ type shard struct {
 	start  string // starting sequence number, for ordering
 }
 
-// listShards reads the stream's shards, following DescribeStream's
-// pagination, ordered oldest first. gone is true when the stream no longer
-// exists.
-func listShards(ctx context.Context, api Streams, streamARN string) (shards []shard, status streamtypes.StreamStatus, err error) {
-	var start *string
-	seen := map[string]bool{}
+// listing is a listing of the whole stream (DescribeStream's pages, shards
+// ordered oldest first) in progress: the pages read so far and where the
+// next one starts. A listing paused by throttling goes on from its page at
+// the next pass (issue 23: a listing of 7,055 shards by 8 pollers against
+// DescribeStream's 10 calls a second).
+type listing struct {
+	started time.Time // when its first page was asked for
+	start   *string   // the next page's ExclusiveStartShardId
+	shards  []shard
+	seen    map[string]bool
+	status  streamtypes.StreamStatus
+}
+
+// errListingPaused means a listing was throttled until its time was up:
+// the listing keeps its pages and goes on from the next one later.
+var errListingPaused = errors.New("listing paused: DescribeStream throttled")
+
+// run reads the listing's remaining pages. A throttled page is asked for
+// again after a pause, unless the pause would end after until (when set):
+// then run returns errListingPaused, and l goes on from that page at the
+// next call. The coordinator's pass holds up every renewal while it lists,
+// so a listing waiting out the stream's DescribeStream rate must not run
+// past the next renewal: found by the fleet benchmark at 100 and 1,000
+// shards, where a pass waiting out up to 200 throttled pages (about 30 s)
+// let every lease of the poller expire at once (20 s leases). Other errors
+// end the listing: the next call starts over.
+func (l *listing) run(ctx context.Context, api Streams, streamARN string, until time.Time) (shards []shard, status streamtypes.StreamStatus, err error) {
+	if l.seen == nil {
+		l.started, l.seen = time.Now(), map[string]bool{}
+	}
 	throttled := 0
 	for {
-		out, err := api.DescribeStream(ctx, &dynamodbstreams.DescribeStreamInput{StreamArn: aws.String(streamARN), ExclusiveStartShardId: start})
+		out, err := api.DescribeStream(ctx, &dynamodbstreams.DescribeStreamInput{StreamArn: aws.String(streamARN), ExclusiveStartShardId: l.start})
 		var le *streamtypes.LimitExceededException
-		if errors.As(err, &le) && throttled < maxListThrottles && ctx.Err() == nil {
+		if errors.As(err, &le) && ctx.Err() == nil {
 			// The stream's DescribeStream rate (10 a second, shared by every
 			// reader): the same page again after a pause, so that a listing
 			// of thousands of shards by several pollers completes instead of
 			// starting over at every pass (found by the fleet benchmark at
-			// 1,000 shards, where no listing ever completed).
+			// 1,000 shards, where no listing ever completed). Past until or
+			// maxListThrottles the listing pauses, keeping its pages: it
+			// never starts over for throttling (with 8 pollers sharing 10
+			// calls a second, no listing of 71 pages restarted after 200
+			// throttles ever completed).
 			throttled++
+			if throttled > maxListThrottles || (!until.IsZero() && !time.Now().Add(listPauseMax).Before(until)) {
+				return nil, "", fmt.Errorf("describe stream %s: %w after %d shards: %w", streamARN, errListingPaused, len(l.shards), err)
+			}
 			pause(ctx, min(throttled, 5))
 			continue
 		}
 		if err != nil {
+			*l = listing{}
 			return nil, "", fmt.Errorf("describe stream %s: %w", streamARN, err)
 		}
 		d := out.StreamDescription
 		if d == nil {
+			*l = listing{}
 			return nil, "", fmt.Errorf("describe stream %s: no stream description", streamARN)
 		}
-		status = d.StreamStatus
+		l.status = d.StreamStatus
 		for _, s := range d.Shards {
 			id := aws.ToString(s.ShardId)
-			if id == "" || seen[id] {
+			if id == "" || l.seen[id] {
 				continue
 			}
-			seen[id] = true
+			l.seen[id] = true
 			sh := shard{id: id, parent: aws.ToString(s.ParentShardId)}
 			if r := s.SequenceNumberRange; r != nil {
 				sh.closed = r.EndingSequenceNumber != nil
 				sh.start = aws.ToString(r.StartingSequenceNumber)
 			}
-			shards = append(shards, sh)
+			l.shards = append(l.shards, sh)
 		}
-		start = d.LastEvaluatedShardId
-		if start == nil || aws.ToString(start) == "" {
+		l.start = d.LastEvaluatedShardId
+		if l.start == nil || aws.ToString(l.start) == "" {
 			break
 		}
 	}
+	shards, status = l.shards, l.status
+	*l = listing{}
 	sort.SliceStable(shards, func(i, j int) bool {
 		if c := processor.CompareSequence(shards[i].start, shards[j].start); c != 0 {
 			return c < 0
@@ -113,6 +149,10 @@ func listShards(ctx context.Context, api Streams, streamARN string) (shards []sh
 	})
 	return shards, status, nil
 }
+
+// listPauseMax is the longest pause before a throttled page is asked for
+// again (pause at attempt 5 and after).
+const listPauseMax = 320 * time.Millisecond
 
 // errNoShardFilter means a DescribeStream with a ShardFilter was refused
 // as invalid, or answered with shards that are not the children asked
@@ -163,8 +203,8 @@ func NewStreamsClient(cfg aws.Config, optFns ...func(*dynamodbstreams.Options)) 
 	}}, optFns...)...)
 }
 
-// maxListThrottles bounds the throttled DescribeStream pages one listing
-// waits out before it gives up until the next pass.
+// maxListThrottles bounds the throttled DescribeStream pages one call of
+// a listing waits out before it pauses until the next pass.
 const maxListThrottles = 200
 
 // countingStreams counts the poller's DescribeStream calls
