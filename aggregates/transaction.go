@@ -233,6 +233,10 @@ const (
 	AttrPeriods      = "periods"
 	// AttrCurrency is the transaction's currency, its branch's (currency.go).
 	AttrCurrency = "currency"
+	// AttrDeletedAt marks a deleted transaction's tombstone (ErrDeleted):
+	// the writer's DELETE keeps the key and its change count and removes
+	// the fields.
+	AttrDeletedAt = "deletedAt"
 )
 
 func optional(img Image, name string, r Reason) (string, error) {

@@ -362,21 +362,34 @@ func parseUnstamped(item map[string]ddbtypes.AttributeValue) (aggregates.Transac
 }
 
 // write restamps the item at k, on condition that it is still as read: same
-// version, createdAt and stamp (or still without one).
+// version, createdAt, stamp (or still without one) and change count. It is
+// the item's next counted change (docs/exactly-once.md, "The design:
+// counted changes", W): changes + 1 and the sig of the item it leaves,
+// which it computes from item (the count as read is its condition), and
+// no probe.
 func (r *run) write(ctx context.Context, k aggregates.Key, item map[string]ddbtypes.AttributeValue, s aggregates.Stamp) (float64, error) {
 	names := map[string]string{
 		"#bd": aggregates.AttrBusinessDate, "#p": aggregates.AttrPeriods, "#u": table.AttrUpdatedAt,
-		"#v": table.AttrVersion, "#c": table.AttrCreatedAt,
+		"#v": table.AttrVersion, "#c": table.AttrCreatedAt, "#ch": table.AttrChanges, "#sig": table.AttrSig,
+		"#probe": table.AttrProbe,
 	}
+	updatedAt := r.opts.Now().UTC().Format(time.RFC3339Nano)
+	next := maps.Clone(item)
+	next[aggregates.AttrBusinessDate] = table.S(s.BusinessDate.String())
+	next[aggregates.AttrPeriods] = table.S(s.EncodePeriods())
+	next[table.AttrUpdatedAt] = table.S(updatedAt)
+	changes, _ := table.Changes(item)
+	table.Count(next, changes+1)
 	values := map[string]ddbtypes.AttributeValue{
-		":bd": table.S(s.BusinessDate.String()), ":p": table.S(s.EncodePeriods()),
-		":u": table.S(r.opts.Now().UTC().Format(time.RFC3339Nano)),
+		":bd": next[aggregates.AttrBusinessDate], ":p": next[aggregates.AttrPeriods], ":u": next[table.AttrUpdatedAt],
+		":ch": next[table.AttrChanges], ":sig": next[table.AttrSig],
 	}
 	cond := "attribute_exists(#pk)"
 	names["#pk"] = table.AttrPK
 	for _, a := range []struct{ attr, name, value string }{
 		{table.AttrVersion, "#v", ":v"}, {table.AttrCreatedAt, "#c", ":c"},
 		{aggregates.AttrBusinessDate, "#bd", ":obd"}, {aggregates.AttrPeriods, "#p", ":op"},
+		{table.AttrChanges, "#ch", ":och"},
 	} {
 		if v, ok := item[a.attr]; ok {
 			cond += " AND " + a.name + " = " + a.value
@@ -387,7 +400,7 @@ func (r *run) write(ctx context.Context, k aggregates.Key, item map[string]ddbty
 	}
 	out, err := r.api.UpdateItem(ctx, &dynamodb.UpdateItemInput{
 		TableName: aws.String(r.table), Key: table.Key(k),
-		UpdateExpression:          aws.String("SET #bd = :bd, #p = :p, #u = :u"),
+		UpdateExpression:          aws.String("SET #bd = :bd, #p = :p, #u = :u, #ch = :ch, #sig = :sig REMOVE #probe"),
 		ConditionExpression:       aws.String(cond),
 		ExpressionAttributeNames:  names,
 		ExpressionAttributeValues: values,

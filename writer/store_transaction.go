@@ -8,12 +8,22 @@ import (
 	ddbtypes "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/ledger-dev/ledger/aggregates"
+	"github.com/ledger-dev/ledger/table"
 )
 
 // The changes of a transaction item (its codec is transactionItem and
 // decodeTransaction, items.go). Each writes the history entry of the
 // version it makes in the same transaction (store_history.go), after the
 // transaction's own action.
+//
+// Each also counts itself (docs/exactly-once.md, "The design: counted
+// changes", W): a create puts changes = 1, every later write puts
+// changes = read + 1 on condition that changes is still the count read,
+// with the sig of what it writes (table.Count), and drops probe. A write
+// of the writer therefore always changes the item and always makes
+// exactly one stream record. A changes mismatch at the version read is a
+// ledgerctl rebucket (which moves changes, not version) in between: the
+// change is prepared again, never a 412.
 
 // transactionCreate puts t, a new transaction stored under k, where no
 // item is, with its history entry (version 1, created, by a); with mark,
@@ -26,6 +36,7 @@ func (s *Server) transactionCreate(k aggregates.Key, t Transaction, a author, ma
 	if err != nil {
 		return nil, fmt.Errorf("create transaction: %w", err)
 	}
+	table.Count(item, 1)
 	hist, err := s.historyPut(t, t.Version, OperationCreated, a, k, prepareAgain)
 	if err != nil {
 		return nil, err
@@ -38,23 +49,66 @@ func (s *Server) transactionCreate(k aggregates.Key, t Transaction, a author, ma
 }
 
 // transactionReplace puts next, the transaction t encoded, over the
-// transaction at k, on condition that it exists at version expected, with
-// the history entry of t's version (changed, by a).
-func (s *Server) transactionReplace(k aggregates.Key, next map[string]ddbtypes.AttributeValue, t Transaction, expected int64, a author) (*change, error) {
+// transaction at k, read as item, on condition that it exists at version
+// expected with the change count read, with the history entry of t's
+// version (changed, by a). next gets the count read plus one and its sig
+// (table.Count).
+func (s *Server) transactionReplace(k aggregates.Key, item, next map[string]ddbtypes.AttributeValue, t Transaction, expected int64, a author) (*change, error) {
 	stale := s.staleOrGone(k, "transaction")
 	hist, err := s.historyPut(t, t.Version, OperationChanged, a, k, stale)
 	if err != nil {
 		return nil, err
 	}
+	cond, names, values := countCondition(item)
+	table.Count(next, readChanges(item)+1)
+	names["#pk"], names["#v"] = attrPK, attrVersion
+	values[":expected"] = intAV(expected)
 	return newChange("update", action{
 		item: ddbtypes.TransactWriteItem{Put: &ddbtypes.Put{
 			TableName: &s.cfg.Table, Item: next,
-			ConditionExpression:       aws.String("attribute_exists(#pk) AND #v = :expected"),
-			ExpressionAttributeNames:  map[string]string{"#pk": attrPK, "#v": attrVersion},
-			ExpressionAttributeValues: map[string]ddbtypes.AttributeValue{":expected": intAV(expected)},
+			ConditionExpression:       aws.String("attribute_exists(#pk) AND #v = :expected AND " + cond),
+			ExpressionAttributeNames:  names,
+			ExpressionAttributeValues: values,
 		}},
-		onFail: stale,
+		onFail: s.recountOr(k, expected, stale),
 	}, hist), nil
+}
+
+// readChanges is the change count of item as read (0 for an item written
+// before counting, or by another path: its next write is its change 1).
+func readChanges(item map[string]ddbtypes.AttributeValue) int64 {
+	c, _ := table.Changes(item)
+	return c
+}
+
+// countCondition is the condition that the change count of the item at
+// the key is still item's (absent when item has none), with its names
+// and values (fresh maps: the caller adds its own).
+func countCondition(item map[string]ddbtypes.AttributeValue) (string, map[string]string, map[string]ddbtypes.AttributeValue) {
+	names := map[string]string{"#changes": table.AttrChanges}
+	if c, ok := table.Changes(item); ok {
+		return "#changes = :changes", names, map[string]ddbtypes.AttributeValue{":changes": intAV(c)}
+	}
+	return "attribute_not_exists(#changes)", names, map[string]ddbtypes.AttributeValue{}
+}
+
+// recountOr explains a failed condition of a write conditioned on version
+// read and the change count read: a transaction still at version read
+// (a ledgerctl rebucket moved its count, not its version) is prepared
+// again; anything else is explained by otherwise.
+func (s *Server) recountOr(k aggregates.Key, read int64, otherwise onFail) onFail {
+	return func(ctx context.Context, old map[string]ddbtypes.AttributeValue) (*Problem, bool, error) {
+		item, err := s.current(ctx, k, old)
+		if err != nil {
+			return nil, false, err
+		}
+		if item != nil {
+			if v, _ := intAttr(item, attrVersion); v == read {
+				return nil, true, nil
+			}
+		}
+		return otherwise(ctx, item)
+	}
 }
 
 // transactionDelete deletes the transaction at k, t as read at version

@@ -238,7 +238,7 @@ func (s *Server) patchTransaction(w http.ResponseWriter, r *http.Request) {
 			if err != nil {
 				return nil, response{}, nil, err
 			}
-			ch, err := s.transactionReplace(k, next, t, expected, by)
+			ch, err := s.transactionReplace(k, item, next, t, expected, by)
 			if err != nil {
 				return nil, response{}, nil, err
 			}
