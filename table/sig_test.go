@@ -27,9 +27,9 @@ func sigItem() map[string]types.AttributeValue {
 	}
 }
 
-// The sig digests the key, what the fold reads, deletedAt and changes,
-// and nothing else (docs/design.md, "Transaction").
-func TestSig_DigestsWhatTheFoldReadsAndTheCountOnly(t *testing.T) {
+// The sig digests every attribute but sig itself, with its type
+// (docs/design.md, "Transaction"; the second review's W-a).
+func TestSig_DigestsEveryAttributeButItselfWithItsType(t *testing.T) {
 	base := table.Sig(sigItem())
 	require.Len(t, base, table.SigSize)
 	for _, tc := range []struct {
@@ -59,11 +59,23 @@ func TestSig_DigestsWhatTheFoldReadsAndTheCountOnly(t *testing.T) {
 		}, true},
 		{"the amount's trailing zero", func(m map[string]types.AttributeValue) { m["amount"] = &types.AttributeValueMemberN{Value: "12.50"} }, false},
 		{"the amount with an exponent", func(m map[string]types.AttributeValue) { m["amount"] = &types.AttributeValueMemberN{Value: "1.25E1"} }, false},
-		{"description", func(m map[string]types.AttributeValue) { m["description"] = table.S("dinner") }, false},
-		{"version", func(m map[string]types.AttributeValue) { m["version"] = table.Int(9) }, false},
-		{"updatedAt", func(m map[string]types.AttributeValue) { m["updatedAt"] = table.S("2027-01-01T00:00:00Z") }, false},
-		{"probe", func(m map[string]types.AttributeValue) { m["probe"] = table.S("rebase-1") }, false},
+		{"description", func(m map[string]types.AttributeValue) { m["description"] = table.S("dinner") }, true},
+		{"version", func(m map[string]types.AttributeValue) { m["version"] = table.Int(9) }, true},
+		{"updatedAt", func(m map[string]types.AttributeValue) { m["updatedAt"] = table.S("2027-01-01T00:00:00Z") }, true},
+		{"probe", func(m map[string]types.AttributeValue) { m["probe"] = table.S("rebase-1") }, true},
+		{"id", func(m map[string]types.AttributeValue) { m["id"] = table.S("01JD0000000000000000000002") }, true},
+		{"an attribute the fold does not know", func(m map[string]types.AttributeValue) { m["note"] = table.S("x") }, true},
+		{"a name moved to another attribute", func(m map[string]types.AttributeValue) {
+			delete(m, "description")
+			m["descriptionX"] = table.S("lunch")
+		}, true},
+		{"a map", func(m map[string]types.AttributeValue) {
+			m["extra"] = &types.AttributeValueMemberM{Value: map[string]types.AttributeValue{"a": table.S("1")}}
+		}, true},
 		{"sig itself", func(m map[string]types.AttributeValue) { m["sig"] = table.SigAV([]byte("x")) }, false},
+		{"a set's members in another order", func(m map[string]types.AttributeValue) {
+			m["tags"] = &types.AttributeValueMemberSS{Value: []string{"b", "a"}}
+		}, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			item := sigItem()
@@ -75,6 +87,17 @@ func TestSig_DigestsWhatTheFoldReadsAndTheCountOnly(t *testing.T) {
 			}
 		})
 	}
+}
+
+// Members of a set and entries of a map are digested in a canonical
+// order: what DynamoDB returns in any order digests alike.
+func TestSig_SetsAndMapsInAnyOrderDigestAlike(t *testing.T) {
+	a, b := sigItem(), sigItem()
+	a["tags"] = &types.AttributeValueMemberSS{Value: []string{"a", "b", "c"}}
+	b["tags"] = &types.AttributeValueMemberSS{Value: []string{"c", "a", "b"}}
+	a["nums"] = &types.AttributeValueMemberNS{Value: []string{"1.50", "2"}}
+	b["nums"] = &types.AttributeValueMemberNS{Value: []string{"2", "1.5"}}
+	assert.Equal(t, table.Sig(a), table.Sig(b))
 }
 
 func TestCount_SetsTheCountAndAMatchingSigAndDropsTheProbe(t *testing.T) {

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"encoding/binary"
+	"slices"
+	"sort"
 
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/shopspring/decimal"
@@ -30,7 +32,7 @@ import (
 //	periods                    S, the report periods it counts in, "DAILY#2026-11-27 MONTHLY#2026-11 …"
 //	currency                   S, optional: the ISO 4217 code of its branch's currency, e.g. BRL
 //	changes                    N, the stream records the item has produced: 1 on creation, +1 per write
-//	sig                        B, 16 bytes: Sig of the item as written (its key, what the fold reads, deletedAt, changes)
+//	sig                        B, 16 bytes: Sig of the item as written (every attribute but sig)
 //	deletedAt                  S, RFC 3339: only on a tombstone (a deleted transaction)
 //	probe                      S, only on an item a rebase probed (exactly-once.md); every write removes it
 //
@@ -96,63 +98,132 @@ func IsTombstone(item map[string]types.AttributeValue) bool {
 const SigSize = 16
 
 // sigVersion starts the digested text, so that another encoding can come.
-const sigVersion = "ledger-sig-v1\n"
-
-// sigFields are the attributes Sig digests, in this order: the key, every
-// attribute the fold reads or validates (entityType, the figures, the
-// breakdown names, createdAt and the stamp that place it in its periods,
-// the currency), deletedAt and changes.
-var sigFields = []string{AttrPK, AttrSK, AttrEntityType, AttrType, AttrAmount, AttrCategory, AttrCostCenter,
-	AttrPaymentMethod, AttrCreatedAt, aggregates.AttrBusinessDate, aggregates.AttrPeriods, AttrCurrency,
-	AttrDeletedAt, AttrChanges}
+const sigVersion = "ledger-sig-v2\n"
 
 // Sig is the digest of a transaction item that its writes store under
 // sig: the first SigSize bytes of SHA-256 over a canonical encoding of
-// the item's sigFields. The encoding (docs/design.md, "Transaction") is
-// sigVersion, then for each field in sigFields' order its name, a zero
-// byte and
+// every attribute of the item but sig itself, with its DynamoDB type (the
+// second review of issue 25, W-a: a digest of some attributes misses an
+// edit of another one the fold validates, entityType or amount's type).
+// The encoding (docs/design.md, "Transaction") is sigVersion, then the
+// number of attributes, then for each attribute in the byte order of
+// their names: the name, then its value. Every length and count is 4
+// bytes big-endian; a text is its length and its bytes. A value is a tag
+// and its content:
 //
-//   - 0x00 when the item does not hold it;
-//   - 'S', the length of the text as 4 bytes big-endian, the text, for a
-//     string;
-//   - 'N', the same with the number's canonical text (no exponent, no
-//     trailing zero of a fraction, no leading zero: "12.5" for "12.50"),
-//     for a number (the text as stored when it is not a number);
-//   - 'X', the same with the type's name (BOOL, M, B, …), for any other
-//     type.
+//   - 'S' and the text, for a string;
+//   - 'N' and the number's canonical text (no exponent, no trailing zero
+//     of a fraction, no leading zero: "12.5" for "12.50"; the text as
+//     stored when it is not a number);
+//   - 'B' and the bytes;
+//   - 'T' or 'F' for a BOOL, '0' for NULL;
+//   - 's', 'n' or 'b' (SS, NS, BS): the count, then the members'
+//     encodings (as S, N, B, without the tag) sorted bytewise;
+//   - 'L' and the count, then each element's value in order;
+//   - 'M' and the count, then each entry's name and value in the byte
+//     order of the names.
 //
-// The item's other attributes (description, version, updatedAt, sig,
-// probe, …) are not digested. Sig is not keyed: it tells a write by
-// another path from a write of the writer, not someone who means to pass
-// for the writer.
+// Sig is not keyed: it tells a write by another path from a write of the
+// writer, not someone who means to pass for the writer.
 func Sig(item map[string]types.AttributeValue) []byte {
 	var b bytes.Buffer
 	b.WriteString(sigVersion)
-	field := func(tag byte, text string) {
-		b.WriteByte(tag)
-		_ = binary.Write(&b, binary.BigEndian, uint32(len(text)))
-		b.WriteString(text)
-	}
-	for _, name := range sigFields {
-		b.WriteString(name)
-		b.WriteByte(0)
-		switch v := item[name].(type) {
-		case nil:
-			b.WriteByte(0)
-		case *types.AttributeValueMemberS:
-			field('S', v.Value)
-		case *types.AttributeValueMemberN:
-			text := v.Value
-			if d, err := decimal.NewFromString(v.Value); err == nil {
-				text = d.String()
-			}
-			field('N', text)
-		default:
-			field('X', Image(map[string]types.AttributeValue{name: v})[name].Type)
+	names := make([]string, 0, len(item))
+	for name := range item {
+		if name != AttrSig {
+			names = append(names, name)
 		}
+	}
+	sort.Strings(names)
+	sigCount(&b, len(names))
+	for _, name := range names {
+		sigText(&b, name)
+		sigValue(&b, item[name])
 	}
 	sum := sha256.Sum256(b.Bytes())
 	return sum[:SigSize]
+}
+
+func sigCount(b *bytes.Buffer, n int) { _ = binary.Write(b, binary.BigEndian, uint32(n)) }
+
+func sigText(b *bytes.Buffer, text string) {
+	sigCount(b, len(text))
+	b.WriteString(text)
+}
+
+func canonicalNumber(v string) string {
+	if d, err := decimal.NewFromString(v); err == nil {
+		return d.String()
+	}
+	return v
+}
+
+// sigSet writes the count and the sorted members of a set.
+func sigSet(b *bytes.Buffer, members []string) {
+	sort.Strings(members)
+	sigCount(b, len(members))
+	for _, m := range members {
+		sigText(b, m)
+	}
+}
+
+func sigValue(b *bytes.Buffer, v types.AttributeValue) {
+	switch v := v.(type) {
+	case *types.AttributeValueMemberS:
+		b.WriteByte('S')
+		sigText(b, v.Value)
+	case *types.AttributeValueMemberN:
+		b.WriteByte('N')
+		sigText(b, canonicalNumber(v.Value))
+	case *types.AttributeValueMemberB:
+		b.WriteByte('B')
+		sigText(b, string(v.Value))
+	case *types.AttributeValueMemberBOOL:
+		if v.Value {
+			b.WriteByte('T')
+		} else {
+			b.WriteByte('F')
+		}
+	case *types.AttributeValueMemberNULL:
+		b.WriteByte('0')
+	case *types.AttributeValueMemberSS:
+		b.WriteByte('s')
+		sigSet(b, slices.Clone(v.Value))
+	case *types.AttributeValueMemberNS:
+		b.WriteByte('n')
+		ms := make([]string, len(v.Value))
+		for i, m := range v.Value {
+			ms[i] = canonicalNumber(m)
+		}
+		sigSet(b, ms)
+	case *types.AttributeValueMemberBS:
+		b.WriteByte('b')
+		ms := make([]string, len(v.Value))
+		for i, m := range v.Value {
+			ms[i] = string(m)
+		}
+		sigSet(b, ms)
+	case *types.AttributeValueMemberL:
+		b.WriteByte('L')
+		sigCount(b, len(v.Value))
+		for _, e := range v.Value {
+			sigValue(b, e)
+		}
+	case *types.AttributeValueMemberM:
+		b.WriteByte('M')
+		keys := make([]string, 0, len(v.Value))
+		for k := range v.Value {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		sigCount(b, len(keys))
+		for _, k := range keys {
+			sigText(b, k)
+			sigValue(b, v.Value[k])
+		}
+	default:
+		b.WriteByte('?')
+	}
 }
 
 // SigMatches reports whether item holds the sig of what it holds.
