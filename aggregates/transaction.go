@@ -1,6 +1,7 @@
 package aggregates
 
 import (
+	"errors"
 	"fmt"
 	"time"
 	"unicode/utf8"
@@ -104,9 +105,17 @@ func IsTransactionKey(pk string) bool {
 	return ok
 }
 
+// ErrDeleted is ParseTransaction's answer for a deleted transaction's
+// tombstone (an image of a transaction partition holding AttrDeletedAt):
+// the transaction is absent, like an image that is not there. It is not
+// an invalid transaction: a tombstone contributes nothing and is never
+// quarantined (docs/design.md, "Transaction"; docs/exactly-once.md, "The
+// design: counted changes").
+var ErrDeleted = errors.New("a deleted transaction (tombstone): absent")
+
 // ParseTransaction validates a stored image against the rules of docs/design.md ("Transaction") and
-// returns the transaction. The error is always an *InvalidError naming the
-// first rule broken.
+// returns the transaction. The error is ErrDeleted for a tombstone (absent,
+// not invalid), else an *InvalidError naming the first rule broken.
 func ParseTransaction(img Image) (Transaction, error) {
 	pk, ok := img.str("PK")
 	if !ok {
@@ -115,6 +124,9 @@ func ParseTransaction(img Image) (Transaction, error) {
 	tenant, branch, ok := ParseTransactionPK(pk)
 	if !ok {
 		return Transaction{}, invalid(ReasonKey, "PK", "%q is not TENANT#{t}#BRANCH#{b}#TRANSACTION", pk)
+	}
+	if _, deleted := img[AttrDeletedAt]; deleted {
+		return Transaction{}, ErrDeleted
 	}
 	if et, _ := img.str("entityType"); et != EntityTransaction {
 		return Transaction{}, invalid(ReasonEntityType, "entityType", "%q, want %q", img["entityType"].Value, EntityTransaction)

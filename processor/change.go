@@ -1,6 +1,7 @@
 package processor
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/ledger-dev/ledger/aggregates"
@@ -83,11 +84,15 @@ func classify(r *Record) change {
 		}
 	}
 	if wantNew && r.NewImage != nil {
+		// A tombstone (aggregates.ErrDeleted) is absent, not invalid: a
+		// MODIFY to it subtracts the old image and quarantines nothing.
 		tx, err := table.ParseTransaction((r.NewImage))
-		if err == nil {
+		var inv *aggregates.InvalidError
+		switch {
+		case err == nil:
 			c.new = &tx
-		} else {
-			c.invalid = err.(*aggregates.InvalidError)
+		case errors.As(err, &inv):
+			c.invalid = inv
 		}
 	}
 	if wantOld && r.OldImage == nil {

@@ -107,6 +107,7 @@ func runRandomized(t *testing.T, mode string, seed uint64) {
 	ch := &chaos{rng: rand.New(rand.NewPCG(seed, 11)), lose: 0.08, drop: 0.04, injected: map[string]int{}}
 	e.faults.Decide = ch.decide
 	w := ledgertest.NewWorkload(seed)
+	w.Tombstones = true                // half the deletes are the writer's tombstones (MODIFY), half hard deletes (REMOVE)
 	cals := ledgertest.TestCalendars() // branches in their own business calendars, one without a stamp
 	w.Stamp = cals.Stamper()
 

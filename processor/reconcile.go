@@ -64,6 +64,9 @@ func (d Difference) String() string {
 // ReconcileStats counts what a reconcile read.
 type ReconcileStats struct {
 	Transactions, Invalid, Reports int
+	// Deleted counts the tombstones of deleted transactions read (absent:
+	// neither transactions nor invalid; design.md, "Transaction").
+	Deleted int
 	// Unstamped counts the valid transactions stored without a stamp
 	// (aggregates.LegacyStamp: they count in their UTC date's DAILY,
 	// MONTHLY and YEARLY reports). Unsettled counts, by branch, the valid
@@ -89,6 +92,7 @@ type ReconcileStats struct {
 func (s *ReconcileStats) add(o ReconcileStats) {
 	s.Transactions += o.Transactions
 	s.Invalid += o.Invalid
+	s.Deleted += o.Deleted
 	s.Reports += o.Reports
 	s.Unstamped += o.Unstamped
 	s.ItemsRead += o.ItemsRead
@@ -320,8 +324,12 @@ func reconcileBranch(ctx context.Context, api ReconcileAPI, tableName string, sc
 	}
 	if err == nil {
 		err = queryAll(ctx, api, tableName, aggregates.TransactionPK(scope.Tenant, scope.Branch), &stats, func(item map[string]ddbtypes.AttributeValue) error {
-			stats.Transactions++
 			tx, err := table.ParseTransaction((item))
+			if errors.Is(err, aggregates.ErrDeleted) {
+				stats.Deleted++ // a tombstone: absent, as in the consumers
+				return nil
+			}
+			stats.Transactions++
 			if err != nil {
 				stats.Invalid++ // contributes zero, as in the consumers
 				return nil

@@ -2,6 +2,7 @@ package processor
 
 import (
 	"fmt"
+	"maps"
 	"strings"
 	"testing"
 
@@ -48,6 +49,11 @@ func keysOf(img map[string]ddbtypes.AttributeValue) map[string]ddbtypes.Attribut
 func TestClassify(t *testing.T) {
 	valid := txnImage("b", "2024-01-02", "x", "INCOME", "5", "food")
 	invalid := txnImage("b", "2024-01-02", "x", "INCOME", "5", "")
+	tomb := maps.Clone(valid)
+	for _, name := range table.TombstoneRemoves {
+		delete(tomb, name)
+	}
+	tomb[table.AttrDeletedAt] = table.S("2024-01-03T00:00:00Z")
 	report := map[string]ddbtypes.AttributeValue{"PK": table.S("TENANT#t#BRANCH#b#REPORTING"), "SK": table.S("DAILY#2024-01-02")}
 	history := table.Key(aggregates.HistoryKey("t", "b", "x", 1))
 	history["entityType"], history["transaction"] = table.S(aggregates.EntityTransaction), table.S("{}")
@@ -63,6 +69,11 @@ func TestClassify(t *testing.T) {
 		{"remove", Record{EventName: "REMOVE", Keys: keysOf(valid), OldImage: valid}, true, true, false, ""},
 		{"modify to invalid subtracts the old", Record{EventName: "MODIFY", Keys: keysOf(valid), OldImage: valid, NewImage: invalid}, true, true, false, aggregates.ReasonCategory},
 		{"fix of an invalid item adds the new, no quarantine", Record{EventName: "MODIFY", Keys: keysOf(valid), OldImage: invalid, NewImage: valid}, true, false, true, ""},
+		{"modify to a tombstone subtracts the old, no quarantine", Record{EventName: "MODIFY", Keys: keysOf(valid), OldImage: valid, NewImage: tomb}, true, true, false, ""},
+		{"modify from a tombstone adds the new", Record{EventName: "MODIFY", Keys: keysOf(valid), OldImage: tomb, NewImage: valid}, true, false, true, ""},
+		{"a tombstone changed again does nothing", Record{EventName: "MODIFY", Keys: keysOf(valid), OldImage: tomb, NewImage: tomb}, true, false, false, ""},
+		{"insert of a tombstone does nothing", Record{EventName: "INSERT", Keys: keysOf(valid), NewImage: tomb}, true, false, false, ""},
+		{"remove of a tombstone (compaction) does nothing", Record{EventName: "REMOVE", Keys: keysOf(valid), OldImage: tomb}, true, false, false, ""},
 		{"remove of an invalid item does nothing", Record{EventName: "REMOVE", Keys: keysOf(valid), OldImage: invalid}, true, false, false, ""},
 		{"report records are ignored", Record{EventName: "MODIFY", Keys: report, NewImage: report, DecodeErr: fmt.Errorf("bad {}")}, false, false, false, ""},
 		{"history records are ignored", Record{EventName: "INSERT", Keys: keysOf(history), NewImage: history}, false, false, false, ""},

@@ -81,6 +81,7 @@ type Result struct {
 	Moved        int // restamped
 	Current      int // already in the current calendar
 	Invalid      int // not valid transactions: contribute nothing, left alone
+	Deleted      int // tombstones of deleted transactions: left alone
 	Unplaceable  int // valid, but without periods in the current calendar: left alone (ErrUnplaceable)
 	Retried      int // writes that found the item changed since read, and read it again
 	WriteUnits   float64
@@ -299,6 +300,10 @@ func (r *run) restamp(ctx context.Context, bc table.BranchCalendar, item map[str
 			}
 		})
 		tx, err := parseUnstamped(item)
+		if errors.Is(err, aggregates.ErrDeleted) {
+			r.count(func(res *Result) { res.Deleted++ })
+			return nil // a tombstone: no transaction, nothing to move
+		}
 		if err != nil {
 			r.count(func(res *Result) { res.Invalid++ })
 			return nil // contributes nothing wherever it is stamped
@@ -339,7 +344,7 @@ func (r *run) restamp(ctx context.Context, bc table.BranchCalendar, item map[str
 			return fmt.Errorf("read %s again: %w", k, err)
 		}
 		if out.Item == nil {
-			return nil // deleted: nothing to move
+			return nil // compacted: nothing to move
 		}
 		item = out.Item
 	}

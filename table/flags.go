@@ -25,11 +25,23 @@ import (
 //	entityType     FLAGS
 //	version        N, +1 per change: the condition of every SetFlags
 //	updatedAt      S, RFC 3339
-//	<name>         BOOL, one per flag (writesEnabled: the maintenance switch)
+//	<name>         BOOL, one per flag (writesEnabled: the maintenance switch;
+//	               tombstones: deletes leave tombstones)
 
 // FlagWritesEnabled is the maintenance switch: mutations are served only
 // while it is true.
 const FlagWritesEnabled = "writesEnabled"
+
+// FlagTombstones makes the writer's DELETE leave a tombstone (design.md,
+// "Transaction") instead of deleting the item. Only consumers and
+// ledgerctl that know tombstones (absent, aggregates.ErrDeleted) may read
+// a table holding one: an older consumer takes a tombstone for an invalid
+// transaction and quarantines every delete (the second review of issue
+// 25, W-c). So the flag is off on a table created before tombstones
+// until the operator sets it, once every consumer and ledgerctl runs a
+// version that knows them (runbook, "Tombstones"); CreateTable sets it on
+// a new table, which no older consumer reads.
+const FlagTombstones = "tombstones"
 
 // Flags is the application's settings singleton (SETTINGS#APP / FLAGS#V1).
 // A missing item reads as Exists false and every flag false: writes
@@ -45,6 +57,9 @@ type Flags struct {
 
 // WritesEnabled reports the maintenance switch.
 func (f Flags) WritesEnabled() bool { return f.Values[FlagWritesEnabled] }
+
+// Tombstones reports whether deletes leave tombstones (FlagTombstones).
+func (f Flags) Tombstones() bool { return f.Values[FlagTombstones] }
 
 // String formats f for people, flags sorted by name.
 func (f Flags) String() string {
@@ -189,12 +204,13 @@ func SetFlags(ctx context.Context, api FlagsAPI, tableName string, set map[strin
 	return decodeFlags(out.Attributes), nil
 }
 
-// putDefaultFlags writes the flags singleton with writes enabled, unless a
-// flags item already exists.
+// putDefaultFlags writes the flags singleton with writes enabled and
+// tombstones on, unless a flags item already exists.
 func putDefaultFlags(ctx context.Context, api TableAPI, name string, now time.Time) error {
 	item := Key(aggregates.FlagsKey())
 	item[AttrEntityType] = S(aggregates.EntityFlags)
 	item[FlagWritesEnabled] = Bool(true)
+	item[FlagTombstones] = Bool(true)
 	item[AttrVersion] = Int(1)
 	item[AttrUpdatedAt] = S(now.UTC().Format(time.RFC3339))
 	_, err := api.PutItem(ctx, &dynamodb.PutItemInput{

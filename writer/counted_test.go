@@ -2,15 +2,22 @@ package writer_test
 
 import (
 	"context"
+	cryptorand "crypto/rand"
+	"encoding/json"
+	"fmt"
 	"net/http"
+	"net/url"
 	"strconv"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	ddbtypes "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/ledger-dev/ledger/aggregates"
 	"github.com/ledger-dev/ledger/rebucket"
 	"github.com/ledger-dev/ledger/table"
 	"github.com/ledger-dev/ledger/writer"
@@ -103,4 +110,238 @@ func TestCountedChanges_RebucketCountsItsRestamp(t *testing.T) {
 	require.Equal(t, 1, res.Moved)
 	item := e.requireCounted(tx, 2)
 	assert.Equal(t, "2026-03-05", item["businessDate"].(*ddbtypes.AttributeValueMemberS).Value)
+}
+
+// The writer's DELETE leaves a tombstone (exactly-once.md, W): the fields
+// removed, deletedAt set, the version and the count moved, the key kept;
+// every read of the API takes it for no transaction, and the audit trail
+// records the delete.
+func TestTombstones_ADeleteLeavesATombstoneEveryReadTakesForNone(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, sharedTable(t))
+	tx := e.create(`{"type":"INCOME","amount":"40","category":"sales","costCenter":"shop","paymentMethod":"pix","description":"d","createdAt":"2026-11-20T12:00:00Z"}`)
+	path := e.base() + "/transactions/" + tx.ID
+	r := e.send(req{method: "DELETE", path: path, headers: []string{"If-Match", `"1"`}})
+	require.Equal(t, http.StatusNoContent, r.Status, "answer %s", r)
+
+	item := e.requireCounted(tx, 2)
+	for _, name := range table.TombstoneRemoves {
+		assert.NotContains(t, item, name, "removed by the delete")
+	}
+	assert.Contains(t, item, table.AttrDeletedAt)
+	v, _ := table.Int64(item, table.AttrVersion)
+	assert.Equal(t, int64(2), v, "the delete is version 2, as its history entry")
+	_, err := table.ParseTransaction(item)
+	assert.ErrorIs(t, err, aggregates.ErrDeleted, "absent to the consumers, not invalid")
+
+	for _, rq := range []req{
+		{method: "GET", path: path},
+		{method: "PATCH", path: path, body: `{"amount":"41"}`, headers: []string{"If-Match", `"2"`}},
+		{method: "DELETE", path: path},
+		{method: "DELETE", path: path, headers: []string{"If-Match", `"2"`}},
+	} {
+		r := e.send(rq)
+		assert.Equal(t, http.StatusNotFound, r.Status, "%s: answer %s", rq.method, r)
+	}
+	assert.Empty(t, e.listAll(e.branch), "not listed")
+	h := e.allHistory(tx.ID, 10)
+	require.Len(t, h, 2)
+	assert.Equal(t, "deleted", h[1].Operation)
+	assert.Equal(t, "40", h[1].Transaction.Amount, "the entry keeps the transaction as deleted")
+	e.requireCounted(tx, 2) // the refused writes wrote nothing
+}
+
+// Listings skip tombstones, and paging over them loses and repeats nothing,
+// with and without filters.
+func TestTombstones_ListingsSkipThemAndPageOverThem(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, sharedTable(t))
+	var live []string
+	for i := range 12 {
+		typ := "INCOME"
+		if i%3 == 0 {
+			typ = "EXPENSE"
+		}
+		tx := e.create(fmt.Sprintf(`{"type":%q,"amount":"%d","category":"c","createdAt":"2026-11-%02dT12:00:00Z"}`, typ, i+1, i+1))
+		if i%4 == 1 || i%4 == 2 { // half of them, in runs of two
+			r := e.send(req{method: "DELETE", path: e.base() + "/transactions/" + tx.ID})
+			require.Equal(t, http.StatusNoContent, r.Status, "answer %s", r)
+			continue
+		}
+		live = append([]string{tx.ID}, live...) // newest first
+	}
+	for _, tc := range []struct {
+		query string
+		want  func(id string) bool
+	}{
+		{"", nil},
+		{"&type=INCOME", nil},
+		{"&from=2026-11-03&to=2026-11-10", nil},
+		{"&businessDateFrom=2026-11-02", nil},
+	} {
+		for _, limit := range []int{1, 2, 5, 50} {
+			t.Run(fmt.Sprintf("%s/limit=%d", tc.query, limit), func(t *testing.T) {
+				var got []string
+				cursor := ""
+				for pages := 0; ; pages++ {
+					require.Less(t, pages, 40, "paging ends")
+					path := fmt.Sprintf("%s/transactions?limit=%d%s", e.base(), limit, tc.query)
+					if cursor != "" {
+						path += "&cursor=" + url.QueryEscape(cursor)
+					}
+					r := e.send(req{method: "GET", path: path})
+					require.Equal(t, http.StatusOK, r.Status, "answer %s", r)
+					var page writer.ListPage
+					require.NoError(t, json.Unmarshal(r.Body, &page))
+					require.LessOrEqual(t, len(page.Items), limit)
+					for _, it := range page.Items {
+						got = append(got, it.ID)
+					}
+					if cursor = page.NextCursor; cursor == "" {
+						break
+					}
+				}
+				var want []string
+				all := e.listUnfiltered(tc.query)
+				for _, id := range live {
+					if all[id] {
+						want = append(want, id)
+					}
+				}
+				assert.Equal(t, want, got)
+			})
+		}
+	}
+}
+
+// listUnfiltered lists the branch in one page of 200 with query's filters,
+// as a set.
+func (e *env) listUnfiltered(query string) map[string]bool {
+	e.t.Helper()
+	r := e.send(req{method: "GET", path: e.base() + "/transactions?limit=200" + query})
+	require.Equal(e.t, http.StatusOK, r.Status, "answer %s", r)
+	var page writer.ListPage
+	require.NoError(e.t, json.Unmarshal(r.Body, &page))
+	require.Empty(e.t, page.NextCursor)
+	out := map[string]bool{}
+	for _, it := range page.Items {
+		out[it.ID] = true
+	}
+	return out
+}
+
+// stuckEntropy gives the same bytes to the first n ids, then random ones:
+// the n-th create collides with the first.
+type stuckEntropy struct {
+	n    atomic.Int64
+	same int64
+}
+
+func (s *stuckEntropy) Read(p []byte) (int, error) {
+	if s.n.Add(1) <= s.same {
+		clear(p)
+		return len(p), nil
+	}
+	return cryptorand.Read(p)
+}
+
+// A create whose id is a tombstone's fails its condition as on any existing
+// id, and takes a new id: ids are never reused.
+func TestTombstones_ACreateOnATombstonedIdTakesANewId(t *testing.T) {
+	t.Parallel()
+	entropy := &stuckEntropy{same: 2}
+	e := newEnv(t, sharedTable(t), func(cfg *writer.Config) { cfg.Entropy = entropy })
+	const body = `{"type":"EXPENSE","amount":"5","category":"c","createdAt":"2026-11-20T12:00:00Z"}`
+	first := e.create(body)
+	r := e.send(req{method: "DELETE", path: e.base() + "/transactions/" + first.ID})
+	require.Equal(t, http.StatusNoContent, r.Status, "answer %s", r)
+
+	second := e.create(body)
+	assert.NotEqual(t, first.ID, second.ID, "a new id")
+	assert.Equal(t, int64(3), entropy.n.Load(), "the second create collided once with the tombstone")
+	e.requireCounted(first, 2) // the tombstone untouched
+	e.requireCounted(second, 1)
+	assert.Equal(t, []string{second.ID}, idsOf(e.listAll(e.branch)))
+}
+
+func idsOf(txs []writer.Transaction) []string {
+	out := make([]string, len(txs))
+	for i, tx := range txs {
+		out[i] = tx.ID
+	}
+	return out
+}
+
+// A rebucket between a DELETE's read and its write moves the count, not
+// the version: the delete is prepared again, even when If-Match named the
+// version (never a 412 for it), and the tombstone counts every change.
+func TestTombstones_ARebucketBetweenADeletesReadAndWriteIsPreparedAgain(t *testing.T) {
+	t.Parallel()
+	for _, ifMatch := range []string{"", `"1"`} {
+		t.Run("If-Match="+ifMatch, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			e := newEnv(t, sharedTable(t))
+			e.branchWithCalendar("sp", saoPaulo)
+			e.branch = "sp"
+			tx := e.create(`{"type":"EXPENSE","amount":"2.5","category":"c","createdAt":"2026-03-05T02:00:00Z"}`)
+			r := e.send(req{method: "PATCH", path: "/v1/tenants/" + e.tenant + "/branches/sp", body: `{"calendar":{"timeZone":"UTC","dayStartsAt":"00:00"}}`,
+				headers: []string{"If-Match", `"1"`}})
+			require.Equal(t, http.StatusOK, r.Status, "answer %s", r)
+			moved := 0
+			e.raceHook("TransactWriteItems", func() {
+				res, err := rebucket.Run(ctx, e.ddb, e.table, e.tenant, "sp", rebucket.Options{Settle: -1, Parallel: 1})
+				require.NoError(t, err)
+				moved = res.Moved
+			})
+			var headers []string
+			if ifMatch != "" {
+				headers = []string{"If-Match", ifMatch}
+			}
+			r = e.send(req{method: "DELETE", path: e.base() + "/transactions/" + tx.ID, headers: headers})
+			require.Equal(t, http.StatusNoContent, r.Status, "answer %s", r)
+			require.Equal(t, 1, moved)
+			e.requireCounted(tx, 3) // created, restamped, deleted
+			res, err := rebucket.Run(ctx, e.ddb, e.table, e.tenant, "sp", rebucket.Options{Settle: -1, Parallel: 1})
+			require.NoError(t, err)
+			assert.Equal(t, rebucket.Result{Branches: 1, Transactions: 1, Deleted: 1}, res, "a tombstone is left alone")
+		})
+	}
+}
+
+// A retried DELETE with its Idempotency-Key replays 204, as before
+// tombstones.
+func TestTombstones_ARetriedDeleteReplays(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, sharedTable(t))
+	tx := e.create(`{"type":"EXPENSE","amount":"5","category":"c","createdAt":"2026-11-20T12:00:00Z"}`)
+	key := newKey()
+	for range 2 {
+		r := e.send(req{method: "DELETE", path: e.base() + "/transactions/" + tx.ID, headers: []string{"Idempotency-Key", key}})
+		require.Equal(t, http.StatusNoContent, r.Status, "answer %s", r)
+	}
+	e.requireCounted(tx, 2)
+}
+
+// On a table whose flags do not turn tombstones on (a table created
+// before them, whose older consumers would quarantine a tombstone), the
+// DELETE deletes the item, as before (the second review of issue 25, W-c).
+func TestTombstones_OffByTheFlagADeleteDeletesTheItem(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	e := newEnv(t, ownTable(t))
+	f, err := table.GetFlags(ctx, e.ddb, e.table)
+	require.NoError(t, err)
+	require.True(t, f.Tombstones(), "a new table turns tombstones on")
+	_, err = table.SetFlags(ctx, e.ddb, e.table, map[string]bool{table.FlagTombstones: false}, f.Version, time.Now())
+	require.NoError(t, err) // before the env's writer serves its first request: it reads the flags afresh
+
+	tx := e.create(`{"type":"EXPENSE","amount":"5","category":"c","createdAt":"2026-11-20T12:00:00Z"}`)
+	k := table.KeyOf(e.transactionItem(tx))
+	r := e.send(req{method: "DELETE", path: e.base() + "/transactions/" + tx.ID, headers: []string{"If-Match", `"1"`}})
+	require.Equal(t, http.StatusNoContent, r.Status, "answer %s", r)
+	assert.Nil(t, e.getItem(k), "deleted, no tombstone")
+	h := e.allHistory(tx.ID, 10)
+	require.Len(t, h, 2)
+	assert.Equal(t, "deleted", h[1].Operation)
 }

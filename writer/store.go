@@ -56,16 +56,29 @@ func (s *Server) putNew(item map[string]ddbtypes.AttributeValue) ddbtypes.Transa
 }
 
 // current returns old, the item as a failed condition returned it, or, when
-// DynamoDB returned nothing, the item read again (nil when absent).
+// DynamoDB returned nothing, the item read again (nil when absent). A
+// deleted transaction's tombstone is absent (live).
 func (s *Server) current(ctx context.Context, k aggregates.Key, old map[string]ddbtypes.AttributeValue) (map[string]ddbtypes.AttributeValue, error) {
 	if old != nil {
-		return old, nil
+		return live(old), nil
 	}
-	return s.getItem(ctx, k)
+	item, err := s.getItem(ctx, k)
+	return live(item), err
+}
+
+// live is item, or nil when it is a deleted transaction's tombstone
+// (table.IsTombstone; only transaction items are ever one): every read of
+// the API takes a tombstone for no item.
+func live(item map[string]ddbtypes.AttributeValue) map[string]ddbtypes.AttributeValue {
+	if table.IsTombstone(item) {
+		return nil
+	}
+	return item
 }
 
 // getForChange reads the item at k that a change applies to, strongly
-// consistent: nil and the 404 naming what when there is none, nil and the
+// consistent: nil and the 404 naming what when there is none (or a
+// tombstone), nil and the
 // 412 when the client named a version (expected > 0) and the item is at
 // another.
 func (s *Server) getForChange(ctx context.Context, k aggregates.Key, expected int64, what string) (map[string]ddbtypes.AttributeValue, *Problem, error) {
@@ -73,7 +86,7 @@ func (s *Server) getForChange(ctx context.Context, k aggregates.Key, expected in
 	if err != nil {
 		return nil, nil, err
 	}
-	if item == nil {
+	if item = live(item); item == nil {
 		return nil, notFoundOf(what), nil
 	}
 	if v, _ := intAttr(item, attrVersion); expected > 0 && v != expected {

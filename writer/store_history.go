@@ -188,6 +188,7 @@ func (s *Server) historyTaken(txn aggregates.Key, version int64, txnFail onFail)
 		if err != nil {
 			return nil, false, err
 		}
+		item = live(item) // a tombstone is no transaction
 		current, _ := intAttr(item, attrVersion)
 		if item == nil || version == 1 || current != version-1 {
 			return txnFail(ctx, item)
@@ -253,7 +254,7 @@ func (s *Server) transactionHistory(w http.ResponseWriter, r *http.Request) {
 			s.fail(w, r, err)
 			return
 		}
-		if item == nil {
+		if live(item) == nil {
 			notFoundOf("transaction").write(w)
 			return
 		}

@@ -3,6 +3,9 @@ package writer
 import (
 	"context"
 	"fmt"
+	"maps"
+	"strings"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	ddbtypes "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
@@ -111,23 +114,26 @@ func (s *Server) recountOr(k aggregates.Key, read int64, otherwise onFail) onFai
 	}
 }
 
-// transactionDelete deletes the transaction at k, t as read at version
-// read (0: stored without a version), on condition that it is still at
-// that version, with the history entry of the delete (version read+1,
-// deleted, t as it was, by a). named says whether the client's If-Match
-// named the version: then a change since the read is the 412, else the
-// request reads again (a transaction gone meanwhile is the 404 either way).
-func (s *Server) transactionDelete(k aggregates.Key, t Transaction, read int64, named bool, a author) (*change, error) {
-	del := &ddbtypes.Delete{
-		TableName: &s.cfg.Table, Key: keyAV(k),
-		ConditionExpression:       aws.String("attribute_exists(#pk) AND #v = :read"),
-		ExpressionAttributeNames:  map[string]string{"#pk": attrPK, "#v": attrVersion},
-		ExpressionAttributeValues: map[string]ddbtypes.AttributeValue{":read": intAV(read)},
-	}
-	if read == 0 {
-		del.ConditionExpression = aws.String("attribute_exists(#pk) AND attribute_not_exists(#v)")
-		del.ExpressionAttributeValues = nil
-	}
+// transactionDelete deletes the transaction at k, item as read (t decoded)
+// at version read (0: stored without a version), on condition that it is
+// still at that version with the change count read, with the history
+// entry of the delete (version read+1, deleted, t as it was, by a). named
+// says whether the client's If-Match named the version: then a change
+// since the read is the 412, else the request reads again (a transaction
+// gone meanwhile is the 404 either way; a count moved at the version read
+// is a rebucket in between: prepared again).
+//
+// The delete leaves a tombstone (exactly-once.md, "The design: counted
+// changes", W): one UpdateItem that removes the transaction's fields
+// (table.TombstoneRemoves) and sets deletedAt, updatedAt, version read+1
+// and changes + 1 with the tombstone's sig. Its stream record is a MODIFY
+// whose new image is absent to the consumers (aggregates.ErrDeleted); the
+// key stays, so the id is never reused, until ledgerctl compact retires it.
+//
+// Without tomb (the flag table.FlagTombstones off: a table older
+// consumers may still read), the delete is a DeleteItem on the version
+// read, as before tombstones.
+func (s *Server) transactionDelete(k aggregates.Key, item map[string]ddbtypes.AttributeValue, t Transaction, read int64, named, tomb bool, a author) (*change, error) {
 	explain := s.staleOrGone(k, "transaction")
 	if !named {
 		explain = s.goneOrAgain(k, "transaction")
@@ -136,7 +142,59 @@ func (s *Server) transactionDelete(k aggregates.Key, t Transaction, read int64, 
 	if err != nil {
 		return nil, err
 	}
-	return newChange("delete", action{item: ddbtypes.TransactWriteItem{Delete: del}, onFail: explain}, hist), nil
+	if !tomb {
+		del := &ddbtypes.Delete{
+			TableName: &s.cfg.Table, Key: keyAV(k),
+			ConditionExpression:       aws.String("attribute_exists(#pk) AND #v = :read"),
+			ExpressionAttributeNames:  map[string]string{"#pk": attrPK, "#v": attrVersion},
+			ExpressionAttributeValues: map[string]ddbtypes.AttributeValue{":read": intAV(read)},
+		}
+		if read == 0 {
+			del.ConditionExpression = aws.String("attribute_exists(#pk) AND attribute_not_exists(#v)")
+			del.ExpressionAttributeValues = nil
+		}
+		return newChange("delete", action{item: ddbtypes.TransactWriteItem{Delete: del}, onFail: explain}, hist), nil
+	}
+	return newChange("delete", action{item: ddbtypes.TransactWriteItem{Update: s.tombstone(k, item, read)}, onFail: s.recountOr(k, read, explain)}, hist), nil
+}
+
+// tombstone is the update that makes the transaction at k, item as read
+// at version read, its tombstone (transactionDelete).
+func (s *Server) tombstone(k aggregates.Key, item map[string]ddbtypes.AttributeValue, read int64) *ddbtypes.Update {
+	now := s.cfg.Now().UTC().Format(time.RFC3339Nano)
+	tomb := maps.Clone(item)
+	for _, name := range table.TombstoneRemoves {
+		delete(tomb, name)
+	}
+	tomb[table.AttrDeletedAt] = strAV(now)
+	tomb[attrUpdatedAt] = strAV(now)
+	tomb[attrVersion] = intAV(read + 1)
+	table.Count(tomb, readChanges(item)+1)
+
+	cond, names, values := countCondition(item)
+	cond = "attribute_exists(#pk) AND attribute_not_exists(#del) AND " + cond
+	if read == 0 {
+		cond += " AND attribute_not_exists(#v)"
+	} else {
+		cond += " AND #v = :read"
+		values[":read"] = intAV(read)
+	}
+	names["#pk"], names["#v"], names["#del"], names["#u"], names["#sig"] = attrPK, attrVersion, table.AttrDeletedAt, attrUpdatedAt, table.AttrSig
+	values[":del"], values[":u"], values[":next"] = tomb[table.AttrDeletedAt], tomb[attrUpdatedAt], tomb[attrVersion]
+	values[":changes1"], values[":sig"] = tomb[table.AttrChanges], tomb[table.AttrSig]
+	removes := make([]string, len(table.TombstoneRemoves))
+	for i, name := range table.TombstoneRemoves {
+		removes[i] = fmt.Sprintf("#r%d", i)
+		names[removes[i]] = name
+	}
+	return &ddbtypes.Update{
+		TableName: &s.cfg.Table, Key: keyAV(k),
+		UpdateExpression: aws.String("SET #del = :del, #u = :u, #v = :next, #changes = :changes1, #sig = :sig REMOVE " +
+			strings.Join(removes, ", ")),
+		ConditionExpression:       aws.String(cond),
+		ExpressionAttributeNames:  names,
+		ExpressionAttributeValues: values,
+	}
 }
 
 // goneOrAgain explains a failed version condition on the item at k that

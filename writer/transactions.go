@@ -161,14 +161,14 @@ func (s *Server) createTransaction(w http.ResponseWriter, r *http.Request) {
 }
 
 // getVersioned serves a strongly consistent read of the item at k: decoded,
-// with its version as the ETag, or 404 naming what.
+// with its version as the ETag, or 404 naming what (for a tombstone too).
 func getVersioned[T any](s *Server, w http.ResponseWriter, r *http.Request, k aggregates.Key, what string, decode func(map[string]ddbtypes.AttributeValue) T) {
 	item, err := s.getItem(r.Context(), k)
 	if err != nil {
 		s.fail(w, r, err)
 		return
 	}
-	if item == nil {
+	if item = live(item); item == nil {
 		notFoundOf(what).write(w)
 		return
 	}
@@ -299,7 +299,12 @@ func (s *Server) deleteTransaction(w http.ResponseWriter, r *http.Request) {
 			}
 			t := decodeTransaction(item)
 			t.ID = id // the path's id is the sort key's
-			ch, err := s.transactionDelete(k, t, read, expected > 0, by)
+			// Tombstones only once every reader knows them (the flag).
+			f, err := s.flags.get(ctx)
+			if err != nil {
+				return nil, response{}, nil, err
+			}
+			ch, err := s.transactionDelete(k, item, t, read, expected > 0, f.Tombstones(), by)
 			if err != nil {
 				return nil, response{}, nil, err
 			}
@@ -454,7 +459,11 @@ func (s *Server) listTransactions(w http.ResponseWriter, r *http.Request) {
 		ExpressionAttributeNames: names, ExpressionAttributeValues: values,
 		ScanIndexForward: aws.Bool(false), Limit: aws.Int32(int32(lq.limit + 1)),
 	}
-	var filters []string
+	// Tombstones (deleted transactions) are never listed: dropped by the
+	// filter, so pages may be short as with any filter, and the cursor and
+	// the page bound (maxListPages) work as for the other filters.
+	names["#del"] = aggregates.AttrDeletedAt
+	filters := []string{"attribute_not_exists(#del)"}
 	if lq.typ != "" {
 		names["#type"], values[":type"] = fieldType, strAV(lq.typ)
 		filters = append(filters, "#type = :type")
@@ -484,9 +493,7 @@ func (s *Server) listTransactions(w http.ResponseWriter, r *http.Request) {
 		}
 		filters = append(filters, "("+in+" OR attribute_not_exists(#bd))")
 	}
-	if len(filters) > 0 {
-		in.FilterExpression = aws.String(strings.Join(filters, " AND "))
-	}
+	in.FilterExpression = aws.String(strings.Join(filters, " AND "))
 	if lq.cursor != "" {
 		cur, err := s.cursors.decode(lq.cursor, tenant, branch, lq.canonicalQuery)
 		if err != nil {

@@ -11,6 +11,7 @@ import (
 	ddbtypes "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/ledger-dev/ledger/aggregates"
+	"github.com/ledger-dev/ledger/table"
 )
 
 // WriteAPI is the part of the DynamoDB API a Workload writes with.
@@ -48,6 +49,13 @@ type Workload struct {
 
 	// Counts of the operations written, by kind.
 	Counts map[string]int
+
+	// Tombstones, when set, makes every other remove leave a deleted
+	// transaction's tombstone (table.TombstoneRemoves gone, deletedAt set:
+	// a MODIFY, as the writer's DELETE does) instead of deleting the item
+	// (a REMOVE, as another path can). The random draws are the same
+	// either way.
+	Tombstones bool
 
 	// Stamp, when set, stamps every transaction written (a create, or a
 	// change that rewrites it whole) as the writer does: the stamp of its
@@ -292,17 +300,29 @@ func (w *Workload) modifyIrrelevant(ctx context.Context, api WriteAPI, table str
 	return "modify_irrelevant", w.put(ctx, api, table, k, item)
 }
 
-func (w *Workload) remove(ctx context.Context, api WriteAPI, table string) (string, error) {
+func (w *Workload) remove(ctx context.Context, api WriteAPI, tableName string) (string, error) {
 	i := w.rng.IntN(len(w.live))
 	k := w.live[i]
-	if _, err := api.DeleteItem(ctx, &dynamodb.DeleteItemInput{TableName: &table, Key: map[string]ddbtypes.AttributeValue{"PK": s(k.PK), "SK": s(k.SK)}}); err != nil {
+	kind := "remove"
+	if w.Tombstones && len(w.deleted)%2 == 0 {
+		tomb := clone(w.items[k])
+		for _, name := range table.TombstoneRemoves {
+			delete(tomb, name)
+		}
+		now := s(time.Now().UTC().Format(time.RFC3339Nano))
+		tomb[table.AttrDeletedAt], tomb[table.AttrUpdatedAt] = now, now
+		if _, err := api.PutItem(ctx, &dynamodb.PutItemInput{TableName: &tableName, Item: tomb}); err != nil {
+			return "", err
+		}
+		kind = "tombstone"
+	} else if _, err := api.DeleteItem(ctx, &dynamodb.DeleteItemInput{TableName: &tableName, Key: map[string]ddbtypes.AttributeValue{"PK": s(k.PK), "SK": s(k.SK)}}); err != nil {
 		return "", err
 	}
 	w.live[i] = w.live[len(w.live)-1]
 	w.live = w.live[:len(w.live)-1]
 	delete(w.items, k)
 	w.deleted = append(w.deleted, k)
-	return "remove", nil
+	return kind, nil
 }
 
 func (w *Workload) reinsert(ctx context.Context, api WriteAPI, table string) (string, error) {
