@@ -67,6 +67,7 @@ const (
 	EntityFlags              = "FLAGS"
 	EntityCheckpoint         = "CHECKPOINT"
 	EntityRunMarker          = "RUN"
+	EntityApplied            = "APPLIED"
 	EntityQuarantine         = "QUARANTINE"
 	// EntityReportEntry is one breakdown entry of a report stored as its
 	// own item, once the report's inline map of that dimension is full.
@@ -439,6 +440,15 @@ func PlatformIdempotencyKey(key string) Key { return IdempotencyKey("_", key) }
 // '#', so no tenant's bucket is another's.
 func BudgetKey(tenant string, shard int) Key {
 	return Key{PK: "BUDGET#" + tenant + "#" + strconv.Itoa(shard), SK: "BUCKET"}
+}
+
+// AppliedKey is a branch's applied item, in the coordination table
+// (exactly-once.md, "The design: counted changes", A): what the consumers
+// applied of its transaction partition, counted, and the retired count
+// of its compacted tombstones (table/applied.go). Tenant and branch ids
+// hold no '#', so no two branches share one.
+func AppliedKey(tenant, branch string) Key {
+	return Key{PK: "APPLIED#" + tenant + "#" + branch, SK: "APPLIED"}
 }
 
 // RunMarkerKey addresses the marker of the commit run that starts with the

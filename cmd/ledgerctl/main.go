@@ -50,6 +50,7 @@ Commands:
   run               run ledger locally: DynamoDB Local, table, writer, poller, sample, reports
   report            print a branch's reports as a table or JSON
   rebucket          move a tenant's (or a branch's) history into its current business calendar
+  compact           retire the tombstones of deleted transactions older than the stream's retention
   replay FILE|DIR   push recorded stream events (Lambda JSON) through the processor
   parked            list the report deltas the consumers parked (reconcile --repair heals them)
   lag               per-shard position of the stream's consumer: pending records and their age
@@ -111,6 +112,8 @@ func Run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return env.report(ctx, args[1:])
 	case "rebucket":
 		return env.rebucket(ctx, args[1:])
+	case "compact":
+		return env.compact(ctx, args[1:])
 	case "replay":
 		return env.replay(ctx, args[1:])
 	case "lag":

@@ -1,0 +1,169 @@
+// Package compact retires the tombstones of deleted transactions
+// (docs/design.md, "Transaction"; docs/exactly-once.md, "The design:
+// counted changes"): once the stream no longer holds a tombstone's
+// records, it hard-deletes the tombstone in a transaction that adds its
+// count to its branch's retired count (table.CompactTombstone), so that
+// the number of stream records a branch's items ever produced stays
+// readable (the sum of the changes of its items plus retired) while
+// tombstones do not pile up.
+//
+// A run is safe to repeat, to interrupt and to run while the writer and
+// the consumers run: each tombstone is retired by one conditional
+// transaction (it is still the tombstone read, with the count read, and no
+// rebase of its branch runs), so a tombstone is retired at most once and a
+// count is never moved without its delete.
+package compact
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	ddbtypes "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/ledger-dev/ledger/aggregates"
+	"github.com/ledger-dev/ledger/table"
+)
+
+// API is the part of the DynamoDB API a compaction uses.
+type API interface {
+	Scan(ctx context.Context, in *dynamodb.ScanInput, optFns ...func(*dynamodb.Options)) (*dynamodb.ScanOutput, error)
+	TransactWriteItems(ctx context.Context, in *dynamodb.TransactWriteItemsInput, optFns ...func(*dynamodb.Options)) (*dynamodb.TransactWriteItemsOutput, error)
+}
+
+// StreamRetention is how long DynamoDB Streams keeps a record: 24 hours
+// (https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/Streams.html).
+const StreamRetention = 24 * time.Hour
+
+// MinOlderThan is the youngest tombstone a run may retire: one whose
+// records the stream may still hold would be counted by the consumers
+// as a record after its REMOVE, out of order with its retirement.
+const MinOlderThan = StreamRetention
+
+// DefaultOlderThan is the stream's retention plus a margin of as much
+// again (a consumer catching up after a day's outage still finds the
+// records of the tombstones it is about to read).
+const DefaultOlderThan = 2 * StreamRetention
+
+// ErrTooYoung is returned for an OlderThan below MinOlderThan.
+var ErrTooYoung = fmt.Errorf("compact: tombstones younger than the stream's retention (%s) are kept", MinOlderThan)
+
+// Options tune a run.
+type Options struct {
+	// OlderThan: the tombstones retired are those deleted at least this
+	// long ago (0: DefaultOlderThan; below MinOlderThan: ErrTooYoung).
+	OlderThan time.Duration
+	// Now defaults to the clock.
+	Now func() time.Time
+	// Progress, if set, is called after each page of the scan.
+	Progress func(Result)
+}
+
+// Result says what a run did.
+type Result struct {
+	Scanned    int   // items the scan read (what DynamoDB bills)
+	Tombstones int   // tombstones found
+	Compacted  int   // retired: deleted, their counts moved into retired
+	Young      int   // deleted less than OlderThan ago: kept
+	Uncounted  int   // without a change count (another path's): kept, a rebase gives them one
+	Changed    int   // written since the scan read them (a probe), or in a conflicting transaction: kept, retired by a later run
+	Rebasing   int   // of a branch a rebase runs on: kept, retired by a later run
+	Retired    int64 // the records their retirement added to retired counts
+}
+
+// Run retires every tombstone of ledgerTable deleted at least
+// opts.OlderThan ago, moving its count into its branch's applied item in
+// the coordination table coord.
+func Run(ctx context.Context, api API, ledgerTable, coord string, opts Options) (Result, error) {
+	if opts.OlderThan == 0 {
+		opts.OlderThan = DefaultOlderThan
+	}
+	if opts.OlderThan < MinOlderThan {
+		return Result{}, ErrTooYoung
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	cut := opts.Now().Add(-opts.OlderThan)
+	var res Result
+	in := &dynamodb.ScanInput{
+		TableName:            aws.String(ledgerTable),
+		ConsistentRead:       aws.Bool(true),
+		FilterExpression:     aws.String("attribute_exists(#del) AND begins_with(#pk, :t)"),
+		ProjectionExpression: aws.String("#pk, #sk, #del, #ch"),
+		ExpressionAttributeNames: map[string]string{"#pk": table.AttrPK, "#sk": table.AttrSK,
+			"#del": table.AttrDeletedAt, "#ch": table.AttrChanges},
+		ExpressionAttributeValues: map[string]ddbtypes.AttributeValue{":t": table.S(aggregates.TenantPrefix)},
+	}
+	pages := dynamodb.NewScanPaginator(api, in)
+	for pages.HasMorePages() {
+		out, err := pages.NextPage(ctx)
+		if err != nil {
+			return res, fmt.Errorf("compact: scan %s: %w", ledgerTable, err)
+		}
+		res.Scanned += int(out.ScannedCount)
+		for _, item := range out.Items {
+			if err := retire(ctx, api, ledgerTable, coord, item, cut, &res); err != nil {
+				return res, err
+			}
+		}
+		if opts.Progress != nil {
+			opts.Progress(res)
+		}
+	}
+	return res, nil
+}
+
+// retire retires one tombstone the scan read, if it is old enough.
+func retire(ctx context.Context, api API, ledgerTable, coord string, item map[string]ddbtypes.AttributeValue, cut time.Time, res *Result) error {
+	k := table.KeyOf(item)
+	if !aggregates.IsTransactionKey(k.PK) {
+		return nil // deletedAt on an item of another kind: not a tombstone
+	}
+	res.Tombstones++
+	del, _ := table.String(item, table.AttrDeletedAt)
+	at, err := time.Parse(time.RFC3339Nano, del)
+	if err != nil || !at.Before(cut) {
+		// A deletedAt that is no time was not written by the writer:
+		// kept, as a young one is.
+		res.Young++
+		return nil
+	}
+	c, ok := table.Changes(item)
+	if !ok {
+		res.Uncounted++
+		return nil
+	}
+	items, err := table.CompactTombstone(ledgerTable, coord, k, c)
+	if err != nil {
+		return err
+	}
+	_, err = api.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: items})
+	var tce *ddbtypes.TransactionCanceledException
+	switch {
+	case err == nil:
+		res.Compacted++
+		res.Retired += c + 1
+		return nil
+	case errors.As(err, &tce):
+		code := func(i int) string {
+			if i < len(tce.CancellationReasons) {
+				return aws.ToString(tce.CancellationReasons[i].Code)
+			}
+			return ""
+		}
+		switch {
+		case code(0) == "ConditionalCheckFailed", code(0) == "TransactionConflict", code(1) == "TransactionConflict":
+			// Written since the scan, or being written: a later run.
+			res.Changed++
+			return nil
+		case code(1) == "ConditionalCheckFailed":
+			res.Rebasing++
+			return nil
+		}
+	}
+	return fmt.Errorf("compact %s: %w", k, err)
+}
