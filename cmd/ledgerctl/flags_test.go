@@ -28,6 +28,7 @@ func TestFlags_GetAndSetGuardedByVersion(t *testing.T) {
 	require.Equal(t, exitOK, code, errOut)
 	assert.Contains(t, out, "version 1")
 	assert.Contains(t, out, "writesEnabled=true")
+	assert.Contains(t, out, "tombstones=true", "a new table's deletes leave tombstones")
 
 	code, out, errOut = run(t, env, "flags", "set", "writesEnabled=false", "maintenanceBanner=TRUE")
 	require.Equal(t, exitOK, code, errOut)
@@ -37,7 +38,7 @@ func TestFlags_GetAndSetGuardedByVersion(t *testing.T) {
 	var view flagsView
 	require.NoError(t, json.Unmarshal([]byte(out), &view))
 	assert.Equal(t, flagsView{Table: table, Exists: true, Version: 2, UpdatedAt: view.UpdatedAt,
-		Flags: map[string]bool{"writesEnabled": false, "maintenanceBanner": true}}, view)
+		Flags: map[string]bool{"writesEnabled": false, "maintenanceBanner": true, "tombstones": true}}, view)
 
 	// A set against a version someone else moved on from loses, writing
 	// nothing; so does creating an item that exists.
