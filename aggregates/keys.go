@@ -455,6 +455,12 @@ func AppliedKey(tenant, branch string) Key {
 // stream record eventID.
 func RunMarkerKey(eventID string) Key { return Key{PK: "RUN#" + eventID, SK: "RUN"} }
 
+// RunEndMarkerKey is the key of the end-keyed copy of a standard-mode run's
+// marker, under the run's last record (docs/exactly-once.md, "The design:
+// counted changes", P): found by that record even once the run's first
+// record is trimmed from the stream.
+func RunEndMarkerKey(eventID string) Key { return Key{PK: "RUNEND#" + eventID, SK: "RUN"} }
+
 // QuarantineKey addresses the quarantine item of the stream record eventID.
 func QuarantineKey(eventID string) Key { return Key{PK: "QUARANTINE#" + eventID, SK: "RECORD"} }
 

@@ -55,7 +55,7 @@ func (p *Processor) commitRuns(ctx context.Context, g Guard, changes []change, r
 				return nil
 			}
 		}
-		r := planRun(changes[done:], p.cfg.MaxItemsPerRun, p.cfg.MaxEntriesPerItem, known)
+		r := planRun(changes[done:], p.cfg.MaxItemsPerRun-claimExtra(g), p.cfg.MaxEntriesPerItem, known)
 		keys := r.fold.Keys()
 		// A run with a change that has an effect is claimed even when its
 		// deltas cancel out (an insert and a remove of one item, a modify of
@@ -317,6 +317,9 @@ func (p *Processor) commitTx(ctx context.Context, g Guard, claim func() ddbtypes
 			return fmt.Errorf("%d writes, planned for at most %d: %w", len(items)-1, ref.maxWrites, errRunOverflow)
 		}
 		items[0] = claim()
+		if items, owner, err = p.withRunEnd(items, owner); err != nil {
+			return err
+		}
 		p.metrics.WriteRequests.WithLabelValues("TransactWriteItems").Inc()
 		out, err := p.api.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{
 			TransactItems:          items,

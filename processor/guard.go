@@ -514,8 +514,55 @@ func (g *MarkerGuard) firstMarker(ctx context.Context, changes []change) (int, s
 	return -1, "", nil
 }
 
+// claim claims run by its marker under its first record, which also names
+// the run's first sequence number and its last record: the commit puts
+// the end-keyed copy from it (withRunEnd).
 func (g *MarkerGuard) claim(run []Record) ddbtypes.TransactWriteItem {
-	return table.ClaimRunMarker(g.p.cfg.Table, g.p.markerItem(recordID(&run[0]), lastSequence(run), len(run)))
+	first, last := run[0], run[0]
+	for _, r := range run[1:] {
+		if CompareSequence(r.SequenceNumber, first.SequenceNumber) < 0 {
+			first = r
+		}
+		if CompareSequence(r.SequenceNumber, last.SequenceNumber) > 0 {
+			last = r
+		}
+	}
+	return table.ClaimRunMarker(g.p.cfg.Table, table.RunClaimMarker(recordID(&run[0]), first.SequenceNumber,
+		recordID(&last), last.SequenceNumber, len(run), g.p.now(), g.p.cfg.MarkerTTL))
+}
+
+// claimExtra is how many items a guard's claim adds to a run's
+// transaction besides the claim itself: the run planner plans that many
+// fewer writes. A MarkerGuard's run also puts its end-keyed marker
+// (docs/exactly-once.md, "The design: counted changes", P).
+func claimExtra(g Guard) int {
+	if _, ok := g.(*MarkerGuard); ok {
+		return 1
+	}
+	return 0
+}
+
+// transactLimit is the most items one TransactWriteItems takes.
+const transactLimit = 100
+
+// withRunEnd appends to a run's transaction items, whose first is its
+// claim, the run's end-keyed marker when the claim is a run marker that
+// names its end (RunClaimMarker), owned by the guard (a failed Put of it
+// is the guard's failure). A run that would then exceed a transaction is
+// errRunOverflow: the planner planned claimExtra fewer writes, so only a
+// run of one record too large to cut meets it.
+func (p *Processor) withRunEnd(items []ddbtypes.TransactWriteItem, owner []int) ([]ddbtypes.TransactWriteItem, []int, error) {
+	if len(items) == 0 || items[0].Put == nil {
+		return items, owner, nil
+	}
+	end, ok := table.RunEndMarker(items[0].Put.Item)
+	if !ok {
+		return items, owner, nil
+	}
+	if len(items)+1 > transactLimit {
+		return items, owner, fmt.Errorf("%d writes, the claim and the run's end marker: %w", len(items)-1, errRunOverflow)
+	}
+	return append(items, table.PutRunEndMarker(p.cfg.Table, end)), append(owner, ownerGuard), nil
 }
 
 func (g *MarkerGuard) claimed([]Record) {}

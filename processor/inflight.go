@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	ddbtypes "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodbstreams"
 	streamtypes "github.com/aws/aws-sdk-go-v2/service/dynamodbstreams/types"
 
@@ -179,32 +181,68 @@ func readShard(ctx context.Context, streams StreamReader, arn, shard, after stri
 
 // coveredByMarkers says, for each record of a shard read from its trim
 // horizon, whether it lies in a run whose marker exists (committed by the
-// standard-mode Lambda): a marker keyed by a record's id names its run's
-// last record.
+// standard-mode Lambda). Each record's id is looked up under both marker
+// keys (consistent reads): a marker keyed by a record's id names its run's
+// last record, and an end-keyed marker (aggregates.RunEndMarkerKey) keyed
+// by a run's last record names its first. So a run whose first record is
+// trimmed is still found by its last, which is readable unless the whole
+// run is trimmed: a readable record no marker covers is not committed
+// (docs/exactly-once.md, "The design: counted changes", P). A run
+// committed by a version before end-keyed markers is found by its first
+// record only.
 func (p *Processor) coveredByMarkers(ctx context.Context, recs []Record) ([]bool, error) {
-	keys := make([]aggregates.Key, len(recs))
+	keys := make([]aggregates.Key, 0, 2*len(recs))
 	for i := range recs {
-		keys[i] = aggregates.RunMarkerKey(recordID(&recs[i]))
+		id := recordID(&recs[i])
+		keys = append(keys, aggregates.RunMarkerKey(id), aggregates.RunEndMarkerKey(id))
 	}
-	markers := map[aggregates.Key]string{}
+	markers := map[aggregates.Key]map[string]ddbtypes.AttributeValue{}
 	for len(keys) > 0 {
 		n := min(len(keys), 100)
-		items, err := p.batchGet(ctx, keys[:n], table.AttrSequenceNumber)
+		items, err := p.batchGet(ctx, keys[:n], table.AttrSequenceNumber, table.AttrFirstSequenceNumber)
 		if err != nil {
 			return nil, err
 		}
 		for k, item := range items {
-			markers[k], _ = table.RunMarkerEnd(item)
+			markers[k] = item
 		}
 		keys = keys[n:]
 	}
-	covered := make([]bool, len(recs))
-	end := ""
+	// The spans of the runs found, [first, last]: a start-keyed marker
+	// starts at its own record, an end-keyed one ends at its own record.
+	type span struct{ first, last string }
+	var spans []span
 	for i := range recs {
-		if last, ok := markers[aggregates.RunMarkerKey(recordID(&recs[i]))]; ok && CompareSequence(last, end) > 0 {
-			end = last
+		id, seq := recordID(&recs[i]), recs[i].SequenceNumber
+		if item, ok := markers[aggregates.RunMarkerKey(id)]; ok {
+			if last, ok := table.RunMarkerEnd(item); ok {
+				spans = append(spans, span{seq, last})
+			}
 		}
-		covered[i] = end != "" && CompareSequence(recs[i].SequenceNumber, end) <= 0
+		if item, ok := markers[aggregates.RunEndMarkerKey(id)]; ok {
+			if first, _, ok := table.RunMarkerSpan(item); ok {
+				spans = append(spans, span{first, seq})
+			}
+		}
+	}
+	// A sweep in sequence order: a record is covered when the spans that
+	// start at or before it reach it.
+	slices.SortFunc(spans, func(a, b span) int { return CompareSequence(a.first, b.first) })
+	order := make([]int, len(recs))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortStableFunc(order, func(a, b int) int { return CompareSequence(recs[a].SequenceNumber, recs[b].SequenceNumber) })
+	covered := make([]bool, len(recs))
+	reach, j := "", 0
+	for _, i := range order {
+		seq := recs[i].SequenceNumber
+		for ; j < len(spans) && CompareSequence(spans[j].first, seq) <= 0; j++ {
+			if reach == "" || CompareSequence(spans[j].last, reach) > 0 {
+				reach = spans[j].last
+			}
+		}
+		covered[i] = reach != "" && CompareSequence(seq, reach) <= 0
 	}
 	return covered, nil
 }
