@@ -1,17 +1,19 @@
 // Package compact retires the tombstones of deleted transactions
 // (docs/design.md, "Transaction"; docs/exactly-once.md, "The design:
 // counted changes"): once the stream no longer holds a tombstone's
-// records, it hard-deletes the tombstone in a transaction that adds its
-// count to its branch's retired count (table.CompactTombstone), so that
-// the number of stream records a branch's items ever produced stays
-// readable (the sum of the changes of its items plus retired) while
-// tombstones do not pile up.
+// records, it marks the tombstone (a counted change) and hard-deletes it
+// in a transaction that adds the key's count to its branch's retired count
+// (table.MarkTombstone, table.RetireTombstone), so that the number of
+// stream records a branch's items ever produced stays readable (the sum
+// of the changes of its items plus retired) while tombstones do not pile
+// up.
 //
 // A run is safe to repeat, to interrupt and to run while the writer and
-// the consumers run: each tombstone is retired by one conditional
-// transaction (it is still the tombstone read, with the count read, and no
-// rebase of its branch runs), so a tombstone is retired at most once and a
-// count is never moved without its delete.
+// the consumers run: each step is one conditional transaction (the
+// tombstone still as read, or as marked, and no rebase of its branch
+// running), so a tombstone is retired at most once and a count is never
+// moved without its delete; a tombstone a stopped run marked is retired
+// by the next.
 package compact
 
 import (
@@ -71,7 +73,7 @@ type Result struct {
 	Uncounted  int   // without a change count (another path's): kept, a rebase gives them one
 	Changed    int   // written since the scan read them (a probe), or in a conflicting transaction: kept, retired by a later run
 	Rebasing   int   // of a branch a rebase runs on: kept, retired by a later run
-	Retired    int64 // the records their retirement added to retired counts
+	Retired    int64 // the records their retirement added to retired counts (each key's count after its mark)
 }
 
 // Run retires every tombstone of ledgerTable deleted at least
@@ -87,15 +89,16 @@ func Run(ctx context.Context, api API, ledgerTable, coord string, opts Options) 
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
-	cut := opts.Now().Add(-opts.OlderThan)
+	now := opts.Now()
+	cut := now.Add(-opts.OlderThan)
+	runID := fmt.Sprintf("compact-%d", now.UnixNano())
 	var res Result
+	// Whole items: a mark's sig digests the whole tombstone.
 	in := &dynamodb.ScanInput{
-		TableName:            aws.String(ledgerTable),
-		ConsistentRead:       aws.Bool(true),
-		FilterExpression:     aws.String("attribute_exists(#del) AND begins_with(#pk, :t)"),
-		ProjectionExpression: aws.String("#pk, #sk, #del, #ch"),
-		ExpressionAttributeNames: map[string]string{"#pk": table.AttrPK, "#sk": table.AttrSK,
-			"#del": table.AttrDeletedAt, "#ch": table.AttrChanges},
+		TableName:                 aws.String(ledgerTable),
+		ConsistentRead:            aws.Bool(true),
+		FilterExpression:          aws.String("attribute_exists(#del) AND begins_with(#pk, :t)"),
+		ExpressionAttributeNames:  map[string]string{"#pk": table.AttrPK, "#del": table.AttrDeletedAt},
 		ExpressionAttributeValues: map[string]ddbtypes.AttributeValue{":t": table.S(aggregates.TenantPrefix)},
 	}
 	pages := dynamodb.NewScanPaginator(api, in)
@@ -106,7 +109,7 @@ func Run(ctx context.Context, api API, ledgerTable, coord string, opts Options) 
 		}
 		res.Scanned += int(out.ScannedCount)
 		for _, item := range out.Items {
-			if err := retire(ctx, api, ledgerTable, coord, item, cut, &res); err != nil {
+			if err := retire(ctx, api, ledgerTable, coord, runID, item, cut, &res); err != nil {
 				return res, err
 			}
 		}
@@ -117,8 +120,11 @@ func Run(ctx context.Context, api API, ledgerTable, coord string, opts Options) 
 	return res, nil
 }
 
-// retire retires one tombstone the scan read, if it is old enough.
-func retire(ctx context.Context, api API, ledgerTable, coord string, item map[string]ddbtypes.AttributeValue, cut time.Time, res *Result) error {
+// retire retires one tombstone the scan read (the whole item), if it is
+// old enough: it marks it (unless a run that stopped half-way marked it
+// already) and then deletes it with its count (table.MarkTombstone,
+// table.RetireTombstone).
+func retire(ctx context.Context, api API, ledgerTable, coord, runID string, item map[string]ddbtypes.AttributeValue, cut time.Time, res *Result) error {
 	k := table.KeyOf(item)
 	if !aggregates.IsTransactionKey(k.PK) {
 		return nil // deletedAt on an item of another kind: not a tombstone
@@ -137,17 +143,39 @@ func retire(ctx context.Context, api API, ledgerTable, coord string, item map[st
 		res.Uncounted++
 		return nil
 	}
-	items, err := table.CompactTombstone(ledgerTable, coord, k, c)
+	id, marked := table.String(item, table.AttrCompacting)
+	if !marked {
+		items, err := table.MarkTombstone(ledgerTable, coord, item, runID)
+		if err != nil {
+			return err
+		}
+		if done, err := transact(ctx, api, k, items, res); !done || err != nil {
+			return err
+		}
+		id, c = runID, c+1
+	}
+	items, err := table.RetireTombstone(ledgerTable, coord, k, id, c)
 	if err != nil {
 		return err
 	}
-	_, err = api.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: items})
+	done, err := transact(ctx, api, k, items, res)
+	if done {
+		res.Compacted++
+		res.Retired += c
+	}
+	return err
+}
+
+// transact writes one step of a retirement: done when it landed; a step
+// whose tombstone changed since it was read (or that conflicted with
+// another write) or whose branch is being rebased is counted and left for
+// a later run.
+func transact(ctx context.Context, api API, k aggregates.Key, items []ddbtypes.TransactWriteItem, res *Result) (bool, error) {
+	_, err := api.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: items})
 	var tce *ddbtypes.TransactionCanceledException
 	switch {
 	case err == nil:
-		res.Compacted++
-		res.Retired += c + 1
-		return nil
+		return true, nil
 	case errors.As(err, &tce):
 		code := func(i int) string {
 			if i < len(tce.CancellationReasons) {
@@ -157,13 +185,12 @@ func retire(ctx context.Context, api API, ledgerTable, coord string, item map[st
 		}
 		switch {
 		case code(0) == "ConditionalCheckFailed", code(0) == "TransactionConflict", code(1) == "TransactionConflict":
-			// Written since the scan, or being written: a later run.
 			res.Changed++
-			return nil
+			return false, nil
 		case code(1) == "ConditionalCheckFailed":
 			res.Rebasing++
-			return nil
+			return false, nil
 		}
 	}
-	return fmt.Errorf("compact %s: %w", k, err)
+	return false, fmt.Errorf("compact %s: %w", k, err)
 }

@@ -21,8 +21,8 @@ import (
 
 func TestMain(m *testing.M) { ddbtest.Main(m) }
 
-// The tests that take a table, one each: three.
-var tables = ddbtest.Pool{Size: 3}
+// The tests that take a table, one each: four.
+var tables = ddbtest.Pool{Size: 4}
 
 var now = time.Date(2026, 11, 26, 12, 0, 0, 0, time.UTC)
 
@@ -60,9 +60,21 @@ func (b *books) put(branch string, c int64, deleted time.Duration, counted bool)
 	if counted {
 		table.Count(item, c)
 	}
-	_, err = b.api.PutItem(context.Background(), &dynamodb.PutItemInput{TableName: &b.table, Item: item})
-	require.NoError(b.t, err)
+	b.putItem(item)
 	return k
+}
+
+func (b *books) putItem(item map[string]ddbtypes.AttributeValue) {
+	b.t.Helper()
+	_, err := b.api.PutItem(context.Background(), &dynamodb.PutItemInput{TableName: &b.table, Item: item})
+	require.NoError(b.t, err)
+}
+
+func (b *books) get(k aggregates.Key) map[string]ddbtypes.AttributeValue {
+	b.t.Helper()
+	out, err := b.api.GetItem(context.Background(), &dynamodb.GetItemInput{TableName: &b.table, Key: table.Key(k), ConsistentRead: aws.Bool(true)})
+	require.NoError(b.t, err)
+	return out.Item
 }
 
 func (b *books) exists(k aggregates.Key) bool {
@@ -97,6 +109,7 @@ func TestCompact_RetiresTheOldTombstonesIntoTheirBranchesRetiredCounts(t *testin
 	require.NoError(t, err)
 	assert.Equal(t, 5, res.Tombstones)
 	assert.Equal(t, 3, res.Compacted)
+	// Each retires its count after its mark: 2 + 1, 5 + 1, 3 + 1.
 	assert.Equal(t, 1, res.Young)
 	assert.Equal(t, 1, res.Uncounted)
 	assert.Equal(t, int64(3+6+4), res.Retired)
@@ -104,7 +117,7 @@ func TestCompact_RetiresTheOldTombstonesIntoTheirBranchesRetiredCounts(t *testin
 		assert.Equal(t, want, b.exists(k), "%s kept", k)
 	}
 	north, item := b.applied("north")
-	assert.Equal(t, int64(3+6), north.Retired, "each tombstone's changes + 1 (its REMOVE)")
+	assert.Equal(t, int64(3+6), north.Retired, "each key's count after its mark (not its REMOVE)")
 	assert.Equal(t, aggregates.EntityApplied, item[table.AttrEntityType].(*ddbtypes.AttributeValueMemberS).Value)
 	assert.NotContains(t, item, table.AttrExpiresAt, "the applied item lives as long as its branch")
 	south, _ := b.applied("south")
@@ -133,12 +146,13 @@ func TestCompact_RefusesTombstonesYoungerThanTheStreamsRetention(t *testing.T) {
 	assert.Zero(t, api.scans.Load(), "nothing read")
 }
 
-// hooked runs before, once, ahead of the first TransactWriteItems.
+// hooked runs before ahead of the first TransactWriteItems, and
+// beforeSecond ahead of the second.
 type hooked struct {
 	*dynamodb.Client
-	before func()
-	once   atomic.Bool
-	scans  atomic.Int64
+	before, beforeSecond func()
+	calls                atomic.Int64
+	scans                atomic.Int64
 }
 
 func (h *hooked) Scan(ctx context.Context, in *dynamodb.ScanInput, opts ...func(*dynamodb.Options)) (*dynamodb.ScanOutput, error) {
@@ -150,8 +164,11 @@ func (h *hooked) Scan(ctx context.Context, in *dynamodb.ScanInput, opts ...func(
 }
 
 func (h *hooked) TransactWriteItems(ctx context.Context, in *dynamodb.TransactWriteItemsInput, opts ...func(*dynamodb.Options)) (*dynamodb.TransactWriteItemsOutput, error) {
-	if h.before != nil && h.once.CompareAndSwap(false, true) {
+	switch n := h.calls.Add(1); {
+	case n == 1 && h.before != nil:
 		h.before()
+	case n == 2 && h.beforeSecond != nil:
+		h.beforeSecond()
 	}
 	return h.Client.TransactWriteItems(ctx, in, opts...)
 }
@@ -197,4 +214,43 @@ func TestCompact_NotWhileARebaseOfTheBranchRuns(t *testing.T) {
 	assert.False(t, b.exists(other))
 	a, _ := b.applied("north")
 	assert.Zero(t, a.Retired)
+}
+
+// A compaction marks a tombstone with a counted change before it deletes
+// it (the second review's C-b: only a REMOVE of a marked tombstone is a
+// compaction's), and retires the key's count after the mark (C-a: the
+// REMOVE is not in retired). A tombstone a stopped run marked is retired
+// by the next without a second mark.
+func TestCompact_MarksWithACountedChangeThenRetiresTheKeysCount(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := newBooks(t)
+	k := b.put("north", 4, 72*time.Hour, true)
+	var marked map[string]ddbtypes.AttributeValue
+	api := &hooked{Client: b.api, beforeSecond: func() { marked = b.get(k) }}
+	res, err := compact.Run(ctx, api, b.table, b.coord(), compact.Options{Now: func() time.Time { return now }})
+	require.NoError(t, err)
+	require.NotNil(t, marked, "marked before its delete")
+	assert.Contains(t, marked, table.AttrCompacting)
+	c, _ := table.Changes(marked)
+	assert.Equal(t, int64(5), c, "the mark is a counted change")
+	assert.True(t, table.SigMatches(marked))
+	assert.Equal(t, 1, res.Compacted)
+	assert.Equal(t, int64(5), res.Retired)
+	assert.False(t, b.exists(k))
+
+	// A run that stopped after its mark: the next retires what it marked.
+	k2 := b.put("north", 2, 72*time.Hour, true)
+	half := b.get(k2)
+	half[table.AttrCompacting] = table.S("compact-1")
+	table.Count(half, 3)
+	b.putItem(half)
+	api = &hooked{Client: b.api}
+	res, err = compact.Run(ctx, api, b.table, b.coord(), compact.Options{Now: func() time.Time { return now }})
+	require.NoError(t, err)
+	assert.Equal(t, 1, res.Compacted)
+	assert.Equal(t, int64(1), api.calls.Load(), "no second mark")
+	assert.False(t, b.exists(k2))
+	a, _ := b.applied("north")
+	assert.Equal(t, int64(5+3), a.Retired)
 }

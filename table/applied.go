@@ -18,7 +18,7 @@ import (
 //
 //	entityType   APPLIED
 //	retired      N, the stream records of the branch's compacted tombstones:
-//	             each compaction adds the tombstone's changes + 1 (its REMOVE)
+//	             each compaction adds the key's count after its mark (not its REMOVE)
 //
 // and read: rebasing (S, set while a rebase of the branch runs; a
 // compaction refuses then). The consumers' counts (applied, probed,
@@ -70,32 +70,83 @@ func GetApplied(ctx context.Context, api interface {
 	return DecodeApplied(out.Item)
 }
 
-// CompactTombstone is the transaction that retires the tombstone at k, a
-// transaction item of the ledger table read with changes c: a DeleteItem
-// of it on condition that it is still that tombstone (changes = c AND
-// attribute_exists(deletedAt)), and an update of its branch's applied
-// item in the coordination table coord that adds c + 1 to retired (the
-// tombstone's records and its REMOVE), on condition that no rebase of the
-// branch runs. Either condition failing cancels both: nothing is retired
-// that is not deleted, and the reverse.
-func CompactTombstone(ledgerTable, coord string, k aggregates.Key, c int64) ([]types.TransactWriteItem, error) {
+// A compaction retires a tombstone in two transactions (the second review
+// of issue 25, C-a and C-b):
+//
+//  1. MarkTombstone: a counted change of the tombstone (compacting = the
+//     run's id, changes + 1 with its sig, no probe) on condition that it
+//     is still the tombstone read and not marked, with a ConditionCheck
+//     that no rebase of its branch runs. Its record is a MODIFY from a
+//     tombstone to a tombstone: absent to absent, no figure.
+//  2. RetireTombstone: a DeleteItem of the marked tombstone on condition
+//     of its mark and count, with the update of its branch's applied item
+//     that adds the key's records (its count after the mark) to retired,
+//     on condition that no rebase runs.
+//
+// So only a REMOVE of a marked tombstone is a compaction's (another
+// path's delete of a tombstone is foreign), and retired counts the key's
+// records, not the REMOVE, which changes no figure and is counted apart
+// by the consumers.
+
+// MarkTombstone is step 1 for the tombstone item (the whole item, as read:
+// its sig is computed from it) of the ledger table, by compaction run id.
+func MarkTombstone(ledgerTable, coord string, item map[string]types.AttributeValue, id string) ([]types.TransactWriteItem, error) {
+	k := KeyOf(item)
+	tenant, branch, ok := aggregates.ParseTransactionPK(k.PK)
+	if !ok || !IsTombstone(item) {
+		return nil, fmt.Errorf("mark %s: not a tombstone", k)
+	}
+	c, ok := Changes(item)
+	if !ok {
+		return nil, fmt.Errorf("mark %s: no change count", k)
+	}
+	next := make(map[string]types.AttributeValue, len(item)+1)
+	for name, v := range item {
+		next[name] = v
+	}
+	next[AttrCompacting] = S(id)
+	Count(next, c+1)
+	return []types.TransactWriteItem{
+		{Update: &types.Update{
+			TableName: aws.String(ledgerTable), Key: Key(k),
+			UpdateExpression:    aws.String("SET #mark = :id, #ch = :c1, #sig = :sig REMOVE #probe"),
+			ConditionExpression: aws.String("#ch = :c AND attribute_exists(#del) AND attribute_not_exists(#mark)"),
+			ExpressionAttributeNames: map[string]string{"#mark": AttrCompacting, "#ch": AttrChanges, "#sig": AttrSig,
+				"#probe": AttrProbe, "#del": AttrDeletedAt},
+			ExpressionAttributeValues: map[string]types.AttributeValue{":id": S(id), ":c1": Int(c + 1), ":c": Int(c),
+				":sig": next[AttrSig]},
+		}},
+		{ConditionCheck: &types.ConditionCheck{
+			TableName: aws.String(coord), Key: Key(aggregates.AppliedKey(tenant, branch)),
+			ConditionExpression:      aws.String("attribute_not_exists(#rb)"),
+			ExpressionAttributeNames: map[string]string{"#rb": AttrRebasing},
+		}},
+	}, nil
+}
+
+// RetireTombstone is step 2 for the tombstone at k marked by compaction
+// run id with changes c (its count after the mark): its delete on
+// condition of both, and c added to its branch's retired count in the
+// applied item of the coordination table coord, on condition that no
+// rebase runs. Either condition failing cancels both.
+func RetireTombstone(ledgerTable, coord string, k aggregates.Key, id string, c int64) ([]types.TransactWriteItem, error) {
 	tenant, branch, ok := aggregates.ParseTransactionPK(k.PK)
 	if !ok {
-		return nil, fmt.Errorf("compact %s: not a transaction key", k)
+		return nil, fmt.Errorf("retire %s: not a transaction key", k)
 	}
 	return []types.TransactWriteItem{
 		{Delete: &types.Delete{
 			TableName: aws.String(ledgerTable), Key: Key(k),
-			ConditionExpression:       aws.String("#ch = :c AND attribute_exists(#del)"),
-			ExpressionAttributeNames:  map[string]string{"#ch": AttrChanges, "#del": AttrDeletedAt},
-			ExpressionAttributeValues: map[string]types.AttributeValue{":c": Int(c)},
+			ConditionExpression:       aws.String("#ch = :c AND #mark = :id AND attribute_exists(#del)"),
+			ExpressionAttributeNames:  map[string]string{"#ch": AttrChanges, "#mark": AttrCompacting, "#del": AttrDeletedAt},
+			ExpressionAttributeValues: map[string]types.AttributeValue{":c": Int(c), ":id": S(id)},
 		}},
 		{Update: &types.Update{
 			TableName: aws.String(coord), Key: Key(aggregates.AppliedKey(tenant, branch)),
 			UpdateExpression:          aws.String("SET #r = if_not_exists(#r, :zero) + :n, #et = :et"),
 			ConditionExpression:       aws.String("attribute_not_exists(#rb)"),
 			ExpressionAttributeNames:  map[string]string{"#r": AttrRetired, "#et": AttrEntityType, "#rb": AttrRebasing},
-			ExpressionAttributeValues: map[string]types.AttributeValue{":zero": Int(0), ":n": Int(c + 1), ":et": S(aggregates.EntityApplied)},
+			ExpressionAttributeValues: map[string]types.AttributeValue{":zero": Int(0), ":n": Int(c), ":et": S(aggregates.EntityApplied)},
 		}},
 	}, nil
 }

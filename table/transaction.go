@@ -35,6 +35,7 @@ import (
 //	sig                        B, 16 bytes: Sig of the item as written (every attribute but sig)
 //	deletedAt                  S, RFC 3339: only on a tombstone (a deleted transaction)
 //	probe                      S, only on an item a rebase probed (exactly-once.md); every write removes it
+//	compacting                 S, only on a tombstone a compaction marked (table/applied.go)
 //
 // businessDate and periods are its stamp (aggregates/stamp.go), decided by
 // the writer from createdAt, the branch's calendar and the tenant's period
@@ -80,6 +81,9 @@ const (
 	AttrSig       = "sig"
 	AttrDeletedAt = aggregates.AttrDeletedAt
 	AttrProbe     = "probe"
+	// AttrCompacting marks a tombstone a compaction is retiring
+	// (MarkTombstone): the id of its run.
+	AttrCompacting = "compacting"
 )
 
 // TombstoneRemoves are the attributes a delete removes from a transaction

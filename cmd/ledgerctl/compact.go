@@ -10,10 +10,10 @@ import (
 
 const compactHelp = `Retires the tombstones of deleted transactions (the writer's DELETE keeps a
 tombstone: docs/design.md, "Transaction"): every tombstone deleted at least
---older-than ago is hard-deleted in one transaction with its branch's applied
-item in the coordination table, which adds the tombstone's change count to
-the branch's retired count (docs/exactly-once.md, "The design: counted
-changes"). A tombstone whose records the stream may still hold is kept:
+--older-than ago is marked (a counted change), then hard-deleted in one
+transaction with its branch's applied item in the coordination table, which
+adds the key's change count to the branch's retired count
+(docs/exactly-once.md, "The design: counted changes"). A tombstone whose records the stream may still hold is kept:
 --older-than below the stream's retention (24h) is refused.
 
 It scans the whole table (strongly consistent), while the writer and the
