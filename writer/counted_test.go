@@ -345,3 +345,36 @@ func TestTombstones_OffByTheFlagADeleteDeletesTheItem(t *testing.T) {
 	require.Len(t, h, 2)
 	assert.Equal(t, "deleted", h[1].Operation)
 }
+
+// A rebase's probe between a write's read and its commit moves the count
+// and not the version (the second review's W-b): the PATCH or DELETE is
+// prepared again on the probed item, never a 412, and its write removes
+// the probe.
+func TestCountedChanges_AProbeBetweenReadAndWriteIsPreparedAgain(t *testing.T) {
+	t.Parallel()
+	for _, method := range []string{"PATCH", "DELETE"} {
+		t.Run(method, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			e := newEnv(t, sharedTable(t))
+			tx := e.create(`{"type":"EXPENSE","amount":"2.5","category":"c","createdAt":"2026-03-05T02:00:00Z"}`)
+			e.raceHook("TransactWriteItems", func() {
+				item := e.transactionItem(tx)
+				item[table.AttrProbe] = s("rebase-1")
+				table.Count(item, 2)
+				item[table.AttrProbe] = s("rebase-1") // Count drops it; a probe keeps it
+				item[table.AttrSig] = table.SigAV(table.Sig(item))
+				_, err := e.ddb.PutItem(ctx, &dynamodb.PutItemInput{TableName: &e.table, Item: item})
+				require.NoError(t, err)
+			})
+			rq := req{method: method, path: e.base() + "/transactions/" + tx.ID, headers: []string{"If-Match", `"1"`}}
+			want := http.StatusNoContent
+			if method == "PATCH" {
+				rq.body, want = `{"amount":"3"}`, http.StatusOK
+			}
+			r := e.send(rq)
+			require.Equal(t, want, r.Status, "answer %s", r)
+			e.requireCounted(tx, 3) // created, probed, written: the probe removed
+		})
+	}
+}
