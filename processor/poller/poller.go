@@ -839,17 +839,27 @@ func (p *Poller) readerDone(ctx context.Context, r readerResult) {
 		p.pm.IteratorAge.DeleteLabelValues(r.shard)
 	}
 	switch {
-	case h.lost:
-		delete(p.held, r.shard)
 	case r.finished:
 		p.log.Info("shard finished: read to its end", "shard", r.shard)
 		cp := p.cps[r.shard]
 		cp.finished = true
 		p.cps[r.shard] = cp
 		p.lastStop = time.Now()
-		p.lookup = append(p.lookup, r.shard) // its children, by CHILD_SHARDS at the next pass
+		// Its children, by CHILD_SHARDS at the next pass, also when the
+		// lease was lost as the reader reached the end (it expired or was
+		// taken while the result waited for the coordinator): nobody reads
+		// a finished shard again, so nobody else looks its children up, and
+		// they waited for the next listing of the whole stream (review,
+		// session 15).
+		p.lookup = append(p.lookup, r.shard)
+		if h.lost {
+			delete(p.held, r.shard)
+			break
+		}
 		h.finished = true
 		p.release(ctx, r.shard, h)
+	case h.lost:
+		delete(p.held, r.shard)
 	case r.drained:
 		p.drained[r.shard] = true
 		p.lastStop = time.Now()
