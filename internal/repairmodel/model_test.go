@@ -498,7 +498,7 @@ func (r *repair) next() (more, wrote, exact bool) {
 			return false, false, false
 		}
 		exact = r.v+w.parked-r.parkedRead == w.target() // report + parked = target
-		if w.second.rollupNewMinusOld { // roll-up review, hole 4: the repair puts new − old
+		if w.second.rollupNewMinusOld {                 // roll-up review, hole 4: the repair puts new − old
 			w.rollup += r.v - w.report
 		}
 		w.report = r.v
