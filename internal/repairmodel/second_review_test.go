@@ -506,3 +506,35 @@ func TestSecondReview_C_CompactionRandomized(t *testing.T) {
 		}
 	}
 }
+
+// Hole O-a. Revision 2 says the digest stops "a restore of one item". It
+// does not: an item restored from a backup (or copied back from an export)
+// is an image the writer once wrote, digest and all, with a lower count.
+// R2 accepts it; its lowered count is the documented hard-delete class (an
+// excess in A that hides as many unreadable records elsewhere), detected
+// only once its record commits (foreign: its count does not step by one).
+func TestSecondReview_O_ARestoredItemCarriesItsOwnDigest(t *testing.T) {
+	for _, sc := range []second{{}, {sigWhole: true}} {
+		s := newScript(t, mutations{})
+		s.w.second = sc
+		s.put(0, 10)
+		older := s.w.items[0] // the backup's image
+		s.put(0, 20)
+		s.put(1, 100)
+		for k := range 2 {
+			s.readable(k)
+			s.commit(k, 0)
+		}
+		s.put(1, 200)       // not readable
+		s.w.write(0, older) // the restore: not readable
+		wrote, exact, refused := s.repair(nil)
+		if !wrote || exact {
+			t.Errorf("digest %+v: wrote %v, on target %v, refused %q; want a write off target (the restore passes R2)", sc, wrote, exact, refused)
+		}
+		s.readable(0)
+		s.commit(0, 0)
+		if s.w.foreign != 1 {
+			t.Errorf("digest %+v: foreign %d after the restore committed; want 1 (detected after)", sc, s.w.foreign)
+		}
+	}
+}
