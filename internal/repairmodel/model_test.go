@@ -162,6 +162,7 @@ type world struct {
 	parked   int  // parked deltas of the report (an old commit against a fenced head parks: hole F-a)
 	retired  int  // the branch's retired count: compacted tombstones' counts (revision 2, [F10])
 	rebasing bool // a rebase runs: compaction waits (revision 2, [F10])
+	losses   int  // losses so far (fix L-a: a count every consumer that abandons records moves)
 }
 
 func newWorld(seed int64, mut mutations) *world {
@@ -269,6 +270,7 @@ func (w *world) step() {
 					w.doneImg[r.key] = r.new
 				}
 				sh.cp = sh.readable
+				w.losses++
 			}
 		}
 	}
@@ -306,6 +308,7 @@ func (w *world) commit(s *shard, half int) {
 	for _, r := range s.recs[s.cp:end] {
 		delta += r.new.contrib() - r.old.contrib()
 		switch {
+		case w.second.rebaseRetired && w.isCompaction(r): // fix C-a: counted apart, in neither A nor W
 		case w.writerShaped(r) && r.new.probe && w.isProbe(r):
 			pr++
 		case w.writerShaped(r):
@@ -381,6 +384,7 @@ type repair struct {
 
 	retired    int // R2: the branch's retired count, read after the last page
 	parkedRead int // R1: the parked deltas read (deleted by R6)
+	losses     int // R0: the loss count (fix L-a)
 }
 
 func (w *world) newRepair() *repair {
@@ -392,7 +396,7 @@ func (r *repair) pin() bool {
 		r.refuse = "open"
 		return false
 	}
-	r.a, r.f, r.pr, r.pinned = r.w.applied, r.w.foreign, r.w.probed, true
+	r.a, r.f, r.pr, r.pinned, r.losses = r.w.applied, r.w.foreign, r.w.probed, true, r.w.losses
 	if r.f != r.w.foreignAck {
 		r.refuse = "foreign"
 		return false
@@ -438,6 +442,10 @@ func (r *repair) next() (more, wrote, exact bool) {
 		}
 		return true, false, false
 	case 2: // R3, one shard at a time
+		if w.second.noStream { // simplification S: no stream read; R4 then requires A = W
+			r.phase = 3
+			return true, false, false
+		}
 		s := w.shards[r.shard]
 		r.shard++
 		if s.pendTo > s.cp && !w.mut.ignorePendingBatch {
@@ -493,7 +501,7 @@ func (r *repair) next() (more, wrote, exact bool) {
 		r.phase = 4
 		return true, false, false
 	default: // R6
-		if !w.mut.noPin && (w.applied != r.a || w.probed != r.pr || w.foreign != r.f || w.open > 0) {
+		if !w.mut.noPin && (w.applied != r.a || w.probed != r.pr || w.foreign != r.f || w.open > 0 || (w.second.pinLosses && w.losses != r.losses)) {
 			r.refuse = "pin"
 			return false, false, false
 		}
@@ -828,6 +836,8 @@ type rebase struct {
 	v, sum int
 	p4     int // probed as read at B4, after the bases (review fix)
 	refuse string
+	pB1    int // probed as read at B1 (simplification S: B3 waits on the count)
+	losses int // the loss count at B1 (fix L-a)
 }
 
 func (w *world) newRebase() *rebase { return &rebase{w: w, probes: map[int]int{}} }
@@ -852,7 +862,7 @@ func (b *rebase) next() (more, wrote, exact bool) {
 			b.refuse = "open"
 			return false, false, false
 		}
-		b.a, b.f, b.phase = w.applied, w.foreign, 1
+		b.a, b.f, b.phase, b.pB1, b.losses = w.applied, w.foreign, 1, w.probed, w.losses
 		return true, false, false
 	case 1: // B2: probe every key, tombstones included
 		for k, m := range w.items {
@@ -863,6 +873,17 @@ func (b *rebase) next() (more, wrote, exact bool) {
 		b.phase = 2
 		return true, false, false
 	case 2: // B3: wait until every probe record is readable
+		if w.second.noStream { // simplification S: until every probe is claimed, by the count
+			if w.probed-b.pB1 < len(b.probes) {
+				if b.waits++; b.waits > 300 {
+					b.refuse = "probe not claimed"
+					return false, false, false
+				}
+				return true, false, false
+			}
+			b.phase = 3
+			return true, false, false
+		}
 		for k := range b.probes {
 			if sh, i := b.probeAt(k); sh.readable <= i {
 				if b.waits++; b.waits > 300 {
@@ -876,28 +897,18 @@ func (b *rebase) next() (more, wrote, exact bool) {
 		return true, false, false
 	case 3: // B4: the base of every probed key
 		for _, sh := range w.shards {
-			if sh.pendTo > sh.cp {
+			if sh.pendTo > sh.cp && !w.second.noStream {
 				b.refuse = "pending batch"
 				return false, false, false
-			}
-		}
-		if w.second.rebaseRetired { // second review, hole C-a: no compaction of b pending
-			for _, sh := range w.shards {
-				for _, r := range sh.recs[sh.cp:] {
-					if w.isCompaction(r) {
-						if b.waits++; b.waits > 300 {
-							b.refuse = "compaction pending"
-							return false, false, false
-						}
-						return true, false, false
-					}
-				}
 			}
 		}
 		for k := range b.probes {
 			sh, i := b.probeAt(k)
 			base := sh.recs[i].new // the probe is claimed: nothing after it is (the pin)
 			for _, r := range sh.recs[sh.cp:max(sh.cp, i+1)] {
+				if w.second.noStream {
+					break // every probe is claimed: its image is the base
+				}
 				if r.key == k { // the first pending record of k, up to its probe
 					base = r.old
 					break
@@ -910,7 +921,7 @@ func (b *rebase) next() (more, wrote, exact bool) {
 		b.phase = 4
 		return true, false, false
 	default: // B5: write, pinned, and reset the count
-		if w.applied != b.a || w.foreign != b.f || w.open > 0 {
+		if w.applied != b.a || w.foreign != b.f || w.open > 0 || (w.second.pinLosses && w.losses != b.losses) {
 			b.refuse = "pin"
 			return false, false, false
 		}

@@ -34,13 +34,25 @@ type second struct {
 	// roll-up (the roll-up review's hole 4 fix), here with old exact (the
 	// report as it is when the write lands).
 	rollupNewMinusOld bool
-	// rebaseRetired (fix C-a): B4 waits until no compaction REMOVE of the
-	// branch is pending, and B5 resets retired with applied.
+	// rebaseRetired (fix C-a): a compaction adds the key's count c to
+	// retired, its REMOVE is counted apart (in neither A nor W: it changes
+	// nothing), and B5 resets retired with applied.
 	rebaseRetired bool
 	// markedCompaction (fix C-b): compaction first marks the tombstone
 	// (a counted MODIFY) and only a REMOVE of a marked tombstone is taken
 	// for a compaction's.
 	markedCompaction bool
+	// noStream (simplification S): ledgerctl reads no stream. A counted
+	// repair requires A = W (every change of the branch applied: no record
+	// pending, so no base but the table's), and the rebase waits until its
+	// probes are claimed, by the probed count (its base is then every
+	// key's probe image).
+	noStream bool
+	// pinLosses (fix L-a): a consumer that abandons records (a pending
+	// batch trimmed, an iterator reopened at TRIM_HORIZON past a trim)
+	// moves one global loss count in the coordination table in the same
+	// write that abandons them; R0 and B1 read it, R6 and B5 pin it.
+	pinLosses bool
 }
 
 var defaultSecond second
@@ -122,6 +134,10 @@ func (w *world) compactKey(k int) {
 		w.write(k, m)
 	}
 	w.write(k, img{})
+	if w.second.rebaseRetired {
+		w.retired += m.changes // fix C-a: the REMOVE is counted apart
+		return
+	}
 	w.retired += m.changes + 1
 }
 
@@ -475,17 +491,17 @@ func rebaseWorld(seed int64) (writes, wrong int, last string) {
 }
 
 // TestSecondReview_C_CompactionRandomized: compaction at random beside
-// losses, rebases and counted repairs. Counted repairs stay on target
-// (revision 2's compaction is exact), but after a rebase of a branch that
-// has had compactions the last counted repair refuses "count" for good;
-// with fix C-a none does.
+// losses, rebases and counted repairs. After a rebase of a branch that has
+// had compactions the last counted repair refuses "count" for good; with
+// fix C-a none does. (Revision 2 also writes off target across a loss,
+// hole L-a, at seeds 2169 and 2215 of 3,000: fix L-a is on with C-a.)
 func TestSecondReview_C_CompactionRandomized(t *testing.T) {
 	defer func(s second, c, l int) { defaultSecond, compactPct, lossPct = s, c, l }(defaultSecond, compactPct, lossPct)
 	compactPct, lossPct = 30, 40
 	for _, c := range []struct {
 		name string
 		sc   second
-	}{{"revision 2", second{}}, {"fix C-a", second{rebaseRetired: true}}} {
+	}{{"revision 2", second{}}, {"fixes C-a and L-a", second{rebaseRetired: true, pinLosses: true}}} {
 		defaultSecond = c.sc
 		writes, wrong := 0, 0
 		refused := map[string]int{}
@@ -498,7 +514,7 @@ func TestSecondReview_C_CompactionRandomized(t *testing.T) {
 			}
 		}
 		t.Logf("%s: %d writes while running, %d off target; last counted repair after the last rebase refused: %v (of %d seeds)", c.name, writes, wrong, refused, len(seeds(t)))
-		if wrong > 0 {
+		if c.sc.pinLosses && wrong > 0 { // revision 2 has L-a's writes off target beyond 2,000 seeds
 			t.Errorf("%s: %d writes off target", c.name, wrong)
 		}
 		if c.sc.rebaseRetired && len(refused) > 0 {
@@ -536,5 +552,113 @@ func TestSecondReview_O_ARestoredItemCarriesItsOwnDigest(t *testing.T) {
 		if s.w.foreign != 1 {
 			t.Errorf("digest %+v: foreign %d after the restore committed; want 1 (detected after)", sc, s.w.foreign)
 		}
+	}
+}
+
+// TestSecondReview_S_WithoutTheStream: simplification S against every
+// randomized world of the model: counted repairs and rebases that read no
+// stream (A = W; probes waited for by their count) stay on target, with
+// the losses, compactions, previous-version commits (fenced) and kept-count
+// edits of the other tests, and the hard-delete hole where it was.
+func TestSecondReview_S_WithoutTheStream(t *testing.T) {
+	defer func(s second, c, l, f, o int, r review, st bool) {
+		defaultSecond, compactPct, lossPct, foreignEditPct, oldCommitPct, defaultReview, defaultStd = s, c, l, f, o, r, st
+	}(defaultSecond, compactPct, lossPct, foreignEditPct, oldCommitPct, defaultReview, defaultStd)
+	for _, sc := range []second{{}, {noStream: true, rebaseRetired: true, sigWhole: true, pinLosses: true}} {
+		defaultSecond = sc
+		name := "revision 2"
+		if sc.noStream {
+			name = "simplification S (with fixes C-a, W-a, L-a)"
+		}
+		var landed, wrong, hard, std, stdWrong int
+		refused := map[string]int{}
+		for _, seed := range seeds(t) {
+			foreignEditPct, oldCommitPct = 30, 5
+			got := run(seed, 3000, mutations{})
+			foreignEditPct, oldCommitPct = 0, 0
+			landed += got.landed
+			wrong += got.wrong
+			for k, n := range got.refused {
+				refused[k] += n
+			}
+			h := run(seed, 3000, mutations{hardDeletes: true})
+			if h.wrong > 0 && h.foreign == 0 {
+				t.Errorf("%s, seed %d: a hard delete's write off target with no foreign count", name, seed)
+			}
+			hard += h.wrong
+			defaultStd = true
+			g := runStd(seed, 3000, mutations{})
+			defaultStd = false
+			std += g.landed
+			stdWrong += g.wrong
+		}
+		t.Logf("%s: counted repairs %d landed, %d off target (left alone: %v); hard deletes: %d off target; standard mode with trims: %d landed, %d off target",
+			name, landed, wrong, refused, hard, std, stdWrong)
+		if wrong > 0 || stdWrong > 0 {
+			t.Errorf("%s: writes off target", name)
+		}
+		compactPct, lossPct = 30, 40
+		writes, bad := 0, 0
+		last := map[string]int{}
+		for _, seed := range seeds(t) {
+			n, b, l := rebaseWorld(seed)
+			writes += n
+			bad += b
+			if l != "" {
+				last[l]++
+			}
+		}
+		compactPct, lossPct = 0, 0
+		t.Logf("%s: losses, compactions, rebases and repairs: %d writes, %d off target; last repair after the last rebase refused: %v", name, writes, bad, last)
+		if sc.noStream && bad > 0 { // revision 2 has L-a's beyond 2,000 seeds
+			t.Errorf("%s: %d rebase or repair writes off target", name, bad)
+		}
+		if sc.noStream && len(last) > 0 {
+			t.Errorf("%s: refused after the last rebase: %v", name, last)
+		}
+	}
+}
+
+// Hole L-a. A loss (a pending batch abandoned after a trim, an iterator
+// reopened at TRIM_HORIZON past a trim) claims records without committing
+// or counting them. Between R0 and R6 it is invisible to the pin: a record
+// of a key R2 did not see (created after R2), lost before R6, is in the
+// target (the later records of its key will be applied on top of its
+// image) and not in the repair's figures. Found by the model's own
+// randomized test (TestModel_RebaseAfterLossesAndCountedRepairsLandOnTarget)
+// at seed 2215, beyond the 1,000 seeds revision 2 ran. The repair's write
+// is no worse than the loss alone (the count stays short afterwards and
+// names the branch), but the claim "every write holds its target" is false
+// across a loss. Fix L-a: every consumer that abandons records moves a
+// global loss count (coordination table) in the same write; R0/B1 read
+// it, R6/B5 pin it.
+func TestSecondReview_L_ALossBetweenR0AndR6IsInvisibleToThePin(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		sc   second
+	}{{"revision 2", second{}}, {"fix L-a", second{pinLosses: true}}} {
+		s := newScript(t, mutations{})
+		s.w.second = c.sc
+		s.put(1, 100)
+		s.readable(1)
+		s.commit(1, 0)
+		s.w.report += 2 // damage
+		wrote, exact, refused := s.repair(map[int]func(){2: func() {
+			s.put(2, 8) // created after R2
+			s.readable(2)
+			sh := s.w.shards[2] // trimmed before any commit: lost
+			for _, r := range sh.recs[sh.cp:sh.readable] {
+				s.w.doneImg[r.key] = r.new
+			}
+			sh.cp = sh.readable
+			s.w.losses++
+		}})
+		switch {
+		case c.sc.pinLosses && wrote:
+			t.Errorf("%s: wrote (on target %v); want refused by the pin", c.name, exact)
+		case !c.sc.pinLosses && (!wrote || exact):
+			t.Errorf("%s: wrote %v, on target %v, refused %q; want a write off target (the hole)", c.name, wrote, exact, refused)
+		}
+		t.Logf("%s: wrote %v, on target %v, refused %q; report %d, target %d", c.name, wrote, exact, refused, s.w.report, s.w.target())
 	}
 }
