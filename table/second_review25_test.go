@@ -102,3 +102,50 @@ func TestSecondReview25_TheHeadFenceIsAValidationErrorThatTheOldCodeParks(t *tes
 	assert.NotEmpty(t, refused, "today's CheckReportItem must name the fenced head (else the old commit stays a permanent error)")
 	t.Logf("CheckReportItem on the fenced head: %v", refused)
 }
+
+// TestSecondReview25_TodaysRepairUnfencesAFencedHead: hole F-b. An
+// operator's ledgerctl of today reads a fenced head as malformed (its
+// Decode names the string count) and rewrites it the way
+// processor.repairReport does (table.EncodeRepair, table.RepairHead on
+// condition of the updatedAt it read): the write lands, the head holds a
+// numeric transactionCount again and txCount is gone. The fence is undone
+// by a repair that moves no epoch and counts nothing.
+func TestSecondReview25_TodaysRepairUnfencesAFencedHead(t *testing.T) {
+	ctx := t.Context()
+	client := ddbtest.Client(t)
+	name := ddbtest.NewTable(t, client)
+
+	period, err := aggregates.ParsePeriod(aggregates.PeriodType("DAILY"), "2026-11-26")
+	require.NoError(t, err)
+	k := aggregates.ReportKey{Tenant: "t1", Branch: "b1", Period: period}
+	head := table.Key(k.Key())
+	head[table.AttrEntityType] = table.S(aggregates.EntityReport)
+	head[table.AttrTotalIncome] = table.Int(10)
+	head["txCount"] = table.Int(1)
+	head[table.AttrTransactionCount] = table.S("v4")
+	head[table.AttrUpdatedAt] = table.S("2026-11-26T10:00:00Z")
+	_, err = client.PutItem(ctx, &dynamodb.PutItemInput{TableName: aws.String(name), Item: head})
+	require.NoError(t, err)
+
+	stored, err := table.ReadReport(ctx, client, name, k, true)
+	require.NoError(t, err)
+	_, problems := stored.Decode()
+	require.NotEmpty(t, problems, "today's decoder must name the fenced head")
+	t.Logf("today's Decode of the fenced head: %v", problems)
+
+	// Today's repair of it, as processor.repairReport writes a report
+	// item: the fold of the branch (here one income of 10) on condition of
+	// the updatedAt read.
+	expected := &aggregates.Report{Totals: aggregates.Totals{Income: decimal.NewFromInt(10), Count: 1}}
+	ri := table.EncodeRepair(k, expected, stored, "2026-11-26T12:00:00Z")
+	_, err = client.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: []types.TransactWriteItem{
+		table.RepairHead(name, ri.Item, true, stored.Item[table.AttrUpdatedAt]),
+	}})
+	require.NoError(t, err, "today's repair of a fenced head")
+
+	got, err := client.GetItem(ctx, &dynamodb.GetItemInput{TableName: aws.String(name), Key: table.Key(k.Key()), ConsistentRead: aws.Bool(true)})
+	require.NoError(t, err)
+	_, isN := got.Item[table.AttrTransactionCount].(*types.AttributeValueMemberN)
+	assert.True(t, isN, "transactionCount after today's repair: %#v; the fence was kept", got.Item[table.AttrTransactionCount])
+	assert.NotContains(t, got.Item, "txCount", "txCount survived today's repair")
+}
