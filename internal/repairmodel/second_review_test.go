@@ -662,3 +662,38 @@ func TestSecondReview_L_ALossBetweenR0AndR6IsInvisibleToThePin(t *testing.T) {
 		t.Logf("%s: wrote %v, on target %v, refused %q; report %d, target %d", c.name, wrote, exact, refused, s.w.report, s.w.target())
 	}
 }
+
+// TestSecondReview_F_UnderSR1MustComeBeforeR2: hole F-a under
+// simplification S. With no R3, R1 read after R2 can meet the parked delta
+// of a record written after R2 read its key and claimed by the previous
+// version (which counts nothing): R4's A = W holds, R5's base is the
+// image R2 read, and R6 deletes the parked delta. With R1 between R0 and
+// R2 it cannot see such a delta, and report + parked stays the target.
+func TestSecondReview_F_UnderSR1MustComeBeforeR2(t *testing.T) {
+	for _, c := range []struct {
+		name   string
+		sc     second
+		wantOK bool
+	}{{"R1 after R2", second{noStream: true, fenceParks: true, r1AfterR3: true}, false}, {"R1 before R2", second{noStream: true, fenceParks: true}, true}} {
+		s := newScript(t, mutations{})
+		s.w.second = c.sc
+		s.put(0, 10)
+		s.readable(0)
+		s.commit(0, 0)
+		s.w.report += 4 // damage
+		wrote, exact, refused := s.repair(map[int]func(){3: func() {
+			s.put(0, 20) // written after R2 read key 0
+			s.readable(0)
+			if !s.w.oldCommit(s.w.shards[0]) {
+				t.Fatal("the old commit did not land")
+			}
+		}})
+		if !wrote {
+			t.Fatalf("%s: refused %q; want a write", c.name, refused)
+		}
+		if exact != c.wantOK {
+			t.Errorf("%s: on target %v; want %v (report %d + parked %d, target %d)", c.name, exact, c.wantOK, s.w.report, s.w.parked, s.w.target())
+		}
+		t.Logf("%s: report %d + parked %d, target %d", c.name, s.w.report, s.w.parked, s.w.target())
+	}
+}
