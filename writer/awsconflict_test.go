@@ -15,8 +15,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/ledger-dev/ledger/writer"
 	"github.com/ledger-dev/ledger/internal/ddbconflict"
+	"github.com/ledger-dev/ledger/writer"
 )
 
 // Issue 13, part 1, seen through the AWS conflict emulation

@@ -21,8 +21,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/ledger-dev/ledger/writer"
 	"github.com/ledger-dev/ledger/internal/ddbconflict"
+	"github.com/ledger-dev/ledger/writer"
 )
 
 // TestLoad measures sustained POST /transactions throughput and latency
