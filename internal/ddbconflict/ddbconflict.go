@@ -43,7 +43,9 @@
 // timeout while the first is still in flight) is answered
 // TransactionInProgressException, as AWS answers a token whose first
 // request has not finished. One Transport is one AWS: every client of a
-// test whose writes may meet shares it.
+// test whose writes may meet shares it. Key spells an item as Hold sees
+// it; Interferer holds random items in transactions of its own, standing
+// for the other holders of a consumer's items on AWS.
 //
 // What it does not model: conflicts of TransactGetItems (nothing in ledger
 // uses it) and of BatchWriteItem's puts and deletes (they pass unchecked: ledger's
