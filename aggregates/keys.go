@@ -7,7 +7,8 @@ import (
 	"strings"
 )
 
-// This file is the one place where key formats live. Every item of the
+// This file (and rollupkeys.go, the tenant roll-ups') is the one place
+// where key formats live. Every item of the
 // single table is addressed through these builders; docs/design.md has the table.
 //
 //	entity          PK                                   SK                          index
@@ -29,6 +30,8 @@ import (
 //	run marker      RUN#{eventID}                        RUN
 //	quarantine      QUARANTINE#{eventID}                 RECORD                      GSI1 QUARANTINE / {time}#{eventID}
 //	tenant budget (c) BUDGET#{tenant}#{shard}            BUCKET      (shard 0…S-1: one token bucket of the tenant's limit)
+//	roll-up delta   TENANT#{t}#ROLLUPLANE#{k}            {claim}#{currency}#{n}      (rollupkeys.go)
+//	roll-up partial TENANT#{t}#ROLLUP#{currency}#{k}     {TYPE}#{value}, entries and parked deltas as a report's
 //
 // (c): in the coordination table (table.CoordinationTableName), which has
 // no stream, so the consumers' own bookkeeping and the writer's budget
