@@ -1,7 +1,7 @@
 // Package streamemu emulates an AWS DynamoDB stream in front of DynamoDB
 // Local's, for tests and the benchmark: test infrastructure beside the
 // fault transport (internal/ledgertest) and the transaction-conflict
-// emulation (writer/ddbconflict). No product code imports it.
+// emulation (internal/ddbconflict). No product code imports it.
 //
 // DynamoDB Local gives a table's stream one shard that never closes,
 // never splits and is never trimmed. On AWS a stream has a shard per
