@@ -175,6 +175,10 @@ func (s *Server) getRollup(w http.ResponseWriter, r *http.Request) {
 		p.write(w)
 		return
 	}
+	if _, p := pageLimit(q.Get("limit"), DefaultReportEntries, MaxReportEntries); p != nil {
+		p.write(w)
+		return
+	}
 	cur, p, err := s.rollupCurrency(r.Context(), tenant, q)
 	if err != nil {
 		s.fail(w, r, err)
@@ -443,6 +447,10 @@ func (s *Server) rollupRange(w http.ResponseWriter, r *http.Request) {
 	}
 	from, to, p := rangeQuery(q)
 	if p != nil {
+		p.write(w)
+		return
+	}
+	if _, p := pageLimit(q.Get("limit"), DefaultRollupRange, MaxRollupRange); p != nil {
 		p.write(w)
 		return
 	}
