@@ -268,38 +268,26 @@ func (s *Server) readPartials(ctx context.Context, keys []aggregates.RollupKey) 
 }
 
 // sumRollup sums the partials of one roll-up: their totals and branch
-// counts, and one page of their breakdowns, the names after (a name key
-// "{code}#{name}", "" from the first). Inline names are in the items; the
-// entry items of each partial with a full inline map are read after after,
-// up to limit+1 of them. A name is on the page only once every partial's
-// share of it has been read: at most the smallest last name a partial
-// whose entries were cut short read. out.NextCursor is the name key to
-// resume after (unsigned) while names remain.
+// counts, and one page of their breakdowns, the limit names after after (a
+// name key "{code}#{name}", "" from the first) in key order. Inline names
+// are in the items; the entry items of each partial with a full inline map
+// are read after after, limit+1 of them at most. The page's names have
+// every partial's share: a partial whose entries were cut short read
+// limit+1 names, all of them candidates, so the first limit candidates
+// sort no later than its last name read, and it holds no unread name
+// before that. out.NextCursor is the name key to resume after (unsigned)
+// while names remain.
 func (s *Server) sumRollup(ctx context.Context, parts []*table.StoredPartial, after string, limit int) (Rollup, error) {
-	k0 := parts[0].Key
 	var full []*table.StoredPartial
 	for _, sp := range parts {
 		if sp.FullMap() {
 			full = append(full, sp)
 		}
 	}
-	bound := "" // the smallest last name key of a partial cut short ("": none)
-	var mu sync.Mutex
 	err := forEach(ctx, full, func(ctx context.Context, sp *table.StoredPartial) error {
-		items, more, err := s.partialEntries(ctx, sp.Key, after, limit+1)
-		if err != nil {
-			return err
-		}
-		mu.Lock()
-		defer mu.Unlock()
-		sp.Entries = items
-		if more && len(items) > 0 {
-			sk, _ := stringAttr(items[len(items)-1], attrSK)
-			if nk := strings.TrimPrefix(sk, sp.Key.EntriesPrefix()); bound == "" || nk < bound {
-				bound = nk
-			}
-		}
-		return nil
+		items, err := s.partialEntries(ctx, sp.Key, after, limit+1)
+		sp.Entries = items // each goroutine its own partial
+		return err
 	})
 	if err != nil {
 		return Rollup{}, err
@@ -315,7 +303,7 @@ func (s *Server) sumRollup(ctx context.Context, parts []*table.StoredPartial, af
 		sum.Totals = sum.Totals.Add(r.Totals)
 		for _, d := range aggregates.Dimensions {
 			for name, t := range r.Breakdowns[d] {
-				if nk := d.Code() + "#" + name; nk > after && (bound == "" || nk <= bound) {
+				if d.Code()+"#"+name > after {
 					if sum.Breakdowns[d] == nil {
 						sum.Breakdowns[d] = map[string]aggregates.Totals{}
 					}
@@ -328,38 +316,35 @@ func (s *Server) sumRollup(ctx context.Context, parts []*table.StoredPartial, af
 			updated = u
 		}
 	}
-	var names []string // the page's candidates, in key order
+	var names []string // the candidates, in key order
 	for _, d := range aggregates.Dimensions {
 		for name := range sum.Breakdowns[d] {
 			names = append(names, d.Code()+"#"+name)
 		}
 	}
 	slices.Sort(names)
-	out := Rollup{RollupTotals: rollupTotals(k0, sum.Totals, branches, updated)}
+	out := Rollup{RollupTotals: rollupTotals(parts[0].Key, sum.Totals, branches, updated)}
 	maps := [3]*map[string]Totals{&out.ByCategory, &out.ByCostCenter, &out.ByPaymentMethod}
 	for _, d := range aggregates.Dimensions {
 		*maps[d] = map[string]Totals{}
 	}
-	for i, nk := range names {
-		if i == limit {
-			out.NextCursor = names[limit-1]
-			break
-		}
+	if len(names) > limit {
+		names = names[:limit]
+		out.NextCursor = names[limit-1]
+	}
+	for _, nk := range names {
 		code, name, _ := strings.Cut(nk, "#")
 		d, _ := aggregates.ParseDimensionCode(code)
 		if t := sum.Breakdowns[d][name]; !t.IsZero() {
 			(*maps[d])[name] = totalsJSON(t)
 		}
 	}
-	if out.NextCursor == "" && bound != "" && len(names) > 0 {
-		out.NextCursor = names[len(names)-1]
-	}
 	return out, nil
 }
 
 // partialEntries reads up to n entry items of partial k whose name key is
-// after after, in key order; more is true when it stopped at n.
-func (s *Server) partialEntries(ctx context.Context, k aggregates.RollupKey, after string, n int) (items []map[string]ddbtypes.AttributeValue, more bool, err error) {
+// after after, in key order.
+func (s *Server) partialEntries(ctx context.Context, k aggregates.RollupKey, after string, n int) (items []map[string]ddbtypes.AttributeValue, err error) {
 	key := k.Key()
 	in := &dynamodb.QueryInput{
 		TableName:                 &s.cfg.Table,
@@ -374,14 +359,11 @@ func (s *Server) partialEntries(ctx context.Context, k aggregates.RollupKey, aft
 	for {
 		out, err := s.api.Query(ctx, in)
 		if err != nil {
-			return nil, false, s.dynamoError("Query", err)
+			return nil, s.dynamoError("Query", err)
 		}
 		items = append(items, out.Items...)
-		if len(items) >= n {
-			return items[:n], true, nil
-		}
-		if len(out.LastEvaluatedKey) == 0 {
-			return items, false, nil
+		if len(items) >= n || len(out.LastEvaluatedKey) == 0 {
+			return items[:min(n, len(items))], nil
 		}
 		in.ExclusiveStartKey = out.LastEvaluatedKey
 		in.Limit = aws.Int32(int32(n - len(items)))

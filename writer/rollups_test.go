@@ -493,3 +493,52 @@ func TestRollups_UnprocessedKeysAreRead(t *testing.T) {
 	assert.Equal(t, "4", one.TotalIncome, "every lane, the unprocessed ones too")
 	assert.Equal(t, int64(2), api.calls.Load())
 }
+
+// TestRollups_RangeOverPartialsWithManyEntryItems: a lane whose partials
+// have hundreds of entry items each takes one Query per period (each skips
+// the rest of a period's entry items), at most a bounded number a page; the
+// page ends at the last period that lane read, so no period on it misses
+// that lane's share, and the next page goes on from there.
+func TestRollups_RangeOverPartialsWithManyEntryItems(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, sharedTable(t))
+	big, small := &aggregates.Report{}, &aggregates.Report{}
+	for i := range 400 { // 32 inline, 368 entry items
+		big.Add(aggregates.Totals{Income: dec("1"), Count: 1}, [3]string{fmt.Sprintf("category %03d", i), "", ""})
+	}
+	small.Add(aggregates.Totals{Expense: dec("0.5"), Count: 1}, [3]string{"category 000", "", ""})
+	const days = 12
+	day := func(i int) aggregates.Period {
+		return aggregates.Period{Type: aggregates.Daily, Value: time.Date(2026, 3, 1+i, 0, 0, 0, 0, time.UTC).Format("2006-01-02")}
+	}
+	for i := range days {
+		e.putPartial(aggregates.NoCurrency, 3, day(i), big, 1, "2026-04-01T00:00:00Z")
+		e.putPartial(aggregates.NoCurrency, 4, day(i), small, 1, "2026-04-01T00:00:00Z")
+	}
+	path := e.rollupBase() + "?period=DAILY&from=2026-03-01&to=2026-03-31"
+	var got []writer.RollupTotals
+	pages := 0
+	for next := path; next != ""; pages++ {
+		require.Less(t, pages, days, "the pages never end")
+		r := e.send(req{method: "GET", path: next})
+		require.Equal(t, http.StatusOK, r.Status, "answer %s", r)
+		var pg writer.RollupRange
+		require.NoError(t, json.Unmarshal(r.Body, &pg))
+		got = append(got, pg.Items...)
+		next = ""
+		if pg.NextCursor != "" {
+			next = path + "&cursor=" + url.QueryEscape(pg.NextCursor)
+		}
+	}
+	// A page makes at most 8 Queries of 200 items per lane, one per period
+	// of lane 3 as each skips the rest of its period's entry items: 8
+	// periods on the first page, 4 on the second (reading through the entry
+	// items, 1,600 items would hold 5 periods a page).
+	assert.Equal(t, 2, pages, "lane 3's Queries are bounded per page, each one period")
+	require.Len(t, got, days)
+	for i, it := range got {
+		assert.Equal(t, day(i).Value, it.Period)
+		assert.Equal(t, writer.Totals{TotalIncome: "400", TotalExpense: "0.5", TransactionCount: 401}, it.Totals, "day %d: both lanes", i)
+		assert.Equal(t, int64(2), it.Branches)
+	}
+}
