@@ -1,10 +1,14 @@
 package table
 
 import (
+	"context"
 	"fmt"
 	"maps"
+	"slices"
 	"strings"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/ledger-dev/ledger/aggregates"
@@ -100,4 +104,84 @@ func (p *StoredPartial) Decode() (r *aggregates.Report, branches int64, problems
 		addEntry(r, d, name, t)
 	}
 	return r, branches, problems
+}
+
+// RollupSum is one roll-up summed over its partials: the figures (entries
+// whose figures are all zero pruned), the branch count and the latest
+// updatedAt of its partials.
+type RollupSum struct {
+	Tenant, Currency string
+	Period           aggregates.Period
+	Report           *aggregates.Report
+	Branches         int64
+	UpdatedAt        string
+}
+
+// ReadRollups reads the roll-ups of tenant in currency of period type pt
+// from from to to (period values, inclusive; "" leaves that end open), in
+// period order, with their breakdowns: one paginated Query per partial
+// partition (aggregates.RollupLanes of them) over the range's sort keys,
+// which returns the entry items with their partials, summed per period.
+// Parked deltas are not read. A malformed partial is an error naming it
+// (reconcile --repair mends it). It reads everything in the range: for
+// operators (ledgerctl); the writer pages (writer/rollups.go).
+func ReadRollups(ctx context.Context, api dynamodb.QueryAPIClient, tableName, tenant, currency string, pt aggregates.PeriodType, from, to string, consistent bool) ([]RollupSum, error) {
+	lo, hi := string(pt)+"#", string(pt)+"#\uffff"
+	if from != "" {
+		lo = string(pt) + "#" + from
+	}
+	if to != "" {
+		hi = string(pt) + "#" + to + "$" // with its entry items
+	}
+	parts := map[string][]*StoredPartial{} // by period sort key
+	for lane := range aggregates.RollupLanes {
+		pk := aggregates.RollupPK(tenant, currency, lane)
+		in := &dynamodb.QueryInput{
+			TableName:                &tableName,
+			KeyConditionExpression:   aws.String("#pk = :pk AND #sk BETWEEN :lo AND :hi"),
+			ExpressionAttributeNames: map[string]string{"#pk": AttrPK, "#sk": AttrSK},
+			ExpressionAttributeValues: map[string]types.AttributeValue{
+				":pk": &types.AttributeValueMemberS{Value: pk}, ":lo": &types.AttributeValueMemberS{Value: lo}, ":hi": &types.AttributeValueMemberS{Value: hi},
+			},
+			ConsistentRead: aws.Bool(consistent),
+		}
+		var cur *StoredPartial // the partial whose entry items follow it
+		p := dynamodb.NewQueryPaginator(api, in)
+		for p.HasMorePages() {
+			out, err := p.NextPage(ctx)
+			if err != nil {
+				return nil, fmt.Errorf("read roll-ups of tenant %s in %s, lane %d: %w", tenant, currency, lane, err)
+			}
+			for _, item := range out.Items {
+				sk, _ := String(item, AttrSK)
+				if period, err := aggregates.ParsePeriodKey(sk); err == nil {
+					cur = &StoredPartial{Key: aggregates.RollupKey{Tenant: tenant, Currency: currency, Lane: lane, Period: period}, Item: item}
+					parts[sk] = append(parts[sk], cur)
+					continue
+				}
+				if cur == nil || !strings.HasPrefix(sk, cur.Key.EntriesPrefix()) {
+					return nil, fmt.Errorf("read roll-ups of tenant %s in %s: item %s is no partial and no entry item of one (ledgerctl reconcile names it)", tenant, currency, KeyOf(item))
+				}
+				cur.Entries = append(cur.Entries, item)
+			}
+		}
+	}
+	var out []RollupSum
+	for _, sk := range slices.Sorted(maps.Keys(parts)) {
+		s := RollupSum{Tenant: tenant, Currency: currency, Period: parts[sk][0].Key.Period, Report: &aggregates.Report{}}
+		for _, sp := range parts[sk] {
+			r, b, problems := sp.Decode()
+			if len(problems) > 0 {
+				return nil, fmt.Errorf("roll-up partial %s is malformed (ledgerctl reconcile --repair mends it): %s", sp.Key, strings.Join(problems, "; "))
+			}
+			s.Report.Merge(r)
+			s.Branches += b
+			if u, _ := String(sp.Item, AttrUpdatedAt); u > s.UpdatedAt {
+				s.UpdatedAt = u
+			}
+		}
+		s.Report.Prune()
+		out = append(out, s)
+	}
+	return out, nil
 }
