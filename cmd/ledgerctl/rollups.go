@@ -5,11 +5,16 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
+	"net/http"
+	"net/url"
 	"slices"
+	"strings"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	ddbtypes "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/shopspring/decimal"
 
 	"github.com/ledger-dev/ledger/aggregates"
 	"github.com/ledger-dev/ledger/table"
@@ -151,4 +156,78 @@ func branchCurrencies(ctx context.Context, api QueryAPI, tableName, tenant strin
 	}
 	slices.Sort(curs)
 	return curs, nil
+}
+
+// rollups reads the sample tenant's roll-ups in currency cur of one period
+// type, from and to inclusive, through the API (every page).
+func (c *apiClient) rollups(ctx context.Context, pt aggregates.PeriodType, from, to, cur string) ([]writer.RollupTotals, error) {
+	q := url.Values{"period": {string(pt)}, "from": {from}, "to": {to}, "currency": {cur}}
+	var out []writer.RollupTotals
+	for {
+		var rr writer.RollupRange
+		if err := c.do(ctx, http.MethodGet, "/v1/tenants/"+url.PathEscape(sampleTenant)+"/reports?"+q.Encode(), nil, "", &rr); err != nil {
+			return nil, fmt.Errorf("roll-ups in %s: %w", cur, err)
+		}
+		out = append(out, rr.Items...)
+		if rr.NextCursor == "" {
+			return out, nil
+		}
+		q.Set("cursor", rr.NextCursor)
+	}
+}
+
+// printChainRollups prints, after the branches' reports, the sample
+// tenant's monthly and fiscal-year roll-ups (all its branches together),
+// one table per currency of its branches (currencies maps a branch to its
+// currency, "" for none), read through the writer's API; or says there are
+// none yet (until the stream consumers write them).
+func (c *apiClient) printChainRollups(ctx context.Context, w io.Writer, currencies map[string]string) error {
+	seen := map[string]bool{}
+	for _, b := range sampleBranches {
+		cur := currencies[b]
+		if cur == "" {
+			cur = aggregates.NoCurrency
+		}
+		seen[cur] = true
+	}
+	curs := slices.Sorted(maps.Keys(seen))
+	for _, v := range []struct {
+		title    string
+		pt       aggregates.PeriodType
+		from, to string
+	}{
+		{"Monthly", aggregates.Monthly, sampleMonths[0], sampleMonths[len(sampleMonths)-1]},
+		{"Fiscal-year", aggregates.FiscalYear, "FY2026", "FY2027"},
+	} {
+		fmt.Fprintf(w, "\n%s roll-ups of tenant %s (the whole chain, one table per currency; read through the writer's API):\n\n", v.title, sampleTenant)
+		t := newTable("currency", "period", "income", "expense", "net", "count", "branches").alignRight(2, 3, 4, 5, 6)
+		rows := 0
+		for _, cur := range curs {
+			items, err := c.rollups(ctx, v.pt, v.from, v.to, cur)
+			if err != nil {
+				return err
+			}
+			for _, it := range items {
+				t.add(it.Currency, it.Period, moneyString(it.TotalIncome), moneyString(it.TotalExpense), moneyString(it.Net), fmt.Sprint(it.TransactionCount), fmt.Sprint(it.Branches))
+				rows++
+			}
+		}
+		if rows == 0 {
+			fmt.Fprintf(w, "no roll-ups yet in %s (the stream consumers fold them in after the branch reports)\n", strings.Join(curs, ", "))
+			continue
+		}
+		if err := t.write(w); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// moneyString prints a decimal string of the API as money does.
+func moneyString(s string) string {
+	d, err := decimal.NewFromString(s)
+	if err != nil {
+		return s
+	}
+	return money(d)
 }
