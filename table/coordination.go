@@ -331,7 +331,9 @@ var ErrMigrationConflict = errors.New("the coordination table's checkpoint is no
 // coordination table under its new key, marked with the updatedAt it was
 // copied from, on condition that no checkpoint is there or that the one
 // there descends from this very item (a previous run's copy, moved on or
-// not since by a consumer of this version: it is then kept).
+// not since by a consumer of this version: it is then kept). A previous
+// run's copy of an earlier version of the item that no consumer moved
+// since is replaced.
 func copyCheckpoint(ctx context.Context, api MigrateAPI, coord, streamARN, shard string, item map[string]types.AttributeValue) error {
 	ua := item[AttrUpdatedAt]
 	if ua == nil {
@@ -353,10 +355,54 @@ func copyCheckpoint(ctx context.Context, api MigrateAPI, coord, streamARN, shard
 		}
 		return nil
 	}
-	if from, ok := ccf.Item[attrMigratedFrom].(*types.AttributeValueMemberS); ok && from.Value == ua.(*types.AttributeValueMemberS).Value {
+	from, ok := ccf.Item[attrMigratedFrom].(*types.AttributeValueMemberS)
+	if ok && from.Value == ua.(*types.AttributeValueMemberS).Value {
 		return nil // a previous run's copy of this item
 	}
-	return ErrMigrationConflict
+	if !ok || !untouchedCopy(ccf.Item) {
+		return ErrMigrationConflict
+	}
+	// A previous run's copy of an earlier version of this item that nothing
+	// moved since: that run found a consumer still running, which moved the
+	// ledger table's checkpoint on after the copy (its tombstone failed:
+	// ErrConsumerRunning). The copy is replaced by this one, on condition
+	// that it is still untouched (review, session 15: the run after the
+	// consumer was stopped refused it as a conflict, and the runbook's
+	// answer to a conflict is a repair by hand).
+	cond := "#mf = :from AND #ua = :from"
+	if _, has := ccf.Item[AttrUpdatedAt]; !has {
+		cond = "#mf = :from AND attribute_not_exists(#ua)"
+	}
+	_, err = api.PutItem(ctx, &dynamodb.PutItemInput{
+		TableName: aws.String(coord), Item: moved,
+		ConditionExpression:       aws.String(cond),
+		ExpressionAttributeNames:  map[string]string{"#mf": attrMigratedFrom, "#ua": AttrUpdatedAt},
+		ExpressionAttributeValues: map[string]types.AttributeValue{":from": from},
+	})
+	if errors.As(err, &ccf) {
+		return ErrMigrationConflict // moved on by a consumer of this version meanwhile
+	}
+	if err != nil {
+		return fmt.Errorf("copy to the coordination table over a previous run's copy: %w", err)
+	}
+	return nil
+}
+
+// untouchedCopy reports whether item, a coordination table checkpoint with
+// migratedFrom, is still the copy a migration put there: no consumer wrote
+// it since (every checkpoint write sets updatedAt, and a copy keeps the
+// updatedAt of the item it was copied from, which migratedFrom names).
+func untouchedCopy(item map[string]types.AttributeValue) bool {
+	from, ok := item[attrMigratedFrom].(*types.AttributeValueMemberS)
+	if !ok {
+		return false
+	}
+	ua, has := item[AttrUpdatedAt].(*types.AttributeValueMemberS)
+	if !has {
+		_, any := item[AttrUpdatedAt]
+		return !any && from.Value == ""
+	}
+	return ua.Value == from.Value
 }
 
 // tombstone replaces the ledger table's checkpoint item, unchanged since it

@@ -126,7 +126,11 @@
 //     (Sync reads at once). Their age for the retention counts from then.
 //   - Hash ranges are the emulation's own: AWS does not show a DynamoDB
 //     stream's shard hash ranges, nor when partitions split; a schedule of
-//     time or record counts stands in for both, independent of load.
+//     time or record counts stands in for both, independent of load. The
+//     hash is FNV-1a of the partition key, finished with MurmurHash3's
+//     64-bit mixer so that keys differing only at their end (a tenant's
+//     roll-up lanes) spread over the shards as DynamoDB spreads partition
+//     keys, instead of falling in one.
 //   - A shard's children exist from the moment it closes (AWS may list a
 //     child a little later), and a closed shard's last GetRecords returns
 //     its last records with no next iterator (AWS may first answer empty
