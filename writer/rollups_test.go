@@ -13,6 +13,7 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	ddbtypes "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -541,4 +542,26 @@ func TestRollups_RangeOverPartialsWithManyEntryItems(t *testing.T) {
 		assert.Equal(t, writer.Totals{TotalIncome: "400", TotalExpense: "0.5", TransactionCount: 401}, it.Totals, "day %d: both lanes", i)
 		assert.Equal(t, int64(2), it.Branches)
 	}
+}
+
+// TestTenantBudget_ChargesARollupsBatchGetItem: the read units of a
+// roll-up's BatchGetItem (its only call here: the currency is named and no
+// partial has a full map) are charged to the tenant's budget, as every
+// other read is.
+func TestTenantBudget_ChargesARollupsBatchGetItem(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, sharedTable(t), func(c *writer.Config) {
+		c.Now = frozen
+		c.TenantBudget = writer.BudgetConfig{Rate: 1000, Timeout: patient}
+	})
+	fig := &aggregates.Report{}
+	fig.Add(aggregates.Totals{Income: dec("1"), Count: 1}, [3]string{"x", "", ""})
+	e.putPartial(aggregates.NoCurrency, 0, month("2026-01"), fig, 1, "2026-02-01T00:00:00Z")
+	e.putPartial(aggregates.NoCurrency, 17, month("2026-01"), fig, 1, "2026-02-01T00:00:00Z")
+	before := e.calls.Calls("Query")
+	r := e.send(req{method: "GET", path: e.rollupBase() + "/MONTHLY/2026-01?currency=-"})
+	require.Equal(t, http.StatusOK, r.Status, "answer %s", r)
+	assert.Equal(t, 1, e.calls.Calls("BatchGetItem"))
+	assert.Equal(t, before, e.calls.Calls("Query"), "no Query: the currency is named, no map is full")
+	assert.Positive(t, testutil.ToFloat64(e.metrics.TenantBudgetCharged.WithLabelValues("read")), "the BatchGetItem's read units")
 }
