@@ -565,3 +565,42 @@ func TestTenantBudget_ChargesARollupsBatchGetItem(t *testing.T) {
 	assert.Equal(t, before, e.calls.Calls("Query"), "no Query: the currency is named, no map is full")
 	assert.Positive(t, testutil.ToFloat64(e.metrics.TenantBudgetCharged.WithLabelValues("read")), "the BatchGetItem's read units")
 }
+
+// TestRollups_ReadCostIsOneBatchGetItemOrOneQueryPerLane: a month's
+// roll-up is one BatchGetItem of the 32 partials (no map full: no Query),
+// a year of months 32 Queries, one per partial partition; naming no
+// currency adds one Query (the branch partition). It logs the read units
+// the budget charged (DynamoDB Local's accounting; docs/design.md "Reads").
+func TestRollups_ReadCostIsOneBatchGetItemOrOneQueryPerLane(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, sharedTable(t), func(c *writer.Config) {
+		c.Now = frozen
+		c.TenantBudget = writer.BudgetConfig{Rate: 1e6, Burst: 1e6, Timeout: patient}
+	})
+	fig := &aggregates.Report{}
+	for i := range 24 {
+		fig.Add(aggregates.Totals{Income: dec("123.45"), Count: 1}, [3]string{fmt.Sprintf("category %02d", i%8), fmt.Sprintf("cc %d", i%3), []string{"card", "cash", "pix"}[i%3]})
+	}
+	for m := 1; m <= 12; m++ {
+		for lane := range aggregates.RollupLanes {
+			e.putPartial(aggregates.NoCurrency, lane, month(fmt.Sprintf("2026-%02d", m)), fig, 1, "2026-12-31T00:00:00Z")
+		}
+	}
+	read := func() float64 { return testutil.ToFloat64(e.metrics.TenantBudgetCharged.WithLabelValues("read")) }
+	for _, tc := range []struct {
+		path             string
+		batchGets, query int
+	}{
+		{"/MONTHLY/2026-06?currency=-", 1, 0},
+		{"/MONTHLY/2026-06", 1, 1},
+		{"?period=MONTHLY&from=2026-01&to=2026-12&currency=-", 0, aggregates.RollupLanes},
+		{"?period=MONTHLY&from=2026-01&to=2026-12", 0, aggregates.RollupLanes + 1},
+	} {
+		r0, b0, q0 := read(), e.calls.Calls("BatchGetItem"), e.calls.Calls("Query")
+		r := e.send(req{method: "GET", path: e.rollupBase() + tc.path})
+		require.Equal(t, http.StatusOK, r.Status, "answer %s", r)
+		assert.Equal(t, tc.batchGets, e.calls.Calls("BatchGetItem")-b0, tc.path)
+		assert.Equal(t, tc.query, e.calls.Calls("Query")-q0, tc.path)
+		t.Logf("%s: %.1f read units, %d bytes answered", tc.path, read()-r0, len(r.Body))
+	}
+}
