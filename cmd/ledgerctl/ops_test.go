@@ -197,7 +197,8 @@ func TestSubcommands_RefuseBadUsage(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"report"}, "--tenant and --branch are required"},
+		{[]string{"report"}, "--tenant is required"},
+		{[]string{"report", "--tenant", "a", "--currency", "usd"}, "--currency"},
 		{[]string{"report", "--tenant", "a", "--branch", "b", "--period", "HOURLY"}, "or FISCAL_YEAR"},
 		{[]string{"report", "--tenant", "a", "--branch", "b", "--period", "FISCAL_QUARTER", "--from", "2026-Q1"}, "--from"},
 		{[]string{"report", "--tenant", "a", "--branch", "b", "--from", "2024-13"}, "--from"},
