@@ -6,11 +6,13 @@ package processor_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"maps"
 	"testing"
 	"time"
 
+	"github.com/aws/aws-lambda-go/events"
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	ddbtypes "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
@@ -22,6 +24,7 @@ import (
 	"github.com/ledger-dev/ledger/aggregates"
 	"github.com/ledger-dev/ledger/internal/ledgertest"
 	"github.com/ledger-dev/ledger/processor"
+	"github.com/ledger-dev/ledger/processor/handler"
 	"github.com/ledger-dev/ledger/table"
 )
 
@@ -193,10 +196,10 @@ func coordCheckpoint(t *testing.T, e *env, shard string) map[string]ddbtypes.Att
 // run left: the ledger table's checkpoint is at recs[14] (an old consumer
 // committed recs[10:15] after the copy was made), the copy at recs[9]. A
 // commit from the copy applied recs[10:15] a second time. The copy is
-// fenced: the window commits nothing, says why (an error wrapping
-// table.ErrCheckpointFenced, which the mapping retries;
-// conflicts_total{reason="migration_fence"}), and once the migration has
-// run to its end commits the rest, once.
+// fenced: the window's final invocation commits nothing and fails, saying
+// why (an error wrapping table.ErrCheckpointFenced;
+// conflicts_total{reason="migration_fence"}), and the mapping's retry of
+// it after the migration has run to its end commits the rest, once.
 func TestMigrate_ATumblingWindowWaitsForTheMigrationToReleaseARefusedRunsCopy(t *testing.T) {
 	ctx := context.Background()
 	e := newEnv(t)
@@ -222,26 +225,39 @@ func TestMigrate_ATumblingWindowWaitsForTheMigrationToReleaseARefusedRunsCopy(t 
 	require.NoError(t, err)
 
 	lambda := e.processor(t, prometheus.NewRegistry(), nil)
-	r := processor.ShardRange{StreamARN: e.streamARN, ShardID: shard, First: recs[0].SequenceNumber, Last: recs[len(recs)-1].SequenceNumber}
-	res, err := lambda.CommitShardRange(ctx, e.streams, r, 100)
+	h, err := handler.New(lambda, handler.Config{Mode: handler.Tumbling, Streams: e.streams})
+	require.NoError(t, err)
+	window := make([]events.DynamoDBEventRecord, len(recs))
+	for i := range recs {
+		window[i], err = processor.ToLambda(recs[i])
+		require.NoError(t, err)
+	}
+	payload, err := json.Marshal(events.DynamoDBTimeWindowEvent{
+		DynamoDBEvent: events.DynamoDBEvent{Records: window},
+		TimeWindowProperties: events.TimeWindowProperties{
+			ShardID: shard, EventSourceARN: e.streamARN, IsFinalInvokeForWindow: true,
+			Window: events.Window{Start: events.RFC3339EpochTime{Time: time.Unix(1700000000, 0)}, End: events.RFC3339EpochTime{Time: time.Unix(1700000060, 0)}},
+		},
+	})
+	require.NoError(t, err)
+	_, err = h.Invoke(ctx, payload)
 	require.ErrorIs(t, err, table.ErrCheckpointFenced, "a commit from the copy applies recs[10:15] a second time")
-	assert.Zero(t, res.Committed)
 	assert.Positive(t, testutil.ToFloat64(lambda.Metrics().Conflicts.WithLabelValues(processor.ConflictMigrationFence)))
+	assert.Zero(t, testutil.ToFloat64(lambda.Metrics().Commits.WithLabelValues("committed")))
 	assert.Equal(t, copied[table.AttrSequenceNumber], coordCheckpoint(t, e, shard)[table.AttrSequenceNumber], "the copy stays where it was")
 
 	// The old consumer stopped, the migration runs to its end; the
-	// mapping's retry of the window commits what is left.
+	// mapping's retry of the window (the same event) commits what is left.
 	mres, err := table.MigrateStreamState(ctx, e.ddb, e.table, coord, e.streamARN, time.Now(), table.MigrateOptions{})
 	require.NoError(t, err)
 	require.Equal(t, 1, mres.Checkpoints)
-	res, err = lambda.CommitShardRange(ctx, e.streams, r, 100)
+	out, err := h.Invoke(ctx, payload)
 	require.NoError(t, err)
-	after := 0
-	for _, rec := range recs {
-		if processor.CompareSequence(rec.SequenceNumber, moved) > 0 {
-			after++
-		}
-	}
-	assert.Equal(t, after, res.Committed, "read after the checkpoint the old consumer left")
+	var resp events.DynamoDBTimeWindowEventResponse
+	require.NoError(t, json.Unmarshal(out, &resp))
+	assert.Empty(t, resp.BatchItemFailures)
+	assert.Empty(t, resp.State, "the window is done")
+	seq, _ := table.String(coordCheckpoint(t, e, shard), table.AttrSequenceNumber)
+	assert.Equal(t, 1, processor.CompareSequence(seq, moved), "committed after the checkpoint the old consumer left")
 	e.requireReconciled(t)
 }
