@@ -102,7 +102,11 @@ func ShardGone(ctx context.Context, streams StreamReader, streamARN, shard strin
 // an error, retried by the mapping), are lost as for the poller (logged at
 // error level; the reports are short of them until reconcile --repair). A closed shard that ends before
 // r.Last, or an error, returns what was committed so far with the error,
-// and a call with the same range resumes from the checkpoint.
+// and a call with the same range resumes from the checkpoint. A checkpoint
+// that is a migration's copy not released yet commits nothing and returns
+// an error wrapping table.ErrCheckpointFenced: the handler keeps an early
+// commit's window, and the mapping retries a final one, until the
+// migration releases it.
 func (p *Processor) CommitShardRange(ctx context.Context, streams StreamReader, r ShardRange, batchRecords int) (Result, error) {
 	var total Result
 	if r.StreamARN == "" || r.ShardID == "" || r.Last == "" {
@@ -114,6 +118,10 @@ func (p *Processor) CommitShardRange(ctx context.Context, streams StreamReader, 
 	g := p.ShardGuard(r.StreamARN, r.ShardID)
 	g.CommitBatches()
 	cp, err := g.Checkpoint(ctx)
+	if errors.Is(err, table.ErrCheckpointFenced) {
+		p.cfg.Logger.Warn("the shard's checkpoint is a copy `ledgerctl coordination migrate` has not released yet: nothing is committed on the shard until a run of the migration ends without error; the window is tried again",
+			"shard", r.ShardID, "through", r.Last)
+	}
 	if err != nil {
 		return total, err
 	}

@@ -303,7 +303,7 @@ func (st *stack) ensureCoordination(ctx context.Context, streamARN string) error
 	if err != nil {
 		return err
 	}
-	if res.Checkpoints > 0 || res.Leases > 0 {
+	if res.Checkpoints > 0 || res.Leases > 0 || res.Released > 0 {
 		st.out.done("moved %d checkpoints of an earlier version's run into %s", res.Checkpoints, coord)
 	}
 	return nil
