@@ -21,7 +21,7 @@ import (
 func TestMain(m *testing.M) { ddbtest.Main(m) }
 
 // The package creates all its tables before any test writes.
-var tables = ddbtest.Pool{Size: 67}
+var tables = ddbtest.Pool{Size: 70}
 
 func newTableName(t testing.TB) string { return tables.Table(t) }
 
