@@ -149,7 +149,9 @@ func TestDecodeRollupDelta_RefusesWhatNoConsumerWrites(t *testing.T) {
 		{"periods not a map", func(i map[string]types.AttributeValue) { i[table.AttrPeriods] = table.S("x") }, "not a map"},
 		{"a period that is none", func(i map[string]types.AttributeValue) { periods(i)["WEEKLY#1"] = periods(i)["DAILY#2026-11-27"] }, "period"},
 		{"a figure of the wrong type", func(i map[string]types.AttributeValue) { day(i)[table.AttrTotalIncome] = table.S("1") }, "not a number"},
-		{"branches not an integer", func(i map[string]types.AttributeValue) { day(i)[table.AttrBranches] = &types.AttributeValueMemberN{Value: "0.5"} }, "branches"},
+		{"branches not an integer", func(i map[string]types.AttributeValue) {
+			day(i)[table.AttrBranches] = &types.AttributeValueMemberN{Value: "0.5"}
+		}, "branches"},
 		{"an unknown attribute", func(i map[string]types.AttributeValue) { day(i)["extra"] = table.S("x") }, "unknown attribute"},
 	}
 	for _, tt := range tests {
