@@ -257,6 +257,30 @@ func cutLast(s, sep string) (before, after string, found bool) {
 	return s[:i], s[i+len(sep):], true
 }
 
+// AttrParkedRollup marks a branch report's parked delta as also the
+// roll-up's share of it: M of currency (the roll-up's, ISO code or
+// aggregates.NoCurrency). The share is the parked delta itself; its branch
+// transition is unknown (the count never moved), so repair recounts
+// branches.
+const AttrParkedRollup = "rollup"
+
+// WithRollupShare marks a parked item (ParkedItem) as the roll-up share of
+// currency.
+func WithRollupShare(item map[string]types.AttributeValue, currency string) {
+	item[AttrParkedRollup] = &types.AttributeValueMemberM{Value: map[string]types.AttributeValue{AttrCurrency: S(currency)}}
+}
+
+// RollupShare reads a parked item's roll-up share: its currency, ok false
+// when the item carries none (a partial's parked delta, or one parked
+// before roll-ups).
+func RollupShare(item map[string]types.AttributeValue) (currency string, ok bool) {
+	m, isM := item[AttrParkedRollup].(*types.AttributeValueMemberM)
+	if !isM {
+		return "", false
+	}
+	return String(m.Value, AttrCurrency)
+}
+
 // DecodeRollup reads a partial's figures: the report's (Decode) and
 // branches, whose problems (not an integer) are listed with the report's.
 // On a branch report it reads the report and Branches 0.
