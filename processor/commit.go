@@ -51,7 +51,7 @@ func (p *Processor) commitRuns(ctx context.Context, g Guard, changes []change, r
 			known = func(k aggregates.ReportKey) *table.ReportShape {
 				if s := shapes[k.Key()]; s != nil {
 					sh := s.reportShape()
-				return &sh
+					return &sh
 				}
 				return nil
 			}
@@ -316,7 +316,7 @@ func (p *Processor) commitTx(ctx context.Context, g Guard, claim func() ddbtypes
 			p.parkUnconditionable(parts, shapes, parked, sent)
 		}
 		items := make([]ddbtypes.TransactWriteItem, 1, len(parts)+len(qs)+len(folds)+1) // the claim first, set below
-		owner := []int{ownerGuard}                                                       // the part (or other item) each item writes for
+		owner := []int{ownerGuard}                                                      // the part (or other item) each item writes for
 		now := p.now().Format(time.RFC3339Nano)
 		writes := make([]reportWrites, len(parts))
 		transitions := make([]int64, len(parts))

@@ -77,7 +77,7 @@ func TestPlanGroups_PlacesQuarantineItemsInTheRoomThenInGroupsOfTheirOwn(t *test
 	for i := range invalid {
 		list = append(list, &invalid[i])
 	}
-	list = append(list, &invalid[3]) // a record twice: one item
+	list = append(list, &invalid[3])                                    // a record twice: one item
 	plan := batchPlan{items: 99, entries: 32, layout: quarantineLayout} // the plan of layout 3; layout 4 reserves roll-up room too (rollup_test.go)
 	groups := planGroups(fold, list, nil, plan)
 	// 120 report parts of 2 writes: groups of 49 parts (98 writes), 49 and
