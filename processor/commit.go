@@ -66,9 +66,13 @@ func (p *Processor) commitRuns(ctx context.Context, g Guard, changes []change, r
 		// repeats) commits nothing, as processing it again changes nothing.
 		if len(keys) > 0 || anyGuarded(r.changes) {
 			recs := r.records()
+			// One part per report: planRun keeps a report within
+			// MaxEntriesPerItem entries, but a run of one roll-up delta
+			// record may hold up to table.MaxRollupDeltaPeriodEntries of a
+			// partial (a record is never cut), one update all the same.
 			var parts []part
 			for _, k := range keys {
-				parts = append(parts, partsOf(r.fold, k, p.cfg.MaxEntriesPerItem)...)
+				parts = append(parts, partsOf(r.fold, k, max(p.cfg.MaxEntriesPerItem, table.MaxRollupDeltaPeriodEntries))...)
 			}
 			id := g.runID(recs)
 			ref := commitRef{id: id, rollupClaim: id, rollups: true, from: recs[0].SequenceNumber, to: lastSequence(recs)}

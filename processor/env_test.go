@@ -21,7 +21,7 @@ import (
 func TestMain(m *testing.M) { ddbtest.Main(m) }
 
 // The package creates all its tables before any test writes.
-var tables = ddbtest.Pool{Size: 66}
+var tables = ddbtest.Pool{Size: 78} // +12: TestCommit_RollupDeltaEqualsTheSumOfItsParts
 
 func newTableName(t testing.TB) string { return tables.Table(t) }
 

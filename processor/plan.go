@@ -195,11 +195,13 @@ func rollupItemsOf[V ~map[entryID]bool](ps map[aggregates.Period]V) int {
 			items, periods, entries = items+1, 0, 0
 		}
 		periods++
+		piece := 0 // the period's entries in the current item
 		for range ps[p] {
-			if entries == table.MaxRollupDeltaEntries {
-				items, periods, entries = items+1, 1, 0
+			if entries == table.MaxRollupDeltaEntries || piece == table.MaxRollupDeltaPeriodEntries {
+				items, periods, entries, piece = items+1, 1, 0, 0
 			}
 			entries++
+			piece++
 		}
 	}
 	return items

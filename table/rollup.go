@@ -41,10 +41,15 @@ import (
 //     report's. Its updates are a branch report's (reportupdate.go) plus
 //     an additive branches.
 
-// Bounds of one roll-up delta item.
+// Bounds of one roll-up delta item. A period holds at most
+// MaxRollupDeltaPeriodEntries entries in one item, so that the fold of one
+// delta record is one report part per partial (one update expression,
+// reportupdate.go): a standard-mode run, which cannot cut a record, can
+// always commit it.
 const (
-	MaxRollupDeltaEntries = 256 // E_d: breakdown entries over all periods
-	MaxRollupDeltaPeriods = 64
+	MaxRollupDeltaEntries       = 256 // E_d: breakdown entries over all periods
+	MaxRollupDeltaPeriods       = 64
+	MaxRollupDeltaPeriodEntries = MaxInlineEntries
 )
 
 // Attribute names of roll-up items besides the report layout's (and
@@ -64,9 +69,10 @@ var rollupPeriodAttrs = map[string]bool{
 
 // SplitRollupDelta cuts one tenant and currency's deltas by period into the
 // contents of its delta items, in period order and, within a period, in
-// (dimension, name) order: each holds at most MaxRollupDeltaEntries entries
-// and MaxRollupDeltaPeriods periods. A period cut in two keeps its totals
-// and branches in its first piece. Zero deltas are left out. It is pure, so
+// (dimension, name) order: each holds at most MaxRollupDeltaEntries entries,
+// MaxRollupDeltaPeriods periods and MaxRollupDeltaPeriodEntries entries of
+// one period. A period cut in two keeps its totals and branches in its
+// first piece. Zero deltas are left out. It is pure, so
 // a resumer cuts the same items.
 func SplitRollupDelta(periods map[aggregates.Period]*aggregates.RollupDelta) []map[aggregates.Period]*aggregates.RollupDelta {
 	var out []map[aggregates.Period]*aggregates.RollupDelta
@@ -93,7 +99,7 @@ func SplitRollupDelta(periods map[aggregates.Period]*aggregates.RollupDelta) []m
 		cur[p] = piece
 		for _, dim := range aggregates.Dimensions {
 			for _, name := range slices.Sorted(maps.Keys(d.Breakdowns[dim])) {
-				if entries == MaxRollupDeltaEntries {
+				if entries == MaxRollupDeltaEntries || piece.Entries() == MaxRollupDeltaPeriodEntries {
 					open()
 					piece = &aggregates.RollupDelta{}
 					cur[p] = piece
@@ -239,6 +245,9 @@ func DecodeRollupDelta(item map[string]types.AttributeValue) (*RollupDeltaItem, 
 				return fail("period %s: %s %v is not an integer", ps, AttrBranches, v)
 			}
 			d.Branches = b
+		}
+		if d.Entries() > MaxRollupDeltaPeriodEntries {
+			return fail("period %s: %d breakdown entries, more than %d", ps, d.Entries(), MaxRollupDeltaPeriodEntries)
 		}
 		entries += d.Entries()
 		out.Periods[p] = d

@@ -79,11 +79,19 @@ func TestSplitRollupDelta_BoundsEveryItemAndKeepsTheSum(t *testing.T) {
 		items   int
 	}{
 		{"one small period", map[aggregates.Period]*aggregates.RollupDelta{rollupPeriod(aggregates.Daily, "2026-11-27"): rollupDelta(3, 1)}, 1},
-		{"exactly E_d entries", map[aggregates.Period]*aggregates.RollupDelta{rollupPeriod(aggregates.Daily, "2026-11-27"): rollupDelta(table.MaxRollupDeltaEntries-1, 0)}, 1},
-		{"one entry past E_d", map[aggregates.Period]*aggregates.RollupDelta{rollupPeriod(aggregates.Daily, "2026-11-27"): rollupDelta(table.MaxRollupDeltaEntries, 1)}, 2},
+		{"a period of 32 entries", map[aggregates.Period]*aggregates.RollupDelta{rollupPeriod(aggregates.Daily, "2026-11-27"): rollupDelta(table.MaxRollupDeltaPeriodEntries-1, 0)}, 1},
+		{"a period of 33 entries", map[aggregates.Period]*aggregates.RollupDelta{rollupPeriod(aggregates.Daily, "2026-11-27"): rollupDelta(table.MaxRollupDeltaPeriodEntries, 0)}, 2},
+		{"a period of E_d entries: 32 a piece", map[aggregates.Period]*aggregates.RollupDelta{rollupPeriod(aggregates.Daily, "2026-11-27"): rollupDelta(table.MaxRollupDeltaEntries-1, 0)}, 8},
+		{"8 periods of 32 entries, then one more: past E_d", func() map[aggregates.Period]*aggregates.RollupDelta {
+			m := map[aggregates.Period]*aggregates.RollupDelta{}
+			for i := range 9 {
+				m[rollupPeriod(aggregates.Daily, fmt.Sprintf("2026-11-%02d", i+1))] = rollupDelta(table.MaxRollupDeltaPeriodEntries-1, 1)
+			}
+			return m
+		}(), 2},
 		{"three periods of 200 entries", map[aggregates.Period]*aggregates.RollupDelta{
 			rollupPeriod(aggregates.Daily, "2026-11-27"): rollupDelta(199, 1), rollupPeriod(aggregates.Monthly, "2026-11"): rollupDelta(199, 1),
-			rollupPeriod(aggregates.Yearly, "2026"): rollupDelta(199, 0)}, 3},
+			rollupPeriod(aggregates.Yearly, "2026"): rollupDelta(199, 0)}, 19},
 		{"70 periods", manyPeriods, 2},
 		{"only zeros", map[aggregates.Period]*aggregates.RollupDelta{rollupPeriod(aggregates.Daily, "2026-11-27"): {}}, 0},
 	}
@@ -94,8 +102,9 @@ func TestSplitRollupDelta_BoundsEveryItemAndKeepsTheSum(t *testing.T) {
 			require.Len(t, pieces, tt.items)
 			for i, piece := range pieces {
 				entries := 0
-				for _, d := range piece {
+				for p, d := range piece {
 					entries += d.Entries()
+					assert.LessOrEqual(t, d.Entries(), table.MaxRollupDeltaPeriodEntries, "item %d period %s", i, p)
 				}
 				assert.LessOrEqual(t, entries, table.MaxRollupDeltaEntries, "item %d entries", i)
 				assert.LessOrEqual(t, len(piece), table.MaxRollupDeltaPeriods, "item %d periods", i)
