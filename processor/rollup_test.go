@@ -10,6 +10,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	ddbtypes "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/shopspring/decimal"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -218,6 +220,10 @@ type consumer struct {
 	p    *processor.Processor
 	mode string // "batch", "runs" (a shard guard committing runs) or "marker"
 	g    processor.Guard
+	// delivered: the records a marker-mode consumer was handed (by
+	// eventID); its passes hand over the others, in stream order, as an
+	// event source mapping hands each record over once.
+	delivered map[string]bool
 }
 
 func newConsumer(t *testing.T, e *env, mode string, reg prometheus.Registerer, cfg processor.Config) *consumer {
@@ -225,7 +231,7 @@ func newConsumer(t *testing.T, e *env, mode string, reg prometheus.Registerer, c
 	cfg.Table, cfg.BaseBackoff, cfg.MaxBackoff = e.table, time.Millisecond, 20*time.Millisecond
 	p, err := processor.New(e.ddb, cfg, processor.NewMetrics(reg))
 	require.NoError(t, err)
-	c := &consumer{t: t, e: e, p: p, mode: mode}
+	c := &consumer{t: t, e: e, p: p, mode: mode, delivered: map[string]bool{}}
 	c.g = p.MarkerGuard()
 	if mode != "marker" {
 		sg := p.ShardGuard(e.streamARN, shardOf(t, e))
@@ -237,13 +243,36 @@ func newConsumer(t *testing.T, e *env, mode string, reg prometheus.Registerer, c
 	return c
 }
 
-// pass processes every record of the stream so far once more (the guard
-// skips what is committed) and returns the result.
+// pass processes the records of the stream so far: all of them once more
+// for a shard guard (which skips what is committed), the ones not handed
+// over yet for a marker guard. It returns the result.
 func (c *consumer) pass() processor.Result {
 	c.t.Helper()
 	_, recs := c.e.records(c.t)
+	if c.mode == "marker" {
+		var fresh []processor.Record
+		for _, r := range recs {
+			if !c.delivered[r.EventID] {
+				fresh = append(fresh, r)
+			}
+		}
+		recs = fresh
+	}
+	return c.deliver(recs...)
+}
+
+// deliver processes recs (a marker-mode consumer then never hands them over
+// again).
+func (c *consumer) deliver(recs ...processor.Record) processor.Result {
+	c.t.Helper()
+	if len(recs) == 0 {
+		return processor.Result{}
+	}
 	res, err := c.p.Process(context.Background(), c.g, recs)
 	require.NoError(c.t, err)
+	for _, r := range recs {
+		c.delivered[r.EventID] = true
+	}
 	return res
 }
 
@@ -353,4 +382,203 @@ func TestCommit_RollupDeltaEqualsTheSumOfItsParts(t *testing.T) {
 			})
 		}
 	}
+}
+
+// txnRecords returns the stream's records of transaction items of tenant
+// and branch (every event), in order.
+func txnRecords(t *testing.T, e *env, tenant, branch string) []processor.Record {
+	t.Helper()
+	_, recs := e.records(t)
+	var out []processor.Record
+	for _, r := range recs {
+		if pk, _ := table.String(r.Keys, table.AttrPK); pk == aggregates.TransactionPK(tenant, branch) {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+func day(v string) aggregates.Period { return aggregates.Period{Type: aggregates.Daily, Value: v} }
+
+// branchesOf is the roll-up's branch count of a cell as the table holds it.
+func branchesOf(t *testing.T, e *env, c rollupCell) int64 {
+	t.Helper()
+	if d := readRollups(t, e).sum[c]; d != nil {
+		return d.Branches
+	}
+	return 0
+}
+
+// TestCommit_StaleBranchCountIsAShapeConflict: a consumer whose cached
+// count of a branch report is stale (another consumer committed to the
+// report since) sends it as the condition of the update that moves the
+// count: the transaction is cancelled, the shape read again, and the
+// branch transition computed on the count that lands.
+func TestCommit_StaleBranchCountIsAShapeConflict(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t)
+	reg := prometheus.NewRegistry()
+	p1 := newConsumer(t, e, "marker", reg, processor.Config{})
+	p2 := newConsumer(t, e, "marker", nil, processor.Config{})
+	tx1 := rtx{"acme", "sp", "BRL", "2026-11-27", "1", "INCOME", "10", "food"}
+	k1 := tx1.put(t, e, "")
+	p1.deliver(txnRecords(t, e, "acme", "sp")[0]) // count 0 → 1, cached by p1
+	rtx{"acme", "sp", "BRL", "2026-11-27", "2", "INCOME", "5", "food"}.put(t, e, "")
+	r2 := txnRecords(t, e, "acme", "sp")[1]
+	p2.deliver(r2) // 1 → 2: p1's count is stale
+	p1.delivered[r2.EventID] = true
+	_, err := e.ddb.DeleteItem(ctx, &dynamodb.DeleteItemInput{TableName: &e.table, Key: table.Key(k1)})
+	require.NoError(t, err)
+	p1.deliver(txnRecords(t, e, "acme", "sp")[2]) // 2 → 1, p1 believes 1 → 0
+	assert.Equal(t, 1.0, testutil.ToFloat64(p1.p.Metrics().Conflicts.WithLabelValues(processor.ConflictConditionFailed)),
+		"the stale count cancels once")
+	p1.drain()
+	requireRollupsExact(t, e, true)
+	assert.Equal(t, int64(1), branchesOf(t, e, rollupCell{"acme", "BRL", day("2026-11-27")}), "one branch report with a count")
+}
+
+// TestCommit_CountBackToZeroThenANewTransaction (review hole 1): a count
+// an ADD brought back to 0 is 0, not absent; the next transaction's
+// condition for c = 0 accepts both, so it lands (not a stuck shard, not a
+// parked part) and the branch counts again.
+func TestCommit_CountBackToZeroThenANewTransaction(t *testing.T) {
+	for _, fresh := range []bool{false, true} {
+		t.Run(fmt.Sprintf("shape read from the table=%v", fresh), func(t *testing.T) {
+			ctx := context.Background()
+			e := newEnv(t)
+			c := newConsumer(t, e, "marker", nil, processor.Config{})
+			k := rtx{"acme", "sp", "BRL", "2026-11-27", "1", "INCOME", "10", "food"}.put(t, e, "")
+			_, err := e.ddb.DeleteItem(ctx, &dynamodb.DeleteItemInput{TableName: &e.table, Key: table.Key(k)})
+			require.NoError(t, err)
+			for _, r := range txnRecords(t, e, "acme", "sp") { // 0 → 1 → 0
+				c.deliver(r)
+			}
+			rtx{"acme", "sp", "BRL", "2026-11-27", "2", "INCOME", "4", "food"}.put(t, e, "")
+			if fresh {
+				d := c.delivered
+				c = newConsumer(t, e, "marker", nil, processor.Config{})
+				c.delivered = d
+			}
+			c.deliver(txnRecords(t, e, "acme", "sp")[2]) // 0 → 1
+			c.drain()
+			diffs, _, err := reconcileBranch(ctx, e, "acme", "sp")
+			require.NoError(t, err)
+			assert.Empty(t, diffs, "the branch reports are exact")
+			st := requireRollupsExact(t, e, true)
+			assert.Zero(t, st.parked, "nothing parked")
+			assert.Equal(t, int64(1), branchesOf(t, e, rollupCell{"acme", "BRL", day("2026-11-27")}))
+		})
+	}
+}
+
+// TestCommit_DamagedBranchCountParks (review hole 2): a report whose count
+// another writer made a string can never pass the count condition: its
+// part 0 is parked as malformed, with its roll-up share, before it is
+// sent, and the commit goes on.
+func TestCommit_DamagedBranchCountParks(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t)
+	reg := prometheus.NewRegistry()
+	rtx{"acme", "sp", "BRL", "2026-11-27", "1", "INCOME", "10", "food"}.put(t, e, "")
+	c := newConsumer(t, e, "marker", nil, processor.Config{})
+	c.pass()
+	rk := aggregates.ReportKey{Tenant: "acme", Branch: "sp", Period: day("2026-11-27")}.Key()
+	_, err := e.ddb.UpdateItem(ctx, &dynamodb.UpdateItemInput{TableName: &e.table, Key: table.Key(rk),
+		UpdateExpression:          aws.String("SET transactionCount = :s"),
+		ExpressionAttributeValues: map[string]ddbtypes.AttributeValue{":s": sAV("one")}})
+	require.NoError(t, err)
+	rtx{"acme", "sp", "BRL", "2026-11-27", "2", "INCOME", "5", "food"}.put(t, e, "")
+	d := c.delivered
+	c = newConsumer(t, e, "marker", reg, processor.Config{})
+	c.delivered = d
+	c.deliver(txnRecords(t, e, "acme", "sp")[1]) // parked, not retried for ever
+	assert.Equal(t, 1.0, testutil.ToFloat64(c.p.Metrics().Parked.WithLabelValues(processor.ParkedMalformed)))
+	st := readRollups(t, e)
+	assert.Equal(t, 1, st.parked, "the daily part parked with its roll-up share")
+	requireRollupsExact(t, e, false)
+}
+
+// TestCommit_BranchCountFollowsDeletesAndMoves: a branch whose only
+// transaction of a day is deleted, and one whose only transaction is moved
+// to another business day by an edit, stop counting in that day's roll-up
+// (and the moved one counts in the next day's).
+func TestCommit_BranchCountFollowsDeletesAndMoves(t *testing.T) {
+	for _, mode := range []string{"batch", "marker"} {
+		t.Run(mode, func(t *testing.T) {
+			ctx := context.Background()
+			e := newEnv(t)
+			c := newConsumer(t, e, mode, nil, processor.Config{})
+			gone := rtx{"acme", "sp", "BRL", "2026-11-27", "1", "INCOME", "10", "food"}.put(t, e, "")
+			moved := rtx{"acme", "rio", "BRL", "2026-11-27", "2", "EXPENSE", "3", "rent"}
+			moved.put(t, e, "")
+			c.drain()
+			d27, d28 := rollupCell{"acme", "BRL", day("2026-11-27")}, rollupCell{"acme", "BRL", day("2026-11-28")}
+			require.Equal(t, int64(2), branchesOf(t, e, d27))
+
+			_, err := e.ddb.DeleteItem(ctx, &dynamodb.DeleteItemInput{TableName: &e.table, Key: table.Key(gone)})
+			require.NoError(t, err)
+			moved.put(t, e, "2026-11-28") // the same item, another business day: a MODIFY
+			c.drain()
+			requireRollupsExact(t, e, true)
+			assert.Zero(t, branchesOf(t, e, d27), "no branch has a transaction on the 27th")
+			assert.Equal(t, int64(1), branchesOf(t, e, d28))
+			assert.Equal(t, int64(1), branchesOf(t, e, rollupCell{"acme", "BRL", aggregates.Period{Type: aggregates.Monthly, Value: "2026-11"}}))
+		})
+	}
+}
+
+// TestProcess_RollupLaneModifyAndRemoveAreIgnored: a lane key's INSERT is
+// folded (as it was put, whatever happens to the item after), its MODIFY
+// and REMOVE records (an edit by another path; the delete of the fold)
+// contribute nothing, and each is counted.
+func TestProcess_RollupLaneModifyAndRemoveAreIgnored(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t)
+	reg := prometheus.NewRegistry()
+	delta := &aggregates.RollupDelta{Branches: 1}
+	delta.Add(aggregates.Totals{Income: decimal.RequireFromString("7.5"), Count: 2}, [3]string{"food", "", ""})
+	key := aggregates.RollupDeltaKey("acme", 5, "by-hand", "EUR", 0)
+	item := table.EncodeRollupDelta(key, "EUR", map[aggregates.Period]*aggregates.RollupDelta{day("2026-11-27"): delta}, "2026-11-27T10:00:00Z")
+	_, err := e.ddb.PutItem(ctx, &dynamodb.PutItemInput{TableName: &e.table, Item: item})
+	require.NoError(t, err)
+	_, err = e.ddb.UpdateItem(ctx, &dynamodb.UpdateItemInput{TableName: &e.table, Key: table.Key(key),
+		UpdateExpression: aws.String("SET updatedAt = :u"), ExpressionAttributeValues: map[string]ddbtypes.AttributeValue{":u": sAV("later")}})
+	require.NoError(t, err)
+	c := newConsumer(t, e, "batch", reg, processor.Config{})
+	res := c.pass()
+	assert.Equal(t, 1, res.Rollups, "the INSERT is folded")
+	c.pass() // the fold's own writes come back: the REMOVE of the delta among them
+	st := readRollups(t, e)
+	assert.Zero(t, st.lane, "folded and deleted")
+	want := rollupCell{"acme", "EUR", day("2026-11-27")}
+	require.NotNil(t, st.sum[want])
+	assert.Equal(t, "income=7.5 expense=0 count=2", st.sum[want].Totals.String(), "the INSERT's figures, once")
+	assert.Equal(t, int64(1), st.sum[want].Branches)
+	assert.Len(t, st.sum[want].Breakdowns[aggregates.ByCategory], 1)
+	records := c.p.Metrics().Records
+	assert.Equal(t, 1.0, testutil.ToFloat64(records.WithLabelValues("INSERT", processor.OutcomeRollup)))
+	assert.GreaterOrEqual(t, testutil.ToFloat64(records.WithLabelValues("MODIFY", processor.OutcomeIgnored)), 1.0, "the lane MODIFY")
+	assert.Positive(t, testutil.ToFloat64(records.WithLabelValues("REMOVE", processor.OutcomeIgnored)), "the REMOVE of the folded delta")
+}
+
+// TestCommitShardRange_DeltaInsertsAtTheEndAreFolded: the tumbling-window
+// commit moves the checkpoint over the records without effect at the end
+// of its range; a roll-up delta's INSERT has an effect (it is folded), so
+// a window that ends with delta INSERTs folds them.
+func TestCommitShardRange_DeltaInsertsAtTheEndAreFolded(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t)
+	rtx{"acme", "sp", "BRL", "2026-11-27", "1", "INCOME", "10", "food"}.put(t, e, "")
+	c := newConsumer(t, e, "batch", nil, processor.Config{})
+	c.pass() // stage 1: the delta item is put; its INSERT ends the stream
+	shard, recs := e.records(t)
+	last := recs[len(recs)-1]
+	pk, _ := table.String(last.Keys, table.AttrPK)
+	require.True(t, aggregates.IsRollupLaneKey(pk), "the stream ends with the delta's INSERT (and the report writes before it)")
+	res, err := c.p.CommitShardRange(ctx, e.streams, processor.ShardRange{StreamARN: e.streamARN, ShardID: shard, First: recs[0].SequenceNumber, Last: last.SequenceNumber}, 1000)
+	require.NoError(t, err)
+	assert.Equal(t, 1, res.Rollups)
+	st := requireRollupsExact(t, e, true)
+	assert.Zero(t, st.lane)
+	assert.Positive(t, st.partials)
 }
