@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"testing"
 
+	ddbtypes "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -94,4 +95,39 @@ func TestRollupItemCount_MatchesTheSplit(t *testing.T) {
 			assert.Equal(t, len(table.SplitRollupDelta(ps)), rollupItemsOf(counts))
 		})
 	}
+}
+
+// TestQuarantineForeignCurrency_OneReportOneCurrency (review hole 10): a
+// record in another currency than the batch's earlier records of its
+// report, or whose old and new images disagree on it, is quarantined with
+// reason currency and contributes nothing; others are untouched.
+func TestQuarantineForeignCurrency_OneReportOneCurrency(t *testing.T) {
+	img := func(id, cur string) map[string]ddbtypes.AttributeValue {
+		m := txnImage("b", "2024-01-02", id, "INCOME", "1", "food")
+		if cur != "" {
+			m[aggregates.AttrCurrency] = table.S(cur)
+		}
+		return m
+	}
+	other := txnImage("c", "2024-01-02", "9", "INCOME", "1", "food")
+	other[aggregates.AttrCurrency] = table.S("EUR")
+	changes := []change{
+		classify(&Record{EventName: "INSERT", Keys: keysOf(img("1", "BRL")), NewImage: img("1", "BRL"), SequenceNumber: "1"}),
+		classify(&Record{EventName: "INSERT", Keys: keysOf(img("2", "EUR")), NewImage: img("2", "EUR"), SequenceNumber: "2"}),
+		classify(&Record{EventName: "MODIFY", Keys: keysOf(img("1", "")), OldImage: img("1", "BRL"), NewImage: img("1", "JPY"), SequenceNumber: "3"}),
+		classify(&Record{EventName: "INSERT", Keys: keysOf(other), NewImage: other, SequenceNumber: "4"}),
+		classify(&Record{EventName: "INSERT", Keys: keysOf(img("5", "BRL")), NewImage: img("5", "BRL"), SequenceNumber: "5"}),
+	}
+	quarantineForeignCurrency(changes)
+	var reasons []string
+	for _, c := range changes {
+		r := ""
+		if c.invalid != nil {
+			r = string(c.invalid.Reason)
+			assert.Nil(t, c.old)
+			assert.Nil(t, c.new)
+		}
+		reasons = append(reasons, r)
+	}
+	assert.Equal(t, []string{"", "currency", "currency", "", ""}, reasons)
 }
