@@ -5,12 +5,40 @@ import "sort"
 // Fold accumulates signed report deltas per report. A batch of stream records
 // folds into one Fold, so its cost is one update per distinct report touched,
 // not one per record. The zero value is not usable; call NewFold.
+//
+// A fold also holds, for the tenant roll-ups, the currency of each branch
+// report's transactions (RollupCurrency) and the change of each roll-up
+// partial's branches (AddPartial).
 type Fold struct {
-	reports map[ReportKey]*Report
+	reports  map[ReportKey]*Report
+	branches map[ReportKey]int64
+	currency map[ReportKey]string
 }
 
 // NewFold returns an empty fold.
-func NewFold() *Fold { return &Fold{reports: map[ReportKey]*Report{}} }
+func NewFold() *Fold {
+	return &Fold{reports: map[ReportKey]*Report{}, branches: map[ReportKey]int64{}, currency: map[ReportKey]string{}}
+}
+
+// AddPartial adds a roll-up delta's figures for one period to partial k
+// (a ReportKey with IsRollup).
+func (f *Fold) AddPartial(k ReportKey, d *RollupDelta) {
+	r := f.reports[k]
+	if r == nil {
+		r = &Report{}
+		f.reports[k] = r
+	}
+	r.Merge(&d.Report)
+	f.branches[k] += d.Branches
+}
+
+// Branches returns the change of partial k's branches.
+func (f *Fold) Branches(k ReportKey) int64 { return f.branches[k] }
+
+// Currency returns the currency (RollupCurrency) of the transactions folded
+// into branch report k: the last one added (the consumers quarantine a
+// record whose currency is not its report's, so there is one).
+func (f *Fold) Currency(k ReportKey) string { return f.currency[k] }
 
 // Add adds the contribution of t, times sign (+1 or −1), to its three
 // reports.
@@ -24,6 +52,7 @@ func (f *Fold) Add(t Transaction, sign int) {
 		names[d] = t.Breakdown(d)
 	}
 	for _, k := range t.ReportKeys() {
+		f.currency[k] = RollupCurrency(t.Currency)
 		r := f.reports[k]
 		if r == nil {
 			r = &Report{}
@@ -55,6 +84,12 @@ func (f *Fold) Merge(o *Fold) {
 		}
 		mine.Merge(r)
 	}
+	for k, b := range o.branches {
+		f.branches[k] += b
+	}
+	for k, c := range o.currency {
+		f.currency[k] = c
+	}
 }
 
 // Keys returns the reports with a non-zero delta, sorted by key, after
@@ -64,7 +99,7 @@ func (f *Fold) Keys() []ReportKey {
 	keys := make([]ReportKey, 0, len(f.reports))
 	for k, r := range f.reports {
 		r.Prune()
-		if r.IsZero() {
+		if r.IsZero() && f.branches[k] == 0 {
 			continue
 		}
 		keys = append(keys, k)

@@ -242,14 +242,40 @@ func ParseReportPK(pk string) (tenant, branch string, ok bool) {
 	return tenant, branch, true
 }
 
-// ReportKey addresses one report of a branch.
+// ReportKey addresses one report of a branch, or (Currency set, Branch
+// empty) one roll-up partial: lane Lane's share of the tenant's roll-up in
+// Currency (RollupKey.Report, rollupkeys.go). A partial is a report item
+// plus the figure branches, so the consumers fold, update, park and repair
+// it with the same code as a branch report.
 type ReportKey struct {
 	Tenant, Branch string
 	Period         Period
+	// Currency and Lane are set for a roll-up partial only.
+	Currency string
+	Lane     int
+}
+
+// IsRollup reports whether r addresses a roll-up partial.
+func (r ReportKey) IsRollup() bool { return r.Currency != "" }
+
+// Rollup returns the partial r addresses; ok is false for a branch report.
+func (r ReportKey) Rollup() (RollupKey, bool) {
+	if !r.IsRollup() {
+		return RollupKey{}, false
+	}
+	return RollupKey{Tenant: r.Tenant, Currency: r.Currency, Lane: r.Lane, Period: r.Period}, true
+}
+
+// pk is the partition of the report's items.
+func (r ReportKey) pk() string {
+	if r.IsRollup() {
+		return RollupPK(r.Tenant, r.Currency, r.Lane)
+	}
+	return ReportPK(r.Tenant, r.Branch)
 }
 
 // Key returns the item key of the report.
-func (r ReportKey) Key() Key { return Key{PK: ReportPK(r.Tenant, r.Branch), SK: r.Period.String()} }
+func (r ReportKey) Key() Key { return Key{PK: r.pk(), SK: r.Period.String()} }
 
 // String formats r as its item key.
 func (r ReportKey) String() string { return r.Key().String() }
@@ -273,7 +299,7 @@ func ParseDimensionCode(s string) (Dimension, bool) {
 // report with all its entries. The name comes last, after a fixed prefix,
 // so no name (whatever it holds) can address another item.
 func (r ReportKey) EntryKey(d Dimension, name string) Key {
-	return Key{PK: ReportPK(r.Tenant, r.Branch), SK: r.Period.String() + "#" + d.Code() + "#" + name}
+	return Key{PK: r.pk(), SK: r.Period.String() + "#" + d.Code() + "#" + name}
 }
 
 // EntriesPrefix is the sort key prefix of the report's entry items.
@@ -286,7 +312,7 @@ const parkedPrefix = "PARKED#"
 // parked it (unique per guard claim), so a commit parks a report's delta at
 // most once.
 func (r ReportKey) ParkedKey(id string) Key {
-	return Key{PK: ReportPK(r.Tenant, r.Branch), SK: parkedPrefix + r.Period.String() + "#" + id}
+	return Key{PK: r.pk(), SK: parkedPrefix + r.Period.String() + "#" + id}
 }
 
 // ParkedPrefix is the sort key prefix of the report's parked deltas.
@@ -353,8 +379,16 @@ func ParseReportItemKey(k Key) (ReportItemRef, error) {
 	return ref, nil
 }
 
-// ParseReportKey parses a report item key back into its parts.
+// ParseReportKey parses a report item key back into its parts: a branch
+// report's, or a roll-up partial's (ParseRollupKey).
 func ParseReportKey(k Key) (ReportKey, error) {
+	if IsRollupPK(k.PK) {
+		rk, err := ParseRollupKey(k)
+		if err != nil {
+			return ReportKey{}, err
+		}
+		return rk.Report(), nil
+	}
 	if !strings.HasPrefix(k.PK, tenantPrefix) || !strings.HasSuffix(k.PK, reportingSuffix) {
 		return ReportKey{}, fmt.Errorf("report key %s: partition is not TENANT#…#BRANCH#…#REPORTING", k)
 	}

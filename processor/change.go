@@ -23,10 +23,34 @@ type change struct {
 	abandoned bool
 	old, new  *aggregates.Transaction
 	invalid   *aggregates.InvalidError
+	// lane: the keys say it is a roll-up delta item (a lane key);
+	// rollup is the delta its INSERT record carries, to fold into the
+	// partials of its lane (nil for its MODIFY and REMOVE records, which
+	// contribute nothing).
+	lane   bool
+	rollup *table.RollupDeltaItem
 }
 
-// effective reports whether the change can alter a report.
-func (c *change) effective() bool { return !c.dup && (c.old != nil || c.new != nil) }
+// effective reports whether the change can alter a report (or a roll-up
+// partial).
+func (c *change) effective() bool {
+	return !c.dup && (c.old != nil || c.new != nil || c.rollup != nil)
+}
+
+// addTo adds the change's delta to fold: contribution(new) −
+// contribution(old) to branch reports, a roll-up delta's figures to the
+// partials of its lane.
+func (c *change) addTo(fold *aggregates.Fold) {
+	if c.dup {
+		return
+	}
+	fold.AddChange(c.old, c.new)
+	if c.rollup != nil {
+		for k, d := range c.rollup.Partials() {
+			fold.AddPartial(k, d)
+		}
+	}
+}
 
 // guarded reports whether the change must be claimed by a guard when
 // committed: it can alter a report, or its record gets a quarantine item,
@@ -45,6 +69,9 @@ func (c *change) guarded() bool { return c.effective() || c.needsQuarantine() }
 func classify(r *Record) change {
 	c := change{rec: r}
 	pk, hasPK := table.String(r.Keys, table.AttrPK)
+	if hasPK && aggregates.IsRollupLaneKey(pk) {
+		return classifyLane(r)
+	}
 	if r.Keys != nil && (!hasPK || !aggregates.IsTransactionKey(pk)) {
 		return c // reports, markers, checkpoints, tenants, other tables' items: not ours to fold
 	}
@@ -102,6 +129,88 @@ func classify(r *Record) change {
 		shape("%s record without a new image", r.EventName)
 	}
 	return c
+}
+
+// classifyLane classifies a record of a roll-up lane key
+// (docs/exactly-once.md "Stage 2"): an INSERT is a roll-up delta to fold;
+// a MODIFY or REMOVE (the delete of a folded delta, an edit by another
+// path) contributes nothing, as a delta item is put once and never
+// changed. An INSERT whose new image is no delta item a consumer writes is
+// quarantined (reason shape), never folded.
+func classifyLane(r *Record) change {
+	c := change{rec: r, lane: true}
+	if r.EventName != "INSERT" {
+		return c
+	}
+	bad := func(format string, args ...any) change {
+		c.invalid = &aggregates.InvalidError{Reason: aggregates.ReasonShape, Detail: fmt.Sprintf(format, args...)}
+		return c
+	}
+	switch {
+	case r.DecodeErr != nil:
+		return bad("decode: %v", r.DecodeErr)
+	case r.SequenceNumber == "":
+		return bad("record has no sequence number")
+	case r.NewImage == nil:
+		return bad("roll-up delta INSERT without a new image")
+	}
+	d, err := table.DecodeRollupDelta(r.NewImage)
+	if err != nil {
+		return bad("%v", err)
+	}
+	if table.KeyOf(r.NewImage) != table.KeyOf(r.Keys) {
+		return bad("roll-up delta %s: the new image's key is not the record's", table.KeyOf(r.Keys))
+	}
+	c.rollup = d
+	return c
+}
+
+// quarantineForeignCurrency quarantines (reason currency) each change
+// whose transactions are in another currency than the one the earlier
+// changes of the batch folded into the same branch report: one branch
+// report, one currency (docs/exactly-once.md, "Tenant roll-ups", fix 10).
+// Such a record is not applied at all. It depends on the records alone, in
+// order, so whoever plans the batch decides alike; the report's stored
+// currency is checked by the commit (its part 0's condition).
+func quarantineForeignCurrency(changes []change) {
+	seen := map[aggregates.ReportKey]string{}
+	for i := range changes {
+		c := &changes[i]
+		if c.dup || c.old == nil && c.new == nil {
+			continue
+		}
+		var foreign string
+		mine := map[aggregates.ReportKey]string{} // this record's sides
+		for _, tx := range []*aggregates.Transaction{c.old, c.new} {
+			if tx == nil {
+				continue
+			}
+			cur := aggregates.RollupCurrency(tx.Currency)
+			for _, k := range tx.ReportKeys() {
+				switch s, ok := seen[k]; {
+				case foreign != "":
+				case ok && s != cur:
+					foreign = fmt.Sprintf("currency %s, but the batch's earlier records of report %s are in %s", cur, k, s)
+				case mine[k] != "" && mine[k] != cur:
+					foreign = fmt.Sprintf("the old image is in currency %s, the new one in %s, both in report %s", mine[k], cur, k)
+				}
+				mine[k] = cur
+			}
+		}
+		if foreign != "" {
+			c.invalid = &aggregates.InvalidError{Reason: aggregates.ReasonCurrency, Field: aggregates.AttrCurrency, Detail: foreign}
+			c.old, c.new = nil, nil
+			continue
+		}
+		for _, tx := range []*aggregates.Transaction{c.old, c.new} {
+			if tx == nil {
+				continue
+			}
+			for _, k := range tx.ReportKeys() {
+				seen[k] = aggregates.RollupCurrency(tx.Currency)
+			}
+		}
+	}
 }
 
 // Transactions returns the valid transactions of a record's old and new

@@ -50,7 +50,8 @@ func (p *Processor) commitRuns(ctx context.Context, g Guard, changes []change, r
 			}
 			known = func(k aggregates.ReportKey) *table.ReportShape {
 				if s := shapes[k.Key()]; s != nil {
-					return &table.ReportShape{Present: s.present, Entries: s.entries}
+					sh := s.reportShape()
+					return &sh
 				}
 				return nil
 			}
@@ -65,15 +66,20 @@ func (p *Processor) commitRuns(ctx context.Context, g Guard, changes []change, r
 		// repeats) commits nothing, as processing it again changes nothing.
 		if len(keys) > 0 || anyGuarded(r.changes) {
 			recs := r.records()
-			parts := make([]part, len(keys))
-			for i, k := range keys {
-				parts[i] = part{key: k, delta: r.fold.Report(k)}
+			// One part per report: planRun keeps a report within
+			// MaxEntriesPerItem entries, but a run of one roll-up delta
+			// record may hold up to table.MaxRollupDeltaPeriodEntries of a
+			// partial (a record is never cut), one update all the same.
+			var parts []part
+			for _, k := range keys {
+				parts = append(parts, partsOf(r.fold, k, max(p.cfg.MaxEntriesPerItem, table.MaxRollupDeltaPeriodEntries))...)
 			}
-			ref := commitRef{id: g.runID(recs), from: recs[0].SequenceNumber, to: lastSequence(recs)}
+			id := g.runID(recs)
+			ref := commitRef{id: id, rollupClaim: id, rollups: true, from: recs[0].SequenceNumber, to: lastSequence(recs)}
 			if len(r.changes) > 1 {
 				ref.maxWrites = p.cfg.MaxItemsPerRun // a run of one record cannot be cut further
 			}
-			err := p.commitTx(ctx, g, func() ddbtypes.TransactWriteItem { return g.claim(recs) }, func() { g.claimed(recs) }, parts, r.quarantine(), ref)
+			err := p.commitTx(ctx, g, func() ddbtypes.TransactWriteItem { return g.claim(recs) }, func() { g.claimed(recs) }, parts, r.quarantine(), foldingChanges(r.changes), ref)
 			if errors.Is(err, errRunOverflow) && !blind {
 				blind = true // plan this run again, counting every new entry as an entry item
 				continue
@@ -95,17 +101,12 @@ func reportKeys(changes []change) []aggregates.ReportKey {
 	seen := map[aggregates.ReportKey]bool{}
 	var out []aggregates.ReportKey
 	for i := range changes {
-		for _, tx := range []*aggregates.Transaction{changes[i].old, changes[i].new} {
-			if tx == nil {
-				continue
+		changes[i].eachEntry(func(k aggregates.ReportKey, _ string, e *entryID) {
+			if e == nil && !seen[k] {
+				seen[k] = true
+				out = append(out, k)
 			}
-			for _, k := range tx.ReportKeys() {
-				if !seen[k] {
-					seen[k] = true
-					out = append(out, k)
-				}
-			}
-		}
+		})
 	}
 	return out
 }
@@ -143,11 +144,23 @@ func (p *Processor) commitBatch(ctx context.Context, g *ShardGuard, changes []ch
 			return 0, err
 		}
 	}
+	if plan.layout < rollupLayout {
+		// A batch planned before roll-ups is finished as planned: its
+		// roll-up delta records (put by newer consumers of a mixed fleet)
+		// were not folded into its groups, and are not now (ignored).
+		for i := range batch {
+			batch[i].rollup = nil
+		}
+	}
 	fold := aggregates.NewFold()
 	for i := range batch {
-		fold.AddChange(batch[i].old, batch[i].new)
+		batch[i].addTo(fold)
 	}
-	groups := planGroups(fold, needingQuarantine(batch), plan)
+	var folds []*change
+	if plan.layout >= rollupLayout {
+		folds = foldingChanges(batch)
+	}
+	groups := planGroups(fold, needingQuarantine(batch), folds, plan)
 	reportsChanged := len(fold.Keys()) > 0
 	if len(groups) == 0 && (anyGuarded(batch) || g.abandoned != nil) {
 		// Claimed all the same, like a run (see commitRuns); and an abandoned
@@ -155,7 +168,12 @@ func (p *Processor) commitBatch(ctx context.Context, g *ShardGuard, changes []ch
 		groups = []group{{}}
 	}
 	n := len(groups)
-	digest := planDigest(to, plan, groups)
+	// A group's roll-up claim is its claim id without the plan digest
+	// (which covers the delta items, so cannot also name them): the lane
+	// and the delta keys are a pure function of the shard, the batch's
+	// end and the group.
+	rollupClaim := func(k int) string { return g.shard + "~" + to + "~g" + strconv.Itoa(k) }
+	digest := planDigest(to, plan, groups, rollupClaim)
 	if pb != nil && (n != pb.groups || digest != pb.digest) {
 		return 0, fmt.Errorf("shard %s: the pending batch through %s was planned as %d groups (plan %s), now %d (plan %s): changed code mid-batch? See docs/runbook.md",
 			g.shard, pb.to, pb.groups, pb.digest, n, digest)
@@ -163,8 +181,9 @@ func (p *Processor) commitBatch(ctx context.Context, g *ShardGuard, changes []ch
 	for k := next; k < n; k++ {
 		err := p.commitTx(ctx, g,
 			func() ddbtypes.TransactWriteItem { return g.claimGroup(k, n, to, plan, digest) },
-			func() { g.claimedGroup(k, n, to, plan, digest) }, groups[k].parts, groups[k].quarantine,
-			commitRef{id: g.shard + "~" + to + "~" + digest + "~g" + strconv.Itoa(k), from: batch[0].rec.SequenceNumber, to: to})
+			func() { g.claimedGroup(k, n, to, plan, digest) }, groups[k].parts, groups[k].quarantine, groups[k].folds,
+			commitRef{id: g.shard + "~" + to + "~" + digest + "~g" + strconv.Itoa(k), rollupClaim: rollupClaim(k), rollups: plan.layout >= rollupLayout,
+				from: batch[0].rec.SequenceNumber, to: to})
 		if err != nil {
 			return 0, fmt.Errorf("commit group %d of %d of the batch through %s: %w", k+1, n, to, err)
 		}
@@ -204,6 +223,12 @@ func (p *Processor) account(changes []change, reportsChanged bool, res *Result) 
 		case c.dup:
 			res.Duplicates++
 			p.metrics.Records.WithLabelValues(eventLabel(c.rec.EventName), OutcomeDuplicate).Inc()
+		case c.rollup != nil:
+			res.Rollups++
+			p.metrics.Records.WithLabelValues(eventLabel(c.rec.EventName), OutcomeRollup).Inc()
+		case c.lane && c.invalid != nil:
+			res.Quarantined++
+			p.metrics.Records.WithLabelValues(eventLabel(c.rec.EventName), OutcomeQuarantined).Inc()
 		case !c.isTxn:
 			res.Ignored++
 			p.metrics.Records.WithLabelValues(eventLabel(c.rec.EventName), OutcomeIgnored).Inc()
@@ -247,6 +272,11 @@ func writeTime(c *change) time.Time {
 // claim), from and to the sequence numbers of the records it covers.
 type commitRef struct {
 	id, from, to string
+	// rollups says the commit puts the roll-up deltas of its branch-report
+	// parts (not a batch planned before roll-ups); rollupClaim is the
+	// claim id that names them (and their lane): id without a plan digest.
+	rollups     bool
+	rollupClaim string
 	// maxWrites, when set, is the most writes the transaction was planned
 	// with besides its claim (a run's): more returns errRunOverflow.
 	maxWrites int
@@ -269,13 +299,20 @@ type commitRef struct {
 // its updates, so the rest of the transaction, and the shard, go on; the
 // guard makes the parked delta as exactly-once as an applied one
 // (docs/exactly-once.md, "Parked deltas").
-func (p *Processor) commitTx(ctx context.Context, g Guard, claim func() ddbtypes.TransactWriteItem, claimed func(), parts []part, quarantine []*change, ref commitRef) error {
+func (p *Processor) commitTx(ctx context.Context, g Guard, claim func() ddbtypes.TransactWriteItem, claimed func(), parts []part, quarantine []*change, folds []*change, ref commitRef) error {
 	keys := make([]aggregates.ReportKey, len(parts))
 	for i, pt := range parts {
 		keys[i] = pt.key
 	}
 	parked := map[int]parking{}
 	qs := p.quarantineWrites(quarantine, p.now())
+	// sent holds the shape each part's update was sent on when its
+	// condition failed; a re-read that finds the same shape parks the part
+	// (a condition that fails on an unchanged item will fail for ever).
+	sent := map[int]*shape{}
+	// gone marks the folds whose delta item is not there (its delete's
+	// condition failed): the delete is dropped from the transaction.
+	gone := map[int]bool{}
 	var lastErr error
 	for attempt := 1; attempt <= p.cfg.MaxAttempts; attempt++ {
 		if attempt > 1 {
@@ -287,17 +324,36 @@ func (p *Processor) commitTx(ctx context.Context, g Guard, claim func() ddbtypes
 		if err != nil {
 			return err
 		}
-		items := make([]ddbtypes.TransactWriteItem, 1, len(parts)+len(qs)+1) // the claim first, set below
-		owner := []int{ownerGuard}                                           // the part (or quarantine item) each item writes for
+		if ref.rollups {
+			p.parkUnconditionable(parts, shapes, parked, sent)
+		}
+		items := make([]ddbtypes.TransactWriteItem, 1, len(parts)+len(qs)+len(folds)+1) // the claim first, set below
+		owner := []int{ownerGuard}                                                      // the part (or other item) each item writes for
 		now := p.now().Format(time.RFC3339Nano)
 		writes := make([]reportWrites, len(parts))
+		transitions := make([]int64, len(parts))
 		for i, pt := range parts {
 			if pk, ok := parked[i]; ok {
 				items = append(items, ddbtypes.TransactWriteItem{Put: p.parkedPut(pt, ref, pk, now)})
 				owner = append(owner, i)
+				transitions[i] = parkedPart
 				continue
 			}
-			w, err := p.reportWrites(pt.key, pt.delta, shapes[pt.key.Key()], now)
+			sh := shapes[pt.key.Key()]
+			var opts table.UpdateOptions
+			switch {
+			case pt.key.IsRollup():
+				opts.Branches = pt.branches
+			case ref.rollups && pt.first:
+				opts.Currency = pt.currency
+				if pt.delta.Count != 0 {
+					// Only a part that moves the count can move the
+					// branch count: it alone needs the count as read.
+					opts.CheckCount = true
+					transitions[i] = aggregates.BranchTransition(sh.count, pt.delta.Count)
+				}
+			}
+			w, err := p.reportWrites(pt.key, pt.delta, sh, now, opts)
 			if err != nil {
 				return err
 			}
@@ -305,6 +361,24 @@ func (p *Processor) commitTx(ctx context.Context, g Guard, claim func() ddbtypes
 			for _, u := range w.updates {
 				items = append(items, ddbtypes.TransactWriteItem{Update: u})
 				owner = append(owner, i)
+			}
+		}
+		var deltas []aggregates.Key
+		if ref.rollups {
+			rf := rollupFold(parts, func(i int) int64 { return transitions[i] })
+			lane := aggregates.RollupLane(ref.rollupClaim)
+			for _, rg := range rf.Groups() {
+				for _, item := range table.RollupDeltaItems(rg.Tenant, lane, ref.rollupClaim, rg.Currency, rf.Periods(rg), now) {
+					items = append(items, ddbtypes.TransactWriteItem{Put: table.PutRollupDelta(p.cfg.Table, item)})
+					owner = append(owner, deltaOwner(len(deltas)))
+					deltas = append(deltas, table.KeyOf(item))
+				}
+			}
+		}
+		for i, c := range folds {
+			if !gone[i] {
+				items = append(items, ddbtypes.TransactWriteItem{Delete: table.DeleteRollupDelta(p.cfg.Table, c.rollup.Key)})
+				owner = append(owner, foldOwner(i))
 			}
 		}
 		for i, q := range qs {
@@ -315,6 +389,9 @@ func (p *Processor) commitTx(ctx context.Context, g Guard, claim func() ddbtypes
 		}
 		if ref.maxWrites > 0 && len(items)-1 > ref.maxWrites {
 			return fmt.Errorf("%d writes, planned for at most %d: %w", len(items)-1, ref.maxWrites, errRunOverflow)
+		}
+		if len(items) > maxTransactItems {
+			return fmt.Errorf("%d writes and the claim, more than a transaction takes (%d): the plan reserved too little room", len(items)-1, maxTransactItems)
 		}
 		items[0] = claim()
 		if items, owner, err = p.withRunEnd(items, owner); err != nil {
@@ -334,7 +411,15 @@ func (p *Processor) commitTx(ctx context.Context, g Guard, claim func() ddbtypes
 			p.countQuarantined(qs)
 			for i, pt := range parts {
 				if _, ok := parked[i]; !ok {
-					p.shapes.applied(pt.key.Key(), shapes[pt.key.Key()], writes[i].inline)
+					cur := ""
+					if ref.rollups && pt.first && !pt.key.IsRollup() {
+						cur = pt.currency
+					}
+					var d int64
+					if pt.first {
+						d = pt.delta.Count
+					}
+					p.shapes.applied(pt.key.Key(), shapes[pt.key.Key()], writes[i].inline, d, cur)
 				}
 			}
 			p.metrics.Commits.WithLabelValues("committed").Inc()
@@ -343,8 +428,12 @@ func (p *Processor) commitTx(ctx context.Context, g Guard, claim func() ddbtypes
 		lastErr = err
 		var tce *ddbtypes.TransactionCanceledException
 		if errors.As(err, &tce) {
-			before := len(parked) + quarantineFixes(qs)
-			retry, err := p.cancelled(g, keys, owner, parked, qs, tce)
+			before := len(parked) + quarantineFixes(qs) + len(gone)
+			if err := p.rollupCancelled(owner, deltas, folds, gone, tce); err != nil {
+				return err
+			}
+			failed := map[int]bool{}
+			retry, err := p.cancelled(g, keys, owner, parked, qs, failed, tce)
 			if errors.Is(err, errGuardTaken) {
 				// An earlier attempt of this commit landed and its answer
 				// was lost (or another consumer committed the same
@@ -360,8 +449,11 @@ func (p *Processor) commitTx(ctx context.Context, g Guard, claim func() ddbtypes
 			if err != nil {
 				return err
 			}
-			if retry && len(parked)+quarantineFixes(qs) > before {
-				attempt-- // a part to park, a quarantine item dropped or truncated: no failed attempt, send the rest now
+			for i := range failed {
+				sent[i] = shapes[keys[i].Key()]
+			}
+			if retry && len(parked)+quarantineFixes(qs)+len(gone) > before {
+				attempt-- // a part to park, a quarantine item or delete dropped or truncated: no failed attempt, send the rest now
 				continue
 			}
 			if retry {
@@ -398,6 +490,98 @@ func (p *Processor) commitTx(ctx context.Context, g Guard, claim func() ddbtypes
 	}
 	p.metrics.Commits.WithLabelValues("failed").Inc()
 	return fmt.Errorf("%d attempts: %w", p.cfg.MaxAttempts, lastErr)
+}
+
+// maxTransactItems is DynamoDB's bound on the actions of one
+// TransactWriteItems.
+const maxTransactItems = 100
+
+// parkUnconditionable parks, before they are sent, the branch-report parts
+// no roll-up condition can ever pass on (docs/exactly-once.md, "Tenant
+// roll-ups", review holes 2 and 10): a part 0 whose report's count is no
+// integer (ParkedMalformed) or whose report is in another currency
+// (ParkedRefused), and a part whose condition failed on the shape it reads
+// now (sent: nothing changed, so it would fail again) (ParkedRefused). A
+// parked part's roll-up share is parked with it.
+func (p *Processor) parkUnconditionable(parts []part, shapes map[aggregates.Key]*shape, parked map[int]parking, sent map[int]*shape) {
+	for i, pt := range parts {
+		if _, ok := parked[i]; ok {
+			continue
+		}
+		sh := shapes[pt.key.Key()]
+		var why *parking
+		switch {
+		case sent[i] != nil && sent[i].same(sh):
+			why = &parking{reason: ParkedRefused, detail: pt.key.String() + ": its update's condition failed on the item as read again (nothing changed)"}
+		case pt.key.IsRollup() || !pt.first:
+		case sh.countDamaged && pt.delta.Count != 0:
+			why = &parking{reason: ParkedMalformed, detail: pt.key.String() + ": transactionCount is not an integer"}
+		case sh.currencyDamaged:
+			why = &parking{reason: ParkedMalformed, detail: pt.key.String() + ": currency is not a string"}
+		case sh.currency != "" && sh.currency != pt.currency:
+			why = &parking{reason: ParkedRefused, detail: fmt.Sprintf("%s: the report is in currency %s, this delta in %s", pt.key, sh.currency, pt.currency)}
+		}
+		if why != nil {
+			parked[i] = *why
+			p.shapes.forget(pt.key.Key())
+		}
+	}
+}
+
+// rollupCancelled reads the reasons of a cancelled commit for its roll-up
+// items: a delta put whose condition failed is a key collision (an error:
+// a claim's delta is put once, and the guard fails first on a retry of a
+// landed commit); a fold's delete whose condition failed means the delta
+// item is gone, and the delete is dropped from the transaction (gone), as
+// a quarantine item that exists is. Every other reason is cancelled's.
+func (p *Processor) rollupCancelled(owner []int, deltas []aggregates.Key, folds []*change, gone map[int]bool, tce *ddbtypes.TransactionCanceledException) error {
+	reasons := tce.CancellationReasons
+	if len(reasons) > 0 && aws.ToString(reasons[0].Code) == "ConditionalCheckFailed" {
+		return nil // the guard's: cancelled says what it means
+	}
+	for i, r := range reasons {
+		if i >= len(owner) {
+			break
+		}
+		code := aws.ToString(r.Code)
+		if d, ok := deltaOf(owner[i]); ok && d < len(deltas) {
+			switch code {
+			case "ConditionalCheckFailed":
+				p.metrics.Commits.WithLabelValues("failed").Inc()
+				return fmt.Errorf("commit cancelled: the roll-up delta %s exists already", deltas[d])
+			case "ValidationError":
+				p.metrics.Commits.WithLabelValues("failed").Inc()
+				return fmt.Errorf("commit cancelled: the roll-up delta %s was refused: %s", deltas[d], aws.ToString(r.Message))
+			}
+		}
+		if f, ok := foldOf(owner[i]); ok && f < len(folds) && code == "ConditionalCheckFailed" {
+			gone[f] = true
+			p.cfg.Logger.Warn("roll-up delta item gone before its fold: its delete is dropped, its record folded",
+				"delta", folds[f].rollup.Key.String(), "event_id", folds[f].rec.EventID)
+		}
+	}
+	return nil
+}
+
+// Owners of a transaction's roll-up items (commitTx's owner): the i-th
+// roll-up delta put and the delete of the i-th folded delta, below every
+// quarantine owner.
+const (
+	deltaOwnerBase = -1 << 20
+	foldOwnerBase  = -2 << 20
+)
+
+func deltaOwner(i int) int { return deltaOwnerBase - i }
+func foldOwner(i int) int  { return foldOwnerBase - i }
+
+func deltaOf(owner int) (int, bool) {
+	i := deltaOwnerBase - owner
+	return i, owner <= deltaOwnerBase && owner > foldOwnerBase
+}
+
+func foldOf(owner int) (int, bool) {
+	i := foldOwnerBase - owner
+	return i, owner <= foldOwnerBase
 }
 
 // countParked counts and logs the parts of a landed commit that parked.
@@ -488,11 +672,17 @@ func (p *Processor) refusedParts(ctx context.Context, parts []part, shapes map[a
 	return found, nil
 }
 
-// parkedPut is the write that parks part pt's delta (see commitTx).
+// parkedPut is the write that parks part pt's delta (see commitTx). A
+// branch report's parked delta is also its roll-up share: it carries the
+// roll-up's currency (table.WithRollupShare), since no delta item holds it.
 func (p *Processor) parkedPut(pt part, ref commitRef, why parking, now string) *ddbtypes.Put {
-	return table.PutParked(p.cfg.Table, table.ParkedItem(pt.key, ref.id, pt.delta, table.ParkedInfo{
+	item := table.ParkedItem(pt.key, ref.id, pt.delta, table.ParkedInfo{
 		Reason: why.reason, Detail: why.detail, From: ref.from, To: ref.to, ParkedAt: now,
-	}))
+	})
+	if ref.rollups && pt.rollup() {
+		table.WithRollupShare(item, aggregates.RollupCurrency(pt.currency))
+	}
+	return table.PutParked(p.cfg.Table, item)
 }
 
 // cancelled interprets a cancelled commit. The guard's reason comes first:
@@ -500,7 +690,11 @@ func (p *Processor) parkedPut(pt part, ref commitRef, why parking, now string) *
 // failed. owner maps each item of the transaction to its part; a part with
 // a ValidationError is marked for parking. It returns retry=true when the
 // transaction should simply be tried again.
-func (p *Processor) cancelled(g Guard, keys []aggregates.ReportKey, owner []int, parked map[int]parking, qs []*quarantined, tce *ddbtypes.TransactionCanceledException) (bool, error) {
+//
+// failed gets the parts whose condition failed (a stale shape, or a
+// roll-up condition): commitTx parks one whose shape read again is the
+// same. The roll-up items' reasons are rollupCancelled's.
+func (p *Processor) cancelled(g Guard, keys []aggregates.ReportKey, owner []int, parked map[int]parking, qs []*quarantined, failed map[int]bool, tce *ddbtypes.TransactionCanceledException) (bool, error) {
 	reasons := tce.CancellationReasons
 	code := func(i int) string {
 		if i < len(reasons) {
@@ -522,6 +716,21 @@ func (p *Processor) cancelled(g Guard, keys []aggregates.ReportKey, owner []int,
 		part := ownerGuard
 		if i < len(owner) {
 			part = owner[i]
+		}
+		if _, ok := deltaOf(part); ok {
+			if code(i) == "TransactionConflict" {
+				conflict = true
+			}
+			continue // rollupCancelled's
+		}
+		if _, ok := foldOf(part); ok {
+			switch code(i) {
+			case "TransactionConflict":
+				conflict = true
+			case "ThrottlingError", "ProvisionedThroughputExceeded", "RequestLimitExceeded":
+				throttle = true
+			}
+			continue // rollupCancelled's
 		}
 		if q, ok := quarantineOf(part, qs); ok {
 			switch code(i) {
@@ -548,6 +757,7 @@ func (p *Processor) cancelled(g Guard, keys []aggregates.ReportKey, owner []int,
 			shape = true
 			if part >= 0 {
 				p.shapes.forget(keys[part].Key())
+				failed[part] = true
 			}
 		case "TransactionConflict":
 			conflict = true
@@ -630,8 +840,8 @@ type reportWrites struct {
 
 // reportWrites builds the additive updates of one part of a report's delta
 // against the report item's known shape (table.ReportUpdate has the rule).
-func (p *Processor) reportWrites(k aggregates.ReportKey, delta *aggregates.Report, sh *shape, now string) (reportWrites, error) {
-	w, err := table.ReportUpdate(p.cfg.Table, k, delta, table.ReportShape{Present: sh.present, Entries: sh.entries}, now)
+func (p *Processor) reportWrites(k aggregates.ReportKey, delta *aggregates.Report, sh *shape, now string, opts table.UpdateOptions) (reportWrites, error) {
+	w, err := table.ReportUpdateWith(p.cfg.Table, k, delta, sh.reportShape(), now, opts)
 	return reportWrites{updates: w.Updates, inline: w.Inline}, err
 }
 

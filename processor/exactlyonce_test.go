@@ -115,6 +115,11 @@ func runRandomized(t *testing.T, mode string, seed uint64, wrap ...func(*env)) {
 	w.Tombstones = true                // half the deletes are the writer's tombstones (MODIFY), half hard deletes (REMOVE)
 	cals := ledgertest.TestCalendars() // branches in their own business calendars, one without a stamp
 	w.Stamp = cals.Stamper()
+	// Branches in two currencies and one without: the roll-ups are kept
+	// per tenant and currency.
+	w.Currency = func(tenant, branch string) string {
+		return map[string]string{"north": "BRL", "south": "EUR"}[branch]
+	}
 
 	var all []processor.Record
 	stats := map[string]int{}
@@ -149,12 +154,18 @@ func runRandomized(t *testing.T, mode string, seed uint64, wrap ...func(*env)) {
 	}
 	rs := e.requireReconciled(t)
 	assert.Equal(t, w.Live(), rs.Transactions)
+	// The roll-ups: Σ partials + unfolded delta items (the last phase's
+	// commits put some no consumer has read yet) + parked shares = the
+	// transactions by tenant, currency and period, and branches = the
+	// branch reports whose count is not zero.
+	ru := requireRollupsExact(t, e, true)
+	assert.Positive(t, ru.partials, "the second phase folds the first phase's deltas")
 	checked, bad, err := cals.Check(ctx, e.ddb, e.table)
 	require.NoError(t, err)
 	assert.Empty(t, bad, "every stamp as the independent oracle computes it")
 	assert.Positive(t, checked)
-	t.Logf("seed %d %s: %d records, %d live transactions (%d invalid); workload %v; delivery %v; faults %v",
-		seed, mode, len(all), rs.Transactions, rs.Invalid, w.Counts, stats, ch.injected)
+	t.Logf("seed %d %s: %d records, %d live transactions (%d invalid); %d roll-up partials, %d delta items unfolded; workload %v; delivery %v; faults %v",
+		seed, mode, len(all), rs.Transactions, rs.Invalid, ru.partials, ru.lane, w.Counts, stats, ch.injected)
 }
 
 // batchSize draws a batch size: mostly small batches (many cuts, many

@@ -93,31 +93,44 @@ type pendingBatch struct {
 }
 
 // batchPlan holds the parameters a batch is planned with: at most items
-// writes per group, at most entries breakdown entries per part, and the
-// planning rule's version, layout. Its string form carries the version, so
-// that a batch left pending by a version that planned differently is named
-// as such instead of failing its digest.
-type batchPlan struct{ items, entries, layout int }
+// writes per group, at most entries breakdown entries per part, the
+// planning rule's version, layout, and (layout 4) the number of roll-up
+// lanes, K. Its string form carries the version and K, so that a batch
+// left pending by a version that planned differently, or by a table with
+// another K, is named as such instead of failing its digest.
+type batchPlan struct{ items, entries, layout, lanes int }
 
-// planLayout is the planning rule's version: 3 places the batch's
+// planLayout is the planning rule's version: 4 puts the tenant roll-ups'
+// delta items in the groups and the deletes of the roll-up deltas a batch
+// folds (docs/exactly-once.md, "Tenant roll-ups"); 3 places the batch's
 // quarantine items in its groups (docs/exactly-once.md, "Quarantine
 // items"); 2 counts a part as one write per entry besides its report item
 // (the bounded report layout), its quarantine items put before its groups;
-// plans without a version are 1 (one write per part).
-const planLayout = 3
+// plans without a version are 1 (one write per part). A batch left pending
+// by versions 2 and 3 is finished as it was planned: without roll-up
+// deltas (the roll-ups lack it: docs/runbook.md, "Upgrading").
+const planLayout = 4
 
 // quarantineLayout is the first planning rule whose groups carry the
 // batch's quarantine items.
 const quarantineLayout = 3
 
+// rollupLayout is the first planning rule whose groups carry roll-up delta
+// items and the deletes of folded ones.
+const rollupLayout = 4
+
 func (b batchPlan) String() string {
-	return strconv.Itoa(b.items) + "/" + strconv.Itoa(b.entries) + "/" + strconv.Itoa(b.layout)
+	s := strconv.Itoa(b.items) + "/" + strconv.Itoa(b.entries) + "/" + strconv.Itoa(b.layout)
+	if b.layout >= rollupLayout {
+		s += "/" + strconv.Itoa(b.lanes)
+	}
+	return s
 }
 
 // batchPlan is the plan of a new batch: the configured limits, the current
 // rule.
 func (p *Processor) batchPlan() batchPlan {
-	return batchPlan{items: p.cfg.MaxItemsPerRun, entries: p.cfg.MaxEntriesPerItem, layout: planLayout}
+	return batchPlan{items: p.cfg.MaxItemsPerRun, entries: p.cfg.MaxEntriesPerItem, layout: planLayout, lanes: aggregates.RollupLanes}
 }
 
 // errOldPlan is returned (wrapped) for a pending batch planned by a version
@@ -126,12 +139,18 @@ var errOldPlan = errors.New("the pending batch was planned by another version of
 
 func parseBatchPlan(s string) (batchPlan, error) {
 	f := strings.Split(s, "/")
-	// Version 2 planned as this version does, but for the quarantine items
-	// (put before its groups): such a batch is finished as it was planned.
-	if len(f) == 2 || len(f) == 3 && f[2] != "2" && f[2] != strconv.Itoa(planLayout) {
+	// Versions 2 and 3 planned as this version does, but for the
+	// quarantine items (version 2: put before its groups) and the roll-up
+	// deltas (none): such a batch is finished as it was planned.
+	switch {
+	case len(f) == 3 && (f[2] == "2" || f[2] == "3"):
+	case len(f) == 4 && f[2] == strconv.Itoa(planLayout):
+		if f[3] != strconv.Itoa(aggregates.RollupLanes) {
+			return batchPlan{}, fmt.Errorf("batch plan %q: planned with %s roll-up lanes, this table has %d: %w", s, f[3], aggregates.RollupLanes, errOldPlan)
+		}
+	case len(f) == 2 || len(f) == 3 || len(f) == 4:
 		return batchPlan{}, fmt.Errorf("batch plan %q: %w", s, errOldPlan)
-	}
-	if len(f) != 3 {
+	default:
 		return batchPlan{}, fmt.Errorf("malformed batch plan %q", s)
 	}
 	items, err1 := strconv.Atoi(f[0])
@@ -140,7 +159,11 @@ func parseBatchPlan(s string) (batchPlan, error) {
 	if err1 != nil || err2 != nil || items < 1 || items > 99 || entries < 1 {
 		return batchPlan{}, fmt.Errorf("malformed batch plan %q", s)
 	}
-	return batchPlan{items, entries, layout}, nil
+	b := batchPlan{items: items, entries: entries, layout: layout}
+	if layout >= rollupLayout {
+		b.lanes = aggregates.RollupLanes
+	}
+	return b, nil
 }
 
 // ShardGuard returns the guard of one shard of a stream.
@@ -372,7 +395,7 @@ func (p *Processor) clearAbandoned(ctx context.Context, g *ShardGuard) error {
 	plan := p.batchPlan()
 	return p.commitTx(ctx, g,
 		func() ddbtypes.TransactWriteItem { return g.claimGroup(0, 1, a.to, plan, "") },
-		func() { g.claimedGroup(0, 1, a.to, plan, "") }, nil, nil, commitRef{id: g.shard + "~" + a.to + "~abandoned", to: a.to})
+		func() { g.claimedGroup(0, 1, a.to, plan, "") }, nil, nil, nil, commitRef{id: g.shard + "~" + a.to + "~abandoned", to: a.to})
 }
 
 // claimedGroup records that claimGroup(k, n, to, plan, digest) committed.

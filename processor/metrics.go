@@ -18,7 +18,8 @@ const (
 	OutcomeApplied     = "applied"     // a transaction record whose delta was committed (possibly zero)
 	OutcomeDuplicate   = "duplicate"   // already committed by an earlier delivery; skipped
 	OutcomeQuarantined = "quarantined" // a transaction record with an invalid new image or a bad shape
-	OutcomeIgnored     = "ignored"     // not a transaction item (reports, markers, checkpoints, …)
+	OutcomeIgnored     = "ignored"     // not a transaction item (reports, markers, checkpoints, …, a roll-up delta's MODIFY or REMOVE)
+	OutcomeRollup      = "rollup"      // a roll-up delta's INSERT, folded into the partials of its lane
 	// OutcomeAbandoned: a record of a half-committed batch whose other
 	// records were trimmed; never applied again (part of it may be in the
 	// reports through the groups that landed), restored by reconcile --repair.

@@ -159,6 +159,8 @@ type Result struct {
 	Committed int
 	// Per-outcome record counts.
 	Applied, Duplicates, Quarantined, Ignored int
+	// Rollups counts roll-up delta records folded into partials.
+	Rollups int
 	// Runs is how many commit transactions landed.
 	Runs int
 }
@@ -196,6 +198,7 @@ func (p *Processor) Process(ctx context.Context, g Guard, recs []Record) (Result
 		changes[i] = classify(&recs[i])
 	}
 	dedupe(changes)
+	quarantineForeignCurrency(changes)
 	fail := func(i int, err error) (Result, error) {
 		res.Committed = i
 		if i >= len(recs) {

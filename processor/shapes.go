@@ -16,11 +16,48 @@ import (
 )
 
 // shape is what a report update needs to know of its item: which breakdown
-// maps exist and which entries they hold. It is never the figures: those are
-// only ever changed additively by DynamoDB.
+// maps exist and which entries they hold; and, for the tenant roll-ups, the
+// report's count and currency (docs/design.md "The number of branches
+// that contributed"). The count is the one figure it holds: a branch
+// report's part 0 sends it as a condition when it moves the count, so a
+// stale count costs a cancelled transaction and a re-read, as a stale map
+// does; the cache records count + d after each commit that landed.
 type shape struct {
-	present [3]bool
-	entries [3]map[string]bool
+	present         [3]bool
+	entries         [3]map[string]bool
+	count           int64
+	countDamaged    bool
+	currency        string
+	currencyDamaged bool
+}
+
+// reportShape is sh as table.ReportUpdate takes it.
+func (sh *shape) reportShape() table.ReportShape {
+	return table.ReportShape{Present: sh.present, Entries: sh.entries, Count: sh.count, CountDamaged: sh.countDamaged,
+		Currency: sh.currency, CurrencyDamaged: sh.currencyDamaged}
+}
+
+// same reports whether two shapes read of one item are alike: the same
+// maps, names, count and currency.
+func (sh *shape) same(o *shape) bool {
+	if sh == nil || o == nil {
+		return sh == o
+	}
+	if sh.present != o.present || sh.count != o.count || sh.countDamaged != o.countDamaged ||
+		sh.currency != o.currency || sh.currencyDamaged != o.currencyDamaged {
+		return false
+	}
+	for d := range sh.entries {
+		if (sh.entries[d] == nil) != (o.entries[d] == nil) || len(sh.entries[d]) != len(o.entries[d]) {
+			return false
+		}
+		for n := range sh.entries[d] {
+			if !o.entries[d][n] {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 // shapeCache remembers report shapes between commits so that a steady stream
@@ -50,9 +87,14 @@ func (c *shapeCache) store(k aggregates.Key, s *shape) {
 }
 
 // applied records the shape of k after a commit that added the names of
-// inline to its maps.
-func (c *shapeCache) applied(k aggregates.Key, before *shape, inline [3][]string) {
-	after := &shape{present: before.present}
+// inline to its maps, d to its count and (when not "") set its currency.
+// A parked part is not applied: its item did not change.
+func (c *shapeCache) applied(k aggregates.Key, before *shape, inline [3][]string, d int64, currency string) {
+	after := &shape{present: before.present, count: before.count + d, countDamaged: before.countDamaged,
+		currency: before.currency, currencyDamaged: before.currencyDamaged}
+	if currency != "" {
+		after.currency = currency
+	}
 	for _, d := range aggregates.Dimensions {
 		if len(inline[d]) == 0 {
 			after.entries[d] = before.entries[d]
@@ -172,5 +214,6 @@ func (p *Processor) batchGet(ctx context.Context, keys []aggregates.Key, attrs .
 
 func shapeOf(item map[string]ddbtypes.AttributeValue) *shape {
 	r := table.DecodeReportShape(item)
-	return &shape{present: r.Present, entries: r.Entries}
+	return &shape{present: r.Present, entries: r.Entries, count: r.Count, countDamaged: r.CountDamaged,
+		currency: r.Currency, currencyDamaged: r.CurrencyDamaged}
 }

@@ -306,5 +306,6 @@ func (r *Result) add(o Result) {
 	r.Duplicates += o.Duplicates
 	r.Quarantined += o.Quarantined
 	r.Ignored += o.Ignored
+	r.Rollups += o.Rollups
 	r.Runs += o.Runs
 }

@@ -81,7 +81,11 @@ var (
 		AttrTotalIncome: true, AttrTotalExpense: true, AttrTransactionCount: true, AttrUpdatedAt: true, AttrRepairedAt: true,
 		aggregates.ByCategory.Attribute(): true, aggregates.ByCostCenter.Attribute(): true, aggregates.ByPaymentMethod.Attribute(): true,
 	}
-	entryAttrs = map[string]bool{
+	// A branch report also holds the currency of its transactions (set by
+	// its first update, rollup.go); a roll-up partial holds branches.
+	branchReportAttrs = with(reportAttrs, AttrCurrency)
+	partialAttrs      = with(reportAttrs, AttrBranches)
+	entryAttrs        = map[string]bool{
 		AttrPK: true, AttrSK: true, AttrEntityType: true,
 		AttrTotalIncome: true, AttrTotalExpense: true, AttrTransactionCount: true,
 	}
@@ -146,7 +150,7 @@ func (s *StoredReport) Decode() (r *aggregates.Report, problems []string) {
 // malformed (unknown attributes, a wrong entityType, too many inline
 // entries). Whatever cannot be read counts as zero.
 func decodeHeader(item map[string]types.AttributeValue, r *aggregates.Report) (refused, other []string) {
-	other = checkAttrs(item, reportAttrs, aggregates.EntityReport, "report item")
+	other = checkAttrs(item, headerAttrs(item), aggregates.EntityReport, "report item")
 	if n := ItemSize(item); n > MaxReportItemBytes {
 		refused = append(refused, fmt.Sprintf("report item of %d bytes, more than %d", n, MaxReportItemBytes))
 	}
@@ -186,6 +190,24 @@ func decodeHeader(item map[string]types.AttributeValue, r *aggregates.Report) (r
 		}
 	}
 	return refused, other
+}
+
+func with(set map[string]bool, more ...string) map[string]bool {
+	out := maps.Clone(set)
+	for _, a := range more {
+		out[a] = true
+	}
+	return out
+}
+
+// headerAttrs is the attribute set of a report item: a partial's when its
+// partition is a roll-up's.
+func headerAttrs(item map[string]types.AttributeValue) map[string]bool {
+	pk, _ := String(item, AttrPK)
+	if aggregates.IsRollupPK(pk) {
+		return partialAttrs
+	}
+	return branchReportAttrs
 }
 
 func checkAttrs(item map[string]types.AttributeValue, allowed map[string]bool, entity, where string) (problems []string) {

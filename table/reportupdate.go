@@ -23,32 +23,55 @@ var reportNames = map[string]string{
 	"#i": AttrTotalIncome, "#x": AttrTotalExpense, "#n": AttrTransactionCount,
 	"#et": AttrEntityType, "#pt": AttrPeriodType, "#pv": AttrPeriodValue, "#ua": AttrUpdatedAt,
 	"#b0": aggregates.ByCategory.Attribute(), "#b1": aggregates.ByCostCenter.Attribute(), "#b2": aggregates.ByPaymentMethod.Attribute(),
+	"#br": AttrBranches, "#cur": AttrCurrency,
 }
 
 const maxExpression = 4096
 
 // ReportShape is what a consumer knows of a stored report item's
 // breakdown maps, per dimension: whether the attribute is present, and the
-// names of the map (nil when the attribute is not a map).
+// names of the map (nil when the attribute is not a map); and, for the
+// tenant roll-ups (docs/design.md "The number of branches that
+// contributed"), its count and currency as read.
 type ReportShape struct {
 	Present [3]bool
 	Entries [3]map[string]bool
+	// Count is transactionCount as read (0 when absent); CountDamaged says
+	// it is there but no integer: an update conditioned on the count can
+	// never succeed on it.
+	Count        int64
+	CountDamaged bool
+	// Currency is the branch report's currency as read ("" when absent);
+	// CurrencyDamaged says it is there but not a string.
+	Currency        string
+	CurrencyDamaged bool
 }
 
 // ReportShapeAttributes are the attributes DecodeReportShape reads: a
 // projection of them is all a consumer needs to read of a report item.
 func ReportShapeAttributes() []string {
-	out := make([]string, len(aggregates.Dimensions))
-	for i, d := range aggregates.Dimensions {
-		out[i] = d.Attribute()
+	out := make([]string, 0, len(aggregates.Dimensions)+2)
+	for _, d := range aggregates.Dimensions {
+		out = append(out, d.Attribute())
 	}
-	return out
+	return append(out, AttrTransactionCount, AttrCurrency)
 }
 
 // DecodeReportShape reads the shape of a stored report item (nil: absent,
-// which has no maps).
+// which has no maps and a count of 0).
 func DecodeReportShape(item map[string]types.AttributeValue) ReportShape {
 	var s ReportShape
+	if _, present := item[AttrTransactionCount]; present {
+		n, ok := Int64(item, AttrTransactionCount)
+		s.Count, s.CountDamaged = n, !ok
+	}
+	if v, present := item[AttrCurrency]; present {
+		c, ok := v.(*types.AttributeValueMemberS)
+		if ok {
+			s.Currency = c.Value
+		}
+		s.CurrencyDamaged = !ok
+	}
 	for _, d := range aggregates.Dimensions {
 		v, ok := item[d.Attribute()]
 		if !ok {
@@ -108,6 +131,30 @@ type ReportWrites struct {
 // known shape, and that shape is the update's condition, so a stale guess
 // cancels the transaction instead of corrupting the item.
 func ReportUpdate(tableName string, k aggregates.ReportKey, delta *aggregates.Report, sh ReportShape, now string) (ReportWrites, error) {
+	return ReportUpdateWith(tableName, k, delta, sh, now, UpdateOptions{})
+}
+
+// UpdateOptions are what a roll-up adds to a report update
+// (docs/exactly-once.md "Tenant roll-ups"), all on the report item's
+// update, the first of ReportWrites.Updates.
+type UpdateOptions struct {
+	// Branches is added to a partial's branches (if_not_exists(…, 0) + n)
+	// when not zero.
+	Branches int64
+	// CheckCount sends the count as read (ReportShape.Count) as a
+	// condition: transactionCount = :c, or, for 0, (attribute_not_exists
+	// or = 0): a count an ADD brought back to zero is 0, not absent. A
+	// branch report's part 0 sends it when its count delta is not zero, so
+	// that the branch transition its roll-up delta carries is the one that
+	// lands.
+	CheckCount bool
+	// Currency, when set, is the branch report's currency: set on the
+	// item, on condition that it has none or the same.
+	Currency string
+}
+
+// ReportUpdateWith is ReportUpdate with the roll-up's additions (opts).
+func ReportUpdateWith(tableName string, k aggregates.ReportKey, delta *aggregates.Report, sh ReportShape, now string, opts UpdateOptions) (ReportWrites, error) {
 	var out ReportWrites
 	names := make(map[string]string, len(reportNames)+8)
 	for n, a := range reportNames {
@@ -123,6 +170,23 @@ func ReportUpdate(tableName string, k aggregates.ReportKey, delta *aggregates.Re
 		"#et = :et", "#pt = :pt", "#pv = :pv", "#ua = :ua",
 	}
 	var cond []string
+	if opts.Branches != 0 {
+		set = append(set, "#br = if_not_exists(#br, :z) + :br")
+		values[":br"] = Int(opts.Branches)
+	}
+	if opts.CheckCount {
+		values[":c"] = Int(sh.Count)
+		if sh.Count == 0 {
+			cond = append(cond, "(attribute_not_exists(#n) OR #n = :c)")
+		} else {
+			cond = append(cond, "#n = :c")
+		}
+	}
+	if opts.Currency != "" {
+		values[":cur"] = S(opts.Currency)
+		set = append(set, "#cur = :cur")
+		cond = append(cond, "(attribute_not_exists(#cur) OR #cur = :cur)")
+	}
 	nv := 0
 	value := func(v types.AttributeValue) string {
 		nv++

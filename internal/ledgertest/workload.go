@@ -63,6 +63,11 @@ type Workload struct {
 	// without periods, transactions are written without a stamp
 	// (aggregates.LegacyStamp).
 	Stamp func(tenant, branch string, created time.Time) (aggregates.Stamp, error)
+
+	// Currency, when set, stamps every transaction written with its
+	// branch's currency as the writer does ("" for a branch without one:
+	// no currency attribute).
+	Currency func(tenant, branch string) string
 }
 
 // NewWorkload returns a workload generator for seed. Its dates cover month,
@@ -116,6 +121,12 @@ func (w *Workload) newItem(k aggregates.Key, date string) map[string]ddbtypes.At
 	}
 	if w.rng.IntN(3) > 0 {
 		item["paymentMethod"] = s(w.pick(w.PaymentMethods))
+	}
+	if w.Currency != nil {
+		tenant, branch, _ := aggregates.ParseTransactionPK(k.PK)
+		if c := w.Currency(tenant, branch); c != "" {
+			item[aggregates.AttrCurrency] = s(c)
+		}
 	}
 	if w.Stamp != nil {
 		tenant, branch, _ := aggregates.ParseTransactionPK(k.PK)
