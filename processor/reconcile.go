@@ -48,6 +48,9 @@ type Difference struct {
 	// Stray is the key of an item that belongs to no report (Report,
 	// Stored and Expected are then zero); a repair deletes it.
 	Stray *aggregates.Key
+	// Rollup is set for a tenant roll-up's difference (Report, Stored and
+	// Expected are then zero; reconcile_rollup.go); RepairRollups heals it.
+	Rollup *RollupDifference
 	// stored is what was read; seen the report item's updatedAt as read,
 	// the repair's condition.
 	stored *table.StoredReport
@@ -57,6 +60,9 @@ type Difference struct {
 func (d Difference) String() string {
 	if d.Stray != nil {
 		return "stray item " + d.Stray.String() + "\n  " + strings.Join(d.Lines, "\n  ")
+	}
+	if d.Rollup != nil {
+		return d.Rollup.RollupCell.String() + "\n  " + strings.Join(d.Lines, "\n  ")
 	}
 	return d.Report.String() + "\n  " + strings.Join(d.Lines, "\n  ")
 }
@@ -111,6 +117,11 @@ type ReconcileOptions struct {
 	// reconcile advances: after each page of the scan, each page of a
 	// branch's transactions and each branch.
 	Progress func(ReconcileProgress)
+	// Rollups judges the tenant roll-ups too (whole-table scope only: a
+	// roll-up sums every branch of its tenant): differences with Rollup
+	// set (reconcile_rollup.go). The oracle is kept per tenant, currency
+	// and period for the whole reconcile.
+	Rollups bool
 }
 
 // ReconcileProgress is how far a reconcile has come.
@@ -158,6 +169,11 @@ func ReconcileWith(ctx context.Context, api ReconcileAPI, tableName string, scop
 	}
 	var branches []Scope
 	var scanned ReconcileStats // the key Scan's reads
+	rollupPKs := newRollupPartitions()
+	oracle := newRollupOracle()
+	if opts.Rollups && scope.Tenant != "" {
+		return nil, ReconcileStats{}, errors.New("reconcile: roll-ups are judged over the whole table only (a roll-up sums every branch of its tenant)")
+	}
 	switch {
 	case scope.Tenant != "" && scope.Branch != "":
 		branches = []Scope{scope}
@@ -166,7 +182,7 @@ func ReconcileWith(ctx context.Context, api ReconcileAPI, tableName string, scop
 	default:
 		report(func(p *ReconcileProgress) { p.Scanning = true })
 		var err error
-		if branches, err = scanBranches(ctx, api, tableName, opts.Parallel, func(n int, units float64) {
+		if branches, err = scanBranches(ctx, api, tableName, opts.Parallel, rollupPKs, func(n int, units float64) {
 			report(func(p *ReconcileProgress) {
 				p.Scanned += n
 				scanned.ItemsRead += n
@@ -190,7 +206,7 @@ func ReconcileWith(ctx context.Context, api ReconcileAPI, tableName string, scop
 		go func() {
 			defer wg.Done()
 			for b := range work {
-				d, st, err := reconcileBranch(ctx, api, tableName, b, func(n int) {
+				d, st, o, err := reconcileBranch(ctx, api, tableName, b, func(n int) {
 					report(func(p *ReconcileProgress) { p.Transactions += n })
 				})
 				if err != nil {
@@ -204,6 +220,9 @@ func ReconcileWith(ctx context.Context, api ReconcileAPI, tableName string, scop
 					p.ReportsLoaded += st.Reports
 					stats.add(st)
 					diffs = append(diffs, d...)
+					if opts.Rollups {
+						oracle.merge(o)
+					}
 				})
 			}
 		}()
@@ -225,6 +244,13 @@ feed:
 	if err := ctx.Err(); err != nil {
 		return nil, stats, fmt.Errorf("reconcile %s: %w", tableName, err)
 	}
+	if opts.Rollups {
+		rd, err := reconcileRollups(ctx, api, tableName, branches, rollupPKs, oracle, &stats)
+		if err != nil {
+			return nil, stats, fmt.Errorf("reconcile %s: %w", tableName, err)
+		}
+		diffs = append(diffs, rd...)
+	}
 	sort.Slice(diffs, func(i, j int) bool {
 		a, b := diffs[i].key(), diffs[j].key()
 		return a.PK < b.PK || a.PK == b.PK && a.SK < b.SK
@@ -236,7 +262,7 @@ feed:
 // a parallel Scan of the keys only (segments segments), keeping the set of
 // branch ids. scanned is told each page's ScannedCount and consumed read
 // units.
-func scanBranches(ctx context.Context, api ReconcileAPI, tableName string, segments int, scanned func(items int, units float64)) ([]Scope, error) {
+func scanBranches(ctx context.Context, api ReconcileAPI, tableName string, segments int, rollups *rollupPartitions, scanned func(items int, units float64)) ([]Scope, error) {
 	var mu sync.Mutex
 	found := map[Scope]bool{}
 	errc := make(chan error, segments)
@@ -273,6 +299,8 @@ func scanBranches(ctx context.Context, api ReconcileAPI, tableName string, segme
 						found[Scope{Tenant: t, Branch: b}] = true
 					} else if t, b, ok := aggregates.ParseReportPK(pk); ok {
 						found[Scope{Tenant: t, Branch: b}] = true
+					} else {
+						rollups.add(pk)
 					}
 				}
 				mu.Unlock()
@@ -297,7 +325,7 @@ func scanBranches(ctx context.Context, api ReconcileAPI, tableName string, segme
 // reconcileBranch reconciles one branch: its transactions and its report
 // partition, each read with one paginated Query. read is told how many
 // transactions each page held (a branch can hold millions).
-func reconcileBranch(ctx context.Context, api ReconcileAPI, tableName string, scope Scope, read func(int)) ([]Difference, ReconcileStats, error) {
+func reconcileBranch(ctx context.Context, api ReconcileAPI, tableName string, scope Scope, read func(int)) ([]Difference, ReconcileStats, *rollupOracle, error) {
 	var stats ReconcileStats
 	expected := aggregates.NewFold()
 	stored := table.ReportSet{}
@@ -342,8 +370,9 @@ func reconcileBranch(ctx context.Context, api ReconcileAPI, tableName string, sc
 		}, read)
 	}
 	if err != nil {
-		return nil, stats, err
+		return nil, stats, nil, err
 	}
+	oracle := branchRollup(scope.Tenant, expected, stored)
 
 	keys := map[aggregates.ReportKey]bool{}
 	for _, k := range expected.Keys() {
@@ -361,7 +390,7 @@ func reconcileBranch(ctx context.Context, api ReconcileAPI, tableName string, sc
 			diffs = append(diffs, d)
 		}
 	}
-	return diffs, stats, nil
+	return diffs, stats, oracle, nil
 }
 
 // branchCalendar reads the calendar of a branch and its tenant's period
@@ -430,6 +459,9 @@ func (d Difference) key() aggregates.Key {
 	if d.Stray != nil {
 		return *d.Stray
 	}
+	if d.Rollup != nil {
+		return aggregates.Key{PK: aggregates.RollupPK(d.Rollup.Tenant, d.Rollup.Currency, 0), SK: d.Rollup.Period.String()}
+	}
 	return d.Report.Key()
 }
 
@@ -451,6 +483,10 @@ func Settled(first, second []Difference) []Difference {
 			continue
 		case b.Stray != nil || d.Stray != nil:
 			if b.Stray == nil || d.Stray == nil {
+				continue
+			}
+		case b.Rollup != nil || d.Rollup != nil:
+			if b.Rollup == nil || d.Rollup == nil || !sameRollup(b.Rollup, d.Rollup) {
 				continue
 			}
 		case !sameAV(b.seen, d.seen) || !sameReport(b.Stored, d.Stored) || !sameReport(b.Expected, d.Expected) || b.Parked != d.Parked:
@@ -501,6 +537,9 @@ func Repair(ctx context.Context, api ReconcileAPI, tableName string, diffs []Dif
 	var res RepairResult
 	stamp := now.UTC().Format(time.RFC3339Nano)
 	for _, d := range diffs {
+		if d.Rollup != nil {
+			continue // RepairRollups
+		}
 		if d.Stray != nil {
 			if _, err := api.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: []ddbtypes.TransactWriteItem{
 				{Delete: &ddbtypes.Delete{TableName: &tableName, Key: table.Key(*d.Stray)}},
@@ -581,11 +620,24 @@ func repairReport(ctx context.Context, api ReconcileAPI, tableName string, d Dif
 	}
 	// Parked deltas are never part of the figures: once the report is
 	// rebuilt from the transactions, the ones read are deleted (one parked
-	// since stays, and shows in the next reconcile).
+	// since stays, and shows in the next reconcile). A parked delta that
+	// carries a roll-up share is deleted in one transaction with the put of
+	// that share as a roll-up repair delta (R-a, repair_rollup.go): the
+	// roll-up never held it, the rebuilt report now does.
 	if d.stored != nil {
-		for i := 0; i < len(d.stored.Parked); i += 100 {
+		var plain []map[string]ddbtypes.AttributeValue
+		for _, e := range d.stored.Parked {
+			if _, ok := table.RollupShare(e); !ok {
+				plain = append(plain, e)
+				continue
+			}
+			if err := passOnRollupShare(ctx, api, tableName, d.Report, e, stamp); err != nil {
+				return landed, false, fmt.Errorf("delete parked delta %s and pass on its roll-up share: %w", keyOfItem(e), err)
+			}
+		}
+		for i := 0; i < len(plain); i += 100 {
 			var dels []ddbtypes.TransactWriteItem
-			for _, e := range d.stored.Parked[i:min(i+100, len(d.stored.Parked))] {
+			for _, e := range plain[i:min(i+100, len(plain))] {
 				dels = append(dels, ddbtypes.TransactWriteItem{Delete: &ddbtypes.Delete{TableName: &tableName, Key: table.Key(keyOfItem(e))}})
 			}
 			if _, err := api.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: dels}); err != nil {
