@@ -55,6 +55,10 @@ type Difference struct {
 	// the repair's condition.
 	stored *table.StoredReport
 	seen   ddbtypes.AttributeValue
+	// currency is the report's roll-up currency (aggregates.RollupCurrency
+	// of its transactions, else as stored): the repair keeps it on the
+	// item, as the consumers' part 0 sets it.
+	currency string
 }
 
 func (d Difference) String() string {
@@ -387,6 +391,10 @@ func reconcileBranch(ctx context.Context, api ReconcileAPI, tableName string, sc
 	diffs := strays
 	for k := range keys {
 		if d, ok := compareReport(k, expected.Report(k), stored[k]); ok {
+			d.currency = expected.Currency(k)
+			if sr := stored[k]; d.currency == "" && sr != nil && sr.Item != nil {
+				d.currency, _ = table.String(sr.Item, table.AttrCurrency)
+			}
 			diffs = append(diffs, d)
 		}
 	}
@@ -568,6 +576,9 @@ func Repair(ctx context.Context, api ReconcileAPI, tableName string, diffs []Dif
 // transaction did, whole whether all did.
 func repairReport(ctx context.Context, api ReconcileAPI, tableName string, d Difference, stamp string) (landed, whole bool, err error) {
 	ri := table.EncodeRepair(d.Report, d.Expected, d.stored, stamp)
+	if d.currency != "" {
+		ri.Item[table.AttrCurrency] = table.S(d.currency)
+	}
 	hasItem := d.stored != nil && d.stored.Item != nil
 	// What changes a name's place goes first, into the transaction that
 	// writes the report item: the entry items of names now inline (at most
