@@ -175,15 +175,21 @@ func quarantineForeignCurrency(changes []change) {
 			continue
 		}
 		var foreign string
+		mine := map[aggregates.ReportKey]string{} // this record's sides
 		for _, tx := range []*aggregates.Transaction{c.old, c.new} {
 			if tx == nil {
 				continue
 			}
 			cur := aggregates.RollupCurrency(tx.Currency)
 			for _, k := range tx.ReportKeys() {
-				if s, ok := seen[k]; ok && s != cur && foreign == "" {
+				switch s, ok := seen[k]; {
+				case foreign != "":
+				case ok && s != cur:
 					foreign = fmt.Sprintf("currency %s, but the batch's earlier records of report %s are in %s", cur, k, s)
+				case mine[k] != "" && mine[k] != cur:
+					foreign = fmt.Sprintf("the old image is in currency %s, the new one in %s, both in report %s", mine[k], cur, k)
 				}
+				mine[k] = cur
 			}
 		}
 		if foreign != "" {

@@ -323,8 +323,8 @@ func TestCommit_RollupDeltaEqualsTheSumOfItsParts(t *testing.T) {
 		}},
 		{name: "many names and days", bounded: true, txs: func() []rtx {
 			// 300 names over 75 days: a batch's groups hold many periods
-			// and names, each delta item within E_d entries and 64
-			// periods (DecodeRollupDelta refuses more).
+			// and names, each delta item within E_d entries, 32 periods
+			// and 32 entries a period (DecodeRollupDelta refuses more).
 			var txs []rtx
 			for i := range 300 {
 				day := time.Date(2026, 9, 1, 0, 0, 0, 0, time.UTC).AddDate(0, 0, i%75).Format("2006-01-02")
@@ -365,10 +365,6 @@ func TestCommit_RollupDeltaEqualsTheSumOfItsParts(t *testing.T) {
 				assert.Positive(t, st.lane, "the commits put roll-up delta items")
 				assert.Zero(t, st.partials, "nothing folded yet")
 				if tt.bounded {
-					// A commit writes at most 99 items, one per entry of its
-					// parts: its delta for a tenant and currency holds at
-					// most about 3 × 99 entries and periods, so the cut at
-					// E_d and 64 periods (n > 0, table's tests) is rare.
 					assert.Greater(t, len(st.deltaKeys), 1)
 				}
 				if tt.parked {

@@ -28,8 +28,9 @@ import (
 //     byCategory, byCostCenter, byPaymentMethod   M of name → M of the three figures (absent when empty)
 //     updatedAt    S, RFC 3339, when it was put
 //
-//     It holds at most MaxRollupDeltaEntries breakdown entries and
-//     MaxRollupDeltaPeriods periods (about 40 KB at most). It has no TTL:
+//     It holds at most MaxRollupDeltaEntries breakdown entries,
+//     MaxRollupDeltaPeriods periods and MaxRollupDeltaPeriodEntries entries
+//     of one period (about 12 KB at most). It has no TTL:
 //     the consumer that folds its INSERT record deletes it in the same
 //     transaction (on attribute_exists(PK)), so an item in a lane is a
 //     delta not folded yet, whatever the stream still holds.
@@ -41,14 +42,16 @@ import (
 //     report's. Its updates are a branch report's (reportupdate.go) plus
 //     an additive branches.
 
-// Bounds of one roll-up delta item. A period holds at most
-// MaxRollupDeltaPeriodEntries entries in one item, so that the fold of one
-// delta record is one report part per partial (one update expression,
-// reportupdate.go): a standard-mode run, which cannot cut a record, can
-// always commit it.
+// Bounds of one roll-up delta item. The fold of one delta record must fit
+// one transaction, because a standard-mode run cannot cut a record: it
+// writes at most a partial report item per period, an entry item per
+// entry and the delta's delete, 32 + 64 + 1 = 97 ≤ 99 items; and a period
+// holds at most MaxRollupDeltaPeriodEntries entries in one item, so that
+// it is one report part (one update expression, reportupdate.go). (The
+// design's first bounds, 256 entries and 64 periods, did not fit.)
 const (
-	MaxRollupDeltaEntries       = 256 // E_d: breakdown entries over all periods
-	MaxRollupDeltaPeriods       = 64
+	MaxRollupDeltaEntries       = 64 // E_d: breakdown entries over all periods
+	MaxRollupDeltaPeriods       = 32
 	MaxRollupDeltaPeriodEntries = MaxInlineEntries
 )
 

@@ -71,7 +71,14 @@ func TestRollupDelta_EncodesAndDecodesBack(t *testing.T) {
 func TestSplitRollupDelta_BoundsEveryItemAndKeepsTheSum(t *testing.T) {
 	manyPeriods := map[aggregates.Period]*aggregates.RollupDelta{}
 	for i := range 70 {
-		manyPeriods[rollupPeriod(aggregates.Daily, fmt.Sprintf("2026-%02d-%02d", 1+i/28, 1+i%28))] = rollupDelta(1, 1)
+		manyPeriods[rollupPeriod(aggregates.Daily, fmt.Sprintf("2026-%02d-%02d", 1+i/28, 1+i%28))] = rollupDelta(0, 1)
+	}
+	periodsOf := func(n, names int) map[aggregates.Period]*aggregates.RollupDelta {
+		m := map[aggregates.Period]*aggregates.RollupDelta{}
+		for i := range n {
+			m[rollupPeriod(aggregates.Daily, fmt.Sprintf("2026-11-%02d", i+1))] = rollupDelta(names-1, 1)
+		}
+		return m
 	}
 	tests := []struct {
 		name    string
@@ -79,20 +86,12 @@ func TestSplitRollupDelta_BoundsEveryItemAndKeepsTheSum(t *testing.T) {
 		items   int
 	}{
 		{"one small period", map[aggregates.Period]*aggregates.RollupDelta{rollupPeriod(aggregates.Daily, "2026-11-27"): rollupDelta(3, 1)}, 1},
-		{"a period of 32 entries", map[aggregates.Period]*aggregates.RollupDelta{rollupPeriod(aggregates.Daily, "2026-11-27"): rollupDelta(table.MaxRollupDeltaPeriodEntries-1, 0)}, 1},
-		{"a period of 33 entries", map[aggregates.Period]*aggregates.RollupDelta{rollupPeriod(aggregates.Daily, "2026-11-27"): rollupDelta(table.MaxRollupDeltaPeriodEntries, 0)}, 2},
-		{"a period of E_d entries: 32 a piece", map[aggregates.Period]*aggregates.RollupDelta{rollupPeriod(aggregates.Daily, "2026-11-27"): rollupDelta(table.MaxRollupDeltaEntries-1, 0)}, 8},
-		{"8 periods of 32 entries, then one more: past E_d", func() map[aggregates.Period]*aggregates.RollupDelta {
-			m := map[aggregates.Period]*aggregates.RollupDelta{}
-			for i := range 9 {
-				m[rollupPeriod(aggregates.Daily, fmt.Sprintf("2026-11-%02d", i+1))] = rollupDelta(table.MaxRollupDeltaPeriodEntries-1, 1)
-			}
-			return m
-		}(), 2},
-		{"three periods of 200 entries", map[aggregates.Period]*aggregates.RollupDelta{
-			rollupPeriod(aggregates.Daily, "2026-11-27"): rollupDelta(199, 1), rollupPeriod(aggregates.Monthly, "2026-11"): rollupDelta(199, 1),
-			rollupPeriod(aggregates.Yearly, "2026"): rollupDelta(199, 0)}, 19},
-		{"70 periods", manyPeriods, 2},
+		{"a period of 32 entries", periodsOf(1, table.MaxRollupDeltaPeriodEntries), 1},
+		{"a period of 33 entries", periodsOf(1, table.MaxRollupDeltaPeriodEntries+1), 2},
+		{"two periods of 32: E_d", periodsOf(2, table.MaxRollupDeltaPeriodEntries), 1},
+		{"three periods of 32: past E_d", periodsOf(3, table.MaxRollupDeltaPeriodEntries), 2},
+		{"a period of 200 entries", periodsOf(1, 200), 7},
+		{"70 periods of one entry: past 32 periods", manyPeriods, 3},
 		{"only zeros", map[aggregates.Period]*aggregates.RollupDelta{rollupPeriod(aggregates.Daily, "2026-11-27"): {}}, 0},
 	}
 	for _, tt := range tests {
