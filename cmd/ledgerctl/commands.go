@@ -16,6 +16,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 
+	"github.com/ledger-dev/ledger/aggregates"
 	"github.com/ledger-dev/ledger/cmd/internal/progress"
 	"github.com/ledger-dev/ledger/infra"
 	"github.com/ledger-dev/ledger/processor"
@@ -126,30 +127,31 @@ func (e *environment) tableDescribe(ctx context.Context, args []string) int {
 // withoutInFlight drops the differences of branches with a transaction
 // record no consumer guard has committed yet (processor.InFlight), naming
 // them on stdout; it returns what is left and how many it dropped.
-func (e *environment) withoutInFlight(ctx context.Context, c *dynamodb.Client, diffs []processor.Difference, maxRecords int) ([]processor.Difference, int, error) {
+// The roll-up differences are kept (RepairRollups holds their periods in
+// flight, with fl).
+func (e *environment) withoutInFlight(ctx context.Context, c *dynamodb.Client, diffs []processor.Difference, maxRecords int) (keep []processor.Difference, dropped int, fl processor.InFlightResult, err error) {
 	if len(diffs) == 0 {
-		return nil, 0, nil
+		return nil, 0, fl, nil
 	}
 	arn, err := poller.ResolveStream(ctx, c, e.table)
 	if err != nil {
-		return nil, 0, err
+		return nil, 0, fl, err
 	}
 	streams, err := e.streams(ctx)
 	if err != nil {
-		return nil, 0, err
+		return nil, 0, fl, err
 	}
 	p, err := processor.New(c, processor.Config{Table: e.table, CoordinationTable: e.coordination}, nil)
 	if err != nil {
-		return nil, 0, err
+		return nil, 0, fl, err
 	}
-	fl, err := p.InFlight(ctx, streams, arn, maxRecords)
+	fl, err = p.InFlight(ctx, streams, arn, maxRecords)
 	if err != nil {
-		return nil, 0, err
+		return nil, 0, fl, err
 	}
-	var keep []processor.Difference
 	for _, d := range diffs {
 		s := processor.Scope{Tenant: d.Report.Tenant, Branch: d.Report.Branch}
-		if d.Stray != nil || fl.Settled(s) {
+		if d.Stray != nil || d.Rollup != nil || fl.Settled(s) {
 			keep = append(keep, d)
 			continue
 		}
@@ -162,7 +164,7 @@ func (e *environment) withoutInFlight(ctx context.Context, c *dynamodb.Client, d
 			fmt.Fprintf(e.stdout, "left alone (%d records of its branch in flight): %s\n", fl.Branches[s], d.Report)
 		}
 	}
-	return keep, len(diffs) - len(keep), nil
+	return keep, len(diffs) - len(keep), fl, nil
 }
 
 // reconcileProgress feeds m from processor.ReconcileWith's progress: the
@@ -228,12 +230,16 @@ type unsettledView struct {
 // differenceView is one difference: the item's key, the report it is
 // (none for a stray item) and what differs.
 type differenceView struct {
-	PK       string   `json:"pk"`
-	SK       string   `json:"sk"`
-	Tenant   string   `json:"tenant,omitempty"`
-	Branch   string   `json:"branch,omitempty"`
-	Period   string   `json:"period,omitempty"`
-	Stray    bool     `json:"stray,omitempty"`
+	PK     string `json:"pk"`
+	SK     string `json:"sk"`
+	Tenant string `json:"tenant,omitempty"`
+	Branch string `json:"branch,omitempty"`
+	Period string `json:"period,omitempty"`
+	Stray  bool   `json:"stray,omitempty"`
+	// Rollup, Currency: a tenant roll-up's difference (Tenant, Currency,
+	// Period; no Branch).
+	Rollup   bool     `json:"rollup,omitempty"`
+	Currency string   `json:"currency,omitempty"`
 	Parked   int      `json:"parked,omitempty"`
 	Problems []string `json:"problems,omitempty"`
 	Lines    []string `json:"lines"`
@@ -248,9 +254,16 @@ func newReconcileView(table string, stats processor.ReconcileStats, diffs []proc
 	}
 	for _, d := range diffs {
 		dv := differenceView{Parked: d.Parked, Problems: d.Problems, Lines: d.Lines}
-		if d.Stray != nil {
+		switch {
+		case d.Stray != nil:
 			dv.PK, dv.SK, dv.Stray = d.Stray.PK, d.Stray.SK, true
-		} else {
+		case d.Rollup != nil:
+			dv.Rollup, dv.Tenant, dv.Currency, dv.Period = true, d.Rollup.Tenant, d.Rollup.Currency, d.Rollup.Period.String()
+			if d.Rollup.Period.Type != "" {
+				k := aggregates.RollupKey{Tenant: d.Rollup.Tenant, Currency: d.Rollup.Currency, Period: d.Rollup.Period}.Key()
+				dv.PK, dv.SK = k.PK, k.SK
+			}
+		default:
 			k := d.Report.Key()
 			dv.PK, dv.SK = k.PK, k.SK
 			dv.Tenant, dv.Branch, dv.Period = d.Report.Tenant, d.Report.Branch, d.Report.Period.String()
@@ -302,6 +315,8 @@ func (e *environment) reconcile(ctx context.Context, args []string) int {
 	tenant := fs.String("tenant", "", "tenant id (with --branch; default: every branch)")
 	branch := fs.String("branch", "", "branch id (with --tenant)")
 	repair := fs.Bool("repair", false, "rewrite the reports that differ (see above)")
+	rollups := fs.Bool("rollups", true, "judge the tenant roll-ups too (whole table only)")
+	quiescent := fs.Bool("quiescent", false, "with --repair: the runbook's quiescent procedure holds (writes disabled, consumers drained): put roll-up differences as repair deltas")
 	settle := fs.Duration("settle", 10*time.Second, "with --repair: time between the two reads")
 	parallel := fs.Int("parallel", 4, "Scan segments and branches checked at once (1–64)")
 	maxRecords := fs.Int("max-records", 1_000_000, "with --repair: read at most `N` stream records for the in-flight check (more: repair nothing)")
@@ -325,9 +340,23 @@ func (e *environment) reconcile(ctx context.Context, args []string) int {
 	if *parallel < 1 || *parallel > 64 {
 		return e.fail(errors.New("reconcile: --parallel must be from 1 to 64"))
 	}
+	if *quiescent && !*repair {
+		return e.fail(errors.New("reconcile: --quiescent says how to repair; give it with --repair"))
+	}
+	if *quiescent {
+		// The procedure's first step is checked, not assumed; the second
+		// (the consumers drained) is the in-flight check below, per period.
+		f, err := table.GetFlags(ctx, c, e.table)
+		if err != nil {
+			return e.fail(fmt.Errorf("reconcile: read the flags: %w", err))
+		}
+		if f.WritesEnabled() {
+			return e.fail(errors.New("reconcile: --quiescent, but writes are enabled: disable them (ledgerctl flags set writesEnabled=false), let the consumers drain (ledgerctl lag at zero), then repair (docs/runbook.md, \"Repairing tenant roll-ups\")"))
+		}
+	}
 	scope := processor.Scope{Tenant: *tenant, Branch: *branch}
 	m := e.meter("reconcile")
-	opts := processor.ReconcileOptions{Parallel: *parallel, Progress: reconcileProgress(m)}
+	opts := processor.ReconcileOptions{Parallel: *parallel, Progress: reconcileProgress(m), Rollups: *rollups && scope.Tenant == ""}
 	diffs, stats, err := processor.ReconcileWith(ctx, c, e.table, scope, opts)
 	m.Stop()
 	if err != nil {
@@ -370,13 +399,33 @@ func (e *environment) reconcile(ctx context.Context, args []string) int {
 		return e.fail(err)
 	}
 	settled := processor.Settled(diffs, again)
-	settled, inFlight, err := e.withoutInFlight(ctx, c, settled, *maxRecords)
+	settled, inFlight, fl, err := e.withoutInFlight(ctx, c, settled, *maxRecords)
 	if err != nil {
 		return e.fail(err)
 	}
 	res, err := processor.Repair(ctx, c, e.table, settled, time.Now())
 	if err != nil {
 		return e.fail(err)
+	}
+	rres, err := processor.RepairRollups(ctx, c, e.table, settled, time.Now(), processor.RollupRepairOptions{
+		Quiescent: *quiescent,
+		Held:      func(rc processor.RollupCell) bool { return !fl.PeriodSettled(rc) },
+	})
+	if err != nil {
+		return e.fail(err)
+	}
+	for _, rc := range rres.Held {
+		fmt.Fprintf(e.stdout, "left alone (records in flight name this period): %s\n", rc)
+	}
+	for _, rc := range rres.Refused {
+		fmt.Fprintf(e.stdout, "not repaired (%v; run with --quiescent once writes are disabled and the consumers drained): %s\n", processor.ErrNotQuiescent, rc)
+	}
+	for _, rc := range rres.Skipped {
+		fmt.Fprintf(e.stdout, "left alone (a roll-up item changed since it was read; run reconcile again): %s\n", rc)
+	}
+	if *rollups && scope.Tenant == "" {
+		fmt.Fprintf(e.stdout, "roll-ups: moved %d damaged partials and %d parked deltas into a lane; put %d repair deltas; %d held, %d not repaired without --quiescent, %d changed since read\n",
+			rres.Moved, rres.MovedParked, rres.Deltas, len(rres.Held), len(rres.Refused), len(rres.Skipped))
 	}
 	for _, k := range res.Deleted {
 		fmt.Fprintf(e.stdout, "deleted stray item %s\n", k)
