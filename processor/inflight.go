@@ -115,6 +115,16 @@ func (p *Processor) InFlight(ctx context.Context, streams StreamReader, streamAR
 				continue
 			}
 			c := classify(&recs[i])
+			if c.rollup != nil {
+				// A roll-up delta's INSERT not folded yet: its item is
+				// counted from its lane, unless it was deleted by hand, and
+				// then the record is folded anyway (change.go): its
+				// periods are held too.
+				for p := range c.rollup.Periods {
+					res.Periods[RollupCell{Tenant: c.rollup.Tenant, Currency: c.rollup.Currency, Period: p}]++
+				}
+				continue
+			}
 			if !c.isTxn || !c.effective() {
 				continue
 			}
