@@ -308,7 +308,22 @@ report between the reads, or a record readable only after the in-flight
 check; docs/exactly-once.md, "Repairing while consumers run"). For an
 exact repair, and for a busy branch, which always has records in flight:
 disable writes (ledgerctl flags set writesEnabled=false), let the
-consumers drain, repair, enable writes.`
+consumers drain, repair, enable writes.
+
+Tenant roll-ups (--rollups, on by default; whole table only): each roll-up
+(tenant, currency, period) is compared with the tenant's transactions: its
+32 partials + the roll-up deltas waiting in its lanes + parked roll-up
+deltas. It names a difference, a damaged partial, parked roll-up deltas, a
+branch count that is not the number of branch reports with a non-zero
+count, and strays (keys that can never be valid). --repair moves damaged
+partials and parked roll-up deltas into a lane (exact while consumers run),
+deletes strays, and passes each parked branch delta's roll-up share on as
+it deletes it; a difference of figures or branches is put as a repair
+delta only with --quiescent, which is refused while writes are enabled
+(ledgerctl flags set writesEnabled=false, wait for ledgerctl lag at zero,
+then repair; docs/runbook.md, "Repairing tenant roll-ups"). A period that a
+record in flight names is left alone; the tenant's other periods are
+repaired.`
 
 func (e *environment) reconcile(ctx context.Context, args []string) int {
 	fs := e.flags("reconcile", reconcileHelp)
