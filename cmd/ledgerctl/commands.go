@@ -435,6 +435,9 @@ func (e *environment) reconcile(ctx context.Context, args []string) int {
 	for _, rc := range rres.Refused {
 		fmt.Fprintf(e.stdout, "not repaired (%v; run with --quiescent once writes are disabled and the consumers drained): %s\n", processor.ErrNotQuiescent, rc)
 	}
+	for _, rc := range rres.TooLarge {
+		fmt.Fprintf(e.stdout, "left alone (a damaged partial's items do not fit one transaction; docs/runbook.md, \"Repairing tenant roll-ups\"): %s\n", rc)
+	}
 	for _, rc := range rres.Skipped {
 		fmt.Fprintf(e.stdout, "left alone (a roll-up item changed since it was read; run reconcile again): %s\n", rc)
 	}
