@@ -312,9 +312,7 @@ func judgeRollups(tenant string, o *rollupOracle, stored map[RollupCell]*aggrega
 		if d.ParkedShares > 0 {
 			lines = append(lines, fmt.Sprintf("%d parked branch-report deltas carry a roll-up share (the branch repair passes them on)", d.ParkedShares))
 		}
-		for _, l := range d.Stored.Diff(&d.Expected.Report) {
-			lines = append(lines, l)
-		}
+		lines = append(lines, d.Stored.Diff(&d.Expected.Report)...)
 		if d.Stored.Branches != d.Expected.Branches {
 			lines = append(lines, fmt.Sprintf("branches: got %d; want %d (branch reports with a non-zero count)", d.Stored.Branches, d.Expected.Branches))
 		}
