@@ -86,6 +86,12 @@ type ReconcileStats struct {
 	// CalendarErrors names the branches whose stored calendar or tenant
 	// period types do not decode (their stamps are not checked).
 	CalendarErrors []string
+	// RollupWaiting counts, per tenant, the roll-up delta items waiting in
+	// its lanes for their fold (ReconcileOptions.Rollups): counted in the
+	// roll-ups, not yet in the partials a reader sums. With the consumers
+	// drained, one still waiting was never read from the stream (trimmed):
+	// RedeliverWaiting puts it back through a lane.
+	RollupWaiting map[string]int
 	// ItemsRead counts the items its Scan and Queries read (ScannedCount:
 	// what DynamoDB bills, the key Scan's filtered-out items included), and
 	// ReadUnits the read capacity units DynamoDB reported consuming

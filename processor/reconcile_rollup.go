@@ -186,7 +186,9 @@ func reconcileTenantRollups(ctx context.Context, api ReconcileAPI, tableName, te
 		stored := map[RollupCell]*aggregates.RollupDelta{}
 		unfolded := map[RollupCell]int{}
 		var strays []Difference
+		waiting := 0
 		before, err := readLanes(ctx, api, tableName, tenant, stats, func(d *table.RollupDeltaItem) {
+			waiting++
 			for p, pd := range d.Periods {
 				c := RollupCell{Tenant: tenant, Currency: d.Currency, Period: p}
 				cellOf(stored, c).Merge(pd)
@@ -216,6 +218,12 @@ func reconcileTenantRollups(ctx context.Context, api ReconcileAPI, tableName, te
 		}
 		if !slices.Equal(before, after) {
 			continue
+		}
+		if waiting > 0 {
+			if stats.RollupWaiting == nil {
+				stats.RollupWaiting = map[string]int{}
+			}
+			stats.RollupWaiting[tenant] = waiting
 		}
 		return judgeRollups(tenant, o, stored, unfolded, set, strays), nil
 	}

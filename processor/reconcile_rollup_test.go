@@ -274,3 +274,44 @@ func TestRepairRollups_BusyPeriodHeldWhileAnOlderOneIsJudged(t *testing.T) {
 	}
 	requireRollupsExact(t, e, true)
 }
+
+// TestRedeliverWaiting_ATrimmedDeltaIsFoldedOnce (the roll-up review's hole
+// 3 (a), last step): a delta item whose INSERT record no consumer will read
+// (trimmed: never handed over) waits in its lane for ever: reconcile
+// counts it (no difference) and says it waits, while readers, who sum the
+// partials, miss it. Under the quiescent procedure, with no in-flight
+// record naming its periods, RedeliverWaiting puts it back through a lane
+// and the consumer folds it once; a held period keeps it where it is.
+func TestRedeliverWaiting_ATrimmedDeltaIsFoldedOnce(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t)
+	c := rollupBase(t, e, "marker")
+	rtx{"acme", "sp", "BRL", "2026-11-27", "5", "INCOME", "4", "food"}.put(t, e, "")
+	c.pass() // stage 1 puts the delta item
+	keys := laneKeys(t, e)
+	require.Len(t, keys, 1)
+	_, recs := e.records(t)
+	for _, r := range recs {
+		if r.EventName == "INSERT" && table.KeyOf(r.Keys) == keys[0] {
+			c.delivered[r.EventID] = true // trimmed: never handed over
+		}
+	}
+	c.pass()
+	require.Equal(t, keys, laneKeys(t, e), "the delta waits in its lane")
+
+	diffs, stats, err := processor.ReconcileWith(ctx, e.ddb, e.table, processor.Scope{}, processor.ReconcileOptions{Rollups: true})
+	require.NoError(t, err)
+	assert.Empty(t, diffs, "a waiting delta is counted")
+	assert.Equal(t, map[string]int{"acme": 1}, stats.RollupWaiting)
+
+	n, err := processor.RedeliverWaiting(ctx, e.ddb, e.table, "acme", time.Now(), func(processor.RollupCell) bool { return true })
+	require.NoError(t, err)
+	assert.Zero(t, n, "a held period keeps its delta")
+	n, err = processor.RedeliverWaiting(ctx, e.ddb, e.table, "acme", time.Now(), nil)
+	require.NoError(t, err)
+	assert.Equal(t, 1, n)
+	c.drain()
+	st := requireRollupsExact(t, e, true)
+	assert.Zero(t, st.lane, "folded into the partials")
+	assert.Empty(t, reconcileRollups(t, e))
+}

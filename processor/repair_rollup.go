@@ -245,3 +245,48 @@ func passOnRollupShare(ctx context.Context, api ReconcileAPI, tableName string, 
 	_, err = moveIntoLane(ctx, api, tableName, c, &aggregates.RollupDelta{Report: *r}, claim, stamp, []ddbtypes.TransactWriteItem{del})
 	return err
 }
+
+// RedeliverWaiting re-delivers the roll-up delta items waiting in a
+// tenant's lanes whose periods held (nil: none) does not name, each in one
+// transaction that deletes it (on attribute_exists) and puts its copy
+// under a new claim (REDELIVER#{time}#{its sort key}), whose INSERT record
+// the lane's consumer folds. It is for the quiescent procedure only: with
+// writes disabled and the consumers drained, a delta item still waiting
+// whose periods no in-flight record names was never read from the stream
+// (its record trimmed, the review's hole 3 (a)), so the copy is its only
+// fold; while consumers run, the item may simply not be folded yet, and
+// its record would be folded besides the copy. It returns how many items
+// it re-delivered; an item that does not decode is left (a stray, which
+// Repair deletes).
+func RedeliverWaiting(ctx context.Context, api ReconcileAPI, tableName, tenant string, now time.Time, held func(RollupCell) bool) (int, error) {
+	stamp := now.UTC().Format(time.RFC3339Nano)
+	var items []*table.RollupDeltaItem
+	var stats ReconcileStats
+	if _, err := readLanes(ctx, api, tableName, tenant, &stats, func(d *table.RollupDeltaItem) { items = append(items, d) }, func(aggregates.Key, error) {}); err != nil {
+		return 0, fmt.Errorf("redeliver roll-up deltas of %s: %w", tenant, err)
+	}
+	n := 0
+next:
+	for _, d := range items {
+		for p := range d.Periods {
+			if held != nil && held(RollupCell{Tenant: tenant, Currency: d.Currency, Period: p}) {
+				continue next
+			}
+		}
+		claim := "REDELIVER#" + stamp + "#" + d.Key.SK
+		k := aggregates.RollupDeltaKey(tenant, aggregates.RollupLane(claim), claim, d.Currency, 0)
+		_, err := api.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: []ddbtypes.TransactWriteItem{
+			{Delete: table.DeleteRollupDelta(tableName, d.Key)},
+			{Put: table.PutRollupDelta(tableName, table.EncodeRollupDelta(k, d.Currency, d.Periods, stamp))},
+		}})
+		var tce *ddbtypes.TransactionCanceledException
+		switch {
+		case errors.As(err, &tce):
+			continue // folded meanwhile: not waiting any more
+		case err != nil:
+			return n, fmt.Errorf("redeliver roll-up delta %s: %w", d.Key, err)
+		}
+		n++
+	}
+	return n, nil
+}

@@ -124,6 +124,23 @@ func (e *environment) tableDescribe(ctx context.Context, args []string) int {
 	return exitOK
 }
 
+// inFlight reads the consumers' guards and the stream (processor.InFlight).
+func (e *environment) inFlight(ctx context.Context, c *dynamodb.Client, maxRecords int) (processor.InFlightResult, error) {
+	arn, err := poller.ResolveStream(ctx, c, e.table)
+	if err != nil {
+		return processor.InFlightResult{}, err
+	}
+	streams, err := e.streams(ctx)
+	if err != nil {
+		return processor.InFlightResult{}, err
+	}
+	p, err := processor.New(c, processor.Config{Table: e.table, CoordinationTable: e.coordination}, nil)
+	if err != nil {
+		return processor.InFlightResult{}, err
+	}
+	return p.InFlight(ctx, streams, arn, maxRecords)
+}
+
 // withoutInFlight drops the differences of branches with a transaction
 // record no consumer guard has committed yet (processor.InFlight), naming
 // them on stdout; it returns what is left and how many it dropped.
@@ -133,20 +150,7 @@ func (e *environment) withoutInFlight(ctx context.Context, c *dynamodb.Client, d
 	if len(diffs) == 0 {
 		return nil, 0, fl, nil
 	}
-	arn, err := poller.ResolveStream(ctx, c, e.table)
-	if err != nil {
-		return nil, 0, fl, err
-	}
-	streams, err := e.streams(ctx)
-	if err != nil {
-		return nil, 0, fl, err
-	}
-	p, err := processor.New(c, processor.Config{Table: e.table, CoordinationTable: e.coordination}, nil)
-	if err != nil {
-		return nil, 0, fl, err
-	}
-	fl, err = p.InFlight(ctx, streams, arn, maxRecords)
-	if err != nil {
+	if fl, err = e.inFlight(ctx, c, maxRecords); err != nil {
 		return nil, 0, fl, err
 	}
 	for _, d := range diffs {
@@ -392,9 +396,13 @@ func (e *environment) reconcile(ctx context.Context, args []string) int {
 		fmt.Fprintln(e.stdout, d)
 	}
 	printCalendarNotes(e.stdout, stats)
+	if n := waitingDeltas(stats); n > 0 {
+		fmt.Fprintf(e.stdout, "%d roll-up delta items wait in lanes for their fold (counted; with ledgerctl lag at zero they were trimmed from the stream unread: reconcile --repair --quiescent re-delivers them)\n", n)
+	}
 	fmt.Fprintf(e.stdout, "%d transactions (%d invalid), %d reports, %d differences; read %d items, %s read units\n",
 		stats.Transactions, stats.Invalid, stats.Reports, len(diffs), stats.ItemsRead, strconv.FormatFloat(stats.ReadUnits, 'f', -1, 64))
-	if len(diffs) == 0 {
+	redeliver := *repair && *quiescent && waitingDeltas(stats) > 0
+	if len(diffs) == 0 && !redeliver {
 		return exitOK
 	}
 	if !*repair {
@@ -408,7 +416,7 @@ func (e *environment) reconcile(ctx context.Context, args []string) int {
 	}
 	m = e.meter("reconcile (again)")
 	opts.Progress = reconcileProgress(m)
-	again, _, err := processor.ReconcileWith(ctx, c, e.table, scope, opts)
+	again, againStats, err := processor.ReconcileWith(ctx, c, e.table, scope, opts)
 	m.Stop()
 	if err != nil {
 		return e.fail(err)
@@ -428,6 +436,25 @@ func (e *environment) reconcile(ctx context.Context, args []string) int {
 	})
 	if err != nil {
 		return e.fail(err)
+	}
+	if *quiescent {
+		held := func(rc processor.RollupCell) bool { return !fl.PeriodSettled(rc) }
+		if len(settled) == 0 && waitingDeltas(againStats) > 0 {
+			// Nothing differs, so withoutInFlight read no stream: read it
+			// for the waiting deltas.
+			if fl, err = e.inFlight(ctx, c, *maxRecords); err != nil {
+				return e.fail(err)
+			}
+		}
+		for _, t := range slices.Sorted(maps.Keys(againStats.RollupWaiting)) {
+			n, err := processor.RedeliverWaiting(ctx, c, e.table, t, time.Now(), held)
+			if err != nil {
+				return e.fail(err)
+			}
+			if n > 0 {
+				fmt.Fprintf(e.stdout, "re-delivered %d roll-up delta items of %s that waited in their lanes unread (records trimmed)\n", n, t)
+			}
+		}
 	}
 	for _, rc := range rres.Held {
 		fmt.Fprintf(e.stdout, "left alone (records in flight name this period): %s\n", rc)
@@ -453,5 +480,18 @@ func (e *environment) reconcile(ctx context.Context, args []string) int {
 	}
 	fmt.Fprintf(e.stdout, "repaired %d reports; deleted %d stray items; %d changed during the check and %d had records in flight and were left alone; %d skipped by a concurrent update; %d partly repaired\n",
 		res.Repaired, len(res.Deleted), len(again)-len(settled)-inFlight, inFlight, len(res.Skipped), len(res.Partial))
+	if len(diffs) == 0 {
+		return exitOK // only waiting deltas were re-delivered
+	}
 	return exitDiff
+}
+
+// waitingDeltas is the number of roll-up delta items reconcile found
+// waiting in lanes.
+func waitingDeltas(stats processor.ReconcileStats) int {
+	n := 0
+	for _, w := range stats.RollupWaiting {
+		n += w
+	}
+	return n
 }
