@@ -116,6 +116,12 @@ func (s *ReconcileStats) add(o ReconcileStats) {
 		s.Unsettled[b] += n
 	}
 	s.CalendarErrors = append(s.CalendarErrors, o.CalendarErrors...)
+	for t, n := range o.RollupWaiting {
+		if s.RollupWaiting == nil {
+			s.RollupWaiting = map[string]int{}
+		}
+		s.RollupWaiting[t] += n
+	}
 }
 
 // ReconcileOptions tune a reconcile of the whole table.
@@ -129,8 +135,9 @@ type ReconcileOptions struct {
 	Progress func(ReconcileProgress)
 	// Rollups judges the tenant roll-ups too (whole-table scope only: a
 	// roll-up sums every branch of its tenant): differences with Rollup
-	// set (reconcile_rollup.go). The oracle is kept per tenant, currency
-	// and period for the whole reconcile.
+	// set (reconcile_rollup.go). A tenant's oracle (its roll-ups by
+	// currency and period) is kept until its last branch is done, then
+	// the tenant is judged: about Parallel tenants' at once.
 	Rollups bool
 }
 
@@ -180,7 +187,11 @@ func ReconcileWith(ctx context.Context, api ReconcileAPI, tableName string, scop
 	var branches []Scope
 	var scanned ReconcileStats // the key Scan's reads
 	rollupPKs := newRollupPartitions()
-	oracle := newRollupOracle()
+	// The roll-up oracle of a tenant is kept until its last branch is
+	// done, then the tenant is judged and its oracle dropped: branches come
+	// in tenant order, so about Parallel tenants' oracles are held at once.
+	oracles := map[string]*rollupOracle{}
+	remaining := map[string]int{}
 	if opts.Rollups && scope.Tenant != "" {
 		return nil, ReconcileStats{}, errors.New("reconcile: roll-ups are judged over the whole table only (a roll-up sums every branch of its tenant)")
 	}
@@ -206,6 +217,9 @@ func ReconcileWith(ctx context.Context, api ReconcileAPI, tableName string, scop
 
 	stats := scanned
 	var diffs []Difference
+	for _, b := range branches {
+		remaining[b.Tenant]++
+	}
 	work := make(chan Scope)
 	errc := make(chan error, opts.Parallel)
 	ctx, cancel := context.WithCancel(ctx)
@@ -224,6 +238,7 @@ func ReconcileWith(ctx context.Context, api ReconcileAPI, tableName string, scop
 					cancel()
 					return
 				}
+				var judge *rollupOracle // the tenant's, once its last branch is done
 				report(func(p *ReconcileProgress) {
 					p.BranchesDone++
 					p.Differences += len(d)
@@ -231,8 +246,30 @@ func ReconcileWith(ctx context.Context, api ReconcileAPI, tableName string, scop
 					stats.add(st)
 					diffs = append(diffs, d...)
 					if opts.Rollups {
-						oracle.merge(o)
+						if oracles[b.Tenant] == nil {
+							oracles[b.Tenant] = newRollupOracle()
+						}
+						oracles[b.Tenant].merge(o)
+						if remaining[b.Tenant]--; remaining[b.Tenant] == 0 {
+							judge = oracles[b.Tenant]
+							delete(oracles, b.Tenant)
+						}
 					}
+				})
+				if judge == nil {
+					continue
+				}
+				var rst ReconcileStats
+				rd, err := reconcileTenantRollups(ctx, api, tableName, b.Tenant, rollupPKs.partials[b.Tenant], judge, &rst)
+				if err != nil {
+					errc <- fmt.Errorf("roll-ups of %s: %w", b.Tenant, err)
+					cancel()
+					return
+				}
+				report(func(p *ReconcileProgress) {
+					p.Differences += len(rd)
+					stats.add(rst)
+					diffs = append(diffs, rd...)
 				})
 			}
 		}()
@@ -255,7 +292,7 @@ feed:
 		return nil, stats, fmt.Errorf("reconcile %s: %w", tableName, err)
 	}
 	if opts.Rollups {
-		rd, err := reconcileRollups(ctx, api, tableName, branches, rollupPKs, oracle, &stats)
+		rd, err := reconcileRollups(ctx, api, tableName, remaining, rollupPKs, &stats)
 		if err != nil {
 			return nil, stats, fmt.Errorf("reconcile %s: %w", tableName, err)
 		}

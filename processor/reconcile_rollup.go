@@ -361,19 +361,18 @@ func rollupStrays(ctx context.Context, api ReconcileAPI, tableName string, pks m
 	return out, nil
 }
 
-// reconcileRollups judges the roll-ups of every tenant with a branch or a
-// roll-up partition, then lists the items of stray roll-up partitions.
-func reconcileRollups(ctx context.Context, api ReconcileAPI, tableName string, branches []Scope, rp *rollupPartitions, o *rollupOracle, stats *ReconcileStats) ([]Difference, error) {
-	tenants := map[string]bool{}
-	for _, b := range branches {
-		tenants[b.Tenant] = true
-	}
-	for t := range rp.partials {
-		tenants[t] = true
-	}
+// reconcileRollups judges the roll-ups of the tenants with roll-up
+// partitions but no branch (judged, then, against an oracle of zero),
+// then lists the items of stray roll-up partitions. The tenants with
+// branches were judged as their last branch was done (remaining counts
+// their branches).
+func reconcileRollups(ctx context.Context, api ReconcileAPI, tableName string, remaining map[string]int, rp *rollupPartitions, stats *ReconcileStats) ([]Difference, error) {
 	var out []Difference
-	for _, t := range slices.Sorted(maps.Keys(tenants)) {
-		d, err := reconcileTenantRollups(ctx, api, tableName, t, rp.partials[t], o, stats)
+	for _, t := range slices.Sorted(maps.Keys(rp.partials)) {
+		if _, judged := remaining[t]; judged {
+			continue
+		}
+		d, err := reconcileTenantRollups(ctx, api, tableName, t, rp.partials[t], newRollupOracle(), stats)
 		if err != nil {
 			return nil, fmt.Errorf("roll-ups of %s: %w", t, err)
 		}
