@@ -222,6 +222,9 @@ type reconcileView struct {
 	// Query page's ScannedCount and consumed read units).
 	ItemsRead int     `json:"itemsRead"`
 	ReadUnits float64 `json:"readUnits"`
+	// RollupWaiting: per tenant, the roll-up delta items waiting in its
+	// lanes for their fold (processor.ReconcileStats).
+	RollupWaiting map[string]int `json:"rollupWaiting,omitempty"`
 }
 
 // unsettledView is a branch with transactions not in its current calendar.
@@ -252,7 +255,7 @@ type differenceView struct {
 func newReconcileView(table string, stats processor.ReconcileStats, diffs []processor.Difference) reconcileView {
 	v := reconcileView{Table: table, Transactions: stats.Transactions, Invalid: stats.Invalid, Reports: stats.Reports,
 		Differences: make([]differenceView, 0, len(diffs)), Unstamped: stats.Unstamped, Unsettled: []unsettledView{},
-		CalendarErrors: stats.CalendarErrors, ItemsRead: stats.ItemsRead, ReadUnits: stats.ReadUnits}
+		CalendarErrors: stats.CalendarErrors, ItemsRead: stats.ItemsRead, ReadUnits: stats.ReadUnits, RollupWaiting: stats.RollupWaiting}
 	for _, b := range unsettled(stats) {
 		v.Unsettled = append(v.Unsettled, unsettledView{Tenant: b.Tenant, Branch: b.Branch, Transactions: stats.Unsettled[b]})
 	}
