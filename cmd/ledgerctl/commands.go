@@ -244,7 +244,8 @@ type differenceView struct {
 	Period string `json:"period,omitempty"`
 	Stray  bool   `json:"stray,omitempty"`
 	// Rollup, Currency: a tenant roll-up's difference (Tenant, Currency,
-	// Period; no Branch).
+	// Period; no Branch; PK and SK are lane 0's partial key, the roll-up
+	// being the sum of all 32).
 	Rollup   bool     `json:"rollup,omitempty"`
 	Currency string   `json:"currency,omitempty"`
 	Parked   int      `json:"parked,omitempty"`

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"testing"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -75,6 +76,20 @@ func TestReconcileRepair_RollupsNamedAndHealedUnderTheQuiescentProcedure(t *test
 	assert.Contains(t, out, "roll-up "+rk.Tenant+"/"+rk.Currency+"/"+rk.Period.String())
 	assert.Contains(t, out, "stray item "+stray.String())
 	assert.Contains(t, out, "2 differences")
+	code, out, errOut = run(t, env, "reconcile", "--json")
+	require.Equal(t, exitDiff, code, out+errOut)
+	var view reconcileView
+	require.NoError(t, json.Unmarshal([]byte(out), &view), out)
+	require.Len(t, view.Differences, 2)
+	for _, d := range view.Differences {
+		if d.Stray {
+			assert.Equal(t, stray.PK, d.PK)
+			continue
+		}
+		assert.True(t, d.Rollup)
+		assert.Equal(t, []string{rk.Tenant, rk.Currency, rk.Period.String()}, []string{d.Tenant, d.Currency, d.Period})
+		assert.Equal(t, aggregates.RollupPK(rk.Tenant, rk.Currency, 0), d.PK)
+	}
 
 	code, out, errOut = run(t, env, "reconcile", "--repair", "--settle", "0s")
 	require.Equal(t, exitDiff, code, out+errOut)
