@@ -154,22 +154,11 @@ func (rp *rollupPartitions) add(pk string) bool {
 		}
 		return true
 	}
-	if aggregates.IsRollupPK(pk) || isLaneForm(pk) {
+	if aggregates.IsRollupPK(pk) || aggregates.IsRollupLanePKForm(pk) {
 		rp.strays[pk] = true
 		return true
 	}
 	return false
-}
-
-// isLaneForm says whether pk has the form of a lane partition whatever its
-// lane holds (a lane ≥ K, a leading zero: a stray).
-func isLaneForm(pk string) bool {
-	rest, found := strings.CutPrefix(pk, aggregates.TenantPrefix)
-	if !found {
-		return false
-	}
-	tenant, _, found := strings.Cut(rest, "#ROLLUPLANE#")
-	return found && tenant != "" && !strings.Contains(tenant, "#")
 }
 
 // rollupMaxReads bounds how often the lanes are read around the partials
