@@ -3,6 +3,7 @@ package processor_test
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -16,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ledger-dev/ledger/aggregates"
+	"github.com/ledger-dev/ledger/internal/ledgertest"
 	"github.com/ledger-dev/ledger/processor"
 	"github.com/ledger-dev/ledger/table"
 )
@@ -577,4 +579,50 @@ func TestCommitShardRange_DeltaInsertsAtTheEndAreFolded(t *testing.T) {
 	st := requireRollupsExact(t, e, true)
 	assert.Zero(t, st.lane)
 	assert.Positive(t, st.partials)
+}
+
+// TestBatch_ResumerPutsTheSameRollupDeltas: a batch whose commit dies
+// after some of its groups (the answer of the last one lost) is finished
+// by another consumer with other limits, from the plan stored with the
+// pending batch: the delta items of the groups that landed and of the
+// resumer's sum exactly to the parts, none twice, none missing.
+func TestBatch_ResumerPutsTheSameRollupDeltas(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t)
+	curs := []string{"BRL", "EUR", ""}
+	for i := range 90 {
+		rtx{"acme", fmt.Sprint("b", i%5), curs[i%5%3], fmt.Sprintf("2026-11-%02d", 1+i%9), fmt.Sprint(i), "INCOME", "1.5", fmt.Sprint("cat", i%7)}.put(t, e, "")
+	}
+	_, recs := e.records(t)
+	var writes atomic.Int64
+	e.faults.Decide = func(op string) ledgertest.Fault {
+		if op != "TransactWriteItems" {
+			return ledgertest.Pass
+		}
+		switch n := writes.Add(1); {
+		case n < 4:
+			return ledgertest.Pass
+		case n == 4:
+			return ledgertest.LoseAnswer // it lands; the process dies before it learns so
+		}
+		return ledgertest.Drop
+	}
+	p, err := processor.New(e.faulty, processor.Config{Table: e.table, BaseBackoff: time.Millisecond, MaxBackoff: 2 * time.Millisecond,
+		MaxItemsPerRun: 12, MaxEntriesPerItem: 2, MaxAttempts: 2}, nil)
+	require.NoError(t, err)
+	g := p.ShardGuard(e.streamARN, shardOf(t, e))
+	g.CommitBatches()
+	_, err = p.Process(ctx, g, recs)
+	require.Error(t, err, "the first consumer dies mid-batch")
+	require.True(t, g.Pending(), "a half-committed batch is left")
+	landed := readRollups(t, e).lane
+	require.Positive(t, landed)
+
+	c := newConsumer(t, e, "batch", nil, processor.Config{}) // default limits: the stored plan rules
+	res := c.deliver(recs...)
+	assert.Positive(t, res.Runs, "the resumer commits the batch's other groups")
+	assert.Zero(t, res.Quarantined)
+	e.requireReconciled(t)
+	st := requireRollupsExact(t, e, true)
+	assert.Greater(t, st.lane, landed)
 }
