@@ -132,6 +132,18 @@ func IsRollupPK(pk string) bool {
 	return found && tenant != "" && !strings.Contains(tenant, "#")
 }
 
+// IsRollupLanePKForm says whether pk has the form of a lane partition,
+// whatever its lane holds: reconcile names the ones ParseRollupLanePK
+// refuses (a lane ≥ RollupLanes, a leading zero) as strays.
+func IsRollupLanePKForm(pk string) bool {
+	rest, found := strings.CutPrefix(pk, tenantPrefix)
+	if !found {
+		return false
+	}
+	tenant, _, found := strings.Cut(rest, rollupLaneInfix)
+	return found && tenant != "" && !strings.Contains(tenant, "#")
+}
+
 func parseLane(s string) (int, bool) {
 	if s == "" || len(s) > 1 && s[0] == '0' {
 		return 0, false

@@ -30,7 +30,11 @@ type StreamReader interface {
 // position yet (opened at LATEST, no commit so far). In the last two cases
 // every branch counts as in flight.
 type InFlightResult struct {
-	Branches     map[Scope]int
+	Branches map[Scope]int
+	// Periods counts the same records by the tenant roll-up cells (tenant,
+	// currency, period) their images name: a roll-up repair holds those
+	// periods only (docs/exactly-once.md, roll-up review hole 7).
+	Periods      map[RollupCell]int
 	Truncated    bool
 	Unpositioned []string
 }
@@ -38,6 +42,12 @@ type InFlightResult struct {
 // Settled reports whether no record of branch s is in flight.
 func (r InFlightResult) Settled(s Scope) bool {
 	return !r.Truncated && len(r.Unpositioned) == 0 && r.Branches[s] == 0
+}
+
+// PeriodSettled reports whether no record naming roll-up cell c is in
+// flight.
+func (r InFlightResult) PeriodSettled(c RollupCell) bool {
+	return !r.Truncated && len(r.Unpositioned) == 0 && r.Periods[c] == 0
 }
 
 // InFlight reads the consumers' guards and the stream and returns the
@@ -53,7 +63,7 @@ func (r InFlightResult) Settled(s Scope) bool {
 //
 // It reads at most maxRecords records in all (0: no limit).
 func (p *Processor) InFlight(ctx context.Context, streams StreamReader, streamARN string, maxRecords int) (InFlightResult, error) {
-	res := InFlightResult{Branches: map[Scope]int{}}
+	res := InFlightResult{Branches: map[Scope]int{}, Periods: map[RollupCell]int{}}
 	var shards []streamtypes.Shard
 	var start *string
 	for {
@@ -107,12 +117,25 @@ func (p *Processor) InFlight(ctx context.Context, streams StreamReader, streamAR
 				continue
 			}
 			c := classify(&recs[i])
+			if c.rollup != nil {
+				// A roll-up delta's INSERT not folded yet: its item is
+				// counted from its lane, unless it was deleted by hand, and
+				// then the record is folded anyway (change.go): its
+				// periods are held too.
+				for p := range c.rollup.Periods {
+					res.Periods[RollupCell{Tenant: c.rollup.Tenant, Currency: c.rollup.Currency, Period: p}]++
+				}
+				continue
+			}
 			if !c.isTxn || !c.effective() {
 				continue
 			}
 			for _, tx := range []*aggregates.Transaction{c.old, c.new} {
 				if tx != nil {
 					res.Branches[Scope{Tenant: tx.Tenant, Branch: tx.Branch}]++
+					for _, p := range tx.Stamp.Periods {
+						res.Periods[RollupCell{Tenant: tx.Tenant, Currency: aggregates.RollupCurrency(tx.Currency), Period: p}]++
+					}
 				}
 			}
 		}

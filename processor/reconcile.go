@@ -48,15 +48,25 @@ type Difference struct {
 	// Stray is the key of an item that belongs to no report (Report,
 	// Stored and Expected are then zero); a repair deletes it.
 	Stray *aggregates.Key
+	// Rollup is set for a tenant roll-up's difference (Report, Stored and
+	// Expected are then zero; reconcile_rollup.go); RepairRollups heals it.
+	Rollup *RollupDifference
 	// stored is what was read; seen the report item's updatedAt as read,
 	// the repair's condition.
 	stored *table.StoredReport
 	seen   ddbtypes.AttributeValue
+	// currency is the report's roll-up currency (aggregates.RollupCurrency
+	// of its transactions, else as stored): the repair keeps it on the
+	// item, as the consumers' part 0 sets it.
+	currency string
 }
 
 func (d Difference) String() string {
 	if d.Stray != nil {
 		return "stray item " + d.Stray.String() + "\n  " + strings.Join(d.Lines, "\n  ")
+	}
+	if d.Rollup != nil {
+		return d.Rollup.RollupCell.String() + "\n  " + strings.Join(d.Lines, "\n  ")
 	}
 	return d.Report.String() + "\n  " + strings.Join(d.Lines, "\n  ")
 }
@@ -79,6 +89,12 @@ type ReconcileStats struct {
 	// CalendarErrors names the branches whose stored calendar or tenant
 	// period types do not decode (their stamps are not checked).
 	CalendarErrors []string
+	// RollupWaiting counts, per tenant, the roll-up delta items waiting in
+	// its lanes for their fold (ReconcileOptions.Rollups): counted in the
+	// roll-ups, not yet in the partials a reader sums. With the consumers
+	// drained, one still waiting was never read from the stream (trimmed):
+	// RedeliverWaiting puts it back through a lane.
+	RollupWaiting map[string]int
 	// ItemsRead counts the items its Scan and Queries read (ScannedCount:
 	// what DynamoDB bills, the key Scan's filtered-out items included), and
 	// ReadUnits the read capacity units DynamoDB reported consuming
@@ -104,6 +120,12 @@ func (s *ReconcileStats) add(o ReconcileStats) {
 		s.Unsettled[b] += n
 	}
 	s.CalendarErrors = append(s.CalendarErrors, o.CalendarErrors...)
+	for t, n := range o.RollupWaiting {
+		if s.RollupWaiting == nil {
+			s.RollupWaiting = map[string]int{}
+		}
+		s.RollupWaiting[t] += n
+	}
 }
 
 // ReconcileOptions tune a reconcile of the whole table.
@@ -115,6 +137,12 @@ type ReconcileOptions struct {
 	// reconcile advances: after each page of the scan, each page of a
 	// branch's transactions and each branch.
 	Progress func(ReconcileProgress)
+	// Rollups judges the tenant roll-ups too (whole-table scope only: a
+	// roll-up sums every branch of its tenant): differences with Rollup
+	// set (reconcile_rollup.go). A tenant's oracle (its roll-ups by
+	// currency and period) is kept until its last branch is done, then
+	// the tenant is judged: about Parallel tenants' at once.
+	Rollups bool
 }
 
 // ReconcileProgress is how far a reconcile has come.
@@ -162,6 +190,15 @@ func ReconcileWith(ctx context.Context, api ReconcileAPI, tableName string, scop
 	}
 	var branches []Scope
 	var scanned ReconcileStats // the key Scan's reads
+	rollupPKs := newRollupPartitions()
+	// The roll-up oracle of a tenant is kept until its last branch is
+	// done, then the tenant is judged and its oracle dropped: branches come
+	// in tenant order, so about Parallel tenants' oracles are held at once.
+	oracles := map[string]*rollupOracle{}
+	remaining := map[string]int{}
+	if opts.Rollups && scope.Tenant != "" {
+		return nil, ReconcileStats{}, errors.New("reconcile: roll-ups are judged over the whole table only (a roll-up sums every branch of its tenant)")
+	}
 	switch {
 	case scope.Tenant != "" && scope.Branch != "":
 		branches = []Scope{scope}
@@ -170,7 +207,7 @@ func ReconcileWith(ctx context.Context, api ReconcileAPI, tableName string, scop
 	default:
 		report(func(p *ReconcileProgress) { p.Scanning = true })
 		var err error
-		if branches, err = scanBranches(ctx, api, tableName, opts.Parallel, func(n int, units float64) {
+		if branches, err = scanBranches(ctx, api, tableName, opts.Parallel, rollupPKs, func(n int, units float64) {
 			report(func(p *ReconcileProgress) {
 				p.Scanned += n
 				scanned.ItemsRead += n
@@ -184,6 +221,9 @@ func ReconcileWith(ctx context.Context, api ReconcileAPI, tableName string, scop
 
 	stats := scanned
 	var diffs []Difference
+	for _, b := range branches {
+		remaining[b.Tenant]++
+	}
 	work := make(chan Scope)
 	errc := make(chan error, opts.Parallel)
 	ctx, cancel := context.WithCancel(ctx)
@@ -194,7 +234,7 @@ func ReconcileWith(ctx context.Context, api ReconcileAPI, tableName string, scop
 		go func() {
 			defer wg.Done()
 			for b := range work {
-				d, st, err := reconcileBranch(ctx, api, tableName, b, func(n int) {
+				d, st, o, err := reconcileBranch(ctx, api, tableName, b, func(n int) {
 					report(func(p *ReconcileProgress) { p.Transactions += n })
 				})
 				if err != nil {
@@ -202,12 +242,38 @@ func ReconcileWith(ctx context.Context, api ReconcileAPI, tableName string, scop
 					cancel()
 					return
 				}
+				var judge *rollupOracle // the tenant's, once its last branch is done
 				report(func(p *ReconcileProgress) {
 					p.BranchesDone++
 					p.Differences += len(d)
 					p.ReportsLoaded += st.Reports
 					stats.add(st)
 					diffs = append(diffs, d...)
+					if opts.Rollups {
+						if oracles[b.Tenant] == nil {
+							oracles[b.Tenant] = newRollupOracle()
+						}
+						oracles[b.Tenant].merge(o)
+						if remaining[b.Tenant]--; remaining[b.Tenant] == 0 {
+							judge = oracles[b.Tenant]
+							delete(oracles, b.Tenant)
+						}
+					}
+				})
+				if judge == nil {
+					continue
+				}
+				var rst ReconcileStats
+				rd, err := reconcileTenantRollups(ctx, api, tableName, b.Tenant, rollupPKs.partials[b.Tenant], judge, &rst)
+				if err != nil {
+					errc <- fmt.Errorf("roll-ups of %s: %w", b.Tenant, err)
+					cancel()
+					return
+				}
+				report(func(p *ReconcileProgress) {
+					p.Differences += len(rd)
+					stats.add(rst)
+					diffs = append(diffs, rd...)
 				})
 			}
 		}()
@@ -229,6 +295,13 @@ feed:
 	if err := ctx.Err(); err != nil {
 		return nil, stats, fmt.Errorf("reconcile %s: %w", tableName, err)
 	}
+	if opts.Rollups {
+		rd, err := reconcileRollups(ctx, api, tableName, remaining, rollupPKs, &stats)
+		if err != nil {
+			return nil, stats, fmt.Errorf("reconcile %s: %w", tableName, err)
+		}
+		diffs = append(diffs, rd...)
+	}
 	sort.Slice(diffs, func(i, j int) bool {
 		a, b := diffs[i].key(), diffs[j].key()
 		return a.PK < b.PK || a.PK == b.PK && a.SK < b.SK
@@ -240,7 +313,7 @@ feed:
 // a parallel Scan of the keys only (segments segments), keeping the set of
 // branch ids. scanned is told each page's ScannedCount and consumed read
 // units.
-func scanBranches(ctx context.Context, api ReconcileAPI, tableName string, segments int, scanned func(items int, units float64)) ([]Scope, error) {
+func scanBranches(ctx context.Context, api ReconcileAPI, tableName string, segments int, rollups *rollupPartitions, scanned func(items int, units float64)) ([]Scope, error) {
 	var mu sync.Mutex
 	found := map[Scope]bool{}
 	errc := make(chan error, segments)
@@ -277,6 +350,8 @@ func scanBranches(ctx context.Context, api ReconcileAPI, tableName string, segme
 						found[Scope{Tenant: t, Branch: b}] = true
 					} else if t, b, ok := aggregates.ParseReportPK(pk); ok {
 						found[Scope{Tenant: t, Branch: b}] = true
+					} else {
+						rollups.add(pk)
 					}
 				}
 				mu.Unlock()
@@ -301,7 +376,7 @@ func scanBranches(ctx context.Context, api ReconcileAPI, tableName string, segme
 // reconcileBranch reconciles one branch: its transactions and its report
 // partition, each read with one paginated Query. read is told how many
 // transactions each page held (a branch can hold millions).
-func reconcileBranch(ctx context.Context, api ReconcileAPI, tableName string, scope Scope, read func(int)) ([]Difference, ReconcileStats, error) {
+func reconcileBranch(ctx context.Context, api ReconcileAPI, tableName string, scope Scope, read func(int)) ([]Difference, ReconcileStats, *rollupOracle, error) {
 	var stats ReconcileStats
 	expected := aggregates.NewFold()
 	stored := table.ReportSet{}
@@ -350,8 +425,9 @@ func reconcileBranch(ctx context.Context, api ReconcileAPI, tableName string, sc
 		}, read)
 	}
 	if err != nil {
-		return nil, stats, err
+		return nil, stats, nil, err
 	}
+	oracle := branchRollup(scope.Tenant, expected, stored)
 
 	keys := map[aggregates.ReportKey]bool{}
 	for _, k := range expected.Keys() {
@@ -366,10 +442,14 @@ func reconcileBranch(ctx context.Context, api ReconcileAPI, tableName string, sc
 	diffs := strays
 	for k := range keys {
 		if d, ok := compareReport(k, expected.Report(k), stored[k]); ok {
+			d.currency = expected.Currency(k)
+			if sr := stored[k]; d.currency == "" && sr != nil && sr.Item != nil {
+				d.currency, _ = table.String(sr.Item, table.AttrCurrency)
+			}
 			diffs = append(diffs, d)
 		}
 	}
-	return diffs, stats, nil
+	return diffs, stats, oracle, nil
 }
 
 // branchCalendar reads the calendar of a branch and its tenant's period
@@ -438,6 +518,9 @@ func (d Difference) key() aggregates.Key {
 	if d.Stray != nil {
 		return *d.Stray
 	}
+	if d.Rollup != nil {
+		return aggregates.Key{PK: aggregates.RollupPK(d.Rollup.Tenant, d.Rollup.Currency, 0), SK: d.Rollup.Period.String()}
+	}
 	return d.Report.Key()
 }
 
@@ -459,6 +542,10 @@ func Settled(first, second []Difference) []Difference {
 			continue
 		case b.Stray != nil || d.Stray != nil:
 			if b.Stray == nil || d.Stray == nil {
+				continue
+			}
+		case b.Rollup != nil || d.Rollup != nil:
+			if b.Rollup == nil || d.Rollup == nil || !sameRollup(b.Rollup, d.Rollup) {
 				continue
 			}
 		case !sameAV(b.seen, d.seen) || !sameReport(b.Stored, d.Stored) || !sameReport(b.Expected, d.Expected) || b.Parked != d.Parked:
@@ -509,6 +596,9 @@ func Repair(ctx context.Context, api ReconcileAPI, tableName string, diffs []Dif
 	var res RepairResult
 	stamp := now.UTC().Format(time.RFC3339Nano)
 	for _, d := range diffs {
+		if d.Rollup != nil {
+			continue // RepairRollups
+		}
 		if d.Stray != nil {
 			if _, err := api.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: []ddbtypes.TransactWriteItem{
 				{Delete: &ddbtypes.Delete{TableName: &tableName, Key: table.Key(*d.Stray)}},
@@ -537,6 +627,9 @@ func Repair(ctx context.Context, api ReconcileAPI, tableName string, diffs []Dif
 // transaction did, whole whether all did.
 func repairReport(ctx context.Context, api ReconcileAPI, tableName string, d Difference, stamp string) (landed, whole bool, err error) {
 	ri := table.EncodeRepair(d.Report, d.Expected, d.stored, stamp)
+	if d.currency != "" {
+		ri.Item[table.AttrCurrency] = table.S(d.currency)
+	}
 	hasItem := d.stored != nil && d.stored.Item != nil
 	// What changes a name's place goes first, into the transaction that
 	// writes the report item: the entry items of names now inline (at most
@@ -589,11 +682,24 @@ func repairReport(ctx context.Context, api ReconcileAPI, tableName string, d Dif
 	}
 	// Parked deltas are never part of the figures: once the report is
 	// rebuilt from the transactions, the ones read are deleted (one parked
-	// since stays, and shows in the next reconcile).
+	// since stays, and shows in the next reconcile). A parked delta that
+	// carries a roll-up share is deleted in one transaction with the put of
+	// that share as a roll-up repair delta (R-a, repair_rollup.go): the
+	// roll-up never held it, the rebuilt report now does.
 	if d.stored != nil {
-		for i := 0; i < len(d.stored.Parked); i += 100 {
+		var plain []map[string]ddbtypes.AttributeValue
+		for _, e := range d.stored.Parked {
+			if _, ok := table.RollupShare(e); !ok {
+				plain = append(plain, e)
+				continue
+			}
+			if err := passOnRollupShare(ctx, api, tableName, d.Report, e, stamp); err != nil {
+				return landed, false, fmt.Errorf("delete parked delta %s and pass on its roll-up share: %w", keyOfItem(e), err)
+			}
+		}
+		for i := 0; i < len(plain); i += 100 {
 			var dels []ddbtypes.TransactWriteItem
-			for _, e := range d.stored.Parked[i:min(i+100, len(d.stored.Parked))] {
+			for _, e := range plain[i:min(i+100, len(plain))] {
 				dels = append(dels, ddbtypes.TransactWriteItem{Delete: &ddbtypes.Delete{TableName: &tableName, Key: table.Key(keyOfItem(e))}})
 			}
 			if _, err := api.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: dels}); err != nil {

@@ -16,6 +16,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 
+	"github.com/ledger-dev/ledger/aggregates"
 	"github.com/ledger-dev/ledger/cmd/internal/progress"
 	"github.com/ledger-dev/ledger/infra"
 	"github.com/ledger-dev/ledger/processor"
@@ -123,33 +124,38 @@ func (e *environment) tableDescribe(ctx context.Context, args []string) int {
 	return exitOK
 }
 
-// withoutInFlight drops the differences of branches with a transaction
-// record no consumer guard has committed yet (processor.InFlight), naming
-// them on stdout; it returns what is left and how many it dropped.
-func (e *environment) withoutInFlight(ctx context.Context, c *dynamodb.Client, diffs []processor.Difference, maxRecords int) ([]processor.Difference, int, error) {
-	if len(diffs) == 0 {
-		return nil, 0, nil
-	}
+// inFlight reads the consumers' guards and the stream (processor.InFlight).
+func (e *environment) inFlight(ctx context.Context, c *dynamodb.Client, maxRecords int) (processor.InFlightResult, error) {
 	arn, err := poller.ResolveStream(ctx, c, e.table)
 	if err != nil {
-		return nil, 0, err
+		return processor.InFlightResult{}, err
 	}
 	streams, err := e.streams(ctx)
 	if err != nil {
-		return nil, 0, err
+		return processor.InFlightResult{}, err
 	}
 	p, err := processor.New(c, processor.Config{Table: e.table, CoordinationTable: e.coordination}, nil)
 	if err != nil {
-		return nil, 0, err
+		return processor.InFlightResult{}, err
 	}
-	fl, err := p.InFlight(ctx, streams, arn, maxRecords)
-	if err != nil {
-		return nil, 0, err
+	return p.InFlight(ctx, streams, arn, maxRecords)
+}
+
+// withoutInFlight drops the differences of branches with a transaction
+// record no consumer guard has committed yet (processor.InFlight), naming
+// them on stdout; it returns what is left and how many it dropped.
+// The roll-up differences are kept (RepairRollups holds their periods in
+// flight, with fl).
+func (e *environment) withoutInFlight(ctx context.Context, c *dynamodb.Client, diffs []processor.Difference, maxRecords int) (keep []processor.Difference, dropped int, fl processor.InFlightResult, err error) {
+	if len(diffs) == 0 {
+		return nil, 0, fl, nil
 	}
-	var keep []processor.Difference
+	if fl, err = e.inFlight(ctx, c, maxRecords); err != nil {
+		return nil, 0, fl, err
+	}
 	for _, d := range diffs {
 		s := processor.Scope{Tenant: d.Report.Tenant, Branch: d.Report.Branch}
-		if d.Stray != nil || fl.Settled(s) {
+		if d.Stray != nil || d.Rollup != nil || fl.Settled(s) {
 			keep = append(keep, d)
 			continue
 		}
@@ -162,7 +168,7 @@ func (e *environment) withoutInFlight(ctx context.Context, c *dynamodb.Client, d
 			fmt.Fprintf(e.stdout, "left alone (%d records of its branch in flight): %s\n", fl.Branches[s], d.Report)
 		}
 	}
-	return keep, len(diffs) - len(keep), nil
+	return keep, len(diffs) - len(keep), fl, nil
 }
 
 // reconcileProgress feeds m from processor.ReconcileWith's progress: the
@@ -216,6 +222,9 @@ type reconcileView struct {
 	// Query page's ScannedCount and consumed read units).
 	ItemsRead int     `json:"itemsRead"`
 	ReadUnits float64 `json:"readUnits"`
+	// RollupWaiting: per tenant, the roll-up delta items waiting in its
+	// lanes for their fold (processor.ReconcileStats).
+	RollupWaiting map[string]int `json:"rollupWaiting,omitempty"`
 }
 
 // unsettledView is a branch with transactions not in its current calendar.
@@ -228,12 +237,17 @@ type unsettledView struct {
 // differenceView is one difference: the item's key, the report it is
 // (none for a stray item) and what differs.
 type differenceView struct {
-	PK       string   `json:"pk"`
-	SK       string   `json:"sk"`
-	Tenant   string   `json:"tenant,omitempty"`
-	Branch   string   `json:"branch,omitempty"`
-	Period   string   `json:"period,omitempty"`
-	Stray    bool     `json:"stray,omitempty"`
+	PK     string `json:"pk"`
+	SK     string `json:"sk"`
+	Tenant string `json:"tenant,omitempty"`
+	Branch string `json:"branch,omitempty"`
+	Period string `json:"period,omitempty"`
+	Stray  bool   `json:"stray,omitempty"`
+	// Rollup, Currency: a tenant roll-up's difference (Tenant, Currency,
+	// Period; no Branch; PK and SK are lane 0's partial key, the roll-up
+	// being the sum of all 32).
+	Rollup   bool     `json:"rollup,omitempty"`
+	Currency string   `json:"currency,omitempty"`
 	Parked   int      `json:"parked,omitempty"`
 	Problems []string `json:"problems,omitempty"`
 	Lines    []string `json:"lines"`
@@ -242,15 +256,22 @@ type differenceView struct {
 func newReconcileView(table string, stats processor.ReconcileStats, diffs []processor.Difference) reconcileView {
 	v := reconcileView{Table: table, Transactions: stats.Transactions, Invalid: stats.Invalid, Reports: stats.Reports,
 		Differences: make([]differenceView, 0, len(diffs)), Unstamped: stats.Unstamped, Unsettled: []unsettledView{},
-		CalendarErrors: stats.CalendarErrors, ItemsRead: stats.ItemsRead, ReadUnits: stats.ReadUnits}
+		CalendarErrors: stats.CalendarErrors, ItemsRead: stats.ItemsRead, ReadUnits: stats.ReadUnits, RollupWaiting: stats.RollupWaiting}
 	for _, b := range unsettled(stats) {
 		v.Unsettled = append(v.Unsettled, unsettledView{Tenant: b.Tenant, Branch: b.Branch, Transactions: stats.Unsettled[b]})
 	}
 	for _, d := range diffs {
 		dv := differenceView{Parked: d.Parked, Problems: d.Problems, Lines: d.Lines}
-		if d.Stray != nil {
+		switch {
+		case d.Stray != nil:
 			dv.PK, dv.SK, dv.Stray = d.Stray.PK, d.Stray.SK, true
-		} else {
+		case d.Rollup != nil:
+			dv.Rollup, dv.Tenant, dv.Currency, dv.Period = true, d.Rollup.Tenant, d.Rollup.Currency, d.Rollup.Period.String()
+			if d.Rollup.Period.Type != "" {
+				k := aggregates.RollupKey{Tenant: d.Rollup.Tenant, Currency: d.Rollup.Currency, Period: d.Rollup.Period}.Key()
+				dv.PK, dv.SK = k.PK, k.SK
+			}
+		default:
 			k := d.Report.Key()
 			dv.PK, dv.SK = k.PK, k.SK
 			dv.Tenant, dv.Branch, dv.Period = d.Report.Tenant, d.Report.Branch, d.Report.Period.String()
@@ -295,13 +316,30 @@ report between the reads, or a record readable only after the in-flight
 check; docs/exactly-once.md, "Repairing while consumers run"). For an
 exact repair, and for a busy branch, which always has records in flight:
 disable writes (ledgerctl flags set writesEnabled=false), let the
-consumers drain, repair, enable writes.`
+consumers drain, repair, enable writes.
+
+Tenant roll-ups (--rollups, on by default; whole table only): each roll-up
+(tenant, currency, period) is compared with the tenant's transactions: its
+32 partials + the roll-up deltas waiting in its lanes + parked roll-up
+deltas. It names a difference, a damaged partial, parked roll-up deltas, a
+branch count that is not the number of branch reports with a non-zero
+count, and strays (keys that can never be valid). --repair moves damaged
+partials and parked roll-up deltas into a lane (exact while consumers run),
+deletes strays, and passes each parked branch delta's roll-up share on as
+it deletes it; a difference of figures or branches is put as a repair
+delta only with --quiescent, which is refused while writes are enabled
+(ledgerctl flags set writesEnabled=false, wait for ledgerctl lag at zero,
+then repair; docs/runbook.md, "Repairing tenant roll-ups"). A period that a
+record in flight names is left alone; the tenant's other periods are
+repaired.`
 
 func (e *environment) reconcile(ctx context.Context, args []string) int {
 	fs := e.flags("reconcile", reconcileHelp)
 	tenant := fs.String("tenant", "", "tenant id (with --branch; default: every branch)")
 	branch := fs.String("branch", "", "branch id (with --tenant)")
 	repair := fs.Bool("repair", false, "rewrite the reports that differ (see above)")
+	rollups := fs.Bool("rollups", true, "judge the tenant roll-ups too (whole table only)")
+	quiescent := fs.Bool("quiescent", false, "with --repair: the runbook's quiescent procedure holds (writes disabled, consumers drained): put roll-up differences as repair deltas")
 	settle := fs.Duration("settle", 10*time.Second, "with --repair: time between the two reads")
 	parallel := fs.Int("parallel", 4, "Scan segments and branches checked at once (1–64)")
 	maxRecords := fs.Int("max-records", 1_000_000, "with --repair: read at most `N` stream records for the in-flight check (more: repair nothing)")
@@ -325,9 +363,23 @@ func (e *environment) reconcile(ctx context.Context, args []string) int {
 	if *parallel < 1 || *parallel > 64 {
 		return e.fail(errors.New("reconcile: --parallel must be from 1 to 64"))
 	}
+	if *quiescent && !*repair {
+		return e.fail(errors.New("reconcile: --quiescent says how to repair; give it with --repair"))
+	}
+	if *quiescent {
+		// The procedure's first step is checked, not assumed; the second
+		// (the consumers drained) is the in-flight check below, per period.
+		f, err := table.GetFlags(ctx, c, e.table)
+		if err != nil {
+			return e.fail(fmt.Errorf("reconcile: read the flags: %w", err))
+		}
+		if f.WritesEnabled() {
+			return e.fail(errors.New("reconcile: --quiescent, but writes are enabled: disable them (ledgerctl flags set writesEnabled=false), let the consumers drain (ledgerctl lag at zero), then repair (docs/runbook.md, \"Repairing tenant roll-ups\")"))
+		}
+	}
 	scope := processor.Scope{Tenant: *tenant, Branch: *branch}
 	m := e.meter("reconcile")
-	opts := processor.ReconcileOptions{Parallel: *parallel, Progress: reconcileProgress(m)}
+	opts := processor.ReconcileOptions{Parallel: *parallel, Progress: reconcileProgress(m), Rollups: *rollups && scope.Tenant == ""}
 	diffs, stats, err := processor.ReconcileWith(ctx, c, e.table, scope, opts)
 	m.Stop()
 	if err != nil {
@@ -348,9 +400,13 @@ func (e *environment) reconcile(ctx context.Context, args []string) int {
 		fmt.Fprintln(e.stdout, d)
 	}
 	printCalendarNotes(e.stdout, stats)
+	if n := waitingDeltas(stats); n > 0 {
+		fmt.Fprintf(e.stdout, "%d roll-up delta items wait in lanes for their fold (counted; with ledgerctl lag at zero they were trimmed from the stream unread: reconcile --repair --quiescent re-delivers them)\n", n)
+	}
 	fmt.Fprintf(e.stdout, "%d transactions (%d invalid), %d reports, %d differences; read %d items, %s read units\n",
 		stats.Transactions, stats.Invalid, stats.Reports, len(diffs), stats.ItemsRead, strconv.FormatFloat(stats.ReadUnits, 'f', -1, 64))
-	if len(diffs) == 0 {
+	redeliver := *repair && *quiescent && waitingDeltas(stats) > 0
+	if len(diffs) == 0 && !redeliver {
 		return exitOK
 	}
 	if !*repair {
@@ -364,19 +420,61 @@ func (e *environment) reconcile(ctx context.Context, args []string) int {
 	}
 	m = e.meter("reconcile (again)")
 	opts.Progress = reconcileProgress(m)
-	again, _, err := processor.ReconcileWith(ctx, c, e.table, scope, opts)
+	again, againStats, err := processor.ReconcileWith(ctx, c, e.table, scope, opts)
 	m.Stop()
 	if err != nil {
 		return e.fail(err)
 	}
 	settled := processor.Settled(diffs, again)
-	settled, inFlight, err := e.withoutInFlight(ctx, c, settled, *maxRecords)
+	settled, inFlight, fl, err := e.withoutInFlight(ctx, c, settled, *maxRecords)
 	if err != nil {
 		return e.fail(err)
 	}
 	res, err := processor.Repair(ctx, c, e.table, settled, time.Now())
 	if err != nil {
 		return e.fail(err)
+	}
+	rres, err := processor.RepairRollups(ctx, c, e.table, settled, time.Now(), processor.RollupRepairOptions{
+		Quiescent: *quiescent,
+		Held:      func(rc processor.RollupCell) bool { return !fl.PeriodSettled(rc) },
+	})
+	if err != nil {
+		return e.fail(err)
+	}
+	if *quiescent {
+		held := func(rc processor.RollupCell) bool { return !fl.PeriodSettled(rc) }
+		if len(settled) == 0 && waitingDeltas(againStats) > 0 {
+			// Nothing differs, so withoutInFlight read no stream: read it
+			// for the waiting deltas.
+			if fl, err = e.inFlight(ctx, c, *maxRecords); err != nil {
+				return e.fail(err)
+			}
+		}
+		for _, t := range slices.Sorted(maps.Keys(againStats.RollupWaiting)) {
+			n, err := processor.RedeliverWaiting(ctx, c, e.table, t, time.Now(), held)
+			if err != nil {
+				return e.fail(err)
+			}
+			if n > 0 {
+				fmt.Fprintf(e.stdout, "re-delivered %d roll-up delta items of %s that waited in their lanes unread (records trimmed)\n", n, t)
+			}
+		}
+	}
+	for _, rc := range rres.Held {
+		fmt.Fprintf(e.stdout, "left alone (records in flight name this period): %s\n", rc)
+	}
+	for _, rc := range rres.Refused {
+		fmt.Fprintf(e.stdout, "not repaired (%v; run with --quiescent once writes are disabled and the consumers drained): %s\n", processor.ErrNotQuiescent, rc)
+	}
+	for _, rc := range rres.TooLarge {
+		fmt.Fprintf(e.stdout, "left alone (a damaged partial's items do not fit one transaction; docs/runbook.md, \"Repairing tenant roll-ups\"): %s\n", rc)
+	}
+	for _, rc := range rres.Skipped {
+		fmt.Fprintf(e.stdout, "left alone (a roll-up item changed since it was read; run reconcile again): %s\n", rc)
+	}
+	if *rollups && scope.Tenant == "" {
+		fmt.Fprintf(e.stdout, "roll-ups: moved %d damaged partials and %d parked deltas into a lane; put %d repair deltas; %d held, %d not repaired without --quiescent, %d changed since read\n",
+			rres.Moved, rres.MovedParked, rres.Deltas, len(rres.Held), len(rres.Refused), len(rres.Skipped))
 	}
 	for _, k := range res.Deleted {
 		fmt.Fprintf(e.stdout, "deleted stray item %s\n", k)
@@ -386,5 +484,18 @@ func (e *environment) reconcile(ctx context.Context, args []string) int {
 	}
 	fmt.Fprintf(e.stdout, "repaired %d reports; deleted %d stray items; %d changed during the check and %d had records in flight and were left alone; %d skipped by a concurrent update; %d partly repaired\n",
 		res.Repaired, len(res.Deleted), len(again)-len(settled)-inFlight, inFlight, len(res.Skipped), len(res.Partial))
+	if len(diffs) == 0 {
+		return exitOK // only waiting deltas were re-delivered
+	}
 	return exitDiff
+}
+
+// waitingDeltas is the number of roll-up delta items reconcile found
+// waiting in lanes.
+func waitingDeltas(stats processor.ReconcileStats) int {
+	n := 0
+	for _, w := range stats.RollupWaiting {
+		n += w
+	}
+	return n
 }
