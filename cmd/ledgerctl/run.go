@@ -508,7 +508,9 @@ func (st *stack) wait(ctx context.Context) error {
 }
 
 // waitCaughtUp waits until reconcile finds no difference in the sample
-// branches: every change the sample made has been committed by the poller.
+// branches and in the sample tenant's roll-ups, and no roll-up delta waits
+// in its lanes: every change the sample made has been committed by the
+// poller, into the branch reports and the roll-ups.
 // m shows the reports caught up of those that differed at first.
 func waitCaughtUp(ctx context.Context, db *dynamodb.Client, table string, timeout time.Duration, out *steps, m progress.Meter) error {
 	defer m.Stop()
@@ -528,18 +530,38 @@ func waitCaughtUp(ctx context.Context, db *dynamodb.Client, table string, timeou
 				unsettled += n
 			}
 		}
+		waiting := 0
 		if diffs == 0 && unsettled == 0 {
+			// The branch reports are exact, so every roll-up delta the
+			// sample makes is in a lane; the roll-ups are exact once the
+			// lanes' committers have folded (and deleted) them all.
+			d, stats, err := processor.ReconcileWith(ctx, db, table, processor.Scope{}, processor.ReconcileOptions{Rollups: true})
+			if err != nil {
+				return err
+			}
+			for _, x := range d {
+				if x.Rollup != nil && x.Rollup.Tenant == sampleTenant {
+					diffs++
+				}
+			}
+			waiting = stats.RollupWaiting[sampleTenant]
+		}
+		if diffs == 0 && unsettled == 0 && waiting == 0 {
 			m.Stop()
-			out.done("poller caught up in %s: reconcile finds no difference (%d transactions)", time.Since(start).Round(100*time.Millisecond), txns)
+			out.done("poller caught up in %s: reconcile finds no difference in the reports and the roll-ups (%d transactions)", time.Since(start).Round(100*time.Millisecond), txns)
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("the poller did not catch up within %s: %d reports still differ, %d transactions not in their branch's calendar (see .local/logs/ledger.log; 'ledgerctl lag')", timeout, diffs, unsettled)
+			return fmt.Errorf("the poller did not catch up within %s: %d reports still differ, %d transactions not in their branch's calendar, %d roll-up deltas not folded (see .local/logs/ledger.log; 'ledgerctl lag')", timeout, diffs, unsettled, waiting)
 		}
 		if first < 0 {
 			first = diffs
 		}
-		m.Set(int64(max(0, first-diffs)), int64(first), fmt.Sprintf("%d reports differ", diffs))
+		if waiting > 0 {
+			m.Set(int64(first), int64(first), fmt.Sprintf("%d roll-up deltas to fold", waiting))
+		} else {
+			m.Set(int64(max(0, first-diffs)), int64(first), fmt.Sprintf("%d reports differ", diffs))
+		}
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
