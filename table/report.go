@@ -129,8 +129,8 @@ func (s *StoredReport) Decode() (r *aggregates.Report, problems []string) {
 	}
 	for _, item := range s.Entries {
 		ref, err := refOf(item)
-		if err != nil || ref.Kind != aggregates.ReportEntry {
-			problems = append(problems, fmt.Sprintf("item %s is not an entry item", KeyOf(item)))
+		if err != nil || ref.Kind != aggregates.ReportEntry || ref.Report != s.Key {
+			problems = append(problems, fmt.Sprintf("item %s is not an entry item of %s", KeyOf(item), s.Key))
 			continue
 		}
 		where := fmt.Sprintf("entry item %s[%q]", ref.Dim, ref.Name)

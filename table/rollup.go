@@ -300,10 +300,14 @@ func (s *StoredReport) DecodeRollup() (*aggregates.RollupDelta, []string) {
 	r, problems := s.Decode()
 	out := &aggregates.RollupDelta{Report: *r}
 	if v, present := s.Item[AttrBranches]; present {
+		n, isN := v.(*types.AttributeValueMemberN)
 		b, ok := Int64(s.Item, AttrBranches)
-		if !ok {
-			problems = append(problems, fmt.Sprintf("%s %v is not an integer", AttrBranches, v))
-		} else {
+		switch {
+		case !isN:
+			problems = append(problems, AttrBranches+" is not a number")
+		case !ok:
+			problems = append(problems, fmt.Sprintf("%s %s is not an integer", AttrBranches, n.Value))
+		default:
 			out.Branches = b
 		}
 	}

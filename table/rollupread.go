@@ -27,10 +27,6 @@ import (
 // a currency and period; parked deltas (RollupKey.ParkedKey) are not part
 // of the figures, as for branch reports.
 
-// AttrRollupBranches is the attribute of a partial that counts the
-// branches that contributed to it.
-const AttrRollupBranches = "branches"
-
 // StoredPartial is one partial roll-up as read: its item (nil when absent)
 // and the entry items read with it (all of them, or one page's).
 type StoredPartial struct {
@@ -67,43 +63,14 @@ func PartialEntry(k aggregates.RollupKey, sk string) (d aggregates.Dimension, na
 }
 
 // Decode reads the partial's figures: the item's totals, inline entries
-// and branch count, plus the entry items read with it. Like
-// StoredReport.Decode it never gives up: whatever is malformed is listed
-// in problems and read as zero.
+// and branch count, plus the entry items read with it, as
+// StoredReport.DecodeRollup reads them (the one decoder of the layout).
+// Like it, it never gives up: whatever is malformed is listed in problems
+// and read as zero.
 func (p *StoredPartial) Decode() (r *aggregates.Report, branches int64, problems []string) {
-	r = &aggregates.Report{}
-	if p.Item != nil {
-		head := maps.Clone(p.Item)
-		delete(head, AttrRollupBranches)
-		refused, other := decodeHeader(head, r)
-		problems = append(append(problems, refused...), other...)
-		if v, ok := p.Item[AttrRollupBranches]; ok {
-			n, isN := v.(*types.AttributeValueMemberN)
-			if !isN {
-				problems = append(problems, AttrRollupBranches+" is not a number")
-			} else if b, err := aggregates.ParseAmount(n.Value); err != nil || !b.IsInteger() {
-				problems = append(problems, fmt.Sprintf("%s %s is not an integer", AttrRollupBranches, n.Value))
-			} else {
-				branches = b.IntPart()
-			}
-		}
-	}
-	for _, item := range p.Entries {
-		sk, _ := String(item, AttrSK)
-		d, name, ok := PartialEntry(p.Key, sk)
-		if !ok {
-			problems = append(problems, fmt.Sprintf("item %s is not an entry item of partial %s", KeyOf(item), p.Key))
-			continue
-		}
-		where := fmt.Sprintf("entry item %s[%q]", d, name)
-		problems = append(problems, checkAttrs(item, entryAttrs, aggregates.EntityReportEntry, where)...)
-		t, errs := decodeTotals(item)
-		for _, e := range errs {
-			problems = append(problems, where+": "+e)
-		}
-		addEntry(r, d, name, t)
-	}
-	return r, branches, problems
+	sr := StoredReport{Key: p.Key.Report(), Item: p.Item, Entries: p.Entries}
+	d, problems := sr.DecodeRollup()
+	return &d.Report, d.Branches, problems
 }
 
 // RollupSum is one roll-up summed over its partials: the figures (entries

@@ -21,7 +21,7 @@ func partialItems(t *testing.T, k aggregates.RollupKey, r *aggregates.Report, br
 	item, entries := table.EncodeReport(aggregates.ReportKey{Tenant: k.Tenant, Branch: "shape", Period: k.Period}, r, "2026-02-01T00:00:00Z")
 	item[table.AttrPK], item[table.AttrSK] = table.S(k.Key().PK), table.S(k.Key().SK)
 	if branches != nil {
-		item[table.AttrRollupBranches] = branches
+		item[table.AttrBranches] = branches
 	}
 	sp := &table.StoredPartial{Key: k, Item: item}
 	for _, en := range entries {
@@ -69,10 +69,10 @@ func TestStoredPartial_NamesWhatIsMalformed(t *testing.T) {
 		"an unknown attribute": {branches: table.Int(1), entry: func(sp *table.StoredPartial) { sp.Item["colour"] = table.S("red") }, want: `unknown attribute "colour"`},
 		"an entry of another period": {branches: table.Int(1), entry: func(sp *table.StoredPartial) {
 			sp.Entries = append(sp.Entries, map[string]types.AttributeValue{table.AttrPK: table.S(k.Key().PK), table.AttrSK: table.S("DAILY#2026-01-03#cat#a")})
-		}, want: "is not an entry item of partial"},
+		}, want: "is not an entry item of"},
 		"an entry of no dimension": {branches: table.Int(1), entry: func(sp *table.StoredPartial) {
 			sp.Entries = append(sp.Entries, map[string]types.AttributeValue{table.AttrPK: table.S(k.Key().PK), table.AttrSK: table.S("DAILY#2026-01-02#xx#a")})
-		}, want: "is not an entry item of partial"},
+		}, want: "is not an entry item of"},
 	} {
 		sp := partialItems(t, k, r, tc.branches)
 		if tc.entry != nil {

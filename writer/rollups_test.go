@@ -44,7 +44,7 @@ func (e *env) putPartialOf(tenant, cur string, lane int, p aggregates.Period, r 
 	shape := aggregates.ReportKey{Tenant: tenant, Branch: "shape", Period: p}
 	item, entries := table.EncodeReport(shape, r, updatedAt)
 	item[table.AttrPK], item[table.AttrSK] = s(rk.Key().PK), s(rk.Key().SK)
-	item[table.AttrRollupBranches] = &ddbtypes.AttributeValueMemberN{Value: fmt.Sprint(branches)}
+	item[table.AttrBranches] = &ddbtypes.AttributeValueMemberN{Value: fmt.Sprint(branches)}
 	for _, en := range entries {
 		ref, err := aggregates.ParseReportItemKey(table.KeyOf(en))
 		require.NoError(e.t, err)

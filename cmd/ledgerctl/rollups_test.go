@@ -26,7 +26,7 @@ func putRollupPartial(t *testing.T, c *dynamodb.Client, table string, k aggregat
 	t.Helper()
 	item, entries := ledgertable.EncodeReport(aggregates.ReportKey{Tenant: k.Tenant, Branch: "shape", Period: k.Period}, r, "2026-02-01T00:00:00Z")
 	item[ledgertable.AttrPK], item[ledgertable.AttrSK] = ledgertable.S(k.Key().PK), ledgertable.S(k.Key().SK)
-	item[ledgertable.AttrRollupBranches] = &ddbtypes.AttributeValueMemberN{Value: fmt.Sprint(branches)}
+	item[ledgertable.AttrBranches] = &ddbtypes.AttributeValueMemberN{Value: fmt.Sprint(branches)}
 	for _, en := range entries {
 		ref, err := aggregates.ParseReportItemKey(ledgertable.KeyOf(en))
 		require.NoError(t, err)
