@@ -258,9 +258,13 @@ func (p *Poller) balance(ctx context.Context) {
 		held[o] = p.heldBy(o)
 	}
 	hi := p.shareTarget()
-	lo := hi
-	if n := max(len(p.eligible()), sumOf(held)); n%len(held) != 0 {
-		lo = n / len(held)
+	n := max(len(p.eligible()), sumOf(held))
+	lo := n / len(held)
+	if sumOf(held) < n {
+		// Free leases are left: a poller under its floor takes those, and
+		// only a poller over the ceiling hands any over (at a start, nobody
+		// hands over what it took while the others were still taking).
+		lo = 0
 	}
 	var to []string
 	for _, m := range plan(held, lo, hi) {
