@@ -162,7 +162,7 @@ type Config struct {
 	// them (design.md, "Scale").
 	DiscoverInterval time.Duration
 	// LeaseScanPage is how many lease items a live poller reads of the
-	// stream's lease partition at each renewal round (default 1,000; the
+	// stream's lease partition at each renewal round (default 250; the
 	// whole partition at start): a sweep that goes on from where the last
 	// page ended, to find free and expired leases, finished shards and
 	// new ones. A pass reads it and the worker registry, not every lease
@@ -216,7 +216,7 @@ var (
 	LeaseDurationSetting      = Setting[time.Duration]{"lease-duration", 20 * time.Second, 300 * time.Millisecond, 10 * time.Minute}
 	DiscoverIntervalSetting   = Setting[time.Duration]{"discover-interval", 5 * time.Minute, 10 * time.Millisecond, time.Hour}
 	CheckpointIntervalSetting = Setting[time.Duration]{"checkpoint-interval", 10 * time.Second, 10 * time.Millisecond, time.Hour}
-	LeaseScanPageSetting      = Setting[int]{"lease-scan-page", 1000, 1, 100_000}
+	LeaseScanPageSetting      = Setting[int]{"lease-scan-page", 250, 1, 100_000}
 	// ShutdownTimeout stays under the 30 s a container gets between SIGTERM
 	// and SIGKILL (ECS and Kubernetes default), leaving time to release the
 	// leases.

@@ -63,6 +63,7 @@ type Poller struct {
 	swept         bool                  // the lease partition was read whole once
 	sweepFrom     sweepState            // where the next page of the sweep starts
 	newKids       map[string]bool       // children registered during an endPass
+	finishedNow   map[string]bool       // shards finished since the last endPass
 	latestChecked bool                  // a LATEST start was decided on every checkpoint
 
 	committed atomic.Int64 // records committed (Metrics.Committed), for the goodput gauge
@@ -938,6 +939,10 @@ func (p *Poller) readerDone(ctx context.Context, r readerResult) {
 		p.cps[r.shard] = cp
 		p.lastStop = time.Now()
 		p.lookup = append(p.lookup, r.shard) // its children, by CHILD_SHARDS at the next pass
+		if p.finishedNow == nil {
+			p.finishedNow = map[string]bool{}
+		}
+		p.finishedNow[r.shard] = true
 		h.finished = true
 		h.handoffTo = "" // nothing left to read: released, not handed over
 		p.release(ctx, r.shard, h)

@@ -66,6 +66,10 @@ func (p *Poller) sharePass(ctx context.Context, renew bool) error {
 	defer p.gauges()
 	if renew {
 		p.renewAll(ctx)
+		// Registered before the stream is listed: a listing throttled at
+		// start (pollers starting together share DescribeStream's rate)
+		// must not hide this poller from the others' share.
+		p.registry(ctx)
 	}
 	if ok, err := p.discover(ctx); !ok || err != nil {
 		return err
@@ -78,7 +82,6 @@ func (p *Poller) sharePass(ctx context.Context, renew bool) error {
 		}
 		p.latestChecked = true
 	}
-	p.registry(ctx)
 	p.sweep(ctx)
 	p.learnShards()
 	if !p.stopping {
@@ -109,6 +112,14 @@ func (p *Poller) endPass(ctx context.Context) error {
 	if p.stopping {
 		return nil
 	}
+	// The children the listing already has (a day of closed shards at
+	// start) are this shard's work too, looked up or not.
+	for _, s := range p.shards {
+		if p.finishedNow[s.parent] {
+			p.newKids[s.id] = true
+		}
+	}
+	p.finishedNow = nil
 	if len(p.newKids) > 0 {
 		p.takeShare(ctx, p.newKids)
 		p.offerKids(ctx, p.newKids)
