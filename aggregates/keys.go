@@ -25,6 +25,7 @@ import (
 //	flags           SETTINGS#APP                         FLAGS#V1
 //	checkpoint (c)  STREAM#{streamId}#CHECKPOINTS#{nn}    SHARD#{shardId}     nn: 00-15, a hash of the shard id
 //	lease (c)       STREAM#{streamId}                    LEASE#{shardId}
+//	worker (c)      STREAM#{streamId}#WORKERS            WORKER#{owner}      a poller's registry item (table.HeartbeatWorker)
 //	idempotency     IDEMPOTENCY#{tenant}#{key}           REQUEST     (tenant "_": requests of no tenant)
 //	run marker      RUN#{eventID}                        RUN
 //	quarantine      QUARANTINE#{eventID}                 RECORD                      GSI1 QUARANTINE / {time}#{eventID}
