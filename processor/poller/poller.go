@@ -52,6 +52,7 @@ type Poller struct {
 	lookupSince map[string]time.Time
 	noFilter    bool      // the stream ignores or refuses ShardFilter: list it whole instead
 	lastStop    time.Time // when a reader last drained or finished a shard (a drain lists after it before exiting)
+	lastRenew   time.Time // when the last round of renewals started
 	done        chan readerResult
 	stopping    bool
 
@@ -195,9 +196,16 @@ func (p *Poller) Run(ctx context.Context) error {
 			runErr = p.pass(ctx, true)
 		case r := <-p.done:
 			p.readerDone(ctx, r)
-			if p.cfg.Drain {
+			switch {
+			case p.cfg.Drain:
 				runErr = p.pass(ctx, false)
-			} else {
+			case time.Since(p.lastRenew) >= p.cfg.renewInterval():
+				// The renewals are due: reader ends arriving one after
+				// another must not hold them up (on a loaded table a
+				// poller's every lease expired at once, its round late).
+				runErr = p.pass(ctx, true)
+				tick.Reset(p.cfg.renewInterval())
+			default:
 				runErr = p.endPass(ctx)
 			}
 		}
@@ -761,6 +769,7 @@ func (p *Poller) shard(id string) (shard, bool) {
 // A renewal that shows a hand-off request stops the reader gracefully; the
 // lease goes to the asker once the batch in hand is committed.
 func (p *Poller) renewAll(ctx context.Context) {
+	p.lastRenew = time.Now()
 	rctx := context.WithoutCancel(ctx)
 	type result struct {
 		id   string
@@ -939,10 +948,12 @@ func (p *Poller) readerDone(ctx context.Context, r readerResult) {
 		p.cps[r.shard] = cp
 		p.lastStop = time.Now()
 		p.lookup = append(p.lookup, r.shard) // its children, by CHILD_SHARDS at the next pass
-		if p.finishedNow == nil {
-			p.finishedNow = map[string]bool{}
+		if !p.cfg.Drain {
+			if p.finishedNow == nil {
+				p.finishedNow = map[string]bool{}
+			}
+			p.finishedNow[r.shard] = true
 		}
-		p.finishedNow[r.shard] = true
 		h.finished = true
 		h.handoffTo = "" // nothing left to read: released, not handed over
 		p.release(ctx, r.shard, h)

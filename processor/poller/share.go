@@ -357,7 +357,13 @@ func (p *Poller) takeOffers(ctx context.Context) {
 	}
 	offers := p.offers
 	p.offers = nil
-	for _, id := range offers {
+	until := time.Now().Add(p.cfg.renewInterval() / 2)
+	for i, id := range offers {
+		if !time.Now().Before(until) {
+			// The rest stay offered: the next heartbeat's answer has them.
+			offers = offers[:i]
+			break
+		}
 		if _, mine := p.held[id]; mine || p.finishedKnown(id) {
 			continue
 		}
@@ -377,6 +383,9 @@ func (p *Poller) takeOffers(ctx context.Context) {
 			p.shards = append(p.shards, shard{id: id, parent: l.parent, start: l.start})
 		}
 		p.takeLease(ctx, l)
+	}
+	if len(offers) == 0 {
+		return
 	}
 	if err := p.store.clearOffers(ctx, p.cfg.Owner, offers); err != nil && ctx.Err() == nil {
 		p.log.Warn("clearing the offers taken failed; they are read again", "error", err.Error())
@@ -461,7 +470,11 @@ func (p *Poller) takeShare(ctx context.Context, only map[string]bool) {
 		}
 	}
 	if len(reads) > 0 {
-		for id, cp := range p.store.readCheckpoints(ctx, reads) {
+		// Bounded like the takes: the renewals wait for this round.
+		rctx, cancel := context.WithTimeout(ctx, p.cfg.renewInterval()/2)
+		got := p.store.readCheckpoints(rctx, reads)
+		cancel()
+		for id, cp := range got {
 			if old := p.cps[id]; old.finished {
 				continue
 			}
@@ -469,6 +482,9 @@ func (p *Poller) takeShare(ctx context.Context, only map[string]bool) {
 		}
 	}
 	until := time.Now().Add(p.cfg.renewInterval() / 2)
+	if next := p.lastRenew.Add(p.cfg.renewInterval()); only != nil && next.Before(until) {
+		until = next // a reader's end does not hold up the next renewals
+	}
 	for _, s := range append(ready, blocked...) {
 		if len(p.held) >= target || ctx.Err() != nil || !time.Now().Before(until) {
 			return
