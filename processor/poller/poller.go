@@ -428,7 +428,15 @@ func (p *Poller) lookupChildren(ctx context.Context) {
 	}
 	var again []string
 	defer func() { p.lookup = append(p.lookup, again...) }()
-	for len(p.lookup) > 0 {
+	// Bounded in time like the takes: one call and the registrations of
+	// its children per finished shard, one after another, held a poller's
+	// coordinator past its leases' life at 1,000 shards (every lease of a
+	// poller expired at once); the rest wait for the next pass.
+	until := time.Now().Add(p.cfg.renewInterval() / 2)
+	if next := p.lastRenew.Add(p.cfg.renewInterval()); !p.lastRenew.IsZero() && next.Before(until) {
+		until = next
+	}
+	for len(p.lookup) > 0 && time.Now().Before(until) {
 		kids, err := listChildren(ctx, p.streams, p.cfg.StreamARN, p.lookup[0])
 		if errors.Is(err, errNoShardFilter) {
 			p.log.Info("the stream does not filter shards by parent; listing it whole at shard ends", "error", err.Error())
