@@ -376,11 +376,16 @@ func (p *Poller) takeOffers(ctx context.Context) {
 		if l.finished || (l.owner != "" && l.owner != p.cfg.Owner) {
 			continue
 		}
-		if _, known := p.shard(id); !known {
+		sh, known := p.shard(id)
+		if !known {
 			if l.start == "" {
 				continue // the next listing has it
 			}
-			p.shards = append(p.shards, shard{id: id, parent: l.parent, start: l.start})
+			sh = shard{id: id, parent: l.parent, start: l.start}
+			p.shards = append(p.shards, sh)
+		}
+		if !p.parentDone(ctx, sh) {
+			continue
 		}
 		p.takeLease(ctx, l)
 	}
@@ -390,6 +395,27 @@ func (p *Poller) takeOffers(ctx context.Context) {
 	if err := p.store.clearOffers(ctx, p.cfg.Owner, offers); err != nil && ctx.Err() == nil {
 		p.log.Warn("clearing the offers taken failed; they are read again", "error", err.Error())
 	}
+}
+
+// parentDone reports whether s may be read as far as its parent goes: it
+// has none, the parent is not listed or gone, or it is known finished —
+// if this poller does not know it, from a read of the parent's
+// checkpoint. An offer names a shard whose parent its giver knew
+// finished; the receiver does not take that on trust.
+func (p *Poller) parentDone(ctx context.Context, s shard) bool {
+	if s.parent == "" || p.finishedKnown(s.parent) || p.gone[s.parent] {
+		return true
+	}
+	if _, listed := p.shard(s.parent); !listed {
+		return true
+	}
+	cp, err := p.store.readCheckpoint(ctx, s.parent)
+	if err != nil {
+		return false
+	}
+	cp.read = time.Now()
+	p.cps[s.parent] = cp
+	return cp.finished
 }
 
 // takeShare takes free and expired leases up to this poller's share (of the
