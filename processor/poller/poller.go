@@ -197,7 +197,9 @@ func (p *Poller) Run(ctx context.Context) error {
 		case r := <-p.done:
 			p.readerDone(ctx, r)
 			switch {
-			case p.cfg.Drain:
+			case p.cfg.Drain && len(p.held) == 0:
+				// A drain's last reader ended: the pass that decides
+				// whether it is done reads everything.
 				runErr = p.pass(ctx, false)
 			case time.Since(p.lastRenew) >= p.cfg.renewInterval():
 				// The renewals are due: reader ends arriving one after
@@ -956,12 +958,10 @@ func (p *Poller) readerDone(ctx context.Context, r readerResult) {
 		p.cps[r.shard] = cp
 		p.lastStop = time.Now()
 		p.lookup = append(p.lookup, r.shard) // its children, by CHILD_SHARDS at the next pass
-		if !p.cfg.Drain {
-			if p.finishedNow == nil {
-				p.finishedNow = map[string]bool{}
-			}
-			p.finishedNow[r.shard] = true
+		if p.finishedNow == nil {
+			p.finishedNow = map[string]bool{}
 		}
+		p.finishedNow[r.shard] = true
 		h.finished = true
 		h.handoffTo = "" // nothing left to read: released, not handed over
 		p.release(ctx, r.shard, h)

@@ -122,7 +122,9 @@ func (p *Poller) endPass(ctx context.Context) error {
 	p.finishedNow = nil
 	if len(p.newKids) > 0 {
 		p.takeShare(ctx, p.newKids)
-		p.offerKids(ctx, p.newKids)
+		if !p.cfg.Drain {
+			p.offerKids(ctx, p.newKids)
+		}
 	}
 	p.startReaders(ctx)
 	return nil
@@ -428,6 +430,9 @@ func (p *Poller) parentDone(ctx context.Context, s shard) bool {
 // is not read again).
 func (p *Poller) takeShare(ctx context.Context, only map[string]bool) {
 	target := p.shareTarget()
+	if p.cfg.Drain {
+		target = len(p.held) + len(p.shards) // a drain's share is the stream
+	}
 	if len(p.held) >= target {
 		return
 	}
@@ -440,7 +445,7 @@ func (p *Poller) takeShare(ctx context.Context, only map[string]bool) {
 		if only != nil && !only[s.id] {
 			continue
 		}
-		if _, mine := p.held[s.id]; mine || p.finishedKnown(s.id) || p.gone[s.id] {
+		if _, mine := p.held[s.id]; mine || p.finishedKnown(s.id) || p.gone[s.id] || p.drainedOpen(s) {
 			continue
 		}
 		if free, _ := p.available(p.leaseOf(s)); !free {
