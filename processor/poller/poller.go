@@ -64,7 +64,7 @@ type Poller struct {
 	swept         bool                  // the lease partition was read whole once
 	sweepFrom     sweepState            // where the next page of the sweep starts
 	newKids       map[string]bool       // children registered during an endPass
-	finishedNow   map[string]bool       // shards finished since the last endPass
+	finishedNow   map[string]bool       // shards finished since the last endPass: true when the listing had their children
 	latestChecked bool                  // a LATEST start was decided on every checkpoint
 
 	committed atomic.Int64 // records committed (Metrics.Committed), for the goodput gauge
@@ -492,6 +492,31 @@ func (p *Poller) lookupChildren(ctx context.Context) {
 		}
 		p.lookup = p.lookup[1:]
 	}
+}
+
+// childrenListed reports whether the last listing showed id closed and
+// had its children: a shard's children appear when it closes (a roll, or
+// a split's two at once), so a shard closed before the listing needs no
+// CHILD_SHARDS lookup when the listing has them (at start, a day of closed
+// shards: one lookup each, against DescribeStream's 10 calls a second for
+// the fleet, kept half the fleet benchmark's calls refused).
+func (p *Poller) childrenListed(id string) bool {
+	closed := false
+	for _, s := range p.shards {
+		if s.id == id {
+			closed = s.closed
+			break
+		}
+	}
+	if !closed {
+		return false
+	}
+	for _, s := range p.shards {
+		if s.parent == id {
+			return true
+		}
+	}
+	return false
 }
 
 // childlessRetry is how long a finished shard found without children is
@@ -963,11 +988,14 @@ func (p *Poller) readerDone(ctx context.Context, r readerResult) {
 		cp.finished = true
 		p.cps[r.shard] = cp
 		p.lastStop = time.Now()
-		p.lookup = append(p.lookup, r.shard) // its children, by CHILD_SHARDS at the next pass
+		listed := p.childrenListed(r.shard)
+		if !listed {
+			p.lookup = append(p.lookup, r.shard) // its children, by CHILD_SHARDS at the next pass
+		}
 		if p.finishedNow == nil {
 			p.finishedNow = map[string]bool{}
 		}
-		p.finishedNow[r.shard] = true
+		p.finishedNow[r.shard] = listed
 		h.finished = true
 		h.handoffTo = "" // nothing left to read: released, not handed over
 		p.release(ctx, r.shard, h)

@@ -114,12 +114,28 @@ func (p *Poller) endPass(ctx context.Context) error {
 	}
 	// The children the listing already has (a day of closed shards at
 	// start) are this shard's work too, looked up or not.
+	var listed []shard
 	for _, s := range p.shards {
-		if p.finishedNow[s.parent] {
+		if s.parent == "" {
+			continue
+		}
+		if skipped, ok := p.finishedNow[s.parent]; ok {
 			p.newKids[s.id] = true
+			if skipped {
+				listed = append(listed, s)
+			}
 		}
 	}
 	p.finishedNow = nil
+	if len(listed) > 0 && !p.cfg.Drain {
+		// Not looked up (the listing had them): registered for the
+		// pollers whose listing is older.
+		known := make(map[string]bool, len(p.shards))
+		for _, s := range p.shards {
+			known[s.id] = true
+		}
+		p.registerChildren(ctx, listed, known)
+	}
 	if len(p.newKids) > 0 {
 		p.takeShare(ctx, p.newKids)
 		if !p.cfg.Drain {
