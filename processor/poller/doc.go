@@ -17,7 +17,8 @@
 // up with one DescribeStream filtered to them (ShardFilter CHILD_SHARDS)
 // rather than a listing of the whole stream, which at AWS's scale is
 // thousands of shards at every shard's end (a stream that ignores or
-// refuses the filter is listed whole instead). The poller that looked them
+// refuses the filter is listed whole instead), unless the last listing
+// showed the shard closed with its children. The poller that looked them
 // up registers each child in a free lease item with its parent and first
 // sequence number (table.RegisterShard), and every poller adds the shards
 // lease items describe to its list as its sweep of the leases reads them:
