@@ -26,6 +26,7 @@ import (
 //	flags           SETTINGS#APP                         FLAGS#V1
 //	checkpoint (c)  STREAM#{streamId}#CHECKPOINTS#{nn}    SHARD#{shardId}     nn: 00-15, a hash of the shard id
 //	lease (c)       STREAM#{streamId}                    LEASE#{shardId}
+//	worker (c)      STREAM#{streamId}#WORKERS            WORKER#{owner}      a poller's registry item (table.HeartbeatWorker)
 //	idempotency     IDEMPOTENCY#{tenant}#{key}           REQUEST     (tenant "_": requests of no tenant)
 //	run marker      RUN#{eventID}                        RUN
 //	quarantine      QUARANTINE#{eventID}                 RECORD                      GSI1 QUARANTINE / {time}#{eventID}
@@ -74,8 +75,11 @@ const (
 	EntityReportEntry = "REPORT_ENTRY"
 	// EntityParked is a report delta DynamoDB refused for good (a damaged
 	// or oversized report item), kept for reconcile --repair.
-	EntityParked      = "PARKED"
-	EntityLease       = "LEASE"
+	EntityParked = "PARKED"
+	EntityLease  = "LEASE"
+	// EntityWorker is a poller's item in its stream's worker registry
+	// (WorkerKey).
+	EntityWorker      = "WORKER"
 	EntityIdempotency = "IDEMPOTENCY"
 	// EntityAccountEmail is an email address of an account, stored in the
 	// account's item collection.
@@ -449,6 +453,17 @@ func CheckpointBucket(shardID string) int {
 // share one partition, so a poller reads them all with one Query.
 func LeaseKey(streamID, shardID string) Key {
 	return Key{PK: LeasePK(streamID), SK: "LEASE#" + shardID}
+}
+
+// WorkersPK is the partition key of a stream's worker registry: one small
+// item per poller (WorkerKey), so that a poller counts the live pollers
+// with a Query of a handful of items rather than of every lease.
+func WorkersPK(streamID string) string { return "STREAM#" + streamID + "#WORKERS" }
+
+// WorkerKey addresses poller owner's item in the stream's worker registry,
+// an item of the coordination table (table.HeartbeatWorker).
+func WorkerKey(streamID, owner string) Key {
+	return Key{PK: WorkersPK(streamID), SK: "WORKER#" + owner}
 }
 
 // LeasePK is the partition key of a stream's leases. Before the

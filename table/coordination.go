@@ -526,3 +526,154 @@ func deleteUnchanged(ctx context.Context, api MigrateAPI, ledgerTable string, it
 	}
 	return nil
 }
+
+// The worker registry: one item per poller of a stream
+// (aggregates.WorkerKey), written at each of its lease-renewal rounds, so
+// that a poller learns how many pollers share the stream and how many
+// leases each holds from a Query of a handful of items instead of a read
+// of every lease (issue 23: the coordination a poller reads grows with its
+// share, not with the stream). Under its key it holds
+//
+//	entityType   WORKER
+//	owner        S, the poller's owner name
+//	beat         N, +1 per heartbeat: a poller that sees it unchanged for a
+//	             lease duration on its own clock counts the worker as gone
+//	             (no clock is compared across machines, as for leases)
+//	held         N, the leases the poller held at its last heartbeat
+//	left         BOOL, true once the poller stopped (its leases released)
+//	offers       SS, shards another poller handed over to this one or left
+//	             for it to take (OfferLease): hints, the lease item decides
+//	updatedAt    S, RFC 3339
+//	expiresAt    N, the last write + WorkerRetention (TTL)
+//
+// Exactness never depends on it: it only sizes a poller's fair share and
+// tells it where leases were handed; every lease change is still the
+// lease item's conditional write.
+const (
+	AttrWorkerOwner  = "owner"
+	AttrWorkerBeat   = "beat"
+	AttrWorkerHeld   = "held"
+	AttrWorkerLeft   = "left"
+	AttrWorkerOffers = "offers"
+)
+
+// WorkerRetention is how long a worker item lives after its last write: a
+// poller gone for that long is forgotten by the table's TTL (the others
+// stop counting it after one lease duration without a heartbeat).
+const WorkerRetention = 24 * time.Hour
+
+// Worker is a worker registry item as read.
+type Worker struct {
+	Owner  string
+	Beat   int64
+	Held   int
+	Left   bool
+	Offers []string
+}
+
+// DecodeWorker reads a worker registry item.
+func DecodeWorker(item map[string]types.AttributeValue) Worker {
+	w := Worker{Left: Flag(item, AttrWorkerLeft)}
+	w.Owner, _ = String(item, AttrWorkerOwner)
+	w.Beat, _ = Int64(item, AttrWorkerBeat)
+	held, _ := Int64(item, AttrWorkerHeld)
+	w.Held = int(held)
+	if ss, ok := item[AttrWorkerOffers].(*types.AttributeValueMemberSS); ok {
+		w.Offers = ss.Value
+	}
+	return w
+}
+
+// HeartbeatWorker writes owner's registry item: beat + 1, held, not left,
+// answering the item as written (its offers).
+func HeartbeatWorker(tableName, streamARN, owner string, held int, now time.Time) *dynamodb.UpdateItemInput {
+	return &dynamodb.UpdateItemInput{
+		TableName:        aws.String(tableName),
+		Key:              Key(aggregates.WorkerKey(streamARN, owner)),
+		UpdateExpression: aws.String("SET #et = :et, #o = :o, #h = :h, #ua = :ua, #exp = :exp REMOVE #l ADD #b :one"),
+		ExpressionAttributeNames: map[string]string{
+			"#et": AttrEntityType, "#o": AttrWorkerOwner, "#h": AttrWorkerHeld, "#ua": AttrUpdatedAt,
+			"#exp": AttrExpiresAt, "#l": AttrWorkerLeft, "#b": AttrWorkerBeat,
+		},
+		ExpressionAttributeValues: map[string]types.AttributeValue{
+			":et": S(aggregates.EntityWorker), ":o": S(owner), ":h": Int(int64(held)), ":ua": stamp(now),
+			":exp": Int(now.Add(WorkerRetention).Unix()), ":one": Int(1),
+		},
+		ReturnValues: types.ReturnValueAllNew,
+	}
+}
+
+// LeaveWorker marks owner's registry item left (its leases released or
+// handed over), so that the others stop counting it at once.
+func LeaveWorker(tableName, streamARN, owner string, now time.Time) *dynamodb.UpdateItemInput {
+	return &dynamodb.UpdateItemInput{
+		TableName:                 aws.String(tableName),
+		Key:                       Key(aggregates.WorkerKey(streamARN, owner)),
+		UpdateExpression:          aws.String("SET #l = :t, #h = :zero, #ua = :ua REMOVE #of ADD #b :one"),
+		ConditionExpression:       aws.String("attribute_exists(#b)"),
+		ExpressionAttributeNames:  map[string]string{"#l": AttrWorkerLeft, "#h": AttrWorkerHeld, "#ua": AttrUpdatedAt, "#of": AttrWorkerOffers, "#b": AttrWorkerBeat},
+		ExpressionAttributeValues: map[string]types.AttributeValue{":t": Bool(true), ":zero": Int(0), ":ua": stamp(now), ":one": Int(1)},
+	}
+}
+
+// OfferLease adds shard to the offers of owner's registry item, on
+// condition that the worker is registered and has not left.
+func OfferLease(tableName, streamARN, owner, shard string) *dynamodb.UpdateItemInput {
+	return &dynamodb.UpdateItemInput{
+		TableName:                 aws.String(tableName),
+		Key:                       Key(aggregates.WorkerKey(streamARN, owner)),
+		UpdateExpression:          aws.String("ADD #of :s"),
+		ConditionExpression:       aws.String("attribute_exists(#b) AND attribute_not_exists(#l)"),
+		ExpressionAttributeNames:  map[string]string{"#of": AttrWorkerOffers, "#b": AttrWorkerBeat, "#l": AttrWorkerLeft},
+		ExpressionAttributeValues: map[string]types.AttributeValue{":s": &types.AttributeValueMemberSS{Value: []string{shard}}},
+	}
+}
+
+// ClearOffers removes shards from the offers of owner's registry item.
+func ClearOffers(tableName, streamARN, owner string, shards []string) *dynamodb.UpdateItemInput {
+	return &dynamodb.UpdateItemInput{
+		TableName:                 aws.String(tableName),
+		Key:                       Key(aggregates.WorkerKey(streamARN, owner)),
+		UpdateExpression:          aws.String("DELETE #of :s"),
+		ExpressionAttributeNames:  map[string]string{"#of": AttrWorkerOffers},
+		ExpressionAttributeValues: map[string]types.AttributeValue{":s": &types.AttributeValueMemberSS{Value: shards}},
+	}
+}
+
+// ReadWorkers reads a stream's worker registry (consistently, paginated).
+func ReadWorkers(ctx context.Context, api dynamodb.QueryAPIClient, coord, streamARN string) ([]Worker, error) {
+	var ws []Worker
+	err := queryAll(ctx, api, coord, aggregates.WorkersPK(streamARN), func(item map[string]types.AttributeValue) {
+		ws = append(ws, DecodeWorker(item))
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read the workers of %s: %w", streamARN, err)
+	}
+	return ws, nil
+}
+
+// ReadLeasePage reads one page of at most limit items of a stream's lease
+// partition (consistently), from start (nil: the first); next is nil after
+// the last page. A poller sweeps the partition a page per round instead of
+// reading it whole at every pass.
+func ReadLeasePage(ctx context.Context, api dynamodb.QueryAPIClient, coord, streamARN string, start map[string]types.AttributeValue, limit int32) (leases []Lease, next map[string]types.AttributeValue, err error) {
+	leasePrefix := strings.TrimSuffix(aggregates.LeaseKey(streamARN, "x").SK, "x")
+	out, err := api.Query(ctx, &dynamodb.QueryInput{
+		TableName:                 aws.String(coord),
+		KeyConditionExpression:    aws.String("#pk = :pk"),
+		ExpressionAttributeNames:  map[string]string{"#pk": AttrPK},
+		ExpressionAttributeValues: map[string]types.AttributeValue{":pk": S(aggregates.LeasePK(streamARN))},
+		ConsistentRead:            aws.Bool(true),
+		ExclusiveStartKey:         start,
+		Limit:                     aws.Int32(limit),
+	})
+	if err != nil {
+		return nil, nil, fmt.Errorf("read leases of %s: %w", streamARN, err)
+	}
+	for _, item := range out.Items {
+		if sk, _ := String(item, AttrSK); strings.HasPrefix(sk, leasePrefix) {
+			leases = append(leases, DecodeLease(strings.TrimPrefix(sk, leasePrefix), item))
+		}
+	}
+	return leases, out.LastEvaluatedKey, nil
+}

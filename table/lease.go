@@ -29,6 +29,11 @@ import (
 //	               stream listed it, so that pollers learn of new shards
 //	               from the lease items (RegisterShard) between listings of
 //	               the whole stream
+//	shardFinished  BOOL, true once the shard was read to its end: set by
+//	               the release that follows the checkpoint's own
+//	               shardFinished, so that a poller learns a parent is
+//	               finished from the leases it sweeps, without reading the
+//	               checkpoint (docs/exactly-once.md, "Leases")
 //	updatedAt      S, RFC 3339
 //	expiresAt      N, the last write + CoordinationRetention (TTL)
 
@@ -41,6 +46,7 @@ const (
 	AttrLeaseExpiry  = "leaseExpiry"
 	AttrLeaseParent  = "parentShardId"
 	AttrLeaseStart   = "startingSequenceNumber"
+	AttrLeaseDone    = "shardFinished"
 )
 
 // Lease is a lease item as read.
@@ -55,6 +61,11 @@ type Lease struct {
 	// Parent and Start describe the shard (its parent, "" for none, and its
 	// first sequence number); Start is "" when the item does not say.
 	Parent, Start string
+	// Finished is true when the release of a shard read to its end wrote
+	// it: the shard's checkpoint is finished (the checkpoint is marked
+	// first). False says nothing: leases released before this mark existed,
+	// or whose release failed, do not carry it.
+	Finished bool
 }
 
 // DecodeLease reads the lease item of shard (nil: it does not exist).
@@ -65,6 +76,7 @@ func DecodeLease(shard string, item map[string]types.AttributeValue) Lease {
 	l.Counter, _ = Int64(item, AttrLeaseCounter)
 	l.Parent, _ = String(item, AttrLeaseParent)
 	l.Start, _ = String(item, AttrLeaseStart)
+	l.Finished = Flag(item, AttrLeaseDone)
 	if ua, ok := String(item, AttrUpdatedAt); ok {
 		l.Updated, _ = time.Parse(time.RFC3339Nano, ua)
 	}
@@ -75,7 +87,7 @@ func DecodeLease(shard string, item map[string]types.AttributeValue) Lease {
 var leaseNames = map[string]string{
 	"#o": AttrLeaseOwner, "#c": AttrLeaseCounter, "#p": AttrLeasePending, "#x": AttrLeaseExpiry,
 	"#et": AttrEntityType, "#ua": AttrUpdatedAt, "#sh": AttrShardID,
-	"#par": AttrLeaseParent, "#st": AttrLeaseStart, "#exp": AttrExpiresAt,
+	"#par": AttrLeaseParent, "#st": AttrLeaseStart, "#exp": AttrExpiresAt, "#fin": AttrLeaseDone,
 }
 
 var placeholder = regexp.MustCompile(`#[a-z]+`)
@@ -150,7 +162,8 @@ func RenewLease(tableName, streamARN string, l Lease, duration time.Duration, no
 
 // ReleaseLease gives up lease l, held by l.Owner at l.Counter: to nobody
 // (the lease becomes free) or, when to is set, straight to that poller.
-// The lease of a shard read to its end (finished) expires after
+// The lease of a shard read to its end (finished) is marked shardFinished
+// (the caller marks the checkpoint finished first) and expires after
 // FinishedRetention.
 func ReleaseLease(tableName, streamARN string, l Lease, to string, finished bool, now time.Time) *dynamodb.UpdateItemInput {
 	set := "#c = :next, #ua = :ua, #exp = :exp"
@@ -160,6 +173,8 @@ func ReleaseLease(tableName, streamARN string, l Lease, to string, finished bool
 	}
 	if finished {
 		values[":exp"] = finishedExpiry(now)
+		set += ", #fin = :fin"
+		values[":fin"] = Bool(true)
 	}
 	if to != "" {
 		set += ", #o = :to"

@@ -39,6 +39,7 @@ type options struct {
 	maxIdleBackoff     time.Duration
 	maxHeldRecords     int
 	maxHeldBytes       int
+	leaseScanPage      int
 	leaseDuration      time.Duration
 	checkpointInterval time.Duration
 	discoverInterval   time.Duration
@@ -94,7 +95,7 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (op
 	if host == "" {
 		host = "poller"
 	}
-	var startPos, idle, maxIdle, held, heldBytes, lease, cpEvery, discover, shutdown, level, batch, window string
+	var startPos, idle, maxIdle, held, heldBytes, scanPage, lease, cpEvery, discover, shutdown, level, batch, window string
 	var errs []error
 	drainDefault, err := strconv.ParseBool(env("LEDGER_DRAIN", "false"))
 	if err != nil {
@@ -113,6 +114,8 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (op
 		"longest wait (a `DURATION`, at most 10m; default 10s, or --idle-backoff if longer) between two polls of a shard that stays idle: past --idle-backoff the wait doubles per empty page up to it. An idle shard costs about 1 GetRecords per 0.875 of it; the first write after a quiet period waits up to it longer. Equal to --idle-backoff: no growth (env LEDGER_MAX_IDLE_BACKOFF)")
 	fs.StringVar(&held, "max-held-records", env("LEDGER_MAX_HELD_RECORDS", strconv.Itoa(poller.MaxHeldRecordsSetting.Default)),
 		"most stream `RECORDS` in memory across all the shards this poller reads (reads in flight, batches gathered and being committed): shards wait for it in turn and read smaller pages when it is short (env LEDGER_MAX_HELD_RECORDS)")
+	fs.StringVar(&scanPage, "lease-scan-page", env("LEDGER_LEASE_SCAN_PAGE", strconv.Itoa(poller.LeaseScanPageSetting.Default)),
+		"lease `ITEMS` read per renewal round from the stream's lease partition, a sweep going on from where the last page ended (all of it at start): finds free and expired leases and new shards; a poller that died without releasing its leases has them taken over within --lease-duration plus two turns of the sweep (env LEDGER_LEASE_SCAN_PAGE)")
 	fs.StringVar(&heldBytes, "max-held-bytes", env("LEDGER_MAX_HELD_BYTES", strconv.Itoa(poller.MaxHeldBytesSetting.Default)),
 		"most `BYTES` (wire size, at least 1048576) of stream records in memory across all the shards this poller reads: each read takes 1 MiB, AWS's most per GetRecords response, and keeps what its page held; bounds memory when records are large (env LEDGER_MAX_HELD_BYTES)")
 	fs.StringVar(&lease, "lease-duration", env("LEDGER_LEASE_DURATION", poller.LeaseDurationSetting.Default.String()),
@@ -178,6 +181,11 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (op
 		errs = append(errs, fmt.Errorf("--max-held-bytes %q: want a number from %d to %d", heldBytes, poller.MaxHeldBytesSetting.Min, poller.MaxHeldBytesSetting.Max))
 	} else {
 		o.maxHeldBytes = n
+	}
+	if n, err := strconv.Atoi(scanPage); err != nil || n < poller.LeaseScanPageSetting.Min || n > poller.LeaseScanPageSetting.Max {
+		errs = append(errs, fmt.Errorf("--lease-scan-page %q: want a number from %d to %d", scanPage, poller.LeaseScanPageSetting.Min, poller.LeaseScanPageSetting.Max))
+	} else {
+		o.leaseScanPage = n
 	}
 	if n, err := strconv.Atoi(held); err != nil || n < poller.MaxHeldRecordsSetting.Min || n > poller.MaxHeldRecordsSetting.Max {
 		errs = append(errs, fmt.Errorf("--max-held-records %q: want a number from %d to %d", held, poller.MaxHeldRecordsSetting.Min, poller.MaxHeldRecordsSetting.Max))
@@ -271,6 +279,7 @@ func run(ctx context.Context, o options, awsOpts []func(*config.LoadOptions) err
 		MaxIdleBackoff:     o.maxIdleBackoff,
 		MaxHeldRecords:     o.maxHeldRecords,
 		MaxHeldBytes:       o.maxHeldBytes,
+		LeaseScanPage:      o.leaseScanPage,
 		LeaseDuration:      o.leaseDuration,
 		CheckpointInterval: o.checkpointInterval,
 		DiscoverInterval:   o.discoverInterval,

@@ -161,6 +161,14 @@ type Config struct {
 	// it, which registers them in lease items, where the others learn of
 	// them (design.md, "Scale").
 	DiscoverInterval time.Duration
+	// LeaseScanPage is how many lease items a live poller reads of the
+	// stream's lease partition at each renewal round (default 250; the
+	// whole partition at start): a sweep that goes on from where the last
+	// page ended, to find free and expired leases, finished shards and
+	// new ones. A pass reads it and the worker registry, not every lease
+	// and checkpoint (design.md, "Scale"); a lease whose owner died is
+	// found expired within LeaseDuration plus two sweeps of the partition.
+	LeaseScanPage int
 	// CheckpointInterval is how often a shard whose records had no effect
 	// (nothing committed, e.g. only the consumers' own report writes) has
 	// its checkpoint moved to the last record read (default 10s).
@@ -208,6 +216,7 @@ var (
 	LeaseDurationSetting      = Setting[time.Duration]{"lease-duration", 20 * time.Second, 300 * time.Millisecond, 10 * time.Minute}
 	DiscoverIntervalSetting   = Setting[time.Duration]{"discover-interval", 5 * time.Minute, 10 * time.Millisecond, time.Hour}
 	CheckpointIntervalSetting = Setting[time.Duration]{"checkpoint-interval", 10 * time.Second, 10 * time.Millisecond, time.Hour}
+	LeaseScanPageSetting      = Setting[int]{"lease-scan-page", 250, 1, 100_000}
 	// ShutdownTimeout stays under the 30 s a container gets between SIGTERM
 	// and SIGKILL (ECS and Kubernetes default), leaving time to release the
 	// leases.
@@ -277,6 +286,7 @@ func (c Config) withDefaults() (Config, error) {
 		errs = append(errs, fmt.Errorf("max idle backoff %s: want at least the idle backoff %s", c.MaxIdleBackoff, c.IdleBackoff))
 	}
 	check(&c.MaxHeldRecords, MaxHeldRecordsSetting)
+	check(&c.LeaseScanPage, LeaseScanPageSetting)
 	check(&c.MaxHeldBytes, MaxHeldBytesSetting)
 	dur(&c.ThrottleBackoff, ThrottleBackoffSetting)
 	dur(&c.MaxThrottleBackoff, MaxThrottleBackoffSetting)

@@ -17,14 +17,15 @@
 // up with one DescribeStream filtered to them (ShardFilter CHILD_SHARDS)
 // rather than a listing of the whole stream, which at AWS's scale is
 // thousands of shards at every shard's end (a stream that ignores or
-// refuses the filter is listed whole instead). The poller that looked them
+// refuses the filter is listed whole instead), unless the last listing
+// showed the shard closed with its children. The poller that looked them
 // up registers each child in a free lease item with its parent and first
 // sequence number (table.RegisterShard), and every poller adds the shards
-// lease items describe to its list at each pass: between two listings of
-// the whole stream the others learn of new shards from the leases they
-// read anyway. A shard found without children (by the filter, or by a
-// listing that ended first) is looked up again at each pass for two
-// minutes: AWS may list a closed shard's children a moment after it
+// lease items describe to its list as its sweep of the leases reads them:
+// between two listings of the whole stream the others learn of new shards
+// from the leases they read anyway. A shard found without children (by the
+// filter, or by a listing that ended first) is looked up again at each pass
+// for two minutes: AWS may list a closed shard's children a moment after it
 // closes. A listing paused by throttling goes on from its page at the
 // next pass; one whose next page the stream refuses as not found (the
 // shard it starts after was trimmed away meanwhile) starts over, since
@@ -101,21 +102,49 @@
 //   - release (shutdown, shard finished, drain done): counter + 1, owner
 //     removed; condition owner = me and counter = mine. Leases are released
 //     only after the reader's last commit and checkpoint move;
-//   - hand-off: a poller below its share with no free lease left sets
-//     pendingOwner on a lease of the owner holding the most (condition:
-//     owner and counter as seen, no pending yet). The owner sees it at its
-//     next renewal, finishes the batch in hand, moves the checkpoint and
-//     writes owner = asker, counter + 1. A dead asker only delays the shard
-//     by one lease expiry.
+//   - hand-off: the owner writes owner = the new owner, counter + 1
+//     (condition owner = me and counter = mine) after the batch in hand is
+//     committed, and names the shard in the new owner's worker item
+//     (offers); the new owner takes it at its next round. A drain asks
+//     for leases instead (pendingOwner, condition: owner and counter as
+//     seen, no pending yet); the owner sees the ask in its next renewal's
+//     answer. A dead receiver only delays the shard by one lease expiry.
 //
-// Fair share: each poller counts the owners of live leases of readable
-// shards, the pollers asking for one, and itself, and takes free leases
-// up to ceil(shards / owners). With none free, it asks an owner above that
-// ceiling, or, while it holds fewer than floor(shards / owners), an owner
-// above the floor: so three pollers on four shards hold two, one and one.
-// A hand-off from above the floor to below it puts no one else below it,
-// so asks settle. A drain run takes every lease it can and asks every live
-// owner for theirs.
+// # Share-bounded rounds (share.go)
+//
+// A live poller's round reads what its share needs, not the stream's
+// coordination state (issue 23). It writes its worker registry item
+// (aggregates.WorkerKey: a heartbeat and the leases it holds) and reads the
+// stream's few worker items: the live pollers (a heartbeat seen to change
+// within LeaseDuration on this poller's clock) and what each holds. Its own
+// leases' state comes from its renewals' answers. The lease partition is
+// swept a page of Config.LeaseScanPage items per round, from where the
+// last page ended (whole at start): free and expired leases, finished
+// shards (a finished shard's release marks its lease shardFinished) and
+// shards registered by the others. Checkpoints are read only for a
+// decision: before a take, the shard's own (a finished shard is not
+// taken) and its parent's, when neither this poller nor the parent's
+// lease says the parent is finished and no live poller holds the parent.
+// A reader's end does its shard's work only: finish, look up and register
+// the children, take them while under the share, offer the rest to the
+// poller furthest under its share.
+//
+// Fair share: ceil and floor of the leasable shards (the eligible shards
+// this poller knows of, or the leases the live pollers hold if more) over
+// the live pollers. A poller takes free and expired leases up to the
+// ceiling. Balance is a plan every poller computes the same from the
+// registry: one lease at a time from the poller holding the most to the
+// one holding the fewest, while the first is over the ceiling, or (when
+// no lease is free) the second under the floor, and they are two or more
+// apart; each poller makes the hand-overs that start from it. So three
+// pollers on four shards hold two, one and one, and a joining poller is
+// handed its share by those over it at their next round. A poller leaving
+// hands every lease over to the live pollers under their share. A poller
+// takes nothing before its second read of the registry (one round after
+// it registered, before it listed the stream), so that pollers starting
+// together see each other before they take: the first does not take
+// everything. A drain run reads every lease and checkpoint at each pass,
+// takes every lease it can and asks every live owner for theirs.
 //
 // # At most two readers per shard
 //
@@ -184,10 +213,12 @@
 // in a row the reader gives the shard up until the next coordinator pass.
 // DescribeStream is called every DiscoverInterval (5 min: the whole
 // stream), and once per shard end for its children (CHILD_SHARDS), which
-// costs one conditional write per child (its registration); a consistent
-// Query of the stream's lease partition and of its 16 checkpoint
-// partitions per LeaseDuration/3 reads every lease and checkpoint; each
-// held lease costs one UpdateItem per LeaseDuration/3.
+// costs one conditional write per child (its registration); per
+// LeaseDuration/3 a live poller writes its worker item, Queries the worker
+// registry and one page of the lease sweep, and reads the checkpoints its
+// takes need (a drain Queries the lease partition and the 16 checkpoint
+// partitions at every pass); each held lease costs one UpdateItem per
+// LeaseDuration/3.
 //
 // # Drain and shutdown
 //

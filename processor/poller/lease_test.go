@@ -65,18 +65,20 @@ func TestPoller_TwoPollersShareShardsFairlyAndHandOffOnShutdown(t *testing.T) {
 	eventually(t, "two each", 15*time.Second, func() bool {
 		return counter(t, a.m.LeasesHeld) == 2 && counter(t, b.m.LeasesHeld) == 2
 	})
+	// A sees B in the worker registry and hands it the two over its share
+	// (B asks for nothing: the registry says who is under its share).
 	assert.Equal(t, 2.0, counter(t, a.m.LeaseEvents.WithLabelValues(poller.LeaseHandedOff)))
-	assert.GreaterOrEqual(t, counter(t, b.m.LeaseEvents.WithLabelValues(poller.LeaseRequested)), 2.0)
-	// Stable: nobody asks for more than a fair share.
+	assert.Zero(t, counter(t, b.m.LeaseEvents.WithLabelValues(poller.LeaseRequested)))
+	// Stable: nobody hands over more than the excess.
 	time.Sleep(2 * time.Second)
 	assert.Equal(t, 2.0, counter(t, a.m.LeasesHeld))
 	assert.Equal(t, 2.0, counter(t, b.m.LeasesHeld))
 
 	stopA()
 	assert.Equal(t, 0.0, counter(t, a.m.LeasesHeld))
-	assert.Equal(t, 2.0, counter(t, a.m.LeaseEvents.WithLabelValues(poller.LeaseReleased)))
+	assert.Equal(t, 4.0, counter(t, a.m.LeaseEvents.WithLabelValues(poller.LeaseHandedOff)), "a poller leaving hands its leases to the live one")
 	eventually(t, "B holds all four", 10*time.Second, func() bool { return counter(t, b.m.LeasesHeld) == 4 })
-	assert.Zero(t, counter(t, b.m.LeaseEvents.WithLabelValues(poller.LeaseTakenOver)), "released leases are free, not expired")
+	assert.Zero(t, counter(t, b.m.LeaseEvents.WithLabelValues(poller.LeaseTakenOver)), "handed-over leases are taken, not expired")
 
 	stopWrites()
 	stopB()
@@ -93,9 +95,9 @@ func TestPoller_TwoPollersShareShardsFairlyAndHandOffOnShutdown(t *testing.T) {
 }
 
 // A third poller joins two that hold two of four shards each: a fair
-// share is one or two, so it asks one of them for a lease and gets it
-// (before, it asked only owners above the ceiling of two, and waited with
-// none until the shards changed); then nobody asks again.
+// share is one or two, so one of them hands it a lease (before, only
+// owners above the ceiling of two were asked, and it waited with none
+// until the shards changed); then nobody hands over again.
 func TestPoller_AJoiningPollerBelowItsFloorGetsALease(t *testing.T) {
 	e := newEnv(t, 12)
 	shards := []string{"shardId-0", "shardId-1", "shardId-2", "shardId-3"}

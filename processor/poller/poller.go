@@ -52,8 +52,20 @@ type Poller struct {
 	lookupSince map[string]time.Time
 	noFilter    bool      // the stream ignores or refuses ShardFilter: list it whole instead
 	lastStop    time.Time // when a reader last drained or finished a shard (a drain lists after it before exiting)
+	lastRenew   time.Time // when the last round of renewals started
 	done        chan readerResult
 	stopping    bool
+
+	// The share-bounded pass's state (share.go; a drain reads everything).
+	workers       map[string]workerView // the other pollers, from the worker registry
+	handed        map[string]handed     // leases handed to them since their registry items said
+	registryReads int                   // reads of the registry so far
+	offers        []string              // shards offered to this poller, from its worker item
+	swept         bool                  // the lease partition was read whole once
+	sweepFrom     sweepState            // where the next page of the sweep starts
+	newKids       map[string]bool       // children registered during an endPass
+	finishedNow   map[string]bool       // shards finished since the last endPass: true when the listing had their children
+	latestChecked bool                  // a LATEST start was decided on every checkpoint
 
 	committed atomic.Int64 // records committed (Metrics.Committed), for the goodput gauge
 	goodput   []sample     // (time, committed) of the last minute's passes
@@ -76,7 +88,8 @@ type sample struct {
 type observation struct {
 	owner   string
 	counter int64
-	at      time.Time
+	at      time.Time // first read in this state
+	last    time.Time // last read in this state
 }
 
 // holding is a lease this poller holds and the reader working under it.
@@ -122,6 +135,10 @@ func New(streams Streams, api Table, proc *processor.Processor, cfg Config, metr
 		m:       metrics,
 		log:     cfg.Logger.With("owner", cfg.Owner),
 		seen:    map[string]observation{},
+		leases:  map[string]lease{},
+		cps:     map[string]checkpoint{},
+		workers: map[string]workerView{},
+		handed:  map[string]handed{},
 		held:    map[string]*holding{},
 		drained: map[string]bool{},
 		gone:    map[string]bool{},
@@ -179,7 +196,20 @@ func (p *Poller) Run(ctx context.Context) error {
 			runErr = p.pass(ctx, true)
 		case r := <-p.done:
 			p.readerDone(ctx, r)
-			runErr = p.pass(ctx, false)
+			switch {
+			case p.cfg.Drain && len(p.held) == 0:
+				// A drain's last reader ended: the pass that decides
+				// whether it is done reads everything.
+				runErr = p.pass(ctx, false)
+			case time.Since(p.lastRenew) >= p.cfg.renewInterval():
+				// The renewals are due: reader ends arriving one after
+				// another must not hold them up (on a loaded table a
+				// poller's every lease expired at once, its round late).
+				runErr = p.pass(ctx, true)
+				tick.Reset(p.cfg.renewInterval())
+			default:
+				runErr = p.endPass(ctx)
+			}
 		}
 	}
 	p.shutdown(ctx)
@@ -210,12 +240,28 @@ func (p *Poller) drainedOpen(s shard) bool { return p.drained[s.id] && !s.closed
 
 // pass is one round of the coordinator: renew (when renew is set), list
 // shards when due, read leases and checkpoints, take a fair share, start
-// readers.
+// readers. A drain reads every lease and checkpoint of the stream (it
+// wants every shard: its share is the stream); a live poller's pass is
+// sharePass, which reads what its share needs.
 func (p *Poller) pass(ctx context.Context, renew bool) error {
+	if !p.cfg.Drain {
+		return p.sharePass(ctx, renew)
+	}
 	defer p.gauges()
 	if renew {
 		p.renewAll(ctx)
 	}
+	if ok, err := p.discover(ctx); !ok || err != nil {
+		return err
+	}
+	return p.readAllAndAssign(ctx)
+}
+
+// discover looks up the children of the shards finished since the last
+// pass and lists the whole stream when due. ok is false when the stream
+// was never listed yet (nothing to do until it is); the error is the
+// stream's end.
+func (p *Poller) discover(ctx context.Context) (ok bool, err error) {
 	if len(p.lookup) > 0 && !p.forceList && time.Since(p.listed) < p.cfg.DiscoverInterval {
 		p.lookupChildren(ctx)
 	}
@@ -224,7 +270,13 @@ func (p *Poller) pass(ctx context.Context, renew bool) error {
 		// stream's DescribeStream rate pauses in time for the next ones and
 		// goes on from its page at the next pass.
 		var until time.Time
-		if len(p.held) > 0 {
+		if len(p.held) > 0 || !p.cfg.Drain {
+			// A live poller holding nothing pauses too: its heartbeat in
+			// the worker registry is due at the next round, and a poller
+			// whose heartbeat stops for a lease duration is not counted
+			// in the others' share (the fleet benchmark at 1,000 shards:
+			// pollers listing 71 pages at start looked gone to the first
+			// one done, which took 581 leases).
 			until = time.Now().Add(p.cfg.renewInterval() / 2)
 		}
 		listedAt := p.listing.started
@@ -242,11 +294,11 @@ func (p *Poller) pass(ctx context.Context, renew bool) error {
 		}
 		switch {
 		case errors.As(err, &nf):
-			return fmt.Errorf("stream %s no longer exists: %w", p.cfg.StreamARN, err)
+			return false, fmt.Errorf("stream %s no longer exists: %w", p.cfg.StreamARN, err)
 		case errors.Is(err, errListingPaused):
 			p.log.Debug("listing shards paused (throttled); going on at the next pass", "shards_so_far", len(p.listing.shards))
 			if p.listed.IsZero() {
-				return nil
+				return false, nil
 			}
 			// Go on with the shards listed before.
 		case err != nil:
@@ -254,7 +306,7 @@ func (p *Poller) pass(ctx context.Context, renew bool) error {
 				p.log.Warn("listing shards failed; retrying at the next pass", "error", err.Error())
 			}
 			if p.listed.IsZero() {
-				return nil
+				return false, nil
 			}
 			// Go on with the shards listed before.
 		default:
@@ -307,6 +359,27 @@ func (p *Poller) pass(ctx context.Context, renew bool) error {
 			}
 		}
 	}
+	return !p.listed.IsZero(), nil
+}
+
+// readAllAndAssign reads every lease and checkpoint of the stream, marks a
+// fresh LATEST start, takes a share (a drain: everything) and starts
+// readers.
+func (p *Poller) readAllAndAssign(ctx context.Context) error {
+	if !p.readAll(ctx) {
+		return nil
+	}
+	if !p.stopping {
+		p.assign(ctx)
+		p.startReaders(ctx)
+	}
+	p.ready.Store(!p.stopping)
+	return nil
+}
+
+// readAll reads every lease and checkpoint of the stream and marks a fresh
+// LATEST start; it reports whether it read them.
+func (p *Poller) readAll(ctx context.Context) bool {
 	leases, cps, err := p.store.readAll(ctx, p.shards)
 	for i := 1; err != nil && i < readAttempts && ctx.Err() == nil; i++ {
 		pause(ctx, i)
@@ -316,7 +389,7 @@ func (p *Poller) pass(ctx context.Context, renew bool) error {
 		if ctx.Err() == nil {
 			p.log.Warn("reading leases failed; retrying at the next pass", "error", err.Error())
 		}
-		return nil
+		return false
 	}
 	if p.cfg.StartPosition == Latest && len(cps) == 0 && len(p.shards) > 0 {
 		// A fresh start at LATEST: skip closed shards, open the others at
@@ -324,23 +397,18 @@ func (p *Poller) pass(ctx context.Context, renew bool) error {
 		for _, s := range p.shards {
 			if err := p.store.markStart(ctx, s.id, s.closed); err != nil && !errors.Is(err, errConditionFailed) {
 				p.log.Warn("recording the LATEST start failed", "shard", s.id, "error", err.Error())
-				return nil
+				return false
 			}
 		}
 		if leases, cps, err = p.store.readAll(ctx, p.shards); err != nil {
-			return nil
+			return false
 		}
 	}
 	p.leases, p.cps = leases, cps
 	p.learnShards()
 	p.healthy.Store(time.Now().UnixNano())
 	p.observe()
-	if !p.stopping {
-		p.assign(ctx)
-		p.startReaders(ctx)
-	}
-	p.ready.Store(!p.stopping)
-	return nil
+	return true
 }
 
 // learnShards adds the shards that lease items describe and the last
@@ -354,7 +422,7 @@ func (p *Poller) learnShards() {
 		known[s.id] = true
 	}
 	for id, l := range p.leases {
-		if l.start == "" || known[id] || p.cps[id].finished || p.gone[id] {
+		if l.start == "" || known[id] || p.finishedKnown(id) || p.gone[id] {
 			continue
 		}
 		if !l.updated.IsZero() && time.Since(l.updated) > table.LeaseStale {
@@ -383,7 +451,15 @@ func (p *Poller) lookupChildren(ctx context.Context) {
 	}
 	var again []string
 	defer func() { p.lookup = append(p.lookup, again...) }()
-	for len(p.lookup) > 0 {
+	// Bounded in time like the takes: one call and the registrations of
+	// its children per finished shard, one after another, held a poller's
+	// coordinator past its leases' life at 1,000 shards (every lease of a
+	// poller expired at once); the rest wait for the next pass.
+	until := time.Now().Add(p.cfg.renewInterval() / 2)
+	if next := p.lastRenew.Add(p.cfg.renewInterval()); !p.lastRenew.IsZero() && next.Before(until) {
+		until = next
+	}
+	for len(p.lookup) > 0 && time.Now().Before(until) {
 		kids, err := listChildren(ctx, p.streams, p.cfg.StreamARN, p.lookup[0])
 		if errors.Is(err, errNoShardFilter) {
 			p.log.Info("the stream does not filter shards by parent; listing it whole at shard ends", "error", err.Error())
@@ -416,6 +492,31 @@ func (p *Poller) lookupChildren(ctx context.Context) {
 		}
 		p.lookup = p.lookup[1:]
 	}
+}
+
+// childrenListed reports whether the last listing showed id closed and
+// had its children: a shard's children appear when it closes (a roll, or
+// a split's two at once), so a shard closed before the listing needs no
+// CHILD_SHARDS lookup when the listing has them (at start, a day of closed
+// shards: one lookup each, against DescribeStream's 10 calls a second for
+// the fleet, kept half the fleet benchmark's calls refused).
+func (p *Poller) childrenListed(id string) bool {
+	closed := false
+	for _, s := range p.shards {
+		if s.id == id {
+			closed = s.closed
+			break
+		}
+	}
+	if !closed {
+		return false
+	}
+	for _, s := range p.shards {
+		if s.parent == id {
+			return true
+		}
+	}
+	return false
 }
 
 // childlessRetry is how long a finished shard found without children is
@@ -452,8 +553,15 @@ func (p *Poller) registerChildren(ctx context.Context, kids []shard, known map[s
 			known[k.id] = true
 			p.shards = append(p.shards, k)
 		}
-		if err := p.store.register(ctx, k); err != nil && ctx.Err() == nil {
+		l, ok, err := p.store.register(ctx, k)
+		if err != nil && ctx.Err() == nil {
 			p.log.Warn("registering a child shard failed; the other pollers find it at their next listing", "shard", k.id, "error", err.Error())
+		}
+		if ok {
+			p.leases[k.id] = l
+		}
+		if p.newKids != nil {
+			p.newKids[k.id] = true
 		}
 	}
 }
@@ -461,12 +569,19 @@ func (p *Poller) registerChildren(ctx context.Context, kids []shard, known map[s
 // observe records lease state changes for expiry detection.
 func (p *Poller) observe() {
 	now := time.Now()
-	for id, l := range p.leases {
-		o, ok := p.seen[id]
-		if !ok || o.counter != l.counter || o.owner != l.owner {
-			p.seen[id] = observation{owner: l.owner, counter: l.counter, at: now}
-		}
+	for _, l := range p.leases {
+		p.observeLease(l, now)
 	}
+}
+
+// observeLease records that l was read at now.
+func (p *Poller) observeLease(l lease, now time.Time) {
+	o, ok := p.seen[l.shard]
+	if !ok || o.counter != l.counter || o.owner != l.owner {
+		o = observation{owner: l.owner, counter: l.counter, at: now}
+	}
+	o.last = now
+	p.seen[l.shard] = o
 }
 
 // available reports whether this poller may take l without asking: it
@@ -479,8 +594,18 @@ func (p *Poller) available(l lease) (ok bool, expired bool) {
 	case l.owner == p.cfg.Owner:
 		return true, true
 	}
-	o := p.seen[l.shard]
-	return time.Since(o.at) >= p.cfg.LeaseDuration, true
+	// Expired: read with the same counter at two reads LeaseDuration
+	// apart (a lease read once is not taken on the strength of the time
+	// since: it may have been renewed after that read).
+	o, ok := p.seen[l.shard]
+	return ok && o.owner == l.owner && o.counter == l.counter && o.last.Sub(o.at) >= p.cfg.LeaseDuration, true
+}
+
+// finishedKnown reports whether this poller knows id was read to its end:
+// its checkpoint says so (read, or finished by this poller), or its lease
+// does (the release that follows the checkpoint's mark).
+func (p *Poller) finishedKnown(id string) bool {
+	return p.cps[id].finished || p.leases[id].finished
 }
 
 // eligible returns the shards that can be read now: not finished, not
@@ -492,10 +617,10 @@ func (p *Poller) eligible() []shard {
 	}
 	var out []shard
 	for _, s := range p.shards {
-		if p.cps[s.id].finished || p.drainedOpen(s) || p.gone[s.id] {
+		if p.finishedKnown(s.id) || p.drainedOpen(s) || p.gone[s.id] {
 			continue
 		}
-		if s.parent != "" && listed[s.parent] && !p.cps[s.parent].finished && !p.gone[s.parent] {
+		if s.parent != "" && listed[s.parent] && !p.finishedKnown(s.parent) && !p.gone[s.parent] {
 			continue
 		}
 		out = append(out, s)
@@ -568,32 +693,7 @@ func (p *Poller) assign(ctx context.Context) {
 		if len(p.held) >= target || ctx.Err() != nil || !time.Now().Before(until) {
 			return
 		}
-		_, expired := p.available(l)
-		sent := time.Now() // the validity counts from the send time
-		taken, err := p.store.take(ctx, l, p.cfg.Owner, p.cfg.LeaseDuration)
-		if err != nil && ctx.Err() == nil {
-			// A failed condition or an unknown outcome: the lease at
-			// seen + 1 in this owner's name is this take, its answer lost.
-			if cur, rerr := p.store.readLease(ctx, l.shard); rerr == nil && cur.owner == p.cfg.Owner && cur.counter == l.counter+1 {
-				p.m.LeaseLosses.WithLabelValues(LossLostAnswer).Inc()
-				p.log.Info("lease take landed, its answer lost", "shard", l.shard, "counter", cur.counter, "error", err.Error())
-				taken, err = cur, nil
-			}
-		}
-		if err != nil {
-			if !errors.Is(err, errConditionFailed) && ctx.Err() == nil {
-				p.log.Warn("taking lease failed", "shard", l.shard, "error", err.Error())
-			}
-			continue
-		}
-		event := LeaseAcquired
-		if expired && l.owner != p.cfg.Owner {
-			event = LeaseTakenOver
-		}
-		p.m.LeaseEvents.WithLabelValues(event).Inc()
-		p.log.Info("lease "+event, "shard", l.shard, "previous_owner", l.owner, "counter", taken.counter)
-		p.leases[l.shard] = taken
-		p.hold(taken, sent)
+		p.takeLease(ctx, l)
 	}
 	if len(p.held) >= target || (asked && !p.cfg.Drain) {
 		return
@@ -625,6 +725,45 @@ func (p *Poller) assign(ctx context.Context) {
 		p.m.LeaseEvents.WithLabelValues(LeaseRequested).Inc()
 		p.log.Info("lease requested", "shard", l.shard, "from", l.owner)
 	}
+}
+
+// takeLease takes l, as last seen, for this poller; a take whose answer was
+// lost is recognised by a re-read (the lease at seen + 1 in this owner's
+// name), and a re-read after a failed condition updates what this poller
+// knows of the lease. It reports whether the lease is now held.
+func (p *Poller) takeLease(ctx context.Context, l lease) bool {
+	_, expired := p.available(l)
+	sent := time.Now() // the validity counts from the send time
+	taken, err := p.store.take(ctx, l, p.cfg.Owner, p.cfg.LeaseDuration)
+	if err != nil && ctx.Err() == nil {
+		// A failed condition or an unknown outcome: the lease at
+		// seen + 1 in this owner's name is this take, its answer lost.
+		if cur, rerr := p.store.readLease(ctx, l.shard); rerr == nil {
+			if cur.owner == p.cfg.Owner && cur.counter == l.counter+1 {
+				p.m.LeaseLosses.WithLabelValues(LossLostAnswer).Inc()
+				p.log.Info("lease take landed, its answer lost", "shard", l.shard, "counter", cur.counter, "error", err.Error())
+				taken, err = cur, nil
+			} else {
+				p.leases[l.shard] = cur
+				p.observeLease(cur, time.Now())
+			}
+		}
+	}
+	if err != nil {
+		if !errors.Is(err, errConditionFailed) && ctx.Err() == nil {
+			p.log.Warn("taking lease failed", "shard", l.shard, "error", err.Error())
+		}
+		return false
+	}
+	event := LeaseAcquired
+	if expired && l.owner != p.cfg.Owner {
+		event = LeaseTakenOver
+	}
+	p.m.LeaseEvents.WithLabelValues(event).Inc()
+	p.log.Info("lease "+event, "shard", l.shard, "previous_owner", l.owner, "counter", taken.counter)
+	p.leases[l.shard] = taken
+	p.hold(taken, sent)
+	return true
 }
 
 // hold records a lease just taken; its reader starts in startReaders.
@@ -671,7 +810,7 @@ func (p *Poller) startReaders(ctx context.Context) {
 		// A child of a shard this stream's consumers have read opens at its
 		// own first record, so that records trimmed from its start are
 		// seen (and counted) as lost rather than skipped unnoticed.
-		_, parentRead := p.cps[sh.parent]
+		parentRead := p.cps[sh.parent].exists || p.finishedKnown(sh.parent)
 		atStart := start == TrimHorizon && sh.parent != "" && parentRead && sh.start != ""
 		r := &reader{p: p, shard: sh, start: start, atStart: atStart, ctx: rctx, stop: h.stop, log: p.log.With("shard", id)}
 		go func() { p.done <- r.run() }()
@@ -692,6 +831,7 @@ func (p *Poller) shard(id string) (shard, bool) {
 // A renewal that shows a hand-off request stops the reader gracefully; the
 // lease goes to the asker once the batch in hand is committed.
 func (p *Poller) renewAll(ctx context.Context) {
+	p.lastRenew = time.Now()
 	rctx := context.WithoutCancel(ctx)
 	type result struct {
 		id   string
@@ -742,6 +882,7 @@ func (p *Poller) renewAll(ctx context.Context) {
 			continue
 		}
 		h.lease = l
+		p.leases[id] = l
 		p.validate(h, sent)
 		if l.pending != "" && l.pending != p.cfg.Owner && !p.cfg.Drain && !p.stopping && h.handoffTo == "" {
 			h.handoffTo = l.pending
@@ -866,18 +1007,26 @@ func (p *Poller) readerDone(ctx context.Context, r readerResult) {
 		cp.finished = true
 		p.cps[r.shard] = cp
 		p.lastStop = time.Now()
-		// Its children, by CHILD_SHARDS at the next pass, also when the
-		// lease was lost as the reader reached the end (it expired or was
-		// taken while the result waited for the coordinator): nobody reads
-		// a finished shard again, so nobody else looks its children up, and
-		// they waited for the next listing of the whole stream (review,
-		// session 15).
-		p.lookup = append(p.lookup, r.shard)
+		// Its children: looked up by CHILD_SHARDS at the next pass unless
+		// the listing has them, also when the lease was lost as the reader
+		// reached the end (it expired or was taken while the result waited
+		// for the coordinator): nobody reads a finished shard again, so
+		// nobody else looks its children up, and they waited for the next
+		// listing of the whole stream (review, session 15).
+		listed := p.childrenListed(r.shard)
+		if !listed {
+			p.lookup = append(p.lookup, r.shard)
+		}
+		if p.finishedNow == nil {
+			p.finishedNow = map[string]bool{}
+		}
+		p.finishedNow[r.shard] = listed
 		if h.lost {
 			delete(p.held, r.shard)
 			break
 		}
 		h.finished = true
+		h.handoffTo = "" // nothing left to read: released, not handed over
 		p.release(ctx, r.shard, h)
 	case h.lost:
 		delete(p.held, r.shard)
@@ -921,6 +1070,16 @@ func (p *Poller) release(ctx context.Context, id string, h *holding) {
 		p.log.Warn("releasing lease failed; it will expire", "shard", id, "error", err.Error())
 		return
 	}
+	rel := h.lease
+	rel.owner, rel.counter, rel.pending, rel.finished = h.handoffTo, rel.counter+1, "", h.finished
+	p.leases[id] = rel
+	if h.handoffTo != "" && !p.cfg.Drain {
+		// Tell the new owner, which reads no lease but its own worker item
+		// at its next round (a drain, the usual asker, reads every lease).
+		if err := p.store.offer(cctx, h.handoffTo, id); err != nil && !errors.Is(err, errConditionFailed) {
+			p.log.Warn("telling the new owner of a lease handed over failed; it takes it at its sweep, or it expires", "shard", id, "to", h.handoffTo, "error", err.Error())
+		}
+	}
 	if h.handoffTo != "" {
 		p.m.LeaseEvents.WithLabelValues(LeaseHandedOff).Inc()
 		p.log.Info("lease handed_off", "shard", id, "to", h.handoffTo)
@@ -937,6 +1096,11 @@ func (p *Poller) shutdown(ctx context.Context) {
 	p.stopping = true
 	p.ready.Store(false)
 	p.log.Info("poller stopping: committing what is in hand, then releasing leases", "leases", len(p.held))
+	if !p.cfg.Drain {
+		// Hand every lease over to the live pollers under their share,
+		// rather than leave them to be found free at the others' sweeps.
+		p.handOverAll()
+	}
 	for _, h := range p.held {
 		h.signalStop()
 	}
@@ -966,6 +1130,11 @@ func (p *Poller) shutdown(ctx context.Context) {
 	defer cancel()
 	for id, h := range p.held {
 		p.release(rctx, id, h)
+	}
+	if !p.cfg.Drain && p.registryReads > 0 {
+		if err := p.store.leave(rctx, p.cfg.Owner); err != nil {
+			p.log.Warn("marking this poller left in the worker registry failed; the others count it gone after a lease duration", "error", err.Error())
+		}
 	}
 	p.gauges()
 	p.log.Info("poller stopped")
@@ -1021,7 +1190,7 @@ func (p *Poller) gauges() {
 	}
 	for _, s := range p.shards {
 		switch {
-		case p.cps[s.id].finished:
+		case p.finishedKnown(s.id):
 			counts["finished"]++
 		case !elig[s.id] && !p.drainedOpen(s) && !p.gone[s.id]:
 			counts["waiting"]++

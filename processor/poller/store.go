@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"sync"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -40,6 +41,7 @@ type lease struct {
 	// not "").
 	parent, start string
 	updated       time.Time // the item's last write
+	finished      bool      // the release of the shard read to its end marked it (table.Lease.Finished)
 }
 
 // row is the lease as the table holds it.
@@ -48,7 +50,7 @@ func (l lease) row() table.Lease {
 }
 
 func leaseOf(l table.Lease) lease {
-	return lease{shard: l.Shard, owner: l.Owner, counter: l.Counter, pending: l.Pending, exists: l.Exists, parent: l.Parent, start: l.Start, updated: l.Updated}
+	return lease{shard: l.Shard, owner: l.Owner, counter: l.Counter, pending: l.Pending, exists: l.Exists, parent: l.Parent, start: l.Start, updated: l.Updated, finished: l.Finished}
 }
 
 // checkpoint is the poller's view of a checkpoint item as read
@@ -59,10 +61,14 @@ type checkpoint struct {
 	finished bool
 	startAt  string
 	pending  bool // a half-committed batch is on it
+	exists   bool // the item exists (a consumer started on the shard)
+	// read is when this poller read it (zero: it learned it otherwise:
+	// a reader's end, or a listing of every checkpoint).
+	read time.Time
 }
 
 func checkpointOf(c table.Checkpoint) checkpoint {
-	return checkpoint{shard: c.Shard, seq: c.Seq, finished: c.Finished, startAt: c.StartAt, pending: c.Pending != nil}
+	return checkpoint{shard: c.Shard, seq: c.Seq, finished: c.Finished, startAt: c.StartAt, pending: c.Pending != nil, exists: true}
 }
 
 // store reads and writes one stream's lease and checkpoint items.
@@ -142,7 +148,9 @@ func (s *store) readCheckpoint(ctx context.Context, shard string) (checkpoint, e
 		var item map[string]ddbtypes.AttributeValue
 		if item, err = s.readItem(ctx, aggregates.CheckpointKey(s.streamARN, shard)); err == nil {
 			c, _ := table.DecodeCheckpoint(shard, item)
-			return checkpointOf(c), nil
+			cp := checkpointOf(c)
+			cp.exists = item != nil
+			return cp, nil
 		}
 		pause(ctx, i+1)
 	}
@@ -198,14 +206,101 @@ func (s *store) take(ctx context.Context, seen lease, owner string, duration tim
 
 // register puts a free lease for shard sh, which no lease exists for yet,
 // describing it (table.RegisterShard); an existing lease is left as it is.
-func (s *store) register(ctx context.Context, sh shard) error {
-	_, err := s.updateItem(ctx, "register shard", aggregates.LeaseKey(s.streamARN, sh.id),
+// It returns the lease as written, or ok false when it existed.
+func (s *store) register(ctx context.Context, sh shard) (l lease, ok bool, err error) {
+	attrs, err := s.updateItem(ctx, "register shard", aggregates.LeaseKey(s.streamARN, sh.id),
 		table.RegisterShard(s.table, s.streamARN, sh.id, sh.parent, sh.start, s.now()))
+	if errors.Is(err, errConditionFailed) {
+		return lease{}, false, nil
+	}
+	if err != nil {
+		return lease{}, false, err
+	}
+	return leaseOf(table.DecodeLease(sh.id, attrs)), true, nil
+}
+
+// heartbeat writes this poller's worker registry item (table.HeartbeatWorker)
+// and returns it as written: its offers.
+func (s *store) heartbeat(ctx context.Context, owner string, held int) (table.Worker, error) {
+	attrs, err := s.updateItem(ctx, "heartbeat", aggregates.WorkerKey(s.streamARN, owner),
+		table.HeartbeatWorker(s.table, s.streamARN, owner, held, s.now()))
+	if err != nil {
+		return table.Worker{}, err
+	}
+	return table.DecodeWorker(attrs), nil
+}
+
+// leave marks this poller's worker item left; a poller never registered
+// has nothing to mark.
+func (s *store) leave(ctx context.Context, owner string) error {
+	_, err := s.updateItem(ctx, "leave", aggregates.WorkerKey(s.streamARN, owner), table.LeaveWorker(s.table, s.streamARN, owner, s.now()))
 	if errors.Is(err, errConditionFailed) {
 		return nil
 	}
 	return err
 }
+
+// offer tells poller to (its worker item's offers) that the lease of shard
+// is for it to take.
+func (s *store) offer(ctx context.Context, to, shard string) error {
+	_, err := s.updateItem(ctx, "offer lease", aggregates.WorkerKey(s.streamARN, to), table.OfferLease(s.table, s.streamARN, to, shard))
+	return err
+}
+
+// clearOffers removes shards from owner's offers.
+func (s *store) clearOffers(ctx context.Context, owner string, shards []string) error {
+	_, err := s.updateItem(ctx, "clear offers", aggregates.WorkerKey(s.streamARN, owner), table.ClearOffers(s.table, s.streamARN, owner, shards))
+	return err
+}
+
+// readWorkers reads the stream's worker registry.
+func (s *store) readWorkers(ctx context.Context) ([]table.Worker, error) {
+	return table.ReadWorkers(ctx, s.api, s.table, s.streamARN)
+}
+
+// leasePage reads one page of the stream's lease partition from start.
+func (s *store) leasePage(ctx context.Context, start map[string]ddbtypes.AttributeValue, limit int) ([]lease, map[string]ddbtypes.AttributeValue, error) {
+	ls, next, err := table.ReadLeasePage(ctx, s.api, s.table, s.streamARN, start, int32(limit))
+	if err != nil {
+		return nil, nil, err
+	}
+	out := make([]lease, len(ls))
+	for i, l := range ls {
+		out[i] = leaseOf(l)
+	}
+	return out, next, nil
+}
+
+// readCheckpoints reads the checkpoints of shards, each with a consistent
+// read of its key (at most readParallel at once): the checkpoints a
+// decision needs, not the stream's checkpoint partitions. A checkpoint
+// that could not be read is left out.
+func (s *store) readCheckpoints(ctx context.Context, shards []string) map[string]checkpoint {
+	out := make(map[string]checkpoint, len(shards))
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, readParallel)
+	for _, id := range shards {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			cp, err := s.readCheckpoint(ctx, id)
+			if err != nil {
+				return
+			}
+			cp.read = time.Now()
+			mu.Lock()
+			out[id] = cp
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	return out
+}
+
+// readParallel bounds the checkpoint reads a poller has in flight at once.
+const readParallel = 16
 
 // renew bumps the counter of a lease owner holds. It returns the lease as
 // written, with pending set when another poller asked for it.

@@ -1,0 +1,622 @@
+package poller
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"sort"
+	"time"
+
+	ddbtypes "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+)
+
+// This file is a live poller's share-bounded pass (issue 23): what a pass
+// reads grows with the leases the poller holds, not with the stream.
+//
+//   - The worker registry (table.HeartbeatWorker): each round the poller
+//     writes its worker item (a heartbeat and the leases it holds) and reads
+//     the stream's few worker items: fair share = leasable shards / live
+//     workers, without reading every lease.
+//   - Its own leases' state comes from its renewals' answers (ALL_NEW), not
+//     from a read.
+//   - The lease partition is swept a page per round (Config.LeaseScanPage
+//     items), from where the last page ended, and read whole only at start:
+//     it finds free and expired leases, finished shards and new shards
+//     registered by the others.
+//   - Checkpoints are read only for a decision: before taking a shard,
+//     its own (is it finished?) and its parent's (is the parent finished?)
+//     when neither the poller nor the parent's lease says so: a consistent
+//     read of each key, not the stream's 16 checkpoint partitions.
+//   - A reader's end does its shard's work only (endPass): look up and
+//     register the children, take them while under the share, offer the
+//     rest to a poller under it.
+//   - Balance: a poller over its share hands the excess over gracefully
+//     (the batch in hand committed first) to pollers under it, named in
+//     their worker items' offers, which they take at their next round; a
+//     poller leaving hands all its leases over the same way. A poller takes
+//     nothing before its second read of the registry, one round after it
+//     registered, so that pollers starting together see each other first.
+
+// workerView is what this poller knows of another poller from the
+// registry.
+type workerView struct {
+	beat int64
+	held int
+	left bool
+	at   time.Time // first read with this beat
+	last time.Time // last read
+}
+
+// handed counts the leases this poller handed or offered to another since
+// that poller's registry item last said what it holds: its count lags
+// them by up to two of its rounds (it takes offers after its heartbeat).
+type handed struct {
+	n    int
+	beat int64 // the receiver's beat when the first of them was handed
+}
+
+// live reports whether w heartbeated within the last LeaseDuration, as
+// seen on this poller's clock.
+func (w workerView) live(d time.Duration) bool { return !w.left && w.last.Sub(w.at) < d }
+
+// sharePass is a live poller's round (renew set: the ticker's) or its first
+// pass: renew, discover, heartbeat and read the registry, sweep a page of
+// leases, balance, take offers and a share, start readers.
+func (p *Poller) sharePass(ctx context.Context, renew bool) error {
+	defer p.gauges()
+	if renew {
+		p.renewAll(ctx)
+		// Registered before the stream is listed: a listing throttled at
+		// start (pollers starting together share DescribeStream's rate)
+		// must not hide this poller from the others' share.
+		p.registry(ctx)
+	}
+	if ok, err := p.discover(ctx); !ok || err != nil {
+		return err
+	}
+	if p.cfg.StartPosition == Latest && !p.latestChecked {
+		// A fresh start at LATEST is decided on every checkpoint of the
+		// stream, once (the old pass).
+		if !p.readAll(ctx) {
+			return nil
+		}
+		p.latestChecked = true
+	}
+	p.sweep(ctx)
+	p.learnShards()
+	if !p.stopping {
+		if renew {
+			p.balance(ctx)
+		}
+		p.takeOffers(ctx)
+		if p.registryReads >= 2 {
+			p.takeShare(ctx, nil)
+		}
+		p.startReaders(ctx)
+	}
+	p.ready.Store(!p.stopping)
+	return nil
+}
+
+// endPass is a live poller's work at a reader's end: the children of a
+// finished shard are looked up and registered (discover), taken while this
+// poller is under its share and offered to a poller under it otherwise; the
+// readers that wait are started. Nothing else is read.
+func (p *Poller) endPass(ctx context.Context) error {
+	defer p.gauges()
+	p.newKids = map[string]bool{}
+	defer func() { p.newKids = nil }()
+	if ok, err := p.discover(ctx); !ok || err != nil {
+		return err
+	}
+	if p.stopping {
+		return nil
+	}
+	// The children the listing already has (a day of closed shards at
+	// start) are this shard's work too, looked up or not.
+	var listed []shard
+	for _, s := range p.shards {
+		if s.parent == "" {
+			continue
+		}
+		if skipped, ok := p.finishedNow[s.parent]; ok {
+			p.newKids[s.id] = true
+			if skipped {
+				listed = append(listed, s)
+			}
+		}
+	}
+	p.finishedNow = nil
+	if len(listed) > 0 && !p.cfg.Drain {
+		// Not looked up (the listing had them): registered for the
+		// pollers whose listing is older.
+		known := make(map[string]bool, len(p.shards))
+		for _, s := range p.shards {
+			known[s.id] = true
+		}
+		p.registerChildren(ctx, listed, known)
+	}
+	if len(p.newKids) > 0 {
+		p.takeShare(ctx, p.newKids)
+		if !p.cfg.Drain {
+			p.offerKids(ctx, p.newKids)
+		}
+	}
+	p.startReaders(ctx)
+	return nil
+}
+
+// registry writes this poller's worker item and reads the stream's.
+func (p *Poller) registry(ctx context.Context) {
+	w, err := p.store.heartbeat(ctx, p.cfg.Owner, len(p.held))
+	if err != nil {
+		if ctx.Err() == nil {
+			p.log.Warn("writing the worker item failed; retrying at the next round", "error", err.Error())
+		}
+	} else {
+		p.offers = w.Offers
+	}
+	ws, err := p.store.readWorkers(ctx)
+	if err != nil {
+		if ctx.Err() == nil {
+			p.log.Warn("reading the worker registry failed; retrying at the next round", "error", err.Error())
+		}
+		return
+	}
+	now := time.Now()
+	seen := make(map[string]bool, len(ws))
+	for _, w := range ws {
+		if w.Owner == "" || w.Owner == p.cfg.Owner {
+			continue
+		}
+		seen[w.Owner] = true
+		v, ok := p.workers[w.Owner]
+		if !ok || v.beat != w.Beat {
+			v.at = now
+		}
+		v.beat, v.held, v.left, v.last = w.Beat, w.Held, w.Left, now
+		p.workers[w.Owner] = v
+	}
+	for o := range p.workers {
+		if !seen[o] {
+			delete(p.workers, o)
+		}
+	}
+	for o, h := range p.handed {
+		if v, ok := p.workers[o]; !ok || v.beat >= h.beat+3 {
+			delete(p.handed, o)
+		}
+	}
+	p.registryReads++
+	p.healthy.Store(now.UnixNano())
+}
+
+// heldBy is what owner holds as far as this poller knows: its registry
+// count and what this poller handed it since.
+func (p *Poller) heldBy(owner string) int { return p.workers[owner].held + p.handed[owner].n }
+
+// handTo notes a lease handed or offered to owner.
+func (p *Poller) handTo(owner string) {
+	h, ok := p.handed[owner]
+	if !ok {
+		h.beat = p.workers[owner].beat
+	}
+	h.n++
+	p.handed[owner] = h
+}
+
+// liveWorkers returns the other pollers counted live, by owner name.
+func (p *Poller) liveWorkers() []string {
+	var out []string
+	for o, v := range p.workers {
+		if v.live(p.cfg.LeaseDuration) {
+			out = append(out, o)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// shareTarget is this poller's fair share: the leasable shards (those
+// eligible as this poller knows them, or the leases the live pollers hold
+// if more) over the live pollers, rounded up.
+func (p *Poller) shareTarget() int {
+	live := p.liveWorkers()
+	sum := len(p.held)
+	for _, o := range live {
+		sum += p.heldBy(o)
+	}
+	n := max(len(p.eligible()), sum)
+	return (n + len(live)) / (len(live) + 1)
+}
+
+// sweep reads the next page of the stream's lease partition (at start,
+// all of it), remembering each lease but this poller's own (which its
+// renewals' answers tell) and when it was seen in its state.
+func (p *Poller) sweep(ctx context.Context) {
+	whole := !p.swept
+	for {
+		ls, next, err := p.store.leasePage(ctx, p.sweepFrom, p.cfg.LeaseScanPage)
+		if err != nil {
+			if ctx.Err() == nil {
+				p.log.Warn("reading leases failed; retrying at the next round", "error", err.Error())
+			}
+			return
+		}
+		now := time.Now()
+		for _, l := range ls {
+			if h, mine := p.held[l.shard]; mine && !h.lost && l.owner == p.cfg.Owner {
+				continue
+			}
+			p.leases[l.shard] = l
+			p.observeLease(l, now)
+		}
+		p.sweepFrom = next
+		if next == nil {
+			p.swept = true
+		}
+		if !whole || next == nil || ctx.Err() != nil {
+			return
+		}
+	}
+}
+
+// balance hands leases this poller holds over to live pollers under their
+// share, gracefully: each reader commits the batch in hand, then the lease
+// goes to its new owner, named in its worker item's offers. The moves are
+// planned from the registry, the same plan by every poller that reads the
+// same registry (plan): one lease at a time from the poller holding the
+// most (the first by name among equals) to the one holding the fewest,
+// while the first holds over the ceiling of the share or the second under
+// its floor and they are two or more apart; this poller makes the moves
+// that start from it. Moving from above the floor to below it puts nobody
+// else below it, so the moves settle (three pollers on four shards hold
+// two, one and one).
+func (p *Poller) balance(ctx context.Context) {
+	if p.registryReads < 2 {
+		return
+	}
+	var mine []*holding
+	for _, h := range p.held {
+		if !h.lost && !h.finished && h.handoffTo == "" {
+			mine = append(mine, h)
+		}
+	}
+	held := map[string]int{p.cfg.Owner: len(mine)}
+	for _, o := range p.liveWorkers() {
+		held[o] = p.heldBy(o)
+	}
+	hi := p.shareTarget()
+	n := max(len(p.eligible()), sumOf(held))
+	lo := n / len(held)
+	if sumOf(held) < n {
+		// Free leases are left: a poller under its floor takes those, and
+		// only a poller over the ceiling hands any over (at a start, nobody
+		// hands over what it took while the others were still taking).
+		lo = 0
+	}
+	var to []string
+	for _, m := range plan(held, lo, hi) {
+		if m.from == p.cfg.Owner {
+			to = append(to, m.to)
+		}
+	}
+	if len(to) == 0 {
+		return
+	}
+	// Idle readers first: they hold nothing to commit.
+	sort.SliceStable(mine, func(i, j int) bool { return !mine[i].running && mine[j].running })
+	for i, receiver := range to {
+		if i >= len(mine) {
+			break
+		}
+		h := mine[i]
+		h.handoffTo = receiver
+		p.handTo(receiver)
+		p.log.Info("lease over the fair share; handing it over", "shard", h.lease.shard, "to", receiver, "share_floor", lo, "share_ceiling", hi)
+		if h.running {
+			h.signalStop()
+		} else {
+			p.release(ctx, h.lease.shard, h)
+		}
+	}
+}
+
+func sumOf(m map[string]int) int {
+	n := 0
+	for _, v := range m {
+		n += v
+	}
+	return n
+}
+
+// move is one lease to hand over in a balance plan.
+type move struct{ from, to string }
+
+// plan returns the hand-overs that bring every owner of held within
+// [lo, hi] where they can be: one lease at a time from the owner holding
+// the most to the one holding the fewest (ties by name), while the most is
+// above hi or the fewest below lo, and they are two or more apart.
+func plan(held map[string]int, lo, hi int) []move {
+	owners := make([]string, 0, len(held))
+	n := make(map[string]int, len(held))
+	for o, h := range held {
+		owners = append(owners, o)
+		n[o] = h
+	}
+	sort.Strings(owners)
+	var moves []move
+	for range sumOf(held) + 1 {
+		most, fewest := owners[0], owners[0]
+		for _, o := range owners[1:] {
+			if n[o] > n[most] {
+				most = o
+			}
+			if n[o] < n[fewest] {
+				fewest = o
+			}
+		}
+		if n[most]-n[fewest] < 2 || (n[most] <= hi && n[fewest] >= lo) {
+			break
+		}
+		n[most]--
+		n[fewest]++
+		moves = append(moves, move{most, fewest})
+	}
+	return moves
+}
+
+// takeOffers takes the leases offered to this poller in its worker item
+// (handed over to it, or children another poller left for it), then
+// clears the offers. An offer is a hint: the lease item, read, decides.
+func (p *Poller) takeOffers(ctx context.Context) {
+	if len(p.offers) == 0 {
+		return
+	}
+	offers := p.offers
+	p.offers = nil
+	until := time.Now().Add(p.cfg.renewInterval() / 2)
+	for i, id := range offers {
+		if !time.Now().Before(until) {
+			// The rest stay offered: the next heartbeat's answer has them.
+			offers = offers[:i]
+			break
+		}
+		if _, mine := p.held[id]; mine || p.finishedKnown(id) {
+			continue
+		}
+		l, err := p.store.readLease(ctx, id)
+		if err != nil {
+			continue
+		}
+		p.leases[id] = l
+		p.observeLease(l, time.Now())
+		if l.finished || (l.owner != "" && l.owner != p.cfg.Owner) {
+			continue
+		}
+		sh, known := p.shard(id)
+		if !known {
+			if l.start == "" {
+				continue // the next listing has it
+			}
+			sh = shard{id: id, parent: l.parent, start: l.start}
+			p.shards = append(p.shards, sh)
+		}
+		if !p.parentDone(ctx, sh) {
+			continue
+		}
+		p.takeLease(ctx, l)
+	}
+	if len(offers) == 0 {
+		return
+	}
+	if err := p.store.clearOffers(ctx, p.cfg.Owner, offers); err != nil && ctx.Err() == nil {
+		p.log.Warn("clearing the offers taken failed; they are read again", "error", err.Error())
+	}
+}
+
+// parentDone reports whether s may be read as far as its parent goes: it
+// has none, the parent is not listed or gone, or it is known finished —
+// if this poller does not know it, from a read of the parent's
+// checkpoint. An offer names a shard whose parent its giver knew
+// finished; the receiver does not take that on trust.
+func (p *Poller) parentDone(ctx context.Context, s shard) bool {
+	if s.parent == "" || p.finishedKnown(s.parent) || p.gone[s.parent] {
+		return true
+	}
+	if _, listed := p.shard(s.parent); !listed {
+		return true
+	}
+	cp, err := p.store.readCheckpoint(ctx, s.parent)
+	if err != nil {
+		return false
+	}
+	cp.read = time.Now()
+	p.cps[s.parent] = cp
+	return cp.finished
+}
+
+// takeShare takes free and expired leases up to this poller's share (of the
+// shards in only, when set), for at most half a renewal interval. Before
+// a take it reads the checkpoints the decision needs, and only those: the
+// shard's own when this poller has not read it (a finished shard is not
+// taken), and its parent's when neither this poller nor the parent's lease
+// knows the parent finished and nobody holds the parent's lease (a parent
+// being read is not finished; one read within LeaseDuration and unfinished
+// is not read again).
+func (p *Poller) takeShare(ctx context.Context, only map[string]bool) {
+	target := p.shareTarget()
+	if p.cfg.Drain {
+		target = len(p.held) + len(p.shards) // a drain's share is the stream
+	}
+	if len(p.held) >= target {
+		return
+	}
+	listed := make(map[string]bool, len(p.shards))
+	for _, s := range p.shards {
+		listed[s.id] = true
+	}
+	var ready, blocked []shard
+	for _, s := range p.shards {
+		if only != nil && !only[s.id] {
+			continue
+		}
+		if _, mine := p.held[s.id]; mine || p.finishedKnown(s.id) || p.gone[s.id] || p.drainedOpen(s) {
+			continue
+		}
+		if free, _ := p.available(p.leaseOf(s)); !free {
+			continue
+		}
+		if s.parent == "" || !listed[s.parent] || p.finishedKnown(s.parent) || p.gone[s.parent] {
+			ready = append(ready, s)
+		} else {
+			blocked = append(blocked, s)
+		}
+	}
+	rand.Shuffle(len(ready), func(i, j int) { ready[i], ready[j] = ready[j], ready[i] })
+	rand.Shuffle(len(blocked), func(i, j int) { blocked[i], blocked[j] = blocked[j], blocked[i] })
+	want := target - len(p.held)
+	// The reads a decision needs, for about twice the shards wanted, in one
+	// concurrent batch.
+	budget := 2*want + 16
+	var reads []string
+	asked := map[string]bool{}
+	ask := func(id string) {
+		if !asked[id] && len(reads) < budget {
+			asked[id] = true
+			reads = append(reads, id)
+		}
+	}
+	fresh := func(id string) bool {
+		cp, ok := p.cps[id]
+		return ok && (cp.finished || cp.read.IsZero() || time.Since(cp.read) < p.cfg.LeaseDuration)
+	}
+	for _, s := range ready {
+		if !fresh(s.id) {
+			ask(s.id)
+		}
+	}
+	for _, s := range blocked {
+		if len(reads) >= budget {
+			break
+		}
+		pl, ok := p.leases[s.parent]
+		if _, mine := p.held[s.parent]; mine {
+			continue
+		}
+		if ok && pl.owner != "" {
+			if free, _ := p.available(pl); !free {
+				continue // being read
+			}
+		}
+		if !fresh(s.parent) {
+			ask(s.parent)
+		}
+		if !fresh(s.id) {
+			ask(s.id)
+		}
+	}
+	if len(reads) > 0 {
+		// Bounded like the takes: the renewals wait for this round.
+		rctx, cancel := context.WithTimeout(ctx, p.cfg.renewInterval()/2)
+		got := p.store.readCheckpoints(rctx, reads)
+		cancel()
+		for id, cp := range got {
+			if old := p.cps[id]; old.finished {
+				continue
+			}
+			p.cps[id] = cp
+		}
+	}
+	until := time.Now().Add(p.cfg.renewInterval() / 2)
+	if next := p.lastRenew.Add(p.cfg.renewInterval()); only != nil && next.Before(until) {
+		until = next // a reader's end does not hold up the next renewals
+	}
+	for _, s := range append(ready, blocked...) {
+		if len(p.held) >= target || ctx.Err() != nil || !time.Now().Before(until) {
+			return
+		}
+		if _, ok := p.cps[s.id]; !ok || p.finishedKnown(s.id) {
+			continue // not read (past the batch), or finished
+		}
+		if s.parent != "" && listed[s.parent] && !p.finishedKnown(s.parent) && !p.gone[s.parent] {
+			continue
+		}
+		l := p.leaseOf(s)
+		if l.start == "" {
+			// Taking it describes the shard in its lease item.
+			l.parent, l.start = s.parent, s.start
+		}
+		p.takeLease(ctx, l)
+	}
+}
+
+// leaseOf is s's lease as this poller last knew it (not existing, if it
+// knows none).
+func (p *Poller) leaseOf(s shard) lease {
+	l, ok := p.leases[s.id]
+	if !ok {
+		l = lease{shard: s.id}
+	}
+	return l
+}
+
+// offerKids offers the children this poller registered and did not take
+// to the live poller furthest under its share, as the registry last said.
+func (p *Poller) offerKids(ctx context.Context, kids map[string]bool) {
+	target := p.shareTarget()
+	for id := range kids {
+		if _, mine := p.held[id]; mine {
+			continue
+		}
+		if l := p.leases[id]; l.owner != "" || l.finished {
+			continue
+		}
+		best, bestHeld := "", target
+		for _, o := range p.liveWorkers() {
+			if h := p.heldBy(o); h < bestHeld {
+				best, bestHeld = o, h
+			}
+		}
+		if best == "" {
+			return // nobody under the share: the sweeps find it
+		}
+		if err := p.store.offer(ctx, best, id); err != nil {
+			if !errors.Is(err, errConditionFailed) && ctx.Err() == nil {
+				p.log.Warn("offering a child shard failed; the sweeps find it", "shard", id, "to", best, "error", err.Error())
+			}
+			continue
+		}
+		p.handTo(best)
+	}
+}
+
+// handOverAll names, for each lease this poller holds, the live poller
+// furthest under its share to hand it over to at shutdown (none: it is
+// released free).
+func (p *Poller) handOverAll() {
+	live := p.liveWorkers()
+	if len(live) == 0 {
+		return
+	}
+	held := make(map[string]int, len(live))
+	for _, o := range live {
+		held[o] = p.heldBy(o)
+	}
+	for _, h := range p.held {
+		if h.lost || h.finished || h.handoffTo != "" {
+			continue
+		}
+		best := live[0]
+		for _, o := range live[1:] {
+			if held[o] < held[best] {
+				best = o
+			}
+		}
+		h.handoffTo = best
+		held[best]++
+	}
+}
+
+// sweepState is where the lease sweep goes on from.
+type sweepState = map[string]ddbtypes.AttributeValue
