@@ -27,6 +27,15 @@ func reviewShareGate(t *testing.T) {
 	}
 }
 
+// handled counts the records p's readers committed, whatever the outcome.
+func handled(t *testing.T, p *testPoller) int {
+	n := 0.0
+	for _, o := range []string{processor.OutcomeApplied, processor.OutcomeIgnored, processor.OutcomeQuarantined} {
+		n += recordsTotal(t, p.pm, o)
+	}
+	return int(n)
+}
+
 // leaseOwners reads every lease item of the env's stream: shard → owner
 // ("" when free).
 func (e *env) leaseOwners(t *testing.T) map[string]string {
@@ -71,7 +80,8 @@ func TestPoller_TwoPollersStoppedTogetherDoNotHandTheirLeasesToEachOther(t *test
 	for _, id := range ids {
 		f.addShard(id, "")
 	}
-	f.split(ids, e.write(t, 40))
+	recs := e.write(t, 40)
+	f.split(ids, recs)
 	a := e.poller(t, "a", nil, nil, nil)
 	b := e.poller(t, "b", nil, nil, nil)
 	stopA, stopB := start(t, a), start(t, b)
@@ -79,7 +89,7 @@ func TestPoller_TwoPollersStoppedTogetherDoNotHandTheirLeasesToEachOther(t *test
 		return counter(t, a.m.LeasesHeld) == 2 && counter(t, b.m.LeasesHeld) == 2
 	})
 	eventually(t, "the records are committed", 20*time.Second, func() bool {
-		return recordsTotal(t, a.pm, processor.OutcomeApplied)+recordsTotal(t, b.pm, processor.OutcomeApplied) >= 40
+		return handled(t, a)+handled(t, b) >= len(recs)
 	})
 	var wg sync.WaitGroup
 	for _, stop := range []func(){stopA, stopB} {
@@ -121,13 +131,15 @@ func TestPoller_AWorkerItemLeftByACrashedPollerIsOfferedNothing(t *testing.T) {
 	e := newEnv(t, 1542)
 	f := e.stream
 	f.addShard("shardId-R2-P", "")
-	f.appendTo("shardId-R2-P", e.write(t, 10)...)
+	recs := e.write(t, 10)
+	f.appendTo("shardId-R2-P", recs...)
 	f.close("shardId-R2-P")
 	kids := []string{"shardId-R2-C1", "shardId-R2-C2"}
 	for _, id := range kids {
 		f.addShard(id, "shardId-R2-P")
 	}
-	f.split(kids, e.write(t, 30))
+	more := e.write(t, 30)
+	f.split(kids, more)
 	coord := table.CoordinationTableName(e.table)
 	// The item of a poller that crashed an hour ago, holding nothing.
 	_, err := e.ddb.UpdateItem(ctx, table.HeartbeatWorker(coord, f.arn, "crashed", 0, time.Now().Add(-time.Hour)))
@@ -135,7 +147,7 @@ func TestPoller_AWorkerItemLeftByACrashedPollerIsOfferedNothing(t *testing.T) {
 	a := e.poller(t, "a", nil, nil, nil)
 	stop := start(t, a)
 	eventually(t, "a read the parent and both children", 30*time.Second, func() bool {
-		return recordsTotal(t, a.pm, processor.OutcomeApplied) >= 40
+		return handled(t, a) >= len(recs)+len(more)
 	})
 	stop()
 	ws, err := table.ReadWorkers(ctx, e.ddb, coord, f.arn)
