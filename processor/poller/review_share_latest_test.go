@@ -25,7 +25,7 @@ import (
 // at LATEST whenever the checkpoint it did not read says so (the reader's
 // own read of the checkpoint, released(), returns startAt too).
 func TestPoller_AShardHandedOverBeforeItsFirstCommitKeepsItsLatestStart(t *testing.T) {
-	reviewShareGate(t)
+	// R5, fixed: takeOffers reads the offered shard's own checkpoint.
 	e := newEnv(t, 1544)
 	f := e.stream
 	ids := []string{"shardId-R5-0", "shardId-R5-1"}

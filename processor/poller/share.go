@@ -405,6 +405,21 @@ func (p *Poller) takeOffers(ctx context.Context) {
 		if !p.parentDone(ctx, sh) {
 			continue
 		}
+		// The shard's own checkpoint, as takeShare reads it before a take:
+		// its reader starts from it, and it carries a LATEST start's marker
+		// that a shard handed over before its first commit must keep (the
+		// review of the share-bounded pass, R5).
+		if _, read := p.cps[id]; !read {
+			cp, err := p.store.readCheckpoint(ctx, id)
+			if err != nil {
+				continue
+			}
+			cp.read = time.Now()
+			p.cps[id] = cp
+		}
+		if p.finishedKnown(id) {
+			continue
+		}
 		p.takeLease(ctx, l)
 	}
 	if len(offers) == 0 {
