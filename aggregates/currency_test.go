@@ -1,6 +1,10 @@
 package aggregates
 
 import (
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -93,4 +97,32 @@ func TestValidateCurrency_EveryCodeOfThePackageButNoMoney(t *testing.T) {
 		_, err := currency.ParseISO(code)
 		assert.Error(t, err, "%s: the package knows it now; take it out of addedSinceCLDR32", code)
 	}
+}
+
+// TestCurrencyDigits_MatchISO4217ListOne checks every current ISO 4217 code
+// against its minor unit (testdata/iso4217-list-one.tsv, from SIX's list
+// one): a code with a minor unit is accepted with exactly that many fraction
+// digits, a code whose minor unit is N.A. is refused.
+func TestCurrencyDigits_MatchISO4217ListOne(t *testing.T) {
+	data, err := os.ReadFile(filepath.Join("testdata", "iso4217-list-one.tsv"))
+	require.NoError(t, err)
+	n := 0
+	for _, line := range strings.Split(string(data), "\n") {
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		code, unit, ok := strings.Cut(line, "\t")
+		require.True(t, ok, line)
+		n++
+		if unit == "-" {
+			assert.Error(t, ValidateCurrency(code), code)
+			continue
+		}
+		want, err := strconv.Atoi(unit)
+		require.NoError(t, err, line)
+		if assert.NoError(t, ValidateCurrency(code), code) {
+			assert.Equal(t, want, CurrencyDigits(code), code)
+		}
+	}
+	assert.Greater(t, n, 170, "the list holds every current code")
 }

@@ -100,9 +100,14 @@ func TestExactlyOnce_RandomizedDeliveryWithFaults(t *testing.T) {
 	}
 }
 
-func runRandomized(t *testing.T, mode string, seed uint64) {
+// runRandomized runs one randomized delivery; each of wrap changes the
+// env first (the conflict tests put internal/ddbconflict in its path).
+func runRandomized(t *testing.T, mode string, seed uint64, wrap ...func(*env)) {
 	ctx := context.Background()
 	e := newEnv(t)
+	for _, w := range wrap {
+		w(e)
+	}
 	rng := rand.New(rand.NewPCG(seed, 7))
 	ch := &chaos{rng: rand.New(rand.NewPCG(seed, 11)), lose: 0.08, drop: 0.04, injected: map[string]int{}}
 	e.faults.Decide = ch.decide

@@ -216,7 +216,10 @@ func (g *ShardGuard) batching() bool { return g.batches && g.prev != "" }
 func (g *ShardGuard) SetOrigin(seq string) { g.origin, g.hasOrigin = seq, true }
 
 // Checkpoint returns the shard's committed position ("" when none),
-// reading it from the table if the guard has not yet.
+// reading it from the table if the guard has not yet. A checkpoint that is
+// a migration's copy not released yet is an error wrapping
+// table.ErrCheckpointFenced (as is every Process call meeting one, which
+// commits nothing): not this consumer's to claim yet; ask again later.
 func (g *ShardGuard) Checkpoint(ctx context.Context) (string, error) {
 	if err := g.load(ctx); err != nil {
 		return "", err
@@ -241,6 +244,16 @@ func (g *ShardGuard) load(ctx context.Context) error {
 		}
 	}
 	cp, err := table.DecodeCheckpoint(g.shard, item)
+	if cp.Fenced {
+		// A migration's copy not released yet: the checkpoint it was
+		// copied from may still move, so nothing may be claimed from it
+		// (docs/exactly-once.md, "Leases and the other writes outside the
+		// commit", hole 5). Every claim's condition refuses it too; this
+		// names it instead of a guard conflict, and the guard stays
+		// unloaded so that the next call reads it again.
+		g.p.metrics.Conflicts.WithLabelValues(ConflictMigrationFence).Inc()
+		return fmt.Errorf("shard %s: %w", g.shard, table.ErrCheckpointFenced)
+	}
 	if err != nil {
 		return fmt.Errorf("checkpoint %s: %w", g.key, err)
 	}

@@ -33,6 +33,10 @@ const (
 	ConflictTransactionConflict = "transaction_conflict" // another transaction held an item: retried with backoff
 	ConflictShortRedelivery     = "short_redelivery"     // a Lambda batch ended inside a committed run (see docs/exactly-once.md)
 	ConflictAbandonedBatch      = "abandoned_batch"      // a half-committed poller batch whose records were trimmed was given up
+	// ConflictMigrationFence: a shard's checkpoint was a copy `ledgerctl
+	// coordination migrate` has not released yet (table.ErrCheckpointFenced):
+	// nothing committed, tried again later. Counted at each read that finds it.
+	ConflictMigrationFence = "migration_fence"
 )
 
 // Reasons of ledger_parked_deltas_total: why a report item's update was
@@ -81,7 +85,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}, []string{"event", "outcome"}),
 		Conflicts: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: namespace, Subsystem: "aggregate", Name: "conflicts_total",
-			Help: "Commit conflicts by reason: duplicate (already applied, skipped), condition_failed (report shape changed), transaction_conflict (retried), short_redelivery, abandoned_batch.",
+			Help: "Commit conflicts by reason: duplicate (already applied, skipped), condition_failed (report shape changed), transaction_conflict (retried), short_redelivery, abandoned_batch, migration_fence (the checkpoint is a migration's copy not released yet: nothing committed, retried).",
 		}, []string{"reason"}),
 		Parked: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: namespace, Name: "parked_deltas_total",
@@ -127,7 +131,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			m.Records.WithLabelValues(ev, o)
 		}
 	}
-	for _, r := range []string{ConflictDuplicate, ConflictConditionFailed, ConflictTransactionConflict, ConflictShortRedelivery, ConflictAbandonedBatch} {
+	for _, r := range []string{ConflictDuplicate, ConflictConditionFailed, ConflictTransactionConflict, ConflictShortRedelivery, ConflictAbandonedBatch, ConflictMigrationFence} {
 		m.Conflicts.WithLabelValues(r)
 	}
 	for _, r := range []string{ParkedTooLarge, ParkedMalformed, ParkedRefused} {

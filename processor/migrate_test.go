@@ -6,20 +6,25 @@ package processor_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"maps"
 	"testing"
 	"time"
 
+	"github.com/aws/aws-lambda-go/events"
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	ddbtypes "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/ledger-dev/ledger/aggregates"
 	"github.com/ledger-dev/ledger/internal/ledgertest"
 	"github.com/ledger-dev/ledger/processor"
+	"github.com/ledger-dev/ledger/processor/handler"
 	"github.com/ledger-dev/ledger/table"
 )
 
@@ -172,4 +177,87 @@ func TestMigrate_ASecondRunKeepsACheckpointMovedOnFromItsCopy(t *testing.T) {
 	require.NoError(t, err)
 	_, err = table.MigrateStreamState(ctx, e.ddb, e.table, coord, e.streamARN, time.Now(), table.MigrateOptions{})
 	assert.ErrorIs(t, err, table.ErrMigrationConflict)
+}
+
+// coordCheckpoint reads the env's checkpoint item of shard from the
+// coordination table.
+func coordCheckpoint(t *testing.T, e *env, shard string) map[string]ddbtypes.AttributeValue {
+	t.Helper()
+	out, err := e.ddb.GetItem(context.Background(), &dynamodb.GetItemInput{
+		TableName: aws.String(table.CoordinationTableName(e.table)), Key: table.Key(aggregates.CheckpointKey(e.streamARN, shard)), ConsistentRead: aws.Bool(true),
+	})
+	require.NoError(t, err)
+	require.NotNil(t, out.Item)
+	return out.Item
+}
+
+// Review, session 15 (hole 5b): a tumbling-window Lambda of the new
+// version deployed before the migration ended meets the copy a refused
+// run left: the ledger table's checkpoint is at recs[14] (an old consumer
+// committed recs[10:15] after the copy was made), the copy at recs[9]. A
+// commit from the copy applied recs[10:15] a second time. The copy is
+// fenced: the window's final invocation commits nothing and fails, saying
+// why (an error wrapping table.ErrCheckpointFenced;
+// conflicts_total{reason="migration_fence"}), and the mapping's retry of
+// it after the migration has run to its end commits the rest, once.
+func TestMigrate_ATumblingWindowWaitsForTheMigrationToReleaseARefusedRunsCopy(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t)
+	coord := table.CoordinationTableName(e.table)
+	require.NoError(t, ledgertest.NewWorkload(2304).Run(ctx, e.ddb, e.table, 30))
+	shard, recs := e.records(t)
+	require.GreaterOrEqual(t, len(recs), 30)
+
+	// What a refused run leaves: the copy of the checkpoint at recs[9],
+	// fenced, and the old layout's checkpoint moved on to recs[14] by the
+	// old consumer's commit.
+	old := e.processor(t, nil, nil)
+	g := old.ShardGuard(e.streamARN, shard)
+	_, err := old.Process(ctx, g, recs[:10])
+	require.NoError(t, err)
+	copied := coordCheckpoint(t, e, shard)
+	_, err = old.Process(ctx, g, recs[10:15])
+	require.NoError(t, err)
+	moved := coordCheckpoint(t, e, shard)[table.AttrSequenceNumber].(*ddbtypes.AttributeValueMemberS).Value
+	toLegacy(t, e, shard)
+	copied["migratedFrom"], copied["migrationFence"] = copied[table.AttrUpdatedAt], table.S(e.table)
+	_, err = e.ddb.PutItem(ctx, &dynamodb.PutItemInput{TableName: aws.String(coord), Item: copied})
+	require.NoError(t, err)
+
+	lambda := e.processor(t, prometheus.NewRegistry(), nil)
+	h, err := handler.New(lambda, handler.Config{Mode: handler.Tumbling, Streams: e.streams})
+	require.NoError(t, err)
+	window := make([]events.DynamoDBEventRecord, len(recs))
+	for i := range recs {
+		window[i], err = processor.ToLambda(recs[i])
+		require.NoError(t, err)
+	}
+	payload, err := json.Marshal(events.DynamoDBTimeWindowEvent{
+		DynamoDBEvent: events.DynamoDBEvent{Records: window},
+		TimeWindowProperties: events.TimeWindowProperties{
+			ShardID: shard, EventSourceARN: e.streamARN, IsFinalInvokeForWindow: true,
+			Window: events.Window{Start: events.RFC3339EpochTime{Time: time.Unix(1700000000, 0)}, End: events.RFC3339EpochTime{Time: time.Unix(1700000060, 0)}},
+		},
+	})
+	require.NoError(t, err)
+	_, err = h.Invoke(ctx, payload)
+	require.ErrorIs(t, err, table.ErrCheckpointFenced, "a commit from the copy applies recs[10:15] a second time")
+	assert.Positive(t, testutil.ToFloat64(lambda.Metrics().Conflicts.WithLabelValues(processor.ConflictMigrationFence)))
+	assert.Zero(t, testutil.ToFloat64(lambda.Metrics().Commits.WithLabelValues("committed")))
+	assert.Equal(t, copied[table.AttrSequenceNumber], coordCheckpoint(t, e, shard)[table.AttrSequenceNumber], "the copy stays where it was")
+
+	// The old consumer stopped, the migration runs to its end; the
+	// mapping's retry of the window (the same event) commits what is left.
+	mres, err := table.MigrateStreamState(ctx, e.ddb, e.table, coord, e.streamARN, time.Now(), table.MigrateOptions{})
+	require.NoError(t, err)
+	require.Equal(t, 1, mres.Checkpoints)
+	out, err := h.Invoke(ctx, payload)
+	require.NoError(t, err)
+	var resp events.DynamoDBTimeWindowEventResponse
+	require.NoError(t, json.Unmarshal(out, &resp))
+	assert.Empty(t, resp.BatchItemFailures)
+	assert.Empty(t, resp.State, "the window is done")
+	seq, _ := table.String(coordCheckpoint(t, e, shard), table.AttrSequenceNumber)
+	assert.Equal(t, 1, processor.CompareSequence(seq, moved), "committed after the checkpoint the old consumer left")
+	e.requireReconciled(t)
 }

@@ -21,10 +21,11 @@ const (
 	classServer                    // 5xx, in-progress, idempotency mismatch: outcome unknown, retry (the guard decides)
 	classNetwork                   // timeouts, resets, a lost answer: outcome unknown, retry
 	classCanceled                  // the caller's context ended
+	classConflict                  // a single-item write met a transaction holding its item: it did not land, retry
 )
 
 func (c errClass) String() string {
-	return [...]string{"permanent", "throttle", "server", "network", "canceled"}[c]
+	return [...]string{"permanent", "throttle", "server", "network", "canceled", "conflict"}[c]
 }
 
 func classifyErr(err error) errClass {
@@ -36,9 +37,16 @@ func classifyErr(err error) errClass {
 	var tipe *ddbtypes.TransactionInProgressException
 	var ipme *ddbtypes.IdempotentParameterMismatchException
 	var ise *ddbtypes.InternalServerError
+	var tce *ddbtypes.TransactionConflictException
 	switch {
 	case errors.As(err, &pte), errors.As(err, &rle):
 		return classThrottle
+	case errors.As(err, &tce):
+		// A PutItem, UpdateItem or DeleteItem of an item an ongoing
+		// TransactWriteItems holds (a commit's checkpoint claim, while
+		// the Lambda moves the checkpoint outside a commit): refused
+		// before it was applied, and not retried by the SDK.
+		return classConflict
 	case errors.As(err, &tipe), errors.As(err, &ipme), errors.As(err, &ise):
 		return classServer
 	}

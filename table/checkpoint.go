@@ -37,9 +37,17 @@ import (
 //	                 a half-committed batch (prev, pendingTo]: groups before
 //	                 pendingNext of pendingGroups are committed
 //	                 (docs/exactly-once.md, "Batch commits")
+//	migratedFrom     S, on a copy MigrateStreamState made: the updatedAt of
+//	                 the ledger table's checkpoint it was copied from
+//	migrationFence   S, on such a copy until the move is done (the ledger
+//	                 table's checkpoint replaced by a tombstone): the ledger
+//	                 table's name
 //
-// Every move is a compare-and-set on sequenceNumber and never lands over a
-// half-committed batch except the batch's own next group.
+// Every move is a compare-and-set on sequenceNumber, never lands over a
+// half-committed batch except the batch's own next group, and never lands
+// on a fenced copy (fenceAbsent): a copy is not a checkpoint any consumer
+// may claim until the migration has made sure that no consumer of the
+// version before the coordination table can move the original any more.
 
 // Attribute names of the checkpoint item besides the keys, entityType and
 // updatedAt. sequenceNumber is also the run marker's and the quarantine
@@ -54,7 +62,29 @@ const (
 	attrPendingGroups  = "pendingGroups"
 	attrPendingPlan    = "pendingPlan"
 	attrPendingDigest  = "pendingDigest"
+	attrMigrationFence = "migrationFence"
 )
+
+// fenceAbsent is the term of every checkpoint claim's and move's condition
+// that refuses a fenced copy (MigrateStreamState): #fence names
+// migrationFence. Its cost is the bytes of the request alone, no read and
+// no extra write: these 33 bytes of condition and the placeholder
+// "#fence":"migrationFence" (25 bytes of JSON) per claim or move. DynamoDB
+// charges a conditional write by the size of the item (the larger of before
+// and after for an update), a failed condition like a write, and nothing
+// for the expression (developer guide, "DynamoDB read and write
+// operations", write operations); the attribute is absent from every item
+// but a copy not yet released.
+const fenceAbsent = " AND attribute_not_exists(#fence)"
+
+// ErrCheckpointFenced says that a shard's checkpoint is a copy
+// MigrateStreamState made and has not released yet: the ledger table's
+// checkpoint it was copied from may still move (a consumer of the version
+// before the coordination table may still run), so no consumer may claim
+// from the copy. A consumer that meets it commits nothing on the shard and
+// tries again later; `ledgerctl coordination migrate` run to its end
+// releases the copy.
+var ErrCheckpointFenced = errors.New("the checkpoint is a copy `ledgerctl coordination migrate` has not released yet (its move from the ledger table is not done): nothing is committed on the shard until a run of the migration ends without error (docs/runbook.md, \"The coordination table\")")
 
 // Checkpoint is a checkpoint item as read.
 type Checkpoint struct {
@@ -63,6 +93,9 @@ type Checkpoint struct {
 	Finished  bool   // the shard is closed and read to its end
 	StartAt   string // where a reader opened before the first commit; "" when not recorded
 	UpdatedAt string // the last write, RFC 3339
+	// Fenced: the item is a migration's copy not released yet
+	// (ErrCheckpointFenced); nothing may claim from it.
+	Fenced bool
 	// Pending is the half-committed batch; nil when none.
 	Pending *PendingBatch
 }
@@ -84,6 +117,7 @@ func DecodeCheckpoint(shard string, item map[string]types.AttributeValue) (Check
 	c.Seq, _ = String(item, AttrSequenceNumber)
 	c.StartAt, _ = String(item, attrStartAt)
 	c.UpdatedAt, _ = String(item, AttrUpdatedAt)
+	_, c.Fenced = item[attrMigrationFence]
 	to, ok := String(item, attrPendingTo)
 	if !ok {
 		return c, nil
@@ -120,17 +154,19 @@ func (b *PendingBatch) Valid() error {
 // checkpointWrite is the part of every checkpoint write that says who wrote
 // it and when (now as the caller's clock gives it). Claims name the shard
 // and the time #shard and :now; the moves outside commits (advance, mark
-// start) #sh and :ua, which tests injecting faults recognise them by.
+// start) #sh and :ua, which tests injecting faults recognise them by. Its
+// names include #fence, which every write's condition uses (fenceAbsent).
 func checkpointWrite(shard string, now time.Time, shardPH, nowPH string) (set string, names map[string]string, values map[string]types.AttributeValue) {
 	return "#et = :et, #ua = " + nowPH + ", " + shardPH + " = :" + shardPH[1:] + ", #exp = :exp",
-		map[string]string{"#et": AttrEntityType, "#ua": AttrUpdatedAt, shardPH: AttrShardID, "#seq": AttrSequenceNumber, "#pt": attrPendingTo, "#exp": AttrExpiresAt},
+		map[string]string{"#et": AttrEntityType, "#ua": AttrUpdatedAt, shardPH: AttrShardID, "#seq": AttrSequenceNumber, "#pt": attrPendingTo, "#exp": AttrExpiresAt, "#fence": attrMigrationFence},
 		map[string]types.AttributeValue{":et": S(aggregates.EntityCheckpoint), nowPH: S(now.Format(time.RFC3339Nano)), ":" + shardPH[1:]: S(shard), ":exp": coordinationExpiry(now)}
 }
 
 // ClaimRun is the transaction action that moves the checkpoint of shard
 // (under key) from prev ("" for none) to last: the guard of a commit of one
 // run. It fails its condition when the checkpoint is elsewhere or holds a
-// half-committed batch (only that batch's own last group moves it).
+// half-committed batch (only that batch's own last group moves it), or is
+// a migration's fenced copy.
 func ClaimRun(tableName string, key aggregates.Key, shard, prev, last string, now time.Time) types.TransactWriteItem {
 	set, names, values := checkpointWrite(shard, now, "#shard", ":now")
 	values[":last"] = S(last)
@@ -139,6 +175,7 @@ func ClaimRun(tableName string, key aggregates.Key, shard, prev, last string, no
 		cond = "#seq = :prev AND attribute_not_exists(#pt)"
 		values[":prev"] = S(prev)
 	}
+	cond += fenceAbsent
 	return types.TransactWriteItem{Update: &types.Update{
 		TableName: aws.String(tableName), Key: Key(key),
 		UpdateExpression: aws.String("SET #seq = :last, " + set), ConditionExpression: aws.String(cond),
@@ -163,7 +200,8 @@ type GroupClaim struct {
 // checkpoint at Prev; the first requires no pending batch (or exactly the
 // abandoned one) and, unless it is also the last, records the batch as
 // pending; a middle group requires the batch with itself next and moves
-// next on; the last moves the checkpoint to To and clears the batch.
+// next on; the last moves the checkpoint to To and clears the batch. No
+// group lands on a migration's fenced copy.
 func ClaimGroup(tableName string, key aggregates.Key, c GroupClaim) types.TransactWriteItem {
 	set, names, values := checkpointWrite(c.Shard, c.Now, "#shard", ":now")
 	names["#pn"], names["#pg"], names["#pp"], names["#pd"] = attrPendingNext, attrPendingGroups, attrPendingPlan, attrPendingDigest
@@ -197,6 +235,7 @@ func ClaimGroup(tableName string, key aggregates.Key, c GroupClaim) types.Transa
 		set += ", #pn = :next"
 		values[":next"] = Int(int64(c.K + 1))
 	}
+	cond += fenceAbsent
 	expr := set + remove
 	pruneNames(names, expr, cond)
 	return types.TransactWriteItem{Update: &types.Update{
@@ -225,8 +264,9 @@ func pruneNames(names map[string]string, exprs ...string) {
 // compare-and-set as a claim (for records that were all processed and had
 // no effect, so nothing committed them). finished also marks the shard as
 // read to its end; seq may then be "" (the checkpoint stays at prev). It
-// never lands over a half-committed batch: its last group moves it. The
-// answer holds the item as written (ALL_NEW).
+// never lands over a half-committed batch (its last group moves it) nor on
+// a migration's fenced copy. The answer holds the item as written
+// (ALL_NEW).
 func AdvanceCheckpoint(tableName string, key aggregates.Key, shard, prev, seq string, finished bool, now time.Time) *dynamodb.UpdateItemInput {
 	set, names, values := checkpointWrite(shard, now, "#sh", ":ua")
 	if seq != "" {
@@ -244,7 +284,7 @@ func AdvanceCheckpoint(tableName string, key aggregates.Key, shard, prev, seq st
 		cond = "#seq = :prev"
 		values[":prev"] = S(prev)
 	}
-	cond += " AND attribute_not_exists(#pt)"
+	cond += " AND attribute_not_exists(#pt)" + fenceAbsent
 	return &dynamodb.UpdateItemInput{
 		TableName: aws.String(tableName), Key: Key(key),
 		UpdateExpression: aws.String("SET " + set), ConditionExpression: aws.String(cond),
@@ -256,7 +296,8 @@ func AdvanceCheckpoint(tableName string, key aggregates.Key, shard, prev, seq st
 // MarkCheckpointStart is the UpdateItem that records, for a shard nothing
 // was committed from yet, where its reader opened (startAt), so that a
 // restart before the first commit opens there again. It fails its
-// condition once the checkpoint has a sequence number.
+// condition once the checkpoint has a sequence number, and on a
+// migration's fenced copy.
 func MarkCheckpointStart(tableName string, key aggregates.Key, shard, startAt string, now time.Time) *dynamodb.UpdateItemInput {
 	set, names, values := checkpointWrite(shard, now, "#sh", ":ua")
 	names["#st"] = attrStartAt
@@ -264,7 +305,7 @@ func MarkCheckpointStart(tableName string, key aggregates.Key, shard, startAt st
 	delete(names, "#pt")
 	return &dynamodb.UpdateItemInput{
 		TableName: aws.String(tableName), Key: Key(key),
-		UpdateExpression: aws.String("SET " + set + ", #st = :st"), ConditionExpression: aws.String("attribute_not_exists(#seq)"),
+		UpdateExpression: aws.String("SET " + set + ", #st = :st"), ConditionExpression: aws.String("attribute_not_exists(#seq)" + fenceAbsent),
 		ExpressionAttributeNames: names, ExpressionAttributeValues: values,
 		ReturnValues: types.ReturnValueAllNew,
 	}

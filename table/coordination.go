@@ -239,6 +239,10 @@ type MigrateOptions struct {
 type MigrateResult struct {
 	Checkpoints int // copied to the coordination table and removed from the ledger table
 	Leases      int // removed (a stopped fleet's leases are free or expired)
+	// Released counts copies an earlier run left fenced after their
+	// original's tombstone had landed (that run failed between the two),
+	// released by this one.
+	Released int
 }
 
 // ErrConsumerRunning is MigrateStreamState's refusal while a consumer may
@@ -250,13 +254,21 @@ var ErrConsumerRunning = errors.New("a consumer of the stream is running: stop e
 // (the layout before the coordination table) to the coordination table,
 // and removes its leases, with every consumer stopped. It is idempotent and
 // resumable: each checkpoint is copied as it is (sequence number, finished
-// mark, half-committed batch) to its new key where no checkpoint is, or is
-// kept there when it descends from this very item (a previous run's copy,
-// which a consumer of this version may have moved on since); then the
-// ledger table's item is replaced, on condition that it did not change, by
-// a tombstone no version can commit on (a consumer of the previous version
-// still running stalls there instead of committing from nothing). It
-// refuses with ErrConsumerRunning when a lease is held and unexpired at
+// mark, half-committed batch) to its new key, fenced (no consumer may claim
+// from it: ErrCheckpointFenced), where no checkpoint is, or over a previous
+// run's copy of an earlier version of the item that nothing moved since,
+// or is kept there when it descends from this very item (a previous run's
+// copy, which a consumer may have moved on since if a version of this
+// command before the fence made it); then the ledger table's item is
+// replaced, on condition that it did not change, by a tombstone no version
+// can commit on (a consumer of the previous version still running stalls
+// there instead of committing from nothing); only then is the copy's fence
+// lifted, on condition that it is still the copy of that item. A copy
+// whose fence a failed run left although its tombstone landed is released
+// by the next run. Until a run ends without error, a shard whose original
+// might still move has no claimable copy: the old consumer's commits after
+// the copy are never applied a second time from it (review, session 15).
+// It refuses with ErrConsumerRunning when a lease is held and unexpired at
 // now or a checkpoint changed while it was moved, and with
 // ErrMigrationConflict when the coordination table holds a checkpoint of
 // the shard that is not a copy of the ledger table's.
@@ -295,13 +307,28 @@ func MigrateStreamState(ctx context.Context, api MigrateAPI, ledgerTable, coord,
 	for _, item := range items {
 		sk, _ := String(item, AttrSK)
 		shard, ok := strings.CutPrefix(sk, cpPrefix)
-		if _, moved := item[attrMovedTo]; !ok || moved {
+		if !ok {
 			continue
 		}
-		if err := copyCheckpoint(ctx, api, coord, streamARN, shard, item); err != nil {
+		if _, moved := item[attrMovedTo]; moved {
+			// Moved by an earlier run: its copy is released, unless that
+			// run failed between the tombstone and the release.
+			released, err := releaseCopy(ctx, api, coord, streamARN, shard, item)
+			if err != nil {
+				return res, fmt.Errorf("migrate %s: checkpoint of %s: %w", streamARN, shard, err)
+			}
+			if released {
+				res.Released++
+			}
+			continue
+		}
+		if err := copyCheckpoint(ctx, api, ledgerTable, coord, streamARN, shard, item); err != nil {
 			return res, fmt.Errorf("migrate %s: checkpoint of %s: %w", streamARN, shard, err)
 		}
 		if err := tombstone(ctx, api, ledgerTable, coord, item); err != nil {
+			return res, fmt.Errorf("migrate %s: checkpoint of %s: %w", streamARN, shard, err)
+		}
+		if _, err := releaseCopy(ctx, api, coord, streamARN, shard, item); err != nil {
 			return res, fmt.Errorf("migrate %s: checkpoint of %s: %w", streamARN, shard, err)
 		}
 		res.Checkpoints++
@@ -329,17 +356,19 @@ var ErrMigrationConflict = errors.New("the coordination table's checkpoint is no
 
 // copyCheckpoint puts the ledger table's checkpoint item into the
 // coordination table under its new key, marked with the updatedAt it was
-// copied from, on condition that no checkpoint is there or that the one
-// there descends from this very item (a previous run's copy, moved on or
-// not since by a consumer of this version: it is then kept).
-func copyCheckpoint(ctx context.Context, api MigrateAPI, coord, streamARN, shard string, item map[string]types.AttributeValue) error {
-	ua := item[AttrUpdatedAt]
-	if ua == nil {
-		ua = S("")
-	}
+// copied from and fenced (migrationFence = the ledger table's name: no
+// claim or move lands on it until releaseCopy), on condition that no
+// checkpoint is there or that the one there descends from this very item
+// (a previous run's copy, still fenced, or moved on since by a consumer if
+// a version of this command before the fence made it: it is then kept). A
+// previous run's copy of an earlier version of the item that no consumer
+// moved since is replaced.
+func copyCheckpoint(ctx context.Context, api MigrateAPI, ledgerTable, coord, streamARN, shard string, item map[string]types.AttributeValue) error {
+	ua := migratedFrom(item)
 	moved := maps.Clone(item)
 	maps.Copy(moved, Key(aggregates.CheckpointKey(streamARN, shard)))
 	moved[attrMigratedFrom] = ua
+	moved[attrMigrationFence] = S(ledgerTable)
 	_, err := api.PutItem(ctx, &dynamodb.PutItemInput{
 		TableName: aws.String(coord), Item: moved,
 		ConditionExpression:                 aws.String("attribute_not_exists(#pk)"),
@@ -353,10 +382,96 @@ func copyCheckpoint(ctx context.Context, api MigrateAPI, coord, streamARN, shard
 		}
 		return nil
 	}
-	if from, ok := ccf.Item[attrMigratedFrom].(*types.AttributeValueMemberS); ok && from.Value == ua.(*types.AttributeValueMemberS).Value {
+	from, ok := ccf.Item[attrMigratedFrom].(*types.AttributeValueMemberS)
+	if ok && from.Value == ua.(*types.AttributeValueMemberS).Value {
 		return nil // a previous run's copy of this item
 	}
-	return ErrMigrationConflict
+	if !ok || !untouchedCopy(ccf.Item) {
+		return ErrMigrationConflict
+	}
+	// A previous run's copy of an earlier version of this item that nothing
+	// moved since: that run found a consumer still running, which moved the
+	// ledger table's checkpoint on after the copy (its tombstone failed:
+	// ErrConsumerRunning). The copy is replaced by this one, on condition
+	// that it is still untouched (review, session 15: the run after the
+	// consumer was stopped refused it as a conflict, and the runbook's
+	// answer to a conflict is a repair by hand).
+	cond := "#mf = :from AND #ua = :from"
+	if _, has := ccf.Item[AttrUpdatedAt]; !has {
+		cond = "#mf = :from AND attribute_not_exists(#ua)"
+	}
+	_, err = api.PutItem(ctx, &dynamodb.PutItemInput{
+		TableName: aws.String(coord), Item: moved,
+		ConditionExpression:       aws.String(cond),
+		ExpressionAttributeNames:  map[string]string{"#mf": attrMigratedFrom, "#ua": AttrUpdatedAt},
+		ExpressionAttributeValues: map[string]types.AttributeValue{":from": from},
+	})
+	if errors.As(err, &ccf) {
+		return ErrMigrationConflict // moved on by a consumer of this version meanwhile
+	}
+	if err != nil {
+		return fmt.Errorf("copy to the coordination table over a previous run's copy: %w", err)
+	}
+	return nil
+}
+
+// migratedFrom is what a copy of the ledger table's checkpoint item
+// records as its origin (migratedFrom): the item's updatedAt, "" when it
+// has none. A tombstone keeps the updatedAt of the item it replaced.
+func migratedFrom(item map[string]types.AttributeValue) types.AttributeValue {
+	if ua := item[AttrUpdatedAt]; ua != nil {
+		return ua
+	}
+	return S("")
+}
+
+// releaseCopy lifts the fence from the coordination table's copy of the
+// ledger table's checkpoint item, which is now a tombstone (the move is
+// done: no consumer of the version before the coordination table can move
+// it any more), on condition that the copy was made from that very item
+// (migratedFrom) and is still fenced; a consumer may claim from it from
+// then on. It reports whether it lifted a fence: false when there was none
+// (released already, by an earlier run or an attempt whose answer was
+// lost, or made unfenced by a version of this command before the fence) or
+// no copy (its TTL deleted it). A fenced copy of another version of the
+// item is ErrMigrationConflict.
+func releaseCopy(ctx context.Context, api MigrateAPI, coord, streamARN, shard string, tomb map[string]types.AttributeValue) (bool, error) {
+	_, err := api.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+		TableName: aws.String(coord), Key: Key(aggregates.CheckpointKey(streamARN, shard)),
+		UpdateExpression:                    aws.String("REMOVE #fence"),
+		ConditionExpression:                 aws.String("#mf = :from AND attribute_exists(#fence)"),
+		ExpressionAttributeNames:            map[string]string{"#mf": attrMigratedFrom, "#fence": attrMigrationFence},
+		ExpressionAttributeValues:           map[string]types.AttributeValue{":from": migratedFrom(tomb)},
+		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
+	})
+	var ccf *types.ConditionalCheckFailedException
+	switch {
+	case errors.As(err, &ccf):
+		if _, fenced := ccf.Item[attrMigrationFence]; fenced {
+			return false, fmt.Errorf("release the copy: it is fenced but not a copy of the moved checkpoint: %w", ErrMigrationConflict)
+		}
+		return false, nil
+	case err != nil:
+		return false, fmt.Errorf("release the copy in the coordination table: %w", err)
+	}
+	return true, nil
+}
+
+// untouchedCopy reports whether item, a coordination table checkpoint with
+// migratedFrom, is still the copy a migration put there: no consumer wrote
+// it since (every checkpoint write sets updatedAt, and a copy keeps the
+// updatedAt of the item it was copied from, which migratedFrom names).
+func untouchedCopy(item map[string]types.AttributeValue) bool {
+	from, ok := item[attrMigratedFrom].(*types.AttributeValueMemberS)
+	if !ok {
+		return false
+	}
+	ua, has := item[AttrUpdatedAt].(*types.AttributeValueMemberS)
+	if !has {
+		_, any := item[AttrUpdatedAt]
+		return !any && from.Value == ""
+	}
+	return ua.Value == from.Value
 }
 
 // tombstone replaces the ledger table's checkpoint item, unchanged since it

@@ -15,12 +15,12 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/ledger-dev/ledger/internal/ddbconflict"
 	"github.com/ledger-dev/ledger/writer"
-	"github.com/ledger-dev/ledger/writer/ddbconflict"
 )
 
 // Issue 13, part 1, seen through the AWS conflict emulation
-// (writer/ddbconflict). Until the redesign every transaction create carried
+// (internal/ddbconflict). Until the redesign every transaction create carried
 // a ConditionCheck on its tenant's item and one on its branch's, so while
 // one create of a tenant was in flight on AWS, a create in any other branch
 // of the tenant (or the same branch) was cancelled with TransactionConflict,

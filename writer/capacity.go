@@ -98,6 +98,22 @@ func (m meteredDynamoDB) PutItem(ctx context.Context, in *dynamodb.PutItemInput,
 	return out, err
 }
 
+func (m meteredDynamoDB) BatchGetItem(ctx context.Context, in *dynamodb.BatchGetItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.BatchGetItemOutput, error) {
+	c := capacityOf(ctx)
+	if c == nil {
+		return m.next.BatchGetItem(ctx, in, opts...)
+	}
+	cp := *in
+	cp.ReturnConsumedCapacity = ddbtypes.ReturnConsumedCapacityTotal
+	out, err := m.next.BatchGetItem(ctx, &cp, opts...)
+	if err == nil {
+		for i := range out.ConsumedCapacity {
+			c.add(total(&out.ConsumedCapacity[i]), 0)
+		}
+	}
+	return out, err
+}
+
 func (m meteredDynamoDB) DeleteItem(ctx context.Context, in *dynamodb.DeleteItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.DeleteItemOutput, error) {
 	c := capacityOf(ctx)
 	if c == nil {

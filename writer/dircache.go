@@ -19,7 +19,7 @@ import (
 // item, even as a ConditionCheck, cannot both be in flight (the later is
 // cancelled with TransactionConflict), so all creates of a tenant passed
 // through its one item: a busy tenant's creates serialised and turned into
-// retries and 409s (writer/ddbconflict reproduces it locally). Now a create,
+// retries and 409s (internal/ddbconflict reproduces it locally). Now a create,
 // change or delete of a transaction names only its own items (the
 // transaction, the idempotency record) and learns whether its tenant and
 // branch exist and are active from this cache, read with a strongly

@@ -260,7 +260,7 @@ func (e *env) create(body string) writer.Transaction {
 // dynamoCalls is how many DynamoDB requests the server has sent so far.
 func (e *env) dynamoCalls() int {
 	n := 0
-	for _, op := range []string{"GetItem", "Query", "PutItem", "UpdateItem", "DeleteItem", "TransactWriteItems"} {
+	for _, op := range []string{"GetItem", "BatchGetItem", "Query", "PutItem", "UpdateItem", "DeleteItem", "TransactWriteItems"} {
 		n += e.calls.Calls(op)
 	}
 	return n

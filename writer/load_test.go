@@ -21,8 +21,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/ledger-dev/ledger/internal/ddbconflict"
 	"github.com/ledger-dev/ledger/writer"
-	"github.com/ledger-dev/ledger/writer/ddbconflict"
 )
 
 // TestLoad measures sustained POST /transactions throughput and latency
@@ -42,7 +42,7 @@ import (
 // (default 8) spreads the clients over that many
 // branches of one tenant (1: all on one branch). LEDGER_LOAD_AWS_LATENCY
 // (e.g. 15ms) puts the AWS transaction-conflict emulation
-// (writer/ddbconflict) in front of DynamoDB Local, holding each
+// (internal/ddbconflict) in front of DynamoDB Local, holding each
 // transaction's items that much longer than DynamoDB Local takes; the run
 // then also reports the transactions the emulation cancelled and the share
 // of requests answered 409 (issue 13, part 1). LEDGER_LOAD_ALTERNATE (e.g.

@@ -64,6 +64,7 @@ func TestOpenAPI_DocumentsEveryRouteAndMethodTheServerHas(t *testing.T) {
 		"/v1/tenants/{tenant}/branches/{branch}/transactions", "/v1/tenants/{tenant}/branches/{branch}/transactions/{id}",
 		"/v1/tenants/{tenant}/branches/{branch}/transactions/{id}/history",
 		"/v1/tenants/{tenant}/branches/{branch}/reports", "/v1/tenants/{tenant}/branches/{branch}/reports/{period}/{value}",
+		"/v1/tenants/{tenant}/reports", "/v1/tenants/{tenant}/reports/{period}/{value}",
 		"/v1/openapi.json", "/healthz", "/readyz", "/metrics"}
 	assert.ElementsMatch(t, routes, slices.Collect(maps.Keys(doc.Paths)), "the document's paths are the server's routes")
 	fill := strings.NewReplacer("{tenant}", "acme", "{branch}", "north", "{account}", "01J1Z7ZZZZZZZZZZZZZZZZZZZZ", "{email}", "a@b.example",

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -238,33 +239,9 @@ func (s *Server) reportRange(w http.ResponseWriter, r *http.Request) {
 		p.write(w)
 		return
 	}
-	for _, name := range []string{"period", "from", "to"} {
-		if q.Get(name) == "" {
-			fieldProblem(name, "required").write(w)
-			return
-		}
-	}
-	pt, err := aggregates.ParsePeriodType(q.Get("period"))
-	if err != nil {
-		fieldProblem("period", err.Error()).write(w)
-		return
-	}
-	from, p := parsePeriod("from", pt, q.Get("from"))
+	from, to, p := rangeQuery(q)
 	if p != nil {
 		p.write(w)
-		return
-	}
-	to, p := parsePeriod("to", pt, q.Get("to"))
-	if p != nil {
-		p.write(w)
-		return
-	}
-	if to.Value < from.Value {
-		fieldProblem("to", "before from").write(w)
-		return
-	}
-	if n := periodsBetween(from, to); n > maxRangePeriods[pt] {
-		fieldProblem("to", fmt.Sprintf("the range spans %d %s periods; at most %d per request", n, pt, maxRangePeriods[pt])).write(w)
 		return
 	}
 	query := "reports:" + from.String() + ".." + to.Value
@@ -305,6 +282,34 @@ func (s *Server) reportRange(w http.ResponseWriter, r *http.Request) {
 		out.NextCursor = s.cursors.encode(cursor{Tenant: tenant, Branch: branch, Query: query, SK: pg.next})
 	}
 	writeJSON(w, http.StatusOK, out)
+}
+
+// rangeQuery reads the period, from and to parameters of a range request
+// (branch reports, tenant roll-ups): all three required, one period type,
+// to not before from, at most maxRangePeriods periods.
+func rangeQuery(q url.Values) (from, to aggregates.Period, p *Problem) {
+	for _, name := range []string{"period", "from", "to"} {
+		if q.Get(name) == "" {
+			return from, to, fieldProblem(name, "required")
+		}
+	}
+	pt, err := aggregates.ParsePeriodType(q.Get("period"))
+	if err != nil {
+		return from, to, fieldProblem("period", err.Error())
+	}
+	if from, p = parsePeriod("from", pt, q.Get("from")); p != nil {
+		return from, to, p
+	}
+	if to, p = parsePeriod("to", pt, q.Get("to")); p != nil {
+		return from, to, p
+	}
+	if to.Value < from.Value {
+		return from, to, fieldProblem("to", "before from")
+	}
+	if n := periodsBetween(from, to); n > maxRangePeriods[pt] {
+		return from, to, fieldProblem("to", fmt.Sprintf("the range spans %d %s periods; at most %d per request", n, pt, maxRangePeriods[pt]))
+	}
+	return from, to, nil
 }
 
 // periodsBetween counts the periods from..to inclusive (same type, both

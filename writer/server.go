@@ -28,6 +28,7 @@ import (
 type DynamoDB interface {
 	GetItem(ctx context.Context, in *dynamodb.GetItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.GetItemOutput, error)
 	Query(ctx context.Context, in *dynamodb.QueryInput, opts ...func(*dynamodb.Options)) (*dynamodb.QueryOutput, error)
+	BatchGetItem(ctx context.Context, in *dynamodb.BatchGetItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.BatchGetItemOutput, error)
 	PutItem(ctx context.Context, in *dynamodb.PutItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.PutItemOutput, error)
 	DeleteItem(ctx context.Context, in *dynamodb.DeleteItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.DeleteItemOutput, error)
 	UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error)
@@ -218,6 +219,8 @@ const (
 	routeHistory       = "/v1/tenants/{tenant}/branches/{branch}/transactions/{id}/history"
 	routeReports       = "/v1/tenants/{tenant}/branches/{branch}/reports"
 	routeReport        = "/v1/tenants/{tenant}/branches/{branch}/reports/{period}/{value}"
+	routeRollups       = "/v1/tenants/{tenant}/reports"
+	routeRollup        = "/v1/tenants/{tenant}/reports/{period}/{value}"
 	routeOpenAPI       = "/v1/openapi.json"
 	routeHealthz       = "/healthz"
 	routeReadyz        = "/readyz"
@@ -249,6 +252,8 @@ func (s *Server) routes() {
 	api(routeHistory, handlers{get: s.transactionHistory})
 	api(routeReports, handlers{get: s.reportRange})
 	api(routeReport, handlers{get: s.getReport})
+	api(routeRollups, handlers{get: s.rollupRange})
+	api(routeRollup, handlers{get: s.getRollup})
 	s.mux.Handle(routeOpenAPI, s.instrument(routeOpenAPI, byMethod(handlers{get: s.openAPI})))
 	s.mux.Handle(routeHealthz, s.instrument(routeHealthz, byMethod(handlers{get: s.healthz})))
 	s.mux.Handle(routeReadyz, s.instrument(routeReadyz, byMethod(handlers{get: s.ready})))

@@ -31,7 +31,7 @@ import (
 func TestMain(m *testing.M) { ddbtest.Main(m) }
 
 // Every table this package uses is created before any test writes.
-var tables = ddbtest.Pool{Size: 7}
+var tables = ddbtest.Pool{Size: 8}
 
 func newTable(t *testing.T) string { return tables.Table(t) }
 
@@ -127,6 +127,10 @@ func TestLambdaBinary(t *testing.T) {
 	t.Run("TumblingMode_ShardsRollAndSplitOnTheEmulation", func(t *testing.T) {
 		t.Parallel()
 		testTumblingShards(t, bin, seed(t, 4))
+	})
+	t.Run("TumblingMode_ShardsUnderAWSConflictsAreExact", func(t *testing.T) {
+		t.Parallel()
+		testTumblingShardsUnderConflicts(t, bin, seed(t, 5))
 	})
 	t.Run("UnsafeOrUnreadableMappingIsAnInitError", func(t *testing.T) {
 		t.Parallel()

@@ -18,7 +18,10 @@ the ledger table holds such items.
 Stop every consumer first: scale the pollers to zero and disable the
 Lambda's event source mapping. The move refuses while a lease is held and
 unexpired, or when a checkpoint changes while it is moved (a consumer is
-still running); it is idempotent: run it again after fixing that. The
+still running); it is idempotent: run it again after fixing that. Each
+copy is fenced until its original is replaced by a tombstone: consumers
+of this version wait on a shard whose copy is fenced, and commit from it
+only once a run ends without error. The
 coordination table must exist (the stack's CoordinationTable, or
 'ledgerctl table create'). docs/runbook.md, "The coordination table".`
 
@@ -51,6 +54,10 @@ func (e *environment) coordinationMigrate(ctx context.Context, args []string) in
 	if err != nil {
 		return e.fail(err)
 	}
-	fmt.Fprintf(e.stdout, "stream %s: moved %d checkpoints to %s, removed %d leases from %s\n", arn, res.Checkpoints, e.coordination, res.Leases, e.table)
+	fmt.Fprintf(e.stdout, "stream %s: moved %d checkpoints to %s, removed %d leases from %s", arn, res.Checkpoints, e.coordination, res.Leases, e.table)
+	if res.Released > 0 {
+		fmt.Fprintf(e.stdout, ", released %d copies an earlier run left fenced", res.Released)
+	}
+	fmt.Fprintln(e.stdout)
 	return exitOK
 }

@@ -61,6 +61,7 @@ func TestCoordinationMigrate_MovesLegacyCheckpointsOnceNoConsumerRuns(t *testing
 	_, cps, err := ledgertable.ReadStreamState(ctx, c, ledgertable.CoordinationTableName(table), arn, nil)
 	require.NoError(t, err)
 	assert.Equal(t, "000000000000000000042", cps["shardId-1"].Seq)
+	assert.False(t, cps["shardId-1"].Fenced, "the copy is released once its tombstone landed")
 	found, err := ledgertable.LegacyStreamState(ctx, c, table, arn)
 	require.NoError(t, err)
 	assert.False(t, found)

@@ -60,10 +60,13 @@ func (e *environment) streams(ctx context.Context) (*dynamodbstreams.Client, err
 
 // shardLag is one row of 'ledgerctl lag'.
 type shardLag struct {
-	Shard        string     `json:"shard"`
-	Parent       string     `json:"parent,omitempty"`
-	Closed       bool       `json:"closed"`
-	Finished     bool       `json:"finished"`
+	Shard    string `json:"shard"`
+	Parent   string `json:"parent,omitempty"`
+	Closed   bool   `json:"closed"`
+	Finished bool   `json:"finished"`
+	// Fenced: the checkpoint is a copy `coordination migrate` has not
+	// released yet; no consumer commits on the shard until it is.
+	Fenced       bool       `json:"fenced,omitempty"`
 	Owner        string     `json:"owner,omitempty"`
 	Checkpoint   string     `json:"checkpoint,omitempty"`
 	LastCommit   string     `json:"lastCommit,omitempty"`
@@ -137,6 +140,8 @@ func (e *environment) lag(ctx context.Context, args []string) int {
 			switch {
 			case r.Finished:
 				state = "finished"
+			case r.Fenced:
+				state = "fenced" // waits for `coordination migrate` to end
 			case r.Closed:
 				state = "closed"
 			}
@@ -194,7 +199,7 @@ func measureLag(ctx context.Context, db QueryAPI, streams lagStreams, coord, arn
 			id := aws.ToString(s.ShardId)
 			cp := cps[id]
 			r := shardLag{Shard: id, Parent: aws.ToString(s.ParentShardId), Checkpoint: cp.Seq, LastCommit: cp.UpdatedAt,
-				Owner: leases[id].Owner, Finished: cp.Finished}
+				Owner: leases[id].Owner, Finished: cp.Finished, Fenced: cp.Fenced}
 			if s.SequenceNumberRange != nil {
 				r.Closed = s.SequenceNumberRange.EndingSequenceNumber != nil
 			}

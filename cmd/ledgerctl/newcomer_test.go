@@ -75,6 +75,10 @@ func TestNewcomer_MakeRunFromACleanClone(t *testing.T) {
 	assert.Contains(t, text, "sample posted")
 	printed := parseReportTable(t, text)
 	require.Len(t, printed, len(sampleBranches)*len(sampleMonths), text)
+	// The chain's roll-ups after the branches' reports, per currency (or
+	// none yet, while the consumers have not folded them).
+	assert.Contains(t, text, "Monthly roll-ups of tenant "+sampleTenant)
+	assert.Contains(t, text, "Fiscal-year roll-ups of tenant "+sampleTenant)
 	endpoint := regexp.MustCompile(`(?m)^\s+DynamoDB Local\s+(http://\S+)`).FindStringSubmatch(text)
 	require.NotNil(t, endpoint, text)
 

@@ -160,12 +160,19 @@ and transaction count per period (and, with --breakdown, one row per entry of
 that breakdown), or with --json the same JSON objects the writer's API
 serves (docs/api.md). Reports are written by the stream consumers, so they
 trail the transactions by the stream's lag ('ledgerctl lag').
+
+Without --branch it prints the tenant's roll-ups (docs/api.md, "Tenant
+roll-ups"): all its branches together, one table per currency (the
+currencies of its branches, "-" for those without one; --currency for one),
+with the number of branches that contributed. Roll-ups trail the branch
+reports by one more commit of the consumers.
 Exit status: 0 printed (possibly nothing), 2 error.`
 
 func (e *environment) report(ctx context.Context, args []string) int {
-	fs := e.flags("report --tenant T --branch B", reportHelp)
+	fs := e.flags("report --tenant T [--branch B | --currency C]", reportHelp)
 	tenant := fs.String("tenant", "", "the `TENANT` (required)")
-	branch := fs.String("branch", "", "the `BRANCH` (required)")
+	branch := fs.String("branch", "", "the `BRANCH`; without it, the tenant's roll-ups")
+	currency := fs.String("currency", "", "roll-ups only: the `CURRENCY` (ISO 4217 code, or - for the branches without one); default: every currency of the tenant's branches")
 	period := fs.String("period", "MONTHLY", "`TYPE` of period: DAILY, WEEKLY, MONTHLY, QUARTERLY, YEARLY, FISCAL_QUARTER or FISCAL_YEAR (in each branch's business calendar)")
 	from := fs.String("from", "", "first `PERIOD` (as --period: YYYY-MM-DD for DAILY and WEEKLY, YYYY-MM, YYYY-Qn, YYYY, FYyyyy-Qn, FYyyyy), inclusive; default: the earliest")
 	to := fs.String("to", "", "last `PERIOD`, inclusive; default: the latest")
@@ -177,8 +184,16 @@ func (e *environment) report(ctx context.Context, args []string) int {
 	if fs.NArg() > 0 {
 		return e.fail(fmt.Errorf("report: unexpected argument %q", fs.Arg(0)))
 	}
-	if *tenant == "" || *branch == "" {
-		return e.fail(errors.New("report: --tenant and --branch are required"))
+	if *tenant == "" {
+		return e.fail(errors.New("report: --tenant is required"))
+	}
+	if *branch != "" && *currency != "" {
+		return e.fail(errors.New("report: --currency is for the tenant's roll-ups (without --branch); a branch's reports are in its own currency"))
+	}
+	if *currency != "" {
+		if err := aggregates.ValidateRollupCurrency(*currency); err != nil {
+			return e.fail(fmt.Errorf("report: --currency: %w", err))
+		}
 	}
 	pt, err := aggregates.ParsePeriodType(strings.ToUpper(*period))
 	if err != nil {
@@ -199,6 +214,9 @@ func (e *environment) report(ctx context.Context, args []string) int {
 	c, err := e.dynamo(ctx)
 	if err != nil {
 		return e.fail(err)
+	}
+	if *branch == "" {
+		return e.rollupReport(ctx, c, *tenant, *currency, pt, *from, *to, dim, *asJSON)
 	}
 	reports, err := readReports(ctx, c, e.table, *tenant, *branch, pt, *from, *to)
 	if err != nil {

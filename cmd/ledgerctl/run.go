@@ -303,7 +303,7 @@ func (st *stack) ensureCoordination(ctx context.Context, streamARN string) error
 	if err != nil {
 		return err
 	}
-	if res.Checkpoints > 0 || res.Leases > 0 {
+	if res.Checkpoints > 0 || res.Leases > 0 || res.Released > 0 {
 		st.out.done("moved %d checkpoints of an earlier version's run into %s", res.Checkpoints, coord)
 	}
 	return nil
@@ -461,7 +461,10 @@ func (st *stack) runSample(ctx context.Context) error {
 		return err
 	}
 	fmt.Fprintf(stdout, "\nFiscal years (north's from July, so September–November 2026 are FY2027):\n\n")
-	return printReports(stdout, fiscal, nil)
+	if err := printReports(stdout, fiscal, nil); err != nil {
+		return err
+	}
+	return api.printChainRollups(ctx, stdout, dir.currencies)
 }
 
 // printReady prints the ready line, the addresses and what to try.
@@ -479,13 +482,14 @@ Try it (the token is valid for 12 h, for tenant %s):
   export TOKEN=%s
   curl -s -H "Authorization: Bearer $TOKEN" '%s/v1/tenants/%s/branches/north/reports?period=MONTHLY&from=%s&to=%s'
   AWS_ENDPOINT_URL=%s go run ./cmd/ledgerctl report --tenant %s --branch north --breakdown category
+  AWS_ENDPOINT_URL=%s go run ./cmd/ledgerctl report --tenant %s --period FISCAL_YEAR
   AWS_ENDPOINT_URL=%s go run ./cmd/ledgerctl lag
 `, runReady, rel(st.o.root, st.o.data),
 		st.writerURL, sampleTenant, strings.Join(sampleBranches, ","),
 		st.writerURL, st.writerURL, st.writerURL, st.metricsURL, st.metricsURL, st.metricsURL,
 		st.inst.Endpoint, st.e.table, rel(st.o.root, st.logDir),
 		sampleTenant, st.token, st.writerURL, sampleTenant, sampleMonths[0], sampleMonths[len(sampleMonths)-1],
-		st.inst.Endpoint, sampleTenant, st.inst.Endpoint)
+		st.inst.Endpoint, sampleTenant, st.inst.Endpoint, sampleTenant, st.inst.Endpoint)
 }
 
 // wait waits for ctx (Ctrl-C), or for the poller or DynamoDB Local to stop

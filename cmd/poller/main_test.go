@@ -637,3 +637,18 @@ func TestPoller_TwoPollersAtOnceWithGracefulHandOffs(t *testing.T) {
 		assert.NotContains(t, p.logs.String(), `"msg":"lease taken_over"`, "%s: hand-offs never wait for expiry", p.name)
 	}
 }
+
+// Review, session 15: the default owner was hostname-pid, which two
+// containers sharing their host's network (ECS host mode, docker --network
+// host) share: the same host name, pid 1 in each. Two pollers started
+// alike now get different owners.
+func TestParseFlags_DefaultOwnersOfTwoPollersDiffer(t *testing.T) {
+	env := func(string) string { return "" }
+	a, err := parseFlags(nil, env, io.Discard)
+	require.NoError(t, err)
+	b, err := parseFlags(nil, env, io.Discard)
+	require.NoError(t, err)
+	host, _ := os.Hostname()
+	assert.True(t, strings.HasPrefix(a.owner, host+"-"+strconv.Itoa(os.Getpid())+"-"), "owner %q", a.owner)
+	assert.NotEqual(t, a.owner, b.owner, "two pollers on one host, each pid 1")
+}

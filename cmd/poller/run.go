@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
@@ -65,6 +66,18 @@ AWS_ENDPOINT_URL (e.g. a DynamoDB Local), credentials.
 Flags (each falls back to the environment variable named, then the default):
 `
 
+// defaultOwner is the poller's name in lease items when none is given:
+// the host name, the process id and 8 random hex digits. Host name and
+// process id alone are not unique: containers sharing their host's network
+// (ECS host mode, docker --network host) share its host name, and each
+// runs its process as pid 1. Two live pollers of one name each take the
+// other's leases for their own previous life's and its renewals for their
+// own whose answers were lost, so both read every shard either holds
+// (review, session 15; docs/exactly-once.md, "Leases").
+func defaultOwner(host string) string {
+	return host + "-" + strconv.Itoa(os.Getpid()) + "-" + strconv.FormatUint(uint64(rand.Uint32()), 16)
+}
+
 // parseFlags parses args with environment fallbacks. The error is a usage
 // error; flag.ErrHelp when help was asked for.
 func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (options, error) {
@@ -110,8 +123,8 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (op
 		"`DURATION` between listings of the whole stream; in between, new shards are found as children of finished shards (env LEDGER_DISCOVER_INTERVAL)")
 	fs.StringVar(&shutdown, "shutdown-timeout", env("LEDGER_SHUTDOWN_TIMEOUT", poller.ShutdownTimeoutSetting.Default.String()),
 		"on SIGTERM, the `DURATION` (at most 25s) the batches in hand may take to commit before they are abandoned (env LEDGER_SHUTDOWN_TIMEOUT)")
-	fs.StringVar(&o.owner, "owner", env("LEDGER_OWNER", host+"-"+strconv.Itoa(os.Getpid())),
-		"this poller's `NAME` in lease items; must be unique among live pollers (env LEDGER_OWNER; default hostname-pid)")
+	fs.StringVar(&o.owner, "owner", env("LEDGER_OWNER", defaultOwner(host)),
+		"this poller's `NAME` in lease items; must be unique among live pollers (env LEDGER_OWNER; default hostname-pid-random)")
 	fs.StringVar(&o.logFormat, "log-format", env("LEDGER_LOG_FORMAT", "text"), "log `FORMAT` on stderr: text or json (env LEDGER_LOG_FORMAT)")
 	fs.StringVar(&level, "log-level", env("LEDGER_LOG_LEVEL", "info"), "log `LEVEL`: debug, info, warn or error (env LEDGER_LOG_LEVEL)")
 	fs.StringVar(&batch, "batch-records", env("LEDGER_BATCH_RECORDS", strconv.Itoa(poller.BatchRecordsSetting.Default)),

@@ -18,6 +18,12 @@ type img struct {
 	changes       int  // the item's change count; 0: none
 	probe         bool // written by a rebase's probe
 	sig           int  // the writer's digest of value, tomb and changes (revision, finding 4); 0: none
+	// invalid (second review, hole W-a): an attribute the fold reads and
+	// the digest of revision 2 does not (entityType, createdAt, a figure's
+	// type) makes the image no valid transaction: it contributes zero.
+	invalid bool
+	// compacting (second review, fix C-b): a compaction marked the tombstone.
+	compacting bool
 }
 
 // sigOf is the digest the writer stores with every image it writes
@@ -31,6 +37,25 @@ func sigOf(m img) int {
 	return 1 + m.value*7919 + t*104729 + m.changes*1299709
 }
 
+// sigWholeOf is the digest the second review asks for (hole W-a): of every
+// attribute of the item, so also of what makes it invalid.
+func sigWholeOf(m img) int {
+	if m.invalid {
+		return sigOf(m) + 15485863
+	}
+	return sigOf(m)
+}
+
+// sigOK is the digest check as the world's design makes it: revision 2's
+// (figures, tombstone, count) or, with the second review's fix, the whole
+// image's.
+func (w *world) sigOK(m img) bool {
+	if w.second.sigWhole {
+		return !m.present || m.sig == sigWholeOf(m)
+	}
+	return m.sigOK()
+}
+
 // signed is m as the writer (or rebucket, or the rebase's probe) writes it.
 func signed(m img) img {
 	m.sig = sigOf(m)
@@ -42,7 +67,7 @@ func signed(m img) img {
 func (m img) sigOK() bool { return !m.present || m.sig == sigOf(m) }
 
 func (m img) contrib() int {
-	if !m.present || m.tomb {
+	if !m.present || m.tomb || m.invalid {
 		return 0
 	}
 	return m.value
@@ -64,7 +89,10 @@ func (r record) writerShaped() bool {
 // by one and its new image carries a digest that matches (finding 4),
 // unless the digest is switched off (mutations.noSig).
 func (w *world) writerShaped(r record) bool {
-	return r.writerShaped() && (w.mut.noSig || r.new.sigOK())
+	if w.isCompaction(r) {
+		return true
+	}
+	return r.writerShaped() && (w.mut.noSig || w.sigOK(r.new))
 }
 
 // shard holds the records of the items mapped to it, in write order. The
@@ -127,10 +155,18 @@ type world struct {
 	review           review      // review_test.go: deterministic commits and the fixes proposed
 	uncounted        bool        // a commit by a consumer of the previous version is under way (revision_test.go)
 	doneImg          map[int]img // the truth: each item's image as of its last record claimed (applied, or lost to a trim)
+
+	// Second review (second_review_test.go).
+	second   second
+	rollup   int  // the tenant roll-up's share of the report: stage-1 deltas, and what repairs put
+	parked   int  // parked deltas of the report (an old commit against a fenced head parks: hole F-a)
+	retired  int  // the branch's retired count: compacted tombstones' counts (revision 2, [F10])
+	rebasing bool // a rebase runs: compaction waits (revision 2, [F10])
+	losses   int  // losses so far (fix L-a: a count every consumer that abandons records moves)
 }
 
 func newWorld(seed int64, mut mutations) *world {
-	w := &world{rng: rand.New(rand.NewSource(seed)), mut: mut, items: map[int]img{}, shardOf: map[int]int{}, doneImg: map[int]img{}, review: defaultReview}
+	w := &world{rng: rand.New(rand.NewSource(seed)), mut: mut, items: map[int]img{}, shardOf: map[int]int{}, doneImg: map[int]img{}, review: defaultReview, second: defaultSecond}
 	for range 8 {
 		w.shards = append(w.shards, &shard{std: defaultStd, markers: map[int]int{}, endMarkers: map[int]int{}})
 	}
@@ -190,7 +226,11 @@ func (w *world) step() {
 			m.value, m.changes, m.probe = 1+w.rng.Intn(3), m.changes+1, false
 			w.write(k, signed(m))
 		}
-	case r < 40: // delete: a tombstone
+	case r < 40: // delete: a tombstone (or, second_review_test.go, a compaction)
+		if compactPct > 0 && w.rng.Intn(100) < compactPct {
+			w.compact()
+			return
+		}
 		if ks := w.liveKeys(); len(ks) > 0 {
 			k := ks[w.rng.Intn(len(ks))]
 			m := w.items[k]
@@ -230,6 +270,7 @@ func (w *world) step() {
 					w.doneImg[r.key] = r.new
 				}
 				sh.cp = sh.readable
+				w.losses++
 			}
 		}
 	}
@@ -267,6 +308,7 @@ func (w *world) commit(s *shard, half int) {
 	for _, r := range s.recs[s.cp:end] {
 		delta += r.new.contrib() - r.old.contrib()
 		switch {
+		case w.second.rebaseRetired && w.isCompaction(r): // fix C-a: counted apart, in neither A nor W
 		case w.writerShaped(r) && r.new.probe && w.isProbe(r):
 			pr++
 		case w.writerShaped(r):
@@ -280,7 +322,15 @@ func (w *world) commit(s *shard, half int) {
 		n, f, pr = 0, 0, 0
 	}
 	w.probed += pr // probes change no figure: never part of a half batch's count
-	w.report += delta
+	switch {
+	case w.uncounted && w.second.fenceParks: // the old code parks its part against a fenced head (hole F-a)
+		w.parked += delta
+	case w.uncounted:
+		w.report += delta
+	default:
+		w.report += delta
+		w.rollup += delta // stage 1: the roll-up delta rides in the same transaction
+	}
 	if w.mut.countOnlyWhenReportChanges && delta == 0 {
 		n, f = 0, 0
 	}
@@ -331,6 +381,10 @@ type repair struct {
 	pend   map[int][]record // R3
 	refuse string
 	v      int
+
+	retired    int // R2: the branch's retired count, read after the last page
+	parkedRead int // R1: the parked deltas read (deleted by R6)
+	losses     int // R0: the loss count (fix L-a)
 }
 
 func (w *world) newRepair() *repair {
@@ -342,7 +396,7 @@ func (r *repair) pin() bool {
 		r.refuse = "open"
 		return false
 	}
-	r.a, r.f, r.pr, r.pinned = r.w.applied, r.w.foreign, r.w.probed, true
+	r.a, r.f, r.pr, r.pinned, r.losses = r.w.applied, r.w.foreign, r.w.probed, true, r.w.losses
 	if r.f != r.w.foreignAck {
 		r.refuse = "foreign"
 		return false
@@ -360,6 +414,9 @@ func (r *repair) next() (more, wrote, exact bool) {
 		if !w.mut.pinAfterTableRead && !r.pin() {
 			return false, false, false
 		}
+		if !w.second.r1AfterR3 { // R1 right after R0, before R3
+			r.parkedRead = w.parked
+		}
 		return true, false, false
 	case 1: // R2, a page of keys at a time, in key order, as a paginated Query
 		var keys []int
@@ -372,7 +429,7 @@ func (r *repair) next() (more, wrote, exact bool) {
 		n := min(len(keys), 1+w.rng.Intn(3))
 		for _, k := range keys[:n] {
 			m := w.items[k]
-			if !w.mut.noSig && !m.sigOK() {
+			if !w.mut.noSig && !w.sigOK(m) {
 				r.refuse = "foreign in the table"
 				return false, false, false
 			}
@@ -380,10 +437,15 @@ func (r *repair) next() (more, wrote, exact bool) {
 			r.cursor = k
 		}
 		if n == len(keys) {
+			r.retired = w.retired // after the last page
 			r.phase = 2
 		}
 		return true, false, false
 	case 2: // R3, one shard at a time
+		if w.second.noStream { // simplification S: no stream read; R4 then requires A = W
+			r.phase = 3
+			return true, false, false
+		}
 		s := w.shards[r.shard]
 		r.shard++
 		if s.pendTo > s.cp && !w.mut.ignorePendingBatch {
@@ -400,7 +462,7 @@ func (r *repair) next() (more, wrote, exact bool) {
 				r.refuse = "foreign in flight"
 				return false, false, false
 			}
-			if c, ok := r.c[rec.key]; ok && rec.new.changes <= c {
+			if c, ok := r.c[rec.key]; ok && count(rec) <= c {
 				r.pend[rec.key] = append(r.pend[rec.key], rec)
 			}
 		}
@@ -412,12 +474,15 @@ func (r *repair) next() (more, wrote, exact bool) {
 		if w.mut.pinAfterTableRead && !r.pin() {
 			return false, false, false
 		}
-		total, p := 0, 0
+		if w.second.r1AfterR3 { // R1 after R3: an order revision 2 does not rule out
+			r.parkedRead = w.parked
+		}
+		total, p := r.retired, 0
 		for k, c := range r.c {
 			total += c
 			ps := r.pend[k]
 			for i, rec := range ps {
-				if rec.new.changes != c-len(ps)+1+i {
+				if count(rec) != c-len(ps)+1+i {
 					r.refuse = "not consecutive"
 					return false, false, false
 				}
@@ -436,12 +501,16 @@ func (r *repair) next() (more, wrote, exact bool) {
 		r.phase = 4
 		return true, false, false
 	default: // R6
-		if !w.mut.noPin && (w.applied != r.a || w.probed != r.pr || w.foreign != r.f || w.open > 0) {
+		if !w.mut.noPin && (w.applied != r.a || w.probed != r.pr || w.foreign != r.f || w.open > 0 || (w.second.pinLosses && w.losses != r.losses)) {
 			r.refuse = "pin"
 			return false, false, false
 		}
-		exact = r.v == w.target()
+		exact = r.v+w.parked-r.parkedRead == w.target() // report + parked = target
+		if w.second.rollupNewMinusOld {                 // roll-up review, hole 4: the repair puts new − old
+			w.rollup += r.v - w.report
+		}
 		w.report = r.v
+		w.parked -= r.parkedRead
 		return false, true, exact
 	}
 }
@@ -450,6 +519,7 @@ type tally struct {
 	landed, wrong, final int
 	foreign              int // the branch's foreign count at the end
 	refused              map[string]int
+	rollupOff            bool // after the drain, the roll-up's share differs from the fold (second review)
 }
 
 func run(seed int64, steps int, mut mutations) tally {
@@ -499,6 +569,7 @@ func run(seed int64, steps int, mut mutations) tally {
 		t.final++
 	}
 	t.foreign = w.foreign
+	t.rollupOff = w.rollup != w.fold()
 	return t
 }
 
@@ -765,6 +836,8 @@ type rebase struct {
 	v, sum int
 	p4     int // probed as read at B4, after the bases (review fix)
 	refuse string
+	pB1    int // probed as read at B1 (simplification S: B3 waits on the count)
+	losses int // the loss count at B1 (fix L-a)
 }
 
 func (w *world) newRebase() *rebase { return &rebase{w: w, probes: map[int]int{}} }
@@ -782,13 +855,14 @@ func (b *rebase) probeAt(k int) (*shard, int) {
 
 func (b *rebase) next() (more, wrote, exact bool) {
 	w := b.w
+	defer func() { w.rebasing = more }()
 	switch b.phase {
 	case 0: // B1: the pin
 		if w.open > 0 {
 			b.refuse = "open"
 			return false, false, false
 		}
-		b.a, b.f, b.phase = w.applied, w.foreign, 1
+		b.a, b.f, b.phase, b.pB1, b.losses = w.applied, w.foreign, 1, w.probed, w.losses
 		return true, false, false
 	case 1: // B2: probe every key, tombstones included
 		for k, m := range w.items {
@@ -799,6 +873,17 @@ func (b *rebase) next() (more, wrote, exact bool) {
 		b.phase = 2
 		return true, false, false
 	case 2: // B3: wait until every probe record is readable
+		if w.second.noStream { // simplification S: until every probe is claimed, by the count
+			if w.probed-b.pB1 < len(b.probes) {
+				if b.waits++; b.waits > 300 {
+					b.refuse = "probe not claimed"
+					return false, false, false
+				}
+				return true, false, false
+			}
+			b.phase = 3
+			return true, false, false
+		}
 		for k := range b.probes {
 			if sh, i := b.probeAt(k); sh.readable <= i {
 				if b.waits++; b.waits > 300 {
@@ -812,7 +897,7 @@ func (b *rebase) next() (more, wrote, exact bool) {
 		return true, false, false
 	case 3: // B4: the base of every probed key
 		for _, sh := range w.shards {
-			if sh.pendTo > sh.cp {
+			if sh.pendTo > sh.cp && !w.second.noStream {
 				b.refuse = "pending batch"
 				return false, false, false
 			}
@@ -821,6 +906,9 @@ func (b *rebase) next() (more, wrote, exact bool) {
 			sh, i := b.probeAt(k)
 			base := sh.recs[i].new // the probe is claimed: nothing after it is (the pin)
 			for _, r := range sh.recs[sh.cp:max(sh.cp, i+1)] {
+				if w.second.noStream {
+					break // every probe is claimed: its image is the base
+				}
 				if r.key == k { // the first pending record of k, up to its probe
 					base = r.old
 					break
@@ -833,13 +921,16 @@ func (b *rebase) next() (more, wrote, exact bool) {
 		b.phase = 4
 		return true, false, false
 	default: // B5: write, pinned, and reset the count
-		if w.applied != b.a || w.foreign != b.f || w.open > 0 {
+		if w.applied != b.a || w.foreign != b.f || w.open > 0 || (w.second.pinLosses && w.losses != b.losses) {
 			b.refuse = "pin"
 			return false, false, false
 		}
 		exact = b.v == w.target()
 		w.report = b.v
 		w.applied = b.sum - b.p4
+		if w.second.rebaseRetired { // second review, hole C-a: the compacted keys' counts leave with them
+			w.retired = 0
+		}
 		if w.mut.resetWithCurrentProbed && !w.review.resetWithProbedAtB4 {
 			w.applied = b.sum - w.probed
 		}
@@ -982,7 +1073,7 @@ func TestModel_ALossIsRefusedByCountingAndHealedByARebase(t *testing.T) {
 // such code out (docs/exactly-once.md, revised design, "F"): its commit is
 // refused, and oldCommit reports false. With mutations.noFence it lands.
 func (w *world) oldCommit(s *shard) bool {
-	if !w.mut.noFence {
+	if !w.mut.noFence && !w.second.fenceParks {
 		return false
 	}
 	w.uncounted = true

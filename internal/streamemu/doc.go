@@ -1,7 +1,7 @@
 // Package streamemu emulates an AWS DynamoDB stream in front of DynamoDB
 // Local's, for tests and the benchmark: test infrastructure beside the
 // fault transport (internal/ledgertest) and the transaction-conflict
-// emulation (writer/ddbconflict). No product code imports it.
+// emulation (internal/ddbconflict). No product code imports it.
 //
 // DynamoDB Local gives a table's stream one shard that never closes,
 // never splits and is never trimmed. On AWS a stream has a shard per
@@ -126,7 +126,11 @@
 //     (Sync reads at once). Their age for the retention counts from then.
 //   - Hash ranges are the emulation's own: AWS does not show a DynamoDB
 //     stream's shard hash ranges, nor when partitions split; a schedule of
-//     time or record counts stands in for both, independent of load.
+//     time or record counts stands in for both, independent of load. The
+//     hash is FNV-1a of the partition key, finished with MurmurHash3's
+//     64-bit mixer so that keys differing only at their end (a tenant's
+//     roll-up lanes) spread over the shards as DynamoDB spreads partition
+//     keys, instead of falling in one.
 //   - A shard's children exist from the moment it closes (AWS may list a
 //     child a little later), and a closed shard's last GetRecords returns
 //     its last records with no next iterator (AWS may first answer empty

@@ -81,7 +81,7 @@ func readAll(t *testing.T, r processor.StreamReader, arn, id string) []st.Record
 func TestHandler_SDKClientSeesTheSameStreamOverHTTP(t *testing.T) {
 	ctx := context.Background()
 	f := newFixture(t)
-	s := f.stream(t, streamemu.Config{Shards: 3, RollRecords: 30, SplitRatio: 0.5, MaxOpenShards: 8, Seed: 11})
+	s := f.stream(t, streamemu.Config{Shards: 3, RollRecords: 30, SplitRatio: 1, MaxOpenShards: 8, Seed: 11})
 	c := serve(t, s)
 
 	// An item with every kind of attribute value, empty map and list too.

@@ -340,8 +340,28 @@ func (s *Stream) advance(now time.Time) {
 }
 
 // hashKey is the partition key's hash: all records of one item (one
-// partition key) go to the same shard.
+// partition key) go to the same shard. FNV-1a alone leaves keys that differ
+// only in their last bytes (a tenant's roll-up lanes, TENANT#t#ROLLUPLANE#0
+// … #31) within 2^-24 of the hash space of each other, so they would all
+// share a shard; MurmurHash3's 64-bit finaliser spreads them over the whole
+// space, as DynamoDB's partitioning hash does (it does not document which
+// hash it uses; only that it spreads partition keys evenly).
 func (s *Stream) hashKey(r types.Record) uint64 {
+	return fmix64(s.fnvKey(r))
+}
+
+// fmix64 is MurmurHash3's 64-bit finaliser: every input bit affects every
+// output bit.
+func fmix64(k uint64) uint64 {
+	k ^= k >> 33
+	k *= 0xff51afd7ed558ccd
+	k ^= k >> 33
+	k *= 0xc4ceb9fe1a85ec53
+	k ^= k >> 33
+	return k
+}
+
+func (s *Stream) fnvKey(r types.Record) uint64 {
 	h := fnv.New64a()
 	if r.Dynamodb != nil {
 		switch v := r.Dynamodb.Keys[s.cfg.PartitionKey].(type) {

@@ -22,7 +22,14 @@
 // sequence number (table.RegisterShard), and every poller adds the shards
 // lease items describe to its list at each pass: between two listings of
 // the whole stream the others learn of new shards from the leases they
-// read anyway. A child of a shard this
+// read anyway. A shard found without children (by the filter, or by a
+// listing that ended first) is looked up again at each pass for two
+// minutes: AWS may list a closed shard's children a moment after it
+// closes. A listing paused by throttling goes on from its page at the
+// next pass; one whose next page the stream refuses as not found (the
+// shard it starts after was trimmed away meanwhile) starts over, since
+// only a first page's ResourceNotFoundException means the stream is gone.
+// A child of a shard this
 // stream's consumers have read, without a checkpoint of its own, opens at
 // its starting sequence number (AT_SEQUENCE_NUMBER; TRIM_HORIZON if that is
 // refused), so that records trimmed from its start are counted as lost

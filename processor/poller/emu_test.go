@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ledger-dev/ledger/infra/ddblocal/ddbtest"
+	"github.com/ledger-dev/ledger/internal/ddbconflict"
 	"github.com/ledger-dev/ledger/internal/ledgertest"
 	"github.com/ledger-dev/ledger/internal/streamemu"
 	"github.com/ledger-dev/ledger/processor"
@@ -26,10 +27,19 @@ import (
 
 // emuEnv is a real table on DynamoDB Local whose own stream the poller
 // reads through the emulation of AWS's (internal/streamemu): shards by
-// partition key that close, roll, split and are trimmed.
+// partition key that close, roll, split and are trimmed. Every poller's
+// DynamoDB client goes through one emulation of AWS's transaction
+// conflicts (internal/ddbconflict, 15 ms per transaction): commits of
+// different shards that named one item would be cancelled and retried,
+// as on AWS, and finish checks that each cancellation was counted.
 type emuEnv struct {
 	*env
-	s *streamemu.Stream
+	s         *streamemu.Stream
+	conflicts *ddbconflict.Transport
+	// lives are the pollers made on the env (their metrics); intf, when
+	// set, is the test's interferer, whose cancellations are not theirs.
+	lives []*testPoller
+	intf  *ddbconflict.Interferer
 	// coordStream is a stream the test turns on for the coordination
 	// table (production's has none): the history of the checkpoint items,
 	// in the order DynamoDB Local applied the writes.
@@ -53,7 +63,7 @@ func newEmuEnv(t *testing.T, seed uint64, cfg streamemu.Config) *emuEnv {
 	// The scripted stream only carries the ARN: the emulation is passed to
 	// every poller.
 	return &emuEnv{env: &env{ddb: ddb, table: name, stream: newFakeStream(arn), w: ledgertest.NewWorkload(seed)}, s: s,
-		coordStream: aws.ToString(out.TableDescription.LatestStreamArn)}
+		coordStream: aws.ToString(out.TableDescription.LatestStreamArn), conflicts: newConflicts(awsLatency)}
 }
 
 // write runs n workload steps against the table: their records reach the
@@ -71,12 +81,14 @@ func (e *emuEnv) poller(t *testing.T, owner string, streams poller.Streams, muta
 	if streams == nil {
 		streams = e.s
 	}
-	return e.pollerWith(t, owner, streams, nil, processor.Config{}, func(c *poller.Config) {
+	tp := e.pollerWith(t, owner, streams, conflictClient(t, e.conflicts, nil), processor.Config{}, func(c *poller.Config) {
 		c.DiscoverInterval = time.Minute
 		if mutate != nil {
 			mutate(c)
 		}
 	})
+	e.lives = append(e.lives, tp)
+	return tp
 }
 
 // runDrain runs a drain poller and fails the test if it has not exited
@@ -244,17 +256,20 @@ func TestPoller_DrainExitsWhenAShardClosesAfterItWasDrained(t *testing.T) {
 func (e *emuEnv) killable(t *testing.T, owner string, mutate func(*poller.Config)) (*testPoller, *atomic.Bool) {
 	t.Helper()
 	dead := &atomic.Bool{}
-	tp := e.pollerWith(t, owner, deadStreams{Streams: e.s, dead: dead.Load}, chaosClient(t, dead.Load), processor.Config{}, func(c *poller.Config) {
+	tp := e.pollerWith(t, owner, deadStreams{Streams: e.s, dead: dead.Load}, conflictClient(t, e.conflicts, dead.Load), processor.Config{}, func(c *poller.Config) {
 		c.DiscoverInterval, c.ShutdownTimeout = time.Minute, time.Second
 		if mutate != nil {
 			mutate(c)
 		}
 	})
+	e.lives = append(e.lives, tp)
 	return tp, dead
 }
 
-// finish drains what is left with a fresh poller and checks the reports
-// and the order of commits.
+// finish drains what is left with a fresh poller and checks the reports,
+// the order of commits, and that the pollers counted every cancellation
+// the conflict emulation made of their transactions
+// (ledger_aggregate_conflicts_total{reason="transaction_conflict"}).
 func (e *emuEnv) finish(t *testing.T, gone map[string]bool) *testPoller {
 	t.Helper()
 	require.NoError(t, e.s.Sync(context.Background()))
@@ -262,6 +277,16 @@ func (e *emuEnv) finish(t *testing.T, gone map[string]bool) *testPoller {
 	e.runDrain(t, d, 3*time.Minute)
 	e.requireReconciled(t)
 	e.requireInOrder(t, gone)
+	cancelled, rejected := e.conflicts.Stats()
+	if e.intf != nil {
+		_, mine := e.intf.Stats()
+		cancelled -= int64(mine)
+	}
+	counted := sumCounter(t, e.lives, func(m *processor.Metrics) float64 {
+		return counter(t, m.Conflicts.WithLabelValues(processor.ConflictTransactionConflict))
+	})
+	assert.Equal(t, float64(cancelled), counted, "transaction conflicts counted against the emulation's cancellations of the pollers' commits")
+	t.Logf("AWS conflicts emulated: %d commits cancelled and counted, %d single-item writes refused", cancelled, rejected)
 	return d
 }
 

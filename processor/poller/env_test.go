@@ -28,14 +28,17 @@ import (
 )
 
 // The package's tables are all created before any test writes: one per
-// test that makes one (38: five lineage, four window, three lease, three
+// test that makes one (44: five lineage, four window, three lease, three
 // closed-shard, two batch, two fault, two not-found, two idle-backoff, two
 // held-records budget, one damage, one lag, one quarantine, one memory
-// measurement, six emulation tests, one of discovery through leases and
-// two from the coordination table's review), and four to spare. A test that
+// measurement, six emulation tests, one of discovery through leases, two
+// from the coordination table's review, two from the review of session
+// 15, one of them gated, three under AWS's transaction conflicts and one
+// of a checkpoint fenced by a migration), and
+// four to spare. A test that
 // gets a later table is slow enough for 3-second leases to expire, so an
 // exhausted pool fails the test (ddbtest.Pool.Table).
-var tables = ddbtest.Pool{Size: 42}
+var tables = ddbtest.Pool{Size: 48}
 
 func newTableName(t testing.TB) string { return tables.Table(t) }
 

@@ -262,17 +262,24 @@ func (p *Poller) pass(ctx context.Context, renew bool) error {
 				p.log.Warn("the stream is disabled")
 			}
 			p.shards, p.listed, p.forceList = shards, listedAt, false
-			// The list has every child there is: those of the shards still
-			// to be looked up are registered for the other pollers.
+			// The list has every child listed so far: those of the shards
+			// still to be looked up are registered for the other pollers. A
+			// shard whose children it does not have yet stays to be looked
+			// up, as lookupChildren keeps it (AWS may list a closed shard's
+			// children a moment after it closes, and a listing paused
+			// across passes read its pages before): dropping it left them
+			// to the next listing (review, session 15).
 			if len(p.lookup) > 0 {
 				parents := map[string]bool{}
 				for _, id := range p.lookup {
 					parents[id] = true
 				}
 				var kids []shard
+				found := map[string]bool{}
 				for _, s := range shards {
 					if parents[s.parent] {
 						kids = append(kids, s)
+						found[s.parent] = true
 					}
 				}
 				known := make(map[string]bool, len(shards))
@@ -280,8 +287,16 @@ func (p *Poller) pass(ctx context.Context, renew bool) error {
 					known[s.id] = true
 				}
 				p.registerChildren(ctx, kids, known)
+				var again []string
+				for _, id := range p.lookup {
+					if !found[id] && p.childless(id) {
+						again = append(again, id)
+					} else {
+						delete(p.lookupSince, id)
+					}
+				}
+				p.lookup = again
 			}
-			p.lookup, p.lookupSince = nil, nil
 			for _, s := range shards {
 				// A shard the stream lists again is not gone (the check
 				// that marked it was answered wrong): read it.
@@ -392,23 +407,8 @@ func (p *Poller) lookupChildren(ctx context.Context) {
 			p.forceList = true
 			return
 		}
-		if len(kids) == 0 {
-			// Not listed yet, or none (a stream disabled): again at the
-			// next passes for a while, then left to the next listing.
-			if p.lookupSince == nil {
-				p.lookupSince = map[string]time.Time{}
-			}
-			since, ok := p.lookupSince[p.lookup[0]]
-			if !ok {
-				since = time.Now()
-				p.lookupSince[p.lookup[0]] = since
-			}
-			// A drain lists the whole stream before it exits anyway.
-			if time.Since(since) < childlessRetry && !p.cfg.Drain {
-				again = append(again, p.lookup[0])
-			} else {
-				delete(p.lookupSince, p.lookup[0])
-			}
+		if len(kids) == 0 && p.childless(p.lookup[0]) {
+			again = append(again, p.lookup[0])
 		}
 		p.registerChildren(ctx, kids, known)
 		if len(kids) > 0 {
@@ -421,6 +421,27 @@ func (p *Poller) lookupChildren(ctx context.Context) {
 // childlessRetry is how long a finished shard found without children is
 // looked up again at each pass.
 const childlessRetry = 2 * time.Minute
+
+// childless notes that the finished shard id was looked up (by
+// CHILD_SHARDS or in a listing) and found without children, and reports
+// whether to look it up again at the next pass: not listed yet, or none
+// (a stream disabled), so again for childlessRetry, then left to the next
+// listing. A drain lists the whole stream before it exits anyway.
+func (p *Poller) childless(id string) bool {
+	if p.lookupSince == nil {
+		p.lookupSince = map[string]time.Time{}
+	}
+	since, ok := p.lookupSince[id]
+	if !ok {
+		since = time.Now()
+		p.lookupSince[id] = since
+	}
+	if time.Since(since) < childlessRetry && !p.cfg.Drain {
+		return true
+	}
+	delete(p.lookupSince, id)
+	return false
+}
 
 // registerChildren adds kids to the shard list and registers each in a
 // lease item: the other pollers learn of them from it, without listing the
@@ -839,17 +860,27 @@ func (p *Poller) readerDone(ctx context.Context, r readerResult) {
 		p.pm.IteratorAge.DeleteLabelValues(r.shard)
 	}
 	switch {
-	case h.lost:
-		delete(p.held, r.shard)
 	case r.finished:
 		p.log.Info("shard finished: read to its end", "shard", r.shard)
 		cp := p.cps[r.shard]
 		cp.finished = true
 		p.cps[r.shard] = cp
 		p.lastStop = time.Now()
-		p.lookup = append(p.lookup, r.shard) // its children, by CHILD_SHARDS at the next pass
+		// Its children, by CHILD_SHARDS at the next pass, also when the
+		// lease was lost as the reader reached the end (it expired or was
+		// taken while the result waited for the coordinator): nobody reads
+		// a finished shard again, so nobody else looks its children up, and
+		// they waited for the next listing of the whole stream (review,
+		// session 15).
+		p.lookup = append(p.lookup, r.shard)
+		if h.lost {
+			delete(p.held, r.shard)
+			break
+		}
 		h.finished = true
 		p.release(ctx, r.shard, h)
+	case h.lost:
+		delete(p.held, r.shard)
 	case r.drained:
 		p.drained[r.shard] = true
 		p.lastStop = time.Now()

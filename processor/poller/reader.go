@@ -16,6 +16,7 @@ import (
 	"github.com/aws/smithy-go"
 
 	"github.com/ledger-dev/ledger/processor"
+	"github.com/ledger-dev/ledger/table"
 )
 
 // readerResult is how a shard reader ended.
@@ -309,6 +310,16 @@ func (r *reader) run() (res readerResult) {
 				}
 				return true
 			}
+			if errors.Is(err, table.ErrCheckpointFenced) {
+				// The checkpoint became a migration's fenced copy under
+				// this reader (a rerun of `ledgerctl coordination migrate`
+				// replaced a copy an earlier version left unfenced): drop
+				// what is carried and open again once it is released.
+				if err := r.reopen(ResetFailure, false); err != nil && !fail("reopen", err) {
+					return false
+				}
+				return true
+			}
 			reason := ResetFailure
 			r.stale = true
 			if errors.Is(err, processor.ErrGap) {
@@ -550,9 +561,10 @@ func (r *reader) advanceHeld(seq string) {
 }
 
 // open opens an iterator: after the checkpoint (declared as the guard's
-// origin), else at the shard's start position.
+// origin), else at the shard's start position. A checkpoint that is a
+// migration's fenced copy is waited for (released).
 func (r *reader) open() error {
-	cp, err := r.guard.Checkpoint(r.ctx)
+	cp, err := r.released()
 	if err != nil {
 		return err
 	}
@@ -598,6 +610,33 @@ func (r *reader) open() error {
 	r.opened, r.stale = true, false
 	r.log.Debug("shard iterator opened", "type", string(in.ShardIteratorType), "after", cp)
 	return nil
+}
+
+// released reads the shard's checkpoint, waiting while it is a copy
+// `ledgerctl coordination migrate` has not released yet
+// (table.ErrCheckpointFenced): the checkpoint it was copied from may still
+// move, so this reader neither reads nor commits, and keeps its lease (no
+// other poller could claim from the copy either). It reads the checkpoint
+// again after each wait, the idle backoff up to MaxIdleBackoff (each read
+// counts ledger_aggregate_conflicts_total{reason="migration_fence"}), and
+// returns the fence's error only when the reader stops first.
+func (r *reader) released() (string, error) {
+	for n := 1; ; n++ {
+		cp, err := r.guard.Checkpoint(r.ctx)
+		if !errors.Is(err, table.ErrCheckpointFenced) {
+			if n > 1 && err == nil {
+				r.log.Info("the migration released the shard's checkpoint; reading after it", "checkpoint", cp)
+			}
+			return cp, err
+		}
+		if n == 1 {
+			r.log.Warn("the shard's checkpoint is a copy `ledgerctl coordination migrate` has not released yet: nothing is read or committed on the shard until a run of the migration ends without error; waiting",
+				"error", err.Error())
+		}
+		if !r.wait(r.p.idleBackoff(n, true)) {
+			return "", err
+		}
+	}
 }
 
 // trimmed handles TrimmedDataAccessException: the records after the

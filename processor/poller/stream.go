@@ -84,15 +84,35 @@ var errListingPaused = errors.New("listing paused: DescribeStream throttled")
 // so a listing waiting out the stream's DescribeStream rate must not run
 // past the next renewal: found by the fleet benchmark at 100 and 1,000
 // shards, where a pass waiting out up to 200 throttled pages (about 30 s)
-// let every lease of the poller expire at once (20 s leases). Other errors
-// end the listing: the next call starts over.
+// let every lease of the poller expire at once (20 s leases). A page
+// after a shard the stream no longer has (ResourceNotFoundException with
+// ExclusiveStartShardId set) starts the listing over; a first page's is
+// the stream's end, returned as it is. Other errors end the listing: the
+// next call starts over.
 func (l *listing) run(ctx context.Context, api Streams, streamARN string, until time.Time) (shards []shard, status streamtypes.StreamStatus, err error) {
 	if l.seen == nil {
 		l.started, l.seen = time.Now(), map[string]bool{}
 	}
-	throttled := 0
+	throttled, restarted := 0, 0
 	for {
 		out, err := api.DescribeStream(ctx, &dynamodbstreams.DescribeStreamInput{StreamArn: aws.String(streamARN), ExclusiveStartShardId: l.start})
+		var nf *streamtypes.ResourceNotFoundException
+		if errors.As(err, &nf) && l.start != nil && ctx.Err() == nil {
+			// A page after a shard the stream no longer has: a listing
+			// paused across passes resumes after the last shard of its last
+			// page, which may have been trimmed away meanwhile (a closed
+			// shard is deleted 24 hours on), and AWS does not say what
+			// DescribeStream answers then. Only a first page's
+			// ResourceNotFoundException says the stream is gone: this
+			// listing starts over (review, session 15: the poller took it
+			// for the stream's end and exited).
+			if restarted++; restarted > maxListRestarts {
+				*l = listing{}
+				return nil, "", fmt.Errorf("describe stream %s: the page after a listed shard is refused: %v", streamARN, err)
+			}
+			*l = listing{started: time.Now(), seen: map[string]bool{}}
+			continue
+		}
 		var le *streamtypes.LimitExceededException
 		if errors.As(err, &le) && ctx.Err() == nil {
 			// The stream's DescribeStream rate (10 a second, shared by every
@@ -149,6 +169,10 @@ func (l *listing) run(ctx context.Context, api Streams, streamARN string, until 
 	})
 	return shards, status, nil
 }
+
+// maxListRestarts bounds the times one call of a listing starts over
+// because a page's start shard is gone.
+const maxListRestarts = 3
 
 // listPauseMax is the longest pause before a throttled page is asked for
 // again (pause at attempt 5 and after).

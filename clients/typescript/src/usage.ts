@@ -10,6 +10,8 @@ export type TransactionCreate = Schemas["TransactionCreate"];
 export type Problem = Schemas["Problem"];
 export type GatewayError = Schemas["GatewayError"];
 export type Report = Schemas["Report"];
+export type Rollup = Schemas["Rollup"];
+export type RollupRange = Schemas["RollupRange"];
 
 type CreateTransaction = operations["createTransaction"];
 
@@ -27,6 +29,12 @@ export const patchAmountIsString: Exactly<NonNullable<Schemas["TransactionPatch"
 export const problemTypeIsString: Exactly<Problem["type"], string> = true;
 export const tenantStatusIsOpen: Exactly<Schemas["Tenant"]["status"], string> = true;
 export const transactionTypeIsOpen: Exactly<Transaction["type"], string> = true;
+// A tenant roll-up's amounts are decimal strings too, its branch count a number.
+export const rollupNetIsString: Exactly<Rollup["net"], string> = true;
+export const rollupBranchesIsNumber: Exactly<RollupRange["items"][number]["branches"], number> = true;
+/** The currency a roll-up request names: an ISO 4217 code, or "-" for the branches without one. */
+export type RollupQuery = NonNullable<operations["rollupRange"]["parameters"]["query"]>;
+export const rollupCurrencyIsString: Exactly<NonNullable<RollupQuery["currency"]>, string> = true;
 
 /** Whether the answer of a failed request is the writer's problem or API Gateway's own. */
 export type Failure =

@@ -428,6 +428,64 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/tenants/{tenant}/reports": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The tenant id (1–64 ASCII letters, digits, `-`, `_`, `.`, starting with a letter or digit). */
+                tenant: components["parameters"]["TenantParam"];
+            };
+            cookie?: never;
+        };
+        /**
+         * The tenant's roll-ups (all its branches together, one currency) of one period type in a range, in period order (eventually consistent).
+         * @description A roll-up is the sum of the reports of every branch of the tenant in
+         *     one currency, each branch in its own business calendar (docs/api.md,
+         *     "Tenant roll-ups"). The range's bounds are those of a branch report
+         *     range. A page holds at most `limit` periods (at most 100), each with
+         *     its totals, net and branch count; a period's breakdowns are the
+         *     single roll-up's. A tenant-wide token (the path's tenant) or an
+         *     admin token.
+         */
+        get: operations["rollupRange"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/tenants/{tenant}/reports/{period}/{value}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The tenant id (1–64 ASCII letters, digits, `-`, `_`, `.`, starting with a letter or digit). */
+                tenant: components["parameters"]["TenantParam"];
+                period: components["schemas"]["PeriodType"];
+                /** @description The period's value, in its type's form (PeriodValue). */
+                value: components["schemas"]["PeriodValue"];
+            };
+            cookie?: never;
+        };
+        /**
+         * One roll-up of the tenant (all its branches together, one currency), in pages of breakdown entries (eventually consistent).
+         * @description The totals, net and branch count on every page; the summed
+         *     breakdowns' entries in dimension (byCategory, byCostCenter,
+         *     byPaymentMethod) and name order, at most `limit` a page. A
+         *     tenant-wide token (the path's tenant) or an admin token.
+         */
+        get: operations["getRollup"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
 }
 export type webhooks = Record<string, never>;
 export interface components {
@@ -500,6 +558,12 @@ export interface components {
         };
         /** @description The problem of a Unprocessable answer (Problem, with its status and types). */
         UnprocessableProblem: components["schemas"]["Problem"] & {
+            /** @constant */
+            status?: 422;
+            type?: string;
+        };
+        /** @description The problem of a RollupUnprocessable answer (Problem, with its status and types). */
+        RollupUnprocessableProblem: components["schemas"]["Problem"] & {
             /** @constant */
             status?: 422;
             type?: string;
@@ -902,6 +966,47 @@ export interface components {
             items: components["schemas"]["Report"][];
             nextCursor?: components["schemas"]["Cursor"];
         };
+        /** @description A roll-up's currency, an ISO 4217 code (Currency), or `-` for the branches without one. */
+        RollupCurrency: string;
+        /** @description A tenant roll-up's figures for one currency and period, summed over every branch in that currency. */
+        RollupTotals: {
+            tenant: components["schemas"]["ID"];
+            currency: components["schemas"]["RollupCurrency"];
+            periodType: components["schemas"]["PeriodTypeName"];
+            /** @description The period's value (2026-01 for MONTHLY), in each branch's own business calendar. */
+            period: components["schemas"]["PeriodValue"];
+            totalIncome: components["schemas"]["Money"];
+            totalExpense: components["schemas"]["Money"];
+            /** @description totalIncome − totalExpense. */
+            net: components["schemas"]["Money"];
+            transactionCount: number;
+            /** @description The number of branches whose report for the period counts a transaction. */
+            branches: number;
+            /** @description The time of the last commit to any of the roll-up's partials (its freshness). */
+            updatedAt?: components["schemas"]["Timestamp"];
+        };
+        /** @description One page of a tenant roll-up (RollupTotals' figures); the breakdowns hold the page's entries. */
+        Rollup: {
+            tenant: components["schemas"]["ID"];
+            currency: components["schemas"]["RollupCurrency"];
+            periodType: components["schemas"]["PeriodTypeName"];
+            period: components["schemas"]["PeriodValue"];
+            totalIncome: components["schemas"]["Money"];
+            totalExpense: components["schemas"]["Money"];
+            net: components["schemas"]["Money"];
+            transactionCount: number;
+            branches: number;
+            updatedAt?: components["schemas"]["Timestamp"];
+            byCategory: components["schemas"]["Breakdown"];
+            byCostCenter: components["schemas"]["Breakdown"];
+            byPaymentMethod: components["schemas"]["Breakdown"];
+            /** @description The roll-up's next entries, with ?cursor= (and the same currency). */
+            nextCursor?: components["schemas"]["Cursor"];
+        };
+        RollupRange: {
+            items: components["schemas"]["RollupTotals"][];
+            nextCursor?: components["schemas"]["Cursor"];
+        };
     };
     responses: {
         /** @description The tenant. */
@@ -1193,6 +1298,18 @@ export interface components {
                 "application/problem+json": components["schemas"]["UnprocessableProblem"];
             };
         };
+        /** @description currency-required (the tenant's branches have more than one currency and the request names none; `detail` names them, `field` is currency) or invalid-field (a `currency` that is not an accepted ISO 4217 code nor `-`). */
+        RollupUnprocessable: {
+            headers: {
+                "X-Request-Id": components["headers"]["RequestId"];
+                "Cache-Control": components["headers"]["CacheControl"];
+                "X-Content-Type-Options": components["headers"]["ContentTypeOptions"];
+                [name: string]: unknown;
+            };
+            content: {
+                "application/problem+json": components["schemas"]["RollupUnprocessableProblem"];
+            };
+        };
         /** @description precondition-required; a change without If-Match. */
         PreconditionRequired: {
             headers: {
@@ -1309,6 +1426,8 @@ export interface components {
         AccountParam: string;
         /** @description Items per page, 1–200 (default 50; larger values are capped at 200). 0 is 400 invalid-field, like any value below 1; leave it out for the default. */
         LimitParam: number;
+        /** @description The roll-up's currency: an ISO 4217 code, or `-` for the branches without a currency. Required when the tenant's branches have more than one currency (422 currency-required names them); otherwise the one they have. A currency none of the branches has reads as no roll-up. */
+        RollupCurrencyParam: string;
         /** @description The `nextCursor` (or `entriesCursor`) of the previous page; opaque, signed and bound to the listing that issued it. */
         CursorParam: string;
         /**
@@ -2586,6 +2705,99 @@ export interface operations {
             403: components["responses"]["Forbidden"];
             404: components["responses"]["NotFound"];
             413: components["responses"]["GatewayPayloadTooLarge"];
+            429: components["responses"]["RateLimited"];
+            500: components["responses"]["Internal"];
+            503: components["responses"]["Unavailable"];
+            504: components["responses"]["GatewayTimeout"];
+        };
+    };
+    rollupRange: {
+        parameters: {
+            query: {
+                period: components["schemas"]["PeriodType"];
+                /** @description First period, inclusive (its form as period says). */
+                from: components["schemas"]["PeriodValue"];
+                /** @description Last period, inclusive. */
+                to: components["schemas"]["PeriodValue"];
+                /** @description The roll-up's currency: an ISO 4217 code, or `-` for the branches without a currency. Required when the tenant's branches have more than one currency (422 currency-required names them); otherwise the one they have. A currency none of the branches has reads as no roll-up. */
+                currency?: components["parameters"]["RollupCurrencyParam"];
+                /** @description Periods per page, 1–100 (default 100; larger is capped). */
+                limit?: number;
+                /** @description The `nextCursor` (or `entriesCursor`) of the previous page; opaque, signed and bound to the listing that issued it. */
+                cursor?: components["parameters"]["CursorParam"];
+            };
+            header?: never;
+            path: {
+                /** @description The tenant id (1–64 ASCII letters, digits, `-`, `_`, `.`, starting with a letter or digit). */
+                tenant: components["parameters"]["TenantParam"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description A page of roll-ups (empty for a currency none of the tenant's branches has). */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    "Cache-Control": components["headers"]["CacheControl"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RollupRange"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthenticated"];
+            403: components["responses"]["Forbidden"];
+            413: components["responses"]["GatewayPayloadTooLarge"];
+            422: components["responses"]["RollupUnprocessable"];
+            429: components["responses"]["RateLimited"];
+            500: components["responses"]["Internal"];
+            503: components["responses"]["Unavailable"];
+            504: components["responses"]["GatewayTimeout"];
+        };
+    };
+    getRollup: {
+        parameters: {
+            query?: {
+                /** @description The roll-up's currency: an ISO 4217 code, or `-` for the branches without a currency. Required when the tenant's branches have more than one currency (422 currency-required names them); otherwise the one they have. A currency none of the branches has reads as no roll-up. */
+                currency?: components["parameters"]["RollupCurrencyParam"];
+                /** @description Entries per page, 1–1000 (default 500; larger is capped). */
+                limit?: number;
+                /** @description The `nextCursor` (or `entriesCursor`) of the previous page; opaque, signed and bound to the listing that issued it. */
+                cursor?: components["parameters"]["CursorParam"];
+            };
+            header?: never;
+            path: {
+                /** @description The tenant id (1–64 ASCII letters, digits, `-`, `_`, `.`, starting with a letter or digit). */
+                tenant: components["parameters"]["TenantParam"];
+                period: components["schemas"]["PeriodType"];
+                /** @description The period's value, in its type's form (PeriodValue). */
+                value: components["schemas"]["PeriodValue"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description A page of the roll-up; every page carries the totals, net, branches and updatedAt. */
+            200: {
+                headers: {
+                    "X-Request-Id": components["headers"]["RequestId"];
+                    /** @description The time of the last commit to any of the roll-up's partials. */
+                    "Last-Modified"?: string;
+                    "Cache-Control": components["headers"]["CacheControl"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Rollup"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthenticated"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            413: components["responses"]["GatewayPayloadTooLarge"];
+            422: components["responses"]["RollupUnprocessable"];
             429: components["responses"]["RateLimited"];
             500: components["responses"]["Internal"];
             503: components["responses"]["Unavailable"];

@@ -275,6 +275,21 @@ func (e Role) Valid() bool {
 	}
 }
 
+// Defines values for RollupUnprocessableProblemStatus.
+const (
+	RollupUnprocessableProblemStatusN422 RollupUnprocessableProblemStatus = 422
+)
+
+// Valid indicates whether the value is a known member of the RollupUnprocessableProblemStatus enum.
+func (e RollupUnprocessableProblemStatus) Valid() bool {
+	switch e {
+	case RollupUnprocessableProblemStatusN422:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for Status.
 const (
 	StatusActive    Status = "active"
@@ -1022,6 +1037,108 @@ type Role string
 // RoleName An account's role in an answer (Role's values); more may be added.
 type RoleName = string
 
+// Rollup One page of a tenant roll-up (RollupTotals' figures); the breakdowns hold the page's entries.
+type Rollup struct {
+	Branches int `json:"branches"`
+
+	// ByCategory Figures by name; entries whose figures are all zero are left out.
+	ByCategory Breakdown `json:"byCategory"`
+
+	// ByCostCenter Figures by name; entries whose figures are all zero are left out.
+	ByCostCenter Breakdown `json:"byCostCenter"`
+
+	// ByPaymentMethod Figures by name; entries whose figures are all zero are left out.
+	ByPaymentMethod Breakdown `json:"byPaymentMethod"`
+
+	// Currency A roll-up's currency, an ISO 4217 code (Currency), or `-` for the branches without one.
+	Currency RollupCurrency `json:"currency"`
+
+	// Net An exact decimal in canonical form.
+	Net Money `json:"net"`
+
+	// NextCursor The roll-up's next entries, with ?cursor= (and the same currency).
+	NextCursor *Cursor `json:"nextCursor,omitempty"`
+
+	// Period YYYY-MM-DD (DAILY, WEEKLY), YYYY-MM (MONTHLY), YYYY-Qn (QUARTERLY), YYYY (YEARLY), FYyyyy-Qn (FISCAL_QUARTER) or FYyyyy (FISCAL_YEAR).
+	Period PeriodValue `json:"period"`
+
+	// PeriodType A period type in an answer (PeriodType's values); more may be added.
+	PeriodType PeriodTypeName `json:"periodType"`
+	Tenant     ID             `json:"tenant"`
+
+	// TotalExpense An exact decimal in canonical form.
+	TotalExpense Money `json:"totalExpense"`
+
+	// TotalIncome An exact decimal in canonical form.
+	TotalIncome      Money `json:"totalIncome"`
+	TransactionCount int   `json:"transactionCount"`
+
+	// UpdatedAt RFC 3339, UTC.
+	UpdatedAt *Timestamp `json:"updatedAt,omitempty"`
+}
+
+// RollupCurrency A roll-up's currency, an ISO 4217 code (Currency), or `-` for the branches without one.
+type RollupCurrency = string
+
+// RollupRange defines model for RollupRange.
+type RollupRange struct {
+	Items []RollupTotals `json:"items"`
+
+	// NextCursor Opaque; pass it back as `?cursor=`.
+	NextCursor *Cursor `json:"nextCursor,omitempty"`
+}
+
+// RollupTotals A tenant roll-up's figures for one currency and period, summed over every branch in that currency.
+type RollupTotals struct {
+	// Branches The number of branches whose report for the period counts a transaction.
+	Branches int `json:"branches"`
+
+	// Currency A roll-up's currency, an ISO 4217 code (Currency), or `-` for the branches without one.
+	Currency RollupCurrency `json:"currency"`
+
+	// Net totalIncome − totalExpense.
+	Net Money `json:"net"`
+
+	// Period The period's value (2026-01 for MONTHLY), in each branch's own business calendar.
+	Period PeriodValue `json:"period"`
+
+	// PeriodType A period type in an answer (PeriodType's values); more may be added.
+	PeriodType PeriodTypeName `json:"periodType"`
+	Tenant     ID             `json:"tenant"`
+
+	// TotalExpense An exact decimal in canonical form.
+	TotalExpense Money `json:"totalExpense"`
+
+	// TotalIncome An exact decimal in canonical form.
+	TotalIncome      Money `json:"totalIncome"`
+	TransactionCount int   `json:"transactionCount"`
+
+	// UpdatedAt The time of the last commit to any of the roll-up's partials (its freshness).
+	UpdatedAt *Timestamp `json:"updatedAt,omitempty"`
+}
+
+// RollupUnprocessableProblem The problem of a RollupUnprocessable answer (Problem, with its status and types).
+type RollupUnprocessableProblem struct {
+	// CurrentVersion With version-mismatch, the current version.
+	CurrentVersion *Version `json:"currentVersion,omitempty"`
+	Detail         *string  `json:"detail,omitempty"`
+
+	// Field The offending body member, path parameter, query parameter or header.
+	Field *string `json:"field,omitempty"`
+
+	// Instance This occurrence: `urn:ledger:request:` and the request's id, the
+	// response's `X-Request-Id` (a replayed answer keeps the id of the
+	// request that first got it). Quote it when reporting a problem:
+	// the writer's log lines carry the id as `request_id`.
+	Instance *string                          `json:"instance,omitempty"`
+	Status   RollupUnprocessableProblemStatus `json:"status"`
+	Title    string                           `json:"title"`
+	Type     string                           `json:"type"`
+}
+
+// RollupUnprocessableProblemStatus defines model for RollupUnprocessableProblem.Status.
+type RollupUnprocessableProblemStatus int
+
 // Status A status a request sets (closed; the answer's field is StatusName).
 type Status string
 
@@ -1333,6 +1450,9 @@ type IfMatchRequiredParam = string
 // LimitParam defines model for LimitParam.
 type LimitParam = int
 
+// RollupCurrencyParam defines model for RollupCurrencyParam.
+type RollupCurrencyParam = string
+
 // TenantParam defines model for TenantParam.
 type TenantParam = ID
 
@@ -1471,6 +1591,9 @@ type RateLimitedApplicationJSON = GatewayError
 
 // RateLimitedApplicationProblemPlusJSON The problem of a RateLimited answer (Problem, with its status and types).
 type RateLimitedApplicationProblemPlusJSON = RateLimitedProblem
+
+// RollupUnprocessable The problem of a RollupUnprocessable answer (Problem, with its status and types).
+type RollupUnprocessable = RollupUnprocessableProblem
 
 // TenantChanged defines model for TenantChanged.
 type TenantChanged = Tenant
@@ -1751,6 +1874,38 @@ type PatchTransactionParams struct {
 type TransactionHistoryParams struct {
 	// Limit Items per page, 1–200 (default 50; larger values are capped at 200). 0 is 400 invalid-field, like any value below 1; leave it out for the default.
 	Limit *LimitParam `form:"limit,omitempty" json:"limit,omitempty"`
+
+	// Cursor The `nextCursor` (or `entriesCursor`) of the previous page; opaque, signed and bound to the listing that issued it.
+	Cursor *CursorParam `form:"cursor,omitempty" json:"cursor,omitempty"`
+}
+
+// RollupRangeParams defines parameters for RollupRange.
+type RollupRangeParams struct {
+	Period PeriodType `form:"period" json:"period"`
+
+	// From First period, inclusive (its form as period says).
+	From PeriodValue `form:"from" json:"from"`
+
+	// To Last period, inclusive.
+	To PeriodValue `form:"to" json:"to"`
+
+	// Currency The roll-up's currency: an ISO 4217 code, or `-` for the branches without a currency. Required when the tenant's branches have more than one currency (422 currency-required names them); otherwise the one they have. A currency none of the branches has reads as no roll-up.
+	Currency *RollupCurrencyParam `form:"currency,omitempty" json:"currency,omitempty"`
+
+	// Limit Periods per page, 1–100 (default 100; larger is capped).
+	Limit *int `form:"limit,omitempty" json:"limit,omitempty"`
+
+	// Cursor The `nextCursor` (or `entriesCursor`) of the previous page; opaque, signed and bound to the listing that issued it.
+	Cursor *CursorParam `form:"cursor,omitempty" json:"cursor,omitempty"`
+}
+
+// GetRollupParams defines parameters for GetRollup.
+type GetRollupParams struct {
+	// Currency The roll-up's currency: an ISO 4217 code, or `-` for the branches without a currency. Required when the tenant's branches have more than one currency (422 currency-required names them); otherwise the one they have. A currency none of the branches has reads as no roll-up.
+	Currency *RollupCurrencyParam `form:"currency,omitempty" json:"currency,omitempty"`
+
+	// Limit Entries per page, 1–1000 (default 500; larger is capped).
+	Limit *int `form:"limit,omitempty" json:"limit,omitempty"`
 
 	// Cursor The `nextCursor` (or `entriesCursor`) of the previous page; opaque, signed and bound to the listing that issued it.
 	Cursor *CursorParam `form:"cursor,omitempty" json:"cursor,omitempty"`
@@ -2184,6 +2339,29 @@ type ClientInterface interface {
 	//
 	// Corresponds with GET /v1/tenants/{tenant}/branches/{branch}/transactions/{id}/history (the `TransactionHistory` operationId).
 	TransactionHistory(ctx context.Context, tenant TenantParam, branch BranchParam, id string, params *TransactionHistoryParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// RollupRange The tenant's roll-ups (all its branches together, one currency) of one period type in a range, in period order (eventually consistent).
+	//
+	// A roll-up is the sum of the reports of every branch of the tenant in
+	// one currency, each branch in its own business calendar (docs/api.md,
+	// "Tenant roll-ups"). The range's bounds are those of a branch report
+	// range. A page holds at most `limit` periods (at most 100), each with
+	// its totals, net and branch count; a period's breakdowns are the
+	// single roll-up's. A tenant-wide token (the path's tenant) or an
+	// admin token.
+	//
+	// Corresponds with GET /v1/tenants/{tenant}/reports (the `RollupRange` operationId).
+	RollupRange(ctx context.Context, tenant TenantParam, params *RollupRangeParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// GetRollup One roll-up of the tenant (all its branches together, one currency), in pages of breakdown entries (eventually consistent).
+	//
+	// The totals, net and branch count on every page; the summed
+	// breakdowns' entries in dimension (byCategory, byCostCenter,
+	// byPaymentMethod) and name order, at most `limit` a page. A
+	// tenant-wide token (the path's tenant) or an admin token.
+	//
+	// Corresponds with GET /v1/tenants/{tenant}/reports/{period}/{value} (the `GetRollup` operationId).
+	GetRollup(ctx context.Context, tenant TenantParam, period PeriodType, value PeriodValue, params *GetRollupParams, reqEditors ...RequestEditorFn) (*http.Response, error)
 }
 
 // Healthz Liveness.
@@ -2956,6 +3134,49 @@ func (c *Client) PatchTransactionWithApplicationMergePatchPlusJSONBody(ctx conte
 // Corresponds with GET /v1/tenants/{tenant}/branches/{branch}/transactions/{id}/history (the `TransactionHistory` operationId).
 func (c *Client) TransactionHistory(ctx context.Context, tenant TenantParam, branch BranchParam, id string, params *TransactionHistoryParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewTransactionHistoryRequest(c.Server, tenant, branch, id, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// RollupRange The tenant's roll-ups (all its branches together, one currency) of one period type in a range, in period order (eventually consistent).
+//
+// A roll-up is the sum of the reports of every branch of the tenant in
+// one currency, each branch in its own business calendar (docs/api.md,
+// "Tenant roll-ups"). The range's bounds are those of a branch report
+// range. A page holds at most `limit` periods (at most 100), each with
+// its totals, net and branch count; a period's breakdowns are the
+// single roll-up's. A tenant-wide token (the path's tenant) or an
+// admin token.
+//
+// Corresponds with GET /v1/tenants/{tenant}/reports (the `RollupRange` operationId).
+func (c *Client) RollupRange(ctx context.Context, tenant TenantParam, params *RollupRangeParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewRollupRangeRequest(c.Server, tenant, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// GetRollup One roll-up of the tenant (all its branches together, one currency), in pages of breakdown entries (eventually consistent).
+//
+// The totals, net and branch count on every page; the summed
+// breakdowns' entries in dimension (byCategory, byCostCenter,
+// byPaymentMethod) and name order, at most `limit` a page. A
+// tenant-wide token (the path's tenant) or an admin token.
+//
+// Corresponds with GET /v1/tenants/{tenant}/reports/{period}/{value} (the `GetRollup` operationId).
+func (c *Client) GetRollup(ctx context.Context, tenant TenantParam, period PeriodType, value PeriodValue, params *GetRollupParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetRollupRequest(c.Server, tenant, period, value, params)
 	if err != nil {
 		return nil, err
 	}
@@ -5089,6 +5310,214 @@ func NewTransactionHistoryRequest(server string, tenant TenantParam, branch Bran
 	return req, nil
 }
 
+// NewRollupRangeRequest constructs an http.Request for the RollupRange method
+func NewRollupRangeRequest(server string, tenant TenantParam, params *RollupRangeParams) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "tenant", tenant, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/tenants/%s/reports", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if queryFrag, err := runtime.StyleParamWithOptions("form", true, "period", params.Period, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+			return nil, err
+		} else {
+			for _, qp := range strings.Split(queryFrag, "&") {
+				rawQueryFragments = append(rawQueryFragments, qp)
+			}
+		}
+
+		if queryFrag, err := runtime.StyleParamWithOptions("form", true, "from", params.From, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+			return nil, err
+		} else {
+			for _, qp := range strings.Split(queryFrag, "&") {
+				rawQueryFragments = append(rawQueryFragments, qp)
+			}
+		}
+
+		if queryFrag, err := runtime.StyleParamWithOptions("form", true, "to", params.To, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+			return nil, err
+		} else {
+			for _, qp := range strings.Split(queryFrag, "&") {
+				rawQueryFragments = append(rawQueryFragments, qp)
+			}
+		}
+
+		if params.Currency != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "currency", *params.Currency, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Limit != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "limit", *params.Limit, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Cursor != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "cursor", *params.Cursor, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewGetRollupRequest constructs an http.Request for the GetRollup method
+func NewGetRollupRequest(server string, tenant TenantParam, period PeriodType, value PeriodValue, params *GetRollupParams) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "tenant", tenant, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	var pathParam1 string
+
+	pathParam1, err = runtime.StyleParamWithOptions("simple", false, "period", period, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	var pathParam2 string
+
+	pathParam2, err = runtime.StyleParamWithOptions("simple", false, "value", value, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/tenants/%s/reports/%s/%s", pathParam0, pathParam1, pathParam2)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.Currency != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "currency", *params.Currency, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Limit != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "limit", *params.Limit, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Cursor != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "cursor", *params.Cursor, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
 func (c *Client) applyEditors(ctx context.Context, req *http.Request, additionalEditors []RequestEditorFn) error {
 	for _, r := range c.RequestEditors {
 		if err := r(ctx, req); err != nil {
@@ -5486,6 +5915,33 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with GET /v1/tenants/{tenant}/branches/{branch}/transactions/{id}/history (the `TransactionHistory` operationId).
 	TransactionHistoryWithResponse(ctx context.Context, tenant TenantParam, branch BranchParam, id string, params *TransactionHistoryParams, reqEditors ...RequestEditorFn) (*TransactionHistoryResponse, error)
+
+	// RollupRangeWithResponse The tenant's roll-ups (all its branches together, one currency) of one period type in a range, in period order (eventually consistent).
+	//
+	// A roll-up is the sum of the reports of every branch of the tenant in
+	// one currency, each branch in its own business calendar (docs/api.md,
+	// "Tenant roll-ups"). The range's bounds are those of a branch report
+	// range. A page holds at most `limit` periods (at most 100), each with
+	// its totals, net and branch count; a period's breakdowns are the
+	// single roll-up's. A tenant-wide token (the path's tenant) or an
+	// admin token.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/tenants/{tenant}/reports (the `RollupRange` operationId).
+	RollupRangeWithResponse(ctx context.Context, tenant TenantParam, params *RollupRangeParams, reqEditors ...RequestEditorFn) (*RollupRangeResponse, error)
+
+	// GetRollupWithResponse One roll-up of the tenant (all its branches together, one currency), in pages of breakdown entries (eventually consistent).
+	//
+	// The totals, net and branch count on every page; the summed
+	// breakdowns' entries in dimension (byCategory, byCostCenter,
+	// byPaymentMethod) and name order, at most `limit` a page. A
+	// tenant-wide token (the path's tenant) or an admin token.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/tenants/{tenant}/reports/{period}/{value} (the `GetRollup` operationId).
+	GetRollupWithResponse(ctx context.Context, tenant TenantParam, period PeriodType, value PeriodValue, params *GetRollupParams, reqEditors ...RequestEditorFn) (*GetRollupResponse, error)
 }
 
 // HealthzResponse200Headers the declared response headers of an HTTP 200 response for Healthz
@@ -10753,6 +11209,325 @@ func (r TransactionHistoryResponse) ContentType() string {
 	return ""
 }
 
+// RollupRangeResponse200Headers the declared response headers of an HTTP 200 response for RollupRange
+type RollupRangeResponse200Headers struct {
+	CacheControl string
+	XRequestId   string
+}
+
+// RollupRangeResponse400Headers the declared response headers of an HTTP 400 response for RollupRange
+type RollupRangeResponse400Headers struct {
+	CacheControl        string
+	IdempotentReplayed  *string
+	XContentTypeOptions string
+	XRequestId          string
+}
+
+// RollupRangeResponse401Headers the declared response headers of an HTTP 401 response for RollupRange
+type RollupRangeResponse401Headers struct {
+	CacheControl        string
+	WWWAuthenticate     string
+	XContentTypeOptions string
+	XRequestId          string
+}
+
+// RollupRangeResponse403Headers the declared response headers of an HTTP 403 response for RollupRange
+type RollupRangeResponse403Headers struct {
+	CacheControl        string
+	IdempotentReplayed  *string
+	XContentTypeOptions string
+	XRequestId          string
+}
+
+// RollupRangeResponse413Headers the declared response headers of an HTTP 413 response for RollupRange
+type RollupRangeResponse413Headers struct {
+	ApigwRequestid *string
+}
+
+// RollupRangeResponse422Headers the declared response headers of an HTTP 422 response for RollupRange
+type RollupRangeResponse422Headers struct {
+	CacheControl        string
+	XContentTypeOptions string
+	XRequestId          string
+}
+
+// RollupRangeResponse429Headers the declared response headers of an HTTP 429 response for RollupRange
+type RollupRangeResponse429Headers struct {
+	ApigwRequestid      *string
+	CacheControl        *string
+	RetryAfter          *string
+	XContentTypeOptions *string
+	XRequestId          *string
+}
+
+// RollupRangeResponse500Headers the declared response headers of an HTTP 500 response for RollupRange
+type RollupRangeResponse500Headers struct {
+	ApigwRequestid      *string
+	CacheControl        *string
+	XContentTypeOptions *string
+	XRequestId          *string
+}
+
+// RollupRangeResponse503Headers the declared response headers of an HTTP 503 response for RollupRange
+type RollupRangeResponse503Headers struct {
+	ApigwRequestid      *string
+	CacheControl        *string
+	RetryAfter          *string
+	XContentTypeOptions *string
+	XRequestId          *string
+}
+
+// RollupRangeResponse504Headers the declared response headers of an HTTP 504 response for RollupRange
+type RollupRangeResponse504Headers struct {
+	ApigwRequestid *string
+}
+
+type RollupRangeResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *RollupRange
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthenticated
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
+	// JSON413 the response for an HTTP 413 `application/json` response
+	JSON413 *GatewayPayloadTooLarge
+	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationproblemJSON422 *RollupUnprocessable
+	// JSON429 the response for an HTTP 429 `application/json` response
+	JSON429 *RateLimitedApplicationJSON
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *RateLimitedApplicationProblemPlusJSON
+	// JSON500 the response for an HTTP 500 `application/json` response
+	JSON500 *InternalApplicationJSON
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *InternalApplicationProblemPlusJSON
+	// JSON503 the response for an HTTP 503 `application/json` response
+	JSON503 *UnavailableApplicationJSON
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *UnavailableApplicationProblemPlusJSON
+	// JSON504 the response for an HTTP 504 `application/json` response
+	JSON504 *GatewayTimeout
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *RollupRangeResponse200Headers
+	// Headers400 the parsed response headers for an HTTP 400 response
+	Headers400 *RollupRangeResponse400Headers
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *RollupRangeResponse401Headers
+	// Headers403 the parsed response headers for an HTTP 403 response
+	Headers403 *RollupRangeResponse403Headers
+	// Headers413 the parsed response headers for an HTTP 413 response
+	Headers413 *RollupRangeResponse413Headers
+	// Headers422 the parsed response headers for an HTTP 422 response
+	Headers422 *RollupRangeResponse422Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *RollupRangeResponse429Headers
+	// Headers500 the parsed response headers for an HTTP 500 response
+	Headers500 *RollupRangeResponse500Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *RollupRangeResponse503Headers
+	// Headers504 the parsed response headers for an HTTP 504 response
+	Headers504 *RollupRangeResponse504Headers
+}
+
+// Status returns HTTPResponse.Status
+func (r RollupRangeResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r RollupRangeResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// Bytes is a convenience method to retrieve the raw bytes from the HTTP response
+func (r RollupRangeResponse) Bytes() []byte {
+	return r.Body
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r RollupRangeResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// GetRollupResponse200Headers the declared response headers of an HTTP 200 response for GetRollup
+type GetRollupResponse200Headers struct {
+	CacheControl string
+	LastModified *string
+	XRequestId   string
+}
+
+// GetRollupResponse400Headers the declared response headers of an HTTP 400 response for GetRollup
+type GetRollupResponse400Headers struct {
+	CacheControl        string
+	IdempotentReplayed  *string
+	XContentTypeOptions string
+	XRequestId          string
+}
+
+// GetRollupResponse401Headers the declared response headers of an HTTP 401 response for GetRollup
+type GetRollupResponse401Headers struct {
+	CacheControl        string
+	WWWAuthenticate     string
+	XContentTypeOptions string
+	XRequestId          string
+}
+
+// GetRollupResponse403Headers the declared response headers of an HTTP 403 response for GetRollup
+type GetRollupResponse403Headers struct {
+	CacheControl        string
+	IdempotentReplayed  *string
+	XContentTypeOptions string
+	XRequestId          string
+}
+
+// GetRollupResponse404Headers the declared response headers of an HTTP 404 response for GetRollup
+type GetRollupResponse404Headers struct {
+	CacheControl        string
+	IdempotentReplayed  *string
+	XContentTypeOptions string
+	XRequestId          string
+}
+
+// GetRollupResponse413Headers the declared response headers of an HTTP 413 response for GetRollup
+type GetRollupResponse413Headers struct {
+	ApigwRequestid *string
+}
+
+// GetRollupResponse422Headers the declared response headers of an HTTP 422 response for GetRollup
+type GetRollupResponse422Headers struct {
+	CacheControl        string
+	XContentTypeOptions string
+	XRequestId          string
+}
+
+// GetRollupResponse429Headers the declared response headers of an HTTP 429 response for GetRollup
+type GetRollupResponse429Headers struct {
+	ApigwRequestid      *string
+	CacheControl        *string
+	RetryAfter          *string
+	XContentTypeOptions *string
+	XRequestId          *string
+}
+
+// GetRollupResponse500Headers the declared response headers of an HTTP 500 response for GetRollup
+type GetRollupResponse500Headers struct {
+	ApigwRequestid      *string
+	CacheControl        *string
+	XContentTypeOptions *string
+	XRequestId          *string
+}
+
+// GetRollupResponse503Headers the declared response headers of an HTTP 503 response for GetRollup
+type GetRollupResponse503Headers struct {
+	ApigwRequestid      *string
+	CacheControl        *string
+	RetryAfter          *string
+	XContentTypeOptions *string
+	XRequestId          *string
+}
+
+// GetRollupResponse504Headers the declared response headers of an HTTP 504 response for GetRollup
+type GetRollupResponse504Headers struct {
+	ApigwRequestid *string
+}
+
+type GetRollupResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Rollup
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *BadRequest
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Unauthenticated
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Forbidden
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *NotFound
+	// JSON413 the response for an HTTP 413 `application/json` response
+	JSON413 *GatewayPayloadTooLarge
+	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationproblemJSON422 *RollupUnprocessable
+	// JSON429 the response for an HTTP 429 `application/json` response
+	JSON429 *RateLimitedApplicationJSON
+	// ApplicationproblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationproblemJSON429 *RateLimitedApplicationProblemPlusJSON
+	// JSON500 the response for an HTTP 500 `application/json` response
+	JSON500 *InternalApplicationJSON
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *InternalApplicationProblemPlusJSON
+	// JSON503 the response for an HTTP 503 `application/json` response
+	JSON503 *UnavailableApplicationJSON
+	// ApplicationproblemJSON503 the response for an HTTP 503 `application/problem+json` response
+	ApplicationproblemJSON503 *UnavailableApplicationProblemPlusJSON
+	// JSON504 the response for an HTTP 504 `application/json` response
+	JSON504 *GatewayTimeout
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *GetRollupResponse200Headers
+	// Headers400 the parsed response headers for an HTTP 400 response
+	Headers400 *GetRollupResponse400Headers
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *GetRollupResponse401Headers
+	// Headers403 the parsed response headers for an HTTP 403 response
+	Headers403 *GetRollupResponse403Headers
+	// Headers404 the parsed response headers for an HTTP 404 response
+	Headers404 *GetRollupResponse404Headers
+	// Headers413 the parsed response headers for an HTTP 413 response
+	Headers413 *GetRollupResponse413Headers
+	// Headers422 the parsed response headers for an HTTP 422 response
+	Headers422 *GetRollupResponse422Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *GetRollupResponse429Headers
+	// Headers500 the parsed response headers for an HTTP 500 response
+	Headers500 *GetRollupResponse500Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *GetRollupResponse503Headers
+	// Headers504 the parsed response headers for an HTTP 504 response
+	Headers504 *GetRollupResponse504Headers
+}
+
+// Status returns HTTPResponse.Status
+func (r GetRollupResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r GetRollupResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// Bytes is a convenience method to retrieve the raw bytes from the HTTP response
+func (r GetRollupResponse) Bytes() []byte {
+	return r.Body
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r GetRollupResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 // HealthzWithResponse Liveness.
 //
 // Returns a wrapper object for the known response body format(s).
@@ -11387,6 +12162,45 @@ func (c *ClientWithResponses) TransactionHistoryWithResponse(ctx context.Context
 		return nil, err
 	}
 	return ParseTransactionHistoryResponse(rsp)
+}
+
+// RollupRangeWithResponse The tenant's roll-ups (all its branches together, one currency) of one period type in a range, in period order (eventually consistent).
+//
+// A roll-up is the sum of the reports of every branch of the tenant in
+// one currency, each branch in its own business calendar (docs/api.md,
+// "Tenant roll-ups"). The range's bounds are those of a branch report
+// range. A page holds at most `limit` periods (at most 100), each with
+// its totals, net and branch count; a period's breakdowns are the
+// single roll-up's. A tenant-wide token (the path's tenant) or an
+// admin token.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/tenants/{tenant}/reports (the `RollupRange` operationId).
+func (c *ClientWithResponses) RollupRangeWithResponse(ctx context.Context, tenant TenantParam, params *RollupRangeParams, reqEditors ...RequestEditorFn) (*RollupRangeResponse, error) {
+	rsp, err := c.RollupRange(ctx, tenant, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseRollupRangeResponse(rsp)
+}
+
+// GetRollupWithResponse One roll-up of the tenant (all its branches together, one currency), in pages of breakdown entries (eventually consistent).
+//
+// The totals, net and branch count on every page; the summed
+// breakdowns' entries in dimension (byCategory, byCostCenter,
+// byPaymentMethod) and name order, at most `limit` a page. A
+// tenant-wide token (the path's tenant) or an admin token.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/tenants/{tenant}/reports/{period}/{value} (the `GetRollup` operationId).
+func (c *ClientWithResponses) GetRollupWithResponse(ctx context.Context, tenant TenantParam, period PeriodType, value PeriodValue, params *GetRollupParams, reqEditors ...RequestEditorFn) (*GetRollupResponse, error) {
+	rsp, err := c.GetRollup(ctx, tenant, period, value, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseGetRollupResponse(rsp)
 }
 
 // ParseHealthzResponse parses an HTTP response from a HealthzWithResponse call
@@ -24832,6 +25646,799 @@ func ParseTransactionHistoryResponse(rsp *http.Response) (*TransactionHistoryRes
 		response.Headers503 = &headers
 	case rsp.StatusCode == 504:
 		var headers TransactionHistoryResponse504Headers
+		if values := rsp.Header.Values("Apigw-Requestid"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Apigw-Requestid", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.ApigwRequestid = &value
+		}
+		response.Headers504 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseRollupRangeResponse parses an HTTP response from a RollupRangeWithResponse call
+func ParseRollupRangeResponse(rsp *http.Response) (*RollupRangeResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &RollupRangeResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest RollupRange
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthenticated
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest GatewayPayloadTooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest RollupUnprocessable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON422 = &dest
+
+	case rsp.Header.Get("Content-Type") == "application/json" && rsp.StatusCode == 429:
+		var dest RateLimitedApplicationJSON
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON429 = &dest
+
+	case rsp.Header.Get("Content-Type") == "application/problem+json" && rsp.StatusCode == 429:
+		var dest RateLimitedApplicationProblemPlusJSON
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case rsp.Header.Get("Content-Type") == "application/json" && rsp.StatusCode == 500:
+		var dest InternalApplicationJSON
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON500 = &dest
+
+	case rsp.Header.Get("Content-Type") == "application/problem+json" && rsp.StatusCode == 500:
+		var dest InternalApplicationProblemPlusJSON
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON500 = &dest
+
+	case rsp.Header.Get("Content-Type") == "application/json" && rsp.StatusCode == 503:
+		var dest UnavailableApplicationJSON
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON503 = &dest
+
+	case rsp.Header.Get("Content-Type") == "application/problem+json" && rsp.StatusCode == 503:
+		var dest UnavailableApplicationProblemPlusJSON
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 504:
+		var dest GatewayTimeout
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON504 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers RollupRangeResponse200Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers200 = &headers
+	case rsp.StatusCode == 400:
+		var headers RollupRangeResponse400Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers400 = &headers
+	case rsp.StatusCode == 401:
+		var headers RollupRangeResponse401Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 403:
+		var headers RollupRangeResponse403Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers403 = &headers
+	case rsp.StatusCode == 413:
+		var headers RollupRangeResponse413Headers
+		if values := rsp.Header.Values("Apigw-Requestid"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Apigw-Requestid", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.ApigwRequestid = &value
+		}
+		response.Headers413 = &headers
+	case rsp.StatusCode == 422:
+		var headers RollupRangeResponse422Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers422 = &headers
+	case rsp.StatusCode == 429:
+		var headers RollupRangeResponse429Headers
+		if values := rsp.Header.Values("Apigw-Requestid"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Apigw-Requestid", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.ApigwRequestid = &value
+		}
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers429 = &headers
+	case rsp.StatusCode == 500:
+		var headers RollupRangeResponse500Headers
+		if values := rsp.Header.Values("Apigw-Requestid"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Apigw-Requestid", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.ApigwRequestid = &value
+		}
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers500 = &headers
+	case rsp.StatusCode == 503:
+		var headers RollupRangeResponse503Headers
+		if values := rsp.Header.Values("Apigw-Requestid"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Apigw-Requestid", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.ApigwRequestid = &value
+		}
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers503 = &headers
+	case rsp.StatusCode == 504:
+		var headers RollupRangeResponse504Headers
+		if values := rsp.Header.Values("Apigw-Requestid"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Apigw-Requestid", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.ApigwRequestid = &value
+		}
+		response.Headers504 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseGetRollupResponse parses an HTTP response from a GetRollupWithResponse call
+func ParseGetRollupResponse(rsp *http.Response) (*GetRollupResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &GetRollupResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Rollup
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest BadRequest
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Unauthenticated
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest GatewayPayloadTooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest RollupUnprocessable
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON422 = &dest
+
+	case rsp.Header.Get("Content-Type") == "application/json" && rsp.StatusCode == 429:
+		var dest RateLimitedApplicationJSON
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON429 = &dest
+
+	case rsp.Header.Get("Content-Type") == "application/problem+json" && rsp.StatusCode == 429:
+		var dest RateLimitedApplicationProblemPlusJSON
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON429 = &dest
+
+	case rsp.Header.Get("Content-Type") == "application/json" && rsp.StatusCode == 500:
+		var dest InternalApplicationJSON
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON500 = &dest
+
+	case rsp.Header.Get("Content-Type") == "application/problem+json" && rsp.StatusCode == 500:
+		var dest InternalApplicationProblemPlusJSON
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON500 = &dest
+
+	case rsp.Header.Get("Content-Type") == "application/json" && rsp.StatusCode == 503:
+		var dest UnavailableApplicationJSON
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON503 = &dest
+
+	case rsp.Header.Get("Content-Type") == "application/problem+json" && rsp.StatusCode == 503:
+		var dest UnavailableApplicationProblemPlusJSON
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON503 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 504:
+		var dest GatewayTimeout
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON504 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers GetRollupResponse200Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("Last-Modified"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Last-Modified", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.LastModified = &value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers200 = &headers
+	case rsp.StatusCode == 400:
+		var headers GetRollupResponse400Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers400 = &headers
+	case rsp.StatusCode == 401:
+		var headers GetRollupResponse401Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 403:
+		var headers GetRollupResponse403Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers403 = &headers
+	case rsp.StatusCode == 404:
+		var headers GetRollupResponse404Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("Idempotent-Replayed"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Idempotent-Replayed", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.IdempotentReplayed = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers404 = &headers
+	case rsp.StatusCode == 413:
+		var headers GetRollupResponse413Headers
+		if values := rsp.Header.Values("Apigw-Requestid"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Apigw-Requestid", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.ApigwRequestid = &value
+		}
+		response.Headers413 = &headers
+	case rsp.StatusCode == 422:
+		var headers GetRollupResponse422Headers
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = value
+		}
+		response.Headers422 = &headers
+	case rsp.StatusCode == 429:
+		var headers GetRollupResponse429Headers
+		if values := rsp.Header.Values("Apigw-Requestid"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Apigw-Requestid", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.ApigwRequestid = &value
+		}
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers429 = &headers
+	case rsp.StatusCode == 500:
+		var headers GetRollupResponse500Headers
+		if values := rsp.Header.Values("Apigw-Requestid"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Apigw-Requestid", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.ApigwRequestid = &value
+		}
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers500 = &headers
+	case rsp.StatusCode == 503:
+		var headers GetRollupResponse503Headers
+		if values := rsp.Header.Values("Apigw-Requestid"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Apigw-Requestid", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.ApigwRequestid = &value
+		}
+		if values := rsp.Header.Values("Cache-Control"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Cache-Control", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.CacheControl = &value
+		}
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = &value
+		}
+		if values := rsp.Header.Values("X-Content-Type-Options"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Content-Type-Options", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XContentTypeOptions = &value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers503 = &headers
+	case rsp.StatusCode == 504:
+		var headers GetRollupResponse504Headers
 		if values := rsp.Header.Values("Apigw-Requestid"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "Apigw-Requestid", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {

@@ -1,30 +1,60 @@
 // Package ddbconflict makes DynamoDB Local conflict like DynamoDB on AWS.
 //
-// On AWS, two TransactWriteItems that name the same item — as a Put,
-// Update, Delete or ConditionCheck — cannot both be in flight: the one that
-// finds the item held by the other is cancelled (TransactionCanceledException,
-// reason TransactionConflict for that item, None for the others), and a
-// PutItem, UpdateItem or DeleteItem of an item held by a transaction fails
-// with TransactionConflictException. DynamoDB Local runs transactions one
-// after another and never answers either, so code that serialises all its
-// writes through one item looks fine locally and turns into retries and
-// conflicts on AWS.
+// What AWS documents (Amazon DynamoDB Developer Guide, "Amazon DynamoDB
+// Transactions: How it works", sections "Transaction conflict handling in
+// DynamoDB" and "Isolation levels for DynamoDB transactions",
+// https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/transaction-apis.html;
+// API Reference, TransactionCanceledException and CancellationReason):
+//
+//   - an item of a TransactWriteItems that is part of another ongoing
+//     TransactWriteItems cancels the later one: TransactionCanceledException
+//     whose CancellationReasons are ordered as the request's TransactItems,
+//     TransactionConflict for the item found held and None for the others.
+//     Every action names its item, a ConditionCheck as much as a Put, Update
+//     or Delete, so a ConditionCheck holds its item and conflicts too;
+//   - a PutItem, UpdateItem or DeleteItem of an item an ongoing
+//     TransactWriteItems includes fails with TransactionConflictException;
+//   - the AWS SDKs do not retry either (the Go SDK v2's retryer has neither
+//     code among its retryable or throttle codes);
+//   - GetItem, Query and Scan are read-committed with respect to
+//     transactions: they return committed data beside an ongoing
+//     transaction and are never refused, consistent or not;
+//   - a transaction may span tables of one account and Region: an item is
+//     its table and its key, so the ledger table's report item and the
+//     coordination table's checkpoint item in one commit are two items, and
+//     an item of one table never conflicts with the same key in another.
+//
+// DynamoDB Local runs transactions one after another and answers none of
+// this, so code that serialises its writes through one item looks fine
+// locally and turns into retries and conflicts on AWS.
 //
 // Transport sits in front of DynamoDB Local (an http.RoundTripper, for
-// infra.WithTransportWrapper) and reproduces this: a TransactWriteItems
-// holds the keys of its items from the moment it is sent until DynamoDB
-// Local has answered plus Latency (AWS's transaction round trip, 10–20 ms
-// is typical, which DynamoDB Local on loopback lacks); a transaction or
-// single-item write that arrives while one of its keys is held is answered
-// as AWS answers it (HTTP 400, the same __type, message and cancellation
-// reasons) without reaching DynamoDB Local, so the SDK and the code above
-// it see exactly what they would on AWS. Reads are never refused: on AWS
-// GetItem and Query read committed data beside ongoing transactions.
+// infra.WithTransportWrapper) and reproduces it: a TransactWriteItems
+// holds the keys of its items (table and key, per KeyAttributes) from the
+// moment it is sent until DynamoDB Local has answered plus Latency (AWS's
+// transaction round trip, 10–20 ms is typical, which DynamoDB Local on
+// loopback lacks); a transaction or single-item write that arrives while
+// one of its keys is held is answered as AWS answers it (HTTP 400, the
+// same __type, message and cancellation reasons) without reaching DynamoDB
+// Local, so the SDK and the code above it see exactly what they would on
+// AWS. A transaction DynamoDB Local refused (cancelled, invalid) releases
+// its items as soon as the answer is back, without Latency's hold. A
+// repeat of a held transaction's ClientRequestToken (an SDK retry after a
+// timeout while the first is still in flight) is answered
+// TransactionInProgressException, as AWS answers a token whose first
+// request has not finished. One Transport is one AWS: every client of a
+// test whose writes may meet shares it. Key spells an item as Hold sees
+// it; Interferer holds random items in transactions of its own, standing
+// for the other holders of a consumer's items on AWS.
 //
-// What it does not model: conflicts of TransactGetItems, transactions that
-// hold items beyond a failed condition check (AWS releases them as soon as
-// it cancels, so does Transport), and AWS's other transactional limits
-// (sizes, item counts), which DynamoDB Local enforces itself.
+// What it does not model: conflicts of TransactGetItems (nothing in ledger
+// uses it) and of BatchWriteItem's puts and deletes (they pass unchecked: ledger's
+// product code sends none, only the benchmarks' bulk loads do); a transaction that arrives while a
+// single-item write of one of its items is in flight (AWS documents no
+// conflict there; the two are applied one after the other); the time AWS
+// takes before it cancels (a cancelled request is answered at once);
+// throttling and the other transactional limits (sizes, item counts,
+// which DynamoDB Local enforces itself).
 package ddbconflict
 
 import (
@@ -51,19 +81,23 @@ type Transport struct {
 	// Local has answered, before its answer is returned: the part of an
 	// AWS round trip during which another request can find them held.
 	Latency time.Duration
-	// KeyAttributes names the key attributes of a table's items (default:
-	// PK and SK, the ledger table's), to find a Put's key in its item.
+	// KeyAttributes names the key attributes of each table's items, to
+	// find a Put's key in its item (the other actions name their Key).
+	// Default: PK and SK for every table, which is the key schema of both
+	// the ledger table and its coordination table.
 	KeyAttributes func(table string) []string
 	// Hold, when set, is called while a transaction holds its keys, after
-	// DynamoDB Local answered it, in place of sleeping Latency: tests keep
-	// a transaction in flight with it. keys are the transaction's, sorted.
+	// DynamoDB Local committed it, in place of sleeping Latency: tests keep
+	// a transaction in flight with it. keys are the transaction's, sorted,
+	// each as Key spells it.
 	Hold func(ctx context.Context, keys []string)
 	// Off passes every request straight through when set (for measuring
 	// with and without the emulation in one process).
 	Off atomic.Bool
 
-	mu   sync.Mutex
-	held map[string]bool
+	mu     sync.Mutex
+	held   map[string]bool
+	tokens map[string]bool // ClientRequestTokens of the transactions in flight
 
 	// Counters of what the emulation refused.
 	cancelled atomic.Int64 // TransactWriteItems cancelled
@@ -91,9 +125,23 @@ type (
 		ConditionCheck *tableAndKey `json:"ConditionCheck"`
 	}
 	transactWrite struct {
-		TransactItems []transactItem `json:"TransactItems"`
+		TransactItems      []transactItem `json:"TransactItems"`
+		ClientRequestToken string         `json:"ClientRequestToken"`
 	}
 )
+
+// Key spells the item of table whose key attributes are the strings of key
+// (attribute name to value) as Hold receives it, for tests to pick the
+// transaction they hold.
+func Key(table string, key map[string]string) string {
+	a := attrs{}
+	for n, v := range key {
+		b, _ := json.Marshal(map[string]string{"S": v})
+		a[n] = b
+	}
+	var t Transport
+	return t.keyOf(&tableAndKey{TableName: table, Key: a})
+}
 
 func (t *Transport) keyOf(tk *tableAndKey) string {
 	if tk == nil {
@@ -178,7 +226,12 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	t.mu.Lock()
 	if t.held == nil {
-		t.held = map[string]bool{}
+		t.held, t.tokens = map[string]bool{}, map[string]bool{}
+	}
+	if tx.ClientRequestToken != "" && t.tokens[tx.ClientRequestToken] {
+		t.mu.Unlock()
+		return answer(req, `{"__type":"com.amazonaws.dynamodb.v20120810#TransactionInProgressException",`+
+			`"Message":"Transaction with the same ClientRequestToken is in progress"}`), nil
 	}
 	codes := make([]string, len(keys))
 	conflict := false
@@ -196,19 +249,27 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 				mine = append(mine, k)
 			}
 		}
+		if tx.ClientRequestToken != "" {
+			t.tokens[tx.ClientRequestToken] = true
+		}
 	}
 	t.mu.Unlock()
 	if conflict {
 		t.cancelled.Add(1)
 		return answer(req, cancellation(codes)), nil
 	}
-	defer func() {
-		t.mu.Lock()
-		for _, k := range mine {
-			delete(t.held, k)
-		}
-		t.mu.Unlock()
-	}()
+	var releaseOnce sync.Once
+	release := func() {
+		releaseOnce.Do(func() {
+			t.mu.Lock()
+			for _, k := range mine {
+				delete(t.held, k)
+			}
+			delete(t.tokens, tx.ClientRequestToken)
+			t.mu.Unlock()
+		})
+	}
+	defer release()
 	resp, err := t.Next.RoundTrip(req)
 	if err != nil {
 		return nil, err
@@ -221,6 +282,11 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		return nil, err
 	}
 	resp.Body = io.NopCloser(bytes.NewReader(out))
+	if resp.StatusCode != http.StatusOK {
+		// Refused (cancelled, invalid): AWS releases the items when it
+		// cancels; the answer is returned at once.
+		return resp, nil
+	}
 	switch {
 	case t.Hold != nil:
 		sorted := append([]string(nil), mine...)

@@ -1,0 +1,287 @@
+package poller_test
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	ddbtypes "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/ledger-dev/ledger/aggregates"
+	"github.com/ledger-dev/ledger/infra"
+	"github.com/ledger-dev/ledger/infra/ddblocal/ddbtest"
+	"github.com/ledger-dev/ledger/internal/ddbconflict"
+	"github.com/ledger-dev/ledger/internal/ledgertest"
+	"github.com/ledger-dev/ledger/internal/streamemu"
+	"github.com/ledger-dev/ledger/processor"
+	"github.com/ledger-dev/ledger/processor/poller"
+	"github.com/ledger-dev/ledger/table"
+)
+
+// fleetAttempts is the commit budget of the pollers under conflicts. The
+// tests' backoffs are 1–20 ms (production's 25 ms–3 s); on this loaded
+// machine an interferer's hold lasts DynamoDB Local's answer plus 15 ms,
+// sometimes longer than 10 attempts at the tests' backoffs take, where
+// production's 10 take seconds.
+const fleetAttempts = 40
+
+// awsLatency is how long the conflict emulation keeps a transaction's
+// items after DynamoDB Local answered it: AWS's transaction round trip.
+const awsLatency = 15 * time.Millisecond
+
+// newConflicts is one AWS for every client of a test: the transaction
+// conflicts of internal/ddbconflict in front of DynamoDB Local.
+func newConflicts(latency time.Duration) *ddbconflict.Transport {
+	return &ddbconflict.Transport{Next: awshttp.NewBuildableClient().GetTransport(), Latency: latency}
+}
+
+// conflictClient is a client (no SDK retries) whose calls go through emu,
+// and fail without reaching it once dead says so (nil: never), as if its
+// process had died.
+func conflictClient(t testing.TB, emu *ddbconflict.Transport, dead func() bool) *dynamodb.Client {
+	t.Helper()
+	ft := &ledgertest.FaultTransport{Next: emu, Decide: func(string) ledgertest.Fault {
+		if dead != nil && dead() {
+			return ledgertest.Drop
+		}
+		return ledgertest.Pass
+	}}
+	cfg := ddbtest.Config(t, infra.WithTransportWrapper(func(http.RoundTripper) http.RoundTripper { return ft }))
+	return dynamodb.NewFromConfig(cfg, func(o *dynamodb.Options) { o.RetryMaxAttempts = 1 })
+}
+
+// sumCounter sums one label value of a counter vector over pollers.
+func sumCounter(t *testing.T, pollers []*testPoller, get func(*processor.Metrics) float64) float64 {
+	t.Helper()
+	sum := 0.0
+	for _, tp := range pollers {
+		sum += get(tp.pm)
+	}
+	return sum
+}
+
+// Four pollers on the emulated multi-shard stream (shards roll and split
+// under them), two of them killed and replaced, with AWS's transaction
+// conflicts emulated in front of DynamoDB Local for every one of them
+// (one Transport: one AWS), each transaction holding its items for 15 ms
+// after DynamoDB Local answered. Commits of different shards share no
+// item by design (a branch's records are in one shard; a child is read
+// after its parent's end), so an interferer stands for the transactions
+// that do meet them on AWS — a take-over's stale committer claiming a
+// checkpoint, a repair or a heat split's second committer on a report
+// item: it holds a random checkpoint or report item in a transaction,
+// again and again. Every consumer transaction it meets is cancelled
+// (TransactionConflict), every checkpoint move outside a commit refused
+// (TransactionConflictException); the consumers retry. Then: reconcile
+// finds 0 differences, no child's checkpoint moved before its parent's
+// end, 0 commits failed (but for a killed life's commit in flight, which
+// its death fails), and the consumers counted exactly the
+// cancellations the emulation made of their transactions.
+func TestPoller_EmulatedFleetUnderAWSConflictsKilledAndRestartedIsExact(t *testing.T) {
+	e := newEmuEnv(t, 241, streamemu.Config{Shards: 4, RollRecords: 60, SplitRatio: 0.4, MaxOpenShards: 8, Seed: 241})
+	// A chain: one tenant of 200 branches, each its own partition key,
+	// dealt over the shards.
+	e.w.Tenants, e.w.Branches = []string{"chain"}, nil
+	for b := range 200 {
+		e.w.Branches = append(e.w.Branches, fmt.Sprintf("b%03d", b))
+	}
+	emu := e.conflicts
+	coord := table.CoordinationTableName(e.table)
+	intf := &ddbconflict.Interferer{API: conflictClient(t, emu, nil), Tables: []string{e.table, coord},
+		EntityTypes: []string{aggregates.EntityReport, aggregates.EntityCheckpoint}, Pause: 10 * time.Millisecond, Seed: 241}
+	e.intf = intf
+	ictx, stopInterferer := context.WithCancel(context.Background())
+	idone := make(chan error, 1)
+	go func() { idone <- intf.Run(ictx) }()
+	t.Cleanup(stopInterferer)
+
+	var all []*testPoller       // every life, for the metrics
+	var survivors []*testPoller // the lives not killed: a killed life's commit in flight fails by the kill
+	life := func(owner string) (*testPoller, *atomic.Bool, func()) {
+		dead := &atomic.Bool{}
+		tp := e.pollerWith(t, owner, deadStreams{Streams: e.s, dead: dead.Load}, conflictClient(t, emu, dead.Load), processor.Config{MaxAttempts: fleetAttempts},
+			func(c *poller.Config) { c.DiscoverInterval, c.ShutdownTimeout = time.Minute, time.Second })
+		all = append(all, tp)
+		e.lives = append(e.lives, tp)
+		return tp, dead, start(t, tp)
+	}
+	lives := make([]*testPoller, 4)
+	deads := make([]*atomic.Bool, 4)
+	stops := make([]func(), 4)
+	for i := range 4 {
+		lives[i], deads[i], stops[i] = life(fmt.Sprintf("p%d", i+1))
+	}
+	for round := range 4 {
+		e.write(t, 100)
+		if round == 1 || round == 2 {
+			i := 4 - round // p3, then p2: killed, a new life started
+			deads[i].Store(true)
+			stops[i]()
+			lives[i], deads[i], stops[i] = life(fmt.Sprintf("p%d-life%d", i+1, round+1))
+		}
+	}
+	survivors = append(survivors, lives...)
+	// Conflicts need commits: until one has met a held item, write on
+	// (a few more steps at a time), the interferer still running.
+	met := func() bool {
+		return sumCounter(t, all, func(m *processor.Metrics) float64 {
+			return counter(t, m.Conflicts.WithLabelValues(processor.ConflictTransactionConflict))
+		}) > 0
+	}
+	for extra := 0; !met(); extra++ {
+		select {
+		case err := <-idone:
+			require.NoError(t, err)
+			t.Fatal("the interferer stopped")
+		default:
+		}
+		require.Less(t, extra, 30, "no commit met a held item in 30 more rounds of writes")
+		e.write(t, 20)
+	}
+	require.NoError(t, e.s.Sync(context.Background()))
+	for i := range stops {
+		stops[i]()
+	}
+	stopInterferer()
+	require.NoError(t, <-idone)
+	e.finish(t, nil)
+
+	failed := sumCounter(t, survivors, func(m *processor.Metrics) float64 { return counter(t, m.Commits.WithLabelValues("failed")) })
+	committed := sumCounter(t, all, func(m *processor.Metrics) float64 { return counter(t, m.Commits.WithLabelValues("committed")) })
+	conflicts := sumCounter(t, all, func(m *processor.Metrics) float64 {
+		return counter(t, m.Conflicts.WithLabelValues(processor.ConflictTransactionConflict))
+	})
+	cancelled, rejected := emu.Stats()
+	sent, interfererCancelled := intf.Stats()
+	t.Logf("%d poller lives: %d commits, %d transaction conflicts counted, 0 failed wanted (%v); emulation: %d transactions cancelled (%d of them the interferer's, of %d it sent), %d single-item writes refused",
+		len(all), int(committed), int(conflicts), failed, cancelled, interfererCancelled, sent, rejected)
+	assert.Zero(t, failed, "commits failed (of the lives not killed)")
+	assert.Positive(t, committed)
+	assert.Positive(t, conflicts, "conflicts met and counted")
+	// Every cancellation of a consumer's transaction was counted once,
+	// and nothing else was.
+	assert.Equal(t, float64(cancelled-int64(interfererCancelled)), conflicts, "ledger_aggregate_conflicts_total{reason=\"transaction_conflict\"} against the emulation's cancellations")
+	// Bounded: only the interferer's transactions that held their item
+	// (sent − cancelled) cancel a consumer's, each the attempts of the one
+	// commit naming the item during the hold (one shard commits an item at
+	// a time), fewer than fleetAttempts of them, or that commit would have
+	// failed.
+	holds := float64(sent - interfererCancelled)
+	assert.LessOrEqual(t, conflicts, (fleetAttempts-1)*holds, "conflicts per interferer hold")
+	t.Logf("conflicts per interferer hold: %.2f", conflicts/holds)
+	killedFailed := sumCounter(t, all, func(m *processor.Metrics) float64 { return counter(t, m.Commits.WithLabelValues("failed")) }) - failed
+	t.Logf("commits failed by a kill: %v; conflicts per commit: %.2f", killedFailed, conflicts/committed)
+}
+
+// A commit that finds one of its items held by another transaction is
+// cancelled (TransactionConflict), counted, retried with backoff and
+// committed once the item is free: exact, no failed commit. The hold is
+// released by the third cancellation the consumer receives, so exactly
+// three are counted, whatever the machine's speed. Held are the shard's
+// checkpoint in the coordination table (a take-over's stale committer)
+// or every report item of the ledger table the first poller created (a
+// repair or a second committer).
+func TestPoller_CommitMeetingAHeldItemIsRetriedCountedAndExact(t *testing.T) {
+	tests := []struct {
+		name         string
+		hold         func(e *env) []map[string]ddbtypes.AttributeValue // keys, in tableOf's table
+		coordination bool
+	}{
+		{"checkpoint held", func(e *env) []map[string]ddbtypes.AttributeValue {
+			return []map[string]ddbtypes.AttributeValue{table.Key(aggregates.CheckpointKey(e.stream.arn, "shardId-A"))}
+		}, true},
+		{"report items held", func(e *env) []map[string]ddbtypes.AttributeValue {
+			out, err := e.ddb.Scan(context.Background(), &dynamodb.ScanInput{TableName: &e.table, ConsistentRead: aws.Bool(true),
+				FilterExpression: aws.String("entityType = :r"), ProjectionExpression: aws.String("PK, SK"),
+				ExpressionAttributeValues: map[string]ddbtypes.AttributeValue{":r": table.S(aggregates.EntityReport)}})
+			require.NoError(t, err)
+			require.NotEmpty(t, out.Items)
+			return out.Items[:min(len(out.Items), 100)]
+		}, false},
+	}
+	for i, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := context.Background()
+			e := newEnv(t, uint64(250+i))
+			f := e.stream
+			f.addShard("shardId-A", "")
+			f.appendTo("shardId-A", e.write(t, 60)...)
+			e.drain(t, "p0", nil) // the checkpoint and the report items exist
+			f.appendTo("shardId-A", e.write(t, 60)...)
+
+			keys := tc.hold(e)
+			tbl := e.table
+			if tc.coordination {
+				tbl = table.CoordinationTableName(e.table)
+			}
+			held, release := make(chan struct{}), make(chan struct{})
+			var intruding atomic.Bool
+			emu := newConflicts(0)
+			emu.Hold = func(_ context.Context, ks []string) {
+				if intruding.CompareAndSwap(true, false) {
+					close(held)
+					<-release
+				}
+			}
+			// The consumer's transport: the third cancellation it receives
+			// frees the held items before the answer reaches it.
+			var cancellations atomic.Int64
+			var once sync.Once
+			counting := roundTripFunc(func(req *http.Request) (*http.Response, error) {
+				resp, err := emu.RoundTrip(req)
+				if err == nil && resp.StatusCode == http.StatusBadRequest && strings.HasSuffix(req.Header.Get("X-Amz-Target"), ".TransactWriteItems") {
+					if cancellations.Add(1) == 3 {
+						once.Do(func() { close(release) })
+					}
+				}
+				return resp, err
+			})
+			cfg := ddbtest.Config(t, infra.WithTransportWrapper(func(http.RoundTripper) http.RoundTripper { return counting }))
+			consumer := dynamodb.NewFromConfig(cfg, func(o *dynamodb.Options) { o.RetryMaxAttempts = 1 })
+
+			// The other transaction: ConditionChecks that always hold,
+			// kept in flight.
+			items := make([]ddbtypes.TransactWriteItem, len(keys))
+			for j, k := range keys {
+				items[j] = ddbtypes.TransactWriteItem{ConditionCheck: &ddbtypes.ConditionCheck{TableName: aws.String(tbl), Key: k,
+					ConditionExpression: aws.String("attribute_exists(PK) OR attribute_not_exists(PK)")}}
+			}
+			other := conflictClient(t, emu, nil)
+			odone := make(chan error, 1)
+			intruding.Store(true)
+			go func() {
+				_, err := other.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: items})
+				odone <- err
+			}()
+			<-held
+
+			p1 := e.pollerWith(t, "p1", nil, consumer, processor.Config{}, func(c *poller.Config) { c.Drain = true })
+			rctx, cancel := context.WithTimeout(ctx, 90*time.Second)
+			defer cancel()
+			require.NoError(t, p1.Run(rctx))
+			require.NoError(t, <-odone, "the other transaction commits")
+
+			e.requireReconciled(t)
+			cancelled, _ := emu.Stats()
+			assert.Equal(t, int64(3), cancelled, "the emulation cancelled the consumer's commit three times")
+			assert.Equal(t, 3.0, counter(t, p1.pm.Conflicts.WithLabelValues(processor.ConflictTransactionConflict)), "ledger_aggregate_conflicts_total{reason=\"transaction_conflict\"}")
+			assert.Equal(t, 3.0, counter(t, p1.pm.Retries.WithLabelValues("TransactWriteItems", "server")), "each conflict retried")
+			assert.Zero(t, counter(t, p1.pm.Commits.WithLabelValues("failed")), "commits failed")
+			assert.Positive(t, recordsTotal(t, p1.pm, processor.OutcomeApplied))
+		})
+	}
+}
+
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }

@@ -1,0 +1,151 @@
+package table_test
+
+import (
+	"errors"
+	"testing"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/aws/smithy-go"
+	"github.com/shopspring/decimal"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/ledger-dev/ledger/aggregates"
+	"github.com/ledger-dev/ledger/infra/ddblocal/ddbtest"
+	"github.com/ledger-dev/ledger/table"
+)
+
+// The second adversarial review of the exact repair (issue 25, revision 2;
+// docs/exactly-once.md, "Second review"). Revision 2's head fence ("F")
+// rests on one claim: once a report head holds transactionCount as a
+// string, the previous version's update of it (if_not_exists(#n, :z) + :n)
+// is a ValidationException that "cancels the old commit". This test
+// checks the DynamoDB side of that claim on DynamoDB Local, with the
+// previous version's own update (table.ReportUpdate as it is today), and
+// what the previous version does with such a head: it does not cancel its
+// commit, it parks the part (docs/exactly-once.md, "Parked deltas"),
+// because table.CheckReportItem, which decides parking, names the fenced
+// head as refused.
+func TestSecondReview25_TheHeadFenceIsAValidationErrorThatTheOldCodeParks(t *testing.T) {
+	ctx := t.Context()
+	client := ddbtest.Client(t)
+	name := ddbtest.NewTable(t, client)
+
+	period, err := aggregates.ParsePeriod(aggregates.PeriodType("DAILY"), "2026-11-26")
+	require.NoError(t, err)
+	k := aggregates.ReportKey{Tenant: "t1", Branch: "b1", Period: period}
+	head := table.Key(k.Key())
+	head[table.AttrEntityType] = table.S(aggregates.EntityReport)
+	head[table.AttrTotalIncome] = table.Int(10)
+	head[table.AttrTotalExpense] = table.Int(0)
+	head["txCount"] = table.Int(1)
+	head[table.AttrTransactionCount] = table.S("v4") // the fence of revision 2
+	head[table.AttrUpdatedAt] = table.S("2026-11-26T10:00:00Z")
+	_, err = client.PutItem(ctx, &dynamodb.PutItemInput{TableName: aws.String(name), Item: head})
+	require.NoError(t, err)
+
+	// The previous version's update of the head, built by today's code
+	// from the shape it reads.
+	delta := &aggregates.Report{Totals: aggregates.Totals{Income: decimal.NewFromInt(5), Count: 1}}
+	shape := table.DecodeReportShape(head)
+	w, err := table.ReportUpdate(name, k, delta, shape, "2026-11-26T11:00:00Z")
+	require.NoError(t, err)
+	require.NotEmpty(t, w.Updates)
+	u := w.Updates[0]
+
+	// Alone (UpdateItem): a ValidationException, not a condition failure.
+	_, err = client.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+		TableName: u.TableName, Key: u.Key, UpdateExpression: u.UpdateExpression,
+		ConditionExpression: u.ConditionExpression, ExpressionAttributeNames: u.ExpressionAttributeNames,
+		ExpressionAttributeValues: u.ExpressionAttributeValues,
+	})
+	var ccf *types.ConditionalCheckFailedException
+	assert.False(t, errors.As(err, &ccf), "got ConditionalCheckFailed; want a ValidationException")
+	var api smithy.APIError
+	require.True(t, errors.As(err, &api), "got %v; want an API error", err)
+	assert.Equal(t, "ValidationException", api.ErrorCode(), "UpdateItem on the fenced head: %v", err)
+	t.Logf("UpdateItem: %s: %s", api.ErrorCode(), api.ErrorMessage())
+
+	// In a commit transaction beside a guard-like put: nothing lands. On
+	// AWS the documented answer is a TransactionCanceledException with a
+	// ValidationError at the head's index; DynamoDB Local answers a plain
+	// ValidationException for the whole request (docs/exactly-once.md,
+	// "Parked deltas", "Which part").
+	marker := table.Key(aggregates.RunMarkerKey("second-review-25"))
+	marker[table.AttrEntityType] = table.S(aggregates.EntityRunMarker)
+	_, err = client.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: []types.TransactWriteItem{
+		{Put: &types.Put{TableName: aws.String(name), Item: marker, ConditionExpression: aws.String("attribute_not_exists(PK)")}},
+		{Update: u},
+	}})
+	require.Error(t, err)
+	var tce *types.TransactionCanceledException
+	if errors.As(err, &tce) {
+		for i, r := range tce.CancellationReasons {
+			t.Logf("TransactWriteItems: reason %d: %s %s", i, aws.ToString(r.Code), aws.ToString(r.Message))
+		}
+	} else {
+		require.True(t, errors.As(err, &api), "got %v; want an API error", err)
+		assert.Equal(t, "ValidationException", api.ErrorCode())
+		t.Logf("TransactWriteItems: %s: %s", api.ErrorCode(), api.ErrorMessage())
+	}
+	got, err := client.GetItem(ctx, &dynamodb.GetItemInput{TableName: aws.String(name), Key: table.Key(aggregates.RunMarkerKey("second-review-25")), ConsistentRead: aws.Bool(true)})
+	require.NoError(t, err)
+	assert.Nil(t, got.Item, "the guard-like put landed beside a refused head update")
+
+	// What the previous version does next: its parking test names the head
+	// as refused, so it sends the same transaction again with the head's
+	// part replaced by a parked item, and the claim lands (the review's
+	// hole 2: the fence parks, it does not cancel).
+	refused := table.CheckReportItem(head)
+	assert.NotEmpty(t, refused, "today's CheckReportItem must name the fenced head (else the old commit stays a permanent error)")
+	t.Logf("CheckReportItem on the fenced head: %v", refused)
+}
+
+// TestSecondReview25_TodaysRepairUnfencesAFencedHead: hole F-b. An
+// operator's ledgerctl of today reads a fenced head as malformed (its
+// Decode names the string count) and rewrites it the way
+// processor.repairReport does (table.EncodeRepair, table.RepairHead on
+// condition of the updatedAt it read): the write lands, the head holds a
+// numeric transactionCount again and txCount is gone. The fence is undone
+// by a repair that moves no epoch and counts nothing.
+func TestSecondReview25_TodaysRepairUnfencesAFencedHead(t *testing.T) {
+	ctx := t.Context()
+	client := ddbtest.Client(t)
+	name := ddbtest.NewTable(t, client)
+
+	period, err := aggregates.ParsePeriod(aggregates.PeriodType("DAILY"), "2026-11-26")
+	require.NoError(t, err)
+	k := aggregates.ReportKey{Tenant: "t1", Branch: "b1", Period: period}
+	head := table.Key(k.Key())
+	head[table.AttrEntityType] = table.S(aggregates.EntityReport)
+	head[table.AttrTotalIncome] = table.Int(10)
+	head["txCount"] = table.Int(1)
+	head[table.AttrTransactionCount] = table.S("v4")
+	head[table.AttrUpdatedAt] = table.S("2026-11-26T10:00:00Z")
+	_, err = client.PutItem(ctx, &dynamodb.PutItemInput{TableName: aws.String(name), Item: head})
+	require.NoError(t, err)
+
+	stored, err := table.ReadReport(ctx, client, name, k, true)
+	require.NoError(t, err)
+	_, problems := stored.Decode()
+	require.NotEmpty(t, problems, "today's decoder must name the fenced head")
+	t.Logf("today's Decode of the fenced head: %v", problems)
+
+	// Today's repair of it, as processor.repairReport writes a report
+	// item: the fold of the branch (here one income of 10) on condition of
+	// the updatedAt read.
+	expected := &aggregates.Report{Totals: aggregates.Totals{Income: decimal.NewFromInt(10), Count: 1}}
+	ri := table.EncodeRepair(k, expected, stored, "2026-11-26T12:00:00Z")
+	_, err = client.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: []types.TransactWriteItem{
+		table.RepairHead(name, ri.Item, true, stored.Item[table.AttrUpdatedAt]),
+	}})
+	require.NoError(t, err, "today's repair of a fenced head")
+
+	got, err := client.GetItem(ctx, &dynamodb.GetItemInput{TableName: aws.String(name), Key: table.Key(k.Key()), ConsistentRead: aws.Bool(true)})
+	require.NoError(t, err)
+	_, isN := got.Item[table.AttrTransactionCount].(*types.AttributeValueMemberN)
+	assert.True(t, isN, "transactionCount after today's repair: %#v; the fence was kept", got.Item[table.AttrTransactionCount])
+	assert.NotContains(t, got.Item, "txCount", "txCount survived today's repair")
+}
