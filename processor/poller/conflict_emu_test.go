@@ -90,11 +90,12 @@ func sumCounter(t *testing.T, pollers []*testPoller, get func(*processor.Metrics
 func TestPoller_EmulatedFleetUnderAWSConflictsKilledAndRestartedIsExact(t *testing.T) {
 	e := newEmuEnv(t, 241, streamemu.Config{Shards: 4, RollRecords: 60, SplitRatio: 0.4, MaxOpenShards: 8, Seed: 241})
 	// A chain: one tenant of 200 branches, each its own partition key,
-	// dealt over the shards.
-	e.w.Tenants, e.w.Branches = []string{"chain"}, nil
-	for b := range 200 {
-		e.w.Branches = append(e.w.Branches, fmt.Sprintf("b%03d", b))
-	}
+	// dealt over the shards, in 3 currencies (BRL, JPY, BHD: 2, 0 and 3
+	// fraction digits) and 3 time zones with their own business-day
+	// cut-offs (issue 24's roll-up proof: ledgertest.Chain).
+	chain := ledgertest.NewChain("chain", 200)
+	chain.Apply(e.w)
+	require.NoError(t, chain.WriteBranches(context.Background(), e.ddb, e.table))
 	emu := e.conflicts
 	coord := table.CoordinationTableName(e.table)
 	intf := &ddbconflict.Interferer{API: conflictClient(t, emu, nil), Tables: []string{e.table, coord},
@@ -155,6 +156,9 @@ func TestPoller_EmulatedFleetUnderAWSConflictsKilledAndRestartedIsExact(t *testi
 	stopInterferer()
 	require.NoError(t, <-idone)
 	e.finish(t, nil)
+	// The tenant roll-ups: every delta folded, then reconcile with
+	// Rollups finds them equal to the sum of the branch folds.
+	proof := e.requireRollupsReconciled(t, chain)
 
 	failed := sumCounter(t, survivors, func(m *processor.Metrics) float64 { return counter(t, m.Commits.WithLabelValues("failed")) })
 	committed := sumCounter(t, all, func(m *processor.Metrics) float64 { return counter(t, m.Commits.WithLabelValues("committed")) })
@@ -181,6 +185,9 @@ func TestPoller_EmulatedFleetUnderAWSConflictsKilledAndRestartedIsExact(t *testi
 	t.Logf("conflicts per interferer hold: %.2f", conflicts/holds)
 	killedFailed := sumCounter(t, all, func(m *processor.Metrics) float64 { return counter(t, m.Commits.WithLabelValues("failed")) }) - failed
 	t.Logf("commits failed by a kill: %v; conflicts per commit: %.2f", killedFailed, conflicts/committed)
+	folded := sumCounter(t, e.lives, func(m *processor.Metrics) float64 { return recordsTotal(t, m, processor.OutcomeRollup) })
+	t.Logf("roll-ups: %d roll-up deltas folded (ledger_records_total{outcome=\"rollup\"}, every life and drain), %s", int(folded), proof)
+	assert.Positive(t, folded, "roll-up deltas folded")
 }
 
 // A commit that finds one of its items held by another transaction is
