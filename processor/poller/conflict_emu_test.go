@@ -127,7 +127,7 @@ func TestPoller_EmulatedFleetUnderAWSConflictsKilledAndRestartedIsExact(t *testi
 		lives[i], deads[i], stops[i] = life(fmt.Sprintf("p%d", i+1))
 	}
 	for round := range 4 {
-		e.write(t, 100)
+		e.write(t, 250) // about 1,000 changes over the 200 branches
 		if round == 1 || round == 2 {
 			i := 4 - round // p3, then p2: killed, a new life started
 			deads[i].Store(true)

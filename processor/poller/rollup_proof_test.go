@@ -24,6 +24,7 @@ type rollupProof struct {
 	drains     int            // drain pollers run after finish until no delta waited
 	partitions map[string]int // roll-up partial partitions (lanes) by currency
 	reports    int            // branch reports reconcile read
+	txs        int            // transactions reconcile read (valid or not)
 	stamps     int            // transactions whose stamp the oracle checked
 }
 
@@ -33,7 +34,7 @@ func (p rollupProof) String() string {
 		cs = append(cs, fmt.Sprintf("%s %d", c, n))
 	}
 	sort.Strings(cs)
-	return fmt.Sprintf("%d more drains until no delta waited; roll-up partitions by currency %v; %d branch reports; %d stamps checked by the calendar oracle", p.drains, cs, p.reports, p.stamps)
+	return fmt.Sprintf("%d more drains until no delta waited; roll-up partitions by currency %v; %d transactions, %d branch reports; %d stamps checked by the calendar oracle", p.drains, cs, p.txs, p.reports, p.stamps)
 }
 
 // requireRollupsReconciled folds every roll-up delta still waiting in a
@@ -67,7 +68,7 @@ func (e *emuEnv) requireRollupsReconciled(t *testing.T, chain *ledgertest.Chain)
 	}
 	assert.Empty(t, stats.Unsettled, "stamps as the branches' calendars give them")
 	assert.Empty(t, stats.CalendarErrors)
-	p.reports = stats.Reports
+	p.reports, p.txs = stats.Reports, stats.Transactions
 	require.Positive(t, stats.Reports)
 	// The stamps against the tests' own brute-force calendar oracle (no
 	// code shared with aggregates/calendar.go): with reconcile's 0
