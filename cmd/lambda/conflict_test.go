@@ -83,7 +83,7 @@ func testTumblingShardsUnderConflicts(t *testing.T, bin string, seed uint64) {
 	chain := ledgertest.NewChain("chain", 200)
 	chain.Apply(w)
 	require.NoError(t, chain.WriteBranches(ctx, s.ddb, table))
-	const rounds, steps = 6, 50
+	const rounds, steps = 6, 100
 	for round := 0; round < rounds+2; round++ {
 		if round < rounds {
 			require.NoError(t, w.Run(ctx, s.ddb, table, steps))
@@ -149,7 +149,7 @@ func testTumblingShardsUnderConflicts(t *testing.T, bin string, seed uint64) {
 	t.Logf("%d shards, %d processes; %v commits, %v transaction conflicts counted, %v single-item writes retried after a conflict, %v commits failed; emulation: %d transactions cancelled (%d the interferer's, of %d it sent), %d single-item writes refused; delivery %v",
 		len(m.order), fn.starts, committed, conflicts, moveConflicts, failed, cancelled, interfererCancelled, sent, rejected, m.stats)
 	folded := emfSum(fn, "ledger_records_total{event=INSERT,outcome=rollup}")
-	t.Logf("roll-ups: %v roll-up deltas folded (in the lines of processes not killed), %d more deliveries until none waited", folded, deliveries)
+	t.Logf("roll-ups: %v roll-up deltas folded (in the lines of processes not killed), %d more deliveries until none waited; %d transactions, %d branch reports", folded, deliveries, rs.Transactions, rs.Reports)
 	assert.Positive(t, folded, "roll-up deltas folded")
 	assert.Zero(t, failed, "commits failed")
 	assert.Positive(t, committed)
