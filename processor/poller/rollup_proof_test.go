@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sort"
+	"strings"
 	"testing"
 	"time"
 
@@ -80,15 +81,26 @@ func (e *emuEnv) requireRollupsReconciled(t *testing.T, chain *ledgertest.Chain)
 	assert.Positive(t, checked)
 	p.stamps = checked
 
-	// The roll-ups are there, in every currency: not a reconcile of nothing.
+	// The roll-ups are there, in every currency: not a reconcile of
+	// nothing. And the amounts are in their currency's digits, all of them
+	// used: BHD's third fraction digit, JPY's whole amounts.
 	p.partitions = map[string]int{}
-	pages := dynamodb.NewScanPaginator(e.ddb, &dynamodb.ScanInput{TableName: aws.String(e.table), ProjectionExpression: aws.String("PK")})
+	pages := dynamodb.NewScanPaginator(e.ddb, &dynamodb.ScanInput{TableName: aws.String(e.table)})
 	seen := map[string]bool{}
+	fullDigits := map[string]bool{}
 	for pages.HasMorePages() {
 		out, err := pages.NextPage(ctx)
 		require.NoError(t, err)
 		for _, item := range out.Items {
 			pk, _ := table.String(item, "PK")
+			if tx, err := table.ParseTransaction(item); err == nil && tx.Tenant == chain.Tenant {
+				cur := chain.Branches[tx.Branch].Currency
+				assert.Equal(t, cur, tx.Currency, "transaction %s of %s", tx.ID, tx.Branch)
+				assert.NoError(t, aggregates.CheckAmountDigits(tx.Amount, cur))
+				if _, frac, _ := strings.Cut(aggregates.FormatAmount(tx.Amount), "."); len(frac) == aggregates.CurrencyDigits(cur) {
+					fullDigits[cur] = true
+				}
+			}
 			tenant, currency, _, ok := aggregates.ParseRollupPK(pk)
 			if !ok || seen[pk] {
 				continue
@@ -100,6 +112,7 @@ func (e *emuEnv) requireRollupsReconciled(t *testing.T, chain *ledgertest.Chain)
 	}
 	for _, c := range ledgertest.ChainCurrencies {
 		assert.Positive(t, p.partitions[c], "roll-up partials in %s", c)
+		assert.True(t, fullDigits[c], "an amount in %s with its %d fraction digits", c, aggregates.CurrencyDigits(c))
 	}
 	return p
 }
