@@ -18,6 +18,7 @@ import (
 	"github.com/ledger-dev/ledger/internal/ddbconflict"
 	"github.com/ledger-dev/ledger/internal/ledgertest"
 	"github.com/ledger-dev/ledger/internal/streamemu"
+	"github.com/ledger-dev/ledger/processor"
 	"github.com/ledger-dev/ledger/processor/poller"
 	ledgertable "github.com/ledger-dev/ledger/table"
 )
@@ -76,7 +77,13 @@ func testTumblingShardsUnderConflicts(t *testing.T, bin string, seed uint64) {
 		clock:  time.Date(2024, 1, 1, 0, 0, 0, 0, time.UTC),
 	}
 	w := ledgertest.NewWorkload(seed)
-	const rounds, steps = 6, 50
+	// A chain (issue 24's roll-up proof): one tenant of 200 branches in 3
+	// currencies (BRL, JPY, BHD: 2, 0 and 3 fraction digits) and 3 time
+	// zones with their own business-day cut-offs.
+	chain := ledgertest.NewChain("chain", 200)
+	chain.Apply(w)
+	require.NoError(t, chain.WriteBranches(ctx, s.ddb, table))
+	const rounds, steps = 6, 100
 	for round := 0; round < rounds+2; round++ {
 		if round < rounds {
 			require.NoError(t, w.Run(ctx, s.ddb, table, steps))
@@ -98,6 +105,27 @@ func testTumblingShardsUnderConflicts(t *testing.T, bin string, seed uint64) {
 
 	rs := s.requireReconciled(t)
 	assert.Equal(t, w.Live(), rs.Transactions)
+	// The tenant roll-ups: the last commits' deltas come back as records;
+	// delivered until none waits in a lane, then reconcile with the
+	// roll-ups judged finds them equal to the sum of the branch folds.
+	deliveries := 0
+	var rdiffs []processor.Difference
+	for {
+		var rst processor.ReconcileStats
+		rdiffs, rst, err = processor.ReconcileWith(ctx, s.ddb, table, processor.Scope{}, processor.ReconcileOptions{Rollups: true})
+		require.NoError(t, err)
+		if rst.RollupWaiting[chain.Tenant] == 0 {
+			assert.Empty(t, rst.Unsettled, "stamps as the branches' calendars give them")
+			break
+		}
+		require.Less(t, deliveries, 5, "roll-up deltas still waiting after 5 more deliveries: %v", rst.RollupWaiting)
+		deliveries++
+		m.read(ctx)
+		m.deliver()
+	}
+	for _, d := range rdiffs {
+		t.Errorf("reconcile difference (roll-ups judged): %s", d)
+	}
 	assert.Empty(t, stream.EarlyReads(), "no child read before its parent's end")
 
 	var conflicts, failed, committed, moveConflicts float64
@@ -120,6 +148,9 @@ func testTumblingShardsUnderConflicts(t *testing.T, bin string, seed uint64) {
 	sent, interfererCancelled := intf.Stats()
 	t.Logf("%d shards, %d processes; %v commits, %v transaction conflicts counted, %v single-item writes retried after a conflict, %v commits failed; emulation: %d transactions cancelled (%d the interferer's, of %d it sent), %d single-item writes refused; delivery %v",
 		len(m.order), fn.starts, committed, conflicts, moveConflicts, failed, cancelled, interfererCancelled, sent, rejected, m.stats)
+	folded := emfSum(fn, "ledger_records_total{event=INSERT,outcome=rollup}")
+	t.Logf("roll-ups: %v roll-up deltas folded (in the lines of processes not killed), %d more deliveries until none waited; %d transactions, %d branch reports", folded, deliveries, rs.Transactions, rs.Reports)
+	assert.Positive(t, folded, "roll-up deltas folded")
 	assert.Zero(t, failed, "commits failed")
 	assert.Positive(t, committed)
 	assert.Positive(t, conflicts, "conflicts met and counted")

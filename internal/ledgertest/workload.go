@@ -112,7 +112,7 @@ func (w *Workload) newItem(k aggregates.Key, date string) map[string]ddbtypes.At
 	created = created.Add(time.Duration(w.rng.Int64N(int64(24 * time.Hour))))
 	item := map[string]ddbtypes.AttributeValue{
 		"PK": s(k.PK), "SK": s(k.SK), "entityType": s("TRANSACTION"), "id": s(k.SK[11:]),
-		"type": s([]string{"INCOME", "EXPENSE"}[w.rng.IntN(2)]), "amount": n(w.amount()),
+		"type": s([]string{"INCOME", "EXPENSE"}[w.rng.IntN(2)]), "amount": n(w.amountOf(w.digits(k))),
 		"category": s(w.pick(w.Categories)), "createdAt": s(created.UTC().Format(time.RFC3339Nano)),
 		"version": n("1"), "updatedAt": s(time.Now().UTC().Format(time.RFC3339Nano)),
 	}
@@ -274,7 +274,7 @@ func (w *Workload) modify(ctx context.Context, api WriteAPI, table string) (stri
 	default:
 		for changed := false; !changed; {
 			if w.rng.IntN(2) == 0 {
-				item["amount"], changed = n(w.amount()), true
+				item["amount"], changed = n(w.amountOf(w.digits(k))), true
 			}
 			if w.rng.IntN(3) == 0 {
 				item["type"], changed = s([]string{"INCOME", "EXPENSE"}[w.rng.IntN(2)]), true

@@ -90,11 +90,12 @@ func sumCounter(t *testing.T, pollers []*testPoller, get func(*processor.Metrics
 func TestPoller_EmulatedFleetUnderAWSConflictsKilledAndRestartedIsExact(t *testing.T) {
 	e := newEmuEnv(t, 241, streamemu.Config{Shards: 4, RollRecords: 60, SplitRatio: 0.4, MaxOpenShards: 8, Seed: 241})
 	// A chain: one tenant of 200 branches, each its own partition key,
-	// dealt over the shards.
-	e.w.Tenants, e.w.Branches = []string{"chain"}, nil
-	for b := range 200 {
-		e.w.Branches = append(e.w.Branches, fmt.Sprintf("b%03d", b))
-	}
+	// dealt over the shards, in 3 currencies (BRL, JPY, BHD: 2, 0 and 3
+	// fraction digits) and 3 time zones with their own business-day
+	// cut-offs (issue 24's roll-up proof: ledgertest.Chain).
+	chain := ledgertest.NewChain("chain", 200)
+	chain.Apply(e.w)
+	require.NoError(t, chain.WriteBranches(context.Background(), e.ddb, e.table))
 	emu := e.conflicts
 	coord := table.CoordinationTableName(e.table)
 	intf := &ddbconflict.Interferer{API: conflictClient(t, emu, nil), Tables: []string{e.table, coord},
@@ -110,7 +111,11 @@ func TestPoller_EmulatedFleetUnderAWSConflictsKilledAndRestartedIsExact(t *testi
 	life := func(owner string) (*testPoller, *atomic.Bool, func()) {
 		dead := &atomic.Bool{}
 		tp := e.pollerWith(t, owner, deadStreams{Streams: e.s, dead: dead.Load}, conflictClient(t, emu, dead.Load), processor.Config{MaxAttempts: fleetAttempts},
-			func(c *poller.Config) { c.DiscoverInterval, c.ShutdownTimeout = time.Minute, time.Second })
+			// A stop lets the batch in hand commit (a killed life's calls
+			// fail at once, so its stop is quick): with 1 s on this loaded
+			// machine a survivor's stop abandoned a commit in flight
+			// (counted failed), whose goroutine then met the drain's.
+			func(c *poller.Config) { c.DiscoverInterval, c.ShutdownTimeout = time.Minute, 20*time.Second })
 		all = append(all, tp)
 		e.lives = append(e.lives, tp)
 		return tp, dead, start(t, tp)
@@ -122,7 +127,7 @@ func TestPoller_EmulatedFleetUnderAWSConflictsKilledAndRestartedIsExact(t *testi
 		lives[i], deads[i], stops[i] = life(fmt.Sprintf("p%d", i+1))
 	}
 	for round := range 4 {
-		e.write(t, 100)
+		e.write(t, 250) // about 1,000 changes over the 200 branches
 		if round == 1 || round == 2 {
 			i := 4 - round // p3, then p2: killed, a new life started
 			deads[i].Store(true)
@@ -154,15 +159,20 @@ func TestPoller_EmulatedFleetUnderAWSConflictsKilledAndRestartedIsExact(t *testi
 	}
 	stopInterferer()
 	require.NoError(t, <-idone)
+	// The fleet's share of the emulation's cancellations: every life is
+	// stopped and the interferer done; the drain's (finish) come after.
+	cancelled, rejected := emu.Stats()
+	sent, interfererCancelled := intf.Stats()
 	e.finish(t, nil)
+	// The tenant roll-ups: every delta folded, then reconcile with
+	// Rollups finds them equal to the sum of the branch folds.
+	proof := e.requireRollupsReconciled(t, chain)
 
 	failed := sumCounter(t, survivors, func(m *processor.Metrics) float64 { return counter(t, m.Commits.WithLabelValues("failed")) })
 	committed := sumCounter(t, all, func(m *processor.Metrics) float64 { return counter(t, m.Commits.WithLabelValues("committed")) })
 	conflicts := sumCounter(t, all, func(m *processor.Metrics) float64 {
 		return counter(t, m.Conflicts.WithLabelValues(processor.ConflictTransactionConflict))
 	})
-	cancelled, rejected := emu.Stats()
-	sent, interfererCancelled := intf.Stats()
 	t.Logf("%d poller lives: %d commits, %d transaction conflicts counted, 0 failed wanted (%v); emulation: %d transactions cancelled (%d of them the interferer's, of %d it sent), %d single-item writes refused",
 		len(all), int(committed), int(conflicts), failed, cancelled, interfererCancelled, sent, rejected)
 	assert.Zero(t, failed, "commits failed (of the lives not killed)")
@@ -181,6 +191,9 @@ func TestPoller_EmulatedFleetUnderAWSConflictsKilledAndRestartedIsExact(t *testi
 	t.Logf("conflicts per interferer hold: %.2f", conflicts/holds)
 	killedFailed := sumCounter(t, all, func(m *processor.Metrics) float64 { return counter(t, m.Commits.WithLabelValues("failed")) }) - failed
 	t.Logf("commits failed by a kill: %v; conflicts per commit: %.2f", killedFailed, conflicts/committed)
+	folded := sumCounter(t, e.lives, func(m *processor.Metrics) float64 { return recordsTotal(t, m, processor.OutcomeRollup) })
+	t.Logf("roll-ups: %d roll-up deltas folded (ledger_records_total{outcome=\"rollup\"}, every life and drain), %s", int(folded), proof)
+	assert.Positive(t, folded, "roll-up deltas folded")
 }
 
 // A commit that finds one of its items held by another transaction is
