@@ -19,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 
+	"github.com/ledger-dev/ledger/aggregates"
 	"github.com/ledger-dev/ledger/infra"
 	"github.com/ledger-dev/ledger/infra/ddblocal/ddbtest"
 	"github.com/ledger-dev/ledger/internal/ledgertest"
@@ -267,11 +268,16 @@ func (e *env) dynamoCalls() int {
 }
 
 // countTransactions counts the items of the env's branch partition.
+// countTransactions counts the branch's transactions: the items of its
+// transaction partition that are not tombstones (a deleted transaction's
+// item keeps its key, without its fields, under deletedAt).
 func (e *env) countTransactions(tenant, branch string) int {
 	e.t.Helper()
 	pk := "TENANT#" + tenant + "#BRANCH#" + branch + "#TRANSACTION"
 	out, err := e.ddb.Query(context.Background(), &dynamodb.QueryInput{
 		TableName: &e.table, KeyConditionExpression: ptr("PK = :pk"),
+		FilterExpression:          ptr("attribute_not_exists(#del)"),
+		ExpressionAttributeNames:  map[string]string{"#del": aggregates.AttrDeletedAt},
 		ExpressionAttributeValues: map[string]ddbAV{":pk": s(pk)}, ConsistentRead: ptr(true),
 	})
 	require.NoError(e.t, err)

@@ -106,7 +106,12 @@ func TestIsolation_ATenantOfManyLongNamesStopsNoOneElse(t *testing.T) {
 		require.NoError(t, post(victim, `{"type":"INCOME","amount":"2","category":"rent","createdAt":"2026-03-04T11:00:00Z"}`))
 		if i%10 == 9 {
 			posted := time.Now()
-			require.Eventually(t, func() bool { return reportCount(victim) >= i+1 }, 5*time.Minute, 20*time.Millisecond,
+			// A bound on liveness, not a timing claim: the victim's records
+			// wait behind the hostile backlog on DynamoDB Local's one shard,
+			// which roll-ups (issue 24) make about twice as many writes to
+			// fold (each long name lands in a branch report and in a
+			// roll-up partial). The lag itself is logged below.
+			require.Eventually(t, func() bool { return reportCount(victim) >= i+1 }, 12*time.Minute, 20*time.Millisecond,
 				"the victim's report must keep up while the other tenant floods its own branch")
 			lags = append(lags, time.Since(posted))
 		}
