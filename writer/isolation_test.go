@@ -43,7 +43,9 @@ func longName(d, i int) string {
 
 // TestIsolation_ATenantOfManyLongNamesStopsNoOneElse is the attack of
 // issue 11 through the real writer and poller: one tenant posts
-// transactions (LEDGER_ISOLATION_TRANSACTIONS, default 3,000) with distinct
+// transactions (LEDGER_ISOLATION_TRANSACTIONS, default 1,000: 3,000 before
+// roll-ups, which fold every name a second time into the tenant's partials
+// on DynamoDB Local's one shard, issue 24's hole 9) with distinct
 // names of the maximum length in every dimension, all on one day of one
 // branch, while another tenant posts 100 in its own branch. The poller
 // never fails a commit, nothing is parked (every report item stays bounded:
@@ -53,7 +55,7 @@ func longName(d, i int) string {
 // assertion).
 func TestIsolation_ATenantOfManyLongNamesStopsNoOneElse(t *testing.T) {
 	t.Parallel()
-	n := 3000
+	n := 1000
 	if v := os.Getenv("LEDGER_ISOLATION_TRANSACTIONS"); v != "" {
 		var err error
 		n, err = strconv.Atoi(v)
