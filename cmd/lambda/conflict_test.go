@@ -91,9 +91,13 @@ func testTumblingShardsUnderConflicts(t *testing.T, bin string, seed uint64) {
 		m.read(ctx)
 		m.deliver()
 	}
-	// Conflicts need commits: until one has met a held item, write on.
+	// Conflicts need commits: until one has met a held item and was
+	// counted, write on. Whether a commit meets a hold is chance (fewer of
+	// both on a loaded machine), and a killed process takes its counts with
+	// it: these rounds kill nothing.
+	m.calm = true
 	for extra := 0; emfSum(fn, "ledger_aggregate_conflicts_total{reason=transaction_conflict}") == 0; extra++ {
-		require.Less(t, extra, 20, "no commit met a held item in 20 more rounds")
+		require.Less(t, extra, 100, "no commit met a held item in 100 more rounds")
 		require.NoError(t, w.Run(ctx, s.ddb, table, 20))
 		m.read(ctx)
 		m.deliver()
