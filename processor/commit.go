@@ -39,6 +39,13 @@ var errRunOverflow = errors.New("the run needs more writes than planned: report 
 // stale meanwhile is planned again without them. It returns how many
 // leading changes are done.
 func (p *Processor) commitRuns(ctx context.Context, g Guard, changes []change, res *Result) (int, error) {
+	if p.cfg.NoRollups {
+		// Roll-ups off: a roll-up delta record is not folded (as in a
+		// batch planned without roll-ups), and the runs put no delta.
+		for i := range changes {
+			changes[i].rollup = nil
+		}
+	}
 	all := reportKeys(changes)
 	done, blind := 0, false
 	for done < len(changes) {
@@ -75,7 +82,7 @@ func (p *Processor) commitRuns(ctx context.Context, g Guard, changes []change, r
 				parts = append(parts, partsOf(r.fold, k, max(p.cfg.MaxEntriesPerItem, table.MaxRollupDeltaPeriodEntries))...)
 			}
 			id := g.runID(recs)
-			ref := commitRef{id: id, rollupClaim: id, rollups: true, from: recs[0].SequenceNumber, to: lastSequence(recs)}
+			ref := commitRef{id: id, rollupClaim: id, rollups: !p.cfg.NoRollups, from: recs[0].SequenceNumber, to: lastSequence(recs)}
 			if len(r.changes) > 1 {
 				ref.maxWrites = p.cfg.MaxItemsPerRun // a run of one record cannot be cut further
 			}

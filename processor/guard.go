@@ -128,8 +128,12 @@ func (b batchPlan) String() string {
 }
 
 // batchPlan is the plan of a new batch: the configured limits, the current
-// rule.
+// rule; with roll-ups off (Config.NoRollups) the rule before roll-ups,
+// which puts no roll-up delta and folds none.
 func (p *Processor) batchPlan() batchPlan {
+	if p.cfg.NoRollups {
+		return batchPlan{items: p.cfg.MaxItemsPerRun, entries: p.cfg.MaxEntriesPerItem, layout: quarantineLayout}
+	}
 	return batchPlan{items: p.cfg.MaxItemsPerRun, entries: p.cfg.MaxEntriesPerItem, layout: planLayout, lanes: aggregates.RollupLanes}
 }
 

@@ -65,6 +65,16 @@ type Config struct {
 	// Logger receives what an operator must act on, such as a parked delta
 	// (default slog.Default()).
 	Logger *slog.Logger
+	// NoRollups turns the tenant roll-ups off (docs/design.md, "Tenant
+	// roll-ups", "Turning roll-ups off"): new commits put no roll-up delta
+	// items, set no currency and no count condition on branch reports, and
+	// fold no roll-up delta records (a new batch is planned by the rule
+	// before roll-ups, layout 3; a batch left pending by a consumer with
+	// roll-ups on is finished as planned, its deltas included). Branch
+	// reports are kept exactly as with roll-ups on. Turning roll-ups on
+	// later leaves the roll-ups short of the changes consumed meanwhile:
+	// docs/runbook.md, "Turning tenant roll-ups on or off".
+	NoRollups bool
 }
 
 func (c Config) withDefaults() (Config, error) {

@@ -114,6 +114,13 @@ func loadConfig(getenv func(string) string) (config, error) {
 	c.processor.MaxEntriesPerItem = intVar("LEDGER_MAX_ENTRIES_PER_ITEM", table.MaxInlineEntries, 1, table.MaxInlineEntries)
 	c.processor.MarkerTTL = durVar("LEDGER_MARKER_TTL", 7*24*time.Hour, 25*time.Hour, 365*24*time.Hour)
 	c.processor.ShapeCacheSize = intVar("LEDGER_SHAPE_CACHE_SIZE", 50000, 1, 10_000_000)
+	switch v := strings.ToLower(strings.TrimSpace(getenv("LEDGER_ROLLUPS"))); v {
+	case "", "true":
+	case "false":
+		c.processor.NoRollups = true // docs/runbook.md, "Turning tenant roll-ups on or off"
+	default:
+		bad("LEDGER_ROLLUPS", v, "true or false")
+	}
 	c.batchRecords = intVar("LEDGER_BATCH_RECORDS", handler.DefaultBatchRecords, handler.MinBatchRecords, handler.MaxBatchRecords)
 	c.margin = durVar("LEDGER_DEADLINE_MARGIN", handler.DefaultDeadlineMargin, 0, 5*time.Minute)
 	switch v := strings.ToLower(strings.TrimSpace(getenv("LEDGER_ESM_CHECK"))); v {

@@ -30,6 +30,7 @@ func TestLoadConfig_DefaultsNeedNothingButTheSDKEnvironment(t *testing.T) {
 	assert.Equal(t, handler.DefaultBatchRecords, c.batchRecords)
 	assert.Equal(t, handler.DefaultDeadlineMargin, c.margin)
 	assert.Equal(t, slog.LevelInfo, c.logLevel)
+	assert.False(t, c.processor.NoRollups, "roll-ups on by default")
 }
 
 func TestLoadConfig_ReadsEveryVariable(t *testing.T) {
@@ -38,7 +39,7 @@ func TestLoadConfig_ReadsEveryVariable(t *testing.T) {
 		"LEDGER_BASE_BACKOFF": "10ms", "LEDGER_MAX_BACKOFF": "1s", "LEDGER_MAX_ITEMS_PER_RUN": "50",
 		"LEDGER_MAX_ENTRIES_PER_ITEM": "8", "LEDGER_MARKER_TTL": "72h", "LEDGER_SHAPE_CACHE_SIZE": "100",
 		"LEDGER_BATCH_RECORDS": "500", "LEDGER_DEADLINE_MARGIN": "500ms", "LEDGER_LOG_LEVEL": "debug",
-		"AWS_LAMBDA_FUNCTION_NAME": "fn",
+		"AWS_LAMBDA_FUNCTION_NAME": "fn", "LEDGER_ROLLUPS": "false",
 	}))
 	require.NoError(t, err)
 	assert.Equal(t, "my-ledger.v2", c.processor.Table)
@@ -54,12 +55,13 @@ func TestLoadConfig_ReadsEveryVariable(t *testing.T) {
 	assert.Equal(t, 500*time.Millisecond, c.margin)
 	assert.Equal(t, slog.LevelDebug, c.logLevel)
 	assert.Equal(t, "fn", c.functionName)
+	assert.True(t, c.processor.NoRollups, "LEDGER_ROLLUPS=false")
 }
 
 func TestLoadConfig_RejectsBadValuesNamingEachOne(t *testing.T) {
 	_, err := loadConfig(env(map[string]string{
 		"LEDGER_LAMBDA_MODE": "batch", "LEDGER_MAX_ITEMS_PER_RUN": "100", "LEDGER_BASE_BACKOFF": "fast",
-		"LEDGER_MAX_BACKOFF": "5ms", "LEDGER_LOG_LEVEL": "loud", "LEDGER_MAX_ENTRIES_PER_ITEM": "0",
+		"LEDGER_MAX_BACKOFF": "5ms", "LEDGER_LOG_LEVEL": "loud", "LEDGER_MAX_ENTRIES_PER_ITEM": "0", "LEDGER_ROLLUPS": "no",
 	}))
 	require.Error(t, err)
 	for _, want := range []string{
@@ -68,6 +70,7 @@ func TestLoadConfig_RejectsBadValuesNamingEachOne(t *testing.T) {
 		`LEDGER_BASE_BACKOFF="fast"`,
 		`LEDGER_LOG_LEVEL="loud"`,
 		`LEDGER_MAX_ENTRIES_PER_ITEM="0"`,
+		`LEDGER_ROLLUPS="no": want true or false`,
 	} {
 		assert.Contains(t, err.Error(), want)
 	}

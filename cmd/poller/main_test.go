@@ -175,6 +175,34 @@ func TestParseFlags_BatchWindowAndBatchRecords(t *testing.T) {
 	}
 }
 
+// --rollups (issue 24): on by default; off by the flag or LEDGER_ROLLUPS,
+// the flag over the environment; a value that is no boolean is refused.
+func TestParseFlags_Rollups(t *testing.T) {
+	for _, tt := range []struct {
+		name    string
+		env     map[string]string
+		args    []string
+		want    bool
+		wantErr string
+	}{
+		{"default on", nil, nil, true, ""},
+		{"environment off", map[string]string{"LEDGER_ROLLUPS": "false"}, nil, false, ""},
+		{"flag over environment", map[string]string{"LEDGER_ROLLUPS": "false"}, []string{"--rollups=true"}, true, ""},
+		{"flag off", nil, []string{"--rollups=false"}, false, ""},
+		{"bad environment", map[string]string{"LEDGER_ROLLUPS": "maybe"}, nil, true, `LEDGER_ROLLUPS "maybe": want true or false`},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			o, err := parseFlags(tt.args, func(k string) string { return tt.env[k] }, io.Discard)
+			if tt.wantErr != "" {
+				require.ErrorContains(t, err, tt.wantErr)
+				return
+			}
+			require.NoError(t, err)
+			assert.Equal(t, tt.want, o.rollups)
+		})
+	}
+}
+
 // The idle backoff's cap and the records budget: flag over environment
 // over the defaults (an unset cap is the poller's: 10s, or --idle-backoff
 // when longer).

@@ -48,6 +48,7 @@ type options struct {
 	logFormat          string
 	logLevel           slog.Level
 	drain              bool
+	rollups            bool // tenant roll-ups kept (--rollups, default true)
 	batchRecords       int
 	batchWindow        time.Duration // negative: no window
 }
@@ -101,6 +102,10 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (op
 	if err != nil {
 		errs = append(errs, fmt.Errorf("LEDGER_DRAIN %q: want true or false", getenv("LEDGER_DRAIN")))
 	}
+	rollupsDefault, err := strconv.ParseBool(env("LEDGER_ROLLUPS", "true"))
+	if err != nil {
+		errs = append(errs, fmt.Errorf("LEDGER_ROLLUPS %q: want true or false", getenv("LEDGER_ROLLUPS")))
+	}
 	fs.StringVar(&o.table, "table", env("LEDGER_TABLE", table.DefaultTableName), "the ledger `TABLE` (env LEDGER_TABLE)")
 	fs.StringVar(&o.coordination, "coordination-table", env("LEDGER_COORDINATION_TABLE", ""),
 		"the `TABLE` of checkpoints and leases, without a stream (default: the ledger table's name + \""+table.CoordinationSuffix+"\"; env LEDGER_COORDINATION_TABLE)")
@@ -136,6 +141,8 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (op
 		"how long (a `DURATION`, at most 5m; 0 for none) a caught-up shard's reader holds the records it reads before committing them as one batch (bounded by --batch-records): fewer report writes per change, up to this much more lag (env LEDGER_BATCH_WINDOW)")
 	fs.BoolVar(&o.drain, "drain", drainDefault,
 		"exit 0 once every shard is read to its current end and committed; takes over expired leases too (env LEDGER_DRAIN)")
+	fs.BoolVar(&o.rollups, "rollups", rollupsDefault,
+		"keep the tenant roll-ups (false: commits put no roll-up delta and fold none; turning them on again needs the quiescent repair of docs/runbook.md, \"Turning tenant roll-ups on or off\") (env LEDGER_ROLLUPS)")
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), usageHead)
 		fs.PrintDefaults()
@@ -273,6 +280,7 @@ func run(ctx context.Context, o options, awsOpts []func(*config.LoadOptions) err
 		Owner:              o.owner,
 		StartPosition:      o.startPosition,
 		Drain:              o.drain,
+		NoRollups:          !o.rollups,
 		BatchRecords:       o.batchRecords,
 		BatchWindow:        o.batchWindow,
 		IdleBackoff:        o.idleBackoff,

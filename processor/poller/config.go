@@ -62,6 +62,9 @@ type Config struct {
 	// shard it can: it takes free and expired leases and asks live owners
 	// to hand theirs over.
 	Drain bool
+	// NoRollups turns the tenant roll-ups off in the processor NewService
+	// wires (processor.Config.NoRollups; cmd/poller --rollups=false).
+	NoRollups bool
 
 	// MaxRecords is the GetRecords limit (default and maximum 1000).
 	MaxRecords int

@@ -49,7 +49,7 @@ func NewService(ctx context.Context, awsCfg aws.Config, cfg Config) (*Service, e
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	proc, err := processor.New(db, processor.Config{Table: cfg.Table, CoordinationTable: cfg.CoordinationTable}, processor.NewMetrics(reg))
+	proc, err := processor.New(db, processor.Config{Table: cfg.Table, CoordinationTable: cfg.CoordinationTable, NoRollups: cfg.NoRollups}, processor.NewMetrics(reg))
 	if err != nil {
 		return nil, err
 	}
