@@ -54,6 +54,22 @@ type Cost struct {
 	// Mismatches describes the first few writes whose reported capacity
 	// differs from the computed one.
 	Mismatches []string
+	// Kinds splits the billed writes by the kind of item written, as
+	// Meter.Classify names it (nil without one).
+	Kinds map[string]KindCost
+}
+
+// KindCost is what one kind of item (Meter.Classify) was billed.
+type KindCost struct {
+	// Units is the write units billed for items of this kind, TxUnits the
+	// part of them inside transactions (twice the item's units, as every
+	// transactional action), Writes the item writes billed.
+	Units, TxUnits, Writes int
+	// Transactions is the transactions that wrote an item of this kind;
+	// KeyTouches the partition keys of this kind they wrote, counted once
+	// per transaction (a transaction updating three partials of one key
+	// touches it once).
+	Transactions, KeyTouches int
 }
 
 // Writes is the total of Requests.
@@ -78,6 +94,11 @@ type itemKey struct{ table, pk, sk string }
 type Meter struct {
 	*dynamodb.Client
 
+	// Classify, when set before the first write, names the kind of the
+	// item a write goes to, from its table and partition key (Cost.Kinds,
+	// KeyRate.Kind).
+	Classify func(table, pk string) string
+
 	mu    sync.Mutex
 	items map[itemKey]map[string]ddbtypes.AttributeValue
 	cost  Cost
@@ -92,6 +113,7 @@ type keyRateKey struct{ table, pk string }
 // partition of AWS's 1,000 write units a second must carry for it.
 type KeyRate struct {
 	Table, PK string
+	Kind      string // Meter.Classify's name for the key ("" without one)
 	Units     int // in all
 	Peak      int // the most in one second
 	PeakAt    time.Time
@@ -140,6 +162,9 @@ func (m *Meter) bill(k itemKey, units int, now time.Time) {
 	r := m.keys[kk]
 	if r == nil {
 		r = &KeyRate{Table: k.table, PK: k.pk}
+		if m.Classify != nil {
+			r.Kind = m.Classify(k.table, k.pk)
+		}
 		m.keys[kk] = r
 	}
 	sec := now.Unix()
@@ -168,6 +193,7 @@ func (m *Meter) Cost() Cost {
 	c.Requests, c.Calls, c.Time = maps.Clone(m.cost.Requests), maps.Clone(m.cost.Calls), maps.Clone(m.cost.Time)
 	c.UnitsByOp = maps.Clone(m.cost.UnitsByOp)
 	c.Mismatches = slices.Clone(m.cost.Mismatches)
+	c.Kinds = maps.Clone(m.cost.Kinds)
 	return c
 }
 
@@ -297,11 +323,15 @@ func (m *Meter) settle(op string, ws []write, factor int, landed bool, err error
 	}
 	distinct := map[string]map[int]bool{} // by table
 	now := time.Now()
+	touched := map[keyRateKey]bool{} // by this request
 	for _, w := range ws {
 		u := w.units()
 		m.cost.Units += factor * u
 		m.cost.UnitsByOp[op] += factor * u
 		m.bill(w.key, factor*u, now)
+		if m.Classify != nil {
+			m.kind(w.key, factor*u, op == "TransactWriteItems", touched)
+		}
 		if !landed {
 			continue
 		}
@@ -325,6 +355,37 @@ func (m *Meter) settle(op string, ws []write, factor int, landed bool, err error
 	}
 	m.cost.LocalUnits += local
 	return local
+}
+
+// kind bills units to the kind of k's item; touched holds the partition
+// keys the request already wrote. m.mu is held.
+func (m *Meter) kind(k itemKey, units int, tx bool, touched map[keyRateKey]bool) {
+	if m.cost.Kinds == nil {
+		m.cost.Kinds = map[string]KindCost{}
+	}
+	name := m.Classify(k.table, k.pk)
+	c := m.cost.Kinds[name]
+	c.Units += units
+	c.Writes++
+	if tx {
+		c.TxUnits += units
+		kk := keyRateKey{k.table, k.pk}
+		first := true
+		for t := range touched {
+			if m.Classify(t.table, t.pk) == name {
+				first = false
+				break
+			}
+		}
+		if first {
+			c.Transactions++
+		}
+		if !touched[kk] {
+			touched[kk] = true
+			c.KeyTouches++
+		}
+	}
+	m.cost.Kinds[name] = c
 }
 
 // timed records a call's duration.

@@ -45,6 +45,7 @@ const (
 const help = `usage: ledgerbench [flags]
        ledgerbench reconcile-curve [flags]   (-h for its own)
        ledgerbench fleet [flags]   (issue 23's fleet benchmark: ledgerbench fleet -h)
+       ledgerbench rollups [flags] (issue 24's roll-up cost on the real consumers: ledgerbench rollups -h)
 
 Runs issue 6's benchmark and prints its tables as markdown on stdout
 (progress on stderr): the project's consumer (the poller, and the Lambda
@@ -95,6 +96,9 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	if len(args) > 0 && args[0] == "fleet" {
 		return runFleet(ctx, args[1:], stdout, stderr)
+	}
+	if len(args) > 0 && args[0] == "rollups" {
+		return runRollups(ctx, args[1:], stdout, stderr)
 	}
 	fs := flag.NewFlagSet("ledgerbench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
