@@ -114,8 +114,8 @@ type keyRateKey struct{ table, pk string }
 type KeyRate struct {
 	Table, PK string
 	Kind      string // Meter.Classify's name for the key ("" without one)
-	Units     int // in all
-	Peak      int // the most in one second
+	Units     int    // in all
+	Peak      int    // the most in one second
 	PeakAt    time.Time
 	Seconds   int // seconds with any unit
 

@@ -139,7 +139,7 @@ func TestRollupCostResult_Markdown(t *testing.T) {
 				Units: 9000, Kinds: map[string]KindCost{
 					KindBranch: {Units: 5000}, KindLane: {Units: 1500, Writes: 120}, KindPartial: {Units: 2000, KeyTouches: 100},
 					KindCoordination: {Units: 500, TxUnits: 400}},
-				Hot: map[string]KeyRate{KindLane: {Peak: 40}, KindPartial: {Peak: 60}, KindBranch: {Peak: 14}, KindCoordination: {Peak: 8}},
+				Hot:  map[string]KeyRate{KindLane: {Peak: 40}, KindPartial: {Peak: 60}, KindBranch: {Peak: 14}, KindCoordination: {Peak: 8}},
 				Keys: map[string]int{KindLane: 32, KindPartial: 96, KindBranch: 900, KindCoordination: 4}},
 			{Phase: "live", Shards: 4, Pollers: 4, Rollups: false, Changes: 1000, WriteRate: 100, Took: 10 * time.Second, Commits: 20, PeakCommits: 5,
 				Units: 5400, Kinds: map[string]KindCost{KindBranch: {Units: 5000}, KindCoordination: {Units: 400, TxUnits: 300}},
