@@ -118,7 +118,7 @@ clean:
 	rm -rf $(BIN) $(DDBLOCAL)/node_modules $(TSCLIENT)/node_modules .local
 	$(GO) clean -testcache
 
-.PHONY: bench bench-quick bench-charts bench-reconcile bench-fleet
+.PHONY: bench bench-quick bench-charts bench-reconcile bench-fleet bench-rollups
 
 # The committed results of the run behind BENCHMARKS.md's charts, and the
 # charts (SVG). make bench replaces both; make bench-quick writes elsewhere.
@@ -173,3 +173,12 @@ bench-fleet: deps
 	nice -n 19 $(BENCH_FLEET)/ledgerbench fleet -shards 100 $(BENCH_FLEET_FLAGS) -o $(BENCH_FLEET)/fleet-100.md -json $(BENCH_FLEET)/fleet-100.json; \
 	nice -n 19 $(BENCH_FLEET)/ledgerbench fleet -shards 1000 $(BENCH_FLEET_FLAGS) -o $(BENCH_FLEET)/fleet-1000.md -json $(BENCH_FLEET)/fleet-1000.json; \
 	nice -n 19 $(BENCH_FLEET)/ledgerbench fleet -shards 1000 -history 0 $(BENCH_FLEET_FLAGS) -o $(BENCH_FLEET)/fleet-1000-h0.md -json $(BENCH_FLEET)/fleet-1000-h0.json
+
+## bench-rollups: issue 24's roll-up cost on the real consumers as BENCHMARKS.md ran it: workload c live and as a catch-up backlog, 1, 4 and 16 emulated shards, roll-ups on and off (about 20 minutes; niced, one at a time); markdown and JSON in bin/bench-rollups
+BENCH_ROLLUPS := $(BIN)/bench-rollups
+BENCH_ROLLUPS_FLAGS := -changes 3000 -shards 1,4,16 -v
+bench-rollups: deps
+	mkdir -p $(BENCH_ROLLUPS)
+	$(GO) build -o $(BENCH_ROLLUPS)/ledgerbench ./cmd/ledgerbench
+	nice -n 19 $(BENCH_ROLLUPS)/ledgerbench rollups -phase live -rate 100 $(BENCH_ROLLUPS_FLAGS) -o $(BENCH_ROLLUPS)/live.md -json $(BENCH_ROLLUPS)/live.json && \
+	nice -n 19 $(BENCH_ROLLUPS)/ledgerbench rollups -phase catch-up $(BENCH_ROLLUPS_FLAGS) -o $(BENCH_ROLLUPS)/catchup.md -json $(BENCH_ROLLUPS)/catchup.json

@@ -157,5 +157,5 @@ func TestRollupCostResult_Markdown(t *testing.T) {
 	want, err := os.ReadFile(golden)
 	require.NoError(t, err)
 	assert.Equal(t, string(want), b.String())
-	assert.True(t, strings.Contains(b.String(), "| live | 4 | on | 100 | 40 (4.0, 9) | 9000 | 5000 | 1500 | 2000 | 400 / 100 | 0 | +3600 (+67%) | 0 |"), b.String())
+	assert.True(t, strings.Contains(b.String(), "| live | 4 | on | 100 | 40 (4.0, 9; 0) | 9000 | 5000 | 1500 | 2000 | 400 / 100 | 0 | +3600 (+67%) | 0 |"), b.String())
 }

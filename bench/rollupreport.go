@@ -82,7 +82,7 @@ func (res *RollupCostResult) Markdown(w io.Writer) {
 
 	fmt.Fprintln(w, "#### Write units per 1,000 changes, roll-ups on and off (billed: transactional actions twice)")
 	fmt.Fprintln(w)
-	fmt.Fprintln(w, "| phase | shards | roll-ups | changes/s written | commits (/s mean, peak) | WCU / 1k changes | branch reports | roll-up deltas | roll-up partials | coordination (in commits / outside) | other | roll-up share | reconcile differences |")
+	fmt.Fprintln(w, "| phase | shards | roll-ups | changes/s written | commits (/s mean, peak; by the final drain) | WCU / 1k changes | branch reports | roll-up deltas | roll-up partials | coordination (in commits / outside) | other | roll-up share | reconcile differences |")
 	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 	for _, r := range res.Rows {
 		on := "off"
@@ -103,8 +103,8 @@ func (res *RollupCostResult) Markdown(w io.Writer) {
 		if r.Waiting > 0 {
 			diffs += fmt.Sprintf(" (%d deltas waiting)", r.Waiting)
 		}
-		fmt.Fprintf(w, "| %s | %d | %s | %s | %d (%.1f, %d) | %.0f | %s | %s | %s | %.0f / %.0f | %s | %s | %s |\n",
-			r.Phase, r.Shards, on, written, r.Commits, r.CommitsPerSecond(), r.PeakCommits, r.PerThousand(r.Units),
+		fmt.Fprintf(w, "| %s | %d | %s | %s | %d (%.1f, %d; %d) | %.0f | %s | %s | %s | %.0f / %.0f | %s | %s | %s |\n",
+			r.Phase, r.Shards, on, written, r.Commits, r.CommitsPerSecond(), r.PeakCommits, r.DrainCommits, r.PerThousand(r.Units),
 			k(KindBranch), k(KindLane), k(KindPartial), r.PerThousand(co.TxUnits), r.PerThousand(co.Units-co.TxUnits), k(KindOther), share, diffs)
 	}
 	fmt.Fprintln(w)
