@@ -74,10 +74,11 @@ func TestRollupCostRow_Bound(t *testing.T) {
 		want RollupBound
 	}{
 		{"none", RollupCostRow{}, RollupBound{}},
-		{"measured", RollupCostRow{Commits: 100, Kinds: map[string]KindCost{
-			KindLane:    {Units: 1600, Writes: 300},
+		{"measured", RollupCostRow{Commits: 150, Kinds: map[string]KindCost{
+			KindBranch:  {Units: 5000, Transactions: 100},
+			KindLane:    {Units: 1600, Writes: 600},
 			KindPartial: {Units: 2000, KeyTouches: 200},
-		}}, RollupBound{LaneUnitsPerCommit: 16, DeltaPutsPerCommit: 3, PartialUnitsPerTouch: 10,
+		}}, RollupBound{BranchCommits: 100, LaneUnitsPerCommit: 16, DeltaPutsPerCommit: 3, PartialUnitsPerTouch: 10,
 			TableCommits: 1000 * float64(aggregates.RollupLanes) / 16, LaneShardCommits: 100}},
 		{"roll-ups off", RollupCostRow{Commits: 100, Kinds: map[string]KindCost{KindBranch: {Units: 5000}}}, RollupBound{}},
 	} {
@@ -137,7 +138,7 @@ func TestRollupCostResult_Markdown(t *testing.T) {
 		Rows: []RollupCostRow{
 			{Phase: "live", Shards: 4, Pollers: 4, Rollups: true, Changes: 1000, WriteRate: 99.6, Took: 10 * time.Second, Commits: 40, PeakCommits: 9,
 				Units: 9000, Kinds: map[string]KindCost{
-					KindBranch: {Units: 5000}, KindLane: {Units: 1500, Writes: 120}, KindPartial: {Units: 2000, KeyTouches: 100},
+					KindBranch: {Units: 5000, Transactions: 30}, KindLane: {Units: 1500, Writes: 120}, KindPartial: {Units: 2000, KeyTouches: 100},
 					KindCoordination: {Units: 500, TxUnits: 400}},
 				Hot:  map[string]KeyRate{KindLane: {Peak: 40}, KindPartial: {Peak: 60}, KindBranch: {Peak: 14}, KindCoordination: {Peak: 8}},
 				Keys: map[string]int{KindLane: 32, KindPartial: 96, KindBranch: 900, KindCoordination: 4}},

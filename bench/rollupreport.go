@@ -18,19 +18,23 @@ const PartitionWCU = 1000
 // hole 8) from one cell's measured per-commit costs: at how many commits a
 // second a lane key and a partial key reach a partition's ceiling.
 type RollupBound struct {
-	// LaneUnitsPerCommit is the roll-up delta units (puts by branch-report
-	// commits and deletes by folds, both in the lane keys) per commit of the
-	// table, all lanes together.
+	// BranchCommits is the commits that wrote branch reports (each puts
+	// its roll-up deltas: stage 1); the others fold deltas (stage 2).
+	BranchCommits int
+	// LaneUnitsPerCommit is the lane units (the delta puts and, later,
+	// their deletes by the folds: both in the lane keys) per branch-report
+	// commit, all lanes together.
 	LaneUnitsPerCommit float64
-	// DeltaPutsPerCommit is the lane item writes per commit.
+	// DeltaPutsPerCommit is the lane items put per branch-report commit
+	// (half the lane item writes: each put is deleted by its fold).
 	DeltaPutsPerCommit float64
 	// PartialUnitsPerTouch is the units one commit writes to one partial
 	// key (its periods' partial and entry items), on average.
 	PartialUnitsPerTouch float64
-	// TableCommits is the commits a second of the whole table (every
-	// shard's committers together) at which the average lane key reaches
-	// PartitionWCU: the lane of a commit is a hash of its claim, so the
-	// commits spread over the K lanes.
+	// TableCommits is the branch-report commits a second of the whole
+	// table (every shard's committers together) at which the average lane
+	// key reaches PartitionWCU: a commit's lane is a hash of its claim, so
+	// the commits spread over the K lanes.
 	TableCommits float64
 	// LaneShardCommits is the commits a second of one lane key's committer
 	// (the shard holding it) at which its partial keys reach PartitionWCU.
@@ -39,11 +43,11 @@ type RollupBound struct {
 
 // Bound computes the bound from a cell with roll-ups on.
 func (r RollupCostRow) Bound() RollupBound {
-	var b RollupBound
 	lane, partial := r.Kinds[KindLane], r.Kinds[KindPartial]
-	if r.Commits > 0 {
-		b.LaneUnitsPerCommit = float64(lane.Units) / float64(r.Commits)
-		b.DeltaPutsPerCommit = float64(lane.Writes) / float64(r.Commits)
+	b := RollupBound{BranchCommits: r.Kinds[KindBranch].Transactions}
+	if b.BranchCommits > 0 {
+		b.LaneUnitsPerCommit = float64(lane.Units) / float64(b.BranchCommits)
+		b.DeltaPutsPerCommit = float64(lane.Writes) / 2 / float64(b.BranchCommits)
 	}
 	if partial.KeyTouches > 0 {
 		b.PartialUnitsPerTouch = float64(partial.Units) / float64(partial.KeyTouches)
@@ -132,14 +136,14 @@ func (res *RollupCostResult) Markdown(w io.Writer) {
 
 	fmt.Fprintln(w, "#### Hole 8: the bound in commits a second, from the measured per-commit costs (roll-ups on)")
 	fmt.Fprintln(w)
-	fmt.Fprintf(w, "| phase | shards | commits | lane WCU per commit (all %d lanes) | delta items written per commit (puts + fold deletes) | partial WCU per commit and partial key | table commits/s at which the average lane key reaches 1,000 WCU/s | a lane shard's commits/s at which its partial key reaches 1,000 WCU/s |\n", aggregates.RollupLanes)
+	fmt.Fprintf(w, "| phase | shards | commits (of them branch-report commits) | lane WCU per branch-report commit (its delta puts and their fold deletes, all %d lanes) | delta items put per branch-report commit | partial WCU per commit and partial key | branch-report commits/s of the table at which the average lane key reaches 1,000 WCU/s | a lane shard's commits/s at which its partial key reaches 1,000 WCU/s |\n", aggregates.RollupLanes)
 	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|")
 	for _, r := range res.Rows {
 		if !r.Rollups {
 			continue
 		}
 		b := r.Bound()
-		fmt.Fprintf(w, "| %s | %d | %d | %.2f | %.2f | %.1f | %.0f | %.0f |\n", r.Phase, r.Shards, r.Commits, b.LaneUnitsPerCommit, b.DeltaPutsPerCommit,
+		fmt.Fprintf(w, "| %s | %d | %d (%d) | %.1f | %.2f | %.1f | %.0f | %.0f |\n", r.Phase, r.Shards, r.Commits, b.BranchCommits, b.LaneUnitsPerCommit, b.DeltaPutsPerCommit,
 			b.PartialUnitsPerTouch, b.TableCommits, b.LaneShardCommits)
 	}
 	fmt.Fprintln(w)

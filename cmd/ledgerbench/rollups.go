@@ -58,8 +58,21 @@ func runRollups(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	out := fs.String("o", "", "also write the markdown to `FILE`")
 	jsonOut := fs.String("json", "", "also write the results as JSON to `FILE`")
 	verbose := fs.Bool("v", false, "progress and the pollers' warnings on stderr")
+	from := fs.String("from", "", "measure nothing: print the markdown of the results `FILE` a run wrote with -json")
 	if err := fs.Parse(args); err != nil {
 		return exitError
+	}
+	if *from != "" {
+		raw, err := os.ReadFile(*from)
+		if err != nil {
+			return fail(err)
+		}
+		var res bench.RollupCostResult
+		if err := json.Unmarshal(raw, &res); err != nil {
+			return fail(fmt.Errorf("%s: %w", *from, err))
+		}
+		res.Markdown(stdout)
+		return exitOK
 	}
 	cfg := bench.RollupCostConfig{Changes: *changes, Days: *days, Rate: *rate, Pollers: *pollers, Seed: *seed, Timeout: *timeout, Log: stderr,
 		Command: "ledgerbench rollups " + strings.Join(args, " ")}
