@@ -381,7 +381,7 @@ func rollupCell(ctx context.Context, cfg RollupCostConfig, db *dynamodb.Client, 
 			// Long leases: on the shared machine a renewal can time out,
 			// and a lapsed lease is a reader restart, not what is measured.
 			LeaseDuration: time.Minute,
-			Logger: slog.New(slog.NewTextHandler(logw, &slog.HandlerOptions{Level: slog.LevelWarn})).With("owner", owner)}
+			Logger:        slog.New(slog.NewTextHandler(logw, &slog.HandlerOptions{Level: slog.LevelWarn})).With("owner", owner)}
 		p, err := poller.New(emu, meter, proc, pc, poller.NewMetrics(prometheus.NewRegistry()))
 		if err != nil {
 			return running{}, err
