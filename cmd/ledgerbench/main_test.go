@@ -162,3 +162,39 @@ func TestBenchFleet_RefusesBadFlagsAndDocumentsThem(t *testing.T) {
 	_, _, errOut = run(t, "-h")
 	assert.Contains(t, errOut, "ledgerbench fleet", "the main usage names the subcommand")
 }
+
+// ledgerbench rollups (issue 24): its flags documented, bad ones refused
+// before anything starts, and -from prints a results file's tables again,
+// measuring nothing (docs/bench/rollups/live.json: the run BENCHMARKS.md
+// reports).
+func TestBenchRollups_RefusesBadFlagsDocumentsThemAndPrintsAResultsFile(t *testing.T) {
+	code, _, errOut := run(t, "rollups", "-h")
+	assert.Equal(t, exitError, code)
+	for _, flag := range []string{"-shards COUNTS", "-changes CHANGES", "-rate SECOND", "-days DAYS", "-pollers POLLERS", "-phase PHASE", "-timeout TIME", "-from FILE", "-json FILE", "-o FILE", "nice -n 19"} {
+		assert.Contains(t, errOut, flag)
+	}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"rollups", "extra"}, `unexpected argument "extra"`},
+		{[]string{"rollups", "-shards", "1,0"}, `-shards "1,0": want counts from 1 to 1024`},
+		{[]string{"rollups", "-shards", "four"}, `-shards "four"`},
+		{[]string{"rollups", "-changes", "0"}, "must be at least 1"},
+		{[]string{"rollups", "-days", "0"}, "must be at least 1"},
+		{[]string{"rollups", "-phase", "both-ways"}, `-phase "both-ways": want live, catch-up or both`},
+		{[]string{"rollups", "-timeout", "0s"}, "-timeout 0s: want a positive duration"},
+		{[]string{"rollups", "-from", filepath.Join(t.TempDir(), "none.json")}, "no such file"},
+	} {
+		code, _, errOut := run(t, c.args...)
+		assert.Equal(t, exitError, code, "%v", c.args)
+		assert.Contains(t, errOut, c.want, "%v", c.args)
+	}
+	code, out, errOut := run(t, "rollups", "-from", filepath.Join("..", "..", "docs", "bench", "rollups", "live.json"))
+	require.Equal(t, exitOK, code, errOut)
+	assert.Contains(t, out, "#### Write units per 1,000 changes, roll-ups on and off")
+	assert.Contains(t, out, "| live | 16 | on |")
+	assert.Contains(t, out, "#### Hole 8: the bound in commits a second")
+	_, _, errOut = run(t, "-h")
+	assert.Contains(t, errOut, "ledgerbench rollups", "the main usage names the subcommand")
+}
