@@ -35,6 +35,13 @@
 //     balance, write units per partition key (Meter.KeyRates), coordinator
 //     calls per poller, discovery, idle GetRecords, memory and lag. Not
 //     part of Run: `ledgerbench fleet` (make bench-fleet) runs it.
+//   - issue 24's roll-up cost (rollupcost.go, RollupCost): workload c in
+//     three currencies consumed by pollers on 1, 4 and 16 emulated
+//     shards, live and as a catch-up backlog, with roll-ups on and off
+//     (processor.Config.NoRollups) on the same changes: write units per
+//     1,000 changes by item kind (Meter.Classify), the busiest key of each
+//     kind, and hole 8's bound in commits a second. Not part of Run:
+//     `ledgerbench rollups` (make bench-rollups) runs it.
 //
 // Run it with the command cmd/ledgerbench:
 //
