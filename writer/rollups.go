@@ -2,6 +2,7 @@ package writer
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"net/http"
@@ -109,44 +110,16 @@ func (s *Server) rollupCurrency(ctx context.Context, tenant string, q url.Values
 	return "", p, nil
 }
 
-// branchCurrencies lists the currencies of the tenant's branches, sorted,
-// NoCurrency for branches without one: one eventually consistent Query of
-// the tenant's branch partition, projected on the currency.
+// branchCurrencies lists the currencies of the tenant's branches
+// (table.BranchCurrencies, eventually consistent): a failed Query is a
+// backend error, a damaged branch currency a server error naming it.
 func (s *Server) branchCurrencies(ctx context.Context, tenant string) ([]string, error) {
-	in := &dynamodb.QueryInput{
-		TableName:                 &s.cfg.Table,
-		KeyConditionExpression:    aws.String("#pk = :pk"),
-		ProjectionExpression:      aws.String("#cur"),
-		ExpressionAttributeNames:  map[string]string{"#pk": attrPK, "#cur": attrCurrency},
-		ExpressionAttributeValues: map[string]ddbtypes.AttributeValue{":pk": strAV(aggregates.BranchPK(tenant))},
+	curs, err := table.BranchCurrencies(ctx, s.api, s.cfg.Table, tenant, false)
+	var damaged *table.DamagedCurrencyError
+	if err != nil && !errors.As(err, &damaged) {
+		return nil, s.dynamoError("Query", err)
 	}
-	seen := map[string]bool{}
-	for {
-		out, err := s.api.Query(ctx, in)
-		if err != nil {
-			return nil, s.dynamoError("Query", err)
-		}
-		for _, item := range out.Items {
-			c, err := storedCurrency(item)
-			if err != nil {
-				return nil, fmt.Errorf("tenant %s: a branch's %w", tenant, err)
-			}
-			if c == "" {
-				c = aggregates.NoCurrency
-			}
-			seen[c] = true
-		}
-		if len(out.LastEvaluatedKey) == 0 {
-			break
-		}
-		in.ExclusiveStartKey = out.LastEvaluatedKey
-	}
-	curs := make([]string, 0, len(seen))
-	for c := range seen {
-		curs = append(curs, c)
-	}
-	slices.Sort(curs)
-	return curs, nil
+	return curs, err
 }
 
 // getRollup serves GET /v1/tenants/{t}/reports/{period}/{value}
