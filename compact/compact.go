@@ -25,6 +25,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	ddbtypes "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/aws/smithy-go"
 
 	"github.com/ledger-dev/ledger/aggregates"
 	"github.com/ledger-dev/ledger/table"
@@ -73,13 +74,22 @@ type Result struct {
 	Uncounted  int   // without a change count (another path's): kept, a rebase gives them one
 	Changed    int   // written since the scan read them (a probe), or in a conflicting transaction: kept, retired by a later run
 	Rebasing   int   // of a branch a rebase runs on: kept, retired by a later run
+	Failed     int   // refused as malformed (a damaged applied item): kept, named in Run's error
 	Retired    int64 // the records their retirement added to retired counts (each key's count after its mark)
 }
 
 // Run retires every tombstone of ledgerTable deleted at least
 // opts.OlderThan ago, moving its count into its branch's applied item in
-// the coordination table coord.
+// the coordination table coord (which must be another table:
+// table.CheckCoordinationTable). A tombstone whose step DynamoDB refuses
+// as malformed (a ValidationException: its branch's applied item holds a
+// count of another type) is kept and the run goes on with the others;
+// the error then names each (ErrMalformed), after the scan's end. Any
+// other error stops the run.
 func Run(ctx context.Context, api API, ledgerTable, coord string, opts Options) (Result, error) {
+	if err := table.CheckCoordinationTable(ledgerTable, coord); err != nil {
+		return Result{}, fmt.Errorf("compact: %w", err)
+	}
 	if opts.OlderThan == 0 {
 		opts.OlderThan = DefaultOlderThan
 	}
@@ -102,23 +112,44 @@ func Run(ctx context.Context, api API, ledgerTable, coord string, opts Options) 
 		ExpressionAttributeValues: map[string]ddbtypes.AttributeValue{":t": table.S(aggregates.TenantPrefix)},
 	}
 	pages := dynamodb.NewScanPaginator(api, in)
+	var malformed []error
 	for pages.HasMorePages() {
 		out, err := pages.NextPage(ctx)
 		if err != nil {
-			return res, fmt.Errorf("compact: scan %s: %w", ledgerTable, err)
+			return res, errors.Join(append(malformed, fmt.Errorf("compact: scan %s: %w", ledgerTable, err))...)
 		}
 		res.Scanned += int(out.ScannedCount)
 		for _, item := range out.Items {
-			if err := retire(ctx, api, ledgerTable, coord, runID, item, cut, &res); err != nil {
-				return res, err
+			err := retire(ctx, api, ledgerTable, coord, runID, item, cut, &res)
+			switch {
+			case errors.Is(err, ErrMalformed):
+				res.Failed++
+				if len(malformed) < maxNamed {
+					malformed = append(malformed, err)
+				}
+			case err != nil:
+				return res, errors.Join(append(malformed, err)...)
 			}
 		}
 		if opts.Progress != nil {
 			opts.Progress(res)
 		}
 	}
-	return res, nil
+	if res.Failed > len(malformed) {
+		malformed = append(malformed, fmt.Errorf("compact: %d more tombstones %s", res.Failed-len(malformed), ErrMalformed))
+	}
+	return res, errors.Join(malformed...)
 }
+
+// maxNamed bounds the tombstones Run's error names one by one.
+const maxNamed = 10
+
+// ErrMalformed wraps the error of a tombstone's step that DynamoDB refused
+// as malformed (a ValidationException, or a cancellation for a
+// ValidationError): another path damaged an item the step writes, most
+// likely its branch's applied item (a retired count that is no number).
+// The tombstone is kept; the operator repairs the item and runs again.
+var ErrMalformed = errors.New("refused as malformed")
 
 // retire retires one tombstone the scan read (the whole item), if it is
 // old enough: it marks it (unless a run that stopped half-way marked it
@@ -169,13 +200,18 @@ func retire(ctx context.Context, api API, ledgerTable, coord, runID string, item
 // transact writes one step of a retirement: done when it landed; a step
 // whose tombstone changed since it was read (or that conflicted with
 // another write) or whose branch is being rebased is counted and left for
-// a later run.
+// a later run; one refused as malformed is an ErrMalformed.
 func transact(ctx context.Context, api API, k aggregates.Key, items []ddbtypes.TransactWriteItem, res *Result) (bool, error) {
 	_, err := api.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: items})
 	var tce *ddbtypes.TransactionCanceledException
+	var apiErr smithy.APIError
 	switch {
 	case err == nil:
 		return true, nil
+	case errors.As(err, &apiErr) && apiErr.ErrorCode() == "ValidationException":
+		// DynamoDB Local answers a type mismatch in a transaction's update
+		// so (table/second_review25_test.go).
+		return false, fmt.Errorf("compact %s: %w: %w", k, ErrMalformed, err)
 	case errors.As(err, &tce):
 		code := func(i int) string {
 			if i < len(tce.CancellationReasons) {
@@ -190,6 +226,8 @@ func transact(ctx context.Context, api API, k aggregates.Key, items []ddbtypes.T
 		case code(1) == "ConditionalCheckFailed":
 			res.Rebasing++
 			return false, nil
+		case code(0) == "ValidationError", code(1) == "ValidationError":
+			return false, fmt.Errorf("compact %s: %w: %w", k, ErrMalformed, err)
 		}
 	}
 	return false, fmt.Errorf("compact %s: %w", k, err)

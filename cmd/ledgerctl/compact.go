@@ -46,8 +46,8 @@ func (e *environment) compact(ctx context.Context, args []string) int {
 		},
 	})
 	m.Stop()
-	fmt.Fprintf(e.stdout, "%d items scanned, %d tombstones: %d retired (%d records added to retired counts), %d younger than %s, %d without a change count, %d changed since the scan, %d of a branch being rebased (kept); %s\n",
-		res.Scanned, res.Tombstones, res.Compacted, res.Retired, res.Young, *olderThan, res.Uncounted, res.Changed, res.Rebasing, time.Since(start).Round(time.Millisecond))
+	fmt.Fprintf(e.stdout, "%d items scanned, %d tombstones: %d retired (%d records added to retired counts), %d younger than %s, %d without a change count, %d changed since the scan, %d of a branch being rebased, %d refused as malformed (kept); %s\n",
+		res.Scanned, res.Tombstones, res.Compacted, res.Retired, res.Young, *olderThan, res.Uncounted, res.Changed, res.Rebasing, res.Failed, time.Since(start).Round(time.Millisecond))
 	if err != nil {
 		return e.fail(err)
 	}
