@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"os"
 	"strconv"
 	"sync"
 	"testing"
@@ -310,4 +311,63 @@ func TestReviewS16_ATenantCannotWriteTheBookkeeping(t *testing.T) {
 	}
 	e.requireCounted(tx, 1)
 	assert.Len(t, e.listAll(e.branch), 1, "nothing created")
+}
+
+// gatedS16 skips a test of a hole left open (its fix described in
+// docs/exactly-once.md, "Review (adversarial, session 16)") unless
+// LEDGER_REVIEW_S16=1: it fails on today's code.
+func gatedS16(t *testing.T) {
+	t.Helper()
+	if os.Getenv("LEDGER_REVIEW_S16") != "1" {
+		t.Skip("a hole left open (exactly-once.md, review of session 16): set LEDGER_REVIEW_S16=1 to run it")
+	}
+}
+
+// A writer of the version before tombstones (b26a61f^: it counts, but
+// has no live(): it reads a tombstone as a transaction with its fields
+// missing) still serving after the flag tombstones went on — the runbook
+// said "the writer may go before or after", and a rolled-back writer is
+// the same. A client's PATCH that sets type, amount and category (what
+// that version's 422 asks for: "the stored transaction is invalid here and
+// the patch must set it") is a valid transaction again, written as that
+// version wrote it: GetItem, DecodeTransaction, the patch, EncodeTransaction,
+// the count read plus one with its sig, a Put on condition of the version
+// and the count. Every condition holds on the tombstone, the record is
+// writer-shaped (the count steps by one, the sig matches), and the
+// consumers fold the deleted transaction back in: the delete is lost,
+// and nothing can tell. Fix (operational, docs/runbook.md "Tombstones"):
+// no writer older than tombstones may serve once the flag is on (the
+// writer goes first), and a rollback of the writer below it needs the
+// flag off and every tombstone compacted. A data fence that would make
+// this test pass (a tombstone the previous version's condition refuses)
+// is described in the review, not built.
+func TestReviewS16_APreviousWriterResurrectsATombstone(t *testing.T) {
+	gatedS16(t)
+	t.Parallel()
+	ctx := context.Background()
+	e := newEnv(t, sharedTable(t))
+	tx := e.create(`{"type":"EXPENSE","amount":"7","category":"c","createdAt":"2026-11-20T12:00:00Z"}`)
+	r := e.send(req{method: "DELETE", path: e.base() + "/transactions/" + tx.ID, headers: []string{"If-Match", `"1"`}})
+	require.Equal(t, http.StatusNoContent, r.Status, "answer %s", r)
+
+	// The previous version's PATCH, step by step.
+	item := e.transactionItem(tx)
+	old := table.DecodeTransaction(item)
+	old.Type, old.Amount, old.Category = "EXPENSE", "9", "c"
+	old.Version++
+	k := table.KeyOf(item)
+	next, err := table.EncodeTransaction(k, old)
+	require.NoError(t, err, "a valid transaction again")
+	c, _ := table.Changes(item)
+	table.Count(next, c+1)
+	_, err = e.ddb.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: []ddbtypes.TransactWriteItem{{Put: &ddbtypes.Put{
+		TableName: &e.table, Item: next,
+		ConditionExpression:       ptr("attribute_exists(#pk) AND #v = :expected AND #changes = :changes"),
+		ExpressionAttributeNames:  map[string]string{"#pk": table.AttrPK, "#v": table.AttrVersion, "#changes": table.AttrChanges},
+		ExpressionAttributeValues: map[string]ddbAV{":expected": table.Int(old.Version - 1), ":changes": table.Int(c)},
+	}}}})
+	require.NoError(t, err, "the previous version's write lands on the tombstone")
+
+	got := e.send(req{method: "GET", path: e.base() + "/transactions/" + tx.ID})
+	assert.Equal(t, http.StatusNotFound, got.Status, "a deleted transaction stays deleted, whatever writer served: %s", got)
 }
