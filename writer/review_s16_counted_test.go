@@ -2,9 +2,9 @@ package writer_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
-	"os"
 	"strconv"
 	"sync"
 	"testing"
@@ -313,61 +313,81 @@ func TestReviewS16_ATenantCannotWriteTheBookkeeping(t *testing.T) {
 	assert.Len(t, e.listAll(e.branch), 1, "nothing created")
 }
 
-// gatedS16 skips a test of a hole left open (its fix described in
-// docs/exactly-once.md, "Review (adversarial, session 16)") unless
-// LEDGER_REVIEW_S16=1: it fails on today's code.
-func gatedS16(t *testing.T) {
-	t.Helper()
-	if os.Getenv("LEDGER_REVIEW_S16") != "1" {
-		t.Skip("a hole left open (exactly-once.md, review of session 16): set LEDGER_REVIEW_S16=1 to run it")
-	}
-}
-
 // A writer of the version before tombstones (b26a61f^: it counts, but
 // has no live(): it reads a tombstone as a transaction with its fields
 // missing) still serving after the flag tombstones went on — the runbook
 // said "the writer may go before or after", and a rolled-back writer is
-// the same. A client's PATCH that sets type, amount and category (what
-// that version's 422 asks for: "the stored transaction is invalid here and
-// the patch must set it") is a valid transaction again, written as that
-// version wrote it: GetItem, DecodeTransaction, the patch, EncodeTransaction,
-// the count read plus one with its sig, a Put on condition of the version
-// and the count. Every condition holds on the tombstone, the record is
-// writer-shaped (the count steps by one, the sig matches), and the
-// consumers fold the deleted transaction back in: the delete is lost,
-// and nothing can tell. Fix (operational, docs/runbook.md "Tombstones"):
-// no writer older than tombstones may serve once the flag is on (the
-// writer goes first), and a rollback of the writer below it needs the
-// flag off and every tombstone compacted. A data fence that would make
-// this test pass (a tombstone the previous version's condition refuses)
-// is described in the review, not built.
-func TestReviewS16_APreviousWriterResurrectsATombstone(t *testing.T) {
-	gatedS16(t)
+// the same. Before the fix, a client's PATCH that sets type, amount and
+// category (what that version's 422 asks for: "the stored transaction is
+// invalid here and the patch must set it") made a valid transaction again,
+// written as that version writes it (GetItem, DecodeTransaction, the
+// patch, EncodeTransaction, the count read plus one with its sig, a Put
+// on condition of the version and the count): every condition held on the
+// tombstone, the record was writer-shaped, and the consumers folded the
+// deleted transaction back in — a lost delete nothing could tell (GET
+// answered 200 with the amount 9). And that version's DELETE hard-deleted
+// the tombstone (an unmarked REMOVE: its count lost). Now a tombstone
+// holds its version as a string: that version reads it as none (0), its
+// PATCH's condition (version = :expected) and its DELETE's (no version)
+// both fail, and the tombstone stays as it was. (Its GET and listings
+// still show a ghost with the fields missing: the runbook's order, the
+// writer before the flag, is what keeps those away.)
+func TestReviewS16_APreviousWriterCannotWriteOverATombstone(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	e := newEnv(t, sharedTable(t))
 	tx := e.create(`{"type":"EXPENSE","amount":"7","category":"c","createdAt":"2026-11-20T12:00:00Z"}`)
 	r := e.send(req{method: "DELETE", path: e.base() + "/transactions/" + tx.ID, headers: []string{"If-Match", `"1"`}})
 	require.Equal(t, http.StatusNoContent, r.Status, "answer %s", r)
-
-	// The previous version's PATCH, step by step.
 	item := e.transactionItem(tx)
+	k := table.KeyOf(item)
+	c, _ := table.Changes(item)
+	// The previous version reads the version as it decodes it (0 when it
+	// is no number) and conditions on it so.
+	read, _ := table.Int64(item, table.AttrVersion)
+	versionCond := func() (string, map[string]ddbAV) {
+		if read == 0 {
+			return "attribute_not_exists(#v)", map[string]ddbAV{":changes": table.Int(c)}
+		}
+		return "#v = :expected", map[string]ddbAV{":expected": table.Int(read), ":changes": table.Int(c)}
+	}
+	cancelled := func(err error) bool {
+		var tce *ddbtypes.TransactionCanceledException
+		return errors.As(err, &tce)
+	}
+
+	// Its PATCH, step by step.
 	old := table.DecodeTransaction(item)
 	old.Type, old.Amount, old.Category = "EXPENSE", "9", "c"
 	old.Version++
-	k := table.KeyOf(item)
 	next, err := table.EncodeTransaction(k, old)
 	require.NoError(t, err, "a valid transaction again")
-	c, _ := table.Changes(item)
 	table.Count(next, c+1)
+	cond, values := versionCond()
 	_, err = e.ddb.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: []ddbtypes.TransactWriteItem{{Put: &ddbtypes.Put{
 		TableName: &e.table, Item: next,
-		ConditionExpression:       ptr("attribute_exists(#pk) AND #v = :expected AND #changes = :changes"),
+		ConditionExpression:       ptr("attribute_exists(#pk) AND " + cond + " AND #changes = :changes"),
 		ExpressionAttributeNames:  map[string]string{"#pk": table.AttrPK, "#v": table.AttrVersion, "#changes": table.AttrChanges},
-		ExpressionAttributeValues: map[string]ddbAV{":expected": table.Int(old.Version - 1), ":changes": table.Int(c)},
+		ExpressionAttributeValues: values,
 	}}}})
-	require.NoError(t, err, "the previous version's write lands on the tombstone")
+	assert.True(t, cancelled(err), "the previous version's PATCH fails its condition: %v", err)
+
+	// Its DELETE (a DeleteItem on the version read).
+	cond, values = versionCond()
+	delete(values, ":changes")
+	if len(values) == 0 {
+		values = nil
+	}
+	_, err = e.ddb.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: []ddbtypes.TransactWriteItem{{Delete: &ddbtypes.Delete{
+		TableName: &e.table, Key: table.Key(k),
+		ConditionExpression:       ptr("attribute_exists(#pk) AND " + cond),
+		ExpressionAttributeNames:  map[string]string{"#pk": table.AttrPK, "#v": table.AttrVersion},
+		ExpressionAttributeValues: values,
+	}}}})
+	assert.True(t, cancelled(err), "the previous version's DELETE fails its condition: %v", err)
 
 	got := e.send(req{method: "GET", path: e.base() + "/transactions/" + tx.ID})
-	assert.Equal(t, http.StatusNotFound, got.Status, "a deleted transaction stays deleted, whatever writer served: %s", got)
+	assert.Equal(t, http.StatusNotFound, got.Status, "a deleted transaction stays deleted: %s", got)
+	after := e.requireCounted(tx, 2)
+	assert.True(t, table.IsTombstone(after))
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"strconv"
 	"strings"
 	"time"
 
@@ -141,7 +142,7 @@ func (s *Server) recountOr(k aggregates.Key, read int64, otherwise onFail) onFai
 // The delete leaves a tombstone (exactly-once.md, "The design: counted
 // changes", W): one UpdateItem that removes the transaction's fields
 // (table.TombstoneRemoves) and sets deletedAt, updatedAt, version read+1
-// and changes + 1 with the tombstone's sig. Its stream record is a MODIFY
+// (as a string: tombstone) and changes + 1 with the tombstone's sig. Its stream record is a MODIFY
 // whose new image is absent to the consumers (aggregates.ErrDeleted); the
 // key stays, so the id is never reused, until ledgerctl compact retires it.
 //
@@ -183,7 +184,16 @@ func (s *Server) tombstone(k aggregates.Key, item map[string]ddbtypes.AttributeV
 	}
 	tomb[table.AttrDeletedAt] = strAV(now)
 	tomb[attrUpdatedAt] = strAV(now)
-	tomb[attrVersion] = intAV(read + 1)
+	// The version as a string: a fence against a writer of a version
+	// before tombstones (one still serving, or rolled back to), which reads
+	// a tombstone as a transaction with its fields missing. It reads this
+	// version as none (0), so its PATCH (on condition version = :expected)
+	// and its DELETE (on condition that there is no version) both fail
+	// their conditions: it can neither bring the deleted transaction back
+	// with a counted, digest-matching write nor hard-delete the tombstone
+	// (the adversarial review of session 16, D16-1). Nothing of this
+	// version reads a tombstone's version (live).
+	tomb[attrVersion] = strAV(strconv.FormatInt(read+1, 10))
 	table.Count(tomb, readChanges(item)+1)
 
 	cond, names, values := countCondition(item)
