@@ -17,6 +17,8 @@ import (
 
 	"github.com/ledger-dev/ledger/aggregates"
 	"github.com/ledger-dev/ledger/compact"
+	"github.com/ledger-dev/ledger/infra"
+	"github.com/ledger-dev/ledger/infra/ddblocal/ddbtest"
 	"github.com/ledger-dev/ledger/internal/ledgertest"
 	"github.com/ledger-dev/ledger/rebucket"
 	"github.com/ledger-dev/ledger/table"
@@ -390,4 +392,39 @@ func TestReviewS16_APreviousWriterCannotWriteOverATombstone(t *testing.T) {
 	assert.Equal(t, http.StatusNotFound, got.Status, "a deleted transaction stays deleted: %s", got)
 	after := e.requireCounted(tx, 2)
 	assert.True(t, table.IsTombstone(after))
+}
+
+// A rebucket restamp whose answer is lost (the UpdateItem landed; it has
+// no idempotency token, so the SDK sends it again): the repeat fails its
+// count condition, rebucket reads the item again and finds it in its
+// calendar. The restamp is counted once, never twice.
+func TestReviewS16_ARebucketRestampWhoseAnswerIsLostCountsOnce(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	e := newEnv(t, sharedTable(t))
+	e.branchWithCalendar("sp", saoPaulo)
+	e.branch = "sp"
+	tx := e.create(`{"type":"EXPENSE","amount":"2.5","category":"c","createdAt":"2026-03-05T02:00:00Z"}`)
+	r := e.send(req{method: "PATCH", path: "/v1/tenants/" + e.tenant + "/branches/sp", body: `{"calendar":{"timeZone":"UTC","dayStartsAt":"00:00"}}`,
+		headers: []string{"If-Match", `"1"`}})
+	require.Equal(t, http.StatusOK, r.Status, "answer %s", r)
+
+	faults := &ledgertest.FaultTransport{}
+	var lost sync.Once
+	faults.Decide = func(op string) ledgertest.Fault {
+		f := ledgertest.Pass
+		if op == "UpdateItem" {
+			lost.Do(func() { f = ledgertest.LoseAnswer })
+		}
+		return f
+	}
+	api := dynamodb.NewFromConfig(ddbtest.Config(t, infra.WithTransportWrapper(func(next http.RoundTripper) http.RoundTripper {
+		faults.Next = next
+		return faults
+	})))
+	_, err := rebucket.Run(ctx, api, e.table, e.tenant, "sp", rebucket.Options{Settle: -1, Parallel: 1})
+	require.NoError(t, err)
+	assert.GreaterOrEqual(t, faults.Calls("UpdateItem"), 2, "the restamp was sent again")
+	item := e.requireCounted(tx, 2) // created, restamped once
+	assert.Equal(t, "2026-03-05", item[aggregates.AttrBusinessDate].(*ddbtypes.AttributeValueMemberS).Value)
 }
