@@ -244,6 +244,8 @@ func TestReviewS16_AnUnreadableCountDoesNotStickTheTransaction(t *testing.T) {
 	}{
 		{"string", s("3")},
 		{"fraction", &ddbtypes.AttributeValueMemberN{Value: "2.5"}},
+		{"null", &ddbtypes.AttributeValueMemberNULL{Value: true}},
+		{"map", &ddbtypes.AttributeValueMemberM{Value: map[string]ddbAV{"n": s("3")}}},
 	} {
 		for _, method := range []string{"PATCH", "DELETE"} {
 			t.Run(tc.name+"/"+method, func(t *testing.T) {
