@@ -419,7 +419,7 @@ func (p *Processor) commitTx(ctx context.Context, g Guard, claim func() ddbtypes
 					if pt.first {
 						d = pt.delta.Count
 					}
-					p.shapes.applied(pt.key.Key(), shapes[pt.key.Key()], writes[i].inline, d, cur)
+					p.shapes.applied(pt.key.Key(), shapes[pt.key.Key()], writes[i].inline, d, cur, now)
 				}
 			}
 			p.metrics.Commits.WithLabelValues("committed").Inc()
