@@ -122,3 +122,38 @@ func TestReviewS16_CountChangedAndBackIsNoUnchangedItem(t *testing.T) {
 		})
 	}
 }
+
+// TestReviewS16_ParkedPartialKeepsItsBranches (hole S16-2): a fold refused
+// on a damaged partial parks its part in the partial's partition; the
+// parked item held the part's figures but not what its part 0 adds to
+// branches, so a new branch's first transaction, folded onto a damaged
+// partial, was lost from `branches` for good: reconcile named "branches:
+// got 2; want 3", the online repair moved the parked figures without it,
+// and only the quiescent repair's comparison put it back. The parked item
+// now carries the branches (table.WithParkedBranches), which reconcile
+// counts and the repair moves with the figures.
+func TestReviewS16_ParkedPartialKeepsItsBranches(t *testing.T) {
+	e := newEnv(t)
+	c := rollupBase(t, e, "batch") // sp and rio count on the 27th in BRL
+	for lane := range aggregates.RollupLanes {
+		k := aggregates.RollupKey{Tenant: "acme", Currency: "BRL", Lane: lane, Period: brl27.period}.Key()
+		_, err := e.ddb.UpdateItem(context.Background(), &dynamodb.UpdateItemInput{TableName: &e.table, Key: table.Key(k),
+			UpdateExpression:          aws.String("SET totalExpense = :s"),
+			ExpressionAttributeValues: map[string]ddbtypes.AttributeValue{":s": sAV("three")}})
+		require.NoError(t, err)
+	}
+	rtx{"acme", "bh", "BRL", "2026-11-27", "5", "INCOME", "4", "food"}.put(t, e, "") // a third branch on the 27th
+	c.pass()                                                                         // stage 1: the delta, branches +1
+	c.pass()                                                                         // stage 2: refused on the damaged partial, parked
+
+	var cell *processor.Difference
+	diffs := reconcileRollups(t, e)
+	for i, d := range diffs {
+		if d.Rollup != nil && d.Rollup.RollupCell == (processor.RollupCell{Tenant: "acme", Currency: "BRL", Period: brl27.period}) {
+			cell = &diffs[i]
+		}
+	}
+	require.NotNil(t, cell, "the damaged roll-up is named")
+	assert.Contains(t, cell.String(), "parked roll-up deltas of its partials", "the fold parked")
+	assert.NotContains(t, cell.String(), "branches:", "the parked part keeps the branch it adds")
+}
