@@ -179,7 +179,7 @@ func (p *Poller) Run(ctx context.Context) error {
 	// start's records waiting: the steady-rate lag test's p99 went from
 	// 1.6–2.3 s to 8.4–9.2 s (p50 0.9–1.1 s to 4.4–5.2 s) with the
 	// share-bounded pass.
-	tick := time.NewTicker(min(firstRound, p.cfg.renewInterval()))
+	tick := time.NewTicker(p.nextRound())
 	defer tick.Stop()
 	p.forceList = true
 	var runErr error
@@ -205,7 +205,7 @@ func (p *Poller) Run(ctx context.Context) error {
 		case <-ctx.Done():
 		case <-tick.C:
 			runErr = p.pass(ctx, true)
-			tick.Reset(p.cfg.renewInterval())
+			tick.Reset(p.nextRound())
 		case r := <-p.done:
 			p.readerDone(ctx, r)
 			switch {
@@ -226,6 +226,22 @@ func (p *Poller) Run(ctx context.Context) error {
 	}
 	p.shutdown(ctx)
 	return runErr
+}
+
+// nextRound is how long until the poller's next round: firstRound until
+// its first listing of the stream is complete, a renewal interval after.
+// A listing paced by the stream's DescribeStream rate (describeBudget)
+// pauses at each round's deadline; a poller still listing holds nothing
+// to renew, and its next round going on with the listing a second later
+// rather than a renewal interval later is what let it take its share with
+// the others: in the fleet benchmark at 100 shards (8 pages a listing),
+// two of seven pollers started together listed for 30 s and then found
+// the shards taken (2 and 4 leases against a share of 16 for two minutes).
+func (p *Poller) nextRound() time.Duration {
+	if p.listed.IsZero() && !p.cfg.Drain {
+		return min(firstRound, p.cfg.renewInterval())
+	}
+	return p.cfg.renewInterval()
 }
 
 // firstRound is how long after its first round a poller's second comes
@@ -1152,7 +1168,7 @@ func (p *Poller) shutdown(ctx context.Context) {
 	bg := context.WithoutCancel(ctx)
 	hard := time.NewTimer(p.cfg.ShutdownTimeout)
 	defer hard.Stop()
-	tick := time.NewTicker(min(firstRound, p.cfg.renewInterval()))
+	tick := time.NewTicker(p.cfg.renewInterval())
 	defer tick.Stop()
 	for p.running() > 0 {
 		select {
