@@ -257,10 +257,11 @@ type fleetLag struct {
 	// (fleetstages.go); firstRead is when each shard was first read.
 	stages    []lagSample
 	firstRead map[string]time.Time
+	ended     map[string]time.Time // when a reader first got each shard's end
 }
 
 func newFleetLag() *fleetLag {
-	return &fleetLag{shardOf: map[string]string{}, pending: map[string]map[string]lagStamp{}, firstRead: map[string]time.Time{}}
+	return &fleetLag{shardOf: map[string]string{}, pending: map[string]map[string]lagStamp{}, firstRead: map[string]time.Time{}, ended: map[string]time.Time{}}
 }
 
 // readShard notes that shard was read (any GetRecords, records or none).
@@ -299,7 +300,7 @@ func (l *fleetLag) committed(last string, at time.Time) {
 	for seq, t := range l.pending[shard] {
 		if processor.CompareSequence(seq, last) <= 0 {
 			l.samples = append(l.samples, at.Sub(t.wrote).Seconds())
-			l.stages = append(l.stages, lagSample{wrote: t.wrote, read: t.read, committed: at, shardRead: l.firstRead[shard]})
+			l.stages = append(l.stages, lagSample{wrote: t.wrote, read: t.read, committed: at, shardRead: l.firstRead[shard], shard: shard})
 			delete(l.pending[shard], seq)
 		}
 	}
@@ -336,6 +337,9 @@ func (s fleetStreams) GetRecords(ctx context.Context, in *dynamodbstreams.GetRec
 	}
 	shard, _ := streamemu.IteratorShard(*in.ShardIterator)
 	s.lag.readShard(shard, time.Now())
+	if out.NextShardIterator == nil {
+		s.lag.shardEnded(shard, time.Now())
+	}
 	if len(out.Records) == 0 {
 		return out, nil
 	}
@@ -738,7 +742,7 @@ func Fleet(ctx context.Context, cfg FleetConfig) (*FleetResult, error) {
 	res.ShardsListed = emu.ShardsListed()
 	res.GetRecords, res.GetRecordsThrottled = emu.Calls("GetRecords"), emu.Refused("GetRecords", "LimitExceededException")
 	res.LagN, res.LagP50, res.LagP99 = lag.percentiles()
-	res.Stages = lag.stageFigures(start, res.FirstAllLeased)
+	res.Stages = lag.stageFigures(start, res.FirstAllLeased, emu.Parents())
 	res.Describes = describeCounts(pollers)
 	res.PeakRSS = peakRSSSelf()
 

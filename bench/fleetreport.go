@@ -53,6 +53,10 @@ func (r *FleetResult) Markdown(w io.Writer) {
 		steadyFrom(st.SteadyFrom), st.SteadyN, st.SteadyP50, st.SteadyP99, st.SteadyReadP99, st.SteadyCommitP99)
 	p("| lag: records written before their shard's first read (waiting for a lease or a parent's end) / their p99 / in the steady state / their wait for a reader p99 / the last such write at | %d / %.2f s / %d / %.2f s / %s |\n",
 		st.UnreadN, st.UnreadP99, st.UnreadSteadyN, st.UnreadSteadyWaitP99, secondsOrNever(st.UnreadMaxAt))
+	p("| lag: of those, behind their parent when written: records / wait for the parent's end p50 / p99 / then to the child's first read p50 / p99 | %d / %.2f s / %.2f s / %.2f s / %.2f s |\n",
+		st.UnreadBehindParent, st.ParentWaitP50, st.ParentWaitP99, st.AfterParentP50, st.AfterParentP99)
+	p("| lag: of those, not behind a parent (the shard waiting for a lease) / their wait for a reader p50 / p99 | %d / %.2f s / %.2f s |\n",
+		st.UnreadNoParent, st.NoParentWaitP50, st.NoParentWaitP99)
 	p("| lag: changes not committed by the live fleet %s after the writes ended (left to the drain) | %d |\n", r.SettleTook.Round(time.Second), r.Uncommitted)
 	p("\nPer poller (coordinator calls through its own client: Query for the stream's leases and checkpoints, UpdateItem for leases and checkpoint moves):\n\n")
 	p("| poller | minutes | mean leases | Query / min | items read / min | UpdateItem / min |\n|---|---:|---:|---:|---:|---:|\n")

@@ -16,6 +16,17 @@ type lagStamp struct {
 // commit, which cannot be).
 type lagSample struct {
 	wrote, read, committed, shardRead time.Time
+	shard                             string
+}
+
+// shardEnded notes that a reader got shard's end (a page without a next
+// iterator): the parent's end its children wait for.
+func (l *fleetLag) shardEnded(shard string, at time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if _, ok := l.ended[shard]; !ok {
+		l.ended[shard] = at
+	}
 }
 
 // LagStages splits the fleet's write → commit lag (issue 23: "lag: p99
@@ -47,6 +58,16 @@ type LagStages struct {
 	UnreadP99                        float64 // their write → commit
 	UnreadSteadyN                    int     // of them, written in the steady state
 	UnreadSteadyWaitP99, UnreadMaxAt float64 // their write → shard's first read; the latest such write, seconds from the start
+	// Of the records written before their shard's first read, those whose
+	// shard's parent had not ended when they were written: the wait for
+	// the parent's end (the lineage: the parent's reader reaching it),
+	// then from the parent's end to the shard's first read (the child's
+	// discovery, lease and reader start), p50 and p99. UnreadNoParent is
+	// the rest: a shard whose parent had ended (or that has none in the
+	// stream) and was still unread (waiting for a lease).
+	UnreadBehindParent, UnreadNoParent                           int
+	ParentWaitP50, ParentWaitP99, AfterParentP50, AfterParentP99 float64
+	NoParentWaitP50, NoParentWaitP99                             float64
 }
 
 // steadySettle is how long after the fleet first leased 90% of the open
@@ -56,10 +77,15 @@ const steadySettle = 20 * time.Second
 // stageFigures computes the LagStages of the records committed so far;
 // start is the start of the writes, leased the seconds after it at which
 // 90% of the open shards were first leased (-1: never).
-func (l *fleetLag) stageFigures(start time.Time, leased float64) LagStages {
+func (l *fleetLag) stageFigures(start time.Time, leased float64, parents map[string]string) LagStages {
 	l.mu.Lock()
 	samples := append([]lagSample(nil), l.stages...)
+	ended := make(map[string]time.Time, len(l.ended))
+	for k, v := range l.ended {
+		ended[k] = v
+	}
 	l.mu.Unlock()
+	var parentWait, afterParent, noParent []float64
 	st := LagStages{SteadyFrom: -1, UnreadMaxAt: -1}
 	var steadyFrom time.Time
 	if leased >= 0 {
@@ -82,6 +108,16 @@ func (l *fleetLag) stageFigures(start time.Time, leased float64) LagStages {
 				unreadWait = append(unreadWait, s.shardRead.Sub(s.wrote).Seconds())
 			}
 			st.UnreadMaxAt = max(st.UnreadMaxAt, s.wrote.Sub(start).Seconds())
+			pe, ok := ended[parents[s.shard]]
+			if parent := parents[s.shard]; parent != "" && (!ok || pe.After(s.wrote)) {
+				if !ok || pe.After(s.shardRead) {
+					pe = s.shardRead // the parent's end not seen by a reader (trimmed, or read by the drain)
+				}
+				parentWait = append(parentWait, pe.Sub(s.wrote).Seconds())
+				afterParent = append(afterParent, s.shardRead.Sub(pe).Seconds())
+			} else {
+				noParent = append(noParent, s.shardRead.Sub(s.wrote).Seconds())
+			}
 		}
 	}
 	st.ReadP50, st.ReadP99 = quantile(read, 0.50), quantile(read, 0.99)
@@ -91,6 +127,10 @@ func (l *fleetLag) stageFigures(start time.Time, leased float64) LagStages {
 	st.SteadyReadP99, st.SteadyCommitP99 = quantile(steadyRead, 0.99), quantile(steadyCommit, 0.99)
 	st.UnreadN, st.UnreadP99 = len(unread), quantile(unread, 0.99)
 	st.UnreadSteadyN, st.UnreadSteadyWaitP99 = len(unreadWait), quantile(unreadWait, 0.99)
+	st.UnreadBehindParent, st.UnreadNoParent = len(parentWait), len(noParent)
+	st.ParentWaitP50, st.ParentWaitP99 = quantile(parentWait, 0.50), quantile(parentWait, 0.99)
+	st.AfterParentP50, st.AfterParentP99 = quantile(afterParent, 0.50), quantile(afterParent, 0.99)
+	st.NoParentWaitP50, st.NoParentWaitP99 = quantile(noParent, 0.50), quantile(noParent, 0.99)
 	return st
 }
 
