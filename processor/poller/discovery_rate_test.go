@@ -27,7 +27,9 @@ func TestPoller_EmulatedFleetDescribeStreamStaysWithinTheStreamRate(t *testing.T
 	const pollers, window = 4, 150
 	e := newEmuEnv(t, 237, streamemu.Config{Shards: 4, RollRecords: 30, SplitRatio: 0.3, MaxOpenShards: 10, Seed: 237, ListPage: 2,
 		Limits: streamemu.AWSLimits})
-	often := func(c *poller.Config) { c.DiscoverInterval = 50 * time.Millisecond }
+	often := func(c *poller.Config) {
+		c.DiscoverInterval, c.DescribeRate = 50*time.Millisecond, poller.DescribeRateSetting.Default
+	}
 	var tps []*testPoller
 	var stops []func()
 	for _, owner := range []string{"a", "b", "c", "d"} {
