@@ -244,6 +244,10 @@ func (p *Poller) nextRound() time.Duration {
 	return p.cfg.renewInterval()
 }
 
+// endListWait is the longest a reader's end waits for its turn of the
+// stream's DescribeStream rate to go on with a listing under way.
+const endListWait = 200 * time.Millisecond
+
 // firstRound is how long after its first round a poller's second comes
 // (at most a renewal interval): long enough for pollers started together to
 // have written their worker items (each writes it before it lists the
@@ -314,6 +318,16 @@ func (p *Poller) discover(ctx context.Context) (ok bool, err error) {
 			// pollers listing 71 pages at start looked gone to the first
 			// one done, which took 581 leases).
 			until = time.Now().Add(p.cfg.renewInterval() / 2)
+			if p.newKids != nil && !p.listed.IsZero() {
+				// At a reader's end (endPass) a listing under way goes on
+				// only with the pages whose turn comes at once: paced at
+				// the poller's share of DescribeStream's rate (one page a
+				// second at 8 pollers), a page waited for at every reader's
+				// end held the coordinator, and the next reader ends, the
+				// children's takes and the renewals behind them, up to
+				// half a renewal interval each. The rounds go on with it.
+				until = time.Now().Add(min(endListWait, p.cfg.renewInterval()/2))
+			}
 		}
 		listedAt := p.listing.started
 		if listedAt.IsZero() {
