@@ -180,6 +180,13 @@ type FleetResult struct {
 	// effect, seconds.
 	LagN           int
 	LagP50, LagP99 float64
+	// Stages splits the lag: where the time went, and the steady state
+	// (writes after the fleet first leased 90% of the open shards) apart
+	// from the start (fleetstages.go).
+	Stages LagStages
+	// Describes is the live fleet's DescribeStream calls by kind and
+	// outcome, from the pollers' ledger_stream_describe_stream_total.
+	Describes map[string]int
 	// Uncommitted is the inserts and modifies written that the live
 	// fleet had not committed DrainTimeout after the writes ended (the
 	// drain commits them; their lag is not in LagP99), and SettleTook how
@@ -243,25 +250,42 @@ func (c *countedTable) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemIn
 // shard, whose pending records up to it are then committed.
 type fleetLag struct {
 	mu      sync.Mutex
-	shardOf map[string]string               // sequence number read → its shard
-	pending map[string]map[string]time.Time // shard → sequence number → write time
+	shardOf map[string]string              // sequence number read → its shard
+	pending map[string]map[string]lagStamp // shard → sequence number → its times so far
 	samples []float64
+	// stages are the committed records' times, for the per-stage figures
+	// (fleetstages.go); firstRead is when each shard was first read.
+	stages    []lagSample
+	firstRead map[string]time.Time
+	ended     map[string]time.Time // when a reader first got each shard's end
 }
 
 func newFleetLag() *fleetLag {
-	return &fleetLag{shardOf: map[string]string{}, pending: map[string]map[string]time.Time{}}
+	return &fleetLag{shardOf: map[string]string{}, pending: map[string]map[string]lagStamp{}, firstRead: map[string]time.Time{}, ended: map[string]time.Time{}}
+}
+
+// readShard notes that shard was read (any GetRecords, records or none).
+func (l *fleetLag) readShard(shard string, at time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if _, ok := l.firstRead[shard]; !ok {
+		l.firstRead[shard] = at
+	}
 }
 
 func (l *fleetLag) read(shard string, recs []processor.Record) {
+	now := time.Now()
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for _, r := range recs {
 		l.shardOf[r.SequenceNumber] = shard
 		if t, ok := writeTime(r); ok {
 			if l.pending[shard] == nil {
-				l.pending[shard] = map[string]time.Time{}
+				l.pending[shard] = map[string]lagStamp{}
 			}
-			l.pending[shard][r.SequenceNumber] = t
+			if _, again := l.pending[shard][r.SequenceNumber]; !again {
+				l.pending[shard][r.SequenceNumber] = lagStamp{wrote: t, read: now}
+			}
 		}
 	}
 }
@@ -275,7 +299,8 @@ func (l *fleetLag) committed(last string, at time.Time) {
 	}
 	for seq, t := range l.pending[shard] {
 		if processor.CompareSequence(seq, last) <= 0 {
-			l.samples = append(l.samples, at.Sub(t).Seconds())
+			l.samples = append(l.samples, at.Sub(t.wrote).Seconds())
+			l.stages = append(l.stages, lagSample{wrote: t.wrote, read: t.read, committed: at, shardRead: l.firstRead[shard], shard: shard})
 			delete(l.pending[shard], seq)
 		}
 	}
@@ -307,10 +332,17 @@ type fleetStreams struct {
 
 func (s fleetStreams) GetRecords(ctx context.Context, in *dynamodbstreams.GetRecordsInput, opts ...func(*dynamodbstreams.Options)) (*dynamodbstreams.GetRecordsOutput, error) {
 	out, err := s.Stream.GetRecords(ctx, in, opts...)
-	if err != nil || len(out.Records) == 0 {
+	if err != nil {
 		return out, err
 	}
 	shard, _ := streamemu.IteratorShard(*in.ShardIterator)
+	s.lag.readShard(shard, time.Now())
+	if out.NextShardIterator == nil {
+		s.lag.shardEnded(shard, time.Now())
+	}
+	if len(out.Records) == 0 {
+		return out, nil
+	}
 	recs := make([]processor.Record, len(out.Records))
 	for i := range out.Records {
 		recs[i] = processor.FromStream(out.Records[i], s.arn)
@@ -710,6 +742,8 @@ func Fleet(ctx context.Context, cfg FleetConfig) (*FleetResult, error) {
 	res.ShardsListed = emu.ShardsListed()
 	res.GetRecords, res.GetRecordsThrottled = emu.Calls("GetRecords"), emu.Refused("GetRecords", "LimitExceededException")
 	res.LagN, res.LagP50, res.LagP99 = lag.percentiles()
+	res.Stages = lag.stageFigures(start, res.FirstAllLeased, emu.Parents())
+	res.Describes = describeCounts(pollers)
 	res.PeakRSS = peakRSSSelf()
 
 	// Exactness: a drain poller finishes what is left; the oracle.

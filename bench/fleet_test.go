@@ -38,6 +38,9 @@ func TestFleet_SmallestConfigurationRunsExactly(t *testing.T) {
 	assert.Greater(t, res.ShardsAtStart, 4, "closed shards from the half day played")
 	assert.Positive(t, res.LagN)
 	assert.Positive(t, res.DescribeStream)
+	assert.Positive(t, res.Describes["list/ok"], "listing pages counted by kind from the pollers' counters")
+	assert.Equal(t, res.LagN, res.Stages.StartN+res.Stages.SteadyN, "every lag sample is start-up or steady state")
+	assert.Equal(t, res.Stages.UnreadN, res.Stages.UnreadBehindParent+res.Stages.UnreadNoParent, "records before their shard's first read: behind a parent or waiting for a lease")
 	assert.Positive(t, res.Commits)
 	assert.NotEmpty(t, res.HotKeys)
 	require.Len(t, res.PerPoller, 2)
@@ -47,5 +50,7 @@ func TestFleet_SmallestConfigurationRunsExactly(t *testing.T) {
 	var md bytes.Buffer
 	res.Markdown(&md)
 	assert.Contains(t, md.String(), "report differences")
+	assert.Contains(t, md.String(), "lag by stage")
+	assert.Contains(t, md.String(), "discovery by kind")
 	t.Logf("\n%s", md.String())
 }

@@ -37,12 +37,26 @@ func (r *FleetResult) Markdown(w io.Writer) {
 	p("| commits (TransactWriteItems) / their write units / per commit | %d / %d / %.1f |\n", r.Commits, r.CommitUnits, ratio(r.CommitUnits, r.Commits))
 	p("| coordination UpdateItems (leases, checkpoint moves outside commits) / their write units | %d / %d |\n", r.Coordination, r.CoordinationUnits)
 	p("| discovery: DescribeStream calls / refused (10 a second) / shards returned | %d / %d / %d |\n", r.DescribeStream, r.DescribeThrottled, r.ShardsListed)
+	d := r.Describes
+	p("| discovery by kind (live pollers): listing pages ok / refused; children lookups ok / refused; errors | %d / %d; %d / %d; %d |\n",
+		d["list/ok"], d["list/throttled"], d["children/ok"], d["children/throttled"], d["list/error"]+d["children/error"])
 	p("| GetRecords calls / refused | %d / %d |\n", r.GetRecords, r.GetRecordsThrottled)
 	p("| idle: GetRecords per idle shard per hour (%d open shards, %s) | %.0f (%s a month at 1,000 shards) |\n", r.IdleOpenShards, r.IdleFor,
 		r.IdleGetRecordsPerShardHour, dollars(r.IdleGetRecordsPerShardHour*1000*730*getRecordsPrice))
 	p("| idle: coordination records that reached the stream in %s | %d |\n", r.IdleFor, r.IdleCoordinationRecords)
 	p("| memory: process peak RSS (all pollers + the emulation + the meter) / most records one poller held | %d MB / %d |\n", r.PeakRSS>>20, r.MaxHeldRecords)
 	p("| lag write → commit p50 / p99 (%d records) | %.2f s / %.2f s |\n", r.LagN, r.LagP50, r.LagP99)
+	st := r.Stages
+	p("| lag by stage (all records): write → first read p50 / p99; first read → commit p50 / p99 | %.2f s / %.2f s; %.2f s / %.2f s |\n", st.ReadP50, st.ReadP99, st.CommitP50, st.CommitP99)
+	p("| lag: start-up (written before %s) records / p99 | %d / %.2f s |\n", steadyFrom(st.SteadyFrom), st.StartN, st.StartP99)
+	p("| lag: steady state (written from %s) records / p50 / p99 (of which write → first read p99; first read → commit p99) | %d / %.2f s / %.2f s (%.2f s; %.2f s) |\n",
+		steadyFrom(st.SteadyFrom), st.SteadyN, st.SteadyP50, st.SteadyP99, st.SteadyReadP99, st.SteadyCommitP99)
+	p("| lag: records written before their shard's first read (waiting for a lease or a parent's end) / their p99 / in the steady state / their wait for a reader p99 / the last such write at | %d / %.2f s / %d / %.2f s / %s |\n",
+		st.UnreadN, st.UnreadP99, st.UnreadSteadyN, st.UnreadSteadyWaitP99, secondsOrNever(st.UnreadMaxAt))
+	p("| lag: of those, behind their parent when written: records / wait for the parent's end p50 / p99 / then to the child's first read p50 / p99 | %d / %.2f s / %.2f s / %.2f s / %.2f s |\n",
+		st.UnreadBehindParent, st.ParentWaitP50, st.ParentWaitP99, st.AfterParentP50, st.AfterParentP99)
+	p("| lag: of those, not behind a parent (the shard waiting for a lease) / their wait for a reader p50 / p99 | %d / %.2f s / %.2f s |\n",
+		st.UnreadNoParent, st.NoParentWaitP50, st.NoParentWaitP99)
 	p("| lag: changes not committed by the live fleet %s after the writes ended (left to the drain) | %d |\n", r.SettleTook.Round(time.Second), r.Uncommitted)
 	p("\nPer poller (coordinator calls through its own client: Query for the stream's leases and checkpoints, UpdateItem for leases and checkpoint moves):\n\n")
 	p("| poller | minutes | mean leases | Query / min | items read / min | UpdateItem / min |\n|---|---:|---:|---:|---:|---:|\n")
@@ -82,6 +96,14 @@ func (r *FleetResult) LeaseTimeline(w io.Writer, step int) {
 		}
 		fmt.Fprintf(w, "| %.0f | %s |\n", s.At, strings.Join(cells, " | "))
 	}
+}
+
+// steadyFrom says when the steady state starts.
+func steadyFrom(s float64) string {
+	if s < 0 {
+		return "the end (no steady state: 90% of the open shards never leased)"
+	}
+	return fmt.Sprintf("%.0f s", s)
 }
 
 func drained(r *FleetResult) string {

@@ -127,6 +127,7 @@ func TestRun_FlagErrorsExitTwoAndHelpExitsZero(t *testing.T) {
 		{"max held bytes under a page", nil, []string{"--max-held-bytes", "1000"}, []string{`--max-held-bytes "1000": want a number from 1048576 to 1099511627776`}},
 		{"max held records not a number", map[string]string{"LEDGER_MAX_HELD_RECORDS": "1GB"}, nil, []string{`--max-held-records "1GB"`}},
 		{"lease scan page", nil, []string{"--lease-scan-page", "0"}, []string{`--lease-scan-page "0": want a number from 1 to 100000`}},
+		{"describe rate", nil, []string{"--describe-rate", "0"}, []string{`--describe-rate "0": want a number from 1 to 1000`}},
 		{"unknown flag", nil, []string{"--nope"}, []string{"flag provided but not defined: -nope"}},
 		{"arguments", nil, []string{"extra"}, []string{"unexpected arguments: extra"}},
 		{"empty table", map[string]string{}, []string{"--table", ""}, []string{"--table: must not be empty"}},

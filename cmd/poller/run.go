@@ -40,6 +40,7 @@ type options struct {
 	maxHeldRecords     int
 	maxHeldBytes       int
 	leaseScanPage      int
+	describeRate       int
 	leaseDuration      time.Duration
 	checkpointInterval time.Duration
 	discoverInterval   time.Duration
@@ -96,6 +97,7 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (op
 	if host == "" {
 		host = "poller"
 	}
+	var describeRate string
 	var startPos, idle, maxIdle, held, heldBytes, scanPage, lease, cpEvery, discover, shutdown, level, batch, window string
 	var errs []error
 	drainDefault, err := strconv.ParseBool(env("LEDGER_DRAIN", "false"))
@@ -121,6 +123,8 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (op
 		"most stream `RECORDS` in memory across all the shards this poller reads (reads in flight, batches gathered and being committed): shards wait for it in turn and read smaller pages when it is short (env LEDGER_MAX_HELD_RECORDS)")
 	fs.StringVar(&scanPage, "lease-scan-page", env("LEDGER_LEASE_SCAN_PAGE", strconv.Itoa(poller.LeaseScanPageSetting.Default)),
 		"lease `ITEMS` read per renewal round from the stream's lease partition, a sweep going on from where the last page ended (all of it at start): finds free and expired leases and new shards; a poller that died without releasing its leases has them taken over within --lease-duration plus two turns of the sweep (env LEDGER_LEASE_SCAN_PAGE)")
+	fs.StringVar(&describeRate, "describe-rate", env("LEDGER_DESCRIBE_RATE", strconv.Itoa(poller.DescribeRateSetting.Default)),
+		"DescribeStream calls a `SECOND` the whole fleet makes on the stream (AWS allows 10 per stream): each poller calls at most this divided by the live pollers, slower when throttled (env LEDGER_DESCRIBE_RATE)")
 	fs.StringVar(&heldBytes, "max-held-bytes", env("LEDGER_MAX_HELD_BYTES", strconv.Itoa(poller.MaxHeldBytesSetting.Default)),
 		"most `BYTES` (wire size, at least 1048576) of stream records in memory across all the shards this poller reads: each read takes 1 MiB, AWS's most per GetRecords response, and keeps what its page held; bounds memory when records are large (env LEDGER_MAX_HELD_BYTES)")
 	fs.StringVar(&lease, "lease-duration", env("LEDGER_LEASE_DURATION", poller.LeaseDurationSetting.Default.String()),
@@ -193,6 +197,11 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (op
 		errs = append(errs, fmt.Errorf("--lease-scan-page %q: want a number from %d to %d", scanPage, poller.LeaseScanPageSetting.Min, poller.LeaseScanPageSetting.Max))
 	} else {
 		o.leaseScanPage = n
+	}
+	if n, err := strconv.Atoi(describeRate); err != nil || n < poller.DescribeRateSetting.Min || n > poller.DescribeRateSetting.Max {
+		errs = append(errs, fmt.Errorf("--describe-rate %q: want a number from %d to %d", describeRate, poller.DescribeRateSetting.Min, poller.DescribeRateSetting.Max))
+	} else {
+		o.describeRate = n
 	}
 	if n, err := strconv.Atoi(held); err != nil || n < poller.MaxHeldRecordsSetting.Min || n > poller.MaxHeldRecordsSetting.Max {
 		errs = append(errs, fmt.Errorf("--max-held-records %q: want a number from %d to %d", held, poller.MaxHeldRecordsSetting.Min, poller.MaxHeldRecordsSetting.Max))
@@ -288,6 +297,7 @@ func run(ctx context.Context, o options, awsOpts []func(*config.LoadOptions) err
 		MaxHeldRecords:     o.maxHeldRecords,
 		MaxHeldBytes:       o.maxHeldBytes,
 		LeaseScanPage:      o.leaseScanPage,
+		DescribeRate:       o.describeRate,
 		LeaseDuration:      o.leaseDuration,
 		CheckpointInterval: o.checkpointInterval,
 		DiscoverInterval:   o.discoverInterval,

@@ -172,6 +172,12 @@ type Config struct {
 	// and checkpoint (design.md, "Scale"); a lease whose owner died is
 	// found expired within LeaseDuration plus two sweeps of the partition.
 	LeaseScanPage int
+	// DescribeRate is the DescribeStream calls a second the whole fleet
+	// allows itself on the stream (default 8, of AWS's 10 per stream,
+	// leaving 2 for its other readers): each poller calls at most
+	// DescribeRate divided by the live pollers of the worker registry,
+	// and slows down when throttled (design.md, "Scale").
+	DescribeRate int
 	// CheckpointInterval is how often a shard whose records had no effect
 	// (nothing committed, e.g. only the consumers' own report writes) has
 	// its checkpoint moved to the last record read (default 10s).
@@ -220,6 +226,7 @@ var (
 	DiscoverIntervalSetting   = Setting[time.Duration]{"discover-interval", 5 * time.Minute, 10 * time.Millisecond, time.Hour}
 	CheckpointIntervalSetting = Setting[time.Duration]{"checkpoint-interval", 10 * time.Second, 10 * time.Millisecond, time.Hour}
 	LeaseScanPageSetting      = Setting[int]{"lease-scan-page", 250, 1, 100_000}
+	DescribeRateSetting       = Setting[int]{"describe-rate", 8, 1, 1000}
 	// ShutdownTimeout stays under the 30 s a container gets between SIGTERM
 	// and SIGKILL (ECS and Kubernetes default), leaving time to release the
 	// leases.
@@ -290,6 +297,7 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	check(&c.MaxHeldRecords, MaxHeldRecordsSetting)
 	check(&c.LeaseScanPage, LeaseScanPageSetting)
+	check(&c.DescribeRate, DescribeRateSetting)
 	check(&c.MaxHeldBytes, MaxHeldBytesSetting)
 	dur(&c.ThrottleBackoff, ThrottleBackoffSetting)
 	dur(&c.MaxThrottleBackoff, MaxThrottleBackoffSetting)

@@ -213,7 +213,11 @@
 // in a row the reader gives the shard up until the next coordinator pass.
 // DescribeStream is called every DiscoverInterval (5 min: the whole
 // stream), and once per shard end for its children (CHILD_SHARDS), which
-// costs one conditional write per child (its registration); per
+// costs one conditional write per child (its registration); all of them
+// paced so that the fleet's DescribeStream calls stay under
+// Config.DescribeRate a second together (each poller that rate over the
+// live pollers of the worker registry, halved per throttled answer: AWS
+// allows 10 a second per stream, for all its readers); per
 // LeaseDuration/3 a live poller writes its worker item, Queries the worker
 // registry and one page of the lease sweep, and reads the checkpoints its
 // takes need (a drain Queries the lease partition and the 16 checkpoint

@@ -40,7 +40,7 @@ import (
 // four to spare. A test that
 // gets a later table is slow enough for 3-second leases to expire, so an
 // exhausted pool fails the test (ddbtest.Pool.Table).
-var tables = ddbtest.Pool{Size: 51}
+var tables = ddbtest.Pool{Size: 53}
 
 func newTableName(t testing.TB) string { return tables.Table(t) }
 
@@ -122,6 +122,10 @@ func fastConfig(table, arn, owner string) poller.Config {
 		LeaseDuration: 3 * time.Second, DiscoverInterval: 100 * time.Millisecond,
 		CheckpointInterval: 100 * time.Millisecond, ShutdownTimeout: 10 * time.Second,
 		BatchWindow: 30 * time.Millisecond, // pages are gathered, as in production (default 1s)
+		// DescribeStream unpaced: the scripted streams have no rate, and
+		// listings of many small pages stay instant; the tests of the
+		// pacing set it back (discovery_rate_test.go).
+		DescribeRate: poller.DescribeRateSetting.Max,
 	}
 }
 

@@ -57,7 +57,7 @@ func TestListing_APausedListingGoesOnFromItsPage(t *testing.T) {
 	s := &pagedStreams{n: 7, throttleFrom: 2, throttled: true, asked: map[string]int{}}
 	var l listing
 	start := time.Now()
-	_, _, err := l.run(context.Background(), s, "arn", time.Now().Add(100*time.Millisecond))
+	_, _, err := l.run(context.Background(), s, nil, "arn", time.Now().Add(100*time.Millisecond))
 	require.ErrorIs(t, err, errListingPaused)
 	assert.Less(t, time.Since(start), time.Second, "paused in time")
 	assert.Len(t, l.shards, 4, "the two pages read are kept")
@@ -65,7 +65,7 @@ func TestListing_APausedListingGoesOnFromItsPage(t *testing.T) {
 	s.mu.Lock()
 	s.throttled = false
 	s.mu.Unlock()
-	shards, _, err := l.run(context.Background(), s, "arn", time.Now().Add(100*time.Millisecond))
+	shards, _, err := l.run(context.Background(), s, nil, "arn", time.Now().Add(100*time.Millisecond))
 	require.NoError(t, err)
 	require.Len(t, shards, 7)
 	for i, sh := range shards {
@@ -87,7 +87,7 @@ func TestListing_APausedListingGoesOnFromItsPage(t *testing.T) {
 		s.throttled = false
 		s.mu.Unlock()
 	}()
-	shards, _, err = l.run(context.Background(), s, "arn", time.Time{})
+	shards, _, err = l.run(context.Background(), s, nil, "arn", time.Time{})
 	require.NoError(t, err)
 	assert.Len(t, shards, 7)
 	assert.False(t, errors.Is(err, errListingPaused))

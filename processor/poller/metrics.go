@@ -76,6 +76,9 @@ type Metrics struct {
 
 	HeldBytesBudget     prometheus.Gauge // ledger_poller_held_bytes_budget
 	HeldBytesBudgetUsed prometheus.Gauge // ledger_poller_held_bytes_budget_used
+
+	DescribeRate     prometheus.Gauge   // ledger_stream_describe_stream_rate
+	DescribeDeferred prometheus.Counter // ledger_stream_describe_stream_deferred_total
 }
 
 // NewMetrics creates the poller's collectors and registers them with reg
@@ -158,6 +161,14 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Namespace: "ledger", Subsystem: "poller", Name: "held_bytes_budget_used",
 			Help: "Bytes of the bytes budget in use: 1 MiB (AWS's most per GetRecords response) per call in flight, and the SizeBytes of the batches gathered and being committed.",
 		}),
+		DescribeRate: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: "ledger", Subsystem: "stream", Name: "describe_stream_rate",
+			Help: "DescribeStream calls a second this poller allows itself: --describe-rate (the fleet's) divided by the live pollers of the worker registry, halved per throttled answer (docs/runbook.md, \"Throttled discovery\").",
+		}),
+		DescribeDeferred: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "ledger", Subsystem: "stream", Name: "describe_stream_deferred_total",
+			Help: "DescribeStream calls not made in a round because this poller's share of the stream's rate came too late for it: the listing page or children lookup goes on at the next round.",
+		}),
 	}
 	for _, c := range []string{LossLostAnswer, LossExpired, LossTaken} {
 		m.LeaseLosses.WithLabelValues(c)
@@ -185,7 +196,8 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	if reg != nil {
 		reg.MustRegister(m.LeasesHeld, m.LeaseEvents, m.Shards, m.Reads, m.RecordsRead, m.Resets, m.Checkpoints,
 			m.LeaseLosses, m.ReaderRestarts, m.Committed, m.Goodput, m.HeldRecords, m.Describes,
-			m.HeldBytes, m.HeldBudget, m.HeldBudgetUsed, m.HeldBudgetWaits, m.HeldBytesBudget, m.HeldBytesBudgetUsed)
+			m.HeldBytes, m.HeldBudget, m.HeldBudgetUsed, m.HeldBudgetWaits, m.HeldBytesBudget, m.HeldBytesBudgetUsed,
+			m.DescribeRate, m.DescribeDeferred)
 	}
 	return m
 }

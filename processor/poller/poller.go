@@ -70,6 +70,8 @@ type Poller struct {
 	committed atomic.Int64 // records committed (Metrics.Committed), for the goodput gauge
 	goodput   []sample     // (time, committed) of the last minute's passes
 
+	describe *describeBudget // this poller's share of the stream's DescribeStream rate (Config.DescribeRate)
+
 	budget *budget // records in memory across the readers (Config.MaxHeldRecords)
 	bytes  *budget // their wire bytes (Config.MaxHeldBytes)
 	// idleHook, when set (tests), is called with every idle wait a reader
@@ -145,6 +147,8 @@ func New(streams Streams, api Table, proc *processor.Processor, cfg Config, metr
 		done:    make(chan readerResult),
 		budget:  newBudget(cfg.MaxHeldRecords, metrics),
 		bytes:   newBytesBudget(cfg.MaxHeldBytes, metrics),
+
+		describe: newDescribeBudget(cfg.DescribeRate, metrics),
 	}, nil
 }
 
@@ -168,7 +172,14 @@ func (p *Poller) Healthy() bool {
 func (p *Poller) Run(ctx context.Context) error {
 	p.log.Info("poller starting", "stream", p.cfg.StreamARN, "drain", p.cfg.Drain, "start_position", string(p.cfg.StartPosition),
 		"lease_duration", p.cfg.LeaseDuration.String())
-	tick := time.NewTicker(p.cfg.renewInterval())
+	// The second round comes firstRound after the first, not a renewal
+	// interval: a live poller takes nothing before its second read of the
+	// worker registry (pollers starting together see each other first), and
+	// a whole renewal interval there (6.7 s with 20 s leases) was every
+	// start's records waiting: the steady-rate lag test's p99 went from
+	// 1.6–2.3 s to 8.4–9.2 s (p50 0.9–1.1 s to 4.4–5.2 s) with the
+	// share-bounded pass.
+	tick := time.NewTicker(p.nextRound())
 	defer tick.Stop()
 	p.forceList = true
 	var runErr error
@@ -194,6 +205,7 @@ func (p *Poller) Run(ctx context.Context) error {
 		case <-ctx.Done():
 		case <-tick.C:
 			runErr = p.pass(ctx, true)
+			tick.Reset(p.nextRound())
 		case r := <-p.done:
 			p.readerDone(ctx, r)
 			switch {
@@ -215,6 +227,33 @@ func (p *Poller) Run(ctx context.Context) error {
 	p.shutdown(ctx)
 	return runErr
 }
+
+// nextRound is how long until the poller's next round: firstRound until
+// its first listing of the stream is complete, a renewal interval after.
+// A listing paced by the stream's DescribeStream rate (describeBudget)
+// pauses at each round's deadline; a poller still listing holds nothing
+// to renew, and its next round going on with the listing a second later
+// rather than a renewal interval later is what let it take its share with
+// the others: in the fleet benchmark at 100 shards (8 pages a listing),
+// two of seven pollers started together listed for 30 s and then found
+// the shards taken (2 and 4 leases against a share of 16 for two minutes).
+func (p *Poller) nextRound() time.Duration {
+	if p.listed.IsZero() && !p.cfg.Drain {
+		return min(firstRound, p.cfg.renewInterval())
+	}
+	return p.cfg.renewInterval()
+}
+
+// endListWait is the longest a reader's end waits for its turn of the
+// stream's DescribeStream rate to go on with a listing under way.
+const endListWait = 200 * time.Millisecond
+
+// firstRound is how long after its first round a poller's second comes
+// (at most a renewal interval): long enough for pollers started together to
+// have written their worker items (each writes it before it lists the
+// stream), short enough that a start's first records do not wait for a
+// renewal interval.
+const firstRound = time.Second
 
 // drainComplete reports whether every listed shard is finished, gone, or
 // drained by this run (and still open as last listed), nothing is being
@@ -262,6 +301,7 @@ func (p *Poller) pass(ctx context.Context, renew bool) error {
 // was never listed yet (nothing to do until it is); the error is the
 // stream's end.
 func (p *Poller) discover(ctx context.Context) (ok bool, err error) {
+	p.describe.setPollers(p.livePollers())
 	if len(p.lookup) > 0 && !p.forceList && time.Since(p.listed) < p.cfg.DiscoverInterval {
 		p.lookupChildren(ctx)
 	}
@@ -278,19 +318,29 @@ func (p *Poller) discover(ctx context.Context) (ok bool, err error) {
 			// pollers listing 71 pages at start looked gone to the first
 			// one done, which took 581 leases).
 			until = time.Now().Add(p.cfg.renewInterval() / 2)
+			if p.newKids != nil && !p.listed.IsZero() {
+				// At a reader's end (endPass) a listing under way goes on
+				// only with the pages whose turn comes at once: paced at
+				// the poller's share of DescribeStream's rate (one page a
+				// second at 8 pollers), a page waited for at every reader's
+				// end held the coordinator, and the next reader ends, the
+				// children's takes and the renewals behind them, up to
+				// half a renewal interval each. The rounds go on with it.
+				until = time.Now().Add(min(endListWait, p.cfg.renewInterval()/2))
+			}
 		}
 		listedAt := p.listing.started
 		if listedAt.IsZero() {
 			listedAt = time.Now()
 		}
-		shards, status, err := p.listing.run(ctx, p.streams, p.cfg.StreamARN, until)
+		shards, status, err := p.listing.run(ctx, p.streams, p.describe, p.cfg.StreamARN, until)
 		var nf *streamtypes.ResourceNotFoundException
 		for i := 1; err != nil && !errors.As(err, &nf) && !errors.Is(err, errListingPaused) && i < readAttempts && ctx.Err() == nil; i++ {
 			// A failed read is retried at once (a pass is LeaseDuration/3
 			// away: at start, that is the whole start delayed).
 			pause(ctx, i)
 			listedAt = time.Now()
-			shards, status, err = p.listing.run(ctx, p.streams, p.cfg.StreamARN, until)
+			shards, status, err = p.listing.run(ctx, p.streams, p.describe, p.cfg.StreamARN, until)
 		}
 		switch {
 		case errors.As(err, &nf):
@@ -459,8 +509,20 @@ func (p *Poller) lookupChildren(ctx context.Context) {
 	if next := p.lastRenew.Add(p.cfg.renewInterval()); !p.lastRenew.IsZero() && next.Before(until) {
 		until = next
 	}
+	asked := map[string]bool{}
 	for len(p.lookup) > 0 && time.Now().Before(until) {
+		if asked[p.lookup[0]] {
+			p.lookup = p.lookup[1:] // the same shard twice in the list: one lookup
+			continue
+		}
+		if err := p.describe.wait(ctx, until); err != nil {
+			// This poller's share of the stream's rate is spent for this
+			// pass: the lookups go on at the next one.
+			return
+		}
+		asked[p.lookup[0]] = true
 		kids, err := listChildren(ctx, p.streams, p.cfg.StreamARN, p.lookup[0])
+		p.describe.answered(err)
 		if errors.Is(err, errNoShardFilter) {
 			p.log.Info("the stream does not filter shards by parent; listing it whole at shard ends", "error", err.Error())
 			p.noFilter = true
@@ -492,6 +554,19 @@ func (p *Poller) lookupChildren(ctx context.Context) {
 		}
 		p.lookup = p.lookup[1:]
 	}
+}
+
+// livePollers is the pollers sharing the stream as this one last read the
+// worker registry: itself and the others heartbeating within a lease
+// duration (a drain reads no registry: 1).
+func (p *Poller) livePollers() int {
+	n := 1
+	for _, w := range p.workers {
+		if w.live(p.cfg.LeaseDuration) {
+			n++
+		}
+	}
+	return n
 }
 
 // childrenListed reports whether the last listing showed id closed and

@@ -68,14 +68,14 @@ func (s *trimmingStreams) DescribeStream(_ context.Context, in *dynamodbstreams.
 func TestListing_AListingResumedAfterATrimmedShardStartsOver(t *testing.T) {
 	s := &trimmingStreams{n: 7, throttleFrom: 1, throttled: true, deleted: map[int]bool{}}
 	var l listing
-	_, _, err := l.run(context.Background(), s, "arn", time.Now().Add(100*time.Millisecond))
+	_, _, err := l.run(context.Background(), s, nil, "arn", time.Now().Add(100*time.Millisecond))
 	require.ErrorIs(t, err, errListingPaused)
 	require.Len(t, l.shards, 2, "paused after its first page, at shard-1")
 
 	s.mu.Lock()
 	s.throttled, s.deleted[0], s.deleted[1] = false, true, true // trimmed away during the pause
 	s.mu.Unlock()
-	shards, _, err := l.run(context.Background(), s, "arn", time.Now().Add(100*time.Millisecond))
+	shards, _, err := l.run(context.Background(), s, nil, "arn", time.Now().Add(100*time.Millisecond))
 	require.NoError(t, err, "a page after a trimmed shard is not the stream's end")
 	var ids []string
 	for _, sh := range shards {
@@ -86,7 +86,7 @@ func TestListing_AListingResumedAfterATrimmedShardStartsOver(t *testing.T) {
 
 	// A stream that is gone answers the first page so: returned as it is.
 	gone := &trimmingStreams{n: 0, deleted: map[int]bool{}}
-	_, _, err = l.run(context.Background(), notFoundStreams{gone}, "arn", time.Time{})
+	_, _, err = l.run(context.Background(), notFoundStreams{gone}, nil, "arn", time.Time{})
 	var nf *st.ResourceNotFoundException
 	require.ErrorAs(t, err, &nf)
 }

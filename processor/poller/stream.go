@@ -89,13 +89,28 @@ var errListingPaused = errors.New("listing paused: DescribeStream throttled")
 // ExclusiveStartShardId set) starts the listing over; a first page's is
 // the stream's end, returned as it is. Other errors end the listing: the
 // next call starts over.
-func (l *listing) run(ctx context.Context, api Streams, streamARN string, until time.Time) (shards []shard, status streamtypes.StreamStatus, err error) {
+func (l *listing) run(ctx context.Context, api Streams, budget *describeBudget, streamARN string, until time.Time) (shards []shard, status streamtypes.StreamStatus, err error) {
 	if l.seen == nil {
 		l.started, l.seen = time.Now(), map[string]bool{}
 	}
 	throttled, restarted := 0, 0
 	for {
+		if budget != nil {
+			// This poller's share of the fleet's DescribeStream rate
+			// (describeBudget): a page whose turn comes after until waits
+			// for the next pass, the pages read so far kept.
+			if err := budget.wait(ctx, until); err != nil {
+				if errors.Is(err, errDescribeDeferred) {
+					return nil, "", fmt.Errorf("describe stream %s: %w after %d shards: %w", streamARN, errListingPaused, len(l.shards), err)
+				}
+				*l = listing{}
+				return nil, "", fmt.Errorf("describe stream %s: %w", streamARN, err)
+			}
+		}
 		out, err := api.DescribeStream(ctx, &dynamodbstreams.DescribeStreamInput{StreamArn: aws.String(streamARN), ExclusiveStartShardId: l.start})
+		if budget != nil {
+			budget.answered(err)
+		}
 		var nf *streamtypes.ResourceNotFoundException
 		if errors.As(err, &nf) && l.start != nil && ctx.Err() == nil {
 			// A page after a shard the stream no longer has: a listing
