@@ -21,8 +21,6 @@ import (
 	streamtypes "github.com/aws/aws-sdk-go-v2/service/dynamodbstreams/types"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/ledger-dev/ledger/infra"
-	"github.com/ledger-dev/ledger/infra/ddblocal"
 	"github.com/ledger-dev/ledger/internal/streamemu"
 	"github.com/ledger-dev/ledger/processor"
 	"github.com/ledger-dev/ledger/processor/poller"
@@ -439,20 +437,13 @@ func Fleet(ctx context.Context, cfg FleetConfig) (*FleetResult, error) {
 	began := time.Now()
 	res := &FleetResult{Shards: cfg.Shards, Pollers: cfg.Pollers, Rate: cfg.Rate, Duration: cfg.Duration, IdleFor: cfg.IdleFor,
 		Compression: cfg.Compression, History: cfg.History, Machine: machine(), FirstAllLeased: -1}
-	logf := func(format string, args ...any) {
-		fmt.Fprintf(cfg.Log, "%s fleet: %s\n", time.Now().Format("15:04:05"), fmt.Sprintf(format, args...))
-	}
-	in, err := ddblocal.Start(ctx, ddblocal.Options{Dir: cfg.DynamoDBLocalDir})
+	logf := timedLog(cfg.Log, "fleet")
+	loc, err := startLocal(ctx, cfg.DynamoDBLocalDir, &res.Machine)
 	if err != nil {
 		return nil, err
 	}
-	defer func() { _ = in.Stop() }()
-	res.Machine.DynamoDBLocal, res.Machine.Java = dynamoDBLocalVersion(cfg.DynamoDBLocalDir)
-	awsCfg, err := infra.LocalConfig(ctx, in.Endpoint)
-	if err != nil {
-		return nil, err
-	}
-	db := dynamodb.NewFromConfig(awsCfg)
+	defer func() { _ = loc.in.Stop() }()
+	awsCfg, db := loc.cfg, loc.db
 	const table = "fleet"
 	if err := ledgertable.CreateTables(ctx, db, table); err != nil {
 		return nil, err

@@ -19,8 +19,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/ledger-dev/ledger/aggregates"
-	"github.com/ledger-dev/ledger/infra"
-	"github.com/ledger-dev/ledger/infra/ddblocal"
 	"github.com/ledger-dev/ledger/internal/streamemu"
 	"github.com/ledger-dev/ledger/processor"
 	"github.com/ledger-dev/ledger/processor/poller"
@@ -281,20 +279,13 @@ func RollupCost(ctx context.Context, cfg RollupCostConfig) (*RollupCostResult, e
 		res.Machine.LoadAfter = loadavg()
 		res.Duration = time.Since(res.Started)
 	}()
-	logf := func(format string, args ...any) {
-		fmt.Fprintf(cfg.Log, "%s rollups: %s\n", time.Now().Format("15:04:05"), fmt.Sprintf(format, args...))
-	}
-	in, err := ddblocal.Start(ctx, ddblocal.Options{Dir: cfg.DynamoDBLocalDir})
+	logf := timedLog(cfg.Log, "rollups")
+	loc, err := startLocal(ctx, cfg.DynamoDBLocalDir, &res.Machine)
 	if err != nil {
 		return res, err
 	}
-	defer func() { _ = in.Stop() }()
-	res.Machine.DynamoDBLocal, res.Machine.Java = dynamoDBLocalVersion(cfg.DynamoDBLocalDir)
-	awsCfg, err := infra.LocalConfig(ctx, in.Endpoint)
-	if err != nil {
-		return res, err
-	}
-	db := dynamodb.NewFromConfig(awsCfg)
+	defer func() { _ = loc.in.Stop() }()
+	awsCfg, db := loc.cfg, loc.db
 	type cellSpec struct {
 		phase   string
 		shards  int
