@@ -2,8 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -34,16 +32,7 @@ Run it niced, one at a time: at 1,000 shards it keeps both cores busy.
 
 // runFleet runs the fleet subcommand.
 func runFleet(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fail := func(err error) int {
-		fmt.Fprintf(stderr, "ledgerbench fleet: %v\n", err)
-		return exitError
-	}
-	fs := flag.NewFlagSet("ledgerbench fleet", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() {
-		fmt.Fprint(stderr, fleetHelp+"\n")
-		fs.PrintDefaults()
-	}
+	fs, fail := subcommand("fleet", fleetHelp, stderr)
 	shards := fs.Int("shards", 1000, "open `SHARDS` in the emulated stream")
 	pollers := fs.Int("pollers", 8, "the fleet's size, `N` ≥ 2 (N-1 start, one joins, one leaves)")
 	rate := fs.Int("rate", 100, "transactions written a `SECOND`, over every shard")
@@ -101,14 +90,8 @@ func runFleet(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 			return fail(err)
 		}
 	}
-	if *jsonOut != "" {
-		b, err := json.MarshalIndent(res, "", "  ")
-		if err != nil {
-			return fail(err)
-		}
-		if err := os.WriteFile(*jsonOut, b, 0o644); err != nil {
-			return fail(err)
-		}
+	if err := writeJSONFile(*jsonOut, res); err != nil {
+		return fail(err)
 	}
 	if len(res.Errors) > 0 {
 		return fail(fmt.Errorf("the run is incomplete (its figures are above): %s", strings.Join(res.Errors, "; ")))

@@ -265,16 +265,7 @@ markdown table on stdout, progress on stderr.
 
 // reconcileCurve runs `ledgerbench reconcile-curve`.
 func reconcileCurve(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fail := func(err error) int {
-		fmt.Fprintf(stderr, "ledgerbench reconcile-curve: %v\n", err)
-		return exitError
-	}
-	fs := flag.NewFlagSet("ledgerbench reconcile-curve", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() {
-		fmt.Fprint(stderr, reconcileCurveHelp+"\n")
-		fs.PrintDefaults()
-	}
+	fs, fail := subcommand("reconcile-curve", reconcileCurveHelp, stderr)
 	sizes := fs.String("sizes", "100000,200000,500000,1000000", "the tables' sizes: `LIST` of transaction counts, measured in this order")
 	seed := fs.Uint64("seed", 25, "the workload's `SEED`")
 	dynaliteDir := fs.String("dynalite", "infra/dynalite", "`DIR` where dynalite is installed (npm ci --prefix DIR)")
@@ -382,4 +373,33 @@ func (l *benchLog) Write(p []byte) (int, error) {
 	}
 	l.m.Set(l.done, l.total, l.status)
 	return n, err
+}
+
+// subcommand returns the flag set of `ledgerbench name`, whose usage prints
+// help and the flags, and fail, which prints an error under the
+// subcommand's name and returns exitError.
+func subcommand(name, help string, stderr io.Writer) (fs *flag.FlagSet, fail func(error) int) {
+	fail = func(err error) int {
+		fmt.Fprintf(stderr, "ledgerbench %s: %v\n", name, err)
+		return exitError
+	}
+	fs = flag.NewFlagSet("ledgerbench "+name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprint(stderr, help+"\n")
+		fs.PrintDefaults()
+	}
+	return fs, fail
+}
+
+// writeJSONFile writes v as indented JSON to path; "" writes nothing.
+func writeJSONFile(path string, v any) error {
+	if path == "" {
+		return nil
+	}
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, b, 0o644)
 }

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -37,16 +36,7 @@ Run it niced, one at a time:
 
 // runRollups runs the rollups subcommand.
 func runRollups(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fail := func(err error) int {
-		fmt.Fprintf(stderr, "ledgerbench rollups: %v\n", err)
-		return exitError
-	}
-	fs := flag.NewFlagSet("ledgerbench rollups", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() {
-		fmt.Fprint(stderr, rollupsHelp+"\n")
-		fs.PrintDefaults()
-	}
+	fs, fail := subcommand("rollups", rollupsHelp, stderr)
 	shards := fs.String("shards", "1,4,16", "the emulated stream's shard `COUNTS`, comma-separated")
 	changes := fs.Int("changes", 3000, "workload c's `CHANGES` per cell")
 	rate := fs.Int("rate", 100, "the live phase's changes a `SECOND`")
@@ -121,14 +111,8 @@ func runRollups(ctx context.Context, args []string, stdout, stderr io.Writer) in
 			return fail(err)
 		}
 	}
-	if *jsonOut != "" {
-		b, err := json.MarshalIndent(res, "", "  ")
-		if err != nil {
-			return fail(err)
-		}
-		if err := os.WriteFile(*jsonOut, b, 0o644); err != nil {
-			return fail(err)
-		}
+	if err := writeJSONFile(*jsonOut, res); err != nil {
+		return fail(err)
 	}
 	if len(res.Errors) > 0 {
 		return fail(fmt.Errorf("the run is incomplete (its figures are above): %s", strings.Join(res.Errors, "; ")))
