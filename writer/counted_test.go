@@ -361,12 +361,7 @@ func TestCountedChanges_AProbeBetweenReadAndWriteIsPreparedAgain(t *testing.T) {
 // what that rebucket moved, once it has run.
 func (e *env) rebucketBeforeNextWrite(t *testing.T) (tx writer.Transaction, moved *int) {
 	t.Helper()
-	e.branchWithCalendar("sp", saoPaulo)
-	e.branch = "sp"
-	tx = e.create(`{"type":"EXPENSE","amount":"2.5","category":"c","createdAt":"2026-03-05T02:00:00Z"}`)
-	r := e.send(req{method: "PATCH", path: "/v1/tenants/" + e.tenant + "/branches/sp", body: `{"calendar":{"timeZone":"UTC","dayStartsAt":"00:00"}}`,
-		headers: []string{"If-Match", `"1"`}})
-	require.Equal(t, http.StatusOK, r.Status, "answer %s", r)
+	tx = e.transactionToRestamp(t)
 	moved = new(int)
 	e.raceHook("TransactWriteItems", func() {
 		res, err := rebucket.Run(context.Background(), e.ddb, e.table, e.tenant, "sp", rebucket.Options{Settle: -1, Parallel: 1})
@@ -374,4 +369,18 @@ func (e *env) rebucketBeforeNextWrite(t *testing.T) (tx writer.Transaction, move
 		*moved = res.Moved
 	})
 	return tx, moved
+}
+
+// transactionToRestamp creates a transaction in branch sp (Sao Paulo's
+// calendar) and moves the branch to UTC's: the transaction then waits for
+// ledgerctl rebucket to restamp it.
+func (e *env) transactionToRestamp(t *testing.T) writer.Transaction {
+	t.Helper()
+	e.branchWithCalendar("sp", saoPaulo)
+	e.branch = "sp"
+	tx := e.create(`{"type":"EXPENSE","amount":"2.5","category":"c","createdAt":"2026-03-05T02:00:00Z"}`)
+	r := e.send(req{method: "PATCH", path: "/v1/tenants/" + e.tenant + "/branches/sp", body: `{"calendar":{"timeZone":"UTC","dayStartsAt":"00:00"}}`,
+		headers: []string{"If-Match", `"1"`}})
+	require.Equal(t, http.StatusOK, r.Status, "answer %s", r)
+	return tx
 }

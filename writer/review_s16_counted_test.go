@@ -172,12 +172,7 @@ func TestReviewS16_ADeleteBetweenARebucketsReadAndItsWrite(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	e := newEnv(t, sharedTable(t))
-	e.branchWithCalendar("sp", saoPaulo)
-	e.branch = "sp"
-	tx := e.create(`{"type":"EXPENSE","amount":"2.5","category":"c","createdAt":"2026-03-05T02:00:00Z"}`)
-	r := e.send(req{method: "PATCH", path: "/v1/tenants/" + e.tenant + "/branches/sp", body: `{"calendar":{"timeZone":"UTC","dayStartsAt":"00:00"}}`,
-		headers: []string{"If-Match", `"1"`}})
-	require.Equal(t, http.StatusOK, r.Status, "answer %s", r)
+	tx := e.transactionToRestamp(t)
 	api := &rebucketHook{Client: e.ddb, before: func() {
 		r := e.send(req{method: "DELETE", path: e.base() + "/transactions/" + tx.ID})
 		require.Equal(t, http.StatusNoContent, r.Status, "answer %s", r)
@@ -404,12 +399,7 @@ func TestReviewS16_ARebucketRestampWhoseAnswerIsLostCountsOnce(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	e := newEnv(t, sharedTable(t))
-	e.branchWithCalendar("sp", saoPaulo)
-	e.branch = "sp"
-	tx := e.create(`{"type":"EXPENSE","amount":"2.5","category":"c","createdAt":"2026-03-05T02:00:00Z"}`)
-	r := e.send(req{method: "PATCH", path: "/v1/tenants/" + e.tenant + "/branches/sp", body: `{"calendar":{"timeZone":"UTC","dayStartsAt":"00:00"}}`,
-		headers: []string{"If-Match", `"1"`}})
-	require.Equal(t, http.StatusOK, r.Status, "answer %s", r)
+	tx := e.transactionToRestamp(t)
 
 	faults := &ledgertest.FaultTransport{}
 	var lost sync.Once
