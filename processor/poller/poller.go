@@ -302,7 +302,14 @@ func (p *Poller) pass(ctx context.Context, renew bool) error {
 // stream's end.
 func (p *Poller) discover(ctx context.Context) (ok bool, err error) {
 	p.describe.setPollers(p.livePollers())
-	if len(p.lookup) > 0 && !p.forceList && time.Since(p.listed) < p.cfg.DiscoverInterval {
+	// The children are looked up when no listing is due, and also while a
+	// listing is under way across rounds (paced by the stream's
+	// DescribeStream rate, it keeps the shards of its last complete
+	// listing meanwhile): before, they waited for it to complete, and a
+	// listing longer than the discover interval is due again as soon as it
+	// completes (its time is its first page's), so none was ever looked up
+	// (review, session 17, hole S17-D1).
+	if len(p.lookup) > 0 && ((!p.forceList && time.Since(p.listed) < p.cfg.DiscoverInterval) || p.listing.seen != nil) {
 		p.lookupChildren(ctx)
 	}
 	if p.forceList || time.Since(p.listed) >= p.cfg.DiscoverInterval {
