@@ -1,6 +1,8 @@
 package poller_test
 
 import (
+	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -62,5 +64,59 @@ func TestReviewS17_ChildrenAreLookedUpWhileAPacedListingIsUnderWay(t *testing.T)
 	t.Logf("%d shards read to their end: %v children lookups, %v listing pages", finished(), lookups(), pages)
 	assert.Positive(t, lookups(), "children looked up while the paced listing was under way, before 20 shard ends")
 	stop()
+	e.finish(t, nil)
+}
+
+// Review (adversarial, session 17), what survives: parent before child
+// with listings paused across rounds. Three pollers share the fleet's
+// default DescribeStream rate (8 a second, on the emulation's AWS limits)
+// over a stream paged two shards at a time and listed every 2 s, so that
+// every listing spans rounds and its pages are of different ages, while
+// shards roll and split under them and one poller is killed and replaced
+// twice. A page older than a shard's close shows it open; a child is
+// taken only on its parent's finished state, never on the listing: the
+// reports are exact and no child's checkpoint moved before its parent
+// was finished (finish: requireInOrder). The test checks that listings
+// were indeed paused across rounds (the pollers logged it).
+func TestReviewS17_PausedListingsKeepParentsBeforeChildren(t *testing.T) {
+	e := newEmuEnv(t, 1702, streamemu.Config{Shards: 4, RollRecords: 40, SplitRatio: 0.4, MaxOpenShards: 10, Seed: 1702, ListPage: 2,
+		Limits: streamemu.AWSLimits})
+	paced := func(c *poller.Config) {
+		c.DescribeRate, c.DiscoverInterval = poller.DescribeRateSetting.Default, 2*time.Second
+	}
+	var pollers []*testPoller
+	var stops []func()
+	var deads []*atomic.Bool
+	for _, owner := range []string{"p1", "p2", "p3"} {
+		tp, dead := e.killable(t, owner, paced)
+		pollers, deads = append(pollers, tp), append(deads, dead)
+		stops = append(stops, start(t, tp))
+	}
+	all := append([]*testPoller(nil), pollers...)
+	for round := range 4 {
+		for range 5 {
+			e.write(t, 20)
+			time.Sleep(200 * time.Millisecond) // shards close while listings are paused
+		}
+		if round == 1 || round == 2 {
+			i := len(pollers) - 1
+			deads[i].Store(true)
+			stops[i]()
+			tp, dead := e.killable(t, fmt.Sprintf("p3-life%d", round+1), paced)
+			pollers[i], deads[i], stops[i] = tp, dead, start(t, tp)
+			all = append(all, tp)
+		}
+	}
+	for i := range stops {
+		stops[i]()
+	}
+	paused := 0
+	for _, tp := range all {
+		paused += logged(tp.logs.lines(), "listing shards paused (throttled); going on at the next pass")
+	}
+	_, _, finished := e.discovery(t)
+	t.Logf("%d listings paused across rounds, %d shards read to their end", paused, finished)
+	assert.Positive(t, paused, "listings paused across rounds")
+	assert.Positive(t, finished, "shards closed and were read to their end")
 	e.finish(t, nil)
 }
