@@ -85,3 +85,38 @@ func TestReviewS17_AHalfCommittedBatchIsFinishedByItsPlanAcrossTheSwitch(t *test
 		})
 	}
 }
+
+// Review (adversarial, session 17), hole S17-R1, as the runbook now
+// states it ("Turning tenant roll-ups on or off"): a roll-up delta read by
+// a consumer with roll-ups off (in flight at the switch, or put by an "on"
+// consumer of a mixed fleet in a lane an "off" one reads) is not folded,
+// now or later: the partials (what a tenant's roll-up read sums) lack it,
+// and reconcile counts it as stored, so it finds no difference and only
+// reports the delta waiting. Pinned in every guard mode so that a change
+// of either (a fold by "off" consumers, or reconcile naming a stuck
+// delta) changes the runbook with it.
+func TestReviewS17_ADeltaReadWithRollupsOffWaitsAndReconcileOnlyCountsIt(t *testing.T) {
+	for _, mode := range rollupModes {
+		t.Run(mode, func(t *testing.T) {
+			ctx := context.Background()
+			e := newEnv(t)
+			on := newConsumer(t, e, mode, nil, processor.Config{})
+			rtx{"acme", "sp", "BRL", "2026-11-27", "1", "INCOME", "10", "food"}.put(t, e, "")
+			on.pass() // stage 1 only: its delta waits in a lane
+			waiting := laneKeys(t, e)
+			require.Len(t, waiting, 1, "the consumer with roll-ups on put one delta")
+
+			off := newConsumer(t, e, mode, nil, processor.Config{NoRollups: true})
+			off.delivered = on.delivered
+			off.pass() // the delta's record: read, not folded
+			off.pass()
+			assert.Equal(t, waiting, laneKeys(t, e), "the delta still waits in its lane")
+			assert.Zero(t, readRollups(t, e).partials, "no partial holds it: a roll-up read is short of it")
+			diffs, stats, err := processor.ReconcileWith(ctx, e.ddb, e.table, processor.Scope{}, processor.ReconcileOptions{Rollups: true})
+			require.NoError(t, err)
+			assert.Empty(t, diffs, "reconcile counts a waiting delta as stored")
+			assert.Equal(t, 1, stats.RollupWaiting["acme"], "and reports it waiting")
+			e.requireReconciled(t)
+		})
+	}
+}
