@@ -1,12 +1,19 @@
 package poller_test
 
 import (
+	"context"
 	"fmt"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodbstreams"
+	st "github.com/aws/aws-sdk-go-v2/service/dynamodbstreams/types"
+	"github.com/aws/smithy-go"
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"github.com/ledger-dev/ledger/internal/streamemu"
 	"github.com/ledger-dev/ledger/processor/poller"
@@ -119,4 +126,62 @@ func TestReviewS17_PausedListingsKeepParentsBeforeChildren(t *testing.T) {
 	assert.Positive(t, paused, "listings paused across rounds")
 	assert.Positive(t, finished, "shards closed and were read to their end")
 	e.finish(t, nil)
+}
+
+// describeFaults answers DescribeStream with refused for every call, or
+// with throttledAfter pages answered and every later one throttled.
+type describeFaults struct {
+	poller.Streams
+	refused        bool
+	throttledAfter int
+	calls          atomic.Int64
+}
+
+func (d *describeFaults) DescribeStream(ctx context.Context, in *dynamodbstreams.DescribeStreamInput, opts ...func(*dynamodbstreams.Options)) (*dynamodbstreams.DescribeStreamOutput, error) {
+	n := d.calls.Add(1)
+	switch {
+	case d.refused:
+		return nil, &smithy.GenericAPIError{Code: "AccessDeniedException", Message: "not authorized to perform: dynamodb:DescribeStream"}
+	case d.throttledAfter > 0 && n > int64(d.throttledAfter):
+		return nil, &st.LimitExceededException{Message: aws.String("Rate exceeded for DescribeStream")}
+	}
+	return d.Streams.DescribeStream(ctx, in, opts...)
+}
+
+// Review (adversarial, session 17), hole S17-D6: rounds come every second
+// only while a first listing is under way (paused, its pages kept), not
+// while it fails. A poller whose DescribeStream is refused for good (a
+// missing permission) used to round every second for as long as it ran
+// (a worker item write, a registry read and a warning each); now its next
+// round is a renewal interval away, as before the pacer. A listing paused
+// by throttling keeps the second's rounds, and a complete one the renewal
+// interval. Deterministic: the first round is run and the next one's wait
+// read, no clock.
+func TestReviewS17_RoundsComeEverySecondOnlyWhileAFirstListingIsUnderWay(t *testing.T) {
+	e := newEnv(t, 1703)
+	for i := range 3 { // two pages of the scripted stream's two shards a page
+		e.stream.addShard(fmt.Sprint("s", i), "")
+	}
+	for _, tc := range []struct {
+		name           string
+		refused        bool
+		throttledAfter int
+		want           time.Duration
+	}{
+		{"refused for good", true, 0, 10 * time.Second},
+		{"paused by throttling", false, 1, time.Second},
+		{"complete", false, 0, 10 * time.Second},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := &describeFaults{refused: tc.refused, throttledAfter: tc.throttledAfter}
+			owner := strings.ReplaceAll(tc.name, " ", "-")
+			f.Streams = e.stream.client(owner)
+			tp := e.poller(t, owner, f, nil, func(c *poller.Config) {
+				c.LeaseDuration = 30 * time.Second // renewal interval 10 s
+			})
+			require.NoError(t, poller.FirstPass(context.Background(), tp.Poller))
+			assert.Positive(t, f.calls.Load(), "the first round listed")
+			assert.Equal(t, tc.want, poller.NextRound(tp.Poller))
+		})
+	}
 }
