@@ -23,6 +23,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ledger-dev/ledger/aggregates"
+	"github.com/ledger-dev/ledger/bench"
 	"github.com/ledger-dev/ledger/infra/ddblocal/ddbtest"
 	"github.com/ledger-dev/ledger/processor"
 	"github.com/ledger-dev/ledger/processor/poller"
@@ -74,7 +75,19 @@ func TestIsolation_ATenantOfManyLongNamesStopsNoOneElse(t *testing.T) {
 	require.NoError(t, err)
 	reg := prometheus.NewRegistry()
 	pm := processor.NewMetrics(reg)
-	proc, err := processor.New(db, processor.Config{Table: table}, pm)
+	// With LEDGER_ISOLATION_METER=1 the consumers' writes go through the
+	// write meter (AWS's billing rules), so the log shows what each
+	// tenant's reports and roll-ups cost: the figures of issue 24's hole 9.
+	// Off by default: the meter applies every update expression to its own
+	// copy of the item, work the poller then waits for on a loaded machine.
+	// The consumers' own ledger_rollup_write_units_total is logged always.
+	var api processor.DynamoDB = db
+	var meter *bench.Meter
+	if os.Getenv("LEDGER_ISOLATION_METER") == "1" {
+		meter = bench.NewMeter(db)
+		api = meter
+	}
+	proc, err := processor.New(api, processor.Config{Table: table}, pm)
 	require.NoError(t, err)
 	pl, err := poller.New(dynamodbstreams.NewFromConfig(ddbtest.Config(t)), db, proc, poller.Config{
 		Table: table, StreamARN: info.StreamARN, Owner: "isolation",
@@ -132,6 +145,20 @@ func TestIsolation_ATenantOfManyLongNamesStopsNoOneElse(t *testing.T) {
 		diffs, _, err := processor.Reconcile(ctx, db, table, processor.Scope{})
 		return err == nil && len(diffs) == 0
 	}, 10*time.Minute, 250*time.Millisecond, "the poller must drain the flood exactly")
+	rollupUnits := func(kind string) float64 { return testutil.ToFloat64(pm.RollupWriteUnits.WithLabelValues(kind)) }
+	t.Logf("ledger_rollup_write_units_total, both tenants: delta_put %.0f, delta_delete %.0f, partial %.0f, partial_entry %.0f",
+		rollupUnits(processor.RollupCostDeltaPut), rollupUnits(processor.RollupCostDeltaDelete), rollupUnits(processor.RollupCostPartial), rollupUnits(processor.RollupCostEntry))
+	for _, e := range []struct {
+		who string
+		env *env
+	}{{"hostile", hostile}, {"victim", victim}} {
+		if meter == nil {
+			break
+		}
+		c := costByKind(meter.KeyRates(0), table, e.env.tenant)
+		t.Logf("%s tenant: consumers' write units (meter): branch reports %d, roll-up deltas %d, roll-up partials %d (%d partial keys); roll-ups/branch reports %.2f",
+			e.who, c.reports, c.lanes, c.partials, c.partialKeys, float64(c.lanes+c.partials)/float64(max(c.reports, 1)))
+	}
 	// A commit attempt may fail on a loaded machine (a timeout, a 5xx from
 	// DynamoDB Local) and be retried: that is not the flood's doing. What
 	// the flood must not cause is a refusal or a stop: nothing parked, the
@@ -160,6 +187,29 @@ func TestIsolation_ATenantOfManyLongNamesStopsNoOneElse(t *testing.T) {
 	if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
 		t.Fatalf("poller: %v", err)
 	}
+}
+
+// kindCost is the write units a meter billed one tenant's items, by kind.
+type kindCost struct{ reports, lanes, partials, partialKeys int }
+
+func costByKind(rates []bench.KeyRate, table, tenant string) kindCost {
+	var c kindCost
+	prefix := "TENANT#" + tenant + "#"
+	for _, r := range rates {
+		if r.Table != table || !strings.HasPrefix(r.PK, prefix) {
+			continue
+		}
+		switch rest := strings.TrimPrefix(r.PK, prefix); {
+		case strings.HasPrefix(rest, "ROLLUPLANE#"):
+			c.lanes += r.Units
+		case strings.HasPrefix(rest, "ROLLUP#"):
+			c.partials += r.Units
+			c.partialKeys++
+		case strings.HasSuffix(rest, "#REPORTING"):
+			c.reports += r.Units
+		}
+	}
+	return c
 }
 
 func post(e *env, body string) error {
