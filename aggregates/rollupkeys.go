@@ -156,7 +156,9 @@ func parseLane(s string) (int, bool) {
 }
 
 // RollupKey addresses one partial roll-up: lane Lane's share of a tenant's
-// figures in Currency for Period.
+// figures in Currency for Period. It is a typed view of the partial's
+// ReportKey (Report): the item layout (the partition, entry and parked
+// keys) has its one home there, and these methods defer to it.
 type RollupKey struct {
 	Tenant, Currency string
 	Lane             int
@@ -164,30 +166,23 @@ type RollupKey struct {
 }
 
 // Key returns the partial's item key.
-func (r RollupKey) Key() Key {
-	return Key{PK: RollupPK(r.Tenant, r.Currency, r.Lane), SK: r.Period.String()}
-}
+func (r RollupKey) Key() Key { return r.Report().Key() }
 
 // String formats r as its item key.
 func (r RollupKey) String() string { return r.Key().String() }
 
-// EntryKey addresses one breakdown entry of the partial outside its item,
-// as ReportKey.EntryKey does for a branch report.
-func (r RollupKey) EntryKey(d Dimension, name string) Key {
-	return Key{PK: RollupPK(r.Tenant, r.Currency, r.Lane), SK: r.Period.String() + "#" + d.Code() + "#" + name}
-}
+// EntryKey addresses one breakdown entry of the partial outside its item
+// (ReportKey.EntryKey).
+func (r RollupKey) EntryKey(d Dimension, name string) Key { return r.Report().EntryKey(d, name) }
 
 // EntriesPrefix is the sort key prefix of the partial's entry items.
-func (r RollupKey) EntriesPrefix() string { return r.Period.String() + "#" }
+func (r RollupKey) EntriesPrefix() string { return r.Report().EntriesPrefix() }
 
-// ParkedKey addresses a parked delta of the partial, as
-// ReportKey.ParkedKey does for a branch report.
-func (r RollupKey) ParkedKey(id string) Key {
-	return Key{PK: RollupPK(r.Tenant, r.Currency, r.Lane), SK: parkedPrefix + r.Period.String() + "#" + id}
-}
+// ParkedKey addresses a parked delta of the partial (ReportKey.ParkedKey).
+func (r RollupKey) ParkedKey(id string) Key { return r.Report().ParkedKey(id) }
 
 // ParkedPrefix is the sort key prefix of the partial's parked deltas.
-func (r RollupKey) ParkedPrefix() string { return parkedPrefix + r.Period.String() + "#" }
+func (r RollupKey) ParkedPrefix() string { return r.Report().ParkedPrefix() }
 
 // RollupKeys are the RollupLanes partials of one tenant, currency and
 // period: a reader sums them.

@@ -422,7 +422,7 @@ func (p *Processor) commitTx(ctx context.Context, g Guard, claim func() ddbtypes
 					if pt.first {
 						d = pt.delta.Count
 					}
-					p.shapes.applied(pt.key.Key(), shapes[pt.key.Key()], writes[i].inline, d, cur)
+					p.shapes.applied(pt.key.Key(), shapes[pt.key.Key()], writes[i].inline, d, cur, now)
 				}
 			}
 			p.metrics.Commits.WithLabelValues("committed").Inc()
@@ -678,12 +678,16 @@ func (p *Processor) refusedParts(ctx context.Context, parts []part, shapes map[a
 // parkedPut is the write that parks part pt's delta (see commitTx). A
 // branch report's parked delta is also its roll-up share: it carries the
 // roll-up's currency (table.WithRollupShare), since no delta item holds it.
+// A partial's parked part 0 carries its branches (table.WithParkedBranches).
 func (p *Processor) parkedPut(pt part, ref commitRef, why parking, now string) *ddbtypes.Put {
 	item := table.ParkedItem(pt.key, ref.id, pt.delta, table.ParkedInfo{
 		Reason: why.reason, Detail: why.detail, From: ref.from, To: ref.to, ParkedAt: now,
 	})
 	if ref.rollups && pt.rollup() {
 		table.WithRollupShare(item, aggregates.RollupCurrency(pt.currency))
+	}
+	if pt.key.IsRollup() {
+		table.WithParkedBranches(item, pt.branches) // a partial's part 0: its branches, parked with its figures
 	}
 	return table.PutParked(p.cfg.Table, item)
 }

@@ -5,16 +5,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/aws/aws-lambda-go/events"
-	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
-	ddbtypes "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/assert"
@@ -28,10 +23,6 @@ import (
 	"github.com/ledger-dev/ledger/processor/handler"
 	"github.com/ledger-dev/ledger/table"
 )
-
-type roundTripFunc func(*http.Request) (*http.Response, error)
-
-func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
 
 // A tumbling window's final invocation over records without effect moves
 // the shard's checkpoint outside a commit (a single-item UpdateItem of the
@@ -51,39 +42,21 @@ func TestTumblingWindow_CheckpointMoveMeetingAHeldCheckpointIsRetried(t *testing
 	require.NoError(t, err)
 	coord := table.CoordinationTableName(e.table)
 
-	held, release := make(chan struct{}), make(chan struct{})
-	var intruding atomic.Bool
-	emu := &ddbconflict.Transport{Next: http.DefaultTransport, Hold: func(context.Context, []string) {
-		if intruding.CompareAndSwap(true, false) {
-			close(held)
-			<-release
-		}
-	}}
-	var refusals atomic.Int64
-	var once sync.Once
-	consumerRT := roundTripFunc(func(req *http.Request) (*http.Response, error) {
-		resp, err := emu.RoundTrip(req)
-		if err == nil && resp.StatusCode == http.StatusBadRequest && strings.HasSuffix(req.Header.Get("X-Amz-Target"), ".UpdateItem") {
-			if refusals.Add(1) == 2 {
-				once.Do(func() { close(release) })
-			}
-		}
-		return resp, err
-	})
-	consumer := dynamodb.NewFromConfig(ddbtest.Config(t, infra.WithTransportWrapper(func(http.RoundTripper) http.RoundTripper { return consumerRT })),
+	hold := ddbconflict.NewHolder("UpdateItem", 2)
+	emu := &ddbconflict.Transport{Next: http.DefaultTransport, Hold: hold.Hold}
+	consumer := dynamodb.NewFromConfig(ddbtest.Config(t, infra.WithTransportWrapper(func(http.RoundTripper) http.RoundTripper { return hold.Counting(emu) })),
 		func(o *dynamodb.Options) { o.RetryMaxAttempts = 1 })
 	other := ddbtest.Client(t, infra.WithTransportWrapper(func(http.RoundTripper) http.RoundTripper { return emu }))
 
 	// The other transaction holds the shard's checkpoint.
 	odone := make(chan error, 1)
-	intruding.Store(true)
+	hold.Arm()
 	go func() {
-		_, err := other.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: []ddbtypes.TransactWriteItem{{
-			ConditionCheck: &ddbtypes.ConditionCheck{TableName: aws.String(coord), Key: table.Key(aggregates.CheckpointKey(e.streamARN, shard)),
-				ConditionExpression: aws.String("attribute_exists(PK) OR attribute_not_exists(PK)")}}}})
+		_, err := other.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{
+			TransactItems: ddbconflict.AlwaysHolds(coord, table.Key(aggregates.CheckpointKey(e.streamARN, shard)))})
 		odone <- err
 	}()
-	<-held
+	<-hold.Held()
 
 	reg := prometheus.NewRegistry()
 	m := processor.NewMetrics(reg)

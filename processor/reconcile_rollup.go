@@ -275,7 +275,13 @@ func judgeRollups(tenant string, o *rollupOracle, stored map[RollupCell]*aggrega
 				problems[c] = append(problems[c], err.Error())
 				continue
 			}
+			b, err := table.ParkedBranches(item)
+			if err != nil {
+				problems[c] = append(problems[c], err.Error())
+				continue
+			}
 			d.Stored.Report.Merge(r)
+			d.Stored.Branches += b
 			d.ParkedPartials++
 			d.parked = append(d.parked, item)
 		}

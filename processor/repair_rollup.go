@@ -107,7 +107,12 @@ func RepairRollups(ctx context.Context, api ReconcileAPI, tableName string, diff
 				intact = false
 				continue
 			}
-			ok, err := moveIntoLane(ctx, api, tableName, d.RollupCell, &aggregates.RollupDelta{Report: *r}, claim("P"), stamp,
+			b, err := table.ParkedBranches(item)
+			if err != nil {
+				intact = false
+				continue
+			}
+			ok, err := moveIntoLane(ctx, api, tableName, d.RollupCell, &aggregates.RollupDelta{Report: *r, Branches: b}, claim("P"), stamp,
 				[]ddbtypes.TransactWriteItem{{Delete: &ddbtypes.Delete{TableName: &tableName, Key: table.Key(table.KeyOf(item)), ConditionExpression: aws.String("attribute_exists(PK)")}}})
 			if err != nil {
 				return res, fmt.Errorf("repair %s: move parked delta %s: %w", d.RollupCell, table.KeyOf(item), err)

@@ -175,8 +175,10 @@ func readRollups(t *testing.T, e *env) storedRollup {
 		for _, pitem := range sr.Parked {
 			r, _, err := table.DecodeParked(pitem)
 			require.NoError(t, err)
+			b, err := table.ParkedBranches(pitem)
+			require.NoError(t, err)
 			s.parked++
-			add(rollupCell{rk.Tenant, rk.Currency, rk.Period}, &aggregates.RollupDelta{Report: *r})
+			add(rollupCell{rk.Tenant, rk.Currency, rk.Period}, &aggregates.RollupDelta{Report: *r, Branches: b})
 		}
 		d, problems := sr.DecodeRollup()
 		require.Empty(t, problems, "partial %s", k)

@@ -29,22 +29,30 @@ type shape struct {
 	countDamaged    bool
 	currency        string
 	currencyDamaged bool
+	// updatedAt is the item's updatedAt as read, or as the commit that
+	// landed last set it: what tells an unchanged item from one changed
+	// and changed back (same).
+	updatedAt string
 }
 
 // reportShape is sh as table.ReportUpdate takes it.
 func (sh *shape) reportShape() table.ReportShape {
 	return table.ReportShape{Present: sh.present, Entries: sh.entries, Count: sh.count, CountDamaged: sh.countDamaged,
-		Currency: sh.currency, CurrencyDamaged: sh.currencyDamaged}
+		Currency: sh.currency, CurrencyDamaged: sh.currencyDamaged, UpdatedAt: sh.updatedAt}
 }
 
 // same reports whether two shapes read of one item are alike: the same
-// maps, names, count and currency.
+// maps, names, count, currency and updatedAt. The count alone is no
+// witness: another committer may have moved it and moved it back between
+// a cancelled commit and its re-read (a hot branch's records on two
+// shards), and every commit sets updatedAt (docs/exactly-once.md, "Tenant
+// roll-ups", review of session 16, hole S16-1).
 func (sh *shape) same(o *shape) bool {
 	if sh == nil || o == nil {
 		return sh == o
 	}
 	if sh.present != o.present || sh.count != o.count || sh.countDamaged != o.countDamaged ||
-		sh.currency != o.currency || sh.currencyDamaged != o.currencyDamaged {
+		sh.currency != o.currency || sh.currencyDamaged != o.currencyDamaged || sh.updatedAt != o.updatedAt {
 		return false
 	}
 	for d := range sh.entries {
@@ -86,12 +94,12 @@ func (c *shapeCache) store(k aggregates.Key, s *shape) {
 	c.m[k] = s
 }
 
-// applied records the shape of k after a commit that added the names of
-// inline to its maps, d to its count and (when not "") set its currency.
-// A parked part is not applied: its item did not change.
-func (c *shapeCache) applied(k aggregates.Key, before *shape, inline [3][]string, d int64, currency string) {
+// applied records the shape of k after a commit, written at now, that
+// added the names of inline to its maps, d to its count and (when not "")
+// set its currency. A parked part is not applied: its item did not change.
+func (c *shapeCache) applied(k aggregates.Key, before *shape, inline [3][]string, d int64, currency, now string) {
 	after := &shape{present: before.present, count: before.count + d, countDamaged: before.countDamaged,
-		currency: before.currency, currencyDamaged: before.currencyDamaged}
+		currency: before.currency, currencyDamaged: before.currencyDamaged, updatedAt: now}
 	if currency != "" {
 		after.currency = currency
 	}
@@ -215,5 +223,5 @@ func (p *Processor) batchGet(ctx context.Context, keys []aggregates.Key, attrs .
 func shapeOf(item map[string]ddbtypes.AttributeValue) *shape {
 	r := table.DecodeReportShape(item)
 	return &shape{present: r.Present, entries: r.Entries, count: r.Count, countDamaged: r.CountDamaged,
-		currency: r.Currency, currencyDamaged: r.CurrencyDamaged}
+		currency: r.Currency, currencyDamaged: r.CurrencyDamaged, updatedAt: r.UpdatedAt}
 }

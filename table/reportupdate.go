@@ -45,16 +45,22 @@ type ReportShape struct {
 	// CurrencyDamaged says it is there but not a string.
 	Currency        string
 	CurrencyDamaged bool
+	// UpdatedAt is updatedAt as read ("" when absent or not a string):
+	// every commit sets it, so two reads that find it equal (and set) read
+	// an item no commit changed in between, where equal figures alone may
+	// be a change and its reversal (docs/exactly-once.md, "Tenant
+	// roll-ups", review of session 16, hole S16-1).
+	UpdatedAt string
 }
 
 // ReportShapeAttributes are the attributes DecodeReportShape reads: a
 // projection of them is all a consumer needs to read of a report item.
 func ReportShapeAttributes() []string {
-	out := make([]string, 0, len(aggregates.Dimensions)+2)
+	out := make([]string, 0, len(aggregates.Dimensions)+3)
 	for _, d := range aggregates.Dimensions {
 		out = append(out, d.Attribute())
 	}
-	return append(out, AttrTransactionCount, AttrCurrency)
+	return append(out, AttrTransactionCount, AttrCurrency, AttrUpdatedAt)
 }
 
 // DecodeReportShape reads the shape of a stored report item (nil: absent,
@@ -72,6 +78,7 @@ func DecodeReportShape(item map[string]types.AttributeValue) ReportShape {
 		}
 		s.CurrencyDamaged = !ok
 	}
+	s.UpdatedAt, _ = String(item, AttrUpdatedAt)
 	for _, d := range aggregates.Dimensions {
 		v, ok := item[d.Attribute()]
 		if !ok {

@@ -282,6 +282,33 @@ func WithRollupShare(item map[string]types.AttributeValue, currency string) {
 	item[AttrParkedRollup] = &types.AttributeValueMemberM{Value: map[string]types.AttributeValue{AttrCurrency: S(currency)}}
 }
 
+// WithParkedBranches records on a partial's parked delta (ParkedItem) what
+// its part 0 adds to the partial's branches (AttrBranches, N), when not
+// zero: the parked delta holds the report's figures only, so without it a
+// parked partial part would lose its branch transitions, and "Σ partials
+// + lane items + parked = the fold" would fail for branches
+// (docs/exactly-once.md, "Tenant roll-ups", review of session 16, hole
+// S16-2).
+func WithParkedBranches(item map[string]types.AttributeValue, branches int64) {
+	if branches != 0 {
+		item[AttrBranches] = Int(branches)
+	}
+}
+
+// ParkedBranches reads what a parked delta adds to a partial's branches
+// (WithParkedBranches): 0 when absent (a branch report's parked delta, or
+// a partial's parked before session 16); an error when it is no integer.
+func ParkedBranches(item map[string]types.AttributeValue) (int64, error) {
+	if _, present := item[AttrBranches]; !present {
+		return 0, nil
+	}
+	n, ok := Int64(item, AttrBranches)
+	if !ok {
+		return 0, fmt.Errorf("parked delta %s: %s is not an integer", KeyOf(item), AttrBranches)
+	}
+	return n, nil
+}
+
 // RollupShare reads a parked item's roll-up share: its currency, ok false
 // when the item carries none (a partial's parked delta, or one parked
 // before roll-ups).

@@ -56,7 +56,10 @@ import (
 //
 // A tombstone (the writer's DELETE) keeps the key, entityType, id,
 // tenantId, branchId, createdAt, updatedAt, version, changes and sig,
-// and holds deletedAt instead of the fields (TombstoneRemoves): ids are
+// and holds deletedAt instead of the fields (TombstoneRemoves); its
+// version is a string (S "2"), so that a writer of a version before
+// tombstones, which would read it as a transaction, reads no version and
+// its writes' conditions fail (docs/design.md, "Transaction"). Ids are
 // never reused, and the count of a deleted key stays readable until
 // ledgerctl compact retires it. ParseTransaction says a tombstone is
 // absent (aggregates.ErrDeleted), never invalid.

@@ -67,24 +67,11 @@ func TestCountedChanges_EveryWriteStepsTheCountAndStoresItsSig(t *testing.T) {
 // skips the rebucket's record).
 func TestCountedChanges_ARebucketBetweenReadAndWriteIsPreparedAgainNotA412(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
 	e := newEnv(t, sharedTable(t))
-	e.branchWithCalendar("sp", saoPaulo)
-	e.branch = "sp"
-	tx := e.create(`{"type":"EXPENSE","amount":"2.5","category":"c","createdAt":"2026-03-05T02:00:00Z"}`)
-	r := e.send(req{method: "PATCH", path: "/v1/tenants/" + e.tenant + "/branches/sp", body: `{"calendar":{"timeZone":"UTC","dayStartsAt":"00:00"}}`,
-		headers: []string{"If-Match", `"1"`}})
+	tx, moved := e.rebucketBeforeNextWrite(t)
+	r := e.send(req{method: "PATCH", path: e.base() + "/transactions/" + tx.ID, headers: []string{"If-Match", `"1"`}, body: `{"amount":"3"}`})
 	require.Equal(t, http.StatusOK, r.Status, "answer %s", r)
-
-	moved := 0
-	e.raceHook("TransactWriteItems", func() {
-		res, err := rebucket.Run(ctx, e.ddb, e.table, e.tenant, "sp", rebucket.Options{Settle: -1, Parallel: 1})
-		require.NoError(t, err)
-		moved = res.Moved
-	})
-	r = e.send(req{method: "PATCH", path: e.base() + "/transactions/" + tx.ID, headers: []string{"If-Match", `"1"`}, body: `{"amount":"3"}`})
-	require.Equal(t, http.StatusOK, r.Status, "answer %s", r)
-	require.Equal(t, 1, moved, "the rebucket restamped it in between")
+	require.Equal(t, 1, *moved, "the rebucket restamped it in between")
 	assert.Equal(t, int64(2), r.transaction(t).Version)
 	e.requireCounted(tx, 3) // created, restamped, patched
 }
@@ -129,8 +116,7 @@ func TestTombstones_ADeleteLeavesATombstoneEveryReadTakesForNone(t *testing.T) {
 		assert.NotContains(t, item, name, "removed by the delete")
 	}
 	assert.Contains(t, item, table.AttrDeletedAt)
-	v, _ := table.Int64(item, table.AttrVersion)
-	assert.Equal(t, int64(2), v, "the delete is version 2, as its history entry")
+	assert.Equal(t, s("2"), item[table.AttrVersion], "the delete is version 2, as its history entry; a string, the fence against a writer before tombstones (review of session 16)")
 	_, err := table.ParseTransaction(item)
 	assert.ErrorIs(t, err, aggregates.ErrDeleted, "absent to the consumers, not invalid")
 
@@ -282,25 +268,14 @@ func TestTombstones_ARebucketBetweenADeletesReadAndWriteIsPreparedAgain(t *testi
 			t.Parallel()
 			ctx := context.Background()
 			e := newEnv(t, sharedTable(t))
-			e.branchWithCalendar("sp", saoPaulo)
-			e.branch = "sp"
-			tx := e.create(`{"type":"EXPENSE","amount":"2.5","category":"c","createdAt":"2026-03-05T02:00:00Z"}`)
-			r := e.send(req{method: "PATCH", path: "/v1/tenants/" + e.tenant + "/branches/sp", body: `{"calendar":{"timeZone":"UTC","dayStartsAt":"00:00"}}`,
-				headers: []string{"If-Match", `"1"`}})
-			require.Equal(t, http.StatusOK, r.Status, "answer %s", r)
-			moved := 0
-			e.raceHook("TransactWriteItems", func() {
-				res, err := rebucket.Run(ctx, e.ddb, e.table, e.tenant, "sp", rebucket.Options{Settle: -1, Parallel: 1})
-				require.NoError(t, err)
-				moved = res.Moved
-			})
+			tx, moved := e.rebucketBeforeNextWrite(t)
 			var headers []string
 			if ifMatch != "" {
 				headers = []string{"If-Match", ifMatch}
 			}
-			r = e.send(req{method: "DELETE", path: e.base() + "/transactions/" + tx.ID, headers: headers})
+			r := e.send(req{method: "DELETE", path: e.base() + "/transactions/" + tx.ID, headers: headers})
 			require.Equal(t, http.StatusNoContent, r.Status, "answer %s", r)
-			require.Equal(t, 1, moved)
+			require.Equal(t, 1, *moved)
 			e.requireCounted(tx, 3) // created, restamped, deleted
 			res, err := rebucket.Run(ctx, e.ddb, e.table, e.tenant, "sp", rebucket.Options{Settle: -1, Parallel: 1})
 			require.NoError(t, err)
@@ -377,4 +352,26 @@ func TestCountedChanges_AProbeBetweenReadAndWriteIsPreparedAgain(t *testing.T) {
 			e.requireCounted(tx, 3) // created, probed, written: the probe removed
 		})
 	}
+}
+
+// rebucketBeforeNextWrite creates a transaction in branch sp (Sao Paulo's
+// calendar), moves the branch to UTC's, and arranges for ledgerctl
+// rebucket to restamp the transaction just before the writer's next
+// TransactWriteItems (between a write's read and its write); moved is
+// what that rebucket moved, once it has run.
+func (e *env) rebucketBeforeNextWrite(t *testing.T) (tx writer.Transaction, moved *int) {
+	t.Helper()
+	e.branchWithCalendar("sp", saoPaulo)
+	e.branch = "sp"
+	tx = e.create(`{"type":"EXPENSE","amount":"2.5","category":"c","createdAt":"2026-03-05T02:00:00Z"}`)
+	r := e.send(req{method: "PATCH", path: "/v1/tenants/" + e.tenant + "/branches/sp", body: `{"calendar":{"timeZone":"UTC","dayStartsAt":"00:00"}}`,
+		headers: []string{"If-Match", `"1"`}})
+	require.Equal(t, http.StatusOK, r.Status, "answer %s", r)
+	moved = new(int)
+	e.raceHook("TransactWriteItems", func() {
+		res, err := rebucket.Run(context.Background(), e.ddb, e.table, e.tenant, "sp", rebucket.Options{Settle: -1, Parallel: 1})
+		require.NoError(t, err)
+		*moved = res.Moved
+	})
+	return tx, moved
 }

@@ -14,6 +14,7 @@ import (
 	ddbtypes "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/ledger-dev/ledger/aggregates"
+	"github.com/ledger-dev/ledger/table"
 )
 
 // The per-tenant currency cap (issue 24, hole 9 of the roll-up review).
@@ -142,49 +143,21 @@ func (s *Server) tenantCurrencies(ctx context.Context, tenant string) ([]string,
 }
 
 // seedTenantCurrencies creates the tenant's currency set from the
-// currencies its branches have (a strongly consistent Query of the branch
-// partition), on condition that it does not exist: a seed that loses to
-// another is no error.
+// currencies its branches have (table.BranchCurrencies, strongly
+// consistent), on condition that it does not exist: a seed that loses to
+// another is no error. A damaged branch currency fails it (500, logged).
 func (s *Server) seedTenantCurrencies(ctx context.Context, tenant string) error {
-	in := &dynamodb.QueryInput{
-		TableName:                 &s.cfg.Table,
-		ConsistentRead:            aws.Bool(true),
-		KeyConditionExpression:    aws.String("#pk = :pk"),
-		ProjectionExpression:      aws.String("#cur"),
-		ExpressionAttributeNames:  map[string]string{"#pk": attrPK, "#cur": attrCurrency},
-		ExpressionAttributeValues: map[string]ddbtypes.AttributeValue{":pk": strAV(aggregates.BranchPK(tenant))},
+	have, err := table.BranchCurrencies(ctx, s.api, s.cfg.Table, tenant, true)
+	if err != nil {
+		return fmt.Errorf("tenant %s: seeding the currency set: %w", tenant, err)
 	}
-	seen := map[string]bool{}
-	for {
-		out, err := s.api.Query(ctx, in)
-		if err != nil {
-			return s.dynamoError("Query", err)
-		}
-		for _, item := range out.Items {
-			c, err := storedCurrency(item)
-			if err != nil {
-				return fmt.Errorf("tenant %s: seeding the currency set: a branch's %w", tenant, err)
-			}
-			if c != "" {
-				seen[c] = true
-			}
-		}
-		if len(out.LastEvaluatedKey) == 0 {
-			break
-		}
-		in.ExclusiveStartKey = out.LastEvaluatedKey
-	}
+	codes := slices.DeleteFunc(have, func(c string) bool { return c == aggregates.NoCurrency }) // sorted
 	k := tenantCurrenciesKey(tenant)
 	item := map[string]ddbtypes.AttributeValue{attrPK: strAV(k.PK), attrSK: strAV(k.SK)}
-	if len(seen) > 0 { // DynamoDB refuses an empty set: an item without the attribute is the empty set
-		codes := make([]string, 0, len(seen))
-		for c := range seen {
-			codes = append(codes, c)
-		}
-		slices.Sort(codes)
+	if len(codes) > 0 { // DynamoDB refuses an empty set: an item without the attribute is the empty set
 		item[attrCurrencies] = &ddbtypes.AttributeValueMemberSS{Value: codes}
 	}
-	_, err := s.api.PutItem(ctx, &dynamodb.PutItemInput{
+	_, err = s.api.PutItem(ctx, &dynamodb.PutItemInput{
 		TableName: &s.cfg.Table, Item: item,
 		ConditionExpression:      aws.String("attribute_not_exists(#pk)"),
 		ExpressionAttributeNames: map[string]string{"#pk": attrPK},

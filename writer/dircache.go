@@ -111,7 +111,7 @@ func (s *Server) status(ctx context.Context, k aggregates.Key, branch bool) (dir
 		if branch {
 			changed = table.AttrCalendarChangedAt
 			e.calendar, e.damaged = table.DecodeCalendar(item)
-			e.currency, e.currencyErr = storedCurrency(item)
+			e.currency, e.currencyErr = table.BranchCurrency(item)
 		} else {
 			e.periods, e.damaged = table.DecodeReportPeriods(item)
 		}

@@ -35,7 +35,7 @@ var cursorKey = []byte("writer-test-cursor-key-0123456789abcdef")
 // The tables this package's tests use, all created before any test writes.
 // Most tests share one table, each under tenants of its own; the ones that
 // change the flags singleton or read the stream get their own.
-const dedicatedTables = 11
+const dedicatedTables = 12
 
 var (
 	tables = ddbtest.Pool{Size: dedicatedTables + 1}

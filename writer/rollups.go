@@ -2,6 +2,7 @@ package writer
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"net/http"
@@ -109,44 +110,70 @@ func (s *Server) rollupCurrency(ctx context.Context, tenant string, q url.Values
 	return "", p, nil
 }
 
-// branchCurrencies lists the currencies of the tenant's branches, sorted,
-// NoCurrency for branches without one: one eventually consistent Query of
-// the tenant's branch partition, projected on the currency.
+// branchCurrencies lists the currencies of the tenant's branches
+// (table.BranchCurrencies, eventually consistent): a failed Query is a
+// backend error, a damaged branch currency a server error naming it.
 func (s *Server) branchCurrencies(ctx context.Context, tenant string) ([]string, error) {
-	in := &dynamodb.QueryInput{
-		TableName:                 &s.cfg.Table,
-		KeyConditionExpression:    aws.String("#pk = :pk"),
-		ProjectionExpression:      aws.String("#cur"),
-		ExpressionAttributeNames:  map[string]string{"#pk": attrPK, "#cur": attrCurrency},
-		ExpressionAttributeValues: map[string]ddbtypes.AttributeValue{":pk": strAV(aggregates.BranchPK(tenant))},
+	curs, err := table.BranchCurrencies(ctx, s.api, s.cfg.Table, tenant, false)
+	var damaged *table.DamagedCurrencyError
+	if err != nil && !errors.As(err, &damaged) {
+		return nil, s.dynamoError("Query", err)
 	}
-	seen := map[string]bool{}
-	for {
-		out, err := s.api.Query(ctx, in)
-		if err != nil {
-			return nil, s.dynamoError("Query", err)
+	return curs, err
+}
+
+// rollupRequest is what both roll-up reads share once checked: the
+// tenant, the currency read ("" when the tenant has no branch), and the
+// page (limit, and where the cursor left off).
+type rollupRequest struct {
+	tenant, cur string
+	limit       int
+	after       string
+	query       string // what the cursor is bound to
+}
+
+// rollupRead checks a roll-up read's request in order: the tenant path,
+// that each of params is given at most once, the read's own parameters
+// (own returns their canonical form, which keys the cursor, or a
+// problem), the limit (def, max), the currency (rollupCurrency), then the
+// cursor (reportPaging over kind:currency:own). ok is false when it has
+// answered the request itself, with a problem or a failure.
+func (s *Server) rollupRead(w http.ResponseWriter, r *http.Request, kind string, params []string, def, max int,
+	own func(url.Values) (string, *Problem)) (rq rollupRequest, ok bool) {
+	tenant, p := tenantPath(r)
+	q := r.URL.Query()
+	if p == nil {
+		allowed := make(map[string]bool, len(params))
+		for _, n := range params {
+			allowed[n] = true
 		}
-		for _, item := range out.Items {
-			c, err := storedCurrency(item)
-			if err != nil {
-				return nil, fmt.Errorf("tenant %s: a branch's %w", tenant, err)
-			}
-			if c == "" {
-				c = aggregates.NoCurrency
-			}
-			seen[c] = true
-		}
-		if len(out.LastEvaluatedKey) == 0 {
-			break
-		}
-		in.ExclusiveStartKey = out.LastEvaluatedKey
+		p = singleParams(q, allowed)
 	}
-	curs := make([]string, 0, len(seen))
-	for c := range seen {
-		curs = append(curs, c)
+	var key string
+	if p == nil {
+		key, p = own(q)
 	}
-	slices.Sort(curs)
-	return curs, nil
+	if p == nil {
+		_, p = pageLimit(q.Get("limit"), def, max)
+	}
+	if p != nil {
+		p.write(w)
+		return rollupRequest{}, false
+	}
+	cur, p, err := s.rollupCurrency(r.Context(), tenant, q)
+	if err != nil {
+		s.fail(w, r, err)
+		return rollupRequest{}, false
+	}
+	if p == nil {
+		rq = rollupRequest{tenant: tenant, cur: cur, query: kind + ":" + cur + ":" + key}
+		rq.limit, rq.after, p = s.reportPaging(r, tenant, "", rq.query, def, max)
+	}
+	if p != nil {
+		p.write(w)
+		return rollupRequest{}, false
+	}
+	return rq, true
 }
 
 // getRollup serves GET /v1/tenants/{t}/reports/{period}/{value}
@@ -156,44 +183,21 @@ func (s *Server) branchCurrencies(ctx context.Context, tenant string) ([]string,
 // next limit names (dimension, then name, order) of the summed
 // breakdowns; nextCursor while more remain. 404 when no partial exists.
 func (s *Server) getRollup(w http.ResponseWriter, r *http.Request) {
-	tenant, p := tenantPath(r)
-	if p != nil {
-		p.write(w)
+	var period aggregates.Period
+	rq, ok := s.rollupRead(w, r, "rollup", []string{"currency", "limit", "cursor"}, DefaultReportEntries, MaxReportEntries,
+		func(url.Values) (string, *Problem) {
+			pt, err := aggregates.ParsePeriodType(r.PathValue("period"))
+			if err != nil {
+				return "", fieldProblem("period", err.Error())
+			}
+			var p *Problem
+			period, p = parsePeriod("value", pt, r.PathValue("value"))
+			return period.String(), p
+		})
+	if !ok {
 		return
 	}
-	pt, err := aggregates.ParsePeriodType(r.PathValue("period"))
-	if err != nil {
-		fieldProblem("period", err.Error()).write(w)
-		return
-	}
-	period, p := parsePeriod("value", pt, r.PathValue("value"))
-	q := r.URL.Query()
-	if p == nil {
-		p = singleParams(q, map[string]bool{"currency": true, "limit": true, "cursor": true})
-	}
-	if p != nil {
-		p.write(w)
-		return
-	}
-	if _, p := pageLimit(q.Get("limit"), DefaultReportEntries, MaxReportEntries); p != nil {
-		p.write(w)
-		return
-	}
-	cur, p, err := s.rollupCurrency(r.Context(), tenant, q)
-	if err != nil {
-		s.fail(w, r, err)
-		return
-	}
-	if p != nil {
-		p.write(w)
-		return
-	}
-	query := "rollup:" + cur + ":" + period.String()
-	limit, after, p := s.reportPaging(r, tenant, "", query, DefaultReportEntries, MaxReportEntries)
-	if p != nil {
-		p.write(w)
-		return
-	}
+	tenant, cur, limit, after, query := rq.tenant, rq.cur, rq.limit, rq.after, rq.query
 	if cur == "" {
 		problem(http.StatusNotFound, ProblemNotFound, "no roll-up for this period: tenant "+tenant+" has no branches").write(w)
 		return
@@ -417,40 +421,17 @@ func forEach[T any](ctx context.Context, items []T, f func(context.Context, T) e
 // partial items; the page holds the first limit periods no lane's read
 // stopped before.
 func (s *Server) rollupRange(w http.ResponseWriter, r *http.Request) {
-	tenant, p := tenantPath(r)
-	if p != nil {
-		p.write(w)
+	var from, to aggregates.Period
+	rq, ok := s.rollupRead(w, r, "rollups", []string{"period", "from", "to", "currency", "limit", "cursor"}, DefaultRollupRange, MaxRollupRange,
+		func(q url.Values) (string, *Problem) {
+			var p *Problem
+			from, to, p = rangeQuery(q)
+			return from.String() + ".." + to.Value, p
+		})
+	if !ok {
 		return
 	}
-	q := r.URL.Query()
-	if p := singleParams(q, map[string]bool{"period": true, "from": true, "to": true, "currency": true, "limit": true, "cursor": true}); p != nil {
-		p.write(w)
-		return
-	}
-	from, to, p := rangeQuery(q)
-	if p != nil {
-		p.write(w)
-		return
-	}
-	if _, p := pageLimit(q.Get("limit"), DefaultRollupRange, MaxRollupRange); p != nil {
-		p.write(w)
-		return
-	}
-	cur, p, err := s.rollupCurrency(r.Context(), tenant, q)
-	if err != nil {
-		s.fail(w, r, err)
-		return
-	}
-	if p != nil {
-		p.write(w)
-		return
-	}
-	query := "rollups:" + cur + ":" + from.String() + ".." + to.Value
-	limit, startSK, p := s.reportPaging(r, tenant, "", query, DefaultRollupRange, MaxRollupRange)
-	if p != nil {
-		p.write(w)
-		return
-	}
+	tenant, cur, limit, startSK, query := rq.tenant, rq.cur, rq.limit, rq.after, rq.query
 	out := RollupRange{Items: []RollupTotals{}}
 	if cur == "" {
 		writeJSON(w, http.StatusOK, out)
@@ -470,7 +451,7 @@ func (s *Server) rollupRange(w http.ResponseWriter, r *http.Request) {
 	for i := range idx {
 		idx[i] = i
 	}
-	err = forEach(r.Context(), idx, func(ctx context.Context, k int) error {
+	err := forEach(r.Context(), idx, func(ctx context.Context, k int) error {
 		heads, cut, err := s.laneHeads(ctx, aggregates.RollupPK(tenant, cur, k), lo, hi, limit+1)
 		lanes[k] = lane{heads, cut}
 		return err

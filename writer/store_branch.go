@@ -2,7 +2,6 @@ package writer
 
 import (
 	"context"
-	"fmt"
 	"maps"
 	"net/http"
 
@@ -70,25 +69,6 @@ func decodeBranch(item map[string]ddbtypes.AttributeValue) Branch {
 	b.CalendarChangedAt, _ = stringAttr(item, table.AttrCalendarChangedAt)
 	b.Currency, _ = stringAttr(item, attrCurrency)
 	return b
-}
-
-// storedCurrency reads the currency of a branch item ("" when absent); one
-// that is not a valid code (damaged by hand) is the error, so that the
-// branch's creates and changes fail (errCurrencyDamaged) rather than stamp
-// it.
-func storedCurrency(item map[string]ddbtypes.AttributeValue) (string, error) {
-	av, ok := item[attrCurrency]
-	if !ok {
-		return "", nil
-	}
-	c, isS := av.(*ddbtypes.AttributeValueMemberS)
-	if !isS {
-		return "", fmt.Errorf("currency: %T, want a string", av)
-	}
-	if err := aggregates.ValidateCurrency(c.Value); err != nil {
-		return "", fmt.Errorf("currency: %w", err)
-	}
-	return c.Value, nil
 }
 
 func documentTaken(document string) *Problem {

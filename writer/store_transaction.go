@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"strconv"
 	"strings"
 	"time"
 
@@ -53,7 +54,8 @@ func (s *Server) transactionCreate(k aggregates.Key, t Transaction, a author, ma
 
 // transactionReplace puts next, the transaction t encoded, over the
 // transaction at k, read as item, on condition that it exists at version
-// expected with the change count read, with the history entry of t's
+// expected (0: stored without a version, on condition that it still has
+// none) with the change count read, with the history entry of t's
 // version (changed, by a). next gets the count read plus one and its sig
 // (table.Count).
 func (s *Server) transactionReplace(k aggregates.Key, item, next map[string]ddbtypes.AttributeValue, t Transaction, expected int64, a author) (*change, error) {
@@ -65,11 +67,17 @@ func (s *Server) transactionReplace(k aggregates.Key, item, next map[string]ddbt
 	cond, names, values := countCondition(item)
 	table.Count(next, readChanges(item)+1)
 	names["#pk"], names["#v"] = attrPK, attrVersion
-	values[":expected"] = intAV(expected)
+	// A transaction stored without a version (expected 0) is conditioned
+	// on having none, as transactionDelete does: no item holds version 0.
+	version := "attribute_not_exists(#v)"
+	if expected != 0 {
+		version = "#v = :expected"
+		values[":expected"] = intAV(expected)
+	}
 	return newChange("update", action{
 		item: ddbtypes.TransactWriteItem{Put: &ddbtypes.Put{
 			TableName: &s.cfg.Table, Item: next,
-			ConditionExpression:       aws.String("attribute_exists(#pk) AND #v = :expected AND " + cond),
+			ConditionExpression:       aws.String("attribute_exists(#pk) AND " + version + " AND " + cond),
 			ExpressionAttributeNames:  names,
 			ExpressionAttributeValues: values,
 		}},
@@ -86,11 +94,19 @@ func readChanges(item map[string]ddbtypes.AttributeValue) int64 {
 
 // countCondition is the condition that the change count of the item at
 // the key is still item's (absent when item has none), with its names
-// and values (fresh maps: the caller adds its own).
+// and values (fresh maps: the caller adds its own). A count stored in a
+// form that is not an integer (another path's write: a string, a
+// fraction) is conditioned on as stored, so that the write lands and
+// counts itself 1 (readChanges), as on an item without one: conditioned
+// on its absence, the write would fail, read the same version again and
+// go round for ever (the adversarial review of session 16).
 func countCondition(item map[string]ddbtypes.AttributeValue) (string, map[string]string, map[string]ddbtypes.AttributeValue) {
 	names := map[string]string{"#changes": table.AttrChanges}
 	if c, ok := table.Changes(item); ok {
 		return "#changes = :changes", names, map[string]ddbtypes.AttributeValue{":changes": intAV(c)}
+	}
+	if raw, ok := item[table.AttrChanges]; ok {
+		return "#changes = :changes", names, map[string]ddbtypes.AttributeValue{":changes": raw}
 	}
 	return "attribute_not_exists(#changes)", names, map[string]ddbtypes.AttributeValue{}
 }
@@ -126,7 +142,7 @@ func (s *Server) recountOr(k aggregates.Key, read int64, otherwise onFail) onFai
 // The delete leaves a tombstone (exactly-once.md, "The design: counted
 // changes", W): one UpdateItem that removes the transaction's fields
 // (table.TombstoneRemoves) and sets deletedAt, updatedAt, version read+1
-// and changes + 1 with the tombstone's sig. Its stream record is a MODIFY
+// (as a string: tombstone) and changes + 1 with the tombstone's sig. Its stream record is a MODIFY
 // whose new image is absent to the consumers (aggregates.ErrDeleted); the
 // key stays, so the id is never reused, until ledgerctl compact retires it.
 //
@@ -168,7 +184,16 @@ func (s *Server) tombstone(k aggregates.Key, item map[string]ddbtypes.AttributeV
 	}
 	tomb[table.AttrDeletedAt] = strAV(now)
 	tomb[attrUpdatedAt] = strAV(now)
-	tomb[attrVersion] = intAV(read + 1)
+	// The version as a string: a fence against a writer of a version
+	// before tombstones (one still serving, or rolled back to), which reads
+	// a tombstone as a transaction with its fields missing. It reads this
+	// version as none (0), so its PATCH (on condition version = :expected)
+	// and its DELETE (on condition that there is no version) both fail
+	// their conditions: it can neither bring the deleted transaction back
+	// with a counted, digest-matching write nor hard-delete the tombstone
+	// (the adversarial review of session 16, D16-1). Nothing of this
+	// version reads a tombstone's version (live).
+	tomb[attrVersion] = strAV(strconv.FormatInt(read+1, 10))
 	table.Count(tomb, readChanges(item)+1)
 
 	cond, names, values := countCondition(item)

@@ -24,6 +24,7 @@ branch a rebase runs on, is kept for a later run. Exit 0 when the scan ends.`
 func (e *environment) compact(ctx context.Context, args []string) int {
 	fs := e.flags("compact", compactHelp)
 	olderThan := fs.Duration("older-than", compact.DefaultOlderThan, "retire the tombstones deleted at least this long ago (at least the stream's retention, 24h)")
+	parallel := fs.Int("parallel", compact.DefaultParallel, "branches whose tombstones are retired at once (a branch's own one at a time)")
 	if err := fs.Parse(args); err != nil {
 		return exitError
 	}
@@ -41,13 +42,14 @@ func (e *environment) compact(ctx context.Context, args []string) int {
 	start := time.Now()
 	res, err := compact.Run(ctx, c, e.table, e.coordination, compact.Options{
 		OlderThan: *olderThan,
+		Parallel:  *parallel,
 		Progress: func(r compact.Result) {
 			m.Set(int64(r.Compacted), int64(r.Tombstones), fmt.Sprintf("%d items scanned, %d tombstones, %d retired", r.Scanned, r.Tombstones, r.Compacted))
 		},
 	})
 	m.Stop()
-	fmt.Fprintf(e.stdout, "%d items scanned, %d tombstones: %d retired (%d records added to retired counts), %d younger than %s, %d without a change count, %d changed since the scan, %d of a branch being rebased (kept); %s\n",
-		res.Scanned, res.Tombstones, res.Compacted, res.Retired, res.Young, *olderThan, res.Uncounted, res.Changed, res.Rebasing, time.Since(start).Round(time.Millisecond))
+	fmt.Fprintf(e.stdout, "%d items scanned, %d tombstones: %d retired (%d records added to retired counts), %d younger than %s, %d without a change count, %d changed since the scan, %d of a branch being rebased, %d refused as malformed (kept); %s\n",
+		res.Scanned, res.Tombstones, res.Compacted, res.Retired, res.Young, *olderThan, res.Uncounted, res.Changed, res.Rebasing, res.Failed, time.Since(start).Round(time.Millisecond))
 	if err != nil {
 		return e.fail(err)
 	}

@@ -11,9 +11,6 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
-	ddbtypes "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/shopspring/decimal"
 
 	"github.com/ledger-dev/ledger/aggregates"
@@ -31,7 +28,7 @@ func (e *environment) rollupReport(ctx context.Context, api QueryAPI, tenant, cu
 	curs := []string{cur}
 	if cur == "" {
 		var err error
-		if curs, err = branchCurrencies(ctx, api, e.table, tenant); err != nil {
+		if curs, err = table.BranchCurrencies(ctx, api, e.table, tenant, true); err != nil {
 			return e.fail(err)
 		}
 	}
@@ -118,44 +115,6 @@ func rollupView(s table.RollupSum) writer.Rollup {
 		}
 	}
 	return v
-}
-
-// branchCurrencies lists the currencies of the tenant's branches, sorted,
-// "-" for branches without one (as the writer's roll-up reads decide which
-// currency a request without one means).
-func branchCurrencies(ctx context.Context, api QueryAPI, tableName, tenant string) ([]string, error) {
-	in := &dynamodb.QueryInput{
-		TableName:                 aws.String(tableName),
-		ConsistentRead:            aws.Bool(true),
-		KeyConditionExpression:    aws.String("#pk = :pk"),
-		ProjectionExpression:      aws.String("#cur"),
-		ExpressionAttributeNames:  map[string]string{"#pk": table.AttrPK, "#cur": table.AttrCurrency},
-		ExpressionAttributeValues: map[string]ddbtypes.AttributeValue{":pk": table.S(aggregates.BranchPK(tenant))},
-	}
-	seen := map[string]bool{}
-	for {
-		out, err := api.Query(ctx, in)
-		if err != nil {
-			return nil, fmt.Errorf("list the branches of tenant %s: %w", tenant, err)
-		}
-		for _, item := range out.Items {
-			c, _ := table.String(item, table.AttrCurrency)
-			if c == "" {
-				c = aggregates.NoCurrency
-			}
-			seen[c] = true
-		}
-		if len(out.LastEvaluatedKey) == 0 {
-			break
-		}
-		in.ExclusiveStartKey = out.LastEvaluatedKey
-	}
-	curs := make([]string, 0, len(seen))
-	for c := range seen {
-		curs = append(curs, c)
-	}
-	slices.Sort(curs)
-	return curs, nil
 }
 
 // rollups reads the sample tenant's roll-ups in currency cur of one period

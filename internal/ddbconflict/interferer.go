@@ -72,10 +72,8 @@ func (f *Interferer) Run(ctx context.Context) error {
 		// A table at random, then one of its items: the few checkpoints
 		// are held as often as the many report items.
 		if i := rng.IntN(len(f.Tables)); len(keys[i]) > 0 {
-			_, err := f.API.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: []types.TransactWriteItem{{
-				ConditionCheck: &types.ConditionCheck{TableName: aws.String(f.Tables[i]), Key: keys[i][rng.IntN(len(keys[i]))],
-					ConditionExpression: aws.String("attribute_exists(PK) OR attribute_not_exists(PK)")},
-			}}})
+			_, err := f.API.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{
+				TransactItems: AlwaysHolds(f.Tables[i], keys[i][rng.IntN(len(keys[i]))])})
 			f.sent++
 			var tce *types.TransactionCanceledException
 			switch {

@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net/http"
-	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -243,46 +241,26 @@ func TestPoller_CommitMeetingAHeldItemIsRetriedCountedAndExact(t *testing.T) {
 			if tc.coordination {
 				tbl = table.CoordinationTableName(e.table)
 			}
-			held, release := make(chan struct{}), make(chan struct{})
-			var intruding atomic.Bool
-			emu := newConflicts(0)
-			emu.Hold = func(_ context.Context, ks []string) {
-				if intruding.CompareAndSwap(true, false) {
-					close(held)
-					<-release
-				}
-			}
 			// The consumer's transport: the third cancellation it receives
 			// frees the held items before the answer reaches it.
-			var cancellations atomic.Int64
-			var once sync.Once
-			counting := roundTripFunc(func(req *http.Request) (*http.Response, error) {
-				resp, err := emu.RoundTrip(req)
-				if err == nil && resp.StatusCode == http.StatusBadRequest && strings.HasSuffix(req.Header.Get("X-Amz-Target"), ".TransactWriteItems") {
-					if cancellations.Add(1) == 3 {
-						once.Do(func() { close(release) })
-					}
-				}
-				return resp, err
-			})
+			hold := ddbconflict.NewHolder("TransactWriteItems", 3)
+			emu := newConflicts(0)
+			emu.Hold = hold.Hold
+			counting := hold.Counting(emu)
 			cfg := ddbtest.Config(t, infra.WithTransportWrapper(func(http.RoundTripper) http.RoundTripper { return counting }))
 			consumer := dynamodb.NewFromConfig(cfg, func(o *dynamodb.Options) { o.RetryMaxAttempts = 1 })
 
 			// The other transaction: ConditionChecks that always hold,
 			// kept in flight.
-			items := make([]ddbtypes.TransactWriteItem, len(keys))
-			for j, k := range keys {
-				items[j] = ddbtypes.TransactWriteItem{ConditionCheck: &ddbtypes.ConditionCheck{TableName: aws.String(tbl), Key: k,
-					ConditionExpression: aws.String("attribute_exists(PK) OR attribute_not_exists(PK)")}}
-			}
+			items := ddbconflict.AlwaysHolds(tbl, keys...)
 			other := conflictClient(t, emu, nil)
 			odone := make(chan error, 1)
-			intruding.Store(true)
+			hold.Arm()
 			go func() {
 				_, err := other.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: items})
 				odone <- err
 			}()
-			<-held
+			<-hold.Held()
 
 			p1 := e.pollerWith(t, "p1", nil, consumer, processor.Config{}, func(c *poller.Config) { c.Drain = true })
 			rctx, cancel := context.WithTimeout(ctx, 90*time.Second)
@@ -300,7 +278,3 @@ func TestPoller_CommitMeetingAHeldItemIsRetriedCountedAndExact(t *testing.T) {
 		})
 	}
 }
-
-type roundTripFunc func(*http.Request) (*http.Response, error)
-
-func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
