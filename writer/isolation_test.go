@@ -68,10 +68,17 @@ func TestIsolation_ATenantOfManyLongNamesStopsNoOneElse(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	table := ownTable(t)
-	// The hostile tenant's writer charges a budget it never reaches, so
-	// the log shows what the writer charges it against what the consumers
-	// spend on it (issue 24, hole 9: "Charge or bound").
-	hostile := newEnv(t, table, func(c *writer.Config) { c.TenantBudget = writer.BudgetConfig{Rate: 1e6, Timeout: time.Minute} })
+	// With LEDGER_ISOLATION_BUDGET=1 the hostile tenant's writer charges a
+	// budget it never reaches, so the log shows what the writer charges it
+	// against what the consumers spend on it (issue 24, hole 9: "Charge or
+	// bound"). Off by default: the runs that timed out on a loaded machine
+	// had it on, and the test's subject is the consumers.
+	var hostileOpts []envOption
+	budgeted := os.Getenv("LEDGER_ISOLATION_BUDGET") == "1"
+	if budgeted {
+		hostileOpts = append(hostileOpts, func(c *writer.Config) { c.TenantBudget = writer.BudgetConfig{Rate: 1e6, Timeout: time.Minute} })
+	}
+	hostile := newEnv(t, table, hostileOpts...)
 	victim := newEnv(t, table)
 	require.Equal(t, len(longName(2, n)), 4*aggregates.MaxNameLength)
 
@@ -162,8 +169,10 @@ func TestIsolation_ATenantOfManyLongNamesStopsNoOneElse(t *testing.T) {
 	charged := func(kind string) float64 {
 		return testutil.ToFloat64(hostile.metrics.TenantBudgetCharged.WithLabelValues(kind))
 	}
-	t.Logf("the hostile tenant's budget was charged per transaction: %.2f units (request %.0f, read %.1f, write %.1f in all; DynamoDB Local reports a transaction's writes once, AWS twice)",
-		(charged("request")+charged("read")+charged("write"))/float64(n), charged("request"), charged("read"), charged("write"))
+	if budgeted {
+		t.Logf("the hostile tenant's budget was charged per transaction: %.2f units (request %.0f, read %.1f, write %.1f in all; DynamoDB Local reports a transaction's writes once, AWS twice)",
+			(charged("request")+charged("read")+charged("write"))/float64(n), charged("request"), charged("read"), charged("write"))
+	}
 	rollupUnits := func(kind string) float64 { return testutil.ToFloat64(pm.RollupWriteUnits.WithLabelValues(kind)) }
 	t.Logf("ledger_rollup_write_units_total, both tenants: delta_put %.0f, delta_delete %.0f, partial %.0f, partial_entry %.0f",
 		rollupUnits(processor.RollupCostDeltaPut), rollupUnits(processor.RollupCostDeltaDelete), rollupUnits(processor.RollupCostPartial), rollupUnits(processor.RollupCostEntry))
