@@ -100,11 +100,16 @@ func TestIsolation_ATenantOfManyLongNamesStopsNoOneElse(t *testing.T) {
 		meter = bench.NewMeter(db)
 		api = meter
 	}
-	proc, err := processor.New(api, processor.Config{Table: table}, pm)
+	// The consumers' logs (a retried read, a failed commit: what a stall
+	// would show) and metrics are printed if the test fails; with
+	// LEDGER_ISOLATION_LOG=1 the logs go to stderr as they come, and the
+	// metrics every 15 s.
+	logs := newFailureLog(t, reg, os.Getenv("LEDGER_ISOLATION_LOG") == "1")
+	proc, err := processor.New(api, processor.Config{Table: table, Logger: logs.logger("processor")}, pm)
 	require.NoError(t, err)
 	pl, err := poller.New(dynamodbstreams.NewFromConfig(ddbtest.Config(t)), db, proc, poller.Config{
 		Table: table, StreamARN: info.StreamARN, Owner: "isolation",
-		IdleBackoff: 20 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		IdleBackoff: 20 * time.Millisecond, Logger: logs.logger("poller"),
 	}, poller.NewMetrics(reg))
 	require.NoError(t, err)
 	done := make(chan error, 1)
@@ -215,6 +220,85 @@ func TestIsolation_ATenantOfManyLongNamesStopsNoOneElse(t *testing.T) {
 	if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
 		t.Fatalf("poller: %v", err)
 	}
+}
+
+// failureLog keeps what loggers write and prints it through t.Log if the
+// test fails (and to stderr as it comes when live is set: a test stalled
+// past its timeout never reaches its cleanup).
+type failureLog struct {
+	mu   sync.Mutex
+	buf  strings.Builder
+	live bool
+}
+
+func newFailureLog(t *testing.T, reg *prometheus.Registry, live bool) *failureLog {
+	l := &failureLog{live: live}
+	stop := make(chan struct{})
+	if live {
+		go func() {
+			for {
+				select {
+				case <-stop:
+					return
+				case <-time.After(15 * time.Second):
+					fmt.Fprintf(os.Stderr, "%s metrics:\n%s", time.Now().Format(time.TimeOnly), metricsText(reg))
+				}
+			}
+		}()
+	}
+	t.Cleanup(func() {
+		close(stop)
+		if t.Failed() {
+			l.mu.Lock()
+			defer l.mu.Unlock()
+			t.Logf("the consumers' logs:\n%s\nthe consumers' metrics:\n%s", l.buf.String(), metricsText(reg))
+		}
+	})
+	return l
+}
+
+// metricsText is reg's non-zero samples, one a line.
+func metricsText(reg *prometheus.Registry) string {
+	mfs, err := reg.Gather()
+	if err != nil {
+		return err.Error()
+	}
+	var b strings.Builder
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			var v float64
+			switch {
+			case m.GetCounter() != nil:
+				v = m.GetCounter().GetValue()
+			case m.GetGauge() != nil:
+				v = m.GetGauge().GetValue()
+			case m.GetHistogram() != nil:
+				v = float64(m.GetHistogram().GetSampleCount())
+			}
+			if v == 0 {
+				continue
+			}
+			labels := make([]string, 0, len(m.GetLabel()))
+			for _, lp := range m.GetLabel() {
+				labels = append(labels, lp.GetName()+"="+lp.GetValue())
+			}
+			fmt.Fprintf(&b, "  %s{%s} %g\n", mf.GetName(), strings.Join(labels, ","), v)
+		}
+	}
+	return b.String()
+}
+
+func (l *failureLog) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.live {
+		os.Stderr.Write(p)
+	}
+	return l.buf.Write(p)
+}
+
+func (l *failureLog) logger(who string) *slog.Logger {
+	return slog.New(slog.NewTextHandler(l, &slog.HandlerOptions{Level: slog.LevelDebug})).With("who", who)
 }
 
 // kindCost is the write units a meter billed one tenant's items, by kind.
