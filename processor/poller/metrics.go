@@ -16,6 +16,8 @@ const (
 	LeaseReleased  = "released"   // given up (shutdown, shard finished, drain done)
 	LeaseHandedOff = "handed_off" // given to the poller that asked for it
 	LeaseRequested = "requested"  // asked another owner for one of its leases
+	LeaseFenced    = "fenced"     // a poller whose heartbeat stopped fenced before its leases are taken over (one per gone poller)
+	LeaseRejoined  = "rejoined"   // this poller's heartbeat found it fenced: it dropped every lease and registered again
 )
 
 // Label values of ledger_poller_lease_losses_total{cause}. Only taken and

@@ -1,0 +1,368 @@
+package poller_test
+
+import (
+	"context"
+	"log/slog"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	ddbtypes "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodbstreams"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/ledger-dev/ledger/internal/ledgertest"
+	"github.com/ledger-dev/ledger/internal/streamemu"
+	"github.com/ledger-dev/ledger/processor"
+	"github.com/ledger-dev/ledger/processor/poller"
+	"github.com/ledger-dev/ledger/table"
+)
+
+// The worker heartbeat (docs/exactly-once.md, "The worker heartbeat"): a
+// live poller keeps its leases by one write of its worker item per round,
+// and a lease item is written only when it changes hands.
+
+// leaseWriteCounter counts a coordinator's writes by item kind, in front
+// of the real table; heartbeats of its own item fail while stopped says so
+// (the process goes on: readers, commits, lease writes).
+type leaseWriteCounter struct {
+	poller.Table
+	owner      string
+	stopped    atomic.Bool
+	mu         sync.Mutex
+	leases     int // UpdateItems of lease items (takes, renewals, releases)
+	heartbeats int // this poller's heartbeats that landed
+}
+
+func isHeartbeat(in *dynamodb.UpdateItemInput, owner string) bool {
+	pk, _ := table.String(in.Key, table.AttrPK)
+	sk, _ := table.String(in.Key, table.AttrSK)
+	return strings.HasSuffix(pk, "#WORKERS") && sk == "WORKER#"+owner && strings.Contains(aws.ToString(in.UpdateExpression), "ADD #b")
+}
+
+func (c *leaseWriteCounter) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error) {
+	hb := isHeartbeat(in, c.owner)
+	if hb && c.stopped.Load() {
+		return nil, &ddbtypes.InternalServerError{Message: aws.String("heartbeats stopped by the test")}
+	}
+	out, err := c.Table.UpdateItem(ctx, in, opts...)
+	sk, _ := table.String(in.Key, table.AttrSK)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	switch {
+	case strings.HasPrefix(sk, "LEASE#"):
+		c.leases++
+	case hb && err == nil:
+		c.heartbeats++
+	}
+	return out, err
+}
+
+func (c *leaseWriteCounter) read() (leases, heartbeats int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.leases, c.heartbeats
+}
+
+// hbPoller is a poller on the emulation whose coordinator calls go through
+// coord (wrapping the env's conflict-emulating client when nil) and whose
+// commits through procAPI (the same client when nil).
+func (e *emuEnv) hbPoller(t *testing.T, owner string, coord func(poller.Table) poller.Table, procAPI processor.DynamoDB, streams poller.Streams, mutate func(*poller.Config)) *testPoller {
+	t.Helper()
+	api := conflictClient(t, e.conflicts, nil)
+	if procAPI == nil {
+		procAPI = api
+	}
+	var tbl poller.Table = api
+	if coord != nil {
+		tbl = coord(api)
+	}
+	if streams == nil {
+		streams = e.s
+	}
+	tp := &testPoller{reg: prometheus.NewRegistry(), logs: &logSink{}}
+	tp.pm = processor.NewMetrics(tp.reg)
+	tp.m = poller.NewMetrics(tp.reg)
+	proc, err := processor.New(procAPI, processor.Config{Table: e.table, BaseBackoff: time.Millisecond, MaxBackoff: 20 * time.Millisecond}, tp.pm)
+	require.NoError(t, err)
+	cfg := fastConfig(e.table, e.stream.arn, owner)
+	cfg.DiscoverInterval = time.Minute
+	cfg.Logger = slog.New(slog.NewJSONHandler(tp.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	if mutate != nil {
+		mutate(&cfg)
+	}
+	tp.Poller, err = poller.New(streams, tbl, proc, cfg, tp.m)
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("logs of %s:\n%s", owner, tp.logs)
+		}
+	})
+	e.lives = append(e.lives, tp)
+	return tp
+}
+
+// In steady state (two pollers, 16 shards, leases held, nothing changing
+// hands) a heartbeat poller writes no lease item: one heartbeat per round
+// per poller. The same fleet renewing every lease (LeaseModeRenew, every
+// poller before the heartbeat) writes each held lease every round: 16 a
+// round. The heartbeat case fails on the code before the heartbeat, which
+// renews every lease.
+func TestPoller_LeaseWritesPerRoundFollowThePollersNotTheLeases(t *testing.T) {
+	const shards = 16
+	const lease = 3 * time.Second // a round every second
+	for _, tc := range []struct {
+		mode poller.LeaseMode
+	}{{poller.LeaseModeHeartbeat}, {poller.LeaseModeRenew}} {
+		t.Run(string(tc.mode), func(t *testing.T) {
+			e := newEmuEnv(t, 401, streamemu.Config{Shards: shards, Seed: 401})
+			cfg := func(c *poller.Config) { c.LeaseDuration, c.LeaseMode = lease, tc.mode }
+			ca, cb := &leaseWriteCounter{owner: "a"}, &leaseWriteCounter{owner: "b"}
+			wrap := func(c *leaseWriteCounter) func(poller.Table) poller.Table {
+				return func(api poller.Table) poller.Table { c.Table = api; return c }
+			}
+			a := e.hbPoller(t, "a", wrap(ca), nil, nil, cfg)
+			b := e.hbPoller(t, "b", wrap(cb), nil, nil, cfg)
+			e.write(t, 40)
+			stopA, stopB := start(t, a), start(t, b)
+			eventually(t, "both hold their share", 20*lease, func() bool { return balanced(t, shards, a, b) })
+			time.Sleep(lease) // hand-overs settle
+			la0, ha0 := ca.read()
+			lb0, hb0 := cb.read()
+			time.Sleep(2 * lease) // about six rounds
+			la1, ha1 := ca.read()
+			lb1, hb1 := cb.read()
+			leaseWrites, beats := (la1-la0)+(lb1-lb0), (ha1-ha0)+(hb1-hb0)
+			t.Logf("%s: %d lease-item writes and %d heartbeats in %s (two pollers, %d leases held)", tc.mode, leaseWrites, beats, 2*lease, shards)
+			require.GreaterOrEqual(t, beats, 2*3, "each poller heartbeats every round")
+			if tc.mode == poller.LeaseModeHeartbeat {
+				// Proportional to the pollers: the heartbeats; no lease item
+				// (a hand-over that a loaded machine delays past the settle
+				// above writes two).
+				assert.LessOrEqual(t, leaseWrites, 2, "no lease item is written in steady state")
+			} else {
+				assert.GreaterOrEqual(t, leaseWrites, shards*beats/2/2, "every held lease renewed at (nearly) every round")
+			}
+			assert.True(t, balanced(t, shards, a, b), "still balanced")
+			stopA()
+			stopB()
+			e.finish(t, nil)
+		})
+	}
+}
+
+// A poller whose heartbeats stop (its worker item cannot be written: its
+// process goes on reading and committing) loses its leases at the end of
+// their validity: its readers stop by their timers, the other poller sees
+// its beat unchanged for a lease duration, fences it, and takes its leases
+// over, one reader per shard throughout. When its heartbeats come back the
+// first one is refused by the fence: it drops what it held and registers
+// again.
+func TestPoller_TakesOverTheLeasesOfAPollerWhoseHeartbeatStopped(t *testing.T) {
+	const shards = 6
+	const lease = 3 * time.Second
+	e := newEmuEnv(t, 402, streamemu.Config{Shards: shards, Seed: 402})
+	cfg := func(c *poller.Config) { c.LeaseDuration = lease }
+	ca := &leaseWriteCounter{owner: "a"}
+	a := e.hbPoller(t, "a", func(api poller.Table) poller.Table { ca.Table = api; return ca }, nil, nil, cfg)
+	e.write(t, 60)
+	stopA := start(t, a)
+	eventually(t, "a holds every shard", 10*lease, func() bool { return counter(t, a.m.LeasesHeld) == shards })
+	b := e.hbPoller(t, "b", nil, nil, nil, cfg)
+	stopB := start(t, b)
+	eventually(t, "both hold their share", 20*lease, func() bool { return balanced(t, shards, a, b) })
+
+	ca.stopped.Store(true)
+	stoppedAt := time.Now()
+	e.write(t, 60)
+	eventually(t, "b takes a's leases over", 10*lease, func() bool { return counter(t, b.m.LeasesHeld) == shards })
+	took := time.Since(stoppedAt)
+	assert.GreaterOrEqual(t, took, lease-lease/3, "not before a lease duration after a's last heartbeat")
+	assert.Equal(t, 1.0, counter(t, b.m.LeaseEvents.WithLabelValues(poller.LeaseFenced)), "one fence for the gone poller, whatever it held")
+	assert.Equal(t, float64(shards/2), counter(t, b.m.LeaseEvents.WithLabelValues(poller.LeaseTakenOver)))
+	eventually(t, "a's readers stopped", 10*lease, func() bool { return counter(t, a.m.LeasesHeld) == 0 })
+
+	ca.stopped.Store(false)
+	eventually(t, "a's heartbeat is refused by the fence and it registers again", 10*lease, func() bool {
+		return counter(t, a.m.LeaseEvents.WithLabelValues(poller.LeaseRejoined)) == 1
+	})
+	e.write(t, 60)
+	eventually(t, "balanced again", 20*lease, func() bool { return balanced(t, shards, a, b) })
+	stopA()
+	stopB()
+	e.finish(t, nil)
+	end := time.Now()
+	requireNoOverlap(t, append(readerIntervals(t, a.logs.lines(), end), readerIntervals(t, b.logs.lines(), end)...))
+}
+
+// gate pauses every call that waits on it, as if the process were stopped
+// (SIGSTOP, a VM frozen), until resumed: the calls then go on.
+type gate struct {
+	mu sync.Mutex
+	ch chan struct{} // open while paused
+}
+
+func (g *gate) pause()  { g.mu.Lock(); g.ch = make(chan struct{}); g.mu.Unlock() }
+func (g *gate) resume() { g.mu.Lock(); close(g.ch); g.ch = nil; g.mu.Unlock() }
+func (g *gate) wait() {
+	g.mu.Lock()
+	ch := g.ch
+	g.mu.Unlock()
+	if ch != nil {
+		<-ch
+	}
+}
+
+// gatedStreams waits on the gate before every stream call.
+type gatedStreams struct {
+	poller.Streams
+	g *gate
+}
+
+func (s gatedStreams) DescribeStream(ctx context.Context, in *dynamodbstreams.DescribeStreamInput, opts ...func(*dynamodbstreams.Options)) (*dynamodbstreams.DescribeStreamOutput, error) {
+	s.g.wait()
+	return s.Streams.DescribeStream(ctx, in, opts...)
+}
+
+func (s gatedStreams) GetShardIterator(ctx context.Context, in *dynamodbstreams.GetShardIteratorInput, opts ...func(*dynamodbstreams.Options)) (*dynamodbstreams.GetShardIteratorOutput, error) {
+	s.g.wait()
+	return s.Streams.GetShardIterator(ctx, in, opts...)
+}
+
+func (s gatedStreams) GetRecords(ctx context.Context, in *dynamodbstreams.GetRecordsInput, opts ...func(*dynamodbstreams.Options)) (*dynamodbstreams.GetRecordsOutput, error) {
+	s.g.wait()
+	return s.Streams.GetRecords(ctx, in, opts...)
+}
+
+// A poller paused (every DynamoDB and stream call of its process waits)
+// past its leases' validity, whose leases another poller took over and
+// committed from, commits nothing of them when it resumes: its readers
+// were cancelled by their timers, the calls it had in flight either fail
+// their checkpoint condition or are cancelled, and its first heartbeat is
+// refused by the fence. Records applied by it after the resume: none
+// (everything was committed by the other before); the reports exact.
+func TestPoller_APausedPollerResumingCommitsNothingOfTheLeasesTakenFromIt(t *testing.T) {
+	const shards = 4
+	const lease = 3 * time.Second
+	e := newEmuEnv(t, 403, streamemu.Config{Shards: shards, Seed: 403})
+	cfg := func(c *poller.Config) { c.LeaseDuration = lease }
+	g := &gate{}
+	paused := faultClient(t, func(string) ledgertest.Fault { g.wait(); return ledgertest.Pass })
+	a := e.hbPoller(t, "a", func(poller.Table) poller.Table { return paused }, paused, gatedStreams{Streams: e.s, g: g}, cfg)
+	e.write(t, 40)
+	stopA := start(t, a)
+	eventually(t, "a holds every shard", 10*lease, func() bool { return counter(t, a.m.LeasesHeld) == shards })
+	eventually(t, "a applies records", 10*lease, func() bool { return recordsTotal(t, a.pm, processor.OutcomeApplied) > 0 })
+	b := e.hbPoller(t, "b", nil, nil, nil, cfg)
+	stopB := start(t, b)
+	eventually(t, "both hold their share", 20*lease, func() bool { return balanced(t, shards, a, b) })
+
+	g.pause()
+	e.write(t, 80) // on every shard, a's too
+	eventually(t, "b takes a's leases over", 10*lease, func() bool { return counter(t, b.m.LeasesHeld) == shards })
+	require.NoError(t, e.s.Sync(context.Background()))
+	eventually(t, "b commits what was written", 20*lease, func() bool {
+		return recordsTotal(t, b.pm, processor.OutcomeApplied) >= 1 && e.reconciledNow(t)
+	})
+	appliedBefore := recordsTotal(t, a.pm, processor.OutcomeApplied)
+	g.resume()
+	eventually(t, "a's heartbeat is refused by the fence", 10*lease, func() bool {
+		return counter(t, a.m.LeaseEvents.WithLabelValues(poller.LeaseRejoined)) >= 1
+	})
+	time.Sleep(lease) // a takes its share again; nothing is left to apply
+	assert.Equal(t, appliedBefore, recordsTotal(t, a.pm, processor.OutcomeApplied), "a applied nothing after it resumed")
+	assert.Equal(t, 1.0, counter(t, b.m.LeaseEvents.WithLabelValues(poller.LeaseFenced)))
+	stopA()
+	stopB()
+	e.finish(t, nil)
+}
+
+// reconciledNow reports whether every report matches the transactions in
+// the table now: the fleet has committed everything written.
+func (e *emuEnv) reconciledNow(t *testing.T) bool {
+	t.Helper()
+	diffs, _, err := processor.Reconcile(context.Background(), e.ddb, e.table, processor.Scope{})
+	require.NoError(t, err)
+	return len(diffs) == 0
+}
+
+// A rolling upgrade: a heartbeat poller and a poller that renews every
+// lease (LeaseModeRenew: the take-over rule of every poller before the
+// heartbeat, which takes a lease whose counter it saw unchanged for a
+// lease duration) share the stream for several lease durations. The
+// heartbeat poller sees the other in the registry and renews its leases
+// too, so neither takes the other's leases over; once the old one leaves,
+// the heartbeat poller stops renewing lease items. Without that (a
+// heartbeat poller that never renews), the old poller takes every lease
+// of the heartbeat poller over after a lease duration.
+func TestPoller_AMixedFleetOfOldAndHeartbeatPollersKeepsOneReaderPerShard(t *testing.T) {
+	const shards = 8
+	const lease = 3 * time.Second
+	e := newEmuEnv(t, 404, streamemu.Config{Shards: shards, Seed: 404})
+	ch := &leaseWriteCounter{owner: "new"}
+	n := e.hbPoller(t, "new", func(api poller.Table) poller.Table { ch.Table = api; return ch }, nil, nil, func(c *poller.Config) { c.LeaseDuration = lease })
+	o := e.hbPoller(t, "old", nil, nil, nil, func(c *poller.Config) { c.LeaseDuration, c.LeaseMode = lease, poller.LeaseModeRenew })
+	e.write(t, 40)
+	stopN, stopO := start(t, n), start(t, o)
+	eventually(t, "both hold their share", 20*lease, func() bool { return balanced(t, shards, n, o) })
+	e.write(t, 40)
+	// What the old poller's take-over rule needs: every lease the heartbeat
+	// poller holds has its counter moved within a lease duration.
+	before := e.leaseCounters(t, "new")
+	time.Sleep(lease)
+	after := e.leaseCounters(t, "new")
+	require.NotEmpty(t, before)
+	for shard, c := range before {
+		if c2, still := after[shard]; still {
+			assert.Greater(t, c2, c, "lease %s of the heartbeat poller renewed while an old poller is live", shard)
+		}
+	}
+	time.Sleep(2 * lease)
+	for _, p := range []*testPoller{n, o} {
+		assert.Zero(t, counter(t, p.m.LeaseEvents.WithLabelValues(poller.LeaseTakenOver)), "nobody takes a live poller's lease over")
+		assert.Zero(t, counter(t, p.m.LeaseLosses.WithLabelValues(poller.LossTaken)), "nobody loses a lease to a take-over")
+	}
+	assert.Positive(t, logged(n.logs.lines(), "a live poller renews every lease"), "the heartbeat poller renews while an old one is live")
+	stopO()
+	eventually(t, "the heartbeat poller holds every shard", 20*lease, func() bool { return counter(t, n.m.LeasesHeld) == shards })
+	eventually(t, "back to the heartbeat alone", 10*lease, func() bool {
+		return logged(n.logs.lines(), "every live poller heartbeats") > 0
+	})
+	time.Sleep(lease)
+	l0, _ := ch.read()
+	time.Sleep(2 * lease)
+	l1, _ := ch.read()
+	assert.LessOrEqual(t, l1-l0, 2, "no lease item renewed once the old poller left")
+	e.write(t, 40)
+	stopN()
+	e.finish(t, nil)
+	end := time.Now()
+	requireNoOverlap(t, append(readerIntervals(t, n.logs.lines(), end), readerIntervals(t, o.logs.lines(), end)...))
+}
+
+// leaseCounters reads the stream's lease items: the counter of each one
+// owner holds.
+func (e *emuEnv) leaseCounters(t *testing.T, owner string) map[string]int64 {
+	t.Helper()
+	out := map[string]int64{}
+	var start map[string]ddbtypes.AttributeValue
+	for {
+		ls, next, err := table.ReadLeasePage(context.Background(), e.ddb, table.CoordinationTableName(e.table), e.stream.arn, start, 100)
+		require.NoError(t, err)
+		for _, l := range ls {
+			if l.Owner == owner {
+				out[l.Shard] = l.Counter
+			}
+		}
+		if next == nil {
+			return out
+		}
+		start = next
+	}
+}
