@@ -74,6 +74,7 @@ type Poller struct {
 	beatUntil  atomic.Int64
 	compat     atomic.Bool      // a live poller that renews every lease is in the registry: renew ours too
 	fencedOut  atomic.Bool      // a heartbeat was refused by a fence: the coordinator rejoins
+	paused     bool             // the heartbeat's validity ended with leases held: readers stopped (checkPause)
 	heldN      atomic.Int64     // leases held, for the heartbeat's held count
 	hbMu       sync.Mutex       // guards hbAnswer
 	hbAnswer   *table.Worker    // the last heartbeat's answer not yet seen by the coordinator
@@ -1168,11 +1169,12 @@ func (p *Poller) renewAll(ctx context.Context) {
 		err  error
 	}
 	var due []result
+	p.checkPause()
 	for id, h := range p.held {
 		if h.lost {
 			continue
 		}
-		if !time.Now().Before(p.validity(h)) {
+		if p.expired(h, time.Now()) {
 			p.expire(id, h)
 			continue
 		}
@@ -1245,7 +1247,9 @@ var errLeaseTaken = errors.New("lease taken by another poller")
 // validity counts from.
 func (p *Poller) renew(ctx context.Context, id string, h *holding) (lease, time.Time, error) {
 	budget := time.Now().Add(p.cfg.renewInterval() / 2)
-	if v := p.validity(h); v.Before(budget) {
+	// Within the lease's own validity: a heartbeat poller renewing in
+	// compat keeps the lease while the heartbeat is late (expired).
+	if v := fromMono(h.until.Load()); v.Before(budget) {
 		budget = v
 	}
 	target := h.lease.counter + 1
@@ -1285,6 +1289,43 @@ func (p *Poller) renew(ctx context.Context, id string, h *holding) (lease, time.
 			return lease{}, sent, fmt.Errorf("%d attempts: %w", attempt, err)
 		}
 		time.Sleep(wait)
+	}
+}
+
+// expired reports whether h's lease may be another poller's at now
+// without a fence of this one: for a poller that renews every lease, its
+// own validity ended; for a heartbeat poller, only while it renews every
+// lease too (compat: a renewing poller takes a lease whose counter it saw
+// unchanged for a lease duration). A heartbeat poller's lease outlives
+// its heartbeat's validity: nobody takes it before fencing this poller
+// (claim H1), and a heartbeat that lands unfenced proves nobody did; its
+// reader is stopped meanwhile (the watchdog) and started again once a
+// heartbeat lands (checkPause; docs/exactly-once.md, "The worker
+// heartbeat", "A late heartbeat").
+func (p *Poller) expired(h *holding, now time.Time) bool {
+	if p.heartbeats() && !p.compat.Load() {
+		return false
+	}
+	return !now.Before(fromMono(h.until.Load()))
+}
+
+// checkPause notes, once a round, whether this heartbeat poller's
+// validity has ended without a heartbeat landed (its readers stopped by
+// their watchdogs, its leases kept: expired) or has come back (a
+// heartbeat landed unfenced: its readers start again).
+func (p *Poller) checkPause() {
+	if !p.heartbeats() || len(p.held) == 0 && !p.paused {
+		return
+	}
+	lapsed := !time.Now().Before(fromMono(p.beatUntil.Load()))
+	switch {
+	case lapsed && !p.paused:
+		p.paused = true
+		p.m.LeaseEvents.WithLabelValues(LeasePaused).Add(float64(len(p.held)))
+		p.log.Warn("no heartbeat landed within the lease duration: reading stopped, leases kept until a heartbeat lands (or finds this poller fenced)", "leases", len(p.held))
+	case !lapsed && p.paused:
+		p.paused = false
+		p.log.Info("a heartbeat landed: reading again", "leases", len(p.held))
 	}
 }
 

@@ -211,11 +211,11 @@ func (p *Poller) heartbeater(ctx context.Context) {
 
 // beat writes this poller's heartbeat: the write that keeps every lease
 // it holds valid until its send time + LeaseDuration (docs/exactly-once.md,
-// "The worker heartbeat", claim H1). A failed attempt (each bounded by a
-// renewal interval) is retried with backoff until the leases' validity
-// ends; one refused by a fence sets fencedOut (the coordinator drops every
-// lease and rejoins). Safe from the heartbeat goroutine: it touches only
-// atomics and hbAnswer.
+// "The worker heartbeat", claim H1). A failed attempt (each given a lease
+// duration) is retried with backoff until the leases' validity ends, and
+// at least a renewal interval; one refused by a fence sets fencedOut (the
+// coordinator drops every lease and rejoins). Safe from the heartbeat
+// goroutine: it touches only atomics and hbAnswer.
 func (p *Poller) beat(ctx context.Context) {
 	budget := fromMono(p.beatUntil.Load())
 	if min := time.Now().Add(p.cfg.renewInterval()); budget.Before(min) {
@@ -223,11 +223,15 @@ func (p *Poller) beat(ctx context.Context) {
 	}
 	for attempt := 1; ; attempt++ {
 		sent := time.Now()
-		// A renewal interval per attempt: on its own goroutine a slow
-		// attempt holds nothing else up, and one cut short on a loaded
-		// table (half an interval: every heartbeat of a test fleet timed
-		// out at load 34 on 2 cores) is one that could have landed.
-		cctx, cancel := context.WithTimeout(ctx, p.cfg.renewInterval())
+		// A lease duration per attempt, not the validity left: the write
+		// is conditional on no fence, so however late it lands it is safe,
+		// and an answer within a lease duration of its send brings a
+		// validity still to come. One cut shorter on a slow table is one
+		// that may land unseen: the others see the beat move while this
+		// poller, without the answer, stops reading (at load 20 on 2
+		// cores, DynamoDB Local answered after more than the second left).
+		// On its own goroutine a slow attempt holds nothing else up.
+		cctx, cancel := context.WithTimeout(ctx, p.cfg.LeaseDuration)
 		// After the first (or the rejoin) landed, conditional on the item
 		// existing (HB4).
 		w, err := p.store.heartbeat(cctx, p.cfg.Owner, int(p.heldN.Load()), true, p.beatUntil.Load() != 0)
@@ -284,6 +288,7 @@ func (p *Poller) beaten(w table.Worker, sent time.Time) {
 func (p *Poller) rejoin(ctx context.Context) {
 	p.log.Warn("this poller's heartbeat was fenced: another poller is taking its leases over; dropping every lease and registering again", "leases", len(p.held))
 	p.beatUntil.Store(0)
+	p.paused = false
 	for id, h := range p.held {
 		if h.lost {
 			continue
