@@ -374,6 +374,19 @@ func (p *Poller) readRegistry(ctx context.Context) {
 				h.setUntil(beat)
 			}
 		} else {
+			// A lease whose own validity ended while a renewing poller was
+			// live may be that poller's now (its counter rule needs no
+			// fence), and it may have handed it on as it left: dropped as
+			// in compat (expired), before the heartbeat alone rules.
+			// Without this a round stalled past a lease's own validity and
+			// past the renewing poller's leave kept the lease and started
+			// its reader again on the heartbeat's validity alone.
+			now := time.Now()
+			for id, h := range p.held {
+				if !h.lost && !now.Before(fromMono(h.until.Load())) {
+					p.expire(id, h)
+				}
+			}
 			p.log.Info("every live poller heartbeats: leases kept by the heartbeat alone")
 		}
 	}
