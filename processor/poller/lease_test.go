@@ -131,9 +131,10 @@ func TestPoller_AJoiningPollerBelowItsFloorGetsALease(t *testing.T) {
 	e.requireReconciled(t)
 }
 
-// A poller that dies (every call fails) keeps its leases until they
-// expire; another takes them over only after it has seen them unrenewed
-// for a lease duration, after the dead poller's readers have stopped.
+// A poller that dies (every call fails) reads its shards until its
+// heartbeat's validity ends (then it stops, keeping the leases paused);
+// another takes them over only after it has seen its beat unchanged for a
+// lease duration, after the dead poller's readers have stopped.
 func TestPoller_TakesOverExpiredLeasesOfADeadPoller(t *testing.T) {
 	e := newEnv(t, 12)
 	shards := []string{"shardId-0", "shardId-1"}
@@ -154,7 +155,7 @@ func TestPoller_TakesOverExpiredLeasesOfADeadPoller(t *testing.T) {
 	time.Sleep(500 * time.Millisecond)
 	diedAt := time.Now()
 	dead.Store(true)
-	eventually(t, "B takes both over", 20*time.Second, func() bool { return counter(t, b.m.LeasesHeld) == 2 })
+	eventually(t, "B takes both over", 60*time.Second, func() bool { return counter(t, b.m.LeasesHeld) == 2 })
 	tookAfter := time.Since(diedAt)
 	// The takeover waits a lease duration (3s) after the last renewal B
 	// saw; A renews every third of that, so its last renewal may precede
@@ -162,8 +163,11 @@ func TestPoller_TakesOverExpiredLeasesOfADeadPoller(t *testing.T) {
 	// checked from the logs below.)
 	assert.GreaterOrEqual(t, tookAfter, 2*time.Second, "not before a lease duration after A's last renewal")
 	assert.Equal(t, 2.0, counter(t, b.m.LeaseEvents.WithLabelValues(poller.LeaseTakenOver))+counter(t, b.m.LeaseEvents.WithLabelValues(poller.LeaseAcquired)))
-	eventually(t, "A gives up what it held", 10*time.Second, func() bool {
-		return counter(t, a.m.LeasesHeld) == 0
+	// A heartbeat poller stops reading at its validity's end and keeps
+	// the leases, paused, until a heartbeat lands (here: refused by B's
+	// fence once A's calls come back, and then it drops them).
+	eventually(t, "A stops reading what it held", 30*time.Second, func() bool {
+		return counter(t, a.m.LeaseEvents.WithLabelValues(poller.LeasePaused)) > 0
 	})
 
 	stopWrites()
