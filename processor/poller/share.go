@@ -651,7 +651,7 @@ func (p *Poller) takeOffers(ctx context.Context) {
 			unread = append(unread, id)
 		}
 	}
-	rctx, cancel := context.WithTimeout(ctx, p.cfg.renewInterval()/2)
+	rctx, cancel := context.WithTimeout(ctx, p.takeBound())
 	var ls map[string]lease
 	var cps map[string]checkpoint
 	var wg sync.WaitGroup
@@ -732,8 +732,22 @@ func (p *Poller) parentDone(ctx context.Context, s shard) bool {
 	return cp.finished
 }
 
+// takeBound bounds a round's checkpoint reads before its takes, and its
+// takes: half a renewal interval while this poller renews lease items in
+// its rounds (the renewals wait for the round), a renewal interval for a
+// heartbeat poller, whose heartbeat runs on its own goroutine: a longer
+// round risks none of its leases, and reads cut at half an interval can
+// all fail on a slow table, round after round (each a call, concurrent:
+// DynamoDB Local at load 20 on 2 cores took over a second per call).
+func (p *Poller) takeBound() time.Duration {
+	if p.renewsLeases() {
+		return p.cfg.renewInterval() / 2
+	}
+	return p.cfg.renewInterval()
+}
+
 // takeShare takes free and expired leases up to this poller's share (of the
-// shards in only, when set), for at most half a renewal interval. Before
+// shards in only, when set), for at most takeBound. Before
 // a take it reads the checkpoints the decision needs, and only those: the
 // shard's own when this poller has not read it (a finished shard is not
 // taken), and its parent's when neither this poller nor the parent's lease
@@ -812,11 +826,15 @@ func (p *Poller) takeShare(ctx context.Context, only map[string]bool) {
 			ask(s.id)
 		}
 	}
+	bound := p.takeBound()
 	if len(reads) > 0 {
-		// Bounded like the takes: the renewals wait for this round.
-		rctx, cancel := context.WithTimeout(ctx, p.cfg.renewInterval()/2)
+		// Bounded like the takes.
+		rctx, cancel := context.WithTimeout(ctx, bound)
 		got := p.store.readCheckpoints(rctx, reads)
 		cancel()
+		if len(got) < len(reads) && ctx.Err() == nil {
+			p.log.Warn("reading checkpoints before taking leases came back short; the rest are read at the next round", "asked", len(reads), "read", len(got), "within", bound.String())
+		}
 		for id, cp := range got {
 			if old := p.cps[id]; old.finished {
 				continue
@@ -824,7 +842,7 @@ func (p *Poller) takeShare(ctx context.Context, only map[string]bool) {
 			p.cps[id] = cp
 		}
 	}
-	until := time.Now().Add(p.cfg.renewInterval() / 2)
+	until := time.Now().Add(bound)
 	if next := p.lastRenew.Add(p.cfg.renewInterval()); only != nil && next.Before(until) {
 		until = next // a reader's end does not hold up the next renewals
 	}
