@@ -58,11 +58,11 @@ func TestPoller_TwoPollersShareShardsFairlyAndHandOffOnShutdown(t *testing.T) {
 
 	a := e.poller(t, "A", nil, nil, nil)
 	stopA := start(t, a)
-	eventually(t, "A holds all four", 10*time.Second, func() bool { return counter(t, a.m.LeasesHeld) == 4 })
+	eventually(t, "A holds all four", time.Minute, func() bool { return counter(t, a.m.LeasesHeld) == 4 })
 
 	b := e.poller(t, "B", nil, nil, nil)
 	stopB := start(t, b)
-	eventually(t, "two each", 15*time.Second, func() bool {
+	eventually(t, "two each", time.Minute, func() bool {
 		return counter(t, a.m.LeasesHeld) == 2 && counter(t, b.m.LeasesHeld) == 2
 	})
 	// A sees B in the worker registry and hands it the two over its share
@@ -82,7 +82,7 @@ func TestPoller_TwoPollersShareShardsFairlyAndHandOffOnShutdown(t *testing.T) {
 	stopA()
 	assert.Equal(t, 0.0, counter(t, a.m.LeasesHeld))
 	assert.Equal(t, handed+held, counter(t, a.m.LeaseEvents.WithLabelValues(poller.LeaseHandedOff)), "a poller leaving hands its leases to the live one")
-	eventually(t, "B holds all four", 10*time.Second, func() bool { return counter(t, b.m.LeasesHeld) == 4 })
+	eventually(t, "B holds all four", time.Minute, func() bool { return counter(t, b.m.LeasesHeld) == 4 })
 	assert.Zero(t, counter(t, b.m.LeaseEvents.WithLabelValues(poller.LeaseTakenOver)), "handed-over leases are taken, not expired")
 
 	stopWrites()
