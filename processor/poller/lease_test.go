@@ -321,7 +321,7 @@ func TestPoller_AThrottledListingDoesNotHoldUpLeaseRenewals(t *testing.T) {
 	c := &throttledListing{Streams: f.client("P")}
 	p := e.poller(t, "P", c, nil, nil) // leases of 3 s, a listing due every 100 ms
 	stop := start(t, p)
-	eventually(t, "both leases held", 15*time.Second, func() bool { return counter(t, p.m.LeasesHeld) == 2 })
+	eventually(t, "both leases held", time.Minute, func() bool { return counter(t, p.m.LeasesHeld) == 2 })
 
 	c.on.Store(true)
 	stopWrites := e.writeOn(t, shards, 5, 50*time.Millisecond)
@@ -329,7 +329,7 @@ func TestPoller_AThrottledListingDoesNotHoldUpLeaseRenewals(t *testing.T) {
 	// Still refused: the shards are still read (before, the readers were
 	// stopped at their leases' end, 3 s in, and the pass still waited).
 	before := counter(t, p.m.Committed)
-	eventually(t, "records committed after three lease durations of refused listings", 5*time.Second, func() bool {
+	eventually(t, "records committed after three lease durations of refused listings", time.Minute, func() bool {
 		return counter(t, p.m.Committed) > before
 	})
 	stopWrites()
