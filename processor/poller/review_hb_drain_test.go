@@ -71,7 +71,12 @@ func TestPoller_ADrainWhoseAskFailedAsksAgain(t *testing.T) {
 	err := d.Run(ctx)
 	assert.NoError(t, err)
 	assert.NoError(t, ctx.Err(), "the drain did not get the leases it asked for within %s", 15*lease)
-	assert.Equal(t, float64(shards), counter(t, d.m.LeaseEvents.WithLabelValues(poller.LeaseAcquired))+counter(t, d.m.LeaseEvents.WithLabelValues(poller.LeaseTakenOver)), "leases the drain got")
+	// At least every shard once; more when a lease of the drain's expired
+	// on a loaded table (its renewals late) and it took it again (8 at
+	// load 35): a figure.
+	got := counter(t, d.m.LeaseEvents.WithLabelValues(poller.LeaseAcquired)) + counter(t, d.m.LeaseEvents.WithLabelValues(poller.LeaseTakenOver))
+	assert.GreaterOrEqual(t, got, float64(shards), "leases the drain got")
+	t.Logf("the drain took %.0f leases of %d shards", got, shards)
 	stopA()
 	e.finish(t, nil)
 }
