@@ -176,7 +176,9 @@ type Config struct {
 	// difference). A heartbeat poller renews every lease too while the
 	// worker registry shows a live poller that does not heartbeat
 	// (docs/exactly-once.md, "The worker heartbeat": migration). A drain
-	// always renews its leases.
+	// always renews its leases, and judges the others' by the worker
+	// registry (a heartbeat owner's by its beat, fenced first) whatever its
+	// LeaseMode (the review of the late heartbeat, session 17, D1).
 	LeaseMode LeaseMode
 	// DiscoverInterval is how often the whole stream is listed (default
 	// 5m, and at start). Between listings a finished shard's children are

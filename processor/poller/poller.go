@@ -81,7 +81,12 @@ type Poller struct {
 	hbStop     func()           // stops the heartbeat goroutine and waits for it
 	fenced     map[string]int64 // owners this poller fenced, at the beat it saw unchanged
 	registryAt time.Time        // when the registry was last read
-	asks       []string         // shards a drain asked this poller for, from its worker item
+	// registrySent is the send time of the last registry read that
+	// succeeded; unverified, that a verification of the leases held
+	// (verifyHeld) could not read them all.
+	registrySent time.Time
+	unverified   bool
+	asks         []string // shards a drain asked this poller for, from its worker item
 	// unasked are the requests of this poller (shard → owner) whose ask in
 	// the owner's worker item (AskWorker) failed after the lease's
 	// pendingOwner landed: written again at each pass until one lands (the
@@ -716,7 +721,7 @@ func (p *Poller) available(l lease) (ok bool, expired bool) {
 		return true, true
 	}
 	o, seen := p.seen[l.shard]
-	if p.cfg.LeaseMode != LeaseModeRenew {
+	if p.judgesByRegistry() {
 		w, registered := p.workers[l.owner]
 		switch {
 		case registered && w.heartbeat:
@@ -1015,7 +1020,7 @@ func (p *Poller) applyTake(a *takeAttempt) bool {
 // counter is the condition). It reports whether the take may go on.
 func (p *Poller) fence(ctx context.Context, owner string) bool {
 	w, ok := p.workers[owner]
-	if !ok || !w.heartbeat || p.cfg.LeaseMode == LeaseModeRenew {
+	if !ok || !w.heartbeat || !p.judgesByRegistry() {
 		return true
 	}
 	if err := p.store.fence(ctx, owner, w.beat); err != nil {
@@ -1045,6 +1050,19 @@ func (p *Poller) fence(ctx context.Context, owner string) bool {
 func (p *Poller) renewsLeases() bool {
 	return p.cfg.Drain || p.cfg.LeaseMode == LeaseModeRenew || p.compat.Load()
 }
+
+// judgesByRegistry reports whether this poller judges another owner's
+// lease by the worker registry (a heartbeat owner's by its beat, fenced
+// before the take: claim H1): every poller but a live one in
+// LeaseModeRenew, which emulates the pollers before the heartbeat (the
+// counter rule only). A drain judges by the registry whatever its
+// LeaseMode: it never registers, so no heartbeat poller renews its leases
+// for it (compat), and by the counter rule alone it took a live heartbeat
+// owner's lease, whose counter never moves, a lease duration after its
+// first read, with no fence: that owner read on beside it (the review of
+// the late heartbeat, session 17, D1: `poller --drain` with
+// LEDGER_LEASE_MODE=renew set for a rolling upgrade).
+func (p *Poller) judgesByRegistry() bool { return p.cfg.Drain || p.cfg.LeaseMode != LeaseModeRenew }
 
 // heartbeats reports whether this poller keeps its leases by its worker
 // item's heartbeat.

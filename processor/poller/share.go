@@ -193,20 +193,65 @@ func (p *Poller) registry(ctx context.Context) {
 
 // heartbeater writes this poller's heartbeat every renewal interval until
 // ctx ends; after a fence refused one it waits for the coordinator's
-// rejoin.
+// rejoin. A poller paused for pauseQuiet (no heartbeat answered within a
+// lease duration of its send) heartbeats only once every quietProbe
+// (silent).
 func (p *Poller) heartbeater(ctx context.Context) {
 	t := time.NewTicker(p.cfg.renewInterval())
 	defer t.Stop()
+	var last time.Time // the last beat's start
+	quiet := false
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
 		}
-		if !p.fencedOut.Load() {
-			p.beat(ctx)
+		if p.fencedOut.Load() {
+			continue
 		}
+		now := time.Now()
+		if p.silent(now, last) {
+			if !quiet {
+				quiet = true
+				p.log.Warn("paused for two lease durations: heartbeating once every three, so that the others fence this poller and read its shards (its heartbeats may land unanswered)",
+					"paused_for", now.Sub(fromMono(p.beatUntil.Load())).Round(time.Millisecond).String())
+			}
+			continue
+		}
+		quiet = false
+		last = now
+		p.beat(ctx)
 	}
+}
+
+// pauseQuiet and quietProbe, in lease durations: a heartbeat poller whose
+// validity ended pauseQuiet ago (paused: no heartbeat answered in time)
+// writes its heartbeat only once every quietProbe.
+const (
+	pauseQuiet = 2
+	quietProbe = 3
+)
+
+// silent reports whether the heartbeat due at now is skipped, last being
+// the previous one's start: this poller has been paused for pauseQuiet
+// lease durations and heartbeated within the last quietProbe. A paused
+// poller's heartbeats may be landing unanswered (every answer later than
+// a lease duration: a process starved of CPU, a response path that drops
+// answers): its beat moves, so nobody fences it, while it reads nothing,
+// and its shards were read by nobody for as long as that lasted (the
+// review of the late heartbeat, session 17, L1). Silent, its beat stands
+// still for quietProbe lease durations: long enough for the others' two
+// reads a lease duration apart, so they fence it and take its leases
+// over. The probe in between learns the fence (and the rejoin follows)
+// or, unfenced and answered in time, ends the pause. Safety is not
+// touched: a heartbeat skipped only shortens this poller's validity.
+func (p *Poller) silent(now, last time.Time) bool {
+	b := p.beatUntil.Load()
+	if b == 0 || now.Sub(fromMono(b)) < pauseQuiet*p.cfg.LeaseDuration {
+		return false
+	}
+	return now.Sub(last) < quietProbe*p.cfg.LeaseDuration
 }
 
 // beat writes this poller's heartbeat: the write that keeps every lease
@@ -315,6 +360,7 @@ func (p *Poller) rejoin(ctx context.Context) {
 // beats, what they hold and whether they heartbeat; and whether a live one
 // renews every lease (compat).
 func (p *Poller) readRegistry(ctx context.Context) {
+	sent := time.Now()
 	ws, err := p.store.readWorkers(ctx)
 	if err != nil {
 		if ctx.Err() == nil {
@@ -391,9 +437,78 @@ func (p *Poller) readRegistry(ctx context.Context) {
 		}
 	}
 	p.compat.Store(compat)
+	if p.heartbeats() && !compat && (p.unverified || !p.registrySent.IsZero() && sent.Sub(p.registrySent) >= p.cfg.LeaseDuration) {
+		p.verifyHeld(ctx)
+	}
+	p.registrySent = sent
 	p.registryAt = now
 	p.registryReads++
 	p.healthy.Store(now.UnixNano())
+}
+
+// verifyHeld re-reads every lease this heartbeat poller holds and drops
+// those no longer in its name at the counter it holds. Called at a
+// registry read sent a lease duration or more after the previous one (or
+// after a verification left leases unread): a poller that renews every
+// lease (an old version in a rolling upgrade, --lease-mode renew) may
+// have registered after the previous read, taken leases of this one by
+// its counter rule (no fence: the heartbeat does not move a lease's
+// counter) and left again, all unseen, so compat was never entered and
+// nothing else would tell this poller: it read those shards beside their
+// new owners for as long as it held them (the review of the late
+// heartbeat, session 17, L2: a process stopped while an old poller came
+// and went, whose heartbeat then landed unfenced). A registration the
+// previous read did not show comes after that read's send, and such a
+// poller takes nothing before a lease duration after it registered, so a
+// read within a lease duration of the previous needs no verification.
+func (p *Poller) verifyHeld(ctx context.Context) {
+	ids := make([]string, 0, len(p.held))
+	for id, h := range p.held {
+		if !h.lost {
+			ids = append(ids, id)
+		}
+	}
+	p.unverified = false
+	if len(ids) == 0 {
+		return
+	}
+	// Within a renewal interval, so that a slow table cannot stretch the
+	// round (a longer gap, another verification): what is not read by then
+	// is read at the next registry read.
+	vctx, cancel := context.WithTimeout(ctx, p.cfg.renewInterval())
+	cur := p.store.readLeases(vctx, ids)
+	cancel()
+	now := time.Now()
+	for _, id := range ids {
+		h := p.held[id]
+		l, ok := cur[id]
+		if !ok {
+			p.unverified = true // read again at the next registry read
+			continue
+		}
+		if l.owner == p.cfg.Owner && l.counter == h.lease.counter {
+			continue
+		}
+		if l.owner == p.cfg.Owner && h.unknownTo != 0 && l.counter == h.unknownTo {
+			// A renewal made in compat whose answer was lost landed.
+			h.lease = l
+			continue
+		}
+		p.leases[id] = l
+		p.observeLease(l, now)
+		if h.lost {
+			continue
+		}
+		h.lost = true
+		p.m.LeaseEvents.WithLabelValues(LeaseLost).Inc()
+		p.m.LeaseLosses.WithLabelValues(LossTaken).Inc()
+		p.log.Warn("lease lost: taken while this poller could not read the registry (by a poller that renews every lease); reader stopped", "shard", id,
+			"owner_now", l.owner, "counter", l.counter, "held_counter", h.lease.counter)
+		p.drop(id, h)
+	}
+	if p.unverified {
+		p.log.Warn("re-reading the leases held after a gap in the registry reads failed for some; read again at the next round")
+	}
 }
 
 // answerAsks hands over the leases a drain asked for (its worker item's
