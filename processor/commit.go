@@ -317,6 +317,15 @@ func (p *Processor) commitTx(ctx context.Context, g Guard, claim func() ddbtypes
 	// condition failed; a re-read that finds the same shape parks the part
 	// (a condition that fails on an unchanged item will fail for ever).
 	sent := map[int]*shape{}
+	// rechecked marks the parts whose condition failed once on an item a
+	// re-read found unchanged: they are sent once more on a fresh read
+	// before they are parked, an attempt that costs no attempt (at most one
+	// per part). DynamoDB Local runs a transaction whose client went away
+	// (a reader stopped by a hand-over) beside the next committer's, and a
+	// condition can fail on the first one's write that it then rolls back
+	// (seen once at load 30; AWS would cancel one of them as a
+	// TransactionConflict).
+	rechecked := map[int]bool{}
 	// gone marks the folds whose delta item is not there (its delete's
 	// condition failed): the delete is dropped from the transaction.
 	gone := map[int]bool{}
@@ -331,8 +340,9 @@ func (p *Processor) commitTx(ctx context.Context, g Guard, claim func() ddbtypes
 		if err != nil {
 			return err
 		}
+		recheck := false
 		if ref.rollups {
-			p.parkUnconditionable(parts, shapes, parked, sent)
+			recheck = p.parkUnconditionable(parts, shapes, parked, sent, rechecked)
 		}
 		items := make([]ddbtypes.TransactWriteItem, 1, len(parts)+len(qs)+len(folds)+1) // the claim first, set below
 		owner := []int{ownerGuard}                                                      // the part (or other item) each item writes for
@@ -467,6 +477,9 @@ func (p *Processor) commitTx(ctx context.Context, g Guard, claim func() ddbtypes
 				continue
 			}
 			if retry {
+				if recheck {
+					attempt-- // a recheck of an unchanged item: no failed attempt
+				}
 				continue
 			}
 		}
@@ -511,9 +524,11 @@ const maxTransactItems = 100
 // roll-ups", review holes 2 and 10): a part 0 whose report's count is no
 // integer (ParkedMalformed) or whose report is in another currency
 // (ParkedRefused), and a part whose condition failed on the shape it reads
-// now (sent: nothing changed, so it would fail again) (ParkedRefused). A
-// parked part's roll-up share is parked with it.
-func (p *Processor) parkUnconditionable(parts []part, shapes map[aggregates.Key]*shape, parked map[int]parking, sent map[int]*shape) {
+// now (sent: nothing changed, so it would fail again) (ParkedRefused),
+// the second time that is seen (the first time the part is sent once more
+// on the fresh read, rechecked records it and recheck says so). A parked
+// part's roll-up share is parked with it.
+func (p *Processor) parkUnconditionable(parts []part, shapes map[aggregates.Key]*shape, parked map[int]parking, sent map[int]*shape, rechecked map[int]bool) (recheck bool) {
 	for i, pt := range parts {
 		if _, ok := parked[i]; ok {
 			continue
@@ -521,6 +536,9 @@ func (p *Processor) parkUnconditionable(parts []part, shapes map[aggregates.Key]
 		sh := shapes[pt.key.Key()]
 		var why *parking
 		switch {
+		case sent[i] != nil && sent[i].same(sh) && !rechecked[i]:
+			rechecked[i], recheck = true, true
+			delete(sent, i)
 		case sent[i] != nil && sent[i].same(sh):
 			why = &parking{reason: ParkedRefused, detail: pt.key.String() + ": its update's condition failed on the item as read again (nothing changed)"}
 		case pt.key.IsRollup() || !pt.first:
@@ -536,6 +554,7 @@ func (p *Processor) parkUnconditionable(parts []part, shapes map[aggregates.Key]
 			p.shapes.forget(pt.key.Key())
 		}
 	}
+	return recheck
 }
 
 // rollupCancelled reads the reasons of a cancelled commit for its roll-up
