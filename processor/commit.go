@@ -320,11 +320,10 @@ func (p *Processor) commitTx(ctx context.Context, g Guard, claim func() ddbtypes
 	// rechecked marks the parts whose condition failed once on an item a
 	// re-read found unchanged: they are sent once more on a fresh read
 	// before they are parked, an attempt that costs no attempt (at most one
-	// per part). DynamoDB Local runs a transaction whose client went away
-	// (a reader stopped by a hand-over) beside the next committer's, and a
-	// condition can fail on the first one's write that it then rolls back
-	// (seen once at load 30; AWS would cancel one of them as a
-	// TransactionConflict).
+	// per part): two parts were parked so right after a lease hand-over
+	// stopped a reader mid-commit (load 30), likeliest DynamoDB Local
+	// failing a condition on an abandoned transaction's write it then
+	// rolled back (AWS cancels one of two such as a TransactionConflict).
 	rechecked := map[int]bool{}
 	// gone marks the folds whose delta item is not there (its delete's
 	// condition failed): the delete is dropped from the transaction.
