@@ -247,7 +247,7 @@ func (g *ShardGuard) load(ctx context.Context) error {
 		// No checkpoint: the shard is new, or its checkpoint is still in
 		// the ledger table (the layout before the coordination table),
 		// where committing from nothing would apply its records twice.
-		if err := g.p.refuseLegacy(ctx, g.stream); err != nil {
+		if err := g.p.refuseLegacy(ctx, g.stream, g.shard); err != nil {
 			return err
 		}
 	}

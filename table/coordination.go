@@ -202,6 +202,17 @@ const (
 	migratedPending  = "MIGRATED"
 )
 
+// IsLegacyCheckpoint reports whether item, read at a shard's key in the
+// ledger table (LegacyCheckpointKey), is a checkpoint in the layout before
+// the coordination table: present and not a tombstone.
+func IsLegacyCheckpoint(item map[string]types.AttributeValue) bool {
+	if item == nil {
+		return false
+	}
+	_, moved := item[attrMovedTo]
+	return !moved
+}
+
 // ErrLegacyStreamState is a consumer's refusal to start on a stream whose
 // checkpoints are still in the ledger table.
 var ErrLegacyStreamState = errors.New("checkpoints and leases are in the ledger table (the layout before the coordination table): stop every consumer of the stream and run `ledgerctl coordination migrate` (docs/runbook.md, \"The coordination table\")")
