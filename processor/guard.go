@@ -307,22 +307,24 @@ func (g *ShardGuard) fenceLegacy(ctx context.Context) error {
 			g.tombstoned = true
 			return nil
 		}
-		retry := false
+		retry, class := false, classServer
 		var tce *ddbtypes.TransactionCanceledException
 		if errors.As(err, &tce) {
 			final := false
 			for _, r := range tce.CancellationReasons {
 				switch aws.ToString(r.Code) {
 				case "", "None":
-				case "TransactionConflict", "ThrottlingError", "ProvisionedThroughputExceeded", "RequestLimitExceeded":
+				case "TransactionConflict":
 					retry = true
+				case "ThrottlingError", "ProvisionedThroughputExceeded", "RequestLimitExceeded":
+					retry, class = true, classThrottle
 				default:
 					final = true
 				}
 			}
 			retry = retry && !final
 		} else {
-			class := classifyErr(err)
+			class = classifyErr(err)
 			retry = class != classPermanent && class != classCanceled
 		}
 		if !retry || attempt >= p.cfg.MaxAttempts {
@@ -333,7 +335,7 @@ func (g *ShardGuard) fenceLegacy(ctx context.Context) error {
 			}
 			return err
 		}
-		p.countRetry("TransactWriteItems", classServer)
+		p.countRetry("TransactWriteItems", class)
 		if err := sleep(ctx, p.backoff(attempt)); err != nil {
 			return err
 		}
