@@ -420,6 +420,9 @@ func (p *Processor) commitTx(ctx context.Context, g Guard, claim func() ddbtypes
 				p.metrics.WriteUnits.WithLabelValues("TransactWriteItems").Add(aws.ToFloat64(cc.CapacityUnits))
 			}
 			claimed()
+			if ref.rollups || len(folds) > 0 {
+				costOfRollups(items, owner, parts, writes, shapes, folds, now).count(p.metrics, p.cfg.Logger, p.cfg.RollupCostLogUnits)
+			}
 			p.countParked(parts, parked, ref)
 			p.countQuarantined(qs)
 			for i, pt := range parts {

@@ -63,6 +63,10 @@ type Metrics struct {
 	Commits       *prometheus.CounterVec // ledger_commits_total{outcome}
 	WriteRequests *prometheus.CounterVec // ledger_dynamodb_write_requests_total{operation}
 	WriteUnits    *prometheus.CounterVec // ledger_dynamodb_write_units_total{operation}
+	// RollupWriteUnits: ledger_rollup_write_units_total{kind}, the write
+	// units of the roll-up items of the commits that landed, by AWS's
+	// billing rule (rollupcost.go).
+	RollupWriteUnits *prometheus.CounterVec
 }
 
 // NewMetrics creates the collectors and registers them with reg (a fresh
@@ -125,6 +129,13 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Namespace: namespace, Subsystem: "dynamodb", Name: "write_units_total",
 			Help: "Write capacity units DynamoDB reported as consumed, by operation (DynamoDB Local reports transactional writes once; AWS bills and reports them twice).",
 		}, []string{"operation"}),
+		RollupWriteUnits: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Subsystem: "rollup", Name: "write_units_total",
+			Help: "Write units of the roll-up items of the commits that landed, by kind (delta_put, delta_delete, partial, partial_entry), computed by AWS's billing rule (transactional writes twice) from the items as sent; partial items estimated from their known shape.",
+		}, []string{"kind"}),
+	}
+	for _, k := range []string{RollupCostDeltaPut, RollupCostDeltaDelete, RollupCostPartial, RollupCostEntry} {
+		m.RollupWriteUnits.WithLabelValues(k)
 	}
 	for _, ev := range []string{"INSERT", "MODIFY", "REMOVE", "UNKNOWN"} {
 		for _, o := range []string{OutcomeApplied, OutcomeDuplicate, OutcomeQuarantined, OutcomeIgnored, OutcomeAbandoned} {
@@ -148,5 +159,5 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 
 func (m *Metrics) collectors() []prometheus.Collector {
 	return []prometheus.Collector{m.IteratorAge, m.Lag, m.Records, m.Conflicts, m.Retries, m.Throttles,
-		m.Quarantined, m.Parked, m.BatchSize, m.BatchDuration, m.Commits, m.WriteRequests, m.WriteUnits}
+		m.Quarantined, m.Parked, m.BatchSize, m.BatchDuration, m.Commits, m.WriteRequests, m.WriteUnits, m.RollupWriteUnits}
 }

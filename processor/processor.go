@@ -75,11 +75,22 @@ type Config struct {
 	// later leaves the roll-ups short of the changes consumed meanwhile:
 	// docs/runbook.md, "Turning tenant roll-ups on or off".
 	NoRollups bool
+	// RollupCostLogUnits: a commit whose roll-up writes for one tenant
+	// reach this many write units logs that tenant and its units
+	// (rollupcost.go; default DefaultRollupCostLogUnits, a partition's
+	// second; negative: never).
+	RollupCostLogUnits int
 }
+
+// DefaultRollupCostLogUnits is the default of Config.RollupCostLogUnits.
+const DefaultRollupCostLogUnits = 1000
 
 func (c Config) withDefaults() (Config, error) {
 	if c.Table == "" {
 		return c, errors.New("processor config: table name is required")
+	}
+	if c.RollupCostLogUnits == 0 {
+		c.RollupCostLogUnits = DefaultRollupCostLogUnits
 	}
 	if c.CoordinationTable == "" {
 		c.CoordinationTable = table.CoordinationTableName(c.Table)

@@ -81,12 +81,20 @@ func (s *Server) createBranch(w http.ResponseWriter, r *http.Request) {
 	b.SuspendedBy, _ = aggregates.SuspensionBy(aggregates.StatusActive, "", aggregates.Status(b.Status), claimsOf(r).Admin())
 	s.mutate(w, r, s.directoryWrite(r, mutation{
 		tenant: tenant, idemKey: key, fp: fingerprint(r, body),
-		prepare: func(context.Context) (*change, response, *Problem, error) {
+		prepare: func(ctx context.Context) (*change, response, *Problem, error) {
+			capped, p, err := s.currencyCap(ctx, tenant, b.Currency)
+			if p != nil || err != nil {
+				return nil, response{}, p, err
+			}
 			b.CreatedAt = s.cfg.Now().UTC().Format(time.RFC3339Nano)
 			b.UpdatedAt = b.CreatedAt
 			resp := versionedResponse(http.StatusCreated, b, b.Version)
 			resp.location = branchLocation(tenant, b.ID)
-			return s.branchCreate(b), resp, nil, nil
+			ch := s.branchCreate(b)
+			if capped != nil {
+				ch.add(*capped)
+			}
+			return ch, resp, nil, nil
 		},
 	}))
 }
@@ -186,8 +194,17 @@ func (s *Server) patchBranch(w http.ResponseWriter, r *http.Request) {
 			if currency != "" && currency != b.Currency && b.HasTransactions {
 				return nil, response{}, currencyFrozen(branch, b.Currency), nil
 			}
+			var capped *action
+			if currency != "" && currency != b.Currency {
+				if capped, p, err = s.currencyCap(ctx, tenant, currency); p != nil || err != nil {
+					return nil, response{}, p, err
+				}
+			}
 			ch, b := s.branchUpdate(b, expected, branchPatch{name: name, status: status, by: by, document: document, currency: currency, calendar: cal},
 				s.cfg.Now().UTC().Format(time.RFC3339Nano))
+			if capped != nil {
+				ch.add(*capped)
+			}
 			return ch, versionedResponse(http.StatusOK, b, b.Version), nil, nil
 		},
 	}))

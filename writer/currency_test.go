@@ -305,7 +305,9 @@ func TestBranchCurrency_ChangeLosingToTheFirstCreateIs409(t *testing.T) {
 	e := newEnv(t, sharedTable(t))
 	require.Equal(t, http.StatusCreated, e.postCurrencyBranch("race", `,"currency":"BRL"`).Status)
 	e.branch = "race"
-	e.raceHook("UpdateItem", func() {
+	// The PATCH commits in one transaction with the tenant's currency set
+	// (JPY is new to it: currencycap.go).
+	e.raceHook("TransactWriteItems", func() {
 		rec := e.viaSeeder("POST", e.base()+"/transactions", `{"type":"INCOME","amount":"12.34","category":"sales"}`, "Idempotency-Key", newKey())
 		require.Equal(t, http.StatusCreated, rec.Code, "the racing create: answer %s", rec.Body)
 	})

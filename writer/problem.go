@@ -46,6 +46,7 @@ const (
 	ProblemIdempotencyKeyReused   = ProblemBase + "idempotency-key-reused"   // 422: the key was used for another request
 	ProblemInvalidCalendar        = ProblemBase + "invalid-calendar"         // 422: a calendar field or reportPeriods is not acceptable, or createdAt falls outside the calendar's years
 	ProblemCurrencyRequired       = ProblemBase + "currency-required"        // 422: a roll-up read without currency of a tenant whose branches have several
+	ProblemTooManyCurrencies      = ProblemBase + "too-many-currencies"      // 422: a branch currency past the tenant's cap (Config.MaxTenantCurrencies)
 	ProblemPreconditionRequired   = ProblemBase + "precondition-required"    // 428: PATCH without If-Match
 	ProblemRateLimited            = ProblemBase + "rate-limited"             // 429: the tenant sends more than its rate
 	ProblemInternal               = ProblemBase + "internal"                 // 500
@@ -106,6 +107,7 @@ var problemTitles = map[string]string{
 	ProblemIdempotencyKeyReused:   "Idempotency-Key reused",
 	ProblemInvalidCalendar:        "Invalid calendar",
 	ProblemCurrencyRequired:       "Currency required",
+	ProblemTooManyCurrencies:      "Too many currencies",
 	ProblemPreconditionRequired:   "Precondition required",
 	ProblemRateLimited:            "Rate limited",
 	ProblemInternal:               "Internal error",

@@ -99,6 +99,11 @@ type Config struct {
 	// PK/SK string keys, and no stream, so that a grant is no record the
 	// consumers read. It may not be Table.
 	BudgetTable string
+	// MaxTenantCurrencies is how many currencies (ISO codes) one tenant's
+	// branches may use (currencycap.go): each is one more roll-up the
+	// consumers write for it, uncharged. 0: DefaultMaxTenantCurrencies;
+	// negative: no cap.
+	MaxTenantCurrencies int
 }
 
 func (c Config) withDefaults() (Config, error) {
@@ -134,6 +139,9 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.Now == nil {
 		c.Now = time.Now
+	}
+	if c.MaxTenantCurrencies == 0 {
+		c.MaxTenantCurrencies = DefaultMaxTenantCurrencies
 	}
 	if c.Entropy == nil {
 		c.Entropy = rand.Reader

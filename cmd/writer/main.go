@@ -108,6 +108,7 @@ type Main struct {
 	drainDelay      time.Duration
 	tenantRate      float64
 	tenantBurst     int
+	maxCurrencies   int // writer.Config.MaxTenantCurrencies
 	budget          writer.BudgetConfig
 	coordination    string
 	secretARN       string
@@ -157,7 +158,7 @@ func (m *Main) ParseFlags(args []string) error {
 		return def
 	}
 	var jwksFile, flagsTTL, directoryTTL, reqTimeout, shutdown, drain, level, tenantRate, tenantBurst, secretRefresh string
-	var budget, budgetBurst, budgetShards, budgetGrant, budgetGrantTTL, budgetTimeout string
+	var budget, budgetBurst, budgetShards, budgetGrant, budgetGrantTTL, budgetTimeout, currencies string
 	fs.StringVar(&m.addr, "addr", env("LEDGER_ADDR", ":8080"), "listen `ADDR`ess; port 0 picks a free port, which is logged (env LEDGER_ADDR)")
 	fs.StringVar(&m.table, "table", env("LEDGER_TABLE", table.DefaultTableName), "the ledger `TABLE` (env LEDGER_TABLE)")
 	fs.StringVar(&jwksFile, "jwks-file", env("LEDGER_JWKS_FILE", ""), "`FILE` holding a JSON Web Key Set of public keys verifying RS*/PS*/ES*/EdDSA tokens, read at start (env LEDGER_JWKS_FILE)")
@@ -180,6 +181,7 @@ func (m *Main) ParseFlags(args []string) error {
 	fs.StringVar(&budgetGrant, "tenant-budget-grant", env("LEDGER_TENANT_BUDGET_GRANT", strconv.Itoa(writer.DefaultBudgetMaxGrant)), "most units one grant takes from the table, a `COUNT` (env LEDGER_TENANT_BUDGET_GRANT)")
 	fs.StringVar(&budgetGrantTTL, "tenant-budget-grant-ttl", env("LEDGER_TENANT_BUDGET_GRANT_TTL", writer.DefaultBudgetGrantTTL.String()), "how long a process spends a grant, a `DURATION`; what is left then is forfeited (env LEDGER_TENANT_BUDGET_GRANT_TTL)")
 	fs.StringVar(&budgetTimeout, "tenant-budget-timeout", env("LEDGER_TENANT_BUDGET_TIMEOUT", writer.DefaultBudgetTimeout.String()), "`DURATION` bounding the budget's own UpdateItem; when it fails the tenant is admitted for one grant (fail open) (env LEDGER_TENANT_BUDGET_TIMEOUT)")
+	fs.StringVar(&currencies, "tenant-currencies", env("LEDGER_TENANT_CURRENCIES", strconv.Itoa(writer.DefaultMaxTenantCurrencies)), "most currencies (ISO codes) one tenant's branches may use, a `COUNT`: each is one more roll-up the consumers write for the tenant; a branch past it is 422 too-many-currencies; 0 turns the cap off (env LEDGER_TENANT_CURRENCIES)")
 	fs.StringVar(&level, "log-level", env("LEDGER_LOG_LEVEL", "info"), "log `LEVEL`: debug, info, warn or error (env LEDGER_LOG_LEVEL)")
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), usageHead)
@@ -233,6 +235,14 @@ func (m *Main) ParseFlags(args []string) error {
 		default:
 			*dst = f
 		}
+	}
+	switch n, err := strconv.Atoi(currencies); {
+	case err != nil || n < 0 || n > 1000:
+		errs = append(errs, fmt.Errorf("--tenant-currencies %q: want a whole number from 0 (no cap) to 1000", currencies))
+	case n == 0:
+		m.maxCurrencies = -1 // writer.Config: no cap
+	default:
+		m.maxCurrencies = n
 	}
 	var shards float64
 	num("tenant-budget", budget, &m.budget.Rate, 0, 1e6)
@@ -351,7 +361,7 @@ func (m *Main) Run(ctx context.Context) error {
 		Table: m.table, Auth: auth, CursorKey: m.cursorKey, FlagsTTL: m.flagsTTL, DirectoryTTL: m.directoryTTL,
 		RequestTimeout: m.requestTimeout, Gatherer: reg, Logger: m.logger,
 		TenantRate: m.tenantRate, TenantBurst: m.tenantBurst, TenantBudget: m.budget,
-		BudgetTable: m.coordination,
+		BudgetTable: m.coordination, MaxTenantCurrencies: m.maxCurrencies,
 	}, writer.NewMetrics(reg))
 	if err != nil {
 		return err

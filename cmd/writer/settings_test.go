@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"io"
+	"maps"
 	"net/http"
 	"testing"
 	"time"
@@ -103,4 +104,29 @@ func TestParseFlags_TenantBudget(t *testing.T) {
 		"LEDGER_TENANT_BUDGET_SHARDS": "8", "LEDGER_TENANT_BUDGET_GRANT": "20", "LEDGER_TENANT_BUDGET_GRANT_TTL": "2s", "LEDGER_TENANT_BUDGET_TIMEOUT": "100ms"}), io.Discard, io.Discard)
 	require.NoError(t, m.ParseFlags(nil))
 	assert.Equal(t, writer.BudgetConfig{Rate: 400, Burst: 800, Shards: 8, MaxGrant: 20, GrantTTL: 2 * time.Second, Timeout: 100 * time.Millisecond}, m.budget, "from the environment")
+}
+
+func TestParseFlags_TenantCurrencies(t *testing.T) {
+	for _, c := range []string{"-1", "eight", "2.5", "1001"} {
+		m := NewMain(getenv(map[string]string{"LEDGER_JWT_SECRET": secret}), io.Discard, io.Discard)
+		err := m.ParseFlags([]string{"--tenant-currencies", c})
+		require.Error(t, err, c)
+		assert.Contains(t, err.Error(), "--tenant-currencies", c)
+	}
+	for _, c := range []struct {
+		env  map[string]string
+		args []string
+		want int
+	}{
+		{nil, nil, writer.DefaultMaxTenantCurrencies},
+		{nil, []string{"--tenant-currencies", "3"}, 3},
+		{map[string]string{"LEDGER_TENANT_CURRENCIES": "20"}, nil, 20},
+		{nil, []string{"--tenant-currencies", "0"}, -1}, // writer.Config: no cap
+	} {
+		env := map[string]string{"LEDGER_JWT_SECRET": secret}
+		maps.Copy(env, c.env)
+		m := NewMain(getenv(env), io.Discard, io.Discard)
+		require.NoError(t, m.ParseFlags(c.args))
+		assert.Equal(t, c.want, m.maxCurrencies, "%v %v", c.env, c.args)
+	}
 }

@@ -36,11 +36,11 @@ import (
 // 15, one of them gated, three under AWS's transaction conflicts, one
 // of a checkpoint fenced by a migration and two of the share-bounded
 // pass, one of
-// its review's R5), and
+// its review's R5, three of the review of session 17), and
 // four to spare. A test that
 // gets a later table is slow enough for 3-second leases to expire, so an
 // exhausted pool fails the test (ddbtest.Pool.Table).
-var tables = ddbtest.Pool{Size: 53}
+var tables = ddbtest.Pool{Size: 56}
 
 func newTableName(t testing.TB) string { return tables.Table(t) }
 

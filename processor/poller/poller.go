@@ -179,7 +179,7 @@ func (p *Poller) Run(ctx context.Context) error {
 	// start's records waiting: the steady-rate lag test's p99 went from
 	// 1.6–2.3 s to 8.4–9.2 s (p50 0.9–1.1 s to 4.4–5.2 s) with the
 	// share-bounded pass.
-	tick := time.NewTicker(p.nextRound())
+	tick := time.NewTicker(min(firstRound, p.cfg.renewInterval()))
 	defer tick.Stop()
 	p.forceList = true
 	var runErr error
@@ -237,8 +237,16 @@ func (p *Poller) Run(ctx context.Context) error {
 // the others: in the fleet benchmark at 100 shards (8 pages a listing),
 // two of seven pollers started together listed for 30 s and then found
 // the shards taken (2 and 4 leases against a share of 16 for two minutes).
+//
+// Only a listing under way (paused, its pages kept) brings the rounds
+// closer: a first listing that fails (DescribeStream refused for good: a
+// missing permission) is tried again at the renewal interval, as before
+// the pacer; rounds every second wrote the worker item, read the registry
+// and logged the failure every second for as long as the poller ran
+// (review, session 17, S17-D6). Run's second round comes firstRound after
+// its first whatever the first listing did.
 func (p *Poller) nextRound() time.Duration {
-	if p.listed.IsZero() && !p.cfg.Drain {
+	if p.listed.IsZero() && !p.cfg.Drain && p.listing.seen != nil {
 		return min(firstRound, p.cfg.renewInterval())
 	}
 	return p.cfg.renewInterval()
@@ -302,7 +310,14 @@ func (p *Poller) pass(ctx context.Context, renew bool) error {
 // stream's end.
 func (p *Poller) discover(ctx context.Context) (ok bool, err error) {
 	p.describe.setPollers(p.livePollers())
-	if len(p.lookup) > 0 && !p.forceList && time.Since(p.listed) < p.cfg.DiscoverInterval {
+	// The children are looked up when no listing is due, and also while a
+	// listing is under way across rounds (paced by the stream's
+	// DescribeStream rate, it keeps the shards of its last complete
+	// listing meanwhile): before, they waited for it to complete, and a
+	// listing longer than the discover interval is due again as soon as it
+	// completes (its time is its first page's), so none was ever looked up
+	// (review, session 17, hole S17-D1).
+	if len(p.lookup) > 0 && ((!p.forceList && time.Since(p.listed) < p.cfg.DiscoverInterval) || p.listing.seen != nil) {
 		p.lookupChildren(ctx)
 	}
 	if p.forceList || time.Since(p.listed) >= p.cfg.DiscoverInterval {

@@ -776,7 +776,7 @@ export interface components {
             status?: components["schemas"]["Status"] | null;
             /** @description Its business calendar; absent or null, the default (UTC, 00:00, MONDAY, 1). */
             calendar?: components["schemas"]["CalendarCreate"] | null;
-            /** @description Its currency (an accepted ISO 4217 code in upper case; another string is 422 invalid-field); absent or null, none. */
+            /** @description Its currency (an accepted ISO 4217 code in upper case; another string is 422 invalid-field); absent or null, none. A code that would give the tenant's branches more currencies than the writer's cap (8 by default) is 422 too-many-currencies. */
             currency?: string | null;
         };
         BranchPatch: {
@@ -785,7 +785,7 @@ export interface components {
             document?: string;
             /** @description Some or all calendar members; they apply to transactions written (created or changed) after the change, and `ledgerctl rebucket` moves the history. */
             calendar?: components["schemas"]["CalendarPatch"];
-            /** @description A new currency (an accepted ISO 4217 code in upper case; another string is 422 invalid-field), only while the branch has never had a transaction (else 409 branch-has-transactions with `field` currency; its own currency again is accepted). It cannot be removed. */
+            /** @description A new currency (an accepted ISO 4217 code in upper case; another string is 422 invalid-field), only while the branch has never had a transaction (else 409 branch-has-transactions with `field` currency; its own currency again is accepted), and within the tenant's currency cap (else 422 too-many-currencies). It cannot be removed. */
             currency?: string;
         };
         /** @enum {string} */
@@ -1285,7 +1285,7 @@ export interface components {
                 "application/problem+json": components["schemas"]["IdempotencyKeyReusedProblem"];
             };
         };
-        /** @description idempotency-key-reused (the key was used for another request), invalid-calendar (a calendar field, reportPeriods, or a createdAt the branch's calendar cannot place; `field` names it) or invalid-field (a well-formed value that is not acceptable: a `currency` that is not an accepted ISO 4217 code, an `amount` with more fraction digits than its branch's currency has). */
+        /** @description idempotency-key-reused (the key was used for another request), invalid-calendar (a calendar field, reportPeriods, or a createdAt the branch's calendar cannot place; `field` names it) or invalid-field (a well-formed value that is not acceptable: a `currency` that is not an accepted ISO 4217 code, an `amount` with more fraction digits than its branch's currency has) or too-many-currencies (a branch's creation or currency PATCH would give the tenant's branches more currencies than the writer's cap, 8 by default; `field` is currency, `detail` names the ones it has). */
         Unprocessable: {
             headers: {
                 "Idempotent-Replayed": components["headers"]["IdempotentReplayed"];

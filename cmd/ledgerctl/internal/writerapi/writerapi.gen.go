@@ -608,7 +608,7 @@ type BranchCreate struct {
 	// Calendar Its business calendar; absent or null, the default (UTC, 00:00, MONDAY, 1).
 	Calendar *CalendarCreate `json:"calendar,omitempty"`
 
-	// Currency Its currency (an accepted ISO 4217 code in upper case; another string is 422 invalid-field); absent or null, none.
+	// Currency Its currency (an accepted ISO 4217 code in upper case; another string is 422 invalid-field); absent or null, none. A code that would give the tenant's branches more currencies than the writer's cap (8 by default) is 422 too-many-currencies.
 	Currency *string `json:"currency,omitempty"`
 
 	// Document The document number, any spelling; claiming it needs an admin-scoped token or one whose `documents` claim holds it.
@@ -631,7 +631,7 @@ type BranchPatch struct {
 	// Calendar Some or all calendar members; they apply to transactions written (created or changed) after the change, and `ledgerctl rebucket` moves the history.
 	Calendar *CalendarPatch `json:"calendar,omitempty"`
 
-	// Currency A new currency (an accepted ISO 4217 code in upper case; another string is 422 invalid-field), only while the branch has never had a transaction (else 409 branch-has-transactions with `field` currency; its own currency again is accepted). It cannot be removed.
+	// Currency A new currency (an accepted ISO 4217 code in upper case; another string is 422 invalid-field), only while the branch has never had a transaction (else 409 branch-has-transactions with `field` currency; its own currency again is accepted), and within the tenant's currency cap (else 422 too-many-currencies). It cannot be removed.
 	Currency *string `json:"currency,omitempty"`
 	Document *string `json:"document,omitempty"`
 	Name     *string `json:"name,omitempty"`
