@@ -38,7 +38,12 @@ type FleetConfig struct {
 	Shards int
 	// Pollers is the fleet's size (default 8). The run starts Pollers-1 of
 	// them, one joins at a third of Duration and the first leaves
-	// (cancelled: it hands its leases back) at two thirds.
+	// (cancelled: it hands its leases back) at two thirds. A join into a
+	// fleet that has not yet leased 90% of the open shards measures the
+	// start, not the join: the join then waits for that (at most until
+	// two thirds of Duration), the leave comes a third of Duration after
+	// the join, and the writes go on a third of Duration after the leave,
+	// so that each event's span is a third of Duration.
 	Pollers int
 	// Rate is transactions written a second (default 100), their items
 	// spread over 4 × Shards partition keys, so over every shard.
@@ -602,7 +607,10 @@ func Fleet(ctx context.Context, cfg FleetConfig) (*FleetResult, error) {
 
 	// Write at Rate a second over 4 × Shards partition keys.
 	spec := WorkloadSpec{Name: "f", Branches: 4 * cfg.Shards, Days: 30, ModifyShare: 0.10, DeleteShare: 0.05}
-	ops := spec.Generate(int(float64(cfg.Rate)*cfg.Duration.Seconds()), cfg.Seed)
+	// Ops for twice Duration: a join that waits for the fleet's start
+	// moves the leave and the end of the writes later (FleetConfig.Pollers).
+	ops := spec.Generate(int(float64(cfg.Rate)*2*cfg.Duration.Seconds()), cfg.Seed)
+	end, leaveAt := cfg.Duration, 2*cfg.Duration/3
 	work := make(chan Op)
 	var writers sync.WaitGroup
 	var written, withTime atomic.Int64
@@ -634,11 +642,16 @@ func Fleet(ctx context.Context, cfg FleetConfig) (*FleetResult, error) {
 			}
 		}
 		el := time.Since(start)
-		if ctx.Err() != nil || el >= cfg.Duration {
+		if ctx.Err() != nil || el >= end {
 			break // the rate DynamoDB Local carries under the fleet may be below Rate: WriteRate says
 		}
-		if !joined && el >= cfg.Duration/3 {
+		sampleMu.Lock()
+		leased := res.FirstAllLeased >= 0
+		sampleMu.Unlock()
+		if !joined && el >= cfg.Duration/3 && (leased || el >= 2*cfg.Duration/3) {
 			joined = true
+			leaveAt = max(leaveAt, el+cfg.Duration/3)
+			end = max(end, leaveAt+cfg.Duration/3)
 			fp, err := startPoller(fmt.Sprintf("p%d", cfg.Pollers), nil)
 			if err != nil {
 				return nil, err
@@ -649,7 +662,7 @@ func Fleet(ctx context.Context, cfg FleetConfig) (*FleetResult, error) {
 			events = append(events, BalanceEvent{Event: fmt.Sprintf("p%d joins", cfg.Pollers), At: el.Seconds()})
 			logf("p%d joined", cfg.Pollers)
 		}
-		if !left && el >= 2*cfg.Duration/3 {
+		if !left && joined && el >= leaveAt {
 			left = true
 			events = append(events, BalanceEvent{Event: "p1 leaves", At: el.Seconds()})
 			leaving.Add(1)

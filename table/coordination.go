@@ -556,6 +556,19 @@ func deleteUnchanged(ctx context.Context, api MigrateAPI, ledgerTable string, it
 //	left         BOOL, true once the poller stopped (its leases released)
 //	offers       SS, shards another poller handed over to this one or left
 //	             for it to take (OfferLease): hints, the lease item decides
+//	leaseMode    S, "heartbeat" when the poller keeps its leases live by
+//	             this item's beat instead of renewing each lease item
+//	             (docs/exactly-once.md, "The worker heartbeat"); absent
+//	             for pollers that renew every lease
+//	modeBeat     N, the beat the heartbeat that wrote leaseMode made: the
+//	             mark holds only while beat = modeBeat (or modeBeat + 1
+//	             once left), so any other version's write voids it
+//	fencedBeat   N, set by a poller taking this one's leases over after
+//	             seeing its beat unchanged for a lease duration
+//	             (FenceWorker): its heartbeats fail from then on
+//	asks         SS, shards a drain asked this poller to hand over
+//	             (AskWorker): a heartbeat poller reads no lease item of
+//	             its own, so it learns of the lease's pendingOwner here
 //	updatedAt    S, RFC 3339
 //	expiresAt    N, the last write + WorkerRetention (TTL)
 //
@@ -568,7 +581,17 @@ const (
 	AttrWorkerHeld   = "held"
 	AttrWorkerLeft   = "left"
 	AttrWorkerOffers = "offers"
+	AttrWorkerMode   = "leaseMode"
+	// AttrWorkerModeBeat is the beat the last heartbeat that set leaseMode
+	// wrote (the review of the heartbeat, HB2).
+	AttrWorkerModeBeat = "modeBeat"
+	AttrWorkerFenced   = "fencedBeat"
+	AttrWorkerAsks     = "asks"
 )
+
+// LeaseModeHeartbeat is the leaseMode of a poller whose leases are live
+// while its worker item's beat moves.
+const LeaseModeHeartbeat = "heartbeat"
 
 // WorkerRetention is how long a worker item lives after its last write: a
 // poller gone for that long is forgotten by the table's TTL (the others
@@ -582,6 +605,13 @@ type Worker struct {
 	Held   int
 	Left   bool
 	Offers []string
+	// Heartbeat is true when the worker keeps its leases live by its beat
+	// (leaseMode = heartbeat) rather than by renewing each lease item.
+	Heartbeat bool
+	// Fenced is true when a taker fenced it (fencedBeat set).
+	Fenced bool
+	// Asks are the shards a drain asked it to hand over.
+	Asks []string
 }
 
 // DecodeWorker reads a worker registry item.
@@ -594,13 +624,31 @@ func DecodeWorker(item map[string]types.AttributeValue) Worker {
 	if ss, ok := item[AttrWorkerOffers].(*types.AttributeValueMemberSS); ok {
 		w.Offers = ss.Value
 	}
+	if ss, ok := item[AttrWorkerAsks].(*types.AttributeValueMemberSS); ok {
+		w.Asks = ss.Value
+	}
+	mode, _ := String(item, AttrWorkerMode)
+	modeBeat, _ := Int64(item, AttrWorkerModeBeat)
+	// The mark holds only at the beat the heartbeat wrote it with (or the
+	// one after, written by its LeaveWorker): a write of a version before
+	// the heartbeat (a rollback under the same owner name) adds to the
+	// beat and never removes leaseMode, so a mark without its beat is
+	// stale (docs/exactly-once.md, review of the heartbeat, HB2).
+	w.Heartbeat = mode == LeaseModeHeartbeat && (modeBeat == w.Beat || (w.Left && modeBeat == w.Beat-1))
+	_, w.Fenced = item[AttrWorkerFenced]
 	return w
 }
 
 // HeartbeatWorker writes owner's registry item: beat + 1, held, not left,
-// answering the item as written (its offers).
-func HeartbeatWorker(tableName, streamARN, owner string, held int, now time.Time) *dynamodb.UpdateItemInput {
-	return &dynamodb.UpdateItemInput{
+// answering the item as written (its offers and asks). With heartbeat set
+// the item says leaseMode = heartbeat (its leases are live while the beat
+// moves) and the write is conditional on no taker having fenced it
+// (FenceWorker): a heartbeat that fails on that condition extends nothing
+// (docs/exactly-once.md, "The worker heartbeat", claim H1). Without it,
+// the write is the one of a poller that renews every lease: unconditional,
+// no leaseMode.
+func HeartbeatWorker(tableName, streamARN, owner string, held int, heartbeat bool, now time.Time) *dynamodb.UpdateItemInput {
+	in := &dynamodb.UpdateItemInput{
 		TableName:        aws.String(tableName),
 		Key:              Key(aggregates.WorkerKey(streamARN, owner)),
 		UpdateExpression: aws.String("SET #et = :et, #o = :o, #h = :h, #ua = :ua, #exp = :exp REMOVE #l ADD #b :one"),
@@ -613,6 +661,85 @@ func HeartbeatWorker(tableName, streamARN, owner string, held int, now time.Time
 			":exp": Int(now.Add(WorkerRetention).Unix()), ":one": Int(1),
 		},
 		ReturnValues: types.ReturnValueAllNew,
+	}
+	if heartbeat {
+		// modeBeat: the beat this write makes (the update's operands read
+		// the item as it was), so that the mark is stale after any write
+		// that does not renew it (DecodeWorker).
+		in.UpdateExpression = aws.String("SET #et = :et, #o = :o, #h = :h, #ua = :ua, #exp = :exp, #m = :m, #mb = if_not_exists(#b, :zero) + :one REMOVE #l ADD #b :one")
+		in.ConditionExpression = aws.String("attribute_not_exists(#f)")
+		in.ExpressionAttributeNames["#m"] = AttrWorkerMode
+		in.ExpressionAttributeNames["#mb"] = AttrWorkerModeBeat
+		in.ExpressionAttributeNames["#f"] = AttrWorkerFenced
+		in.ExpressionAttributeValues[":m"] = S(LeaseModeHeartbeat)
+		in.ExpressionAttributeValues[":zero"] = Int(0)
+	}
+	return in
+}
+
+// HeartbeatWorkerAgain is a heartbeat poller's heartbeat after its first
+// (HeartbeatWorker with heartbeat set), conditional on its item existing
+// too: an item deleted under a live poller (by hand, by TTL under a host
+// suspended past WorkerRetention: the fence deleted with it) is not
+// re-created by the heartbeat, which fails like a fence (the poller drops
+// every lease and rejoins), so that the others, judging its leases by the
+// rule for owners outside the registry, take them from a poller whose
+// validity has ended (docs/exactly-once.md, review of the heartbeat, HB4).
+func HeartbeatWorkerAgain(tableName, streamARN, owner string, held int, now time.Time) *dynamodb.UpdateItemInput {
+	in := HeartbeatWorker(tableName, streamARN, owner, held, true, now)
+	in.ConditionExpression = aws.String("attribute_exists(#b) AND attribute_not_exists(#f)")
+	return in
+}
+
+// FenceWorker marks owner's registry item fenced at beat, on condition
+// that its beat is still beat: a taker that saw the beat unchanged for a
+// lease duration makes it before taking any of owner's leases over, so
+// that no later heartbeat of owner extends its leases (claim H1). It fails
+// when owner heartbeated since; fencing again at the same beat succeeds.
+func FenceWorker(tableName, streamARN, owner string, beat int64) *dynamodb.UpdateItemInput {
+	return &dynamodb.UpdateItemInput{
+		TableName:                 aws.String(tableName),
+		Key:                       Key(aggregates.WorkerKey(streamARN, owner)),
+		UpdateExpression:          aws.String("SET #f = :b"),
+		ConditionExpression:       aws.String("#b = :b"),
+		ExpressionAttributeNames:  map[string]string{"#f": AttrWorkerFenced, "#b": AttrWorkerBeat},
+		ExpressionAttributeValues: map[string]types.AttributeValue{":b": Int(beat)},
+	}
+}
+
+// RejoinWorker clears the fence on owner's registry item with a heartbeat
+// (beat + 1): written by a poller whose heartbeat failed on the fence,
+// after it dropped every lease it held.
+func RejoinWorker(tableName, streamARN, owner string, now time.Time) *dynamodb.UpdateItemInput {
+	in := HeartbeatWorker(tableName, streamARN, owner, 0, true, now)
+	in.UpdateExpression = aws.String("SET #et = :et, #o = :o, #h = :h, #ua = :ua, #exp = :exp, #m = :m, #mb = if_not_exists(#b, :zero) + :one REMOVE #l, #f, #as ADD #b :one")
+	in.ConditionExpression = nil
+	in.ExpressionAttributeNames["#as"] = AttrWorkerAsks
+	return in
+}
+
+// AskWorker adds shard to the asks of owner's registry item: a drain that
+// asked for the lease (RequestLease) tells its owner, which reads none of
+// its lease items while its heartbeat keeps them live.
+func AskWorker(tableName, streamARN, owner, shard string) *dynamodb.UpdateItemInput {
+	return &dynamodb.UpdateItemInput{
+		TableName:                 aws.String(tableName),
+		Key:                       Key(aggregates.WorkerKey(streamARN, owner)),
+		UpdateExpression:          aws.String("ADD #as :s"),
+		ConditionExpression:       aws.String("attribute_exists(#b)"),
+		ExpressionAttributeNames:  map[string]string{"#as": AttrWorkerAsks, "#b": AttrWorkerBeat},
+		ExpressionAttributeValues: map[string]types.AttributeValue{":s": &types.AttributeValueMemberSS{Value: []string{shard}}},
+	}
+}
+
+// ClearAsks removes shards from the asks of owner's registry item.
+func ClearAsks(tableName, streamARN, owner string, shards []string) *dynamodb.UpdateItemInput {
+	return &dynamodb.UpdateItemInput{
+		TableName:                 aws.String(tableName),
+		Key:                       Key(aggregates.WorkerKey(streamARN, owner)),
+		UpdateExpression:          aws.String("DELETE #as :s"),
+		ExpressionAttributeNames:  map[string]string{"#as": AttrWorkerAsks},
+		ExpressionAttributeValues: map[string]types.AttributeValue{":s": &types.AttributeValueMemberSS{Value: shards}},
 	}
 }
 

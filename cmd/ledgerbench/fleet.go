@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/ledger-dev/ledger/bench"
+	"github.com/ledger-dev/ledger/processor/poller"
 )
 
 const fleetHelp = `usage: ledgerbench fleet [flags]
@@ -18,8 +19,10 @@ Runs issue 23's fleet benchmark (BENCHMARKS.md, "Issue 23: the fleet at
 emulation of AWS's stream (internal/streamemu: shards by partition key that
 roll and split on a compressed clock, AWS's DynamoDB Streams limits) in
 front of a fresh DynamoDB Local, while transactions are written at a steady
-rate over every shard. One poller joins at a third of the run and the first
-leaves at two thirds; then the fleet idles, is stopped, a drain finishes
+rate over every shard. One poller joins at a third of the run (or, if later,
+once the fleet holds 90% of the open shards: a join measured during the
+start measures the start) and the first leaves a third of the run after
+the join, the writes going on a third of the run after that; then the fleet idles, is stopped, a drain finishes
 what is left and the reconcile oracle checks the reports. It prints every
 target's figure as markdown (exactness, balance, write units per partition
 key, coordinator calls per poller, discovery, idle GetRecords, memory, lag).
@@ -45,6 +48,7 @@ func runFleet(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	out := fs.String("o", "", "also write the markdown to `FILE`")
 	jsonOut := fs.String("json", "", "also write the results as JSON to `FILE`")
 	verbose := fs.Bool("v", false, "progress and the pollers' warnings on stderr")
+	leaseMode := fs.String("lease-mode", string(poller.LeaseModeHeartbeat), "how the pollers keep their leases: `MODE` heartbeat (one worker-item write a round) or renew (every lease item a round, as before session 16)")
 	if err := fs.Parse(args); err != nil {
 		return exitError
 	}
@@ -63,12 +67,16 @@ func runFleet(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		return fail(fmt.Errorf("-compression %g: want at least 1", *compression))
 	case *history < 0:
 		return fail(fmt.Errorf("-history %s: want 0 or more", *history))
+	case poller.LeaseMode(*leaseMode) != poller.LeaseModeHeartbeat && poller.LeaseMode(*leaseMode) != poller.LeaseModeRenew:
+		return fail(fmt.Errorf("-lease-mode %q: want heartbeat or renew", *leaseMode))
 	}
 	cfg := bench.FleetConfig{Shards: *shards, Pollers: *pollers, Rate: *rate, Duration: *duration, IdleFor: *idle,
 		Compression: *compression, History: *history, DrainTimeout: *drain, Seed: *seed, Log: stderr}
 	if *history == 0 {
 		cfg.History = -1
 	}
+	mode := poller.LeaseMode(*leaseMode)
+	cfg.Poller = func(c *poller.Config) { c.LeaseMode = mode }
 	if !*verbose {
 		cfg.Log = nil
 	}

@@ -140,7 +140,7 @@ func TestBenchLog_MovesAlongTheMeasurementsAndKeepsTheLog(t *testing.T) {
 func TestBenchFleet_RefusesBadFlagsAndDocumentsThem(t *testing.T) {
 	code, _, errOut := run(t, "fleet", "-h")
 	assert.Equal(t, exitError, code)
-	for _, flag := range []string{"-shards SHARDS", "-pollers N", "-rate SECOND", "-duration TIME", "-idle TIME", "-compression FACTOR", "-history TIME", "-drain-timeout TIME", "-json FILE", "-o FILE", "nice -n 19"} {
+	for _, flag := range []string{"-shards SHARDS", "-pollers N", "-rate SECOND", "-duration TIME", "-idle TIME", "-compression FACTOR", "-history TIME", "-drain-timeout TIME", "-json FILE", "-o FILE", "-lease-mode MODE", "nice -n 19"} {
 		assert.Contains(t, errOut, flag)
 	}
 	for _, c := range []struct {
@@ -154,6 +154,7 @@ func TestBenchFleet_RefusesBadFlagsAndDocumentsThem(t *testing.T) {
 		{[]string{"fleet", "-duration", "0s"}, "must be positive"},
 		{[]string{"fleet", "-compression", "0.5"}, "-compression 0.5: want at least 1"},
 		{[]string{"fleet", "-history", "-1h"}, "want 0 or more"},
+		{[]string{"fleet", "-lease-mode", "sometimes"}, `-lease-mode "sometimes": want heartbeat or renew`},
 	} {
 		code, _, errOut := run(t, c.args...)
 		assert.Equal(t, exitError, code, "%v", c.args)

@@ -86,8 +86,8 @@ func runPoller(t *testing.T, tableName string, logs io.Writer, args ...string) (
 }
 
 // An idle stream goes quiet: once the poller has committed the last change
-// and moved its checkpoint over the records its own commits made, its lease
-// renewals and checkpoint moves land in the coordination table, which has
+// and moved its checkpoint over the records its own commits made, its
+// heartbeats, lease writes and checkpoint moves land in the coordination table, which has
 // no stream, so the ledger table's stream gets no record more however long
 // it runs. Before the coordination table, every renewal and checkpoint
 // move was a record of the stream being read: an idle stream was never
@@ -111,13 +111,14 @@ func TestRun_AnIdleStreamGoesQuiet(t *testing.T) {
 		return last != "" && cp == last
 	}, 60*time.Second, 100*time.Millisecond, "poller never caught up:\n%s", logs)
 
-	// Several lease renewals and checkpoint intervals later, nothing new.
-	counter := func() int64 {
-		n, _ := table.Int64(coordinationItem(t, tableName, aggregates.LeaseKey(arn, shard)), table.AttrLeaseCounter)
+	// Several heartbeats (which keep the lease) and checkpoint intervals
+	// later, nothing new.
+	beat := func() int64 {
+		n, _ := table.Int64(coordinationItem(t, tableName, aggregates.WorkerKey(arn, "quiet")), table.AttrWorkerBeat)
 		return n
 	}
-	from := counter()
-	require.Eventually(t, func() bool { return counter() >= from+4 }, 30*time.Second, 50*time.Millisecond, "no lease renewals:\n%s", logs)
+	from := beat()
+	require.Eventually(t, func() bool { return beat() >= from+4 }, 30*time.Second, 50*time.Millisecond, "no heartbeats:\n%s", logs)
 	_, after := streamEnd(t, arn)
 	assert.Equal(t, last, after, "records written to the stream while it was idle")
 

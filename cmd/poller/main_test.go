@@ -128,6 +128,7 @@ func TestRun_FlagErrorsExitTwoAndHelpExitsZero(t *testing.T) {
 		{"max held records not a number", map[string]string{"LEDGER_MAX_HELD_RECORDS": "1GB"}, nil, []string{`--max-held-records "1GB"`}},
 		{"lease scan page", nil, []string{"--lease-scan-page", "0"}, []string{`--lease-scan-page "0": want a number from 1 to 100000`}},
 		{"describe rate", nil, []string{"--describe-rate", "0"}, []string{`--describe-rate "0": want a number from 1 to 1000`}},
+		{"lease mode", map[string]string{"LEDGER_LEASE_MODE": "beat"}, nil, []string{`--lease-mode "beat": want heartbeat or renew`}},
 		{"unknown flag", nil, []string{"--nope"}, []string{"flag provided but not defined: -nope"}},
 		{"arguments", nil, []string{"extra"}, []string{"unexpected arguments: extra"}},
 		{"empty table", map[string]string{}, []string{"--table", ""}, []string{"--table: must not be empty"}},
@@ -200,6 +201,25 @@ func TestParseFlags_Rollups(t *testing.T) {
 			}
 			require.NoError(t, err)
 			assert.Equal(t, tt.want, o.rollups)
+		})
+	}
+}
+
+func TestParseFlags_LeaseMode(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		env  map[string]string
+		args []string
+		want poller.LeaseMode
+	}{
+		{"default heartbeat", nil, nil, poller.LeaseModeHeartbeat},
+		{"environment renew", map[string]string{"LEDGER_LEASE_MODE": "renew"}, nil, poller.LeaseModeRenew},
+		{"flag over environment", map[string]string{"LEDGER_LEASE_MODE": "renew"}, []string{"--lease-mode", "heartbeat"}, poller.LeaseModeHeartbeat},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			o, err := parseFlags(tt.args, func(k string) string { return tt.env[k] }, io.Discard)
+			require.NoError(t, err)
+			assert.Equal(t, tt.want, o.leaseMode)
 		})
 	}
 }

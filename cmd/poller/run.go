@@ -41,6 +41,7 @@ type options struct {
 	maxHeldBytes       int
 	leaseScanPage      int
 	describeRate       int
+	leaseMode          poller.LeaseMode
 	leaseDuration      time.Duration
 	checkpointInterval time.Duration
 	discoverInterval   time.Duration
@@ -125,6 +126,8 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (op
 		"lease `ITEMS` read per renewal round from the stream's lease partition, a sweep going on from where the last page ended (all of it at start): finds free and expired leases and new shards; a poller that died without releasing its leases has them taken over within --lease-duration plus two turns of the sweep (env LEDGER_LEASE_SCAN_PAGE)")
 	fs.StringVar(&describeRate, "describe-rate", env("LEDGER_DESCRIBE_RATE", strconv.Itoa(poller.DescribeRateSetting.Default)),
 		"DescribeStream calls a `SECOND` the whole fleet makes on the stream (AWS allows 10 per stream): each poller calls at most this divided by the live pollers, slower when throttled (env LEDGER_DESCRIBE_RATE)")
+	leaseMode := fs.String("lease-mode", env("LEDGER_LEASE_MODE", string(poller.LeaseModeHeartbeat)),
+		"how this poller keeps its leases: `MODE` heartbeat (one worker item write a round keeps them all) or renew (every lease item written each round, as pollers before the heartbeat; more writes on the lease partition) (env LEDGER_LEASE_MODE; docs/runbook.md, \"Lease churn\")")
 	fs.StringVar(&heldBytes, "max-held-bytes", env("LEDGER_MAX_HELD_BYTES", strconv.Itoa(poller.MaxHeldBytesSetting.Default)),
 		"most `BYTES` (wire size, at least 1048576) of stream records in memory across all the shards this poller reads: each read takes 1 MiB, AWS's most per GetRecords response, and keeps what its page held; bounds memory when records are large (env LEDGER_MAX_HELD_BYTES)")
 	fs.StringVar(&lease, "lease-duration", env("LEDGER_LEASE_DURATION", poller.LeaseDurationSetting.Default.String()),
@@ -202,6 +205,12 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (op
 		errs = append(errs, fmt.Errorf("--describe-rate %q: want a number from %d to %d", describeRate, poller.DescribeRateSetting.Min, poller.DescribeRateSetting.Max))
 	} else {
 		o.describeRate = n
+	}
+	switch m := poller.LeaseMode(*leaseMode); m {
+	case poller.LeaseModeHeartbeat, poller.LeaseModeRenew:
+		o.leaseMode = m
+	default:
+		errs = append(errs, fmt.Errorf("--lease-mode %q: want %s or %s", *leaseMode, poller.LeaseModeHeartbeat, poller.LeaseModeRenew))
 	}
 	if n, err := strconv.Atoi(held); err != nil || n < poller.MaxHeldRecordsSetting.Min || n > poller.MaxHeldRecordsSetting.Max {
 		errs = append(errs, fmt.Errorf("--max-held-records %q: want a number from %d to %d", held, poller.MaxHeldRecordsSetting.Min, poller.MaxHeldRecordsSetting.Max))
@@ -298,6 +307,7 @@ func run(ctx context.Context, o options, awsOpts []func(*config.LoadOptions) err
 		MaxHeldBytes:       o.maxHeldBytes,
 		LeaseScanPage:      o.leaseScanPage,
 		DescribeRate:       o.describeRate,
+		LeaseMode:          o.leaseMode,
 		LeaseDuration:      o.leaseDuration,
 		CheckpointInterval: o.checkpointInterval,
 		DiscoverInterval:   o.discoverInterval,

@@ -29,6 +29,15 @@ const (
 	Latest      StartPosition = "LATEST"
 )
 
+// LeaseMode is how a poller keeps its leases live (Config.LeaseMode).
+type LeaseMode string
+
+// The lease modes.
+const (
+	LeaseModeHeartbeat LeaseMode = "heartbeat"
+	LeaseModeRenew     LeaseMode = "renew"
+)
+
 // ParseStartPosition parses TRIM_HORIZON or LATEST (case-insensitive).
 func ParseStartPosition(s string) (StartPosition, error) {
 	switch StartPosition(strings.ToUpper(strings.TrimSpace(s))) {
@@ -154,10 +163,23 @@ type Config struct {
 	MaxReadFailures                     int
 
 	// LeaseDuration is how long a lease stays valid without renewal
-	// (default 20s). The owner renews every LeaseDuration/3; another poller
-	// takes a lease over once it has seen its counter unchanged for
-	// LeaseDuration.
+	// (default 20s). The owner heartbeats (or, in LeaseModeRenew, renews
+	// every lease) every LeaseDuration/3; another poller takes a lease over
+	// once it has seen the owner's beat (or the lease's counter) unchanged
+	// for LeaseDuration.
 	LeaseDuration time.Duration
+	// LeaseMode is how a live poller keeps its leases: LeaseModeHeartbeat
+	// (the default) by its worker item's heartbeat, one write per round
+	// whatever it holds, a lease item written only when it changes hands;
+	// LeaseModeRenew by renewing every lease item each round, as pollers
+	// before session 16 do (for a fleet being upgraded, and to measure the
+	// difference). A heartbeat poller renews every lease too while the
+	// worker registry shows a live poller that does not heartbeat
+	// (docs/exactly-once.md, "The worker heartbeat": migration). A drain
+	// always renews its leases, and judges the others' by the worker
+	// registry (a heartbeat owner's by its beat, fenced first) whatever its
+	// LeaseMode (the review of the late heartbeat, session 17, D1).
+	LeaseMode LeaseMode
 	// DiscoverInterval is how often the whole stream is listed (default
 	// 5m, and at start). Between listings a finished shard's children are
 	// looked up with ShardFilter CHILD_SHARDS by the poller that finished
@@ -305,6 +327,13 @@ func (c Config) withDefaults() (Config, error) {
 		errs = append(errs, fmt.Errorf("max throttle backoff %s: want at least the throttle backoff %s", c.MaxThrottleBackoff, c.ThrottleBackoff))
 	}
 	dur(&c.LeaseDuration, LeaseDurationSetting)
+	switch c.LeaseMode {
+	case "":
+		c.LeaseMode = LeaseModeHeartbeat
+	case LeaseModeHeartbeat, LeaseModeRenew:
+	default:
+		errs = append(errs, fmt.Errorf("lease mode %q: want heartbeat or renew", c.LeaseMode))
+	}
 	dur(&c.DiscoverInterval, DiscoverIntervalSetting)
 	dur(&c.CheckpointInterval, CheckpointIntervalSetting)
 	dur(&c.ShutdownTimeout, ShutdownTimeoutSetting)

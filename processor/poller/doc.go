@@ -110,6 +110,28 @@
 //     seen, no pending yet); the owner sees the ask in its next renewal's
 //     answer. A dead receiver only delays the shard by one lease expiry.
 //
+// # The worker heartbeat (session 16)
+//
+// A live poller does not renew its leases one by one: a lease is live while
+// its owner's heartbeat moves (docs/exactly-once.md, "The worker
+// heartbeat"). Each round it writes its worker item (beat + 1, leaseMode =
+// heartbeat at modeBeat = that beat, condition: no fencedBeat, and after
+// the first the item exists), and every lease it holds is valid
+// until that write's send time + LeaseDuration. A lease item is written
+// only when it changes hands. Another poller takes a heartbeat owner's
+// lease over once it read the owner's beat unchanged at two registry reads
+// LeaseDuration apart (or read it left), and only after its fence of the
+// owner's worker item (fencedBeat = the beat seen, condition beat = the
+// beat seen), written in the same batch of takes after the lease was read,
+// landed: a later heartbeat of the owner then fails, so its
+// validity cannot grow after the fence, and it had already ended. An owner
+// whose heartbeat is refused by a fence drops every lease and registers
+// again (ledger_poller_lease_events_total{event="rejoined"}). A poller
+// renews every lease too while the registry shows a live poller that does
+// not heartbeat (an older version, or Config.LeaseMode renew), whose
+// take-over rule is the lease counter's; a drain always does, and tells a
+// heartbeat owner of its requests in the owner's worker item (asks).
+//
 // # Share-bounded rounds (share.go)
 //
 // A live poller's round reads what its share needs, not the stream's

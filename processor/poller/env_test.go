@@ -28,7 +28,7 @@ import (
 )
 
 // The package's tables are all created before any test writes: one per
-// test that makes one (47: five lineage, four window, three lease, three
+// test that makes one (53: five lineage, four window, three lease, three
 // closed-shard, two batch, two fault, two not-found, two idle-backoff, two
 // held-records budget, one damage, one lag, one quarantine, one memory
 // measurement, six emulation tests, one of discovery through leases, two
@@ -36,11 +36,12 @@ import (
 // 15, one of them gated, three under AWS's transaction conflicts, one
 // of a checkpoint fenced by a migration and two of the share-bounded
 // pass, one of
-// its review's R5, three of the review of session 17), and
-// four to spare. A test that
+// its review's R5, six of the worker heartbeat, three of the review of
+// session 17 (discovery), four of the review of the late heartbeat
+// (session 17: review_s17hb_*_test.go), and four to spare. A test that
 // gets a later table is slow enough for 3-second leases to expire, so an
 // exhausted pool fails the test (ddbtest.Pool.Table).
-var tables = ddbtest.Pool{Size: 56}
+var tables = ddbtest.Pool{Size: 70}
 
 func newTableName(t testing.TB) string { return tables.Table(t) }
 

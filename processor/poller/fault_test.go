@@ -293,6 +293,11 @@ func TestPoller_KeepsItsLeaseAndCatchesUpUnderFaultedWritesAndReads(t *testing.T
 			// not drop the pages carried. The lease outlives a renewal
 			// slowed by a loaded machine (renewals every 5 s).
 			c.LeaseDuration, c.MaxRecords, c.BatchRecords = 15*time.Second, 100, 1000
+			// The renewals' lost answers are what this pins: a heartbeat
+			// poller renews lease items only beside a renewing poller
+			// (docs/exactly-once.md, "The worker heartbeat"), so this one
+			// renews every lease, as a drain and a fleet mid-upgrade do.
+			c.LeaseMode = poller.LeaseModeRenew
 		})
 	stop := start(t, p)
 

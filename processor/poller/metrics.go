@@ -16,6 +16,9 @@ const (
 	LeaseReleased  = "released"   // given up (shutdown, shard finished, drain done)
 	LeaseHandedOff = "handed_off" // given to the poller that asked for it
 	LeaseRequested = "requested"  // asked another owner for one of its leases
+	LeaseFenced    = "fenced"     // a poller whose heartbeat stopped fenced before its leases are taken over (one per gone poller)
+	LeaseRejoined  = "rejoined"   // this poller's heartbeat found it fenced: it dropped every lease and registered again
+	LeasePaused    = "paused"     // no heartbeat landed within the lease duration: the lease's reader stopped, the lease kept until a heartbeat lands (or finds the poller fenced)
 )
 
 // Label values of ledger_poller_lease_losses_total{cause}. Only taken and
@@ -91,7 +94,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}),
 		LeaseEvents: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "ledger", Subsystem: "poller", Name: "lease_events_total",
-			Help: "Lease changes by this poller: acquired, taken_over, lost, expired, released, handed_off, requested.",
+			Help: "Lease changes by this poller: acquired, taken_over, lost, expired, released, handed_off, requested, fenced, rejoined, paused.",
 		}, []string{"event"}),
 		Shards: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Namespace: "ledger", Subsystem: "poller", Name: "shards",

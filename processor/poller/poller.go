@@ -67,6 +67,35 @@ type Poller struct {
 	finishedNow   map[string]bool       // shards finished since the last endPass: true when the listing had their children
 	latestChecked bool                  // a LATEST start was decided on every checkpoint
 
+	// The worker heartbeat (docs/exactly-once.md, "The worker heartbeat").
+	// beatUntil is the send time of the last heartbeat that landed +
+	// LeaseDuration (mono: nanos since epoch, on the monotonic clock), written by the heartbeat goroutine
+	// (heartbeater), read by the readers' watchdogs and the coordinator.
+	beatUntil  atomic.Int64
+	compat     atomic.Bool      // a live poller that renews every lease is in the registry: renew ours too
+	fencedOut  atomic.Bool      // a heartbeat was refused by a fence: the coordinator rejoins
+	paused     bool             // the heartbeat's validity ended with leases held: readers stopped (checkPause)
+	heldN      atomic.Int64     // leases held, for the heartbeat's held count
+	hbMu       sync.Mutex       // guards hbAnswer
+	hbAnswer   *table.Worker    // the last heartbeat's answer not yet seen by the coordinator
+	hbStop     func()           // stops the heartbeat goroutine and waits for it
+	fenced     map[string]int64 // owners this poller fenced, at the beat it saw unchanged
+	registryAt time.Time        // when the registry was last read
+	// registrySent is the send time of the last registry read that
+	// succeeded; unverified, that a verification of the leases held
+	// (verifyHeld) could not read them all.
+	registrySent time.Time
+	unverified   bool
+	asks         []string // shards a drain asked this poller for, from its worker item
+	// unasked are the requests of this poller (shard → owner) whose ask in
+	// the owner's worker item (AskWorker) failed after the lease's
+	// pendingOwner landed: written again at each pass until one lands (the
+	// review of the heartbeat, HB5).
+	unasked map[string]string
+	// absent are the owners gone from the registry since it last showed
+	// them: when this poller first read it without them (HB4).
+	absent map[string]time.Time
+
 	committed atomic.Int64 // records committed (Metrics.Committed), for the goodput gauge
 	goodput   []sample     // (time, committed) of the last minute's passes
 
@@ -98,16 +127,17 @@ type observation struct {
 type holding struct {
 	lease      lease
 	finished   bool      // the shard was read to its end: its lease is released to expire soon
-	validUntil time.Time // renewal's send time + LeaseDuration
-	renewed    time.Time
-	timer      *time.Timer // cancels the reader at validUntil
-	cancel     context.CancelFunc
-	stop       chan struct{}
-	stopOnce   sync.Once
-	running    bool
-	lost       bool   // the lease is another poller's now
-	handoffTo  string // stop, then give the lease to this poller
-	retryAt    time.Time
+	validUntil time.Time // take's or renewal's send time + LeaseDuration
+	// until mirrors validUntil (unix nanos) for the reader's watchdog.
+	until     atomic.Int64
+	renewed   time.Time
+	cancel    context.CancelFunc
+	stop      chan struct{}
+	stopOnce  sync.Once
+	running   bool
+	lost      bool   // the lease is another poller's now
+	handoffTo string // stop, then give the lease to this poller
+	retryAt   time.Time
 	// unknownTo is the counter a renewal with an unknown outcome (an
 	// error, or a failed condition) tried to write, first sent at
 	// unknownSent: if a re-read shows it, that is the validity's start.
@@ -141,6 +171,9 @@ func New(streams Streams, api Table, proc *processor.Processor, cfg Config, metr
 		cps:     map[string]checkpoint{},
 		workers: map[string]workerView{},
 		handed:  map[string]handed{},
+		unasked: map[string]string{},
+		absent:  map[string]time.Time{},
+		fenced:  map[string]int64{},
 		held:    map[string]*holding{},
 		drained: map[string]bool{},
 		gone:    map[string]bool{},
@@ -301,6 +334,9 @@ func (p *Poller) pass(ctx context.Context, renew bool) error {
 	if ok, err := p.discover(ctx); !ok || err != nil {
 		return err
 	}
+	// The registry says which owners keep their leases by heartbeat, whose
+	// leases are judged by their beat (available).
+	p.readRegistry(ctx)
 	return p.readAllAndAssign(ctx)
 }
 
@@ -684,11 +720,41 @@ func (p *Poller) available(l lease) (ok bool, expired bool) {
 	case l.owner == p.cfg.Owner:
 		return true, true
 	}
-	// Expired: read with the same counter at two reads LeaseDuration
-	// apart (a lease read once is not taken on the strength of the time
-	// since: it may have been renewed after that read).
-	o, ok := p.seen[l.shard]
-	return ok && o.owner == l.owner && o.counter == l.counter && o.last.Sub(o.at) >= p.cfg.LeaseDuration, true
+	o, seen := p.seen[l.shard]
+	if p.judgesByRegistry() {
+		w, registered := p.workers[l.owner]
+		switch {
+		case registered && w.heartbeat:
+			// A heartbeat owner's lease is live while its beat moves:
+			// expired once its beat was read unchanged at two reads
+			// LeaseDuration apart, or it left (claim H1; takeLease fences
+			// it before the take).
+			return !w.live(p.cfg.LeaseDuration), true
+		case !registered:
+			// Not in the registry as last read: a drain, a poller of a
+			// version before the registry — or a heartbeat poller whose
+			// item was deleted under it (the review of the heartbeat, HB4),
+			// whose heartbeats then fail (HeartbeatWorkerAgain) and whose
+			// validity ends within a lease duration of its last one. So
+			// the owner must have been absent from the registry reads for
+			// a lease duration: since the first read without it, or, never
+			// seen in it, since this lease state was first seen (a read
+			// older than that state may predate a heartbeat poller's
+			// registration).
+			since, gone := p.absent[l.owner]
+			if !gone {
+				since = o.at
+			}
+			if (!gone && !seen) || p.registryAt.Sub(since) < p.cfg.LeaseDuration {
+				return false, true
+			}
+		}
+	}
+	// A poller that renews every lease (or one that never registers: a
+	// drain): expired when read with the same counter at two reads
+	// LeaseDuration apart (a lease read once is not taken on the strength
+	// of the time since: it may have been renewed after that read).
+	return seen && o.owner == l.owner && o.counter == l.counter && o.last.Sub(o.at) >= p.cfg.LeaseDuration, true
 }
 
 // finishedKnown reports whether this poller knows id was read to its end:
@@ -778,12 +844,16 @@ func (p *Poller) assign(ctx context.Context) {
 	// table outlived the first ones it took, and they expired at the next
 	// renewal (the fleet benchmark: 80 to 249 leases of a poller at once).
 	// The rest are taken at the next passes.
+	// In concurrent batches (takeLeases), each no larger than what the
+	// share still wants.
 	until := time.Now().Add(p.cfg.renewInterval() / 2)
-	for _, l := range candidates {
+	for len(candidates) > 0 {
 		if len(p.held) >= target || ctx.Err() != nil || !time.Now().Before(until) {
 			return
 		}
-		p.takeLease(ctx, l)
+		n := min(len(candidates), renewParallel, target-len(p.held))
+		p.takeLeases(ctx, candidates[:n])
+		candidates = candidates[n:]
 	}
 	if len(p.held) >= target || (asked && !p.cfg.Drain) {
 		return
@@ -791,6 +861,19 @@ func (p *Poller) assign(ctx context.Context) {
 	// No free lease left: ask the busiest owner above its share (above the
 	// ceiling, or above the floor while this poller is below it; a drain
 	// run asks every owner) to hand one over.
+	// Asks whose write failed after their request landed: the lease's
+	// pendingOwner is set, so the loop below skips it, and its heartbeat
+	// owner, which reads none of its lease items, learns of it only here.
+	for shard, owner := range p.unasked {
+		if ctx.Err() != nil {
+			return
+		}
+		if err := p.store.ask(ctx, owner, shard); err != nil {
+			p.log.Warn("telling a lease's owner of the request failed again; asked again at the next pass", "shard", shard, "owner", owner, "error", err.Error())
+			continue
+		}
+		delete(p.unasked, shard)
+	}
 	var ask []lease
 	for _, s := range elig {
 		l, ok := p.leases[s.id]
@@ -812,48 +895,242 @@ func (p *Poller) assign(ctx context.Context) {
 			}
 			continue
 		}
+		if w, ok := p.workers[l.owner]; ok && w.heartbeat {
+			// A heartbeat owner reads none of its lease items: tell it in
+			// its worker item too.
+			if err := p.store.ask(ctx, l.owner, l.shard); err != nil {
+				p.unasked[l.shard] = l.owner
+				if ctx.Err() == nil {
+					p.log.Warn("telling a lease's owner of the request failed; asked again at the next pass", "shard", l.shard, "owner", l.owner, "error", err.Error())
+				}
+			}
+		}
 		p.m.LeaseEvents.WithLabelValues(LeaseRequested).Inc()
 		p.log.Info("lease requested", "shard", l.shard, "from", l.owner)
 	}
 }
 
-// takeLease takes l, as last seen, for this poller; a take whose answer was
-// lost is recognised by a re-read (the lease at seen + 1 in this owner's
-// name), and a re-read after a failed condition updates what this poller
-// knows of the lease. It reports whether the lease is now held.
-func (p *Poller) takeLease(ctx context.Context, l lease) bool {
-	_, expired := p.available(l)
-	sent := time.Now() // the validity counts from the send time
-	taken, err := p.store.take(ctx, l, p.cfg.Owner, p.cfg.LeaseDuration)
-	if err != nil && ctx.Err() == nil {
+// takeAttempt is one take's store calls, made concurrently with others:
+// the take, and the re-read after it failed.
+type takeAttempt struct {
+	l       lease
+	expired bool
+	sent    time.Time
+	taken   lease
+	cur     lease
+	reread  bool
+	err     error
+}
+
+// takeLeases takes ls (as last seen) for this poller (a take whose answer
+// was lost is recognised by a re-read: the lease at seen + 1 in this
+// owner's name; a re-read after a failed condition updates what this
+// poller knows of the lease): the owners of
+// expired ones fenced first (in turn, once per owner), then the takes
+// and their re-reads concurrently (at most renewParallel at once: a
+// poller taking its share of 1,000 shards, or the leases handed to it at
+// a join, does not wait for each in turn), their results applied in turn.
+// It returns how many are now held.
+func (p *Poller) takeLeases(ctx context.Context, ls []lease) int {
+	var tries []*takeAttempt
+	// The fences of this call, one per owner: a fence covers the lease
+	// states read before it landed (the owner had not rejoined then), not
+	// a lease its owner took after rejoining, which a fence remembered
+	// from an earlier call would let this poller take from a live owner
+	// that reads none of its lease items (the review of the heartbeat,
+	// HB1). Every lease of ls was read before this call.
+	fencedNow := map[string]bool{}
+	for _, l := range ls {
+		_, expired := p.available(l)
+		if expired && l.owner != p.cfg.Owner {
+			ok, done := fencedNow[l.owner]
+			if !done {
+				ok = p.fence(ctx, l.owner)
+				fencedNow[l.owner] = ok
+			}
+			if !ok {
+				continue
+			}
+		}
+		tries = append(tries, &takeAttempt{l: l, expired: expired})
+	}
+	sem := make(chan struct{}, renewParallel)
+	var wg sync.WaitGroup
+	for _, a := range tries {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			a.sent = time.Now() // the validity counts from the send time
+			a.taken, a.err = p.store.take(ctx, a.l, p.cfg.Owner, p.cfg.LeaseDuration)
+			if a.err != nil && ctx.Err() == nil {
+				if cur, rerr := p.store.readLease(ctx, a.l.shard); rerr == nil {
+					a.cur, a.reread = cur, true
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	n := 0
+	for _, a := range tries {
+		if p.applyTake(a) {
+			n++
+		}
+	}
+	return n
+}
+
+// applyTake records the outcome of a take: held, its answer lost but
+// landed (the lease at seen + 1 in this owner's name), or not.
+func (p *Poller) applyTake(a *takeAttempt) bool {
+	l, taken, err := a.l, a.taken, a.err
+	if err != nil && a.reread {
 		// A failed condition or an unknown outcome: the lease at
 		// seen + 1 in this owner's name is this take, its answer lost.
-		if cur, rerr := p.store.readLease(ctx, l.shard); rerr == nil {
-			if cur.owner == p.cfg.Owner && cur.counter == l.counter+1 {
-				p.m.LeaseLosses.WithLabelValues(LossLostAnswer).Inc()
-				p.log.Info("lease take landed, its answer lost", "shard", l.shard, "counter", cur.counter, "error", err.Error())
-				taken, err = cur, nil
-			} else {
-				p.leases[l.shard] = cur
-				p.observeLease(cur, time.Now())
-			}
+		if cur := a.cur; cur.owner == p.cfg.Owner && cur.counter == l.counter+1 {
+			p.m.LeaseLosses.WithLabelValues(LossLostAnswer).Inc()
+			p.log.Info("lease take landed, its answer lost", "shard", l.shard, "counter", cur.counter, "error", err.Error())
+			taken, err = cur, nil
+		} else {
+			p.leases[l.shard] = cur
+			p.observeLease(cur, time.Now())
 		}
 	}
 	if err != nil {
-		if !errors.Is(err, errConditionFailed) && ctx.Err() == nil {
+		if !errors.Is(err, errConditionFailed) && !errors.Is(err, context.Canceled) {
 			p.log.Warn("taking lease failed", "shard", l.shard, "error", err.Error())
 		}
 		return false
 	}
 	event := LeaseAcquired
-	if expired && l.owner != p.cfg.Owner {
+	if a.expired && l.owner != p.cfg.Owner {
 		event = LeaseTakenOver
 	}
 	p.m.LeaseEvents.WithLabelValues(event).Inc()
 	p.log.Info("lease "+event, "shard", l.shard, "previous_owner", l.owner, "counter", taken.counter)
 	p.leases[l.shard] = taken
-	p.hold(taken, sent)
+	p.hold(taken, a.sent)
 	return true
+}
+
+// fence makes sure owner, whose lease this poller is about to take over,
+// can no longer extend its leases: a heartbeat owner's worker item is
+// fenced at the beat this poller saw unchanged (claim H1), at every
+// takeLeases call that takes one of its leases over; a poller that renews every lease needs no fence (its lease's
+// counter is the condition). It reports whether the take may go on.
+func (p *Poller) fence(ctx context.Context, owner string) bool {
+	w, ok := p.workers[owner]
+	if !ok || !w.heartbeat || !p.judgesByRegistry() {
+		return true
+	}
+	if err := p.store.fence(ctx, owner, w.beat); err != nil {
+		if errors.Is(err, errConditionFailed) {
+			// It heartbeated since: alive; the next registry read says so.
+			p.log.Info("a poller thought gone heartbeated; its leases are left to it", "owner", owner, "beat", w.beat)
+			w.at = time.Now()
+			p.workers[owner] = w
+		} else if ctx.Err() == nil {
+			p.log.Warn("fencing a gone poller failed; its leases are taken at a later round", "owner", owner, "error", err.Error())
+		}
+		return false
+	}
+	if b, done := p.fenced[owner]; !done || b != w.beat {
+		// Counted once per owner and beat (fenced again at each takeLeases
+		// call: the same write at the same beat).
+		p.fenced[owner] = w.beat
+		p.m.LeaseEvents.WithLabelValues(LeaseFenced).Inc()
+		p.log.Info("poller fenced: its heartbeat stopped for a lease duration; its leases are taken over", "owner", owner, "beat", w.beat)
+	}
+	return true
+}
+
+// renewsLeases reports whether this poller renews every lease it holds at
+// each round: a drain, a poller in LeaseModeRenew, and a heartbeat poller
+// while the registry shows a live poller that does not heartbeat.
+func (p *Poller) renewsLeases() bool {
+	return p.cfg.Drain || p.cfg.LeaseMode == LeaseModeRenew || p.compat.Load()
+}
+
+// judgesByRegistry reports whether this poller judges another owner's
+// lease by the worker registry (a heartbeat owner's by its beat, fenced
+// before the take: claim H1): every poller but a live one in
+// LeaseModeRenew, which emulates the pollers before the heartbeat (the
+// counter rule only). A drain judges by the registry whatever its
+// LeaseMode: it never registers, so no heartbeat poller renews its leases
+// for it (compat), and by the counter rule alone it took a live heartbeat
+// owner's lease, whose counter never moves, a lease duration after its
+// first read, with no fence: that owner read on beside it (the review of
+// the late heartbeat, session 17, D1: `poller --drain` with
+// LEDGER_LEASE_MODE=renew set for a rolling upgrade).
+func (p *Poller) judgesByRegistry() bool { return p.cfg.Drain || p.cfg.LeaseMode != LeaseModeRenew }
+
+// heartbeats reports whether this poller keeps its leases by its worker
+// item's heartbeat.
+func (p *Poller) heartbeats() bool { return !p.cfg.Drain && p.cfg.LeaseMode != LeaseModeRenew }
+
+// validity is until when h's lease is this poller's. For a poller that
+// renews every lease, its take's or last renewal's send time +
+// LeaseDuration. For a heartbeat poller, its last landed heartbeat's
+// (beatUntil), which extends every lease at once — and, while it renews
+// every lease too (compat), the earlier of the two. Safe from any
+// goroutine.
+func (p *Poller) validity(h *holding) time.Time {
+	own := fromMono(h.until.Load())
+	if !p.heartbeats() {
+		return own
+	}
+	beat := fromMono(p.beatUntil.Load())
+	if !p.compat.Load() || own.After(beat) {
+		return beat
+	}
+	return own
+}
+
+// setUntil sets h's own validity (validUntil, and until for the
+// watchdog).
+func (h *holding) setUntil(t time.Time) {
+	h.validUntil = t
+	h.until.Store(mono(t))
+}
+
+// epoch is the origin of the validities kept in atomics (beatUntil,
+// holding.until): an instant with a monotonic clock reading, so that a
+// validity stored as nanoseconds since it and read back (fromMono) is
+// still measured on the monotonic clock. Stored as wall-clock Unix nanos
+// (time.Unix) it lost that reading, and a wall clock stepped back by d
+// (NTP, a VM's clock set after a resume) kept a reader d past its lease
+// while the taker, measuring its lease duration on its monotonic clock,
+// took it over (docs/exactly-once.md, "Review (adversarial, session 16):
+// the worker heartbeat", HB3).
+var epoch = time.Now()
+
+// mono is t as nanoseconds since epoch, on the monotonic clock when t has
+// a reading (every instant the poller makes from time.Now). Zero is
+// "none": before any instant the poller measures.
+func mono(t time.Time) int64 { return int64(t.Sub(epoch)) }
+
+// fromMono is the instant n nanoseconds after epoch (mono's inverse),
+// with a monotonic clock reading.
+func fromMono(n int64) time.Time { return epoch.Add(time.Duration(n)) }
+
+// watchdog cancels h's reader when its lease's validity ends (cancel), and
+// returns when ctx (the reader's) ends first; a validity extended
+// meanwhile (a heartbeat, a renewal) moves the deadline.
+func (p *Poller) watchdog(ctx context.Context, h *holding, cancel context.CancelFunc) {
+	for {
+		d := time.Until(p.validity(h))
+		if d <= 0 {
+			cancel()
+			return
+		}
+		t := time.NewTimer(d)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+	}
 }
 
 // hold records a lease just taken; its reader starts in startReaders.
@@ -868,16 +1145,13 @@ func (p *Poller) hold(l lease, sent time.Time) {
 // it over before it has seen that counter unchanged for LeaseDuration.
 func (p *Poller) validate(h *holding, sent time.Time) {
 	h.renewed = sent
-	h.validUntil = sent.Add(p.cfg.LeaseDuration)
-	if h.timer != nil {
-		h.timer.Reset(time.Until(h.validUntil))
-	}
+	h.setUntil(sent.Add(p.cfg.LeaseDuration))
 }
 
 // startReaders starts a reader for every held lease without one.
 func (p *Poller) startReaders(ctx context.Context) {
 	for id, h := range p.held {
-		if h.running || h.lost || h.handoffTo != "" || time.Now().Before(h.retryAt) || !time.Now().Before(h.validUntil) {
+		if h.running || h.lost || h.handoffTo != "" || time.Now().Before(h.retryAt) || !time.Now().Before(p.validity(h)) {
 			continue
 		}
 		sh, ok := p.shard(id)
@@ -892,10 +1166,7 @@ func (p *Poller) startReaders(ctx context.Context) {
 		h.cancel = cancel
 		h.stop = make(chan struct{})
 		h.stopOnce = sync.Once{}
-		if h.timer != nil {
-			h.timer.Stop()
-		}
-		h.timer = time.AfterFunc(time.Until(h.validUntil), cancel)
+		go p.watchdog(rctx, h, cancel)
 		h.running = true
 		// A child of a shard this stream's consumers have read opens at its
 		// own first record, so that records trimmed from its start are
@@ -931,15 +1202,20 @@ func (p *Poller) renewAll(ctx context.Context) {
 		err  error
 	}
 	var due []result
+	p.checkPause()
 	for id, h := range p.held {
 		if h.lost {
 			continue
 		}
-		if !time.Now().Before(h.validUntil) {
+		if p.expired(h, time.Now()) {
 			p.expire(id, h)
 			continue
 		}
 		due = append(due, result{id: id, h: h})
+	}
+	if !p.renewsLeases() {
+		// The heartbeat keeps them (registry): no lease item is written.
+		return
 	}
 	// Renewals run concurrently (at most renewParallel at a time): one
 	// after another, a poller holding hundreds of leases could not renew
@@ -968,7 +1244,7 @@ func (p *Poller) renewAll(ctx context.Context) {
 			p.drop(id, h)
 			continue
 		case err != nil:
-			p.log.Warn("renewing lease failed; will retry", "shard", id, "valid_for", time.Until(h.validUntil).Round(time.Millisecond).String(), "error", err.Error())
+			p.log.Warn("renewing lease failed; will retry", "shard", id, "valid_for", time.Until(p.validity(h)).Round(time.Millisecond).String(), "error", err.Error())
 			continue
 		}
 		h.lease = l
@@ -1004,8 +1280,10 @@ var errLeaseTaken = errors.New("lease taken by another poller")
 // validity counts from.
 func (p *Poller) renew(ctx context.Context, id string, h *holding) (lease, time.Time, error) {
 	budget := time.Now().Add(p.cfg.renewInterval() / 2)
-	if h.validUntil.Before(budget) {
-		budget = h.validUntil
+	// Within the lease's own validity: a heartbeat poller renewing in
+	// compat keeps the lease while the heartbeat is late (expired).
+	if v := fromMono(h.until.Load()); v.Before(budget) {
+		budget = v
 	}
 	target := h.lease.counter + 1
 	for attempt := 1; ; attempt++ {
@@ -1047,6 +1325,43 @@ func (p *Poller) renew(ctx context.Context, id string, h *holding) (lease, time.
 	}
 }
 
+// expired reports whether h's lease may be another poller's at now
+// without a fence of this one: for a poller that renews every lease, its
+// own validity ended; for a heartbeat poller, only while it renews every
+// lease too (compat: a renewing poller takes a lease whose counter it saw
+// unchanged for a lease duration). A heartbeat poller's lease outlives
+// its heartbeat's validity: nobody takes it before fencing this poller
+// (claim H1), and a heartbeat that lands unfenced proves nobody did; its
+// reader is stopped meanwhile (the watchdog) and started again once a
+// heartbeat lands (checkPause; docs/exactly-once.md, "The worker
+// heartbeat", "A late heartbeat").
+func (p *Poller) expired(h *holding, now time.Time) bool {
+	if p.heartbeats() && !p.compat.Load() {
+		return false
+	}
+	return !now.Before(fromMono(h.until.Load()))
+}
+
+// checkPause notes, once a round, whether this heartbeat poller's
+// validity has ended without a heartbeat landed (its readers stopped by
+// their watchdogs, its leases kept: expired) or has come back (a
+// heartbeat landed unfenced: its readers start again).
+func (p *Poller) checkPause() {
+	if !p.heartbeats() || len(p.held) == 0 && !p.paused {
+		return
+	}
+	lapsed := !time.Now().Before(fromMono(p.beatUntil.Load()))
+	switch {
+	case lapsed && !p.paused:
+		p.paused = true
+		p.m.LeaseEvents.WithLabelValues(LeasePaused).Add(float64(len(p.held)))
+		p.log.Warn("no heartbeat landed within the lease duration: reading stopped, leases kept until a heartbeat lands (or finds this poller fenced)", "leases", len(p.held))
+	case !lapsed && p.paused:
+		p.paused = false
+		p.log.Info("a heartbeat landed: reading again", "leases", len(p.held))
+	}
+}
+
 // expire stops the reader of a lease that could not be renewed in time.
 func (p *Poller) expire(id string, h *holding) {
 	h.lost = true
@@ -1065,9 +1380,6 @@ func (p *Poller) drop(id string, h *holding) {
 	if h.cancel != nil {
 		h.cancel()
 	}
-	if h.timer != nil {
-		h.timer.Stop()
-	}
 	if !h.running {
 		delete(p.held, id)
 	}
@@ -1080,9 +1392,6 @@ func (p *Poller) readerDone(ctx context.Context, r readerResult) {
 		return
 	}
 	h.running = false
-	if h.timer != nil {
-		h.timer.Stop()
-	}
 	if h.cancel != nil {
 		h.cancel()
 	}
@@ -1134,7 +1443,7 @@ func (p *Poller) readerDone(ctx context.Context, r readerResult) {
 	default:
 		if r.err != nil {
 			reason := RestartError
-			if !time.Now().Before(h.validUntil) {
+			if !time.Now().Before(p.validity(h)) {
 				reason = RestartLease // cancelled at the end of the lease's validity
 			}
 			p.m.ReaderRestarts.WithLabelValues(reason).Inc()
@@ -1204,7 +1513,7 @@ func (p *Poller) shutdown(ctx context.Context) {
 		case r := <-p.done:
 			p.readerDone(bg, r)
 		case <-tick.C:
-			p.renewAll(bg)
+			p.renewAll(bg) // the heartbeat goroutine goes on meanwhile
 		case <-hard.C:
 			p.log.Warn("shutdown timeout: abandoning the batches in hand", "readers", p.running())
 			for _, h := range p.held {
@@ -1220,6 +1529,10 @@ func (p *Poller) shutdown(ctx context.Context) {
 	defer cancel()
 	for id, h := range p.held {
 		p.release(rctx, id, h)
+	}
+	if p.hbStop != nil {
+		// Before the leave: a heartbeat after it would undo it.
+		p.hbStop()
 	}
 	if !p.cfg.Drain && p.registryReads > 0 {
 		if err := p.store.leave(rctx, p.cfg.Owner); err != nil {
@@ -1263,6 +1576,7 @@ func (p *Poller) addCommitted(done []processor.Record, cp string) {
 
 func (p *Poller) gauges() {
 	p.m.LeasesHeld.Set(float64(len(p.held)))
+	p.heldN.Store(int64(len(p.held)))
 	now := sample{at: time.Now(), n: p.committed.Load()}
 	for len(p.goodput) > 1 && now.at.Sub(p.goodput[1].at) >= goodputWindow {
 		p.goodput = p.goodput[1:]

@@ -5,9 +5,12 @@ import (
 	"errors"
 	"math/rand/v2"
 	"sort"
+	"sync"
 	"time"
 
 	ddbtypes "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/ledger-dev/ledger/table"
 )
 
 // This file is a live poller's share-bounded pass (issue 23): what a pass
@@ -40,11 +43,12 @@ import (
 // workerView is what this poller knows of another poller from the
 // registry.
 type workerView struct {
-	beat int64
-	held int
-	left bool
-	at   time.Time // first read with this beat
-	last time.Time // last read
+	beat      int64
+	held      int
+	left      bool
+	heartbeat bool      // it keeps its leases by its beat (leaseMode = heartbeat)
+	at        time.Time // first read with this beat
+	last      time.Time // last read
 }
 
 // handed counts the leases this poller handed or offered to another since
@@ -65,11 +69,15 @@ func (w workerView) live(d time.Duration) bool { return !w.left && w.last.Sub(w.
 func (p *Poller) sharePass(ctx context.Context, renew bool) error {
 	defer p.gauges()
 	if renew {
-		p.renewAll(ctx)
 		// Registered before the stream is listed: a listing throttled at
 		// start (pollers starting together share DescribeStream's rate)
-		// must not hide this poller from the others' share.
+		// must not hide this poller from the others' share. The heartbeat
+		// first: it keeps every lease this poller holds (renewAll then
+		// only writes lease items while a poller that renews every lease
+		// is live: compat).
 		p.registry(ctx)
+		p.renewAll(ctx)
+		p.answerAsks(ctx)
 	}
 	if ok, err := p.discover(ctx); !ok || err != nil {
 		return err
@@ -146,16 +154,213 @@ func (p *Poller) endPass(ctx context.Context) error {
 	return nil
 }
 
-// registry writes this poller's worker item and reads the stream's.
+// registry keeps this poller registered and reads the stream's worker
+// items (readRegistry). A heartbeat poller's heartbeats run on their own
+// goroutine (heartbeater), so that a slow round (takes, listings, a
+// loaded table) cannot starve the write every lease depends on; the
+// first is written here, before the first read of the registry, and so is
+// the rejoin after a fence. A poller that renews every lease writes its
+// worker item here, each round, as before.
 func (p *Poller) registry(ctx context.Context) {
-	w, err := p.store.heartbeat(ctx, p.cfg.Owner, len(p.held))
+	switch {
+	case !p.heartbeats():
+		if w, err := p.store.heartbeat(ctx, p.cfg.Owner, len(p.held), false, false); err != nil {
+			if ctx.Err() == nil {
+				p.log.Warn("writing the worker item failed; retrying at the next round", "error", err.Error())
+			}
+		} else {
+			p.offers, p.asks = w.Offers, w.Asks
+		}
+	case p.fencedOut.Load():
+		p.rejoin(ctx)
+	case p.hbStop == nil:
+		p.beat(ctx)
+		if p.beatUntil.Load() != 0 {
+			hctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+			done := make(chan struct{})
+			go func() { defer close(done); p.heartbeater(hctx) }()
+			p.hbStop = func() { cancel(); <-done }
+		}
+	}
+	p.hbMu.Lock()
+	if w := p.hbAnswer; w != nil {
+		p.offers, p.asks = w.Offers, w.Asks
+		p.hbAnswer = nil
+	}
+	p.hbMu.Unlock()
+	p.readRegistry(ctx)
+}
+
+// heartbeater writes this poller's heartbeat every renewal interval until
+// ctx ends; after a fence refused one it waits for the coordinator's
+// rejoin. A poller paused for pauseQuiet (no heartbeat answered within a
+// lease duration of its send) heartbeats only once every quietProbe
+// (silent).
+func (p *Poller) heartbeater(ctx context.Context) {
+	t := time.NewTicker(p.cfg.renewInterval())
+	defer t.Stop()
+	var last time.Time // the last beat's start
+	quiet := false
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if p.fencedOut.Load() {
+			continue
+		}
+		now := time.Now()
+		if p.silent(now, last) {
+			if !quiet {
+				quiet = true
+				p.log.Warn("paused for two lease durations: heartbeating once every three, so that the others fence this poller and read its shards (its heartbeats may land unanswered)",
+					"paused_for", now.Sub(fromMono(p.beatUntil.Load())).Round(time.Millisecond).String())
+			}
+			continue
+		}
+		quiet = false
+		last = now
+		p.beat(ctx)
+	}
+}
+
+// pauseQuiet and quietProbe, in lease durations: a heartbeat poller whose
+// validity ended pauseQuiet ago (paused: no heartbeat answered in time)
+// writes its heartbeat only once every quietProbe.
+const (
+	pauseQuiet = 2
+	quietProbe = 3
+)
+
+// silent reports whether the heartbeat due at now is skipped, last being
+// the previous one's start: this poller has been paused for pauseQuiet
+// lease durations and heartbeated within the last quietProbe. A paused
+// poller's heartbeats may be landing unanswered (every answer later than
+// a lease duration: a process starved of CPU, a response path that drops
+// answers): its beat moves, so nobody fences it, while it reads nothing,
+// and its shards were read by nobody for as long as that lasted (the
+// review of the late heartbeat, session 17, L1). Silent, its beat stands
+// still for quietProbe lease durations: long enough for the others' two
+// reads a lease duration apart, so they fence it and take its leases
+// over. The probe in between learns the fence (and the rejoin follows)
+// or, unfenced and answered in time, ends the pause. Safety is not
+// touched: a heartbeat skipped only shortens this poller's validity.
+func (p *Poller) silent(now, last time.Time) bool {
+	b := p.beatUntil.Load()
+	if b == 0 || now.Sub(fromMono(b)) < pauseQuiet*p.cfg.LeaseDuration {
+		return false
+	}
+	return now.Sub(last) < quietProbe*p.cfg.LeaseDuration
+}
+
+// beat writes this poller's heartbeat: the write that keeps every lease
+// it holds valid until its send time + LeaseDuration (docs/exactly-once.md,
+// "The worker heartbeat", claim H1). A failed attempt (each given a lease
+// duration) is retried with backoff until the leases' validity ends, and
+// at least a renewal interval; one refused by a fence sets fencedOut (the
+// coordinator drops every lease and rejoins). Safe from the heartbeat
+// goroutine: it touches only atomics and hbAnswer.
+func (p *Poller) beat(ctx context.Context) {
+	budget := fromMono(p.beatUntil.Load())
+	if min := time.Now().Add(p.cfg.renewInterval()); budget.Before(min) {
+		budget = min
+	}
+	for attempt := 1; ; attempt++ {
+		sent := time.Now()
+		// A lease duration per attempt, not the validity left: the write
+		// is conditional on no fence, so however late it lands it is safe,
+		// and an answer within a lease duration of its send brings a
+		// validity still to come. One cut shorter on a slow table is one
+		// that may land unseen: the others see the beat move while this
+		// poller, without the answer, stops reading (at load 20 on 2
+		// cores, DynamoDB Local answered after more than the second left).
+		// On its own goroutine a slow attempt holds nothing else up.
+		cctx, cancel := context.WithTimeout(ctx, p.cfg.LeaseDuration)
+		// After the first (or the rejoin) landed, conditional on the item
+		// existing (HB4).
+		w, err := p.store.heartbeat(cctx, p.cfg.Owner, int(p.heldN.Load()), true, p.beatUntil.Load() != 0)
+		cancel()
+		if errors.Is(err, errFenced) {
+			p.fencedOut.Store(true)
+			return
+		}
+		if err == nil {
+			p.beaten(w, sent)
+			return
+		}
+		wait := p.throttleBackoff(attempt)
+		if ctx.Err() != nil || !time.Now().Add(wait).Before(budget) {
+			if ctx.Err() == nil {
+				p.log.Warn("writing the worker item (the heartbeat keeping this poller's leases) failed; retrying at the next round", "attempts", attempt, "error", err.Error())
+			}
+			return
+		}
+		if attempt == 1 || attempt%10 == 0 {
+			validFor := "none yet"
+			if b := p.beatUntil.Load(); b != 0 {
+				validFor = time.Until(fromMono(b)).Round(time.Millisecond).String()
+			}
+			p.log.Warn("writing the worker item (the heartbeat keeping this poller's leases) failed; retrying", "attempts", attempt, "valid_for", validFor, "error", err.Error())
+		}
+		time.Sleep(wait)
+	}
+}
+
+// beaten applies a heartbeat that landed, sent at sent: every held lease
+// valid until sent + LeaseDuration, and its answer (offers and asks) for
+// the coordinator's next round.
+func (p *Poller) beaten(w table.Worker, sent time.Time) {
+	until := mono(sent.Add(p.cfg.LeaseDuration))
+	for {
+		cur := p.beatUntil.Load()
+		if until <= cur || p.beatUntil.CompareAndSwap(cur, until) {
+			break
+		}
+	}
+	p.hbMu.Lock()
+	p.hbAnswer = &w
+	p.hbMu.Unlock()
+}
+
+// rejoin handles a heartbeat refused by a fence: another poller saw this
+// one's beat unchanged for a lease duration and is taking its leases over,
+// so its validity has ended (claim H1). Every lease is dropped (their
+// readers cancelled; a commit in flight is refused by the checkpoint's
+// condition if the new owner committed first) and the worker item is
+// written again without the fence; leases are then taken anew, each by a
+// conditional write on its counter.
+func (p *Poller) rejoin(ctx context.Context) {
+	p.log.Warn("this poller's heartbeat was fenced: another poller is taking its leases over; dropping every lease and registering again", "leases", len(p.held))
+	p.beatUntil.Store(0)
+	p.paused = false
+	for id, h := range p.held {
+		if h.lost {
+			continue
+		}
+		h.lost = true
+		p.m.LeaseEvents.WithLabelValues(LeaseLost).Inc()
+		p.m.LeaseLosses.WithLabelValues(LossTaken).Inc()
+		p.drop(id, h)
+	}
+	sent := time.Now()
+	w, err := p.store.rejoin(ctx, p.cfg.Owner)
 	if err != nil {
 		if ctx.Err() == nil {
-			p.log.Warn("writing the worker item failed; retrying at the next round", "error", err.Error())
+			p.log.Warn("registering again after the fence failed; retrying at the next round", "error", err.Error())
 		}
-	} else {
-		p.offers = w.Offers
+		return
 	}
+	p.m.LeaseEvents.WithLabelValues(LeaseRejoined).Inc()
+	p.beaten(w, sent)
+	p.fencedOut.Store(false)
+}
+
+// readRegistry reads the stream's worker items: the other pollers, their
+// beats, what they hold and whether they heartbeat; and whether a live one
+// renews every lease (compat).
+func (p *Poller) readRegistry(ctx context.Context) {
+	sent := time.Now()
 	ws, err := p.store.readWorkers(ctx)
 	if err != nil {
 		if ctx.Err() == nil {
@@ -165,21 +370,39 @@ func (p *Poller) registry(ctx context.Context) {
 	}
 	now := time.Now()
 	seen := make(map[string]bool, len(ws))
+	compat := false
 	for _, w := range ws {
 		if w.Owner == "" || w.Owner == p.cfg.Owner {
 			continue
 		}
 		seen[w.Owner] = true
+		delete(p.absent, w.Owner)
 		v, ok := p.workers[w.Owner]
 		if !ok || v.beat != w.Beat {
 			v.at = now
 		}
-		v.beat, v.held, v.left, v.last = w.Beat, w.Held, w.Left, now
+		v.beat, v.held, v.left, v.last, v.heartbeat = w.Beat, w.Held, w.Left, now, w.Heartbeat
 		p.workers[w.Owner] = v
+		if !w.Heartbeat && v.live(p.cfg.LeaseDuration) {
+			compat = true
+		}
 	}
 	for o := range p.workers {
 		if !seen[o] {
 			delete(p.workers, o)
+			// Gone from the registry: its leases are judged by the rule
+			// for owners outside it only once it has been absent for a
+			// lease duration (available; HB4).
+			if _, ok := p.absent[o]; !ok {
+				p.absent[o] = now
+			}
+		}
+	}
+	for o, since := range p.absent {
+		if now.Sub(since) > 3*p.cfg.LeaseDuration {
+			// Absent long enough: the lease observation's own time rules
+			// from now on (available).
+			delete(p.absent, o)
 		}
 	}
 	for o, h := range p.handed {
@@ -187,8 +410,150 @@ func (p *Poller) registry(ctx context.Context) {
 			delete(p.handed, o)
 		}
 	}
+	if compat != p.compat.Load() && p.heartbeats() {
+		if compat {
+			p.log.Info("a live poller renews every lease: renewing every lease too (rolling upgrade)")
+			// Valid as far as the heartbeat says until this round's
+			// renewals land (assumption M1).
+			beat := fromMono(p.beatUntil.Load())
+			for _, h := range p.held {
+				h.setUntil(beat)
+			}
+		} else {
+			// A lease whose own validity ended while a renewing poller was
+			// live may be that poller's now (its counter rule needs no
+			// fence), and it may have handed it on as it left: dropped as
+			// in compat (expired), before the heartbeat alone rules.
+			// Without this a round stalled past a lease's own validity and
+			// past the renewing poller's leave kept the lease and started
+			// its reader again on the heartbeat's validity alone.
+			now := time.Now()
+			for id, h := range p.held {
+				if !h.lost && !now.Before(fromMono(h.until.Load())) {
+					p.expire(id, h)
+				}
+			}
+			p.log.Info("every live poller heartbeats: leases kept by the heartbeat alone")
+		}
+	}
+	p.compat.Store(compat)
+	if p.heartbeats() && !compat && (p.unverified || !p.registrySent.IsZero() && sent.Sub(p.registrySent) >= p.cfg.LeaseDuration) {
+		p.verifyHeld(ctx)
+	}
+	p.registrySent = sent
+	p.registryAt = now
 	p.registryReads++
 	p.healthy.Store(now.UnixNano())
+}
+
+// verifyHeld re-reads every lease this heartbeat poller holds and drops
+// those no longer in its name at the counter it holds. Called at a
+// registry read sent a lease duration or more after the previous one (or
+// after a verification left leases unread): a poller that renews every
+// lease (an old version in a rolling upgrade, --lease-mode renew) may
+// have registered after the previous read, taken leases of this one by
+// its counter rule (no fence: the heartbeat does not move a lease's
+// counter) and left again, all unseen, so compat was never entered and
+// nothing else would tell this poller: it read those shards beside their
+// new owners for as long as it held them (the review of the late
+// heartbeat, session 17, L2: a process stopped while an old poller came
+// and went, whose heartbeat then landed unfenced). A registration the
+// previous read did not show comes after that read's send, and such a
+// poller takes nothing before a lease duration after it registered, so a
+// read within a lease duration of the previous needs no verification.
+func (p *Poller) verifyHeld(ctx context.Context) {
+	ids := make([]string, 0, len(p.held))
+	for id, h := range p.held {
+		if !h.lost {
+			ids = append(ids, id)
+		}
+	}
+	p.unverified = false
+	if len(ids) == 0 {
+		return
+	}
+	// Within a renewal interval, so that a slow table cannot stretch the
+	// round (a longer gap, another verification): what is not read by then
+	// is read at the next registry read.
+	vctx, cancel := context.WithTimeout(ctx, p.cfg.renewInterval())
+	cur := p.store.readLeases(vctx, ids)
+	cancel()
+	now := time.Now()
+	for _, id := range ids {
+		h := p.held[id]
+		l, ok := cur[id]
+		if !ok {
+			p.unverified = true // read again at the next registry read
+			continue
+		}
+		if l.owner == p.cfg.Owner && l.counter == h.lease.counter {
+			continue
+		}
+		if l.owner == p.cfg.Owner && h.unknownTo != 0 && l.counter == h.unknownTo {
+			// A renewal made in compat whose answer was lost landed.
+			h.lease = l
+			continue
+		}
+		p.leases[id] = l
+		p.observeLease(l, now)
+		if h.lost {
+			continue
+		}
+		h.lost = true
+		p.m.LeaseEvents.WithLabelValues(LeaseLost).Inc()
+		p.m.LeaseLosses.WithLabelValues(LossTaken).Inc()
+		p.log.Warn("lease lost: taken while this poller could not read the registry (by a poller that renews every lease); reader stopped", "shard", id,
+			"owner_now", l.owner, "counter", l.counter, "held_counter", h.lease.counter)
+		p.drop(id, h)
+	}
+	if p.unverified {
+		p.log.Warn("re-reading the leases held after a gap in the registry reads failed for some; read again at the next round")
+	}
+}
+
+// answerAsks hands over the leases a drain asked for (its worker item's
+// asks): each is re-read, and one whose pendingOwner names another poller
+// goes to it after the batch in hand, as a renewal's answer would have
+// said. Then the asks are cleared.
+func (p *Poller) answerAsks(ctx context.Context) {
+	if len(p.asks) == 0 {
+		return
+	}
+	asks := p.asks
+	p.asks = nil
+	// Only the asks answered are cleared: one whose lease could not be
+	// re-read stays for the next heartbeat's answer (the review of the
+	// heartbeat, HB5: cleared, the drain that asked waited for good).
+	answered := make([]string, 0, len(asks))
+	for _, id := range asks {
+		h, ok := p.held[id]
+		if !ok || h.lost || h.handoffTo != "" || p.stopping {
+			answered = append(answered, id)
+			continue
+		}
+		l, err := p.store.readLease(ctx, id)
+		if err != nil {
+			continue
+		}
+		answered = append(answered, id)
+		if l.owner != p.cfg.Owner || l.pending == "" || l.pending == p.cfg.Owner {
+			continue
+		}
+		h.lease.pending = l.pending
+		h.handoffTo = l.pending
+		p.log.Info("lease hand-off requested; finishing the batch in hand", "shard", id, "to", l.pending)
+		if h.running {
+			h.signalStop()
+		} else {
+			p.release(ctx, id, h)
+		}
+	}
+	if len(answered) == 0 {
+		return
+	}
+	if err := p.store.clearAsks(ctx, p.cfg.Owner, answered); err != nil && ctx.Err() == nil {
+		p.log.Warn("clearing the asks answered failed; they are read again", "error", err.Error())
+	}
 }
 
 // heldBy is what owner holds as far as this poller knows: its registry
@@ -290,10 +655,20 @@ func (p *Poller) balance(ctx context.Context) {
 	n := max(len(p.eligible()), sumOf(held))
 	lo := n / len(held)
 	if sumOf(held) < n {
-		// Free leases are left: a poller under its floor takes those, and
-		// only a poller over the ceiling hands any over (at a start, nobody
-		// hands over what it took while the others were still taking).
+		// Free leases are left as this poller sees them: a poller under
+		// its floor takes those, and only a poller over the ceiling hands
+		// any over (at a start, nobody hands over what it took while the
+		// others were still taking). Past its first two lease durations,
+		// though, the floor is that of the leases held: the free leases
+		// this poller counts may be none to the poller under the floor
+		// (shards finished or waiting for a parent as it knows them): at
+		// 100 shards a joiner stayed at half its share for 50 s, each
+		// giver at the ceiling, the plan seeing free leases and moving
+		// nothing.
 		lo = 0
+		if p.registryReads >= 6 {
+			lo = sumOf(held) / len(held)
+		}
 	}
 	var to []string
 	for _, m := range plan(held, lo, hi) {
@@ -368,30 +743,58 @@ func plan(held map[string]int, lo, hi int) []move {
 
 // takeOffers takes the leases offered to this poller in its worker item
 // (handed over to it, or children another poller left for it), then
-// clears the offers. An offer is a hint: the lease item, read, decides.
+// clears the offers it looked at. An offer is a hint: the lease item,
+// read, decides. The reads (each offered lease, and its checkpoint when
+// this poller has not read it) run concurrently, bounded by half a renewal
+// interval, and so do the takes: at a join, a poller is handed a share of
+// hundreds of leases at once (issue 23: balance within two lease
+// durations at 1,000 shards), which one read after another took several
+// rounds to take. What was not read stays offered for the next round.
 func (p *Poller) takeOffers(ctx context.Context) {
 	if len(p.offers) == 0 {
 		return
 	}
 	offers := p.offers
 	p.offers = nil
-	until := time.Now().Add(p.cfg.renewInterval() / 2)
-	for i, id := range offers {
-		if !time.Now().Before(until) {
-			// The rest stay offered: the next heartbeat's answer has them.
-			offers = offers[:i]
-			break
-		}
+	var want, unread []string
+	for _, id := range offers {
 		if _, mine := p.held[id]; mine || p.finishedKnown(id) {
 			continue
 		}
-		l, err := p.store.readLease(ctx, id)
-		if err != nil {
+		want = append(want, id)
+		if _, read := p.cps[id]; !read {
+			unread = append(unread, id)
+		}
+	}
+	rctx, cancel := context.WithTimeout(ctx, p.takeBound())
+	var ls map[string]lease
+	var cps map[string]checkpoint
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() { defer wg.Done(); ls = p.store.readLeases(rctx, want) }()
+	go func() { defer wg.Done(); cps = p.store.readCheckpoints(rctx, unread) }()
+	wg.Wait()
+	cancel()
+	for id, cp := range cps {
+		if _, read := p.cps[id]; !read {
+			p.cps[id] = cp
+		}
+	}
+	var done []string
+	var take []lease
+	for _, id := range offers {
+		l, read := ls[id]
+		_, mine := p.held[id]
+		if !read && !mine && !p.finishedKnown(id) {
+			continue // not read in time: stays offered for the next round
+		}
+		done = append(done, id)
+		if !read {
 			continue
 		}
 		p.leases[id] = l
 		p.observeLease(l, time.Now())
-		if l.finished || (l.owner != "" && l.owner != p.cfg.Owner) {
+		if mine || l.finished || (l.owner != "" && l.owner != p.cfg.Owner) {
 			continue
 		}
 		sh, known := p.shard(id)
@@ -409,23 +812,16 @@ func (p *Poller) takeOffers(ctx context.Context) {
 		// its reader starts from it, and it carries a LATEST start's marker
 		// that a shard handed over before its first commit must keep (the
 		// review of the share-bounded pass, R5).
-		if _, read := p.cps[id]; !read {
-			cp, err := p.store.readCheckpoint(ctx, id)
-			if err != nil {
-				continue
-			}
-			cp.read = time.Now()
-			p.cps[id] = cp
-		}
-		if p.finishedKnown(id) {
+		if _, read := p.cps[id]; !read || p.finishedKnown(id) {
 			continue
 		}
-		p.takeLease(ctx, l)
+		take = append(take, l)
 	}
-	if len(offers) == 0 {
+	p.takeLeases(ctx, take)
+	if len(done) == 0 {
 		return
 	}
-	if err := p.store.clearOffers(ctx, p.cfg.Owner, offers); err != nil && ctx.Err() == nil {
+	if err := p.store.clearOffers(ctx, p.cfg.Owner, done); err != nil && ctx.Err() == nil {
 		p.log.Warn("clearing the offers taken failed; they are read again", "error", err.Error())
 	}
 }
@@ -451,8 +847,22 @@ func (p *Poller) parentDone(ctx context.Context, s shard) bool {
 	return cp.finished
 }
 
+// takeBound bounds a round's checkpoint reads before its takes, and its
+// takes: half a renewal interval while this poller renews lease items in
+// its rounds (the renewals wait for the round), a renewal interval for a
+// heartbeat poller, whose heartbeat runs on its own goroutine: a longer
+// round risks none of its leases, and reads cut at half an interval can
+// all fail on a slow table, round after round (each a call, concurrent:
+// DynamoDB Local at load 20 on 2 cores took over a second per call).
+func (p *Poller) takeBound() time.Duration {
+	if p.renewsLeases() {
+		return p.cfg.renewInterval() / 2
+	}
+	return p.cfg.renewInterval()
+}
+
 // takeShare takes free and expired leases up to this poller's share (of the
-// shards in only, when set), for at most half a renewal interval. Before
+// shards in only, when set), for at most takeBound. Before
 // a take it reads the checkpoints the decision needs, and only those: the
 // shard's own when this poller has not read it (a finished shard is not
 // taken), and its parent's when neither this poller nor the parent's lease
@@ -531,11 +941,15 @@ func (p *Poller) takeShare(ctx context.Context, only map[string]bool) {
 			ask(s.id)
 		}
 	}
+	bound := p.takeBound()
 	if len(reads) > 0 {
-		// Bounded like the takes: the renewals wait for this round.
-		rctx, cancel := context.WithTimeout(ctx, p.cfg.renewInterval()/2)
+		// Bounded like the takes.
+		rctx, cancel := context.WithTimeout(ctx, bound)
 		got := p.store.readCheckpoints(rctx, reads)
 		cancel()
+		if len(got) < len(reads) && ctx.Err() == nil {
+			p.log.Warn("reading checkpoints before taking leases came back short; the rest are read at the next round", "asked", len(reads), "read", len(got), "within", bound.String())
+		}
 		for id, cp := range got {
 			if old := p.cps[id]; old.finished {
 				continue
@@ -543,14 +957,14 @@ func (p *Poller) takeShare(ctx context.Context, only map[string]bool) {
 			p.cps[id] = cp
 		}
 	}
-	until := time.Now().Add(p.cfg.renewInterval() / 2)
+	until := time.Now().Add(bound)
 	if next := p.lastRenew.Add(p.cfg.renewInterval()); only != nil && next.Before(until) {
 		until = next // a reader's end does not hold up the next renewals
 	}
+	// The takes in concurrent batches (takeLeases), each no larger than
+	// what the share still wants.
+	var batch []lease
 	for _, s := range append(ready, blocked...) {
-		if len(p.held) >= target || ctx.Err() != nil || !time.Now().Before(until) {
-			return
-		}
 		if _, ok := p.cps[s.id]; !ok || p.finishedKnown(s.id) {
 			continue // not read (past the batch), or finished
 		}
@@ -562,7 +976,18 @@ func (p *Poller) takeShare(ctx context.Context, only map[string]bool) {
 			// Taking it describes the shard in its lease item.
 			l.parent, l.start = s.parent, s.start
 		}
-		p.takeLease(ctx, l)
+		batch = append(batch, l)
+		if len(batch) < min(renewParallel, target-len(p.held)) {
+			continue
+		}
+		p.takeLeases(ctx, batch)
+		batch = batch[:0]
+		if len(p.held) >= target || ctx.Err() != nil || !time.Now().Before(until) {
+			return
+		}
+	}
+	if len(batch) > 0 && len(p.held) < target {
+		p.takeLeases(ctx, batch)
 	}
 }
 

@@ -219,15 +219,66 @@ func (s *store) register(ctx context.Context, sh shard) (l lease, ok bool, err e
 	return leaseOf(table.DecodeLease(sh.id, attrs)), true, nil
 }
 
-// heartbeat writes this poller's worker registry item (table.HeartbeatWorker)
-// and returns it as written: its offers.
-func (s *store) heartbeat(ctx context.Context, owner string, held int) (table.Worker, error) {
-	attrs, err := s.updateItem(ctx, "heartbeat", aggregates.WorkerKey(s.streamARN, owner),
-		table.HeartbeatWorker(s.table, s.streamARN, owner, held, s.now()))
+// errFenced means this poller's heartbeat failed on the fence another
+// poller set taking its leases over (table.FenceWorker).
+var errFenced = errors.New("fenced: another poller took this poller's leases over, or its worker item was deleted")
+
+// heartbeat writes this poller's worker registry item (table.HeartbeatWorker;
+// with hb, conditional on no fence: errFenced; with again too, a heartbeat
+// after the first, conditional on the item existing: errFenced when it
+// was deleted, table.HeartbeatWorkerAgain) and returns it as written: its
+// offers and asks.
+func (s *store) heartbeat(ctx context.Context, owner string, held int, hb, again bool) (table.Worker, error) {
+	in := table.HeartbeatWorker(s.table, s.streamARN, owner, held, hb, s.now())
+	if hb && again {
+		in = table.HeartbeatWorkerAgain(s.table, s.streamARN, owner, held, s.now())
+	}
+	attrs, err := s.updateItem(ctx, "heartbeat", aggregates.WorkerKey(s.streamARN, owner), in)
+	if errors.Is(err, errConditionFailed) {
+		return table.Worker{}, fmt.Errorf("%w: %w", errFenced, err)
+	}
 	if err != nil {
 		return table.Worker{}, err
 	}
 	return table.DecodeWorker(attrs), nil
+}
+
+// rejoin clears the fence on this poller's worker item with a heartbeat
+// (table.RejoinWorker), after it dropped every lease it held.
+func (s *store) rejoin(ctx context.Context, owner string) (table.Worker, error) {
+	attrs, err := s.updateItem(ctx, "rejoin", aggregates.WorkerKey(s.streamARN, owner),
+		table.RejoinWorker(s.table, s.streamARN, owner, s.now()))
+	if err != nil {
+		return table.Worker{}, err
+	}
+	return table.DecodeWorker(attrs), nil
+}
+
+// fence marks owner's worker item fenced at beat (table.FenceWorker):
+// errConditionFailed when owner heartbeated since. An attempt with an
+// unknown outcome is tried again (a repeat at the same beat succeeds).
+func (s *store) fence(ctx context.Context, owner string, beat int64) error {
+	for i := 1; ; i++ {
+		_, err := s.updateItem(ctx, "fence worker", aggregates.WorkerKey(s.streamARN, owner),
+			table.FenceWorker(s.table, s.streamARN, owner, beat))
+		if err == nil || errors.Is(err, errConditionFailed) || ctx.Err() != nil || i >= writeAttempts {
+			return err
+		}
+		pause(ctx, i)
+	}
+}
+
+// ask tells owner (its worker item's asks) that a drain asked for the
+// lease of shard.
+func (s *store) ask(ctx context.Context, owner, shard string) error {
+	_, err := s.updateItem(ctx, "ask worker", aggregates.WorkerKey(s.streamARN, owner), table.AskWorker(s.table, s.streamARN, owner, shard))
+	return err
+}
+
+// clearAsks removes shards from owner's asks.
+func (s *store) clearAsks(ctx context.Context, owner string, shards []string) error {
+	_, err := s.updateItem(ctx, "clear asks", aggregates.WorkerKey(s.streamARN, owner), table.ClearAsks(s.table, s.streamARN, owner, shards))
+	return err
 }
 
 // leave marks this poller's worker item left; a poller never registered
@@ -292,6 +343,32 @@ func (s *store) readCheckpoints(ctx context.Context, shards []string) map[string
 			cp.read = time.Now()
 			mu.Lock()
 			out[id] = cp
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	return out
+}
+
+// readLeases reads the leases of shards, each with a consistent read of
+// its key (at most readParallel at once). A lease that could not be read
+// is left out.
+func (s *store) readLeases(ctx context.Context, shards []string) map[string]lease {
+	out := make(map[string]lease, len(shards))
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, readParallel)
+	for _, id := range shards {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			l, err := s.readLease(ctx, id)
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			out[id] = l
 			mu.Unlock()
 		}()
 	}

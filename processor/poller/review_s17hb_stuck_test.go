@@ -1,0 +1,55 @@
+package poller_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/ledger-dev/ledger/internal/streamemu"
+	"github.com/ledger-dev/ledger/processor/poller"
+	"github.com/stretchr/testify/assert"
+)
+
+// Review (session 17) of the late heartbeat, hole L1: a poller whose
+// heartbeats land but whose answers never come in time (every answer more
+// than a lease duration after its send: a process starved of CPU, a
+// response path that drops or delays answers) stays alive to the others,
+// its beat moving at every attempt, while it reads nothing: paused, its
+// leases kept. Nobody fences it (the beat moves), so its shards were read
+// by nobody for as long as it lasted. The poller now stops heartbeating
+// once paused for two lease durations, but for one probe every three: the
+// others see its beat stand still, fence it and take its leases over.
+// Asserted: every record written after a's answers went late is committed
+// (by b), a kept its leases paused meanwhile, and b fenced a. Without the
+// silence, b never takes a's leases and the reconcile never matches.
+func TestReviewS17HB_APollerWhoseHeartbeatsLandUnansweredIsFencedByTheOthers(t *testing.T) {
+	const shards = 4
+	const lease = 8 * time.Second // b's rounds on a loaded table; a's lateness is injected
+	e := newEmuEnv(t, 1701, streamemu.Config{Shards: shards, Seed: 1701})
+	cfg := func(c *poller.Config) { c.LeaseDuration = lease }
+	late := &lateBeats{owner: "a"}
+	a := e.hbPoller(t, "a", func(api poller.Table) poller.Table { late.Table = api; return late }, nil, nil, cfg)
+	e.write(t, 20)
+	stopA := start(t, a)
+	eventually(t, "a holds every shard", 20*lease, func() bool { return counter(t, a.m.LeasesHeld) == shards })
+	b := e.hbPoller(t, "b", nil, nil, nil, cfg)
+	stopB := start(t, b)
+	eventually(t, "both hold their share", 30*lease, func() bool { return balanced(t, shards, a, b) })
+
+	// Every heartbeat of a lands, its answer later than the attempt waits.
+	late.delay.Store(int64(2 * lease))
+	eventually(t, "a's readers stopped, its leases kept", 10*lease, func() bool {
+		return counter(t, a.m.LeaseEvents.WithLabelValues(poller.LeasePaused)) > 0
+	})
+	e.write(t, 40) // on every shard, a's too
+	eventually(t, "every record committed: a's shards read by b", 20*lease, func() bool { return e.reconciledNow(t) })
+	assert.GreaterOrEqual(t, counter(t, b.m.LeaseEvents.WithLabelValues(poller.LeaseFenced)), 1.0, "b fenced a")
+	assert.Equal(t, float64(shards), counter(t, b.m.LeasesHeld), "b holds every shard")
+
+	late.delay.Store(0)
+	eventually(t, "a's heartbeat finds the fence and a registers again", 20*lease, func() bool {
+		return counter(t, a.m.LeaseEvents.WithLabelValues(poller.LeaseRejoined)) >= 1
+	})
+	stopA()
+	stopB()
+	e.finish(t, nil)
+}

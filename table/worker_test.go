@@ -1,0 +1,103 @@
+package table_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/ledger-dev/ledger/infra/ddblocal/ddbtest"
+	"github.com/ledger-dev/ledger/table"
+)
+
+// The worker heartbeat's conditional writes (docs/exactly-once.md, "The
+// worker heartbeat", claim H1), on DynamoDB Local: a fence lands only at
+// the beat its writer saw; once it has landed, no heartbeat lands (the
+// owner's leases can no longer be extended) until the owner rejoins; a
+// heartbeat landed after the taker's read makes the fence fail. A poller
+// that renews every lease heartbeats without the condition and without
+// leaseMode.
+func TestWorker_AFenceRefusesLaterHeartbeatsUntilTheOwnerRejoins(t *testing.T) {
+	ctx := context.Background()
+	c := ddbtest.Client(t)
+	coord := table.CoordinationTableName(ddbtest.NewTable(t, c))
+	const arn = "arn:aws:dynamodb:us-east-1:000000000000:table/worker/stream/2026-01-01T00:00:00.000"
+	now := time.Now()
+	failed := func(err error) bool {
+		var ccf *types.ConditionalCheckFailedException
+		return errors.As(err, &ccf)
+	}
+	beat := func(hb bool) (table.Worker, error) {
+		out, err := c.UpdateItem(ctx, table.HeartbeatWorker(coord, arn, "o", 3, hb, now))
+		if err != nil {
+			return table.Worker{}, err
+		}
+		return table.DecodeWorker(out.Attributes), nil
+	}
+
+	w, err := beat(true)
+	require.NoError(t, err)
+	assert.Equal(t, int64(1), w.Beat)
+	assert.True(t, w.Heartbeat, "a heartbeat poller's item says leaseMode = heartbeat")
+	w, err = beat(true)
+	require.NoError(t, err)
+	require.Equal(t, int64(2), w.Beat)
+
+	// A taker that saw beat 1 is too late: the owner heartbeated since.
+	_, err = c.UpdateItem(ctx, table.FenceWorker(coord, arn, "o", 1))
+	assert.True(t, failed(err), "a fence at a beat that moved fails: %v", err)
+	// One that saw beat 2 fences it, twice as well as once.
+	_, err = c.UpdateItem(ctx, table.FenceWorker(coord, arn, "o", 2))
+	require.NoError(t, err)
+	_, err = c.UpdateItem(ctx, table.FenceWorker(coord, arn, "o", 2))
+	require.NoError(t, err, "fencing again at the same beat (another taker, a retry) succeeds")
+
+	// The owner's heartbeats fail from now on, and change nothing.
+	_, err = beat(true)
+	assert.True(t, failed(err), "a heartbeat after the fence fails its condition: %v", err)
+	ws, err := table.ReadWorkers(ctx, c, coord, arn)
+	require.NoError(t, err)
+	require.Len(t, ws, 1)
+	w = ws[0]
+	assert.Equal(t, int64(2), w.Beat, "the refused heartbeat moved no beat")
+	assert.True(t, w.Fenced)
+
+	// A drain's ask reaches the fenced item; the rejoin clears fence and
+	// asks, and heartbeats land again.
+	_, err = c.UpdateItem(ctx, table.AskWorker(coord, arn, "o", "shardId-1"))
+	require.NoError(t, err)
+	out2, err := c.UpdateItem(ctx, table.RejoinWorker(coord, arn, "o", now))
+	require.NoError(t, err)
+	w = table.DecodeWorker(out2.Attributes)
+	assert.False(t, w.Fenced)
+	assert.Empty(t, w.Asks, "the rejoin drops what was asked of the leases it dropped")
+	assert.Equal(t, int64(3), w.Beat)
+	_, err = beat(true)
+	require.NoError(t, err)
+
+	// A renewing poller's heartbeat: no condition, no leaseMode.
+	in := table.HeartbeatWorker(coord, arn, "old", 1, false, now)
+	assert.Nil(t, in.ConditionExpression)
+	out2, err = c.UpdateItem(ctx, in)
+	require.NoError(t, err)
+	assert.False(t, table.DecodeWorker(out2.Attributes).Heartbeat)
+
+	// Asks: added, answered in the heartbeat's answer, cleared.
+	_, err = c.UpdateItem(ctx, table.AskWorker(coord, arn, "o", "shardId-2"))
+	require.NoError(t, err)
+	w, err = beat(true)
+	require.NoError(t, err)
+	assert.Equal(t, []string{"shardId-2"}, w.Asks)
+	_, err = c.UpdateItem(ctx, table.ClearAsks(coord, arn, "o", []string{"shardId-2"}))
+	require.NoError(t, err)
+	w, err = beat(true)
+	require.NoError(t, err)
+	assert.Empty(t, w.Asks)
+	// An ask to a poller never registered fails (nobody to answer it).
+	_, err = c.UpdateItem(ctx, table.AskWorker(coord, arn, "nobody", "shardId-3"))
+	assert.True(t, failed(err), "%v", err)
+}
