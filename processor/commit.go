@@ -307,6 +307,12 @@ type commitRef struct {
 // guard makes the parked delta as exactly-once as an applied one
 // (docs/exactly-once.md, "Parked deltas").
 func (p *Processor) commitTx(ctx context.Context, g Guard, claim func() ddbtypes.TransactWriteItem, claimed func(), parts []part, quarantine []*change, folds []*change, ref commitRef) error {
+	if sg, ok := g.(*ShardGuard); ok {
+		// Every claim requires the shard's legacy tombstone (table.ClaimRun).
+		if err := sg.fenceLegacy(ctx); err != nil {
+			return err
+		}
+	}
 	keys := make([]aggregates.ReportKey, len(parts))
 	for i, pt := range parts {
 		keys[i] = pt.key

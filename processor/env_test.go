@@ -21,7 +21,7 @@ import (
 func TestMain(m *testing.M) { ddbtest.Main(m) }
 
 // The package creates all its tables before any test writes.
-var tables = ddbtest.Pool{Size: 115} // +4 a write rolled back (rolledback_test.go): once and every time, marker and batch; +1 roll-up write units (rollupcost_test.go); +5 review s17 (review_s17_rollups_test.go): a half-committed batch across the switch, each way, and a delta read with roll-ups off in each guard mode; +3 roll-ups off (norollups_test.go): one per guard mode; +3 review s16 (review_s16_rollup_test.go): 2 count changed and back, 1 parked partial branches; +21 roll-ups (rollup_test.go): 12 sum of parts, 1 stale count, 2 back to zero, 1 damaged count, 2 deletes and moves, 1 lane records, 1 tumbling range, 1 resumer; +8 roll-up reconcile and repair (reconcile_rollup_test.go): 6 damages, 1 busy period, 1 waiting delta
+var tables = ddbtest.Pool{Size: 119} // +4 legacy tombstone (review_s16_fence_test.go): 1 review s16, 2 first claim after an old one, 1 idle stream; +4 a write rolled back (rolledback_test.go): once and every time, marker and batch; +1 roll-up write units (rollupcost_test.go); +5 review s17 (review_s17_rollups_test.go): a half-committed batch across the switch, each way, and a delta read with roll-ups off in each guard mode; +3 roll-ups off (norollups_test.go): one per guard mode; +3 review s16 (review_s16_rollup_test.go): 2 count changed and back, 1 parked partial branches; +21 roll-ups (rollup_test.go): 12 sum of parts, 1 stale count, 2 back to zero, 1 damaged count, 2 deletes and moves, 1 lane records, 1 tumbling range, 1 resumer; +8 roll-up reconcile and repair (reconcile_rollup_test.go): 6 damages, 1 busy period, 1 waiting delta
 
 func newTableName(t testing.TB) string { return tables.Table(t) }
 

@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	ddbtypes "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
@@ -79,6 +80,9 @@ type ShardGuard struct {
 	// claim while opened without a checkpoint (origin ""): a checkpoint
 	// found there afterwards is that claim, landed with its answer lost.
 	firstClaim string
+	// tombstoned: the checkpoint, as last read or written, is marked
+	// legacyTombstone (every claim requires it: fenceLegacy).
+	tombstoned bool
 }
 
 // pendingBatch is a batch (prev, to] whose groups before next are committed.
@@ -243,7 +247,7 @@ func (g *ShardGuard) load(ctx context.Context) error {
 		// No checkpoint: the shard is new, or its checkpoint is still in
 		// the ledger table (the layout before the coordination table),
 		// where committing from nothing would apply its records twice.
-		if err := g.p.refuseLegacy(ctx, g.stream); err != nil {
+		if err := g.p.refuseLegacy(ctx, g.stream, g.shard); err != nil {
 			return err
 		}
 	}
@@ -262,6 +266,7 @@ func (g *ShardGuard) load(ctx context.Context) error {
 		return fmt.Errorf("checkpoint %s: %w", g.key, err)
 	}
 	g.prev = cp.Seq
+	g.tombstoned = cp.Tombstoned
 	g.pending, g.abandoned = nil, nil
 	if cp.Pending != nil {
 		pb, err := pendingOf(cp.Pending)
@@ -272,6 +277,69 @@ func (g *ShardGuard) load(ctx context.Context) error {
 	}
 	g.loaded = true
 	return nil
+}
+
+// fenceLegacy makes sure, before the guard's commit transaction, that the
+// checkpoint carries legacyTombstone, which every claim requires: when the
+// checkpoint as last read lacks it, one TransactWriteItems
+// (table.FenceLegacyCheckpoint) marks it and puts a tombstone at the
+// shard's key in the ledger table, where a consumer of the version before
+// the coordination table would otherwise claim the shard from nothing and
+// apply its records a second time (docs/exactly-once.md, "A shard's legacy
+// tombstone"). Once per shard's life: the mark stays with the checkpoint.
+// A ledger table holding the shard's checkpoint is table.ErrLegacyStreamState,
+// a migration's copy not released table.ErrCheckpointFenced: nothing is
+// committed. A transaction conflict (another consumer's fence or claim in
+// flight) is retried like a commit's.
+func (g *ShardGuard) fenceLegacy(ctx context.Context) error {
+	if g.tombstoned {
+		return nil
+	}
+	p := g.p
+	in := table.FenceLegacyCheckpoint(p.cfg.Table, p.cfg.CoordinationTable, g.stream, g.shard, p.now())
+	for attempt := 1; ; attempt++ {
+		p.metrics.WriteRequests.WithLabelValues("TransactWriteItems").Inc()
+		out, err := p.api.TransactWriteItems(ctx, in)
+		if err == nil {
+			for _, cc := range out.ConsumedCapacity {
+				p.metrics.WriteUnits.WithLabelValues("TransactWriteItems").Add(aws.ToFloat64(cc.CapacityUnits))
+			}
+			g.tombstoned = true
+			return nil
+		}
+		retry, class := false, classServer
+		var tce *ddbtypes.TransactionCanceledException
+		if errors.As(err, &tce) {
+			final := false
+			for _, r := range tce.CancellationReasons {
+				switch aws.ToString(r.Code) {
+				case "", "None":
+				case "TransactionConflict":
+					retry = true
+				case "ThrottlingError", "ProvisionedThroughputExceeded", "RequestLimitExceeded":
+					retry, class = true, classThrottle
+				default:
+					final = true
+				}
+			}
+			retry = retry && !final
+		} else {
+			class = classifyErr(err)
+			retry = class != classPermanent && class != classCanceled
+		}
+		if !retry || attempt >= p.cfg.MaxAttempts {
+			err = table.FenceError(g.stream, g.shard, err)
+			if errors.Is(err, table.ErrCheckpointFenced) {
+				p.metrics.Conflicts.WithLabelValues(ConflictMigrationFence).Inc()
+				g.reset()
+			}
+			return err
+		}
+		p.countRetry("TransactWriteItems", class)
+		if err := sleep(ctx, p.backoff(attempt)); err != nil {
+			return err
+		}
+	}
 }
 
 // pendingOf reads a checkpoint's pending batch with its plan.

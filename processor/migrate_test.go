@@ -56,8 +56,10 @@ func legacyCheckpointKey(e *env, shard string) aggregates.Key {
 // commit claims the ledger table's STREAM#{arn} / SHARD#{shard} item on the
 // old claim's condition (no checkpoint and no pending batch, or the
 // checkpoint it read and no pending batch) in the same transaction as the
-// reports. The claim is simulated first, then the reports applied through
-// a scratch coordination table; it reports whether the claim landed.
+// reports. The claim is simulated first, then the reports applied by a
+// consumer under run markers (which, like the old version, knows nothing
+// of the coordination table and its legacy tombstones); it reports whether
+// the claim landed.
 func oldVersionCommit(t *testing.T, e *env, shard string, recs []processor.Record) bool {
 	t.Helper()
 	ctx := context.Background()
@@ -77,7 +79,7 @@ func oldVersionCommit(t *testing.T, e *env, shard string, recs []processor.Recor
 	scratch := table.CoordinationTableName(newTableName(t))
 	p, err := processor.New(e.ddb, processor.Config{Table: e.table, CoordinationTable: scratch, BaseBackoff: time.Millisecond, MaxBackoff: 20 * time.Millisecond}, nil)
 	require.NoError(t, err)
-	res, err := p.Process(ctx, p.ShardGuard(e.streamARN, shard), recs)
+	res, err := p.Process(ctx, p.MarkerGuard(), recs)
 	require.NoError(t, err)
 	require.Equal(t, len(recs), res.Committed)
 	return true

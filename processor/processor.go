@@ -154,18 +154,27 @@ func New(api DynamoDB, cfg Config, metrics *Metrics) (*Processor, error) {
 func (p *Processor) now() time.Time { return p.cfg.Now().UTC() }
 
 // refuseLegacy fails with table.ErrLegacyStreamState while the ledger
-// table holds checkpoints or leases of stream from before the coordination
-// table (tombstones of moved ones aside): the guard of a shard with no
-// checkpoint asks at every load, so a shard a consumer of the previous
-// version started after a migration is refused too (one Query of the
-// stream's old partition per first read of a shard).
-func (p *Processor) refuseLegacy(ctx context.Context, stream string) error {
+// table holds the checkpoint of shard from before the coordination table
+// (a tombstone aside): the guard of a shard with no checkpoint asks at
+// every load, so a shard a consumer of the previous version started after
+// a migration is refused before anything is planned. One consistent
+// GetItem of the shard's old key (1 read unit), not a Query of the
+// stream's old partition, which holds a tombstone of every shard a commit
+// touched in the last 7 days (docs/exactly-once.md, "A shard's legacy
+// tombstone"). Exactness does not rest on it: every claim requires the
+// shard's legacy tombstone, whose transaction fails on such a checkpoint.
+func (p *Processor) refuseLegacy(ctx context.Context, stream, shard string) error {
 	if stream == "" {
 		return nil
 	}
-	return p.retry(ctx, "Query", func(ctx context.Context) error {
-		return table.RefuseLegacyStreamState(ctx, p.api, p.cfg.Table, stream)
-	})
+	item, err := p.getItemOf(ctx, p.cfg.Table, table.LegacyCheckpointKey(stream, shard))
+	if err != nil {
+		return fmt.Errorf("look for the checkpoint of %s in the ledger table %s: %w", shard, p.cfg.Table, err)
+	}
+	if table.IsLegacyCheckpoint(item) {
+		return fmt.Errorf("stream %s, shard %s: %w", stream, shard, table.ErrLegacyStreamState)
+	}
+	return nil
 }
 
 // Metrics returns the processor's collectors.

@@ -44,10 +44,11 @@ func TestProcess_ExhaustedRetriesNameTheFirstRecordNotCommitted(t *testing.T) {
 	require.NoError(t, ledgertest.NewWorkload(10).Run(ctx, e.ddb, e.table, 60))
 	shard, recs := e.records(t)
 
-	// The first commit lands; every later one is throttled for good.
+	// The shard's legacy tombstone (the guard's first transaction) and the
+	// first commit land; every later one is throttled for good.
 	var commits atomic.Int64
 	e.faults.Decide = func(op string) ledgertest.Fault {
-		if op == "TransactWriteItems" && commits.Add(1) > 1 {
+		if op == "TransactWriteItems" && commits.Add(1) > 2 {
 			return ledgertest.Throttle
 		}
 		return ledgertest.Pass

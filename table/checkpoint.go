@@ -42,12 +42,20 @@ import (
 //	migrationFence   S, on such a copy until the move is done (the ledger
 //	                 table's checkpoint replaced by a tombstone): the ledger
 //	                 table's name
+//	legacyTombstone  S, the ledger table's name, once a tombstone stands at
+//	                 the shard's key of the layout before the coordination
+//	                 table (FenceLegacyCheckpoint, releaseCopy): every
+//	                 claim requires it
 //
 // Every move is a compare-and-set on sequenceNumber, never lands over a
 // half-committed batch except the batch's own next group, and never lands
 // on a fenced copy (fenceAbsent): a copy is not a checkpoint any consumer
 // may claim until the migration has made sure that no consumer of the
 // version before the coordination table can move the original any more.
+// Every claim also requires legacyTombstone (tombstoned): no record is
+// applied from a shard's checkpoint here while a consumer of that version
+// could still claim the same shard from nothing in the ledger table
+// (docs/exactly-once.md, "A shard's legacy tombstone").
 
 // Attribute names of the checkpoint item besides the keys, entityType and
 // updatedAt. sequenceNumber is also the run marker's and the quarantine
@@ -63,6 +71,7 @@ const (
 	attrPendingPlan    = "pendingPlan"
 	attrPendingDigest  = "pendingDigest"
 	attrMigrationFence = "migrationFence"
+	attrTombstoned     = "legacyTombstone"
 )
 
 // fenceAbsent is the term of every checkpoint claim's and move's condition
@@ -76,6 +85,16 @@ const (
 // operations", write operations); the attribute is absent from every item
 // but a copy not yet released.
 const fenceAbsent = " AND attribute_not_exists(#fence)"
+
+// tombstoned is the term of every claim's condition (ClaimRun, ClaimGroup)
+// that requires the checkpoint's legacyTombstone: the ledger table holds a
+// tombstone at the shard's key of the layout before the coordination
+// table, so no consumer of that version can claim the shard there
+// (FenceLegacyCheckpoint). #lt names legacyTombstone. Like fenceAbsent, it
+// costs the request's bytes only. The moves outside commits
+// (AdvanceCheckpoint, MarkCheckpointStart) apply no record and do not
+// require it.
+const tombstoned = " AND attribute_exists(#lt)"
 
 // ErrCheckpointFenced says that a shard's checkpoint is a copy
 // MigrateStreamState made and has not released yet: the ledger table's
@@ -96,6 +115,10 @@ type Checkpoint struct {
 	// Fenced: the item is a migration's copy not released yet
 	// (ErrCheckpointFenced); nothing may claim from it.
 	Fenced bool
+	// Tombstoned: the ledger table holds a tombstone at the shard's key of
+	// the layout before the coordination table (legacyTombstone); without
+	// it every claim fails until FenceLegacyCheckpoint has landed.
+	Tombstoned bool
 	// Pending is the half-committed batch; nil when none.
 	Pending *PendingBatch
 }
@@ -118,6 +141,7 @@ func DecodeCheckpoint(shard string, item map[string]types.AttributeValue) (Check
 	c.StartAt, _ = String(item, attrStartAt)
 	c.UpdatedAt, _ = String(item, AttrUpdatedAt)
 	_, c.Fenced = item[attrMigrationFence]
+	_, c.Tombstoned = item[attrTombstoned]
 	to, ok := String(item, attrPendingTo)
 	if !ok {
 		return c, nil
@@ -166,7 +190,8 @@ func checkpointWrite(shard string, now time.Time, shardPH, nowPH string) (set st
 // (under key) from prev ("" for none) to last: the guard of a commit of one
 // run. It fails its condition when the checkpoint is elsewhere or holds a
 // half-committed batch (only that batch's own last group moves it), or is
-// a migration's fenced copy.
+// a migration's fenced copy, or lacks its legacy tombstone
+// (FenceLegacyCheckpoint).
 func ClaimRun(tableName string, key aggregates.Key, shard, prev, last string, now time.Time) types.TransactWriteItem {
 	set, names, values := checkpointWrite(shard, now, "#shard", ":now")
 	values[":last"] = S(last)
@@ -175,7 +200,8 @@ func ClaimRun(tableName string, key aggregates.Key, shard, prev, last string, no
 		cond = "#seq = :prev AND attribute_not_exists(#pt)"
 		values[":prev"] = S(prev)
 	}
-	cond += fenceAbsent
+	cond += fenceAbsent + tombstoned
+	names["#lt"] = attrTombstoned
 	return types.TransactWriteItem{Update: &types.Update{
 		TableName: aws.String(tableName), Key: Key(key),
 		UpdateExpression: aws.String("SET #seq = :last, " + set), ConditionExpression: aws.String(cond),
@@ -201,7 +227,8 @@ type GroupClaim struct {
 // abandoned one) and, unless it is also the last, records the batch as
 // pending; a middle group requires the batch with itself next and moves
 // next on; the last moves the checkpoint to To and clears the batch. No
-// group lands on a migration's fenced copy.
+// group lands on a migration's fenced copy, nor on a checkpoint without
+// its legacy tombstone (FenceLegacyCheckpoint).
 func ClaimGroup(tableName string, key aggregates.Key, c GroupClaim) types.TransactWriteItem {
 	set, names, values := checkpointWrite(c.Shard, c.Now, "#shard", ":now")
 	names["#pn"], names["#pg"], names["#pp"], names["#pd"] = attrPendingNext, attrPendingGroups, attrPendingPlan, attrPendingDigest
@@ -235,7 +262,8 @@ func ClaimGroup(tableName string, key aggregates.Key, c GroupClaim) types.Transa
 		set += ", #pn = :next"
 		values[":next"] = Int(int64(c.K + 1))
 	}
-	cond += fenceAbsent
+	cond += fenceAbsent + tombstoned
+	names["#lt"] = attrTombstoned
 	expr := set + remove
 	pruneNames(names, expr, cond)
 	return types.TransactWriteItem{Update: &types.Update{
@@ -309,6 +337,93 @@ func MarkCheckpointStart(tableName string, key aggregates.Key, shard, startAt st
 		ExpressionAttributeNames: names, ExpressionAttributeValues: values,
 		ReturnValues: types.ReturnValueAllNew,
 	}
+}
+
+// LegacyCheckpointKey is where a shard's checkpoint was in the ledger
+// table before the coordination table (partition STREAM#{stream ARN},
+// LegacyStreamState): where MigrateStreamState and FenceLegacyCheckpoint
+// leave a tombstone.
+func LegacyCheckpointKey(streamARN, shard string) aggregates.Key {
+	return aggregates.Key{PK: aggregates.LeasePK(streamARN), SK: aggregates.CheckpointKey(streamARN, shard).SK}
+}
+
+// FenceLegacyCheckpoint is the transaction that must land before the first
+// claim of shard's checkpoint in the coordination table coord (every claim
+// requires its mark: tombstoned). Its first action marks the checkpoint
+// (legacyTombstone = ledgerTable; entityType, shardId, updatedAt and
+// expiresAt only where absent), on condition that it is not a migration's
+// fenced copy; its second puts a tombstone (movedTo, pendingTo MIGRATED,
+// expiresAt: the migration's, see tombstone) at the shard's key in the
+// ledger table (LegacyCheckpointKey), on condition that nothing is there
+// or a tombstone is. So the mark exists only while a tombstone stands
+// there: a consumer of the version before the coordination table can no
+// longer claim the shard from nothing in the ledger table, and once such
+// a consumer has, the transaction fails (FenceError: ErrLegacyStreamState)
+// and no claim of this version lands. Every SET is if_not_exists: sent
+// again over a fenced shard it changes neither item, and a write that
+// changes nothing makes no stream record (docs/exactly-once.md, "A
+// shard's legacy tombstone").
+func FenceLegacyCheckpoint(ledgerTable, coord, streamARN, shard string, now time.Time) *dynamodb.TransactWriteItemsInput {
+	exp := coordinationExpiry(now)
+	return &dynamodb.TransactWriteItemsInput{
+		TransactItems: []types.TransactWriteItem{
+			{Update: &types.Update{
+				TableName: aws.String(coord), Key: Key(aggregates.CheckpointKey(streamARN, shard)),
+				UpdateExpression: aws.String("SET #lt = :ledger, #et = if_not_exists(#et, :et), #sh = if_not_exists(#sh, :sh), " +
+					"#ua = if_not_exists(#ua, :ua), #exp = if_not_exists(#exp, :exp)"),
+				ConditionExpression: aws.String("attribute_not_exists(#fence)"),
+				ExpressionAttributeNames: map[string]string{
+					"#lt": attrTombstoned, "#et": AttrEntityType, "#sh": AttrShardID, "#ua": AttrUpdatedAt,
+					"#exp": AttrExpiresAt, "#fence": attrMigrationFence,
+				},
+				ExpressionAttributeValues: map[string]types.AttributeValue{
+					":ledger": S(ledgerTable), ":et": S(aggregates.EntityCheckpoint), ":sh": S(shard),
+					":ua": S(now.Format(time.RFC3339Nano)), ":exp": exp,
+				},
+			}},
+			{Update: &types.Update{
+				TableName: aws.String(ledgerTable), Key: Key(LegacyCheckpointKey(streamARN, shard)),
+				UpdateExpression: aws.String("SET #moved = if_not_exists(#moved, :coord), #pt = if_not_exists(#pt, :mig), " +
+					"#exp = if_not_exists(#exp, :exp)"),
+				ConditionExpression: aws.String("attribute_not_exists(#pk) OR attribute_exists(#moved)"),
+				ExpressionAttributeNames: map[string]string{
+					"#moved": attrMovedTo, "#pt": attrPendingTo, "#exp": AttrExpiresAt, "#pk": AttrPK,
+				},
+				ExpressionAttributeValues: map[string]types.AttributeValue{":coord": S(coord), ":mig": S(migratedPending), ":exp": exp},
+			}},
+		},
+		ReturnConsumedCapacity: types.ReturnConsumedCapacityTotal,
+	}
+}
+
+// FenceError names why FenceLegacyCheckpoint's transaction for shard of
+// streamARN was cancelled: ErrLegacyStreamState when the ledger table
+// holds a checkpoint of the shard that is not a tombstone (a consumer of
+// the version before the coordination table claimed it), and
+// ErrCheckpointFenced when the coordination table's checkpoint is a
+// migration's copy not released yet; any other error is wrapped as it is.
+// Both named errors are final for the transaction: sending it again
+// changes nothing until an operator acts (`ledgerctl coordination
+// migrate`).
+func FenceError(streamARN, shard string, err error) error {
+	var tce *types.TransactionCanceledException
+	if errors.As(err, &tce) {
+		code := func(i int) string {
+			if i < len(tce.CancellationReasons) {
+				return aws.ToString(tce.CancellationReasons[i].Code)
+			}
+			return ""
+		}
+		// A fenced copy's original is still in the ledger table until the
+		// migration's tombstone: both fail, and the copy says more.
+		switch {
+		case code(0) == "ConditionalCheckFailed":
+			return fmt.Errorf("shard %s: %w", shard, ErrCheckpointFenced)
+		case code(1) == "ConditionalCheckFailed":
+			return fmt.Errorf("stream %s, shard %s: the ledger table holds the shard's checkpoint: %w", streamARN, shard, ErrLegacyStreamState)
+		}
+	}
+	return fmt.Errorf("stream %s, shard %s: put the legacy tombstone: %w", streamARN, shard, err)
 }
 
 // ReadStreamState reads every lease and checkpoint of a stream from the

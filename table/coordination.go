@@ -202,6 +202,17 @@ const (
 	migratedPending  = "MIGRATED"
 )
 
+// IsLegacyCheckpoint reports whether item, read at a shard's key in the
+// ledger table (LegacyCheckpointKey), is a checkpoint in the layout before
+// the coordination table: present and not a tombstone.
+func IsLegacyCheckpoint(item map[string]types.AttributeValue) bool {
+	if item == nil {
+		return false
+	}
+	_, moved := item[attrMovedTo]
+	return !moved
+}
+
 // ErrLegacyStreamState is a consumer's refusal to start on a stream whose
 // checkpoints are still in the ledger table.
 var ErrLegacyStreamState = errors.New("checkpoints and leases are in the ledger table (the layout before the coordination table): stop every consumer of the stream and run `ledgerctl coordination migrate` (docs/runbook.md, \"The coordination table\")")
@@ -313,7 +324,7 @@ func MigrateStreamState(ctx context.Context, api MigrateAPI, ledgerTable, coord,
 		if _, moved := item[attrMovedTo]; moved {
 			// Moved by an earlier run: its copy is released, unless that
 			// run failed between the tombstone and the release.
-			released, err := releaseCopy(ctx, api, coord, streamARN, shard, item)
+			released, err := releaseCopy(ctx, api, ledgerTable, coord, streamARN, shard, item)
 			if err != nil {
 				return res, fmt.Errorf("migrate %s: checkpoint of %s: %w", streamARN, shard, err)
 			}
@@ -328,7 +339,7 @@ func MigrateStreamState(ctx context.Context, api MigrateAPI, ledgerTable, coord,
 		if err := tombstone(ctx, api, ledgerTable, coord, item); err != nil {
 			return res, fmt.Errorf("migrate %s: checkpoint of %s: %w", streamARN, shard, err)
 		}
-		if _, err := releaseCopy(ctx, api, coord, streamARN, shard, item); err != nil {
+		if _, err := releaseCopy(ctx, api, ledgerTable, coord, streamARN, shard, item); err != nil {
 			return res, fmt.Errorf("migrate %s: checkpoint of %s: %w", streamARN, shard, err)
 		}
 		res.Checkpoints++
@@ -430,18 +441,20 @@ func migratedFrom(item map[string]types.AttributeValue) types.AttributeValue {
 // done: no consumer of the version before the coordination table can move
 // it any more), on condition that the copy was made from that very item
 // (migratedFrom) and is still fenced; a consumer may claim from it from
-// then on. It reports whether it lifted a fence: false when there was none
+// then on. The same update marks the copy legacyTombstone (the tombstone
+// stands: FenceLegacyCheckpoint need not run before its first claim). It
+// reports whether it lifted a fence: false when there was none
 // (released already, by an earlier run or an attempt whose answer was
 // lost, or made unfenced by a version of this command before the fence) or
 // no copy (its TTL deleted it). A fenced copy of another version of the
 // item is ErrMigrationConflict.
-func releaseCopy(ctx context.Context, api MigrateAPI, coord, streamARN, shard string, tomb map[string]types.AttributeValue) (bool, error) {
+func releaseCopy(ctx context.Context, api MigrateAPI, ledgerTable, coord, streamARN, shard string, tomb map[string]types.AttributeValue) (bool, error) {
 	_, err := api.UpdateItem(ctx, &dynamodb.UpdateItemInput{
 		TableName: aws.String(coord), Key: Key(aggregates.CheckpointKey(streamARN, shard)),
-		UpdateExpression:                    aws.String("REMOVE #fence"),
+		UpdateExpression:                    aws.String("REMOVE #fence SET #lt = :ledger"),
 		ConditionExpression:                 aws.String("#mf = :from AND attribute_exists(#fence)"),
-		ExpressionAttributeNames:            map[string]string{"#mf": attrMigratedFrom, "#fence": attrMigrationFence},
-		ExpressionAttributeValues:           map[string]types.AttributeValue{":from": migratedFrom(tomb)},
+		ExpressionAttributeNames:            map[string]string{"#mf": attrMigratedFrom, "#fence": attrMigrationFence, "#lt": attrTombstoned},
+		ExpressionAttributeValues:           map[string]types.AttributeValue{":from": migratedFrom(tomb), ":ledger": S(ledgerTable)},
 		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
 	})
 	var ccf *types.ConditionalCheckFailedException
