@@ -14,6 +14,7 @@ import (
 )
 
 func TestProcess_WorkloadThenRedeliveryChangesNothing(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	e := newEnv(t)
 	w := ledgertest.NewWorkload(1)

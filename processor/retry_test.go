@@ -16,6 +16,7 @@ import (
 )
 
 func TestProcess_ThrottledCommitsAreRetriedThenSucceed(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	e := newEnv(t)
 	require.NoError(t, ledgertest.NewWorkload(9).Run(ctx, e.ddb, e.table, 40))
@@ -39,6 +40,7 @@ func TestProcess_ThrottledCommitsAreRetriedThenSucceed(t *testing.T) {
 }
 
 func TestProcess_ExhaustedRetriesNameTheFirstRecordNotCommitted(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	e := newEnv(t)
 	require.NoError(t, ledgertest.NewWorkload(10).Run(ctx, e.ddb, e.table, 60))
@@ -76,6 +78,7 @@ func TestProcess_ExhaustedRetriesNameTheFirstRecordNotCommitted(t *testing.T) {
 }
 
 func TestMetrics_RecordsAndConflictsAreExported(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	e := newEnv(t)
 	require.NoError(t, ledgertest.NewWorkload(11).Run(ctx, e.ddb, e.table, 30))
