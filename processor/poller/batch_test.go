@@ -68,7 +68,6 @@ func TestPoller_FinishesAHalfCommittedBatchWithSmallerPages(t *testing.T) {
 // that reaches a closed shard's end is committed before the shard is
 // marked finished.
 func TestPoller_FoldsFullPagesIntoOneBatchAndCommitsTheLastOnes(t *testing.T) {
-	t.Parallel()
 	e := newEnv(t, 9)
 	f := e.stream
 	f.addShard("shardId-A", "")

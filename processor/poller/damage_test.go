@@ -24,7 +24,6 @@ import (
 // report, --repair heals them all, and after more writes and a drain there
 // is no difference.
 func TestPoller_DamagedReportsOfOneBranchStopNoOtherReport(t *testing.T) {
-	t.Parallel()
 	ctx := context.Background()
 	e := newEnv(t, 41)
 	f := e.stream

@@ -29,7 +29,6 @@ import (
 // smaller than its limit, and the reports are exact. Without the budget
 // the peak is the pages in flight, up to 16,000 records.
 func TestPoller_RecordsBudgetBoundsManyShardsBehind(t *testing.T) {
-	t.Parallel()
 	ctx := context.Background()
 	const shards, budget = 16, 40
 	e := newEmuEnv(t, 2303, streamemu.Config{Shards: shards})
