@@ -24,7 +24,6 @@ import (
 // window. Then the reports are exact and no child was read before its
 // parent.
 func TestPoller_EmulatedFleetDescribeStreamStaysWithinTheStreamRate(t *testing.T) {
-	t.Parallel()
 	const pollers, window = 4, 150
 	e := newEmuEnv(t, 237, streamemu.Config{Shards: 4, RollRecords: 30, SplitRatio: 0.3, MaxOpenShards: 10, Seed: 237, ListPage: 2,
 		Limits: streamemu.AWSLimits})

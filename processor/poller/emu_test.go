@@ -195,7 +195,6 @@ func (c *closeOnEmptyPage) GetRecords(ctx context.Context, in *dynamodbstreams.G
 // child; a shard's end looks its children up with ShardFilter CHILD_SHARDS
 // instead of listing the whole stream.
 func TestPoller_DrainExitsWhenAShardClosesAfterItWasDrained(t *testing.T) {
-	t.Parallel()
 	ctx := context.Background()
 	e := newEmuEnv(t, 231, streamemu.Config{Shards: 3})
 	e.write(t, 150)
@@ -317,7 +316,6 @@ func (e *emuEnv) discovery(t *testing.T) (calls, listed, finished int) {
 // moved before its parent was finished, and discovery costs a
 // CHILD_SHARDS call per shard end, not a listing of the stream.
 func TestPoller_EmulatedRollsAndSplitsWithThreePollersKilledAndRestarted(t *testing.T) {
-	t.Parallel()
 	// Pages of 5 shards: a listing costs calls as a stream of thousands does
 	// with AWS's pages of 100.
 	e := newEmuEnv(t, 232, streamemu.Config{Shards: 3, RollRecords: 60, SplitRatio: 0.4, MaxOpenShards: 8, Seed: 232, ListPage: 5})
@@ -358,7 +356,6 @@ func TestPoller_EmulatedRollsAndSplitsWithThreePollersKilledAndRestarted(t *test
 // A poller joins two that run, then leaves (SIGTERM: it commits and hands
 // its leases back), while shards roll and split: exact, in order.
 func TestPoller_EmulatedPollerJoiningAndLeaving(t *testing.T) {
-	t.Parallel()
 	e := newEmuEnv(t, 233, streamemu.Config{Shards: 4, RollRecords: 50, SplitRatio: 0.3, MaxOpenShards: 8, Seed: 233})
 	a, b := e.poller(t, "a", nil, nil), e.poller(t, "b", nil, nil)
 	stopA, stopB := start(t, a), start(t, b)
@@ -383,7 +380,6 @@ func TestPoller_EmulatedPollerJoiningAndLeaving(t *testing.T) {
 // stream. The reports are short of the lost records (reconcile --repair
 // restores them, TestPoller_TrimmedRecordsAreCountedSkippedAndRepairedByReconcile).
 func TestPoller_EmulatedTrimmedParentAndChildStartAreCountedAndNothingHangs(t *testing.T) {
-	t.Parallel()
 	ctx := context.Background()
 	clock := streamemu.NewManual(time.Date(2026, 5, 1, 0, 0, 0, 0, time.UTC))
 	e := newEmuEnv(t, 234, streamemu.Config{Shards: 2, Clock: clock})
@@ -430,7 +426,6 @@ func TestPoller_EmulatedTrimmedParentAndChildStartAreCountedAndNothingHangs(t *t
 // Iterators older than 15 minutes answer ExpiredIteratorException; the
 // readers reopen after their checkpoints and go on, exactly.
 func TestPoller_EmulatedExpiredIteratorsAreReopened(t *testing.T) {
-	t.Parallel()
 	clock := streamemu.NewManual(time.Date(2026, 5, 1, 0, 0, 0, 0, time.UTC))
 	e := newEmuEnv(t, 235, streamemu.Config{Shards: 3, RollRecords: 80, SplitRatio: 0.3, Clock: clock, Seed: 235})
 	tp := e.poller(t, "p1", nil, nil)
@@ -451,7 +446,6 @@ func TestPoller_EmulatedExpiredIteratorsAreReopened(t *testing.T) {
 // that list often (every 20ms) while shards roll and split are refused
 // again and again, go on with the shards they know, and read everything.
 func TestPoller_EmulatedThrottledDiscoveryGoesOn(t *testing.T) {
-	t.Parallel()
 	e := newEmuEnv(t, 236, streamemu.Config{Shards: 3, RollRecords: 40, SplitRatio: 0.3, MaxOpenShards: 6, Seed: 236,
 		Limits: streamemu.Limits{DescribeStreamPerSecond: 2}})
 	often := func(c *poller.Config) { c.DiscoverInterval = 20 * time.Millisecond }
