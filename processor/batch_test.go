@@ -66,7 +66,6 @@ func hasCheckpoint(t *testing.T, e *env, shard string) bool {
 // consumer without batches (the tumbling-window Lambda shares the
 // checkpoint) may not commit over it.
 func TestShardGuard_ResumesHalfCommittedBatch(t *testing.T) {
-	t.Parallel()
 	ctx := context.Background()
 	e := newEnv(t)
 	require.NoError(t, ledgertest.NewWorkload(21).Run(ctx, e.ddb, e.table, 150))
@@ -98,7 +97,6 @@ func TestShardGuard_ResumesHalfCommittedBatch(t *testing.T) {
 // abandoning transaction is lost, and the re-read shows the guard's own new
 // batch, which it must finish, not abandon.
 func TestShardGuard_TrimmedAbandonsPendingBatchOnce(t *testing.T) {
-	t.Parallel()
 	ctx := context.Background()
 	e := newEnv(t)
 	require.NoError(t, ledgertest.NewWorkload(22).Run(ctx, e.ddb, e.table, 150))
@@ -143,7 +141,6 @@ func TestShardGuard_TrimmedAbandonsPendingBatchOnce(t *testing.T) {
 // transaction here is an insert on a day of its own, so any report applied
 // twice shows a count above the truth.
 func TestShardGuard_TrimmedPendingBatchIsNeverAppliedTwice(t *testing.T) {
-	t.Parallel()
 	ctx := context.Background()
 	e := newEnv(t)
 	s := func(v string) ddbtypes.AttributeValue { return &ddbtypes.AttributeValueMemberS{Value: v} }
@@ -216,7 +213,6 @@ func recordsOutcome(p *processor.Processor, outcome string) float64 {
 // after it, with records in between it never saw, so it must refuse (ErrGap)
 // and reopen after the checkpoint instead of committing over the gap.
 func TestShardGuard_FirstReaderWithoutCheckpointBindsTheOthers(t *testing.T) {
-	t.Parallel()
 	ctx := context.Background()
 	e := newEnv(t)
 	require.NoError(t, ledgertest.NewWorkload(23).Run(ctx, e.ddb, e.table, 120))
@@ -255,7 +251,6 @@ func TestShardGuard_FirstReaderWithoutCheckpointBindsTheOthers(t *testing.T) {
 // whole first commit used to be cut into runs of at most 99 items, each
 // writing its report items again.)
 func TestShardGuard_FirstCommitIsOneRunThenABatch(t *testing.T) {
-	t.Parallel()
 	ctx := context.Background()
 	type outcome struct {
 		units, requests float64
@@ -305,7 +300,6 @@ func TestShardGuard_FirstCommitIsOneRunThenABatch(t *testing.T) {
 // answer lost finds that claim on its re-read and goes on after it: it is
 // its own, not another reader's (which would be a gap, ErrGap).
 func TestShardGuard_FirstClaimWithItsAnswerLostIsOwn(t *testing.T) {
-	t.Parallel()
 	ctx := context.Background()
 	e := newEnv(t)
 	require.NoError(t, ledgertest.NewWorkload(24).Run(ctx, e.ddb, e.table, 60))

@@ -14,7 +14,6 @@ import (
 )
 
 func TestProcess_WorkloadThenRedeliveryChangesNothing(t *testing.T) {
-	t.Parallel()
 	ctx := context.Background()
 	e := newEnv(t)
 	w := ledgertest.NewWorkload(1)

@@ -34,7 +34,6 @@ import (
 // the invocation as a permanent error. The hold is released by the second
 // refusal the consumer receives, so exactly two are counted.
 func TestTumblingWindow_CheckpointMoveMeetingAHeldCheckpointIsRetried(t *testing.T) {
-	t.Parallel()
 	ctx := context.Background()
 	e := newEnv(t)
 	shard, recs := e.records(t)

@@ -20,7 +20,6 @@ import (
 // currency that is not a code makes its image invalid (it is quarantined,
 // reason currency: the replay of the fixture and its golden show that).
 func TestTransactions_RecordedRecordsCarryTheirBranchCurrency(t *testing.T) {
-	t.Parallel()
 	raw, err := os.ReadFile("../fixtures/events/currency.json")
 	require.NoError(t, err)
 	var ev events.DynamoDBEvent

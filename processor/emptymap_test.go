@@ -16,7 +16,6 @@ import (
 // map is ignored and a transaction carrying an unrelated empty map still
 // aggregates exactly.
 func TestProcess_EmptyMapAttributesInStreamImages(t *testing.T) {
-	t.Parallel()
 	ctx := context.Background()
 	e := newEnv(t)
 	s := func(v string) ddbtypes.AttributeValue { return &ddbtypes.AttributeValueMemberS{Value: v} }

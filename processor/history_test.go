@@ -23,7 +23,6 @@ import (
 // quarantined (a history entry whose body is junk included), no report
 // effect, and reconcile counts neither as transactions nor as strays.
 func TestProcess_HistoryRecordsInABatchAreIgnored(t *testing.T) {
-	t.Parallel()
 	ctx := context.Background()
 	e := newEnv(t)
 	const tenant, branch = "acme", "north"

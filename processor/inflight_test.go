@@ -38,7 +38,6 @@ func settledOnly(diffs []processor.Difference, fl processor.InFlightResult) []pr
 // alone; a consumer commit between a repair's read and its write makes the
 // write fail instead. Once the record is committed, the repair is exact.
 func TestRepair_NeverFoldsARecordInFlightTwice(t *testing.T) {
-	t.Parallel()
 	ctx := context.Background()
 	for _, guard := range []string{"checkpoint", "markers"} {
 		t.Run(guard, func(t *testing.T) {
@@ -127,7 +126,6 @@ func TestRepair_NeverFoldsARecordInFlightTwice(t *testing.T) {
 // reports have the batch's delta, others not) until a consumer finishes the
 // batch.
 func TestInFlight_AHalfCommittedBatchIsInFlight(t *testing.T) {
-	t.Parallel()
 	ctx := context.Background()
 	e := newEnv(t)
 	require.NoError(t, ledgertest.NewWorkload(23).Run(ctx, e.ddb, e.table, 150))
@@ -200,7 +198,6 @@ func (l *laggingStream) GetRecords(ctx context.Context, in *dynamodbstreams.GetR
 // commit shows as a change of the stored figures and nothing is repaired
 // over it.
 func TestRepair_AReadIsAnIntervalNotAnInstant(t *testing.T) {
-	t.Parallel()
 	ctx := context.Background()
 	e := newEnv(t)
 	putTxn(t, e, "b", "2024-04-01", "a", "10", "rent", "")

@@ -22,7 +22,6 @@ import (
 // poison) leave no run marker; the chain walk must step over them to the
 // markers of the runs after them, or those runs are applied twice.
 func TestMarkerGuard_RewindAcrossBatchesWithoutEffect(t *testing.T) {
-	t.Parallel()
 	for _, between := range []string{"tenant item", "poison transaction", "both", "zero-delta modify"} {
 		t.Run(between, func(t *testing.T) {
 			ctx := context.Background()
@@ -95,7 +94,6 @@ func TestMarkerGuard_RewindAcrossBatchesWithoutEffect(t *testing.T) {
 // sits inside the committed run and has none: a redelivery from it would
 // apply the run's tail a second time.
 func TestMarkerGuard_FailedAliasWriteNeverNamesARecordInsideACommittedRun(t *testing.T) {
-	t.Parallel()
 	ctx := context.Background()
 	e := newEnv(t)
 	s := func(v string) ddbtypes.AttributeValue { return &ddbtypes.AttributeValueMemberS{Value: v} }

@@ -91,7 +91,6 @@ func oldVersionCommit(t *testing.T, e *env, shard string, recs []processor.Recor
 // migrated checkpoint, applied the same records again. The migration now
 // leaves a tombstone no version can commit on: the old consumer stalls.
 func TestMigrate_AnOldConsumerStillRunningStallsOnTheTombstone(t *testing.T) {
-	t.Parallel()
 	ctx := context.Background()
 	e := newEnv(t)
 	require.NoError(t, ledgertest.NewWorkload(2301).Run(ctx, e.ddb, e.table, 30))
@@ -131,7 +130,6 @@ func TestMigrate_AnOldConsumerStillRunningStallsOnTheTombstone(t *testing.T) {
 // copied from (migratedFrom), and a second run keeps a checkpoint that
 // descends from the same item; one that does not is a conflict, refused.
 func TestMigrate_ASecondRunKeepsACheckpointMovedOnFromItsCopy(t *testing.T) {
-	t.Parallel()
 	ctx := context.Background()
 	e := newEnv(t)
 	coord := table.CoordinationTableName(e.table)
@@ -203,7 +201,6 @@ func coordCheckpoint(t *testing.T, e *env, shard string) map[string]ddbtypes.Att
 // conflicts_total{reason="migration_fence"}), and the mapping's retry of
 // it after the migration has run to its end commits the rest, once.
 func TestMigrate_ATumblingWindowWaitsForTheMigrationToReleaseARefusedRunsCopy(t *testing.T) {
-	t.Parallel()
 	ctx := context.Background()
 	e := newEnv(t)
 	coord := table.CoordinationTableName(e.table)

@@ -22,7 +22,6 @@ import (
 // quiescent repair heals them, and the consumers keep them exact from
 // there.
 func TestNoRollups_WritesNoRollupItemAndTurningOnIsRepaired(t *testing.T) {
-	t.Parallel()
 	for _, mode := range rollupModes {
 		t.Run(mode, func(t *testing.T) {
 			ctx := context.Background()

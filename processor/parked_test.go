@@ -54,7 +54,6 @@ func reportKey(branch string, pt aggregates.PeriodType, v string) aggregates.Rep
 // through entry items. reconcile names every damaged report and parked
 // delta; --repair heals them all and clears the parked deltas.
 func TestCommit_RefusedReportItemsAreParkedOnceAndTheRestCommits(t *testing.T) {
-	t.Parallel()
 	for _, mode := range []string{"batch", "runs"} {
 		t.Run(mode, func(t *testing.T) {
 			ctx := context.Background()

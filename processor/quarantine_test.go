@@ -118,7 +118,6 @@ func sumCounter(t *testing.T, reg *prometheus.Registry, name string) float64 {
 // written once (the metric counts each once, lost answers included), and
 // the reports are exact. Round trips are counted, not seconds.
 func TestLambda_HundredsOfInvalidRecordsCommitInFewRoundTripsUnderFaults(t *testing.T) {
-	t.Parallel()
 	for _, mode := range []handler.Mode{handler.Standard, handler.Tumbling} {
 		t.Run(string(mode), func(t *testing.T) {
 			ctx := context.Background()
@@ -208,7 +207,6 @@ func TestLambda_HundredsOfInvalidRecordsCommitInFewRoundTripsUnderFaults(t *test
 // lands the rest, the item keeps what it holds, and the metric counts only
 // the items this commit wrote. Under both guards (runs, and batches).
 func TestCommit_AQuarantineItemThatExistsIsKeptAndBlocksNothing(t *testing.T) {
-	t.Parallel()
 	for _, kind := range []string{"marker", "checkpoint"} {
 		t.Run(kind, func(t *testing.T) {
 			ctx := context.Background()

@@ -96,7 +96,6 @@ func rollupBase(t *testing.T, e *env, mode string) *consumer {
 // branch part's roll-up share are each named by reconcile and healed by
 // the repair; a difference of figures only under the quiescent procedure.
 func TestReconcile_DamagedRollupsAreNamedAndRepaired(t *testing.T) {
-	t.Parallel()
 	tests := []struct {
 		name   string
 		damage func(t *testing.T, e *env, c *consumer)
@@ -244,7 +243,6 @@ func TestReconcile_DamagedRollupsAreNamedAndRepaired(t *testing.T) {
 // record names are held; once it is committed the roll-ups are exact. A
 // repair that did not hold them would count the record twice.
 func TestRepairRollups_BusyPeriodHeldWhileAnOlderOneIsJudged(t *testing.T) {
-	t.Parallel()
 	ctx := context.Background()
 	e := newEnv(t)
 	c := rollupBase(t, e, "batch")
@@ -285,7 +283,6 @@ func TestRepairRollups_BusyPeriodHeldWhileAnOlderOneIsJudged(t *testing.T) {
 // record naming its periods, RedeliverWaiting puts it back through a lane
 // and the consumer folds it once; a held period keeps it where it is.
 func TestRedeliverWaiting_ATrimmedDeltaIsFoldedOnce(t *testing.T) {
-	t.Parallel()
 	ctx := context.Background()
 	e := newEnv(t)
 	c := rollupBase(t, e, "marker")

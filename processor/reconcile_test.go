@@ -42,7 +42,6 @@ func (s *scanRecorder) Scan(ctx context.Context, in *dynamodb.ScanInput, opts ..
 // serves one that names a segment about twice as slowly), with more, one
 // Scan per segment.
 func TestReconcileWith_ParallelScanSegments(t *testing.T) {
-	t.Parallel()
 	ctx := context.Background()
 	e := newEnv(t)
 	w := ledgertest.NewWorkload(3)
@@ -114,7 +113,6 @@ func (m *readMeter) Query(ctx context.Context, in *dynamodb.QueryInput, opts ...
 // table once for the key scan, then each branch's transactions and report
 // partition. Its Queries are paged small, so that many pages are summed.
 func TestReconcileWith_CountsItemsReadAndReadUnits(t *testing.T) {
-	t.Parallel()
 	ctx := context.Background()
 	e := newEnv(t)
 	w := ledgertest.NewWorkload(7)
@@ -174,7 +172,6 @@ func (q pagedQueries) Query(ctx context.Context, in *dynamodb.QueryInput, opts .
 // Progress counts a branch's transactions page by page, not only once the
 // branch is done: one branch can take minutes.
 func TestReconcileWith_ProgressCountsTransactionsPageByPage(t *testing.T) {
-	t.Parallel()
 	ctx := context.Background()
 	e := newEnv(t)
 	w := ledgertest.NewWorkload(5)
@@ -202,7 +199,6 @@ func TestReconcileWith_ProgressCountsTransactionsPageByPage(t *testing.T) {
 // when both reads found it, drops it when only one did, and never looks at
 // figures it does not have (issue 25: it dereferenced the nil Expected).
 func TestSettled_StrayItemsOfBothReadsAreKeptWithoutFigures(t *testing.T) {
-	t.Parallel()
 	junk := aggregates.Key{PK: "TENANT#acme#BRANCH#north#REPORTING", SK: "JUNK"}
 	gone := aggregates.Key{PK: "TENANT#acme#BRANCH#north#REPORTING", SK: "GONE"}
 	fresh := aggregates.Key{PK: "TENANT#acme#BRANCH#north#REPORTING", SK: "FRESH"}

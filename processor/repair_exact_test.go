@@ -171,7 +171,6 @@ func repairBranch(t *testing.T, e *env, branch string, h repairHooks) processor.
 // repair may leave the report alone (10.5) or repair it (10), never write
 // 20; one more repair, with nothing racing it, is exact.
 func TestRepairExact_ACommitThatNetsToZeroIsNotFoldedAgain(t *testing.T) {
-	t.Parallel()
 	finding1Enabled(t)
 	for _, kind := range consumerKinds {
 		t.Run(kind.name, func(t *testing.T) {
@@ -213,7 +212,6 @@ func TestRepairExact_ACommitThatNetsToZeroIsNotFoldedAgain(t *testing.T) {
 // record is committed, the report is 20.5 (left alone) or 20 (repaired),
 // never 30; one more repair is exact.
 func TestRepairExact_ANettingCommitBetweenTheReadsAndALateRecord(t *testing.T) {
-	t.Parallel()
 	finding1Enabled(t)
 	for _, kind := range consumerKinds {
 		t.Run(kind.name, func(t *testing.T) {

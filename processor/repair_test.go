@@ -82,7 +82,6 @@ func onePlace(t *testing.T, e *env, k aggregates.ReportKey) {
 // repaired, every name still in one place and no figure counted twice;
 // a second reconcile --repair finishes it.
 func TestRepair_AReportOfManyNamesInterruptedBetweenItsTransactions(t *testing.T) {
-	t.Parallel()
 	ctx := context.Background()
 	e := newEnv(t)
 	p, g, recs := wideBranch(t, e)
@@ -139,7 +138,6 @@ func TestRepair_AReportOfManyNamesInterruptedBetweenItsTransactions(t *testing.T
 // The entry items of the moved names went with the report item, so every
 // name is still in one place.
 func TestRepair_NamesMovedInlineLeaveTheirEntryItemsInTheFirstTransaction(t *testing.T) {
-	t.Parallel()
 	ctx := context.Background()
 	e := newEnv(t)
 	p, g, recs := wideBranch(t, e)
@@ -174,7 +172,6 @@ func TestRepair_NamesMovedInlineLeaveTheirEntryItemsInTheFirstTransaction(t *tes
 // refused by its condition and redone on the fresh shape: the name stays in
 // one place (issue 25, finding 3: it was written to its entry item again).
 func TestRepair_AStaleDamagedShapeNeverWritesAnInlineNameToItsEntryItem(t *testing.T) {
-	t.Parallel()
 	ctx := context.Background()
 	e := newEnv(t)
 	k := reportKey("dmg", aggregates.Daily, "2024-05-01")

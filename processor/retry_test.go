@@ -16,7 +16,6 @@ import (
 )
 
 func TestProcess_ThrottledCommitsAreRetriedThenSucceed(t *testing.T) {
-	t.Parallel()
 	ctx := context.Background()
 	e := newEnv(t)
 	require.NoError(t, ledgertest.NewWorkload(9).Run(ctx, e.ddb, e.table, 40))
@@ -40,7 +39,6 @@ func TestProcess_ThrottledCommitsAreRetriedThenSucceed(t *testing.T) {
 }
 
 func TestProcess_ExhaustedRetriesNameTheFirstRecordNotCommitted(t *testing.T) {
-	t.Parallel()
 	ctx := context.Background()
 	e := newEnv(t)
 	require.NoError(t, ledgertest.NewWorkload(10).Run(ctx, e.ddb, e.table, 60))
@@ -78,7 +76,6 @@ func TestProcess_ExhaustedRetriesNameTheFirstRecordNotCommitted(t *testing.T) {
 }
 
 func TestMetrics_RecordsAndConflictsAreExported(t *testing.T) {
-	t.Parallel()
 	ctx := context.Background()
 	e := newEnv(t)
 	require.NoError(t, ledgertest.NewWorkload(11).Run(ctx, e.ddb, e.table, 30))

@@ -53,7 +53,6 @@ func (s *trimDuringListing) DescribeStream(_ context.Context, in *dynamodbstream
 // its children became readable before it was read to its end. Only a
 // first page's ResourceNotFoundException means the stream is gone.
 func TestShardGone_APageAfterATrimmedShardIsNotTheStreamsEnd(t *testing.T) {
-	t.Parallel()
 	s := &trimDuringListing{n: 3}
 	gone, err := processor.ShardGone(context.Background(), s, "arn", "shard-2")
 	require.NoError(t, err)

@@ -87,7 +87,6 @@ func (a *countFlipAPI) commitCount(ctx context.Context, d int64) {
 // judged on a count that lacks it. Fixed by comparing the item's
 // updatedAt (every commit sets it) with the shape's other attributes.
 func TestReviewS16_CountChangedAndBackIsNoUnchangedItem(t *testing.T) {
-	t.Parallel()
 	for _, mode := range []string{"marker", "batch"} {
 		t.Run(mode, func(t *testing.T) {
 			e := newEnv(t)
@@ -134,7 +133,6 @@ func TestReviewS16_CountChangedAndBackIsNoUnchangedItem(t *testing.T) {
 // now carries the branches (table.WithParkedBranches), which reconcile
 // counts and the repair moves with the figures.
 func TestReviewS16_ParkedPartialKeepsItsBranches(t *testing.T) {
-	t.Parallel()
 	e := newEnv(t)
 	c := rollupBase(t, e, "batch") // sp and rio count on the 27th in BRL
 	for lane := range aggregates.RollupLanes {

@@ -301,7 +301,6 @@ var rollupModes = []string{"batch", "runs", "marker"}
 // currency, a delta cut past E_d entries, and a part parked with its
 // roll-up share.
 func TestCommit_RollupDeltaEqualsTheSumOfItsParts(t *testing.T) {
-	t.Parallel()
 	tests := []struct {
 		name    string
 		txs     func() []rtx
@@ -416,7 +415,6 @@ func branchesOf(t *testing.T, e *env, c rollupCell) int64 {
 // count: the transaction is cancelled, the shape read again, and the
 // branch transition computed on the count that lands.
 func TestCommit_StaleBranchCountIsAShapeConflict(t *testing.T) {
-	t.Parallel()
 	ctx := context.Background()
 	e := newEnv(t)
 	reg := prometheus.NewRegistry()
@@ -444,7 +442,6 @@ func TestCommit_StaleBranchCountIsAShapeConflict(t *testing.T) {
 // condition for c = 0 accepts both, so it lands (not a stuck shard, not a
 // parked part) and the branch counts again.
 func TestCommit_CountBackToZeroThenANewTransaction(t *testing.T) {
-	t.Parallel()
 	for _, fresh := range []bool{false, true} {
 		t.Run(fmt.Sprintf("shape read from the table=%v", fresh), func(t *testing.T) {
 			ctx := context.Background()
@@ -479,7 +476,6 @@ func TestCommit_CountBackToZeroThenANewTransaction(t *testing.T) {
 // part 0 is parked as malformed, with its roll-up share, before it is
 // sent, and the commit goes on.
 func TestCommit_DamagedBranchCountParks(t *testing.T) {
-	t.Parallel()
 	ctx := context.Background()
 	e := newEnv(t)
 	reg := prometheus.NewRegistry()
@@ -507,7 +503,6 @@ func TestCommit_DamagedBranchCountParks(t *testing.T) {
 // to another business day by an edit, stop counting in that day's roll-up
 // (and the moved one counts in the next day's).
 func TestCommit_BranchCountFollowsDeletesAndMoves(t *testing.T) {
-	t.Parallel()
 	for _, mode := range []string{"batch", "marker"} {
 		t.Run(mode, func(t *testing.T) {
 			ctx := context.Background()
@@ -537,7 +532,6 @@ func TestCommit_BranchCountFollowsDeletesAndMoves(t *testing.T) {
 // and REMOVE records (an edit by another path; the delete of the fold)
 // contribute nothing, and each is counted.
 func TestProcess_RollupLaneModifyAndRemoveAreIgnored(t *testing.T) {
-	t.Parallel()
 	ctx := context.Background()
 	e := newEnv(t)
 	reg := prometheus.NewRegistry()
@@ -572,7 +566,6 @@ func TestProcess_RollupLaneModifyAndRemoveAreIgnored(t *testing.T) {
 // of its range; a roll-up delta's INSERT has an effect (it is folded), so
 // a window that ends with delta INSERTs folds them.
 func TestCommitShardRange_DeltaInsertsAtTheEndAreFolded(t *testing.T) {
-	t.Parallel()
 	ctx := context.Background()
 	e := newEnv(t)
 	rtx{"acme", "sp", "BRL", "2026-11-27", "1", "INCOME", "10", "food"}.put(t, e, "")
@@ -596,7 +589,6 @@ func TestCommitShardRange_DeltaInsertsAtTheEndAreFolded(t *testing.T) {
 // pending batch: the delta items of the groups that landed and of the
 // resumer's sum exactly to the parts, none twice, none missing.
 func TestBatch_ResumerPutsTheSameRollupDeltas(t *testing.T) {
-	t.Parallel()
 	ctx := context.Background()
 	e := newEnv(t)
 	curs := []string{"BRL", "EUR", ""}

@@ -42,7 +42,6 @@ func (s *trimmedStream) GetRecords(ctx context.Context, in *dynamodbstreams.GetR
 // trimmed, its later records are still found committed by the run's end,
 // while a record no run holds is still in flight.
 func TestInFlight_ARunWhoseFirstRecordIsTrimmedIsCoveredByItsEnd(t *testing.T) {
-	t.Parallel()
 	ctx := context.Background()
 	e := newEnv(t)
 	for _, id := range []string{"a", "b", "c"} {

@@ -19,7 +19,6 @@ import (
 // needs more writes than one transaction holds: it is planned again, not
 // sent, and the reports stay exact.
 func TestCommitRuns_PlannedOnShapesAndAgainWhenTheyGoStale(t *testing.T) {
-	t.Parallel()
 	ctx := context.Background()
 	e := newEnv(t)
 	branches := []string{"b1", "b2", "b3", "b4", "b5"}

@@ -22,7 +22,6 @@ import (
 // the held records are sorted by sequence number and deduplicated by
 // eventID, never by "a lower sequence number than one seen before".
 func TestTumblingWindow_OutOfOrderRedeliveryAppliesEveryRecordOnce(t *testing.T) {
-	t.Parallel()
 	ctx := context.Background()
 	e := newEnv(t)
 	s := func(v string) ddbtypes.AttributeValue { return &ddbtypes.AttributeValueMemberS{Value: v} }

@@ -26,7 +26,6 @@ import (
 // walk looks through records that only need a quarantine item to the next
 // record with an effect, finds b's marker and follows it.
 func TestMarkerGuard_UpgradeRedeliveryFromAnInvalidRecordBeforeAnOldRun(t *testing.T) {
-	t.Parallel()
 	ctx := context.Background()
 	e := newEnv(t)
 	s := func(v string) ddbtypes.AttributeValue { return &ddbtypes.AttributeValueMemberS{Value: v} }

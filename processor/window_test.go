@@ -29,7 +29,6 @@ func checkpointOf(t *testing.T, e *env, shard string) (string, bool) {
 // it in batches (far fewer transactions than runs), stops at the range's
 // end, and does nothing for a range already committed.
 func TestCommitShardRange_CommitsTheRangeFromTheStreamAsBatches(t *testing.T) {
-	t.Parallel()
 	ctx := context.Background()
 	e := newEnv(t)
 	require.NoError(t, ledgertest.NewWorkload(31).Run(ctx, e.ddb, e.table, 300))
@@ -62,7 +61,6 @@ func TestCommitShardRange_CommitsTheRangeFromTheStreamAsBatches(t *testing.T) {
 // Without a checkpoint the range is read from its first record: what came
 // before it (before the mapping's starting position) is not the window's.
 func TestCommitShardRange_WithoutCheckpointStartsAtTheFirstRecord(t *testing.T) {
-	t.Parallel()
 	ctx := context.Background()
 	e := newEnv(t)
 	require.NoError(t, ledgertest.NewWorkload(32).Run(ctx, e.ddb, e.table, 120))
@@ -85,7 +83,6 @@ func TestCommitShardRange_WithoutCheckpointStartsAtTheFirstRecord(t *testing.T) 
 // delivered again): it reads on to the batch's last record, and never
 // commits a group twice.
 func TestCommitShardRange_FinishesAHalfCommittedBatchPastItsRange(t *testing.T) {
-	t.Parallel()
 	ctx := context.Background()
 	e := newEnv(t)
 	require.NoError(t, ledgertest.NewWorkload(33).Run(ctx, e.ddb, e.table, 200))
@@ -111,7 +108,6 @@ func TestCommitShardRange_FinishesAHalfCommittedBatchPastItsRange(t *testing.T) 
 // out of turn (the mapping's retries and duplicate deliveries); after a
 // last clean commit the reports equal the oracle's fold.
 func TestCommitShardRange_ExactUnderLostAnswersAndRedelivery(t *testing.T) {
-	t.Parallel()
 	ctx := context.Background()
 	e := newEnv(t)
 	require.NoError(t, ledgertest.NewWorkload(34).Run(ctx, e.ddb, e.table, 400))
@@ -160,7 +156,6 @@ func TestCommitShardRange_ExactUnderLostAnswersAndRedelivery(t *testing.T) {
 // starting the shard there would lose recs[0..99] for good when they came
 // later. Such a (Partial) commit waits for the final one.
 func TestCommitShardRange_OnlyAFinalRangeStartsAShard(t *testing.T) {
-	t.Parallel()
 	ctx := context.Background()
 	e := newEnv(t)
 	require.NoError(t, ledgertest.NewWorkload(41).Run(ctx, e.ddb, e.table, 300))
@@ -190,7 +185,6 @@ func TestCommitShardRange_OnlyAFinalRangeStartsAShard(t *testing.T) {
 // stream after every commit) move the checkpoint over them, as the
 // poller's reader does: the next window does not read them again.
 func TestCommitShardRange_MovesTheCheckpointOverRecordsWithoutEffect(t *testing.T) {
-	t.Parallel()
 	ctx := context.Background()
 	e := newEnv(t)
 	require.NoError(t, ledgertest.NewWorkload(42).Run(ctx, e.ddb, e.table, 100))
@@ -251,7 +245,6 @@ func (s goneStreams) DescribeStream(ctx context.Context, in *dynamodbstreams.Des
 // Gone means DescribeStream agrees: the shard is not listed, or the stream
 // itself no longer exists.
 func TestCommitShardRange_AShardGoneFromTheStreamIsLostNotRetriedForever(t *testing.T) {
-	t.Parallel()
 	ctx := context.Background()
 	e := newEnv(t)
 	require.NoError(t, ledgertest.NewWorkload(43).Run(ctx, e.ddb, e.table, 20))
@@ -284,7 +277,6 @@ func (s notFoundStreams) GetShardIterator(ctx context.Context, in *dynamodbstrea
 // commit fails (the mapping retries it) instead of succeeding without its
 // records, and the retry commits them all.
 func TestCommitShardRange_ATransientNotFoundFailsTheCommitAndTheRetryCommits(t *testing.T) {
-	t.Parallel()
 	ctx := context.Background()
 	e := newEnv(t)
 	require.NoError(t, ledgertest.NewWorkload(44).Run(ctx, e.ddb, e.table, 60))
