@@ -95,10 +95,6 @@ func TestTumblingWindow_CheckpointMoveMeetingAHeldCheckpointIsRetried(t *testing
 // cancel each other as on AWS, and the reports still equal the fold of the
 // table (runRandomized's reconcile and calendar oracles).
 func TestExactlyOnce_RandomizedDeliveryUnderAWSConflicts(t *testing.T) {
-	// Parallel with the package's other long tests: the subtests own
-	// their tables; a serial parent would hold every serial test back
-	// until its last subtest ended, with a parallel slot idle meanwhile.
-	t.Parallel()
 	seed := seeds(t)[0]
 	// Shard mode only: its concurrent phases are the ones that meet, and
 	// batch mode under the emulation took 275 s here against 78 s.

@@ -90,10 +90,6 @@ func (c *chaos) restart() (crashed bool) {
 }
 
 func TestExactlyOnce_RandomizedDeliveryWithFaults(t *testing.T) {
-	// Parallel with the package's other long tests: the subtests own
-	// their tables; a serial parent would hold every serial test back
-	// until its last subtest ended, with a parallel slot idle meanwhile.
-	t.Parallel()
 	for _, mode := range []string{"shard", "batch", "marker"} {
 		for _, seed := range modeSeeds(t, mode) {
 			t.Run(fmt.Sprintf("%s/seed=%d", mode, seed), func(t *testing.T) {
