@@ -29,7 +29,6 @@ const perRecordRequests = 6
 // workload at batch sizes 100 and 1,000, and holds the coalesced commit to at
 // least 20 times fewer requests than the per-record floor at 1,000.
 func TestWriteCost_CoalescedCommitIsFarCheaperThanPerRecord(t *testing.T) {
-	t.Parallel()
 	ctx := context.Background()
 	e := newEnv(t)
 	w := ledgertest.NewWorkload(42)
