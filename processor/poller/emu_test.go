@@ -273,7 +273,12 @@ func (e *emuEnv) killable(t *testing.T, owner string, mutate func(*poller.Config
 func (e *emuEnv) finish(t *testing.T, gone map[string]bool) *testPoller {
 	t.Helper()
 	require.NoError(t, e.s.Sync(context.Background()))
-	d := e.poller(t, "drain", nil, func(c *poller.Config) { c.Drain = true })
+	// The drain checks the fleet's work; its own leases are not under
+	// test: 30 s ones, as no renewal misses on a loaded machine. With 3 s
+	// ones, at load 38 with two emulated fleets side by side, the drain's
+	// renewals timed out, its leases expired as it took them, and it did
+	// not exit within 3 minutes.
+	d := e.poller(t, "drain", nil, func(c *poller.Config) { c.Drain, c.LeaseDuration = true, 30*time.Second })
 	e.runDrain(t, d, 3*time.Minute)
 	e.requireReconciled(t)
 	e.requireInOrder(t, gone)
