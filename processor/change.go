@@ -29,6 +29,9 @@ type change struct {
 	// contribute nothing).
 	lane   bool
 	rollup *table.RollupDeltaItem
+	// newer: a roll-up delta INSERT of a format this version does not read
+	// (table.ErrNewerDeltaFormat): refused by name, never quarantined.
+	newer error
 }
 
 // effective reports whether the change can alter a report (or a roll-up
@@ -155,6 +158,10 @@ func classifyLane(r *Record) change {
 		return bad("roll-up delta INSERT without a new image")
 	}
 	d, err := table.DecodeRollupDelta(r.NewImage)
+	if errors.Is(err, table.ErrNewerDeltaFormat) {
+		c.newer = err
+		return c
+	}
 	if err != nil {
 		return bad("%v", err)
 	}
@@ -263,4 +270,29 @@ func outOfOrder(changes []change) int {
 		maxSeq = r.SequenceNumber
 	}
 	return -1
+}
+
+// firstNewerFormat is the index of the first change that is a roll-up
+// delta of a newer format; -1 when none is.
+func firstNewerFormat(changes []change) int {
+	for i := range changes {
+		if changes[i].newer != nil {
+			return i
+		}
+	}
+	return -1
+}
+
+// refuseNewerFormat fails a Process call at recs[i], a roll-up delta of a
+// newer format than this version reads (docs/exactly-once.md, "Plan
+// layout 5", S16-3): counted (conflicts_total{reason="newer_delta_format"})
+// and returned as a *BatchError at i; the records before it are committed
+// (res), it and the ones after are not, so the caller retries from it
+// until a consumer of the newer version reads the shard.
+func (p *Processor) refuseNewerFormat(recs []Record, i int, res Result) (Result, error) {
+	p.metrics.Conflicts.WithLabelValues(ConflictNewerDeltaFormat).Inc()
+	c := classifyLane(&recs[i])
+	res.Committed = i
+	return res, &BatchError{Index: i, EventID: recs[i].EventID, SequenceNumber: recs[i].SequenceNumber,
+		Err: fmt.Errorf("record %s: %w (deploy this version's successor to every consumer: docs/runbook.md, \"Upgrading\")", recs[i].EventID, c.newer)}
 }

@@ -37,6 +37,10 @@ const (
 	// coordination migrate` has not released yet (table.ErrCheckpointFenced):
 	// nothing committed, tried again later. Counted at each read that finds it.
 	ConflictMigrationFence = "migration_fence"
+	// ConflictNewerDeltaFormat: a roll-up delta item of a newer format
+	// than this version reads (table.ErrNewerDeltaFormat, a rolling
+	// deploy): the records from it are not committed, tried again later.
+	ConflictNewerDeltaFormat = "newer_delta_format"
 )
 
 // Reasons of ledger_parked_deltas_total: why a report item's update was
@@ -89,7 +93,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}, []string{"event", "outcome"}),
 		Conflicts: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: namespace, Subsystem: "aggregate", Name: "conflicts_total",
-			Help: "Commit conflicts by reason: duplicate (already applied, skipped), condition_failed (report shape changed), transaction_conflict (retried), short_redelivery, abandoned_batch, migration_fence (the checkpoint is a migration's copy not released yet: nothing committed, retried).",
+			Help: "Commit conflicts by reason: duplicate (already applied, skipped), condition_failed (report shape changed), transaction_conflict (retried), short_redelivery, abandoned_batch, migration_fence (the checkpoint is a migration's copy not released yet: nothing committed, retried), newer_delta_format (a roll-up delta item of a newer format: refused, retried).",
 		}, []string{"reason"}),
 		Parked: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: namespace, Name: "parked_deltas_total",

@@ -229,6 +229,13 @@ func (p *Processor) Process(ctx context.Context, g Guard, recs []Record) (Result
 	}
 	dedupe(changes)
 	quarantineForeignCurrency(changes)
+	// A roll-up delta of a newer format than this version reads stops the
+	// records at it: those before it are committed, it and those after it
+	// are not (refuseNewerFormat).
+	all, newer := recs, firstNewerFormat(changes)
+	if newer >= 0 {
+		recs, changes = recs[:newer], changes[:newer]
+	}
 	fail := func(i int, err error) (Result, error) {
 		res.Committed = i
 		if i >= len(recs) {
@@ -288,6 +295,9 @@ func (p *Processor) Process(ctx context.Context, g Guard, recs []Record) (Result
 		}
 	}
 	res.Committed = len(recs)
+	if newer >= 0 {
+		return p.refuseNewerFormat(all, newer, res)
+	}
 	return res, nil
 }
 

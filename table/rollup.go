@@ -1,6 +1,7 @@
 package table
 
 import (
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -189,11 +190,30 @@ func (d *RollupDeltaItem) Partials() map[aggregates.ReportKey]*aggregates.Rollup
 	return out
 }
 
+// AttrRollupDeltaFormat is a roll-up delta item's format number; absent
+// for format 1.
+const AttrRollupDeltaFormat = "format"
+
+// RollupDeltaFormat is the latest roll-up delta format this version reads
+// (and the one it writes, as no format attribute).
+const RollupDeltaFormat = 1
+
+// ErrNewerDeltaFormat is returned (wrapped) by DecodeRollupDelta for an
+// item of a later format than RollupDeltaFormat: written by a newer
+// version during a rolling deploy, for that version to fold.
+var ErrNewerDeltaFormat = errors.New("roll-up delta of a newer format than this version reads")
+
 // DecodeRollupDelta reads a roll-up delta item strictly: its key must be a
 // lane key whose sort key ends in its currency and a piece number, and
 // every figure must be of its type; anything else is an error naming the
 // first fault (the item was not written by a consumer, and is not
 // folded).
+//
+// A delta item's format is its attribute format, absent for format 1 (the
+// items this version writes: consumers before it read them too). An item
+// of a later format is refused with ErrNewerDeltaFormat before anything
+// else is read (docs/exactly-once.md, "Plan layout 5", S16-3); a format
+// that is no positive integer is a fault like any other.
 func DecodeRollupDelta(item map[string]types.AttributeValue) (*RollupDeltaItem, error) {
 	k := KeyOf(item)
 	tenant, lane, ok := aggregates.ParseRollupLanePK(k.PK)
@@ -202,6 +222,15 @@ func DecodeRollupDelta(item map[string]types.AttributeValue) (*RollupDeltaItem, 
 	}
 	fail := func(format string, args ...any) (*RollupDeltaItem, error) {
 		return nil, fmt.Errorf("roll-up delta %s: %s", k, fmt.Sprintf(format, args...))
+	}
+	if v, present := item[AttrRollupDeltaFormat]; present {
+		f, ok := Int64(item, AttrRollupDeltaFormat)
+		if !ok || f < 1 {
+			return fail("%s %v is not a format number", AttrRollupDeltaFormat, v)
+		}
+		if f > RollupDeltaFormat {
+			return nil, fmt.Errorf("roll-up delta %s: format %d, this version reads formats up to %d: %w", k, f, RollupDeltaFormat, ErrNewerDeltaFormat)
+		}
 	}
 	if et, _ := String(item, AttrEntityType); et != EntityRollupDelta {
 		return fail("%s is not %q", AttrEntityType, EntityRollupDelta)
