@@ -284,8 +284,8 @@ func firstNewerFormat(changes []change) int {
 }
 
 // refuseNewerFormat fails a Process call at recs[i], a roll-up delta of a
-// newer format than this version reads (docs/exactly-once.md, "Plan
-// layout 5", S16-3): counted (conflicts_total{reason="newer_delta_format"})
+// newer format than this version reads (docs/exactly-once.md, "Tenant
+// roll-ups", review of session 16, S16-3): counted (conflicts_total{reason="newer_delta_format"})
 // and returned as a *BatchError at i; the records before it are committed
 // (res), it and the ones after are not, so the caller retries from it
 // until a consumer of the newer version reads the shard.
