@@ -146,7 +146,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			m.Records.WithLabelValues(ev, o)
 		}
 	}
-	for _, r := range []string{ConflictDuplicate, ConflictConditionFailed, ConflictTransactionConflict, ConflictShortRedelivery, ConflictAbandonedBatch, ConflictMigrationFence} {
+	for _, r := range []string{ConflictDuplicate, ConflictConditionFailed, ConflictTransactionConflict, ConflictShortRedelivery, ConflictAbandonedBatch, ConflictMigrationFence, ConflictNewerDeltaFormat} {
 		m.Conflicts.WithLabelValues(r)
 	}
 	for _, r := range []string{ParkedTooLarge, ParkedMalformed, ParkedRefused} {
