@@ -327,34 +327,24 @@ func (s *store) leasePage(ctx context.Context, start map[string]ddbtypes.Attribu
 // decision needs, not the stream's checkpoint partitions. A checkpoint
 // that could not be read is left out.
 func (s *store) readCheckpoints(ctx context.Context, shards []string) map[string]checkpoint {
-	out := make(map[string]checkpoint, len(shards))
-	var mu sync.Mutex
-	var wg sync.WaitGroup
-	sem := make(chan struct{}, readParallel)
-	for _, id := range shards {
-		wg.Add(1)
-		sem <- struct{}{}
-		go func() {
-			defer func() { <-sem; wg.Done() }()
-			cp, err := s.readCheckpoint(ctx, id)
-			if err != nil {
-				return
-			}
-			cp.read = time.Now()
-			mu.Lock()
-			out[id] = cp
-			mu.Unlock()
-		}()
-	}
-	wg.Wait()
-	return out
+	return readEach(ctx, shards, func(ctx context.Context, id string) (checkpoint, error) {
+		cp, err := s.readCheckpoint(ctx, id)
+		cp.read = time.Now()
+		return cp, err
+	})
 }
 
 // readLeases reads the leases of shards, each with a consistent read of
 // its key (at most readParallel at once). A lease that could not be read
 // is left out.
 func (s *store) readLeases(ctx context.Context, shards []string) map[string]lease {
-	out := make(map[string]lease, len(shards))
+	return readEach(ctx, shards, s.readLease)
+}
+
+// readEach reads the item of each shard with read, at most readParallel
+// at once, and returns those read without error by shard.
+func readEach[T any](ctx context.Context, shards []string, read func(context.Context, string) (T, error)) map[string]T {
+	out := make(map[string]T, len(shards))
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, readParallel)
@@ -363,12 +353,12 @@ func (s *store) readLeases(ctx context.Context, shards []string) map[string]leas
 		sem <- struct{}{}
 		go func() {
 			defer func() { <-sem; wg.Done() }()
-			l, err := s.readLease(ctx, id)
+			v, err := read(ctx, id)
 			if err != nil {
 				return
 			}
 			mu.Lock()
-			out[id] = l
+			out[id] = v
 			mu.Unlock()
 		}()
 	}
