@@ -76,6 +76,18 @@ func (a *countFlipAPI) commitCount(ctx context.Context, d int64) {
 	require.NoError(a.t, err)
 }
 
+// takeOver is a consumer of processor p that goes on from first: the
+// records first delivered, and first's guard mode.
+func takeOver(t *testing.T, e *env, p *processor.Processor, first *consumer) *consumer {
+	c := &consumer{t: t, e: e, p: p, mode: first.mode, delivered: first.delivered, g: p.MarkerGuard()}
+	if first.mode == "batch" {
+		sg := p.ShardGuard(e.streamARN, shardOf(t, e))
+		sg.CommitBatches()
+		c.g = sg
+	}
+	return c
+}
+
 // TestReviewS16_CountChangedAndBackIsNoUnchangedItem (hole S16-1): a
 // branch report's part 0 is cancelled on its count condition because
 // another committer moved the count, and by the time the commit reads the
@@ -100,12 +112,7 @@ func TestReviewS16_CountChangedAndBackIsNoUnchangedItem(t *testing.T) {
 			reg := prometheus.NewRegistry()
 			p, err := processor.New(api, processor.Config{Table: e.table, BaseBackoff: time.Millisecond, MaxBackoff: 20 * time.Millisecond}, processor.NewMetrics(reg))
 			require.NoError(t, err)
-			c := &consumer{t: t, e: e, p: p, mode: mode, delivered: first.delivered, g: p.MarkerGuard()}
-			if mode == "batch" {
-				sg := p.ShardGuard(e.streamARN, shardOf(t, e))
-				sg.CommitBatches()
-				c.g = sg
-			}
+			c := takeOver(t, e, p, first)
 			c.pass()
 			require.True(t, api.flipped.Load(), "the fault met the count condition")
 

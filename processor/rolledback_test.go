@@ -77,12 +77,7 @@ func TestCommit_AConditionFailedOnAWriteRolledBackIsSentAgainBeforeParking(t *te
 				p, err := processor.New(api, processor.Config{Table: e.table, MaxAttempts: 2, BaseBackoff: time.Millisecond, MaxBackoff: 20 * time.Millisecond},
 					processor.NewMetrics(prometheus.NewRegistry()))
 				require.NoError(t, err)
-				c := &consumer{t: t, e: e, p: p, mode: mode, delivered: first.delivered, g: p.MarkerGuard()}
-				if mode == "batch" {
-					sg := p.ShardGuard(e.streamARN, shardOf(t, e))
-					sg.CommitBatches()
-					c.g = sg
-				}
+				c := takeOver(t, e, p, first)
 				c.pass()
 				require.Positive(t, api.met.Load(), "the fault met the count condition")
 
