@@ -486,3 +486,39 @@ func (e *emuEnv) leaseCounters(t *testing.T, owner string) map[string]int64 {
 		start = next
 	}
 }
+
+// slowQueries answers every Query of a coordinator delay late, the way a
+// loaded table does.
+type slowQueries struct {
+	poller.Table
+	delay time.Duration
+}
+
+func (s slowQueries) Query(ctx context.Context, in *dynamodb.QueryInput, opts ...func(*dynamodb.Options)) (*dynamodb.QueryOutput, error) {
+	select {
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	case <-time.After(s.delay):
+	}
+	return s.Table.Query(ctx, in, opts...)
+}
+
+// A renewing poller whose table answers every checkpoint and lease read
+// later than half a renewal interval still takes the stream's leases and
+// reads it. Beside a loaded CI run, DynamoDB Local answered none of 16
+// concurrent reads within 500 ms (half a renewal at 3 s leases), round
+// after round for five minutes: the reads before a take were cut at that
+// bound, so two pollers holding nothing never took a lease.
+func TestPoller_ARenewingPollerTakesLeasesWhenEveryReadIsSlowerThanHalfARenewal(t *testing.T) {
+	const shards = 8
+	const lease = 3 * time.Second // half a renewal interval: 500 ms
+	e := newEmuEnv(t, 403, streamemu.Config{Shards: shards, Seed: 403})
+	p := e.hbPoller(t, "a", func(api poller.Table) poller.Table { return slowQueries{Table: api, delay: 700 * time.Millisecond} }, nil, nil,
+		func(c *poller.Config) { c.LeaseDuration, c.LeaseMode = lease, poller.LeaseModeRenew })
+	e.write(t, 40)
+	stop := start(t, p)
+	eventually(t, "the poller holds every lease", 40*lease, // a liveness bound
+		func() bool { return counter(t, p.m.LeasesHeld) == shards })
+	stop()
+	e.finish(t, nil)
+}

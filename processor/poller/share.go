@@ -848,17 +848,26 @@ func (p *Poller) parentDone(ctx context.Context, s shard) bool {
 }
 
 // takeBound bounds a round's checkpoint reads before its takes, and its
-// takes: half a renewal interval while this poller renews lease items in
-// its rounds (the renewals wait for the round), a renewal interval for a
-// heartbeat poller, whose heartbeat runs on its own goroutine: a longer
-// round risks none of its leases, and reads cut at half an interval can
-// all fail on a slow table, round after round (each a call, concurrent:
-// DynamoDB Local at load 20 on 2 cores took over a second per call).
+// takes. A poller holding no lease has nothing a long round can cost: a
+// lease duration. A heartbeat poller's heartbeat runs on its own
+// goroutine: a renewal interval. A poller that renews lease items in its
+// rounds (the renewals wait for the round) may run until half a lease
+// duration after its last renewals started (a renewal interval and a
+// half: the renewals then have as long again before the others may take
+// the leases), and at least half a renewal interval. A fixed half interval starved a
+// fleet: DynamoDB Local beside a loaded CI run answered none of 16
+// concurrent reads within 500 ms, round after round for five minutes, so
+// two pollers with no lease never took one (reads cut at the bound all
+// fail together).
 func (p *Poller) takeBound() time.Duration {
-	if p.renewsLeases() {
-		return p.cfg.renewInterval() / 2
+	switch {
+	case len(p.held) == 0:
+		return p.cfg.LeaseDuration
+	case !p.renewsLeases():
+		return p.cfg.renewInterval()
 	}
-	return p.cfg.renewInterval()
+	left := time.Until(p.lastRenew.Add(p.cfg.LeaseDuration / 2))
+	return max(left, p.cfg.renewInterval()/2)
 }
 
 // takeShare takes free and expired leases up to this poller's share (of the
