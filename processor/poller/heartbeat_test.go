@@ -304,8 +304,10 @@ func TestPoller_ALateHeartbeatCostsNoLease(t *testing.T) {
 		return counter(t, a.m.LeaseEvents.WithLabelValues(poller.LeasePaused)) > 0
 	})
 	assert.Equal(t, float64(shards), counter(t, a.m.LeasesHeld), "leases kept while paused")
+	eventually(t, "the paused leases counted as such", 10*lease, func() bool { return counter(t, a.m.LeasesPaused) == shards })
 	late.delay.Store(0)
 	committed("records committed once heartbeats are answered again")
+	eventually(t, "no lease counted paused once a heartbeat lands", 10*lease, func() bool { return counter(t, a.m.LeasesPaused) == 0 })
 	assert.Zero(t, losses(), "no lease lost: nobody fenced a")
 	assert.Zero(t, counter(t, a.m.LeaseEvents.WithLabelValues(poller.LeaseRejoined)))
 	assert.Equal(t, float64(shards), counter(t, a.m.LeasesHeld))

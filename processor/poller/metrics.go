@@ -57,13 +57,14 @@ const (
 
 // Metrics are the poller's collectors.
 type Metrics struct {
-	LeasesHeld  prometheus.Gauge       // ledger_poller_leases_held
-	LeaseEvents *prometheus.CounterVec // ledger_poller_lease_events_total{event}
-	Shards      *prometheus.GaugeVec   // ledger_poller_shards{state}
-	Reads       *prometheus.CounterVec // ledger_stream_get_records_total{outcome}
-	RecordsRead prometheus.Counter     // ledger_stream_records_read_total
-	Resets      *prometheus.CounterVec // ledger_stream_iterator_resets_total{reason}
-	Checkpoints prometheus.Counter     // ledger_poller_checkpoint_moves_total
+	LeasesHeld   prometheus.Gauge       // ledger_poller_leases_held
+	LeasesPaused prometheus.Gauge       // ledger_poller_leases_paused
+	LeaseEvents  *prometheus.CounterVec // ledger_poller_lease_events_total{event}
+	Shards       *prometheus.GaugeVec   // ledger_poller_shards{state}
+	Reads        *prometheus.CounterVec // ledger_stream_get_records_total{outcome}
+	RecordsRead  prometheus.Counter     // ledger_stream_records_read_total
+	Resets       *prometheus.CounterVec // ledger_stream_iterator_resets_total{reason}
+	Checkpoints  prometheus.Counter     // ledger_poller_checkpoint_moves_total
 
 	LeaseLosses    *prometheus.CounterVec // ledger_poller_lease_losses_total{cause}
 	ReaderRestarts *prometheus.CounterVec // ledger_poller_reader_restarts_total{reason}
@@ -91,6 +92,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		LeasesHeld: prometheus.NewGauge(prometheus.GaugeOpts{
 			Namespace: "ledger", Subsystem: "poller", Name: "leases_held",
 			Help: "Shard leases this poller holds.",
+		}),
+		LeasesPaused: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: "ledger", Subsystem: "poller", Name: "leases_paused",
+			Help: "Shard leases this poller holds and reads nothing of: its heartbeat's validity ended (paused until a heartbeat lands).",
 		}),
 		LeaseEvents: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "ledger", Subsystem: "poller", Name: "lease_events_total",
@@ -197,7 +202,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}
 	}
 	if reg != nil {
-		reg.MustRegister(m.LeasesHeld, m.LeaseEvents, m.Shards, m.Reads, m.RecordsRead, m.Resets, m.Checkpoints,
+		reg.MustRegister(m.LeasesHeld, m.LeasesPaused, m.LeaseEvents, m.Shards, m.Reads, m.RecordsRead, m.Resets, m.Checkpoints,
 			m.LeaseLosses, m.ReaderRestarts, m.Committed, m.Goodput, m.HeldRecords, m.Describes,
 			m.HeldBytes, m.HeldBudget, m.HeldBudgetUsed, m.HeldBudgetWaits, m.HeldBytesBudget, m.HeldBytesBudgetUsed,
 			m.DescribeRate, m.DescribeDeferred)

@@ -1576,6 +1576,11 @@ func (p *Poller) addCommitted(done []processor.Record, cp string) {
 
 func (p *Poller) gauges() {
 	p.m.LeasesHeld.Set(float64(len(p.held)))
+	if p.paused {
+		p.m.LeasesPaused.Set(float64(len(p.held)))
+	} else {
+		p.m.LeasesPaused.Set(0)
+	}
 	p.heldN.Store(int64(len(p.held)))
 	now := sample{at: time.Now(), n: p.committed.Load()}
 	for len(p.goodput) > 1 && now.at.Sub(p.goodput[1].at) >= goodputWindow {
