@@ -66,11 +66,13 @@ func TestPoller_ADrainWhoseAskFailedAsksAgain(t *testing.T) {
 	f := &askFaults{failed: map[string]bool{}}
 	d := e.hbPoller(t, "drain", func(api poller.Table) poller.Table { f.Table = api; return f }, nil, nil,
 		func(c *poller.Config) { c.LeaseDuration, c.Drain = lease, true })
-	ctx, cancel := context.WithTimeout(context.Background(), 15*lease)
+	// A liveness bound: without the fix the drain never gets the lease
+	// (it waits for ever); with it, 45 s were too short at load 8.
+	ctx, cancel := context.WithTimeout(context.Background(), 100*lease)
 	defer cancel()
 	err := d.Run(ctx)
 	assert.NoError(t, err)
-	assert.NoError(t, ctx.Err(), "the drain did not get the leases it asked for within %s", 15*lease)
+	assert.NoError(t, ctx.Err(), "the drain did not get the leases it asked for within %s", 100*lease)
 	// At least every shard once; more when a lease of the drain's expired
 	// on a loaded table (its renewals late) and it took it again (8 at
 	// load 35): a figure.

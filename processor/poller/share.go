@@ -851,23 +851,22 @@ func (p *Poller) parentDone(ctx context.Context, s shard) bool {
 // takes. A poller holding no lease has nothing a long round can cost: a
 // lease duration. A heartbeat poller's heartbeat runs on its own
 // goroutine: a renewal interval. A poller that renews lease items in its
-// rounds (the renewals wait for the round) may run until half a lease
-// duration after its last renewals started (a renewal interval and a
-// half: the renewals then have as long again before the others may take
-// the leases), and at least half a renewal interval. A fixed half interval starved a
-// fleet: DynamoDB Local beside a loaded CI run answered none of 16
-// concurrent reads within 500 ms, round after round for five minutes, so
-// two pollers with no lease never took one (reads cut at the bound all
-// fail together).
+// rounds (the renewals wait for the round): half a renewal interval. Half
+// an interval for a poller holding nothing starved a fleet: DynamoDB
+// Local beside a loaded CI run answered none of 16 concurrent reads within
+// 500 ms, round after round for five minutes, so two renewing pollers
+// holding no lease never took one (reads cut at the bound all fail
+// together). A renewing poller that holds leases can still take no more
+// while its table answers slower than half an interval; the others, and
+// any poller whose leases end, take the rest.
 func (p *Poller) takeBound() time.Duration {
 	switch {
 	case len(p.held) == 0:
 		return p.cfg.LeaseDuration
-	case !p.renewsLeases():
-		return p.cfg.renewInterval()
+	case p.renewsLeases():
+		return p.cfg.renewInterval() / 2
 	}
-	left := time.Until(p.lastRenew.Add(p.cfg.LeaseDuration / 2))
-	return max(left, p.cfg.renewInterval()/2)
+	return p.cfg.renewInterval()
 }
 
 // takeShare takes free and expired leases up to this poller's share (of the
