@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -16,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ledger-dev/ledger/aggregates"
+	"github.com/ledger-dev/ledger/internal/ledgertest"
 	"github.com/ledger-dev/ledger/processor"
 	"github.com/ledger-dev/ledger/table"
 )
@@ -254,4 +256,62 @@ func TestReviewS18Park_ARecheckIsCountedAndLogged(t *testing.T) {
 	diffs, _, err := reconcileBranch(context.Background(), e, "acme", "sp")
 	require.NoError(t, err)
 	assert.Empty(t, diffs)
+}
+
+// loseRecheckAPI loses the answer of the transaction that sends a part
+// once more (the recheck): the transaction lands, the caller sees an
+// error (ledgertest.LoseAnswer on the env's faulty client).
+type loseRecheckAPI struct {
+	*rolledBackAPI
+	txs   atomic.Int32
+	armed atomic.Bool
+}
+
+func (a *loseRecheckAPI) TransactWriteItems(ctx context.Context, in *dynamodb.TransactWriteItemsInput, opts ...func(*dynamodb.Options)) (*dynamodb.TransactWriteItemsOutput, error) {
+	if a.holdsCountCondition(in) && a.txs.Add(1) == 2 {
+		a.armed.Store(true) // the second send of the part: the recheck
+	}
+	return a.rolledBackAPI.TransactWriteItems(ctx, in, opts...)
+}
+
+// TestReviewS18Park_ARecheckWhoseAnswerIsLostLandsOnce (sound, question
+// 1): the once-more send of a part whose condition failed on an item read
+// again unchanged lands and its answer is lost; the next attempt's guard
+// fails (the commit landed), the records are skipped as committed, and
+// nothing is applied twice or parked, in each guard mode.
+func TestReviewS18Park_ARecheckWhoseAnswerIsLostLandsOnce(t *testing.T) {
+	for _, mode := range []string{"marker", "batch"} {
+		t.Run(mode, func(t *testing.T) {
+			e := newEnv(t)
+			rtx{"acme", "sp", "BRL", "2026-11-27", "1", "INCOME", "10", "food"}.put(t, e, "")
+			first := newConsumer(t, e, mode, nil, processor.Config{})
+			first.pass() // the report's count is 1
+			rtx{"acme", "sp", "BRL", "2026-11-27", "2", "INCOME", "5", "food"}.put(t, e, "")
+
+			rk := aggregates.ReportKey{Tenant: "acme", Branch: "sp", Period: day("2026-11-27")}.Key()
+			api := &loseRecheckAPI{rolledBackAPI: &rolledBackAPI{countFlipAPI: countFlipAPI{DynamoDB: e.faulty, t: t, table: e.table, k: rk}, times: 1}}
+			e.faults.Decide = func(op string) ledgertest.Fault {
+				if op == "TransactWriteItems" && api.armed.CompareAndSwap(true, false) {
+					return ledgertest.LoseAnswer
+				}
+				return ledgertest.Pass
+			}
+			defer func() { e.faults.Decide = nil }()
+			p, err := processor.New(api, processor.Config{Table: e.table, BaseBackoff: time.Millisecond, MaxBackoff: 20 * time.Millisecond},
+				processor.NewMetrics(prometheus.NewRegistry()))
+			require.NoError(t, err)
+			c := takeOver(t, e, p, first)
+			c.pass()
+			require.GreaterOrEqual(t, api.txs.Load(), int32(2), "the part was sent once more")
+			require.False(t, api.armed.Load(), "the once-more send's answer was lost")
+
+			assert.Zero(t, testutil.ToFloat64(p.Metrics().Parked.WithLabelValues(processor.ParkedRefused)))
+			assert.Equal(t, 1.0, testutil.ToFloat64(p.Metrics().Conflicts.WithLabelValues(processor.ConflictDuplicate)), "the guard found the lost commit")
+			diffs, _, err := reconcileBranch(context.Background(), e, "acme", "sp")
+			require.NoError(t, err)
+			assert.Empty(t, diffs, "each transaction applied once")
+			c.drain()
+			requireRollupsExact(t, e, true)
+		})
+	}
 }
