@@ -539,25 +539,32 @@ const maxTransactItems = 100
 // roll-ups", review holes 2 and 10): a part 0 whose report's count is no
 // integer (ParkedMalformed) or whose report is in another currency
 // (ParkedRefused), and a part whose condition failed on the shape it reads
-// now (sent: nothing changed, so it would fail again) (ParkedRefused),
+// now (sent, compared once with the read of the table made right after
+// the failure: nothing changed, so it would fail again) (ParkedRefused),
 // the second time that is seen (the first time the part is sent once more
-// on the fresh read, rechecked records it and recheck says so). A parked
-// part's roll-up share is parked with it.
+// on the fresh read, rechecked records it and recheck says so; counted
+// as ConflictUnchangedItem and logged). A parked part's roll-up share is
+// parked with it.
 func (p *Processor) parkUnconditionable(parts []part, shapes map[aggregates.Key]*shape, parked map[int]parking, sent map[int]*shape, rechecked map[int]bool) (recheck bool) {
 	for i, pt := range parts {
 		if _, ok := parked[i]; ok {
 			continue
 		}
 		sh := shapes[pt.key.Key()]
+		// The shape the part was sent on when its condition failed is
+		// compared once, with the read of the table this attempt made
+		// (commitTx's reread), and dropped: a later attempt's shape may be
+		// the cache's (review of session 18, hole S18-P1).
+		was := sent[i]
+		delete(sent, i)
 		var why *parking
 		switch {
-		case sent[i] != nil && sent[i].same(sh) && !rechecked[i]:
+		case was != nil && was.same(sh) && !rechecked[i]:
 			rechecked[i], recheck = true, true
-			delete(sent, i)
 			p.metrics.Conflicts.WithLabelValues(ConflictUnchangedItem).Inc()
 			p.cfg.Logger.Warn("report update's condition failed on the item read again unchanged: sent once more; parked if it fails so again",
 				"report", pt.key.String(), "updated_at", sh.updatedAt)
-		case sent[i] != nil && sent[i].same(sh):
+		case was != nil && was.same(sh):
 			why = &parking{reason: ParkedRefused, detail: pt.key.String() + ": its update's condition failed on the item as read again (nothing changed)"}
 		case pt.key.IsRollup() || !pt.first:
 		case sh.countDamaged && pt.delta.Count != 0:

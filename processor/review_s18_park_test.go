@@ -10,7 +10,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	ddbtypes "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/assert"
@@ -51,21 +53,29 @@ type slowAnswerAPI struct {
 	t         *testing.T
 	k         aggregates.Key
 	interfere func(context.Context) error
-	// read[name] is closed once the held read of name has been made.
-	read, release map[string]chan struct{}
-	sent          chan struct{}
+	// read[name] is closed once the held read of name has been made;
+	// arrived[name] when name's first transaction arrives (it waits for
+	// sent).
+	read, release, arrived map[string]chan struct{}
+	sent                   chan struct{}
+	// conflictAt, when set, is the transaction of "a" sending k's count
+	// that is answered as AWS answers one that meets another holder of an
+	// item (TransactionConflict, not forwarded), after the late answer of
+	// conflictLate reached the cache.
+	conflictAt   int
+	conflictLate string
 
-	mu         sync.Mutex
-	readDone   map[string]bool
-	interfered bool
-	errs       []error
+	mu       sync.Mutex
+	readDone map[string]bool
+	aCounts  int
+	errs     []error
 }
 
 func newSlowAnswerAPI(t *testing.T, api processor.DynamoDB, k aggregates.Key, held ...string) *slowAnswerAPI {
 	a := &slowAnswerAPI{DynamoDB: api, t: t, k: k, read: map[string]chan struct{}{}, release: map[string]chan struct{}{},
-		sent: make(chan struct{}), readDone: map[string]bool{}}
+		arrived: map[string]chan struct{}{}, sent: make(chan struct{}), readDone: map[string]bool{}}
 	for _, h := range held {
-		a.read[h], a.release[h] = make(chan struct{}), make(chan struct{})
+		a.read[h], a.release[h], a.arrived[h] = make(chan struct{}), make(chan struct{}), make(chan struct{})
 	}
 	return a
 }
@@ -104,6 +114,13 @@ func (a *slowAnswerAPI) BatchGetItem(ctx context.Context, in *dynamodb.BatchGetI
 func (a *slowAnswerAPI) TransactWriteItems(ctx context.Context, in *dynamodb.TransactWriteItemsInput, opts ...func(*dynamodb.Options)) (*dynamodb.TransactWriteItemsOutput, error) {
 	name := who(ctx)
 	if _, held := a.release[name]; held {
+		a.mu.Lock()
+		select {
+		case <-a.arrived[name]:
+		default:
+			close(a.arrived[name])
+		}
+		a.mu.Unlock()
 		select {
 		case <-a.sent:
 		case <-ctx.Done():
@@ -112,18 +129,37 @@ func (a *slowAnswerAPI) TransactWriteItems(ctx context.Context, in *dynamodb.Tra
 	}
 	if name == "a" && (&countFlipAPI{k: a.k}).holdsCountCondition(in) {
 		a.mu.Lock()
-		first := !a.interfered
-		a.interfered = true
+		a.aCounts++
+		n := a.aCounts
 		a.mu.Unlock()
-		if first {
+		if n == 1 {
 			if err := a.interfere(ctx); err != nil {
 				a.mu.Lock()
 				a.errs = append(a.errs, err)
 				a.mu.Unlock()
 			}
 		}
+		if n == a.conflictAt {
+			close(a.release[a.conflictLate])
+			<-a.arrived[a.conflictLate] // its late answer is in the cache
+			return nil, a.conflict(in)
+		}
 	}
 	return a.DynamoDB.TransactWriteItems(ctx, in, opts...)
+}
+
+// conflict is AWS's answer to a transaction that meets another holder of
+// k: TransactionConflict at k's update, None elsewhere.
+func (a *slowAnswerAPI) conflict(in *dynamodb.TransactWriteItemsInput) error {
+	reasons := make([]ddbtypes.CancellationReason, len(in.TransactItems))
+	for i, it := range in.TransactItems {
+		code := "None"
+		if it.Update != nil && table.KeyOf(it.Update.Key) == a.k {
+			code = "TransactionConflict"
+		}
+		reasons[i] = ddbtypes.CancellationReason{Code: aws.String(code)}
+	}
+	return &ddbtypes.TransactionCanceledException{Message: aws.String("Transaction cancelled, please refer cancellation reasons for specific reasons [TransactionConflict]"), CancellationReasons: reasons}
 }
 
 // TestReviewS18Park_AStaleCachedShapeIsNoReadAgain (hole S18-P1): the
@@ -219,6 +255,70 @@ wait:
 	diffs, _, err := reconcileBranch(context.Background(), e, "acme", "sp")
 	require.NoError(t, err)
 	assert.Empty(t, diffs, "the branch report holds the five transactions")
+}
+
+// TestReviewS18Park_ASentShapeIsComparedOnlyWithTheReadAfterItsFailure
+// (hole S18-P1, second form, found in the first fix): the shape a part
+// was sent on when its condition failed is compared once, with the read
+// of the table the next attempt makes, and then dropped. Kept, it was
+// compared again at every later attempt, on whatever the cache held:
+// reader a's condition fails (another committer moved the count), its
+// next attempt reads the item and is cancelled by a TransactionConflict
+// (no re-read follows), reader c's late answer stores the shape read
+// before the move, and a's third attempt took that for "the item as
+// sent": a recheck of an item that had changed (a false unchanged_item,
+// the part's one recheck spent), and a park with one more late answer.
+func TestReviewS18Park_ASentShapeIsComparedOnlyWithTheReadAfterItsFailure(t *testing.T) {
+	e := newEnv(t)
+	tx := func(id string) rtx { return rtx{"acme", "sp", "BRL", "2026-11-27", id, "INCOME", "10", "food"} }
+	tx("0").put(t, e, "")
+	first := newConsumer(t, e, "marker", nil, processor.Config{})
+	first.pass() // the report's count is 1
+	for _, id := range []string{"a", "c", "b"} {
+		tx(id).put(t, e, "")
+	}
+	_, all := e.records(t)
+	recs := map[string]processor.Record{}
+	for _, r := range all {
+		if sk, ok := table.String(r.NewImage, "SK"); ok && strings.HasPrefix(sk, "2026-11-27#") && !first.delivered[r.EventID] {
+			recs[strings.TrimPrefix(sk, "2026-11-27#")] = r
+		}
+	}
+	require.Len(t, recs, 3)
+
+	rk := aggregates.ReportKey{Tenant: "acme", Branch: "sp", Period: day("2026-11-27")}.Key()
+	other := newConsumer(t, e, "marker", nil, processor.Config{})
+	api := newSlowAnswerAPI(t, e.ddb, rk, "c")
+	api.interfere = func(ctx context.Context) error {
+		_, err := other.p.Process(context.WithoutCancel(ctx), other.g, []processor.Record{recs["b"]})
+		return err
+	}
+	api.conflictAt, api.conflictLate = 2, "c"
+	p, err := processor.New(api, processor.Config{Table: e.table, BaseBackoff: time.Millisecond, MaxBackoff: 20 * time.Millisecond},
+		processor.NewMetrics(prometheus.NewRegistry()))
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	on := func(name string) context.Context { return context.WithValue(ctx, whoKey{}, name) }
+
+	cErr := make(chan error, 1)
+	go func() {
+		_, err := p.Process(on("c"), p.MarkerGuard(), []processor.Record{recs["c"]})
+		cErr <- err
+	}()
+	<-api.read["c"] // c's read of the report is made (count 1), its answer held
+	_, aErr := p.Process(on("a"), p.MarkerGuard(), []processor.Record{recs["a"]})
+	close(api.sent)
+	require.NoError(t, <-cErr)
+	require.NoError(t, aErr)
+	require.Empty(t, api.errs)
+	require.GreaterOrEqual(t, api.aCounts, 3, "a was cancelled on its condition, then by a conflict, then sent again")
+
+	assert.Zero(t, testutil.ToFloat64(p.Metrics().Conflicts.WithLabelValues("unchanged_item")), "no recheck: the item had changed")
+	assert.Zero(t, testutil.ToFloat64(p.Metrics().Parked.WithLabelValues(processor.ParkedRefused)), "no part parked")
+	diffs, _, err := reconcileBranch(context.Background(), e, "acme", "sp")
+	require.NoError(t, err)
+	assert.Empty(t, diffs, "the branch report holds the four transactions")
 }
 
 // TestReviewS18Park_ARecheckIsCountedAndLogged (hole S18-P2): a part whose
