@@ -331,6 +331,13 @@ func (p *Processor) commitTx(ctx context.Context, g Guard, claim func() ddbtypes
 	// failing a condition on an abandoned transaction's write it then
 	// rolled back (AWS cancels one of two such as a TransactionConflict).
 	rechecked := map[int]bool{}
+	// reread holds the reports whose part's condition failed in the last
+	// attempt: the next attempt reads them from the table, not from the
+	// shape cache, which another consumer of this Processor may have
+	// refilled with a shape read before the item changed (review of
+	// session 18, hole S18-P1): sent is compared with a read, never with
+	// a cached shape.
+	var reread map[aggregates.Key]bool
 	// gone marks the folds whose delta item is not there (its delete's
 	// condition failed): the delete is dropped from the transaction.
 	gone := map[int]bool{}
@@ -341,10 +348,11 @@ func (p *Processor) commitTx(ctx context.Context, g Guard, claim func() ddbtypes
 				return err
 			}
 		}
-		shapes, err := p.shapes.get(ctx, p, keys)
+		shapes, err := p.shapes.getFresh(ctx, p, keys, reread)
 		if err != nil {
 			return err
 		}
+		reread = nil
 		recheck := false
 		if ref.rollups {
 			recheck = p.parkUnconditionable(parts, shapes, parked, sent, rechecked)
@@ -474,8 +482,10 @@ func (p *Processor) commitTx(ctx context.Context, g Guard, claim func() ddbtypes
 			if err != nil {
 				return err
 			}
+			reread = make(map[aggregates.Key]bool, len(failed))
 			for i := range failed {
 				sent[i] = shapes[keys[i].Key()]
+				reread[keys[i].Key()] = true
 			}
 			if retry && len(parked)+quarantineFixes(qs)+len(gone) > before {
 				attempt-- // a part to park, a quarantine item or delete dropped or truncated: no failed attempt, send the rest now
@@ -529,22 +539,32 @@ const maxTransactItems = 100
 // roll-ups", review holes 2 and 10): a part 0 whose report's count is no
 // integer (ParkedMalformed) or whose report is in another currency
 // (ParkedRefused), and a part whose condition failed on the shape it reads
-// now (sent: nothing changed, so it would fail again) (ParkedRefused),
+// now (sent, compared once with the read of the table made right after
+// the failure: nothing changed, so it would fail again) (ParkedRefused),
 // the second time that is seen (the first time the part is sent once more
-// on the fresh read, rechecked records it and recheck says so). A parked
-// part's roll-up share is parked with it.
+// on the fresh read, rechecked records it and recheck says so; counted
+// as ConflictUnchangedItem and logged). A parked part's roll-up share is
+// parked with it.
 func (p *Processor) parkUnconditionable(parts []part, shapes map[aggregates.Key]*shape, parked map[int]parking, sent map[int]*shape, rechecked map[int]bool) (recheck bool) {
 	for i, pt := range parts {
 		if _, ok := parked[i]; ok {
 			continue
 		}
 		sh := shapes[pt.key.Key()]
+		// The shape the part was sent on when its condition failed is
+		// compared once, with the read of the table this attempt made
+		// (commitTx's reread), and dropped: a later attempt's shape may be
+		// the cache's (review of session 18, hole S18-P1).
+		was := sent[i]
+		delete(sent, i)
 		var why *parking
 		switch {
-		case sent[i] != nil && sent[i].same(sh) && !rechecked[i]:
+		case was != nil && was.same(sh) && !rechecked[i]:
 			rechecked[i], recheck = true, true
-			delete(sent, i)
-		case sent[i] != nil && sent[i].same(sh):
+			p.metrics.Conflicts.WithLabelValues(ConflictUnchangedItem).Inc()
+			p.cfg.Logger.Warn("report update's condition failed on the item read again unchanged: sent once more; parked if it fails so again",
+				"report", pt.key.String(), "updated_at", sh.updatedAt)
+		case was != nil && was.same(sh):
 			why = &parking{reason: ParkedRefused, detail: pt.key.String() + ": its update's condition failed on the item as read again (nothing changed)"}
 		case pt.key.IsRollup() || !pt.first:
 		case sh.countDamaged && pt.delta.Count != 0:

@@ -41,6 +41,13 @@ const (
 	// than this version reads (table.ErrNewerDeltaFormat, a rolling
 	// deploy): the records from it are not committed, tried again later.
 	ConflictNewerDeltaFormat = "newer_delta_format"
+	// ConflictUnchangedItem: a report update's condition failed on an item
+	// that a read of the table right after finds unchanged (every commit
+	// sets updatedAt), which AWS never answers: the part is sent once more
+	// on that read, and parked (refused) if it fails so again
+	// (docs/exactly-once.md, "Tenant roll-ups", review of session 18).
+	// Counted, and logged with the report, at each such send.
+	ConflictUnchangedItem = "unchanged_item"
 )
 
 // Reasons of ledger_parked_deltas_total: why a report item's update was
@@ -93,7 +100,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}, []string{"event", "outcome"}),
 		Conflicts: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: namespace, Subsystem: "aggregate", Name: "conflicts_total",
-			Help: "Commit conflicts by reason: duplicate (already applied, skipped), condition_failed (report shape changed), transaction_conflict (retried), short_redelivery, abandoned_batch, migration_fence (the checkpoint is a migration's copy not released yet: nothing committed, retried), newer_delta_format (a roll-up delta item of a newer format: refused, retried).",
+			Help: "Commit conflicts by reason: duplicate (already applied, skipped), condition_failed (report shape changed), transaction_conflict (retried), short_redelivery, abandoned_batch, migration_fence (the checkpoint is a migration's copy not released yet: nothing committed, retried), newer_delta_format (a roll-up delta item of a newer format: refused, retried), unchanged_item (a report's condition failed on an item read again unchanged: sent once more, parked if it fails so again).",
 		}, []string{"reason"}),
 		Parked: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: namespace, Name: "parked_deltas_total",
@@ -146,7 +153,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			m.Records.WithLabelValues(ev, o)
 		}
 	}
-	for _, r := range []string{ConflictDuplicate, ConflictConditionFailed, ConflictTransactionConflict, ConflictShortRedelivery, ConflictAbandonedBatch, ConflictMigrationFence, ConflictNewerDeltaFormat} {
+	for _, r := range []string{ConflictDuplicate, ConflictConditionFailed, ConflictTransactionConflict, ConflictShortRedelivery, ConflictAbandonedBatch, ConflictMigrationFence, ConflictNewerDeltaFormat, ConflictUnchangedItem} {
 		m.Conflicts.WithLabelValues(r)
 	}
 	for _, r := range []string{ParkedTooLarge, ParkedMalformed, ParkedRefused} {

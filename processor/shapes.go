@@ -123,12 +123,23 @@ func (c *shapeCache) applied(k aggregates.Key, before *shape, inline [3][]string
 // get returns the shapes of keys, reading the ones not cached with one
 // consistent BatchGetItem per 100 keys.
 func (c *shapeCache) get(ctx context.Context, p *Processor, keys []aggregates.ReportKey) (map[aggregates.Key]*shape, error) {
+	return c.getFresh(ctx, p, keys, nil)
+}
+
+// getFresh is get, reading the keys in fresh from the table even when
+// cached. A shape a park is decided on must be one (commitTx): the cache
+// is shared by every consumer of the Processor (the poller's readers of
+// all its shards), and one of them may store, after the shape was
+// forgotten, a shape it read before the item changed (a late answer),
+// which would look like "the item as it was sent" (docs/exactly-once.md,
+// review of session 18, hole S18-P1).
+func (c *shapeCache) getFresh(ctx context.Context, p *Processor, keys []aggregates.ReportKey, fresh map[aggregates.Key]bool) (map[aggregates.Key]*shape, error) {
 	out := make(map[aggregates.Key]*shape, len(keys))
 	var missing []aggregates.Key
 	c.mu.Lock()
 	for _, rk := range keys {
 		k := rk.Key()
-		if s, ok := c.m[k]; ok {
+		if s, ok := c.m[k]; ok && !fresh[k] {
 			out[k] = s
 		} else {
 			missing = append(missing, k)
