@@ -37,6 +37,13 @@ const (
 	// coordination migrate` has not released yet (table.ErrCheckpointFenced):
 	// nothing committed, tried again later. Counted at each read that finds it.
 	ConflictMigrationFence = "migration_fence"
+	// ConflictLegacyCheckpoint: the ledger table holds the shard's
+	// checkpoint in the layout before the coordination table, not a
+	// tombstone (table.ErrLegacyStreamState: a consumer of that version
+	// claimed the shard, or a rollback copied it back): nothing committed,
+	// tried again later. Counted at each guard read and each fence that
+	// finds it (docs/exactly-once.md, "A shard's legacy tombstone").
+	ConflictLegacyCheckpoint = "legacy_checkpoint"
 	// ConflictNewerDeltaFormat: a roll-up delta item of a newer format
 	// than this version reads (table.ErrNewerDeltaFormat, a rolling
 	// deploy): the records from it are not committed, tried again later.
