@@ -100,7 +100,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}, []string{"event", "outcome"}),
 		Conflicts: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: namespace, Subsystem: "aggregate", Name: "conflicts_total",
-			Help: "Commit conflicts by reason: duplicate (already applied, skipped), condition_failed (report shape changed), transaction_conflict (retried), short_redelivery, abandoned_batch, migration_fence (the checkpoint is a migration's copy not released yet: nothing committed, retried), newer_delta_format (a roll-up delta item of a newer format: refused, retried).",
+			Help: "Commit conflicts by reason: duplicate (already applied, skipped), condition_failed (report shape changed), transaction_conflict (retried), short_redelivery, abandoned_batch, migration_fence (the checkpoint is a migration's copy not released yet: nothing committed, retried), legacy_checkpoint (the shard's checkpoint is in the ledger table, the layout before the coordination table: nothing committed, retried), newer_delta_format (a roll-up delta item of a newer format: refused, retried).",
 		}, []string{"reason"}),
 		Parked: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: namespace, Name: "parked_deltas_total",
@@ -153,7 +153,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			m.Records.WithLabelValues(ev, o)
 		}
 	}
-	for _, r := range []string{ConflictDuplicate, ConflictConditionFailed, ConflictTransactionConflict, ConflictShortRedelivery, ConflictAbandonedBatch, ConflictMigrationFence, ConflictNewerDeltaFormat} {
+	for _, r := range []string{ConflictDuplicate, ConflictConditionFailed, ConflictTransactionConflict, ConflictShortRedelivery, ConflictAbandonedBatch, ConflictMigrationFence, ConflictLegacyCheckpoint, ConflictNewerDeltaFormat} {
 		m.Conflicts.WithLabelValues(r)
 	}
 	for _, r := range []string{ParkedTooLarge, ParkedMalformed, ParkedRefused} {
