@@ -290,7 +290,9 @@ var ErrConsumerRunning = errors.New("a consumer of the stream is running: stop e
 // there instead of committing from nothing); only then is the copy's fence
 // lifted, on condition that it is still the copy of that item. A copy
 // whose fence a failed run left although its tombstone landed is released
-// by the next run. Until a run ends without error, a shard whose original
+// by the next run; a tombstone a consumer's fence put where no checkpoint
+// was (FenceLegacyCheckpoint) has no copy and is passed over. Until a run
+// ends without error, a shard whose original
 // might still move has no claimable copy: the old consumer's commits after
 // the copy are never applied a second time from it (review, session 15).
 // It refuses with ErrConsumerRunning when a lease is held and unexpired at
