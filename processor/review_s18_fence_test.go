@@ -318,3 +318,42 @@ func TestReviewS18Fence_AMigrationRunAgainWritesNothingForTheFencesTombstones(t 
 	assert.Zero(t, e.faults.Calls("PutItem")+e.faults.Calls("DeleteItem"), "other writes")
 	assert.False(t, oldClaimFromNothing(t, e, shard, recs[len(recs)-1].SequenceNumber), "the tombstone stands")
 }
+
+// What survives (no fix): the version before the coordination table's
+// LATEST start mark requires only sequenceNumber absent, so it lands on a
+// fence's tombstone (setting startAt and updatedAt); the item keeps
+// movedTo and pendingTo and stays a tombstone: that version's claim from
+// nothing still fails, this version's guard reads on past it and
+// commits, and a migration run again finds nothing to do there.
+func TestReviewS18Fence_AnOldStartMarkOnATombstoneLeavesItATombstone(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t)
+	require.NoError(t, ledgertest.NewWorkload(1806).Run(ctx, e.ddb, e.table, 10))
+	shard, recs := e.records(t)
+	p := e.processor(t, nil, nil)
+	_, err := p.Process(ctx, p.ShardGuard(e.streamARN, shard), recs[:5])
+	require.NoError(t, err)
+
+	// The old poller's start mark (processor/poller/store.go before the
+	// coordination table: markStart).
+	_, err = e.ddb.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+		TableName: aws.String(e.table), Key: table.Key(legacyCheckpointKey(e, shard)),
+		UpdateExpression:         aws.String("SET #et = :et, #ua = :ua, #sh = :sh, #st = :st"),
+		ConditionExpression:      aws.String("attribute_not_exists(#seq)"),
+		ExpressionAttributeNames: map[string]string{"#et": table.AttrEntityType, "#ua": table.AttrUpdatedAt, "#sh": table.AttrShardID, "#st": "startAt", "#seq": table.AttrSequenceNumber},
+		ExpressionAttributeValues: map[string]ddbtypes.AttributeValue{
+			":et": table.S(aggregates.EntityCheckpoint), ":ua": table.S(time.Now().UTC().Format(time.RFC3339Nano)),
+			":sh": table.S(shard), ":st": table.S("LATEST"),
+		},
+	})
+	require.NoError(t, err, "the old start mark lands on the tombstone")
+	assert.False(t, oldClaimFromNothing(t, e, shard, recs[len(recs)-1].SequenceNumber), "the old claim from nothing after it")
+
+	fresh := e.processor(t, nil, nil)
+	_, err = fresh.Process(ctx, fresh.ShardGuard(e.streamARN, shard), recs)
+	require.NoError(t, err, "a restarted consumer of this version")
+	_, err = table.MigrateStreamState(ctx, e.ddb, e.table, table.CoordinationTableName(e.table), e.streamARN, time.Now(), table.MigrateOptions{})
+	require.NoError(t, err, "a migration run again")
+	assert.False(t, oldClaimFromNothing(t, e, shard, recs[len(recs)-1].SequenceNumber), "and after the migration")
+	e.requireReconciled(t)
+}
