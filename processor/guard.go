@@ -243,14 +243,6 @@ func (g *ShardGuard) load(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("read checkpoint %s: %w", g.key, err)
 	}
-	if item == nil {
-		// No checkpoint: the shard is new, or its checkpoint is still in
-		// the ledger table (the layout before the coordination table),
-		// where committing from nothing would apply its records twice.
-		if err := g.p.refuseLegacy(ctx, g.stream, g.shard); err != nil {
-			return err
-		}
-	}
 	cp, err := table.DecodeCheckpoint(g.shard, item)
 	if cp.Fenced {
 		// A migration's copy not released yet: the checkpoint it was
@@ -258,15 +250,28 @@ func (g *ShardGuard) load(ctx context.Context) error {
 		// (docs/exactly-once.md, "Leases and the other writes outside the
 		// commit", hole 5). Every claim's condition refuses it too; this
 		// names it instead of a guard conflict, and the guard stays
-		// unloaded so that the next call reads it again.
+		// unloaded so that the next call reads it again. (Its original is
+		// still in the ledger table until the migration's tombstone: the
+		// copy says more than the legacy check below would.)
 		g.p.metrics.Conflicts.WithLabelValues(ConflictMigrationFence).Inc()
 		return fmt.Errorf("shard %s: %w", g.shard, table.ErrCheckpointFenced)
 	}
 	if err != nil {
 		return fmt.Errorf("checkpoint %s: %w", g.key, err)
 	}
+	// The shard's old key, at every load, mark or none: a checkpoint of
+	// the layout before the coordination table there (the shard is new to
+	// this version, or its checkpoint was copied back by a rollback under
+	// a mark of before) refuses the shard, and a mark without its
+	// tombstone (gone with the ledger table's TTL) is no mark: the fence
+	// puts the tombstone again before the next claim (docs/exactly-once.md,
+	// "A shard's legacy tombstone", review session 18, R18-1 and R18-2).
+	stands, err := g.p.legacyTombstone(ctx, g.stream, g.shard)
+	if err != nil {
+		return err
+	}
 	g.prev = cp.Seq
-	g.tombstoned = cp.Tombstoned
+	g.tombstoned = cp.Tombstoned && stands
 	g.pending, g.abandoned = nil, nil
 	if cp.Pending != nil {
 		pb, err := pendingOf(cp.Pending)
@@ -290,7 +295,11 @@ func (g *ShardGuard) load(ctx context.Context) error {
 // A ledger table holding the shard's checkpoint is table.ErrLegacyStreamState,
 // a migration's copy not released table.ErrCheckpointFenced: nothing is
 // committed. A transaction conflict (another consumer's fence or claim in
-// flight) is retried like a commit's.
+// flight) and a throttle are retried like a commit's, at most MaxAttempts
+// times. A fence that fails is the commit's failure, counted in
+// ledger_commits_total{outcome="failed"} (a legacy checkpoint also as
+// conflicts_total{reason="legacy_checkpoint"}), but for a fenced copy,
+// which is a wait (conflicts_total{reason="migration_fence"}).
 func (g *ShardGuard) fenceLegacy(ctx context.Context) error {
 	if g.tombstoned {
 		return nil
@@ -330,9 +339,17 @@ func (g *ShardGuard) fenceLegacy(ctx context.Context) error {
 		if !retry || attempt >= p.cfg.MaxAttempts {
 			err = table.FenceError(g.stream, g.shard, err)
 			if errors.Is(err, table.ErrCheckpointFenced) {
+				// A wait, as when the guard's read finds the copy.
 				p.metrics.Conflicts.WithLabelValues(ConflictMigrationFence).Inc()
 				g.reset()
+				return err
 			}
+			// The commit fails with its fence: counted as one (review
+			// session 18, R18-3), and a legacy checkpoint by name.
+			if errors.Is(err, table.ErrLegacyStreamState) {
+				p.metrics.Conflicts.WithLabelValues(ConflictLegacyCheckpoint).Inc()
+			}
+			p.metrics.Commits.WithLabelValues("failed").Inc()
 			return err
 		}
 		p.countRetry("TransactWriteItems", class)

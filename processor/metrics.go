@@ -37,6 +37,13 @@ const (
 	// coordination migrate` has not released yet (table.ErrCheckpointFenced):
 	// nothing committed, tried again later. Counted at each read that finds it.
 	ConflictMigrationFence = "migration_fence"
+	// ConflictLegacyCheckpoint: the ledger table holds the shard's
+	// checkpoint in the layout before the coordination table, not a
+	// tombstone (table.ErrLegacyStreamState: a consumer of that version
+	// claimed the shard, or a rollback copied it back): nothing committed,
+	// tried again later. Counted at each guard read and each fence that
+	// finds it (docs/exactly-once.md, "A shard's legacy tombstone").
+	ConflictLegacyCheckpoint = "legacy_checkpoint"
 	// ConflictNewerDeltaFormat: a roll-up delta item of a newer format
 	// than this version reads (table.ErrNewerDeltaFormat, a rolling
 	// deploy): the records from it are not committed, tried again later.
@@ -100,7 +107,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}, []string{"event", "outcome"}),
 		Conflicts: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: namespace, Subsystem: "aggregate", Name: "conflicts_total",
-			Help: "Commit conflicts by reason: duplicate (already applied, skipped), condition_failed (report shape changed), transaction_conflict (retried), short_redelivery, abandoned_batch, migration_fence (the checkpoint is a migration's copy not released yet: nothing committed, retried), newer_delta_format (a roll-up delta item of a newer format: refused, retried), unchanged_item (a report's condition failed on an item read again unchanged: sent once more, parked if it fails so again).",
+			Help: "Commit conflicts by reason: duplicate (already applied, skipped), condition_failed (report shape changed), transaction_conflict (retried), short_redelivery, abandoned_batch, migration_fence (the checkpoint is a migration's copy not released yet: nothing committed, retried), legacy_checkpoint (the shard's checkpoint is in the ledger table, the layout before the coordination table: nothing committed, retried), newer_delta_format (a roll-up delta item of a newer format: refused, retried), unchanged_item (a report's condition failed on an item read again unchanged: sent once more, parked if it fails so again).",
 		}, []string{"reason"}),
 		Parked: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: namespace, Name: "parked_deltas_total",
@@ -153,7 +160,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			m.Records.WithLabelValues(ev, o)
 		}
 	}
-	for _, r := range []string{ConflictDuplicate, ConflictConditionFailed, ConflictTransactionConflict, ConflictShortRedelivery, ConflictAbandonedBatch, ConflictMigrationFence, ConflictNewerDeltaFormat, ConflictUnchangedItem} {
+	for _, r := range []string{ConflictDuplicate, ConflictConditionFailed, ConflictTransactionConflict, ConflictShortRedelivery, ConflictAbandonedBatch, ConflictMigrationFence, ConflictLegacyCheckpoint, ConflictNewerDeltaFormat, ConflictUnchangedItem} {
 		m.Conflicts.WithLabelValues(r)
 	}
 	for _, r := range []string{ParkedTooLarge, ParkedMalformed, ParkedRefused} {

@@ -41,6 +41,7 @@ func toLegacy(t *testing.T, e *env, shard string) {
 	require.NotNil(t, out.Item)
 	item := maps.Clone(out.Item)
 	maps.Copy(item, table.Key(legacyCheckpointKey(e, shard)))
+	delete(item, "legacyTombstone") // no version before the coordination table wrote it
 	_, err = e.ddb.PutItem(ctx, &dynamodb.PutItemInput{TableName: aws.String(e.table), Item: item})
 	require.NoError(t, err)
 	_, err = e.ddb.DeleteItem(ctx, &dynamodb.DeleteItemInput{TableName: aws.String(coord), Key: table.Key(k)})
@@ -153,10 +154,15 @@ func TestMigrate_ASecondRunKeepsACheckpointMovedOnFromItsCopy(t *testing.T) {
 	_, err = e.ddb.PutItem(ctx, &dynamodb.PutItemInput{TableName: aws.String(coord), Item: copied})
 	require.NoError(t, err)
 
-	// A new-version consumer commits the next records from the copy.
-	running := e.processor(t, nil, nil)
-	_, err = running.Process(ctx, running.ShardGuard(e.streamARN, shard), recs[10:20])
-	require.NoError(t, err)
+	// A consumer of this version refuses the copy: the ledger table still
+	// holds the checkpoint it was copied from (review session 18).
+	current := e.processor(t, nil, nil)
+	_, err = current.Process(ctx, current.ShardGuard(e.streamARN, shard), recs[10:20])
+	require.ErrorIs(t, err, table.ErrLegacyStreamState)
+	// A consumer of a version between the coordination table and the
+	// legacy tombstone (it read no legacy state under a checkpoint and
+	// required no mark) commits the next records from the copy.
+	midVersionCommit(t, e, shard, recs[9].SequenceNumber, recs[10:20])
 
 	// Run 2 keeps the checkpoint that moved on, and leaves the tombstone.
 	res, err := table.MigrateStreamState(ctx, e.ddb, e.table, coord, e.streamARN, time.Now(), table.MigrateOptions{})
@@ -179,6 +185,34 @@ func TestMigrate_ASecondRunKeepsACheckpointMovedOnFromItsCopy(t *testing.T) {
 	require.NoError(t, err)
 	_, err = table.MigrateStreamState(ctx, e.ddb, e.table, coord, e.streamARN, time.Now(), table.MigrateOptions{})
 	assert.ErrorIs(t, err, table.ErrMigrationConflict)
+}
+
+// midVersionCommit applies recs as a consumer of a version from the
+// coordination table to the legacy tombstone (session 17) did on a
+// checkpoint in the coordination table at prev: its claim there requires
+// the checkpoint at prev and no pending batch (no mark, no legacy read),
+// and the records are applied under run markers, as oldVersionCommit
+// does.
+func midVersionCommit(t *testing.T, e *env, shard, prev string, recs []processor.Record) {
+	t.Helper()
+	ctx := context.Background()
+	_, err := e.ddb.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+		TableName: aws.String(table.CoordinationTableName(e.table)), Key: table.Key(aggregates.CheckpointKey(e.streamARN, shard)),
+		UpdateExpression:         aws.String("SET #seq = :last, #ua = :now"),
+		ConditionExpression:      aws.String("#seq = :prev AND attribute_not_exists(#pt)"),
+		ExpressionAttributeNames: map[string]string{"#seq": table.AttrSequenceNumber, "#pt": "pendingTo", "#ua": table.AttrUpdatedAt},
+		ExpressionAttributeValues: map[string]ddbtypes.AttributeValue{
+			":last": table.S(recs[len(recs)-1].SequenceNumber), ":prev": table.S(prev),
+			":now": table.S(time.Now().UTC().Format(time.RFC3339Nano)),
+		},
+	})
+	require.NoError(t, err)
+	scratch := table.CoordinationTableName(newTableName(t))
+	p, err := processor.New(e.ddb, processor.Config{Table: e.table, CoordinationTable: scratch, BaseBackoff: time.Millisecond, MaxBackoff: 20 * time.Millisecond}, nil)
+	require.NoError(t, err)
+	res, err := p.Process(ctx, p.MarkerGuard(), recs)
+	require.NoError(t, err)
+	require.Equal(t, len(recs), res.Committed)
 }
 
 // coordCheckpoint reads the env's checkpoint item of shard from the

@@ -153,28 +153,33 @@ func New(api DynamoDB, cfg Config, metrics *Metrics) (*Processor, error) {
 
 func (p *Processor) now() time.Time { return p.cfg.Now().UTC() }
 
-// refuseLegacy fails with table.ErrLegacyStreamState while the ledger
-// table holds the checkpoint of shard from before the coordination table
-// (a tombstone aside): the guard of a shard with no checkpoint asks at
-// every load, so a shard a consumer of the previous version started after
-// a migration is refused before anything is planned. One consistent
-// GetItem of the shard's old key (1 read unit), not a Query of the
-// stream's old partition, which holds a tombstone of every shard a commit
-// touched in the last 7 days (docs/exactly-once.md, "A shard's legacy
-// tombstone"). Exactness does not rest on it: every claim requires the
-// shard's legacy tombstone, whose transaction fails on such a checkpoint.
-func (p *Processor) refuseLegacy(ctx context.Context, stream, shard string) error {
+// legacyTombstone reads the shard's key of the layout before the
+// coordination table in the ledger table: a checkpoint there (not a
+// tombstone) is table.ErrLegacyStreamState, counted as
+// conflicts_total{reason="legacy_checkpoint"}; otherwise it reports
+// whether a tombstone stands there (false: nothing). The guard asks at
+// every load, so that a shard a consumer of the previous version started
+// after a migration, or one whose checkpoint a rollback copied back, is
+// refused before anything is planned, whatever mark the coordination
+// checkpoint carries, and so that a mark whose tombstone is gone is not
+// trusted. One consistent GetItem of the shard's old key (1 read unit),
+// not a Query of the stream's old partition, which holds a tombstone of
+// every shard a commit touched in the last 7 days (docs/exactly-once.md,
+// "A shard's legacy tombstone"). Without a stream ARN there is no old key:
+// it reports true.
+func (p *Processor) legacyTombstone(ctx context.Context, stream, shard string) (bool, error) {
 	if stream == "" {
-		return nil
+		return true, nil
 	}
 	item, err := p.getItemOf(ctx, p.cfg.Table, table.LegacyCheckpointKey(stream, shard))
 	if err != nil {
-		return fmt.Errorf("look for the checkpoint of %s in the ledger table %s: %w", shard, p.cfg.Table, err)
+		return false, fmt.Errorf("look for the checkpoint of %s in the ledger table %s: %w", shard, p.cfg.Table, err)
 	}
 	if table.IsLegacyCheckpoint(item) {
-		return fmt.Errorf("stream %s, shard %s: %w", stream, shard, table.ErrLegacyStreamState)
+		p.metrics.Conflicts.WithLabelValues(ConflictLegacyCheckpoint).Inc()
+		return false, fmt.Errorf("stream %s, shard %s: %w", stream, shard, table.ErrLegacyStreamState)
 	}
-	return nil
+	return item != nil, nil
 }
 
 // Metrics returns the processor's collectors.

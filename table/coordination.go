@@ -202,6 +202,20 @@ const (
 	migratedPending  = "MIGRATED"
 )
 
+// fenceTombstone reports whether item, a tombstone at a shard's key in
+// the ledger table, is one FenceLegacyCheckpoint put where nothing was:
+// it holds neither updatedAt nor sequenceNumber, which every checkpoint
+// write of every version set and which the migration's tombstone keeps
+// from the checkpoint it replaced. (A LATEST start mark of the version
+// before the coordination table may land on it and set updatedAt: it is
+// then taken for the migration's, whose release finds no fenced copy and
+// changes nothing.)
+func fenceTombstone(item map[string]types.AttributeValue) bool {
+	_, ua := item[AttrUpdatedAt]
+	_, seq := item[AttrSequenceNumber]
+	return !ua && !seq
+}
+
 // IsLegacyCheckpoint reports whether item, read at a shard's key in the
 // ledger table (LegacyCheckpointKey), is a checkpoint in the layout before
 // the coordination table: present and not a tombstone.
@@ -276,7 +290,9 @@ var ErrConsumerRunning = errors.New("a consumer of the stream is running: stop e
 // there instead of committing from nothing); only then is the copy's fence
 // lifted, on condition that it is still the copy of that item. A copy
 // whose fence a failed run left although its tombstone landed is released
-// by the next run. Until a run ends without error, a shard whose original
+// by the next run; a tombstone a consumer's fence put where no checkpoint
+// was (FenceLegacyCheckpoint) has no copy and is passed over. Until a run
+// ends without error, a shard whose original
 // might still move has no claimable copy: the old consumer's commits after
 // the copy are never applied a second time from it (review, session 15).
 // It refuses with ErrConsumerRunning when a lease is held and unexpired at
@@ -322,6 +338,15 @@ func MigrateStreamState(ctx context.Context, api MigrateAPI, ledgerTable, coord,
 			continue
 		}
 		if _, moved := item[attrMovedTo]; moved {
+			if fenceTombstone(item) {
+				// A consumer's fence put it (FenceLegacyCheckpoint), over
+				// nothing: no copy was made of it, so none is to be
+				// released. There is one for every shard a commit touched
+				// in the last 7 days, and a release tried on each would
+				// be a failed conditional write and a round trip each
+				// (review session 18, R18-4).
+				continue
+			}
 			// Moved by an earlier run: its copy is released, unless that
 			// run failed between the tombstone and the release.
 			released, err := releaseCopy(ctx, api, ledgerTable, coord, streamARN, shard, item)
