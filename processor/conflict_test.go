@@ -100,7 +100,7 @@ func TestExactlyOnce_RandomizedDeliveryUnderAWSConflicts(t *testing.T) {
 	// batch mode under the emulation took 275 s here against 78 s.
 	for _, mode := range []string{"shard"} {
 		t.Run(fmt.Sprintf("%s/seed=%d", mode, seed), func(t *testing.T) {
-			t.Parallel()
+			ddbtest.Long(t)
 			emu := &ddbconflict.Transport{Latency: 15 * time.Millisecond}
 			runRandomized(t, mode, seed, func(e *env) {
 				emu.Next, e.faults.Next = e.faults.Next, emu

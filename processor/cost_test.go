@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ledger-dev/ledger/aggregates"
+	"github.com/ledger-dev/ledger/infra/ddblocal/ddbtest"
 	"github.com/ledger-dev/ledger/internal/ledgertest"
 	"github.com/ledger-dev/ledger/processor"
 )
@@ -29,6 +30,7 @@ const perRecordRequests = 6
 // workload at batch sizes 100 and 1,000, and holds the coalesced commit to at
 // least 20 times fewer requests than the per-record floor at 1,000.
 func TestWriteCost_CoalescedCommitIsFarCheaperThanPerRecord(t *testing.T) {
+	ddbtest.Long(t)
 	ctx := context.Background()
 	e := newEnv(t)
 	w := ledgertest.NewWorkload(42)

@@ -17,6 +17,7 @@ import (
 	ddbtypes "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/ledger-dev/ledger/aggregates"
+	"github.com/ledger-dev/ledger/infra/ddblocal/ddbtest"
 	"github.com/ledger-dev/ledger/internal/ledgertest"
 	"github.com/ledger-dev/ledger/processor"
 	"github.com/ledger-dev/ledger/table"
@@ -93,7 +94,7 @@ func TestExactlyOnce_RandomizedDeliveryWithFaults(t *testing.T) {
 	for _, mode := range []string{"shard", "batch", "marker"} {
 		for _, seed := range modeSeeds(t, mode) {
 			t.Run(fmt.Sprintf("%s/seed=%d", mode, seed), func(t *testing.T) {
-				t.Parallel()
+				ddbtest.Long(t)
 				runRandomized(t, mode, seed)
 			})
 		}

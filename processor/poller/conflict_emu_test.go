@@ -86,6 +86,7 @@ func sumCounter(t *testing.T, pollers []*testPoller, get func(*processor.Metrics
 // its death fails), and the consumers counted exactly the
 // cancellations the emulation made of their transactions.
 func TestPoller_EmulatedFleetUnderAWSConflictsKilledAndRestartedIsExact(t *testing.T) {
+	ddbtest.Long(t)
 	e := newEmuEnv(t, 241, streamemu.Config{Shards: 4, RollRecords: 60, SplitRatio: 0.4, MaxOpenShards: 8, Seed: 241})
 	// A chain: one tenant of 200 branches, each its own partition key,
 	// dealt over the shards, in 3 currencies (BRL, JPY, BHD: 2, 0 and 3

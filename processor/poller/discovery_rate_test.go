@@ -7,6 +7,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/ledger-dev/ledger/infra/ddblocal/ddbtest"
 	"github.com/ledger-dev/ledger/internal/streamemu"
 	"github.com/ledger-dev/ledger/processor/poller"
 )
@@ -24,6 +25,7 @@ import (
 // window. Then the reports are exact and no child was read before its
 // parent.
 func TestPoller_EmulatedFleetDescribeStreamStaysWithinTheStreamRate(t *testing.T) {
+	ddbtest.Long(t)
 	const pollers, window = 4, 150
 	e := newEmuEnv(t, 237, streamemu.Config{Shards: 4, RollRecords: 30, SplitRatio: 0.3, MaxOpenShards: 10, Seed: 237, ListPage: 2,
 		Limits: streamemu.AWSLimits})

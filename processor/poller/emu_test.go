@@ -316,6 +316,7 @@ func (e *emuEnv) discovery(t *testing.T) (calls, listed, finished int) {
 // moved before its parent was finished, and discovery costs a
 // CHILD_SHARDS call per shard end, not a listing of the stream.
 func TestPoller_EmulatedRollsAndSplitsWithThreePollersKilledAndRestarted(t *testing.T) {
+	ddbtest.Long(t)
 	// Pages of 5 shards: a listing costs calls as a stream of thousands does
 	// with AWS's pages of 100.
 	e := newEmuEnv(t, 232, streamemu.Config{Shards: 3, RollRecords: 60, SplitRatio: 0.4, MaxOpenShards: 8, Seed: 232, ListPage: 5})
@@ -426,6 +427,7 @@ func TestPoller_EmulatedTrimmedParentAndChildStartAreCountedAndNothingHangs(t *t
 // Iterators older than 15 minutes answer ExpiredIteratorException; the
 // readers reopen after their checkpoints and go on, exactly.
 func TestPoller_EmulatedExpiredIteratorsAreReopened(t *testing.T) {
+	ddbtest.Long(t)
 	clock := streamemu.NewManual(time.Date(2026, 5, 1, 0, 0, 0, 0, time.UTC))
 	e := newEmuEnv(t, 235, streamemu.Config{Shards: 3, RollRecords: 80, SplitRatio: 0.3, Clock: clock, Seed: 235})
 	tp := e.poller(t, "p1", nil, nil)

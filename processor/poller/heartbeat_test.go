@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/ledger-dev/ledger/infra/ddblocal/ddbtest"
 	"github.com/ledger-dev/ledger/internal/ledgertest"
 	"github.com/ledger-dev/ledger/internal/streamemu"
 	"github.com/ledger-dev/ledger/processor"
@@ -132,6 +133,7 @@ func (e *emuEnv) hbPoller(t *testing.T, owner string, coord func(poller.Table) p
 // heartbeats from both. The heartbeat case fails on the code before the
 // heartbeat, which renews every lease.
 func TestPoller_LeaseWritesPerRoundFollowThePollersNotTheLeases(t *testing.T) {
+	ddbtest.Long(t)
 	const shards = 16
 	const lease = 3 * time.Second // a round every second
 	for _, tc := range []struct {
@@ -195,6 +197,7 @@ func TestPoller_LeaseWritesPerRoundFollowThePollersNotTheLeases(t *testing.T) {
 // logged; the safety (no take-over before a lease duration, one reader a
 // shard, every record once) and the end state are asserted.
 func TestPoller_TakesOverTheLeasesOfAPollerWhoseHeartbeatStopped(t *testing.T) {
+	ddbtest.Long(t)
 	const shards = 6
 	const lease = 3 * time.Second
 	e := newEmuEnv(t, 402, streamemu.Config{Shards: shards, Seed: 402})
@@ -362,6 +365,7 @@ func (s gatedStreams) GetRecords(ctx context.Context, in *dynamodbstreams.GetRec
 // refused by the fence. Records applied by it after the resume: none
 // (everything was committed by the other before); the reports exact.
 func TestPoller_APausedPollerResumingCommitsNothingOfTheLeasesTakenFromIt(t *testing.T) {
+	ddbtest.Long(t)
 	const shards = 4
 	const lease = 3 * time.Second
 	e := newEmuEnv(t, 403, streamemu.Config{Shards: shards, Seed: 403})
@@ -420,6 +424,7 @@ func (e *emuEnv) reconciledNow(t *testing.T) bool {
 // once. Without compat (a heartbeat poller that never renews) its
 // counters never move and the old poller takes every lease over.
 func TestPoller_AMixedFleetOfOldAndHeartbeatPollersKeepsOneReaderPerShard(t *testing.T) {
+	ddbtest.Long(t)
 	const shards = 8
 	const lease = 3 * time.Second
 	e := newEmuEnv(t, 404, streamemu.Config{Shards: shards, Seed: 404})

@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/ledger-dev/ledger/infra/ddblocal/ddbtest"
 	"github.com/ledger-dev/ledger/internal/streamemu"
 	"github.com/ledger-dev/ledger/processor"
 	"github.com/ledger-dev/ledger/processor/poller"
@@ -29,6 +30,7 @@ import (
 // smaller than its limit, and the reports are exact. Without the budget
 // the peak is the pages in flight, up to 16,000 records.
 func TestPoller_RecordsBudgetBoundsManyShardsBehind(t *testing.T) {
+	ddbtest.Long(t)
 	ctx := context.Background()
 	const shards, budget = 16, 40
 	e := newEmuEnv(t, 2303, streamemu.Config{Shards: shards})

@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ledger-dev/ledger/aggregates"
+	"github.com/ledger-dev/ledger/infra/ddblocal/ddbtest"
 	"github.com/ledger-dev/ledger/processor"
 	"github.com/ledger-dev/ledger/processor/poller"
 	"github.com/ledger-dev/ledger/table"
@@ -76,6 +77,7 @@ func writeRequests(pm *processor.Metrics) float64 {
 // (one item each, none put on its own, each write counted once, lost
 // answers included), and the reports are exact.
 func TestPoller_QuarantinesInvalidRecordsOnceAndKeepsItsPaceUnderFaults(t *testing.T) {
+	ddbtest.Long(t)
 	e := newEnv(t, 27)
 	e.w.Invalid = 0.15
 	const shard = "shardId-0"

@@ -12,6 +12,7 @@ import (
 	ddbtypes "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/stretchr/testify/assert"
 
+	"github.com/ledger-dev/ledger/infra/ddblocal/ddbtest"
 	"github.com/ledger-dev/ledger/internal/streamemu"
 	"github.com/ledger-dev/ledger/processor/poller"
 )
@@ -56,6 +57,7 @@ func (f *askFaults) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput
 // again at each pass until it lands (Poller.unasked), and answerAsks clears
 // only the asks it answered. It fails without the fix.
 func TestPoller_ADrainWhoseAskFailedAsksAgain(t *testing.T) {
+	ddbtest.Long(t)
 	const shards = 4
 	const lease = 3 * time.Second
 	e := newEmuEnv(t, 414, streamemu.Config{Shards: shards, Seed: 414})

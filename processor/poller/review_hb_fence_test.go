@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/ledger-dev/ledger/infra/ddblocal/ddbtest"
 	"github.com/ledger-dev/ledger/internal/ledgertest"
 	"github.com/ledger-dev/ledger/internal/streamemu"
 	"github.com/ledger-dev/ledger/processor/poller"
@@ -76,6 +77,7 @@ func (f *takerFaults) Query(ctx context.Context, in *dynamodb.QueryInput, opts .
 // call as the take, after the lease was read), the new fence fails and
 // the lease stays a's.
 func TestPoller_AFenceDoesNotCoverALeaseTheFencedOwnerTookAfterRejoining(t *testing.T) {
+	ddbtest.Long(t)
 	const shards = 4
 	const lease = 3 * time.Second
 	e := newEmuEnv(t, 411, streamemu.Config{Shards: shards, Seed: 411})

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ledger-dev/ledger/aggregates"
+	"github.com/ledger-dev/ledger/infra/ddblocal/ddbtest"
 	"github.com/ledger-dev/ledger/internal/streamemu"
 	"github.com/ledger-dev/ledger/processor/poller"
 	"github.com/ledger-dev/ledger/table"
@@ -35,6 +36,7 @@ import (
 // with (modeBeat), which any older version's write moves past. It fails
 // without the fix (n never logs compat).
 func TestPoller_ARollbackUnderTheSameOwnerNameIsSeenAsARenewingPoller(t *testing.T) {
+	ddbtest.Long(t)
 	const shards = 6
 	const lease = 3 * time.Second
 	e := newEmuEnv(t, 412, streamemu.Config{Shards: shards, Seed: 412})
@@ -79,6 +81,7 @@ func TestPoller_ARollbackUnderTheSameOwnerNameIsSeenAsARenewingPoller(t *testing
 // its leases taken only once it was absent for a lease duration. It fails
 // without the fix (9 leases held of 6 shards, three read by both).
 func TestPoller_AHeartbeatOwnerWhoseWorkerItemIsDeletedKeepsItsLeasesOrLosesThemForGood(t *testing.T) {
+	ddbtest.Long(t)
 	const shards = 6
 	const lease = 3 * time.Second
 	e := newEmuEnv(t, 413, streamemu.Config{Shards: shards, Seed: 413})

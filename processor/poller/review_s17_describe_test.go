@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/ledger-dev/ledger/infra/ddblocal/ddbtest"
 	"github.com/ledger-dev/ledger/internal/streamemu"
 	"github.com/ledger-dev/ledger/processor/poller"
 )
@@ -36,6 +37,7 @@ import (
 // up children (before: 0 lookups, every child found by a listing). Then
 // the reports are exact and no child was read before its parent.
 func TestReviewS17_ChildrenAreLookedUpWhileAPacedListingIsUnderWay(t *testing.T) {
+	ddbtest.Long(t)
 	e := newEmuEnv(t, 1701, streamemu.Config{Shards: 8, RollRecords: 25, SplitRatio: 0.3, MaxOpenShards: 10, Seed: 1701, ListPage: 2})
 	tp := e.poller(t, "a", nil, func(c *poller.Config) {
 		c.DescribeRate = 1 // one page a second: a listing of 3 or more pages spans 2 s or more
@@ -86,6 +88,7 @@ func TestReviewS17_ChildrenAreLookedUpWhileAPacedListingIsUnderWay(t *testing.T)
 // was finished (finish: requireInOrder). The test checks that listings
 // were indeed paused across rounds (the pollers logged it).
 func TestReviewS17_PausedListingsKeepParentsBeforeChildren(t *testing.T) {
+	ddbtest.Long(t)
 	e := newEmuEnv(t, 1702, streamemu.Config{Shards: 4, RollRecords: 40, SplitRatio: 0.4, MaxOpenShards: 10, Seed: 1702, ListPage: 2,
 		Limits: streamemu.AWSLimits})
 	paced := func(c *poller.Config) {

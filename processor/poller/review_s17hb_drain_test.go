@@ -10,6 +10,7 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	ddbtypes "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/ledger-dev/ledger/infra/ddblocal/ddbtest"
 	"github.com/ledger-dev/ledger/internal/streamemu"
 	"github.com/ledger-dev/ledger/processor/poller"
 	"github.com/stretchr/testify/assert"
@@ -43,6 +44,7 @@ func (c *noLeaseReads) Query(ctx context.Context, in *dynamodb.QueryInput, opts 
 // answered, the drain completes, and every record is committed once.
 // Without the fix the drain takes every lease over within the window.
 func TestReviewS17HB_ADrainInRenewModeTakesNoLeaseOfALiveHeartbeatPoller(t *testing.T) {
+	ddbtest.Long(t)
 	const shards = 4
 	const lease = 6 * time.Second // the owner's slowness is injected
 	e := newEmuEnv(t, 1703, streamemu.Config{Shards: shards, Seed: 1703})

@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ledger-dev/ledger/aggregates"
+	"github.com/ledger-dev/ledger/infra/ddblocal/ddbtest"
 	"github.com/ledger-dev/ledger/internal/streamemu"
 	"github.com/ledger-dev/ledger/processor"
 	"github.com/ledger-dev/ledger/processor/poller"
@@ -163,6 +164,7 @@ func balanced(t *testing.T, n int, ps ...*testPoller) bool {
 // machine stretches it; the fleet benchmark measures it), and the wait is
 // bounded only so that a fleet that never balances fails.
 func TestPoller_EmulatedFleetBalancesWithinTwoLeaseDurationsOfAStartAJoinAndALeave(t *testing.T) {
+	ddbtest.Long(t)
 	const shards = 24
 	const lease = 6 * time.Second // long enough that no renewal misses on a loaded machine
 	e := newEmuEnv(t, 331, streamemu.Config{Shards: shards, Seed: 331})

@@ -43,9 +43,13 @@ type Pool struct {
 // first) and when the pool is exhausted in a single run: Size is then too
 // small and a late table would slow the test. When tests are repeated
 // (-count > 1) and the pool is used up, it creates a fresh table instead
-// (slower once the stream holds many records, but working).
+// (slower once the stream holds many records, but working). A test with a
+// DynamoDB Local of its own (Own) gets a fresh table there instead.
 func (p *Pool) Table(t testing.TB) string {
 	t.Helper()
+	if _, ok := ownEndpoint(t); ok {
+		return NewTable(t, Client(t)) // a fresh instance: nothing to slow it
+	}
 	p.once.Do(func() { p.fill(t) })
 	if p.err != nil {
 		t.Fatal(p.err)

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/ledger-dev/ledger/infra"
 	"github.com/ledger-dev/ledger/infra/ddblocal/ddbtest"
 	"github.com/ledger-dev/ledger/table"
 )
@@ -68,4 +69,28 @@ func TestPool_AFailedSetupFailsEveryTaker(t *testing.T) {
 		assert.Contains(t, fatalOf(t, func(tb testing.TB) { p.Table(tb) }), "creating the table pool failed in "+t.Name())
 	}
 	assert.Contains(t, fatalOf(t, func(tb testing.TB) { (&ddbtest.Pool{}).Table(tb) }), "table pool of size 0")
+}
+
+// A test with a DynamoDB Local of its own gets its tables there, the rest
+// of the binary keeps the shared instance, and the own one stops with the
+// test.
+func TestOwn_ATestsOwnDynamoDBLocalHoldsItsTablesAndStopsWithIt(t *testing.T) {
+	ctx := context.Background()
+	shared := ddbtest.Endpoint(t)
+	var own, name string
+	t.Run("own", func(t *testing.T) {
+		ddbtest.Own(t)
+		own = ddbtest.Endpoint(t)
+		assert.NotEqual(t, shared, own, "a test that owns an instance is pointed at it")
+		name = (&ddbtest.Pool{Size: 1}).Table(t)
+		_, err := ddbtest.Client(t).DescribeTable(ctx, &dynamodb.DescribeTableInput{TableName: &name})
+		require.NoError(t, err, "the pool's table is made in the test's own instance")
+	})
+	assert.Equal(t, shared, ddbtest.Endpoint(t), "the shared instance once the owner ended")
+	_, err := ddbtest.Client(t).DescribeTable(ctx, &dynamodb.DescribeTableInput{TableName: &name})
+	require.Error(t, err, "the own instance's table is not in the shared one")
+	cfg, err := infra.LocalConfig(ctx, own)
+	require.NoError(t, err)
+	_, err = dynamodb.NewFromConfig(cfg, func(o *dynamodb.Options) { o.RetryMaxAttempts = 1 }).ListTables(ctx, &dynamodb.ListTablesInput{})
+	require.Error(t, err, "the own instance stopped with its test")
 }
