@@ -63,15 +63,22 @@ func (p *Processor) commitRuns(ctx context.Context, g Guard, changes []change, r
 				return nil
 			}
 		}
-		r := planRun(changes[done:], p.cfg.MaxItemsPerRun-claimExtra(g), p.cfg.MaxEntriesPerItem, known)
+		counts := countsApplied(g)
+		r := planRun(changes[done:], p.cfg.MaxItemsPerRun-claimExtra(g), p.cfg.MaxEntriesPerItem, known, counts)
 		keys := r.fold.Keys()
+		var applied []table.AppliedCount
+		if counts {
+			applied = appliedCounts(r.changes)
+		}
 		// A run with a change that has an effect is claimed even when its
 		// deltas cancel out (an insert and a remove of one item, a modify of
 		// no aggregated field): the marker walk must find it; so is a run
-		// with an invalid record, whose quarantine item the claim writes.
-		// Only a run without any (ignored records, invalid old images,
-		// repeats) commits nothing, as processing it again changes nothing.
-		if len(keys) > 0 || anyGuarded(r.changes) {
+		// with an invalid record, whose quarantine item the claim writes,
+		// and (a guard that counts) a run with a record of a transaction
+		// partition, which its branch's applied item counts. Only a run
+		// without any (ignored records, repeats) commits nothing, as
+		// processing it again changes nothing.
+		if len(keys) > 0 || anyGuarded(r.changes) || len(applied) > 0 {
 			recs := r.records()
 			// One part per report: planRun keeps a report within
 			// MaxEntriesPerItem entries, but a run of one roll-up delta
@@ -82,7 +89,7 @@ func (p *Processor) commitRuns(ctx context.Context, g Guard, changes []change, r
 				parts = append(parts, partsOf(r.fold, k, max(p.cfg.MaxEntriesPerItem, table.MaxRollupDeltaPeriodEntries))...)
 			}
 			id := g.runID(recs)
-			ref := commitRef{id: id, rollupClaim: id, rollups: !p.cfg.NoRollups, from: recs[0].SequenceNumber, to: lastSequence(recs)}
+			ref := commitRef{id: id, rollupClaim: id, rollups: !p.cfg.NoRollups, from: recs[0].SequenceNumber, to: lastSequence(recs), applied: applied}
 			if len(r.changes) > 1 {
 				ref.maxWrites = p.cfg.MaxItemsPerRun // a run of one record cannot be cut further
 			}
@@ -287,6 +294,19 @@ type commitRef struct {
 	// maxWrites, when set, is the most writes the transaction was planned
 	// with besides its claim (a run's): more returns errRunOverflow.
 	maxWrites int
+	// applied holds the updates of the applied items of the branches
+	// whose transaction partitions the commit claims records of
+	// (table.CountApplied; a standard-mode run's: countsApplied).
+	applied []table.AppliedCount
+}
+
+// foreign is how many foreign records the commit counts.
+func (r commitRef) foreign() int64 {
+	var n int64
+	for _, c := range r.applied {
+		n += c.Foreign
+	}
+	return n
 }
 
 // commitTx commits one transaction: the guard action claim() returns, the
@@ -341,6 +361,8 @@ func (p *Processor) commitTx(ctx context.Context, g Guard, claim func() ddbtypes
 	// gone marks the folds whose delta item is not there (its delete's
 	// condition failed): the delete is dropped from the transaction.
 	gone := map[int]bool{}
+	sentClaims := map[string]bool{}
+	var claimKey aggregates.Key
 	var lastErr error
 	for attempt := 1; attempt <= p.cfg.MaxAttempts; attempt++ {
 		if attempt > 1 {
@@ -417,6 +439,10 @@ func (p *Processor) commitTx(ctx context.Context, g Guard, claim func() ddbtypes
 				owner = append(owner, quarantineOwner(i))
 			}
 		}
+		for i, c := range ref.applied {
+			items = append(items, table.CountApplied(p.cfg.CoordinationTable, c))
+			owner = append(owner, appliedOwner(i))
+		}
 		if ref.maxWrites > 0 && len(items)-1 > ref.maxWrites {
 			return fmt.Errorf("%d writes, planned for at most %d: %w", len(items)-1, ref.maxWrites, errRunOverflow)
 		}
@@ -424,6 +450,12 @@ func (p *Processor) commitTx(ctx context.Context, g Guard, claim func() ddbtypes
 			return fmt.Errorf("%d writes and the claim, more than a transaction takes (%d): the plan reserved too little room", len(items)-1, maxTransactItems)
 		}
 		items[0] = claim()
+		if put := items[0].Put; put != nil {
+			// The claims sent, by their updatedAt: a lost answer's landed
+			// claim is recognised by it (countLandedForeign).
+			at, _ := table.String(put.Item, table.AttrUpdatedAt)
+			sentClaims[at], claimKey = true, table.KeyOf(put.Item)
+		}
 		if items, owner, err = p.withRunEnd(items, owner); err != nil {
 			return err
 		}
@@ -442,6 +474,7 @@ func (p *Processor) commitTx(ctx context.Context, g Guard, claim func() ddbtypes
 			}
 			p.countParked(parts, parked, ref)
 			p.countQuarantined(qs)
+			p.metrics.ForeignRecords.Add(float64(ref.foreign()))
 			for i, pt := range parts {
 				if _, ok := parked[i]; !ok {
 					cur := ""
@@ -477,6 +510,9 @@ func (p *Processor) commitTx(ctx context.Context, g Guard, claim func() ddbtypes
 				}
 				if len(qs) > 0 {
 					p.countLandedQuarantine(ctx, qs)
+				}
+				if ref.foreign() > 0 {
+					p.countLandedForeign(ctx, claimKey, sentClaims, ref.foreign())
 				}
 			}
 			if err != nil {
@@ -619,14 +655,16 @@ func (p *Processor) rollupCancelled(owner []int, deltas []aggregates.Key, folds 
 
 // Owners of a transaction's roll-up items (commitTx's owner): the i-th
 // roll-up delta put and the delete of the i-th folded delta, below every
-// quarantine owner.
+// quarantine owner; below them, the update of the i-th applied item.
 const (
-	deltaOwnerBase = -1 << 20
-	foldOwnerBase  = -2 << 20
+	deltaOwnerBase   = -1 << 20
+	foldOwnerBase    = -2 << 20
+	appliedOwnerBase = -3 << 20
 )
 
-func deltaOwner(i int) int { return deltaOwnerBase - i }
-func foldOwner(i int) int  { return foldOwnerBase - i }
+func deltaOwner(i int) int   { return deltaOwnerBase - i }
+func foldOwner(i int) int    { return foldOwnerBase - i }
+func appliedOwner(i int) int { return appliedOwnerBase - i }
 
 func deltaOf(owner int) (int, bool) {
 	i := deltaOwnerBase - owner
@@ -635,7 +673,31 @@ func deltaOf(owner int) (int, bool) {
 
 func foldOf(owner int) (int, bool) {
 	i := foldOwnerBase - owner
-	return i, owner <= foldOwnerBase
+	return i, owner <= foldOwnerBase && owner > appliedOwnerBase
+}
+
+func appliedOf(owner int) (int, bool) {
+	i := appliedOwnerBase - owner
+	return i, owner <= appliedOwnerBase
+}
+
+// countLandedForeign counts n foreign records in
+// ledger_foreign_records_total when the commit whose claim is the run
+// marker at key landed although its answer was lost: the marker stored
+// holds the updatedAt of one of the claims this commit sent (sent), not
+// another consumer's. A read that fails counts nothing (the metric may
+// then miss them; the applied item has them).
+func (p *Processor) countLandedForeign(ctx context.Context, key aggregates.Key, sent map[string]bool, n int64) {
+	if len(sent) == 0 {
+		return
+	}
+	item, err := p.getItem(ctx, key)
+	if err != nil || item == nil {
+		return
+	}
+	if at, _ := table.String(item, table.AttrUpdatedAt); sent[at] {
+		p.metrics.ForeignRecords.Add(float64(n))
+	}
 }
 
 // countParked counts and logs the parts of a landed commit that parked.
@@ -789,6 +851,23 @@ func (p *Processor) cancelled(g Guard, keys []aggregates.ReportKey, owner []int,
 				throttle = true
 			}
 			continue // rollupCancelled's
+		}
+		if a, ok := appliedOf(part); ok {
+			switch code(i) {
+			case "", "None":
+			case "TransactionConflict":
+				conflict = true
+				p.metrics.Conflicts.WithLabelValues(ConflictApplied).Inc()
+			case "ThrottlingError", "ProvisionedThroughputExceeded", "RequestLimitExceeded":
+				throttle = true
+			default:
+				// The item is ledger's own: a count of another type than a
+				// number refuses every commit of the branch until it is
+				// mended (docs/runbook.md, "Foreign records").
+				p.metrics.Commits.WithLabelValues("failed").Inc()
+				return false, fmt.Errorf("commit cancelled: the update of applied item %d of the transaction was refused: %s: %s", a, code(i), aws.ToString(reasons[i].Message))
+			}
+			continue
 		}
 		if q, ok := quarantineOf(part, qs); ok {
 			switch code(i) {

@@ -35,6 +35,11 @@ const (
 	// AttrFirstSequenceNumber is a run marker's first record.
 	AttrFirstSequenceNumber = "firstSequenceNumber"
 	attrLastEventID         = "lastEventId"
+	// AttrCounted (BOOL true) marks a run whose commit counted its
+	// records into their branches' applied items (docs/exactly-once.md,
+	// "The design: counted changes", A); a marker without it is a run of
+	// a version before (diagnosis: the fence is on the heads).
+	AttrCounted = "counted"
 )
 
 // RunMarkerItem is the run marker of the run starting at record eventID and
