@@ -43,9 +43,9 @@ const (
 type Applied struct {
 	Exists   bool
 	Retired  int64
-	Applied  int64 // writer-shaped records committed
-	Probed   int64 // rebase probes committed
-	Foreign  int64 // other records of the transaction partition committed
+	Applied  int64  // writer-shaped records committed
+	Probed   int64  // rebase probes committed
+	Foreign  int64  // other records of the transaction partition committed
 	Rebasing string // "" when no rebase runs
 }
 
