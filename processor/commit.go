@@ -548,6 +548,13 @@ func (p *Processor) commitTx(ctx context.Context, g Guard, claim func() ddbtypes
 					found = !q.exists && q.truncate() || found
 				}
 			}
+			if !found {
+				// Or an applied item whose count is no number: named.
+				if aerr := p.refusedApplied(ctx, ref.applied); aerr != nil {
+					p.metrics.Commits.WithLabelValues("failed").Inc()
+					return fmt.Errorf("commit refused: %w (%v)", aerr, err)
+				}
+			}
 			if found {
 				attempt-- // the refusal is not a failed attempt: the next try parks or truncates
 				continue
@@ -679,6 +686,23 @@ func foldOf(owner int) (int, bool) {
 func appliedOf(owner int) (int, bool) {
 	i := appliedOwnerBase - owner
 	return i, owner <= appliedOwnerBase
+}
+
+// refusedApplied reads the applied items a refused transaction updated
+// and returns the error of the first one whose counts are not numbers
+// (DynamoDB Local names no item in a ValidationException); nil when none
+// is, or when they cannot be read.
+func (p *Processor) refusedApplied(ctx context.Context, counts []table.AppliedCount) error {
+	for _, c := range counts {
+		item, err := p.getCheckpoint(ctx, aggregates.AppliedKey(c.Tenant, c.Branch))
+		if err != nil {
+			return nil
+		}
+		if _, err := table.DecodeApplied(item); err != nil {
+			return fmt.Errorf("the applied item of branch %s/%s cannot be counted into (docs/runbook.md, \"Foreign records\"): %w", c.Tenant, c.Branch, err)
+		}
+	}
+	return nil
 }
 
 // countLandedForeign counts n foreign records in
