@@ -81,8 +81,10 @@ type Workload struct {
 	// WriterShaped counts, per branch ("tenant/branch"), the writes
 	// (each a stream record) made with Counted that are writer-shaped by
 	// the design's rule: a count stepping by one from the stored item's
-	// (or 1 where no item is stored). A counted write over an item stored
-	// without a count starts it at 1 and is not writer-shaped.
+	// (or 1 where no item is stored), of an item whose entityType is the
+	// transaction's. A counted write over an item stored without a count
+	// starts it at 1 and is not writer-shaped, nor is one of an item a
+	// poison left with another entityType.
 	WriterShaped map[string]int
 	// stored is the change count of each key's stored item (tombstones
 	// included), -1 for an item stored without one; absent: no item.
@@ -255,7 +257,8 @@ func (w *Workload) count(k aggregates.Key, item map[string]ddbtypes.AttributeVal
 		next = prev + 1
 	}
 	table.Count(item, next)
-	if !exists || prev > 0 {
+	et, _ := item["entityType"].(*ddbtypes.AttributeValueMemberS)
+	if (!exists || prev > 0) && et != nil && et.Value == aggregates.EntityTransaction {
 		tenant, branch, _ := aggregates.ParseTransactionPK(k.PK)
 		w.WriterShaped[tenant+"/"+branch]++
 	}
