@@ -179,7 +179,11 @@ func classify(r *Record) change {
 // valid transactions):
 //
 //   - a rebase's probe (countProbed): a MODIFY whose new image holds probe
-//     and whose two images are equal apart from changes, probe and sig;
+//     and whose two images are equal apart from changes, probe and sig,
+//     the count stepping as the rebase's probe steps it (the old image's
+//     changes + 1, or 1 where the old image has none: B2) and the new
+//     sig matching: a write that only adds probe, or a probe's image
+//     copied, is foreign;
 //   - writer-shaped (countApplied): an INSERT whose new image holds
 //     changes = 1, or a MODIFY whose new image holds the old image's
 //     changes + 1, the new image's sig matching what it holds
@@ -202,11 +206,11 @@ func countOf(r *Record) countKind {
 		if r.OldImage == nil || r.NewImage == nil || !sameKey(r, r.OldImage) || !sameKey(r, r.NewImage) {
 			return countForeign
 		}
-		if isProbe(r.OldImage, r.NewImage) {
-			return countProbed
-		}
 		o, ok1 := table.Changes(r.OldImage)
 		n, ok2 := table.Changes(r.NewImage)
+		if isProbe(r.OldImage, r.NewImage) && ok2 && (ok1 && n == o+1 || !ok1 && n == 1) && table.SigMatches(r.NewImage) {
+			return countProbed
+		}
 		if ok1 && ok2 && n == o+1 && isTransactionItem(r.NewImage) && table.SigMatches(r.NewImage) {
 			return countApplied
 		}
