@@ -331,3 +331,56 @@ func TestCountedChanges_RandomizedStandardModeCountsEveryRecordOnce(t *testing.T
 		})
 	}
 }
+
+// Records of a transaction partition that change no report — a delete
+// into a tombstone of an item already absent from the reports, a
+// compaction's mark of the tombstone and its REMOVE — are claimed by
+// runs of their own and counted (the marker walk used to step over such
+// records as without effect), each once, whatever batch they come in.
+func TestCountedChanges_RecordsWithoutEffectOnTheReportsAreClaimedAndCounted(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t)
+	coord := table.CoordinationTableName(e.table)
+	p := e.processor(t, nil, nil)
+	deliver := func() {
+		t.Helper()
+		for _, r := range partitionRecords(t, e, 0) {
+			_, err := p.Process(ctx, p.MarkerGuard(), []processor.Record{r})
+			require.NoError(t, err)
+		}
+	}
+	putCounted(t, e, "a", "10", 1)
+	k := aggregates.Key{PK: aggregates.TransactionPK("t", "x"), SK: "2024-04-01#a"}
+	got, err := e.ddb.GetItem(ctx, &dynamodb.GetItemInput{TableName: &e.table, Key: table.Key(k), ConsistentRead: aws.Bool(true)})
+	require.NoError(t, err)
+	tomb := got.Item
+	for _, name := range table.TombstoneRemoves {
+		delete(tomb, name)
+	}
+	tomb[table.AttrDeletedAt] = sAV("2024-04-02T00:00:00Z")
+	table.Count(tomb, 2)
+	_, err = e.ddb.PutItem(ctx, &dynamodb.PutItemInput{TableName: &e.table, Item: tomb})
+	require.NoError(t, err)
+	deliver()
+	require.Equal(t, table.Applied{Exists: true, Applied: 2}, appliedOf(t, e, "t", "x"))
+
+	mark, err := table.MarkTombstone(e.table, coord, tomb, "compact-1")
+	require.NoError(t, err)
+	_, err = e.ddb.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: mark})
+	require.NoError(t, err)
+	retire, err := table.RetireTombstone(e.table, coord, k, "compact-1", 3)
+	require.NoError(t, err)
+	_, err = e.ddb.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: retire})
+	require.NoError(t, err)
+	recs := partitionRecords(t, e, 2)
+	require.Len(t, recs, 2, "the mark (a MODIFY of a tombstone) and the REMOVE")
+	for _, batch := range [][]processor.Record{recs[:1], recs, recs[1:], recs} {
+		res, err := p.Process(ctx, p.MarkerGuard(), batch)
+		require.NoError(t, err)
+		assert.Zero(t, res.Ignored)
+	}
+	assert.Equal(t, table.Applied{Exists: true, Applied: 4, Retired: 3}, appliedOf(t, e, "t", "x"),
+		"the create, the tombstone, the mark and the compaction's REMOVE, once each; retired as the compaction left it")
+	assert.Zero(t, testutil.ToFloat64(p.Metrics().ForeignRecords))
+	e.requireReconciled(t)
+}
