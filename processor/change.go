@@ -60,10 +60,14 @@ const (
 	countProbed
 	// countForeign: everything else of the partition.
 	countForeign
+	// countCompacted: a compaction's REMOVE of a tombstone it marked,
+	// counted apart (diagnosis only), in neither applied nor retired: the
+	// key's records up to its mark are in retired (the second review, C-a).
+	countCompacted
 )
 
 func (k countKind) String() string {
-	return [...]string{"none", "applied", "probed", "foreign"}[k]
+	return [...]string{"none", "applied", "probed", "foreign", "compacted"}[k]
 }
 
 // counted reports whether the change counts in its branch's applied item:
@@ -187,11 +191,13 @@ func classify(r *Record) change {
 //   - writer-shaped (countApplied): an INSERT whose new image holds
 //     changes = 1, or a MODIFY whose new image holds the old image's
 //     changes + 1, the new image's sig matching what it holds
-//     (table.SigMatches), both images of the record's key; or a
-//     compaction's REMOVE: its old image a tombstone marked by a
+//     (table.SigMatches), both images of the record's key, the image a
+//     transaction item (entityType TRANSACTION: the writer writes no other
+//     item there);
+//   - a compaction's REMOVE (countCompacted, counted apart: the second
+//     review, C-a): its old image a transaction's tombstone marked by a
 //     compaction (compacting), with its changes and a matching sig
-//     (table.MarkTombstone). The image counted must be a transaction
-//     item (entityType TRANSACTION): the writer writes no other item there;
+//     (table.MarkTombstone), not removed by the TTL service (C-b);
 //   - foreign (countForeign): every other record, among them a REMOVE
 //     that is not a compaction's (the writer never hard-deletes), an image
 //     without changes, a count that does not step by one, a sig that does
@@ -226,9 +232,9 @@ func countOf(r *Record) countKind {
 			return countForeign
 		}
 		_, marked := r.OldImage[table.AttrCompacting]
-		if _, ok := table.Changes(r.OldImage); ok && marked && table.IsTombstone(r.OldImage) &&
+		if _, ok := table.Changes(r.OldImage); ok && marked && !r.ByTTL && table.IsTombstone(r.OldImage) &&
 			isTransactionItem(r.OldImage) && table.SigMatches(r.OldImage) {
-			return countApplied
+			return countCompacted
 		}
 	}
 	return countForeign

@@ -94,6 +94,8 @@ func countedCases() map[string]Record {
 	table.Count(afterProbeKeptProbe, 4)
 	afterProbeKeptProbe[table.AttrProbe] = table.S("rebase-1")
 	afterProbeKeptProbe[table.AttrSig] = table.SigAV(table.Sig(with(afterProbeKeptProbe, table.AttrSig, nil)))
+	byTTL := rec("REMOVE", marked, nil)
+	byTTL.ByTTL = true
 	wrongView := rec("INSERT", nil, v1)
 	wrongView.StreamViewType = "NEW_IMAGE"
 	return map[string]Record{
@@ -101,7 +103,8 @@ func countedCases() map[string]Record {
 		"applied--modify-stepping-changes-by-one-with-its-sig":                           rec("MODIFY", v1, v2),
 		"applied--modify-to-a-tombstone-stepping-by-one":                                 rec("MODIFY", v2, tomb3),
 		"applied--compaction-mark-of-a-tombstone-stepping-by-one":                        rec("MODIFY", tomb3, marked),
-		"applied--remove-of-a-tombstone-marked-by-a-compaction-with-its-sig":             rec("REMOVE", marked, nil),
+		"compacted--remove-of-a-tombstone-marked-by-a-compaction-with-its-sig":           rec("REMOVE", marked, nil),
+		"foreign--remove-of-a-marked-tombstone-by-the-ttl-service":                       byTTL,
 		"applied--modify-after-a-probe-that-kept-probe-is-an-ordinary-change":            rec("MODIFY", probe, afterProbeKeptProbe),
 		"probed--probe-images-equal-but-changes-probe-sig-its-count-stepped-and-its-sig": rec("MODIFY", v2, probe),
 		"probed--probe-of-an-item-without-changes":                                       rec("MODIFY", plain, probeOfPlain),

@@ -628,6 +628,8 @@ func appliedCounts(changes []change) []table.AppliedCount {
 			out[j].Applied++
 		case countProbed:
 			out[j].Probed++
+		case countCompacted:
+			out[j].Compacted++
 		default:
 			out[j].Foreign++
 		}

@@ -23,6 +23,8 @@ import (
 //	             partition the consumers committed (step A: standard-mode runs)
 //	probed       N, the rebase probes among them, counted apart
 //	foreign      N, the other records of the partition committed (not writer-shaped)
+//	compacted    N, the compactions' REMOVEs committed: counted apart, in
+//	             neither applied nor retired (diagnosis only; the second review, C-a)
 //
 // and read: rebasing (S, set while a rebase of the branch runs; a
 // compaction refuses then). The batch consumers' counts and open marks,
@@ -37,16 +39,18 @@ const (
 	AttrAppliedCount = "applied"
 	AttrProbed       = "probed"
 	AttrForeign      = "foreign"
+	AttrCompacted    = "compacted"
 )
 
 // Applied is a branch's applied item as far as it is built.
 type Applied struct {
-	Exists   bool
-	Retired  int64
-	Applied  int64  // writer-shaped records committed
-	Probed   int64  // rebase probes committed
-	Foreign  int64  // other records of the transaction partition committed
-	Rebasing string // "" when no rebase runs
+	Exists    bool
+	Retired   int64
+	Applied   int64  // writer-shaped records committed
+	Probed    int64  // rebase probes committed
+	Foreign   int64  // other records of the transaction partition committed
+	Compacted int64  // compactions' REMOVEs committed (apart: diagnosis)
+	Rebasing  string // "" when no rebase runs
 }
 
 // DecodeApplied reads an applied item (nil: none yet, every count 0). A
@@ -60,7 +64,7 @@ func DecodeApplied(item map[string]types.AttributeValue) (Applied, error) {
 	for _, c := range []struct {
 		name string
 		to   *int64
-	}{{AttrRetired, &a.Retired}, {AttrAppliedCount, &a.Applied}, {AttrProbed, &a.Probed}, {AttrForeign, &a.Foreign}} {
+	}{{AttrRetired, &a.Retired}, {AttrAppliedCount, &a.Applied}, {AttrProbed, &a.Probed}, {AttrForeign, &a.Foreign}, {AttrCompacted, &a.Compacted}} {
 		if _, present := item[c.name]; present {
 			var ok bool
 			if *c.to, ok = Int64(item, c.name); !ok {
@@ -168,15 +172,16 @@ func RetireTombstone(ledgerTable, coord string, k aggregates.Key, id string, c i
 
 // AppliedCount is what one commit claims of one branch's transaction
 // partition: its writer-shaped records (Applied), the rebase probes among
-// the records (Probed, not in Applied) and the others (Foreign)
-// (docs/exactly-once.md, "The design: counted changes", A).
+// the records (Probed, not in Applied), the compactions' REMOVEs
+// (Compacted, apart) and the others (Foreign) (docs/exactly-once.md, "The
+// design: counted changes", A).
 type AppliedCount struct {
-	Tenant, Branch           string
-	Applied, Probed, Foreign int64
+	Tenant, Branch                      string
+	Applied, Probed, Foreign, Compacted int64
 }
 
 // Records is how many records the count covers.
-func (c AppliedCount) Records() int64 { return c.Applied + c.Probed + c.Foreign }
+func (c AppliedCount) Records() int64 { return c.Applied + c.Probed + c.Foreign + c.Compacted }
 
 // CountApplied is the update of c's branch's applied item in the
 // coordination table coord that rides in the transaction of the commit
@@ -187,9 +192,10 @@ func CountApplied(coord string, c AppliedCount) types.TransactWriteItem {
 	return types.TransactWriteItem{Update: &types.Update{
 		TableName: aws.String(coord), Key: Key(aggregates.AppliedKey(c.Tenant, c.Branch)),
 		UpdateExpression: aws.String("SET #a = if_not_exists(#a, :zero) + :n, #p = if_not_exists(#p, :zero) + :p, " +
-			"#f = if_not_exists(#f, :zero) + :f, #et = :et"),
-		ExpressionAttributeNames: map[string]string{"#a": AttrAppliedCount, "#p": AttrProbed, "#f": AttrForeign, "#et": AttrEntityType},
+			"#f = if_not_exists(#f, :zero) + :f, #c = if_not_exists(#c, :zero) + :c, #et = :et"),
+		ExpressionAttributeNames: map[string]string{"#a": AttrAppliedCount, "#p": AttrProbed, "#f": AttrForeign,
+			"#c": AttrCompacted, "#et": AttrEntityType},
 		ExpressionAttributeValues: map[string]types.AttributeValue{":zero": Int(0), ":n": Int(c.Applied), ":p": Int(c.Probed),
-			":f": Int(c.Foreign), ":et": S(aggregates.EntityApplied)},
+			":f": Int(c.Foreign), ":c": Int(c.Compacted), ":et": S(aggregates.EntityApplied)},
 	}}
 }
