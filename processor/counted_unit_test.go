@@ -13,7 +13,9 @@ import (
 	"time"
 
 	"github.com/aws/aws-lambda-go/events"
+	"github.com/aws/aws-sdk-go-v2/aws"
 	ddbtypes "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	streamtypes "github.com/aws/aws-sdk-go-v2/service/dynamodbstreams/types"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -216,5 +218,31 @@ func TestPlanRun_CountsOneAppliedUpdatePerBranch(t *testing.T) {
 	assert.Len(t, counts, 13)
 	for _, c := range counts {
 		assert.Equal(t, int64(1), c.Foreign, "no changes: foreign")
+	}
+}
+
+// A TTL deletion's userIdentity is read from both sources, so that its
+// REMOVE is never taken for a compaction's (the second review, C-b).
+func TestRecord_TheTTLServicesIdentityIsReadFromBothSources(t *testing.T) {
+	ttl := func(typ, principal string) *streamtypes.Identity {
+		return &streamtypes.Identity{Type: aws.String(typ), PrincipalId: aws.String(principal)}
+	}
+	for name, tc := range map[string]struct {
+		id   *streamtypes.Identity
+		want bool
+	}{
+		"ttl":                {ttl("Service", "dynamodb.amazonaws.com"), true},
+		"another service":    {ttl("Service", "other.amazonaws.com"), false},
+		"no identity":        {nil, false},
+		"a user, not a type": {ttl("User", "dynamodb.amazonaws.com"), false},
+	} {
+		t.Run(name, func(t *testing.T) {
+			r := FromStream(streamtypes.Record{EventID: aws.String("e"), EventName: streamtypes.OperationTypeRemove, UserIdentity: tc.id,
+				Dynamodb: &streamtypes.StreamRecord{SequenceNumber: aws.String("1")}}, "arn")
+			assert.Equal(t, tc.want, r.ByTTL, "FromStream")
+			ev, err := ToLambda(r)
+			require.NoError(t, err)
+			assert.Equal(t, tc.want, FromLambda(ev).ByTTL, "ToLambda and FromLambda")
+		})
 	}
 }

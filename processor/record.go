@@ -56,7 +56,7 @@ func FromLambda(r events.DynamoDBEventRecord) Record {
 		SizeBytes:      r.Change.SizeBytes,
 	}
 	if u := r.UserIdentity; u != nil {
-		rec.ByTTL = isTTLService(u.Type, u.PrincipalID)
+		rec.ByTTL = IsTTLIdentity(u.Type, u.PrincipalID)
 	}
 	if t := r.Change.ApproximateCreationDateTime.Time; !t.IsZero() && t.Unix() > 0 {
 		rec.ApproximateCreation = t.UTC()
@@ -101,7 +101,7 @@ func FromStream(r streamtypes.Record, streamARN string) Record {
 	}
 	rec.EventName = string(r.EventName)
 	if u := r.UserIdentity; u != nil {
-		rec.ByTTL = isTTLService(aws.ToString(u.Type), aws.ToString(u.PrincipalId))
+		rec.ByTTL = IsTTLIdentity(aws.ToString(u.Type), aws.ToString(u.PrincipalId))
 	}
 	sr := r.Dynamodb
 	if sr == nil {
@@ -212,7 +212,7 @@ const (
 	ttlPrincipal    = "dynamodb.amazonaws.com"
 )
 
-func isTTLService(typ, principal string) bool {
+func IsTTLIdentity(typ, principal string) bool {
 	return typ == ttlIdentityType && principal == ttlPrincipal
 }
 
