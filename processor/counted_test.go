@@ -384,3 +384,48 @@ func TestCountedChanges_RecordsWithoutEffectOnTheReportsAreClaimedAndCounted(t *
 	assert.Zero(t, testutil.ToFloat64(p.Metrics().ForeignRecords))
 	e.requireReconciled(t)
 }
+
+// conflictOnApplied cancels the first TransactWriteItems that updates an
+// applied item with a TransactionConflict on that item (as AWS answers a
+// transaction meeting another on one of its items), without sending it.
+type conflictOnApplied struct {
+	processor.DynamoDB
+	coord string
+	done  bool
+}
+
+func (c *conflictOnApplied) TransactWriteItems(ctx context.Context, in *dynamodb.TransactWriteItemsInput, opts ...func(*dynamodb.Options)) (*dynamodb.TransactWriteItemsOutput, error) {
+	if !c.done {
+		for i, it := range in.TransactItems {
+			if it.Update != nil && aws.ToString(it.Update.TableName) == c.coord {
+				c.done = true
+				reasons := make([]ddbtypes.CancellationReason, len(in.TransactItems))
+				for j := range reasons {
+					reasons[j].Code = aws.String("None")
+				}
+				reasons[i].Code = aws.String("TransactionConflict")
+				return nil, &ddbtypes.TransactionCanceledException{Message: aws.String("conflict"), CancellationReasons: reasons}
+			}
+		}
+	}
+	return c.DynamoDB.TransactWriteItems(ctx, in, opts...)
+}
+
+// A TransactionConflict on a branch's applied item (another run of the
+// branch, a compaction's retirement) cancels the run's transaction; it is
+// retried, counted as reason applied, and the records counted once.
+func TestCountedChanges_AConflictOnTheAppliedItemIsRetriedAndCountedOnce(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t)
+	putCounted(t, e, "a", "10", 1)
+	api := &conflictOnApplied{DynamoDB: e.ddb, coord: table.CoordinationTableName(e.table)}
+	p := e.processor(t, nil, api)
+	_, err := p.Process(ctx, p.MarkerGuard(), partitionRecords(t, e, 0))
+	require.NoError(t, err)
+	require.True(t, api.done)
+	assert.Equal(t, table.Applied{Exists: true, Applied: 1}, appliedOf(t, e, "t", "x"))
+	m := p.Metrics()
+	assert.Equal(t, 1.0, testutil.ToFloat64(m.Conflicts.WithLabelValues(processor.ConflictApplied)))
+	assert.Equal(t, 1.0, testutil.ToFloat64(m.Conflicts.WithLabelValues(processor.ConflictTransactionConflict)))
+	e.requireReconciled(t)
+}
