@@ -1,0 +1,95 @@
+package processor_test
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"testing"
+
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	ddbtypes "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/ledger-dev/ledger/aggregates"
+	"github.com/ledger-dev/ledger/internal/ledgertest"
+	"github.com/ledger-dev/ledger/processor"
+	"github.com/ledger-dev/ledger/table"
+)
+
+// The adversarial review of issue 25 step A as built (session 18,
+// docs/exactly-once.md, "Review (adversarial, session 18): step A as
+// built"): sequences the review tried against the standard-mode runs'
+// counts on DynamoDB Local.
+
+// putTombstoneInsert puts, as the writer's counted write would leave it,
+// a transaction's tombstone under a key that had no item (an INSERT of a
+// tombstone: writer-shaped, changes = 1, and without effect on any
+// report): a record that the runs now claim and count although it
+// changes no figure.
+func putTombstoneInsert(t *testing.T, e *env, branch, id string) {
+	t.Helper()
+	k := aggregates.Key{PK: aggregates.TransactionPK("t", branch), SK: "2024-04-01#" + id}
+	item := map[string]ddbtypes.AttributeValue{
+		"PK": sAV(k.PK), "SK": sAV(k.SK), "entityType": sAV(aggregates.EntityTransaction),
+		"createdAt": sAV("2024-04-01T12:00:00Z"), "version": nAV("1"),
+		table.AttrDeletedAt: sAV("2024-04-02T00:00:00Z"),
+	}
+	table.Count(item, 1)
+	_, err := e.ddb.PutItem(context.Background(), &dynamodb.PutItemInput{TableName: &e.table, Item: item})
+	require.NoError(t, err)
+}
+
+// Records of many branches in one batch: each run's transaction carries
+// one applied update per branch besides the claim and the end-keyed
+// marker, so a batch of records of 150 branches, none of which changes a
+// report, is cut into runs of at most 98 branches (the default 99 items
+// less the end marker: claim + 98 + end = 100, TransactWriteItems' limit),
+// and a lost answer on the first and on a later run's transaction, a
+// redelivery from the start, a short redelivery ending inside the second
+// run and the whole batch again count every record exactly once. The
+// branches' records are interleaved with records of branch x that do
+// change reports, so effective and counted-only records share runs.
+func TestReviewS18Counted_ManyBranchesInOneBatchAreCutAndCountedOnce(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t)
+	const branches = 150
+	for i := range branches {
+		putTombstoneInsert(t, e, fmt.Sprintf("b%03d", i), "z")
+		if i%30 == 0 {
+			putCounted(t, e, fmt.Sprintf("a%03d", i), "10", 1)
+		}
+	}
+	recs := partitionRecords(t, e, 0)
+	require.Len(t, recs, branches+branches/30)
+
+	var calls atomic.Int64
+	e.faults.Decide = func(op string) ledgertest.Fault {
+		if op != "TransactWriteItems" {
+			return ledgertest.Pass
+		}
+		switch calls.Add(1) {
+		case 1, 3:
+			return ledgertest.LoseAnswer // the first run's and a later one's: landed, the caller sees an error
+		}
+		return ledgertest.Pass
+	}
+	p := e.processor(t, nil, e.faulty)
+	res, err := p.Process(ctx, p.MarkerGuard(), recs)
+	require.NoError(t, err)
+	t.Logf("first delivery: %+v, transactions sent %d", res, calls.Load())
+	for _, batch := range [][]processor.Record{recs, recs[:120], recs} {
+		_, err := p.Process(ctx, p.MarkerGuard(), batch)
+		require.NoError(t, err)
+	}
+	var sum int64
+	for i := range branches {
+		a := appliedOf(t, e, "t", fmt.Sprintf("b%03d", i))
+		assert.Equal(t, table.Applied{Exists: true, Applied: 1}, a, "branch b%03d", i)
+		sum += a.Applied
+	}
+	x := appliedOf(t, e, "t", "x")
+	assert.Equal(t, table.Applied{Exists: true, Applied: int64(branches / 30)}, x)
+	assert.Equal(t, int64(branches), sum)
+	e.requireReconciled(t)
+}
