@@ -64,7 +64,11 @@ func (p *Processor) commitRuns(ctx context.Context, g Guard, changes []change, r
 			}
 		}
 		counts := countsApplied(g)
-		r := planRun(changes[done:], p.cfg.MaxItemsPerRun-claimExtra(g), p.cfg.MaxEntriesPerItem, known, counts)
+		extra := claimExtra(g)
+		if counts && !changes[done].guarded() {
+			extra++ // room for the claim under the key a version before counting would use (oldKeyOf)
+		}
+		r := planRun(changes[done:], p.cfg.MaxItemsPerRun-extra, p.cfg.MaxEntriesPerItem, known, counts)
 		keys := r.fold.Keys()
 		var applied []table.AppliedCount
 		if counts {
@@ -90,6 +94,9 @@ func (p *Processor) commitRuns(ctx context.Context, g Guard, changes []change, r
 			}
 			id := g.runID(recs)
 			ref := commitRef{id: id, rollupClaim: id, rollups: !p.cfg.NoRollups, from: recs[0].SequenceNumber, to: lastSequence(recs), applied: applied}
+			if counts {
+				ref.oldKey = oldKeyOf(r.changes)
+			}
 			if len(r.changes) > 1 {
 				ref.maxWrites = p.cfg.MaxItemsPerRun // a run of one record cannot be cut further
 			}
@@ -298,6 +305,31 @@ type commitRef struct {
 	// whose transaction partitions the commit claims records of
 	// (table.CountApplied; a standard-mode run's: countsApplied).
 	applied []table.AppliedCount
+	// oldKey, when set, is the id of the record a version before counted
+	// changes would have keyed this run's marker by (oldKeyOf): the
+	// commit claims the marker under it too, on the same condition.
+	oldKey string
+}
+
+// oldKeyOf is the record a version before counted changes (step A) would
+// key a run of changes by when the run's first record needs no claim of
+// its own there: that version's walk stepped over records that change no
+// report and keyed the run by the first that needs a claim (an effect or
+// a quarantine item). "" when the run's first record is that record, or
+// when no record of the run is. Claiming both keys makes a run of the
+// version before on the same records, committed at the same time,
+// refuse this one or be refused (docs/exactly-once.md, "Review
+// (adversarial, session 18): step A as built", hole 1).
+func oldKeyOf(changes []change) string {
+	if len(changes) == 0 || changes[0].guarded() {
+		return ""
+	}
+	for i := range changes {
+		if changes[i].guarded() {
+			return recordID(changes[i].rec)
+		}
+	}
+	return ""
 }
 
 // foreign is how many foreign records the commit counts.
@@ -458,6 +490,12 @@ func (p *Processor) commitTx(ctx context.Context, g Guard, claim func() ddbtypes
 		}
 		if items, owner, err = p.withRunEnd(items, owner); err != nil {
 			return err
+		}
+		if ref.oldKey != "" && items[0].Put != nil {
+			if len(items)+1 > transactLimit {
+				return fmt.Errorf("%d writes, the claim, the run's end marker and its claim under the older key: %w", len(items)-1, errRunOverflow)
+			}
+			items, owner = append(items, table.ClaimRunMarker(p.cfg.Table, table.RekeyRunMarker(items[0].Put.Item, ref.oldKey))), append(owner, ownerGuard)
 		}
 		p.metrics.WriteRequests.WithLabelValues("TransactWriteItems").Inc()
 		out, err := p.api.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{
@@ -846,7 +884,13 @@ func (p *Processor) cancelled(g Guard, keys []aggregates.ReportKey, owner []int,
 		}
 		return ""
 	}
-	if code(0) == "ConditionalCheckFailed" {
+	taken := code(0) == "ConditionalCheckFailed"
+	for i := 1; i < len(owner) && !taken; i++ {
+		// The run's claim under the older key (commitRef.oldKey): the
+		// guard's too.
+		taken = owner[i] == ownerGuard && code(i) == "ConditionalCheckFailed"
+	}
+	if taken {
 		g.reset()
 		for _, k := range keys {
 			p.shapes.forget(k.Key())

@@ -8,6 +8,7 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	ddbtypes "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -92,4 +93,56 @@ func TestReviewS18Counted_ManyBranchesInOneBatchAreCutAndCountedOnce(t *testing.
 	assert.Equal(t, table.Applied{Exists: true, Applied: int64(branches / 30)}, x)
 	assert.Equal(t, int64(branches), sum)
 	e.requireReconciled(t)
+}
+
+// beforeFirstCommit runs hook once, right before the first
+// TransactWriteItems it forwards: another consumer's commit landing
+// between this one's walk and its commit.
+type beforeFirstCommit struct {
+	processor.DynamoDB
+	hook func()
+	done bool
+}
+
+func (b *beforeFirstCommit) TransactWriteItems(ctx context.Context, in *dynamodb.TransactWriteItemsInput, opts ...func(*dynamodb.Options)) (*dynamodb.TransactWriteItemsOutput, error) {
+	if !b.done {
+		b.done = true
+		b.hook()
+	}
+	return b.DynamoDB.TransactWriteItems(ctx, in, opts...)
+}
+
+// Hole 1 (mixed versions on one batch): a version before step A keys a
+// run by its first record with an effect on the reports, stepping over
+// the records before it that change none; step A keys it by its first
+// counted record. Records A (a writer-shaped tombstone of an absent item:
+// counted, no effect) and B (a create) delivered at once to both: the old
+// version's run [B] claims RUN#B — played here by a consumer given the
+// batch [B], which is the run the old version's walk leaves of [A, B] and
+// claims the same marker — between the new version's walk and its commit
+// of [A, B], which claimed RUN#A only: B was applied twice. The new
+// version's run whose first record changes no report now also claims,
+// on the same condition, the marker the old version keys it by (its first
+// record that needs a claim), so one of the two commits is refused and
+// re-walks.
+func TestReviewS18Counted_AnOlderVersionsRunOnTheSameBatchIsExcluded(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t)
+	putTombstoneInsert(t, e, "x", "a")
+	putCounted(t, e, "b", "10", 1)
+	recs := partitionRecords(t, e, 0)
+	require.Len(t, recs, 2)
+
+	old := e.processor(t, nil, nil)
+	api := &beforeFirstCommit{DynamoDB: e.ddb, hook: func() {
+		_, err := old.Process(ctx, old.MarkerGuard(), recs[1:])
+		require.NoError(t, err)
+	}}
+	p := e.processor(t, nil, api)
+	_, err := p.Process(ctx, p.MarkerGuard(), recs)
+	require.NoError(t, err)
+	require.True(t, api.done)
+	assert.Equal(t, 1.0, testutil.ToFloat64(p.Metrics().Conflicts.WithLabelValues(processor.ConflictDuplicate)),
+		"the new version's commit is refused by the old version's claim")
+	e.requireReconciled(t) // B applied once
 }

@@ -85,6 +85,21 @@ func RunEndMarker(claim map[string]types.AttributeValue) (map[string]types.Attri
 	return end, true
 }
 
+// RekeyRunMarker is a copy of the run marker claim under the record
+// eventID (a run's claim under the key a version before counted changes
+// would have used: processor's commitRef.oldKey), naming the same run's
+// end.
+func RekeyRunMarker(claim map[string]types.AttributeValue, eventID string) map[string]types.AttributeValue {
+	out := make(map[string]types.AttributeValue, len(claim))
+	for name, v := range claim {
+		out[name] = v
+	}
+	for name, v := range Key(aggregates.RunMarkerKey(eventID)) {
+		out[name] = v
+	}
+	return out
+}
+
 // PutRunEndMarker is the transaction action that puts a run's end-keyed
 // marker, unconditionally (its run's claim is the condition).
 func PutRunEndMarker(tableName string, end map[string]types.AttributeValue) types.TransactWriteItem {
