@@ -146,3 +146,33 @@ func TestReviewS18Counted_AnOlderVersionsRunOnTheSameBatchIsExcluded(t *testing.
 		"the new version's commit is refused by the old version's claim")
 	e.requireReconciled(t) // B applied once
 }
+
+// The claim under the older key takes an item of the run's transaction:
+// the planner reserves it for a run whose first record needs no claim of
+// its own. A counted record without effect, then an invalid transaction
+// (a quarantine item, no report entry: planning it again without the
+// report shapes cuts nothing more), then records of 120 more branches:
+// the first run is planned to the full 100 items with the older key's
+// claim among them, and every record is counted once.
+func TestReviewS18Counted_TheOlderKeysClaimHasItsRoomInTheRun(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t)
+	putTombstoneInsert(t, e, "b000", "z")
+	_, err := e.ddb.PutItem(ctx, &dynamodb.PutItemInput{TableName: &e.table, Item: map[string]ddbtypes.AttributeValue{
+		"PK": sAV(aggregates.TransactionPK("t", "x")), "SK": sAV("2024-04-01#bad"),
+		"entityType": sAV(aggregates.EntityTransaction), "type": sAV("BOGUS"), "amount": nAV("1"),
+	}})
+	require.NoError(t, err)
+	for i := 1; i <= 120; i++ {
+		putTombstoneInsert(t, e, fmt.Sprintf("b%03d", i), "z")
+	}
+	recs := partitionRecords(t, e, 0)
+	p := e.processor(t, nil, nil)
+	res, err := p.Process(ctx, p.MarkerGuard(), recs)
+	require.NoError(t, err)
+	assert.Equal(t, 2, res.Runs)
+	for i := 0; i <= 120; i++ {
+		assert.Equal(t, int64(1), appliedOf(t, e, "t", fmt.Sprintf("b%03d", i)).Applied, "branch b%03d", i)
+	}
+	assert.Equal(t, table.Applied{Exists: true, Foreign: 1}, appliedOf(t, e, "t", "x"))
+}
