@@ -181,7 +181,8 @@ type Config struct {
 	// LeaseMode (the review of the late heartbeat, session 17, D1).
 	LeaseMode LeaseMode
 	// DiscoverInterval is how often the whole stream is listed (default
-	// 5m, and at start). Between listings a finished shard's children are
+	// 5m, and at start): a listing is due this long after the last one
+	// completed. Between listings a finished shard's children are
 	// looked up with ShardFilter CHILD_SHARDS by the poller that finished
 	// it, which registers them in lease items, where the others learn of
 	// them (design.md, "Scale").

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -187,4 +188,79 @@ func TestReviewS17_RoundsComeEverySecondOnlyWhileAFirstListingIsUnderWay(t *test
 			assert.Equal(t, tc.want, poller.NextRound(tp.Poller))
 		})
 	}
+}
+
+// listingCalls records when each listing of the whole stream started (its
+// first page asked) and completed (its last page answered), in front of
+// the emulation; children lookups (ShardFilter) are not listings.
+type listingCalls struct {
+	poller.Streams
+	mu          sync.Mutex
+	starts, end []time.Time
+}
+
+func (l *listingCalls) DescribeStream(ctx context.Context, in *dynamodbstreams.DescribeStreamInput, opts ...func(*dynamodbstreams.Options)) (*dynamodbstreams.DescribeStreamOutput, error) {
+	listing := in.ShardFilter == nil
+	if listing && in.ExclusiveStartShardId == nil {
+		l.mu.Lock()
+		l.starts = append(l.starts, time.Now())
+		l.mu.Unlock()
+	}
+	out, err := l.Streams.DescribeStream(ctx, in, opts...)
+	if listing && err == nil && out.StreamDescription != nil && out.StreamDescription.LastEvaluatedShardId == nil {
+		l.mu.Lock()
+		l.end = append(l.end, time.Now())
+		l.mu.Unlock()
+	}
+	return out, err
+}
+
+// gaps returns, for each listing started after another completed, the time
+// from that completion to the start.
+func (l *listingCalls) gaps() []time.Duration {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []time.Duration
+	for _, s := range l.starts {
+		var last time.Time
+		for _, e := range l.end {
+			if e.Before(s) && e.After(last) {
+				last = e
+			}
+		}
+		if !last.IsZero() {
+			out = append(out, s.Sub(last))
+		}
+	}
+	return out
+}
+
+// Review (adversarial, session 17), hole S17-D2: a listing paced across
+// rounds that outlasts --discover-interval was due again the moment it
+// completed (its time was its first page's), so the poller listed back to
+// back and spent its whole share of DescribeStream's rate on listings.
+// Now the next listing is due the interval after the last one completed.
+// Here four pages at one call a second (about 4 s) against a 2 s
+// interval: every listing starts at least the interval after the one
+// before completed (a loaded machine only makes the gaps longer). Before:
+// the next listing started at the next round, within a second.
+func TestReviewS17_AListingIsDueTheIntervalAfterTheLastOneCompleted(t *testing.T) {
+	ddbtest.Long(t)
+	const interval = 2 * time.Second
+	e := newEmuEnv(t, 1703, streamemu.Config{Shards: 8, Seed: 1703, ListPage: 2})
+	calls := &listingCalls{Streams: e.s}
+	tp := e.poller(t, "a", calls, func(c *poller.Config) {
+		c.DescribeRate = 1 // one page a second: a listing of 4 pages spans about 4 s
+		c.DiscoverInterval = interval
+	})
+	stop := start(t, tp)
+	eventually(t, "three listings after the first", 3*time.Minute, func() bool { return len(calls.gaps()) >= 3 })
+	stop()
+	gaps := calls.gaps()
+	t.Logf("gaps between a listing's end and the next one's start: %v", gaps)
+	for _, g := range gaps {
+		assert.GreaterOrEqual(t, g, interval-100*time.Millisecond, "a listing started before the interval after the last one ended")
+	}
+	e.write(t, 20)
+	e.finish(t, nil)
 }
