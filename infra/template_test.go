@@ -368,6 +368,7 @@ func TestTemplate_AlarmsCoverTheFailureModes(t *testing.T) {
 		"ledger ledger_aggregate_conflicts_total{reason=" + processor.ConflictTransactionConflict + "}",
 		"ledger ledger_aggregate_conflicts_total{reason=" + processor.ConflictConditionFailed + "}",
 		"ledger ledger_quarantined_records_total",
+		"ledger ledger_foreign_records_total",
 	} {
 		assert.True(t, got[want], "no alarm on %s", want)
 	}

@@ -1,8 +1,11 @@
 package processor
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
+
+	ddbtypes "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/ledger-dev/ledger/aggregates"
 	"github.com/ledger-dev/ledger/table"
@@ -32,7 +35,44 @@ type change struct {
 	// newer: a roll-up delta INSERT of a format this version does not read
 	// (table.ErrNewerDeltaFormat): refused by name, never quarantined.
 	newer error
+	// kind is what the record is for its branch's applied item
+	// (countOf): countNone unless the record's keys name a branch's
+	// transaction partition, branch the branch they name.
+	kind   countKind
+	branch branchID
 }
+
+// branchID names a branch: the applied item its records count into.
+type branchID struct{ tenant, branch string }
+
+// countKind is what a record of a branch's transaction partition counts
+// as in the branch's applied item (docs/exactly-once.md, "The design:
+// counted changes", A).
+type countKind int
+
+const (
+	// countNone: not a record of a transaction partition (or one whose
+	// keys are unreadable: no branch to count it for; it is quarantined).
+	countNone countKind = iota
+	// countApplied: writer-shaped (countOf).
+	countApplied
+	// countProbed: a rebase's probe.
+	countProbed
+	// countForeign: everything else of the partition.
+	countForeign
+	// countCompacted: a compaction's REMOVE of a tombstone it marked,
+	// counted apart (diagnosis only), in neither applied nor retired: the
+	// key's records up to its mark are in retired (the second review, C-a).
+	countCompacted
+)
+
+func (k countKind) String() string {
+	return [...]string{"none", "applied", "probed", "foreign", "compacted"}[k]
+}
+
+// counted reports whether the change counts in its branch's applied item:
+// a record of a transaction partition, not a repeat of the batch.
+func (c *change) counted() bool { return !c.dup && c.kind != countNone }
 
 // effective reports whether the change can alter a report (or a roll-up
 // partial).
@@ -81,6 +121,9 @@ func classify(r *Record) change {
 	// A transaction, or a record whose keys are missing or unreadable: it
 	// might be one, so it is quarantined rather than dropped.
 	c.isTxn = true
+	if tenant, branch, ok := aggregates.ParseTransactionPK(pk); ok {
+		c.branch, c.kind = branchID{tenant, branch}, countOf(r)
+	}
 	shape := func(format string, args ...any) change {
 		if c.invalid == nil {
 			c.invalid = &aggregates.InvalidError{Reason: aggregates.ReasonShape, Detail: fmt.Sprintf(format, args...)}
@@ -132,6 +175,115 @@ func classify(r *Record) change {
 		shape("%s record without a new image", r.EventName)
 	}
 	return c
+}
+
+// countOf classifies a record of a branch's transaction partition for the
+// branch's applied item (docs/exactly-once.md, "The design: counted
+// changes", A), from its shape alone (not from whether its images are
+// valid transactions):
+//
+//   - a rebase's probe (countProbed): a MODIFY whose new image holds probe
+//     and whose two images are equal apart from changes, probe and sig,
+//     the count stepping as the rebase's probe steps it (the old image's
+//     changes + 1, or 1 where the old image has none: B2) and the new
+//     sig matching: a write that only adds probe, or a probe's image
+//     copied, is foreign;
+//   - writer-shaped (countApplied): an INSERT whose new image holds
+//     changes = 1, or a MODIFY whose new image holds the old image's
+//     changes + 1, the new image's sig matching what it holds
+//     (table.SigMatches), both images of the record's key, the image a
+//     transaction item (entityType TRANSACTION: the writer writes no other
+//     item there);
+//   - a compaction's REMOVE (countCompacted, counted apart: the second
+//     review, C-a): its old image a transaction's tombstone marked by a
+//     compaction (compacting), with its changes and a matching sig
+//     (table.MarkTombstone), not removed by the TTL service (C-b);
+//   - foreign (countForeign): every other record, among them a REMOVE
+//     that is not a compaction's (the writer never hard-deletes), an image
+//     without changes, a count that does not step by one, a sig that does
+//     not match, an item of the partition that is no transaction, and a
+//     record that could not be decoded or carries the wrong view type.
+func countOf(r *Record) countKind {
+	if r.DecodeErr != nil || r.StreamViewType != "" && r.StreamViewType != "NEW_AND_OLD_IMAGES" {
+		return countForeign
+	}
+	switch r.EventName {
+	case "MODIFY":
+		if r.OldImage == nil || r.NewImage == nil || !sameKey(r, r.OldImage) || !sameKey(r, r.NewImage) {
+			return countForeign
+		}
+		o, ok1 := table.Changes(r.OldImage)
+		n, ok2 := table.Changes(r.NewImage)
+		if isProbe(r.OldImage, r.NewImage) && ok2 && (ok1 && n == o+1 || !ok1 && n == 1) && table.SigMatches(r.NewImage) {
+			return countProbed
+		}
+		if ok1 && ok2 && n == o+1 && isTransactionItem(r.NewImage) && table.SigMatches(r.NewImage) {
+			return countApplied
+		}
+	case "INSERT":
+		if r.NewImage == nil || !sameKey(r, r.NewImage) {
+			return countForeign
+		}
+		if n, ok := table.Changes(r.NewImage); ok && n == 1 && isTransactionItem(r.NewImage) && table.SigMatches(r.NewImage) {
+			return countApplied
+		}
+	case "REMOVE":
+		if r.OldImage == nil || !sameKey(r, r.OldImage) {
+			return countForeign
+		}
+		_, marked := r.OldImage[table.AttrCompacting]
+		if _, ok := table.Changes(r.OldImage); ok && marked && !r.ByTTL && table.IsTombstone(r.OldImage) &&
+			isTransactionItem(r.OldImage) && table.SigMatches(r.OldImage) {
+			return countCompacted
+		}
+	}
+	return countForeign
+}
+
+// sameKey reports whether image holds the record's key.
+func sameKey(r *Record, image map[string]ddbtypes.AttributeValue) bool {
+	return table.KeyOf(image) == table.KeyOf(r.Keys)
+}
+
+// isTransactionItem reports whether image is an item of the writer's kind
+// (a transaction or its tombstone).
+func isTransactionItem(image map[string]ddbtypes.AttributeValue) bool {
+	et, _ := table.String(image, table.AttrEntityType)
+	return et == aggregates.EntityTransaction
+}
+
+// isProbe reports whether a MODIFY from old to new is a rebase's probe:
+// new holds probe, and the two images are equal apart from changes, probe
+// and sig (a write after a probe that kept probe changes something else,
+// and is counted as what it is).
+func isProbe(old, new map[string]ddbtypes.AttributeValue) bool {
+	if _, ok := new[table.AttrProbe]; !ok {
+		return false
+	}
+	skip := func(name string) bool {
+		return name == table.AttrChanges || name == table.AttrProbe || name == table.AttrSig
+	}
+	for name, v := range new {
+		if !skip(name) && !equalValue(name, v, old[name]) {
+			return false
+		}
+	}
+	for name := range old {
+		if _, ok := new[name]; !ok && !skip(name) {
+			return false
+		}
+	}
+	return true
+}
+
+// equalValue reports whether attribute name holds the same value in a as
+// in b (nil: absent), compared by table.Sig's canonical encoding: a
+// number's text and a set's order do not matter.
+func equalValue(name string, a, b ddbtypes.AttributeValue) bool {
+	if a == nil || b == nil {
+		return a == nil && b == nil
+	}
+	return bytes.Equal(table.Sig(map[string]ddbtypes.AttributeValue{name: a}), table.Sig(map[string]ddbtypes.AttributeValue{name: b}))
 }
 
 // classifyLane classifies a record of a roll-up lane key

@@ -63,15 +63,26 @@ func (p *Processor) commitRuns(ctx context.Context, g Guard, changes []change, r
 				return nil
 			}
 		}
-		r := planRun(changes[done:], p.cfg.MaxItemsPerRun-claimExtra(g), p.cfg.MaxEntriesPerItem, known)
+		counts := countsApplied(g)
+		extra := claimExtra(g)
+		if counts && !changes[done].guarded() {
+			extra++ // room for the claim under the key a version before counting would use (oldKeyOf)
+		}
+		r := planRun(changes[done:], p.cfg.MaxItemsPerRun-extra, p.cfg.MaxEntriesPerItem, known, counts)
 		keys := r.fold.Keys()
+		var applied []table.AppliedCount
+		if counts {
+			applied = appliedCounts(r.changes)
+		}
 		// A run with a change that has an effect is claimed even when its
 		// deltas cancel out (an insert and a remove of one item, a modify of
 		// no aggregated field): the marker walk must find it; so is a run
-		// with an invalid record, whose quarantine item the claim writes.
-		// Only a run without any (ignored records, invalid old images,
-		// repeats) commits nothing, as processing it again changes nothing.
-		if len(keys) > 0 || anyGuarded(r.changes) {
+		// with an invalid record, whose quarantine item the claim writes,
+		// and (a guard that counts) a run with a record of a transaction
+		// partition, which its branch's applied item counts. Only a run
+		// without any (ignored records, repeats) commits nothing, as
+		// processing it again changes nothing.
+		if len(keys) > 0 || anyGuarded(r.changes) || len(applied) > 0 {
 			recs := r.records()
 			// One part per report: planRun keeps a report within
 			// MaxEntriesPerItem entries, but a run of one roll-up delta
@@ -82,7 +93,10 @@ func (p *Processor) commitRuns(ctx context.Context, g Guard, changes []change, r
 				parts = append(parts, partsOf(r.fold, k, max(p.cfg.MaxEntriesPerItem, table.MaxRollupDeltaPeriodEntries))...)
 			}
 			id := g.runID(recs)
-			ref := commitRef{id: id, rollupClaim: id, rollups: !p.cfg.NoRollups, from: recs[0].SequenceNumber, to: lastSequence(recs)}
+			ref := commitRef{id: id, rollupClaim: id, rollups: !p.cfg.NoRollups, from: recs[0].SequenceNumber, to: lastSequence(recs), applied: applied}
+			if counts {
+				ref.oldKey = oldKeyOf(r.changes)
+			}
 			if len(r.changes) > 1 {
 				ref.maxWrites = p.cfg.MaxItemsPerRun // a run of one record cannot be cut further
 			}
@@ -287,6 +301,44 @@ type commitRef struct {
 	// maxWrites, when set, is the most writes the transaction was planned
 	// with besides its claim (a run's): more returns errRunOverflow.
 	maxWrites int
+	// applied holds the updates of the applied items of the branches
+	// whose transaction partitions the commit claims records of
+	// (table.CountApplied; a standard-mode run's: countsApplied).
+	applied []table.AppliedCount
+	// oldKey, when set, is the id of the record a version before counted
+	// changes would have keyed this run's marker by (oldKeyOf): the
+	// commit claims the marker under it too, on the same condition.
+	oldKey string
+}
+
+// oldKeyOf is the record a version before counted changes (step A) would
+// key a run of changes by when the run's first record needs no claim of
+// its own there: that version's walk stepped over records that change no
+// report and keyed the run by the first that needs a claim (an effect or
+// a quarantine item). "" when the run's first record is that record, or
+// when no record of the run is. Claiming both keys makes a run of the
+// version before on the same records, committed at the same time,
+// refuse this one or be refused (docs/exactly-once.md, "Review
+// (adversarial, session 18): step A as built", hole 1).
+func oldKeyOf(changes []change) string {
+	if len(changes) == 0 || changes[0].guarded() {
+		return ""
+	}
+	for i := range changes {
+		if changes[i].guarded() {
+			return recordID(changes[i].rec)
+		}
+	}
+	return ""
+}
+
+// foreign is how many foreign records the commit counts.
+func (r commitRef) foreign() int64 {
+	var n int64
+	for _, c := range r.applied {
+		n += c.Foreign
+	}
+	return n
 }
 
 // commitTx commits one transaction: the guard action claim() returns, the
@@ -341,6 +393,8 @@ func (p *Processor) commitTx(ctx context.Context, g Guard, claim func() ddbtypes
 	// gone marks the folds whose delta item is not there (its delete's
 	// condition failed): the delete is dropped from the transaction.
 	gone := map[int]bool{}
+	sentClaims := map[string]bool{}
+	var claimKey aggregates.Key
 	var lastErr error
 	for attempt := 1; attempt <= p.cfg.MaxAttempts; attempt++ {
 		if attempt > 1 {
@@ -417,6 +471,10 @@ func (p *Processor) commitTx(ctx context.Context, g Guard, claim func() ddbtypes
 				owner = append(owner, quarantineOwner(i))
 			}
 		}
+		for i, c := range ref.applied {
+			items = append(items, table.CountApplied(p.cfg.CoordinationTable, c))
+			owner = append(owner, appliedOwner(i))
+		}
 		if ref.maxWrites > 0 && len(items)-1 > ref.maxWrites {
 			return fmt.Errorf("%d writes, planned for at most %d: %w", len(items)-1, ref.maxWrites, errRunOverflow)
 		}
@@ -424,8 +482,20 @@ func (p *Processor) commitTx(ctx context.Context, g Guard, claim func() ddbtypes
 			return fmt.Errorf("%d writes and the claim, more than a transaction takes (%d): the plan reserved too little room", len(items)-1, maxTransactItems)
 		}
 		items[0] = claim()
+		if put := items[0].Put; put != nil {
+			// The claims sent, by their updatedAt: a lost answer's landed
+			// claim is recognised by it (countLandedForeign).
+			at, _ := table.String(put.Item, table.AttrUpdatedAt)
+			sentClaims[at], claimKey = true, table.KeyOf(put.Item)
+		}
 		if items, owner, err = p.withRunEnd(items, owner); err != nil {
 			return err
+		}
+		if ref.oldKey != "" && items[0].Put != nil {
+			if len(items)+1 > transactLimit {
+				return fmt.Errorf("%d writes, the claim, the run's end marker and its claim under the older key: %w", len(items)-1, errRunOverflow)
+			}
+			items, owner = append(items, table.ClaimRunMarker(p.cfg.Table, table.RekeyRunMarker(items[0].Put.Item, ref.oldKey))), append(owner, ownerGuard)
 		}
 		p.metrics.WriteRequests.WithLabelValues("TransactWriteItems").Inc()
 		out, err := p.api.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{
@@ -442,6 +512,7 @@ func (p *Processor) commitTx(ctx context.Context, g Guard, claim func() ddbtypes
 			}
 			p.countParked(parts, parked, ref)
 			p.countQuarantined(qs)
+			p.metrics.ForeignRecords.Add(float64(ref.foreign()))
 			for i, pt := range parts {
 				if _, ok := parked[i]; !ok {
 					cur := ""
@@ -478,6 +549,9 @@ func (p *Processor) commitTx(ctx context.Context, g Guard, claim func() ddbtypes
 				if len(qs) > 0 {
 					p.countLandedQuarantine(ctx, qs)
 				}
+				if ref.foreign() > 0 {
+					p.countLandedForeign(ctx, claimKey, sentClaims, ref.foreign())
+				}
 			}
 			if err != nil {
 				return err
@@ -510,6 +584,13 @@ func (p *Processor) commitTx(ctx context.Context, g Guard, claim func() ddbtypes
 				// again truncated (once).
 				for _, q := range qs {
 					found = !q.exists && q.truncate() || found
+				}
+			}
+			if !found {
+				// Or an applied item whose count is no number: named.
+				if aerr := p.refusedApplied(ctx, ref.applied); aerr != nil {
+					p.metrics.Commits.WithLabelValues("failed").Inc()
+					return fmt.Errorf("commit refused: %w (%v)", aerr, err)
 				}
 			}
 			if found {
@@ -619,14 +700,16 @@ func (p *Processor) rollupCancelled(owner []int, deltas []aggregates.Key, folds 
 
 // Owners of a transaction's roll-up items (commitTx's owner): the i-th
 // roll-up delta put and the delete of the i-th folded delta, below every
-// quarantine owner.
+// quarantine owner; below them, the update of the i-th applied item.
 const (
-	deltaOwnerBase = -1 << 20
-	foldOwnerBase  = -2 << 20
+	deltaOwnerBase   = -1 << 20
+	foldOwnerBase    = -2 << 20
+	appliedOwnerBase = -3 << 20
 )
 
-func deltaOwner(i int) int { return deltaOwnerBase - i }
-func foldOwner(i int) int  { return foldOwnerBase - i }
+func deltaOwner(i int) int   { return deltaOwnerBase - i }
+func foldOwner(i int) int    { return foldOwnerBase - i }
+func appliedOwner(i int) int { return appliedOwnerBase - i }
 
 func deltaOf(owner int) (int, bool) {
 	i := deltaOwnerBase - owner
@@ -635,7 +718,48 @@ func deltaOf(owner int) (int, bool) {
 
 func foldOf(owner int) (int, bool) {
 	i := foldOwnerBase - owner
-	return i, owner <= foldOwnerBase
+	return i, owner <= foldOwnerBase && owner > appliedOwnerBase
+}
+
+func appliedOf(owner int) (int, bool) {
+	i := appliedOwnerBase - owner
+	return i, owner <= appliedOwnerBase
+}
+
+// refusedApplied reads the applied items a refused transaction updated
+// and returns the error of the first one whose counts are not numbers
+// (DynamoDB Local names no item in a ValidationException); nil when none
+// is, or when they cannot be read.
+func (p *Processor) refusedApplied(ctx context.Context, counts []table.AppliedCount) error {
+	for _, c := range counts {
+		item, err := p.getCheckpoint(ctx, aggregates.AppliedKey(c.Tenant, c.Branch))
+		if err != nil {
+			return nil
+		}
+		if _, err := table.DecodeApplied(item); err != nil {
+			return fmt.Errorf("the applied item of branch %s/%s cannot be counted into (docs/runbook.md, \"Foreign records\"): %w", c.Tenant, c.Branch, err)
+		}
+	}
+	return nil
+}
+
+// countLandedForeign counts n foreign records in
+// ledger_foreign_records_total when the commit whose claim is the run
+// marker at key landed although its answer was lost: the marker stored
+// holds the updatedAt of one of the claims this commit sent (sent), not
+// another consumer's. A read that fails counts nothing (the metric may
+// then miss them; the applied item has them).
+func (p *Processor) countLandedForeign(ctx context.Context, key aggregates.Key, sent map[string]bool, n int64) {
+	if len(sent) == 0 {
+		return
+	}
+	item, err := p.getItem(ctx, key)
+	if err != nil || item == nil {
+		return
+	}
+	if at, _ := table.String(item, table.AttrUpdatedAt); sent[at] {
+		p.metrics.ForeignRecords.Add(float64(n))
+	}
 }
 
 // countParked counts and logs the parts of a landed commit that parked.
@@ -760,7 +884,13 @@ func (p *Processor) cancelled(g Guard, keys []aggregates.ReportKey, owner []int,
 		}
 		return ""
 	}
-	if code(0) == "ConditionalCheckFailed" {
+	taken := code(0) == "ConditionalCheckFailed"
+	for i := 1; i < len(owner) && !taken; i++ {
+		// The run's claim under the older key (commitRef.oldKey): the
+		// guard's too.
+		taken = owner[i] == ownerGuard && code(i) == "ConditionalCheckFailed"
+	}
+	if taken {
 		g.reset()
 		for _, k := range keys {
 			p.shapes.forget(k.Key())
@@ -789,6 +919,23 @@ func (p *Processor) cancelled(g Guard, keys []aggregates.ReportKey, owner []int,
 				throttle = true
 			}
 			continue // rollupCancelled's
+		}
+		if a, ok := appliedOf(part); ok {
+			switch code(i) {
+			case "", "None":
+			case "TransactionConflict":
+				conflict = true
+				p.metrics.Conflicts.WithLabelValues(ConflictApplied).Inc()
+			case "ThrottlingError", "ProvisionedThroughputExceeded", "RequestLimitExceeded":
+				throttle = true
+			default:
+				// The item is ledger's own: a count of another type than a
+				// number refuses every commit of the branch until it is
+				// mended (docs/runbook.md, "Foreign records").
+				p.metrics.Commits.WithLabelValues("failed").Inc()
+				return false, fmt.Errorf("commit cancelled: the update of applied item %d of the transaction was refused: %s: %s", a, code(i), aws.ToString(reasons[i].Message))
+			}
+			continue
 		}
 		if q, ok := quarantineOf(part, qs); ok {
 			switch code(i) {

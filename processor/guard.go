@@ -577,7 +577,7 @@ func (g *MarkerGuard) committed(ctx context.Context, changes []change) (int, boo
 			// No marker: the first record that needs a claim (an effect or
 			// a quarantine item) starts what is new.
 			for k := n; k <= j; k++ {
-				if changes[k].guarded() {
+				if changes[k].guarded() || changes[k].counted() {
 					return k, false, nil
 				}
 				changes[k].unguarded = true
@@ -652,8 +652,9 @@ func (g *MarkerGuard) claim(run []Record) ddbtypes.TransactWriteItem {
 			last = r
 		}
 	}
-	return table.ClaimRunMarker(g.p.cfg.Table, table.RunClaimMarker(recordID(&run[0]), first.SequenceNumber,
-		recordID(&last), last.SequenceNumber, len(run), g.p.now(), g.p.cfg.MarkerTTL))
+	m := table.RunClaimMarker(recordID(&run[0]), first.SequenceNumber, recordID(&last), last.SequenceNumber, len(run), g.p.now(), g.p.cfg.MarkerTTL)
+	m[table.AttrCounted] = &ddbtypes.AttributeValueMemberBOOL{Value: true} // its commit counts (countsApplied)
+	return table.ClaimRunMarker(g.p.cfg.Table, m)
 }
 
 // claimExtra is how many items a guard's claim adds to a run's
@@ -665,6 +666,16 @@ func claimExtra(g Guard) int {
 		return 1
 	}
 	return 0
+}
+
+// countsApplied reports whether g's runs count what they claim into the
+// applied items of the branches whose transaction partitions their
+// records belong to (docs/exactly-once.md, "The design: counted changes",
+// A): the standard-mode run (Guard 2). The batch consumers' counts (plan
+// version with open marks) are not built yet; their guard counts nothing.
+func countsApplied(g Guard) bool {
+	_, ok := g.(*MarkerGuard)
+	return ok
 }
 
 // transactLimit is the most items one TransactWriteItems takes.

@@ -55,6 +55,11 @@ const (
 	// (docs/exactly-once.md, "Tenant roll-ups", review of session 18).
 	// Counted, and logged with the report, at each such send.
 	ConflictUnchangedItem = "unchanged_item"
+	// ConflictApplied: a standard-mode run's update of a branch's applied
+	// item met another transaction on it (TransactionConflict): retried
+	// (also counted as transaction_conflict). Many of them say the item
+	// is hot: docs/exactly-once.md, "What it costs", striping.
+	ConflictApplied = "applied"
 )
 
 // Reasons of ledger_parked_deltas_total: why a report item's update was
@@ -85,6 +90,10 @@ type Metrics struct {
 	// units of the roll-up items of the commits that landed, by AWS's
 	// billing rule (rollupcost.go).
 	RollupWriteUnits *prometheus.CounterVec
+	// ForeignRecords: ledger_foreign_records_total, the records of
+	// transaction partitions committed that are not writer-shaped (no
+	// label: the applied item holds them per branch).
+	ForeignRecords prometheus.Counter
 }
 
 // NewMetrics creates the collectors and registers them with reg (a fresh
@@ -107,7 +116,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}, []string{"event", "outcome"}),
 		Conflicts: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: namespace, Subsystem: "aggregate", Name: "conflicts_total",
-			Help: "Commit conflicts by reason: duplicate (already applied, skipped), condition_failed (report shape changed), transaction_conflict (retried), short_redelivery, abandoned_batch, migration_fence (the checkpoint is a migration's copy not released yet: nothing committed, retried), legacy_checkpoint (the shard's checkpoint is in the ledger table, the layout before the coordination table: nothing committed, retried), newer_delta_format (a roll-up delta item of a newer format: refused, retried), unchanged_item (a report's condition failed on an item read again unchanged: sent once more, parked if it fails so again).",
+			Help: "Commit conflicts by reason: duplicate (already applied, skipped), condition_failed (report shape changed), transaction_conflict (retried), short_redelivery, abandoned_batch, migration_fence (the checkpoint is a migration's copy not released yet: nothing committed, retried), legacy_checkpoint (the shard's checkpoint is in the ledger table, the layout before the coordination table: nothing committed, retried), newer_delta_format (a roll-up delta item of a newer format: refused, retried), unchanged_item (a report's condition failed on an item read again unchanged: sent once more, parked if it fails so again), applied (a standard-mode run's update of a branch's applied item met another transaction: retried).",
 		}, []string{"reason"}),
 		Parked: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: namespace, Name: "parked_deltas_total",
@@ -151,6 +160,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Namespace: namespace, Subsystem: "rollup", Name: "write_units_total",
 			Help: "Write units of the roll-up items of the commits that landed, by kind (delta_put, delta_delete, partial, partial_entry), computed by AWS's billing rule (transactional writes twice) from the items as sent; partial items estimated from their known shape.",
 		}, []string{"kind"}),
+		ForeignRecords: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: namespace, Name: "foreign_records_total",
+			Help: "Records of transaction partitions committed that the writer did not write (not writer-shaped: a direct PutItem, a hard delete, an edit keeping the count, an item that is no transaction), counted once each into their branch's applied item by standard-mode runs. Any increase: docs/runbook.md, \"Foreign records\".",
+		}),
 	}
 	for _, k := range []string{RollupCostDeltaPut, RollupCostDeltaDelete, RollupCostPartial, RollupCostEntry} {
 		m.RollupWriteUnits.WithLabelValues(k)
@@ -160,7 +173,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			m.Records.WithLabelValues(ev, o)
 		}
 	}
-	for _, r := range []string{ConflictDuplicate, ConflictConditionFailed, ConflictTransactionConflict, ConflictShortRedelivery, ConflictAbandonedBatch, ConflictMigrationFence, ConflictLegacyCheckpoint, ConflictNewerDeltaFormat, ConflictUnchangedItem} {
+	for _, r := range []string{ConflictDuplicate, ConflictConditionFailed, ConflictTransactionConflict, ConflictShortRedelivery, ConflictAbandonedBatch, ConflictMigrationFence, ConflictLegacyCheckpoint, ConflictNewerDeltaFormat, ConflictUnchangedItem, ConflictApplied} {
 		m.Conflicts.WithLabelValues(r)
 	}
 	for _, r := range []string{ParkedTooLarge, ParkedMalformed, ParkedRefused} {
@@ -177,5 +190,5 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 
 func (m *Metrics) collectors() []prometheus.Collector {
 	return []prometheus.Collector{m.IteratorAge, m.Lag, m.Records, m.Conflicts, m.Retries, m.Throttles,
-		m.Quarantined, m.Parked, m.BatchSize, m.BatchDuration, m.Commits, m.WriteRequests, m.WriteUnits, m.RollupWriteUnits}
+		m.Quarantined, m.Parked, m.BatchSize, m.BatchDuration, m.Commits, m.WriteRequests, m.WriteUnits, m.RollupWriteUnits, m.ForeignRecords}
 }

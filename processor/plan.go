@@ -369,7 +369,7 @@ type knownShape func(aggregates.ReportKey) *table.ReportShape
 func planRuns(changes []change, maxItems, maxEntries int, known knownShape) []run {
 	var runs []run
 	for len(changes) > 0 {
-		r := planRun(changes, maxItems, maxEntries, known)
+		r := planRun(changes, maxItems, maxEntries, known, false)
 		runs = append(runs, r)
 		changes = changes[len(r.changes):]
 	}
@@ -379,13 +379,17 @@ func planRuns(changes []change, maxItems, maxEntries int, known knownShape) []ru
 // planRun returns the first run of changes (see planRuns). Besides the
 // report items it counts, as writes, the roll-up delta items the run's
 // branch-report updates put (rollupItemsOf, per tenant and currency) and
-// the delete of each roll-up delta the run folds.
-func planRun(changes []change, maxItems, maxEntries int, known knownShape) run {
+// the delete of each roll-up delta the run folds; with counts (a guard
+// whose runs count what they claim: countsApplied), the update of the
+// applied item of each branch whose transaction partition the run's
+// records belong to (one per branch, table.CountApplied).
+func planRun(changes []change, maxItems, maxEntries int, known knownShape, counts bool) run {
 	cur := run{fold: aggregates.NewFold()}
 	entries := map[aggregates.ReportKey]map[entryID]bool{}
 	currency := map[aggregates.ReportKey]string{}
 	quarantined, qbytes := 0, 0 // the run's quarantine items and their bytes
 	folds := 0                  // the roll-up deltas the run folds (one delete each)
+	branches := map[branchID]bool{}
 	for i := range changes {
 		c := &changes[i]
 		q, qb := 0, 0
@@ -396,10 +400,17 @@ func planRun(changes []change, maxItems, maxEntries int, known knownShape) run {
 		if c.rollup != nil && !c.dup {
 			f = 1
 		}
-		if len(cur.changes) > 0 && (qbytes+qb > maxQuarantineBytes || !fits(entries, currency, c, maxItems-quarantined-q-folds-f, maxEntries, known)) {
+		b := 0
+		if counts && c.counted() && !branches[c.branch] {
+			b = 1
+		}
+		if len(cur.changes) > 0 && (qbytes+qb > maxQuarantineBytes || !fits(entries, currency, c, maxItems-quarantined-q-folds-f-len(branches)-b, maxEntries, known)) {
 			return cur
 		}
 		quarantined, qbytes, folds = quarantined+q, qbytes+qb, folds+f
+		if b == 1 {
+			branches[c.branch] = true
+		}
 		c.eachEntry(func(k aggregates.ReportKey, cur string, e *entryID) {
 			if entries[k] == nil {
 				entries[k] = map[entryID]bool{}
@@ -593,4 +604,35 @@ func planDigest(to string, plan batchPlan, groups []group, rollupClaim func(k in
 		}
 	}
 	return hex.EncodeToString(h.Sum(nil)[:12])
+}
+
+// appliedCounts is what changes claim of each branch's transaction
+// partition (change.counted), one count per branch in the order the
+// branches first appear: the applied-item updates of their commit.
+func appliedCounts(changes []change) []table.AppliedCount {
+	var out []table.AppliedCount
+	at := map[branchID]int{}
+	for i := range changes {
+		c := &changes[i]
+		if !c.counted() {
+			continue
+		}
+		j, ok := at[c.branch]
+		if !ok {
+			j = len(out)
+			at[c.branch] = j
+			out = append(out, table.AppliedCount{Tenant: c.branch.tenant, Branch: c.branch.branch})
+		}
+		switch c.kind {
+		case countApplied:
+			out[j].Applied++
+		case countProbed:
+			out[j].Probed++
+		case countCompacted:
+			out[j].Compacted++
+		default:
+			out[j].Foreign++
+		}
+	}
+	return out
 }

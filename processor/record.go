@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/aws/aws-lambda-go/events"
+	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
 	ddbtypes "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	streamtypes "github.com/aws/aws-sdk-go-v2/service/dynamodbstreams/types"
@@ -29,6 +30,12 @@ type Record struct {
 
 	Keys, OldImage, NewImage map[string]ddbtypes.AttributeValue
 
+	// ByTTL: the record's userIdentity is DynamoDB's TTL service (type
+	// Service, principal dynamodb.amazonaws.com): a REMOVE made by a TTL
+	// deletion, never a compaction's (docs/exactly-once.md, the second
+	// review of issue 25, C-b).
+	ByTTL bool
+
 	// DecodeErr is set when the record could not be decoded completely; such a
 	// record is quarantined, never applied.
 	DecodeErr error
@@ -47,6 +54,9 @@ func FromLambda(r events.DynamoDBEventRecord) Record {
 		StreamARN:      r.EventSourceArn,
 		StreamViewType: r.Change.StreamViewType,
 		SizeBytes:      r.Change.SizeBytes,
+	}
+	if u := r.UserIdentity; u != nil {
+		rec.ByTTL = IsTTLIdentity(u.Type, u.PrincipalID)
 	}
 	if t := r.Change.ApproximateCreationDateTime.Time; !t.IsZero() && t.Unix() > 0 {
 		rec.ApproximateCreation = t.UTC()
@@ -90,6 +100,9 @@ func FromStream(r streamtypes.Record, streamARN string) Record {
 		rec.EventID = *r.EventID
 	}
 	rec.EventName = string(r.EventName)
+	if u := r.UserIdentity; u != nil {
+		rec.ByTTL = IsTTLIdentity(aws.ToString(u.Type), aws.ToString(u.PrincipalId))
+	}
 	sr := r.Dynamodb
 	if sr == nil {
 		rec.DecodeErr = fmt.Errorf("record %s has no dynamodb section", rec.EventID)
@@ -150,6 +163,9 @@ func ToLambda(r Record) (events.DynamoDBEventRecord, error) {
 	if region := arnRegion(r.StreamARN); region != "" {
 		out.AWSRegion = region
 	}
+	if r.ByTTL {
+		out.UserIdentity = &events.DynamoDBUserIdentity{Type: ttlIdentityType, PrincipalID: ttlPrincipal}
+	}
 	if !r.ApproximateCreation.IsZero() {
 		out.Change.ApproximateCreationDateTime = events.SecondsEpochTime{Time: r.ApproximateCreation}
 	}
@@ -187,6 +203,17 @@ func arnRegion(arn string) string {
 		return ""
 	}
 	return parts[3]
+}
+
+// The userIdentity of a record made by a TTL deletion (AWS, DynamoDB
+// Streams API reference, "Identity"; Lambda's event carries the same).
+const (
+	ttlIdentityType = "Service"
+	ttlPrincipal    = "dynamodb.amazonaws.com"
+)
+
+func IsTTLIdentity(typ, principal string) bool {
+	return typ == ttlIdentityType && principal == ttlPrincipal
 }
 
 // CompareSequence compares two stream sequence numbers as numbers (they are

@@ -11,8 +11,10 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/ledger-dev/ledger/aggregates"
 	"github.com/ledger-dev/ledger/internal/ledgertest"
 	"github.com/ledger-dev/ledger/processor"
+	"github.com/ledger-dev/ledger/table"
 )
 
 func TestProcess_ThrottledCommitsAreRetriedThenSucceed(t *testing.T) {
@@ -93,9 +95,10 @@ func TestMetrics_RecordsAndConflictsAreExported(t *testing.T) {
 	// One run: a run holds at most 99 writes, and no report item holds
 	// an entry yet, so every entry goes inline (processor/plan.go).
 	want := `
-# HELP ledger_aggregate_conflicts_total Commit conflicts by reason: duplicate (already applied, skipped), condition_failed (report shape changed), transaction_conflict (retried), short_redelivery, abandoned_batch, migration_fence (the checkpoint is a migration's copy not released yet: nothing committed, retried), legacy_checkpoint (the shard's checkpoint is in the ledger table, the layout before the coordination table: nothing committed, retried), newer_delta_format (a roll-up delta item of a newer format: refused, retried), unchanged_item (a report's condition failed on an item read again unchanged: sent once more, parked if it fails so again).
+# HELP ledger_aggregate_conflicts_total Commit conflicts by reason: duplicate (already applied, skipped), condition_failed (report shape changed), transaction_conflict (retried), short_redelivery, abandoned_batch, migration_fence (the checkpoint is a migration's copy not released yet: nothing committed, retried), legacy_checkpoint (the shard's checkpoint is in the ledger table, the layout before the coordination table: nothing committed, retried), newer_delta_format (a roll-up delta item of a newer format: refused, retried), unchanged_item (a report's condition failed on an item read again unchanged: sent once more, parked if it fails so again), applied (a standard-mode run's update of a branch's applied item met another transaction: retried).
 # TYPE ledger_aggregate_conflicts_total counter
 ledger_aggregate_conflicts_total{reason="abandoned_batch"} 0
+ledger_aggregate_conflicts_total{reason="applied"} 0
 ledger_aggregate_conflicts_total{reason="condition_failed"} 0
 ledger_aggregate_conflicts_total{reason="duplicate"} 0
 ledger_aggregate_conflicts_total{reason="legacy_checkpoint"} 0
@@ -119,6 +122,16 @@ ledger_commits_total{outcome="failed"} 0
 	}
 	assert.Equal(t, float64(2*len(recs)), total, "every record counted once per delivery")
 	assert.Equal(t, float64(res.Quarantined), sumVec(t, reg, "ledger_quarantined_records_total"))
+	// The workload writes no change count: every record of a transaction
+	// partition is foreign, counted once over both deliveries.
+	partition := 0
+	for _, r := range recs {
+		if pk, _ := table.String(r.Keys, table.AttrPK); aggregates.IsTransactionKey(pk) {
+			partition++
+		}
+	}
+	assert.Positive(t, partition)
+	assert.Equal(t, float64(partition), sumVec(t, reg, "ledger_foreign_records_total"))
 	lint, err := testutil.GatherAndLint(reg)
 	require.NoError(t, err)
 	assert.Empty(t, lint)

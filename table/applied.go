@@ -19,24 +19,38 @@ import (
 //	entityType   APPLIED
 //	retired      N, the stream records of the branch's compacted tombstones:
 //	             each compaction adds the key's count after its mark (not its REMOVE)
+//	applied      N, the writer-shaped records of the branch's transaction
+//	             partition the consumers committed (step A: standard-mode runs)
+//	probed       N, the rebase probes among them, counted apart
+//	foreign      N, the other records of the partition committed (not writer-shaped)
+//	compacted    N, the compactions' REMOVEs committed: counted apart, in
+//	             neither applied nor retired (diagnosis only; the second review, C-a)
 //
 // and read: rebasing (S, set while a rebase of the branch runs; a
-// compaction refuses then). The consumers' counts (applied, probed,
-// foreign, open, epoch, …: step A) are theirs to add. The item never
+// compaction refuses then). The batch consumers' counts and open marks,
+// epoch, foreignAck and fencedAt are not built yet. The item never
 // carries expiresAt: it lives as long as its branch, whatever the
 // coordination table's TTL does to checkpoints and leases.
 
 // Attributes of the applied item.
 const (
-	AttrRetired  = "retired"
-	AttrRebasing = "rebasing"
+	AttrRetired      = "retired"
+	AttrRebasing     = "rebasing"
+	AttrAppliedCount = "applied"
+	AttrProbed       = "probed"
+	AttrForeign      = "foreign"
+	AttrCompacted    = "compacted"
 )
 
 // Applied is a branch's applied item as far as it is built.
 type Applied struct {
-	Exists   bool
-	Retired  int64
-	Rebasing string // "" when no rebase runs
+	Exists    bool
+	Retired   int64
+	Applied   int64  // writer-shaped records committed
+	Probed    int64  // rebase probes committed
+	Foreign   int64  // other records of the transaction partition committed
+	Compacted int64  // compactions' REMOVEs committed (apart: diagnosis)
+	Rebasing  string // "" when no rebase runs
 }
 
 // DecodeApplied reads an applied item (nil: none yet, every count 0). A
@@ -47,10 +61,15 @@ func DecodeApplied(item map[string]types.AttributeValue) (Applied, error) {
 		return Applied{}, nil
 	}
 	a := Applied{Exists: true}
-	if _, present := item[AttrRetired]; present {
-		var ok bool
-		if a.Retired, ok = Int64(item, AttrRetired); !ok {
-			return Applied{}, fmt.Errorf("applied item %s: %s is not an integer", KeyOf(item), AttrRetired)
+	for _, c := range []struct {
+		name string
+		to   *int64
+	}{{AttrRetired, &a.Retired}, {AttrAppliedCount, &a.Applied}, {AttrProbed, &a.Probed}, {AttrForeign, &a.Foreign}, {AttrCompacted, &a.Compacted}} {
+		if _, present := item[c.name]; present {
+			var ok bool
+			if *c.to, ok = Int64(item, c.name); !ok {
+				return Applied{}, fmt.Errorf("applied item %s: %s is not an integer", KeyOf(item), c.name)
+			}
 		}
 	}
 	a.Rebasing, _ = String(item, AttrRebasing)
@@ -149,4 +168,34 @@ func RetireTombstone(ledgerTable, coord string, k aggregates.Key, id string, c i
 			ExpressionAttributeValues: map[string]types.AttributeValue{":zero": Int(0), ":n": Int(c), ":et": S(aggregates.EntityApplied)},
 		}},
 	}, nil
+}
+
+// AppliedCount is what one commit claims of one branch's transaction
+// partition: its writer-shaped records (Applied), the rebase probes among
+// the records (Probed, not in Applied), the compactions' REMOVEs
+// (Compacted, apart) and the others (Foreign) (docs/exactly-once.md, "The
+// design: counted changes", A).
+type AppliedCount struct {
+	Tenant, Branch                      string
+	Applied, Probed, Foreign, Compacted int64
+}
+
+// Records is how many records the count covers.
+func (c AppliedCount) Records() int64 { return c.Applied + c.Probed + c.Foreign + c.Compacted }
+
+// CountApplied is the update of c's branch's applied item in the
+// coordination table coord that rides in the transaction of the commit
+// claiming c's records: unconditional (the commit's guard is the
+// condition: the claim and the count land together or not at all), one
+// action on the item, so one per branch per transaction.
+func CountApplied(coord string, c AppliedCount) types.TransactWriteItem {
+	return types.TransactWriteItem{Update: &types.Update{
+		TableName: aws.String(coord), Key: Key(aggregates.AppliedKey(c.Tenant, c.Branch)),
+		UpdateExpression: aws.String("SET #a = if_not_exists(#a, :zero) + :n, #p = if_not_exists(#p, :zero) + :p, " +
+			"#f = if_not_exists(#f, :zero) + :f, #c = if_not_exists(#c, :zero) + :c, #et = :et"),
+		ExpressionAttributeNames: map[string]string{"#a": AttrAppliedCount, "#p": AttrProbed, "#f": AttrForeign,
+			"#c": AttrCompacted, "#et": AttrEntityType},
+		ExpressionAttributeValues: map[string]types.AttributeValue{":zero": Int(0), ":n": Int(c.Applied), ":p": Int(c.Probed),
+			":f": Int(c.Foreign), ":c": Int(c.Compacted), ":et": S(aggregates.EntityApplied)},
+	}}
 }

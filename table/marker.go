@@ -35,6 +35,11 @@ const (
 	// AttrFirstSequenceNumber is a run marker's first record.
 	AttrFirstSequenceNumber = "firstSequenceNumber"
 	attrLastEventID         = "lastEventId"
+	// AttrCounted (BOOL true) marks a run whose commit counted its
+	// records into their branches' applied items (docs/exactly-once.md,
+	// "The design: counted changes", A); a marker without it is a run of
+	// a version before (diagnosis: the fence is on the heads).
+	AttrCounted = "counted"
 )
 
 // RunMarkerItem is the run marker of the run starting at record eventID and
@@ -78,6 +83,21 @@ func RunEndMarker(claim map[string]types.AttributeValue) (map[string]types.Attri
 		end[name] = v
 	}
 	return end, true
+}
+
+// RekeyRunMarker is a copy of the run marker claim under the record
+// eventID (a run's claim under the key a version before counted changes
+// would have used: processor's commitRef.oldKey), naming the same run's
+// end.
+func RekeyRunMarker(claim map[string]types.AttributeValue, eventID string) map[string]types.AttributeValue {
+	out := make(map[string]types.AttributeValue, len(claim))
+	for name, v := range claim {
+		out[name] = v
+	}
+	for name, v := range Key(aggregates.RunMarkerKey(eventID)) {
+		out[name] = v
+	}
+	return out
 }
 
 // PutRunEndMarker is the transaction action that puts a run's end-keyed

@@ -68,6 +68,27 @@ type Workload struct {
 	// branch's currency as the writer does ("" for a branch without one:
 	// no currency attribute).
 	Currency func(tenant, branch string) string
+
+	// Counted, when set, makes the writes the writer could make count
+	// their changes as it does (table.Count: changes = the stored item's
+	// count + 1, or 1 where no item is, and the sig of the result):
+	// inserts, modifies, fixes, tombstones and re-inserts. The others are
+	// another path's: a modify of an irrelevant field copies the item with
+	// its count and sig, a poison of entityType writes no count, and a
+	// hard delete is a REMOVE (docs/exactly-once.md, "The design: counted
+	// changes", A). The random draws are the same either way.
+	Counted bool
+	// WriterShaped counts, per branch ("tenant/branch"), the writes
+	// (each a stream record) made with Counted that are writer-shaped by
+	// the design's rule: a count stepping by one from the stored item's
+	// (or 1 where no item is stored), of an item whose entityType is the
+	// transaction's. A counted write over an item stored without a count
+	// starts it at 1 and is not writer-shaped, nor is one of an item a
+	// poison left with another entityType.
+	WriterShaped map[string]int
+	// stored is the change count of each key's stored item (tombstones
+	// included), -1 for an item stored without one; absent: no item.
+	stored map[aggregates.Key]int64
 }
 
 // NewWorkload returns a workload generator for seed. Its dates cover month,
@@ -85,6 +106,8 @@ func NewWorkload(seed uint64) *Workload {
 		items:          map[aggregates.Key]map[string]ddbtypes.AttributeValue{},
 		bad:            map[aggregates.Key]bool{},
 		Counts:         map[string]int{},
+		WriterShaped:   map[string]int{},
+		stored:         map[aggregates.Key]int64{},
 	}
 }
 
@@ -213,7 +236,37 @@ func (w *Workload) Run(ctx context.Context, api WriteAPI, table string, count in
 	return nil
 }
 
-func (w *Workload) put(ctx context.Context, api WriteAPI, table string, k aggregates.Key, item map[string]ddbtypes.AttributeValue) error {
+// count makes item, about to be stored at k, a counted write when
+// Counted is set and the write is one the writer could make (writer),
+// and records what k's stored item then counts.
+func (w *Workload) count(k aggregates.Key, item map[string]ddbtypes.AttributeValue, writer bool) {
+	if !w.Counted {
+		return
+	}
+	if !writer {
+		if c, ok := table.Changes(item); ok {
+			w.stored[k] = c
+		} else {
+			w.stored[k] = -1
+		}
+		return
+	}
+	prev, exists := w.stored[k]
+	next := int64(1)
+	if exists && prev > 0 {
+		next = prev + 1
+	}
+	table.Count(item, next)
+	et, _ := item["entityType"].(*ddbtypes.AttributeValueMemberS)
+	if (!exists || prev > 0) && et != nil && et.Value == aggregates.EntityTransaction {
+		tenant, branch, _ := aggregates.ParseTransactionPK(k.PK)
+		w.WriterShaped[tenant+"/"+branch]++
+	}
+	w.stored[k] = next
+}
+
+func (w *Workload) put(ctx context.Context, api WriteAPI, table string, k aggregates.Key, item map[string]ddbtypes.AttributeValue, writer bool) error {
+	w.count(k, item, writer)
 	if _, err := api.PutItem(ctx, &dynamodb.PutItemInput{TableName: &table, Item: item}); err != nil {
 		return err
 	}
@@ -233,7 +286,7 @@ func (w *Workload) insert(ctx context.Context, api WriteAPI, table string, poiso
 		kind = "poison_" + w.poison(item)
 		w.bad[k] = true
 	}
-	return kind, w.put(ctx, api, table, k, item)
+	return kind, w.put(ctx, api, table, k, item, kind != "poison_entity_type")
 }
 
 func (w *Workload) randomLive() (aggregates.Key, map[string]ddbtypes.AttributeValue) {
@@ -301,14 +354,14 @@ func (w *Workload) modify(ctx context.Context, api WriteAPI, table string) (stri
 		}
 	}
 	item["updatedAt"] = s(time.Now().UTC().Format(time.RFC3339Nano))
-	return kind, w.put(ctx, api, table, k, item)
+	return kind, w.put(ctx, api, table, k, item, kind != "modify_poison_entity_type")
 }
 
 func (w *Workload) modifyIrrelevant(ctx context.Context, api WriteAPI, table string) (string, error) {
 	k, old := w.randomLive()
 	item := clone(old)
 	item["description"] = s("note " + strconv.Itoa(w.rng.IntN(1000)))
-	return "modify_irrelevant", w.put(ctx, api, table, k, item)
+	return "modify_irrelevant", w.put(ctx, api, table, k, item, false)
 }
 
 func (w *Workload) remove(ctx context.Context, api WriteAPI, tableName string) (string, error) {
@@ -322,12 +375,16 @@ func (w *Workload) remove(ctx context.Context, api WriteAPI, tableName string) (
 		}
 		now := s(time.Now().UTC().Format(time.RFC3339Nano))
 		tomb[table.AttrDeletedAt], tomb[table.AttrUpdatedAt] = now, now
+		w.count(k, tomb, true)
 		if _, err := api.PutItem(ctx, &dynamodb.PutItemInput{TableName: &tableName, Item: tomb}); err != nil {
 			return "", err
 		}
 		kind = "tombstone"
 	} else if _, err := api.DeleteItem(ctx, &dynamodb.DeleteItemInput{TableName: &tableName, Key: map[string]ddbtypes.AttributeValue{"PK": s(k.PK), "SK": s(k.SK)}}); err != nil {
 		return "", err
+	}
+	if kind == "remove" {
+		delete(w.stored, k) // a hard delete: no item
 	}
 	w.live[i] = w.live[len(w.live)-1]
 	w.live = w.live[:len(w.live)-1]
@@ -341,7 +398,7 @@ func (w *Workload) reinsert(ctx context.Context, api WriteAPI, table string) (st
 	k := w.deleted[i]
 	w.deleted[i] = w.deleted[len(w.deleted)-1]
 	w.deleted = w.deleted[:len(w.deleted)-1]
-	return "reinsert", w.put(ctx, api, table, k, w.newItem(k, k.SK[:10]))
+	return "reinsert", w.put(ctx, api, table, k, w.newItem(k, k.SK[:10]), true)
 }
 
 // other writes an item that is not a transaction: a tenant's metadata.

@@ -64,7 +64,12 @@ type wireRecord struct {
 	EventID        string `json:"eventID"`
 	EventName      string `json:"eventName"`
 	EventSourceARN string `json:"eventSourceARN"`
-	Dynamodb       struct {
+	// UserIdentity names DynamoDB's TTL service on a TTL deletion's record.
+	UserIdentity *struct {
+		Type        string `json:"type"`
+		PrincipalID string `json:"principalId"`
+	} `json:"userIdentity"`
+	Dynamodb struct {
 		// Kept raw: events.SecondsEpochTime would abort the whole event's
 		// decoding on a malformed value instead of failing one record.
 		ApproximateCreationDateTime json.RawMessage `json:"ApproximateCreationDateTime"`
@@ -146,6 +151,9 @@ func fromWire(w *wireRecord, recErr error, raw []byte) processor.Record {
 		StreamViewType: d.StreamViewType,
 		SizeBytes:      d.SizeBytes,
 		DecodeErr:      recErr,
+	}
+	if u := w.UserIdentity; u != nil {
+		rec.ByTTL = processor.IsTTLIdentity(u.Type, u.PrincipalID)
 	}
 	setErr := func(err error) {
 		if rec.DecodeErr == nil {
