@@ -364,7 +364,7 @@ func requireRunsDisjoint(t *testing.T, s *stream, recs []events.DynamoDBEventRec
 		in.ExclusiveStartKey = out.LastEvaluatedKey
 	}
 	claimed := make([]string, len(recs))
-	runs := 0
+	runs, copies := 0, 0
 	for _, it := range items {
 		pk, _ := it["PK"].(*ddbtypes.AttributeValueMemberS)
 		count, _ := it["recordCount"].(*ddbtypes.AttributeValueMemberN)
@@ -372,9 +372,16 @@ func requireRunsDisjoint(t *testing.T, s *stream, recs []events.DynamoDBEventRec
 		if pk == nil || !strings.HasPrefix(pk.Value, "RUN#") || count == nil || count.Value == "0" || last == nil {
 			continue
 		}
-		runs++
 		first, ok := index[strings.TrimPrefix(pk.Value, "RUN#")]
 		require.True(t, ok, "marker %s of no delivered record", pk.Value)
+		if from, ok := it[ledgertable.AttrFirstSequenceNumber].(*ddbtypes.AttributeValueMemberS); ok && from.Value != recs[first].Change.SequenceNumber {
+			// A copy of a run's claim under the key a version before
+			// counted changes uses (ledgertable.RekeyRunMarker): it names the
+			// run that starts at from, whose own marker is checked.
+			copies++
+			continue
+		}
+		runs++
 		for i := first; i < len(recs) && processor.CompareSequence(recs[i].Change.SequenceNumber, last.Value) <= 0; i++ {
 			if claimed[i] != "" {
 				t.Errorf("record %d (%s) claimed by two runs: %s and %s", i, recs[i].Change.SequenceNumber, claimed[i], pk.Value)
@@ -383,6 +390,7 @@ func requireRunsDisjoint(t *testing.T, s *stream, recs []events.DynamoDBEventRec
 		}
 	}
 	require.NotZero(t, runs)
+	t.Logf("%d runs, %d copies of a run's claim under an older version's key", runs, copies)
 }
 
 // testRedeliveryFromEarlierStart delivers transaction a, then a change
