@@ -86,6 +86,9 @@ func RepairRollups(ctx context.Context, api ReconcileAPI, tableName string, diff
 		if d == nil || d.Period.Type == "" {
 			continue // not a roll-up, or a tenant not judged
 		}
+		if len(d.Stuck) > 0 && !opts.Quiescent {
+			res.Stuck = append(res.Stuck, d.RollupCell)
+		}
 		if opts.Held != nil && opts.Held(d.RollupCell) {
 			res.Held = append(res.Held, d.RollupCell)
 			continue
@@ -135,9 +138,6 @@ func RepairRollups(ctx context.Context, api ReconcileAPI, tableName string, diff
 		case !intact:
 			res.Skipped = append(res.Skipped, d.RollupCell)
 			continue
-		}
-		if len(d.Stuck) > 0 && !opts.Quiescent {
-			res.Stuck = append(res.Stuck, d.RollupCell)
 		}
 		if !d.Differs() {
 			continue
