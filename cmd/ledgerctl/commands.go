@@ -362,7 +362,7 @@ roll-up with its key ("stuck delta …"), exit 1: one older than --stuck-after
 (its updatedAt, default 1h: twice the longest a running consumer makes a
 delta wait), and with --quiescent every one (writes disabled, which is
 checked, and the consumers drained, which you assert: ledgerctl lag at zero;
-reconcile reads no stream). --repair --quiescent re-delivers them through a
+without --repair reconcile reads no stream). --repair --quiescent re-delivers them through a
 lane (a period a record in flight names is held), for consumers with
 roll-ups on to fold (docs/runbook.md, "Turning tenant roll-ups on or off").`
 
