@@ -400,7 +400,9 @@ func (e *environment) reconcile(ctx context.Context, args []string) int {
 	if *stuckAfter < 0 {
 		return e.fail(errors.New("reconcile: --stuck-after must not be negative (0: never by age)"))
 	}
-	if (*quiescent || *stuckAfter != processor.DefaultRollupStuckAfter) && !(*rollups && scope0(*tenant, *branch)) {
+	stuckSet := false
+	fs.Visit(func(f *flag.Flag) { stuckSet = stuckSet || f.Name == "stuck-after" })
+	if (*quiescent || stuckSet) && !(*rollups && scope0(*tenant, *branch)) {
 		return e.fail(errors.New("reconcile: --quiescent and --stuck-after judge roll-up deltas: whole table only, with --rollups"))
 	}
 	if *quiescent {
