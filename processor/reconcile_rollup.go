@@ -110,10 +110,11 @@ func newStuckRule(opts ReconcileOptions) stuckRule {
 
 // stuck says whether a delta item written at since is stuck: always under
 // the quiescent procedure (nothing is in flight, so nothing waiting will be
-// folded), an item without a readable time (no consumer writes one), and
-// an item older than the rule's age.
+// folded); else, unless the age rule is off, an item older than the rule's
+// age, and one without a readable time (no consumer writes one: its age is
+// taken as past any).
 func (r stuckRule) stuck(since time.Time) bool {
-	return r.quiescent || since.IsZero() || r.after >= 0 && r.now.Sub(since) > r.after
+	return r.quiescent || r.after >= 0 && (since.IsZero() || r.now.Sub(since) > r.after)
 }
 
 // rollupOracle accumulates, per tenant, the oracle and the parked branch
