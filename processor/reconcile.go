@@ -95,6 +95,10 @@ type ReconcileStats struct {
 	// drained, one still waiting was never read from the stream (trimmed):
 	// RedeliverWaiting puts it back through a lane.
 	RollupWaiting map[string]int
+	// RollupStuck counts, per tenant, the waiting roll-up delta items judged
+	// stuck, not late (ReconcileOptions.Quiescent, StuckAfter): each is
+	// named in its roll-up's difference (RollupDifference.Stuck).
+	RollupStuck map[string]int
 	// ItemsRead counts the items its Scan and Queries read (ScannedCount:
 	// what DynamoDB bills, the key Scan's filtered-out items included), and
 	// ReadUnits the read capacity units DynamoDB reported consuming
@@ -126,6 +130,12 @@ func (s *ReconcileStats) add(o ReconcileStats) {
 		}
 		s.RollupWaiting[t] += n
 	}
+	for t, n := range o.RollupStuck {
+		if s.RollupStuck == nil {
+			s.RollupStuck = map[string]int{}
+		}
+		s.RollupStuck[t] += n
+	}
 }
 
 // ReconcileOptions tune a reconcile of the whole table.
@@ -143,6 +153,19 @@ type ReconcileOptions struct {
 	// currency and period) is kept until its last branch is done, then
 	// the tenant is judged: about Parallel tenants' at once.
 	Rollups bool
+	// Quiescent says the runbook's quiescent procedure holds: writes
+	// disabled and the consumers drained (asserted by the caller; ledgerctl
+	// checks the first). Then no record that would fold a roll-up delta
+	// item is in flight, and every item waiting in a lane is stuck: named
+	// in its roll-up's difference (RollupDifference.Stuck;
+	// docs/exactly-once.md, S17-R1).
+	Quiescent bool
+	// StuckAfter is the age (reconcile's clock less the item's updatedAt)
+	// past which a waiting roll-up delta item is named stuck without the
+	// quiescent procedure: 0 is DefaultRollupStuckAfter, < 0 never.
+	StuckAfter time.Duration
+	// Now is the clock the age is read on (default time.Now).
+	Now func() time.Time
 }
 
 // ReconcileProgress is how far a reconcile has come.
@@ -178,6 +201,7 @@ func ReconcileWith(ctx context.Context, api ReconcileAPI, tableName string, scop
 	if opts.Parallel <= 0 {
 		opts.Parallel = 4
 	}
+	rule := newStuckRule(opts)
 	var mu sync.Mutex // guards progress, stats and the callback
 	var progress ReconcileProgress
 	report := func(change func(*ReconcileProgress)) {
@@ -264,7 +288,7 @@ func ReconcileWith(ctx context.Context, api ReconcileAPI, tableName string, scop
 					continue
 				}
 				var rst ReconcileStats
-				rd, err := reconcileTenantRollups(ctx, api, tableName, b.Tenant, rollupPKs.partials[b.Tenant], judge, &rst)
+				rd, err := reconcileTenantRollups(ctx, api, tableName, b.Tenant, rollupPKs.partials[b.Tenant], judge, rule, &rst)
 				if err != nil {
 					errc <- fmt.Errorf("roll-ups of %s: %w", b.Tenant, err)
 					cancel()
@@ -296,7 +320,7 @@ feed:
 		return nil, stats, fmt.Errorf("reconcile %s: %w", tableName, err)
 	}
 	if opts.Rollups {
-		rd, err := reconcileRollups(ctx, api, tableName, remaining, rollupPKs, &stats)
+		rd, err := reconcileRollups(ctx, api, tableName, remaining, rollupPKs, rule, &stats)
 		if err != nil {
 			return nil, stats, fmt.Errorf("reconcile %s: %w", tableName, err)
 		}

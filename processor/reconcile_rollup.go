@@ -6,6 +6,7 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"time"
 
 	ddbtypes "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
@@ -50,6 +51,17 @@ type RollupDifference struct {
 	// is refused on or that do not decode (table.StoredReport.DecodeRollup):
 	// a repair moves their readable figures into a lane.
 	Damaged []aggregates.Key
+	// Stuck are the delta items of the cell, among the Unfolded, judged
+	// stuck rather than late (ReconcileOptions.Quiescent, StuckAfter): no
+	// consumer will fold them, so a roll-up read (the partials only) lacks
+	// them for good until the quiescent repair re-delivers them
+	// (RedeliverWaiting; docs/exactly-once.md, S17-R1). A cell with a stuck
+	// delta is a difference even when its figures agree.
+	Stuck []WaitingDelta
+	// Read is what a roll-up read returns of the cell: the partials'
+	// readable figures only, neither the lanes nor the parked deltas
+	// (writer/rollups.go).
+	Read *aggregates.RollupDelta
 
 	damaged []*table.StoredReport
 	parked  []map[string]ddbtypes.AttributeValue // parked partial deltas
@@ -59,6 +71,50 @@ type RollupDifference struct {
 // (the part only the quiescent repair heals).
 func (d *RollupDifference) Differs() bool {
 	return len(d.Stored.Diff(&d.Expected.Report)) > 0 || d.Stored.Branches != d.Expected.Branches
+}
+
+// WaitingDelta is a roll-up delta item waiting in a lane for its fold.
+type WaitingDelta struct {
+	Key aggregates.Key
+	// Since is the item's updatedAt, the time the commit that put it ran
+	// (every consumer and repair sets it); zero when it is absent or does
+	// not parse.
+	Since time.Time
+}
+
+// DefaultRollupStuckAfter is how long a roll-up delta item may wait in its
+// lane before reconcile names it stuck (ReconcileOptions.StuckAfter): twice
+// the longest a delta waits for a running consumer by design (two tumbling
+// windows of 15 minutes, the mapping's maximum), and 55 minutes after
+// LedgerIteratorAgeHigh (a shard 5 minutes behind, for 5 minutes) has
+// fired for a consumer that is merely behind (docs/exactly-once.md, S17-R1).
+const DefaultRollupStuckAfter = time.Hour
+
+// stuckRule decides which waiting delta items are stuck.
+type stuckRule struct {
+	quiescent bool
+	after     time.Duration // < 0: never by age
+	now       time.Time
+}
+
+func newStuckRule(opts ReconcileOptions) stuckRule {
+	r := stuckRule{quiescent: opts.Quiescent, after: opts.StuckAfter, now: time.Now()}
+	if r.after == 0 {
+		r.after = DefaultRollupStuckAfter
+	}
+	if opts.Now != nil {
+		r.now = opts.Now()
+	}
+	return r
+}
+
+// stuck says whether a delta item written at since is stuck: always under
+// the quiescent procedure (nothing is in flight, so nothing waiting will be
+// folded); else, unless the age rule is off, an item older than the rule's
+// age, and one without a readable time (no consumer writes one: its age is
+// taken as past any).
+func (r stuckRule) stuck(since time.Time) bool {
+	return r.quiescent || r.after >= 0 && (since.IsZero() || r.now.Sub(since) > r.after)
 }
 
 // rollupOracle accumulates, per tenant, the oracle and the parked branch
@@ -170,18 +226,26 @@ const rollupMaxReads = 3
 // (a fold between the readings moves a delta from a lane to a partial).
 // Strays of its lanes (items that do not decode) are differences with
 // Stray set.
-func reconcileTenantRollups(ctx context.Context, api ReconcileAPI, tableName, tenant string, partialPKs map[string]bool, o *rollupOracle, stats *ReconcileStats) ([]Difference, error) {
+func reconcileTenantRollups(ctx context.Context, api ReconcileAPI, tableName, tenant string, partialPKs map[string]bool, o *rollupOracle, rule stuckRule, stats *ReconcileStats) ([]Difference, error) {
 	for range rollupMaxReads {
 		stored := map[RollupCell]*aggregates.RollupDelta{}
 		unfolded := map[RollupCell]int{}
+		stuck := map[RollupCell][]WaitingDelta{}
 		var strays []Difference
-		waiting := 0
-		before, err := readLanes(ctx, api, tableName, tenant, stats, func(d *table.RollupDeltaItem) {
+		waiting, stuckN := 0, 0
+		before, err := readLanes(ctx, api, tableName, tenant, stats, func(d *table.RollupDeltaItem, since time.Time) {
 			waiting++
+			isStuck := rule.stuck(since)
+			if isStuck {
+				stuckN++
+			}
 			for p, pd := range d.Periods {
 				c := RollupCell{Tenant: tenant, Currency: d.Currency, Period: p}
 				cellOf(stored, c).Merge(pd)
 				unfolded[c]++
+				if isStuck {
+					stuck[c] = append(stuck[c], WaitingDelta{Key: d.Key, Since: since})
+				}
 			}
 		}, func(k aggregates.Key, err error) {
 			strays = append(strays, Difference{Stray: &k, Lines: []string{"roll-up delta that does not decode (never folded): " + err.Error()}})
@@ -201,7 +265,7 @@ func reconcileTenantRollups(ctx context.Context, api ReconcileAPI, tableName, te
 				return nil, err
 			}
 		}
-		after, err := readLanes(ctx, api, tableName, tenant, stats, func(*table.RollupDeltaItem) {}, func(aggregates.Key, error) {})
+		after, err := readLanes(ctx, api, tableName, tenant, stats, func(*table.RollupDeltaItem, time.Time) {}, func(aggregates.Key, error) {})
 		if err != nil {
 			return nil, err
 		}
@@ -214,16 +278,23 @@ func reconcileTenantRollups(ctx context.Context, api ReconcileAPI, tableName, te
 			}
 			stats.RollupWaiting[tenant] = waiting
 		}
-		return judgeRollups(tenant, o, stored, unfolded, set, strays), nil
+		if stuckN > 0 {
+			if stats.RollupStuck == nil {
+				stats.RollupStuck = map[string]int{}
+			}
+			stats.RollupStuck[tenant] = stuckN
+		}
+		return judgeRollups(tenant, o, stored, unfolded, stuck, rule, set, strays), nil
 	}
 	return []Difference{{Rollup: &RollupDifference{RollupCell: RollupCell{Tenant: tenant}, Stored: &aggregates.RollupDelta{}, Expected: &aggregates.RollupDelta{}},
 		Lines: []string{fmt.Sprintf("not judged: roll-up deltas were folded during each of %d readings; reconcile again", rollupMaxReads)}}}, nil
 }
 
 // readLanes reads the tenant's K lane partitions (consistent Queries),
-// calls item for each delta item and bad for each that does not decode,
-// and returns the keys read, in order.
-func readLanes(ctx context.Context, api ReconcileAPI, tableName, tenant string, stats *ReconcileStats, item func(*table.RollupDeltaItem), bad func(aggregates.Key, error)) ([]aggregates.Key, error) {
+// calls item for each delta item, with its updatedAt (zero when absent or
+// not a time), and bad for each that does not decode, and returns the keys
+// read, in order.
+func readLanes(ctx context.Context, api ReconcileAPI, tableName, tenant string, stats *ReconcileStats, item func(*table.RollupDeltaItem, time.Time), bad func(aggregates.Key, error)) ([]aggregates.Key, error) {
 	var keys []aggregates.Key
 	for k := range aggregates.RollupLanes {
 		if err := queryAll(ctx, api, tableName, aggregates.RollupLanePK(tenant, k), stats, func(it map[string]ddbtypes.AttributeValue) error {
@@ -233,7 +304,11 @@ func readLanes(ctx context.Context, api ReconcileAPI, tableName, tenant string, 
 				bad(table.KeyOf(it), err)
 				return nil
 			}
-			item(d)
+			var since time.Time
+			if v, ok := table.String(it, table.AttrUpdatedAt); ok {
+				since, _ = time.Parse(time.RFC3339Nano, v) // zero when it is no time
+			}
+			item(d, since)
 			return nil
 		}, nil); err != nil {
 			return nil, err
@@ -244,12 +319,12 @@ func readLanes(ctx context.Context, api ReconcileAPI, tableName, tenant string, 
 
 // judgeRollups compares what is stored of a tenant's roll-ups with the
 // oracle, cell by cell.
-func judgeRollups(tenant string, o *rollupOracle, stored map[RollupCell]*aggregates.RollupDelta, unfolded map[RollupCell]int, set table.ReportSet, strays []Difference) []Difference {
+func judgeRollups(tenant string, o *rollupOracle, stored map[RollupCell]*aggregates.RollupDelta, unfolded map[RollupCell]int, stuck map[RollupCell][]WaitingDelta, rule stuckRule, set table.ReportSet, strays []Difference) []Difference {
 	diffs := map[RollupCell]*RollupDifference{}
 	diff := func(c RollupCell) *RollupDifference {
 		d := diffs[c]
 		if d == nil {
-			d = &RollupDifference{RollupCell: c, Stored: &aggregates.RollupDelta{}, Expected: &aggregates.RollupDelta{}}
+			d = &RollupDifference{RollupCell: c, Stored: &aggregates.RollupDelta{}, Expected: &aggregates.RollupDelta{}, Read: &aggregates.RollupDelta{}}
 			diffs[c] = d
 		}
 		return d
@@ -262,6 +337,7 @@ func judgeRollups(tenant string, o *rollupOracle, stored map[RollupCell]*aggrega
 		d := diff(c)
 		figures, probs := sr.DecodeRollup()
 		d.Stored.Merge(figures)
+		d.Read.Merge(figures)
 		if len(probs) > 0 {
 			d.Damaged = append(d.Damaged, k.Key())
 			d.damaged = append(d.damaged, sr)
@@ -290,6 +366,7 @@ func judgeRollups(tenant string, o *rollupOracle, stored map[RollupCell]*aggrega
 		if c.Tenant == tenant {
 			diff(c).Stored.Merge(s)
 			diffs[c].Unfolded = unfolded[c]
+			diffs[c].Stuck = stuck[c]
 		}
 	}
 	for c, s := range o.shares {
@@ -319,15 +396,41 @@ func judgeRollups(tenant string, o *rollupOracle, stored map[RollupCell]*aggrega
 		if d.Stored.Branches != d.Expected.Branches {
 			lines = append(lines, fmt.Sprintf("branches: got %d; want %d (branch reports with a non-zero count)", d.Stored.Branches, d.Expected.Branches))
 		}
+		lines = append(lines, stuckLines(d, rule)...)
 		if len(lines) == 0 {
 			continue
 		}
-		if d.Unfolded > 0 {
-			lines = append(lines, fmt.Sprintf("(%d roll-up delta items not folded yet, counted)", d.Unfolded))
+		if d.Unfolded > len(d.Stuck) {
+			lines = append(lines, fmt.Sprintf("(%d roll-up delta items not folded yet, counted)", d.Unfolded-len(d.Stuck)))
 		}
 		out = append(out, Difference{Rollup: d, Lines: lines, Problems: problems[c]})
 	}
 	return out
+}
+
+// stuckLines names the stuck delta items of d, and what a roll-up read
+// returns of the cell while they wait.
+func stuckLines(d *RollupDifference, rule stuckRule) []string {
+	if len(d.Stuck) == 0 {
+		return nil
+	}
+	why := "the quiescent procedure holds: nothing in flight will fold them"
+	if !rule.quiescent {
+		why = fmt.Sprintf("older than %s, unless their lane's consumer is that far behind", rule.after)
+	}
+	lines := []string{fmt.Sprintf("%d roll-up delta items stuck in their lanes, not late (%s): in no partial, so a roll-up read lacks them; reconcile --repair --quiescent re-delivers them", len(d.Stuck), why)}
+	for _, w := range d.Stuck {
+		when := "no readable updatedAt"
+		if !w.Since.IsZero() {
+			when = fmt.Sprintf("put %s, %s ago", w.Since.UTC().Format(time.RFC3339), rule.now.Sub(w.Since).Round(time.Second))
+		}
+		lines = append(lines, fmt.Sprintf("stuck delta %s (%s)", w.Key, when))
+	}
+	d.Read.Prune()
+	if !d.Read.Equal(&d.Expected.Report) || d.Read.Branches != d.Expected.Branches {
+		lines = append(lines, fmt.Sprintf("a roll-up read (partials only) returns %s, branches %d; want %s, branches %d", d.Read.Totals, d.Read.Branches, d.Expected.Totals, d.Expected.Branches))
+	}
+	return lines
 }
 
 func compareCells(a, b RollupCell) int {
@@ -361,13 +464,13 @@ func rollupStrays(ctx context.Context, api ReconcileAPI, tableName string, pks m
 // then lists the items of stray roll-up partitions. The tenants with
 // branches were judged as their last branch was done (remaining counts
 // their branches).
-func reconcileRollups(ctx context.Context, api ReconcileAPI, tableName string, remaining map[string]int, rp *rollupPartitions, stats *ReconcileStats) ([]Difference, error) {
+func reconcileRollups(ctx context.Context, api ReconcileAPI, tableName string, remaining map[string]int, rp *rollupPartitions, rule stuckRule, stats *ReconcileStats) ([]Difference, error) {
 	var out []Difference
 	for _, t := range slices.Sorted(maps.Keys(rp.partials)) {
 		if _, judged := remaining[t]; judged {
 			continue
 		}
-		d, err := reconcileTenantRollups(ctx, api, tableName, t, rp.partials[t], newRollupOracle(), stats)
+		d, err := reconcileTenantRollups(ctx, api, tableName, t, rp.partials[t], newRollupOracle(), rule, stats)
 		if err != nil {
 			return nil, fmt.Errorf("roll-ups of %s: %w", t, err)
 		}
@@ -385,5 +488,6 @@ func reconcileRollups(ctx context.Context, api ReconcileAPI, tableName string, r
 func sameRollup(a, b *RollupDifference) bool {
 	return a.RollupCell == b.RollupCell && a.Stored.Equal(&b.Stored.Report) && a.Stored.Branches == b.Stored.Branches &&
 		a.Expected.Equal(&b.Expected.Report) && a.Expected.Branches == b.Expected.Branches &&
-		slices.Equal(a.Damaged, b.Damaged) && a.ParkedPartials == b.ParkedPartials && a.ParkedShares == b.ParkedShares
+		slices.Equal(a.Damaged, b.Damaged) && a.ParkedPartials == b.ParkedPartials && a.ParkedShares == b.ParkedShares &&
+		slices.EqualFunc(a.Stuck, b.Stuck, func(x, y WaitingDelta) bool { return x.Key == y.Key })
 }

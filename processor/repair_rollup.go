@@ -55,6 +55,11 @@ type RollupRepairResult struct {
 	// delta do not fit one transaction (100 writes): left as they are, for
 	// the quiescent procedure by hand (docs/runbook.md).
 	TooLarge []RollupCell
+	// Stuck are the roll-ups with stuck delta items (RollupDifference.Stuck)
+	// left waiting outside the quiescent procedure: RedeliverWaiting puts
+	// them back through a lane only under it (a delta merely late would be
+	// folded twice).
+	Stuck []RollupCell
 }
 
 // errTooManyWrites is a move that does not fit one transaction.
@@ -80,6 +85,9 @@ func RepairRollups(ctx context.Context, api ReconcileAPI, tableName string, diff
 		d := diff.Rollup
 		if d == nil || d.Period.Type == "" {
 			continue // not a roll-up, or a tenant not judged
+		}
+		if len(d.Stuck) > 0 && !opts.Quiescent {
+			res.Stuck = append(res.Stuck, d.RollupCell)
 		}
 		if opts.Held != nil && opts.Held(d.RollupCell) {
 			res.Held = append(res.Held, d.RollupCell)
@@ -267,7 +275,7 @@ func RedeliverWaiting(ctx context.Context, api ReconcileAPI, tableName, tenant s
 	stamp := now.UTC().Format(time.RFC3339Nano)
 	var items []*table.RollupDeltaItem
 	var stats ReconcileStats
-	if _, err := readLanes(ctx, api, tableName, tenant, &stats, func(d *table.RollupDeltaItem) { items = append(items, d) }, func(aggregates.Key, error) {}); err != nil {
+	if _, err := readLanes(ctx, api, tableName, tenant, &stats, func(d *table.RollupDeltaItem, _ time.Time) { items = append(items, d) }, func(aggregates.Key, error) {}); err != nil {
 		return 0, fmt.Errorf("redeliver roll-up deltas of %s: %w", tenant, err)
 	}
 	n := 0

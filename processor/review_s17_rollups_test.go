@@ -86,16 +86,18 @@ func TestReviewS17_AHalfCommittedBatchIsFinishedByItsPlanAcrossTheSwitch(t *test
 	}
 }
 
-// Review (adversarial, session 17), hole S17-R1, as the runbook now
-// states it ("Turning tenant roll-ups on or off"): a roll-up delta read by
+// Review (adversarial, session 17), hole S17-R1: a roll-up delta read by
 // a consumer with roll-ups off (in flight at the switch, or put by an "on"
 // consumer of a mixed fleet in a lane an "off" one reads) is not folded,
-// now or later: the partials (what a tenant's roll-up read sums) lack it,
-// and reconcile counts it as stored, so it finds no difference and only
-// reports the delta waiting. Pinned in every guard mode so that a change
-// of either (a fold by "off" consumers, or reconcile naming a stuck
-// delta) changes the runbook with it.
-func TestReviewS17_ADeltaReadWithRollupsOffWaitsAndReconcileOnlyCountsIt(t *testing.T) {
+// now or later: the partials (what a tenant's roll-up read sums) lack it.
+// Reconcile counts it as stored, so its figures agree; before the fix it
+// only reported the delta waiting and found no difference, for good. Now
+// (session 19) a waiting delta is named stuck, a difference of its roll-up
+// with the delta's key, under the quiescent procedure (every waiting delta:
+// nothing in flight will fold it) and, without it, once it is older than
+// StuckAfter (its updatedAt); a fresh one is late, counted and not named.
+// In every guard mode.
+func TestReviewS17_ADeltaReadWithRollupsOffIsNamedStuck(t *testing.T) {
 	for _, mode := range rollupModes {
 		t.Run(mode, func(t *testing.T) {
 			ctx := context.Background()
@@ -112,10 +114,48 @@ func TestReviewS17_ADeltaReadWithRollupsOffWaitsAndReconcileOnlyCountsIt(t *test
 			off.pass()
 			assert.Equal(t, waiting, laneKeys(t, e), "the delta still waits in its lane")
 			assert.Zero(t, readRollups(t, e).partials, "no partial holds it: a roll-up read is short of it")
-			diffs, stats, err := processor.ReconcileWith(ctx, e.ddb, e.table, processor.Scope{}, processor.ReconcileOptions{Rollups: true})
-			require.NoError(t, err)
-			assert.Empty(t, diffs, "reconcile counts a waiting delta as stored")
-			assert.Equal(t, 1, stats.RollupWaiting["acme"], "and reports it waiting")
+
+			reconcile := func(opts processor.ReconcileOptions) ([]processor.Difference, processor.ReconcileStats) {
+				t.Helper()
+				opts.Rollups = true
+				diffs, stats, err := processor.ReconcileWith(ctx, e.ddb, e.table, processor.Scope{}, opts)
+				require.NoError(t, err)
+				assert.Equal(t, 1, stats.RollupWaiting["acme"], "the delta is counted waiting")
+				return diffs, stats
+			}
+			diffs, stats := reconcile(processor.ReconcileOptions{})
+			assert.Empty(t, diffs, "a fresh delta may be late: counted, not named")
+			assert.Zero(t, stats.RollupStuck["acme"])
+
+			later := func() time.Time { return time.Now().Add(processor.DefaultRollupStuckAfter + time.Minute) }
+			for _, tc := range []struct {
+				name string
+				opts processor.ReconcileOptions
+			}{
+				{"quiescent", processor.ReconcileOptions{Quiescent: true}},
+				{"older than StuckAfter", processor.ReconcileOptions{Now: later}},
+				{"older than a StuckAfter of a second", processor.ReconcileOptions{StuckAfter: time.Second, Now: func() time.Time { return time.Now().Add(2 * time.Second) }}},
+			} {
+				diffs, stats := reconcile(tc.opts)
+				var periods []string
+				for _, diff := range diffs { // one per period the delta names
+					d := diff.Rollup
+					require.NotNil(t, d, tc.name)
+					periods = append(periods, d.Period.String())
+					assert.Equal(t, "acme/BRL", d.Tenant+"/"+d.Currency, tc.name)
+					require.Len(t, d.Stuck, 1, tc.name)
+					assert.Equal(t, waiting[0], d.Stuck[0].Key, tc.name)
+					assert.WithinDuration(t, time.Now(), d.Stuck[0].Since, time.Minute, "%s: the delta's updatedAt", tc.name)
+					assert.False(t, d.Differs(), "%s: its figures agree (it is counted); the stuck delta is the difference", tc.name)
+					assert.True(t, d.Read.Totals.Income.IsZero(), "%s: a read returns the partials only: %s", tc.name, d.Read.Totals)
+					assert.Contains(t, diff.String(), "stuck delta "+waiting[0].String(), tc.name)
+					assert.Contains(t, diff.String(), "a roll-up read (partials only) returns income=0 ", tc.name)
+				}
+				assert.Equal(t, []string{"DAILY#2026-11-27", "MONTHLY#2026-11", "YEARLY#2026"}, periods, tc.name)
+				assert.Equal(t, 1, stats.RollupStuck["acme"], "%s: one item", tc.name)
+			}
+			diffs, _ = reconcile(processor.ReconcileOptions{StuckAfter: -1, Now: later})
+			assert.Empty(t, diffs, "StuckAfter < 0: never by age")
 			e.requireReconciled(t)
 		})
 	}

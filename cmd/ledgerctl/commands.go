@@ -223,8 +223,19 @@ type reconcileView struct {
 	ItemsRead int     `json:"itemsRead"`
 	ReadUnits float64 `json:"readUnits"`
 	// RollupWaiting: per tenant, the roll-up delta items waiting in its
-	// lanes for their fold (processor.ReconcileStats).
+	// lanes for their fold (processor.ReconcileStats); RollupStuck: those
+	// of them named stuck (--quiescent, --stuck-after), each in its
+	// roll-up's difference.
 	RollupWaiting map[string]int `json:"rollupWaiting,omitempty"`
+	RollupStuck   map[string]int `json:"rollupStuck,omitempty"`
+}
+
+// stuckView is a roll-up delta item stuck in its lane: its key and when
+// it was put (its updatedAt; absent when it has none readable).
+type stuckView struct {
+	PK    string `json:"pk"`
+	SK    string `json:"sk"`
+	Since string `json:"since,omitempty"`
 }
 
 // unsettledView is a branch with transactions not in its current calendar.
@@ -250,13 +261,16 @@ type differenceView struct {
 	Currency string   `json:"currency,omitempty"`
 	Parked   int      `json:"parked,omitempty"`
 	Problems []string `json:"problems,omitempty"`
-	Lines    []string `json:"lines"`
+	// Stuck: a roll-up's delta items stuck in their lanes, not late
+	// (processor.RollupDifference.Stuck).
+	Stuck []stuckView `json:"stuck,omitempty"`
+	Lines []string    `json:"lines"`
 }
 
 func newReconcileView(table string, stats processor.ReconcileStats, diffs []processor.Difference) reconcileView {
 	v := reconcileView{Table: table, Transactions: stats.Transactions, Invalid: stats.Invalid, Reports: stats.Reports,
 		Differences: make([]differenceView, 0, len(diffs)), Unstamped: stats.Unstamped, Unsettled: []unsettledView{},
-		CalendarErrors: stats.CalendarErrors, ItemsRead: stats.ItemsRead, ReadUnits: stats.ReadUnits, RollupWaiting: stats.RollupWaiting}
+		CalendarErrors: stats.CalendarErrors, ItemsRead: stats.ItemsRead, ReadUnits: stats.ReadUnits, RollupWaiting: stats.RollupWaiting, RollupStuck: stats.RollupStuck}
 	for _, b := range unsettled(stats) {
 		v.Unsettled = append(v.Unsettled, unsettledView{Tenant: b.Tenant, Branch: b.Branch, Transactions: stats.Unsettled[b]})
 	}
@@ -267,6 +281,13 @@ func newReconcileView(table string, stats processor.ReconcileStats, diffs []proc
 			dv.PK, dv.SK, dv.Stray = d.Stray.PK, d.Stray.SK, true
 		case d.Rollup != nil:
 			dv.Rollup, dv.Tenant, dv.Currency, dv.Period = true, d.Rollup.Tenant, d.Rollup.Currency, d.Rollup.Period.String()
+			for _, w := range d.Rollup.Stuck {
+				sv := stuckView{PK: w.Key.PK, SK: w.Key.SK}
+				if !w.Since.IsZero() {
+					sv.Since = w.Since.UTC().Format(time.RFC3339Nano)
+				}
+				dv.Stuck = append(dv.Stuck, sv)
+			}
 			if d.Rollup.Period.Type != "" {
 				k := aggregates.RollupKey{Tenant: d.Rollup.Tenant, Currency: d.Rollup.Currency, Period: d.Rollup.Period}.Key()
 				dv.PK, dv.SK = k.PK, k.SK
@@ -331,7 +352,19 @@ delta only with --quiescent, which is refused while writes are enabled
 (ledgerctl flags set writesEnabled=false, wait for ledgerctl lag at zero,
 then repair; docs/runbook.md, "Repairing tenant roll-ups"). A period that a
 record in flight names is left alone; the tenant's other periods are
-repaired.`
+repaired.
+
+A roll-up delta waiting in a lane is counted as stored, but a roll-up read
+(the partials only) lacks it until its lane's consumer folds it. One that no
+consumer will fold (read by a consumer with roll-ups off, or its record
+trimmed unread) is stuck, not late, and is named as a difference of its
+roll-up with its key ("stuck delta …"), exit 1: one older than --stuck-after
+(its updatedAt, default 1h: twice the longest a running consumer makes a
+delta wait), and with --quiescent every one (writes disabled, which is
+checked, and the consumers drained, which you assert: ledgerctl lag at zero;
+without --repair reconcile reads no stream). --repair --quiescent re-delivers them through a
+lane (a period a record in flight names is held), for consumers with
+roll-ups on to fold (docs/runbook.md, "Turning tenant roll-ups on or off").`
 
 func (e *environment) reconcile(ctx context.Context, args []string) int {
 	fs := e.flags("reconcile", reconcileHelp)
@@ -339,7 +372,8 @@ func (e *environment) reconcile(ctx context.Context, args []string) int {
 	branch := fs.String("branch", "", "branch id (with --tenant)")
 	repair := fs.Bool("repair", false, "rewrite the reports that differ (see above)")
 	rollups := fs.Bool("rollups", true, "judge the tenant roll-ups too (whole table only)")
-	quiescent := fs.Bool("quiescent", false, "with --repair: the runbook's quiescent procedure holds (writes disabled, consumers drained): put roll-up differences as repair deltas")
+	quiescent := fs.Bool("quiescent", false, "the runbook's quiescent procedure holds (writes disabled, checked; consumers drained, asserted): name every roll-up delta waiting in a lane as stuck; with --repair, re-deliver them and put roll-up differences as repair deltas")
+	stuckAfter := fs.Duration("stuck-after", processor.DefaultRollupStuckAfter, "name a roll-up delta waiting in a lane longer than this `DURATION` as stuck (0: never by age)")
 	settle := fs.Duration("settle", 10*time.Second, "with --repair: time between the two reads")
 	parallel := fs.Int("parallel", 4, "Scan segments and branches checked at once (1–64)")
 	maxRecords := fs.Int("max-records", 1_000_000, "with --repair: read at most `N` stream records for the in-flight check (more: repair nothing)")
@@ -363,8 +397,13 @@ func (e *environment) reconcile(ctx context.Context, args []string) int {
 	if *parallel < 1 || *parallel > 64 {
 		return e.fail(errors.New("reconcile: --parallel must be from 1 to 64"))
 	}
-	if *quiescent && !*repair {
-		return e.fail(errors.New("reconcile: --quiescent says how to repair; give it with --repair"))
+	if *stuckAfter < 0 {
+		return e.fail(errors.New("reconcile: --stuck-after must not be negative (0: never by age)"))
+	}
+	stuckSet := false
+	fs.Visit(func(f *flag.Flag) { stuckSet = stuckSet || f.Name == "stuck-after" })
+	if (*quiescent || stuckSet) && !(*rollups && scope0(*tenant, *branch)) {
+		return e.fail(errors.New("reconcile: --quiescent and --stuck-after judge roll-up deltas: whole table only, with --rollups"))
 	}
 	if *quiescent {
 		// The procedure's first step is checked, not assumed; the second
@@ -374,12 +413,16 @@ func (e *environment) reconcile(ctx context.Context, args []string) int {
 			return e.fail(fmt.Errorf("reconcile: read the flags: %w", err))
 		}
 		if f.WritesEnabled() {
-			return e.fail(errors.New("reconcile: --quiescent, but writes are enabled: disable them (ledgerctl flags set writesEnabled=false), let the consumers drain (ledgerctl lag at zero), then repair (docs/runbook.md, \"Repairing tenant roll-ups\")"))
+			return e.fail(errors.New("reconcile: --quiescent, but writes are enabled: disable them (ledgerctl flags set writesEnabled=false), let the consumers drain (ledgerctl lag at zero), then reconcile or repair (docs/runbook.md, \"Repairing tenant roll-ups\")"))
 		}
 	}
 	scope := processor.Scope{Tenant: *tenant, Branch: *branch}
 	m := e.meter("reconcile")
-	opts := processor.ReconcileOptions{Parallel: *parallel, Progress: reconcileProgress(m), Rollups: *rollups && scope.Tenant == ""}
+	opts := processor.ReconcileOptions{Parallel: *parallel, Progress: reconcileProgress(m), Rollups: *rollups && scope.Tenant == "",
+		Quiescent: *quiescent, StuckAfter: *stuckAfter}
+	if *stuckAfter == 0 {
+		opts.StuckAfter = -1 // never by age
+	}
 	diffs, stats, err := processor.ReconcileWith(ctx, c, e.table, scope, opts)
 	m.Stop()
 	if err != nil {
@@ -400,9 +443,7 @@ func (e *environment) reconcile(ctx context.Context, args []string) int {
 		fmt.Fprintln(e.stdout, d)
 	}
 	printCalendarNotes(e.stdout, stats)
-	if n := waitingDeltas(stats); n > 0 {
-		fmt.Fprintf(e.stdout, "%d roll-up delta items wait in lanes for their fold (counted; with ledgerctl lag at zero they were trimmed from the stream unread: reconcile --repair --quiescent re-delivers them)\n", n)
-	}
+	printWaiting(e.stdout, stats, *quiescent, *stuckAfter)
 	fmt.Fprintf(e.stdout, "%d transactions (%d invalid), %d reports, %d differences; read %d items, %s read units\n",
 		stats.Transactions, stats.Invalid, stats.Reports, len(diffs), stats.ItemsRead, strconv.FormatFloat(stats.ReadUnits, 'f', -1, 64))
 	redeliver := *repair && *quiescent && waitingDeltas(stats) > 0
@@ -477,6 +518,9 @@ func (e *environment) reconcile(ctx context.Context, args []string) int {
 	for _, rc := range rres.Skipped {
 		fmt.Fprintf(e.stdout, "left alone (a roll-up item changed since it was read; run reconcile again): %s\n", rc)
 	}
+	for _, rc := range rres.Stuck {
+		fmt.Fprintf(e.stdout, "not re-delivered (stuck roll-up deltas are put back through a lane only under the quiescent procedure: a late one would be folded twice; docs/runbook.md, \"Turning tenant roll-ups on or off\"): %s\n", rc)
+	}
 	if *rollups && scope.Tenant == "" {
 		fmt.Fprintf(e.stdout, "roll-ups: moved %d damaged partials and %d parked deltas into a lane; put %d repair deltas; %d held, %d not repaired without --quiescent, %d changed since read\n",
 			rres.Moved, rres.MovedParked, rres.Deltas, len(rres.Held), len(rres.Refused), len(rres.Skipped))
@@ -493,6 +537,33 @@ func (e *environment) reconcile(ctx context.Context, args []string) int {
 		return exitOK // only waiting deltas were re-delivered
 	}
 	return exitDiff
+}
+
+// scope0 says whether a reconcile's --tenant and --branch name the whole
+// table.
+func scope0(tenant, branch string) bool { return tenant == "" && branch == "" }
+
+// printWaiting prints the line on the roll-up delta items found waiting in
+// lanes: those named stuck (differences above) and the others, late.
+func printWaiting(w io.Writer, stats processor.ReconcileStats, quiescent bool, stuckAfter time.Duration) {
+	n := waitingDeltas(stats)
+	if n == 0 {
+		return
+	}
+	stuck := 0
+	for _, s := range stats.RollupStuck {
+		stuck += s
+	}
+	switch {
+	case stuck == n:
+		fmt.Fprintf(w, "%d roll-up delta items wait in lanes, every one stuck (named above): a roll-up read lacks them until reconcile --repair --quiescent re-delivers them to consumers with roll-ups on\n", n)
+	case stuck > 0:
+		fmt.Fprintf(w, "%d roll-up delta items wait in lanes for their fold: %d stuck (named above), %d younger than --stuck-after %s (counted: late, in flight to their lane's consumer)\n", n, stuck, n-stuck, stuckAfter)
+	case stuckAfter == 0:
+		fmt.Fprintf(w, "%d roll-up delta items wait in lanes for their fold (counted; not judged by age: --stuck-after 0; reconcile --quiescent, with writes disabled and ledgerctl lag at zero, names any that is stuck)\n", n)
+	default:
+		fmt.Fprintf(w, "%d roll-up delta items wait in lanes for their fold (counted; younger than --stuck-after %s: late, in flight to their lane's consumer; reconcile --quiescent, with writes disabled and ledgerctl lag at zero, names any that is stuck)\n", n, stuckAfter)
+	}
 }
 
 // waitingDeltas is the number of roll-up delta items reconcile found

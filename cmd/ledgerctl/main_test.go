@@ -113,6 +113,10 @@ func TestRun_ErrorsExitTwo(t *testing.T) {
 		{"bench moved", nil, []string{"bench", "-quick"}, "cmd/ledgerbench"},
 		{"half a scope", nil, []string{"reconcile", "--tenant", "acme"}, "both --tenant and --branch"},
 		{"bad flag", nil, []string{"reconcile", "--nope"}, "flag provided but not defined"},
+		{"stuck-after negative", nil, []string{"reconcile", "--stuck-after", "-1m"}, "--stuck-after must not be negative"},
+		{"stuck-after for a branch", nil, []string{"reconcile", "--tenant", "acme", "--branch", "north", "--stuck-after", "1h"}, "whole table only, with --rollups"},
+		{"stuck-after without roll-ups", nil, []string{"reconcile", "--rollups=false", "--stuck-after", "2h"}, "whole table only, with --rollups"},
+		{"quiescent for a branch", nil, []string{"reconcile", "--tenant", "acme", "--branch", "north", "--quiescent"}, "whole table only, with --rollups"},
 		{"missing table", map[string]string{"LEDGER_TABLE": "no-such-table", "AWS_ENDPOINT_URL": endpoint}, []string{"reconcile"}, "no-such-table"},
 	}
 	for _, tt := range tests {
