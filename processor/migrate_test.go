@@ -63,14 +63,29 @@ func legacyCheckpointKey(e *env, shard string) aggregates.Key {
 // the claim landed.
 func oldVersionCommit(t *testing.T, e *env, shard string, recs []processor.Record) bool {
 	t.Helper()
+	return oldVersionCommitFrom(t, e, shard, "", recs)
+}
+
+// oldVersionCommitFrom is oldVersionCommit from the checkpoint prev the
+// old consumer read ("": none): its claim requires the ledger table's
+// checkpoint at prev (or none) and no pending batch.
+func oldVersionCommitFrom(t *testing.T, e *env, shard, prev string, recs []processor.Record) bool {
+	t.Helper()
 	ctx := context.Background()
-	last := recs[len(recs)-1].SequenceNumber
+	cond := "attribute_not_exists(#seq) AND attribute_not_exists(#pt)"
+	values := map[string]ddbtypes.AttributeValue{
+		":last": table.S(recs[len(recs)-1].SequenceNumber), ":now": table.S(time.Now().UTC().Format(time.RFC3339Nano)),
+	}
+	if prev != "" {
+		cond = "#seq = :prev AND attribute_not_exists(#pt)"
+		values[":prev"] = table.S(prev)
+	}
 	_, err := e.ddb.UpdateItem(ctx, &dynamodb.UpdateItemInput{
 		TableName: aws.String(e.table), Key: table.Key(legacyCheckpointKey(e, shard)),
 		UpdateExpression:          aws.String("SET #seq = :last, #ua = :now"),
-		ConditionExpression:       aws.String("attribute_not_exists(#seq) AND attribute_not_exists(#pt)"),
+		ConditionExpression:       aws.String(cond),
 		ExpressionAttributeNames:  map[string]string{"#seq": table.AttrSequenceNumber, "#pt": "pendingTo", "#ua": table.AttrUpdatedAt},
-		ExpressionAttributeValues: map[string]ddbtypes.AttributeValue{":last": table.S(last), ":now": table.S(time.Now().UTC().Format(time.RFC3339Nano))},
+		ExpressionAttributeValues: values,
 	})
 	var ccf *ddbtypes.ConditionalCheckFailedException
 	if errors.As(err, &ccf) {

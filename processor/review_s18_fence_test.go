@@ -8,7 +8,6 @@ package processor_test
 
 import (
 	"context"
-	"errors"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -27,39 +26,6 @@ import (
 	"github.com/ledger-dev/ledger/processor"
 	"github.com/ledger-dev/ledger/table"
 )
-
-// oldVersionCommitFrom is oldVersionCommit from the checkpoint prev the
-// old consumer read: its claim requires the ledger table's checkpoint at
-// prev and no pending batch (the old claim's condition), and when it lands
-// the records are applied as that version would (under run markers, which
-// know nothing of the coordination table). It reports whether the claim
-// landed.
-func oldVersionCommitFrom(t *testing.T, e *env, shard, prev string, recs []processor.Record) bool {
-	t.Helper()
-	ctx := context.Background()
-	_, err := e.ddb.UpdateItem(ctx, &dynamodb.UpdateItemInput{
-		TableName: aws.String(e.table), Key: table.Key(legacyCheckpointKey(e, shard)),
-		UpdateExpression:         aws.String("SET #seq = :last, #ua = :now"),
-		ConditionExpression:      aws.String("#seq = :prev AND attribute_not_exists(#pt)"),
-		ExpressionAttributeNames: map[string]string{"#seq": table.AttrSequenceNumber, "#pt": "pendingTo", "#ua": table.AttrUpdatedAt},
-		ExpressionAttributeValues: map[string]ddbtypes.AttributeValue{
-			":last": table.S(recs[len(recs)-1].SequenceNumber), ":prev": table.S(prev),
-			":now": table.S(time.Now().UTC().Format(time.RFC3339Nano)),
-		},
-	})
-	var ccf *ddbtypes.ConditionalCheckFailedException
-	if errors.As(err, &ccf) {
-		return false
-	}
-	require.NoError(t, err)
-	scratch := table.CoordinationTableName(newTableName(t))
-	p, err := processor.New(e.ddb, processor.Config{Table: e.table, CoordinationTable: scratch, BaseBackoff: time.Millisecond, MaxBackoff: 20 * time.Millisecond}, nil)
-	require.NoError(t, err)
-	res, err := p.Process(ctx, p.MarkerGuard(), recs)
-	require.NoError(t, err)
-	require.Equal(t, len(recs), res.Committed)
-	return true
-}
 
 // coordItem reads the coordination table's checkpoint item of shard (nil:
 // none).

@@ -162,6 +162,40 @@ func (a *slowAnswerAPI) conflict(in *dynamodb.TransactWriteItemsInput) error {
 	return &ddbtypes.TransactionCanceledException{Message: aws.String("Transaction cancelled, please refer cancellation reasons for specific reasons [TransactionConflict]"), CancellationReasons: reasons}
 }
 
+// lateShapes sets up the stale-shape sequences of S18-P1: one income of
+// branch sp on 2026-11-27 committed (the daily report's count is 1), then
+// one more for each of ids, their records returned by id; and an API in
+// front of the table that holds the answers of held's report reads and,
+// when asked to interfere, commits "b" by another committer (its own
+// shape cache), moving the report's count.
+func lateShapes(t *testing.T, e *env, ids []string, held ...string) (map[string]processor.Record, *slowAnswerAPI) {
+	t.Helper()
+	tx := func(id string) rtx { return rtx{"acme", "sp", "BRL", "2026-11-27", id, "INCOME", "10", "food"} }
+	tx("0").put(t, e, "")
+	first := newConsumer(t, e, "marker", nil, processor.Config{})
+	first.pass() // the report's count is 1
+	for _, id := range ids {
+		tx(id).put(t, e, "")
+	}
+	_, all := e.records(t)
+	recs := map[string]processor.Record{}
+	for _, r := range all {
+		if sk, ok := table.String(r.NewImage, "SK"); ok && strings.HasPrefix(sk, "2026-11-27#") && !first.delivered[r.EventID] {
+			recs[strings.TrimPrefix(sk, "2026-11-27#")] = r
+		}
+	}
+	require.Len(t, recs, len(ids))
+
+	rk := aggregates.ReportKey{Tenant: "acme", Branch: "sp", Period: day("2026-11-27")}.Key()
+	other := newConsumer(t, e, "marker", nil, processor.Config{}) // another committer, its own cache
+	api := newSlowAnswerAPI(t, e.ddb, rk, held...)
+	api.interfere = func(ctx context.Context) error {
+		_, err := other.p.Process(context.WithoutCancel(ctx), other.g, []processor.Record{recs["b"]})
+		return err
+	}
+	return recs, api
+}
+
 // TestReviewS18Park_AStaleCachedShapeIsNoReadAgain (hole S18-P1): the
 // re-read a park (or a recheck) is decided on is the shape cache, which
 // every consumer of one Processor shares (the poller's readers of all
@@ -177,29 +211,7 @@ func (a *slowAnswerAPI) conflict(in *dynamodb.TransactWriteItemsInput) error {
 // from the table.
 func TestReviewS18Park_AStaleCachedShapeIsNoReadAgain(t *testing.T) {
 	e := newEnv(t)
-	tx := func(id string) rtx { return rtx{"acme", "sp", "BRL", "2026-11-27", id, "INCOME", "10", "food"} }
-	tx("0").put(t, e, "")
-	first := newConsumer(t, e, "marker", nil, processor.Config{})
-	first.pass() // the report's count is 1
-	for _, id := range []string{"a", "c1", "c2", "b"} {
-		tx(id).put(t, e, "")
-	}
-	_, all := e.records(t)
-	recs := map[string]processor.Record{}
-	for _, r := range all {
-		if sk, ok := table.String(r.NewImage, "SK"); ok && strings.HasPrefix(sk, "2026-11-27#") && !first.delivered[r.EventID] {
-			recs[strings.TrimPrefix(sk, "2026-11-27#")] = r
-		}
-	}
-	require.Len(t, recs, 4)
-
-	rk := aggregates.ReportKey{Tenant: "acme", Branch: "sp", Period: day("2026-11-27")}.Key()
-	other := newConsumer(t, e, "marker", nil, processor.Config{}) // another committer, its own cache
-	api := newSlowAnswerAPI(t, e.ddb, rk, "c1", "c2")
-	api.interfere = func(ctx context.Context) error {
-		_, err := other.p.Process(context.WithoutCancel(ctx), other.g, []processor.Record{recs["b"]})
-		return err
-	}
+	recs, api := lateShapes(t, e, []string{"a", "c1", "c2", "b"}, "c1", "c2")
 	// A backoff long beside a cache store, so that the late answers reach
 	// the cache between a's failed attempt and its next read.
 	p, err := processor.New(api, processor.Config{Table: e.table, BaseBackoff: 2 * time.Second, MaxBackoff: 2 * time.Second},
@@ -270,29 +282,7 @@ wait:
 // the part's one recheck spent), and a park with one more late answer.
 func TestReviewS18Park_ASentShapeIsComparedOnlyWithTheReadAfterItsFailure(t *testing.T) {
 	e := newEnv(t)
-	tx := func(id string) rtx { return rtx{"acme", "sp", "BRL", "2026-11-27", id, "INCOME", "10", "food"} }
-	tx("0").put(t, e, "")
-	first := newConsumer(t, e, "marker", nil, processor.Config{})
-	first.pass() // the report's count is 1
-	for _, id := range []string{"a", "c", "b"} {
-		tx(id).put(t, e, "")
-	}
-	_, all := e.records(t)
-	recs := map[string]processor.Record{}
-	for _, r := range all {
-		if sk, ok := table.String(r.NewImage, "SK"); ok && strings.HasPrefix(sk, "2026-11-27#") && !first.delivered[r.EventID] {
-			recs[strings.TrimPrefix(sk, "2026-11-27#")] = r
-		}
-	}
-	require.Len(t, recs, 3)
-
-	rk := aggregates.ReportKey{Tenant: "acme", Branch: "sp", Period: day("2026-11-27")}.Key()
-	other := newConsumer(t, e, "marker", nil, processor.Config{})
-	api := newSlowAnswerAPI(t, e.ddb, rk, "c")
-	api.interfere = func(ctx context.Context) error {
-		_, err := other.p.Process(context.WithoutCancel(ctx), other.g, []processor.Record{recs["b"]})
-		return err
-	}
+	recs, api := lateShapes(t, e, []string{"a", "c", "b"}, "c")
 	api.conflictAt, api.conflictLate = 2, "c"
 	p, err := processor.New(api, processor.Config{Table: e.table, BaseBackoff: time.Millisecond, MaxBackoff: 20 * time.Millisecond},
 		processor.NewMetrics(prometheus.NewRegistry()))
