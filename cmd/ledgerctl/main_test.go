@@ -145,14 +145,7 @@ func TestReconcileRepair_StrayItemIsNamedDeletedAndTheRestRepaired(t *testing.T)
 	require.NoError(t, ledgertest.NewWorkload(7).Run(ctx, c, table, 100))
 	info, err := ledgertable.DescribeTable(ctx, c, table)
 	require.NoError(t, err)
-	shards, err := ledgertest.ReadAll(ctx, dynamodbstreams.NewFromConfig(ddbtest.Config(t)), info.StreamARN, nil)
-	require.NoError(t, err)
-	p, err := processor.New(c, processor.Config{Table: table}, nil)
-	require.NoError(t, err)
-	for _, s := range shards {
-		_, err = p.Process(ctx, p.ShardGuard(info.StreamARN, s.ID), s.Records)
-		require.NoError(t, err)
-	}
+	passer(t, c, info.StreamARN, processor.Config{Table: table})()
 	code, out, errOut := run(t, env, "reconcile")
 	require.Equal(t, exitOK, code, out+errOut)
 
@@ -183,4 +176,22 @@ func TestReconcileRepair_StrayItemIsNamedDeletedAndTheRestRepaired(t *testing.T)
 	assert.Nil(t, got.Item, "the stray item is deleted")
 	code, out, errOut = run(t, env, "reconcile")
 	require.Equal(t, exitOK, code, out+errOut)
+}
+
+// passer is a consumer of cfg over the table of streamARN: each call
+// processes every record so far (the guard skips what is committed).
+func passer(t testing.TB, c processor.DynamoDB, streamARN string, cfg processor.Config) func() {
+	t.Helper()
+	ctx := context.Background()
+	p, err := processor.New(c, cfg, nil)
+	require.NoError(t, err)
+	return func() {
+		t.Helper()
+		shards, err := ledgertest.ReadAll(ctx, dynamodbstreams.NewFromConfig(ddbtest.Config(t)), streamARN, nil)
+		require.NoError(t, err)
+		for _, s := range shards {
+			_, err = p.Process(ctx, p.ShardGuard(streamARN, s.ID), s.Records)
+			require.NoError(t, err)
+		}
+	}
 }

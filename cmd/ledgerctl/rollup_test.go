@@ -8,7 +8,6 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	ddbtypes "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
-	"github.com/aws/aws-sdk-go-v2/service/dynamodbstreams"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -34,17 +33,7 @@ func TestReconcileRepair_RollupsNamedAndHealedUnderTheQuiescentProcedure(t *test
 	require.NoError(t, ledgertest.NewWorkload(11).Run(ctx, c, table, 100))
 	info, err := ledgertable.DescribeTable(ctx, c, table)
 	require.NoError(t, err)
-	p, err := processor.New(c, processor.Config{Table: table}, nil)
-	require.NoError(t, err)
-	consume := func() { // every record so far (the guard skips what is committed)
-		t.Helper()
-		shards, err := ledgertest.ReadAll(ctx, dynamodbstreams.NewFromConfig(ddbtest.Config(t)), info.StreamARN, nil)
-		require.NoError(t, err)
-		for _, s := range shards {
-			_, err = p.Process(ctx, p.ShardGuard(info.StreamARN, s.ID), s.Records)
-			require.NoError(t, err)
-		}
-	}
+	consume := passer(t, c, info.StreamARN, processor.Config{Table: table})
 	consume() // stage 1: branch reports and roll-up deltas
 	consume() // stage 2: the deltas folded into the partials
 	code, out, errOut := run(t, env, "reconcile")

@@ -7,7 +7,6 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	ddbtypes "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
-	"github.com/aws/aws-sdk-go-v2/service/dynamodbstreams"
 	"github.com/stretchr/testify/require"
 
 	"github.com/ledger-dev/ledger/aggregates"
@@ -34,16 +33,7 @@ func BenchmarkRollupRead_WaitingDeltaCheck(b *testing.B) {
 	table := ddbtest.NewTable(b, c)
 	info, err := ledgertable.DescribeTable(ctx, c, table)
 	require.NoError(b, err)
-	p, err := processor.New(c, processor.Config{Table: table}, nil)
-	require.NoError(b, err)
-	consume := func() {
-		shards, err := ledgertest.ReadAll(ctx, dynamodbstreams.NewFromConfig(ddbtest.Config(b)), info.StreamARN, nil)
-		require.NoError(b, err)
-		for _, s := range shards {
-			_, err = p.Process(ctx, p.ShardGuard(info.StreamARN, s.ID), s.Records)
-			require.NoError(b, err)
-		}
-	}
+	consume := passer(b, c, info.StreamARN, processor.Config{Table: table})
 	require.NoError(b, ledgertest.NewWorkload(11).Run(ctx, c, table, 200))
 	consume() // stage 1: branch reports, deltas in the lanes
 	consume() // stage 2: folded into the partials, the lanes empty

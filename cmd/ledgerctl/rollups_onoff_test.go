@@ -10,7 +10,6 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
-	"github.com/aws/aws-sdk-go-v2/service/dynamodbstreams"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -37,17 +36,7 @@ func TestReconcileRepair_TurningRollupsOnIsHealedOnce(t *testing.T) {
 	info, err := ledgertable.DescribeTable(ctx, c, table)
 	require.NoError(t, err)
 	consumer := func(off bool) func() {
-		p, err := processor.New(c, processor.Config{Table: table, NoRollups: off}, nil)
-		require.NoError(t, err)
-		return func() { // every record so far (the guard skips what is committed)
-			t.Helper()
-			shards, err := ledgertest.ReadAll(ctx, dynamodbstreams.NewFromConfig(ddbtest.Config(t)), info.StreamARN, nil)
-			require.NoError(t, err)
-			for _, s := range shards {
-				_, err = p.Process(ctx, p.ShardGuard(info.StreamARN, s.ID), s.Records)
-				require.NoError(t, err)
-			}
-		}
+		return passer(t, c, info.StreamARN, processor.Config{Table: table, NoRollups: off})
 	}
 	on, off := consumer(false), consumer(true)
 	require.NoError(t, ledgertest.NewWorkload(11).Run(ctx, c, table, 60))
@@ -95,17 +84,7 @@ func TestReconcile_AStuckRollupDeltaIsNamedNotLate(t *testing.T) {
 	require.NoError(t, err)
 	consumer := func(cfg processor.Config) func() {
 		cfg.Table = table
-		p, err := processor.New(c, cfg, nil)
-		require.NoError(t, err)
-		return func() { // every record so far (the guard skips what is committed)
-			t.Helper()
-			shards, err := ledgertest.ReadAll(ctx, dynamodbstreams.NewFromConfig(ddbtest.Config(t)), info.StreamARN, nil)
-			require.NoError(t, err)
-			for _, s := range shards {
-				_, err = p.Process(ctx, p.ShardGuard(info.StreamARN, s.ID), s.Records)
-				require.NoError(t, err)
-			}
-		}
+		return passer(t, c, info.StreamARN, cfg)
 	}
 	lanes := func() map[string]bool {
 		t.Helper()
