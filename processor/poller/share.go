@@ -848,7 +848,8 @@ func (p *Poller) parentDone(ctx context.Context, s shard) bool {
 }
 
 // takeBound bounds a round's checkpoint reads before its takes, and its
-// takes. A poller holding no lease has nothing a long round can cost: a
+// takes (a renewing poller's takes: at most half a renewal interval, see
+// takeShare). A poller holding no lease has nothing a long read can cost: a
 // lease duration. A heartbeat poller's heartbeat runs on its own
 // goroutine: a renewal interval. A poller that renews lease items in its
 // rounds (the renewals wait for the round): half a renewal interval. Half
@@ -966,6 +967,17 @@ func (p *Poller) takeShare(ctx context.Context, only map[string]bool) {
 		}
 	}
 	until := time.Now().Add(bound)
+	if p.renewsLeases() {
+		// A poller that renews lease items in its rounds renews the leases
+		// it takes now at its next round, a renewal interval after this one
+		// ends, and each is its own from its take's send: the takes get
+		// half a renewal interval whatever it held before (the first batch
+		// is always made). A lease duration for a poller holding nothing
+		// let batches of takes on a slow table outlast the first ones'
+		// life: they expired before their first renewal (review, session
+		// 19, R19-1).
+		until = time.Now().Add(min(bound, p.cfg.renewInterval()/2))
+	}
 	if next := p.lastRenew.Add(p.cfg.renewInterval()); only != nil && next.Before(until) {
 		until = next // a reader's end does not hold up the next renewals
 	}
