@@ -2,10 +2,15 @@ package poller_test
 
 import (
 	"context"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodbstreams"
+	streamtypes "github.com/aws/aws-sdk-go-v2/service/dynamodbstreams/types"
 	"github.com/stretchr/testify/assert"
 
 	"github.com/ledger-dev/ledger/infra/ddblocal/ddbtest"
@@ -78,5 +83,107 @@ func TestReviewS19_ARenewingPollerTakingItsFirstLeasesRenewsThemInTime(t *testin
 	t.Logf("leases expired before their first renewal: %.0f", expired)
 	assert.Zero(t, expired, "leases expired: a round of takes outlasted the first ones' life")
 	assert.Zero(t, counter(t, a.m.LeaseLosses.WithLabelValues(poller.LossExpired)))
+	e.finish(t, nil)
+}
+
+// Survives (L3, the paused gauge): ledger_poller_leases_paused is every
+// lease held while the poller is paused and none otherwise, through a
+// pause, a stop while paused and the gauges a stopped poller leaves
+// behind (a gauge left high after the stop would count leases nobody
+// holds as unread; one left at 0 while paused silences LedgerShardUnread).
+// One heartbeat poller alone (nobody fences it): its heartbeats answered
+// later than a lease duration pause it; it is stopped while paused.
+func TestReviewS19_ThePausedGaugeCountsEveryLeaseHeldWhilePausedAndNoneAfterAStop(t *testing.T) {
+	ddbtest.Long(t)
+	const shards = 4
+	const lease = 3 * time.Second
+	e := newEmuEnv(t, 1902, streamemu.Config{Shards: shards, Seed: 1902})
+	e.w.Branches = []string{"north", "south", "east", "west", "centre", "harbour"} // records on every shard (the default's six keys reach two)
+	late := &lateBeats{owner: "a"}
+	a := e.hbPoller(t, "a", func(api poller.Table) poller.Table { late.Table = api; return late }, nil, nil,
+		func(c *poller.Config) { c.LeaseDuration = lease })
+	e.write(t, 20)
+	stop := start(t, a)
+	eventually(t, "a holds every shard", 20*lease, func() bool { return counter(t, a.m.LeasesHeld) == shards })
+	assert.Zero(t, counter(t, a.m.LeasesPaused), "paused leases before any pause")
+	late.delay.Store(int64(lease + lease/2))
+	eventually(t, "every lease counted paused", 10*lease, func() bool { return counter(t, a.m.LeasesPaused) == shards })
+	assert.Equal(t, float64(shards), counter(t, a.m.LeasesHeld), "leases kept while paused")
+	assert.Zero(t, counter(t, a.m.LeaseLosses.WithLabelValues(poller.LossExpired))+counter(t, a.m.LeaseLosses.WithLabelValues(poller.LossTaken)))
+	stop()
+	assert.Zero(t, counter(t, a.m.LeasesHeld), "leases held after the stop")
+	assert.Zero(t, counter(t, a.m.LeasesPaused), "leases counted paused after the stop")
+	e.finish(t, nil)
+}
+
+// failingPages fails the next fail pages after a listing's first (a
+// listing of the whole stream that fails half-way: the stream's answer
+// an InternalServerError), and records when each failure was answered
+// and when each listing completed.
+type failingPages struct {
+	poller.Streams
+	fail     atomic.Int32
+	mu       sync.Mutex
+	failures []time.Time
+	ends     []time.Time
+}
+
+func (f *failingPages) DescribeStream(ctx context.Context, in *dynamodbstreams.DescribeStreamInput, opts ...func(*dynamodbstreams.Options)) (*dynamodbstreams.DescribeStreamOutput, error) {
+	listing := in.ShardFilter == nil
+	if listing && in.ExclusiveStartShardId != nil && f.fail.Add(-1) >= 0 {
+		f.mu.Lock()
+		f.failures = append(f.failures, time.Now())
+		f.mu.Unlock()
+		return nil, &streamtypes.InternalServerError{Message: aws.String("a page refused by the test")}
+	}
+	out, err := f.Streams.DescribeStream(ctx, in, opts...)
+	if listing && err == nil && out.StreamDescription != nil && out.StreamDescription.LastEvaluatedShardId == nil {
+		f.mu.Lock()
+		f.ends = append(f.ends, time.Now())
+		f.mu.Unlock()
+	}
+	return out, err
+}
+
+func (f *failingPages) times() (failures, ends []time.Time) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]time.Time(nil), f.failures...), append([]time.Time(nil), f.ends...)
+}
+
+// Survives (S17-D2, the listing cadence): a listing that fails half-way
+// does not move listDone, so the next is tried at the next round, not
+// --discover-interval after the failure (which would leave shards
+// created meanwhile to the lookups alone for a whole interval more).
+// Here four pages a listing, a 10 s interval, 1 s rounds; the second
+// listing's second page is refused at each of the pass's three attempts:
+// a listing completes within half the interval of the last refusal.
+func TestReviewS19_AListingThatFailsHalfWayIsTriedAgainAtTheNextRound(t *testing.T) {
+	ddbtest.Long(t)
+	const interval = 10 * time.Second
+	e := newEmuEnv(t, 1903, streamemu.Config{Shards: 8, Seed: 1903, ListPage: 2})
+	f := &failingPages{Streams: e.s}
+	a := e.poller(t, "a", f, func(c *poller.Config) { c.DiscoverInterval = interval })
+	e.write(t, 20)
+	stop := start(t, a)
+	eventually(t, "the first listing completed", time.Minute, func() bool { _, ends := f.times(); return len(ends) >= 1 })
+	f.fail.Store(3) // every attempt of the next listing's pass
+	eventually(t, "the next listing refused three times", 3*interval, func() bool { fs, _ := f.times(); return len(fs) >= 3 })
+	eventually(t, "a listing completed after the refusals", 3*interval, func() bool {
+		fs, ends := f.times()
+		return ends[len(ends)-1].After(fs[len(fs)-1])
+	})
+	stop()
+	fs, ends := f.times()
+	last := fs[len(fs)-1]
+	var next time.Time
+	for _, end := range ends {
+		if end.After(last) {
+			next = end
+			break
+		}
+	}
+	t.Logf("the listing after the last refusal completed %s after it", next.Sub(last).Round(time.Millisecond))
+	assert.Less(t, next.Sub(last), interval/2, "a failed listing delayed the next by an interval")
 	e.finish(t, nil)
 }
