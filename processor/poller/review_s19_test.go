@@ -9,6 +9,7 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	ddbtypes "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodbstreams"
 	streamtypes "github.com/aws/aws-sdk-go-v2/service/dynamodbstreams/types"
 	"github.com/stretchr/testify/assert"
@@ -51,39 +52,81 @@ func (s slowTakes) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput,
 	return out, err
 }
 
+// refusedTakes refuses every lease take (a poller that registers and
+// renews, and never gets a lease).
+type refusedTakes struct{ poller.Table }
+
+func (r refusedTakes) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error) {
+	if isTake(in) {
+		return nil, &ddbtypes.InternalServerError{Message: aws.String("takes refused by the test")}
+	}
+	return r.Table.UpdateItem(ctx, in, opts...)
+}
+
 // Hole R19-1 (takeBound, liveness). A poller that renews its lease items
-// in its rounds (LeaseModeRenew; a heartbeat poller in compat) and holds
-// no lease at a round's start got a whole lease duration for its reads
-// before the takes and for the takes themselves (takeBound: nothing held,
-// nothing a long round can cost). But the first leases it takes are
-// held from their take's send, and renewed only at the round after this
-// one, a renewal interval after it ends: takes in batches of 16 that
-// outlast two thirds of a lease duration let the first batch expire
-// before its first renewal. Here 48 shards, one renewing poller, every
-// take answered 0.3 lease durations late: three batches (0.9 lease
-// durations) in the round, the first batch's 16 leases expired at the
-// next round (their readers stopped, the leases counted expired, taken
-// again later). With the fix the takes of a renewing poller stop half a
-// renewal interval after they began (as a holder's), the first batch
-// always made: no lease expires.
+// in its rounds (LeaseModeRenew; a heartbeat poller in compat, beside a
+// live renewing one) and holds no lease at a round's start got a whole
+// lease duration for its reads before the takes and for the takes
+// themselves (takeBound: nothing held, nothing a long round can cost).
+// But the first leases it takes are held from their take's send, and
+// renewed only at the round after this one, a renewal interval after it
+// ends: takes in batches of 16 that outlast two thirds of a lease
+// duration let the first batch expire before its first renewal.
+//
+//   - renew: 48 shards, one renewing poller (6 s leases), every take
+//     answered 0.3 lease durations late: three batches (0.9 lease
+//     durations) in one round; without the fix the first batch's 16
+//     leases (32 in the run measured) expired at the next round (readers
+//     stopped, leases taken again later).
+//   - compat: the same poller in heartbeat mode (9 s leases) beside a
+//     renewing poller whose takes are all refused (it holds nothing; its
+//     worker item puts the other in compat): a share of 24, two batches
+//     at 0.4 lease durations each; without the fix 16 expired. (At 6 s
+//     leases the fixed round's slack, 0.27 lease durations, was too
+//     little beside the other case on a loaded machine: 9 expired once.)
+//
+// With the fix a renewing poller's takes stop half a renewal interval
+// after they began, as a holder's (the first batch always made): no lease
+// expires.
 func TestReviewS19_ARenewingPollerTakingItsFirstLeasesRenewsThemInTime(t *testing.T) {
-	ddbtest.Long(t)
 	const shards = 48
-	const lease = 6 * time.Second
-	e := newEmuEnv(t, 1901, streamemu.Config{Shards: shards, Seed: 1901})
-	a := e.hbPoller(t, "a", func(api poller.Table) poller.Table { return slowTakes{Table: api, delay: lease * 3 / 10} }, nil, nil,
-		func(c *poller.Config) { c.LeaseDuration, c.LeaseMode = lease, poller.LeaseModeRenew })
-	e.write(t, 40)
-	stop := start(t, a)
-	eventually(t, "a holds every lease", 30*lease, // a liveness bound
-		func() bool { return counter(t, a.m.LeasesHeld) == shards })
-	time.Sleep(2 * lease) // renewals of the last takes
-	stop()
-	expired := counter(t, a.m.LeaseEvents.WithLabelValues(poller.LeaseExpired))
-	t.Logf("leases expired before their first renewal: %.0f", expired)
-	assert.Zero(t, expired, "leases expired: a round of takes outlasted the first ones' life")
-	assert.Zero(t, counter(t, a.m.LeaseLosses.WithLabelValues(poller.LossExpired)))
-	e.finish(t, nil)
+	for _, tc := range []struct {
+		name   string
+		lease  time.Duration
+		delay  time.Duration
+		mode   poller.LeaseMode
+		compat bool
+		share  float64
+	}{
+		{name: "renew", lease: 6 * time.Second, delay: 1800 * time.Millisecond, mode: poller.LeaseModeRenew, share: shards},
+		{name: "compat", lease: 9 * time.Second, delay: 3600 * time.Millisecond, mode: poller.LeaseModeHeartbeat, compat: true, share: shards / 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			lease := tc.lease
+			ddbtest.Long(t)
+			e := newEmuEnv(t, 1901, streamemu.Config{Shards: shards, Seed: 1901})
+			stopOld := func() {}
+			if tc.compat {
+				old := e.hbPoller(t, "old", func(api poller.Table) poller.Table { return refusedTakes{Table: api} }, nil, nil,
+					func(c *poller.Config) { c.LeaseDuration, c.LeaseMode = lease, poller.LeaseModeRenew })
+				stopOld = start(t, old)
+			}
+			a := e.hbPoller(t, "a", func(api poller.Table) poller.Table { return slowTakes{Table: api, delay: tc.delay} }, nil, nil,
+				func(c *poller.Config) { c.LeaseDuration, c.LeaseMode = lease, tc.mode })
+			e.write(t, 40)
+			stop := start(t, a)
+			eventually(t, "a holds its share", 30*lease, // a liveness bound
+				func() bool { return counter(t, a.m.LeasesHeld) >= tc.share })
+			time.Sleep(2 * lease) // renewals of the last takes
+			stop()
+			expired := counter(t, a.m.LeaseEvents.WithLabelValues(poller.LeaseExpired))
+			t.Logf("leases expired before their first renewal: %.0f", expired)
+			assert.Zero(t, expired, "leases expired: a round of takes outlasted the first ones' life")
+			assert.Zero(t, counter(t, a.m.LeaseLosses.WithLabelValues(poller.LossExpired)))
+			stopOld()
+			e.finish(t, nil)
+		})
+	}
 }
 
 // Survives (L3, the paused gauge): ledger_poller_leases_paused is every
