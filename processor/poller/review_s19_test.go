@@ -230,3 +230,61 @@ func TestReviewS19_AListingThatFailsHalfWayIsTriedAgainAtTheNextRound(t *testing
 	assert.Less(t, next.Sub(last), interval/2, "a failed listing delayed the next by an interval")
 	e.finish(t, nil)
 }
+
+// fencedUnjoinable answers, once fenced is set, every heartbeat of owner
+// as a fence would (the condition failed) and refuses its rejoin (the
+// unconditional heartbeat, table.RejoinWorker) with a server error: a
+// poller fenced that cannot register again (its worker partition
+// throttled, the table failing its writes).
+type fencedUnjoinable struct {
+	poller.Table
+	owner  string
+	fenced atomic.Bool
+}
+
+func (f *fencedUnjoinable) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error) {
+	if f.fenced.Load() && isHeartbeat(in, f.owner) {
+		if in.ConditionExpression == nil {
+			return nil, &ddbtypes.InternalServerError{Message: aws.String("rejoin refused by the test")}
+		}
+		return nil, &ddbtypes.ConditionalCheckFailedException{Message: aws.String("fenced by the test")}
+	}
+	return f.Table.UpdateItem(ctx, in, opts...)
+}
+
+// Hole R19-2 (the paused gauge, observability). A heartbeat poller fenced
+// drops every lease and registers again (rejoin), clearing its pause;
+// when that write fails it goes on with no validity at all (beatUntil
+// zero), takes leases again in the same round (its own, free to it) and
+// can read none of them; the next round's rejoin fails again, and so on.
+// ledger_poller_leases_paused came from the pause noted once a round, so
+// it said 0 while every lease held was unread, for as long as the rejoin
+// failed: LedgerShardUnread, which subtracts it, stayed silent. Now the
+// gauge counts the held leases whose validity has ended: all of them
+// here. One poller, four shards: fenced, its rejoins refused.
+func TestReviewS19_APollerWhoseRejoinFailsCountsTheLeasesItTakesAsUnread(t *testing.T) {
+	ddbtest.Long(t)
+	const shards = 4
+	const lease = 3 * time.Second
+	e := newEmuEnv(t, 1904, streamemu.Config{Shards: shards, Seed: 1904})
+	f := &fencedUnjoinable{owner: "a"}
+	a := e.hbPoller(t, "a", func(api poller.Table) poller.Table { f.Table = api; return f }, nil, nil,
+		func(c *poller.Config) { c.LeaseDuration = lease })
+	e.write(t, 20)
+	stop := start(t, a)
+	eventually(t, "a holds every shard", 20*lease, func() bool { return counter(t, a.m.LeasesHeld) == shards })
+	f.fenced.Store(true)
+	eventually(t, "a's rejoin refused", 10*lease, func() bool {
+		return logged(a.logs.lines(), "registering again after the fence failed; retrying at the next round") > 0
+	})
+	eventually(t, "every lease held counted unread", 10*lease, func() bool {
+		return counter(t, a.m.LeasesHeld) == shards && counter(t, a.m.LeasesPaused) == shards
+	})
+	f.fenced.Store(false)
+	eventually(t, "a rejoined, nothing counted unread", 10*lease, func() bool {
+		return counter(t, a.m.LeaseEvents.WithLabelValues(poller.LeaseRejoined)) >= 1 &&
+			counter(t, a.m.LeasesHeld) == shards && counter(t, a.m.LeasesPaused) == 0
+	})
+	stop()
+	e.finish(t, nil)
+}
