@@ -54,6 +54,7 @@ type Poller struct {
 	noFilter    bool      // the stream ignores or refuses ShardFilter: list it whole instead
 	lastStop    time.Time // when a reader last drained or finished a shard (a drain lists after it before exiting)
 	lastRenew   time.Time // when the last round of renewals started
+	takesFrom   time.Time // when this pass's first batch of takes started (takeTurn; zero: none yet)
 	done        chan readerResult
 	stopping    bool
 

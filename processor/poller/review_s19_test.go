@@ -288,3 +288,37 @@ func TestReviewS19_APollerWhoseRejoinFailsCountsTheLeasesItTakesAsUnread(t *test
 	stop()
 	e.finish(t, nil)
 }
+
+// Hole R19-3 (takeOffers, liveness). A renewing poller took every lease
+// offered to it in one call, in waves of 16 with no bound in time: a
+// poller joining a renewing fleet is handed its share at once (balance),
+// and on a table whose takes are slow the first wave's leases expired
+// before the round that renews them came. Here a renewing poller holds
+// all 48 shards (9 s leases) and a second joins, every take of its
+// answered 0.4 lease durations late: it is handed 24, two waves in one
+// round; without the fix the first wave expired before its first
+// renewal. With it the takes of offers stop half a renewal interval after
+// they began (the first wave always made), the rest left offered for the
+// next round.
+func TestReviewS19_ARenewingPollerHandedItsShareRenewsItInTime(t *testing.T) {
+	ddbtest.Long(t)
+	const shards = 48
+	const lease = 9 * time.Second
+	e := newEmuEnv(t, 1905, streamemu.Config{Shards: shards, Seed: 1905})
+	renew := func(c *poller.Config) { c.LeaseDuration, c.LeaseMode = lease, poller.LeaseModeRenew }
+	g := e.hbPoller(t, "g", nil, nil, nil, renew)
+	e.write(t, 40)
+	stopG := start(t, g)
+	eventually(t, "g holds every shard", 30*lease, func() bool { return counter(t, g.m.LeasesHeld) == shards })
+	r := e.hbPoller(t, "r", func(api poller.Table) poller.Table { return slowTakes{Table: api, delay: lease * 4 / 10} }, nil, nil, renew)
+	stopR := start(t, r)
+	eventually(t, "r holds its share", 30*lease, // a liveness bound
+		func() bool { return counter(t, r.m.LeasesHeld) == shards/2 })
+	time.Sleep(2 * lease) // renewals of the last takes
+	stopR()
+	stopG()
+	expired := counter(t, r.m.LeaseEvents.WithLabelValues(poller.LeaseExpired))
+	t.Logf("leases handed to r expired before their first renewal: %.0f", expired)
+	assert.Zero(t, expired, "leases expired: the takes of the offers outlasted the first ones' life")
+	e.finish(t, nil)
+}
