@@ -85,9 +85,9 @@ func (r refusedTakes) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInp
 //     leases the fixed round's slack, 0.27 lease durations, was too
 //     little beside the other case on a loaded machine: 9 expired once.)
 //
-// With the fix a renewing poller's takes stop half a renewal interval
-// after they began, as a holder's (the first batch always made): no lease
-// expires.
+// With the fix a renewing poller's pass starts no batch of takes later
+// than half a renewal interval after its first (takeTurn; the first batch
+// always made): no lease expires.
 func TestReviewS19_ARenewingPollerTakingItsFirstLeasesRenewsThemInTime(t *testing.T) {
 	const shards = 48
 	for _, tc := range []struct {
@@ -297,9 +297,10 @@ func TestReviewS19_APollerWhoseRejoinFailsCountsTheLeasesItTakesAsUnread(t *test
 // all 48 shards (9 s leases) and a second joins, every take of its
 // answered 0.4 lease durations late: it is handed 24, two waves in one
 // round; without the fix the first wave expired before its first
-// renewal. With it the takes of offers stop half a renewal interval after
-// they began (the first wave always made), the rest left offered for the
-// next round.
+// renewal (25 expired: takeShare's batch followed the offers' two waves;
+// with a cut in takeOffers alone, still 25). With it no batch of the pass
+// starts later than half a renewal interval after its first (takeTurn),
+// the offers not taken left offered for the next round.
 func TestReviewS19_ARenewingPollerHandedItsShareRenewsItInTime(t *testing.T) {
 	ddbtest.Long(t)
 	const shards = 48
