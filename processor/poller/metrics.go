@@ -95,7 +95,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}),
 		LeasesPaused: prometheus.NewGauge(prometheus.GaugeOpts{
 			Namespace: "ledger", Subsystem: "poller", Name: "leases_paused",
-			Help: "Shard leases this poller holds and reads nothing of: its heartbeat's validity ended (paused until a heartbeat lands).",
+			Help: "Shard leases this poller holds and reads nothing of: its validity for them ended (its heartbeat late: paused until one lands; fenced and not registered again; a renewal late), or dropped and not yet forgotten.",
 		}),
 		LeaseEvents: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "ledger", Subsystem: "poller", Name: "lease_events_total",

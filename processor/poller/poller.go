@@ -54,6 +54,7 @@ type Poller struct {
 	noFilter    bool      // the stream ignores or refuses ShardFilter: list it whole instead
 	lastStop    time.Time // when a reader last drained or finished a shard (a drain lists after it before exiting)
 	lastRenew   time.Time // when the last round of renewals started
+	takesFrom   time.Time // when this pass's first batch of takes started (takeTurn; zero: none yet)
 	done        chan readerResult
 	stopping    bool
 
@@ -1566,6 +1567,25 @@ func (p *Poller) running() int {
 	return n
 }
 
+// unreadable counts the held leases this poller reads nothing of at now:
+// its validity for them ended (a heartbeat poller paused, or fenced and
+// not yet registered again; a renewing poller's renewal late), or dropped
+// and not yet forgotten (lost, their readers ending). Counted from the
+// validities, not from the pause noted once a round (checkPause): after
+// a rejoin that failed, the pause was cleared and the leases the poller
+// took again, each round, were counted read while their readers could
+// not start, for as long as the rejoin failed (review, session 19,
+// R19-2).
+func (p *Poller) unreadable(now time.Time) int {
+	n := 0
+	for _, h := range p.held {
+		if h.lost || !now.Before(p.validity(h)) {
+			n++
+		}
+	}
+	return n
+}
+
 // goodputWindow is how far back the goodput gauge looks.
 const goodputWindow = time.Minute
 
@@ -1589,11 +1609,7 @@ func (p *Poller) addCommitted(done []processor.Record, cp string) {
 
 func (p *Poller) gauges() {
 	p.m.LeasesHeld.Set(float64(len(p.held)))
-	if p.paused {
-		p.m.LeasesPaused.Set(float64(len(p.held)))
-	} else {
-		p.m.LeasesPaused.Set(0)
-	}
+	p.m.LeasesPaused.Set(float64(p.unreadable(time.Now())))
 	p.heldN.Store(int64(len(p.held)))
 	now := sample{at: time.Now(), n: p.committed.Load()}
 	for len(p.goodput) > 1 && now.at.Sub(p.goodput[1].at) >= goodputWindow {

@@ -68,6 +68,7 @@ func (w workerView) live(d time.Duration) bool { return !w.left && w.last.Sub(w.
 // leases, balance, take offers and a share, start readers.
 func (p *Poller) sharePass(ctx context.Context, renew bool) error {
 	defer p.gauges()
+	p.takesFrom = time.Time{}
 	if renew {
 		// Registered before the stream is listed: a listing throttled at
 		// start (pollers starting together share DescribeStream's rate)
@@ -112,6 +113,7 @@ func (p *Poller) sharePass(ctx context.Context, renew bool) error {
 // readers that wait are started. Nothing else is read.
 func (p *Poller) endPass(ctx context.Context) error {
 	defer p.gauges()
+	p.takesFrom = time.Time{}
 	p.newKids = map[string]bool{}
 	defer func() { p.newKids = nil }()
 	if ok, err := p.discover(ctx); !ok || err != nil {
@@ -817,7 +819,29 @@ func (p *Poller) takeOffers(ctx context.Context) {
 		}
 		take = append(take, l)
 	}
-	p.takeLeases(ctx, take)
+	if p.renewsLeases() {
+		// In turns (takeTurn); the offers not taken stay offered, for the
+		// next round. In one call, waves of renewParallel on a slow table
+		// outlasted the first wave's life (review, session 19, R19-3).
+		for len(take) > 0 && ctx.Err() == nil && p.takeTurn() {
+			n := min(len(take), renewParallel)
+			p.takeLeases(ctx, take[:n])
+			take = take[n:]
+		}
+		left := make(map[string]bool, len(take))
+		for _, l := range take {
+			left[l.shard] = true
+		}
+		kept := done[:0]
+		for _, id := range done {
+			if !left[id] {
+				kept = append(kept, id)
+			}
+		}
+		done = kept
+	} else {
+		p.takeLeases(ctx, take)
+	}
 	if len(done) == 0 {
 		return
 	}
@@ -848,7 +872,7 @@ func (p *Poller) parentDone(ctx context.Context, s shard) bool {
 }
 
 // takeBound bounds a round's checkpoint reads before its takes, and its
-// takes. A poller holding no lease has nothing a long round can cost: a
+// takes (a renewing poller's: also takeTurn). A poller holding no lease has nothing a long read can cost: a
 // lease duration. A heartbeat poller's heartbeat runs on its own
 // goroutine: a renewal interval. A poller that renews lease items in its
 // rounds (the renewals wait for the round): half a renewal interval. Half
@@ -988,15 +1012,41 @@ func (p *Poller) takeShare(ctx context.Context, only map[string]bool) {
 		if len(batch) < min(renewParallel, target-len(p.held)) {
 			continue
 		}
+		if !p.takeTurn() {
+			return
+		}
 		p.takeLeases(ctx, batch)
 		batch = batch[:0]
 		if len(p.held) >= target || ctx.Err() != nil || !time.Now().Before(until) {
 			return
 		}
 	}
-	if len(batch) > 0 && len(p.held) < target {
+	if len(batch) > 0 && len(p.held) < target && p.takeTurn() {
 		p.takeLeases(ctx, batch)
 	}
+}
+
+// takeTurn reports whether a batch of takes may start now. A poller that
+// renews lease items in its rounds (LeaseModeRenew, compat, a drain's
+// reader ends) holds each lease it takes from the take's send and renews
+// it at its next round, a renewal interval after this one ends: its round
+// starts no batch later than half a renewal interval after its first
+// (takesFrom, cleared at each pass), whatever it held before and
+// whichever of takeOffers and takeShare takes. takeBound's lease
+// duration for a poller holding nothing, and takeOffers' one call for
+// every offer, let batches of takes on a slow table outlast the first
+// ones' life: they expired before their first renewal (review, session
+// 19, R19-1 and R19-3). A heartbeat poller's takes are kept by its
+// heartbeat: always its turn.
+func (p *Poller) takeTurn() bool {
+	switch {
+	case !p.renewsLeases():
+		return true
+	case p.takesFrom.IsZero():
+		p.takesFrom = time.Now()
+		return true
+	}
+	return time.Since(p.takesFrom) < p.cfg.renewInterval()/2
 }
 
 // leaseOf is s's lease as this poller last knew it (not existing, if it
