@@ -45,6 +45,10 @@ type Poller struct {
 	held      map[string]*holding
 	drained   map[string]bool // read by this drain run to an empty page while open
 	gone      map[string]bool
+	// goneAt is when each shard in gone was marked (this poller's clock):
+	// a listing whose first page is older than the mark does not undo it
+	// (review of session 17, hole S17-D4).
+	goneAt map[string]time.Time
 	lookup    []string // finished shards whose children are still to be looked up (CHILD_SHARDS)
 	// lookupSince is when each shard in lookup was first looked up and
 	// found without children: AWS may list a closed shard's children a
@@ -179,6 +183,7 @@ func New(streams Streams, api Table, proc *processor.Processor, cfg Config, metr
 		held:    map[string]*holding{},
 		drained: map[string]bool{},
 		gone:    map[string]bool{},
+		goneAt:  map[string]time.Time{},
 		done:    make(chan readerResult),
 		budget:  newBudget(cfg.MaxHeldRecords, metrics),
 		bytes:   newBytesBudget(cfg.MaxHeldBytes, metrics),
@@ -454,10 +459,22 @@ func (p *Poller) discover(ctx context.Context) (ok bool, err error) {
 			}
 			for _, s := range shards {
 				// A shard the stream lists again is not gone (the check
-				// that marked it was answered wrong): read it.
-				if p.gone[s.id] {
+				// that marked it was answered wrong): read it. Only a
+				// listing begun after the mark says so: every page of this
+				// one was read at listedAt or later, and one begun before
+				// the mark may have listed the shard on a page read before
+				// DescribeStream stopped listing it (a listing paced across
+				// rounds): undoing the mark then opened the shard again and
+				// found it gone again, a GetShardIterator and a
+				// DescribeStream per such shard per listing, and its
+				// children waited for the second mark (review of session
+				// 17, hole S17-D4). A shard wrongly marked is read again
+				// once a listing begun after the mark lists it: the next
+				// one, due a discover interval after this one completes.
+				if p.gone[s.id] && !listedAt.Before(p.goneAt[s.id]) {
 					p.log.Warn("a shard marked gone is listed again; reading it", "shard", s.id)
 					delete(p.gone, s.id)
+					delete(p.goneAt, s.id)
 				}
 			}
 		}
@@ -1452,6 +1469,7 @@ func (p *Poller) readerDone(ctx context.Context, r readerResult) {
 	case errors.Is(r.err, errShardGone):
 		p.log.Warn("shard is gone from the stream", "shard", r.shard, "error", r.err.Error())
 		p.gone[r.shard] = true
+		p.goneAt[r.shard] = time.Now()
 		p.forceList = true
 		p.release(ctx, r.shard, h)
 	default:
