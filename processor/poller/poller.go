@@ -49,7 +49,7 @@ type Poller struct {
 	// a listing whose first page is older than the mark does not undo it
 	// (review of session 17, hole S17-D4).
 	goneAt map[string]time.Time
-	lookup    []string // finished shards whose children are still to be looked up (CHILD_SHARDS)
+	lookup []string // finished shards whose children are still to be looked up (CHILD_SHARDS)
 	// lookupSince is when each shard in lookup was first looked up and
 	// found without children: AWS may list a closed shard's children a
 	// moment after it closes, so it is looked up again at each pass for

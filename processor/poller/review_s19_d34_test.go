@@ -27,8 +27,8 @@ import (
 type goneAtSecondListing struct {
 	poller.Streams
 	mu     sync.Mutex
-	firsts int             // first pages of listings of the whole stream asked
-	x      string          // the shard gone (set with gone)
+	firsts int               // first pages of listings of the whole stream asked
+	x      string            // the shard gone (set with gone)
 	iters  map[string]string // the shard each iterator handed out reads
 	gone   atomic.Bool
 	opens  atomic.Int64 // GetShardIterator calls for x once gone
