@@ -639,12 +639,13 @@ func (p *Poller) lookupChildren(ctx context.Context) {
 }
 
 // livePollers is the pollers sharing the stream as this one last read the
-// worker registry: itself and the others heartbeating within a lease
-// duration (a drain reads no registry: 1).
+// worker registry: itself and the others counted (workerView.counted: a
+// beat seen moving, or first read less than half a lease duration ago;
+// a drain reads no registry: 1).
 func (p *Poller) livePollers() int {
 	n := 1
 	for _, w := range p.workers {
-		if w.live(p.cfg.LeaseDuration) {
+		if w.counted(p.cfg.LeaseDuration) {
 			n++
 		}
 	}

@@ -2,6 +2,7 @@ package poller_test
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -16,6 +17,7 @@ import (
 	"github.com/ledger-dev/ledger/infra/ddblocal/ddbtest"
 	"github.com/ledger-dev/ledger/internal/streamemu"
 	"github.com/ledger-dev/ledger/processor/poller"
+	"github.com/ledger-dev/ledger/table"
 )
 
 // goneAtSecondListing stands in front of the emulation: once it has
@@ -154,4 +156,53 @@ func TestReviewS19_AShardGoneIsNotTakenBackByAListingBegunBeforeTheMark(t *testi
 	// The emulation still has x (only the poller was told it is gone): a
 	// drain reads it, and the reports are exact.
 	e.finish(t, nil)
+}
+
+// Review (adversarial, session 17), hole S17-D3, fixed in session 19: a
+// worker item not marked left (a crashed poller's, kept WorkerRetention)
+// counted as live for the first lease duration after a poller first read
+// it, so a poller starting after K crashes divided the stream's
+// DescribeStream rate (and its share) by K + P for that long. Now an item
+// read first with a beat that does not move counts only until a read sent
+// half a lease duration after the first (a live poller beats every third
+// of one), with no other host's clock read. Here a new poller finds six
+// crashed pollers' items and one live poller's (whose beat the test
+// moves): its first round counts all eight (nothing tells them apart
+// yet), its round half a lease duration on counts itself and the live one
+// only. Before the fix: still eight, for a lease duration.
+func TestReviewS19_CrashedPollersStopCountingHalfALeaseDurationAfterFirstRead(t *testing.T) {
+	const (
+		lease   = 6 * time.Second
+		crashed = 6
+	)
+	e := newEnv(t, 1935)
+	e.stream.addShard("s0", "")
+	e.stream.addShard("s1", "")
+	ctx := context.Background()
+	coord := table.CoordinationTableName(e.table)
+	beat := func(owner string, first bool) {
+		in := table.HeartbeatWorkerAgain(coord, e.stream.arn, owner, 1, time.Now())
+		if first {
+			in = table.HeartbeatWorker(coord, e.stream.arn, owner, 1, true, time.Now())
+		}
+		_, err := e.ddb.UpdateItem(ctx, in)
+		require.NoError(t, err)
+	}
+	for i := range crashed {
+		beat(fmt.Sprint("crashed-", i), true)
+	}
+	beat("live", true)
+	const fleet = 8.0 // DescribeStream calls a second for the fleet
+	tp := e.poller(t, "new", nil, nil, func(c *poller.Config) { c.LeaseDuration, c.DescribeRate = lease, fleet })
+	t.Cleanup(func() { poller.StopHeartbeat(tp.Poller) })
+	rate := func() float64 { return counter(t, tp.m.DescribeRate) }
+
+	require.NoError(t, poller.FirstPass(ctx, tp.Poller))
+	first := time.Now() // after the first registry read's answer
+	assert.InDelta(t, fleet/(crashed+2), rate(), 1e-9, "at its first read every worker item counts")
+
+	beat("live", false)
+	time.Sleep(time.Until(first.Add(lease/2 + 100*time.Millisecond)))
+	require.NoError(t, poller.Round(ctx, tp.Poller))
+	assert.InDelta(t, fleet/2, rate(), 1e-9, "half a lease duration after the first read, only the live poller counts beside this one")
 }

@@ -49,6 +49,11 @@ type workerView struct {
 	heartbeat bool      // it keeps its leases by its beat (leaseMode = heartbeat)
 	at        time.Time // first read with this beat
 	last      time.Time // last read
+	// moved is whether this poller has read its beat change; lastSent
+	// is when the last read was sent. Cost only (counted), never a
+	// lease's fate (live).
+	moved    bool
+	lastSent time.Time
 }
 
 // handed counts the leases this poller handed or offered to another since
@@ -62,6 +67,20 @@ type handed struct {
 // live reports whether w heartbeated within the last LeaseDuration, as
 // seen on this poller's clock.
 func (w workerView) live(d time.Duration) bool { return !w.left && w.last.Sub(w.at) < d }
+
+// counted reports whether w counts among the pollers sharing the stream
+// for cost: this poller's fair share of the leases, its part of the
+// stream's DescribeStream rate, the pollers it offers and hands leases to.
+// A worker first read with a beat it has not moved since counts only
+// until a read sent d/2 after that first read: a live poller beats every
+// d/3, so its beat moves within that window (d/6 left for a late write);
+// an item left by a poller that crashed (kept WorkerRetention) stops
+// counting there instead of a lease duration on (review of session 17,
+// hole S17-D3). No other host's clock is read; whether a lease may be
+// taken is still live's rule alone.
+func (w workerView) counted(d time.Duration) bool {
+	return w.live(d) && (w.moved || w.lastSent.Sub(w.at) < d/2)
+}
 
 // sharePass is a live poller's round (renew set: the ticker's) or its first
 // pass: renew, discover, heartbeat and read the registry, sweep a page of
@@ -380,9 +399,11 @@ func (p *Poller) readRegistry(ctx context.Context) {
 		seen[w.Owner] = true
 		delete(p.absent, w.Owner)
 		v, ok := p.workers[w.Owner]
+		v.moved = ok && (v.moved || v.beat != w.Beat)
 		if !ok || v.beat != w.Beat {
 			v.at = now
 		}
+		v.lastSent = sent
 		v.beat, v.held, v.left, v.last, v.heartbeat = w.Beat, w.Held, w.Left, now, w.Heartbeat
 		p.workers[w.Owner] = v
 		if !w.Heartbeat && v.live(p.cfg.LeaseDuration) {
@@ -572,11 +593,12 @@ func (p *Poller) handTo(owner string) {
 	p.handed[owner] = h
 }
 
-// liveWorkers returns the other pollers counted live, by owner name.
+// liveWorkers returns the other pollers counted live for cost (counted),
+// by owner name.
 func (p *Poller) liveWorkers() []string {
 	var out []string
 	for o, v := range p.workers {
-		if v.live(p.cfg.LeaseDuration) {
+		if v.counted(p.cfg.LeaseDuration) {
 			out = append(out, o)
 		}
 	}
