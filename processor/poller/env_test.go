@@ -40,10 +40,11 @@ import (
 // session 17 (discovery), four of the review of the late heartbeat
 // (session 17: review_s17hb_*_test.go), six of the review of session
 // 19 (review_s19_test.go), two of its S17-D3 and S17-D4 fixes
-// (review_s19_d34_test.go), and four to spare. A test that
+// (review_s19_d34_test.go), the share review's R2 (no longer gated), and
+// four to spare. A test that
 // gets a later table is slow enough for 3-second leases to expire, so an
 // exhausted pool fails the test (ddbtest.Pool.Table).
-var tables = ddbtest.Pool{Size: 78}
+var tables = ddbtest.Pool{Size: 79}
 
 func newTableName(t testing.TB) string { return tables.Table(t) }
 

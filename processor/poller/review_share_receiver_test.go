@@ -126,7 +126,6 @@ func TestPoller_TwoPollersStoppedTogetherDoNotHandTheirLeasesToEachOther(t *test
 // poller starting together with the others still sees them at its second
 // registry read, which it already waits for before taking anything.
 func TestPoller_AWorkerItemLeftByACrashedPollerIsOfferedNothing(t *testing.T) {
-	reviewShareGate(t)
 	ctx := context.Background()
 	e := newEnv(t, 1542)
 	f := e.stream

@@ -82,6 +82,12 @@ func (w workerView) counted(d time.Duration) bool {
 	return w.live(d) && (w.moved || w.lastSent.Sub(w.at) < d/2)
 }
 
+// receives reports whether w may be handed or offered a lease: live, and
+// its beat seen moving. Counting a ghost for a while only slows this
+// poller; a lease handed to one waits for it to stop counting (review of
+// the share-bounded pass, R2).
+func (w workerView) receives(d time.Duration) bool { return w.live(d) && w.moved }
+
 // sharePass is a live poller's round (renew set: the ticker's) or its first
 // pass: renew, discover, heartbeat and read the registry, sweep a page of
 // leases, balance, take offers and a share, start readers.
@@ -696,7 +702,7 @@ func (p *Poller) balance(ctx context.Context) {
 	}
 	var to []string
 	for _, m := range plan(held, lo, hi) {
-		if m.from == p.cfg.Owner {
+		if m.from == p.cfg.Owner && p.workers[m.to].receives(p.cfg.LeaseDuration) {
 			to = append(to, m.to)
 		}
 	}
@@ -1094,7 +1100,7 @@ func (p *Poller) offerKids(ctx context.Context, kids map[string]bool) {
 		}
 		best, bestHeld := "", target
 		for _, o := range p.liveWorkers() {
-			if h := p.heldBy(o); h < bestHeld {
+			if h := p.heldBy(o); h < bestHeld && p.workers[o].receives(p.cfg.LeaseDuration) {
 				best, bestHeld = o, h
 			}
 		}
@@ -1115,7 +1121,12 @@ func (p *Poller) offerKids(ctx context.Context, kids map[string]bool) {
 // furthest under its share to hand it over to at shutdown (none: it is
 // released free).
 func (p *Poller) handOverAll() {
-	live := p.liveWorkers()
+	var live []string
+	for _, o := range p.liveWorkers() {
+		if p.workers[o].receives(p.cfg.LeaseDuration) {
+			live = append(live, o)
+		}
+	}
 	if len(live) == 0 {
 		return
 	}
