@@ -82,10 +82,11 @@ func (w workerView) counted(d time.Duration) bool {
 	return w.live(d) && (w.moved || w.lastSent.Sub(w.at) < d/2)
 }
 
-// receives reports whether w may be handed or offered a lease: live, and
-// its beat seen moving. Counting a ghost for a while only slows this
-// poller; a lease handed to one waits for it to stop counting (review of
-// the share-bounded pass, R2).
+// receives reports whether w may be offered a child or handed a lease at
+// shutdown: live, and its beat seen moving. Counting a ghost for a while
+// only slows this poller; a lease offered or handed to one waits for it
+// to stop counting (review of the share-bounded pass, R2). balance's
+// moves stay on counted (docs/exactly-once.md, S17-D3).
 func (w workerView) receives(d time.Duration) bool { return w.live(d) && w.moved }
 
 // sharePass is a live poller's round (renew set: the ticker's) or its first
@@ -702,7 +703,7 @@ func (p *Poller) balance(ctx context.Context) {
 	}
 	var to []string
 	for _, m := range plan(held, lo, hi) {
-		if m.from == p.cfg.Owner && p.workers[m.to].receives(p.cfg.LeaseDuration) {
+		if m.from == p.cfg.Owner {
 			to = append(to, m.to)
 		}
 	}
