@@ -192,7 +192,7 @@ func New(streams Streams, api Table, proc *processor.Processor, cfg Config, metr
 		budget:  newBudget(cfg.MaxHeldRecords, metrics),
 
 		supersededC: make(chan struct{}),
-		bytes:   newBytesBudget(cfg.MaxHeldBytes, metrics),
+		bytes:       newBytesBudget(cfg.MaxHeldBytes, metrics),
 
 		describe: newDescribeBudget(cfg.DescribeRate, metrics),
 	}, nil
