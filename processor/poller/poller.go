@@ -214,7 +214,10 @@ func (p *Poller) Healthy() bool {
 // releases its leases and returns nil. With Drain it returns nil earlier,
 // once every shard is read to its current end. It returns an error when
 // the stream no longer exists (the poller never exits on its own while it
-// does).
+// does), and an *OwnerInUseError (errors.Is ErrOwnerInUse) when another
+// live process given the same Config.Owner claimed this poller's worker
+// item after it (or, for a drain, a live poller uses its name): its leases
+// are then dropped, not released, and the other process keeps them.
 func (p *Poller) Run(ctx context.Context) error {
 	p.log.Info("poller starting", "stream", p.cfg.StreamARN, "drain", p.cfg.Drain, "start_position", string(p.cfg.StartPosition),
 		"lease_duration", p.cfg.LeaseDuration.String(), "incarnation", p.inc)
