@@ -973,8 +973,17 @@ type takeAttempt struct {
 // and their re-reads concurrently (at most renewParallel at once: a
 // poller taking its share of 1,000 shards, or the leases handed to it at
 // a join, does not wait for each in turn), their results applied in turn.
-// It returns how many are now held.
+// A live poller not born yet (incarnation.go) takes nothing. It returns
+// how many are now held.
 func (p *Poller) takeLeases(ctx context.Context, ls []lease) int {
+	if !p.cfg.Drain && p.born.Load() == 0 {
+		// A live poller takes nothing before one of its claims of its
+		// worker item was answered: only a process holding no lease may
+		// claim the item unconditionally, and a claim that lands late
+		// (after another process of its name claimed and took over) must
+		// bring no lease with it (HB6, claim H6).
+		return 0
+	}
 	var tries []*takeAttempt
 	// The fences of this call, one per owner: a fence covers the lease
 	// states read before it landed (the owner had not rejoined then), not
