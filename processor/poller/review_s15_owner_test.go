@@ -2,7 +2,6 @@ package poller_test
 
 import (
 	"context"
-	"errors"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -83,6 +82,10 @@ func TestPoller_TwoPollersGivenOneOwnerDoNotBothReadAShard(t *testing.T) {
 	}
 	f.mu.Unlock()
 	stopB()
+	// What b had not read by its stop (the last writes) is read by a drain
+	// of another name; the reports then equal the transactions: the
+	// dropped leases lost nothing.
+	e.drain(t, "finisher", nil)
 	e.requireReconciled(t)
 	assert.Equal(t, map[string]int{"b": readers["b"]}, readers, "readers of the shard over the last 2 s (GetRecords by poller)")
 	assert.NotZero(t, readers["b"], "the newer poller reads the shard")
@@ -128,12 +131,12 @@ func TestPoller_AFirstHeartbeatWhoseAnswerIsLostIsNotTakenForAnotherProcess(t *t
 	case <-time.After(2 * time.Minute):
 		t.Fatal("the poller did not stop within 2m")
 	}
+	e.drain(t, "finisher", nil) // the last writes, unread by the stop
 	e.requireReconciled(t)
 	lines := p.logs.lines()
 	assert.Zero(t, logged(lines, "this poller's heartbeat was fenced"), "a lost answer is no fence")
 	assert.Zero(t, counter(t, p.m.LeaseEvents.WithLabelValues(poller.LeaseRejoined)))
 	assert.Zero(t, logged(lines, "another poller process uses this owner name"))
-	assert.False(t, errors.Is(ctx.Err(), context.DeadlineExceeded))
 }
 
 // A drain given the owner name of a live poller: it never writes a worker
