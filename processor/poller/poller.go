@@ -190,11 +190,10 @@ func New(streams Streams, api Table, proc *processor.Processor, cfg Config, metr
 		gone:    map[string]bool{},
 		done:    make(chan readerResult),
 		budget:  newBudget(cfg.MaxHeldRecords, metrics),
+		bytes:   newBytesBudget(cfg.MaxHeldBytes, metrics),
 
+		describe:    newDescribeBudget(cfg.DescribeRate, metrics),
 		supersededC: make(chan struct{}),
-		bytes:       newBytesBudget(cfg.MaxHeldBytes, metrics),
-
-		describe: newDescribeBudget(cfg.DescribeRate, metrics),
 	}, nil
 }
 

@@ -24,12 +24,22 @@ import (
 // takes the lease once it stood unchanged for a lease duration after its
 // claim, so the two never read the shard at once. Without the fix the
 // first never stops (and both read the shard in the last 2 s).
+// The older process keeps its leases by its heartbeat, or renews each
+// lease item (--lease-mode renew: its worker write is conditional on its
+// incarnation too, and the newer one takes a lease only once its counter
+// stood still for a lease duration).
 func TestPoller_TwoPollersGivenOneOwnerDoNotBothReadAShard(t *testing.T) {
+	for _, mode := range []poller.LeaseMode{poller.LeaseModeHeartbeat, poller.LeaseModeRenew} {
+		t.Run(string(mode), func(t *testing.T) { twoPollersGivenOneOwner(t, mode) })
+	}
+}
+
+func twoPollersGivenOneOwner(t *testing.T, olderMode poller.LeaseMode) {
 	e := newEnv(t, 1502)
 	f := e.stream
 	f.addShard("shardId-A", "")
 	f.appendTo("shardId-A", e.write(t, 20)...)
-	a := e.poller(t, "twin", f.client("a"), nil, nil)
+	a := e.poller(t, "twin", f.client("a"), nil, func(c *poller.Config) { c.LeaseMode = olderMode })
 	b := e.poller(t, "twin", f.client("b"), nil, nil)
 	actx, acancel := context.WithCancel(context.Background())
 	defer acancel()
