@@ -2,15 +2,23 @@ package poller_test
 
 import (
 	"context"
+	"log/slog"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	ddbtypes "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/ledger-dev/ledger/aggregates"
 	"github.com/ledger-dev/ledger/internal/ledgertest"
+	"github.com/ledger-dev/ledger/processor"
 	"github.com/ledger-dev/ledger/processor/poller"
+	"github.com/ledger-dev/ledger/table"
 )
 
 // Review, session 15 (hole 4), and of the heartbeat (HB6), fixed in
@@ -182,5 +190,69 @@ func TestPoller_ADrainGivenALivePollersOwnerStopsAndTakesNothing(t *testing.T) {
 	f.appendTo("shardId-A", e.write(t, 4)...)
 	stop()
 	e.drain(t, "finisher", nil) // what the live poller had not read yet
+	e.requireReconciled(t)
+}
+
+// unansweredWorker is the poller's table with every write of its own
+// worker item failing while mute is set (the request never lands), as
+// for a process whose claims go unanswered.
+type unansweredWorker struct {
+	*dynamodb.Client
+	sk   string
+	mute atomic.Bool
+}
+
+func (u *unansweredWorker) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error) {
+	if sk, ok := in.Key[table.AttrSK].(*ddbtypes.AttributeValueMemberS); ok && sk.Value == u.sk && u.mute.Load() {
+		return nil, &ddbtypes.InternalServerError{Message: aws.String("injected: the worker item's write did not land")}
+	}
+	return u.Client.UpdateItem(ctx, in, opts...)
+}
+
+// A live poller takes no lease before one of its claims of its worker
+// item was answered (HB6, claim H6): a process whose claim lands late,
+// after another process of its name claimed and took leases over, must
+// bring none back into use. Its registry reads go on meanwhile (they made
+// it take leases before the gate: a lease held, its reader waiting for a
+// heartbeat). Once a claim is answered it takes the shard and reads it.
+func TestPoller_APollerWhoseClaimIsNotAnsweredTakesNoLease(t *testing.T) {
+	e := newEnv(t, 1505)
+	f := e.stream
+	f.addShard("shardId-A", "")
+	f.appendTo("shardId-A", e.write(t, 20)...)
+	api := &unansweredWorker{Client: e.ddb, sk: aggregates.WorkerKey(f.arn, "late").SK}
+	api.mute.Store(true)
+	tp := &testPoller{reg: prometheus.NewRegistry(), logs: &logSink{}}
+	tp.pm = processor.NewMetrics(tp.reg)
+	tp.m = poller.NewMetrics(tp.reg)
+	proc, err := processor.New(e.ddb, processor.Config{Table: e.table, BaseBackoff: time.Millisecond, MaxBackoff: 20 * time.Millisecond}, tp.pm)
+	require.NoError(t, err)
+	cfg := fastConfig(e.table, f.arn, "late")
+	cfg.Logger = slog.New(slog.NewJSONHandler(tp.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	tp.Poller, err = poller.New(f.client("late"), api, proc, cfg, tp.m)
+	require.NoError(t, err)
+	stop := start(t, tp)
+	// Three rounds, each reading the registry (a take needs two reads),
+	// with every claim failing.
+	eventually(t, "three rounds of failed claims (registry reads go on)", time.Minute, func() bool {
+		return logged(tp.logs.lines(), "writing the worker item (the heartbeat keeping this poller's leases) failed; retrying at the next round") >= 3
+	})
+	assert.Zero(t, counter(t, tp.m.LeasesHeld), "a poller not born holds a lease")
+	assert.Zero(t, counter(t, tp.m.LeaseEvents.WithLabelValues(poller.LeaseAcquired)))
+	api.mute.Store(false)
+	eventually(t, "the lease taken once a claim is answered", 30*time.Second, func() bool { return counter(t, tp.m.LeasesHeld) == 1 })
+	f.appendTo("shardId-A", e.write(t, 4)...)
+	eventually(t, "the shard read", 30*time.Second, func() bool {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		for _, r := range f.reads {
+			if r.owner == "late" {
+				return true
+			}
+		}
+		return false
+	})
+	stop()
+	e.drain(t, "finisher", nil)
 	e.requireReconciled(t)
 }
