@@ -782,6 +782,32 @@ func RejoinWorker(tableName, streamARN, owner, incarnation string, claim bool, n
 	return in
 }
 
+// ClaimedFrom makes in, a claim of a worker item (HeartbeatWorker, or
+// RejoinWorker with claim set), conditional besides its own condition on
+// the item naming the incarnation seen when its writer last read it (""
+// for none: no incarnation, or no item). A claim is a process's write
+// before one of its claims was answered; sent on that read, it lands only
+// if no other claim landed since. Unconditional, a claim sent before its
+// process was born (its answer lost or late, another attempt answered)
+// could land after a newer process of the same name claimed the item,
+// take the name back, and make the born process's heartbeats land again
+// after the newer one's claim (docs/exactly-once.md, "Review
+// (adversarial, session 19): HB6 as built", R1). The incarnations only
+// change by claims, so the condition does not race the item's heartbeats.
+func ClaimedFrom(in *dynamodb.UpdateItemInput, seen string) *dynamodb.UpdateItemInput {
+	cond := "attribute_not_exists(#inc)"
+	if seen != "" {
+		cond = "#inc = :seenInc"
+		in.ExpressionAttributeValues[":seenInc"] = S(seen)
+	}
+	in.ExpressionAttributeNames["#inc"] = AttrWorkerIncarnation
+	if c := aws.ToString(in.ConditionExpression); c != "" {
+		cond = "(" + c + ") AND " + cond
+	}
+	in.ConditionExpression = aws.String(cond)
+	return in
+}
+
 // AskWorker adds shard to the asks of owner's registry item: a drain that
 // asked for the lease (RequestLease) tells its owner, which reads none of
 // its lease items while its heartbeat keeps them live.

@@ -193,3 +193,53 @@ func TestWorker_ALaterClaimOfTheSameOwnerRefusesTheEarlierProcesssWrites(t *test
 	assert.Equal(t, "other", l.Owner)
 	assert.Empty(t, l.Incarnation, "a hand-over removes the giver's incarnation")
 }
+
+// A claim made on the incarnation its sender read (ClaimedFrom) lands
+// only while the item still names it: one that lands late, after another
+// process's claim, is refused and changes nothing; the same claim on a
+// fenced item is refused by the fence too, and a claiming rejoin is made
+// the same way (session 19's review of HB6, R1).
+func TestWorker_AClaimLandsOnlyOnTheIncarnationItsSenderRead(t *testing.T) {
+	ctx := context.Background()
+	c := ddbtest.Client(t)
+	coord := table.CoordinationTableName(ddbtest.NewTable(t, c))
+	const arn = "arn:aws:dynamodb:us-east-1:000000000000:table/worker/stream/2026-01-01T00:00:00.000"
+	now := time.Now()
+	failed := func(err error) bool {
+		var ccf *types.ConditionalCheckFailedException
+		return errors.As(err, &ccf)
+	}
+	claim := func(inc, seen string) *dynamodb.UpdateItemInput {
+		return table.ClaimedFrom(table.HeartbeatWorker(coord, arn, "twin", inc, 0, true, now), seen)
+	}
+	// a's two claims, both sent on the item absent: the first lands.
+	_, err := c.UpdateItem(ctx, claim("a", ""))
+	require.NoError(t, err)
+	// b claims on what it read (a's).
+	_, err = c.UpdateItem(ctx, claim("b", "a"))
+	require.NoError(t, err)
+	// a's second claim, late: refused, the item still b's.
+	_, err = c.UpdateItem(ctx, claim("a", ""))
+	assert.True(t, failed(err), "a late claim on the item absent: got %v; want a failed condition", err)
+	_, err = c.UpdateItem(ctx, claim("a", "x"))
+	assert.True(t, failed(err), "a claim on another incarnation than the item's: got %v", err)
+	ws, err := table.ReadWorkers(ctx, c, coord, arn)
+	require.NoError(t, err)
+	require.Len(t, ws, 1)
+	assert.Equal(t, "b", ws[0].Incarnation)
+	beat := ws[0].Beat
+
+	// Fenced: a claim on the right incarnation is refused by the fence; a
+	// claiming rejoin on it lands and clears the fence.
+	_, err = c.UpdateItem(ctx, table.FenceWorker(coord, arn, "twin", beat))
+	require.NoError(t, err)
+	_, err = c.UpdateItem(ctx, claim("c", "b"))
+	assert.True(t, failed(err), "a claim of a fenced item: got %v", err)
+	_, err = c.UpdateItem(ctx, table.ClaimedFrom(table.RejoinWorker(coord, arn, "twin", "c", true, now), "a"))
+	assert.True(t, failed(err), "a claiming rejoin on a stale read: got %v", err)
+	out, err := c.UpdateItem(ctx, table.ClaimedFrom(table.RejoinWorker(coord, arn, "twin", "c", true, now), "b"))
+	require.NoError(t, err)
+	w := table.DecodeWorker(out.Attributes)
+	assert.Equal(t, "c", w.Incarnation)
+	assert.False(t, w.Fenced)
+}

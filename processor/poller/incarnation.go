@@ -66,11 +66,13 @@ var errRefused = errors.New("worker write refused, and the item re-read shows no
 
 // refused classifies a worker write of this process refused by its
 // condition, from a consistent read of the item: another incarnation
-// claimed it (once born, an *OwnerInUseError; before, a previous life's
-// item: errFenced, so that the rejoin claims it), it is fenced or deleted
-// or claimed by a version without incarnations (errFenced: the rejoin), or
-// none of those (errRefused: tried again). The incarnation is looked at
-// first: a fence on an item another process claimed is that process's.
+// claimed it (once born, an *OwnerInUseError), it is fenced or deleted or,
+// once born, re-created by a version without incarnations (errFenced: the
+// rejoin), or none of those (errRefused: tried again; for a claim, which
+// is conditional on the incarnation its sender read, another claim landed
+// since the read: session 19's review of HB6, R1). The incarnation is
+// looked at first: a fence on an item another process claimed is that
+// process's.
 func (s *store) refused(ctx context.Context, owner, inc string, born bool, cause error) error {
 	item, err := s.readItem(ctx, aggregates.WorkerKey(s.streamARN, owner))
 	if err != nil {
@@ -83,9 +85,11 @@ func (s *store) refused(ctx context.Context, owner, inc string, born bool, cause
 	switch {
 	case born && w.Incarnation != "" && w.Incarnation != inc:
 		return &OwnerInUseError{Owner: owner, Mine: inc, Theirs: w.Incarnation}
-	case w.Fenced || w.Incarnation != inc:
+	case w.Fenced || born && w.Incarnation != inc:
 		return fmt.Errorf("%w: %w", errFenced, cause)
 	}
+	// A claim (not born) refused by an unfenced item: another claim landed
+	// since its read (table.ClaimedFrom); it is made again on a new read.
 	return fmt.Errorf("%w: %w", errRefused, cause)
 }
 

@@ -231,16 +231,39 @@ var errFenced = errors.New("fenced: another poller took this poller's leases ove
 // table.HeartbeatWorkerAgain, conditional on the item existing and still
 // inc's; without, table.RenewWorkerAgain, on the item not claimed by
 // another incarnation) and returns it as written: its offers and asks. A
-// refused write is classified by a consistent read of the item (refused):
+// claim (not born) is made on a consistent read of the item: conditional
+// on the incarnation it names (table.ClaimedFrom), or, when it names inc
+// (a claim of this process landed, its answer lost), the write after the
+// claim. A refused write is classified by a consistent read of the item (refused):
 // errFenced (fenced, deleted), an *OwnerInUseError (another process of
 // this name claimed it), or errRefused.
 func (s *store) heartbeat(ctx context.Context, owner, inc string, held int, hb, born bool) (table.Worker, error) {
-	in := table.HeartbeatWorker(s.table, s.streamARN, owner, inc, held, hb, s.now())
-	switch {
-	case born && hb:
+	claim := false
+	if !born {
+		// A claim, made on the item as read now (table.ClaimedFrom): one
+		// that lands late, after another process's claim, is refused. A
+		// read naming this incarnation is a claim of this process that
+		// landed, its answer lost: the write after the claim follows.
+		seen, err := s.claimed(ctx, owner)
+		if err != nil {
+			return table.Worker{}, err
+		}
+		born, claim = seen == inc, seen != inc
+		if claim {
+			in := table.ClaimedFrom(table.HeartbeatWorker(s.table, s.streamARN, owner, inc, held, hb, s.now()), seen)
+			attrs, err := s.updateItem(ctx, "heartbeat", aggregates.WorkerKey(s.streamARN, owner), in)
+			if errors.Is(err, errConditionFailed) {
+				return table.Worker{}, s.refused(ctx, owner, inc, false, err)
+			}
+			if err != nil {
+				return table.Worker{}, err
+			}
+			return table.DecodeWorker(attrs), nil
+		}
+	}
+	in := table.RenewWorkerAgain(s.table, s.streamARN, owner, inc, held, s.now())
+	if hb {
 		in = table.HeartbeatWorkerAgain(s.table, s.streamARN, owner, inc, held, s.now())
-	case born:
-		in = table.RenewWorkerAgain(s.table, s.streamARN, owner, inc, held, s.now())
 	}
 	attrs, err := s.updateItem(ctx, "heartbeat", aggregates.WorkerKey(s.streamARN, owner), in)
 	if errors.Is(err, errConditionFailed) {
@@ -252,16 +275,47 @@ func (s *store) heartbeat(ctx context.Context, owner, inc string, held int, hb, 
 	return table.DecodeWorker(attrs), nil
 }
 
+// claimed is the incarnation owner's worker item names now ("" for none,
+// or no item), read consistently: what a claim is conditional on.
+func (s *store) claimed(ctx context.Context, owner string) (string, error) {
+	item, err := s.readItem(ctx, aggregates.WorkerKey(s.streamARN, owner))
+	if err != nil {
+		return "", fmt.Errorf("reading the worker item before claiming it: %w", err)
+	}
+	if item == nil {
+		return "", nil
+	}
+	return table.DecodeWorker(item).Incarnation, nil
+}
+
 // rejoin clears the fence on this poller's worker item with a heartbeat
 // claimed by inc (table.RejoinWorker), after it dropped every lease it
-// held: unconditional for a process not born yet (claim), otherwise
-// refused when another incarnation claimed the item (an *OwnerInUseError,
-// from refused).
+// held: for a process not born yet (claim), a claim made on a consistent
+// read of the item (table.ClaimedFrom; refused: errRefused, made again at
+// the next round), otherwise refused when another incarnation claimed the
+// item (an *OwnerInUseError, from refused).
 func (s *store) rejoin(ctx context.Context, owner, inc string, claim bool) (table.Worker, error) {
-	attrs, err := s.updateItem(ctx, "rejoin", aggregates.WorkerKey(s.streamARN, owner),
-		table.RejoinWorker(s.table, s.streamARN, owner, inc, claim, s.now()))
+	var in *dynamodb.UpdateItemInput
+	if claim {
+		// On the item as read now, as every claim (heartbeat).
+		seen, err := s.claimed(ctx, owner)
+		if err != nil {
+			return table.Worker{}, err
+		}
+		claim = seen != inc
+		if claim {
+			in = table.ClaimedFrom(table.RejoinWorker(s.table, s.streamARN, owner, inc, true, s.now()), seen)
+		}
+	}
+	if in == nil {
+		in = table.RejoinWorker(s.table, s.streamARN, owner, inc, false, s.now())
+	}
+	attrs, err := s.updateItem(ctx, "rejoin", aggregates.WorkerKey(s.streamARN, owner), in)
 	if errors.Is(err, errConditionFailed) {
-		return table.Worker{}, s.refused(ctx, owner, inc, true, err)
+		// A claim refused is retried (another claim landed since the
+		// read); a rejoin after the claim refused by another incarnation
+		// stops the process.
+		return table.Worker{}, s.refused(ctx, owner, inc, !claim, err)
 	}
 	if err != nil {
 		return table.Worker{}, err
