@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -16,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ledger-dev/ledger/aggregates"
+	"github.com/ledger-dev/ledger/infra/ddblocal/ddbtest"
 	"github.com/ledger-dev/ledger/processor"
 	"github.com/ledger-dev/ledger/processor/poller"
 	"github.com/ledger-dev/ledger/table"
@@ -213,6 +215,124 @@ func lateClaimOfABornProcess(t *testing.T, mode poller.LeaseMode) {
 		require.NoError(t, err, "the newer process")
 	case <-time.After(2 * time.Minute):
 		t.Fatal("the newer process did not stop within 2m")
+	}
+	e.drain(t, "finisher", nil)
+	e.requireReconciled(t)
+}
+
+// lateRejoin is a heartbeat poller's table with its first rejoin held
+// (its caller sees an error, as for a request whose answer timed out; the
+// test applies it later: replay) and its other worker writes failing
+// without landing while mute is set (a heartbeat path that answers
+// nothing: a throttled worker partition, a network path down).
+type lateRejoin struct {
+	*dynamodb.Client
+	sk   string
+	mute atomic.Bool
+	mu   sync.Mutex
+	held *dynamodb.UpdateItemInput
+}
+
+func (l *lateRejoin) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error) {
+	if k, ok := in.Key[table.AttrSK].(*ddbtypes.AttributeValueMemberS); ok && k.Value == l.sk {
+		l.mu.Lock()
+		if l.held == nil && strings.Contains(aws.ToString(in.UpdateExpression), "REMOVE #l, #f, #as") {
+			l.held = in
+			l.mu.Unlock()
+			return nil, &ddbtypes.InternalServerError{Message: aws.String("injected: the rejoin's answer timed out (the request lands later)")}
+		}
+		l.mu.Unlock()
+		if l.mute.Load() {
+			return nil, &ddbtypes.InternalServerError{Message: aws.String("injected: the worker write did not land")}
+		}
+	}
+	return l.Client.UpdateItem(ctx, in, opts...)
+}
+
+// Hole R2: a rejoin that lands late removes a later fence. The rejoin
+// clears fencedBeat on condition of the incarnation only (before HB6:
+// unconditionally). A poller fenced once rejoins; its first rejoin's
+// answer is lost, a second one lands, and it reads again. Later its
+// heartbeats stop landing for two lease durations: another poller fences
+// it and takes its leases over (H1). The first rejoin lands now: the
+// fence is gone, the fenced poller's next heartbeat (conditional on no
+// fence and its incarnation) lands, its pause ends, and it reads the
+// shards the other took, beside it (its registry reads kept coming within
+// a lease duration of each other, so verifyHeld never ran). A rejoin must
+// be conditional on the fence it answers (fencedBeat as its re-read saw
+// it, or the item gone).
+func TestReviewS19HB6_ALateRejoinDoesNotLiftALaterFence(t *testing.T) {
+	ddbtest.Long(t)
+	e := newEnv(t, 1902)
+	f := e.stream
+	f.addShard("shardId-A", "")
+	f.addShard("shardId-B", "")
+	f.appendTo("shardId-A", e.write(t, 10)...)
+	f.appendTo("shardId-B", e.write(t, 10)...)
+	coord := table.CoordinationTableName(e.table)
+	api := &lateRejoin{Client: e.ddb, sk: aggregates.WorkerKey(f.arn, "alpha").SK}
+	a := pollerOn(t, e, "alpha", "a", api, nil)
+	stopA := start(t, a)
+	eventually(t, "a holds both leases", 30*time.Second, func() bool { return counter(t, a.m.LeasesHeld) == 2 })
+
+	// A third party fences a (as a taker would): a drops every lease and
+	// rejoins; its first rejoin is held, a later one lands.
+	ctx := context.Background()
+	eventually(t, "a fenced", 30*time.Second, func() bool {
+		ws, err := table.ReadWorkers(ctx, e.ddb, coord, f.arn)
+		require.NoError(t, err)
+		for _, w := range ws {
+			if w.Owner == "alpha" {
+				_, err := e.ddb.UpdateItem(ctx, table.FenceWorker(coord, f.arn, "alpha", w.Beat))
+				return err == nil
+			}
+		}
+		return false
+	})
+	eventually(t, "a rejoined (its first rejoin held) and holds both leases again", 30*time.Second, func() bool {
+		api.mu.Lock()
+		held := api.held != nil
+		api.mu.Unlock()
+		return held && counter(t, a.m.LeaseEvents.WithLabelValues(poller.LeaseRejoined)) >= 1 && counter(t, a.m.LeasesHeld) == 2
+	})
+
+	// c joins and gets its share by hand-over.
+	c := pollerOn(t, e, "gamma", "c", e.ddb, nil)
+	stopC := start(t, c)
+	eventually(t, "c holds its share", 30*time.Second, func() bool {
+		return counter(t, c.m.LeasesHeld) == 1 && counter(t, a.m.LeasesHeld) == 1
+	})
+
+	// a's heartbeats stop landing: c fences a and takes its lease over.
+	api.mute.Store(true)
+	eventually(t, "c takes a's lease over", time.Minute, func() bool { return counter(t, c.m.LeasesHeld) == 2 })
+	// a's first rejoin lands now, then a's heartbeats land again.
+	api.mu.Lock()
+	_, rerr := e.ddb.UpdateItem(ctx, api.held)
+	api.mu.Unlock()
+	t.Logf("the late rejoin: %v", rerr)
+	api.mute.Store(false)
+	from := time.Now()
+	for end := time.Now().Add(15 * time.Second); time.Now().Before(end); {
+		f.appendTo("shardId-A", e.write(t, 1)...)
+		f.appendTo("shardId-B", e.write(t, 1)...)
+		time.Sleep(200 * time.Millisecond)
+	}
+	byShard := map[string]map[string]int{}
+	f.mu.Lock()
+	for _, r := range f.reads {
+		if r.at.After(from) {
+			if byShard[r.shard] == nil {
+				byShard[r.shard] = map[string]int{}
+			}
+			byShard[r.shard][r.owner]++
+		}
+	}
+	f.mu.Unlock()
+	stopC()
+	stopA()
+	for shard, readers := range byShard {
+		assert.Zero(t, readers["a"], "%s read by a, whose fence a late rejoin lifted, beside c (reads by poller since the late rejoin: %v)", shard, readers)
 	}
 	e.drain(t, "finisher", nil)
 	e.requireReconciled(t)
