@@ -808,6 +808,36 @@ func ClaimedFrom(in *dynamodb.UpdateItemInput, seen string) *dynamodb.UpdateItem
 	return in
 }
 
+// RejoinedFrom makes in, a rejoin (RejoinWorker, or a claim made of it
+// with ClaimedFrom), conditional besides its own condition on the fence as
+// its writer last read the item (item; nil: there was none): the same
+// fencedBeat, no fence, or no item. A rejoin answers one fence: sent on
+// that read, it lands only while that fence (or its absence) stands.
+// Without it, a rejoin whose answer was lost and that landed late, after
+// its poller had rejoined by a later attempt and been fenced again by a
+// taker, lifted the later fence: the poller's heartbeats (conditional on
+// no fence) landed again, and it read the shards the taker had taken,
+// beside it (docs/exactly-once.md, "Review (adversarial, session 19):
+// HB6 as built", R2). Every fence is at a beat later than the rejoins
+// before it (a rejoin moves the beat), so a later fence never matches.
+func RejoinedFrom(in *dynamodb.UpdateItemInput, item map[string]types.AttributeValue) *dynamodb.UpdateItemInput {
+	in.ExpressionAttributeNames["#f"] = AttrWorkerFenced
+	in.ExpressionAttributeNames["#b"] = AttrWorkerBeat
+	cond := "attribute_not_exists(#b)"
+	if item != nil {
+		cond = "attribute_not_exists(#f)"
+		if f, ok := Int64(item, AttrWorkerFenced); ok {
+			cond = "#f = :seenFence"
+			in.ExpressionAttributeValues[":seenFence"] = Int(f)
+		}
+	}
+	if c := aws.ToString(in.ConditionExpression); c != "" {
+		cond = "(" + c + ") AND " + cond
+	}
+	in.ConditionExpression = aws.String(cond)
+	return in
+}
+
 // AskWorker adds shard to the asks of owner's registry item: a drain that
 // asked for the lease (RequestLease) tells its owner, which reads none of
 // its lease items while its heartbeat keeps them live.

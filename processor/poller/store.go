@@ -290,26 +290,33 @@ func (s *store) claimed(ctx context.Context, owner string) (string, error) {
 
 // rejoin clears the fence on this poller's worker item with a heartbeat
 // claimed by inc (table.RejoinWorker), after it dropped every lease it
-// held: for a process not born yet (claim), a claim made on a consistent
-// read of the item (table.ClaimedFrom; refused: errRefused, made again at
-// the next round), otherwise refused when another incarnation claimed the
-// item (an *OwnerInUseError, from refused).
+// held, on a consistent read of the item: conditional on the fence that
+// read shows (table.RejoinedFrom), and for a process not born yet (claim)
+// a claim on the incarnation it names (table.ClaimedFrom; refused:
+// errRefused, made again at the next round); a born process's rejoin
+// stops it when the read or the refusal shows another incarnation (an
+// *OwnerInUseError).
 func (s *store) rejoin(ctx context.Context, owner, inc string, claim bool) (table.Worker, error) {
-	var in *dynamodb.UpdateItemInput
+	// On the item as read now: conditional on the fence it shows (a late
+	// rejoin must not lift a later fence: table.RejoinedFrom) and, for a
+	// claim, on the incarnation it names (table.ClaimedFrom).
+	item, err := s.readItem(ctx, aggregates.WorkerKey(s.streamARN, owner))
+	if err != nil {
+		return table.Worker{}, fmt.Errorf("reading the worker item before rejoining: %w", err)
+	}
+	seen := ""
+	if item != nil {
+		seen = table.DecodeWorker(item).Incarnation
+	}
+	if !claim && seen != "" && seen != inc {
+		return table.Worker{}, &OwnerInUseError{Owner: owner, Mine: inc, Theirs: seen}
+	}
+	claim = claim && seen != inc
+	in := table.RejoinWorker(s.table, s.streamARN, owner, inc, claim, s.now())
 	if claim {
-		// On the item as read now, as every claim (heartbeat).
-		seen, err := s.claimed(ctx, owner)
-		if err != nil {
-			return table.Worker{}, err
-		}
-		claim = seen != inc
-		if claim {
-			in = table.ClaimedFrom(table.RejoinWorker(s.table, s.streamARN, owner, inc, true, s.now()), seen)
-		}
+		in = table.ClaimedFrom(in, seen)
 	}
-	if in == nil {
-		in = table.RejoinWorker(s.table, s.streamARN, owner, inc, false, s.now())
-	}
+	in = table.RejoinedFrom(in, item)
 	attrs, err := s.updateItem(ctx, "rejoin", aggregates.WorkerKey(s.streamARN, owner), in)
 	if errors.Is(err, errConditionFailed) {
 		// A claim refused is retried (another claim landed since the
