@@ -6,11 +6,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/ledger-dev/ledger/aggregates"
 	"github.com/ledger-dev/ledger/infra/ddblocal/ddbtest"
 	"github.com/ledger-dev/ledger/table"
 )
@@ -242,4 +244,57 @@ func TestWorker_AClaimLandsOnlyOnTheIncarnationItsSenderRead(t *testing.T) {
 	w := table.DecodeWorker(out.Attributes)
 	assert.Equal(t, "c", w.Incarnation)
 	assert.False(t, w.Fenced)
+}
+
+// A rejoin made on the fence its sender read (RejoinedFrom) lifts that
+// fence only: sent on one fence and landing after a rejoin and a later
+// fence, it is refused and the later fence stands (session 19's review
+// of HB6, R2). On an item read as gone it re-creates the item only while
+// there is none.
+func TestWorker_ARejoinLiftsOnlyTheFenceItsSenderRead(t *testing.T) {
+	ctx := context.Background()
+	c := ddbtest.Client(t)
+	coord := table.CoordinationTableName(ddbtest.NewTable(t, c))
+	const arn = "arn:aws:dynamodb:us-east-1:000000000000:table/worker/stream/2026-01-01T00:00:00.000"
+	now := time.Now()
+	failed := func(err error) bool {
+		var ccf *types.ConditionalCheckFailedException
+		return errors.As(err, &ccf)
+	}
+	key := table.Key(aggregates.WorkerKey(arn, "solo"))
+	read := func() map[string]types.AttributeValue {
+		out, err := c.GetItem(ctx, &dynamodb.GetItemInput{TableName: aws.String(coord), Key: key, ConsistentRead: aws.Bool(true)})
+		require.NoError(t, err)
+		if len(out.Item) == 0 {
+			return nil
+		}
+		return out.Item
+	}
+	rejoin := func(item map[string]types.AttributeValue) *dynamodb.UpdateItemInput {
+		return table.RejoinedFrom(table.RejoinWorker(coord, arn, "solo", "a", false, now), item)
+	}
+	// Gone: a rejoin on the read "no item" lands once, not on an item.
+	lateOnGone := rejoin(nil)
+	_, err := c.UpdateItem(ctx, rejoin(nil))
+	require.NoError(t, err)
+	_, err = c.UpdateItem(ctx, lateOnGone)
+	assert.True(t, failed(err), "a rejoin on an item read as gone, landing on one: got %v", err)
+
+	fence := func() {
+		w := table.DecodeWorker(read())
+		_, err := c.UpdateItem(ctx, table.FenceWorker(coord, arn, "solo", w.Beat))
+		require.NoError(t, err)
+	}
+	fence()
+	late := rejoin(read()) // R1: its answer lost, it lands last
+	_, err = c.UpdateItem(ctx, rejoin(read()))
+	require.NoError(t, err, "R2, on the same fence")
+	_, err = c.UpdateItem(ctx, table.HeartbeatWorkerAgain(coord, arn, "solo", "a", 1, now))
+	require.NoError(t, err)
+	fence() // a later taker's
+	_, err = c.UpdateItem(ctx, late)
+	assert.True(t, failed(err), "a late rejoin on an earlier fence: got %v", err)
+	assert.True(t, table.DecodeWorker(read()).Fenced, "the later fence was lifted")
+	_, err = c.UpdateItem(ctx, table.HeartbeatWorkerAgain(coord, arn, "solo", "a", 1, now))
+	assert.True(t, failed(err), "a heartbeat after the later fence: got %v", err)
 }
