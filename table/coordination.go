@@ -594,6 +594,13 @@ func deleteUnchanged(ctx context.Context, api MigrateAPI, ledgerTable string, it
 //	asks         SS, shards a drain asked this poller to hand over
 //	             (AskWorker): a heartbeat poller reads no lease item of
 //	             its own, so it learns of the lease's pendingOwner here
+//	incarnation  S, the random id of the process that last claimed the
+//	             item (its first write, or its rejoin); every later write
+//	             of that process is conditional on it, so that a second
+//	             live process given the same owner name takes the item
+//	             over and the first learns it (docs/exactly-once.md,
+//	             review of the heartbeat, HB6); absent on items of
+//	             versions before it
 //	updatedAt    S, RFC 3339
 //	expiresAt    N, the last write + WorkerRetention (TTL)
 //
@@ -612,6 +619,8 @@ const (
 	AttrWorkerModeBeat = "modeBeat"
 	AttrWorkerFenced   = "fencedBeat"
 	AttrWorkerAsks     = "asks"
+	// AttrWorkerIncarnation is the claiming process's random id (HB6).
+	AttrWorkerIncarnation = "incarnation"
 )
 
 // LeaseModeHeartbeat is the leaseMode of a poller whose leases are live
@@ -637,6 +646,9 @@ type Worker struct {
 	Fenced bool
 	// Asks are the shards a drain asked it to hand over.
 	Asks []string
+	// Incarnation is the id of the process that claimed the item last
+	// ("" on items of versions before it).
+	Incarnation string
 }
 
 // DecodeWorker reads a worker registry item.
@@ -661,29 +673,33 @@ func DecodeWorker(item map[string]types.AttributeValue) Worker {
 	// stale (docs/exactly-once.md, review of the heartbeat, HB2).
 	w.Heartbeat = mode == LeaseModeHeartbeat && (modeBeat == w.Beat || (w.Left && modeBeat == w.Beat-1))
 	_, w.Fenced = item[AttrWorkerFenced]
+	w.Incarnation, _ = String(item, AttrWorkerIncarnation)
 	return w
 }
 
 // HeartbeatWorker writes owner's registry item: beat + 1, held, not left,
-// answering the item as written (its offers and asks). With heartbeat set
-// the item says leaseMode = heartbeat (its leases are live while the beat
-// moves) and the write is conditional on no taker having fenced it
-// (FenceWorker): a heartbeat that fails on that condition extends nothing
-// (docs/exactly-once.md, "The worker heartbeat", claim H1). Without it,
-// the write is the one of a poller that renews every lease: unconditional,
-// no leaseMode.
-func HeartbeatWorker(tableName, streamARN, owner string, held int, heartbeat bool, now time.Time) *dynamodb.UpdateItemInput {
+// incarnation (the writing process's id: this write claims the item for
+// it), answering the item as written (its offers and asks). With
+// heartbeat set the item says leaseMode = heartbeat (its leases are live
+// while the beat moves) and the write is conditional on no taker having
+// fenced it (FenceWorker): a heartbeat that fails on that condition
+// extends nothing (docs/exactly-once.md, "The worker heartbeat", claim
+// H1). Without it, the write is the one of a poller that renews every
+// lease: unconditional, no leaseMode. It is a process's first write (its
+// claim): every later one is HeartbeatWorkerAgain or RenewWorkerAgain,
+// conditional on the incarnation it wrote.
+func HeartbeatWorker(tableName, streamARN, owner, incarnation string, held int, heartbeat bool, now time.Time) *dynamodb.UpdateItemInput {
 	in := &dynamodb.UpdateItemInput{
 		TableName:        aws.String(tableName),
 		Key:              Key(aggregates.WorkerKey(streamARN, owner)),
-		UpdateExpression: aws.String("SET #et = :et, #o = :o, #h = :h, #ua = :ua, #exp = :exp REMOVE #l ADD #b :one"),
+		UpdateExpression: aws.String("SET #et = :et, #o = :o, #h = :h, #ua = :ua, #exp = :exp, #inc = :inc REMOVE #l ADD #b :one"),
 		ExpressionAttributeNames: map[string]string{
 			"#et": AttrEntityType, "#o": AttrWorkerOwner, "#h": AttrWorkerHeld, "#ua": AttrUpdatedAt,
-			"#exp": AttrExpiresAt, "#l": AttrWorkerLeft, "#b": AttrWorkerBeat,
+			"#exp": AttrExpiresAt, "#l": AttrWorkerLeft, "#b": AttrWorkerBeat, "#inc": AttrWorkerIncarnation,
 		},
 		ExpressionAttributeValues: map[string]types.AttributeValue{
 			":et": S(aggregates.EntityWorker), ":o": S(owner), ":h": Int(int64(held)), ":ua": stamp(now),
-			":exp": Int(now.Add(WorkerRetention).Unix()), ":one": Int(1),
+			":exp": Int(now.Add(WorkerRetention).Unix()), ":one": Int(1), ":inc": S(incarnation),
 		},
 		ReturnValues: types.ReturnValueAllNew,
 	}
@@ -691,7 +707,7 @@ func HeartbeatWorker(tableName, streamARN, owner string, held int, heartbeat boo
 		// modeBeat: the beat this write makes (the update's operands read
 		// the item as it was), so that the mark is stale after any write
 		// that does not renew it (DecodeWorker).
-		in.UpdateExpression = aws.String("SET #et = :et, #o = :o, #h = :h, #ua = :ua, #exp = :exp, #m = :m, #mb = if_not_exists(#b, :zero) + :one REMOVE #l ADD #b :one")
+		in.UpdateExpression = aws.String("SET #et = :et, #o = :o, #h = :h, #ua = :ua, #exp = :exp, #inc = :inc, #m = :m, #mb = if_not_exists(#b, :zero) + :one REMOVE #l ADD #b :one")
 		in.ConditionExpression = aws.String("attribute_not_exists(#f)")
 		in.ExpressionAttributeNames["#m"] = AttrWorkerMode
 		in.ExpressionAttributeNames["#mb"] = AttrWorkerModeBeat
@@ -702,17 +718,30 @@ func HeartbeatWorker(tableName, streamARN, owner string, held int, heartbeat boo
 	return in
 }
 
-// HeartbeatWorkerAgain is a heartbeat poller's heartbeat after its first
-// (HeartbeatWorker with heartbeat set), conditional on its item existing
-// too: an item deleted under a live poller (by hand, by TTL under a host
-// suspended past WorkerRetention: the fence deleted with it) is not
-// re-created by the heartbeat, which fails like a fence (the poller drops
-// every lease and rejoins), so that the others, judging its leases by the
-// rule for owners outside the registry, take them from a poller whose
-// validity has ended (docs/exactly-once.md, review of the heartbeat, HB4).
-func HeartbeatWorkerAgain(tableName, streamARN, owner string, held int, now time.Time) *dynamodb.UpdateItemInput {
-	in := HeartbeatWorker(tableName, streamARN, owner, held, true, now)
-	in.ConditionExpression = aws.String("attribute_exists(#b) AND attribute_not_exists(#f)")
+// HeartbeatWorkerAgain is a heartbeat poller's heartbeat after its claim
+// (HeartbeatWorker with heartbeat set, or RejoinWorker), conditional on
+// its item existing, unfenced, and still claimed by incarnation. An item
+// deleted under a live poller (by hand, by TTL under a host suspended past
+// WorkerRetention: the fence deleted with it) is not re-created by the
+// heartbeat, which fails like a fence (the poller drops every lease and
+// rejoins), so that the others, judging its leases by the rule for owners
+// outside the registry, take them from a poller whose validity has ended
+// (docs/exactly-once.md, review of the heartbeat, HB4). An item another
+// process given the same owner name claimed since fails it too: its poller
+// stops (HB6). The caller tells the three apart by a consistent read.
+func HeartbeatWorkerAgain(tableName, streamARN, owner, incarnation string, held int, now time.Time) *dynamodb.UpdateItemInput {
+	in := HeartbeatWorker(tableName, streamARN, owner, incarnation, held, true, now)
+	in.ConditionExpression = aws.String("attribute_exists(#b) AND attribute_not_exists(#f) AND #inc = :inc")
+	return in
+}
+
+// RenewWorkerAgain is the worker write of a poller that renews every
+// lease, after its claim (HeartbeatWorker without heartbeat): conditional
+// on no other process having claimed the item since (HB6). A deleted item
+// is written again (a renewing poller's leases do not depend on it).
+func RenewWorkerAgain(tableName, streamARN, owner, incarnation string, held int, now time.Time) *dynamodb.UpdateItemInput {
+	in := HeartbeatWorker(tableName, streamARN, owner, incarnation, held, false, now)
+	in.ConditionExpression = aws.String("attribute_not_exists(#inc) OR #inc = :inc")
 	return in
 }
 
@@ -733,13 +762,79 @@ func FenceWorker(tableName, streamARN, owner string, beat int64) *dynamodb.Updat
 }
 
 // RejoinWorker clears the fence on owner's registry item with a heartbeat
-// (beat + 1): written by a poller whose heartbeat failed on the fence,
-// after it dropped every lease it held.
-func RejoinWorker(tableName, streamARN, owner string, now time.Time) *dynamodb.UpdateItemInput {
-	in := HeartbeatWorker(tableName, streamARN, owner, 0, true, now)
-	in.UpdateExpression = aws.String("SET #et = :et, #o = :o, #h = :h, #ua = :ua, #exp = :exp, #m = :m, #mb = if_not_exists(#b, :zero) + :one REMOVE #l, #f, #as ADD #b :one")
+// (beat + 1) claimed by incarnation: written by a poller whose heartbeat
+// failed on the fence (or found its item deleted), after it dropped every
+// lease it held. With claim set (a process none of whose claims was
+// answered yet: its first heartbeat found a previous life's fence) it is
+// unconditional; otherwise it is conditional on the item not being
+// claimed by another incarnation since (attribute_not_exists or equal):
+// unconditional, a fenced process's rejoin landing after a newer
+// process's claim would take the name back from it, and the newer one's
+// wait for the older one's validity to end would not hold (HB6).
+func RejoinWorker(tableName, streamARN, owner, incarnation string, claim bool, now time.Time) *dynamodb.UpdateItemInput {
+	in := HeartbeatWorker(tableName, streamARN, owner, incarnation, 0, true, now)
+	in.UpdateExpression = aws.String("SET #et = :et, #o = :o, #h = :h, #ua = :ua, #exp = :exp, #inc = :inc, #m = :m, #mb = if_not_exists(#b, :zero) + :one REMOVE #l, #f, #as ADD #b :one")
 	in.ConditionExpression = nil
 	in.ExpressionAttributeNames["#as"] = AttrWorkerAsks
+	if !claim {
+		in.ConditionExpression = aws.String("attribute_not_exists(#inc) OR #inc = :inc")
+	}
+	return in
+}
+
+// ClaimedFrom makes in, a claim of a worker item (HeartbeatWorker, or
+// RejoinWorker with claim set), conditional besides its own condition on
+// the item naming the incarnation seen when its writer last read it (""
+// for none: no incarnation, or no item). A claim is a process's write
+// before one of its claims was answered; sent on that read, it lands only
+// if no other claim landed since. Unconditional, a claim sent before its
+// process was born (its answer lost or late, another attempt answered)
+// could land after a newer process of the same name claimed the item,
+// take the name back, and make the born process's heartbeats land again
+// after the newer one's claim (docs/exactly-once.md, "Review
+// (adversarial, session 19): HB6 as built", R1). The incarnations only
+// change by claims, so the condition does not race the item's heartbeats.
+func ClaimedFrom(in *dynamodb.UpdateItemInput, seen string) *dynamodb.UpdateItemInput {
+	cond := "attribute_not_exists(#inc)"
+	if seen != "" {
+		cond = "#inc = :seenInc"
+		in.ExpressionAttributeValues[":seenInc"] = S(seen)
+	}
+	in.ExpressionAttributeNames["#inc"] = AttrWorkerIncarnation
+	if c := aws.ToString(in.ConditionExpression); c != "" {
+		cond = "(" + c + ") AND " + cond
+	}
+	in.ConditionExpression = aws.String(cond)
+	return in
+}
+
+// RejoinedFrom makes in, a rejoin (RejoinWorker, or a claim made of it
+// with ClaimedFrom), conditional besides its own condition on the fence as
+// its writer last read the item (item; nil: there was none): the same
+// fencedBeat, no fence, or no item. A rejoin answers one fence: sent on
+// that read, it lands only while that fence (or its absence) stands.
+// Without it, a rejoin whose answer was lost and that landed late, after
+// its poller had rejoined by a later attempt and been fenced again by a
+// taker, lifted the later fence: the poller's heartbeats (conditional on
+// no fence) landed again, and it read the shards the taker had taken,
+// beside it (docs/exactly-once.md, "Review (adversarial, session 19):
+// HB6 as built", R2). Every fence is at a beat later than the rejoins
+// before it (a rejoin moves the beat), so a later fence never matches.
+func RejoinedFrom(in *dynamodb.UpdateItemInput, item map[string]types.AttributeValue) *dynamodb.UpdateItemInput {
+	in.ExpressionAttributeNames["#f"] = AttrWorkerFenced
+	in.ExpressionAttributeNames["#b"] = AttrWorkerBeat
+	cond := "attribute_not_exists(#b)"
+	if item != nil {
+		cond = "attribute_not_exists(#f)"
+		if f, ok := Int64(item, AttrWorkerFenced); ok {
+			cond = "#f = :seenFence"
+			in.ExpressionAttributeValues[":seenFence"] = Int(f)
+		}
+	}
+	if c := aws.ToString(in.ConditionExpression); c != "" {
+		cond = "(" + c + ") AND " + cond
+	}
+	in.ConditionExpression = aws.String(cond)
 	return in
 }
 
@@ -769,15 +864,18 @@ func ClearAsks(tableName, streamARN, owner string, shards []string) *dynamodb.Up
 }
 
 // LeaveWorker marks owner's registry item left (its leases released or
-// handed over), so that the others stop counting it at once.
-func LeaveWorker(tableName, streamARN, owner string, now time.Time) *dynamodb.UpdateItemInput {
+// handed over), so that the others stop counting it at once: on condition
+// that the item exists and is still incarnation's (or claimed by no
+// process that says so), so that a process whose name another process
+// took over does not mark the newer one left (HB6).
+func LeaveWorker(tableName, streamARN, owner, incarnation string, now time.Time) *dynamodb.UpdateItemInput {
 	return &dynamodb.UpdateItemInput{
 		TableName:                 aws.String(tableName),
 		Key:                       Key(aggregates.WorkerKey(streamARN, owner)),
 		UpdateExpression:          aws.String("SET #l = :t, #h = :zero, #ua = :ua REMOVE #of ADD #b :one"),
-		ConditionExpression:       aws.String("attribute_exists(#b)"),
-		ExpressionAttributeNames:  map[string]string{"#l": AttrWorkerLeft, "#h": AttrWorkerHeld, "#ua": AttrUpdatedAt, "#of": AttrWorkerOffers, "#b": AttrWorkerBeat},
-		ExpressionAttributeValues: map[string]types.AttributeValue{":t": Bool(true), ":zero": Int(0), ":ua": stamp(now), ":one": Int(1)},
+		ConditionExpression:       aws.String("attribute_exists(#b) AND (attribute_not_exists(#inc) OR #inc = :inc)"),
+		ExpressionAttributeNames:  map[string]string{"#l": AttrWorkerLeft, "#h": AttrWorkerHeld, "#ua": AttrUpdatedAt, "#of": AttrWorkerOffers, "#b": AttrWorkerBeat, "#inc": AttrWorkerIncarnation},
+		ExpressionAttributeValues: map[string]types.AttributeValue{":t": Bool(true), ":zero": Int(0), ":ua": stamp(now), ":one": Int(1), ":inc": S(incarnation)},
 	}
 }
 

@@ -34,6 +34,13 @@ import (
 //	               shardFinished, so that a poller learns a parent is
 //	               finished from the leases it sweeps, without reading the
 //	               checkpoint (docs/exactly-once.md, "Leases")
+//	leaseIncarnation S, the random id of the process whose take wrote
+//	               the current owner (every take sets it, every release
+//	               removes it: a lease handed over or free has no reader),
+//	               so that two processes given one owner name tell their
+//	               takes apart (docs/exactly-once.md, review of the
+//	               heartbeat, HB6); absent on leases taken by versions
+//	               before it
 //	updatedAt      S, RFC 3339
 //	expiresAt      N, the last write + CoordinationRetention (TTL)
 
@@ -47,6 +54,8 @@ const (
 	AttrLeaseParent  = "parentShardId"
 	AttrLeaseStart   = "startingSequenceNumber"
 	AttrLeaseDone    = "shardFinished"
+	// AttrLeaseIncarnation is the taking process's id (HB6).
+	AttrLeaseIncarnation = "leaseIncarnation"
 )
 
 // Lease is a lease item as read.
@@ -66,6 +75,9 @@ type Lease struct {
 	// first). False says nothing: leases released before this mark existed,
 	// or whose release failed, do not carry it.
 	Finished bool
+	// Incarnation is the id of the process whose take wrote Owner ("" for
+	// a lease free, handed over, or taken by a version before it).
+	Incarnation string
 }
 
 // DecodeLease reads the lease item of shard (nil: it does not exist).
@@ -77,6 +89,7 @@ func DecodeLease(shard string, item map[string]types.AttributeValue) Lease {
 	l.Parent, _ = String(item, AttrLeaseParent)
 	l.Start, _ = String(item, AttrLeaseStart)
 	l.Finished = Flag(item, AttrLeaseDone)
+	l.Incarnation, _ = String(item, AttrLeaseIncarnation)
 	if ua, ok := String(item, AttrUpdatedAt); ok {
 		l.Updated, _ = time.Parse(time.RFC3339Nano, ua)
 	}
@@ -88,6 +101,7 @@ var leaseNames = map[string]string{
 	"#o": AttrLeaseOwner, "#c": AttrLeaseCounter, "#p": AttrLeasePending, "#x": AttrLeaseExpiry,
 	"#et": AttrEntityType, "#ua": AttrUpdatedAt, "#sh": AttrShardID,
 	"#par": AttrLeaseParent, "#st": AttrLeaseStart, "#exp": AttrExpiresAt, "#fin": AttrLeaseDone,
+	"#inc": AttrLeaseIncarnation,
 }
 
 var placeholder = regexp.MustCompile(`#[a-z]+`)
@@ -116,11 +130,12 @@ func leaseUpdate(tableName, streamARN, shard, set string, remove []string, cond 
 
 func stamp(t time.Time) *types.AttributeValueMemberS { return S(t.UTC().Format(time.RFC3339Nano)) }
 
-// TakeLease makes owner the owner of the lease seen (one that does not
-// exist, is free, expired, or owned by owner's previous life), for
-// duration from now. The condition is the counter seen: any change since
-// (a renewal, a release, another taker) makes it fail.
-func TakeLease(tableName, streamARN string, seen Lease, owner string, duration time.Duration, now time.Time) *dynamodb.UpdateItemInput {
+// TakeLease makes owner (the process incarnation, when not "") the owner
+// of the lease seen (one that does not exist, is free, expired, or owned
+// by owner's previous life), for duration from now. The condition is the
+// counter seen: any change since (a renewal, a release, another taker)
+// makes it fail.
+func TakeLease(tableName, streamARN string, seen Lease, owner, incarnation string, duration time.Duration, now time.Time) *dynamodb.UpdateItemInput {
 	cond := "attribute_not_exists(#c)"
 	values := map[string]types.AttributeValue{
 		":o": S(owner), ":next": Int(seen.Counter + 1), ":x": stamp(now.Add(duration)),
@@ -131,11 +146,18 @@ func TakeLease(tableName, streamARN string, seen Lease, owner string, duration t
 		values[":seen"] = Int(seen.Counter)
 	}
 	set := "#o = :o, #c = :next, #x = :x, #et = :et, #ua = :ua, #sh = :sh, #exp = :exp"
+	remove := []string{"#p"}
+	if incarnation != "" {
+		set += ", #inc = :inc"
+		values[":inc"] = S(incarnation)
+	} else {
+		remove = append(remove, "#inc")
+	}
 	if seen.Start != "" {
 		set += ", #par = :par, #st = :st"
 		values[":par"], values[":st"] = S(seen.Parent), S(seen.Start)
 	}
-	return leaseUpdate(tableName, streamARN, seen.Shard, set, []string{"#p"}, cond, values)
+	return leaseUpdate(tableName, streamARN, seen.Shard, set, remove, cond, values)
 }
 
 // RegisterShard puts a free lease for a shard no lease exists for yet,
@@ -164,10 +186,11 @@ func RenewLease(tableName, streamARN string, l Lease, duration time.Duration, no
 // (the lease becomes free) or, when to is set, straight to that poller.
 // The lease of a shard read to its end (finished) is marked shardFinished
 // (the caller marks the checkpoint finished first) and expires after
-// FinishedRetention.
+// FinishedRetention. Either way the lease's incarnation is removed: the
+// giver's reader has stopped and the receiver has not taken it yet.
 func ReleaseLease(tableName, streamARN string, l Lease, to string, finished bool, now time.Time) *dynamodb.UpdateItemInput {
 	set := "#c = :next, #ua = :ua, #exp = :exp"
-	remove := []string{"#p"}
+	remove := []string{"#p", "#inc"}
 	values := map[string]types.AttributeValue{
 		":o": S(l.Owner), ":c": Int(l.Counter), ":next": Int(l.Counter + 1), ":ua": stamp(now), ":exp": coordinationExpiry(now),
 	}

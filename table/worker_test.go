@@ -6,10 +6,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/ledger-dev/ledger/aggregates"
 	"github.com/ledger-dev/ledger/infra/ddblocal/ddbtest"
 	"github.com/ledger-dev/ledger/table"
 )
@@ -32,7 +35,7 @@ func TestWorker_AFenceRefusesLaterHeartbeatsUntilTheOwnerRejoins(t *testing.T) {
 		return errors.As(err, &ccf)
 	}
 	beat := func(hb bool) (table.Worker, error) {
-		out, err := c.UpdateItem(ctx, table.HeartbeatWorker(coord, arn, "o", 3, hb, now))
+		out, err := c.UpdateItem(ctx, table.HeartbeatWorker(coord, arn, "o", "inc-o", 3, hb, now))
 		if err != nil {
 			return table.Worker{}, err
 		}
@@ -70,7 +73,7 @@ func TestWorker_AFenceRefusesLaterHeartbeatsUntilTheOwnerRejoins(t *testing.T) {
 	// asks, and heartbeats land again.
 	_, err = c.UpdateItem(ctx, table.AskWorker(coord, arn, "o", "shardId-1"))
 	require.NoError(t, err)
-	out2, err := c.UpdateItem(ctx, table.RejoinWorker(coord, arn, "o", now))
+	out2, err := c.UpdateItem(ctx, table.RejoinWorker(coord, arn, "o", "inc-o", false, now))
 	require.NoError(t, err)
 	w = table.DecodeWorker(out2.Attributes)
 	assert.False(t, w.Fenced)
@@ -80,7 +83,7 @@ func TestWorker_AFenceRefusesLaterHeartbeatsUntilTheOwnerRejoins(t *testing.T) {
 	require.NoError(t, err)
 
 	// A renewing poller's heartbeat: no condition, no leaseMode.
-	in := table.HeartbeatWorker(coord, arn, "old", 1, false, now)
+	in := table.HeartbeatWorker(coord, arn, "old", "inc-old", 1, false, now)
 	assert.Nil(t, in.ConditionExpression)
 	out2, err = c.UpdateItem(ctx, in)
 	require.NoError(t, err)
@@ -100,4 +103,198 @@ func TestWorker_AFenceRefusesLaterHeartbeatsUntilTheOwnerRejoins(t *testing.T) {
 	// An ask to a poller never registered fails (nobody to answer it).
 	_, err = c.UpdateItem(ctx, table.AskWorker(coord, arn, "nobody", "shardId-3"))
 	assert.True(t, failed(err), "%v", err)
+}
+
+// Two processes given one owner name (docs/exactly-once.md, review of the
+// heartbeat, HB6), on DynamoDB Local: the later claim takes the item over,
+// and every write of the earlier process after it is refused — its
+// heartbeat, its rejoin, its leave, a renewing poller's worker write —
+// while the later one's land; a claim (a process's first write) is refused
+// by no incarnation, so the retry of a claim whose answer was lost lands.
+// A lease carries its taker's incarnation until a release removes it.
+func TestWorker_ALaterClaimOfTheSameOwnerRefusesTheEarlierProcesssWrites(t *testing.T) {
+	ctx := context.Background()
+	c := ddbtest.Client(t)
+	coord := table.CoordinationTableName(ddbtest.NewTable(t, c))
+	const arn = "arn:aws:dynamodb:us-east-1:000000000000:table/worker/stream/2026-01-01T00:00:00.000"
+	now := time.Now()
+	failed := func(err error) bool {
+		var ccf *types.ConditionalCheckFailedException
+		return errors.As(err, &ccf)
+	}
+	write := func(in *dynamodb.UpdateItemInput) (table.Worker, error) {
+		out, err := c.UpdateItem(ctx, in)
+		if err != nil {
+			return table.Worker{}, err
+		}
+		return table.DecodeWorker(out.Attributes), nil
+	}
+
+	w, err := write(table.HeartbeatWorker(coord, arn, "twin", "a", 2, true, now))
+	require.NoError(t, err)
+	assert.Equal(t, "a", w.Incarnation)
+	// The claim's retry (its answer lost) lands again: no incarnation
+	// condition on a claim.
+	_, err = write(table.HeartbeatWorker(coord, arn, "twin", "a", 2, true, now))
+	require.NoError(t, err)
+	_, err = write(table.HeartbeatWorkerAgain(coord, arn, "twin", "a", 2, now))
+	require.NoError(t, err)
+
+	// b claims: a's writes are refused from now on, b's land.
+	w, err = write(table.HeartbeatWorker(coord, arn, "twin", "b", 0, true, now))
+	require.NoError(t, err)
+	assert.Equal(t, "b", w.Incarnation)
+	beat := w.Beat
+	for name, in := range map[string]*dynamodb.UpdateItemInput{
+		"heartbeat":       table.HeartbeatWorkerAgain(coord, arn, "twin", "a", 2, now),
+		"rejoin":          table.RejoinWorker(coord, arn, "twin", "a", false, now),
+		"leave":           table.LeaveWorker(coord, arn, "twin", "a", now),
+		"renewing poller": table.RenewWorkerAgain(coord, arn, "twin", "a", 2, now),
+	} {
+		_, err := c.UpdateItem(ctx, in)
+		assert.True(t, failed(err), "the earlier process's %s after the later claim: got %v; want a failed condition", name, err)
+	}
+	ws, err := table.ReadWorkers(ctx, c, coord, arn)
+	require.NoError(t, err)
+	require.Len(t, ws, 1)
+	assert.Equal(t, beat, ws[0].Beat, "a refused write moved the beat")
+	assert.Equal(t, "b", ws[0].Incarnation)
+	assert.False(t, ws[0].Left)
+	_, err = write(table.HeartbeatWorkerAgain(coord, arn, "twin", "b", 0, now))
+	require.NoError(t, err)
+
+	// A fenced item: b's rejoin lands (its own), a claiming rejoin lands
+	// whatever the item says.
+	_, err = c.UpdateItem(ctx, table.FenceWorker(coord, arn, "twin", beat+1))
+	require.NoError(t, err)
+	_, err = write(table.HeartbeatWorkerAgain(coord, arn, "twin", "b", 0, now))
+	assert.True(t, failed(err), "%v", err)
+	w, err = write(table.RejoinWorker(coord, arn, "twin", "b", false, now))
+	require.NoError(t, err)
+	assert.False(t, w.Fenced)
+	w, err = write(table.RejoinWorker(coord, arn, "twin", "c", true, now))
+	require.NoError(t, err)
+	assert.Equal(t, "c", w.Incarnation)
+	_, err = write(table.LeaveWorker(coord, arn, "twin", "c", now))
+	require.NoError(t, err)
+
+	// A renewing poller's write after its claim re-creates a deleted item
+	// and is refused only by another incarnation.
+	_, err = write(table.RenewWorkerAgain(coord, arn, "renewer", "r", 1, now))
+	require.NoError(t, err)
+
+	// Leases: a take writes the taker's incarnation, a release removes it.
+	l := table.Lease{Shard: "shardId-1"}
+	out, err := c.UpdateItem(ctx, table.TakeLease(coord, arn, l, "twin", "b", time.Second, now))
+	require.NoError(t, err)
+	l = table.DecodeLease("shardId-1", out.Attributes)
+	assert.Equal(t, "b", l.Incarnation)
+	out, err = c.UpdateItem(ctx, table.ReleaseLease(coord, arn, l, "other", false, now))
+	require.NoError(t, err)
+	l = table.DecodeLease("shardId-1", out.Attributes)
+	assert.Equal(t, "other", l.Owner)
+	assert.Empty(t, l.Incarnation, "a hand-over removes the giver's incarnation")
+}
+
+// A claim made on the incarnation its sender read (ClaimedFrom) lands
+// only while the item still names it: one that lands late, after another
+// process's claim, is refused and changes nothing; the same claim on a
+// fenced item is refused by the fence too, and a claiming rejoin is made
+// the same way (session 19's review of HB6, R1).
+func TestWorker_AClaimLandsOnlyOnTheIncarnationItsSenderRead(t *testing.T) {
+	ctx := context.Background()
+	c := ddbtest.Client(t)
+	coord := table.CoordinationTableName(ddbtest.NewTable(t, c))
+	const arn = "arn:aws:dynamodb:us-east-1:000000000000:table/worker/stream/2026-01-01T00:00:00.000"
+	now := time.Now()
+	failed := func(err error) bool {
+		var ccf *types.ConditionalCheckFailedException
+		return errors.As(err, &ccf)
+	}
+	claim := func(inc, seen string) *dynamodb.UpdateItemInput {
+		return table.ClaimedFrom(table.HeartbeatWorker(coord, arn, "twin", inc, 0, true, now), seen)
+	}
+	// a's two claims, both sent on the item absent: the first lands.
+	_, err := c.UpdateItem(ctx, claim("a", ""))
+	require.NoError(t, err)
+	// b claims on what it read (a's).
+	_, err = c.UpdateItem(ctx, claim("b", "a"))
+	require.NoError(t, err)
+	// a's second claim, late: refused, the item still b's.
+	_, err = c.UpdateItem(ctx, claim("a", ""))
+	assert.True(t, failed(err), "a late claim on the item absent: got %v; want a failed condition", err)
+	_, err = c.UpdateItem(ctx, claim("a", "x"))
+	assert.True(t, failed(err), "a claim on another incarnation than the item's: got %v", err)
+	ws, err := table.ReadWorkers(ctx, c, coord, arn)
+	require.NoError(t, err)
+	require.Len(t, ws, 1)
+	assert.Equal(t, "b", ws[0].Incarnation)
+	beat := ws[0].Beat
+
+	// Fenced: a claim on the right incarnation is refused by the fence; a
+	// claiming rejoin on it lands and clears the fence.
+	_, err = c.UpdateItem(ctx, table.FenceWorker(coord, arn, "twin", beat))
+	require.NoError(t, err)
+	_, err = c.UpdateItem(ctx, claim("c", "b"))
+	assert.True(t, failed(err), "a claim of a fenced item: got %v", err)
+	_, err = c.UpdateItem(ctx, table.ClaimedFrom(table.RejoinWorker(coord, arn, "twin", "c", true, now), "a"))
+	assert.True(t, failed(err), "a claiming rejoin on a stale read: got %v", err)
+	out, err := c.UpdateItem(ctx, table.ClaimedFrom(table.RejoinWorker(coord, arn, "twin", "c", true, now), "b"))
+	require.NoError(t, err)
+	w := table.DecodeWorker(out.Attributes)
+	assert.Equal(t, "c", w.Incarnation)
+	assert.False(t, w.Fenced)
+}
+
+// A rejoin made on the fence its sender read (RejoinedFrom) lifts that
+// fence only: sent on one fence and landing after a rejoin and a later
+// fence, it is refused and the later fence stands (session 19's review
+// of HB6, R2). On an item read as gone it re-creates the item only while
+// there is none.
+func TestWorker_ARejoinLiftsOnlyTheFenceItsSenderRead(t *testing.T) {
+	ctx := context.Background()
+	c := ddbtest.Client(t)
+	coord := table.CoordinationTableName(ddbtest.NewTable(t, c))
+	const arn = "arn:aws:dynamodb:us-east-1:000000000000:table/worker/stream/2026-01-01T00:00:00.000"
+	now := time.Now()
+	failed := func(err error) bool {
+		var ccf *types.ConditionalCheckFailedException
+		return errors.As(err, &ccf)
+	}
+	key := table.Key(aggregates.WorkerKey(arn, "solo"))
+	read := func() map[string]types.AttributeValue {
+		out, err := c.GetItem(ctx, &dynamodb.GetItemInput{TableName: aws.String(coord), Key: key, ConsistentRead: aws.Bool(true)})
+		require.NoError(t, err)
+		if len(out.Item) == 0 {
+			return nil
+		}
+		return out.Item
+	}
+	rejoin := func(item map[string]types.AttributeValue) *dynamodb.UpdateItemInput {
+		return table.RejoinedFrom(table.RejoinWorker(coord, arn, "solo", "a", false, now), item)
+	}
+	// Gone: a rejoin on the read "no item" lands once, not on an item.
+	lateOnGone := rejoin(nil)
+	_, err := c.UpdateItem(ctx, rejoin(nil))
+	require.NoError(t, err)
+	_, err = c.UpdateItem(ctx, lateOnGone)
+	assert.True(t, failed(err), "a rejoin on an item read as gone, landing on one: got %v", err)
+
+	fence := func() {
+		w := table.DecodeWorker(read())
+		_, err := c.UpdateItem(ctx, table.FenceWorker(coord, arn, "solo", w.Beat))
+		require.NoError(t, err)
+	}
+	fence()
+	late := rejoin(read()) // R1: its answer lost, it lands last
+	_, err = c.UpdateItem(ctx, rejoin(read()))
+	require.NoError(t, err, "R2, on the same fence")
+	_, err = c.UpdateItem(ctx, table.HeartbeatWorkerAgain(coord, arn, "solo", "a", 1, now))
+	require.NoError(t, err)
+	fence() // a later taker's
+	_, err = c.UpdateItem(ctx, late)
+	assert.True(t, failed(err), "a late rejoin on an earlier fence: got %v", err)
+	assert.True(t, table.DecodeWorker(read()).Fenced, "the later fence was lifted")
+	_, err = c.UpdateItem(ctx, table.HeartbeatWorkerAgain(coord, arn, "solo", "a", 1, now))
+	assert.True(t, failed(err), "a heartbeat after the later fence: got %v", err)
 }

@@ -40,7 +40,7 @@ func TestMain(m *testing.M) { ddbtest.Main(m) }
 // tables the poller must refuse (no stream, keys only) among them.
 var (
 	noStream, keysOnly string
-	tables             = ddbtest.Pool{Size: 7, Setup: func(t testing.TB, c *dynamodb.Client) {
+	tables             = ddbtest.Pool{Size: 8, Setup: func(t testing.TB, c *dynamodb.Client) {
 		noStream, keysOnly = ddbtest.TableName(t), ddbtest.TableName(t)
 		for name, spec := range map[string]*ddbtypes.StreamSpecification{
 			noStream: nil,
@@ -266,6 +266,56 @@ func TestRun_RefusesToStartWithoutAUsableStream(t *testing.T) {
 			assert.Contains(t, errOut.String(), tt.want)
 		})
 	}
+}
+
+// Two pollers given one --owner (docs/exactly-once.md, review of the
+// heartbeat, HB6), in process: the newer one's claim of the worker item
+// stops the older, which exits 3 saying why and what to do; the newer
+// takes the shard over, brings the reports up to date, and exits 0 on
+// SIGTERM. Before the incarnation both ran on, reading the shard twice.
+func TestRun_APollerWhoseOwnerAnotherProcessTookOverExitsThree(t *testing.T) {
+	ctx := context.Background()
+	endpoint := ddbtest.Endpoint(t)
+	table := newTableName(t)
+	require.NoError(t, ledgertest.NewWorkload(2).Run(ctx, ddbtest.Client(t), table, 40))
+	env := map[string]string{"AWS_ENDPOINT_URL": endpoint, "LEDGER_TABLE": table, "LEDGER_OWNER": "twin"}
+	args := []string{"--metrics-addr", "127.0.0.1:0", "--log-format", "json", "--lease-duration", "3s"}
+	run := func(ctx context.Context, logs *syncBuffer) chan int {
+		done := make(chan int, 1)
+		go func() { done <- Run(ctx, args, func(k string) string { return env[k] }, io.Discard, logs) }()
+		return done
+	}
+	older := &syncBuffer{}
+	octx, ocancel := context.WithCancel(ctx)
+	defer ocancel()
+	olderDone := run(octx, older)
+	older.waitFor(t, "shard reader started", 20*time.Second)
+	newer := &syncBuffer{}
+	nctx, ncancel := context.WithCancel(ctx)
+	defer ncancel()
+	newerDone := run(nctx, newer)
+	select {
+	case code := <-olderDone:
+		assert.Equal(t, exitOwnerInUse, code, older.String())
+	case <-time.After(time.Minute):
+		t.Fatalf("the older poller did not exit within a minute of the newer one's start:\n%s", older)
+	}
+	assert.Contains(t, older.String(), `owner \"twin\" is in use by another poller process`)
+	assert.Contains(t, older.String(), "Owners must be unique among the live pollers")
+	assert.Contains(t, older.String(), `"msg":"poller stopped: its owner name is in use by another live poller process"`)
+	newer.waitFor(t, "shard reader started", 30*time.Second)
+	require.Eventually(t, func() bool {
+		diffs, _, err := processor.Reconcile(ctx, ddbtest.Client(t), table, processor.Scope{})
+		return err == nil && len(diffs) == 0
+	}, time.Minute, 500*time.Millisecond, "the newer poller brings the reports up to date")
+	ncancel()
+	select {
+	case code := <-newerDone:
+		assert.Equal(t, exitOK, code, newer.String())
+	case <-time.After(30 * time.Second):
+		t.Fatal("the newer poller did not exit within 30s of SIGTERM")
+	}
+	assert.NotContains(t, newer.String(), "in use by another")
 }
 
 // In process: /metrics, /healthz and /readyz on a free port, the metrics

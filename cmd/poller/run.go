@@ -27,6 +27,13 @@ const (
 	exitOK    = 0 // drained, or stopped by SIGTERM/SIGINT after a clean hand-off
 	exitError = 1 // refused to start (no table, no stream) or failed while running
 	exitUsage = 2 // bad flags or environment
+	// exitOwnerInUse: another live poller process given the same --owner
+	// claimed its worker item after this one (poller.OwnerInUseError), or
+	// a drain found a live poller of its name; this one stopped. A
+	// supervisor should not restart it under the same name (systemd:
+	// RestartPreventExitStatus=3): the restarted process would claim the
+	// name back, and the two would stop each other by turns.
+	exitOwnerInUse = 3
 )
 
 // options are the command line, after environment fallbacks.
@@ -62,7 +69,9 @@ once. Run several for availability: they share the shards through leases in
 the table. Exits 0 on SIGTERM/SIGINT after committing what it holds and
 releasing its leases (within 30 s), or with --drain once every shard is read
 to its current end; 1 when it cannot start (unknown table, no stream, wrong
-stream view type) or fails; 2 on bad flags.
+stream view type) or fails; 2 on bad flags; 3 when another live poller
+process uses the same --owner (owners must be unique: the newer process
+keeps the name, the older stops).
 
 AWS access comes from the standard SDK environment: AWS_REGION,
 AWS_ENDPOINT_URL (e.g. a DynamoDB Local), credentials.
@@ -259,6 +268,13 @@ func Run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 	log := newLogger(o, stderr)
 	if err := run(ctx, o, awsOptions(getenv), log); err != nil {
+		var inUse *poller.OwnerInUseError
+		if errors.As(err, &inUse) {
+			log.Error("poller stopped: its owner name is in use by another live poller process", "owner", inUse.Owner,
+				"incarnation", inUse.Mine, "other_incarnation", inUse.Theirs, "error", err.Error())
+			fmt.Fprintf(stderr, "poller: %v\n\nOwners must be unique among the live pollers and drains of a stream: give each its own --owner (LEDGER_OWNER), or leave it unset (hostname-pid-random). Do not restart this process under the same name: the two would stop each other by turns (docs/runbook.md, \"Two pollers with one owner\").\n", err)
+			return exitOwnerInUse
+		}
 		log.Error("poller failed", "error", err.Error())
 		return exitError
 	}

@@ -60,7 +60,11 @@ type Config struct {
 	// StreamARN is the table's stream (see ResolveStream). Required.
 	StreamARN string
 	// Owner names this poller in lease items. It must be unique among the
-	// live pollers of the stream (cmd/poller uses hostname-pid). Required.
+	// live pollers and drains of the stream (cmd/poller uses
+	// hostname-pid-random). A second process given a live one's Owner
+	// claims its worker item: the first one's Run then returns an
+	// *OwnerInUseError (docs/exactly-once.md, review of the heartbeat,
+	// HB6). Required.
 	Owner string
 
 	// StartPosition applies to shards without a checkpoint (default

@@ -132,6 +132,19 @@
 // take-over rule is the lease counter's; a drain always does, and tells a
 // heartbeat owner of its requests in the owner's worker item (asks).
 //
+// # The incarnation (incarnation.go, session 19)
+//
+// Each process draws a random incarnation. Its first worker write claims
+// the item (sets it); every later one is conditional on it, and every lease
+// it takes carries it (leaseIncarnation; a release removes it). A refused
+// worker write is re-read: another incarnation means another live process
+// was given the same Owner and claimed the item since, so this one drops
+// every lease and Run returns an *OwnerInUseError; a fence or a deleted
+// item means the rejoin, as before. The newer process takes the older
+// one's leases only once they stood unchanged for a lease duration after
+// its claim was answered, and recognises a lost answer only by its own
+// incarnation (docs/exactly-once.md, review of the heartbeat, HB6).
+//
 // # Share-bounded rounds (share.go)
 //
 // A live poller's round reads what its share needs, not the stream's

@@ -33,18 +33,20 @@ import (
 // held-records budget, one damage, one lag, one quarantine, one memory
 // measurement, six emulation tests, one of discovery through leases, two
 // from the coordination table's review, two from the review of session
-// 15, one of them gated, three under AWS's transaction conflicts, one
+// 15, four more of the incarnation (HB6, session 19: the owner test of
+// session 15, in two lease modes, is one of its five), three under AWS's transaction conflicts, one
 // of a checkpoint fenced by a migration and two of the share-bounded
 // pass, one of
 // its review's R5, six of the worker heartbeat, three of the review of
 // session 17 (discovery), four of the review of the late heartbeat
 // (session 17: review_s17hb_*_test.go), six of the review of session
-// 19 (review_s19_test.go), two of its S17-D3 and S17-D4 fixes
-// (review_s19_d34_test.go), the share review's R2 (no longer gated), and
-// four to spare. A test that
-// gets a later table is slow enough for 3-second leases to expire, so an
-// exhausted pool fails the test (ddbtest.Pool.Table).
-var tables = ddbtest.Pool{Size: 79}
+// 19 (review_s19_test.go), three of the review of HB6 (session 19:
+// review_s19hb6_test.go), two of the S17-D3 and S17-D4 fixes (session 19:
+// review_s19_d34_test.go), the share review's R2 (no longer gated), and
+// four to spare. A test that gets a later table is slow enough for
+// 3-second leases to expire, so an exhausted pool fails the test
+// (ddbtest.Pool.Table).
+var tables = ddbtest.Pool{Size: 86}
 
 func newTableName(t testing.TB) string { return tables.Table(t) }
 

@@ -33,6 +33,15 @@ type Poller struct {
 	ready   atomic.Bool
 	healthy atomic.Int64 // unix nanos of the last coordinator pass that read the table
 
+	// inc is this process's incarnation (incarnation.go); born, the answer
+	// time (mono) of its first claim of the worker item that landed (0:
+	// none yet); superseded, set when another process of this owner name
+	// claimed the item since (supersededC is closed then).
+	inc         string
+	born        atomic.Int64
+	superseded  atomic.Pointer[OwnerInUseError]
+	supersededC chan struct{}
+
 	// Coordinator state: touched by Run's goroutine only.
 	shards    []shard
 	listed    time.Time // when shards was read (its listing's first page)
@@ -168,6 +177,7 @@ func New(streams Streams, api Table, proc *processor.Processor, cfg Config, metr
 		cfg:     cfg,
 		streams: &countingStreams{Streams: streams, m: metrics},
 		store:   &store{api: api, table: cfg.CoordinationTable, streamARN: cfg.StreamARN},
+		inc:     newIncarnation(),
 		proc:    proc,
 		pm:      proc.Metrics(),
 		m:       metrics,
@@ -188,7 +198,8 @@ func New(streams Streams, api Table, proc *processor.Processor, cfg Config, metr
 		budget:  newBudget(cfg.MaxHeldRecords, metrics),
 		bytes:   newBytesBudget(cfg.MaxHeldBytes, metrics),
 
-		describe: newDescribeBudget(cfg.DescribeRate, metrics),
+		describe:    newDescribeBudget(cfg.DescribeRate, metrics),
+		supersededC: make(chan struct{}),
 	}, nil
 }
 
@@ -208,10 +219,13 @@ func (p *Poller) Healthy() bool {
 // releases its leases and returns nil. With Drain it returns nil earlier,
 // once every shard is read to its current end. It returns an error when
 // the stream no longer exists (the poller never exits on its own while it
-// does).
+// does), and an *OwnerInUseError (errors.Is ErrOwnerInUse) when another
+// live process given the same Config.Owner claimed this poller's worker
+// item after it (or, for a drain, a live poller uses its name): its leases
+// are then dropped, not released, and the other process keeps them.
 func (p *Poller) Run(ctx context.Context) error {
 	p.log.Info("poller starting", "stream", p.cfg.StreamARN, "drain", p.cfg.Drain, "start_position", string(p.cfg.StartPosition),
-		"lease_duration", p.cfg.LeaseDuration.String())
+		"lease_duration", p.cfg.LeaseDuration.String(), "incarnation", p.inc)
 	// The second round comes firstRound after the first, not a renewal
 	// interval: a live poller takes nothing before its second read of the
 	// worker registry (pollers starting together see each other first), and
@@ -226,7 +240,7 @@ func (p *Poller) Run(ctx context.Context) error {
 	if err := p.pass(ctx, true); err != nil {
 		runErr = err
 	}
-	for runErr == nil && ctx.Err() == nil {
+	for runErr == nil && ctx.Err() == nil && p.superseded.Load() == nil {
 		if p.cfg.Drain && p.drainComplete() {
 			if !p.listed.Before(p.lastStop) {
 				p.log.Info("drain complete: every shard is read to its current end and committed")
@@ -243,6 +257,7 @@ func (p *Poller) Run(ctx context.Context) error {
 		}
 		select {
 		case <-ctx.Done():
+		case <-p.supersededC:
 		case <-tick.C:
 			runErr = p.pass(ctx, true)
 			tick.Reset(p.nextRound())
@@ -265,6 +280,11 @@ func (p *Poller) Run(ctx context.Context) error {
 		}
 	}
 	p.shutdown(ctx)
+	if err := p.supersededErr(); err != nil {
+		// Another process of this owner name keeps running: this one's
+		// leases were dropped, not released (HB6).
+		return errors.Join(err, runErr)
+	}
 	return runErr
 }
 
@@ -344,6 +364,9 @@ func (p *Poller) pass(ctx context.Context, renew bool) error {
 	// The registry says which owners keep their leases by heartbeat, whose
 	// leases are judged by their beat (available).
 	p.readRegistry(ctx)
+	if p.superseded.Load() != nil {
+		return nil // a live poller of this drain's name: Run stops (HB6)
+	}
 	return p.readAllAndAssign(ctx)
 }
 
@@ -743,14 +766,20 @@ func (p *Poller) observeLease(l lease, now time.Time) {
 }
 
 // available reports whether this poller may take l without asking: it
-// does not exist yet, is free, belonged to this owner's previous life, or
-// has not been renewed for LeaseDuration.
+// does not exist yet, is free, belonged to this process or was handed to
+// its name, or has not been renewed for LeaseDuration. A lease of this
+// owner name taken by another incarnation (a previous life, or another
+// live process given the same name) is judged as another owner's: by a
+// live poller with foreignExpired (its claim of the worker item is the
+// fence), by a drain by the registry's item of its name (HB6).
 func (p *Poller) available(l lease) (ok bool, expired bool) {
 	switch {
 	case !l.exists || l.owner == "":
 		return true, false
-	case l.owner == p.cfg.Owner:
+	case l.owner == p.cfg.Owner && !p.foreign(l):
 		return true, true
+	case l.owner == p.cfg.Owner && !p.cfg.Drain:
+		return p.foreignExpired(l), true
 	}
 	o, seen := p.seen[l.shard]
 	if p.judgesByRegistry() {
@@ -962,8 +991,17 @@ type takeAttempt struct {
 // and their re-reads concurrently (at most renewParallel at once: a
 // poller taking its share of 1,000 shards, or the leases handed to it at
 // a join, does not wait for each in turn), their results applied in turn.
-// It returns how many are now held.
+// A live poller not born yet (incarnation.go) takes nothing. It returns
+// how many are now held.
 func (p *Poller) takeLeases(ctx context.Context, ls []lease) int {
+	if !p.cfg.Drain && p.born.Load() == 0 {
+		// A live poller takes nothing before one of its claims of its
+		// worker item was answered: only a process holding no lease may
+		// claim the item unconditionally, and a claim that lands late
+		// (after another process of its name claimed and took over) must
+		// bring no lease with it (HB6, claim H6).
+		return 0
+	}
 	var tries []*takeAttempt
 	// The fences of this call, one per owner: a fence covers the lease
 	// states read before it landed (the owner had not rejoined then), not
@@ -974,7 +1012,9 @@ func (p *Poller) takeLeases(ctx context.Context, ls []lease) int {
 	fencedNow := map[string]bool{}
 	for _, l := range ls {
 		_, expired := p.available(l)
-		if expired && l.owner != p.cfg.Owner {
+		// A drain fences a lease of its own name taken by another
+		// incarnation like another owner's: it has no claim (HB6).
+		if expired && (l.owner != p.cfg.Owner || p.cfg.Drain && p.foreign(l)) {
 			ok, done := fencedNow[l.owner]
 			if !done {
 				ok = p.fence(ctx, l.owner)
@@ -994,7 +1034,7 @@ func (p *Poller) takeLeases(ctx context.Context, ls []lease) int {
 		go func() {
 			defer func() { <-sem; wg.Done() }()
 			a.sent = time.Now() // the validity counts from the send time
-			a.taken, a.err = p.store.take(ctx, a.l, p.cfg.Owner, p.cfg.LeaseDuration)
+			a.taken, a.err = p.store.take(ctx, a.l, p.cfg.Owner, p.inc, p.cfg.LeaseDuration)
 			if a.err != nil && ctx.Err() == nil {
 				if cur, rerr := p.store.readLease(ctx, a.l.shard); rerr == nil {
 					a.cur, a.reread = cur, true
@@ -1018,8 +1058,10 @@ func (p *Poller) applyTake(a *takeAttempt) bool {
 	l, taken, err := a.l, a.taken, a.err
 	if err != nil && a.reread {
 		// A failed condition or an unknown outcome: the lease at
-		// seen + 1 in this owner's name is this take, its answer lost.
-		if cur := a.cur; cur.owner == p.cfg.Owner && cur.counter == l.counter+1 {
+		// seen + 1 in this owner's name and this process's incarnation
+		// is this take, its answer lost (another process given the same
+		// name writes its own: HB6).
+		if cur := a.cur; cur.owner == p.cfg.Owner && cur.counter == l.counter+1 && cur.incarnation == p.inc {
 			p.m.LeaseLosses.WithLabelValues(LossLostAnswer).Inc()
 			p.log.Info("lease take landed, its answer lost", "shard", l.shard, "counter", cur.counter, "error", err.Error())
 			taken, err = cur, nil
@@ -1035,7 +1077,7 @@ func (p *Poller) applyTake(a *takeAttempt) bool {
 		return false
 	}
 	event := LeaseAcquired
-	if a.expired && l.owner != p.cfg.Owner {
+	if a.expired && (l.owner != p.cfg.Owner || p.foreign(l)) {
 		event = LeaseTakenOver
 	}
 	p.m.LeaseEvents.WithLabelValues(event).Inc()
@@ -1339,7 +1381,7 @@ func (p *Poller) renew(ctx context.Context, id string, h *holding) (lease, time.
 			switch {
 			case rerr != nil:
 				err = fmt.Errorf("%w; re-reading it: %w", err, rerr)
-			case cur.owner == p.cfg.Owner && cur.counter == target:
+			case cur.owner == p.cfg.Owner && cur.counter == target && cur.incarnation == p.inc:
 				p.m.LeaseLosses.WithLabelValues(LossLostAnswer).Inc()
 				p.log.Info("lease renewal landed, its answer lost; lease kept", "shard", id, "counter", cur.counter)
 				return cur, h.unknownSent, nil
@@ -1527,11 +1569,31 @@ func (p *Poller) release(ctx context.Context, id string, h *holding) {
 func (p *Poller) shutdown(ctx context.Context) {
 	p.stopping = true
 	p.ready.Store(false)
-	p.log.Info("poller stopping: committing what is in hand, then releasing leases", "leases", len(p.held))
-	if !p.cfg.Drain {
-		// Hand every lease over to the live pollers under their share,
-		// rather than leave them to be found free at the others' sweeps.
-		p.handOverAll()
+	superseded := p.superseded.Load() != nil
+	switch {
+	case superseded:
+		// Another process of this owner name claimed the worker item: its
+		// claim voids this one's heartbeats, and it takes these leases
+		// once they stood unchanged for a lease duration after it. They
+		// are dropped, not released or handed over: nothing of this
+		// process's view is written any more (HB6).
+		p.log.Warn("poller stopping: another process uses this owner name; dropping every lease", "leases", len(p.held))
+		for id, h := range p.held {
+			if h.lost {
+				continue
+			}
+			h.lost = true
+			p.m.LeaseEvents.WithLabelValues(LeaseLost).Inc()
+			p.m.LeaseLosses.WithLabelValues(LossTaken).Inc()
+			p.drop(id, h)
+		}
+	default:
+		p.log.Info("poller stopping: committing what is in hand, then releasing leases", "leases", len(p.held))
+		if !p.cfg.Drain {
+			// Hand every lease over to the live pollers under their share,
+			// rather than leave them to be found free at the others' sweeps.
+			p.handOverAll()
+		}
 	}
 	for _, h := range p.held {
 		h.signalStop()
@@ -1567,8 +1629,8 @@ func (p *Poller) shutdown(ctx context.Context) {
 		// Before the leave: a heartbeat after it would undo it.
 		p.hbStop()
 	}
-	if !p.cfg.Drain && p.registryReads > 0 {
-		if err := p.store.leave(rctx, p.cfg.Owner); err != nil {
+	if !p.cfg.Drain && p.registryReads > 0 && !superseded {
+		if err := p.store.leave(rctx, p.cfg.Owner, p.inc); err != nil {
 			p.log.Warn("marking this poller left in the worker registry failed; the others count it gone after a lease duration", "error", err.Error())
 		}
 	}

@@ -181,9 +181,9 @@ func TestReviewS19_CrashedPollersStopCountingHalfALeaseDurationAfterFirstRead(t 
 	ctx := context.Background()
 	coord := table.CoordinationTableName(e.table)
 	beat := func(owner string, first bool) {
-		in := table.HeartbeatWorkerAgain(coord, e.stream.arn, owner, 1, time.Now())
+		in := table.HeartbeatWorkerAgain(coord, e.stream.arn, owner, owner+"-1", 1, time.Now())
 		if first {
-			in = table.HeartbeatWorker(coord, e.stream.arn, owner, 1, true, time.Now())
+			in = table.HeartbeatWorker(coord, e.stream.arn, owner, owner+"-1", 1, true, time.Now())
 		}
 		_, err := e.ddb.UpdateItem(ctx, in)
 		require.NoError(t, err)

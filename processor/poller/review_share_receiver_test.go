@@ -141,7 +141,7 @@ func TestPoller_AWorkerItemLeftByACrashedPollerIsOfferedNothing(t *testing.T) {
 	f.split(kids, more)
 	coord := table.CoordinationTableName(e.table)
 	// The item of a poller that crashed an hour ago, holding nothing.
-	_, err := e.ddb.UpdateItem(ctx, table.HeartbeatWorker(coord, f.arn, "crashed", 0, true, time.Now().Add(-time.Hour)))
+	_, err := e.ddb.UpdateItem(ctx, table.HeartbeatWorker(coord, f.arn, "crashed", "crashed-1", 0, true, time.Now().Add(-time.Hour)))
 	require.NoError(t, err)
 	a := e.poller(t, "a", nil, nil, nil)
 	stop := start(t, a)

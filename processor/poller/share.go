@@ -103,6 +103,9 @@ func (p *Poller) sharePass(ctx context.Context, renew bool) error {
 		// only writes lease items while a poller that renews every lease
 		// is live: compat).
 		p.registry(ctx)
+		if p.superseded.Load() != nil {
+			return nil // another process of this name: Run stops (HB6)
+		}
 		p.renewAll(ctx)
 		p.answerAsks(ctx)
 	}
@@ -192,11 +195,18 @@ func (p *Poller) endPass(ctx context.Context) error {
 func (p *Poller) registry(ctx context.Context) {
 	switch {
 	case !p.heartbeats():
-		if w, err := p.store.heartbeat(ctx, p.cfg.Owner, len(p.held), false, false); err != nil {
+		// Claimed by this process's first write, conditional on its
+		// incarnation after that (HB6).
+		var oiu *OwnerInUseError
+		if w, err := p.store.heartbeat(ctx, p.cfg.Owner, p.inc, len(p.held), false, p.born.Load() != 0); errors.As(err, &oiu) {
+			p.supersede(oiu)
+			return
+		} else if err != nil {
 			if ctx.Err() == nil {
 				p.log.Warn("writing the worker item failed; retrying at the next round", "error", err.Error())
 			}
 		} else {
+			p.born.CompareAndSwap(0, mono(time.Now()))
 			p.offers, p.asks = w.Offers, w.Asks
 		}
 	case p.fencedOut.Load():
@@ -234,6 +244,9 @@ func (p *Poller) heartbeater(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+		}
+		if p.superseded.Load() != nil {
+			return
 		}
 		if p.fencedOut.Load() {
 			continue
@@ -305,10 +318,17 @@ func (p *Poller) beat(ctx context.Context) {
 		// cores, DynamoDB Local answered after more than the second left).
 		// On its own goroutine a slow attempt holds nothing else up.
 		cctx, cancel := context.WithTimeout(ctx, p.cfg.LeaseDuration)
-		// After the first (or the rejoin) landed, conditional on the item
-		// existing (HB4).
-		w, err := p.store.heartbeat(cctx, p.cfg.Owner, int(p.heldN.Load()), true, p.beatUntil.Load() != 0)
+		// After the claim (the first, or a claiming rejoin) landed,
+		// conditional on the item existing (HB4) and still claimed by
+		// this process (HB6). Before, a claim: its retry after a lost
+		// answer is a claim too, never refused by the incarnation.
+		w, err := p.store.heartbeat(cctx, p.cfg.Owner, p.inc, int(p.heldN.Load()), true, p.born.Load() != 0)
 		cancel()
+		var oiu *OwnerInUseError
+		if errors.As(err, &oiu) {
+			p.supersede(oiu)
+			return
+		}
 		if errors.Is(err, errFenced) {
 			p.fencedOut.Store(true)
 			return
@@ -337,8 +357,11 @@ func (p *Poller) beat(ctx context.Context) {
 
 // beaten applies a heartbeat that landed, sent at sent: every held lease
 // valid until sent + LeaseDuration, and its answer (offers and asks) for
-// the coordinator's next round.
+// the coordinator's next round. The first answered claim makes this
+// process born: its later writes are conditional on its incarnation, and
+// its wait for another incarnation's leases counts from now (HB6).
 func (p *Poller) beaten(w table.Worker, sent time.Time) {
+	p.born.CompareAndSwap(0, mono(time.Now()))
 	until := mono(sent.Add(p.cfg.LeaseDuration))
 	for {
 		cur := p.beatUntil.Load()
@@ -372,7 +395,15 @@ func (p *Poller) rejoin(ctx context.Context) {
 		p.drop(id, h)
 	}
 	sent := time.Now()
-	w, err := p.store.rejoin(ctx, p.cfg.Owner)
+	// A process none of whose claims was answered (its first heartbeat
+	// found a previous life's fence) claims the item; a born one rejoins
+	// only an item no other process of its name claimed since (HB6).
+	w, err := p.store.rejoin(ctx, p.cfg.Owner, p.inc, p.born.Load() == 0)
+	var oiu *OwnerInUseError
+	if errors.As(err, &oiu) {
+		p.supersede(oiu)
+		return
+	}
 	if err != nil {
 		if ctx.Err() == nil {
 			p.log.Warn("registering again after the fence failed; retrying at the next round", "error", err.Error())
@@ -400,8 +431,17 @@ func (p *Poller) readRegistry(ctx context.Context) {
 	seen := make(map[string]bool, len(ws))
 	compat := false
 	for _, w := range ws {
-		if w.Owner == "" || w.Owner == p.cfg.Owner {
+		if w.Owner == "" || w.Owner == p.cfg.Owner && !p.cfg.Drain {
 			continue
+		}
+		if w.Owner == p.cfg.Owner {
+			// A drain never writes a worker item: one of its name whose
+			// beat moves is another live process given the same name.
+			// The drain stops rather than read its shards beside it; its
+			// leases it judges by this item meanwhile (available, HB6).
+			if v, ok := p.workers[w.Owner]; ok && v.beat != w.Beat && !w.Left {
+				p.supersede(&OwnerInUseError{Owner: w.Owner, Mine: p.inc})
+			}
 		}
 		seen[w.Owner] = true
 		delete(p.absent, w.Owner)
@@ -519,7 +559,7 @@ func (p *Poller) verifyHeld(ctx context.Context) {
 		if l.owner == p.cfg.Owner && l.counter == h.lease.counter {
 			continue
 		}
-		if l.owner == p.cfg.Owner && h.unknownTo != 0 && l.counter == h.unknownTo {
+		if l.owner == p.cfg.Owner && h.unknownTo != 0 && l.counter == h.unknownTo && l.incarnation == p.inc {
 			// A renewal made in compat whose answer was lost landed.
 			h.lease = l
 			continue
@@ -641,7 +681,7 @@ func (p *Poller) sweep(ctx context.Context) {
 		}
 		now := time.Now()
 		for _, l := range ls {
-			if h, mine := p.held[l.shard]; mine && !h.lost && l.owner == p.cfg.Owner {
+			if h, mine := p.held[l.shard]; mine && !h.lost && l.owner == p.cfg.Owner && l.incarnation == p.inc {
 				continue
 			}
 			p.leases[l.shard] = l
@@ -827,6 +867,9 @@ func (p *Poller) takeOffers(ctx context.Context) {
 		p.observeLease(l, time.Now())
 		if mine || l.finished || (l.owner != "" && l.owner != p.cfg.Owner) {
 			continue
+		}
+		if free, _ := p.available(l); p.foreign(l) && !free {
+			continue // another process of this name holds it (HB6)
 		}
 		sh, known := p.shard(id)
 		if !known {

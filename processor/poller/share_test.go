@@ -90,7 +90,7 @@ func (e *env) finishedShard(t *testing.T, id string) {
 	k := aggregates.CheckpointKey(e.stream.arn, id)
 	_, err := e.ddb.UpdateItem(ctx, table.AdvanceCheckpoint(coord, k, id, "", "", true, now))
 	require.NoError(t, err)
-	_, err = e.ddb.UpdateItem(ctx, table.TakeLease(coord, e.stream.arn, table.Lease{Shard: id}, "gone", time.Second, now))
+	_, err = e.ddb.UpdateItem(ctx, table.TakeLease(coord, e.stream.arn, table.Lease{Shard: id}, "gone", "", time.Second, now))
 	require.NoError(t, err)
 	_, err = e.ddb.UpdateItem(ctx, table.ReleaseLease(coord, e.stream.arn, table.Lease{Shard: id, Owner: "gone", Counter: 1}, "", true, now))
 	require.NoError(t, err)

@@ -42,15 +42,16 @@ type lease struct {
 	parent, start string
 	updated       time.Time // the item's last write
 	finished      bool      // the release of the shard read to its end marked it (table.Lease.Finished)
+	incarnation   string    // the process whose take wrote owner ("" when free, handed over, or older)
 }
 
 // row is the lease as the table holds it.
 func (l lease) row() table.Lease {
-	return table.Lease{Shard: l.shard, Owner: l.owner, Counter: l.counter, Pending: l.pending, Exists: l.exists, Parent: l.parent, Start: l.start}
+	return table.Lease{Shard: l.shard, Owner: l.owner, Counter: l.counter, Pending: l.pending, Exists: l.exists, Parent: l.parent, Start: l.start, Incarnation: l.incarnation}
 }
 
 func leaseOf(l table.Lease) lease {
-	return lease{shard: l.Shard, owner: l.Owner, counter: l.Counter, pending: l.Pending, exists: l.Exists, parent: l.Parent, start: l.Start, updated: l.Updated, finished: l.Finished}
+	return lease{shard: l.Shard, owner: l.Owner, counter: l.Counter, pending: l.Pending, exists: l.Exists, parent: l.Parent, start: l.Start, updated: l.Updated, finished: l.Finished, incarnation: l.Incarnation}
 }
 
 // checkpoint is the poller's view of a checkpoint item as read
@@ -191,17 +192,18 @@ func (s *store) updateItem(ctx context.Context, what string, k aggregates.Key, i
 	return out.Attributes, nil
 }
 
-// take makes owner the lease's owner, from the state seen (a lease that
-// does not exist, is free, expired, or owned by owner's previous life).
-// The condition is the counter seen: any change since then (a renewal, a
-// release, another taker) makes it fail with errConditionFailed.
-func (s *store) take(ctx context.Context, seen lease, owner string, duration time.Duration) (lease, error) {
+// take makes owner (its process incarnation inc) the lease's owner, from
+// the state seen (a lease that does not exist, is free, expired, or owned
+// by owner's previous life). The condition is the counter seen: any change
+// since then (a renewal, a release, another taker) makes it fail with
+// errConditionFailed.
+func (s *store) take(ctx context.Context, seen lease, owner, inc string, duration time.Duration) (lease, error) {
 	_, err := s.updateItem(ctx, "take lease", aggregates.LeaseKey(s.streamARN, seen.shard),
-		table.TakeLease(s.table, s.streamARN, seen.row(), owner, duration, s.now()))
+		table.TakeLease(s.table, s.streamARN, seen.row(), owner, inc, duration, s.now()))
 	if err != nil {
 		return lease{}, err
 	}
-	return lease{shard: seen.shard, owner: owner, counter: seen.counter + 1, exists: true, parent: seen.parent, start: seen.start}, nil
+	return lease{shard: seen.shard, owner: owner, counter: seen.counter + 1, exists: true, parent: seen.parent, start: seen.start, incarnation: inc}, nil
 }
 
 // register puts a free lease for shard sh, which no lease exists for yet,
@@ -223,19 +225,49 @@ func (s *store) register(ctx context.Context, sh shard) (l lease, ok bool, err e
 // poller set taking its leases over (table.FenceWorker).
 var errFenced = errors.New("fenced: another poller took this poller's leases over, or its worker item was deleted")
 
-// heartbeat writes this poller's worker registry item (table.HeartbeatWorker;
-// with hb, conditional on no fence: errFenced; with again too, a heartbeat
-// after the first, conditional on the item existing: errFenced when it
-// was deleted, table.HeartbeatWorkerAgain) and returns it as written: its
-// offers and asks.
-func (s *store) heartbeat(ctx context.Context, owner string, held int, hb, again bool) (table.Worker, error) {
-	in := table.HeartbeatWorker(s.table, s.streamARN, owner, held, hb, s.now())
-	if hb && again {
-		in = table.HeartbeatWorkerAgain(s.table, s.streamARN, owner, held, s.now())
+// heartbeat writes this poller's worker registry item, claimed by its
+// incarnation inc (table.HeartbeatWorker; with hb, conditional on no
+// fence; once born, a write after the claim: with hb,
+// table.HeartbeatWorkerAgain, conditional on the item existing and still
+// inc's; without, table.RenewWorkerAgain, on the item not claimed by
+// another incarnation) and returns it as written: its offers and asks. A
+// claim (not born) is made on a consistent read of the item: conditional
+// on the incarnation it names (table.ClaimedFrom), or, when it names inc
+// (a claim of this process landed, its answer lost), the write after the
+// claim. A refused write is classified by a consistent read of the item (refused):
+// errFenced (fenced, deleted), an *OwnerInUseError (another process of
+// this name claimed it), or errRefused.
+func (s *store) heartbeat(ctx context.Context, owner, inc string, held int, hb, born bool) (table.Worker, error) {
+	claim := false
+	if !born {
+		// A claim, made on the item as read now (table.ClaimedFrom): one
+		// that lands late, after another process's claim, is refused. A
+		// read naming this incarnation is a claim of this process that
+		// landed, its answer lost: the write after the claim follows.
+		seen, err := s.claimed(ctx, owner)
+		if err != nil {
+			return table.Worker{}, err
+		}
+		born, claim = seen == inc, seen != inc
+		if claim {
+			in := table.ClaimedFrom(table.HeartbeatWorker(s.table, s.streamARN, owner, inc, held, hb, s.now()), seen)
+			attrs, err := s.updateItem(ctx, "heartbeat", aggregates.WorkerKey(s.streamARN, owner), in)
+			if errors.Is(err, errConditionFailed) {
+				return table.Worker{}, s.refused(ctx, owner, inc, false, err)
+			}
+			if err != nil {
+				return table.Worker{}, err
+			}
+			return table.DecodeWorker(attrs), nil
+		}
+	}
+	in := table.RenewWorkerAgain(s.table, s.streamARN, owner, inc, held, s.now())
+	if hb {
+		in = table.HeartbeatWorkerAgain(s.table, s.streamARN, owner, inc, held, s.now())
 	}
 	attrs, err := s.updateItem(ctx, "heartbeat", aggregates.WorkerKey(s.streamARN, owner), in)
 	if errors.Is(err, errConditionFailed) {
-		return table.Worker{}, fmt.Errorf("%w: %w", errFenced, err)
+		return table.Worker{}, s.refused(ctx, owner, inc, born, err)
 	}
 	if err != nil {
 		return table.Worker{}, err
@@ -243,11 +275,55 @@ func (s *store) heartbeat(ctx context.Context, owner string, held int, hb, again
 	return table.DecodeWorker(attrs), nil
 }
 
+// claimed is the incarnation owner's worker item names now ("" for none,
+// or no item), read consistently: what a claim is conditional on.
+func (s *store) claimed(ctx context.Context, owner string) (string, error) {
+	item, err := s.readItem(ctx, aggregates.WorkerKey(s.streamARN, owner))
+	if err != nil {
+		return "", fmt.Errorf("reading the worker item before claiming it: %w", err)
+	}
+	if item == nil {
+		return "", nil
+	}
+	return table.DecodeWorker(item).Incarnation, nil
+}
+
 // rejoin clears the fence on this poller's worker item with a heartbeat
-// (table.RejoinWorker), after it dropped every lease it held.
-func (s *store) rejoin(ctx context.Context, owner string) (table.Worker, error) {
-	attrs, err := s.updateItem(ctx, "rejoin", aggregates.WorkerKey(s.streamARN, owner),
-		table.RejoinWorker(s.table, s.streamARN, owner, s.now()))
+// claimed by inc (table.RejoinWorker), after it dropped every lease it
+// held, on a consistent read of the item: conditional on the fence that
+// read shows (table.RejoinedFrom), and for a process not born yet (claim)
+// a claim on the incarnation it names (table.ClaimedFrom; refused:
+// errRefused, made again at the next round); a born process's rejoin
+// stops it when the read or the refusal shows another incarnation (an
+// *OwnerInUseError).
+func (s *store) rejoin(ctx context.Context, owner, inc string, claim bool) (table.Worker, error) {
+	// On the item as read now: conditional on the fence it shows (a late
+	// rejoin must not lift a later fence: table.RejoinedFrom) and, for a
+	// claim, on the incarnation it names (table.ClaimedFrom).
+	item, err := s.readItem(ctx, aggregates.WorkerKey(s.streamARN, owner))
+	if err != nil {
+		return table.Worker{}, fmt.Errorf("reading the worker item before rejoining: %w", err)
+	}
+	seen := ""
+	if item != nil {
+		seen = table.DecodeWorker(item).Incarnation
+	}
+	if !claim && seen != "" && seen != inc {
+		return table.Worker{}, &OwnerInUseError{Owner: owner, Mine: inc, Theirs: seen}
+	}
+	claim = claim && seen != inc
+	in := table.RejoinWorker(s.table, s.streamARN, owner, inc, claim, s.now())
+	if claim {
+		in = table.ClaimedFrom(in, seen)
+	}
+	in = table.RejoinedFrom(in, item)
+	attrs, err := s.updateItem(ctx, "rejoin", aggregates.WorkerKey(s.streamARN, owner), in)
+	if errors.Is(err, errConditionFailed) {
+		// A claim refused is retried (another claim landed since the
+		// read); a rejoin after the claim refused by another incarnation
+		// stops the process.
+		return table.Worker{}, s.refused(ctx, owner, inc, !claim, err)
+	}
 	if err != nil {
 		return table.Worker{}, err
 	}
@@ -282,9 +358,10 @@ func (s *store) clearAsks(ctx context.Context, owner string, shards []string) er
 }
 
 // leave marks this poller's worker item left; a poller never registered
-// has nothing to mark.
-func (s *store) leave(ctx context.Context, owner string) error {
-	_, err := s.updateItem(ctx, "leave", aggregates.WorkerKey(s.streamARN, owner), table.LeaveWorker(s.table, s.streamARN, owner, s.now()))
+// has nothing to mark, and one whose item another process of its name
+// claimed leaves it alone.
+func (s *store) leave(ctx context.Context, owner, inc string) error {
+	_, err := s.updateItem(ctx, "leave", aggregates.WorkerKey(s.streamARN, owner), table.LeaveWorker(s.table, s.streamARN, owner, inc, s.now()))
 	if errors.Is(err, errConditionFailed) {
 		return nil
 	}
