@@ -151,7 +151,11 @@
 // coordination state (issue 23). It writes its worker registry item
 // (aggregates.WorkerKey: a heartbeat and the leases it holds) and reads the
 // stream's few worker items: the live pollers (a heartbeat seen to change
-// within LeaseDuration on this poller's clock) and what each holds. Its own
+// within LeaseDuration on this poller's clock) and what each holds. For
+// the share and the DescribeStream rate, an item whose beat this poller
+// has not seen change counts only for half a lease duration after its
+// first read (a crashed poller's item stops counting then), and it is
+// offered or handed nothing (docs/exactly-once.md, S17-D3). Its own
 // leases' state comes from its renewals' answers. The lease partition is
 // swept a page of Config.LeaseScanPage items per round, from where the
 // last page ended (whole at start): free and expired leases, finished
