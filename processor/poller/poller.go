@@ -991,8 +991,9 @@ type takeAttempt struct {
 // and their re-reads concurrently (at most renewParallel at once: a
 // poller taking its share of 1,000 shards, or the leases handed to it at
 // a join, does not wait for each in turn), their results applied in turn.
-// A live poller not born yet (incarnation.go) takes nothing. It returns
-// how many are now held.
+// A live poller not born yet (incarnation.go) takes nothing, nor does a
+// heartbeat poller whose validity has ended. It returns how many are now
+// held.
 func (p *Poller) takeLeases(ctx context.Context, ls []lease) int {
 	if !p.cfg.Drain && p.born.Load() == 0 {
 		// A live poller takes nothing before one of its claims of its
@@ -1000,6 +1001,16 @@ func (p *Poller) takeLeases(ctx context.Context, ls []lease) int {
 		// claim the item unconditionally, and a claim that lands late
 		// (after another process of its name claimed and took over) must
 		// bring no lease with it (HB6, claim H6).
+		return 0
+	}
+	if p.heartbeats() && (p.fencedOut.Load() || !time.Now().Before(fromMono(p.beatUntil.Load()))) {
+		// A heartbeat poller whose validity has ended (paused: no
+		// heartbeat answered within a lease duration; fenced, its rejoin
+		// not landed yet) could read none of what it took, and the others
+		// take a lease of its only after fencing it: every lease it took
+		// would wait unread for that (the review of session 19, R19-2's
+		// leftover). It takes nothing until a heartbeat lands; leases
+		// offered to it stay offered.
 		return 0
 	}
 	var tries []*takeAttempt

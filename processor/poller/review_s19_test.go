@@ -2,6 +2,7 @@ package poller_test
 
 import (
 	"context"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -13,10 +14,12 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodbstreams"
 	streamtypes "github.com/aws/aws-sdk-go-v2/service/dynamodbstreams/types"
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"github.com/ledger-dev/ledger/infra/ddblocal/ddbtest"
 	"github.com/ledger-dev/ledger/internal/streamemu"
 	"github.com/ledger-dev/ledger/processor/poller"
+	"github.com/ledger-dev/ledger/table"
 )
 
 // Review (adversarial, session 19): the pre-take read bound, the paused
@@ -242,27 +245,29 @@ type fencedUnjoinable struct {
 	fenced atomic.Bool
 }
 
+// UpdateItem refuses the owner's rejoins (the worker write that removes
+// the fence) while fenced is set; its heartbeats go through, to be
+// refused by the fence the test wrote.
 func (f *fencedUnjoinable) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error) {
-	if f.fenced.Load() && isHeartbeat(in, f.owner) {
-		if in.ConditionExpression == nil {
-			return nil, &ddbtypes.InternalServerError{Message: aws.String("rejoin refused by the test")}
-		}
-		return nil, &ddbtypes.ConditionalCheckFailedException{Message: aws.String("fenced by the test")}
+	if f.fenced.Load() && isHeartbeat(in, f.owner) && strings.Contains(aws.ToString(in.UpdateExpression), "REMOVE #l, #f") {
+		return nil, &ddbtypes.InternalServerError{Message: aws.String("rejoin refused by the test")}
 	}
 	return f.Table.UpdateItem(ctx, in, opts...)
 }
 
-// Hole R19-2 (the paused gauge, observability). A heartbeat poller fenced
-// drops every lease and registers again (rejoin), clearing its pause;
-// when that write fails it goes on with no validity at all (beatUntil
-// zero), takes leases again in the same round (its own, free to it) and
-// can read none of them; the next round's rejoin fails again, and so on.
-// ledger_poller_leases_paused came from the pause noted once a round, so
-// it said 0 while every lease held was unread, for as long as the rejoin
-// failed: LedgerShardUnread, which subtracts it, stayed silent. Now the
-// gauge counts the held leases whose validity has ended: all of them
-// here. One poller, four shards: fenced, its rejoins refused.
-func TestReviewS19_APollerWhoseRejoinFailsCountsTheLeasesItTakesAsUnread(t *testing.T) {
+// Hole R19-2 (the paused gauge, observability) and its leftover. A
+// heartbeat poller fenced drops every lease and registers again (rejoin),
+// clearing its pause; when that write fails it goes on with no validity at
+// all (beatUntil zero). It took leases again in the same round (its own,
+// free to it) and could read none of them; the next round's rejoin failed
+// again, and so on, while ledger_poller_leases_paused said 0
+// (LedgerShardUnread, which subtracts it, stayed silent). The gauge now
+// counts held leases whose validity has ended, and a heartbeat poller with
+// no validity takes nothing: here it holds nothing while its rejoins are
+// refused (it held all four again, unread, before), and takes its shards
+// back once one lands. One poller, four shards, fenced by the test as a
+// taker would.
+func TestReviewS19_APollerWithNoValidityTakesNoLease(t *testing.T) {
 	ddbtest.Long(t)
 	const shards = 4
 	const lease = 3 * time.Second
@@ -274,12 +279,29 @@ func TestReviewS19_APollerWhoseRejoinFailsCountsTheLeasesItTakesAsUnread(t *test
 	stop := start(t, a)
 	eventually(t, "a holds every shard", 20*lease, func() bool { return counter(t, a.m.LeasesHeld) == shards })
 	f.fenced.Store(true)
+	ctx := context.Background()
+	coord := table.CoordinationTableName(e.table)
+	eventually(t, "a fenced", 10*lease, func() bool {
+		ws, err := table.ReadWorkers(ctx, e.ddb, coord, e.stream.arn)
+		require.NoError(t, err)
+		for _, w := range ws {
+			if w.Owner == "a" {
+				_, err := e.ddb.UpdateItem(ctx, table.FenceWorker(coord, e.stream.arn, "a", w.Beat))
+				return err == nil
+			}
+		}
+		return false
+	})
 	eventually(t, "a's rejoin refused", 10*lease, func() bool {
 		return logged(a.logs.lines(), "registering again after the fence failed; retrying at the next round") > 0
 	})
-	eventually(t, "every lease held counted unread", 10*lease, func() bool {
-		return counter(t, a.m.LeasesHeld) == shards && counter(t, a.m.LeasesPaused) == shards
-	})
+	eventually(t, "a's dropped leases gone", 10*lease, func() bool { return counter(t, a.m.LeasesHeld) == 0 })
+	// Rounds go on (a lease duration of them) with the rejoin refused: a
+	// takes nothing, so nothing it holds is unread.
+	for end := time.Now().Add(lease); time.Now().Before(end); time.Sleep(100 * time.Millisecond) {
+		require.Zero(t, counter(t, a.m.LeasesHeld), "a takes no lease while it has no validity")
+		require.Zero(t, counter(t, a.m.LeasesPaused))
+	}
 	f.fenced.Store(false)
 	eventually(t, "a rejoined, nothing counted unread", 10*lease, func() bool {
 		return counter(t, a.m.LeaseEvents.WithLabelValues(poller.LeaseRejoined)) >= 1 &&
