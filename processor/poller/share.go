@@ -974,10 +974,14 @@ func (p *Poller) takeBound() time.Duration {
 // being read is not finished; one read within LeaseDuration and unfinished
 // is not read again).
 //
-// A live poller's share does not bound its takes of its own name's leases
-// left by another incarnation (foreignExpired: a previous life's, or a
-// superseded twin's): it takes every one of them, and those first. Only
-// it may take them (the other pollers judge a lease of its name by its
+// A live poller's share does not bound its takes of the leases naming its
+// owner name and not its incarnation: another incarnation's (a previous
+// life's, a superseded twin's) once foreignExpired holds, and those
+// without one (handed over to the name and not taken) at once, as
+// available says. Its own incarnation's that it does not hold (a lease it
+// dropped, or one whose release's outcome it does not know) stay within
+// the share, as before: after a fence the fencer is taking those. It takes every one of them, and those first. Only it
+// may take them (the other pollers judge a lease of its name by its
 // beat, which it keeps moving), and balance plans from the held counts
 // the worker items report, which count only what it holds: capped at its
 // share, the rest were read by nobody, for good (docs/exactly-once.md,
@@ -992,7 +996,7 @@ func (p *Poller) takeShare(ctx context.Context, only map[string]bool) {
 		listed[s.id] = true
 	}
 	var ready, blocked []shard
-	own := map[string]bool{} // leases of this name another incarnation left (HB6-L1)
+	own := map[string]bool{} // leases naming this owner and not this incarnation (HB6-L1)
 	for _, s := range p.shards {
 		if only != nil && !only[s.id] {
 			continue
@@ -1004,7 +1008,7 @@ func (p *Poller) takeShare(ctx context.Context, only map[string]bool) {
 		if free, _ := p.available(l); !free {
 			continue
 		}
-		if p.foreign(l) && !p.cfg.Drain {
+		if l.owner == p.cfg.Owner && l.incarnation != p.inc && !p.cfg.Drain {
 			own[s.id] = true
 		}
 		if s.parent == "" || !listed[s.parent] || p.finishedKnown(s.parent) || p.gone[s.parent] {
