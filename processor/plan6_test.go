@@ -28,12 +28,12 @@ type plan6Batch []Record
 // txn6 is one record of tenant t: an INSERT (old empty), a MODIFY or a
 // REMOVE (new empty) of a transaction of branch br in currency cur.
 type txn6 struct {
-	op                       string // INSERT, MODIFY, REMOVE
-	br, cur, date, id, typ   string
-	amount, category         string
-	newAmount, newCategory   string // a MODIFY's new figures
-	invalid                  bool   // no category: quarantined
-	repeatOf, tenantOverride string
+	op                     string // INSERT, MODIFY, REMOVE
+	br, cur, date, id, typ string
+	amount, category       string
+	newAmount, newCategory string // a MODIFY's new figures
+	invalid                bool   // no category: quarantined
+	tenantOverride         string // another tenant than "t"
 }
 
 func (b *plan6Batch) add(tx txn6) {
