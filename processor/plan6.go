@@ -395,10 +395,7 @@ func splitKeepingTouched(periods map[aggregates.Period]*aggregates.RollupDelta, 
 		entries = 0
 	}
 	for _, per := range aggregates.SortedPeriods(touched) {
-		d := periods[per]
-		if d == nil {
-			d = &aggregates.RollupDelta{}
-		}
+		d := periods[per] // every touched period is in the fold (RollupFold.Add)
 		d.Prune()
 		if cur == nil || len(cur) == table.MaxRollupDeltaPeriods || entries == table.MaxRollupDeltaEntries {
 			open()

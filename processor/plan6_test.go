@@ -13,6 +13,7 @@ import (
 	"testing"
 
 	ddbtypes "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/shopspring/decimal"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -67,6 +68,23 @@ func (b *plan6Batch) add(tx txn6) {
 		r.Keys = keysOf(r.OldImage)
 	}
 	*b = append(*b, r)
+}
+
+// addLane adds the INSERT of another batch's roll-up delta item (a lane
+// record): the batch folds it into partials (partial parts) and deletes
+// it (a fold).
+func (b *plan6Batch) addLane(rng *rand.Rand, cur, date, name string) {
+	per, err := aggregates.ParsePeriodKey("DAILY#" + date)
+	if err != nil {
+		panic(err)
+	}
+	d := &aggregates.RollupDelta{Branches: int64(rng.IntN(3))}
+	d.Add(aggregates.Totals{Income: decimal.NewFromInt(int64(1 + rng.IntN(9))), Count: 1}, [3]string{name})
+	seq := fmt.Sprintf("%06d", len(*b)+1)
+	claim := "other~" + seq + "~g0"
+	img := table.EncodeRollupDelta(aggregates.RollupDeltaKey("t", aggregates.RollupLane(claim), claim, cur, 0), cur,
+		map[aggregates.Period]*aggregates.RollupDelta{per: d}, "2024-01-02T00:00:00Z")
+	*b = append(*b, Record{EventName: "INSERT", SequenceNumber: seq, EventID: "ev" + seq, Keys: table.Key(table.KeyOf(img)), NewImage: img})
 }
 
 // plan6For plans recs as a consumer would: classified, deduplicated,
@@ -201,12 +219,33 @@ func plan6Cases() []plan6Case {
 	parked.add(txn6{op: "INSERT", br: "b3", cur: "JPY", date: "2024-01-02", id: "3", typ: "INCOME", amount: "1", invalid: true})
 	parked.add(txn6{op: "INSERT", br: "b4", cur: "JPY", date: "2024-01-05", id: "4", typ: "EXPENSE", amount: "9", category: "food"})
 
+	// Records that change no report (a create and its delete in one
+	// batch) in four branches, m = 3: their counts alone, in groups of
+	// their own.
+	alone := plan6Batch{}
+	for i := range 4 {
+		tx := txn6{op: "INSERT", br: fmt.Sprintf("b%d", i), cur: "EUR", date: "2024-01-02", id: fmt.Sprint(i), typ: "INCOME", amount: "3", category: "a"}
+		alone.add(tx)
+		tx.op = "REMOVE"
+		alone.add(tx)
+	}
+
+	// One report of six names with m = 5: the part alone passes m (at
+	// most 2e + 3 writes), in a group of its own.
+	wide := plan6Batch{}
+	for i, cat := range []string{"a", "b", "c", "d", "e", "f"} {
+		wide.add(txn6{op: "INSERT", br: "b1", cur: "BRL", date: "2024-01-02", id: fmt.Sprint(i), typ: "INCOME", amount: "1", category: cat})
+	}
+	wide.add(txn6{op: "INSERT", br: "b2", cur: "BRL", date: "2024-01-02", id: "9", typ: "INCOME", amount: "1", category: "a"})
+
 	return []plan6Case{
 		{"one-group", oneGroup, 99, 32},
 		{"several-groups", several, 24, 32},
 		{"branch-across-groups", across, 16, 2},
 		{"period-summing-to-zero", zero, 12, 32},
 		{"parked-part-keeps-its-share", parked, 14, 32},
+		{"counts-alone", alone, 3, 32},
+		{"part-alone-over-m", wide, 5, 32},
 	}
 }
 
@@ -438,6 +477,8 @@ func randomBatch6(rng *rand.Rand) plan6Batch {
 			alive = slices.Delete(alive, j, j+1)
 		case len(b) > 0 && r < 0.28:
 			b = append(b, b[rng.IntN(len(b))]) // a repeat: deduplicated
+		case r < 0.31:
+			b.addLane(rng, curs[rng.IntN(3)], dates[rng.IntN(len(dates))], names[rng.IntN(len(names))])
 		default:
 			br := rng.IntN(branches)
 			tx := txn6{op: "INSERT", br: fmt.Sprintf("b%02d", br), cur: curs[br%len(curs)], date: dates[rng.IntN(len(dates))],
