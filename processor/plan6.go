@@ -159,7 +159,9 @@ type plan6 struct {
 // plan.lanes is aggregates.RollupLanes (roll-ups on, "99/32/6/32") or 0
 // (roll-ups off, "99/32/6/0": no delta, no staging, no fold). changes are
 // the batch's records after dedupe (counted: change.counted), fold their
-// fold, invalid and folds as planGroups takes them. It is pure: the same
+// fold, invalid and folds as planGroups takes them; with lanes 0 the
+// caller folds no roll-up delta record into fold and passes no folds (as
+// commitBatch does for a plan before roll-ups). It is pure: the same
 // records, plan and options give the same plan.
 func planBatch6(b batch6, changes []change, fold *aggregates.Fold, invalid, folds []*change, plan batchPlan, opts plan6Options) *plan6 {
 	p := &plan6{batch: b, plan: plan, opts: opts}
