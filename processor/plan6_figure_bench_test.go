@@ -26,16 +26,19 @@ var printedFigures sync.Map
 // roll-ups off, as designed and with open question 9 (BENCHMARKS.md,
 // "Plan layout 6 planned: what its staging costs"). It prints, per batch
 // and per 1,000 changes, what each plan writes, billed from the sizes of
-// the items the plan determines; b.N plans the whole set again.
+// the items the plan determines; b.N plans the whole set again. A last
+// figure cuts the cell's changes into batches of 100 records, about what a
+// live poller's 1 s window holds at the live cell's 100 changes a second.
 //
 //	go test -run '^$' -bench BenchmarkPlanLayouts_CatchUp -benchtime 1x ./processor/
 func BenchmarkPlanLayouts_CatchUp(b *testing.B) {
-	for _, n := range []int{2000, 10000, 30000} {
-		b.Run(fmt.Sprintf("changes=%d", n), func(b *testing.B) {
+	for _, fig := range []struct{ changes, batch int }{{2000, 10000}, {10000, 10000}, {30000, 10000}, {2000, 100}} {
+		n := fig.changes
+		b.Run(fmt.Sprintf("changes=%d/batch=%d", n, fig.batch), func(b *testing.B) {
 			recs := catchUpRecords(n)
 			var batches [][]processor.Record
-			for i := 0; i < len(recs); i += 10000 {
-				batches = append(batches, recs[i:min(i+10000, len(recs))])
+			for i := 0; i < len(recs); i += fig.batch {
+				batches = append(batches, recs[i:min(i+fig.batch, len(recs))])
 			}
 			var costs [][]processor.PlanCost
 			b.ResetTimer()
@@ -57,8 +60,8 @@ func BenchmarkPlanLayouts_CatchUp(b *testing.B) {
 					b.ReportMetric(c.lanes+c.staging+c.extraClaims, "l6q9-rollup-WCU/1k")
 				}
 			}
-			if _, done := printedFigures.LoadOrStore(n, true); !done {
-				printFigure(os.Stdout, n, costs, per)
+			if _, done := printedFigures.LoadOrStore(fig, true); !done {
+				printFigure(os.Stdout, n, fig.batch, costs, per)
 			}
 		})
 	}
@@ -116,9 +119,9 @@ func perThousand(costs [][]processor.PlanCost, changes int) []perK {
 	return out
 }
 
-func printFigure(w io.Writer, changes int, costs [][]processor.PlanCost, per []perK) {
+func printFigure(w io.Writer, changes, batch int, costs [][]processor.PlanCost, per []perK) {
 	var sb strings.Builder
-	fmt.Fprintf(&sb, "\n#### %d changes, %d batch(es)\n\n", changes, len(costs))
+	fmt.Fprintf(&sb, "\n#### %d changes, %d batch(es) of at most %d records\n\n", changes, len(costs), batch)
 	sb.WriteString("| batch | layout | records | groups (delta groups) | largest group | delta items | lane WCU (put + fold delete) | staging writes | staging WCU | staging deletes (WCU) | staging reads | applied counts | open marks | step A WCU | claim WCU |\n")
 	sb.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for bi, batch := range costs {
