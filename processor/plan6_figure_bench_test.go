@@ -126,8 +126,12 @@ func printFigure(w io.Writer, changes, batch int, costs [][]processor.PlanCost, 
 	sb.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for bi, batch := range costs {
 		for _, c := range batch {
-			fmt.Fprintf(&sb, "| %d | %s | %d | %d (%d) | %d | %d | %d | %d | %d | %d (%d) | %d | %d | %d | %d | %d |\n",
-				bi+1, c.Layout, c.Records, c.Groups, c.DeltaGroups, c.MaxActions, c.DeltaItems, c.DeltaUnits,
+			items := fmt.Sprint(c.DeltaItems)
+			if c.BranchesOnlyItems > 0 {
+				items += fmt.Sprintf(" (%d branches-only)", c.BranchesOnlyItems)
+			}
+			fmt.Fprintf(&sb, "| %d | %s | %d | %d (%d) | %d | %s | %d | %d | %d | %d (%d) | %d | %d | %d | %d | %d |\n",
+				bi+1, c.Layout, c.Records, c.Groups, c.DeltaGroups, c.MaxActions, items, c.DeltaUnits,
 				c.StagingWrites, c.StagingUnits, c.StagingDeletes, c.StagingDeleteUnits, c.StagingReads,
 				c.AppliedCounts, c.OpenMarks, c.StepAUnit, c.ClaimUnits)
 		}

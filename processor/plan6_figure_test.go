@@ -26,6 +26,8 @@ type PlanCost struct {
 	// DeltaItems are the roll-up delta items put; DeltaUnits their puts
 	// and the deletes of their folds (both transactional).
 	DeltaItems, DeltaUnits int
+	// BranchesOnlyItems are the delta items of open question 9's series.
+	BranchesOnlyItems int
 	// StagingWrites are the staging puts and updates (layout 6) and
 	// StagingUnits their units; StagingDeletes and StagingDeleteUnits the
 	// staging deletes; StagingReads the consistent reads of the delta
@@ -174,6 +176,9 @@ func (p *plan6) cost(now, suffix string) PlanCost {
 		item := table.EncodeRollupDelta(it.key(p.batch), it.rg.Currency, periods, now)
 		c.DeltaItems++
 		c.DeltaUnits += 2 * 2 * kb(table.ItemSize(item))
+		if it.branchesOnly {
+			c.BranchesOnlyItems++
+		}
 		if !it.staged {
 			continue
 		}
