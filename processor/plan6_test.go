@@ -804,3 +804,70 @@ func equalBreakdowns(a, b *aggregates.Report) bool {
 	}
 	return true
 }
+
+// TestPlan6_DeltaItemKeysDecode: every delta item the planner names,
+// figure items and open question 9's branches-only items, is a key
+// table.DecodeRollupDelta reads; the design's first form of the
+// branches-only key (…~b#{currency}#t{j}) is not, which is why they take
+// a claim of their own.
+func TestPlan6_DeltaItemKeysDecode(t *testing.T) {
+	c := plan6Cases()[3] // a period summing to zero: figure and branches-only items
+	p, _ := plan6For(c.recs, c.items, c.entries, aggregates.RollupLanes, plan6Options{branchesOnly: true})
+	var bOnly int
+	for s := range p.items {
+		it := &p.items[s]
+		if it.branchesOnly {
+			bOnly++
+		}
+		item := table.EncodeRollupDelta(it.key(p.batch), it.rg.Currency, it.periods, "2024-01-02T00:00:00Z")
+		d, err := table.DecodeRollupDelta(item)
+		require.NoError(t, err, "item s%d", s)
+		assert.Equal(t, it.rg.Currency, d.Currency)
+	}
+	require.Positive(t, bOnly)
+	claim := p.batch.claim()
+	designed := aggregates.Key{PK: aggregates.RollupLanePK("t", 0), SK: claim + "#BRL#t0"}
+	_, err := table.DecodeRollupDelta(table.EncodeRollupDelta(designed, "BRL", map[aggregates.Period]*aggregates.RollupDelta{}, "2024-01-02T00:00:00Z"))
+	assert.ErrorContains(t, err, "the sort key is not", "the design's …#t{j} key")
+}
+
+// TestSplitKeepingTouched_IsSplitRollupDeltaWhenNoPeriodSumsToZero: the
+// planner's split is table.SplitRollupDelta's rule (the same items for
+// deltas without a zero period), and keeps a touched period whose figures
+// sum to zero in its place.
+func TestSplitKeepingTouched_IsSplitRollupDeltaWhenNoPeriodSumsToZero(t *testing.T) {
+	rng := rand.New(rand.NewPCG(6, 6))
+	for round := range 200 {
+		periods := map[aggregates.Period]*aggregates.RollupDelta{}
+		touched := map[aggregates.Period]bool{}
+		for range 1 + rng.IntN(50) {
+			per, err := aggregates.ParsePeriodKey(fmt.Sprintf("DAILY#2024-01-%02d", 1+rng.IntN(28)))
+			require.NoError(t, err)
+			d := periods[per]
+			if d == nil {
+				d = &aggregates.RollupDelta{}
+				periods[per] = d
+			}
+			touched[per] = true
+			d.Add(aggregates.Totals{Income: decimal.NewFromInt(1), Count: 1}, [3]string{fmt.Sprint("n", rng.IntN(40)), fmt.Sprint("c", rng.IntN(4))})
+		}
+		clone := func() map[aggregates.Period]*aggregates.RollupDelta {
+			out := map[aggregates.Period]*aggregates.RollupDelta{}
+			for per, d := range periods {
+				dd := *d
+				for _, dim := range aggregates.Dimensions {
+					dd.Breakdowns[dim] = maps.Clone(d.Breakdowns[dim])
+				}
+				out[per] = &dd
+			}
+			return out
+		}
+		require.Equal(t, table.SplitRollupDelta(clone()), splitKeepingTouched(clone(), touched), "round %d", round)
+	}
+	zero, err := aggregates.ParsePeriodKey("DAILY#2024-01-01")
+	require.NoError(t, err)
+	kept := splitKeepingTouched(map[aggregates.Period]*aggregates.RollupDelta{zero: {}}, map[aggregates.Period]bool{zero: true})
+	require.Len(t, kept, 1)
+	assert.Contains(t, kept[0], zero)
+	assert.Empty(t, table.SplitRollupDelta(map[aggregates.Period]*aggregates.RollupDelta{zero: {}}))
+}
