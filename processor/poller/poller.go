@@ -75,6 +75,7 @@ type Poller struct {
 	workers       map[string]workerView // the other pollers, from the worker registry
 	handed        map[string]handed     // leases handed to them since their registry items said
 	registryReads int                   // reads of the registry so far
+	foreignWait   atomic.Bool           // a lease of this name held by another incarnation was seen (logged once)
 	offers        []string              // shards offered to this poller, from its worker item
 	swept         bool                  // the lease partition was read whole once
 	sweepFrom     sweepState            // where the next page of the sweep starts
@@ -779,7 +780,15 @@ func (p *Poller) available(l lease) (ok bool, expired bool) {
 	case l.owner == p.cfg.Owner && !p.foreign(l):
 		return true, true
 	case l.owner == p.cfg.Owner && !p.cfg.Drain:
-		return p.foreignExpired(l), true
+		ok := p.foreignExpired(l)
+		if !ok && p.foreignWait.CompareAndSwap(false, true) {
+			// Once per process: a restart under a stable name (a
+			// StatefulSet pod, a systemd unit) otherwise waits about two
+			// lease durations for its previous life's leases in silence.
+			p.log.Info("leases of this owner name are held by another process of it (a previous life, or a second process given the same name): taking them once they stand unchanged for a lease duration after this process's claim",
+				"shard", l.shard, "their_incarnation", l.incarnation, "incarnation", p.inc, "lease_duration", p.cfg.LeaseDuration.String())
+		}
+		return ok, true
 	}
 	o, seen := p.seen[l.shard]
 	if p.judgesByRegistry() {

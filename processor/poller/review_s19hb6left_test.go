@@ -1,6 +1,7 @@
 package poller_test
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -67,6 +68,15 @@ func TestReviewS19HB6_ARestartUnderItsNameLeavesNoLeaseOfItsPreviousLifeUnread(t
 	stopX2()
 	stopY()
 	end := time.Now()
+	// The restart's wait is said once, at info (the HB6 review's leftover:
+	// a restart waited two lease durations with no line saying why).
+	waits := 0
+	for _, l := range x2.logs.lines() {
+		if msg, _ := l["msg"].(string); strings.HasPrefix(msg, "leases of this owner name are held by another process of it") {
+			waits++
+		}
+	}
+	assert.Equal(t, 1, waits, "the new x's log lines saying it waits for its previous life's leases")
 	// The killed life's readers under another name, so that its reads and
 	// the new x's are told apart.
 	ivs := readerIntervals(t, x1.logs.lines(), end)
