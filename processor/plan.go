@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"io"
 	"maps"
 	"slices"
 
@@ -594,16 +595,23 @@ func planDigest(to string, plan batchPlan, groups []group, rollupClaim func(k in
 			key := pt.key.Key()
 			d := pt.delta
 			fmt.Fprintf(h, "%d|%s|%s|%s|%s|%d", k, key.PK, key.SK, d.Income.String(), d.Expense.String(), d.Count)
-			for _, dim := range aggregates.Dimensions {
-				for _, name := range slices.Sorted(maps.Keys(d.Breakdowns[dim])) {
-					t := d.Breakdowns[dim][name]
-					fmt.Fprintf(h, "|%d:%q:%s:%s:%d", dim, name, t.Income.String(), t.Expense.String(), t.Count)
-				}
-			}
+			digestBreakdowns(h, &d.Breakdowns)
 			fmt.Fprintln(h)
 		}
 	}
 	return hex.EncodeToString(h.Sum(nil)[:12])
+}
+
+// digestBreakdowns writes a delta's breakdown entries into a plan digest,
+// in dimension then name order (every layout's digest the same way: a
+// resumer's code must plan the same bytes).
+func digestBreakdowns(h io.Writer, b *[3]map[string]aggregates.Totals) {
+	for _, dim := range aggregates.Dimensions {
+		for _, name := range slices.Sorted(maps.Keys(b[dim])) {
+			t := b[dim][name]
+			fmt.Fprintf(h, "|%d:%q:%s:%s:%d", dim, name, t.Income.String(), t.Expense.String(), t.Count)
+		}
+	}
 }
 
 // appliedCounts is what changes claim of each branch's transaction

@@ -644,12 +644,7 @@ func (p *plan6) digest() string {
 			key := pt.key.Key()
 			d := pt.delta
 			fmt.Fprintf(h, "%d|p|%s|%s|%s|%s|%d", k, key.PK, key.SK, d.Income.String(), d.Expense.String(), d.Count)
-			for _, dim := range aggregates.Dimensions {
-				for _, name := range slices.Sorted(maps.Keys(d.Breakdowns[dim])) {
-					t := d.Breakdowns[dim][name]
-					fmt.Fprintf(h, "|%d:%q:%s:%s:%d", dim, name, t.Income.String(), t.Expense.String(), t.Count)
-				}
-			}
+			digestBreakdowns(h, &d.Breakdowns)
 			fmt.Fprintln(h)
 		}
 		for _, c := range g.folds {
@@ -676,12 +671,7 @@ func (p *plan6) digest() string {
 			for _, per := range aggregates.SortedPeriods(it.periods) {
 				d := it.periods[per]
 				fmt.Fprintf(h, "|%s:%s:%s:%d", per, d.Income.String(), d.Expense.String(), d.Count)
-				for _, dim := range aggregates.Dimensions {
-					for _, name := range slices.Sorted(maps.Keys(d.Breakdowns[dim])) {
-						t := d.Breakdowns[dim][name]
-						fmt.Fprintf(h, "|%d:%q:%s:%s:%d", dim, name, t.Income.String(), t.Expense.String(), t.Count)
-					}
-				}
+				digestBreakdowns(h, &d.Breakdowns)
 			}
 			fmt.Fprintln(h)
 		}
