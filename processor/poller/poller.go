@@ -814,8 +814,19 @@ func (p *Poller) available(l lease) (ok bool, expired bool) {
 	// A poller that renews every lease (or one that never registers: a
 	// drain): expired when read with the same counter at two reads
 	// LeaseDuration apart (a lease read once is not taken on the strength
-	// of the time since: it may have been renewed after that read).
-	return seen && o.owner == l.owner && o.counter == l.counter && o.last.Sub(o.at) >= p.cfg.LeaseDuration, true
+	// of the time since: it may have been renewed after that read). The
+	// first of them no earlier than the registry read that showed the
+	// owner renewing: while its item said heartbeat, its counters stood
+	// still whatever its validity, and a process of its name that renews
+	// (a restart in --lease-mode renew, a second process) turns its item
+	// into a renewing owner's at its claim, while the heartbeating one
+	// reads on until its validity ends, within a lease duration of the
+	// claim (review of session 20, S20-R1).
+	from := o.at
+	if w, registered := p.workers[l.owner]; registered && p.judgesByRegistry() && w.renewsFrom.After(from) {
+		from = w.renewsFrom
+	}
+	return seen && o.owner == l.owner && o.counter == l.counter && o.last.Sub(from) >= p.cfg.LeaseDuration, true
 }
 
 // finishedKnown reports whether this poller knows id was read to its end:

@@ -54,6 +54,13 @@ type workerView struct {
 	// lease's fate (live).
 	moved    bool
 	lastSent time.Time
+	// renewsFrom is the answer time of the first read that showed it
+	// renewing its leases (not leaseMode = heartbeat) after one that
+	// showed it heartbeating, or of its first read: the counter rule
+	// (available) counts from no earlier. A lease's counter standing
+	// still while its owner heartbeated says nothing of the owner's
+	// validity (review of session 20, S20-R1).
+	renewsFrom time.Time
 }
 
 // handed counts the leases this poller handed or offered to another since
@@ -451,6 +458,9 @@ func (p *Poller) readRegistry(ctx context.Context) {
 			v.at = now
 		}
 		v.lastSent = sent
+		if !w.Heartbeat && (!ok || v.heartbeat) {
+			v.renewsFrom = now
+		}
 		v.beat, v.held, v.left, v.last, v.heartbeat = w.Beat, w.Held, w.Left, now, w.Heartbeat
 		p.workers[w.Owner] = v
 		if !w.Heartbeat && v.live(p.cfg.LeaseDuration) {

@@ -1,0 +1,107 @@
+package poller_test
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	ddbtypes "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/ledger-dev/ledger/infra/ddblocal/ddbtest"
+	"github.com/ledger-dev/ledger/internal/streamemu"
+	"github.com/ledger-dev/ledger/processor/poller"
+)
+
+// Review (adversarial, session 20): HB6-L1, the take gate and S17-D3
+// (docs/exactly-once.md, entries S20-R1…).
+
+// cutBeats lets owner's heartbeats through until armed, then lets one
+// more land and refuses every later one with a server error: the
+// process's worker writes cut off (a partition of its path to the worker
+// partition) right after a heartbeat landed, everything else it does
+// going on.
+type cutBeats struct {
+	poller.Table
+	owner string
+	armed atomic.Bool
+	cut   atomic.Int64 // unix nanos of the last heartbeat that landed once armed; 0 before
+}
+
+func (c *cutBeats) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error) {
+	hb := isHeartbeat(in, c.owner)
+	if hb && c.cut.Load() != 0 {
+		return nil, &ddbtypes.InternalServerError{Message: aws.String("worker writes cut off by the test")}
+	}
+	out, err := c.Table.UpdateItem(ctx, in, opts...)
+	if hb && err == nil && c.armed.Load() {
+		c.cut.CompareAndSwap(0, time.Now().UnixNano())
+	}
+	return out, err
+}
+
+// S20-R1: a stable owner name restarted in the other lease mode. Poller
+// "x" (heartbeat mode) holds two shards of three and "y" one, for a
+// while: y has read x's lease items with the counters x took them at
+// (a heartbeat owner never moves them) for longer than a lease
+// duration. x's worker writes are cut off right after a heartbeat
+// landed (its process lives: its validity runs a lease duration from
+// that heartbeat's send, and it reads on until then), and a process
+// "x" in LeaseModeRenew starts (a restart with --lease-mode renew, or
+// a second process of the name). Its claim makes the worker item a
+// renewing owner's, so y judges x's leases by the counter rule — on
+// observations made while they were kept by the beat. Before the fix,
+// y took one of the first x's leases at its next round, with no fence,
+// and read the shard beside it until the first x's validity ended.
+// Asserted: one reader a shard (the first x's readers told apart from
+// the second's), every shard held again, every record committed.
+func TestReviewS20_ARestartInRenewModeUnderAHeartbeatNameLeavesOneReaderAShard(t *testing.T) {
+	ddbtest.Long(t)
+	const shards = 3
+	const lease = 6 * time.Second
+	e := newEmuEnv(t, 2001, streamemu.Config{Shards: shards, Seed: 2001})
+	e.w.Branches = []string{"north", "south", "east", "west", "centre", "harbour", "quay", "mill", "bridge", "market", "abbey", "castle"} // records on every shard
+	setLease := func(c *poller.Config) { c.LeaseDuration = lease }
+	cut := &cutBeats{owner: "x"}
+	x1 := e.hbPoller(t, "x", func(api poller.Table) poller.Table { cut.Table = api; return cut }, nil, nil, setLease)
+	y := e.hbPoller(t, "y", nil, nil, nil, setLease)
+	e.write(t, 40)
+	stopX1 := start(t, x1)
+	eventually(t, "the first x holds every shard", 20*lease, func() bool { return counter(t, x1.m.LeasesHeld) == shards })
+	stopY := start(t, y)
+	eventually(t, "x holds two, y one", 20*lease, func() bool {
+		return counter(t, x1.m.LeasesHeld) == 2 && counter(t, y.m.LeasesHeld) == 1
+	})
+	// y reads x's leases, unchanged, for over a lease duration.
+	time.Sleep(lease + lease/2)
+	e.write(t, 40)
+
+	cut.armed.Store(true)
+	eventually(t, "x's worker writes cut off after a heartbeat", 2*lease, func() bool { return cut.cut.Load() != 0 })
+	// A quarter of a lease duration later (the first x reads on for
+	// three more quarters), x starts again in renew mode.
+	time.Sleep(lease / 4)
+	x2 := e.hbPoller(t, "x", nil, nil, nil, func(c *poller.Config) { c.LeaseDuration, c.LeaseMode = lease, poller.LeaseModeRenew })
+	stopX2 := start(t, x2)
+	e.write(t, 40)
+	eventually(t, "every shard held again by the second x or y", 20*lease, func() bool {
+		return counter(t, x2.m.LeasesHeld)+counter(t, y.m.LeasesHeld) == shards
+	})
+	e.write(t, 40)
+	eventually(t, "every record written committed", 20*lease, func() bool { return e.reconciledNow(t) })
+	t.Logf("x %v, y %v; y took over %v, the second x %v", counter(t, x2.m.LeasesHeld), counter(t, y.m.LeasesHeld),
+		counter(t, y.m.LeaseEvents.WithLabelValues(poller.LeaseTakenOver)), counter(t, x2.m.LeaseEvents.WithLabelValues(poller.LeaseTakenOver)))
+	stopX2()
+	stopY()
+	stopX1()
+	end := time.Now()
+	ivs := readerIntervals(t, x1.logs.lines(), end)
+	for i := range ivs {
+		ivs[i].owner = "x(first)"
+	}
+	ivs = append(ivs, readerIntervals(t, x2.logs.lines(), end)...)
+	requireNoOverlap(t, append(ivs, readerIntervals(t, y.logs.lines(), end)...))
+	e.finish(t, nil)
+}
