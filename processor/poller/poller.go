@@ -785,12 +785,24 @@ func (p *Poller) available(l lease) (ok bool, expired bool) {
 	if p.judgesByRegistry() {
 		w, registered := p.workers[l.owner]
 		switch {
-		case registered && w.heartbeat:
-			// A heartbeat owner's lease is live while its beat moves:
-			// expired once its beat was read unchanged at two reads
+		case registered && w.heartbeat && w.live(p.cfg.LeaseDuration):
+			// A heartbeat owner's lease is live while its beat moves.
+			return false, true
+		case registered && w.heartbeat && (l.incarnation == "" || w.inc == "" || l.incarnation == w.inc):
+			// Expired once its beat was read unchanged at two reads
 			// LeaseDuration apart, or it left (claim H1; takeLease fences
 			// it before the take).
-			return !w.live(p.cfg.LeaseDuration), true
+			return true, true
+		case registered && w.heartbeat:
+			// Its beat stands still, but the lease was taken by another
+			// process of the name than the one whose beat it is: a drain
+			// given that name (it never writes the item, and renews its
+			// lease items), or an earlier process, whose writes are
+			// refused since the item's claim. Its beat says nothing of
+			// that holder: the counter rule below (review of session 20,
+			// S20-R2: a drain under the name of a poller that left had
+			// its leases taken by the others, each read by both until the
+			// drain's next renewal failed).
 		case !registered:
 			// Not in the registry as last read: a drain, a poller of a
 			// version before the registry — or a heartbeat poller whose

@@ -9,6 +9,9 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	ddbtypes "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodbstreams"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"github.com/ledger-dev/ledger/infra/ddblocal/ddbtest"
 	"github.com/ledger-dev/ledger/internal/streamemu"
@@ -104,4 +107,69 @@ func TestReviewS20_ARestartInRenewModeUnderAHeartbeatNameLeavesOneReaderAShard(t
 	ivs = append(ivs, readerIntervals(t, x2.logs.lines(), end)...)
 	requireNoOverlap(t, append(ivs, readerIntervals(t, y.logs.lines(), end)...))
 	e.finish(t, nil)
+}
+
+// S20-R2: a drain given the name of a poller that left (or died) while
+// another poller runs. Poller "x" (heartbeat mode) stops, handing its
+// leases to "y"; its worker item stays (left, kept WorkerRetention). A
+// drain is run under the name "x" (LEDGER_OWNER set in x's environment):
+// it asks y for every lease, y hands them over to "x" and the drain takes
+// them, renewing their items. y judges a lease naming "x" by x's worker
+// item, which says heartbeat and whose beat stands still: expired. So y,
+// under its share with x not live, fenced the item and took the drain's
+// leases back, the drain reading each until its next renewal failed, and
+// asked for again: two readers of a shard each time.
+func TestReviewS20_ADrainUnderTheNameOfAPollerThatLeftIsNotTakenFromByTheOthers(t *testing.T) {
+	ddbtest.Long(t)
+	const shards = 4
+	const lease = 3 * time.Second
+	e := newEmuEnv(t, 2002, streamemu.Config{Shards: shards, Seed: 2002})
+	e.w.Branches = []string{"north", "south", "east", "west", "centre", "harbour", "quay", "mill", "bridge", "market", "abbey", "castle"} // records on every shard
+	setLease := func(c *poller.Config) { c.LeaseDuration = lease }
+	x := e.hbPoller(t, "x", nil, nil, nil, setLease)
+	y := e.hbPoller(t, "y", nil, nil, nil, setLease)
+	e.write(t, 40)
+	stopX, stopY := start(t, x), start(t, y)
+	eventually(t, "x and y share the shards", 20*lease, func() bool { return balanced(t, shards, x, y) })
+	stopX()
+	eventually(t, "y holds every shard", 20*lease, func() bool { return counter(t, y.m.LeasesHeld) == shards })
+	// The drain reads slowly (pages of five records, each a second late):
+	// it holds each lease, its reader running, for several of y's rounds.
+	d := e.hbPoller(t, "x", nil, nil, slowPages{Streams: e.s, delay: time.Second}, func(c *poller.Config) {
+		c.Drain, c.LeaseDuration, c.MaxRecords = true, lease, 5
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute) // a liveness bound
+	defer cancel()
+	drained := make(chan error, 1)
+	go func() { drained <- d.Run(ctx) }()
+	e.write(t, 100) // for the drain to read: y hands its shards over before reading them all
+	require.NoError(t, <-drained)
+	require.NoError(t, ctx.Err(), "the drain did not exit")
+	stopY()
+	end := time.Now()
+	t.Logf("the drain took %v, took over %v; y took over %v, lost %v", counter(t, d.m.LeaseEvents.WithLabelValues(poller.LeaseAcquired)),
+		counter(t, d.m.LeaseEvents.WithLabelValues(poller.LeaseTakenOver)), counter(t, y.m.LeaseEvents.WithLabelValues(poller.LeaseTakenOver)),
+		counter(t, d.m.LeaseEvents.WithLabelValues(poller.LeaseLost)))
+	ivs := readerIntervals(t, d.logs.lines(), end)
+	for i := range ivs {
+		ivs[i].owner = "x(drain)"
+	}
+	requireNoOverlap(t, append(ivs, readerIntervals(t, y.logs.lines(), end)...))
+	assert.Zero(t, counter(t, d.m.LeaseEvents.WithLabelValues(poller.LeaseLost)), "leases the drain lost while it renewed them")
+	e.finish(t, nil)
+}
+
+// slowPages answers every GetRecords delay late.
+type slowPages struct {
+	poller.Streams
+	delay time.Duration
+}
+
+func (s slowPages) GetRecords(ctx context.Context, in *dynamodbstreams.GetRecordsInput, opts ...func(*dynamodbstreams.Options)) (*dynamodbstreams.GetRecordsOutput, error) {
+	select {
+	case <-time.After(s.delay):
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	return s.Streams.GetRecords(ctx, in, opts...)
 }

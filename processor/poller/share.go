@@ -61,6 +61,9 @@ type workerView struct {
 	// still while its owner heartbeated says nothing of the owner's
 	// validity (review of session 20, S20-R1).
 	renewsFrom time.Time
+	// inc is the incarnation its item names: the process whose beat it
+	// is (available, S20-R2).
+	inc string
 }
 
 // handed counts the leases this poller handed or offered to another since
@@ -461,7 +464,7 @@ func (p *Poller) readRegistry(ctx context.Context) {
 		if !w.Heartbeat && (!ok || v.heartbeat) {
 			v.renewsFrom = now
 		}
-		v.beat, v.held, v.left, v.last, v.heartbeat = w.Beat, w.Held, w.Left, now, w.Heartbeat
+		v.beat, v.held, v.left, v.last, v.heartbeat, v.inc = w.Beat, w.Held, w.Left, now, w.Heartbeat, w.Incarnation
 		p.workers[w.Owner] = v
 		if !w.Heartbeat && v.live(p.cfg.LeaseDuration) {
 			compat = true
