@@ -1032,8 +1032,11 @@ func (p *Poller) takeLeases(ctx context.Context, ls []lease) int {
 		// not landed yet) could read none of what it took, and the others
 		// take a lease of its only after fencing it: every lease it took
 		// would wait unread for that (the review of session 19, R19-2's
-		// leftover). It takes nothing until a heartbeat lands; leases
-		// offered to it stay offered.
+		// leftover). It takes nothing until a heartbeat lands. Offers
+		// read meanwhile are cleared (takeOffers); a lease handed over to
+		// its name stays in its name, which the others judge by its beat,
+		// and takeShare takes it at once, over the share if need be, once
+		// a heartbeat lands (HB6-L1; review of session 20).
 		return 0
 	}
 	var tries []*takeAttempt
