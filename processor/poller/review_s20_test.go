@@ -173,3 +173,74 @@ func (s slowPages) GetRecords(ctx context.Context, in *dynamodbstreams.GetRecord
 	}
 	return s.Streams.GetRecords(ctx, in, opts...)
 }
+
+// faultyCoord is a poller's table whose writes all fail while
+// writesDown is set and whose lease takes fail, once allowed takes have
+// landed, while takesDown is set: server errors, the requests not
+// applied.
+type faultyCoord struct {
+	poller.Table
+	writesDown atomic.Bool
+	takesDown  atomic.Bool
+	allowed    atomic.Int64
+}
+
+func (f *faultyCoord) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error) {
+	if f.writesDown.Load() {
+		return nil, &ddbtypes.InternalServerError{Message: aws.String("writes failing (the test)")}
+	}
+	if f.takesDown.Load() && isTake(in) && f.allowed.Add(-1) < 0 {
+		return nil, &ddbtypes.InternalServerError{Message: aws.String("takes failing (the test)")}
+	}
+	return f.Table.UpdateItem(ctx, in, opts...)
+}
+
+// S20-R3: a fenced poller's own dropped leases beyond its share. HB6-L1
+// takes every lease of the name and not of the incarnation over the
+// share; those of the poller's own incarnation that it does not hold
+// stayed within it, "the fencer is taking them". x holds all eight
+// shards; its heartbeats fail (a pause) while y starts; y fences x and
+// takes one lease, its other takes failing (the lease partition
+// throttled). x's heartbeats land again: refused by the fence, x drops
+// its eight and rejoins, its beat moves, and y judges the seven left in
+// x's name live. x took them back only up to its share (four), balance
+// moved leases from x to y, x took more within its share, and so on
+// until x held four and y three: one shard read by nobody, for good,
+// as in HB6-L1. Asserted: every shard held again, one reader a shard,
+// every record committed.
+func TestReviewS20_AFencedPollerTakesBackEveryLeaseItDroppedThatNobodyTook(t *testing.T) {
+	ddbtest.Long(t)
+	const shards = 8
+	const lease = 3 * time.Second
+	e := newEmuEnv(t, 2003, streamemu.Config{Shards: shards, Seed: 2003})
+	e.w.Branches = []string{"north", "south", "east", "west", "centre", "harbour", "quay", "mill", "bridge", "market", "abbey", "castle"} // records on every shard
+	setLease := func(c *poller.Config) { c.LeaseDuration = lease }
+	fx, fy := &faultyCoord{}, &faultyCoord{}
+	x := e.hbPoller(t, "x", func(api poller.Table) poller.Table { fx.Table = api; return fx }, nil, nil, setLease)
+	y := e.hbPoller(t, "y", func(api poller.Table) poller.Table { fy.Table = api; return fy }, nil, nil, setLease)
+	e.write(t, 40)
+	stopX := start(t, x)
+	eventually(t, "x holds every shard", 20*lease, func() bool { return counter(t, x.m.LeasesHeld) == shards })
+	fx.writesDown.Store(true)
+	eventually(t, "x paused", 20*lease, func() bool { return counter(t, x.m.LeasesPaused) == shards })
+	fy.allowed.Store(1)
+	fy.takesDown.Store(true)
+	stopY := start(t, y)
+	eventually(t, "y fenced x", 20*lease, func() bool { return counter(t, y.m.LeaseEvents.WithLabelValues(poller.LeaseFenced)) >= 1 })
+	fx.writesDown.Store(false)
+	eventually(t, "x rejoined and took leases again", 20*lease, func() bool {
+		return counter(t, x.m.LeaseEvents.WithLabelValues(poller.LeaseRejoined)) >= 1 && counter(t, x.m.LeasesHeld) >= 1
+	})
+	fy.takesDown.Store(false)
+	e.write(t, 40)
+	eventually(t, "every shard held again", 20*lease, func() bool {
+		return counter(t, x.m.LeasesHeld)+counter(t, y.m.LeasesHeld) == shards
+	})
+	eventually(t, "every record written committed", 20*lease, func() bool { return e.reconciledNow(t) })
+	t.Logf("x %v, y %v; y took over %v", counter(t, x.m.LeasesHeld), counter(t, y.m.LeasesHeld), counter(t, y.m.LeaseEvents.WithLabelValues(poller.LeaseTakenOver)))
+	stopY()
+	stopX()
+	end := time.Now()
+	requireNoOverlap(t, append(readerIntervals(t, x.logs.lines(), end), readerIntervals(t, y.logs.lines(), end)...))
+	e.finish(t, nil)
+}
