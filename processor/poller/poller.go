@@ -794,12 +794,24 @@ func (p *Poller) available(l lease) (ok bool, expired bool) {
 	if p.judgesByRegistry() {
 		w, registered := p.workers[l.owner]
 		switch {
-		case registered && w.heartbeat:
-			// A heartbeat owner's lease is live while its beat moves:
-			// expired once its beat was read unchanged at two reads
+		case registered && w.heartbeat && w.live(p.cfg.LeaseDuration):
+			// A heartbeat owner's lease is live while its beat moves.
+			return false, true
+		case registered && w.heartbeat && (l.incarnation == "" || w.inc == "" || l.incarnation == w.inc):
+			// Expired once its beat was read unchanged at two reads
 			// LeaseDuration apart, or it left (claim H1; takeLease fences
 			// it before the take).
-			return !w.live(p.cfg.LeaseDuration), true
+			return true, true
+		case registered && w.heartbeat:
+			// Its beat stands still, but the lease was taken by another
+			// process of the name than the one whose beat it is: a drain
+			// given that name (it never writes the item, and renews its
+			// lease items), or an earlier process, whose writes are
+			// refused since the item's claim. Its beat says nothing of
+			// that holder: the counter rule below (review of session 20,
+			// S20-R2: a drain under the name of a poller that left had
+			// its leases taken by the others, each read by both until the
+			// drain's next renewal failed).
 		case !registered:
 			// Not in the registry as last read: a drain, a poller of a
 			// version before the registry — or a heartbeat poller whose
@@ -823,8 +835,19 @@ func (p *Poller) available(l lease) (ok bool, expired bool) {
 	// A poller that renews every lease (or one that never registers: a
 	// drain): expired when read with the same counter at two reads
 	// LeaseDuration apart (a lease read once is not taken on the strength
-	// of the time since: it may have been renewed after that read).
-	return seen && o.owner == l.owner && o.counter == l.counter && o.last.Sub(o.at) >= p.cfg.LeaseDuration, true
+	// of the time since: it may have been renewed after that read). The
+	// first of them no earlier than the registry read that showed the
+	// owner renewing: while its item said heartbeat, its counters stood
+	// still whatever its validity, and a process of its name that renews
+	// (a restart in --lease-mode renew, a second process) turns its item
+	// into a renewing owner's at its claim, while the heartbeating one
+	// reads on until its validity ends, within a lease duration of the
+	// claim (review of session 20, S20-R1).
+	from := o.at
+	if w, registered := p.workers[l.owner]; registered && p.judgesByRegistry() && w.renewsFrom.After(from) {
+		from = w.renewsFrom
+	}
+	return seen && o.owner == l.owner && o.counter == l.counter && o.last.Sub(from) >= p.cfg.LeaseDuration, true
 }
 
 // finishedKnown reports whether this poller knows id was read to its end:
@@ -1018,8 +1041,11 @@ func (p *Poller) takeLeases(ctx context.Context, ls []lease) int {
 		// not landed yet) could read none of what it took, and the others
 		// take a lease of its only after fencing it: every lease it took
 		// would wait unread for that (the review of session 19, R19-2's
-		// leftover). It takes nothing until a heartbeat lands; leases
-		// offered to it stay offered.
+		// leftover). It takes nothing until a heartbeat lands. Offers
+		// read meanwhile are cleared (takeOffers); a lease handed over to
+		// its name stays in its name, which the others judge by its beat,
+		// and takeShare takes it at once, over the share if need be, once
+		// a heartbeat lands (HB6-L1; review of session 20).
 		return 0
 	}
 	var tries []*takeAttempt

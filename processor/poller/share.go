@@ -54,6 +54,16 @@ type workerView struct {
 	// lease's fate (live).
 	moved    bool
 	lastSent time.Time
+	// renewsFrom is the answer time of the first read that showed it
+	// renewing its leases (not leaseMode = heartbeat) after one that
+	// showed it heartbeating, or of its first read: the counter rule
+	// (available) counts from no earlier. A lease's counter standing
+	// still while its owner heartbeated says nothing of the owner's
+	// validity (review of session 20, S20-R1).
+	renewsFrom time.Time
+	// inc is the incarnation its item names: the process whose beat it
+	// is (available, S20-R2).
+	inc string
 }
 
 // handed counts the leases this poller handed or offered to another since
@@ -451,7 +461,10 @@ func (p *Poller) readRegistry(ctx context.Context) {
 			v.at = now
 		}
 		v.lastSent = sent
-		v.beat, v.held, v.left, v.last, v.heartbeat = w.Beat, w.Held, w.Left, now, w.Heartbeat
+		if !w.Heartbeat && (!ok || v.heartbeat) {
+			v.renewsFrom = now
+		}
+		v.beat, v.held, v.left, v.last, v.heartbeat, v.inc = w.Beat, w.Held, w.Left, now, w.Heartbeat, w.Incarnation
 		p.workers[w.Owner] = v
 		if !w.Heartbeat && v.live(p.cfg.LeaseDuration) {
 			compat = true
@@ -975,17 +988,18 @@ func (p *Poller) takeBound() time.Duration {
 // is not read again).
 //
 // A live poller's share does not bound its takes of the leases naming its
-// owner name and not its incarnation: another incarnation's (a previous
-// life's, a superseded twin's) once foreignExpired holds, and those
-// without one (handed over to the name and not taken) at once, as
-// available says. Its own incarnation's that it does not hold (a lease it
-// dropped, or one whose release's outcome it does not know) stay within
-// the share, as before: after a fence the fencer is taking those. It takes every one of them, and those first. Only it
-// may take them (the other pollers judge a lease of its name by its
-// beat, which it keeps moving), and balance plans from the held counts
-// the worker items report, which count only what it holds: capped at its
-// share, the rest were read by nobody, for good (docs/exactly-once.md,
-// HB6-L1). Once held they are counted, and balance hands the excess over.
+// owner name that it does not hold: another incarnation's (a previous
+// life's, a superseded twin's) once foreignExpired holds, those without
+// one (handed over to the name and not taken) and its own incarnation's
+// (dropped at a fence or an expiry, or a release whose outcome it does not
+// know) at once, as available says. It takes every one of them, and those
+// first. Only it may take them once its beat moves (the other pollers
+// judge a lease of its name by its beat), and balance plans from the held
+// counts the worker items report, which count only what it holds: capped
+// at its share, the rest were read by nobody, for good
+// (docs/exactly-once.md, HB6-L1; S20-R3: its own leases left by a fencer
+// whose takes failed before it rejoined). Once held they are counted, and
+// balance hands the excess over.
 func (p *Poller) takeShare(ctx context.Context, only map[string]bool) {
 	target := p.shareTarget()
 	if p.cfg.Drain {
@@ -996,7 +1010,7 @@ func (p *Poller) takeShare(ctx context.Context, only map[string]bool) {
 		listed[s.id] = true
 	}
 	var ready, blocked []shard
-	own := map[string]bool{} // leases naming this owner and not this incarnation (HB6-L1)
+	own := map[string]bool{} // leases naming this owner that it does not hold (HB6-L1, S20-R3)
 	for _, s := range p.shards {
 		if only != nil && !only[s.id] {
 			continue
@@ -1008,7 +1022,7 @@ func (p *Poller) takeShare(ctx context.Context, only map[string]bool) {
 		if free, _ := p.available(l); !free {
 			continue
 		}
-		if l.owner == p.cfg.Owner && l.incarnation != p.inc && !p.cfg.Drain {
+		if l.owner == p.cfg.Owner && !p.cfg.Drain {
 			own[s.id] = true
 		}
 		if s.parent == "" || !listed[s.parent] || p.finishedKnown(s.parent) || p.gone[s.parent] {
