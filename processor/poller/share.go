@@ -109,8 +109,24 @@ func (p *Poller) sharePass(ctx context.Context, renew bool) error {
 		p.renewAll(ctx)
 		p.answerAsks(ctx)
 	}
-	if ok, err := p.discover(ctx); !ok || err != nil {
+	if ok, err := p.discover(ctx); err != nil {
 		return err
+	} else if !ok {
+		if renew && !p.stopping && p.cfg.StartPosition != Latest {
+			// Its first listing of the stream not complete yet (paced at its
+			// share of DescribeStream's rate: 71 pages at 7,000 shards and 8
+			// pollers, about 71 s), a poller takes what the others handed
+			// it: each lease item names its shard's parent and start, and
+			// the parent is read before the take (parentDone). A joiner
+			// took nothing for that long before, past the two lease
+			// durations within which balance must hold (the fleet
+			// benchmark at 1,000 shards: its first lease 75–85 s after it
+			// joined). Not its share (takeShare needs the listing), and
+			// not at LATEST, which is decided on every checkpoint first.
+			p.takeOffers(ctx)
+			p.startReaders(ctx)
+		}
+		return nil
 	}
 	if p.cfg.StartPosition == Latest && !p.latestChecked {
 		// A fresh start at LATEST is decided on every checkpoint of the
@@ -931,9 +947,13 @@ func (p *Poller) parentDone(ctx context.Context, s shard) bool {
 	if s.parent == "" || p.finishedKnown(s.parent) || p.gone[s.parent] {
 		return true
 	}
-	if _, listed := p.shard(s.parent); !listed {
+	if _, listed := p.shard(s.parent); !listed && !p.listed.IsZero() {
 		return true
 	}
+	// Listed, or no listing yet: a parent missing from a listing is gone
+	// from the stream (trimmed), but before the first listing it is only
+	// not known yet. Then its checkpoint says: finished, or not (a parent
+	// whose checkpoint is gone too waits for the listing).
 	cp, err := p.store.readCheckpoint(ctx, s.parent)
 	if err != nil {
 		return false
