@@ -69,6 +69,9 @@ type FleetConfig struct {
 	DrainTimeout time.Duration
 	// DynamoDBLocalDir is passed to ddblocal.Start (empty: its default).
 	DynamoDBLocalDir string
+	// MaxIdleBackoff is every poller's --max-idle-backoff (0: cmd/poller's
+	// default): the idle cost against a quiet shard's first write's lag.
+	MaxIdleBackoff time.Duration
 	// Poller adjusts every poller's configuration (nil: the defaults of
 	// cmd/poller).
 	Poller func(*poller.Config)
@@ -117,6 +120,7 @@ type FleetResult struct {
 	Duration, IdleFor     time.Duration
 	Compression           float64
 	History               time.Duration
+	MaxIdleBackoff        time.Duration // the pollers' (0: the default)
 	Machine               Machine
 
 	// The stream: shards listed when the fleet started (open and closed),
@@ -441,7 +445,7 @@ func Fleet(ctx context.Context, cfg FleetConfig) (*FleetResult, error) {
 	cfg = cfg.withDefaults()
 	began := time.Now()
 	res := &FleetResult{Shards: cfg.Shards, Pollers: cfg.Pollers, Rate: cfg.Rate, Duration: cfg.Duration, IdleFor: cfg.IdleFor,
-		Compression: cfg.Compression, History: cfg.History, Machine: machine(), FirstAllLeased: -1}
+		Compression: cfg.Compression, History: cfg.History, MaxIdleBackoff: cfg.MaxIdleBackoff, Machine: machine(), FirstAllLeased: -1}
 	logf := timedLog(cfg.Log, "fleet")
 	loc, err := startLocal(ctx, cfg.DynamoDBLocalDir, &res.Machine)
 	if err != nil {
@@ -512,7 +516,8 @@ func Fleet(ctx context.Context, cfg FleetConfig) (*FleetResult, error) {
 			return nil, err
 		}
 		pc := poller.Config{Table: table, StreamARN: arn, Owner: owner,
-			Logger: slog.New(slog.NewTextHandler(logw, &slog.HandlerOptions{Level: slog.LevelWarn})).With("owner", owner)}
+			MaxIdleBackoff: cfg.MaxIdleBackoff,
+			Logger:         slog.New(slog.NewTextHandler(logw, &slog.HandlerOptions{Level: slog.LevelWarn})).With("owner", owner)}
 		if cfg.Poller != nil {
 			cfg.Poller(&pc)
 		}

@@ -6,6 +6,8 @@ import (
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/ledger-dev/ledger/processor/poller"
 )
 
 // getRecordsPrice is AWS's DynamoDB Streams read request price (us-east-1:
@@ -14,11 +16,19 @@ import (
 // not billed), aws.amazon.com/dynamodb/pricing/on-demand/.
 const getRecordsPrice = 0.02 / 100_000
 
+// idleBackoffOf is the pollers' --max-idle-backoff of r, as its flag says it.
+func idleBackoffOf(r *FleetResult) time.Duration {
+	if r.MaxIdleBackoff == 0 {
+		return poller.MaxIdleBackoffSetting.Default
+	}
+	return r.MaxIdleBackoff
+}
+
 // Markdown writes the fleet run's figures as BENCHMARKS.md shows them.
 func (r *FleetResult) Markdown(w io.Writer) {
 	p := func(format string, args ...any) { fmt.Fprintf(w, format, args...) }
-	p("Fleet run: %d open shards (%d in the stream with the closed ones after %s of stream time), %d pollers, %d transactions a second for %s, then %s idle; stream time ×%g.\n\n",
-		r.Shards, r.ShardsAtStart, max(r.History, 0), r.Pollers, r.Rate, r.Duration, r.IdleFor, r.Compression)
+	p("Fleet run: %d open shards (%d in the stream with the closed ones after %s of stream time), %d pollers, %d transactions a second for %s, then %s idle; stream time ×%g; the pollers' --max-idle-backoff %s.\n\n",
+		r.Shards, r.ShardsAtStart, max(r.History, 0), r.Pollers, r.Rate, r.Duration, r.IdleFor, r.Compression, idleBackoffOf(r))
 	p("| target | figure |\n|---|---|\n")
 	p("| exact: report differences (reconcile after a drain) | %d%s |\n", r.Differences, drained(r))
 	p("| exact: child checkpoints moved before the parent was finished (of %d checkpoint writes) / children read before their parent's end | %d / %d |\n", r.CheckpointRecords, r.OrderViolations, r.EarlyReads)

@@ -48,6 +48,7 @@ func runFleet(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	out := fs.String("o", "", "also write the markdown to `FILE`")
 	jsonOut := fs.String("json", "", "also write the results as JSON to `FILE`")
 	verbose := fs.Bool("v", false, "progress and the pollers' warnings on stderr")
+	maxIdle := fs.Duration("max-idle-backoff", poller.MaxIdleBackoffSetting.Default, "the pollers' `--max-idle-backoff` (an idle shard's longest wait between reads: the idle cost against the lag of a quiet shard's first write)")
 	leaseMode := fs.String("lease-mode", string(poller.LeaseModeHeartbeat), "how the pollers keep their leases: `MODE` heartbeat (one worker-item write a round) or renew (every lease item a round, as before session 16)")
 	if err := fs.Parse(args); err != nil {
 		return exitError
@@ -67,6 +68,8 @@ func runFleet(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		return fail(fmt.Errorf("-compression %g: want at least 1", *compression))
 	case *history < 0:
 		return fail(fmt.Errorf("-history %s: want 0 or more", *history))
+	case *maxIdle < poller.MaxIdleBackoffSetting.Min || *maxIdle > poller.MaxIdleBackoffSetting.Max:
+		return fail(fmt.Errorf("-max-idle-backoff %s: want %s to %s", *maxIdle, poller.MaxIdleBackoffSetting.Min, poller.MaxIdleBackoffSetting.Max))
 	case poller.LeaseMode(*leaseMode) != poller.LeaseModeHeartbeat && poller.LeaseMode(*leaseMode) != poller.LeaseModeRenew:
 		return fail(fmt.Errorf("-lease-mode %q: want heartbeat or renew", *leaseMode))
 	}
@@ -76,6 +79,7 @@ func runFleet(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		cfg.History = -1
 	}
 	mode := poller.LeaseMode(*leaseMode)
+	cfg.MaxIdleBackoff = *maxIdle
 	cfg.Poller = func(c *poller.Config) { c.LeaseMode = mode }
 	if !*verbose {
 		cfg.Log = nil

@@ -41,7 +41,8 @@ import (
 // session 17 (discovery), four of the review of the late heartbeat
 // (session 17: review_s17hb_*_test.go), six of the review of session
 // 19 (review_s19_test.go), three of the review of HB6 (session 19:
-// review_s19hb6_test.go), two of the S17-D3 and S17-D4 fixes (session 19:
+// review_s19hb6_test.go), one of its follow-up HB6-L1
+// (review_s19hb6left_test.go), two of the S17-D3 and S17-D4 fixes (session 19:
 // review_s19_d34_test.go), the share review's R2 (no longer gated), and
 // four to spare. A test that gets a later table is slow enough for
 // 3-second leases to expire, so an exhausted pool fails the test

@@ -993,19 +993,30 @@ func (p *Poller) takeBound() time.Duration {
 // knows the parent finished and nobody holds the parent's lease (a parent
 // being read is not finished; one read within LeaseDuration and unfinished
 // is not read again).
+//
+// A live poller's share does not bound its takes of the leases naming its
+// owner name and not its incarnation: another incarnation's (a previous
+// life's, a superseded twin's) once foreignExpired holds, and those
+// without one (handed over to the name and not taken) at once, as
+// available says. Its own incarnation's that it does not hold (a lease it
+// dropped, or one whose release's outcome it does not know) stay within
+// the share, as before: after a fence the fencer is taking those. It takes every one of them, and those first. Only it
+// may take them (the other pollers judge a lease of its name by its
+// beat, which it keeps moving), and balance plans from the held counts
+// the worker items report, which count only what it holds: capped at its
+// share, the rest were read by nobody, for good (docs/exactly-once.md,
+// HB6-L1). Once held they are counted, and balance hands the excess over.
 func (p *Poller) takeShare(ctx context.Context, only map[string]bool) {
 	target := p.shareTarget()
 	if p.cfg.Drain {
 		target = len(p.held) + len(p.shards) // a drain's share is the stream
-	}
-	if len(p.held) >= target {
-		return
 	}
 	listed := make(map[string]bool, len(p.shards))
 	for _, s := range p.shards {
 		listed[s.id] = true
 	}
 	var ready, blocked []shard
+	own := map[string]bool{} // leases naming this owner and not this incarnation (HB6-L1)
 	for _, s := range p.shards {
 		if only != nil && !only[s.id] {
 			continue
@@ -1013,8 +1024,12 @@ func (p *Poller) takeShare(ctx context.Context, only map[string]bool) {
 		if _, mine := p.held[s.id]; mine || p.finishedKnown(s.id) || p.gone[s.id] || p.drainedOpen(s) {
 			continue
 		}
-		if free, _ := p.available(p.leaseOf(s)); !free {
+		l := p.leaseOf(s)
+		if free, _ := p.available(l); !free {
 			continue
+		}
+		if l.owner == p.cfg.Owner && l.incarnation != p.inc && !p.cfg.Drain {
+			own[s.id] = true
 		}
 		if s.parent == "" || !listed[s.parent] || p.finishedKnown(s.parent) || p.gone[s.parent] {
 			ready = append(ready, s)
@@ -1022,8 +1037,19 @@ func (p *Poller) takeShare(ctx context.Context, only map[string]bool) {
 			blocked = append(blocked, s)
 		}
 	}
+	// Its name's leases over the share too: the share bounds the rest.
+	target = max(target, len(p.held)+len(own))
+	if len(p.held) >= target {
+		return
+	}
 	rand.Shuffle(len(ready), func(i, j int) { ready[i], ready[j] = ready[j], ready[i] })
 	rand.Shuffle(len(blocked), func(i, j int) { blocked[i], blocked[j] = blocked[j], blocked[i] })
+	// Its name's leases first: read first, taken first.
+	ownFirst := func(ss []shard) {
+		sort.SliceStable(ss, func(i, j int) bool { return own[ss[i].id] && !own[ss[j].id] })
+	}
+	ownFirst(ready)
+	ownFirst(blocked)
 	want := target - len(p.held)
 	// The reads a decision needs, for about twice the shards wanted, in one
 	// concurrent batch.
@@ -1088,7 +1114,9 @@ func (p *Poller) takeShare(ctx context.Context, only map[string]bool) {
 	// The takes in concurrent batches (takeLeases), each no larger than
 	// what the share still wants.
 	var batch []lease
-	for _, s := range append(ready, blocked...) {
+	order := append(ready, blocked...)
+	ownFirst(order)
+	for _, s := range order {
 		if _, ok := p.cps[s.id]; !ok || p.finishedKnown(s.id) {
 			continue // not read (past the batch), or finished
 		}
