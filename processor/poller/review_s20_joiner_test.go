@@ -73,3 +73,59 @@ func TestReviewS20J1_ChildrenOfShardsAJoinerFinishesBeforeItsListingAreTaken(t *
 	requireNoOverlap(t, append(readerIntervals(t, a.logs.lines(), end), readerIntervals(t, b.logs.lines(), end)...))
 	e.finish(t, nil)
 }
+
+// S20-J2 (the attack fails): a shard handed to a joiner whose parent was
+// trimmed away before anyone read it (no checkpoint, and not listed: the
+// giver's listing has no parent). Before its listing the joiner cannot
+// tell a trimmed parent from one not listed yet, so it does not take it
+// (parentDone: no checkpoint, not finished); the lease stays in its name
+// (nobody else takes a lease named by a live poller's beat) and once its
+// listing completes it is taken (takeShare: its name's leases first) and
+// read, exact and in order.
+func TestReviewS20J2_AHandedShardWhoseParentIsTrimmedIsTakenOnceTheListingCompletes(t *testing.T) {
+	ddbtest.Long(t)
+	const shards = 8
+	clock := streamemu.NewManual(time.Date(2026, 5, 1, 0, 0, 0, 0, time.UTC))
+	e := newEmuEnv(t, 2012, streamemu.Config{Shards: shards, Seed: 2012, Clock: clock})
+	e.w.Branches = []string{"north", "south", "east", "west", "centre", "harbour"}
+	gone := map[string]bool{}
+	for _, sh := range e.s.Shards() {
+		_, err := e.s.Close(sh.ID, false)
+		require.NoError(t, err)
+		gone[sh.ID] = true
+	}
+	clock.Advance(25 * time.Hour) // the parents, closed with no record, are deleted
+	for _, sh := range e.s.Shards() {
+		require.False(t, gone[sh.ID], "a parent is still listed")
+	}
+	e.write(t, 60)
+	a := e.hbPoller(t, "a", nil, nil, nil, nil)
+	stopA := start(t, a)
+	eventually(t, "a holds every shard", 2*time.Minute, func() bool { return counter(t, a.m.LeasesHeld) == shards })
+
+	shut := &atomic.Bool{}
+	shut.Store(true)
+	listing := &unlistable{Streams: e.s, shut: shut}
+	b := e.hbPoller(t, "b", nil, nil, listing, nil)
+	stopB := start(t, b)
+	eventually(t, "a hands leases to b", 2*time.Minute, func() bool {
+		return logged(a.logs.lines(), "lease handed_off") >= shards/2-1
+	})
+	e.write(t, 30)
+	require.True(t, shut.Load())
+	require.False(t, b.Ready(), "b's listing completed: the test proves nothing")
+	t.Logf("b holds %v leases before its listing (their parents trimmed: none may be taken)", counter(t, b.m.LeasesHeld))
+
+	shut.Store(false)
+	eventually(t, "every open shard is held once b's listing completes", 2*time.Minute, func() bool {
+		return b.Ready() && int(counter(t, a.m.LeasesHeld)+counter(t, b.m.LeasesHeld)) == openShards(e.s)
+	})
+	require.GreaterOrEqual(t, counter(t, b.m.LeasesHeld), float64(shards/2-1), "b took what it was handed")
+	e.write(t, 30)
+	time.Sleep(2 * time.Second)
+	stopB()
+	stopA()
+	end := time.Now()
+	requireNoOverlap(t, append(readerIntervals(t, a.logs.lines(), end), readerIntervals(t, b.logs.lines(), end)...))
+	e.finish(t, gone)
+}
