@@ -47,7 +47,7 @@ import (
 // four to spare. A test that gets a later table is slow enough for
 // 3-second leases to expire, so an exhausted pool fails the test
 // (ddbtest.Pool.Table).
-var tables = ddbtest.Pool{Size: 89}
+var tables = ddbtest.Pool{Size: 90}
 
 func newTableName(t testing.TB) string { return tables.Table(t) }
 

@@ -31,9 +31,19 @@ func openShards(s *streamemu.Stream) int {
 // they wait unread for the joiner's listing (about 71 s at 7,000 shards;
 // for good while DescribeStream is refused). With the fix the joiner takes
 // the children it registered as it takes offers: every open shard is held
-// while its listing is still refused, read in order.
+// while its listing is still refused, read in order (rolls, and splits:
+// two children each).
 func TestReviewS20J1_ChildrenOfShardsAJoinerFinishesBeforeItsListingAreTaken(t *testing.T) {
 	ddbtest.Long(t)
+	for _, tc := range []struct {
+		name  string
+		split bool
+	}{{"rolls", false}, {"splits", true}} {
+		t.Run(tc.name, func(t *testing.T) { childrenBeforeTheListing(t, tc.split) })
+	}
+}
+
+func childrenBeforeTheListing(t *testing.T, split bool) {
 	const shards = 8
 	e := newEmuEnv(t, 2011, streamemu.Config{Shards: shards, Seed: 2011})
 	e.w.Branches = []string{"north", "south", "east", "west", "centre", "harbour"}
@@ -50,10 +60,11 @@ func TestReviewS20J1_ChildrenOfShardsAJoinerFinishesBeforeItsListingAreTaken(t *
 	eventually(t, "b holds leases while its first listing is refused", 2*time.Minute, func() bool {
 		return counter(t, b.m.LeasesHeld) >= shards/2-1
 	})
-	// Every open shard rolls into one child: each poller's parents end.
+	// Every open shard rolls into one child (or splits into two): each
+	// poller's parents end.
 	for _, sh := range e.s.Shards() {
 		if !sh.Closed {
-			_, err := e.s.Close(sh.ID, false)
+			_, err := e.s.Close(sh.ID, split)
 			require.NoError(t, err)
 		}
 	}
