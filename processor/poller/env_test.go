@@ -44,10 +44,12 @@ import (
 // review_s19hb6_test.go), one of its follow-up HB6-L1
 // (review_s19hb6left_test.go), two of the S17-D3 and S17-D4 fixes (session 19:
 // review_s19_d34_test.go), the share review's R2 (no longer gated), those
-// of the review of session 20 (review_s20_test.go: three), and four to spare. A test that gets a later table is slow enough for
+// of the review of session 20 (review_s20_test.go: three), a joiner's
+// takes before its first listing (joiner_test.go: one) and their review
+// (review_s20_joiner_test.go: three, J1's two cases each), and four to spare. A test that gets a later table is slow enough for
 // 3-second leases to expire, so an exhausted pool fails the test
 // (ddbtest.Pool.Table).
-var tables = ddbtest.Pool{Size: 90}
+var tables = ddbtest.Pool{Size: 94}
 
 func newTableName(t testing.TB) string { return tables.Table(t) }
 

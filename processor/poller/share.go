@@ -119,8 +119,19 @@ func (p *Poller) sharePass(ctx context.Context, renew bool) error {
 		p.renewAll(ctx)
 		p.answerAsks(ctx)
 	}
-	if ok, err := p.discover(ctx); !ok || err != nil {
+	if p.listed.IsZero() && p.newKids == nil {
+		// The children this round's lookups register before the first
+		// listing completes: taken by this poller (takeUnlisted).
+		p.newKids = map[string]bool{}
+		defer func() { p.newKids = nil }()
+	}
+	if ok, err := p.discover(ctx); err != nil {
 		return err
+	} else if !ok {
+		if renew {
+			p.takeUnlisted(ctx)
+		}
+		return nil
 	}
 	if p.cfg.StartPosition == Latest && !p.latestChecked {
 		// A fresh start at LATEST is decided on every checkpoint of the
@@ -136,7 +147,7 @@ func (p *Poller) sharePass(ctx context.Context, renew bool) error {
 		if renew {
 			p.balance(ctx)
 		}
-		p.takeOffers(ctx)
+		p.takeOffers(ctx, nil)
 		if p.registryReads >= 2 {
 			p.takeShare(ctx, nil)
 		}
@@ -155,8 +166,11 @@ func (p *Poller) endPass(ctx context.Context) error {
 	p.takesFrom = time.Time{}
 	p.newKids = map[string]bool{}
 	defer func() { p.newKids = nil }()
-	if ok, err := p.discover(ctx); !ok || err != nil {
+	if ok, err := p.discover(ctx); err != nil {
 		return err
+	} else if !ok {
+		p.takeUnlisted(ctx)
+		return nil
 	}
 	if p.stopping {
 		return nil
@@ -193,6 +207,29 @@ func (p *Poller) endPass(ctx context.Context) error {
 	}
 	p.startReaders(ctx)
 	return nil
+}
+
+// takeUnlisted is a live poller's take before its first listing of the
+// stream completes (paced at its share of DescribeStream's rate: 71 pages
+// at 7,000 shards and 8 pollers, about 71 s): it takes what the others
+// handed it, and the children it registered itself of the shards it read
+// to their end meanwhile, then starts their readers. Each lease item
+// names its shard's parent and start, and the parent is read before the
+// take (parentDone). A joiner took nothing for that long before, past the
+// two lease durations within which balance must hold (the fleet benchmark
+// at 1,000 shards: its first lease 75–85 s after it joined). Its
+// children were neither taken nor offered (endPass goes on only once the
+// stream is listed), and the others, at their share, left them unread
+// until its listing completed: for good while DescribeStream refused it
+// (docs/exactly-once.md, S20-J1). Not its share (takeShare needs the
+// listing), not at LATEST (decided on every checkpoint first), not a
+// drain's (pass), not while stopping.
+func (p *Poller) takeUnlisted(ctx context.Context) {
+	if p.stopping || p.cfg.Drain || p.cfg.StartPosition == Latest {
+		return
+	}
+	p.takeOffers(ctx, p.newKids)
+	p.startReaders(ctx)
 }
 
 // registry keeps this poller registered and reads the stream's worker
@@ -834,12 +871,25 @@ func plan(held map[string]int, lo, hi int) []move {
 // hundreds of leases at once (issue 23: balance within two lease
 // durations at 1,000 shards), which one read after another took several
 // rounds to take. What was not read stays offered for the next round.
-func (p *Poller) takeOffers(ctx context.Context) {
-	if len(p.offers) == 0 {
+//
+// kids, when set, are children this poller registered itself, taken as
+// offers are (takeUnlisted); they are in no worker item, so none is
+// cleared, and one not read in time is left to the listing.
+func (p *Poller) takeOffers(ctx context.Context, kids map[string]bool) {
+	if len(p.offers) == 0 && len(kids) == 0 {
 		return
 	}
 	offers := p.offers
 	p.offers = nil
+	offered := make(map[string]bool, len(offers))
+	for _, id := range offers {
+		offered[id] = true
+	}
+	for id := range kids {
+		if !offered[id] {
+			offers = append(offers, id)
+		}
+	}
 	var want, unread []string
 	for _, id := range offers {
 		if _, mine := p.held[id]; mine || p.finishedKnown(id) {
@@ -927,6 +977,13 @@ func (p *Poller) takeOffers(ctx context.Context) {
 	} else {
 		p.takeLeases(ctx, take)
 	}
+	cleared := done[:0]
+	for _, id := range done {
+		if offered[id] {
+			cleared = append(cleared, id)
+		}
+	}
+	done = cleared
 	if len(done) == 0 {
 		return
 	}
@@ -944,9 +1001,13 @@ func (p *Poller) parentDone(ctx context.Context, s shard) bool {
 	if s.parent == "" || p.finishedKnown(s.parent) || p.gone[s.parent] {
 		return true
 	}
-	if _, listed := p.shard(s.parent); !listed {
+	if _, listed := p.shard(s.parent); !listed && !p.listed.IsZero() {
 		return true
 	}
+	// Listed, or no listing yet: a parent missing from a listing is gone
+	// from the stream (trimmed), but before the first listing it is only
+	// not known yet. Then its checkpoint says: finished, or not (a parent
+	// whose checkpoint is gone too waits for the listing).
 	cp, err := p.store.readCheckpoint(ctx, s.parent)
 	if err != nil {
 		return false
