@@ -100,15 +100,30 @@ func TestRun_AnIdleStreamGoesQuiet(t *testing.T) {
 	arn, err := poller.ResolveStream(ctx, db, tableName)
 	require.NoError(t, err)
 	logs := &syncBuffer{}
-	stop := runPoller(t, tableName, logs, "--lease-duration", "900ms", "--checkpoint-interval", "100ms", "--owner", "quiet")
+	// 3 s leases (a heartbeat a second): with 900 ms ones, at load 11 every
+	// heartbeat timed out and the poller paused before it caught up.
+	stop := runPoller(t, tableName, logs, "--lease-duration", "3s", "--checkpoint-interval", "100ms", "--owner", "quiet")
 
 	// Caught up: the checkpoint is at the stream's last record (the reports
-	// the commits wrote included).
+	// the commits wrote included), and still is half a second later.
+	// DynamoDB Local applies a commit's actions one after another, the
+	// checkpoint claim first, so a read between them saw the checkpoint at
+	// the stream's end before the commit's 20 report records reached the
+	// stream (a loaded run: "caught up" at …177, then …197 "written while
+	// idle": the commit's own records, read and passed over at once).
 	var shard, last string
+	checkpoint := func() string {
+		cp, _ := table.String(coordinationItem(t, tableName, aggregates.CheckpointKey(arn, shard)), table.AttrSequenceNumber)
+		return cp
+	}
 	require.Eventually(t, func() bool {
 		shard, last = streamEnd(t, arn)
-		cp, _ := table.String(coordinationItem(t, tableName, aggregates.CheckpointKey(arn, shard)), table.AttrSequenceNumber)
-		return last != "" && cp == last
+		if last == "" || checkpoint() != last {
+			return false
+		}
+		time.Sleep(500 * time.Millisecond)
+		_, again := streamEnd(t, arn)
+		return again == last && checkpoint() == last
 	}, 60*time.Second, 100*time.Millisecond, "poller never caught up:\n%s", logs)
 
 	// Several heartbeats (which keep the lease) and checkpoint intervals
