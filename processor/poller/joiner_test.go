@@ -34,6 +34,20 @@ func (u *unlistable) DescribeStream(ctx context.Context, in *dynamodbstreams.Des
 	return u.Streams.DescribeStream(ctx, in, opts...)
 }
 
+// holderAndUnlistedJoiner starts poller a, waits until it holds every one
+// of the stream's shards, then starts poller b, a joiner whose listings of
+// the whole stream are refused while listing.shut is set (set here).
+func (e *emuEnv) holderAndUnlistedJoiner(t *testing.T, shards int) (a *testPoller, stopA func(), b *testPoller, stopB func(), listing *unlistable) {
+	t.Helper()
+	a = e.hbPoller(t, "a", nil, nil, nil, nil)
+	stopA = start(t, a)
+	eventually(t, "a holds every shard", 2*time.Minute, func() bool { return counter(t, a.m.LeasesHeld) == float64(shards) })
+	listing = &unlistable{Streams: e.s, shut: &atomic.Bool{}}
+	listing.shut.Store(true)
+	b = e.hbPoller(t, "b", nil, nil, listing, nil)
+	return a, stopA, b, start(t, b), listing
+}
+
 // A poller that joins a running fleet takes the leases handed to it before
 // its first listing of the whole stream completes (issue 23's balance
 // target: within two lease durations of a join). That listing is paced at
@@ -51,26 +65,18 @@ func TestPoller_AJoinerTakesWhatItIsHandedBeforeItsFirstListingCompletes(t *test
 	e := newEmuEnv(t, 2001, streamemu.Config{Shards: shards, Seed: 2001})
 	e.w.Branches = []string{"north", "south", "east", "west", "centre", "harbour"} // records on every shard (the default's six keys reach two)
 	e.write(t, 60)
-	a := e.hbPoller(t, "a", nil, nil, nil, nil)
-	stopA := start(t, a)
-	eventually(t, "a holds every shard", 2*time.Minute, func() bool { return counter(t, a.m.LeasesHeld) == shards })
-
-	shut := &atomic.Bool{}
-	shut.Store(true)
-	listing := &unlistable{Streams: e.s, shut: shut}
-	b := e.hbPoller(t, "b", nil, nil, listing, nil)
-	stopB := start(t, b)
+	a, stopA, b, stopB, listing := e.holderAndUnlistedJoiner(t, shards)
 	// a hands b what is over its share (four, or five when a's view of the
 	// registry lags: balance's plan, not this test's subject); b takes them.
 	eventually(t, "b holds leases while its first listing is refused", 2*time.Minute, func() bool {
 		return counter(t, b.m.LeasesHeld) >= shards/2-1
 	})
-	require.True(t, shut.Load())
+	require.True(t, listing.shut.Load())
 	require.Positive(t, listing.pages.Load(), "b's listing was never refused: the test proves nothing")
 	e.write(t, 60)
 	eventually(t, "b reads what it holds", 2*time.Minute, func() bool { return counter(t, b.m.RecordsRead) > 0 })
 
-	shut.Store(false) // the listing goes through: the fleet carries on
+	listing.shut.Store(false) // the listing goes through: the fleet carries on
 	e.write(t, 60)
 	time.Sleep(2 * time.Second)
 	stopB()

@@ -1,7 +1,6 @@
 package poller_test
 
 import (
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -48,15 +47,7 @@ func childrenBeforeTheListing(t *testing.T, split bool) {
 	e := newEmuEnv(t, 2011, streamemu.Config{Shards: shards, Seed: 2011})
 	e.w.Branches = []string{"north", "south", "east", "west", "centre", "harbour"}
 	e.write(t, 60)
-	a := e.hbPoller(t, "a", nil, nil, nil, nil)
-	stopA := start(t, a)
-	eventually(t, "a holds every shard", 2*time.Minute, func() bool { return counter(t, a.m.LeasesHeld) == shards })
-
-	shut := &atomic.Bool{}
-	shut.Store(true)
-	listing := &unlistable{Streams: e.s, shut: shut}
-	b := e.hbPoller(t, "b", nil, nil, listing, nil)
-	stopB := start(t, b)
+	a, stopA, b, stopB, listing := e.holderAndUnlistedJoiner(t, shards)
 	eventually(t, "b holds leases while its first listing is refused", 2*time.Minute, func() bool {
 		return counter(t, b.m.LeasesHeld) >= shards/2-1
 	})
@@ -72,10 +63,10 @@ func childrenBeforeTheListing(t *testing.T, split bool) {
 	eventually(t, "every open shard is held while b's listing is refused", time.Minute, func() bool {
 		return int(counter(t, a.m.LeasesHeld)+counter(t, b.m.LeasesHeld)) == openShards(e.s)
 	})
-	require.True(t, shut.Load())
+	require.True(t, listing.shut.Load())
 	require.False(t, b.Ready(), "b's listing completed: the test proves nothing")
 
-	shut.Store(false)
+	listing.shut.Store(false)
 	e.write(t, 30)
 	time.Sleep(2 * time.Second)
 	stopB()
@@ -110,24 +101,16 @@ func TestReviewS20J2_AHandedShardWhoseParentIsTrimmedIsTakenOnceTheListingComple
 		require.False(t, gone[sh.ID], "a parent is still listed")
 	}
 	e.write(t, 60)
-	a := e.hbPoller(t, "a", nil, nil, nil, nil)
-	stopA := start(t, a)
-	eventually(t, "a holds every shard", 2*time.Minute, func() bool { return counter(t, a.m.LeasesHeld) == shards })
-
-	shut := &atomic.Bool{}
-	shut.Store(true)
-	listing := &unlistable{Streams: e.s, shut: shut}
-	b := e.hbPoller(t, "b", nil, nil, listing, nil)
-	stopB := start(t, b)
+	a, stopA, b, stopB, listing := e.holderAndUnlistedJoiner(t, shards)
 	eventually(t, "a hands leases to b", 2*time.Minute, func() bool {
 		return logged(a.logs.lines(), "lease handed_off") >= shards/2-1
 	})
 	e.write(t, 30)
-	require.True(t, shut.Load())
+	require.True(t, listing.shut.Load())
 	require.False(t, b.Ready(), "b's listing completed: the test proves nothing")
 	t.Logf("b holds %v leases before its listing (their parents trimmed: none may be taken)", counter(t, b.m.LeasesHeld))
 
-	shut.Store(false)
+	listing.shut.Store(false)
 	eventually(t, "every open shard is held once b's listing completes", 2*time.Minute, func() bool {
 		return b.Ready() && int(counter(t, a.m.LeasesHeld)+counter(t, b.m.LeasesHeld)) == openShards(e.s)
 	})
