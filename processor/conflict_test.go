@@ -43,7 +43,8 @@ func TestTumblingWindow_CheckpointMoveMeetingAHeldCheckpointIsRetried(t *testing
 	coord := table.CoordinationTableName(e.table)
 
 	hold := ddbconflict.NewHolder("UpdateItem", 2)
-	emu := &ddbconflict.Transport{Next: http.DefaultTransport, Hold: hold.Hold}
+	emu := &ddbconflict.Transport{Next: http.DefaultTransport}
+	hold.Install(emu)
 	consumer := dynamodb.NewFromConfig(ddbtest.Config(t, infra.WithTransportWrapper(func(http.RoundTripper) http.RoundTripper { return hold.Counting(emu) })),
 		func(o *dynamodb.Options) { o.RetryMaxAttempts = 1 })
 	other := ddbtest.Client(t, infra.WithTransportWrapper(func(http.RoundTripper) http.RoundTripper { return emu }))

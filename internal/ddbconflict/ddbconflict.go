@@ -91,6 +91,10 @@ type Transport struct {
 	// a transaction in flight with it. keys are the transaction's, sorted,
 	// each as Key spells it.
 	Hold func(ctx context.Context, keys []string)
+	// Released, when set, is called once a transaction that held keys
+	// has freed them (after Hold or Latency), with the same keys: a
+	// test that frees a hold learns when another request can take them.
+	Released func(keys []string)
 	// Off passes every request straight through when set (for measuring
 	// with and without the emulation in one process).
 	Off atomic.Bool
@@ -267,6 +271,11 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			}
 			delete(t.tokens, tx.ClientRequestToken)
 			t.mu.Unlock()
+			if t.Released != nil {
+				sorted := append([]string(nil), mine...)
+				sort.Strings(sorted)
+				t.Released(sorted)
+			}
 		})
 	}
 	defer release()

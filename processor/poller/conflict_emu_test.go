@@ -246,7 +246,7 @@ func TestPoller_CommitMeetingAHeldItemIsRetriedCountedAndExact(t *testing.T) {
 			// frees the held items before the answer reaches it.
 			hold := ddbconflict.NewHolder("TransactWriteItems", 3)
 			emu := newConflicts(0)
-			emu.Hold = hold.Hold
+			hold.Install(emu)
 			counting := hold.Counting(emu)
 			cfg := ddbtest.Config(t, infra.WithTransportWrapper(func(http.RoundTripper) http.RoundTripper { return counting }))
 			consumer := dynamodb.NewFromConfig(cfg, func(o *dynamodb.Options) { o.RetryMaxAttempts = 1 })
