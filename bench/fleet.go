@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -199,9 +200,12 @@ type FleetResult struct {
 	// drain commits them; their lag is not in LagP99), and SettleTook how
 	// long it took the fleet to commit the rest after the writes ended.
 	Uncommitted int
-	SettleTook  time.Duration
-	Took        time.Duration
-	Errors      []string
+	// UncommittedRead names those of them the live fleet had read:
+	// shard, sequence number, write and first read times.
+	UncommittedRead []string `json:",omitempty"`
+	SettleTook      time.Duration
+	Took            time.Duration
+	Errors          []string
 }
 
 // LeaseSample is the leases each running poller held at At seconds.
@@ -265,19 +269,38 @@ type fleetLag struct {
 	stages    []lagSample
 	firstRead map[string]time.Time
 	ended     map[string]time.Time // when a reader first got each shard's end
+	// calls and opens are every GetRecords (its start and answer) and
+	// every GetShardIterator answered on each shard, for tracing the
+	// steady state's slow records (fleetstages.go, tail).
+	calls map[string][]readCall
+	opens map[string][]time.Time
 }
+
+// readCall is one answered GetRecords: when it was sent and answered.
+type readCall struct{ sent, answered time.Time }
 
 func newFleetLag() *fleetLag {
-	return &fleetLag{shardOf: map[string]string{}, pending: map[string]map[string]lagStamp{}, firstRead: map[string]time.Time{}, ended: map[string]time.Time{}}
+	return &fleetLag{shardOf: map[string]string{}, pending: map[string]map[string]lagStamp{}, firstRead: map[string]time.Time{}, ended: map[string]time.Time{},
+		calls: map[string][]readCall{}, opens: map[string][]time.Time{}}
 }
 
-// readShard notes that shard was read (any GetRecords, records or none).
-func (l *fleetLag) readShard(shard string, at time.Time) {
+// readShard notes that shard was read (any GetRecords, records or none),
+// sent at sent and answered at at.
+func (l *fleetLag) readShard(shard string, sent, at time.Time) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if _, ok := l.firstRead[shard]; !ok {
 		l.firstRead[shard] = at
 	}
+	l.calls[shard] = append(l.calls[shard], readCall{sent: sent, answered: at})
+}
+
+// opened notes that an iterator on shard was answered at at (a reader's
+// start, or its reopening after an expired or refused iterator).
+func (l *fleetLag) opened(shard string, at time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.opens[shard] = append(l.opens[shard], at)
 }
 
 func (l *fleetLag) read(shard string, recs []processor.Record) {
@@ -322,6 +345,22 @@ func (l *fleetLag) outstanding() (pending, samples int) {
 	return pending, len(l.samples)
 }
 
+// pendingList names the records read and not yet committed: shard,
+// sequence number, and when each was written (seconds from start) and
+// first read.
+func (l *fleetLag) pendingList(start time.Time) []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []string
+	for shard, p := range l.pending {
+		for seq, t := range p {
+			out = append(out, fmt.Sprintf("%s %s written at %.1f s, first read at %.1f s", shard, seq, t.wrote.Sub(start).Seconds(), t.read.Sub(start).Seconds()))
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
 func (l *fleetLag) percentiles() (n int, p50, p99 float64) {
 	c := &lagClock{}
 	l.mu.Lock()
@@ -338,12 +377,13 @@ type fleetStreams struct {
 }
 
 func (s fleetStreams) GetRecords(ctx context.Context, in *dynamodbstreams.GetRecordsInput, opts ...func(*dynamodbstreams.Options)) (*dynamodbstreams.GetRecordsOutput, error) {
+	sent := time.Now()
 	out, err := s.Stream.GetRecords(ctx, in, opts...)
 	if err != nil {
 		return out, err
 	}
 	shard, _ := streamemu.IteratorShard(*in.ShardIterator)
-	s.lag.readShard(shard, time.Now())
+	s.lag.readShard(shard, sent, time.Now())
 	if out.NextShardIterator == nil {
 		s.lag.shardEnded(shard, time.Now())
 	}
@@ -356,6 +396,14 @@ func (s fleetStreams) GetRecords(ctx context.Context, in *dynamodbstreams.GetRec
 	}
 	s.lag.read(shard, recs)
 	return out, nil
+}
+
+func (s fleetStreams) GetShardIterator(ctx context.Context, in *dynamodbstreams.GetShardIteratorInput, opts ...func(*dynamodbstreams.Options)) (*dynamodbstreams.GetShardIteratorOutput, error) {
+	out, err := s.Stream.GetShardIterator(ctx, in, opts...)
+	if err == nil && in.ShardId != nil {
+		s.lag.opened(*in.ShardId, time.Now())
+	}
+	return out, err
 }
 
 // fleetCommits meters the processor's writes and tells the lag clock up to
@@ -702,6 +750,11 @@ func Fleet(ctx context.Context, cfg FleetConfig) (*FleetResult, error) {
 	}
 	_, n := lag.outstanding()
 	res.Uncommitted = max(0, expected-n)
+	if res.Uncommitted > 0 {
+		// Read and not committed, or (none listed) never read with an
+		// effect: which it is says where to look.
+		res.UncommittedRead = lag.pendingList(start)
+	}
 	res.SettleTook = time.Since(start) - cfg.Duration
 	events = append(events, BalanceEvent{Event: "end of writes", At: time.Since(start).Seconds()})
 

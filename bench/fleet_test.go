@@ -41,6 +41,7 @@ func TestFleet_SmallestConfigurationRunsExactly(t *testing.T) {
 	assert.Positive(t, res.Describes["list/ok"], "listing pages counted by kind from the pollers' counters")
 	assert.Equal(t, res.LagN, res.Stages.StartN+res.Stages.SteadyN, "every lag sample is start-up or steady state")
 	assert.Equal(t, res.Stages.UnreadN, res.Stages.UnreadBehindParent+res.Stages.UnreadNoParent, "records before their shard's first read: behind a parent or waiting for a lease")
+	assert.Equal(t, res.Stages.TailN, res.Stages.TailCommit+res.Stages.TailUnseen+res.Stages.TailReopened+res.Stages.TailGap, "every slow record in one class")
 	assert.Positive(t, res.Commits)
 	assert.NotEmpty(t, res.HotKeys)
 	require.Len(t, res.PerPoller, 2)
@@ -52,5 +53,6 @@ func TestFleet_SmallestConfigurationRunsExactly(t *testing.T) {
 	assert.Contains(t, md.String(), "report differences")
 	assert.Contains(t, md.String(), "lag by stage")
 	assert.Contains(t, md.String(), "discovery by kind")
+	assert.Contains(t, md.String(), "steady-state records over 3 s")
 	t.Logf("\n%s", md.String())
 }

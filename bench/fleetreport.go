@@ -67,7 +67,12 @@ func (r *FleetResult) Markdown(w io.Writer) {
 		st.UnreadBehindParent, st.ParentWaitP50, st.ParentWaitP99, st.AfterParentP50, st.AfterParentP99)
 	p("| lag: of those, not behind a parent (the shard waiting for a lease) / their wait for a reader p50 / p99 | %d / %.2f s / %.2f s |\n",
 		st.UnreadNoParent, st.NoParentWaitP50, st.NoParentWaitP99)
+	p("| lag: steady-state records over %.0f s / of them: first read → commit the larger part; read past (a GetRecords a second or more after the write answered without it); an iterator opened on the shard between write and read (a lease changing hands, a reopening); a pause in the shard's reads / that pause p50 / p99 | %d / %d; %d; %d; %d / %.2f s / %.2f s |\n",
+		st.TailOver, st.TailN, st.TailCommit, st.TailUnseen, st.TailReopened, st.TailGap, st.TailGapP50, st.TailGapP99)
 	p("| lag: changes not committed by the live fleet %s after the writes ended (left to the drain) | %d |\n", r.SettleTook.Round(time.Second), r.Uncommitted)
+	if r.Uncommitted > 0 {
+		p("\nUncommitted changes the live fleet had read (none listed: never read with an effect): %s\n", strings.Join(r.UncommittedRead, "; "))
+	}
 	p("\nPer poller (coordinator calls through its own client: Query for the stream's leases and checkpoints, UpdateItem for leases and checkpoint moves):\n\n")
 	p("| poller | minutes | mean leases | Query / min | items read / min | UpdateItem / min |\n|---|---:|---:|---:|---:|---:|\n")
 	for _, fp := range r.PerPoller {

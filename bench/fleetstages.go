@@ -68,7 +68,47 @@ type LagStages struct {
 	UnreadBehindParent, UnreadNoParent                           int
 	ParentWaitP50, ParentWaitP99, AfterParentP50, AfterParentP99 float64
 	NoParentWaitP50, NoParentWaitP99                             float64
+	// The steady state's slow records (write → commit over TailOver),
+	// each put in the first class that explains it: Commit, its first
+	// read → commit the larger part; Unseen, read past (a GetRecords on
+	// its shard sent a second or more after its write answered without
+	// it: the stream's visibility, DynamoDB Local's or the emulation's);
+	// Reopened, an iterator on its shard opened between its write and its
+	// first read (the lease changed hands, or the reader reopened); Gap,
+	// none of these (no GetRecords on the shard for that long: the
+	// reader's backoff, throttling, a slow coordinator). TailGapP50/P99
+	// are the Gap and Reopened records' longest pause between two reads of
+	// their shard around the write. Tail is the worst of them, for the
+	// JSON.
+	TailOver                                             float64
+	TailN, TailCommit, TailUnseen, TailReopened, TailGap int
+	TailGapP50, TailGapP99                               float64
+	Tail                                                 []TailRecord `json:",omitempty"`
 }
+
+// TailRecord is one slow steady-state record: its shard, when it was
+// written (seconds from the start), its write → first read and first
+// read → commit, its class, and the reads of its shard around it.
+type TailRecord struct {
+	Shard            string
+	At, Read, Commit float64
+	Class            string
+	// ReadsBefore is the GetRecords on its shard answered in the second
+	// before its write; ReadsBetween those sent after its write that
+	// answered without it before its first read; ReaderGap the longest
+	// pause between two answered
+	// GetRecords of the shard in that span (with its edges); Opens the
+	// iterators opened on it in that span.
+	ReadsBefore, ReadsBetween, Opens int
+	ReaderGap                        float64
+}
+
+// tailOver is the lag over which a steady-state record is traced: the
+// target at the poller's default batching window (1 s plus 2 s).
+const tailOver = 3.0
+
+// tailKeep is how many of the slowest records the result lists.
+const tailKeep = 40
 
 // steadySettle is how long after the fleet first leased 90% of the open
 // shards the steady state is taken to start (cmd/poller's lease duration).
@@ -84,6 +124,14 @@ func (l *fleetLag) stageFigures(start time.Time, leased float64, parents map[str
 	for k, v := range l.ended {
 		ended[k] = v
 	}
+	calls := make(map[string][]readCall, len(l.calls))
+	for k, v := range l.calls {
+		calls[k] = v[:len(v):len(v)]
+	}
+	opens := make(map[string][]time.Time, len(l.opens))
+	for k, v := range l.opens {
+		opens[k] = v[:len(v):len(v)]
+	}
 	l.mu.Unlock()
 	var parentWait, afterParent, noParent []float64
 	st := LagStages{SteadyFrom: -1, UnreadMaxAt: -1}
@@ -93,12 +141,16 @@ func (l *fleetLag) stageFigures(start time.Time, leased float64, parents map[str
 		st.SteadyFrom = steadyFrom.Sub(start).Seconds()
 	}
 	var read, commit, startLag, steady, steadyRead, steadyCommit, unread, unreadWait []float64
+	var tail []TailRecord
 	for _, s := range samples {
 		r, c := s.read.Sub(s.wrote).Seconds(), s.committed.Sub(s.read).Seconds()
 		read, commit = append(read, r), append(commit, c)
 		inSteady := !steadyFrom.IsZero() && !s.wrote.Before(steadyFrom)
 		if inSteady {
 			steady, steadyRead, steadyCommit = append(steady, r+c), append(steadyRead, r), append(steadyCommit, c)
+			if r+c > tailOver {
+				tail = append(tail, traceTail(s, start, calls[s.shard], opens[s.shard]))
+			}
 		} else {
 			startLag = append(startLag, r+c)
 		}
@@ -131,7 +183,83 @@ func (l *fleetLag) stageFigures(start time.Time, leased float64, parents map[str
 	st.ParentWaitP50, st.ParentWaitP99 = quantile(parentWait, 0.50), quantile(parentWait, 0.99)
 	st.AfterParentP50, st.AfterParentP99 = quantile(afterParent, 0.50), quantile(afterParent, 0.99)
 	st.NoParentWaitP50, st.NoParentWaitP99 = quantile(noParent, 0.50), quantile(noParent, 0.99)
+	st.TailOver, st.TailN = tailOver, len(tail)
+	var gaps []float64
+	for _, t := range tail {
+		switch t.Class {
+		case "commit":
+			st.TailCommit++
+		case "unseen":
+			st.TailUnseen++
+		case "reopened":
+			st.TailReopened++
+			gaps = append(gaps, t.ReaderGap)
+		default:
+			st.TailGap++
+			gaps = append(gaps, t.ReaderGap)
+		}
+	}
+	st.TailGapP50, st.TailGapP99 = quantile(gaps, 0.50), quantile(gaps, 0.99)
+	sort.Slice(tail, func(i, j int) bool { return tail[i].Read+tail[i].Commit > tail[j].Read+tail[j].Commit })
+	st.Tail = tail[:min(len(tail), tailKeep)]
 	return st
+}
+
+// traceTail classifies one slow record by the reads of its shard (calls,
+// in the order answered) and the iterators opened on it (opens).
+func traceTail(s lagSample, start time.Time, calls []readCall, opens []time.Time) TailRecord {
+	r, c := s.read.Sub(s.wrote).Seconds(), s.committed.Sub(s.read).Seconds()
+	t := TailRecord{Shard: s.shard, At: s.wrote.Sub(start).Seconds(), Read: r, Commit: c}
+	// The reads sent from the write on and answered by the first read
+	// (its time is taken after the answer that returned the record): the
+	// last of them returned it, the others answered without it. The
+	// reader's pauses in [wrote, read]: between the last answer before
+	// the write and the next send, and so on.
+	var between []readCall
+	last := time.Time{}
+	for _, k := range calls {
+		switch {
+		case k.answered.Before(s.wrote):
+			if !k.answered.Before(s.wrote.Add(-time.Second)) {
+				t.ReadsBefore++
+			}
+			last = k.answered
+			continue
+		case k.answered.After(s.read):
+			continue
+		}
+		if !k.sent.Before(s.wrote) {
+			between = append(between, k)
+		}
+		if !last.IsZero() {
+			t.ReaderGap = max(t.ReaderGap, k.sent.Sub(last).Seconds())
+		}
+		last = k.answered
+	}
+	if len(between) > 0 {
+		between = between[:len(between)-1] // the read that returned it
+	}
+	t.ReadsBetween = len(between)
+	for _, k := range between {
+		if k.sent.Sub(s.wrote) >= time.Second {
+			t.Class = "unseen"
+		}
+	}
+	for _, o := range opens {
+		if o.After(s.wrote) && !o.After(s.read) {
+			t.Opens++
+		}
+	}
+	switch {
+	case c >= r:
+		t.Class = "commit"
+	case t.Class == "unseen":
+	case t.Opens > 0:
+		t.Class = "reopened"
+	default:
+		t.Class = "gap"
+	}
+	return t
 }
 
 // quantile is the nearest-rank q-quantile of v (0 when empty), as

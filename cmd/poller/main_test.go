@@ -123,6 +123,8 @@ func TestRun_FlagErrorsExitTwoAndHelpExitsZero(t *testing.T) {
 			[]string{"--max-idle-backoff 1s: want at least --idle-backoff 2s"}},
 		{"max idle backoff past an iterator's life", map[string]string{"LEDGER_MAX_IDLE_BACKOFF": "20m"}, nil,
 			[]string{"--max-idle-backoff 20m0s: want between 10ms and 10m0s"}},
+		{"offer watch too fast", nil, []string{"--offer-watch", "10ms"}, []string{"--offer-watch 10ms: want between 100ms and 1m0s"}},
+		{"offer watch not a duration", map[string]string{"LEDGER_OFFER_WATCH": "often"}, nil, []string{`--offer-watch "often": not a duration`}},
 		{"max held records", nil, []string{"--max-held-records", "0"}, []string{`--max-held-records "0": want a number from 1 to 10000000`}},
 		{"max held bytes under a page", nil, []string{"--max-held-bytes", "1000"}, []string{`--max-held-bytes "1000": want a number from 1048576 to 1099511627776`}},
 		{"max held records not a number", map[string]string{"LEDGER_MAX_HELD_RECORDS": "1GB"}, nil, []string{`--max-held-records "1GB"`}},
@@ -148,7 +150,7 @@ func TestRun_FlagErrorsExitTwoAndHelpExitsZero(t *testing.T) {
 	for _, f := range []string{"-table", "LEDGER_TABLE", "-metrics-addr", "LEDGER_METRICS_ADDR", ":9102", "-start-position", "TRIM_HORIZON",
 		"-idle-backoff", "-lease-duration", "-owner", "hostname-pid", "-log-format", "-drain", "-batch-records", "LEDGER_BATCH_RECORDS", "-batch-window", "LEDGER_BATCH_WINDOW",
 		"-max-idle-backoff", "LEDGER_MAX_IDLE_BACKOFF", "-max-held-records", "LEDGER_MAX_HELD_RECORDS",
-		"-max-held-bytes", "LEDGER_MAX_HELD_BYTES", "AWS_ENDPOINT_URL"} {
+		"-max-held-bytes", "LEDGER_MAX_HELD_BYTES", "-offer-watch", "LEDGER_OFFER_WATCH", "AWS_ENDPOINT_URL"} {
 		assert.Contains(t, errOut.String(), f)
 	}
 }
@@ -173,6 +175,28 @@ func TestParseFlags_BatchWindowAndBatchRecords(t *testing.T) {
 			require.NoError(t, err)
 			assert.Equal(t, tt.wantWindow, o.batchWindow)
 			assert.Equal(t, tt.wantBatch, o.batchRecords)
+		})
+	}
+}
+
+// The offer watch: flag over environment over the default; 0 turns it
+// off (-1 in poller.Config).
+func TestParseFlags_OfferWatch(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		env  map[string]string
+		args []string
+		want time.Duration
+	}{
+		{"default", nil, nil, poller.OfferWatchSetting.Default},
+		{"environment", map[string]string{"LEDGER_OFFER_WATCH": "500ms"}, nil, 500 * time.Millisecond},
+		{"flag over environment", map[string]string{"LEDGER_OFFER_WATCH": "500ms"}, []string{"--offer-watch", "5s"}, 5 * time.Second},
+		{"zero turns it off", nil, []string{"--offer-watch", "0"}, -1},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			o, err := parseFlags(tt.args, func(k string) string { return tt.env[k] }, io.Discard)
+			require.NoError(t, err)
+			assert.Equal(t, tt.want, o.offerWatch)
 		})
 	}
 }

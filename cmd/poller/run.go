@@ -60,6 +60,7 @@ type options struct {
 	rollups            bool // tenant roll-ups kept (--rollups, default true)
 	batchRecords       int
 	batchWindow        time.Duration // negative: no window
+	offerWatch         time.Duration // negative: off
 }
 
 const usageHead = `usage: poller [flags]
@@ -108,7 +109,7 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (op
 		host = "poller"
 	}
 	var describeRate string
-	var startPos, idle, maxIdle, held, heldBytes, scanPage, lease, cpEvery, discover, shutdown, level, batch, window string
+	var startPos, idle, maxIdle, held, heldBytes, scanPage, lease, cpEvery, discover, shutdown, level, batch, window, watch string
 	var errs []error
 	drainDefault, err := strconv.ParseBool(env("LEDGER_DRAIN", "false"))
 	if err != nil {
@@ -155,6 +156,8 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (op
 		"most `RECORDS` (1000 to 10000) folded into one commit batch: while a shard is behind, pages of 1,000 are read on into one batch, fewer report updates per record; up to 10 MB of records held per shard (env LEDGER_BATCH_RECORDS)")
 	fs.StringVar(&window, "batch-window", env("LEDGER_BATCH_WINDOW", poller.BatchWindowSetting.Default.String()),
 		"how long (a `DURATION`, at most 5m; 0 for none) a caught-up shard's reader holds the records it reads before committing them as one batch (bounded by --batch-records): fewer report writes per change, up to this much more lag (env LEDGER_BATCH_WINDOW)")
+	fs.StringVar(&watch, "offer-watch", env("LEDGER_OFFER_WATCH", poller.OfferWatchSetting.Default.String()),
+		"how often (a `DURATION`, 100ms to 1m; 0 for never) a poller reads its own worker item for leases handed to it, and takes them at once: a shard changing hands is read by nobody until its receiver takes it, up to two renewal intervals later without it. One consistent read of a small item each time (env LEDGER_OFFER_WATCH)")
 	fs.BoolVar(&o.drain, "drain", drainDefault,
 		"exit 0 once every shard is read to its current end and committed; takes over expired leases too (env LEDGER_DRAIN)")
 	fs.BoolVar(&o.rollups, "rollups", rollupsDefault,
@@ -235,6 +238,11 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (op
 		o.batchWindow = -1 // no window: every page is committed as it is read
 	} else {
 		durFlag(window, &o.batchWindow, poller.BatchWindowSetting)
+	}
+	if d, err := time.ParseDuration(watch); err == nil && d == 0 {
+		o.offerWatch = -1 // never: offers are taken at the round after the heartbeat that shows them
+	} else {
+		durFlag(watch, &o.offerWatch, poller.OfferWatchSetting)
 	}
 	durFlag(lease, &o.leaseDuration, poller.LeaseDurationSetting)
 	durFlag(cpEvery, &o.checkpointInterval, poller.CheckpointIntervalSetting)
@@ -317,6 +325,7 @@ func run(ctx context.Context, o options, awsOpts []func(*config.LoadOptions) err
 		NoRollups:          !o.rollups,
 		BatchRecords:       o.batchRecords,
 		BatchWindow:        o.batchWindow,
+		OfferWatch:         o.offerWatch,
 		IdleBackoff:        o.idleBackoff,
 		MaxIdleBackoff:     o.maxIdleBackoff,
 		MaxHeldRecords:     o.maxHeldRecords,

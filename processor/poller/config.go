@@ -130,6 +130,18 @@ type Config struct {
 	// reader of a closed shard never wait longer than IdleBackoff: they
 	// are waiting for an end, not for new writes.
 	MaxIdleBackoff time.Duration
+	// OfferWatch is how often a heartbeat poller reads its own worker item
+	// for leases offered to it (handed over by a poller over its share or
+	// leaving, children left for it), and takes them at once (default 1s;
+	// negative: never, offers are then taken at the round after the
+	// heartbeat whose answer shows them, up to two renewal intervals
+	// later). Each read is one consistent GetItem of a small item (1 read
+	// unit): about 86,400 a day per poller at the default, whatever the
+	// shards. While a lease changes hands its shard is read by nobody, so
+	// this is what a hand-over adds to the lag of the records written
+	// meanwhile (BENCHMARKS.md, "Session 21: the hand-over is the steady
+	// state's tail").
+	OfferWatch time.Duration
 	// MaxHeldRecords is the poller's budget of stream records in memory,
 	// across every shard it reads (default 20,000): the records of the
 	// GetRecords calls in flight (counted at their Limit before the call),
@@ -245,6 +257,7 @@ var (
 	MinReadIntervalSetting    = Setting[time.Duration]{"min-read-interval", 200 * time.Millisecond, 0, time.Minute}
 	IdleBackoffSetting        = Setting[time.Duration]{"idle-backoff", time.Second, 10 * time.Millisecond, 5 * time.Minute}
 	MaxIdleBackoffSetting     = Setting[time.Duration]{"max-idle-backoff", 10 * time.Second, 10 * time.Millisecond, 10 * time.Minute}
+	OfferWatchSetting         = Setting[time.Duration]{"offer-watch", time.Second, 100 * time.Millisecond, time.Minute}
 	MaxHeldRecordsSetting     = Setting[int]{"max-held-records", 20000, 1, 10_000_000}
 	MaxHeldBytesSetting       = Setting[int]{"max-held-bytes", 32 << 20, pageBytes, 1 << 40}
 	ThrottleBackoffSetting    = Setting[time.Duration]{"throttle-backoff", 200 * time.Millisecond, time.Millisecond, time.Minute}
@@ -321,6 +334,9 @@ func (c Config) withDefaults() (Config, error) {
 	dur(&c.MaxIdleBackoff, MaxIdleBackoffSetting)
 	if c.MaxIdleBackoff < c.IdleBackoff {
 		errs = append(errs, fmt.Errorf("max idle backoff %s: want at least the idle backoff %s", c.MaxIdleBackoff, c.IdleBackoff))
+	}
+	if c.OfferWatch >= 0 {
+		dur(&c.OfferWatch, OfferWatchSetting)
 	}
 	check(&c.MaxHeldRecords, MaxHeldRecordsSetting)
 	check(&c.LeaseScanPage, LeaseScanPageSetting)

@@ -105,7 +105,9 @@
 //   - hand-off: the owner writes owner = the new owner, counter + 1
 //     (condition owner = me and counter = mine) after the batch in hand is
 //     committed, and names the shard in the new owner's worker item
-//     (offers); the new owner takes it at its next round. A drain asks
+//     (offers); the new owner takes it at once, its offer watch reading
+//     its worker item every Config.OfferWatch (1 s), or at its next round
+//     without the watch. A drain asks
 //     for leases instead (pendingOwner, condition: owner and counter as
 //     seen, no pending yet); the owner sees the ask in its next renewal's
 //     answer. A dead receiver only delays the shard by one lease expiry.

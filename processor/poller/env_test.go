@@ -49,7 +49,7 @@ import (
 // (review_s20_joiner_test.go: three, J1's two cases each), and four to spare. A test that gets a later table is slow enough for
 // 3-second leases to expire, so an exhausted pool fails the test
 // (ddbtest.Pool.Table).
-var tables = ddbtest.Pool{Size: 94}
+var tables = ddbtest.Pool{Size: 95}
 
 func newTableName(t testing.TB) string { return tables.Table(t) }
 

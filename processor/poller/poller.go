@@ -87,14 +87,18 @@ type Poller struct {
 	// beatUntil is the send time of the last heartbeat that landed +
 	// LeaseDuration (mono: nanos since epoch, on the monotonic clock), written by the heartbeat goroutine
 	// (heartbeater), read by the readers' watchdogs and the coordinator.
-	beatUntil  atomic.Int64
-	compat     atomic.Bool      // a live poller that renews every lease is in the registry: renew ours too
-	fencedOut  atomic.Bool      // a heartbeat was refused by a fence: the coordinator rejoins
-	paused     bool             // the heartbeat's validity ended with leases held: readers stopped (checkPause)
-	heldN      atomic.Int64     // leases held, for the heartbeat's held count
-	hbMu       sync.Mutex       // guards hbAnswer
-	hbAnswer   *table.Worker    // the last heartbeat's answer not yet seen by the coordinator
-	hbStop     func()           // stops the heartbeat goroutine and waits for it
+	beatUntil atomic.Int64
+	compat    atomic.Bool   // a live poller that renews every lease is in the registry: renew ours too
+	fencedOut atomic.Bool   // a heartbeat was refused by a fence: the coordinator rejoins
+	paused    bool          // the heartbeat's validity ended with leases held: readers stopped (checkPause)
+	heldN     atomic.Int64  // leases held, for the heartbeat's held count
+	hbMu      sync.Mutex    // guards hbAnswer
+	hbAnswer  *table.Worker // the last heartbeat's answer not yet seen by the coordinator
+	hbStop    func()        // stops the heartbeat goroutine and waits for it
+	// offered carries the offers the offer watch (watchOffers) read in
+	// this poller's worker item to the coordinator, which takes them at
+	// once (offerPass); the newest replaces one not yet taken.
+	offered    chan []string
 	fenced     map[string]int64 // owners this poller fenced, at the beat it saw unchanged
 	registryAt time.Time        // when the registry was last read
 	// registrySent is the send time of the last registry read that
@@ -201,6 +205,7 @@ func New(streams Streams, api Table, proc *processor.Processor, cfg Config, metr
 
 		describe:    newDescribeBudget(cfg.DescribeRate, metrics),
 		supersededC: make(chan struct{}),
+		offered:     make(chan []string, 1),
 	}, nil
 }
 
@@ -241,6 +246,12 @@ func (p *Poller) Run(ctx context.Context) error {
 	if err := p.pass(ctx, true); err != nil {
 		runErr = err
 	}
+	if !p.cfg.Drain && p.cfg.OfferWatch > 0 {
+		wctx, stopWatch := context.WithCancel(ctx)
+		watchDone := make(chan struct{})
+		go func() { defer close(watchDone); p.watchOffers(wctx) }()
+		defer func() { stopWatch(); <-watchDone }()
+	}
 	for runErr == nil && ctx.Err() == nil && p.superseded.Load() == nil {
 		if p.cfg.Drain && p.drainComplete() {
 			if !p.listed.Before(p.lastStop) {
@@ -262,6 +273,8 @@ func (p *Poller) Run(ctx context.Context) error {
 		case <-tick.C:
 			runErr = p.pass(ctx, true)
 			tick.Reset(p.nextRound())
+		case offers := <-p.offered:
+			p.offerPass(ctx, offers)
 		case r := <-p.done:
 			p.readerDone(ctx, r)
 			switch {

@@ -35,7 +35,8 @@ import (
 //     rest to a poller under it.
 //   - Balance: a poller over its share hands the excess over gracefully
 //     (the batch in hand committed first) to pollers under it, named in
-//     their worker items' offers, which they take at their next round; a
+//     their worker items' offers, which they take at once (the offer
+//     watch: watchOffers) or at their next round; a
 //     poller leaving hands all its leases over the same way. A poller takes
 //     nothing before its second read of the registry, one round after it
 //     registered, so that pollers starting together see each other first.
@@ -229,6 +230,58 @@ func (p *Poller) takeUnlisted(ctx context.Context) {
 		return
 	}
 	p.takeOffers(ctx, p.newKids)
+	p.startReaders(ctx)
+}
+
+// watchOffers reads this poller's worker item every OfferWatch and hands
+// the offers it shows to the coordinator (offerPass), until ctx ends. A
+// lease handed over is read by nobody from its giver's release to its
+// receiver's take; learnt from the heartbeat's answer, the take came at
+// the round after it, up to two renewal intervals (13 s at 20 s leases)
+// after the release: at 1,000 shards the steady state's slowest records
+// were all on shards changing hands (BENCHMARKS.md, "Session 21: the
+// hand-over is the steady state's tail"). Only a heartbeat poller
+// watches (a poller renewing every lease writes its item, and reads the
+// offers, every round) and only while it is neither fenced nor another
+// process's name; the read is consistent, so that offers cleared are
+// not taken again. An offer is a hint (claim H1): takeOffers reads each
+// lease and takes it by its own conditional write, under every gate of
+// takeLeases.
+func (p *Poller) watchOffers(ctx context.Context) {
+	t := time.NewTicker(p.cfg.OfferWatch)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if !p.heartbeats() || p.fencedOut.Load() || p.superseded.Load() != nil || p.born.Load() == 0 {
+			continue
+		}
+		w, err := p.store.readWorker(ctx, p.cfg.Owner)
+		if err != nil || len(w.Offers) == 0 || w.Incarnation != p.inc {
+			continue // an error: the heartbeat's answer brings the offers at the next round
+		}
+		select { // the newest offers replace those not taken yet
+		case <-p.offered:
+		default:
+		}
+		p.offered <- w.Offers
+	}
+}
+
+// offerPass takes the offers the offer watch read, at once rather than at
+// the next round, and starts their readers. Not while stopping (the
+// shutdown hands leases over, it takes none).
+func (p *Poller) offerPass(ctx context.Context, offers []string) {
+	if p.stopping || p.superseded.Load() != nil {
+		return
+	}
+	defer p.gauges()
+	p.takesFrom = time.Time{}
+	p.offers = offers
+	p.takeOffers(ctx, nil)
 	p.startReaders(ctx)
 }
 

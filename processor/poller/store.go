@@ -278,14 +278,21 @@ func (s *store) heartbeat(ctx context.Context, owner, inc string, held int, hb, 
 // claimed is the incarnation owner's worker item names now ("" for none,
 // or no item), read consistently: what a claim is conditional on.
 func (s *store) claimed(ctx context.Context, owner string) (string, error) {
-	item, err := s.readItem(ctx, aggregates.WorkerKey(s.streamARN, owner))
+	w, err := s.readWorker(ctx, owner)
 	if err != nil {
 		return "", fmt.Errorf("reading the worker item before claiming it: %w", err)
 	}
-	if item == nil {
-		return "", nil
+	return w.Incarnation, nil
+}
+
+// readWorker reads owner's worker item (consistent); absent, the zero
+// Worker.
+func (s *store) readWorker(ctx context.Context, owner string) (table.Worker, error) {
+	item, err := s.readItem(ctx, aggregates.WorkerKey(s.streamARN, owner))
+	if err != nil || item == nil {
+		return table.Worker{}, err
 	}
-	return table.DecodeWorker(item).Incarnation, nil
+	return table.DecodeWorker(item), nil
 }
 
 // rejoin clears the fence on this poller's worker item with a heartbeat

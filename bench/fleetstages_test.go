@@ -1,0 +1,46 @@
+package bench
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+)
+
+// A slow steady-state record is put in the class that explains it, from
+// the reads of its shard and the iterators opened on it.
+func TestTraceTail_ClassifiesByItsShardsReads(t *testing.T) {
+	t0 := time.Date(2026, 11, 27, 10, 0, 0, 0, time.UTC)
+	at := func(s float64) time.Time { return t0.Add(time.Duration(s * float64(time.Second))) }
+	call := func(sent, answered float64) readCall { return readCall{sent: at(sent), answered: at(answered)} }
+	// Written at 10 s; first read at 15 s.
+	sample := func(commit float64) lagSample {
+		return lagSample{wrote: at(10), read: at(15), committed: at(15 + commit), shard: "s"}
+	}
+	tests := []struct {
+		name   string
+		commit float64
+		calls  []readCall
+		opens  []time.Time
+		class  string
+		gap    float64
+		reads  int
+	}{
+		{"commit the larger part", 6, []readCall{call(9.5, 9.6), call(14.9, 15)}, nil, "commit", 5.3, 0},
+		{"read past", 1, []readCall{call(9.5, 9.6), call(11.5, 11.6), call(14.9, 15)}, nil, "unseen", 3.3, 1},
+		{"a read just after the write is not read past", 1, []readCall{call(9.5, 9.6), call(10.2, 10.3), call(14.9, 15)}, nil, "gap", 4.6, 1},
+		{"reopened: the read that returned it is not read past", 1, []readCall{call(9.5, 9.6), call(14.9, 15)}, []time.Time{at(14.8)}, "reopened", 5.3, 0},
+		{"an open before the write is not a reopening", 1, []readCall{call(9.5, 9.6), call(14.9, 15)}, []time.Time{at(9)}, "gap", 5.3, 0},
+		{"a pause", 1, []readCall{call(8, 8.1), call(9.5, 9.6), call(14.9, 15), call(15.5, 15.6)}, nil, "gap", 5.3, 0},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got := traceTail(sample(tc.commit), t0, tc.calls, tc.opens)
+			assert.Equal(t, tc.class, got.Class)
+			assert.InDelta(t, tc.gap, got.ReaderGap, 1e-9, "the longest pause between reads")
+			assert.Equal(t, tc.reads, got.ReadsBetween, "reads that answered without it")
+			assert.Equal(t, 1, got.ReadsBefore, "the read answered in the second before the write")
+			assert.InDelta(t, 10.0, got.At, 1e-9)
+		})
+	}
+}
