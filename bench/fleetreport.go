@@ -74,10 +74,12 @@ func (r *FleetResult) Markdown(w io.Writer) {
 		p("\nUncommitted changes the live fleet had read (none listed: never read with an effect): %s\n", strings.Join(r.UncommittedRead, "; "))
 	}
 	p("\nPer poller (coordinator calls through its own client: Query for the stream's leases and checkpoints, UpdateItem for leases and checkpoint moves):\n\n")
-	p("| poller | minutes | mean leases | Query / min | items read / min | UpdateItem / min |\n|---|---:|---:|---:|---:|---:|\n")
+	p("| poller | minutes | mean leases | Query / min | items read / min | UpdateItem / min | leases acquired / handed off / taken over / expired |\n|---|---:|---:|---:|---:|---:|---|\n")
 	for _, fp := range r.PerPoller {
 		m := max(fp.Minutes, 1e-9)
-		p("| %s | %.1f | %.0f | %.0f | %.0f | %.0f |\n", fp.Owner, fp.Minutes, fp.MeanLeases, float64(fp.Queries)/m, float64(fp.ItemsRead)/m, float64(fp.Writes)/m)
+		e := fp.LeaseEvents
+		p("| %s | %.1f | %.0f | %.0f | %.0f | %.0f | %d / %d / %d / %d |\n", fp.Owner, fp.Minutes, fp.MeanLeases, float64(fp.Queries)/m, float64(fp.ItemsRead)/m, float64(fp.Writes)/m,
+			e["acquired"], e["handed_off"], e["taken_over"], e["expired"])
 	}
 	if len(r.Errors) > 0 {
 		p("\nErrors: %s\n", strings.Join(r.Errors, "; "))

@@ -32,17 +32,23 @@ func newLagClock() *lagClock { return &lagClock{pending: map[string]time.Time{}}
 
 // writeTime returns the record's updatedAt when it changes a report.
 func writeTime(r processor.Record) (time.Time, bool) {
-	old, new := processor.Transactions(r)
-	if new == nil {
-		return time.Time{}, false
-	}
-	f := aggregates.NewFold()
-	f.AddChange(old, new)
-	if len(f.Keys()) == 0 {
+	if !changesAReport(r) {
 		return time.Time{}, false
 	}
 	t, err := time.Parse(time.RFC3339Nano, str(r.NewImage["updatedAt"]))
 	return t, err == nil
+}
+
+// changesAReport reports whether r has a new image whose change moves a
+// report (a modify that puts back a category it had moves none).
+func changesAReport(r processor.Record) bool {
+	old, new := processor.Transactions(r)
+	if new == nil {
+		return false
+	}
+	f := aggregates.NewFold()
+	f.AddChange(old, new)
+	return len(f.Keys()) > 0
 }
 
 func (c *lagClock) read(recs []processor.Record) {
