@@ -135,9 +135,13 @@ type Config struct {
 	// leaving, children left for it), and takes them at once (default 1s;
 	// negative: never, offers are then taken at the round after the
 	// heartbeat whose answer shows them, up to two renewal intervals
-	// later). Each read is one consistent GetItem of a small item (1 read
-	// unit): about 86,400 a day per poller at the default, whatever the
-	// shards. While a lease changes hands its shard is read by nobody, so
+	// later). Not while the poller's validity has ended, nor while it
+	// renews every lease item (compat), nor before a LATEST start is
+	// decided: those offers wait for the round (docs/exactly-once.md,
+	// review of session 21). Each read is one consistent read of one small
+	// item (a Query of its key: 1 read unit up to 4 KB; 2 while a joiner's
+	// item holds over a hundred offers): about 86,400 a day per poller at
+	// the default. While a lease changes hands its shard is read by nobody, so
 	// this is what a hand-over adds to the lag of the records written
 	// meanwhile (BENCHMARKS.md, "Session 21: the hand-over is the steady
 	// state's tail").

@@ -46,10 +46,12 @@ import (
 // review_s19_d34_test.go), the share review's R2 (no longer gated), those
 // of the review of session 20 (review_s20_test.go: three), a joiner's
 // takes before its first listing (joiner_test.go: one) and their review
-// (review_s20_joiner_test.go: three, J1's two cases each), and four to spare. A test that gets a later table is slow enough for
+// (review_s20_joiner_test.go: three, J1's two cases each), the offer watch
+// (offerwatch_test.go: one) and its review (review_s21_watch_test.go:
+// three), and four to spare. A test that gets a later table is slow enough for
 // 3-second leases to expire, so an exhausted pool fails the test
 // (ddbtest.Pool.Table).
-var tables = ddbtest.Pool{Size: 95}
+var tables = ddbtest.Pool{Size: 98}
 
 func newTableName(t testing.TB) string { return tables.Table(t) }
 

@@ -242,11 +242,14 @@ func (p *Poller) takeUnlisted(ctx context.Context) {
 // were all on shards changing hands (BENCHMARKS.md, "Session 21: the
 // hand-over is the steady state's tail"). Only a heartbeat poller
 // watches (a poller renewing every lease writes its item, and reads the
-// offers, every round) and only while it is neither fenced nor another
-// process's name; the read is consistent, so that offers cleared are
-// not taken again. An offer is a hint (claim H1): takeOffers reads each
-// lease and takes it by its own conditional write, under every gate of
-// takeLeases.
+// offers, every round; so does one in compat, whose takes its rounds
+// renew) and only while it may take: born, neither fenced nor another
+// process's name, its validity running (offerPass). The read is
+// consistent: offers whose clear was answered before it was sent are not
+// read again (one read in flight meanwhile may show them: offerPass
+// finds them held, and clears them once more). An offer is a hint (claim
+// H1): takeOffers reads each lease and takes it by its own conditional
+// write, under every gate of takeLeases.
 func (p *Poller) watchOffers(ctx context.Context) {
 	t := time.NewTicker(p.cfg.OfferWatch)
 	defer t.Stop()
@@ -256,7 +259,8 @@ func (p *Poller) watchOffers(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		if !p.heartbeats() || p.fencedOut.Load() || p.superseded.Load() != nil || p.born.Load() == 0 {
+		if !p.heartbeats() || p.compat.Load() || p.fencedOut.Load() || p.superseded.Load() != nil || p.born.Load() == 0 ||
+			!time.Now().Before(fromMono(p.beatUntil.Load())) {
 			continue
 		}
 		w, err := p.store.readWorker(ctx, p.cfg.Owner)
@@ -272,10 +276,33 @@ func (p *Poller) watchOffers(ctx context.Context) {
 }
 
 // offerPass takes the offers the offer watch read, at once rather than at
-// the next round, and starts their readers. Not while stopping (the
-// shutdown hands leases over, it takes none).
+// the next round, and starts their readers. It does nothing, and leaves
+// the offers in the worker item for the round after the next heartbeat,
+// where a take here would go wrong (the review of the offer watch,
+// session 21):
+//   - while stopping (the shutdown hands leases over, it takes none) or
+//     superseded (HB6);
+//   - while this poller's validity has ended (paused, or fenced before its
+//     heartbeat learns it): takeLeases would refuse every take and the
+//     offers be cleared untaken, where before the watch they waited in
+//     the item for the heartbeat that ends the pause (S21-W1);
+//   - at a LATEST start not yet decided (readAll): a take would read its
+//     shard from its trim horizon, and a commit of it make the stream
+//     look started (S21-W2; takeUnlisted's gate);
+//   - while it renews every lease item (compat): its takes are held from
+//     their send until the round that renews them, and the round bounds
+//     its takes to half a renewal interval (takeTurn) so that they are
+//     renewed in time; a pass between rounds started another wave before
+//     that renewal (S21-W3; review of session 19, R19-3).
 func (p *Poller) offerPass(ctx context.Context, offers []string) {
-	if p.stopping || p.superseded.Load() != nil {
+	switch {
+	case p.stopping || p.superseded.Load() != nil:
+		return
+	case p.fencedOut.Load() || !time.Now().Before(fromMono(p.beatUntil.Load())):
+		return
+	case p.cfg.StartPosition == Latest && !p.latestChecked:
+		return
+	case p.renewsLeases():
 		return
 	}
 	defer p.gauges()
