@@ -60,6 +60,14 @@ const (
 	// (also counted as transaction_conflict). Many of them say the item
 	// is hot: docs/exactly-once.md, "What it costs", striping.
 	ConflictApplied = "applied"
+	// ConflictStagingGone: a plan-layout-6 delta group found its staging
+	// item gone (or at another lastGroup) while the checkpoint still named
+	// the group: the delta was put without the staged branch transitions
+	// (docs/exactly-once.md, "The staging item"). Counted, and logged at
+	// error level, when that degraded transaction lands; branches is then
+	// off for the item's periods: reconcile names it, the quiescent repair
+	// heals it.
+	ConflictStagingGone = "staging_gone"
 )
 
 // Reasons of ledger_parked_deltas_total: why a report item's update was
@@ -173,7 +181,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			m.Records.WithLabelValues(ev, o)
 		}
 	}
-	for _, r := range []string{ConflictDuplicate, ConflictConditionFailed, ConflictTransactionConflict, ConflictShortRedelivery, ConflictAbandonedBatch, ConflictMigrationFence, ConflictLegacyCheckpoint, ConflictNewerDeltaFormat, ConflictUnchangedItem, ConflictApplied} {
+	for _, r := range []string{ConflictDuplicate, ConflictConditionFailed, ConflictTransactionConflict, ConflictShortRedelivery, ConflictAbandonedBatch, ConflictMigrationFence, ConflictLegacyCheckpoint, ConflictNewerDeltaFormat, ConflictUnchangedItem, ConflictApplied, ConflictStagingGone} {
 		m.Conflicts.WithLabelValues(r)
 	}
 	for _, r := range []string{ParkedTooLarge, ParkedMalformed, ParkedRefused} {
