@@ -208,7 +208,8 @@ func (c *commit6) appliedWrites(coord string) ([]ddbtypes.TransactWriteItem, []t
 // for a parked part); a delta put carries the plan's figures and, as
 // branches, the staged values read plus the group's own contributors'.
 // A period zero in figures and branches is left out of the put (the
-// digest binds the item's key and planned figures, not its map).
+// digest binds the item's key and planned figures, not its map), and an
+// item left with no period is not put.
 func (c *commit6) rollupWrites(p *Processor, parts []part, transitions []int64, items []ddbtypes.TransactWriteItem, owner []int, deltas []aggregates.Key, now time.Time) ([]ddbtypes.TransactWriteItem, []int, []aggregates.Key) {
 	own := map[int]map[string]int64{}
 	for i, s := range c.contrib {
@@ -252,6 +253,15 @@ func (c *commit6) rollupWrites(p *Processor, parts []part, transitions []int64, 
 			if !nd.IsZero() {
 				periods[per] = nd
 			}
+		}
+		if len(periods) == 0 {
+			// Every period zero in figures and branches (a branches-only
+			// item whose contributors crossed no zero): nothing to fold, so
+			// no item. (build, session 21) The design put it with an empty
+			// periods map; DynamoDB Local's stream hands such an INSERT
+			// over with its periods attribute mangled (a string), which
+			// the lane's consumer quarantines as shape and never folds.
+			continue
 		}
 		item := table.EncodeRollupDelta(it.key(c.p.batch), it.rg.Currency, periods, at)
 		items = append(items, ddbtypes.TransactWriteItem{Put: table.PutRollupDelta(p.cfg.Table, item)})

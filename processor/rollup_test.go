@@ -285,10 +285,11 @@ func (c *consumer) drain() {
 	c.t.Helper()
 	for i := 0; ; i++ {
 		c.pass()
-		if readRollups(c.t, c.e).lane == 0 {
+		st := readRollups(c.t, c.e)
+		if st.lane == 0 {
 			return
 		}
-		require.Less(c.t, i, 5, "roll-up deltas still unfolded after 5 passes")
+		require.Less(c.t, i, 5, "roll-up deltas still unfolded after 5 passes: %v", st.deltaKeys)
 	}
 }
 
