@@ -32,6 +32,7 @@ import (
 type layout6Writes struct {
 	stagingPuts, stagingUpdates, stagingDeletes int
 	openAdds, openDeletes                       int
+	plans                                       map[string]bool // the plan strings of the batches claimed
 }
 
 // recordingAPI passes every call on and keeps what the transactions
@@ -65,6 +66,14 @@ func (r *recordingAPI) TransactWriteItems(ctx context.Context, in *dynamodb.Tran
 			r.w.openAdds++
 		case it.Update != nil && strings.Contains(aws.ToString(it.Update.UpdateExpression), "DELETE #o"):
 			r.w.openDeletes++
+		}
+		if it.Update != nil {
+			if plan, ok := table.String(it.Update.ExpressionAttributeValues, ":plan"); ok {
+				if r.w.plans == nil {
+					r.w.plans = map[string]bool{}
+				}
+				r.w.plans[plan] = true
+			}
 		}
 	}
 	return out, nil
@@ -161,6 +170,7 @@ func TestBatch6_SeveralGroupsCommitExactlyAndCountEveryRecord(t *testing.T) {
 	res, err := p.Process(ctx, g, recs)
 	require.NoError(t, err)
 	assert.Greater(t, res.Runs, 3, "a first run and a batch of several groups")
+	assert.Equal(t, map[string]bool{"12/2/6/32": true}, api.w.plans)
 	assert.Positive(t, api.w.stagingPuts, "transitions staged by a group before their item's")
 	assert.Equal(t, api.w.stagingPuts, api.w.stagingDeletes, "each staging item put once (kfirst) and deleted once")
 	assert.Positive(t, api.w.openAdds, "branches whose parts span groups are opened")
@@ -335,7 +345,7 @@ func TestBatch6_Layout4PendingBatchIsFinishedAsPlannedUncounted(t *testing.T) {
 	_, err = p.Process(context.Background(), g, recs)
 	require.NoError(t, err)
 	assert.False(t, g.Pending())
-	assert.Equal(t, layout6Writes{}, api.w, "no staging write, no open mark")
+	assert.Equal(t, layout6Writes{}, api.w, "no staging write, no open mark, no new batch claimed")
 	claims := laneClaims(t, e)
 	assert.Positive(t, claims["g"])
 	assert.Zero(t, claims["b"]+claims["t"], "no layout-6 delta item")
@@ -349,5 +359,29 @@ func TestBatch6_Layout4PendingBatchIsFinishedAsPlannedUncounted(t *testing.T) {
 	assert.Equal(t, int64(1), counted, "the first run's record alone: the layout-4 batch is finished uncounted")
 	newConsumer(t, e, "batch", nil, processor.Config{}).drain()
 	requireRollupsExact(t, e, true)
+	e.requireReconciled(t)
+}
+
+// Roll-ups off (Config.NoRollups): batches are planned 12/2/6/0 and count
+// every record, with open marks, and put no roll-up delta and no staging
+// item.
+func TestBatch6_RollupsOffCountsToo(t *testing.T) {
+	e := newEnv(t)
+	batch6Txs(t, e, 120)
+	_, recs := e.records(t)
+	api := &recordingAPI{DynamoDB: e.ddb}
+	p, err := processor.New(api, processor.Config{Table: e.table, BaseBackoff: time.Millisecond, MaxBackoff: 2 * time.Millisecond,
+		MaxItemsPerRun: 12, MaxEntriesPerItem: 2, NoRollups: true}, nil)
+	require.NoError(t, err)
+	g := p.ShardGuard(e.streamARN, shardOf(t, e))
+	g.CommitBatches()
+	_, err = p.Process(context.Background(), g, recs)
+	require.NoError(t, err)
+	assert.Equal(t, map[string]bool{"12/2/6/0": true}, api.w.plans)
+	assert.Zero(t, api.w.stagingPuts+api.w.stagingUpdates+api.w.stagingDeletes, "no staging")
+	assert.Positive(t, api.w.openAdds, "branches whose parts span groups are opened")
+	assert.Equal(t, api.w.openAdds, api.w.openDeletes)
+	assert.Zero(t, readRollups(t, e).lane, "no roll-up delta")
+	requireEveryRecordCounted(t, e)
 	e.requireReconciled(t)
 }
