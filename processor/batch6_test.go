@@ -385,3 +385,38 @@ func TestBatch6_RollupsOffCountsToo(t *testing.T) {
 	requireEveryRecordCounted(t, e)
 	e.requireReconciled(t)
 }
+
+// Every transaction of a layout-6 batch lands with its answer lost (its
+// retry finds the claim taken and the guard read again goes on from the
+// next group): counts, open marks, staging writes and deltas each land
+// once; no staging item is taken for gone.
+func TestBatch6_EveryGroupsAnswerLostLandsEachWriteOnce(t *testing.T) {
+	e := newEnv(t)
+	batch6Txs(t, e, 90)
+	_, recs := e.records(t)
+	var calls atomic.Int64
+	e.faults.Decide = func(op string) ledgertest.Fault {
+		if op == "TransactWriteItems" && calls.Add(1)%2 == 1 {
+			return ledgertest.LoseAnswer
+		}
+		return ledgertest.Pass
+	}
+	reg := prometheus.NewRegistry()
+	api := &recordingAPI{DynamoDB: e.faulty}
+	p, err := processor.New(api, processor.Config{Table: e.table, BaseBackoff: time.Millisecond, MaxBackoff: 2 * time.Millisecond,
+		MaxItemsPerRun: 12, MaxEntriesPerItem: 2}, processor.NewMetrics(reg))
+	require.NoError(t, err)
+	g := p.ShardGuard(e.streamARN, shardOf(t, e))
+	g.CommitBatches()
+	_, err = p.Process(context.Background(), g, recs)
+	require.NoError(t, err)
+	e.faults.Decide = nil
+	assert.False(t, g.Pending())
+	assert.Positive(t, testutil.ToFloat64(p.Metrics().Conflicts.WithLabelValues(processor.ConflictDuplicate)), "the lost answers were met")
+	assert.Zero(t, testutil.ToFloat64(p.Metrics().Conflicts.WithLabelValues(processor.ConflictStagingGone)))
+	requireRollupsExact(t, e, true)
+	requireEveryRecordCounted(t, e)
+	newConsumer(t, e, "batch", nil, processor.Config{}).drain()
+	requireRollupsExact(t, e, true)
+	e.requireReconciled(t)
+}
