@@ -15,7 +15,8 @@ import (
 // item, so that the meter knows every item's size before and after each
 // write without reading it back. It covers what the approaches and the
 // project's consumers send: SET with paths, #names, :values, + and −,
-// if_not_exists and list_append; REMOVE; ADD of numbers. Conditions are not
+// if_not_exists and list_append; REMOVE; ADD of numbers and of sets, and
+// DELETE from sets (the applied items' `open` marks). Conditions are not
 // evaluated: DynamoDB decides them, and the meter applies a write only once
 // DynamoDB accepted it.
 
@@ -101,6 +102,62 @@ func (o arith) eval(item map[string]ddbtypes.AttributeValue) (ddbtypes.Attribute
 	return &ddbtypes.AttributeValueMemberN{Value: x.Add(y).String()}, nil
 }
 
+// isSet reports whether v is a string or number set.
+func isSet(v ddbtypes.AttributeValue) bool {
+	switch v.(type) {
+	case *ddbtypes.AttributeValueMemberSS, *ddbtypes.AttributeValueMemberNS:
+		return true
+	}
+	return false
+}
+
+// setMembers returns the members of a string or number set and a
+// constructor of a set of the same type.
+func setMembers(v ddbtypes.AttributeValue) ([]string, func([]string) ddbtypes.AttributeValue, bool) {
+	switch s := v.(type) {
+	case *ddbtypes.AttributeValueMemberSS:
+		return s.Value, func(m []string) ddbtypes.AttributeValue { return &ddbtypes.AttributeValueMemberSS{Value: m} }, true
+	case *ddbtypes.AttributeValueMemberNS:
+		return s.Value, func(m []string) ddbtypes.AttributeValue { return &ddbtypes.AttributeValueMemberNS{Value: m} }, true
+	}
+	return nil, nil, false
+}
+
+// setUnion is ADD of set b to set a (both of one type).
+func setUnion(a, b ddbtypes.AttributeValue) (ddbtypes.AttributeValue, error) {
+	am, mk, ok := setMembers(a)
+	bm, _, okb := setMembers(b)
+	if !ok || !okb || fmt.Sprintf("%T", a) != fmt.Sprintf("%T", b) {
+		return nil, errors.New("ADD of a set to an attribute of another type")
+	}
+	out := slices.Clone(am)
+	for _, m := range bm {
+		if !slices.Contains(out, m) {
+			out = append(out, m)
+		}
+	}
+	return mk(out), nil
+}
+
+// setMinus is DELETE of set b from set a: nil when nothing is left.
+func setMinus(a, b ddbtypes.AttributeValue) (ddbtypes.AttributeValue, error) {
+	am, mk, ok := setMembers(a)
+	bm, _, okb := setMembers(b)
+	if !ok || !okb || fmt.Sprintf("%T", a) != fmt.Sprintf("%T", b) {
+		return nil, errors.New("DELETE of a set from an attribute of another type")
+	}
+	var out []string
+	for _, m := range am {
+		if !slices.Contains(bm, m) {
+			out = append(out, m)
+		}
+	}
+	if len(out) == 0 {
+		return nil, nil
+	}
+	return mk(out), nil
+}
+
 func number(v ddbtypes.AttributeValue) (decimal.Decimal, error) {
 	n, ok := v.(*ddbtypes.AttributeValueMemberN)
 	if !ok {
@@ -164,8 +221,26 @@ func applyUpdate(item map[string]ddbtypes.AttributeValue, expr string, names map
 				break
 			}
 			var sum ddbtypes.AttributeValue
-			if sum, err = (arith{op: '+', a: valueOperand{cur}, b: valueOperand{results[i]}}).eval(nil); err == nil {
+			if isSet(results[i]) {
+				sum, err = setUnion(cur, results[i])
+			} else {
+				sum, err = (arith{op: '+', a: valueOperand{cur}, b: valueOperand{results[i]}}).eval(nil)
+			}
+			if err == nil {
 				err = set(out, a.path, sum)
+			}
+		case "DELETE":
+			cur, ok := get(out, a.path)
+			if !ok {
+				break // nothing to delete from
+			}
+			var left ddbtypes.AttributeValue
+			if left, err = setMinus(cur, results[i]); err == nil {
+				if left == nil {
+					remove(out, a.path) // an empty set is no attribute
+				} else {
+					err = set(out, a.path, left)
+				}
 			}
 		default:
 			err = fmt.Errorf("%s is not supported", a.kind)

@@ -72,6 +72,7 @@ func TestApplyUpdate_EvaluatesWhatTheConsumersSend(t *testing.T) {
 	item := map[string]ddbtypes.AttributeValue{
 		"PK": sAV("p"), "SK": sAV("s"), "n": nAV("1.5"),
 		"m": mapAV("k", mapAV("i", nAV("2"))), "l": &ddbtypes.AttributeValueMemberL{Value: []ddbtypes.AttributeValue{sAV("a")}},
+		"s": &ddbtypes.AttributeValueMemberSS{Value: []string{"w", "y"}}, "e": &ddbtypes.AttributeValueMemberSS{Value: []string{"gone"}},
 	}
 	tests := []struct {
 		name, expr string
@@ -100,6 +101,20 @@ func TestApplyUpdate_EvaluatesWhatTheConsumersSend(t *testing.T) {
 				assert.NotContains(t, got, "n")
 				assert.Empty(t, got["m"].(*ddbtypes.AttributeValueMemberM).Value)
 				assert.Equal(t, "1", str2(got["c"]))
+			}},
+		{"sets: ADD to a new and an existing set, DELETE to empty removes the attribute", "ADD o :a, s :b DELETE e :e",
+			nil, map[string]ddbtypes.AttributeValue{":a": &ddbtypes.AttributeValueMemberSS{Value: []string{"x"}}, ":b": &ddbtypes.AttributeValueMemberSS{Value: []string{"y", "z"}},
+				":e": &ddbtypes.AttributeValueMemberSS{Value: []string{"gone"}}},
+			func(t *testing.T, got map[string]ddbtypes.AttributeValue) {
+				assert.Equal(t, []string{"x"}, got["o"].(*ddbtypes.AttributeValueMemberSS).Value)
+				assert.Equal(t, []string{"w", "y", "z"}, got["s"].(*ddbtypes.AttributeValueMemberSS).Value)
+				assert.NotContains(t, got, "e", "the set's last member deleted: no attribute, as in DynamoDB")
+			}},
+		{"DELETE of some members, and from an absent attribute", "DELETE s :d, none :d",
+			nil, map[string]ddbtypes.AttributeValue{":d": &ddbtypes.AttributeValueMemberSS{Value: []string{"w"}}},
+			func(t *testing.T, got map[string]ddbtypes.AttributeValue) {
+				assert.Equal(t, []string{"y"}, got["s"].(*ddbtypes.AttributeValueMemberSS).Value)
+				assert.NotContains(t, got, "none")
 			}},
 		{"list_append and index", "SET l = list_append(l, :x), l[0] = :y",
 			nil, map[string]ddbtypes.AttributeValue{":x": &ddbtypes.AttributeValueMemberL{Value: []ddbtypes.AttributeValue{sAV("b")}}, ":y": sAV("z")},

@@ -322,12 +322,13 @@ func TestTemplate_RolesGrantWhatTheCodeCallsOnThisTableOnly(t *testing.T) {
 	assert.Equal(t, []string{"dynamodb:Query"}, actions(st))
 	assert.Equal(t, map[string]any{"Fn::GetAtt": []any{"Table", "Arn"}}, st["Resource"])
 	assert.Equal(t, map[string]any{"ForAllValues:StringLike": map[string]any{"dynamodb:LeadingKeys": []any{"STREAM#*"}}}, st["Condition"])
-	// Deletes in commits: the folded roll-up deltas, in the ledger table
-	// only (TestTemplate_TheConsumerRoleGrantsEveryActionItsCommitsCarry
+	// Deletes in commits: the folded roll-up deltas, in the ledger table,
+	// and a layout-6 batch's staging items, in the coordination table
+	// (TestTemplate_TheConsumerRoleGrantsEveryActionItsCommitsCarry
 	// finds every action kind the commits carry by running the consumer).
 	st = roleStatement(t, tpl, "ConsumerRole", "FoldRollupDeltas")
 	assert.Equal(t, []string{"dynamodb:DeleteItem"}, actions(st))
-	assert.Equal(t, map[string]any{"Fn::GetAtt": []any{"Table", "Arn"}}, st["Resource"])
+	assert.Equal(t, []any{map[string]any{"Fn::GetAtt": []any{"Table", "Arn"}}, map[string]any{"Fn::GetAtt": []any{"CoordinationTable", "Arn"}}}, st["Resource"])
 	st = roleStatement(t, tpl, "ConsumerRole", "ReadTheStream")
 	assert.Equal(t, []string{"dynamodb:DescribeStream", "dynamodb:GetRecords", "dynamodb:GetShardIterator", "dynamodb:ListStreams"}, actions(st))
 	assert.Equal(t, map[string]any{"Fn::Sub": "${Table.Arn}/stream/*"}, st["Resource"])

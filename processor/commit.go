@@ -64,8 +64,9 @@ func (p *Processor) commitRuns(ctx context.Context, g Guard, changes []change, r
 			}
 		}
 		counts := countsApplied(g)
+		_, marker := g.(*MarkerGuard)
 		extra := claimExtra(g)
-		if counts && !changes[done].guarded() {
+		if counts && marker && !changes[done].guarded() {
 			extra++ // room for the claim under the key a version before counting would use (oldKeyOf)
 		}
 		r := planRun(changes[done:], p.cfg.MaxItemsPerRun-extra, p.cfg.MaxEntriesPerItem, known, counts)
@@ -94,7 +95,7 @@ func (p *Processor) commitRuns(ctx context.Context, g Guard, changes []change, r
 			}
 			id := g.runID(recs)
 			ref := commitRef{id: id, rollupClaim: id, rollups: !p.cfg.NoRollups, from: recs[0].SequenceNumber, to: lastSequence(recs), applied: applied}
-			if counts {
+			if counts && marker {
 				ref.oldKey = oldKeyOf(r.changes)
 			}
 			if len(r.changes) > 1 {
@@ -158,6 +159,15 @@ func (p *Processor) commitBatch(ctx context.Context, g *ShardGuard, changes []ch
 	}
 	batch := changes[:end]
 	to := maxSequence(batch)
+	if plan.layout == plan6Layout {
+		if err := p.commitBatch6(ctx, g, batch, to, plan, next, res); err != nil {
+			return 0, err
+		}
+		return end, nil
+	}
+	// A batch of layout 2, 3 or 4 (left pending by an earlier version) is
+	// finished as it was planned, uncounted (docs/exactly-once.md, "The
+	// previous layout's pending batch": its count groups are not built).
 	if plan.layout < quarantineLayout {
 		// A batch planned before quarantine items rode in its groups:
 		// finished as planned, its items put first (idempotent puts).
@@ -309,6 +319,20 @@ type commitRef struct {
 	// changes would have keyed this run's marker by (oldKeyOf): the
 	// commit claims the marker under it too, on the same condition.
 	oldKey string
+	// g6, for a group of a plan-layout-6 batch, carries its applied
+	// actions, staging writes, delta puts and staging deletes (commit6.go)
+	// in place of layout 4's per-group roll-up deltas.
+	g6 *commit6
+}
+
+// counts are the applied counts the commit carries (ref.applied, or a
+// layout-6 group's).
+func (r commitRef) counts() []table.AppliedCount {
+	if r.g6 == nil {
+		return r.applied
+	}
+	_, counts := r.g6.appliedWrites("")
+	return append(append([]table.AppliedCount(nil), r.applied...), counts...)
 }
 
 // oldKeyOf is the record a version before counted changes (step A) would
@@ -335,7 +359,7 @@ func oldKeyOf(changes []change) string {
 // foreign is how many foreign records the commit counts.
 func (r commitRef) foreign() int64 {
 	var n int64
-	for _, c := range r.applied {
+	for _, c := range r.counts() {
 		n += c.Foreign
 	}
 	return n
@@ -448,7 +472,9 @@ func (p *Processor) commitTx(ctx context.Context, g Guard, claim func() ddbtypes
 			}
 		}
 		var deltas []aggregates.Key
-		if ref.rollups {
+		if ref.g6 != nil {
+			items, owner, deltas = ref.g6.rollupWrites(p, parts, transitions, items, owner, deltas, p.now())
+		} else if ref.rollups {
 			rf := rollupFold(parts, func(i int) int64 { return transitions[i] })
 			lane := aggregates.RollupLane(ref.rollupClaim)
 			for _, rg := range rf.Groups() {
@@ -474,6 +500,13 @@ func (p *Processor) commitTx(ctx context.Context, g Guard, claim func() ddbtypes
 		for i, c := range ref.applied {
 			items = append(items, table.CountApplied(p.cfg.CoordinationTable, c))
 			owner = append(owner, appliedOwner(i))
+		}
+		if ref.g6 != nil {
+			ws, _ := ref.g6.appliedWrites(p.cfg.CoordinationTable)
+			for i, w := range ws {
+				items = append(items, w)
+				owner = append(owner, appliedOwner(len(ref.applied)+i))
+			}
 		}
 		if ref.maxWrites > 0 && len(items)-1 > ref.maxWrites {
 			return fmt.Errorf("%d writes, planned for at most %d: %w", len(items)-1, ref.maxWrites, errRunOverflow)
@@ -532,9 +565,12 @@ func (p *Processor) commitTx(ctx context.Context, g Guard, claim func() ddbtypes
 		lastErr = err
 		var tce *ddbtypes.TransactionCanceledException
 		if errors.As(err, &tce) {
-			before := len(parked) + quarantineFixes(qs) + len(gone)
+			before := len(parked) + quarantineFixes(qs) + len(gone) + ref.g6.goneCount()
 			if err := p.rollupCancelled(owner, deltas, folds, gone, tce); err != nil {
 				return err
+			}
+			if ref.g6 != nil {
+				ref.g6.cancelled(p, owner, tce)
 			}
 			failed := map[int]bool{}
 			retry, err := p.cancelled(g, keys, owner, parked, qs, failed, tce)
@@ -561,7 +597,7 @@ func (p *Processor) commitTx(ctx context.Context, g Guard, claim func() ddbtypes
 				sent[i] = shapes[keys[i].Key()]
 				reread[keys[i].Key()] = true
 			}
-			if retry && len(parked)+quarantineFixes(qs)+len(gone) > before {
+			if retry && len(parked)+quarantineFixes(qs)+len(gone)+ref.g6.goneCount() > before {
 				attempt-- // a part to park, a quarantine item or delete dropped or truncated: no failed attempt, send the rest now
 				continue
 			}
@@ -588,7 +624,7 @@ func (p *Processor) commitTx(ctx context.Context, g Guard, claim func() ddbtypes
 			}
 			if !found {
 				// Or an applied item whose count is no number: named.
-				if aerr := p.refusedApplied(ctx, ref.applied); aerr != nil {
+				if aerr := p.refusedApplied(ctx, ref.counts()); aerr != nil {
 					p.metrics.Commits.WithLabelValues("failed").Inc()
 					return fmt.Errorf("commit refused: %w (%v)", aerr, err)
 				}
@@ -701,15 +737,29 @@ func (p *Processor) rollupCancelled(owner []int, deltas []aggregates.Key, folds 
 // Owners of a transaction's roll-up items (commitTx's owner): the i-th
 // roll-up delta put and the delete of the i-th folded delta, below every
 // quarantine owner; below them, the update of the i-th applied item.
+// Below those, a layout-6 group's staging writes and staging deletes.
 const (
 	deltaOwnerBase   = -1 << 20
 	foldOwnerBase    = -2 << 20
 	appliedOwnerBase = -3 << 20
+	stagingOwnerBase = -4 << 20
+	unstageOwnerBase = -5 << 20
 )
 
 func deltaOwner(i int) int   { return deltaOwnerBase - i }
 func foldOwner(i int) int    { return foldOwnerBase - i }
 func appliedOwner(i int) int { return appliedOwnerBase - i }
+func stagingOwner(i int) int { return stagingOwnerBase - i }
+func unstageOwner(i int) int { return unstageOwnerBase - i }
+
+// stagingOf reports a staging write or delete among a transaction's
+// owners.
+func stagingOf(owner int) bool { return owner <= stagingOwnerBase }
+
+func unstageOf(owner int) (int, bool) {
+	i := unstageOwnerBase - owner
+	return i, owner <= unstageOwnerBase
+}
 
 func deltaOf(owner int) (int, bool) {
 	i := deltaOwnerBase - owner
@@ -723,7 +773,7 @@ func foldOf(owner int) (int, bool) {
 
 func appliedOf(owner int) (int, bool) {
 	i := appliedOwnerBase - owner
-	return i, owner <= appliedOwnerBase
+	return i, owner <= appliedOwnerBase && owner > stagingOwnerBase
 }
 
 // refusedApplied reads the applied items a refused transaction updated
@@ -858,7 +908,9 @@ func (p *Processor) parkedPut(pt part, ref commitRef, why parking, now string) *
 	item := table.ParkedItem(pt.key, ref.id, pt.delta, table.ParkedInfo{
 		Reason: why.reason, Detail: why.detail, From: ref.from, To: ref.to, ParkedAt: now,
 	})
-	if ref.rollups && pt.rollup() {
+	if ref.rollups && pt.rollup() && ref.g6 == nil {
+		// Layout 6 leaves the share in the batch delta, whose figures are
+		// pure in the plan ("Parking"): the parked item carries none.
 		table.WithRollupShare(item, aggregates.RollupCurrency(pt.currency))
 	}
 	if pt.key.IsRollup() {
@@ -919,6 +971,20 @@ func (p *Processor) cancelled(g Guard, keys []aggregates.ReportKey, owner []int,
 				throttle = true
 			}
 			continue // rollupCancelled's
+		}
+		if stagingOf(part) {
+			switch code(i) {
+			case "", "None":
+			case "ConditionalCheckFailed": // a staging delete's: commit6.cancelled dropped it
+			case "TransactionConflict":
+				conflict = true
+			case "ThrottlingError", "ProvisionedThroughputExceeded", "RequestLimitExceeded":
+				throttle = true
+			default:
+				p.metrics.Commits.WithLabelValues("failed").Inc()
+				return false, fmt.Errorf("commit cancelled: item %d of the transaction (a roll-up staging write): %s: %s", i, code(i), aws.ToString(reasons[i].Message))
+			}
+			continue
 		}
 		if a, ok := appliedOf(part); ok {
 			switch code(i) {

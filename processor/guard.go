@@ -104,16 +104,20 @@ type pendingBatch struct {
 // another K, is named as such instead of failing its digest.
 type batchPlan struct{ items, entries, layout, lanes int }
 
-// planLayout is the planning rule's version: 4 puts the tenant roll-ups'
-// delta items in the groups and the deletes of the roll-up deltas a batch
-// folds (docs/exactly-once.md, "Tenant roll-ups"); 3 places the batch's
-// quarantine items in its groups (docs/exactly-once.md, "Quarantine
-// items"); 2 counts a part as one write per entry besides its report item
-// (the bounded report layout), its quarantine items put before its groups;
-// plans without a version are 1 (one write per part). A batch left pending
-// by versions 2 and 3 is finished as it was planned: without roll-up
+// planLayout is the planning rule's version: 6 counts every record of a
+// batch in its branch's applied item and puts one roll-up delta per
+// (tenant, currency) per batch, the branch transitions staged in the
+// coordination table (docs/exactly-once.md, "Plan layout 6"; plan6.go,
+// commit6.go); 4 put the tenant roll-ups' delta items in every group and
+// the deletes of the roll-up deltas a batch folds (docs/exactly-once.md,
+// "Tenant roll-ups"); 3 places the batch's quarantine items in its groups
+// (docs/exactly-once.md, "Quarantine items"); 2 counts a part as one write
+// per entry besides its report item (the bounded report layout), its
+// quarantine items put before its groups; plans without a version are 1
+// (one write per part). A batch left pending by versions 2, 3 and 4 is
+// finished as it was planned: uncounted, and for 2 and 3 without roll-up
 // deltas (the roll-ups lack it: docs/runbook.md, "Upgrading").
-const planLayout = 4
+const planLayout = plan6Layout
 
 // quarantineLayout is the first planning rule whose groups carry the
 // batch's quarantine items.
@@ -132,13 +136,23 @@ func (b batchPlan) String() string {
 }
 
 // batchPlan is the plan of a new batch: the configured limits, the current
-// rule; with roll-ups off (Config.NoRollups) the rule before roll-ups,
-// which puts no roll-up delta and folds none.
+// rule (layout 6, "m/e/6/32"); with roll-ups off (Config.NoRollups) its
+// form without roll-ups ("m/e/6/0": counts, no roll-up delta, no staging,
+// no fold).
 func (p *Processor) batchPlan() batchPlan {
+	b := batchPlan{items: p.cfg.MaxItemsPerRun, entries: p.cfg.MaxEntriesPerItem, layout: planLayout, lanes: aggregates.RollupLanes}
 	if p.cfg.NoRollups {
-		return batchPlan{items: p.cfg.MaxItemsPerRun, entries: p.cfg.MaxEntriesPerItem, layout: quarantineLayout}
+		b.lanes = 0
 	}
-	return batchPlan{items: p.cfg.MaxItemsPerRun, entries: p.cfg.MaxEntriesPerItem, layout: planLayout, lanes: aggregates.RollupLanes}
+	if p.oldLayout {
+		// Tests only: the rule before layout 6 (4, or 3 with roll-ups
+		// off), to leave such a batch pending for this version to finish.
+		b.layout = rollupLayout
+		if p.cfg.NoRollups {
+			b.layout = quarantineLayout
+		}
+	}
+	return b
 }
 
 // errOldPlan is returned (wrapped) for a pending batch planned by a version
@@ -147,15 +161,24 @@ var errOldPlan = errors.New("the pending batch was planned by another version of
 
 func parseBatchPlan(s string) (batchPlan, error) {
 	f := strings.Split(s, "/")
-	// Versions 2 and 3 planned as this version does, but for the
+	// Versions 2, 3 and 4 planned as layout 4's code did, but for the
 	// quarantine items (version 2: put before its groups) and the roll-up
-	// deltas (none): such a batch is finished as it was planned.
+	// deltas (2 and 3: none): such a batch is finished as it was planned
+	// (commitBatch), uncounted. Version 6 is this version's: K is the
+	// table's lanes (roll-ups on) or 0 (Config.NoRollups).
+	lanes := 0
 	switch {
 	case len(f) == 3 && (f[2] == "2" || f[2] == "3"):
-	case len(f) == 4 && f[2] == strconv.Itoa(planLayout):
+	case len(f) == 4 && f[2] == strconv.Itoa(rollupLayout):
 		if f[3] != strconv.Itoa(aggregates.RollupLanes) {
 			return batchPlan{}, fmt.Errorf("batch plan %q: planned with %s roll-up lanes, this table has %d: %w", s, f[3], aggregates.RollupLanes, errOldPlan)
 		}
+		lanes = aggregates.RollupLanes
+	case len(f) == 4 && f[2] == strconv.Itoa(plan6Layout):
+		if f[3] != strconv.Itoa(aggregates.RollupLanes) && f[3] != "0" {
+			return batchPlan{}, fmt.Errorf("batch plan %q: planned with %s roll-up lanes, this table has %d: %w", s, f[3], aggregates.RollupLanes, errOldPlan)
+		}
+		lanes, _ = strconv.Atoi(f[3])
 	case len(f) == 2 || len(f) == 3 || len(f) == 4:
 		return batchPlan{}, fmt.Errorf("batch plan %q: %w", s, errOldPlan)
 	default:
@@ -167,11 +190,7 @@ func parseBatchPlan(s string) (batchPlan, error) {
 	if err1 != nil || err2 != nil || items < 1 || items > 99 || entries < 1 {
 		return batchPlan{}, fmt.Errorf("malformed batch plan %q", s)
 	}
-	b := batchPlan{items: items, entries: entries, layout: layout}
-	if layout >= rollupLayout {
-		b.lanes = aggregates.RollupLanes
-	}
-	return b, nil
+	return batchPlan{items: items, entries: entries, layout: layout, lanes: lanes}, nil
 }
 
 // ShardGuard returns the guard of one shard of a stream.
@@ -671,11 +690,18 @@ func claimExtra(g Guard) int {
 // countsApplied reports whether g's runs count what they claim into the
 // applied items of the branches whose transaction partitions their
 // records belong to (docs/exactly-once.md, "The design: counted changes",
-// A): the standard-mode run (Guard 2). The batch consumers' counts (plan
-// version with open marks) are not built yet; their guard counts nothing.
+// A): the standard-mode run (Guard 2), and the runs of a batching shard
+// guard (the poller's and the tumbling window's: its first run, which
+// creates the checkpoint, SR-15), whose batches count under plan layout 6.
+// A shard guard that commits runs only (tests) counts nothing.
 func countsApplied(g Guard) bool {
-	_, ok := g.(*MarkerGuard)
-	return ok
+	switch g := g.(type) {
+	case *MarkerGuard:
+		return true
+	case *ShardGuard:
+		return g.batches
+	}
+	return false
 }
 
 // transactLimit is the most items one TransactWriteItems takes.

@@ -15,9 +15,10 @@ import (
 
 // This file is plan layout 6's planner (docs/exactly-once.md, "Plan layout
 // 6 (design, session 19)"): pure, tested, measured (BENCHMARKS.md, "Plan
-// layout 6 planned"), and not yet wired into the commit path — no
-// consumer plans, stores or commits a layout-6 batch, and parseBatchPlan
-// still refuses one by name (errOldPlan).
+// layout 6 planned"), and wired into the batch commit path
+// (commit6.go, session 21): every new batch of the poller and the
+// tumbling window is planned here, with open question 9 when roll-ups
+// are on.
 
 // plan6Layout is the planning rule's version of layout 6: counted batches
 // and one roll-up delta per (tenant, currency) per batch.

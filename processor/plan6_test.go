@@ -871,3 +871,35 @@ func TestSplitKeepingTouched_IsSplitRollupDeltaWhenNoPeriodSumsToZero(t *testing
 	assert.Contains(t, kept[0], zero)
 	assert.Empty(t, table.SplitRollupDelta(map[aggregates.Period]*aggregates.RollupDelta{zero: {}}))
 }
+
+// TestParseBatchPlan_Layout6AndTheOldRefuseEachOtherByName: this
+// version's parser accepts layout 6 with K = 32 (roll-ups on) or 0 (off)
+// and layout 4 with its K, and refuses another K and layout 5 (a
+// s17-plan5c build's) by name; new batches are planned under layout 6.
+func TestParseBatchPlan_Layout6AndTheOldRefuseEachOtherByName(t *testing.T) {
+	on, err := parseBatchPlan("99/32/6/32")
+	require.NoError(t, err)
+	assert.Equal(t, batchPlan{items: 99, entries: 32, layout: 6, lanes: aggregates.RollupLanes}, on)
+	assert.Equal(t, "99/32/6/32", on.String())
+	off, err := parseBatchPlan("12/2/6/0")
+	require.NoError(t, err)
+	assert.Equal(t, batchPlan{items: 12, entries: 2, layout: 6}, off)
+	assert.Equal(t, "12/2/6/0", off.String())
+	for _, s := range []string{"99/32/6/16", "99/32/5/32", "99/32/7/32", "99/32/6"} {
+		_, err := parseBatchPlan(s)
+		assert.ErrorIs(t, err, errOldPlan, s)
+	}
+	v4, err := parseBatchPlan("99/32/4/32")
+	require.NoError(t, err, "a layout-4 batch is finished as planned")
+	assert.Equal(t, batchPlan{items: 99, entries: 32, layout: 4, lanes: aggregates.RollupLanes}, v4)
+
+	for _, noRollups := range []bool{false, true} {
+		p, err := New(nil, Config{Table: "t", NoRollups: noRollups}, nil)
+		require.NoError(t, err)
+		want := "99/32/6/32"
+		if noRollups {
+			want = "99/32/6/0"
+		}
+		assert.Equal(t, want, p.batchPlan().String())
+	}
+}

@@ -136,6 +136,9 @@ type Processor struct {
 	cfg     Config
 	metrics *Metrics
 	shapes  *shapeCache
+	// oldLayout (tests only) plans new batches under the layout before 6
+	// (batchPlan).
+	oldLayout bool
 }
 
 // New returns a Processor writing to cfg.Table through api. metrics may be

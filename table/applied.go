@@ -26,9 +26,12 @@ import (
 //	compacted    N, the compactions' REMOVEs committed: counted apart, in
 //	             neither applied nor retired (diagnosis only; the second review, C-a)
 //
+//	open         SS, the batches (plan layout 6) with landed parts of the
+//	             branch and no count yet (OpenApplied, CountAppliedClose)
+//
 // and read: rebasing (S, set while a rebase of the branch runs; a
-// compaction refuses then). The batch consumers' counts and open marks,
-// epoch, foreignAck and fencedAt are not built yet. The item never
+// compaction refuses then). The batch consumers count from plan layout 6
+// (session 21); epoch, foreignAck and fencedAt are not built yet. The item never
 // carries expiresAt: it lives as long as its branch, whatever the
 // coordination table's TTL does to checkpoints and leases.
 
@@ -40,6 +43,11 @@ const (
 	AttrProbed       = "probed"
 	AttrForeign      = "foreign"
 	AttrCompacted    = "compacted"
+	// AttrOpen (SS) holds the ids of the batches (plan layout 6) that have
+	// landed report parts of the branch and not yet its count: each a
+	// "{stream label}~{shard}~{to}" (docs/exactly-once.md, "Plan layout 6",
+	// step 5).
+	AttrOpen = "open"
 )
 
 // Applied is a branch's applied item as far as it is built.
@@ -197,5 +205,30 @@ func CountApplied(coord string, c AppliedCount) types.TransactWriteItem {
 			"#c": AttrCompacted, "#et": AttrEntityType},
 		ExpressionAttributeValues: map[string]types.AttributeValue{":zero": Int(0), ":n": Int(c.Applied), ":p": Int(c.Probed),
 			":f": Int(c.Foreign), ":c": Int(c.Compacted), ":et": S(aggregates.EntityApplied)},
+	}}
+}
+
+// CountAppliedClose is CountApplied that also removes the batch id from
+// the branch's open marks (plan layout 6: the group of the branch's last
+// report part, when its first was in an earlier group). A set emptied by
+// DELETE is no attribute.
+func CountAppliedClose(coord string, c AppliedCount, id string) types.TransactWriteItem {
+	w := CountApplied(coord, c)
+	w.Update.UpdateExpression = aws.String(aws.ToString(w.Update.UpdateExpression) + " DELETE #o :id")
+	w.Update.ExpressionAttributeNames["#o"] = AttrOpen
+	w.Update.ExpressionAttributeValues[":id"] = &types.AttributeValueMemberSS{Value: []string{id}}
+	return w
+}
+
+// OpenApplied marks the branch's applied item open for the batch id (plan
+// layout 6: the group of the branch's first report part, when its last is
+// in a later group).
+func OpenApplied(coord, tenant, branch, id string) types.TransactWriteItem {
+	return types.TransactWriteItem{Update: &types.Update{
+		TableName: aws.String(coord), Key: Key(aggregates.AppliedKey(tenant, branch)),
+		UpdateExpression:         aws.String("SET #et = :et ADD #o :id"),
+		ExpressionAttributeNames: map[string]string{"#o": AttrOpen, "#et": AttrEntityType},
+		ExpressionAttributeValues: map[string]types.AttributeValue{":id": &types.AttributeValueMemberSS{Value: []string{id}},
+			":et": S(aggregates.EntityApplied)},
 	}}
 }
