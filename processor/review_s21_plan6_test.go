@@ -1,0 +1,206 @@
+package processor_test
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	ddbtypes "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/ledger-dev/ledger/aggregates"
+	"github.com/ledger-dev/ledger/internal/ledgertest"
+	"github.com/ledger-dev/ledger/processor"
+	"github.com/ledger-dev/ledger/table"
+)
+
+// Review (adversarial, session 21) of plan layout 6 as built
+// (docs/exactly-once.md, "Review (adversarial, session 21): plan layout 6
+// as built").
+
+// crashMidBatch6With is crashMidBatch6 with the dying consumer's Config
+// (its limits are set here): the shard's first run and three groups land
+// (the third with its answer lost), then every write is dropped. It
+// returns the records and the pending plan string.
+func crashMidBatch6With(t *testing.T, e *env, cfg processor.Config) ([]processor.Record, string) {
+	t.Helper()
+	_, recs := e.records(t)
+	var writes atomic.Int64
+	e.faults.Decide = func(op string) ledgertest.Fault {
+		if op != "TransactWriteItems" {
+			return ledgertest.Pass
+		}
+		switch n := writes.Add(1); {
+		case n < 4:
+			return ledgertest.Pass
+		case n == 4:
+			return ledgertest.LoseAnswer
+		}
+		return ledgertest.Drop
+	}
+	defer func() { e.faults.Decide = nil }()
+	cfg.Table, cfg.BaseBackoff, cfg.MaxBackoff = e.table, time.Millisecond, 2*time.Millisecond
+	cfg.MaxItemsPerRun, cfg.MaxEntriesPerItem, cfg.MaxAttempts = 12, 2, 2
+	p, err := processor.New(e.faulty, cfg, nil)
+	require.NoError(t, err)
+	g := p.ShardGuard(e.streamARN, shardOf(t, e))
+	g.CommitBatches()
+	_, err = p.Process(context.Background(), g, recs)
+	require.Error(t, err, "the first consumer dies mid-batch")
+	require.True(t, g.Pending(), "a half-committed batch is left")
+	return recs, pendingPlan(t, e)
+}
+
+// pendingPlan returns the plan string of the shard's pending batch.
+func pendingPlan(t *testing.T, e *env) string {
+	t.Helper()
+	coord := table.CoordinationTableName(e.table)
+	out, err := e.ddb.GetItem(context.Background(), &dynamodb.GetItemInput{TableName: &coord,
+		Key: table.Key(aggregates.CheckpointKey(e.streamARN, shardOf(t, e))), ConsistentRead: aws.Bool(true)})
+	require.NoError(t, err)
+	cp, err := table.DecodeCheckpoint(shardOf(t, e), out.Item)
+	require.NoError(t, err)
+	require.NotNil(t, cp.Pending)
+	return cp.Pending.Plan
+}
+
+// stagingReadHook calls hook once, at the first consistent read of a
+// staging item, before (or after) the read is made.
+type stagingReadHook struct {
+	processor.DynamoDB
+	after bool
+	once  sync.Once
+	hook  func()
+	fired bool
+}
+
+func (s *stagingReadHook) GetItem(ctx context.Context, in *dynamodb.GetItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.GetItemOutput, error) {
+	pk, _ := table.String(in.Key, table.AttrPK)
+	staging := strings.HasPrefix(pk, table.StagingPrefix)
+	if staging && !s.after {
+		s.once.Do(func() { s.fired = true; s.hook() })
+	}
+	out, err := s.DynamoDB.GetItem(ctx, in, opts...)
+	if staging && s.after {
+		s.once.Do(func() { s.fired = true; s.hook() })
+	}
+	return out, err
+}
+
+// Two committers of one shard meet at a delta group (a lease moved while
+// the old holder was mid-batch): the stale one has seen pendingNext = k_d
+// and is about to read the staging item (before) or has read it (after)
+// when the other finishes the whole batch. The stale one must take the
+// group as landed — no staging_gone, no second delta, no second count —
+// and the figures, branches included, stay exact (S19-P6-2 as built).
+func TestReviewS21_TwoCommittersMeetAtADeltaGroup(t *testing.T) {
+	for _, after := range []bool{false, true} {
+		name := map[bool]string{false: "before_the_staging_read", true: "after_the_staging_read"}[after]
+		t.Run(name, func(t *testing.T) {
+			e := newEnv(t)
+			batch6Txs(t, e, 120)
+			recs, plan := crashMidBatch6With(t, e, processor.Config{})
+			require.Equal(t, "12/2/6/32", plan)
+			require.NotEmpty(t, coordItems(t, e, table.StagingPrefix))
+
+			other := newConsumer(t, e, "batch", nil, processor.Config{})
+			api := &stagingReadHook{DynamoDB: e.ddb, after: after}
+			api.hook = func() { other.deliver(recs...) }
+			reg := prometheus.NewRegistry()
+			p, err := processor.New(api, processor.Config{Table: e.table, BaseBackoff: time.Millisecond, MaxBackoff: 2 * time.Millisecond}, processor.NewMetrics(reg))
+			require.NoError(t, err)
+			g := p.ShardGuard(e.streamARN, shardOf(t, e))
+			g.CommitBatches()
+			_, err = p.Process(context.Background(), g, recs)
+			require.NoError(t, err)
+			require.True(t, api.fired, "the stale committer reached a delta group")
+			assert.False(t, g.Pending())
+			assert.Zero(t, testutil.ToFloat64(p.Metrics().Conflicts.WithLabelValues(processor.ConflictStagingGone)), "the item was deleted by the other committer's landing, not lost")
+			assert.Positive(t, testutil.ToFloat64(p.Metrics().Conflicts.WithLabelValues(processor.ConflictDuplicate)), "the group is taken as landed")
+			requireRollupsExact(t, e, true)
+			requireEveryRecordCounted(t, e)
+			other.drain()
+			requireRollupsExact(t, e, true)
+			e.requireReconciled(t)
+		})
+	}
+}
+
+// A batch planned with roll-ups on (12/2/6/32) is left pending and is
+// finished by a consumer with roll-ups off: the stored plan rules — the
+// staged transitions are read back, the deltas put, every record counted
+// once — and roll-ups stay exact.
+func TestReviewS21_RollupsTurnedOffBetweenCrashAndResume(t *testing.T) {
+	e := newEnv(t)
+	batch6Txs(t, e, 120)
+	recs, plan := crashMidBatch6With(t, e, processor.Config{})
+	require.Equal(t, "12/2/6/32", plan)
+	c := newConsumer(t, e, "batch", nil, processor.Config{NoRollups: true})
+	c.deliver(recs...)
+	requireRollupsExact(t, e, true)
+	requireEveryRecordCounted(t, e)
+	newConsumer(t, e, "batch", nil, processor.Config{}).drain()
+	requireRollupsExact(t, e, true)
+	e.requireReconciled(t)
+}
+
+// unstageRefusedOnce answers the first transaction that deletes a staging
+// item with a cancellation whose staging delete's condition failed,
+// without sending it: the item is unchanged (DynamoDB Local fails a
+// condition so on an item a concurrent transaction it then rolled back
+// had written: commitTx's recheck, review of session 18).
+type unstageRefusedOnce struct {
+	processor.DynamoDB
+	refused atomic.Bool
+}
+
+func (u *unstageRefusedOnce) TransactWriteItems(ctx context.Context, in *dynamodb.TransactWriteItemsInput, opts ...func(*dynamodb.Options)) (*dynamodb.TransactWriteItemsOutput, error) {
+	reasons := make([]ddbtypes.CancellationReason, len(in.TransactItems))
+	hit := false
+	for i, it := range in.TransactItems {
+		reasons[i].Code = aws.String("None")
+		if it.Delete != nil {
+			if pk, _ := table.String(it.Delete.Key, table.AttrPK); strings.HasPrefix(pk, table.StagingPrefix) {
+				reasons[i].Code, hit = aws.String("ConditionalCheckFailed"), true
+			}
+		}
+	}
+	if hit && u.refused.CompareAndSwap(false, true) {
+		return nil, &ddbtypes.TransactionCanceledException{Message: aws.String("Transaction cancelled (review s21)"), CancellationReasons: reasons}
+	}
+	return u.DynamoDB.TransactWriteItems(ctx, in, opts...)
+}
+
+// A staging delete refused once on an item that is still there at klast
+// (nothing changed it) is no staging_gone: the group reads the item
+// again, finds it final, and puts its delta with the staged transitions
+// and its delete. Before the fix the one refusal dropped the delete and
+// the staged values for good: branches short, the item left behind, and
+// staging_gone counted for an item that was never gone.
+func TestReviewS21_AStagingDeleteRefusedOnceOnAnUnchangedItemIsNotStagingGone(t *testing.T) {
+	e := newEnv(t)
+	batch6Txs(t, e, 120)
+	_, recs := e.records(t)
+	api := &unstageRefusedOnce{DynamoDB: e.ddb}
+	reg := prometheus.NewRegistry()
+	p, err := processor.New(api, processor.Config{Table: e.table, BaseBackoff: time.Millisecond, MaxBackoff: 2 * time.Millisecond,
+		MaxItemsPerRun: 12, MaxEntriesPerItem: 2}, processor.NewMetrics(reg))
+	require.NoError(t, err)
+	g := p.ShardGuard(e.streamARN, shardOf(t, e))
+	g.CommitBatches()
+	_, err = p.Process(context.Background(), g, recs)
+	require.NoError(t, err)
+	require.True(t, api.refused.Load(), "a staging delete was refused once")
+	assert.False(t, g.Pending())
+	assert.Zero(t, testutil.ToFloat64(p.Metrics().Conflicts.WithLabelValues(processor.ConflictStagingGone)), "the item was there all along")
+	requireRollupsExact(t, e, true)
+	requireEveryRecordCounted(t, e)
+}
