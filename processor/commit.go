@@ -570,7 +570,9 @@ func (p *Processor) commitTx(ctx context.Context, g Guard, claim func() ddbtypes
 				return err
 			}
 			if ref.g6 != nil {
-				ref.g6.cancelled(p, owner, tce)
+				if _, err := ref.g6.cancelled(ctx, p, g, owner, tce); err != nil {
+					return err
+				}
 			}
 			failed := map[int]bool{}
 			retry, err := p.cancelled(g, keys, owner, parked, qs, failed, tce)
