@@ -204,3 +204,42 @@ func TestReviewS21_AStagingDeleteRefusedOnceOnAnUnchangedItemIsNotStagingGone(t 
 	requireRollupsExact(t, e, true)
 	requireEveryRecordCounted(t, e)
 }
+
+// A contributor parked in a middle group of a several-group batch (its
+// branch report damaged before the batch: its update is refused): the
+// group stages 0 for it, the batch finishes, the parked item carries no
+// roll-up share (the figures are in the batch delta), the roll-ups' figures
+// are the sum of the transactions, every record is counted once and no
+// staging item or open mark is left. (branches is not compared: the
+// parked part's crossing of zero is carried by no rule, "Parking".)
+func TestReviewS21_AContributorParkedInAMiddleGroup(t *testing.T) {
+	e := newEnv(t)
+	batch6Txs(t, e, 120)
+	k := aggregates.ReportKey{Tenant: "acme", Branch: "b2", Period: aggregates.Period{Type: aggregates.Daily, Value: "2026-11-04"}}.Key()
+	_, err := e.ddb.PutItem(context.Background(), &dynamodb.PutItemInput{TableName: &e.table, Item: map[string]ddbtypes.AttributeValue{
+		"PK": sAV(k.PK), "SK": sAV(k.SK), "entityType": sAV(aggregates.EntityReport), table.AttrTotalIncome: sAV("oops"),
+	}})
+	require.NoError(t, err)
+	_, recs := e.records(t)
+	api := &recordingAPI{DynamoDB: e.ddb}
+	p, err := processor.New(api, processor.Config{Table: e.table, BaseBackoff: time.Millisecond, MaxBackoff: 2 * time.Millisecond,
+		MaxItemsPerRun: 12, MaxEntriesPerItem: 2}, nil)
+	require.NoError(t, err)
+	g := p.ShardGuard(e.streamARN, shardOf(t, e))
+	g.CommitBatches()
+	res, err := p.Process(context.Background(), g, recs)
+	require.NoError(t, err)
+	assert.Greater(t, res.Runs, 3)
+	assert.False(t, g.Pending())
+	assert.Positive(t, api.w.stagingPuts)
+	st := requireRollupsExact(t, e, false)
+	assert.Zero(t, st.parked, "the parked item carries no roll-up share")
+	var parked int
+	for _, item := range scanAll(t, e) {
+		if ref, err := aggregates.ParseReportItemKey(table.KeyOf(item)); err == nil && ref.Kind == aggregates.ReportParked {
+			parked++
+		}
+	}
+	assert.Equal(t, 1, parked, "the damaged report's part is parked")
+	requireEveryRecordCounted(t, e)
+}
