@@ -2,6 +2,7 @@ package processor_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -242,4 +243,68 @@ func TestReviewS21_AContributorParkedInAMiddleGroup(t *testing.T) {
 	}
 	assert.Equal(t, 1, parked, "the damaged report's part is parked")
 	requireEveryRecordCounted(t, e)
+}
+
+// claimRace runs race once, right before the first TransactWriteItems
+// goes through.
+type claimRace struct {
+	processor.DynamoDB
+	once sync.Once
+	race func()
+}
+
+func (c *claimRace) TransactWriteItems(ctx context.Context, in *dynamodb.TransactWriteItemsInput, opts ...func(*dynamodb.Options)) (*dynamodb.TransactWriteItemsOutput, error) {
+	c.once.Do(c.race)
+	return c.DynamoDB.TransactWriteItems(ctx, in, opts...)
+}
+
+// S21-P6-2: a consumer with roll-ups off plans a batch holding roll-up
+// delta records fresh (…/6/0) and loses group 0's claim to a consumer
+// with roll-ups on (…/6/32), which dies after it. Going on from the
+// stored plan, it must fold the batch's roll-up records as that plan
+// did: before the fix its own plan had cleared them from the changes it
+// holds, the digest differed, and the call failed ("changed code
+// mid-batch?").
+func TestReviewS21_ARollupsOffConsumerLosingGroup0ToARollupsOnOneFinishesItsPlan(t *testing.T) {
+	e := newEnv(t)
+	batch6Txs(t, e, 30)
+	newConsumer(t, e, "batch", nil, processor.Config{}).pass() // puts roll-up delta items: their INSERTs follow
+	for i := range 40 {
+		rtx{"acme", fmt.Sprint("b", i%3*2), "BRL", fmt.Sprintf("2026-11-%02d", 1+i%5), fmt.Sprint("x", i), "INCOME", "2", fmt.Sprint("cx", i%4)}.put(t, e, "")
+	}
+	_, recs := e.records(t)
+	var died bool
+	race := func() {
+		// The roll-ups-on consumer lands group 0 of its 12/2/6/32 plan,
+		// then every write of it is dropped.
+		var writes atomic.Int64
+		e.faults.Decide = func(op string) ledgertest.Fault {
+			if op == "TransactWriteItems" && writes.Add(1) > 1 {
+				return ledgertest.Drop
+			}
+			return ledgertest.Pass
+		}
+		defer func() { e.faults.Decide = nil }()
+		p, err := processor.New(e.faulty, processor.Config{Table: e.table, BaseBackoff: time.Millisecond, MaxBackoff: 2 * time.Millisecond,
+			MaxItemsPerRun: 12, MaxEntriesPerItem: 2, MaxAttempts: 2}, nil)
+		require.NoError(t, err)
+		g := p.ShardGuard(e.streamARN, shardOf(t, e))
+		g.CommitBatches()
+		_, err = p.Process(context.Background(), g, recs)
+		died = err != nil && g.Pending()
+	}
+	api := &claimRace{DynamoDB: e.ddb, race: race}
+	p, err := processor.New(api, processor.Config{Table: e.table, BaseBackoff: time.Millisecond, MaxBackoff: 2 * time.Millisecond,
+		MaxItemsPerRun: 12, MaxEntriesPerItem: 2, NoRollups: true}, nil)
+	require.NoError(t, err)
+	g := p.ShardGuard(e.streamARN, shardOf(t, e))
+	g.CommitBatches()
+	_, err = p.Process(context.Background(), g, recs)
+	require.True(t, died, "the roll-ups-on consumer left its batch pending")
+	require.NoError(t, err, "the stored plan is finished from the records as classified")
+	assert.False(t, g.Pending())
+	requireEveryRecordCounted(t, e)
+	newConsumer(t, e, "batch", nil, processor.Config{}).drain()
+	requireRollupsExact(t, e, true)
+	e.requireReconciled(t)
 }
