@@ -308,3 +308,59 @@ func TestReviewS21_ARollupsOffConsumerLosingGroup0ToARollupsOnOneFinishesItsPlan
 	requireRollupsExact(t, e, true)
 	e.requireReconciled(t)
 }
+
+// deltaGroupRace lets another committer finish the batch right before this
+// one's first delta group is sent, and answers that transaction as a
+// committer meeting the other's transaction in flight could be answered:
+// the claim TransactionConflict, the delta put ConditionalCheckFailed (the
+// other's delta is there), the rest None; unsent.
+type deltaGroupRace struct {
+	processor.DynamoDB
+	once  sync.Once
+	other func()
+	fired bool
+}
+
+func (d *deltaGroupRace) TransactWriteItems(ctx context.Context, in *dynamodb.TransactWriteItemsInput, opts ...func(*dynamodb.Options)) (*dynamodb.TransactWriteItemsOutput, error) {
+	reasons := make([]ddbtypes.CancellationReason, len(in.TransactItems))
+	delta := false
+	for i, it := range in.TransactItems {
+		reasons[i].Code = aws.String("None")
+		if it.Put != nil {
+			if pk, _ := table.String(it.Put.Item, table.AttrPK); aggregates.IsRollupLaneKey(pk) {
+				reasons[i].Code, delta = aws.String("ConditionalCheckFailed"), true
+			}
+		}
+	}
+	reasons[0].Code = aws.String("TransactionConflict")
+	var answer bool
+	if delta {
+		d.once.Do(func() { d.fired, answer = true, true; d.other() })
+	}
+	if answer {
+		return nil, &ddbtypes.TransactionCanceledException{Message: aws.String("Transaction cancelled (review s21)"), CancellationReasons: reasons}
+	}
+	return d.DynamoDB.TransactWriteItems(ctx, in, opts...)
+}
+
+// S21-P6-3: a delta put refused ConditionalCheckFailed while the claim met
+// a transaction in flight is the other committer's landing, not a
+// duplicate key: the group is sent again (its claim then fails: landed),
+// never a failed call.
+func TestReviewS21_ADeltaPutRefusedBesideAClaimConflictIsRetried(t *testing.T) {
+	e := newEnv(t)
+	batch6Txs(t, e, 120)
+	recs, _ := crashMidBatch6With(t, e, processor.Config{})
+	other := newConsumer(t, e, "batch", nil, processor.Config{})
+	api := &deltaGroupRace{DynamoDB: e.ddb, other: func() { other.deliver(recs...) }}
+	p, err := processor.New(api, processor.Config{Table: e.table, BaseBackoff: time.Millisecond, MaxBackoff: 2 * time.Millisecond}, nil)
+	require.NoError(t, err)
+	g := p.ShardGuard(e.streamARN, shardOf(t, e))
+	g.CommitBatches()
+	_, err = p.Process(context.Background(), g, recs)
+	require.True(t, api.fired, "the race was run at a delta group")
+	require.NoError(t, err, "the group is taken as landed, not refused")
+	assert.False(t, g.Pending())
+	requireRollupsExact(t, e, true)
+	requireEveryRecordCounted(t, e)
+}
