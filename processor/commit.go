@@ -720,6 +720,13 @@ func (p *Processor) rollupCancelled(owner []int, deltas []aggregates.Key, folds 
 		if d, ok := deltaOf(owner[i]); ok && d < len(deltas) {
 			switch code {
 			case "ConditionalCheckFailed":
+				if len(reasons) > 0 && aws.ToString(reasons[0].Code) == "TransactionConflict" {
+					// The claim met a transaction in flight: the delta may be
+					// that transaction's, the same group landing under
+					// another committer. Sent again, the claim says which
+					// (review of session 21, S21-P6-3).
+					continue
+				}
 				p.metrics.Commits.WithLabelValues("failed").Inc()
 				return fmt.Errorf("commit cancelled: the roll-up delta %s exists already", deltas[d])
 			case "ValidationError":
