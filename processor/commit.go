@@ -570,7 +570,9 @@ func (p *Processor) commitTx(ctx context.Context, g Guard, claim func() ddbtypes
 				return err
 			}
 			if ref.g6 != nil {
-				ref.g6.cancelled(p, owner, tce)
+				if _, err := ref.g6.cancelled(ctx, p, g, owner, tce); err != nil {
+					return err
+				}
 			}
 			failed := map[int]bool{}
 			retry, err := p.cancelled(g, keys, owner, parked, qs, failed, tce)
@@ -718,6 +720,13 @@ func (p *Processor) rollupCancelled(owner []int, deltas []aggregates.Key, folds 
 		if d, ok := deltaOf(owner[i]); ok && d < len(deltas) {
 			switch code {
 			case "ConditionalCheckFailed":
+				if len(reasons) > 0 && aws.ToString(reasons[0].Code) == "TransactionConflict" {
+					// The claim met a transaction in flight: the delta may be
+					// that transaction's, the same group landing under
+					// another committer. Sent again, the claim says which
+					// (review of session 21, S21-P6-3).
+					continue
+				}
 				p.metrics.Commits.WithLabelValues("failed").Inc()
 				return fmt.Errorf("commit cancelled: the roll-up delta %s exists already", deltas[d])
 			case "ValidationError":

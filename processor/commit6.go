@@ -3,6 +3,7 @@ package processor
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -27,7 +28,11 @@ import (
 func (p *Processor) commitBatch6(ctx context.Context, g *ShardGuard, batch []change, to string, plan batchPlan, next int, res *Result) error {
 	if plan.lanes == 0 {
 		// Roll-ups off ("m/e/6/0"): no roll-up delta record is folded (as in
-		// a batch planned before roll-ups), no delta put.
+		// a batch planned before roll-ups), no delta put. On a copy: the
+		// caller's changes keep their roll-up records for a plan read
+		// again after a claim lost to another committer, which may be
+		// "m/e/6/32" (review of session 21, S21-P6-2).
+		batch = slices.Clone(batch)
 		for i := range batch {
 			batch[i].rollup = nil
 		}
@@ -140,8 +145,15 @@ func (c *commit6) stagingKey(s int) aggregates.Key {
 // still says pendingNext = k; otherwise the group landed (its landing
 // deletes the items) and errGuardTaken says so.
 func (p *Processor) readStaging(ctx context.Context, g *ShardGuard, c *commit6) error {
+	return p.readStagingOf(ctx, g, c, c.group().deletes)
+}
+
+// readStagingOf is readStaging for the delta items items (indexes of
+// c.p.items, each in c.group().deletes): each is kept (its values read
+// again) or marked gone.
+func (p *Processor) readStagingOf(ctx context.Context, g *ShardGuard, c *commit6, items []int) error {
 	var gone []int
-	for _, s := range c.group().deletes {
+	for _, s := range items {
 		key := c.stagingKey(s)
 		item, err := p.getItemOf(ctx, p.cfg.CoordinationTable, key)
 		if err != nil {
@@ -153,6 +165,7 @@ func (p *Processor) readStaging(ctx context.Context, g *ShardGuard, c *commit6) 
 			continue
 		}
 		c.staged[s] = st
+		delete(c.gone, s)
 	}
 	if len(gone) == 0 {
 		return nil
@@ -169,6 +182,7 @@ func (p *Processor) readStaging(ctx context.Context, g *ShardGuard, c *commit6) 
 	}
 	for _, s := range gone {
 		c.gone[s] = true
+		delete(c.staged, s)
 	}
 	return nil
 }
@@ -279,15 +293,21 @@ func (c *commit6) rollupWrites(p *Processor, parts []part, transitions []int64, 
 }
 
 // cancelled reads a cancelled transaction's reasons for the group's
-// staging deletes: one whose condition failed (the item changed since it
-// was read: damage, as no writer is left after klast) is staging_gone,
-// its delete dropped. It reports whether it marked any.
-func (c *commit6) cancelled(p *Processor, owner []int, tce *ddbtypes.TransactionCanceledException) bool {
+// staging deletes: one whose condition failed is read again as
+// readStaging reads it (review of session 21, S21-P6-1): an item still at
+// klast is kept, with its values as read now, and its delete sent again
+// (a condition can fail on an item nothing changed: DynamoDB Local does so
+// on an item a concurrent transaction it then rolled back had written,
+// commitTx's recheck); one gone or changed while the checkpoint still
+// says pendingNext = k is staging_gone, its delete dropped; a checkpoint
+// moved on is errGuardTaken (the group landed under another committer).
+// It reports whether it marked any item gone.
+func (c *commit6) cancelled(ctx context.Context, p *Processor, g Guard, owner []int, tce *ddbtypes.TransactionCanceledException) (bool, error) {
 	reasons := tce.CancellationReasons
 	if len(reasons) > 0 && aws.ToString(reasons[0].Code) == "ConditionalCheckFailed" {
-		return false // the guard's
+		return false, nil // the guard's
 	}
-	marked := false
+	var again []int
 	for i, r := range reasons {
 		if i >= len(owner) {
 			break
@@ -296,15 +316,28 @@ func (c *commit6) cancelled(p *Processor, owner []int, tce *ddbtypes.Transaction
 		if !ok || j >= len(c.group().deletes) || aws.ToString(r.Code) != "ConditionalCheckFailed" {
 			continue
 		}
-		s := c.group().deletes[j]
-		if !c.gone[s] {
-			c.gone[s], marked = true, true
-			delete(c.staged, s)
+		if s := c.group().deletes[j]; !c.gone[s] {
+			again = append(again, s)
+		}
+	}
+	sg, ok := g.(*ShardGuard)
+	if len(again) == 0 || !ok {
+		return false, nil
+	}
+	before := len(c.gone)
+	if err := p.readStagingOf(ctx, sg, c, again); err != nil {
+		return false, err
+	}
+	for _, s := range again {
+		if c.gone[s] {
 			p.cfg.Logger.Warn("roll-up staging item changed after its read: its delete is dropped, the delta put without its staged transitions",
+				"staging", c.stagingKey(s).String())
+		} else {
+			p.cfg.Logger.Warn("roll-up staging delete refused on an item read again unchanged: sent again",
 				"staging", c.stagingKey(s).String())
 		}
 	}
-	return marked
+	return len(c.gone) > before, nil
 }
 
 // goneCount is how many staging deletes the group dropped (nil: none).
