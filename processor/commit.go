@@ -5,7 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -32,6 +32,18 @@ var errGuardTaken = errors.New("guard already claimed")
 // than it was planned with: the report shapes it was planned on went stale.
 var errRunOverflow = errors.New("the run needs more writes than planned: report shapes changed")
 
+// withoutRollups returns a copy of cs whose roll-up delta records are not
+// folded: the caller's changes keep theirs for a plan read again after a
+// claim lost to another committer, which may fold them (review of
+// session 21, S21-P6-2).
+func withoutRollups(cs []change) []change {
+	out := slices.Clone(cs)
+	for i := range out {
+		out[i].rollup = nil
+	}
+	return out
+}
+
 // commitRuns plans changes into runs and commits them in order, each run
 // planned right before its commit on the report shapes as then known (the
 // shapes a commit reads anyway, kept by the shape cache), so that a run
@@ -42,9 +54,7 @@ func (p *Processor) commitRuns(ctx context.Context, g Guard, changes []change, r
 	if p.cfg.NoRollups {
 		// Roll-ups off: a roll-up delta record is not folded (as in a
 		// batch planned without roll-ups), and the runs put no delta.
-		for i := range changes {
-			changes[i].rollup = nil
-		}
+		changes = withoutRollups(changes)
 	}
 	all := reportKeys(changes)
 	done, blind := 0, false
@@ -179,9 +189,7 @@ func (p *Processor) commitBatch(ctx context.Context, g *ShardGuard, changes []ch
 		// A batch planned before roll-ups is finished as planned: its
 		// roll-up delta records (put by newer consumers of a mixed fleet)
 		// were not folded into its groups, and are not now (ignored).
-		for i := range batch {
-			batch[i].rollup = nil
-		}
+		batch = withoutRollups(batch)
 	}
 	fold := aggregates.NewFold()
 	for i := range batch {

@@ -3,7 +3,6 @@ package processor
 import (
 	"context"
 	"fmt"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -28,14 +27,9 @@ import (
 func (p *Processor) commitBatch6(ctx context.Context, g *ShardGuard, batch []change, to string, plan batchPlan, next int, res *Result) error {
 	if plan.lanes == 0 {
 		// Roll-ups off ("m/e/6/0"): no roll-up delta record is folded (as in
-		// a batch planned before roll-ups), no delta put. On a copy: the
-		// caller's changes keep their roll-up records for a plan read
-		// again after a claim lost to another committer, which may be
-		// "m/e/6/32" (review of session 21, S21-P6-2).
-		batch = slices.Clone(batch)
-		for i := range batch {
-			batch[i].rollup = nil
-		}
+		// a batch planned before roll-ups), no delta put; on a copy (a
+		// plan read again may be "m/e/6/32").
+		batch = withoutRollups(batch)
 	}
 	fold := aggregates.NewFold()
 	for i := range batch {
