@@ -491,13 +491,16 @@ func BudgetKey(tenant string, shard int) Key {
 	return Key{PK: "BUDGET#" + tenant + "#" + strconv.Itoa(shard), SK: "BUCKET"}
 }
 
+// AppliedPrefix begins every applied item's partition key.
+const AppliedPrefix = "APPLIED#"
+
 // AppliedKey is a branch's applied item, in the coordination table
 // (exactly-once.md, "The design: counted changes", A): what the consumers
 // applied of its transaction partition, counted, and the retired count
 // of its compacted tombstones (table/applied.go). Tenant and branch ids
 // hold no '#', so no two branches share one.
 func AppliedKey(tenant, branch string) Key {
-	return Key{PK: "APPLIED#" + tenant + "#" + branch, SK: "APPLIED"}
+	return Key{PK: AppliedPrefix + tenant + "#" + branch, SK: "APPLIED"}
 }
 
 // RunMarkerKey addresses the marker of the commit run that starts with the

@@ -112,18 +112,24 @@ const (
 	KindBranch       = "branch reports" // branch report and entry items, their parked deltas
 	KindLane         = "roll-up deltas" // lane items (TENANT#t#ROLLUPLANE#k)
 	KindPartial      = "roll-up partials"
-	KindCoordination = "coordination" // checkpoints and leases (the coordination table)
-	KindOther        = "other"        // quarantine items and anything else
+	KindStaging      = "roll-up staging" // plan layout 6's staged branch-count transitions (coordination table, ROLLUPSTAGE#…)
+	KindApplied      = "applied counts"  // the branches' applied items and open marks (coordination table, APPLIED#…)
+	KindCoordination = "coordination"    // checkpoints, leases and the rest of the coordination table
+	KindOther        = "other"           // quarantine items and anything else
 )
 
 // RollupKinds are the kinds in report order.
-var RollupKinds = []string{KindBranch, KindLane, KindPartial, KindCoordination, KindOther}
+var RollupKinds = []string{KindBranch, KindLane, KindStaging, KindPartial, KindApplied, KindCoordination, KindOther}
 
 // ClassifyRollupKey names the kind of item a partition key holds, for the
 // meter (Meter.Classify).
 func ClassifyRollupKey(coordinationTable string) func(table, pk string) string {
 	return func(table, pk string) string {
 		switch {
+		case table == coordinationTable && strings.HasPrefix(pk, ledgertable.StagingPrefix):
+			return KindStaging
+		case table == coordinationTable && strings.HasPrefix(pk, aggregates.AppliedPrefix):
+			return KindApplied
 		case table == coordinationTable:
 			return KindCoordination
 		case aggregates.IsRollupLaneKey(pk):

@@ -28,6 +28,9 @@ func TestClassifyRollupKey(t *testing.T) {
 		table, pk, want string
 	}{
 		{"t-coordination", "STREAM#arn#0", KindCoordination},
+		{"t-coordination", "ROLLUPSTAGE#label#shardId-1", KindStaging},
+		{"t-coordination", aggregates.AppliedKey("acme", "br0001").PK, KindApplied},
+		{"t", aggregates.AppliedKey("acme", "br0001").PK, KindOther},             // only in the coordination table
 		{"t-coordination", aggregates.RollupLanePK("acme", 3), KindCoordination}, // the table decides first
 		{"t", aggregates.RollupLanePK("acme", 3), KindLane},
 		{"t", aggregates.RollupPK("acme", "BRL", 31), KindPartial},
@@ -139,9 +142,10 @@ func TestRollupCostResult_Markdown(t *testing.T) {
 			{Phase: "live", Shards: 4, Pollers: 4, Rollups: true, Changes: 1000, WriteRate: 99.6, Took: 10 * time.Second, Commits: 40, PeakCommits: 9,
 				Units: 9000, Kinds: map[string]KindCost{
 					KindBranch: {Units: 5000, Transactions: 30}, KindLane: {Units: 1500, Writes: 120}, KindPartial: {Units: 2000, KeyTouches: 100},
+					KindStaging: {Units: 300, Writes: 150}, KindApplied: {Units: 200, Writes: 100},
 					KindCoordination: {Units: 500, TxUnits: 400}},
-				Hot:  map[string]KeyRate{KindLane: {Peak: 40}, KindPartial: {Peak: 60}, KindBranch: {Peak: 14}, KindCoordination: {Peak: 8}},
-				Keys: map[string]int{KindLane: 32, KindPartial: 96, KindBranch: 900, KindCoordination: 4}},
+				Hot:  map[string]KeyRate{KindLane: {Peak: 40}, KindStaging: {Peak: 5}, KindPartial: {Peak: 60}, KindBranch: {Peak: 14}, KindApplied: {Peak: 3}, KindCoordination: {Peak: 8}},
+				Keys: map[string]int{KindLane: 32, KindStaging: 3, KindPartial: 96, KindBranch: 900, KindApplied: 50, KindCoordination: 4}},
 			{Phase: "live", Shards: 4, Pollers: 4, Rollups: false, Changes: 1000, WriteRate: 100, Took: 10 * time.Second, Commits: 20, PeakCommits: 5,
 				Units: 5400, Kinds: map[string]KindCost{KindBranch: {Units: 5000}, KindCoordination: {Units: 400, TxUnits: 300}},
 				Hot:  map[string]KeyRate{KindBranch: {Peak: 14}, KindCoordination: {Peak: 6}},
@@ -158,5 +162,5 @@ func TestRollupCostResult_Markdown(t *testing.T) {
 	want, err := os.ReadFile(golden)
 	require.NoError(t, err)
 	assert.Equal(t, string(want), b.String())
-	assert.True(t, strings.Contains(b.String(), "| live | 4 | on | 100 | 40 (4.0, 9; 0) | 9000 | 5000 | 1500 | 2000 | 400 / 100 | 0 | +3600 (+67%) | 0 |"), b.String())
+	assert.True(t, strings.Contains(b.String(), "| live | 4 | on | 100 | 40 (4.0, 9; 0) | 9000 | 5000 | 1500 | 300 | 2000 | 200 | 400 / 100 | 0 | +3600 (+67%) | 0 |"), b.String())
 }

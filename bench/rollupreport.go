@@ -86,8 +86,8 @@ func (res *RollupCostResult) Markdown(w io.Writer) {
 
 	fmt.Fprintln(w, "#### Write units per 1,000 changes, roll-ups on and off (billed: transactional actions twice)")
 	fmt.Fprintln(w)
-	fmt.Fprintln(w, "| phase | shards | roll-ups | changes/s written | commits (/s mean, peak; by the final drain) | WCU / 1k changes | branch reports | roll-up deltas | roll-up partials | coordination (in commits / outside) | other | roll-up share | reconcile differences |")
-	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+	fmt.Fprintln(w, "| phase | shards | roll-ups | changes/s written | commits (/s mean, peak; by the final drain) | WCU / 1k changes | branch reports | roll-up deltas | roll-up staging | roll-up partials | applied counts | coordination (in commits / outside) | other | roll-up share | reconcile differences |")
+	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 	for _, r := range res.Rows {
 		on := "off"
 		if r.Rollups {
@@ -107,16 +107,16 @@ func (res *RollupCostResult) Markdown(w io.Writer) {
 		if r.Waiting > 0 {
 			diffs += fmt.Sprintf(" (%d deltas waiting)", r.Waiting)
 		}
-		fmt.Fprintf(w, "| %s | %d | %s | %s | %d (%.1f, %d; %d) | %.0f | %s | %s | %s | %.0f / %.0f | %s | %s | %s |\n",
+		fmt.Fprintf(w, "| %s | %d | %s | %s | %d (%.1f, %d; %d) | %.0f | %s | %s | %s | %s | %s | %.0f / %.0f | %s | %s | %s |\n",
 			r.Phase, r.Shards, on, written, r.Commits, r.CommitsPerSecond(), r.PeakCommits, r.DrainCommits, r.PerThousand(r.Units),
-			k(KindBranch), k(KindLane), k(KindPartial), r.PerThousand(co.TxUnits), r.PerThousand(co.Units-co.TxUnits), k(KindOther), share, diffs)
+			k(KindBranch), k(KindLane), k(KindStaging), k(KindPartial), k(KindApplied), r.PerThousand(co.TxUnits), r.PerThousand(co.Units-co.TxUnits), k(KindOther), share, diffs)
 	}
 	fmt.Fprintln(w)
 
 	fmt.Fprintln(w, "#### The busiest partition key of each kind: write units in its busiest second (% of a partition's 1,000)")
 	fmt.Fprintln(w)
-	fmt.Fprintln(w, "| phase | shards | roll-ups | commits/s (mean, peak) | roll-up delta (lane) key | roll-up partial key | branch report key | coordination key | keys written: lanes / partials / branch reports / coordination |")
-	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|")
+	fmt.Fprintln(w, "| phase | shards | roll-ups | commits/s (mean, peak) | roll-up delta (lane) key | roll-up staging key | roll-up partial key | branch report key | applied key | coordination key | keys written: lanes / staging / partials / branch reports / applied / coordination |")
+	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|---|---|")
 	for _, r := range res.Rows {
 		on := "off"
 		if r.Rollups {
@@ -129,8 +129,9 @@ func (res *RollupCostResult) Markdown(w io.Writer) {
 			}
 			return pct(k.Peak)
 		}
-		fmt.Fprintf(w, "| %s | %d | %s | %.1f, %d | %s | %s | %s | %s | %d / %d / %d / %d |\n", r.Phase, r.Shards, on, r.CommitsPerSecond(), r.PeakCommits,
-			hot(KindLane), hot(KindPartial), hot(KindBranch), hot(KindCoordination), r.Keys[KindLane], r.Keys[KindPartial], r.Keys[KindBranch], r.Keys[KindCoordination])
+		fmt.Fprintf(w, "| %s | %d | %s | %.1f, %d | %s | %s | %s | %s | %s | %s | %d / %d / %d / %d / %d / %d |\n", r.Phase, r.Shards, on, r.CommitsPerSecond(), r.PeakCommits,
+			hot(KindLane), hot(KindStaging), hot(KindPartial), hot(KindBranch), hot(KindApplied), hot(KindCoordination),
+			r.Keys[KindLane], r.Keys[KindStaging], r.Keys[KindPartial], r.Keys[KindBranch], r.Keys[KindApplied], r.Keys[KindCoordination])
 	}
 	fmt.Fprintln(w)
 
