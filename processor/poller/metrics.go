@@ -21,6 +21,19 @@ const (
 	LeasePaused    = "paused"     // no heartbeat landed within the lease duration: the lease's reader stopped, the lease kept until a heartbeat lands (or finds the poller fenced)
 )
 
+// Label values of ledger_poller_offers_total{outcome}: what became of each
+// lease offered to this poller (handed over by another, or a child left
+// for it) when it looked at it.
+const (
+	OfferTaken            = "taken"             // taken
+	OfferLater            = "later"             // its lease not read in time: left offered for the next round
+	OfferNotIts           = "not_its"           // already held, finished, or another poller's (or another process of this name's) by now
+	OfferUnknownShard     = "unknown_shard"     // not in this poller's listing and its lease item does not describe it: left to the listing
+	OfferParentUnfinished = "parent_unfinished" // its parent is not read to its end: left to the listing
+	OfferCheckpointUnread = "checkpoint_unread" // its checkpoint not read in time (or it is finished): left to the listing
+	OfferRefused          = "refused"           // sent to be taken and not taken: the take gates (no validity, not born), a failed condition, or past this round's turns
+)
+
 // Label values of ledger_poller_lease_losses_total{cause}. Only taken and
 // expired stop a reader: lost_answer counts the apparent losses that are
 // not (a lease write's condition failed against this poller's own write,
@@ -60,6 +73,7 @@ type Metrics struct {
 	LeasesHeld   prometheus.Gauge       // ledger_poller_leases_held
 	LeasesPaused prometheus.Gauge       // ledger_poller_leases_paused
 	LeaseEvents  *prometheus.CounterVec // ledger_poller_lease_events_total{event}
+	Offers       *prometheus.CounterVec // ledger_poller_offers_total{outcome}
 	Shards       *prometheus.GaugeVec   // ledger_poller_shards{state}
 	Reads        *prometheus.CounterVec // ledger_stream_get_records_total{outcome}
 	RecordsRead  prometheus.Counter     // ledger_stream_records_read_total
@@ -101,6 +115,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Namespace: "ledger", Subsystem: "poller", Name: "lease_events_total",
 			Help: "Lease changes by this poller: acquired, taken_over, lost, expired, released, handed_off, requested, fenced, rejoined, paused.",
 		}, []string{"event"}),
+		Offers: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "ledger", Subsystem: "poller", Name: "offers_total",
+			Help: "Leases offered to this poller (handed over, or children left for it), by what became of each when it looked: taken, later, not_its, unknown_shard, parent_unfinished, checkpoint_unread, refused.",
+		}, []string{"outcome"}),
 		Shards: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Namespace: "ledger", Subsystem: "poller", Name: "shards",
 			Help: "Shards of the stream by state: open, closed (not yet read to the end), finished, waiting (parents not finished).",
@@ -187,6 +205,9 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	for _, e := range []string{LeaseAcquired, LeaseTakenOver, LeaseLost, LeaseExpired, LeaseReleased, LeaseHandedOff, LeaseRequested} {
 		m.LeaseEvents.WithLabelValues(e)
 	}
+	for _, o := range []string{OfferTaken, OfferLater, OfferNotIts, OfferUnknownShard, OfferParentUnfinished, OfferCheckpointUnread, OfferRefused} {
+		m.Offers.WithLabelValues(o)
+	}
 	for _, r := range []string{ResetExpired, ResetTrimmed, ResetGap, ResetFailure} {
 		m.Resets.WithLabelValues(r)
 	}
@@ -202,7 +223,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}
 	}
 	if reg != nil {
-		reg.MustRegister(m.LeasesHeld, m.LeasesPaused, m.LeaseEvents, m.Shards, m.Reads, m.RecordsRead, m.Resets, m.Checkpoints,
+		reg.MustRegister(m.LeasesHeld, m.LeasesPaused, m.LeaseEvents, m.Offers, m.Shards, m.Reads, m.RecordsRead, m.Resets, m.Checkpoints,
 			m.LeaseLosses, m.ReaderRestarts, m.Committed, m.Goodput, m.HeldRecords, m.Describes,
 			m.HeldBytes, m.HeldBudget, m.HeldBudgetUsed, m.HeldBudgetWaits, m.HeldBytesBudget, m.HeldBytesBudgetUsed,
 			m.DescribeRate, m.DescribeDeferred)

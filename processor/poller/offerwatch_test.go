@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/ledger-dev/ledger/infra/ddblocal/ddbtest"
@@ -52,6 +53,7 @@ func TestPoller_ALeaseHandedOverIsTakenAtOnceNotAtTheNextRound(t *testing.T) {
 	_, err = e.ddb.UpdateItem(ctx, table.OfferLease(coord, e.stream.arn, "b", ids[0]))
 	require.NoError(t, err)
 	eventually(t, "b takes the lease handed to it before its next round (200 s on)", time.Minute, func() bool { return counter(t, b.m.LeasesHeld) == 2 })
+	assert.Equal(t, 1.0, counter(t, b.m.Offers.WithLabelValues(poller.OfferTaken)), "ledger_poller_offers_total{outcome=\"taken\"}")
 
 	e.write(t, 30)
 	eventually(t, "b reads the shard handed to it", time.Minute, func() bool {

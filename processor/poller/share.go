@@ -1005,33 +1005,46 @@ func (p *Poller) takeOffers(ctx context.Context, kids map[string]bool) {
 	}
 	var done []string
 	var take []lease
+	// What became of each offer (ledger_poller_offers_total{outcome});
+	// kids are not offers and are not counted.
+	outcome := func(id, o string) {
+		if offered[id] {
+			p.m.Offers.WithLabelValues(o).Inc()
+		}
+	}
 	for _, id := range offers {
 		l, read := ls[id]
 		_, mine := p.held[id]
 		if !read && !mine && !p.finishedKnown(id) {
+			outcome(id, OfferLater)
 			continue // not read in time: stays offered for the next round
 		}
 		done = append(done, id)
 		if !read {
+			outcome(id, OfferNotIts)
 			continue
 		}
 		p.leases[id] = l
 		p.observeLease(l, time.Now())
 		if mine || l.finished || (l.owner != "" && l.owner != p.cfg.Owner) {
+			outcome(id, OfferNotIts)
 			continue
 		}
 		if free, _ := p.available(l); p.foreign(l) && !free {
+			outcome(id, OfferNotIts)
 			continue // another process of this name holds it (HB6)
 		}
 		sh, known := p.shard(id)
 		if !known {
 			if l.start == "" {
+				outcome(id, OfferUnknownShard)
 				continue // the next listing has it
 			}
 			sh = shard{id: id, parent: l.parent, start: l.start}
 			p.shards = append(p.shards, sh)
 		}
 		if !p.parentDone(ctx, sh) {
+			outcome(id, OfferParentUnfinished)
 			continue
 		}
 		// The shard's own checkpoint, as takeShare reads it before a take:
@@ -1039,10 +1052,21 @@ func (p *Poller) takeOffers(ctx context.Context, kids map[string]bool) {
 		// that a shard handed over before its first commit must keep (the
 		// review of the share-bounded pass, R5).
 		if _, read := p.cps[id]; !read || p.finishedKnown(id) {
+			outcome(id, OfferCheckpointUnread)
 			continue
 		}
 		take = append(take, l)
 	}
+	sent := take
+	defer func() { // taken, or sent and not taken (the take gates, a failed condition, past this round's turns)
+		for _, l := range sent {
+			if _, held := p.held[l.shard]; held {
+				outcome(l.shard, OfferTaken)
+			} else {
+				outcome(l.shard, OfferRefused)
+			}
+		}
+	}()
 	if p.renewsLeases() {
 		// In turns (takeTurn); the offers not taken stay offered, for the
 		// next round. In one call, waves of renewParallel on a slow table
