@@ -566,8 +566,8 @@ func TestTenantBudget_ChargesARollupsBatchGetItem(t *testing.T) {
 	assert.Positive(t, testutil.ToFloat64(e.metrics.TenantBudgetCharged.WithLabelValues("read")), "the BatchGetItem's read units")
 }
 
-// TestRollups_ReadCostIsOneBatchGetItemOrOneQueryPerLane: a month's
-// roll-up is one BatchGetItem of the 32 partials (no map full: no Query),
+// TestRollups_ReadCostIsOneBatchGetItemOrOneQueryPerLane: a day's or a
+// month's roll-up is one BatchGetItem of the 32 partials (no map full: no Query),
 // a year of months 32 Queries, one per partial partition; naming no
 // currency adds one Query (the branch partition). It logs the read units
 // the budget charged (DynamoDB Local's accounting; docs/design.md "Reads").
@@ -586,11 +586,15 @@ func TestRollups_ReadCostIsOneBatchGetItemOrOneQueryPerLane(t *testing.T) {
 			e.putPartial(aggregates.NoCurrency, lane, month(fmt.Sprintf("2026-%02d", m)), fig, 1, "2026-12-31T00:00:00Z")
 		}
 	}
+	for lane := range aggregates.RollupLanes {
+		e.putPartial(aggregates.NoCurrency, lane, aggregates.Period{Type: aggregates.Daily, Value: "2026-06-15"}, fig, 1, "2026-12-31T00:00:00Z")
+	}
 	read := func() float64 { return testutil.ToFloat64(e.metrics.TenantBudgetCharged.WithLabelValues("read")) }
 	for _, tc := range []struct {
 		path             string
 		batchGets, query int
 	}{
+		{"/DAILY/2026-06-15?currency=-", 1, 0},
 		{"/MONTHLY/2026-06?currency=-", 1, 0},
 		{"/MONTHLY/2026-06", 1, 1},
 		{"?period=MONTHLY&from=2026-01&to=2026-12&currency=-", 0, aggregates.RollupLanes},
