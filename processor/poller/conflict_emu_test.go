@@ -179,7 +179,17 @@ func TestPoller_EmulatedFleetUnderAWSConflictsKilledAndRestartedIsExact(t *testi
 	// (cause not found; the reports stayed exact, checked below). A failed
 	// commit is retried from the checkpoint, so it costs time, not figures.
 	if failed > 0 {
+		// What failed them, for the next reader of a loaded run's log: the
+		// survivors' error lines (the reader's failure carries the commit's
+		// error: attempts spent on held items, a timeout, a shutdown).
 		t.Logf("commits failed among the lives not killed: %v", failed)
+		for _, tp := range survivors {
+			for _, l := range tp.logs.lines() {
+				if l["level"] == "ERROR" {
+					t.Logf("%v", l)
+				}
+			}
+		}
 	}
 	assert.Positive(t, committed)
 	assert.Positive(t, conflicts, "conflicts met and counted")
