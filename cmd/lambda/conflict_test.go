@@ -51,7 +51,7 @@ func testTumblingShardsUnderConflicts(t *testing.T, bin string, seed uint64) {
 	proxy.ft.Next = emu // kills and faults first: a dead process's call never reaches "AWS"
 	intf := &ddbconflict.Interferer{
 		API:    ddbtest.Client(t, infra.WithTransportWrapper(func(http.RoundTripper) http.RoundTripper { return emu })),
-		Tables: []string{table, ledgertable.CoordinationTableName(table)}, EntityTypes: []string{aggregates.EntityReport, aggregates.EntityCheckpoint},
+		Tables: []string{table, ledgertable.CoordinationTableName(table)}, EntityTypes: []string{aggregates.EntityReport, aggregates.EntityCheckpoint, aggregates.EntityApplied, ledgertable.EntityRollupDelta},
 		Pause: 10 * time.Millisecond, Seed: seed,
 	}
 	ictx, stopInterferer := context.WithCancel(ctx)

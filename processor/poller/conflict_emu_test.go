@@ -98,7 +98,7 @@ func TestPoller_EmulatedFleetUnderAWSConflictsKilledAndRestartedIsExact(t *testi
 	emu := e.conflicts
 	coord := table.CoordinationTableName(e.table)
 	intf := &ddbconflict.Interferer{API: conflictClient(t, emu, nil), Tables: []string{e.table, coord},
-		EntityTypes: []string{aggregates.EntityReport, aggregates.EntityCheckpoint}, Pause: 10 * time.Millisecond, Seed: 241}
+		EntityTypes: []string{aggregates.EntityReport, aggregates.EntityCheckpoint, aggregates.EntityApplied, table.EntityRollupDelta}, Pause: 10 * time.Millisecond, Seed: 241}
 	e.intf = intf
 	ictx, stopInterferer := context.WithCancel(context.Background())
 	idone := make(chan error, 1)
