@@ -212,6 +212,11 @@ type FleetResult struct {
 type LeaseSample struct {
 	At   float64
 	Held map[string]int
+	// Offers is each running poller's ledger_poller_offers_total by
+	// outcome so far (non-zero outcomes only): what became of the leases
+	// offered to it, over time (a joiner's take before and after its
+	// first listing).
+	Offers map[string]map[string]int `json:",omitempty"`
 }
 
 // BalanceEvent is a change of the fleet and how long the leases took to
@@ -237,6 +242,10 @@ type FleetPoller struct {
 	// LeaseEvents is its ledger_poller_lease_events_total by event
 	// (acquired, handed_off, taken_over, expired, …).
 	LeaseEvents map[string]int `json:",omitempty"`
+	// Offers is its ledger_poller_offers_total by outcome (taken, later,
+	// not_its, unknown_shard, parent_unfinished, checkpoint_unread,
+	// refused).
+	Offers map[string]int `json:",omitempty"`
 }
 
 // countedTable is a poller's coordinator client, counted.
@@ -677,6 +686,12 @@ func Fleet(ctx context.Context, cfg FleetConfig) (*FleetResult, error) {
 			for _, p := range running() {
 				n := int(p.gauge("ledger_poller_leases_held"))
 				s.Held[p.owner] = n
+				if o := nonZero(p.counters("ledger_poller_offers_total", "outcome")); len(o) > 0 {
+					if s.Offers == nil {
+						s.Offers = map[string]map[string]int{}
+					}
+					s.Offers[p.owner] = o
+				}
 				total += n
 				p.leases += float64(n)
 				p.samples++
@@ -831,7 +846,8 @@ func Fleet(ctx context.Context, cfg FleetConfig) (*FleetResult, error) {
 		}
 		fp := FleetPoller{Owner: p.owner, Queries: int(p.coord.queries.Load()), ItemsRead: int(p.coord.items.Load()),
 			Writes: int(p.coord.writes.Load()), Minutes: end.Sub(p.started).Minutes(),
-			LeaseEvents: p.counters("ledger_poller_lease_events_total", "event")}
+			LeaseEvents: p.counters("ledger_poller_lease_events_total", "event"),
+			Offers:      nonZero(p.counters("ledger_poller_offers_total", "outcome"))}
 		if p.samples > 0 {
 			fp.MeanLeases = p.leases / float64(p.samples)
 		}
@@ -892,6 +908,20 @@ func Fleet(ctx context.Context, cfg FleetConfig) (*FleetResult, error) {
 type writerFunc func([]byte) (int, error)
 
 func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
+
+// nonZero is m without its zero values (nil when none is left).
+func nonZero(m map[string]int) map[string]int {
+	var out map[string]int
+	for k, v := range m {
+		if v != 0 {
+			if out == nil {
+				out = map[string]int{}
+			}
+			out[k] = v
+		}
+	}
+	return out
+}
 
 // balance computes, for each event, how long the running pollers took to
 // hold their fair share ±10% each.

@@ -45,6 +45,14 @@ func TestFleet_SmallestConfigurationRunsExactly(t *testing.T) {
 	assert.Positive(t, res.Commits)
 	assert.NotEmpty(t, res.HotKeys)
 	require.Len(t, res.PerPoller, 2)
+	// The leases p1 hands over are offers to p2, each with an outcome
+	// (taken; or already its own: its round took its name's leases first).
+	assert.NotEmpty(t, res.PerPoller[1].Offers, "the joiner's offers by outcome (ledger_poller_offers_total, gathered)")
+	var joined bool
+	for _, s := range res.Leases {
+		joined = joined || len(s.Offers["p2"]) > 0
+	}
+	assert.True(t, joined, "the joiner's offers sampled over time")
 	require.Len(t, res.Balance, 3, "start, join, leave")
 	assert.NotEmpty(t, res.Leases)
 	assert.Positive(t, res.PeakRSS)
@@ -54,5 +62,9 @@ func TestFleet_SmallestConfigurationRunsExactly(t *testing.T) {
 	assert.Contains(t, md.String(), "lag by stage")
 	assert.Contains(t, md.String(), "discovery by kind")
 	assert.Contains(t, md.String(), "steady-state records over 3 s")
-	t.Logf("\n%s", md.String())
+	assert.Contains(t, md.String(), "offers taken / later")
+	var offers bytes.Buffer
+	res.OfferTimeline(&offers, "p2", 5)
+	assert.Contains(t, offers.String(), "| s | leases held |")
+	t.Logf("\n%s\n%s", md.String(), offers.String())
 }

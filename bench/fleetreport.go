@@ -74,12 +74,12 @@ func (r *FleetResult) Markdown(w io.Writer) {
 		p("\nUncommitted changes the live fleet had read (none listed: never read with an effect): %s\n", strings.Join(r.UncommittedRead, "; "))
 	}
 	p("\nPer poller (coordinator calls through its own client: Query for the stream's leases and checkpoints, UpdateItem for leases and checkpoint moves):\n\n")
-	p("| poller | minutes | mean leases | Query / min | items read / min | UpdateItem / min | leases acquired / handed off / taken over / expired |\n|---|---:|---:|---:|---:|---:|---|\n")
+	p("| poller | minutes | mean leases | Query / min | items read / min | UpdateItem / min | leases acquired / handed off / taken over / expired | offers taken / later / not its / left to the listing / refused |\n|---|---:|---:|---:|---:|---:|---|---|\n")
 	for _, fp := range r.PerPoller {
 		m := max(fp.Minutes, 1e-9)
-		e := fp.LeaseEvents
-		p("| %s | %.1f | %.0f | %.0f | %.0f | %.0f | %d / %d / %d / %d |\n", fp.Owner, fp.Minutes, fp.MeanLeases, float64(fp.Queries)/m, float64(fp.ItemsRead)/m, float64(fp.Writes)/m,
-			e["acquired"], e["handed_off"], e["taken_over"], e["expired"])
+		e, o := fp.LeaseEvents, fp.Offers
+		p("| %s | %.1f | %.0f | %.0f | %.0f | %.0f | %d / %d / %d / %d | %s |\n", fp.Owner, fp.Minutes, fp.MeanLeases, float64(fp.Queries)/m, float64(fp.ItemsRead)/m, float64(fp.Writes)/m,
+			e["acquired"], e["handed_off"], e["taken_over"], e["expired"], offerCells(o))
 	}
 	if len(r.Errors) > 0 {
 		p("\nErrors: %s\n", strings.Join(r.Errors, "; "))
@@ -112,6 +112,28 @@ func (r *FleetResult) LeaseTimeline(w io.Writer, step int) {
 			}
 		}
 		fmt.Fprintf(w, "| %.0f | %s |\n", s.At, strings.Join(cells, " | "))
+	}
+}
+
+// offerCells is a poller's offers by outcome: taken / later / not its /
+// left to its listing (unknown shard, parent unfinished, checkpoint
+// unread) / refused.
+func offerCells(o map[string]int) string {
+	return fmt.Sprintf("%d / %d / %d / %d / %d", o["taken"], o["later"], o["not_its"],
+		o["unknown_shard"]+o["parent_unfinished"]+o["checkpoint_unread"], o["refused"])
+}
+
+// OfferTimeline writes what became of the leases offered to owner (a
+// joiner), cumulative, every step seconds while it ran: taken / later /
+// not its / left to its listing / refused, beside the leases it held.
+func (r *FleetResult) OfferTimeline(w io.Writer, owner string, step int) {
+	fmt.Fprintf(w, "| s | leases held | offers taken / later / not its / left to the listing / refused |\n|---|---:|---|\n")
+	for i, s := range r.Leases {
+		n, ok := s.Held[owner]
+		if !ok || i%max(step, 1) != 0 {
+			continue
+		}
+		fmt.Fprintf(w, "| %.0f | %d | %s |\n", s.At, n, offerCells(s.Offers[owner]))
 	}
 }
 

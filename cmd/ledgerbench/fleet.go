@@ -98,6 +98,10 @@ func runFleet(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		fmt.Fprintln(f, "\nLeases held by each poller, every 10 s:")
 		fmt.Fprintln(f)
 		res.LeaseTimeline(f, 10)
+		if joiner := fmt.Sprintf("p%d", res.Pollers); res.Pollers > 1 {
+			fmt.Fprintf(f, "\nThe joiner %s: what became of the leases offered to it (cumulative), every 5 s:\n\n", joiner)
+			res.OfferTimeline(f, joiner, 5)
+		}
 		if err := f.Close(); err != nil {
 			return fail(err)
 		}
