@@ -10,6 +10,8 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodbstreams"
+	streamtypes "github.com/aws/aws-sdk-go-v2/service/dynamodbstreams/types"
 	ddbtypes "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -228,4 +230,42 @@ func TestAbandon_ReopenAtTrimHorizonWithoutPendingBatchSetsLostAt(t *testing.T) 
 			assert.Equal(t, int64(2), lossesOf(t, e))
 		})
 	}
+}
+
+// trimmingStreams answers TrimmedDataAccessException to an iterator asked
+// after a sequence number, as AWS does when the records after a checkpoint
+// were trimmed; the reader then opens at TRIM_HORIZON.
+type trimmingStreams struct{ processor.StreamReader }
+
+func (s trimmingStreams) GetShardIterator(ctx context.Context, in *dynamodbstreams.GetShardIteratorInput, opts ...func(*dynamodbstreams.Options)) (*dynamodbstreams.GetShardIteratorOutput, error) {
+	if in.ShardIteratorType == streamtypes.ShardIteratorTypeAfterSequenceNumber {
+		return nil, &streamtypes.TrimmedDataAccessException{Message: aws.String("trimmed (test)")}
+	}
+	return s.StreamReader.GetShardIterator(ctx, in, opts...)
+}
+
+// The tumbling-window Lambda's commit (CommitShardRange) goes through the
+// same abandon transaction when its shard's records after a pending
+// layout-6 batch's checkpoint were trimmed: lostAt, losses once, the
+// checkpoint at the range's end. Fails without the abandon transaction
+// (no lostAt, losses 0).
+func TestAbandon_TumblingWindowTrimAbandonsThePendingBatchWithLostAt(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t)
+	require.NoError(t, ledgertest.NewWorkload(26).Run(ctx, e.ddb, e.table, 150))
+	shard, recs := e.records(t)
+	halfCommitted(t, e, recs, shard, 60)
+	require.Contains(t, cpItemOf(t, e, shard).Pending.Plan, "/6/")
+
+	p, err := processor.New(e.ddb, processor.Config{Table: e.table, BaseBackoff: time.Millisecond, MaxBackoff: time.Millisecond}, nil)
+	require.NoError(t, err)
+	last := recs[len(recs)-1].SequenceNumber
+	_, err = p.CommitShardRange(ctx, trimmingStreams{e.streams}, processor.ShardRange{StreamARN: e.streamARN, ShardID: shard,
+		First: recs[80].SequenceNumber, Last: last}, 100)
+	require.NoError(t, err)
+	cp := cpItemOf(t, e, shard)
+	assert.Equal(t, last, cp.Seq)
+	assert.Nil(t, cp.Pending)
+	assert.NotEmpty(t, cp.LostAt)
+	assert.Equal(t, int64(1), lossesOf(t, e))
 }
