@@ -269,3 +269,41 @@ func TestAbandon_TumblingWindowTrimAbandonsThePendingBatchWithLostAt(t *testing.
 	assert.NotEmpty(t, cp.LostAt)
 	assert.Equal(t, int64(1), lossesOf(t, e))
 }
+
+// An abandon that fails (every attempt dropped) fails the call and is
+// tried again at the next one, on the same state: it lands then, once.
+// Fails if the first failure forgets the trim (no lostAt, losses 0).
+func TestAbandon_AFailedAbandonIsTriedAgainOnTheSameState(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t)
+	require.NoError(t, ledgertest.NewWorkload(27).Run(ctx, e.ddb, e.table, 150))
+	shard, recs := e.records(t)
+	halfCommitted(t, e, recs, shard, 60)
+
+	p, err := processor.New(e.faulty, processor.Config{Table: e.table, MaxAttempts: 2,
+		BaseBackoff: time.Millisecond, MaxBackoff: time.Millisecond}, nil)
+	require.NoError(t, err)
+	e.faults.Decide = func(op string) ledgertest.Fault {
+		if op == "TransactWriteItems" {
+			return ledgertest.Drop
+		}
+		return ledgertest.Pass
+	}
+	defer func() { e.faults.Decide = nil }()
+	g := p.ShardGuard(e.streamARN, shard)
+	g.CommitBatches()
+	g.Trimmed()
+	_, err = p.Process(ctx, g, recs[80:])
+	require.Error(t, err)
+	require.NotNil(t, cpItemOf(t, e, shard).Pending, "nothing landed")
+	require.Zero(t, lossesOf(t, e))
+
+	e.faults.Decide = nil
+	_, err = p.Process(ctx, g, recs[80:])
+	require.NoError(t, err)
+	cp := cpItemOf(t, e, shard)
+	assert.Equal(t, recs[len(recs)-1].SequenceNumber, cp.Seq)
+	assert.Nil(t, cp.Pending)
+	assert.NotEmpty(t, cp.LostAt)
+	assert.Equal(t, int64(1), lossesOf(t, e))
+}

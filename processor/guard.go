@@ -80,6 +80,9 @@ type ShardGuard struct {
 	// over is done (settle) or a commit lands; nil when none.
 	lost    *lostRange
 	trimmed bool // see Trimmed
+	// trimPos is the position (position()) an abandon after a trim was
+	// tried on and failed: tried again only on the same state.
+	trimPos string
 	// firstClaim is the last record of the first run this guard tried to
 	// claim while opened without a checkpoint (origin ""): a checkpoint
 	// found there afterwards is that claim, landed with its answer lost.
@@ -413,17 +416,27 @@ func (g *ShardGuard) committed(ctx context.Context, changes []change) (int, bool
 	if g.hasOrigin && g.origin == "" && g.prev != "" {
 		return 0, false, fmt.Errorf("shard %s: checkpoint %q made by another reader, records start where this reader opened without one: %w", g.shard, g.prev, ErrGap)
 	}
-	if g.trimmed && g.prev != "" {
+	if g.trimmed {
 		// Once, for the state read right after the trim (a later re-read
-		// must never abandon the batch this guard started itself): the
-		// guard-alone abandon transaction. A pending batch's records are
-		// gone, so it can never be planned again: the checkpoint moves to
-		// its last record; what its groups committed stays, and reconcile
-		// --repair restores the rest as for any trimmed record.
-		g.trimmed = false
-		if err := g.p.abandon(ctx, g); err != nil {
-			return 0, false, err
+		// must never abandon the batch this guard started itself, nor one
+		// another consumer started since): the guard-alone abandon
+		// transaction. A pending batch's records are gone, so it can never
+		// be planned again: the checkpoint moves to its last record; what
+		// its groups committed stays, and reconcile --repair restores the
+		// rest as for any trimmed record. A shard without a checkpoint
+		// has nothing to abandon. An abandon that failed is tried again
+		// at the next call only on the same state.
+		if g.trimPos != "" && g.trimPos != g.position() {
+			g.trimmed = false
 		}
+		if g.trimmed && g.prev != "" {
+			g.trimPos = g.position()
+			if err := g.p.abandon(ctx, g); err != nil {
+				g.loaded = false
+				return 0, false, err
+			}
+		}
+		g.trimmed, g.trimPos = false, ""
 	}
 	// Records up to the checkpoint are committed. Those of a batch this
 	// guard abandoned are skipped as lost: the groups that landed hold some
