@@ -21,7 +21,8 @@ import (
 // (docs/exactly-once.md): its layout, its decoding, and every write that
 // changes it — the claims inside commit transactions (ClaimRun, ClaimGroup:
 // processor.ShardGuard), and the moves outside them (AdvanceCheckpoint,
-// MarkCheckpointStart: the poller) — plus the read-only listing of a
+// MarkCheckpointStart: the poller; the guard-alone abandon transaction,
+// AbandonTx, kept beside the loss item in abandon.go) — plus the read-only listing of a
 // stream's checkpoints and leases (ReadStreamState) for the poller and
 // ledgerctl lag; DecodeCheckpoint serves the guard and reconcile's
 // in-flight check. Under its key it holds
