@@ -99,10 +99,14 @@ func AbandonTx(coord string, key aggregates.Key, a Abandon) *dynamodb.TransactWr
 }
 
 // AbandonLanded reports whether cp, read consistently after an abandon
-// transaction of a whose answer was lost or whose condition failed, is
-// that transaction landed: at a.Target(), no pending batch, lostAt = Now.
+// transaction of a whose answer was lost or whose condition failed, shows
+// that transaction landed: lostAt = Now. lostAt is written by abandon
+// transactions only, each with its own instant, and every claim leaves it
+// as it is, so it proves the landing even when another consumer moved the
+// checkpoint on from a.Target() before the re-read (review session 22,
+// S22-AB-1: the position alone called that "not landed").
 func AbandonLanded(cp Checkpoint, a Abandon) bool {
-	return cp.Pending == nil && cp.Seq == a.Target() && cp.LostAt == a.Now.Format(time.RFC3339Nano)
+	return cp.LostAt != "" && cp.LostAt == a.Now.Format(time.RFC3339Nano)
 }
 
 // AbandonStands reports whether cp is still the state a was read from
