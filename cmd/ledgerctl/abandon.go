@@ -21,17 +21,19 @@ the batch's last record (pendingTo), sets lostAt and adds 1 to the loss count
 (the coordination table's LOSSES item), on condition of the pending state read.
 
 Without --to it reads and prints the pending batch and writes nothing (exit 1);
-with --to SEQ equal to the printed pendingTo it abandons that batch, and only
-if the checkpoint still holds it. The batch's records after its landed groups
+with --to SEQ and --next K equal to the printed pendingTo and pendingNext it
+abandons that batch, and only if the checkpoint still holds it with no group
+landed since the print (a batch that moved is not stuck). The batch's records after its landed groups
 are lost to the reports until a repair (ledgerctl reconcile --repair).
-Exit status: 0 abandoned, 1 printed only, 2 error (no pending batch, --to
-differs, the checkpoint moved meanwhile, ...).`
+Exit status: 0 abandoned, 1 printed only, 2 error (no pending batch, --to or
+--next differs, the checkpoint moved meanwhile, ...).`
 
 func (e *environment) abandonBatch(ctx context.Context, args []string) int {
 	fs := e.flags("abandon-batch", abandonHelp)
 	streamARN := fs.String("stream-arn", "", "the stream `ARN` (default: the table's latest stream)")
 	shard := fs.String("shard", "", "the shard `ID` whose pending batch to abandon (required)")
 	to := fs.String("to", "", "abandon only the batch ending at this `SEQUENCE` (the pendingTo printed by a run without it)")
+	next := fs.Int("next", -1, "with --to: abandon only if the batch's next group is still this `K` (the pendingNext printed by a run without --to)")
 	if err := fs.Parse(args); err != nil {
 		return exitError
 	}
@@ -40,6 +42,9 @@ func (e *environment) abandonBatch(ctx context.Context, args []string) int {
 	}
 	if *shard == "" {
 		return e.fail(errors.New("abandon-batch: --shard is required"))
+	}
+	if *to != "" && *next < 0 {
+		return e.fail(errors.New("abandon-batch: --to needs --next (the pendingNext printed by a run without --to): nothing written"))
 	}
 	c, arn, err := e.streamOf(ctx, *streamARN)
 	if err != nil {
@@ -66,11 +71,16 @@ func (e *environment) abandonBatch(ctx context.Context, args []string) int {
 		return e.fail(fmt.Errorf("abandon-batch: shard %s: %w", *shard, table.ErrCheckpointFenced))
 	}
 	if *to == "" {
-		fmt.Fprintf(e.stdout, "nothing written; to abandon this batch run again with --to %s\n", cp.Pending.To)
+		fmt.Fprintf(e.stdout, "nothing written; to abandon this batch run again with --to %s --next %d\n", cp.Pending.To, cp.Pending.Next)
 		return exitDiff
 	}
 	if *to != cp.Pending.To {
 		return e.fail(fmt.Errorf("abandon-batch: --to %s, but the pending batch ends at %s: nothing written", *to, cp.Pending.To))
+	}
+	if *next != cp.Pending.Next {
+		// Groups landed since the print: the batch is moving, not stuck
+		// (review session 22, S22-AB-2).
+		return e.fail(fmt.Errorf("abandon-batch: --next %d, but the pending batch's next group is %d: it moved since it was printed (a consumer is finishing it): nothing written", *next, cp.Pending.Next))
 	}
 	p, err := processor.New(c, processor.Config{Table: e.table, CoordinationTable: e.coordination}, nil)
 	if err != nil {

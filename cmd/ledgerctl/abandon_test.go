@@ -60,16 +60,27 @@ func TestAbandonBatch_MovesTheCheckpointToPendingToWithLostAtAndTheLossCount(t *
 	code, out, errOut := run(t, env, "abandon-batch", "--shard", shard)
 	require.Equal(t, exitDiff, code, errOut)
 	assert.Contains(t, out, "pending batch through "+to+": groups 0..1 of 5 landed, plan \"99/32/6/32\"")
-	assert.Contains(t, out, "run again with --to "+to)
+	assert.Contains(t, out, "run again with --to "+to+" --next 2")
 	assert.NotNil(t, read().Pending, "printed only")
 	assert.Zero(t, losses())
 
-	code, _, errOut = run(t, env, "abandon-batch", "--shard", shard, "--to", prev)
+	code, _, errOut = run(t, env, "abandon-batch", "--shard", shard, "--to", prev, "--next", "2")
 	assert.Equal(t, exitError, code)
 	assert.Contains(t, errOut, "but the pending batch ends at "+to)
 	assert.NotNil(t, read().Pending)
 
-	code, out, errOut = run(t, env, "abandon-batch", "--shard", shard, "--to", to)
+	// S22-AB-2 (review session 22): --to alone, or a group landed since
+	// the print (a consumer finishing the batch), refuses, writing nothing.
+	code, _, errOut = run(t, env, "abandon-batch", "--shard", shard, "--to", to)
+	assert.Equal(t, exitError, code)
+	assert.Contains(t, errOut, "--to needs --next")
+	code, _, errOut = run(t, env, "abandon-batch", "--shard", shard, "--to", to, "--next", "1")
+	assert.Equal(t, exitError, code)
+	assert.Contains(t, errOut, "moved since it was printed")
+	assert.NotNil(t, read().Pending)
+	assert.Zero(t, losses())
+
+	code, out, errOut = run(t, env, "abandon-batch", "--shard", shard, "--to", to, "--next", "2")
 	require.Equal(t, exitOK, code, errOut)
 	assert.Contains(t, out, "abandoned: checkpoint moved to "+to)
 	assert.Contains(t, out, "loss count 1")
@@ -80,7 +91,7 @@ func TestAbandonBatch_MovesTheCheckpointToPendingToWithLostAtAndTheLossCount(t *
 	assert.NotEmpty(t, cp.LostAt)
 	assert.Equal(t, int64(1), losses())
 
-	code, _, errOut = run(t, env, "abandon-batch", "--shard", shard, "--to", to)
+	code, _, errOut = run(t, env, "abandon-batch", "--shard", shard, "--to", to, "--next", "2")
 	assert.Equal(t, exitError, code)
 	assert.Contains(t, errOut, "has no pending batch (checkpoint "+to+")")
 	assert.Equal(t, int64(1), losses(), "nothing moves a second time")
