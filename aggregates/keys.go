@@ -69,6 +69,7 @@ const (
 	EntityCheckpoint         = "CHECKPOINT"
 	EntityRunMarker          = "RUN"
 	EntityApplied            = "APPLIED"
+	EntityLosses             = "LOSSES"
 	EntityQuarantine         = "QUARANTINE"
 	// EntityReportEntry is one breakdown entry of a report stored as its
 	// own item, once the report's inline map of that dimension is full.
@@ -502,6 +503,16 @@ const AppliedPrefix = "APPLIED#"
 func AppliedKey(tenant, branch string) Key {
 	return Key{PK: AppliedPrefix + tenant + "#" + branch, SK: "APPLIED"}
 }
+
+// LossesKey is the coordination table's loss item (docs/exactly-once.md,
+// "The design: counted changes", L-a; table/abandon.go): one item for the
+// whole table, whose losses count moves with every guard-alone abandon
+// transaction of any stream's shard. One item, not one per stream: the
+// counted repair pins it (R0, B1) and ConditionChecks it (R6, B5) as a
+// change detector, and one item is one read and one action whatever the
+// streams; losses are rare, so the item is never hot. Which shard lost
+// what is on that shard's checkpoint (lostAt).
+func LossesKey() Key { return Key{PK: "LOSSES", SK: "LOSSES"} }
 
 // RunMarkerKey addresses the marker of the commit run that starts with the
 // stream record eventID.

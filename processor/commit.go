@@ -201,9 +201,8 @@ func (p *Processor) commitBatch(ctx context.Context, g *ShardGuard, changes []ch
 	}
 	groups := planGroups(fold, needingQuarantine(batch), folds, plan)
 	reportsChanged := len(fold.Keys()) > 0
-	if len(groups) == 0 && (anyGuarded(batch) || g.abandoned != nil) {
-		// Claimed all the same, like a run (see commitRuns); and an abandoned
-		// batch must be cleared even by a batch without effect.
+	if len(groups) == 0 && anyGuarded(batch) {
+		// Claimed all the same, like a run (see commitRuns).
 		groups = []group{{}}
 	}
 	n := len(groups)

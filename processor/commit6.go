@@ -41,7 +41,7 @@ func (p *Processor) commitBatch6(ctx context.Context, g *ShardGuard, batch []cha
 	}
 	b := batch6{label: streamLabel(g.stream), shard: g.shard, to: to}
 	p6 := planBatch6(b, batch, fold, needingQuarantine(batch), folds, plan, plan6Options{branchesOnly: true})
-	if len(p6.groups) == 0 && (anyGuarded(batch) || g.abandoned != nil) {
+	if len(p6.groups) == 0 && anyGuarded(batch) {
 		// Claimed all the same (see commitBatch).
 		p6.groups = []group6{{}}
 	}

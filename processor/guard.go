@@ -72,10 +72,17 @@ type ShardGuard struct {
 	// batches: commit each call's records as one batch (CommitBatches).
 	batches bool
 	// pending is the half-committed batch on the checkpoint item, as last
-	// read or written; abandoned is one whose records are gone (trimmed),
-	// replaced by the next batch's first group.
-	pending, abandoned *pendingBatch
-	trimmed            bool // see Trimmed
+	// read or written.
+	pending *pendingBatch
+	// lost is the range (from, to] of the batch this guard abandoned (the
+	// guard-alone abandon transaction: abandon), whose records handed over
+	// are counted as abandoned, not duplicate, until every record handed
+	// over is done (settle) or a commit lands; nil when none.
+	lost    *lostRange
+	trimmed bool // see Trimmed
+	// trimPos is the position (position()) an abandon after a trim was
+	// tried on and failed: tried again only on the same state.
+	trimPos string
 	// firstClaim is the last record of the first run this guard tried to
 	// claim while opened without a checkpoint (origin ""): a checkpoint
 	// found there afterwards is that claim, landed with its answer lost.
@@ -210,9 +217,12 @@ func (p *Processor) ShardGuard(streamARN, shardID string) *ShardGuard {
 func (g *ShardGuard) CommitBatches() { g.batches = true }
 
 // Trimmed tells the guard that records after the checkpoint were trimmed
-// from the stream before anyone read them (TrimmedDataAccessException): a
-// half-committed batch can then never be planned again, so the next batch
-// replaces it (counted as conflicts_total{reason="abandoned_batch"}).
+// from the stream before anyone read them (TrimmedDataAccessException):
+// the guard's next read of the checkpoint is followed by the guard-alone
+// abandon transaction (abandon): a half-committed batch, which can never be
+// planned again, is given up (the checkpoint moved to its last record,
+// counted as conflicts_total{reason="abandoned_batch"}), and either way
+// the checkpoint's lostAt is set and the loss item's count moves.
 func (g *ShardGuard) Trimmed() { g.trimmed = true }
 
 // ErrIncompleteBatch is returned (wrapped, in a *BatchError) when the
@@ -291,7 +301,7 @@ func (g *ShardGuard) load(ctx context.Context) error {
 	}
 	g.prev = cp.Seq
 	g.tombstoned = cp.Tombstoned && stands
-	g.pending, g.abandoned = nil, nil
+	g.pending, g.lost = nil, nil
 	if cp.Pending != nil {
 		pb, err := pendingOf(cp.Pending)
 		if err != nil {
@@ -407,36 +417,138 @@ func (g *ShardGuard) committed(ctx context.Context, changes []change) (int, bool
 		return 0, false, fmt.Errorf("shard %s: checkpoint %q made by another reader, records start where this reader opened without one: %w", g.shard, g.prev, ErrGap)
 	}
 	if g.trimmed {
-		// Once, for the state read right after the trim: the pending batch's
-		// records are gone, so it can never be planned again. The next batch
-		// replaces exactly that state (a later re-read must never abandon
-		// the batch this guard started itself); what it had committed stays,
-		// and reconcile --repair restores the rest as for any trimmed record.
-		g.trimmed = false
-		if g.pending != nil {
-			g.abandoned, g.pending = g.pending, nil
-			g.p.metrics.Conflicts.WithLabelValues(ConflictAbandonedBatch).Inc()
+		// Once, for the state read right after the trim (a later re-read
+		// must never abandon the batch this guard started itself, nor one
+		// another consumer started since): the guard-alone abandon
+		// transaction. A pending batch's records are gone, so it can never
+		// be planned again: the checkpoint moves to its last record; what
+		// its groups committed stays, and reconcile --repair restores the
+		// rest as for any trimmed record. A shard without a checkpoint
+		// has nothing to abandon. An abandon that failed is tried again
+		// at the next call only on the same state.
+		if g.trimPos != "" && g.trimPos != g.position() {
+			g.trimmed = false
 		}
+		if g.trimmed && g.prev != "" {
+			g.trimPos = g.position()
+			if err := g.p.abandon(ctx, g); err != nil {
+				g.loaded = false
+				return 0, false, err
+			}
+		}
+		g.trimmed, g.trimPos = false, ""
 	}
-	// Records up to the checkpoint are committed. Those of an abandoned
-	// batch, up to its last record, are skipped too: the groups that landed
-	// hold some of them, which are applied, and the plan that would say which
-	// can never be made again. Losing them (reconcile --repair restores
-	// them) is the only choice that never applies a delta twice (issue 12).
-	bound := g.prev
-	if a := g.abandoned; a != nil && (bound == "" || CompareSequence(a.to, bound) > 0) {
-		bound = a.to
-	}
+	// Records up to the checkpoint are committed. Those of a batch this
+	// guard abandoned are skipped as lost: the groups that landed hold some
+	// of them, which are applied, and the plan that would say which can
+	// never be made again. Losing them (reconcile --repair restores them)
+	// is the only choice that never applies a delta twice (issue 12).
 	n := 0
-	if bound != "" {
-		for n < len(changes) && CompareSequence(changes[n].rec.SequenceNumber, bound) <= 0 {
-			if g.prev == "" || CompareSequence(changes[n].rec.SequenceNumber, g.prev) > 0 {
+	if g.prev != "" {
+		for n < len(changes) && CompareSequence(changes[n].rec.SequenceNumber, g.prev) <= 0 {
+			if l := g.lost; l != nil && CompareSequence(changes[n].rec.SequenceNumber, l.from) > 0 && CompareSequence(changes[n].rec.SequenceNumber, l.to) <= 0 {
 				changes[n].abandoned = true
 			}
 			n++
 		}
 	}
 	return n, false, nil
+}
+
+// lostRange is the records (from, to] of a batch a guard abandoned.
+type lostRange struct{ from, to string }
+
+// abandon sends the guard-alone abandon transaction (table.AbandonTx) for
+// the checkpoint as last read: with a pending batch, the checkpoint moves
+// to the batch's last record (its records after the landed groups are
+// lost), without one it stays; either way lostAt is set and the loss
+// item's count moves (docs/exactly-once.md, "Plan layout 6", the failure
+// table's trim rows; L-a). A lost answer's retry fails its condition and
+// a consistent re-read recognises it (counted as a duplicate, as a group's
+// lost answer is). A checkpoint another consumer moved meanwhile is theirs:
+// the guard reloads it and abandons nothing. A transaction conflict, a
+// throttle or a server error is retried like a commit's, at most
+// MaxAttempts times.
+func (p *Processor) abandon(ctx context.Context, g *ShardGuard) error {
+	a := table.Abandon{Shard: g.shard, Prev: g.prev, Now: p.now()}
+	if b := g.pending; b != nil {
+		a.Pending = &table.PendingBatch{To: b.to, Next: b.next, Groups: b.groups}
+	}
+	landed, err := p.AbandonCheckpoint(ctx, g.key, a)
+	switch {
+	case err != nil:
+		return fmt.Errorf("shard %s: abandon after a trim: %w", g.shard, err)
+	case !landed:
+		// Another consumer moved the checkpoint: its state, not ours.
+		g.loaded = false
+		return g.load(ctx)
+	}
+	if a.Pending != nil {
+		g.lost = &lostRange{from: g.prev, to: a.Pending.To}
+		g.p.metrics.Conflicts.WithLabelValues(ConflictAbandonedBatch).Inc()
+	}
+	p.cfg.Logger.Error("stream records were trimmed before they were read: lost; the checkpoint's lostAt is set and the loss count moved; run `ledgerctl reconcile --repair` to restore the reports",
+		"shard", g.shard, "checkpoint", g.prev, "to", a.Target(), "pending", a.Pending != nil)
+	g.prev, g.pending = a.Target(), nil
+	return nil
+}
+
+// AbandonCheckpoint sends the guard-alone abandon transaction
+// (table.AbandonTx) for the checkpoint at key as read in a, and reports
+// whether it landed: false when a consistent re-read shows the checkpoint
+// moved by someone else (nothing abandoned). A lost answer is recognised by
+// the re-read (table.AbandonLanded): the loss count moves once. The
+// consumers' trim path (ShardGuard) and `ledgerctl` use it.
+func (p *Processor) AbandonCheckpoint(ctx context.Context, key aggregates.Key, a table.Abandon) (bool, error) {
+	in := table.AbandonTx(p.cfg.CoordinationTable, key, a)
+	for attempt := 1; ; attempt++ {
+		p.metrics.WriteRequests.WithLabelValues("TransactWriteItems").Inc()
+		out, err := p.api.TransactWriteItems(ctx, in)
+		if err == nil {
+			for _, cc := range out.ConsumedCapacity {
+				p.metrics.WriteUnits.WithLabelValues("TransactWriteItems").Add(aws.ToFloat64(cc.CapacityUnits))
+			}
+			return true, nil
+		}
+		if ctx.Err() != nil {
+			return false, err
+		}
+		item, rerr := p.getCheckpoint(ctx, key)
+		if rerr != nil {
+			return false, fmt.Errorf("%w (the checkpoint's re-read failed too: %w)", err, rerr)
+		}
+		cp, _ := table.DecodeCheckpoint(a.Shard, item)
+		switch {
+		case table.AbandonLanded(cp, a):
+			p.metrics.Conflicts.WithLabelValues(ConflictDuplicate).Inc()
+			return true, nil
+		case !table.AbandonStands(cp, a):
+			return false, nil
+		case cp.Fenced:
+			return false, fmt.Errorf("shard %s: %w", a.Shard, table.ErrCheckpointFenced)
+		}
+		class := classifyErr(err)
+		var tce *ddbtypes.TransactionCanceledException
+		if errors.As(err, &tce) {
+			class = classServer
+			for _, r := range tce.CancellationReasons {
+				switch aws.ToString(r.Code) {
+				case "ThrottlingError", "ProvisionedThroughputExceeded", "RequestLimitExceeded":
+					class = classThrottle
+				case "", "None", "TransactionConflict":
+				default:
+					class = classPermanent
+				}
+			}
+		}
+		if class == classPermanent || class == classCanceled || attempt >= p.cfg.MaxAttempts {
+			return false, err
+		}
+		p.countRetry("TransactWriteItems", class)
+		if err := sleep(ctx, p.backoff(attempt)); err != nil {
+			return false, err
+		}
+	}
 }
 
 // commit commits in one batch while batching (CommitBatches), else in runs.
@@ -453,16 +565,10 @@ func (g *ShardGuard) commit(ctx context.Context, changes []change, res *Result) 
 	return g.p.commitRuns(ctx, g, changes, res)
 }
 
-// settle clears an abandoned batch every record handed over belonged to,
-// or a shard with nothing after it (a closed one) stays pending. A taken
-// guard (someone else moved the checkpoint) is done too.
-func (g *ShardGuard) settle(ctx context.Context) error {
-	if g.abandoned == nil || !g.batching() {
-		return nil
-	}
-	if err := g.p.clearAbandoned(ctx, g); err != nil && !errors.Is(err, errGuardTaken) {
-		return fmt.Errorf("clear the abandoned batch: %w", err)
-	}
+// settle: every record handed over is done; those of an abandoned batch
+// handed over again count as duplicates.
+func (g *ShardGuard) settle(context.Context) error {
+	g.lost = nil
 	return nil
 }
 
@@ -489,26 +595,12 @@ func (g *ShardGuard) position() string {
 // prev is set.
 func (g *ShardGuard) claimGroup(k, n int, to string, plan batchPlan, digest string) ddbtypes.TransactWriteItem {
 	c := table.GroupClaim{Shard: g.shard, K: k, N: n, Prev: g.prev, To: to, Plan: plan.String(), Digest: digest, Now: g.p.now()}
-	if a := g.abandoned; a != nil {
-		c.Abandoned = &table.PendingBatch{To: a.to, Next: a.next}
-	}
 	return table.ClaimGroup(g.p.cfg.CoordinationTable, g.key, c)
-}
-
-// clearAbandoned moves the checkpoint to the end of the abandoned batch,
-// clearing it, in a transaction of the guard alone: for when every record
-// handed over belonged to it (so no next batch replaces it).
-func (p *Processor) clearAbandoned(ctx context.Context, g *ShardGuard) error {
-	a := g.abandoned
-	plan := p.batchPlan()
-	return p.commitTx(ctx, g,
-		func() ddbtypes.TransactWriteItem { return g.claimGroup(0, 1, a.to, plan, "") },
-		func() { g.claimedGroup(0, 1, a.to, plan, "") }, nil, nil, nil, commitRef{id: g.shard + "~" + a.to + "~abandoned", to: a.to})
 }
 
 // claimedGroup records that claimGroup(k, n, to, plan, digest) committed.
 func (g *ShardGuard) claimedGroup(k, n int, to string, plan batchPlan, digest string) {
-	g.abandoned = nil
+	g.lost = nil
 	if k == n-1 {
 		g.prev, g.pending = to, nil
 		g.ownOrigin()
@@ -528,6 +620,7 @@ func (g *ShardGuard) claim(run []Record) ddbtypes.TransactWriteItem {
 }
 
 func (g *ShardGuard) claimed(run []Record) {
+	g.lost = nil
 	g.prev = lastSequence(run)
 	g.loaded = true
 	g.ownOrigin()

@@ -21,7 +21,8 @@ import (
 // (docs/exactly-once.md): its layout, its decoding, and every write that
 // changes it — the claims inside commit transactions (ClaimRun, ClaimGroup:
 // processor.ShardGuard), and the moves outside them (AdvanceCheckpoint,
-// MarkCheckpointStart: the poller) — plus the read-only listing of a
+// MarkCheckpointStart: the poller; the guard-alone abandon transaction,
+// AbandonTx, kept beside the loss item in abandon.go) — plus the read-only listing of a
 // stream's checkpoints and leases (ReadStreamState) for the poller and
 // ledgerctl lag; DecodeCheckpoint serves the guard and reconcile's
 // in-flight check. Under its key it holds
@@ -42,6 +43,8 @@ import (
 //	migrationFence   S, on such a copy until the move is done (the ledger
 //	                 table's checkpoint replaced by a tombstone): the ledger
 //	                 table's name
+//	lostAt           S, RFC 3339: when records of the shard were last
+//	                 abandoned (trimmed, or given up by hand): AbandonTx
 //	legacyTombstone  S, the ledger table's name, once a tombstone stands at
 //	                 the shard's key of the layout before the coordination
 //	                 table (FenceLegacyCheckpoint, releaseCopy): every
@@ -112,6 +115,9 @@ type Checkpoint struct {
 	Finished  bool   // the shard is closed and read to its end
 	StartAt   string // where a reader opened before the first commit; "" when not recorded
 	UpdatedAt string // the last write, RFC 3339
+	// LostAt is when records of the shard were last abandoned (the
+	// guard-alone abandon transaction, AbandonTx), RFC 3339; "" never.
+	LostAt string
 	// Fenced: the item is a migration's copy not released yet
 	// (ErrCheckpointFenced); nothing may claim from it.
 	Fenced bool
@@ -140,6 +146,7 @@ func DecodeCheckpoint(shard string, item map[string]types.AttributeValue) (Check
 	c.Seq, _ = String(item, AttrSequenceNumber)
 	c.StartAt, _ = String(item, attrStartAt)
 	c.UpdatedAt, _ = String(item, AttrUpdatedAt)
+	c.LostAt, _ = String(item, AttrLostAt)
 	_, c.Fenced = item[attrMigrationFence]
 	_, c.Tombstoned = item[attrTombstoned]
 	to, ok := String(item, attrPendingTo)

@@ -54,6 +54,8 @@ Commands:
   replay FILE|DIR   push recorded stream events (Lambda JSON) through the processor
   parked            list the report deltas the consumers parked (reconcile --repair heals them)
   lag               per-shard position of the stream's consumer: pending records and their age
+  abandon-batch     give up a shard's half-committed batch that cannot finish (lostAt, loss count;
+                    its records are lost to the reports until reconcile --repair)
 
 Environment:
   LEDGER_TABLE      table name (default "ledger")
@@ -118,6 +120,8 @@ func Run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return env.replay(ctx, args[1:])
 	case "lag":
 		return env.lag(ctx, args[1:])
+	case "abandon-batch":
+		return env.abandonBatch(ctx, args[1:])
 	case "parked":
 		return env.parked(ctx, args[1:])
 	case "bench":

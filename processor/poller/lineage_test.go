@@ -10,6 +10,7 @@ import (
 
 	"github.com/ledger-dev/ledger/processor"
 	"github.com/ledger-dev/ledger/processor/poller"
+	"github.com/ledger-dev/ledger/table"
 )
 
 // A shard graph with a split, a grandchild, an orphan whose parent was
@@ -147,6 +148,16 @@ func TestPoller_TrimmedRecordsAreCountedSkippedAndRepairedByReconcile(t *testing
 	tp := e.drain(t, "p2", func(c *poller.Config) { c.MaxRecords, c.LeaseDuration = 100, 30*time.Second })
 	assert.Equal(t, 2.0, counter(t, tp.m.Resets.WithLabelValues(poller.ResetTrimmed)))
 	assert.Equal(t, 2, logged(tp.logs.lines(), "stream records were trimmed"))
+	// The guard-alone abandon transaction (session 22): lostAt on the
+	// shard's checkpoint and one move of the loss count — one, not two:
+	// both trims are met before the reader's guard reads the checkpoint
+	// (the open's, then the first read's), one gap after one checkpoint.
+	losses, err := table.GetLosses(ctx, e.ddb, table.CoordinationTableName(e.table))
+	require.NoError(t, err)
+	assert.Equal(t, int64(1), losses)
+	_, cps, err := table.ReadStreamState(ctx, e.ddb, table.CoordinationTableName(e.table), f.arn, nil)
+	require.NoError(t, err)
+	assert.NotEmpty(t, cps["shardId-A"].LostAt)
 
 	diffs, _, err := processor.Reconcile(ctx, e.ddb, e.table, processor.Scope{})
 	require.NoError(t, err)

@@ -1,0 +1,309 @@
+package processor_test
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	ddbtypes "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodbstreams"
+	streamtypes "github.com/aws/aws-sdk-go-v2/service/dynamodbstreams/types"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/ledger-dev/ledger/aggregates"
+	"github.com/ledger-dev/ledger/internal/ledgertest"
+	"github.com/ledger-dev/ledger/processor"
+	"github.com/ledger-dev/ledger/table"
+)
+
+// The guard-alone abandon transaction (docs/exactly-once.md, "Plan layout
+// 6", the failure table's trim rows; L-a): lostAt on the checkpoint and
+// one move of the coordination table's loss count per abandonment.
+
+// cpItemOf reads the shard's checkpoint item, consistently.
+func cpItemOf(t *testing.T, e *env, shard string) table.Checkpoint {
+	t.Helper()
+	out, err := e.ddb.GetItem(context.Background(), &dynamodb.GetItemInput{TableName: aws.String(table.CoordinationTableName(e.table)),
+		Key: table.Key(aggregates.CheckpointKey(e.streamARN, shard)), ConsistentRead: aws.Bool(true)})
+	require.NoError(t, err)
+	cp, err := table.DecodeCheckpoint(shard, out.Item)
+	require.NoError(t, err)
+	return cp
+}
+
+func lossesOf(t *testing.T, e *env) int64 {
+	t.Helper()
+	n, err := table.GetLosses(context.Background(), e.ddb, table.CoordinationTableName(e.table))
+	require.NoError(t, err)
+	return n
+}
+
+// txRecorder records the checkpoint actions of every transaction sent.
+type txRecorder struct {
+	processor.DynamoDB
+	mu    sync.Mutex
+	conds []string // the condition of each transaction's checkpoint action
+}
+
+func (r *txRecorder) TransactWriteItems(ctx context.Context, in *dynamodb.TransactWriteItemsInput, opts ...func(*dynamodb.Options)) (*dynamodb.TransactWriteItemsOutput, error) {
+	r.mu.Lock()
+	for _, it := range in.TransactItems {
+		if u := it.Update; u != nil && strings.HasPrefix(table.KeyOf(u.Key).SK, strings.TrimSuffix(aggregates.CheckpointKey("x", "y").SK, "y")) {
+			r.conds = append(r.conds, aws.ToString(u.ConditionExpression))
+		}
+	}
+	r.mu.Unlock()
+	return r.DynamoDB.TransactWriteItems(ctx, in, opts...)
+}
+
+// An abandoned pending layout-6 batch: one transaction of the guard alone
+// moves the checkpoint to the batch's last record with lostAt and moves
+// losses once; the next batch is planned as replacing nothing (its first
+// group requires no pending state) and commits the records after the
+// batch exactly. Fails without the abandon transaction: no lostAt, losses
+// 0, and the next batch's first group replaces the stale state.
+func TestAbandon_PendingLayout6BatchSetsLostAtMovesLossesOnceAndTheNextBatchReplacesNothing(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t)
+	s := func(v string) ddbtypes.AttributeValue { return &ddbtypes.AttributeValueMemberS{Value: v} }
+	day := time.Date(2024, 1, 1, 0, 0, 0, 0, time.UTC)
+	for i := range 80 {
+		d := day.AddDate(0, 0, i).Format("2006-01-02")
+		_, err := e.ddb.PutItem(ctx, &dynamodb.PutItemInput{TableName: &e.table, Item: map[string]ddbtypes.AttributeValue{
+			"PK": s("TENANT#t#BRANCH#b#TRANSACTION"), "SK": s(d + "#" + strconv.Itoa(i)),
+			"entityType": s("TRANSACTION"), "type": s("INCOME"), "amount": &ddbtypes.AttributeValueMemberN{Value: "1"},
+			"category": s("food"), "createdAt": s(d + "T10:00:00Z")}})
+		require.NoError(t, err)
+	}
+	shard, recs := e.records(t)
+	start := halfCommitted(t, e, recs, shard, 60)
+	before := cpItemOf(t, e, shard)
+	require.NotNil(t, before.Pending)
+	require.Contains(t, before.Pending.Plan, "/6/", "the pending batch is a layout-6 one")
+	require.Empty(t, before.LostAt)
+	require.Zero(t, lossesOf(t, e))
+
+	rec := &txRecorder{DynamoDB: e.ddb}
+	p, err := processor.New(rec, processor.Config{Table: e.table, BaseBackoff: time.Millisecond, MaxBackoff: time.Millisecond}, nil)
+	require.NoError(t, err)
+	g := p.ShardGuard(e.streamARN, shard)
+	g.CommitBatches()
+	g.Trimmed()
+	res, err := p.Process(ctx, g, recs[start+3:])
+	require.NoError(t, err)
+	assert.Equal(t, len(recs)-start-3, res.Committed)
+
+	cp := cpItemOf(t, e, shard)
+	assert.Equal(t, recs[len(recs)-1].SequenceNumber, cp.Seq)
+	assert.Nil(t, cp.Pending)
+	assert.NotEmpty(t, cp.LostAt, "the checkpoint says records were lost")
+	assert.Equal(t, int64(1), lossesOf(t, e), "one abandonment, one move of the loss count")
+	require.GreaterOrEqual(t, len(rec.conds), 2)
+	assert.Contains(t, rec.conds[0], "#pt = :to", "the first transaction is the abandon, on condition of the stale batch")
+	for i, c := range rec.conds[1:] {
+		assert.NotContains(t, c, ":apt", "transaction %d replaces a pending batch", i+1)
+	}
+	assert.Contains(t, rec.conds[1], "attribute_not_exists(#pt)", "the next batch's first claim requires no pending batch")
+
+	// Again: nothing moves the count a second time.
+	_, err = p.Process(ctx, g, recs[start+3:])
+	require.NoError(t, err)
+	assert.Equal(t, int64(1), lossesOf(t, e))
+
+	diffs, _, err := reconcileBranch(ctx, e, "t", "b")
+	require.NoError(t, err)
+	require.NotEmpty(t, diffs, "the abandoned batch's records are lost until a repair")
+	for _, d := range diffs {
+		stored := int64(0)
+		if d.Stored != nil {
+			stored = d.Stored.Count
+		}
+		assert.LessOrEqual(t, stored, d.Expected.Count, "applied twice: %s", d)
+		if d.Report.Period.String() >= "DAILY#"+day.AddDate(0, 0, 60).Format("2006-01-02") && d.Report.Period.String() < "M" {
+			t.Errorf("a record after the abandoned batch is wrong: %s", d)
+		}
+	}
+}
+
+// The abandon transaction's answer lost (the write landed): its retry fails
+// the condition, the consistent re-read recognises it, losses moves once
+// and the consumer goes on. Fails if the retry is not recognised (the
+// consumer fails) or moves the count again.
+func TestAbandon_LostAnswerMovesLossesOnceAndTheConsumerGoesOn(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t)
+	require.NoError(t, ledgertest.NewWorkload(24).Run(ctx, e.ddb, e.table, 150))
+	shard, recs := e.records(t)
+	halfCommitted(t, e, recs, shard, 60)
+
+	p, err := processor.New(e.faulty, processor.Config{Table: e.table, MaxItemsPerRun: 3,
+		BaseBackoff: time.Millisecond, MaxBackoff: time.Millisecond}, nil)
+	require.NoError(t, err)
+	lost := 0
+	e.faults.Decide = func(op string) ledgertest.Fault {
+		if op == "TransactWriteItems" && lost == 0 {
+			lost++
+			return ledgertest.LoseAnswer
+		}
+		return ledgertest.Pass
+	}
+	defer func() { e.faults.Decide = nil }()
+	g := p.ShardGuard(e.streamARN, shard)
+	g.CommitBatches()
+	g.Trimmed()
+	_, err = p.Process(ctx, g, recs[80:])
+	require.NoError(t, err)
+	require.Equal(t, 1, lost)
+	cp := cpItemOf(t, e, shard)
+	assert.Equal(t, recs[len(recs)-1].SequenceNumber, cp.Seq)
+	assert.Nil(t, cp.Pending)
+	assert.NotEmpty(t, cp.LostAt)
+	assert.Equal(t, int64(1), lossesOf(t, e))
+}
+
+// A reader reopened at TRIM_HORIZON with no pending batch (records after
+// the checkpoint trimmed): lostAt is set and losses moves once, the
+// checkpoint stays until the first batch after the gap commits; the same
+// with the abandon's answer lost (recognised by the re-read before any
+// retry). Then the transaction itself sent twice, as a write landing after
+// that re-read would be: the second fails its condition (lostAt <> :now)
+// and the count moves once. Fails without the abandon transaction (no
+// lostAt, losses 0) and, for the last step, without the lostAt term of its
+// condition (losses 3; checked by removing it).
+func TestAbandon_ReopenAtTrimHorizonWithoutPendingBatchSetsLostAt(t *testing.T) {
+	for _, loseAnswer := range []bool{false, true} {
+		t.Run("lost_answer="+strconv.FormatBool(loseAnswer), func(t *testing.T) {
+			ctx := context.Background()
+			e := newEnv(t)
+			require.NoError(t, ledgertest.NewWorkload(25).Run(ctx, e.ddb, e.table, 120))
+			shard, recs := e.records(t)
+			first := e.processor(t, nil, nil)
+			g := first.ShardGuard(e.streamARN, shard)
+			g.CommitBatches()
+			for done := 0; done < 40; {
+				res, err := first.Process(ctx, g, recs[done:40])
+				require.NoError(t, err)
+				done += res.Committed
+			}
+			require.Equal(t, recs[39].SequenceNumber, cpItemOf(t, e, shard).Seq)
+
+			p, err := processor.New(e.faulty, processor.Config{Table: e.table,
+				BaseBackoff: time.Millisecond, MaxBackoff: time.Millisecond}, nil)
+			require.NoError(t, err)
+			lost := 0
+			e.faults.Decide = func(op string) ledgertest.Fault {
+				if loseAnswer && op == "TransactWriteItems" && lost == 0 {
+					lost++
+					return ledgertest.LoseAnswer
+				}
+				return ledgertest.Pass
+			}
+			defer func() { e.faults.Decide = nil }()
+			g = p.ShardGuard(e.streamARN, shard)
+			g.CommitBatches()
+			g.Trimmed()
+			// The records after the checkpoint were trimmed: the reader
+			// holds only those from the trim point on.
+			_, err = p.Process(ctx, g, recs[50:])
+			require.NoError(t, err)
+			cp := cpItemOf(t, e, shard)
+			assert.Equal(t, recs[len(recs)-1].SequenceNumber, cp.Seq)
+			assert.Nil(t, cp.Pending)
+			assert.NotEmpty(t, cp.LostAt, "the gap is named on the checkpoint")
+			assert.Equal(t, int64(1), lossesOf(t, e))
+
+			a := table.Abandon{Shard: shard, Prev: cp.Seq, Now: time.Now()}
+			in := table.AbandonTx(table.CoordinationTableName(e.table), aggregates.CheckpointKey(e.streamARN, shard), a)
+			_, err = e.ddb.TransactWriteItems(ctx, in)
+			require.NoError(t, err)
+			// A fresh request (another client token: the SDK fills one in
+			// and a retry of the same input reuses it) of the same abandon.
+			_, err = e.ddb.TransactWriteItems(ctx, table.AbandonTx(table.CoordinationTableName(e.table), aggregates.CheckpointKey(e.streamARN, shard), a))
+			require.Error(t, err, "the same abandon sent again fails its condition")
+			assert.True(t, table.AbandonLanded(cpItemOf(t, e, shard), a))
+			assert.Equal(t, int64(2), lossesOf(t, e))
+		})
+	}
+}
+
+// trimmingStreams answers TrimmedDataAccessException to an iterator asked
+// after a sequence number, as AWS does when the records after a checkpoint
+// were trimmed; the reader then opens at TRIM_HORIZON.
+type trimmingStreams struct{ processor.StreamReader }
+
+func (s trimmingStreams) GetShardIterator(ctx context.Context, in *dynamodbstreams.GetShardIteratorInput, opts ...func(*dynamodbstreams.Options)) (*dynamodbstreams.GetShardIteratorOutput, error) {
+	if in.ShardIteratorType == streamtypes.ShardIteratorTypeAfterSequenceNumber {
+		return nil, &streamtypes.TrimmedDataAccessException{Message: aws.String("trimmed (test)")}
+	}
+	return s.StreamReader.GetShardIterator(ctx, in, opts...)
+}
+
+// The tumbling-window Lambda's commit (CommitShardRange) goes through the
+// same abandon transaction when its shard's records after a pending
+// layout-6 batch's checkpoint were trimmed: lostAt, losses once, the
+// checkpoint at the range's end. Fails without the abandon transaction
+// (no lostAt, losses 0).
+func TestAbandon_TumblingWindowTrimAbandonsThePendingBatchWithLostAt(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t)
+	require.NoError(t, ledgertest.NewWorkload(26).Run(ctx, e.ddb, e.table, 150))
+	shard, recs := e.records(t)
+	halfCommitted(t, e, recs, shard, 60)
+	require.Contains(t, cpItemOf(t, e, shard).Pending.Plan, "/6/")
+
+	p, err := processor.New(e.ddb, processor.Config{Table: e.table, BaseBackoff: time.Millisecond, MaxBackoff: time.Millisecond}, nil)
+	require.NoError(t, err)
+	last := recs[len(recs)-1].SequenceNumber
+	_, err = p.CommitShardRange(ctx, trimmingStreams{e.streams}, processor.ShardRange{StreamARN: e.streamARN, ShardID: shard,
+		First: recs[80].SequenceNumber, Last: last}, 100)
+	require.NoError(t, err)
+	cp := cpItemOf(t, e, shard)
+	assert.Equal(t, last, cp.Seq)
+	assert.Nil(t, cp.Pending)
+	assert.NotEmpty(t, cp.LostAt)
+	assert.Equal(t, int64(1), lossesOf(t, e))
+}
+
+// An abandon that fails (every attempt dropped) fails the call and is
+// tried again at the next one, on the same state: it lands then, once.
+// Fails if the first failure forgets the trim (no lostAt, losses 0).
+func TestAbandon_AFailedAbandonIsTriedAgainOnTheSameState(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t)
+	require.NoError(t, ledgertest.NewWorkload(27).Run(ctx, e.ddb, e.table, 150))
+	shard, recs := e.records(t)
+	halfCommitted(t, e, recs, shard, 60)
+
+	p, err := processor.New(e.faulty, processor.Config{Table: e.table, MaxAttempts: 2,
+		BaseBackoff: time.Millisecond, MaxBackoff: time.Millisecond}, nil)
+	require.NoError(t, err)
+	e.faults.Decide = func(op string) ledgertest.Fault {
+		if op == "TransactWriteItems" {
+			return ledgertest.Drop
+		}
+		return ledgertest.Pass
+	}
+	defer func() { e.faults.Decide = nil }()
+	g := p.ShardGuard(e.streamARN, shard)
+	g.CommitBatches()
+	g.Trimmed()
+	_, err = p.Process(ctx, g, recs[80:])
+	require.Error(t, err)
+	require.NotNil(t, cpItemOf(t, e, shard).Pending, "nothing landed")
+	require.Zero(t, lossesOf(t, e))
+
+	e.faults.Decide = nil
+	_, err = p.Process(ctx, g, recs[80:])
+	require.NoError(t, err)
+	cp := cpItemOf(t, e, shard)
+	assert.Equal(t, recs[len(recs)-1].SequenceNumber, cp.Seq)
+	assert.Nil(t, cp.Pending)
+	assert.NotEmpty(t, cp.LostAt)
+	assert.Equal(t, int64(1), lossesOf(t, e))
+}

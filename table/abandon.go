@@ -1,0 +1,142 @@
+package table
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/ledger-dev/ledger/aggregates"
+)
+
+// This file is the guard-alone abandon transaction (docs/exactly-once.md,
+// "Plan layout 6", the failure table's trim rows; "The design: counted
+// changes", L-a) and the coordination table's loss item
+// (aggregates.LossesKey):
+//
+//	entityType   LOSSES
+//	losses       N, how many abandon transactions landed (every stream)
+//	updatedAt    S, RFC 3339, the last one
+//
+// It never carries expiresAt: a change detector that TTL could take
+// would reset to 0 and pin nothing.
+
+// Attributes of the abandon transaction: lostAt on the checkpoint (the
+// time of its last loss), losses on the loss item.
+const (
+	AttrLostAt = "lostAt"
+	AttrLosses = "losses"
+)
+
+// Abandon is the state of a shard's checkpoint as read when its reader
+// found the records after it trimmed (or an operator gives up a batch that
+// cannot finish): Prev the sequence number it holds, Pending its
+// half-committed batch (nil when none).
+type Abandon struct {
+	Shard   string
+	Prev    string
+	Pending *PendingBatch
+	Now     time.Time
+}
+
+// Target is where the checkpoint stands once the abandon landed: the
+// pending batch's last record, or Prev when none.
+func (a Abandon) Target() string {
+	if a.Pending != nil {
+		return a.Pending.To
+	}
+	return a.Prev
+}
+
+// AbandonTx is the guard-alone abandon transaction of the shard whose
+// checkpoint is key in the coordination table coord: with a pending batch,
+// SET sequenceNumber = pendingTo, lostAt = Now REMOVE pending* on
+// condition of the batch as read (sequenceNumber, pendingTo, pendingNext,
+// pendingGroups); without one, SET lostAt on condition sequenceNumber =
+// Prev AND no pending batch. Either also requires lostAt to differ from
+// Now, so a lost answer's retry fails its condition and AbandonLanded
+// recognises it: the loss item's ADD losses :1, in the same transaction,
+// moves once (the SDK's client token makes a resend of the same input
+// within 10 minutes a no-op too; the condition covers any other resend).
+// Never on a migration's fenced copy. It applies no record,
+// so it does not require the legacy tombstone (as AdvanceCheckpoint).
+func AbandonTx(coord string, key aggregates.Key, a Abandon) *dynamodb.TransactWriteItemsInput {
+	set, names, values := checkpointWrite(a.Shard, a.Now, "#shard", ":now")
+	names["#lost"] = AttrLostAt
+	values[":prev"] = S(a.Prev)
+	expr := "SET " + set + ", #lost = :now"
+	cond := "#seq = :prev"
+	if b := a.Pending; b != nil {
+		names["#pn"], names["#pg"], names["#pp"], names["#pd"] = attrPendingNext, attrPendingGroups, attrPendingPlan, attrPendingDigest
+		values[":to"], values[":pn"], values[":pg"] = S(b.To), Int(int64(b.Next)), Int(int64(b.Groups))
+		expr += ", #seq = :to REMOVE #pt, #pn, #pg, #pp, #pd"
+		cond += " AND #pt = :to AND #pn = :pn AND #pg = :pg"
+	} else {
+		cond += " AND attribute_not_exists(#pt)"
+	}
+	cond += " AND (attribute_not_exists(#lost) OR #lost <> :now)" + fenceAbsent
+	pruneNames(names, expr, cond)
+	now := S(a.Now.Format(time.RFC3339Nano))
+	return &dynamodb.TransactWriteItemsInput{
+		TransactItems: []types.TransactWriteItem{
+			{Update: &types.Update{
+				TableName: aws.String(coord), Key: Key(key),
+				UpdateExpression: aws.String(expr), ConditionExpression: aws.String(cond),
+				ExpressionAttributeNames: names, ExpressionAttributeValues: values,
+			}},
+			{Update: &types.Update{
+				TableName: aws.String(coord), Key: Key(aggregates.LossesKey()),
+				UpdateExpression:          aws.String("SET #et = :et, #ua = :now ADD #l :one"),
+				ExpressionAttributeNames:  map[string]string{"#et": AttrEntityType, "#ua": AttrUpdatedAt, "#l": AttrLosses},
+				ExpressionAttributeValues: map[string]types.AttributeValue{":et": S(aggregates.EntityLosses), ":now": now, ":one": Int(1)},
+			}},
+		},
+		ReturnConsumedCapacity: types.ReturnConsumedCapacityTotal,
+	}
+}
+
+// AbandonLanded reports whether cp, read consistently after an abandon
+// transaction of a whose answer was lost or whose condition failed, shows
+// that transaction landed: lostAt = Now. lostAt is written by abandon
+// transactions only, each with its own instant, and every claim leaves it
+// as it is, so it proves the landing even when another consumer moved the
+// checkpoint on from a.Target() before the re-read (review session 22,
+// S22-AB-1: the position alone called that "not landed").
+func AbandonLanded(cp Checkpoint, a Abandon) bool {
+	return cp.LostAt != "" && cp.LostAt == a.Now.Format(time.RFC3339Nano)
+}
+
+// AbandonStands reports whether cp is still the state a was read from
+// (the abandon neither landed nor was overtaken by another consumer).
+func AbandonStands(cp Checkpoint, a Abandon) bool {
+	if cp.Seq != a.Prev {
+		return false
+	}
+	if a.Pending == nil {
+		return cp.Pending == nil
+	}
+	return cp.Pending != nil && cp.Pending.To == a.Pending.To && cp.Pending.Next == a.Pending.Next && cp.Pending.Groups == a.Pending.Groups
+}
+
+// GetLosses reads the loss item's count from the coordination table coord,
+// strongly consistent (0 when no loss was ever counted).
+func GetLosses(ctx context.Context, api interface {
+	GetItem(context.Context, *dynamodb.GetItemInput, ...func(*dynamodb.Options)) (*dynamodb.GetItemOutput, error)
+}, coord string) (int64, error) {
+	out, err := api.GetItem(ctx, &dynamodb.GetItemInput{TableName: aws.String(coord),
+		Key: Key(aggregates.LossesKey()), ConsistentRead: aws.Bool(true)})
+	if err != nil {
+		return 0, fmt.Errorf("read the loss item: %w", err)
+	}
+	if out.Item == nil {
+		return 0, nil
+	}
+	n, ok := Int64(out.Item, AttrLosses)
+	if !ok {
+		return 0, fmt.Errorf("the loss item's %s is not an integer", AttrLosses)
+	}
+	return n, nil
+}
