@@ -80,6 +80,7 @@ type Poller struct {
 	swept         bool                  // the lease partition was read whole once
 	sweepFrom     sweepState            // where the next page of the sweep starts
 	newKids       map[string]bool       // children registered during an endPass
+	unoffered     map[string]bool       // children this poller registered, neither took nor could offer: offered again each round (offerLeft)
 	finishedNow   map[string]bool       // shards finished since the last endPass: true when the listing had their children
 	latestChecked bool                  // a LATEST start was decided on every checkpoint
 

@@ -3,6 +3,7 @@ package poller
 import (
 	"context"
 	"errors"
+	"maps"
 	"math/rand/v2"
 	"sort"
 	"sync"
@@ -151,6 +152,9 @@ func (p *Poller) sharePass(ctx context.Context, renew bool) error {
 		p.takeOffers(ctx, nil)
 		if p.registryReads >= 2 {
 			p.takeShare(ctx, nil)
+		}
+		if renew {
+			p.offerLeft(ctx)
 		}
 		p.startReaders(ctx)
 	}
@@ -303,15 +307,6 @@ func (p *Poller) offerPass(ctx context.Context, offers []string) {
 	case p.cfg.StartPosition == Latest && !p.latestChecked:
 		return
 	case p.renewsLeases():
-		return
-	case p.listed.IsZero():
-		// Before its first listing completes a joiner takes what it is
-		// handed, and the children it registers, in its rounds and reader
-		// ends (takeUnlisted), as before the watch: with the watch taking
-		// between them, a joiner whose listing was refused while its
-		// shards split left children unheld for a minute in about half the
-		// runs of TestReviewS20J1_…/splits (session 21; the cause is not
-		// found yet).
 		return
 	}
 	defer p.gauges()
@@ -1365,16 +1360,64 @@ func (p *Poller) offerKids(ctx context.Context, kids map[string]bool) {
 			}
 		}
 		if best == "" {
-			return // nobody under the share: the sweeps find it
+			// Nobody under the share as the registry says, or nobody seen
+			// beating yet: offered again at the next rounds (offerLeft).
+			// The sweeps of a listed poller under its share find it too;
+			// a joiner not listed yet has none (S21-W4).
+			p.keepUnoffered(id)
+			continue
 		}
 		if err := p.store.offer(ctx, best, id); err != nil {
 			if !errors.Is(err, errConditionFailed) && ctx.Err() == nil {
-				p.log.Warn("offering a child shard failed; the sweeps find it", "shard", id, "to", best, "error", err.Error())
+				p.log.Warn("offering a child shard failed; offered again at the next round", "shard", id, "to", best, "error", err.Error())
+				p.keepUnoffered(id)
 			}
 			continue
 		}
+		delete(p.unoffered, id)
 		p.handTo(best)
 	}
+}
+
+func (p *Poller) keepUnoffered(id string) {
+	if p.unoffered == nil {
+		p.unoffered = map[string]bool{}
+	}
+	p.unoffered[id] = true
+}
+
+// offerLeft is a round's second try at the children this poller
+// registered and could neither take nor offer (offerKids): those nobody
+// holds yet are taken while this poller is under its share and offered
+// otherwise. Without it such a child waited for a sweep, and a joiner
+// whose first listing has not completed sweeps nothing: a holder at its
+// share that registered a child before it saw the joiner's beat move (so
+// before it could offer it one) left the child unread until the joiner's
+// listing completed — for good while DescribeStream refused it (session
+// 21, S21-W4: TestReviewS20J1_…/splits). A child held, finished, gone or
+// another poller's is dropped from the set.
+func (p *Poller) offerLeft(ctx context.Context) {
+	if len(p.unoffered) == 0 || p.stopping || p.cfg.Drain {
+		return
+	}
+	for id := range p.unoffered {
+		_, mine := p.held[id]
+		if l := p.leases[id]; mine || l.owner != "" || l.finished || p.finishedKnown(id) || p.gone[id] {
+			delete(p.unoffered, id)
+		}
+	}
+	if len(p.unoffered) == 0 {
+		return
+	}
+	left := maps.Clone(p.unoffered)
+	p.takeShare(ctx, left)
+	for id := range left {
+		if _, mine := p.held[id]; mine {
+			delete(p.unoffered, id)
+			delete(left, id)
+		}
+	}
+	p.offerKids(ctx, left)
 }
 
 // handOverAll names, for each lease this poller holds, the live poller
