@@ -147,3 +147,47 @@ func TestReviewS22_AChildWhoseOfferFailedIsOfferedAgainToAJoinerNotListed(t *tes
 	requireNoOverlap(t, append(readerIntervals(t, a.logs.lines(), end), readerIntervals(t, b.logs.lines(), end)...))
 	e.finish(t, nil)
 }
+
+// S22-H1: a lease handed over (balance) to a joiner whose first listing
+// has not completed, and whose offer write (the release's "tell the new
+// owner") failed. The lease is in the joiner's name, so nobody else may
+// take it while the joiner's beat moves; the joiner takes the leases of
+// its name only at its share (takeShare), after its listing, and learns
+// of this one from no offer: it was read by nobody until the listing
+// completed (for good while DescribeStream refused it), where the log
+// said "it takes it at its sweep, or it expires". With the fix the giver
+// offers it again at its next rounds (tellAgain) until the write goes
+// through, the receiver stops being live or the lease moves on.
+func TestReviewS22H1_ALeaseHandedOverWhoseOfferFailedIsOfferedAgainToAJoinerNotListed(t *testing.T) {
+	ddbtest.Long(t)
+	const shards = 8
+	e := newEmuEnv(t, 2202, streamemu.Config{Shards: shards, Seed: 2202})
+	e.w.Branches = []string{"north", "south", "east", "west", "centre", "harbour"}
+	e.write(t, 60)
+	// Only a hand-over's offer: the lease already in the receiver's name.
+	offers := &firstOfferFails{e: e, seen: map[string]bool{}, which: func(l table.Lease) bool { return l.Owner == "b" }}
+	a := e.hbPoller(t, "a", func(api poller.Table) poller.Table { offers.Table = api; return offers }, nil, nil, nil)
+	stopA := start(t, a)
+	eventually(t, "a holds every shard", 2*time.Minute, func() bool { return counter(t, a.m.LeasesHeld) == shards })
+	offers.armed.Store(true)
+	listing := &unlistable{Streams: e.s, shut: &atomic.Bool{}}
+	listing.shut.Store(true)
+	b := e.hbPoller(t, "b", nil, nil, listing, nil)
+	stopB := start(t, b)
+	eventually(t, "every shard is held while b's listing is refused", time.Minute, func() bool {
+		return counter(t, b.m.LeasesHeld) >= shards/2-1 && counter(t, a.m.LeasesHeld)+counter(t, b.m.LeasesHeld) == shards
+	})
+	require.Positive(t, offers.failed.Load(), "no hand-over's offer failed: the test proves nothing")
+	require.True(t, listing.shut.Load())
+	require.False(t, b.Ready(), "b's listing completed: the test proves nothing")
+	offers.armed.Store(false)
+
+	listing.shut.Store(false)
+	e.write(t, 30)
+	time.Sleep(2 * time.Second)
+	stopB()
+	stopA()
+	end := time.Now()
+	requireNoOverlap(t, append(readerIntervals(t, a.logs.lines(), end), readerIntervals(t, b.logs.lines(), end)...))
+	e.finish(t, nil)
+}

@@ -120,6 +120,7 @@ func (p *Poller) sharePass(ctx context.Context, renew bool) error {
 		}
 		p.renewAll(ctx)
 		p.answerAsks(ctx)
+		p.tellAgain(ctx)
 	}
 	if p.listed.IsZero() && p.newKids == nil {
 		// The children this round's lookups register before the first
@@ -1418,6 +1419,39 @@ func (p *Poller) offerLeft(ctx context.Context) {
 		}
 	}
 	p.offerKids(ctx, left)
+}
+
+// untold is a lease handed over whose offer write failed: its receiver
+// and the counter the release wrote.
+type untold struct {
+	to      string
+	counter int64
+}
+
+// tellAgain offers again, at each round, the leases this poller handed
+// over whose offer write failed (release). The receiver takes the leases
+// of its name that it is not offered only at its share (takeShare), once
+// its first listing has completed, and nobody else takes them while its
+// beat moves: a joiner whose listing was refused left such a lease read
+// by nobody, for good while DescribeStream refused it (review of
+// session 22, S22-H1). Dropped once the write goes through (or finds the
+// receiver's item gone or left), once the receiver is not live, and once
+// this poller knows the lease moved on (another owner or counter, from a
+// sweep). One offer write per such lease and round, until one lands.
+func (p *Poller) tellAgain(ctx context.Context) {
+	for id, u := range p.untold {
+		if l := p.leases[id]; l.owner != u.to || l.counter != u.counter || !p.workers[u.to].live(p.cfg.LeaseDuration) {
+			delete(p.untold, id)
+			continue
+		}
+		if err := p.store.offer(ctx, u.to, id); err != nil && !errors.Is(err, errConditionFailed) {
+			if ctx.Err() == nil {
+				p.log.Warn("telling the new owner of a lease handed over failed; told again at the next round", "shard", id, "to", u.to, "error", err.Error())
+			}
+			continue
+		}
+		delete(p.untold, id)
+	}
 }
 
 // handOverAll names, for each lease this poller holds, the live poller
