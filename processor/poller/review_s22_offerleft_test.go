@@ -2,6 +2,7 @@ package poller_test
 
 import (
 	"context"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -181,6 +182,144 @@ func TestReviewS22H1_ALeaseHandedOverWhoseOfferFailedIsOfferedAgainToAJoinerNotL
 	require.True(t, listing.shut.Load())
 	require.False(t, b.Ready(), "b's listing completed: the test proves nothing")
 	offers.armed.Store(false)
+
+	listing.shut.Store(false)
+	e.write(t, 30)
+	time.Sleep(2 * time.Second)
+	stopB()
+	stopA()
+	end := time.Now()
+	requireNoOverlap(t, append(readerIntervals(t, a.logs.lines(), end), readerIntervals(t, b.logs.lines(), end)...))
+	e.finish(t, nil)
+}
+
+// refusedCheckpoints refuses, while armed, the reads of the checkpoint of
+// each shard in which for refuse from the first (a throttled partition);
+// the reads after that go through.
+type refusedCheckpoints struct {
+	poller.Table
+	arn    string
+	which  func(shard string) bool
+	refuse time.Duration
+	armed  atomic.Bool
+	mu     sync.Mutex
+	first  map[string]time.Time
+	n      int // reads refused
+}
+
+func (r *refusedCheckpoints) Query(ctx context.Context, in *dynamodb.QueryInput, opts ...func(*dynamodb.Options)) (*dynamodb.QueryOutput, error) {
+	if r.armed.Load() {
+		pk, _ := in.ExpressionAttributeValues[":pk"].(*ddbtypes.AttributeValueMemberS)
+		if sk, ok := in.ExpressionAttributeValues[":sk"].(*ddbtypes.AttributeValueMemberS); ok && pk != nil {
+			if id, ok := strings.CutPrefix(sk.Value, "SHARD#"); ok && aggregates.CheckpointKey(r.arn, id).PK == pk.Value && r.which(id) {
+				r.mu.Lock()
+				if _, ok := r.first[id]; !ok {
+					r.first[id] = time.Now()
+				}
+				refused := time.Since(r.first[id]) < r.refuse
+				if refused {
+					r.n++
+				}
+				r.mu.Unlock()
+				if refused {
+					return nil, &ddbtypes.ProvisionedThroughputExceededException{Message: aws.String("checkpoint read refused by the test")}
+				}
+			}
+		}
+	}
+	return r.Table.Query(ctx, in, opts...)
+}
+
+// S22-H2: a child offered (offerKids, its lease free) to a joiner whose
+// first listing has not completed, whose read of the child's checkpoint
+// fails (throttled, every attempt). takeOffers cleared the offer
+// (checkpoint_unread) as if decided, and the giver had dropped the child
+// once its offer write landed: nobody was to take it, a at its share and
+// b sweeping nothing, until b's listing completed (for good while
+// DescribeStream refused it). The same for a parent's checkpoint read that
+// failed (parent_unfinished). With the fix an offer whose read failed
+// stays offered, as one whose lease was not read in time does (later).
+func TestReviewS22H2_AChildOfferedWhoseCheckpointReadFailedStaysOffered(t *testing.T) {
+	ddbtest.Long(t)
+	const shards = 8
+	e := newEmuEnv(t, 2203, streamemu.Config{Shards: shards, Seed: 2203})
+	e.w.Branches = []string{"north", "south", "east", "west", "centre", "harbour"}
+	e.write(t, 60)
+	a := e.hbPoller(t, "a", nil, nil, nil, nil)
+	stopA := start(t, a)
+	eventually(t, "a holds every shard", 2*time.Minute, func() bool { return counter(t, a.m.LeasesHeld) == shards })
+	listing := &unlistable{Streams: e.s, shut: &atomic.Bool{}}
+	listing.shut.Store(true)
+	// b's reads of the checkpoints of a's new children: refused for 3 s
+	// from the first (three rounds: the offers the heartbeat's answers
+	// brought before the clear are read in them too).
+	cps := &refusedCheckpoints{arn: e.stream.arn, refuse: 3 * time.Second, first: map[string]time.Time{}, which: func(string) bool { return false }}
+	b := e.hbPoller(t, "b", func(api poller.Table) poller.Table { cps.Table = api; return cps }, nil, listing, nil)
+	stopB := start(t, b)
+	eventually(t, "a hands b its share", 2*time.Minute, func() bool {
+		return counter(t, b.m.LeasesHeld) >= shards/2-1 && counter(t, a.m.LeasesHeld)+counter(t, b.m.LeasesHeld) == shards
+	})
+	time.Sleep(3 * time.Second) // balance settles (a round a second)
+
+	ls, _, err := table.ReadLeasePage(context.Background(), e.ddb, table.CoordinationTableName(e.table), e.stream.arn, nil, 100)
+	require.NoError(t, err)
+	owner := map[string]string{}
+	for _, l := range ls {
+		owner[l.Shard] = l.Owner
+	}
+	var mine, theirs []string
+	for _, sh := range e.s.Shards() {
+		if sh.Closed {
+			continue
+		}
+		switch owner[sh.ID] {
+		case "a":
+			mine = append(mine, sh.ID)
+		case "b":
+			theirs = append(theirs, sh.ID)
+		}
+	}
+	require.Len(t, append(mine, theirs...), shards, "every open shard held by a or b")
+	require.GreaterOrEqual(t, len(mine), shards/2, "a holds half the shards or more")
+	// Only a's shards split (and one of b's when a holds an odd number:
+	// the leasable shards even, as in TestReviewS22_…): b's own children
+	// are read by b's reader ends (takeUnlisted), not under test.
+	parents := map[string]bool{}
+	for _, id := range mine {
+		parents[id] = true
+	}
+	cps.which = func(id string) bool {
+		for _, sh := range e.s.Shards() {
+			if sh.ID == id {
+				return parents[sh.Parent]
+			}
+		}
+		return false
+	}
+	cps.armed.Store(true)
+	split := mine
+	if len(mine)%2 == 1 {
+		split = append(split, theirs[0])
+	}
+	for _, id := range split {
+		_, err := e.s.Close(id, true)
+		require.NoError(t, err)
+	}
+	e.write(t, 60)
+	eventually(t, "every open shard is held while b's listing is refused", time.Minute, func() bool {
+		return int(counter(t, a.m.LeasesHeld)+counter(t, b.m.LeasesHeld)) == openShards(e.s)
+	})
+	cps.mu.Lock()
+	refused := cps.n
+	cps.mu.Unlock()
+	for _, o := range []string{poller.OfferTaken, poller.OfferLater, poller.OfferNotIts, poller.OfferCheckpointUnread, poller.OfferParentUnfinished} {
+		t.Logf("b's offers %s: %v", o, counter(t, b.m.Offers.WithLabelValues(o)))
+	}
+	t.Logf("shards split: %d; checkpoint reads refused: %d", len(split), refused)
+	require.Positive(t, refused, "no checkpoint read of a child offered to b was refused: the test proves nothing")
+	require.True(t, listing.shut.Load())
+	require.False(t, b.Ready(), "b's listing completed: the test proves nothing")
+	cps.armed.Store(false)
 
 	listing.shut.Store(false)
 	e.write(t, 30)

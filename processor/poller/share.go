@@ -1001,6 +1001,7 @@ func (p *Poller) takeOffers(ctx context.Context, kids map[string]bool) {
 	}
 	var done []string
 	var take []lease
+	keep := map[string]bool{} // offers whose reads failed: left offered
 	// What became of each offer (ledger_poller_offers_total{outcome});
 	// kids are not offers and are not counted.
 	outcome := func(id, o string) {
@@ -1039,7 +1040,19 @@ func (p *Poller) takeOffers(ctx context.Context, kids map[string]bool) {
 			sh = shard{id: id, parent: l.parent, start: l.start}
 			p.shards = append(p.shards, sh)
 		}
-		if !p.parentDone(ctx, sh) {
+		// A checkpoint read that failed decides nothing: the offer stays,
+		// for the next pass, as one whose lease was not read in time. An
+		// offered child is in nobody's name, and its giver forgot it once
+		// its offer landed: cleared untaken, it waited for a sweep, and a
+		// joiner whose first listing has not completed makes none (review
+		// of session 22, S22-H2).
+		done, err := p.parentDone(ctx, sh)
+		if err != nil && offered[id] {
+			outcome(id, OfferLater)
+			keep[id] = true
+			continue
+		}
+		if !done {
 			outcome(id, OfferParentUnfinished)
 			continue
 		}
@@ -1047,6 +1060,11 @@ func (p *Poller) takeOffers(ctx context.Context, kids map[string]bool) {
 		// its reader starts from it, and it carries a LATEST start's marker
 		// that a shard handed over before its first commit must keep (the
 		// review of the share-bounded pass, R5).
+		if _, read := p.cps[id]; !read && !p.finishedKnown(id) && offered[id] {
+			outcome(id, OfferLater)
+			keep[id] = true
+			continue
+		}
 		if _, read := p.cps[id]; !read || p.finishedKnown(id) {
 			outcome(id, OfferCheckpointUnread)
 			continue
@@ -1088,7 +1106,7 @@ func (p *Poller) takeOffers(ctx context.Context, kids map[string]bool) {
 	}
 	cleared := done[:0]
 	for _, id := range done {
-		if offered[id] {
+		if offered[id] && !keep[id] {
 			cleared = append(cleared, id)
 		}
 	}
@@ -1101,17 +1119,18 @@ func (p *Poller) takeOffers(ctx context.Context, kids map[string]bool) {
 	}
 }
 
-// parentDone reports whether s may be read as far as its parent goes: it
+// parentDone reports whether s may be read as far as its parent goes (an
+// error: the parent's checkpoint could not be read, nothing decided): it
 // has none, the parent is not listed or gone, or it is known finished —
 // if this poller does not know it, from a read of the parent's
 // checkpoint. An offer names a shard whose parent its giver knew
 // finished; the receiver does not take that on trust.
-func (p *Poller) parentDone(ctx context.Context, s shard) bool {
+func (p *Poller) parentDone(ctx context.Context, s shard) (bool, error) {
 	if s.parent == "" || p.finishedKnown(s.parent) || p.gone[s.parent] {
-		return true
+		return true, nil
 	}
 	if _, listed := p.shard(s.parent); !listed && !p.listed.IsZero() {
-		return true
+		return true, nil
 	}
 	// Listed, or no listing yet: a parent missing from a listing is gone
 	// from the stream (trimmed), but before the first listing it is only
@@ -1119,11 +1138,11 @@ func (p *Poller) parentDone(ctx context.Context, s shard) bool {
 	// whose checkpoint is gone too waits for the listing).
 	cp, err := p.store.readCheckpoint(ctx, s.parent)
 	if err != nil {
-		return false
+		return false, err
 	}
 	cp.read = time.Now()
 	p.cps[s.parent] = cp
-	return cp.finished
+	return cp.finished, nil
 }
 
 // takeBound bounds a round's checkpoint reads before its takes, and its
