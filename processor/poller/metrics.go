@@ -26,11 +26,11 @@ const (
 // for it) when it looked at it.
 const (
 	OfferTaken            = "taken"             // taken
-	OfferLater            = "later"             // its lease not read in time: left offered for the next round
+	OfferLater            = "later"             // its lease, its checkpoint or its parent's not read in time: left offered for the next round (S22-H2)
 	OfferNotIts           = "not_its"           // already held, finished, or another poller's (or another process of this name's) by now
 	OfferUnknownShard     = "unknown_shard"     // not in this poller's listing and its lease item does not describe it: left to the listing
 	OfferParentUnfinished = "parent_unfinished" // its parent is not read to its end: left to the listing
-	OfferCheckpointUnread = "checkpoint_unread" // its checkpoint not read in time (or it is finished): left to the listing
+	OfferCheckpointUnread = "checkpoint_unread" // finished by its checkpoint as this poller knows it (an offer whose checkpoint read failed is later since session 22, S22-H2)
 	OfferRefused          = "refused"           // sent to be taken and not taken: the take gates (no validity, not born), a failed condition, or past this round's turns
 )
 

@@ -80,6 +80,8 @@ type Poller struct {
 	swept         bool                  // the lease partition was read whole once
 	sweepFrom     sweepState            // where the next page of the sweep starts
 	newKids       map[string]bool       // children registered during an endPass
+	unoffered     map[string]bool       // children this poller registered, neither took nor could offer: offered again each round (offerLeft)
+	untold        map[string]untold     // leases handed over whose offer write failed: offered again each round (tellAgain)
 	finishedNow   map[string]bool       // shards finished since the last endPass: true when the listing had their children
 	latestChecked bool                  // a LATEST start was decided on every checkpoint
 
@@ -1610,7 +1612,11 @@ func (p *Poller) release(ctx context.Context, id string, h *holding) {
 		// Tell the new owner, which reads no lease but its own worker item
 		// at its next round (a drain, the usual asker, reads every lease).
 		if err := p.store.offer(cctx, h.handoffTo, id); err != nil && !errors.Is(err, errConditionFailed) {
-			p.log.Warn("telling the new owner of a lease handed over failed; it takes it at its sweep, or it expires", "shard", id, "to", h.handoffTo, "error", err.Error())
+			p.log.Warn("telling the new owner of a lease handed over failed; told again at the next round", "shard", id, "to", h.handoffTo, "error", err.Error())
+			if p.untold == nil {
+				p.untold = map[string]untold{}
+			}
+			p.untold[id] = untold{to: h.handoffTo, counter: rel.counter}
 		}
 	}
 	if h.handoffTo != "" {

@@ -3,6 +3,7 @@ package poller
 import (
 	"context"
 	"errors"
+	"maps"
 	"math/rand/v2"
 	"sort"
 	"sync"
@@ -119,6 +120,7 @@ func (p *Poller) sharePass(ctx context.Context, renew bool) error {
 		}
 		p.renewAll(ctx)
 		p.answerAsks(ctx)
+		p.tellAgain(ctx)
 	}
 	if p.listed.IsZero() && p.newKids == nil {
 		// The children this round's lookups register before the first
@@ -151,6 +153,9 @@ func (p *Poller) sharePass(ctx context.Context, renew bool) error {
 		p.takeOffers(ctx, nil)
 		if p.registryReads >= 2 {
 			p.takeShare(ctx, nil)
+		}
+		if renew {
+			p.offerLeft(ctx)
 		}
 		p.startReaders(ctx)
 	}
@@ -303,15 +308,6 @@ func (p *Poller) offerPass(ctx context.Context, offers []string) {
 	case p.cfg.StartPosition == Latest && !p.latestChecked:
 		return
 	case p.renewsLeases():
-		return
-	case p.listed.IsZero():
-		// Before its first listing completes a joiner takes what it is
-		// handed, and the children it registers, in its rounds and reader
-		// ends (takeUnlisted), as before the watch: with the watch taking
-		// between them, a joiner whose listing was refused while its
-		// shards split left children unheld for a minute in about half the
-		// runs of TestReviewS20J1_…/splits (session 21; the cause is not
-		// found yet).
 		return
 	}
 	defer p.gauges()
@@ -1005,6 +1001,7 @@ func (p *Poller) takeOffers(ctx context.Context, kids map[string]bool) {
 	}
 	var done []string
 	var take []lease
+	keep := map[string]bool{} // offers whose reads failed: left offered
 	// What became of each offer (ledger_poller_offers_total{outcome});
 	// kids are not offers and are not counted.
 	outcome := func(id, o string) {
@@ -1043,7 +1040,19 @@ func (p *Poller) takeOffers(ctx context.Context, kids map[string]bool) {
 			sh = shard{id: id, parent: l.parent, start: l.start}
 			p.shards = append(p.shards, sh)
 		}
-		if !p.parentDone(ctx, sh) {
+		// A checkpoint read that failed decides nothing: the offer stays,
+		// for the next pass, as one whose lease was not read in time. An
+		// offered child is in nobody's name, and its giver forgot it once
+		// its offer landed: cleared untaken, it waited for a sweep, and a
+		// joiner whose first listing has not completed makes none (review
+		// of session 22, S22-H2).
+		done, err := p.parentDone(ctx, sh)
+		if err != nil && offered[id] {
+			outcome(id, OfferLater)
+			keep[id] = true
+			continue
+		}
+		if !done {
 			outcome(id, OfferParentUnfinished)
 			continue
 		}
@@ -1051,6 +1060,11 @@ func (p *Poller) takeOffers(ctx context.Context, kids map[string]bool) {
 		// its reader starts from it, and it carries a LATEST start's marker
 		// that a shard handed over before its first commit must keep (the
 		// review of the share-bounded pass, R5).
+		if _, read := p.cps[id]; !read && !p.finishedKnown(id) && offered[id] {
+			outcome(id, OfferLater)
+			keep[id] = true
+			continue
+		}
 		if _, read := p.cps[id]; !read || p.finishedKnown(id) {
 			outcome(id, OfferCheckpointUnread)
 			continue
@@ -1092,7 +1106,7 @@ func (p *Poller) takeOffers(ctx context.Context, kids map[string]bool) {
 	}
 	cleared := done[:0]
 	for _, id := range done {
-		if offered[id] {
+		if offered[id] && !keep[id] {
 			cleared = append(cleared, id)
 		}
 	}
@@ -1105,17 +1119,18 @@ func (p *Poller) takeOffers(ctx context.Context, kids map[string]bool) {
 	}
 }
 
-// parentDone reports whether s may be read as far as its parent goes: it
+// parentDone reports whether s may be read as far as its parent goes (an
+// error: the parent's checkpoint could not be read, nothing decided): it
 // has none, the parent is not listed or gone, or it is known finished —
 // if this poller does not know it, from a read of the parent's
 // checkpoint. An offer names a shard whose parent its giver knew
 // finished; the receiver does not take that on trust.
-func (p *Poller) parentDone(ctx context.Context, s shard) bool {
+func (p *Poller) parentDone(ctx context.Context, s shard) (bool, error) {
 	if s.parent == "" || p.finishedKnown(s.parent) || p.gone[s.parent] {
-		return true
+		return true, nil
 	}
 	if _, listed := p.shard(s.parent); !listed && !p.listed.IsZero() {
-		return true
+		return true, nil
 	}
 	// Listed, or no listing yet: a parent missing from a listing is gone
 	// from the stream (trimmed), but before the first listing it is only
@@ -1123,11 +1138,11 @@ func (p *Poller) parentDone(ctx context.Context, s shard) bool {
 	// whose checkpoint is gone too waits for the listing).
 	cp, err := p.store.readCheckpoint(ctx, s.parent)
 	if err != nil {
-		return false
+		return false, err
 	}
 	cp.read = time.Now()
 	p.cps[s.parent] = cp
-	return cp.finished
+	return cp.finished, nil
 }
 
 // takeBound bounds a round's checkpoint reads before its takes, and its
@@ -1365,15 +1380,96 @@ func (p *Poller) offerKids(ctx context.Context, kids map[string]bool) {
 			}
 		}
 		if best == "" {
-			return // nobody under the share: the sweeps find it
+			// Nobody under the share as the registry says, or nobody seen
+			// beating yet: offered again at the next rounds (offerLeft).
+			// The sweeps of a listed poller under its share find it too;
+			// a joiner not listed yet has none (S21-W4).
+			p.keepUnoffered(id)
+			continue
 		}
 		if err := p.store.offer(ctx, best, id); err != nil {
 			if !errors.Is(err, errConditionFailed) && ctx.Err() == nil {
-				p.log.Warn("offering a child shard failed; the sweeps find it", "shard", id, "to", best, "error", err.Error())
+				p.log.Warn("offering a child shard failed; offered again at the next round", "shard", id, "to", best, "error", err.Error())
+				p.keepUnoffered(id)
 			}
 			continue
 		}
+		delete(p.unoffered, id)
 		p.handTo(best)
+	}
+}
+
+func (p *Poller) keepUnoffered(id string) {
+	if p.unoffered == nil {
+		p.unoffered = map[string]bool{}
+	}
+	p.unoffered[id] = true
+}
+
+// offerLeft is a round's second try at the children this poller
+// registered and could neither take nor offer (offerKids): those nobody
+// holds yet are taken while this poller is under its share and offered
+// otherwise. Without it such a child waited for a sweep, and a joiner
+// whose first listing has not completed sweeps nothing: a holder at its
+// share that registered a child before it saw the joiner's beat move (so
+// before it could offer it one) left the child unread until the joiner's
+// listing completed — for good while DescribeStream refused it (session
+// 21, S21-W4: TestReviewS20J1_…/splits). A child held, finished, gone or
+// another poller's is dropped from the set.
+func (p *Poller) offerLeft(ctx context.Context) {
+	if len(p.unoffered) == 0 || p.stopping || p.cfg.Drain {
+		return
+	}
+	for id := range p.unoffered {
+		_, mine := p.held[id]
+		if l := p.leases[id]; mine || l.owner != "" || l.finished || p.finishedKnown(id) || p.gone[id] {
+			delete(p.unoffered, id)
+		}
+	}
+	if len(p.unoffered) == 0 {
+		return
+	}
+	left := maps.Clone(p.unoffered)
+	p.takeShare(ctx, left)
+	for id := range left {
+		if _, mine := p.held[id]; mine {
+			delete(p.unoffered, id)
+			delete(left, id)
+		}
+	}
+	p.offerKids(ctx, left)
+}
+
+// untold is a lease handed over whose offer write failed: its receiver
+// and the counter the release wrote.
+type untold struct {
+	to      string
+	counter int64
+}
+
+// tellAgain offers again, at each round, the leases this poller handed
+// over whose offer write failed (release). The receiver takes the leases
+// of its name that it is not offered only at its share (takeShare), once
+// its first listing has completed, and nobody else takes them while its
+// beat moves: a joiner whose listing was refused left such a lease read
+// by nobody, for good while DescribeStream refused it (review of
+// session 22, S22-H1). Dropped once the write goes through (or finds the
+// receiver's item gone or left), once the receiver is not live, and once
+// this poller knows the lease moved on (another owner or counter, from a
+// sweep). One offer write per such lease and round, until one lands.
+func (p *Poller) tellAgain(ctx context.Context) {
+	for id, u := range p.untold {
+		if l := p.leases[id]; l.owner != u.to || l.counter != u.counter || !p.workers[u.to].live(p.cfg.LeaseDuration) {
+			delete(p.untold, id)
+			continue
+		}
+		if err := p.store.offer(ctx, u.to, id); err != nil && !errors.Is(err, errConditionFailed) {
+			if ctx.Err() == nil {
+				p.log.Warn("telling the new owner of a lease handed over failed; told again at the next round", "shard", id, "to", u.to, "error", err.Error())
+			}
+			continue
+		}
+		delete(p.untold, id)
 	}
 }
 
