@@ -51,7 +51,7 @@ import (
 // three), and four to spare. A test that gets a later table is slow enough for
 // 3-second leases to expire, so an exhausted pool fails the test
 // (ddbtest.Pool.Table).
-var tables = ddbtest.Pool{Size: 98}
+var tables = ddbtest.Pool{Size: 99}
 
 func newTableName(t testing.TB) string { return tables.Table(t) }
 

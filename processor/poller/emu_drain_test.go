@@ -1,0 +1,167 @@
+package poller_test
+
+import (
+	"context"
+	"math/rand/v2"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodbstreams"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/ledger-dev/ledger/internal/streamemu"
+	"github.com/ledger-dev/ledger/processor"
+	"github.com/ledger-dev/ledger/processor/poller"
+	"github.com/ledger-dev/ledger/table"
+)
+
+// pagesRead is the emulation with a note of every shard a GetRecords
+// answered a page of (records or not): the shards a reader read.
+type pagesRead struct {
+	*streamemu.Stream
+	mu   sync.Mutex
+	read map[string]bool
+}
+
+func (p *pagesRead) GetRecords(ctx context.Context, in *dynamodbstreams.GetRecordsInput, opts ...func(*dynamodbstreams.Options)) (*dynamodbstreams.GetRecordsOutput, error) {
+	out, err := p.Stream.GetRecords(ctx, in, opts...)
+	if err == nil {
+		if id, ok := streamemu.IteratorShard(aws.ToString(in.ShardIterator)); ok {
+			p.mu.Lock()
+			p.read[id] = true
+			p.mu.Unlock()
+		}
+	}
+	return out, err
+}
+
+func (p *pagesRead) wasRead(id string) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.read[id]
+}
+
+// Issue 23's "a drain while shards keep closing": for the drain's whole
+// life a shard closes every 100–200 ms (a split for 40% of them while
+// fewer than 8 are open, a roll otherwise), and records are written for
+// its first 5 seconds. The drain exits within 2 minutes, every shard it
+// finished is committed to its last record, every child of a shard it
+// finished was read by it, and a final drain (nothing closing) leaves 0
+// report differences and no child committed before its parent finished.
+// Before issue 23's fix (a closed shard read again after the drain had
+// read it to an empty page) the drain waited for such a shard's children
+// forever.
+func TestPoller_EmulatedDrainExitsWhileShardsKeepClosing(t *testing.T) {
+	ctx := context.Background()
+	e := newEmuEnv(t, 237, streamemu.Config{Shards: 3, Seed: 237})
+	e.write(t, 100)
+	require.NoError(t, e.s.Sync(ctx))
+
+	stopClosing := make(chan struct{})
+	closerDone := make(chan int)
+	go func() {
+		rng := rand.New(rand.NewPCG(237, 1))
+		closes := 0
+		defer func() { closerDone <- closes }()
+		for {
+			select {
+			case <-stopClosing:
+				return
+			case <-time.After(time.Duration(100+rng.IntN(101)) * time.Millisecond):
+			}
+			var open []string
+			for _, sh := range e.s.Shards() {
+				if !sh.Closed {
+					open = append(open, sh.ID)
+				}
+			}
+			if len(open) == 0 {
+				continue
+			}
+			split := len(open) < 8 && rng.Float64() < 0.4
+			if _, err := e.s.Close(open[rng.IntN(len(open))], split); err == nil {
+				closes++
+			}
+		}
+	}()
+	writesDone := make(chan error, 1)
+	go func() {
+		// The workload is the writer's alone until it stops.
+		until := time.Now().Add(5 * time.Second)
+		for time.Now().Before(until) {
+			if err := e.w.Run(ctx, e.ddb, e.table, 10); err != nil {
+				writesDone <- err
+				return
+			}
+		}
+		writesDone <- nil
+	}()
+
+	reads := &pagesRead{Stream: e.s, read: map[string]bool{}}
+	tp := e.poller(t, "drain", reads, func(c *poller.Config) { c.Drain, c.LeaseDuration = true, 30*time.Second })
+	from := time.Now()
+	dctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	runErr := tp.Run(dctx)
+	took := time.Since(from)
+	timedOut := dctx.Err() != nil
+	cancel()
+	close(stopClosing)
+	closes := <-closerDone
+	require.NoError(t, <-writesDone)
+	require.NoError(t, runErr)
+	shards := e.s.Shards()
+	_, cps, err := table.ReadStreamState(ctx, e.ddb, table.CoordinationTableName(e.table), e.stream.arn, nil)
+	require.NoError(t, err)
+	if timedOut {
+		// What drainComplete waits for: a listed shard neither finished
+		// nor drained while open, or a reader still going.
+		// The first 20 shards it waits for: not finished and closed (an
+		// end to reach), or never read.
+		waiting := 0
+		for _, sh := range shards {
+			if cps[sh.ID].Finished || (!sh.Closed && reads.wasRead(sh.ID)) {
+				continue
+			}
+			if waiting++; waiting <= 20 {
+				t.Logf("waiting for shard %s (parent %s, parent finished %v): closed=%v endServed=%v records=%d read=%v",
+					sh.ID, sh.Parent, cps[sh.Parent].Finished, sh.Closed, sh.EndServed, sh.Records, reads.wasRead(sh.ID))
+			}
+		}
+		t.Fatalf("the drain did not exit within 2m while shards kept closing (%d closes; %d of %d shards not finished nor read while open)",
+			closes, waiting, len(shards))
+	}
+	t.Logf("drain exited after %s; %d shards closed under it, %d in the stream", took.Round(10*time.Millisecond), closes, len(shards))
+
+	last := map[string]string{}
+	for _, h := range e.s.History() {
+		last[h.Shard] = h.Seq
+	}
+	children := map[string][]string{}
+	for _, sh := range shards {
+		children[sh.ID] = sh.Children
+	}
+	finished := 0
+	for _, sh := range shards {
+		cp, ok := cps[sh.ID]
+		if !ok || !cp.Finished {
+			continue
+		}
+		finished++
+		assert.True(t, sh.EndServed, "finished shard %s was read to its end", sh.ID)
+		if last[sh.ID] != "" {
+			assert.GreaterOrEqual(t, processor.CompareSequence(cp.Seq, last[sh.ID]), 0, "finished shard %s committed to its last record %s", sh.ID, last[sh.ID])
+		}
+		for _, k := range children[sh.ID] {
+			assert.True(t, reads.wasRead(k), "child %s of the finished shard %s was read by the drain", k, sh.ID)
+		}
+	}
+	// Shards closed under the drain before it read them to their end, and
+	// their children: the test is one only if the drain met the closes.
+	t.Logf("%d shards finished by the drain", finished)
+	require.GreaterOrEqual(t, finished, 5, "shards the drain finished")
+	require.GreaterOrEqual(t, closes, 10, "shards closed under the drain")
+	e.finish(t, nil)
+}
