@@ -55,22 +55,30 @@ func (p *pagesRead) wasRead(id string) bool {
 // read it to an empty page) the drain waited for such a shard's children
 // forever.
 func TestPoller_EmulatedDrainExitsWhileShardsKeepClosing(t *testing.T) {
+	drainWhileClosing(t, 237, 3, 100*time.Millisecond, 200*time.Millisecond, 8)
+}
+
+// drainWhileClosing runs a drain on a stream of shards (its first
+// generation) while a shard closes every gapMin–gapMax (a split for 40%
+// of closes while fewer than maxOpen are open) and checks what the drain
+// did.
+func drainWhileClosing(t *testing.T, seed uint64, shards int, gapMin, gapMax time.Duration, maxOpen int) {
 	ctx := context.Background()
-	e := newEmuEnv(t, 237, streamemu.Config{Shards: 3, Seed: 237})
+	e := newEmuEnv(t, seed, streamemu.Config{Shards: shards, Seed: seed})
 	e.write(t, 100)
 	require.NoError(t, e.s.Sync(ctx))
 
 	stopClosing := make(chan struct{})
 	closerDone := make(chan int)
 	go func() {
-		rng := rand.New(rand.NewPCG(237, 1))
+		rng := rand.New(rand.NewPCG(seed, 1))
 		closes := 0
 		defer func() { closerDone <- closes }()
 		for {
 			select {
 			case <-stopClosing:
 				return
-			case <-time.After(time.Duration(100+rng.IntN(101)) * time.Millisecond):
+			case <-time.After(gapMin + time.Duration(rng.Int64N(int64(gapMax-gapMin)+1))):
 			}
 			var open []string
 			for _, sh := range e.s.Shards() {
@@ -81,7 +89,7 @@ func TestPoller_EmulatedDrainExitsWhileShardsKeepClosing(t *testing.T) {
 			if len(open) == 0 {
 				continue
 			}
-			split := len(open) < 8 && rng.Float64() < 0.4
+			split := len(open) < maxOpen && rng.Float64() < 0.4
 			if _, err := e.s.Close(open[rng.IntN(len(open))], split); err == nil {
 				closes++
 			}
@@ -112,7 +120,7 @@ func TestPoller_EmulatedDrainExitsWhileShardsKeepClosing(t *testing.T) {
 	closes := <-closerDone
 	require.NoError(t, <-writesDone)
 	require.NoError(t, runErr)
-	shards := e.s.Shards()
+	listed := e.s.Shards()
 	_, cps, err := table.ReadStreamState(ctx, e.ddb, table.CoordinationTableName(e.table), e.stream.arn, nil)
 	require.NoError(t, err)
 	if timedOut {
@@ -121,7 +129,7 @@ func TestPoller_EmulatedDrainExitsWhileShardsKeepClosing(t *testing.T) {
 		// The first 20 shards it waits for: not finished and closed (an
 		// end to reach), or never read.
 		waiting := 0
-		for _, sh := range shards {
+		for _, sh := range listed {
 			if cps[sh.ID].Finished || (!sh.Closed && reads.wasRead(sh.ID)) {
 				continue
 			}
@@ -131,20 +139,20 @@ func TestPoller_EmulatedDrainExitsWhileShardsKeepClosing(t *testing.T) {
 			}
 		}
 		t.Fatalf("the drain did not exit within 2m while shards kept closing (%d closes; %d of %d shards not finished nor read while open)",
-			closes, waiting, len(shards))
+			closes, waiting, len(listed))
 	}
-	t.Logf("drain exited after %s; %d shards closed under it, %d in the stream", took.Round(10*time.Millisecond), closes, len(shards))
+	t.Logf("drain exited after %s; %d shards closed under it, %d in the stream", took.Round(10*time.Millisecond), closes, len(listed))
 
 	last := map[string]string{}
 	for _, h := range e.s.History() {
 		last[h.Shard] = h.Seq
 	}
 	children := map[string][]string{}
-	for _, sh := range shards {
+	for _, sh := range listed {
 		children[sh.ID] = sh.Children
 	}
 	finished := 0
-	for _, sh := range shards {
+	for _, sh := range listed {
 		cp, ok := cps[sh.ID]
 		if !ok || !cp.Finished {
 			continue
