@@ -55,16 +55,16 @@ func (p *pagesRead) wasRead(id string) bool {
 // read it to an empty page) the drain waited for such a shard's children
 // forever.
 func TestPoller_EmulatedDrainExitsWhileShardsKeepClosing(t *testing.T) {
-	drainWhileClosing(t, 237, 3, 100*time.Millisecond, 200*time.Millisecond, 8)
+	drainWhileClosing(t, streamemu.Config{Shards: 3, Seed: 237}, 100*time.Millisecond, 200*time.Millisecond, 8)
 }
 
-// drainWhileClosing runs a drain on a stream of shards (its first
-// generation) while a shard closes every gapMin–gapMax (a split for 40%
+// drainWhileClosing runs a drain on the stream cfg describes while a shard closes every gapMin–gapMax (a split for 40%
 // of closes while fewer than maxOpen are open) and checks what the drain
 // did.
-func drainWhileClosing(t *testing.T, seed uint64, shards int, gapMin, gapMax time.Duration, maxOpen int) {
+func drainWhileClosing(t *testing.T, cfg streamemu.Config, gapMin, gapMax time.Duration, maxOpen int) {
 	ctx := context.Background()
-	e := newEmuEnv(t, seed, streamemu.Config{Shards: shards, Seed: seed})
+	seed := cfg.Seed
+	e := newEmuEnv(t, seed, cfg)
 	e.write(t, 100)
 	require.NoError(t, e.s.Sync(ctx))
 
