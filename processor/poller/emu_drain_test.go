@@ -55,18 +55,22 @@ func (p *pagesRead) wasRead(id string) bool {
 // read it to an empty page) the drain waited for such a shard's children
 // forever.
 func TestPoller_EmulatedDrainExitsWhileShardsKeepClosing(t *testing.T) {
-	drainWhileClosing(t, streamemu.Config{Shards: 3, Seed: 237}, 100*time.Millisecond, 200*time.Millisecond, 8)
+	drainWhileClosing(t, streamemu.Config{Shards: 3, Seed: 237}, nil, 100*time.Millisecond, 200*time.Millisecond, 8)
 }
 
-// drainWhileClosing runs a drain on the stream cfg describes while a shard closes every gapMin–gapMax (a split for 40%
+// drainWhileClosing runs a drain on the stream cfg describes (before, if
+// set, acts on it first) while a shard closes every gapMin–gapMax (a split for 40%
 // of closes while fewer than maxOpen are open) and checks what the drain
 // did.
-func drainWhileClosing(t *testing.T, cfg streamemu.Config, gapMin, gapMax time.Duration, maxOpen int) {
+func drainWhileClosing(t *testing.T, cfg streamemu.Config, before func(*emuEnv), gapMin, gapMax time.Duration, maxOpen int) {
 	ctx := context.Background()
 	seed := cfg.Seed
 	e := newEmuEnv(t, seed, cfg)
 	e.write(t, 100)
 	require.NoError(t, e.s.Sync(ctx))
+	if before != nil {
+		before(e)
+	}
 
 	stopClosing := make(chan struct{})
 	closerDone := make(chan int)
@@ -172,4 +176,37 @@ func drainWhileClosing(t *testing.T, cfg streamemu.Config, gapMin, gapMax time.D
 	require.GreaterOrEqual(t, finished, 5, "shards the drain finished")
 	require.GreaterOrEqual(t, closes, 10, "shards closed under the drain")
 	e.finish(t, nil)
+}
+
+// A drain that keeps up with the closes but never exits (a finding of
+// session 22, left for the branch changing poller.go): a drain exits only
+// after a listing made since its last reader's end shows no shard it read
+// to an empty page closed since. With a listing longer than the gap
+// between two closes (here 60 closed shards before the drain and pages of
+// one shard: a listing of ~70–160 pages at 10 DescribeStream calls a
+// second, 7–16 s, against a close every 1–1.5 s) every listing finds one,
+// the drain reads its end and its children and lists again: in 2 minutes
+// it finished every shard but the 2 newest children (95 closes, 159
+// shards) and never exited. At the fleet benchmark's 1,000 shards with a
+// day of history (about 7,000 shards listed, 70 pages of 100: 7 s at AWS's
+// rate; a close every ~0.6 s at compression 24) the same condition holds,
+// which is the likely cause of its final drain not finishing in 5
+// minutes (inferred, not reproduced at that size). Skipped until the
+// drain's exit no longer needs a quiet listing (the report of session
+// 22's emutests branch describes a fix); it takes a table of the pool.
+func TestPoller_EmulatedDrainExitsWhenListingsOutlastTheGapBetweenCloses(t *testing.T) {
+	t.Skip("finding (session 22): the drain never exits when a listing takes longer than the gap between closes; see the comment")
+	manyClosed := func(e *emuEnv) {
+		for range 60 {
+			for _, sh := range e.s.Shards() {
+				if !sh.Closed {
+					_, err := e.s.Close(sh.ID, false)
+					require.NoError(t, err)
+					break
+				}
+			}
+		}
+	}
+	drainWhileClosing(t, streamemu.Config{Shards: 4, Seed: 239, ListPage: 1, Limits: streamemu.Limits{DescribeStreamPerSecond: 10}},
+		manyClosed, time.Second, 1500*time.Millisecond, 4)
 }

@@ -48,10 +48,11 @@ import (
 // takes before its first listing (joiner_test.go: one) and their review
 // (review_s20_joiner_test.go: three, J1's two cases each), the offer watch
 // (offerwatch_test.go: one) and its review (review_s21_watch_test.go:
-// three), and four to spare. A test that gets a later table is slow enough for
+// three), the drains while shards keep closing (emu_drain_test.go: two,
+// one skipped as a finding), and four to spare. A test that gets a later table is slow enough for
 // 3-second leases to expire, so an exhausted pool fails the test
 // (ddbtest.Pool.Table).
-var tables = ddbtest.Pool{Size: 99}
+var tables = ddbtest.Pool{Size: 100}
 
 func newTableName(t testing.TB) string { return tables.Table(t) }
 
