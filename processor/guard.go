@@ -416,27 +416,8 @@ func (g *ShardGuard) committed(ctx context.Context, changes []change) (int, bool
 	if g.hasOrigin && g.origin == "" && g.prev != "" {
 		return 0, false, fmt.Errorf("shard %s: checkpoint %q made by another reader, records start where this reader opened without one: %w", g.shard, g.prev, ErrGap)
 	}
-	if g.trimmed {
-		// Once, for the state read right after the trim (a later re-read
-		// must never abandon the batch this guard started itself, nor one
-		// another consumer started since): the guard-alone abandon
-		// transaction. A pending batch's records are gone, so it can never
-		// be planned again: the checkpoint moves to its last record; what
-		// its groups committed stays, and reconcile --repair restores the
-		// rest as for any trimmed record. A shard without a checkpoint
-		// has nothing to abandon. An abandon that failed is tried again
-		// at the next call only on the same state.
-		if g.trimPos != "" && g.trimPos != g.position() {
-			g.trimmed = false
-		}
-		if g.trimmed && g.prev != "" {
-			g.trimPos = g.position()
-			if err := g.p.abandon(ctx, g); err != nil {
-				g.loaded = false
-				return 0, false, err
-			}
-		}
-		g.trimmed, g.trimPos = false, ""
+	if err := g.abandonTrimmed(ctx); err != nil {
+		return 0, false, err
 	}
 	// Records up to the checkpoint are committed. Those of a batch this
 	// guard abandoned are skipped as lost: the groups that landed hold some
@@ -453,6 +434,51 @@ func (g *ShardGuard) committed(ctx context.Context, changes []change) (int, bool
 		}
 	}
 	return n, false, nil
+}
+
+// abandonTrimmed sends the guard-alone abandon transaction after a trim
+// (Trimmed), on the checkpoint as loaded. Once, for the state read right
+// after the trim (a later re-read must never abandon the batch this guard
+// started itself, nor one another consumer started since). A pending
+// batch's records are gone, so it can never be planned again: the
+// checkpoint moves to its last record; what its groups committed stays,
+// and reconcile --repair restores the rest as for any trimmed record. A
+// shard without a checkpoint has nothing to abandon. An abandon that
+// failed is tried again at the next call only on the same state.
+func (g *ShardGuard) abandonTrimmed(ctx context.Context) error {
+	if !g.trimmed {
+		return nil
+	}
+	if g.trimPos != "" && g.trimPos != g.position() {
+		g.trimmed = false
+	}
+	if g.trimmed && g.prev != "" {
+		g.trimPos = g.position()
+		if err := g.p.abandon(ctx, g); err != nil {
+			g.loaded = false
+			return err
+		}
+	}
+	g.trimmed, g.trimPos = false, ""
+	return nil
+}
+
+// AbandonTrimmed is Checkpoint for a caller about to move the checkpoint
+// outside a commit (a reader at a closed shard's end marking it finished,
+// or moving it over records without effect): if Trimmed was called and no
+// Process call has sent the abandon transaction yet, it is sent first, so
+// that a trim followed by no record at all (a closed shard whose every
+// record after the checkpoint was trimmed) sets lostAt and moves the loss
+// count as a trim followed by records does (issue 23's emulated trim
+// test). It returns the checkpoint after the abandon.
+func (g *ShardGuard) AbandonTrimmed(ctx context.Context) (string, error) {
+	if err := g.load(ctx); err != nil {
+		return "", err
+	}
+	if err := g.abandonTrimmed(ctx); err != nil {
+		return "", err
+	}
+	return g.prev, nil
 }
 
 // lostRange is the records (from, to] of a batch a guard abandoned.

@@ -378,8 +378,11 @@ func TestPoller_EmulatedPollerJoiningAndLeaving(t *testing.T) {
 // "trimmed"}, and nothing hangs: a closed parent whose tail was trimmed
 // (its checkpoint is before the trim horizon) and a child whose start was
 // trimmed while its parent was unread, its parent since deleted from the
-// stream. The reports are short of the lost records (reconcile --repair
-// restores them, TestPoller_TrimmedRecordsAreCountedSkippedAndRepairedByReconcile).
+// stream. Each loss is recorded as the abandon transaction records it
+// (lostAt on the shard's checkpoint, the loss count moved, table/abandon.go).
+// The reports are short of the lost records until reconcile --repair's
+// library path (processor.ReconcileWith twice, Settled, Repair), run
+// after the fleet stopped, restores them: then 0 differences, in order.
 func TestPoller_EmulatedTrimmedParentAndChildStartAreCountedAndNothingHangs(t *testing.T) {
 	ctx := context.Background()
 	clock := streamemu.NewManual(time.Date(2026, 5, 1, 0, 0, 0, 0, time.UTC))
@@ -404,6 +407,9 @@ func TestPoller_EmulatedTrimmedParentAndChildStartAreCountedAndNothingHangs(t *t
 	// T0+25h: the records of T0 are trimmed; s0 (closed at T0+2h) is still
 	// listed, s1 (closed at T0) is deleted.
 	clock.Advance(23 * time.Hour)
+	coord := table.CoordinationTableName(e.table)
+	lossesBefore, err := table.GetLosses(ctx, e.ddb, coord)
+	require.NoError(t, err)
 
 	d := e.poller(t, "after-a-day", nil, func(c *poller.Config) { c.Drain, c.LeaseDuration = true, 30*time.Second })
 	e.runDrain(t, d, 3*time.Minute)
@@ -418,9 +424,40 @@ func TestPoller_EmulatedTrimmedParentAndChildStartAreCountedAndNothingHangs(t *t
 	}
 	assert.True(t, trimmedShards[s0], "s0's tail counted as lost: %v", trimmedShards)
 	assert.Len(t, trimmedShards, 2, "s0 and s1's child: %v", trimmedShards)
-	diffs, _, err := processor.Reconcile(ctx, e.ddb, e.table, processor.Scope{})
+	// The abandon transaction on s0's checkpoint: lostAt set, the loss
+	// count moved. s0 is closed and every record after its checkpoint was
+	// trimmed, so no record reaches the guard after the trim: the abandon
+	// is sent by the finish mark's move (ShardGuard.AbandonTrimmed); before
+	// it, s0 was marked finished with no lostAt and the count stayed at 0.
+	// s1's child had no checkpoint (nobody had read it): a guard without a
+	// checkpoint has nothing to abandon, so its loss shows only in the
+	// resets counter, the log and the reports.
+	_, cps, err := table.ReadStreamState(ctx, e.ddb, coord, e.stream.arn, nil)
 	require.NoError(t, err)
-	assert.NotEmpty(t, diffs, "the lost records show in the reports")
+	assert.NotEmpty(t, cps[s0].LostAt, "lostAt on s0's checkpoint, whose tail was trimmed")
+	losses, err := table.GetLosses(ctx, e.ddb, coord)
+	require.NoError(t, err)
+	assert.Equal(t, int64(1), losses-lossesBefore, "the loss count moved once, for s0's gap")
+	for sh := range trimmedShards {
+		t.Logf("trimmed shard %s: lostAt %q", sh, cps[sh].LostAt)
+	}
+
+	// The fleet (the drain) has stopped: reconcile --repair's library
+	// path. Reconcile, read again, repair the differences seen both times.
+	diffs, _, err := processor.ReconcileWith(ctx, e.ddb, e.table, processor.Scope{}, processor.ReconcileOptions{})
+	require.NoError(t, err)
+	require.NotEmpty(t, diffs, "the lost records show in the reports")
+	again, _, err := processor.ReconcileWith(ctx, e.ddb, e.table, processor.Scope{}, processor.ReconcileOptions{})
+	require.NoError(t, err)
+	settled := processor.Settled(diffs, again)
+	require.Len(t, settled, len(diffs), "nothing in flight: every difference is seen twice")
+	res, err := processor.Repair(ctx, e.ddb, e.table, settled, time.Now())
+	require.NoError(t, err)
+	assert.Equal(t, len(settled), res.Repaired, "every report repaired")
+	assert.Empty(t, res.Skipped, "reports skipped")
+	assert.Empty(t, res.Partial, "reports repaired in part")
+	t.Logf("%d differences, %d reports repaired", len(settled), res.Repaired)
+	e.requireReconciled(t)
 	e.requireInOrder(t, map[string]bool{s1: true})
 }
 

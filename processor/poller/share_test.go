@@ -160,9 +160,11 @@ func balanced(t *testing.T, n int, ps ...*testPoller) bool {
 // fourth joining gets its share handed over, and one leaving hands its
 // leases over to the others — every poller within its fair share ±10%;
 // then exact and in order. How long each took against two lease durations
-// (issue 23's target) is logged: a figure, not an assertion (a loaded
-// machine stretches it; the fleet benchmark measures it), and the wait is
-// bounded only so that a fleet that never balances fails.
+// (issue 23's target) is logged as a figure (a loaded machine stretches
+// it; the fleet benchmark measures it); the join's and the leave's are
+// asserted within 10 lease durations, a bound that holds on a loaded
+// machine, and the waits themselves are bounded at 50 so that a fleet
+// that never balances fails with its figure.
 func TestPoller_EmulatedFleetBalancesWithinTwoLeaseDurationsOfAStartAJoinAndALeave(t *testing.T) {
 	ddbtest.Long(t)
 	const shards = 24
@@ -173,13 +175,19 @@ func TestPoller_EmulatedFleetBalancesWithinTwoLeaseDurationsOfAStartAJoinAndALea
 	e.write(t, 60)
 	stopA := start(t, a)
 	stopB, stopC := start(t, b), start(t, c)
-	balance := func(what string, ps ...*testPoller) {
+	balance := func(what string, ps ...*testPoller) time.Duration {
 		t.Helper()
 		from := time.Now()
 		// 50 lease durations (5 minutes): 15 failed after a join at load
 		// 8 beside a CI run, the joiner's heartbeats late (paused).
 		eventually(t, what, 50*lease, func() bool { return balanced(t, shards, ps...) })
-		t.Logf("%s: %s (two lease durations: %s)", what, time.Since(from).Round(10*time.Millisecond), 2*lease)
+		took := time.Since(from)
+		within := "within"
+		if took > 2*lease {
+			within = "NOT within"
+		}
+		t.Logf("%s: %s, %s two lease durations (%s; %.1f lease durations)", what, took.Round(10*time.Millisecond), within, 2*lease, float64(took)/float64(lease))
+		return took
 	}
 	balance("three pollers within their share after the start", a, b, c)
 	// Whether one took more than its share first and handed the rest over
@@ -195,14 +203,16 @@ func TestPoller_EmulatedFleetBalancesWithinTwoLeaseDurationsOfAStartAJoinAndALea
 	e.write(t, 60)
 	d := e.poller(t, "d", nil, cfg)
 	stopD := start(t, d)
-	balance("four pollers within their share after a join", a, b, c, d)
+	joined := balance("four pollers within their share after a join", a, b, c, d)
+	assert.LessOrEqual(t, joined, 10*lease, "the join balanced within 10 lease durations")
 	e.write(t, 60)
 	handed := counter(t, a.m.LeaseEvents.WithLabelValues(poller.LeaseHandedOff))
 	stopA()
 	// How the leaver's leases went (handed over; expired and taken over,
 	// which a loaded machine causes by delaying renewals) is a figure.
 	t.Logf("the leaver handed %v leases over (its share: %d)", counter(t, a.m.LeaseEvents.WithLabelValues(poller.LeaseHandedOff))-handed, shards/4)
-	balance("three pollers within their share after a leave", b, c, d)
+	left := balance("three pollers within their share after a leave", b, c, d)
+	assert.LessOrEqual(t, left, 10*lease, "the leave balanced within 10 lease durations")
 	for _, p := range []*testPoller{b, c, d} {
 		if n := counter(t, p.m.LeaseEvents.WithLabelValues(poller.LeaseTakenOver)); n > 0 {
 			t.Logf("a poller took over %v expired leases", n)

@@ -1,0 +1,212 @@
+package poller_test
+
+import (
+	"context"
+	"math/rand/v2"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodbstreams"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/ledger-dev/ledger/internal/streamemu"
+	"github.com/ledger-dev/ledger/processor"
+	"github.com/ledger-dev/ledger/processor/poller"
+	"github.com/ledger-dev/ledger/table"
+)
+
+// pagesRead is the emulation with a note of every shard a GetRecords
+// answered a page of (records or not): the shards a reader read.
+type pagesRead struct {
+	*streamemu.Stream
+	mu   sync.Mutex
+	read map[string]bool
+}
+
+func (p *pagesRead) GetRecords(ctx context.Context, in *dynamodbstreams.GetRecordsInput, opts ...func(*dynamodbstreams.Options)) (*dynamodbstreams.GetRecordsOutput, error) {
+	out, err := p.Stream.GetRecords(ctx, in, opts...)
+	if err == nil {
+		if id, ok := streamemu.IteratorShard(aws.ToString(in.ShardIterator)); ok {
+			p.mu.Lock()
+			p.read[id] = true
+			p.mu.Unlock()
+		}
+	}
+	return out, err
+}
+
+func (p *pagesRead) wasRead(id string) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.read[id]
+}
+
+// Issue 23's "a drain while shards keep closing": for the drain's whole
+// life a shard closes every 100–200 ms (a split for 40% of them while
+// fewer than 8 are open, a roll otherwise), and records are written for
+// its first 5 seconds. The drain exits within 2 minutes, every shard it
+// finished is committed to its last record, every child of a shard it
+// finished was read by it, and a final drain (nothing closing) leaves 0
+// report differences and no child committed before its parent finished.
+// Before issue 23's fix (a closed shard read again after the drain had
+// read it to an empty page) the drain waited for such a shard's children
+// forever.
+func TestPoller_EmulatedDrainExitsWhileShardsKeepClosing(t *testing.T) {
+	drainWhileClosing(t, streamemu.Config{Shards: 3, Seed: 237}, nil, 100*time.Millisecond, 200*time.Millisecond, 8)
+}
+
+// drainWhileClosing runs a drain on the stream cfg describes (before, if
+// set, acts on it first) while a shard closes every gapMin–gapMax (a split for 40%
+// of closes while fewer than maxOpen are open) and checks what the drain
+// did.
+func drainWhileClosing(t *testing.T, cfg streamemu.Config, before func(*emuEnv), gapMin, gapMax time.Duration, maxOpen int) {
+	ctx := context.Background()
+	seed := cfg.Seed
+	e := newEmuEnv(t, seed, cfg)
+	e.write(t, 100)
+	require.NoError(t, e.s.Sync(ctx))
+	if before != nil {
+		before(e)
+	}
+
+	stopClosing := make(chan struct{})
+	closerDone := make(chan int)
+	go func() {
+		rng := rand.New(rand.NewPCG(seed, 1))
+		closes := 0
+		defer func() { closerDone <- closes }()
+		for {
+			select {
+			case <-stopClosing:
+				return
+			case <-time.After(gapMin + time.Duration(rng.Int64N(int64(gapMax-gapMin)+1))):
+			}
+			var open []string
+			for _, sh := range e.s.Shards() {
+				if !sh.Closed {
+					open = append(open, sh.ID)
+				}
+			}
+			if len(open) == 0 {
+				continue
+			}
+			split := len(open) < maxOpen && rng.Float64() < 0.4
+			if _, err := e.s.Close(open[rng.IntN(len(open))], split); err == nil {
+				closes++
+			}
+		}
+	}()
+	writesDone := make(chan error, 1)
+	go func() {
+		// The workload is the writer's alone until it stops.
+		until := time.Now().Add(5 * time.Second)
+		for time.Now().Before(until) {
+			if err := e.w.Run(ctx, e.ddb, e.table, 10); err != nil {
+				writesDone <- err
+				return
+			}
+		}
+		writesDone <- nil
+	}()
+
+	reads := &pagesRead{Stream: e.s, read: map[string]bool{}}
+	tp := e.poller(t, "drain", reads, func(c *poller.Config) { c.Drain, c.LeaseDuration = true, 30*time.Second })
+	from := time.Now()
+	dctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	runErr := tp.Run(dctx)
+	took := time.Since(from)
+	timedOut := dctx.Err() != nil
+	cancel()
+	close(stopClosing)
+	closes := <-closerDone
+	require.NoError(t, <-writesDone)
+	require.NoError(t, runErr)
+	listed := e.s.Shards()
+	_, cps, err := table.ReadStreamState(ctx, e.ddb, table.CoordinationTableName(e.table), e.stream.arn, nil)
+	require.NoError(t, err)
+	if timedOut {
+		// What drainComplete waits for: a listed shard neither finished
+		// nor drained while open, or a reader still going.
+		// The first 20 shards it waits for: not finished and closed (an
+		// end to reach), or never read.
+		waiting := 0
+		for _, sh := range listed {
+			if cps[sh.ID].Finished || (!sh.Closed && reads.wasRead(sh.ID)) {
+				continue
+			}
+			if waiting++; waiting <= 20 {
+				t.Logf("waiting for shard %s (parent %s, parent finished %v): closed=%v endServed=%v records=%d read=%v",
+					sh.ID, sh.Parent, cps[sh.Parent].Finished, sh.Closed, sh.EndServed, sh.Records, reads.wasRead(sh.ID))
+			}
+		}
+		t.Fatalf("the drain did not exit within 2m while shards kept closing (%d closes; %d of %d shards not finished nor read while open)",
+			closes, waiting, len(listed))
+	}
+	t.Logf("drain exited after %s; %d shards closed under it, %d in the stream", took.Round(10*time.Millisecond), closes, len(listed))
+
+	last := map[string]string{}
+	for _, h := range e.s.History() {
+		last[h.Shard] = h.Seq
+	}
+	children := map[string][]string{}
+	for _, sh := range listed {
+		children[sh.ID] = sh.Children
+	}
+	finished := 0
+	for _, sh := range listed {
+		cp, ok := cps[sh.ID]
+		if !ok || !cp.Finished {
+			continue
+		}
+		finished++
+		assert.True(t, sh.EndServed, "finished shard %s was read to its end", sh.ID)
+		if last[sh.ID] != "" {
+			assert.GreaterOrEqual(t, processor.CompareSequence(cp.Seq, last[sh.ID]), 0, "finished shard %s committed to its last record %s", sh.ID, last[sh.ID])
+		}
+		for _, k := range children[sh.ID] {
+			assert.True(t, reads.wasRead(k), "child %s of the finished shard %s was read by the drain", k, sh.ID)
+		}
+	}
+	// Shards closed under the drain before it read them to their end, and
+	// their children: the test is one only if the drain met the closes.
+	t.Logf("%d shards finished by the drain", finished)
+	require.GreaterOrEqual(t, finished, 5, "shards the drain finished")
+	require.GreaterOrEqual(t, closes, 10, "shards closed under the drain")
+	e.finish(t, nil)
+}
+
+// A drain that keeps up with the closes but never exits (a finding of
+// session 22, left for the branch changing poller.go): a drain exits only
+// after a listing made since its last reader's end shows no shard it read
+// to an empty page closed since. With a listing longer than the gap
+// between two closes (here 60 closed shards before the drain and pages of
+// one shard: a listing of ~70–160 pages at 10 DescribeStream calls a
+// second, 7–16 s, against a close every 1–1.5 s) every listing finds one,
+// the drain reads its end and its children and lists again: in 2 minutes
+// it finished every shard but the 2 newest children (95 closes, 159
+// shards) and never exited. At the fleet benchmark's 1,000 shards with a
+// day of history (about 7,000 shards listed, 70 pages of 100: 7 s at AWS's
+// rate; a close every ~0.6 s at compression 24) the same condition holds,
+// which is the likely cause of its final drain not finishing in 5
+// minutes (inferred, not reproduced at that size). Skipped until the
+// drain's exit no longer needs a quiet listing (the report of session
+// 22's emutests branch describes a fix); it takes a table of the pool.
+func TestPoller_EmulatedDrainExitsWhenListingsOutlastTheGapBetweenCloses(t *testing.T) {
+	t.Skip("finding (session 22): the drain never exits when a listing takes longer than the gap between closes; see the comment")
+	manyClosed := func(e *emuEnv) {
+		for range 60 {
+			for _, sh := range e.s.Shards() {
+				if !sh.Closed {
+					_, err := e.s.Close(sh.ID, false)
+					require.NoError(t, err)
+					break
+				}
+			}
+		}
+	}
+	drainWhileClosing(t, streamemu.Config{Shards: 4, Seed: 239, ListPage: 1, Limits: streamemu.Limits{DescribeStreamPerSecond: 10}},
+		manyClosed, time.Second, 1500*time.Millisecond, 4)
+}
