@@ -270,6 +270,55 @@ func TestAbandon_TumblingWindowTrimAbandonsThePendingBatchWithLostAt(t *testing.
 	assert.Equal(t, int64(1), lossesOf(t, e))
 }
 
+// horizonAfter answers TrimmedDataAccessException to an iterator asked
+// after a sequence number, and opens TRIM_HORIZON after seq: every record
+// up to seq was trimmed.
+type horizonAfter struct {
+	processor.StreamReader
+	seq string
+}
+
+func (s horizonAfter) GetShardIterator(ctx context.Context, in *dynamodbstreams.GetShardIteratorInput, opts ...func(*dynamodbstreams.Options)) (*dynamodbstreams.GetShardIteratorOutput, error) {
+	switch in.ShardIteratorType {
+	case streamtypes.ShardIteratorTypeAfterSequenceNumber:
+		return nil, &streamtypes.TrimmedDataAccessException{Message: aws.String("trimmed (test)")}
+	case streamtypes.ShardIteratorTypeTrimHorizon:
+		c := *in
+		c.ShardIteratorType, c.SequenceNumber = streamtypes.ShardIteratorTypeAfterSequenceNumber, aws.String(s.seq)
+		return s.StreamReader.GetShardIterator(ctx, &c, opts...)
+	}
+	return s.StreamReader.GetShardIterator(ctx, in, opts...)
+}
+
+// A window whose every record was trimmed (the trim horizon after its
+// last record: no Process call) still sends the abandon transaction, from
+// moveOver (review of 9caf92b, session 22): the pending batch is given up
+// with lostAt and the loss count. Fails with moveOver's plain Checkpoint
+// (the pending batch stays, no lostAt, losses 0).
+func TestAbandon_TumblingWindowTrimWithNoRecordInTheWindowSetsLostAt(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t)
+	require.NoError(t, ledgertest.NewWorkload(26).Run(ctx, e.ddb, e.table, 150))
+	shard, recs := e.records(t)
+	halfCommitted(t, e, recs, shard, 60)
+	before := cpItemOf(t, e, shard)
+	require.NotNil(t, before.Pending)
+	require.Greater(t, len(recs), 101)
+
+	p, err := processor.New(e.ddb, processor.Config{Table: e.table, BaseBackoff: time.Millisecond, MaxBackoff: time.Millisecond}, nil)
+	require.NoError(t, err)
+	last := recs[100].SequenceNumber
+	res, err := p.CommitShardRange(ctx, horizonAfter{e.streams, last}, processor.ShardRange{StreamARN: e.streamARN, ShardID: shard,
+		First: recs[80].SequenceNumber, Last: last}, 100)
+	require.NoError(t, err)
+	assert.Zero(t, res.Committed)
+	cp := cpItemOf(t, e, shard)
+	assert.Equal(t, before.Pending.To, cp.Seq)
+	assert.Nil(t, cp.Pending)
+	assert.NotEmpty(t, cp.LostAt)
+	assert.Equal(t, int64(1), lossesOf(t, e))
+}
+
 // An abandon that fails (every attempt dropped) fails the call and is
 // tried again at the next one, on the same state: it lands then, once.
 // Fails if the first failure forgets the trim (no lostAt, losses 0).

@@ -470,7 +470,9 @@ func (g *ShardGuard) abandonTrimmed(ctx context.Context) error {
 // that a trim followed by no record at all (a closed shard whose every
 // record after the checkpoint was trimmed) sets lostAt and moves the loss
 // count as a trim followed by records does (issue 23's emulated trim
-// test). It returns the checkpoint after the abandon.
+// test), or a tumbling window whose every record was trimmed
+// (CommitShardRange's moveOver). It returns the checkpoint after the
+// abandon.
 func (g *ShardGuard) AbandonTrimmed(ctx context.Context) (string, error) {
 	if err := g.load(ctx); err != nil {
 		return "", err

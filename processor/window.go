@@ -228,9 +228,13 @@ func (p *Processor) readPage(ctx context.Context, streams StreamReader, r ShardR
 // the records after the committed checkpoint had no effect (nothing
 // committed them): the checkpoint's compare-and-set outside a commit,
 // never over a half-committed batch. Losing the race to another commit
-// changes nothing.
+// changes nothing. After a trim met by a window holding no record (every
+// record up to the window's last was trimmed: no Process call), the
+// guard-alone abandon transaction is sent first (AbandonTrimmed), even
+// when there is nothing to move over: lostAt and the loss count, and a
+// pending batch whose records are gone given up.
 func (p *Processor) moveOver(ctx context.Context, g *ShardGuard, seq string) error {
-	cp, err := g.Checkpoint(ctx)
+	cp, err := g.AbandonTrimmed(ctx)
 	if err != nil || seq == "" || g.Pending() || cp != "" && CompareSequence(seq, cp) <= 0 {
 		return err
 	}
