@@ -537,15 +537,11 @@ func (p *Processor) commitTx(ctx context.Context, g Guard, claim func() ddbtypes
 			}
 			items, owner = append(items, table.ClaimRunMarker(p.cfg.Table, table.RekeyRunMarker(items[0].Put.Item, ref.oldKey))), append(owner, ownerGuard)
 		}
-		p.metrics.WriteRequests.WithLabelValues("TransactWriteItems").Inc()
-		out, err := p.api.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{
+		err = p.transactWrite(ctx, &dynamodb.TransactWriteItemsInput{
 			TransactItems:          items,
 			ReturnConsumedCapacity: ddbtypes.ReturnConsumedCapacityTotal,
 		})
 		if err == nil {
-			for _, cc := range out.ConsumedCapacity {
-				p.metrics.WriteUnits.WithLabelValues("TransactWriteItems").Add(aws.ToFloat64(cc.CapacityUnits))
-			}
 			claimed()
 			if ref.rollups || len(folds) > 0 {
 				costOfRollups(items, owner, parts, writes, shapes, folds, now).count(p.metrics, p.cfg.Logger, p.cfg.RollupCostLogUnits)

@@ -336,12 +336,8 @@ func (g *ShardGuard) fenceLegacy(ctx context.Context) error {
 	p := g.p
 	in := table.FenceLegacyCheckpoint(p.cfg.Table, p.cfg.CoordinationTable, g.stream, g.shard, p.now())
 	for attempt := 1; ; attempt++ {
-		p.metrics.WriteRequests.WithLabelValues("TransactWriteItems").Inc()
-		out, err := p.api.TransactWriteItems(ctx, in)
+		err := p.transactWrite(ctx, in)
 		if err == nil {
-			for _, cc := range out.ConsumedCapacity {
-				p.metrics.WriteUnits.WithLabelValues("TransactWriteItems").Add(aws.ToFloat64(cc.CapacityUnits))
-			}
 			g.tombstoned = true
 			return nil
 		}
@@ -386,6 +382,20 @@ func (g *ShardGuard) fenceLegacy(ctx context.Context) error {
 			return err
 		}
 	}
+}
+
+// transactWrite sends a transaction (a commit's, or the guard alone's:
+// its fence, its abandon), counted in the write metrics.
+func (p *Processor) transactWrite(ctx context.Context, in *dynamodb.TransactWriteItemsInput) error {
+	p.metrics.WriteRequests.WithLabelValues("TransactWriteItems").Inc()
+	out, err := p.api.TransactWriteItems(ctx, in)
+	if err != nil {
+		return err
+	}
+	for _, cc := range out.ConsumedCapacity {
+		p.metrics.WriteUnits.WithLabelValues("TransactWriteItems").Add(aws.ToFloat64(cc.CapacityUnits))
+	}
+	return nil
 }
 
 // pendingOf reads a checkpoint's pending batch with its plan.
@@ -530,12 +540,8 @@ func (p *Processor) abandon(ctx context.Context, g *ShardGuard) error {
 func (p *Processor) AbandonCheckpoint(ctx context.Context, key aggregates.Key, a table.Abandon) (bool, error) {
 	in := table.AbandonTx(p.cfg.CoordinationTable, key, a)
 	for attempt := 1; ; attempt++ {
-		p.metrics.WriteRequests.WithLabelValues("TransactWriteItems").Inc()
-		out, err := p.api.TransactWriteItems(ctx, in)
+		err := p.transactWrite(ctx, in)
 		if err == nil {
-			for _, cc := range out.ConsumedCapacity {
-				p.metrics.WriteUnits.WithLabelValues("TransactWriteItems").Add(aws.ToFloat64(cc.CapacityUnits))
-			}
 			return true, nil
 		}
 		if ctx.Err() != nil {
