@@ -217,23 +217,21 @@ func ClaimRun(tableName string, key aggregates.Key, shard, prev, last string, no
 }
 
 // GroupClaim is group K of the N groups of the batch (Prev, To] planned as
-// Plan with digest Digest. Abandoned is the half-committed batch the first
-// group replaces (its records were trimmed), nil when none.
+// Plan with digest Digest.
 type GroupClaim struct {
 	Shard        string
 	K, N         int
 	Prev, To     string
 	Plan, Digest string
-	Abandoned    *PendingBatch
 	Now          time.Time
 }
 
 // ClaimGroup is the transaction action of a batch's group (the table in
 // docs/exactly-once.md, "Batch commits"): every group requires the
-// checkpoint at Prev; the first requires no pending batch (or exactly the
-// abandoned one) and, unless it is also the last, records the batch as
-// pending; a middle group requires the batch with itself next and moves
-// next on; the last moves the checkpoint to To and clears the batch. No
+// checkpoint at Prev; the first requires no pending batch (a trimmed
+// batch is given up by AbandonTx first) and, unless it is also the last,
+// records the batch as pending; a middle group requires the batch with
+// itself next and moves next on; the last moves the checkpoint to To and clears the batch. No
 // group lands on a migration's fenced copy, nor on a checkpoint without
 // its legacy tombstone (FenceLegacyCheckpoint).
 func ClaimGroup(tableName string, key aggregates.Key, c GroupClaim) types.TransactWriteItem {
@@ -244,12 +242,7 @@ func ClaimGroup(tableName string, key aggregates.Key, c GroupClaim) types.Transa
 	remove := ""
 	cond := "#seq = :prev"
 	if c.K == 0 {
-		if a := c.Abandoned; a != nil {
-			cond += " AND #pt = :apt AND #pn = :apn"
-			values[":apt"], values[":apn"] = S(a.To), Int(int64(a.Next))
-		} else {
-			cond += " AND attribute_not_exists(#pt)"
-		}
+		cond += " AND attribute_not_exists(#pt)"
 	} else {
 		cond += " AND #pt = :to AND #pn = :k AND #pd = :digest"
 		values[":to"], values[":k"], values[":digest"] = S(c.To), Int(int64(c.K)), S(c.Digest)
@@ -258,7 +251,7 @@ func ClaimGroup(tableName string, key aggregates.Key, c GroupClaim) types.Transa
 	case c.K == c.N-1:
 		set += ", #seq = :last"
 		values[":last"] = S(c.To)
-		if c.K > 0 || c.Abandoned != nil {
+		if c.K > 0 {
 			remove = " REMOVE #pt, #pn, #pg, #pp, #pd"
 		}
 	case c.K == 0:

@@ -43,9 +43,9 @@ func TestCheckpointWrites_RefuseAFencedCopy(t *testing.T) {
 	}
 	at42 := map[string]types.AttributeValue{table.AttrSequenceNumber: table.S(s42)}
 	unpositioned := map[string]types.AttributeValue{"startAt": table.S("LATEST")}
-	group := func(k, n int, abandoned *table.PendingBatch) func(aggregates.Key, string) any {
+	group := func(k, n int) func(aggregates.Key, string) any {
 		return func(key aggregates.Key, shard string) any {
-			return table.ClaimGroup(coord, key, table.GroupClaim{Shard: shard, K: k, N: n, Prev: s42, To: s50, Plan: "99/32/3", Digest: "d", Abandoned: abandoned, Now: now})
+			return table.ClaimGroup(coord, key, table.GroupClaim{Shard: shard, K: k, N: n, Prev: s42, To: s50, Plan: "99/32/3", Digest: "d", Now: now})
 		}
 	}
 	cases := []struct {
@@ -55,11 +55,10 @@ func TestCheckpointWrites_RefuseAFencedCopy(t *testing.T) {
 	}{
 		{"ClaimRun from no checkpoint", unpositioned, func(k aggregates.Key, shard string) any { return table.ClaimRun(coord, k, shard, "", s50, now) }},
 		{"ClaimRun", at42, func(k aggregates.Key, shard string) any { return table.ClaimRun(coord, k, shard, s42, s50, now) }},
-		{"ClaimGroup alone", at42, group(0, 1, nil)},
-		{"ClaimGroup first", at42, group(0, 3, nil)},
-		{"ClaimGroup first over an abandoned batch", pending(1), group(0, 3, &table.PendingBatch{To: s50, Next: 1})},
-		{"ClaimGroup middle", pending(1), group(1, 3, nil)},
-		{"ClaimGroup last", pending(2), group(2, 3, nil)},
+		{"ClaimGroup alone", at42, group(0, 1)},
+		{"ClaimGroup first", at42, group(0, 3)},
+		{"ClaimGroup middle", pending(1), group(1, 3)},
+		{"ClaimGroup last", pending(2), group(2, 3)},
 		{"AdvanceCheckpoint", at42, func(k aggregates.Key, shard string) any {
 			return table.AdvanceCheckpoint(coord, k, shard, s42, s50, false, now)
 		}},
