@@ -231,9 +231,9 @@ type GroupClaim struct {
 // checkpoint at Prev; the first requires no pending batch (a trimmed
 // batch is given up by AbandonTx first) and, unless it is also the last,
 // records the batch as pending; a middle group requires the batch with
-// itself next and moves next on; the last moves the checkpoint to To and clears the batch. No
-// group lands on a migration's fenced copy, nor on a checkpoint without
-// its legacy tombstone (FenceLegacyCheckpoint).
+// itself next and moves next on; the last moves the checkpoint to To and
+// clears the batch. No group lands on a migration's fenced copy, nor on a
+// checkpoint without its legacy tombstone (FenceLegacyCheckpoint).
 func ClaimGroup(tableName string, key aggregates.Key, c GroupClaim) types.TransactWriteItem {
 	set, names, values := checkpointWrite(c.Shard, c.Now, "#shard", ":now")
 	names["#pn"], names["#pg"], names["#pp"], names["#pd"] = attrPendingNext, attrPendingGroups, attrPendingPlan, attrPendingDigest
