@@ -139,6 +139,9 @@ func fastConfig(table, arn, owner string) poller.Config {
 		// listings of many small pages stay instant; the tests of the
 		// pacing set it back (discovery_rate_test.go).
 		DescribeRate: poller.DescribeRateSetting.Max,
+		// Coordination writes unpaced for the same reason: the tests of
+		// the pacing set it back (pace_test.go).
+		CoordinationWriteRate: poller.CoordinationWriteRateSetting.Max,
 	}
 }
 
