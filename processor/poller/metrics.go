@@ -214,7 +214,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}, []string{"partition"}),
 		CoordinationWriteDeferred: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "ledger", Subsystem: "poller", Name: "coordination_write_deferred_total",
-			Help: "Paced coordination writes not sent because their turn of the partition's budget came after the round's deadline (or their own): a take goes on at the next round, a release not made leaves its lease to expire.",
+			Help: "Paced coordination writes not sent because their turn of the partition's budget came after the round's deadline (or their own): a take goes on at the next round, an offer is told again, a release not made is taken back by this poller at its next round, or at a stop expires.",
 		}, []string{"partition"}),
 	}
 	for _, part := range []string{"leases", "workers"} {
