@@ -130,6 +130,7 @@ func TestRun_FlagErrorsExitTwoAndHelpExitsZero(t *testing.T) {
 		{"max held records not a number", map[string]string{"LEDGER_MAX_HELD_RECORDS": "1GB"}, nil, []string{`--max-held-records "1GB"`}},
 		{"lease scan page", nil, []string{"--lease-scan-page", "0"}, []string{`--lease-scan-page "0": want a number from 1 to 100000`}},
 		{"describe rate", nil, []string{"--describe-rate", "0"}, []string{`--describe-rate "0": want a number from 1 to 1000`}},
+		{"coordination write rate", map[string]string{"LEDGER_COORDINATION_WRITE_RATE": "0"}, nil, []string{`--coordination-write-rate "0": want a number from 1 to 100000`}},
 		{"lease mode", map[string]string{"LEDGER_LEASE_MODE": "beat"}, nil, []string{`--lease-mode "beat": want heartbeat or renew`}},
 		{"unknown flag", nil, []string{"--nope"}, []string{"flag provided but not defined: -nope"}},
 		{"arguments", nil, []string{"extra"}, []string{"unexpected arguments: extra"}},

@@ -48,6 +48,7 @@ type options struct {
 	maxHeldBytes       int
 	leaseScanPage      int
 	describeRate       int
+	coordWriteRate     int
 	leaseMode          poller.LeaseMode
 	leaseDuration      time.Duration
 	checkpointInterval time.Duration
@@ -109,6 +110,7 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (op
 		host = "poller"
 	}
 	var describeRate string
+	var coordWriteRate string
 	var startPos, idle, maxIdle, held, heldBytes, scanPage, lease, cpEvery, discover, shutdown, level, batch, window, watch string
 	var errs []error
 	drainDefault, err := strconv.ParseBool(env("LEDGER_DRAIN", "false"))
@@ -136,6 +138,8 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (op
 		"lease `ITEMS` read per renewal round from the stream's lease partition, a sweep going on from where the last page ended (all of it at start): finds free and expired leases and new shards; a poller that died without releasing its leases has them taken over within --lease-duration plus two turns of the sweep (env LEDGER_LEASE_SCAN_PAGE)")
 	fs.StringVar(&describeRate, "describe-rate", env("LEDGER_DESCRIBE_RATE", strconv.Itoa(poller.DescribeRateSetting.Default)),
 		"DescribeStream calls a `SECOND` the whole fleet makes on the stream (AWS allows 10 per stream): each poller calls at most this divided by the live pollers, slower when throttled (env LEDGER_DESCRIBE_RATE)")
+	fs.StringVar(&coordWriteRate, "coordination-write-rate", env("LEDGER_COORDINATION_WRITE_RATE", strconv.Itoa(poller.CoordinationWriteRateSetting.Default)),
+		"write `UNITS` a second the whole fleet allows itself in each of the stream's two coordination partitions (leases; worker items) for takes, releases, registrations, offers and their clears (one AWS partition takes 1,000): each poller writes at most this divided by the live pollers; heartbeats and lease renewals are never paced (env LEDGER_COORDINATION_WRITE_RATE; docs/runbook.md, \"A hot coordination key\")")
 	leaseMode := fs.String("lease-mode", env("LEDGER_LEASE_MODE", string(poller.LeaseModeHeartbeat)),
 		"how this poller keeps its leases: `MODE` heartbeat (one worker item write a round keeps them all) or renew (every lease item written each round, as pollers before the heartbeat; more writes on the lease partition) (env LEDGER_LEASE_MODE; docs/runbook.md, \"Lease churn\")")
 	fs.StringVar(&heldBytes, "max-held-bytes", env("LEDGER_MAX_HELD_BYTES", strconv.Itoa(poller.MaxHeldBytesSetting.Default)),
@@ -217,6 +221,11 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (op
 		errs = append(errs, fmt.Errorf("--describe-rate %q: want a number from %d to %d", describeRate, poller.DescribeRateSetting.Min, poller.DescribeRateSetting.Max))
 	} else {
 		o.describeRate = n
+	}
+	if n, err := strconv.Atoi(coordWriteRate); err != nil || n < poller.CoordinationWriteRateSetting.Min || n > poller.CoordinationWriteRateSetting.Max {
+		errs = append(errs, fmt.Errorf("--coordination-write-rate %q: want a number from %d to %d", coordWriteRate, poller.CoordinationWriteRateSetting.Min, poller.CoordinationWriteRateSetting.Max))
+	} else {
+		o.coordWriteRate = n
 	}
 	switch m := poller.LeaseMode(*leaseMode); m {
 	case poller.LeaseModeHeartbeat, poller.LeaseModeRenew:
@@ -317,27 +326,28 @@ func run(ctx context.Context, o options, awsOpts []func(*config.LoadOptions) err
 		return err
 	}
 	svc, err := poller.NewService(ctx, cfg, poller.Config{
-		Table:              o.table,
-		CoordinationTable:  o.coordination,
-		Owner:              o.owner,
-		StartPosition:      o.startPosition,
-		Drain:              o.drain,
-		NoRollups:          !o.rollups,
-		BatchRecords:       o.batchRecords,
-		BatchWindow:        o.batchWindow,
-		OfferWatch:         o.offerWatch,
-		IdleBackoff:        o.idleBackoff,
-		MaxIdleBackoff:     o.maxIdleBackoff,
-		MaxHeldRecords:     o.maxHeldRecords,
-		MaxHeldBytes:       o.maxHeldBytes,
-		LeaseScanPage:      o.leaseScanPage,
-		DescribeRate:       o.describeRate,
-		LeaseMode:          o.leaseMode,
-		LeaseDuration:      o.leaseDuration,
-		CheckpointInterval: o.checkpointInterval,
-		DiscoverInterval:   o.discoverInterval,
-		ShutdownTimeout:    o.shutdownTimeout,
-		Logger:             log,
+		Table:                 o.table,
+		CoordinationTable:     o.coordination,
+		Owner:                 o.owner,
+		StartPosition:         o.startPosition,
+		Drain:                 o.drain,
+		NoRollups:             !o.rollups,
+		BatchRecords:          o.batchRecords,
+		BatchWindow:           o.batchWindow,
+		OfferWatch:            o.offerWatch,
+		IdleBackoff:           o.idleBackoff,
+		MaxIdleBackoff:        o.maxIdleBackoff,
+		MaxHeldRecords:        o.maxHeldRecords,
+		MaxHeldBytes:          o.maxHeldBytes,
+		LeaseScanPage:         o.leaseScanPage,
+		DescribeRate:          o.describeRate,
+		CoordinationWriteRate: o.coordWriteRate,
+		LeaseMode:             o.leaseMode,
+		LeaseDuration:         o.leaseDuration,
+		CheckpointInterval:    o.checkpointInterval,
+		DiscoverInterval:      o.discoverInterval,
+		ShutdownTimeout:       o.shutdownTimeout,
+		Logger:                log,
 	})
 	if err != nil {
 		return err

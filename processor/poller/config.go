@@ -221,6 +221,21 @@ type Config struct {
 	// DescribeRate divided by the live pollers of the worker registry,
 	// and slows down when throttled (design.md, "Scale").
 	DescribeRate int
+	// CoordinationWriteRate is the write units a second the whole fleet
+	// allows itself in each of the stream's two coordination partitions
+	// (the lease partition, STREAM#{stream}, and the worker partition,
+	// STREAM#{stream}#WORKERS) for the writes that keep no lease valid:
+	// takes, releases (hand-overs, finishes, a stop's), registrations of
+	// children, a drain's requests, offers, asks and their clears, the
+	// fence of a gone poller, the leave (default 400, of the 1,000 one
+	// partition takes; issue 23's ceiling is 500). Each poller writes at
+	// most this divided by the live pollers of the worker registry (a
+	// drain: all of it), a write charged the units its item took at its
+	// last write. The heartbeat and lease renewals are never paced. A
+	// write whose turn comes after its round's deadline is left to the
+	// next round (design.md, "Scale": "Hot keys"; runbook, "A hot
+	// coordination key").
+	CoordinationWriteRate int
 	// CheckpointInterval is how often a shard whose records had no effect
 	// (nothing committed, e.g. only the consumers' own report writes) has
 	// its checkpoint moved to the last record read (default 10s).
@@ -271,6 +286,9 @@ var (
 	CheckpointIntervalSetting = Setting[time.Duration]{"checkpoint-interval", 10 * time.Second, 10 * time.Millisecond, time.Hour}
 	LeaseScanPageSetting      = Setting[int]{"lease-scan-page", 250, 1, 100_000}
 	DescribeRateSetting       = Setting[int]{"describe-rate", 8, 1, 1000}
+	// The 500-unit ceiling of issue 23 less a margin for the writes that
+	// are not paced (heartbeats, renewals) and the pollers' bursts.
+	CoordinationWriteRateSetting = Setting[int]{"coordination-write-rate", 400, 1, 100_000}
 	// ShutdownTimeout stays under the 30 s a container gets between SIGTERM
 	// and SIGKILL (ECS and Kubernetes default), leaving time to release the
 	// leases.
@@ -345,6 +363,7 @@ func (c Config) withDefaults() (Config, error) {
 	check(&c.MaxHeldRecords, MaxHeldRecordsSetting)
 	check(&c.LeaseScanPage, LeaseScanPageSetting)
 	check(&c.DescribeRate, DescribeRateSetting)
+	check(&c.CoordinationWriteRate, CoordinationWriteRateSetting)
 	check(&c.MaxHeldBytes, MaxHeldBytesSetting)
 	dur(&c.ThrottleBackoff, ThrottleBackoffSetting)
 	dur(&c.MaxThrottleBackoff, MaxThrottleBackoffSetting)

@@ -263,7 +263,14 @@
 // registry and one page of the lease sweep, and reads the checkpoints its
 // takes need (a drain Queries the lease partition and the 16 checkpoint
 // partitions at every pass); each held lease costs one UpdateItem per
-// LeaseDuration/3.
+// LeaseDuration/3 (in LeaseModeRenew, compat and a drain). The writes to
+// the lease and worker partitions that keep no lease valid (takes,
+// releases, registrations, requests, offers, asks and their clears, a
+// gone poller's fence, the leave) are paced so that the fleet's stay under
+// Config.CoordinationWriteRate write units a second per partition (each
+// poller that rate over the live pollers of the worker registry; a write
+// whose turn comes after its round's deadline waits for the next round);
+// heartbeats and renewals never wait (writePacer).
 //
 // # Drain and shutdown
 //

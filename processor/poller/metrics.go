@@ -97,6 +97,11 @@ type Metrics struct {
 
 	DescribeRate     prometheus.Gauge   // ledger_stream_describe_stream_rate
 	DescribeDeferred prometheus.Counter // ledger_stream_describe_stream_deferred_total
+
+	CoordinationWriteRate     *prometheus.GaugeVec   // ledger_poller_coordination_write_rate{partition}
+	CoordinationWriteWaits    *prometheus.CounterVec // ledger_poller_coordination_write_waits_total{partition}
+	CoordinationWriteWaited   *prometheus.CounterVec // ledger_poller_coordination_write_wait_seconds_total{partition}
+	CoordinationWriteDeferred *prometheus.CounterVec // ledger_poller_coordination_write_deferred_total{partition}
 }
 
 // NewMetrics creates the poller's collectors and registers them with reg
@@ -195,6 +200,27 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Namespace: "ledger", Subsystem: "stream", Name: "describe_stream_deferred_total",
 			Help: "DescribeStream calls not made in a round because this poller's share of the stream's rate came too late for it: the listing page or children lookup goes on at the next round.",
 		}),
+		CoordinationWriteRate: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: "ledger", Subsystem: "poller", Name: "coordination_write_rate",
+			Help: "Write units a second this poller allows its paced coordination writes (takes, releases, registrations, offers, asks, their clears, fences, the leave) in each partition (leases: STREAM#{stream}; workers: STREAM#{stream}#WORKERS): --coordination-write-rate (the fleet's) divided by the live pollers of the worker registry (docs/runbook.md, \"A hot coordination key\").",
+		}, []string{"partition"}),
+		CoordinationWriteWaits: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "ledger", Subsystem: "poller", Name: "coordination_write_waits_total",
+			Help: "Paced coordination writes that waited for this poller's share of the fleet's write budget of their partition (leases, workers).",
+		}, []string{"partition"}),
+		CoordinationWriteWaited: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "ledger", Subsystem: "poller", Name: "coordination_write_wait_seconds_total",
+			Help: "Time paced coordination writes waited for this poller's share of the fleet's write budget of their partition (leases, workers).",
+		}, []string{"partition"}),
+		CoordinationWriteDeferred: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "ledger", Subsystem: "poller", Name: "coordination_write_deferred_total",
+			Help: "Paced coordination writes not sent because their turn of the partition's budget came after the round's deadline (or their own): a take goes on at the next round, an offer is told again, a release not made is taken back by this poller at its next round, or at a stop expires.",
+		}, []string{"partition"}),
+	}
+	for _, part := range []string{"leases", "workers"} {
+		m.CoordinationWriteWaits.WithLabelValues(part)
+		m.CoordinationWriteWaited.WithLabelValues(part)
+		m.CoordinationWriteDeferred.WithLabelValues(part)
 	}
 	for _, c := range []string{LossLostAnswer, LossExpired, LossTaken} {
 		m.LeaseLosses.WithLabelValues(c)
@@ -226,7 +252,8 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		reg.MustRegister(m.LeasesHeld, m.LeasesPaused, m.LeaseEvents, m.Offers, m.Shards, m.Reads, m.RecordsRead, m.Resets, m.Checkpoints,
 			m.LeaseLosses, m.ReaderRestarts, m.Committed, m.Goodput, m.HeldRecords, m.Describes,
 			m.HeldBytes, m.HeldBudget, m.HeldBudgetUsed, m.HeldBudgetWaits, m.HeldBytesBudget, m.HeldBytesBudgetUsed,
-			m.DescribeRate, m.DescribeDeferred)
+			m.DescribeRate, m.DescribeDeferred,
+			m.CoordinationWriteRate, m.CoordinationWriteWaits, m.CoordinationWriteWaited, m.CoordinationWriteDeferred)
 	}
 	return m
 }

@@ -183,7 +183,7 @@ func New(streams Streams, api Table, proc *processor.Processor, cfg Config, metr
 	return &Poller{
 		cfg:     cfg,
 		streams: &countingStreams{Streams: streams, m: metrics},
-		store:   &store{api: api, table: cfg.CoordinationTable, streamARN: cfg.StreamARN},
+		store:   &store{api: api, table: cfg.CoordinationTable, streamARN: cfg.StreamARN, pace: newWritePacer(cfg.CoordinationWriteRate, metrics)},
 		inc:     newIncarnation(),
 		proc:    proc,
 		pm:      proc.Metrics(),
@@ -245,7 +245,7 @@ func (p *Poller) Run(ctx context.Context) error {
 	defer tick.Stop()
 	p.forceList = true
 	var runErr error
-	if err := p.pass(ctx, true); err != nil {
+	if err := p.pass(p.round(ctx), true); err != nil {
 		runErr = err
 	}
 	if !p.cfg.Drain && p.cfg.OfferWatch > 0 {
@@ -265,7 +265,7 @@ func (p *Poller) Run(ctx context.Context) error {
 			// first time, at the next tick when that failed (throttled).
 			if !p.forceList {
 				p.forceList = true
-				runErr = p.pass(ctx, false)
+				runErr = p.pass(p.round(ctx), false)
 				continue
 			}
 		}
@@ -273,25 +273,25 @@ func (p *Poller) Run(ctx context.Context) error {
 		case <-ctx.Done():
 		case <-p.supersededC:
 		case <-tick.C:
-			runErr = p.pass(ctx, true)
+			runErr = p.pass(p.round(ctx), true)
 			tick.Reset(p.nextRound())
 		case offers := <-p.offered:
-			p.offerPass(ctx, offers)
+			p.offerPass(p.round(ctx), offers)
 		case r := <-p.done:
-			p.readerDone(ctx, r)
+			p.readerDone(p.round(ctx), r)
 			switch {
 			case p.cfg.Drain && len(p.held) == 0:
 				// A drain's last reader ended: the pass that decides
 				// whether it is done reads everything.
-				runErr = p.pass(ctx, false)
+				runErr = p.pass(p.round(ctx), false)
 			case time.Since(p.lastRenew) >= p.cfg.renewInterval():
 				// The renewals are due: reader ends arriving one after
 				// another must not hold them up (on a loaded table a
 				// poller's every lease expired at once, its round late).
-				runErr = p.pass(ctx, true)
+				runErr = p.pass(p.round(ctx), true)
 				tick.Reset(p.cfg.renewInterval())
 			default:
-				runErr = p.endPass(ctx)
+				runErr = p.endPass(p.round(ctx))
 			}
 		}
 	}
@@ -302,6 +302,19 @@ func (p *Poller) Run(ctx context.Context) error {
 		return errors.Join(err, runErr)
 	}
 	return runErr
+}
+
+// round is ctx for one of the coordinator's passes: its paced coordination
+// writes (writePacer) wait for their turn for at most half a renewal
+// interval from now, as its DescribeStream calls do; a write whose turn
+// comes later is not sent, and what it was for goes on at the next round
+// (a take; an offer, told again; a release, whose lease this poller takes
+// back as its own at its next round, or expires at a stop). A renewing
+// poller's renewals (at the round's start) are not held back by more than
+// that. The stop (shutdown) has its own budget: the caller's deadline,
+// each release's 5 s.
+func (p *Poller) round(ctx context.Context) context.Context {
+	return withPaceUntil(ctx, time.Now().Add(p.cfg.renewInterval()/2))
 }
 
 // nextRound is how long until the poller's next round: firstRound until
@@ -392,6 +405,7 @@ func (p *Poller) pass(ctx context.Context, renew bool) error {
 // stream's end.
 func (p *Poller) discover(ctx context.Context) (ok bool, err error) {
 	p.describe.setPollers(p.livePollers())
+	p.store.pace.setPollers(p.livePollers())
 	// The children are looked up when no listing is due, and also while a
 	// listing is under way across rounds (paced by the stream's
 	// DescribeStream rate, it keeps the shards of its last complete
@@ -1096,7 +1110,7 @@ func (p *Poller) takeLeases(ctx context.Context, ls []lease) int {
 			defer func() { <-sem; wg.Done() }()
 			a.sent = time.Now() // the validity counts from the send time
 			a.taken, a.err = p.store.take(ctx, a.l, p.cfg.Owner, p.inc, p.cfg.LeaseDuration)
-			if a.err != nil && ctx.Err() == nil {
+			if a.err != nil && ctx.Err() == nil && !errors.Is(a.err, errWriteDeferred) {
 				if cur, rerr := p.store.readLease(ctx, a.l.shard); rerr == nil {
 					a.cur, a.reread = cur, true
 				}
@@ -1132,7 +1146,7 @@ func (p *Poller) applyTake(a *takeAttempt) bool {
 		}
 	}
 	if err != nil {
-		if !errors.Is(err, errConditionFailed) && !errors.Is(err, context.Canceled) {
+		if !errors.Is(err, errConditionFailed) && !errors.Is(err, context.Canceled) && !errors.Is(err, errWriteDeferred) {
 			p.log.Warn("taking lease failed", "shard", l.shard, "error", err.Error())
 		}
 		return false
@@ -1164,7 +1178,7 @@ func (p *Poller) fence(ctx context.Context, owner string) bool {
 			p.log.Info("a poller thought gone heartbeated; its leases are left to it", "owner", owner, "beat", w.beat)
 			w.at = time.Now()
 			p.workers[owner] = w
-		} else if ctx.Err() == nil {
+		} else if ctx.Err() == nil && !errors.Is(err, errWriteDeferred) {
 			p.log.Warn("fencing a gone poller failed; its leases are taken at a later round", "owner", owner, "error", err.Error())
 		}
 		return false

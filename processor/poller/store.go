@@ -77,6 +77,9 @@ type store struct {
 	api       Table
 	table     string
 	streamARN string
+	// pace, when set, paces the writes to the lease and worker partitions
+	// that keep no lease valid (updatePaced).
+	pace *writePacer
 }
 
 func (s *store) now() time.Time { return time.Now() }
@@ -182,6 +185,34 @@ func pause(ctx context.Context, n int) {
 // failed condition into errConditionFailed.
 func (s *store) updateItem(ctx context.Context, what string, k aggregates.Key, in *dynamodb.UpdateItemInput) (map[string]ddbtypes.AttributeValue, error) {
 	out, err := s.api.UpdateItem(ctx, in)
+	return s.answer(what, k, out, err)
+}
+
+// updatePaced is updateItem for a write to part that keeps no lease valid
+// (a take, a release, an offer, ...): it waits first for its turn of this
+// poller's share of the fleet's write budget for the partition
+// (writePacer), and reports what the write consumed to it. A turn past
+// the round's deadline or ctx's is not waited for: the write is not sent,
+// and the error wraps errWriteDeferred.
+func (s *store) updatePaced(ctx context.Context, what string, part partition, k aggregates.Key, in *dynamodb.UpdateItemInput) (map[string]ddbtypes.AttributeValue, error) {
+	if s.pace == nil {
+		return s.updateItem(ctx, what, k, in)
+	}
+	key := k.PK + "\x00" + k.SK
+	if err := s.pace.wait(ctx, part, key); err != nil {
+		return nil, fmt.Errorf("%s %s: %w", what, k.SK, err)
+	}
+	in.ReturnConsumedCapacity = ddbtypes.ReturnConsumedCapacityTotal
+	out, err := s.api.UpdateItem(ctx, in)
+	if out != nil && out.ConsumedCapacity != nil {
+		s.pace.wrote(part, key, aws.ToFloat64(out.ConsumedCapacity.CapacityUnits))
+	}
+	return s.answer(what, k, out, err)
+}
+
+// answer translates an UpdateItem's answer: a failed condition becomes
+// errConditionFailed.
+func (s *store) answer(what string, k aggregates.Key, out *dynamodb.UpdateItemOutput, err error) (map[string]ddbtypes.AttributeValue, error) {
 	var ccf *ddbtypes.ConditionalCheckFailedException
 	if errors.As(err, &ccf) {
 		return nil, fmt.Errorf("%s %s: %w", what, k.SK, errConditionFailed)
@@ -198,7 +229,7 @@ func (s *store) updateItem(ctx context.Context, what string, k aggregates.Key, i
 // since then (a renewal, a release, another taker) makes it fail with
 // errConditionFailed.
 func (s *store) take(ctx context.Context, seen lease, owner, inc string, duration time.Duration) (lease, error) {
-	_, err := s.updateItem(ctx, "take lease", aggregates.LeaseKey(s.streamARN, seen.shard),
+	_, err := s.updatePaced(ctx, "take lease", leasePartition, aggregates.LeaseKey(s.streamARN, seen.shard),
 		table.TakeLease(s.table, s.streamARN, seen.row(), owner, inc, duration, s.now()))
 	if err != nil {
 		return lease{}, err
@@ -210,7 +241,7 @@ func (s *store) take(ctx context.Context, seen lease, owner, inc string, duratio
 // describing it (table.RegisterShard); an existing lease is left as it is.
 // It returns the lease as written, or ok false when it existed.
 func (s *store) register(ctx context.Context, sh shard) (l lease, ok bool, err error) {
-	attrs, err := s.updateItem(ctx, "register shard", aggregates.LeaseKey(s.streamARN, sh.id),
+	attrs, err := s.updatePaced(ctx, "register shard", leasePartition, aggregates.LeaseKey(s.streamARN, sh.id),
 		table.RegisterShard(s.table, s.streamARN, sh.id, sh.parent, sh.start, s.now()))
 	if errors.Is(err, errConditionFailed) {
 		return lease{}, false, nil
@@ -342,9 +373,9 @@ func (s *store) rejoin(ctx context.Context, owner, inc string, claim bool) (tabl
 // unknown outcome is tried again (a repeat at the same beat succeeds).
 func (s *store) fence(ctx context.Context, owner string, beat int64) error {
 	for i := 1; ; i++ {
-		_, err := s.updateItem(ctx, "fence worker", aggregates.WorkerKey(s.streamARN, owner),
+		_, err := s.updatePaced(ctx, "fence worker", workerPartition, aggregates.WorkerKey(s.streamARN, owner),
 			table.FenceWorker(s.table, s.streamARN, owner, beat))
-		if err == nil || errors.Is(err, errConditionFailed) || ctx.Err() != nil || i >= writeAttempts {
+		if err == nil || errors.Is(err, errConditionFailed) || errors.Is(err, errWriteDeferred) || ctx.Err() != nil || i >= writeAttempts {
 			return err
 		}
 		pause(ctx, i)
@@ -354,13 +385,13 @@ func (s *store) fence(ctx context.Context, owner string, beat int64) error {
 // ask tells owner (its worker item's asks) that a drain asked for the
 // lease of shard.
 func (s *store) ask(ctx context.Context, owner, shard string) error {
-	_, err := s.updateItem(ctx, "ask worker", aggregates.WorkerKey(s.streamARN, owner), table.AskWorker(s.table, s.streamARN, owner, shard))
+	_, err := s.updatePaced(ctx, "ask worker", workerPartition, aggregates.WorkerKey(s.streamARN, owner), table.AskWorker(s.table, s.streamARN, owner, shard))
 	return err
 }
 
 // clearAsks removes shards from owner's asks.
 func (s *store) clearAsks(ctx context.Context, owner string, shards []string) error {
-	_, err := s.updateItem(ctx, "clear asks", aggregates.WorkerKey(s.streamARN, owner), table.ClearAsks(s.table, s.streamARN, owner, shards))
+	_, err := s.updatePaced(ctx, "clear asks", workerPartition, aggregates.WorkerKey(s.streamARN, owner), table.ClearAsks(s.table, s.streamARN, owner, shards))
 	return err
 }
 
@@ -368,7 +399,7 @@ func (s *store) clearAsks(ctx context.Context, owner string, shards []string) er
 // has nothing to mark, and one whose item another process of its name
 // claimed leaves it alone.
 func (s *store) leave(ctx context.Context, owner, inc string) error {
-	_, err := s.updateItem(ctx, "leave", aggregates.WorkerKey(s.streamARN, owner), table.LeaveWorker(s.table, s.streamARN, owner, inc, s.now()))
+	_, err := s.updatePaced(ctx, "leave", workerPartition, aggregates.WorkerKey(s.streamARN, owner), table.LeaveWorker(s.table, s.streamARN, owner, inc, s.now()))
 	if errors.Is(err, errConditionFailed) {
 		return nil
 	}
@@ -378,13 +409,13 @@ func (s *store) leave(ctx context.Context, owner, inc string) error {
 // offer tells poller to (its worker item's offers) that the lease of shard
 // is for it to take.
 func (s *store) offer(ctx context.Context, to, shard string) error {
-	_, err := s.updateItem(ctx, "offer lease", aggregates.WorkerKey(s.streamARN, to), table.OfferLease(s.table, s.streamARN, to, shard))
+	_, err := s.updatePaced(ctx, "offer lease", workerPartition, aggregates.WorkerKey(s.streamARN, to), table.OfferLease(s.table, s.streamARN, to, shard))
 	return err
 }
 
 // clearOffers removes shards from owner's offers.
 func (s *store) clearOffers(ctx context.Context, owner string, shards []string) error {
-	_, err := s.updateItem(ctx, "clear offers", aggregates.WorkerKey(s.streamARN, owner), table.ClearOffers(s.table, s.streamARN, owner, shards))
+	_, err := s.updatePaced(ctx, "clear offers", workerPartition, aggregates.WorkerKey(s.streamARN, owner), table.ClearOffers(s.table, s.streamARN, owner, shards))
 	return err
 }
 
@@ -475,7 +506,7 @@ func (s *store) renew(ctx context.Context, l lease, duration time.Duration) (lea
 func (s *store) release(ctx context.Context, l lease, to string, finished bool) error {
 	for i := 1; ; i++ {
 		err := s.releaseOnce(ctx, l, to, finished)
-		if err == nil || ctx.Err() != nil {
+		if err == nil || ctx.Err() != nil || errors.Is(err, errWriteDeferred) {
 			return err
 		}
 		cur, rerr := s.readLease(ctx, l.shard)
@@ -490,7 +521,7 @@ func (s *store) release(ctx context.Context, l lease, to string, finished bool) 
 }
 
 func (s *store) releaseOnce(ctx context.Context, l lease, to string, finished bool) error {
-	_, err := s.updateItem(ctx, "release lease", aggregates.LeaseKey(s.streamARN, l.shard),
+	_, err := s.updatePaced(ctx, "release lease", leasePartition, aggregates.LeaseKey(s.streamARN, l.shard),
 		table.ReleaseLease(s.table, s.streamARN, l.row(), to, finished, s.now()))
 	return err
 }
@@ -500,9 +531,9 @@ func (s *store) releaseOnce(ctx context.Context, l lease, to string, finished bo
 // attempt is followed by a re-read: pendingOwner = requester on the lease
 // as seen means it landed.
 func (s *store) request(ctx context.Context, l lease, requester string) error {
-	_, err := s.updateItem(ctx, "request lease", aggregates.LeaseKey(s.streamARN, l.shard),
+	_, err := s.updatePaced(ctx, "request lease", leasePartition, aggregates.LeaseKey(s.streamARN, l.shard),
 		table.RequestLease(s.table, s.streamARN, l.row(), requester))
-	if err == nil || ctx.Err() != nil {
+	if err == nil || ctx.Err() != nil || errors.Is(err, errWriteDeferred) {
 		return err
 	}
 	if cur, rerr := s.readLease(ctx, l.shard); rerr == nil && cur.owner == l.owner && cur.counter == l.counter && cur.pending == requester {

@@ -1,0 +1,179 @@
+package poller
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"golang.org/x/time/rate"
+)
+
+// writePacer paces one poller's coordination writes that keep no lease
+// valid, in the two partitions every poller of the fleet writes: the
+// stream's lease partition (aggregates.LeasePK: takes, releases, a
+// drain's requests, the registrations of children) and its worker
+// partition (aggregates.WorkersPK: offers, asks, their clears, the fence
+// of a gone poller's item, the leave). One AWS partition takes about
+// 1,000 write units a second; issue 23 asks that no key the fleet writes
+// take more than half of it. Unpaced, the fleet's first takes of 1,000
+// leases put 609 units in one second on the lease partition, and the
+// whole fleet's stop (a release and an offer per lease) 497–691 on the
+// worker partition and 521–565 on the lease partition (BENCHMARKS.md,
+// "Session 22: the fleet's hottest keys").
+//
+// Never paced: the heartbeat, the rejoin and the lease renewals (renew
+// mode, compat, a drain's): they keep validity, and a wait there could
+// cost a lease. Nor the checkpoints, which live in partitions of their
+// own.
+//
+// The fleet's budget (Config.CoordinationWriteRate, write units a second
+// per partition) is split evenly among the live pollers of the worker
+// registry, this one included, as the DescribeStream pacer splits its
+// rate (describeBudget); a drain, which reads no registry, takes it all.
+// Each partition has its own limiter (burst 1). A write is charged the
+// write units its item took the last time this poller wrote it (1 when
+// it never did) before it is sent, and what DynamoDB reports it consumed
+// beyond that after its answer: a worker item holding many offers costs
+// one unit per KB of the item on every write (an offer's key is about 60
+// bytes: a receiver's item passes 1 KB at about 15 offers).
+type writePacer struct {
+	fleet float64 // write units a second per partition, for the whole fleet
+
+	mu      sync.Mutex
+	lim     [partitions]*rate.Limiter
+	pollers int
+	units   map[string]int // the write units each item took at its last paced write
+	m       *Metrics
+}
+
+// partition names a paced partition of the coordination table.
+type partition int
+
+const (
+	leasePartition  partition = iota // STREAM#{stream}: lease items
+	workerPartition                  // STREAM#{stream}#WORKERS: worker items
+	partitions
+)
+
+// String is the partition's label value in
+// ledger_poller_coordination_write_* {partition}.
+func (p partition) String() string {
+	if p == workerPartition {
+		return "workers"
+	}
+	return "leases"
+}
+
+// errWriteDeferred means a coordination write's turn of this poller's
+// share of the fleet's write budget came after the caller's deadline (the
+// round's, or its context's): the write is not sent; what it was for goes
+// on at the next round (a take not taken, a lease released later or left
+// to expire).
+var errWriteDeferred = errors.New("coordination write deferred: this poller's share of the fleet's write budget for the partition is spent")
+
+func newWritePacer(fleet int, m *Metrics) *writePacer {
+	w := &writePacer{fleet: float64(fleet), pollers: 1, units: map[string]int{}, m: m}
+	for i := range w.lim {
+		w.lim[i] = rate.NewLimiter(w.limit(), 1)
+		m.CoordinationWriteRate.WithLabelValues(partition(i).String()).Set(float64(w.limit()))
+	}
+	return w
+}
+
+// limit is this poller's write units a second per partition (under w.mu).
+func (w *writePacer) limit() rate.Limit {
+	return rate.Limit(w.fleet / float64(w.pollers))
+}
+
+// setPollers sets the number of live pollers sharing the fleet's budget
+// (this one included; at least 1).
+func (w *writePacer) setPollers(n int) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if n = max(n, 1); n != w.pollers {
+		w.pollers = n
+		for i, l := range w.lim {
+			l.SetLimit(w.limit())
+			w.m.CoordinationWriteRate.WithLabelValues(partition(i).String()).Set(float64(w.limit()))
+		}
+	}
+}
+
+// paceUntilKey carries, in a context, the latest time a paced write of
+// the call may wait for (withPaceUntil).
+type paceUntilKey struct{}
+
+// withPaceUntil returns ctx whose paced coordination writes defer
+// (errWriteDeferred) rather than wait past until; the zero time lifts an
+// outer bound.
+func withPaceUntil(ctx context.Context, until time.Time) context.Context {
+	return context.WithValue(ctx, paceUntilKey{}, until)
+}
+
+// wait waits for the turn of a write to the item key of part, charged the
+// units the item took at its last write. It returns errWriteDeferred at
+// once, without taking the turn, when the turn comes after ctx's deadline
+// or the pace-until time ctx carries; ctx's error when ctx ends first.
+func (w *writePacer) wait(ctx context.Context, part partition, key string) error {
+	until, _ := ctx.Value(paceUntilKey{}).(time.Time)
+	if d, ok := ctx.Deadline(); ok && (until.IsZero() || d.Before(until)) {
+		until = d
+	}
+	now := time.Now()
+	w.mu.Lock()
+	n := max(w.units[key], 1)
+	lim := w.lim[part]
+	rs := make([]*rate.Reservation, 0, n)
+	var d time.Duration
+	for range n { // burst 1: a unit at a time
+		r := lim.ReserveN(now, 1)
+		rs = append(rs, r)
+		d = r.DelayFrom(now)
+	}
+	if !until.IsZero() && now.Add(d).After(until) {
+		for i := len(rs) - 1; i >= 0; i-- {
+			rs[i].CancelAt(now)
+		}
+		w.mu.Unlock()
+		w.m.CoordinationWriteDeferred.WithLabelValues(part.String()).Inc()
+		return errWriteDeferred
+	}
+	w.mu.Unlock()
+	if d <= 0 {
+		return nil
+	}
+	w.m.CoordinationWriteWaits.WithLabelValues(part.String()).Inc()
+	w.m.CoordinationWriteWaited.WithLabelValues(part.String()).Add(d.Seconds())
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
+// wrote records the write units DynamoDB reported a paced write of key
+// consumed (0: not reported, nothing changes): what it took beyond the
+// units charged before it is charged now (the next paced writes of the
+// partition wait for it), and is what the item's next write is charged.
+func (w *writePacer) wrote(part partition, key string, consumed float64) {
+	if consumed <= 0 {
+		return
+	}
+	n := int(consumed + 0.999)
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	charged := max(w.units[key], 1)
+	if n == 1 {
+		delete(w.units, key) // the default
+	} else {
+		w.units[key] = n
+	}
+	now := time.Now()
+	for range n - charged {
+		w.lim[part].ReserveN(now, 1)
+	}
+}

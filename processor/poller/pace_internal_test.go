@@ -1,0 +1,64 @@
+package poller
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// A paced write waits for its turn of the poller's share of the fleet's
+// budget, and is not sent (errWriteDeferred, counted) when the turn comes
+// after its round's deadline or its context's; a deferred turn is not
+// taken from the writes after it.
+func TestWritePacer_DefersATurnPastTheRoundsDeadlineWithoutTakingIt(t *testing.T) {
+	m := NewMetrics(nil)
+	w := newWritePacer(10, m)
+	w.setPollers(2) // 5 units a second: a turn every 200 ms
+	assert.Equal(t, 5.0, testutil.ToFloat64(m.CoordinationWriteRate.WithLabelValues("leases")))
+	ctx := withPaceUntil(context.Background(), time.Now().Add(300*time.Millisecond))
+	start := time.Now()
+	require.NoError(t, w.wait(ctx, leasePartition, "a")) // the burst
+	require.NoError(t, w.wait(ctx, leasePartition, "b")) // 200 ms
+	err := w.wait(ctx, leasePartition, "c")              // 400 ms: past the round
+	require.ErrorIs(t, err, errWriteDeferred)
+	assert.Less(t, time.Since(start), 350*time.Millisecond, "a deferred write does not wait")
+	assert.Equal(t, 1.0, testutil.ToFloat64(m.CoordinationWriteDeferred.WithLabelValues("leases")))
+	// The other partition has its own budget.
+	require.NoError(t, w.wait(ctx, workerPartition, "w"))
+	// The deferred turn was given back: the next one is 400 ms after the
+	// start, not 600.
+	require.NoError(t, w.wait(context.Background(), leasePartition, "c"))
+	assert.Less(t, time.Since(start), 550*time.Millisecond)
+	// A context's deadline bounds the wait too.
+	dctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	assert.ErrorIs(t, w.wait(dctx, leasePartition, "d"), errWriteDeferred)
+	// A context that ends while waiting ends the wait.
+	cctx, cancel2 := context.WithCancel(context.Background())
+	time.AfterFunc(20*time.Millisecond, cancel2)
+	assert.True(t, errors.Is(w.wait(cctx, leasePartition, "e"), context.Canceled))
+}
+
+// A write is charged its item's write units: what DynamoDB reported
+// beyond the charge is taken from the next writes' turns, and the item's
+// next write is charged what it took.
+func TestWritePacer_ChargesAWriteItsItemsUnits(t *testing.T) {
+	m := NewMetrics(nil)
+	w := newWritePacer(10, m) // a turn every 100 ms
+	ctx := context.Background()
+	require.NoError(t, w.wait(ctx, workerPartition, "big")) // the burst
+	w.wrote(workerPartition, "big", 4)                      // 3 units beyond the charge
+	start := time.Now()
+	require.NoError(t, w.wait(ctx, workerPartition, "small"))
+	assert.GreaterOrEqual(t, time.Since(start), 350*time.Millisecond, "the 3 units beyond the charge wait first")
+	start = time.Now()
+	require.NoError(t, w.wait(ctx, workerPartition, "big")) // charged 4
+	require.NoError(t, w.wait(ctx, workerPartition, "small"))
+	assert.GreaterOrEqual(t, time.Since(start), 450*time.Millisecond, "the big item's next write charged 4 units")
+	assert.Positive(t, testutil.ToFloat64(m.CoordinationWriteWaits.WithLabelValues("workers")))
+}
