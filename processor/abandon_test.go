@@ -94,7 +94,7 @@ func TestAbandon_PendingLayout6BatchSetsLostAtMovesLossesOnceAndTheNextBatchRepl
 	require.NoError(t, err)
 	g := p.ShardGuard(e.streamARN, shard)
 	g.CommitBatches()
-	g.Trimmed()
+	g.Trimmed(recs[start-1].SequenceNumber) // met opening after the checkpoint
 	res, err := p.Process(ctx, g, recs[start+3:])
 	require.NoError(t, err)
 	assert.Equal(t, len(recs)-start-3, res.Committed)
@@ -140,7 +140,7 @@ func TestAbandon_LostAnswerMovesLossesOnceAndTheConsumerGoesOn(t *testing.T) {
 	e := newEnv(t)
 	require.NoError(t, ledgertest.NewWorkload(24).Run(ctx, e.ddb, e.table, 150))
 	shard, recs := e.records(t)
-	halfCommitted(t, e, recs, shard, 60)
+	start := halfCommitted(t, e, recs, shard, 60)
 
 	p, err := processor.New(e.faulty, processor.Config{Table: e.table, MaxItemsPerRun: 3,
 		BaseBackoff: time.Millisecond, MaxBackoff: time.Millisecond}, nil)
@@ -156,7 +156,7 @@ func TestAbandon_LostAnswerMovesLossesOnceAndTheConsumerGoesOn(t *testing.T) {
 	defer func() { e.faults.Decide = nil }()
 	g := p.ShardGuard(e.streamARN, shard)
 	g.CommitBatches()
-	g.Trimmed()
+	g.Trimmed(recs[start-1].SequenceNumber)
 	_, err = p.Process(ctx, g, recs[80:])
 	require.NoError(t, err)
 	require.Equal(t, 1, lost)
@@ -207,7 +207,7 @@ func TestAbandon_ReopenAtTrimHorizonWithoutPendingBatchSetsLostAt(t *testing.T) 
 			defer func() { e.faults.Decide = nil }()
 			g = p.ShardGuard(e.streamARN, shard)
 			g.CommitBatches()
-			g.Trimmed()
+			g.Trimmed(recs[39].SequenceNumber)
 			// The records after the checkpoint were trimmed: the reader
 			// holds only those from the trim point on.
 			_, err = p.Process(ctx, g, recs[50:])
@@ -291,10 +291,12 @@ func (s horizonAfter) GetShardIterator(ctx context.Context, in *dynamodbstreams.
 }
 
 // A window whose every record was trimmed (the trim horizon after its
-// last record: no Process call) still sends the abandon transaction, from
-// moveOver (review of 9caf92b, session 22): the pending batch is given up
-// with lostAt and the loss count. Fails with moveOver's plain Checkpoint
-// (the pending batch stays, no lostAt, losses 0).
+// last record: no Process call) still sends the abandon transaction
+// (review of 9caf92b, session 22): the pending batch is given up with
+// lostAt and the loss count, and (session 23, T23-2) the checkpoint then
+// moves over the window's trimmed records to its last one, within the gap
+// counted. Fails with moveOver's plain Checkpoint (the pending batch
+// stays, no lostAt, losses 0).
 func TestAbandon_TumblingWindowTrimWithNoRecordInTheWindowSetsLostAt(t *testing.T) {
 	ctx := context.Background()
 	e := newEnv(t)
@@ -313,7 +315,8 @@ func TestAbandon_TumblingWindowTrimWithNoRecordInTheWindowSetsLostAt(t *testing.
 	require.NoError(t, err)
 	assert.Zero(t, res.Committed)
 	cp := cpItemOf(t, e, shard)
-	assert.Equal(t, before.Pending.To, cp.Seq)
+	assert.Equal(t, last, cp.Seq, "moved over the window's trimmed records")
+	assert.Equal(t, last, cp.LostAfter)
 	assert.Nil(t, cp.Pending)
 	assert.NotEmpty(t, cp.LostAt)
 	assert.Equal(t, int64(1), lossesOf(t, e))
@@ -327,7 +330,7 @@ func TestAbandon_AFailedAbandonIsTriedAgainOnTheSameState(t *testing.T) {
 	e := newEnv(t)
 	require.NoError(t, ledgertest.NewWorkload(27).Run(ctx, e.ddb, e.table, 150))
 	shard, recs := e.records(t)
-	halfCommitted(t, e, recs, shard, 60)
+	start := halfCommitted(t, e, recs, shard, 60)
 
 	p, err := processor.New(e.faulty, processor.Config{Table: e.table, MaxAttempts: 2,
 		BaseBackoff: time.Millisecond, MaxBackoff: time.Millisecond}, nil)
@@ -341,7 +344,7 @@ func TestAbandon_AFailedAbandonIsTriedAgainOnTheSameState(t *testing.T) {
 	defer func() { e.faults.Decide = nil }()
 	g := p.ShardGuard(e.streamARN, shard)
 	g.CommitBatches()
-	g.Trimmed()
+	g.Trimmed(recs[start-1].SequenceNumber)
 	_, err = p.Process(ctx, g, recs[80:])
 	require.Error(t, err)
 	require.NotNil(t, cpItemOf(t, e, shard).Pending, "nothing landed")
