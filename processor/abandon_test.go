@@ -174,8 +174,8 @@ func TestAbandon_LostAnswerMovesLossesOnceAndTheConsumerGoesOn(t *testing.T) {
 // retry). Then the transaction itself sent twice, as a write landing after
 // that re-read would be: the second fails its condition (lostAt <> :now)
 // and the count moves once. Fails without the abandon transaction (no
-// lostAt, losses 0) and, for the last step, without the lostAt term of its
-// condition (losses 3; checked by removing it).
+// lostAt, losses 0) and, for the last step, without both the lostAt term
+// and (session 23) the lostAfter term of its condition (losses 3).
 func TestAbandon_ReopenAtTrimHorizonWithoutPendingBatchSetsLostAt(t *testing.T) {
 	for _, loseAnswer := range []bool{false, true} {
 		t.Run("lost_answer="+strconv.FormatBool(loseAnswer), func(t *testing.T) {
