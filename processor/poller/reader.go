@@ -82,7 +82,8 @@ type reader struct {
 	// it was opened after ("" at the shard's start), then the last record
 	// of each page read. A trim met by the iterator proves the records
 	// after it lost (ShardGuard.Trimmed); an iterator reopened at
-	// TRIM_HORIZON after a trim keeps it until it reads a record.
+	// TRIM_HORIZON after a trim takes the trim point until it reads a
+	// record.
 	pos      string
 	opened   bool
 	lastRead time.Time
@@ -682,7 +683,9 @@ func (r *reader) trimmed(cause error, after string) error {
 		}
 		return fmt.Errorf("open shard %s at TRIM_HORIZON: %w", r.shard.id, err)
 	}
-	r.iter = out.ShardIterator
+	// The iterator reads from the trim horizon, past after: a trim met by
+	// it before it returns a record was met after after too.
+	r.iter, r.pos = out.ShardIterator, after
 	r.opened, r.stale = true, false
 	return nil
 }
