@@ -566,6 +566,15 @@ func TestAbandon_AGapIsCountedOnceByASecondConsumerAndByTheWindowsRetry(t *testi
 		cp := cpItemOf(t, e, shard)
 		assert.NotEmpty(t, cp.LostAt)
 		assert.Equal(t, recs[39].SequenceNumber, cp.LostAfter)
+
+		// A third consumer read the checkpoint before the gap was
+		// counted and sends its abandon anyway: it fails its condition
+		// (lostAfter), and the answer is "not landed", not an error.
+		key := aggregates.CheckpointKey(e.streamARN, shard)
+		landed, err := e.processor(t, nil, nil).AbandonCheckpoint(ctx, key, table.Abandon{Shard: shard, Prev: recs[39].SequenceNumber, Now: time.Now()})
+		require.NoError(t, err)
+		assert.False(t, landed)
+		assert.Equal(t, int64(1), lossesOf(t, e))
 	})
 	t.Run("the mapping's retry after a landed abandon", func(t *testing.T) {
 		e := newEnv(t)

@@ -146,12 +146,16 @@ func AbandonLanded(cp Checkpoint, a Abandon) bool {
 
 // AbandonStands reports whether cp is still the state a was read from
 // (the abandon neither landed nor was overtaken by another consumer).
+// Without a pending batch the state read is a gap not counted yet: one
+// another consumer's abandon counted meanwhile (lostAfter = Prev) is
+// overtaken, not standing, so that the condition failure it causes is
+// answered "not landed" rather than retried as an error.
 func AbandonStands(cp Checkpoint, a Abandon) bool {
 	if cp.Seq != a.Prev {
 		return false
 	}
 	if a.Pending == nil {
-		return cp.Pending == nil
+		return cp.Pending == nil && cp.LostAfter != a.Prev
 	}
 	return cp.Pending != nil && cp.Pending.To == a.Pending.To && cp.Pending.Next == a.Pending.Next && cp.Pending.Groups == a.Pending.Groups
 }
