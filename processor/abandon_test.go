@@ -641,34 +641,51 @@ func (s closedAndTrimmed) GetRecords(ctx context.Context, in *dynamodbstreams.Ge
 // checkpoint moves over the trimmed records to the window's last one, so
 // that the mapping's retry succeeds and moves nothing; a later window of
 // the shard, in the same trimmed tail, moves the checkpoint on within the
-// gap counted, the count unmoved. Fails without it: every call returns
-// "ended before record" and the count never moves.
+// gap counted, the count unmoved; the same with the answers of the first
+// abandon and of the first move lost. Fails without it: every call
+// returns "ended before record" and the count never moves.
 func TestAbandon_AClosedShardsTrimmedTailIsAbandonedOnceAndTheWindowsRetrySucceeds(t *testing.T) {
-	ctx := context.Background()
-	e := newEnv(t)
-	require.NoError(t, ledgertest.NewWorkload(32).Run(ctx, e.ddb, e.table, 150))
-	shard, recs := e.records(t)
-	require.Greater(t, len(recs), 101)
-	pendingFrom(t, e, recs, shard, 40, 60)
+	for _, loseAnswers := range []bool{false, true} {
+		t.Run("lost_answers="+strconv.FormatBool(loseAnswers), func(t *testing.T) {
+			ctx := context.Background()
+			e := newEnv(t)
+			require.NoError(t, ledgertest.NewWorkload(32).Run(ctx, e.ddb, e.table, 150))
+			shard, recs := e.records(t)
+			require.Greater(t, len(recs), 101)
+			pendingFrom(t, e, recs, shard, 40, 60)
 
-	p, err := processor.New(e.ddb, processor.Config{Table: e.table, BaseBackoff: time.Millisecond, MaxBackoff: time.Millisecond}, nil)
-	require.NoError(t, err)
-	r := processor.ShardRange{StreamARN: e.streamARN, ShardID: shard, First: recs[80].SequenceNumber, Last: recs[100].SequenceNumber}
-	for try := range 3 {
-		res, err := p.CommitShardRange(ctx, closedAndTrimmed{e.streams}, r, 100)
-		require.NoError(t, err, "try %d", try+1)
-		assert.Zero(t, res.Committed)
-		cp := cpItemOf(t, e, shard)
-		assert.Equal(t, r.Last, cp.Seq, "try %d: the checkpoint moved over the trimmed records", try+1)
-		assert.Nil(t, cp.Pending)
-		assert.NotEmpty(t, cp.LostAt)
-		assert.Equal(t, int64(1), lossesOf(t, e), "try %d: one loss, one move", try+1)
+			// With loseAnswers, the first abandon's answer and the first
+			// move's (CarryLoss) are lost: both landed.
+			lost := map[string]bool{}
+			e.faults.Decide = func(op string) ledgertest.Fault {
+				if loseAnswers && (op == "TransactWriteItems" || op == "UpdateItem") && !lost[op] {
+					lost[op] = true
+					return ledgertest.LoseAnswer
+				}
+				return ledgertest.Pass
+			}
+			defer func() { e.faults.Decide = nil }()
+			p, err := processor.New(e.faulty, processor.Config{Table: e.table, BaseBackoff: time.Millisecond, MaxBackoff: time.Millisecond}, nil)
+			require.NoError(t, err)
+			r := processor.ShardRange{StreamARN: e.streamARN, ShardID: shard, First: recs[80].SequenceNumber, Last: recs[100].SequenceNumber}
+			for try := range 3 {
+				res, err := p.CommitShardRange(ctx, closedAndTrimmed{e.streams}, r, 100)
+				require.NoError(t, err, "try %d", try+1)
+				assert.Zero(t, res.Committed)
+				cp := cpItemOf(t, e, shard)
+				assert.Equal(t, r.Last, cp.Seq, "try %d: the checkpoint moved over the trimmed records", try+1)
+				assert.Nil(t, cp.Pending)
+				assert.NotEmpty(t, cp.LostAt)
+				assert.Equal(t, int64(1), lossesOf(t, e), "try %d: one loss, one move", try+1)
+			}
+			assert.Equal(t, loseAnswers, lost["TransactWriteItems"] && lost["UpdateItem"])
+			next := processor.ShardRange{StreamARN: e.streamARN, ShardID: shard, First: recs[101].SequenceNumber, Last: recs[len(recs)-1].SequenceNumber}
+			_, err = p.CommitShardRange(ctx, closedAndTrimmed{e.streams}, next, 100)
+			require.NoError(t, err)
+			cp := cpItemOf(t, e, shard)
+			assert.Equal(t, next.Last, cp.Seq)
+			assert.Equal(t, next.Last, cp.LostAfter)
+			assert.Equal(t, int64(1), lossesOf(t, e), "the same trimmed tail: not counted again")
+		})
 	}
-	next := processor.ShardRange{StreamARN: e.streamARN, ShardID: shard, First: recs[101].SequenceNumber, Last: recs[len(recs)-1].SequenceNumber}
-	_, err = p.CommitShardRange(ctx, closedAndTrimmed{e.streams}, next, 100)
-	require.NoError(t, err)
-	cp := cpItemOf(t, e, shard)
-	assert.Equal(t, next.Last, cp.Seq)
-	assert.Equal(t, next.Last, cp.LostAfter)
-	assert.Equal(t, int64(1), lossesOf(t, e), "the same trimmed tail: not counted again")
 }
