@@ -101,7 +101,7 @@ func TestShardGuard_TrimmedAbandonsPendingBatchOnce(t *testing.T) {
 	e := newEnv(t)
 	require.NoError(t, ledgertest.NewWorkload(22).Run(ctx, e.ddb, e.table, 150))
 	shard, recs := e.records(t)
-	halfCommitted(t, e, recs, shard, 60)
+	start := halfCommitted(t, e, recs, shard, 60)
 
 	reg := prometheus.NewRegistry()
 	p, err := processor.New(e.faulty, processor.Config{Table: e.table, MaxItemsPerRun: 3,
@@ -118,7 +118,7 @@ func TestShardGuard_TrimmedAbandonsPendingBatchOnce(t *testing.T) {
 	}
 	g := p.ShardGuard(e.streamARN, shard)
 	g.CommitBatches()
-	g.Trimmed()
+	g.Trimmed(recs[start-1].SequenceNumber)
 	_, err = p.Process(ctx, g, recs[80:])
 	require.NoError(t, err)
 	assert.Equal(t, 1.0, testutil.ToFloat64(p.Metrics().Conflicts.WithLabelValues(processor.ConflictAbandonedBatch)))
@@ -161,7 +161,7 @@ func TestShardGuard_TrimmedPendingBatchIsNeverAppliedTwice(t *testing.T) {
 	require.NoError(t, err)
 	g := p.ShardGuard(e.streamARN, shard)
 	g.CommitBatches()
-	g.Trimmed()
+	g.Trimmed(recs[start-1].SequenceNumber)
 	// The trim horizon moved a few records into the batch: the rest of the
 	// batch's records are read (a page of nothing else, as at a closed
 	// shard's end: the abandoned batch is cleared all the same), then those

@@ -80,9 +80,16 @@ type ShardGuard struct {
 	// over is done (settle) or a commit lands; nil when none.
 	lost    *lostRange
 	trimmed bool // see Trimmed
+	// trimAfter is the sequence number the trim was met after (Trimmed):
+	// the records after it are lost; "" for a reader that had read nothing
+	// of the shard (its start).
+	trimAfter string
 	// trimPos is the position (position()) an abandon after a trim was
 	// tried on and failed: tried again only on the same state.
 	trimPos string
+	// counted: the checkpoint, as last read or written, carries the count
+	// of the gap after it (table.Checkpoint.Counted).
+	counted bool
 	// firstClaim is the last record of the first run this guard tried to
 	// claim while opened without a checkpoint (origin ""): a checkpoint
 	// found there afterwards is that claim, landed with its answer lost.
@@ -216,14 +223,28 @@ func (p *Processor) ShardGuard(streamARN, shardID string) *ShardGuard {
 // (which creates the checkpoint); the records after it are a batch.
 func (g *ShardGuard) CommitBatches() { g.batches = true }
 
-// Trimmed tells the guard that records after the checkpoint were trimmed
-// from the stream before anyone read them (TrimmedDataAccessException):
-// the guard's next read of the checkpoint is followed by the guard-alone
-// abandon transaction (abandon): a half-committed batch, which can never be
-// planned again, is given up (the checkpoint moved to its last record,
-// counted as conflicts_total{reason="abandoned_batch"}), and either way
-// the checkpoint's lostAt is set and the loss item's count moves.
-func (g *ShardGuard) Trimmed() { g.trimmed = true }
+// Trimmed tells the guard that the records after sequence number after
+// were trimmed from the stream before anyone read them
+// (TrimmedDataAccessException met by a reader positioned after after: the
+// checkpoint it opened after, or the last record its iterator returned;
+// "" for a reader that had read nothing of the shard). Trimming takes a
+// prefix of the shard, so no record up to the first readable one can be
+// read again. The guard's next read of the checkpoint c decides
+// (docs/exactly-once.md, "Trims, session 23"):
+//
+//   - c at or before after: nothing after c can be read, so c's state can
+//     never move by reading: the guard-alone abandon transaction (abandon)
+//     gives up a half-committed batch (the checkpoint moved to its last
+//     record, counted as conflicts_total{reason="abandoned_batch"}) and
+//     either way sets the checkpoint's lostAt and moves the loss item's
+//     count, once per gap: a checkpoint whose gap is already counted
+//     (lostAfter = c, no pending batch) is left as it is;
+//   - c after after: another consumer moved on past the trim point, and
+//     this trim proves nothing about the records after c. Nothing is
+//     abandoned; unless the records handed over reach back to c (then
+//     they are contiguous with it), the call fails with ErrGap and the
+//     caller reopens after c, where a trim is met and counted as its own.
+func (g *ShardGuard) Trimmed(after string) { g.trimmed, g.trimAfter = true, after }
 
 // ErrIncompleteBatch is returned (wrapped, in a *BatchError) when the
 // checkpoint holds a half-committed batch whose last record is after the
@@ -300,6 +321,7 @@ func (g *ShardGuard) load(ctx context.Context) error {
 		return err
 	}
 	g.prev = cp.Seq
+	g.counted = cp.Counted()
 	g.tombstoned = cp.Tombstoned && stands
 	g.pending, g.lost = nil, nil
 	if cp.Pending != nil {
@@ -426,7 +448,11 @@ func (g *ShardGuard) committed(ctx context.Context, changes []change) (int, bool
 	if g.hasOrigin && g.origin == "" && g.prev != "" {
 		return 0, false, fmt.Errorf("shard %s: checkpoint %q made by another reader, records start where this reader opened without one: %w", g.shard, g.prev, ErrGap)
 	}
-	if err := g.abandonTrimmed(ctx); err != nil {
+	first := ""
+	if len(changes) > 0 {
+		first = changes[0].rec.SequenceNumber
+	}
+	if err := g.abandonTrimmed(ctx, first); err != nil {
 		return 0, false, err
 	}
 	// Records up to the checkpoint are committed. Those of a batch this
@@ -447,30 +473,68 @@ func (g *ShardGuard) committed(ctx context.Context, changes []change) (int, bool
 }
 
 // abandonTrimmed sends the guard-alone abandon transaction after a trim
-// (Trimmed), on the checkpoint as loaded. Once, for the state read right
-// after the trim (a later re-read must never abandon the batch this guard
-// started itself, nor one another consumer started since). A pending
-// batch's records are gone, so it can never be planned again: the
-// checkpoint moves to its last record; what its groups committed stays,
-// and reconcile --repair restores the rest as for any trimmed record. A
-// shard without a checkpoint has nothing to abandon. An abandon that
-// failed is tried again at the next call only on the same state.
-func (g *ShardGuard) abandonTrimmed(ctx context.Context) error {
+// (Trimmed), on the checkpoint as loaded, when that checkpoint is at or
+// before the trim point: nothing after it can be read again, so its state
+// cannot move by reading. A pending batch's records are gone, so it can
+// never be planned again: the checkpoint moves to its last record; what
+// its groups committed stays, and reconcile --repair restores the rest as
+// for any trimmed record. A gap already counted (the checkpoint's
+// lostAfter, no pending batch) is not counted again. A shard without a
+// checkpoint has nothing to abandon. A checkpoint after the trim point is
+// another consumer's: nothing is abandoned, and unless the records handed
+// over, starting at first ("": none), reach back to it, the call fails
+// with ErrGap (the caller reopens after it). Once, for the state read
+// right after the trim: a later re-read never abandons the batch this
+// guard started itself, nor one another consumer started since. An
+// abandon that failed is tried again at the next call only on the same
+// state; one overtaken by another consumer's move is decided again on the
+// state it moved to.
+func (g *ShardGuard) abandonTrimmed(ctx context.Context, first string) error {
 	if !g.trimmed {
 		return nil
 	}
-	if g.trimPos != "" && g.trimPos != g.position() {
-		g.trimmed = false
-	}
-	if g.trimmed && g.prev != "" {
-		g.trimPos = g.position()
-		if err := g.p.abandon(ctx, g); err != nil {
-			g.loaded = false
-			return err
+	for overtaken := 0; ; overtaken++ {
+		switch {
+		case g.prev == "":
+			// Nothing committed: nothing after it can be known lost.
+		case g.trimAfter == "" || CompareSequence(g.prev, g.trimAfter) > 0:
+			// Past the trim point: not ours to abandon. Records handed
+			// over from the checkpoint or before it are contiguous with it.
+			if first == "" || CompareSequence(first, g.prev) > 0 {
+				return fmt.Errorf("shard %s: checkpoint %s is past the trim met after %q: %w", g.shard, g.prev, g.trimAfter, ErrGap)
+			}
+		case g.trimPos != "" && g.trimPos != g.position() && g.pending != nil:
+			// A batch started since a failed abandon: its planner read its
+			// records before the trim and holds them.
+		case g.counted:
+			// The gap after the checkpoint is counted already (another
+			// consumer, an earlier window, a retry of the mapping).
+			g.p.cfg.Logger.Info("stream records were trimmed after a checkpoint whose gap is already counted: not counted again",
+				"shard", g.shard, "checkpoint", g.prev, "trimmed_after", g.trimAfter)
+		default:
+			g.trimPos = g.position()
+			landed, err := g.p.abandon(ctx, g)
+			if err != nil {
+				g.loaded = false
+				return err
+			}
+			if !landed {
+				// Another consumer moved the checkpoint: decide again on
+				// its state (review session 22, "Noticed, left": a gap
+				// after that state was never counted).
+				if overtaken >= 3 {
+					return fmt.Errorf("shard %s: the checkpoint moved under %d abandons after a trim", g.shard, overtaken+1)
+				}
+				g.loaded = false
+				if err := g.load(ctx); err != nil {
+					return err
+				}
+				continue
+			}
 		}
+		g.trimmed, g.trimPos = false, ""
+		return nil
 	}
-	g.trimmed, g.trimPos = false, ""
-	return nil
 }
 
 // AbandonTrimmed is Checkpoint for a caller about to move the checkpoint
@@ -487,10 +551,37 @@ func (g *ShardGuard) AbandonTrimmed(ctx context.Context) (string, error) {
 	if err := g.load(ctx); err != nil {
 		return "", err
 	}
-	if err := g.abandonTrimmed(ctx); err != nil {
+	if err := g.abandonTrimmed(ctx, ""); err != nil {
 		return "", err
 	}
 	return g.prev, nil
+}
+
+// carryLoss moves the checkpoint over records known trimmed up to to
+// (table.CarryLoss), once a trim's abandon has counted the gap after it
+// (AbandonTrimmed first): the loss count does not move again. A
+// checkpoint moved meanwhile is left to whoever moved it.
+func (g *ShardGuard) carryLoss(ctx context.Context, to string) error {
+	if !g.counted || g.pending != nil || g.prev == "" || CompareSequence(to, g.prev) <= 0 {
+		return nil
+	}
+	p := g.p
+	in := table.CarryLoss(p.cfg.CoordinationTable, g.key, g.shard, g.prev, to, p.now())
+	err := p.retry(ctx, "UpdateItem", func(ctx context.Context) error {
+		p.metrics.WriteRequests.WithLabelValues("UpdateItem").Inc()
+		_, err := p.api.UpdateItem(ctx, in)
+		return err
+	})
+	var ccf *ddbtypes.ConditionalCheckFailedException
+	if err != nil && !errors.As(err, &ccf) {
+		return fmt.Errorf("move the checkpoint of shard %s over trimmed records: %w", g.shard, err)
+	}
+	if err == nil {
+		p.cfg.Logger.Error("stream records were trimmed up to the end of the range: the checkpoint moves over them within the gap already counted",
+			"shard", g.shard, "checkpoint", g.prev, "to", to)
+	}
+	g.reset()
+	return nil
 }
 
 // lostRange is the records (from, to] of a batch a guard abandoned.
@@ -504,10 +595,11 @@ type lostRange struct{ from, to string }
 // table's trim rows; L-a). A lost answer's retry fails its condition and
 // a consistent re-read recognises it (counted as a duplicate, as a group's
 // lost answer is). A checkpoint another consumer moved meanwhile is theirs:
-// the guard reloads it and abandons nothing. A transaction conflict, a
+// it abandons nothing and reports false (the caller decides again on the
+// state it re-reads). A transaction conflict, a
 // throttle or a server error is retried like a commit's, at most
 // MaxAttempts times.
-func (p *Processor) abandon(ctx context.Context, g *ShardGuard) error {
+func (p *Processor) abandon(ctx context.Context, g *ShardGuard) (bool, error) {
 	a := table.Abandon{Shard: g.shard, Prev: g.prev, Now: p.now()}
 	if b := g.pending; b != nil {
 		a.Pending = &table.PendingBatch{To: b.to, Next: b.next, Groups: b.groups}
@@ -515,11 +607,10 @@ func (p *Processor) abandon(ctx context.Context, g *ShardGuard) error {
 	landed, err := p.AbandonCheckpoint(ctx, g.key, a)
 	switch {
 	case err != nil:
-		return fmt.Errorf("shard %s: abandon after a trim: %w", g.shard, err)
+		return false, fmt.Errorf("shard %s: abandon after a trim: %w", g.shard, err)
 	case !landed:
 		// Another consumer moved the checkpoint: its state, not ours.
-		g.loaded = false
-		return g.load(ctx)
+		return false, nil
 	}
 	if a.Pending != nil {
 		g.lost = &lostRange{from: g.prev, to: a.Pending.To}
@@ -527,8 +618,8 @@ func (p *Processor) abandon(ctx context.Context, g *ShardGuard) error {
 	}
 	p.cfg.Logger.Error("stream records were trimmed before they were read: lost; the checkpoint's lostAt is set and the loss count moved; run `ledgerctl reconcile --repair` to restore the reports",
 		"shard", g.shard, "checkpoint", g.prev, "to", a.Target(), "pending", a.Pending != nil)
-	g.prev, g.pending = a.Target(), nil
-	return nil
+	g.prev, g.pending, g.counted = a.Target(), nil, true
+	return true, nil
 }
 
 // AbandonCheckpoint sends the guard-alone abandon transaction

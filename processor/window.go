@@ -136,7 +136,9 @@ func (p *Processor) CommitShardRange(ctx context.Context, streams StreamReader, 
 	if cp != "" && CompareSequence(cp, target) >= 0 {
 		return total, nil
 	}
+	opened := g
 	iter, g, err := p.openRange(ctx, streams, g, r, cp)
+	trimmed := g != opened // the records after cp were trimmed: g knows it
 	if errors.Is(err, errShardGone) {
 		p.cfg.Logger.Error("the shard is gone from the stream before its records were committed: they are lost to every consumer; run `ledgerctl reconcile --repair` to restore the reports",
 			"shard", r.ShardID, "checkpoint", cp, "through", target, "error", err.Error())
@@ -198,6 +200,20 @@ func (p *Processor) CommitShardRange(ctx context.Context, streams StreamReader, 
 			return total, fmt.Errorf("commit shard %s through %s: %w", r.ShardID, target, err)
 		}
 		held, reach = nil, ""
+	}
+	if trimmed && taken == "" && (reached || cp != "") {
+		// Not one record up to the target could be read after the trim:
+		// the first readable one is past it, or (a closed shard's end
+		// before the target) there is none. Every record after the
+		// checkpoint up to the target is in the trimmed gap: counted once
+		// (the abandon, or the count already on the checkpoint), then the
+		// checkpoint moves over them so that the mapping's retry, and the
+		// next window, start after the target (docs/exactly-once.md,
+		// "Trims, session 23", T23-2 and T23-3).
+		if _, err := g.AbandonTrimmed(ctx); err != nil {
+			return total, err
+		}
+		return total, g.carryLoss(ctx, target)
 	}
 	if !reached {
 		return total, fmt.Errorf("shard %s ended before record %s", r.ShardID, target)
@@ -294,7 +310,7 @@ func (p *Processor) openRange(ctx context.Context, streams StreamReader, g *Shar
 			"shard", r.ShardID, "checkpoint", cp)
 		g = p.ShardGuard(r.StreamARN, r.ShardID)
 		g.CommitBatches()
-		g.Trimmed()
+		g.Trimmed(cp) // what is lost lies after the position opened after
 	}
 	if err != nil {
 		return nil, g, fmt.Errorf("open shard %s %s: %w", r.ShardID, in.ShardIteratorType, err)

@@ -25,10 +25,13 @@ import (
 // would reset to 0 and pin nothing.
 
 // Attributes of the abandon transaction: lostAt on the checkpoint (the
-// time of its last loss), losses on the loss item.
+// time of its last loss), lostAfter on the checkpoint (the sequence number
+// its last counted loss lies after: the gap of trimmed records after it is
+// counted once), losses on the loss item.
 const (
-	AttrLostAt = "lostAt"
-	AttrLosses = "losses"
+	AttrLostAt    = "lostAt"
+	AttrLostAfter = "lostAfter"
+	AttrLosses    = "losses"
 )
 
 // Abandon is the state of a shard's checkpoint as read when its reader
@@ -53,21 +56,24 @@ func (a Abandon) Target() string {
 
 // AbandonTx is the guard-alone abandon transaction of the shard whose
 // checkpoint is key in the coordination table coord: with a pending batch,
-// SET sequenceNumber = pendingTo, lostAt = Now REMOVE pending* on
-// condition of the batch as read (sequenceNumber, pendingTo, pendingNext,
-// pendingGroups); without one, SET lostAt on condition sequenceNumber =
-// Prev AND no pending batch. Either also requires lostAt to differ from
-// Now, so a lost answer's retry fails its condition and AbandonLanded
-// recognises it: the loss item's ADD losses :1, in the same transaction,
-// moves once (the SDK's client token makes a resend of the same input
-// within 10 minutes a no-op too; the condition covers any other resend).
-// Never on a migration's fenced copy. It applies no record,
-// so it does not require the legacy tombstone (as AdvanceCheckpoint).
+// SET sequenceNumber = pendingTo, lostAt = Now, lostAfter = pendingTo
+// REMOVE pending* on condition of the batch as read (sequenceNumber,
+// pendingTo, pendingNext, pendingGroups); without one, SET lostAt = Now,
+// lostAfter = Prev on condition sequenceNumber = Prev AND no pending batch
+// AND lostAfter <> Prev: the gap after a checkpoint is counted once,
+// whoever meets it and however often (docs/exactly-once.md, session 23,
+// T23-2). Either also requires lostAt to differ from Now, so a lost
+// answer's retry fails its condition and AbandonLanded recognises it: the
+// loss item's ADD losses :1, in the same transaction, moves once (the
+// SDK's client token makes a resend of the same input within 10 minutes a
+// no-op too; the condition covers any other resend). Never on a
+// migration's fenced copy. It applies no record, so it does not require
+// the legacy tombstone (as AdvanceCheckpoint).
 func AbandonTx(coord string, key aggregates.Key, a Abandon) *dynamodb.TransactWriteItemsInput {
 	set, names, values := checkpointWrite(a.Shard, a.Now, "#shard", ":now")
-	names["#lost"] = AttrLostAt
-	values[":prev"] = S(a.Prev)
-	expr := "SET " + set + ", #lost = :now"
+	names["#lost"], names["#lsq"] = AttrLostAt, AttrLostAfter
+	values[":prev"], values[":lsq"] = S(a.Prev), S(a.Target())
+	expr := "SET " + set + ", #lost = :now, #lsq = :lsq"
 	cond := "#seq = :prev"
 	if b := a.Pending; b != nil {
 		names["#pn"], names["#pg"], names["#pp"], names["#pd"] = attrPendingNext, attrPendingGroups, attrPendingPlan, attrPendingDigest
@@ -75,7 +81,7 @@ func AbandonTx(coord string, key aggregates.Key, a Abandon) *dynamodb.TransactWr
 		expr += ", #seq = :to REMOVE #pt, #pn, #pg, #pp, #pd"
 		cond += " AND #pt = :to AND #pn = :pn AND #pg = :pg"
 	} else {
-		cond += " AND attribute_not_exists(#pt)"
+		cond += " AND attribute_not_exists(#pt) AND (attribute_not_exists(#lsq) OR #lsq <> :prev)"
 	}
 	cond += " AND (attribute_not_exists(#lost) OR #lost <> :now)" + fenceAbsent
 	pruneNames(names, expr, cond)
@@ -98,6 +104,35 @@ func AbandonTx(coord string, key aggregates.Key, a Abandon) *dynamodb.TransactWr
 	}
 }
 
+// Counted reports whether cp's gap after its sequence number is already
+// counted: no pending batch, and the last abandon (AbandonTx) left the
+// checkpoint where it stands (lostAfter = sequenceNumber). An abandon
+// without a pending batch there would fail its condition.
+func (cp Checkpoint) Counted() bool {
+	return cp.Pending == nil && cp.Seq != "" && cp.LostAfter == cp.Seq
+}
+
+// CarryLoss is the UpdateItem that moves the checkpoint of shard from prev
+// to to over records known trimmed, inside the gap after prev that an
+// abandon already counted (lostAfter = prev): SET sequenceNumber = to,
+// lostAfter = to on condition sequenceNumber = prev AND lostAfter = prev
+// AND no pending batch, never on a migration's fenced copy. The loss count
+// does not move: the records carried over are the same gap's
+// (docs/exactly-once.md, session 23, T23-3: a closed shard whose every
+// record after the checkpoint was trimmed).
+func CarryLoss(tableName string, key aggregates.Key, shard, prev, to string, now time.Time) *dynamodb.UpdateItemInput {
+	set, names, values := checkpointWrite(shard, now, "#sh", ":ua")
+	names["#lsq"] = AttrLostAfter
+	values[":prev"], values[":to"] = S(prev), S(to)
+	return &dynamodb.UpdateItemInput{
+		TableName: aws.String(tableName), Key: Key(key),
+		UpdateExpression:          aws.String("SET " + set + ", #seq = :to, #lsq = :to"),
+		ConditionExpression:       aws.String("#seq = :prev AND #lsq = :prev AND attribute_not_exists(#pt)" + fenceAbsent),
+		ExpressionAttributeNames:  names,
+		ExpressionAttributeValues: values,
+	}
+}
+
 // AbandonLanded reports whether cp, read consistently after an abandon
 // transaction of a whose answer was lost or whose condition failed, shows
 // that transaction landed: lostAt = Now. lostAt is written by abandon
@@ -111,12 +146,16 @@ func AbandonLanded(cp Checkpoint, a Abandon) bool {
 
 // AbandonStands reports whether cp is still the state a was read from
 // (the abandon neither landed nor was overtaken by another consumer).
+// Without a pending batch the state read is a gap not counted yet: one
+// another consumer's abandon counted meanwhile (lostAfter = Prev) is
+// overtaken, not standing, so that the condition failure it causes is
+// answered "not landed" rather than retried as an error.
 func AbandonStands(cp Checkpoint, a Abandon) bool {
 	if cp.Seq != a.Prev {
 		return false
 	}
 	if a.Pending == nil {
-		return cp.Pending == nil
+		return cp.Pending == nil && cp.LostAfter != a.Prev
 	}
 	return cp.Pending != nil && cp.Pending.To == a.Pending.To && cp.Pending.Next == a.Pending.Next && cp.Pending.Groups == a.Pending.Groups
 }

@@ -118,6 +118,10 @@ type Checkpoint struct {
 	// LostAt is when records of the shard were last abandoned (the
 	// guard-alone abandon transaction, AbandonTx), RFC 3339; "" never.
 	LostAt string
+	// LostAfter is the sequence number the last counted loss lies after
+	// (AbandonTx, CarryLoss): equal to Seq while the gap after the
+	// checkpoint is counted (Counted); "" never.
+	LostAfter string
 	// Fenced: the item is a migration's copy not released yet
 	// (ErrCheckpointFenced); nothing may claim from it.
 	Fenced bool
@@ -147,6 +151,7 @@ func DecodeCheckpoint(shard string, item map[string]types.AttributeValue) (Check
 	c.StartAt, _ = String(item, attrStartAt)
 	c.UpdatedAt, _ = String(item, AttrUpdatedAt)
 	c.LostAt, _ = String(item, AttrLostAt)
+	c.LostAfter, _ = String(item, AttrLostAfter)
 	_, c.Fenced = item[attrMigrationFence]
 	_, c.Tombstoned = item[attrTombstoned]
 	to, ok := String(item, attrPendingTo)

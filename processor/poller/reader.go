@@ -75,9 +75,16 @@ type reader struct {
 	incomplete    bool
 	// stale: the iterator is past records that were not processed (a
 	// failed page whose reopen failed); reopen before reading again.
-	stale    bool
-	held     string  // last record fully processed (committed, or with no effect)
-	iter     *string // nil at the shard's end
+	stale bool
+	held  string  // last record fully processed (committed, or with no effect)
+	iter  *string // nil at the shard's end
+	// pos is the sequence number the iterator reads after: the checkpoint
+	// it was opened after ("" at the shard's start), then the last record
+	// of each page read. A trim met by the iterator proves the records
+	// after it lost (ShardGuard.Trimmed); an iterator reopened at
+	// TRIM_HORIZON after a trim takes the trim point until it reads a
+	// record.
+	pos      string
 	opened   bool
 	lastRead time.Time
 	lastMove time.Time
@@ -366,6 +373,16 @@ func (r *reader) run() (res readerResult) {
 				return res
 			}
 			res.err = r.move(true)
+			if errors.Is(res.err, processor.ErrGap) {
+				// After a trim, another consumer moved the checkpoint past
+				// the trim point: whether records after it were lost is
+				// for a read after it to say, not this one's end.
+				res.err = nil
+				if err := r.reopen(ResetGap, false); err != nil && !fail("reopen", err) {
+					return res
+				}
+				continue
+			}
 			res.finished = res.err == nil
 			return res
 		}
@@ -419,7 +436,7 @@ func (r *reader) run() (res readerResult) {
 			case errors.As(err, &trimmed):
 				r.p.m.Reads.WithLabelValues("error").Inc()
 				_ = r.flush() // the records held were read before the trim: commit them, not lose them with it
-				if err := r.trimmed(err); err != nil && !fail("reopen", err) {
+				if err := r.trimmed(err, r.pos); err != nil && !fail("reopen", err) {
 					return res
 				}
 			case errors.Is(err, errShardGone):
@@ -454,6 +471,9 @@ func (r *reader) run() (res readerResult) {
 		}
 		failures = 0
 		r.iter = out.NextShardIterator
+		if n := len(out.Records); n > 0 && out.Records[n-1].Dynamodb != nil {
+			r.pos = aws.ToString(out.Records[n-1].Dynamodb.SequenceNumber)
+		}
 		pageSize := 0
 		for i := range out.Records {
 			if sr := out.Records[i].Dynamodb; sr != nil {
@@ -600,13 +620,13 @@ func (r *reader) open() error {
 	var notFound *streamtypes.ResourceNotFoundException
 	switch {
 	case errors.As(err, &trimmed):
-		return r.trimmed(err)
+		return r.trimmed(err, cp)
 	case errors.As(err, &notFound):
 		return r.notFound("open", err)
 	case err != nil:
 		return fmt.Errorf("open shard %s %s: %w", r.shard.id, in.ShardIteratorType, err)
 	}
-	r.iter = out.ShardIterator
+	r.iter, r.pos = out.ShardIterator, cp
 	r.opened, r.stale = true, false
 	r.log.Debug("shard iterator opened", "type", string(in.ShardIteratorType), "after", cp)
 	return nil
@@ -639,18 +659,20 @@ func (r *reader) released() (string, error) {
 	}
 }
 
-// trimmed handles TrimmedDataAccessException: the records after the
-// checkpoint are older than the stream's retention and gone for every
-// consumer. The reader reopens at TRIM_HORIZON with a guard that has no
-// origin (the gap is accepted: there is nothing to read in it); records at
-// or before the checkpoint are still dropped by the guard. The reports are
-// then short of the lost records until `ledgerctl reconcile --repair`.
-func (r *reader) trimmed(cause error) error {
+// trimmed handles TrimmedDataAccessException met after sequence number
+// after (the iterator's position): the records after it are older than the
+// stream's retention and gone for every consumer. The reader reopens at
+// TRIM_HORIZON with a guard that has no origin and knows the trim point
+// (ShardGuard.Trimmed: the gap is accepted, and counted, only while the
+// checkpoint is at or before it); records at or before the checkpoint are
+// still dropped by the guard. The reports are then short of the lost
+// records until `ledgerctl reconcile --repair`.
+func (r *reader) trimmed(cause error, after string) error {
 	r.p.m.Resets.WithLabelValues(ResetTrimmed).Inc()
 	r.log.Error("stream records were trimmed before they were read: they are lost to every consumer; reopening at TRIM_HORIZON; run `ledgerctl reconcile --repair` to restore the reports",
-		"held", r.held, "error", cause.Error())
+		"held", r.held, "after", after, "error", cause.Error())
 	r.newGuard()
-	r.guard.Trimmed()
+	r.guard.Trimmed(after)
 	out, err := r.p.streams.GetShardIterator(r.ctx, &dynamodbstreams.GetShardIteratorInput{
 		StreamArn: aws.String(r.p.cfg.StreamARN), ShardId: aws.String(r.shard.id), ShardIteratorType: streamtypes.ShardIteratorTypeTrimHorizon,
 	})
@@ -661,7 +683,9 @@ func (r *reader) trimmed(cause error) error {
 		}
 		return fmt.Errorf("open shard %s at TRIM_HORIZON: %w", r.shard.id, err)
 	}
-	r.iter = out.ShardIterator
+	// The iterator reads from the trim horizon, past after: a trim met by
+	// it before it returns a record was met after after too.
+	r.iter, r.pos = out.ShardIterator, after
 	r.opened, r.stale = true, false
 	return nil
 }
@@ -726,6 +750,11 @@ func (r *reader) move(finished bool) error {
 	// After a trim, the abandon transaction comes first: at a closed
 	// shard's end with no record after the trim, no Process call sends it.
 	cp, err := r.guard.AbandonTrimmed(ctx)
+	if errors.Is(err, processor.ErrGap) && !finished {
+		// The checkpoint is past the trim point (another consumer's): the
+		// trimmed guard stays, and its next Process call reopens after it.
+		return nil
+	}
 	if err != nil {
 		return err
 	}
