@@ -240,14 +240,21 @@ func drainWhileClosing(t *testing.T, cfg streamemu.Config, before func(*emuEnv),
 // drain's exit no longer needs a quiet listing (the report of session
 // 22's emutests branch describes a fix); it takes a table of the pool.
 func TestPoller_EmulatedDrainExitsWhenListingsOutlastTheGapBetweenCloses(t *testing.T) {
+	// Records in the closed shards' lineage too (every tenth close): the
+	// children of shards closed before the drain hold records readable at
+	// its start, which it must read.
 	manyClosed := func(e *emuEnv) {
-		for range 60 {
+		for i := range 60 {
 			for _, sh := range e.s.Shards() {
 				if !sh.Closed {
 					_, err := e.s.Close(sh.ID, false)
 					require.NoError(t, err)
 					break
 				}
+			}
+			if i%10 == 9 {
+				e.write(t, 10)
+				require.NoError(t, e.s.Sync(context.Background()))
 			}
 		}
 	}
