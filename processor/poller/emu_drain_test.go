@@ -64,7 +64,7 @@ func (p *pagesRead) wasRead(id string) bool {
 // the final CI of session 22 met it: 789 closes in 2 minutes, every shard
 // but the 4 newest finished). On a quiet machine it exits within the 20 s.
 func TestPoller_EmulatedDrainExitsWhileShardsKeepClosing(t *testing.T) {
-	drainWhileClosing(t, streamemu.Config{Shards: 3, Seed: 237}, nil, 100*time.Millisecond, 200*time.Millisecond, 8, 20*time.Second, 3)
+	drainWhileClosing(t, streamemu.Config{Shards: 3, Seed: 237}, nil, 20*time.Millisecond, 50*time.Millisecond, 8, 0, 3)
 }
 
 // drainWhileClosing runs a drain on the stream cfg describes (before, if
@@ -76,7 +76,7 @@ func drainWhileClosing(t *testing.T, cfg streamemu.Config, before func(*emuEnv),
 	ctx := context.Background()
 	seed := cfg.Seed
 	e := newEmuEnv(t, seed, cfg)
-	e.write(t, 100)
+	e.write(t, 300) // enough for the drain to meet a few closes
 	require.NoError(t, e.s.Sync(ctx))
 	if before != nil {
 		before(e)
