@@ -168,7 +168,7 @@ func drainWhileClosing(t *testing.T, cfg streamemu.Config, before func(*emuEnv),
 		t.Fatalf("the drain did not exit within 2m while shards kept closing (%d closes; %d of %d shards neither finished nor read)",
 			closes, waiting, len(listed))
 	}
-	t.Logf("drain exited after %s; %d shards closed under it, %d in the stream", took.Round(10*time.Millisecond), closes, len(listed))
+	t.Logf("drain exited after %s; %d shards closed under it, %d in the stream; %d DescribeStream calls", took.Round(10*time.Millisecond), closes, len(listed), e.s.Calls("DescribeStream"))
 
 	// The drain's promise: every record readable at its start is
 	// committed (its shard's checkpoint at or past it).
