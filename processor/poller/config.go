@@ -70,10 +70,12 @@ type Config struct {
 	// StartPosition applies to shards without a checkpoint (default
 	// TrimHorizon).
 	StartPosition StartPosition
-	// Drain makes Run return nil once every shard has been read to its
-	// current end and everything read is committed. A drain run reads every
-	// shard it can: it takes free and expired leases and asks live owners
-	// to hand theirs over.
+	// Drain makes Run return nil once every record readable in the stream
+	// when Run started is committed (docs/exactly-once.md, "The drain's
+	// promise"): every shard is read to its end, or to an empty page (its
+	// current end), except the shards made after the start. A drain run
+	// reads every shard it needs: it takes free and expired leases and
+	// asks live owners to hand theirs over.
 	Drain bool
 	// NoRollups turns the tenant roll-ups off in the processor NewService
 	// wires (processor.Config.NoRollups; cmd/poller --rollups=false).

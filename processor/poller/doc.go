@@ -274,16 +274,22 @@
 //
 // # Drain and shutdown
 //
-// With Config.Drain, Run returns once every listed shard is finished, or
-// was read by this run up to an empty page (its current end) with
-// everything committed and is still open, the children of every shard
-// finished are known, and the shard list was read again after the last
-// reader stopped. A shard that closed after the drain read it to an empty
-// page (a later listing shows it closed) is read again, to its end: before
-// issue 23 it was not, so it never became finished, its children never
-// became readable and the drain waited for them forever; on AWS any shard
-// can close at any moment. A closed shard's reader reads on past empty
-// pages to its end. When Run's context ends, readers stop after the batch in hand,
+// With Config.Drain, Run returns once every record readable in the stream
+// when it started is committed (docs/exactly-once.md, "The drain's
+// promise"): every listed shard is finished, gone, or left by the run —
+// read by it up to an empty page (its end then) with everything committed,
+// or made after its start (a descendant of a shard a DescribeStream
+// answer of the run showed open) —, the children of every shard finished
+// are known, and the shard list was read again after the last reader
+// stopped. A shard an answer of the run showed open and the run read to
+// an empty page is not read again when it closes later: its tail holds
+// only records not readable at that page, its children only records
+// written after its close (before issue 23 it was never read again and
+// its children were waited for forever; session 22 read it and its
+// children, and the drain exited only once a listing showed no such
+// close, which a listing longer than the gap between two closes never
+// did). A closed shard's reader reads on past empty pages to its end.
+// When Run's context ends, readers stop after the batch in hand,
 // commit it, move their checkpoints, and the leases are released; after
 // Config.ShutdownTimeout the batches still in hand are abandoned (they are
 // redelivered to the next owner, harmlessly).

@@ -44,38 +44,42 @@ func (p *pagesRead) wasRead(id string) bool {
 	return p.read[id]
 }
 
-// Issue 23's "a drain while shards keep closing": for the drain's whole
-// life a shard closes every 100–200 ms (a split for 40% of them while
-// fewer than 8 are open, a roll otherwise), and records are written for
-// its first 5 seconds. The drain exits within 2 minutes, every shard it
-// finished is committed to its last record, every child of a shard it
-// finished was read by it, and a final drain (nothing closing) leaves 0
-// report differences and no child committed before its parent finished.
-// Before issue 23's fix (a closed shard read again after the drain had
-// read it to an empty page) the drain waited for such a shard's children
-// forever.
+// Issue 23's "a drain while shards keep closing (it exits, having read
+// every child)": for the drain's whole life a shard closes every 20–50 ms
+// (a split for 40% of them while fewer than 8 are open, a roll
+// otherwise), and records are written for its first 5 seconds. The drain
+// exits within 2 minutes; every record readable at its start is committed
+// (docs/exactly-once.md, "The drain's promise"); every shard it finished
+// is committed to its last record; and a final drain (nothing closing)
+// leaves 0 report differences and no child committed before its parent
+// finished. "Having read every child" means, under the drain's horizon,
+// every child holding a record readable at its start: the children of a
+// shard that closed under the drain (after a listing of the drain showed
+// it open) were made after its start and hold only later records, left to
+// the live pollers or the next drain.
 //
-// The closes go on for the drain's first 20 s (100–200 closes), not its
-// whole life: a drain exits only once a listing made after its last
-// reader's end shows none of its drained shards closed since, so on a
-// loaded machine, where a listing takes longer than the gap between two
-// closes, it keeps up and does not exit until the closes pause (the
-// finding of TestPoller_EmulatedDrainExitsWhenListingsOutlastTheGapBetweenCloses;
-// the final CI of session 22 met it: 789 closes in 2 minutes, every shard
-// but the 4 newest finished). On a quiet machine it exits within the 20 s.
+// Before issue 23's fix the drain waited forever for the children of a
+// shard it had read to an empty page and saw closed; with session 22's
+// (that shard and its children read) it exited only once a listing showed
+// no such close, which on a loaded machine took until the closes paused
+// (the final CI of session 22: 789 closes in 2 minutes, no exit), so the
+// closes went on for the drain's first 20 s only, every 100–200 ms. With
+// the horizon the drain takes about a second here: the closes come every
+// 20–50 ms to meet it.
 func TestPoller_EmulatedDrainExitsWhileShardsKeepClosing(t *testing.T) {
-	drainWhileClosing(t, streamemu.Config{Shards: 3, Seed: 237}, nil, 100*time.Millisecond, 200*time.Millisecond, 8, 20*time.Second)
+	drainWhileClosing(t, streamemu.Config{Shards: 3, Seed: 237}, nil, 20*time.Millisecond, 50*time.Millisecond, 8, 0, 3)
 }
 
 // drainWhileClosing runs a drain on the stream cfg describes (before, if
 // set, acts on it first) while a shard closes every gapMin–gapMax (a split for 40%
 // of closes while fewer than maxOpen are open), for closeFor from the
-// start (0: for the drain's whole life), and checks what the drain did.
-func drainWhileClosing(t *testing.T, cfg streamemu.Config, before func(*emuEnv), gapMin, gapMax time.Duration, maxOpen int, closeFor time.Duration) {
+// start (0: for the drain's whole life), and checks what the drain did:
+// at least minMet shards it finished, or read and saw closed.
+func drainWhileClosing(t *testing.T, cfg streamemu.Config, before func(*emuEnv), gapMin, gapMax time.Duration, maxOpen int, closeFor time.Duration, minMet int) {
 	ctx := context.Background()
 	seed := cfg.Seed
 	e := newEmuEnv(t, seed, cfg)
-	e.write(t, 100)
+	e.write(t, 300) // enough for the drain to meet a few closes
 	require.NoError(t, e.s.Sync(ctx))
 	if before != nil {
 		before(e)
@@ -130,6 +134,11 @@ func drainWhileClosing(t *testing.T, cfg streamemu.Config, before func(*emuEnv),
 
 	reads := &pagesRead{Stream: e.s, read: map[string]bool{}}
 	tp := e.poller(t, "drain", reads, func(c *poller.Config) { c.Drain, c.LeaseDuration = true, 30*time.Second })
+	// The records readable when the drain starts: what it promises to
+	// have committed when it exits (docs/exactly-once.md, "The drain's
+	// promise"). Taken in by the emulation (Sync) before Run: readable.
+	require.NoError(t, e.s.Sync(ctx))
+	atStart := e.s.History()
 	from := time.Now()
 	dctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	runErr := tp.Run(dctx)
@@ -145,12 +154,10 @@ func drainWhileClosing(t *testing.T, cfg streamemu.Config, before func(*emuEnv),
 	require.NoError(t, err)
 	if timedOut {
 		// What drainComplete waits for: a listed shard neither finished
-		// nor drained while open, or a reader still going.
-		// The first 20 shards it waits for: not finished and closed (an
-		// end to reach), or never read.
+		// nor read by the drain. The first 20 of them.
 		waiting := 0
 		for _, sh := range listed {
-			if cps[sh.ID].Finished || (!sh.Closed && reads.wasRead(sh.ID)) {
+			if cps[sh.ID].Finished || reads.wasRead(sh.ID) {
 				continue
 			}
 			if waiting++; waiting <= 20 {
@@ -158,10 +165,25 @@ func drainWhileClosing(t *testing.T, cfg streamemu.Config, before func(*emuEnv),
 					sh.ID, sh.Parent, cps[sh.Parent].Finished, sh.Closed, sh.EndServed, sh.Records, reads.wasRead(sh.ID))
 			}
 		}
-		t.Fatalf("the drain did not exit within 2m while shards kept closing (%d closes; %d of %d shards not finished nor read while open)",
+		t.Fatalf("the drain did not exit within 2m while shards kept closing (%d closes; %d of %d shards neither finished nor read)",
 			closes, waiting, len(listed))
 	}
-	t.Logf("drain exited after %s; %d shards closed under it, %d in the stream", took.Round(10*time.Millisecond), closes, len(listed))
+	t.Logf("drain exited after %s; %d shards closed under it, %d in the stream; %d DescribeStream calls", took.Round(10*time.Millisecond), closes, len(listed), e.s.Calls("DescribeStream"))
+
+	// The drain's promise: every record readable at its start is
+	// committed (its shard's checkpoint at or past it).
+	readAtStart := map[string]bool{} // shards holding a record readable at the start
+	missed := 0
+	for _, h := range atStart {
+		readAtStart[h.Shard] = true
+		cp, ok := cps[h.Shard]
+		if !ok || processor.CompareSequence(cp.Seq, h.Seq) < 0 {
+			if missed++; missed <= 5 {
+				t.Errorf("record %s of shard %s, readable at the drain's start, is not committed (checkpoint %q, finished %v)", h.Seq, h.Shard, cp.Seq, cp.Finished)
+			}
+		}
+	}
+	assert.Zero(t, missed, "records readable at the drain's start and not committed (of %d)", len(atStart))
 
 	last := map[string]string{}
 	for _, h := range e.s.History() {
@@ -171,9 +193,12 @@ func drainWhileClosing(t *testing.T, cfg streamemu.Config, before func(*emuEnv),
 	for _, sh := range listed {
 		children[sh.ID] = sh.Children
 	}
-	finished := 0
+	finished, closedUnder := 0, 0
 	for _, sh := range listed {
 		cp, ok := cps[sh.ID]
+		if ok && !cp.Finished && sh.Closed && reads.wasRead(sh.ID) {
+			closedUnder++ // read by the drain to an empty page, closed since
+		}
 		if !ok || !cp.Finished {
 			continue
 		}
@@ -182,38 +207,48 @@ func drainWhileClosing(t *testing.T, cfg streamemu.Config, before func(*emuEnv),
 		if last[sh.ID] != "" {
 			assert.GreaterOrEqual(t, processor.CompareSequence(cp.Seq, last[sh.ID]), 0, "finished shard %s committed to its last record %s", sh.ID, last[sh.ID])
 		}
+		// "Having read every child" (issue 23), under the drain's
+		// horizon: every child of a shard it finished that holds a
+		// record readable at its start. A child made after the start (of
+		// a shard that closed under the drain) holds only later records:
+		// left to the live pollers or the next drain.
 		for _, k := range children[sh.ID] {
-			assert.True(t, reads.wasRead(k), "child %s of the finished shard %s was read by the drain", k, sh.ID)
+			if readAtStart[k] {
+				assert.True(t, reads.wasRead(k), "child %s of the finished shard %s, with records readable at the drain's start, was read by it", k, sh.ID)
+			}
 		}
 	}
-	// Shards closed under the drain before it read them to their end, and
-	// their children: the test is one only if the drain met the closes.
-	t.Logf("%d shards finished by the drain", finished)
-	require.GreaterOrEqual(t, finished, 5, "shards the drain finished")
+	// The test is one only if the closes met the drain: shards it
+	// finished or read to an empty page closed under it.
+	t.Logf("%d shards finished by the drain, %d read by it to an empty page and closed since; %d records readable at its start", finished, closedUnder, len(atStart))
+	require.GreaterOrEqual(t, finished+closedUnder, minMet, "shards the drain finished or read and saw closed")
 	require.GreaterOrEqual(t, closes, 10, "shards closed under the drain")
 	e.finish(t, nil)
 }
 
-// A drain that keeps up with the closes but never exits (a finding of
-// session 22, left for the branch changing poller.go): a drain exits only
-// after a listing made since its last reader's end shows no shard it read
-// to an empty page closed since. With a listing longer than the gap
-// between two closes (here 60 closed shards before the drain and pages of
-// one shard: a listing of ~70–160 pages at 10 DescribeStream calls a
-// second, 7–16 s, against a close every 1–1.5 s) every listing finds one,
-// the drain reads its end and its children and lists again: in 2 minutes
-// it finished every shard but the 2 newest children (95 closes, 159
-// shards) and never exited. At the fleet benchmark's 1,000 shards with a
-// day of history (about 7,000 shards listed, 70 pages of 100: 7 s at AWS's
-// rate; a close every ~0.6 s at compression 24) the same condition holds,
-// which is the likely cause of its final drain not finishing in 5
-// minutes (inferred, not reproduced at that size). Skipped until the
-// drain's exit no longer needs a quiet listing (the report of session
-// 22's emutests branch describes a fix); it takes a table of the pool.
+// A drain while a listing takes longer than the gap between two closes (a
+// finding of session 22): 60 closed shards before the drain and pages of
+// one shard, a listing of ~70–160 pages at 10 DescribeStream calls a
+// second (7–16 s) against a close every 1–1.5 s for the drain's whole
+// life. Session 22's drain exited only after a listing made since its last
+// reader's end showed no shard it had read to an empty page closed since:
+// every listing found one, the drain read its end and its children and
+// listed again, and in 2 minutes it never exited (95 closes, 159 shards;
+// on that code this test still fails so, checked in session 23: 96
+// closes, no exit). At the fleet benchmark's 1,000 shards with a day of
+// history (about 7,000 shards listed, 70 pages of 100: 7 s at AWS's rate;
+// a close every ~0.6 s at compression 24) the same condition held: the
+// likely cause of its final drain not finishing in 5 minutes. With the
+// drain's horizon (docs/exactly-once.md, "The drain's promise") it exits
+// after one listing past its last reader's end, every record readable at
+// its start committed, those in the lineage of the shards closed before
+// it included.
 func TestPoller_EmulatedDrainExitsWhenListingsOutlastTheGapBetweenCloses(t *testing.T) {
-	t.Skip("finding (session 22): the drain never exits when a listing takes longer than the gap between closes; see the comment")
+	// Records in the closed shards' lineage too (every tenth close): the
+	// children of shards closed before the drain hold records readable at
+	// its start, which it must read.
 	manyClosed := func(e *emuEnv) {
-		for range 60 {
+		for i := range 60 {
 			for _, sh := range e.s.Shards() {
 				if !sh.Closed {
 					_, err := e.s.Close(sh.ID, false)
@@ -221,8 +256,12 @@ func TestPoller_EmulatedDrainExitsWhenListingsOutlastTheGapBetweenCloses(t *test
 					break
 				}
 			}
+			if i%10 == 9 {
+				e.write(t, 10)
+				require.NoError(t, e.s.Sync(context.Background()))
+			}
 		}
 	}
 	drainWhileClosing(t, streamemu.Config{Shards: 4, Seed: 239, ListPage: 1, Limits: streamemu.Limits{DescribeStreamPerSecond: 10}},
-		manyClosed, time.Second, 1500*time.Millisecond, 4, 0)
+		manyClosed, time.Second, 1500*time.Millisecond, 4, 0, 5)
 }

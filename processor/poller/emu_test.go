@@ -190,19 +190,22 @@ func (c *closeOnEmptyPage) GetRecords(ctx context.Context, in *dynamodbstreams.G
 // Issue 23: a drain that read a shard to an empty page (its current end)
 // and then saw it close (a later listing) never read it again, so it
 // never became finished, its children stayed ineligible, and the drain
-// waited for them forever. Now a closed shard is read to its end even
-// after a drain caught up with it, and the drain exits having read every
-// child; a shard's end looks its children up with ShardFilter CHILD_SHARDS
-// instead of listing the whole stream.
+// waited for them forever. Session 22 read such a shard again, to its
+// end, then its children; the drain's promise (docs/exactly-once.md, "The
+// drain's promise": every record readable at its start is committed)
+// needs neither: its tail holds records not readable at the empty page,
+// its children records written after its close. The drain exits without
+// reading them, every record readable at its start committed; a final
+// drain (nothing closing) takes the rest, and the reports are exact.
 func TestPoller_DrainExitsWhenAShardClosesAfterItWasDrained(t *testing.T) {
 	ctx := context.Background()
 	e := newEmuEnv(t, 231, streamemu.Config{Shards: 3})
 	e.write(t, 150)
 	require.NoError(t, e.s.Sync(ctx))
+	atStart := e.s.History()
 
 	var closed string
 	var kids []string
-	var before int // records in the stream when the hook was done
 	hook := &closeOnEmptyPage{Stream: e.s}
 	hook.close = func(id string) {
 		var err error
@@ -211,7 +214,6 @@ func TestPoller_DrainExitsWhenAShardClosesAfterItWasDrained(t *testing.T) {
 		closed = id
 		e.write(t, 80) // records in the children (and in the other shards)
 		require.NoError(t, e.s.Sync(ctx))
-		before = len(e.s.History())
 		listed := e.s.Calls("DescribeStream")
 		eventually(t, "a listing after the close", 30*time.Second, func() bool { return e.s.Calls("DescribeStream") > listed })
 	}
@@ -222,31 +224,21 @@ func TestPoller_DrainExitsWhenAShardClosesAfterItWasDrained(t *testing.T) {
 	e.runDrain(t, tp, 90*time.Second)
 
 	require.NotEmpty(t, closed, "a shard was closed under the drain")
-	for _, sh := range e.s.Shards() {
-		if sh.ID == closed {
-			assert.True(t, sh.EndServed, "the closed shard was read to its end")
-		}
-	}
 	_, cps, err := table.ReadStreamState(ctx, e.ddb, table.CoordinationTableName(e.table), e.stream.arn, nil)
 	require.NoError(t, err)
-	assert.True(t, cps[closed].Finished, "the closed shard is finished")
-	// The drain read each child up to every record written before it was
-	// done with the hook (records the drain's own writes added later may
-	// follow).
-	last := map[string]string{}
-	for _, h := range e.s.History()[:before] {
-		last[h.Shard] = h.Seq
+	for _, h := range atStart {
+		assert.GreaterOrEqual(t, processor.CompareSequence(cps[h.Shard].Seq, h.Seq), 0, "record %s of shard %s, readable at the drain's start, is committed", h.Seq, h.Shard)
 	}
+	// The drain left the closed shard's tail and its children (made after
+	// its start): the shard is not finished, its children not read.
+	assert.False(t, cps[closed].Finished, "the shard closed after the drain read it to an empty page is left unfinished")
 	for _, k := range kids {
-		require.Contains(t, cps, k, "the drain read child %s", k)
-		if last[k] != "" {
-			assert.GreaterOrEqual(t, processor.CompareSequence(cps[k].Seq, last[k]), 0, "child %s read to its last record %s", k, last[k])
-		}
+		assert.Empty(t, cps[k].Seq, "child %s, made after the drain's start, is left to the next reader", k)
 	}
 	t.Logf("drain: DescribeStream calls: %d, shards listed: %d", e.s.Calls("DescribeStream"), e.s.ShardsListed())
-	// The other shards got records after the drain had read them (a drain
-	// reads an open shard to its end as it was): a second drain takes
-	// them, and the reports are exact.
+	// The closed shard's tail, its children and the other shards' records
+	// written after the drain had read them: a second drain takes them,
+	// and the reports are exact.
 	e.finish(t, nil)
 }
 

@@ -52,7 +52,7 @@ type Poller struct {
 	cps       map[string]checkpoint
 	seen      map[string]observation
 	held      map[string]*holding
-	drained   map[string]bool // read by this drain run to an empty page while open
+	drained   map[string]bool // read by this drain run to an empty page (drainLeaves)
 	gone      map[string]bool
 	// goneAt is when each shard in gone was marked (this poller's clock):
 	// a listing whose first page is older than the mark does not undo it
@@ -70,6 +70,14 @@ type Poller struct {
 	takesFrom   time.Time // when this pass's first batch of takes started (takeTurn; zero: none yet)
 	done        chan readerResult
 	stopping    bool
+
+	// A drain run's horizon (docs/exactly-once.md, "The drain's promise";
+	// noteShards): seenOpen, the shards a DescribeStream answer of the run
+	// showed open (their children are made after the run's start); late,
+	// the shards made after its start (a child of one in seenOpen or in
+	// late). Nil for a live poller.
+	seenOpen map[string]bool
+	late     map[string]bool
 
 	// The share-bounded pass's state (share.go; a drain reads everything).
 	workers       map[string]workerView // the other pollers, from the worker registry
@@ -257,12 +265,20 @@ func (p *Poller) Run(ctx context.Context) error {
 	for runErr == nil && ctx.Err() == nil && p.superseded.Load() == nil {
 		if p.cfg.Drain && p.drainComplete() {
 			if !p.listed.Before(p.lastStop) {
-				p.log.Info("drain complete: every shard is read to its current end and committed")
+				p.log.Info("drain complete: every record readable at the drain's start is committed")
 				break
 			}
-			// Everything listed is read, but shards may have closed (or
-			// appeared) since the list was read: read it again, at once the
-			// first time, at the next tick when that failed (throttled).
+			// Everything listed is read, but shards made before the start
+			// may have been listed since (a child AWS lists a moment after
+			// its parent's close, a shard marked gone listed again): read
+			// the list again, at once the first time, at the next tick when
+			// that failed (throttled). Shards that closed since it was read
+			// keep nobody waiting: one the run read to an empty page is
+			// done, whatever follows its page (drainLeaves), and a closed
+			// shard's children are made after the start once an answer of
+			// the run showed it open (issue 23: before, such a listing
+			// had to show none of them closed, and a listing longer than
+			// the gap between two closes never did).
 			if !p.forceList {
 				p.forceList = true
 				runErr = p.pass(p.round(ctx), false)
@@ -353,26 +369,73 @@ const endListWait = 200 * time.Millisecond
 const firstRound = time.Second
 
 // drainComplete reports whether every listed shard is finished, gone, or
-// drained by this run (and still open as last listed), nothing is being
-// read, and the children of every shard finished are known. Run lists the
-// stream once more when the list is older than the last reader's end.
+// left by this drain run (drainLeaves), nothing is being read, and the
+// children of every shard finished are known. Run lists the stream once
+// more when the list is older than the last reader's end.
 func (p *Poller) drainComplete() bool {
 	if len(p.held) > 0 || p.listed.IsZero() || len(p.lookup) > 0 {
 		return false
 	}
 	for _, s := range p.shards {
-		if !p.cps[s.id].finished && !p.drainedOpen(s) && !p.gone[s.id] {
+		if !p.cps[s.id].finished && !p.drainLeaves(s) && !p.gone[s.id] {
 			return false
 		}
 	}
 	return true
 }
 
-// drainedOpen reports whether this drain run read s to an empty page and
-// s is still open as last listed. A shard that has closed since has
-// records after that page and an end to reach (issue 23: its children
-// wait for it), so it is read again, to its end.
-func (p *Poller) drainedOpen(s shard) bool { return p.drained[s.id] && !s.closed }
+// drainLeaves reports whether this drain run leaves s unread: it holds no
+// record readable at the run's start that the run has not committed
+// (docs/exactly-once.md, "The drain's promise"). That is so when the run
+// read s to an empty page (every record readable then, so every one
+// readable at its start, was before that page and is committed), whether
+// s closed since or not, provided a DescribeStream answer of the run
+// showed s open: its close, and so its children, came after the run's
+// start. A shard drained and not known open that is now listed closed (a
+// shard learned from a lease item, which says nothing of its close) is
+// read again, to its end: its children may hold older records. It is so
+// too when s was made after the run's start (late: a descendant of a
+// shard shown open), whose records were all written after it. A live
+// poller leaves nothing.
+func (p *Poller) drainLeaves(s shard) bool {
+	return p.drained[s.id] && (p.seenOpen[s.id] || !s.closed) || p.late[s.id]
+}
+
+// drainedOpen is drainLeaves under the name share.go's takeShare calls it
+// by (kept so that this change stays out of share.go; to be renamed there).
+func (p *Poller) drainedOpen(s shard) bool { return p.drainLeaves(s) }
+
+// noteShards records, for a drain run, what shards given by a
+// DescribeStream answer of the run (open: a listing or a CHILD_SHARDS
+// lookup) or learned from lease items (open false: a lease item says
+// nothing of a close) tell of its horizon: a shard shown open closes, if
+// ever, after the run's start, so its children are made after it; so are
+// their descendants.
+func (p *Poller) noteShards(shards []shard, open bool) {
+	if !p.cfg.Drain {
+		return
+	}
+	if p.seenOpen == nil {
+		p.seenOpen, p.late = map[string]bool{}, map[string]bool{}
+	}
+	if open {
+		for _, s := range shards {
+			if !s.closed {
+				p.seenOpen[s.id] = true
+			}
+		}
+	}
+	for changed := true; changed; {
+		// Parents list before their children (a listing is sorted by
+		// starting sequence number), but nothing here needs it.
+		changed = false
+		for _, s := range shards {
+			if !p.late[s.id] && s.parent != "" && (p.seenOpen[s.parent] || p.late[s.parent]) {
+				p.late[s.id], changed = true, true
+			}
+		}
+	}
+}
 
 // pass is one round of the coordinator: renew (when renew is set), list
 // shards when due, read leases and checkpoints, take a fair share, start
@@ -475,6 +538,7 @@ func (p *Poller) discover(ctx context.Context) (ok bool, err error) {
 				p.log.Warn("the stream is disabled")
 			}
 			p.shards, p.listed, p.listDone, p.forceList = shards, listedAt, time.Now(), false
+			p.noteShards(shards, true)
 			// The list has every child listed so far: those of the shards
 			// still to be looked up are registered for the other pollers. A
 			// shard whose children it does not have yet stays to be looked
@@ -606,6 +670,7 @@ func (p *Poller) learnShards() {
 	for _, s := range p.shards {
 		known[s.id] = true
 	}
+	var learned []shard
 	for id, l := range p.leases {
 		if l.start == "" || known[id] || p.finishedKnown(id) || p.gone[id] {
 			continue
@@ -614,8 +679,10 @@ func (p *Poller) learnShards() {
 			continue // a shard gone with its records (table.LeaseStale)
 		}
 		p.shards = append(p.shards, shard{id: id, parent: l.parent, start: l.start})
+		learned = append(learned, p.shards[len(p.shards)-1])
 		known[id] = true
 	}
+	p.noteShards(learned, false)
 }
 
 // lookupChildren adds the children of the shards finished since the last
@@ -759,6 +826,7 @@ func (p *Poller) childless(id string) bool {
 // lease item: the other pollers learn of them from it, without listing the
 // whole stream.
 func (p *Poller) registerChildren(ctx context.Context, kids []shard, known map[string]bool) {
+	p.noteShards(kids, true)
 	for _, k := range kids {
 		if !known[k.id] {
 			known[k.id] = true
@@ -887,7 +955,8 @@ func (p *Poller) finishedKnown(id string) bool {
 }
 
 // eligible returns the shards that can be read now: not finished, not
-// drained by this run, and every parent finished (or no longer listed).
+// left by this drain run (drainLeaves), and every parent finished (or no
+// longer listed).
 func (p *Poller) eligible() []shard {
 	listed := make(map[string]bool, len(p.shards))
 	for _, s := range p.shards {
@@ -895,7 +964,7 @@ func (p *Poller) eligible() []shard {
 	}
 	var out []shard
 	for _, s := range p.shards {
-		if p.finishedKnown(s.id) || p.drainedOpen(s) || p.gone[s.id] {
+		if p.finishedKnown(s.id) || p.drainLeaves(s) || p.gone[s.id] {
 			continue
 		}
 		if s.parent != "" && listed[s.parent] && !p.finishedKnown(s.parent) && !p.gone[s.parent] {
@@ -1790,7 +1859,7 @@ func (p *Poller) gauges() {
 		switch {
 		case p.finishedKnown(s.id):
 			counts["finished"]++
-		case !elig[s.id] && !p.drainedOpen(s) && !p.gone[s.id]:
+		case !elig[s.id] && !p.drainLeaves(s) && !p.gone[s.id]:
 			counts["waiting"]++
 		case s.closed:
 			counts["closed"]++
