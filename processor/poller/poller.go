@@ -1054,15 +1054,17 @@ type takeAttempt struct {
 // a join, does not wait for each in turn), their results applied in turn.
 // A live poller not born yet (incarnation.go) takes nothing, nor does a
 // heartbeat poller whose validity has ended. It returns how many are now
-// held.
-func (p *Poller) takeLeases(ctx context.Context, ls []lease) int {
+// held, and the shards whose take the write pacer did not send
+// (errWriteDeferred: its turn came after the round's deadline), which
+// takeOffers leaves offered (review of session 23, S23-P1).
+func (p *Poller) takeLeases(ctx context.Context, ls []lease) (int, map[string]bool) {
 	if !p.cfg.Drain && p.born.Load() == 0 {
 		// A live poller takes nothing before one of its claims of its
 		// worker item was answered: only a process holding no lease may
 		// claim the item unconditionally, and a claim that lands late
 		// (after another process of its name claimed and took over) must
 		// bring no lease with it (HB6, claim H6).
-		return 0
+		return 0, nil
 	}
 	if p.heartbeats() && (p.fencedOut.Load() || !time.Now().Before(fromMono(p.beatUntil.Load()))) {
 		// A heartbeat poller whose validity has ended (paused: no
@@ -1075,7 +1077,7 @@ func (p *Poller) takeLeases(ctx context.Context, ls []lease) int {
 		// its name stays in its name, which the others judge by its beat,
 		// and takeShare takes it at once, over the share if need be, once
 		// a heartbeat lands (HB6-L1; review of session 20).
-		return 0
+		return 0, nil
 	}
 	var tries []*takeAttempt
 	// The fences of this call, one per owner: a fence covers the lease
@@ -1119,12 +1121,18 @@ func (p *Poller) takeLeases(ctx context.Context, ls []lease) int {
 	}
 	wg.Wait()
 	n := 0
+	var deferred map[string]bool
 	for _, a := range tries {
 		if p.applyTake(a) {
 			n++
+		} else if errors.Is(a.err, errWriteDeferred) {
+			if deferred == nil {
+				deferred = map[string]bool{}
+			}
+			deferred[a.l.shard] = true
 		}
 	}
-	return n
+	return n, deferred
 }
 
 // applyTake records the outcome of a take: held, its answer lost but
