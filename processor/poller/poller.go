@@ -1419,6 +1419,10 @@ func (p *Poller) renewAll(ctx context.Context) {
 	}
 }
 
+// stopReleases is how long after its shutdown timeout a stop's releases
+// (and their offers) may go on, and the leave's own budget after them.
+const stopReleases = 5 * time.Second
+
 // renewParallel bounds the lease renewals a poller has in flight at once.
 const renewParallel = 16
 
@@ -1685,7 +1689,17 @@ func (p *Poller) shutdown(ctx context.Context) {
 	for _, h := range p.held {
 		h.signalStop()
 	}
-	bg := context.WithoutCancel(ctx)
+	// The stop's paced writes (the releases and their offers, as each
+	// reader ends and after) share one bound: the shutdown timeout and
+	// stopReleases after the stop began. Each release's own 5 s bounded
+	// only its turn, and one after another, paced at this poller's share
+	// of the fleet's budget, the releases of more leases than that share
+	// writes in a few seconds held the exit past the container's stop
+	// timeout (review of session 23, S23-P2). A release whose turn comes
+	// later is not made: its lease expires (and, once the leave lands,
+	// is taken over after a fence).
+	stopBy := time.Now().Add(p.cfg.ShutdownTimeout + stopReleases)
+	bg := withPaceUntil(context.WithoutCancel(ctx), stopBy)
 	hard := time.NewTimer(p.cfg.ShutdownTimeout)
 	defer hard.Stop()
 	tick := time.NewTicker(p.cfg.renewInterval())
@@ -1707,7 +1721,7 @@ func (p *Poller) shutdown(ctx context.Context) {
 	}
 	// One budget for all releases, so that many leases on an unreachable
 	// table cannot hold the exit back: unreleased leases simply expire.
-	rctx, cancel := context.WithTimeout(bg, 5*time.Second)
+	rctx, cancel := context.WithTimeout(bg, stopReleases)
 	defer cancel()
 	for id, h := range p.held {
 		p.release(rctx, id, h)
@@ -1717,7 +1731,11 @@ func (p *Poller) shutdown(ctx context.Context) {
 		p.hbStop()
 	}
 	if !p.cfg.Drain && p.registryReads > 0 && !superseded {
-		if err := p.store.leave(rctx, p.cfg.Owner, p.inc); err != nil {
+		// The leave has a turn of its own past the releases' bound: it
+		// lets the others take over at once what was not released.
+		lctx, cancel := context.WithTimeout(withPaceUntil(context.WithoutCancel(ctx), time.Time{}), stopReleases)
+		defer cancel()
+		if err := p.store.leave(lctx, p.cfg.Owner, p.inc); err != nil {
 			p.log.Warn("marking this poller left in the worker registry failed; the others count it gone after a lease duration", "error", err.Error())
 		}
 	}

@@ -74,19 +74,19 @@ func TestReviewS23P1_AnOfferWhoseTakeThePacerDeferredStaysOffered(t *testing.T) 
 // by one poller (a deploy that stops it as seven new ones register) are
 // 20 s of releases and as long again of offers, past the 40 s stopTimeout
 // of docs/deploy.md after the commits' 20 s: SIGKILL, no leave written,
-// the rest expiring. Here: one poller holding 30 shards, 3 units a second
-// (its releases alone 10 s), a 2 s shutdown timeout. With the fix the
+// the rest expiring. Here: one poller holding 24 shards, 2 units a second
+// (its releases alone 12 s), a 2 s shutdown timeout. With the fix the
 // stop's paced writes end at the shutdown timeout + 5 s after the stop
 // began; the releases not made by then are left to expire (counted
 // deferred), and the leave is written.
 func TestReviewS23P2_AStopsPacedWritesEndWithinTheShutdownTimeoutAndFiveSeconds(t *testing.T) {
 	ddbtest.Long(t)
-	const shards = 30
+	const shards = 24
 	const shutdown = 2 * time.Second
 	e := newEmuEnv(t, 2302, streamemu.Config{Shards: shards, Seed: 2302})
 	e.write(t, 40)
 	a := e.hbPoller(t, "a", nil, nil, nil, func(c *poller.Config) {
-		c.CoordinationWriteRate = 3
+		c.CoordinationWriteRate = 2
 		c.ShutdownTimeout = shutdown
 	})
 	ctx, cancel := context.WithCancel(context.Background())
@@ -105,9 +105,9 @@ func TestReviewS23P2_AStopsPacedWritesEndWithinTheShutdownTimeoutAndFiveSeconds(
 	}
 	took := time.Since(stopping)
 	released := counter(t, a.m.LeaseEvents.WithLabelValues(poller.LeaseReleased))
-	deferred := counter(t, a.m.CoordinationWriteDeferred.WithLabelValues("leases"))
-	t.Logf("the stop took %s: %.0f leases released, %.0f releases deferred", took.Round(time.Millisecond), released, deferred)
-	// A second for the leave and the readers' ends on a loaded machine.
-	assert.Less(t, took, shutdown+5*time.Second+time.Second, "the stop's paced writes end within the shutdown timeout and 5 s")
+	t.Logf("the stop took %s: %.0f leases released of %d", took.Round(time.Millisecond), released, shards)
+	// A second and a half for the leave and the readers' ends on a loaded
+	// machine.
+	assert.Less(t, took, shutdown+5*time.Second+1500*time.Millisecond, "the stop's paced writes end within the shutdown timeout and 5 s")
 	assert.Positive(t, released, "no lease released at the stop")
 }
