@@ -30,7 +30,9 @@ import (
 // The fleet's budget (Config.CoordinationWriteRate, write units a second
 // per partition) is split evenly among the live pollers of the worker
 // registry, this one included, as the DescribeStream pacer splits its
-// rate (describeBudget); a drain, which reads no registry, takes it all.
+// rate (describeBudget); a drain, which the live pollers do not count (it
+// writes no worker item), counts them: its share, all of it in its first
+// pass, before its first read of the registry (review of session 23).
 // Each partition has its own limiter (burst 1). A write is charged the
 // write units its item took the last time this poller wrote it (1 when
 // it never did) before it is sent, and what DynamoDB reports it consumed
