@@ -232,10 +232,11 @@ type Config struct {
 	// fence of a gone poller, the leave (default 400, of the 1,000 one
 	// partition takes; issue 23's ceiling is 500). Each poller writes at
 	// most this divided by the live pollers of the worker registry (a
-	// drain: all of it), a write charged the units its item took at its
-	// last write. The heartbeat and lease renewals are never paced. A
-	// write whose turn comes after its round's deadline is left to the
-	// next round (design.md, "Scale": "Hot keys"; runbook, "A hot
+	// drain: its share with them, all of it in its first pass), a write
+	// charged the units its item took at its last write. The heartbeat
+	// and lease renewals are never paced. A write whose turn comes after
+	// its round's deadline is left to the next round, and a stop's after
+	// ShutdownTimeout + 5 s (design.md, "Scale": "Hot keys"; runbook, "A hot
 	// coordination key").
 	CoordinationWriteRate int
 	// CheckpointInterval is how often a shard whose records had no effect

@@ -26,7 +26,7 @@ const (
 // for it) when it looked at it.
 const (
 	OfferTaken            = "taken"             // taken
-	OfferLater            = "later"             // its lease, its checkpoint or its parent's not read in time: left offered for the next round (S22-H2)
+	OfferLater            = "later"             // its lease, its checkpoint or its parent's not read in time, or its take deferred by the write pacer: left offered for the next round (S22-H2, S23-P1)
 	OfferNotIts           = "not_its"           // already held, finished, or another poller's (or another process of this name's) by now
 	OfferUnknownShard     = "unknown_shard"     // not in this poller's listing and its lease item does not describe it: left to the listing
 	OfferParentUnfinished = "parent_unfinished" // its parent is not read to its end: left to the listing

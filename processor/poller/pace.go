@@ -30,7 +30,9 @@ import (
 // The fleet's budget (Config.CoordinationWriteRate, write units a second
 // per partition) is split evenly among the live pollers of the worker
 // registry, this one included, as the DescribeStream pacer splits its
-// rate (describeBudget); a drain, which reads no registry, takes it all.
+// rate (describeBudget); a drain, which the live pollers do not count (it
+// writes no worker item), counts them: its share, all of it in its first
+// pass, before its first read of the registry (review of session 23).
 // Each partition has its own limiter (burst 1). A write is charged the
 // write units its item took the last time this poller wrote it (1 when
 // it never did) before it is sent, and what DynamoDB reports it consumed
@@ -125,11 +127,24 @@ func (w *writePacer) wait(ctx context.Context, part partition, key string) error
 	n := max(w.units[key], 1)
 	lim := w.lim[part]
 	rs := make([]*rate.Reservation, 0, n)
-	var d time.Duration
-	for range n { // burst 1: a unit at a time
+	var d, first time.Duration
+	for i := range n { // burst 1: a unit at a time
 		r := lim.ReserveN(now, 1)
 		rs = append(rs, r)
 		d = r.DelayFrom(now)
+		if i == 0 {
+			first = d
+		}
+	}
+	if !until.IsZero() && now.Add(d).After(until) && now.Add(first).Before(until) && unitsTime(n-1, lim.Limit()) > until.Sub(now) {
+		// Its units could not all be paid before until even from a
+		// limiter at rest (an item of many KB at a small share): deferred
+		// at every round, it was never sent (a receiver's clear of its
+		// own offers, and so its item, stuck: review of session 23,
+		// S23-P3). It goes at its first unit's turn, the rest owed: the
+		// writes after it wait for them, as for the units a write took
+		// beyond its charge (wrote).
+		d = first
 	}
 	if !until.IsZero() && now.Add(d).After(until) {
 		for i := len(rs) - 1; i >= 0; i-- {
@@ -153,6 +168,14 @@ func (w *writePacer) wait(ctx context.Context, part partition, key string) error
 	case <-t.C:
 		return nil
 	}
+}
+
+// unitsTime is how long lim takes to earn n units.
+func unitsTime(n int, lim rate.Limit) time.Duration {
+	if n <= 0 || lim == rate.Inf {
+		return 0
+	}
+	return time.Duration(float64(n) / float64(lim) * float64(time.Second))
 }
 
 // wrote records the write units DynamoDB reported a paced write of key

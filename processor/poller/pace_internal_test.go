@@ -62,3 +62,22 @@ func TestWritePacer_ChargesAWriteItsItemsUnits(t *testing.T) {
 	assert.GreaterOrEqual(t, time.Since(start), 450*time.Millisecond, "the big item's next write charged 4 units")
 	assert.Positive(t, testutil.ToFloat64(m.CoordinationWriteWaits.WithLabelValues("workers")))
 }
+
+// S23-P3 (review of session 23): a write charged more units than its
+// share of the budget earns before its round's deadline, even from a
+// limiter at rest, is sent at its first unit's turn, the rest owed by the
+// writes after it; before, it was deferred at every round and never sent.
+func TestWritePacer_AWriteLargerThanARoundsShareIsSentAndItsUnitsOwed(t *testing.T) {
+	m := NewMetrics(nil)
+	w := newWritePacer(2, m) // 2 units a second
+	ctx := context.Background()
+	require.NoError(t, w.wait(ctx, workerPartition, "big"))
+	w.wrote(workerPartition, "big", 10) // an item of 10 KB: 9 units owed
+	time.Sleep(5 * time.Second)         // the debt paid: the limiter at rest
+	round := func() context.Context { return withPaceUntil(ctx, time.Now().Add(500*time.Millisecond)) }
+	// 10 units at 2 a second: 4.5 s beyond the burst, past any round of 0.5 s.
+	require.NoError(t, w.wait(round(), workerPartition, "big"), "a write larger than a round's share is sent at its first unit's turn")
+	// Its 9 units beyond the first are owed: the next write's turn is 4.5 s
+	// away, past its round.
+	require.ErrorIs(t, w.wait(round(), workerPartition, "small"), errWriteDeferred)
+}

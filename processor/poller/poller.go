@@ -1123,15 +1123,17 @@ type takeAttempt struct {
 // a join, does not wait for each in turn), their results applied in turn.
 // A live poller not born yet (incarnation.go) takes nothing, nor does a
 // heartbeat poller whose validity has ended. It returns how many are now
-// held.
-func (p *Poller) takeLeases(ctx context.Context, ls []lease) int {
+// held, and the shards whose take the write pacer did not send
+// (errWriteDeferred: its turn came after the round's deadline), which
+// takeOffers leaves offered (review of session 23, S23-P1).
+func (p *Poller) takeLeases(ctx context.Context, ls []lease) (int, map[string]bool) {
 	if !p.cfg.Drain && p.born.Load() == 0 {
 		// A live poller takes nothing before one of its claims of its
 		// worker item was answered: only a process holding no lease may
 		// claim the item unconditionally, and a claim that lands late
 		// (after another process of its name claimed and took over) must
 		// bring no lease with it (HB6, claim H6).
-		return 0
+		return 0, nil
 	}
 	if p.heartbeats() && (p.fencedOut.Load() || !time.Now().Before(fromMono(p.beatUntil.Load()))) {
 		// A heartbeat poller whose validity has ended (paused: no
@@ -1144,7 +1146,7 @@ func (p *Poller) takeLeases(ctx context.Context, ls []lease) int {
 		// its name stays in its name, which the others judge by its beat,
 		// and takeShare takes it at once, over the share if need be, once
 		// a heartbeat lands (HB6-L1; review of session 20).
-		return 0
+		return 0, nil
 	}
 	var tries []*takeAttempt
 	// The fences of this call, one per owner: a fence covers the lease
@@ -1188,12 +1190,18 @@ func (p *Poller) takeLeases(ctx context.Context, ls []lease) int {
 	}
 	wg.Wait()
 	n := 0
+	var deferred map[string]bool
 	for _, a := range tries {
 		if p.applyTake(a) {
 			n++
+		} else if errors.Is(a.err, errWriteDeferred) {
+			if deferred == nil {
+				deferred = map[string]bool{}
+			}
+			deferred[a.l.shard] = true
 		}
 	}
-	return n
+	return n, deferred
 }
 
 // applyTake records the outcome of a take: held, its answer lost but
@@ -1480,6 +1488,10 @@ func (p *Poller) renewAll(ctx context.Context) {
 	}
 }
 
+// stopReleases is how long after its shutdown timeout a stop's releases
+// (and their offers) may go on, and the leave's own budget after them.
+const stopReleases = 5 * time.Second
+
 // renewParallel bounds the lease renewals a poller has in flight at once.
 const renewParallel = 16
 
@@ -1746,7 +1758,17 @@ func (p *Poller) shutdown(ctx context.Context) {
 	for _, h := range p.held {
 		h.signalStop()
 	}
-	bg := context.WithoutCancel(ctx)
+	// The stop's paced writes (the releases and their offers, as each
+	// reader ends and after) share one bound: the shutdown timeout and
+	// stopReleases after the stop began. Each release's own 5 s bounded
+	// only its turn, and one after another, paced at this poller's share
+	// of the fleet's budget, the releases of more leases than that share
+	// writes in a few seconds held the exit past the container's stop
+	// timeout (review of session 23, S23-P2). A release whose turn comes
+	// later is not made: its lease expires (and, once the leave lands,
+	// is taken over after a fence).
+	stopBy := time.Now().Add(p.cfg.ShutdownTimeout + stopReleases)
+	bg := withPaceUntil(context.WithoutCancel(ctx), stopBy)
 	hard := time.NewTimer(p.cfg.ShutdownTimeout)
 	defer hard.Stop()
 	tick := time.NewTicker(p.cfg.renewInterval())
@@ -1768,7 +1790,7 @@ func (p *Poller) shutdown(ctx context.Context) {
 	}
 	// One budget for all releases, so that many leases on an unreachable
 	// table cannot hold the exit back: unreleased leases simply expire.
-	rctx, cancel := context.WithTimeout(bg, 5*time.Second)
+	rctx, cancel := context.WithTimeout(bg, stopReleases)
 	defer cancel()
 	for id, h := range p.held {
 		p.release(rctx, id, h)
@@ -1778,7 +1800,11 @@ func (p *Poller) shutdown(ctx context.Context) {
 		p.hbStop()
 	}
 	if !p.cfg.Drain && p.registryReads > 0 && !superseded {
-		if err := p.store.leave(rctx, p.cfg.Owner, p.inc); err != nil {
+		// The leave has a turn of its own past the releases' bound: it
+		// lets the others take over at once what was not released.
+		lctx, cancel := context.WithTimeout(withPaceUntil(context.WithoutCancel(ctx), time.Time{}), stopReleases)
+		defer cancel()
+		if err := p.store.leave(lctx, p.cfg.Owner, p.inc); err != nil {
 			p.log.Warn("marking this poller left in the worker registry failed; the others count it gone after a lease duration", "error", err.Error())
 		}
 	}

@@ -1072,10 +1072,21 @@ func (p *Poller) takeOffers(ctx context.Context, kids map[string]bool) {
 		take = append(take, l)
 	}
 	sent := take
+	// The takes the write pacer did not send (their turn of this poller's
+	// share of the fleet's budget came after the round's deadline) stay
+	// offered, as those past the round's turns do: nothing was written.
+	// Cleared, a lease handed over stayed in this poller's name unread,
+	// and an offered child in nobody's, until this poller's share took it
+	// (takeShare) — for a joiner whose first listing has not completed,
+	// until it completed, for good while DescribeStream refused it (review
+	// of session 23, S23-P1; the offers of S22-H1 and S22-H2).
+	deferred := map[string]bool{}
 	defer func() { // taken, or sent and not taken (the take gates, a failed condition, past this round's turns)
 		for _, l := range sent {
 			if _, held := p.held[l.shard]; held {
 				outcome(l.shard, OfferTaken)
+			} else if deferred[l.shard] {
+				outcome(l.shard, OfferLater)
 			} else {
 				outcome(l.shard, OfferRefused)
 			}
@@ -1087,7 +1098,8 @@ func (p *Poller) takeOffers(ctx context.Context, kids map[string]bool) {
 		// outlasted the first wave's life (review, session 19, R19-3).
 		for len(take) > 0 && ctx.Err() == nil && p.takeTurn() {
 			n := min(len(take), renewParallel)
-			p.takeLeases(ctx, take[:n])
+			_, d := p.takeLeases(ctx, take[:n])
+			maps.Copy(deferred, d)
 			take = take[n:]
 		}
 		left := make(map[string]bool, len(take))
@@ -1102,11 +1114,12 @@ func (p *Poller) takeOffers(ctx context.Context, kids map[string]bool) {
 		}
 		done = kept
 	} else {
-		p.takeLeases(ctx, take)
+		_, d := p.takeLeases(ctx, take)
+		maps.Copy(deferred, d)
 	}
 	cleared := done[:0]
 	for _, id := range done {
-		if offered[id] && !keep[id] {
+		if offered[id] && !keep[id] && !deferred[id] {
 			cleared = append(cleared, id)
 		}
 	}
