@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
@@ -90,6 +91,9 @@ type ShardGuard struct {
 	// counted: the checkpoint, as last read or written, carries the count
 	// of the gap after it (table.Checkpoint.Counted).
 	counted bool
+	// lostAfter: the checkpoint's lostAfter as last read or written (the
+	// trim point its last counted gap lies after); lostAt its lostAt.
+	lostAfter, lostAt string
 	// firstClaim is the last record of the first run this guard tried to
 	// claim while opened without a checkpoint (origin ""): a checkpoint
 	// found there afterwards is that claim, landed with its answer lost.
@@ -238,7 +242,7 @@ func (g *ShardGuard) CommitBatches() { g.batches = true }
 //     record, counted as conflicts_total{reason="abandoned_batch"}) and
 //     either way sets the checkpoint's lostAt and moves the loss item's
 //     count, once per gap: a checkpoint whose gap is already counted
-//     (lostAfter = c, no pending batch) is left as it is;
+//     (lostAfter = after, no pending batch) is left as it is;
 //   - c after after: another consumer moved on past the trim point, and
 //     this trim proves nothing about the records after c. Nothing is
 //     abandoned; unless the records handed over reach back to c (then
@@ -321,7 +325,7 @@ func (g *ShardGuard) load(ctx context.Context) error {
 		return err
 	}
 	g.prev = cp.Seq
-	g.counted = cp.Counted()
+	g.counted, g.lostAfter, g.lostAt = cp.Counted(), cp.LostAfter, cp.LostAt
 	g.tombstoned = cp.Tombstoned && stands
 	g.pending, g.lost = nil, nil
 	if cp.Pending != nil {
@@ -479,7 +483,7 @@ func (g *ShardGuard) committed(ctx context.Context, changes []change) (int, bool
 // never be planned again: the checkpoint moves to its last record; what
 // its groups committed stays, and reconcile --repair restores the rest as
 // for any trimmed record. A gap already counted (the checkpoint's
-// lostAfter, no pending batch) is not counted again. A shard without a
+// lostAfter at the trim point, no pending batch) is not counted again. A shard without a
 // checkpoint has nothing to abandon. A checkpoint after the trim point is
 // another consumer's: nothing is abandoned, and unless the records handed
 // over, starting at first ("": none), reach back to it, the call fails
@@ -506,9 +510,13 @@ func (g *ShardGuard) abandonTrimmed(ctx context.Context, first string) error {
 		case g.trimPos != "" && g.trimPos != g.position() && g.pending != nil:
 			// A batch started since a failed abandon: its planner read its
 			// records before the trim and holds them.
-		case g.counted:
-			// The gap after the checkpoint is counted already (another
-			// consumer, an earlier window, a retry of the mapping).
+		case g.pending == nil && g.lostAfter == g.trimAfter && !(table.Checkpoint{LostAt: g.lostAt}).CountAged(g.p.now()):
+			// The gap after this trim point is counted already (another
+			// consumer, an earlier window, a retry of the mapping). A
+			// count after the checkpoint at an earlier trim point is not
+			// this gap's: this reader read on past it (review session 23,
+			// S23-RT-1); nor is a count older than the stream's retention
+			// (S23-RT-3: records written after it may be in this trim).
 			g.p.cfg.Logger.Info("stream records were trimmed after a checkpoint whose gap is already counted: not counted again",
 				"shard", g.shard, "checkpoint", g.prev, "trimmed_after", g.trimAfter)
 		default:
@@ -600,7 +608,7 @@ type lostRange struct{ from, to string }
 // throttle or a server error is retried like a commit's, at most
 // MaxAttempts times.
 func (p *Processor) abandon(ctx context.Context, g *ShardGuard) (bool, error) {
-	a := table.Abandon{Shard: g.shard, Prev: g.prev, Now: p.now()}
+	a := table.Abandon{Shard: g.shard, Prev: g.prev, Now: p.now(), After: g.trimAfter}
 	if b := g.pending; b != nil {
 		a.Pending = &table.PendingBatch{To: b.to, Next: b.next, Groups: b.groups}
 	}
@@ -618,7 +626,8 @@ func (p *Processor) abandon(ctx context.Context, g *ShardGuard) (bool, error) {
 	}
 	p.cfg.Logger.Error("stream records were trimmed before they were read: lost; the checkpoint's lostAt is set and the loss count moved; run `ledgerctl reconcile --repair` to restore the reports",
 		"shard", g.shard, "checkpoint", g.prev, "to", a.Target(), "pending", a.Pending != nil)
-	g.prev, g.pending, g.counted = a.Target(), nil, true
+	g.prev, g.pending, g.lostAfter, g.lostAt = a.Target(), nil, a.LostAfter(), a.Now.Format(time.RFC3339Nano)
+	g.counted = g.lostAfter == g.prev
 	return true, nil
 }
 

@@ -37,12 +37,16 @@ const (
 // Abandon is the state of a shard's checkpoint as read when its reader
 // found the records after it trimmed (or an operator gives up a batch that
 // cannot finish): Prev the sequence number it holds, Pending its
-// half-committed batch (nil when none).
+// half-committed batch (nil when none). After is the trim point: the
+// sequence number the trim that started the abandon was met after (at or
+// after Prev: ShardGuard.Trimmed); "" for an operator's abandon
+// (`ledgerctl abandon-batch`), which met no trim.
 type Abandon struct {
 	Shard   string
 	Prev    string
 	Pending *PendingBatch
 	Now     time.Time
+	After   string
 }
 
 // Target is where the checkpoint stands once the abandon landed: the
@@ -54,15 +58,52 @@ func (a Abandon) Target() string {
 	return a.Prev
 }
 
+// StreamRetention is how long DynamoDB Streams keeps a record (24 hours,
+// fixed by AWS).
+const StreamRetention = 24 * time.Hour
+
+// CountAged reports whether the last count on cp (lostAt) is older than
+// the stream's retention at now: every record readable when it was made
+// has aged out since, so a trim met now may take records written after
+// it, which that count does not cover (review session 23, S23-RT-3).
+func (cp Checkpoint) CountAged(now time.Time) bool {
+	at, err := time.Parse(time.RFC3339Nano, cp.LostAt)
+	return err == nil && now.Sub(at) > StreamRetention
+}
+
+// LostAfter is the lostAfter the abandon writes: the position the gap it
+// counts lies after (review session 23, S23-RT-1 and S23-RT-2). With a
+// pending batch, its last record (the records after it up to the trim
+// horizon are the same trim's), but "" for an operator's abandon: it met
+// no trim, so it counts no gap after the batch. Without one, the trim
+// point (After), or Prev when none is given: a second trim met after a
+// later position than a counted one, with the checkpoint still at Prev
+// (the reader read on and its records did not move the checkpoint), is
+// another gap, counted on its own.
+func (a Abandon) LostAfter() string {
+	switch {
+	case a.Pending != nil && a.After == "":
+		return ""
+	case a.Pending != nil:
+		return a.Pending.To
+	case a.After != "":
+		return a.After
+	}
+	return a.Prev
+}
+
 // AbandonTx is the guard-alone abandon transaction of the shard whose
 // checkpoint is key in the coordination table coord: with a pending batch,
 // SET sequenceNumber = pendingTo, lostAt = Now, lostAfter = pendingTo
-// REMOVE pending* on condition of the batch as read (sequenceNumber,
-// pendingTo, pendingNext, pendingGroups); without one, SET lostAt = Now,
-// lostAfter = Prev on condition sequenceNumber = Prev AND no pending batch
-// AND lostAfter <> Prev: the gap after a checkpoint is counted once,
-// whoever meets it and however often (docs/exactly-once.md, session 23,
-// T23-2). Either also requires lostAt to differ from Now, so a lost
+// (an operator's: REMOVE lostAfter) REMOVE pending* on condition of the
+// batch as read (sequenceNumber, pendingTo, pendingNext, pendingGroups);
+// without one, SET lostAt = Now, lostAfter = L on condition
+// sequenceNumber = Prev AND no pending batch AND (lostAfter <> L OR
+// lostAt older than the retention), where L is the trim point
+// (LostAfter): the gap after a trim point is counted once, whoever meets
+// it and however often, while its count is younger than the stream's
+// retention (docs/exactly-once.md, session 23, T23-2, and its review,
+// S23-RT-1 and S23-RT-3). Either also requires lostAt to differ from Now, so a lost
 // answer's retry fails its condition and AbandonLanded recognises it: the
 // loss item's ADD losses :1, in the same transaction, moves once (the
 // SDK's client token makes a resend of the same input within 10 minutes a
@@ -72,16 +113,26 @@ func (a Abandon) Target() string {
 func AbandonTx(coord string, key aggregates.Key, a Abandon) *dynamodb.TransactWriteItemsInput {
 	set, names, values := checkpointWrite(a.Shard, a.Now, "#shard", ":now")
 	names["#lost"], names["#lsq"] = AttrLostAt, AttrLostAfter
-	values[":prev"], values[":lsq"] = S(a.Prev), S(a.Target())
-	expr := "SET " + set + ", #lost = :now, #lsq = :lsq"
+	values[":prev"] = S(a.Prev)
+	expr := "SET " + set + ", #lost = :now"
+	if lsq := a.LostAfter(); lsq != "" {
+		values[":lsq"] = S(lsq)
+		expr += ", #lsq = :lsq"
+	}
 	cond := "#seq = :prev"
 	if b := a.Pending; b != nil {
 		names["#pn"], names["#pg"], names["#pp"], names["#pd"] = attrPendingNext, attrPendingGroups, attrPendingPlan, attrPendingDigest
 		values[":to"], values[":pn"], values[":pg"] = S(b.To), Int(int64(b.Next)), Int(int64(b.Groups))
 		expr += ", #seq = :to REMOVE #pt, #pn, #pg, #pp, #pd"
+		if a.LostAfter() == "" {
+			expr += ", #lsq" // an operator's abandon counts no gap after the batch
+		}
 		cond += " AND #pt = :to AND #pn = :pn AND #pg = :pg"
 	} else {
-		cond += " AND attribute_not_exists(#pt) AND (attribute_not_exists(#lsq) OR #lsq <> :prev)"
+		// A count older than the retention covers no record trimmed now
+		// that was written after it (review session 23, S23-RT-3).
+		values[":aged"] = S(a.Now.UTC().Add(-StreamRetention).Format(time.RFC3339Nano))
+		cond += " AND attribute_not_exists(#pt) AND (attribute_not_exists(#lsq) OR #lsq <> :lsq OR #lost < :aged)"
 	}
 	cond += " AND (attribute_not_exists(#lost) OR #lost <> :now)" + fenceAbsent
 	pruneNames(names, expr, cond)
@@ -147,7 +198,7 @@ func AbandonLanded(cp Checkpoint, a Abandon) bool {
 // AbandonStands reports whether cp is still the state a was read from
 // (the abandon neither landed nor was overtaken by another consumer).
 // Without a pending batch the state read is a gap not counted yet: one
-// another consumer's abandon counted meanwhile (lostAfter = Prev) is
+// another consumer's abandon counted meanwhile (lostAfter = LostAfter) is
 // overtaken, not standing, so that the condition failure it causes is
 // answered "not landed" rather than retried as an error.
 func AbandonStands(cp Checkpoint, a Abandon) bool {
@@ -155,7 +206,7 @@ func AbandonStands(cp Checkpoint, a Abandon) bool {
 		return false
 	}
 	if a.Pending == nil {
-		return cp.Pending == nil && cp.LostAfter != a.Prev
+		return cp.Pending == nil && (cp.LostAfter != a.LostAfter() || cp.CountAged(a.Now))
 	}
 	return cp.Pending != nil && cp.Pending.To == a.Pending.To && cp.Pending.Next == a.Pending.Next && cp.Pending.Groups == a.Pending.Groups
 }

@@ -52,11 +52,12 @@ import (
 // the drains while shards keep closing (emu_drain_test.go: two, one
 // skipped as a finding), the fleet's paced coordination writes
 // (pace_test.go: one) and its review (review_s23_pace_test.go: two), a
-// trim met after a position the checkpoint passed (trim_s23_test.go: one),
-// and four to spare. A test that gets a later table is slow enough for
-// 3-second leases to expire, so an exhausted pool fails the test
+// trim met after a position the checkpoint passed (trim_s23_test.go: one)
+// and its review's second trim (review_s23_trim_test.go: one), and four
+// to spare. A test that gets a later table is slow enough for 3-second
+// leases to expire, so an exhausted pool fails the test
 // (ddbtest.Pool.Table).
-var tables = ddbtest.Pool{Size: 107}
+var tables = ddbtest.Pool{Size: 108}
 
 func newTableName(t testing.TB) string { return tables.Table(t) }
 
