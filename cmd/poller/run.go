@@ -69,8 +69,8 @@ const usageHead = `usage: poller [flags]
 Reads the ledger table's DynamoDB stream and commits report updates exactly
 once. Run several for availability: they share the shards through leases in
 the table. Exits 0 on SIGTERM/SIGINT after committing what it holds and
-releasing its leases (within 30 s), or with --drain once every shard is read
-to its current end; 1 when it cannot start (unknown table, no stream, wrong
+releasing its leases (within 30 s), or with --drain once every record
+readable in the stream at its start is committed; 1 when it cannot start (unknown table, no stream, wrong
 stream view type) or fails; 2 on bad flags; 3 when another live poller
 process uses the same --owner (owners must be unique: the newer process
 keeps the name, the older stops).
@@ -163,7 +163,7 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (op
 	fs.StringVar(&watch, "offer-watch", env("LEDGER_OFFER_WATCH", poller.OfferWatchSetting.Default.String()),
 		"how often (a `DURATION`, 100ms to 1m; 0 for never) a poller reads its own worker item for leases handed to it, and takes them at once: a shard changing hands is read by nobody until its receiver takes it, up to two renewal intervals later without it. One consistent read of a small item each time (env LEDGER_OFFER_WATCH)")
 	fs.BoolVar(&o.drain, "drain", drainDefault,
-		"exit 0 once every shard is read to its current end and committed; takes over expired leases too (env LEDGER_DRAIN)")
+		"exit 0 once every record readable in the stream at its start is committed; takes over expired leases too (env LEDGER_DRAIN)")
 	fs.BoolVar(&o.rollups, "rollups", rollupsDefault,
 		"keep the tenant roll-ups (false: commits put no roll-up delta and fold none; turning them on again needs the quiescent repair of docs/runbook.md, \"Turning tenant roll-ups on or off\") (env LEDGER_ROLLUPS)")
 	fs.Usage = func() {
