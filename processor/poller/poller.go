@@ -294,20 +294,25 @@ func (p *Poller) Run(ctx context.Context) error {
 		case offers := <-p.offered:
 			p.offerPass(p.round(ctx), offers)
 		case r := <-p.done:
-			p.readerDone(p.round(ctx), r)
+			// One round for the reader's end and the pass after it: their
+			// paced writes together wait at most half a renewal interval,
+			// so renewals due at that pass are held back no longer than at
+			// a tick's (review of the pacer, session 23).
+			rc := p.round(ctx)
+			p.readerDone(rc, r)
 			switch {
 			case p.cfg.Drain && len(p.held) == 0:
 				// A drain's last reader ended: the pass that decides
 				// whether it is done reads everything.
-				runErr = p.pass(p.round(ctx), false)
+				runErr = p.pass(rc, false)
 			case time.Since(p.lastRenew) >= p.cfg.renewInterval():
 				// The renewals are due: reader ends arriving one after
 				// another must not hold them up (on a loaded table a
 				// poller's every lease expired at once, its round late).
-				runErr = p.pass(p.round(ctx), true)
+				runErr = p.pass(rc, true)
 				tick.Reset(p.cfg.renewInterval())
 			default:
-				runErr = p.endPass(p.round(ctx))
+				runErr = p.endPass(rc)
 			}
 		}
 	}
