@@ -37,8 +37,10 @@ import (
 // write units its item took the last time this poller wrote it (1 when
 // it never did) before it is sent, and what DynamoDB reports it consumed
 // beyond that after its answer: a worker item holding many offers costs
-// one unit per KB of the item on every write (an offer's key is about 60
-// bytes: a receiver's item passes 1 KB at about 15 offers).
+// one unit per KB of the item on every write (an offer is a shard id,
+// about 40 bytes on AWS, `shardId-` and 20 digits and 8 hex digits: a
+// receiver's item holds about 26 offers a KB, measured on the write
+// meter, docs/design.md "Scale").
 type writePacer struct {
 	fleet float64 // write units a second per partition, for the whole fleet
 
