@@ -407,7 +407,9 @@ func (p *Poller) noteShards(shards []shard, open bool) {
 	}
 	if open {
 		for _, s := range shards {
-			if !s.closed {
+			// A page that lists a child of s does not show s open, whatever
+			// it says (shard.disputed; review, session 23, D1).
+			if !s.closed && !s.disputed {
 				p.seenOpen[s.id] = true
 			}
 		}
