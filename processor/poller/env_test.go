@@ -51,10 +51,11 @@ import (
 // three), the review of offerLeft (review_s22_offerleft_test.go: three),
 // the drains while shards keep closing (emu_drain_test.go: two, one
 // skipped as a finding), the review of the drain's promise
-// (review_s23_drain_test.go: one), and four to spare. A test that gets a later
+// (review_s23_drain_test.go: two, one
+// skipped as a finding), and four to spare. A test that gets a later
 // table is slow enough for 3-second leases to expire, so an exhausted
 // pool fails the test (ddbtest.Pool.Table).
-var tables = ddbtest.Pool{Size: 104}
+var tables = ddbtest.Pool{Size: 105}
 
 func newTableName(t testing.TB) string { return tables.Table(t) }
 
