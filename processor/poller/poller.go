@@ -395,7 +395,8 @@ func (p *Poller) drainComplete() bool {
 // read s to an empty page (every record readable then, so every one
 // readable at its start, was before that page and is committed), whether
 // s closed since or not, provided a DescribeStream answer of the run
-// showed s open: its close, and so its children, came after the run's
+// showed s open (a page that also lists a child of s shows nothing:
+// shard.disputed): its close, and so its children, came after the run's
 // start. A shard drained and not known open that is now listed closed (a
 // shard learned from a lease item, which says nothing of its close) is
 // read again, to its end: its children may hold older records. It is so
@@ -425,7 +426,9 @@ func (p *Poller) noteShards(shards []shard, open bool) {
 	}
 	if open {
 		for _, s := range shards {
-			if !s.closed {
+			// A page that lists a child of s does not show s open, whatever
+			// it says (shard.disputed; review, session 23, D1).
+			if !s.closed && !s.disputed {
 				p.seenOpen[s.id] = true
 			}
 		}

@@ -58,6 +58,12 @@ type shard struct {
 	parent string // "" for none
 	closed bool   // has an ending sequence number: no records will be added
 	start  string // starting sequence number, for ordering
+	// disputed: shown open by a listing page that lists a child of it. A
+	// shard has children only once closed, so the page contradicts itself
+	// and its "open" proves no close after the page (a drain's horizon,
+	// noteShards). Pages follow creation order, so a child on a later page
+	// than its parent's is no contradiction: the parent closed between.
+	disputed bool
 }
 
 // listing is a listing of the whole stream (DescribeStream's pages, shards
@@ -156,6 +162,12 @@ func (l *listing) run(ctx context.Context, api Streams, budget *describeBudget, 
 			return nil, "", fmt.Errorf("describe stream %s: no stream description", streamARN)
 		}
 		l.status = d.StreamStatus
+		parents := make(map[string]bool, len(d.Shards))
+		for _, s := range d.Shards {
+			if id := aws.ToString(s.ParentShardId); id != "" {
+				parents[id] = true
+			}
+		}
 		for _, s := range d.Shards {
 			id := aws.ToString(s.ShardId)
 			if id == "" || l.seen[id] {
@@ -167,6 +179,7 @@ func (l *listing) run(ctx context.Context, api Streams, budget *describeBudget, 
 				sh.closed = r.EndingSequenceNumber != nil
 				sh.start = aws.ToString(r.StartingSequenceNumber)
 			}
+			sh.disputed = !sh.closed && parents[id]
 			l.shards = append(l.shards, sh)
 		}
 		l.start = d.LastEvaluatedShardId
