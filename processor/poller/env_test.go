@@ -53,7 +53,7 @@ import (
 // skipped as a finding), and four to spare. A test that gets a later
 // table is slow enough for 3-second leases to expire, so an exhausted
 // pool fails the test (ddbtest.Pool.Table).
-var tables = ddbtest.Pool{Size: 103}
+var tables = ddbtest.Pool{Size: 104}
 
 func newTableName(t testing.TB) string { return tables.Table(t) }
 
