@@ -72,37 +72,37 @@ type Poller struct {
 	stopping    bool
 
 	// The share-bounded pass's state (share.go; a drain reads everything).
-	workers       map[string]workerView  // the other pollers, from the worker registry
-	told          map[string][]time.Time // per receiver: when each offer this poller wrote to it was answered, until a registry read sent later (inFlight)
-	registryReads int                    // reads of the registry so far
-	foreignWait   atomic.Bool            // a lease of this name held by another incarnation was seen (logged once)
-	offers        []string               // shards offered to this poller, from its worker item
-	swept         bool                   // the lease partition was read whole once
-	sweepFrom     sweepState             // where the next page of the sweep starts
-	newKids       map[string]bool        // children registered during an endPass
-	unoffered     map[string]bool        // children this poller registered, neither took nor could offer: offered again each round (offerLeft)
-	untold        map[string]untold      // leases handed over whose offer write failed: offered again each round (tellAgain)
-	finishedNow   map[string]bool        // shards finished since the last endPass: true when the listing had their children
-	latestChecked bool                   // a LATEST start was decided on every checkpoint
+	workers       map[string]workerView // the other pollers, from the worker registry
+	told          map[string]answered   // per receiver, the offers this poller wrote to it answered since the last registry read was sent (inFlight)
+	registryReads int                   // reads of the registry so far
+	foreignWait   atomic.Bool           // a lease of this name held by another incarnation was seen (logged once)
+	offers        []string              // shards offered to this poller, from its worker item
+	swept         bool                  // the lease partition was read whole once
+	sweepFrom     sweepState            // where the next page of the sweep starts
+	newKids       map[string]bool       // children registered during an endPass
+	unoffered     map[string]bool       // children this poller registered, neither took nor could offer: offered again each round (offerLeft)
+	untold        map[string]untold     // leases handed over whose offer write failed: offered again each round (tellAgain)
+	finishedNow   map[string]bool       // shards finished since the last endPass: true when the listing had their children
+	latestChecked bool                  // a LATEST start was decided on every checkpoint
 
 	// The worker heartbeat (docs/exactly-once.md, "The worker heartbeat").
 	// beatUntil is the send time of the last heartbeat that landed +
 	// LeaseDuration (mono: nanos since epoch, on the monotonic clock), written by the heartbeat goroutine
 	// (heartbeater), read by the readers' watchdogs and the coordinator.
 	beatUntil atomic.Int64
-	compat    atomic.Bool  // a live poller that renews every lease is in the registry: renew ours too
-	fencedOut atomic.Bool  // a heartbeat was refused by a fence: the coordinator rejoins
-	paused    bool         // the heartbeat's validity ended with leases held: readers stopped (checkPause)
-	heldN     atomic.Int64 // leases held, for the heartbeat's held count
+	compat    atomic.Bool   // a live poller that renews every lease is in the registry: renew ours too
+	fencedOut atomic.Bool   // a heartbeat was refused by a fence: the coordinator rejoins
+	paused    bool          // the heartbeat's validity ended with leases held: readers stopped (checkPause)
+	heldN     atomic.Int64  // leases held, for the heartbeat's held count
 	// countMu guards taken, and the heldN stored with its additions: the
 	// offers this poller took (still held then), which its next
 	// heartbeat removes from its worker item with a held count that
 	// includes them (table.OffersCounted; countedHeld).
-	countMu  sync.Mutex
-	taken    map[string]bool
-	hbMu     sync.Mutex    // guards hbAnswer
-	hbAnswer *table.Worker // the last heartbeat's answer not yet seen by the coordinator
-	hbStop   func()        // stops the heartbeat goroutine and waits for it
+	countMu sync.Mutex
+	taken   map[string]bool
+	hbMu      sync.Mutex    // guards hbAnswer
+	hbAnswer  *table.Worker // the last heartbeat's answer not yet seen by the coordinator
+	hbStop    func()        // stops the heartbeat goroutine and waits for it
 	// offered carries the offers the offer watch (watchOffers) read in
 	// this poller's worker item to the coordinator, which takes them at
 	// once (offerPass); the newest replaces one not yet taken.
@@ -199,7 +199,7 @@ func New(streams Streams, api Table, proc *processor.Processor, cfg Config, metr
 		leases:  map[string]lease{},
 		cps:     map[string]checkpoint{},
 		workers: map[string]workerView{},
-		told:    map[string][]time.Time{},
+		told:    map[string]answered{},
 		taken:   map[string]bool{},
 		unasked: map[string]string{},
 		absent:  map[string]time.Time{},

@@ -803,6 +803,9 @@ func (p *Poller) inFlight(owner string) int {
 	return n
 }
 
+// answered are the times offers were answered (told).
+type answered []time.Time
+
 // tell notes an offer to owner answered now: counted by inFlight until a
 // registry read sent later shows it in owner's item.
 func (p *Poller) tell(owner string) { p.told[owner] = append(p.told[owner], time.Now()) }
