@@ -94,12 +94,6 @@ type Poller struct {
 	fencedOut atomic.Bool   // a heartbeat was refused by a fence: the coordinator rejoins
 	paused    bool          // the heartbeat's validity ended with leases held: readers stopped (checkPause)
 	heldN     atomic.Int64  // leases held, for the heartbeat's held count
-	// countMu guards taken, and the heldN stored with its additions: the
-	// offers this poller took (still held then), which its next
-	// heartbeat removes from its worker item with a held count that
-	// includes them (table.OffersCounted; countedHeld).
-	countMu sync.Mutex
-	taken   map[string]bool
 	hbMu      sync.Mutex    // guards hbAnswer
 	hbAnswer  *table.Worker // the last heartbeat's answer not yet seen by the coordinator
 	hbStop    func()        // stops the heartbeat goroutine and waits for it
@@ -123,6 +117,13 @@ type Poller struct {
 	// absent are the owners gone from the registry since it last showed
 	// them: when this poller first read it without them (HB4).
 	absent map[string]time.Time
+
+	// countMu guards taken, and the heldN stored with its additions: the
+	// offers this poller took (still held then), which its next
+	// heartbeat removes from its worker item with a held count that
+	// includes them (table.OffersCounted; countedHeld).
+	countMu sync.Mutex
+	taken   map[string]bool
 
 	committed atomic.Int64 // records committed (Metrics.Committed), for the goodput gauge
 	goodput   []sample     // (time, committed) of the last minute's passes
