@@ -50,7 +50,8 @@ import (
 // (offerwatch_test.go: one) and its review (review_s21_watch_test.go:
 // three), the review of offerLeft (review_s22_offerleft_test.go: three),
 // the drains while shards keep closing (emu_drain_test.go: two, one
-// skipped as a finding), and four to spare. A test that gets a later
+// skipped as a finding), the givers' overshoot (overshoot_test.go: one,
+// session 23), and four to spare. A test that gets a later
 // table is slow enough for 3-second leases to expire, so an exhausted
 // pool fails the test (ddbtest.Pool.Table).
 var tables = ddbtest.Pool{Size: 104}
