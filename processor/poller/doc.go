@@ -203,10 +203,11 @@
 // the fleet benchmark). Now no plan sees a receiver lower than what it
 // holds and was offered; hand-overs still in a giver's hands are counted at
 // that giver, from which the plan moves first, so a later plan does not
-// make them again. What is left is a lease or two per giver where two
-// plans' parts differ (ties broken by name over counts that changed in
-// between); counted twice (a giver's held until its next heartbeat beside
-// the receiver's offers), a lease only delays a move by a round.
+// make them again. Not excluded: where two plans' parts for one giver
+// differ (ties broken by name over counts that changed in between), at
+// most the hand-overs it had in transit, once each. Counted twice (a
+// giver's held until its next heartbeat beside the receiver's offers), a
+// lease only delays a move by a round.
 //
 // # At most two readers per shard
 //
