@@ -580,7 +580,11 @@ func deleteUnchanged(ctx context.Context, api MigrateAPI, ledgerTable string, it
 //	held         N, the leases the poller held at its last heartbeat
 //	left         BOOL, true once the poller stopped (its leases released)
 //	offers       SS, shards another poller handed over to this one or left
-//	             for it to take (OfferLease): hints, the lease item decides
+//	             for it to take (OfferLease): hints, the lease item decides;
+//	             an offer the poller took stays until the heartbeat whose
+//	             held counts it removes it (OffersCounted), so that held +
+//	             the offers never leaves out a lease handed to it
+//	             (docs/exactly-once.md, "The givers' overshoot (session 23)")
 //	leaseMode    S, "heartbeat" when the poller keeps its leases live by
 //	             this item's beat instead of renewing each lease item
 //	             (docs/exactly-once.md, "The worker heartbeat"); absent
@@ -890,6 +894,23 @@ func OfferLease(tableName, streamARN, owner, shard string) *dynamodb.UpdateItemI
 		ExpressionAttributeNames:  map[string]string{"#of": AttrWorkerOffers, "#b": AttrWorkerBeat, "#l": AttrWorkerLeft},
 		ExpressionAttributeValues: map[string]types.AttributeValue{":s": &types.AttributeValueMemberSS{Value: []string{shard}}},
 	}
+}
+
+// OffersCounted makes in, a worker write of owner's that sets held
+// (HeartbeatWorker and its variants), also remove shards from its offers:
+// the offers its writer took, whose takes that held counts. Removed in the
+// same write, a taken offer is never left out of both: the others count a
+// worker as held + its offers, and a heartbeat computed before a take and
+// landing after a separate clear would have left it out until the next
+// heartbeat. Removing a shard the offers do not hold is no error.
+func OffersCounted(in *dynamodb.UpdateItemInput, shards []string) *dynamodb.UpdateItemInput {
+	if len(shards) == 0 {
+		return in
+	}
+	in.UpdateExpression = aws.String(aws.ToString(in.UpdateExpression) + " DELETE #of :taken")
+	in.ExpressionAttributeNames["#of"] = AttrWorkerOffers
+	in.ExpressionAttributeValues[":taken"] = &types.AttributeValueMemberSS{Value: shards}
+	return in
 }
 
 // ClearOffers removes shards from the offers of owner's registry item.

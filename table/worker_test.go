@@ -287,3 +287,32 @@ func TestWorker_ARejoinLiftsOnlyTheFenceItsSenderRead(t *testing.T) {
 	_, err = c.UpdateItem(ctx, table.HeartbeatWorkerAgain(coord, workerArn, "solo", "a", 1, now))
 	assert.True(t, conditionFailed(err), "a heartbeat after the later fence: got %v", err)
 }
+
+// A heartbeat that counts the offers its poller took removes them in the
+// same write (table.OffersCounted; docs/exactly-once.md, "The givers'
+// overshoot (session 23)"): the offers not taken stay, an offer the item
+// no longer holds (removed by an earlier attempt whose answer was lost) is
+// no error, and neither is an item without offers.
+func TestWorker_AHeartbeatRemovesTheOffersItsCountIncludes(t *testing.T) {
+	ctx, c, coord := workerTable(t)
+	now := time.Now()
+	_, err := c.UpdateItem(ctx, table.HeartbeatWorker(coord, workerArn, "r", "inc-r", 0, true, now))
+	require.NoError(t, err)
+	for _, s := range []string{"s1", "s2", "s3"} {
+		_, err := c.UpdateItem(ctx, table.OfferLease(coord, workerArn, "r", s))
+		require.NoError(t, err)
+	}
+	out, err := c.UpdateItem(ctx, table.OffersCounted(table.HeartbeatWorkerAgain(coord, workerArn, "r", "inc-r", 2, now), []string{"s1", "s2"}))
+	require.NoError(t, err)
+	w := table.DecodeWorker(out.Attributes)
+	assert.Equal(t, 2, w.Held)
+	assert.Equal(t, []string{"s3"}, w.Offers, "the offers not taken stay")
+	out, err = c.UpdateItem(ctx, table.OffersCounted(table.HeartbeatWorkerAgain(coord, workerArn, "r", "inc-r", 3, now), []string{"s1", "s3"}))
+	require.NoError(t, err, "an offer already removed is no error")
+	w = table.DecodeWorker(out.Attributes)
+	assert.Empty(t, w.Offers)
+	_, err = c.UpdateItem(ctx, table.OffersCounted(table.RenewWorkerAgain(coord, workerArn, "r", "inc-r", 3, now), []string{"s3"}))
+	require.NoError(t, err, "an item without offers is no error")
+	in := table.HeartbeatWorkerAgain(coord, workerArn, "r", "inc-r", 3, now)
+	assert.Equal(t, aws.ToString(in.UpdateExpression), aws.ToString(table.OffersCounted(in, nil).UpdateExpression), "nothing taken: the heartbeat as before")
+}

@@ -81,7 +81,7 @@ type Poller struct {
 
 	// The share-bounded pass's state (share.go; a drain reads everything).
 	workers       map[string]workerView // the other pollers, from the worker registry
-	handed        map[string]handed     // leases handed to them since their registry items said
+	told          map[string]answered   // per receiver, the offers this poller wrote to it answered since the last registry read was sent (inFlight)
 	registryReads int                   // reads of the registry so far
 	foreignWait   atomic.Bool           // a lease of this name held by another incarnation was seen (logged once)
 	offers        []string              // shards offered to this poller, from its worker item
@@ -125,6 +125,13 @@ type Poller struct {
 	// absent are the owners gone from the registry since it last showed
 	// them: when this poller first read it without them (HB4).
 	absent map[string]time.Time
+
+	// countMu guards taken, and the heldN stored with its additions: the
+	// offers this poller took (still held then), which its next
+	// heartbeat removes from its worker item with a held count that
+	// includes them (table.OffersCounted; countedHeld).
+	countMu sync.Mutex
+	taken   map[string]bool
 
 	committed atomic.Int64 // records committed (Metrics.Committed), for the goodput gauge
 	goodput   []sample     // (time, committed) of the last minute's passes
@@ -201,7 +208,8 @@ func New(streams Streams, api Table, proc *processor.Processor, cfg Config, metr
 		leases:  map[string]lease{},
 		cps:     map[string]checkpoint{},
 		workers: map[string]workerView{},
-		handed:  map[string]handed{},
+		told:    map[string]answered{},
+		taken:   map[string]bool{},
 		unasked: map[string]string{},
 		absent:  map[string]time.Time{},
 		fenced:  map[string]int64{},
@@ -1714,7 +1722,9 @@ func (p *Poller) release(ctx context.Context, id string, h *holding) {
 	if h.handoffTo != "" && !p.cfg.Drain {
 		// Tell the new owner, which reads no lease but its own worker item
 		// at its next round (a drain, the usual asker, reads every lease).
-		if err := p.store.offer(cctx, h.handoffTo, id); err != nil && !errors.Is(err, errConditionFailed) {
+		if err := p.store.offer(cctx, h.handoffTo, id); err == nil {
+			p.tell(h.handoffTo)
+		} else if !errors.Is(err, errConditionFailed) {
 			p.log.Warn("telling the new owner of a lease handed over failed; told again at the next round", "shard", id, "to", h.handoffTo, "error", err.Error())
 			if p.untold == nil {
 				p.untold = map[string]untold{}

@@ -47,6 +47,7 @@ import (
 type workerView struct {
 	beat      int64
 	held      int
+	offers    int // shards in its item's offers: taken and not yet counted in held, or not taken yet
 	left      bool
 	heartbeat bool      // it keeps its leases by its beat (leaseMode = heartbeat)
 	at        time.Time // first read with this beat
@@ -66,14 +67,6 @@ type workerView struct {
 	// inc is the incarnation its item names: the process whose beat it
 	// is (available, S20-R2).
 	inc string
-}
-
-// handed counts the leases this poller handed or offered to another since
-// that poller's registry item last said what it holds: its count lags
-// them by up to two of its rounds (it takes offers after its heartbeat).
-type handed struct {
-	n    int
-	beat int64 // the receiver's beat when the first of them was handed
 }
 
 // live reports whether w heartbeated within the last LeaseDuration, as
@@ -269,8 +262,11 @@ func (p *Poller) watchOffers(ctx context.Context) {
 			continue
 		}
 		w, err := p.store.readWorker(ctx, p.cfg.Owner)
-		if err != nil || len(w.Offers) == 0 || w.Incarnation != p.inc {
+		if err != nil || w.Incarnation != p.inc {
 			continue // an error: the heartbeat's answer brings the offers at the next round
+		}
+		if w.Offers = p.uncounted(w.Offers); len(w.Offers) == 0 {
+			continue // none, or only those taken (the next heartbeat removes them)
 		}
 		select { // the newest offers replace those not taken yet
 		case <-p.offered:
@@ -330,7 +326,8 @@ func (p *Poller) registry(ctx context.Context) {
 		// Claimed by this process's first write, conditional on its
 		// incarnation after that (HB6).
 		var oiu *OwnerInUseError
-		if w, err := p.store.heartbeat(ctx, p.cfg.Owner, p.inc, len(p.held), false, p.born.Load() != 0); errors.As(err, &oiu) {
+		_, taken := p.countedHeld()
+		if w, err := p.store.heartbeat(ctx, p.cfg.Owner, p.inc, len(p.held), taken, false, p.born.Load() != 0); errors.As(err, &oiu) {
 			p.supersede(oiu)
 			return
 		} else if err != nil {
@@ -339,6 +336,7 @@ func (p *Poller) registry(ctx context.Context) {
 			}
 		} else {
 			p.born.CompareAndSwap(0, mono(time.Now()))
+			p.offersCounted(taken)
 			p.offers, p.asks = w.Offers, w.Asks
 		}
 	case p.fencedOut.Load():
@@ -454,7 +452,8 @@ func (p *Poller) beat(ctx context.Context) {
 		// conditional on the item existing (HB4) and still claimed by
 		// this process (HB6). Before, a claim: its retry after a lost
 		// answer is a claim too, never refused by the incarnation.
-		w, err := p.store.heartbeat(cctx, p.cfg.Owner, p.inc, int(p.heldN.Load()), true, p.born.Load() != 0)
+		held, taken := p.countedHeld()
+		w, err := p.store.heartbeat(cctx, p.cfg.Owner, p.inc, held, taken, true, p.born.Load() != 0)
 		cancel()
 		var oiu *OwnerInUseError
 		if errors.As(err, &oiu) {
@@ -466,6 +465,7 @@ func (p *Poller) beat(ctx context.Context) {
 			return
 		}
 		if err == nil {
+			p.offersCounted(taken)
 			p.beaten(w, sent)
 			return
 		}
@@ -586,7 +586,7 @@ func (p *Poller) readRegistry(ctx context.Context) {
 		if !w.Heartbeat && (!ok || v.heartbeat) {
 			v.renewsFrom = now
 		}
-		v.beat, v.held, v.left, v.last, v.heartbeat, v.inc = w.Beat, w.Held, w.Left, now, w.Heartbeat, w.Incarnation
+		v.beat, v.held, v.offers, v.left, v.last, v.heartbeat, v.inc = w.Beat, w.Held, len(w.Offers), w.Left, now, w.Heartbeat, w.Incarnation
 		p.workers[w.Owner] = v
 		if !w.Heartbeat && v.live(p.cfg.LeaseDuration) {
 			compat = true
@@ -610,9 +610,19 @@ func (p *Poller) readRegistry(ctx context.Context) {
 			delete(p.absent, o)
 		}
 	}
-	for o, h := range p.handed {
-		if v, ok := p.workers[o]; !ok || v.beat >= h.beat+3 {
-			delete(p.handed, o)
+	// An offer answered before this read was sent is in the receiver's
+	// item as read: in its offers, or counted in its held.
+	for o, ts := range p.told {
+		kept := ts[:0]
+		for _, at := range ts {
+			if !at.Before(sent) {
+				kept = append(kept, at)
+			}
+		}
+		if _, ok := p.workers[o]; !ok || len(kept) == 0 {
+			delete(p.told, o)
+		} else {
+			p.told[o] = kept
 		}
 	}
 	if compat != p.compat.Load() && p.heartbeats() {
@@ -761,18 +771,103 @@ func (p *Poller) answerAsks(ctx context.Context) {
 	}
 }
 
-// heldBy is what owner holds as far as this poller knows: its registry
-// count and what this poller handed it since.
-func (p *Poller) heldBy(owner string) int { return p.workers[owner].held + p.handed[owner].n }
+// heldBy is what owner holds or was handed as far as this poller knows:
+// its item's held count and offers as last read, and this poller's own
+// hand-overs to it that the read could not show (inFlight). No lease
+// handed to owner is left out (docs/exactly-once.md, "The givers'
+// overshoot (session 23)"): an offer stays in owner's item until the
+// heartbeat whose held counts its take removes it, and a giver's own
+// count keeps a lease until its offer was answered.
+func (p *Poller) heldBy(owner string) int {
+	v := p.workers[owner]
+	return v.held + v.offers + p.inFlight(owner)
+}
 
-// handTo notes a lease handed or offered to owner.
-func (p *Poller) handTo(owner string) {
-	h, ok := p.handed[owner]
-	if !ok {
-		h.beat = p.workers[owner].beat
+// inFlight counts this poller's hand-overs to owner that its last
+// registry read cannot show: the leases it holds that are to go to owner
+// once their readers commit (handoffTo), the offers to owner answered
+// after that read was sent (told), and the hand-overs whose offer write
+// failed (untold: in owner's name, in no item).
+func (p *Poller) inFlight(owner string) int {
+	n := len(p.told[owner])
+	for _, h := range p.held {
+		if h.handoffTo == owner && !h.lost {
+			n++
+		}
 	}
-	h.n++
-	p.handed[owner] = h
+	for _, u := range p.untold {
+		if u.to == owner {
+			n++
+		}
+	}
+	return n
+}
+
+// answered are the times offers were answered (told).
+type answered []time.Time
+
+// tell notes an offer to owner answered now: counted by inFlight until a
+// registry read sent later shows it in owner's item.
+func (p *Poller) tell(owner string) { p.told[owner] = append(p.told[owner], time.Now()) }
+
+// countedHeld is the held count for this poller's next worker write, and
+// the offers it took that the count includes: the write removes them from
+// its offers (table.OffersCounted). Read together under countMu, so that
+// every offer removed is one whose take the count includes.
+func (p *Poller) countedHeld() (int, []string) {
+	p.countMu.Lock()
+	defer p.countMu.Unlock()
+	var taken []string
+	for id := range p.taken {
+		taken = append(taken, id)
+	}
+	sort.Strings(taken)
+	return int(p.heldN.Load()), taken
+}
+
+// offersCounted forgets the taken offers a worker write that landed
+// removed.
+func (p *Poller) offersCounted(taken []string) {
+	if len(taken) == 0 {
+		return
+	}
+	p.countMu.Lock()
+	defer p.countMu.Unlock()
+	for _, id := range taken {
+		delete(p.taken, id)
+	}
+}
+
+// pruneTaken forgets the taken offers whose leases this poller no longer
+// holds (handed on, released, lost): left in its item, such an offer is
+// read again and cleared as not its, or taken again when the lease was
+// handed back to it meanwhile — which a heartbeat removing it would have
+// hidden.
+func (p *Poller) pruneTaken() {
+	p.countMu.Lock()
+	defer p.countMu.Unlock()
+	for id := range p.taken {
+		if h, mine := p.held[id]; !mine || h.lost {
+			delete(p.taken, id)
+		}
+	}
+}
+
+// uncounted returns offers without those this poller took and its worker
+// item still shows until a heartbeat removes them (countedHeld).
+func (p *Poller) uncounted(offers []string) []string {
+	p.countMu.Lock()
+	defer p.countMu.Unlock()
+	if len(p.taken) == 0 {
+		return offers
+	}
+	var out []string
+	for _, id := range offers {
+		if !p.taken[id] {
+			out = append(out, id)
+		}
+	}
+	return out
 }
 
 // liveWorkers returns the other pollers counted live for cost (counted),
@@ -892,8 +987,7 @@ func (p *Poller) balance(ctx context.Context) {
 			break
 		}
 		h := mine[i]
-		h.handoffTo = receiver
-		p.handTo(receiver)
+		h.handoffTo = receiver // counted at receiver from now on (inFlight)
 		p.log.Info("lease over the fair share; handing it over", "shard", h.lease.shard, "to", receiver, "share_floor", lo, "share_ceiling", hi)
 		if h.running {
 			h.signalStop()
@@ -961,10 +1055,12 @@ func plan(held map[string]int, lo, hi int) []move {
 // offers are (takeUnlisted); they are in no worker item, so none is
 // cleared, and one not read in time is left to the listing.
 func (p *Poller) takeOffers(ctx context.Context, kids map[string]bool) {
+	p.pruneTaken()
 	if len(p.offers) == 0 && len(kids) == 0 {
 		return
 	}
-	offers := p.offers
+	// Those it took already stay in its item until its next heartbeat.
+	offers := p.uncounted(p.offers)
 	p.offers = nil
 	offered := make(map[string]bool, len(offers))
 	for _, id := range offers {
@@ -1117,12 +1213,25 @@ func (p *Poller) takeOffers(ctx context.Context, kids map[string]bool) {
 		_, d := p.takeLeases(ctx, take)
 		maps.Copy(deferred, d)
 	}
+	// The offers of the leases it holds now stay in its worker item until
+	// the heartbeat whose held count includes them removes them
+	// (countedHeld): held + offers, what the givers count of this poller,
+	// never leaves them out (docs/exactly-once.md, "The givers' overshoot
+	// (session 23)"). The rest are cleared now.
 	cleared := done[:0]
+	p.countMu.Lock()
+	p.heldN.Store(int64(len(p.held)))
 	for _, id := range done {
-		if offered[id] && !keep[id] && !deferred[id] {
-			cleared = append(cleared, id)
+		if !offered[id] || keep[id] || deferred[id] {
+			continue
 		}
+		if h, mine := p.held[id]; mine && !h.lost {
+			p.taken[id] = true
+			continue
+		}
+		cleared = append(cleared, id)
 	}
+	p.countMu.Unlock()
 	done = cleared
 	if len(done) == 0 {
 		return
@@ -1408,7 +1517,7 @@ func (p *Poller) offerKids(ctx context.Context, kids map[string]bool) {
 			continue
 		}
 		delete(p.unoffered, id)
-		p.handTo(best)
+		p.tell(best)
 	}
 }
 
@@ -1476,13 +1585,17 @@ func (p *Poller) tellAgain(ctx context.Context) {
 			delete(p.untold, id)
 			continue
 		}
-		if err := p.store.offer(ctx, u.to, id); err != nil && !errors.Is(err, errConditionFailed) {
+		err := p.store.offer(ctx, u.to, id)
+		if err != nil && !errors.Is(err, errConditionFailed) {
 			if ctx.Err() == nil {
 				p.log.Warn("telling the new owner of a lease handed over failed; told again at the next round", "shard", id, "to", u.to, "error", err.Error())
 			}
 			continue
 		}
 		delete(p.untold, id)
+		if err == nil {
+			p.tell(u.to)
+		}
 	}
 }
 

@@ -267,8 +267,10 @@ var errFenced = errors.New("fenced: another poller took this poller's leases ove
 // (a claim of this process landed, its answer lost), the write after the
 // claim. A refused write is classified by a consistent read of the item (refused):
 // errFenced (fenced, deleted), an *OwnerInUseError (another process of
-// this name claimed it), or errRefused.
-func (s *store) heartbeat(ctx context.Context, owner, inc string, held int, hb, born bool) (table.Worker, error) {
+// this name claimed it), or errRefused. The write also removes taken, the
+// offers whose takes held counts, from the item's offers
+// (table.OffersCounted).
+func (s *store) heartbeat(ctx context.Context, owner, inc string, held int, taken []string, hb, born bool) (table.Worker, error) {
 	claim := false
 	if !born {
 		// A claim, made on the item as read now (table.ClaimedFrom): one
@@ -281,7 +283,7 @@ func (s *store) heartbeat(ctx context.Context, owner, inc string, held int, hb, 
 		}
 		born, claim = seen == inc, seen != inc
 		if claim {
-			in := table.ClaimedFrom(table.HeartbeatWorker(s.table, s.streamARN, owner, inc, held, hb, s.now()), seen)
+			in := table.ClaimedFrom(table.OffersCounted(table.HeartbeatWorker(s.table, s.streamARN, owner, inc, held, hb, s.now()), taken), seen)
 			attrs, err := s.updateItem(ctx, "heartbeat", aggregates.WorkerKey(s.streamARN, owner), in)
 			if errors.Is(err, errConditionFailed) {
 				return table.Worker{}, s.refused(ctx, owner, inc, false, err)
@@ -296,6 +298,7 @@ func (s *store) heartbeat(ctx context.Context, owner, inc string, held int, hb, 
 	if hb {
 		in = table.HeartbeatWorkerAgain(s.table, s.streamARN, owner, inc, held, s.now())
 	}
+	in = table.OffersCounted(in, taken)
 	attrs, err := s.updateItem(ctx, "heartbeat", aggregates.WorkerKey(s.streamARN, owner), in)
 	if errors.Is(err, errConditionFailed) {
 		return table.Worker{}, s.refused(ctx, owner, inc, born, err)
