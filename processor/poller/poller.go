@@ -415,10 +415,6 @@ func (p *Poller) drainLeaves(s shard) bool {
 	return p.drained[s.id] && (p.seenOpen[s.id] || !s.closed) || p.late[s.id]
 }
 
-// drainedOpen is drainLeaves under the name share.go's takeShare calls it
-// by (kept so that this change stays out of share.go; to be renamed there).
-func (p *Poller) drainedOpen(s shard) bool { return p.drainLeaves(s) }
-
 // noteShards records, for a drain run, what shards given by a
 // DescribeStream answer of the run (open: a listing or a CHILD_SHARDS
 // lookup) or learned from lease items (open false: a lease item says

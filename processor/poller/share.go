@@ -1326,7 +1326,7 @@ func (p *Poller) takeShare(ctx context.Context, only map[string]bool) {
 		if only != nil && !only[s.id] {
 			continue
 		}
-		if _, mine := p.held[s.id]; mine || p.finishedKnown(s.id) || p.gone[s.id] || p.drainedOpen(s) {
+		if _, mine := p.held[s.id]; mine || p.finishedKnown(s.id) || p.gone[s.id] || p.drainLeaves(s) {
 			continue
 		}
 		l := p.leaseOf(s)
