@@ -944,7 +944,7 @@ func (p *Processor) cancelled(g Guard, keys []aggregates.ReportKey, owner []int,
 	reasons := tce.CancellationReasons
 	code := func(i int) string {
 		if i < len(reasons) {
-			return aws.ToString(reasons[i].Code)
+			return reasonCode(reasons[i])
 		}
 		return ""
 	}
@@ -979,7 +979,7 @@ func (p *Processor) cancelled(g Guard, keys []aggregates.ReportKey, owner []int,
 			switch code(i) {
 			case "TransactionConflict":
 				conflict = true
-			case "ThrottlingError", "ProvisionedThroughputExceeded", "RequestLimitExceeded":
+			case reasonThrottled:
 				throttle = true
 			}
 			continue // rollupCancelled's
@@ -990,7 +990,7 @@ func (p *Processor) cancelled(g Guard, keys []aggregates.ReportKey, owner []int,
 			case "ConditionalCheckFailed": // a staging delete's: commit6.cancelled dropped it
 			case "TransactionConflict":
 				conflict = true
-			case "ThrottlingError", "ProvisionedThroughputExceeded", "RequestLimitExceeded":
+			case reasonThrottled:
 				throttle = true
 			default:
 				p.metrics.Commits.WithLabelValues("failed").Inc()
@@ -1004,7 +1004,7 @@ func (p *Processor) cancelled(g Guard, keys []aggregates.ReportKey, owner []int,
 			case "TransactionConflict":
 				conflict = true
 				p.metrics.Conflicts.WithLabelValues(ConflictApplied).Inc()
-			case "ThrottlingError", "ProvisionedThroughputExceeded", "RequestLimitExceeded":
+			case reasonThrottled:
 				throttle = true
 			default:
 				// The item is ledger's own: a count of another type than a
@@ -1044,7 +1044,7 @@ func (p *Processor) cancelled(g Guard, keys []aggregates.ReportKey, owner []int,
 			}
 		case "TransactionConflict":
 			conflict = true
-		case "ThrottlingError", "ProvisionedThroughputExceeded", "RequestLimitExceeded":
+		case reasonThrottled:
 			throttle = true
 		case "ValidationError":
 			if part < 0 {

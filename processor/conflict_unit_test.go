@@ -58,3 +58,45 @@ func TestClassifyErr_ItemConflictsAreRetried(t *testing.T) {
 	assert.True(t, errors.As(err, &tce), "the budget spent, the conflict is returned: %v", err)
 	assert.Equal(t, 5, calls)
 }
+
+// A cancelled transaction's reasons, read the same way by every committer:
+// each throttle code is one throttle (the item's partition or the table's
+// capacity), and a guard-alone transaction (the legacy fence, the abandon)
+// is retried for throttles and conflicts only while no reason is one a
+// retry cannot mend.
+func TestCancelReasons(t *testing.T) {
+	tce := func(codes ...string) *ddbtypes.TransactionCanceledException {
+		e := &ddbtypes.TransactionCanceledException{}
+		for _, c := range codes {
+			e.CancellationReasons = append(e.CancellationReasons, ddbtypes.CancellationReason{Code: aws.String(c)})
+		}
+		return e
+	}
+	tests := []struct {
+		name                     string
+		codes                    []string
+		throttle, conflict, fail bool
+	}{
+		{"every reason None", []string{"None", "None"}, false, false, false},
+		{"no reasons", nil, false, false, false},
+		{"a conflict", []string{"None", "TransactionConflict"}, false, true, false},
+		{"ThrottlingError", []string{"ThrottlingError", "None"}, true, false, false},
+		{"ProvisionedThroughputExceeded", []string{"ProvisionedThroughputExceeded"}, true, false, false},
+		{"RequestLimitExceeded", []string{"RequestLimitExceeded"}, true, false, false},
+		{"a condition failed", []string{"ConditionalCheckFailed", "None"}, false, false, true},
+		{"a throttle after a condition failed is still final", []string{"ConditionalCheckFailed", "ThrottlingError"}, true, false, true},
+		{"a validation beside a conflict", []string{"TransactionConflict", "ValidationError"}, false, true, true},
+		{"an unknown code", []string{"ItemCollectionSizeLimitExceeded"}, false, false, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			throttle, conflict, final := cancelReasons(tce(tt.codes...))
+			assert.Equal(t, []bool{tt.throttle, tt.conflict, tt.fail}, []bool{throttle, conflict, final})
+		})
+	}
+	for _, c := range []string{"ThrottlingError", "ProvisionedThroughputExceeded", "RequestLimitExceeded"} {
+		assert.Equal(t, reasonThrottled, reasonCode(ddbtypes.CancellationReason{Code: aws.String(c)}), c)
+	}
+	assert.Equal(t, "TransactionConflict", reasonCode(ddbtypes.CancellationReason{Code: aws.String("TransactionConflict")}))
+	assert.Equal(t, "", reasonCode(ddbtypes.CancellationReason{}))
+}

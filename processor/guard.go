@@ -370,19 +370,12 @@ func (g *ShardGuard) fenceLegacy(ctx context.Context) error {
 		retry, class := false, classServer
 		var tce *ddbtypes.TransactionCanceledException
 		if errors.As(err, &tce) {
-			final := false
-			for _, r := range tce.CancellationReasons {
-				switch aws.ToString(r.Code) {
-				case "", "None":
-				case "TransactionConflict":
-					retry = true
-				case "ThrottlingError", "ProvisionedThroughputExceeded", "RequestLimitExceeded":
-					retry, class = true, classThrottle
-				default:
-					final = true
-				}
+			// Every reason None is not retried here (the abandon's is).
+			throttle, conflict, final := cancelReasons(tce)
+			retry = (throttle || conflict) && !final
+			if throttle {
+				class = classThrottle
 			}
-			retry = retry && !final
 		} else {
 			class = classifyErr(err)
 			retry = class != classPermanent && class != classCanceled
@@ -665,14 +658,11 @@ func (p *Processor) AbandonCheckpoint(ctx context.Context, key aggregates.Key, a
 		var tce *ddbtypes.TransactionCanceledException
 		if errors.As(err, &tce) {
 			class = classServer
-			for _, r := range tce.CancellationReasons {
-				switch aws.ToString(r.Code) {
-				case "ThrottlingError", "ProvisionedThroughputExceeded", "RequestLimitExceeded":
-					class = classThrottle
-				case "", "None", "TransactionConflict":
-				default:
-					class = classPermanent
-				}
+			switch throttle, _, final := cancelReasons(tce); {
+			case final:
+				class = classPermanent
+			case throttle:
+				class = classThrottle
 			}
 		}
 		if class == classPermanent || class == classCanceled || attempt >= p.cfg.MaxAttempts {

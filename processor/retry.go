@@ -7,6 +7,7 @@ import (
 	"net"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/aws/retry"
 	ddbtypes "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/aws/smithy-go"
@@ -26,6 +27,44 @@ const (
 
 func (c errClass) String() string {
 	return [...]string{"permanent", "throttle", "server", "network", "canceled", "conflict"}[c]
+}
+
+// reasonThrottled is the spelling reasonCode gives every throttle among a
+// cancelled transaction's reasons (ThrottlingError,
+// ProvisionedThroughputExceeded, RequestLimitExceeded: the item's
+// partition or the table's capacity, not the item's state), so that a
+// switch on the code names the throttles once.
+const reasonThrottled = "ThrottlingError"
+
+// reasonCode is the code of a cancellation reason of a TransactWriteItems,
+// every throttle's spelled reasonThrottled.
+func reasonCode(r ddbtypes.CancellationReason) string {
+	switch c := aws.ToString(r.Code); c {
+	case "ThrottlingError", "ProvisionedThroughputExceeded", "RequestLimitExceeded":
+		return reasonThrottled
+	default:
+		return c
+	}
+}
+
+// cancelReasons sums up a cancelled transaction of the guard alone (the
+// legacy fence, the abandon): whether any item was throttled, met another
+// transaction, or was refused for a reason a retry cannot mend (its
+// condition, a validation, anything else). Every reason "None" (or none
+// given) is all three false.
+func cancelReasons(tce *ddbtypes.TransactionCanceledException) (throttle, conflict, final bool) {
+	for _, r := range tce.CancellationReasons {
+		switch reasonCode(r) {
+		case "", "None":
+		case "TransactionConflict":
+			conflict = true
+		case reasonThrottled:
+			throttle = true
+		default:
+			final = true
+		}
+	}
+	return throttle, conflict, final
 }
 
 func classifyErr(err error) errClass {
