@@ -25,6 +25,9 @@ type readerResult struct {
 	finished bool // the shard is closed, read to its end, and marked finished
 	drained  bool // drain mode: read to the shard's current end, all committed
 	err      error
+	// trims are the positions this reader met a trim after (reader.trimmed),
+	// whatever it ended with: a drain reports them (DrainLossError).
+	trims []string
 }
 
 // errShardGone means the stream no longer has the shard (trimmed away) or
@@ -88,6 +91,9 @@ type reader struct {
 	opened   bool
 	lastRead time.Time
 	lastMove time.Time
+	// trims are the positions this reader met trims after (trimmed):
+	// handed to the coordinator with its result (readerResult.trims).
+	trims []string
 }
 
 func (r *reader) stopping() bool {
@@ -269,6 +275,7 @@ func (r *reader) run() (res readerResult) {
 	r.p.bytes.join()
 	defer func() {
 		r.log.Info("shard reader stopped", "finished", res.finished, "drained", res.drained, "held", r.held, "error", errString(res.err))
+		res.trims = r.trims
 		r.setCarry(nil) // not committed: read again after the checkpoint
 		r.keep(0, 0)
 		r.p.budget.leave()
@@ -669,6 +676,7 @@ func (r *reader) released() (string, error) {
 // records until `ledgerctl reconcile --repair`.
 func (r *reader) trimmed(cause error, after string) error {
 	r.p.m.Resets.WithLabelValues(ResetTrimmed).Inc()
+	r.trims = append(r.trims, after)
 	r.log.Error("stream records were trimmed before they were read: they are lost to every consumer; reopening at TRIM_HORIZON; run `ledgerctl reconcile --repair` to restore the reports",
 		"held", r.held, "after", after, "error", cause.Error())
 	r.newGuard()
