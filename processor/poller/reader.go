@@ -91,9 +91,13 @@ type reader struct {
 	opened   bool
 	lastRead time.Time
 	lastMove time.Time
-	// trims are the positions this reader met trims after (trimmed):
-	// handed to the coordinator with its result (readerResult.trims).
-	trims []string
+	// trims are the positions this reader met trims after (trimmed), and
+	// trimGuards the guard each was given to: handed to the coordinator
+	// with its result (readerResult.trims), but for those a guard found
+	// past (ShardGuard.TrimPassed: another consumer's checkpoint after the
+	// trim point; a loss after it is a trim met by a read after it).
+	trims      []string
+	trimGuards []*processor.ShardGuard
 }
 
 func (r *reader) stopping() bool {
@@ -275,7 +279,11 @@ func (r *reader) run() (res readerResult) {
 	r.p.bytes.join()
 	defer func() {
 		r.log.Info("shard reader stopped", "finished", res.finished, "drained", res.drained, "held", r.held, "error", errString(res.err))
-		res.trims = r.trims
+		for i, g := range r.trimGuards {
+			if !g.TrimPassed() {
+				res.trims = append(res.trims, r.trims[i])
+			}
+		}
 		r.setCarry(nil) // not committed: read again after the checkpoint
 		r.keep(0, 0)
 		r.p.budget.leave()
@@ -676,11 +684,11 @@ func (r *reader) released() (string, error) {
 // records until `ledgerctl reconcile --repair`.
 func (r *reader) trimmed(cause error, after string) error {
 	r.p.m.Resets.WithLabelValues(ResetTrimmed).Inc()
-	r.trims = append(r.trims, after)
 	r.log.Error("stream records were trimmed before they were read: they are lost to every consumer; reopening at TRIM_HORIZON; run `ledgerctl reconcile --repair` to restore the reports",
 		"held", r.held, "after", after, "error", cause.Error())
 	r.newGuard()
 	r.guard.Trimmed(after)
+	r.trims, r.trimGuards = append(r.trims, after), append(r.trimGuards, r.guard)
 	out, err := r.p.streams.GetShardIterator(r.ctx, &dynamodbstreams.GetShardIteratorInput{
 		StreamArn: aws.String(r.p.cfg.StreamARN), ShardId: aws.String(r.shard.id), ShardIteratorType: streamtypes.ShardIteratorTypeTrimHorizon,
 	})
