@@ -295,22 +295,30 @@ func Run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 	log := newLogger(o, stderr)
 	if err := run(ctx, o, awsOptions(getenv), log); err != nil {
-		var inUse *poller.OwnerInUseError
-		if errors.As(err, &inUse) {
-			log.Error("poller stopped: its owner name is in use by another live poller process", "owner", inUse.Owner,
-				"incarnation", inUse.Mine, "other_incarnation", inUse.Theirs, "error", err.Error())
-			fmt.Fprintf(stderr, "poller: %v\n\nOwners must be unique among the live pollers and drains of a stream: give each its own --owner (LEDGER_OWNER), or leave it unset (hostname-pid-random). Do not restart this process under the same name: the two would stop each other by turns (docs/runbook.md, \"Two pollers with one owner\").\n", err)
-			return exitOwnerInUse
-		}
-		var lost *poller.DrainLossError
-		if errors.As(err, &lost) {
-			fmt.Fprintf(stderr, "poller: %v\n\nEvery other record readable in the stream at the drain's start is committed. The records named are lost to the reports: stop the writes if they run, then run `ledgerctl reconcile --repair` (docs/runbook.md, \"Draining with `poller --drain`\").\n", err)
-			return exitDrainLost
-		}
-		log.Error("poller failed", "error", err.Error())
-		return exitError
+		return failed(err, log, stderr)
 	}
 	return exitOK
+}
+
+// failed is the exit status of a run that ended with err, and what it
+// says about it: exitOwnerInUse for a poller.OwnerInUseError,
+// exitDrainLost for a poller.DrainLossError (a drain whose work is done
+// but that met records it could not commit), exitError otherwise.
+func failed(err error, log *slog.Logger, stderr io.Writer) int {
+	var inUse *poller.OwnerInUseError
+	if errors.As(err, &inUse) {
+		log.Error("poller stopped: its owner name is in use by another live poller process", "owner", inUse.Owner,
+			"incarnation", inUse.Mine, "other_incarnation", inUse.Theirs, "error", err.Error())
+		fmt.Fprintf(stderr, "poller: %v\n\nOwners must be unique among the live pollers and drains of a stream: give each its own --owner (LEDGER_OWNER), or leave it unset (hostname-pid-random). Do not restart this process under the same name: the two would stop each other by turns (docs/runbook.md, \"Two pollers with one owner\").\n", err)
+		return exitOwnerInUse
+	}
+	var lost *poller.DrainLossError
+	if errors.As(err, &lost) {
+		fmt.Fprintf(stderr, "poller: %v\n\nEvery other record readable in the stream at the drain's start is committed. The records named are lost to the reports: stop the writes if they run, then run `ledgerctl reconcile --repair` (docs/runbook.md, \"Draining with `poller --drain`\").\n", err)
+		return exitDrainLost
+	}
+	log.Error("poller failed", "error", err.Error())
+	return exitError
 }
 
 func newLogger(o options, w io.Writer) *slog.Logger {
