@@ -88,6 +88,10 @@ type ShardGuard struct {
 	// trimPos is the position (position()) an abandon after a trim was
 	// tried on and failed: tried again only on the same state.
 	trimPos string
+	// trimPassed: the trim's decision found the checkpoint past the trim
+	// point (another consumer read on past it): the trim proved no loss
+	// after the checkpoint (TrimPassed).
+	trimPassed bool
 	// counted: the checkpoint, as last read or written, carries the count
 	// of the gap after it (table.Checkpoint.Counted).
 	counted bool
@@ -249,6 +253,13 @@ func (g *ShardGuard) CommitBatches() { g.batches = true }
 //     they are contiguous with it), the call fails with ErrGap and the
 //     caller reopens after c, where a trim is met and counted as its own.
 func (g *ShardGuard) Trimmed(after string) { g.trimmed, g.trimAfter = true, after }
+
+// TrimPassed reports whether the trim given by Trimmed was decided as
+// past: the checkpoint was after the trim point (another consumer's
+// commit), so the trim proved nothing lost after it; a trim met after that
+// checkpoint is another trim, met by a read after it. A drain reports every
+// trim it met but these (poller.DrainLossError).
+func (g *ShardGuard) TrimPassed() bool { return g.trimPassed }
 
 // ErrIncompleteBatch is returned (wrapped, in a *BatchError) when the
 // checkpoint holds a half-committed batch whose last record is after the
@@ -497,6 +508,7 @@ func (g *ShardGuard) abandonTrimmed(ctx context.Context, first string) error {
 		case g.trimAfter == "" || CompareSequence(g.prev, g.trimAfter) > 0:
 			// Past the trim point: not ours to abandon. Records handed
 			// over from the checkpoint or before it are contiguous with it.
+			g.trimPassed = true
 			if first == "" || CompareSequence(first, g.prev) > 0 {
 				return fmt.Errorf("shard %s: checkpoint %s is past the trim met after %q: %w", g.shard, g.prev, g.trimAfter, ErrGap)
 			}

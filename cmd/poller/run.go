@@ -34,6 +34,13 @@ const (
 	// RestartPreventExitStatus=3): the restarted process would claim the
 	// name back, and the two would stop each other by turns.
 	exitOwnerInUse = 3
+	// exitDrainLost: a drain whose work is complete met records it could
+	// not commit (poller.ErrDrainLost): trimmed by the stream's retention
+	// before it reached them, or in a shard gone from the stream before it
+	// was finished. Everything else readable at its start is committed;
+	// the named records are lost to the reports until `ledgerctl reconcile
+	// --repair` (docs/runbook.md, "Draining with `poller --drain`").
+	exitDrainLost = 4
 )
 
 // options are the command line, after environment fallbacks.
@@ -73,7 +80,10 @@ releasing its leases (within 30 s), or with --drain once every record
 readable in the stream at its start is committed; 1 when it cannot start (unknown table, no stream, wrong
 stream view type) or fails; 2 on bad flags; 3 when another live poller
 process uses the same --owner (owners must be unique: the newer process
-keeps the name, the older stops).
+keeps the name, the older stops); 4 when a drain's work is done but it met
+records it could not commit (trimmed by the stream's retention before it
+reached them, or in a shard gone from the stream unfinished: named on
+stderr, lost to the reports until ` + "`ledgerctl reconcile --repair`" + `).
 
 AWS access comes from the standard SDK environment: AWS_REGION,
 AWS_ENDPOINT_URL (e.g. a DynamoDB Local), credentials.
@@ -163,7 +173,7 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (op
 	fs.StringVar(&watch, "offer-watch", env("LEDGER_OFFER_WATCH", poller.OfferWatchSetting.Default.String()),
 		"how often (a `DURATION`, 100ms to 1m; 0 for never) a poller reads its own worker item for leases handed to it, and takes them at once: a shard changing hands is read by nobody until its receiver takes it, up to two renewal intervals later without it. One consistent read of a small item each time (env LEDGER_OFFER_WATCH)")
 	fs.BoolVar(&o.drain, "drain", drainDefault,
-		"exit 0 once every record readable in the stream at its start is committed; takes over expired leases too (env LEDGER_DRAIN)")
+		"exit 0 once every record readable in the stream at its start is committed (4 once the rest is, when some were trimmed or in a shard gone before it read them); takes over expired leases too (env LEDGER_DRAIN)")
 	fs.BoolVar(&o.rollups, "rollups", rollupsDefault,
 		"keep the tenant roll-ups (false: commits put no roll-up delta and fold none; turning them on again needs the quiescent repair of docs/runbook.md, \"Turning tenant roll-ups on or off\") (env LEDGER_ROLLUPS)")
 	fs.Usage = func() {
@@ -285,17 +295,30 @@ func Run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 	log := newLogger(o, stderr)
 	if err := run(ctx, o, awsOptions(getenv), log); err != nil {
-		var inUse *poller.OwnerInUseError
-		if errors.As(err, &inUse) {
-			log.Error("poller stopped: its owner name is in use by another live poller process", "owner", inUse.Owner,
-				"incarnation", inUse.Mine, "other_incarnation", inUse.Theirs, "error", err.Error())
-			fmt.Fprintf(stderr, "poller: %v\n\nOwners must be unique among the live pollers and drains of a stream: give each its own --owner (LEDGER_OWNER), or leave it unset (hostname-pid-random). Do not restart this process under the same name: the two would stop each other by turns (docs/runbook.md, \"Two pollers with one owner\").\n", err)
-			return exitOwnerInUse
-		}
-		log.Error("poller failed", "error", err.Error())
-		return exitError
+		return failed(err, log, stderr)
 	}
 	return exitOK
+}
+
+// failed is the exit status of a run that ended with err, and what it
+// says about it: exitOwnerInUse for a poller.OwnerInUseError,
+// exitDrainLost for a poller.DrainLossError (a drain whose work is done
+// but that met records it could not commit), exitError otherwise.
+func failed(err error, log *slog.Logger, stderr io.Writer) int {
+	var inUse *poller.OwnerInUseError
+	if errors.As(err, &inUse) {
+		log.Error("poller stopped: its owner name is in use by another live poller process", "owner", inUse.Owner,
+			"incarnation", inUse.Mine, "other_incarnation", inUse.Theirs, "error", err.Error())
+		fmt.Fprintf(stderr, "poller: %v\n\nOwners must be unique among the live pollers and drains of a stream: give each its own --owner (LEDGER_OWNER), or leave it unset (hostname-pid-random). Do not restart this process under the same name: the two would stop each other by turns (docs/runbook.md, \"Two pollers with one owner\").\n", err)
+		return exitOwnerInUse
+	}
+	var lost *poller.DrainLossError
+	if errors.As(err, &lost) {
+		fmt.Fprintf(stderr, "poller: %v\n\nEvery other record readable in the stream at the drain's start is committed. The records named are lost to the reports: stop the writes if they run, then run `ledgerctl reconcile --repair` (docs/runbook.md, \"Draining with `poller --drain`\").\n", err)
+		return exitDrainLost
+	}
+	log.Error("poller failed", "error", err.Error())
+	return exitError
 }
 
 func newLogger(o options, w io.Writer) *slog.Logger {

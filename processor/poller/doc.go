@@ -298,7 +298,10 @@
 //
 // With Config.Drain, Run returns once every record readable in the stream
 // when it started is committed (docs/exactly-once.md, "The drain's
-// promise"): every listed shard is finished, gone, or left by the run —
+// promise"), nil; or, when some of them were trimmed before the run reached
+// them or were in a shard gone from the stream unfinished, once every other
+// one is, a *DrainLossError (ErrDrainLost) naming the shards and positions
+// (`poller --drain` exits 4). Its work is done when every listed shard is finished, gone, or left by the run —
 // read by it up to an empty page (its end then) with everything committed,
 // or made after its start (a descendant of a shard a DescribeStream
 // answer of the run showed open) —, the children of every shard finished

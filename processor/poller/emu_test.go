@@ -3,6 +3,8 @@ package poller_test
 import (
 	"context"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -95,10 +97,18 @@ func (e *emuEnv) poller(t *testing.T, owner string, streams poller.Streams, muta
 // within the timeout (a hang: the healthy run takes seconds).
 func (e *emuEnv) runDrain(t *testing.T, tp *testPoller, timeout time.Duration) {
 	t.Helper()
+	require.NoError(t, e.runDrainLoss(t, tp, timeout))
+}
+
+// runDrainLoss is runDrain for a drain that may report records it could
+// not commit: it returns Run's error (a *poller.DrainLossError, or nil).
+func (e *emuEnv) runDrainLoss(t *testing.T, tp *testPoller, timeout time.Duration) error {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	require.NoError(t, tp.Run(ctx))
+	err := tp.Run(ctx)
 	require.NoError(t, ctx.Err(), "the drain did not exit within %s", timeout)
+	return err
 }
 
 // requireInOrder fails when a child's checkpoint moved (a commit of its
@@ -404,7 +414,7 @@ func TestPoller_EmulatedTrimmedParentAndChildStartAreCountedAndNothingHangs(t *t
 	require.NoError(t, err)
 
 	d := e.poller(t, "after-a-day", nil, func(c *poller.Config) { c.Drain, c.LeaseDuration = true, 30*time.Second })
-	e.runDrain(t, d, 3*time.Minute)
+	derr := e.runDrainLoss(t, d, 3*time.Minute)
 	assert.GreaterOrEqual(t, counter(t, d.m.Resets.WithLabelValues(poller.ResetTrimmed)), 2.0,
 		"s0's tail (after its checkpoint) and s1's child's start")
 	trimmedShards := map[string]bool{}
@@ -416,6 +426,9 @@ func TestPoller_EmulatedTrimmedParentAndChildStartAreCountedAndNothingHangs(t *t
 	}
 	assert.True(t, trimmedShards[s0], "s0's tail counted as lost: %v", trimmedShards)
 	assert.Len(t, trimmedShards, 2, "s0 and s1's child: %v", trimmedShards)
+	// The drain's work is complete, and it says what it could not commit:
+	// a DrainLossError (poller --drain exits 4) naming both shards.
+	requireDrainLost(t, derr, slices.Collect(maps.Keys(trimmedShards))...)
 	// The abandon transaction on s0's checkpoint: lostAt set, the loss
 	// count moved. s0 is closed and every record after its checkpoint was
 	// trimmed, so no record reaches the guard after the trim: the abandon

@@ -18,6 +18,7 @@ import (
 	st "github.com/aws/aws-sdk-go-v2/service/dynamodbstreams/types"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/ledger-dev/ledger/infra"
@@ -189,6 +190,16 @@ func (e *env) pollerWith(t testing.TB, owner string, streams poller.Streams, api
 // drain runs a drain poller to completion.
 func (e *env) drain(t *testing.T, owner string, mutate func(*poller.Config)) *testPoller {
 	t.Helper()
+	tp, err := e.drainLoss(t, owner, mutate)
+	require.NoError(t, err)
+	return tp
+}
+
+// drainLoss is drain for a drain that may report records it could not
+// commit: it returns Run's error (a *poller.DrainLossError, or nil) and
+// fails the test only when the drain did not exit.
+func (e *env) drainLoss(t *testing.T, owner string, mutate func(*poller.Config)) (*testPoller, error) {
+	t.Helper()
 	tp := e.poller(t, owner, nil, nil, func(c *poller.Config) {
 		c.Drain = true
 		if mutate != nil {
@@ -200,9 +211,31 @@ func (e *env) drain(t *testing.T, owner string, mutate func(*poller.Config)) *te
 	// show as reconcile differences (seen at load 40).
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	require.NoError(t, tp.Run(ctx))
+	err := tp.Run(ctx)
 	require.NoError(t, ctx.Err(), "the drain did not exit")
-	return tp
+	return tp, err
+}
+
+// requireDrainLost requires err to be a drain's DrainLossError
+// (errors.Is ErrDrainLost) whose trims are all on the shards named, each
+// met at least once, and that names every one in its message.
+func requireDrainLost(t *testing.T, err error, shards ...string) *poller.DrainLossError {
+	t.Helper()
+	require.ErrorIs(t, err, poller.ErrDrainLost)
+	var lost *poller.DrainLossError
+	require.ErrorAs(t, err, &lost)
+	met := map[string]bool{}
+	for _, tr := range lost.Trims {
+		met[tr.Shard] = true
+	}
+	want := map[string]bool{}
+	for _, s := range shards {
+		want[s] = true
+		assert.Contains(t, err.Error(), s, "the error names the shard")
+	}
+	assert.Equal(t, want, met, "the shards the drain met trims on: %v", err)
+	assert.Contains(t, err.Error(), "ledgerctl reconcile --repair")
+	return lost
 }
 
 // start runs p in the background; the returned stop cancels it and waits.

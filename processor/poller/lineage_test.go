@@ -145,8 +145,13 @@ func TestPoller_TrimmedRecordsAreCountedSkippedAndRepairedByReconcile(t *testing
 	f.trimOnRead["shardId-A"] = 40
 	// A long lease: a renewal slowed past a 3-second lease on a loaded
 	// machine restarts the reader, which meets the trim once more.
-	tp := e.drain(t, "p2", func(c *poller.Config) { c.MaxRecords, c.LeaseDuration = 100, 30*time.Second })
+	tp, derr := e.drainLoss(t, "p2", func(c *poller.Config) { c.MaxRecords, c.LeaseDuration = 100, 30*time.Second })
 	assert.Equal(t, 2.0, counter(t, tp.m.Resets.WithLabelValues(poller.ResetTrimmed)))
+	// The drain's work is complete, but it met records it could not
+	// commit: it says so (a DrainLossError naming the shard, both trims;
+	// poller --drain exits 4), not nil.
+	lost := requireDrainLost(t, derr, "shardId-A")
+	assert.Len(t, lost.Trims, 2, "both trims reported: %v", derr)
 	assert.Equal(t, 2, logged(tp.logs.lines(), "stream records were trimmed"))
 	// The guard-alone abandon transaction (session 22): lostAt on the
 	// shard's checkpoint and one move of the loss count — one, not two:

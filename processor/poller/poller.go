@@ -54,6 +54,10 @@ type Poller struct {
 	held      map[string]*holding
 	drained   map[string]bool // read by this drain run to an empty page (drainLeaves)
 	gone      map[string]bool
+	// trims are the trims this drain run's readers met (every reader's,
+	// restarts included): reported when its work is complete (drainLoss).
+	// Not kept by a live poller.
+	trims []DrainTrim
 	// goneAt is when each shard in gone was marked (this poller's clock):
 	// a listing whose first page is older than the mark does not undo it
 	// (review of session 17, hole S17-D4).
@@ -240,8 +244,12 @@ func (p *Poller) Healthy() bool {
 
 // Run reads the stream until ctx ends, then stops reading, lets the batches
 // in hand commit (for at most ShutdownTimeout), moves the checkpoints,
-// releases its leases and returns nil. With Drain it returns nil earlier,
-// once every shard is read to its current end. It returns an error when
+// releases its leases and returns nil. With Drain it returns earlier,
+// once every shard is read to its current end: nil, or a
+// *DrainLossError (errors.Is ErrDrainLost) naming the trims its readers
+// met and the shards gone unfinished, whose records are lost to the
+// reports until `ledgerctl reconcile --repair` (docs/exactly-once.md,
+// "The drain's promise"). It returns an error when
 // the stream no longer exists (the poller never exits on its own while it
 // does), and an *OwnerInUseError (errors.Is ErrOwnerInUse) when another
 // live process given the same Config.Owner claimed this poller's worker
@@ -260,7 +268,7 @@ func (p *Poller) Run(ctx context.Context) error {
 	tick := time.NewTicker(min(firstRound, p.cfg.renewInterval()))
 	defer tick.Stop()
 	p.forceList = true
-	var runErr error
+	var runErr, lossErr error
 	if err := p.pass(p.round(ctx), true); err != nil {
 		runErr = err
 	}
@@ -273,7 +281,15 @@ func (p *Poller) Run(ctx context.Context) error {
 	for runErr == nil && ctx.Err() == nil && p.superseded.Load() == nil {
 		if p.cfg.Drain && p.drainComplete() {
 			if !p.listed.Before(p.lastStop) {
-				p.log.Info("drain complete: every record readable at the drain's start is committed")
+				// Records the run met and could not commit (trimmed
+				// before it reached them, or in a shard gone unfinished)
+				// make the exit an error of its own: the promise is
+				// "committed, or named here" (ErrDrainLost).
+				if lossErr = p.drainLoss(); lossErr != nil {
+					p.log.Error("drain complete, with records readable at its start lost to the reports: run `ledgerctl reconcile --repair`", "error", lossErr.Error())
+				} else {
+					p.log.Info("drain complete: every record readable at the drain's start is committed")
+				}
 				break
 			}
 			// Everything listed is read, but shards made before the start
@@ -330,7 +346,10 @@ func (p *Poller) Run(ctx context.Context) error {
 		// leases were dropped, not released (HB6).
 		return errors.Join(err, runErr)
 	}
-	return runErr
+	if runErr != nil {
+		return runErr
+	}
+	return lossErr
 }
 
 // round is ctx for one of the coordinator's passes: its paced coordination
@@ -1629,6 +1648,11 @@ func (p *Poller) drop(id string, h *holding) {
 
 // readerDone handles a reader's end.
 func (p *Poller) readerDone(ctx context.Context, r readerResult) {
+	if p.cfg.Drain {
+		for _, after := range r.trims {
+			p.trims = append(p.trims, DrainTrim{Shard: r.shard, After: after})
+		}
+	}
 	h, ok := p.held[r.shard]
 	if !ok {
 		return

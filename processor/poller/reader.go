@@ -25,6 +25,9 @@ type readerResult struct {
 	finished bool // the shard is closed, read to its end, and marked finished
 	drained  bool // drain mode: read to the shard's current end, all committed
 	err      error
+	// trims are the positions this reader met a trim after (reader.trimmed),
+	// whatever it ended with: a drain reports them (DrainLossError).
+	trims []string
 }
 
 // errShardGone means the stream no longer has the shard (trimmed away) or
@@ -88,6 +91,13 @@ type reader struct {
 	opened   bool
 	lastRead time.Time
 	lastMove time.Time
+	// trims are the positions this reader met trims after (trimmed), and
+	// trimGuards the guard each was given to: handed to the coordinator
+	// with its result (readerResult.trims), but for those a guard found
+	// past (ShardGuard.TrimPassed: another consumer's checkpoint after the
+	// trim point; a loss after it is a trim met by a read after it).
+	trims      []string
+	trimGuards []*processor.ShardGuard
 }
 
 func (r *reader) stopping() bool {
@@ -269,6 +279,11 @@ func (r *reader) run() (res readerResult) {
 	r.p.bytes.join()
 	defer func() {
 		r.log.Info("shard reader stopped", "finished", res.finished, "drained", res.drained, "held", r.held, "error", errString(res.err))
+		for i, g := range r.trimGuards {
+			if !g.TrimPassed() {
+				res.trims = append(res.trims, r.trims[i])
+			}
+		}
 		r.setCarry(nil) // not committed: read again after the checkpoint
 		r.keep(0, 0)
 		r.p.budget.leave()
@@ -673,6 +688,7 @@ func (r *reader) trimmed(cause error, after string) error {
 		"held", r.held, "after", after, "error", cause.Error())
 	r.newGuard()
 	r.guard.Trimmed(after)
+	r.trims, r.trimGuards = append(r.trims, after), append(r.trimGuards, r.guard)
 	out, err := r.p.streams.GetShardIterator(r.ctx, &dynamodbstreams.GetShardIteratorInput{
 		StreamArn: aws.String(r.p.cfg.StreamARN), ShardId: aws.String(r.shard.id), ShardIteratorType: streamtypes.ShardIteratorTypeTrimHorizon,
 	})

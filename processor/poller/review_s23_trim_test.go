@@ -42,10 +42,14 @@ func TestReviewS23_AReaderThatReadOnFromTheHorizonCountsASecondTrim(t *testing.T
 	})
 	dctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
 	defer cancel()
-	require.NoError(t, tp.Run(dctx))
+	derr := tp.Run(dctx)
 	require.NoError(t, dctx.Err(), "the drain did not exit")
 
 	assert.Equal(t, 2.0, counter(t, tp.m.Resets.WithLabelValues(poller.ResetTrimmed)), "both trims were met")
+	// The drain says what it lost: both trims, on shardId-A (poller
+	// --drain exits 4).
+	lost := requireDrainLost(t, derr, "shardId-A")
+	assert.Len(t, lost.Trims, 2, "both trims reported: %v", derr)
 	losses, err := table.GetLosses(ctx, e.ddb, table.CoordinationTableName(e.table))
 	require.NoError(t, err)
 	assert.Equal(t, int64(2), losses, "two gaps: after the checkpoint, and after the page read from the horizon")
