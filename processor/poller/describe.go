@@ -91,14 +91,7 @@ func (b *describeBudget) wait(ctx context.Context, until time.Time) error {
 	if d <= 0 {
 		return nil
 	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
+	return sleep(ctx, d)
 }
 
 // answered adjusts the rate after a DescribeStream answer: a throttled one

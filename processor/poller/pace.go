@@ -162,6 +162,11 @@ func (w *writePacer) wait(ctx context.Context, part partition, key string) error
 	}
 	w.m.CoordinationWriteWaits.WithLabelValues(part.String()).Inc()
 	w.m.CoordinationWriteWaited.WithLabelValues(part.String()).Add(d.Seconds())
+	return sleep(ctx, d)
+}
+
+// sleep waits d, or until ctx ends (its error).
+func sleep(ctx context.Context, d time.Duration) error {
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {

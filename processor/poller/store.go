@@ -173,12 +173,7 @@ const writeAttempts = 4
 // jitter, at most 500ms; it returns early when ctx ends.
 func pause(ctx context.Context, n int) {
 	d := min(20*time.Millisecond<<min(n-1, 10), 500*time.Millisecond)
-	t := time.NewTimer(time.Duration(rand.Int64N(int64(d) + 1)))
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-	case <-t.C:
-	}
+	_ = sleep(ctx, time.Duration(rand.Int64N(int64(d)+1)))
 }
 
 // updateItem runs in, an UpdateItem of the item under k, and translates a
