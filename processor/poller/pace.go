@@ -165,6 +165,19 @@ func (w *writePacer) wait(ctx context.Context, part partition, key string) error
 	return sleep(ctx, d)
 }
 
+// writeFailed logs a coordination write that did not land and is tried
+// again later: a warning, but for one the pacer deferred (the fleet's
+// budget spent this round, ledger_poller_coordination_write_deferred_total
+// counts it), which is the pacer working and is logged at debug level.
+func (p *Poller) writeFailed(err error, msg string, args ...any) {
+	args = append(args, "error", err.Error())
+	if errors.Is(err, errWriteDeferred) {
+		p.log.Debug(msg, args...)
+		return
+	}
+	p.log.Warn(msg, args...)
+}
+
 // sleep waits d, or until ctx ends (its error).
 func sleep(ctx context.Context, d time.Duration) error {
 	t := time.NewTimer(d)

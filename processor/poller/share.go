@@ -767,7 +767,7 @@ func (p *Poller) answerAsks(ctx context.Context) {
 		return
 	}
 	if err := p.store.clearAsks(ctx, p.cfg.Owner, answered); err != nil && ctx.Err() == nil {
-		p.log.Warn("clearing the asks answered failed; they are read again", "error", err.Error())
+		p.writeFailed(err, "clearing the asks answered failed; they are read again")
 	}
 }
 
@@ -1237,7 +1237,7 @@ func (p *Poller) takeOffers(ctx context.Context, kids map[string]bool) {
 		return
 	}
 	if err := p.store.clearOffers(ctx, p.cfg.Owner, done); err != nil && ctx.Err() == nil {
-		p.log.Warn("clearing the offers taken failed; they are read again", "error", err.Error())
+		p.writeFailed(err, "clearing the offers taken failed; they are read again")
 	}
 }
 
@@ -1511,7 +1511,7 @@ func (p *Poller) offerKids(ctx context.Context, kids map[string]bool) {
 		}
 		if err := p.store.offer(ctx, best, id); err != nil {
 			if !errors.Is(err, errConditionFailed) && ctx.Err() == nil {
-				p.log.Warn("offering a child shard failed; offered again at the next round", "shard", id, "to", best, "error", err.Error())
+				p.writeFailed(err, "offering a child shard failed; offered again at the next round", "shard", id, "to", best)
 				p.keepUnoffered(id)
 			}
 			continue
@@ -1588,7 +1588,7 @@ func (p *Poller) tellAgain(ctx context.Context) {
 		err := p.store.offer(ctx, u.to, id)
 		if err != nil && !errors.Is(err, errConditionFailed) {
 			if ctx.Err() == nil {
-				p.log.Warn("telling the new owner of a lease handed over failed; told again at the next round", "shard", id, "to", u.to, "error", err.Error())
+				p.writeFailed(err, "telling the new owner of a lease handed over failed; told again at the next round", "shard", id, "to", u.to)
 			}
 			continue
 		}
