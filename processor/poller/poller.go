@@ -865,7 +865,7 @@ func (p *Poller) registerChildren(ctx context.Context, kids []shard, known map[s
 		}
 		l, ok, err := p.store.register(ctx, k)
 		if err != nil && ctx.Err() == nil {
-			p.log.Warn("registering a child shard failed; the other pollers find it at their next listing", "shard", k.id, "error", err.Error())
+			p.writeFailed(err, "registering a child shard failed; the other pollers find it at their next listing", "shard", k.id)
 		}
 		if ok {
 			p.leases[k.id] = l
@@ -1091,7 +1091,7 @@ func (p *Poller) assign(ctx context.Context) {
 			return
 		}
 		if err := p.store.ask(ctx, owner, shard); err != nil {
-			p.log.Warn("telling a lease's owner of the request failed again; asked again at the next pass", "shard", shard, "owner", owner, "error", err.Error())
+			p.writeFailed(err, "telling a lease's owner of the request failed again; asked again at the next pass", "shard", shard, "owner", owner)
 			continue
 		}
 		delete(p.unasked, shard)
@@ -1113,7 +1113,7 @@ func (p *Poller) assign(ctx context.Context) {
 	for _, l := range ask {
 		if err := p.store.request(ctx, l, p.cfg.Owner); err != nil {
 			if !errors.Is(err, errConditionFailed) && ctx.Err() == nil {
-				p.log.Warn("asking for a lease failed", "shard", l.shard, "owner", l.owner, "error", err.Error())
+				p.writeFailed(err, "asking for a lease failed", "shard", l.shard, "owner", l.owner)
 			}
 			continue
 		}
@@ -1123,7 +1123,7 @@ func (p *Poller) assign(ctx context.Context) {
 			if err := p.store.ask(ctx, l.owner, l.shard); err != nil {
 				p.unasked[l.shard] = l.owner
 				if ctx.Err() == nil {
-					p.log.Warn("telling a lease's owner of the request failed; asked again at the next pass", "shard", l.shard, "owner", l.owner, "error", err.Error())
+					p.writeFailed(err, "telling a lease's owner of the request failed; asked again at the next pass", "shard", l.shard, "owner", l.owner)
 				}
 			}
 		}
@@ -1733,7 +1733,11 @@ func (p *Poller) release(ctx context.Context, id string, h *holding) {
 		cctx = ctx // the caller's shorter budget (shutdown) applies
 	}
 	if err := p.store.release(cctx, h.lease, h.handoffTo, h.finished); err != nil {
-		p.log.Warn("releasing lease failed; it will expire", "shard", id, "error", err.Error())
+		if errors.Is(err, errWriteDeferred) && !p.stopping {
+			p.log.Debug("releasing the lease deferred by the pacer; this poller takes it back at its next round", "shard", id)
+		} else {
+			p.log.Warn("releasing lease failed; it will expire", "shard", id, "error", err.Error())
+		}
 		return
 	}
 	rel := h.lease
