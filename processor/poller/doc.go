@@ -195,7 +195,9 @@
 // "The givers' overshoot (session 23)"): the giver counts it in its held
 // until its offer write is answered, and the receiver's item shows it in
 // its offers from then until the heartbeat whose held counts the take
-// removes it in the same write (table.OffersCounted). Before, a receiver
+// removes it in the same write (table.OffersCounted); an offer whose take
+// the pacer deferred, or whose outcome is unknown (no answer, no re-read),
+// stays offered (review of session 23, S23-C1). Before, a receiver
 // cleared an offer at its take, and the others' hand-overs were visible to
 // nobody until its next heartbeat while the givers' counts had already
 // dropped: each giver whose round came in that gap saw the receiver under

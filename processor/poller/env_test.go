@@ -56,10 +56,10 @@ import (
 // checkpoint passed (trim_s23_test.go: one) and its review's second trim
 // (review_s23_trim_test.go: one), the review of the drain's promise
 // (review_s23_drain_test.go: two, one skipped as a finding), the givers'
-// overshoot (overshoot_test.go: one), and four to spare. A test that gets
+// overshoot (overshoot_test.go: one) and its review (review_s23_overshoot_test.go: one), and four to spare. A test that gets
 // a later table is slow enough for 3-second leases to expire, so an
 // exhausted pool fails the test (ddbtest.Pool.Table).
-var tables = ddbtest.Pool{Size: 111}
+var tables = ddbtest.Pool{Size: 112}
 
 func newTableName(t testing.TB) string { return tables.Table(t) }
 

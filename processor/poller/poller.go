@@ -1154,9 +1154,11 @@ type takeAttempt struct {
 // a join, does not wait for each in turn), their results applied in turn.
 // A live poller not born yet (incarnation.go) takes nothing, nor does a
 // heartbeat poller whose validity has ended. It returns how many are now
-// held, and the shards whose take the write pacer did not send
-// (errWriteDeferred: its turn came after the round's deadline), which
-// takeOffers leaves offered (review of session 23, S23-P1).
+// held, and the shards whose take is not known done: those the write
+// pacer did not send (errWriteDeferred: its turn came after the round's
+// deadline; review of session 23, S23-P1) and those whose outcome is
+// unknown (no answer, and no re-read to tell: the take may have landed;
+// review of the givers' count, S23-C1), which takeOffers leaves offered.
 func (p *Poller) takeLeases(ctx context.Context, ls []lease) (int, map[string]bool) {
 	if !p.cfg.Drain && p.born.Load() == 0 {
 		// A live poller takes nothing before one of its claims of its
@@ -1225,7 +1227,7 @@ func (p *Poller) takeLeases(ctx context.Context, ls []lease) (int, map[string]bo
 	for _, a := range tries {
 		if p.applyTake(a) {
 			n++
-		} else if errors.Is(a.err, errWriteDeferred) {
+		} else if errors.Is(a.err, errWriteDeferred) || unknown(a) {
 			if deferred == nil {
 				deferred = map[string]bool{}
 			}
@@ -1233,6 +1235,15 @@ func (p *Poller) takeLeases(ctx context.Context, ls []lease) (int, map[string]bo
 		}
 	}
 	return n, deferred
+}
+
+// unknown reports whether a's take failed with an outcome nobody told:
+// no answer (not a failed condition) and no re-read. It may have landed:
+// the lease is then in this poller's name and incarnation, held by
+// nobody, and only a later take (of the offer left) or the share once
+// listed reads it.
+func unknown(a *takeAttempt) bool {
+	return a.err != nil && !a.reread && !errors.Is(a.err, errConditionFailed) && !errors.Is(a.err, errWriteDeferred)
 }
 
 // applyTake records the outcome of a take: held, its answer lost but
