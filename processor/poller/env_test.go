@@ -50,16 +50,18 @@ import (
 // (review_s20_joiner_test.go: three, J1's two cases each), the offer watch
 // (offerwatch_test.go: one) and its review (review_s21_watch_test.go:
 // three), the review of offerLeft (review_s22_offerleft_test.go: three),
-// the drains while shards keep closing (emu_drain_test.go: two),
-// the fleet's paced coordination writes (pace_test.go: one) and its
-// review (review_s23_pace_test.go: two), a trim met after a position the
+// the drains while shards keep closing (emu_drain_test.go: two), the
+// fleet's paced coordination writes (pace_test.go: one) and its review
+// (review_s23_pace_test.go: two), a trim met after a position the
 // checkpoint passed (trim_s23_test.go: one) and its review's second trim
 // (review_s23_trim_test.go: one), the review of the drain's promise
-// (review_s23_drain_test.go: two, one skipped as a finding), the givers'
-// overshoot (overshoot_test.go: one) and its review (review_s23_overshoot_test.go: one), and four to spare. A test that gets
-// a later table is slow enough for 3-second leases to expire, so an
+// (review_s23_drain_test.go: two, one skipped as a finding), a drain that
+// found a shard gone unfinished (drainloss_test.go: one), the givers'
+// overshoot (overshoot_test.go: one) and its review
+// (review_s23_overshoot_test.go: one), and four to spare. A test that
+// gets a later table is slow enough for 3-second leases to expire, so an
 // exhausted pool fails the test (ddbtest.Pool.Table).
-var tables = ddbtest.Pool{Size: 112}
+var tables = ddbtest.Pool{Size: 113}
 
 func newTableName(t testing.TB) string { return tables.Table(t) }
 

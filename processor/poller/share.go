@@ -526,6 +526,9 @@ func (p *Poller) rejoin(ctx context.Context) {
 		p.m.LeaseLosses.WithLabelValues(LossTaken).Inc()
 		p.drop(id, h)
 	}
+	// No lease is held now: a heartbeat must not delete the offer of one
+	// the fencer hands back (review of the givers' count, session 23).
+	p.pruneTaken()
 	sent := time.Now()
 	// A process none of whose claims was answered (its first heartbeat
 	// found a previous life's fence) claims the item; a born one rejoins
