@@ -108,6 +108,29 @@ func (w *writePacer) setPollers(n int) {
 // the call may wait for (withPaceUntil).
 type paceUntilKey struct{}
 
+// paceWindowKey carries, in a round's context, the window its paced
+// writes may wait in (withPaceWindow).
+type paceWindowKey struct{}
+
+// paceWindow is a round's allowance for its paced writes: they may wait
+// until d after the first of them asked for its turn (until, set then;
+// under writePacer.mu). Counted from the round's start instead, a round
+// whose reads took longer than d (a slow or loaded table) deferred every
+// paced write it then made, at every round, and so took no lease
+// (session 23's loaded CI).
+type paceWindow struct {
+	d     time.Duration
+	until time.Time
+}
+
+// withPaceWindow returns ctx whose paced coordination writes defer
+// (errWriteDeferred) rather than wait past d after the first of them
+// asked for its turn: the pacer adds at most d to the call, however long
+// its other requests take.
+func withPaceWindow(ctx context.Context, d time.Duration) context.Context {
+	return context.WithValue(ctx, paceWindowKey{}, &paceWindow{d: d})
+}
+
 // withPaceUntil returns ctx whose paced coordination writes defer
 // (errWriteDeferred) rather than wait past until; the zero time lifts an
 // outer bound.
@@ -117,8 +140,9 @@ func withPaceUntil(ctx context.Context, until time.Time) context.Context {
 
 // wait waits for the turn of a write to the item key of part, charged the
 // units the item took at its last write. It returns errWriteDeferred at
-// once, without taking the turn, when the turn comes after ctx's deadline
-// or the pace-until time ctx carries; ctx's error when ctx ends first.
+// once, without taking the turn, when the turn comes after ctx's deadline,
+// the pace-until time ctx carries or the end of its round's window;
+// ctx's error when ctx ends first.
 func (w *writePacer) wait(ctx context.Context, part partition, key string) error {
 	until, _ := ctx.Value(paceUntilKey{}).(time.Time)
 	if d, ok := ctx.Deadline(); ok && (until.IsZero() || d.Before(until)) {
@@ -126,6 +150,14 @@ func (w *writePacer) wait(ctx context.Context, part partition, key string) error
 	}
 	now := time.Now()
 	w.mu.Lock()
+	if win, ok := ctx.Value(paceWindowKey{}).(*paceWindow); ok {
+		if win.until.IsZero() {
+			win.until = now.Add(win.d)
+		}
+		if until.IsZero() || win.until.Before(until) {
+			until = win.until
+		}
+	}
 	n := max(w.units[key], 1)
 	lim := w.lim[part]
 	rs := make([]*rate.Reservation, 0, n)

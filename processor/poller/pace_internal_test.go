@@ -81,3 +81,26 @@ func TestWritePacer_AWriteLargerThanARoundsShareIsSentAndItsUnitsOwed(t *testing
 	// away, past its round.
 	require.ErrorIs(t, w.wait(round(), workerPartition, "small"), errWriteDeferred)
 }
+
+// A round's paced writes may wait for half a renewal interval after the
+// first of them asked, however long the round's reads took before it:
+// counted from the round's start, a round whose reads took longer than
+// that deferred every write it made, at every round, and a poller on a
+// slow table took no lease (session 23's loaded CI:
+// TestPoller_ARenewingPollerTakesLeasesWhenEveryReadIsSlowerThanHalfARenewal
+// and the fleet pacing test timed out).
+func TestWritePacer_ARoundsWindowStartsAtItsFirstPacedWrite(t *testing.T) {
+	m := NewMetrics(nil)
+	w := newWritePacer(10, m)
+	w.setPollers(2) // 5 units a second: a turn every 200 ms
+	ctx := withPaceWindow(context.Background(), 300*time.Millisecond)
+	time.Sleep(400 * time.Millisecond) // the round's reads, longer than its window
+	start := time.Now()
+	require.NoError(t, w.wait(ctx, leasePartition, "a"), "the burst, after slow reads")
+	require.NoError(t, w.wait(ctx, leasePartition, "b"), "200 ms after the round's first paced write: within its window")
+	assert.GreaterOrEqual(t, time.Since(start), 150*time.Millisecond)
+	assert.ErrorIs(t, w.wait(ctx, leasePartition, "c"), errWriteDeferred, "400 ms after the first: past the window")
+	assert.Equal(t, 1.0, testutil.ToFloat64(m.CoordinationWriteDeferred.WithLabelValues("leases")))
+	// A new round, a new window.
+	require.NoError(t, w.wait(withPaceWindow(context.Background(), 300*time.Millisecond), leasePartition, "c"))
+}

@@ -353,16 +353,17 @@ func (p *Poller) Run(ctx context.Context) error {
 }
 
 // round is ctx for one of the coordinator's passes: its paced coordination
-// writes (writePacer) wait for their turn for at most half a renewal
-// interval from now, as its DescribeStream calls do; a write whose turn
-// comes later is not sent, and what it was for goes on at the next round
+// writes (writePacer) wait for their turn until at most half a renewal
+// interval after the first of them asked (paceWindow: however long the
+// pass's reads took before it); a write whose turn comes later is not
+// sent, and what it was for goes on at the next round
 // (a take; an offer, told again; a release, whose lease this poller takes
 // back as its own at its next round, or expires at a stop). A renewing
 // poller's renewals (at the round's start) are not held back by more than
 // that. The stop (shutdown) has its own budget: the caller's deadline,
 // each release's 5 s.
 func (p *Poller) round(ctx context.Context) context.Context {
-	return withPaceUntil(ctx, time.Now().Add(p.cfg.renewInterval()/2))
+	return withPaceWindow(ctx, p.cfg.renewInterval()/2)
 }
 
 // nextRound is how long until the poller's next round: firstRound until
