@@ -17,31 +17,34 @@ import (
 // taken from the writes after it.
 func TestWritePacer_DefersATurnPastTheRoundsDeadlineWithoutTakingIt(t *testing.T) {
 	m := NewMetrics(nil)
-	w := newWritePacer(10, m)
-	w.setPollers(2) // 5 units a second: a turn every 200 ms
-	assert.Equal(t, 5.0, testutil.ToFloat64(m.CoordinationWriteRate.WithLabelValues("leases")))
-	ctx := withPaceUntil(context.Background(), time.Now().Add(300*time.Millisecond))
+	w := newWritePacer(2, m)
+	w.setPollers(2) // 1 unit a second: a turn every second
+	assert.Equal(t, 1.0, testutil.ToFloat64(m.CoordinationWriteRate.WithLabelValues("leases")))
+	ctx := withPaceUntil(context.Background(), time.Now().Add(1500*time.Millisecond))
 	start := time.Now()
 	require.NoError(t, w.wait(ctx, leasePartition, "a")) // the burst
-	require.NoError(t, w.wait(ctx, leasePartition, "b")) // 200 ms
-	err := w.wait(ctx, leasePartition, "c")              // 400 ms: past the round
+	require.NoError(t, w.wait(ctx, leasePartition, "b")) // 1 s
+	called := time.Now()
+	err := w.wait(ctx, leasePartition, "c") // 2 s: past the round
 	require.ErrorIs(t, err, errWriteDeferred)
-	assert.Less(t, time.Since(start), 350*time.Millisecond, "a deferred write does not wait")
+	assert.Less(t, time.Since(called), time.Second, "a deferred write does not wait for its turn")
 	assert.Equal(t, 1.0, testutil.ToFloat64(m.CoordinationWriteDeferred.WithLabelValues("leases")))
 	// The other partition has its own budget.
 	require.NoError(t, w.wait(ctx, workerPartition, "w"))
-	// The deferred turn was given back: the next one is 400 ms after the
-	// start, not 600.
+	// The deferred turn was given back: the next one is 2 s after the
+	// start, not 3.
 	require.NoError(t, w.wait(context.Background(), leasePartition, "c"))
-	assert.Less(t, time.Since(start), 550*time.Millisecond)
+	assert.Less(t, time.Since(start), 2800*time.Millisecond)
 	// A context's deadline bounds the wait too.
 	dctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	defer cancel()
 	assert.ErrorIs(t, w.wait(dctx, leasePartition, "d"), errWriteDeferred)
-	// A context that ends while waiting ends the wait.
+	// A context that ends while waiting ends the wait: its turn is a
+	// second away.
+	require.NoError(t, w.wait(context.Background(), workerPartition, "w2"), "the worker partition's next turn, taken")
 	cctx, cancel2 := context.WithCancel(context.Background())
 	time.AfterFunc(20*time.Millisecond, cancel2)
-	assert.True(t, errors.Is(w.wait(cctx, leasePartition, "e"), context.Canceled))
+	assert.True(t, errors.Is(w.wait(cctx, workerPartition, "e"), context.Canceled))
 }
 
 // A write is charged its item's write units: what DynamoDB reported
@@ -91,16 +94,16 @@ func TestWritePacer_AWriteLargerThanARoundsShareIsSentAndItsUnitsOwed(t *testing
 // and the fleet pacing test timed out).
 func TestWritePacer_ARoundsWindowStartsAtItsFirstPacedWrite(t *testing.T) {
 	m := NewMetrics(nil)
-	w := newWritePacer(10, m)
-	w.setPollers(2) // 5 units a second: a turn every 200 ms
-	ctx := withPaceWindow(context.Background(), 300*time.Millisecond)
-	time.Sleep(400 * time.Millisecond) // the round's reads, longer than its window
+	w := newWritePacer(2, m)
+	w.setPollers(2) // 1 unit a second: a turn every second
+	ctx := withPaceWindow(context.Background(), 1500*time.Millisecond)
+	time.Sleep(1600 * time.Millisecond) // the round's reads, longer than its window
 	start := time.Now()
 	require.NoError(t, w.wait(ctx, leasePartition, "a"), "the burst, after slow reads")
-	require.NoError(t, w.wait(ctx, leasePartition, "b"), "200 ms after the round's first paced write: within its window")
-	assert.GreaterOrEqual(t, time.Since(start), 150*time.Millisecond)
-	assert.ErrorIs(t, w.wait(ctx, leasePartition, "c"), errWriteDeferred, "400 ms after the first: past the window")
+	require.NoError(t, w.wait(ctx, leasePartition, "b"), "1 s after the round's first paced write: within its window")
+	assert.GreaterOrEqual(t, time.Since(start), 900*time.Millisecond)
+	assert.ErrorIs(t, w.wait(ctx, leasePartition, "c"), errWriteDeferred, "2 s after the first: past the window")
 	assert.Equal(t, 1.0, testutil.ToFloat64(m.CoordinationWriteDeferred.WithLabelValues("leases")))
 	// A new round, a new window.
-	require.NoError(t, w.wait(withPaceWindow(context.Background(), 300*time.Millisecond), leasePartition, "c"))
+	require.NoError(t, w.wait(withPaceWindow(context.Background(), 1500*time.Millisecond), leasePartition, "c"))
 }
