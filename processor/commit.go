@@ -430,11 +430,15 @@ func (p *Processor) commitTx(ctx context.Context, g Guard, claim func() ddbtypes
 	for attempt := 1; attempt <= p.cfg.MaxAttempts; attempt++ {
 		if attempt > 1 {
 			if err := sleep(ctx, p.backoff(attempt-1)); err != nil {
+				p.metrics.Commits.WithLabelValues(CommitCancelled).Inc()
 				return err
 			}
 		}
 		shapes, err := p.shapes.getFresh(ctx, p, keys, reread)
 		if err != nil {
+			if ctx.Err() != nil {
+				p.metrics.Commits.WithLabelValues(CommitCancelled).Inc()
+			}
 			return err
 		}
 		reread = nil
@@ -640,7 +644,17 @@ func (p *Processor) commitTx(ctx context.Context, g Guard, claim func() ddbtypes
 			}
 		}
 		class := classifyErr(err)
-		if class == classPermanent || class == classCanceled {
+		if class == classCanceled || ctx.Err() != nil {
+			// The commit's context ended during the call (a poller's lease
+			// lost or expired, its shutdown's grace over; a Lambda's
+			// deadline): given up, its outcome unknown, for the next
+			// attempt's guard to tell. Not a failed commit: whatever it
+			// was doing when its context ended, it counts once as
+			// cancelled.
+			p.metrics.Commits.WithLabelValues(CommitCancelled).Inc()
+			return err
+		}
+		if class == classPermanent {
 			p.metrics.Commits.WithLabelValues("failed").Inc()
 			return err
 		}

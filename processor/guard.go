@@ -391,6 +391,11 @@ func (g *ShardGuard) fenceLegacy(ctx context.Context) error {
 			class = classifyErr(err)
 			retry = class != classPermanent && class != classCanceled
 		}
+		if class == classCanceled || ctx.Err() != nil {
+			// The commit's context ended (commitTx): cancelled, not failed.
+			p.metrics.Commits.WithLabelValues(CommitCancelled).Inc()
+			return err
+		}
 		if !retry || attempt >= p.cfg.MaxAttempts {
 			err = table.FenceError(g.stream, g.shard, err)
 			if errors.Is(err, table.ErrCheckpointFenced) {
@@ -409,6 +414,7 @@ func (g *ShardGuard) fenceLegacy(ctx context.Context) error {
 		}
 		p.countRetry("TransactWriteItems", class)
 		if err := sleep(ctx, p.backoff(attempt)); err != nil {
+			p.metrics.Commits.WithLabelValues(CommitCancelled).Inc()
 			return err
 		}
 	}

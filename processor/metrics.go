@@ -26,6 +26,15 @@ const (
 	OutcomeAbandoned = "abandoned"
 )
 
+// CommitCancelled is the ledger_commits_total{outcome} of a commit given up
+// because its context ended before it landed or failed (a poller's lease
+// lost or expired mid-commit, its shutdown's grace over, a Lambda's
+// deadline), in its call, its backoff or its re-read: its outcome is
+// unknown, and the next attempt's guard tells whether it landed. Not
+// "failed", which is a commit whose own attempts were spent (MaxAttempts)
+// or refused for good, and which the LedgerCommitsFailing alert watches.
+const CommitCancelled = "cancelled"
+
 // Label values of ledger_aggregate_conflicts_total{reason}.
 const (
 	ConflictDuplicate           = "duplicate"            // a run's guard was already claimed: records skipped
@@ -154,7 +163,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}),
 		Commits: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: namespace, Name: "commits_total",
-			Help: "Commit runs (one TransactWriteItems each), by outcome (committed, duplicate, failed).",
+			Help: "Commit runs (one TransactWriteItems each), by outcome (committed, duplicate, failed: its attempts spent or refused for good, cancelled: its context ended first, the outcome left to the next attempt's guard).",
 		}, []string{"outcome"}),
 		WriteRequests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: namespace, Subsystem: "dynamodb", Name: "write_requests_total",
@@ -187,7 +196,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	for _, r := range []string{ParkedTooLarge, ParkedMalformed, ParkedRefused} {
 		m.Parked.WithLabelValues(r)
 	}
-	for _, o := range []string{"committed", "duplicate", "failed"} {
+	for _, o := range []string{"committed", "duplicate", "failed", CommitCancelled} {
 		m.Commits.WithLabelValues(o)
 	}
 	if reg != nil {

@@ -108,8 +108,9 @@ ledger_aggregate_conflicts_total{reason="short_redelivery"} 0
 ledger_aggregate_conflicts_total{reason="staging_gone"} 0
 ledger_aggregate_conflicts_total{reason="transaction_conflict"} 0
 ledger_aggregate_conflicts_total{reason="unchanged_item"} 0
-# HELP ledger_commits_total Commit runs (one TransactWriteItems each), by outcome (committed, duplicate, failed).
+# HELP ledger_commits_total Commit runs (one TransactWriteItems each), by outcome (committed, duplicate, failed: its attempts spent or refused for good, cancelled: its context ended first, the outcome left to the next attempt's guard).
 # TYPE ledger_commits_total counter
+ledger_commits_total{outcome="cancelled"} 0
 ledger_commits_total{outcome="committed"} 1
 ledger_commits_total{outcome="duplicate"} 0
 ledger_commits_total{outcome="failed"} 0

@@ -38,11 +38,18 @@ type Interferer struct {
 	Seed  uint64
 
 	sent, cancelled int
+	longest         time.Duration
 }
 
 // Stats returns the transactions it sent and how many of them were
 // cancelled because a consumer's transaction held the item first.
 func (f *Interferer) Stats() (sent, cancelled int) { return f.sent, f.cancelled }
+
+// Longest returns the longest a transaction of its that was not cancelled
+// took, send to answer: the longest it held an item (DynamoDB Local's
+// answer plus the Transport's Latency), which a consumer's retry budget
+// for TransactionConflict must outlast. Read it after Run returned.
+func (f *Interferer) Longest() time.Duration { return f.longest }
 
 // Run holds items until ctx ends, then returns nil; any other error (a
 // failed Scan, a refusal other than a conflict) is returned at once.
@@ -72,6 +79,7 @@ func (f *Interferer) Run(ctx context.Context) error {
 		// A table at random, then one of its items: the few checkpoints
 		// are held as often as the many report items.
 		if i := rng.IntN(len(f.Tables)); len(keys[i]) > 0 {
+			sent := time.Now()
 			_, err := f.API.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{
 				TransactItems: AlwaysHolds(f.Tables[i], keys[i][rng.IntN(len(keys[i]))])})
 			f.sent++
@@ -83,6 +91,8 @@ func (f *Interferer) Run(ctx context.Context) error {
 				f.cancelled++
 			case err != nil:
 				return fmt.Errorf("interferer: hold an item of %s: %w", f.Tables[i], err)
+			default:
+				f.longest = max(f.longest, time.Since(sent))
 			}
 		}
 		t := time.NewTimer(time.Duration(rng.Int64N(int64(pause) + 1)))

@@ -158,8 +158,8 @@ func (e *env) poller(t *testing.T, owner string, streams poller.Streams, api *dy
 	return e.pollerWith(t, owner, streams, api, processor.Config{}, mutate)
 }
 
-// pollerWith is poller with the processor's limits of pc (its table and
-// backoffs are the env's).
+// pollerWith is poller with the processor's limits of pc (its table is
+// the env's, and so are its backoffs unless pc sets them).
 func (e *env) pollerWith(t testing.TB, owner string, streams poller.Streams, api *dynamodb.Client, pc processor.Config, mutate func(*poller.Config)) *testPoller {
 	t.Helper()
 	if streams == nil {
@@ -171,7 +171,10 @@ func (e *env) pollerWith(t testing.TB, owner string, streams poller.Streams, api
 	tp := &testPoller{reg: prometheus.NewRegistry(), logs: &logSink{}}
 	tp.pm = processor.NewMetrics(tp.reg)
 	tp.m = poller.NewMetrics(tp.reg)
-	pc.Table, pc.BaseBackoff, pc.MaxBackoff = e.table, time.Millisecond, 20*time.Millisecond
+	pc.Table = e.table
+	if pc.BaseBackoff == 0 && pc.MaxBackoff == 0 { // the tests' backoffs unless the caller sets its own
+		pc.BaseBackoff, pc.MaxBackoff = time.Millisecond, 20*time.Millisecond
+	}
 	proc, err := processor.New(api, pc, tp.pm)
 	require.NoError(t, err)
 	cfg := fastConfig(e.table, e.stream.arn, owner)
