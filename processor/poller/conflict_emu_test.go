@@ -232,6 +232,76 @@ func TestPoller_EmulatedFleetUnderAWSConflictsKilledAndRestartedIsExact(t *testi
 	assert.Positive(t, folded, "roll-up deltas folded")
 }
 
+// A commit whose checkpoint is held for 2 s — another transaction's in
+// flight while a loaded DynamoDB Local takes that long to answer it (the
+// fleet test's interferer logs its longest hold: 0.6 s at load 9) — spends
+// 40 attempts at the tests' usual backoffs (1–20 ms, full jitter: at most
+// 0.7 s; each attempt meeting the hold is cancelled at once) and fails,
+// and outlasts the hold at the fleet's (1–250 ms: about 4 s, as
+// production's 10 attempts at 25 ms–3 s), committing on the first try
+// after it. The cause the fleet proof's budget answers, shown on its own:
+// exact either way (a failed commit is read again from the checkpoint).
+func TestPoller_AHoldAsLongAsALoadedDynamoDBLocalsAnswerSpendsOnlyTheUsualBudget(t *testing.T) {
+	for i, tc := range []struct {
+		name       string
+		maxBackoff time.Duration
+		fails      bool
+	}{
+		{"usual backoffs, 1–20 ms", 20 * time.Millisecond, true},
+		{"the fleet's backoffs, 1–250 ms", fleetMaxBackoff, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := context.Background()
+			e := newEnv(t, uint64(260+i))
+			f := e.stream
+			f.addShard("shardId-A", "")
+			f.appendTo("shardId-A", e.write(t, 60)...)
+			e.drain(t, "p0", nil) // the checkpoint exists
+			f.appendTo("shardId-A", e.write(t, 60)...)
+
+			emu := newConflicts(0)
+			var armed atomic.Bool
+			held := make(chan struct{})
+			emu.Hold = func(hctx context.Context, _ []string) {
+				if armed.CompareAndSwap(true, false) {
+					close(held)
+					select {
+					case <-time.After(2 * time.Second):
+					case <-hctx.Done():
+					}
+				}
+			}
+			other := conflictClient(t, emu, nil)
+			items := ddbconflict.AlwaysHolds(table.CoordinationTableName(e.table), table.Key(aggregates.CheckpointKey(e.stream.arn, "shardId-A")))
+			armed.Store(true)
+			odone := make(chan error, 1)
+			go func() {
+				_, err := other.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: items})
+				odone <- err
+			}()
+			<-held
+
+			p1 := e.pollerWith(t, "p1", nil, conflictClient(t, emu, nil),
+				processor.Config{MaxAttempts: fleetAttempts, BaseBackoff: time.Millisecond, MaxBackoff: tc.maxBackoff},
+				func(c *poller.Config) { c.Drain = true })
+			rctx, cancel := context.WithTimeout(ctx, 90*time.Second)
+			defer cancel()
+			require.NoError(t, p1.Run(rctx))
+			require.NoError(t, <-odone, "the other transaction commits")
+			e.requireReconciled(t)
+			failed := counter(t, p1.pm.Commits.WithLabelValues("failed"))
+			conflicts := counter(t, p1.pm.Conflicts.WithLabelValues(processor.ConflictTransactionConflict))
+			t.Logf("%v commits failed, %v transaction conflicts counted", failed, conflicts)
+			if tc.fails {
+				assert.Positive(t, failed, "the budget spent within the hold")
+			} else {
+				assert.Zero(t, failed, "commits failed")
+				assert.Positive(t, conflicts, "the hold met")
+			}
+		})
+	}
+}
+
 // explainFailedCommits logs what a poller's failed commits were: the
 // error of each (a failed commit's error reaches its reader, which logs
 // it at warning level as a failed "process" and backs off), the reader
