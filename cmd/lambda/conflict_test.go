@@ -64,10 +64,12 @@ func testTumblingShardsUnderConflicts(t *testing.T, bin string, seed uint64) {
 	fn := newFunction(t, bin, api, lambdaEnv(api, proxy.srv.URL, table,
 		"AWS_ENDPOINT_URL_DYNAMODB_STREAMS="+srv.URL,
 		"LEDGER_LAMBDA_MODE=tumbling", "LEDGER_MAX_ITEMS_PER_RUN=12", "LEDGER_BATCH_RECORDS=100",
-		// The tests' backoffs are 1–20 ms (production's 25 ms–3 s): 40
-		// attempts outlast a hold on this loaded machine, as production's
-		// 10 do on AWS.
-		"LEDGER_MAX_ATTEMPTS=40"))
+		// The tests' backoffs are 1–20 ms (production's 25 ms–3 s); 40
+		// attempts of up to 250 ms span about 4 s, so they outlast a hold
+		// as long as a loaded DynamoDB Local's answer (the interferer's
+		// holds measured up to 623 ms, session 24; 40 at 20 ms span 0.4 s),
+		// as production's 10 do on AWS (about 4.6 s).
+		"LEDGER_MAX_ATTEMPTS=40", "LEDGER_MAX_BACKOFF=250ms"))
 	proxy.kill = fn.kill
 	fn.start()
 	m := &shardedESM{
