@@ -141,12 +141,14 @@ func withPaceUntil(ctx context.Context, until time.Time) context.Context {
 // wait waits for the turn of a write to the item key of part, charged the
 // units the item took at its last write. It returns errWriteDeferred at
 // once, without taking the turn, when the turn comes after ctx's deadline,
-// the pace-until time ctx carries or the end of its round's window;
-// ctx's error when ctx ends first.
+// the pace-until time ctx carries or the end of its round's window, unless
+// the turn is due now (no wait) and ctx's deadline has not passed: that
+// write is sent; ctx's error when ctx ends first.
 func (w *writePacer) wait(ctx context.Context, part partition, key string) error {
 	until, _ := ctx.Value(paceUntilKey{}).(time.Time)
-	if d, ok := ctx.Deadline(); ok && (until.IsZero() || d.Before(until)) {
-		until = d
+	deadline, hasDeadline := ctx.Deadline()
+	if hasDeadline && (until.IsZero() || deadline.Before(until)) {
+		until = deadline
 	}
 	now := time.Now()
 	w.mu.Lock()
@@ -180,7 +182,14 @@ func (w *writePacer) wait(ctx context.Context, part partition, key string) error
 		// beyond its charge (wrote).
 		d = first
 	}
-	if !until.IsZero() && now.Add(d).After(until) {
+	// A turn due now costs no wait: it is sent whatever the round's
+	// window or pace-until time (the round's reads may have outlasted
+	// them), on a turn the limiter earned, so within the budget; only a
+	// deadline of ctx already passed defers it (review of session 24,
+	// S24-L4: deferred, a round on a slow table sent its paced writes only
+	// until its window ran out, whatever the budget left).
+	dueNow := d <= 0 && !(hasDeadline && !now.Before(deadline))
+	if !until.IsZero() && now.Add(d).After(until) && !dueNow {
 		for i := len(rs) - 1; i >= 0; i-- {
 			rs[i].CancelAt(now)
 		}
