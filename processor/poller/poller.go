@@ -252,7 +252,9 @@ func (p *Poller) Healthy() bool {
 // releases its leases and returns nil. With Drain it returns earlier,
 // once every shard is read to its current end: nil, or a
 // *DrainLossError (errors.Is ErrDrainLost) naming the trims its readers
-// met and the shards gone unfinished, whose records are lost to the
+// met, the shards gone unfinished and the gaps any consumer counted
+// during the run (the loss count read at its start and exit), whose
+// records are lost to the
 // reports until `ledgerctl reconcile --repair` (docs/exactly-once.md,
 // "The drain's promise"). It returns an error when
 // the stream no longer exists (the poller never exits on its own while it
