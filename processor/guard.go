@@ -89,8 +89,9 @@ type ShardGuard struct {
 	// tried on and failed: tried again only on the same state.
 	trimPos string
 	// trimPassed: the trim's decision found the checkpoint past the trim
-	// point (another consumer read on past it): the trim proved no loss
-	// after the checkpoint (TrimPassed).
+	// point, moved there by another consumer's reads (no loss counted at
+	// or after the trim point): the trim proved no loss after the
+	// checkpoint (TrimPassed).
 	trimPassed bool
 	// counted: the checkpoint, as last read or written, carries the count
 	// of the gap after it (table.Checkpoint.Counted).
@@ -257,8 +258,12 @@ func (g *ShardGuard) Trimmed(after string) { g.trimmed, g.trimAfter = true, afte
 // TrimPassed reports whether the trim given by Trimmed was decided as
 // past: the checkpoint was after the trim point (another consumer's
 // commit), so the trim proved nothing lost after it; a trim met after that
-// checkpoint is another trim, met by a read after it. A drain reports every
-// trim it met but these (poller.DrainLossError).
+// checkpoint is another trim, met by a read after it. A checkpoint that
+// carries a loss counted at or after the trim point (lostAfter: another
+// consumer met a trim there and read on from the trim horizon, or
+// abandoned its batch) got past it over lost records: not passed (review
+// of session 24, S24-L1). A drain reports every trim it met but the
+// passed ones (poller.DrainLossError).
 func (g *ShardGuard) TrimPassed() bool { return g.trimPassed }
 
 // ErrIncompleteBatch is returned (wrapped, in a *BatchError) when the
@@ -514,7 +519,13 @@ func (g *ShardGuard) abandonTrimmed(ctx context.Context, first string) error {
 		case g.trimAfter == "" || CompareSequence(g.prev, g.trimAfter) > 0:
 			// Past the trim point: not ours to abandon. Records handed
 			// over from the checkpoint or before it are contiguous with it.
-			g.trimPassed = true
+			// Passed only when the checkpoint got there by reading: one
+			// whose counted loss (lostAfter) lies at or after the trim
+			// point moved there over lost records (the owner counted
+			// this gap and read on from the trim horizon, or abandoned
+			// its batch there): the trim is not passed (review of
+			// session 24, S24-L1).
+			g.trimPassed = g.lostAfter == "" || g.trimAfter != "" && CompareSequence(g.lostAfter, g.trimAfter) < 0
 			if first == "" || CompareSequence(first, g.prev) > 0 {
 				return fmt.Errorf("shard %s: checkpoint %s is past the trim met after %q: %w", g.shard, g.prev, g.trimAfter, ErrGap)
 			}

@@ -39,6 +39,11 @@ func TestRun_ADrainThatLostRecordsExitsFour(t *testing.T) {
 		})
 	}
 	assert.Contains(t, usageHead, "4 when a drain's work is done", "the usage text documents the status")
+	// A gap another consumer counted during the drain, alone (review of
+	// session 24, S24-L2).
+	var counted bytes.Buffer
+	assert.Equal(t, exitDrainLost, failed(&poller.DrainLossError{Counted: 2}, log, &counted))
+	assert.Contains(t, counted.String(), "2 gap(s) of trimmed records counted during the drain")
 	var stderr bytes.Buffer
 	assert.Equal(t, exitError, failed(errors.New("stream gone"), log, &stderr))
 	assert.Equal(t, exitOwnerInUse, failed(&poller.OwnerInUseError{Owner: "x"}, log, &stderr))

@@ -82,8 +82,9 @@ stream view type) or fails; 2 on bad flags; 3 when another live poller
 process uses the same --owner (owners must be unique: the newer process
 keeps the name, the older stops); 4 when a drain's work is done but it met
 records it could not commit (trimmed by the stream's retention before it
-reached them, or in a shard gone from the stream unfinished: named on
-stderr, lost to the reports until ` + "`ledgerctl reconcile --repair`" + `).
+reached them, or in a shard gone from the stream unfinished, or in a gap
+another consumer counted during the drain: named on stderr, lost to the
+reports until ` + "`ledgerctl reconcile --repair`" + `).
 
 AWS access comes from the standard SDK environment: AWS_REGION,
 AWS_ENDPOINT_URL (e.g. a DynamoDB Local), credentials.

@@ -141,13 +141,15 @@ func withPaceUntil(ctx context.Context, until time.Time) context.Context {
 // wait waits for the turn of a write to the item key of part, charged the
 // units the item took at its last write. It returns errWriteDeferred at
 // once, without taking the turn, when the turn comes after ctx's deadline,
-// the pace-until time ctx carries or the end of its round's window;
+// the pace-until time ctx carries or the end of its round's window (but
+// a turn due now, which waits for nothing, is sent after the window);
 // ctx's error when ctx ends first.
 func (w *writePacer) wait(ctx context.Context, part partition, key string) error {
 	until, _ := ctx.Value(paceUntilKey{}).(time.Time)
 	if d, ok := ctx.Deadline(); ok && (until.IsZero() || d.Before(until)) {
 		until = d
 	}
+	hard := until // the bounds in time (a stop's, ctx's), not the window's
 	now := time.Now()
 	w.mu.Lock()
 	if win, ok := ctx.Value(paceWindowKey{}).(*paceWindow); ok {
@@ -180,7 +182,16 @@ func (w *writePacer) wait(ctx context.Context, part partition, key string) error
 		// beyond its charge (wrote).
 		d = first
 	}
-	if !until.IsZero() && now.Add(d).After(until) {
+	// A turn due now costs no wait: it is sent after its round's window
+	// (the round's reads may have outlasted it), on a turn the limiter
+	// earned, so within the budget; the window bounds what the pacer adds
+	// to a round, and this adds nothing (review of session 24, S24-L4:
+	// deferred, a round on a slow table sent its paced writes only until
+	// its window ran out, whatever the budget left). The bounds in time,
+	// a stop's pace-until (S23-P2) and ctx's deadline, still defer it.
+	past := !until.IsZero() && now.Add(d).After(until) && d > 0 ||
+		!hard.IsZero() && now.Add(d).After(hard)
+	if past {
 		for i := len(rs) - 1; i >= 0; i-- {
 			rs[i].CancelAt(now)
 		}

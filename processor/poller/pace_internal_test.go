@@ -107,3 +107,35 @@ func TestWritePacer_ARoundsWindowStartsAtItsFirstPacedWrite(t *testing.T) {
 	// A new round, a new window.
 	require.NoError(t, w.wait(withPaceWindow(context.Background(), 1500*time.Millisecond), leasePartition, "c"))
 }
+
+// S24-L4 (review of session 24): a write whose turn is due now is sent
+// even once its round's window has passed (the round's reads, slow, took
+// it up after its first paced write): the pacer makes it wait for
+// nothing, so it adds nothing to the round, and it takes a turn the
+// limiter had earned, so the budget is kept. Before, it was deferred:
+// on a slow table each round sent its paced writes only until its window
+// ran out after the first, whatever the budget left (one take a round
+// when every read before a take outlasts the window). A write whose turn
+// is later than the window is still deferred, and a context's deadline
+// still defers a write due now.
+func TestWritePacer_AWriteDueNowIsSentAfterItsRoundsWindow(t *testing.T) {
+	m := NewMetrics(nil)
+	w := newWritePacer(2, m)
+	w.setPollers(2) // 1 unit a second
+	ctx := withPaceWindow(context.Background(), 500*time.Millisecond)
+	require.NoError(t, w.wait(ctx, leasePartition, "a"), "the round's first paced write opens its window")
+	time.Sleep(1100 * time.Millisecond) // a slow read: past the window; the next turn earned
+	called := time.Now()
+	require.NoError(t, w.wait(ctx, leasePartition, "b"), "due now: sent though the window has passed")
+	assert.Less(t, time.Since(called), 200*time.Millisecond, "it waits for nothing")
+	assert.ErrorIs(t, w.wait(ctx, leasePartition, "c"), errWriteDeferred, "a turn a second away, past the window: deferred")
+	assert.Equal(t, 1.0, testutil.ToFloat64(m.CoordinationWriteDeferred.WithLabelValues("leases")))
+	// The bounds in time still defer a turn due now: a stop's pace-until
+	// time passed (S23-P2's bound of the whole stop), a context's deadline.
+	time.Sleep(1100 * time.Millisecond)
+	assert.ErrorIs(t, w.wait(withPaceUntil(context.Background(), time.Now().Add(-time.Millisecond)), leasePartition, "d"), errWriteDeferred)
+	dctx, cancel := context.WithDeadline(context.Background(), time.Now().Add(-time.Millisecond))
+	defer cancel()
+	assert.ErrorIs(t, w.wait(dctx, leasePartition, "e"), errWriteDeferred)
+	require.NoError(t, w.wait(ctx, leasePartition, "f"), "the turn was not taken by them")
+}

@@ -58,6 +58,11 @@ type Poller struct {
 	// restarts included): reported when its work is complete (drainLoss).
 	// Not kept by a live poller.
 	trims []DrainTrim
+	// losses is the loss count a drain read at its start (lossesRead: the
+	// read succeeded): one that moved by its exit is reported
+	// (DrainLossError.Counted).
+	losses     int64
+	lossesRead bool
 	// goneAt is when each shard in gone was marked (this poller's clock):
 	// a listing whose first page is older than the mark does not undo it
 	// (review of session 17, hole S17-D4).
@@ -247,7 +252,9 @@ func (p *Poller) Healthy() bool {
 // releases its leases and returns nil. With Drain it returns earlier,
 // once every shard is read to its current end: nil, or a
 // *DrainLossError (errors.Is ErrDrainLost) naming the trims its readers
-// met and the shards gone unfinished, whose records are lost to the
+// met, the shards gone unfinished and the gaps any consumer counted
+// during the run (the loss count read at its start and exit), whose
+// records are lost to the
 // reports until `ledgerctl reconcile --repair` (docs/exactly-once.md,
 // "The drain's promise"). It returns an error when
 // the stream no longer exists (the poller never exits on its own while it
@@ -269,6 +276,9 @@ func (p *Poller) Run(ctx context.Context) error {
 	defer tick.Stop()
 	p.forceList = true
 	var runErr, lossErr error
+	if p.cfg.Drain {
+		p.readLossesAtStart(ctx)
+	}
 	if err := p.pass(p.round(ctx), true); err != nil {
 		runErr = err
 	}
@@ -285,7 +295,7 @@ func (p *Poller) Run(ctx context.Context) error {
 				// before it reached them, or in a shard gone unfinished)
 				// make the exit an error of its own: the promise is
 				// "committed, or named here" (ErrDrainLost).
-				if lossErr = p.drainLoss(); lossErr != nil {
+				if lossErr = p.drainLoss(ctx); lossErr != nil {
 					p.log.Error("drain complete, with records readable at its start lost to the reports: run `ledgerctl reconcile --repair`", "error", lossErr.Error())
 				} else {
 					p.log.Info("drain complete: every record readable at the drain's start is committed")

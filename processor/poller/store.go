@@ -124,6 +124,20 @@ func (s *store) readItem(ctx context.Context, k aggregates.Key) (map[string]ddbt
 	return out.Items[0], nil
 }
 
+// readLosses reads the loss item's count (table.GetLosses, by a
+// consistent Query): 0 when no loss was ever counted.
+func (s *store) readLosses(ctx context.Context) (int64, error) {
+	item, err := s.readItem(ctx, aggregates.LossesKey())
+	if err != nil || item == nil {
+		return 0, err
+	}
+	n, ok := table.Int64(item, table.AttrLosses)
+	if !ok {
+		return 0, fmt.Errorf("the loss item's %s is not an integer", table.AttrLosses)
+	}
+	return n, nil
+}
+
 // readAttempts bounds the re-reads after a write whose outcome is unknown.
 const readAttempts = 3
 
