@@ -92,9 +92,6 @@ type ShardGuard struct {
 	// point (another consumer read on past it): the trim proved no loss
 	// after the checkpoint (TrimPassed).
 	trimPassed bool
-	// counted: the checkpoint, as last read or written, carries the count
-	// of the gap after it (table.Checkpoint.Counted).
-	counted bool
 	// lostAfter: the checkpoint's lostAfter as last read or written (the
 	// trim point its last counted gap lies after); lostAt its lostAt.
 	lostAfter, lostAt string
@@ -336,7 +333,7 @@ func (g *ShardGuard) load(ctx context.Context) error {
 		return err
 	}
 	g.prev = cp.Seq
-	g.counted, g.lostAfter, g.lostAt = cp.Counted(), cp.LostAfter, cp.LostAt
+	g.lostAfter, g.lostAt = cp.LostAfter, cp.LostAt
 	g.tombstoned = cp.Tombstoned && stands
 	g.pending, g.lost = nil, nil
 	if cp.Pending != nil {
@@ -426,6 +423,27 @@ func (p *Processor) transactWrite(ctx context.Context, in *dynamodb.TransactWrit
 		p.metrics.WriteUnits.WithLabelValues("TransactWriteItems").Add(aws.ToFloat64(cc.CapacityUnits))
 	}
 	return nil
+}
+
+// updateItem sends an UpdateItem outside a commit (the checkpoint moved
+// over records without effect, or over trimmed ones), retried as p.retry
+// retries, each attempt counted in the write requests and the units it
+// consumed in the write units. Its error is the last attempt's, unwrapped
+// (a failed condition is ConditionalCheckFailedException).
+func (p *Processor) updateItem(ctx context.Context, in *dynamodb.UpdateItemInput) error {
+	if in.ReturnConsumedCapacity == "" {
+		c := *in
+		c.ReturnConsumedCapacity = ddbtypes.ReturnConsumedCapacityTotal
+		in = &c
+	}
+	return p.retry(ctx, "UpdateItem", func(ctx context.Context) error {
+		p.metrics.WriteRequests.WithLabelValues("UpdateItem").Inc()
+		out, err := p.api.UpdateItem(ctx, in)
+		if err == nil && out.ConsumedCapacity != nil {
+			p.metrics.WriteUnits.WithLabelValues("UpdateItem").Add(aws.ToFloat64(out.ConsumedCapacity.CapacityUnits))
+		}
+		return err
+	})
 }
 
 // pendingOf reads a checkpoint's pending batch with its plan.
@@ -575,16 +593,12 @@ func (g *ShardGuard) AbandonTrimmed(ctx context.Context) (string, error) {
 // (AbandonTrimmed first): the loss count does not move again. A
 // checkpoint moved meanwhile is left to whoever moved it.
 func (g *ShardGuard) carryLoss(ctx context.Context, to string) error {
-	if !g.counted || g.pending != nil || g.prev == "" || CompareSequence(to, g.prev) <= 0 {
+	if !g.counted() || g.pending != nil || g.prev == "" || CompareSequence(to, g.prev) <= 0 {
 		return nil
 	}
 	p := g.p
 	in := table.CarryLoss(p.cfg.CoordinationTable, g.key, g.shard, g.prev, to, p.now())
-	err := p.retry(ctx, "UpdateItem", func(ctx context.Context) error {
-		p.metrics.WriteRequests.WithLabelValues("UpdateItem").Inc()
-		_, err := p.api.UpdateItem(ctx, in)
-		return err
-	})
+	err := p.updateItem(ctx, in)
 	var ccf *ddbtypes.ConditionalCheckFailedException
 	if err != nil && !errors.As(err, &ccf) {
 		return fmt.Errorf("move the checkpoint of shard %s over trimmed records: %w", g.shard, err)
@@ -595,6 +609,12 @@ func (g *ShardGuard) carryLoss(ctx context.Context, to string) error {
 	}
 	g.reset()
 	return nil
+}
+
+// counted reports whether the checkpoint, as last read or written, carries
+// the count of the gap after it (table.Checkpoint.Counted).
+func (g *ShardGuard) counted() bool {
+	return g.pending == nil && table.Checkpoint{Seq: g.prev, LostAfter: g.lostAfter}.Counted()
 }
 
 // lostRange is the records (from, to] of a batch a guard abandoned.
@@ -632,7 +652,6 @@ func (p *Processor) abandon(ctx context.Context, g *ShardGuard) (bool, error) {
 	p.cfg.Logger.Error("stream records were trimmed before they were read: lost; the checkpoint's lostAt is set and the loss count moved; run `ledgerctl reconcile --repair` to restore the reports",
 		"shard", g.shard, "checkpoint", g.prev, "to", a.Target(), "pending", a.Pending != nil)
 	g.prev, g.pending, g.lostAfter, g.lostAt = a.Target(), nil, a.LostAfter(), a.Now.Format(time.RFC3339Nano)
-	g.counted = g.lostAfter == g.prev
 	return true, nil
 }
 

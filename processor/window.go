@@ -255,11 +255,7 @@ func (p *Processor) moveOver(ctx context.Context, g *ShardGuard, seq string) err
 		return err
 	}
 	in := table.AdvanceCheckpoint(p.cfg.CoordinationTable, g.key, g.shard, cp, seq, false, p.now())
-	err = p.retry(ctx, "UpdateItem", func(ctx context.Context) error {
-		p.metrics.WriteRequests.WithLabelValues("UpdateItem").Inc()
-		_, err := p.api.UpdateItem(ctx, in)
-		return err
-	})
+	err = p.updateItem(ctx, in)
 	var ccf *ddbtypes.ConditionalCheckFailedException
 	if err != nil && !errors.As(err, &ccf) {
 		return fmt.Errorf("move the checkpoint of shard %s over records without effect: %w", g.shard, err)
