@@ -611,6 +611,41 @@ func (g *ShardGuard) carryLoss(ctx context.Context, to string) error {
 	return nil
 }
 
+// abandonStart is the trim's abandon on a shard without a checkpoint whose
+// every record up to to was trimmed (a tumbling window opened at its first
+// record that read none up to its last, to: CommitShardRange): the
+// guard-alone abandon transaction that creates the checkpoint at to, with
+// lostAt and lostAfter = to, moving the loss count once
+// (docs/exactly-once.md, "Trims, session 24", T24-1). A checkpoint found
+// (read after the trim, or created by another consumer meanwhile: the
+// transaction fails its condition and the re-read shows it) is left as it
+// is, nothing counted: the caller decides on it. A lost answer is
+// recognised by lostAt (AbandonCheckpoint). It returns the checkpoint as
+// it then stands.
+func (g *ShardGuard) abandonStart(ctx context.Context, to string) (string, error) {
+	if err := g.load(ctx); err != nil {
+		return "", err
+	}
+	if g.prev != "" {
+		return g.prev, nil
+	}
+	p := g.p
+	a := table.Abandon{Shard: g.shard, Now: p.now(), To: to}
+	landed, err := p.AbandonCheckpoint(ctx, g.key, a)
+	if err != nil {
+		return "", fmt.Errorf("shard %s: abandon after a trim: %w", g.shard, err)
+	}
+	if !landed {
+		g.reset()
+		return g.Checkpoint(ctx)
+	}
+	p.cfg.Logger.Error("stream records were trimmed before they were read, on a shard without a checkpoint: lost; the checkpoint is created after them with lostAt set and the loss count moved; run `ledgerctl reconcile --repair` to restore the reports",
+		"shard", g.shard, "to", to)
+	g.prev, g.pending, g.lostAfter, g.lostAt = to, nil, a.LostAfter(), a.Now.Format(time.RFC3339Nano)
+	g.trimmed, g.trimPos = false, ""
+	return g.prev, nil
+}
+
 // counted reports whether the checkpoint, as last read or written, carries
 // the count of the gap after it (table.Checkpoint.Counted).
 func (g *ShardGuard) counted() bool {
