@@ -8,7 +8,6 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/ledger-dev/ledger/internal/ledgertest"
 	"github.com/ledger-dev/ledger/processor"
 )
 
@@ -20,10 +19,7 @@ import (
 func TestMeter_TheCheckpointsMovesOutsideACommitCountTheirWriteUnits(t *testing.T) {
 	ctx := context.Background()
 	t.Run("over a trimmed tail", func(t *testing.T) {
-		e := newEnv(t)
-		require.NoError(t, ledgertest.NewWorkload(32).Run(ctx, e.ddb, e.table, 150))
-		shard, recs := e.records(t)
-		require.Greater(t, len(recs), 101)
+		e, shard, recs := trimShard(t, 32, 150, 101)
 		pendingFrom(t, e, recs, shard, 40, 60)
 		p := e.processor(t, nil, nil)
 		r := processor.ShardRange{StreamARN: e.streamARN, ShardID: shard, First: recs[80].SequenceNumber, Last: recs[100].SequenceNumber}

@@ -65,10 +65,7 @@ func TestAbandon_AWindowWithoutACheckpointWhoseRecordsWereAllTrimmedIsAbandonedO
 		for _, loseAnswer := range []bool{false, true} {
 			t.Run("closed="+strconv.FormatBool(closed)+"/lost_answer="+strconv.FormatBool(loseAnswer), func(t *testing.T) {
 				ctx := context.Background()
-				e := newEnv(t)
-				require.NoError(t, ledgertest.NewWorkload(33).Run(ctx, e.ddb, e.table, 150))
-				shard, recs := e.records(t)
-				require.Greater(t, len(recs), 110)
+				e, shard, recs := trimShard(t, 33, 150, 110)
 				r := processor.ShardRange{StreamARN: e.streamARN, ShardID: shard, First: recs[80].SequenceNumber, Last: recs[100].SequenceNumber}
 				streams := startTrimmed{e.streams, ""}
 				if !closed {
@@ -83,8 +80,7 @@ func TestAbandon_AWindowWithoutACheckpointWhoseRecordsWereAllTrimmedIsAbandonedO
 					return ledgertest.Pass
 				}
 				defer func() { e.faults.Decide = nil }()
-				p, err := processor.New(e.faulty, processor.Config{Table: e.table, BaseBackoff: time.Millisecond, MaxBackoff: time.Millisecond}, nil)
-				require.NoError(t, err)
+				p := fastProcessor(t, e, e.faulty)
 				for try := range 3 {
 					res, err := p.CommitShardRange(ctx, streams, r, 100)
 					require.NoError(t, err, "try %d", try+1)
@@ -98,7 +94,7 @@ func TestAbandon_AWindowWithoutACheckpointWhoseRecordsWereAllTrimmedIsAbandonedO
 				assert.Equal(t, loseAnswer, lost)
 				// A duplicate invocation of the same window, by another
 				// consumer that read no checkpoint either, counts nothing.
-				_, err = e.processor(t, nil, nil).CommitShardRange(ctx, streams, r, 100)
+				_, err := e.processor(t, nil, nil).CommitShardRange(ctx, streams, r, 100)
 				require.NoError(t, err)
 				assert.Equal(t, int64(1), lossesOf(t, e))
 
@@ -127,10 +123,7 @@ func TestAbandon_AWindowWithoutACheckpointMeetsOneCreatedMeanwhile(t *testing.T)
 	for _, at := range []int{100, 90} {
 		t.Run("created_at="+strconv.Itoa(at), func(t *testing.T) {
 			ctx := context.Background()
-			e := newEnv(t)
-			require.NoError(t, ledgertest.NewWorkload(34).Run(ctx, e.ddb, e.table, 150))
-			shard, recs := e.records(t)
-			require.Greater(t, len(recs), 101)
+			e, shard, recs := trimShard(t, 34, 150, 101)
 			r := processor.ShardRange{StreamARN: e.streamARN, ShardID: shard, First: recs[80].SequenceNumber, Last: recs[100].SequenceNumber}
 			key := aggregates.CheckpointKey(e.streamARN, shard)
 			done := false
@@ -148,8 +141,7 @@ func TestAbandon_AWindowWithoutACheckpointMeetsOneCreatedMeanwhile(t *testing.T)
 				return ledgertest.Pass
 			}
 			defer func() { e.faults.Decide = nil }()
-			p, err := processor.New(e.faulty, processor.Config{Table: e.table, BaseBackoff: time.Millisecond, MaxBackoff: time.Millisecond}, nil)
-			require.NoError(t, err)
+			p := fastProcessor(t, e, e.faulty)
 			res, err := p.CommitShardRange(ctx, startTrimmed{e.streams, ""}, r, 100)
 			require.NoError(t, err)
 			require.True(t, done)
