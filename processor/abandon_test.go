@@ -44,6 +44,34 @@ func lossesOf(t *testing.T, e *env) int64 {
 	return n
 }
 
+// trimShard is a fresh env holding workload seed's n transactions, and
+// its shard's records (more than least).
+func trimShard(t *testing.T, seed uint64, n, least int) (*env, string, []processor.Record) {
+	t.Helper()
+	e := newEnv(t)
+	require.NoError(t, ledgertest.NewWorkload(seed).Run(context.Background(), e.ddb, e.table, n))
+	shard, recs := e.records(t)
+	require.Greater(t, len(recs), least)
+	return e, shard, recs
+}
+
+// trimmedGuard is a batching guard of shard on p that met a trim after
+// the sequence number after (ShardGuard.Trimmed).
+func trimmedGuard(p *processor.Processor, e *env, shard, after string) *processor.ShardGuard {
+	g := p.ShardGuard(e.streamARN, shard)
+	g.CommitBatches()
+	g.Trimmed(after)
+	return g
+}
+
+// fastProcessor is a processor on api whose backoffs are a millisecond.
+func fastProcessor(t *testing.T, e *env, api processor.DynamoDB) *processor.Processor {
+	t.Helper()
+	p, err := processor.New(api, processor.Config{Table: e.table, BaseBackoff: time.Millisecond, MaxBackoff: time.Millisecond}, nil)
+	require.NoError(t, err)
+	return p
+}
+
 // txRecorder records the checkpoint actions of every transaction sent.
 type txRecorder struct {
 	processor.DynamoDB
@@ -92,9 +120,7 @@ func TestAbandon_PendingLayout6BatchSetsLostAtMovesLossesOnceAndTheNextBatchRepl
 	rec := &txRecorder{DynamoDB: e.ddb}
 	p, err := processor.New(rec, processor.Config{Table: e.table, BaseBackoff: time.Millisecond, MaxBackoff: time.Millisecond}, nil)
 	require.NoError(t, err)
-	g := p.ShardGuard(e.streamARN, shard)
-	g.CommitBatches()
-	g.Trimmed(recs[start-1].SequenceNumber) // met opening after the checkpoint
+	g := trimmedGuard(p, e, shard, recs[start-1].SequenceNumber) // met opening after the checkpoint
 	res, err := p.Process(ctx, g, recs[start+3:])
 	require.NoError(t, err)
 	assert.Equal(t, len(recs)-start-3, res.Committed)
@@ -137,9 +163,7 @@ func TestAbandon_PendingLayout6BatchSetsLostAtMovesLossesOnceAndTheNextBatchRepl
 // consumer fails) or moves the count again.
 func TestAbandon_LostAnswerMovesLossesOnceAndTheConsumerGoesOn(t *testing.T) {
 	ctx := context.Background()
-	e := newEnv(t)
-	require.NoError(t, ledgertest.NewWorkload(24).Run(ctx, e.ddb, e.table, 150))
-	shard, recs := e.records(t)
+	e, shard, recs := trimShard(t, 24, 150, 0)
 	start := halfCommitted(t, e, recs, shard, 60)
 
 	p, err := processor.New(e.faulty, processor.Config{Table: e.table, MaxItemsPerRun: 3,
@@ -154,9 +178,7 @@ func TestAbandon_LostAnswerMovesLossesOnceAndTheConsumerGoesOn(t *testing.T) {
 		return ledgertest.Pass
 	}
 	defer func() { e.faults.Decide = nil }()
-	g := p.ShardGuard(e.streamARN, shard)
-	g.CommitBatches()
-	g.Trimmed(recs[start-1].SequenceNumber)
+	g := trimmedGuard(p, e, shard, recs[start-1].SequenceNumber)
 	_, err = p.Process(ctx, g, recs[80:])
 	require.NoError(t, err)
 	require.Equal(t, 1, lost)
@@ -180,9 +202,7 @@ func TestAbandon_ReopenAtTrimHorizonWithoutPendingBatchSetsLostAt(t *testing.T) 
 	for _, loseAnswer := range []bool{false, true} {
 		t.Run("lost_answer="+strconv.FormatBool(loseAnswer), func(t *testing.T) {
 			ctx := context.Background()
-			e := newEnv(t)
-			require.NoError(t, ledgertest.NewWorkload(25).Run(ctx, e.ddb, e.table, 120))
-			shard, recs := e.records(t)
+			e, shard, recs := trimShard(t, 25, 120, 0)
 			first := e.processor(t, nil, nil)
 			g := first.ShardGuard(e.streamARN, shard)
 			g.CommitBatches()
@@ -205,9 +225,7 @@ func TestAbandon_ReopenAtTrimHorizonWithoutPendingBatchSetsLostAt(t *testing.T) 
 				return ledgertest.Pass
 			}
 			defer func() { e.faults.Decide = nil }()
-			g = p.ShardGuard(e.streamARN, shard)
-			g.CommitBatches()
-			g.Trimmed(recs[39].SequenceNumber)
+			g = trimmedGuard(p, e, shard, recs[39].SequenceNumber)
 			// The records after the checkpoint were trimmed: the reader
 			// holds only those from the trim point on.
 			_, err = p.Process(ctx, g, recs[50:])
@@ -251,16 +269,13 @@ func (s trimmingStreams) GetShardIterator(ctx context.Context, in *dynamodbstrea
 // (no lostAt, losses 0).
 func TestAbandon_TumblingWindowTrimAbandonsThePendingBatchWithLostAt(t *testing.T) {
 	ctx := context.Background()
-	e := newEnv(t)
-	require.NoError(t, ledgertest.NewWorkload(26).Run(ctx, e.ddb, e.table, 150))
-	shard, recs := e.records(t)
+	e, shard, recs := trimShard(t, 26, 150, 0)
 	halfCommitted(t, e, recs, shard, 60)
 	require.Contains(t, cpItemOf(t, e, shard).Pending.Plan, "/6/")
 
-	p, err := processor.New(e.ddb, processor.Config{Table: e.table, BaseBackoff: time.Millisecond, MaxBackoff: time.Millisecond}, nil)
-	require.NoError(t, err)
+	p := fastProcessor(t, e, e.ddb)
 	last := recs[len(recs)-1].SequenceNumber
-	_, err = p.CommitShardRange(ctx, trimmingStreams{e.streams}, processor.ShardRange{StreamARN: e.streamARN, ShardID: shard,
+	_, err := p.CommitShardRange(ctx, trimmingStreams{e.streams}, processor.ShardRange{StreamARN: e.streamARN, ShardID: shard,
 		First: recs[80].SequenceNumber, Last: last}, 100)
 	require.NoError(t, err)
 	cp := cpItemOf(t, e, shard)
@@ -299,16 +314,13 @@ func (s horizonAfter) GetShardIterator(ctx context.Context, in *dynamodbstreams.
 // stays, no lostAt, losses 0).
 func TestAbandon_TumblingWindowTrimWithNoRecordInTheWindowSetsLostAt(t *testing.T) {
 	ctx := context.Background()
-	e := newEnv(t)
-	require.NoError(t, ledgertest.NewWorkload(26).Run(ctx, e.ddb, e.table, 150))
-	shard, recs := e.records(t)
+	e, shard, recs := trimShard(t, 26, 150, 0)
 	halfCommitted(t, e, recs, shard, 60)
 	before := cpItemOf(t, e, shard)
 	require.NotNil(t, before.Pending)
 	require.Greater(t, len(recs), 101)
 
-	p, err := processor.New(e.ddb, processor.Config{Table: e.table, BaseBackoff: time.Millisecond, MaxBackoff: time.Millisecond}, nil)
-	require.NoError(t, err)
+	p := fastProcessor(t, e, e.ddb)
 	last := recs[100].SequenceNumber
 	res, err := p.CommitShardRange(ctx, horizonAfter{e.streams, last}, processor.ShardRange{StreamARN: e.streamARN, ShardID: shard,
 		First: recs[80].SequenceNumber, Last: last}, 100)
@@ -327,9 +339,7 @@ func TestAbandon_TumblingWindowTrimWithNoRecordInTheWindowSetsLostAt(t *testing.
 // Fails if the first failure forgets the trim (no lostAt, losses 0).
 func TestAbandon_AFailedAbandonIsTriedAgainOnTheSameState(t *testing.T) {
 	ctx := context.Background()
-	e := newEnv(t)
-	require.NoError(t, ledgertest.NewWorkload(27).Run(ctx, e.ddb, e.table, 150))
-	shard, recs := e.records(t)
+	e, shard, recs := trimShard(t, 27, 150, 0)
 	start := halfCommitted(t, e, recs, shard, 60)
 
 	p, err := processor.New(e.faulty, processor.Config{Table: e.table, MaxAttempts: 2,
@@ -342,9 +352,7 @@ func TestAbandon_AFailedAbandonIsTriedAgainOnTheSameState(t *testing.T) {
 		return ledgertest.Pass
 	}
 	defer func() { e.faults.Decide = nil }()
-	g := p.ShardGuard(e.streamARN, shard)
-	g.CommitBatches()
-	g.Trimmed(recs[start-1].SequenceNumber)
+	g := trimmedGuard(p, e, shard, recs[start-1].SequenceNumber)
 	_, err = p.Process(ctx, g, recs[80:])
 	require.Error(t, err)
 	require.NotNil(t, cpItemOf(t, e, shard).Pending, "nothing landed")
@@ -420,10 +428,7 @@ func pendingFrom(t *testing.T, e *env, recs []processor.Record, shard string, fr
 // owner's batch (losses 1, the batch gone, its records lost).
 func TestAbandon_AStaleReaderWhoseTrimPointIsBeforeTheCheckpointAbandonsNothing(t *testing.T) {
 	ctx := context.Background()
-	e := newEnv(t)
-	require.NoError(t, ledgertest.NewWorkload(28).Run(ctx, e.ddb, e.table, 150))
-	shard, recs := e.records(t)
-	require.Greater(t, len(recs), 100)
+	e, shard, recs := trimShard(t, 28, 150, 100)
 	pendingFrom(t, e, recs, shard, 40, 80)
 	before := cpItemOf(t, e, shard)
 
@@ -511,18 +516,13 @@ func TestAbandon_AnAbandonOvertakenByAnotherConsumerIsDecidedAgainOnTheNewState(
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx := context.Background()
-			e := newEnv(t)
-			require.NoError(t, ledgertest.NewWorkload(29).Run(ctx, e.ddb, e.table, 150))
-			shard, recs := e.records(t)
-			require.Greater(t, len(recs), 100)
+			e, shard, recs := trimShard(t, 29, 150, 100)
 			committedTo(t, e, recs, shard, 40)
 
 			o := &overtaking{DynamoDB: e.ddb, t: t, e: e, shard: shard, recs: recs, from: 40, to: 50}
 			p, err := processor.New(o, processor.Config{Table: e.table, BaseBackoff: time.Millisecond, MaxBackoff: time.Millisecond}, nil)
 			require.NoError(t, err)
-			g := p.ShardGuard(e.streamARN, shard)
-			g.CommitBatches()
-			g.Trimmed(recs[tc.after].SequenceNumber)
+			g := trimmedGuard(p, e, shard, recs[tc.after].SequenceNumber)
 			_, err = p.Process(ctx, g, recs[70:])
 			cp := cpItemOf(t, e, shard)
 			if tc.wantGap {
@@ -550,14 +550,10 @@ func TestAbandon_AnAbandonOvertakenByAnotherConsumerIsDecidedAgainOnTheNewState(
 func TestAbandon_AGapIsCountedOnceByASecondConsumerAndByTheWindowsRetry(t *testing.T) {
 	ctx := context.Background()
 	t.Run("two consumers", func(t *testing.T) {
-		e := newEnv(t)
-		require.NoError(t, ledgertest.NewWorkload(30).Run(ctx, e.ddb, e.table, 120))
-		shard, recs := e.records(t)
+		e, shard, recs := trimShard(t, 30, 120, 0)
 		committedTo(t, e, recs, shard, 40)
 		for i := range 2 {
-			g := e.processor(t, nil, nil).ShardGuard(e.streamARN, shard)
-			g.CommitBatches()
-			g.Trimmed(recs[39].SequenceNumber)
+			g := trimmedGuard(e.processor(t, nil, nil), e, shard, recs[39].SequenceNumber)
 			cp, err := g.AbandonTrimmed(ctx)
 			require.NoError(t, err)
 			assert.Equal(t, recs[39].SequenceNumber, cp)
@@ -577,9 +573,7 @@ func TestAbandon_AGapIsCountedOnceByASecondConsumerAndByTheWindowsRetry(t *testi
 		assert.Equal(t, int64(1), lossesOf(t, e))
 	})
 	t.Run("the mapping's retry after a landed abandon", func(t *testing.T) {
-		e := newEnv(t)
-		require.NoError(t, ledgertest.NewWorkload(31).Run(ctx, e.ddb, e.table, 150))
-		shard, recs := e.records(t)
+		e, shard, recs := trimShard(t, 31, 150, 0)
 		pendingFrom(t, e, recs, shard, 40, 60)
 		p, err := processor.New(e.faulty, processor.Config{Table: e.table, MaxAttempts: 2,
 			BaseBackoff: time.Millisecond, MaxBackoff: time.Millisecond}, nil)
@@ -648,10 +642,7 @@ func TestAbandon_AClosedShardsTrimmedTailIsAbandonedOnceAndTheWindowsRetrySuccee
 	for _, loseAnswers := range []bool{false, true} {
 		t.Run("lost_answers="+strconv.FormatBool(loseAnswers), func(t *testing.T) {
 			ctx := context.Background()
-			e := newEnv(t)
-			require.NoError(t, ledgertest.NewWorkload(32).Run(ctx, e.ddb, e.table, 150))
-			shard, recs := e.records(t)
-			require.Greater(t, len(recs), 101)
+			e, shard, recs := trimShard(t, 32, 150, 101)
 			pendingFrom(t, e, recs, shard, 40, 60)
 
 			// With loseAnswers, the first abandon's answer and the first
@@ -665,8 +656,7 @@ func TestAbandon_AClosedShardsTrimmedTailIsAbandonedOnceAndTheWindowsRetrySuccee
 				return ledgertest.Pass
 			}
 			defer func() { e.faults.Decide = nil }()
-			p, err := processor.New(e.faulty, processor.Config{Table: e.table, BaseBackoff: time.Millisecond, MaxBackoff: time.Millisecond}, nil)
-			require.NoError(t, err)
+			p := fastProcessor(t, e, e.faulty)
 			r := processor.ShardRange{StreamARN: e.streamARN, ShardID: shard, First: recs[80].SequenceNumber, Last: recs[100].SequenceNumber}
 			for try := range 3 {
 				res, err := p.CommitShardRange(ctx, closedAndTrimmed{e.streams}, r, 100)
@@ -680,7 +670,7 @@ func TestAbandon_AClosedShardsTrimmedTailIsAbandonedOnceAndTheWindowsRetrySuccee
 			}
 			assert.Equal(t, loseAnswers, lost["TransactWriteItems"] && lost["UpdateItem"])
 			next := processor.ShardRange{StreamARN: e.streamARN, ShardID: shard, First: recs[101].SequenceNumber, Last: recs[len(recs)-1].SequenceNumber}
-			_, err = p.CommitShardRange(ctx, closedAndTrimmed{e.streams}, next, 100)
+			_, err := p.CommitShardRange(ctx, closedAndTrimmed{e.streams}, next, 100)
 			require.NoError(t, err)
 			cp := cpItemOf(t, e, shard)
 			assert.Equal(t, next.Last, cp.Seq)

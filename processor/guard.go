@@ -93,9 +93,6 @@ type ShardGuard struct {
 	// or after the trim point): the trim proved no loss after the
 	// checkpoint (TrimPassed).
 	trimPassed bool
-	// counted: the checkpoint, as last read or written, carries the count
-	// of the gap after it (table.Checkpoint.Counted).
-	counted bool
 	// lostAfter: the checkpoint's lostAfter as last read or written (the
 	// trim point its last counted gap lies after); lostAt its lostAt.
 	lostAfter, lostAt string
@@ -341,7 +338,7 @@ func (g *ShardGuard) load(ctx context.Context) error {
 		return err
 	}
 	g.prev = cp.Seq
-	g.counted, g.lostAfter, g.lostAt = cp.Counted(), cp.LostAfter, cp.LostAt
+	g.lostAfter, g.lostAt = cp.LostAfter, cp.LostAt
 	g.tombstoned = cp.Tombstoned && stands
 	g.pending, g.lost = nil, nil
 	if cp.Pending != nil {
@@ -437,6 +434,27 @@ func (p *Processor) transactWrite(ctx context.Context, in *dynamodb.TransactWrit
 		p.metrics.WriteUnits.WithLabelValues("TransactWriteItems").Add(aws.ToFloat64(cc.CapacityUnits))
 	}
 	return nil
+}
+
+// updateItem sends an UpdateItem outside a commit (the checkpoint moved
+// over records without effect, or over trimmed ones), retried as p.retry
+// retries, each attempt counted in the write requests and the units it
+// consumed in the write units. Its error is the last attempt's, unwrapped
+// (a failed condition is ConditionalCheckFailedException).
+func (p *Processor) updateItem(ctx context.Context, in *dynamodb.UpdateItemInput) error {
+	if in.ReturnConsumedCapacity == "" {
+		c := *in
+		c.ReturnConsumedCapacity = ddbtypes.ReturnConsumedCapacityTotal
+		in = &c
+	}
+	return p.retry(ctx, "UpdateItem", func(ctx context.Context) error {
+		p.metrics.WriteRequests.WithLabelValues("UpdateItem").Inc()
+		out, err := p.api.UpdateItem(ctx, in)
+		if err == nil && out.ConsumedCapacity != nil {
+			p.metrics.WriteUnits.WithLabelValues("UpdateItem").Add(aws.ToFloat64(out.ConsumedCapacity.CapacityUnits))
+		}
+		return err
+	})
 }
 
 // pendingOf reads a checkpoint's pending batch with its plan.
@@ -592,16 +610,12 @@ func (g *ShardGuard) AbandonTrimmed(ctx context.Context) (string, error) {
 // (AbandonTrimmed first): the loss count does not move again. A
 // checkpoint moved meanwhile is left to whoever moved it.
 func (g *ShardGuard) carryLoss(ctx context.Context, to string) error {
-	if !g.counted || g.pending != nil || g.prev == "" || CompareSequence(to, g.prev) <= 0 {
+	if !g.counted() || g.pending != nil || g.prev == "" || CompareSequence(to, g.prev) <= 0 {
 		return nil
 	}
 	p := g.p
 	in := table.CarryLoss(p.cfg.CoordinationTable, g.key, g.shard, g.prev, to, p.now())
-	err := p.retry(ctx, "UpdateItem", func(ctx context.Context) error {
-		p.metrics.WriteRequests.WithLabelValues("UpdateItem").Inc()
-		_, err := p.api.UpdateItem(ctx, in)
-		return err
-	})
+	err := p.updateItem(ctx, in)
 	var ccf *ddbtypes.ConditionalCheckFailedException
 	if err != nil && !errors.As(err, &ccf) {
 		return fmt.Errorf("move the checkpoint of shard %s over trimmed records: %w", g.shard, err)
@@ -612,6 +626,47 @@ func (g *ShardGuard) carryLoss(ctx context.Context, to string) error {
 	}
 	g.reset()
 	return nil
+}
+
+// abandonStart is the trim's abandon on a shard without a checkpoint whose
+// every record up to to was trimmed (a tumbling window opened at its first
+// record that read none up to its last, to: CommitShardRange): the
+// guard-alone abandon transaction that creates the checkpoint at to, with
+// lostAt and lostAfter = to, moving the loss count once
+// (docs/exactly-once.md, "Trims, session 24", T24-1). A checkpoint found
+// (read after the trim, or created by another consumer meanwhile: the
+// transaction fails its condition and the re-read shows it) is left as it
+// is, nothing counted: the caller decides on it. A lost answer is
+// recognised by lostAt (AbandonCheckpoint). It returns the checkpoint as
+// it then stands.
+func (g *ShardGuard) abandonStart(ctx context.Context, to string) (string, error) {
+	if err := g.load(ctx); err != nil {
+		return "", err
+	}
+	if g.prev != "" {
+		return g.prev, nil
+	}
+	p := g.p
+	a := table.Abandon{Shard: g.shard, Now: p.now(), To: to}
+	landed, err := p.AbandonCheckpoint(ctx, g.key, a)
+	if err != nil {
+		return "", fmt.Errorf("shard %s: abandon after a trim: %w", g.shard, err)
+	}
+	if !landed {
+		g.reset()
+		return g.Checkpoint(ctx)
+	}
+	p.cfg.Logger.Error("stream records were trimmed before they were read, on a shard without a checkpoint: lost; the checkpoint is created after them with lostAt set and the loss count moved; run `ledgerctl reconcile --repair` to restore the reports",
+		"shard", g.shard, "to", to)
+	g.prev, g.pending, g.lostAfter, g.lostAt = to, nil, a.LostAfter(), a.Now.Format(time.RFC3339Nano)
+	g.trimmed, g.trimPos = false, ""
+	return g.prev, nil
+}
+
+// counted reports whether the checkpoint, as last read or written, carries
+// the count of the gap after it (table.Checkpoint.Counted).
+func (g *ShardGuard) counted() bool {
+	return g.pending == nil && table.Checkpoint{Seq: g.prev, LostAfter: g.lostAfter}.Counted()
 }
 
 // lostRange is the records (from, to] of a batch a guard abandoned.
@@ -649,7 +704,6 @@ func (p *Processor) abandon(ctx context.Context, g *ShardGuard) (bool, error) {
 	p.cfg.Logger.Error("stream records were trimmed before they were read: lost; the checkpoint's lostAt is set and the loss count moved; run `ledgerctl reconcile --repair` to restore the reports",
 		"shard", g.shard, "checkpoint", g.prev, "to", a.Target(), "pending", a.Pending != nil)
 	g.prev, g.pending, g.lostAfter, g.lostAt = a.Target(), nil, a.LostAfter(), a.Now.Format(time.RFC3339Nano)
-	g.counted = g.lostAfter == g.prev
 	return true, nil
 }
 

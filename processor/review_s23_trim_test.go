@@ -9,7 +9,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ledger-dev/ledger/aggregates"
-	"github.com/ledger-dev/ledger/internal/ledgertest"
 	"github.com/ledger-dev/ledger/processor"
 	"github.com/ledger-dev/ledger/table"
 )
@@ -31,16 +30,11 @@ import (
 // unmoved. Fails on s23-trim (losses 1, lostAt the first count's).
 func TestReviewS23_ASecondTrimAfterRecordsReadPastACountedCheckpointIsCounted(t *testing.T) {
 	ctx := context.Background()
-	e := newEnv(t)
-	require.NoError(t, ledgertest.NewWorkload(33).Run(ctx, e.ddb, e.table, 150))
-	shard, recs := e.records(t)
-	require.Greater(t, len(recs), 100)
+	e, shard, recs := trimShard(t, 33, 150, 100)
 	committedTo(t, e, recs, shard, 40)
 
 	p := e.processor(t, nil, nil)
-	g := p.ShardGuard(e.streamARN, shard)
-	g.CommitBatches()
-	g.Trimmed(recs[39].SequenceNumber) // met when opening after the checkpoint
+	g := trimmedGuard(p, e, shard, recs[39].SequenceNumber) // met when opening after the checkpoint
 	_, err := g.AbandonTrimmed(ctx)
 	require.NoError(t, err)
 	first := cpItemOf(t, e, shard)
@@ -52,9 +46,7 @@ func TestReviewS23_ASecondTrimAfterRecordsReadPastACountedCheckpointIsCounted(t 
 	// did not move. Its next read meets a trim after recs[59]: the trim
 	// horizon is now recs[80].
 	time.Sleep(2 * time.Millisecond)
-	g = p.ShardGuard(e.streamARN, shard)
-	g.CommitBatches()
-	g.Trimmed(recs[59].SequenceNumber)
+	g = trimmedGuard(p, e, shard, recs[59].SequenceNumber)
 	_, err = p.Process(ctx, g, recs[80:])
 	require.NoError(t, err)
 	cp := cpItemOf(t, e, shard)
@@ -64,15 +56,11 @@ func TestReviewS23_ASecondTrimAfterRecordsReadPastACountedCheckpointIsCounted(t 
 
 	// The same trim point met again (the reader's reopen before it read a
 	// record, a second reader at the same position) is the same gap.
-	g = p.ShardGuard(e.streamARN, shard)
-	g.CommitBatches()
-	g.Trimmed(cp.Seq)
+	g = trimmedGuard(p, e, shard, cp.Seq)
 	_, err = g.AbandonTrimmed(ctx)
 	require.NoError(t, err)
 	require.Equal(t, int64(3), lossesOf(t, e), "a trim after the new checkpoint: counted")
-	g = p.ShardGuard(e.streamARN, shard)
-	g.CommitBatches()
-	g.Trimmed(cp.Seq)
+	g = trimmedGuard(p, e, shard, cp.Seq)
 	_, err = g.AbandonTrimmed(ctx)
 	require.NoError(t, err)
 	assert.Equal(t, int64(3), lossesOf(t, e), "the same trim point again: the same gap")
@@ -86,10 +74,7 @@ func TestReviewS23_ASecondTrimAfterRecordsReadPastACountedCheckpointIsCounted(t 
 // time and the loss count unmoved. Fails on s23-trim (losses 1).
 func TestReviewS23_ATrimAfterAnOperatorsAbandonBatchIsCounted(t *testing.T) {
 	ctx := context.Background()
-	e := newEnv(t)
-	require.NoError(t, ledgertest.NewWorkload(34).Run(ctx, e.ddb, e.table, 150))
-	shard, recs := e.records(t)
-	require.Greater(t, len(recs), 100)
+	e, shard, recs := trimShard(t, 34, 150, 100)
 	pendingFrom(t, e, recs, shard, 40, 60)
 	before := cpItemOf(t, e, shard)
 
@@ -105,9 +90,7 @@ func TestReviewS23_ATrimAfterAnOperatorsAbandonBatchIsCounted(t *testing.T) {
 
 	time.Sleep(2 * time.Millisecond)
 	p := e.processor(t, nil, nil)
-	g := p.ShardGuard(e.streamARN, shard)
-	g.CommitBatches()
-	g.Trimmed(recs[59].SequenceNumber) // a reader opening after the abandoned batch meets a trim
+	g := trimmedGuard(p, e, shard, recs[59].SequenceNumber) // a reader opening after the abandoned batch meets a trim
 	_, err = p.Process(ctx, g, recs[80:])
 	require.NoError(t, err)
 	cp := cpItemOf(t, e, shard)
@@ -132,9 +115,7 @@ func TestReviewS23_ATrimAfterAnOperatorsAbandonBatchIsCounted(t *testing.T) {
 // once. Fails on s23-trim (losses 1).
 func TestReviewS23_AGapCountedLongerAgoThanTheRetentionIsCountedAgain(t *testing.T) {
 	ctx := context.Background()
-	e := newEnv(t)
-	require.NoError(t, ledgertest.NewWorkload(35).Run(ctx, e.ddb, e.table, 120))
-	shard, recs := e.records(t)
+	e, shard, recs := trimShard(t, 35, 120, 0)
 	committedTo(t, e, recs, shard, 40)
 	c := recs[39].SequenceNumber
 
@@ -146,9 +127,7 @@ func TestReviewS23_AGapCountedLongerAgoThanTheRetentionIsCountedAgain(t *testing
 		}
 		p, err := processor.New(e.ddb, cfg, nil)
 		require.NoError(t, err)
-		g := p.ShardGuard(e.streamARN, shard)
-		g.CommitBatches()
-		g.Trimmed(c)
+		g := trimmedGuard(p, e, shard, c)
 		cp, err := g.AbandonTrimmed(ctx)
 		require.NoError(t, err)
 		require.Equal(t, c, cp)

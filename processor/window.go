@@ -96,7 +96,10 @@ func ShardGone(ctx context.Context, streams StreamReader, streamARN, shard strin
 //
 // The shard is read after its checkpoint, or, when it has none, from
 // r.First (the first record of the window: the mapping's position); a
-// Partial range without a checkpoint commits nothing. Records trimmed from
+// Partial range without a checkpoint commits nothing. A shard without a
+// checkpoint whose every record up to r.Last was trimmed gets one there,
+// created by the abandon transaction that counts the loss once
+// (docs/exactly-once.md, "Trims, session 24", T24-1). Records trimmed from
 // the stream before anyone read them, and a shard gone from the stream
 // (a ResourceNotFoundException that ShardGone confirms; one it does not is
 // an error, retried by the mapping), are lost as for the poller (logged at
@@ -108,6 +111,13 @@ func ShardGone(ctx context.Context, streams StreamReader, streamARN, shard strin
 // commit's window, and the mapping retries a final one, until the
 // migration releases it.
 func (p *Processor) CommitShardRange(ctx context.Context, streams StreamReader, r ShardRange, batchRecords int) (Result, error) {
+	return p.commitShardRange(ctx, streams, r, batchRecords, true)
+}
+
+// commitShardRange is CommitShardRange; again allows one more call when a
+// shard without a checkpoint whose records were all trimmed is found with
+// one created by another consumer before the range's end.
+func (p *Processor) commitShardRange(ctx context.Context, streams StreamReader, r ShardRange, batchRecords int, again bool) (Result, error) {
 	var total Result
 	if r.StreamARN == "" || r.ShardID == "" || r.Last == "" {
 		return total, fmt.Errorf("commit shard range: stream %q, shard %q, last record %q: all three are needed", r.StreamARN, r.ShardID, r.Last)
@@ -201,6 +211,26 @@ func (p *Processor) CommitShardRange(ctx context.Context, streams StreamReader, 
 		}
 		held, reach = nil, ""
 	}
+	if trimmed && taken == "" && cp == "" {
+		// A shard without a checkpoint, opened at the window's first
+		// record, and not one record up to the target readable: the first
+		// readable one is past it, or (a closed shard) there is none.
+		// Every record of the window was trimmed: the abandon creates the
+		// checkpoint at the target, counted once (docs/exactly-once.md,
+		// "Trims, session 24", T24-1). A checkpoint another consumer
+		// created meanwhile is theirs: at or past the target, the window
+		// is done; before it, the window is decided again from it.
+		now, err := g.abandonStart(ctx, target)
+		switch {
+		case err != nil:
+			return total, err
+		case now != "" && CompareSequence(now, target) >= 0:
+			return total, nil
+		case now != "" && again:
+			return p.commitShardRange(ctx, streams, r, batchRecords, false)
+		}
+		return total, fmt.Errorf("shard %s: every record up to %s was trimmed and the checkpoint stands at %q, before it", r.ShardID, target, now)
+	}
 	if trimmed && taken == "" && (reached || cp != "") {
 		// Not one record up to the target could be read after the trim:
 		// the first readable one is past it, or (a closed shard's end
@@ -255,11 +285,7 @@ func (p *Processor) moveOver(ctx context.Context, g *ShardGuard, seq string) err
 		return err
 	}
 	in := table.AdvanceCheckpoint(p.cfg.CoordinationTable, g.key, g.shard, cp, seq, false, p.now())
-	err = p.retry(ctx, "UpdateItem", func(ctx context.Context) error {
-		p.metrics.WriteRequests.WithLabelValues("UpdateItem").Inc()
-		_, err := p.api.UpdateItem(ctx, in)
-		return err
-	})
+	err = p.updateItem(ctx, in)
 	var ccf *ddbtypes.ConditionalCheckFailedException
 	if err != nil && !errors.As(err, &ccf) {
 		return fmt.Errorf("move the checkpoint of shard %s over records without effect: %w", g.shard, err)

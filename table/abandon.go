@@ -40,20 +40,32 @@ const (
 // half-committed batch (nil when none). After is the trim point: the
 // sequence number the trim that started the abandon was met after (at or
 // after Prev: ShardGuard.Trimmed); "" for an operator's abandon
-// (`ledgerctl abandon-batch`), which met no trim.
+// (`ledgerctl abandon-batch`), which met no trim. To is set for a shard
+// without a checkpoint (Prev "", no pending batch) whose every record up
+// to To was trimmed (a tumbling window opened at its first record that
+// read nothing up to its last, To): the abandon creates the checkpoint at
+// To (docs/exactly-once.md, "Trims, session 24", T24-1); "" otherwise.
 type Abandon struct {
 	Shard   string
 	Prev    string
 	Pending *PendingBatch
 	Now     time.Time
 	After   string
+	To      string
 }
 
+// creates reports whether a creates the checkpoint (To on a shard
+// without one).
+func (a Abandon) creates() bool { return a.Prev == "" && a.Pending == nil && a.To != "" }
+
 // Target is where the checkpoint stands once the abandon landed: the
-// pending batch's last record, or Prev when none.
+// pending batch's last record, To for a checkpoint it creates, or Prev.
 func (a Abandon) Target() string {
-	if a.Pending != nil {
+	switch {
+	case a.Pending != nil:
 		return a.Pending.To
+	case a.creates():
+		return a.To
 	}
 	return a.Prev
 }
@@ -79,9 +91,13 @@ func (cp Checkpoint) CountAged(now time.Time) bool {
 // point (After), or Prev when none is given: a second trim met after a
 // later position than a counted one, with the checkpoint still at Prev
 // (the reader read on and its records did not move the checkpoint), is
-// another gap, counted on its own.
+// another gap, counted on its own. A checkpoint it creates, To: every
+// record up to it is in the gap, which goes on after it until a readable
+// record (as CarryLoss leaves it).
 func (a Abandon) LostAfter() string {
 	switch {
+	case a.creates():
+		return a.To
 	case a.Pending != nil && a.After == "":
 		return ""
 	case a.Pending != nil:
@@ -100,7 +116,9 @@ func (a Abandon) LostAfter() string {
 // without one, SET lostAt = Now, lostAfter = L on condition
 // sequenceNumber = Prev AND no pending batch AND (lostAfter <> L OR
 // lostAt older than the retention), where L is the trim point
-// (LostAfter): the gap after a trim point is counted once, whoever meets
+// (LostAfter); for a checkpoint it creates (To), the same with SET
+// sequenceNumber = To, lostAfter = To on condition sequenceNumber absent
+// (session 24, T24-1): the gap after a trim point is counted once, whoever meets
 // it and however often, while its count is younger than the stream's
 // retention (docs/exactly-once.md, session 23, T23-2, and its review,
 // S23-RT-1 and S23-RT-3). Either also requires lostAt to differ from Now, so a lost
@@ -113,13 +131,20 @@ func (a Abandon) LostAfter() string {
 func AbandonTx(coord string, key aggregates.Key, a Abandon) *dynamodb.TransactWriteItemsInput {
 	set, names, values := checkpointWrite(a.Shard, a.Now, "#shard", ":now")
 	names["#lost"], names["#lsq"] = AttrLostAt, AttrLostAfter
-	values[":prev"] = S(a.Prev)
 	expr := "SET " + set + ", #lost = :now"
 	if lsq := a.LostAfter(); lsq != "" {
 		values[":lsq"] = S(lsq)
 		expr += ", #lsq = :lsq"
 	}
 	cond := "#seq = :prev"
+	if a.creates() {
+		// No checkpoint yet (an item without a sequence number, such as a
+		// poller's start marker, is none): created at To.
+		cond = "attribute_not_exists(#seq)"
+		expr += ", #seq = :lsq"
+	} else {
+		values[":prev"] = S(a.Prev)
+	}
 	if b := a.Pending; b != nil {
 		names["#pn"], names["#pg"], names["#pp"], names["#pd"] = attrPendingNext, attrPendingGroups, attrPendingPlan, attrPendingDigest
 		values[":to"], values[":pn"], values[":pg"] = S(b.To), Int(int64(b.Next)), Int(int64(b.Groups))

@@ -15,7 +15,6 @@ import (
 
 	"github.com/ledger-dev/ledger/aggregates"
 	"github.com/ledger-dev/ledger/infra/ddblocal/ddbtest"
-	"github.com/ledger-dev/ledger/internal/streamemu"
 	"github.com/ledger-dev/ledger/processor/poller"
 	"github.com/ledger-dev/ledger/table"
 )
@@ -85,17 +84,12 @@ func (f *firstOfferFails) UpdateItem(ctx context.Context, in *dynamodb.UpdateIte
 func TestReviewS22_AChildWhoseOfferFailedIsOfferedAgainToAJoinerNotListed(t *testing.T) {
 	ddbtest.Long(t)
 	const shards = 8
-	e := newEmuEnv(t, 2201, streamemu.Config{Shards: shards, Seed: 2201})
-	e.w.Branches = []string{"north", "south", "east", "west", "centre", "harbour"}
-	e.write(t, 60)
+	e := sixBranchEnv(t, 2201, shards)
 	// Only a child's offer (offerKids: its lease free); a hand-over's
 	// (the lease already in the receiver's name) is S22-H1's.
 	offers := &firstOfferFails{e: e, seen: map[string]bool{}, which: func(l table.Lease) bool { return l.Owner == "" }}
-	a := e.hbPoller(t, "a", func(api poller.Table) poller.Table { offers.Table = api; return offers }, nil, nil, nil)
-	stopA := start(t, a)
-	eventually(t, "a holds every shard", 2*time.Minute, func() bool { return counter(t, a.m.LeasesHeld) == shards })
-	listing := &unlistable{Streams: e.s, shut: &atomic.Bool{}}
-	listing.shut.Store(true)
+	a, stopA := e.holderOfAll(t, shards, func(api poller.Table) poller.Table { offers.Table = api; return offers })
+	listing := e.refusedListing()
 	b := e.hbPoller(t, "b", nil, nil, listing, nil)
 	stopB := start(t, b)
 	eventually(t, "a hands b its share", 2*time.Minute, func() bool {
@@ -140,14 +134,7 @@ func TestReviewS22_AChildWhoseOfferFailedIsOfferedAgainToAJoinerNotListed(t *tes
 	require.True(t, listing.shut.Load())
 	require.False(t, b.Ready(), "b's listing completed: the test proves nothing")
 
-	listing.shut.Store(false)
-	e.write(t, 30)
-	time.Sleep(2 * time.Second)
-	stopB()
-	stopA()
-	end := time.Now()
-	requireNoOverlap(t, append(readerIntervals(t, a.logs.lines(), end), readerIntervals(t, b.logs.lines(), end)...))
-	e.finish(t, nil)
+	e.listAndFinish(t, listing, a, stopA, b, stopB)
 }
 
 // S22-H1: a lease handed over (balance) to a joiner whose first listing
@@ -163,17 +150,12 @@ func TestReviewS22_AChildWhoseOfferFailedIsOfferedAgainToAJoinerNotListed(t *tes
 func TestReviewS22H1_ALeaseHandedOverWhoseOfferFailedIsOfferedAgainToAJoinerNotListed(t *testing.T) {
 	ddbtest.Long(t)
 	const shards = 8
-	e := newEmuEnv(t, 2202, streamemu.Config{Shards: shards, Seed: 2202})
-	e.w.Branches = []string{"north", "south", "east", "west", "centre", "harbour"}
-	e.write(t, 60)
+	e := sixBranchEnv(t, 2202, shards)
 	// Only a hand-over's offer: the lease already in the receiver's name.
 	offers := &firstOfferFails{e: e, seen: map[string]bool{}, which: func(l table.Lease) bool { return l.Owner == "b" }}
-	a := e.hbPoller(t, "a", func(api poller.Table) poller.Table { offers.Table = api; return offers }, nil, nil, nil)
-	stopA := start(t, a)
-	eventually(t, "a holds every shard", 2*time.Minute, func() bool { return counter(t, a.m.LeasesHeld) == shards })
+	a, stopA := e.holderOfAll(t, shards, func(api poller.Table) poller.Table { offers.Table = api; return offers })
 	offers.armed.Store(true)
-	listing := &unlistable{Streams: e.s, shut: &atomic.Bool{}}
-	listing.shut.Store(true)
+	listing := e.refusedListing()
 	b := e.hbPoller(t, "b", nil, nil, listing, nil)
 	stopB := start(t, b)
 	eventually(t, "every shard is held while b's listing is refused", time.Minute, func() bool {
@@ -184,14 +166,7 @@ func TestReviewS22H1_ALeaseHandedOverWhoseOfferFailedIsOfferedAgainToAJoinerNotL
 	require.False(t, b.Ready(), "b's listing completed: the test proves nothing")
 	offers.armed.Store(false)
 
-	listing.shut.Store(false)
-	e.write(t, 30)
-	time.Sleep(2 * time.Second)
-	stopB()
-	stopA()
-	end := time.Now()
-	requireNoOverlap(t, append(readerIntervals(t, a.logs.lines(), end), readerIntervals(t, b.logs.lines(), end)...))
-	e.finish(t, nil)
+	e.listAndFinish(t, listing, a, stopA, b, stopB)
 }
 
 // refusedCheckpoints refuses, while armed, the reads of the checkpoint of
@@ -243,14 +218,9 @@ func (r *refusedCheckpoints) Query(ctx context.Context, in *dynamodb.QueryInput,
 func TestReviewS22H2_AChildOfferedWhoseCheckpointReadFailedStaysOffered(t *testing.T) {
 	ddbtest.Long(t)
 	const shards = 8
-	e := newEmuEnv(t, 2203, streamemu.Config{Shards: shards, Seed: 2203})
-	e.w.Branches = []string{"north", "south", "east", "west", "centre", "harbour"}
-	e.write(t, 60)
-	a := e.hbPoller(t, "a", nil, nil, nil, nil)
-	stopA := start(t, a)
-	eventually(t, "a holds every shard", 2*time.Minute, func() bool { return counter(t, a.m.LeasesHeld) == shards })
-	listing := &unlistable{Streams: e.s, shut: &atomic.Bool{}}
-	listing.shut.Store(true)
+	e := sixBranchEnv(t, 2203, shards)
+	a, stopA := e.holderOfAll(t, shards, nil)
+	listing := e.refusedListing()
 	// b's reads of the checkpoints of a's new children: refused for 3 s
 	// from the first (three rounds: the offers the heartbeat's answers
 	// brought before the clear are read in them too).
@@ -324,12 +294,5 @@ func TestReviewS22H2_AChildOfferedWhoseCheckpointReadFailedStaysOffered(t *testi
 	require.False(t, b.Ready(), "b's listing completed: the test proves nothing")
 	cps.armed.Store(false)
 
-	listing.shut.Store(false)
-	e.write(t, 30)
-	time.Sleep(2 * time.Second)
-	stopB()
-	stopA()
-	end := time.Now()
-	requireNoOverlap(t, append(readerIntervals(t, a.logs.lines(), end), readerIntervals(t, b.logs.lines(), end)...))
-	e.finish(t, nil)
+	e.listAndFinish(t, listing, a, stopA, b, stopB)
 }

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -13,7 +12,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ledger-dev/ledger/infra/ddblocal/ddbtest"
-	"github.com/ledger-dev/ledger/internal/streamemu"
 	"github.com/ledger-dev/ledger/processor/poller"
 	"github.com/ledger-dev/ledger/table"
 )
@@ -91,14 +89,9 @@ func (l *lostTake) lost() (shard string, failed int) {
 func TestReviewS23C1_AnOfferWhoseTakesOutcomeIsUnknownStaysOffered(t *testing.T) {
 	ddbtest.Long(t)
 	const shards = 8
-	e := newEmuEnv(t, 2331, streamemu.Config{Shards: shards, Seed: 2331})
-	e.w.Branches = []string{"north", "south", "east", "west", "centre", "harbour"}
-	e.write(t, 60)
-	a := e.hbPoller(t, "a", nil, nil, nil, nil)
-	stopA := start(t, a)
-	eventually(t, "a holds every shard", 2*time.Minute, func() bool { return counter(t, a.m.LeasesHeld) == shards })
-	listing := &unlistable{Streams: e.s, shut: &atomic.Bool{}}
-	listing.shut.Store(true)
+	e := sixBranchEnv(t, 2331, shards)
+	a, stopA := e.holderOfAll(t, shards, nil)
+	listing := e.refusedListing()
 	lt := &lostTake{owner: "b"}
 	b := e.hbPoller(t, "b", func(api poller.Table) poller.Table { lt.Table = api; return lt }, nil, listing, nil)
 	stopB := start(t, b)
@@ -114,12 +107,5 @@ func TestReviewS23C1_AnOfferWhoseTakesOutcomeIsUnknownStaysOffered(t *testing.T)
 	require.True(t, listing.shut.Load())
 	require.False(t, b.Ready(), "b's listing completed: the test proves nothing")
 
-	listing.shut.Store(false)
-	e.write(t, 30)
-	time.Sleep(2 * time.Second)
-	stopB()
-	stopA()
-	end := time.Now()
-	requireNoOverlap(t, append(readerIntervals(t, a.logs.lines(), end), readerIntervals(t, b.logs.lines(), end)...))
-	e.finish(t, nil)
+	e.listAndFinish(t, listing, a, stopA, b, stopB)
 }

@@ -2,7 +2,6 @@ package poller_test
 
 import (
 	"context"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -37,14 +36,9 @@ import (
 func TestReviewS23P1_AnOfferWhoseTakeThePacerDeferredStaysOffered(t *testing.T) {
 	ddbtest.Long(t)
 	const shards = 8
-	e := newEmuEnv(t, 2301, streamemu.Config{Shards: shards, Seed: 2301})
-	e.w.Branches = []string{"north", "south", "east", "west", "centre", "harbour"}
-	e.write(t, 60)
-	a := e.hbPoller(t, "a", nil, nil, nil, nil)
-	stopA := start(t, a)
-	eventually(t, "a holds every shard", 2*time.Minute, func() bool { return counter(t, a.m.LeasesHeld) == shards })
-	listing := &unlistable{Streams: e.s, shut: &atomic.Bool{}}
-	listing.shut.Store(true)
+	e := sixBranchEnv(t, 2301, shards)
+	a, stopA := e.holderOfAll(t, shards, nil)
+	listing := e.refusedListing()
 	b := e.hbPoller(t, "b", nil, nil, listing, func(c *poller.Config) { c.CoordinationWriteRate = 1 })
 	stopB := start(t, b)
 	eventually(t, "every shard is held while b's listing is refused", time.Minute, func() bool {
@@ -56,14 +50,7 @@ func TestReviewS23P1_AnOfferWhoseTakeThePacerDeferredStaysOffered(t *testing.T) 
 	require.True(t, listing.shut.Load())
 	require.False(t, b.Ready(), "b's listing completed: the test proves nothing")
 
-	listing.shut.Store(false)
-	e.write(t, 30)
-	time.Sleep(2 * time.Second)
-	stopB()
-	stopA()
-	end := time.Now()
-	requireNoOverlap(t, append(readerIntervals(t, a.logs.lines(), end), readerIntervals(t, b.logs.lines(), end)...))
-	e.finish(t, nil)
+	e.listAndFinish(t, listing, a, stopA, b, stopB)
 }
 
 // S23-P2: a stop's paced writes had no common bound. Each release (and

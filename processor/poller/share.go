@@ -1159,12 +1159,14 @@ func (p *Poller) takeOffers(ctx context.Context, kids map[string]bool) {
 		// its reader starts from it, and it carries a LATEST start's marker
 		// that a shard handed over before its first commit must keep (the
 		// review of the share-bounded pass, R5).
-		if _, read := p.cps[id]; !read && !p.finishedKnown(id) && offered[id] {
+		_, cpRead := p.cps[id]
+		finished := p.finishedKnown(id)
+		if !cpRead && !finished && offered[id] {
 			outcome(id, OfferLater)
 			keep[id] = true
 			continue
 		}
-		if _, read := p.cps[id]; !read || p.finishedKnown(id) {
+		if !cpRead || finished {
 			outcome(id, OfferCheckpointUnread)
 			continue
 		}
