@@ -580,10 +580,13 @@ func Fleet(ctx context.Context, cfg FleetConfig) (*FleetResult, error) {
 		return nil, err
 	}
 	openAtStart := 0
+	var closedAtStart []string
 	startShards := emu.Shards()
 	for _, sh := range startShards {
 		if !sh.Closed {
 			openAtStart++
+		} else {
+			closedAtStart = append(closedAtStart, sh.ID)
 		}
 	}
 	res.ShardsAtStart = len(startShards)
@@ -859,7 +862,7 @@ func Fleet(ctx context.Context, cfg FleetConfig) (*FleetResult, error) {
 	res.ShardsListed = emu.ShardsListed()
 	res.GetRecords, res.GetRecordsThrottled = emu.Calls("GetRecords"), emu.Refused("GetRecords", "LimitExceededException")
 	res.LagN, res.LagP50, res.LagP99 = lag.percentiles()
-	res.Stages = lag.stageFigures(start, res.FirstAllLeased, emu.Parents())
+	res.Stages = lag.stageFigures(start, res.FirstAllLeased, emu.Parents(), closedAtStart)
 	res.Describes = describeCounts(pollers)
 	res.PeakRSS = peakRSSSelf()
 

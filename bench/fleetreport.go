@@ -61,6 +61,8 @@ func (r *FleetResult) Markdown(w io.Writer) {
 	p("| lag: start-up (written before %s) records / p99 | %d / %.2f s |\n", steadyFrom(st.SteadyFrom), st.StartN, st.StartP99)
 	p("| lag: steady state (written from %s) records / p50 / p99 (of which write → first read p99; first read → commit p99) | %d / %.2f s / %.2f s (%.2f s; %.2f s) |\n",
 		steadyFrom(st.SteadyFrom), st.SteadyN, st.SteadyP50, st.SteadyP99, st.SteadyReadP99, st.SteadyCommitP99)
+	p("| lag: caught up (written from %s, the start's walk of the shards closed when the writes began over at %s) records / p50 / p99 (of which write → first read p99; first read → commit p99) | %d / %.2f s / %.2f s (%.2f s; %.2f s) |\n",
+		caughtUpFrom(st), secondsOrNever(st.WalkedAt), st.CaughtUpN, st.CaughtUpP50, st.CaughtUpP99, st.CaughtUpReadP99, st.CaughtUpCommitP99)
 	p("| lag: records written before their shard's first read (waiting for a lease or a parent's end) / their p99 / in the steady state / their wait for a reader p99 / the last such write at | %d / %.2f s / %d / %.2f s / %s |\n",
 		st.UnreadN, st.UnreadP99, st.UnreadSteadyN, st.UnreadSteadyWaitP99, secondsOrNever(st.UnreadMaxAt))
 	p("| lag: of those, behind their parent when written: records / wait for the parent's end p50 / p99 / then to the child's first read p50 / p99 | %d / %.2f s / %.2f s / %.2f s / %.2f s |\n",
@@ -143,6 +145,18 @@ func steadyFrom(s float64) string {
 		return "the end (no steady state: 90% of the open shards never leased)"
 	}
 	return fmt.Sprintf("%.0f s", s)
+}
+
+// caughtUpFrom says when the caught-up state starts: the later of the
+// steady state's start and the end of the start's walk.
+func caughtUpFrom(st LagStages) string {
+	switch {
+	case st.SteadyFrom < 0:
+		return steadyFrom(st.SteadyFrom)
+	case st.WalkedAt < 0:
+		return "the end (no caught-up state: the live fleet never got the end of every shard closed at the start)"
+	}
+	return fmt.Sprintf("%.0f s", max(st.SteadyFrom, st.WalkedAt))
 }
 
 func drained(r *FleetResult) string {

@@ -58,6 +58,18 @@ type LagStages struct {
 	UnreadP99                        float64 // their write → commit
 	UnreadSteadyN                    int     // of them, written in the steady state
 	UnreadSteadyWaitP99, UnreadMaxAt float64 // their write → shard's first read; the latest such write, seconds from the start
+	// Caught up: the records written once the start's walk was over, after
+	// both SteadyFrom and WalkedAt, the second a reader got the end of the
+	// last shard that was closed when the writes began (a day's history:
+	// until then the fleet's readers are behind by construction, and a
+	// new record in an open shard waits for its ancestors' ends; -1: some
+	// such shard's end was never got by the live fleet, and there is no
+	// caught-up state). The lag target is a steady rate's, which
+	// this is; SteadyP99 keeps the walk's tail.
+	WalkedAt                           float64
+	CaughtUpN                          int
+	CaughtUpP50, CaughtUpP99           float64
+	CaughtUpReadP99, CaughtUpCommitP99 float64
 	// Of the records written before their shard's first read, those whose
 	// shard's parent had not ended when they were written: the wait for
 	// the parent's end (the lineage: the parent's reader reaching it),
@@ -116,8 +128,9 @@ const steadySettle = 20 * time.Second
 
 // stageFigures computes the LagStages of the records committed so far;
 // start is the start of the writes, leased the seconds after it at which
-// 90% of the open shards were first leased (-1: never).
-func (l *fleetLag) stageFigures(start time.Time, leased float64, parents map[string]string) LagStages {
+// 90% of the open shards were first leased (-1: never), closedAtStart the
+// shards already closed when the writes began (the history to walk).
+func (l *fleetLag) stageFigures(start time.Time, leased float64, parents map[string]string, closedAtStart []string) LagStages {
 	l.mu.Lock()
 	samples := append([]lagSample(nil), l.stages...)
 	ended := make(map[string]time.Time, len(l.ended))
@@ -140,12 +153,32 @@ func (l *fleetLag) stageFigures(start time.Time, leased float64, parents map[str
 		steadyFrom = start.Add(time.Duration(leased*float64(time.Second)) + steadySettle)
 		st.SteadyFrom = steadyFrom.Sub(start).Seconds()
 	}
+	var caughtUp time.Time // zero: never
+	st.WalkedAt = 0
+	for _, id := range closedAtStart {
+		e, ok := ended[id]
+		if !ok {
+			st.WalkedAt = -1
+			break
+		}
+		st.WalkedAt = max(st.WalkedAt, e.Sub(start).Seconds())
+	}
+	if st.WalkedAt >= 0 && !steadyFrom.IsZero() {
+		caughtUp = start.Add(time.Duration(st.WalkedAt * float64(time.Second)))
+		if caughtUp.Before(steadyFrom) {
+			caughtUp = steadyFrom
+		}
+	}
 	var read, commit, startLag, steady, steadyRead, steadyCommit, unread, unreadWait []float64
+	var caught, caughtRead, caughtCommit []float64
 	var tail []TailRecord
 	for _, s := range samples {
 		r, c := s.read.Sub(s.wrote).Seconds(), s.committed.Sub(s.read).Seconds()
 		read, commit = append(read, r), append(commit, c)
 		inSteady := !steadyFrom.IsZero() && !s.wrote.Before(steadyFrom)
+		if !caughtUp.IsZero() && !s.wrote.Before(caughtUp) {
+			caught, caughtRead, caughtCommit = append(caught, r+c), append(caughtRead, r), append(caughtCommit, c)
+		}
 		if inSteady {
 			steady, steadyRead, steadyCommit = append(steady, r+c), append(steadyRead, r), append(steadyCommit, c)
 			if r+c > tailOver {
@@ -177,6 +210,8 @@ func (l *fleetLag) stageFigures(start time.Time, leased float64, parents map[str
 	st.StartN, st.StartP99 = len(startLag), quantile(startLag, 0.99)
 	st.SteadyN, st.SteadyP50, st.SteadyP99 = len(steady), quantile(steady, 0.50), quantile(steady, 0.99)
 	st.SteadyReadP99, st.SteadyCommitP99 = quantile(steadyRead, 0.99), quantile(steadyCommit, 0.99)
+	st.CaughtUpN, st.CaughtUpP50, st.CaughtUpP99 = len(caught), quantile(caught, 0.50), quantile(caught, 0.99)
+	st.CaughtUpReadP99, st.CaughtUpCommitP99 = quantile(caughtRead, 0.99), quantile(caughtCommit, 0.99)
 	st.UnreadN, st.UnreadP99 = len(unread), quantile(unread, 0.99)
 	st.UnreadSteadyN, st.UnreadSteadyWaitP99 = len(unreadWait), quantile(unreadWait, 0.99)
 	st.UnreadBehindParent, st.UnreadNoParent = len(parentWait), len(noParent)

@@ -69,3 +69,45 @@ func TestOpRecord_AModifyThatMovesNoReportHasNoEffect(t *testing.T) {
 	moved["amount"] = nAV("123456.78")
 	assert.True(t, changesAReport(opRecord(Op{Kind: OpModify, Key: ins.Key, Old: ins.New, New: moved})), "a modify of the amount")
 }
+
+// The caught-up state starts at the later of the steady state's start and
+// the end of the start's walk (the last shard closed at the start that a
+// reader got to the end of), and there is none while such a shard's end
+// was never got.
+func TestStageFigures_CaughtUpStartsWhenTheStartsWalkIsOver(t *testing.T) {
+	t0 := time.Date(2026, 11, 27, 10, 0, 0, 0, time.UTC)
+	at := func(s float64) time.Time { return t0.Add(time.Duration(s * float64(time.Second))) }
+	// leased at 0 s: steady from 20 s (steadySettle). Records written at
+	// 25 s (lag 30 s: behind the walk) and at 50 s (lag 1 s).
+	samples := []lagSample{
+		{wrote: at(25), read: at(54), committed: at(55), shardRead: at(1), shard: "open"},
+		{wrote: at(50), read: at(50.5), committed: at(51), shardRead: at(1), shard: "open"},
+	}
+	for _, tc := range []struct {
+		name      string
+		ended     map[string]time.Time
+		closed    []string
+		walkedAt  float64
+		caughtN   int
+		caughtP99 float64
+	}{
+		{"walk over after the steady state's start", map[string]time.Time{"h1": at(10), "h2": at(40)}, []string{"h1", "h2"}, 40, 1, 1},
+		{"walk over before the steady state's start", map[string]time.Time{"h1": at(5)}, []string{"h1"}, 5, 2, 30},
+		{"no history: caught up is the steady state", nil, nil, 0, 2, 30},
+		{"a closed shard's end never got", map[string]time.Time{"h1": at(10)}, []string{"h1", "h2"}, -1, 0, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			l := newFleetLag()
+			l.stages = samples
+			for k, v := range tc.ended {
+				l.ended[k] = v
+			}
+			st := l.stageFigures(t0, 0, map[string]string{}, tc.closed)
+			assert.Equal(t, 20.0, st.SteadyFrom)
+			assert.Equal(t, 2, st.SteadyN)
+			assert.InDelta(t, tc.walkedAt, st.WalkedAt, 1e-9)
+			assert.Equal(t, tc.caughtN, st.CaughtUpN)
+			assert.InDelta(t, tc.caughtP99, st.CaughtUpP99, 1e-9)
+		})
+	}
+}
