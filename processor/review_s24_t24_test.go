@@ -59,3 +59,38 @@ func TestReviewS24_AWindowWithoutACheckpointWhoseFirstRecordsWereTrimmedCountsTh
 		})
 	}
 }
+
+// S24-T1 and S24-T4, the race: two invocations of the same window at once
+// (a duplicate invocation), both opening at its trimmed First on a shard
+// without a checkpoint, both sending the create. One lands; the other is
+// overtaken, and both go on from the checkpoint at First, committing the
+// readable records of the window as concurrent batches do. Each call that
+// fails is retried, as the mapping would: the checkpoint ends at Last and
+// the loss is counted once.
+func TestReviewS24_TwoInvocationsOfAWindowWhoseFirstWasTrimmedCountItOnce(t *testing.T) {
+	ctx := context.Background()
+	e, shard, recs := trimShard(t, 36, 150, 110)
+	r := processor.ShardRange{StreamARN: e.streamARN, ShardID: shard, First: recs[80].SequenceNumber, Last: recs[100].SequenceNumber}
+	streams := startTrimmed{e.streams, recs[90].SequenceNumber}
+	errs := make(chan error, 2)
+	for range 2 {
+		p := fastProcessor(t, e, e.ddb)
+		go func() {
+			var err error
+			for range 3 {
+				if _, err = p.CommitShardRange(ctx, streams, r, 100); err == nil {
+					break
+				}
+			}
+			errs <- err
+		}()
+	}
+	for range 2 {
+		require.NoError(t, <-errs)
+	}
+	cp := cpItemOf(t, e, shard)
+	assert.Equal(t, r.Last, cp.Seq)
+	assert.NotEmpty(t, cp.LostAt)
+	assert.Nil(t, cp.Pending)
+	assert.Equal(t, int64(1), lossesOf(t, e), "one gap, one count")
+}
