@@ -629,11 +629,11 @@ func (g *ShardGuard) carryLoss(ctx context.Context, to string) error {
 }
 
 // abandonStart is the trim's abandon on a shard without a checkpoint whose
-// every record up to to was trimmed (a tumbling window opened at its first
-// record that read none up to its last, to: CommitShardRange): the
-// guard-alone abandon transaction that creates the checkpoint at to, with
-// lostAt and lostAfter = to, moving the loss count once
-// (docs/exactly-once.md, "Trims, session 24", T24-1). A checkpoint found
+// records up to to were trimmed (a tumbling window whose first record, to,
+// was trimmed when it opened there: CommitShardRange): the guard-alone
+// abandon transaction that creates the checkpoint at to, with lostAt and
+// lostAfter = to, moving the loss count once (docs/exactly-once.md,
+// "Trims, session 24", T24-1, and its review, S24-T1). A checkpoint found
 // (read after the trim, or created by another consumer meanwhile: the
 // transaction fails its condition and the re-read shows it) is left as it
 // is, nothing counted: the caller decides on it. A lost answer is
@@ -656,7 +656,7 @@ func (g *ShardGuard) abandonStart(ctx context.Context, to string) (string, error
 		g.reset()
 		return g.Checkpoint(ctx)
 	}
-	p.cfg.Logger.Error("stream records were trimmed before they were read, on a shard without a checkpoint: lost; the checkpoint is created after them with lostAt set and the loss count moved; run `ledgerctl reconcile --repair` to restore the reports",
+	p.cfg.Logger.Error("stream records were trimmed before they were read, on a shard without a checkpoint: lost; the checkpoint is created at the first of them with lostAt set and the loss count moved, and the records after it are read from the trim horizon; run `ledgerctl reconcile --repair` to restore the reports",
 		"shard", g.shard, "to", to)
 	g.prev, g.pending, g.lostAfter, g.lostAt = to, nil, a.LostAfter(), a.Now.Format(time.RFC3339Nano)
 	g.trimmed, g.trimPos = false, ""

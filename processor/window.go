@@ -97,9 +97,10 @@ func ShardGone(ctx context.Context, streams StreamReader, streamARN, shard strin
 // The shard is read after its checkpoint, or, when it has none, from
 // r.First (the first record of the window: the mapping's position); a
 // Partial range without a checkpoint commits nothing. A shard without a
-// checkpoint whose every record up to r.Last was trimmed gets one there,
-// created by the abandon transaction that counts the loss once
-// (docs/exactly-once.md, "Trims, session 24", T24-1). Records trimmed from
+// checkpoint whose r.First was trimmed gets one there, created by the
+// abandon transaction that counts the loss once, and the window goes on
+// from it (docs/exactly-once.md, "Trims, session 24", T24-1, and its
+// review, S24-T1). Records trimmed from
 // the stream before anyone read them, and a shard gone from the stream
 // (a ResourceNotFoundException that ShardGone confirms; one it does not is
 // an error, retried by the mapping), are lost as for the poller (logged at
@@ -157,6 +158,32 @@ func (p *Processor) commitShardRange(ctx context.Context, streams StreamReader, 
 	if err != nil {
 		return total, err
 	}
+	if trimmed && cp == "" {
+		// A shard without a checkpoint, opened at the window's first
+		// record, which was trimmed: a trim takes a prefix of the shard,
+		// so no record up to r.First can be read again, and the records
+		// after it up to the trim horizon are lost with it. The abandon
+		// creates the checkpoint at r.First, counted once (lostAt,
+		// lostAfter = r.First), before anything is read; the window is
+		// then decided again from it as after any trim after a
+		// checkpoint: the readable records of the window are committed
+		// after it, or, none being readable up to the target, the
+		// checkpoint is carried to the target within the counted gap
+		// (docs/exactly-once.md, "Trims, session 24", T24-1, and its
+		// review, S24-T1). A checkpoint another consumer created
+		// meanwhile is theirs: at or past the target, the window is done;
+		// before it, the window is decided again from it.
+		now, err := g.abandonStart(ctx, r.First)
+		switch {
+		case err != nil:
+			return total, err
+		case now != "" && CompareSequence(now, target) >= 0:
+			return total, nil
+		case now != "" && again:
+			return p.commitShardRange(ctx, streams, r, batchRecords, false)
+		}
+		return total, fmt.Errorf("shard %s: its first records up to %s were trimmed and the checkpoint stands at %q", r.ShardID, r.First, now)
+	}
 	var held, page []Record // page: read, not yet held
 	taken := ""             // the last record held so far
 	reached, empty := false, 0
@@ -210,26 +237,6 @@ func (p *Processor) commitShardRange(ctx context.Context, streams StreamReader, 
 			return total, fmt.Errorf("commit shard %s through %s: %w", r.ShardID, target, err)
 		}
 		held, reach = nil, ""
-	}
-	if trimmed && taken == "" && cp == "" {
-		// A shard without a checkpoint, opened at the window's first
-		// record, and not one record up to the target readable: the first
-		// readable one is past it, or (a closed shard) there is none.
-		// Every record of the window was trimmed: the abandon creates the
-		// checkpoint at the target, counted once (docs/exactly-once.md,
-		// "Trims, session 24", T24-1). A checkpoint another consumer
-		// created meanwhile is theirs: at or past the target, the window
-		// is done; before it, the window is decided again from it.
-		now, err := g.abandonStart(ctx, target)
-		switch {
-		case err != nil:
-			return total, err
-		case now != "" && CompareSequence(now, target) >= 0:
-			return total, nil
-		case now != "" && again:
-			return p.commitShardRange(ctx, streams, r, batchRecords, false)
-		}
-		return total, fmt.Errorf("shard %s: every record up to %s was trimmed and the checkpoint stands at %q, before it", r.ShardID, target, now)
 	}
 	if trimmed && taken == "" && (reached || cp != "") {
 		// Not one record up to the target could be read after the trim:

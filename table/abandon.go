@@ -41,10 +41,11 @@ const (
 // sequence number the trim that started the abandon was met after (at or
 // after Prev: ShardGuard.Trimmed); "" for an operator's abandon
 // (`ledgerctl abandon-batch`), which met no trim. To is set for a shard
-// without a checkpoint (Prev "", no pending batch) whose every record up
-// to To was trimmed (a tumbling window opened at its first record that
-// read nothing up to its last, To): the abandon creates the checkpoint at
-// To (docs/exactly-once.md, "Trims, session 24", T24-1); "" otherwise.
+// without a checkpoint (Prev "", no pending batch) whose records up to To
+// were trimmed (a tumbling window whose first record, To, was trimmed when
+// it opened there): the abandon creates the checkpoint at To
+// (docs/exactly-once.md, "Trims, session 24", T24-1, and its review,
+// S24-T1); "" otherwise.
 type Abandon struct {
 	Shard   string
 	Prev    string
