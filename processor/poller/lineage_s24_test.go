@@ -3,11 +3,15 @@ package poller_test
 import (
 	"context"
 	"fmt"
+	"os"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	ddbtypes "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -49,6 +53,24 @@ func (s slowCoord) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput,
 	return out, err
 }
 
+// untakeable refuses every write of a coordinator to the lease items of
+// shards, as taken by another poller first (a failed condition): the
+// holder never holds them, so they stay free and eligible, counted in its
+// share (as the fleet's free history shards during a day's walk, which
+// the paced takes leave for later rounds), and the joiner, not listed,
+// is handed none of them.
+type untakeable struct {
+	poller.Table
+	shards map[string]bool
+}
+
+func (u untakeable) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error) {
+	if sk, _ := table.String(in.Key, table.AttrSK); strings.HasPrefix(sk, "LEASE#") && u.shards[strings.TrimPrefix(sk, "LEASE#")] {
+		return nil, &ddbtypes.ConditionalCheckFailedException{Message: aws.String("taken by another poller (the test)")}
+	}
+	return u.Table.UpdateItem(ctx, in, opts...)
+}
+
 // Issue 23, the joiner's under-hand (BENCHMARKS.md, "Session 23: the paced
 // fleet"; docs/exactly-once.md, "A hand-over finished by the giver's
 // reader (session 24)"). A holder whose shards close under it (every open
@@ -67,13 +89,23 @@ func TestPoller_AJoinerGetsAChildOfEachShardItsGiversReaderFinishedFirst(t *test
 	ddbtest.Long(t)
 	const shards = 12
 	const lease = 3 * time.Second // hbPoller's (fastConfig)
-	e := newEmuEnv(t, 2401, streamemu.Config{Shards: shards, Seed: 2401})
-	for i := range shards {
+	closeEvery, delay := envDur("LINEAGE_CLOSE", time.Second), envDur("LINEAGE_DELAY", 40*time.Millisecond)
+	// As many shards again that the holder cannot take (untakeable) and
+	// that never close: free and eligible, its share is half of all
+	// (shards), above what it holds once it handed the joiner its part.
+	e := newEmuEnv(t, 2401, streamemu.Config{Shards: 2 * shards, Seed: 2401})
+	for i := range 2 * shards {
 		e.w.Branches = append(e.w.Branches, fmt.Sprintf("branch-%02d", i))
+	}
+	free := map[string]bool{}
+	for _, sh := range e.s.Shards()[:shards] {
+		free[sh.ID] = true
 	}
 	e.write(t, 60)
 	a, stopA, b, stopB, listing := e.holderWithAndUnlistedJoiner(t, shards,
-		func(api poller.Table) poller.Table { return slowCoord{Table: api, delay: 40 * time.Millisecond} })
+		func(api poller.Table) poller.Table {
+			return untakeable{Table: slowCoord{Table: api, delay: delay}, shards: free}
+		})
 	joined := time.Now()
 	closing := make(chan struct{})
 	var wg sync.WaitGroup
@@ -84,10 +116,10 @@ func TestPoller_AJoinerGetsAChildOfEachShardItsGiversReaderFinishedFirst(t *test
 			select {
 			case <-closing:
 				return
-			case <-time.After(time.Second):
+			case <-time.After(closeEvery):
 			}
 			for _, sh := range e.s.Shards() {
-				if !sh.Closed {
+				if !sh.Closed && !free[sh.ID] {
 					_, _ = e.s.Close(sh.ID, false) // a roll: the open shards stay shards
 				}
 			}
@@ -121,6 +153,8 @@ func TestPoller_AJoinerGetsAChildOfEachShardItsGiversReaderFinishedFirst(t *test
 	require.True(t, listing.shut.Load())
 	require.Positive(t, listing.pages.Load(), "b's listing was never refused: the test proves nothing")
 	finishedFirst := logged(a.logs.lines(), "a shard handed over was finished")
+	planned, handed, released := handOverEnds(a.logs.lines())
+	t.Logf("a planned %d hand-overs to b: %d handed over, %d released as finished by its own reader first", planned, handed, released)
 	t.Logf("b reached %d leases %s after it joined (its first beats take about a renewal interval); its peak %d, its ceiling %d; a passed on %d children",
 		floor, reached.Round(10*time.Millisecond), peak, ceiling, finishedFirst)
 	require.NotZero(t, reached, "b never reached its floor less one (%d) while its listing was refused", floor)
@@ -137,4 +171,34 @@ func TestPoller_AJoinerGetsAChildOfEachShardItsGiversReaderFinishedFirst(t *test
 	end := time.Now()
 	requireNoOverlap(t, append(readerIntervals(t, a.logs.lines(), end), readerIntervals(t, b.logs.lines(), end)...))
 	e.finish(t, nil)
+}
+
+func envDur(k string, d time.Duration) time.Duration {
+	if v, err := time.ParseDuration(os.Getenv(k)); err == nil {
+		return v
+	}
+	return d
+}
+
+// handOverEnds counts, in a poller's log, the hand-overs its plans decided
+// and how each ended: the lease handed over, or released (its reader read
+// the shard to its end first).
+func handOverEnds(lines []map[string]any) (planned, handed, released int) {
+	open := map[string]bool{}
+	for _, l := range lines {
+		m, _ := l["msg"].(string)
+		id, _ := l["shard"].(string)
+		switch {
+		case strings.HasPrefix(m, "lease over the fair share"):
+			planned++
+			open[id] = true
+		case m == "lease handed_off" && open[id]:
+			handed++
+			delete(open, id)
+		case m == "lease released" && open[id]:
+			released++
+			delete(open, id)
+		}
+	}
+	return planned, handed, released
 }
