@@ -58,10 +58,12 @@ import (
 // (review_s23_drain_test.go: two, one skipped as a finding), a drain that
 // found a shard gone unfinished (drainloss_test.go: one), the givers'
 // overshoot (overshoot_test.go: one) and its review
-// (review_s23_overshoot_test.go: one), and four to spare. A test that
+// (review_s23_overshoot_test.go: one), the under-hand of a hand-over the
+// giver's reader finished first (lineage_s24_test.go: one), and four to
+// spare. A test that
 // gets a later table is slow enough for 3-second leases to expire, so an
 // exhausted pool fails the test (ddbtest.Pool.Table).
-var tables = ddbtest.Pool{Size: 113}
+var tables = ddbtest.Pool{Size: 114}
 
 func newTableName(t testing.TB) string { return tables.Table(t) }
 
