@@ -3,7 +3,6 @@ package poller_test
 import (
 	"context"
 	"fmt"
-	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -89,7 +88,7 @@ func TestPoller_AJoinerGetsAChildOfEachShardItsGiversReaderFinishedFirst(t *test
 	ddbtest.Long(t)
 	const shards = 12
 	const lease = 3 * time.Second // hbPoller's (fastConfig)
-	closeEvery, delay := envDur("LINEAGE_CLOSE", time.Second), envDur("LINEAGE_DELAY", 40*time.Millisecond)
+	const closeEvery, delay = time.Second, 40 * time.Millisecond
 	// As many shards again that the holder cannot take (untakeable) and
 	// that never close: free and eligible, its share is half of all
 	// (shards), above what it holds once it handed the joiner its part.
@@ -177,13 +176,6 @@ func TestPoller_AJoinerGetsAChildOfEachShardItsGiversReaderFinishedFirst(t *test
 	end := time.Now()
 	requireNoOverlap(t, append(readerIntervals(t, a.logs.lines(), end), readerIntervals(t, b.logs.lines(), end)...))
 	e.finish(t, nil)
-}
-
-func envDur(k string, d time.Duration) time.Duration {
-	if v, err := time.ParseDuration(os.Getenv(k)); err == nil {
-		return v
-	}
-	return d
 }
 
 // handOverEnds counts, in a poller's log, the hand-overs its plans decided
