@@ -143,7 +143,7 @@ func TestPoller_AJoinerGetsAChildOfEachShardItsGiversReaderFinishedFirst(t *test
 		if reached == 0 && held >= floor {
 			reached = time.Since(joined)
 		}
-		if reached != 0 && time.Since(joined) > reached+4*lease {
+		if reached != 0 && time.Since(joined) > reached+2*lease {
 			break // watched for its peak a while after
 		}
 	}
