@@ -88,7 +88,7 @@ func TestPoller_AJoinerGetsAChildOfEachShardItsGiversReaderFinishedFirst(t *test
 	ddbtest.Long(t)
 	const shards = 12
 	const lease = 6 * time.Second // a round every 2 s: the bound below holds on a loaded machine
-	const closeEvery, delay = time.Second, 40 * time.Millisecond
+	const closeEvery, delay = 500 * time.Millisecond, 40 * time.Millisecond
 	// As many shards again that the holder cannot take (untakeable) and
 	// that never close: free and eligible, its share is half of all
 	// (shards), above what it holds once it handed the joiner its part.
@@ -169,18 +169,18 @@ func TestPoller_AJoinerGetsAChildOfEachShardItsGiversReaderFinishedFirst(t *test
 	finishedFirst := logged(a.logs.lines(), "a shard handed over was finished")
 	planned, handed, released := handOverEnds(a.logs.lines())
 	t.Logf("a planned %d hand-overs to b: %d handed over, %d released as finished by its own reader first", planned, handed, released)
-	t.Logf("b reached %d leases %s after it joined (its first beats take about a renewal interval); its peak %d, its ceiling %d; a passed on %d children",
+	t.Logf("b reached %d leases %s after it joined; its peak %d, its ceiling %d; a passed on %d children",
 		floor, reached.Round(10*time.Millisecond), peak, ceiling, finishedFirst)
 	require.NotZero(t, reached, "b never reached its floor less one (%d) while its listing was refused", floor)
-	// Two lease durations from b's first beats: it starts, writes its
-	// item and beats again before a counts it (about a renewal interval).
-	// Balance's target is two lease durations of a join; b's start (its
-	// item, and a second beat before a hands it anything) is given one
-	// more.
-	if first := firstLogged(a.logs.lines(), "lease over the fair share"); !first.IsZero() {
-		t.Logf("a's first hand-over to b %s after b joined; b reached %d leases %s after it", first.Sub(joined).Round(10*time.Millisecond), floor, (reached - first.Sub(joined)).Round(10*time.Millisecond))
-	}
-	assert.LessOrEqual(t, reached, 3*lease, "b reached its floor less one later than two lease durations after it was seen")
+	// Balance's target is two lease durations of a join, counted here
+	// from a's first hand-over to b: b's start (its item, and a second
+	// beat a must see before it hands b anything) took 8.5 s at these
+	// leases, beside the package's other tests more.
+	first := firstLogged(a.logs.lines(), "lease over the fair share")
+	require.False(t, first.IsZero(), "a handed b nothing")
+	t.Logf("a's first hand-over to b %s after b joined; b reached %d leases %s after it",
+		first.Sub(joined).Round(10*time.Millisecond), floor, (reached - first.Sub(joined)).Round(10*time.Millisecond))
+	assert.LessOrEqual(t, reached-first.Sub(joined), 2*lease, "b reached its floor less one later than two lease durations after a's first hand-over to it")
 	assert.LessOrEqual(t, peak, ceiling, "a handed b more than its ceiling")
 
 	listing.shut.Store(false)
