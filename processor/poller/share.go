@@ -139,6 +139,7 @@ func (p *Poller) sharePass(ctx context.Context, renew bool) error {
 	}
 	p.sweep(ctx)
 	p.learnShards()
+	p.passOnKids(ctx)
 	if !p.stopping {
 		if renew {
 			p.balance(ctx)
@@ -198,6 +199,7 @@ func (p *Poller) endPass(ctx context.Context) error {
 		}
 		p.registerChildren(ctx, listed, known)
 	}
+	p.passOnKids(ctx)
 	if len(p.newKids) > 0 {
 		p.takeShare(ctx, p.newKids)
 		if !p.cfg.Drain {
@@ -327,7 +329,7 @@ func (p *Poller) registry(ctx context.Context) {
 		// incarnation after that (HB6).
 		var oiu *OwnerInUseError
 		_, taken := p.countedHeld()
-		if w, err := p.store.heartbeat(ctx, p.cfg.Owner, p.inc, len(p.held), taken, false, p.born.Load() != 0); errors.As(err, &oiu) {
+		if w, err := p.store.heartbeat(ctx, p.cfg.Owner, p.inc, p.heldCount(), taken, false, p.born.Load() != 0); errors.As(err, &oiu) {
 			p.supersede(oiu)
 			return
 		} else if err != nil {
@@ -789,8 +791,10 @@ func (p *Poller) heldBy(owner string) int {
 // inFlight counts this poller's hand-overs to owner that its last
 // registry read cannot show: the leases it holds that are to go to owner
 // once their readers commit (handoffTo), the offers to owner answered
-// after that read was sent (told), and the hand-overs whose offer write
-// failed (untold: in owner's name, in no item).
+// after that read was sent (told), the hand-overs whose offer write
+// failed (untold: in owner's name, in no item), and the hand-overs to
+// owner its own readers finished whose child is not offered yet
+// (passingOn, lineage.go).
 func (p *Poller) inFlight(owner string) int {
 	n := len(p.told[owner])
 	for _, h := range p.held {
@@ -803,7 +807,7 @@ func (p *Poller) inFlight(owner string) int {
 			n++
 		}
 	}
-	return n
+	return n + p.passingOn(owner)
 }
 
 // answered are the times offers were answered (told).
@@ -1225,7 +1229,7 @@ func (p *Poller) takeOffers(ctx context.Context, kids map[string]bool) {
 	// (session 23)"). The rest are cleared now.
 	cleared := done[:0]
 	p.countMu.Lock()
-	p.heldN.Store(int64(len(p.held)))
+	p.heldN.Store(int64(p.heldCount()))
 	for _, id := range done {
 		if !offered[id] || keep[id] || deferred[id] {
 			continue
@@ -1331,7 +1335,7 @@ func (p *Poller) takeShare(ctx context.Context, only map[string]bool) {
 		if only != nil && !only[s.id] {
 			continue
 		}
-		if _, mine := p.held[s.id]; mine || p.finishedKnown(s.id) || p.gone[s.id] || p.drainLeaves(s) {
+		if _, mine := p.held[s.id]; mine || p.finishedKnown(s.id) || p.gone[s.id] || p.drainLeaves(s) || p.passedOn(s.id) {
 			continue
 		}
 		l := p.leaseOf(s)
