@@ -21,6 +21,15 @@ type passOn struct {
 	to  string    // the receiver the lease was to go to
 	at  time.Time // when the reader finished the shard: the entry's life starts
 	kid string    // the child offered to to, once its offer was answered
+	// tried is the child whose offer's outcome is unknown (an error that is
+	// not a failed condition; or deferred by the pacer, not sent): the only
+	// one offered again, and left to the
+	// receiver by this poller's takes meanwhile (passedOn). Another child
+	// chosen at the retry went to the receiver beside the first when that
+	// one's offer had landed (a split: two leases for the one planned), and
+	// the first, not left, was taken by this poller in the same pass (review
+	// of session 24, S24-H2).
+	tried string
 }
 
 // passingOn counts the entries whose child is not offered yet: each is a
@@ -71,17 +80,23 @@ func (p *Poller) notePassOn(parent, to string) {
 //     receiver (its offers in its item; told in this poller's view) and no
 //     more in this poller's held; kept, uncounted, as the child's name
 //     until its life ends;
-//   - when its receiver no longer receives (left, gone), or this poller
-//     stops, or the shard's children are known and none is free (another
-//     poller took them, or they are finished): nothing is passed on;
+//   - when its receiver no longer receives (left, gone; also after its
+//     child's offer was answered), or this poller stops, or the shard's
+//     children are known and none is free (another poller took them, or
+//     they are finished): nothing is passed on;
 //   - at the end of its life, a lease duration after the shard finished
 //     (children never known: a stream disabled, lookups refused; an offer
 //     deferred or failed that long): the children are then taken or
 //     offered as any other.
 //
 // An offer whose outcome is unknown (an error that is not a failed
-// condition) keeps its entry, counted, for the next pass: a second offer of
-// the same child is the same member of the receiver's offers.
+// condition) keeps its entry, counted, for the next pass, which offers the
+// same child again (tried; a second offer of it is the same member of the
+// receiver's offers) and no other: once that child is held by anyone the
+// entry ends. Meanwhile this poller's takes and offers leave it
+// (passedOn). Children this poller's offers skip for the entry's life are
+// dropped from unoffered: after it a free one is a sweep's, as any offered
+// child the receiver did not take.
 func (p *Poller) passOnKids(ctx context.Context) {
 	for parent, po := range p.lineage {
 		if p.stopping || p.cfg.Drain || time.Since(po.at) >= p.cfg.LeaseDuration {
@@ -89,8 +104,13 @@ func (p *Poller) passOnKids(ctx context.Context) {
 			continue
 		}
 		if po.kid != "" {
-			if l := p.leases[po.kid]; l.owner != "" || l.finished {
-				delete(p.lineage, parent) // taken (by its receiver, or not)
+			// Taken (by its receiver, or not); or its receiver no longer
+			// receives (left, its beat stopped): this poller's takes no
+			// longer leave the child to it, which otherwise waited for the
+			// entry's life with nobody to take it (review of session 24,
+			// S24-H3).
+			if l := p.leases[po.kid]; l.owner != "" || l.finished || !p.workers[po.to].receives(p.cfg.LeaseDuration) {
+				delete(p.lineage, parent)
 			}
 			continue
 		}
@@ -100,6 +120,9 @@ func (p *Poller) passOnKids(ctx context.Context) {
 		}
 		kid, known := "", false
 		for _, s := range p.shards {
+			if po.tried != "" && s.id != po.tried {
+				continue // the child whose offer may have landed, and no other (S24-H2)
+			}
 			if s.parent != parent {
 				continue
 			}
@@ -114,7 +137,10 @@ func (p *Poller) passOnKids(ctx context.Context) {
 		}
 		switch {
 		case kid == "" && known:
-			delete(p.lineage, parent) // every child held or finished already
+			// Every child held or finished already; or the child whose
+			// offer's outcome was unknown is: its offer landed and the
+			// receiver took it, or someone else holds it.
+			delete(p.lineage, parent)
 			continue
 		case kid == "":
 			continue // not looked up yet: at a later pass
@@ -122,8 +148,12 @@ func (p *Poller) passOnKids(ctx context.Context) {
 		if err := p.store.offer(ctx, po.to, kid); err != nil {
 			if errors.Is(err, errConditionFailed) {
 				delete(p.lineage, parent) // the receiver's item is gone
-			} else if ctx.Err() == nil {
-				p.writeFailed(err, "passing a child of a shard handed over on to its receiver failed; again at the next pass", "shard", kid, "to", po.to)
+			} else {
+				po.tried = kid
+				p.lineage[parent] = po
+				if ctx.Err() == nil {
+					p.writeFailed(err, "passing a child of a shard handed over on to its receiver failed; again at the next pass", "shard", kid, "to", po.to)
+				}
 			}
 			continue
 		}
@@ -141,7 +171,7 @@ func (p *Poller) passOnKids(ctx context.Context) {
 // entry's life: its takes leave it to the receiver.
 func (p *Poller) passedOn(id string) bool {
 	for _, po := range p.lineage {
-		if po.kid == id {
+		if po.kid == id || po.tried == id {
 			return true
 		}
 	}

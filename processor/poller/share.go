@@ -1498,7 +1498,14 @@ func (p *Poller) leaseOf(s shard) lease {
 func (p *Poller) offerKids(ctx context.Context, kids map[string]bool) {
 	target := p.shareTarget()
 	for id := range kids {
-		if _, mine := p.held[id]; mine {
+		if _, mine := p.held[id]; mine || p.passedOn(id) {
+			// A child passed on to the receiver of a hand-over this poller's
+			// reader finished (lineage.go) is that receiver's for the entry's
+			// life: a pass after the one that passed it on (its parent's end
+			// handled by a round, its children by the next reader's end) had
+			// it among its children again and offered it to another poller
+			// or to the same one again (review of session 24, S24-H1).
+			delete(p.unoffered, id)
 			continue
 		}
 		if l := p.leases[id]; l.owner != "" || l.finished {
@@ -1553,7 +1560,7 @@ func (p *Poller) offerLeft(ctx context.Context) {
 	}
 	for id := range p.unoffered {
 		_, mine := p.held[id]
-		if l := p.leases[id]; mine || l.owner != "" || l.finished || p.finishedKnown(id) || p.gone[id] {
+		if l := p.leases[id]; mine || l.owner != "" || l.finished || p.finishedKnown(id) || p.gone[id] || p.passedOn(id) {
 			delete(p.unoffered, id)
 		}
 	}
