@@ -160,7 +160,7 @@ func (p *Poller) passOnKids(ctx context.Context) {
 		p.tell(po.to)
 		delete(p.newKids, kid)
 		delete(p.unoffered, kid)
-		po.kid = kid
+		po.kid, po.tried = kid, ""
 		p.lineage[parent] = po
 		p.log.Info("a shard handed over was finished by this poller's reader; one of its children passed on to the receiver", "shard", parent, "child", kid, "to", po.to)
 	}
