@@ -22,8 +22,8 @@ type passOn struct {
 	at  time.Time // when the reader finished the shard: the entry's life starts
 	kid string    // the child offered to to, once its offer was answered
 	// tried is the child whose offer's outcome is unknown (an error that is
-	// not a failed condition; or deferred by the pacer, not sent): the only
-	// one offered again, and left to the
+	// not a failed condition nor the pacer's deferral): the only one
+	// offered again, and left to the
 	// receiver by this poller's takes meanwhile (passedOn). Another child
 	// chosen at the retry went to the receiver beside the first when that
 	// one's offer had landed (a split: two leases for the one planned), and
@@ -149,8 +149,10 @@ func (p *Poller) passOnKids(ctx context.Context) {
 			if errors.Is(err, errConditionFailed) {
 				delete(p.lineage, parent) // the receiver's item is gone
 			} else {
-				po.tried = kid
-				p.lineage[parent] = po
+				if !errors.Is(err, errWriteDeferred) {
+					po.tried = kid // it may have landed (a deferred one was not sent)
+					p.lineage[parent] = po
+				}
 				if ctx.Err() == nil {
 					p.writeFailed(err, "passing a child of a shard handed over on to its receiver failed; again at the next pass", "shard", kid, "to", po.to)
 				}
