@@ -217,11 +217,13 @@
 // benchmark) is released as finished, not handed over; one of the shard's
 // children goes to the receiver instead (lineage.go, passOnKids: offered
 // once the children are registered, left to the receiver by the giver's
-// own takes). Until the child's offer is answered the lease in transit is
+// own takes and offers; after a lost answer that child, and no other, is
+// offered again). Until the child's offer is answered the lease in transit is
 // counted in the giver's held (heldCount) and, in the giver's view, at
 // the receiver (inFlight), as a hand-over whose reader is committing; an
 // entry lives at most a lease duration and ends at a stop, when the
-// receiver no longer receives, or when no child is free
+// receiver no longer receives (before or after the offer), or when no
+// child is free
 // (docs/exactly-once.md, "A hand-over finished by the giver's reader
 // (session 24)"). Before, the giver took the children itself while under
 // its share, and the joiner stayed 10-20% under its share until its own
