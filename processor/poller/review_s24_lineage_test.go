@@ -102,12 +102,25 @@ type lineageRig struct {
 	kept   string
 	kids   map[string][]string
 	isKid  func(string) bool
+	addKid func(string)
 }
 
 // newLineageRig builds the rig; loseFirstKidOffer loses the answer of a's
 // first offer of a child, and bRefusesKids makes b's takes of children
 // fail (taken by another first).
 func newLineageRig(t *testing.T, seed uint64, loseFirstKidOffer, bRefusesKids bool) *lineageRig {
+	var coordB func(poller.Table, func(string) bool) poller.Table
+	if bRefusesKids {
+		coordB = func(api poller.Table, isKid func(string) bool) poller.Table {
+			return refuseLeases{Table: api, refuse: isKid}
+		}
+	}
+	return newLineageRigB(t, seed, loseFirstKidOffer, coordB)
+}
+
+// newLineageRigB is newLineageRig whose receiver's coordinator writes and
+// reads through coordB (given the test's children: nil, the table).
+func newLineageRigB(t *testing.T, seed uint64, loseFirstKidOffer bool, coordB func(poller.Table, func(string) bool) poller.Table) *lineageRig {
 	const own = 4
 	const lease = 9 * time.Second // the entries' life: longer than the test's steps
 	ctx := context.Background()
@@ -124,6 +137,7 @@ func newLineageRig(t *testing.T, seed uint64, loseFirstKidOffer, bRefusesKids bo
 	var kidsMu sync.Mutex
 	allKids := map[string]bool{}
 	r.isKid = func(id string) bool { kidsMu.Lock(); defer kidsMu.Unlock(); return allKids[id] }
+	r.addKid = func(id string) { kidsMu.Lock(); defer kidsMu.Unlock(); allKids[id] = true }
 	e.write(t, 40)
 	r.tap = &offerTap{}
 	if loseFirstKidOffer {
@@ -156,11 +170,11 @@ func newLineageRig(t *testing.T, seed uint64, loseFirstKidOffer, bRefusesKids bo
 	})
 	listing := &unlistable{Streams: e.s, shut: &atomic.Bool{}}
 	listing.shut.Store(true)
-	var coordB func(poller.Table) poller.Table
-	if bRefusesKids {
-		coordB = func(api poller.Table) poller.Table { return refuseLeases{Table: api, refuse: r.isKid} }
+	var wrapB func(poller.Table) poller.Table
+	if coordB != nil {
+		wrapB = func(api poller.Table) poller.Table { return coordB(api, r.isKid) }
 	}
-	r.b = e.hbPoller(t, "b", coordB, nil, listing, mutate)
+	r.b = e.hbPoller(t, "b", wrapB, nil, listing, mutate)
 	r.stopB = start(t, r.b)
 	// a's shards roll; their readers read them to their end and wait for
 	// a's coordinator.
@@ -273,4 +287,79 @@ func TestReviewS24_TheLineageHandOver(t *testing.T) {
 		require.Less(t, time.Since(finished), 9*time.Second, "the test's steps outlasted the entry's life: it proves nothing")
 		assert.Equal(t, "a", r.leaseOwner(t, kid), "a's round after b left did not take the child b was offered")
 	})
+}
+
+// holdTakes holds a coordinator's takes of the lease items of the shards
+// hold names (not their registrations, which set the counter to zero)
+// until release is closed, saying on held when the first one waits.
+type holdTakes struct {
+	poller.Table
+	hold    func(shard string) bool
+	held    chan string
+	release chan struct{}
+	once    *sync.Once
+}
+
+func (h holdTakes) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error) {
+	if sk, _ := table.String(in.Key, table.AttrSK); strings.HasPrefix(sk, "LEASE#") && h.hold(strings.TrimPrefix(sk, "LEASE#")) &&
+		!strings.Contains(aws.ToString(in.UpdateExpression), ":zero") {
+		h.once.Do(func() { h.held <- strings.TrimPrefix(sk, "LEASE#") })
+		select {
+		case <-h.release:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	return h.Table.UpdateItem(ctx, in, opts...)
+}
+
+// S24-H4 (the builder's second leak; left, see the review): the
+// receiver's own shard rolls before its listing; it registers the child
+// and takes it (takeUnlisted), and a giver under its share whose sweep
+// reads the registration in between takes the child first. Here b's take
+// of the child is held until a's round has run. Skipped: the finding is
+// left (at the benchmark's scale about 0.4% of a joiner's own children,
+// each handed back by the next plan); it fails on this code (a holds the
+// child).
+func TestReviewS24H4_AJoinersOwnChildIsNotTakenByAGiverBetweenItsRegistrationAndItsTake(t *testing.T) {
+	t.Skip("S24-H4 (docs/exactly-once.md, review of session 24: the lineage hand-over): left; a giver's sweep takes a joiner's own child between its registration and its take")
+	ddbtest.Long(t)
+	ctx := context.Background()
+	grand := map[string]bool{}
+	var grandMu sync.Mutex
+	held, release := make(chan string, 1), make(chan struct{})
+	r := newLineageRigB(t, 2414, false, func(api poller.Table, _ func(string) bool) poller.Table {
+		return holdTakes{Table: api, held: held, release: release, once: &sync.Once{},
+			hold: func(id string) bool { grandMu.Lock(); defer grandMu.Unlock(); return grand[id] }}
+	})
+	defer func() {
+		select {
+		case <-release:
+		default:
+			close(release)
+		}
+	}()
+	a := r.a.Poller
+	s := r.handed[0]
+	require.NoError(t, poller.EndReader(ctx, a, s, false))
+	kid := poller.PassedOn(a)[s]
+	require.Equal(t, r.kids[s][0], kid)
+	eventually(t, "b holds the child passed on", 30*time.Second, func() bool { return r.leaseOwner(t, kid) == "b" })
+	// b's shard rolls: b reads it to its end, registers the grandchild and
+	// takes it; the take is held until a's round has run.
+	kids, err := r.e.s.Close(kid, false)
+	require.NoError(t, err)
+	grandMu.Lock()
+	grand[kids[0]] = true
+	grandMu.Unlock()
+	r.addKid(kids[0])
+	select {
+	case <-held:
+	case <-time.After(30 * time.Second):
+		t.Fatal("b never took its own child")
+	}
+	require.NoError(t, poller.Round(ctx, a))
+	close(release)
+	eventually(t, "someone holds b's own child", 30*time.Second, func() bool { return r.leaseOwner(t, kids[0]) != "" })
+	assert.Equal(t, "b", r.leaseOwner(t, kids[0]), "a's sweep took b's own child between b's registration and its take")
 }
