@@ -881,6 +881,9 @@ func (p *Poller) registerChildren(ctx context.Context, kids []shard, known map[s
 		}
 		if ok {
 			p.leases[k.id] = l
+			// Read long ago as far as freshRegistration goes: this poller's
+			// own registration, its to take at once.
+			p.observeLease(l, time.Time{})
 		}
 		if p.newKids != nil {
 			p.newKids[k.id] = true

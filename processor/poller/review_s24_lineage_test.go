@@ -322,7 +322,7 @@ func (h holdTakes) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput,
 // each handed back by the next plan); it fails on this code (a holds the
 // child).
 func TestReviewS24H4_AJoinersOwnChildIsNotTakenByAGiverBetweenItsRegistrationAndItsTake(t *testing.T) {
-	t.Skip("S24-H4 (docs/exactly-once.md, review of session 24: the lineage hand-over): left; a giver's sweep takes a joiner's own child between its registration and its take")
+	// t.Skip("S24-H4 (docs/exactly-once.md, review of session 24: the lineage hand-over): left; a giver's sweep takes a joiner's own child between its registration and its take")
 	ddbtest.Long(t)
 	ctx := context.Background()
 	grand := map[string]bool{}

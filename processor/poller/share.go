@@ -1342,6 +1342,9 @@ func (p *Poller) takeShare(ctx context.Context, only map[string]bool) {
 		if free, _ := p.available(l); !free {
 			continue
 		}
+		if only == nil && !p.cfg.Drain && p.freshRegistration(l) {
+			continue // its registrant's to take or offer first (S24-H4)
+		}
 		if l.owner == p.cfg.Owner && !p.cfg.Drain {
 			own[s.id] = true
 		}
@@ -1458,6 +1461,26 @@ func (p *Poller) takeShare(ctx context.Context, only map[string]bool) {
 	if len(batch) > 0 && len(p.held) < target && p.takeTurn() {
 		p.takeLeases(ctx, batch)
 	}
+}
+
+// freshRegistration reports whether l is a shard's registration that
+// nobody has taken yet (free, counter 0), first read by this poller's
+// sweep less than a renewal interval ago, and registered by another
+// poller (registerChildren marks this poller's own as read long ago). Its
+// registrant takes it or offers it in the same reader's end (endPass,
+// takeUnlisted); a round's share (takeShare without only) leaves it for
+// that long, so that a sweep reading the registration in between does not
+// take it first: a joiner whose own shards rolled before its listing lost
+// its children that way to a giver under its share, and could take no
+// others (review of session 24, S24-H4). The registrant's takes and
+// offers are not held back, nor is a drain's, and only liveness changes:
+// such a child is taken by a sweep a round later at most.
+func (p *Poller) freshRegistration(l lease) bool {
+	if !l.exists || l.owner != "" || l.counter != 0 {
+		return false
+	}
+	o, ok := p.seen[l.shard]
+	return ok && !o.at.IsZero() && o.owner == "" && o.counter == 0 && time.Since(o.at) < p.cfg.renewInterval()
 }
 
 // takeTurn reports whether a batch of takes may start now. A poller that
