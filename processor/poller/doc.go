@@ -23,7 +23,10 @@
 // sequence number (table.RegisterShard), and every poller adds the shards
 // lease items describe to its list as its sweep of the leases reads them:
 // between two listings of the whole stream the others learn of new shards
-// from the leases they read anyway. A shard found without children (by the
+// from the leases they read anyway. A registration nobody has taken is its
+// registrant's to take or offer first: the others' sweeps take it no
+// sooner than a renewal interval after they first read it (takeShare,
+// freshRegistration). A shard found without children (by the
 // filter, or by a listing that ended first) is looked up again at each pass
 // for two minutes: AWS may list a closed shard's children a moment after it
 // closes. A listing paused by throttling goes on from its page at the
