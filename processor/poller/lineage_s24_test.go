@@ -121,10 +121,10 @@ func TestPoller_AJoinerGetsAChildOfEachShardItsGiversReaderFinishedFirst(t *test
 			case <-time.After(closeEvery):
 			}
 			// The shards a holds roll (the open shards stay shards); b's
-			// stay open: b's own rolls lose it children to a, under its
+			// stay open: b's own rolls lost it children to a, under its
 			// share, between b's registration of a child and its take
-			// (docs/exactly-once.md, "A hand-over finished by the giver's
-			// reader (session 24)", Left), which is not this test's subject.
+			// (docs/exactly-once.md, S24-H4, fixed since and tested on its
+			// own), which is not this test's subject.
 			ls, _, err := table.ReadLeasePage(context.Background(), e.ddb, table.CoordinationTableName(e.table), e.stream.arn, nil, 1000)
 			if err != nil {
 				continue
