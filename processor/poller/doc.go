@@ -23,10 +23,7 @@
 // sequence number (table.RegisterShard), and every poller adds the shards
 // lease items describe to its list as its sweep of the leases reads them:
 // between two listings of the whole stream the others learn of new shards
-// from the leases they read anyway. A registration nobody has taken is its
-// registrant's to take or offer first: the others' sweeps take it no
-// sooner than a renewal interval after they first read it (takeShare,
-// freshRegistration). A shard found without children (by the
+// from the leases they read anyway. A shard found without children (by the
 // filter, or by a listing that ended first) is looked up again at each pass
 // for two minutes: AWS may list a closed shard's children a moment after it
 // closes. A listing paused by throttling goes on from its page at the
@@ -213,24 +210,6 @@
 // most the hand-overs it had in transit, once each. Counted twice (a
 // giver's held until its next heartbeat beside the receiver's offers), a
 // lease only delays a move by a round.
-//
-// A hand-over whose shard the giver's own reader read to its end before the
-// giver decided (its end waiting for the coordinator, during a day's walk
-// of closed shards: 90% of the hand-overs to a joiner in the fleet
-// benchmark) is released as finished, not handed over; one of the shard's
-// children goes to the receiver instead (lineage.go, passOnKids: offered
-// once the children are registered, left to the receiver by the giver's
-// own takes and offers; after a lost answer that child, and no other, is
-// offered again). Until the child's offer is answered the lease in transit is
-// counted in the giver's held (heldCount) and, in the giver's view, at
-// the receiver (inFlight), as a hand-over whose reader is committing; an
-// entry lives at most a lease duration and ends at a stop, when the
-// receiver no longer receives (before or after the offer), or when no
-// child is free
-// (docs/exactly-once.md, "A hand-over finished by the giver's reader
-// (session 24)"). Before, the giver took the children itself while under
-// its share, and the joiner stayed 10-20% under its share until its own
-// listing.
 //
 // # At most two readers per shard
 //

@@ -39,20 +39,12 @@ func (u *unlistable) DescribeStream(ctx context.Context, in *dynamodbstreams.Des
 // the whole stream are refused while listing.shut is set (set here).
 func (e *emuEnv) holderAndUnlistedJoiner(t *testing.T, shards int) (a *testPoller, stopA func(), b *testPoller, stopB func(), listing *unlistable) {
 	t.Helper()
-	return e.holderWithAndUnlistedJoiner(t, shards, nil, nil)
-}
-
-// holderWithAndUnlistedJoiner is holderAndUnlistedJoiner whose holder's
-// coordinator writes and reads through coord (nil: the table), both
-// pollers configured by mutate (nil: hbPoller's).
-func (e *emuEnv) holderWithAndUnlistedJoiner(t *testing.T, shards int, coord func(poller.Table) poller.Table, mutate func(*poller.Config)) (a *testPoller, stopA func(), b *testPoller, stopB func(), listing *unlistable) {
-	t.Helper()
-	a = e.hbPoller(t, "a", coord, nil, nil, mutate)
+	a = e.hbPoller(t, "a", nil, nil, nil, nil)
 	stopA = start(t, a)
 	eventually(t, "a holds every shard", 2*time.Minute, func() bool { return counter(t, a.m.LeasesHeld) == float64(shards) })
 	listing = &unlistable{Streams: e.s, shut: &atomic.Bool{}}
 	listing.shut.Store(true)
-	b = e.hbPoller(t, "b", nil, nil, listing, mutate)
+	b = e.hbPoller(t, "b", nil, nil, listing, nil)
 	return a, stopA, b, start(t, b), listing
 }
 

@@ -100,7 +100,6 @@ type Poller struct {
 	unoffered     map[string]bool       // children this poller registered, neither took nor could offer: offered again each round (offerLeft)
 	untold        map[string]untold     // leases handed over whose offer write failed: offered again each round (tellAgain)
 	finishedNow   map[string]bool       // shards finished since the last endPass: true when the listing had their children
-	lineage       map[string]passOn     // hand-overs this poller's reader finished, by shard: one child goes to the receiver (passOnKids)
 	latestChecked bool                  // a LATEST start was decided on every checkpoint
 
 	// The worker heartbeat (docs/exactly-once.md, "The worker heartbeat").
@@ -881,9 +880,6 @@ func (p *Poller) registerChildren(ctx context.Context, kids []shard, known map[s
 		}
 		if ok {
 			p.leases[k.id] = l
-			// Read long ago as far as freshRegistration goes: this poller's
-			// own registration, its to take at once.
-			p.observeLease(l, time.Time{})
 		}
 		if p.newKids != nil {
 			p.newKids[k.id] = true
@@ -1717,11 +1713,7 @@ func (p *Poller) readerDone(ctx context.Context, r readerResult) {
 			break
 		}
 		h.finished = true
-		// Nothing left to read: released, not handed over; one of its
-		// children goes to the receiver instead, counted here and at the
-		// receiver until its offer is answered (lineage.go).
-		p.notePassOn(r.shard, h.handoffTo)
-		h.handoffTo = ""
+		h.handoffTo = "" // nothing left to read: released, not handed over
 		p.release(ctx, r.shard, h)
 	case h.lost:
 		delete(p.held, r.shard)
@@ -1800,7 +1792,6 @@ func (p *Poller) release(ctx context.Context, id string, h *holding) {
 // the leases.
 func (p *Poller) shutdown(ctx context.Context) {
 	p.stopping = true
-	p.lineage = nil // nothing is passed on at a stop (passOnKids)
 	p.ready.Store(false)
 	superseded := p.superseded.Load() != nil
 	switch {
@@ -1938,7 +1929,7 @@ func (p *Poller) addCommitted(done []processor.Record, cp string) {
 func (p *Poller) gauges() {
 	p.m.LeasesHeld.Set(float64(len(p.held)))
 	p.m.LeasesPaused.Set(float64(p.unreadable(time.Now())))
-	p.heldN.Store(int64(p.heldCount()))
+	p.heldN.Store(int64(len(p.held)))
 	now := sample{at: time.Now(), n: p.committed.Load()}
 	for len(p.goodput) > 1 && now.at.Sub(p.goodput[1].at) >= goodputWindow {
 		p.goodput = p.goodput[1:]

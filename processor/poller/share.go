@@ -139,7 +139,6 @@ func (p *Poller) sharePass(ctx context.Context, renew bool) error {
 	}
 	p.sweep(ctx)
 	p.learnShards()
-	p.passOnKids(ctx)
 	if !p.stopping {
 		if renew {
 			p.balance(ctx)
@@ -199,7 +198,6 @@ func (p *Poller) endPass(ctx context.Context) error {
 		}
 		p.registerChildren(ctx, listed, known)
 	}
-	p.passOnKids(ctx)
 	if len(p.newKids) > 0 {
 		p.takeShare(ctx, p.newKids)
 		if !p.cfg.Drain {
@@ -329,7 +327,7 @@ func (p *Poller) registry(ctx context.Context) {
 		// incarnation after that (HB6).
 		var oiu *OwnerInUseError
 		_, taken := p.countedHeld()
-		if w, err := p.store.heartbeat(ctx, p.cfg.Owner, p.inc, p.heldCount(), taken, false, p.born.Load() != 0); errors.As(err, &oiu) {
+		if w, err := p.store.heartbeat(ctx, p.cfg.Owner, p.inc, len(p.held), taken, false, p.born.Load() != 0); errors.As(err, &oiu) {
 			p.supersede(oiu)
 			return
 		} else if err != nil {
@@ -791,10 +789,8 @@ func (p *Poller) heldBy(owner string) int {
 // inFlight counts this poller's hand-overs to owner that its last
 // registry read cannot show: the leases it holds that are to go to owner
 // once their readers commit (handoffTo), the offers to owner answered
-// after that read was sent (told), the hand-overs whose offer write
-// failed (untold: in owner's name, in no item), and the hand-overs to
-// owner its own readers finished whose child is not offered yet
-// (passingOn, lineage.go).
+// after that read was sent (told), and the hand-overs whose offer write
+// failed (untold: in owner's name, in no item).
 func (p *Poller) inFlight(owner string) int {
 	n := len(p.told[owner])
 	for _, h := range p.held {
@@ -807,7 +803,7 @@ func (p *Poller) inFlight(owner string) int {
 			n++
 		}
 	}
-	return n + p.passingOn(owner)
+	return n
 }
 
 // answered are the times offers were answered (told).
@@ -1229,7 +1225,7 @@ func (p *Poller) takeOffers(ctx context.Context, kids map[string]bool) {
 	// (session 23)"). The rest are cleared now.
 	cleared := done[:0]
 	p.countMu.Lock()
-	p.heldN.Store(int64(p.heldCount()))
+	p.heldN.Store(int64(len(p.held)))
 	for _, id := range done {
 		if !offered[id] || keep[id] || deferred[id] {
 			continue
@@ -1335,15 +1331,12 @@ func (p *Poller) takeShare(ctx context.Context, only map[string]bool) {
 		if only != nil && !only[s.id] {
 			continue
 		}
-		if _, mine := p.held[s.id]; mine || p.finishedKnown(s.id) || p.gone[s.id] || p.drainLeaves(s) || p.passedOn(s.id) {
+		if _, mine := p.held[s.id]; mine || p.finishedKnown(s.id) || p.gone[s.id] || p.drainLeaves(s) {
 			continue
 		}
 		l := p.leaseOf(s)
 		if free, _ := p.available(l); !free {
 			continue
-		}
-		if only == nil && !p.cfg.Drain && p.freshRegistration(l) {
-			continue // its registrant's to take or offer first (S24-H4)
 		}
 		if l.owner == p.cfg.Owner && !p.cfg.Drain {
 			own[s.id] = true
@@ -1463,26 +1456,6 @@ func (p *Poller) takeShare(ctx context.Context, only map[string]bool) {
 	}
 }
 
-// freshRegistration reports whether l is a shard's registration that
-// nobody has taken yet (free, counter 0), first read by this poller's
-// sweep less than a renewal interval ago, and registered by another
-// poller (registerChildren marks this poller's own as read long ago). Its
-// registrant takes it or offers it in the same reader's end (endPass,
-// takeUnlisted); a round's share (takeShare without only) leaves it for
-// that long, so that a sweep reading the registration in between does not
-// take it first: a joiner whose own shards rolled before its listing lost
-// its children that way to a giver under its share, and could take no
-// others (review of session 24, S24-H4). The registrant's takes and
-// offers are not held back, nor is a drain's, and only liveness changes:
-// such a child is taken by a sweep a round later at most.
-func (p *Poller) freshRegistration(l lease) bool {
-	if !l.exists || l.owner != "" || l.counter != 0 {
-		return false
-	}
-	o, ok := p.seen[l.shard]
-	return ok && !o.at.IsZero() && o.owner == "" && o.counter == 0 && time.Since(o.at) < p.cfg.renewInterval()
-}
-
 // takeTurn reports whether a batch of takes may start now. A poller that
 // renews lease items in its rounds (LeaseModeRenew, compat, a drain's
 // reader ends) holds each lease it takes from the take's send and renews
@@ -1521,14 +1494,7 @@ func (p *Poller) leaseOf(s shard) lease {
 func (p *Poller) offerKids(ctx context.Context, kids map[string]bool) {
 	target := p.shareTarget()
 	for id := range kids {
-		if _, mine := p.held[id]; mine || p.passedOn(id) {
-			// A child passed on to the receiver of a hand-over this poller's
-			// reader finished (lineage.go) is that receiver's for the entry's
-			// life: a pass after the one that passed it on (its parent's end
-			// handled by a round, its children by the next reader's end) had
-			// it among its children again and offered it to another poller
-			// or to the same one again (review of session 24, S24-H1).
-			delete(p.unoffered, id)
+		if _, mine := p.held[id]; mine {
 			continue
 		}
 		if l := p.leases[id]; l.owner != "" || l.finished {
@@ -1583,7 +1549,7 @@ func (p *Poller) offerLeft(ctx context.Context) {
 	}
 	for id := range p.unoffered {
 		_, mine := p.held[id]
-		if l := p.leases[id]; mine || l.owner != "" || l.finished || p.finishedKnown(id) || p.gone[id] || p.passedOn(id) {
+		if l := p.leases[id]; mine || l.owner != "" || l.finished || p.finishedKnown(id) || p.gone[id] {
 			delete(p.unoffered, id)
 		}
 	}
