@@ -430,13 +430,14 @@ func (p *Processor) commitTx(ctx context.Context, g Guard, claim func() ddbtypes
 	for attempt := 1; attempt <= p.cfg.MaxAttempts; attempt++ {
 		if attempt > 1 {
 			if err := sleep(ctx, p.backoff(attempt-1)); err != nil {
-				return p.commitCancelled(err)
+				p.metrics.Commits.WithLabelValues(CommitCancelled).Inc()
+				return err
 			}
 		}
 		shapes, err := p.shapes.getFresh(ctx, p, keys, reread)
 		if err != nil {
 			if ctx.Err() != nil {
-				return p.commitCancelled(err)
+				p.metrics.Commits.WithLabelValues(CommitCancelled).Inc()
 			}
 			return err
 		}
@@ -650,7 +651,8 @@ func (p *Processor) commitTx(ctx context.Context, g Guard, claim func() ddbtypes
 			// attempt's guard to tell. Not a failed commit: whatever it
 			// was doing when its context ended, it counts once as
 			// cancelled.
-			return p.commitCancelled(err)
+			p.metrics.Commits.WithLabelValues(CommitCancelled).Inc()
+			return err
 		}
 		if class == classPermanent {
 			p.metrics.Commits.WithLabelValues("failed").Inc()

@@ -395,7 +395,8 @@ func (g *ShardGuard) fenceLegacy(ctx context.Context) error {
 		}
 		if class == classCanceled || ctx.Err() != nil {
 			// The commit's context ended (commitTx): cancelled, not failed.
-			return p.commitCancelled(err)
+			p.metrics.Commits.WithLabelValues(CommitCancelled).Inc()
+			return err
 		}
 		if !retry || attempt >= p.cfg.MaxAttempts {
 			err = table.FenceError(g.stream, g.shard, err)
@@ -415,7 +416,8 @@ func (g *ShardGuard) fenceLegacy(ctx context.Context) error {
 		}
 		p.countRetry("TransactWriteItems", class)
 		if err := sleep(ctx, p.backoff(attempt)); err != nil {
-			return p.commitCancelled(err)
+			p.metrics.Commits.WithLabelValues(CommitCancelled).Inc()
+			return err
 		}
 	}
 }
@@ -432,14 +434,6 @@ func (p *Processor) transactWrite(ctx context.Context, in *dynamodb.TransactWrit
 		p.metrics.WriteUnits.WithLabelValues("TransactWriteItems").Add(aws.ToFloat64(cc.CapacityUnits))
 	}
 	return nil
-}
-
-// commitCancelled counts a commit given up because its context ended
-// (ledger_commits_total{outcome="cancelled"}: not failed; its outcome is
-// left to the next attempt's guard) and returns err.
-func (p *Processor) commitCancelled(err error) error {
-	p.metrics.Commits.WithLabelValues(CommitCancelled).Inc()
-	return err
 }
 
 // updateItem sends an UpdateItem outside a commit (the checkpoint moved
