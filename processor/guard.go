@@ -323,6 +323,14 @@ func (g *ShardGuard) load(ctx context.Context) error {
 		g.p.metrics.Conflicts.WithLabelValues(ConflictMigrationFence).Inc()
 		return fmt.Errorf("shard %s: %w", g.shard, table.ErrCheckpointFenced)
 	}
+	if cp.Fence > 0 {
+		// Fenced by a later protocol (docs/exactly-once.md, F. The fence):
+		// every claim of this version conditions on sequenceNumber as a
+		// string, or absent, and fails on the fence's map; this names it
+		// instead of "guard conflict without progress", and the guard stays
+		// unloaded.
+		return fmt.Errorf("shard %s: protocol %d, this consumer's %d: %w", g.shard, cp.Fence, table.Protocol, table.ErrCheckpointProtocol)
+	}
 	if err != nil {
 		return fmt.Errorf("checkpoint %s: %w", g.key, err)
 	}

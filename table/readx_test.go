@@ -4,12 +4,15 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/shopspring/decimal"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/ledger-dev/ledger/aggregates"
+	"github.com/ledger-dev/ledger/infra/ddblocal/ddbtest"
 	"github.com/ledger-dev/ledger/table"
 )
 
@@ -104,5 +107,91 @@ func TestEncodeRepair_KeepsAFencedHeadFenced(t *testing.T) {
 			require.Empty(t, problems)
 			assert.True(t, got.Equal(want), "got %s; want %s", got, want)
 		})
+	}
+}
+
+// TestDecodeCheckpoint_BothLayouts: step X. A checkpoint in the fenced
+// layout of protocol 4 (sequenceNumber the map {fence: 4}, the position in
+// pos) decodes with Fence 4 and its position for a reader (Position), and
+// with no Seq: the position a consumer of this version commits from, whose
+// claims condition on sequenceNumber as a string or absent. shardFinished,
+// which the drain's finished test reads, is read in both layouts.
+func TestDecodeCheckpoint_BothLayouts(t *testing.T) {
+	n := func(v string) types.AttributeValue { return &types.AttributeValueMemberN{Value: v} }
+	s := func(v string) types.AttributeValue { return &types.AttributeValueMemberS{Value: v} }
+	fence := func(v types.AttributeValue) types.AttributeValue {
+		return &types.AttributeValueMemberM{Value: map[string]types.AttributeValue{"fence": v}}
+	}
+	const s42 = "000000000000000000042"
+	for _, tc := range []struct {
+		name             string
+		item             map[string]types.AttributeValue
+		seq, pos         string
+		fence            int64
+		finished bool
+	}{
+		{name: "none", item: nil},
+		{name: "old layout", item: map[string]types.AttributeValue{"sequenceNumber": s(s42)}, seq: s42, pos: s42},
+		{name: "old layout, finished", item: map[string]types.AttributeValue{"sequenceNumber": s(s42), "shardFinished": &types.AttributeValueMemberBOOL{Value: true}}, seq: s42, pos: s42, finished: true},
+		{name: "fenced", item: map[string]types.AttributeValue{"sequenceNumber": fence(n("4")), "pos": s(s42)}, pos: s42, fence: 4},
+		{name: "fenced, finished", item: map[string]types.AttributeValue{"sequenceNumber": fence(n("4")), "pos": s(s42), "shardFinished": &types.AttributeValueMemberBOOL{Value: true}}, pos: s42, fence: 4, finished: true},
+		{name: "fenced before its first position", item: map[string]types.AttributeValue{"sequenceNumber": fence(n("4"))}, fence: 4},
+		{name: "fenced by an unreadable protocol", item: map[string]types.AttributeValue{"sequenceNumber": fence(s("x")), "pos": s(s42)}, pos: s42, fence: 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := table.DecodeCheckpoint("shard-1", tc.item)
+			require.NoError(t, err)
+			assert.Equal(t, tc.seq, c.Seq, "Seq, what this version's consumers commit from")
+			assert.Equal(t, tc.pos, c.Position(), "Position, what readers read")
+			assert.Equal(t, tc.fence, c.Fence)
+			assert.Equal(t, tc.finished, c.Finished)
+		})
+	}
+}
+
+// TestFlags_ProtocolIsReadAndAboveThisVersionRefuses: step X. The flags
+// item may carry protocol (N); this version (table.Protocol, 3) reads it,
+// and ProtocolAbove, which ledgerctl reconcile --repair asks, refuses
+// under a higher one or one it cannot read, naming both numbers. protocol
+// is no flag name.
+func TestFlags_ProtocolIsReadAndAboveThisVersionRefuses(t *testing.T) {
+	c := ddbtest.Client(t)
+	name := ddbtest.NewTable(t, c)
+	ctx := t.Context()
+	assert.Equal(t, 3, table.Protocol)
+	require.Error(t, table.ValidateFlagName("protocol"))
+
+	f, err := table.GetFlags(ctx, c, name)
+	require.NoError(t, err)
+	assert.Equal(t, int64(0), f.Protocol, "a table of this version has no protocol")
+	require.NoError(t, f.ProtocolAbove(table.Protocol))
+
+	for _, tc := range []struct {
+		v       types.AttributeValue
+		want    int64
+		wantErr string
+	}{
+		{v: table.Int(3), want: 3},
+		{v: table.Int(2), want: 2},
+		{v: table.Int(4), want: 4, wantErr: "the table is at protocol 4 (flags item), this version speaks protocol 3"},
+		{v: table.S("4"), wantErr: "no integer"},
+	} {
+		_, err := c.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+			TableName: aws.String(name), Key: table.Key(aggregates.FlagsKey()),
+			UpdateExpression:          aws.String("SET #p = :p"),
+			ExpressionAttributeNames:  map[string]string{"#p": "protocol"},
+			ExpressionAttributeValues: map[string]types.AttributeValue{":p": tc.v},
+		})
+		require.NoError(t, err)
+		f, err := table.GetFlags(ctx, c, name)
+		require.NoError(t, err)
+		assert.Equal(t, tc.want, f.Protocol)
+		assert.NotContains(t, f.Values, "protocol")
+		err = f.ProtocolAbove(table.Protocol)
+		if tc.wantErr == "" {
+			assert.NoError(t, err)
+		} else {
+			assert.ErrorContains(t, err, tc.wantErr)
+		}
 	}
 }
