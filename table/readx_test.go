@@ -124,10 +124,10 @@ func TestDecodeCheckpoint_BothLayouts(t *testing.T) {
 	}
 	const s42 = "000000000000000000042"
 	for _, tc := range []struct {
-		name             string
-		item             map[string]types.AttributeValue
-		seq, pos         string
-		fence            int64
+		name     string
+		item     map[string]types.AttributeValue
+		seq, pos string
+		fence    int64
 		finished bool
 	}{
 		{name: "none", item: nil},
