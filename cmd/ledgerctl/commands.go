@@ -405,6 +405,19 @@ func (e *environment) reconcile(ctx context.Context, args []string) int {
 	if (*quiescent || stuckSet) && !(*rollups && scope0(*tenant, *branch)) {
 		return e.fail(errors.New("reconcile: --quiescent and --stuck-after judge roll-up deltas: whole table only, with --rollups"))
 	}
+	if *repair {
+		// A repair of this version writes its own layouts and counts
+		// nothing: under a later protocol (the counted repair's fence,
+		// docs/exactly-once.md, "Cost to build, and the order", X) it is
+		// not this version's to write. Reading works under any protocol.
+		f, err := table.GetFlags(ctx, c, e.table)
+		if err != nil {
+			return e.fail(fmt.Errorf("reconcile: read the flags: %w", err))
+		}
+		if err := f.ProtocolAbove(table.Protocol); err != nil {
+			return e.fail(fmt.Errorf("reconcile --repair refused: %w: run the ledgerctl of the table's protocol; reconcile without --repair reads either (docs/runbook.md, \"Protocols\")", err))
+		}
+	}
 	if *quiescent {
 		// The procedure's first step is checked, not assumed; the second
 		// (the consumers drained) is the in-flight check below, per period.
