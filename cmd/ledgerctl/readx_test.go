@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"testing"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -86,4 +87,55 @@ func TestReconcile_RepairRefusedUnderAHigherProtocolReadingWorks(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, ledgertable.S("v4"), got.Item["transactionCount"], "the repaired head stays fenced")
 	assert.IsType(t, &ddbtypes.AttributeValueMemberN{}, got.Item["txCount"])
+}
+
+// TestLag_AFencedCheckpointIsShownAtItsPos: step X. ledgerctl lag reads a
+// checkpoint fenced by protocol 4 (sequenceNumber {fence: 4}, the
+// position in pos) at pos: the same checkpoint and pending records as
+// before the fence (the old decoder read no position: every record
+// pending).
+func TestLag_AFencedCheckpointIsShownAtItsPos(t *testing.T) {
+	ctx := context.Background()
+	c := ddbtest.Client(t)
+	table := ddbtest.NewTable(t, c)
+	env := map[string]string{"LEDGER_TABLE": table, "AWS_ENDPOINT_URL": ddbtest.Endpoint(t)}
+	require.NoError(t, ledgertest.NewWorkload(2513).Run(ctx, c, table, 40))
+	info, err := ledgertable.DescribeTable(ctx, c, table)
+	require.NoError(t, err)
+	shards, err := ledgertest.ReadAll(ctx, dynamodbstreams.NewFromConfig(ddbtest.Config(t)), info.StreamARN, nil)
+	require.NoError(t, err)
+	recs := shards[0].Records
+	p, err := processor.New(c, processor.Config{Table: table}, nil)
+	require.NoError(t, err)
+	_, err = p.Process(ctx, p.ShardGuard(info.StreamARN, shards[0].ID), recs[:len(recs)/2])
+	require.NoError(t, err)
+
+	type lagOut struct{ Shards []shardLag }
+	lag := func() shardLag {
+		t.Helper()
+		code, out, errOut := run(t, env, "lag", "--json")
+		require.Equal(t, exitOK, code, errOut)
+		var l lagOut
+		require.NoError(t, json.Unmarshal([]byte(out), &l), out)
+		require.Len(t, l.Shards, 1)
+		return l.Shards[0]
+	}
+	before := lag()
+	require.NotEmpty(t, before.Checkpoint)
+	require.Positive(t, before.Pending)
+
+	key := ledgertable.Key(aggregates.CheckpointKey(info.StreamARN, shards[0].ID))
+	_, err = c.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+		TableName: aws.String(ledgertable.CoordinationTableName(table)), Key: key,
+		UpdateExpression:         aws.String("SET #pos = #seq, #seq = :fence"),
+		ExpressionAttributeNames: map[string]string{"#pos": ledgertable.AttrPos, "#seq": ledgertable.AttrSequenceNumber},
+		ExpressionAttributeValues: map[string]ddbtypes.AttributeValue{
+			":fence": &ddbtypes.AttributeValueMemberM{Value: map[string]ddbtypes.AttributeValue{"fence": ledgertable.Int(4)}},
+		},
+	})
+	require.NoError(t, err)
+	after := lag()
+	assert.Equal(t, before.Checkpoint, after.Checkpoint, "the fenced checkpoint's pos")
+	assert.Equal(t, before.Pending, after.Pending)
+	assert.Equal(t, before.PendingTxns, after.PendingTxns)
 }
