@@ -294,7 +294,10 @@ func (g *ShardGuard) SetOrigin(seq string) { g.origin, g.hasOrigin = seq, true }
 // reading it from the table if the guard has not yet. A checkpoint that is
 // a migration's copy not released yet is an error wrapping
 // table.ErrCheckpointFenced (as is every Process call meeting one, which
-// commits nothing): not this consumer's to claim yet; ask again later.
+// commits nothing): not this consumer's to claim yet; ask again later. A
+// checkpoint fenced by a later protocol (table.Checkpoint.Fence) is an
+// error wrapping table.ErrCheckpointProtocol, likewise: this version
+// commits nothing on the shard.
 func (g *ShardGuard) Checkpoint(ctx context.Context) (string, error) {
 	if err := g.load(ctx); err != nil {
 		return "", err
