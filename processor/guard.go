@@ -295,7 +295,7 @@ func (g *ShardGuard) SetOrigin(seq string) { g.origin, g.hasOrigin = seq, true }
 // a migration's copy not released yet is an error wrapping
 // table.ErrCheckpointFenced (as is every Process call meeting one, which
 // commits nothing): not this consumer's to claim yet; ask again later. A
-// checkpoint fenced by a later protocol (table.Checkpoint.Fence) is an
+// checkpoint fenced by another protocol (table.Checkpoint.Foreign) is an
 // error wrapping table.ErrCheckpointProtocol, likewise: this version
 // commits nothing on the shard.
 func (g *ShardGuard) Checkpoint(ctx context.Context) (string, error) {
@@ -326,12 +326,13 @@ func (g *ShardGuard) load(ctx context.Context) error {
 		g.p.metrics.Conflicts.WithLabelValues(ConflictMigrationFence).Inc()
 		return fmt.Errorf("shard %s: %w", g.shard, table.ErrCheckpointFenced)
 	}
-	if cp.Fence > 0 {
-		// Fenced by a later protocol (docs/exactly-once.md, F. The fence):
-		// every claim of this version conditions on sequenceNumber as a
-		// string, or absent, and fails on the fence's map; this names it
-		// instead of "guard conflict without progress", and the guard stays
-		// unloaded.
+	if cp.Foreign() {
+		// Fenced by another protocol than this version's (docs/exactly-once.md,
+		// "F as built (session 25)"): every write of this version
+		// conditions on the old layout or on fence = table.Protocol and
+		// fails on it; this names it instead of "guard conflict without
+		// progress", and the guard stays unloaded. This version's own
+		// fence (protocol 4) is read as any checkpoint: Seq is its pos.
 		return fmt.Errorf("shard %s: protocol %d, this consumer's %d: %w", g.shard, cp.Fence, table.Protocol, table.ErrCheckpointProtocol)
 	}
 	if err != nil {
@@ -747,6 +748,8 @@ func (p *Processor) AbandonCheckpoint(ctx context.Context, key aggregates.Key, a
 			return false, nil
 		case cp.Fenced:
 			return false, fmt.Errorf("shard %s: %w", a.Shard, table.ErrCheckpointFenced)
+		case cp.Foreign():
+			return false, fmt.Errorf("shard %s: protocol %d, this version's %d: %w", a.Shard, cp.Fence, table.Protocol, table.ErrCheckpointProtocol)
 		}
 		class := classifyErr(err)
 		var tce *ddbtypes.TransactionCanceledException

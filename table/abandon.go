@@ -137,19 +137,24 @@ func AbandonTx(coord string, key aggregates.Key, a Abandon) *dynamodb.TransactWr
 		values[":lsq"] = S(lsq)
 		expr += ", #lsq = :lsq"
 	}
-	cond := "#seq = :prev"
-	if a.creates() {
-		// No checkpoint yet (an item without a sequence number, such as a
+	// The checkpoint's position moves to the batch's end (a pending
+	// batch), to To (a checkpoint it creates), or nowhere; either way the
+	// item is left fenced (fencedMove: protocol 4).
+	prev, to := a.Prev, ""
+	switch {
+	case a.creates():
+		// No checkpoint yet (an item without a position, such as a
 		// poller's start marker, is none): created at To.
-		cond = "attribute_not_exists(#seq)"
-		expr += ", #seq = :lsq"
-	} else {
-		values[":prev"] = S(a.Prev)
+		prev, to = "", a.LostAfter()
+	case a.Pending != nil:
+		to = a.Pending.To
 	}
+	cond, move := fencedMove(names, values, prev, to)
+	expr += ", " + move
 	if b := a.Pending; b != nil {
 		names["#pn"], names["#pg"], names["#pp"], names["#pd"] = attrPendingNext, attrPendingGroups, attrPendingPlan, attrPendingDigest
 		values[":to"], values[":pn"], values[":pg"] = S(b.To), Int(int64(b.Next)), Int(int64(b.Groups))
-		expr += ", #seq = :to REMOVE #pt, #pn, #pg, #pp, #pd"
+		expr += " REMOVE #pt, #pn, #pg, #pp, #pd"
 		if a.LostAfter() == "" {
 			expr += ", #lsq" // an operator's abandon counts no gap after the batch
 		}
@@ -200,11 +205,11 @@ func (cp Checkpoint) Counted() bool {
 func CarryLoss(tableName string, key aggregates.Key, shard, prev, to string, now time.Time) *dynamodb.UpdateItemInput {
 	set, names, values := checkpointWrite(shard, now, "#sh", ":ua")
 	names["#lsq"] = AttrLostAfter
-	values[":prev"], values[":to"] = S(prev), S(to)
+	at, move := fencedMove(names, values, prev, to)
 	return &dynamodb.UpdateItemInput{
 		TableName: aws.String(tableName), Key: Key(key),
-		UpdateExpression:          aws.String("SET " + set + ", #seq = :to, #lsq = :to"),
-		ConditionExpression:       aws.String("#seq = :prev AND #lsq = :prev AND attribute_not_exists(#pt)" + fenceAbsent),
+		UpdateExpression:          aws.String("SET " + move + ", " + set + ", #lsq = :to"),
+		ConditionExpression:       aws.String(at + " AND #lsq = :prev AND attribute_not_exists(#pt)" + fenceAbsent),
 		ExpressionAttributeNames:  names,
 		ExpressionAttributeValues: values,
 	}

@@ -29,14 +29,19 @@ import (
 //
 //	entityType       CHECKPOINT
 //	shardId          S
-//	sequenceNumber   S, the last record committed; absent before the first.
-//	                 In the fenced layout of protocol 4 (docs/exactly-once.md,
-//	                 "The design: counted changes", F. The fence) a map
-//	                 {fence: N} instead, the position in pos: this version
-//	                 reads it (Checkpoint.Fence, Position) and commits
-//	                 nothing over it (every claim conditions on
-//	                 sequenceNumber as a string, or absent)
-//	pos              S, a fenced checkpoint's position (protocol 4)
+//	sequenceNumber   S, the last record committed; absent before the first
+//	                 (the layout of protocol 3 and before). In the fenced
+//	                 layout of protocol 4 (docs/exactly-once.md, "The
+//	                 design: counted changes", F. The fence; "F as built
+//	                 (session 25)") the map {fence: 4} instead, the
+//	                 position in pos: every write of this version leaves
+//	                 the item so (fencedMove), on condition of the position
+//	                 read in either layout; a consumer of protocol 3 refuses
+//	                 it, one of before cannot claim it
+//	pos              S, a fenced checkpoint's position; absent before the
+//	                 first record committed
+//	countedTo        S, the position when this version first wrote the item
+//	                 ("" for none): claims above it are all counting code's
 //	updatedAt        S, RFC 3339, the last write
 //	expiresAt        N, the last write + CoordinationRetention (TTL)
 //	shardFinished    BOOL, the shard is closed and read to its end
@@ -84,9 +89,39 @@ const (
 	attrTombstoned     = "legacyTombstone"
 	// AttrPos is a fenced checkpoint's position, attrFence the key of the
 	// fence's protocol in its sequenceNumber map (protocol 4).
-	AttrPos   = "pos"
-	attrFence = "fence"
+	AttrPos       = "pos"
+	attrFence     = "fence"
+	AttrCountedTo = "countedTo"
 )
+
+// fencedMove is the part of every checkpoint write of this version that
+// leaves the item in the fenced layout of protocol 4 (docs/exactly-once.md,
+// "F as built (session 25)"): cond is the term that the checkpoint is at
+// prev ("" for no position) in either layout, set the SET terms that leave
+// it fenced at to ("": where it is), with countedTo recorded by the first
+// of them. It adds its placeholders (#seq, #pos, #fv, #cto; :fv, :fmap,
+// :cto, and :prev, :to when given) to names and values.
+func fencedMove(names map[string]string, values map[string]types.AttributeValue, prev, to string) (cond, set string) {
+	names["#seq"], names["#pos"], names["#fv"], names["#cto"] = AttrSequenceNumber, AttrPos, attrFence, AttrCountedTo
+	values[":fv"] = Int(Protocol)
+	values[":fmap"] = &types.AttributeValueMemberM{Value: map[string]types.AttributeValue{attrFence: Int(Protocol)}}
+	values[":cto"] = S(prev)
+	if prev == "" {
+		cond = "(attribute_not_exists(#seq) OR (#seq.#fv = :fv AND attribute_not_exists(#pos)))"
+	} else {
+		values[":prev"] = S(prev)
+		cond = "(#seq = :prev OR (#seq.#fv = :fv AND #pos = :prev))"
+	}
+	set = "#seq = :fmap, #cto = if_not_exists(#cto, :cto)"
+	switch {
+	case to != "":
+		values[":to"] = S(to)
+		set += ", #pos = :to"
+	case prev != "":
+		set += ", #pos = :prev"
+	}
+	return cond, set
+}
 
 // fenceAbsent is the term of every checkpoint claim's and move's condition
 // that refuses a fenced copy (MigrateStreamState): #fence names
@@ -143,12 +178,15 @@ type Checkpoint struct {
 	// Pending is the half-committed batch; nil when none.
 	Pending *PendingBatch
 	// Fence is the protocol of a fenced checkpoint (sequenceNumber the map
-	// {fence: N}, protocol 4 and later); 0 in the layout of this version.
-	// Seq is then "" (the claims of this version, which condition on
-	// sequenceNumber as a string, or absent, cannot land on it) and Pos
-	// holds the position: read it with Position.
-	Fence int64
-	Pos   string
+	// {fence: N}); 0 in the old layout (protocol 3 and before). Pos holds
+	// a fenced checkpoint's position: Seq is Pos for this version's fence
+	// (N = Protocol), and "" for any other (a later protocol's, or one
+	// that cannot be read: the guard refuses it, ErrCheckpointProtocol,
+	// and every write conditions on fence = Protocol). CountedTo is the
+	// position when this version first wrote the item ("" for none).
+	Fence     int64
+	Pos       string
+	CountedTo string
 }
 
 // Position is the checkpoint's position for a reader that only reads
@@ -161,11 +199,16 @@ func (c Checkpoint) Position() string {
 	return c.Seq
 }
 
-// ErrCheckpointProtocol says that a shard's checkpoint is fenced by a
-// later protocol (Checkpoint.Fence): a consumer of this version commits
-// nothing on the shard, ever; only a consumer of that protocol, or
-// `ledgerctl unfence` after a rollback, moves it (docs/exactly-once.md,
-// second review, F-b).
+// Foreign says the checkpoint is fenced by another protocol than this
+// version's (a later one, or a fence that cannot be read): this version
+// writes nothing on it.
+func (c Checkpoint) Foreign() bool { return c.Fence != 0 && c.Fence != Protocol }
+
+// ErrCheckpointProtocol says that a shard's checkpoint is fenced by
+// another protocol than this version's (Checkpoint.Foreign): a consumer of
+// this version commits nothing on the shard, ever; only a consumer of
+// that protocol, or its `ledgerctl unfence` after a rollback, moves it
+// (docs/exactly-once.md, second review, F-b).
 var ErrCheckpointProtocol = errors.New("the checkpoint is fenced by a later protocol than this consumer's: nothing is committed on the shard by this version (roll forward, or unfence: docs/exactly-once.md, \"The design: counted changes\", F. The fence)")
 
 // PendingBatch is a half-committed batch (prev, To] whose groups before
@@ -191,6 +234,10 @@ func DecodeCheckpoint(shard string, item map[string]types.AttributeValue) (Check
 			c.Fence = n
 		}
 		c.Pos, _ = String(item, AttrPos)
+		c.CountedTo, _ = String(item, AttrCountedTo)
+		if c.Fence == Protocol {
+			c.Seq = c.Pos
+		}
 	}
 	c.StartAt, _ = String(item, attrStartAt)
 	c.UpdatedAt, _ = String(item, AttrUpdatedAt)
@@ -238,7 +285,7 @@ func (b *PendingBatch) Valid() error {
 // names include #fence, which every write's condition uses (fenceAbsent).
 func checkpointWrite(shard string, now time.Time, shardPH, nowPH string) (set string, names map[string]string, values map[string]types.AttributeValue) {
 	return "#et = :et, #ua = " + nowPH + ", " + shardPH + " = :" + shardPH[1:] + ", #exp = :exp",
-		map[string]string{"#et": AttrEntityType, "#ua": AttrUpdatedAt, shardPH: AttrShardID, "#seq": AttrSequenceNumber, "#pt": attrPendingTo, "#exp": AttrExpiresAt, "#fence": attrMigrationFence},
+		map[string]string{"#et": AttrEntityType, "#ua": AttrUpdatedAt, shardPH: AttrShardID, "#pt": attrPendingTo, "#exp": AttrExpiresAt, "#fence": attrMigrationFence},
 		map[string]types.AttributeValue{":et": S(aggregates.EntityCheckpoint), nowPH: S(now.Format(time.RFC3339Nano)), ":" + shardPH[1:]: S(shard), ":exp": coordinationExpiry(now)}
 }
 
@@ -250,17 +297,12 @@ func checkpointWrite(shard string, now time.Time, shardPH, nowPH string) (set st
 // (FenceLegacyCheckpoint).
 func ClaimRun(tableName string, key aggregates.Key, shard, prev, last string, now time.Time) types.TransactWriteItem {
 	set, names, values := checkpointWrite(shard, now, "#shard", ":now")
-	values[":last"] = S(last)
-	cond := "attribute_not_exists(#seq) AND attribute_not_exists(#pt)"
-	if prev != "" {
-		cond = "#seq = :prev AND attribute_not_exists(#pt)"
-		values[":prev"] = S(prev)
-	}
-	cond += fenceAbsent + tombstoned
+	at, move := fencedMove(names, values, prev, last)
+	cond := at + " AND attribute_not_exists(#pt)" + fenceAbsent + tombstoned
 	names["#lt"] = attrTombstoned
 	return types.TransactWriteItem{Update: &types.Update{
 		TableName: aws.String(tableName), Key: Key(key),
-		UpdateExpression: aws.String("SET #seq = :last, " + set), ConditionExpression: aws.String(cond),
+		UpdateExpression: aws.String("SET " + move + ", " + set), ConditionExpression: aws.String(cond),
 		ExpressionAttributeNames: names, ExpressionAttributeValues: values,
 	}}
 }
@@ -286,10 +328,14 @@ type GroupClaim struct {
 func ClaimGroup(tableName string, key aggregates.Key, c GroupClaim) types.TransactWriteItem {
 	set, names, values := checkpointWrite(c.Shard, c.Now, "#shard", ":now")
 	names["#pn"], names["#pg"], names["#pp"], names["#pd"] = attrPendingNext, attrPendingGroups, attrPendingPlan, attrPendingDigest
-	values[":prev"] = S(c.Prev)
-	set = "SET " + set
+	to := ""
+	if c.K == c.N-1 {
+		to = c.To
+	}
+	at, move := fencedMove(names, values, c.Prev, to)
+	set = "SET " + move + ", " + set
 	remove := ""
-	cond := "#seq = :prev"
+	cond := at
 	if c.K == 0 {
 		cond += " AND attribute_not_exists(#pt)"
 	} else {
@@ -298,8 +344,6 @@ func ClaimGroup(tableName string, key aggregates.Key, c GroupClaim) types.Transa
 	}
 	switch {
 	case c.K == c.N-1:
-		set += ", #seq = :last"
-		values[":last"] = S(c.To)
 		if c.K > 0 {
 			remove = " REMOVE #pt, #pn, #pg, #pp, #pd"
 		}
@@ -346,22 +390,15 @@ func pruneNames(names map[string]string, exprs ...string) {
 // (ALL_NEW).
 func AdvanceCheckpoint(tableName string, key aggregates.Key, shard, prev, seq string, finished bool, now time.Time) *dynamodb.UpdateItemInput {
 	set, names, values := checkpointWrite(shard, now, "#sh", ":ua")
-	if seq != "" {
-		set += ", #seq = :seq"
-		values[":seq"] = S(seq)
-	}
+	at, move := fencedMove(names, values, prev, seq)
+	set = move + ", " + set
 	if finished {
 		set += ", #fin = :fin"
 		names["#fin"] = attrShardFinished
 		values[":fin"] = Bool(true)
 		values[":exp"] = finishedExpiry(now)
 	}
-	cond := "attribute_not_exists(#seq)"
-	if prev != "" {
-		cond = "#seq = :prev"
-		values[":prev"] = S(prev)
-	}
-	cond += " AND attribute_not_exists(#pt)" + fenceAbsent
+	cond := at + " AND attribute_not_exists(#pt)" + fenceAbsent
 	return &dynamodb.UpdateItemInput{
 		TableName: aws.String(tableName), Key: Key(key),
 		UpdateExpression: aws.String("SET " + set), ConditionExpression: aws.String(cond),
@@ -380,9 +417,10 @@ func MarkCheckpointStart(tableName string, key aggregates.Key, shard, startAt st
 	names["#st"] = attrStartAt
 	values[":st"] = S(startAt)
 	delete(names, "#pt")
+	at, move := fencedMove(names, values, "", "")
 	return &dynamodb.UpdateItemInput{
 		TableName: aws.String(tableName), Key: Key(key),
-		UpdateExpression: aws.String("SET " + set + ", #st = :st"), ConditionExpression: aws.String("attribute_not_exists(#seq)" + fenceAbsent),
+		UpdateExpression: aws.String("SET " + move + ", " + set + ", #st = :st"), ConditionExpression: aws.String(at + fenceAbsent),
 		ExpressionAttributeNames: names, ExpressionAttributeValues: values,
 		ReturnValues: types.ReturnValueAllNew,
 	}

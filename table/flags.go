@@ -40,7 +40,7 @@ import (
 // both layouts and writes protocol 3's (step X, "Cost to build, and the
 // order"); its ledgerctl refuses reconcile --repair on a table whose flags
 // say a higher protocol (AttrProtocol).
-const Protocol = 3
+const Protocol = 4
 
 // AttrProtocol is the flags item's protocol attribute (Flags.Protocol).
 const AttrProtocol = "protocol"

@@ -110,12 +110,14 @@ func TestEncodeRepair_KeepsAFencedHeadFenced(t *testing.T) {
 	}
 }
 
-// TestDecodeCheckpoint_BothLayouts: step X. A checkpoint in the fenced
-// layout of protocol 4 (sequenceNumber the map {fence: 4}, the position in
-// pos) decodes with Fence 4 and its position for a reader (Position), and
-// with no Seq: the position a consumer of this version commits from, whose
-// claims condition on sequenceNumber as a string or absent. shardFinished,
-// which the drain's finished test reads, is read in both layouts.
+// TestDecodeCheckpoint_BothLayouts: steps X and F. A checkpoint in the
+// fenced layout of protocol 4 (sequenceNumber the map {fence: 4}, the
+// position in pos) decodes with Fence 4 and its position for a reader
+// (Position) and, since F, as Seq too: the position a consumer of this
+// version commits from. A fence of another protocol (5, or unreadable) has
+// no Seq and is Foreign: this version's consumers refuse it.
+// shardFinished, which the drain's finished test reads, is read in both
+// layouts.
 func TestDecodeCheckpoint_BothLayouts(t *testing.T) {
 	n := func(v string) types.AttributeValue { return &types.AttributeValueMemberN{Value: v} }
 	s := func(v string) types.AttributeValue { return &types.AttributeValueMemberS{Value: v} }
@@ -129,14 +131,16 @@ func TestDecodeCheckpoint_BothLayouts(t *testing.T) {
 		seq, pos string
 		fence    int64
 		finished bool
+		foreign  bool
 	}{
 		{name: "none", item: nil},
 		{name: "old layout", item: map[string]types.AttributeValue{"sequenceNumber": s(s42)}, seq: s42, pos: s42},
 		{name: "old layout, finished", item: map[string]types.AttributeValue{"sequenceNumber": s(s42), "shardFinished": &types.AttributeValueMemberBOOL{Value: true}}, seq: s42, pos: s42, finished: true},
-		{name: "fenced", item: map[string]types.AttributeValue{"sequenceNumber": fence(n("4")), "pos": s(s42)}, pos: s42, fence: 4},
-		{name: "fenced, finished", item: map[string]types.AttributeValue{"sequenceNumber": fence(n("4")), "pos": s(s42), "shardFinished": &types.AttributeValueMemberBOOL{Value: true}}, pos: s42, fence: 4, finished: true},
+		{name: "fenced", item: map[string]types.AttributeValue{"sequenceNumber": fence(n("4")), "pos": s(s42)}, seq: s42, pos: s42, fence: 4},
+		{name: "fenced, finished", item: map[string]types.AttributeValue{"sequenceNumber": fence(n("4")), "pos": s(s42), "shardFinished": &types.AttributeValueMemberBOOL{Value: true}}, seq: s42, pos: s42, fence: 4, finished: true},
 		{name: "fenced before its first position", item: map[string]types.AttributeValue{"sequenceNumber": fence(n("4"))}, fence: 4},
-		{name: "fenced by an unreadable protocol", item: map[string]types.AttributeValue{"sequenceNumber": fence(s("x")), "pos": s(s42)}, pos: s42, fence: 1},
+		{name: "fenced by a later protocol", item: map[string]types.AttributeValue{"sequenceNumber": fence(n("5")), "pos": s(s42)}, pos: s42, fence: 5, foreign: true},
+		{name: "fenced by an unreadable protocol", item: map[string]types.AttributeValue{"sequenceNumber": fence(s("x")), "pos": s(s42)}, pos: s42, fence: 1, foreign: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c, err := table.DecodeCheckpoint("shard-1", tc.item)
@@ -144,6 +148,7 @@ func TestDecodeCheckpoint_BothLayouts(t *testing.T) {
 			assert.Equal(t, tc.seq, c.Seq, "Seq, what this version's consumers commit from")
 			assert.Equal(t, tc.pos, c.Position(), "Position, what readers read")
 			assert.Equal(t, tc.fence, c.Fence)
+			assert.Equal(t, tc.foreign, c.Foreign(), "Foreign, refused by this version")
 			assert.Equal(t, tc.finished, c.Finished)
 		})
 	}

@@ -23,7 +23,7 @@ var reportNames = map[string]string{
 	"#i": AttrTotalIncome, "#x": AttrTotalExpense, "#n": AttrTransactionCount,
 	"#et": AttrEntityType, "#pt": AttrPeriodType, "#pv": AttrPeriodValue, "#ua": AttrUpdatedAt,
 	"#b0": aggregates.ByCategory.Attribute(), "#b1": aggregates.ByCostCenter.Attribute(), "#b2": aggregates.ByPaymentMethod.Attribute(),
-	"#br": AttrBranches, "#cur": AttrCurrency,
+	"#br": AttrBranches, "#cur": AttrCurrency, "#tc": AttrTxCount,
 }
 
 const maxExpression = 4096
@@ -36,11 +36,15 @@ const maxExpression = 4096
 type ReportShape struct {
 	Present [3]bool
 	Entries [3]map[string]bool
-	// Count is transactionCount as read (0 when absent); CountDamaged says
-	// it is there but no integer: an update conditioned on the count can
-	// never succeed on it.
+	// Count is the count as read (0 when absent): transactionCount, or a
+	// fenced head's txCount (Fenced); CountDamaged says it is there but no
+	// integer (nor the fence): an update conditioned on the count can never
+	// succeed on it.
 	Count        int64
 	CountDamaged bool
+	// Fenced: the head is in the fenced layout of protocol 4
+	// (transactionCount the string HeadFence, the count in txCount).
+	Fenced bool
 	// Currency is the branch report's currency as read ("" when absent);
 	// CurrencyDamaged says it is there but not a string.
 	Currency        string
@@ -60,14 +64,21 @@ func ReportShapeAttributes() []string {
 	for _, d := range aggregates.Dimensions {
 		out = append(out, d.Attribute())
 	}
-	return append(out, AttrTransactionCount, AttrCurrency, AttrUpdatedAt)
+	return append(out, AttrTransactionCount, AttrTxCount, AttrCurrency, AttrUpdatedAt)
 }
 
 // DecodeReportShape reads the shape of a stored report item (nil: absent,
 // which has no maps and a count of 0).
 func DecodeReportShape(item map[string]types.AttributeValue) ReportShape {
 	var s ReportShape
-	if _, present := item[AttrTransactionCount]; present {
+	switch _, present := item[AttrTransactionCount]; {
+	case FencedHead(item):
+		s.Fenced = true
+		if _, present := item[AttrTxCount]; present {
+			n, ok := Int64(item, AttrTxCount)
+			s.Count, s.CountDamaged = n, !ok
+		}
+	case present:
 		n, ok := Int64(item, AttrTransactionCount)
 		s.Count, s.CountDamaged = n, !ok
 	}
@@ -149,8 +160,10 @@ type UpdateOptions struct {
 	// when not zero.
 	Branches int64
 	// CheckCount sends the count as read (ReportShape.Count) as a
-	// condition: transactionCount = :c, or, for 0, (attribute_not_exists
-	// or = 0): a count an ADD brought back to zero is 0, not absent. A
+	// condition: transactionCount = :c (a fenced head's txCount), or, for
+	// 0, (attribute_not_exists or = 0): a count an ADD brought back to zero
+	// is 0, not absent (a head read in the old layout is always updated on
+	// this condition: its count is moved over, ReportUpdateWith). A
 	// branch report's part 0 sends it when its count delta is not zero, so
 	// that the branch transition its roll-up delta carries is the one that
 	// lands.
@@ -173,7 +186,7 @@ func ReportUpdateWith(tableName string, k aggregates.ReportKey, delta *aggregate
 		":i": Num(delta.Income), ":x": Num(delta.Expense), ":n": Int(delta.Count),
 	}
 	set := []string{
-		"#i = if_not_exists(#i, :z) + :i", "#x = if_not_exists(#x, :z) + :x", "#n = if_not_exists(#n, :z) + :n",
+		"#i = if_not_exists(#i, :z) + :i", "#x = if_not_exists(#x, :z) + :x",
 		"#et = :et", "#pt = :pt", "#pv = :pv", "#ua = :ua",
 	}
 	var cond []string
@@ -181,13 +194,39 @@ func ReportUpdateWith(tableName string, k aggregates.ReportKey, delta *aggregate
 		set = append(set, "#br = if_not_exists(#br, :z) + :br")
 		values[":br"] = Int(opts.Branches)
 	}
-	if opts.CheckCount {
+	// The count, in the fenced layout of protocol 4 (docs/exactly-once.md,
+	// "F as built (session 25)"): added to txCount on a head read fenced;
+	// moved over from a head read in the old layout (or absent) as the
+	// count read plus the delta, on condition that transactionCount is
+	// still that count, so that a head fenced meanwhile fails the
+	// condition rather than the expression's types; a damaged count keeps
+	// the old update, refused (and parked) as before.
+	checkCount := func(ph string) {
 		values[":c"] = Int(sh.Count)
 		if sh.Count == 0 {
-			cond = append(cond, "(attribute_not_exists(#n) OR #n = :c)")
+			cond = append(cond, "(attribute_not_exists("+ph+") OR "+ph+" = :c)")
 		} else {
-			cond = append(cond, "#n = :c")
+			cond = append(cond, ph+" = :c")
 		}
+	}
+	switch {
+	case sh.Fenced:
+		values[":fv"] = S(HeadFence)
+		set = append(set, "#tc = if_not_exists(#tc, :z) + :n")
+		cond = append(cond, "#n = :fv")
+		if opts.CheckCount {
+			checkCount("#tc")
+		}
+	case sh.CountDamaged:
+		set = append(set, "#n = if_not_exists(#n, :z) + :n")
+		if opts.CheckCount {
+			checkCount("#n")
+		}
+	default:
+		values[":fv"] = S(HeadFence)
+		values[":n"] = Int(sh.Count + delta.Count)
+		set = append(set, "#tc = :n", "#n = :fv")
+		checkCount("#n")
 	}
 	if opts.Currency != "" {
 		values[":cur"] = S(opts.Currency)

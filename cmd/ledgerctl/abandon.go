@@ -70,6 +70,9 @@ func (e *environment) abandonBatch(ctx context.Context, args []string) int {
 	if cp.Fenced {
 		return e.fail(fmt.Errorf("abandon-batch: shard %s: %w", *shard, table.ErrCheckpointFenced))
 	}
+	if cp.Foreign() {
+		return e.fail(fmt.Errorf("abandon-batch: shard %s: protocol %d, this version's %d: %w", *shard, cp.Fence, table.Protocol, table.ErrCheckpointProtocol))
+	}
 	if *to == "" {
 		fmt.Fprintf(e.stdout, "nothing written; to abandon this batch run again with --to %s --next %d\n", cp.Pending.To, cp.Pending.Next)
 		return exitDiff
