@@ -10,6 +10,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/shopspring/decimal"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -227,4 +228,184 @@ func TestCheckpointFence_AnXVersionClaimCannotLandOnAFencedCheckpoint(t *testing
 	_, err := c.UpdateItem(ctx, table.MarkCheckpointStart(coord, k, "marked", "LATEST", time.Now()))
 	require.NoError(t, err)
 	requireConditionFailed(t, tx(xClaimRun(coord, k, "marked", "", s50)), "X's claim from nothing on a start mark of this version")
+}
+
+// putHead puts an old-layout report head of k with income 100, expense 40,
+// count 3 and one inline category, and returns it as put.
+func putHead(t *testing.T, c *dynamodb.Client, name string, k aggregates.ReportKey) map[string]types.AttributeValue {
+	t.Helper()
+	head := table.Key(k.Key())
+	head[table.AttrEntityType] = table.S(aggregates.EntityReport)
+	head[table.AttrPeriodType], head[table.AttrPeriodValue] = table.S(string(k.Period.Type)), table.S(k.Period.Value)
+	head[table.AttrTotalIncome], head[table.AttrTotalExpense], head[table.AttrTransactionCount] = table.Int(100), table.Int(40), table.Int(3)
+	head[aggregates.ByCategory.Attribute()] = &types.AttributeValueMemberM{Value: map[string]types.AttributeValue{
+		"food": table.TotalsAV(aggregates.Totals{Income: decimal.NewFromInt(100), Expense: decimal.NewFromInt(40), Count: 3}),
+	}}
+	head[table.AttrUpdatedAt] = table.S("2026-11-26T10:00:00Z")
+	_, err := c.PutItem(t.Context(), &dynamodb.PutItemInput{TableName: aws.String(name), Item: head})
+	require.NoError(t, err)
+	return head
+}
+
+func getItem(t *testing.T, c *dynamodb.Client, name string, k aggregates.Key) map[string]types.AttributeValue {
+	t.Helper()
+	out, err := c.GetItem(t.Context(), &dynamodb.GetItemInput{TableName: aws.String(name), Key: table.Key(k), ConsistentRead: aws.Bool(true)})
+	require.NoError(t, err)
+	return out.Item
+}
+
+func decodeHead(t *testing.T, k aggregates.ReportKey, item map[string]types.AttributeValue) *aggregates.Report {
+	t.Helper()
+	r, problems := (&table.StoredReport{Key: k, Item: item}).Decode()
+	require.Empty(t, problems)
+	return r
+}
+
+// TestHeadFence_AnOldLayoutHeadIsMovedOverWithItsFiguresUnchanged: a
+// consumer update of this version on a head of the old layout moves the
+// count over (txCount = count read + delta, transactionCount "v4") in the
+// same update, every figure the old plus the delta; the next update adds
+// to txCount on condition of the fence; an update sent on the old shape
+// after the head was fenced fails its condition (no ValidationException,
+// which would park); and a head absent until then is created fenced.
+func TestHeadFence_AnOldLayoutHeadIsMovedOverWithItsFiguresUnchanged(t *testing.T) {
+	c := ddbtest.Client(t)
+	name := ddbtest.NewTable(t, c)
+	period, err := aggregates.ParsePeriod(aggregates.PeriodType("DAILY"), "2026-11-26")
+	require.NoError(t, err)
+	k := aggregates.ReportKey{Tenant: "t1", Branch: "b1", Period: period}
+	head := putHead(t, c, name, k)
+	before := decodeHead(t, k, head)
+	oldShape := table.DecodeReportShape(head)
+	require.False(t, oldShape.Fenced)
+
+	delta := &aggregates.Report{Totals: aggregates.Totals{Income: decimal.NewFromInt(5), Expense: decimal.NewFromInt(2), Count: 1}}
+	delta.Breakdowns[aggregates.ByCategory] = map[string]aggregates.Totals{"food": delta.Totals}
+	apply := func(sh table.ReportShape) error {
+		w, err := table.ReportUpdate(name, k, delta, sh, "2026-11-26T11:00:00Z")
+		require.NoError(t, err)
+		_, err = c.TransactWriteItems(t.Context(), &dynamodb.TransactWriteItemsInput{TransactItems: []types.TransactWriteItem{{Update: w.Updates[0]}}})
+		return err
+	}
+	require.NoError(t, apply(oldShape), "the move-over lands")
+	after := getItem(t, c, name, k.Key())
+	assert.True(t, table.FencedHead(after), "moved over: transactionCount is the fence")
+	assert.Equal(t, table.Int(4), after[table.AttrTxCount])
+	want := &aggregates.Report{}
+	want.Merge(before)
+	want.Merge(delta)
+	assert.True(t, want.Equal(decodeHead(t, k, after)), "every figure is the old one plus the delta: %v, want %v", decodeHead(t, k, after), want)
+
+	requireConditionFailed(t, apply(oldShape), "an update on the old shape of a fenced head fails its condition")
+	require.NoError(t, apply(table.DecodeReportShape(after)), "an update of the fenced head lands")
+	again := getItem(t, c, name, k.Key())
+	assert.Equal(t, table.Int(5), again[table.AttrTxCount])
+	want.Merge(delta)
+	assert.True(t, want.Equal(decodeHead(t, k, again)))
+
+	// An absent head is created fenced.
+	k2 := aggregates.ReportKey{Tenant: "t1", Branch: "b2", Period: period}
+	w, err := table.ReportUpdate(name, k2, delta, table.DecodeReportShape(nil), "2026-11-26T11:00:00Z")
+	require.NoError(t, err)
+	_, err = c.TransactWriteItems(t.Context(), &dynamodb.TransactWriteItemsInput{TransactItems: []types.TransactWriteItem{{Update: w.Updates[0]}}})
+	require.NoError(t, err)
+	created := getItem(t, c, name, k2.Key())
+	assert.True(t, table.FencedHead(created))
+	assert.True(t, delta.Equal(decodeHead(t, k2, created)))
+}
+
+// TestHeadFence_TheAtomicFenceKeepsEveryFigureAndUnfenceRestoresTheHead:
+// FenceHead fences an old-layout head without moving a figure (the
+// decoded report is the same, the count in txCount), fails its condition
+// on a fenced head, and UnfenceHead puts the head back exactly as it was
+// (and fails its condition on an old-layout one).
+func TestHeadFence_TheAtomicFenceKeepsEveryFigureAndUnfenceRestoresTheHead(t *testing.T) {
+	c := ddbtest.Client(t)
+	name := ddbtest.NewTable(t, c)
+	period, err := aggregates.ParsePeriod(aggregates.PeriodType("DAILY"), "2026-11-26")
+	require.NoError(t, err)
+	k := aggregates.ReportKey{Tenant: "t1", Branch: "b1", Period: period}
+	head := putHead(t, c, name, k)
+	before := decodeHead(t, k, head)
+
+	_, err = c.UpdateItem(t.Context(), table.FenceHead(name, k.Key()))
+	require.NoError(t, err)
+	fenced := getItem(t, c, name, k.Key())
+	assert.True(t, table.FencedHead(fenced))
+	assert.Equal(t, table.Int(3), fenced[table.AttrTxCount])
+	assert.True(t, before.Equal(decodeHead(t, k, fenced)), "the fence keeps every figure")
+	_, err = c.UpdateItem(t.Context(), table.FenceHead(name, k.Key()))
+	requireConditionFailed(t, err, "a second fence")
+
+	_, err = c.UpdateItem(t.Context(), table.UnfenceHead(name, k.Key()))
+	require.NoError(t, err)
+	assert.Equal(t, head, getItem(t, c, name, k.Key()), "unfenced: the head as it was")
+	_, err = c.UpdateItem(t.Context(), table.UnfenceHead(name, k.Key()))
+	requireConditionFailed(t, err, "unfence of an old-layout head")
+}
+
+// TestFlags_TheConsumersRaiseTheProtocolAndUnfenceLowersIt: RaiseProtocol
+// (the consumers at start) sets protocol 4 on a flags item without one,
+// once (a second call writes nothing), leaves a higher protocol alone,
+// refuses one that is no integer, and creates no flags item where there
+// is none; LowerProtocol (ledgerctl unfence) moves 4 to 3 only from 4.
+func TestFlags_TheConsumersRaiseTheProtocolAndUnfenceLowersIt(t *testing.T) {
+	c := ddbtest.Client(t)
+	name := ddbtest.NewTable(t, c)
+	ctx := t.Context()
+	protocol := func() table.Flags {
+		f, err := table.GetFlags(ctx, c, name)
+		require.NoError(t, err)
+		return f
+	}
+	setRaw := func(v types.AttributeValue) {
+		_, err := c.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+			TableName: aws.String(name), Key: table.Key(aggregates.FlagsKey()),
+			UpdateExpression: aws.String("SET #p = :p"), ExpressionAttributeNames: map[string]string{"#p": "protocol"},
+			ExpressionAttributeValues: map[string]types.AttributeValue{":p": v},
+		})
+		require.NoError(t, err)
+	}
+	require.Equal(t, int64(0), protocol().Protocol)
+	raised, err := table.RaiseProtocol(ctx, c, name, table.Protocol)
+	require.NoError(t, err)
+	assert.True(t, raised)
+	f := protocol()
+	assert.Equal(t, int64(4), f.Protocol)
+	assert.True(t, f.WritesEnabled(), "the flags are left as they were")
+	raised, err = table.RaiseProtocol(ctx, c, name, table.Protocol)
+	require.NoError(t, err)
+	assert.False(t, raised, "raised once")
+
+	lowered, err := table.LowerProtocol(ctx, c, name, 4, 3)
+	require.NoError(t, err)
+	assert.True(t, lowered)
+	assert.Equal(t, int64(3), protocol().Protocol)
+	lowered, err = table.LowerProtocol(ctx, c, name, 4, 3)
+	require.NoError(t, err)
+	assert.False(t, lowered, "lowered once")
+	raised, err = table.RaiseProtocol(ctx, c, name, table.Protocol)
+	require.NoError(t, err)
+	assert.True(t, raised, "from 3")
+
+	setRaw(table.Int(5))
+	raised, err = table.RaiseProtocol(ctx, c, name, table.Protocol)
+	require.NoError(t, err)
+	assert.False(t, raised)
+	assert.Equal(t, int64(5), protocol().Protocol, "a higher protocol is left alone")
+	lowered, err = table.LowerProtocol(ctx, c, name, 4, 3)
+	require.NoError(t, err)
+	assert.False(t, lowered)
+	assert.Equal(t, int64(5), protocol().Protocol)
+
+	setRaw(table.S("4"))
+	_, err = table.RaiseProtocol(ctx, c, name, table.Protocol)
+	assert.ErrorContains(t, err, "no integer")
+
+	_, err = c.DeleteItem(ctx, &dynamodb.DeleteItemInput{TableName: aws.String(name), Key: table.Key(aggregates.FlagsKey())})
+	require.NoError(t, err)
+	raised, err = table.RaiseProtocol(ctx, c, name, table.Protocol)
+	require.NoError(t, err)
+	assert.False(t, raised)
+	assert.False(t, protocol().Exists, "no flags item is created (it would disable writes)")
 }

@@ -23,11 +23,11 @@ import (
 // string, the previous version's update of it (if_not_exists(#n, :z) + :n)
 // is a ValidationException that "cancels the old commit". This test
 // checks the DynamoDB side of that claim on DynamoDB Local, with the
-// previous version's own update (table.ReportUpdate as it is today), and
-// what the previous version does with such a head: it does not cancel its
-// commit, it parks the part (docs/exactly-once.md, "Parked deltas"),
-// because table.CheckReportItem, which decides parking, names the fenced
-// head as refused.
+// previous version's own update (X's table.ReportUpdate, xHeadUpdate since
+// step F), and what the previous version does with such a head: it does
+// not cancel its commit, it parks the part (docs/exactly-once.md, "Parked
+// deltas"), because X's table.CheckReportItem, which decides parking,
+// names the fenced head as refused.
 func TestSecondReview25_TheHeadFenceIsAValidationErrorThatTheOldCodeParks(t *testing.T) {
 	ctx := t.Context()
 	client := ddbtest.Client(t)
@@ -46,14 +46,11 @@ func TestSecondReview25_TheHeadFenceIsAValidationErrorThatTheOldCodeParks(t *tes
 	_, err = client.PutItem(ctx, &dynamodb.PutItemInput{TableName: aws.String(name), Item: head})
 	require.NoError(t, err)
 
-	// The previous version's update of the head, built by today's code
-	// from the shape it reads.
+	// The previous version's update of the head (protocol 3, X's
+	// table.ReportUpdate for a delta of totals only: xHeadUpdate). Since
+	// step F this version's ReportUpdate adds to txCount instead (below).
 	delta := &aggregates.Report{Totals: aggregates.Totals{Income: decimal.NewFromInt(5), Count: 1}}
-	shape := table.DecodeReportShape(head)
-	w, err := table.ReportUpdate(name, k, delta, shape, "2026-11-26T11:00:00Z")
-	require.NoError(t, err)
-	require.NotEmpty(t, w.Updates)
-	u := w.Updates[0]
+	u := xHeadUpdate(name, k, delta, "2026-11-26T11:00:00Z")
 
 	// Alone (UpdateItem): a ValidationException, not a condition failure.
 	_, err = client.UpdateItem(ctx, &dynamodb.UpdateItemInput{
@@ -94,18 +91,44 @@ func TestSecondReview25_TheHeadFenceIsAValidationErrorThatTheOldCodeParks(t *tes
 	require.NoError(t, err)
 	assert.Nil(t, got.Item, "the guard-like put landed beside a refused head update")
 
-	// What the previous version does next: its parking test names the head
-	// as refused, so it sends the same transaction again with the head's
-	// part replaced by a parked item, and the claim lands (the review's
-	// hole 2: the fence parks, it does not cancel).
-	// Step X keeps this (F-a, pinned): readers decode the fenced head
-	// without a problem, but the consumers of this version still write the
-	// old layout, and their parking test still names the head.
-	refused := table.CheckReportItem(head)
-	assert.NotEmpty(t, refused, "today's CheckReportItem must name the fenced head (else the old commit stays a permanent error)")
+	// What the previous version does next: its parking test (X's
+	// CheckReportItem, which names the fenced head: pinned by this test on
+	// branch s25-readx) has it send the same transaction again with the
+	// head's part replaced by a parked item, and the claim lands (the
+	// review's hole 2, F-a: the fence parks, it does not cancel; its delta
+	// waits in a parked item, which report + parked = fold keeps exact).
+	// Since step F this version's parking test does not name the head, and
+	// its update lands on it, adding to txCount.
+	assert.Empty(t, table.CheckReportItem(head), "this version's CheckReportItem names a fenced head")
 	_, problems := (&table.StoredReport{Key: k, Item: head}).Decode()
 	assert.Empty(t, problems, "readers decode the fenced head")
-	t.Logf("CheckReportItem on the fenced head: %v", refused)
+	w, err := table.ReportUpdate(name, k, delta, table.DecodeReportShape(head), "2026-11-26T11:00:00Z")
+	require.NoError(t, err)
+	_, err = client.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: []types.TransactWriteItem{{Update: w.Updates[0]}}})
+	require.NoError(t, err, "this version's update of the fenced head")
+	after, err := client.GetItem(ctx, &dynamodb.GetItemInput{TableName: aws.String(name), Key: table.Key(k.Key()), ConsistentRead: aws.Bool(true)})
+	require.NoError(t, err)
+	assert.Equal(t, table.Int(2), after.Item[table.AttrTxCount])
+	assert.Equal(t, table.S("v4"), after.Item[table.AttrTransactionCount])
+}
+
+// xHeadUpdate is the head update of protocol 3 (X's table.ReportUpdate) for
+// a delta of totals only: every figure added with if_not_exists, the count
+// in transactionCount, and no condition.
+func xHeadUpdate(tableName string, k aggregates.ReportKey, delta *aggregates.Report, now string) *types.Update {
+	return &types.Update{
+		TableName: aws.String(tableName), Key: table.Key(k.Key()),
+		UpdateExpression: aws.String("SET #i = if_not_exists(#i, :z) + :i, #x = if_not_exists(#x, :z) + :x, #n = if_not_exists(#n, :z) + :n, " +
+			"#et = :et, #pt = :pt, #pv = :pv, #ua = :ua"),
+		ExpressionAttributeNames: map[string]string{
+			"#i": table.AttrTotalIncome, "#x": table.AttrTotalExpense, "#n": table.AttrTransactionCount,
+			"#et": table.AttrEntityType, "#pt": table.AttrPeriodType, "#pv": table.AttrPeriodValue, "#ua": table.AttrUpdatedAt,
+		},
+		ExpressionAttributeValues: map[string]types.AttributeValue{
+			":z": table.Int(0), ":i": table.Num(delta.Income), ":x": table.Num(delta.Expense), ":n": table.Int(delta.Count),
+			":et": table.S(aggregates.EntityReport), ":pt": table.S(string(k.Period.Type)), ":pv": table.S(k.Period.Value), ":ua": table.S(now),
+		},
+	}
 }
 
 // TestSecondReview25_TheRepairKeepsAFencedHeadFenced: hole F-b, as step X
