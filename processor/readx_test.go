@@ -3,7 +3,6 @@ package processor_test
 import (
 	"context"
 	"testing"
-	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
@@ -13,51 +12,40 @@ import (
 
 	"github.com/ledger-dev/ledger/aggregates"
 	"github.com/ledger-dev/ledger/internal/ledgertest"
-	"github.com/ledger-dev/ledger/processor"
 	"github.com/ledger-dev/ledger/table"
 )
 
-// Step X of the counted repair (docs/exactly-once.md, "Cost to build, and
-// the order"): this version reads the fenced layouts of protocol 4 and
-// writes its own; the fence keeps its consumers from committing.
+// Steps X and F of the counted repair (docs/exactly-once.md, "Cost to
+// build, and the order"; "F as built (session 25)"): this version reads
+// both layouts of protocol 3 and 4 and writes protocol 4's fences; a fence
+// of a later protocol keeps its consumers from committing.
 
-// fenceCheckpoint rewrites the env's checkpoint of shard in the fenced
-// layout of protocol 4: sequenceNumber {fence: 4}, the position in pos.
-func fenceCheckpoint(t *testing.T, e *env, shard string) {
+// setFence rewrites the fence of the env's checkpoint of shard (fenced by
+// this version's first commit) to protocol p.
+func setFence(t *testing.T, e *env, shard string, p int64) {
 	t.Helper()
-	item := coordCheckpoint(t, e, shard)
-	pos := item[table.AttrSequenceNumber].(*ddbtypes.AttributeValueMemberS).Value
 	_, err := e.ddb.UpdateItem(context.Background(), &dynamodb.UpdateItemInput{
 		TableName: aws.String(table.CoordinationTableName(e.table)), Key: table.Key(aggregates.CheckpointKey(e.streamARN, shard)),
-		UpdateExpression:         aws.String("SET #seq = :fence, #pos = :pos"),
-		ExpressionAttributeNames: map[string]string{"#seq": table.AttrSequenceNumber, "#pos": table.AttrPos},
-		ExpressionAttributeValues: map[string]ddbtypes.AttributeValue{
-			":fence": &ddbtypes.AttributeValueMemberM{Value: map[string]ddbtypes.AttributeValue{"fence": table.Int(4)}},
-			":pos":   table.S(pos),
-		},
+		UpdateExpression:          aws.String("SET #seq = :fence"),
+		ConditionExpression:       aws.String("attribute_type(#seq, :M)"),
+		ExpressionAttributeNames:  map[string]string{"#seq": table.AttrSequenceNumber},
+		ExpressionAttributeValues: map[string]ddbtypes.AttributeValue{":fence": &ddbtypes.AttributeValueMemberM{Value: map[string]ddbtypes.AttributeValue{"fence": table.Int(p)}}, ":M": table.S("M")},
 	})
 	require.NoError(t, err)
 }
 
-// fenceHeads rewrites every report item of the env's table in the fenced
-// layout of protocol 4 (SET txCount = transactionCount, transactionCount =
-// "v4", on condition of the old layout) and returns their keys.
-func fenceHeads(t *testing.T, e *env) map[aggregates.Key]bool {
+// unfenceHeads puts every report head of the env's table back in the old
+// layout (table.UnfenceHead: as a consumer of protocol 3 left them) and
+// returns their keys.
+func unfenceHeads(t *testing.T, e *env) map[aggregates.Key]bool {
 	t.Helper()
-	ctx := context.Background()
-	fenced := map[aggregates.Key]bool{}
+	keys := map[aggregates.Key]bool{}
 	for _, item := range scanEntity(t, e, aggregates.EntityReport) {
-		_, err := e.ddb.UpdateItem(ctx, &dynamodb.UpdateItemInput{
-			TableName: aws.String(e.table), Key: table.Key(aggregates.Key{PK: item[table.AttrPK].(*ddbtypes.AttributeValueMemberS).Value, SK: item[table.AttrSK].(*ddbtypes.AttributeValueMemberS).Value}),
-			UpdateExpression:          aws.String("SET #tc = #n, #n = :v4"),
-			ConditionExpression:       aws.String("attribute_type(#n, :N)"),
-			ExpressionAttributeNames:  map[string]string{"#tc": table.AttrTxCount, "#n": table.AttrTransactionCount},
-			ExpressionAttributeValues: map[string]ddbtypes.AttributeValue{":v4": table.S(table.HeadFence), ":N": table.S("N")},
-		})
+		_, err := e.ddb.UpdateItem(context.Background(), table.UnfenceHead(e.table, table.KeyOf(item)))
 		require.NoError(t, err)
-		fenced[table.KeyOf(item)] = true
+		keys[table.KeyOf(item)] = true
 	}
-	return fenced
+	return keys
 }
 
 func scanEntity(t *testing.T, e *env, entity string) []map[string]ddbtypes.AttributeValue {
@@ -77,15 +65,16 @@ func scanEntity(t *testing.T, e *env, entity string) []map[string]ddbtypes.Attri
 	return out
 }
 
-// TestReadX_AFencedCheckpointIsReadByInFlightAndRefusedByTheConsumer: a
-// checkpoint fenced by protocol 4 is read by the in-flight check of
-// reconcile --repair at its pos (the same branches in flight as before the
-// fence; before X it read no position and took the whole shard for in
-// flight), and a consumer of this version commits nothing over it: Process
-// fails with table.ErrCheckpointProtocol (before X: "guard conflict
-// without progress", its claims conditioned on attribute_not_exists
-// (sequenceNumber)), and the checkpoint is left as it was.
-func TestReadX_AFencedCheckpointIsReadByInFlightAndRefusedByTheConsumer(t *testing.T) {
+// TestFence_TheFirstCommitFencesTheCheckpointAndALaterProtocolIsRefused:
+// the first commit of this version on a shard leaves its checkpoint fenced
+// (sequenceNumber {fence: 4}, pos its last record, countedTo "": nothing
+// was claimed before it); the in-flight check of reconcile --repair reads
+// it at pos (no shard unpositioned); a checkpoint fenced by a later
+// protocol (5) is refused by name (table.ErrCheckpointProtocol) and left
+// as it was; back at this version's fence, a later batch commit (plan
+// layout 6, ClaimGroup) moves pos only and keeps countedTo, and the
+// reports reconcile.
+func TestFence_TheFirstCommitFencesTheCheckpointAndALaterProtocolIsRefused(t *testing.T) {
 	ctx := context.Background()
 	e := newEnv(t)
 	require.NoError(t, ledgertest.NewWorkload(2511).Run(ctx, e.ddb, e.table, 40))
@@ -94,32 +83,51 @@ func TestReadX_AFencedCheckpointIsReadByInFlightAndRefusedByTheConsumer(t *testi
 	p := e.processor(t, nil, nil)
 	_, err := p.Process(ctx, p.ShardGuard(e.streamARN, shard), recs[:20])
 	require.NoError(t, err)
-
-	before, err := p.InFlight(ctx, e.streams, e.streamARN, 0)
+	item := coordCheckpoint(t, e, shard)
+	cp, err := table.DecodeCheckpoint(shard, item)
 	require.NoError(t, err)
-	require.NotEmpty(t, before.Branches, "recs[20:] are in flight")
+	assert.Equal(t, int64(4), cp.Fence, "fenced by the first commit")
+	assert.Equal(t, recs[19].SequenceNumber, cp.Pos)
+	assert.Equal(t, table.S(""), item[table.AttrCountedTo], "countedTo: nothing claimed before the fence")
 
-	fenceCheckpoint(t, e, shard)
+	flight, err := p.InFlight(ctx, e.streams, e.streamARN, 0)
+	require.NoError(t, err)
+	assert.NotEmpty(t, flight.Branches, "recs[20:] are in flight, read from pos")
+	assert.Empty(t, flight.Unpositioned)
+
+	setFence(t, e, shard, 5)
 	fenced := coordCheckpoint(t, e, shard)
-	after, err := e.processor(t, nil, nil).InFlight(ctx, e.streams, e.streamARN, 0)
-	require.NoError(t, err)
-	assert.Equal(t, before.Branches, after.Branches, "in flight after the fence: read from pos")
-	assert.Empty(t, after.Unpositioned)
-
 	q := e.processor(t, nil, nil)
 	_, err = q.Process(ctx, q.ShardGuard(e.streamARN, shard), recs[20:])
 	require.ErrorIs(t, err, table.ErrCheckpointProtocol)
-	assert.ErrorContains(t, err, "protocol 4, this consumer's 3")
-	assert.Equal(t, fenced, coordCheckpoint(t, e, shard), "the fenced checkpoint is left as it was")
+	assert.ErrorContains(t, err, "protocol 5, this consumer's 4")
+	assert.Equal(t, fenced, coordCheckpoint(t, e, shard), "the checkpoint of protocol 5 is left as it was")
+
+	setFence(t, e, shard, 4)
+	q = e.processor(t, nil, nil)
+	g := q.ShardGuard(e.streamARN, shard)
+	g.CommitBatches()
+	_, err = q.Process(ctx, g, recs[20:])
+	require.NoError(t, err)
+	item = coordCheckpoint(t, e, shard)
+	cp, err = table.DecodeCheckpoint(shard, item)
+	require.NoError(t, err)
+	assert.Equal(t, int64(4), cp.Fence)
+	assert.Equal(t, recs[len(recs)-1].SequenceNumber, cp.Pos, "a later commit moves pos")
+	assert.Equal(t, table.S(""), item[table.AttrCountedTo], "and keeps countedTo")
+	e.requireReconciled(t)
 }
 
-// TestReadX_FencedHeadsReconcileAndTheRepairKeepsThemFenced: report heads
-// fenced by protocol 4 reconcile without a difference (before X each was
-// "malformed"); a consumer of this version that commits onto them parks
-// its parts (F-a, pinned: its update of a fenced head is refused); and
-// reconcile --repair folds the parked deltas in and leaves every head
-// fenced (F-b: before X it wrote the old layout back).
-func TestReadX_FencedHeadsReconcileAndTheRepairKeepsThemFenced(t *testing.T) {
+// TestFence_OldLayoutHeadsAreMovedOverByTheNextCommit: report heads a
+// consumer of protocol 3 left in the old layout (here: unfenced after this
+// version's first commit, its shape cache still taking them for fenced)
+// are moved over by the next commit of this version: its update sent on
+// the stale fenced shape fails its condition, the re-read finds the old
+// layout, and the update moves the count over with the delta. Every head
+// ends fenced with a numeric txCount, nothing is parked, and the reports
+// reconcile (before step F, X's consumers parked every part of a fenced
+// head: F-a).
+func TestFence_OldLayoutHeadsAreMovedOverByTheNextCommit(t *testing.T) {
 	ctx := context.Background()
 	e := newEnv(t)
 	w := ledgertest.NewWorkload(2512)
@@ -129,38 +137,29 @@ func TestReadX_FencedHeadsReconcileAndTheRepairKeepsThemFenced(t *testing.T) {
 	g := p.ShardGuard(e.streamARN, shard)
 	_, err := p.Process(ctx, g, recs)
 	require.NoError(t, err)
-	fenced := fenceHeads(t, e)
-	require.NotEmpty(t, fenced)
+	for _, item := range scanEntity(t, e, aggregates.EntityReport) {
+		require.Equal(t, table.S(table.HeadFence), item[table.AttrTransactionCount], "every head fenced by its commit")
+	}
+	old := unfenceHeads(t, e)
+	require.NotEmpty(t, old)
 	e.requireReconciled(t)
 
 	require.NoError(t, w.Run(ctx, e.ddb, e.table, 30))
 	_, all := e.records(t)
 	_, err = p.Process(ctx, g, all[len(recs):])
-	require.NoError(t, err, "the commit lands, its parts on fenced heads parked")
-	require.NotEmpty(t, scanEntity(t, e, aggregates.EntityParked), "a commit of this version parks its part of a fenced head")
-	heads := func() map[aggregates.Key]map[string]ddbtypes.AttributeValue {
-		out := map[aggregates.Key]map[string]ddbtypes.AttributeValue{}
-		for _, item := range scanEntity(t, e, aggregates.EntityReport) {
-			if fenced[table.KeyOf(item)] {
-				out[table.KeyOf(item)] = item
-			}
+	require.NoError(t, err)
+	assert.Empty(t, scanEntity(t, e, aggregates.EntityParked), "nothing parked")
+	moved := 0
+	for _, item := range scanEntity(t, e, aggregates.EntityReport) {
+		if !table.FencedHead(item) {
+			assert.True(t, old[table.KeyOf(item)], "a head in the old layout is one the commit did not touch: %s", table.KeyOf(item))
+			continue
 		}
-		require.Len(t, out, len(fenced))
-		return out
+		assert.IsType(t, &ddbtypes.AttributeValueMemberN{}, item[table.AttrTxCount], "head %s", table.KeyOf(item))
+		if old[table.KeyOf(item)] {
+			moved++
+		}
 	}
-	for k, item := range heads() {
-		assert.Equal(t, table.S(table.HeadFence), item[table.AttrTransactionCount], "head %s", k)
-	}
-
-	diffs, _, err := processor.Reconcile(ctx, e.ddb, e.table, processor.Scope{})
-	require.NoError(t, err)
-	require.NotEmpty(t, diffs, "the parked deltas are differences")
-	_, err = processor.Repair(ctx, e.ddb, e.table, diffs, time.Now())
-	require.NoError(t, err)
+	assert.Positive(t, moved, "old heads moved over")
 	e.requireReconciled(t)
-	assert.Empty(t, scanEntity(t, e, aggregates.EntityParked))
-	for k, item := range heads() {
-		assert.Equal(t, table.S(table.HeadFence), item[table.AttrTransactionCount], "head %s after the repair", k)
-		assert.IsType(t, &ddbtypes.AttributeValueMemberN{}, item[table.AttrTxCount], "head %s after the repair", k)
-	}
 }
