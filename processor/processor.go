@@ -188,6 +188,17 @@ func (p *Processor) legacyTombstone(ctx context.Context, stream, shard string) (
 // Metrics returns the processor's collectors.
 func (p *Processor) Metrics() *Metrics { return p.metrics }
 
+// RaiseProtocol sets the flags item's protocol to this version's
+// (table.Protocol) where it is absent or lower: what every consumer does
+// at start, before its first commit, so that the table says protocol 4
+// before the first fence is written and an older ledgerctl refuses
+// reconcile --repair from then on (docs/exactly-once.md, "F as built
+// (session 25)", the protocol flag). A table without a flags item is left
+// without one. raised says it wrote.
+func (p *Processor) RaiseProtocol(ctx context.Context) (raised bool, err error) {
+	return table.RaiseProtocol(ctx, p.api, p.cfg.Table, table.Protocol)
+}
+
 // Result says what one Process call did.
 type Result struct {
 	// Committed is how many leading records are done (applied, skipped,

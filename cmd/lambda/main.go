@@ -32,6 +32,7 @@ import (
 	"github.com/ledger-dev/ledger/processor"
 	"github.com/ledger-dev/ledger/processor/handler"
 	"github.com/ledger-dev/ledger/processor/poller"
+	ledgertable "github.com/ledger-dev/ledger/table"
 )
 
 func main() {
@@ -100,6 +101,14 @@ func build(ctx context.Context, getenv func(string) string, stdout, stderr io.Wr
 	p, err := processor.New(dynamodb.NewFromConfig(awsCfg), cfg.processor, metrics)
 	if err != nil {
 		return nil, nil, err
+	}
+	// Protocol 4 in the flags before this instance's first fence
+	// (docs/exactly-once.md, "F as built (session 25)"): a cold start
+	// that cannot say so commits nothing.
+	if raised, err := p.RaiseProtocol(ctx); err != nil {
+		return nil, nil, err
+	} else if raised {
+		log.Info("flags item raised to this version's protocol", "protocol", ledgertable.Protocol)
 	}
 	fn := cfg.functionName
 	if fn == "" {

@@ -53,6 +53,11 @@ func NewService(ctx context.Context, awsCfg aws.Config, cfg Config) (*Service, e
 	if err != nil {
 		return nil, err
 	}
+	// Protocol 4 in the flags before this poller's first fence
+	// (docs/exactly-once.md, "F as built (session 25)").
+	if _, err := proc.RaiseProtocol(ctx); err != nil {
+		return nil, fmt.Errorf("refusing to start: %w", err)
+	}
 	p, err := New(NewStreamsClient(awsCfg), db, proc, cfg, NewMetrics(reg))
 	if err != nil {
 		return nil, err
