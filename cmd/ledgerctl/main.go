@@ -56,6 +56,8 @@ Commands:
   lag               per-shard position of the stream's consumer: pending records and their age
   abandon-batch     give up a shard's half-committed batch that cannot finish (lostAt, loss count;
                     its records are lost to the reports until reconcile --repair)
+  unfence           with every consumer stopped, put checkpoints and report heads back in the
+                    layouts of protocol 3 and the flags' protocol back to 3 (a rollback below 4)
 
 Environment:
   LEDGER_TABLE      table name (default "ledger")
@@ -122,6 +124,8 @@ func Run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return env.lag(ctx, args[1:])
 	case "abandon-batch":
 		return env.abandonBatch(ctx, args[1:])
+	case "unfence":
+		return env.unfence(ctx, args[1:])
 	case "parked":
 		return env.parked(ctx, args[1:])
 	case "bench":

@@ -19,13 +19,13 @@ import (
 	ledgertable "github.com/ledger-dev/ledger/table"
 )
 
-// TestReconcile_RepairRefusedUnderAHigherProtocolReadingWorks: step X of
-// the counted repair (docs/exactly-once.md, "Cost to build, and the
-// order"). Under flags naming protocol 4 (the counted repair's fence),
-// ledgerctl of protocol 3 reads (reconcile without --repair: fenced heads
+// TestReconcile_RepairRefusedUnderAHigherProtocolReadingWorks: steps X
+// and F of the counted repair (docs/exactly-once.md, "Cost to build, and
+// the order"). Under flags naming a higher protocol than its own (5 since
+// F; X's was 4), ledgerctl reads (reconcile without --repair: fenced heads
 // decode, a damaged report is named) and refuses --repair, naming both
-// numbers, writing nothing; under protocol 3 it repairs, and a head it
-// read fenced stays fenced.
+// numbers, writing nothing; under its own it repairs, and a head it read
+// fenced (every head a commit of this version wrote) stays fenced.
 func TestReconcile_RepairRefusedUnderAHigherProtocolReadingWorks(t *testing.T) {
 	ctx := context.Background()
 	table := ddbtest.TableName(t)
@@ -44,12 +44,12 @@ func TestReconcile_RepairRefusedUnderAHigherProtocolReadingWorks(t *testing.T) {
 	_, err = p.Process(ctx, p.ShardGuard(info.StreamARN, shards[0].ID), shards[0].Records)
 	require.NoError(t, err)
 
-	// Fence the head of one report and damage its income.
+	// Damage the income of one report, whose head the commit fenced.
 	key := map[string]ddbtypes.AttributeValue{"PK": ledgertable.S("TENANT#acme#BRANCH#north#REPORTING"), "SK": ledgertable.S("YEARLY#2024")}
 	_, err = c.UpdateItem(ctx, &dynamodb.UpdateItemInput{
 		TableName: &table, Key: key,
-		UpdateExpression:          aws.String("SET txCount = transactionCount, transactionCount = :v4, totalIncome = totalIncome + :one"),
-		ConditionExpression:       aws.String("attribute_type(transactionCount, :N)"),
+		UpdateExpression:          aws.String("SET totalIncome = totalIncome + :one"),
+		ConditionExpression:       aws.String("transactionCount = :v4 AND attribute_type(txCount, :N)"),
 		ExpressionAttributeValues: map[string]ddbtypes.AttributeValue{":v4": ledgertable.S("v4"), ":N": ledgertable.S("N"), ":one": &ddbtypes.AttributeValueMemberN{Value: "0.01"}},
 	})
 	require.NoError(t, err)
@@ -62,7 +62,7 @@ func TestReconcile_RepairRefusedUnderAHigherProtocolReadingWorks(t *testing.T) {
 		})
 		require.NoError(t, err)
 	}
-	setProtocol(4)
+	setProtocol(5)
 
 	code, out, errOut := run(t, env, "reconcile")
 	require.Equal(t, exitDiff, code, out+errOut)
@@ -72,12 +72,12 @@ func TestReconcile_RepairRefusedUnderAHigherProtocolReadingWorks(t *testing.T) {
 
 	code, out, errOut = run(t, env, "reconcile", "--repair", "--settle", "0s")
 	require.Equal(t, exitError, code, out+errOut)
-	assert.Contains(t, errOut, "the table is at protocol 4 (flags item), this version speaks protocol 3")
+	assert.Contains(t, errOut, "the table is at protocol 5 (flags item), this version speaks protocol 4")
 	code, out, _ = run(t, env, "reconcile")
 	require.Equal(t, exitDiff, code, out)
 	assert.Contains(t, out, " 1 differences", "nothing was repaired")
 
-	setProtocol(3)
+	setProtocol(4)
 	code, out, errOut = run(t, env, "reconcile", "--repair", "--settle", "0s")
 	require.Equal(t, exitDiff, code, out+errOut)
 	assert.Contains(t, out, "repaired 1 reports")
@@ -89,11 +89,11 @@ func TestReconcile_RepairRefusedUnderAHigherProtocolReadingWorks(t *testing.T) {
 	assert.IsType(t, &ddbtypes.AttributeValueMemberN{}, got.Item["txCount"])
 }
 
-// TestLag_AFencedCheckpointIsShownAtItsPos: step X. ledgerctl lag reads a
-// checkpoint fenced by protocol 4 (sequenceNumber {fence: 4}, the
-// position in pos) at pos: the same checkpoint and pending records as
-// before the fence (the old decoder read no position: every record
-// pending).
+// TestLag_AFencedCheckpointIsShownAtItsPos: steps X and F. ledgerctl lag
+// reads a checkpoint fenced by protocol 4 (sequenceNumber {fence: 4}, the
+// position in pos; since F, as this version's commit leaves it) at pos:
+// the same checkpoint and pending records as the same checkpoint in the
+// old layout (the old decoder read no position: every record pending).
 func TestLag_AFencedCheckpointIsShownAtItsPos(t *testing.T) {
 	ctx := context.Background()
 	c := ddbtest.Client(t)
@@ -120,21 +120,14 @@ func TestLag_AFencedCheckpointIsShownAtItsPos(t *testing.T) {
 		require.Len(t, l.Shards, 1)
 		return l.Shards[0]
 	}
-	before := lag()
+	before := lag() // fenced by the commit
 	require.NotEmpty(t, before.Checkpoint)
 	require.Positive(t, before.Pending)
 
-	key := ledgertable.Key(aggregates.CheckpointKey(info.StreamARN, shards[0].ID))
-	_, err = c.UpdateItem(ctx, &dynamodb.UpdateItemInput{
-		TableName: aws.String(ledgertable.CoordinationTableName(table)), Key: key,
-		UpdateExpression:         aws.String("SET #pos = #seq, #seq = :fence"),
-		ExpressionAttributeNames: map[string]string{"#pos": ledgertable.AttrPos, "#seq": ledgertable.AttrSequenceNumber},
-		ExpressionAttributeValues: map[string]ddbtypes.AttributeValue{
-			":fence": &ddbtypes.AttributeValueMemberM{Value: map[string]ddbtypes.AttributeValue{"fence": ledgertable.Int(4)}},
-		},
-	})
+	key := aggregates.CheckpointKey(info.StreamARN, shards[0].ID)
+	_, err = c.UpdateItem(ctx, ledgertable.UnfenceCheckpoint(ledgertable.CoordinationTableName(table), key, recs[len(recs)/2-1].SequenceNumber))
 	require.NoError(t, err)
-	after := lag()
+	after := lag() // the old layout
 	assert.Equal(t, before.Checkpoint, after.Checkpoint, "the fenced checkpoint's pos")
 	assert.Equal(t, before.Pending, after.Pending)
 	assert.Equal(t, before.PendingTxns, after.PendingTxns)
