@@ -42,6 +42,15 @@ func toLegacy(t *testing.T, e *env, shard string) {
 	item := maps.Clone(out.Item)
 	maps.Copy(item, table.Key(legacyCheckpointKey(e, shard)))
 	delete(item, "legacyTombstone") // no version before the coordination table wrote it
+	// Nor the fenced layout of protocol 4 (this version's commits leave
+	// it): the old layout, at the same position.
+	if pos, ok := item[table.AttrPos]; ok {
+		item[table.AttrSequenceNumber] = pos
+	} else if _, fenced := item[table.AttrSequenceNumber].(*ddbtypes.AttributeValueMemberM); fenced {
+		delete(item, table.AttrSequenceNumber)
+	}
+	delete(item, table.AttrPos)
+	delete(item, table.AttrCountedTo)
 	_, err = e.ddb.PutItem(ctx, &dynamodb.PutItemInput{TableName: aws.String(e.table), Item: item})
 	require.NoError(t, err)
 	_, err = e.ddb.DeleteItem(ctx, &dynamodb.DeleteItemInput{TableName: aws.String(coord), Key: table.Key(k)})
@@ -269,7 +278,9 @@ func TestMigrate_ATumblingWindowWaitsForTheMigrationToReleaseARefusedRunsCopy(t 
 	copied := coordCheckpoint(t, e, shard)
 	_, err = old.Process(ctx, g, recs[10:15])
 	require.NoError(t, err)
-	moved := coordCheckpoint(t, e, shard)[table.AttrSequenceNumber].(*ddbtypes.AttributeValueMemberS).Value
+	movedCp, err := table.DecodeCheckpoint(shard, coordCheckpoint(t, e, shard))
+	require.NoError(t, err)
+	moved := movedCp.Seq
 	toLegacy(t, e, shard)
 	copied["migratedFrom"], copied["migrationFence"] = copied[table.AttrUpdatedAt], table.S(e.table)
 	_, err = e.ddb.PutItem(ctx, &dynamodb.PutItemInput{TableName: aws.String(coord), Item: copied})
@@ -308,7 +319,8 @@ func TestMigrate_ATumblingWindowWaitsForTheMigrationToReleaseARefusedRunsCopy(t 
 	require.NoError(t, json.Unmarshal(out, &resp))
 	assert.Empty(t, resp.BatchItemFailures)
 	assert.Empty(t, resp.State, "the window is done")
-	seq, _ := table.String(coordCheckpoint(t, e, shard), table.AttrSequenceNumber)
-	assert.Equal(t, 1, processor.CompareSequence(seq, moved), "committed after the checkpoint the old consumer left")
+	after, err := table.DecodeCheckpoint(shard, coordCheckpoint(t, e, shard))
+	require.NoError(t, err)
+	assert.Equal(t, 1, processor.CompareSequence(after.Seq, moved), "committed after the checkpoint the old consumer left")
 	e.requireReconciled(t)
 }

@@ -138,7 +138,11 @@ func (e *emuEnv) requireInOrder(t *testing.T, gone map[string]bool) {
 		if fin, _ := img["shardFinished"].(*st.AttributeValueMemberBOOL); fin != nil && fin.Value {
 			finished[id.Value] = true
 		}
-		if seq, _ := img[table.AttrSequenceNumber].(*st.AttributeValueMemberS); seq == nil || seq.Value == "" {
+		// A position: sequenceNumber in the old layout, pos in protocol
+		// 4's fenced one (sequenceNumber a map).
+		seq, _ := img[table.AttrSequenceNumber].(*st.AttributeValueMemberS)
+		pos, _ := img[table.AttrPos].(*st.AttributeValueMemberS)
+		if (seq == nil || seq.Value == "") && (pos == nil || pos.Value == "") {
 			continue
 		}
 		if p := parents[id.Value]; p != "" && !finished[p] && !gone[p] {
