@@ -58,7 +58,8 @@ func (a *countFlipAPI) holdsCountCondition(in *dynamodb.TransactWriteItemsInput)
 		if u == nil || table.KeyOf(u.Key) != a.k {
 			continue
 		}
-		if c := aws.ToString(u.ConditionExpression); strings.Contains(c, "#n = :c") {
+		// The count is txCount on a head this version fenced (protocol 4).
+		if c := aws.ToString(u.ConditionExpression); strings.Contains(c, "#n = :c") || strings.Contains(c, "#tc = :c") {
 			return true
 		}
 	}
@@ -70,8 +71,9 @@ func (a *countFlipAPI) commitCount(ctx context.Context, d int64) {
 	time.Sleep(time.Millisecond) // another commit, at another instant
 	_, err := a.DynamoDB.UpdateItem(ctx, &dynamodb.UpdateItemInput{
 		TableName: &a.table, Key: table.Key(a.k),
-		UpdateExpression:          aws.String("SET transactionCount = transactionCount + :d, updatedAt = :ua"),
-		ExpressionAttributeValues: map[string]ddbtypes.AttributeValue{":d": table.Int(d), ":ua": sAV(time.Now().UTC().Format(time.RFC3339Nano))},
+		UpdateExpression:          aws.String("SET txCount = txCount + :d, updatedAt = :ua"),
+		ConditionExpression:       aws.String("transactionCount = :v4"), // fenced by the first pass (protocol 4)
+		ExpressionAttributeValues: map[string]ddbtypes.AttributeValue{":d": table.Int(d), ":ua": sAV(time.Now().UTC().Format(time.RFC3339Nano)), ":v4": sAV(table.HeadFence)},
 	})
 	require.NoError(a.t, err)
 }

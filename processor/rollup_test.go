@@ -114,7 +114,7 @@ func expectedRollups(t *testing.T, e *env) map[rollupCell]*aggregates.RollupDelt
 			if !ok || err != nil || ref.Kind != aggregates.ReportHeader {
 				continue
 			}
-			if n, _ := table.Int64(item, table.AttrTransactionCount); n != 0 {
+			if n, _ := table.HeadCount(item); n != 0 {
 				cur, _ := table.String(item, table.AttrCurrency)
 				cell(rollupCell{tenant, cur, ref.Report.Period}).Branches++
 			}

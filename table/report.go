@@ -99,6 +99,20 @@ func FencedHead(item map[string]types.AttributeValue) bool {
 	return ok && v.Value == HeadFence
 }
 
+// HeadCount is a report item's count in either layout: transactionCount,
+// or a fenced head's txCount (0 when absent); ok is false when it is no
+// integer.
+func HeadCount(item map[string]types.AttributeValue) (n int64, ok bool) {
+	a := AttrTransactionCount
+	if FencedHead(item) {
+		a = AttrTxCount
+	}
+	if _, present := item[a]; !present {
+		return 0, true
+	}
+	return Int64(item, a)
+}
+
 // headFigures is the map decodeTotals reads a report item's figures from:
 // the item itself in the old layout; in the fenced one, its income and
 // expense with txCount as the count.
