@@ -1012,7 +1012,11 @@ func orderViolations(emu *streamemu.Stream, coordHistory []streamtypes.Record) (
 		if fin, _ := img["shardFinished"].(*streamtypes.AttributeValueMemberBOOL); fin != nil && fin.Value {
 			finished[id.Value] = true
 		}
-		if seq, _ := img[ledgertable.AttrSequenceNumber].(*streamtypes.AttributeValueMemberS); seq == nil || seq.Value == "" {
+		// A position: sequenceNumber in the old layout, pos in protocol
+		// 4's fenced one (sequenceNumber a map).
+		seq, _ := img[ledgertable.AttrSequenceNumber].(*streamtypes.AttributeValueMemberS)
+		pos, _ := img[ledgertable.AttrPos].(*streamtypes.AttributeValueMemberS)
+		if (seq == nil || seq.Value == "") && (pos == nil || pos.Value == "") {
 			continue
 		}
 		if p := parents[id.Value]; p != "" && !finished[p] && inStream[p] {

@@ -206,6 +206,7 @@ func CarryLoss(tableName string, key aggregates.Key, shard, prev, to string, now
 	set, names, values := checkpointWrite(shard, now, "#sh", ":ua")
 	names["#lsq"] = AttrLostAfter
 	at, move := fencedMove(names, values, prev, to)
+	values[":to"] = S(to)
 	return &dynamodb.UpdateItemInput{
 		TableName: aws.String(tableName), Key: Key(key),
 		UpdateExpression:          aws.String("SET " + move + ", " + set + ", #lsq = :to"),

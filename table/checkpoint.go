@@ -100,7 +100,7 @@ const (
 // prev ("" for no position) in either layout, set the SET terms that leave
 // it fenced at to ("": where it is), with countedTo recorded by the first
 // of them. It adds its placeholders (#seq, #pos, #fv, #cto; :fv, :fmap,
-// :cto, and :prev, :to when given) to names and values.
+// :cto, and :prev, :last when given) to names and values.
 func fencedMove(names map[string]string, values map[string]types.AttributeValue, prev, to string) (cond, set string) {
 	names["#seq"], names["#pos"], names["#fv"], names["#cto"] = AttrSequenceNumber, AttrPos, attrFence, AttrCountedTo
 	values[":fv"] = Int(Protocol)
@@ -115,8 +115,10 @@ func fencedMove(names map[string]string, values map[string]types.AttributeValue,
 	set = "#seq = :fmap, #cto = if_not_exists(#cto, :cto)"
 	switch {
 	case to != "":
-		values[":to"] = S(to)
-		set += ", #pos = :to"
+		// :last, as the claims always named it (the benchmark's lag clock
+		// reads a claim's :last).
+		values[":last"] = S(to)
+		set += ", #pos = :last"
 	case prev != "":
 		set += ", #pos = :prev"
 	}
