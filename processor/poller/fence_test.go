@@ -48,7 +48,10 @@ func TestPoller_WaitsOnACheckpointFencedByARefusedMigrationUntilItIsReleased(t *
 
 	// What the refused run left: the old layout's checkpoint where the old
 	// consumer moved it, the copy of the one before, fenced.
-	legacy := item()
+	// (Both in the old layout: no version before the coordination table
+	// wrote protocol 4's fence, which this version's commits leave.)
+	copied = oldLayout(copied)
+	legacy := oldLayout(item())
 	maps.Copy(legacy, table.Key(aggregates.Key{PK: aggregates.LeasePK(f.arn), SK: key.SK}))
 	_, err := e.ddb.PutItem(ctx, &dynamodb.PutItemInput{TableName: aws.String(e.table), Item: legacy})
 	require.NoError(t, err)
@@ -74,10 +77,25 @@ func TestPoller_WaitsOnACheckpointFencedByARefusedMigrationUntilItIsReleased(t *
 	require.NoError(t, err)
 	require.Equal(t, 1, res.Checkpoints)
 	eventually(t, "the poller at the stream's last record", 30*time.Second, func() bool {
-		seq, _ := table.String(item(), table.AttrSequenceNumber)
-		return seq == last
+		cp, _ := table.DecodeCheckpoint("shardId-A", item())
+		return cp.Seq == last
 	})
 	stop()
 	assert.Equal(t, 1, logged(tp.logs.lines(), "the migration released the shard's checkpoint"))
 	e.requireReconciled(t)
+}
+
+// oldLayout is a checkpoint item of this version (the fenced layout of
+// protocol 4) as a version before the fence wrote it: sequenceNumber the
+// position, without pos and countedTo.
+func oldLayout(item map[string]ddbtypes.AttributeValue) map[string]ddbtypes.AttributeValue {
+	out := maps.Clone(item)
+	if pos, ok := out[table.AttrPos]; ok {
+		out[table.AttrSequenceNumber] = pos
+	} else if _, fenced := out[table.AttrSequenceNumber].(*ddbtypes.AttributeValueMemberM); fenced {
+		delete(out, table.AttrSequenceNumber)
+	}
+	delete(out, table.AttrPos)
+	delete(out, table.AttrCountedTo)
+	return out
 }
