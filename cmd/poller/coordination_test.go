@@ -59,6 +59,14 @@ func coordinationItem(t *testing.T, tableName string, k aggregates.Key) map[stri
 	return out.Item
 }
 
+// checkpointAt is the position of shard's checkpoint in either layout
+// (protocol 4's fence: pos), and whether it has one.
+func checkpointAt(t *testing.T, tableName, arn, shard string) (string, bool) {
+	t.Helper()
+	cp, _ := table.DecodeCheckpoint(shard, coordinationItem(t, tableName, aggregates.CheckpointKey(arn, shard)))
+	return cp.Seq, cp.Seq != ""
+}
+
 // runPoller runs the poller in this process until the returned stop is
 // called; stop returns its exit code.
 func runPoller(t *testing.T, tableName string, logs io.Writer, args ...string) (stop func() int) {
@@ -113,7 +121,7 @@ func TestRun_AnIdleStreamGoesQuiet(t *testing.T) {
 	// idle": the commit's own records, read and passed over at once).
 	var shard, last string
 	checkpoint := func() string {
-		cp, _ := table.String(coordinationItem(t, tableName, aggregates.CheckpointKey(arn, shard)), table.AttrSequenceNumber)
+		cp, _ := checkpointAt(t, tableName, arn, shard)
 		return cp
 	}
 	require.Eventually(t, func() bool {
@@ -162,7 +170,7 @@ func TestRun_RefusesCheckpointsInTheLedgerTableUntilMigrated(t *testing.T) {
 	require.Eventually(t, func() bool {
 		var last string
 		shard, last = streamEnd(t, arn)
-		cp, _ := table.String(coordinationItem(t, tableName, aggregates.CheckpointKey(arn, shard)), table.AttrSequenceNumber)
+		cp, _ := checkpointAt(t, tableName, arn, shard)
 		return last != "" && cp == last
 	}, 60*time.Second, 100*time.Millisecond, "poller never caught up:\n%s", logs)
 	require.Equal(t, exitOK, stop(), logs.String())
@@ -170,6 +178,12 @@ func TestRun_RefusesCheckpointsInTheLedgerTableUntilMigrated(t *testing.T) {
 	for _, k := range []aggregates.Key{aggregates.CheckpointKey(arn, shard), aggregates.LeaseKey(arn, shard)} {
 		item := maps.Clone(coordinationItem(t, tableName, k))
 		require.NotNil(t, item, k.String())
+		if pos, ok := item[table.AttrPos]; ok {
+			// The earlier version's layout: no fence of protocol 4.
+			item[table.AttrSequenceNumber] = pos
+			delete(item, table.AttrPos)
+			delete(item, table.AttrCountedTo)
+		}
 		legacy := aggregates.Key{PK: "STREAM#" + arn, SK: k.SK}
 		maps.Copy(item, table.Key(legacy))
 		_, err := db.PutItem(ctx, &dynamodb.PutItemInput{TableName: aws.String(tableName), Item: item})
@@ -216,7 +230,7 @@ func TestRun_RefusesCheckpointsInTheLedgerTableUntilMigrated(t *testing.T) {
 	stop = runPoller(t, tableName, logs, "--lease-duration", "900ms", "--checkpoint-interval", "100ms", "--owner", "new")
 	require.Eventually(t, func() bool {
 		_, last := streamEnd(t, arn)
-		cp, _ := table.String(coordinationItem(t, tableName, aggregates.CheckpointKey(arn, shard)), table.AttrSequenceNumber)
+		cp, _ := checkpointAt(t, tableName, arn, shard)
 		return cp == last
 	}, 60*time.Second, 100*time.Millisecond, "poller never caught up after the move:\n%s", logs)
 	require.Equal(t, exitOK, stop(), logs.String())
