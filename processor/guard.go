@@ -395,8 +395,7 @@ func (g *ShardGuard) fenceLegacy(ctx context.Context) error {
 		}
 		if class == classCanceled || ctx.Err() != nil {
 			// The commit's context ended (commitTx): cancelled, not failed.
-			p.metrics.Commits.WithLabelValues(CommitCancelled).Inc()
-			return err
+			return p.commitCancelled(err)
 		}
 		if !retry || attempt >= p.cfg.MaxAttempts {
 			err = table.FenceError(g.stream, g.shard, err)
@@ -416,8 +415,7 @@ func (g *ShardGuard) fenceLegacy(ctx context.Context) error {
 		}
 		p.countRetry("TransactWriteItems", class)
 		if err := sleep(ctx, p.backoff(attempt)); err != nil {
-			p.metrics.Commits.WithLabelValues(CommitCancelled).Inc()
-			return err
+			return p.commitCancelled(err)
 		}
 	}
 }
@@ -434,6 +432,14 @@ func (p *Processor) transactWrite(ctx context.Context, in *dynamodb.TransactWrit
 		p.metrics.WriteUnits.WithLabelValues("TransactWriteItems").Add(aws.ToFloat64(cc.CapacityUnits))
 	}
 	return nil
+}
+
+// commitCancelled counts a commit given up because its context ended
+// (ledger_commits_total{outcome="cancelled"}: not failed; its outcome is
+// left to the next attempt's guard) and returns err.
+func (p *Processor) commitCancelled(err error) error {
+	p.metrics.Commits.WithLabelValues(CommitCancelled).Inc()
+	return err
 }
 
 // updateItem sends an UpdateItem outside a commit (the checkpoint moved
