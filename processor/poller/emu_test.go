@@ -237,6 +237,9 @@ func TestPoller_DrainExitsWhenAShardClosesAfterItWasDrained(t *testing.T) {
 		// then, was read again to its end and finished (a clean-clone CI
 		// at load 8-10, session 24).
 		c.LeaseDuration = 30 * time.Second
+		// The shard closes after the page the drain takes for its end: with
+		// one page that is the first empty one, which the hook closes it on.
+		c.DrainEmptyPages = 1
 	})
 	e.runDrain(t, tp, 90*time.Second)
 

@@ -502,10 +502,12 @@ func (r *reader) run() (res readerResult) {
 			if r.iter == nil {
 				continue // the shard's end: handled at the top
 			}
-			if cfg.Drain && !r.shard.closed && !r.guard.Pending() {
-				// An open shard's current end. A closed shard is read on to
-				// its end (no next iterator): an empty page inside it is not
-				// one.
+			if cfg.Drain && !r.shard.closed && !r.guard.Pending() && empty+1 >= cfg.DrainEmptyPages {
+				// An open shard's current end, taken as reached after
+				// DrainEmptyPages empty pages in a row (AWS: an empty page
+				// may come before records; D2). A closed shard is read on
+				// to its end (no next iterator): an empty page inside it
+				// is not one.
 				res.err = r.move(false)
 				res.drained = res.err == nil
 				return res
