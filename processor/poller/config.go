@@ -79,7 +79,9 @@ type Config struct {
 	Drain bool
 	// DrainEmptyPages is how many empty pages in a row an open shard must
 	// answer before a drain takes its current end as reached (default 3;
-	// 1: the first one, as before session 25). AWS documents an empty page
+	// 1: the first one, as before session 25), each read with the next
+	// iterator of the one before: an iterator opened anew (an expiry,
+	// failures, a trim) starts the count again. AWS documents an empty page
 	// as no proof of it: "If there are no stream records available in the
 	// portion of the shard that the iterator points to, GetRecords returns
 	// an empty list. Note that it might take multiple calls to get to a
