@@ -331,7 +331,9 @@ func (g *ShardGuard) load(ctx context.Context) error {
 		// every claim of this version conditions on sequenceNumber as a
 		// string, or absent, and fails on the fence's map; this names it
 		// instead of "guard conflict without progress", and the guard stays
-		// unloaded.
+		// unloaded. Counted at each read that finds it, as a roll-up delta
+		// of a newer format is (review of session 25, S25-X2).
+		g.p.metrics.Conflicts.WithLabelValues(ConflictNewerProtocol).Inc()
 		return fmt.Errorf("shard %s: protocol %d, this consumer's %d: %w", g.shard, cp.Fence, table.Protocol, table.ErrCheckpointProtocol)
 	}
 	if err != nil {

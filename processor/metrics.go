@@ -57,6 +57,12 @@ const (
 	// than this version reads (table.ErrNewerDeltaFormat, a rolling
 	// deploy): the records from it are not committed, tried again later.
 	ConflictNewerDeltaFormat = "newer_delta_format"
+	// ConflictNewerProtocol: a shard's checkpoint is fenced by a later
+	// exactly-once protocol than this version's (table.ErrCheckpointProtocol,
+	// a rolling deploy of that protocol, or a rollback past its fence):
+	// nothing committed on the shard, ever, by this version. Counted at each
+	// guard read that finds it (docs/runbook.md, "Protocols").
+	ConflictNewerProtocol = "newer_protocol"
 	// ConflictUnchangedItem: a report update's condition failed on an item
 	// that a read of the table right after finds unchanged (every commit
 	// sets updatedAt), which AWS never answers: the part is sent once more
