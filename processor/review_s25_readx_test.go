@@ -112,3 +112,38 @@ func TestReviewS25X2_TheProtocolFenceIsCounted(t *testing.T) {
 	require.ErrorIs(t, err, table.ErrCheckpointProtocol)
 	assert.Equal(t, float64(3), testutil.ToFloat64(counted))
 }
+
+// TestReviewS25X5_APartParkedOnAFencedHeadNamesTheFence: S25-X5. The
+// runbook ("Protocols") tells the operator that a commit of this version
+// onto a fenced report item parks its part with a reason naming the
+// fence. The part that moves the count (part 0, roll-ups on) is parked
+// before it is sent, from the shape's count, and its detail said
+// "transactionCount is not an integer", the text of a damaged item, not
+// the fence. Every part parked on a fenced head now names it.
+func TestReviewS25X5_APartParkedOnAFencedHeadNamesTheFence(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t)
+	w := ledgertest.NewWorkload(2525)
+	require.NoError(t, w.Run(ctx, e.ddb, e.table, 30))
+	shard, recs := e.records(t)
+	p := e.processor(t, nil, nil)
+	_, err := p.Process(ctx, p.ShardGuard(e.streamARN, shard), recs)
+	require.NoError(t, err)
+	fenceHeads(t, e)
+
+	require.NoError(t, w.Run(ctx, e.ddb, e.table, 30))
+	_, all := e.records(t)
+	q := e.processor(t, nil, nil) // reads the shapes after the fence
+	_, err = q.Process(ctx, q.ShardGuard(e.streamARN, shard), all[len(recs):])
+	require.NoError(t, err)
+	parked := scanEntity(t, e, aggregates.EntityParked)
+	require.NotEmpty(t, parked)
+	for _, item := range parked {
+		pk, _ := table.String(item, table.AttrPK)
+		if aggregates.IsRollupPK(pk) {
+			continue
+		}
+		detail, _ := table.String(item, table.AttrParkedDetail)
+		assert.Contains(t, detail, `fence "v4"`, "parked item %s", table.KeyOf(item))
+	}
+}

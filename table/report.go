@@ -337,10 +337,15 @@ func CheckReportItem(item map[string]types.AttributeValue) []string {
 	}
 	refused, _ := decodeHeader(item, &aggregates.Report{})
 	if FencedHead(item) {
-		refused = append(refused, fmt.Sprintf("%s is the fence %q of protocol 4 (its count in %s): this version's update of it is refused", AttrTransactionCount, HeadFence, AttrTxCount))
+		refused = append(refused, FenceRefusal)
 	}
 	return refused
 }
+
+// FenceRefusal is why a commit of this version parks its part of a fenced
+// report item (FencedHead): the text of CheckReportItem, and of a part
+// parked from the item's shape before it is sent (ReportShape.CountFenced).
+var FenceRefusal = fmt.Sprintf("%s is the fence %q of protocol 4 (its count in %s): this version's update of it is refused", AttrTransactionCount, HeadFence, AttrTxCount)
 
 // EncodeReport returns the items of a report with figures r as a repair
 // writes them: the report item, with the first MaxInlineEntries names of
