@@ -4,6 +4,7 @@ import (
 	"context"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/ledger-dev/ledger/aggregates"
 	"github.com/ledger-dev/ledger/infra/ddblocal/ddbtest"
+	"github.com/ledger-dev/ledger/processor/poller"
 	ledgertable "github.com/ledger-dev/ledger/table"
 )
 
@@ -55,4 +57,47 @@ func TestReviewS25X3_ReplayRefusedUnderAHigherProtocol(t *testing.T) {
 	code, out, errOut = run(t, env, "replay", file)
 	require.Equal(t, exitOK, code, out+errOut)
 	assert.Greater(t, items(), before)
+}
+
+// TestReviewS25X7_AbandonBatchRefusesAProtocolFencedCheckpointByName:
+// S25-X7. abandon-batch on a checkpoint fenced by protocol 4 printed it as
+// "checkpoint -" and, with --to, sent the abandon, whose condition failed
+// on the map ("the checkpoint ... moved since it was read"): nothing
+// landed, but the message named no protocol. It now refuses by name, with
+// or without --to, and writes nothing.
+func TestReviewS25X7_AbandonBatchRefusesAProtocolFencedCheckpointByName(t *testing.T) {
+	ctx := context.Background()
+	c := ddbtest.Client(t)
+	tbl := ddbtest.NewTable(t, c)
+	coord := ledgertable.CoordinationTableName(tbl)
+	env := map[string]string{"LEDGER_TABLE": tbl, "AWS_ENDPOINT_URL": ddbtest.Endpoint(t)}
+	arn, err := poller.ResolveStream(ctx, c, tbl)
+	require.NoError(t, err)
+	const shard, prev, to = "shardId-7", "000000000000000000042", "000000000000000000077"
+	key := aggregates.CheckpointKey(arn, shard)
+	item := ledgertable.Key(key)
+	for k, v := range map[string]ddbtypes.AttributeValue{
+		ledgertable.AttrEntityType: ledgertable.S(aggregates.EntityCheckpoint), ledgertable.AttrShardID: ledgertable.S(shard),
+		ledgertable.AttrSequenceNumber: &ddbtypes.AttributeValueMemberM{Value: map[string]ddbtypes.AttributeValue{"fence": ledgertable.Int(4)}},
+		ledgertable.AttrPos:            ledgertable.S(prev), ledgertable.AttrUpdatedAt: ledgertable.S(time.Now().UTC().Format(time.RFC3339Nano)),
+		"pendingTo": ledgertable.S(to), "pendingNext": ledgertable.Int(2), "pendingGroups": ledgertable.Int(5),
+		"pendingPlan": ledgertable.S("99/32/6/32"), "pendingDigest": ledgertable.S("d"), "legacyTombstone": ledgertable.S(tbl),
+	} {
+		item[k] = v
+	}
+	_, err = c.PutItem(ctx, &dynamodb.PutItemInput{TableName: aws.String(coord), Item: item})
+	require.NoError(t, err)
+
+	for _, args := range [][]string{{}, {"--to", to, "--next", "2"}} {
+		code, out, errOut := run(t, env, append([]string{"abandon-batch", "--shard", shard}, args...)...)
+		require.Equal(t, exitError, code, out+errOut)
+		assert.Contains(t, errOut, "protocol 4, this version's 3")
+		assert.Contains(t, errOut, "fenced by a later protocol")
+	}
+	out, err := c.GetItem(ctx, &dynamodb.GetItemInput{TableName: aws.String(coord), Key: ledgertable.Key(key), ConsistentRead: aws.Bool(true)})
+	require.NoError(t, err)
+	assert.Equal(t, item, out.Item, "nothing written")
+	n, err := ledgertable.GetLosses(ctx, c, coord)
+	require.NoError(t, err)
+	assert.Zero(t, n)
 }
