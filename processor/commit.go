@@ -701,6 +701,10 @@ func (p *Processor) parkUnconditionable(parts []part, shapes map[aggregates.Key]
 		case was != nil && was.same(sh):
 			why = &parking{reason: ParkedRefused, detail: pt.key.String() + ": its update's condition failed on the item as read again (nothing changed)"}
 		case pt.key.IsRollup() || !pt.first:
+		case sh.countFenced && pt.delta.Count != 0:
+			// Protocol 4's fence (F-a): named as CheckReportItem names it
+			// (review of session 25, S25-X5).
+			why = &parking{reason: ParkedMalformed, detail: pt.key.String() + ": " + table.FenceRefusal}
 		case sh.countDamaged && pt.delta.Count != 0:
 			why = &parking{reason: ParkedMalformed, detail: pt.key.String() + ": transactionCount is not an integer"}
 		case sh.currencyDamaged:

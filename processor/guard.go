@@ -294,7 +294,10 @@ func (g *ShardGuard) SetOrigin(seq string) { g.origin, g.hasOrigin = seq, true }
 // reading it from the table if the guard has not yet. A checkpoint that is
 // a migration's copy not released yet is an error wrapping
 // table.ErrCheckpointFenced (as is every Process call meeting one, which
-// commits nothing): not this consumer's to claim yet; ask again later.
+// commits nothing): not this consumer's to claim yet; ask again later. A
+// checkpoint fenced by a later protocol (table.Checkpoint.Fence) is an
+// error wrapping table.ErrCheckpointProtocol, likewise: this version
+// commits nothing on the shard.
 func (g *ShardGuard) Checkpoint(ctx context.Context) (string, error) {
 	if err := g.load(ctx); err != nil {
 		return "", err
@@ -322,6 +325,16 @@ func (g *ShardGuard) load(ctx context.Context) error {
 		// copy says more than the legacy check below would.)
 		g.p.metrics.Conflicts.WithLabelValues(ConflictMigrationFence).Inc()
 		return fmt.Errorf("shard %s: %w", g.shard, table.ErrCheckpointFenced)
+	}
+	if cp.Fence > 0 {
+		// Fenced by a later protocol (docs/exactly-once.md, F. The fence):
+		// every claim of this version conditions on sequenceNumber as a
+		// string, or absent, and fails on the fence's map; this names it
+		// instead of "guard conflict without progress", and the guard stays
+		// unloaded. Counted at each read that finds it, as a roll-up delta
+		// of a newer format is (review of session 25, S25-X2).
+		g.p.metrics.Conflicts.WithLabelValues(ConflictNewerProtocol).Inc()
+		return fmt.Errorf("shard %s: protocol %d, this consumer's %d: %w", g.shard, cp.Fence, table.Protocol, table.ErrCheckpointProtocol)
 	}
 	if err != nil {
 		return fmt.Errorf("checkpoint %s: %w", g.key, err)

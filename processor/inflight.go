@@ -84,7 +84,7 @@ func (p *Processor) InFlight(ctx context.Context, streams StreamReader, streamAR
 			return res, fmt.Errorf("in flight: checkpoint of %s: %w", id, err)
 		}
 		c, _ := table.DecodeCheckpoint(id, item)
-		cp := c.Seq
+		cp := c.Position() // a fenced checkpoint's pos (protocol 4): step X
 		if c.Finished {
 			continue // closed and read to its end
 		}

@@ -27,6 +27,7 @@ type shape struct {
 	entries         [3]map[string]bool
 	count           int64
 	countDamaged    bool
+	countFenced     bool // the count is protocol 4's fence (table.FencedHead)
 	currency        string
 	currencyDamaged bool
 	// updatedAt is the item's updatedAt as read, or as the commit that
@@ -37,7 +38,7 @@ type shape struct {
 
 // reportShape is sh as table.ReportUpdate takes it.
 func (sh *shape) reportShape() table.ReportShape {
-	return table.ReportShape{Present: sh.present, Entries: sh.entries, Count: sh.count, CountDamaged: sh.countDamaged,
+	return table.ReportShape{Present: sh.present, Entries: sh.entries, Count: sh.count, CountDamaged: sh.countDamaged, CountFenced: sh.countFenced,
 		Currency: sh.currency, CurrencyDamaged: sh.currencyDamaged, UpdatedAt: sh.updatedAt}
 }
 
@@ -51,7 +52,7 @@ func (sh *shape) same(o *shape) bool {
 	if sh == nil || o == nil {
 		return sh == o
 	}
-	if sh.present != o.present || sh.count != o.count || sh.countDamaged != o.countDamaged ||
+	if sh.present != o.present || sh.count != o.count || sh.countDamaged != o.countDamaged || sh.countFenced != o.countFenced ||
 		sh.currency != o.currency || sh.currencyDamaged != o.currencyDamaged || sh.updatedAt != o.updatedAt {
 		return false
 	}
@@ -98,7 +99,7 @@ func (c *shapeCache) store(k aggregates.Key, s *shape) {
 // added the names of inline to its maps, d to its count and (when not "")
 // set its currency. A parked part is not applied: its item did not change.
 func (c *shapeCache) applied(k aggregates.Key, before *shape, inline [3][]string, d int64, currency, now string) {
-	after := &shape{present: before.present, count: before.count + d, countDamaged: before.countDamaged,
+	after := &shape{present: before.present, count: before.count + d, countDamaged: before.countDamaged, countFenced: before.countFenced,
 		currency: before.currency, currencyDamaged: before.currencyDamaged, updatedAt: now}
 	if currency != "" {
 		after.currency = currency
@@ -233,6 +234,6 @@ func (p *Processor) batchGet(ctx context.Context, keys []aggregates.Key, attrs .
 
 func shapeOf(item map[string]ddbtypes.AttributeValue) *shape {
 	r := table.DecodeReportShape(item)
-	return &shape{present: r.Present, entries: r.Entries, count: r.Count, countDamaged: r.CountDamaged,
+	return &shape{present: r.Present, entries: r.Entries, count: r.Count, countDamaged: r.CountDamaged, countFenced: r.CountFenced,
 		currency: r.Currency, currencyDamaged: r.CurrencyDamaged, updatedAt: r.UpdatedAt}
 }

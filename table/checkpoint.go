@@ -29,7 +29,14 @@ import (
 //
 //	entityType       CHECKPOINT
 //	shardId          S
-//	sequenceNumber   S, the last record committed; absent before the first
+//	sequenceNumber   S, the last record committed; absent before the first.
+//	                 In the fenced layout of protocol 4 (docs/exactly-once.md,
+//	                 "The design: counted changes", F. The fence) a map
+//	                 {fence: N} instead, the position in pos: this version
+//	                 reads it (Checkpoint.Fence, Position) and commits
+//	                 nothing over it (every claim conditions on
+//	                 sequenceNumber as a string, or absent)
+//	pos              S, a fenced checkpoint's position (protocol 4)
 //	updatedAt        S, RFC 3339, the last write
 //	expiresAt        N, the last write + CoordinationRetention (TTL)
 //	shardFinished    BOOL, the shard is closed and read to its end
@@ -75,6 +82,10 @@ const (
 	attrPendingDigest  = "pendingDigest"
 	attrMigrationFence = "migrationFence"
 	attrTombstoned     = "legacyTombstone"
+	// AttrPos is a fenced checkpoint's position, attrFence the key of the
+	// fence's protocol in its sequenceNumber map (protocol 4).
+	AttrPos   = "pos"
+	attrFence = "fence"
 )
 
 // fenceAbsent is the term of every checkpoint claim's and move's condition
@@ -131,7 +142,31 @@ type Checkpoint struct {
 	Tombstoned bool
 	// Pending is the half-committed batch; nil when none.
 	Pending *PendingBatch
+	// Fence is the protocol of a fenced checkpoint (sequenceNumber the map
+	// {fence: N}, protocol 4 and later); 0 in the layout of this version.
+	// Seq is then "" (the claims of this version, which condition on
+	// sequenceNumber as a string, or absent, cannot land on it) and Pos
+	// holds the position: read it with Position.
+	Fence int64
+	Pos   string
 }
+
+// Position is the checkpoint's position for a reader that only reads
+// (ledgerctl lag, reconcile's in-flight check): Pos on a fenced checkpoint
+// (Fence), else Seq. A consumer of this version never commits from it.
+func (c Checkpoint) Position() string {
+	if c.Fence > 0 {
+		return c.Pos
+	}
+	return c.Seq
+}
+
+// ErrCheckpointProtocol says that a shard's checkpoint is fenced by a
+// later protocol (Checkpoint.Fence): a consumer of this version commits
+// nothing on the shard, ever; only a consumer of that protocol, or
+// `ledgerctl unfence` after a rollback, moves it (docs/exactly-once.md,
+// second review, F-b).
+var ErrCheckpointProtocol = errors.New("the checkpoint is fenced by a later protocol than this consumer's: nothing is committed on the shard by this version (roll forward, or unfence: docs/exactly-once.md, \"The design: counted changes\", F. The fence)")
 
 // PendingBatch is a half-committed batch (prev, To] whose groups before
 // Next of Groups are committed; Plan and Digest identify how it was planned
@@ -148,6 +183,15 @@ type PendingBatch struct {
 func DecodeCheckpoint(shard string, item map[string]types.AttributeValue) (Checkpoint, error) {
 	c := Checkpoint{Shard: shard, Finished: Flag(item, attrShardFinished)}
 	c.Seq, _ = String(item, AttrSequenceNumber)
+	if m, ok := item[AttrSequenceNumber].(*types.AttributeValueMemberM); ok {
+		// The fenced layout: the fence's protocol (1 when it cannot be
+		// read: fenced all the same) and the position in pos.
+		c.Fence = 1
+		if n, ok := Int64(m.Value, attrFence); ok && n > 0 {
+			c.Fence = n
+		}
+		c.Pos, _ = String(item, AttrPos)
+	}
 	c.StartAt, _ = String(item, attrStartAt)
 	c.UpdatedAt, _ = String(item, AttrUpdatedAt)
 	c.LostAt, _ = String(item, AttrLostAt)

@@ -27,6 +27,23 @@ import (
 //	updatedAt      S, RFC 3339
 //	<name>         BOOL, one per flag (writesEnabled: the maintenance switch;
 //	               tombstones: deletes leave tombstones)
+//	protocol       N, the exactly-once protocol the table is at (absent: 3
+//	               or before); no version writes it yet (step F will): this
+//	               version reads it (Protocol)
+
+// Protocol is the exactly-once protocol this version speaks: 3, the
+// layouts of the report head (transactionCount a number), the checkpoint
+// (sequenceNumber a string) and the counts of step A. Protocol 4 is the
+// fence of the counted repair (docs/exactly-once.md, "The design: counted
+// changes", F. The fence): heads with txCount and transactionCount "v4",
+// checkpoints with pos and sequenceNumber {fence: 4}. This version reads
+// both layouts and writes protocol 3's (step X, "Cost to build, and the
+// order"); its ledgerctl refuses reconcile --repair on a table whose flags
+// say a higher protocol (AttrProtocol).
+const Protocol = 3
+
+// AttrProtocol is the flags item's protocol attribute (Flags.Protocol).
+const AttrProtocol = "protocol"
 
 // FlagWritesEnabled is the maintenance switch: mutations are served only
 // while it is true.
@@ -53,6 +70,24 @@ type Flags struct {
 	// Values holds every boolean attribute of the item, writesEnabled
 	// included.
 	Values map[string]bool
+	// Protocol is the item's protocol (0 when absent: protocol 3 or
+	// before). ProtocolDamaged says it is there but no integer: a reader
+	// must not take the table to be at its own protocol (fail closed).
+	Protocol        int64
+	ProtocolDamaged bool
+}
+
+// ProtocolAbove says why a tool of protocol own must not write under these
+// flags: they name a higher protocol, or one that cannot be read. nil when
+// the protocol is own's or lower.
+func (f Flags) ProtocolAbove(own int64) error {
+	switch {
+	case f.ProtocolDamaged:
+		return fmt.Errorf("the flags item's %s is no integer: this version (protocol %d) cannot tell the table's protocol", AttrProtocol, own)
+	case f.Protocol > own:
+		return fmt.Errorf("the table is at protocol %d (flags item), this version speaks protocol %d", f.Protocol, own)
+	}
+	return nil
 }
 
 // WritesEnabled reports the maintenance switch.
@@ -86,7 +121,7 @@ type FlagsAPI interface {
 }
 
 // Attributes of the flags item that are not flags.
-var flagsReserved = map[string]bool{AttrPK: true, AttrSK: true, AttrEntityType: true, AttrVersion: true, AttrUpdatedAt: true}
+var flagsReserved = map[string]bool{AttrPK: true, AttrSK: true, AttrEntityType: true, AttrVersion: true, AttrUpdatedAt: true, AttrProtocol: true}
 
 var flagName = regexp.MustCompile(`^[a-z][A-Za-z0-9]{0,63}$`)
 
@@ -94,7 +129,7 @@ var flagName = regexp.MustCompile(`^[a-z][A-Za-z0-9]{0,63}$`)
 // up to 64 characters, not one of the item's own attributes.
 func ValidateFlagName(name string) error {
 	if !flagName.MatchString(name) || flagsReserved[name] {
-		return fmt.Errorf("flag name %q: want lowerCamelCase letters and digits (not PK, SK, entityType, version or updatedAt)", name)
+		return fmt.Errorf("flag name %q: want lowerCamelCase letters and digits (not PK, SK, entityType, version, updatedAt or protocol)", name)
 	}
 	return nil
 }
@@ -117,6 +152,10 @@ func decodeFlags(item map[string]types.AttributeValue) Flags {
 	f := Flags{Exists: true, Values: map[string]bool{}}
 	f.Version, _ = Int64(item, AttrVersion)
 	f.UpdatedAt, _ = String(item, AttrUpdatedAt)
+	if _, present := item[AttrProtocol]; present {
+		n, ok := Int64(item, AttrProtocol)
+		f.Protocol, f.ProtocolDamaged = n, !ok
+	}
 	for name, v := range item {
 		if b, ok := v.(*types.AttributeValueMemberBOOL); ok && !flagsReserved[name] {
 			f.Values[name] = b.Value

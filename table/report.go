@@ -6,6 +6,7 @@ import (
 	"maps"
 	"slices"
 	"strconv"
+	"strings"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
@@ -26,7 +27,11 @@ import (
 //     entityType                             REPORT
 //     periodType, periodValue                S, the period
 //     totalIncome, totalExpense              N, exact decimals
-//     transactionCount                       N, an integer
+//     transactionCount                       N, an integer; or, in the
+//                                            fenced layout of protocol 4,
+//                                            the string "v4" (HeadFence)
+//     txCount                                N, the count of a fenced head
+//                                            only (AttrTxCount)
 //     updatedAt                              S, RFC 3339, the last commit
 //     byCategory, byCostCenter, byPaymentMethod
 //     M of name → M of the three figures, at most MaxInlineEntries names each
@@ -71,7 +76,46 @@ const (
 	AttrTotalExpense     = "totalExpense"
 	AttrTransactionCount = "transactionCount"
 	AttrRepairedAt       = "repairedAt"
+	// AttrTxCount holds a fenced head's transaction count: in the layout of
+	// protocol 4 (docs/exactly-once.md, "The design: counted changes", F.
+	// The fence) a report item's count moves to txCount and its
+	// transactionCount becomes the string HeadFence, so that an additive
+	// update of the previous protocol (if_not_exists(#n, :z) + :n) is a
+	// ValidationException. This version reads both layouts and writes the
+	// old one, except where it rewrites a head it read fenced
+	// (EncodeRepair).
+	AttrTxCount = "txCount"
 )
+
+// HeadFence is the transactionCount of a fenced report item (AttrTxCount).
+const HeadFence = "v4"
+
+// FencedHead reports whether item is a report item in the fenced layout:
+// transactionCount is the string HeadFence. Its count is txCount (absent:
+// zero). Any other string is no layout this version knows: a malformation.
+func FencedHead(item map[string]types.AttributeValue) bool {
+	v, ok := item[AttrTransactionCount].(*types.AttributeValueMemberS)
+	return ok && v.Value == HeadFence
+}
+
+// headFigures is the map decodeTotals reads a report item's figures from:
+// the item itself in the old layout; in the fenced one, its income and
+// expense with txCount as the count.
+func headFigures(item map[string]types.AttributeValue) map[string]types.AttributeValue {
+	if !FencedHead(item) {
+		return item
+	}
+	m := map[string]types.AttributeValue{}
+	for _, a := range []string{AttrTotalIncome, AttrTotalExpense} {
+		if v, ok := item[a]; ok {
+			m[a] = v
+		}
+	}
+	if v, ok := item[AttrTxCount]; ok {
+		m[AttrTransactionCount] = v
+	}
+	return m
+}
 
 // reportAttrs and entryAttrs are the attributes each item may hold; any
 // other is a malformation reconcile names and repairs.
@@ -154,7 +198,13 @@ func decodeHeader(item map[string]types.AttributeValue, r *aggregates.Report) (r
 	if n := ItemSize(item); n > MaxReportItemBytes {
 		refused = append(refused, fmt.Sprintf("report item of %d bytes, more than %d", n, MaxReportItemBytes))
 	}
-	t, errs := decodeTotals(item)
+	t, errs := decodeTotals(headFigures(item))
+	if FencedHead(item) {
+		for i, e := range errs {
+			// Name the attribute the count is read from.
+			errs[i] = strings.Replace(e, AttrTransactionCount, AttrTxCount, 1)
+		}
+	}
 	refused = append(refused, errs...)
 	r.Totals = t
 	for _, d := range aggregates.Dimensions {
@@ -201,13 +251,18 @@ func with(set map[string]bool, more ...string) map[string]bool {
 }
 
 // headerAttrs is the attribute set of a report item: a partial's when its
-// partition is a roll-up's.
+// partition is a roll-up's; with txCount when the item is fenced
+// (FencedHead), and only then.
 func headerAttrs(item map[string]types.AttributeValue) map[string]bool {
 	pk, _ := String(item, AttrPK)
+	attrs := branchReportAttrs
 	if aggregates.IsRollupPK(pk) {
-		return partialAttrs
+		attrs = partialAttrs
 	}
-	return branchReportAttrs
+	if FencedHead(item) {
+		return with(attrs, AttrTxCount)
+	}
+	return attrs
 }
 
 func checkAttrs(item map[string]types.AttributeValue, allowed map[string]bool, entity, where string) (problems []string) {
@@ -271,14 +326,26 @@ func decimalAttr(m map[string]types.AttributeValue, name string) (decimal.Decima
 // a consumer's update would be refused on (wrong types, a map that is not
 // one, an item too large to grow): the items a commit parks its delta for
 // instead. Unknown attributes and too many inline entries are not listed:
-// updates still succeed on them.
+// updates still succeed on them. A fenced head (FencedHead) is listed:
+// this version's update adds to transactionCount, which DynamoDB refuses
+// on the fence's string, so a commit of this version parks its part of
+// such a report (docs/exactly-once.md, second review, F-a), although
+// readers decode the head's figures without a problem.
 func CheckReportItem(item map[string]types.AttributeValue) []string {
 	if item == nil {
 		return nil
 	}
 	refused, _ := decodeHeader(item, &aggregates.Report{})
+	if FencedHead(item) {
+		refused = append(refused, FenceRefusal)
+	}
 	return refused
 }
+
+// FenceRefusal is why a commit of this version parks its part of a fenced
+// report item (FencedHead): the text of CheckReportItem, and of a part
+// parked from the item's shape before it is sent (ReportShape.CountFenced).
+var FenceRefusal = fmt.Sprintf("%s is the fence %q of protocol 4 (its count in %s): this version's update of it is refused", AttrTransactionCount, HeadFence, AttrTxCount)
 
 // EncodeReport returns the items of a report with figures r as a repair
 // writes them: the report item, with the first MaxInlineEntries names of
@@ -523,10 +590,16 @@ type RepairItems struct {
 // whose shape is stale: an increment inline requires the name inline, a
 // write to an entry item requires it not inline (processor/commit.go).
 // Stored names r lacks are kept at zero. An entry item of a name now inline
-// is deleted.
+// is deleted. A report item read fenced (FencedHead) is written fenced: its
+// count in txCount, transactionCount the fence (docs/exactly-once.md,
+// second review, F-b: a repair of this version does not undo the fence).
 func EncodeRepair(k aggregates.ReportKey, r *aggregates.Report, stored *StoredReport, updatedAt string) RepairItems {
 	var out RepairItems
 	item, _ := EncodeReport(k, &aggregates.Report{Totals: r.Totals}, updatedAt)
+	if stored != nil && FencedHead(stored.Item) {
+		item[AttrTxCount] = item[AttrTransactionCount]
+		item[AttrTransactionCount] = S(HeadFence)
+	}
 	out.Item = item
 	for _, d := range aggregates.Dimensions {
 		all := map[string]bool{}
@@ -600,8 +673,12 @@ func ReportAbsent(tableName string, k aggregates.ReportKey) types.TransactWriteI
 // RepairHead is the put of a repaired report item (EncodeRepair's Item,
 // which it stamps with repairedAt = its updatedAt), conditioned on the item
 // as the repair read it: absent (hasItem false), present without updatedAt
-// (seen nil), or with updatedAt seen. A consumer's commit in between makes
-// it fail.
+// (seen nil), or with updatedAt seen; and, when present, in the layout it
+// read, which is item's (EncodeRepair writes a head read fenced fenced): a
+// head fenced since the read, by an update that keeps updatedAt (protocol
+// 4's fence of an old-layout head), is not put back in the old layout
+// (docs/exactly-once.md, review of session 25, S25-X1). A consumer's
+// commit in between makes it fail.
 func RepairHead(tableName string, item map[string]types.AttributeValue, hasItem bool, seen types.AttributeValue) types.TransactWriteItem {
 	item[AttrRepairedAt] = item[AttrUpdatedAt]
 	head := &types.Put{TableName: aws.String(tableName), Item: item}
@@ -615,6 +692,20 @@ func RepairHead(tableName string, item map[string]types.AttributeValue, hasItem 
 		head.ConditionExpression = aws.String("#ua = :seen")
 		head.ExpressionAttributeNames = map[string]string{"#ua": AttrUpdatedAt}
 		head.ExpressionAttributeValues = map[string]types.AttributeValue{":seen": seen}
+	}
+	if hasItem {
+		// The layout read: fenced, or not (a numeric count, none, or a
+		// damaged one, which the repair mends).
+		layout := " AND #n = :fence"
+		if !FencedHead(item) {
+			layout = " AND (attribute_not_exists(#n) OR #n <> :fence)"
+		}
+		head.ConditionExpression = aws.String(*head.ConditionExpression + layout)
+		head.ExpressionAttributeNames["#n"] = AttrTransactionCount
+		if head.ExpressionAttributeValues == nil {
+			head.ExpressionAttributeValues = map[string]types.AttributeValue{}
+		}
+		head.ExpressionAttributeValues[":fence"] = S(HeadFence)
 	}
 	return types.TransactWriteItem{Put: head}
 }

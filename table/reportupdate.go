@@ -41,6 +41,10 @@ type ReportShape struct {
 	// never succeed on it.
 	Count        int64
 	CountDamaged bool
+	// CountFenced says the count is protocol 4's fence (FencedHead): it is
+	// damaged for this version's updates, and a part parked on it names
+	// the fence (FenceRefusal; review of session 25, S25-X5).
+	CountFenced bool
 	// Currency is the branch report's currency as read ("" when absent);
 	// CurrencyDamaged says it is there but not a string.
 	Currency        string
@@ -70,6 +74,7 @@ func DecodeReportShape(item map[string]types.AttributeValue) ReportShape {
 	if _, present := item[AttrTransactionCount]; present {
 		n, ok := Int64(item, AttrTransactionCount)
 		s.Count, s.CountDamaged = n, !ok
+		s.CountFenced = FencedHead(item)
 	}
 	if v, present := item[AttrCurrency]; present {
 		c, ok := v.(*types.AttributeValueMemberS)

@@ -98,19 +98,27 @@ func TestSecondReview25_TheHeadFenceIsAValidationErrorThatTheOldCodeParks(t *tes
 	// as refused, so it sends the same transaction again with the head's
 	// part replaced by a parked item, and the claim lands (the review's
 	// hole 2: the fence parks, it does not cancel).
+	// Step X keeps this (F-a, pinned): readers decode the fenced head
+	// without a problem, but the consumers of this version still write the
+	// old layout, and their parking test still names the head.
 	refused := table.CheckReportItem(head)
 	assert.NotEmpty(t, refused, "today's CheckReportItem must name the fenced head (else the old commit stays a permanent error)")
+	_, problems := (&table.StoredReport{Key: k, Item: head}).Decode()
+	assert.Empty(t, problems, "readers decode the fenced head")
 	t.Logf("CheckReportItem on the fenced head: %v", refused)
 }
 
-// TestSecondReview25_TodaysRepairUnfencesAFencedHead: hole F-b. An
-// operator's ledgerctl of today reads a fenced head as malformed (its
-// Decode names the string count) and rewrites it the way
+// TestSecondReview25_TheRepairKeepsAFencedHeadFenced: hole F-b, as step X
+// answers it. The ledgerctl of the day of the review read a fenced head as
+// malformed (its Decode named the string count) and rewrote it the way
 // processor.repairReport does (table.EncodeRepair, table.RepairHead on
-// condition of the updatedAt it read): the write lands, the head holds a
-// numeric transactionCount again and txCount is gone. The fence is undone
-// by a repair that moves no epoch and counts nothing.
-func TestSecondReview25_TodaysRepairUnfencesAFencedHead(t *testing.T) {
+// condition of the updatedAt it read): the write landed, the head held a
+// numeric transactionCount again and txCount was gone: the fence undone by
+// a repair that moves no epoch and counts nothing (this test asserted
+// that until step X). Now the head decodes without a problem to its
+// figures, and a repair of it (here with other figures: the fold says 20)
+// writes it fenced: transactionCount "v4", the count in txCount.
+func TestSecondReview25_TheRepairKeepsAFencedHeadFenced(t *testing.T) {
 	ctx := t.Context()
 	client := ddbtest.Client(t)
 	name := ddbtest.NewTable(t, client)
@@ -129,23 +137,26 @@ func TestSecondReview25_TodaysRepairUnfencesAFencedHead(t *testing.T) {
 
 	stored, err := table.ReadReport(ctx, client, name, k, true)
 	require.NoError(t, err)
-	_, problems := stored.Decode()
-	require.NotEmpty(t, problems, "today's decoder must name the fenced head")
-	t.Logf("today's Decode of the fenced head: %v", problems)
+	got, problems := stored.Decode()
+	require.Empty(t, problems, "the fenced head decodes without a problem")
+	assert.Equal(t, "10", got.Income.String())
+	assert.Equal(t, int64(1), got.Count)
 
-	// Today's repair of it, as processor.repairReport writes a report
-	// item: the fold of the branch (here one income of 10) on condition of
-	// the updatedAt read.
-	expected := &aggregates.Report{Totals: aggregates.Totals{Income: decimal.NewFromInt(10), Count: 1}}
+	// A repair of it, as processor.repairReport writes a report item: the
+	// fold of the branch (here two incomes, 20) on condition of the
+	// updatedAt read.
+	expected := &aggregates.Report{Totals: aggregates.Totals{Income: decimal.NewFromInt(20), Count: 2}}
 	ri := table.EncodeRepair(k, expected, stored, "2026-11-26T12:00:00Z")
 	_, err = client.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: []types.TransactWriteItem{
 		table.RepairHead(name, ri.Item, true, stored.Item[table.AttrUpdatedAt]),
 	}})
-	require.NoError(t, err, "today's repair of a fenced head")
+	require.NoError(t, err, "the repair of a fenced head")
 
-	got, err := client.GetItem(ctx, &dynamodb.GetItemInput{TableName: aws.String(name), Key: table.Key(k.Key()), ConsistentRead: aws.Bool(true)})
+	item, err := client.GetItem(ctx, &dynamodb.GetItemInput{TableName: aws.String(name), Key: table.Key(k.Key()), ConsistentRead: aws.Bool(true)})
 	require.NoError(t, err)
-	_, isN := got.Item[table.AttrTransactionCount].(*types.AttributeValueMemberN)
-	assert.True(t, isN, "transactionCount after today's repair: %#v; the fence was kept", got.Item[table.AttrTransactionCount])
-	assert.NotContains(t, got.Item, "txCount", "txCount survived today's repair")
+	assert.Equal(t, table.S("v4"), item.Item[table.AttrTransactionCount], "the fence after the repair")
+	assert.Equal(t, table.Int(2), item.Item["txCount"], "the count after the repair")
+	after, problems := (&table.StoredReport{Key: k, Item: item.Item}).Decode()
+	require.Empty(t, problems)
+	assert.True(t, after.Equal(expected), "got %s; want %s", after, expected)
 }

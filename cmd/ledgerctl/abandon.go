@@ -59,6 +59,12 @@ func (e *environment) abandonBatch(ctx context.Context, args []string) int {
 		return e.fail(fmt.Errorf("abandon-batch: stream %s has no checkpoint of shard %s in %s", arn, *shard, e.coordination))
 	}
 	cp, err := table.DecodeCheckpoint(*shard, out.Item)
+	if cp.Fence > 0 {
+		// Fenced by a later protocol: this version's abandon conditions on
+		// sequenceNumber as a string and would fail on the map; say why
+		// instead (docs/exactly-once.md, review of session 25, S25-X7).
+		return e.fail(fmt.Errorf("abandon-batch: shard %s: protocol %d, this version's %d: %w", *shard, cp.Fence, table.Protocol, table.ErrCheckpointProtocol))
+	}
 	if cp.Pending == nil {
 		return e.fail(fmt.Errorf("abandon-batch: shard %s has no pending batch (checkpoint %s): nothing to abandon", *shard, orDash(cp.Seq)))
 	}

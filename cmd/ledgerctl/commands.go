@@ -337,7 +337,9 @@ report between the reads, or a record readable only after the in-flight
 check; docs/exactly-once.md, "Repairing while consumers run"). For an
 exact repair, and for a busy branch, which always has records in flight:
 disable writes (ledgerctl flags set writesEnabled=false), let the
-consumers drain, repair, enable writes.
+consumers drain, repair, enable writes. --repair is refused when the flags
+item names a higher protocol than this version's (3): reading works under
+any (docs/runbook.md, "Protocols").
 
 Tenant roll-ups (--rollups, on by default; whole table only): each roll-up
 (tenant, currency, period) is compared with the tenant's transactions: its
@@ -404,6 +406,19 @@ func (e *environment) reconcile(ctx context.Context, args []string) int {
 	fs.Visit(func(f *flag.Flag) { stuckSet = stuckSet || f.Name == "stuck-after" })
 	if (*quiescent || stuckSet) && !(*rollups && scope0(*tenant, *branch)) {
 		return e.fail(errors.New("reconcile: --quiescent and --stuck-after judge roll-up deltas: whole table only, with --rollups"))
+	}
+	if *repair {
+		// A repair of this version writes its own layouts and counts
+		// nothing: under a later protocol (the counted repair's fence,
+		// docs/exactly-once.md, "Cost to build, and the order", X) it is
+		// not this version's to write. Reading works under any protocol.
+		f, err := table.GetFlags(ctx, c, e.table)
+		if err != nil {
+			return e.fail(fmt.Errorf("reconcile: read the flags: %w", err))
+		}
+		if err := f.ProtocolAbove(table.Protocol); err != nil {
+			return e.fail(fmt.Errorf("reconcile --repair refused: %w: run the ledgerctl of the table's protocol; reconcile without --repair reads either (docs/runbook.md, \"Protocols\")", err))
+		}
 	}
 	if *quiescent {
 		// The procedure's first step is checked, not assumed; the second

@@ -198,7 +198,7 @@ func measureLag(ctx context.Context, db QueryAPI, streams lagStreams, coord, arn
 		for _, s := range d.Shards {
 			id := aws.ToString(s.ShardId)
 			cp := cps[id]
-			r := shardLag{Shard: id, Parent: aws.ToString(s.ParentShardId), Checkpoint: cp.Seq, LastCommit: cp.UpdatedAt,
+			r := shardLag{Shard: id, Parent: aws.ToString(s.ParentShardId), Checkpoint: cp.Position(), LastCommit: cp.UpdatedAt,
 				Owner: leases[id].Owner, Finished: cp.Finished, Fenced: cp.Fenced}
 			if s.SequenceNumberRange != nil {
 				r.Closed = s.SequenceNumberRange.EndingSequenceNumber != nil
