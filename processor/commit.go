@@ -430,14 +430,13 @@ func (p *Processor) commitTx(ctx context.Context, g Guard, claim func() ddbtypes
 	for attempt := 1; attempt <= p.cfg.MaxAttempts; attempt++ {
 		if attempt > 1 {
 			if err := sleep(ctx, p.backoff(attempt-1)); err != nil {
-				p.metrics.Commits.WithLabelValues(CommitCancelled).Inc()
-				return err
+				return p.commitCancelled(err)
 			}
 		}
 		shapes, err := p.shapes.getFresh(ctx, p, keys, reread)
 		if err != nil {
 			if ctx.Err() != nil {
-				p.metrics.Commits.WithLabelValues(CommitCancelled).Inc()
+				return p.commitCancelled(err)
 			}
 			return err
 		}
@@ -651,8 +650,7 @@ func (p *Processor) commitTx(ctx context.Context, g Guard, claim func() ddbtypes
 			// attempt's guard to tell. Not a failed commit: whatever it
 			// was doing when its context ended, it counts once as
 			// cancelled.
-			p.metrics.Commits.WithLabelValues(CommitCancelled).Inc()
-			return err
+			return p.commitCancelled(err)
 		}
 		if class == classPermanent {
 			p.metrics.Commits.WithLabelValues("failed").Inc()

@@ -333,6 +333,9 @@ func (g *ShardGuard) load(ctx context.Context) error {
 		// fails on it; this names it instead of "guard conflict without
 		// progress", and the guard stays unloaded. This version's own
 		// fence (protocol 4) is read as any checkpoint: Seq is its pos.
+		// Counted at each read that finds it, as a roll-up delta of a newer
+		// format is (review of session 25, S25-X2).
+		g.p.metrics.Conflicts.WithLabelValues(ConflictNewerProtocol).Inc()
 		return fmt.Errorf("shard %s: protocol %d, this consumer's %d: %w", g.shard, cp.Fence, table.Protocol, table.ErrCheckpointProtocol)
 	}
 	if err != nil {
@@ -407,8 +410,7 @@ func (g *ShardGuard) fenceLegacy(ctx context.Context) error {
 		}
 		if class == classCanceled || ctx.Err() != nil {
 			// The commit's context ended (commitTx): cancelled, not failed.
-			p.metrics.Commits.WithLabelValues(CommitCancelled).Inc()
-			return err
+			return p.commitCancelled(err)
 		}
 		if !retry || attempt >= p.cfg.MaxAttempts {
 			err = table.FenceError(g.stream, g.shard, err)
@@ -428,8 +430,7 @@ func (g *ShardGuard) fenceLegacy(ctx context.Context) error {
 		}
 		p.countRetry("TransactWriteItems", class)
 		if err := sleep(ctx, p.backoff(attempt)); err != nil {
-			p.metrics.Commits.WithLabelValues(CommitCancelled).Inc()
-			return err
+			return p.commitCancelled(err)
 		}
 	}
 }
@@ -446,6 +447,14 @@ func (p *Processor) transactWrite(ctx context.Context, in *dynamodb.TransactWrit
 		p.metrics.WriteUnits.WithLabelValues("TransactWriteItems").Add(aws.ToFloat64(cc.CapacityUnits))
 	}
 	return nil
+}
+
+// commitCancelled counts a commit given up because its context ended
+// (ledger_commits_total{outcome="cancelled"}: not failed; its outcome is
+// left to the next attempt's guard) and returns err.
+func (p *Processor) commitCancelled(err error) error {
+	p.metrics.Commits.WithLabelValues(CommitCancelled).Inc()
+	return err
 }
 
 // updateItem sends an UpdateItem outside a commit (the checkpoint moved

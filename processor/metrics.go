@@ -57,6 +57,12 @@ const (
 	// than this version reads (table.ErrNewerDeltaFormat, a rolling
 	// deploy): the records from it are not committed, tried again later.
 	ConflictNewerDeltaFormat = "newer_delta_format"
+	// ConflictNewerProtocol: a shard's checkpoint is fenced by a later
+	// exactly-once protocol than this version's (table.ErrCheckpointProtocol,
+	// a rolling deploy of that protocol, or a rollback past its fence):
+	// nothing committed on the shard, ever, by this version. Counted at each
+	// guard read that finds it (docs/runbook.md, "Protocols").
+	ConflictNewerProtocol = "newer_protocol"
 	// ConflictUnchangedItem: a report update's condition failed on an item
 	// that a read of the table right after finds unchanged (every commit
 	// sets updatedAt), which AWS never answers: the part is sent once more
@@ -133,7 +139,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}, []string{"event", "outcome"}),
 		Conflicts: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: namespace, Subsystem: "aggregate", Name: "conflicts_total",
-			Help: "Commit conflicts by reason: duplicate (already applied, skipped), condition_failed (report shape changed), transaction_conflict (retried), short_redelivery, abandoned_batch, migration_fence (the checkpoint is a migration's copy not released yet: nothing committed, retried), legacy_checkpoint (the shard's checkpoint is in the ledger table, the layout before the coordination table: nothing committed, retried), newer_delta_format (a roll-up delta item of a newer format: refused, retried), unchanged_item (a report's condition failed on an item read again unchanged: sent once more, parked if it fails so again), applied (a standard-mode run's update of a branch's applied item met another transaction: retried), staging_gone (a plan-6 delta group found its batch's staging item gone or damaged: the delta put without the staged branch-count transitions; reconcile names the roll-ups' branches, the quiescent repair heals them).",
+			Help: "Commit conflicts by reason: duplicate (already applied, skipped), condition_failed (report shape changed), transaction_conflict (retried), short_redelivery, abandoned_batch, migration_fence (the checkpoint is a migration's copy not released yet: nothing committed, retried), legacy_checkpoint (the shard's checkpoint is in the ledger table, the layout before the coordination table: nothing committed, retried), newer_delta_format (a roll-up delta item of a newer format: refused, retried), newer_protocol (the shard's checkpoint is fenced by a later exactly-once protocol: nothing committed, ever, by this version), unchanged_item (a report's condition failed on an item read again unchanged: sent once more, parked if it fails so again), applied (a standard-mode run's update of a branch's applied item met another transaction: retried), staging_gone (a plan-6 delta group found its batch's staging item gone or damaged: the delta put without the staged branch-count transitions; reconcile names the roll-ups' branches, the quiescent repair heals them).",
 		}, []string{"reason"}),
 		Parked: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: namespace, Name: "parked_deltas_total",
@@ -190,7 +196,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			m.Records.WithLabelValues(ev, o)
 		}
 	}
-	for _, r := range []string{ConflictDuplicate, ConflictConditionFailed, ConflictTransactionConflict, ConflictShortRedelivery, ConflictAbandonedBatch, ConflictMigrationFence, ConflictLegacyCheckpoint, ConflictNewerDeltaFormat, ConflictUnchangedItem, ConflictApplied, ConflictStagingGone} {
+	for _, r := range []string{ConflictDuplicate, ConflictConditionFailed, ConflictTransactionConflict, ConflictShortRedelivery, ConflictAbandonedBatch, ConflictMigrationFence, ConflictLegacyCheckpoint, ConflictNewerDeltaFormat, ConflictNewerProtocol, ConflictUnchangedItem, ConflictApplied, ConflictStagingGone} {
 		m.Conflicts.WithLabelValues(r)
 	}
 	for _, r := range []string{ParkedTooLarge, ParkedMalformed, ParkedRefused} {

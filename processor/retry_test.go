@@ -95,7 +95,7 @@ func TestMetrics_RecordsAndConflictsAreExported(t *testing.T) {
 	// One run: a run holds at most 99 writes, and no report item holds
 	// an entry yet, so every entry goes inline (processor/plan.go).
 	want := `
-# HELP ledger_aggregate_conflicts_total Commit conflicts by reason: duplicate (already applied, skipped), condition_failed (report shape changed), transaction_conflict (retried), short_redelivery, abandoned_batch, migration_fence (the checkpoint is a migration's copy not released yet: nothing committed, retried), legacy_checkpoint (the shard's checkpoint is in the ledger table, the layout before the coordination table: nothing committed, retried), newer_delta_format (a roll-up delta item of a newer format: refused, retried), unchanged_item (a report's condition failed on an item read again unchanged: sent once more, parked if it fails so again), applied (a standard-mode run's update of a branch's applied item met another transaction: retried), staging_gone (a plan-6 delta group found its batch's staging item gone or damaged: the delta put without the staged branch-count transitions; reconcile names the roll-ups' branches, the quiescent repair heals them).
+# HELP ledger_aggregate_conflicts_total Commit conflicts by reason: duplicate (already applied, skipped), condition_failed (report shape changed), transaction_conflict (retried), short_redelivery, abandoned_batch, migration_fence (the checkpoint is a migration's copy not released yet: nothing committed, retried), legacy_checkpoint (the shard's checkpoint is in the ledger table, the layout before the coordination table: nothing committed, retried), newer_delta_format (a roll-up delta item of a newer format: refused, retried), newer_protocol (the shard's checkpoint is fenced by a later exactly-once protocol: nothing committed, ever, by this version), unchanged_item (a report's condition failed on an item read again unchanged: sent once more, parked if it fails so again), applied (a standard-mode run's update of a branch's applied item met another transaction: retried), staging_gone (a plan-6 delta group found its batch's staging item gone or damaged: the delta put without the staged branch-count transitions; reconcile names the roll-ups' branches, the quiescent repair heals them).
 # TYPE ledger_aggregate_conflicts_total counter
 ledger_aggregate_conflicts_total{reason="abandoned_batch"} 0
 ledger_aggregate_conflicts_total{reason="applied"} 0
@@ -104,6 +104,7 @@ ledger_aggregate_conflicts_total{reason="duplicate"} 0
 ledger_aggregate_conflicts_total{reason="legacy_checkpoint"} 0
 ledger_aggregate_conflicts_total{reason="migration_fence"} 0
 ledger_aggregate_conflicts_total{reason="newer_delta_format"} 0
+ledger_aggregate_conflicts_total{reason="newer_protocol"} 0
 ledger_aggregate_conflicts_total{reason="short_redelivery"} 0
 ledger_aggregate_conflicts_total{reason="staging_gone"} 0
 ledger_aggregate_conflicts_total{reason="transaction_conflict"} 0

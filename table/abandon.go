@@ -253,10 +253,16 @@ func GetLosses(ctx context.Context, api interface {
 	if err != nil {
 		return 0, fmt.Errorf("read the loss item: %w", err)
 	}
-	if out.Item == nil {
+	return LossesOf(out.Item)
+}
+
+// LossesOf decodes the loss item's count (0 for no item: no loss was
+// ever counted).
+func LossesOf(item map[string]types.AttributeValue) (int64, error) {
+	if item == nil {
 		return 0, nil
 	}
-	n, ok := Int64(out.Item, AttrLosses)
+	n, ok := Int64(item, AttrLosses)
 	if !ok {
 		return 0, fmt.Errorf("the loss item's %s is not an integer", AttrLosses)
 	}

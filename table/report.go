@@ -679,8 +679,12 @@ func ReportAbsent(tableName string, k aggregates.ReportKey) types.TransactWriteI
 // RepairHead is the put of a repaired report item (EncodeRepair's Item,
 // which it stamps with repairedAt = its updatedAt), conditioned on the item
 // as the repair read it: absent (hasItem false), present without updatedAt
-// (seen nil), or with updatedAt seen. A consumer's commit in between makes
-// it fail.
+// (seen nil), or with updatedAt seen; and, when present, in the layout it
+// read, which is item's (EncodeRepair writes a head read fenced fenced): a
+// head fenced since the read, by an update that keeps updatedAt (protocol
+// 4's fence of an old-layout head), is not put back in the old layout
+// (docs/exactly-once.md, review of session 25, S25-X1). A consumer's
+// commit in between makes it fail.
 func RepairHead(tableName string, item map[string]types.AttributeValue, hasItem bool, seen types.AttributeValue) types.TransactWriteItem {
 	item[AttrRepairedAt] = item[AttrUpdatedAt]
 	head := &types.Put{TableName: aws.String(tableName), Item: item}
@@ -694,6 +698,20 @@ func RepairHead(tableName string, item map[string]types.AttributeValue, hasItem 
 		head.ConditionExpression = aws.String("#ua = :seen")
 		head.ExpressionAttributeNames = map[string]string{"#ua": AttrUpdatedAt}
 		head.ExpressionAttributeValues = map[string]types.AttributeValue{":seen": seen}
+	}
+	if hasItem {
+		// The layout read: fenced, or not (a numeric count, none, or a
+		// damaged one, which the repair mends).
+		layout := " AND #n = :fence"
+		if !FencedHead(item) {
+			layout = " AND (attribute_not_exists(#n) OR #n <> :fence)"
+		}
+		head.ConditionExpression = aws.String(*head.ConditionExpression + layout)
+		head.ExpressionAttributeNames["#n"] = AttrTransactionCount
+		if head.ExpressionAttributeValues == nil {
+			head.ExpressionAttributeValues = map[string]types.AttributeValue{}
+		}
+		head.ExpressionAttributeValues[":fence"] = S(HeadFence)
 	}
 	return types.TransactWriteItem{Put: head}
 }

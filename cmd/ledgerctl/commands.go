@@ -338,7 +338,7 @@ check; docs/exactly-once.md, "Repairing while consumers run"). For an
 exact repair, and for a busy branch, which always has records in flight:
 disable writes (ledgerctl flags set writesEnabled=false), let the
 consumers drain, repair, enable writes. --repair is refused when the flags
-item names a higher protocol than this version's (3): reading works under
+item names a higher protocol than this version's (4): reading works under
 any (docs/runbook.md, "Protocols").
 
 Tenant roll-ups (--rollups, on by default; whole table only): each roll-up

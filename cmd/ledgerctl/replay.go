@@ -14,6 +14,7 @@ import (
 	"github.com/aws/aws-lambda-go/events"
 
 	"github.com/ledger-dev/ledger/processor"
+	"github.com/ledger-dev/ledger/table"
 )
 
 const replayHelp = `Pushes recorded DynamoDB stream events through the processor against the
@@ -34,6 +35,9 @@ tumbling-window Lambda guard with shard checkpoints instead (assumption 8 of
 docs/exactly-once.md).
 Progress goes to stderr (a line in place on a terminal, else a line every
 LEDGER_PROGRESS_EVERY, 5s); stdout has a line per file.
+Refused, writing nothing, when the flags item names a higher protocol than
+this version's (4): run the ledgerctl of the table's protocol (docs/runbook.md,
+"Protocols").
 Exit status: 0 every batch committed, 2 error (the batches before it stay
 committed; replaying again is safe).`
 
@@ -83,6 +87,17 @@ func (e *environment) replay(ctx context.Context, args []string) int {
 	c, err := e.dynamo(ctx)
 	if err != nil {
 		return e.fail(err)
+	}
+	// A replay commits as a standard-mode consumer of this version: under
+	// a later protocol its commits would meet that protocol's fences
+	// (docs/exactly-once.md, second review, F-a), so it is refused as
+	// reconcile --repair is (review of session 25, S25-X3).
+	f, err := table.GetFlags(ctx, c, e.table)
+	if err != nil {
+		return e.fail(fmt.Errorf("replay: read the flags: %w", err))
+	}
+	if err := f.ProtocolAbove(table.Protocol); err != nil {
+		return e.fail(fmt.Errorf("replay refused: %w: run the ledgerctl of the table's protocol (docs/runbook.md, \"Protocols\")", err))
 	}
 	p, err := processor.New(c, processor.Config{Table: e.table, CoordinationTable: e.coordination}, nil)
 	if err != nil {

@@ -131,6 +131,8 @@ func TestRun_FlagErrorsExitTwoAndHelpExitsZero(t *testing.T) {
 		{"lease scan page", nil, []string{"--lease-scan-page", "0"}, []string{`--lease-scan-page "0": want a number from 1 to 100000`}},
 		{"describe rate", nil, []string{"--describe-rate", "0"}, []string{`--describe-rate "0": want a number from 1 to 1000`}},
 		{"coordination write rate", map[string]string{"LEDGER_COORDINATION_WRITE_RATE": "0"}, nil, []string{`--coordination-write-rate "0": want a number from 1 to 100000`}},
+		{"drain empty pages", map[string]string{"LEDGER_DRAIN_EMPTY_PAGES": "0"}, nil, []string{`--drain-empty-pages "0": want a number from 1 to 100`}},
+		{"drain empty pages not a number", nil, []string{"--drain-empty-pages", "few"}, []string{`--drain-empty-pages "few"`}},
 		{"lease mode", map[string]string{"LEDGER_LEASE_MODE": "beat"}, nil, []string{`--lease-mode "beat": want heartbeat or renew`}},
 		{"unknown flag", nil, []string{"--nope"}, []string{"flag provided but not defined: -nope"}},
 		{"arguments", nil, []string{"extra"}, []string{"unexpected arguments: extra"}},
@@ -151,7 +153,7 @@ func TestRun_FlagErrorsExitTwoAndHelpExitsZero(t *testing.T) {
 	for _, f := range []string{"-table", "LEDGER_TABLE", "-metrics-addr", "LEDGER_METRICS_ADDR", ":9102", "-start-position", "TRIM_HORIZON",
 		"-idle-backoff", "-lease-duration", "-owner", "hostname-pid", "-log-format", "-drain", "-batch-records", "LEDGER_BATCH_RECORDS", "-batch-window", "LEDGER_BATCH_WINDOW",
 		"-max-idle-backoff", "LEDGER_MAX_IDLE_BACKOFF", "-max-held-records", "LEDGER_MAX_HELD_RECORDS",
-		"-max-held-bytes", "LEDGER_MAX_HELD_BYTES", "-offer-watch", "LEDGER_OFFER_WATCH", "AWS_ENDPOINT_URL"} {
+		"-max-held-bytes", "LEDGER_MAX_HELD_BYTES", "-drain-empty-pages", "LEDGER_DRAIN_EMPTY_PAGES", "-offer-watch", "LEDGER_OFFER_WATCH", "AWS_ENDPOINT_URL"} {
 		assert.Contains(t, errOut.String(), f)
 	}
 }
@@ -270,6 +272,27 @@ func TestParseFlags_MaxIdleBackoffAndMaxHeldRecords(t *testing.T) {
 			assert.Equal(t, tt.wantIdle, o.maxIdleBackoff)
 			assert.Equal(t, tt.wantHeld, o.maxHeldRecords)
 			assert.Equal(t, poller.MaxHeldBytesSetting.Default, o.maxHeldBytes)
+		})
+	}
+}
+
+// The drain's empty pages in a row: flag over environment over the
+// poller's default.
+func TestParseFlags_DrainEmptyPages(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		env  map[string]string
+		args []string
+		want int
+	}{
+		{"default", nil, nil, poller.DrainEmptyPagesSetting.Default},
+		{"environment", map[string]string{"LEDGER_DRAIN_EMPTY_PAGES": "1"}, nil, 1},
+		{"flag over environment", map[string]string{"LEDGER_DRAIN_EMPTY_PAGES": "1"}, []string{"--drain-empty-pages", "5"}, 5},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			o, err := parseFlags(tt.args, func(k string) string { return tt.env[k] }, io.Discard)
+			require.NoError(t, err)
+			assert.Equal(t, tt.want, o.drainEmptyPages)
 		})
 	}
 }

@@ -52,6 +52,7 @@ type options struct {
 	idleBackoff        time.Duration
 	maxIdleBackoff     time.Duration
 	maxHeldRecords     int
+	drainEmptyPages    int
 	maxHeldBytes       int
 	leaseScanPage      int
 	describeRate       int
@@ -122,7 +123,7 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (op
 	}
 	var describeRate string
 	var coordWriteRate string
-	var startPos, idle, maxIdle, held, heldBytes, scanPage, lease, cpEvery, discover, shutdown, level, batch, window, watch string
+	var startPos, idle, maxIdle, drainPages, held, heldBytes, scanPage, lease, cpEvery, discover, shutdown, level, batch, window, watch string
 	var errs []error
 	drainDefault, err := strconv.ParseBool(env("LEDGER_DRAIN", "false"))
 	if err != nil {
@@ -173,6 +174,8 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (op
 		"how long (a `DURATION`, at most 5m; 0 for none) a caught-up shard's reader holds the records it reads before committing them as one batch (bounded by --batch-records): fewer report writes per change, up to this much more lag (env LEDGER_BATCH_WINDOW)")
 	fs.StringVar(&watch, "offer-watch", env("LEDGER_OFFER_WATCH", poller.OfferWatchSetting.Default.String()),
 		"how often (a `DURATION`, 100ms to 1m; 0 for never) a poller reads its own worker item for leases handed to it, and takes them at once: a shard changing hands is read by nobody until its receiver takes it, up to two renewal intervals later without it. One consistent read of a small item each time (env LEDGER_OFFER_WATCH)")
+	fs.StringVar(&drainPages, "drain-empty-pages", env("LEDGER_DRAIN_EMPTY_PAGES", strconv.Itoa(poller.DrainEmptyPagesSetting.Default)),
+		"with --drain: empty `PAGES` in a row (1 to 100) an open shard must answer before the drain takes its current end as reached. AWS documents that an empty page is no proof of it (\"it might take multiple calls to get to a portion of the shard that contains stream records\"); each more page is one GetRecords per open shard (env LEDGER_DRAIN_EMPTY_PAGES)")
 	fs.BoolVar(&o.drain, "drain", drainDefault,
 		"exit 0 once every record readable in the stream at its start is committed (4 once the rest is, when some were trimmed or in a shard gone before it read them); takes over expired leases too (env LEDGER_DRAIN)")
 	fs.BoolVar(&o.rollups, "rollups", rollupsDefault,
@@ -211,6 +214,14 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (op
 			errs = append(errs, fmt.Errorf("--%w", err))
 		}
 	}
+	intFlag := func(v string, dst *int, s poller.Setting[int]) {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < s.Min || n > s.Max {
+			errs = append(errs, fmt.Errorf("--%s %q: want a number from %d to %d", s.Name, v, s.Min, s.Max))
+			return
+		}
+		*dst = n
+	}
 	durFlag(idle, &o.idleBackoff, poller.IdleBackoffSetting)
 	if maxIdle != "" {
 		durFlag(maxIdle, &o.maxIdleBackoff, poller.MaxIdleBackoffSetting)
@@ -218,42 +229,19 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (op
 			errs = append(errs, fmt.Errorf("--max-idle-backoff %s: want at least --idle-backoff %s", o.maxIdleBackoff, o.idleBackoff))
 		}
 	}
-	if n, err := strconv.Atoi(heldBytes); err != nil || n < poller.MaxHeldBytesSetting.Min || n > poller.MaxHeldBytesSetting.Max {
-		errs = append(errs, fmt.Errorf("--max-held-bytes %q: want a number from %d to %d", heldBytes, poller.MaxHeldBytesSetting.Min, poller.MaxHeldBytesSetting.Max))
-	} else {
-		o.maxHeldBytes = n
-	}
-	if n, err := strconv.Atoi(scanPage); err != nil || n < poller.LeaseScanPageSetting.Min || n > poller.LeaseScanPageSetting.Max {
-		errs = append(errs, fmt.Errorf("--lease-scan-page %q: want a number from %d to %d", scanPage, poller.LeaseScanPageSetting.Min, poller.LeaseScanPageSetting.Max))
-	} else {
-		o.leaseScanPage = n
-	}
-	if n, err := strconv.Atoi(describeRate); err != nil || n < poller.DescribeRateSetting.Min || n > poller.DescribeRateSetting.Max {
-		errs = append(errs, fmt.Errorf("--describe-rate %q: want a number from %d to %d", describeRate, poller.DescribeRateSetting.Min, poller.DescribeRateSetting.Max))
-	} else {
-		o.describeRate = n
-	}
-	if n, err := strconv.Atoi(coordWriteRate); err != nil || n < poller.CoordinationWriteRateSetting.Min || n > poller.CoordinationWriteRateSetting.Max {
-		errs = append(errs, fmt.Errorf("--coordination-write-rate %q: want a number from %d to %d", coordWriteRate, poller.CoordinationWriteRateSetting.Min, poller.CoordinationWriteRateSetting.Max))
-	} else {
-		o.coordWriteRate = n
-	}
+	intFlag(heldBytes, &o.maxHeldBytes, poller.MaxHeldBytesSetting)
+	intFlag(scanPage, &o.leaseScanPage, poller.LeaseScanPageSetting)
+	intFlag(describeRate, &o.describeRate, poller.DescribeRateSetting)
+	intFlag(coordWriteRate, &o.coordWriteRate, poller.CoordinationWriteRateSetting)
 	switch m := poller.LeaseMode(*leaseMode); m {
 	case poller.LeaseModeHeartbeat, poller.LeaseModeRenew:
 		o.leaseMode = m
 	default:
 		errs = append(errs, fmt.Errorf("--lease-mode %q: want %s or %s", *leaseMode, poller.LeaseModeHeartbeat, poller.LeaseModeRenew))
 	}
-	if n, err := strconv.Atoi(held); err != nil || n < poller.MaxHeldRecordsSetting.Min || n > poller.MaxHeldRecordsSetting.Max {
-		errs = append(errs, fmt.Errorf("--max-held-records %q: want a number from %d to %d", held, poller.MaxHeldRecordsSetting.Min, poller.MaxHeldRecordsSetting.Max))
-	} else {
-		o.maxHeldRecords = n
-	}
-	if n, err := strconv.Atoi(batch); err != nil || n < poller.BatchRecordsSetting.Min || n > poller.BatchRecordsSetting.Max {
-		errs = append(errs, fmt.Errorf("--batch-records %q: want a number from %d to %d", batch, poller.BatchRecordsSetting.Min, poller.BatchRecordsSetting.Max))
-	} else {
-		o.batchRecords = n
-	}
+	intFlag(held, &o.maxHeldRecords, poller.MaxHeldRecordsSetting)
+	intFlag(batch, &o.batchRecords, poller.BatchRecordsSetting)
+	intFlag(drainPages, &o.drainEmptyPages, poller.DrainEmptyPagesSetting)
 	if d, err := time.ParseDuration(window); err == nil && d == 0 {
 		o.batchWindow = -1 // no window: every page is committed as it is read
 	} else {
@@ -355,6 +343,7 @@ func run(ctx context.Context, o options, awsOpts []func(*config.LoadOptions) err
 		Owner:                 o.owner,
 		StartPosition:         o.startPosition,
 		Drain:                 o.drain,
+		DrainEmptyPages:       o.drainEmptyPages,
 		NoRollups:             !o.rollups,
 		BatchRecords:          o.batchRecords,
 		BatchWindow:           o.batchWindow,

@@ -77,6 +77,19 @@ type Config struct {
 	// reads every shard it needs: it takes free and expired leases and
 	// asks live owners to hand theirs over.
 	Drain bool
+	// DrainEmptyPages is how many empty pages in a row an open shard must
+	// answer before a drain takes its current end as reached (default 3;
+	// 1: the first one, as before session 25), each read with the next
+	// iterator of the one before: an iterator opened anew (an expiry,
+	// failures, a trim) starts the count again. AWS documents an empty page
+	// as no proof of it: "If there are no stream records available in the
+	// portion of the shard that the iterator points to, GetRecords returns
+	// an empty list. Note that it might take multiple calls to get to a
+	// portion of the shard that contains stream records." The pages are
+	// read at the fast idle pace (MinReadInterval doubling to IdleBackoff),
+	// each one more GetRecords per open shard; no number of them proves an
+	// open shard's end (docs/exactly-once.md, "The drain's promise", D2).
+	DrainEmptyPages int
 	// NoRollups turns the tenant roll-ups off in the processor NewService
 	// wires (processor.Config.NoRollups; cmd/poller --rollups=false).
 	NoRollups bool
@@ -297,6 +310,7 @@ var (
 	// leases.
 	ShutdownTimeoutSetting = Setting[time.Duration]{"shutdown-timeout", 20 * time.Second, time.Second, 25 * time.Second}
 	MaxReadFailuresSetting = Setting[int]{"max-read-failures", 10, 1, 1000}
+	DrainEmptyPagesSetting = Setting[int]{"drain-empty-pages", 3, 1, 100}
 )
 
 // withDefaults returns c with defaults applied, or an error naming every
@@ -349,6 +363,7 @@ func (c Config) withDefaults() (Config, error) {
 		dur(&c.BatchWindow, BatchWindowSetting)
 	}
 	check(&c.MaxReadFailures, MaxReadFailuresSetting)
+	check(&c.DrainEmptyPages, DrainEmptyPagesSetting)
 	dur(&c.MinReadInterval, MinReadIntervalSetting)
 	dur(&c.IdleBackoff, IdleBackoffSetting)
 	if c.MaxIdleBackoff == 0 {

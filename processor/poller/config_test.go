@@ -20,6 +20,7 @@ func TestConfig_DefaultsAndLimitsAreTheSettings(t *testing.T) {
 	assert.Equal(t, MaxIdleBackoffSetting.Default, c.MaxIdleBackoff)
 	assert.Equal(t, MaxHeldRecordsSetting.Default, c.MaxHeldRecords)
 	assert.Equal(t, MaxHeldBytesSetting.Default, c.MaxHeldBytes)
+	assert.Equal(t, DrainEmptyPagesSetting.Default, c.DrainEmptyPages)
 	slow, err := Config{Table: "t", StreamARN: "arn", Owner: "o", IdleBackoff: time.Minute}.withDefaults()
 	require.NoError(t, err)
 	assert.Equal(t, time.Minute, slow.MaxIdleBackoff, "the cap's default is never under the idle backoff")
@@ -47,6 +48,7 @@ func TestConfig_DefaultsAndLimitsAreTheSettings(t *testing.T) {
 		{"max idle backoff past an iterator's life", func(c *Config) { c.MaxIdleBackoff = 20 * time.Minute }, "max-idle-backoff 20m0s: want between 10ms and 10m0s"},
 		{"bytes budget under a page", func(c *Config) { c.MaxHeldBytes = 1000 }, "max-held-bytes 1000: want between 1048576 and 1099511627776"},
 		{"negative records budget", func(c *Config) { c.MaxHeldRecords = -1 }, "max-held-records -1: want between 1 and 10000000"},
+		{"drain empty pages over the maximum", func(c *Config) { c.DrainEmptyPages = 101 }, "drain-empty-pages 101: want between 1 and 100"},
 		{"throttle backoffs crossed", func(c *Config) { c.ThrottleBackoff, c.MaxThrottleBackoff = time.Second, 500*time.Millisecond }, "max throttle backoff 500ms: want at least the throttle backoff 1s"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

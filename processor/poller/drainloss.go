@@ -125,7 +125,7 @@ func (p *Poller) drainLoss(ctx context.Context) error {
 		}
 	}
 	if p.lossesRead {
-		if n, err := p.readLosses(ctx); err != nil {
+		if n, err := p.store.readLosses(ctx); err != nil {
 			p.log.Warn("reading the loss count at the drain's end failed: gaps other consumers counted during the drain are not reported", "error", err.Error())
 		} else if n > p.losses {
 			e.Counted = n - p.losses
@@ -144,7 +144,7 @@ func (p *Poller) drainLoss(ctx context.Context) error {
 // S24-L2). A read that fails is logged: that drain does not report the
 // count.
 func (p *Poller) readLossesAtStart(ctx context.Context) {
-	n, err := p.readLosses(ctx)
+	n, err := p.store.readLosses(ctx)
 	if err != nil {
 		if ctx.Err() == nil {
 			p.log.Warn("reading the loss count at the drain's start failed: gaps other consumers count during the drain will not be reported", "error", err.Error())
@@ -152,20 +152,4 @@ func (p *Poller) readLossesAtStart(ctx context.Context) {
 		return
 	}
 	p.losses, p.lossesRead = n, true
-}
-
-// readLosses reads the loss count, a few attempts.
-func (p *Poller) readLosses(ctx context.Context) (int64, error) {
-	var err error
-	for i := 1; i <= readAttempts && ctx.Err() == nil; i++ {
-		var n int64
-		if n, err = p.store.readLosses(ctx); err == nil {
-			return n, nil
-		}
-		pause(ctx, i)
-	}
-	if err == nil {
-		err = ctx.Err()
-	}
-	return 0, err
 }

@@ -234,6 +234,16 @@ func TestPoller_DrainExitsWhenAShardClosesAfterItWasDrained(t *testing.T) {
 	tp := e.poller(t, "drain", hook, func(c *poller.Config) {
 		// No batching window: the first empty page is the drain's end of the shard.
 		c.Drain, c.DiscoverInterval, c.BatchWindow = true, 50*time.Millisecond, -1
+		// 30 s leases, as finish's drain: with the pool's 3 s ones, a
+		// renewal late on a loaded machine lost the lease as the reader
+		// reached the empty page, the page was not taken as drained
+		// (readerDone: a lost lease comes first), and the shard, closed by
+		// then, was read again to its end and finished (a clean-clone CI
+		// at load 8-10, session 24).
+		c.LeaseDuration = 30 * time.Second
+		// The shard closes after the page the drain takes for its end: with
+		// one page that is the first empty one, which the hook closes it on.
+		c.DrainEmptyPages = 1
 	})
 	e.runDrain(t, tp, 90*time.Second)
 

@@ -57,7 +57,7 @@ func TestPoller_DrainReadsParentsToTheirEndBeforeChildren(t *testing.T) {
 	reads := f.calls["GetRecords"]
 	tp2 := e.drain(t, "p2", nil)
 	assert.Equal(t, 0.0, recordsTotal(t, tp2.pm, processor.OutcomeApplied))
-	assert.Equal(t, 2, f.calls["GetRecords"]-reads, "one empty page for each open shard (C and E)")
+	assert.Equal(t, 2*poller.DrainEmptyPagesSetting.Default, f.calls["GetRecords"]-reads, "the drain's empty pages in a row for each open shard (C and E)")
 	e.requireReconciled(t)
 }
 

@@ -131,6 +131,12 @@ type Poller struct {
 	// pendingOwner landed: written again at each pass until one lands (the
 	// review of the heartbeat, HB5).
 	unasked map[string]string
+	// askedAt is when this poller last told a heartbeat owner (its worker
+	// item's asks) of a request of this poller that the lease still shows
+	// (pendingOwner = this poller): told again a renewal interval later
+	// while the lease stays so, as the owner's clear of an earlier ask can
+	// take the later one with it (S25-A1).
+	askedAt map[string]time.Time
 	// absent are the owners gone from the registry since it last showed
 	// them: when this poller first read it without them (HB4).
 	absent map[string]time.Time
@@ -220,6 +226,7 @@ func New(streams Streams, api Table, proc *processor.Processor, cfg Config, metr
 		told:    map[string]answered{},
 		taken:   map[string]bool{},
 		unasked: map[string]string{},
+		askedAt: map[string]time.Time{},
 		absent:  map[string]time.Time{},
 		fenced:  map[string]int64{},
 		held:    map[string]*holding{},
@@ -1088,6 +1095,15 @@ func (p *Poller) assign(ctx context.Context) {
 		p.takeLeases(ctx, candidates[:n])
 		candidates = candidates[n:]
 	}
+	// This poller's requests the leases still show: their heartbeat
+	// owners told again when an ask may have been lost (retell).
+	for _, s := range elig {
+		if l, ok := p.leases[s.id]; ok && l.pending == p.cfg.Owner && l.owner != "" && l.owner != p.cfg.Owner {
+			p.retell(ctx, l)
+		} else {
+			delete(p.askedAt, s.id)
+		}
+	}
 	if len(p.held) >= target || (asked && !p.cfg.Drain) {
 		return
 	}
@@ -1131,6 +1147,7 @@ func (p *Poller) assign(ctx context.Context) {
 		if w, ok := p.workers[l.owner]; ok && w.heartbeat {
 			// A heartbeat owner reads none of its lease items: tell it in
 			// its worker item too.
+			p.askedAt[l.shard] = time.Now()
 			if err := p.store.ask(ctx, l.owner, l.shard); err != nil {
 				p.unasked[l.shard] = l.owner
 				if ctx.Err() == nil {
@@ -1141,6 +1158,38 @@ func (p *Poller) assign(ctx context.Context) {
 		p.m.LeaseEvents.WithLabelValues(LeaseRequested).Inc()
 		p.log.Info("lease requested", "shard", l.shard, "from", l.owner)
 	}
+}
+
+// retell tells a heartbeat owner again, in its worker item, of a request
+// of this poller its lease l still shows (pendingOwner = this poller), a
+// renewal interval after it last did. The owner reads none of its lease
+// items, and an ask can be lost after the request landed: the owner,
+// answering an ask for a lease it did not hold yet (an offer in transit),
+// clears it, and that clear also takes an ask written again meanwhile
+// (the asks are a set); the lease keeps the request, so this poller asked
+// no more, and a drain waited for the lease for good (review, session 25,
+// S25-A1). An ask is a hint: the owner re-reads the lease before it hands
+// it over, so one told twice costs a read and a clear.
+func (p *Poller) retell(ctx context.Context, l lease) {
+	w, ok := p.workers[l.owner]
+	if !ok || !w.heartbeat {
+		return
+	}
+	if at, ok := p.askedAt[l.shard]; ok && time.Since(at) < p.cfg.renewInterval() {
+		return
+	}
+	if _, failed := p.unasked[l.shard]; failed {
+		return // written again by the loop over unasked
+	}
+	p.askedAt[l.shard] = time.Now()
+	if err := p.store.ask(ctx, l.owner, l.shard); err != nil {
+		delete(p.askedAt, l.shard)
+		if ctx.Err() == nil {
+			p.writeFailed(err, "telling a lease's owner of the request again failed; told again at the next pass", "shard", l.shard, "owner", l.owner)
+		}
+		return
+	}
+	p.log.Info("lease request told again", "shard", l.shard, "owner", l.owner)
 }
 
 // takeAttempt is one take's store calls, made concurrently with others:

@@ -87,8 +87,14 @@ type reader struct {
 	// after it lost (ShardGuard.Trimmed); an iterator reopened at
 	// TRIM_HORIZON after a trim takes the trim point until it reads a
 	// record.
-	pos      string
-	opened   bool
+	pos    string
+	opened bool
+	// fresh: the iterator was opened (open, trimmed) and no page has been
+	// read with it yet. A drain counts an open shard's empty pages in a
+	// row on one iterator chain (each read with the next iterator of the
+	// one before): a new iterator may answer empty pages before records
+	// as the first did (S25-D1).
+	fresh    bool
 	lastRead time.Time
 	lastMove time.Time
 	// trims are the positions this reader met trims after (trimmed), and
@@ -291,7 +297,10 @@ func (r *reader) run() (res readerResult) {
 	}()
 	r.newGuard()
 	r.lastMove = time.Now()
-	failures, empty := 0, 0
+	// empty: empty pages in a row (the idle backoff's n); inRow: the same
+	// on the current iterator chain, the drain's count toward
+	// DrainEmptyPages (reset when an iterator is opened anew).
+	failures, empty, inRow := 0, 0, 0
 	fail := func(reason string, err error) bool {
 		failures++
 		if failures > cfg.MaxReadFailures {
@@ -485,6 +494,9 @@ func (r *reader) run() (res readerResult) {
 			continue
 		}
 		failures = 0
+		if r.fresh {
+			r.fresh, inRow = false, 0
+		}
 		r.iter = out.NextShardIterator
 		if n := len(out.Records); n > 0 && out.Records[n-1].Dynamodb != nil {
 			r.pos = aws.ToString(out.Records[n-1].Dynamodb.SequenceNumber)
@@ -502,10 +514,12 @@ func (r *reader) run() (res readerResult) {
 			if r.iter == nil {
 				continue // the shard's end: handled at the top
 			}
-			if cfg.Drain && !r.shard.closed && !r.guard.Pending() {
-				// An open shard's current end. A closed shard is read on to
-				// its end (no next iterator): an empty page inside it is not
-				// one.
+			if cfg.Drain && !r.shard.closed && !r.guard.Pending() && inRow+1 >= cfg.DrainEmptyPages {
+				// An open shard's current end, taken as reached after
+				// DrainEmptyPages empty pages in a row on one iterator
+				// chain (AWS: an empty page may come before records; D2,
+				// S25-D1). A closed shard is read on to its end (no next
+				// iterator): an empty page inside it is not one.
 				res.err = r.move(false)
 				res.drained = res.err == nil
 				return res
@@ -515,6 +529,7 @@ func (r *reader) run() (res readerResult) {
 				return res
 			}
 			empty++
+			inRow++
 			r.idleWait(empty)
 			continue
 		}
@@ -522,8 +537,9 @@ func (r *reader) run() (res readerResult) {
 		if len(out.Records) == 0 {
 			r.p.m.Reads.WithLabelValues("empty").Inc()
 			empty++
+			inRow++
 		} else {
-			empty = 0
+			empty, inRow = 0, 0
 			r.p.m.Reads.WithLabelValues("records").Inc()
 			r.p.m.RecordsRead.Add(float64(len(out.Records)))
 		}
@@ -642,7 +658,7 @@ func (r *reader) open() error {
 		return fmt.Errorf("open shard %s %s: %w", r.shard.id, in.ShardIteratorType, err)
 	}
 	r.iter, r.pos = out.ShardIterator, cp
-	r.opened, r.stale = true, false
+	r.opened, r.stale, r.fresh = true, false, true
 	r.log.Debug("shard iterator opened", "type", string(in.ShardIteratorType), "after", cp)
 	return nil
 }
@@ -702,7 +718,7 @@ func (r *reader) trimmed(cause error, after string) error {
 	// The iterator reads from the trim horizon, past after: a trim met by
 	// it before it returns a record was met after after too.
 	r.iter, r.pos = out.ShardIterator, after
-	r.opened, r.stale = true, false
+	r.opened, r.stale, r.fresh = true, false, true
 	return nil
 }
 

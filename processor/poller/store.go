@@ -124,58 +124,57 @@ func (s *store) readItem(ctx context.Context, k aggregates.Key) (map[string]ddbt
 	return out.Items[0], nil
 }
 
-// readLosses reads the loss item's count (table.GetLosses, by a
-// consistent Query): 0 when no loss was ever counted.
+// readLosses reads the loss item's count (consistently; table.LossesOf),
+// retrying a failed read a few times.
 func (s *store) readLosses(ctx context.Context) (int64, error) {
-	item, err := s.readItem(ctx, aggregates.LossesKey())
-	if err != nil || item == nil {
+	item, err := s.readItemRetried(ctx, aggregates.LossesKey())
+	if err != nil {
 		return 0, err
 	}
-	n, ok := table.Int64(item, table.AttrLosses)
-	if !ok {
-		return 0, fmt.Errorf("the loss item's %s is not an integer", table.AttrLosses)
-	}
-	return n, nil
+	return table.LossesOf(item)
 }
 
 // readAttempts bounds the re-reads after a write whose outcome is unknown.
 const readAttempts = 3
 
-// readLease reads one lease (consistently), retrying a failed read a few
-// times: it decides whether a write whose answer was lost landed.
-func (s *store) readLease(ctx context.Context, shard string) (lease, error) {
+// readItemRetried reads one item (consistently), retrying a failed read
+// a few times.
+func (s *store) readItemRetried(ctx context.Context, k aggregates.Key) (map[string]ddbtypes.AttributeValue, error) {
 	var err error
 	for i := 0; i < readAttempts && ctx.Err() == nil; i++ {
 		var item map[string]ddbtypes.AttributeValue
-		if item, err = s.readItem(ctx, aggregates.LeaseKey(s.streamARN, shard)); err == nil {
-			return leaseOf(table.DecodeLease(shard, item)), nil
+		if item, err = s.readItem(ctx, k); err == nil {
+			return item, nil
 		}
 		pause(ctx, i+1)
 	}
 	if err == nil {
 		err = ctx.Err()
 	}
-	return lease{}, err
+	return nil, err
+}
+
+// readLease reads one lease (consistently), retrying a failed read a few
+// times: it decides whether a write whose answer was lost landed.
+func (s *store) readLease(ctx context.Context, shard string) (lease, error) {
+	item, err := s.readItemRetried(ctx, aggregates.LeaseKey(s.streamARN, shard))
+	if err != nil {
+		return lease{}, err
+	}
+	return leaseOf(table.DecodeLease(shard, item)), nil
 }
 
 // readCheckpoint reads one checkpoint (consistently), retrying a failed
 // read a few times.
 func (s *store) readCheckpoint(ctx context.Context, shard string) (checkpoint, error) {
-	var err error
-	for i := 0; i < readAttempts && ctx.Err() == nil; i++ {
-		var item map[string]ddbtypes.AttributeValue
-		if item, err = s.readItem(ctx, aggregates.CheckpointKey(s.streamARN, shard)); err == nil {
-			c, _ := table.DecodeCheckpoint(shard, item)
-			cp := checkpointOf(c)
-			cp.exists = item != nil
-			return cp, nil
-		}
-		pause(ctx, i+1)
+	item, err := s.readItemRetried(ctx, aggregates.CheckpointKey(s.streamARN, shard))
+	if err != nil {
+		return checkpoint{}, err
 	}
-	if err == nil {
-		err = ctx.Err()
-	}
-	return checkpoint{}, err
+	c, _ := table.DecodeCheckpoint(shard, item)
+	cp := checkpointOf(c)
+	cp.exists = item != nil
+	return cp, nil
 }
 
 // writeAttempts bounds the attempts of a checkpoint move, start marker,
