@@ -150,6 +150,12 @@ func AbandonTx(coord string, key aggregates.Key, a Abandon) *dynamodb.TransactWr
 		to = a.Pending.To
 	}
 	cond, move := fencedMove(names, values, prev, to)
+	if a.Pending != nil {
+		// The batch's landed groups may be an earlier protocol's, which
+		// count nothing: the first fence records its end as where counting
+		// began (review of session 25, S25-F2; ClaimGroup).
+		values[":cto"] = S(a.Pending.To)
+	}
 	expr += ", " + move
 	if b := a.Pending; b != nil {
 		names["#pn"], names["#pg"], names["#pp"], names["#pd"] = attrPendingNext, attrPendingGroups, attrPendingPlan, attrPendingDigest

@@ -335,6 +335,14 @@ func ClaimGroup(tableName string, key aggregates.Key, c GroupClaim) types.Transa
 		to = c.To
 	}
 	at, move := fencedMove(names, values, c.Prev, to)
+	if c.K > 0 {
+		// Groups before K landed already, perhaps by a consumer of an
+		// earlier protocol that counts nothing (a batch it began, resumed
+		// here): on an old-layout item, the first fence records the
+		// batch's end, not its start, as where counting began (review of
+		// session 25, S25-F2). On a fenced item countedTo is kept.
+		values[":cto"] = S(c.To)
+	}
 	set = "SET " + move + ", " + set
 	remove := ""
 	cond := at

@@ -47,7 +47,8 @@ func fencedState(state map[string]types.AttributeValue, p int64) map[string]type
 // MarkCheckpointStart, CarryLoss) and the guard-alone abandon (AbandonTx:
 // the consumers' and ledgerctl abandon-batch's) — on a checkpoint of the
 // old layout lands and leaves it fenced: sequenceNumber {fence: 4}, the
-// position in pos, and countedTo the position it read ("" for none). On a
+// position in pos, and countedTo the position it read ("" for none; a
+// pending batch's end for a write after its first group: S25-F2). On a
 // fenced checkpoint it lands, conditioned on pos, moves pos only and keeps
 // countedTo. On a checkpoint fenced by a later protocol (5) it fails its
 // condition and leaves the item as it was.
@@ -90,8 +91,8 @@ func TestCheckpointFence_EveryWriteLeavesItFencedAndRecordsCountedTo(t *testing.
 		{"ClaimRun", at42, func(k aggregates.Key, shard string) any { return table.ClaimRun(coord, k, shard, s42, s50, now) }, s50, s42, ""},
 		{"ClaimGroup alone", at42, group(0, 1), s50, s42, ""},
 		{"ClaimGroup first", at42, group(0, 3), s42, s42, ""},
-		{"ClaimGroup middle", pending(1), group(1, 3), s42, s42, ""},
-		{"ClaimGroup last", pending(2), group(2, 3), s50, s42, ""},
+		{"ClaimGroup middle", pending(1), group(1, 3), s42, s50, ""},
+		{"ClaimGroup last", pending(2), group(2, 3), s50, s50, ""},
 		{"AdvanceCheckpoint", at42, func(k aggregates.Key, shard string) any {
 			return table.AdvanceCheckpoint(coord, k, shard, s42, s50, false, now)
 		}, s50, s42, ""},
@@ -107,7 +108,7 @@ func TestCheckpointFence_EveryWriteLeavesItFencedAndRecordsCountedTo(t *testing.
 		{"CarryLoss", counted42, func(k aggregates.Key, shard string) any {
 			return table.CarryLoss(coord, k, shard, s42, s50, now)
 		}, s50, s42, ""},
-		{"AbandonTx of a pending batch", pending(2), abandon(table.Abandon{Prev: s42, Pending: &table.PendingBatch{To: s50, Next: 2, Groups: 3}}), s50, s42, ""},
+		{"AbandonTx of a pending batch", pending(2), abandon(table.Abandon{Prev: s42, Pending: &table.PendingBatch{To: s50, Next: 2, Groups: 3}}), s50, s50, ""},
 		{"AbandonTx of a gap", at42, abandon(table.Abandon{Prev: s42, After: s42}), s42, s42, ""},
 		{"AbandonTx creating the checkpoint", unpositioned, abandon(table.Abandon{To: s50}), s50, "", ""},
 	}

@@ -92,6 +92,12 @@ func (e *environment) abandonBatch(ctx context.Context, args []string) int {
 	if err != nil {
 		return e.fail(err)
 	}
+	// The abandon leaves the checkpoint fenced: protocol 4 in the flags
+	// first, as every consumer says it at start (review of session 25,
+	// S25-F3).
+	if _, err := p.RaiseProtocol(ctx); err != nil {
+		return e.fail(fmt.Errorf("abandon-batch: %w: nothing written", err))
+	}
 	a := table.Abandon{Shard: *shard, Prev: cp.Seq, Pending: cp.Pending, Now: time.Now().UTC()}
 	landed, err := p.AbandonCheckpoint(ctx, key, a)
 	if err != nil {

@@ -103,6 +103,12 @@ func (e *environment) replay(ctx context.Context, args []string) int {
 	if err != nil {
 		return e.fail(err)
 	}
+	// Its commits fence the report heads they update: protocol 4 in the
+	// flags first, as every consumer says it at start (review of session
+	// 25, S25-F3).
+	if _, err := p.RaiseProtocol(ctx); err != nil {
+		return e.fail(fmt.Errorf("replay: %w: nothing written", err))
+	}
 	var total processor.Result
 	for i, recs := range batches {
 		m.Set(int64(total.Committed), records, fmt.Sprintf("%d/%d files, %d/%d records", i, len(batches), total.Committed, records))
