@@ -151,9 +151,9 @@ func AbandonTx(coord string, key aggregates.Key, a Abandon) *dynamodb.TransactWr
 	}
 	cond, move := fencedMove(names, values, prev, to)
 	if a.Pending != nil {
-		// The batch's landed groups may be an earlier protocol's, which
-		// count nothing: the first fence records its end as where counting
-		// began (review of session 25, S25-F2; ClaimGroup).
+		// The batch's landed groups may be an older plan's, uncounted:
+		// the first fence records its end as where counting began (review
+		// of session 25, S25-F2; ClaimGroup).
 		values[":cto"] = S(a.Pending.To)
 	}
 	expr += ", " + move

@@ -336,11 +336,11 @@ func ClaimGroup(tableName string, key aggregates.Key, c GroupClaim) types.Transa
 	}
 	at, move := fencedMove(names, values, c.Prev, to)
 	if c.K > 0 {
-		// Groups before K landed already, perhaps by a consumer of an
-		// earlier protocol that counts nothing (a batch it began, resumed
-		// here): on an old-layout item, the first fence records the
-		// batch's end, not its start, as where counting began (review of
-		// session 25, S25-F2). On a fenced item countedTo is kept.
+		// Groups before K landed already, by an earlier version: a batch
+		// of plan layout 4 or before is finished uncounted (processor's
+		// planLayout), so on an old-layout item the first fence records
+		// the batch's end, not its start, as where counting began (review
+		// of session 25, S25-F2). On a fenced item countedTo is kept.
 		values[":cto"] = S(c.To)
 	}
 	set = "SET " + move + ", " + set

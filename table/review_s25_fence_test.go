@@ -19,16 +19,19 @@ import (
 // Review (adversarial, session 25): step F as built (docs/exactly-once.md,
 // "Review (adversarial, session 25): step F as built").
 
-// TestReviewS25F2_ABatchBegunByProtocol3IsCountedFromItsEnd: S25-F2. A
-// batch of plan layout 6 whose first groups a consumer of protocol 3 (X)
-// committed, counting nothing, and which this version resumes (its plan
-// and digest are the same) or abandons: the first fence of the checkpoint
-// is then a middle or last group, or the abandon, and it recorded countedTo
-// = the batch's start, saying that every record after it was claimed by
-// counting code, while the groups X landed (records of (start, end]) were
-// not. countedTo is now the batch's end on such a first fence; a batch
-// this version began keeps the countedTo its first group recorded.
-func TestReviewS25F2_ABatchBegunByProtocol3IsCountedFromItsEnd(t *testing.T) {
+// TestReviewS25F2_ABatchBegunByAnOlderPlanIsCountedFromItsEnd: S25-F2. A
+// batch left pending by an older version is finished as it was planned
+// (processor/guard.go, planLayout): a batch of plan layout 4 or before
+// (a version before step A's batches) is finished uncounted, its landed
+// groups and the ones this version commits alike. The first fence of its
+// checkpoint is then a middle or last group, or the abandon, and it
+// recorded countedTo = the batch's start, saying that every record after
+// it was claimed by counting code, while the records of (start, end] were
+// not counted. countedTo is now the batch's end on a first fence after a
+// batch's first group (for a batch of layout 6 begun by protocol 3, which
+// counted, that is merely conservative); a batch this version began keeps
+// the countedTo its first group recorded.
+func TestReviewS25F2_ABatchBegunByAnOlderPlanIsCountedFromItsEnd(t *testing.T) {
 	ctx := context.Background()
 	c := ddbtest.Client(t)
 	coord := table.CoordinationTableName(ddbtest.NewTable(t, c))
@@ -41,9 +44,9 @@ func TestReviewS25F2_ABatchBegunByProtocol3IsCountedFromItsEnd(t *testing.T) {
 		for a, v := range map[string]types.AttributeValue{
 			table.AttrEntityType: table.S(aggregates.EntityCheckpoint), table.AttrShardID: table.S(shard),
 			table.AttrUpdatedAt: table.S("2026-01-01T00:00:00Z"), "legacyTombstone": table.S("ledger"),
-			// As X's group 0 (of 3) left it: the old layout, the batch pending.
+			// As an older version's group 0 (of 3) left it: the old layout, the batch pending.
 			table.AttrSequenceNumber: table.S(start), "pendingTo": table.S(end), "pendingNext": table.Int(int64(next)),
-			"pendingGroups": table.Int(3), "pendingPlan": table.S("99/32/6/32"), "pendingDigest": table.S("d"),
+			"pendingGroups": table.Int(3), "pendingPlan": table.S("99/32/4/32"), "pendingDigest": table.S("d"),
 		} {
 			item[a] = v
 		}
@@ -53,7 +56,7 @@ func TestReviewS25F2_ABatchBegunByProtocol3IsCountedFromItsEnd(t *testing.T) {
 	}
 	group := func(k aggregates.Key, shard string, g int) {
 		_, err := c.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: []types.TransactWriteItem{
-			table.ClaimGroup(coord, k, table.GroupClaim{Shard: shard, K: g, N: 3, Prev: start, To: end, Plan: "99/32/6/32", Digest: "d", Now: now}),
+			table.ClaimGroup(coord, k, table.GroupClaim{Shard: shard, K: g, N: 3, Prev: start, To: end, Plan: "99/32/4/32", Digest: "d", Now: now}),
 		}})
 		require.NoError(t, err)
 	}
@@ -67,7 +70,7 @@ func TestReviewS25F2_ABatchBegunByProtocol3IsCountedFromItsEnd(t *testing.T) {
 	// Resumed at group 1: fenced there; group 2 keeps what group 1 recorded.
 	k := put("shardId-resumed", 1)
 	group(k, "shardId-resumed", 1)
-	assert.Equal(t, table.S(end), countedTo(k), "X's group 0 counted nothing: counting begins at the batch's end")
+	assert.Equal(t, table.S(end), countedTo(k), "the batch is finished uncounted: counting begins at its end")
 	group(k, "shardId-resumed", 2)
 	assert.Equal(t, table.S(end), countedTo(k), "kept")
 
