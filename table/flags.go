@@ -28,18 +28,19 @@ import (
 //	<name>         BOOL, one per flag (writesEnabled: the maintenance switch;
 //	               tombstones: deletes leave tombstones)
 //	protocol       N, the exactly-once protocol the table is at (absent: 3
-//	               or before); no version writes it yet (step F will): this
-//	               version reads it (Protocol)
+//	               or before); the consumers of protocol 4 raise it at start,
+//	               ledgerctl's replay and abandon-batch before they write
+//	               (RaiseProtocol), ledgerctl unfence lowers it (LowerProtocol)
 
-// Protocol is the exactly-once protocol this version speaks: 3, the
-// layouts of the report head (transactionCount a number), the checkpoint
+// Protocol is the exactly-once protocol this version speaks: 4. Protocol
+// 3 is the layouts of the report head (transactionCount a number), the checkpoint
 // (sequenceNumber a string) and the counts of step A. Protocol 4 is the
 // fence of the counted repair (docs/exactly-once.md, "The design: counted
 // changes", F. The fence): heads with txCount and transactionCount "v4",
 // checkpoints with pos and sequenceNumber {fence: 4}. This version reads
-// both layouts and writes protocol 3's (step X, "Cost to build, and the
-// order"); its ledgerctl refuses reconcile --repair on a table whose flags
-// say a higher protocol (AttrProtocol).
+// both layouts and writes protocol 4's (step F, "F as built (session
+// 25)"); its ledgerctl refuses reconcile --repair and replay on a table
+// whose flags say a higher protocol (AttrProtocol).
 const Protocol = 4
 
 // AttrProtocol is the flags item's protocol attribute (Flags.Protocol).
