@@ -102,14 +102,6 @@ func build(ctx context.Context, getenv func(string) string, stdout, stderr io.Wr
 	if err != nil {
 		return nil, nil, err
 	}
-	// Protocol 4 in the flags before this instance's first fence
-	// (docs/exactly-once.md, "F as built (session 25)"): a cold start
-	// that cannot say so commits nothing.
-	if raised, err := p.RaiseProtocol(ctx); err != nil {
-		return nil, nil, err
-	} else if raised {
-		log.Info("flags item raised to this version's protocol", "protocol", ledgertable.Protocol)
-	}
 	fn := cfg.functionName
 	if fn == "" {
 		fn = "unknown"
@@ -130,18 +122,29 @@ func build(ctx context.Context, getenv func(string) string, stdout, stderr io.Wr
 	if err != nil {
 		return nil, nil, err
 	}
+	var out lambda.Handler = h
 	if cfg.esmCheck == esmOff {
 		log.Warn("event source mapping check disabled (LEDGER_ESM_CHECK=off): the exactly-once commits rely on settings nobody verifies")
-		return h, log, nil
+	} else {
+		gate := &esmGate{
+			next: h, api: awslambda.NewFromConfig(awsCfg), function: cfg.functionName, mode: cfg.mode,
+			policy: cfg.esmCheck, interval: cfg.esmInterval, timeout: 10 * time.Second, log: log, now: time.Now,
+		}
+		if err := gate.check(ctx); err != nil {
+			return nil, nil, err
+		}
+		out = gate
 	}
-	gate := &esmGate{
-		next: h, api: awslambda.NewFromConfig(awsCfg), function: cfg.functionName, mode: cfg.mode,
-		policy: cfg.esmCheck, interval: cfg.esmInterval, timeout: 10 * time.Second, log: log, now: time.Now,
-	}
-	if err := gate.check(ctx); err != nil {
+	// Protocol 4 in the flags before this instance's first fence
+	// (docs/exactly-once.md, "F as built (session 25)"): a cold start
+	// that cannot say so commits nothing. After the mapping's check, so
+	// that an unsafe mapping is named as such whatever the table answers.
+	if raised, err := p.RaiseProtocol(ctx); err != nil {
 		return nil, nil, err
+	} else if raised {
+		log.Info("flags item raised to this version's protocol", "protocol", ledgertable.Protocol)
 	}
-	return gate, log, nil
+	return out, log, nil
 }
 
 // postInitError reports why the function could not start
