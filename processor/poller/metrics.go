@@ -44,6 +44,11 @@ const (
 	LossTaken      = "taken"       // another poller's write: reader stopped
 )
 
+// ShardsProtocolFenced is the state of ledger_poller_shards{state} for the
+// shards this poller gave up because their checkpoint is fenced by another
+// protocol than this version's (S25-F1): never read by it again.
+const ShardsProtocolFenced = "protocol_fenced"
+
 // Label values of ledger_poller_reader_restarts_total{reason}.
 const (
 	RestartError = "error" // the reader failed (too many failures in a row): restarted after a pause
@@ -126,7 +131,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}, []string{"outcome"}),
 		Shards: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Namespace: "ledger", Subsystem: "poller", Name: "shards",
-			Help: "Shards of the stream by state: open, closed (not yet read to the end), finished, waiting (parents not finished).",
+			Help: "Shards of the stream by state: open, closed (not yet read to the end), finished, waiting (parents not finished), protocol_fenced (given up by this poller: its checkpoint is fenced by another protocol).",
 		}, []string{"state"}),
 		Reads: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "ledger", Subsystem: "stream", Name: "get_records_total",
@@ -240,7 +245,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	for _, o := range []string{"records", "empty", "throttled", "error"} {
 		m.Reads.WithLabelValues(o)
 	}
-	for _, s := range []string{"open", "closed", "finished", "waiting"} {
+	for _, s := range []string{"open", "closed", "finished", "waiting", ShardsProtocolFenced} {
 		m.Shards.WithLabelValues(s)
 	}
 	for _, k := range []string{DescribeList, DescribeChildren} {
