@@ -28,51 +28,42 @@ import (
 // released, the shard is counted as ledger_poller_shards{state=
 // "protocol_fenced"}, and this poller does not take it again.
 func TestPoller_ReviewS25X4_AProtocolFencedShardIsGivenUp(t *testing.T) {
-	// Both take paths: the share-bounded pass (heartbeat) and assign (renew).
-	for _, tc := range []struct {
-		mode poller.LeaseMode
-		seed uint64
-	}{{poller.LeaseModeHeartbeat, 2541}, {poller.LeaseModeRenew, 2542}} {
-		t.Run(string(tc.mode), func(t *testing.T) {
-			ctx := context.Background()
-			e := newEnv(t, tc.seed)
-			f := e.stream
-			coord := table.CoordinationTableName(e.table)
-			key := aggregates.CheckpointKey(f.arn, "shardId-A")
-			f.addShard("shardId-A", "")
-			f.appendTo("shardId-A", e.write(t, 20)...)
-			e.drain(t, "old-1", nil)
-			// The drain of this version fenced the checkpoint at protocol 4; a
-			// later protocol's fence (5) is what a poller of this version meets.
-			_, err := e.ddb.UpdateItem(ctx, &dynamodb.UpdateItemInput{
-				TableName: aws.String(coord), Key: table.Key(key),
-				UpdateExpression:          aws.String("SET #seq = :fence"),
-				ConditionExpression:       aws.String("attribute_type(#seq, :M)"),
-				ExpressionAttributeNames:  map[string]string{"#seq": table.AttrSequenceNumber},
-				ExpressionAttributeValues: map[string]ddbtypes.AttributeValue{":fence": &ddbtypes.AttributeValueMemberM{Value: map[string]ddbtypes.AttributeValue{"fence": table.Int(5)}}, ":M": table.S("M")},
-			})
-			require.NoError(t, err)
-			f.appendTo("shardId-A", e.write(t, 10)...)
+	ctx := context.Background()
+	e := newEnv(t, 2541)
+	f := e.stream
+	coord := table.CoordinationTableName(e.table)
+	key := aggregates.CheckpointKey(f.arn, "shardId-A")
+	f.addShard("shardId-A", "")
+	f.appendTo("shardId-A", e.write(t, 20)...)
+	e.drain(t, "old-1", nil)
+	// The drain of this version fenced the checkpoint at protocol 4; a
+	// later protocol's fence (5) is what a poller of this version meets.
+	_, err := e.ddb.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+		TableName: aws.String(coord), Key: table.Key(key),
+		UpdateExpression:          aws.String("SET #seq = :fence"),
+		ConditionExpression:       aws.String("attribute_type(#seq, :M)"),
+		ExpressionAttributeNames:  map[string]string{"#seq": table.AttrSequenceNumber},
+		ExpressionAttributeValues: map[string]ddbtypes.AttributeValue{":fence": &ddbtypes.AttributeValueMemberM{Value: map[string]ddbtypes.AttributeValue{"fence": table.Int(5)}}, ":M": table.S("M")},
+	})
+	require.NoError(t, err)
+	f.appendTo("shardId-A", e.write(t, 10)...)
 
-			tp := e.poller(t, "v4", nil, nil, func(c *poller.Config) {
-				c.MaxReadFailures, c.ThrottleBackoff, c.MaxThrottleBackoff = 2, time.Millisecond, 10*time.Millisecond
-				c.LeaseMode = tc.mode
-			})
-			stop := start(t, tp)
-			defer stop()
-			fenced := tp.pm.Conflicts.WithLabelValues(processor.ConflictNewerProtocol)
-			eventually(t, "the reader meeting the fence", 20*time.Second, func() bool { return counter(t, fenced) >= 1 })
-			assert.Zero(t, counter(t, tp.pm.Commits.WithLabelValues("committed")), "committed over the fence")
-			eventually(t, "the lease given up", 10*time.Second, func() bool {
-				return counter(t, tp.m.LeasesHeld) == 0 && counter(t, tp.m.Shards.WithLabelValues(poller.ShardsProtocolFenced)) == 1
-			})
-			// Not taken again: over several rounds the fence is met no more, the
-			// lease stays free (released, no owner), and nothing is committed.
-			met := counter(t, fenced)
-			time.Sleep(4 * time.Second) // longer than a lease duration (3 s): many rounds
-			assert.Equal(t, met, counter(t, fenced), "the fenced shard was taken again")
-			assert.Zero(t, counter(t, tp.m.LeasesHeld), "the fenced shard's lease held again")
-			assert.Zero(t, counter(t, tp.pm.Commits.WithLabelValues("committed")), "committed over the fence")
-		})
-	}
+	tp := e.poller(t, "v4", nil, nil, func(c *poller.Config) {
+		c.MaxReadFailures, c.ThrottleBackoff, c.MaxThrottleBackoff = 2, time.Millisecond, 10*time.Millisecond
+	})
+	stop := start(t, tp)
+	defer stop()
+	fenced := tp.pm.Conflicts.WithLabelValues(processor.ConflictNewerProtocol)
+	eventually(t, "the reader meeting the fence", 20*time.Second, func() bool { return counter(t, fenced) >= 1 })
+	assert.Zero(t, counter(t, tp.pm.Commits.WithLabelValues("committed")), "committed over the fence")
+	eventually(t, "the lease given up", 10*time.Second, func() bool {
+		return counter(t, tp.m.LeasesHeld) == 0 && counter(t, tp.m.Shards.WithLabelValues(poller.ShardsProtocolFenced)) == 1
+	})
+	// Not taken again: over several rounds the fence is met no more, the
+	// lease stays free (released, no owner), and nothing is committed.
+	met := counter(t, fenced)
+	time.Sleep(4 * time.Second) // longer than a lease duration (3 s): many rounds
+	assert.Equal(t, met, counter(t, fenced), "the fenced shard was taken again")
+	assert.Zero(t, counter(t, tp.m.LeasesHeld), "the fenced shard's lease held again")
+	assert.Zero(t, counter(t, tp.pm.Commits.WithLabelValues("committed")), "committed over the fence")
 }
