@@ -347,6 +347,11 @@ func (p *Poller) Run(ctx context.Context) error {
 			rc := p.round(ctx)
 			p.readerDone(rc, r)
 			switch {
+			case p.cfg.Drain && errors.Is(r.err, table.ErrCheckpointProtocol):
+				// A drain of this version cannot keep its promise on a
+				// shard another protocol fenced (S25-F1): it fails, naming
+				// it, instead of waiting for a shard it gave up.
+				runErr = fmt.Errorf("drain: the drain of the fence's protocol reads this shard: %w", r.err)
 			case p.cfg.Drain && len(p.held) == 0:
 				// A drain's last reader ended: the pass that decides
 				// whether it is done reads everything.

@@ -66,4 +66,16 @@ func TestPoller_ReviewS25X4_AProtocolFencedShardIsGivenUp(t *testing.T) {
 	assert.Equal(t, met, counter(t, fenced), "the fenced shard was taken again")
 	assert.Zero(t, counter(t, tp.m.LeasesHeld), "the fenced shard's lease held again")
 	assert.Zero(t, counter(t, tp.pm.Commits.WithLabelValues("committed")), "committed over the fence")
+
+	// A drain of this version cannot keep its promise on that shard: it
+	// fails naming the fence (it waited for ever before, its reader
+	// restarting), and commits nothing.
+	dp, err := e.drainLoss(t, "drain-v4", func(c *poller.Config) {
+		c.MaxReadFailures, c.ThrottleBackoff, c.MaxThrottleBackoff = 2, time.Millisecond, 10*time.Millisecond
+	})
+	require.ErrorIs(t, err, table.ErrCheckpointProtocol)
+	var pe *table.CheckpointProtocolError
+	require.ErrorAs(t, err, &pe)
+	assert.Equal(t, int64(5), pe.Fence)
+	assert.Zero(t, counter(t, dp.pm.Commits.WithLabelValues("committed")), "the drain committed over the fence")
 }
