@@ -2035,7 +2035,7 @@ func (p *Poller) gauges() {
 		}
 	}
 	p.goodput = append(p.goodput, now)
-	counts := map[string]int{"open": 0, "closed": 0, "finished": 0, "waiting": 0, ShardsProtocolFenced: 0}
+	counts := map[string]int{"open": 0, "closed": 0, "finished": 0, "waiting": 0}
 	elig := map[string]bool{}
 	for _, s := range p.eligible() {
 		elig[s.id] = true
@@ -2044,9 +2044,10 @@ func (p *Poller) gauges() {
 		switch {
 		case p.finishedKnown(s.id):
 			counts["finished"]++
-		case p.givenUp(s.id):
-			counts[ShardsProtocolFenced]++
-		case !elig[s.id] && !p.drainLeaves(s) && !p.gone[s.id]:
+		case !elig[s.id] && !p.drainLeaves(s) && !p.gone[s.id] && !p.givenUp(s.id):
+			// A shard given up for another protocol's fence (S25-F1) is
+			// still open or closed, to be read: counted so, so that
+			// LedgerShardUnread fires when no poller reads it.
 			counts["waiting"]++
 		case s.closed:
 			counts["closed"]++
@@ -2057,4 +2058,5 @@ func (p *Poller) gauges() {
 	for state, n := range counts {
 		p.m.Shards.WithLabelValues(state).Set(float64(n))
 	}
+	p.m.ProtocolFenced.Set(float64(len(p.protocolFenced)))
 }

@@ -25,8 +25,9 @@ import (
 // (every read finds the fence, counted as newer_protocol) but kept the
 // lease, restarting its reader for the life of the process, so the shard
 // was read by no one. Now the reader ends at the fence, the lease is
-// released, the shard is counted as ledger_poller_shards{state=
-// "protocol_fenced"}, and this poller does not take it again.
+// released, the shard is counted in ledger_poller_shards_protocol_fenced
+// (and still as open, for LedgerShardUnread), and this poller does not
+// take it again; a drain of this version fails naming the fence.
 func TestPoller_ReviewS25X4_AProtocolFencedShardIsGivenUp(t *testing.T) {
 	ctx := context.Background()
 	e := newEnv(t, 2541)
@@ -57,7 +58,7 @@ func TestPoller_ReviewS25X4_AProtocolFencedShardIsGivenUp(t *testing.T) {
 	eventually(t, "the reader meeting the fence", 20*time.Second, func() bool { return counter(t, fenced) >= 1 })
 	assert.Zero(t, counter(t, tp.pm.Commits.WithLabelValues("committed")), "committed over the fence")
 	eventually(t, "the lease given up", 10*time.Second, func() bool {
-		return counter(t, tp.m.LeasesHeld) == 0 && counter(t, tp.m.Shards.WithLabelValues(poller.ShardsProtocolFenced)) == 1
+		return counter(t, tp.m.LeasesHeld) == 0 && counter(t, tp.m.ProtocolFenced) == 1 && counter(t, tp.m.Shards.WithLabelValues("open")) == 1
 	})
 	// Not taken again: over several rounds the fence is met no more, the
 	// lease stays free (released, no owner), and nothing is committed.
