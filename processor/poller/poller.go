@@ -2040,7 +2040,11 @@ func (p *Poller) gauges() {
 	for _, s := range p.eligible() {
 		elig[s.id] = true
 	}
+	fenced := 0 // given up (S25-F1), of the shards listed and not finished
 	for _, s := range p.shards {
+		if p.givenUp(s.id) && !p.finishedKnown(s.id) {
+			fenced++
+		}
 		switch {
 		case p.finishedKnown(s.id):
 			counts["finished"]++
@@ -2058,5 +2062,5 @@ func (p *Poller) gauges() {
 	for state, n := range counts {
 		p.m.Shards.WithLabelValues(state).Set(float64(n))
 	}
-	p.m.ProtocolFenced.Set(float64(len(p.protocolFenced)))
+	p.m.ProtocolFenced.Set(float64(fenced))
 }
