@@ -336,7 +336,7 @@ func (g *ShardGuard) load(ctx context.Context) error {
 		// Counted at each read that finds it, as a roll-up delta of a newer
 		// format is (review of session 25, S25-X2).
 		g.p.metrics.Conflicts.WithLabelValues(ConflictNewerProtocol).Inc()
-		return fmt.Errorf("shard %s: protocol %d, this consumer's %d: %w", g.shard, cp.Fence, table.Protocol, table.ErrCheckpointProtocol)
+		return &table.CheckpointProtocolError{Shard: g.shard, Fence: cp.Fence}
 	}
 	if err != nil {
 		return fmt.Errorf("checkpoint %s: %w", g.key, err)

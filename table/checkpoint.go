@@ -213,6 +213,19 @@ func (c Checkpoint) Foreign() bool { return c.Fence != 0 && c.Fence != Protocol 
 // (docs/exactly-once.md, second review, F-b).
 var ErrCheckpointProtocol = errors.New("the checkpoint is fenced by a later protocol than this consumer's: nothing is committed on the shard by this version (roll forward, or unfence: docs/exactly-once.md, \"The design: counted changes\", F. The fence)")
 
+// CheckpointProtocolError is ErrCheckpointProtocol naming the shard and the
+// fence's protocol (errors.Is ErrCheckpointProtocol).
+type CheckpointProtocolError struct {
+	Shard string
+	Fence int64
+}
+
+func (e *CheckpointProtocolError) Error() string {
+	return fmt.Sprintf("shard %s: protocol %d, this consumer's %d: %v", e.Shard, e.Fence, Protocol, ErrCheckpointProtocol)
+}
+
+func (e *CheckpointProtocolError) Unwrap() error { return ErrCheckpointProtocol }
+
 // PendingBatch is a half-committed batch (prev, To] whose groups before
 // Next of Groups are committed; Plan and Digest identify how it was planned
 // (processor's batch plan and plan digest).

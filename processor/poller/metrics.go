@@ -75,10 +75,12 @@ type Metrics struct {
 	LeaseEvents  *prometheus.CounterVec // ledger_poller_lease_events_total{event}
 	Offers       *prometheus.CounterVec // ledger_poller_offers_total{outcome}
 	Shards       *prometheus.GaugeVec   // ledger_poller_shards{state}
-	Reads        *prometheus.CounterVec // ledger_stream_get_records_total{outcome}
-	RecordsRead  prometheus.Counter     // ledger_stream_records_read_total
-	Resets       *prometheus.CounterVec // ledger_stream_iterator_resets_total{reason}
-	Checkpoints  prometheus.Counter     // ledger_poller_checkpoint_moves_total
+	// ProtocolFenced: ledger_poller_shards_protocol_fenced (S25-F1).
+	ProtocolFenced prometheus.Gauge
+	Reads          *prometheus.CounterVec // ledger_stream_get_records_total{outcome}
+	RecordsRead    prometheus.Counter     // ledger_stream_records_read_total
+	Resets         *prometheus.CounterVec // ledger_stream_iterator_resets_total{reason}
+	Checkpoints    prometheus.Counter     // ledger_poller_checkpoint_moves_total
 
 	LeaseLosses    *prometheus.CounterVec // ledger_poller_lease_losses_total{cause}
 	ReaderRestarts *prometheus.CounterVec // ledger_poller_reader_restarts_total{reason}
@@ -124,6 +126,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Namespace: "ledger", Subsystem: "poller", Name: "offers_total",
 			Help: "Leases offered to this poller (handed over, or children left for it), by what became of each when it looked: taken, later, not_its, unknown_shard, parent_unfinished, checkpoint_unread, refused.",
 		}, []string{"outcome"}),
+		ProtocolFenced: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: "ledger", Subsystem: "poller", Name: "shards_protocol_fenced",
+			Help: "Shards this poller gave up because their checkpoint is fenced by another exactly-once protocol than its own: it released their leases and does not take them again while it runs (a poller of that protocol reads them). They stay counted in ledger_poller_shards as open or closed.",
+		}),
 		Shards: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Namespace: "ledger", Subsystem: "poller", Name: "shards",
 			Help: "Shards of the stream by state: open, closed (not yet read to the end), finished, waiting (parents not finished).",
@@ -249,7 +255,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}
 	}
 	if reg != nil {
-		reg.MustRegister(m.LeasesHeld, m.LeasesPaused, m.LeaseEvents, m.Offers, m.Shards, m.Reads, m.RecordsRead, m.Resets, m.Checkpoints,
+		reg.MustRegister(m.ProtocolFenced, m.LeasesHeld, m.LeasesPaused, m.LeaseEvents, m.Offers, m.Shards, m.Reads, m.RecordsRead, m.Resets, m.Checkpoints,
 			m.LeaseLosses, m.ReaderRestarts, m.Committed, m.Goodput, m.HeldRecords, m.Describes,
 			m.HeldBytes, m.HeldBudget, m.HeldBudgetUsed, m.HeldBudgetWaits, m.HeldBytesBudget, m.HeldBytesBudgetUsed,
 			m.DescribeRate, m.DescribeDeferred,

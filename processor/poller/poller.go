@@ -54,6 +54,11 @@ type Poller struct {
 	held      map[string]*holding
 	drained   map[string]bool // read by this drain run to an empty page (drainLeaves)
 	gone      map[string]bool
+	// protocolFenced are the shards this poller gave up because their checkpoint
+	// is fenced by another protocol than this version's (its reader ended
+	// on table.ErrCheckpointProtocol; the value is that protocol): not
+	// taken again for the rest of this process's life (S25-F1; givenUp).
+	protocolFenced map[string]int64
 	// trims are the trims this drain run's readers met (every reader's,
 	// restarts included): reported when its work is complete (drainLoss).
 	// Not kept by a live poller.
@@ -342,6 +347,11 @@ func (p *Poller) Run(ctx context.Context) error {
 			rc := p.round(ctx)
 			p.readerDone(rc, r)
 			switch {
+			case p.cfg.Drain && errors.Is(r.err, table.ErrCheckpointProtocol):
+				// A drain of this version cannot keep its promise on a
+				// shard another protocol fenced (S25-F1): it fails, naming
+				// it, instead of waiting for a shard it gave up.
+				runErr = fmt.Errorf("drain: the drain of the fence's protocol reads this shard: %w", r.err)
 			case p.cfg.Drain && len(p.held) == 0:
 				// A drain's last reader ended: the pass that decides
 				// whether it is done reads everything.
@@ -1013,7 +1023,7 @@ func (p *Poller) eligible() []shard {
 	}
 	var out []shard
 	for _, s := range p.shards {
-		if p.finishedKnown(s.id) || p.drainLeaves(s) || p.gone[s.id] {
+		if p.finishedKnown(s.id) || p.drainLeaves(s) || p.gone[s.id] || p.givenUp(s.id) {
 			continue
 		}
 		if s.parent != "" && listed[s.parent] && !p.finishedKnown(s.parent) && !p.gone[s.parent] {
@@ -1732,7 +1742,7 @@ func (p *Poller) readerDone(ctx context.Context, r readerResult) {
 	if h.cancel != nil {
 		h.cancel()
 	}
-	if r.err == nil || h.lost || errors.Is(r.err, errShardGone) {
+	if r.err == nil || h.lost || errors.Is(r.err, errShardGone) || errors.Is(r.err, table.ErrCheckpointProtocol) {
 		// Not this poller's to report any more (or nothing left to read).
 		p.pm.IteratorAge.DeleteLabelValues(r.shard)
 	}
@@ -1770,6 +1780,9 @@ func (p *Poller) readerDone(ctx context.Context, r readerResult) {
 		p.drained[r.shard] = true
 		p.lastStop = time.Now()
 		p.release(ctx, r.shard, h)
+	case errors.Is(r.err, table.ErrCheckpointProtocol):
+		p.giveUp(r.shard, r.err)
+		p.release(ctx, r.shard, h) // to the poller that asked for it, if any
 	case p.stopping || h.handoffTo != "":
 		p.release(ctx, r.shard, h)
 	case errors.Is(r.err, errShardGone):
@@ -1789,6 +1802,39 @@ func (p *Poller) readerDone(ctx context.Context, r readerResult) {
 		}
 		h.retryAt = time.Now().Add(p.cfg.renewInterval())
 	}
+}
+
+// giveUp records that the shard's checkpoint is fenced by another
+// protocol than this version's (err wraps table.ErrCheckpointProtocol): this
+// version commits nothing on it, ever, so its lease is released and the
+// shard is not taken again by this process (givenUp), leaving it to a
+// poller of that protocol (S25-F1). Logged once per shard at ERROR.
+func (p *Poller) giveUp(id string, err error) {
+	fence := int64(1) // a fence that cannot be read: fenced all the same
+	var pe *table.CheckpointProtocolError
+	if errors.As(err, &pe) {
+		fence = pe.Fence
+	}
+	if p.protocolFenced == nil {
+		p.protocolFenced = map[string]int64{}
+	}
+	if _, known := p.protocolFenced[id]; !known {
+		p.log.Error("the shard's checkpoint is fenced by another protocol than this poller's: this version commits nothing on it; the lease is released and not taken again by this process (a poller of that protocol reads the shard; docs/runbook.md, \"Protocols\")",
+			"shard", id, "protocol", fence, "this_protocol", table.Protocol, "error", err.Error())
+	}
+	p.protocolFenced[id] = fence
+}
+
+// givenUp reports whether this process gave the shard up for another
+// protocol's fence (giveUp). The rule is for the process's life, not
+// until a read shows the fence gone: only `ledgerctl unfence` (a
+// rollback) removes a fence, and a restart of the poller after it reads
+// the shard again (runbook, "Protocols"); a rule that re-reads would be
+// as sound (a poller that takes a fenced shard commits nothing, its
+// reader meets the fence and gives it up again) and only costs churn.
+func (p *Poller) givenUp(id string) bool {
+	_, ok := p.protocolFenced[id]
+	return ok
 }
 
 // release gives a held lease up (to the poller that asked for it, if any)
@@ -1994,11 +2040,18 @@ func (p *Poller) gauges() {
 	for _, s := range p.eligible() {
 		elig[s.id] = true
 	}
+	fenced := 0 // given up (S25-F1), of the shards listed and not finished
 	for _, s := range p.shards {
+		if p.givenUp(s.id) && !p.finishedKnown(s.id) {
+			fenced++
+		}
 		switch {
 		case p.finishedKnown(s.id):
 			counts["finished"]++
-		case !elig[s.id] && !p.drainLeaves(s) && !p.gone[s.id]:
+		case !elig[s.id] && !p.drainLeaves(s) && !p.gone[s.id] && !p.givenUp(s.id):
+			// A shard given up for another protocol's fence (S25-F1) is
+			// still open or closed, to be read: counted so, so that
+			// LedgerShardUnread fires when no poller reads it.
 			counts["waiting"]++
 		case s.closed:
 			counts["closed"]++
@@ -2009,4 +2062,5 @@ func (p *Poller) gauges() {
 	for state, n := range counts {
 		p.m.Shards.WithLabelValues(state).Set(float64(n))
 	}
+	p.m.ProtocolFenced.Set(float64(fenced))
 }

@@ -302,6 +302,12 @@ func (r *reader) run() (res readerResult) {
 	// DrainEmptyPages (reset when an iterator is opened anew).
 	failures, empty, inRow := 0, 0, 0
 	fail := func(reason string, err error) bool {
+		if errors.Is(err, table.ErrCheckpointProtocol) {
+			// Fenced by another protocol: no retry moves it (S25-F1); the
+			// reader ends and the poller gives the lease up (readerDone).
+			res.err = err
+			return false
+		}
 		failures++
 		if failures > cfg.MaxReadFailures {
 			res.err = fmt.Errorf("shard %s: %d failures in a row: %w", r.shard.id, failures, err)

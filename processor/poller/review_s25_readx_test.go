@@ -19,22 +19,16 @@ import (
 
 // TestPoller_ReviewS25X4_AProtocolFencedShardIsGivenUp: S25-X4
 // (docs/exactly-once.md, "Review (adversarial, session 25): step X as
-// built"), open; step F did not close it (review of F, S25-F1): protocol
-// 3's pollers are what they are (F's rollout replaces the fleet before the
-// first fence, runbook "Upgrading to protocol 4"), and a poller of
-// protocol 4 meets a fence of protocol 5 the same way, modelled here. A poller of this version that holds the lease
-// of a shard whose checkpoint a poller of protocol 4 fenced commits nothing
-// on it (X holds: every read finds the fence, counted as newer_protocol),
-// but it keeps the lease: its reader fails MaxReadFailures times, restarts
-// after a pause, and so on for the life of the process, so the shard is
-// read by no one until this poller leaves the fleet (a rolling deploy of F
-// in which it takes such a lease, by expiry or balancing, stalls the
-// shard). What F needs: the poller gives the lease up and does not take it
-// again (or F's rollout replaces the fleet before the first fence).
-// Skipped until then; it fails today on the lease still held. It takes a
-// table of the pool: raise tables.Size by one when it is unskipped.
+// built"), carried over as S25-F1 in the review of F, fixed: a poller of
+// protocol 4 meets a fence of protocol 5 (modelled here) the way protocol
+// 3's meet protocol 4's. Before the fix it committed nothing on the shard
+// (every read finds the fence, counted as newer_protocol) but kept the
+// lease, restarting its reader for the life of the process, so the shard
+// was read by no one. Now the reader ends at the fence, the lease is
+// released, the shard is counted in ledger_poller_shards_protocol_fenced
+// (and still as open, for LedgerShardUnread), and this poller does not
+// take it again; a drain of this version fails naming the fence.
 func TestPoller_ReviewS25X4_AProtocolFencedShardIsGivenUp(t *testing.T) {
-	t.Skip("S25-X4/S25-F1 (open): a poller keeps the lease of a shard fenced by a later protocol; docs/exactly-once.md, reviews of session 25")
 	ctx := context.Background()
 	e := newEnv(t, 2541)
 	f := e.stream
@@ -61,7 +55,28 @@ func TestPoller_ReviewS25X4_AProtocolFencedShardIsGivenUp(t *testing.T) {
 	stop := start(t, tp)
 	defer stop()
 	fenced := tp.pm.Conflicts.WithLabelValues(processor.ConflictNewerProtocol)
-	eventually(t, "the reader meeting the fence three times", 20*time.Second, func() bool { return counter(t, fenced) >= 3 })
+	eventually(t, "the reader meeting the fence", 20*time.Second, func() bool { return counter(t, fenced) >= 1 })
 	assert.Zero(t, counter(t, tp.pm.Commits.WithLabelValues("committed")), "committed over the fence")
-	eventually(t, "the lease given up", 10*time.Second, func() bool { return counter(t, tp.m.LeasesHeld) == 0 })
+	eventually(t, "the lease given up", 10*time.Second, func() bool {
+		return counter(t, tp.m.LeasesHeld) == 0 && counter(t, tp.m.ProtocolFenced) == 1 && counter(t, tp.m.Shards.WithLabelValues("open")) == 1
+	})
+	// Not taken again: over several rounds the fence is met no more, the
+	// lease stays free (released, no owner), and nothing is committed.
+	met := counter(t, fenced)
+	time.Sleep(4 * time.Second) // longer than a lease duration (3 s): many rounds
+	assert.Equal(t, met, counter(t, fenced), "the fenced shard was taken again")
+	assert.Zero(t, counter(t, tp.m.LeasesHeld), "the fenced shard's lease held again")
+	assert.Zero(t, counter(t, tp.pm.Commits.WithLabelValues("committed")), "committed over the fence")
+
+	// A drain of this version cannot keep its promise on that shard: it
+	// fails naming the fence (it waited for ever before, its reader
+	// restarting), and commits nothing.
+	dp, err := e.drainLoss(t, "drain-v4", func(c *poller.Config) {
+		c.MaxReadFailures, c.ThrottleBackoff, c.MaxThrottleBackoff = 2, time.Millisecond, 10*time.Millisecond
+	})
+	require.ErrorIs(t, err, table.ErrCheckpointProtocol)
+	var pe *table.CheckpointProtocolError
+	require.ErrorAs(t, err, &pe)
+	assert.Equal(t, int64(5), pe.Fence)
+	assert.Zero(t, counter(t, dp.pm.Commits.WithLabelValues("committed")), "the drain committed over the fence")
 }

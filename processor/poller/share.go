@@ -1076,7 +1076,7 @@ func (p *Poller) takeOffers(ctx context.Context, kids map[string]bool) {
 	}
 	var want, unread []string
 	for _, id := range offers {
-		if _, mine := p.held[id]; mine || p.finishedKnown(id) {
+		if _, mine := p.held[id]; mine || p.finishedKnown(id) || p.givenUp(id) {
 			continue
 		}
 		want = append(want, id)
@@ -1109,6 +1109,13 @@ func (p *Poller) takeOffers(ctx context.Context, kids map[string]bool) {
 		}
 	}
 	for _, id := range offers {
+		if _, mine := p.held[id]; !mine && p.givenUp(id) {
+			// Given up for another protocol's fence (S25-F1): not this
+			// version's to read.
+			done = append(done, id)
+			outcome(id, OfferNotIts)
+			continue
+		}
 		l, read := ls[id]
 		_, mine := p.held[id]
 		if !read && !mine && !p.finishedKnown(id) {
@@ -1331,7 +1338,7 @@ func (p *Poller) takeShare(ctx context.Context, only map[string]bool) {
 		if only != nil && !only[s.id] {
 			continue
 		}
-		if _, mine := p.held[s.id]; mine || p.finishedKnown(s.id) || p.gone[s.id] || p.drainLeaves(s) {
+		if _, mine := p.held[s.id]; mine || p.finishedKnown(s.id) || p.gone[s.id] || p.givenUp(s.id) || p.drainLeaves(s) {
 			continue
 		}
 		l := p.leaseOf(s)
