@@ -1040,6 +1040,7 @@ func (p *Poller) eligible() []shard {
 // every shard.
 func (p *Poller) assign(ctx context.Context) {
 	elig := p.eligible()
+	p.forgetTold(elig)
 	if len(elig) == 0 {
 		return
 	}
@@ -1200,6 +1201,26 @@ func (p *Poller) retell(ctx context.Context, l lease) {
 		return
 	}
 	p.log.Info("lease request told again", "shard", l.shard, "owner", l.owner)
+}
+
+// forgetTold forgets when this poller told an owner of its request for a
+// shard no longer eligible (finished, gone, left by a drain): the loop
+// before retell forgets only eligible ones, and the entries of shards that
+// left the set while a request was last seen on them stayed for good
+// (review of retell, session 25, S25-R4).
+func (p *Poller) forgetTold(elig []shard) {
+	if len(p.askedAt) == 0 {
+		return
+	}
+	in := make(map[string]bool, len(elig))
+	for _, s := range elig {
+		in[s.id] = true
+	}
+	for id := range p.askedAt {
+		if !in[id] {
+			delete(p.askedAt, id)
+		}
+	}
 }
 
 // takeAttempt is one take's store calls, made concurrently with others:
