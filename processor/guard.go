@@ -438,6 +438,9 @@ func (g *ShardGuard) fenceLegacy(ctx context.Context) error {
 // transactWrite sends a transaction (a commit's, or the guard alone's:
 // its fence, its abandon), counted in the write metrics.
 func (p *Processor) transactWrite(ctx context.Context, in *dynamodb.TransactWriteItemsInput) error {
+	if err := p.beforeFence(ctx); err != nil {
+		return err
+	}
 	p.metrics.WriteRequests.WithLabelValues("TransactWriteItems").Inc()
 	out, err := p.api.TransactWriteItems(ctx, in)
 	if err != nil {
@@ -469,6 +472,9 @@ func (p *Processor) updateItem(ctx context.Context, in *dynamodb.UpdateItemInput
 		in = &c
 	}
 	return p.retry(ctx, "UpdateItem", func(ctx context.Context) error {
+		if err := p.beforeFence(ctx); err != nil {
+			return err
+		}
 		p.metrics.WriteRequests.WithLabelValues("UpdateItem").Inc()
 		out, err := p.api.UpdateItem(ctx, in)
 		if err == nil && out.ConsumedCapacity != nil {

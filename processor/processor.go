@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
@@ -136,6 +137,12 @@ type Processor struct {
 	cfg     Config
 	metrics *Metrics
 	shapes  *shapeCache
+	// protocol holds the raise of the flags' protocol this Processor did
+	// (RaiseProtocol, beforeFence).
+	protocol struct {
+		mu   sync.Mutex
+		done bool
+	}
 	// oldLayout (tests only) plans new batches under the layout before 6
 	// (batchPlan).
 	oldLayout bool
@@ -190,13 +197,36 @@ func (p *Processor) Metrics() *Metrics { return p.metrics }
 
 // RaiseProtocol sets the flags item's protocol to this version's
 // (table.Protocol) where it is absent or lower: what every consumer does
-// at start, before its first commit, so that the table says protocol 4
-// before the first fence is written and an older ledgerctl refuses
-// reconcile --repair from then on (docs/exactly-once.md, "F as built
-// (session 25)", the protocol flag). A table without a flags item is left
-// without one. raised says it wrote.
+// before its first fence, so that the table says protocol 4 before the
+// first fence is written and an older ledgerctl refuses reconcile --repair
+// from then on (docs/exactly-once.md, "F as built (session 25)", the
+// protocol flag). A table without a flags item is left without one.
+// raised says it wrote. Once it has answered without error, later calls
+// on this Processor do nothing: the pollers call it at start, and every
+// write that can fence (transactWrite, updateItem) calls it first, so a
+// Lambda's cold start needs no table and an empty batch writes nothing.
 func (p *Processor) RaiseProtocol(ctx context.Context) (raised bool, err error) {
-	return table.RaiseProtocol(ctx, p.api, p.cfg.Table, table.Protocol)
+	p.protocol.mu.Lock()
+	defer p.protocol.mu.Unlock()
+	if p.protocol.done {
+		return false, nil
+	}
+	raised, err = table.RaiseProtocol(ctx, p.api, p.cfg.Table, table.Protocol)
+	if err != nil {
+		return false, err
+	}
+	p.protocol.done = true
+	if raised {
+		p.cfg.Logger.Info("flags item raised to this version's protocol", "protocol", table.Protocol)
+	}
+	return raised, nil
+}
+
+// beforeFence raises the protocol before this Processor's first write
+// (RaiseProtocol): a consumer that cannot say protocol 4 fences nothing.
+func (p *Processor) beforeFence(ctx context.Context) error {
+	_, err := p.RaiseProtocol(ctx)
+	return err
 }
 
 // Result says what one Process call did.

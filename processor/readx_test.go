@@ -163,3 +163,63 @@ func TestFence_OldLayoutHeadsAreMovedOverByTheNextCommit(t *testing.T) {
 	assert.Positive(t, moved, "old heads moved over")
 	e.requireReconciled(t)
 }
+
+// TestFence_TheFirstWriteRaisesTheProtocol: a Processor raises the flags'
+// protocol before its first write, not before (an empty batch, as a
+// Lambda's first invocation may be, writes nothing and needs no table),
+// and a raise that fails keeps every write back: no checkpoint, no fence,
+// until a later batch raises it.
+func TestFence_TheFirstWriteRaisesTheProtocol(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t)
+	require.NoError(t, ledgertest.NewWorkload(2512).Run(ctx, e.ddb, e.table, 20))
+	shard, recs := e.records(t)
+	protocol := func() table.Flags {
+		f, err := table.GetFlags(ctx, e.ddb, e.table)
+		require.NoError(t, err)
+		return f
+	}
+	setProtocol := func(expr string, v ddbtypes.AttributeValue) {
+		in := &dynamodb.UpdateItemInput{
+			TableName: aws.String(e.table), Key: table.Key(aggregates.FlagsKey()),
+			UpdateExpression: aws.String(expr), ExpressionAttributeNames: map[string]string{"#p": table.AttrProtocol},
+		}
+		if v != nil {
+			in.ExpressionAttributeValues = map[string]ddbtypes.AttributeValue{":p": v}
+		}
+		_, err := e.ddb.UpdateItem(ctx, in)
+		require.NoError(t, err)
+	}
+	checkpoint := func() map[string]ddbtypes.AttributeValue {
+		out, err := e.ddb.GetItem(ctx, &dynamodb.GetItemInput{
+			TableName: aws.String(table.CoordinationTableName(e.table)), Key: table.Key(aggregates.CheckpointKey(e.streamARN, shard)), ConsistentRead: aws.Bool(true),
+		})
+		require.NoError(t, err)
+		return out.Item
+	}
+
+	p := e.processor(t, nil, nil)
+	_, err := p.Process(ctx, p.ShardGuard(e.streamARN, shard), nil)
+	require.NoError(t, err)
+	assert.Equal(t, int64(0), protocol().Protocol, "an empty batch writes nothing")
+
+	setProtocol("SET #p = :p", table.S("4"))
+	_, err = p.Process(ctx, p.ShardGuard(e.streamARN, shard), recs[:10])
+	require.ErrorContains(t, err, "is no integer")
+	assert.Nil(t, checkpoint(), "no write before the protocol is said")
+
+	setProtocol("REMOVE #p", nil)
+	res, err := p.Process(ctx, p.ShardGuard(e.streamARN, shard), recs[:10])
+	require.NoError(t, err)
+	assert.Equal(t, 10, res.Committed)
+	assert.Equal(t, int64(table.Protocol), protocol().Protocol, "raised by the batch that wrote first")
+	cp, err := table.DecodeCheckpoint(shard, checkpoint())
+	require.NoError(t, err)
+	assert.Equal(t, int64(table.Protocol), cp.Fence)
+
+	setProtocol("SET #p = :p", table.Int(3))
+	_, err = p.Process(ctx, p.ShardGuard(e.streamARN, shard), recs[10:])
+	require.NoError(t, err)
+	assert.Equal(t, int64(3), protocol().Protocol, "raised once per Processor: an operator's ledgerctl unfence is not undone by a running consumer")
+	e.requireReconciled(t)
+}

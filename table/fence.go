@@ -17,7 +17,7 @@ import (
 // fence of one report head (FenceHead, for the counted repair's R1 and the
 // rebase's B1), the way back for a rollback below protocol 4 (UnfenceHead,
 // UnfenceCheckpoint: ledgerctl unfence), and the flags item's protocol
-// (RaiseProtocol: the consumers at start; LowerProtocol: ledgerctl
+// (RaiseProtocol: the consumers before their first write; LowerProtocol: ledgerctl
 // unfence). The consumers' own writes fence as they go: checkpoints in
 // checkpoint.go (fencedMove), heads in reportupdate.go (ReportUpdateWith).
 

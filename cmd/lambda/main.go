@@ -32,7 +32,6 @@ import (
 	"github.com/ledger-dev/ledger/processor"
 	"github.com/ledger-dev/ledger/processor/handler"
 	"github.com/ledger-dev/ledger/processor/poller"
-	ledgertable "github.com/ledger-dev/ledger/table"
 )
 
 func main() {
@@ -134,15 +133,6 @@ func build(ctx context.Context, getenv func(string) string, stdout, stderr io.Wr
 			return nil, nil, err
 		}
 		out = gate
-	}
-	// Protocol 4 in the flags before this instance's first fence
-	// (docs/exactly-once.md, "F as built (session 25)"): a cold start
-	// that cannot say so commits nothing. After the mapping's check, so
-	// that an unsafe mapping is named as such whatever the table answers.
-	if raised, err := p.RaiseProtocol(ctx); err != nil {
-		return nil, nil, err
-	} else if raised {
-		log.Info("flags item raised to this version's protocol", "protocol", ledgertable.Protocol)
 	}
 	return out, log, nil
 }
