@@ -188,7 +188,11 @@ func TestReportUpdate_ShapeDecidesTheFormAndIsTheCondition(t *testing.T) {
 		u := w.updates[0]
 		assert.Contains(t, *u.UpdateExpression, "#b0 = :v")
 		assert.Contains(t, *u.UpdateExpression, "#b1 = :v")
-		assert.Equal(t, "attribute_not_exists(#b0) AND attribute_not_exists(#b1)", *u.ConditionExpression)
+		// An absent head is written fenced (protocol 4): its count moved
+		// over on condition that no count came meanwhile.
+		assert.Equal(t, "(attribute_not_exists(#n) OR #n = :c) AND attribute_not_exists(#b0) AND attribute_not_exists(#b1)", *u.ConditionExpression)
+		assert.Contains(t, *u.UpdateExpression, "#tc = :n")
+		assert.Contains(t, *u.UpdateExpression, "#n = :fv")
 		assert.Contains(t, *u.UpdateExpression, "#i = if_not_exists(#i, :z) + :i")
 	})
 	t.Run("existing entries are incremented, new ones set, names never inline", func(t *testing.T) {
