@@ -109,7 +109,7 @@ func (f *faults) forced(op string, body []byte) bool {
 	}{
 		{`"SET #o = :o, #c = :next`, &f.forceTake},
 		{`"SET #c = :next, #x = :x`, &f.forceRenew},
-		{`#exp = :exp, #seq = :seq`, &f.forceMove},
+		{`#pos = :last, #et = :et, #ua = :ua`, &f.forceMove}, // table.AdvanceCheckpoint (protocol 4: fencedMove, then checkpointWrite)
 		{`"SET #c = :next, #ua = :ua`, &f.forceRelease},
 	} {
 		if bytes.Contains(body, []byte(k.expr)) {
