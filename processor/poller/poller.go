@@ -218,7 +218,8 @@ func New(streams Streams, api Table, proc *processor.Processor, cfg Config, metr
 	return &Poller{
 		cfg:     cfg,
 		streams: &countingStreams{Streams: streams, m: metrics},
-		store:   &store{api: api, table: cfg.CoordinationTable, streamARN: cfg.StreamARN, pace: newWritePacer(cfg.CoordinationWriteRate, metrics)},
+		store: &store{api: api, table: cfg.CoordinationTable, streamARN: cfg.StreamARN, pace: newWritePacer(cfg.CoordinationWriteRate, metrics),
+			raise: func(ctx context.Context) error { _, err := proc.RaiseProtocol(ctx); return err }},
 		inc:     newIncarnation(),
 		proc:    proc,
 		pm:      proc.Metrics(),

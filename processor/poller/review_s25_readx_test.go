@@ -80,3 +80,31 @@ func TestPoller_ReviewS25X4_AProtocolFencedShardIsGivenUp(t *testing.T) {
 	assert.Equal(t, int64(5), pe.Fence)
 	assert.Zero(t, counter(t, dp.pm.Commits.WithLabelValues("committed")), "the drain committed over the fence")
 }
+
+// TestPoller_AStoreMoveRaisesTheProtocol: the poller's own checkpoint
+// writes (a move over records without effect, a start mark) fence the
+// checkpoint as a commit does, so they too say protocol 4 in the flags
+// first (processor.Processor.RaiseProtocol), whoever built the poller:
+// here poller.New, not poller.NewService, which raises at start.
+func TestPoller_AStoreMoveRaisesTheProtocol(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t, 2542)
+	f := e.stream
+	f.addShard("shardId-A", "")
+	f.appendTo("shardId-A", withoutEffect(30)...)
+	before, err := table.GetFlags(ctx, e.ddb, e.table)
+	require.NoError(t, err)
+	require.Zero(t, before.Protocol)
+	tp := e.drain(t, "d", nil)
+	assert.Zero(t, counter(t, tp.pm.Commits.WithLabelValues("committed")), "nothing to commit: the store moved the checkpoint")
+	out, err := e.ddb.GetItem(ctx, &dynamodb.GetItemInput{
+		TableName: aws.String(table.CoordinationTableName(e.table)), Key: table.Key(aggregates.CheckpointKey(f.arn, "shardId-A")), ConsistentRead: aws.Bool(true),
+	})
+	require.NoError(t, err)
+	cp, err := table.DecodeCheckpoint("shardId-A", out.Item)
+	require.NoError(t, err)
+	assert.Equal(t, int64(table.Protocol), cp.Fence, "fenced by the store's move")
+	after, err := table.GetFlags(ctx, e.ddb, e.table)
+	require.NoError(t, err)
+	assert.Equal(t, int64(table.Protocol), after.Protocol, "said before the fence")
+}

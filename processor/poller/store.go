@@ -80,6 +80,22 @@ type store struct {
 	// pace, when set, paces the writes to the lease and worker partitions
 	// that keep no lease valid (updatePaced).
 	pace *writePacer
+	// raise, when set, says this version's protocol in the flags item
+	// before the store's checkpoint writes, which fence
+	// (processor.Processor.RaiseProtocol: once per processor).
+	raise func(context.Context) error
+}
+
+// beforeFence raises the protocol (store.raise) before a checkpoint
+// write.
+func (s *store) beforeFence(ctx context.Context) error {
+	if s.raise == nil {
+		return nil
+	}
+	if err := s.raise(ctx); err != nil {
+		return fmt.Errorf("before the checkpoint write: %w", err)
+	}
+	return nil
 }
 
 func (s *store) now() time.Time { return time.Now() }
@@ -585,6 +601,9 @@ func (s *store) advance(ctx context.Context, shard, prev, seq string, finished b
 }
 
 func (s *store) advanceOnce(ctx context.Context, shard, prev, seq string, finished bool) error {
+	if err := s.beforeFence(ctx); err != nil {
+		return err
+	}
 	k := aggregates.CheckpointKey(s.streamARN, shard)
 	_, err := s.updateItem(ctx, "move checkpoint", k, table.AdvanceCheckpoint(s.table, k, shard, prev, seq, finished, s.now().UTC()))
 	return err
@@ -611,6 +630,9 @@ func (s *store) markStart(ctx context.Context, shard string, closed bool) error 
 }
 
 func (s *store) markStartOnce(ctx context.Context, shard string) error {
+	if err := s.beforeFence(ctx); err != nil {
+		return err
+	}
 	k := aggregates.CheckpointKey(s.streamARN, shard)
 	_, err := s.updateItem(ctx, "mark start", k, table.MarkCheckpointStart(s.table, k, shard, string(Latest), s.now().UTC()))
 	return err
