@@ -40,6 +40,9 @@ type change struct {
 	// transaction partition, branch the branch they name.
 	kind   countKind
 	branch branchID
+	// probeID is a probe's rebase id (its new image's probe), "" for
+	// another kind.
+	probeID string
 }
 
 // branchID names a branch: the applied item its records count into.
@@ -123,6 +126,9 @@ func classify(r *Record) change {
 	c.isTxn = true
 	if tenant, branch, ok := aggregates.ParseTransactionPK(pk); ok {
 		c.branch, c.kind = branchID{tenant, branch}, countOf(r)
+		if c.kind == countProbed {
+			c.probeID, _ = table.String(r.NewImage, table.AttrProbe)
+		}
 	}
 	shape := func(format string, args ...any) change {
 		if c.invalid == nil {

@@ -635,7 +635,7 @@ func appliedCounts(changes []change) []table.AppliedCount {
 		case countApplied:
 			out[j].Applied++
 		case countProbed:
-			out[j].Probed++
+			out[j].AddProbe(c.probeID)
 		case countCompacted:
 			out[j].Compacted++
 		default:

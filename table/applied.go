@@ -3,6 +3,9 @@ package table
 import (
 	"context"
 	"fmt"
+	"maps"
+	"slices"
+	"strings"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
@@ -48,7 +51,40 @@ const (
 	// "{stream label}~{shard}~{to}" (docs/exactly-once.md, "Plan layout 6",
 	// step 5).
 	AttrOpen = "open"
+	// AttrProbedByPrefix starts the name of the per-rebase probe counts:
+	// probedBy#<id> (ProbedByAttr).
+	AttrProbedByPrefix = "probedBy#"
+	// AttrEpoch (N, absent 0) is moved by every rebase transaction and by
+	// an abandon of a rebase (docs/exactly-once.md, "B as built").
+	AttrEpoch = "epoch"
+	// AttrForeignAck (N) is foreign as the last rebase pinned it.
+	AttrForeignAck = "foreignAck"
+	// AttrFencedAt (S, RFC 3339) is set by the branch's first rebase.
+	AttrFencedAt = "fencedAt"
 )
+
+// ValidRebaseID reports whether id is a rebase id as ledgerctl makes them
+// ("rb-" and 1 to 40 of [0-9a-z-]): only such a probe is counted under its
+// own id (probedBy#<id>), so that no record can grow the applied item by
+// an attribute of its choosing.
+func ValidRebaseID(id string) bool {
+	rest, ok := strings.CutPrefix(id, "rb-")
+	if !ok || len(rest) == 0 || len(rest) > 40 {
+		return false
+	}
+	for _, r := range rest {
+		if !(r >= '0' && r <= '9' || r >= 'a' && r <= 'z' || r == '-') {
+			return false
+		}
+	}
+	return true
+}
+
+// ProbedByAttr is the name of rebase id's probe count on the applied item:
+// a top-level attribute, so that the consumers' update needs no parent map
+// (a SET into an absent map is a ValidationException that would cancel the
+// commit: docs/exactly-once.md, "B as built (session 26)").
+func ProbedByAttr(id string) string { return AttrProbedByPrefix + id }
 
 // Applied is a branch's applied item as far as it is built.
 type Applied struct {
@@ -59,6 +95,15 @@ type Applied struct {
 	Foreign   int64  // other records of the transaction partition committed
 	Compacted int64  // compactions' REMOVEs committed (apart: diagnosis)
 	Rebasing  string // "" when no rebase runs
+	// ProbedBy holds the probes committed per rebase id (probedBy#<id>);
+	// nil when there are none.
+	ProbedBy map[string]int64
+	// Epoch, ForeignAck and FencedAt are the rebase's (step B): 0, 0 and
+	// "" until the branch's first rebase.
+	Epoch, ForeignAck int64
+	FencedAt          string
+	// Open holds the open marks (AttrOpen), sorted; nil when none.
+	Open []string
 }
 
 // DecodeApplied reads an applied item (nil: none yet, every count 0). A
@@ -72,7 +117,8 @@ func DecodeApplied(item map[string]types.AttributeValue) (Applied, error) {
 	for _, c := range []struct {
 		name string
 		to   *int64
-	}{{AttrRetired, &a.Retired}, {AttrAppliedCount, &a.Applied}, {AttrProbed, &a.Probed}, {AttrForeign, &a.Foreign}, {AttrCompacted, &a.Compacted}} {
+	}{{AttrRetired, &a.Retired}, {AttrAppliedCount, &a.Applied}, {AttrProbed, &a.Probed}, {AttrForeign, &a.Foreign}, {AttrCompacted, &a.Compacted},
+		{AttrEpoch, &a.Epoch}, {AttrForeignAck, &a.ForeignAck}} {
 		if _, present := item[c.name]; present {
 			var ok bool
 			if *c.to, ok = Int64(item, c.name); !ok {
@@ -81,6 +127,24 @@ func DecodeApplied(item map[string]types.AttributeValue) (Applied, error) {
 		}
 	}
 	a.Rebasing, _ = String(item, AttrRebasing)
+	a.FencedAt, _ = String(item, AttrFencedAt)
+	for name := range item {
+		id, ok := strings.CutPrefix(name, AttrProbedByPrefix)
+		if !ok {
+			continue
+		}
+		n, ok := Int64(item, name)
+		if !ok {
+			return Applied{}, fmt.Errorf("applied item %s: %s is not an integer", KeyOf(item), name)
+		}
+		if a.ProbedBy == nil {
+			a.ProbedBy = map[string]int64{}
+		}
+		a.ProbedBy[id] = n
+	}
+	if ss, ok := item[AttrOpen].(*types.AttributeValueMemberSS); ok {
+		a.Open = slices.Sorted(slices.Values(ss.Value))
+	}
 	return a, nil
 }
 
@@ -186,6 +250,21 @@ func RetireTombstone(ledgerTable, coord string, k aggregates.Key, id string, c i
 type AppliedCount struct {
 	Tenant, Branch                      string
 	Applied, Probed, Foreign, Compacted int64
+	// ProbedBy counts the probes among Probed per rebase id (a valid
+	// one: ValidRebaseID); nil when none.
+	ProbedBy map[string]int64
+}
+
+// AddProbe counts one probe of rebase id (its record's probe attribute):
+// in Probed, and in ProbedBy when id is a valid rebase id.
+func (c *AppliedCount) AddProbe(id string) {
+	c.Probed++
+	if ValidRebaseID(id) {
+		if c.ProbedBy == nil {
+			c.ProbedBy = map[string]int64{}
+		}
+		c.ProbedBy[id]++
+	}
 }
 
 // Records is how many records the count covers.
@@ -196,15 +275,25 @@ func (c AppliedCount) Records() int64 { return c.Applied + c.Probed + c.Foreign 
 // claiming c's records: unconditional (the commit's guard is the
 // condition: the claim and the count land together or not at all), one
 // action on the item, so one per branch per transaction.
+//
+// The probes of each rebase id are also added to probedBy#<id>, in the same
+// action (docs/exactly-once.md, "B as built (session 26)"): a rebase waits
+// on its own probes' count.
 func CountApplied(coord string, c AppliedCount) types.TransactWriteItem {
+	expr := "SET #a = if_not_exists(#a, :zero) + :n, #p = if_not_exists(#p, :zero) + :p, " +
+		"#f = if_not_exists(#f, :zero) + :f, #c = if_not_exists(#c, :zero) + :c, #et = :et"
+	names := map[string]string{"#a": AttrAppliedCount, "#p": AttrProbed, "#f": AttrForeign,
+		"#c": AttrCompacted, "#et": AttrEntityType}
+	values := map[string]types.AttributeValue{":zero": Int(0), ":n": Int(c.Applied), ":p": Int(c.Probed),
+		":f": Int(c.Foreign), ":c": Int(c.Compacted), ":et": S(aggregates.EntityApplied)}
+	for i, id := range slices.Sorted(maps.Keys(c.ProbedBy)) {
+		n, v := fmt.Sprintf("#pb%d", i), fmt.Sprintf(":pb%d", i)
+		expr += fmt.Sprintf(", %s = if_not_exists(%s, :zero) + %s", n, n, v)
+		names[n], values[v] = ProbedByAttr(id), Int(c.ProbedBy[id])
+	}
 	return types.TransactWriteItem{Update: &types.Update{
 		TableName: aws.String(coord), Key: Key(aggregates.AppliedKey(c.Tenant, c.Branch)),
-		UpdateExpression: aws.String("SET #a = if_not_exists(#a, :zero) + :n, #p = if_not_exists(#p, :zero) + :p, " +
-			"#f = if_not_exists(#f, :zero) + :f, #c = if_not_exists(#c, :zero) + :c, #et = :et"),
-		ExpressionAttributeNames: map[string]string{"#a": AttrAppliedCount, "#p": AttrProbed, "#f": AttrForeign,
-			"#c": AttrCompacted, "#et": AttrEntityType},
-		ExpressionAttributeValues: map[string]types.AttributeValue{":zero": Int(0), ":n": Int(c.Applied), ":p": Int(c.Probed),
-			":f": Int(c.Foreign), ":c": Int(c.Compacted), ":et": S(aggregates.EntityApplied)},
+		UpdateExpression: aws.String(expr), ExpressionAttributeNames: names, ExpressionAttributeValues: values,
 	}}
 }
 

@@ -1,0 +1,96 @@
+package processor_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/ledger-dev/ledger/aggregates"
+	"github.com/ledger-dev/ledger/processor"
+	"github.com/ledger-dev/ledger/table"
+)
+
+// This file pins the consumers' side of the rebase (docs/exactly-once.md,
+// "B as built (session 26)"): every probe is counted in probed and, when
+// its id is a rebase id, in probedBy#<id>, in the same action on the
+// applied item, so that a rebase can wait on its own probes.
+
+// probeKey probes the item at k as the rebase's B2 does (table.Probe),
+// reading it consistently first.
+func probeKey(t *testing.T, e *env, k aggregates.Key, id string) {
+	t.Helper()
+	ctx := context.Background()
+	out, err := e.ddb.GetItem(ctx, &dynamodb.GetItemInput{TableName: &e.table, Key: table.Key(k), ConsistentRead: aws.Bool(true)})
+	require.NoError(t, err)
+	require.NotNil(t, out.Item, "%s", k)
+	_, err = e.ddb.UpdateItem(ctx, table.Probe(e.table, out.Item, id))
+	require.NoError(t, err)
+}
+
+// Probes of two rebases, one key probed twice, and a probe whose id is no
+// rebase id: each consumer kind counts every probe in probed, and the
+// well-formed ones in their own id's count.
+func TestRebaseProbes_CountedPerRebaseIDInEachConsumerKind(t *testing.T) {
+	for _, mode := range []string{"marker", "batch"} {
+		t.Run(mode, func(t *testing.T) {
+			e := newEnv(t)
+			a := rtx{"acme", "sp", "BRL", "2026-11-27", "a", "INCOME", "10", "food"}
+			b := rtx{"acme", "sp", "BRL", "2026-11-27", "b", "EXPENSE", "4", "rent"}
+			ka, kb := a.put(t, e, ""), b.put(t, e, "")
+			c := newConsumer(t, e, mode, nil, processor.Config{})
+			c.pass()
+			before := appliedOf(t, e, "acme", "sp")
+			require.Equal(t, int64(2), before.Applied+before.Foreign)
+
+			probeKey(t, e, ka, "rb-one")
+			probeKey(t, e, kb, "rb-two")
+			probeKey(t, e, ka, "rb-one")
+			probeKey(t, e, kb, "not-a-rebase-id")
+			c.pass()
+			after := appliedOf(t, e, "acme", "sp")
+			assert.Equal(t, int64(4), after.Probed, "every probe in probed")
+			assert.Equal(t, map[string]int64{"rb-one": 2, "rb-two": 1}, after.ProbedBy, "the well-formed ones per id")
+			assert.Equal(t, before.Applied, after.Applied)
+			assert.Equal(t, before.Foreign, after.Foreign)
+
+			c.pass() // delivered again: nothing moves
+			assert.Equal(t, after, appliedOf(t, e, "acme", "sp"))
+			requireEveryRecordCounted(t, e)
+			e.requireReconciled(t)
+		})
+	}
+}
+
+// A layout-6 batch holding probes dies between groups; the resumer, with
+// other limits, plans the same groups (the per-id counts are in the
+// digest) and counts each probe once under its id.
+func TestRebaseProbes_AResumerCountsTheBatchsProbesPerID(t *testing.T) {
+	e := newEnv(t)
+	batch6Txs(t, e, 120)
+	keys := map[string]aggregates.Key{}
+	for _, item := range scanAll(t, e) {
+		pk, _ := table.String(item, table.AttrPK)
+		if tenant, branch, ok := aggregates.ParseTransactionPK(pk); ok && tenant == "acme" && branch == "b0" {
+			keys[table.KeyOf(item).SK] = table.KeyOf(item)
+		}
+	}
+	require.NotEmpty(t, keys)
+	probes := int64(0)
+	for _, k := range keys {
+		probeKey(t, e, k, "rb-resumed")
+		probes++
+	}
+	recs, _ := crashMidBatch6(t, e, false)
+	c := newConsumer(t, e, "batch", nil, processor.Config{})
+	c.deliver(recs...)
+	c.drain()
+	a := appliedOf(t, e, "acme", "b0")
+	assert.Equal(t, probes, a.Probed)
+	assert.Equal(t, map[string]int64{"rb-resumed": probes}, a.ProbedBy)
+	requireEveryRecordCounted(t, e)
+	e.requireReconciled(t)
+}
