@@ -366,7 +366,7 @@ delta wait), and with --quiescent every one (writes disabled, which is
 checked, and the consumers drained, which you assert: ledgerctl lag at zero;
 without --repair reconcile reads no stream). --repair --quiescent re-delivers them through a
 lane (a period a record in flight names is held), for consumers with
-roll-ups on to fold (docs/runbook.md, "Turning tenant roll-ups on or off").`
+roll-ups on to fold (docs/runbook.md, "Turning tenant roll-ups on or off").` + rebaseHelp
 
 func (e *environment) reconcile(ctx context.Context, args []string) int {
 	fs := e.flags("reconcile", reconcileHelp)
@@ -380,8 +380,22 @@ func (e *environment) reconcile(ctx context.Context, args []string) int {
 	parallel := fs.Int("parallel", 4, "Scan segments and branches checked at once (1–64)")
 	maxRecords := fs.Int("max-records", 1_000_000, "with --repair: read at most `N` stream records for the in-flight check (more: repair nothing)")
 	asJSON := fs.Bool("json", false, "print the counts and the differences as one JSON object (not with --repair)")
+	rebase := fs.Bool("rebase", false, "with --repair, --tenant and --branch: rebase the branch (see Rebase below)")
+	abandon := fs.String("abandon", "", "with --rebase: clear the rebase `ID` of the branch (its process died)")
+	wait := fs.Duration("wait", 15*time.Minute, "with --rebase: wait at most this `DURATION` for the consumers to commit the probes")
+	rounds := fs.Int("rounds", 5, "with --rebase: start again at most `N` times when the branch is written meanwhile")
+	streamARN := fs.String("stream-arn", "", "with --rebase: the stream `ARN` whose checkpoints open marks name (default: the table's latest stream)")
 	if err := fs.Parse(args); err != nil {
 		return exitError
+	}
+	if *rebase || *abandon != "" {
+		if !*rebase || !*repair {
+			return e.fail(errors.New("reconcile: --rebase and --abandon go with --repair --rebase"))
+		}
+		if fs.NArg() > 0 {
+			return e.fail(fmt.Errorf("reconcile: unexpected argument %q", fs.Arg(0)))
+		}
+		return e.rebaseBranch(ctx, *tenant, *branch, *abandon, *streamARN, *wait, *rounds)
 	}
 	if *asJSON && *repair {
 		return e.fail(errors.New("reconcile: --json describes what a read-only reconcile found; run --repair without it"))

@@ -1,0 +1,528 @@
+package processor
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	ddbtypes "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/ledger-dev/ledger/aggregates"
+	"github.com/ledger-dev/ledger/table"
+)
+
+// This file is the rebase of one branch under simplification S
+// (docs/exactly-once.md, "B as built (session 26): the argument"): B1 pin,
+// B2 probe every key, B3 wait until the consumers have committed every
+// probe of this rebase (probedBy#<id>), B4 bases = the probe images, B5
+// the pinned write of the branch's reports and the reset of its applied
+// item. It reads no stream.
+
+// RebaseAPI is the part of the DynamoDB API the rebase uses.
+type RebaseAPI interface {
+	ReconcileAPI
+	GetItem(ctx context.Context, in *dynamodb.GetItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.GetItemOutput, error)
+	UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error)
+}
+
+// RebaseOptions configures Rebase. Zero values take the defaults named.
+type RebaseOptions struct {
+	Tenant, Branch string
+	// ID is the rebase's id (NewRebaseID when empty): a valid
+	// table.ValidRebaseID.
+	ID string
+	// CoordinationTable holds the applied items and checkpoints
+	// (table.CoordinationTableName of the table when empty).
+	CoordinationTable string
+	// StreamARN is the ledger table's stream, to find the checkpoints the
+	// branch's open marks name ("" refuses a branch with open marks).
+	StreamARN string
+	// Wait bounds B3 (default 15 minutes); Poll is its reading interval
+	// (default 1 second).
+	Wait, Poll time.Duration
+	// Rounds bounds the rounds (B1 to B5) one call makes (default 5): a
+	// round whose pin fails starts again at B1.
+	Rounds int
+	// Log, when set, is told each step.
+	Log func(format string, args ...any)
+	// Now is the clock (time.Now when nil).
+	Now func() time.Time
+}
+
+// RebaseResult is what a rebase did.
+type RebaseResult struct {
+	ID                string
+	Rounds            int
+	Keys              int   // keys probed in the last round
+	Probes            int64 // probes landed over every round
+	Fenced            int   // old-layout heads fenced at B1
+	Reports           int   // reports written at B5
+	Sum, P4           int64
+	Epoch             int64 // the epoch the last transaction set
+	StaleOpen         []string
+	Transactions      int
+	RollupsUnproven   bool // a report's figures changed: the tenant's roll-ups are unproven
+	RollupSharesMoved int
+}
+
+// ErrRebaseBusy is returned when every round's pin failed: the branch was
+// written (or committed) during each.
+var ErrRebaseBusy = errors.New("the branch was written or committed to during every round of the rebase: stop its writes and run it again (docs/runbook.md, \"Rebasing a branch\")")
+
+// NewRebaseID returns a fresh rebase id ("rb-" and the time and 6 random
+// bytes, in hex).
+func NewRebaseID(now time.Time) string {
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	return fmt.Sprintf("rb-%x-%s", now.UTC().Unix(), hex.EncodeToString(b[:]))
+}
+
+// roundAgain is a round that must start again at B1: its pin failed.
+type roundAgain struct{ why string }
+
+func (r *roundAgain) Error() string { return r.why }
+
+// Rebase rebases branch (o.Tenant, o.Branch) of tableName. On an error it
+// abandons its own rebase (table.AbandonRebase) when it can, so that
+// nothing is left set; the error says when it could not.
+func Rebase(ctx context.Context, api RebaseAPI, tableName string, o RebaseOptions) (RebaseResult, error) {
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if o.ID == "" {
+		o.ID = NewRebaseID(o.Now())
+	}
+	if !table.ValidRebaseID(o.ID) {
+		return RebaseResult{}, fmt.Errorf("rebase: %q is no rebase id (rb- and 1 to 40 of [0-9a-z-])", o.ID)
+	}
+	if o.Wait <= 0 {
+		o.Wait = 15 * time.Minute
+	}
+	if o.Poll <= 0 {
+		o.Poll = time.Second
+	}
+	if o.Rounds <= 0 {
+		o.Rounds = 5
+	}
+	if o.Log == nil {
+		o.Log = func(string, ...any) {}
+	}
+	if o.CoordinationTable == "" {
+		o.CoordinationTable = table.CoordinationTableName(tableName)
+	}
+	r := &rebase{api: api, table: tableName, coord: o.CoordinationTable, o: o,
+		res: RebaseResult{ID: o.ID}}
+	err := r.run(ctx)
+	if err != nil && !r.done {
+		if _, aerr := api.UpdateItem(context.WithoutCancel(ctx), table.AbandonRebase(r.coord, o.Tenant, o.Branch, o.ID)); aerr != nil &&
+			!isConditionFailed(aerr) {
+			err = fmt.Errorf("%w; and the rebase could not be abandoned (%v): run ledgerctl reconcile --rebase --abandon %s --tenant %s --branch %s",
+				err, aerr, o.ID, o.Tenant, o.Branch)
+		}
+	}
+	return r.res, err
+}
+
+type rebase struct {
+	api          RebaseAPI
+	table, coord string
+	o            RebaseOptions
+	res          RebaseResult
+	done         bool // B5's last transaction landed
+}
+
+func (r *rebase) run(ctx context.Context) error {
+	for round := 1; round <= r.o.Rounds; round++ {
+		r.res.Rounds = round
+		err := r.round(ctx)
+		var again *roundAgain
+		if errors.As(err, &again) {
+			r.o.Log("round %d: %s; again from B1", round, again.why)
+			continue
+		}
+		return err
+	}
+	return fmt.Errorf("rebase %s of %s/%s: %w", r.o.ID, r.o.Tenant, r.o.Branch, ErrRebaseBusy)
+}
+
+// staleMark is an open mark whose batch is no longer pending.
+type staleMark struct {
+	mark string
+	key  aggregates.Key
+	to   string
+}
+
+func (r *rebase) round(ctx context.Context) error {
+	o := r.o
+	// B1: pin, and read the counts in the same call.
+	out, err := r.api.UpdateItem(ctx, table.RebasePin(r.coord, o.Tenant, o.Branch, o.ID))
+	if isConditionFailed(err) {
+		a, gerr := table.GetApplied(ctx, r.api, r.coord, o.Tenant, o.Branch)
+		if gerr != nil {
+			return gerr
+		}
+		r.done = true // not ours to abandon
+		return fmt.Errorf("rebase of %s/%s refused: rebase %s runs (if its process is gone: ledgerctl reconcile --rebase --abandon %s --tenant %s --branch %s)",
+			o.Tenant, o.Branch, a.Rebasing, a.Rebasing, o.Tenant, o.Branch)
+	}
+	if err != nil {
+		return fmt.Errorf("rebase B1 (pin): %w", err)
+	}
+	at, err := table.DecodeApplied(out.Attributes)
+	if err != nil {
+		return fmt.Errorf("rebase B1: %w", err)
+	}
+	losses, err := table.GetLosses(ctx, r.api, r.coord)
+	if err != nil {
+		return fmt.Errorf("rebase B1: %w", err)
+	}
+	stale, err := r.staleMarks(ctx, at.Open)
+	if err != nil {
+		return err
+	}
+	if err := r.fenceHeads(ctx); err != nil {
+		return err
+	}
+	o.Log("B1: pinned %s (applied %d, probed %d, foreign %d, retired %d, epoch %d, open %d, losses %d); %d old-layout heads fenced",
+		o.ID, at.Applied, at.Probed, at.Foreign, at.Retired, at.Epoch, len(at.Open), losses, r.res.Fenced)
+
+	// B2: probe every key of the partition.
+	var bases []map[string]ddbtypes.AttributeValue
+	var stats ReconcileStats
+	err = queryAll(ctx, r.api, r.table, aggregates.TransactionPK(o.Tenant, o.Branch), &stats, func(item map[string]ddbtypes.AttributeValue) error {
+		img, err := r.probe(ctx, item)
+		if img != nil {
+			bases = append(bases, img)
+		}
+		return err
+	}, nil)
+	if err != nil {
+		return err
+	}
+	r.res.Keys = len(bases)
+	o.Log("B2: %d keys probed (%d probes landed in all)", len(bases), r.res.Probes)
+
+	// B3: wait until the consumers have committed every probe of this rebase.
+	moved := func(a table.Applied) string {
+		switch {
+		case a.Applied != at.Applied || a.Foreign != at.Foreign:
+			return fmt.Sprintf("records of the branch were committed (applied %d → %d, foreign %d → %d)", at.Applied, a.Applied, at.Foreign, a.Foreign)
+		case a.Retired != at.Retired || a.Epoch != at.Epoch || a.Rebasing != o.ID || !slices.Equal(a.Open, at.Open):
+			return "the applied item moved (retired, epoch, rebasing or open)"
+		}
+		return ""
+	}
+	deadline := o.Now().Add(o.Wait)
+	var p4 int64
+	for {
+		a, err := table.GetApplied(ctx, r.api, r.coord, o.Tenant, o.Branch)
+		if err != nil {
+			return err
+		}
+		if why := moved(a); why != "" {
+			return &roundAgain{why}
+		}
+		got := a.ProbedBy[o.ID]
+		if got > r.res.Probes {
+			return fmt.Errorf("rebase %s: %d probes of this id committed, %d written: another process uses the same id", o.ID, got, r.res.Probes)
+		}
+		if got == r.res.Probes {
+			if a.Probed-at.Probed != got-at.ProbedBy[o.ID] {
+				return &roundAgain{fmt.Sprintf("probes of another rebase were committed meanwhile (probed moved by %d, this rebase's by %d): is an abandoned rebase still running?",
+					a.Probed-at.Probed, got-at.ProbedBy[o.ID])}
+			}
+			p4 = a.Probed
+			break
+		}
+		if o.Now().After(deadline) {
+			return fmt.Errorf("rebase %s: %d of %d probes committed after %s; are the consumers running? (ledgerctl lag)", o.ID, got, r.res.Probes, o.Wait)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(o.Poll):
+		}
+	}
+	o.Log("B3: the %d probes of %s are committed; probed %d", r.res.Probes, o.ID, p4)
+
+	// B4: bases are the probe images; the reports are read after B3.
+	fold := aggregates.NewFold()
+	var sum int64
+	for _, img := range bases {
+		c, _ := table.Changes(img)
+		sum += c
+		if tx, err := table.ParseTransaction(img); err == nil {
+			fold.Add(tx, +1)
+		}
+	}
+	stored := table.ReportSet{}
+	if err := queryAll(ctx, r.api, r.table, aggregates.ReportPK(o.Tenant, o.Branch), &stats, func(item map[string]ddbtypes.AttributeValue) error {
+		_ = stored.Add(item) // a stray item is reconcile's to name
+		return nil
+	}, nil); err != nil {
+		return err
+	}
+	keys := map[aggregates.ReportKey]bool{}
+	for _, k := range fold.Keys() {
+		keys[k] = true
+	}
+	for k := range stored {
+		keys[k] = true
+	}
+	stamp := o.Now().UTC().Format(time.RFC3339Nano)
+	var ops []ddbtypes.TransactWriteItem
+	type share struct {
+		k    aggregates.ReportKey
+		item map[string]ddbtypes.AttributeValue
+	}
+	var shares []share
+	written := 0
+	for _, k := range slices.SortedFunc(func(yield func(aggregates.ReportKey) bool) {
+		for k := range keys {
+			if !yield(k) {
+				return
+			}
+		}
+	}, func(a, b aggregates.ReportKey) int { return strings.Compare(a.Key().SK, b.Key().SK) }) {
+		d, ok := compareReport(k, fold.Report(k), stored[k])
+		if !ok {
+			continue
+		}
+		d.currency = fold.Currency(k)
+		if sr := stored[k]; d.currency == "" && sr != nil && sr.Item != nil {
+			d.currency, _ = table.String(sr.Item, table.AttrCurrency)
+		}
+		if d.Stored == nil || !sameReport(d.Stored, d.Expected) {
+			r.res.RollupsUnproven = true
+		}
+		written++
+		ops = append(ops, rebaseReportOps(r.table, d, stamp)...)
+		if d.stored != nil {
+			for _, e := range d.stored.Parked {
+				if _, ok := table.RollupShare(e); ok {
+					shares = append(shares, share{k, e})
+					continue
+				}
+				ops = append(ops, ddbtypes.TransactWriteItem{Delete: &ddbtypes.Delete{TableName: &r.table, Key: table.Key(keyOfItem(e))}})
+			}
+		}
+	}
+	o.Log("B4: sum %d, p4 %d; %d reports to write (%d writes)", sum, p4, written, len(ops))
+
+	// B5: the pinned writes, the reset in the last.
+	const fixed = 2 // the applied item's step, the loss count
+	if len(stale) > 100-fixed-1 {
+		return fmt.Errorf("rebase %s: %d stale open marks on one branch: more than one transaction holds", o.ID, len(stale))
+	}
+	var chunks [][]ddbtypes.TransactWriteItem
+	for len(ops) > 0 {
+		n := min(len(ops), 100-fixed)
+		chunks, ops = append(chunks, ops[:n]), ops[n:]
+	}
+	if len(chunks) == 0 || len(chunks[len(chunks)-1])+len(stale) > 100-fixed {
+		chunks = append(chunks, nil)
+	}
+	pin := table.RebasePinned{Tenant: o.Tenant, Branch: o.Branch, ID: o.ID, At: at, P4: p4}
+	reset := &table.RebaseReset{Sum: sum, Now: o.Now().UTC().Format(time.RFC3339)}
+	for _, s := range stale {
+		reset.Stale = append(reset.Stale, s.mark)
+	}
+	for j, chunk := range chunks {
+		step := int64(j + 1)
+		last := j == len(chunks)-1
+		items := slices.Clone(chunk)
+		if last {
+			items = append(items, table.RebaseStep(r.coord, pin, step, reset))
+			for _, s := range stale {
+				items = append(items, table.NotPending(r.coord, s.key, s.to))
+			}
+		} else {
+			items = append(items, table.RebaseStep(r.coord, pin, step, nil))
+		}
+		items = append(items, table.LossesAsRead(r.coord, losses))
+		_, err := r.api.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: items})
+		if err != nil {
+			// Landed after all (a lost answer)? The epoch says.
+			a, gerr := table.GetApplied(context.WithoutCancel(ctx), r.api, r.coord, o.Tenant, o.Branch)
+			landed := gerr == nil && a.Epoch == at.Epoch+step && (last && a.Rebasing == "" || !last && a.Rebasing == o.ID)
+			if !landed {
+				var tce *ddbtypes.TransactionCanceledException
+				if errors.As(err, &tce) {
+					return &roundAgain{fmt.Sprintf("B5 transaction %d of %d cancelled (%s)", j+1, len(chunks), rebaseCancelCodes(tce))}
+				}
+				return fmt.Errorf("rebase B5 transaction %d of %d: %w", j+1, len(chunks), err)
+			}
+		}
+		r.res.Transactions++
+	}
+	r.done = true
+	r.res.Reports, r.res.Sum, r.res.P4, r.res.Epoch = written, sum, p4, at.Epoch+int64(len(chunks))
+	for _, s := range stale {
+		r.res.StaleOpen = append(r.res.StaleOpen, s.mark)
+	}
+	// Parked deltas with a roll-up share: each deleted with the put of its
+	// share as a roll-up repair delta, as the repair does (R-a).
+	for _, s := range shares {
+		if err := passOnRollupShare(ctx, r.api, r.table, s.k, s.item, stamp); err != nil {
+			return fmt.Errorf("rebase %s landed; passing on the roll-up share of parked delta %s: %w (reconcile --repair deletes it)", o.ID, keyOfItem(s.item), err)
+		}
+		r.res.RollupSharesMoved++
+	}
+	o.Log("B5: landed in %d transactions; applied %d, epoch %d", len(chunks), sum-p4, r.res.Epoch)
+	return nil
+}
+
+// rebaseReportOps are the writes that make report d hold d.Expected, as
+// the repair's (repairReport) but without its parked deltas, for one of
+// B5's pinned transactions.
+func rebaseReportOps(tableName string, d Difference, stamp string) []ddbtypes.TransactWriteItem {
+	hasItem := d.stored != nil && d.stored.Item != nil
+	var ops []ddbtypes.TransactWriteItem
+	if !hasItem && d.Expected.IsZero() {
+		ops = append(ops, table.ReportAbsent(tableName, d.Report))
+		if d.stored != nil {
+			for _, e := range d.stored.Entries {
+				ops = append(ops, ddbtypes.TransactWriteItem{Delete: &ddbtypes.Delete{TableName: &tableName, Key: table.Key(keyOfItem(e))}})
+			}
+		}
+		return ops
+	}
+	ri := table.EncodeRepair(d.Report, d.Expected, d.stored, stamp)
+	if d.currency != "" {
+		ri.Item[table.AttrCurrency] = table.S(d.currency)
+	}
+	ops = append(ops, table.RepairHead(tableName, ri.Item, hasItem, d.seen))
+	for _, k := range ri.Deletes {
+		ops = append(ops, ddbtypes.TransactWriteItem{Delete: &ddbtypes.Delete{TableName: &tableName, Key: table.Key(k)}})
+	}
+	for _, e := range append(ri.Moved, ri.Entries...) {
+		ops = append(ops, ddbtypes.TransactWriteItem{Put: &ddbtypes.Put{TableName: &tableName, Item: e}})
+	}
+	return ops
+}
+
+// probe is B2 for one key read as item: the probe image, or nil for a key
+// gone.
+func (r *rebase) probe(ctx context.Context, item map[string]ddbtypes.AttributeValue) (map[string]ddbtypes.AttributeValue, error) {
+	k := table.KeyOf(item)
+	reread := func() (map[string]ddbtypes.AttributeValue, error) {
+		out, err := r.api.GetItem(ctx, &dynamodb.GetItemInput{TableName: &r.table, Key: table.Key(k), ConsistentRead: aws.Bool(true)})
+		if err != nil {
+			return nil, fmt.Errorf("rebase B2: read %s: %w", k, err)
+		}
+		return out.Item, nil
+	}
+	for range 5 {
+		want, _ := table.Changes(table.ProbeImage(item, r.o.ID))
+		out, err := r.api.UpdateItem(ctx, table.Probe(r.table, item, r.o.ID))
+		switch {
+		case err == nil:
+			img := out.Attributes
+			if !table.SigMatches(img) {
+				// Another path wrote between the read and the probe,
+				// keeping changes and sig: that record is foreign (the pin
+				// will fail); probe again from what is there.
+				item = img
+				continue
+			}
+			r.res.Probes++
+			return img, nil
+		case isConditionFailed(err):
+		default:
+			if ctx.Err() != nil {
+				return nil, fmt.Errorf("rebase B2: probe %s: %w", k, err)
+			}
+		}
+		// A write in between, or a lost answer: read again.
+		now, rerr := reread()
+		if rerr != nil {
+			return nil, rerr
+		}
+		if now == nil {
+			return nil, nil // gone: its hard delete is foreign, and the pin fails
+		}
+		if c, _ := table.Changes(now); err != nil && !isConditionFailed(err) && table.ProbedBy(now, r.o.ID) && c == want {
+			r.res.Probes++ // the probe landed; its answer was lost
+			return now, nil
+		}
+		item = now
+	}
+	return nil, fmt.Errorf("rebase B2: key %s was written during each of 5 probes: the branch is busy (stop its writes and run again)", k)
+}
+
+// staleMarks reads the checkpoint each open mark names: a mark whose batch
+// is still pending refuses the rebase; the others are stale, removed by B5.
+func (r *rebase) staleMarks(ctx context.Context, open []string) ([]staleMark, error) {
+	var out []staleMark
+	for _, m := range open {
+		parts := strings.Split(m, "~")
+		if len(parts) != 3 || parts[1] == "" || parts[2] == "" {
+			return nil, fmt.Errorf("rebase refused: open mark %q of %s/%s names no batch ({label}~{shard}~{to})", m, r.o.Tenant, r.o.Branch)
+		}
+		if r.o.StreamARN == "" {
+			return nil, fmt.Errorf("rebase refused: %s/%s has open marks (%s) and the table's stream is not known", r.o.Tenant, r.o.Branch, strings.Join(open, ", "))
+		}
+		arn := r.o.StreamARN
+		if i := strings.LastIndex(arn, "/"); i >= 0 {
+			arn = arn[:i+1] + parts[0]
+		}
+		key := aggregates.CheckpointKey(arn, parts[1])
+		got, err := r.api.GetItem(ctx, &dynamodb.GetItemInput{TableName: &r.coord, Key: table.Key(key), ConsistentRead: aws.Bool(true)})
+		if err != nil {
+			return nil, fmt.Errorf("rebase B1: read the checkpoint of open mark %s: %w", m, err)
+		}
+		cp, _ := table.DecodeCheckpoint(parts[1], got.Item)
+		if cp.Pending != nil && cp.Pending.To == parts[2] {
+			return nil, fmt.Errorf("rebase refused: a batch of %s/%s is half-committed (open mark %s: shard %s, batch through %s): let its consumer finish it, or abandon it (ledgerctl abandon-batch), then rebase",
+				r.o.Tenant, r.o.Branch, m, parts[1], parts[2])
+		}
+		out = append(out, staleMark{mark: m, key: key, to: parts[2]})
+	}
+	return out, nil
+}
+
+// fenceHeads fences every old-layout head of the branch (table.FenceHead:
+// no figure moves), so that no commit of protocol 3 or before changes its
+// reports after B1.
+func (r *rebase) fenceHeads(ctx context.Context) error {
+	var stats ReconcileStats
+	var heads []aggregates.Key
+	err := queryAll(ctx, r.api, r.table, aggregates.ReportPK(r.o.Tenant, r.o.Branch), &stats, func(item map[string]ddbtypes.AttributeValue) error {
+		if _, ok := item[table.AttrTransactionCount].(*ddbtypes.AttributeValueMemberN); ok {
+			heads = append(heads, table.KeyOf(item))
+		}
+		return nil
+	}, nil)
+	if err != nil {
+		return fmt.Errorf("rebase B1: %w", err)
+	}
+	for _, k := range heads {
+		if _, err := r.api.UpdateItem(ctx, table.FenceHead(r.table, k)); err != nil && !isConditionFailed(err) {
+			return fmt.Errorf("rebase B1: fence head %s: %w", k, err)
+		}
+		r.res.Fenced++
+	}
+	return nil
+}
+
+func isConditionFailed(err error) bool {
+	var ccf *ddbtypes.ConditionalCheckFailedException
+	return errors.As(err, &ccf)
+}
+
+func rebaseCancelCodes(tce *ddbtypes.TransactionCanceledException) string {
+	var out []string
+	for i, r := range tce.CancellationReasons {
+		if c := aws.ToString(r.Code); c != "" && c != "None" {
+			out = append(out, fmt.Sprintf("action %d: %s", i, c))
+		}
+	}
+	return strings.Join(out, ", ")
+}
