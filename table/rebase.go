@@ -209,3 +209,15 @@ func NotPending(coord string, key aggregates.Key, to string) types.TransactWrite
 		ExpressionAttributeValues: map[string]types.AttributeValue{":to": S(to)},
 	}}
 }
+
+// ClearFencedAt removes fencedAt from the applied item at key (ledgerctl
+// unfence: a branch is no longer rebased after the fence once the fences
+// are gone), on condition that it holds one.
+func ClearFencedAt(coord string, key aggregates.Key) *dynamodb.UpdateItemInput {
+	return &dynamodb.UpdateItemInput{
+		TableName: aws.String(coord), Key: Key(key),
+		UpdateExpression:         aws.String("REMOVE #fat"),
+		ConditionExpression:      aws.String("attribute_exists(#fat)"),
+		ExpressionAttributeNames: map[string]string{"#fat": AttrFencedAt},
+	}
+}

@@ -33,8 +33,8 @@ another protocol than 4 or 3. It cannot see a Lambda: disable the function's
 event source mapping and let running invocations end first. Idempotent: items
 in the old layout are left alone, and a second run finds nothing to do. A
 consumer of protocol 4 started afterwards raises the protocol and fences
-again as it commits. (fencedAt, the rebase's mark, is not built yet: there is
-nothing to clear.)
+again as it commits. Every branch's fencedAt (its rebase after the fence) is
+removed too: counted repairs wait for a new rebase.
 Exit status: 0 done or nothing to do, 2 refused or error.`
 
 func (e *environment) unfence(ctx context.Context, args []string) int {
@@ -65,6 +65,7 @@ func (e *environment) unfence(ctx context.Context, args []string) int {
 		pos string
 	}
 	var cps []fenced
+	var rebased []aggregates.Key // applied items holding fencedAt
 	err = scanAll(ctx, c, &dynamodb.ScanInput{TableName: aws.String(e.coordination), ConsistentRead: aws.Bool(true)}, func(item map[string]types.AttributeValue) {
 		et, _ := table.String(item, table.AttrEntityType)
 		shard, _ := table.String(item, table.AttrShardID)
@@ -75,6 +76,10 @@ func (e *environment) unfence(ctx context.Context, args []string) int {
 			until, perr := time.Parse(time.RFC3339Nano, exp)
 			if owner != "" && (perr != nil || until.After(now)) {
 				live = append(live, fmt.Sprintf("%s (owner %s, until %s)", shard, owner, orDash(exp)))
+			}
+		case aggregates.EntityApplied:
+			if _, ok := item[table.AttrFencedAt]; ok {
+				rebased = append(rebased, table.KeyOf(item))
 			}
 		case aggregates.EntityCheckpoint:
 			cp, _ := table.DecodeCheckpoint(shard, item)
@@ -135,6 +140,20 @@ func (e *environment) unfence(ctx context.Context, args []string) int {
 		}
 	}
 	fmt.Fprintf(e.stdout, "report heads unfenced: %d\n", done)
+	// fencedAt says "rebased after the fence": unfenced, no branch is, and
+	// counted repairs must wait for a new rebase (the second review, F-b).
+	done = 0
+	for _, k := range rebased {
+		_, err := c.UpdateItem(ctx, table.ClearFencedAt(e.coordination, k))
+		switch {
+		case errors.As(err, &ccf):
+		case err != nil:
+			return e.fail(fmt.Errorf("unfence: applied item %s: %w", k, err))
+		default:
+			done++
+		}
+	}
+	fmt.Fprintf(e.stdout, "rebase marks cleared (fencedAt): %d\n", done)
 	lowered, err := table.LowerProtocol(ctx, c, e.table, table.Protocol, table.Protocol-1)
 	if err != nil {
 		return e.fail(fmt.Errorf("unfence: %w", err))
