@@ -2,7 +2,9 @@ package processor_test
 
 import (
 	"context"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
@@ -93,4 +95,83 @@ func TestRebaseProbes_AResumerCountsTheBatchsProbesPerID(t *testing.T) {
 	assert.Equal(t, map[string]int64{"rb-resumed": probes}, a.ProbedBy)
 	requireEveryRecordCounted(t, e)
 	e.requireReconciled(t)
+}
+
+// A batch dies half-committed, leaving an open mark on a branch: a rebase
+// of the branch is refused while the batch is pending (its own pin
+// cleared); once the batch is abandoned (its later records lost), the
+// rebase, with a batch consumer committing meanwhile, removes the stale
+// mark, heals the branch's reports and counts its records again.
+func TestRebase_AnAbandonedBatchsOpenMarkIsRemovedAndItsLossHealed(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t)
+	batch6Txs(t, e, 120)
+	crashMidBatch6(t, e, false)
+	var tenant, branch string
+	for _, item := range coordItems(t, e, "APPLIED#") {
+		if _, ok := item[table.AttrOpen]; ok {
+			pk, _ := table.String(item, table.AttrPK)
+			parts := strings.Split(pk, "#")
+			tenant, branch = parts[1], parts[2]
+			break
+		}
+	}
+	require.NotEmpty(t, branch, "a branch with an open mark")
+	opts := processor.RebaseOptions{Tenant: tenant, Branch: branch, StreamARN: e.streamARN, Wait: time.Minute, Poll: 20 * time.Millisecond}
+	_, err := processor.Rebase(ctx, e.ddb, e.table, opts)
+	require.ErrorContains(t, err, "half-committed")
+	a := appliedOf(t, e, tenant, branch)
+	assert.Empty(t, a.Rebasing, "a refused rebase clears its own pin")
+	assert.NotEmpty(t, a.Open)
+
+	shard := shardOf(t, e)
+	key := aggregates.CheckpointKey(e.streamARN, shard)
+	coord := table.CoordinationTableName(e.table)
+	out, err := e.ddb.GetItem(ctx, &dynamodb.GetItemInput{TableName: &coord, Key: table.Key(key), ConsistentRead: aws.Bool(true)})
+	require.NoError(t, err)
+	cp, err := table.DecodeCheckpoint(shard, out.Item)
+	require.NoError(t, err)
+	p, err := processor.New(e.ddb, processor.Config{Table: e.table}, nil)
+	require.NoError(t, err)
+	landed, err := p.AbandonCheckpoint(ctx, key, table.Abandon{Shard: shard, Prev: cp.Seq, Pending: cp.Pending, Now: time.Now().UTC()})
+	require.NoError(t, err)
+	require.True(t, landed)
+	diffs, _, err := processor.Reconcile(ctx, e.ddb, e.table, processor.Scope{Tenant: tenant, Branch: branch})
+	require.NoError(t, err)
+	require.NotEmpty(t, diffs, "the batch's records after its landed groups are lost to the reports")
+
+	c := newConsumer(t, e, "batch", nil, processor.Config{})
+	stop, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(50 * time.Millisecond):
+				c.pass()
+			}
+		}
+	}()
+	res, err := processor.Rebase(ctx, e.ddb, e.table, opts)
+	close(stop)
+	<-done
+	require.NoError(t, err)
+	assert.Len(t, res.StaleOpen, len(a.Open), "every mark was stale")
+	c.pass()
+	diffs, _, err = processor.Reconcile(ctx, e.ddb, e.table, processor.Scope{Tenant: tenant, Branch: branch})
+	require.NoError(t, err)
+	assert.Empty(t, diffs)
+	after := appliedOf(t, e, tenant, branch)
+	assert.Empty(t, after.Open)
+	assert.Empty(t, after.Rebasing)
+	assert.NotEmpty(t, after.FencedAt)
+	var sum int64
+	for _, item := range scanAll(t, e) {
+		if pk, _ := table.String(item, table.AttrPK); pk == aggregates.TransactionPK(tenant, branch) {
+			n, _ := table.Changes(item)
+			sum += n
+		}
+	}
+	assert.Equal(t, sum+after.Retired, after.Applied+after.Probed, "applied + probed = Σ changes + retired")
 }
