@@ -221,3 +221,35 @@ func ClearFencedAt(coord string, key aggregates.Key) *dynamodb.UpdateItemInput {
 		ExpressionAttributeNames: map[string]string{"#fat": AttrFencedAt},
 	}
 }
+
+// AttrWriteHold (S) on a branch's directory item holds the id of the
+// rebase that holds the branch's writes (ledgerctl reconcile --rebase
+// --hold): the writer refuses the branch's transaction writes (503) while
+// it sees it, through its directory cache (DirectoryTTL). A timing-based
+// hold, for liveness only: the rebase's pin keeps it exact whether or not
+// every writer has seen the hold (docs/exactly-once.md, "B as built").
+const AttrWriteHold = "writeHold"
+
+// HoldBranch sets the write hold id on branch (tenant, branch)'s directory
+// item, on condition that the branch exists and no other hold is set.
+func HoldBranch(tableName, tenant, branch, id string) *dynamodb.UpdateItemInput {
+	return &dynamodb.UpdateItemInput{
+		TableName: aws.String(tableName), Key: Key(aggregates.BranchKey(tenant, branch)),
+		UpdateExpression:          aws.String("SET #h = :id"),
+		ConditionExpression:       aws.String("attribute_exists(PK) AND (attribute_not_exists(#h) OR #h = :id)"),
+		ExpressionAttributeNames:  map[string]string{"#h": AttrWriteHold},
+		ExpressionAttributeValues: map[string]types.AttributeValue{":id": S(id)},
+	}
+}
+
+// ReleaseBranch removes the write hold id from branch (tenant, branch), on
+// condition that it is still that hold.
+func ReleaseBranch(tableName, tenant, branch, id string) *dynamodb.UpdateItemInput {
+	return &dynamodb.UpdateItemInput{
+		TableName: aws.String(tableName), Key: Key(aggregates.BranchKey(tenant, branch)),
+		UpdateExpression:          aws.String("REMOVE #h"),
+		ConditionExpression:       aws.String("#h = :id"),
+		ExpressionAttributeNames:  map[string]string{"#h": AttrWriteHold},
+		ExpressionAttributeValues: map[string]types.AttributeValue{":id": S(id)},
+	}
+}

@@ -68,6 +68,7 @@ type directoryStatus struct {
 	periods        []aggregates.PeriodType // tenants: reportPeriods
 	changedAt      time.Time               // calendarChangedAt or reportPeriodsChangedAt
 	damaged        error                   // the calendar or reportPeriods does not decode
+	held           string                  // branches: the rebase holding its writes (table.AttrWriteHold), "" none
 	expires        time.Time
 }
 
@@ -112,6 +113,7 @@ func (s *Server) status(ctx context.Context, k aggregates.Key, branch bool) (dir
 			changed = table.AttrCalendarChangedAt
 			e.calendar, e.damaged = table.DecodeCalendar(item)
 			e.currency, e.currencyErr = table.BranchCurrency(item)
+			e.held, _ = stringAttr(item, table.AttrWriteHold)
 		} else {
 			e.periods, e.damaged = table.DecodeReportPeriods(item)
 		}
@@ -190,6 +192,12 @@ func (s *Server) activeBranch(ctx context.Context, tenant, branch string) (activ
 		return activeBranch{}, branchNotFound(tenant, branch), nil
 	case !b.active:
 		return activeBranch{}, branchSuspended(branch), nil
+	case b.held != "":
+		// A rebase holds the branch's writes (ledgerctl reconcile --rebase
+		// --hold): liveness only, seen within DirectoryTTL.
+		s.metrics.WritesRefused.WithLabelValues("held").Inc()
+		return activeBranch{}, problem(http.StatusServiceUnavailable, ProblemWritesDisabled,
+			"writes to branch "+branch+" are held while it is rebased (hold "+b.held+"); reads are served").withHeader("Retry-After", "10"), nil
 	}
 	a := activeBranch{marked: b.marked, currency: b.currency, calendar: table.BranchCalendar{Calendar: b.calendar, Periods: t.periods, ChangedAt: b.changedAt}}
 	if t.changedAt.After(a.calendar.ChangedAt) {

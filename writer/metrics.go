@@ -38,7 +38,8 @@ type Metrics struct {
 	// account_delete; email_add, email_update, email_remove.
 	Writes *prometheus.CounterVec
 	// WritesRefused counts mutations refused by the flags, by reason
-	// ("disabled", "flags_unavailable").
+	// ("disabled", "flags_unavailable"), and transaction writes of a
+	// branch a rebase holds ("held").
 	WritesRefused *prometheus.CounterVec
 	// FlagsReads counts reads of the flags singleton by outcome ("ok",
 	// "missing", "error").
@@ -115,7 +116,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}, []string{"operation"}),
 		WritesRefused: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "ledger", Subsystem: "writer", Name: "writes_refused_total",
-			Help: "Mutations refused by the flags singleton: disabled, or flags_unavailable (fail closed).",
+			Help: "Mutations refused by the flags singleton: disabled, or flags_unavailable (fail closed); held: a transaction write of a branch a rebase holds.",
 		}, []string{"reason"}),
 		FlagsReads: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "ledger", Subsystem: "writer", Name: "flags_reads_total",

@@ -385,6 +385,8 @@ func (e *environment) reconcile(ctx context.Context, args []string) int {
 	wait := fs.Duration("wait", 15*time.Minute, "with --rebase: wait at most this `DURATION` for the consumers to commit the probes")
 	rounds := fs.Int("rounds", 5, "with --rebase: start again at most `N` times when the branch is written meanwhile")
 	streamARN := fs.String("stream-arn", "", "with --rebase: the stream `ARN` whose checkpoints open marks name (default: the table's latest stream)")
+	hold := fs.Bool("hold", false, "with --rebase: hold the branch's transaction writes while it rebases (the writers answer 503; liveness only)")
+	holdWait := fs.Duration("hold-wait", 10*time.Second, "with --hold: wait this `DURATION` for the writers to see the hold (their directory TTL, 5s by default) before B1")
 	if err := fs.Parse(args); err != nil {
 		return exitError
 	}
@@ -395,7 +397,11 @@ func (e *environment) reconcile(ctx context.Context, args []string) int {
 		if fs.NArg() > 0 {
 			return e.fail(fmt.Errorf("reconcile: unexpected argument %q", fs.Arg(0)))
 		}
-		return e.rebaseBranch(ctx, *tenant, *branch, *abandon, *streamARN, *wait, *rounds)
+		var hw time.Duration
+		if *hold {
+			hw = max(*holdWait, time.Nanosecond)
+		}
+		return e.rebaseBranch(ctx, *tenant, *branch, *abandon, *streamARN, *wait, *rounds, hw)
 	}
 	if *asJSON && *repair {
 		return e.fail(errors.New("reconcile: --json describes what a read-only reconcile found; run --repair without it"))

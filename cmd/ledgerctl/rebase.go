@@ -26,11 +26,16 @@ round whose pin fails (a record of the branch committed meanwhile) starts
 again at B1, at most --rounds times: stop the branch's writes if it never
 settles. A rebase that stops on an error clears its own pin; one whose
 process died leaves it, and --abandon ID clears it (a rebase of that id still
-running can then no longer land). Exit status: 0 rebased or abandoned, 2
-refused or error.`
+running can then no longer land). --hold holds the branch's transaction
+writes for the rebase (writeHold on its branch item: the writers answer 503
+once their directory cache has seen it, --hold-wait) and releases them at the
+end: for a branch never quiet for a round; liveness only, the pin keeps the
+rebase exact whether or not every writer has seen the hold. Exit status: 0
+rebased or abandoned, 2 refused or error.`
 
-// rebaseBranch is reconcile --repair --rebase: one branch, or --abandon.
-func (e *environment) rebaseBranch(ctx context.Context, tenant, branch, abandon, streamARN string, wait time.Duration, rounds int) int {
+// rebaseBranch is reconcile --repair --rebase: one branch, or --abandon;
+// hold > 0 holds the branch's writes (--hold) and waits that long first.
+func (e *environment) rebaseBranch(ctx context.Context, tenant, branch, abandon, streamARN string, wait time.Duration, rounds int, hold time.Duration) int {
 	if tenant == "" || branch == "" {
 		return e.fail(errors.New("reconcile --rebase: give --tenant and --branch (one branch at a time)"))
 	}
@@ -66,8 +71,29 @@ func (e *environment) rebaseBranch(ctx context.Context, tenant, branch, abandon,
 			streamARN = arn // without it, only a branch with open marks is refused
 		}
 	}
+	id := processor.NewRebaseID(time.Now())
+	if hold > 0 {
+		// The writers see the hold within their directory TTL: liveness
+		// only, the rebase's pin keeps it exact either way.
+		if _, err := c.UpdateItem(ctx, table.HoldBranch(e.table, tenant, branch, id)); err != nil {
+			return e.fail(fmt.Errorf("reconcile --rebase --hold: hold the writes of %s/%s (no such branch, or another hold is set): %w", tenant, branch, err))
+		}
+		defer func() {
+			if _, err := c.UpdateItem(context.WithoutCancel(ctx), table.ReleaseBranch(e.table, tenant, branch, id)); err != nil {
+				fmt.Fprintf(e.stderr, "ledgerctl: release the hold %s of %s/%s: %v (remove writeHold from the branch item by hand)\n", id, tenant, branch, err)
+			} else {
+				fmt.Fprintf(e.stdout, "writes of %s/%s released\n", tenant, branch)
+			}
+		}()
+		fmt.Fprintf(e.stdout, "writes of %s/%s held (%s); waiting %s for the writers to see it\n", tenant, branch, id, hold)
+		select {
+		case <-ctx.Done():
+			return e.fail(ctx.Err())
+		case <-time.After(hold):
+		}
+	}
 	res, err := processor.Rebase(ctx, c, e.table, processor.RebaseOptions{
-		Tenant: tenant, Branch: branch, CoordinationTable: e.coordination, StreamARN: streamARN,
+		ID: id, Tenant: tenant, Branch: branch, CoordinationTable: e.coordination, StreamARN: streamARN,
 		Wait: wait, Rounds: rounds,
 		Log: func(format string, args ...any) { fmt.Fprintf(e.stderr, "rebase: "+format+"\n", args...) },
 	})

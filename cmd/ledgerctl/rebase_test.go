@@ -140,3 +140,33 @@ func TestRebase_ARunningRebaseRefusesAnotherUntilAbandoned(t *testing.T) {
 	require.Equal(t, exitError, code)
 	assert.Contains(t, errOut, "no rebase rb-dead")
 }
+
+// TestRebase_HoldSetsAndReleasesTheBranchsWriteHold: --hold puts the
+// rebase's id in the branch item's writeHold for the rebase and removes it
+// at the end; a branch without a directory item cannot be held, and
+// nothing runs.
+func TestRebase_HoldSetsAndReleasesTheBranchsWriteHold(t *testing.T) {
+	ctx := context.Background()
+	table := ddbtest.TableName(t)
+	env := map[string]string{"LEDGER_TABLE": table, "AWS_ENDPOINT_URL": ddbtest.Endpoint(t)}
+	code, _, errOut := run(t, env, "table", "create")
+	require.Equal(t, exitOK, code, errOut)
+	c := ddbtest.Client(t)
+
+	code, _, errOut = run(t, env, "reconcile", "--repair", "--rebase", "--hold", "--hold-wait", "1ms", "--tenant", "acme", "--branch", "north")
+	require.Equal(t, exitError, code)
+	assert.Contains(t, errOut, "hold the writes of acme/north")
+
+	item := ledgertable.Key(aggregates.BranchKey("acme", "north"))
+	item[ledgertable.AttrEntityType] = ledgertable.S("BRANCH")
+	_, err := c.PutItem(ctx, &dynamodb.PutItemInput{TableName: &table, Item: item})
+	require.NoError(t, err)
+	code, out, errOut := run(t, env, "reconcile", "--repair", "--rebase", "--hold", "--hold-wait", "1ms", "--tenant", "acme", "--branch", "north")
+	require.Equal(t, exitOK, code, out+errOut)
+	assert.Contains(t, out, "writes of acme/north held")
+	assert.Contains(t, out, "rebased acme/north")
+	assert.Contains(t, out, "writes of acme/north released")
+	got, err := c.GetItem(ctx, &dynamodb.GetItemInput{TableName: &table, Key: ledgertable.Key(aggregates.BranchKey("acme", "north")), ConsistentRead: aws.Bool(true)})
+	require.NoError(t, err)
+	assert.NotContains(t, got.Item, ledgertable.AttrWriteHold)
+}
