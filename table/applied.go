@@ -31,10 +31,18 @@ import (
 //
 //	open         SS, the batches (plan layout 6) with landed parts of the
 //	             branch and no count yet (OpenApplied, CountAppliedClose)
+//	probedBy#<id> N, the probes of rebase <id> among probed (a valid
+//	             ValidRebaseID only), in the same action: a rebase waits on its own
 //
-// and read: rebasing (S, set while a rebase of the branch runs; a
-// compaction refuses then). The batch consumers count from plan layout 6
-// (session 21); epoch, foreignAck and fencedAt are not built yet. The item never
+// and the rebase's (step B, session 26: rebase.go; docs/exactly-once.md,
+// "B as built (session 26)"):
+//
+//	rebasing     S, the id of the rebase running (B1 to B5; a compaction refuses then)
+//	epoch        N, moved by every rebase transaction and by AbandonRebase
+//	foreignAck   N, foreign as the last rebase pinned it
+//	fencedAt     S, RFC 3339: the branch's first rebase (ledgerctl unfence removes it)
+//
+// The batch consumers count from plan layout 6 (session 21). The item never
 // carries expiresAt: it lives as long as its branch, whatever the
 // coordination table's TTL does to checkpoints and leases.
 
