@@ -2,7 +2,9 @@ package processor_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -68,8 +70,8 @@ func TestRebaseProbes_CountedPerRebaseIDInEachConsumerKind(t *testing.T) {
 }
 
 // A layout-6 batch holding probes dies between groups; the resumer, with
-// other limits, plans the same groups (the per-id counts are in the
-// digest) and counts each probe once under its id.
+// other limits, plans the same groups and counts each probe once under
+// its id.
 func TestRebaseProbes_AResumerCountsTheBatchsProbesPerID(t *testing.T) {
 	e := newEnv(t)
 	batch6Txs(t, e, 120)
@@ -174,4 +176,60 @@ func TestRebase_AnAbandonedBatchsOpenMarkIsRemovedAndItsLossHealed(t *testing.T)
 		}
 	}
 	assert.Equal(t, sum+after.Retired, after.Applied+after.Probed, "applied + probed = Σ changes + retired")
+}
+
+// An abandoned rebase still running probes a key after this rebase's probe
+// of it, and a consumer commits that probe before B5: it is in neither
+// this rebase's sum nor what is counted after B5, so the round starts
+// again (B3: probed moved by more than this rebase's probes), and the next
+// one lands with every record counted.
+func TestRebase_AnotherRebasesProbeCommittedMeanwhileStartsTheRoundAgain(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t)
+	a := rtx{"acme", "sp", "BRL", "2026-11-27", "a", "INCOME", "10", "food"}
+	ka := a.put(t, e, "")
+	rtx{"acme", "sp", "BRL", "2026-11-27", "b", "EXPENSE", "4", "rent"}.put(t, e, "")
+	c := newConsumer(t, e, "batch", nil, processor.Config{})
+	c.pass()
+	stop, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(20 * time.Millisecond):
+				c.pass()
+			}
+		}
+	}()
+	var once sync.Once
+	var steps []string
+	res, err := processor.Rebase(ctx, e.ddb, e.table, processor.RebaseOptions{Tenant: "acme", Branch: "sp", Wait: time.Minute, Poll: 20 * time.Millisecond,
+		Log: func(format string, args ...any) {
+			steps = append(steps, fmt.Sprintf(format, args...))
+			if strings.HasPrefix(format, "B2:") {
+				once.Do(func() {
+					before := appliedOf(t, e, "acme", "sp").ProbedBy["rb-old"]
+					probeKey(t, e, ka, "rb-old")
+					require.Eventually(t, func() bool { return appliedOf(t, e, "acme", "sp").ProbedBy["rb-old"] > before }, time.Minute, 20*time.Millisecond)
+				})
+			}
+		}})
+	close(stop)
+	<-done
+	require.NoError(t, err, "steps: %v", steps)
+	assert.Equal(t, 2, res.Rounds, "steps: %v", steps)
+	assert.Contains(t, strings.Join(steps, "\n"), "probes of another rebase")
+	c.pass()
+	after := appliedOf(t, e, "acme", "sp")
+	var sum int64
+	for _, item := range scanAll(t, e) {
+		if pk, _ := table.String(item, table.AttrPK); pk == aggregates.TransactionPK("acme", "sp") {
+			n, _ := table.Changes(item)
+			sum += n
+		}
+	}
+	assert.Equal(t, sum, after.Applied+after.Probed, "applied + probed = Σ changes")
+	e.requireReconciled(t)
 }
