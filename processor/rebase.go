@@ -340,8 +340,16 @@ func (r *rebase) round(ctx context.Context) error {
 		items := slices.Clone(chunk)
 		if last {
 			items = append(items, table.RebaseStep(r.coord, pin, step, reset))
+			tos := map[aggregates.Key][]string{}
+			var keys []aggregates.Key
 			for _, s := range stale {
-				items = append(items, table.NotPending(r.coord, s.key, s.to))
+				if _, ok := tos[s.key]; !ok {
+					keys = append(keys, s.key)
+				}
+				tos[s.key] = append(tos[s.key], s.to)
+			}
+			for _, k := range keys { // one check per checkpoint
+				items = append(items, table.NotPending(r.coord, k, tos[k]...))
 			}
 		} else {
 			items = append(items, table.RebaseStep(r.coord, pin, step, nil))

@@ -199,14 +199,23 @@ func LossesAsRead(coord string, n int64) types.TransactWriteItem {
 }
 
 // NotPending is the ConditionCheck that the checkpoint at key (coordination
-// table coord) holds no pending batch ending at to: the batch of an open
-// mark is finished or abandoned. A checkpoint gone (TTL) passes.
-func NotPending(coord string, key aggregates.Key, to string) types.TransactWriteItem {
+// table coord) holds no pending batch ending at any of tos (1 to 99): the
+// batches of open marks of that shard are finished or abandoned. One
+// check per checkpoint, however many marks name it (a transaction holds
+// one action per item). A checkpoint gone (TTL) passes.
+func NotPending(coord string, key aggregates.Key, tos ...string) types.TransactWriteItem {
+	values := map[string]types.AttributeValue{}
+	var in []string
+	for i, to := range tos {
+		v := fmt.Sprintf(":to%d", i)
+		values[v] = S(to)
+		in = append(in, v)
+	}
 	return types.TransactWriteItem{ConditionCheck: &types.ConditionCheck{
 		TableName: aws.String(coord), Key: Key(key),
-		ConditionExpression:       aws.String("attribute_not_exists(#pt) OR #pt <> :to"),
+		ConditionExpression:       aws.String("attribute_not_exists(#pt) OR NOT (#pt IN (" + strings.Join(in, ", ") + "))"),
 		ExpressionAttributeNames:  map[string]string{"#pt": attrPendingTo},
-		ExpressionAttributeValues: map[string]types.AttributeValue{":to": S(to)},
+		ExpressionAttributeValues: values,
 	}}
 }
 
