@@ -262,6 +262,12 @@ func (r *rebase) round(ctx context.Context) error {
 			fold.Add(tx, +1)
 		}
 	}
+	// Heads created since B1 by code of protocol 3 (absent at B1, so not
+	// fenced then) are fenced now, before the read, so that B5 writes
+	// every head fenced.
+	if err := r.fenceHeads(ctx); err != nil {
+		return err
+	}
 	stored := table.ReportSet{}
 	if err := queryAll(ctx, r.api, r.table, aggregates.ReportPK(o.Tenant, o.Branch), &stats, func(item map[string]ddbtypes.AttributeValue) error {
 		_ = stored.Add(item) // a stray item is reconcile's to name
@@ -406,6 +412,12 @@ func rebaseReportOps(tableName string, d Difference, stamp string) []ddbtypes.Tr
 	if d.currency != "" {
 		ri.Item[table.AttrCurrency] = table.S(d.currency)
 	}
+	if !hasItem {
+		// A head the rebase creates is fenced, as every head protocol 4
+		// writes (F): no commit of protocol 3 can then update it.
+		ri.Item[table.AttrTxCount] = ri.Item[table.AttrTransactionCount]
+		ri.Item[table.AttrTransactionCount] = table.S(table.HeadFence)
+	}
 	ops = append(ops, table.RepairHead(tableName, ri.Item, hasItem, d.seen))
 	for _, k := range ri.Deletes {
 		ops = append(ops, ddbtypes.TransactWriteItem{Delete: &ddbtypes.Delete{TableName: &tableName, Key: table.Key(k)}})
@@ -512,10 +524,14 @@ func (r *rebase) fenceHeads(ctx context.Context) error {
 		return fmt.Errorf("rebase B1: %w", err)
 	}
 	for _, k := range heads {
-		if _, err := r.api.UpdateItem(ctx, table.FenceHead(r.table, k)); err != nil && !isConditionFailed(err) {
-			return fmt.Errorf("rebase B1: fence head %s: %w", k, err)
+		_, err := r.api.UpdateItem(ctx, table.FenceHead(r.table, k))
+		switch {
+		case isConditionFailed(err): // fenced (or changed) meanwhile
+		case err != nil:
+			return fmt.Errorf("rebase: fence head %s: %w", k, err)
+		default:
+			r.res.Fenced++
 		}
-		r.res.Fenced++
 	}
 	return nil
 }

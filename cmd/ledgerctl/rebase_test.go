@@ -55,8 +55,20 @@ func TestRebase_TheCommandRebasesABranchWhileAConsumerCommits(t *testing.T) {
 	heads, err := c.Query(ctx, &dynamodb.QueryInput{TableName: &table, KeyConditionExpression: aws.String("PK = :pk"),
 		ExpressionAttributeValues: map[string]ddbtypes.AttributeValue{":pk": ledgertable.S(aggregates.ReportPK(tenant, branch))}, ConsistentRead: aws.Bool(true)})
 	require.NoError(t, err)
-	require.NotEmpty(t, heads.Items)
-	_, err = c.UpdateItem(ctx, &dynamodb.UpdateItemInput{TableName: &table, Key: ledgertable.Key(ledgertable.KeyOf(heads.Items[0])),
+	var headKeys []aggregates.Key
+	for _, item := range heads.Items {
+		if et, _ := ledgertable.String(item, ledgertable.AttrEntityType); et == aggregates.EntityReport {
+			headKeys = append(headKeys, ledgertable.KeyOf(item))
+		}
+	}
+	require.GreaterOrEqual(t, len(headKeys), 3)
+	// A head put back in the old layout (B1 fences it), and one deleted
+	// (B5 creates it again, fenced).
+	_, err = c.UpdateItem(ctx, ledgertable.UnfenceHead(table, headKeys[1]))
+	require.NoError(t, err)
+	_, err = c.DeleteItem(ctx, &dynamodb.DeleteItemInput{TableName: &table, Key: ledgertable.Key(headKeys[2])})
+	require.NoError(t, err)
+	_, err = c.UpdateItem(ctx, &dynamodb.UpdateItemInput{TableName: &table, Key: ledgertable.Key(headKeys[0]),
 		UpdateExpression:          aws.String("SET #i = :d"),
 		ExpressionAttributeNames:  map[string]string{"#i": ledgertable.AttrTotalIncome},
 		ExpressionAttributeValues: map[string]ddbtypes.AttributeValue{":d": &ddbtypes.AttributeValueMemberN{Value: "12345"}}})
@@ -92,6 +104,11 @@ func TestRebase_TheCommandRebasesABranchWhileAConsumerCommits(t *testing.T) {
 	assert.NotEmpty(t, a.FencedAt)
 	assert.Empty(t, a.Rebasing)
 	assert.Equal(t, a.Foreign, a.ForeignAck)
+	for _, k := range headKeys {
+		got, err := c.GetItem(ctx, &dynamodb.GetItemInput{TableName: &table, Key: ledgertable.Key(k), ConsistentRead: aws.Bool(true)})
+		require.NoError(t, err)
+		assert.True(t, ledgertable.FencedHead(got.Item), "head %s fenced after the rebase", k)
+	}
 
 	code, out, errOut = run(t, env, "unfence")
 	require.Equal(t, exitOK, code, out+errOut)
