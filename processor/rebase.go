@@ -13,6 +13,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	ddbtypes "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/aws/smithy-go"
 
 	"github.com/ledger-dev/ledger/aggregates"
 	"github.com/ledger-dev/ledger/table"
@@ -121,7 +122,7 @@ func Rebase(ctx context.Context, api RebaseAPI, tableName string, o RebaseOption
 		res: RebaseResult{ID: o.ID}}
 	err := r.run(ctx)
 	if err != nil && !r.done {
-		if _, aerr := api.UpdateItem(context.WithoutCancel(ctx), table.AbandonRebase(r.coord, o.Tenant, o.Branch, o.ID)); aerr != nil &&
+		if _, aerr := r.update(context.WithoutCancel(ctx), table.AbandonRebase(r.coord, o.Tenant, o.Branch, o.ID)); aerr != nil &&
 			!isConditionFailed(aerr) {
 			err = fmt.Errorf("%w; and the rebase could not be abandoned (%v): run ledgerctl reconcile --rebase --abandon %s --tenant %s --branch %s",
 				err, aerr, o.ID, o.Tenant, o.Branch)
@@ -162,7 +163,7 @@ type staleMark struct {
 func (r *rebase) round(ctx context.Context) error {
 	o := r.o
 	// B1: pin, and read the counts in the same call.
-	out, err := r.api.UpdateItem(ctx, table.RebasePin(r.coord, o.Tenant, o.Branch, o.ID))
+	out, err := r.update(ctx, table.RebasePin(r.coord, o.Tenant, o.Branch, o.ID))
 	if isConditionFailed(err) {
 		a, gerr := table.GetApplied(ctx, r.api, r.coord, o.Tenant, o.Branch)
 		if gerr != nil {
@@ -468,8 +469,11 @@ func (r *rebase) probe(ctx context.Context, item map[string]ddbtypes.AttributeVa
 		if now == nil {
 			return nil, nil // gone: its hard delete is foreign, and the pin fails
 		}
-		if c, _ := table.Changes(now); err != nil && !isConditionFailed(err) && table.ProbedBy(now, r.o.ID) && c == want {
-			r.res.Probes++ // the probe landed; its answer was lost
+		if c, _ := table.Changes(now); table.ProbedBy(now, r.o.ID) && c == want {
+			// The probe landed and its answer was lost (the SDK's retry
+			// of it, if any, then failed its condition): no one else
+			// writes this id.
+			r.res.Probes++
 			return now, nil
 		}
 		item = now
@@ -524,7 +528,7 @@ func (r *rebase) fenceHeads(ctx context.Context) error {
 		return fmt.Errorf("rebase B1: %w", err)
 	}
 	for _, k := range heads {
-		_, err := r.api.UpdateItem(ctx, table.FenceHead(r.table, k))
+		_, err := r.update(ctx, table.FenceHead(r.table, k))
 		switch {
 		case isConditionFailed(err): // fenced (or changed) meanwhile
 		case err != nil:
@@ -534,6 +538,23 @@ func (r *rebase) fenceHeads(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// update sends an UpdateItem whose retry is safe (its condition accepts
+// what the first attempt leaves, or its failure says so: the pin, a head
+// fence, an abandon), up to 3 times on an error that is no answer of
+// DynamoDB's (a lost answer, a timeout).
+func (r *rebase) update(ctx context.Context, in *dynamodb.UpdateItemInput) (*dynamodb.UpdateItemOutput, error) {
+	var err error
+	for range 3 {
+		var out *dynamodb.UpdateItemOutput
+		out, err = r.api.UpdateItem(ctx, in)
+		var apiErr smithy.APIError
+		if err == nil || errors.As(err, &apiErr) || ctx.Err() != nil {
+			return out, err
+		}
+	}
+	return nil, err
 }
 
 func isConditionFailed(err error) bool {

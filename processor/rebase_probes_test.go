@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -14,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ledger-dev/ledger/aggregates"
+	"github.com/ledger-dev/ledger/internal/ledgertest"
 	"github.com/ledger-dev/ledger/processor"
 	"github.com/ledger-dev/ledger/table"
 )
@@ -231,5 +233,60 @@ func TestRebase_AnotherRebasesProbeCommittedMeanwhileStartsTheRoundAgain(t *test
 		}
 	}
 	assert.Equal(t, sum, after.Applied+after.Probed, "applied + probed = Σ changes")
+	e.requireReconciled(t)
+}
+
+// Every other UpdateItem's answer is lost (the pin's, the probes') and so
+// is B5's transaction's: each
+// probe is recognised as landed on the re-read (never counted twice, never
+// written twice), the last transaction as landed by the epoch, and the
+// rebase ends with every record counted.
+func TestRebase_LostAnswersOfProbesAndOfB5LandOnce(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t)
+	for _, id := range []string{"a", "b", "c"} {
+		rtx{"acme", "sp", "BRL", "2026-11-27", id, "INCOME", "10", "food"}.put(t, e, "")
+	}
+	c := newConsumer(t, e, "batch", nil, processor.Config{})
+	c.pass()
+	stop, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(20 * time.Millisecond):
+				c.pass()
+			}
+		}
+	}()
+	var updates, txs atomic.Int64
+	e.faults.Decide = func(op string) ledgertest.Fault {
+		switch {
+		case op == "UpdateItem" && updates.Add(1)%2 == 1, op == "TransactWriteItems" && txs.Add(1) == 1:
+			return ledgertest.LoseAnswer // it lands; the answer is lost
+		}
+		return ledgertest.Pass
+	}
+	res, err := processor.Rebase(ctx, e.faulty, e.table, processor.RebaseOptions{Tenant: "acme", Branch: "sp", Wait: time.Minute, Poll: 20 * time.Millisecond})
+	e.faults.Decide = nil
+	close(stop)
+	<-done
+	require.NoError(t, err)
+	assert.Equal(t, int64(3), res.Probes, "each probe once")
+	c.pass()
+	after := appliedOf(t, e, "acme", "sp")
+	assert.Empty(t, after.Rebasing)
+	assert.Equal(t, int64(1), after.Epoch)
+	var sum int64
+	for _, item := range scanAll(t, e) {
+		if pk, _ := table.String(item, table.AttrPK); pk == aggregates.TransactionPK("acme", "sp") {
+			n, _ := table.Changes(item)
+			assert.Equal(t, int64(1), n, "probed once: %v", table.KeyOf(item))
+			sum += n
+		}
+	}
+	assert.Equal(t, sum, after.Applied+after.Probed)
 	e.requireReconciled(t)
 }

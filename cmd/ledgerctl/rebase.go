@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
 	"github.com/ledger-dev/ledger/processor"
 	"github.com/ledger-dev/ledger/table"
 )
@@ -79,7 +81,9 @@ func (e *environment) rebaseBranch(ctx context.Context, tenant, branch, abandon,
 			return e.fail(fmt.Errorf("reconcile --rebase --hold: hold the writes of %s/%s (no such branch, or another hold is set): %w", tenant, branch, err))
 		}
 		defer func() {
-			if _, err := c.UpdateItem(context.WithoutCancel(ctx), table.ReleaseBranch(e.table, tenant, branch, id)); err != nil {
+			_, err := c.UpdateItem(context.WithoutCancel(ctx), table.ReleaseBranch(e.table, tenant, branch, id))
+			var ccf *types.ConditionalCheckFailedException
+			if err != nil && !errors.As(err, &ccf) { // a failed condition: released already (a lost answer's retry)
 				fmt.Fprintf(e.stderr, "ledgerctl: release the hold %s of %s/%s: %v (remove writeHold from the branch item by hand)\n", id, tenant, branch, err)
 			} else {
 				fmt.Fprintf(e.stdout, "writes of %s/%s released\n", tenant, branch)
