@@ -42,6 +42,7 @@ Commands:
   coordination migrate   move the stream's checkpoints from the ledger table to the coordination
                     table (from a version before it; with every consumer stopped)
   reconcile         recompute reports from transactions and print the differences
+                    (--repair --rebase --tenant T --branch B: rebase one branch while the consumers run)
   flags get         print the flags singleton (writesEnabled, version)
   flags set N=B ... set flags, guarded by the version read (a lost race writes nothing, exit 1)
   token --tenant T  mint a bearer token for the writer from LEDGER_JWT_SECRET (local use; --admin: admin scope)
