@@ -764,7 +764,7 @@ func (p *Processor) AbandonCheckpoint(ctx context.Context, key aggregates.Key, a
 		case cp.Fenced:
 			return false, fmt.Errorf("shard %s: %w", a.Shard, table.ErrCheckpointFenced)
 		case cp.Foreign():
-			return false, fmt.Errorf("shard %s: protocol %d, this version's %d: %w", a.Shard, cp.Fence, table.Protocol, table.ErrCheckpointProtocol)
+			return false, &table.CheckpointProtocolError{Shard: a.Shard, Fence: cp.Fence}
 		}
 		class := classifyErr(err)
 		var tce *ddbtypes.TransactionCanceledException

@@ -100,7 +100,7 @@ func TestFence_TheFirstCommitFencesTheCheckpointAndALaterProtocolIsRefused(t *te
 	q := e.processor(t, nil, nil)
 	_, err = q.Process(ctx, q.ShardGuard(e.streamARN, shard), recs[20:])
 	require.ErrorIs(t, err, table.ErrCheckpointProtocol)
-	assert.ErrorContains(t, err, "protocol 5, this consumer's 4")
+	assert.ErrorContains(t, err, "protocol 5, this version's 4")
 	assert.Equal(t, fenced, coordCheckpoint(t, e, shard), "the checkpoint of protocol 5 is left as it was")
 
 	setFence(t, e, shard, 4)
