@@ -201,6 +201,5 @@ func TestReviewS26P4_AWriteWaitingOnAnotherRaiseLeavesWhenItsContextEnds(t *test
 	}
 	close(api.hold)
 	wg.Wait()
-	<-done
 	assert.Equal(t, int64(table.Protocol), flagsProtocol(t, e))
 }
