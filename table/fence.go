@@ -74,8 +74,8 @@ func UnfenceCheckpoint(tableName string, key aggregates.Key, pos string) *dynamo
 
 // RaiseProtocol sets the flags item's protocol to p on condition that the
 // item exists and its protocol is absent or lower (docs/exactly-once.md,
-// "F as built (session 25)", the protocol flag: the consumers raise it at
-// start, before their first fence, so that an older ledgerctl refuses
+// "F as built (session 25)", the protocol flag: the consumers raise it
+// before their first fence, so that an older ledgerctl refuses
 // reconcile --repair from then on). raised says it wrote; a table at p or
 // higher, or without a flags item, is left as it is (no write, no stream
 // record). A protocol that is no integer is an error: nothing is written.
