@@ -215,10 +215,12 @@ const protocolRaiseEvery = time.Minute
 // first fence is written and an older ledgerctl refuses reconcile --repair
 // from then on (docs/exactly-once.md, "F as built (session 25)", the
 // protocol flag). A table without a flags item is left without one.
-// raised says it wrote. Once it has answered without error on an existing
-// flags item, later calls on this Processor do nothing for
-// protocolRaiseEvery (by Config.Now); on a table without a flags item
-// every call tries again (one created later has no protocol: S26-P1). The
+// raised says it wrote. Once it has answered without error, later calls
+// on this Processor do nothing for protocolRaiseEvery (by Config.Now),
+// whether it found a flags item or not: a flags item created later,
+// without a protocol, is raised within the interval (S26-P1), and a
+// table without one (the writer serves no write there) costs no extra
+// write per commit. The
 // pollers call it at start, and every write that can fence
 // (transactWrite, updateItem) calls it first (beforeFence), so a Lambda's
 // cold start needs no table and an empty batch writes nothing. Its write
@@ -235,13 +237,11 @@ func (p *Processor) RaiseProtocol(ctx context.Context) (raised bool, err error) 
 	if at := p.protocol.at; !at.IsZero() && now.Sub(at) >= 0 && now.Sub(at) < protocolRaiseEvery {
 		return false, nil
 	}
-	raised, exists, err := table.RaiseProtocolOnFlags(ctx, meteredFlags{p}, p.cfg.Table, table.Protocol)
+	raised, _, err = table.RaiseProtocolOnFlags(ctx, meteredFlags{p}, p.cfg.Table, table.Protocol)
 	if err != nil {
 		return false, err
 	}
-	if exists {
-		p.protocol.at = now
-	}
+	p.protocol.at = now
 	if raised {
 		p.cfg.Logger.Info("flags item raised to this version's protocol", "protocol", table.Protocol)
 	}

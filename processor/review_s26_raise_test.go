@@ -49,10 +49,11 @@ func fencedCheckpoint(t *testing.T, e *env, shard string) bool {
 
 // TestReviewS26P1_AFlagsItemCreatedAfterARaiseIsRaisedBeforeTheNextWrite:
 // a consumer whose raise found no flags item (a table of the template,
-// before `ledgerctl flags set` creates it) raises again before its next
-// write, so the flags item created meanwhile, without a protocol, says 4
-// before the first fence (S26-P1: the raise was done for good, and the
-// commit fenced under no protocol).
+// before `ledgerctl flags set` creates it) raises again before its writes
+// once the raise's interval has passed, so the flags item created
+// meanwhile, without a protocol, says 4 before the fences after it
+// (S26-P1: the raise was done for good, and the commits fenced under no
+// protocol for the life of the consumer).
 func TestReviewS26P1_AFlagsItemCreatedAfterARaiseIsRaisedBeforeTheNextWrite(t *testing.T) {
 	ctx := context.Background()
 	e := newEnv(t)
@@ -61,7 +62,11 @@ func TestReviewS26P1_AFlagsItemCreatedAfterARaiseIsRaisedBeforeTheNextWrite(t *t
 	_, err := e.ddb.DeleteItem(ctx, &dynamodb.DeleteItemInput{TableName: aws.String(e.table), Key: table.Key(aggregates.FlagsKey())})
 	require.NoError(t, err)
 
-	p := e.processor(t, nil, nil)
+	var clock atomic.Int64
+	clock.Store(time.Now().UnixNano())
+	p, err := processor.New(e.ddb, processor.Config{Table: e.table, BaseBackoff: time.Millisecond, MaxBackoff: 20 * time.Millisecond,
+		Now: func() time.Time { return time.Unix(0, clock.Load()) }}, processor.NewMetrics(nil))
+	require.NoError(t, err)
 	raised, err := p.RaiseProtocol(ctx) // a poller's start (poller.NewService)
 	require.NoError(t, err)
 	assert.False(t, raised, "no flags item: left without one")
@@ -69,6 +74,7 @@ func TestReviewS26P1_AFlagsItemCreatedAfterARaiseIsRaisedBeforeTheNextWrite(t *t
 	_, err = table.SetFlags(ctx, e.ddb, e.table, map[string]bool{table.FlagWritesEnabled: true}, 0, time.Now())
 	require.NoError(t, err)
 	require.Equal(t, int64(0), flagsProtocol(t, e), "a flags item created without a protocol")
+	clock.Add(int64(2 * time.Minute))
 
 	res, err := p.Process(ctx, p.ShardGuard(e.streamARN, shard), recs)
 	require.NoError(t, err)
