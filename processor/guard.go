@@ -395,6 +395,12 @@ func (g *ShardGuard) fenceLegacy(ctx context.Context) error {
 			g.tombstoned = true
 			return nil
 		}
+		if rae := (*raiseError)(nil); errors.As(err, &rae) && ctx.Err() == nil {
+			// Nothing sent (beforeFence): the commit fails with it, by
+			// its own name rather than the tombstone's.
+			p.metrics.Commits.WithLabelValues("failed").Inc()
+			return err
+		}
 		retry, class := false, classServer
 		var tce *ddbtypes.TransactionCanceledException
 		if errors.As(err, &tce) {
@@ -747,7 +753,8 @@ func (p *Processor) AbandonCheckpoint(ctx context.Context, key aggregates.Key, a
 		if err == nil {
 			return true, nil
 		}
-		if ctx.Err() != nil {
+		if rae := (*raiseError)(nil); ctx.Err() != nil || errors.As(err, &rae) {
+			// Ended, or nothing sent (beforeFence): no outcome to read.
 			return false, err
 		}
 		item, rerr := p.getCheckpoint(ctx, key)

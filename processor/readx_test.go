@@ -220,6 +220,6 @@ func TestFence_TheFirstWriteRaisesTheProtocol(t *testing.T) {
 	setProtocol("SET #p = :p", table.Int(3))
 	_, err = p.Process(ctx, p.ShardGuard(e.streamARN, shard), recs[10:])
 	require.NoError(t, err)
-	assert.Equal(t, int64(3), protocol().Protocol, "raised once per Processor: an operator's ledgerctl unfence is not undone by a running consumer")
+	assert.Equal(t, int64(3), protocol().Protocol, "within a minute of its raise a Processor raises no more (S26-P2: then it raises again, TestReviewS26P2_AProcessorLivingPastAnUnfenceRaisesAgainBeforeItFences)")
 	e.requireReconciled(t)
 }
