@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/ledger-dev/ledger/aggregates"
 	ledgertable "github.com/ledger-dev/ledger/table"
 
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
@@ -95,6 +96,13 @@ func consume(ctx context.Context, t target, arn, last string, a Approach, batch 
 		m = NewMeter(t.db)
 	}
 	var c consumed
+	if a.Ledger() {
+		// Its first write raises the flags' protocol: billed, on the
+		// flags item's real size.
+		if err := m.LearnItem(ctx, t.table, ledgertable.Key(aggregates.FlagsKey())); err != nil {
+			return c, err
+		}
+	}
 	start := time.Now()
 	switch a {
 	case PerRecordSeed, PerRecordMarker:

@@ -547,6 +547,23 @@ func (m *Meter) Learn(ctx context.Context, table string) error {
 	return nil
 }
 
+// LearnItem is Learn for the one item of table under key (nothing learned
+// when it is absent): the flags item, which the table's creation wrote
+// and every consumer's first write raises (processor.RaiseProtocol), is
+// then billed and checked on its real size.
+func (m *Meter) LearnItem(ctx context.Context, table string, key map[string]ddbtypes.AttributeValue) error {
+	out, err := m.Client.GetItem(ctx, &dynamodb.GetItemInput{TableName: &table, Key: key, ConsistentRead: aws.Bool(true)})
+	if err != nil {
+		return fmt.Errorf("meter: learn an item of %s: %w", table, err)
+	}
+	if out.Item != nil {
+		m.mu.Lock()
+		m.items[keyOf(table, out.Item)] = out.Item
+		m.mu.Unlock()
+	}
+	return nil
+}
+
 // Check compares the meter's copies of the items of table with what the
 // table holds, by size (what billing depends on), and returns an error
 // naming the first few that differ: the meter's model of some write was

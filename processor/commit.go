@@ -872,6 +872,10 @@ type parking struct{ reason, detail string }
 // cannot apply to an item (a wrong type, an invalid document path, an item
 // past 400 KB) inside a transaction.
 func isValidation(err error) bool {
+	var rae *raiseError
+	if errors.As(err, &rae) {
+		return false // the raise's, not the transaction's (beforeFence)
+	}
 	var ae smithy.APIError
 	return errors.As(err, &ae) && ae.ErrorCode() == "ValidationException"
 }

@@ -395,6 +395,12 @@ func (g *ShardGuard) fenceLegacy(ctx context.Context) error {
 			g.tombstoned = true
 			return nil
 		}
+		if rae := (*raiseError)(nil); errors.As(err, &rae) && ctx.Err() == nil {
+			// Nothing sent (beforeFence): the commit fails with it, by
+			// its own name rather than the tombstone's.
+			p.metrics.Commits.WithLabelValues("failed").Inc()
+			return err
+		}
 		retry, class := false, classServer
 		var tce *ddbtypes.TransactionCanceledException
 		if errors.As(err, &tce) {
@@ -747,7 +753,8 @@ func (p *Processor) AbandonCheckpoint(ctx context.Context, key aggregates.Key, a
 		if err == nil {
 			return true, nil
 		}
-		if ctx.Err() != nil {
+		if rae := (*raiseError)(nil); ctx.Err() != nil || errors.As(err, &rae) {
+			// Ended, or nothing sent (beforeFence): no outcome to read.
 			return false, err
 		}
 		item, rerr := p.getCheckpoint(ctx, key)
@@ -764,7 +771,7 @@ func (p *Processor) AbandonCheckpoint(ctx context.Context, key aggregates.Key, a
 		case cp.Fenced:
 			return false, fmt.Errorf("shard %s: %w", a.Shard, table.ErrCheckpointFenced)
 		case cp.Foreign():
-			return false, fmt.Errorf("shard %s: protocol %d, this version's %d: %w", a.Shard, cp.Fence, table.Protocol, table.ErrCheckpointProtocol)
+			return false, &table.CheckpointProtocolError{Shard: a.Shard, Fence: cp.Fence}
 		}
 		class := classifyErr(err)
 		var tce *ddbtypes.TransactionCanceledException

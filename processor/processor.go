@@ -10,10 +10,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sync"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	ddbtypes "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/ledger-dev/ledger/table"
 )
@@ -138,10 +139,12 @@ type Processor struct {
 	metrics *Metrics
 	shapes  *shapeCache
 	// protocol holds the raise of the flags' protocol this Processor did
-	// (RaiseProtocol, beforeFence).
+	// (RaiseProtocol, beforeFence): lock, a lock its waiters leave when
+	// their context ends; at, when a raise last answered on an existing
+	// flags item (zero: never).
 	protocol struct {
-		mu   sync.Mutex
-		done bool
+		lock chan struct{}
+		at   time.Time
 	}
 	// oldLayout (tests only) plans new batches under the layout before 6
 	// (batchPlan).
@@ -158,7 +161,9 @@ func New(api DynamoDB, cfg Config, metrics *Metrics) (*Processor, error) {
 	if metrics == nil {
 		metrics = NewMetrics(nil)
 	}
-	return &Processor{api: api, cfg: cfg, metrics: metrics, shapes: newShapeCache(cfg.ShapeCacheSize)}, nil
+	p := &Processor{api: api, cfg: cfg, metrics: metrics, shapes: newShapeCache(cfg.ShapeCacheSize)}
+	p.protocol.lock = make(chan struct{}, 1)
+	return p, nil
 }
 
 func (p *Processor) now() time.Time { return p.cfg.Now().UTC() }
@@ -195,6 +200,15 @@ func (p *Processor) legacyTombstone(ctx context.Context, stream, shard string) (
 // Metrics returns the processor's collectors.
 func (p *Processor) Metrics() *Metrics { return p.metrics }
 
+// protocolRaiseEvery is how long a raise of the protocol that found the
+// flags item holds for a Processor's writes (RaiseProtocol): a consumer
+// that lives on past an operator's ledgerctl unfence (a warm Lambda whose
+// mapping is enabled again on this version, a poller left running) says
+// protocol 4 again within it before it fences more (docs/exactly-once.md,
+// review of session 26, S26-P2). One conditional write and one read per
+// interval and process, no stream record unless it raises.
+const protocolRaiseEvery = time.Minute
+
 // RaiseProtocol sets the flags item's protocol to this version's
 // (table.Protocol) where it is absent or lower: what every consumer does
 // before its first fence, so that the table says protocol 4 before the
@@ -202,31 +216,79 @@ func (p *Processor) Metrics() *Metrics { return p.metrics }
 // from then on (docs/exactly-once.md, "F as built (session 25)", the
 // protocol flag). A table without a flags item is left without one.
 // raised says it wrote. Once it has answered without error, later calls
-// on this Processor do nothing: the pollers call it at start, and every
-// write that can fence (transactWrite, updateItem) calls it first, so a
-// Lambda's cold start needs no table and an empty batch writes nothing.
+// on this Processor do nothing for protocolRaiseEvery (by Config.Now),
+// whether it found a flags item or not: a flags item created later,
+// without a protocol, is raised within the interval (S26-P1), and a
+// table without one (the writer serves no write there) costs no extra
+// write per commit. The
+// pollers call it at start, and every write that can fence
+// (transactWrite, updateItem) calls it first (beforeFence), so a Lambda's
+// cold start needs no table and an empty batch writes nothing. Its write
+// and read are counted as UpdateItem and GetItem in the write metrics.
+// Calls wait for each other; a waiter whose ctx ends returns ctx.Err().
 func (p *Processor) RaiseProtocol(ctx context.Context) (raised bool, err error) {
-	p.protocol.mu.Lock()
-	defer p.protocol.mu.Unlock()
-	if p.protocol.done {
+	select {
+	case p.protocol.lock <- struct{}{}:
+	case <-ctx.Done():
+		return false, ctx.Err()
+	}
+	defer func() { <-p.protocol.lock }()
+	now := p.cfg.Now()
+	if at := p.protocol.at; !at.IsZero() && now.Sub(at) >= 0 && now.Sub(at) < protocolRaiseEvery {
 		return false, nil
 	}
-	raised, err = table.RaiseProtocol(ctx, p.api, p.cfg.Table, table.Protocol)
+	raised, _, err = table.RaiseProtocolOnFlags(ctx, meteredFlags{p}, p.cfg.Table, table.Protocol)
 	if err != nil {
 		return false, err
 	}
-	p.protocol.done = true
+	p.protocol.at = now
 	if raised {
 		p.cfg.Logger.Info("flags item raised to this version's protocol", "protocol", table.Protocol)
 	}
 	return raised, nil
 }
 
-// beforeFence raises the protocol before this Processor's first write
-// (RaiseProtocol): a consumer that cannot say protocol 4 fences nothing.
+// meteredFlags is the table's API for the raise of the protocol, its
+// write counted in ledger_dynamodb_write_requests/units_total{operation="UpdateItem"}.
+type meteredFlags struct{ p *Processor }
+
+func (m meteredFlags) GetItem(ctx context.Context, in *dynamodb.GetItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.GetItemOutput, error) {
+	return m.p.api.GetItem(ctx, in, opts...)
+}
+
+func (m meteredFlags) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error) {
+	c := *in
+	c.ReturnConsumedCapacity = ddbtypes.ReturnConsumedCapacityTotal
+	m.p.metrics.WriteRequests.WithLabelValues("UpdateItem").Inc()
+	out, err := m.p.api.UpdateItem(ctx, &c, opts...)
+	if err == nil && out.ConsumedCapacity != nil {
+		m.p.metrics.WriteUnits.WithLabelValues("UpdateItem").Add(aws.ToFloat64(out.ConsumedCapacity.CapacityUnits))
+	}
+	return out, err
+}
+
+// raiseError is a write's error when the raise of the protocol before it
+// failed (beforeFence): nothing was sent, so no guard has an outcome to
+// tell and no retry of the write can mend it (the raise was retried
+// already). classifyErr calls it permanent, or cancelled when its context
+// ended.
+type raiseError struct{ err error }
+
+func (e *raiseError) Error() string { return "before the write: " + e.err.Error() }
+func (e *raiseError) Unwrap() error { return e.err }
+
+// beforeFence raises the protocol before a write (RaiseProtocol), retried
+// as p.retry retries (counted as UpdateItem's): a consumer that cannot
+// say protocol 4 fences nothing. Its error is a *raiseError.
 func (p *Processor) beforeFence(ctx context.Context) error {
-	_, err := p.RaiseProtocol(ctx)
-	return err
+	err := p.retry(ctx, "UpdateItem", func(ctx context.Context) error {
+		_, err := p.RaiseProtocol(ctx)
+		return err
+	})
+	if err != nil {
+		return &raiseError{err: err}
+	}
+	return nil
 }
 
 // Result says what one Process call did.

@@ -100,7 +100,7 @@ func TestFence_TheFirstCommitFencesTheCheckpointAndALaterProtocolIsRefused(t *te
 	q := e.processor(t, nil, nil)
 	_, err = q.Process(ctx, q.ShardGuard(e.streamARN, shard), recs[20:])
 	require.ErrorIs(t, err, table.ErrCheckpointProtocol)
-	assert.ErrorContains(t, err, "protocol 5, this consumer's 4")
+	assert.ErrorContains(t, err, "protocol 5, this version's 4")
 	assert.Equal(t, fenced, coordCheckpoint(t, e, shard), "the checkpoint of protocol 5 is left as it was")
 
 	setFence(t, e, shard, 4)
@@ -220,6 +220,6 @@ func TestFence_TheFirstWriteRaisesTheProtocol(t *testing.T) {
 	setProtocol("SET #p = :p", table.Int(3))
 	_, err = p.Process(ctx, p.ShardGuard(e.streamARN, shard), recs[10:])
 	require.NoError(t, err)
-	assert.Equal(t, int64(3), protocol().Protocol, "raised once per Processor: an operator's ledgerctl unfence is not undone by a running consumer")
+	assert.Equal(t, int64(3), protocol().Protocol, "within a minute of its raise a Processor raises no more (S26-P2: then it raises again, TestReviewS26P2_AProcessorLivingPastAnUnfenceRaisesAgainBeforeItFences)")
 	e.requireReconciled(t)
 }

@@ -71,6 +71,12 @@ func classifyErr(err error) errClass {
 	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return classCanceled
 	}
+	var rae *raiseError
+	if errors.As(err, &rae) {
+		// The raise of the protocol before a write failed, retried
+		// already: the write was not sent (beforeFence).
+		return classPermanent
+	}
 	var pte *ddbtypes.ProvisionedThroughputExceededException
 	var rle *ddbtypes.RequestLimitExceeded
 	var tipe *ddbtypes.TransactionInProgressException

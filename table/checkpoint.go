@@ -221,7 +221,7 @@ type CheckpointProtocolError struct {
 }
 
 func (e *CheckpointProtocolError) Error() string {
-	return fmt.Sprintf("shard %s: protocol %d, this consumer's %d: %v", e.Shard, e.Fence, Protocol, ErrCheckpointProtocol)
+	return fmt.Sprintf("shard %s: protocol %d, this version's %d: %v", e.Shard, e.Fence, Protocol, ErrCheckpointProtocol)
 }
 
 func (e *CheckpointProtocolError) Unwrap() error { return ErrCheckpointProtocol }

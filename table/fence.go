@@ -74,12 +74,22 @@ func UnfenceCheckpoint(tableName string, key aggregates.Key, pos string) *dynamo
 
 // RaiseProtocol sets the flags item's protocol to p on condition that the
 // item exists and its protocol is absent or lower (docs/exactly-once.md,
-// "F as built (session 25)", the protocol flag: the consumers raise it at
-// start, before their first fence, so that an older ledgerctl refuses
+// "F as built (session 25)", the protocol flag: the consumers raise it
+// before their first fence, so that an older ledgerctl refuses
 // reconcile --repair from then on). raised says it wrote; a table at p or
 // higher, or without a flags item, is left as it is (no write, no stream
 // record). A protocol that is no integer is an error: nothing is written.
 func RaiseProtocol(ctx context.Context, api FlagsAPI, tableName string, p int64) (raised bool, err error) {
+	raised, _, err = RaiseProtocolOnFlags(ctx, api, tableName, p)
+	return raised, err
+}
+
+// RaiseProtocolOnFlags is RaiseProtocol, and also says whether the flags
+// item was there (always when raised): a consumer that found none raises
+// again before its next write, since a flags item created later
+// (ledgerctl flags set) has no protocol (docs/exactly-once.md, review of
+// session 26, S26-P1).
+func RaiseProtocolOnFlags(ctx context.Context, api FlagsAPI, tableName string, p int64) (raised, exists bool, err error) {
 	_, err = api.UpdateItem(ctx, &dynamodb.UpdateItemInput{
 		TableName: aws.String(tableName), Key: Key(aggregates.FlagsKey()),
 		UpdateExpression:          aws.String("SET #p = :p"),
@@ -92,16 +102,16 @@ func RaiseProtocol(ctx context.Context, api FlagsAPI, tableName string, p int64)
 	case errors.As(err, &ccf):
 		f, gerr := GetFlags(ctx, api, tableName)
 		if gerr != nil {
-			return false, fmt.Errorf("raise the protocol to %d: %w", p, gerr)
+			return false, false, fmt.Errorf("raise the protocol to %d: %w", p, gerr)
 		}
 		if f.ProtocolDamaged {
-			return false, fmt.Errorf("raise the protocol to %d: the flags item's %s is no integer", p, AttrProtocol)
+			return false, true, fmt.Errorf("raise the protocol to %d: the flags item's %s is no integer", p, AttrProtocol)
 		}
-		return false, nil
+		return false, f.Exists, nil
 	case err != nil:
-		return false, fmt.Errorf("raise the protocol to %d: %w", p, err)
+		return false, false, fmt.Errorf("raise the protocol to %d: %w", p, err)
 	}
-	return true, nil
+	return true, true, nil
 }
 
 // LowerProtocol sets the flags item's protocol from `from` to `to` on

@@ -6,7 +6,6 @@ import (
 	"maps"
 	"slices"
 	"strconv"
-	"strings"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
@@ -113,25 +112,6 @@ func HeadCount(item map[string]types.AttributeValue) (n int64, ok bool) {
 	return Int64(item, a)
 }
 
-// headFigures is the map decodeTotals reads a report item's figures from:
-// the item itself in the old layout; in the fenced one, its income and
-// expense with txCount as the count.
-func headFigures(item map[string]types.AttributeValue) map[string]types.AttributeValue {
-	if !FencedHead(item) {
-		return item
-	}
-	m := map[string]types.AttributeValue{}
-	for _, a := range []string{AttrTotalIncome, AttrTotalExpense} {
-		if v, ok := item[a]; ok {
-			m[a] = v
-		}
-	}
-	if v, ok := item[AttrTxCount]; ok {
-		m[AttrTransactionCount] = v
-	}
-	return m
-}
-
 // reportAttrs and entryAttrs are the attributes each item may hold; any
 // other is a malformation reconcile names and repairs.
 var (
@@ -213,13 +193,12 @@ func decodeHeader(item map[string]types.AttributeValue, r *aggregates.Report) (r
 	if n := ItemSize(item); n > MaxReportItemBytes {
 		refused = append(refused, fmt.Sprintf("report item of %d bytes, more than %d", n, MaxReportItemBytes))
 	}
-	t, errs := decodeTotals(headFigures(item))
+	// A fenced head (protocol 4) holds its count in txCount.
+	count := AttrTransactionCount
 	if FencedHead(item) {
-		for i, e := range errs {
-			// Name the attribute the count is read from.
-			errs[i] = strings.Replace(e, AttrTransactionCount, AttrTxCount, 1)
-		}
+		count = AttrTxCount
 	}
+	t, errs := decodeTotalsCounted(item, count)
 	refused = append(refused, errs...)
 	r.Totals = t
 	for _, d := range aggregates.Dimensions {
@@ -302,6 +281,12 @@ func addEntry(r *aggregates.Report, d aggregates.Dimension, name string, t aggre
 // decodeTotals reads the three figures of m; a missing one is zero, a
 // malformed one is zero and named in problems.
 func decodeTotals(m map[string]types.AttributeValue) (t aggregates.Totals, problems []string) {
+	return decodeTotalsCounted(m, AttrTransactionCount)
+}
+
+// decodeTotalsCounted is decodeTotals with the count read from the
+// attribute count.
+func decodeTotalsCounted(m map[string]types.AttributeValue, count string) (t aggregates.Totals, problems []string) {
 	var err error
 	if t.Income, err = decimalAttr(m, AttrTotalIncome); err != nil {
 		problems = append(problems, err.Error())
@@ -309,14 +294,14 @@ func decodeTotals(m map[string]types.AttributeValue) (t aggregates.Totals, probl
 	if t.Expense, err = decimalAttr(m, AttrTotalExpense); err != nil {
 		problems = append(problems, err.Error())
 	}
-	count, err := decimalAttr(m, AttrTransactionCount)
+	n, err := decimalAttr(m, count)
 	switch {
 	case err != nil:
 		problems = append(problems, err.Error())
-	case !count.IsInteger():
-		problems = append(problems, fmt.Sprintf("%s %s is not an integer", AttrTransactionCount, count))
+	case !n.IsInteger():
+		problems = append(problems, fmt.Sprintf("%s %s is not an integer", count, n))
 	default:
-		t.Count = count.IntPart()
+		t.Count = n.IntPart()
 	}
 	return t, problems
 }

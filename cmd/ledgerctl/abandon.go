@@ -63,7 +63,7 @@ func (e *environment) abandonBatch(ctx context.Context, args []string) int {
 		// Fenced by another protocol: this version's abandon conditions on
 		// the old layout or on its own fence and would fail on it; say why
 		// instead (docs/exactly-once.md, review of session 25, S25-X7).
-		return e.fail(fmt.Errorf("abandon-batch: shard %s: protocol %d, this version's %d: %w", *shard, cp.Fence, table.Protocol, table.ErrCheckpointProtocol))
+		return e.fail(fmt.Errorf("abandon-batch: %w", &table.CheckpointProtocolError{Shard: *shard, Fence: cp.Fence}))
 	}
 	if cp.Pending == nil {
 		return e.fail(fmt.Errorf("abandon-batch: shard %s has no pending batch (checkpoint %s): nothing to abandon", *shard, orDash(cp.Seq)))

@@ -432,12 +432,8 @@ func (e *environment) reconcile(ctx context.Context, args []string) int {
 		// nothing: under a later protocol (the counted repair's fence,
 		// docs/exactly-once.md, "Cost to build, and the order", X) it is
 		// not this version's to write. Reading works under any protocol.
-		f, err := table.GetFlags(ctx, c, e.table)
-		if err != nil {
-			return e.fail(fmt.Errorf("reconcile: read the flags: %w", err))
-		}
-		if err := f.ProtocolAbove(table.Protocol); err != nil {
-			return e.fail(fmt.Errorf("reconcile --repair refused: %w: run the ledgerctl of the table's protocol; reconcile without --repair reads either (docs/runbook.md, \"Protocols\")", err))
+		if err := e.refuseAboveProtocol(ctx, c, "reconcile --repair", "; reconcile without --repair reads either"); err != nil {
+			return e.fail(err)
 		}
 	}
 	if *quiescent {

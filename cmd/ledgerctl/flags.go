@@ -184,3 +184,18 @@ func orDefault(v, def string) string {
 	}
 	return v
 }
+
+// refuseAboveProtocol reads the flags and refuses a command of this
+// version that writes (what, e.g. "reconcile --repair") when the table
+// is at a higher protocol (docs/runbook.md, "Protocols"): its writes are
+// not this version's to make there. hint follows the refusal.
+func (e *environment) refuseAboveProtocol(ctx context.Context, api table.FlagsAPI, what, hint string) error {
+	f, err := table.GetFlags(ctx, api, e.table)
+	if err != nil {
+		return fmt.Errorf("%s: read the flags: %w", what, err)
+	}
+	if err := f.ProtocolAbove(table.Protocol); err != nil {
+		return fmt.Errorf("%s refused: %w: run the ledgerctl of the table's protocol%s (docs/runbook.md, \"Protocols\")", what, err, hint)
+	}
+	return nil
+}

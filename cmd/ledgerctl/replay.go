@@ -14,7 +14,6 @@ import (
 	"github.com/aws/aws-lambda-go/events"
 
 	"github.com/ledger-dev/ledger/processor"
-	"github.com/ledger-dev/ledger/table"
 )
 
 const replayHelp = `Pushes recorded DynamoDB stream events through the processor against the
@@ -92,12 +91,8 @@ func (e *environment) replay(ctx context.Context, args []string) int {
 	// a later protocol its commits would meet that protocol's fences
 	// (docs/exactly-once.md, second review, F-a), so it is refused as
 	// reconcile --repair is (review of session 25, S25-X3).
-	f, err := table.GetFlags(ctx, c, e.table)
-	if err != nil {
-		return e.fail(fmt.Errorf("replay: read the flags: %w", err))
-	}
-	if err := f.ProtocolAbove(table.Protocol); err != nil {
-		return e.fail(fmt.Errorf("replay refused: %w: run the ledgerctl of the table's protocol (docs/runbook.md, \"Protocols\")", err))
+	if err := e.refuseAboveProtocol(ctx, c, "replay", ""); err != nil {
+		return e.fail(err)
 	}
 	p, err := processor.New(c, processor.Config{Table: e.table, CoordinationTable: e.coordination}, nil)
 	if err != nil {

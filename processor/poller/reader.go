@@ -89,12 +89,12 @@ type reader struct {
 	// record.
 	pos    string
 	opened bool
-	// fresh: the iterator was opened (open, trimmed) and no page has been
-	// read with it yet. A drain counts an open shard's empty pages in a
-	// row on one iterator chain (each read with the next iterator of the
-	// one before): a new iterator may answer empty pages before records
-	// as the first did (S25-D1).
-	fresh    bool
+	// inRow: empty pages in a row on the current iterator chain (each
+	// read with the next iterator of the one before), the drain's count
+	// toward DrainEmptyPages; an iterator opened anew (open, trimmed)
+	// starts it again: a new iterator may answer empty pages before
+	// records as the first did (S25-D1).
+	inRow    int
 	lastRead time.Time
 	lastMove time.Time
 	// trims are the positions this reader met trims after (trimmed), and
@@ -297,10 +297,9 @@ func (r *reader) run() (res readerResult) {
 	}()
 	r.newGuard()
 	r.lastMove = time.Now()
-	// empty: empty pages in a row (the idle backoff's n); inRow: the same
-	// on the current iterator chain, the drain's count toward
-	// DrainEmptyPages (reset when an iterator is opened anew).
-	failures, empty, inRow := 0, 0, 0
+	// empty: empty pages in a row (the idle backoff's n; r.inRow is the
+	// same on the current iterator chain).
+	failures, empty := 0, 0
 	fail := func(reason string, err error) bool {
 		if errors.Is(err, table.ErrCheckpointProtocol) {
 			// Fenced by another protocol: no retry moves it (S25-F1); the
@@ -500,9 +499,6 @@ func (r *reader) run() (res readerResult) {
 			continue
 		}
 		failures = 0
-		if r.fresh {
-			r.fresh, inRow = false, 0
-		}
 		r.iter = out.NextShardIterator
 		if n := len(out.Records); n > 0 && out.Records[n-1].Dynamodb != nil {
 			r.pos = aws.ToString(out.Records[n-1].Dynamodb.SequenceNumber)
@@ -520,7 +516,7 @@ func (r *reader) run() (res readerResult) {
 			if r.iter == nil {
 				continue // the shard's end: handled at the top
 			}
-			if cfg.Drain && !r.shard.closed && !r.guard.Pending() && inRow+1 >= cfg.DrainEmptyPages {
+			if cfg.Drain && !r.shard.closed && !r.guard.Pending() && r.inRow+1 >= cfg.DrainEmptyPages {
 				// An open shard's current end, taken as reached after
 				// DrainEmptyPages empty pages in a row on one iterator
 				// chain (AWS: an empty page may come before records; D2,
@@ -535,7 +531,7 @@ func (r *reader) run() (res readerResult) {
 				return res
 			}
 			empty++
-			inRow++
+			r.inRow++
 			r.idleWait(empty)
 			continue
 		}
@@ -543,9 +539,9 @@ func (r *reader) run() (res readerResult) {
 		if len(out.Records) == 0 {
 			r.p.m.Reads.WithLabelValues("empty").Inc()
 			empty++
-			inRow++
+			r.inRow++
 		} else {
-			empty, inRow = 0, 0
+			empty, r.inRow = 0, 0
 			r.p.m.Reads.WithLabelValues("records").Inc()
 			r.p.m.RecordsRead.Add(float64(len(out.Records)))
 		}
@@ -664,7 +660,7 @@ func (r *reader) open() error {
 		return fmt.Errorf("open shard %s %s: %w", r.shard.id, in.ShardIteratorType, err)
 	}
 	r.iter, r.pos = out.ShardIterator, cp
-	r.opened, r.stale, r.fresh = true, false, true
+	r.opened, r.stale, r.inRow = true, false, 0
 	r.log.Debug("shard iterator opened", "type", string(in.ShardIteratorType), "after", cp)
 	return nil
 }
@@ -724,7 +720,7 @@ func (r *reader) trimmed(cause error, after string) error {
 	// The iterator reads from the trim horizon, past after: a trim met by
 	// it before it returns a record was met after after too.
 	r.iter, r.pos = out.ShardIterator, after
-	r.opened, r.stale, r.fresh = true, false, true
+	r.opened, r.stale, r.inRow = true, false, 0
 	return nil
 }
 

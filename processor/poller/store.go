@@ -82,7 +82,8 @@ type store struct {
 	pace *writePacer
 	// raise, when set, says this version's protocol in the flags item
 	// before the store's checkpoint writes, which fence
-	// (processor.Processor.RaiseProtocol: once per processor).
+	// (processor.Processor.RaiseProtocol: at most once a minute per
+	// processor once the flags item was found).
 	raise func(context.Context) error
 }
 
