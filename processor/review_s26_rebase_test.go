@@ -1,0 +1,117 @@
+package processor_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	ddbtypes "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/ledger-dev/ledger/aggregates"
+	"github.com/ledger-dev/ledger/processor"
+	"github.com/ledger-dev/ledger/table"
+)
+
+// This file pins the adversarial review of step B as built
+// (docs/exactly-once.md, "Review (adversarial, session 26): step B as
+// built").
+
+// probeHook is the rebase's API with a hook run after the first probe
+// (table.Probe: its condition ends in attribute_exists(PK)) lands: the
+// hook runs, then the probe's answer is lost.
+type probeHook struct {
+	processor.RebaseAPI
+	once sync.Once
+	hook func()
+}
+
+var errLostProbe = errors.New("injected: the probe landed and its answer was lost")
+
+func (p *probeHook) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error) {
+	out, err := p.RebaseAPI.UpdateItem(ctx, in, opts...)
+	fired := false
+	if err == nil && in.ConditionExpression != nil && strings.HasSuffix(*in.ConditionExpression, "attribute_exists(PK)") {
+		p.once.Do(func() { fired = true; p.hook() })
+	}
+	if fired {
+		return nil, errLostProbe
+	}
+	return out, err
+}
+
+// S26-B1: a probe lands, its answer is lost, and the writer writes the key
+// before the rebase's re-read. The re-read cannot recognise the probe (the
+// writer's write removed it), so the key is probed again; the first probe
+// is counted by the consumers under the rebase's id but not by the
+// rebase. B3's count is then reached by the lost probe while the writer's
+// record and the second probe are not committed: B5 lands with the second
+// probe's image (the writer's change in it) as the key's base, and the
+// writer's record, committed after, adds its change once more.
+func TestReviewS26_B1_ALostProbeThenAWriteBeforeTheReReadIsNeverTakenForTheRebasesProbe(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t)
+	ka := rtx{"acme", "sp", "BRL", "2026-11-27", "a", "INCOME", "10", "food"}.put(t, e, "")
+	c := newConsumer(t, e, "batch", nil, processor.Config{})
+	c.pass()
+	stop, done := make(chan struct{}), make(chan struct{})
+	var startOnce sync.Once
+	background := func() { // the consumers run on, from the rebase's second pin
+		startOnce.Do(func() {
+			go func() {
+				defer close(done)
+				for {
+					select {
+					case <-stop:
+						return
+					case <-time.After(20 * time.Millisecond):
+						c.pass()
+					}
+				}
+			}()
+		})
+	}
+	api := &probeHook{RebaseAPI: e.ddb, hook: func() {
+		c.pass() // the probe is committed: probedBy#<id> = 1
+		out, err := e.ddb.GetItem(ctx, &dynamodb.GetItemInput{TableName: &e.table, Key: table.Key(ka), ConsistentRead: aws.Bool(true)})
+		require.NoError(t, err)
+		item := out.Item
+		n, _ := table.Changes(item)
+		item["amount"] = &ddbtypes.AttributeValueMemberN{Value: "25"}
+		table.Count(item, n+1) // the writer's change of the key
+		_, err = e.ddb.PutItem(ctx, &dynamodb.PutItemInput{TableName: &e.table, Item: item})
+		require.NoError(t, err)
+	}}
+	pins := 0
+	res, err := processor.Rebase(ctx, api, e.table, processor.RebaseOptions{Tenant: "acme", Branch: "sp", Wait: time.Minute, Poll: 20 * time.Millisecond,
+		Log: func(format string, args ...any) {
+			if strings.HasPrefix(format, "B1:") {
+				if pins++; pins == 2 {
+					background()
+				}
+			}
+		}})
+	background()
+	close(stop)
+	<-done
+	require.NoError(t, err)
+	t.Logf("rounds %d, probes %d", res.Rounds, res.Probes)
+	c.pass()
+	after := appliedOf(t, e, "acme", "sp")
+	var sum int64
+	for _, item := range scanAll(t, e) {
+		if pk, _ := table.String(item, table.AttrPK); pk == aggregates.TransactionPK("acme", "sp") {
+			n, _ := table.Changes(item)
+			sum += n
+		}
+	}
+	assert.Equal(t, sum, after.Applied+after.Probed, "applied + probed = Σ changes")
+	assert.Empty(t, after.Rebasing)
+	e.requireReconciled(t)
+}
