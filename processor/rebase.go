@@ -119,7 +119,7 @@ func Rebase(ctx context.Context, api RebaseAPI, tableName string, o RebaseOption
 		o.CoordinationTable = table.CoordinationTableName(tableName)
 	}
 	r := &rebase{api: api, table: tableName, coord: o.CoordinationTable, o: o,
-		res: RebaseResult{ID: o.ID}}
+		res: RebaseResult{ID: o.ID}, probeID: o.ID, probeIDs: []string{o.ID}}
 	err := r.run(ctx)
 	if err != nil && !r.done {
 		if _, aerr := r.update(context.WithoutCancel(ctx), table.AbandonRebase(r.coord, o.Tenant, o.Branch, o.ID)); aerr != nil &&
@@ -137,7 +137,22 @@ type rebase struct {
 	o            RebaseOptions
 	res          RebaseResult
 	done         bool // B5's last transaction landed
+	// probeID is the id the probes of this round carry (o.ID, then o.ID-2,
+	// -3, … after a probe whose outcome is unknown: S26-B1); probeIDs are
+	// all those used; landed counts the probes landed under probeID.
+	probeID  string
+	probeIDs []string
+	landed   int64
 }
+
+// errProbeUnknown is a probe that failed (a lost answer, a failed
+// condition: the SDK's retry of a landed probe meets one) and whose key's
+// re-read does not show it landed: it may have landed and been written
+// over since. The consumers would count it under the probe id and the
+// rebase would not, so B3's count could be met by it while the key's later
+// probe is not committed (docs/exactly-once.md, review of step B, S26-B1):
+// the round starts again under a new probe id.
+var errProbeUnknown = errors.New("a probe's outcome is unknown")
 
 func (r *rebase) run(ctx context.Context) error {
 	for round := 1; round <= r.o.Rounds; round++ {
@@ -204,6 +219,20 @@ func (r *rebase) round(ctx context.Context) error {
 		}
 		return err
 	}, nil)
+	if errors.Is(err, errProbeUnknown) {
+		// Whether that probe landed is unknown: no count of this probe id
+		// can be trusted any more. A new probe id for the next round; the
+		// probes of this one, landed or not, are then probes of another id
+		// (point 1's check).
+		next := fmt.Sprintf("%s-%d", o.ID, len(r.probeIDs)+1)
+		if !table.ValidRebaseID(next) {
+			return fmt.Errorf("rebase %s: %w and the id is too long for another probe id: run again", o.ID, err)
+		}
+		why := err.Error() + "; its probes are counted under a new id " + next
+		r.probeID, r.landed = next, 0
+		r.probeIDs = append(r.probeIDs, next)
+		return &roundAgain{why}
+	}
 	if err != nil {
 		return err
 	}
@@ -230,20 +259,20 @@ func (r *rebase) round(ctx context.Context) error {
 		if why := moved(a); why != "" {
 			return &roundAgain{why}
 		}
-		got := a.ProbedBy[o.ID]
-		if got > r.res.Probes {
-			return fmt.Errorf("rebase %s: %d probes of this id committed, %d written: another process uses the same id", o.ID, got, r.res.Probes)
+		got := a.ProbedBy[r.probeID]
+		if got > r.landed {
+			return fmt.Errorf("rebase %s: %d probes of id %s committed, %d written: another process uses the same id", o.ID, got, r.probeID, r.landed)
 		}
-		if got == r.res.Probes {
-			if a.Probed-at.Probed != got-at.ProbedBy[o.ID] {
-				return &roundAgain{fmt.Sprintf("probes of another rebase were committed meanwhile (probed moved by %d, this rebase's by %d): is an abandoned rebase still running?",
-					a.Probed-at.Probed, got-at.ProbedBy[o.ID])}
+		if got == r.landed {
+			if a.Probed-at.Probed != got-at.ProbedBy[r.probeID] {
+				return &roundAgain{fmt.Sprintf("probes of another rebase (or of an earlier probe id of this one) were committed meanwhile (probed moved by %d, this rebase's by %d): is an abandoned rebase still running?",
+					a.Probed-at.Probed, got-at.ProbedBy[r.probeID])}
 			}
 			p4 = a.Probed
 			break
 		}
 		if o.Now().After(deadline) {
-			return fmt.Errorf("rebase %s: %d of %d probes committed after %s; are the consumers running? (ledgerctl lag)", o.ID, got, r.res.Probes, o.Wait)
+			return fmt.Errorf("rebase %s: %d of %d probes committed after %s; are the consumers running? (ledgerctl lag)", o.ID, got, r.landed, o.Wait)
 		}
 		select {
 		case <-ctx.Done():
@@ -251,7 +280,7 @@ func (r *rebase) round(ctx context.Context) error {
 		case <-time.After(o.Poll):
 		}
 	}
-	o.Log("B3: the %d probes of %s are committed; probed %d", r.res.Probes, o.ID, p4)
+	o.Log("B3: the %d probes of %s are committed; probed %d", r.landed, r.probeID, p4)
 
 	// B4: bases are the probe images; the reports are read after B3.
 	fold := aggregates.NewFold()
@@ -337,7 +366,7 @@ func (r *rebase) round(ctx context.Context) error {
 		chunks = append(chunks, nil)
 	}
 	pin := table.RebasePinned{Tenant: o.Tenant, Branch: o.Branch, ID: o.ID, At: at, P4: p4}
-	reset := &table.RebaseReset{Sum: sum, Now: o.Now().UTC().Format(time.RFC3339)}
+	reset := &table.RebaseReset{Sum: sum, Now: o.Now().UTC().Format(time.RFC3339), ProbeIDs: r.probeIDs}
 	for _, s := range stale {
 		reset.Stale = append(reset.Stale, s.mark)
 	}
@@ -441,8 +470,8 @@ func (r *rebase) probe(ctx context.Context, item map[string]ddbtypes.AttributeVa
 		return out.Item, nil
 	}
 	for range 5 {
-		want, _ := table.Changes(table.ProbeImage(item, r.o.ID))
-		out, err := r.api.UpdateItem(ctx, table.Probe(r.table, item, r.o.ID))
+		want, _ := table.Changes(table.ProbeImage(item, r.probeID))
+		out, err := r.api.UpdateItem(ctx, table.Probe(r.table, item, r.probeID))
 		switch {
 		case err == nil:
 			img := out.Attributes
@@ -454,6 +483,7 @@ func (r *rebase) probe(ctx context.Context, item map[string]ddbtypes.AttributeVa
 				continue
 			}
 			r.res.Probes++
+			r.landed++
 			return img, nil
 		case isConditionFailed(err):
 		default:
@@ -466,17 +496,19 @@ func (r *rebase) probe(ctx context.Context, item map[string]ddbtypes.AttributeVa
 		if rerr != nil {
 			return nil, rerr
 		}
-		if now == nil {
-			return nil, nil // gone: its hard delete is foreign, and the pin fails
-		}
-		if c, _ := table.Changes(now); table.ProbedBy(now, r.o.ID) && c == want {
+		if c, _ := table.Changes(now); now != nil && table.ProbedBy(now, r.probeID) && c == want {
 			// The probe landed and its answer was lost (the SDK's retry
 			// of it, if any, then failed its condition): no one else
 			// writes this id.
 			r.res.Probes++
+			r.landed++
 			return now, nil
 		}
-		item = now
+		// Not landed, or landed and written over (or deleted) since: which
+		// is unknown (S26-B1). Either way the key was written after B1, so
+		// this round could only land if that write were claimed after
+		// B5; the round starts again under a new probe id.
+		return nil, fmt.Errorf("rebase B2: probe %s: %w (%v)", k, errProbeUnknown, err)
 	}
 	return nil, fmt.Errorf("rebase B2: key %s was written during each of 5 probes: the branch is busy (stop its writes and run again)", k)
 }

@@ -119,6 +119,10 @@ type RebaseReset struct {
 	Sum   int64    // Σ of the probe images' changes
 	Stale []string // open marks to remove (their batches are not pending)
 	Now   string   // fencedAt, when absent (RFC 3339)
+	// ProbeIDs are the probe ids whose counts (probedBy#<id>) the reset
+	// removes: the rebase's id, and the ids it took after a probe whose
+	// outcome was unknown (processor.Rebase, S26-B1); none: the rebase's.
+	ProbeIDs []string
 }
 
 // RebaseStep is the update of the applied item that rides in transaction
@@ -165,9 +169,18 @@ func RebaseStep(coord string, pin RebasePinned, j int64, reset *RebaseReset) typ
 	}
 	expr := "SET #ep = :ep1"
 	if reset != nil {
-		names["#fa"], names["#fat"], names["#pb"] = AttrForeignAck, AttrFencedAt, ProbedByAttr(pin.ID)
+		names["#fa"], names["#fat"] = AttrForeignAck, AttrFencedAt
 		values[":applied"], values[":zero"], values[":now"] = Int(reset.Sum-pin.P4), Int(0), S(reset.Now)
-		expr += ", #a = :applied, #r = :zero, #fa = if_not_exists(#f, :zero), #fat = if_not_exists(#fat, :now) REMOVE #rb, #pb"
+		expr += ", #a = :applied, #r = :zero, #fa = if_not_exists(#f, :zero), #fat = if_not_exists(#fat, :now) REMOVE #rb"
+		ids := reset.ProbeIDs
+		if len(ids) == 0 {
+			ids = []string{pin.ID}
+		}
+		for i, id := range ids {
+			n := fmt.Sprintf("#pb%d", i)
+			names[n] = ProbedByAttr(id)
+			expr += ", " + n
+		}
 		if len(reset.Stale) > 0 {
 			stale := append([]string(nil), reset.Stale...)
 			sort.Strings(stale)
