@@ -177,14 +177,24 @@ type staleMark struct {
 
 func (r *rebase) round(ctx context.Context) error {
 	o := r.o
-	// B1: pin, and read the counts in the same call.
-	out, err := r.update(ctx, table.RebasePin(r.coord, o.Tenant, o.Branch, o.ID))
+	// B1: pin, and read the counts in the same call. A round after the
+	// first pins on condition that the pin is still its own: an abandon
+	// meanwhile stops the rebase (S26-B3).
+	pin := table.RebasePin(r.coord, o.Tenant, o.Branch, o.ID)
+	if r.res.Rounds > 1 {
+		pin = table.RebaseRepin(r.coord, o.Tenant, o.Branch, o.ID)
+	}
+	out, err := r.update(ctx, pin)
 	if isConditionFailed(err) {
 		a, gerr := table.GetApplied(ctx, r.api, r.coord, o.Tenant, o.Branch)
 		if gerr != nil {
 			return gerr
 		}
 		r.done = true // not ours to abandon
+		if r.res.Rounds > 1 {
+			return fmt.Errorf("rebase %s of %s/%s was abandoned while it ran (rebasing is now %q): stopped before round %d; nothing of it landed but probes",
+				o.ID, o.Tenant, o.Branch, a.Rebasing, r.res.Rounds)
+		}
 		return fmt.Errorf("rebase of %s/%s refused: rebase %s runs (if its process is gone: ledgerctl reconcile --rebase --abandon %s --tenant %s --branch %s)",
 			o.Tenant, o.Branch, a.Rebasing, a.Rebasing, o.Tenant, o.Branch)
 	}
@@ -365,7 +375,7 @@ func (r *rebase) round(ctx context.Context) error {
 	if len(chunks) == 0 || len(chunks[len(chunks)-1])+len(stale) > 100-fixed {
 		chunks = append(chunks, nil)
 	}
-	pin := table.RebasePinned{Tenant: o.Tenant, Branch: o.Branch, ID: o.ID, At: at, P4: p4}
+	pinned := table.RebasePinned{Tenant: o.Tenant, Branch: o.Branch, ID: o.ID, At: at, P4: p4}
 	reset := &table.RebaseReset{Sum: sum, Now: o.Now().UTC().Format(time.RFC3339), ProbeIDs: r.probeIDs}
 	for _, s := range stale {
 		reset.Stale = append(reset.Stale, s.mark)
@@ -375,7 +385,7 @@ func (r *rebase) round(ctx context.Context) error {
 		last := j == len(chunks)-1
 		items := slices.Clone(chunk)
 		if last {
-			items = append(items, table.RebaseStep(r.coord, pin, step, reset))
+			items = append(items, table.RebaseStep(r.coord, pinned, step, reset))
 			tos := map[aggregates.Key][]string{}
 			var keys []aggregates.Key
 			for _, s := range stale {
@@ -388,14 +398,16 @@ func (r *rebase) round(ctx context.Context) error {
 				items = append(items, table.NotPending(r.coord, k, tos[k]...))
 			}
 		} else {
-			items = append(items, table.RebaseStep(r.coord, pin, step, nil))
+			items = append(items, table.RebaseStep(r.coord, pinned, step, nil))
 		}
 		items = append(items, table.LossesAsRead(r.coord, losses))
 		_, err := r.api.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: items})
 		if err != nil {
 			// Landed after all (a lost answer)? The epoch says.
 			a, gerr := table.GetApplied(context.WithoutCancel(ctx), r.api, r.coord, o.Tenant, o.Branch)
-			landed := gerr == nil && a.Epoch == at.Epoch+step && (last && a.Rebasing == "" || !last && a.Rebasing == o.ID)
+			// The last one also names this rebase (rebased): an abandon
+			// moves the epoch as far and removes rebasing too (S26-B2).
+			landed := gerr == nil && a.Epoch == at.Epoch+step && (last && a.Rebasing == "" && a.Rebased == o.ID || !last && a.Rebasing == o.ID)
 			if !landed {
 				var tce *ddbtypes.TransactionCanceledException
 				if errors.As(err, &tce) {

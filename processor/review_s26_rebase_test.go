@@ -115,3 +115,103 @@ func TestReviewS26_B1_ALostProbeThenAWriteBeforeTheReReadIsNeverTakenForTheRebas
 	assert.Empty(t, after.Rebasing)
 	e.requireReconciled(t)
 }
+
+// txHook is the rebase's API with a hook run before each
+// TransactWriteItems is forwarded.
+type txHook struct {
+	processor.RebaseAPI
+	before func(in *dynamodb.TransactWriteItemsInput)
+}
+
+func (h *txHook) TransactWriteItems(ctx context.Context, in *dynamodb.TransactWriteItemsInput, opts ...func(*dynamodb.Options)) (*dynamodb.TransactWriteItemsOutput, error) {
+	h.before(in)
+	return h.RebaseAPI.TransactWriteItems(ctx, in, opts...)
+}
+
+// S26-B2: ledgerctl reconcile --rebase --abandon <id> lands just before the
+// rebase's last B5 transaction (the operator took the process for dead).
+// The transaction is cancelled (rebasing gone, the epoch moved), and the
+// re-read that looks for a lost answer finds epoch = E + 1 and no rebasing:
+// what the landed transaction would have left. The rebase said it
+// landed (exit 0, "rebased") while nothing of B5 was written.
+func TestReviewS26_B2_AnAbandonBeforeTheLastTransactionIsNeverTakenForItsLanding(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t)
+	rtx{"acme", "sp", "BRL", "2026-11-27", "a", "INCOME", "10", "food"}.put(t, e, "")
+	c := newConsumer(t, e, "batch", nil, processor.Config{})
+	c.pass()
+	// A report lost: B5 has something to write.
+	_, err := e.ddb.DeleteItem(ctx, &dynamodb.DeleteItemInput{TableName: &e.table,
+		Key: table.Key(aggregates.Key{PK: aggregates.ReportPK("acme", "sp"), SK: "DAILY#2026-11-27"})})
+	require.NoError(t, err)
+	stop, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(20 * time.Millisecond):
+				c.pass()
+			}
+		}
+	}()
+	const id = "rb-s26-b2"
+	var once sync.Once
+	api := &txHook{RebaseAPI: e.ddb, before: func(*dynamodb.TransactWriteItemsInput) {
+		once.Do(func() {
+			_, err := e.ddb.UpdateItem(ctx, table.AbandonRebase(table.CoordinationTableName(e.table), "acme", "sp", id))
+			require.NoError(t, err)
+		})
+	}}
+	_, err = processor.Rebase(ctx, api, e.table, processor.RebaseOptions{ID: id, Tenant: "acme", Branch: "sp", Wait: time.Minute, Poll: 20 * time.Millisecond})
+	close(stop)
+	<-done
+	require.Error(t, err, "the rebase was abandoned before its last transaction: it did not land")
+	diffs, _, rerr := reconcileBranch(ctx, e, "acme", "sp")
+	require.NoError(t, rerr)
+	assert.NotEmpty(t, diffs, "the damaged report is still damaged: nothing of B5 landed")
+}
+
+// S26-B3: --abandon <id> lands while the rebase still runs, during a round
+// that then fails its pin. The next round pinned again
+// (attribute_not_exists(rebasing) holds after the abandon) and could
+// land: the abandon, documented to stop a rebase of that id still
+// running, did not.
+func TestReviewS26_B3_AnAbandonedRebaseNeverPinsAgainInItsNextRound(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t)
+	rtx{"acme", "sp", "BRL", "2026-11-27", "a", "INCOME", "10", "food"}.put(t, e, "")
+	c := newConsumer(t, e, "batch", nil, processor.Config{})
+	c.pass()
+	stop, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(20 * time.Millisecond):
+				c.pass()
+			}
+		}
+	}()
+	const id = "rb-s26-b3"
+	var once sync.Once
+	var steps []string
+	res, err := processor.Rebase(ctx, e.ddb, e.table, processor.RebaseOptions{ID: id, Tenant: "acme", Branch: "sp", Wait: time.Minute, Poll: 20 * time.Millisecond,
+		Log: func(format string, args ...any) {
+			steps = append(steps, format)
+			if strings.HasPrefix(format, "B2:") {
+				once.Do(func() {
+					_, err := e.ddb.UpdateItem(ctx, table.AbandonRebase(table.CoordinationTableName(e.table), "acme", "sp", id))
+					require.NoError(t, err)
+				})
+			}
+		}})
+	close(stop)
+	<-done
+	require.Error(t, err, "rounds %d, steps %v", res.Rounds, steps)
+	assert.Contains(t, err.Error(), "abandoned")
+	assert.Empty(t, appliedOf(t, e, "acme", "sp").Rebasing)
+}

@@ -41,6 +41,7 @@ import (
 //	epoch        N, moved by every rebase transaction and by AbandonRebase
 //	foreignAck   N, foreign as the last rebase pinned it
 //	fencedAt     S, RFC 3339: the branch's first rebase (ledgerctl unfence removes it)
+//	rebased      S, the id of the last rebase that landed (its last transaction sets it)
 //
 // The batch consumers count from plan layout 6 (session 21). The item never
 // carries expiresAt: it lives as long as its branch, whatever the
@@ -69,6 +70,11 @@ const (
 	AttrForeignAck = "foreignAck"
 	// AttrFencedAt (S, RFC 3339) is set by the branch's first rebase.
 	AttrFencedAt = "fencedAt"
+	// AttrRebased (S) is the id of the last rebase whose B5 landed: set by
+	// its last transaction, so that a lost answer of it is told from an
+	// abandon of the rebase, which moves the epoch as far (review of step
+	// B, S26-B2).
+	AttrRebased = "rebased"
 )
 
 // ValidRebaseID reports whether id is a rebase id as ledgerctl makes them
@@ -110,6 +116,8 @@ type Applied struct {
 	// "" until the branch's first rebase.
 	Epoch, ForeignAck int64
 	FencedAt          string
+	// Rebased is the id of the last rebase that landed ("" none).
+	Rebased string
 	// Open holds the open marks (AttrOpen), sorted; nil when none.
 	Open []string
 }
@@ -136,6 +144,7 @@ func DecodeApplied(item map[string]types.AttributeValue) (Applied, error) {
 	}
 	a.Rebasing, _ = String(item, AttrRebasing)
 	a.FencedAt, _ = String(item, AttrFencedAt)
+	a.Rebased, _ = String(item, AttrRebased)
 	for name := range item {
 		id, ok := strings.CutPrefix(name, AttrProbedByPrefix)
 		if !ok {

@@ -34,6 +34,17 @@ func RebasePin(coord, tenant, branch, id string) *dynamodb.UpdateItemInput {
 	}
 }
 
+// RebaseRepin is B1 of a round after the first: SET rebasing = id on
+// condition that it is still id (the round before left it so), returning
+// the whole item. A failed condition means the rebase was abandoned
+// (ledgerctl reconcile --rebase --abandon) while it ran: it must stop,
+// not pin again (review of step B, S26-B3).
+func RebaseRepin(coord, tenant, branch, id string) *dynamodb.UpdateItemInput {
+	in := RebasePin(coord, tenant, branch, id)
+	in.ConditionExpression = aws.String("#rb = :id")
+	return in
+}
+
 // AbandonRebase clears rebase id of (tenant, branch): REMOVE rebasing and
 // SET epoch = epoch + 1 on condition rebasing = id, so that a B5 of that
 // rebase still running can no longer land (its condition names the epoch
@@ -129,8 +140,8 @@ type RebaseReset struct {
 // j (from 1) of B5: on condition that applied, foreign, retired and open
 // are as read at B1, probed = P4, rebasing = ID and epoch = At.Epoch + j −
 // 1, it sets epoch = At.Epoch + j. With reset (the last transaction) it
-// also sets applied = Sum − P4, retired = 0, foreignAck = foreign and
-// fencedAt (if absent), and removes rebasing, probedBy#<ID> and the stale
+// also sets applied = Sum − P4, retired = 0, foreignAck = foreign,
+// fencedAt (if absent) and rebased = ID, and removes rebasing, probedBy#<ID> and the stale
 // open marks (docs/exactly-once.md, "B as built (session 26)").
 func RebaseStep(coord string, pin RebasePinned, j int64, reset *RebaseReset) types.TransactWriteItem {
 	names := map[string]string{"#a": AttrAppliedCount, "#f": AttrForeign, "#r": AttrRetired, "#p": AttrProbed,
@@ -169,9 +180,9 @@ func RebaseStep(coord string, pin RebasePinned, j int64, reset *RebaseReset) typ
 	}
 	expr := "SET #ep = :ep1"
 	if reset != nil {
-		names["#fa"], names["#fat"] = AttrForeignAck, AttrFencedAt
+		names["#fa"], names["#fat"], names["#rbd"] = AttrForeignAck, AttrFencedAt, AttrRebased
 		values[":applied"], values[":zero"], values[":now"] = Int(reset.Sum-pin.P4), Int(0), S(reset.Now)
-		expr += ", #a = :applied, #r = :zero, #fa = if_not_exists(#f, :zero), #fat = if_not_exists(#fat, :now) REMOVE #rb"
+		expr += ", #a = :applied, #r = :zero, #fa = if_not_exists(#f, :zero), #fat = if_not_exists(#fat, :now), #rbd = :id REMOVE #rb"
 		ids := reset.ProbeIDs
 		if len(ids) == 0 {
 			ids = []string{pin.ID}
