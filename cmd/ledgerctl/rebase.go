@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/ledger-dev/ledger/processor"
@@ -53,10 +54,23 @@ func (e *environment) rebaseBranch(ctx context.Context, tenant, branch, abandon,
 		return e.fail(fmt.Errorf("reconcile --rebase refused: %w: run the ledgerctl of the table's protocol", err))
 	}
 	if abandon != "" {
+		// A hold of the same id (--hold) is released too: a ledgerctl that
+		// died leaves it, and the branch's writes refused, until then
+		// (review of step B, S26-B4).
+		released, err := e.releaseHold(ctx, c, tenant, branch, abandon)
+		if err != nil {
+			return e.fail(fmt.Errorf("reconcile --rebase --abandon: release the hold %s of %s/%s: %w", abandon, tenant, branch, err))
+		}
+		if released {
+			fmt.Fprintf(e.stdout, "writes of %s/%s released (hold %s)\n", tenant, branch, abandon)
+		}
 		if _, err := c.UpdateItem(ctx, table.AbandonRebase(e.coordination, tenant, branch, abandon)); err != nil {
 			a, gerr := table.GetApplied(ctx, c, e.coordination, tenant, branch)
 			if gerr == nil && a.Rebasing != abandon {
-				return e.fail(fmt.Errorf("reconcile --rebase --abandon: no rebase %s of %s/%s runs (rebasing: %q): nothing written", abandon, tenant, branch, a.Rebasing))
+				if released {
+					return exitOK // it died before its pin: the hold was all it left
+				}
+				return e.fail(fmt.Errorf("reconcile --rebase --abandon: no rebase %s of %s/%s runs (rebasing: %q) and no hold of that id: nothing written", abandon, tenant, branch, a.Rebasing))
 			}
 			return e.fail(fmt.Errorf("reconcile --rebase --abandon: %w", err))
 		}
@@ -113,4 +127,18 @@ func (e *environment) rebaseBranch(ctx context.Context, tenant, branch, abandon,
 		fmt.Fprintf(e.stdout, "the figures of %s/%s changed: tenant %s's roll-ups are unproven after the rebase (reconcile, then the quiescent roll-up repair: docs/runbook.md, \"Repairing tenant roll-ups\")\n", tenant, branch, tenant)
 	}
 	return exitOK
+}
+
+// releaseHold removes the write hold id from branch (tenant, branch):
+// true when it was set, false when no hold of that id was (a failed
+// condition).
+func (e *environment) releaseHold(ctx context.Context, c interface {
+	UpdateItem(context.Context, *dynamodb.UpdateItemInput, ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error)
+}, tenant, branch, id string) (bool, error) {
+	_, err := c.UpdateItem(ctx, table.ReleaseBranch(e.table, tenant, branch, id))
+	var ccf *types.ConditionalCheckFailedException
+	if errors.As(err, &ccf) {
+		return false, nil
+	}
+	return err == nil, err
 }
