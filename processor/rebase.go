@@ -323,7 +323,7 @@ func (r *rebase) round(ctx context.Context) error {
 		keys[k] = true
 	}
 	stamp := o.Now().UTC().Format(time.RFC3339Nano)
-	var ops []ddbtypes.TransactWriteItem
+	var ops []reportOps
 	type share struct {
 		k    aggregates.ReportKey
 		item map[string]ddbtypes.AttributeValue
@@ -349,29 +349,30 @@ func (r *rebase) round(ctx context.Context) error {
 			r.res.RollupsUnproven = true
 		}
 		written++
-		ops = append(ops, rebaseReportOps(r.table, d, stamp)...)
+		g := rebaseReportOps(r.table, d, stamp)
 		if d.stored != nil {
 			for _, e := range d.stored.Parked {
 				if _, ok := table.RollupShare(e); ok {
 					shares = append(shares, share{k, e})
 					continue
 				}
-				ops = append(ops, ddbtypes.TransactWriteItem{Delete: &ddbtypes.Delete{TableName: &r.table, Key: table.Key(keyOfItem(e))}})
+				g.rest = append(g.rest, ddbtypes.TransactWriteItem{Delete: &ddbtypes.Delete{TableName: &r.table, Key: table.Key(keyOfItem(e))}})
 			}
 		}
+		ops = append(ops, g)
 	}
-	o.Log("B4: sum %d, p4 %d; %d reports to write (%d writes)", sum, p4, written, len(ops))
+	nops := 0
+	for _, g := range ops {
+		nops += len(g.first) + len(g.rest)
+	}
+	o.Log("B4: sum %d, p4 %d; %d reports to write (%d writes)", sum, p4, written, nops)
 
 	// B5: the pinned writes, the reset in the last.
 	const fixed = 2 // the applied item's step, the loss count
 	if len(stale) > 100-fixed-1 {
 		return fmt.Errorf("rebase %s: %d stale open marks on one branch: more than one transaction holds", o.ID, len(stale))
 	}
-	var chunks [][]ddbtypes.TransactWriteItem
-	for len(ops) > 0 {
-		n := min(len(ops), 100-fixed)
-		chunks, ops = append(chunks, ops[:n]), ops[n:]
-	}
+	chunks := packReportOps(ops, 100-fixed)
 	if len(chunks) == 0 || len(chunks[len(chunks)-1])+len(stale) > 100-fixed {
 		chunks = append(chunks, nil)
 	}
@@ -435,17 +436,57 @@ func (r *rebase) round(ctx context.Context) error {
 	return nil
 }
 
+// reportOps are one report's writes in B5: first (the report item, or
+// the check that it is absent, and what changes a name's place: the
+// entry items of names now inline, those moved out of a damaged map) go in
+// one transaction; rest (the entry items, stale ones, parked deltas) in
+// that one when they fit, else in the next ones.
+type reportOps struct{ first, rest []ddbtypes.TransactWriteItem }
+
+// packReportOps packs reports' writes into transactions of at most room
+// writes, in order, never splitting a report that fits in one (S26-B5: a
+// report whose item landed in one of B5's transactions and its entry
+// items in a later one that never lands reads neither as before nor as
+// rebased), and never splitting a report's first writes when they fit in
+// one; a report larger than a transaction is split as the repair splits
+// it, its first writes first.
+func packReportOps(reports []reportOps, room int) [][]ddbtypes.TransactWriteItem {
+	var chunks [][]ddbtypes.TransactWriteItem
+	var cur []ddbtypes.TransactWriteItem
+	flush := func() {
+		if len(cur) > 0 {
+			chunks, cur = append(chunks, cur), nil
+		}
+	}
+	for _, g := range reports {
+		n := len(g.first) + len(g.rest)
+		switch {
+		case len(cur)+n <= room:
+		case n <= room || len(cur)+len(g.first) > room:
+			flush()
+		}
+		for _, op := range append(slices.Clone(g.first), g.rest...) {
+			if len(cur) == room {
+				flush()
+			}
+			cur = append(cur, op)
+		}
+	}
+	flush()
+	return chunks
+}
+
 // rebaseReportOps are the writes that make report d hold d.Expected, as
 // the repair's (repairReport) but without its parked deltas, for one of
 // B5's pinned transactions.
-func rebaseReportOps(tableName string, d Difference, stamp string) []ddbtypes.TransactWriteItem {
+func rebaseReportOps(tableName string, d Difference, stamp string) reportOps {
 	hasItem := d.stored != nil && d.stored.Item != nil
-	var ops []ddbtypes.TransactWriteItem
+	var ops reportOps
 	if !hasItem && d.Expected.IsZero() {
-		ops = append(ops, table.ReportAbsent(tableName, d.Report))
+		ops.first = append(ops.first, table.ReportAbsent(tableName, d.Report))
 		if d.stored != nil {
 			for _, e := range d.stored.Entries {
-				ops = append(ops, ddbtypes.TransactWriteItem{Delete: &ddbtypes.Delete{TableName: &tableName, Key: table.Key(keyOfItem(e))}})
+				ops.rest = append(ops.rest, ddbtypes.TransactWriteItem{Delete: &ddbtypes.Delete{TableName: &tableName, Key: table.Key(keyOfItem(e))}})
 			}
 		}
 		return ops
@@ -460,12 +501,15 @@ func rebaseReportOps(tableName string, d Difference, stamp string) []ddbtypes.Tr
 		ri.Item[table.AttrTxCount] = ri.Item[table.AttrTransactionCount]
 		ri.Item[table.AttrTransactionCount] = table.S(table.HeadFence)
 	}
-	ops = append(ops, table.RepairHead(tableName, ri.Item, hasItem, d.seen))
+	ops.first = append(ops.first, table.RepairHead(tableName, ri.Item, hasItem, d.seen))
 	for _, k := range ri.Deletes {
-		ops = append(ops, ddbtypes.TransactWriteItem{Delete: &ddbtypes.Delete{TableName: &tableName, Key: table.Key(k)}})
+		ops.first = append(ops.first, ddbtypes.TransactWriteItem{Delete: &ddbtypes.Delete{TableName: &tableName, Key: table.Key(k)}})
 	}
-	for _, e := range append(ri.Moved, ri.Entries...) {
-		ops = append(ops, ddbtypes.TransactWriteItem{Put: &ddbtypes.Put{TableName: &tableName, Item: e}})
+	for _, e := range ri.Moved {
+		ops.first = append(ops.first, ddbtypes.TransactWriteItem{Put: &ddbtypes.Put{TableName: &tableName, Item: e}})
+	}
+	for _, e := range ri.Entries {
+		ops.rest = append(ops.rest, ddbtypes.TransactWriteItem{Put: &ddbtypes.Put{TableName: &tableName, Item: e}})
 	}
 	return ops
 }

@@ -3,6 +3,7 @@ package processor_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -214,4 +215,76 @@ func TestReviewS26_B3_AnAbandonedRebaseNeverPinsAgainInItsNextRound(t *testing.T
 	require.Error(t, err, "rounds %d, steps %v", res.Rounds, steps)
 	assert.Contains(t, err.Error(), "abandoned")
 	assert.Empty(t, appliedOf(t, e, "acme", "sp").Rebasing)
+}
+
+// S26-B5: B5 cut its writes into transactions by count alone, so a
+// report's item could land in one transaction and its entry items in the
+// next; when that one never lands (the round fails its pin, the rebase
+// stops or dies) the report reads neither as before nor as rebased (a
+// head with 32 names inline and the others missing). Here 93 daily and 4
+// monthly reports come before the yearly one, whose 40 categories make 8
+// entry items: cut at 98, its item was the last write of the first
+// transaction and its entry items in the second.
+func TestReviewS26_B5_AReportsWritesAreNeverCutBetweenTwoTransactionsOfB5(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t)
+	day := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	for i := range 93 {
+		d := day.AddDate(0, 0, i).Format("2006-01-02")
+		rtx{"acme", "sp", "BRL", d, fmt.Sprintf("t%02d", i), "INCOME", "1", fmt.Sprintf("cat%02d", i%40)}.put(t, e, "")
+	}
+	c := newConsumer(t, e, "batch", nil, processor.Config{})
+	c.pass()
+	// Every report of the branch lost: B5 writes them all.
+	for _, item := range scanAll(t, e) {
+		if pk, _ := table.String(item, table.AttrPK); pk == aggregates.ReportPK("acme", "sp") {
+			_, err := e.ddb.DeleteItem(ctx, &dynamodb.DeleteItemInput{TableName: &e.table, Key: table.Key(table.KeyOf(item))})
+			require.NoError(t, err)
+		}
+	}
+	stop, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(20 * time.Millisecond):
+				c.pass()
+			}
+		}
+	}()
+	var mu sync.Mutex
+	inTx := map[string][]int{} // the yearly report's writes: the transactions they were in
+	n := 0
+	api := &txHook{RebaseAPI: e.ddb, before: func(in *dynamodb.TransactWriteItemsInput) {
+		mu.Lock()
+		defer mu.Unlock()
+		n++
+		for _, it := range in.TransactItems {
+			if it.Put == nil {
+				continue
+			}
+			k := table.KeyOf(it.Put.Item)
+			if k.PK == aggregates.ReportPK("acme", "sp") && strings.HasPrefix(k.SK, "YEARLY#2026") {
+				inTx[k.SK] = append(inTx[k.SK], n)
+			}
+		}
+	}}
+	res, err := processor.Rebase(ctx, api, e.table, processor.RebaseOptions{Tenant: "acme", Branch: "sp", Wait: time.Minute, Poll: 20 * time.Millisecond})
+	close(stop)
+	<-done
+	require.NoError(t, err)
+	t.Logf("transactions %d, reports %d, yearly writes in %v", res.Transactions, res.Reports, inTx)
+	assert.Equal(t, 2, res.Transactions)
+	require.Len(t, inTx, 9, "the yearly report's item and its 8 entry items")
+	txs := map[int]bool{}
+	for _, in := range inTx {
+		for _, i := range in {
+			txs[i] = true
+		}
+	}
+	assert.Len(t, txs, 1, "the yearly report's writes were cut between transactions: %v", inTx)
+	c.pass()
+	e.requireReconciled(t)
 }
