@@ -58,3 +58,25 @@ func TestReviewS26_B4_AbandonReleasesTheHoldOfADeadRebase(t *testing.T) {
 		})
 	}
 }
+
+// S26-B6: ledgerctl unfence while a rebase runs: the rebase fences the
+// branch's heads again at B4 and sets fencedAt at B5, after the unfence
+// removed both. unfence refuses while any branch's rebasing is set.
+func TestReviewS26_B6_UnfenceRefusesWhileABranchIsRebased(t *testing.T) {
+	ctx := context.Background()
+	table := ddbtest.TableName(t)
+	env := map[string]string{"LEDGER_TABLE": table, "AWS_ENDPOINT_URL": ddbtest.Endpoint(t)}
+	code, _, errOut := run(t, env, "table", "create")
+	require.Equal(t, exitOK, code, errOut)
+	coord := ledgertable.CoordinationTableName(table)
+	c := ddbtest.Client(t)
+	_, err := c.UpdateItem(ctx, ledgertable.RebasePin(coord, "acme", "north", "rb-live"))
+	require.NoError(t, err)
+	code, out, errOut := run(t, env, "unfence")
+	assert.Equal(t, exitError, code, out+errOut)
+	assert.Contains(t, errOut, "rebase rb-live")
+	code, out, errOut = run(t, env, "reconcile", "--repair", "--rebase", "--abandon", "rb-live", "--tenant", "acme", "--branch", "north")
+	require.Equal(t, exitOK, code, out+errOut)
+	code, out, errOut = run(t, env, "unfence")
+	assert.Equal(t, exitOK, code, out+errOut)
+}

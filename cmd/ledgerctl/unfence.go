@@ -34,7 +34,8 @@ event source mapping and let running invocations end first. Idempotent: items
 in the old layout are left alone, and a second run finds nothing to do. A
 consumer of protocol 4 started afterwards raises the protocol and fences
 again as it commits. Every branch's fencedAt (its rebase after the fence) is
-removed too: counted repairs wait for a new rebase.
+removed too: counted repairs wait for a new rebase. Refused while a branch is
+being rebased (its rebase would fence its heads again): let it end or abandon it.
 Exit status: 0 done or nothing to do, 2 refused or error.`
 
 func (e *environment) unfence(ctx context.Context, args []string) int {
@@ -59,7 +60,7 @@ func (e *environment) unfence(ctx context.Context, args []string) int {
 
 	// Read everything first; write only when nothing refuses.
 	now := time.Now()
-	var live, foreign []string
+	var live, foreign, rebasing []string
 	type fenced struct {
 		key aggregates.Key
 		pos string
@@ -81,6 +82,11 @@ func (e *environment) unfence(ctx context.Context, args []string) int {
 			if _, ok := item[table.AttrFencedAt]; ok {
 				rebased = append(rebased, table.KeyOf(item))
 			}
+			if id, ok := table.String(item, table.AttrRebasing); ok && id != "" {
+				// A rebase fences heads again at B4 and sets fencedAt at
+				// B5 (review of step B, S26-B6).
+				rebasing = append(rebasing, fmt.Sprintf("%s (rebase %s)", table.KeyOf(item).PK, id))
+			}
 		case aggregates.EntityCheckpoint:
 			cp, _ := table.DecodeCheckpoint(shard, item)
 			switch {
@@ -96,7 +102,10 @@ func (e *environment) unfence(ctx context.Context, args []string) int {
 	}
 	sort.Strings(live)
 	sort.Strings(foreign)
+	sort.Strings(rebasing)
 	switch {
+	case len(rebasing) > 0:
+		return e.fail(fmt.Errorf("unfence: %d branches are being rebased (a rebase fences their heads again): %s: let each end, or abandon it (reconcile --repair --rebase --abandon ID), then run again: nothing written", len(rebasing), strings.Join(rebasing, ", ")))
 	case len(live) > 0:
 		return e.fail(fmt.Errorf("unfence: %d leases are live, a poller is running (stop every consumer first): %s: nothing written", len(live), strings.Join(live, ", ")))
 	case len(foreign) > 0:
