@@ -114,6 +114,7 @@ func TestReviewS26_B1_ALostProbeThenAWriteBeforeTheReReadIsNeverTakenForTheRebas
 	}
 	assert.Equal(t, sum, after.Applied+after.Probed, "applied + probed = Σ changes")
 	assert.Empty(t, after.Rebasing)
+	assert.Empty(t, after.ProbedBy, "the counts of every probe id used are removed")
 	e.requireReconciled(t)
 }
 
