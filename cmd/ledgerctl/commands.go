@@ -381,7 +381,7 @@ func (e *environment) reconcile(ctx context.Context, args []string) int {
 	maxRecords := fs.Int("max-records", 1_000_000, "with --repair: read at most `N` stream records for the in-flight check (more: repair nothing)")
 	asJSON := fs.Bool("json", false, "print the counts and the differences as one JSON object (not with --repair)")
 	rebase := fs.Bool("rebase", false, "with --repair, --tenant and --branch: rebase the branch (see Rebase below)")
-	abandon := fs.String("abandon", "", "with --rebase: clear the rebase `ID` of the branch (its process died)")
+	abandon := fs.String("abandon", "", "with --rebase: clear the rebase `ID` of the branch (its process died) and release its --hold")
 	wait := fs.Duration("wait", 15*time.Minute, "with --rebase: wait at most this `DURATION` for the consumers to commit the probes")
 	rounds := fs.Int("rounds", 5, "with --rebase: start again at most `N` times when the branch is written meanwhile")
 	streamARN := fs.String("stream-arn", "", "with --rebase: the stream `ARN` whose checkpoints open marks name (default: the table's latest stream)")

@@ -28,7 +28,7 @@ applied item, pinned on its counts, in transactions of up to 100 writes. A
 round whose pin fails (a record of the branch committed meanwhile) starts
 again at B1, at most --rounds times: stop the branch's writes if it never
 settles. A rebase that stops on an error clears its own pin; one whose
-process died leaves it, and --abandon ID clears it (a rebase of that id still
+process died leaves it, and --abandon ID clears it and releases its --hold (a rebase of that id still
 running can then no longer land). --hold holds the branch's transaction
 writes for the rebase (writeHold on its branch item: the writers answer 503
 once their directory cache has seen it, --hold-wait) and releases them at the
