@@ -192,7 +192,7 @@ func (r *rebase) round(ctx context.Context) error {
 		}
 		r.done = true // not ours to abandon
 		if r.res.Rounds > 1 {
-			return fmt.Errorf("rebase %s of %s/%s was abandoned while it ran (rebasing is now %q): stopped before round %d; nothing of it landed but probes",
+			return fmt.Errorf("rebase %s of %s/%s was abandoned while it ran (rebasing is now %q): stopped before round %d (what it wrote before stays: probes, and the reports of a landed transaction of B5, each at its target)",
 				o.ID, o.Tenant, o.Branch, a.Rebasing, r.res.Rounds)
 		}
 		return fmt.Errorf("rebase of %s/%s refused: rebase %s runs (if its process is gone: ledgerctl reconcile --rebase --abandon %s --tenant %s --branch %s)",
