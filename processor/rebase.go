@@ -121,6 +121,13 @@ func Rebase(ctx context.Context, api RebaseAPI, tableName string, o RebaseOption
 	r := &rebase{api: api, table: tableName, coord: o.CoordinationTable, o: o,
 		res: RebaseResult{ID: o.ID}, probeID: o.ID, probeIDs: []string{o.ID}}
 	err := r.run(ctx)
+	if err != nil && !r.done && r.res.Transactions > 0 {
+		// Transactions of B5 landed in a round that then failed: reports
+		// of the branch were rewritten, the tenant's roll-ups did not
+		// follow (S26-B7).
+		err = fmt.Errorf("%w; %d transactions of B5 landed before it stopped: reports of %s/%s were rewritten (each at its target) and tenant %s's roll-ups are unproven (reconcile, then the quiescent roll-up repair: docs/runbook.md, \"Repairing tenant roll-ups\")",
+			err, r.res.Transactions, o.Tenant, o.Branch, o.Tenant)
+	}
 	if err != nil && !r.done {
 		if _, aerr := r.update(context.WithoutCancel(ctx), table.AbandonRebase(r.coord, o.Tenant, o.Branch, o.ID)); aerr != nil &&
 			!isConditionFailed(aerr) {

@@ -289,3 +289,55 @@ func TestReviewS26_B5_AReportsWritesAreNeverCutBetweenTwoTransactionsOfB5(t *tes
 	c.pass()
 	e.requireReconciled(t)
 }
+
+// S26-B7: B5's first transaction lands, rewriting reports, and its second
+// is cancelled (a commit of the branch meanwhile); the rounds run out.
+// The rebase's error said only "busy": the reports it rewrote moved
+// without the tenant's roll-ups, and nothing named them (ledgerctl names
+// them on success only).
+func TestReviewS26_B7_ARebaseThatStopsAfterALandedTransactionNamesTheRollups(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t)
+	day := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	for i := range 93 {
+		d := day.AddDate(0, 0, i).Format("2006-01-02")
+		rtx{"acme", "sp", "BRL", d, fmt.Sprintf("t%02d", i), "INCOME", "1", fmt.Sprintf("cat%02d", i%40)}.put(t, e, "")
+	}
+	c := newConsumer(t, e, "batch", nil, processor.Config{})
+	c.pass()
+	for _, item := range scanAll(t, e) {
+		if pk, _ := table.String(item, table.AttrPK); pk == aggregates.ReportPK("acme", "sp") {
+			_, err := e.ddb.DeleteItem(ctx, &dynamodb.DeleteItemInput{TableName: &e.table, Key: table.Key(table.KeyOf(item))})
+			require.NoError(t, err)
+		}
+	}
+	stop, done := make(chan struct{}), make(chan struct{})
+	var paused sync.Mutex // held by the hook while it commits
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(20 * time.Millisecond):
+				paused.Lock()
+				c.pass()
+				paused.Unlock()
+			}
+		}
+	}()
+	n := 0
+	api := &txHook{RebaseAPI: e.ddb, before: func(*dynamodb.TransactWriteItemsInput) {
+		if n++; n == 2 { // a record of the branch committed between B5's transactions
+			paused.Lock()
+			defer paused.Unlock()
+			rtx{"acme", "sp", "BRL", "2026-06-01", "late", "INCOME", "5", "late"}.put(t, e, "")
+			c.pass()
+		}
+	}}
+	_, err := processor.Rebase(ctx, api, e.table, processor.RebaseOptions{Tenant: "acme", Branch: "sp", Rounds: 1, Wait: time.Minute, Poll: 20 * time.Millisecond})
+	close(stop)
+	<-done
+	require.ErrorIs(t, err, processor.ErrRebaseBusy)
+	assert.Contains(t, err.Error(), "roll-ups are unproven")
+}
