@@ -193,18 +193,7 @@ func TestRebase_AnotherRebasesProbeCommittedMeanwhileStartsTheRoundAgain(t *test
 	rtx{"acme", "sp", "BRL", "2026-11-27", "b", "EXPENSE", "4", "rent"}.put(t, e, "")
 	c := newConsumer(t, e, "batch", nil, processor.Config{})
 	c.pass()
-	stop, done := make(chan struct{}), make(chan struct{})
-	go func() {
-		defer close(done)
-		for {
-			select {
-			case <-stop:
-				return
-			case <-time.After(20 * time.Millisecond):
-				c.pass()
-			}
-		}
-	}()
+	stop, done := c.passEvery(20 * time.Millisecond)
 	var once sync.Once
 	var steps []string
 	res, err := processor.Rebase(ctx, e.ddb, e.table, processor.RebaseOptions{Tenant: "acme", Branch: "sp", Wait: time.Minute, Poll: 20 * time.Millisecond,
@@ -249,18 +238,7 @@ func TestRebase_LostAnswersOfProbesAndOfB5LandOnce(t *testing.T) {
 	}
 	c := newConsumer(t, e, "batch", nil, processor.Config{})
 	c.pass()
-	stop, done := make(chan struct{}), make(chan struct{})
-	go func() {
-		defer close(done)
-		for {
-			select {
-			case <-stop:
-				return
-			case <-time.After(20 * time.Millisecond):
-				c.pass()
-			}
-		}
-	}()
+	stop, done := c.passEvery(20 * time.Millisecond)
 	var updates, txs atomic.Int64
 	e.faults.Decide = func(op string) ledgertest.Fault {
 		switch {
@@ -289,4 +267,22 @@ func TestRebase_LostAnswersOfProbesAndOfB5LandOnce(t *testing.T) {
 	}
 	assert.Equal(t, sum, after.Applied+after.Probed)
 	e.requireReconciled(t)
+}
+
+// passEvery runs c.pass every d in a goroutine until stop is closed;
+// done is closed when it has returned.
+func (c *consumer) passEvery(d time.Duration) (stop, done chan struct{}) {
+	stop, done = make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(d):
+				c.pass()
+			}
+		}
+	}()
+	return stop, done
 }

@@ -146,18 +146,7 @@ func TestReviewS26_B2_AnAbandonBeforeTheLastTransactionIsNeverTakenForItsLanding
 	_, err := e.ddb.DeleteItem(ctx, &dynamodb.DeleteItemInput{TableName: &e.table,
 		Key: table.Key(aggregates.Key{PK: aggregates.ReportPK("acme", "sp"), SK: "DAILY#2026-11-27"})})
 	require.NoError(t, err)
-	stop, done := make(chan struct{}), make(chan struct{})
-	go func() {
-		defer close(done)
-		for {
-			select {
-			case <-stop:
-				return
-			case <-time.After(20 * time.Millisecond):
-				c.pass()
-			}
-		}
-	}()
+	stop, done := c.passEvery(20 * time.Millisecond)
 	const id = "rb-s26-b2"
 	var once sync.Once
 	api := &txHook{RebaseAPI: e.ddb, before: func(*dynamodb.TransactWriteItemsInput) {
@@ -186,18 +175,7 @@ func TestReviewS26_B3_AnAbandonedRebaseNeverPinsAgainInItsNextRound(t *testing.T
 	rtx{"acme", "sp", "BRL", "2026-11-27", "a", "INCOME", "10", "food"}.put(t, e, "")
 	c := newConsumer(t, e, "batch", nil, processor.Config{})
 	c.pass()
-	stop, done := make(chan struct{}), make(chan struct{})
-	go func() {
-		defer close(done)
-		for {
-			select {
-			case <-stop:
-				return
-			case <-time.After(20 * time.Millisecond):
-				c.pass()
-			}
-		}
-	}()
+	stop, done := c.passEvery(20 * time.Millisecond)
 	const id = "rb-s26-b3"
 	var once sync.Once
 	var steps []string
@@ -243,18 +221,7 @@ func TestReviewS26_B5_AReportsWritesAreNeverCutBetweenTwoTransactionsOfB5(t *tes
 			require.NoError(t, err)
 		}
 	}
-	stop, done := make(chan struct{}), make(chan struct{})
-	go func() {
-		defer close(done)
-		for {
-			select {
-			case <-stop:
-				return
-			case <-time.After(20 * time.Millisecond):
-				c.pass()
-			}
-		}
-	}()
+	stop, done := c.passEvery(20 * time.Millisecond)
 	var mu sync.Mutex
 	inTx := map[string][]int{} // the yearly report's writes: the transactions they were in
 	n := 0
