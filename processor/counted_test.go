@@ -429,3 +429,22 @@ func TestCountedChanges_AConflictOnTheAppliedItemIsRetriedAndCountedOnce(t *test
 	assert.Equal(t, 1.0, testutil.ToFloat64(m.Conflicts.WithLabelValues(processor.ConflictTransactionConflict)))
 	e.requireReconciled(t)
 }
+
+// The batch consumers (plan layout 6: pollers, the tumbling window) count
+// foreign records as the standard-mode runs do: in the branch's applied
+// item, once, and in ledger_foreign_records_total.
+func TestCountedChanges_ABatchCountsAForeignWrite(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t)
+	putCounted(t, e, "a", "10", 1)
+	putTxn(t, e, "x", "2024-04-01", "b", "5", "rent", "") // no changes, no sig
+	shard, recs := e.records(t)
+	p := e.processor(t, nil, nil)
+	g := p.ShardGuard(e.streamARN, shard)
+	g.CommitBatches()
+	_, err := p.Process(ctx, g, recs)
+	require.NoError(t, err)
+	assert.Equal(t, table.Applied{Exists: true, Applied: 1, Foreign: 1}, appliedOf(t, e, "t", "x"))
+	assert.Equal(t, 1.0, testutil.ToFloat64(p.Metrics().ForeignRecords))
+	e.requireReconciled(t)
+}
