@@ -3,6 +3,7 @@ package processor_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"testing"
 	"time"
@@ -26,22 +27,17 @@ import (
 // window's final invocation, a poller's batch, a standard-mode run. They
 // fail on the repair of docs/exactly-once.md, "Repairing while consumers
 // run" (two reads --settle apart, the in-flight check, the updatedAt
-// condition), which counts a change twice; the design that replaces it
-// (docs/exactly-once.md, "Repairing while consumers run": counted
-// changes) must make them pass.
+// condition), which counts a change twice; the counted repair
+// (processor.CountedRepair: docs/exactly-once.md, "R as built (session
+// 26)") passes them: each repair ends exact or refuses by name.
 //
-// Until it lands they run only with LEDGER_ISSUE25_FINDING1=1, so that
-// main's CI stays green:
+// LEDGER_REPAIR_OLD=1 runs them through today's repair (what `ledgerctl
+// reconcile --repair --uncounted` runs), to see them fail:
 //
-//	LEDGER_ISSUE25_FINDING1=1 go test -count=1 -run 'TestRepairExact_' ./processor/
+//	LEDGER_REPAIR_OLD=1 go test -count=1 -run 'TestRepairExact_' ./processor/
 
-// finding1Enabled skips t unless LEDGER_ISSUE25_FINDING1=1.
-func finding1Enabled(t *testing.T) {
-	t.Helper()
-	if os.Getenv("LEDGER_ISSUE25_FINDING1") != "1" {
-		t.Skip("issue 25 finding 1: fails until the repair is exact; run with LEDGER_ISSUE25_FINDING1=1")
-	}
-}
+// oldRepair reports whether the tests run today's repair (LEDGER_REPAIR_OLD=1).
+func oldRepair() bool { return os.Getenv("LEDGER_REPAIR_OLD") == "1" }
 
 // consumerKind commits records of the env's one shard the way one kind of
 // consumer does. commit is given every record of the stream so far and
@@ -126,16 +122,38 @@ type repairHooks struct {
 	streams                         func() processor.StreamReader
 }
 
-// repairBranch runs what `ledgerctl reconcile --repair` runs on one branch
-// (cmd/ledgerctl, reconcile): read, read again, keep the settled
-// differences, drop the branches with records in flight, repair the rest.
-// It is the one place these tests name the repair: the exact repair of
-// issue 25 replaces its body, with the hooks at the same moments of the
-// new algorithm (after its read of the table; before its read of the
-// guards and the stream).
-func repairBranch(t *testing.T, e *env, branch string, h repairHooks) processor.RepairResult {
+// repairBranch runs what `ledgerctl reconcile --repair` runs on one branch:
+// the counted repair (processor.CountedRepair), with afterFirstRead called
+// after its pin (R0) and afterSecondRead after its read of the
+// transactions (R2), each once; a refusal by name (ErrNotProven) is an
+// answer. With LEDGER_REPAIR_OLD=1, today's repair (`--uncounted`): read,
+// read again, keep the settled differences, drop the branches with records
+// in flight, repair the rest.
+func repairBranch(t *testing.T, e *env, branch string, h repairHooks) any {
 	t.Helper()
 	ctx := context.Background()
+	if !oldRepair() {
+		o := processor.CountedRepairOptions{Tenant: "t", Branch: branch, Log: t.Logf}
+		done := map[string]bool{}
+		processor.SetCountedRepairHook(&o, func(step string) {
+			if done[step] {
+				return
+			}
+			done[step] = true
+			switch {
+			case step == "R0" && h.afterFirstRead != nil:
+				h.afterFirstRead()
+			case step == "R2" && h.afterSecondRead != nil:
+				h.afterSecondRead()
+			}
+		})
+		res, err := processor.CountedRepair(ctx, e.ddb, e.table, o)
+		if err != nil {
+			require.ErrorIs(t, err, processor.ErrNotProven)
+			t.Logf("refused: %v", err)
+		}
+		return res
+	}
 	scope := processor.Scope{Tenant: "t", Branch: branch}
 	first, _, err := processor.Reconcile(ctx, e.ddb, e.table, scope)
 	require.NoError(t, err)
@@ -160,6 +178,20 @@ func repairBranch(t *testing.T, e *env, branch string, h repairHooks) processor.
 	return res
 }
 
+// markRebased sets fencedAt on branch's applied item, as a rebase's B5
+// does: the branch was counted from its first write (every record
+// writer-shaped, claimed and counted by a consumer of protocol 4), so its
+// counts already are what a rebase would reset them to.
+func markRebased(t *testing.T, e *env, branch string) {
+	t.Helper()
+	_, err := e.ddb.UpdateItem(context.Background(), &dynamodb.UpdateItemInput{
+		TableName: aws.String(table.CoordinationTableName(e.table)), Key: table.Key(aggregates.AppliedKey("t", branch)),
+		UpdateExpression:          aws.String("SET #fat = :now, #fa = if_not_exists(#f, :z)"),
+		ExpressionAttributeNames:  map[string]string{"#fat": table.AttrFencedAt, "#fa": table.AttrForeignAck, "#f": table.AttrForeign},
+		ExpressionAttributeValues: map[string]ddbtypes.AttributeValue{":now": sAV("2026-11-28T00:00:00Z"), ":z": nAV("0")}})
+	require.NoError(t, err)
+}
+
 // TestRepairExact_ACommitThatNetsToZeroIsNotFoldedAgain is the first
 // sequence of finding 1: T1 = 10 is committed (and the monthly report
 // damaged by 0.5, so that there is something to repair); the writer edits
@@ -171,7 +203,6 @@ func repairBranch(t *testing.T, e *env, branch string, h repairHooks) processor.
 // repair may leave the report alone (10.5) or repair it (10), never write
 // 20; one more repair, with nothing racing it, is exact.
 func TestRepairExact_ACommitThatNetsToZeroIsNotFoldedAgain(t *testing.T) {
-	finding1Enabled(t)
 	for _, kind := range consumerKinds {
 		t.Run(kind.name, func(t *testing.T) {
 			e := newEnv(t)
@@ -182,6 +213,7 @@ func TestRepairExact_ACommitThatNetsToZeroIsNotFoldedAgain(t *testing.T) {
 			commit(recs, 0)
 			e.requireReconciled(t)
 			committed := len(recs) // handed to the consumer (its own writes come back after them)
+			markRebased(t, e, "n")
 			damage(t, e, monthly, "0.5")
 
 			writeTxn(t, e, "n", "2024-06-03", "t1", "20") // in flight
@@ -212,7 +244,6 @@ func TestRepairExact_ACommitThatNetsToZeroIsNotFoldedAgain(t *testing.T) {
 // record is committed, the report is 20.5 (left alone) or 20 (repaired),
 // never 30; one more repair is exact.
 func TestRepairExact_ANettingCommitBetweenTheReadsAndALateRecord(t *testing.T) {
-	finding1Enabled(t)
 	for _, kind := range consumerKinds {
 		t.Run(kind.name, func(t *testing.T) {
 			e := newEnv(t)
@@ -223,6 +254,7 @@ func TestRepairExact_ANettingCommitBetweenTheReadsAndALateRecord(t *testing.T) {
 			commit(recs, 0)
 			e.requireReconciled(t)
 			committed := len(recs) // handed to the consumer (its own writes come back after them)
+			markRebased(t, e, "v")
 			damage(t, e, monthly, "0.5")
 
 			writeTxn(t, e, "v", "2024-06-03", "t1", "20") // before read 1, in flight
@@ -260,12 +292,22 @@ func TestRepairExact_ANettingCommitBetweenTheReadsAndALateRecord(t *testing.T) {
 }
 
 // writeTxn writes transaction id of tenant t (an income of amount, category
-// rent) as the writer does: a create, or a change of the whole item. (The
-// exact repair's accounting adds to what the writer writes; this helper
-// then writes it too.)
+// rent) as the writer does: a create, or a change of the whole item, its
+// count one more than the stored one and its sig (table.Count).
 func writeTxn(t *testing.T, e *env, branch, date, id, amount string) {
 	t.Helper()
-	putTxn(t, e, branch, date, id, amount, "rent", "")
+	k := aggregates.Key{PK: aggregates.TransactionPK("t", branch), SK: date + "#" + id}
+	got, err := e.ddb.GetItem(context.Background(), &dynamodb.GetItemInput{TableName: &e.table, Key: table.Key(k), ConsistentRead: aws.Bool(true)})
+	require.NoError(t, err)
+	c, _ := table.Changes(got.Item)
+	item := map[string]ddbtypes.AttributeValue{
+		"PK": sAV(k.PK), "SK": sAV(k.SK), "entityType": sAV(aggregates.EntityTransaction),
+		"type": sAV("INCOME"), "amount": nAV(amount), "category": sAV("rent"),
+		"createdAt": sAV(date + "T12:00:00Z"), "version": nAV(fmt.Sprint(c + 1)),
+	}
+	table.Count(item, c+1)
+	_, err = e.ddb.PutItem(context.Background(), &dynamodb.PutItemInput{TableName: &e.table, Item: item})
+	require.NoError(t, err)
 }
 
 // damage adds d to report k's stored income, as a bug or a hand edit would.

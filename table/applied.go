@@ -42,6 +42,7 @@ import (
 //	foreignAck   N, foreign as the last rebase pinned it
 //	fencedAt     S, RFC 3339: the branch's first rebase (ledgerctl unfence removes it)
 //	rebased      S, the id of the last rebase that landed (its last transaction sets it)
+//	repaired     S, the id of the counted repair whose transaction last landed (countedrepair.go)
 //
 // The batch consumers count from plan layout 6 (session 21). The item never
 // carries expiresAt: it lives as long as its branch, whatever the
@@ -118,6 +119,9 @@ type Applied struct {
 	FencedAt          string
 	// Rebased is the id of the last rebase that landed ("" none).
 	Rebased string
+	// Repaired is the id of the counted repair whose transaction last
+	// landed ("" none: AttrRepaired).
+	Repaired string
 	// Open holds the open marks (AttrOpen), sorted; nil when none.
 	Open []string
 }
@@ -145,6 +149,7 @@ func DecodeApplied(item map[string]types.AttributeValue) (Applied, error) {
 	a.Rebasing, _ = String(item, AttrRebasing)
 	a.FencedAt, _ = String(item, AttrFencedAt)
 	a.Rebased, _ = String(item, AttrRebased)
+	a.Repaired, _ = String(item, AttrRepaired)
 	for name := range item {
 		id, ok := strings.CutPrefix(name, AttrProbedByPrefix)
 		if !ok {
