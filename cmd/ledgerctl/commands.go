@@ -321,7 +321,20 @@ Safe while consumers run: without --repair it only reads (consistent reads).
 A report touched by a change still in the stream shows as a difference until
 the consumer catches up; run it again after the stream lag to confirm.
 
-With --repair it reads twice, --settle apart, keeps the differences that are
+With --repair, each branch with a difference whose applied item holds
+fencedAt (rebased since the fence: --rebase below) gets the counted repair
+(docs/exactly-once.md, "R as built (session 26)"): exact while consumers
+run and writers write, with no timing assumption, or left alone by name
+("left alone (…)": changes written and not yet committed, run again; a
+foreign write, a hard delete, no fencedAt, a rebase running, a batch
+half-committed: rebase or finish it). It reads no stream. It writes branch
+reports only: when their figures change it names the tenant's roll-ups as
+unproven. A branch without fencedAt is left alone, naming the rebase,
+unless --uncounted, which gives it (and only it) the repair of protocol 3
+described next, with the promise it always had: none while writes go on.
+Stray items and roll-up differences are handled as described next.
+
+The repair of protocol 3 (--uncounted, strays, roll-ups) reads twice, --settle apart, keeps the differences that are
 the same in both reads, and then reads the consumers' guards and the stream
 (at most --max-records records): a branch with a transaction record no guard
 has committed yet (a tumbling window not yet final, a half-committed batch
@@ -379,6 +392,7 @@ func (e *environment) reconcile(ctx context.Context, args []string) int {
 	settle := fs.Duration("settle", 10*time.Second, "with --repair: time between the two reads")
 	parallel := fs.Int("parallel", 4, "Scan segments and branches checked at once (1–64)")
 	maxRecords := fs.Int("max-records", 1_000_000, "with --repair: read at most `N` stream records for the in-flight check (more: repair nothing)")
+	uncounted := fs.Bool("uncounted", false, "with --repair: repair the branches not rebased since the fence (no fencedAt) with the repair of protocol 3 (two reads --settle apart): not exact while consumers run and writers write; exact only under the quiescent procedure (see above)")
 	asJSON := fs.Bool("json", false, "print the counts and the differences as one JSON object (not with --repair)")
 	rebase := fs.Bool("rebase", false, "with --repair, --tenant and --branch: rebase the branch (see Rebase below)")
 	abandon := fs.String("abandon", "", "with --rebase: clear the rebase `ID` of the branch (its process died) and release its --hold")
@@ -484,6 +498,18 @@ func (e *environment) reconcile(ctx context.Context, args []string) int {
 	if !*repair {
 		return exitDiff
 	}
+	// The counted repair, branch by branch, for every branch rebased since
+	// the fence; the others are left alone by name, or kept for the repair
+	// of protocol 3 with --uncounted (docs/exactly-once.md, "R as built
+	// (session 26)").
+	found := len(diffs) > 0
+	diffs, err = e.countedRepairs(ctx, c, diffs, *uncounted)
+	if err != nil {
+		return e.fail(err)
+	}
+	if len(diffs) == 0 && !redeliver {
+		return exitDiff
+	}
 	fmt.Fprintf(e.stdout, "reading again in %s before repairing…\n", *settle)
 	select {
 	case <-ctx.Done():
@@ -498,6 +524,13 @@ func (e *environment) reconcile(ctx context.Context, args []string) int {
 		return e.fail(err)
 	}
 	settled := processor.Settled(diffs, again)
+	// Settled keeps what diffs holds: the branches left to the counted
+	// repair are not in it. Their differences in the second read are not
+	// "changed during the check".
+	againKept := len(again)
+	if len(again) > 0 {
+		againKept = len(processor.Settled(again, diffs))
+	}
 	settled, inFlight, fl, err := e.withoutInFlight(ctx, c, settled, *maxRecords)
 	if err != nil {
 		return e.fail(err)
@@ -563,8 +596,8 @@ func (e *environment) reconcile(ctx context.Context, args []string) int {
 		fmt.Fprintf(e.stdout, "partly repaired (a consumer committed between its transactions; run reconcile again): %s\n", k)
 	}
 	fmt.Fprintf(e.stdout, "repaired %d reports; deleted %d stray items; %d changed during the check and %d had records in flight and were left alone; %d skipped by a concurrent update; %d partly repaired\n",
-		res.Repaired, len(res.Deleted), len(again)-len(settled)-inFlight, inFlight, len(res.Skipped), len(res.Partial))
-	if len(diffs) == 0 {
+		res.Repaired, len(res.Deleted), againKept-len(settled)-inFlight, inFlight, len(res.Skipped), len(res.Partial))
+	if !found {
 		return exitOK // only waiting deltas were re-delivered
 	}
 	return exitDiff

@@ -80,19 +80,19 @@ func TestReconcileRepair_RollupsNamedAndHealedUnderTheQuiescentProcedure(t *test
 		assert.Equal(t, aggregates.RollupPK(rk.Tenant, rk.Currency, 0), d.PK)
 	}
 
-	code, out, errOut = run(t, env, "reconcile", "--repair", "--settle", "0s")
+	code, out, errOut = run(t, env, "reconcile", "--repair", "--uncounted", "--settle", "0s")
 	require.Equal(t, exitDiff, code, out+errOut)
 	assert.Contains(t, out, "deleted stray item "+stray.String())
 	assert.Contains(t, out, "not repaired (a roll-up difference is repaired by comparison only under the quiescent procedure")
 	assert.Contains(t, out, "put 0 repair deltas")
 
-	code, _, errOut = run(t, env, "reconcile", "--repair", "--quiescent", "--settle", "0s")
+	code, _, errOut = run(t, env, "reconcile", "--repair", "--uncounted", "--quiescent", "--settle", "0s")
 	require.Equal(t, exitError, code)
 	assert.Contains(t, errOut, "writes are enabled")
 
 	code, out, errOut = run(t, env, "flags", "set", "writesEnabled=false")
 	require.Equal(t, exitOK, code, out+errOut)
-	code, out, errOut = run(t, env, "reconcile", "--repair", "--quiescent", "--settle", "0s")
+	code, out, errOut = run(t, env, "reconcile", "--repair", "--uncounted", "--quiescent", "--settle", "0s")
 	require.Equal(t, exitDiff, code, out+errOut)
 	assert.Contains(t, out, "put 1 repair deltas")
 	code, out, errOut = run(t, env, "reconcile") // the repair delta is counted unfolded
@@ -102,7 +102,7 @@ func TestReconcileRepair_RollupsNamedAndHealedUnderTheQuiescentProcedure(t *test
 	// not happened, so reconcile names the delta stuck (exit 1), and the
 	// repair, which reads the guards and the stream before it writes,
 	// leaves it to the consumer (re-delivering it would fold it twice).
-	code, out, errOut = run(t, env, "reconcile", "--repair", "--quiescent", "--settle", "0s")
+	code, out, errOut = run(t, env, "reconcile", "--repair", "--uncounted", "--quiescent", "--settle", "0s")
 	require.Equal(t, exitDiff, code, out+errOut)
 	assert.Contains(t, out, "stuck delta ")
 	assert.Contains(t, out, "left alone (records in flight name this period)")
