@@ -99,14 +99,20 @@ func TestCountedRepair_ARepairRacingAWriterAndAConsumerEndsExact(t *testing.T) {
 	}
 }
 
-// Counted repairs at random moments while a batch consumer commits every
-// few milliseconds and a writer edits, reverts, creates and deletes (as
-// tombstones) in one month of the branch. The damage is in another month,
+// Counted repairs at random moments while a consumer (a batch one, a
+// standard-mode one) commits every few milliseconds and a writer edits,
+// reverts, creates and deletes (as tombstones) in one month of the branch. The damage is in another month,
 // which nothing writes. After the writer stops and the consumer drains,
 // the written month is exact whatever the repairs did (a repair that wrote
 // a wrong figure there would leave it wrong for good), and the damaged one
 // is repaired or as damaged. LEDGER_SEEDS picks the seeds (default 1, 2, 3).
 func TestCountedRepair_RandomRepairsWhileAConsumerAndAWriterRun(t *testing.T) {
+	for _, mode := range []string{"batch", "marker"} {
+		t.Run(mode, func(t *testing.T) { randomCountedRepairs(t, mode) })
+	}
+}
+
+func randomCountedRepairs(t *testing.T, mode string) {
 	e := newEnv(t)
 	for _, seed := range seeds(t) {
 		branch := fmt.Sprintf("z%d", seed)
@@ -116,7 +122,7 @@ func TestCountedRepair_RandomRepairsWhileAConsumerAndAWriterRun(t *testing.T) {
 		for i := range 3 {
 			writeTxn(t, e, branch, "2024-06-02", fmt.Sprintf("k%d", i), "10")
 		}
-		c := newConsumer(t, e, "batch", nil, processor.Config{})
+		c := newConsumer(t, e, mode, nil, processor.Config{})
 		c.pass()
 		markRebased(t, e, branch)
 		damage(t, e, july, "0.5")
