@@ -503,7 +503,7 @@ func (e *environment) reconcile(ctx context.Context, args []string) int {
 	// of protocol 3 with --uncounted (docs/exactly-once.md, "R as built
 	// (session 26)").
 	found := len(diffs) > 0
-	diffs, err = e.countedRepairs(ctx, c, diffs, *uncounted)
+	diffs, handled, err := e.countedRepairs(ctx, c, diffs, *uncounted)
 	if err != nil {
 		return e.fail(err)
 	}
@@ -524,12 +524,13 @@ func (e *environment) reconcile(ctx context.Context, args []string) int {
 		return e.fail(err)
 	}
 	settled := processor.Settled(diffs, again)
-	// Settled keeps what diffs holds: the branches left to the counted
-	// repair are not in it. Their differences in the second read are not
-	// "changed during the check".
-	againKept := len(again)
-	if len(again) > 0 {
-		againKept = len(processor.Settled(again, diffs))
+	// The branches the counted repair handled are not in diffs: their
+	// differences in the second read are not "changed during the check".
+	againKept := 0
+	for _, d := range again {
+		if !branchDiff(d, handled) {
+			againKept++
+		}
 	}
 	settled, inFlight, fl, err := e.withoutInFlight(ctx, c, settled, *maxRecords)
 	if err != nil {

@@ -18,10 +18,10 @@ import (
 // differences left to the repair of protocol 3: the stray items and the
 // roll-up differences, and, with uncounted, the differences of the
 // branches not rebased since the fence (without it those are left alone,
-// named).
-func (e *environment) countedRepairs(ctx context.Context, c processor.RebaseAPI, diffs []processor.Difference, uncounted bool) ([]processor.Difference, error) {
+// named). handled holds the branches it repaired or left alone.
+func (e *environment) countedRepairs(ctx context.Context, c processor.RebaseAPI, diffs []processor.Difference, uncounted bool) (rest []processor.Difference, handled map[processor.Scope]bool, err error) {
 	byBranch := map[processor.Scope][]processor.Difference{}
-	var rest []processor.Difference
+	handled = map[processor.Scope]bool{}
 	for _, d := range diffs {
 		if d.Stray != nil || d.Rollup != nil {
 			rest = append(rest, d)
@@ -37,7 +37,10 @@ func (e *environment) countedRepairs(ctx context.Context, c processor.RebaseAPI,
 	}) {
 		a, err := table.GetApplied(ctx, c, e.coordination, s.Tenant, s.Branch)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
+		}
+		if a.FencedAt != "" || !uncounted {
+			handled[s] = true
 		}
 		if a.FencedAt == "" {
 			if uncounted {
@@ -61,7 +64,7 @@ func (e *environment) countedRepairs(ctx context.Context, c processor.RebaseAPI,
 			fmt.Fprintf(e.stdout, "left alone (%v)\n", err)
 			continue
 		case err != nil:
-			return nil, err
+			return nil, nil, err
 		}
 		repaired++
 		fmt.Fprintf(e.stdout, "repaired %s/%s (counted: applied = written = %d; %d reports in %d transactions, %d rounds; repair %s)\n",
@@ -73,5 +76,11 @@ func (e *environment) countedRepairs(ctx context.Context, c processor.RebaseAPI,
 	if len(byBranch) > 0 {
 		fmt.Fprintf(e.stdout, "counted repair: %d branches repaired, %d left alone, %d for the repair of protocol 3 (--uncounted)\n", repaired, refused, old)
 	}
-	return rest, nil
+	return rest, handled, nil
+}
+
+// branchDiff reports whether d is a branch report's difference of a branch
+// in handled.
+func branchDiff(d processor.Difference, handled map[processor.Scope]bool) bool {
+	return d.Stray == nil && d.Rollup == nil && handled[processor.Scope{Tenant: d.Report.Tenant, Branch: d.Report.Branch}]
 }
