@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -254,7 +255,8 @@ func TestCountedRepair_LostAnswersOfR6LandOnce(t *testing.T) {
 // committed. Branch by branch (one table):
 //
 //   - a: not rebased since the fence (no fencedAt): refused, naming the
-//     rebase.
+//     rebase; then a rebase running, a batch half-committed: refused,
+//     named; then proved, nothing to write.
 //   - k: a kept-count edit (changes and sig copied, the amount changed):
 //     refused before its commit, naming the key; after it, by the foreign
 //     count.
@@ -285,6 +287,29 @@ func TestCountedRepair_ForeignWritesAreNamed(t *testing.T) {
 		assert.Contains(t, err.Error(), want)
 	}
 	refused("a", "not rebased since the fence")
+	markRebased(t, e, "a")
+	setApplied := func(b, expr string, values map[string]ddbtypes.AttributeValue) {
+		t.Helper()
+		in := &dynamodb.UpdateItemInput{TableName: aws.String(table.CoordinationTableName(e.table)),
+			Key: table.Key(aggregates.AppliedKey("t", b)), UpdateExpression: aws.String(expr), ExpressionAttributeValues: values,
+			ExpressionAttributeNames: map[string]string{}}
+		for ph, name := range map[string]string{"#rb": table.AttrRebasing, "#o": table.AttrOpen} {
+			if strings.Contains(expr, ph) {
+				in.ExpressionAttributeNames[ph] = name
+			}
+		}
+		_, err := e.ddb.UpdateItem(ctx, in)
+		require.NoError(t, err)
+	}
+	setApplied("a", "SET #rb = :id", map[string]ddbtypes.AttributeValue{":id": sAV("rb-other")})
+	refused("a", "rebase rb-other runs")
+	setApplied("a", "REMOVE #rb SET #o = :o", map[string]ddbtypes.AttributeValue{":o": &ddbtypes.AttributeValueMemberSS{Value: []string{"l~s~9"}}})
+	refused("a", "a batch is half-committed (open marks l~s~9)")
+	setApplied("a", "REMOVE #o", nil)
+	res, err := countedRepair(t, e.ddb, e, "a", nil)
+	require.NoError(t, err)
+	assert.Equal(t, int64(2), res.W, "proved: nothing to write")
+	assert.Zero(t, res.Transactions)
 
 	// k: a kept-count edit.
 	key := aggregates.Key{PK: aggregates.TransactionPK("t", "k"), SK: "2024-06-03#t1"}
@@ -309,7 +334,7 @@ func TestCountedRepair_ForeignWritesAreNamed(t *testing.T) {
 	damage(t, e, monthly, "0.5")
 	del("h")
 	writeTxn(t, e, "h", "2024-06-03", "t1", "20")
-	res, err := countedRepair(t, e.ddb, e, "h", nil)
+	res, err = countedRepair(t, e.ddb, e, "h", nil)
 	require.NoError(t, err, "the hole: A = W although the delete and the edit are both pending")
 	assert.Equal(t, 1, res.Transactions)
 	assert.Equal(t, "20", storedIncome(t, e, monthly), "the edit's image, the applied one being 10 + 5")
