@@ -141,3 +141,23 @@ func TestReviewS26_B1b_AnEarlierProbeIDsProbesCommittedDuringTheNextRoundAreThis
 	requireCounted(t, e, "acme", "sp")
 	e.requireReconciled(t)
 }
+
+// S26-B1a, the bound: a probe throttled at every send stops the rebase
+// after its sends, naming the throttling (not the branch's writes), and
+// the rebase clears its own pin.
+func TestReviewS26_B1a_AProbeThrottledAtEverySendStopsTheRebaseNamingIt(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t)
+	rtx{"acme", "sp", "BRL", "2026-11-27", "a", "INCOME", "10", "food"}.put(t, e, "")
+	c := newConsumer(t, e, "batch", nil, processor.Config{})
+	c.pass()
+	api := &probeFaults{RebaseAPI: e.ddb, fault: func(int) error {
+		return &ddbtypes.ProvisionedThroughputExceededException{Message: aws.String("injected: throttled")}
+	}}
+	_, err := processor.Rebase(ctx, api, e.table, processor.RebaseOptions{Tenant: "acme", Branch: "sp", Wait: time.Minute, Poll: 20 * time.Millisecond})
+	require.Error(t, err)
+	assert.NotErrorIs(t, err, processor.ErrRebaseBusy)
+	assert.Contains(t, err.Error(), "throttled")
+	assert.Equal(t, 10, api.n, "one probe, sent 10 times")
+	assert.Empty(t, appliedOf(t, e, "acme", "sp").Rebasing)
+}
