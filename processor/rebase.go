@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	mrand "math/rand/v2"
 	"slices"
 	"strings"
 	"time"
@@ -281,9 +282,18 @@ func (r *rebase) round(ctx context.Context) error {
 			return fmt.Errorf("rebase %s: %d probes of id %s committed, %d written: another process uses the same id", o.ID, got, r.probeID, r.landed)
 		}
 		if got == r.landed {
-			if a.Probed-at.Probed != got-at.ProbedBy[r.probeID] {
-				return &roundAgain{fmt.Sprintf("probes of another rebase (or of an earlier probe id of this one) were committed meanwhile (probed moved by %d, this rebase's by %d): is an abandoned rebase still running?",
-					a.Probed-at.Probed, got-at.ProbedBy[r.probeID])}
+			// The probes of this rebase's earlier probe ids are records
+			// of its keys before their probes of this round (a later one
+			// fails its condition), counted in sum and p4 as any earlier
+			// record: only other rebases' probes start the round again
+			// (review of S26-B1's fix, S26-B1b).
+			var ours int64
+			for _, id := range r.probeIDs {
+				ours += a.ProbedBy[id] - at.ProbedBy[id]
+			}
+			if a.Probed-at.Probed != ours {
+				return &roundAgain{fmt.Sprintf("probes of another rebase were committed meanwhile (probed moved by %d, this rebase's by %d): is an abandoned rebase still running?",
+					a.Probed-at.Probed, ours)}
 			}
 			p4 = a.Probed
 			break
@@ -534,8 +544,10 @@ func (r *rebase) probe(ctx context.Context, item map[string]ddbtypes.AttributeVa
 	}
 	for range 5 {
 		want, _ := table.Changes(table.ProbeImage(item, r.probeID))
-		out, err := r.api.UpdateItem(ctx, table.Probe(r.table, item, r.probeID))
+		out, err := r.sendProbe(ctx, item)
 		switch {
+		case errors.Is(err, errProbeThrottled):
+			return nil, err
 		case err == nil:
 			img := out.Attributes
 			if !table.SigMatches(img) {
@@ -567,13 +579,54 @@ func (r *rebase) probe(ctx context.Context, item map[string]ddbtypes.AttributeVa
 			r.landed++
 			return now, nil
 		}
-		// Not landed, or landed and written over (or deleted) since: which
-		// is unknown (S26-B1). Either way the key was written after B1, so
-		// this round could only land if that write were claimed after
-		// B5; the round starts again under a new probe id.
+		// Not landed (a send may still land later), or landed and written
+		// over (or deleted) since: which is unknown (S26-B1). A key written
+		// after B1 could only let this round land by that write being
+		// claimed after B5; a key not written loses the round for
+		// liveness only. The round starts again under a new probe id.
 		return nil, fmt.Errorf("rebase B2: probe %s: %w (%v)", k, errProbeUnknown, err)
 	}
 	return nil, fmt.Errorf("rebase B2: key %s was written during each of 5 probes: the branch is busy (stop its writes and run again)", k)
+}
+
+// errProbeThrottled is a probe refused, not executed, probeSends times in
+// a row: the rebase stops (and abandons itself), naming the throttling.
+var errProbeThrottled = errors.New("was throttled")
+
+// probeSends bounds the sends of one probe answered "not executed"
+// (sendProbe); probePause is the first pause after one, doubled after each
+// (at most probePauseMax).
+const (
+	probeSends    = 10
+	probePause    = 50 * time.Millisecond
+	probePauseMax = 5 * time.Second
+)
+
+// sendProbe sends B2's probe of item under the round's probe id, and sends
+// it again, after a pause, while DynamoDB answers that it was not executed
+// (classifyErr: throttled, or the key held by a transaction), at most
+// probeSends times (review of S26-B1's fix, S26-B1a). Sending it again is
+// what the SDK's own retry does: every send carries the same condition
+// (changes and sig as read) and the same writes, so at most one lands, and
+// one landed earlier (a lost answer among the SDK's retries) makes the
+// next fail its condition, which the caller's re-read decides as any other
+// failure. A probe still refused after that stops the rebase, naming the
+// throttling (not the branch's writes).
+func (r *rebase) sendProbe(ctx context.Context, item map[string]ddbtypes.AttributeValue) (*dynamodb.UpdateItemOutput, error) {
+	pause := probePause
+	for n := 1; ; n++ {
+		out, err := r.api.UpdateItem(ctx, table.Probe(r.table, item, r.probeID))
+		if c := classifyErr(err); err == nil || c != classThrottle && c != classConflict {
+			return out, err
+		}
+		if n == probeSends {
+			return nil, fmt.Errorf("rebase B2: probe %s %w %d times (the table's write capacity is short: raise it, or run again later): %w", table.KeyOf(item), errProbeThrottled, n, err)
+		}
+		if serr := sleep(ctx, pause/2+mrand.N(pause/2+1)); serr != nil {
+			return nil, fmt.Errorf("rebase B2: probe %s: %w", table.KeyOf(item), err)
+		}
+		pause = min(2*pause, probePauseMax)
+	}
 }
 
 // staleMarks reads the checkpoint each open mark names: a mark whose batch
