@@ -255,16 +255,20 @@ func (r *countedRepair) round(ctx context.Context) error {
 	// R6: the pinned writes.
 	const fixed = 2 // the applied item's step, the loss count
 	chunks := packReportOps(ops, 100-fixed)
-	pin := table.RepairPinned{Tenant: o.Tenant, Branch: o.Branch, ID: o.ID, At: at}
 	for j, chunk := range chunks {
 		step := int64(j + 1)
+		// Each transaction sets its own token (S26-R1): the id alone is
+		// left there by this repair's transaction before, and an abandon
+		// moves the epoch as far without touching it.
+		token := fmt.Sprintf("%s/%d/%d", o.ID, r.res.Rounds, step)
+		pin := table.RepairPinned{Tenant: o.Tenant, Branch: o.Branch, ID: token, At: at}
 		items := append(slices.Clone(chunk), table.CountedRepairStep(r.coord, pin, step), table.LossesAsRead(r.coord, losses))
 		_, err := r.api.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: items})
 		if err != nil {
 			// Landed after all (a lost answer)? The epoch and this
-			// repair's id say: no other writer sets the id.
+			// transaction's token say: no other transaction sets it.
 			now, gerr := table.GetApplied(context.WithoutCancel(ctx), r.api, r.coord, o.Tenant, o.Branch)
-			if gerr != nil || now.Epoch != at.Epoch+step || now.Repaired != o.ID {
+			if gerr != nil || now.Epoch != at.Epoch+step || now.Repaired != token {
 				var tce *ddbtypes.TransactionCanceledException
 				if errors.As(err, &tce) || gerr == nil {
 					if r.res.Transactions > 0 {

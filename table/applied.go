@@ -119,8 +119,8 @@ type Applied struct {
 	FencedAt          string
 	// Rebased is the id of the last rebase that landed ("" none).
 	Rebased string
-	// Repaired is the id of the counted repair whose transaction last
-	// landed ("" none: AttrRepaired).
+	// Repaired is the token ("<id>/<round>/<j>") of the counted repair's
+	// transaction that last landed ("" none: AttrRepaired, S26-R1).
 	Repaired string
 	// Open holds the open marks (AttrOpen), sorted; nil when none.
 	Open []string

@@ -15,16 +15,21 @@ import (
 // update of the branch's applied item that rides in every transaction of
 // R6. The steps themselves are processor.CountedRepair.
 
-// AttrRepaired (S) on the applied item is the id of the counted repair
-// whose transaction last landed (R6 sets it with the epoch): a lost answer
-// of that transaction is told by it from another writer that moved the
-// epoch as far.
+// AttrRepaired (S) on the applied item is the token of the counted
+// repair's transaction that last landed ("<id>/<round>/<j>": R6 sets it
+// with the epoch): a lost answer of that transaction is told by it from
+// another writer that moved the epoch as far. Not the id alone (S26-R1):
+// the id is left there by the repair's transaction before, which an
+// abandon's epoch step would then pass for the next one.
 const AttrRepaired = "repaired"
 
 // RepairPinned is what a counted repair read of its branch's applied item
 // at R0 (and retired after R2) and pins in every transaction of R6.
 type RepairPinned struct {
-	Tenant, Branch, ID string
+	Tenant, Branch string
+	// ID is the transaction's token (AttrRepaired): the repair's id, its
+	// round and the transaction's number.
+	ID string
 	// At holds applied, probed, foreign, foreignAck and epoch as R0 read
 	// them and retired as read after R2.
 	At Applied
