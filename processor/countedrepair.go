@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	ddbtypes "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
@@ -36,6 +37,10 @@ type CountedRepairOptions struct {
 	// CoordinationTable holds the applied items (table.CoordinationTableName
 	// of the table when empty).
 	CoordinationTable string
+	// StreamARN is the ledger table's stream, to tell an open mark whose
+	// batch is still pending from a stale one (its batch abandoned: only a
+	// rebase removes it, S26-R2). Empty: the refusal names both.
+	StreamARN string
 	// Rounds bounds the rounds (R0 to R6) one call makes (default 3): a
 	// round whose pin fails starts again at R0.
 	Rounds int
@@ -140,7 +145,7 @@ func (r *countedRepair) round(ctx context.Context) error {
 	case at.Rebasing != "":
 		return r.refuse("rebase %s runs: let it end (or --abandon it), then repair", at.Rebasing)
 	case len(at.Open) > 0:
-		return r.refuse("a batch is half-committed (open marks %s): let its consumer finish it, or abandon it (ledgerctl abandon-batch), then repair", strings.Join(at.Open, ", "))
+		return r.refuseOpen(ctx, at.Open)
 	}
 	a := at.Applied + at.Probed
 	o.hook("R0")
@@ -291,6 +296,40 @@ func (r *countedRepair) round(ctx context.Context) error {
 	}
 	o.Log("R6: landed in %d transactions; epoch %d", len(chunks), r.res.Epoch)
 	return nil
+}
+
+// refuseOpen is R0's refusal of a branch with open marks (S26-R2): a mark
+// whose batch is still pending (its checkpoint's pending batch ends where
+// the mark says) is a batch half-committed, which its consumer finishes or
+// an abandon ends; a mark whose batch is no longer pending (abandoned:
+// abandon-batch, a trim) stays on the applied item until a rebase removes
+// it (B5), so that abandoning it again, or waiting, never lets the
+// counted repair run: it names the rebase.
+func (r *countedRepair) refuseOpen(ctx context.Context, open []string) error {
+	marks := strings.Join(open, ", ")
+	if r.o.StreamARN == "" {
+		return r.refuse("a batch is half-committed (open marks %s): let its consumer finish it, or abandon it (ledgerctl abandon-batch); a mark whose batch was abandoned stays until a rebase removes it: then rebase (docs/runbook.md, \"Rebasing a branch\")", marks)
+	}
+	var stale []string
+	for _, m := range open {
+		parts := strings.Split(m, "~")
+		if len(parts) != 3 || parts[1] == "" || parts[2] == "" {
+			return r.refuse("open mark %q names no batch ({label}~{shard}~{to}): rebase (docs/runbook.md, \"Rebasing a branch\")", m)
+		}
+		arn := r.o.StreamARN
+		if i := strings.LastIndex(arn, "/"); i >= 0 {
+			arn = arn[:i+1] + parts[0]
+		}
+		got, err := r.api.GetItem(ctx, &dynamodb.GetItemInput{TableName: &r.coord, Key: table.Key(aggregates.CheckpointKey(arn, parts[1])), ConsistentRead: aws.Bool(true)})
+		if err != nil {
+			return fmt.Errorf("counted repair R0: read the checkpoint of open mark %s: %w", m, err)
+		}
+		if cp, _ := table.DecodeCheckpoint(parts[1], got.Item); cp.Pending != nil && cp.Pending.To == parts[2] {
+			return r.refuse("a batch is half-committed (open mark %s: shard %s, batch through %s): let its consumer finish it, or abandon it (ledgerctl abandon-batch), then repair", m, parts[1], parts[2])
+		}
+		stale = append(stale, m)
+	}
+	return r.refuse("open marks %s of batches no longer pending (abandoned): only a rebase removes them; rebase (docs/runbook.md, \"Rebasing a branch\")", strings.Join(stale, ", "))
 }
 
 // fenceBranchHeads fences every old-layout head of a branch

@@ -3,10 +3,14 @@ package processor_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	ddbtypes "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -60,4 +64,61 @@ func TestReviewS26_R1_AnAbandonBetweenTwoTransactionsIsNotTakenForTheSecond(t *t
 	t.Logf("rounds %d, transactions %d, reports %d", res.Rounds, res.Transactions, res.Reports)
 	assert.Equal(t, 2, res.Rounds, "the second transaction did not land: a new round")
 	e.requireReconciled(t)
+}
+
+// S26-R2: an open mark of a batch no longer pending (abandoned by
+// abandon-batch or a trim) stays on the applied item until a rebase removes
+// it; the counted repair refused such a branch forever telling the
+// operator to let the consumer finish the batch or abandon it, which was
+// done. It now reads each mark's checkpoint (StreamARN) and names the
+// rebase for a stale mark (and keeps "half-committed" for a pending one).
+func TestReviewS26_R2_AnAbandonedBatchsOpenMarkNamesTheRebase(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t)
+	batch6Txs(t, e, 120)
+	crashMidBatch6(t, e, false)
+	var tenant, branch string
+	for _, item := range coordItems(t, e, "APPLIED#") {
+		if _, ok := item[table.AttrOpen]; ok {
+			pk, _ := table.String(item, table.AttrPK)
+			parts := strings.Split(pk, "#")
+			tenant, branch = parts[1], parts[2]
+			break
+		}
+	}
+	require.NotEmpty(t, branch, "a branch with an open mark")
+	_, err := e.ddb.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+		TableName: aws.String(table.CoordinationTableName(e.table)), Key: table.Key(aggregates.AppliedKey(tenant, branch)),
+		UpdateExpression:          aws.String("SET #fat = :now, #fa = if_not_exists(#f, :z)"),
+		ExpressionAttributeNames:  map[string]string{"#fat": table.AttrFencedAt, "#fa": table.AttrForeignAck, "#f": table.AttrForeign},
+		ExpressionAttributeValues: map[string]ddbtypes.AttributeValue{":now": sAV("2026-11-28T00:00:00Z"), ":z": nAV("0")}})
+	require.NoError(t, err)
+	repair := func() error {
+		_, err := processor.CountedRepair(ctx, e.ddb, e.table, processor.CountedRepairOptions{
+			Tenant: tenant, Branch: branch, StreamARN: e.streamARN, Log: t.Logf})
+		return err
+	}
+	err = repair()
+	require.ErrorIs(t, err, processor.ErrNotProven)
+	assert.Contains(t, err.Error(), "half-committed", "pending: its consumer finishes it")
+
+	shard := shardOf(t, e)
+	key := aggregates.CheckpointKey(e.streamARN, shard)
+	coord := table.CoordinationTableName(e.table)
+	out, err := e.ddb.GetItem(ctx, &dynamodb.GetItemInput{TableName: &coord, Key: table.Key(key), ConsistentRead: aws.Bool(true)})
+	require.NoError(t, err)
+	cp, err := table.DecodeCheckpoint(shard, out.Item)
+	require.NoError(t, err)
+	p, err := processor.New(e.ddb, processor.Config{Table: e.table}, nil)
+	require.NoError(t, err)
+	landed, err := p.AbandonCheckpoint(ctx, key, table.Abandon{Shard: shard, Prev: cp.Seq, Pending: cp.Pending, Now: time.Now().UTC()})
+	require.NoError(t, err)
+	require.True(t, landed)
+	require.NotEmpty(t, appliedOf(t, e, tenant, branch).Open, "the abandon leaves the mark")
+
+	err = repair()
+	require.ErrorIs(t, err, processor.ErrNotProven)
+	t.Log(err)
+	assert.NotContains(t, err.Error(), "half-committed", "abandoned: no consumer will finish it")
+	assert.Contains(t, err.Error(), "rebase", "only a rebase removes the mark")
 }

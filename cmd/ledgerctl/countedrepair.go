@@ -31,6 +31,12 @@ func (e *environment) countedRepairs(ctx context.Context, c processor.RebaseAPI,
 		byBranch[s] = append(byBranch[s], d)
 	}
 	var repaired, refused, old int
+	var streamARN string
+	if len(byBranch) > 0 {
+		if _, arn, err := e.streamOf(ctx, ""); err == nil {
+			streamARN = arn // without it, the refusal of an open mark names both causes
+		}
+	}
 	unproven := map[string]bool{}
 	for _, s := range slices.SortedFunc(maps.Keys(byBranch), func(a, b processor.Scope) int {
 		return strings.Compare(a.Tenant+"\x00"+a.Branch, b.Tenant+"\x00"+b.Branch)
@@ -54,7 +60,7 @@ func (e *environment) countedRepairs(ctx context.Context, c processor.RebaseAPI,
 			continue
 		}
 		res, err := processor.CountedRepair(ctx, c, e.table, processor.CountedRepairOptions{
-			Tenant: s.Tenant, Branch: s.Branch, CoordinationTable: e.coordination})
+			Tenant: s.Tenant, Branch: s.Branch, CoordinationTable: e.coordination, StreamARN: streamARN})
 		if res.RollupsUnproven {
 			unproven[s.Tenant] = true
 		}
