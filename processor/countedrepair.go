@@ -63,8 +63,10 @@ type CountedRepairResult struct {
 	Reports      int   // reports written in the last round
 	Fenced       int   // old-layout heads fenced at R1
 	Epoch        int64 // the epoch the last transaction set (0: none written)
-	// RollupsUnproven: a report's figures changed, its tenant's roll-ups
-	// did not follow (docs/exactly-once.md, "R as built", Roll-ups).
+	// RollupsUnproven: a report's figures changed, or may have (a
+	// transaction that changes figures was sent, whatever its outcome:
+	// S26-R3), its tenant's roll-ups did not follow (docs/exactly-once.md,
+	// "R as built", Roll-ups). Set on an error too.
 	RollupsUnproven   bool
 	RollupSharesMoved int
 }
@@ -268,6 +270,10 @@ func (r *countedRepair) round(ctx context.Context) error {
 		token := fmt.Sprintf("%s/%d/%d", o.ID, r.res.Rounds, step)
 		pin := table.RepairPinned{Tenant: o.Tenant, Branch: o.Branch, ID: token, At: at}
 		items := append(slices.Clone(chunk), table.CountedRepairStep(r.coord, pin, step), table.LossesAsRead(r.coord, losses))
+		// Sent: it may land whatever answer comes back (a lost answer, a
+		// late landing after the re-read), so the roll-ups are named
+		// unproven from here on (S26-R3).
+		r.res.RollupsUnproven = r.res.RollupsUnproven || rollups
 		_, err := r.api.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: items})
 		if err != nil {
 			// Landed after all (a lost answer)? The epoch and this
@@ -276,9 +282,6 @@ func (r *countedRepair) round(ctx context.Context) error {
 			if gerr != nil || now.Epoch != at.Epoch+step || now.Repaired != token {
 				var tce *ddbtypes.TransactionCanceledException
 				if errors.As(err, &tce) || gerr == nil {
-					if r.res.Transactions > 0 {
-						r.res.RollupsUnproven = r.res.RollupsUnproven || rollups
-					}
 					return &roundAgain{fmt.Sprintf("R6 transaction %d of %d did not land (%v)", j+1, len(chunks), err)}
 				}
 				return fmt.Errorf("counted repair R6 transaction %d of %d: %w", j+1, len(chunks), err)
@@ -286,7 +289,6 @@ func (r *countedRepair) round(ctx context.Context) error {
 		}
 		r.res.Transactions++
 		r.res.Epoch = at.Epoch + step
-		r.res.RollupsUnproven = r.res.RollupsUnproven || rollups
 	}
 	for _, s := range shares {
 		if err := passOnRollupShare(ctx, r.api, r.table, s.k, s.item, stamp); err != nil {

@@ -122,3 +122,35 @@ func TestReviewS26_R2_AnAbandonedBatchsOpenMarkNamesTheRebase(t *testing.T) {
 	assert.NotContains(t, err.Error(), "half-committed", "abandoned: no consumer will finish it")
 	assert.Contains(t, err.Error(), "rebase", "only a rebase removes the mark")
 }
+
+// S26-R3: a transaction of R6 whose outcome is unknown (its answer lost,
+// and the re-read failing too) may have landed and changed report figures;
+// the repair stopped with the error and RollupsUnproven false (it was set
+// for transactions known to have landed only), and ledgerctl, on the error,
+// returned before naming any tenant's roll-ups. Now every transaction sent
+// with a figure change sets it, whatever its outcome.
+func TestReviewS26_R3_AnUnknownOutcomeNamesTheRollupsUnproven(t *testing.T) {
+	e := newEnv(t)
+	writeTxn(t, e, "u", "2024-06-03", "t1", "10")
+	c := newConsumer(t, e, "marker", nil, processor.Config{})
+	c.pass()
+	markRebased(t, e, "u")
+	damage(t, e, reportKey("u", aggregates.Monthly, "2024-06"), "1")
+	var lost atomic.Bool
+	e.faults.Decide = func(op string) ledgertest.Fault {
+		switch {
+		case op == "TransactWriteItems":
+			lost.Store(true)
+			return ledgertest.LoseAnswer
+		case op == "GetItem" && lost.Load():
+			return ledgertest.Drop
+		}
+		return ledgertest.Pass
+	}
+	res, err := countedRepair(t, e.faulty, e, "u", nil)
+	e.faults.Decide = nil
+	require.Error(t, err)
+	t.Log(err)
+	e.requireReconciled(t) // it landed: the report moved, its roll-up did not follow
+	assert.True(t, res.RollupsUnproven, "a report's figures changed: the roll-ups are named")
+}

@@ -70,6 +70,10 @@ func (e *environment) countedRepairs(ctx context.Context, c processor.RebaseAPI,
 			fmt.Fprintf(e.stdout, "left alone (%v)\n", err)
 			continue
 		case err != nil:
+			// A transaction may have landed (S26-R3): name the roll-ups.
+			if res.RollupsUnproven {
+				fmt.Fprintf(e.stdout, "report figures of tenant %s may have changed: its roll-ups are unproven after the counted repair (reconcile, then the quiescent roll-up repair: docs/runbook.md, \"Repairing tenant roll-ups\")\n", s.Tenant)
+			}
 			return nil, nil, err
 		}
 		repaired++
