@@ -105,13 +105,7 @@ func TestReviewS26_B1_ALostProbeThenAWriteBeforeTheReReadIsNeverTakenForTheRebas
 	t.Logf("rounds %d, probes %d", res.Rounds, res.Probes)
 	c.pass()
 	after := appliedOf(t, e, "acme", "sp")
-	var sum int64
-	for _, item := range scanAll(t, e) {
-		if pk, _ := table.String(item, table.AttrPK); pk == aggregates.TransactionPK("acme", "sp") {
-			n, _ := table.Changes(item)
-			sum += n
-		}
-	}
+	sum := changesOf(t, e, "acme", "sp")
 	assert.Equal(t, sum, after.Applied+after.Probed, "applied + probed = Σ changes")
 	assert.Empty(t, after.Rebasing)
 	assert.Empty(t, after.ProbedBy, "the counts of every probe id used are removed")
