@@ -214,13 +214,7 @@ func TestRebase_AnotherRebasesProbeCommittedMeanwhileStartsTheRoundAgain(t *test
 	assert.Contains(t, strings.Join(steps, "\n"), "probes of another rebase")
 	c.pass()
 	after := appliedOf(t, e, "acme", "sp")
-	var sum int64
-	for _, item := range scanAll(t, e) {
-		if pk, _ := table.String(item, table.AttrPK); pk == aggregates.TransactionPK("acme", "sp") {
-			n, _ := table.Changes(item)
-			sum += n
-		}
-	}
+	sum := changesOf(t, e, "acme", "sp")
 	assert.Equal(t, sum, after.Applied+after.Probed, "applied + probed = Σ changes")
 	e.requireReconciled(t)
 }
@@ -285,4 +279,18 @@ func (c *consumer) passEvery(d time.Duration) (stop, done chan struct{}) {
 		}
 	}()
 	return stop, done
+}
+
+// changesOf is Σ changes over the transaction items of tenant/branch in
+// the env's table (tombstones included).
+func changesOf(t *testing.T, e *env, tenant, branch string) int64 {
+	t.Helper()
+	var sum int64
+	for _, item := range scanAll(t, e) {
+		if pk, _ := table.String(item, table.AttrPK); pk == aggregates.TransactionPK(tenant, branch) {
+			n, _ := table.Changes(item)
+			sum += n
+		}
+	}
+	return sum
 }

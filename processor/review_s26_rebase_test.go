@@ -105,13 +105,7 @@ func TestReviewS26_B1_ALostProbeThenAWriteBeforeTheReReadIsNeverTakenForTheRebas
 	t.Logf("rounds %d, probes %d", res.Rounds, res.Probes)
 	c.pass()
 	after := appliedOf(t, e, "acme", "sp")
-	var sum int64
-	for _, item := range scanAll(t, e) {
-		if pk, _ := table.String(item, table.AttrPK); pk == aggregates.TransactionPK("acme", "sp") {
-			n, _ := table.Changes(item)
-			sum += n
-		}
-	}
+	sum := changesOf(t, e, "acme", "sp")
 	assert.Equal(t, sum, after.Applied+after.Probed, "applied + probed = Σ changes")
 	assert.Empty(t, after.Rebasing)
 	assert.Empty(t, after.ProbedBy, "the counts of every probe id used are removed")
@@ -207,20 +201,7 @@ func TestReviewS26_B3_AnAbandonedRebaseNeverPinsAgainInItsNextRound(t *testing.T
 func TestReviewS26_B5_AReportsWritesAreNeverCutBetweenTwoTransactionsOfB5(t *testing.T) {
 	ctx := context.Background()
 	e := newEnv(t)
-	day := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	for i := range 93 {
-		d := day.AddDate(0, 0, i).Format("2006-01-02")
-		rtx{"acme", "sp", "BRL", d, fmt.Sprintf("t%02d", i), "INCOME", "1", fmt.Sprintf("cat%02d", i%40)}.put(t, e, "")
-	}
-	c := newConsumer(t, e, "batch", nil, processor.Config{})
-	c.pass()
-	// Every report of the branch lost: B5 writes them all.
-	for _, item := range scanAll(t, e) {
-		if pk, _ := table.String(item, table.AttrPK); pk == aggregates.ReportPK("acme", "sp") {
-			_, err := e.ddb.DeleteItem(ctx, &dynamodb.DeleteItemInput{TableName: &e.table, Key: table.Key(table.KeyOf(item))})
-			require.NoError(t, err)
-		}
-	}
+	c := ninetyThreeDaysLost(t, e) // every report of the branch lost: B5 writes them all
 	stop, done := c.passEvery(20 * time.Millisecond)
 	var mu sync.Mutex
 	inTx := map[string][]int{} // the yearly report's writes: the transactions they were in
@@ -265,19 +246,7 @@ func TestReviewS26_B5_AReportsWritesAreNeverCutBetweenTwoTransactionsOfB5(t *tes
 func TestReviewS26_B7_ARebaseThatStopsAfterALandedTransactionNamesTheRollups(t *testing.T) {
 	ctx := context.Background()
 	e := newEnv(t)
-	day := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	for i := range 93 {
-		d := day.AddDate(0, 0, i).Format("2006-01-02")
-		rtx{"acme", "sp", "BRL", d, fmt.Sprintf("t%02d", i), "INCOME", "1", fmt.Sprintf("cat%02d", i%40)}.put(t, e, "")
-	}
-	c := newConsumer(t, e, "batch", nil, processor.Config{})
-	c.pass()
-	for _, item := range scanAll(t, e) {
-		if pk, _ := table.String(item, table.AttrPK); pk == aggregates.ReportPK("acme", "sp") {
-			_, err := e.ddb.DeleteItem(ctx, &dynamodb.DeleteItemInput{TableName: &e.table, Key: table.Key(table.KeyOf(item))})
-			require.NoError(t, err)
-		}
-	}
+	c := ninetyThreeDaysLost(t, e)
 	stop, done := make(chan struct{}), make(chan struct{})
 	var paused sync.Mutex // held by the hook while it commits
 	go func() {
@@ -307,4 +276,25 @@ func TestReviewS26_B7_ARebaseThatStopsAfterALandedTransactionNamesTheRollups(t *
 	<-done
 	require.ErrorIs(t, err, processor.ErrRebaseBusy)
 	assert.Contains(t, err.Error(), "roll-ups are unproven")
+}
+
+// ninetyThreeDaysLost commits 93 daily transactions of acme/sp (40
+// categories: the yearly report has 8 entry items) with a batch consumer,
+// then deletes every report item of the branch, and returns the consumer.
+func ninetyThreeDaysLost(t *testing.T, e *env) *consumer {
+	t.Helper()
+	day := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	for i := range 93 {
+		d := day.AddDate(0, 0, i).Format("2006-01-02")
+		rtx{"acme", "sp", "BRL", d, fmt.Sprintf("t%02d", i), "INCOME", "1", fmt.Sprintf("cat%02d", i%40)}.put(t, e, "")
+	}
+	c := newConsumer(t, e, "batch", nil, processor.Config{})
+	c.pass()
+	for _, item := range scanAll(t, e) {
+		if pk, _ := table.String(item, table.AttrPK); pk == aggregates.ReportPK("acme", "sp") {
+			_, err := e.ddb.DeleteItem(context.Background(), &dynamodb.DeleteItemInput{TableName: &e.table, Key: table.Key(table.KeyOf(item))})
+			require.NoError(t, err)
+		}
+	}
+	return c
 }

@@ -16,10 +16,7 @@ import (
 
 func TestCompact_RetiresOldTombstonesAndRefusesLessThanTheStreamsRetention(t *testing.T) {
 	ctx := context.Background()
-	table := ddbtest.TableName(t)
-	env := map[string]string{"LEDGER_TABLE": table, "AWS_ENDPOINT_URL": ddbtest.Endpoint(t)}
-	code, _, errOut := run(t, env, "table", "create")
-	require.Equal(t, exitOK, code, errOut)
+	table, env := createdTable(t)
 
 	c := ddbtest.Client(t)
 	k := aggregates.TransactionKey("acme", "north", aggregates.Date{Year: 2026, Month: 1, Day: 2}, "01JD0000000000000000000000")
@@ -30,7 +27,7 @@ func TestCompact_RetiresOldTombstonesAndRefusesLessThanTheStreamsRetention(t *te
 	_, err := c.PutItem(ctx, &dynamodb.PutItemInput{TableName: &table, Item: item})
 	require.NoError(t, err)
 
-	code, _, errOut = run(t, env, "compact", "--older-than", "23h")
+	code, _, errOut := run(t, env, "compact", "--older-than", "23h")
 	assert.Equal(t, exitError, code)
 	assert.Contains(t, errOut, "younger than the stream's retention")
 

@@ -180,6 +180,17 @@ func TestReconcileRepair_StrayItemIsNamedDeletedAndTheRestRepaired(t *testing.T)
 
 // passer is a consumer of cfg over the table of streamARN: each call
 // processes every record so far (the guard skips what is committed).
+// createdTable is a new table (and its coordination table) made by
+// `ledgerctl table create`, with the environment that names it.
+func createdTable(t *testing.T) (table string, env map[string]string) {
+	t.Helper()
+	table = ddbtest.TableName(t)
+	env = map[string]string{"LEDGER_TABLE": table, "AWS_ENDPOINT_URL": ddbtest.Endpoint(t)}
+	code, _, errOut := run(t, env, "table", "create")
+	require.Equal(t, exitOK, code, errOut)
+	return table, env
+}
+
 func passer(t testing.TB, c processor.DynamoDB, streamARN string, cfg processor.Config) func() {
 	t.Helper()
 	ctx := context.Background()

@@ -28,10 +28,7 @@ import (
 // fenced (every head a commit of this version wrote) stays fenced.
 func TestReconcile_RepairRefusedUnderAHigherProtocolReadingWorks(t *testing.T) {
 	ctx := context.Background()
-	table := ddbtest.TableName(t)
-	env := map[string]string{"LEDGER_TABLE": table, "AWS_ENDPOINT_URL": ddbtest.Endpoint(t)}
-	code, _, errOut := run(t, env, "table", "create")
-	require.Equal(t, exitOK, code, errOut)
+	table, env := createdTable(t)
 
 	c := ddbtest.Client(t)
 	require.NoError(t, ledgertest.NewWorkload(25).Run(ctx, c, table, 60))

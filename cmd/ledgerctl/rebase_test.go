@@ -28,10 +28,7 @@ import (
 // `unfence` then clears fencedAt with the fences.
 func TestRebase_TheCommandRebasesABranchWhileAConsumerCommits(t *testing.T) {
 	ctx := context.Background()
-	table := ddbtest.TableName(t)
-	env := map[string]string{"LEDGER_TABLE": table, "AWS_ENDPOINT_URL": ddbtest.Endpoint(t)}
-	code, _, errOut := run(t, env, "table", "create")
-	require.Equal(t, exitOK, code, errOut)
+	table, env := createdTable(t)
 	coord := ledgertable.CoordinationTableName(table)
 	c := ddbtest.Client(t)
 	require.NoError(t, ledgertest.NewWorkload(2626).Run(ctx, c, table, 60))
@@ -90,7 +87,7 @@ func TestRebase_TheCommandRebasesABranchWhileAConsumerCommits(t *testing.T) {
 			}
 		}
 	}()
-	code, out, errOut = run(t, env, "reconcile", "--repair", "--rebase", "--tenant", tenant, "--branch", branch, "--wait", "1m")
+	code, out, errOut := run(t, env, "reconcile", "--repair", "--rebase", "--tenant", tenant, "--branch", branch, "--wait", "1m")
 	once.Do(func() { close(stop) })
 	<-done
 	require.Equal(t, exitOK, code, out+errOut)
@@ -125,14 +122,11 @@ func TestRebase_TheCommandRebasesABranchWhileAConsumerCommits(t *testing.T) {
 // checked before anything.
 func TestRebase_ARunningRebaseRefusesAnotherUntilAbandoned(t *testing.T) {
 	ctx := context.Background()
-	table := ddbtest.TableName(t)
-	env := map[string]string{"LEDGER_TABLE": table, "AWS_ENDPOINT_URL": ddbtest.Endpoint(t)}
-	code, _, errOut := run(t, env, "table", "create")
-	require.Equal(t, exitOK, code, errOut)
+	table, env := createdTable(t)
 	coord := ledgertable.CoordinationTableName(table)
 	c := ddbtest.Client(t)
 
-	code, _, errOut = run(t, env, "reconcile", "--rebase", "--tenant", "acme", "--branch", "north")
+	code, _, errOut := run(t, env, "reconcile", "--rebase", "--tenant", "acme", "--branch", "north")
 	require.Equal(t, exitError, code)
 	assert.Contains(t, errOut, "go with --repair --rebase")
 
@@ -164,13 +158,10 @@ func TestRebase_ARunningRebaseRefusesAnotherUntilAbandoned(t *testing.T) {
 // nothing runs.
 func TestRebase_HoldSetsAndReleasesTheBranchsWriteHold(t *testing.T) {
 	ctx := context.Background()
-	table := ddbtest.TableName(t)
-	env := map[string]string{"LEDGER_TABLE": table, "AWS_ENDPOINT_URL": ddbtest.Endpoint(t)}
-	code, _, errOut := run(t, env, "table", "create")
-	require.Equal(t, exitOK, code, errOut)
+	table, env := createdTable(t)
 	c := ddbtest.Client(t)
 
-	code, _, errOut = run(t, env, "reconcile", "--repair", "--rebase", "--hold", "--hold-wait", "1ms", "--tenant", "acme", "--branch", "north")
+	code, _, errOut := run(t, env, "reconcile", "--repair", "--rebase", "--hold", "--hold-wait", "1ms", "--tenant", "acme", "--branch", "north")
 	require.Equal(t, exitError, code)
 	assert.Contains(t, errOut, "hold the writes of acme/north")
 

@@ -22,10 +22,7 @@ import (
 // releases it too, with or without a pin of that id.
 func TestReviewS26_B4_AbandonReleasesTheHoldOfADeadRebase(t *testing.T) {
 	ctx := context.Background()
-	table := ddbtest.TableName(t)
-	env := map[string]string{"LEDGER_TABLE": table, "AWS_ENDPOINT_URL": ddbtest.Endpoint(t)}
-	code, _, errOut := run(t, env, "table", "create")
-	require.Equal(t, exitOK, code, errOut)
+	table, env := createdTable(t)
 	coord := ledgertable.CoordinationTableName(table)
 	c := ddbtest.Client(t)
 	held := func(branch string) bool {
@@ -64,10 +61,7 @@ func TestReviewS26_B4_AbandonReleasesTheHoldOfADeadRebase(t *testing.T) {
 // removed both. unfence refuses while any branch's rebasing is set.
 func TestReviewS26_B6_UnfenceRefusesWhileABranchIsRebased(t *testing.T) {
 	ctx := context.Background()
-	table := ddbtest.TableName(t)
-	env := map[string]string{"LEDGER_TABLE": table, "AWS_ENDPOINT_URL": ddbtest.Endpoint(t)}
-	code, _, errOut := run(t, env, "table", "create")
-	require.Equal(t, exitOK, code, errOut)
+	table, env := createdTable(t)
 	coord := ledgertable.CoordinationTableName(table)
 	c := ddbtest.Client(t)
 	_, err := c.UpdateItem(ctx, ledgertable.RebasePin(coord, "acme", "north", "rb-live"))

@@ -32,10 +32,7 @@ import (
 // as it commits the rest, and the reports reconcile.
 func TestUnfence_RestoresBothLayoutsAndTheReportsReconcile(t *testing.T) {
 	ctx := context.Background()
-	table := ddbtest.TableName(t)
-	env := map[string]string{"LEDGER_TABLE": table, "AWS_ENDPOINT_URL": ddbtest.Endpoint(t)}
-	code, _, errOut := run(t, env, "table", "create")
-	require.Equal(t, exitOK, code, errOut)
+	table, env := createdTable(t)
 	coord := ledgertable.CoordinationTableName(table)
 
 	c := ddbtest.Client(t)
