@@ -207,51 +207,9 @@ func (r *countedRepair) round(ctx context.Context) error {
 	}
 
 	// R5: the target is the fold.
-	keys := map[aggregates.ReportKey]bool{}
-	for _, k := range fold.Keys() {
-		keys[k] = true
-	}
-	for k := range stored {
-		keys[k] = true
-	}
 	stamp := o.Now().UTC().Format(time.RFC3339Nano)
-	var ops []reportOps
-	type share struct {
-		k    aggregates.ReportKey
-		item map[string]ddbtypes.AttributeValue
-	}
-	var shares []share
-	rollups := false
-	for _, k := range slices.SortedFunc(func(yield func(aggregates.ReportKey) bool) {
-		for k := range keys {
-			if !yield(k) {
-				return
-			}
-		}
-	}, func(a, b aggregates.ReportKey) int { return strings.Compare(a.Key().SK, b.Key().SK) }) {
-		d, ok := compareReport(k, fold.Report(k), stored[k])
-		if !ok {
-			continue
-		}
-		d.currency = fold.Currency(k)
-		if sr := stored[k]; d.currency == "" && sr != nil && sr.Item != nil {
-			d.currency, _ = table.String(sr.Item, table.AttrCurrency)
-		}
-		if d.Stored == nil || !sameReport(d.Stored, d.Expected) {
-			rollups = true
-		}
-		g := rebaseReportOps(r.table, d, stamp)
-		if d.stored != nil {
-			for _, e := range d.stored.Parked {
-				if _, ok := table.RollupShare(e); ok {
-					shares = append(shares, share{k, e})
-					continue
-				}
-				g.rest = append(g.rest, ddbtypes.TransactWriteItem{Delete: &ddbtypes.Delete{TableName: &r.table, Key: table.Key(keyOfItem(e))}})
-			}
-		}
-		ops = append(ops, g)
-	}
+	target := foldTargetOps(r.table, fold, stored, stamp)
+	ops, rollups := target.ops, target.figures
 	o.Log("R0-R5: A = W = %d; %d reports to write", a, len(ops))
 	r.res.Reports = len(ops)
 	if len(ops) == 0 {
@@ -290,7 +248,7 @@ func (r *countedRepair) round(ctx context.Context) error {
 		r.res.Transactions++
 		r.res.Epoch = at.Epoch + step
 	}
-	for _, s := range shares {
+	for _, s := range target.shares {
 		if err := passOnRollupShare(ctx, r.api, r.table, s.k, s.item, stamp); err != nil {
 			return fmt.Errorf("counted repair of %s/%s landed; passing on the roll-up share of parked delta %s: %w (run it again)", o.Tenant, o.Branch, keyOfItem(s.item), err)
 		}

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"maps"
 	mrand "math/rand/v2"
 	"slices"
 	"strings"
@@ -332,51 +333,11 @@ func (r *rebase) round(ctx context.Context) error {
 	}, nil); err != nil {
 		return err
 	}
-	keys := map[aggregates.ReportKey]bool{}
-	for _, k := range fold.Keys() {
-		keys[k] = true
-	}
-	for k := range stored {
-		keys[k] = true
-	}
 	stamp := o.Now().UTC().Format(time.RFC3339Nano)
-	var ops []reportOps
-	type share struct {
-		k    aggregates.ReportKey
-		item map[string]ddbtypes.AttributeValue
-	}
-	var shares []share
-	written := 0
-	for _, k := range slices.SortedFunc(func(yield func(aggregates.ReportKey) bool) {
-		for k := range keys {
-			if !yield(k) {
-				return
-			}
-		}
-	}, func(a, b aggregates.ReportKey) int { return strings.Compare(a.Key().SK, b.Key().SK) }) {
-		d, ok := compareReport(k, fold.Report(k), stored[k])
-		if !ok {
-			continue
-		}
-		d.currency = fold.Currency(k)
-		if sr := stored[k]; d.currency == "" && sr != nil && sr.Item != nil {
-			d.currency, _ = table.String(sr.Item, table.AttrCurrency)
-		}
-		if d.Stored == nil || !sameReport(d.Stored, d.Expected) {
-			r.res.RollupsUnproven = true
-		}
-		written++
-		g := rebaseReportOps(r.table, d, stamp)
-		if d.stored != nil {
-			for _, e := range d.stored.Parked {
-				if _, ok := table.RollupShare(e); ok {
-					shares = append(shares, share{k, e})
-					continue
-				}
-				g.rest = append(g.rest, ddbtypes.TransactWriteItem{Delete: &ddbtypes.Delete{TableName: &r.table, Key: table.Key(keyOfItem(e))}})
-			}
-		}
-		ops = append(ops, g)
+	target := foldTargetOps(r.table, fold, stored, stamp)
+	ops, written := target.ops, len(target.ops)
+	if target.figures {
+		r.res.RollupsUnproven = true
 	}
 	nops := 0
 	for _, g := range ops {
@@ -443,7 +404,7 @@ func (r *rebase) round(ctx context.Context) error {
 	}
 	// Parked deltas with a roll-up share: each deleted with the put of its
 	// share as a roll-up repair delta, as the repair does (R-a).
-	for _, s := range shares {
+	for _, s := range target.shares {
 		if err := passOnRollupShare(ctx, r.api, r.table, s.k, s.item, stamp); err != nil {
 			return fmt.Errorf("rebase %s landed; passing on the roll-up share of parked delta %s: %w (reconcile --repair deletes it)", o.ID, keyOfItem(s.item), err)
 		}
@@ -493,13 +454,18 @@ func packReportOps(reports []reportOps, room int) [][]ddbtypes.TransactWriteItem
 	return chunks
 }
 
-// rebaseReportOps are the writes that make report d hold d.Expected, as
-// the repair's (repairReport) but without its parked deltas, for one of
-// B5's pinned transactions.
-func rebaseReportOps(tableName string, d Difference, stamp string) reportOps {
+// targetWrites are the writes that make report d hold d.Expected: the
+// report item (or the check that it is absent) and what changes a name's
+// place in first, the entry items in rest; parked deltas are the caller's.
+// fenceNew fences a head the writes create, as every head protocol 4
+// writes (F): the rebase and the counted repair set it, the repair of
+// protocol 3 keeps an absent head in the old layout.
+func targetWrites(tableName string, d Difference, stamp string, fenceNew bool) reportOps {
 	hasItem := d.stored != nil && d.stored.Item != nil
 	var ops reportOps
 	if !hasItem && d.Expected.IsZero() {
+		// No report to write: only stale items to delete, while no report
+		// item appears meanwhile.
 		ops.first = append(ops.first, table.ReportAbsent(tableName, d.Report))
 		if d.stored != nil {
 			for _, e := range d.stored.Entries {
@@ -512,13 +478,15 @@ func rebaseReportOps(tableName string, d Difference, stamp string) reportOps {
 	if d.currency != "" {
 		ri.Item[table.AttrCurrency] = table.S(d.currency)
 	}
-	if !hasItem {
-		// A head the rebase creates is fenced, as every head protocol 4
-		// writes (F): no commit of protocol 3 can then update it.
+	if !hasItem && fenceNew {
+		// No commit of protocol 3 can then update it.
 		ri.Item[table.AttrTxCount] = ri.Item[table.AttrTransactionCount]
 		ri.Item[table.AttrTransactionCount] = table.S(table.HeadFence)
 	}
 	ops.first = append(ops.first, table.RepairHead(tableName, ri.Item, hasItem, d.seen))
+	// What changes a name's place goes with the report item: the entry
+	// items of names now inline (at most 3 × 32), then the entry items of
+	// names moved out of a damaged map.
 	for _, k := range ri.Deletes {
 		ops.first = append(ops.first, ddbtypes.TransactWriteItem{Delete: &ddbtypes.Delete{TableName: &tableName, Key: table.Key(k)}})
 	}
@@ -529,6 +497,60 @@ func rebaseReportOps(tableName string, d Difference, stamp string) reportOps {
 		ops.rest = append(ops.rest, ddbtypes.TransactWriteItem{Put: &ddbtypes.Put{TableName: &tableName, Item: e}})
 	}
 	return ops
+}
+
+// parkedShare is a parked delta that carries a roll-up share: deleted
+// with the put of its share as a roll-up repair delta once the report's
+// writes have landed (R-a, passOnRollupShare).
+type parkedShare struct {
+	k    aggregates.ReportKey
+	item map[string]ddbtypes.AttributeValue
+}
+
+// foldTarget is what makes a branch's stored reports hold a fold.
+type foldTarget struct {
+	ops     []reportOps   // per report that differs, in key order; plain parked deltas deleted in rest
+	shares  []parkedShare // parked deltas with a roll-up share, for after the ops
+	figures bool          // some report's figures change: the tenant's roll-ups are unproven
+}
+
+// foldTargetOps are the writes of the rebase's B4 and the counted repair's
+// R5: every report of fold or stored that differs, made to hold the fold,
+// heads they create fenced.
+func foldTargetOps(tableName string, fold *aggregates.Fold, stored table.ReportSet, stamp string) foldTarget {
+	keys := map[aggregates.ReportKey]bool{}
+	for _, k := range fold.Keys() {
+		keys[k] = true
+	}
+	for k := range stored {
+		keys[k] = true
+	}
+	var t foldTarget
+	for _, k := range slices.SortedFunc(maps.Keys(keys), func(a, b aggregates.ReportKey) int { return strings.Compare(a.Key().SK, b.Key().SK) }) {
+		d, ok := compareReport(k, fold.Report(k), stored[k])
+		if !ok {
+			continue
+		}
+		d.currency = fold.Currency(k)
+		if sr := stored[k]; d.currency == "" && sr != nil && sr.Item != nil {
+			d.currency, _ = table.String(sr.Item, table.AttrCurrency)
+		}
+		if d.Stored == nil || !sameReport(d.Stored, d.Expected) {
+			t.figures = true
+		}
+		g := targetWrites(tableName, d, stamp, true)
+		if d.stored != nil {
+			for _, e := range d.stored.Parked {
+				if _, ok := table.RollupShare(e); ok {
+					t.shares = append(t.shares, parkedShare{k, e})
+					continue
+				}
+				g.rest = append(g.rest, ddbtypes.TransactWriteItem{Delete: &ddbtypes.Delete{TableName: &tableName, Key: table.Key(keyOfItem(e))}})
+			}
+		}
+		t.ops = append(t.ops, g)
+	}
+	return t
 }
 
 // probe is B2 for one key read as item: the probe image, or nil for a key

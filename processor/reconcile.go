@@ -650,39 +650,11 @@ func Repair(ctx context.Context, api ReconcileAPI, tableName string, diffs []Dif
 // repairReport writes one report's repair; landed is whether its first
 // transaction did, whole whether all did.
 func repairReport(ctx context.Context, api ReconcileAPI, tableName string, d Difference, stamp string) (landed, whole bool, err error) {
-	ri := table.EncodeRepair(d.Report, d.Expected, d.stored, stamp)
-	if d.currency != "" {
-		ri.Item[table.AttrCurrency] = table.S(d.currency)
-	}
-	hasItem := d.stored != nil && d.stored.Item != nil
-	// What changes a name's place goes first, into the transaction that
-	// writes the report item: the entry items of names now inline (at most
-	// 3 × 32), then the entry items of names moved out of a damaged map.
-	var ops []ddbtypes.TransactWriteItem
-	for _, k := range ri.Deletes {
-		ops = append(ops, ddbtypes.TransactWriteItem{Delete: &ddbtypes.Delete{TableName: &tableName, Key: table.Key(k)}})
-	}
-	for _, e := range ri.Moved {
-		ops = append(ops, ddbtypes.TransactWriteItem{Put: &ddbtypes.Put{TableName: &tableName, Item: e}})
-	}
-	for _, e := range ri.Entries {
-		ops = append(ops, ddbtypes.TransactWriteItem{Put: &ddbtypes.Put{TableName: &tableName, Item: e}})
-	}
-	var guard ddbtypes.TransactWriteItem // what every transaction after the first requires
-	var first []ddbtypes.TransactWriteItem
-	if !hasItem && d.Expected.IsZero() {
-		// No report to write: only stale items to delete, while no report
-		// item appears meanwhile.
-		ops = nil
-		if d.stored != nil {
-			for _, e := range d.stored.Entries {
-				ops = append(ops, ddbtypes.TransactWriteItem{Delete: &ddbtypes.Delete{TableName: &tableName, Key: table.Key(keyOfItem(e))}})
-			}
-		}
-		guard = table.ReportAbsent(tableName, d.Report)
-		first = []ddbtypes.TransactWriteItem{guard}
-	} else {
-		first = []ddbtypes.TransactWriteItem{table.RepairHead(tableName, ri.Item, hasItem, d.seen)}
+	g := targetWrites(tableName, d, stamp, false)
+	first := slices.Clip(g.first[:1])
+	ops := append(slices.Clone(g.first[1:]), g.rest...)
+	guard := first[0] // what every transaction after the first requires
+	if hasItem := d.stored != nil && d.stored.Item != nil; hasItem || !d.Expected.IsZero() {
 		guard = table.RepairGuard(tableName, d.Report, stamp)
 	}
 	chunk := first
