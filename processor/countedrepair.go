@@ -314,10 +314,10 @@ func (r *countedRepair) refuseOpen(ctx context.Context, open []string) error {
 	}
 	var stale []string
 	for _, m := range open {
-		parts := strings.Split(m, "~")
-		if len(parts) != 3 || parts[1] == "" || parts[2] == "" {
-			return r.refuse("open mark %q names no batch ({label}~{shard}~{to}): rebase (docs/runbook.md, \"Rebasing a branch\")", m)
+		if !table.WellFormedOpenMark(m) {
+			return r.refuse("open mark %q names no batch ({label}~{shard}~{to}): no consumer writes such a mark (a foreign write, or a bug), so no batch will ever remove it; rebase with --drop-malformed-open, which removes it under the pin (docs/runbook.md, \"Rebasing a branch\")", m)
 		}
+		parts := strings.Split(m, "~")
 		arn := r.o.StreamARN
 		if i := strings.LastIndex(arn, "/"); i >= 0 {
 			arn = arn[:i+1] + parts[0]

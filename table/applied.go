@@ -331,6 +331,16 @@ func CountAppliedClose(coord string, c AppliedCount, id string) types.TransactWr
 	return w
 }
 
+// WellFormedOpenMark reports whether m has the form of every open mark a
+// consumer writes, {label}~{shard}~{to} (processor's commit6: the stream's
+// label, the shard, the batch's last sequence number; the shard and the
+// last record not empty). A mark of another form is written by no
+// consumer, so no group of any batch removes it or counts with it.
+func WellFormedOpenMark(m string) bool {
+	parts := strings.Split(m, "~")
+	return len(parts) == 3 && parts[1] != "" && parts[2] != ""
+}
+
 // OpenApplied marks the branch's applied item open for the batch id (plan
 // layout 6: the group of the branch's first report part, when its last is
 // in a later group).
