@@ -309,14 +309,16 @@ func (r *countedRepair) round(ctx context.Context) error {
 // counted repair run: it names the rebase.
 func (r *countedRepair) refuseOpen(ctx context.Context, open []string) error {
 	marks := strings.Join(open, ", ")
+	for _, m := range open {
+		if !table.WellFormedOpenMark(m) {
+			return r.refuse("open mark %q names no batch ({label}~{shard}~{to}): no consumer writes such a mark (a foreign write, or a bug), so no batch will ever remove it; rebase with --drop-malformed-open, which removes it under the pin (docs/runbook.md, \"Rebasing a branch\")", m)
+		}
+	}
 	if r.o.StreamARN == "" {
 		return r.refuse("a batch is half-committed (open marks %s): let its consumer finish it, or abandon it (ledgerctl abandon-batch); a mark whose batch was abandoned stays until a rebase removes it: then rebase (docs/runbook.md, \"Rebasing a branch\")", marks)
 	}
 	var stale []string
 	for _, m := range open {
-		if !table.WellFormedOpenMark(m) {
-			return r.refuse("open mark %q names no batch ({label}~{shard}~{to}): no consumer writes such a mark (a foreign write, or a bug), so no batch will ever remove it; rebase with --drop-malformed-open, which removes it under the pin (docs/runbook.md, \"Rebasing a branch\")", m)
-		}
 		parts := strings.Split(m, "~")
 		arn := r.o.StreamARN
 		if i := strings.LastIndex(arn, "/"); i >= 0 {

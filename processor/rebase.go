@@ -642,13 +642,16 @@ func (r *rebase) sendProbe(ctx context.Context, item map[string]ddbtypes.Attribu
 // is still pending refuses the rebase; the others are stale, removed by B5.
 func (r *rebase) staleMarks(ctx context.Context, open []string) ([]staleMark, error) {
 	var out []staleMark
+	// A mark that names no batch first, whatever the others (S27-R2).
 	for _, m := range open {
-		if !table.WellFormedOpenMark(m) {
-			if r.o.DropMalformedOpen {
-				out = append(out, staleMark{mark: m}) // no checkpoint to check: it names none
-				continue
-			}
+		if !table.WellFormedOpenMark(m) && !r.o.DropMalformedOpen {
 			return nil, fmt.Errorf("rebase refused: open mark %q of %s/%s names no batch ({label}~{shard}~{to}): no consumer writes such a mark (a foreign write, or a bug), so no batch will ever remove it; rebase with --drop-malformed-open to remove it under the pin (docs/runbook.md, \"Rebasing a branch\")", m, r.o.Tenant, r.o.Branch)
+		}
+	}
+	for _, m := range open {
+		if !table.WellFormedOpenMark(m) { // DropMalformedOpen (checked above)
+			out = append(out, staleMark{mark: m}) // no checkpoint to check: it names none
+			continue
 		}
 		parts := strings.Split(m, "~")
 		if r.o.StreamARN == "" {
