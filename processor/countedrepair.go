@@ -266,8 +266,10 @@ func (r *countedRepair) round(ctx context.Context) error {
 		step := int64(j + 1)
 		// Each transaction sets its own token (S26-R1): the id alone is
 		// left there by this repair's transaction before, and an abandon
-		// moves the epoch as far without touching it.
-		token := fmt.Sprintf("%s/%d/%d", o.ID, r.res.Rounds, step)
+		// moves the epoch as far without touching it. The token names the
+		// epoch it sets (S27-R3): each epoch value is set by one write
+		// only, so no other write, whatever its id, leaves this token.
+		token := fmt.Sprintf("%s/%d/%d/e%d", o.ID, r.res.Rounds, step, at.Epoch+step)
 		pin := table.RepairPinned{Tenant: o.Tenant, Branch: o.Branch, ID: token, At: at}
 		items := append(slices.Clone(chunk), table.CountedRepairStep(r.coord, pin, step), table.LossesAsRead(r.coord, losses))
 		// Sent: it may land whatever answer comes back (a lost answer, a

@@ -89,3 +89,54 @@ func TestReviewS27_R2_AMalformedOpenMarkIsDroppedByTheRebaseWhenTold(t *testing.
 	e.requireReconciled(t)
 	assert.Equal(t, "15", storedIncome(t, e, monthly))
 }
+
+// S27-R3: the token `<id>/<round>/<j>` (S26-R1) is unique only while ids
+// are: a caller that passes the same CountedRepairOptions.ID to two
+// repairs of one branch (no ledgerctl path does) left, after the first
+// (one transaction: token <id>/1/1, epoch E+1), the token the second's
+// first transaction sets. An abandon's epoch step before that transaction
+// (epoch E+2 = E' + 1, E' = E+1 pinned by the second) and its
+// cancellation: the re-read found epoch E'+1 and token <id>/1/1, "landed",
+// and the second repair returned success with its report not written.
+// Fixed: the token also names the epoch its transaction sets, a value set
+// once (every writer moves the epoch by one under the previous value), so
+// whatever the id no other write leaves it.
+func TestReviewS27_R3_AnIDUsedTwiceIsNotTakenForTheSecondsLanding(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t)
+	writeTxn(t, e, "d", "2024-06-03", "t1", "10")
+	c := newConsumer(t, e, "marker", nil, processor.Config{})
+	c.pass()
+	markRebased(t, e, "d")
+	monthly := reportKey("d", aggregates.Monthly, "2024-06")
+	coord := table.CoordinationTableName(e.table)
+	repair := func(hook func(string)) (processor.CountedRepairResult, error) {
+		o := processor.CountedRepairOptions{Tenant: "t", Branch: "d", ID: "rp-fixed", Log: t.Logf}
+		if hook != nil {
+			processor.SetCountedRepairHook(&o, hook)
+		}
+		return processor.CountedRepair(ctx, e.ddb, e.table, o)
+	}
+	damage(t, e, monthly, "1")
+	res, err := repair(nil)
+	require.NoError(t, err)
+	require.Equal(t, 1, res.Transactions)
+	e.requireReconciled(t)
+
+	damage(t, e, monthly, "1")
+	abandoned := false
+	res, err = repair(func(step string) {
+		if step == "R5" && !abandoned {
+			abandoned = true // a rebase pinned and abandoned before R6
+			_, err := e.ddb.UpdateItem(ctx, table.RebasePin(coord, "t", "d", "rb-r3"))
+			require.NoError(t, err)
+			_, err = e.ddb.UpdateItem(ctx, table.AbandonRebase(coord, "t", "d", "rb-r3"))
+			require.NoError(t, err)
+		}
+	})
+	require.NoError(t, err)
+	t.Logf("rounds %d, transactions %d", res.Rounds, res.Transactions)
+	assert.Equal(t, 2, res.Rounds, "the first round's transaction did not land: a new round")
+	assert.Equal(t, "10", storedIncome(t, e, monthly))
+	e.requireReconciled(t)
+}

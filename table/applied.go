@@ -119,7 +119,7 @@ type Applied struct {
 	FencedAt          string
 	// Rebased is the id of the last rebase that landed ("" none).
 	Rebased string
-	// Repaired is the token ("<id>/<round>/<j>") of the counted repair's
+	// Repaired is the token ("<id>/<round>/<j>/e<epoch>") of the counted repair's
 	// transaction that last landed ("" none: AttrRepaired, S26-R1).
 	Repaired string
 	// Open holds the open marks (AttrOpen), sorted; nil when none.
