@@ -224,8 +224,10 @@ func (r *countedRepair) round(ctx context.Context) error {
 		step := int64(j + 1)
 		// Each transaction sets its own token (S26-R1): the id alone is
 		// left there by this repair's transaction before, and an abandon
-		// moves the epoch as far without touching it.
-		token := fmt.Sprintf("%s/%d/%d", o.ID, r.res.Rounds, step)
+		// moves the epoch as far without touching it. The token names the
+		// epoch it sets (S27-R3): each epoch value is set by one write
+		// only, so no other write, whatever its id, leaves this token.
+		token := fmt.Sprintf("%s/%d/%d/e%d", o.ID, r.res.Rounds, step, at.Epoch+step)
 		pin := table.RepairPinned{Tenant: o.Tenant, Branch: o.Branch, ID: token, At: at}
 		items := append(slices.Clone(chunk), table.CountedRepairStep(r.coord, pin, step), table.LossesAsRead(r.coord, losses))
 		// Sent: it may land whatever answer comes back (a lost answer, a
@@ -267,15 +269,17 @@ func (r *countedRepair) round(ctx context.Context) error {
 // counted repair run: it names the rebase.
 func (r *countedRepair) refuseOpen(ctx context.Context, open []string) error {
 	marks := strings.Join(open, ", ")
+	for _, m := range open {
+		if !table.WellFormedOpenMark(m) {
+			return r.refuse("open mark %q names no batch ({label}~{shard}~{to}): no consumer writes such a mark (a foreign write, or a bug), so no batch will ever remove it; rebase with --drop-malformed-open, which removes it under the pin (docs/runbook.md, \"Rebasing a branch\")", m)
+		}
+	}
 	if r.o.StreamARN == "" {
 		return r.refuse("a batch is half-committed (open marks %s): let its consumer finish it, or abandon it (ledgerctl abandon-batch); a mark whose batch was abandoned stays until a rebase removes it: then rebase (docs/runbook.md, \"Rebasing a branch\")", marks)
 	}
 	var stale []string
 	for _, m := range open {
 		parts := strings.Split(m, "~")
-		if len(parts) != 3 || parts[1] == "" || parts[2] == "" {
-			return r.refuse("open mark %q names no batch ({label}~{shard}~{to}): rebase (docs/runbook.md, \"Rebasing a branch\")", m)
-		}
 		arn := r.o.StreamARN
 		if i := strings.LastIndex(arn, "/"); i >= 0 {
 			arn = arn[:i+1] + parts[0]

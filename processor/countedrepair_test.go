@@ -231,7 +231,7 @@ func TestCountedRepair_LostAnswersOfR6LandOnce(t *testing.T) {
 	assert.Equal(t, 1, res.Transactions)
 	a := appliedOf(t, e, "t", "l")
 	assert.Equal(t, int64(1), a.Epoch)
-	assert.Equal(t, res.ID+"/1/1", a.Repaired)
+	assert.Equal(t, fmt.Sprintf("%s/1/1/e%d", res.ID, a.Epoch), a.Repaired)
 	e.requireReconciled(t)
 
 	damage(t, e, reportKey("l", aggregates.Monthly, "2024-06"), "2")

@@ -47,6 +47,12 @@ type RebaseOptions struct {
 	// StreamARN is the ledger table's stream, to find the checkpoints the
 	// branch's open marks name ("" refuses a branch with open marks).
 	StreamARN string
+	// DropMalformedOpen removes, in B5, every open mark that names no
+	// batch (not {label}~{shard}~{to}), as a stale one (S27-R2): no
+	// consumer writes such a mark, so no group adds counts with it or
+	// removes it, and B5 pins open as read. Without it such a mark refuses
+	// the rebase, naming this option (ledgerctl --drop-malformed-open).
+	DropMalformedOpen bool
 	// Wait bounds B3 (default 15 minutes); Poll is its reading interval
 	// (default 1 second).
 	Wait, Poll time.Duration
@@ -368,6 +374,9 @@ func (r *rebase) round(ctx context.Context) error {
 			tos := map[aggregates.Key][]string{}
 			var keys []aggregates.Key
 			for _, s := range stale {
+				if s.to == "" {
+					continue // a malformed mark (DropMalformedOpen): no checkpoint
+				}
 				if _, ok := tos[s.key]; !ok {
 					keys = append(keys, s.key)
 				}
@@ -655,11 +664,18 @@ func (r *rebase) sendProbe(ctx context.Context, item map[string]ddbtypes.Attribu
 // is still pending refuses the rebase; the others are stale, removed by B5.
 func (r *rebase) staleMarks(ctx context.Context, open []string) ([]staleMark, error) {
 	var out []staleMark
+	// A mark that names no batch first, whatever the others (S27-R2).
 	for _, m := range open {
-		parts := strings.Split(m, "~")
-		if len(parts) != 3 || parts[1] == "" || parts[2] == "" {
-			return nil, fmt.Errorf("rebase refused: open mark %q of %s/%s names no batch ({label}~{shard}~{to})", m, r.o.Tenant, r.o.Branch)
+		if !table.WellFormedOpenMark(m) && !r.o.DropMalformedOpen {
+			return nil, fmt.Errorf("rebase refused: open mark %q of %s/%s names no batch ({label}~{shard}~{to}): no consumer writes such a mark (a foreign write, or a bug), so no batch will ever remove it; rebase with --drop-malformed-open to remove it under the pin (docs/runbook.md, \"Rebasing a branch\")", m, r.o.Tenant, r.o.Branch)
 		}
+	}
+	for _, m := range open {
+		if !table.WellFormedOpenMark(m) { // DropMalformedOpen (checked above)
+			out = append(out, staleMark{mark: m}) // no checkpoint to check: it names none
+			continue
+		}
+		parts := strings.Split(m, "~")
 		if r.o.StreamARN == "" {
 			return nil, fmt.Errorf("rebase refused: %s/%s has open marks (%s) and the table's stream is not known", r.o.Tenant, r.o.Branch, strings.Join(open, ", "))
 		}

@@ -119,7 +119,7 @@ type Applied struct {
 	FencedAt          string
 	// Rebased is the id of the last rebase that landed ("" none).
 	Rebased string
-	// Repaired is the token ("<id>/<round>/<j>") of the counted repair's
+	// Repaired is the token ("<id>/<round>/<j>/e<epoch>") of the counted repair's
 	// transaction that last landed ("" none: AttrRepaired, S26-R1).
 	Repaired string
 	// Open holds the open marks (AttrOpen), sorted; nil when none.
@@ -329,6 +329,16 @@ func CountAppliedClose(coord string, c AppliedCount, id string) types.TransactWr
 	w.Update.ExpressionAttributeNames["#o"] = AttrOpen
 	w.Update.ExpressionAttributeValues[":id"] = &types.AttributeValueMemberSS{Value: []string{id}}
 	return w
+}
+
+// WellFormedOpenMark reports whether m has the form of every open mark a
+// consumer writes, {label}~{shard}~{to} (processor's commit6: the stream's
+// label, the shard, the batch's last sequence number; the shard and the
+// last record not empty). A mark of another form is written by no
+// consumer, so no group of any batch removes it or counts with it.
+func WellFormedOpenMark(m string) bool {
+	parts := strings.Split(m, "~")
+	return len(parts) == 3 && parts[1] != "" && parts[2] != ""
 }
 
 // OpenApplied marks the branch's applied item open for the batch id (plan

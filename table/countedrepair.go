@@ -16,11 +16,13 @@ import (
 // R6. The steps themselves are processor.CountedRepair.
 
 // AttrRepaired (S) on the applied item is the token of the counted
-// repair's transaction that last landed ("<id>/<round>/<j>": R6 sets it
-// with the epoch): a lost answer of that transaction is told by it from
-// another writer that moved the epoch as far. Not the id alone (S26-R1):
-// the id is left there by the repair's transaction before, which an
-// abandon's epoch step would then pass for the next one.
+// repair's transaction that last landed ("<id>/<round>/<j>/e<epoch>": R6
+// sets it with the epoch it names): a lost answer of that transaction is
+// told by it from another writer that moved the epoch as far. Not the id
+// alone (S26-R1): the id is left there by the repair's transaction
+// before, which an abandon's epoch step would then pass for the next one;
+// and the epoch in it (S27-R3), since an id given twice would repeat
+// "<id>/<round>/<j>", while each epoch value is set by one write only.
 const AttrRepaired = "repaired"
 
 // RepairPinned is what a counted repair read of its branch's applied item
@@ -28,7 +30,7 @@ const AttrRepaired = "repaired"
 type RepairPinned struct {
 	Tenant, Branch string
 	// ID is the transaction's token (AttrRepaired): the repair's id, its
-	// round and the transaction's number.
+	// round, the transaction's number and the epoch it sets.
 	ID string
 	// At holds applied, probed, foreign, foreignAck and epoch as R0 read
 	// them and retired as read after R2.

@@ -399,10 +399,14 @@ func (e *environment) reconcile(ctx context.Context, args []string) int {
 	wait := fs.Duration("wait", 15*time.Minute, "with --rebase: wait at most this `DURATION` for the consumers to commit the probes")
 	rounds := fs.Int("rounds", 5, "with --rebase: start again at most `N` times when the branch is written meanwhile")
 	streamARN := fs.String("stream-arn", "", "with --rebase: the stream `ARN` whose checkpoints open marks name (default: the table's latest stream)")
+	dropMalformed := fs.Bool("drop-malformed-open", false, "with --rebase: remove the branch's open marks that name no batch (not {label}~{shard}~{to}: written by no consumer) under the pin, as stale ones")
 	hold := fs.Bool("hold", false, "with --rebase: hold the branch's transaction writes while it rebases (the writers answer 503; liveness only)")
 	holdWait := fs.Duration("hold-wait", 10*time.Second, "with --hold: wait this `DURATION` for the writers to see the hold (their directory TTL, 5s by default) before B1")
 	if err := fs.Parse(args); err != nil {
 		return exitError
+	}
+	if *dropMalformed && !*rebase {
+		return e.fail(errors.New("reconcile: --drop-malformed-open goes with --repair --rebase"))
 	}
 	if *rebase || *abandon != "" {
 		if !*rebase || !*repair {
@@ -415,7 +419,7 @@ func (e *environment) reconcile(ctx context.Context, args []string) int {
 		if *hold {
 			hw = max(*holdWait, time.Nanosecond)
 		}
-		return e.rebaseBranch(ctx, *tenant, *branch, *abandon, *streamARN, *wait, *rounds, hw)
+		return e.rebaseBranch(ctx, *tenant, *branch, *abandon, *streamARN, *wait, *rounds, hw, *dropMalformed)
 	}
 	if *asJSON && *repair {
 		return e.fail(errors.New("reconcile: --json describes what a read-only reconcile found; run --repair without it"))

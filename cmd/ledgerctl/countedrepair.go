@@ -43,6 +43,7 @@ func (e *environment) countedRepairs(ctx context.Context, c processor.RebaseAPI,
 	}) {
 		a, err := table.GetApplied(ctx, c, e.coordination, s.Tenant, s.Branch)
 		if err != nil {
+			e.nameUnproven(unproven, "")
 			return nil, nil, err
 		}
 		if a.FencedAt != "" || !uncounted {
@@ -70,23 +71,41 @@ func (e *environment) countedRepairs(ctx context.Context, c processor.RebaseAPI,
 			fmt.Fprintf(e.stdout, "left alone (%v)\n", err)
 			continue
 		case err != nil:
-			// A transaction may have landed (S26-R3): name the roll-ups.
+			// A transaction may have landed (S26-R3): name the roll-ups,
+			// this tenant's and those of every branch repaired before
+			// (S27-R1).
+			failing := ""
 			if res.RollupsUnproven {
-				fmt.Fprintf(e.stdout, "report figures of tenant %s may have changed: its roll-ups are unproven after the counted repair (reconcile, then the quiescent roll-up repair: docs/runbook.md, \"Repairing tenant roll-ups\")\n", s.Tenant)
+				failing = s.Tenant
 			}
+			e.nameUnproven(unproven, failing)
 			return nil, nil, err
 		}
 		repaired++
 		fmt.Fprintf(e.stdout, "repaired %s/%s (counted: applied = written = %d; %d reports in %d transactions, %d rounds; repair %s)\n",
 			s.Tenant, s.Branch, res.A, res.Reports, res.Transactions, res.Rounds, res.ID)
 	}
-	for _, t := range slices.Sorted(maps.Keys(unproven)) {
-		fmt.Fprintf(e.stdout, "report figures of tenant %s changed: its roll-ups are unproven after the counted repair (reconcile, then the quiescent roll-up repair: docs/runbook.md, \"Repairing tenant roll-ups\")\n", t)
-	}
+	e.nameUnproven(unproven, "")
 	if len(byBranch) > 0 {
 		fmt.Fprintf(e.stdout, "counted repair: %d branches repaired, %d left alone, %d for the repair of protocol 3 (--uncounted)\n", repaired, refused, old)
 	}
 	return rest, handled, nil
+}
+
+// nameUnproven names the roll-ups of every tenant in unproven (a counted
+// repair changed its report figures), and of failing (a repair whose
+// outcome is unknown: they may have changed; "" for none), before
+// ledgerctl goes on or fails (S26-R3, S27-R1).
+func (e *environment) nameUnproven(unproven map[string]bool, failing string) {
+	for _, t := range slices.Sorted(maps.Keys(unproven)) {
+		if t == failing {
+			continue
+		}
+		fmt.Fprintf(e.stdout, "report figures of tenant %s changed: its roll-ups are unproven after the counted repair (reconcile, then the quiescent roll-up repair: docs/runbook.md, \"Repairing tenant roll-ups\")\n", t)
+	}
+	if failing != "" {
+		fmt.Fprintf(e.stdout, "report figures of tenant %s may have changed: its roll-ups are unproven after the counted repair (reconcile, then the quiescent roll-up repair: docs/runbook.md, \"Repairing tenant roll-ups\")\n", failing)
+	}
 }
 
 // branchDiff reports whether d is a branch report's difference of a branch

@@ -116,6 +116,7 @@ func TestRun_ErrorsExitTwo(t *testing.T) {
 		{"stuck-after negative", nil, []string{"reconcile", "--stuck-after", "-1m"}, "--stuck-after must not be negative"},
 		{"stuck-after for a branch", nil, []string{"reconcile", "--tenant", "acme", "--branch", "north", "--stuck-after", "1h"}, "whole table only, with --rollups"},
 		{"stuck-after without roll-ups", nil, []string{"reconcile", "--rollups=false", "--stuck-after", "2h"}, "whole table only, with --rollups"},
+		{"drop-malformed-open without a rebase", nil, []string{"reconcile", "--repair", "--drop-malformed-open"}, "--drop-malformed-open goes with --repair --rebase"},
 		{"quiescent for a branch", nil, []string{"reconcile", "--tenant", "acme", "--branch", "north", "--quiescent"}, "whole table only, with --rollups"},
 		{"missing table", map[string]string{"LEDGER_TABLE": "no-such-table", "AWS_ENDPOINT_URL": endpoint}, []string{"reconcile"}, "no-such-table"},
 	}

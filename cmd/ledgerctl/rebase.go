@@ -38,7 +38,7 @@ rebased or abandoned, 2 refused or error.`
 
 // rebaseBranch is reconcile --repair --rebase: one branch, or --abandon;
 // hold > 0 holds the branch's writes (--hold) and waits that long first.
-func (e *environment) rebaseBranch(ctx context.Context, tenant, branch, abandon, streamARN string, wait time.Duration, rounds int, hold time.Duration) int {
+func (e *environment) rebaseBranch(ctx context.Context, tenant, branch, abandon, streamARN string, wait time.Duration, rounds int, hold time.Duration, dropMalformed bool) int {
 	if tenant == "" || branch == "" {
 		return e.fail(errors.New("reconcile --rebase: give --tenant and --branch (one branch at a time)"))
 	}
@@ -112,7 +112,7 @@ func (e *environment) rebaseBranch(ctx context.Context, tenant, branch, abandon,
 	}
 	res, err := processor.Rebase(ctx, c, e.table, processor.RebaseOptions{
 		ID: id, Tenant: tenant, Branch: branch, CoordinationTable: e.coordination, StreamARN: streamARN,
-		Wait: wait, Rounds: rounds,
+		Wait: wait, Rounds: rounds, DropMalformedOpen: dropMalformed,
 		Log: func(format string, args ...any) { fmt.Fprintf(e.stderr, "rebase: "+format+"\n", args...) },
 	})
 	if err != nil {
