@@ -285,6 +285,11 @@ func (r *countedRepair) refuseOpen(ctx context.Context, open []string) error {
 			arn = arn[:i+1] + parts[0]
 		}
 		got, err := r.api.GetItem(ctx, &dynamodb.GetItemInput{TableName: &r.coord, Key: table.Key(aggregates.CheckpointKey(arn, parts[1])), ConsistentRead: aws.Bool(true)})
+		if err != nil && ctx.Err() == nil {
+			// The read only chooses the refusal's words: refuse this
+			// branch, and let the run go on to the others (session 27).
+			return r.refuse("open marks %s (a batch half-committed, or abandoned): the checkpoint of %s could not be read to tell which (%v); run again", marks, m, err)
+		}
 		if err != nil {
 			return fmt.Errorf("counted repair R0: read the checkpoint of open mark %s: %w", m, err)
 		}
@@ -292,6 +297,18 @@ func (r *countedRepair) refuseOpen(ctx context.Context, open []string) error {
 			return r.refuse("a batch is half-committed (open mark %s: shard %s, batch through %s): let its consumer finish it, or abandon it (ledgerctl abandon-batch), then repair", m, parts[1], parts[2])
 		}
 		stale = append(stale, m)
+	}
+	// A batch's last transaction removes its mark with its pending state:
+	// a mark no longer there was a batch finished between R0 and its
+	// checkpoint's read, not abandoned (session 27). Only a mark still
+	// there after its checkpoint showed no pending batch is stale.
+	now, err := table.GetApplied(ctx, r.api, r.coord, r.o.Tenant, r.o.Branch)
+	if err != nil {
+		return fmt.Errorf("counted repair R0: read the open marks again: %w", err)
+	}
+	stale = slices.DeleteFunc(stale, func(m string) bool { return !slices.Contains(now.Open, m) })
+	if len(stale) == 0 {
+		return &roundAgain{fmt.Sprintf("the batches of open marks %s finished during the check", marks)}
 	}
 	return r.refuse("open marks %s of batches no longer pending (abandoned): only a rebase removes them; rebase (docs/runbook.md, \"Rebasing a branch\")", strings.Join(stale, ", "))
 }

@@ -507,7 +507,7 @@ func (e *environment) reconcile(ctx context.Context, args []string) int {
 	// of protocol 3 with --uncounted (docs/exactly-once.md, "R as built
 	// (session 26)").
 	found := len(diffs) > 0
-	diffs, handled, err := e.countedRepairs(ctx, c, diffs, *uncounted)
+	diffs, handled, passedOn, err := e.countedRepairs(ctx, c, diffs, *uncounted)
 	if err != nil {
 		return e.fail(err)
 	}
@@ -559,6 +559,13 @@ func (e *environment) reconcile(ctx context.Context, args []string) int {
 			}
 		}
 		for _, t := range slices.Sorted(maps.Keys(againStats.RollupWaiting)) {
+			if passedOn[t] {
+				// A share the counted repair just put in a lane is no
+				// waiting delta, and its record may not be readable
+				// yet: re-put, it would be folded twice (session 27).
+				fmt.Fprintf(e.stdout, "not re-delivered (the counted repair passed on parked roll-up shares of %s in this run: run reconcile --repair --quiescent again once ledgerctl lag is at zero)\n", t)
+				continue
+			}
 			n, err := processor.RedeliverWaiting(ctx, c, e.table, t, time.Now(), held)
 			if err != nil {
 				return e.fail(err)

@@ -18,10 +18,11 @@ import (
 // differences left to the repair of protocol 3: the stray items and the
 // roll-up differences, and, with uncounted, the differences of the
 // branches not rebased since the fence (without it those are left alone,
-// named). handled holds the branches it repaired or left alone.
-func (e *environment) countedRepairs(ctx context.Context, c processor.RebaseAPI, diffs []processor.Difference, uncounted bool) (rest []processor.Difference, handled map[processor.Scope]bool, err error) {
+// named). handled holds the branches it repaired or left alone, passedOn
+// the tenants into whose lanes a repair passed on parked roll-up shares.
+func (e *environment) countedRepairs(ctx context.Context, c processor.RebaseAPI, diffs []processor.Difference, uncounted bool) (rest []processor.Difference, handled map[processor.Scope]bool, passedOn map[string]bool, err error) {
 	byBranch := map[processor.Scope][]processor.Difference{}
-	handled = map[processor.Scope]bool{}
+	handled, passedOn = map[processor.Scope]bool{}, map[string]bool{}
 	for _, d := range diffs {
 		if d.Stray != nil || d.Rollup != nil {
 			rest = append(rest, d)
@@ -44,7 +45,7 @@ func (e *environment) countedRepairs(ctx context.Context, c processor.RebaseAPI,
 		a, err := table.GetApplied(ctx, c, e.coordination, s.Tenant, s.Branch)
 		if err != nil {
 			e.nameUnproven(unproven, "")
-			return nil, nil, err
+			return nil, nil, nil, err
 		}
 		if a.FencedAt != "" || !uncounted {
 			handled[s] = true
@@ -65,6 +66,9 @@ func (e *environment) countedRepairs(ctx context.Context, c processor.RebaseAPI,
 		if res.RollupsUnproven {
 			unproven[s.Tenant] = true
 		}
+		if res.RollupSharesMoved > 0 {
+			passedOn[s.Tenant] = true
+		}
 		switch {
 		case errors.Is(err, processor.ErrNotProven):
 			refused++
@@ -79,7 +83,7 @@ func (e *environment) countedRepairs(ctx context.Context, c processor.RebaseAPI,
 				failing = s.Tenant
 			}
 			e.nameUnproven(unproven, failing)
-			return nil, nil, err
+			return nil, nil, nil, err
 		}
 		repaired++
 		fmt.Fprintf(e.stdout, "repaired %s/%s (counted: applied = written = %d; %d reports in %d transactions, %d rounds; repair %s)\n",
@@ -89,7 +93,7 @@ func (e *environment) countedRepairs(ctx context.Context, c processor.RebaseAPI,
 	if len(byBranch) > 0 {
 		fmt.Fprintf(e.stdout, "counted repair: %d branches repaired, %d left alone, %d for the repair of protocol 3 (--uncounted)\n", repaired, refused, old)
 	}
-	return rest, handled, nil
+	return rest, handled, passedOn, nil
 }
 
 // nameUnproven names the roll-ups of every tenant in unproven (a counted
