@@ -18,6 +18,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	ddbtypes "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodbstreams"
 	"github.com/shopspring/decimal"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -25,6 +26,7 @@ import (
 	"github.com/ledger-dev/ledger/aggregates"
 	"github.com/ledger-dev/ledger/infra"
 	"github.com/ledger-dev/ledger/infra/ddblocal/ddbtest"
+	"github.com/ledger-dev/ledger/internal/ledgertest"
 	"github.com/ledger-dev/ledger/processor"
 	ledgertable "github.com/ledger-dev/ledger/table"
 )
@@ -135,6 +137,37 @@ func hideStreamRecords(t *testing.T) string {
 	return s.URL
 }
 
+// writeCounted puts transaction i of tenant/branch (income 1, counted).
+func writeCounted(t *testing.T, table, tenant, branch string, i int) {
+	t.Helper()
+	item := map[string]ddbtypes.AttributeValue{
+		"PK": ledgertable.S(aggregates.TransactionPK(tenant, branch)), "SK": ledgertable.S(fmt.Sprintf("2024-07-0%d#t%d", i, i)),
+		"entityType": ledgertable.S(aggregates.EntityTransaction), "type": ledgertable.S("INCOME"),
+		"amount": ledgertable.Int(1), "category": ledgertable.S("rent"),
+		"createdAt": ledgertable.S(fmt.Sprintf("2024-07-0%dT12:00:00Z", i)), "version": ledgertable.Int(1),
+	}
+	ledgertable.Count(item, 1)
+	_, err := ddbtest.Client(t).PutItem(context.Background(), &dynamodb.PutItemInput{TableName: &table, Item: item})
+	require.NoError(t, err)
+}
+
+// batchPass reads the stream from its start and commits it with a batch
+// consumer of cfg (the guard of rebasedBranches' consumer).
+func batchPass(t *testing.T, c *dynamodb.Client, streamARN string, cfg processor.Config) {
+	t.Helper()
+	ctx := context.Background()
+	p, err := processor.New(c, cfg, nil)
+	require.NoError(t, err)
+	shards, err := ledgertest.ReadAll(ctx, dynamodbstreams.NewFromConfig(ddbtest.Config(t)), streamARN, nil)
+	require.NoError(t, err)
+	for _, s := range shards {
+		g := p.ShardGuard(streamARN, s.ID)
+		g.CommitBatches()
+		_, err := p.Process(ctx, g, s.Records)
+		require.NoError(t, err)
+	}
+}
+
 // laneItems returns the sort keys of the items in tenant's roll-up lanes.
 func laneItems(t *testing.T, table, tenant string) []string {
 	t.Helper()
@@ -173,8 +206,10 @@ func TestReviewS27_R6_APassedOnShareIsNotRedeliveredInTheSameRun(t *testing.T) {
 	info, err := ledgertable.DescribeTable(ctx, c, table)
 	require.NoError(t, err)
 	// Drained: a consumer with roll-ups off read every record, the lane
-	// deltas' INSERTs too, and did not fold them.
-	passer(t, c, info.StreamARN, processor.Config{Table: table, NoRollups: true})()
+	// deltas' INSERTs too, and did not fold them (a write of another
+	// tenant, so that its commit moves the checkpoint past them).
+	writeCounted(t, table, "zeta", "z", 1)
+	batchPass(t, c, info.StreamARN, processor.Config{Table: table, NoRollups: true})
 	waiting := laneItems(t, table, "acme")
 	require.NotEmpty(t, waiting, "acme has waiting deltas")
 
@@ -211,4 +246,22 @@ func TestReviewS27_R6_APassedOnShareIsNotRedeliveredInTheSameRun(t *testing.T) {
 	for _, sk := range waiting {
 		assert.Contains(t, after, sk, "the waiting deltas are left for the next quiescent run")
 	}
+
+	// The next quiescent run, the consumers drained (the stream readable):
+	// the waiting deltas and the share are re-delivered once, and with
+	// roll-ups on again they are folded, the roll-ups exact.
+	env["AWS_ENDPOINT_URL"] = ddbtest.Endpoint(t)
+	writeCounted(t, table, "zeta", "z", 2)
+	batchPass(t, c, info.StreamARN, processor.Config{Table: table, NoRollups: true})
+	code, o, errOut = run(t, env, "reconcile", "--repair", "--quiescent", "--settle", "0s")
+	t.Log(o + errOut)
+	require.NotEqual(t, exitError, code)
+	assert.NotContains(t, o, "not re-delivered (the counted repair")
+	assert.Contains(t, o, "re-delivered 4 roll-up delta items of acme")
+	code, o, errOut = run(t, env, "flags", "set", "writesEnabled=true")
+	require.Equal(t, exitOK, code, o+errOut)
+	batchPass(t, c, info.StreamARN, processor.Config{Table: table})
+	batchPass(t, c, info.StreamARN, processor.Config{Table: table})
+	code, o, errOut = run(t, env, "reconcile")
+	assert.Equal(t, exitOK, code, o+errOut)
 }
