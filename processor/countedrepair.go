@@ -288,7 +288,7 @@ func (r *countedRepair) refuseOpen(ctx context.Context, open []string) error {
 		if err != nil && ctx.Err() == nil {
 			// The read only chooses the refusal's words: refuse this
 			// branch, and let the run go on to the others (session 27).
-			return r.refuse("open marks %s (a batch half-committed, or abandoned): the checkpoint of %s could not be read to tell which (%v); run again", marks, m, err)
+			return r.refuse("open marks %s (a batch half-committed, or abandoned): the checkpoint of %s could not be read to tell which (%v); run again", marks, parts[1], err)
 		}
 		if err != nil {
 			return fmt.Errorf("counted repair R0: read the checkpoint of open mark %s: %w", m, err)
@@ -303,6 +303,9 @@ func (r *countedRepair) refuseOpen(ctx context.Context, open []string) error {
 	// checkpoint's read, not abandoned (session 27). Only a mark still
 	// there after its checkpoint showed no pending batch is stale.
 	now, err := table.GetApplied(ctx, r.api, r.coord, r.o.Tenant, r.o.Branch)
+	if err != nil && ctx.Err() == nil {
+		return r.refuse("open marks %s of batches no longer pending, or finished during the check: the applied item could not be read again to tell which (%v); run again", strings.Join(stale, ", "), err)
+	}
 	if err != nil {
 		return fmt.Errorf("counted repair R0: read the open marks again: %w", err)
 	}

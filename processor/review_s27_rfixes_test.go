@@ -23,16 +23,26 @@ import (
 // checkpointReadFault is the DynamoDB API of a counted repair whose reads
 // of a checkpoint (R0's read of an open mark's checkpoint) fail with
 // fail's error; every other call goes to DynamoDB Local.
+// With appliedAgain, the checkpoint is read and the applied item's second
+// read (R0's read again after the checkpoints, S27-R4) fails instead.
 type checkpointReadFault struct {
 	processor.RebaseAPI
-	fail  func() error
-	reads int
+	fail         func() error
+	reads        int
+	appliedAgain bool
+	applied      int
 }
 
 func (f *checkpointReadFault) GetItem(ctx context.Context, in *dynamodb.GetItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.GetItemOutput, error) {
-	if pk, _ := in.Key[table.AttrPK].(*ddbtypes.AttributeValueMemberS); pk != nil && strings.Contains(pk.Value, "#CHECKPOINTS#") {
+	pk, _ := in.Key[table.AttrPK].(*ddbtypes.AttributeValueMemberS)
+	switch {
+	case pk != nil && strings.Contains(pk.Value, "#CHECKPOINTS#") && !f.appliedAgain:
 		f.reads++
 		return nil, f.fail()
+	case pk != nil && strings.HasPrefix(pk.Value, aggregates.AppliedPrefix) && f.appliedAgain:
+		if f.applied++; f.applied == 2 {
+			return nil, f.fail()
+		}
 	}
 	return f.RebaseAPI.GetItem(ctx, in, opts...)
 }
@@ -81,6 +91,15 @@ func TestReviewS27_R5_ACheckpointReadFailingRefusesTheBranch(t *testing.T) {
 	assert.Contains(t, err.Error(), injected.Error())
 	assert.Contains(t, err.Error(), "run again")
 	assert.NotContains(t, err.Error(), "(abandoned)", "the read chose nothing")
+
+	// The applied item's read again fails: refused too, naming the error.
+	f = &checkpointReadFault{RebaseAPI: e.ddb, fail: func() error { return injected }, appliedAgain: true}
+	err = repair(context.Background(), f)
+	t.Log(err)
+	require.Equal(t, 2, f.applied, "R0 read the applied item again")
+	require.ErrorIs(t, err, processor.ErrNotProven, "a refusal of this branch, not the run's error")
+	assert.Contains(t, err.Error(), injected.Error())
+	assert.Contains(t, err.Error(), "run again")
 
 	// The context ends during the read: an error, not a refusal.
 	ctx, cancel := context.WithCancel(context.Background())
