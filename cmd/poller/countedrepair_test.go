@@ -100,7 +100,7 @@ func killedPollerSeed(t *testing.T, tbl, streamARN string, seed uint64, chaos ti
 	// The writer.
 	quit := make(chan struct{})
 	wrote := make(chan error, 1)
-	go func() { wrote <- writeInBursts(ctx, churn, db, tbl, rand.New(rand.NewPCG(seed, 26)), quit) }()
+	go func() { wrote <- churn.RunInBursts(ctx, db, tbl, rand.New(rand.NewPCG(seed, 26)), quit) }()
 
 	// Repairs, damage and kills at random moments; repairs also run
 	// concurrently with one another.
@@ -160,7 +160,7 @@ func killedPollerSeed(t *testing.T, tbl, streamARN string, seed uint64, chaos ti
 		}
 		differences += len(diffs)
 	}
-	t.Logf("seed %d: writer %v (%d records); %d reports damaged, %d differences after the drain; %d kills; %s",
+	t.Logf("seed %d: writer %v (%d records); %d reports damaged, %d differences after the drain; %d kills; all seeds so far: %s",
 		seed, churn.Counts, churn.Records, len(damaged), differences, kills, tally.String())
 
 	// One more repair of each branch proves it; then nothing differs.
@@ -179,27 +179,3 @@ func killedPollerSeed(t *testing.T, tbl, streamARN string, seed uint64, chaos ti
 	return kills, differences
 }
 
-// writeInBursts runs churn until quit: bursts of up to 40 changes, each
-// followed, one time in two, by a quiet spell of up to 1.5 s. A branch
-// written without pause is never proven (its consumers are never caught
-// up: docs/exactly-once.md, "R as built", liveness); the quiet spells
-// are when repairs can prove and write.
-func writeInBursts(ctx context.Context, churn *ledgertest.Churn, api ledgertest.ChurnAPI, tbl string, rng *rand.Rand, quit chan struct{}) error {
-	for {
-		for range 1 + rng.IntN(40) {
-			if _, err := churn.Step(ctx, api, tbl); err != nil {
-				return err
-			}
-			time.Sleep(time.Duration(rng.IntN(8)) * time.Millisecond)
-		}
-		pause := time.Duration(0)
-		if rng.IntN(2) == 0 {
-			pause = time.Duration(rng.IntN(1500)) * time.Millisecond
-		}
-		select {
-		case <-quit:
-			return nil
-		case <-time.After(pause):
-		}
-	}
-}

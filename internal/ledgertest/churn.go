@@ -129,6 +129,31 @@ func (c *Churn) Step(ctx context.Context, api ChurnAPI, tableName string) (strin
 	return kind, nil
 }
 
+// RunInBursts runs Step until quit is closed: bursts of up to 40 changes,
+// each followed, one time in two, by a quiet spell of up to 1.5 s. A
+// branch written without pause is never proven (its consumers are never
+// caught up: docs/exactly-once.md, "R as built", liveness); the quiet
+// spells are when repairs can prove and write.
+func (c *Churn) RunInBursts(ctx context.Context, api ChurnAPI, tableName string, rng *rand.Rand, quit <-chan struct{}) error {
+	for {
+		for range 1 + rng.IntN(40) {
+			if _, err := c.Step(ctx, api, tableName); err != nil {
+				return err
+			}
+			time.Sleep(time.Duration(rng.IntN(8)) * time.Millisecond)
+		}
+		pause := time.Duration(0)
+		if rng.IntN(2) == 0 {
+			pause = time.Duration(rng.IntN(1500)) * time.Millisecond
+		}
+		select {
+		case <-quit:
+			return nil
+		case <-time.After(pause):
+		}
+	}
+}
+
 func (c *Churn) newItem(k aggregates.Key, date string) map[string]ddbtypes.AttributeValue {
 	now := time.Now().UTC().Format(time.RFC3339Nano)
 	id := k.SK[strings.IndexByte(k.SK, '#')+1:]
