@@ -178,4 +178,3 @@ func killedPollerSeed(t *testing.T, tbl, streamARN string, seed uint64, chaos ti
 	}
 	return kills, differences
 }
-
