@@ -327,6 +327,24 @@ func (rt *RepairTally) Repair(ctx context.Context, api processor.RebaseAPI, tabl
 				return res, nil
 			}
 		}
+		if strings.Contains(err.Error(), "of batches no longer pending (abandoned)") {
+			// Said of a batch that was pending at R0 and finished before
+			// the repair read its checkpoint, when none of the marks it
+			// names is left: a misnamed refusal (nothing written; no
+			// rebase is needed), the finding of session 27.
+			at, gerr := table.GetApplied(ctx, api, table.CoordinationTableName(tableName), b.Tenant, b.Branch)
+			if gerr != nil {
+				return res, gerr
+			}
+			left := false
+			for _, m := range at.Open {
+				left = left || strings.Contains(err.Error(), m)
+			}
+			if !left {
+				rt.Refused["open_batch_finished_meanwhile"]++
+				return res, nil
+			}
+		}
 		rt.Refused["unexpected"]++
 		rt.Unexpected = append(rt.Unexpected, err.Error())
 	default:
