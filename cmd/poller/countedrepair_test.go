@@ -9,6 +9,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodbstreams"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -53,16 +56,17 @@ func TestPoller_CountedRepairsAtRandomMomentsWhileKilled(t *testing.T) {
 		chaos = d
 	}
 	var tally ledgertest.RepairTally
-	var kills, differences int
+	var kills, midBatch, differences int
 	for _, seed := range seeds {
-		k, d := killedPollerSeed(t, tbl, info.StreamARN, seed, chaos, &tally)
+		k, m, d := killedPollerSeed(t, tbl, info.StreamARN, seed, chaos, &tally)
 		kills += k
+		midBatch += m
 		differences += d
 		if t.Failed() {
 			t.Fatalf("seed %d failed (replay: LEDGER_SEEDS=%d)", seed, seed)
 		}
 	}
-	t.Logf("%d seeds: %s; %d kills; %d differences after the final repair", len(seeds), tally.String(), kills, differences)
+	t.Logf("%d seeds: %s; %d kills (%d left a batch half-committed); %d differences after the final repair", len(seeds), tally.String(), kills, midBatch, differences)
 	assert.Empty(t, tally.Unexpected, "refusals a writer-only workload cannot cause")
 	assert.Positive(t, tally.Wrote, "no repair wrote: the test proved nothing")
 }
@@ -72,7 +76,7 @@ func TestPoller_CountedRepairsAtRandomMomentsWhileKilled(t *testing.T) {
 // one batch often).
 var pollerFlags = []string{"--idle-backoff", "50ms", "--max-idle-backoff", "200ms", "--batch-window", "250ms"}
 
-func killedPollerSeed(t *testing.T, tbl, streamARN string, seed uint64, chaos time.Duration, tally *ledgertest.RepairTally) (kills, differences int) {
+func killedPollerSeed(t *testing.T, tbl, streamARN string, seed uint64, chaos time.Duration, tally *ledgertest.RepairTally) (kills, midBatch, differences int) {
 	t.Helper()
 	ctx := context.Background()
 	db := ddbtest.Client(t)
@@ -134,6 +138,9 @@ func killedPollerSeed(t *testing.T, tbl, streamARN string, seed uint64, chaos ti
 		case r < 80 && time.Since(p.started) > time.Second:
 			p.kill(t)
 			kills++
+			if halfCommitted(t, tbl, streamARN) {
+				midBatch++
+			}
 			if rng.IntN(2) == 0 {
 				time.Sleep(time.Duration(rng.IntN(1500)) * time.Millisecond)
 			}
@@ -146,6 +153,9 @@ func killedPollerSeed(t *testing.T, tbl, streamARN string, seed uint64, chaos ti
 	require.Empty(t, repairErrs, "repairs that neither proved nor refused")
 	p.kill(t)
 	kills++
+	if halfCommitted(t, tbl, streamARN) {
+		midBatch++
+	}
 
 	// The final drain.
 	d := startPoller(t, tbl, fmt.Sprintf("s%d-drain", seed), append([]string{"--drain"}, pollerFlags...)...)
@@ -160,8 +170,8 @@ func killedPollerSeed(t *testing.T, tbl, streamARN string, seed uint64, chaos ti
 		}
 		differences += len(diffs)
 	}
-	t.Logf("seed %d: writer %v (%d records); %d reports damaged, %d differences after the drain; %d kills; all seeds so far: %s",
-		seed, churn.Counts, churn.Records, len(damaged), differences, kills, tally.String())
+	t.Logf("seed %d: writer %v (%d records); %d reports damaged, %d differences after the drain; %d kills (%d left a batch half-committed); all seeds so far: %s",
+		seed, churn.Counts, churn.Records, len(damaged), differences, kills, midBatch, tally.String())
 
 	// One more repair of each branch proves it; then nothing differs.
 	differences = 0
@@ -176,5 +186,24 @@ func killedPollerSeed(t *testing.T, tbl, streamARN string, seed uint64, chaos ti
 		}
 		differences += len(diffs)
 	}
-	return kills, differences
+	return kills, midBatch, differences
+}
+
+// halfCommitted reports whether a shard's checkpoint holds a pending
+// batch: the poller just killed died in the middle of a commit.
+func halfCommitted(t *testing.T, tbl, streamARN string) bool {
+	t.Helper()
+	ctx := context.Background()
+	out, err := dynamodbstreams.NewFromConfig(ddbtest.Config(t)).DescribeStream(ctx, &dynamodbstreams.DescribeStreamInput{StreamArn: &streamARN})
+	require.NoError(t, err)
+	coord := table.CoordinationTableName(tbl)
+	for _, sh := range out.StreamDescription.Shards {
+		id := aws.ToString(sh.ShardId)
+		got, err := ddbtest.Client(t).GetItem(ctx, &dynamodb.GetItemInput{TableName: &coord, Key: table.Key(aggregates.CheckpointKey(streamARN, id)), ConsistentRead: aws.Bool(true)})
+		require.NoError(t, err)
+		if cp, err := table.DecodeCheckpoint(id, got.Item); err == nil && cp.Pending != nil {
+			return true
+		}
+	}
+	return false
 }
