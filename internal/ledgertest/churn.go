@@ -353,6 +353,13 @@ func (rt *RepairTally) Repair(ctx context.Context, api processor.RebaseAPI, tabl
 	return res, nil
 }
 
+// Written is Wrote, read under the tally's lock (while repairs run).
+func (rt *RepairTally) Written() int {
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	return rt.Wrote
+}
+
 // String is the tally in one line.
 func (rt *RepairTally) String() string {
 	rt.mu.Lock()
