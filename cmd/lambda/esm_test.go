@@ -39,6 +39,9 @@ type esm struct {
 	// count in the function's EMF lines, which a killed process takes with
 	// it).
 	calm bool
+	// timedKills is the percentage of invocations killed at a random
+	// moment (5 when 0); kills at a DynamoDB call come on top.
+	timedKills int
 }
 
 func batchSize(rng *rand.Rand) int {
@@ -54,11 +57,15 @@ func (e *esm) chaos() time.Duration {
 	if e.calm {
 		return -1
 	}
+	timed := e.timedKills
+	if timed == 0 {
+		timed = 5
+	}
 	switch r := e.rng.IntN(100); {
-	case r < 5:
+	case r < timed:
 		e.stats["kill_timed"]++
 		return time.Duration(e.rng.IntN(30)) * time.Millisecond
-	case r < 15:
+	case r < timed+10:
 		// Killed at a DynamoDB call: before it, or after DynamoDB applied
 		// it and before the answer arrived.
 		after := e.rng.IntN(2) == 0
@@ -68,7 +75,7 @@ func (e *esm) chaos() time.Duration {
 		} else {
 			e.stats["kill_before_call"]++
 		}
-	case r < 30 && !e.killsOnly:
+	case r < timed+25 && !e.killsOnly:
 		fault := []ledgertest.Fault{ledgertest.Drop, ledgertest.LoseAnswer, ledgertest.Throttle}[e.rng.IntN(3)]
 		if e.rng.IntN(2) == 0 {
 			e.proxy.failAfter(e.rng.IntN(8), "", fault)

@@ -30,8 +30,10 @@ import (
 
 func TestMain(m *testing.M) { ddbtest.Main(m) }
 
-// Every table this package uses is created before any test writes.
-var tables = ddbtest.Pool{Size: 8}
+// Every table this package uses is created before any test writes: one
+// per test that takes one (8, and 1 for
+// TumblingMode_CountedRepairsAtRandomMomentsWhileKilled).
+var tables = ddbtest.Pool{Size: 9}
 
 func newTable(t *testing.T) string { return tables.Table(t) }
 
@@ -131,6 +133,10 @@ func TestLambdaBinary(t *testing.T) {
 	t.Run("TumblingMode_ShardsUnderAWSConflictsAreExact", func(t *testing.T) {
 		t.Parallel()
 		testTumblingShardsUnderConflicts(t, bin, seed(t, 5))
+	})
+	t.Run("TumblingMode_CountedRepairsAtRandomMomentsWhileKilled", func(t *testing.T) {
+		t.Parallel()
+		testCountedRepairsWithKills(t, bin)
 	})
 	t.Run("UnsafeOrUnreadableMappingIsAnInitError", func(t *testing.T) {
 		t.Parallel()

@@ -37,10 +37,12 @@ import (
 func TestMain(m *testing.M) { ddbtest.Main(m) }
 
 // Every table the package uses is created before any test writes, the
-// tables the poller must refuse (no stream, keys only) among them.
+// tables the poller must refuse (no stream, keys only) among them. One
+// table per test that takes one: 8, and 1 for
+// TestPoller_CountedRepairsAtRandomMomentsWhileKilled.
 var (
 	noStream, keysOnly string
-	tables             = ddbtest.Pool{Size: 8, Setup: func(t testing.TB, c *dynamodb.Client) {
+	tables             = ddbtest.Pool{Size: 9, Setup: func(t testing.TB, c *dynamodb.Client) {
 		noStream, keysOnly = ddbtest.TableName(t), ddbtest.TableName(t)
 		for name, spec := range map[string]*ddbtypes.StreamSpecification{
 			noStream: nil,
