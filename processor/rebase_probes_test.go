@@ -111,16 +111,7 @@ func TestRebase_AnAbandonedBatchsOpenMarkIsRemovedAndItsLossHealed(t *testing.T)
 	e := newEnv(t)
 	batch6Txs(t, e, 120)
 	crashMidBatch6(t, e, false)
-	var tenant, branch string
-	for _, item := range coordItems(t, e, "APPLIED#") {
-		if _, ok := item[table.AttrOpen]; ok {
-			pk, _ := table.String(item, table.AttrPK)
-			parts := strings.Split(pk, "#")
-			tenant, branch = parts[1], parts[2]
-			break
-		}
-	}
-	require.NotEmpty(t, branch, "a branch with an open mark")
+	tenant, branch := openMarkBranch(t, e)
 	opts := processor.RebaseOptions{Tenant: tenant, Branch: branch, StreamARN: e.streamARN, Wait: time.Minute, Poll: 20 * time.Millisecond}
 	_, err := processor.Rebase(ctx, e.ddb, e.table, opts)
 	require.ErrorContains(t, err, "half-committed")
@@ -293,4 +284,19 @@ func changesOf(t *testing.T, e *env, tenant, branch string) int64 {
 		}
 	}
 	return sum
+}
+
+// openMarkBranch is the branch whose applied item holds an open mark (a
+// batch that died half-committed, crashMidBatch6).
+func openMarkBranch(t *testing.T, e *env) (tenant, branch string) {
+	t.Helper()
+	for _, item := range coordItems(t, e, "APPLIED#") {
+		if _, ok := item[table.AttrOpen]; ok {
+			pk, _ := table.String(item, table.AttrPK)
+			parts := strings.Split(pk, "#")
+			return parts[1], parts[2]
+		}
+	}
+	t.Fatal("no branch with an open mark")
+	return "", ""
 }

@@ -2,7 +2,6 @@ package processor_test
 
 import (
 	"context"
-	"strings"
 	"testing"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -52,16 +51,7 @@ func TestReviewS27_AnOpenMarkWhoseBatchFinishesDuringTheCheckIsNotCalledAbandone
 	e := newEnv(t)
 	batch6Txs(t, e, 120)
 	recs, _ := crashMidBatch6(t, e, false)
-	var tenant, branch string
-	for _, item := range coordItems(t, e, "APPLIED#") {
-		if _, ok := item[table.AttrOpen]; ok {
-			pk, _ := table.String(item, table.AttrPK)
-			parts := strings.Split(pk, "#")
-			tenant, branch = parts[1], parts[2]
-			break
-		}
-	}
-	require.NotEmpty(t, branch, "a branch with an open mark")
+	tenant, branch := openMarkBranch(t, e)
 	_, err := e.ddb.UpdateItem(ctx, &dynamodb.UpdateItemInput{
 		TableName: aws.String(table.CoordinationTableName(e.table)), Key: table.Key(aggregates.AppliedKey(tenant, branch)),
 		UpdateExpression:          aws.String("SET #fat = :now, #fa = if_not_exists(#f, :z)"),

@@ -53,12 +53,8 @@ func testCountedRepairsWithKills(t *testing.T, bin string) {
 	fn.start()
 	seeds, err := ledgertest.Seeds(os.Getenv, 1)
 	require.NoError(t, err)
-	chaos := 8 * time.Second
-	if v := os.Getenv("LEDGER_CHAOS_SECONDS"); v != "" {
-		d, err := time.ParseDuration(v + "s")
-		require.NoError(t, err, "LEDGER_CHAOS_SECONDS")
-		chaos = d
-	}
+	chaos, err := ledgertest.ChaosTime(os.Getenv, 8*time.Second)
+	require.NoError(t, err)
 	var tally ledgertest.RepairTally
 	// A fifth of the invocations killed at a random moment (the default
 	// twentieth leaves a seed without a kill now and then on a busy

@@ -49,12 +49,8 @@ func TestPoller_CountedRepairsAtRandomMomentsWhileKilled(t *testing.T) {
 	require.NoError(t, err)
 	seeds, err := ledgertest.Seeds(os.Getenv, 1)
 	require.NoError(t, err)
-	chaos := 8 * time.Second
-	if v := os.Getenv("LEDGER_CHAOS_SECONDS"); v != "" {
-		d, err := time.ParseDuration(v + "s")
-		require.NoError(t, err, "LEDGER_CHAOS_SECONDS")
-		chaos = d
-	}
+	chaos, err := ledgertest.ChaosTime(os.Getenv, 8*time.Second)
+	require.NoError(t, err)
 	var tally ledgertest.RepairTally
 	var kills, midBatch, differences int
 	for _, seed := range seeds {

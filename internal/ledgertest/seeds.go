@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // Seeds returns the seeds of a randomized test: those of $LEDGER_SEEDS
@@ -23,4 +24,18 @@ func Seeds(getenv func(string) string, defaults ...uint64) ([]uint64, error) {
 		out = append(out, s)
 	}
 	return out, nil
+}
+
+// ChaosTime is how long each seed's world runs in the randomized tests
+// with kills: LEDGER_CHAOS_SECONDS (whole seconds), or def when unset.
+func ChaosTime(getenv func(string) string, def time.Duration) (time.Duration, error) {
+	v := getenv("LEDGER_CHAOS_SECONDS")
+	if v == "" {
+		return def, nil
+	}
+	d, err := time.ParseDuration(v + "s")
+	if err != nil {
+		return 0, fmt.Errorf("LEDGER_CHAOS_SECONDS %q: %w", v, err)
+	}
+	return d, nil
 }
