@@ -113,6 +113,13 @@ type Poller struct {
 	// (heartbeater), read by the readers' watchdogs and the coordinator.
 	beatUntil atomic.Int64
 	compat    atomic.Bool   // a live poller that renews every lease is in the registry: renew ours too
+	// listedOnce is set once the first listing of the stream completed
+	// (its announcement ends); listingSeen, the listing pollers this
+	// poller's DescribeStream rate counts, for its heartbeats to
+	// acknowledge (shareDescribe).
+	listedOnce  atomic.Bool
+	listingSeen atomic.Pointer[[]string]
+	ackNow      chan struct{} // a listing poller newly counted: the heartbeat goroutine beats at once
 	fencedOut atomic.Bool   // a heartbeat was refused by a fence: the coordinator rejoins
 	paused    bool          // the heartbeat's validity ended with leases held: readers stopped (checkPause)
 	heldN     atomic.Int64  // leases held, for the heartbeat's held count
@@ -246,6 +253,7 @@ func New(streams Streams, api Table, proc *processor.Processor, cfg Config, metr
 		describe:    newDescribeBudget(cfg.DescribeRate, metrics),
 		supersededC: make(chan struct{}),
 		offered:     make(chan []string, 1),
+		ackNow:      make(chan struct{}, 1),
 	}, nil
 }
 
@@ -527,7 +535,7 @@ func (p *Poller) pass(ctx context.Context, renew bool) error {
 // was never listed yet (nothing to do until it is); the error is the
 // stream's end.
 func (p *Poller) discover(ctx context.Context) (ok bool, err error) {
-	p.describe.setPollers(p.livePollers())
+	p.shareDescribe()
 	p.store.pace.setPollers(p.livePollers())
 	// The children are looked up when no listing is due, and also while a
 	// listing is under way across rounds (paced by the stream's
@@ -598,6 +606,11 @@ func (p *Poller) discover(ctx context.Context) (ok bool, err error) {
 				p.log.Warn("the stream is disabled")
 			}
 			p.shards, p.listed, p.listDone, p.forceList = shards, listedAt, time.Now(), false
+			if !p.listedOnce.Swap(true) {
+				// Weight 1 from now on (the next heartbeat removes the
+				// announcement; the others count it meanwhile: more).
+				p.shareDescribe()
+			}
 			p.noteShards(shards, true)
 			// The list has every child listed so far: those of the shards
 			// still to be looked up are registered for the other pollers. A

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"maps"
 	"math/rand/v2"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -67,6 +68,11 @@ type workerView struct {
 	// inc is the incarnation its item names: the process whose beat it
 	// is (available, S20-R2).
 	inc string
+	// listing is whether its item announces its first listing under way;
+	// acked, whether its item acknowledges this process's own
+	// announcement (table.ListingKey): describeShare.
+	listing bool
+	acked   bool
 }
 
 // live reports whether w heartbeated within the last LeaseDuration, as
@@ -327,7 +333,7 @@ func (p *Poller) registry(ctx context.Context) {
 		// incarnation after that (HB6).
 		var oiu *OwnerInUseError
 		_, taken := p.countedHeld()
-		if w, err := p.store.heartbeat(ctx, p.cfg.Owner, p.inc, len(p.held), taken, false, p.born.Load() != 0); errors.As(err, &oiu) {
+		if w, err := p.store.heartbeat(ctx, p.cfg.Owner, p.inc, len(p.held), taken, false, p.born.Load() != 0, p.listingNote()); errors.As(err, &oiu) {
 			p.supersede(oiu)
 			return
 		} else if err != nil {
@@ -374,6 +380,9 @@ func (p *Poller) heartbeater(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+		case <-p.ackNow:
+			// A listing poller newly counted by this one's DescribeStream
+			// rate (shareDescribe): acknowledged at once.
 		}
 		if p.superseded.Load() != nil {
 			return
@@ -453,7 +462,7 @@ func (p *Poller) beat(ctx context.Context) {
 		// this process (HB6). Before, a claim: its retry after a lost
 		// answer is a claim too, never refused by the incarnation.
 		held, taken := p.countedHeld()
-		w, err := p.store.heartbeat(cctx, p.cfg.Owner, p.inc, held, taken, true, p.born.Load() != 0)
+		w, err := p.store.heartbeat(cctx, p.cfg.Owner, p.inc, held, taken, true, p.born.Load() != 0, p.listingNote())
 		cancel()
 		var oiu *OwnerInUseError
 		if errors.As(err, &oiu) {
@@ -590,6 +599,7 @@ func (p *Poller) readRegistry(ctx context.Context) {
 			v.renewsFrom = now
 		}
 		v.beat, v.held, v.offers, v.left, v.last, v.heartbeat, v.inc = w.Beat, w.Held, len(w.Offers), w.Left, now, w.Heartbeat, w.Incarnation
+		v.listing, v.acked = w.Listing, slices.Contains(w.ListingSeen, table.ListingKey(p.cfg.Owner, p.inc))
 		p.workers[w.Owner] = v
 		if !w.Heartbeat && v.live(p.cfg.LeaseDuration) {
 			compat = true
@@ -658,6 +668,9 @@ func (p *Poller) readRegistry(ctx context.Context) {
 	if p.heartbeats() && !compat && (p.unverified || !p.registrySent.IsZero() && sent.Sub(p.registrySent) >= p.cfg.LeaseDuration) {
 		p.verifyHeld(ctx)
 	}
+	// The rate first, then the acknowledgements the next heartbeat
+	// writes: an acknowledgement is a promise that the rate counts it.
+	p.shareDescribe()
 	p.registrySent = sent
 	p.registryAt = now
 	p.registryReads++
@@ -1645,3 +1658,93 @@ func (p *Poller) handOverAll() {
 
 // sweepState is where the lease sweep goes on from.
 type sweepState = map[string]ddbtypes.AttributeValue
+
+// listingNote is what this poller's next worker write says of the
+// stream's DescribeStream rate (docs/exactly-once.md, "The first
+// listing's share of DescribeStream"): whether its first listing is
+// under way (a heartbeat poller's only: its weight needs the heartbeat's
+// validity), and the listing pollers whose announcement its rate counts,
+// as its coordinator published them after setting that rate
+// (shareDescribe). Safe from the heartbeat goroutine.
+func (p *Poller) listingNote() listingNote {
+	n := listingNote{listing: p.heartbeats() && !p.listedOnce.Load()}
+	if seen := p.listingSeen.Load(); seen != nil {
+		n.seen = *seen
+	}
+	return n
+}
+
+// listingNote is a worker write's part in sharing DescribeStream's rate
+// (table.ListingNote).
+type listingNote struct {
+	listing bool
+	seen    []string
+}
+
+// shareDescribe sets this poller's share of the stream's DescribeStream
+// rate from its last read of the worker registry, then publishes the
+// listing pollers that share counts for its next heartbeat to
+// acknowledge (claim 2 of "The first listing's share of DescribeStream":
+// the rate first). Another poller weighs listingWeight while its item
+// announces its first listing and it is live (its beat moved within a
+// lease duration: counted or not, so that a granted lister, whose
+// heartbeat's validity runs, is never left out), 1 while counted (S17-D3),
+// 0 otherwise. This poller weighs listingWeight only while its own first
+// listing is under way and every other live poller's item acknowledged
+// its announcement, and only while its heartbeat's validity runs
+// (describeBudget.valid); 1 otherwise. A drain reads no registry: the
+// whole rate.
+func (p *Poller) shareDescribe() {
+	if p.cfg.Drain {
+		p.describe.setPollers(1)
+		return
+	}
+	d := p.cfg.LeaseDuration
+	granted := p.heartbeats() && !p.listedOnce.Load()
+	total := 0.0
+	var seen []string
+	for o, w := range p.workers {
+		live := w.live(d)
+		switch {
+		case live && w.listing:
+			total += listingWeight
+			seen = append(seen, table.ListingKey(o, w.inc))
+		case w.counted(d):
+			total++
+		}
+		if live && !w.acked {
+			granted = false
+		}
+	}
+	self := 1.0
+	if granted {
+		self = listingWeight
+	}
+	p.describe.share(self, self+total, p.validUntil)
+	sort.Strings(seen)
+	old := p.listingSeen.Swap(&seen)
+	if old == nil && len(seen) > 0 || old != nil && !sortedSubset(seen, *old) {
+		// A lister newly counted: acknowledged by a heartbeat now, not at
+		// the next renewal interval (one more worker write per poller per
+		// listing poller that appears).
+		select {
+		case p.ackNow <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// sortedSubset reports whether every element of a (sorted) is in b
+// (sorted).
+func sortedSubset(a, b []string) bool {
+	for _, x := range a {
+		if _, ok := slices.BinarySearch(b, x); !ok {
+			return false
+		}
+	}
+	return true
+}
+
+// validUntil is when this poller's heartbeat validity ends (the epoch
+// when none).
+func (p *Poller) validUntil() time.Time { return fromMono(p.beatUntil.Load()) }
