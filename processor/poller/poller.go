@@ -119,7 +119,7 @@ type Poller struct {
 	// acknowledge (shareDescribe).
 	listedOnce  atomic.Bool
 	listingSeen atomic.Pointer[[]string]
-	ackNow      chan struct{} // a listing poller newly counted: the heartbeat goroutine beats at once
+	ackNow      chan struct{} // a listing poller newly counted, or this one's first listing done: the heartbeat goroutine beats at once
 	fencedOut atomic.Bool   // a heartbeat was refused by a fence: the coordinator rejoins
 	paused    bool          // the heartbeat's validity ended with leases held: readers stopped (checkPause)
 	heldN     atomic.Int64  // leases held, for the heartbeat's held count
@@ -607,9 +607,14 @@ func (p *Poller) discover(ctx context.Context) (ok bool, err error) {
 			}
 			p.shards, p.listed, p.listDone, p.forceList = shards, listedAt, time.Now(), false
 			if !p.listedOnce.Swap(true) {
-				// Weight 1 from now on (the next heartbeat removes the
-				// announcement; the others count it meanwhile: more).
+				// Weight 1 from now on; the announcement is removed by a
+				// heartbeat at once (the others count it until they read
+				// that: more than it weighs, never less).
 				p.shareDescribe()
+				select {
+				case p.ackNow <- struct{}{}:
+				default:
+				}
 			}
 			p.noteShards(shards, true)
 			// The list has every child listed so far: those of the shards

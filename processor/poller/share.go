@@ -382,7 +382,8 @@ func (p *Poller) heartbeater(ctx context.Context) {
 		case <-t.C:
 		case <-p.ackNow:
 			// A listing poller newly counted by this one's DescribeStream
-			// rate (shareDescribe): acknowledged at once.
+			// rate (shareDescribe), acknowledged at once; or this one's
+			// first listing done, its announcement removed at once.
 		}
 		if p.superseded.Load() != nil {
 			return
