@@ -113,6 +113,13 @@ type Poller struct {
 	// (heartbeater), read by the readers' watchdogs and the coordinator.
 	beatUntil atomic.Int64
 	compat    atomic.Bool   // a live poller that renews every lease is in the registry: renew ours too
+	fencedOut atomic.Bool   // a heartbeat was refused by a fence: the coordinator rejoins
+	paused    bool          // the heartbeat's validity ended with leases held: readers stopped (checkPause)
+	heldN     atomic.Int64  // leases held, for the heartbeat's held count
+	hbMu      sync.Mutex    // guards hbAnswer
+	hbAnswer  *table.Worker // the last heartbeat's answer not yet seen by the coordinator
+	hbStop    func()        // stops the heartbeat goroutine and waits for it
+
 	// listedOnce is set once the first listing of the stream completed
 	// (its announcement ends); listingSeen, the listing pollers this
 	// poller's DescribeStream rate counts, for its heartbeats to
@@ -120,12 +127,7 @@ type Poller struct {
 	listedOnce  atomic.Bool
 	listingSeen atomic.Pointer[[]string]
 	ackNow      chan struct{} // a listing poller newly counted, or this one's first listing done: the heartbeat goroutine beats at once
-	fencedOut atomic.Bool   // a heartbeat was refused by a fence: the coordinator rejoins
-	paused    bool          // the heartbeat's validity ended with leases held: readers stopped (checkPause)
-	heldN     atomic.Int64  // leases held, for the heartbeat's held count
-	hbMu      sync.Mutex    // guards hbAnswer
-	hbAnswer  *table.Worker // the last heartbeat's answer not yet seen by the coordinator
-	hbStop    func()        // stops the heartbeat goroutine and waits for it
+
 	// offered carries the offers the offer watch (watchOffers) read in
 	// this poller's worker item to the coordinator, which takes them at
 	// once (offerPass); the newest replaces one not yet taken.
