@@ -488,8 +488,8 @@ type fleetPoller struct {
 	stopped time.Time
 	p       *poller.Poller
 	run     context.Context // the poller's run: done once it is stopped
-	leaving bool    // being stopped or stopped (under the run's lock)
-	leases  float64 // sum of samples
+	leaving bool            // being stopped or stopped (under the run's lock)
+	leases  float64         // sum of samples
 	samples int
 }
 
