@@ -70,7 +70,7 @@ type workerView struct {
 	inc string
 	// listing is whether its item announces its first listing under way;
 	// acked, whether its item acknowledges this process's own
-	// announcement (table.ListingKey): describeShare.
+	// announcement (table.ListingKey): shareDescribe.
 	listing bool
 	acked   bool
 }
