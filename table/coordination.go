@@ -611,6 +611,11 @@ func deleteUnchanged(ctx context.Context, api MigrateAPI, ledgerTable string, it
 //	             incarnation) whose announcement this poller's
 //	             DescribeStream rate counts (docs/exactly-once.md, "The
 //	             first listing's share of DescribeStream")
+//	listingBy    S, the incarnation that wrote listing and listingSeen:
+//	             both are read only while it is the item's incarnation,
+//	             so that a process of a version before them claiming the
+//	             item (a rollback) inherits neither (review of session
+//	             27, S27-J1)
 //	updatedAt    S, RFC 3339
 //	expiresAt    N, the last write + WorkerRetention (TTL)
 //
@@ -637,6 +642,9 @@ const (
 	// AttrWorkerListingSeen are the listing pollers (ListingKey) whose
 	// announcement the poller's DescribeStream rate counts (ListingNote).
 	AttrWorkerListingSeen = "listingSeen"
+	// AttrWorkerListingBy is the incarnation that wrote listing and
+	// listingSeen (ListingNote; S27-J1).
+	AttrWorkerListingBy = "listingBy"
 )
 
 // LeaseModeHeartbeat is the leaseMode of a poller whose leases are live
@@ -695,9 +703,14 @@ func DecodeWorker(item map[string]types.AttributeValue) Worker {
 	w.Heartbeat = mode == LeaseModeHeartbeat && (modeBeat == w.Beat || (w.Left && modeBeat == w.Beat-1))
 	_, w.Fenced = item[AttrWorkerFenced]
 	w.Incarnation, _ = String(item, AttrWorkerIncarnation)
-	w.Listing = Flag(item, AttrWorkerListing)
-	if ss, ok := item[AttrWorkerListingSeen].(*types.AttributeValueMemberSS); ok {
-		w.ListingSeen = ss.Value
+	// The listing note counts only as written by the item's incarnation:
+	// a process of a version before it that claimed the item since (a
+	// rollback) neither announces a listing nor counts one (S27-J1).
+	if by, _ := String(item, AttrWorkerListingBy); by != "" && by == w.Incarnation {
+		w.Listing = Flag(item, AttrWorkerListing)
+		if ss, ok := item[AttrWorkerListingSeen].(*types.AttributeValueMemberSS); ok {
+			w.ListingSeen = ss.Value
+		}
 	}
 	return w
 }
@@ -712,11 +725,22 @@ func ListingKey(owner, incarnation string) string { return owner + "#" + incarna
 // rate by weight (docs/exactly-once.md, "The first listing's share of
 // DescribeStream"): listing set while its first listing is under way
 // (removed otherwise), and seen, the listing pollers (ListingKey) whose
-// announcement its rate already counts (removed when empty). Exactness
-// never depends on either: they only pace DescribeStream.
+// announcement its rate already counts (removed when empty). Both are
+// signed by the writing process's incarnation (listingBy, the write's
+// :inc): DecodeWorker reads them only while that is still the item's
+// incarnation, so that a process of an older version, whose claim leaves
+// attributes it does not know in place, inherits neither (review of
+// session 27, S27-J1). Exactness never depends on either: they only pace
+// DescribeStream.
 func ListingNote(in *dynamodb.UpdateItemInput, listing bool, seen []string) *dynamodb.UpdateItemInput {
 	expr := aws.ToString(in.UpdateExpression)
 	var set, remove []string
+	if listing || len(seen) > 0 {
+		set = append(set, "#lby = :inc") // HeartbeatWorker's incarnation
+	} else {
+		remove = append(remove, "#lby")
+	}
+	in.ExpressionAttributeNames["#lby"] = AttrWorkerListingBy
 	if listing {
 		set = append(set, "#lst = :lst")
 		in.ExpressionAttributeValues[":lst"] = &types.AttributeValueMemberBOOL{Value: true}

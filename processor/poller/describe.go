@@ -87,10 +87,6 @@ func (b *describeBudget) reset(now time.Time) {
 	}
 }
 
-// setPollers shares the stream's rate evenly among n live pollers (this
-// one included; at least 1): weight 1 each.
-func (b *describeBudget) setPollers(n int) { b.share(1, float64(max(n, 1)), nil) }
-
 // share sets this poller's weight (self) and the weights it counts, its
 // own included (total, at least self); a weight above 1 holds only while
 // valid() is after the call's turn.

@@ -1693,13 +1693,12 @@ type listingNote struct {
 // 0 otherwise. This poller weighs listingWeight only while its own first
 // listing is under way and every other live poller's item acknowledged
 // its announcement, and only while its heartbeat's validity runs
-// (describeBudget.valid); 1 otherwise. A drain reads no registry: the
-// whole rate.
+// (describeBudget.valid); 1 otherwise. A drain reads the registry too
+// (its pass) and counts the others as a live poller does, weighing itself
+// 1 (it writes no worker item: it announces and acknowledges nothing);
+// before its first read it has the whole rate (review of session 27,
+// S27-J2: the whole rate always, beside a listing fleet's).
 func (p *Poller) shareDescribe() {
-	if p.cfg.Drain {
-		p.describe.setPollers(1)
-		return
-	}
 	d := p.cfg.LeaseDuration
 	granted := p.heartbeats() && !p.listedOnce.Load()
 	total := 0.0
@@ -1722,6 +1721,9 @@ func (p *Poller) shareDescribe() {
 		self = listingWeight
 	}
 	p.describe.share(self, self+total, p.validUntil)
+	if p.cfg.Drain {
+		return // no worker item: nothing to acknowledge
+	}
 	sort.Strings(seen)
 	old := p.listingSeen.Swap(&seen)
 	if old == nil && len(seen) > 0 || old != nil && !sortedSubset(seen, *old) {
