@@ -735,6 +735,11 @@ func ListingKey(owner, incarnation string) string { return owner + "#" + incarna
 func ListingNote(in *dynamodb.UpdateItemInput, listing bool, seen []string) *dynamodb.UpdateItemInput {
 	expr := aws.ToString(in.UpdateExpression)
 	var set, remove []string
+	if _, signed := in.ExpressionAttributeValues[":inc"]; !signed {
+		// Not a write built on HeartbeatWorker: an unsigned note is never
+		// read (the safe side: no weight, no acknowledgement).
+		listing, seen = false, nil
+	}
 	if listing || len(seen) > 0 {
 		set = append(set, "#lby = :inc") // HeartbeatWorker's incarnation
 	} else {
