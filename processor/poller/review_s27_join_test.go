@@ -2,9 +2,11 @@ package poller_test
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/service/dynamodbstreams"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -41,4 +43,54 @@ func TestReviewS27J2_ADrainCountsTheFleetsWeightsInItsDescribeRate(t *testing.T)
 	require.NoError(t, poller.FirstPass(ctx, tp.Poller))
 	assert.InDelta(t, fleet/(1+1+1+8), counter(t, tp.m.DescribeRate), 1e-9,
 		"a drain's DescribeStream rate counts the live pollers it read, a lister at its weight")
+}
+
+// deniedListing refuses every listing of the whole stream, not as
+// throttled (a missing permission: claim 8's listing refused for good,
+// which keeps a poller's first listing under way).
+type deniedListing struct{ poller.Streams }
+
+func (d deniedListing) DescribeStream(ctx context.Context, in *dynamodbstreams.DescribeStreamInput, opts ...func(*dynamodbstreams.Options)) (*dynamodbstreams.DescribeStreamOutput, error) {
+	if in.ShardFilter == nil {
+		return nil, errors.New("AccessDeniedException: listing refused by the test")
+	}
+	return d.Streams.DescribeStream(ctx, in, opts...)
+}
+
+// Review (adversarial, session 27), hole S27-J1, on the poller: a poller
+// whose first listing is under way beside one poller j rolled back to a
+// version before the listing note (j's item: acknowledged i's listing
+// under its previous process, then claimed by the older version, which
+// leaves what it does not know in place, and heartbeats by head count).
+// i must not count j's inherited acknowledgement: it weighs itself 1,
+// 8 × 1/(1 + 1) = 4 calls a second, j's 8/2 beside it. Before the fix it
+// was granted: 8 × 8/9 ≈ 7.1, with j's 4 beside it, 11.1 against AWS's
+// 10 (table.TestReviewS27J1_AnOlderVersionsClaimInheritsNoListingNote
+// is the item's half).
+func TestReviewS27J1_AListerIsNotGrantedByAnOlderVersionsInheritedAcknowledgement(t *testing.T) {
+	e := newEnv(t, 2703)
+	e.stream.addShard("s0", "")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	coord := table.CoordinationTableName(e.table)
+	const fleet = 8.0
+	tp := e.poller(t, "i", deniedListing{e.stream.client("i")}, nil, func(c *poller.Config) { c.DescribeRate = fleet })
+	t.Cleanup(func() { poller.StopHeartbeat(tp.Poller) })
+	_ = poller.FirstPass(ctx, tp.Poller) // its listing refused: still under way
+	ws, err := table.ReadWorkers(ctx, e.ddb, coord, e.stream.arn)
+	require.NoError(t, err)
+	require.Len(t, ws, 1)
+	require.True(t, ws[0].Listing, "i announces its first listing")
+	mine := table.ListingKey("i", ws[0].Incarnation)
+
+	// j of this version acknowledged i; then j rolled back: the older
+	// version's claim and heartbeats (HeartbeatWorker alone).
+	_, err = e.ddb.UpdateItem(ctx, table.ListingNote(table.HeartbeatWorker(coord, e.stream.arn, "j", "j-1", 0, true, time.Now()), false, []string{mine}))
+	require.NoError(t, err)
+	_, err = e.ddb.UpdateItem(ctx, table.HeartbeatWorker(coord, e.stream.arn, "j", "j-2", 0, true, time.Now()))
+	require.NoError(t, err)
+
+	_ = poller.Round(ctx, tp.Poller)
+	assert.InDelta(t, fleet/2, counter(t, tp.m.DescribeRate), 1e-9,
+		"a lister is granted only by acknowledgements its acknowledgers' processes wrote")
 }
