@@ -121,12 +121,19 @@ type Poller struct {
 	hbStop    func()        // stops the heartbeat goroutine and waits for it
 
 	// listedOnce is set once the first listing of the stream completed
-	// (its announcement ends); listingSeen, the listing pollers this
-	// poller's DescribeStream rate counts, for its heartbeats to
-	// acknowledge (shareDescribe).
-	listedOnce  atomic.Bool
-	listingSeen atomic.Pointer[[]string]
-	ackNow      chan struct{} // a listing poller newly counted, or this one's first listing done: the heartbeat goroutine beats at once
+	// (its announcement ends). Under ackMu: ackSeen, the listing pollers
+	// this poller's DescribeStream rate counts, for its heartbeats to
+	// acknowledge, published at generation ackGen (shareDescribe); ackHeld,
+	// the acknowledgements its worker item may carry or lately carried,
+	// which its rate goes on counting (ackLanded; S27-J3). viewSent is the
+	// send time of the last registry read (coordinator only).
+	listedOnce atomic.Bool
+	ackMu      sync.Mutex
+	ackSeen    []string
+	ackGen     uint64
+	ackHeld    map[string]ackHold
+	viewSent   time.Time
+	ackNow     chan struct{} // a listing poller newly counted, or this one's first listing done: the heartbeat goroutine beats at once
 
 	// offered carries the offers the offer watch (watchOffers) read in
 	// this poller's worker item to the coordinator, which takes them at
@@ -256,6 +263,7 @@ func New(streams Streams, api Table, proc *processor.Processor, cfg Config, metr
 		supersededC: make(chan struct{}),
 		offered:     make(chan []string, 1),
 		ackNow:      make(chan struct{}, 1),
+		ackHeld:     map[string]ackHold{},
 	}, nil
 }
 

@@ -333,7 +333,8 @@ func (p *Poller) registry(ctx context.Context) {
 		// incarnation after that (HB6).
 		var oiu *OwnerInUseError
 		_, taken := p.countedHeld()
-		if w, err := p.store.heartbeat(ctx, p.cfg.Owner, p.inc, len(p.held), taken, false, p.born.Load() != 0, p.listingNote()); errors.As(err, &oiu) {
+		note := p.listingNote()
+		if w, err := p.store.heartbeat(ctx, p.cfg.Owner, p.inc, len(p.held), taken, false, p.born.Load() != 0, note); errors.As(err, &oiu) {
 			p.supersede(oiu)
 			return
 		} else if err != nil {
@@ -341,6 +342,7 @@ func (p *Poller) registry(ctx context.Context) {
 				p.log.Warn("writing the worker item failed; retrying at the next round", "error", err.Error())
 			}
 		} else {
+			p.ackLanded(note, w, time.Now())
 			p.born.CompareAndSwap(0, mono(time.Now()))
 			p.offersCounted(taken)
 			p.offers, p.asks = w.Offers, w.Asks
@@ -463,7 +465,8 @@ func (p *Poller) beat(ctx context.Context) {
 		// this process (HB6). Before, a claim: its retry after a lost
 		// answer is a claim too, never refused by the incarnation.
 		held, taken := p.countedHeld()
-		w, err := p.store.heartbeat(cctx, p.cfg.Owner, p.inc, held, taken, true, p.born.Load() != 0, p.listingNote())
+		note := p.listingNote()
+		w, err := p.store.heartbeat(cctx, p.cfg.Owner, p.inc, held, taken, true, p.born.Load() != 0, note)
 		cancel()
 		var oiu *OwnerInUseError
 		if errors.As(err, &oiu) {
@@ -476,6 +479,7 @@ func (p *Poller) beat(ctx context.Context) {
 		}
 		if err == nil {
 			p.offersCounted(taken)
+			p.ackLanded(note, w, time.Now())
 			p.beaten(w, sent)
 			return
 		}
@@ -671,6 +675,7 @@ func (p *Poller) readRegistry(ctx context.Context) {
 	}
 	// The rate first, then the acknowledgements the next heartbeat
 	// writes: an acknowledgement is a promise that the rate counts it.
+	p.viewSent = sent
 	p.shareDescribe()
 	p.registrySent = sent
 	p.registryAt = now
@@ -1666,20 +1671,53 @@ type sweepState = map[string]ddbtypes.AttributeValue
 // under way (a heartbeat poller's only: its weight needs the heartbeat's
 // validity), and the listing pollers whose announcement its rate counts,
 // as its coordinator published them after setting that rate
-// (shareDescribe). Safe from the heartbeat goroutine.
+// (shareDescribe), with that publication's generation (ackLanded). Safe
+// from the heartbeat goroutine.
 func (p *Poller) listingNote() listingNote {
 	n := listingNote{listing: p.heartbeats() && !p.listedOnce.Load()}
-	if seen := p.listingSeen.Load(); seen != nil {
-		n.seen = *seen
-	}
+	p.ackMu.Lock()
+	n.seen, n.gen = p.ackSeen, p.ackGen
+	p.ackMu.Unlock()
 	return n
 }
 
 // listingNote is a worker write's part in sharing DescribeStream's rate
-// (table.ListingNote).
+// (table.ListingNote); gen is the publication its seen came from.
 type listingNote struct {
 	listing bool
 	seen    []string
+	gen     uint64
+}
+
+// ackHold is an acknowledgement this poller's worker item may carry: gen,
+// the last publication that included it; until, zero while a write may
+// carry it, else when this poller's rate stops counting it (S27-J3).
+type ackHold struct {
+	gen   uint64
+	until time.Time
+}
+
+// grantFor is how long a lister's grant lasts after the send of the
+// registry read that showed every acknowledgement, and how long an
+// acknowledger counts a lister after the answer of the write that
+// removed its acknowledgement (S27-J3): the read that granted came before
+// that write landed, so the count outlasts the grant. Longer than a
+// renewal interval (a round reads the registry once per interval).
+func (p *Poller) grantFor() time.Duration { return p.cfg.LeaseDuration / 2 }
+
+// ackLanded applies a worker write of this poller that landed, answered
+// at at, whose note n was published at generation n.gen and whose item,
+// as written, acknowledges w.ListingSeen: an acknowledgement published
+// before n.gen and not in the item is no longer carried, and is counted
+// for grantFor more (S27-J3). Safe from the heartbeat goroutine.
+func (p *Poller) ackLanded(n listingNote, w table.Worker, at time.Time) {
+	p.ackMu.Lock()
+	defer p.ackMu.Unlock()
+	for k, h := range p.ackHeld {
+		if h.until.IsZero() && h.gen < n.gen && !slices.Contains(w.ListingSeen, k) {
+			p.ackHeld[k] = ackHold{gen: h.gen, until: at.Add(p.grantFor())}
+		}
+	}
 }
 
 // shareDescribe sets this poller's share of the stream's DescribeStream
@@ -1690,9 +1728,14 @@ type listingNote struct {
 // announces its first listing and it is live (its beat moved within a
 // lease duration: counted or not, so that a granted lister, whose
 // heartbeat's validity runs, is never left out), 1 while counted (S17-D3),
-// 0 otherwise. This poller weighs listingWeight only while its own first
-// listing is under way and every other live poller's item acknowledged
-// its announcement, and only while its heartbeat's validity runs
+// 0 otherwise; and an acknowledgement this poller's item may still carry
+// weighs listingWeight besides, until grantFor after the write that
+// removed it landed (S27-J3: a promise kept until its removal is known
+// and the grants it made have ended). This poller weighs listingWeight
+// only while its own first listing is under way and every other live
+// poller's item acknowledged its announcement, and only while its
+// heartbeat's validity runs and, when another's acknowledgement was
+// needed, for grantFor after the send of the read that showed them
 // (describeBudget.valid); 1 otherwise. A drain reads the registry too
 // (its pass) and counts the others as a live poller does, weighing itself
 // 1 (it writes no worker item: it announces and acknowledges nothing);
@@ -1701,6 +1744,7 @@ type listingNote struct {
 func (p *Poller) shareDescribe() {
 	d := p.cfg.LeaseDuration
 	granted := p.heartbeats() && !p.listedOnce.Load()
+	acks := false // another's acknowledgement needed
 	total := 0.0
 	var seen []string
 	for o, w := range p.workers {
@@ -1712,21 +1756,53 @@ func (p *Poller) shareDescribe() {
 		case w.counted(d):
 			total++
 		}
-		if live && !w.acked {
-			granted = false
+		if live {
+			acks = true
+			if !w.acked {
+				granted = false
+			}
 		}
 	}
+	sort.Strings(seen)
+	now := time.Now()
+	p.ackMu.Lock()
+	for k, h := range p.ackHeld {
+		if !h.until.IsZero() && !now.Before(h.until) {
+			delete(p.ackHeld, k)
+			continue
+		}
+		if _, counted := slices.BinarySearch(seen, k); !counted {
+			total += listingWeight // still acknowledged, or lately
+		}
+	}
+	p.ackMu.Unlock()
 	self := 1.0
+	valid := p.validUntil
 	if granted {
 		self = listingWeight
+		if acks {
+			end := p.viewSent.Add(p.grantFor())
+			valid = func() time.Time {
+				if v := p.validUntil(); v.Before(end) {
+					return v
+				}
+				return end
+			}
+		}
 	}
-	p.describe.share(self, self+total, p.validUntil)
+	p.describe.share(self, self+total, valid)
 	if p.cfg.Drain {
 		return // no worker item: nothing to acknowledge
 	}
-	sort.Strings(seen)
-	old := p.listingSeen.Swap(&seen)
-	if old == nil && len(seen) > 0 || old != nil && !sortedSubset(seen, *old) {
+	p.ackMu.Lock()
+	old := p.ackSeen
+	p.ackGen++
+	p.ackSeen = seen
+	for _, k := range seen {
+		p.ackHeld[k] = ackHold{gen: p.ackGen}
+	}
+	p.ackMu.Unlock()
+	if !sortedSubset(seen, old) {
 		// A lister newly counted: acknowledged by a heartbeat now, not at
 		// the next renewal interval (one more worker write per poller per
 		// listing poller that appears).
