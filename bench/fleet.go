@@ -154,6 +154,11 @@ type FleetResult struct {
 	// leases (on open shards and on closed ones not yet finished) as 90% of
 	// the open shards: seconds from the start; -1: never.
 	FirstAllLeased float64
+	// JoinListed is the seconds from the joiner's start to its first
+	// listing of the stream complete (its Ready; -1: not before the run's
+	// end): what bounds its takes from a day's walk (BENCHMARKS.md,
+	// "Session 27: the joiner's first listing").
+	JoinListed float64
 
 	// Write units by partition key: the hottest keys the whole run wrote
 	// (data, reports and coordination) with their peak a second.
@@ -481,8 +486,10 @@ type fleetPoller struct {
 	done    chan error
 	started time.Time
 	stopped time.Time
-	leaving bool    // being stopped or stopped (under the run's lock)
-	leases  float64 // sum of samples
+	p       *poller.Poller
+	run     context.Context // the poller's run: done once it is stopped
+	leaving bool            // being stopped or stopped (under the run's lock)
+	leases  float64         // sum of samples
 	samples int
 }
 
@@ -537,7 +544,7 @@ func Fleet(ctx context.Context, cfg FleetConfig) (*FleetResult, error) {
 	cfg = cfg.withDefaults()
 	began := time.Now()
 	res := &FleetResult{Shards: cfg.Shards, Pollers: cfg.Pollers, Rate: cfg.Rate, Duration: cfg.Duration, IdleFor: cfg.IdleFor,
-		Compression: cfg.Compression, History: cfg.History, MaxIdleBackoff: cfg.MaxIdleBackoff, Machine: machine(), FirstAllLeased: -1}
+		Compression: cfg.Compression, History: cfg.History, MaxIdleBackoff: cfg.MaxIdleBackoff, Machine: machine(), FirstAllLeased: -1, JoinListed: -1}
 	logf := timedLog(cfg.Log, "fleet")
 	loc, err := startLocal(ctx, cfg.DynamoDBLocalDir, &res.Machine)
 	if err != nil {
@@ -625,7 +632,7 @@ func Fleet(ctx context.Context, cfg FleetConfig) (*FleetResult, error) {
 			return nil, err
 		}
 		pctx, cancel := context.WithCancel(ctx)
-		fp := &fleetPoller{owner: owner, reg: reg, coord: coord, cancel: cancel, done: make(chan error, 1), started: time.Now()}
+		fp := &fleetPoller{owner: owner, reg: reg, coord: coord, cancel: cancel, done: make(chan error, 1), started: time.Now(), p: p, run: pctx}
 		go func() { fp.done <- p.Run(pctx) }()
 		return fp, nil
 	}
@@ -770,6 +777,25 @@ func Fleet(ctx context.Context, cfg FleetConfig) (*FleetResult, error) {
 			pmu.Unlock()
 			events = append(events, BalanceEvent{Event: fmt.Sprintf("p%d joins", cfg.Pollers), At: el.Seconds()})
 			logf("p%d joined", cfg.Pollers)
+			go func(fp *fleetPoller) {
+				t := time.NewTicker(100 * time.Millisecond)
+				defer t.Stop()
+				for {
+					select {
+					case <-fp.run.Done():
+						return
+					case <-t.C:
+					}
+					if fp.p.Ready() {
+						took := time.Since(fp.started)
+						sampleMu.Lock()
+						res.JoinListed = took.Seconds()
+						sampleMu.Unlock()
+						logf("p%d's first listing complete %.1f s after it joined", cfg.Pollers, took.Seconds())
+						return
+					}
+				}
+			}(fp)
 		}
 		if !left && joined && el >= leaveAt {
 			left = true

@@ -53,6 +53,7 @@ func TestFleet_SmallestConfigurationRunsExactly(t *testing.T) {
 		joined = joined || len(s.Offers["p2"]) > 0
 	}
 	assert.True(t, joined, "the joiner's offers sampled over time")
+	assert.GreaterOrEqual(t, res.JoinListed, 0.0, "the joiner's first listing of the stream completed, timed from its join")
 	require.Len(t, res.Balance, 3, "start, join, leave")
 	assert.NotEmpty(t, res.Leases)
 	assert.Positive(t, res.PeakRSS)

@@ -35,6 +35,7 @@ func (r *FleetResult) Markdown(w io.Writer) {
 	p("| stream: shards closed during the run (rolls and splits) / in the stream at the end | %d / %d |\n", r.ClosedDuringRun, r.ShardsAtEnd)
 	p("| writes: transactions written (rate achieved) | %d (%.0f/s) |\n", r.Written, r.WriteRate)
 	p("| balance: leases held (open and closed unfinished shards) first as many as 90%% of the open shards after | %s |\n", secondsOrNever(r.FirstAllLeased))
+	p("| balance: the joiner's first listing of the stream complete after it joined | %s |\n", secondsOrNever(r.JoinListed))
 	for _, b := range r.Balance {
 		p("| balance: %s (at %.0f s): every poller within fair share ±10%% after | %s (deviation at the span's end %.0f%%) |\n", b.Event, b.At, secondsOrNever(b.Within), 100*b.Worst)
 	}

@@ -605,6 +605,17 @@ func deleteUnchanged(ctx context.Context, api MigrateAPI, ledgerTable string, it
 //	             over and the first learns it (docs/exactly-once.md,
 //	             review of the heartbeat, HB6); absent on items of
 //	             versions before it
+//	listing      BOOL, true while the poller's first listing of the
+//	             stream is under way (ListingNote)
+//	listingSeen  SS, the listing pollers (ListingKey: owner and
+//	             incarnation) whose announcement this poller's
+//	             DescribeStream rate counts (docs/exactly-once.md, "The
+//	             first listing's share of DescribeStream")
+//	listingBy    S, the incarnation that wrote listing and listingSeen:
+//	             both are read only while it is the item's incarnation,
+//	             so that a process of a version before them claiming the
+//	             item (a rollback) inherits neither (review of session
+//	             27, S27-J1)
 //	updatedAt    S, RFC 3339
 //	expiresAt    N, the last write + WorkerRetention (TTL)
 //
@@ -625,6 +636,15 @@ const (
 	AttrWorkerAsks     = "asks"
 	// AttrWorkerIncarnation is the claiming process's random id (HB6).
 	AttrWorkerIncarnation = "incarnation"
+	// AttrWorkerListing is set while the poller's first listing of the
+	// stream is under way (ListingNote).
+	AttrWorkerListing = "listing"
+	// AttrWorkerListingSeen are the listing pollers (ListingKey) whose
+	// announcement the poller's DescribeStream rate counts (ListingNote).
+	AttrWorkerListingSeen = "listingSeen"
+	// AttrWorkerListingBy is the incarnation that wrote listing and
+	// listingSeen (ListingNote; S27-J1).
+	AttrWorkerListingBy = "listingBy"
 )
 
 // LeaseModeHeartbeat is the leaseMode of a poller whose leases are live
@@ -653,6 +673,11 @@ type Worker struct {
 	// Incarnation is the id of the process that claimed the item last
 	// ("" on items of versions before it).
 	Incarnation string
+	// Listing is true while its first listing of the stream is under way;
+	// ListingSeen are the listing pollers (ListingKey) its DescribeStream
+	// rate counts (ListingNote).
+	Listing     bool
+	ListingSeen []string
 }
 
 // DecodeWorker reads a worker registry item.
@@ -678,7 +703,71 @@ func DecodeWorker(item map[string]types.AttributeValue) Worker {
 	w.Heartbeat = mode == LeaseModeHeartbeat && (modeBeat == w.Beat || (w.Left && modeBeat == w.Beat-1))
 	_, w.Fenced = item[AttrWorkerFenced]
 	w.Incarnation, _ = String(item, AttrWorkerIncarnation)
+	// The listing note counts only as written by the item's incarnation:
+	// a process of a version before it that claimed the item since (a
+	// rollback) neither announces a listing nor counts one (S27-J1).
+	if by, _ := String(item, AttrWorkerListingBy); by != "" && by == w.Incarnation {
+		w.Listing = Flag(item, AttrWorkerListing)
+		if ss, ok := item[AttrWorkerListingSeen].(*types.AttributeValueMemberSS); ok {
+			w.ListingSeen = ss.Value
+		}
+	}
 	return w
+}
+
+// ListingKey names one process's first listing in a worker item's
+// listingSeen: its owner and incarnation, so that an acknowledgement of
+// a previous process of the same name is not one of this process's.
+func ListingKey(owner, incarnation string) string { return owner + "#" + incarnation }
+
+// ListingNote adds to in, a worker write (HeartbeatWorker and the writes
+// built on it), the poller's part in sharing the stream's DescribeStream
+// rate by weight (docs/exactly-once.md, "The first listing's share of
+// DescribeStream"): listing set while its first listing is under way
+// (removed otherwise), and seen, the listing pollers (ListingKey) whose
+// announcement its rate already counts (removed when empty). Both are
+// signed by the writing process's incarnation (listingBy, the write's
+// :inc): DecodeWorker reads them only while that is still the item's
+// incarnation, so that a process of an older version, whose claim leaves
+// attributes it does not know in place, inherits neither (review of
+// session 27, S27-J1). Exactness never depends on either: they only pace
+// DescribeStream.
+func ListingNote(in *dynamodb.UpdateItemInput, listing bool, seen []string) *dynamodb.UpdateItemInput {
+	expr := aws.ToString(in.UpdateExpression)
+	var set, remove []string
+	if _, signed := in.ExpressionAttributeValues[":inc"]; !signed {
+		// Not a write built on HeartbeatWorker: an unsigned note is never
+		// read (the safe side: no weight, no acknowledgement).
+		listing, seen = false, nil
+	}
+	if listing || len(seen) > 0 {
+		set = append(set, "#lby = :inc") // HeartbeatWorker's incarnation
+	} else {
+		remove = append(remove, "#lby")
+	}
+	in.ExpressionAttributeNames["#lby"] = AttrWorkerListingBy
+	if listing {
+		set = append(set, "#lst = :lst")
+		in.ExpressionAttributeValues[":lst"] = &types.AttributeValueMemberBOOL{Value: true}
+	} else {
+		remove = append(remove, "#lst")
+	}
+	in.ExpressionAttributeNames["#lst"] = AttrWorkerListing
+	if len(seen) > 0 {
+		set = append(set, "#lsn = :lsn")
+		in.ExpressionAttributeValues[":lsn"] = &types.AttributeValueMemberSS{Value: seen}
+	} else {
+		remove = append(remove, "#lsn")
+	}
+	in.ExpressionAttributeNames["#lsn"] = AttrWorkerListingSeen
+	if len(set) > 0 {
+		expr = strings.Replace(expr, "SET ", "SET "+strings.Join(set, ", ")+", ", 1)
+	}
+	if len(remove) > 0 {
+		expr = strings.Replace(expr, " REMOVE ", " REMOVE "+strings.Join(remove, ", ")+", ", 1)
+	}
+	in.UpdateExpression = aws.String(expr)
+	return in
 }
 
 // HeartbeatWorker writes owner's registry item: beat + 1, held, not left,

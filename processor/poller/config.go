@@ -233,8 +233,10 @@ type Config struct {
 	// DescribeRate is the DescribeStream calls a second the whole fleet
 	// allows itself on the stream (default 8, of AWS's 10 per stream,
 	// leaving 2 for its other readers): each poller calls at most
-	// DescribeRate divided by the live pollers of the worker registry,
-	// and slows down when throttled (design.md, "Scale").
+	// DescribeRate times its weight over the weights of the live pollers
+	// of the worker registry (1 each; 8 for a poller whose first listing
+	// is under way, once every other has acknowledged it), and slows
+	// down when throttled (design.md, "Scale").
 	DescribeRate int
 	// CoordinationWriteRate is the write units a second the whole fleet
 	// allows itself in each of the stream's two coordination partitions

@@ -63,7 +63,7 @@ import (
 // four to spare. A test that
 // gets a later table is slow enough for 3-second leases to expire, so an
 // exhausted pool fails the test (ddbtest.Pool.Table).
-var tables = ddbtest.Pool{Size: 122} // +1 a rebase while the poller runs (rebase_test.go); +1 a store move raises the protocol (review_s25_readx_test.go); +2 review s25 ask (review_s25_ask_test.go, review_s25_askclear_test.go): a drain tells an owner again; +1 review s25 drain (review_s25_drain_test.go): empty pages counted across a reopen; +1 review s25 X4/F1 (review_s25_readx_test.go): a protocol-fenced shard is given up
+var tables = ddbtest.Pool{Size: 127} // +4 review s27 J1, J2, J3 (review_s27_join_test.go): a lister not granted by an older version's inherited acknowledgement; an acknowledgement holds its count until its removal landed, twice; a drain counts the fleet in its DescribeStream rate; +1 a rebase while the poller runs (rebase_test.go); +1 a store move raises the protocol (review_s25_readx_test.go); +2 review s25 ask (review_s25_ask_test.go, review_s25_askclear_test.go): a drain tells an owner again; +1 review s25 drain (review_s25_drain_test.go): empty pages counted across a reopen; +1 review s25 X4/F1 (review_s25_readx_test.go): a protocol-fenced shard is given up; +1 a joiner lists at the fleet's unused rate (joinlisting_test.go)
 
 func newTableName(t testing.TB) string { return tables.Table(t) }
 

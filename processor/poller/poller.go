@@ -119,6 +119,22 @@ type Poller struct {
 	hbMu      sync.Mutex    // guards hbAnswer
 	hbAnswer  *table.Worker // the last heartbeat's answer not yet seen by the coordinator
 	hbStop    func()        // stops the heartbeat goroutine and waits for it
+
+	// listedOnce is set once the first listing of the stream completed
+	// (its announcement ends). Under ackMu: ackSeen, the listing pollers
+	// this poller's DescribeStream rate counts, for its heartbeats to
+	// acknowledge, published at generation ackGen (shareDescribe); ackHeld,
+	// the acknowledgements its worker item may carry or lately carried,
+	// which its rate goes on counting (ackLanded; S27-J3). viewSent is the
+	// send time of the last registry read (coordinator only).
+	listedOnce atomic.Bool
+	ackMu      sync.Mutex
+	ackSeen    []string
+	ackGen     uint64
+	ackHeld    map[string]ackHold
+	viewSent   time.Time
+	ackNow     chan struct{} // a listing poller newly counted, or this one's first listing done: the heartbeat goroutine beats at once
+
 	// offered carries the offers the offer watch (watchOffers) read in
 	// this poller's worker item to the coordinator, which takes them at
 	// once (offerPass); the newest replaces one not yet taken.
@@ -246,6 +262,8 @@ func New(streams Streams, api Table, proc *processor.Processor, cfg Config, metr
 		describe:    newDescribeBudget(cfg.DescribeRate, metrics),
 		supersededC: make(chan struct{}),
 		offered:     make(chan []string, 1),
+		ackNow:      make(chan struct{}, 1),
+		ackHeld:     map[string]ackHold{},
 	}, nil
 }
 
@@ -527,7 +545,7 @@ func (p *Poller) pass(ctx context.Context, renew bool) error {
 // was never listed yet (nothing to do until it is); the error is the
 // stream's end.
 func (p *Poller) discover(ctx context.Context) (ok bool, err error) {
-	p.describe.setPollers(p.livePollers())
+	p.shareDescribe()
 	p.store.pace.setPollers(p.livePollers())
 	// The children are looked up when no listing is due, and also while a
 	// listing is under way across rounds (paced by the stream's
@@ -598,6 +616,16 @@ func (p *Poller) discover(ctx context.Context) (ok bool, err error) {
 				p.log.Warn("the stream is disabled")
 			}
 			p.shards, p.listed, p.listDone, p.forceList = shards, listedAt, time.Now(), false
+			if !p.listedOnce.Swap(true) {
+				// Weight 1 from now on; the announcement is removed by a
+				// heartbeat at once (the others count it until they read
+				// that: more than it weighs, never less).
+				p.shareDescribe()
+				select {
+				case p.ackNow <- struct{}{}:
+				default:
+				}
+			}
 			p.noteShards(shards, true)
 			// The list has every child listed so far: those of the shards
 			// still to be looked up are registered for the other pollers. A

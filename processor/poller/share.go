@@ -5,6 +5,7 @@ import (
 	"errors"
 	"maps"
 	"math/rand/v2"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -67,6 +68,11 @@ type workerView struct {
 	// inc is the incarnation its item names: the process whose beat it
 	// is (available, S20-R2).
 	inc string
+	// listing is whether its item announces its first listing under way;
+	// acked, whether its item acknowledges this process's own
+	// announcement (table.ListingKey): shareDescribe.
+	listing bool
+	acked   bool
 }
 
 // live reports whether w heartbeated within the last LeaseDuration, as
@@ -327,7 +333,8 @@ func (p *Poller) registry(ctx context.Context) {
 		// incarnation after that (HB6).
 		var oiu *OwnerInUseError
 		_, taken := p.countedHeld()
-		if w, err := p.store.heartbeat(ctx, p.cfg.Owner, p.inc, len(p.held), taken, false, p.born.Load() != 0); errors.As(err, &oiu) {
+		note := p.listingNote()
+		if w, err := p.store.heartbeat(ctx, p.cfg.Owner, p.inc, len(p.held), taken, false, p.born.Load() != 0, note); errors.As(err, &oiu) {
 			p.supersede(oiu)
 			return
 		} else if err != nil {
@@ -335,6 +342,7 @@ func (p *Poller) registry(ctx context.Context) {
 				p.log.Warn("writing the worker item failed; retrying at the next round", "error", err.Error())
 			}
 		} else {
+			p.ackLanded(note, w, time.Now())
 			p.born.CompareAndSwap(0, mono(time.Now()))
 			p.offersCounted(taken)
 			p.offers, p.asks = w.Offers, w.Asks
@@ -374,6 +382,10 @@ func (p *Poller) heartbeater(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+		case <-p.ackNow:
+			// A listing poller newly counted by this one's DescribeStream
+			// rate (shareDescribe), acknowledged at once; or this one's
+			// first listing done, its announcement removed at once.
 		}
 		if p.superseded.Load() != nil {
 			return
@@ -453,7 +465,8 @@ func (p *Poller) beat(ctx context.Context) {
 		// this process (HB6). Before, a claim: its retry after a lost
 		// answer is a claim too, never refused by the incarnation.
 		held, taken := p.countedHeld()
-		w, err := p.store.heartbeat(cctx, p.cfg.Owner, p.inc, held, taken, true, p.born.Load() != 0)
+		note := p.listingNote()
+		w, err := p.store.heartbeat(cctx, p.cfg.Owner, p.inc, held, taken, true, p.born.Load() != 0, note)
 		cancel()
 		var oiu *OwnerInUseError
 		if errors.As(err, &oiu) {
@@ -466,6 +479,7 @@ func (p *Poller) beat(ctx context.Context) {
 		}
 		if err == nil {
 			p.offersCounted(taken)
+			p.ackLanded(note, w, time.Now())
 			p.beaten(w, sent)
 			return
 		}
@@ -590,6 +604,7 @@ func (p *Poller) readRegistry(ctx context.Context) {
 			v.renewsFrom = now
 		}
 		v.beat, v.held, v.offers, v.left, v.last, v.heartbeat, v.inc = w.Beat, w.Held, len(w.Offers), w.Left, now, w.Heartbeat, w.Incarnation
+		v.listing, v.acked = w.Listing, slices.Contains(w.ListingSeen, table.ListingKey(p.cfg.Owner, p.inc))
 		p.workers[w.Owner] = v
 		if !w.Heartbeat && v.live(p.cfg.LeaseDuration) {
 			compat = true
@@ -658,6 +673,10 @@ func (p *Poller) readRegistry(ctx context.Context) {
 	if p.heartbeats() && !compat && (p.unverified || !p.registrySent.IsZero() && sent.Sub(p.registrySent) >= p.cfg.LeaseDuration) {
 		p.verifyHeld(ctx)
 	}
+	// The rate first, then the acknowledgements the next heartbeat
+	// writes: an acknowledgement is a promise that the rate counts it.
+	p.viewSent = sent
+	p.shareDescribe()
 	p.registrySent = sent
 	p.registryAt = now
 	p.registryReads++
@@ -1645,3 +1664,166 @@ func (p *Poller) handOverAll() {
 
 // sweepState is where the lease sweep goes on from.
 type sweepState = map[string]ddbtypes.AttributeValue
+
+// listingNote is what this poller's next worker write says of the
+// stream's DescribeStream rate (docs/exactly-once.md, "The first
+// listing's share of DescribeStream"): whether its first listing is
+// under way (a heartbeat poller's only: its weight needs the heartbeat's
+// validity), and the listing pollers whose announcement its rate counts,
+// as its coordinator published them after setting that rate
+// (shareDescribe), with that publication's generation (ackLanded). Safe
+// from the heartbeat goroutine.
+func (p *Poller) listingNote() listingNote {
+	n := listingNote{listing: p.heartbeats() && !p.listedOnce.Load()}
+	p.ackMu.Lock()
+	n.seen, n.gen = p.ackSeen, p.ackGen
+	p.ackMu.Unlock()
+	return n
+}
+
+// listingNote is a worker write's part in sharing DescribeStream's rate
+// (table.ListingNote); gen is the publication its seen came from.
+type listingNote struct {
+	listing bool
+	seen    []string
+	gen     uint64
+}
+
+// ackHold is an acknowledgement this poller's worker item may carry: gen,
+// the last publication that included it; until, zero while a write may
+// carry it, else when this poller's rate stops counting it (S27-J3).
+type ackHold struct {
+	gen   uint64
+	until time.Time
+}
+
+// grantFor is how long a lister's grant lasts after the send of the
+// registry read that showed every acknowledgement, and how long an
+// acknowledger counts a lister after the answer of the write that
+// removed its acknowledgement (S27-J3): the read that granted came before
+// that write landed, so the count outlasts the grant. Longer than a
+// renewal interval (a round reads the registry once per interval).
+func (p *Poller) grantFor() time.Duration { return p.cfg.LeaseDuration / 2 }
+
+// ackLanded applies a worker write of this poller that landed, answered
+// at at, whose note n was published at generation n.gen and whose item,
+// as written, acknowledges w.ListingSeen: an acknowledgement published
+// before n.gen and not in the item is no longer carried, and is counted
+// for grantFor more (S27-J3). Safe from the heartbeat goroutine.
+func (p *Poller) ackLanded(n listingNote, w table.Worker, at time.Time) {
+	p.ackMu.Lock()
+	defer p.ackMu.Unlock()
+	for k, h := range p.ackHeld {
+		if h.until.IsZero() && h.gen < n.gen && !slices.Contains(w.ListingSeen, k) {
+			p.ackHeld[k] = ackHold{gen: h.gen, until: at.Add(p.grantFor())}
+		}
+	}
+}
+
+// shareDescribe sets this poller's share of the stream's DescribeStream
+// rate from its last read of the worker registry, then publishes the
+// listing pollers that share counts for its next heartbeat to
+// acknowledge (claim 2 of "The first listing's share of DescribeStream":
+// the rate first). Another poller weighs listingWeight while its item
+// announces its first listing and it is live (its beat moved within a
+// lease duration: counted or not, so that a granted lister, whose
+// heartbeat's validity runs, is never left out), 1 while counted (S17-D3),
+// 0 otherwise; and an acknowledgement this poller's item may still carry
+// weighs listingWeight besides, until grantFor after the write that
+// removed it landed (S27-J3: a promise kept until its removal is known
+// and the grants it made have ended). This poller weighs listingWeight
+// only while its own first listing is under way and every other live
+// poller's item acknowledged its announcement, and only while its
+// heartbeat's validity runs and, when another's acknowledgement was
+// needed, for grantFor after the send of the read that showed them
+// (describeBudget.valid); 1 otherwise. A drain reads the registry too
+// (its pass) and counts the others as a live poller does, weighing itself
+// 1 (it writes no worker item: it announces and acknowledges nothing);
+// before its first read it has the whole rate (review of session 27,
+// S27-J2: the whole rate always, beside a listing fleet's).
+func (p *Poller) shareDescribe() {
+	d := p.cfg.LeaseDuration
+	granted := p.heartbeats() && !p.listedOnce.Load()
+	acks := false // another's acknowledgement needed
+	total := 0.0
+	var seen []string
+	for o, w := range p.workers {
+		live := w.live(d)
+		switch {
+		case live && w.listing:
+			total += listingWeight
+			seen = append(seen, table.ListingKey(o, w.inc))
+		case w.counted(d):
+			total++
+		}
+		if live {
+			acks = true
+			if !w.acked {
+				granted = false
+			}
+		}
+	}
+	sort.Strings(seen)
+	now := time.Now()
+	p.ackMu.Lock()
+	for k, h := range p.ackHeld {
+		if !h.until.IsZero() && !now.Before(h.until) {
+			delete(p.ackHeld, k)
+			continue
+		}
+		if _, counted := slices.BinarySearch(seen, k); !counted {
+			total += listingWeight // still acknowledged, or lately
+		}
+	}
+	p.ackMu.Unlock()
+	self := 1.0
+	valid := p.validUntil
+	if granted {
+		self = listingWeight
+		if acks {
+			end := p.viewSent.Add(p.grantFor())
+			valid = func() time.Time {
+				if v := p.validUntil(); v.Before(end) {
+					return v
+				}
+				return end
+			}
+		}
+	}
+	p.describe.share(self, self+total, valid)
+	if p.cfg.Drain {
+		return // no worker item: nothing to acknowledge
+	}
+	p.ackMu.Lock()
+	old := p.ackSeen
+	p.ackGen++
+	p.ackSeen = seen
+	for _, k := range seen {
+		p.ackHeld[k] = ackHold{gen: p.ackGen}
+	}
+	p.ackMu.Unlock()
+	if !sortedSubset(seen, old) {
+		// A lister newly counted: acknowledged by a heartbeat now, not at
+		// the next renewal interval (one more worker write per poller per
+		// listing poller that appears).
+		select {
+		case p.ackNow <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// sortedSubset reports whether every element of a (sorted) is in b
+// (sorted).
+func sortedSubset(a, b []string) bool {
+	for _, x := range a {
+		if _, ok := slices.BinarySearch(b, x); !ok {
+			return false
+		}
+	}
+	return true
+}
+
+// validUntil is when this poller's heartbeat validity ends (the epoch
+// when none).
+func (p *Poller) validUntil() time.Time { return fromMono(p.beatUntil.Load()) }

@@ -294,8 +294,9 @@ var errFenced = errors.New("fenced: another poller took this poller's leases ove
 // errFenced (fenced, deleted), an *OwnerInUseError (another process of
 // this name claimed it), or errRefused. The write also removes taken, the
 // offers whose takes held counts, from the item's offers
-// (table.OffersCounted).
-func (s *store) heartbeat(ctx context.Context, owner, inc string, held int, taken []string, hb, born bool) (table.Worker, error) {
+// (table.OffersCounted), and says what note says of the stream's
+// DescribeStream rate (table.ListingNote).
+func (s *store) heartbeat(ctx context.Context, owner, inc string, held int, taken []string, hb, born bool, note listingNote) (table.Worker, error) {
 	claim := false
 	if !born {
 		// A claim, made on the item as read now (table.ClaimedFrom): one
@@ -308,7 +309,7 @@ func (s *store) heartbeat(ctx context.Context, owner, inc string, held int, take
 		}
 		born, claim = seen == inc, seen != inc
 		if claim {
-			in := table.ClaimedFrom(table.OffersCounted(table.HeartbeatWorker(s.table, s.streamARN, owner, inc, held, hb, s.now()), taken), seen)
+			in := table.ClaimedFrom(table.ListingNote(table.OffersCounted(table.HeartbeatWorker(s.table, s.streamARN, owner, inc, held, hb, s.now()), taken), note.listing, note.seen), seen)
 			attrs, err := s.updateItem(ctx, "heartbeat", aggregates.WorkerKey(s.streamARN, owner), in)
 			if errors.Is(err, errConditionFailed) {
 				return table.Worker{}, s.refused(ctx, owner, inc, false, err)
@@ -323,7 +324,7 @@ func (s *store) heartbeat(ctx context.Context, owner, inc string, held int, take
 	if hb {
 		in = table.HeartbeatWorkerAgain(s.table, s.streamARN, owner, inc, held, s.now())
 	}
-	in = table.OffersCounted(in, taken)
+	in = table.ListingNote(table.OffersCounted(in, taken), note.listing, note.seen)
 	attrs, err := s.updateItem(ctx, "heartbeat", aggregates.WorkerKey(s.streamARN, owner), in)
 	if errors.Is(err, errConditionFailed) {
 		return table.Worker{}, s.refused(ctx, owner, inc, born, err)
