@@ -70,6 +70,29 @@ func TestOpRecord_AModifyThatMovesNoReportHasNoEffect(t *testing.T) {
 	assert.True(t, changesAReport(opRecord(Op{Kind: OpModify, Key: ins.Key, Old: ins.New, New: moved})), "a modify of the amount")
 }
 
+// Every change of one item goes through one writer, so the stream shows
+// them in the order generated (the expected count judges a modify by the
+// old image the workload gave it); the items of a workload spread over
+// every writer.
+func TestWriterOf_OneItemOneWriterAndTheItemsSpread(t *testing.T) {
+	ops := WorkloadSpec{Name: "f", Branches: 400, Days: 30, ModifyShare: 0.3, DeleteShare: 0.1}.Generate(4000, 28)
+	writer := map[string]int{}
+	used := map[int]int{}
+	for _, op := range ops {
+		w := writerOf(op.Key, 8)
+		require.True(t, w >= 0 && w < 8, "writer %d of 8", w)
+		if prev, seen := writer[op.Key.String()]; seen {
+			require.Equal(t, prev, w, "the changes of %s through two writers", op.Key)
+		}
+		writer[op.Key.String()] = w
+		used[w]++
+	}
+	require.Len(t, used, 8, "the items reach every writer")
+	for w, n := range used {
+		assert.Greater(t, n, len(ops)/16, "writer %d takes %d of %d changes", w, n, len(ops))
+	}
+}
+
 // The caught-up state starts at the later of the steady state's start and
 // the end of the start's walk (the last shard closed at the start that a
 // reader got to the end of), and there is none while such a shard's end

@@ -20,8 +20,8 @@ emulation of AWS's stream (internal/streamemu: shards by partition key that
 roll and split on a compressed clock, AWS's DynamoDB Streams limits) in
 front of a fresh DynamoDB Local, while transactions are written at a steady
 rate over every shard. One poller joins at a third of the run (or, if later,
-once the fleet holds 90% of the open shards: a join measured during the
-start measures the start) and the first leaves a third of the run after
+once the fleet holds 90% of the open shards, at most at the run's end:
+a join measured during the start measures the start) and the first leaves a third of the run after
 the join, the writes going on a third of the run after that; then the fleet idles, is stopped, a drain finishes
 what is left and the reconcile oracle checks the reports. It prints every
 target's figure as markdown (exactness, balance, write units per partition
