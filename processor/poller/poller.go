@@ -528,6 +528,16 @@ func (p *Poller) pass(ctx context.Context, renew bool) error {
 	if renew {
 		p.renewAll(ctx)
 	}
+	if p.registryReads == 0 {
+		// The registry first at the first pass: the drain's listing (no
+		// deadline: the whole stream at once) is paced at its share of
+		// the fleet it reads, not at the whole rate beside it (review of
+		// session 28, S28-W1).
+		p.readRegistry(ctx)
+		if p.superseded.Load() != nil {
+			return nil
+		}
+	}
 	if ok, err := p.discover(ctx); !ok || err != nil {
 		return err
 	}
