@@ -213,6 +213,11 @@ type FleetResult struct {
 	// UncommittedRead names those of them the live fleet had read:
 	// shard, sequence number, write and first read times.
 	UncommittedRead []string `json:",omitempty"`
+	// UnreadShards names, when some changes were left uncommitted, the
+	// shards holding records the live fleet never got in a GetRecords
+	// answer (up to 20): whether the fleet left a shard unread, or the
+	// expected count is wrong.
+	UnreadShards []string `json:",omitempty"`
 	SettleTook      time.Duration
 	Took            time.Duration
 	Errors          []string
@@ -390,6 +395,47 @@ func (l *fleetLag) outstanding() (pending, samples int) {
 // pendingList names the records read and not yet committed: shard,
 // sequence number, and when each was written (seconds from start) and
 // first read.
+// unreadShards names the shards of infos holding records no GetRecords
+// answer gave the live fleet (records added but not read, trimmed ones
+// included), at most most of them: each with its state, its parent's end
+// and its reads, in seconds from start.
+func (l *fleetLag) unreadShards(infos []streamemu.ShardInfo, start time.Time, most int) []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	read := map[string]int{}
+	for _, shard := range l.shardOf {
+		read[shard]++
+	}
+	at := func(t time.Time, ok bool) string {
+		if !ok {
+			return "never"
+		}
+		return fmt.Sprintf("%.1f s", t.Sub(start).Seconds())
+	}
+	var out []string
+	for _, sh := range infos {
+		if sh.Records <= read[sh.ID] {
+			continue
+		}
+		state := "open"
+		if sh.Closed {
+			state = "closed"
+		}
+		first, read1 := l.firstRead[sh.ID]
+		var last time.Time
+		if c := l.calls[sh.ID]; len(c) > 0 {
+			last = c[len(c)-1].answered
+		}
+		parentEnd, ended := l.ended[sh.Parent]
+		out = append(out, fmt.Sprintf("%s (%s, %d records, %d read, %d trimmed; parent %q ended %s; first read %s, last GetRecords answered %s)",
+			sh.ID, state, sh.Records, read[sh.ID], sh.Trimmed, sh.Parent, at(parentEnd, ended), at(first, read1), at(last, !last.IsZero())))
+		if len(out) == most {
+			break
+		}
+	}
+	return out
+}
+
 func (l *fleetLag) pendingList(start time.Time) []string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -863,6 +909,7 @@ func Fleet(ctx context.Context, cfg FleetConfig) (*FleetResult, error) {
 		// Read and not committed, or (none listed) never read with an
 		// effect: which it is says where to look.
 		res.UncommittedRead = lag.pendingList(start)
+		res.UnreadShards = lag.unreadShards(emu.Shards(), start, 20)
 	}
 	res.SettleTook = time.Since(start) - cfg.Duration
 	events = append(events, BalanceEvent{Event: "end of writes", At: time.Since(start).Seconds()})

@@ -75,6 +75,7 @@ func (r *FleetResult) Markdown(w io.Writer) {
 	p("| lag: changes not committed by the live fleet %s after the writes ended (left to the drain) | %d |\n", r.SettleTook.Round(time.Second), r.Uncommitted)
 	if r.Uncommitted > 0 {
 		p("\nUncommitted changes the live fleet had read (none listed: never read with an effect): %s\n", strings.Join(r.UncommittedRead, "; "))
+		p("\nShards with records the live fleet never got (none listed: every record was read): %s\n", strings.Join(r.UnreadShards, "; "))
 	}
 	p("\nPer poller (coordinator calls through its own client: Query for the stream's leases and checkpoints, UpdateItem for leases and checkpoint moves):\n\n")
 	p("| poller | minutes | mean leases | Query / min | items read / min | UpdateItem / min | leases acquired / handed off / taken over / expired | offers taken / later / not its / left to the listing / refused |\n|---|---:|---:|---:|---:|---:|---|---|\n")
