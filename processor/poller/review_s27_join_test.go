@@ -34,13 +34,7 @@ func TestReviewS27J2_ADrainCountsTheFleetsWeightsInItsDescribeRate(t *testing.T)
 	e.stream.addShard("s0", "")
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	coord := table.CoordinationTableName(e.table)
-	for _, o := range []string{"a", "b", "lister"} {
-		in := table.HeartbeatWorker(coord, e.stream.arn, o, o+"-1", 1, true, time.Now())
-		in = table.ListingNote(in, o == "lister", nil)
-		_, err := e.ddb.UpdateItem(ctx, in)
-		require.NoError(t, err)
-	}
+	registerListingFleet(ctx, t, e)
 	const fleet = 8.0
 	tp := e.poller(t, "drain", nil, nil, func(c *poller.Config) { c.Drain, c.DescribeRate = true, fleet })
 	require.NoError(t, poller.FirstPass(ctx, tp.Poller))
@@ -114,26 +108,11 @@ func TestReviewS27J1_AListerIsNotGrantedByAnOlderVersionsInheritedAcknowledgemen
 // stall. The two rates must stay within the fleet's 8. Before the fix:
 // i 8 × 8/9 ≈ 7.1 and j 8 (15.1).
 func TestReviewS27J3_AnAcknowledgementHoldsItsCountUntilItsRemovalLanded(t *testing.T) {
-	e := newEnv(t, 2704)
-	e.stream.addShard("s0", "")
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
 	const (
 		fleet = 8.0
 		lease = 3 * time.Second
 	)
-	cfg := func(c *poller.Config) { c.DescribeRate, c.LeaseDuration = fleet, lease }
-	i := e.poller(t, "i", deniedListing{e.stream.client("i")}, nil, cfg)
-	j := e.poller(t, "j", nil, nil, cfg)
-	round := func(tp *testPoller, first bool) {
-		if first {
-			_ = poller.FirstPass(ctx, tp.Poller)
-		} else {
-			_ = poller.Round(ctx, tp.Poller) // i's: its listing refused
-		}
-		poller.StopHeartbeat(tp.Poller) // the next round heartbeats first, synchronously
-	}
-	t.Cleanup(func() { poller.StopHeartbeat(i.Poller); poller.StopHeartbeat(j.Poller) })
+	_, i, j, round := listerPair(t, 2704, fleet, lease)
 	rate := func(tp *testPoller) float64 { return counter(t, tp.m.DescribeRate) }
 
 	round(i, true)
@@ -162,26 +141,12 @@ func TestReviewS27J3_AnAcknowledgementHoldsItsCountUntilItsRemovalLanded(t *test
 // send of the read that showed that acknowledgement (which came first).
 // Before: i 8 × 8/9 ≈ 7.1 beside j's 8.
 func TestReviewS27J3_AGrantedListersDeletedItemStaysCountedWhileItsGrantRuns(t *testing.T) {
-	e := newEnv(t, 2705)
-	e.stream.addShard("s0", "")
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
 	const (
 		fleet = 8.0
 		lease = 3 * time.Second
 	)
-	cfg := func(c *poller.Config) { c.DescribeRate, c.LeaseDuration = fleet, lease }
-	i := e.poller(t, "i", deniedListing{e.stream.client("i")}, nil, cfg)
-	j := e.poller(t, "j", nil, nil, cfg)
-	round := func(tp *testPoller, first bool) {
-		if first {
-			_ = poller.FirstPass(ctx, tp.Poller)
-		} else {
-			_ = poller.Round(ctx, tp.Poller)
-		}
-		poller.StopHeartbeat(tp.Poller)
-	}
-	t.Cleanup(func() { poller.StopHeartbeat(i.Poller); poller.StopHeartbeat(j.Poller) })
+	e, i, j, round := listerPair(t, 2705, fleet, lease)
+	ctx := context.Background()
 
 	round(i, true)
 	round(j, true)
@@ -201,4 +166,44 @@ func TestReviewS27J3_AGrantedListersDeletedItemStaysCountedWhileItsGrantRuns(t *
 	li, lj := poller.DescribeLimit(i.Poller), poller.DescribeLimit(j.Poller)
 	t.Logf("i's item deleted: i %.2f calls a second, j %.2f", li, lj)
 	assert.LessOrEqual(t, li+lj, fleet+1e-9, "a granted lister whose item was deleted is still counted while its grant runs")
+}
+
+// listerPair is S27-J3's two pollers on one shard, each round driven by
+// hand: i, whose listing DescribeStream refuses for good (so that it stays
+// a first lister), and j. round runs a poller's first pass or a round,
+// then stops its heartbeat goroutine: the next round heartbeats first,
+// synchronously.
+func listerPair(t *testing.T, seed uint64, fleet int, lease time.Duration) (e *env, i, j *testPoller, round func(tp *testPoller, first bool)) {
+	t.Helper()
+	e = newEnv(t, seed)
+	e.stream.addShard("s0", "")
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	cfg := func(c *poller.Config) { c.DescribeRate, c.LeaseDuration = fleet, lease }
+	i = e.poller(t, "i", deniedListing{e.stream.client("i")}, nil, cfg)
+	j = e.poller(t, "j", nil, nil, cfg)
+	round = func(tp *testPoller, first bool) {
+		if first {
+			_ = poller.FirstPass(ctx, tp.Poller)
+		} else {
+			_ = poller.Round(ctx, tp.Poller) // i's: its listing refused
+		}
+		poller.StopHeartbeat(tp.Poller)
+	}
+	t.Cleanup(func() { poller.StopHeartbeat(i.Poller); poller.StopHeartbeat(j.Poller) })
+	return e, i, j, round
+}
+
+// registerListingFleet writes the worker items of three live pollers a
+// drain finds (S27-J2, S28-W1): a, b, and lister, whose first listing is
+// under way (its note).
+func registerListingFleet(ctx context.Context, t *testing.T, e *env) {
+	t.Helper()
+	coord := table.CoordinationTableName(e.table)
+	for _, o := range []string{"a", "b", "lister"} {
+		in := table.HeartbeatWorker(coord, e.stream.arn, o, o+"-1", 1, true, time.Now())
+		in = table.ListingNote(in, o == "lister", nil)
+		_, err := e.ddb.UpdateItem(ctx, in)
+		require.NoError(t, err)
+	}
 }

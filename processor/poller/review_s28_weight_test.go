@@ -4,14 +4,12 @@ import (
 	"context"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/aws/aws-sdk-go-v2/service/dynamodbstreams"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/ledger-dev/ledger/processor/poller"
-	"github.com/ledger-dev/ledger/table"
 )
 
 // Review (adversarial, session 28), hole S28-W1: a drain's first listing
@@ -30,13 +28,7 @@ func TestReviewS28W1_ADrainsFirstListingCountsTheFleet(t *testing.T) {
 	e.stream.addShard("s0", "")
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	coord := table.CoordinationTableName(e.table)
-	for _, o := range []string{"a", "b", "lister"} {
-		in := table.HeartbeatWorker(coord, e.stream.arn, o, o+"-1", 1, true, time.Now())
-		in = table.ListingNote(in, o == "lister", nil)
-		_, err := e.ddb.UpdateItem(ctx, in)
-		require.NoError(t, err)
-	}
+	registerListingFleet(ctx, t, e)
 	const fleet = 8.0
 	rec := &rateAtListing{Streams: e.stream.client("drain")}
 	tp := e.poller(t, "drain", rec, nil, func(c *poller.Config) { c.Drain, c.DescribeRate = true, fleet })
