@@ -218,9 +218,9 @@ type FleetResult struct {
 	// answer (up to 20): whether the fleet left a shard unread, or the
 	// expected count is wrong.
 	UnreadShards []string `json:",omitempty"`
-	SettleTook      time.Duration
-	Took            time.Duration
-	Errors          []string
+	SettleTook   time.Duration
+	Took         time.Duration
+	Errors       []string
 }
 
 // LeaseSample is the leases each running poller held at At seconds.
