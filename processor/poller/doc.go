@@ -319,7 +319,10 @@
 // When Run's context ends, readers stop after the batch in hand,
 // commit it, move their checkpoints, and the leases are released; after
 // Config.ShutdownTimeout the batches still in hand are abandoned (they are
-// redelivered to the next owner, harmlessly).
+// redelivered to the next owner, harmlessly). Before the releases, a live
+// poller looks up, registers and offers to the live pollers the children
+// of the shards it finished and had not yet offered (stopKids), so that
+// a stop at a shard's end does not leave them to the next listing.
 //
 // # DynamoDB Local
 //

@@ -795,12 +795,6 @@ func (p *Poller) lookupChildren(ctx context.Context) {
 		p.forceList = true
 		return
 	}
-	known := make(map[string]bool, len(p.shards))
-	for _, s := range p.shards {
-		known[s.id] = true
-	}
-	var again []string
-	defer func() { p.lookup = append(p.lookup, again...) }()
 	// Bounded in time like the takes: one call and the registrations of
 	// its children per finished shard, one after another, held a poller's
 	// coordinator past its leases' life at 1,000 shards (every lease of a
@@ -809,6 +803,19 @@ func (p *Poller) lookupChildren(ctx context.Context) {
 	if next := p.lastRenew.Add(p.cfg.renewInterval()); !p.lastRenew.IsZero() && next.Before(until) {
 		until = next
 	}
+	p.lookupChildrenUntil(ctx, until)
+}
+
+// lookupChildrenUntil is lookupChildren's lookups, made until until (a
+// stop's are bounded by the stop's budget: stopKids); those not made stay
+// in p.lookup.
+func (p *Poller) lookupChildrenUntil(ctx context.Context, until time.Time) {
+	known := make(map[string]bool, len(p.shards))
+	for _, s := range p.shards {
+		known[s.id] = true
+	}
+	var again []string
+	defer func() { p.lookup = append(p.lookup, again...) }()
 	asked := map[string]bool{}
 	for len(p.lookup) > 0 && time.Now().Before(until) {
 		if asked[p.lookup[0]] {
@@ -2006,6 +2013,18 @@ func (p *Poller) shutdown(ctx context.Context) {
 				}
 			}
 		}
+	}
+	if !superseded && !p.cfg.Drain {
+		// The children of the shards this poller finished and did not
+		// look up or offer yet, its readers' ends during the stop among
+		// them: looked up, registered and offered to the live pollers now
+		// (stopKids), within what is left of the shutdown timeout, so
+		// that the releases keep their own stopReleases.
+		kidsBy := time.Now().Add(p.cfg.renewInterval() / 2)
+		if end := stopBy.Add(-stopReleases); end.Before(kidsBy) {
+			kidsBy = end
+		}
+		p.stopKids(bg, kidsBy)
 	}
 	// One budget for all releases, so that many leases on an unreachable
 	// table cannot hold the exit back: unreleased leases simply expire.

@@ -1552,6 +1552,120 @@ func (p *Poller) offerKids(ctx context.Context, kids map[string]bool) {
 	}
 }
 
+// stopKids is a graceful stop's discovery (shutdown, once the readers
+// have stopped; not a drain's, not a superseded process's): the children
+// of the shards this poller finished and did not look up yet (p.lookup,
+// its readers' ends during the stop among them), those a listing had
+// (finishedNow) and those it registered and neither took nor offered
+// (p.unoffered) are looked up, registered and offered to the live
+// pollers (offerAtStop), until until. Before, a stop dropped them: the
+// other pollers look up only the children of the shards they finish
+// themselves, so these waited for someone's next listing of the whole
+// stream (DiscoverInterval, 5 minutes), and a rolling deploy did that at
+// every stop that met a shard's end (issue 23, the fleet run of session
+// 28: 39 records of one child unread for over 2.5 minutes). The offers
+// are hints (claim H1): each receiver takes by its own conditional
+// write, under every gate of takeLeases, after reading the parent
+// finished (parentDone). What does not fit (a lookup throttled or past
+// until, a stream that does not filter by parent, no live receiver, a
+// write that failed) is logged and left to the next listing, as before.
+func (p *Poller) stopKids(ctx context.Context, until time.Time) {
+	if len(p.lookup) == 0 && len(p.finishedNow) == 0 && len(p.unoffered) == 0 {
+		return
+	}
+	kctx, cancel := context.WithDeadline(withPaceUntil(ctx, until), until)
+	defer cancel()
+	p.newKids = map[string]bool{}
+	defer func() { p.newKids = nil }()
+	if len(p.lookup) > 0 && !p.noFilter {
+		p.lookupChildrenUntil(kctx, until) // registers the children found (registerChildren), in newKids
+	}
+	// The children the listing had are registered as endPass registers
+	// them; every child of a shard finished since the last endPass is to
+	// be offered.
+	var listed []shard
+	for _, s := range p.shards {
+		if s.parent == "" {
+			continue
+		}
+		if skipped, ok := p.finishedNow[s.parent]; ok {
+			p.newKids[s.id] = true
+			if skipped {
+				listed = append(listed, s)
+			}
+		}
+	}
+	p.finishedNow = nil
+	if len(listed) > 0 {
+		known := make(map[string]bool, len(p.shards))
+		for _, s := range p.shards {
+			known[s.id] = true
+		}
+		p.registerChildren(kctx, listed, known)
+	}
+	kids := maps.Clone(p.newKids)
+	maps.Copy(kids, p.unoffered)
+	offered, left := p.offerAtStop(kctx, kids)
+	if offered > 0 {
+		p.log.Info("stopping: the children of the shards finished offered to the live pollers", "children", offered)
+	}
+	if lookups := len(slices.Compact(slices.Sorted(slices.Values(p.lookup)))); lookups > 0 || left > 0 {
+		p.log.Warn("stopping: children of the shards finished left to the next listing of the stream",
+			"shards_not_looked_up", lookups, "children_not_offered", left, "no_shard_filter", p.noFilter)
+	}
+}
+
+// offerAtStop offers each of kids that nobody holds to a live poller, at
+// a stop: every other poller that receives is a receiver (after this
+// poller's leave every other's share rises), the one holding the fewest
+// as this poller counts them, with what this stop hands it (heldBy:
+// the leases handed over, handOverAll, and the offers told). It returns
+// the children offered and those it could not offer.
+func (p *Poller) offerAtStop(ctx context.Context, kids map[string]bool) (offered, left int) {
+	var live []string
+	for _, o := range p.liveWorkers() {
+		if p.workers[o].receives(p.cfg.LeaseDuration) {
+			live = append(live, o)
+		}
+	}
+	for _, id := range slices.Sorted(maps.Keys(kids)) {
+		if _, mine := p.held[id]; mine {
+			continue // a lease this stop hands over or releases
+		}
+		if l := p.leases[id]; l.owner != "" || l.finished || p.finishedKnown(id) || p.gone[id] {
+			continue
+		}
+		for {
+			if len(live) == 0 || ctx.Err() != nil {
+				left++
+				break
+			}
+			best := live[0]
+			for _, o := range live[1:] {
+				if p.heldBy(o) < p.heldBy(best) {
+					best = o
+				}
+			}
+			err := p.store.offer(ctx, best, id)
+			if errors.Is(err, errConditionFailed) {
+				// best's item is gone or left: the next receiver.
+				live = slices.DeleteFunc(live, func(o string) bool { return o == best })
+				continue
+			}
+			if err != nil {
+				p.writeFailed(err, "stopping: offering a child shard failed; left to the next listing", "shard", id, "to", best)
+				left++
+				break
+			}
+			delete(p.unoffered, id)
+			p.tell(best)
+			offered++
+			break
+		}
+	}
+	return offered, left
+}
+
 func (p *Poller) keepUnoffered(id string) {
 	if p.unoffered == nil {
 		p.unoffered = map[string]bool{}
