@@ -46,7 +46,8 @@ func TestPoller_AStopDoesNotOfferAChildItCouldNotRegister(t *testing.T) {
 	ddbtest.Long(t)
 	const shards = 4
 	e := sixBranchEnv(t, 2802, shards)
-	rare := func(c *poller.Config) { c.DiscoverInterval = 10 * time.Minute }
+	const lease = 6 * time.Second // the stop's budget 1 s, as the stop test's (S28-K11)
+	rare := func(c *poller.Config) { c.DiscoverInterval, c.LeaseDuration = 10*time.Minute, lease }
 
 	ctxA, cancelA := context.WithCancel(context.Background())
 	defer cancelA()
@@ -96,8 +97,8 @@ func TestPoller_AStopDoesNotOfferAChildItCouldNotRegister(t *testing.T) {
 	require.Positive(t, refuse.refused.Load(), "a registered no child at its stop: the test proves nothing")
 
 	// b reads its offers at every round (a third of a lease duration):
-	// two lease durations see every offer a's stop made cleared.
-	time.Sleep(2 * 3 * time.Second)
+	// three rounds see every offer a's stop made cleared.
+	time.Sleep(lease)
 	assert.Zero(t, counter(t, b.m.Offers.WithLabelValues(poller.OfferUnknownShard)),
 		"b was offered children a could not register (cleared as unknown_shard)")
 	assert.Zero(t, logged(a.logs.lines(), "stopping: the children of the shards finished offered to the live pollers"),
