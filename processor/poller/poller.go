@@ -103,6 +103,7 @@ type Poller struct {
 	sweepFrom     sweepState            // where the next page of the sweep starts
 	newKids       map[string]bool       // children registered during an endPass
 	unoffered     map[string]bool       // children this poller registered, neither took nor could offer: offered again each round (offerLeft)
+	unregistered  map[string]bool       // during a stop's stopKids: the children whose registration did not land (not offered: S28-K1)
 	untold        map[string]untold     // leases handed over whose offer write failed: offered again each round (tellAgain)
 	finishedNow   map[string]bool       // shards finished since the last endPass: true when the listing had their children
 	latestChecked bool                  // a LATEST start was decided on every checkpoint
@@ -943,6 +944,9 @@ func (p *Poller) registerChildren(ctx context.Context, kids []shard, known map[s
 		}
 		if ok {
 			p.leases[k.id] = l
+		}
+		if err != nil && p.unregistered != nil {
+			p.unregistered[k.id] = true
 		}
 		if p.newKids != nil {
 			p.newKids[k.id] = true

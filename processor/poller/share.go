@@ -1576,7 +1576,8 @@ func (p *Poller) stopKids(ctx context.Context, until time.Time) {
 	kctx, cancel := context.WithDeadline(withPaceUntil(ctx, until), until)
 	defer cancel()
 	p.newKids = map[string]bool{}
-	defer func() { p.newKids = nil }()
+	p.unregistered = map[string]bool{}
+	defer func() { p.newKids, p.unregistered = nil, nil }()
 	if len(p.lookup) > 0 && !p.noFilter {
 		p.lookupChildrenUntil(kctx, until) // registers the children found (registerChildren), in newKids
 	}
@@ -1605,13 +1606,21 @@ func (p *Poller) stopKids(ctx context.Context, until time.Time) {
 	}
 	kids := maps.Clone(p.newKids)
 	maps.Copy(kids, p.unoffered)
+	// A child whose registration did not land (refused, deferred by the
+	// pacer, past the bound) has no lease item: its receiver, whose
+	// listing predates it, could only clear the offer as unknown_shard,
+	// and the stop counted it offered (review of session 28, S28-K1). It
+	// is left to the next listing, and said so.
+	for id := range p.unregistered {
+		delete(kids, id)
+	}
 	offered, left := p.offerAtStop(kctx, kids)
 	if offered > 0 {
 		p.log.Info("stopping: the children of the shards finished offered to the live pollers", "children", offered)
 	}
-	if lookups := len(slices.Compact(slices.Sorted(slices.Values(p.lookup)))); lookups > 0 || left > 0 {
+	if lookups := len(slices.Compact(slices.Sorted(slices.Values(p.lookup)))); lookups > 0 || left > 0 || len(p.unregistered) > 0 {
 		p.log.Warn("stopping: children of the shards finished left to the next listing of the stream",
-			"shards_not_looked_up", lookups, "children_not_offered", left, "no_shard_filter", p.noFilter)
+			"shards_not_looked_up", lookups, "children_not_registered", len(p.unregistered), "children_not_offered", left, "no_shard_filter", p.noFilter)
 	}
 }
 
