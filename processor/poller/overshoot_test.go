@@ -202,17 +202,31 @@ func TestPoller_TheGiversDoNotOvershootAJoinerWhoseHeartbeatLags(t *testing.T) {
 		// hands is bounded by its own view's ceiling, which the log of the
 		// hand-over names (seen on a loaded machine: f handed r its
 		// seventh at share_ceiling 7, three seconds before it saw s).
+		//
+		// Plans read from registries sent apart differ (docs/exactly-once.md,
+		// "The givers' overshoot (session 23)": what the argument does not
+		// exclude): seen once in the full suite beside another at load 18,
+		// e handed r two at 36.77 s, a two at 37.32 s, b, d and f one each
+		// at 37.52 s, 7 against 6, each plan's own ceiling 6. One lease over
+		// is allowed when more than one giver handed to the joiner; the
+		// overshoot this pins, a hand-over in each round that fell in a gap,
+		// reached 9.
 		bound := ceiling
+		handedBy := map[string]bool{}
 		for _, g := range ps[:givers] {
 			for _, l := range g.logs.lines() {
 				if l["msg"] == "lease over the fair share; handing it over" && l["to"] == j.name {
+					handedBy[fmt.Sprint(l["owner"])] = true
 					if c, ok := l["share_ceiling"].(float64); ok && int(c) > bound {
 						bound = int(c)
 					}
 				}
 			}
 		}
-		assert.LessOrEqual(t, j.peak, bound, "the givers together handed %s more than the ceiling of their views (%d with every joiner seen)", j.name, ceiling)
+		if len(handedBy) > 1 {
+			bound++
+		}
+		assert.LessOrEqual(t, j.peak, bound, "the givers together handed %s more than the ceiling of their views (%d with every joiner seen) and one", j.name, ceiling)
 		ps = append(ps, j.p)
 	}
 	eventually(t, "every poller holds its share", 2*time.Minute, func() bool { return balanced(t, shards, ps...) })

@@ -118,6 +118,18 @@ func TestReviewS17_PausedListingsKeepParentsBeforeChildren(t *testing.T) {
 			all = append(all, tp)
 		}
 	}
+	// On a loaded machine (the full suite beside another, load 18) the
+	// pollers had read no closed shard to its end when the writes were
+	// over: the test then proved less, and failed on it. They run on until
+	// one is.
+	eventually(t, "a closed shard read to its end by the live pollers", 2*time.Minute, func() bool {
+		for _, sh := range e.s.Shards() {
+			if sh.Closed && sh.EndServed {
+				return true
+			}
+		}
+		return false
+	})
 	for i := range stops {
 		stops[i]()
 	}
