@@ -180,8 +180,23 @@ func (p *Poller) endPass(ctx context.Context) error {
 	if p.stopping {
 		return nil
 	}
-	// The children the listing already has (a day of closed shards at
-	// start) are this shard's work too, looked up or not.
+	p.listedKids(ctx)
+	if len(p.newKids) > 0 {
+		p.takeShare(ctx, p.newKids)
+		if !p.cfg.Drain {
+			p.offerKids(ctx, p.newKids)
+		}
+	}
+	p.startReaders(ctx)
+	return nil
+}
+
+// listedKids adds to newKids the children the listing has of the shards
+// finished since the last endPass (finishedNow: a day of closed shards at
+// start is this poller's work too, looked up or not), and registers those
+// it did not look up (the listing had them) for the pollers whose
+// listing is older; a drain registers none.
+func (p *Poller) listedKids(ctx context.Context) {
 	var listed []shard
 	for _, s := range p.shards {
 		if s.parent == "" {
@@ -195,23 +210,14 @@ func (p *Poller) endPass(ctx context.Context) error {
 		}
 	}
 	p.finishedNow = nil
-	if len(listed) > 0 && !p.cfg.Drain {
-		// Not looked up (the listing had them): registered for the
-		// pollers whose listing is older.
-		known := make(map[string]bool, len(p.shards))
-		for _, s := range p.shards {
-			known[s.id] = true
-		}
-		p.registerChildren(ctx, listed, known)
+	if len(listed) == 0 || p.cfg.Drain {
+		return
 	}
-	if len(p.newKids) > 0 {
-		p.takeShare(ctx, p.newKids)
-		if !p.cfg.Drain {
-			p.offerKids(ctx, p.newKids)
-		}
+	known := make(map[string]bool, len(p.shards))
+	for _, s := range p.shards {
+		known[s.id] = true
 	}
-	p.startReaders(ctx)
-	return nil
+	p.registerChildren(ctx, listed, known)
 }
 
 // takeUnlisted is a live poller's take before its first listing of the
@@ -1581,29 +1587,10 @@ func (p *Poller) stopKids(ctx context.Context, until time.Time) {
 	if len(p.lookup) > 0 && !p.noFilter {
 		p.lookupChildrenUntil(kctx, until) // registers the children found (registerChildren), in newKids
 	}
-	// The children the listing had are registered as endPass registers
-	// them; every child of a shard finished since the last endPass is to
-	// be offered.
-	var listed []shard
-	for _, s := range p.shards {
-		if s.parent == "" {
-			continue
-		}
-		if skipped, ok := p.finishedNow[s.parent]; ok {
-			p.newKids[s.id] = true
-			if skipped {
-				listed = append(listed, s)
-			}
-		}
-	}
-	p.finishedNow = nil
-	if len(listed) > 0 {
-		known := make(map[string]bool, len(p.shards))
-		for _, s := range p.shards {
-			known[s.id] = true
-		}
-		p.registerChildren(kctx, listed, known)
-	}
+	// Every child of a shard finished since the last endPass is to be
+	// offered; those the listing had are registered as endPass registers
+	// them.
+	p.listedKids(kctx)
 	kids := maps.Clone(p.newKids)
 	maps.Copy(kids, p.unoffered)
 	// A child whose registration did not land (refused, deferred by the
