@@ -70,14 +70,7 @@ func TestPoller_AStopDoesNotOfferAChildItCouldNotRegister(t *testing.T) {
 		return counter(t, a.m.LeasesHeld) == shards/2 && counter(t, b.m.LeasesHeld) == shards/2
 	})
 
-	leases, _, err := table.ReadStreamState(context.Background(), e.ddb, table.CoordinationTableName(e.table), e.stream.arn, nil)
-	require.NoError(t, err)
-	watch := map[string]bool{}
-	for id, l := range leases {
-		if l.Owner == "a" {
-			watch[id] = true
-		}
-	}
+	watch := leasesNamed(t, e, "a")
 	require.Len(t, watch, shards/2, "a's leases")
 	hook.mu.Lock()
 	hook.watch = watch

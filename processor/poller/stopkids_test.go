@@ -109,14 +109,7 @@ func TestPoller_AStopOffersTheChildrenOfTheShardsItFinished(t *testing.T) {
 		return counter(t, a.m.LeasesHeld) == shards/2 && counter(t, b.m.LeasesHeld) == shards/2
 	})
 
-	leases, _, err := table.ReadStreamState(context.Background(), e.ddb, table.CoordinationTableName(e.table), e.stream.arn, nil)
-	require.NoError(t, err)
-	watch := map[string]bool{}
-	for id, l := range leases {
-		if l.Owner == "a" {
-			watch[id] = true
-		}
-	}
+	watch := leasesNamed(t, e, "a")
 	require.Len(t, watch, shards/2, "a's leases")
 	hook.mu.Lock()
 	hook.watch = watch
@@ -181,4 +174,19 @@ func TestPoller_AStopOffersTheChildrenOfTheShardsItFinished(t *testing.T) {
 	assert.Positive(t, logged(a.logs.lines(), "stopping: the children of the shards finished offered to the live pollers"), "a offered the children at its stop")
 	stopB()
 	e.finish(t, nil)
+}
+
+// leasesNamed returns the shards whose lease items name owner, as the
+// coordination table has them now.
+func leasesNamed(t *testing.T, e *emuEnv, owner string) map[string]bool {
+	t.Helper()
+	leases, _, err := table.ReadStreamState(context.Background(), e.ddb, table.CoordinationTableName(e.table), e.stream.arn, nil)
+	require.NoError(t, err)
+	named := map[string]bool{}
+	for id, l := range leases {
+		if l.Owner == owner {
+			named[id] = true
+		}
+	}
+	return named
 }
